@@ -1,0 +1,2 @@
+// Placeholder: the tenet runtime module is being written.
+#include <tvm/ffi/extra/module.h>
