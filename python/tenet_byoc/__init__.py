@@ -1,3 +1,26 @@
-"""tenet-byoc: run a Relax model's GEMMs on the CPU and charge them to a TENET cost model."""
+"""tenet-byoc: run a Relax model's GEMMs on the CPU and charge them to a TENET cost model.
+
+Importing the package loads the C++ runtime (registering ``ffi.Module.load_from_bytes.tenet``
+so exported libraries load), registers the ``relax.ext.tenet`` codegen and the ``tenet``
+patterns.
+"""
+
+from __future__ import annotations
+
+from ._loader import load_runtime_library
+
+load_runtime_library()
+
+from .codegen import TenetCodegenError  # noqa: E402
+from .partition import build, partition_for_tenet  # noqa: E402
+from .patterns import refusal_reason, tenet_patterns  # noqa: E402
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "TenetCodegenError",
+    "build",
+    "partition_for_tenet",
+    "refusal_reason",
+    "tenet_patterns",
+]

@@ -1,0 +1,181 @@
+// oneDNN matmul primitives for GemmArgs, built once per shape and kept in a bounded cache.
+#include "runtime/gemm.h"
+
+#include <dnnl.hpp>
+
+#include <cmath>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace tenet {
+namespace runtime {
+
+Epilogue ParseEpilogue(const std::string& name) {
+  if (name == "none" || name.empty()) return Epilogue::kNone;
+  if (name == "relu") return Epilogue::kRelu;
+  if (name == "gelu") return Epilogue::kGelu;
+  if (name == "gelu_tanh") return Epilogue::kGeluTanh;
+  throw std::invalid_argument("unknown epilogue '" + name +
+                              "'; expected none, relu, gelu or gelu_tanh");
+}
+
+const char* EpilogueName(Epilogue e) {
+  switch (e) {
+    case Epilogue::kRelu: return "relu";
+    case Epilogue::kGelu: return "gelu";
+    case Epilogue::kGeluTanh: return "gelu_tanh";
+    default: return "none";
+  }
+}
+
+namespace {
+
+using dnnl::memory;
+
+// Primitives are small, but a decode loop over many context lengths would grow the cache
+// without bound; past this many shapes it is cleared and refilled.
+constexpr size_t kMaxCachedPrimitives = 1024;
+
+int64_t Product(const std::vector<int64_t>& v, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end; ++i) p *= v[i];
+  return p;
+}
+
+memory::dims RowMajorStrides(const memory::dims& dims) {
+  memory::dims strides(dims.size());
+  int64_t s = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= dims[i];
+  }
+  return strides;
+}
+
+// Left-pads a stored shape's batch dims with 1 so it has `rank` dims.
+memory::dims PadTo(const std::vector<int64_t>& shape, size_t rank) {
+  memory::dims out(rank - shape.size(), 1);
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+float ApplyEpilogue(Epilogue e, float x) {
+  switch (e) {
+    case Epilogue::kRelu: return x > 0.f ? x : 0.f;
+    case Epilogue::kGelu: return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
+    case Epilogue::kGeluTanh: {
+      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.f + std::tanh(inner));
+    }
+    default: return x;
+  }
+}
+
+}  // namespace
+
+struct GemmEngine::Impl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  std::mutex mutex;
+  std::unordered_map<std::string, dnnl::matmul> cache;
+
+  dnnl::matmul Get(const std::string& key, const memory::desc& a, const memory::desc& b,
+                   const memory::desc* bias, const memory::desc& c, Epilogue epilogue) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = cache.find(key);
+      if (it != cache.end()) return it->second;
+    }
+    dnnl::post_ops ops;
+    switch (epilogue) {
+      case Epilogue::kRelu: ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f); break;
+      case Epilogue::kGelu: ops.append_eltwise(dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f); break;
+      case Epilogue::kGeluTanh:
+        ops.append_eltwise(dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f);
+        break;
+      default: break;
+    }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    auto pd = bias ? dnnl::matmul::primitive_desc(engine, a, b, *bias, c, attr)
+                   : dnnl::matmul::primitive_desc(engine, a, b, c, attr);
+    dnnl::matmul prim(pd);
+    std::lock_guard<std::mutex> lock(mutex);
+    if (cache.size() >= kMaxCachedPrimitives) cache.clear();
+    cache.emplace(key, prim);
+    return prim;
+  }
+};
+
+GemmEngine::GemmEngine() : impl_(std::make_unique<Impl>()) {}
+GemmEngine::~GemmEngine() = default;
+
+void GemmEngine::Run(const GemmArgs& g) {
+  const size_t rank = g.c_shape.size();
+  const int64_t n = g.c_shape[rank - 1];
+  const int64_t k = g.a_shape.back();
+  const int64_t c_elems = Product(g.c_shape, 0, rank);
+  if (c_elems == 0) return;
+  if (k == 0) {
+    // An empty reduction: oneDNN refuses zero-sized dims, and the answer is the epilogue
+    // of the bias (or of zero).
+    for (int64_t i = 0; i < c_elems; ++i) {
+      g.c[i] = ApplyEpilogue(g.epilogue, g.bias ? g.bias[i % n] : 0.f);
+    }
+    return;
+  }
+
+  memory::dims a_dims = PadTo(g.a_shape, rank);
+  memory::dims b_stored = PadTo(g.b_shape, rank);
+  memory::dims c_dims(g.c_shape.begin(), g.c_shape.end());
+  memory::dims b_dims = b_stored;
+  memory::dims b_strides = RowMajorStrides(b_stored);
+  if (g.b_transposed) {
+    std::swap(b_dims[rank - 1], b_dims[rank - 2]);
+    std::swap(b_strides[rank - 1], b_strides[rank - 2]);
+  }
+
+  // The linear-layer case (a shared 2-D weight) is one large GEMM: fold a's batch into M
+  // when a is not broadcast, which lets oneDNN pick its plain GEMM kernels.
+  const bool b_unbatched = Product(b_dims, 0, rank - 2) == 1;
+  const bool a_full = Product(a_dims, 0, rank - 2) == Product(c_dims, 0, rank - 2);
+  if (rank > 2 && b_unbatched && a_full) {
+    const int64_t rows = Product(c_dims, 0, rank - 1);
+    a_dims = {rows, k};
+    c_dims = {rows, n};
+    b_dims = {b_dims[rank - 2], b_dims[rank - 1]};
+    b_strides = {b_strides[rank - 2], b_strides[rank - 1]};
+  }
+
+  const memory::desc a_md(a_dims, memory::data_type::f32, RowMajorStrides(a_dims));
+  const memory::desc b_md(b_dims, memory::data_type::f32, b_strides);
+  const memory::desc c_md(c_dims, memory::data_type::f32, RowMajorStrides(c_dims));
+  memory::dims bias_dims(c_dims.size(), 1);
+  bias_dims.back() = n;
+  const memory::desc bias_md(bias_dims, memory::data_type::f32, RowMajorStrides(bias_dims));
+
+  std::ostringstream key;
+  for (auto d : a_dims) key << d << ',';
+  key << '|';
+  for (size_t i = 0; i < b_dims.size(); ++i) key << b_dims[i] << ':' << b_strides[i] << ',';
+  key << '|';
+  for (auto d : c_dims) key << d << ',';
+  key << '|' << (g.bias != nullptr) << '|' << static_cast<int>(g.epilogue);
+
+  dnnl::matmul prim =
+      impl_->Get(key.str(), a_md, b_md, g.bias ? &bias_md : nullptr, c_md, g.epilogue);
+  auto& eng = impl_->engine;
+  memory a_mem(a_md, eng, const_cast<float*>(g.a));
+  memory b_mem(b_md, eng, const_cast<float*>(g.b));
+  memory c_mem(c_md, eng, g.c);
+  std::unordered_map<int, memory> exec_args = {
+      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  if (g.bias) exec_args.emplace(DNNL_ARG_BIAS, memory(bias_md, eng, const_cast<float*>(g.bias)));
+  dnnl::stream stream(eng);
+  prim.execute(stream, exec_args);
+  stream.wait();
+}
+
+}  // namespace runtime
+}  // namespace tenet

@@ -1,0 +1,166 @@
+// Reading and writing kernel descriptors, with every field checked before a program runs.
+#include "runtime/program.h"
+
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/map.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/json.h>
+#include <tvm/ffi/string.h>
+
+namespace tenet {
+namespace runtime {
+
+namespace ffi = tvm::ffi;
+namespace json = tvm::ffi::json;
+
+namespace {
+
+ffi::Any Field(const json::Object& obj, const char* key, const std::string& where) {
+  auto it = obj.find(ffi::String(key));
+  if (it == obj.end()) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " has no field '" << key << "'";
+  }
+  return (*it).second;
+}
+
+template <typename T>
+T Get(const json::Object& obj, const char* key, const std::string& where) {
+  auto value = Field(obj, key, where).try_cast<T>();
+  if (!value.has_value()) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: field '" << key << "' of " << where
+                              << " has the wrong type";
+  }
+  return *value;
+}
+
+json::Object AsObject(const ffi::Any& v, const std::string& where) {
+  auto obj = v.try_cast<json::Object>();
+  if (!obj.has_value()) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " is not an object";
+  }
+  return *obj;
+}
+
+TensorSpec ParseSpec(const json::Object& obj, const std::string& where, bool is_output) {
+  TensorSpec spec;
+  spec.dtype = ffi::StringToDLDataType(Get<ffi::String>(obj, "dtype", where));
+  spec.ndim = Get<int64_t>(obj, "ndim", where);
+  if (is_output) spec.source = Get<int64_t>(obj, "source", where);
+  return spec;
+}
+
+void CheckRef(ValueRef ref, const Program& p, size_t step_index, const std::string& where) {
+  const bool ok = ref >= 0 ? ref < static_cast<int64_t>(p.inputs.size())
+                           : -ref - 1 < static_cast<int64_t>(step_index);
+  if (!ok) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " refers to value " << ref
+                              << ", which is neither an input nor an earlier step";
+  }
+}
+
+}  // namespace
+
+std::vector<Program> ParsePrograms(const std::string& text) {
+  ffi::String error;
+  json::Value root = json::Parse(text, &error);
+  if (!error.empty()) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: invalid JSON: " << error;
+  }
+  json::Object top = AsObject(root, "the descriptor");
+  const int64_t version = Get<int64_t>(top, "version", "the descriptor");
+  if (version != kDescriptorVersion) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: version " << version
+                              << " is not supported by this runtime (it reads version "
+                              << kDescriptorVersion << "); rebuild the model";
+  }
+  std::vector<Program> programs;
+  for (const ffi::Any& f : Get<json::Array>(top, "functions", "the descriptor")) {
+    json::Object fobj = AsObject(f, "a function");
+    Program p;
+    p.symbol = std::string(Get<ffi::String>(fobj, "symbol", "a function"));
+    const std::string where = "function '" + p.symbol + "'";
+    for (const ffi::Any& s : Get<json::Array>(fobj, "inputs", where)) {
+      p.inputs.push_back(ParseSpec(AsObject(s, where + " input"), where + " input", false));
+    }
+    const json::Array steps = Get<json::Array>(fobj, "steps", where);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const std::string swhere = where + " step " + std::to_string(i);
+      json::Object sobj = AsObject(steps[i], swhere);
+      Step st;
+      st.pattern = std::string(Get<ffi::String>(sobj, "pattern", swhere));
+      st.name = std::string(Get<ffi::String>(sobj, "name", swhere));
+      st.lhs = Get<int64_t>(sobj, "lhs", swhere);
+      st.rhs = Get<int64_t>(sobj, "rhs", swhere);
+      CheckRef(st.lhs, p, i, swhere + " lhs");
+      CheckRef(st.rhs, p, i, swhere + " rhs");
+      const ffi::Any& bias = Field(sobj, "bias", swhere);
+      if (bias != nullptr) {
+        st.has_bias = true;
+        st.bias = Get<int64_t>(sobj, "bias", swhere);
+        CheckRef(st.bias, p, i, swhere + " bias");
+      }
+      st.rhs_transposed = Get<bool>(sobj, "rhs_transposed", swhere);
+      try {
+        st.epilogue = ParseEpilogue(std::string(Get<ffi::String>(sobj, "epilogue", swhere)));
+      } catch (const std::invalid_argument& e) {
+        TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere << ": " << e.what();
+      }
+      st.out_ndim = Get<int64_t>(sobj, "out_ndim", swhere);
+      p.steps.push_back(std::move(st));
+    }
+    for (const ffi::Any& s : Get<json::Array>(fobj, "outputs", where)) {
+      TensorSpec spec = ParseSpec(AsObject(s, where + " output"), where + " output", true);
+      if (spec.source >= 0 || -spec.source - 1 >= static_cast<int64_t>(p.steps.size())) {
+        TVM_FFI_THROW(ValueError) << "tenet descriptor: an output of " << where
+                                  << " is not produced by one of its steps";
+      }
+      p.outputs.push_back(spec);
+    }
+    if (p.steps.empty() || p.outputs.empty()) {
+      TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " has no steps or outputs";
+    }
+    programs.push_back(std::move(p));
+  }
+  return programs;
+}
+
+std::string SerializePrograms(const std::vector<Program>& programs) {
+  auto spec_json = [](const TensorSpec& s, bool is_output) {
+    json::Object o;
+    o.Set(ffi::String("dtype"), ffi::DLDataTypeToString(s.dtype));
+    o.Set(ffi::String("ndim"), s.ndim);
+    if (is_output) o.Set(ffi::String("source"), s.source);
+    return o;
+  };
+  json::Array functions;
+  for (const Program& p : programs) {
+    json::Array inputs, outputs, steps;
+    for (const auto& s : p.inputs) inputs.push_back(spec_json(s, false));
+    for (const auto& s : p.outputs) outputs.push_back(spec_json(s, true));
+    for (const Step& st : p.steps) {
+      json::Object o;
+      o.Set(ffi::String("pattern"), ffi::String(st.pattern));
+      o.Set(ffi::String("name"), ffi::String(st.name));
+      o.Set(ffi::String("lhs"), st.lhs);
+      o.Set(ffi::String("rhs"), st.rhs);
+      o.Set(ffi::String("bias"), st.has_bias ? ffi::Any(st.bias) : ffi::Any(nullptr));
+      o.Set(ffi::String("rhs_transposed"), st.rhs_transposed);
+      o.Set(ffi::String("epilogue"), ffi::String(EpilogueName(st.epilogue)));
+      o.Set(ffi::String("out_ndim"), st.out_ndim);
+      steps.push_back(o);
+    }
+    json::Object f;
+    f.Set(ffi::String("symbol"), ffi::String(p.symbol));
+    f.Set(ffi::String("inputs"), inputs);
+    f.Set(ffi::String("outputs"), outputs);
+    f.Set(ffi::String("steps"), steps);
+    functions.push_back(f);
+  }
+  json::Object top;
+  top.Set(ffi::String("version"), kDescriptorVersion);
+  top.Set(ffi::String("functions"), functions);
+  return std::string(json::Stringify(top));
+}
+
+}  // namespace runtime
+}  // namespace tenet

@@ -1,0 +1,59 @@
+// Kernel descriptors: what the Python codegen tells the runtime about each offloaded function.
+#ifndef TENET_RUNTIME_PROGRAM_H_
+#define TENET_RUNTIME_PROGRAM_H_
+
+#include <tvm/ffi/dtype.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/gemm.h"
+
+namespace tenet {
+namespace runtime {
+
+/*! \brief The descriptor format this runtime reads; bumped on any incompatible change. */
+constexpr int64_t kDescriptorVersion = 1;
+
+/*! \brief A tensor a program reads or writes: >= 0 is a function input, < 0 is -(step + 1). */
+using ValueRef = int64_t;
+
+/*! \brief The static facts about one input or output of an offloaded function. */
+struct TensorSpec {
+  DLDataType dtype;
+  int64_t ndim = 0;
+  ValueRef source = 0;  // outputs only: the step that produces it
+};
+
+/*! \brief One GEMM of a program (one composite function of the partitioned module). */
+struct Step {
+  std::string pattern;  // the Composite attr, e.g. "tenet.matmul_transposed_bias"
+  std::string name;     // a readable name for reports (the binding's name in the module)
+  ValueRef lhs = 0, rhs = 0, bias = 0;
+  bool has_bias = false;
+  bool rhs_transposed = false;
+  Epilogue epilogue = Epilogue::kNone;
+  int64_t out_ndim = 0;
+};
+
+/*! \brief An offloaded function: its signature and the GEMMs it runs in order. */
+struct Program {
+  std::string symbol;
+  std::vector<TensorSpec> inputs, outputs;
+  std::vector<Step> steps;
+};
+
+/*!
+ * \brief Parses the descriptor JSON written by tenet_byoc.codegen.
+ * \throws tvm::ffi::Error (ValueError) naming the field that is missing or malformed.
+ */
+std::vector<Program> ParsePrograms(const std::string& json);
+
+/*! \brief Writes programs back to the descriptor JSON (the inverse of ParsePrograms). */
+std::string SerializePrograms(const std::vector<Program>& programs);
+
+}  // namespace runtime
+}  // namespace tenet
+
+#endif  // TENET_RUNTIME_PROGRAM_H_
