@@ -127,6 +127,9 @@ def describe_function(func: relax.Function) -> dict:
         if isinstance(value, relax.Function):
             composites[binding.var] = analyze_composite(value)
             continue
+        if isinstance(value, relax.Var) and value in refs:
+            refs[binding.var] = refs[value]  # an alias, e.g. a dataflow output
+            continue
         if not isinstance(value, relax.Call):
             raise TenetCodegenError(f"{symbol}: unexpected binding {type(value).__name__}")
         op = value.op

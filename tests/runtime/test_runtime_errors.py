@@ -1,0 +1,107 @@
+"""Bad arguments reaching the tenet runtime raise exceptions naming the symbol and the problem."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from conftest import matmul_module
+from tvm import relax
+
+import tenet_byoc
+
+
+@pytest.fixture(scope="module")
+def linear():
+    """The runtime module of one ``x[4,8] @ w[3,8]^T + b`` function, and its symbol."""
+    ex = tenet_byoc.build(matmul_module((4, 8), (3, 8), transposed=True, bias=True))
+    module = next(m for m in ex.mod.imports if m.kind == "tenet")
+    desc = json.loads(module.inspect_source())
+    (func,) = desc["functions"]
+    (step,) = func["steps"]
+    # The outer function's parameter order is MergeCompositeFunctions' choice; the
+    # descriptor says which input is which.
+    order = [step["lhs"], step["rhs"], step["bias"]]
+
+    def call(x, w, b, out=None, *extra):
+        args = [None] * 3
+        for role, value in zip(order, (x, w, b)):
+            args[role] = value
+        args = args + ([out] if out is not None else []) + list(extra)
+        return module[func["symbol"]](*args)
+
+    return ex, call, func["symbol"]
+
+
+def _t(shape, dtype="float32"):
+    return tvm.runtime.tensor(np.ones(shape, dtype))
+
+
+def test_correct_call_works(linear):
+    _, call, _ = linear
+    out = _t((4, 3))
+    call(_t((4, 8)), _t((3, 8)), _t((3,)), out)
+    np.testing.assert_array_equal(out.numpy(), np.full((4, 3), 9.0, "float32"))
+
+
+@pytest.mark.parametrize(
+    "args,exc,message",
+    [
+        (lambda: [_t((4, 8), "float64"), _t((3, 8)), _t((3,)), _t((4, 3))], TypeError,
+         "has dtype float64; expected float32"),
+        (lambda: [_t((4, 9)), _t((3, 8)), _t((3,)), _t((4, 3))], ValueError,
+         "disagree on the reduction length (9 vs 8)"),
+        (lambda: [_t((4, 8)), _t((3, 8)), _t((3,)), _t((4, 5))], ValueError,
+         "output 0 has shape [4, 5]"),
+        (lambda: [_t((4, 8)), _t((3, 8)), _t((5,)), _t((4, 3))], ValueError,
+         "bias shape [5] is not a vector of the 3 output columns"),
+        (lambda: [_t((4, 8)), _t((3, 8)), _t((3,))], ValueError,
+         "expected 4 arguments (3 inputs, 1 outputs), got 3"),
+        (lambda: [_t((4, 8)), _t((3, 8)), _t((3,)), 7], TypeError, "output 0 is not a tensor"),
+        (lambda: [_t((4, 8)), _t((1, 3, 8)), _t((3,)), _t((4, 3))], ValueError,
+         "has rank 3; expected 2"),
+        (lambda: [tvm_ffi.from_dlpack(np.ones((4, 16), "float32")[:, ::2]), _t((3, 8)),
+                  _t((3,)), _t((4, 3))], ValueError, "is not compact row-major"),
+    ],
+    ids=["dtype", "reduction", "out-shape", "bias", "missing", "not-tensor", "rank", "strided"],
+)
+def test_bad_argument_message(linear, args, exc, message):
+    _, call, symbol = linear
+    with pytest.raises(exc) as info:
+        call(*args())
+    assert symbol in str(info.value)
+    assert message in str(info.value)
+
+
+def test_wrong_dtype_through_the_vm_is_an_exception(linear):
+    ex, _, _ = linear
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    with pytest.raises(Exception, match="float64|dtype"):
+        vm["main"](_t((4, 8), "float64"), _t((3, 8)), _t((3,)))
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("{", "invalid JSON"),
+        ('{"version": 99, "functions": []}', "version 99 is not supported"),
+        ('{"version": 1}', "has no field 'functions'"),
+        ('{"version": 1, "functions": [{"symbol": "f", "inputs": [], "steps": [{"pattern": "p",'
+         ' "name": "n", "lhs": 3, "rhs": 0, "bias": null, "rhs_transposed": false,'
+         ' "epilogue": "none", "out_ndim": 2}], "outputs": []}]}',
+         "refers to value 3"),
+        ('{"version": 1, "functions": [{"symbol": "f", "inputs": [{"dtype": "float32", "ndim": 2},'
+         ' {"dtype": "float32", "ndim": 2}], "steps": [{"pattern": "p", "name": "n", "lhs": 0,'
+         ' "rhs": 1, "bias": null, "rhs_transposed": false, "epilogue": "swish",'
+         ' "out_ndim": 2}], "outputs": [{"dtype": "float32", "ndim": 2, "source": -1}]}]}',
+         "unknown epilogue 'swish'"),
+    ],
+)
+def test_malformed_descriptor(text, message):
+    create = tvm.get_global_func("tenet_byoc.runtime.create_module")
+    with pytest.raises(ValueError, match=None) as info:
+        create(text)
+    assert message in str(info.value)
