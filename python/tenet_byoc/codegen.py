@@ -173,10 +173,28 @@ def describe_function(func: relax.Function) -> dict:
     return {"symbol": symbol, "inputs": inputs, "steps": steps, "outputs": outputs}
 
 
+def _cost_config(functions) -> str:
+    from .hardware import resolve
+    from .partition import COST_CONFIG_ATTR
+
+    configs = {str(f.attrs[COST_CONFIG_ATTR]) for f in functions if COST_CONFIG_ATTR in f.attrs}
+    if len(configs) > 1:
+        raise TenetCodegenError(
+            "the tenet functions of one module carry different accelerator configs; "
+            "partition the module once, with one hardware"
+        )
+    # Functions partitioned without partition_for_tenet are charged to the default preset.
+    return configs.pop() if configs else resolve(None).config_text
+
+
 def make_descriptor(functions) -> str:
-    """The JSON descriptor of a list of outer tenet functions."""
+    """The JSON descriptor of a list of outer tenet functions, with their accelerator config."""
     return json.dumps(
-        {"version": DESCRIPTOR_VERSION, "functions": [describe_function(f) for f in functions]}
+        {
+            "version": DESCRIPTOR_VERSION,
+            "functions": [describe_function(f) for f in functions],
+            "cost_config": _cost_config(functions),
+        }
     )
 
 

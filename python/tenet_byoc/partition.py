@@ -5,33 +5,50 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
+from .hardware import Accelerator, resolve
 from .patterns import tenet_patterns
 
+#: The function attribute that carries the accelerator config from partition to codegen.
+COST_CONFIG_ATTR = "tenet.cost_config"
 
-def partition_for_tenet(mod: tvm.IRModule) -> tvm.IRModule:
+
+def partition_for_tenet(
+    mod: tvm.IRModule, hardware: str | Accelerator | None = None
+) -> tvm.IRModule:
     """Group the matmuls the tenet runtime can run into functions for the ``tenet`` codegen.
 
     Parameters
     ----------
     mod : tvm.IRModule
         A Relax module.
+    hardware : str, Accelerator or None
+        The accelerator the offloaded calls are charged to: a preset name (see
+        ``tenet_byoc.hardware.PRESETS``), an :class:`Accelerator`, or None for the default.
 
     Returns
     -------
     tvm.IRModule
         The module with every accepted match in a composite function (attr ``Composite``),
-        adjacent ones merged into outer functions with attr ``Codegen="tenet"``.
+        adjacent ones merged into outer functions with attr ``Codegen="tenet"`` that also
+        carry the accelerator config (attr ``tenet.cost_config``).
     """
+    config = resolve(hardware).config_text
     mod = relax.transform.FuseOpsByPattern(
         tenet_patterns(), bind_constants=False, annotate_codegen=False
     )(mod)
-    return relax.transform.MergeCompositeFunctions()(mod)
+    mod = relax.transform.MergeCompositeFunctions()(mod)
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function) and func.attrs and "Codegen" in func.attrs:
+            if str(func.attrs["Codegen"]) == "tenet":
+                mod[gv] = func.with_attr(COST_CONFIG_ATTR, config)
+    return mod
 
 
 def build(
     mod: tvm.IRModule,
     target: str | dict | tvm.target.Target = "llvm",
     *,
+    hardware: str | Accelerator | None = None,
     offload: bool = True,
 ) -> tvm.runtime.Executable:
     """Partition, run the tenet codegen and build with ``relax.build``.
@@ -43,6 +60,8 @@ def build(
     target : str, dict or Target
         The host target for everything left on TVM's path (``"llvm"`` or a dict such as
         ``{"kind": "llvm", "mcpu": "..."}``).
+    hardware : str, Accelerator or None
+        The accelerator the offloaded calls are charged to (see :func:`partition_for_tenet`).
     offload : bool
         False builds the same module entirely with TVM (the reference the tests compare to).
 
@@ -54,6 +73,6 @@ def build(
     if not isinstance(target, tvm.target.Target):
         target = tvm.target.Target(target)
     if offload:
-        mod = partition_for_tenet(mod)
+        mod = partition_for_tenet(mod, hardware)
         mod = relax.transform.RunCodegen()(mod)
     return relax.build(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))

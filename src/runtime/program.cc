@@ -60,7 +60,7 @@ void CheckRef(ValueRef ref, const Program& p, size_t step_index, const std::stri
 
 }  // namespace
 
-std::vector<Program> ParsePrograms(const std::string& text) {
+Descriptor ParseDescriptor(const std::string& text) {
   ffi::String error;
   json::Value root = json::Parse(text, &error);
   if (!error.empty()) {
@@ -73,7 +73,9 @@ std::vector<Program> ParsePrograms(const std::string& text) {
                               << " is not supported by this runtime (it reads version "
                               << kDescriptorVersion << "); rebuild the model";
   }
-  std::vector<Program> programs;
+  Descriptor descriptor;
+  descriptor.cost_config = std::string(Get<ffi::String>(top, "cost_config", "the descriptor"));
+  std::vector<Program>& programs = descriptor.programs;
   for (const ffi::Any& f : Get<json::Array>(top, "functions", "the descriptor")) {
     json::Object fobj = AsObject(f, "a function");
     Program p;
@@ -121,10 +123,10 @@ std::vector<Program> ParsePrograms(const std::string& text) {
     }
     programs.push_back(std::move(p));
   }
-  return programs;
+  return descriptor;
 }
 
-std::string SerializePrograms(const std::vector<Program>& programs) {
+std::string SerializeDescriptor(const Descriptor& descriptor) {
   auto spec_json = [](const TensorSpec& s, bool is_output) {
     json::Object o;
     o.Set(ffi::String("dtype"), ffi::DLDataTypeToString(s.dtype));
@@ -133,7 +135,7 @@ std::string SerializePrograms(const std::vector<Program>& programs) {
     return o;
   };
   json::Array functions;
-  for (const Program& p : programs) {
+  for (const Program& p : descriptor.programs) {
     json::Array inputs, outputs, steps;
     for (const auto& s : p.inputs) inputs.push_back(spec_json(s, false));
     for (const auto& s : p.outputs) outputs.push_back(spec_json(s, true));
@@ -159,6 +161,7 @@ std::string SerializePrograms(const std::vector<Program>& programs) {
   json::Object top;
   top.Set(ffi::String("version"), kDescriptorVersion);
   top.Set(ffi::String("functions"), functions);
+  top.Set(ffi::String("cost_config"), ffi::String(descriptor.cost_config));
   return std::string(json::Stringify(top));
 }
 

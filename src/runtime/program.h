@@ -44,14 +44,20 @@ struct Program {
   std::vector<Step> steps;
 };
 
+/*! \brief Everything a tenet runtime module is made of, and what it serializes. */
+struct Descriptor {
+  std::vector<Program> programs;
+  std::string cost_config;  // tenet::SerializeConfig text of the hardware and dataflow
+};
+
 /*!
  * \brief Parses the descriptor JSON written by tenet_byoc.codegen.
  * \throws tvm::ffi::Error (ValueError) naming the field that is missing or malformed.
  */
-std::vector<Program> ParsePrograms(const std::string& json);
+Descriptor ParseDescriptor(const std::string& json);
 
-/*! \brief Writes programs back to the descriptor JSON (the inverse of ParsePrograms). */
-std::string SerializePrograms(const std::vector<Program>& programs);
+/*! \brief Writes a descriptor back to JSON (the inverse of ParseDescriptor). */
+std::string SerializeDescriptor(const Descriptor& descriptor);
 
 }  // namespace runtime
 }  // namespace tenet

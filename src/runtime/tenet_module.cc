@@ -7,13 +7,16 @@
 #include <tvm/ffi/reflection/registry.h>
 #include <tvm/ffi/string.h>
 
+#include <atomic>
 #include <memory>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "runtime/gemm.h"
+#include "runtime/ledger.h"
 #include "runtime/program.h"
 
 namespace tenet {
@@ -43,12 +46,23 @@ bool SameDType(DLDataType a, DLDataType b) {
 
 }  // namespace
 
+std::pair<Hardware, Dataflow> ParseCostConfig(const std::string& text) {
+  try {
+    return ParseConfig(text);
+  } catch (const std::invalid_argument& e) {
+    TVM_FFI_THROW(ValueError) << "tenet: invalid hardware/dataflow config: " << e.what();
+  }
+  TVM_FFI_UNREACHABLE();
+}
+
 class TenetModuleObj : public ffi::ModuleObj {
  public:
-  explicit TenetModuleObj(std::vector<Program> programs) {
-    for (auto& p : programs) {
-      std::string symbol = p.symbol;
-      programs_.emplace(std::move(symbol), std::move(p));
+  explicit TenetModuleObj(Descriptor descriptor)
+      : descriptor_(std::move(descriptor)),
+        costs_(ParseCostConfig(descriptor_.cost_config).first,
+               ParseCostConfig(descriptor_.cost_config).second) {
+    for (size_t i = 0; i < descriptor_.programs.size(); ++i) {
+      by_symbol_.emplace(descriptor_.programs[i].symbol, i);
     }
   }
 
@@ -59,28 +73,44 @@ class TenetModuleObj : public ffi::ModuleObj {
   }
 
   ffi::Optional<ffi::Function> GetFunction(const ffi::String& name) final {
-    auto it = programs_.find(std::string(name));
-    if (it == programs_.end()) return std::nullopt;
-    const Program* program = &it->second;
-    // The closure keeps the module alive for as long as the VM holds the function.
+    // The closures keep the module alive for as long as their holder keeps them.
     ffi::ObjectPtr<ffi::Object> self = ffi::GetObjectPtr<ffi::Object>(this);
-    return ffi::Function::FromPacked([self, this, program](ffi::PackedArgs args, ffi::Any* rv) {
-      Run(*program, args);
-    });
+    auto it = by_symbol_.find(std::string(name));
+    if (it != by_symbol_.end()) {
+      const uint32_t index = static_cast<uint32_t>(it->second);
+      return ffi::Function::FromPacked([self, this, index](ffi::PackedArgs args, ffi::Any*) {
+        Run(index, args);
+      });
+    }
+    if (name == "__tenet_ledger_json") {
+      return ffi::Function::FromTyped([self, this]() { return ffi::String(LedgerJson()); });
+    }
+    if (name == "__tenet_ledger_reset") {
+      return ffi::Function::FromTyped([self, this]() { ledger_.Reset(); });
+    }
+    if (name == "__tenet_set_tag") {
+      return ffi::Function::FromTyped(
+          [self, this](const ffi::String& tag) { ledger_.SetTag(std::string(tag)); });
+    }
+    if (name == "__tenet_set_charging") {
+      return ffi::Function::FromTyped([self, this](bool on) { charging_.store(on); });
+    }
+    if (name == "__tenet_cost_config") {
+      return ffi::Function::FromTyped(
+          [self, this]() { return ffi::String(descriptor_.cost_config); });
+    }
+    return std::nullopt;
   }
 
-  ffi::Bytes SaveToBytes() const final {
-    std::vector<Program> programs;
-    for (const auto& kv : programs_) programs.push_back(kv.second);
-    return ffi::Bytes(SerializePrograms(programs));
-  }
+  ffi::Bytes SaveToBytes() const final { return ffi::Bytes(SerializeDescriptor(descriptor_)); }
 
   ffi::String InspectSource(const ffi::String& format) const final {
     return ffi::String(std::string(SaveToBytes()));
   }
 
  private:
-  void Run(const Program& p, ffi::PackedArgs args) {
+  void Run(uint32_t program_index, ffi::PackedArgs args) {
+    const Program& p = descriptor_.programs[program_index];
     const size_t n_in = p.inputs.size(), n_out = p.outputs.size();
     if (static_cast<size_t>(args.size()) != n_in + n_out) {
       TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": expected " << n_in + n_out
@@ -104,6 +134,10 @@ class TenetModuleObj : public ffi::ModuleObj {
     auto value = [&](ValueRef ref) -> const View& {
       return ref >= 0 ? inputs[ref] : produced[-ref - 1];
     };
+    const bool charging = charging_.load(std::memory_order_relaxed);
+    std::vector<LedgerEntry> entries;
+    if (charging) entries.reserve(p.steps.size());
+    const uint64_t call_index = ledger_.NextCallIndex();
     for (size_t s = 0; s < p.steps.size(); ++s) {
       const Step& st = p.steps[s];
       const View& a = value(st.lhs);
@@ -138,8 +172,38 @@ class TenetModuleObj : public ffi::ModuleObj {
       if (st.has_bias) g.bias = CheckBias(p, s, value(st.bias), c_shape.back());
       gemm_.Run(g);
       produced[s] = c;
+      if (charging) {
+        LedgerEntry e;
+        e.call_index = call_index;
+        e.program = program_index;
+        e.step = static_cast<uint32_t>(s);
+        e.tag = ledger_.CurrentTag();
+        e.shape = ShapeKey(p, st, a, c_shape);
+        e.cost = costs_.Get(e.shape);
+        entries.push_back(std::move(e));
+      }
     }
+    if (charging) ledger_.Append(&entries);
   }
+
+  GemmKey ShapeKey(const Program& p, const Step& st, const View& a,
+                   const std::vector<int64_t>& c_shape) const {
+    GemmKey key{};
+    key.batch = 1;
+    for (size_t i = 0; i + 2 < c_shape.size(); ++i) key.batch *= c_shape[i];
+    key.m = c_shape[c_shape.size() - 2];
+    key.n = c_shape.back();
+    key.k = a.shape.back();
+    auto bits = [&](ValueRef ref) {
+      return ref >= 0 ? p.inputs[ref].dtype.bits : 32;  // intermediates are float32
+    };
+    key.bits_a = bits(st.lhs);
+    key.bits_b = bits(st.rhs);
+    key.bits_c = 32;
+    return key;
+  }
+
+  std::string LedgerJson() const;
 
   View CheckTensor(const Program& p, ffi::AnyView arg, const TensorSpec& spec,
                    const std::string& what) {
@@ -233,12 +297,93 @@ class TenetModuleObj : public ffi::ModuleObj {
     return bias.data;
   }
 
-  std::unordered_map<std::string, Program> programs_;
+  Descriptor descriptor_;
+  std::unordered_map<std::string, size_t> by_symbol_;
   GemmEngine gemm_;
+  CostCache costs_;
+  Ledger ledger_;
+  std::atomic<bool> charging_{true};
 };
 
+void WriteMetrics(std::ostream& os, const Metrics& m) {
+  os << "{\"macs\":" << m.macs << ",\"cycles\":" << m.cycles
+     << ",\"compute_cycles\":" << m.compute_cycles << ",\"stall_cycles\":" << m.stall_cycles
+     << ",\"time_steps\":" << m.time_steps << ",\"active_pes\":" << m.active_pes
+     << ",\"num_pes\":" << m.num_pes << ",\"avg_active_pes\":" << m.avg_active_pes
+     << ",\"ingress_delay\":" << m.ingress_delay << ",\"egress_delay\":" << m.egress_delay
+     << ",\"compute_delay\":" << m.compute_delay
+     << ",\"compute_delay_exact\":" << m.compute_delay_exact << ",\"delay\":" << m.delay
+     << ",\"folds\":" << m.folds << ",\"offchip_read_bits\":" << m.offchip_read_bits
+     << ",\"offchip_write_bits\":" << m.offchip_write_bits
+     << ",\"pe_utilization\":" << m.pe_utilization
+     << ",\"bandwidth_bits_per_cycle\":" << m.bandwidth_bits_per_cycle
+     << ",\"latency_us\":" << m.latency_us << ",\"tensors\":{";
+  bool first = true;
+  for (const auto& kv : m.tensors) {
+    const TensorMetrics& t = kv.second;
+    os << (first ? "" : ",") << '"' << kv.first << "\":{\"is_write\":"
+       << (t.is_write ? "true" : "false") << ",\"bits\":" << t.bits << ",\"total\":" << t.total
+       << ",\"unique\":" << t.unique << ",\"reuse_factor\":" << t.reuse_factor
+       << ",\"spatial_reuse\":" << t.spatial_reuse << ",\"temporal_reuse\":" << t.temporal_reuse
+       << ",\"offchip_elements\":" << t.offchip_elements << ",\"offchip_bits\":" << t.offchip_bits
+       << '}';
+    first = false;
+  }
+  os << "}}";
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + '"';
+}
+
+// Entries refer to a table of distinct costs (a model calls few shapes many times), and to
+// the functions and steps by index, so a long ledger stays small.
+std::string TenetModuleObj::LedgerJson() const {
+  std::vector<LedgerEntry> entries = ledger_.Snapshot();
+  std::ostringstream os;
+  os.precision(17);
+  os << "{\"hardware\":" << JsonString(costs_.hardware().name)
+     << ",\"dataflow\":" << JsonString(costs_.dataflow().name)
+     << ",\"clock_ghz\":" << costs_.hardware().clock_ghz << ",\"tags\":[";
+  std::vector<std::string> tags = ledger_.Tags();
+  for (size_t i = 0; i < tags.size(); ++i) os << (i ? "," : "") << JsonString(tags[i]);
+  os << "],\"functions\":[";
+  for (size_t i = 0; i < descriptor_.programs.size(); ++i) {
+    const Program& p = descriptor_.programs[i];
+    os << (i ? "," : "") << "{\"symbol\":" << JsonString(p.symbol) << ",\"steps\":[";
+    for (size_t s = 0; s < p.steps.size(); ++s) {
+      os << (s ? "," : "") << "{\"pattern\":" << JsonString(p.steps[s].pattern)
+         << ",\"name\":" << JsonString(p.steps[s].name) << '}';
+    }
+    os << "]}";
+  }
+  os << "],\"costs\":[";
+  std::unordered_map<const Metrics*, size_t> cost_ids;
+  for (const LedgerEntry& e : entries) {
+    if (!e.cost || cost_ids.count(e.cost.get())) continue;
+    os << (cost_ids.empty() ? "" : ",");
+    WriteMetrics(os, *e.cost);
+    cost_ids.emplace(e.cost.get(), cost_ids.size());
+  }
+  os << "],\"entries\":[";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const LedgerEntry& e = entries[i];
+    os << (i ? "," : "") << '[' << e.call_index << ',' << e.program << ',' << e.step << ','
+       << e.tag << ',' << e.shape.batch << ',' << e.shape.m << ',' << e.shape.n << ','
+       << e.shape.k << ',' << e.shape.bits_a << ',' << e.shape.bits_b << ',' << e.shape.bits_c
+       << ',' << (e.cost ? static_cast<int64_t>(cost_ids.at(e.cost.get())) : -1) << ']';
+  }
+  os << "]}";
+  return os.str();
+}
+
 ffi::Module CreateTenetModule(const std::string& descriptor) {
-  return ffi::Module(ffi::make_object<TenetModuleObj>(ParsePrograms(descriptor)));
+  return ffi::Module(ffi::make_object<TenetModuleObj>(ParseDescriptor(descriptor)));
 }
 
 TVM_FFI_STATIC_INIT_BLOCK() {

@@ -1,0 +1,160 @@
+"""Accelerators the runtime charges calls to: shipped presets and custom TENET configurations.
+
+An :class:`Accelerator` is a named pair of a :class:`~tenet_byoc.cost_model.Hardware` (PE array,
+interconnect, bandwidth, latency, clock) and a :class:`~tenet_byoc.cost_model.Dataflow`
+(space and time maps). It is chosen at build time and travels inside the runtime module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import cost_model as cm
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """A named hardware + dataflow pair, checked when it is made.
+
+    Parameters
+    ----------
+    name : str
+        Shown in ledgers and reports.
+    hardware : cost_model.Hardware
+        The PE array, interconnect, memory system and clock.
+    dataflow : cost_model.Dataflow
+        Space and time maps of a GEMM ``S[i,j,k]`` (``C[i,j] += A[i,k] * B[k,j]``).
+
+    Raises
+    ------
+    ValueError
+        When the dataflow cannot run on the hardware: checked by costing a probe GEMM whose
+        sizes exceed the array (``2 * num_pes + 3`` rows and columns, capped at 259), so a
+        space map that leaves the PE domain or a time map with conflicts fails here rather
+        than at the first call.
+    """
+
+    name: str
+    hardware: cm.Hardware
+    dataflow: cm.Dataflow
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Accelerator.name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.hardware, cm.Hardware):
+            raise TypeError(
+                f"Accelerator.hardware must be a cost_model.Hardware, got {type(self.hardware)}"
+            )
+        if not isinstance(self.dataflow, cm.Dataflow):
+            raise TypeError(
+                f"Accelerator.dataflow must be a cost_model.Dataflow, got {type(self.dataflow)}"
+            )
+        side = min(2 * self.hardware.num_pes + 3, 259)
+        try:
+            cm.analyze_gemm(side, side, 3, self.hardware, self.dataflow)
+        except ValueError as err:
+            raise ValueError(
+                f"accelerator {self.name!r}: dataflow {self.dataflow.name!r} does not run on "
+                f"hardware {self.hardware.name!r}: {err}"
+            ) from err
+
+    @property
+    def config_text(self) -> str:
+        """The serialized hardware and dataflow that the runtime module stores."""
+        return cm.serialize_config(self.hardware, self.dataflow)
+
+    @classmethod
+    def systolic(
+        cls,
+        dataflow: str,
+        rows: int,
+        cols: int,
+        *,
+        name: str | None = None,
+        bandwidth_bits: float = 256.0,
+        avg_latency: float = 16.0,
+        clock_ghz: float = 1.0,
+        l1_bytes: int = 256,
+        l2_bytes: int = 1 << 20,
+        **tiling: int,
+    ) -> Accelerator:
+        """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is")."""
+        name = name or f"{dataflow}{rows}x{cols}"
+        base = cm.Hardware.systolic(rows, cols)
+        hw = cm.Hardware(
+            pe_domain=base.pe_domain, interconnect=base.interconnect,
+            bandwidth_bits=bandwidth_bits, avg_latency=avg_latency, clock_ghz=clock_ghz,
+            l1_bytes=l1_bytes, l2_bytes=l2_bytes, name=name,
+        )
+        df = cm.Dataflow.preset(dataflow, rows=rows, cols=cols, **tiling)
+        return cls(name, hw, df)
+
+    @classmethod
+    def from_tenet_files(
+        cls, p_file: str | Path, m_file: str | Path, *, name: str | None = None,
+        clock_ghz: float = 1.0,
+    ) -> Accelerator:
+        """A TENET ``.p`` (PE array) and ``.m`` (mapping) file pair, used unchanged."""
+        hw = cm.load_tenet_hardware(str(p_file))
+        if clock_ghz != hw.clock_ghz:
+            hw = cm.Hardware(
+                pe_domain=hw.pe_domain, interconnect=hw.interconnect,
+                bandwidth_bits=hw.bandwidth_bits, avg_latency=hw.avg_latency,
+                clock_ghz=clock_ghz, l1_bytes=hw.l1_bytes, l2_bytes=hw.l2_bytes,
+                macs_per_pe_per_cycle=hw.macs_per_pe_per_cycle, name=hw.name,
+            )
+        df = cm.load_tenet_mapping(str(m_file))
+        return cls(name or f"{Path(p_file).stem}+{Path(m_file).stem}", hw, df)
+
+
+def _tenet_paper(dataflow: str) -> Callable[[], Accelerator]:
+    # The 8x8 array of TENET's systolic.p: L1 256 B, L2 1 KiB, 64 bits/cycle, latency 16.
+    return lambda: Accelerator.systolic(
+        dataflow, 8, 8, name=f"tenet_{dataflow}8", bandwidth_bits=64, avg_latency=16,
+        l1_bytes=256, l2_bytes=1024,
+    )
+
+
+#: Shipped presets by name. Bandwidth is off-chip bits per cycle at ``clock_ghz``.
+PRESETS: dict[str, Callable[[], Accelerator]] = {
+    "os16": lambda: Accelerator.systolic("os", 16, 16, name="os16"),
+    "ws16": lambda: Accelerator.systolic("ws", 16, 16, name="ws16"),
+    "is16": lambda: Accelerator.systolic("is", 16, 16, name="is16"),
+    "os128": lambda: Accelerator.systolic(
+        "os", 128, 128, name="os128", bandwidth_bits=2048, l2_bytes=24 << 20
+    ),
+    "ws128": lambda: Accelerator.systolic(
+        "ws", 128, 128, name="ws128", bandwidth_bits=2048, l2_bytes=24 << 20
+    ),
+    "tenet_os8": _tenet_paper("os"),
+    "tenet_ws8": _tenet_paper("ws"),
+}
+
+DEFAULT_PRESET = "os16"
+
+
+def preset(name: str) -> Accelerator:
+    """The shipped accelerator called ``name``; see :data:`PRESETS`."""
+    if name not in PRESETS:
+        raise ValueError(
+            f"unknown accelerator preset {name!r}; available: {', '.join(sorted(PRESETS))}"
+        )
+    return PRESETS[name]()
+
+
+def resolve(accelerator: str | Accelerator | None) -> Accelerator:
+    """An :class:`Accelerator` from a preset name, an Accelerator, or None (the default)."""
+    if accelerator is None:
+        return preset(DEFAULT_PRESET)
+    if isinstance(accelerator, str):
+        return preset(accelerator)
+    if isinstance(accelerator, Accelerator):
+        return accelerator
+    raise TypeError(
+        f"hardware must be a preset name or a tenet_byoc.Accelerator, got {type(accelerator)}"
+    )
+
+
+__all__ = ["Accelerator", "PRESETS", "DEFAULT_PRESET", "preset", "resolve"]

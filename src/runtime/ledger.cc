@@ -1,0 +1,84 @@
+// The cost cache and the ledger of charged calls.
+#include "runtime/ledger.h"
+
+#include <functional>
+
+namespace tenet {
+namespace runtime {
+
+size_t GemmKeyHash::operator()(const GemmKey& g) const {
+  size_t h = 1469598103934665603ull;
+  auto mix = [&h](int64_t v) { h = (h ^ std::hash<int64_t>()(v)) * 1099511628211ull; };
+  mix(g.batch);
+  mix(g.m);
+  mix(g.n);
+  mix(g.k);
+  mix(g.bits_a);
+  mix(g.bits_b);
+  mix(g.bits_c);
+  mix(g.extra_read_bits);
+  mix(g.extra_ops);
+  return h;
+}
+
+std::shared_ptr<const Metrics> CostCache::Get(const GemmKey& key) {
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+  }
+  GemmWorkload w;
+  w.batch = key.batch;
+  w.m = key.m;
+  w.n = key.n;
+  w.k = key.k;
+  w.bits_a = key.bits_a;
+  w.bits_b = key.bits_b;
+  w.bits_c = key.bits_c;
+  w.extra_read_bits = key.extra_read_bits;
+  w.extra_ops = key.extra_ops;
+  auto metrics = std::make_shared<const Metrics>(AnalyzeGemm(w, hardware_, dataflow_));
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  return cache_.emplace(key, std::move(metrics)).first->second;
+}
+
+void Ledger::Append(LedgerEntry entry) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_.push_back(std::move(entry));
+}
+
+void Ledger::Append(std::vector<LedgerEntry>* entries) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& e : *entries) entries_.push_back(std::move(e));
+}
+
+std::vector<LedgerEntry> Ledger::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_;
+}
+
+std::vector<std::string> Ledger::Tags() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tags_;
+}
+
+void Ledger::Reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_.clear();
+  next_call_.store(0);
+}
+
+void Ledger::SetTag(const std::string& tag) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < tags_.size(); ++i) {
+    if (tags_[i] == tag) {
+      current_tag_.store(static_cast<uint32_t>(i));
+      return;
+    }
+  }
+  tags_.push_back(tag);
+  current_tag_.store(static_cast<uint32_t>(tags_.size() - 1));
+}
+
+}  // namespace runtime
+}  // namespace tenet

@@ -1,0 +1,90 @@
+// The cost ledger: one entry per offloaded GEMM call, with its accelerator cost.
+#ifndef TENET_RUNTIME_LEDGER_H_
+#define TENET_RUNTIME_LEDGER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cost_model/cost_model.h"
+
+namespace tenet {
+namespace runtime {
+
+/*! \brief The shape and element widths of one call, the key of the cost cache. */
+struct GemmKey {
+  int64_t batch, m, n, k;
+  int bits_a, bits_b, bits_c;
+  int64_t extra_read_bits = 0, extra_ops = 0;
+  bool operator==(const GemmKey& o) const {
+    return batch == o.batch && m == o.m && n == o.n && k == o.k && bits_a == o.bits_a &&
+           bits_b == o.bits_b && bits_c == o.bits_c && extra_read_bits == o.extra_read_bits &&
+           extra_ops == o.extra_ops;
+  }
+};
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& g) const;
+};
+
+/*!
+ * \brief The cost model's answer per call shape, computed once per shape.
+ *
+ * Readers share a lock; a miss computes outside any lock (two threads may both compute the
+ * same new shape; the first insert wins and both answers are equal).
+ */
+class CostCache {
+ public:
+  CostCache(Hardware hardware, Dataflow dataflow)
+      : hardware_(std::move(hardware)), dataflow_(std::move(dataflow)) {}
+  std::shared_ptr<const Metrics> Get(const GemmKey& key);
+  const Hardware& hardware() const { return hardware_; }
+  const Dataflow& dataflow() const { return dataflow_; }
+
+ private:
+  Hardware hardware_;
+  Dataflow dataflow_;
+  std::shared_mutex mutex_;
+  std::unordered_map<GemmKey, std::shared_ptr<const Metrics>, GemmKeyHash> cache_;
+};
+
+/*! \brief One charged GEMM: which step of which function, its shape and its cost. */
+struct LedgerEntry {
+  uint64_t call_index;  // the module-wide count of function calls; a merged region's steps share it
+  uint32_t program, step;
+  uint32_t tag;  // index into Ledger::tags(), the phase set by the user ("prefill", ...)
+  GemmKey shape;
+  std::shared_ptr<const Metrics> cost;  // null when charging was off
+};
+
+/*! \brief The append-only list of entries, safe to append to from several threads. */
+class Ledger {
+ public:
+  Ledger() { tags_.push_back(""); }
+  uint64_t NextCallIndex() { return next_call_.fetch_add(1, std::memory_order_relaxed); }
+  void Append(LedgerEntry entry);
+  void Append(std::vector<LedgerEntry>* entries);
+  std::vector<LedgerEntry> Snapshot() const;
+  std::vector<std::string> Tags() const;
+  void Reset();
+  /*! \brief Entries appended from now on carry this tag. */
+  void SetTag(const std::string& tag);
+  uint32_t CurrentTag() const { return current_tag_.load(std::memory_order_relaxed); }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<LedgerEntry> entries_;
+  std::vector<std::string> tags_;
+  std::atomic<uint32_t> current_tag_{0};
+  std::atomic<uint64_t> next_call_{0};
+};
+
+}  // namespace runtime
+}  // namespace tenet
+
+#endif  // TENET_RUNTIME_LEDGER_H_
