@@ -1,0 +1,161 @@
+"""TENET's relation-centric accelerator cost model (Python face of the C++ core).
+
+Example
+-------
+>>> from tenet_byoc import cost_model as cm
+>>> hw = cm.Hardware.systolic(16, 16)
+>>> df = cm.Dataflow.preset("os", rows=16, cols=16)
+>>> m = cm.analyze_gemm(128, 768, 768, hw, df, bits=8)
+>>> m.macs, m.cycles, m.tensors["A"].unique
+
+Every bad input raises ``ValueError`` with a message naming what is wrong.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+from tenet_byoc._cost_model import (
+    Dataflow,
+    Hardware,
+    Metrics,
+    Statement,
+    TensorAccess,
+    TensorMetrics,
+    format_tenet_hardware,
+    format_tenet_mapping,
+    format_tenet_statement,
+    parse_config,
+    parse_tenet_hardware,
+    parse_tenet_mapping,
+    parse_tenet_statement,
+    serialize_config,
+)
+from tenet_byoc import _cost_model as _core
+
+__all__ = [
+    "Dataflow",
+    "Hardware",
+    "Metrics",
+    "Statement",
+    "TensorAccess",
+    "TensorMetrics",
+    "TenetProblem",
+    "analyze",
+    "analyze_gemm",
+    "load_tenet",
+    "save_tenet",
+    "serialize_config",
+    "parse_config",
+    "parse_tenet_hardware",
+    "parse_tenet_mapping",
+    "parse_tenet_statement",
+    "format_tenet_hardware",
+    "format_tenet_mapping",
+    "format_tenet_statement",
+]
+
+
+def _preset(name: str, rows: int, cols: int, **tiling: int) -> Dataflow:
+    """A systolic dataflow preset.
+
+    Parameters
+    ----------
+    name : str
+        ``"os"`` (output-stationary), ``"ws"`` (weight-stationary) or ``"is"``
+        (input-stationary), TENET's ``matmul_systolic_*.m`` generalised to any array.
+    rows, cols : int
+        Array size.
+    **tiling : int
+        Optional tiling of the streamed dimension: ``k=`` for os, ``m=`` for ws, ``n=`` for is.
+    """
+    return Dataflow._preset(name, rows, cols, {k: int(v) for k, v in tiling.items()})
+
+
+Dataflow.preset = staticmethod(_preset)
+
+
+def analyze_gemm(
+    M: int,
+    N: int,
+    K: int,
+    hardware: Hardware,
+    dataflow: Dataflow,
+    bits: int = 32,
+    *,
+    batch: int = 1,
+    bits_a: int | None = None,
+    bits_b: int | None = None,
+    bits_c: int | None = None,
+    extra_read_bits: int = 0,
+    extra_ops: int = 0,
+    method: str = "auto",
+) -> Metrics:
+    """Cost of ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` times) on ``hardware`` with ``dataflow``.
+
+    Parameters
+    ----------
+    bits : int
+        Element width of A, B and C unless ``bits_a``/``bits_b``/``bits_c`` override it.
+    batch : int
+        Independent GEMMs run one after another: counts and cycles scale by ``batch``.
+    extra_read_bits, extra_ops : int
+        Side data read off chip once per call, and non-MAC element operations per call.
+    method : str
+        ``"auto"`` (fast exact method when it applies, else enumeration), ``"fast"`` or
+        ``"enumerate"`` (brute force; the ground truth, small sizes only).
+    """
+    return _core.analyze_gemm(
+        M, N, K, hardware, dataflow, batch,
+        bits if bits_a is None else bits_a,
+        bits if bits_b is None else bits_b,
+        bits if bits_c is None else bits_c,
+        extra_read_bits, extra_ops, method,
+    )
+
+
+def analyze(
+    statement: Statement, hardware: Hardware, dataflow: Dataflow, method: str = "auto"
+) -> Metrics:
+    """Cost of a general TENET statement (GEMMs on presets take the fast path)."""
+    return _core.analyze(statement, hardware, dataflow, method)
+
+
+class TenetProblem(NamedTuple):
+    """The three inputs read from TENET's files."""
+
+    statement: Statement
+    hardware: Hardware
+    dataflow: Dataflow
+
+
+def load_tenet(p_file: str | Path, m_file: str | Path, s_file: str | Path) -> TenetProblem:
+    """Read TENET's ``.p`` (hardware), ``.m`` (mapping) and ``.s`` (statement) files.
+
+    ``cm.analyze(*cm.load_tenet(p, m, s))`` is TENET's own analysis of those files
+    (the tuple is ordered statement, hardware, dataflow).
+    """
+    return TenetProblem(
+        _core.load_tenet_statement(str(s_file)),
+        _core.load_tenet_hardware(str(p_file)),
+        _core.load_tenet_mapping(str(m_file)),
+    )
+
+
+def save_tenet(
+    p_file: str | Path | None = None,
+    m_file: str | Path | None = None,
+    s_file: str | Path | None = None,
+    *,
+    hardware: Hardware | None = None,
+    dataflow: Dataflow | None = None,
+    statement: Statement | None = None,
+) -> None:
+    """Write any of the three inputs in TENET's file formats."""
+    if p_file is not None and hardware is not None:
+        _core.save_text_file(str(p_file), format_tenet_hardware(hardware))
+    if m_file is not None and dataflow is not None:
+        _core.save_text_file(str(m_file), format_tenet_mapping(dataflow))
+    if s_file is not None and statement is not None:
+        _core.save_text_file(str(s_file), format_tenet_statement(statement))

@@ -1,0 +1,415 @@
+// The value types' constructors and validation, the presets, TENET file IO and the
+// configuration text format.
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "cost_model/cost_model.h"
+#include "cost_model/relation.h"
+
+namespace tenet {
+
+using detail::ParseRelation;
+using detail::Relation;
+
+namespace {
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+void RequirePositive(int64_t v, const std::string& field) {
+  if (v <= 0)
+    throw std::invalid_argument(field + " must be a positive integer, got " + Str(v));
+}
+
+}  // namespace
+
+Hardware Hardware::Systolic(int64_t rows, int64_t cols, double bandwidth_bits,
+                            double avg_latency, double clock_ghz, int64_t l1_bytes,
+                            int64_t l2_bytes, int64_t macs_per_pe_per_cycle) {
+  RequirePositive(rows, "Hardware::Systolic rows");
+  RequirePositive(cols, "Hardware::Systolic cols");
+  Hardware hw;
+  hw.name = "systolic_" + Str(rows) + "x" + Str(cols);
+  hw.pe_domain = "{PE[p,q]: 0<=p<" + Str(rows) + " and 0<=q<" + Str(cols) + "}";
+  hw.interconnect = "{PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}";
+  hw.bandwidth_bits = bandwidth_bits;
+  hw.avg_latency = avg_latency;
+  hw.clock_ghz = clock_ghz;
+  hw.l1_bytes = l1_bytes;
+  hw.l2_bytes = l2_bytes;
+  hw.macs_per_pe_per_cycle = macs_per_pe_per_cycle;
+  Validate(hw);
+  return hw;
+}
+
+void Validate(const Hardware& hw) {
+  if (!(hw.bandwidth_bits > 0) || !std::isfinite(hw.bandwidth_bits))
+    throw std::invalid_argument("Hardware.bandwidth_bits must be a positive number of bits "
+                                "per cycle, got " + std::to_string(hw.bandwidth_bits));
+  if (!(hw.avg_latency >= 0) || !std::isfinite(hw.avg_latency))
+    throw std::invalid_argument("Hardware.avg_latency must be >= 0 cycles, got " +
+                                std::to_string(hw.avg_latency));
+  if (!(hw.clock_ghz > 0) || !std::isfinite(hw.clock_ghz))
+    throw std::invalid_argument("Hardware.clock_ghz must be positive, got " +
+                                std::to_string(hw.clock_ghz));
+  if (hw.l1_bytes < 0) throw std::invalid_argument("Hardware.l1_bytes must be >= 0");
+  if (hw.l2_bytes < 0) throw std::invalid_argument("Hardware.l2_bytes must be >= 0");
+  RequirePositive(hw.macs_per_pe_per_cycle, "Hardware.macs_per_pe_per_cycle");
+  Relation dom = ParseRelation(hw.pe_domain, "Hardware.pe_domain");
+  if (dom.is_map)
+    throw std::invalid_argument("Hardware.pe_domain '" + hw.pe_domain +
+                                "' must be a set such as {PE[p,q]: 0<=p<8 and 0<=q<8}, not a map");
+  if (dom.in_arity != 1 && dom.in_arity != 2)
+    throw std::invalid_argument("Hardware.pe_domain '" + hw.pe_domain +
+                                "' must be 1-D or 2-D, got " + Str(dom.in_arity) + "-D");
+  detail::Box box = detail::BoundingBox(dom, "Hardware.pe_domain");
+  if (box.Volume() > 100'000'000)
+    throw std::invalid_argument("Hardware.pe_domain '" + hw.pe_domain +
+                                "' is too large (bounding box above 1e8 PEs)");
+  if (!hw.interconnect.empty()) {
+    Relation ic = ParseRelation(hw.interconnect, "Hardware.interconnect");
+    if (!ic.is_map || ic.in_arity != dom.in_arity || ic.out_arity != dom.in_arity)
+      throw std::invalid_argument("Hardware.interconnect '" + hw.interconnect +
+                                  "' must be a map PE[..] -> PE[..] with the PE domain's "
+                                  "arity (" + Str(dom.in_arity) + ")");
+  }
+}
+
+int64_t Hardware::NumPEs() const {
+  Validate(*this);
+  Relation dom = ParseRelation(pe_domain, "Hardware.pe_domain");
+  detail::Box box = detail::BoundingBox(dom, "Hardware.pe_domain");
+  int64_t count = 0;
+  std::vector<int64_t> pt(box.lo);
+  if (box.Volume() == 0) return 0;
+  for (;;) {
+    if (dom.Contains(pt.data())) ++count;
+    size_t d = pt.size();
+    while (d > 0) {
+      --d;
+      if (++pt[d] < box.hi[d]) break;
+      pt[d] = box.lo[d];
+      if (d == 0) return count;
+    }
+  }
+}
+
+Dataflow Dataflow::Preset(const std::string& name, int64_t rows, int64_t cols,
+                          const std::map<std::string, int64_t>& tiling) {
+  RequirePositive(rows, "Dataflow::Preset rows");
+  RequirePositive(cols, "Dataflow::Preset cols");
+  std::string stream_key;
+  if (name == "os") stream_key = "k";
+  else if (name == "ws") stream_key = "m";
+  else if (name == "is") stream_key = "n";
+  else
+    throw std::invalid_argument("unknown dataflow preset '" + name +
+                                "' (known: 'os' output-stationary, 'ws' weight-stationary, "
+                                "'is' input-stationary)");
+  int64_t t = 0;
+  for (const auto& kv : tiling) {
+    if (kv.first != stream_key)
+      throw std::invalid_argument("preset '" + name + "' takes one tiling factor '" +
+                                  stream_key + "' (the streamed dimension), got '" +
+                                  kv.first + "'");
+    RequirePositive(kv.second, "tiling factor '" + kv.first + "'");
+    t = kv.second;
+  }
+  const std::string R = Str(rows), C = Str(cols), T = Str(t);
+  Dataflow df;
+  df.preset = name;
+  df.rows = rows;
+  df.cols = cols;
+  df.tiling = tiling;
+  df.name = name + "_" + R + "x" + C + (t ? "_" + stream_key + T : "");
+  // Canonical fold: PE row p, PE column q, stream position l; stamp p + q + l.
+  std::string p, q, l;  // GEMM index feeding each
+  std::string outer1, outer2;
+  if (name == "os") { p = "i"; q = "j"; l = "k"; outer1 = "floor(i/" + R + ")"; outer2 = "floor(j/" + C + ")"; }
+  if (name == "ws") { p = "k"; q = "j"; l = "i"; outer1 = "floor(j/" + C + ")"; outer2 = "floor(k/" + R + ")"; }
+  if (name == "is") { p = "k"; q = "i"; l = "j"; outer1 = "floor(i/" + C + ")"; outer2 = "floor(k/" + R + ")"; }
+  df.space = "{S[i,j,k]->PE[" + p + "%" + R + ", " + q + "%" + C + "]}";
+  if (t == 0) {
+    df.time = "{S[i,j,k]->T[" + outer1 + ", " + outer2 + ", " + p + "%" + R + "+" + q + "%" +
+              C + "+" + l + "]}";
+  } else {
+    df.time = "{S[i,j,k]->T[" + outer1 + ", " + outer2 + ", floor(" + l + "/" + T + "), " + p +
+              "%" + R + "+" + q + "%" + C + "+" + l + "%" + T + "]}";
+  }
+  return df;
+}
+
+void Validate(const Dataflow& df) {
+  Relation s = ParseRelation(df.space, "Dataflow.space");
+  Relation t = ParseRelation(df.time, "Dataflow.time");
+  if (!s.is_map) throw std::invalid_argument("Dataflow.space '" + df.space + "' must be a map S[..] -> PE[..]");
+  if (!t.is_map) throw std::invalid_argument("Dataflow.time '" + df.time + "' must be a map S[..] -> T[..]");
+  if (s.in_arity != t.in_arity)
+    throw std::invalid_argument("Dataflow.space and Dataflow.time take different numbers of "
+                                "iteration variables (" + Str(s.in_arity) + " and " +
+                                Str(t.in_arity) + ")");
+  if (t.out_arity == 0) throw std::invalid_argument("Dataflow.time '" + df.time + "' has no time dimension");
+}
+
+Statement Statement::Gemm(int64_t m, int64_t n, int64_t k, int bits_a, int bits_b, int bits_c) {
+  RequirePositive(m, "GEMM m");
+  RequirePositive(n, "GEMM n");
+  RequirePositive(k, "GEMM k");
+  Statement st;
+  st.name = "gemm_" + Str(m) + "x" + Str(n) + "x" + Str(k);
+  st.domain = "{S[i,j,k]: 0<=i<" + Str(m) + " and 0<=j<" + Str(n) + " and 0<=k<" + Str(k) + "}";
+  st.accesses = {{"{S[i,j,k]->A[i,k]}", false, bits_a},
+                 {"{S[i,j,k]->B[k,j]}", false, bits_b},
+                 {"{S[i,j,k]->C[i,j]}", true, bits_c}};
+  return st;
+}
+
+void Validate(const GemmWorkload& w) {
+  RequirePositive(w.batch, "GemmWorkload.batch");
+  RequirePositive(w.m, "GemmWorkload.m");
+  RequirePositive(w.n, "GemmWorkload.n");
+  RequirePositive(w.k, "GemmWorkload.k");
+  for (auto [bits, f] : {std::pair<int, const char*>{w.bits_a, "bits_a"}, {w.bits_b, "bits_b"},
+                         {w.bits_c, "bits_c"}})
+    if (bits <= 0 || bits > 1024)
+      throw std::invalid_argument(std::string("GemmWorkload.") + f +
+                                  " must be in 1..1024, got " + Str(bits));
+  if (w.extra_read_bits < 0) throw std::invalid_argument("GemmWorkload.extra_read_bits must be >= 0");
+  if (w.extra_ops < 0) throw std::invalid_argument("GemmWorkload.extra_ops must be >= 0");
+  const int64_t lim = int64_t(1) << 31;
+  if (w.m > lim || w.n > lim || w.k > lim || w.batch > lim)
+    throw std::invalid_argument("GemmWorkload sizes must be below 2^31");
+  __int128 macs = static_cast<__int128>(w.batch) * w.m * w.n * w.k;
+  if (macs > (static_cast<__int128>(1) << 60))
+    throw std::invalid_argument("GemmWorkload batch*m*n*k exceeds 2^60 MACs");
+}
+
+// ---------------------------------------------------------------- TENET files
+
+namespace {
+
+std::vector<std::string> NonEmptyLines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream is(text);
+  std::string line;
+  while (std::getline(is, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (detail::Normalize(line).empty()) continue;
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::invalid_argument("cannot read file '" + path + "'");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string BaseName(const std::string& path) {
+  size_t s = path.find_last_of('/');
+  std::string b = s == std::string::npos ? path : path.substr(s + 1);
+  size_t d = b.find_last_of('.');
+  return d == std::string::npos ? b : b.substr(0, d);
+}
+
+}  // namespace
+
+Hardware ParseTenetHardware(const std::string& text, const std::string& name) {
+  auto lines = NonEmptyLines(text);
+  if (lines.size() != 3)
+    throw std::invalid_argument("TENET .p file '" + name + "' must have 3 lines (PE domain, "
+                                "interconnect, 'L1 L2 bandwidth avg_latency'), got " +
+                                Str(lines.size()));
+  Hardware hw;
+  hw.name = name;
+  hw.pe_domain = lines[0];
+  hw.interconnect = lines[1];
+  std::istringstream is(lines[2]);
+  double l1, l2;
+  if (!(is >> l1 >> l2 >> hw.bandwidth_bits >> hw.avg_latency))
+    throw std::invalid_argument("TENET .p file '" + name + "': line 3 must be four numbers "
+                                "'L1 L2 bandwidth avg_latency', got '" + lines[2] + "'");
+  hw.l1_bytes = static_cast<int64_t>(l1);
+  hw.l2_bytes = static_cast<int64_t>(l2);
+  Validate(hw);
+  return hw;
+}
+
+Dataflow ParseTenetMapping(const std::string& text, const std::string& name) {
+  auto lines = NonEmptyLines(text);
+  if (lines.size() != 2)
+    throw std::invalid_argument("TENET .m file '" + name + "' must have 2 lines (space map, "
+                                "time map), got " + Str(lines.size()));
+  Dataflow df;
+  df.name = name;
+  df.space = lines[0];
+  df.time = lines[1];
+  Validate(df);
+  return df;
+}
+
+Statement ParseTenetStatement(const std::string& text, const std::string& name) {
+  auto lines = NonEmptyLines(text);
+  if (lines.empty()) throw std::invalid_argument("TENET .s file '" + name + "' is empty");
+  std::istringstream is(lines[0]);
+  int64_t reads, writes;
+  if (!(is >> reads >> writes) || reads < 0 || writes < 0)
+    throw std::invalid_argument("TENET .s file '" + name + "': line 1 must be 'reads writes', got '" + lines[0] + "'");
+  if (static_cast<int64_t>(lines.size()) != 2 + reads + writes)
+    throw std::invalid_argument("TENET .s file '" + name + "': expected " + Str(2 + reads + writes) +
+                                " lines (counts, domain, " + Str(reads) + " reads, " + Str(writes) +
+                                " writes), got " + Str(lines.size()));
+  Statement st;
+  st.name = name;
+  st.domain = lines[1];
+  for (int64_t a = 0; a < reads + writes; ++a)
+    st.accesses.push_back({lines[2 + a], a >= reads, 32});
+  return st;
+}
+
+std::string FormatTenetHardware(const Hardware& hw) {
+  std::ostringstream os;
+  os.precision(17);
+  os << hw.pe_domain << "\n" << hw.interconnect << "\n"
+     << hw.l1_bytes << " " << hw.l2_bytes << " " << hw.bandwidth_bits << " " << hw.avg_latency << "\n";
+  return os.str();
+}
+
+std::string FormatTenetMapping(const Dataflow& df) { return df.space + "\n" + df.time + "\n"; }
+
+std::string FormatTenetStatement(const Statement& st) {
+  int64_t reads = 0, writes = 0;
+  std::string r, w;
+  for (const auto& a : st.accesses) {
+    if (a.is_write) { ++writes; w += a.relation + "\n"; }
+    else { ++reads; r += a.relation + "\n"; }
+  }
+  return Str(reads) + " " + Str(writes) + "\n" + st.domain + "\n" + r + w;
+}
+
+Hardware LoadTenetHardware(const std::string& path) { return ParseTenetHardware(ReadFile(path), BaseName(path)); }
+Dataflow LoadTenetMapping(const std::string& path) { return ParseTenetMapping(ReadFile(path), BaseName(path)); }
+Statement LoadTenetStatement(const std::string& path) { return ParseTenetStatement(ReadFile(path), BaseName(path)); }
+
+void SaveTextFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  if (!f) throw std::invalid_argument("cannot write file '" + path + "'");
+  f << text;
+  if (!f) throw std::invalid_argument("failed writing file '" + path + "'");
+}
+
+// ---------------------------------------------------------------- config text
+
+namespace {
+
+std::string Escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '\\') o += "\\\\";
+    else if (c == '\n') o += "\\n";
+    else if (c == '\r') o += "\\r";
+    else o += c;
+  }
+  return o;
+}
+
+std::string Unescape(const std::string& s) {
+  std::string o;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      char n = s[++i];
+      o += n == 'n' ? '\n' : n == 'r' ? '\r' : n;
+    } else {
+      o += s[i];
+    }
+  }
+  return o;
+}
+
+std::string ExactDouble(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string SerializeConfig(const Hardware& hw, const Dataflow& df) {
+  std::ostringstream os;
+  os << "tenet-config 1\n";
+  os << "hardware.name=" << Escape(hw.name) << "\n";
+  os << "hardware.pe_domain=" << Escape(hw.pe_domain) << "\n";
+  os << "hardware.interconnect=" << Escape(hw.interconnect) << "\n";
+  os << "hardware.bandwidth_bits=" << ExactDouble(hw.bandwidth_bits) << "\n";
+  os << "hardware.avg_latency=" << ExactDouble(hw.avg_latency) << "\n";
+  os << "hardware.clock_ghz=" << ExactDouble(hw.clock_ghz) << "\n";
+  os << "hardware.l1_bytes=" << hw.l1_bytes << "\n";
+  os << "hardware.l2_bytes=" << hw.l2_bytes << "\n";
+  os << "hardware.macs_per_pe_per_cycle=" << hw.macs_per_pe_per_cycle << "\n";
+  os << "dataflow.name=" << Escape(df.name) << "\n";
+  os << "dataflow.space=" << Escape(df.space) << "\n";
+  os << "dataflow.time=" << Escape(df.time) << "\n";
+  os << "dataflow.preset=" << Escape(df.preset) << "\n";
+  os << "dataflow.rows=" << df.rows << "\n";
+  os << "dataflow.cols=" << df.cols << "\n";
+  for (const auto& kv : df.tiling) os << "dataflow.tiling." << Escape(kv.first) << "=" << kv.second << "\n";
+  return os.str();
+}
+
+std::pair<Hardware, Dataflow> ParseConfig(const std::string& text) {
+  std::istringstream is(text);
+  std::string line;
+  if (!std::getline(is, line) || line != "tenet-config 1")
+    throw std::invalid_argument("configuration text must start with 'tenet-config 1'");
+  Hardware hw;
+  Dataflow df;
+  auto to_i = [](const std::string& k, const std::string& v) {
+    size_t used = 0;
+    int64_t r = 0;
+    try { r = std::stoll(v, &used); } catch (...) { used = 0; }
+    if (used != v.size() || v.empty())
+      throw std::invalid_argument("configuration key '" + k + "': bad integer '" + v + "'");
+    return r;
+  };
+  auto to_d = [](const std::string& k, const std::string& v) {
+    size_t used = 0;
+    double r = 0;
+    try { r = std::stod(v, &used); } catch (...) { used = 0; }
+    if (used != v.size() || v.empty())
+      throw std::invalid_argument("configuration key '" + k + "': bad number '" + v + "'");
+    return r;
+  };
+  while (std::getline(is, line)) {
+    if (line.empty()) continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos)
+      throw std::invalid_argument("configuration line without '=': '" + line + "'");
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    if (k == "hardware.name") hw.name = Unescape(v);
+    else if (k == "hardware.pe_domain") hw.pe_domain = Unescape(v);
+    else if (k == "hardware.interconnect") hw.interconnect = Unescape(v);
+    else if (k == "hardware.bandwidth_bits") hw.bandwidth_bits = to_d(k, v);
+    else if (k == "hardware.avg_latency") hw.avg_latency = to_d(k, v);
+    else if (k == "hardware.clock_ghz") hw.clock_ghz = to_d(k, v);
+    else if (k == "hardware.l1_bytes") hw.l1_bytes = to_i(k, v);
+    else if (k == "hardware.l2_bytes") hw.l2_bytes = to_i(k, v);
+    else if (k == "hardware.macs_per_pe_per_cycle") hw.macs_per_pe_per_cycle = to_i(k, v);
+    else if (k == "dataflow.name") df.name = Unescape(v);
+    else if (k == "dataflow.space") df.space = Unescape(v);
+    else if (k == "dataflow.time") df.time = Unescape(v);
+    else if (k == "dataflow.preset") df.preset = Unescape(v);
+    else if (k == "dataflow.rows") df.rows = to_i(k, v);
+    else if (k == "dataflow.cols") df.cols = to_i(k, v);
+    else if (k.rfind("dataflow.tiling.", 0) == 0) df.tiling[Unescape(k.substr(16))] = to_i(k, v);
+    else throw std::invalid_argument("unknown configuration key '" + k + "'");
+  }
+  Validate(hw);
+  Validate(df);
+  return {hw, df};
+}
+
+}  // namespace tenet

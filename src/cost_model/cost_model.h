@@ -1,0 +1,174 @@
+// TENET's relation-centric cost model of a spatial accelerator: hardware, dataflow and
+// workload as plain values, exact 64-bit metrics, and TENET's own file formats.
+//
+// Pure C++17; no TVM, no Python. Every function is thread-safe (no shared mutable state).
+// Every bad input throws std::invalid_argument with a message naming what is wrong.
+//
+// How the numbers are computed (see README.md in this directory for the full account):
+//  * Ground truth is enumeration of the definitions (AnalysisMethod::kEnumerate): every
+//    instance is mapped to its space-time point, and every (space-time point, element)
+//    pair is checked against its neighbours. Exponential in nothing, linear in MACs.
+//  * The fast exact method (AnalysisMethod::kFast) applies to GEMM with the "os"/"ws"/"is"
+//    presets (tiled or not) on a systolic interconnect. The schedule is a sequence of
+//    folds; each fold is a rectangular wavefront whose counts have closed forms in its
+//    rows r, columns c and stream length L, and folds fall into at most 8 size classes.
+//    The only interaction between folds (the first stamp of a fold sees the last stamp of
+//    the previous one as its previous time stamp) is checked explicitly fold by fold
+//    when it can matter (a 1x1 last PE). Tests check it equals enumeration.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tenet {
+
+// The accelerator: PE array, interconnect, memory system and clock.
+struct Hardware {
+  std::string name = "hardware";
+  // isl-style set, 1-D or 2-D, e.g. "{PE[p,q]: 0<=p<16 and 0<=q<16}". Must be bounded.
+  std::string pe_domain;
+  // isl-style map PE -> neighbouring PE it receives data from,
+  // e.g. "{PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}" (TENET's systolic.p).
+  std::string interconnect;
+  double bandwidth_bits = 1024;  // off-chip bandwidth, bits per cycle, > 0
+  double avg_latency = 16;       // average off-chip access latency, cycles, >= 0
+  double clock_ghz = 1.0;        // > 0
+  int64_t l1_bytes = 256;        // per-PE buffer (informational, from TENET's .p line 3)
+  int64_t l2_bytes = 1 << 20;    // shared buffer (informational)
+  int64_t macs_per_pe_per_cycle = 1;  // instances a PE may run at one time stamp, >= 1
+
+  // An R x C array whose data flows right and down (TENET's systolic.p generalised).
+  static Hardware Systolic(int64_t rows, int64_t cols, double bandwidth_bits = 1024,
+                           double avg_latency = 16, double clock_ghz = 1.0,
+                           int64_t l1_bytes = 256, int64_t l2_bytes = 1 << 20,
+                           int64_t macs_per_pe_per_cycle = 1);
+  // Number of PEs in pe_domain (validates).
+  int64_t NumPEs() const;
+};
+// Throws std::invalid_argument naming the bad field.
+void Validate(const Hardware& hw);
+
+// The dataflow: which PE runs an instance (space) and when (time).
+struct Dataflow {
+  std::string name = "dataflow";
+  std::string space;  // e.g. "{S[i,j,k]->PE[i%8, j%8]}"
+  std::string time;   // e.g. "{S[i,j,k]->T[floor(i/8), floor(j/8), i%8+j%8+k]}"
+  // Set by Preset (informational; the fast path re-derives the preset and compares).
+  std::string preset;
+  int64_t rows = 0, cols = 0;
+  std::map<std::string, int64_t> tiling;
+
+  // "os" (output-stationary, C stays), "ws" (weight-stationary, B stays), "is"
+  // (input-stationary, A stays) on a rows x cols systolic array, for GEMM S[i,j,k]
+  // (C[i,j] += A[i,k] * B[k,j]). Optional tiling of the streamed dimension:
+  // os {"k": t}, ws {"m": t}, is {"n": t}: the stream is cut into chunks of t.
+  static Dataflow Preset(const std::string& name, int64_t rows, int64_t cols,
+                         const std::map<std::string, int64_t>& tiling = {});
+};
+void Validate(const Dataflow& df);
+
+// One tensor access of a statement.
+struct TensorAccess {
+  std::string relation;  // e.g. "{S[i,j,k]->A[i,k]}"; the tensor is named by its range
+  bool is_write = false;
+  int bits = 32;
+};
+
+// A general TENET statement: an iteration domain (a box, possibly with extra affine
+// constraints) and access relations per tensor, reads first then writes (as in .s files).
+struct Statement {
+  std::string name = "statement";
+  std::string domain;  // e.g. "{S[i,j,k]: 0<=i<4 and 0<=j<4 and 0<=k<4}"
+  std::vector<TensorAccess> accesses;
+
+  static Statement Gemm(int64_t m, int64_t n, int64_t k, int bits_a = 32, int bits_b = 32,
+                        int bits_c = 32);
+};
+
+struct GemmWorkload {
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+  int bits_a = 32, bits_b = 32, bits_c = 32;
+  // Side data (quantization scales, zero points) read off chip once per call, in bits.
+  // Added to the off-chip reads, hence to the ingress delay and the bandwidth stall.
+  int64_t extra_read_bits = 0;
+  // Non-MAC element ops (dequantization, max-abs reductions) for the whole call, run on
+  // the active PEs at macs_per_pe_per_cycle: ceil(extra_ops / (active_pes * mpc)) cycles
+  // added to compute_delay_exact and cycles; extra_ops / (active_pes * mpc) to
+  // compute_delay.
+  int64_t extra_ops = 0;
+};
+void Validate(const GemmWorkload& w);
+
+struct TensorMetrics {
+  bool is_write = false;
+  int bits = 32;
+  int64_t total = 0;   // (space-time point, element) access pairs
+  int64_t unique = 0;  // pairs whose element no neighbouring space-time point accesses
+  double reuse_factor = 0;    // total / unique
+  double spatial_reuse = 0;   // pairs also accessed by an interconnect neighbour (same or
+                              // previous stamp), divided by the number of instances
+  double temporal_reuse = 0;  // pairs also accessed by the same PE at the previous stamp,
+                              // divided by the number of instances
+  int64_t offchip_elements = 0;  // = unique (elements moved between chip and memory)
+  int64_t offchip_bits = 0;      // offchip_elements * bits
+};
+
+struct Metrics {
+  int64_t macs = 0;
+  int64_t time_steps = 0;
+  int64_t active_pes = 0;
+  int64_t num_pes = 0;  // PEs in the hardware's PE domain
+  double avg_active_pes = 0;
+  // TENET's figures.
+  double ingress_delay = 0, egress_delay = 0, compute_delay = 0, delay = 0;
+  // Sum over time stamps of ceil(max instances on one PE at that stamp / mpc).
+  int64_t compute_delay_exact = 0;
+  // The trusted latency: compute_cycles + stall_cycles (see README.md).
+  int64_t compute_cycles = 0;
+  int64_t stall_cycles = 0;
+  int64_t cycles = 0;
+  int64_t folds = 0;  // presets only: number of folds run one after another
+  int64_t offchip_read_bits = 0, offchip_write_bits = 0;
+  double pe_utilization = 0;            // macs / (cycles * num_pes * mpc)
+  double bandwidth_bits_per_cycle = 0;  // off-chip bits / compute_cycles (no-stall need)
+  double latency_us = 0;                // cycles / clock
+  std::string method;                   // "fast" or "enumerate"
+  std::map<std::string, TensorMetrics> tensors;  // named by the statement: "A","B","C"
+};
+
+enum class AnalysisMethod { kAuto, kFast, kEnumerate };
+
+// Batch > 1 is `batch` independent GEMMs one after another: every count, delay and cycle
+// figure is batch times that of one GEMM (no reuse across GEMMs); averages, reuse factors
+// and utilization are those of one GEMM. extra_read_bits / extra_ops are per call.
+Metrics AnalyzeGemm(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
+                    AnalysisMethod method = AnalysisMethod::kAuto);
+// A general statement. kAuto uses the fast path when the statement is a GEMM and the
+// dataflow a preset on a systolic interconnect, enumeration otherwise (bounded size).
+Metrics Analyze(const Statement& st, const Hardware& hw, const Dataflow& df,
+                AnalysisMethod method = AnalysisMethod::kAuto);
+
+// Enumeration refuses statements with more instances than this.
+constexpr int64_t kMaxEnumeratedInstances = 4'000'000;
+
+// TENET files. .p: PE domain, interconnect, "L1 L2 bandwidth avg_latency";
+// .m: space map, time map; .s: "reads writes", domain, one access per line.
+Hardware ParseTenetHardware(const std::string& text, const std::string& name = "hardware");
+Dataflow ParseTenetMapping(const std::string& text, const std::string& name = "dataflow");
+Statement ParseTenetStatement(const std::string& text, const std::string& name = "statement");
+std::string FormatTenetHardware(const Hardware& hw);
+std::string FormatTenetMapping(const Dataflow& df);
+std::string FormatTenetStatement(const Statement& st);
+Hardware LoadTenetHardware(const std::string& path);
+Dataflow LoadTenetMapping(const std::string& path);
+Statement LoadTenetStatement(const std::string& path);
+void SaveTextFile(const std::string& path, const std::string& text);
+
+// Text form of a configuration, round-trip exact: ParseConfig(SerializeConfig(h, d)) == (h, d).
+std::string SerializeConfig(const Hardware& hw, const Dataflow& df);
+std::pair<Hardware, Dataflow> ParseConfig(const std::string& text);
+
+}  // namespace tenet

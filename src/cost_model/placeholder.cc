@@ -1,2 +1,0 @@
-// Replaced by the cost model sources.
-namespace tenet { int cost_model_placeholder() { return 0; } }
