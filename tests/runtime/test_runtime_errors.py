@@ -12,6 +12,7 @@ from conftest import matmul_module
 from tvm import relax
 
 import tenet_byoc
+from tenet_byoc.hardware import preset
 
 
 @pytest.fixture(scope="module")
@@ -83,25 +84,33 @@ def test_wrong_dtype_through_the_vm_is_an_exception(linear):
         vm["main"](_t((4, 8), "float64"), _t((3, 8)), _t((3,)))
 
 
+def _descriptor(**overrides) -> str:
+    step = {"pattern": "p", "name": "n", "lhs": 0, "rhs": 1, "bias": None,
+            "rhs_transposed": False, "epilogue": "none", "out_ndim": 2}
+    step.update(overrides.pop("step", {}))
+    func = {"symbol": "f", "inputs": [{"dtype": "float32", "ndim": 2}] * 2, "steps": [step],
+            "outputs": [{"dtype": "float32", "ndim": 2, "source": -1}]}
+    doc = {"version": 1, "functions": [func], "cost_config": preset("os16").config_text}
+    doc.update(overrides)
+    return json.dumps(doc)
+
+
 @pytest.mark.parametrize(
     "text,message",
     [
-        ("{", "invalid JSON"),
-        ('{"version": 99, "functions": []}', "version 99 is not supported"),
-        ('{"version": 1}', "has no field 'functions'"),
-        ('{"version": 1, "functions": [{"symbol": "f", "inputs": [], "steps": [{"pattern": "p",'
-         ' "name": "n", "lhs": 3, "rhs": 0, "bias": null, "rhs_transposed": false,'
-         ' "epilogue": "none", "out_ndim": 2}], "outputs": []}]}',
-         "refers to value 3"),
-        ('{"version": 1, "functions": [{"symbol": "f", "inputs": [{"dtype": "float32", "ndim": 2},'
-         ' {"dtype": "float32", "ndim": 2}], "steps": [{"pattern": "p", "name": "n", "lhs": 0,'
-         ' "rhs": 1, "bias": null, "rhs_transposed": false, "epilogue": "swish",'
-         ' "out_ndim": 2}], "outputs": [{"dtype": "float32", "ndim": 2, "source": -1}]}]}',
-         "unknown epilogue 'swish'"),
+        (lambda: "{", "invalid JSON"),
+        (lambda: _descriptor(version=99), "version 99 is not supported"),
+        (lambda: json.dumps({"version": 1}), "has no field"),
+        (lambda: _descriptor(step={"lhs": 3}), "refers to value 3"),
+        (lambda: _descriptor(step={"rhs": -1}), "refers to value -1"),
+        (lambda: _descriptor(step={"epilogue": "swish"}), "unknown epilogue 'swish'"),
+        (lambda: _descriptor(cost_config="pe_domain = {PE[p]: 0<=p<"),
+         "invalid hardware/dataflow config"),
     ],
+    ids=["json", "version", "fields", "forward-ref", "self-ref", "epilogue", "config"],
 )
 def test_malformed_descriptor(text, message):
     create = tvm.get_global_func("tenet_byoc.runtime.create_module")
-    with pytest.raises(ValueError, match=None) as info:
-        create(text)
+    with pytest.raises(ValueError) as info:
+        create(text())
     assert message in str(info.value)
