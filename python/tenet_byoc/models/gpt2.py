@@ -17,12 +17,12 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 __all__ = [
+    "PRESETS",
     "GPT2Config",
     "GPT2LMHeadModel",
-    "KVCache",
     "GPT2Runner",
+    "KVCache",
     "MatmulShape",
-    "PRESETS",
     "build_with_tvm",
     "check_token_ids",
     "export_gpt2",
@@ -78,16 +78,12 @@ class GPT2Config:
         if self.n_inner is not None:
             _check_positive_int("n_inner", self.n_inner)
         if self.n_embd % self.n_head != 0:
-            raise ValueError(
-                f"GPT2Config.n_head={self.n_head} must divide n_embd={self.n_embd}"
-            )
+            raise ValueError(f"GPT2Config.n_head={self.n_head} must divide n_embd={self.n_embd}")
         eps = self.layer_norm_epsilon
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-            raise ValueError(
-                f"GPT2Config.layer_norm_epsilon={eps!r} must be a float in (0, 1)"
-            )
+            raise ValueError(f"GPT2Config.layer_norm_epsilon={eps!r} must be a float in (0, 1)")
         if not isinstance(self.name, str):
-            raise ValueError(f"GPT2Config.name={self.name!r} must be a string")
+            raise TypeError(f"GPT2Config.name={self.name!r} must be a string")
 
     @property
     def head_dim(self) -> int:
@@ -336,9 +332,7 @@ def export_gpt2(config: GPT2Config) -> tuple[IRModule, list[str]]:
 def param_shapes(config: GPT2Config) -> dict[str, tuple[int, ...]]:
     """Return each weight's name and shape, in the order the exported functions take them."""
     model = GPT2LMHeadModel(config)
-    return {
-        name: tuple(int(d) for d in param.shape) for name, param in model.named_parameters()
-    }
+    return {name: tuple(int(d) for d in param.shape) for name, param in model.named_parameters()}
 
 
 def random_params(config: GPT2Config, seed: int = 0) -> dict[str, np.ndarray]:
@@ -369,7 +363,7 @@ def random_params(config: GPT2Config, seed: int = 0) -> dict[str, np.ndarray]:
             out[name] = np.ones(shape, np.float32)
         else:
             std = proj_std if name.endswith("c_proj.weight") else 0.02
-            out[name] = (rng.standard_normal(shape, dtype=np.float32) * np.float32(std))
+            out[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
     return out
 
 
@@ -378,7 +372,12 @@ def random_params(config: GPT2Config, seed: int = 0) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------------------
 
 # HF's GPT-2 uses Conv1D for these: weights stored [in, out], transposed to nn.Linear's [out, in].
-_CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+_CONV1D_WEIGHTS = (
+    "attn.c_attn.weight",
+    "attn.c_proj.weight",
+    "mlp.c_fc.weight",
+    "mlp.c_proj.weight",
+)
 
 
 def load_hf_checkpoint(
@@ -416,7 +415,7 @@ def load_hf_checkpoint(
     ValueError
         If a weight has the wrong shape; the message names it and both shapes.
     """
-    from safetensors.numpy import load_file  # noqa: PLC0415 - optional at import time
+    from safetensors.numpy import load_file
 
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
@@ -431,10 +430,7 @@ def load_hf_checkpoint(
     if not os.path.isfile(weights_path):
         raise FileNotFoundError(f"{weights_path!r} not found")
     raw = load_file(weights_path)
-    stored = {
-        (key[len("transformer.") :] if key.startswith("transformer.") else key): value
-        for key, value in raw.items()
-    }
+    stored = {(key.removeprefix("transformer.")): value for key, value in raw.items()}
     params: dict[str, np.ndarray] = {}
     for name, shape in param_shapes(config).items():
         if name not in stored:
@@ -501,7 +497,7 @@ def gpt2_matmuls(config: GPT2Config, seq_len: int, phase: str = "prefill") -> li
     if phase not in _PHASES:
         raise ValueError(f"phase={phase!r}; expected one of {_PHASES}")
     if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
-        raise ValueError(f"seq_len={seq_len!r} must be an integer")
+        raise TypeError(f"seq_len={seq_len!r} must be an integer")
     low = 1 if phase == "prefill" else 0
     if not low <= seq_len <= config.n_positions - (0 if phase == "prefill" else 1):
         raise ValueError(
@@ -665,7 +661,7 @@ class GPT2Runner:
     def generate(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
         """Greedily generate ``max_new_tokens`` tokens after ``prompt``; return only those."""
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer")
+            raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
         check_token_ids(self.config, prompt, past_len=max(max_new_tokens - 1, 0))

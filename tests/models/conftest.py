@@ -1,0 +1,23 @@
+"""Fixtures for the model tests: a tiny GPT-2 checkpoint in Hugging Face's layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gpt2_testing import TINY_HF_CONFIG, make_hf_weights, write_hf_checkpoint
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_weights() -> dict[str, np.ndarray]:
+    """The tiny model's weights in Hugging Face's layout (no prefix)."""
+    return make_hf_weights(TINY_HF_CONFIG)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, tiny_hf_weights) -> Path:
+    """A tiny GPT-2 checkpoint folder with the ``transformer.`` prefix."""
+    return write_hf_checkpoint(
+        tmp_path_factory.mktemp("gpt2_tiny"), TINY_HF_CONFIG, tiny_hf_weights
+    )
