@@ -66,7 +66,7 @@ def ir_matmul_macs(mod: tvm.IRModule, func_name: str, sym: dict[str, int]) -> li
 @pytest.fixture(scope="module", params=["tiny", "small"])
 def exported(request):
     config = GPT2Config.preset(request.param)
-    mod, _ = export_gpt2(config)
+    mod = export_gpt2(config)
     return config, mod
 
 

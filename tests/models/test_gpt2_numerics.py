@@ -10,8 +10,6 @@ from gpt2_testing import TINY_HF_CONFIG, numpy_gpt2_logits, numpy_greedy
 from tenet_byoc.models.gpt2 import (
     GPT2Config,
     GPT2Runner,
-    build_with_tvm,
-    load_hf_checkpoint,
     param_shapes,
     random_params,
 )
@@ -21,25 +19,37 @@ PROMPT = [5, 17, 0, 96, 42, 42, 8, 63, 1]
 
 
 @pytest.fixture(scope="module")
-def loaded(tiny_checkpoint):
-    """The tiny checkpoint as read by ``load_hf_checkpoint``."""
-    return load_hf_checkpoint(tiny_checkpoint)
+def loaded(tiny_loaded):
+    return tiny_loaded
 
 
 @pytest.fixture(scope="module")
-def runner(loaded):
-    """The tiny model built once, through an injected build function that records its input."""
+def runner(tiny_runner):
+    return tiny_runner
+
+
+def test_build_function_is_injected(runner, built_modules):
+    assert len(built_modules) == 1 and built_modules[0] is runner.mod
+    assert {gv.name_hint for gv in runner.mod.get_global_vars()} >= {"prefill", "decode"}
+
+
+def test_functions_take_weights_in_param_shapes_order(runner):
+    names = list(param_shapes(runner.config))
+    prefill, decode = runner.mod["prefill"], runner.mod["decode"]
+    assert [p.name for p in prefill.params] == ["input_ids", *names]
+    assert [p.name for p in decode.params] == ["input_id", "past", *names]
+    assert int(prefill.attrs["num_input"]) == 1 and int(decode.attrs["num_input"]) == 2
+
+
+def test_bound_weights_give_the_same_logits(loaded, runner):
     config, params = loaded
-    seen = []
-
-    def build(mod):
-        seen.append(mod)
-        return build_with_tvm(mod)
-
-    r = GPT2Runner(config, params, build=build)
-    assert len(seen) == 1
-    assert {gv.name_hint for gv in seen[0].get_global_vars()} >= {"prefill", "decode"}
-    return r
+    bound = GPT2Runner(config, params, bind_params=True)
+    assert [p.name for p in bound.mod["prefill"].params] == ["input_ids"]
+    assert [p.name for p in bound.mod["decode"].params] == ["input_id", "past"]
+    logits, cache = bound.prefill(PROMPT[:-1])
+    np.testing.assert_allclose(logits, runner.prefill(PROMPT[:-1])[0], rtol=0, atol=1e-6)
+    step, _ = bound.decode(PROMPT[-1], cache)
+    np.testing.assert_allclose(step, runner.prefill(PROMPT)[0][-1], rtol=0, atol=ATOL)
 
 
 def test_loader_reads_config_and_layout(loaded, tiny_hf_weights):

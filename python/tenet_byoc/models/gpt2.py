@@ -24,6 +24,7 @@ __all__ = [
     "KVCache",
     "MatmulShape",
     "build_with_tvm",
+    "check_params",
     "check_token_ids",
     "export_gpt2",
     "gpt2_matmul_macs",
@@ -298,7 +299,7 @@ def _export_spec(config: GPT2Config) -> dict[str, dict[str, Any]]:
     }
 
 
-def export_gpt2(config: GPT2Config) -> tuple[IRModule, list[str]]:
+def export_gpt2(config: GPT2Config, params: Mapping[str, np.ndarray] | None = None) -> IRModule:
     """Export GPT-2 to a Relax IRModule with the functions ``prefill`` and ``decode``.
 
     Every matmul stays an ``R.matmul``: the linear layers as
@@ -310,23 +311,52 @@ def export_gpt2(config: GPT2Config) -> tuple[IRModule, list[str]]:
     ----------
     config : GPT2Config
         The model's shape.
+    params : mapping of str to numpy.ndarray, optional
+        Weights to bind into both functions as constants; by default the weights are
+        function parameters.
 
     Returns
     -------
-    mod : IRModule
+    IRModule
         ``prefill(input_ids: [1, seq_len] int32, *weights)`` returns
         ``(logits [1, seq_len, vocab], (K_0, V_0, ..., K_{n-1}, V_{n-1}))`` with each cache
         tensor ``[1, n_head, seq_len, head_dim]``; ``decode(input_id: [1, 1] int32,
         past: tuple of 2 * n_layer tensors [1, n_head, past_len, head_dim], *weights)``
         returns ``(logits [1, 1, vocab], cache)`` with each cache tensor
-        ``[1, n_head, past_len + 1, head_dim]``. Both carry the attribute ``num_input``
-        (1 and 2): the weights follow the inputs.
-    param_names : list of str
-        The weights' names, in the order the functions take them.
+        ``[1, n_head, past_len + 1, head_dim]``; the new token's position is ``past_len``.
+        ``*weights`` are in :func:`param_shapes` order and absent when ``params`` is given.
+        Both functions carry the attribute ``num_input`` (1 and 2), the number of
+        arguments before the weights.
     """
-    model = GPT2LMHeadModel(config)
-    mod, params = model.export_tvm(spec=_export_spec(config))
-    return mod, [name for name, _ in params]
+    mod, _ = GPT2LMHeadModel(config).export_tvm(spec=_export_spec(config))
+    if params is not None:
+        values = {n: tvm.runtime.tensor(v) for n, v in check_params(config, params).items()}
+        for func in ("prefill", "decode"):
+            mod = relax.transform.BindParams(func, values)(mod)
+    return mod
+
+
+def check_params(config: GPT2Config, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Check weights against the config; return them as contiguous float32 in call order.
+
+    Raises
+    ------
+    KeyError
+        If a weight is missing; the message names it.
+    ValueError
+        If a weight has the wrong shape; the message names it and both shapes.
+    """
+    out = {}
+    for name, shape in param_shapes(config).items():
+        if name not in params:
+            raise KeyError(f"GPT-2 params lack {name!r} (expected shape {list(shape)})")
+        value = np.asarray(params[name])
+        if value.shape != shape:
+            raise ValueError(
+                f"GPT-2 param {name!r} has shape {list(value.shape)}, expected {list(shape)}"
+            )
+        out[name] = np.ascontiguousarray(value, dtype=np.float32)
+    return out
 
 
 def param_shapes(config: GPT2Config) -> dict[str, tuple[int, ...]]:
@@ -612,9 +642,19 @@ class GPT2Runner:
         Weights as returned by :func:`random_params` or :func:`load_hf_checkpoint`.
     build : callable, optional
         ``IRModule -> executable`` (anything ``relax.VirtualMachine`` accepts); by default
-        :func:`build_with_tvm`. The module given is :func:`export_gpt2`'s.
+        :func:`build_with_tvm`. It receives :func:`export_gpt2`'s module.
     device : tvm.runtime.Device, optional
         Defaults to ``tvm.cpu()``.
+    bind_params : bool
+        Bind the weights into the module as constants (``export_gpt2(config, params)``)
+        instead of passing them to every call.
+
+    Attributes
+    ----------
+    mod : IRModule
+        The module handed to ``build``.
+    vm : relax.VirtualMachine
+        The VM running ``mod``'s functions ``prefill`` and ``decode``.
     """
 
     def __init__(
@@ -623,26 +663,17 @@ class GPT2Runner:
         params: Mapping[str, np.ndarray],
         build: Callable[[IRModule], Any] | None = None,
         device: Any = None,
+        bind_params: bool = False,
     ) -> None:
         self.config = config
-        self.mod, self.param_names = export_gpt2(config)
-        shapes = param_shapes(config)
-        missing = [n for n in self.param_names if n not in params]
-        if missing:
-            raise KeyError(f"params lack {missing[0]!r} (and {len(missing) - 1} more)")
-        for name in self.param_names:
-            if tuple(params[name].shape) != shapes[name]:
-                raise ValueError(
-                    f"param {name!r} has shape {list(params[name].shape)}, "
-                    f"expected {list(shapes[name])}"
-                )
+        checked = check_params(config, params)
+        self.mod = export_gpt2(config, checked if bind_params else None)
         self.device = tvm.cpu() if device is None else device
         self.executable = (build or build_with_tvm)(self.mod)
         self.vm = relax.VirtualMachine(self.executable, self.device)
-        self._weights = [
-            tvm.runtime.tensor(np.ascontiguousarray(params[n], np.float32), self.device)
-            for n in self.param_names
-        ]
+        self._weights = (
+            [] if bind_params else [tvm.runtime.tensor(v, self.device) for v in checked.values()]
+        )
 
     def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
         """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens."""
