@@ -118,3 +118,16 @@ def numpy_greedy(hf: dict[str, np.ndarray], cfg: dict, prompt: list[int], n: int
     for _ in range(n):
         seq.append(int(np.argmax(numpy_gpt2_logits(hf, cfg, seq)[-1])))
     return seq[len(prompt) :]
+
+
+CONV1D_WEIGHTS = (
+    "attn.c_attn.weight",
+    "attn.c_proj.weight",
+    "mlp.c_fc.weight",
+    "mlp.c_proj.weight",
+)
+
+
+def to_hf_layout(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Our ``[out, in]`` weights back to Hugging Face's Conv1D ``[in, out]`` layout."""
+    return {k: (v.T if k.endswith(CONV1D_WEIGHTS) else v) for k, v in params.items()}
