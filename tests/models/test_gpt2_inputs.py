@@ -80,9 +80,13 @@ def test_config_is_frozen():
         TINY.n_layer = 3  # type: ignore[misc]
 
 
-def test_config_from_hf_refuses_other_activation():
+def test_config_from_hf_refuses_other_activation_and_scaling():
     with pytest.raises(ValueError, match="'relu'"):
         GPT2Config.from_hf_dict({**TINY_HF_CONFIG, "activation_function": "relu"})
+    with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx=True"):
+        GPT2Config.from_hf_dict({**TINY_HF_CONFIG, "scale_attn_by_inverse_layer_idx": True})
+    real_small = {**TINY_HF_CONFIG, "n_ctx": 1024, "scale_attn_weights": True, "n_inner": None}
+    assert GPT2Config.from_hf_dict(real_small, name="x").n_positions == 32
 
 
 @pytest.mark.parametrize(

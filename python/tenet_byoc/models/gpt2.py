@@ -107,7 +107,8 @@ class GPT2Config:
     def from_hf_dict(cls, values: Mapping[str, Any], name: str = "custom") -> GPT2Config:
         """Build a configuration from the contents of a Hugging Face ``config.json``.
 
-        Unknown keys are ignored; an activation other than GPT-2's tanh GELU is refused.
+        Unknown keys are ignored; an activation other than GPT-2's tanh GELU, or an
+        attention-scaling option GPT-2 does not use, is refused.
         """
         activation = values.get("activation_function", "gelu_new")
         if activation not in ("gelu_new", "gelu_pytorch_tanh"):
@@ -115,6 +116,16 @@ class GPT2Config:
                 f"config.json activation_function={activation!r} is not supported; "
                 "this GPT-2 implements the tanh GELU ('gelu_new')"
             )
+        # Attention-scaling variants of later GPT-2-style models change the numerics.
+        for key, supported in (
+            ("scale_attn_weights", True),
+            ("scale_attn_by_inverse_layer_idx", False),
+            ("reorder_and_upcast_attn", False),
+        ):
+            if values.get(key, supported) != supported:
+                raise ValueError(
+                    f"config.json {key}={values[key]!r} is not supported (only {supported})"
+                )
         names = {f.name for f in fields(cls)} - {"name"}
         return cls(name=name, **{k: values[k] for k in names if k in values})
 
