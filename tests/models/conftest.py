@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+# The helpers beside this file are imported by name, whatever pytest's import mode.
+sys.path.insert(0, str(Path(__file__).parent))
+
 from gpt2_testing import TINY_HF_CONFIG, make_hf_weights, write_hf_checkpoint
 from tenet_byoc.models.gpt2 import GPT2Runner, build_with_tvm, load_hf_checkpoint
 
