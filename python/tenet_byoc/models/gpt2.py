@@ -1,0 +1,717 @@
+"""GPT-2 in ``tvm.relax.frontend.nn`` with prefill/decode phases, weight loading and a runner."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir import IRModule
+from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import op
+
+__all__ = [
+    "PRESETS",
+    "GPT2Config",
+    "GPT2LMHeadModel",
+    "GPT2Runner",
+    "KVCache",
+    "MatmulShape",
+    "build_with_tvm",
+    "check_params",
+    "check_token_ids",
+    "export_gpt2",
+    "gpt2_matmul_macs",
+    "gpt2_matmuls",
+    "load_hf_checkpoint",
+    "param_shapes",
+    "random_params",
+]
+
+# Added to the scores above the diagonal; exp() of it underflows to exactly 0 in float32.
+_MASK_VALUE = -1.0e9
+_DTYPE = "float32"
+_ID_DTYPE = "int32"
+
+
+@dataclass(frozen=True)
+class GPT2Config:
+    """Shape of a GPT-2 model, with the field names of Hugging Face's ``config.json``.
+
+    Parameters
+    ----------
+    n_layer : int
+        Number of transformer blocks.
+    n_embd : int
+        Model width d.
+    n_head : int
+        Number of attention heads; must divide ``n_embd``.
+    vocab_size : int
+        Number of tokens.
+    n_positions : int
+        Context length: the largest number of positions (prompt plus generated tokens).
+    n_inner : int or None
+        Width of the MLP's hidden layer; ``None`` means ``4 * n_embd``.
+    layer_norm_epsilon : float
+        Epsilon of every LayerNorm.
+    name : str
+        A label for reports.
+    """
+
+    n_layer: int
+    n_embd: int
+    n_head: int
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    n_inner: int | None = None
+    layer_norm_epsilon: float = 1e-5
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        for field in ("n_layer", "n_embd", "n_head", "vocab_size", "n_positions"):
+            _check_positive_int(field, getattr(self, field))
+        if self.n_inner is not None:
+            _check_positive_int("n_inner", self.n_inner)
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"GPT2Config.n_head={self.n_head} must divide n_embd={self.n_embd}")
+        eps = self.layer_norm_epsilon
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+            raise ValueError(f"GPT2Config.layer_norm_epsilon={eps!r} must be a float in (0, 1)")
+        if not isinstance(self.name, str):
+            raise TypeError(f"GPT2Config.name={self.name!r} must be a string")
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.n_embd // self.n_head
+
+    @property
+    def inner_dim(self) -> int:
+        """Width of the MLP's hidden layer."""
+        return 4 * self.n_embd if self.n_inner is None else self.n_inner
+
+    @classmethod
+    def preset(cls, name: str) -> GPT2Config:
+        """Return the configuration named ``tiny``, ``small``, ``medium``, ``large`` or ``xl``."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown GPT-2 preset {name!r}; known: {sorted(PRESETS)}")
+        return PRESETS[name]
+
+    @classmethod
+    def from_hf_dict(cls, values: Mapping[str, Any], name: str = "custom") -> GPT2Config:
+        """Build a configuration from the contents of a Hugging Face ``config.json``.
+
+        Unknown keys are ignored; an activation other than GPT-2's tanh GELU, or an
+        attention-scaling option GPT-2 does not use, is refused.
+        """
+        activation = values.get("activation_function", "gelu_new")
+        if activation not in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError(
+                f"config.json activation_function={activation!r} is not supported; "
+                "this GPT-2 implements the tanh GELU ('gelu_new')"
+            )
+        # Attention-scaling variants of later GPT-2-style models change the numerics.
+        for key, supported in (
+            ("scale_attn_weights", True),
+            ("scale_attn_by_inverse_layer_idx", False),
+            ("reorder_and_upcast_attn", False),
+        ):
+            if values.get(key, supported) != supported:
+                raise ValueError(
+                    f"config.json {key}={values[key]!r} is not supported (only {supported})"
+                )
+        names = {f.name for f in fields(cls)} - {"name"}
+        return cls(name=name, **{k: values[k] for k in names if k in values})
+
+
+def _check_positive_int(field: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"GPT2Config.{field}={value!r} must be a positive integer")
+
+
+PRESETS: dict[str, GPT2Config] = {
+    "tiny": GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=97, n_positions=32, name="tiny"),
+    "small": GPT2Config(n_layer=12, n_embd=768, n_head=12, name="small"),
+    "medium": GPT2Config(n_layer=24, n_embd=1024, n_head=16, name="medium"),
+    "large": GPT2Config(n_layer=36, n_embd=1280, n_head=20, name="large"),
+    "xl": GPT2Config(n_layer=48, n_embd=1600, n_head=25, name="xl"),
+}
+
+
+# ----------------------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------------------
+
+
+class GPT2Attention(nn.Module):
+    """Causal multi-head self-attention with GPT-2's fused ``c_attn`` projection."""
+
+    def __init__(self, config: GPT2Config) -> None:
+        self.n_head = config.n_head
+        self.head_dim = config.head_dim
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+
+    def _heads(self, x: nn.Tensor) -> nn.Tensor:
+        # [b, s, d] -> [b, h, s, hd]
+        b, s, _ = x.shape
+        return op.permute_dims(op.reshape(x, [b, s, self.n_head, self.head_dim]), [0, 2, 1, 3])
+
+    def forward(
+        self, x: nn.Tensor, past: tuple[nn.Tensor, nn.Tensor] | None
+    ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
+        """Attend over the past keys/values (if any) and ``x``'s own; return output, K, V.
+
+        Without ``past`` (prefill) a causal mask hides later positions; with it (decode,
+        one query at the end of the sequence) every key is visible.
+        """
+        b, s, d = x.shape
+        q, k, v = op.split(self.c_attn(x), 3, axis=2)
+        q, k, v = self._heads(q), self._heads(k), self._heads(v)
+        if past is not None:
+            k = op.concat([past[0], k], dim=2)
+            v = op.concat([past[1], v], dim=2)
+        scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2]))
+        scores = scores * (1.0 / math.sqrt(self.head_dim))
+        if past is None:
+            mask = op.triu(op.full([s, s], _MASK_VALUE, dtype=_DTYPE), diagonal=1)
+            scores = scores + mask
+        probs = op.softmax(scores, axis=-1)
+        out = op.matmul(probs, v)  # [b, h, s, hd]
+        out = op.reshape(op.permute_dims(out, [0, 2, 1, 3]), [b, s, d])
+        return self.c_proj(out), k, v
+
+
+class GPT2MLP(nn.Module):
+    """The block's feed-forward part: ``c_fc``, tanh GELU, ``c_proj``."""
+
+    def __init__(self, config: GPT2Config) -> None:
+        self.c_fc = nn.Linear(config.n_embd, config.inner_dim)
+        self.c_proj = nn.Linear(config.inner_dim, config.n_embd)
+
+    def forward(self, x: nn.Tensor) -> nn.Tensor:
+        """Apply the MLP."""
+        return self.c_proj(op.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class GPT2Block(nn.Module):
+    """A pre-LayerNorm transformer block."""
+
+    def __init__(self, config: GPT2Config) -> None:
+        eps = config.layer_norm_epsilon
+        self.ln_1 = nn.LayerNorm(config.n_embd, eps=eps)
+        self.attn = GPT2Attention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=eps)
+        self.mlp = GPT2MLP(config)
+
+    def forward(
+        self, x: nn.Tensor, past: tuple[nn.Tensor, nn.Tensor] | None
+    ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
+        """Apply the block; return the new hidden state and this layer's K and V."""
+        attn, k, v = self.attn(self.ln_1(x), past)
+        x = x + attn
+        x = x + self.mlp(self.ln_2(x))
+        return x, k, v
+
+
+class GPT2LMHeadModel(nn.Module):
+    """GPT-2 with a tied language-model head and two entry points, prefill and decode.
+
+    Parameter names are those of Hugging Face's checkpoints without the ``transformer.``
+    prefix (``wte.weight``, ``h.0.attn.c_attn.weight``, ...); linear weights are stored
+    ``[out, in]`` as in ``torch.nn.Linear``.
+    """
+
+    def __init__(self, config: GPT2Config) -> None:
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.n_positions, config.n_embd)
+        self.h = nn.ModuleList([GPT2Block(config) for _ in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+
+    def _positions(self, begin: Any, end: Any) -> nn.Tensor:
+        # Rows [begin, end) of wpe; begin/end may be symbolic, which op.take cannot express.
+        # assume_inbound keeps the shape exact (end - begin rather than a min() with
+        # n_positions); the runner checks the positions before calling the VM.
+        rows = relax.op.strided_slice(
+            self.wpe.weight._expr, axes=[0], begin=[begin], end=[end], assume_inbound=True
+        )
+        return op.wrap_nested(rows, name="wpe_rows")
+
+    def _run(
+        self, ids: nn.Tensor, pos: nn.Tensor, past: Sequence[nn.Tensor] | None
+    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        x = self.wte(ids) + pos
+        cache: list[nn.Tensor] = []
+        for i, block in enumerate(self.h):
+            layer_past = None if past is None else (past[2 * i], past[2 * i + 1])
+            x, k, v = block(x, layer_past)
+            cache += [k, v]
+        x = self.ln_f(x)
+        logits = op.matmul(x, op.permute_dims(self.wte.weight))
+        return logits, tuple(cache)
+
+    def prefill(self, input_ids: nn.Tensor) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        """Run a prompt of ``seq_len`` tokens from position 0.
+
+        Parameters
+        ----------
+        input_ids : nn.Tensor
+            ``[1, seq_len]`` int32 token ids.
+
+        Returns
+        -------
+        logits : nn.Tensor
+            ``[1, seq_len, vocab_size]`` float32.
+        cache : tuple of nn.Tensor
+            ``2 * n_layer`` tensors ``K_0, V_0, K_1, V_1, ...``, each
+            ``[1, n_head, seq_len, head_dim]``.
+        """
+        return self._run(input_ids, self._positions(0, input_ids.shape[1]), None)
+
+    def decode(
+        self, input_id: nn.Tensor, past: Sequence[nn.Tensor]
+    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        """Run one token at position ``past_len`` given the cache of the ones before it.
+
+        Parameters
+        ----------
+        input_id : nn.Tensor
+            ``[1, 1]`` int32 token id.
+        past : sequence of nn.Tensor
+            ``2 * n_layer`` tensors ``K_0, V_0, ...``, each ``[1, n_head, past_len, head_dim]``;
+            ``past_len`` is also the new token's position.
+
+        Returns
+        -------
+        logits : nn.Tensor
+            ``[1, 1, vocab_size]`` float32.
+        cache : tuple of nn.Tensor
+            The cache extended by this token: each ``[1, n_head, past_len + 1, head_dim]``.
+        """
+        past_len = past[0].shape[2]
+        return self._run(input_id, self._positions(past_len, past_len + 1), past)
+
+
+def _export_spec(config: GPT2Config) -> dict[str, dict[str, Any]]:
+    kv = nn.spec.Tensor([1, config.n_head, "past_len", config.head_dim], _DTYPE)
+    return {
+        "prefill": {"input_ids": nn.spec.Tensor([1, "seq_len"], _ID_DTYPE)},
+        "decode": {
+            "input_id": nn.spec.Tensor([1, 1], _ID_DTYPE),
+            "past": [kv] * (2 * config.n_layer),
+        },
+    }
+
+
+def export_gpt2(config: GPT2Config, params: Mapping[str, np.ndarray] | None = None) -> IRModule:
+    """Export GPT-2 to a Relax IRModule with the functions ``prefill`` and ``decode``.
+
+    Every matmul stays an ``R.matmul``: the linear layers as
+    ``R.matmul(x, R.permute_dims(W))`` + ``R.add(b)``, attention as 4-D
+    ``R.matmul(Q, R.permute_dims(K))`` and ``R.matmul(P, V)``, the tied head as
+    ``R.matmul(x, R.permute_dims(wte))``.
+
+    Parameters
+    ----------
+    config : GPT2Config
+        The model's shape.
+    params : mapping of str to numpy.ndarray, optional
+        Weights to bind into both functions as constants; by default the weights are
+        function parameters.
+
+    Returns
+    -------
+    IRModule
+        ``prefill(input_ids: [1, seq_len] int32, *weights)`` returns
+        ``(logits [1, seq_len, vocab], (K_0, V_0, ..., K_{n-1}, V_{n-1}))`` with each cache
+        tensor ``[1, n_head, seq_len, head_dim]``; ``decode(input_id: [1, 1] int32,
+        past: tuple of 2 * n_layer tensors [1, n_head, past_len, head_dim], *weights)``
+        returns ``(logits [1, 1, vocab], cache)`` with each cache tensor
+        ``[1, n_head, past_len + 1, head_dim]``; the new token's position is ``past_len``.
+        ``*weights`` are in :func:`param_shapes` order and absent when ``params`` is given.
+        Both functions carry the attribute ``num_input`` (1 and 2), the number of
+        arguments before the weights.
+    """
+    mod, _ = GPT2LMHeadModel(config).export_tvm(spec=_export_spec(config))
+    if params is not None:
+        values = {n: tvm.runtime.tensor(v) for n, v in check_params(config, params).items()}
+        for func in ("prefill", "decode"):
+            mod = relax.transform.BindParams(func, values)(mod)
+    return mod
+
+
+def check_params(config: GPT2Config, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Check weights against the config; return them as contiguous float32 in call order.
+
+    Raises
+    ------
+    KeyError
+        If a weight is missing; the message names it.
+    ValueError
+        If a weight has the wrong shape; the message names it and both shapes.
+    """
+    out = {}
+    for name, shape in param_shapes(config).items():
+        if name not in params:
+            raise KeyError(f"GPT-2 params lack {name!r} (expected shape {list(shape)})")
+        value = np.asarray(params[name])
+        if value.shape != shape:
+            raise ValueError(
+                f"GPT-2 param {name!r} has shape {list(value.shape)}, expected {list(shape)}"
+            )
+        out[name] = np.ascontiguousarray(value, dtype=np.float32)
+    return out
+
+
+def param_shapes(config: GPT2Config) -> dict[str, tuple[int, ...]]:
+    """Return each weight's name and shape, in the order the exported functions take them."""
+    model = GPT2LMHeadModel(config)
+    return {name: tuple(int(d) for d in param.shape) for name, param in model.named_parameters()}
+
+
+def random_params(config: GPT2Config, seed: int = 0) -> dict[str, np.ndarray]:
+    """Return seeded random weights initialised as GPT-2 was trained from.
+
+    Linear and embedding weights are N(0, 0.02), the residual projections (``c_proj``)
+    N(0, 0.02 / sqrt(2 * n_layer)), biases zero, LayerNorm scale one and shift zero.
+
+    Parameters
+    ----------
+    config : GPT2Config
+        The model's shape.
+    seed : int
+        Seed of numpy's generator.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        float32 weights keyed and ordered as :func:`param_shapes`.
+    """
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    proj_std = 0.02 / math.sqrt(2 * config.n_layer)
+    for name, shape in param_shapes(config).items():
+        if name.endswith(".bias"):
+            out[name] = np.zeros(shape, np.float32)
+        elif name.startswith("ln_") or ".ln_" in name:
+            out[name] = np.ones(shape, np.float32)
+        else:
+            std = proj_std if name.endswith("c_proj.weight") else 0.02
+            out[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# Hugging Face checkpoints
+# ----------------------------------------------------------------------------------------
+
+# HF's GPT-2 uses Conv1D for these: weights stored [in, out], transposed to nn.Linear's [out, in].
+_CONV1D_WEIGHTS = (
+    "attn.c_attn.weight",
+    "attn.c_proj.weight",
+    "mlp.c_fc.weight",
+    "mlp.c_proj.weight",
+)
+
+
+def load_hf_checkpoint(
+    folder: str | os.PathLike[str], config: GPT2Config | None = None
+) -> tuple[GPT2Config, dict[str, np.ndarray]]:
+    """Read a local Hugging Face GPT-2 checkpoint directory.
+
+    The folder holds ``config.json`` and ``model.safetensors``. Names lose their
+    ``transformer.`` prefix, the Conv1D weights are transposed to ``[out, in]``, and the
+    head is tied to ``wte`` (``lm_head.weight``, if present, is not read). Other tensors
+    (e.g. the ``attn.bias`` mask buffers of old checkpoints) are ignored. Nothing is
+    downloaded.
+
+    Parameters
+    ----------
+    folder : str or PathLike
+        The checkpoint directory.
+    config : GPT2Config, optional
+        Shape to expect; by default read from ``config.json``.
+
+    Returns
+    -------
+    config : GPT2Config
+        The configuration used.
+    params : dict of str to numpy.ndarray
+        float32 weights keyed and ordered as :func:`param_shapes`.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the folder, ``config.json`` (when ``config`` is not given) or
+        ``model.safetensors`` is missing.
+    KeyError
+        If a weight is missing from the checkpoint; the message names it.
+    ValueError
+        If a weight has the wrong shape; the message names it and both shapes.
+    """
+    from safetensors.numpy import load_file
+
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"GPT-2 checkpoint folder {folder!r} does not exist")
+    if config is None:
+        config_path = os.path.join(folder, "config.json")
+        if not os.path.isfile(config_path):
+            raise FileNotFoundError(f"{config_path!r} not found (pass config= to skip it)")
+        with open(config_path, encoding="utf-8") as f:
+            config = GPT2Config.from_hf_dict(json.load(f), name=os.path.basename(folder))
+    weights_path = os.path.join(folder, "model.safetensors")
+    if not os.path.isfile(weights_path):
+        raise FileNotFoundError(f"{weights_path!r} not found")
+    raw = load_file(weights_path)
+    stored = {(key.removeprefix("transformer.")): value for key, value in raw.items()}
+    params: dict[str, np.ndarray] = {}
+    for name, shape in param_shapes(config).items():
+        if name not in stored:
+            raise KeyError(
+                f"GPT-2 checkpoint {weights_path!r} has no tensor {name!r} "
+                f"(nor 'transformer.{name}'); expected shape {list(shape)}"
+            )
+        value = stored[name]
+        transposed = name.endswith(_CONV1D_WEIGHTS)
+        expected = shape[::-1] if transposed else shape
+        if tuple(value.shape) != expected:
+            raise ValueError(
+                f"GPT-2 checkpoint tensor {name!r} has shape {list(value.shape)}, "
+                f"expected {list(expected)}"
+                + (" (HF Conv1D layout [in, out])" if transposed else "")
+            )
+        value = value.T if transposed else value
+        params[name] = np.ascontiguousarray(value, dtype=np.float32)
+    return config, params
+
+
+# ----------------------------------------------------------------------------------------
+# MAC counts
+# ----------------------------------------------------------------------------------------
+
+
+class MatmulShape(NamedTuple):
+    """One matmul of a forward pass: ``batch`` independent ``[m, k] x [k, n]`` products."""
+
+    name: str
+    batch: int
+    m: int
+    n: int
+    k: int
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the matmul."""
+        return self.batch * self.m * self.n * self.k
+
+
+_PHASES = ("prefill", "decode")
+
+
+def gpt2_matmuls(config: GPT2Config, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:
+    """List the matmuls of one prefill or decode call, in execution order.
+
+    Parameters
+    ----------
+    config : GPT2Config
+        The model's shape.
+    seq_len : int
+        For ``prefill``, the prompt length P; for ``decode``, the cache length L before
+        the step (the new token attends to L + 1 keys).
+    phase : str
+        ``"prefill"`` or ``"decode"``.
+
+    Returns
+    -------
+    list of MatmulShape
+        Per layer ``c_attn``, ``attn.qk``, ``attn.pv``, ``attn.c_proj``, ``mlp.c_fc``,
+        ``mlp.c_proj``, then ``lm_head``.
+    """
+    if phase not in _PHASES:
+        raise ValueError(f"phase={phase!r}; expected one of {_PHASES}")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
+        raise TypeError(f"seq_len={seq_len!r} must be an integer")
+    low = 1 if phase == "prefill" else 0
+    if not low <= seq_len <= config.n_positions - (0 if phase == "prefill" else 1):
+        raise ValueError(
+            f"seq_len={seq_len} out of range for {phase} with n_positions={config.n_positions}"
+        )
+    d, h, hd, inner = config.n_embd, config.n_head, config.head_dim, config.inner_dim
+    rows = seq_len if phase == "prefill" else 1
+    keys = seq_len if phase == "prefill" else seq_len + 1
+    out: list[MatmulShape] = []
+    for i in range(config.n_layer):
+        p = f"h.{i}."
+        out += [
+            MatmulShape(p + "attn.c_attn", 1, rows, 3 * d, d),
+            MatmulShape(p + "attn.qk", h, rows, keys, hd),
+            MatmulShape(p + "attn.pv", h, rows, hd, keys),
+            MatmulShape(p + "attn.c_proj", 1, rows, d, d),
+            MatmulShape(p + "mlp.c_fc", 1, rows, inner, d),
+            MatmulShape(p + "mlp.c_proj", 1, rows, d, inner),
+        ]
+    out.append(MatmulShape("lm_head", 1, rows, config.vocab_size, d))
+    return out
+
+
+def gpt2_matmul_macs(config: GPT2Config, seq_len: int, phase: str = "prefill") -> int:
+    """Return the multiply-accumulates of all matmuls of one prefill or decode call.
+
+    For a prompt of P tokens this is ``n_layer * (P * (8 d^2 + 2 d * inner) + 2 P^2 d)
+    + P * d * vocab``; a decode step at cache length L is
+    ``n_layer * (8 d^2 + 2 d * inner + 2 (L + 1) d) + d * vocab``.
+    See :func:`gpt2_matmuls` for the parameters.
+    """
+    return sum(m.macs for m in gpt2_matmuls(config, seq_len, phase))
+
+
+# ----------------------------------------------------------------------------------------
+# Running
+# ----------------------------------------------------------------------------------------
+
+
+def check_token_ids(config: GPT2Config, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
+    """Validate token ids before they reach ``R.take``, which does not bound-check.
+
+    Parameters
+    ----------
+    config : GPT2Config
+        The model's shape.
+    ids : sequence of int
+        The tokens to run.
+    past_len : int
+        Tokens already in the cache before these.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``[1, len(ids)]`` int32.
+
+    Raises
+    ------
+    ValueError
+        If ``ids`` is empty or not integers, an id is negative or >= ``vocab_size``, or
+        ``past_len + len(ids)`` exceeds ``n_positions``.
+    """
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"token ids must be a non-empty 1-D sequence, got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"token ids must be integers, got dtype {arr.dtype}")
+    bad = np.flatnonzero((arr < 0) | (arr >= config.vocab_size))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"token id {int(arr[i])} at index {i} is out of range [0, {config.vocab_size})"
+        )
+    total = past_len + arr.size
+    if total > config.n_positions:
+        raise ValueError(
+            f"sequence of {total} tokens ({past_len} cached + {arr.size} new) is longer "
+            f"than the context n_positions={config.n_positions}"
+        )
+    return arr.astype(np.int32).reshape(1, -1)
+
+
+def build_with_tvm(mod: IRModule) -> relax.VMExecutable:
+    """Build with TVM's own CPU pipeline (no offload): the reference build for tests."""
+    target = tvm.target.Target("llvm")
+    return relax.build(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """The key/value cache after some tokens: ``K_0, V_0, K_1, V_1, ...`` on the device.
+
+    Each tensor is ``[1, n_head, length, head_dim]`` float32.
+    """
+
+    tensors: tuple[Any, ...]
+    length: int
+
+    def numpy(self) -> list[np.ndarray]:
+        """Copy the tensors to numpy."""
+        return [t.numpy() for t in self.tensors]
+
+
+class GPT2Runner:
+    """Build GPT-2 once and run prefill, decode and greedy generation on the Relax VM.
+
+    Parameters
+    ----------
+    config : GPT2Config
+        The model's shape.
+    params : mapping of str to numpy.ndarray
+        Weights as returned by :func:`random_params` or :func:`load_hf_checkpoint`.
+    build : callable, optional
+        ``IRModule -> executable`` (anything ``relax.VirtualMachine`` accepts); by default
+        :func:`build_with_tvm`. It receives :func:`export_gpt2`'s module.
+    device : tvm.runtime.Device, optional
+        Defaults to ``tvm.cpu()``.
+    bind_params : bool
+        Bind the weights into the module as constants (``export_gpt2(config, params)``)
+        instead of passing them to every call.
+
+    Attributes
+    ----------
+    mod : IRModule
+        The module handed to ``build``.
+    vm : relax.VirtualMachine
+        The VM running ``mod``'s functions ``prefill`` and ``decode``.
+    """
+
+    def __init__(
+        self,
+        config: GPT2Config,
+        params: Mapping[str, np.ndarray],
+        build: Callable[[IRModule], Any] | None = None,
+        device: Any = None,
+        bind_params: bool = False,
+    ) -> None:
+        self.config = config
+        checked = check_params(config, params)
+        self.mod = export_gpt2(config, checked if bind_params else None)
+        self.device = tvm.cpu() if device is None else device
+        self.executable = (build or build_with_tvm)(self.mod)
+        self.vm = relax.VirtualMachine(self.executable, self.device)
+        self._weights = (
+            [] if bind_params else [tvm.runtime.tensor(v, self.device) for v in checked.values()]
+        )
+
+    def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
+        """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens."""
+        ids = check_token_ids(self.config, token_ids)
+        logits, cache = self.vm["prefill"](tvm.runtime.tensor(ids, self.device), *self._weights)
+        return logits.numpy()[0], KVCache(tuple(cache), ids.shape[1])
+
+    def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
+        """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache."""
+        ids = check_token_ids(self.config, [token_id], past_len=cache.length)
+        logits, new = self.vm["decode"](
+            tvm.runtime.tensor(ids, self.device), list(cache.tensors), *self._weights
+        )
+        return logits.numpy()[0, 0], KVCache(tuple(new), cache.length + 1)
+
+    def generate(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
+        """Greedily generate ``max_new_tokens`` tokens after ``prompt``; return only those."""
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+        check_token_ids(self.config, prompt, past_len=max(max_new_tokens - 1, 0))
+        if max_new_tokens == 0:
+            return []
+        logits, cache = self.prefill(prompt)
+        out = [int(np.argmax(logits[-1]))]
+        while len(out) < max_new_tokens:
+            logits_1, cache = self.decode(out[-1], cache)
+            out.append(int(np.argmax(logits_1)))
+        return out
