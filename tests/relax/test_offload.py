@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 import tvm
-from conftest import assert_rel_close, matmul_module, offloaded_symbols, run
+from relax_testing import assert_rel_close, matmul_module, offloaded_symbols, run
 
 import tenet_byoc
 from tenet_byoc.patterns import pattern_name

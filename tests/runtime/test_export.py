@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 import numpy as np
-from conftest import matmul_module, run
+from relax_testing import matmul_module, run
 
 import tenet_byoc
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from conftest import matmul_module
+from relax_testing import matmul_module
 from tvm import relax
 
 import tenet_byoc
