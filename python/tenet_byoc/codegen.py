@@ -37,6 +37,10 @@ class _Composite:
 
 
 def _tensor_spec(ty, what: str) -> dict:
+    if isinstance(ty, relax.ShapeType):
+        # FuseOpsByPattern passes symbolic dims that no tensor parameter defines as a shape
+        # argument; the runtime reads every dim from the tensors and ignores it.
+        return {"kind": "shape"}
     if not isinstance(ty, relax.TensorType) or ty.ndim < 0:
         raise TenetCodegenError(f"{what} is not a tensor of known rank (type {ty})")
     return {"dtype": str(ty.dtype), "ndim": int(ty.ndim)}
@@ -145,8 +149,8 @@ def describe_function(func: relax.Function) -> dict:
             if index is None:
                 return None
             arg = args[index]
-            if arg not in refs:
-                raise TenetCodegenError(f"{symbol}: the {role} of {comp.pattern} is not a value")
+            if arg not in refs or (refs[arg] >= 0 and "kind" in inputs[refs[arg]]):
+                raise TenetCodegenError(f"{symbol}: the {role} of {comp.pattern} is not a tensor")
             return refs[arg]
 
         out = _tensor_spec(binding.var.ty, f"{symbol}: output of {comp.pattern}")

@@ -33,10 +33,15 @@ def partition_for_tenet(
         carry the accelerator config (attr ``tenet.cost_config``).
     """
     config = resolve(hardware).config_text
+    # MergeCompositeFunctions groups neighbouring composites into one call, but it only
+    # walks a function named "main"; modules with other entry points (GPT-2's prefill and
+    # decode) get one tenet function per composite instead. The runtime runs both forms.
+    merge = any(gv.name_hint == "main" for gv in mod.get_global_vars())
     mod = relax.transform.FuseOpsByPattern(
-        tenet_patterns(), bind_constants=False, annotate_codegen=False
+        tenet_patterns(), bind_constants=False, annotate_codegen=not merge
     )(mod)
-    mod = relax.transform.MergeCompositeFunctions()(mod)
+    if merge:
+        mod = relax.transform.MergeCompositeFunctions()(mod)
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function) and func.attrs and "Codegen" in func.attrs:
             if str(func.attrs["Codegen"]) == "tenet":

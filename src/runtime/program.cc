@@ -43,6 +43,16 @@ json::Object AsObject(const ffi::Any& v, const std::string& where) {
 
 TensorSpec ParseSpec(const json::Object& obj, const std::string& where, bool is_output) {
   TensorSpec spec;
+  auto kind = obj.find(ffi::String("kind"));
+  if (kind != obj.end()) {
+    auto k = (*kind).second.try_cast<ffi::String>();
+    if (!k.has_value() || *k != "shape" || is_output) {
+      TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where
+                                << " has an unknown kind; only inputs may be of kind 'shape'";
+    }
+    spec.is_shape = true;
+    return spec;
+  }
   spec.dtype = ffi::StringToDLDataType(Get<ffi::String>(obj, "dtype", where));
   spec.ndim = Get<int64_t>(obj, "ndim", where);
   if (is_output) spec.source = Get<int64_t>(obj, "source", where);
@@ -50,11 +60,11 @@ TensorSpec ParseSpec(const json::Object& obj, const std::string& where, bool is_
 }
 
 void CheckRef(ValueRef ref, const Program& p, size_t step_index, const std::string& where) {
-  const bool ok = ref >= 0 ? ref < static_cast<int64_t>(p.inputs.size())
+  const bool ok = ref >= 0 ? ref < static_cast<int64_t>(p.inputs.size()) && !p.inputs[ref].is_shape
                            : -ref - 1 < static_cast<int64_t>(step_index);
   if (!ok) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " refers to value " << ref
-                              << ", which is neither an input nor an earlier step";
+                              << ", which is neither a tensor input nor an earlier step";
   }
 }
 
@@ -129,6 +139,10 @@ Descriptor ParseDescriptor(const std::string& text) {
 std::string SerializeDescriptor(const Descriptor& descriptor) {
   auto spec_json = [](const TensorSpec& s, bool is_output) {
     json::Object o;
+    if (s.is_shape) {
+      o.Set(ffi::String("kind"), ffi::String("shape"));
+      return o;
+    }
     o.Set(ffi::String("dtype"), ffi::DLDataTypeToString(s.dtype));
     o.Set(ffi::String("ndim"), s.ndim);
     if (is_output) o.Set(ffi::String("source"), s.source);

@@ -21,7 +21,8 @@ using ValueRef = int64_t;
 
 /*! \brief The static facts about one input or output of an offloaded function. */
 struct TensorSpec {
-  DLDataType dtype;
+  bool is_shape = false;  // a shape argument (symbolic dims), accepted and not read
+  DLDataType dtype{};
   int64_t ndim = 0;
   ValueRef source = 0;  // outputs only: the step that produces it
 };

@@ -121,6 +121,7 @@ class TenetModuleObj : public ffi::ModuleObj {
     for (size_t i = 0; i < n_in + n_out; ++i) {
       const bool is_out = i >= n_in;
       const TensorSpec& spec = is_out ? p.outputs[i - n_in] : p.inputs[i];
+      if (spec.is_shape) continue;
       std::ostringstream what;
       what << (is_out ? "output " : "input ") << (is_out ? i - n_in : i);
       (is_out ? outputs[i - n_in] : inputs[i]) = CheckTensor(p, args[i], spec, what.str());
