@@ -317,8 +317,8 @@ def train_mlp(
 ) -> TrainResult:
     """Train the MLP with minibatch Adam on softmax cross-entropy, in numpy.
 
-    Five epochs over the 60,000 FashionMNIST images take a few seconds on two cores and
-    reach about 87 % test accuracy.
+    Five epochs over 60,000 images take about 11 s on two cores; a 784-128-10 MLP
+    trained so typically reaches 85-88 % FashionMNIST test accuracy.
 
     Parameters
     ----------
