@@ -12,15 +12,23 @@ from ._loader import load_runtime_library
 load_runtime_library()
 
 from .codegen import TenetCodegenError  # noqa: E402
+from .hardware import Accelerator  # noqa: E402
+from .ledger import Ledger, LedgerEntry, ledger, set_charging, set_phase  # noqa: E402
 from .partition import build, partition_for_tenet  # noqa: E402
 from .patterns import refusal_reason, tenet_patterns  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Accelerator",
+    "Ledger",
+    "LedgerEntry",
     "TenetCodegenError",
     "build",
+    "ledger",
     "partition_for_tenet",
     "refusal_reason",
+    "set_charging",
+    "set_phase",
     "tenet_patterns",
 ]

@@ -1,0 +1,53 @@
+"""The FashionMNIST MLP of the MLC course (784 -> 128 -> ReLU -> 10), offloaded to tenet.
+
+Reads the standard IDX files from ``--data`` when they are there (and trains the MLP on
+them with numpy first); otherwise runs on a synthetic image with random weights and says so.
+Prints the prediction, the agreement with TVM's own build, and the accelerator cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import tvm
+from tvm import relax
+
+import tenet_byoc
+from tenet_byoc.hardware import PRESETS
+from tenet_byoc.models.mlp import mlp_module, prepare_mlp
+
+CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
+           "Sneaker", "Bag", "Ankle boot"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data", help="folder with the FashionMNIST IDX files (.gz or not)")
+    parser.add_argument("--hardware", default="os16", choices=sorted(PRESETS))
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--index", type=int, default=0, help="which test image to classify")
+    args = parser.parse_args()
+
+    setup = prepare_mlp(args.data, epochs=args.epochs)
+    print(setup.note)
+    if not setup.synthetic:
+        print(f"numpy test accuracy: {100 * setup.test_accuracy:.2f}%")
+    image = setup.data.test_images[args.index : args.index + 1]
+    label = int(setup.data.test_labels[args.index])
+
+    mod = mlp_module(setup.params)  # weights bound as constants: main(x)
+    ex = tenet_byoc.build(mod, hardware=args.hardware)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    logits = vm["main"](tvm.runtime.tensor(image)).numpy()
+    reference = relax.VirtualMachine(tenet_byoc.build(mod, offload=False), tvm.cpu())
+    expected = reference["main"](tvm.runtime.tensor(image)).numpy()
+
+    pred = int(np.argmax(logits))
+    print(f"image {args.index}: predicted {CLASSES[pred]!r}, label {CLASSES[label]!r}")
+    print(f"max |tenet - TVM| = {np.abs(logits - expected).max():.3g}")
+    print(tenet_byoc.ledger(vm))
+
+
+if __name__ == "__main__":
+    main()
