@@ -29,11 +29,14 @@ class _Composite:
     """The roles of a composite function's parameters, read from its body."""
 
     pattern: str
+    kind: str  # "float", "dequant_channel", "dequant_group" or "int8"
     lhs: int
     rhs: int
     bias: int | None
     rhs_transposed: bool
     epilogue: str
+    scale_a: int | None = None
+    scale_b: int | None = None
 
 
 def _tensor_spec(ty, what: str) -> dict:
@@ -54,6 +57,12 @@ def _bindings(func: relax.Function):
         yield from block.bindings
 
 
+_CHAIN_OPS = {
+    "relax.matmul", "relax.permute_dims", "relax.add", "relax.dequantize", "relax.reshape",
+    "relax.astype", "relax.multiply", *EPILOGUES,
+}
+
+
 def analyze_composite(func: relax.Function) -> _Composite:
     """Find which parameter of a composite function plays which role.
 
@@ -65,46 +74,99 @@ def analyze_composite(func: relax.Function) -> _Composite:
     Returns
     -------
     _Composite
-        Parameter indices of lhs, rhs and bias, whether rhs is transposed, the epilogue.
+        The kind of GEMM and the parameter indices of lhs, rhs (the stored weight for the
+        quantized kinds), bias and scales, whether rhs is transposed, the epilogue.
     """
     pattern = str(func.attrs["Composite"])
     param_index = {p: i for i, p in enumerate(func.params)}
     producer: dict[relax.Var, relax.Call] = {}
-    matmul = add = act = None
+    calls: dict[str, list[relax.Call]] = {}
     for binding in _bindings(func):
         value = binding.value
-        if not isinstance(value, relax.Call):
-            raise TenetCodegenError(f"{pattern}: unexpected binding {value}")
+        if not isinstance(value, relax.Call) or value.op.name not in _CHAIN_OPS:
+            raise TenetCodegenError(f"{pattern}: unexpected binding {value} in a composite")
         producer[binding.var] = value
-        op = value.op.name
-        if op == "relax.matmul":
-            matmul = value
-        elif op == "relax.add":
-            add = value
-        elif op in EPILOGUES:
-            act = value
-        elif op != "relax.permute_dims":
-            raise TenetCodegenError(f"{pattern}: unexpected op {op} in a composite")
-    if matmul is None:
-        raise TenetCodegenError(f"{pattern}: composite has no matmul")
+        calls.setdefault(value.op.name, []).append(value)
 
     def param_of(expr: relax.Expr, role: str) -> int:
         if expr in param_index:
             return param_index[expr]
         raise TenetCodegenError(f"{pattern}: the {role} is not a parameter of the composite")
 
+    def made_by(expr: relax.Expr, op: str) -> relax.Call | None:
+        call = producer.get(expr)
+        return call if call is not None and call.op.name == op else None
+
+    (matmul,) = calls.get("relax.matmul", [None])
+    if matmul is None:
+        raise TenetCodegenError(f"{pattern}: composite has no matmul")
     lhs = param_of(matmul.args[0], "lhs")
     rhs_expr = matmul.args[1]
-    transposed = rhs_expr in producer and producer[rhs_expr].op.name == "relax.permute_dims"
-    rhs = param_of(producer[rhs_expr].args[0] if transposed else rhs_expr, "rhs")
+    transpose = made_by(rhs_expr, "relax.permute_dims")
+    if transpose is not None:
+        rhs_expr = transpose.args[0]
+    kind, scale_a, scale_b = "float", None, None
+    chain_end = matmul
+    if (deq := made_by(rhs_expr, "relax.dequantize")) is not None:
+        kind = "dequant_channel"
+        rhs_expr, scale_b = deq.args[0], param_of(deq.args[1], "scale")
+    elif (reshape := made_by(rhs_expr, "relax.reshape")) is not None:
+        kind = "dequant_group"
+        mul = made_by(reshape.args[0], "relax.multiply")
+        cast = made_by(mul.args[0], "relax.astype") if mul is not None else None
+        if cast is None:
+            raise TenetCodegenError(f"{pattern}: group dequantization is not astype * scale")
+        rhs_expr, scale_b = cast.args[0], param_of(mul.args[1], "scale")
+    elif "relax.multiply" in calls:
+        kind = "int8"
+        outer = calls["relax.multiply"][-1]
+        inner = made_by(outer.args[0], "relax.multiply")
+        if inner is None:
+            raise TenetCodegenError(f"{pattern}: int8 dequantization is not acc * sa * sb")
+        scale_a, scale_b = param_of(inner.args[1], "scale_a"), param_of(outer.args[1], "scale_b")
+        chain_end = outer
+    rhs = param_of(rhs_expr, "rhs")
     bias = None
-    if add is not None:
+    if "relax.add" in calls:
+        (add,) = calls["relax.add"]
+        chain_var = [v for v, c in producer.items() if c.same_as(chain_end)][0]
         a, b = add.args
-        matmul_out = [v for v, c in producer.items() if c.same_as(matmul)][0]
-        other = b if a.same_as(matmul_out) else a
-        bias = param_of(other, "bias")
-    epilogue = EPILOGUES[act.op.name] if act is not None else "none"
-    return _Composite(pattern, lhs, rhs, bias, transposed, epilogue)
+        bias = param_of(b if a.same_as(chain_var) else a, "bias")
+    acts = [c for name in EPILOGUES for c in calls.get(name, [])]
+    epilogue = EPILOGUES[acts[0].op.name] if acts else "none"
+    return _Composite(
+        pattern, kind, lhs, rhs, bias, transpose is not None, epilogue, scale_a, scale_b
+    )
+
+
+#: Element widths charged per kind: (A, B, C). The dequantize forms are the weight-only
+#: schemes, whose activations are float16 on the accelerator (the quantize pass rounds them
+#: to float16); the group form holds int4 values (the runtime checks their range).
+_KIND_BITS = {
+    "float": (32, 32, 32),
+    "dequant_channel": (16, 8, 16),
+    "dequant_group": (16, 4, 16),
+    "int8": (8, 8, 16),
+}
+
+
+def _scheme_of(comp: _Composite, args_ty) -> str:
+    if comp.kind == "float":
+        return "none"
+    if comp.kind == "dequant_channel":
+        return "w8a16_per_channel"
+    if comp.kind == "dequant_group":
+        group = int(args_ty[comp.rhs].shape.values[-1])
+        return f"w4a16_group{group}"
+    per_token = args_ty[comp.scale_a].ndim > 0
+    per_channel = args_ty[comp.scale_b].ndim > 0
+    if per_token and per_channel:
+        return "w8a8_per_channel_per_token"
+    if not per_token and not per_channel:
+        return "w8a8_per_tensor"
+    return f"w8a8_{'per_channel' if per_channel else 'per_tensor'}" + (
+        "_per_token" if per_token else ""
+    )
 
 
 def describe_function(func: relax.Function) -> dict:
@@ -154,16 +216,22 @@ def describe_function(func: relax.Function) -> dict:
             return refs[arg]
 
         out = _tensor_spec(binding.var.ty, f"{symbol}: output of {comp.pattern}")
+        bits_a, bits_b, bits_c = _KIND_BITS[comp.kind]
         steps.append(
             {
                 "pattern": comp.pattern,
                 "name": str(binding.var.name),
+                "kind": comp.kind,
+                "scheme": _scheme_of(comp, [a.ty for a in args]),
                 "lhs": ref(comp.lhs, "lhs"),
                 "rhs": ref(comp.rhs, "rhs"),
                 "bias": ref(comp.bias, "bias"),
+                "scale_a": ref(comp.scale_a, "activation scale"),
+                "scale_b": ref(comp.scale_b, "weight scale"),
                 "rhs_transposed": comp.rhs_transposed,
                 "epilogue": comp.epilogue,
                 "out_ndim": out["ndim"],
+                "bits": [bits_a, bits_b, bits_c],
             }
         )
         refs[binding.var] = -len(steps)

@@ -136,16 +136,142 @@ def _check(context: PatternCheckContext) -> bool:
     return refusal_reason(context) is None
 
 
+# Quantized forms. Each is a matmul whose weight (B) is stored as integers, offloaded whole
+# with its dequantization; the quantize pass (tenet_byoc.quantization) writes these forms.
+QUANT_FORMS = ("dequantize_matmul_channel", "dequantize_matmul_group", "int8_matmul_dequantize")
+
+
+def make_quant_pattern(
+    form: str, with_bias: bool, activation: str | None
+) -> tuple[DFPattern, Mapping[str, DFPattern]]:
+    """Build one quantized pattern and its annotations.
+
+    Forms (``W^T`` is ``R.permute_dims``; a bias add and an activation may follow):
+
+    - ``dequantize_matmul_channel``: ``x @ dequantize(wq[N,K], scale[N], zp, axis=0)^T``
+    - ``dequantize_matmul_group``: ``x @ reshape(astype(wq[N,K/G,G]) * scale[N,K/G,1], [N,K])^T``
+    - ``int8_matmul_dequantize``: ``astype(xq @ wq^T -> int32, float32) * scale_a * scale_b``
+    """
+    lhs, wq, scale = wildcard(), wildcard(), wildcard()
+    ann: dict[str, DFPattern] = {"lhs": lhs, "wq": wq, "scale_b": scale}
+    if form == "dequantize_matmul_channel":
+        ann["zp"] = zp = wildcard()
+        ann["dequantize"] = w = is_op("relax.dequantize")(wq, scale, zp)
+        out = ann["root"] = is_op("relax.matmul")(lhs, is_op("relax.permute_dims")(w))
+    elif form == "dequantize_matmul_group":
+        scaled = is_op("relax.multiply")(is_op("relax.astype")(wq), scale)
+        ann["reshape"] = w = is_op("relax.reshape")(scaled, wildcard())
+        out = ann["root"] = is_op("relax.matmul")(lhs, is_op("relax.permute_dims")(w))
+    elif form == "int8_matmul_dequantize":
+        ann["scale_a"] = scale_a = wildcard()
+        ann["root"] = acc = is_op("relax.matmul")(lhs, is_op("relax.permute_dims")(wq))
+        ann["to_float"] = as_float = is_op("relax.astype")(acc)
+        out = is_op("relax.multiply")(is_op("relax.multiply")(as_float, scale_a), scale)
+    else:
+        raise ValueError(f"unknown quantized form {form!r}; expected one of {QUANT_FORMS}")
+    ann["dequantized"] = out
+    if with_bias:
+        ann["bias"] = bias = wildcard()
+        out = ann["bias_add"] = is_op("relax.add")(out, bias)
+    if activation is not None:
+        out = ann["activation"] = is_op(activation)(out)
+    return out, ann
+
+
+def quant_pattern_name(form: str, with_bias: bool, activation: str | None) -> str:
+    """The registered name of a quantized pattern, e.g. ``tenet.dequantize_matmul_group_bias``."""
+    name = "tenet." + form
+    if with_bias:
+        name += "_bias"
+    if activation is not None:
+        name += "_" + EPILOGUES[activation]
+    return name
+
+
+def _shape(expr) -> list[int | None] | None:
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    return [_static_int(d) for d in ty.shape.values]
+
+
+def _dtype(expr) -> str | None:
+    ty = expr.ty
+    return str(ty.dtype) if isinstance(ty, relax.TensorType) else None
+
+
+def quant_refusal_reason(context: PatternCheckContext) -> str | None:
+    """Why the runtime cannot run a quantized match, or None when it can."""
+    if has_leaking_intermediate_variables(context):
+        return "an intermediate value is used outside the pattern"
+    ann = context.annotated_expr
+    lhs, wq, scale, root = ann["lhs"], ann["wq"], ann["scale_b"], ann["root"]
+    wshape = _shape(wq)
+    if _dtype(wq) != "int8" or wshape is None or None in wshape:
+        return "the quantized weight must be a static-shape int8 tensor"
+    lshape = _shape(lhs)
+    if lshape is None or len(lshape) < 2:
+        return "the activation must have rank >= 2"
+    n = wshape[0]
+    if "dequantize" in ann:
+        attrs = ann["dequantize"].attrs
+        if len(wshape) != 2 or int(attrs.axis) not in (0, -2) or attrs.out_dtype != "float32":
+            return "dequantize must be per output channel (axis 0 of a [N, K] weight) to float32"
+        zp = ann["zp"]
+        if not isinstance(zp, relax.Constant) or zp.data.numpy().any():
+            return "only a constant zero point of 0 (symmetric quantization) is supported"
+        if _shape(scale) != [n] or _dtype(scale) != "float32":
+            return f"the scale must be float32 [{n}]"
+        if _dtype(lhs) != "float32":
+            return "the activation must be float32"
+    elif "reshape" in ann:
+        if len(wshape) != 3:
+            return "a group-quantized weight must be stored as [N, K/G, G]"
+        if _shape(scale) != [n, wshape[1], 1] or _dtype(scale) != "float32":
+            return f"the group scale must be float32 [{n}, {wshape[1]}, 1]"
+        if _shape(ann["reshape"]) != [n, wshape[1] * wshape[2]]:
+            return "the dequantized groups must be reshaped to [N, K]"
+        if _dtype(lhs) != "float32":
+            return "the activation must be float32"
+    else:
+        if len(wshape) != 2 or _dtype(lhs) != "int8" or _dtype(root) != "int32":
+            return "an int8 GEMM needs int8 [.., M, K] x int8 [N, K]^T accumulating in int32"
+        if _dtype(ann["to_float"]) != "float32":
+            return "the int32 accumulator must be converted to float32"
+        sa, sb = _shape(ann["scale_a"]), _shape(scale)
+        if _dtype(ann["scale_a"]) != "float32" or sa not in ([], lshape[:-1] + [1]):
+            return "the activation scale must be float32, per tensor [] or per token [.., M, 1]"
+        if _dtype(scale) != "float32" or sb not in ([], [n]):
+            return f"the weight scale must be float32, per tensor [] or per channel [{n}]"
+    if "bias" in ann:
+        if _shape(ann["bias"]) != [n] or _dtype(ann["bias"]) != "float32":
+            return f"the bias must be float32 [{n}]"
+    return None
+
+
+def _quant_check(context: PatternCheckContext) -> bool:
+    return quant_refusal_reason(context) is None
+
+
 def _pattern_table():
     table = []
     # The registry hands patterns back newest first, and FuseOpsByPattern gives earlier
-    # entries priority, so the shortest pattern is registered first.
+    # entries priority, so the shortest pattern is registered first, and the quantized
+    # forms (which contain a float matmul form) after all float ones.
     for activation in (None, *EPILOGUES):
         for with_bias in (False, True):
             for transposed in (False, True):
                 pattern, annotations = make_matmul_pattern(transposed, with_bias, activation)
                 table.append(
                     (pattern_name(transposed, with_bias, activation), pattern, annotations, _check)
+                )
+    for activation in (None, *EPILOGUES):
+        for with_bias in (False, True):
+            for form in QUANT_FORMS:
+                pattern, annotations = make_quant_pattern(form, with_bias, activation)
+                table.append(
+                    (quant_pattern_name(form, with_bias, activation), pattern, annotations,
+                     _quant_check)
                 )
     return table
 

@@ -99,6 +99,47 @@ void RunSmallRows(const GemmArgs& g, int64_t rows, int64_t n, int64_t k) {
 
 }  // namespace
 
+void DequantizeChannel(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    const float s = scale[r];
+    for (int64_t j = 0; j < k; ++j) w[r * k + j] = static_cast<float>(q[r * k + j]) * s;
+  }
+}
+
+bool DequantizeGroup(const int8_t* q, const float* scale, int64_t n, int64_t groups,
+                     int64_t group_size, float* w) {
+  const int64_t k = groups * group_size;
+  int64_t bad = 0;
+#pragma omp parallel for schedule(static) reduction(+ : bad)
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float s = scale[r * groups + g];
+      const int8_t* src = q + r * k + g * group_size;
+      float* dst = w + r * k + g * group_size;
+      for (int64_t j = 0; j < group_size; ++j) {
+        bad += (src[j] < -8) | (src[j] > 7);
+        dst[j] = static_cast<float>(src[j]) * s;
+      }
+    }
+  }
+  return bad == 0;
+}
+
+void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, bool sa_per_row,
+                  const float* sb, bool sb_per_col, const float* bias, Epilogue epilogue,
+                  float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float a = sa[sa_per_row ? r : 0];
+    for (int64_t j = 0; j < n; ++j) {
+      float v = (static_cast<float>(acc[r * n + j]) * a) * sb[sb_per_col ? j : 0];
+      if (bias) v += bias[j];
+      out[r * n + j] = ApplyEpilogue(epilogue, v);
+    }
+  }
+}
+
 struct GemmEngine::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   std::mutex mutex;
@@ -124,7 +165,10 @@ struct GemmEngine::Impl {
     attr.set_post_ops(ops);
     auto pd = bias ? dnnl::matmul::primitive_desc(engine, a, b, *bias, c, attr)
                    : dnnl::matmul::primitive_desc(engine, a, b, c, attr);
-    dnnl::matmul prim(pd);
+    return Insert(key, dnnl::matmul(pd));
+  }
+
+  dnnl::matmul Insert(const std::string& key, dnnl::matmul prim) {
     std::lock_guard<std::mutex> lock(mutex);
     if (cache.size() >= kMaxCachedPrimitives) cache.clear();
     cache.emplace(key, prim);
@@ -134,6 +178,36 @@ struct GemmEngine::Impl {
 
 GemmEngine::GemmEngine() : impl_(std::make_unique<Impl>()) {}
 GemmEngine::~GemmEngine() = default;
+
+void GemmEngine::RunInt8(const Int8GemmArgs& g) {
+  if (g.rows == 0 || g.n == 0) return;
+  if (g.k == 0) {
+    std::fill(g.c, g.c + g.rows * g.n, 0);
+    return;
+  }
+  const memory::desc a_md({g.rows, g.k}, memory::data_type::s8, {g.k, 1});
+  const memory::desc b_md({g.k, g.n}, memory::data_type::s8, {1, g.k});  // stored [n, k]
+  const memory::desc c_md({g.rows, g.n}, memory::data_type::s32, {g.n, 1});
+  const std::string key = "s8|" + std::to_string(g.rows) + "|" + std::to_string(g.n) + "|" +
+                          std::to_string(g.k);
+  dnnl::matmul prim;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    auto it = impl_->cache.find(key);
+    if (it != impl_->cache.end()) prim = it->second;
+  }
+  if (!prim) {
+    prim = impl_->Insert(key, dnnl::matmul(
+                                  dnnl::matmul::primitive_desc(impl_->engine, a_md, b_md, c_md)));
+  }
+  auto& eng = impl_->engine;
+  memory a_mem(a_md, eng, const_cast<int8_t*>(g.a));
+  memory b_mem(b_md, eng, const_cast<int8_t*>(g.b));
+  memory c_mem(c_md, eng, g.c);
+  dnnl::stream stream(eng);
+  prim.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  stream.wait();
+}
 
 void GemmEngine::Run(const GemmArgs& g) {
   const size_t rank = g.c_shape.size();

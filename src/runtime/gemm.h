@@ -33,6 +33,34 @@ struct GemmArgs {
   float* c = nullptr;
 };
 
+/*! \brief c[rows, n] (int32) = a[rows, k] (int8) @ b[n, k]^T (int8), exact. */
+struct Int8GemmArgs {
+  int64_t rows = 0, n = 0, k = 0;
+  const int8_t* a = nullptr;
+  const int8_t* b = nullptr;
+  int32_t* c = nullptr;
+};
+
+/*! \brief w[n, k] = q[n, k] * scale[n]: per-output-channel dequantization of a weight. */
+void DequantizeChannel(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w);
+
+/*!
+ * \brief w[n, g*G + j] = q[n, g, j] * scale[n, g] for int4 values held in int8.
+ * \return false when a value lies outside the int4 range [-8, 7] (nothing else is checked).
+ */
+bool DequantizeGroup(const int8_t* q, const float* scale, int64_t n, int64_t groups,
+                     int64_t group_size, float* w);
+
+/*!
+ * \brief out[r, j] = epilogue((float(acc[r, j]) * sa[r or 0]) * sb[j or 0] + bias[j]).
+ *
+ * The multiplications happen in this order, as the Relax form the quantize pass writes
+ * (astype, multiply by scale_a, multiply by scale_b) computes them.
+ */
+void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, bool sa_per_row,
+                  const float* sb, bool sb_per_col, const float* bias, Epilogue epilogue,
+                  float* out);
+
 /*!
  * \brief Runs GemmArgs with oneDNN's matmul primitive, keeping the primitives it has built,
  *  one per distinct shape and epilogue, so that a warm call only executes.
@@ -47,6 +75,7 @@ class GemmEngine {
   GemmEngine& operator=(const GemmEngine&) = delete;
 
   void Run(const GemmArgs& args);
+  void RunInt8(const Int8GemmArgs& args);
 
  private:
   struct Impl;

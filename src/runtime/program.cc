@@ -68,7 +68,36 @@ void CheckRef(ValueRef ref, const Program& p, size_t step_index, const std::stri
   }
 }
 
+// Reads an optional value reference (null when absent).
+bool OptionalRef(const json::Object& obj, const char* key, const Program& p, size_t step,
+                 const std::string& where, ValueRef* out) {
+  const ffi::Any v = Field(obj, key, where);
+  if (v == nullptr) return false;
+  *out = Get<int64_t>(obj, key, where);
+  CheckRef(*out, p, step, where + " " + key);
+  return true;
+}
+
 }  // namespace
+
+StepKind ParseStepKind(const std::string& name) {
+  if (name == "float") return StepKind::kFloat;
+  if (name == "dequant_channel") return StepKind::kDequantChannel;
+  if (name == "dequant_group") return StepKind::kDequantGroup;
+  if (name == "int8") return StepKind::kInt8;
+  TVM_FFI_THROW(ValueError) << "tenet descriptor: unknown step kind '" << name
+                            << "'; expected float, dequant_channel, dequant_group or int8";
+  TVM_FFI_UNREACHABLE();
+}
+
+const char* StepKindName(StepKind kind) {
+  switch (kind) {
+    case StepKind::kDequantChannel: return "dequant_channel";
+    case StepKind::kDequantGroup: return "dequant_group";
+    case StepKind::kInt8: return "int8";
+    default: return "float";
+  }
+}
 
 Descriptor ParseDescriptor(const std::string& text) {
   ffi::String error;
@@ -105,11 +134,29 @@ Descriptor ParseDescriptor(const std::string& text) {
       st.rhs = Get<int64_t>(sobj, "rhs", swhere);
       CheckRef(st.lhs, p, i, swhere + " lhs");
       CheckRef(st.rhs, p, i, swhere + " rhs");
-      const ffi::Any& bias = Field(sobj, "bias", swhere);
-      if (bias != nullptr) {
-        st.has_bias = true;
-        st.bias = Get<int64_t>(sobj, "bias", swhere);
-        CheckRef(st.bias, p, i, swhere + " bias");
+      st.kind = ParseStepKind(std::string(Get<ffi::String>(sobj, "kind", swhere)));
+      st.scheme = std::string(Get<ffi::String>(sobj, "scheme", swhere));
+      st.has_bias = OptionalRef(sobj, "bias", p, i, swhere, &st.bias);
+      st.has_scale_a = OptionalRef(sobj, "scale_a", p, i, swhere, &st.scale_a);
+      st.has_scale_b = OptionalRef(sobj, "scale_b", p, i, swhere, &st.scale_b);
+      const bool needs_a = st.kind == StepKind::kInt8;
+      const bool needs_b = st.kind != StepKind::kFloat;
+      if (st.has_scale_a != needs_a || st.has_scale_b != needs_b) {
+        TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere << " of kind "
+                                  << StepKindName(st.kind) << " has the wrong scales";
+      }
+      json::Array bits = Get<json::Array>(sobj, "bits", swhere);
+      if (bits.size() != 3) {
+        TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere << " bits must be [a, b, c]";
+      }
+      int* widths[3] = {&st.bits_a, &st.bits_b, &st.bits_c};
+      for (int j = 0; j < 3; ++j) {
+        auto b = bits[j].try_cast<int64_t>();
+        if (!b.has_value() || *b < 1 || *b > 64) {
+          TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere
+                                    << " bits must be integers in [1, 64]";
+        }
+        *widths[j] = static_cast<int>(*b);
       }
       st.rhs_transposed = Get<bool>(sobj, "rhs_transposed", swhere);
       try {
@@ -159,7 +206,14 @@ std::string SerializeDescriptor(const Descriptor& descriptor) {
       o.Set(ffi::String("name"), ffi::String(st.name));
       o.Set(ffi::String("lhs"), st.lhs);
       o.Set(ffi::String("rhs"), st.rhs);
-      o.Set(ffi::String("bias"), st.has_bias ? ffi::Any(st.bias) : ffi::Any(nullptr));
+      auto ref = [](bool has, ValueRef r) { return has ? ffi::Any(r) : ffi::Any(nullptr); };
+      o.Set(ffi::String("kind"), ffi::String(StepKindName(st.kind)));
+      o.Set(ffi::String("scheme"), ffi::String(st.scheme));
+      o.Set(ffi::String("bias"), ref(st.has_bias, st.bias));
+      o.Set(ffi::String("scale_a"), ref(st.has_scale_a, st.scale_a));
+      o.Set(ffi::String("scale_b"), ref(st.has_scale_b, st.scale_b));
+      o.Set(ffi::String("bits"), json::Array{int64_t(st.bits_a), int64_t(st.bits_b),
+                                             int64_t(st.bits_c)});
       o.Set(ffi::String("rhs_transposed"), st.rhs_transposed);
       o.Set(ffi::String("epilogue"), ffi::String(EpilogueName(st.epilogue)));
       o.Set(ffi::String("out_ndim"), st.out_ndim);

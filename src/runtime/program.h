@@ -27,12 +27,26 @@ struct TensorSpec {
   ValueRef source = 0;  // outputs only: the step that produces it
 };
 
+/*! \brief How a step's operands are stored and turned into the GEMM's values. */
+enum class StepKind {
+  kFloat,           // float32 x float32
+  kDequantChannel,  // float32 x dequantize(int8 [N, K], scale [N]): weight-only per channel
+  kDequantGroup,    // float32 x (int4-in-int8 [N, K/G, G] * scale [N, K/G, 1]): per group
+  kInt8,            // int8 x int8 -> int32, then * scale_a * scale_b in float32
+};
+
+StepKind ParseStepKind(const std::string& name);
+const char* StepKindName(StepKind kind);
+
 /*! \brief One GEMM of a program (one composite function of the partitioned module). */
 struct Step {
   std::string pattern;  // the Composite attr, e.g. "tenet.matmul_transposed_bias"
   std::string name;     // a readable name for reports (the binding's name in the module)
-  ValueRef lhs = 0, rhs = 0, bias = 0;
-  bool has_bias = false;
+  std::string scheme;   // the quantization scheme, "none" for float
+  StepKind kind = StepKind::kFloat;
+  ValueRef lhs = 0, rhs = 0, bias = 0, scale_a = 0, scale_b = 0;
+  bool has_bias = false, has_scale_a = false, has_scale_b = false;
+  int bits_a = 32, bits_b = 32, bits_c = 32;  // element widths charged to the cost model
   bool rhs_transposed = false;
   Epilogue epilogue = Epilogue::kNone;
   int64_t out_ndim = 0;

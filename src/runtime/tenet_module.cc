@@ -7,6 +7,7 @@
 #include <tvm/ffi/reflection/registry.h>
 #include <tvm/ffi/string.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <ostream>
@@ -26,11 +27,25 @@ namespace ffi = tvm::ffi;
 
 namespace {
 
-/*! \brief A compact row-major float buffer seen by one GEMM step. */
+/*! \brief A compact row-major buffer seen by one GEMM step. */
 struct View {
-  float* data = nullptr;
+  void* data = nullptr;
+  DLDataType dtype{};
   std::vector<int64_t> shape;
 };
+
+constexpr DLDataType kFloat32{kDLFloat, 32, 1};
+constexpr DLDataType kInt8{kDLInt, 8, 1};
+// Quantization scales are charged as float16 side data.
+constexpr int64_t kScaleBits = 16;
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+const float* Floats(const View& v) { return static_cast<const float*>(v.data); }
 
 std::string ShapeStr(const std::vector<int64_t>& shape) {
   std::ostringstream os;
@@ -143,9 +158,22 @@ class TenetModuleObj : public ffi::ModuleObj {
       const Step& st = p.steps[s];
       const View& a = value(st.lhs);
       const View& b = value(st.rhs);
-      std::vector<int64_t> c_shape = OutputShape(p, s, a, b);
+      ExpectDType(p, s, "lhs", a, st.kind == StepKind::kInt8 ? kInt8 : kFloat32);
+      ExpectDType(p, s, "rhs", b, st.kind == StepKind::kFloat ? kFloat32 : kInt8);
+      // The weight of a quantized step is [N, K] (or [N, K/G, G] per group), used transposed.
+      std::vector<int64_t> b_logical = b.shape;
+      if (st.kind == StepKind::kDequantGroup) {
+        if (b.shape.size() != 3) {
+          TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s
+                                    << " group weight has shape " << ShapeStr(b.shape)
+                                    << "; expected [N, K/G, G]";
+        }
+        b_logical = {b.shape[0], b.shape[1] * b.shape[2]};
+      }
+      const std::vector<int64_t> c_shape = OutputShape(p, s, a, b_logical);
       View c;
       c.shape = c_shape;
+      c.dtype = kFloat32;
       if (output_of_step[s] >= 0) {
         const View& out = outputs[output_of_step[s]];
         if (out.shape != c_shape) {
@@ -156,22 +184,50 @@ class TenetModuleObj : public ffi::ModuleObj {
         }
         c.data = out.data;
       } else {
-        int64_t elems = 1;
-        for (int64_t d : c_shape) elems *= d;
-        scratch[s].resize(elems);
+        scratch[s].resize(Numel(c_shape));
         c.data = scratch[s].data();
       }
-      GemmArgs g;
-      g.a_shape = a.shape;
-      g.b_shape = b.shape;
-      g.c_shape = c_shape;
-      g.b_transposed = st.rhs_transposed;
-      g.epilogue = st.epilogue;
-      g.a = a.data;
-      g.b = b.data;
-      g.c = c.data;
-      if (st.has_bias) g.bias = CheckBias(p, s, value(st.bias), c_shape.back());
-      gemm_.Run(g);
+      const float* bias = st.has_bias ? CheckBias(p, s, value(st.bias), c_shape.back()) : nullptr;
+      const int64_t n = c_shape.back(), k = a.shape.back();
+      int64_t scale_b_elems = 0;
+      if (st.kind == StepKind::kInt8) {
+        RunInt8Step(p, s, a, b, value(st.scale_a), value(st.scale_b), bias, c);
+        scale_b_elems = Numel(value(st.scale_b).shape);
+      } else {
+        std::vector<float> dequantized;
+        const void* weight = b.data;
+        if (st.kind != StepKind::kFloat) {
+          const View& scale = value(st.scale_b);
+          ExpectDType(p, s, "weight scale", scale, kFloat32);
+          scale_b_elems = Numel(scale.shape);
+          dequantized.resize(Numel(b_logical));
+          if (st.kind == StepKind::kDequantChannel) {
+            ExpectShape(p, s, "weight scale", scale, {n});
+            DequantizeChannel(static_cast<const int8_t*>(b.data), Floats(scale), n, k,
+                              dequantized.data());
+          } else {
+            ExpectShape(p, s, "group scale", scale, {b.shape[0], b.shape[1], 1});
+            if (!DequantizeGroup(static_cast<const int8_t*>(b.data), Floats(scale), b.shape[0],
+                                 b.shape[1], b.shape[2], dequantized.data())) {
+              TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s << " ("
+                                        << st.name << "): a group-quantized weight holds "
+                                        << "values outside the int4 range [-8, 7]";
+            }
+          }
+          weight = dequantized.data();
+        }
+        GemmArgs g;
+        g.a_shape = a.shape;
+        g.b_shape = b_logical;
+        g.c_shape = c_shape;
+        g.b_transposed = st.rhs_transposed;
+        g.epilogue = st.epilogue;
+        g.a = Floats(a);
+        g.b = static_cast<const float*>(weight);
+        g.c = static_cast<float*>(c.data);
+        g.bias = bias;
+        gemm_.Run(g);
+      }
       produced[s] = c;
       if (charging) {
         LedgerEntry e;
@@ -179,28 +235,93 @@ class TenetModuleObj : public ffi::ModuleObj {
         e.program = program_index;
         e.step = static_cast<uint32_t>(s);
         e.tag = ledger_.CurrentTag();
-        e.shape = ShapeKey(p, st, a, c_shape);
-        e.cost = costs_.Get(e.shape);
+        e.shape = ShapeKey(st, c_shape, k, scale_b_elems);
+        if (e.shape.batch > 0 && e.shape.m > 0 && e.shape.n > 0 && e.shape.k > 0) {
+          try {
+            e.cost = costs_.Get(e.shape);
+          } catch (const std::exception& err) {
+            TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s << " ("
+                                      << st.name << "): the cost model refused the call: "
+                                      << err.what();
+          }
+        }
         entries.push_back(std::move(e));
       }
     }
     if (charging) ledger_.Append(&entries);
   }
 
-  GemmKey ShapeKey(const Program& p, const Step& st, const View& a,
-                   const std::vector<int64_t>& c_shape) const {
+  void RunInt8Step(const Program& p, size_t s, const View& a, const View& b, const View& sa,
+                   const View& sb, const float* bias, const View& c) {
+    const Step& st = p.steps[s];
+    const int64_t n = c.shape.back(), k = a.shape.back();
+    const int64_t rows = Numel(c.shape) / std::max<int64_t>(n, 1);
+    if (b.shape.size() != 2 || !st.rhs_transposed || c.shape.size() != a.shape.size()) {
+      TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s
+                                << " int8 GEMM needs a [N, K] weight used transposed";
+    }
+    ExpectDType(p, s, "activation scale", sa, kFloat32);
+    ExpectDType(p, s, "weight scale", sb, kFloat32);
+    std::vector<int64_t> per_token(a.shape.begin(), a.shape.end() - 1);
+    per_token.push_back(1);
+    const bool sa_per_row = !sa.shape.empty();
+    const bool sb_per_col = !sb.shape.empty();
+    if (sa_per_row) ExpectShape(p, s, "activation scale", sa, per_token);
+    if (sb_per_col) ExpectShape(p, s, "weight scale", sb, {n});
+    std::vector<int32_t> acc(rows * n);
+    Int8GemmArgs g;
+    g.rows = rows;
+    g.n = n;
+    g.k = k;
+    g.a = static_cast<const int8_t*>(a.data);
+    g.b = static_cast<const int8_t*>(b.data);
+    g.c = acc.data();
+    gemm_.RunInt8(g);
+    Int8Epilogue(acc.data(), rows, n, Floats(sa), sa_per_row, Floats(sb), sb_per_col, bias,
+                 st.epilogue, static_cast<float*>(c.data));
+  }
+
+  void ExpectDType(const Program& p, size_t s, const char* role, const View& v,
+                   DLDataType want) const {
+    if (!SameDType(v.dtype, want)) {
+      TVM_FFI_THROW(TypeError) << "tenet: " << p.symbol << ": step " << s << " ("
+                               << p.steps[s].name << "): " << role << " has dtype "
+                               << ffi::DLDataTypeToString(v.dtype) << "; expected "
+                               << ffi::DLDataTypeToString(want);
+    }
+  }
+
+  void ExpectShape(const Program& p, size_t s, const char* role, const View& v,
+                   const std::vector<int64_t>& want) const {
+    if (v.shape != want) {
+      TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s << " ("
+                                << p.steps[s].name << "): " << role << " has shape "
+                                << ShapeStr(v.shape) << "; expected " << ShapeStr(want);
+    }
+  }
+
+  // Charged sizes: the element widths of the step's scheme, its scales as side data read
+  // once (float16, as MLC-LLM, GPTQ and AWQ store them), and the non-MAC work the scheme
+  // adds: one multiply per weight to dequantize it, or for int8 GEMMs the on-chip
+  // max-abs reduction and quantization of the activation (2 ops per element) and the
+  // dequantization of the output (1 op per element).
+  GemmKey ShapeKey(const Step& st, const std::vector<int64_t>& c_shape, int64_t k,
+                   int64_t scale_b_elems) const {
     GemmKey key{};
     key.batch = 1;
     for (size_t i = 0; i + 2 < c_shape.size(); ++i) key.batch *= c_shape[i];
     key.m = c_shape[c_shape.size() - 2];
     key.n = c_shape.back();
-    key.k = a.shape.back();
-    auto bits = [&](ValueRef ref) {
-      return ref >= 0 ? p.inputs[ref].dtype.bits : 32;  // intermediates are float32
-    };
-    key.bits_a = bits(st.lhs);
-    key.bits_b = bits(st.rhs);
-    key.bits_c = 32;
+    key.k = k;
+    key.bits_a = st.bits_a;
+    key.bits_b = st.bits_b;
+    key.bits_c = st.bits_c;
+    key.extra_read_bits = scale_b_elems * kScaleBits;
+    if (st.kind == StepKind::kDequantChannel || st.kind == StepKind::kDequantGroup) {
+      key.extra_ops = key.n * key.k;
+    } else if (st.kind == StepKind::kInt8) {
+      key.extra_ops = key.batch * key.m * (2 * key.k + key.n);
+    }
     return key;
   }
 
@@ -247,20 +368,25 @@ class TenetModuleObj : public ffi::ModuleObj {
     if (expected > 0 && t->data == nullptr) {
       TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": " << what << " has no data";
     }
-    v.data = reinterpret_cast<float*>(static_cast<char*>(t->data) + t->byte_offset);
+    v.data = static_cast<char*>(t->data) + t->byte_offset;
+    v.dtype = t->dtype;
     return v;
   }
 
-  std::vector<int64_t> OutputShape(const Program& p, size_t s, const View& a, const View& b) {
+  // The output shape of step s from its lhs and (logical, stored-orientation) rhs shapes.
+  std::vector<int64_t> OutputShape(const Program& p, size_t s, const View& lhs,
+                                   const std::vector<int64_t>& rhs_shape) {
     const Step& st = p.steps[s];
-    const size_t ra = a.shape.size(), rb = b.shape.size();
-    const int64_t k_a = a.shape[ra - 1];
-    const int64_t k_b = st.rhs_transposed ? b.shape[rb - 1] : b.shape[rb - 2];
-    const int64_t n = st.rhs_transposed ? b.shape[rb - 2] : b.shape[rb - 1];
+    const std::vector<int64_t>& a = lhs.shape;
+    const std::vector<int64_t>& b = rhs_shape;
+    const size_t ra = a.size(), rb = b.size();
+    const int64_t k_a = a[ra - 1];
+    const int64_t k_b = st.rhs_transposed ? b[rb - 1] : b[rb - 2];
+    const int64_t n = st.rhs_transposed ? b[rb - 2] : b[rb - 1];
     if (k_a != k_b) {
       TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s << " (" << st.name
-                                << "): lhs " << ShapeStr(a.shape) << " and rhs "
-                                << ShapeStr(b.shape) << (st.rhs_transposed ? " (transposed)" : "")
+                                << "): lhs " << ShapeStr(a) << " and rhs "
+                                << ShapeStr(b) << (st.rhs_transposed ? " (transposed)" : "")
                                 << " disagree on the reduction length (" << k_a << " vs " << k_b
                                 << ")";
     }
@@ -273,29 +399,28 @@ class TenetModuleObj : public ffi::ModuleObj {
     std::vector<int64_t> c(rank, 1);
     for (size_t i = 0; i + 2 < rank; ++i) {
       const size_t from_end = rank - i;  // position counted from the right
-      const int64_t da = from_end <= ra ? a.shape[ra - from_end] : 1;
-      const int64_t db = from_end <= rb ? b.shape[rb - from_end] : 1;
+      const int64_t da = from_end <= ra ? a[ra - from_end] : 1;
+      const int64_t db = from_end <= rb ? b[rb - from_end] : 1;
       if (da != db && da != 1 && db != 1) {
         TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s << " ("
-                                  << st.name << "): batch dims of lhs " << ShapeStr(a.shape)
-                                  << " and rhs " << ShapeStr(b.shape) << " do not broadcast";
+                                  << st.name << "): batch dims of lhs " << ShapeStr(a)
+                                  << " and rhs " << ShapeStr(b) << " do not broadcast";
       }
       c[i] = da == 1 ? db : da;
     }
-    c[rank - 2] = a.shape[ra - 2];
+    c[rank - 2] = a[ra - 2];
     c[rank - 1] = n;
     return c;
   }
 
   const float* CheckBias(const Program& p, size_t s, const View& bias, int64_t n) {
-    int64_t elems = 1;
-    for (int64_t d : bias.shape) elems *= d;
-    if (bias.shape.empty() || bias.shape.back() != n || elems != n) {
+    ExpectDType(p, s, "bias", bias, kFloat32);
+    if (bias.shape.empty() || bias.shape.back() != n || Numel(bias.shape) != n) {
       TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s << " ("
                                 << p.steps[s].name << "): bias shape " << ShapeStr(bias.shape)
                                 << " is not a vector of the " << n << " output columns";
     }
-    return bias.data;
+    return Floats(bias);
   }
 
   Descriptor descriptor_;

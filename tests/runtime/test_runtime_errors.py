@@ -85,8 +85,9 @@ def test_wrong_dtype_through_the_vm_is_an_exception(linear):
 
 
 def _descriptor(**overrides) -> str:
-    step = {"pattern": "p", "name": "n", "lhs": 0, "rhs": 1, "bias": None,
-            "rhs_transposed": False, "epilogue": "none", "out_ndim": 2}
+    step = {"pattern": "p", "name": "n", "kind": "float", "scheme": "none", "lhs": 0, "rhs": 1,
+            "bias": None, "scale_a": None, "scale_b": None, "rhs_transposed": False,
+            "epilogue": "none", "out_ndim": 2, "bits": [32, 32, 32]}
     step.update(overrides.pop("step", {}))
     func = {"symbol": "f", "inputs": [{"dtype": "float32", "ndim": 2}] * 2, "steps": [step],
             "outputs": [{"dtype": "float32", "ndim": 2, "source": -1}]}
@@ -104,10 +105,14 @@ def _descriptor(**overrides) -> str:
         (lambda: _descriptor(step={"lhs": 3}), "refers to value 3"),
         (lambda: _descriptor(step={"rhs": -1}), "refers to value -1"),
         (lambda: _descriptor(step={"epilogue": "swish"}), "unknown epilogue 'swish'"),
+        (lambda: _descriptor(step={"kind": "fp8"}), "unknown step kind 'fp8'"),
+        (lambda: _descriptor(step={"kind": "int8"}), "has the wrong scales"),
+        (lambda: _descriptor(step={"bits": [8, 0, 8]}), "bits must be integers in [1, 64]"),
         (lambda: _descriptor(cost_config="pe_domain = {PE[p]: 0<=p<"),
          "invalid hardware/dataflow config"),
     ],
-    ids=["json", "version", "fields", "forward-ref", "self-ref", "epilogue", "config"],
+    ids=["json", "version", "fields", "forward-ref", "self-ref", "epilogue", "kind", "scales",
+         "bits", "config"],
 )
 def test_malformed_descriptor(text, message):
     create = tvm.get_global_func("tenet_byoc.runtime.create_module")
