@@ -37,6 +37,7 @@ class LedgerEntry:
     pattern: str  #: the composite pattern, e.g. ``tenet.matmul_transposed_bias``
     name: str  #: the step's name in the partitioned module
     phase: str  #: the tag set with :func:`set_phase` when the call ran ("" if none)
+    scheme: str  #: the quantization scheme of the call ("none" for float32)
     batch: int
     m: int
     n: int
@@ -44,6 +45,8 @@ class LedgerEntry:
     bits_a: int
     bits_b: int
     bits_c: int
+    extra_read_bits: int  #: side data (quantization scales) read once per call
+    extra_ops: int  #: non-MAC work: dequantization, activation max-abs and quantization
     macs: int
     cycles: int  #: the trusted latency in cycles (compute + stalls, see README)
     compute_cycles: int
@@ -67,6 +70,11 @@ class LedgerEntry:
     @property
     def offchip_bytes(self) -> float:
         return self.offchip_read_bytes + self.offchip_write_bytes
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of the B operand (a linear layer's weight) and its scales, each once."""
+        return (self.batch * self.k * self.n * self.bits_b + self.extra_read_bits) / 8
 
 
 #: The scalar columns of a ledger table, in order (per-tensor traffic is flattened after them).
@@ -140,9 +148,11 @@ class Ledger:
         return _totals(self.entries)
 
     def group_by(self, key: str) -> dict[str, Totals]:
-        """Totals per value of ``key``: ``"symbol"``, ``"pattern"``, ``"name"`` or ``"phase"``."""
-        if key not in ("symbol", "pattern", "name", "phase"):
-            raise ValueError(f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase")
+        """Totals per value of ``key``: symbol, pattern, name, phase or scheme."""
+        if key not in ("symbol", "pattern", "name", "phase", "scheme"):
+            raise ValueError(
+                f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase or scheme"
+            )
         groups: dict[str, list[LedgerEntry]] = {}
         for e in self.entries:
             groups.setdefault(getattr(e, key), []).append(e)
@@ -242,7 +252,9 @@ def _parse(doc: dict, module: tvm.runtime.Module) -> list[LedgerEntry]:
     costs = doc["costs"]
     funcs = doc["functions"]
     entries = []
-    for call, prog, step, tag, batch, m, n, k, ba, bb, bc, cost_id in doc["entries"]:
+    for call, prog, step, tag, batch, m, n, k, ba, bb, bc, cost_id, xbits, xops in doc["entries"]:
+        if cost_id < 0:
+            continue  # an empty GEMM (a zero dim): nothing to charge
         c = costs[cost_id]
         tensors = {
             name: TensorTraffic(
@@ -257,8 +269,9 @@ def _parse(doc: dict, module: tvm.runtime.Module) -> list[LedgerEntry]:
         entries.append(
             LedgerEntry(
                 call_index=call, symbol=funcs[prog]["symbol"], pattern=s["pattern"],
-                name=s["name"], phase=tags[tag], batch=batch, m=m, n=n, k=k, bits_a=ba,
-                bits_b=bb, bits_c=bc, macs=c["macs"], cycles=c["cycles"],
+                name=s["name"], phase=tags[tag], scheme=s["scheme"], batch=batch, m=m, n=n, k=k,
+                bits_a=ba, bits_b=bb, bits_c=bc, extra_read_bits=xbits, extra_ops=xops,
+                macs=c["macs"], cycles=c["cycles"],
                 compute_cycles=c["compute_cycles"], stall_cycles=c["stall_cycles"],
                 tenet_delay=c["delay"], ingress_delay=c["ingress_delay"],
                 egress_delay=c["egress_delay"], compute_delay=c["compute_delay"],

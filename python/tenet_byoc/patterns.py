@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tvm import relax, tirx
+from tvm.ir.expr import GenericConst
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import DFPattern, is_op, wildcard
@@ -218,7 +219,7 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
         if len(wshape) != 2 or int(attrs.axis) not in (0, -2) or attrs.out_dtype != "float32":
             return "dequantize must be per output channel (axis 0 of a [N, K] weight) to float32"
         zp = ann["zp"]
-        if not isinstance(zp, relax.Constant) or zp.data.numpy().any():
+        if not isinstance(zp, GenericConst) or zp.value.numpy().any():
             return "only a constant zero point of 0 (symmetric quantization) is supported"
         if _shape(scale) != [n] or _dtype(scale) != "float32":
             return f"the scale must be float32 [{n}]"

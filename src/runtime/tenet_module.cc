@@ -484,7 +484,8 @@ std::string TenetModuleObj::LedgerJson() const {
     os << (i ? "," : "") << "{\"symbol\":" << JsonString(p.symbol) << ",\"steps\":[";
     for (size_t s = 0; s < p.steps.size(); ++s) {
       os << (s ? "," : "") << "{\"pattern\":" << JsonString(p.steps[s].pattern)
-         << ",\"name\":" << JsonString(p.steps[s].name) << '}';
+         << ",\"name\":" << JsonString(p.steps[s].name)
+         << ",\"scheme\":" << JsonString(p.steps[s].scheme) << '}';
     }
     os << "]}";
   }
@@ -502,7 +503,8 @@ std::string TenetModuleObj::LedgerJson() const {
     os << (i ? "," : "") << '[' << e.call_index << ',' << e.program << ',' << e.step << ','
        << e.tag << ',' << e.shape.batch << ',' << e.shape.m << ',' << e.shape.n << ','
        << e.shape.k << ',' << e.shape.bits_a << ',' << e.shape.bits_b << ',' << e.shape.bits_c
-       << ',' << (e.cost ? static_cast<int64_t>(cost_ids.at(e.cost.get())) : -1) << ']';
+       << ',' << (e.cost ? static_cast<int64_t>(cost_ids.at(e.cost.get())) : -1) << ','
+       << e.shape.extra_read_bits << ',' << e.shape.extra_ops << ']';
   }
   os << "]}";
   return os.str();

@@ -1,0 +1,162 @@
+"""Each quantization scheme: offloaded build vs TVM's own build, hand-counted bytes, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from relax_testing import matmul_module, offloaded_symbols, run
+from tvm import relax
+
+import tenet_byoc
+from tenet_byoc.quantization import SCHEMES, QuantScheme, quantize, quantize_weight
+
+QUANTIZED = [name for name in SCHEMES if name != "none"]
+FORM = {
+    "w8a8_per_tensor": "tenet.int8_matmul_dequantize",
+    "w8a8_per_channel_per_token": "tenet.int8_matmul_dequantize",
+    "w8a16_per_channel": "tenet.dequantize_matmul_channel",
+    "w4a16_group32": "tenet.dequantize_matmul_group",
+    "w4a16_group64": "tenet.dequantize_matmul_group",
+    "w4a16_group128": "tenet.dequantize_matmul_group",
+}
+
+
+def linear(x_shape, n, rng, *, bias=True, activation=None):
+    """A linear layer with its weight (and bias) bound as constants: main(x)."""
+    k = x_shape[-1]
+    mod = matmul_module(x_shape, (n, k), transposed=True, bias=bias, activation=activation)
+    params = {"w": rng.standard_normal((n, k)).astype("float32")}
+    if bias:
+        params["b"] = rng.standard_normal(n).astype("float32")
+    return relax.transform.BindParams("main", params)(mod), params
+
+
+def gemm_error_bound(x, w, rtol=1e-5):
+    """rtol times |x| @ |w|^T: the scale of a GEMM's rounding error, cancellation or not."""
+    return rtol * (np.abs(x).astype("float64") @ np.abs(w).T.astype("float64")) + 1e-30
+
+
+@pytest.mark.parametrize("scheme", QUANTIZED)
+@pytest.mark.parametrize(
+    "x_shape,n,activation",
+    [((1, 96), 40, None), ((7, 160), 33, "relu"), ((2, 5, 200), 64, "gelu_tanh"),
+     ((3, 100), 17, None)],  # K = 100 and 200: not a multiple of 32/64/128, padded
+)
+def test_scheme_matches_tvm(scheme, x_shape, n, activation, rng):
+    mod, params = linear(x_shape, n, rng, activation=activation)
+    qmod = quantize(mod, scheme)
+    names = offloaded_symbols(qmod)
+    assert len(names) == 1 and names[0].startswith(FORM[scheme]), names
+    x = rng.standard_normal(x_shape).astype("float32")
+    got = run(tenet_byoc.build(qmod), x)
+    want = run(tenet_byoc.build(qmod, offload=False), x)
+    if scheme.startswith("w8a8") and activation is None:
+        # Integer GEMM, then the same float multiplications in the same order: bit-exact.
+        np.testing.assert_array_equal(got, want)
+    else:
+        bound = gemm_error_bound(x.reshape(-1, x_shape[-1]), params["w"]).reshape(got.shape)
+        assert np.all(np.abs(got - want) <= bound + 1e-5 * np.abs(want))
+    # The scheme approximates the float layer: a loose sanity bound on the quantization error.
+    float_out = run(tenet_byoc.build(mod, offload=False), x)
+    rel = np.abs(got - float_out).max() / np.abs(float_out).max()
+    assert rel < (0.25 if "w4" in scheme else 0.08), rel
+
+
+def test_int8_accumulators_are_exact(rng):
+    """With unit scales the output is the int32 accumulator itself: compare with numpy."""
+    m, k, n = 9, 300, 70
+    xq = relax.Var("xq", relax.TensorType((m, k), "int8"))
+    wq = rng.integers(-127, 128, (n, k)).astype("int8")
+    one = relax.const(np.float32(1.0))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [xq]):
+        with bb.dataflow():
+            acc = bb.emit(relax.op.matmul(xq, bb.emit(relax.op.permute_dims(relax.const(wq))),
+                                          out_dtype="int32"))
+            y = bb.emit(relax.op.multiply(bb.emit(relax.op.astype(acc, "float32")), one))
+            out = bb.emit_output(relax.op.multiply(y, one))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert offloaded_symbols(mod) == ["tenet.int8_matmul_dequantize"]
+    x = rng.integers(-127, 128, (m, k)).astype("int8")
+    got = run(tenet_byoc.build(mod), x)
+    np.testing.assert_array_equal(got, (x.astype("int64") @ wq.T.astype("int64")).astype("float32"))
+
+
+HAND_COUNT = {  # bytes of a [N, K] weight and its float16 scales, by scheme
+    "none": lambda n, k: n * k * 4,
+    "w8a8_per_tensor": lambda n, k: n * k + 2,
+    "w8a8_per_channel_per_token": lambda n, k: n * k + 2 * n,
+    "w8a16_per_channel": lambda n, k: n * k + 2 * n,
+    "w4a16_group32": lambda n, k: n * k // 2 + 2 * n * k // 32,
+    "w4a16_group64": lambda n, k: n * k // 2 + 2 * n * k // 64,
+    "w4a16_group128": lambda n, k: n * k // 2 + 2 * n * k // 128,
+}
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_weight_bytes_equal_hand_count(scheme, rng):
+    """A 768x3072 layer (GPT-2's c_fc) at one token: its weight is read exactly once."""
+    k, n = 768, 3072
+    mod, _ = linear((1, k), n, rng, bias=False)
+    vm = relax.VirtualMachine(tenet_byoc.build(quantize(mod, scheme)), tvm.cpu())
+    vm["main"](tvm.runtime.tensor(rng.standard_normal((1, k)).astype("float32")))
+    (entry,) = tenet_byoc.ledger(vm).entries
+    assert entry.scheme == scheme
+    assert entry.weight_bytes == HAND_COUNT[scheme](n, k)
+    # With one row of A, the cost model moves each weight element on chip exactly once.
+    assert entry.tensors["B"].offchip_bytes + entry.extra_read_bits / 8 == HAND_COUNT[scheme](n, k)
+
+
+def test_quantize_weight_reconstructs(rng):
+    w = rng.standard_normal((12, 64)).astype("float32")
+    for name, bound in [("w8a16_per_channel", 1 / 254), ("w4a16_group32", 1 / 14)]:
+        q, scale = quantize_weight(w, SCHEMES[name])
+        recon = (q * scale).reshape(w.shape) if q.ndim == 3 else q * scale[:, None]
+        # Symmetric rounding: error at most half a step, a step being max|w| / qmax per scale.
+        step_max = np.abs(w).max() * 2 * bound
+        assert np.abs(recon - w).max() <= step_max / 2 + 1e-6
+
+
+def test_unknown_scheme():
+    with pytest.raises(ValueError, match="unknown quantization scheme 'w3a5'.*available"):
+        quantize(tvm.IRModule(), "w3a5")
+
+
+def test_group_size_must_divide_k_for_quantize_weight():
+    with pytest.raises(ValueError, match="group size 128 does not divide K=100"):
+        quantize_weight(np.ones((4, 100), "float32"), SCHEMES["w4a16_group128"])
+
+
+def test_parameter_weight_is_refused(rng):
+    mod = matmul_module((2, 16), (8, 16), transposed=True)
+    with pytest.raises(ValueError, match="weight w of a linear layer is a function parameter"):
+        quantize(mod, "w8a16_per_channel")
+
+
+def test_unsupported_scheme_definition():
+    with pytest.raises(ValueError, match="has no runtime kernel"):
+        QuantScheme("w4a8", 4, "group", 8, "tensor", 32)
+    with pytest.raises(ValueError, match="group_size=0 must be > 0"):
+        QuantScheme("g", 4, "group", 16, "none", 0)
+
+
+def test_int4_range_is_checked_at_run_time(rng):
+    """A group-form weight with a value outside [-8, 7] is not int4: the runtime says so."""
+    n, groups, g = 4, 2, 8
+    wq = np.full((n, groups, g), 100, "int8")
+    scale = np.ones((n, groups, 1), "float32")
+    x = relax.Var("x", relax.TensorType((2, groups * g), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            w = bb.emit(relax.op.astype(relax.const(wq), "float32"))
+            w = bb.emit(relax.op.reshape(bb.emit(relax.op.multiply(w, relax.const(scale))),
+                                         (n, groups * g)))
+            out = bb.emit_output(relax.op.matmul(x, bb.emit(relax.op.permute_dims(w))))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert offloaded_symbols(mod) == ["tenet.dequantize_matmul_group"]
+    with pytest.raises(ValueError, match=r"outside the int4 range \[-8, 7\]"):
+        run(tenet_byoc.build(mod), np.ones((2, groups * g), "float32"))
