@@ -185,6 +185,18 @@ void GemmEngine::RunInt8(const Int8GemmArgs& g) {
     std::fill(g.c, g.c + g.rows * g.n, 0);
     return;
   }
+  if (g.rows <= kMaxGemvRows) {
+    // As for float32: the BLAS-style kernel streams the weight faster for a few rows
+    // (measured 24 us for 1x768x2304, half of numpy's float32 time).
+    const int32_t no_offset = 0;
+    const dnnl_status_t status =
+        dnnl_gemm_s8s8s32('N', 'T', 'F', g.rows, g.n, g.k, 1.f, g.a, g.k, 0, g.b, g.k, 0, 0.f,
+                          g.c, g.n, &no_offset);
+    if (status != dnnl_success) {
+      throw std::runtime_error("dnnl_gemm_s8s8s32 failed with status " + std::to_string(status));
+    }
+    return;
+  }
   const memory::desc a_md({g.rows, g.k}, memory::data_type::s8, {g.k, 1});
   const memory::desc b_md({g.k, g.n}, memory::data_type::s8, {1, g.k});  // stored [n, k]
   const memory::desc c_md({g.rows, g.n}, memory::data_type::s32, {g.n, 1});
