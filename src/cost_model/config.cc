@@ -130,12 +130,16 @@ Dataflow Dataflow::Preset(const std::string& name, int64_t rows, int64_t cols,
   if (name == "ws") { p = "k"; q = "j"; l = "i"; outer1 = "floor(j/" + C + ")"; outer2 = "floor(k/" + R + ")"; }
   if (name == "is") { p = "k"; q = "i"; l = "j"; outer1 = "floor(i/" + C + ")"; outer2 = "floor(k/" + R + ")"; }
   df.space = "{S[i,j,k]->PE[" + p + "%" + R + ", " + q + "%" + C + "]}";
+  // The stamp is written in TENET's term order (os: i%R+j%C+k, ws: i+j%C+k%R), so TENET's
+  // matmul_systolic_*.m files are recognised as presets.
+  const std::string lt = t == 0 ? l : l + "%" + T;
+  const std::string stamp = name == "os" ? p + "%" + R + "+" + q + "%" + C + "+" + lt
+                                         : lt + "+" + q + "%" + C + "+" + p + "%" + R;
   if (t == 0) {
-    df.time = "{S[i,j,k]->T[" + outer1 + ", " + outer2 + ", " + p + "%" + R + "+" + q + "%" +
-              C + "+" + l + "]}";
+    df.time = "{S[i,j,k]->T[" + outer1 + ", " + outer2 + ", " + stamp + "]}";
   } else {
-    df.time = "{S[i,j,k]->T[" + outer1 + ", " + outer2 + ", floor(" + l + "/" + T + "), " + p +
-              "%" + R + "+" + q + "%" + C + "+" + l + "%" + T + "]}";
+    df.time = "{S[i,j,k]->T[" + outer1 + ", " + outer2 + ", floor(" + l + "/" + T + "), " +
+              stamp + "]}";
   }
   return df;
 }
