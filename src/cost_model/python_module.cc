@@ -80,7 +80,7 @@ PYBIND11_MODULE(_cost_model, m) {
       .def_readonly("name", &Dataflow::name)
       .def_readonly("space", &Dataflow::space)
       .def_readonly("time", &Dataflow::time)
-      .def_readonly("preset", &Dataflow::preset)
+      .def_readonly("preset_name", &Dataflow::preset)
       .def_readonly("rows", &Dataflow::rows)
       .def_readonly("cols", &Dataflow::cols)
       .def_readonly("tiling", &Dataflow::tiling)
