@@ -62,7 +62,7 @@ SEED = int(os.environ.get("TENET_ORACLE_SEED", random.SystemRandom().randrange(1
 
 @pytest.mark.parametrize("seed", [SEED])
 def test_random_sample_against_isl(seed):
-    for case in random_cases(seed, 10):
+    for case in random_cases(seed, 20):
         check_case(*case)
 
 
