@@ -273,33 +273,30 @@ Core FastGemm(const FoldPlan& f, const GemmMatch& g) {
       }
   // Between folds: the first stamp of a fold (PE (0,0) only) has the last stamp of the
   // previous fold (PE (r-1,c-1) only) as its previous stamp; they are the same PE, hence
-  // neighbours, only when that fold is 1x1.
+  // neighbours, only when that fold is 1x1. Then the two instances share the stationary
+  // element iff they share (P, Q), the row-flowing one iff (P, L), the column-flowing one
+  // iff (Q, L). Counted in closed form over the 1x1 folds (no loop over folds).
   const int64_t nP = CeilDiv(f.SP, f.R), nQ = CeilDiv(f.SQ, f.C), nL = CeilDiv(f.SL, f.t);
-  std::vector<int64_t> ps, qs;
-  for (int64_t b = 0; b < nP; ++b)
-    if (std::min(f.R, f.SP - b * f.R) == 1) ps.push_back(b);
-  for (int64_t b = 0; b < nQ; ++b)
-    if (std::min(f.C, f.SQ - b * f.C) == 1) qs.push_back(b);
-  for (int64_t bp : ps)
-    for (int64_t bq : qs)
-      for (int64_t bl = 0; bl < nL; ++bl) {
-        int64_t np = bp, nq = bq, nl = bl + 1;
-        if (nl == nL) {
-          nl = 0;
-          if (f.p_outer) {
-            if (++nq == nQ) { nq = 0; if (++np == nP) continue; }
-          } else {
-            if (++np == nP) { np = 0; if (++nq == nQ) continue; }
-          }
-        }
-        const int64_t L1 = std::min(f.t, f.SL - bl * f.t);
-        int64_t i1, j1, k1, i2, j2, k2;
-        f.ToIJK(bp * f.R, bq * f.C, bl * f.t + L1 - 1, &i1, &j1, &k1);
-        f.ToIJK(np * f.R, nq * f.C, nl * f.t, &i2, &j2, &k2);
-        const bool same[3] = {i1 == i2 && k1 == k2, k1 == k2 && j1 == j2, i1 == i2 && j1 == j2};
-        for (int x = 0; x < 3; ++x)
-          if (same[x]) { tc[x].unique -= 1; tc[x].temporal += 1; }
-      }
+  const bool lastP1 = f.SP - (nP - 1) * f.R == 1, lastQ1 = f.SQ - (nQ - 1) * f.C == 1;
+  const int64_t nps = f.R == 1 ? nP : (lastP1 ? 1 : 0);  // P blocks one row high
+  const int64_t nqs = f.C == 1 ? nQ : (lastQ1 ? 1 : 0);  // Q blocks one column wide
+  const int64_t nps_not_last = nps - (lastP1 ? 1 : 0);
+  const int64_t nqs_not_last = nqs - (lastQ1 ? 1 : 0);
+  auto reuse = [&](TensorCounts& x, int64_t count) {
+    x.unique -= count;
+    x.temporal += count;
+  };
+  // Next fold is the next stream chunk: same P and Q, stream position L -> L+1.
+  reuse(S, nps * nqs * (nL - 1));
+  if (f.SL == 1) {  // the last chunk ends and the next starts at stream position 0
+    if (f.p_outer) {  // order (P, Q, L)
+      reuse(H, nps * nqs_not_last);                    // next Q block, same P
+      if (nQ == 1) reuse(V, nps_not_last * (lastQ1 ? 1 : 0));  // next P block, Q = 0
+    } else {  // order (Q, P, L)
+      reuse(V, nps_not_last * nqs);                    // next P block, same Q
+      if (nP == 1) reuse(H, (lastP1 ? 1 : 0) * nqs_not_last);  // next Q block, P = 0
+    }
+  }
   for (auto& t : tc) t.total = core.macs;
   core.active_pes = std::min(f.R, f.SP) * std::min(f.C, f.SQ);
   core.st_points = core.macs;
