@@ -1,6 +1,7 @@
 // The value types' constructors and validation, the presets, TENET file IO and the
 // configuration text format.
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -380,10 +381,10 @@ std::pair<Hardware, Dataflow> ParseConfig(const std::string& text) {
     return r;
   };
   auto to_d = [](const std::string& k, const std::string& v) {
-    size_t used = 0;
-    double r = 0;
-    try { r = std::stod(v, &used); } catch (...) { used = 0; }
-    if (used != v.size() || v.empty())
+    // strtod, not stod: stod refuses subnormal numbers that %.17g writes.
+    char* end = nullptr;
+    double r = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size())
       throw std::invalid_argument("configuration key '" + k + "': bad number '" + v + "'");
     return r;
   };

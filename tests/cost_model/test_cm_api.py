@@ -96,3 +96,13 @@ def test_general_statement_api():
     assert r.method == "enumerate"
     assert (r.tensors["X"].unique, r.tensors["X"].total) == (24, 24)
     assert (r.tensors["Y"].unique, r.tensors["Y"].spatial_reuse) == (6, 18 / 24)
+
+
+def test_config_round_trip_keeps_subnormal_and_odd_values():
+    hw = cm.Hardware(pe_domain="{PE[p]: 0<=p<3}", interconnect="{PE[p]->PE[p-1]}",
+                     bandwidth_bits=0.1, avg_latency=2.2250738585069563e-311,
+                     name="odd\nname=with\\escapes")
+    df = cm.Dataflow(space="{S[i]->PE[i%3]}", time="{S[i]->T[floor(i/3)]}", name="x=y")
+    hw2, df2 = cm.parse_config(cm.serialize_config(hw, df))
+    assert (hw2.avg_latency, hw2.bandwidth_bits, hw2.name) == (hw.avg_latency, 0.1, hw.name)
+    assert (df2.name, df2.space, df2.time) == (df.name, df.space, df.time)
