@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tenet_byoc import _cost_model as core
+from tenet_byoc import cost_model as cm
 
 VARS = ["i", "j", "k"]
 
@@ -88,3 +89,38 @@ def test_mutated_relations_never_crash(pos, junk, drop):
         core._apply_relation(text, [1, 2, 3])
     except ValueError as err:
         assert "'" in str(err)  # names the relation or the token
+
+
+def test_pathological_inputs_are_errors_not_crashes():
+    import pytest
+
+    deep = "{S[i]->T[" + "(" * 5000 + "i" + ")" * 5000 + "]}"
+    with pytest.raises(ValueError, match="nested too deeply"):
+        core._apply_relation(deep, [1])
+    long = "{S[i]->T[" + "+".join(["i"] * 20000) + "]}"
+    with pytest.raises(ValueError, match="expression too long"):
+        core._apply_relation(long, [1])
+    with pytest.raises(ValueError, match="integer constant too large"):
+        core._apply_relation("{S[i]->T[99999999999999999999*i]}", [1])
+    with pytest.raises(ValueError, match="integer overflow"):
+        core._apply_relation("{S[i]->T[9223372036854775807*i]}", [2])
+    with pytest.raises(ValueError, match="overflows int64"):
+        cm.Hardware(pe_domain="{PE[p]: -9000000000000000000<=p<9000000000000000000}",
+                    interconnect="{PE[p]->PE[p-1]}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(space=st.text(alphabet="ijk%+-*0123456789,() floor/", max_size=20),
+       time=st.text(alphabet="ijk%+-*0123456789,() floor/", max_size=20))
+def test_random_dataflows_analyse_or_raise(space, time):
+    # Whatever the maps, a small GEMM gives metrics or a ValueError, never a crash.
+    hw = cm.Hardware(pe_domain="{PE[p,q]: 0<=p<4 and 0<=q<4}",
+                     interconnect="{PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}",
+                     macs_per_pe_per_cycle=4)
+    try:
+        df = cm.Dataflow(space=f"{{S[i,j,k]->PE[{space}]}}", time=f"{{S[i,j,k]->T[{time}]}}")
+        r = cm.analyze_gemm(3, 4, 2, hw, df)
+    except ValueError:
+        return
+    assert r.macs == 24 and r.method == "enumerate"
+    assert sum(t.total for t in r.tensors.values()) <= 3 * 24
