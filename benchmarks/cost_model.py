@@ -45,8 +45,8 @@ def _identical(ours: cm.Metrics, ref) -> bool:
 def speed(reps: int) -> str:
     import isl_oracle
 
-    lines = ["| GEMM MxNxK | array | dataflow | ours C++ (us) | ours via Python (us) | "
-             "isl+barvinok (ms) | ratio (isl / ours C++) | identical |",
+    lines = [("| GEMM MxNxK | array | dataflow | ours C++ (us) | ours via Python (us) | "
+              "isl+barvinok (ms) | ratio (isl / ours C++) | identical |"),
              "|---|---|---|---:|---:|---:|---:|---|"]
     for m, n, k in GPT2_SHAPES:
         for size in ARRAYS:
@@ -82,9 +82,9 @@ SCALESIM_ARRAYS = [(8, 8), (16, 16), (8, 32), (32, 32)]
 def scalesim() -> str:
     import scalesim_ref
 
-    lines = ["| GEMM MxNxK | array | dataflow | SCALE-Sim cycles (rows of demand) | "
-             "SCALE-Sim report (last index) | ours cycles | TENET time steps | "
-             "SCALE-Sim reads A / B | ours off-chip A / B | match |",
+    lines = [("| GEMM MxNxK | array | dataflow | SCALE-Sim cycles (rows of demand) | "
+              "SCALE-Sim report (last index) | ours cycles | TENET time steps | "
+              "SCALE-Sim reads A / B | ours off-chip A / B | match |"),
              "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for m, n, k in SCALESIM_SHAPES:
         for rows, cols in SCALESIM_ARRAYS:

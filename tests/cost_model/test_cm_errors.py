@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from tenet_byoc import cost_model as cm
 
 HW = cm.Hardware.systolic(4, 4)

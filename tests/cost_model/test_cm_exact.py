@@ -7,7 +7,6 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tenet_byoc import cost_model as cm
 
 STREAM_KEY = {"os": "k", "ws": "m", "is": "n"}
@@ -34,7 +33,7 @@ def compare(m, n, k, rows, cols, preset, tile=None, bw=64.0, bits=(8, 8, 32)):
     hw = cm.Hardware.systolic(rows, cols, bandwidth_bits=bw)
     tiling = {STREAM_KEY[preset]: tile} if tile else {}
     df = cm.Dataflow.preset(preset, rows=rows, cols=cols, **tiling)
-    kw = dict(bits_a=bits[0], bits_b=bits[1], bits_c=bits[2])
+    kw = {"bits_a": bits[0], "bits_b": bits[1], "bits_c": bits[2]}
     fast = cm.analyze_gemm(m, n, k, hw, df, method="fast", **kw)
     ref = cm.analyze_gemm(m, n, k, hw, df, method="enumerate", **kw)
     assert_same(fast, ref, f"{m}x{n}x{k} {preset} {rows}x{cols} tile={tile}")

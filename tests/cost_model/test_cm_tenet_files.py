@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from tenet_byoc import cost_model as cm
 
 isl_oracle = pytest.importorskip("isl_oracle", reason="islpy-barvinok (test extra) missing")
