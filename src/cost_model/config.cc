@@ -185,8 +185,9 @@ void Validate(const GemmWorkload& w) {
   const int64_t lim = int64_t(1) << 31;
   if (w.m > lim || w.n > lim || w.k > lim || w.batch > lim)
     throw std::invalid_argument("GemmWorkload sizes must be below 2^31");
-  __int128 macs = static_cast<__int128>(w.batch) * w.m * w.n * w.k;
-  if (macs > (static_cast<__int128>(1) << 60))
+  int64_t macs = w.batch;
+  if (__builtin_mul_overflow(macs, w.m, &macs) || __builtin_mul_overflow(macs, w.n, &macs) ||
+      __builtin_mul_overflow(macs, w.k, &macs) || macs > (int64_t(1) << 60))
     throw std::invalid_argument("GemmWorkload batch*m*n*k exceeds 2^60 MACs");
 }
 

@@ -151,6 +151,32 @@ PYBIND11_MODULE(_cost_model, m) {
       .def_readonly("latency_us", &Metrics::latency_us)
       .def_readonly("method", &Metrics::method)
       .def_readonly("tensors", &Metrics::tensors)
+      .def("as_dict", [](const Metrics& x) {
+        py::dict d;
+        d["macs"] = x.macs; d["time_steps"] = x.time_steps; d["active_pes"] = x.active_pes;
+        d["num_pes"] = x.num_pes; d["avg_active_pes"] = x.avg_active_pes;
+        d["ingress_delay"] = x.ingress_delay; d["egress_delay"] = x.egress_delay;
+        d["compute_delay"] = x.compute_delay; d["compute_delay_exact"] = x.compute_delay_exact;
+        d["delay"] = x.delay; d["compute_cycles"] = x.compute_cycles;
+        d["stall_cycles"] = x.stall_cycles; d["cycles"] = x.cycles; d["folds"] = x.folds;
+        d["offchip_read_bits"] = x.offchip_read_bits;
+        d["offchip_write_bits"] = x.offchip_write_bits;
+        d["pe_utilization"] = x.pe_utilization;
+        d["bandwidth_bits_per_cycle"] = x.bandwidth_bits_per_cycle;
+        d["latency_us"] = x.latency_us; d["method"] = x.method;
+        py::dict tensors;
+        for (const auto& kv : x.tensors) {
+          const TensorMetrics& t = kv.second;
+          py::dict td;
+          td["is_write"] = t.is_write; td["bits"] = t.bits; td["total"] = t.total;
+          td["unique"] = t.unique; td["reuse_factor"] = t.reuse_factor;
+          td["spatial_reuse"] = t.spatial_reuse; td["temporal_reuse"] = t.temporal_reuse;
+          td["offchip_elements"] = t.offchip_elements; td["offchip_bits"] = t.offchip_bits;
+          tensors[py::str(kv.first)] = td;
+        }
+        d["tensors"] = tensors;
+        return d;
+      }, "All figures as a plain dict (tensors as nested dicts).")
       .def("__repr__", [](const Metrics& x) {
         return "Metrics(macs=" + std::to_string(x.macs) + ", time_steps=" +
                std::to_string(x.time_steps) + ", cycles=" + std::to_string(x.cycles) + ")";

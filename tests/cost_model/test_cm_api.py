@@ -105,3 +105,14 @@ def test_config_round_trip_keeps_subnormal_and_odd_values():
     hw2, df2 = cm.parse_config(cm.serialize_config(hw, df))
     assert (hw2.avg_latency, hw2.bandwidth_bits, hw2.name) == (hw.avg_latency, 0.1, hw.name)
     assert (df2.name, df2.space, df2.time) == (df.name, df.space, df.time)
+
+
+def test_as_dict_carries_every_field():
+    r = cm.analyze_gemm(9, 5, 7, cm.Hardware.systolic(4, 4), cm.Dataflow.preset("is", rows=4,
+                                                                               cols=4))
+    d = r.as_dict()
+    for key, value in d.items():
+        if key != "tensors":
+            assert getattr(r, key) == value, key
+    assert d["tensors"]["B"]["unique"] == r.tensors["B"].unique
+    assert sorted(d["tensors"]) == ["A", "B", "C"]
