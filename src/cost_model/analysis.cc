@@ -43,7 +43,8 @@ struct TensorCounts {
 // Everything Finish() needs about one execution.
 struct Core {
   int64_t macs = 0, time_steps = 0, active_pes = 0, st_points = 0;
-  int64_t exact_stamp_cycles = 0;  // sum over stamps of ceil(max per PE / mpc)
+  int64_t stamp_max_sum = 0;       // sum over stamps of the most instances on one PE
+  int64_t exact_stamp_cycles = 0;  // sum over stamps of ceil(that / mpc)
   int64_t systolic_cycles = -1;    // presets: sum over folds of per-fold cycles
   int64_t folds = 0;
   std::vector<TensorCounts> tensors;
@@ -300,7 +301,7 @@ Core FastGemm(const FoldPlan& f, const GemmMatch& g) {
   for (auto& t : tc) t.total = core.macs;
   core.active_pes = std::min(f.R, f.SP) * std::min(f.C, f.SQ);
   core.st_points = core.macs;
-  core.exact_stamp_cycles = core.time_steps;  // one instance per PE per stamp
+  core.stamp_max_sum = core.exact_stamp_cycles = core.time_steps;  // one per PE per stamp
   core.systolic_cycles = SystolicCycles(f, &core.folds);
   core.tensors.assign(tc, tc + 3);
   return core;
@@ -459,6 +460,7 @@ Core Enumerate(const Statement& st, const Hardware& hw, const Dataflow& df) {
     stamp_max = std::max(stamp_max, count);
     const bool last_of_stamp = y == n || inst_tid[order[y]] != inst_tid[order[x]];
     if (last_of_stamp) {
+      core.stamp_max_sum += stamp_max;
       core.exact_stamp_cycles += CeilDiv(stamp_max, mpc);
       stamp_max = 0;
     }
@@ -541,6 +543,7 @@ Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extr
     tm.temporal_reuse = core.macs ? static_cast<double>(t.temporal) / core.macs : 0;
     tm.offchip_elements = tm.unique;
     tm.offchip_bits = tm.unique * t.bits;
+    tm.offchip_bytes = tm.offchip_bits / 8.0;
     if (t.is_write) { m.offchip_write_bits += tm.offchip_bits; any_write = true; }
     else m.offchip_read_bits += tm.offchip_bits;
     m.tensors[t.name] = tm;
@@ -553,7 +556,8 @@ Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extr
   m.compute_delay = static_cast<double>(m.macs + extra_ops) / lanes;
   m.delay = std::max({m.ingress_delay, m.egress_delay, m.compute_delay});
   const int64_t extra_cycles = CeilDiv(extra_ops, lanes);
-  m.compute_delay_exact = core.exact_stamp_cycles * batch + extra_cycles;
+  m.compute_delay_exact = static_cast<double>(core.stamp_max_sum * batch) / mpc +
+                          static_cast<double>(extra_ops) / lanes;
   m.compute_cycles =
       (core.systolic_cycles >= 0 ? core.systolic_cycles : core.exact_stamp_cycles) * batch +
       extra_cycles;

@@ -124,6 +124,7 @@ PYBIND11_MODULE(_cost_model, m) {
       .def_readonly("temporal_reuse", &TensorMetrics::temporal_reuse)
       .def_readonly("offchip_elements", &TensorMetrics::offchip_elements)
       .def_readonly("offchip_bits", &TensorMetrics::offchip_bits)
+      .def_readonly("offchip_bytes", &TensorMetrics::offchip_bytes)
       .def("__repr__", [](const TensorMetrics& t) {
         return "TensorMetrics(total=" + std::to_string(t.total) + ", unique=" +
                std::to_string(t.unique) + ")";
@@ -172,6 +173,7 @@ PYBIND11_MODULE(_cost_model, m) {
           td["unique"] = t.unique; td["reuse_factor"] = t.reuse_factor;
           td["spatial_reuse"] = t.spatial_reuse; td["temporal_reuse"] = t.temporal_reuse;
           td["offchip_elements"] = t.offchip_elements; td["offchip_bits"] = t.offchip_bits;
+          td["offchip_bytes"] = t.offchip_bytes;
           tensors[py::str(kv.first)] = td;
         }
         d["tensors"] = tensors;

@@ -15,7 +15,7 @@ SCALAR_FIELDS = ["macs", "time_steps", "active_pes", "num_pes", "avg_active_pes"
                  "delay", "compute_cycles", "stall_cycles", "cycles", "folds",
                  "offchip_read_bits", "offchip_write_bits", "pe_utilization",
                  "bandwidth_bits_per_cycle", "latency_us"]
-TENSOR_FIELDS = ["total", "unique", "reuse_factor", "spatial_reuse", "temporal_reuse",
+TENSOR_FIELDS = ["total", "unique", "reuse_factor", "spatial_reuse", "temporal_reuse", "offchip_bytes",
                  "offchip_elements", "offchip_bits"]
 
 
@@ -103,3 +103,18 @@ def test_enumeration_of_a_non_preset_dataflow_counts_by_hand():
     assert r.compute_cycles == r.compute_delay_exact == 6
     # off chip: (6+24) * 8 bits read, 8 * 8 written, over 8 bits/cycle = 38 cycles > 6.
     assert r.cycles == 38 and r.stall_cycles == 32
+
+
+def test_exact_compute_delay_with_unequal_work_by_hand():
+    # M=3, N=1, K=2 on 2 PEs allowing 2 MACs per cycle: PE 0 runs i=0,1 and PE 1 runs i=2
+    # at each stamp k. Exact: stamps k=0,1 each busiest PE 2 instances -> (2+2)/2 = 2.
+    # TENET's compute delay assumes equal work: 6 MACs / (2 PEs x 2) = 1.5.
+    hw = cm.Hardware(pe_domain="{PE[p]: 0<=p<2}", interconnect="{PE[p]->PE[p-1]}",
+                     macs_per_pe_per_cycle=2)
+    df = cm.Dataflow(space="{S[i,j,k]->PE[floor(i/2)]}", time="{S[i,j,k]->T[k]}")
+    r = cm.analyze_gemm(3, 1, 2, hw, df)
+    assert (r.compute_delay, r.compute_delay_exact, r.compute_cycles) == (1.5, 2.0, 2)
+    # With 1 MAC per PE per cycle the same map is a conflict.
+    hw1 = cm.Hardware(pe_domain="{PE[p]: 0<=p<2}", interconnect="{PE[p]->PE[p-1]}")
+    with pytest.raises(ValueError, match=r"puts 2 instances on PE\[0\] at T\[0\]"):
+        cm.analyze_gemm(3, 1, 2, hw1, df)
