@@ -7,7 +7,7 @@
 // How the numbers are computed (see README.md in this directory for the full account):
 //  * Ground truth is enumeration of the definitions (AnalysisMethod::kEnumerate): every
 //    instance is mapped to its space-time point, and every (space-time point, element)
-//    pair is checked against its neighbours. Exponential in nothing, linear in MACs.
+//    pair is checked against its neighbours. Linear in the number of instances.
 //  * The fast exact method (AnalysisMethod::kFast) applies to GEMM with the "os"/"ws"/"is"
 //    presets (tiled or not) on a systolic interconnect. The schedule is a sequence of
 //    folds; each fold is a rectangular wavefront whose counts have closed forms in its
