@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
+from tenet_byoc import _cost_model as _core
 from tenet_byoc._cost_model import (
     Dataflow,
     Hardware,
@@ -32,28 +33,27 @@ from tenet_byoc._cost_model import (
     parse_tenet_statement,
     serialize_config,
 )
-from tenet_byoc import _cost_model as _core
 
 __all__ = [
     "Dataflow",
     "Hardware",
     "Metrics",
     "Statement",
+    "TenetProblem",
     "TensorAccess",
     "TensorMetrics",
-    "TenetProblem",
     "analyze",
     "analyze_gemm",
+    "format_tenet_hardware",
+    "format_tenet_mapping",
+    "format_tenet_statement",
     "load_tenet",
-    "save_tenet",
-    "serialize_config",
     "parse_config",
     "parse_tenet_hardware",
     "parse_tenet_mapping",
     "parse_tenet_statement",
-    "format_tenet_hardware",
-    "format_tenet_mapping",
-    "format_tenet_statement",
+    "save_tenet",
+    "serialize_config",
 ]
 
 

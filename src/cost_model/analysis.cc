@@ -43,7 +43,8 @@ struct TensorCounts {
 // Everything Finish() needs about one execution.
 struct Core {
   int64_t macs = 0, time_steps = 0, active_pes = 0, st_points = 0;
-  int64_t exact_stamp_cycles = 0;  // sum over stamps of ceil(max per PE / mpc)
+  int64_t stamp_max_sum = 0;       // sum over stamps of the most instances on one PE
+  int64_t exact_stamp_cycles = 0;  // sum over stamps of ceil(that / mpc)
   int64_t systolic_cycles = -1;    // presets: sum over folds of per-fold cycles
   int64_t folds = 0;
   std::vector<TensorCounts> tensors;
@@ -273,37 +274,34 @@ Core FastGemm(const FoldPlan& f, const GemmMatch& g) {
       }
   // Between folds: the first stamp of a fold (PE (0,0) only) has the last stamp of the
   // previous fold (PE (r-1,c-1) only) as its previous stamp; they are the same PE, hence
-  // neighbours, only when that fold is 1x1.
+  // neighbours, only when that fold is 1x1. Then the two instances share the stationary
+  // element iff they share (P, Q), the row-flowing one iff (P, L), the column-flowing one
+  // iff (Q, L). Counted in closed form over the 1x1 folds (no loop over folds).
   const int64_t nP = CeilDiv(f.SP, f.R), nQ = CeilDiv(f.SQ, f.C), nL = CeilDiv(f.SL, f.t);
-  std::vector<int64_t> ps, qs;
-  for (int64_t b = 0; b < nP; ++b)
-    if (std::min(f.R, f.SP - b * f.R) == 1) ps.push_back(b);
-  for (int64_t b = 0; b < nQ; ++b)
-    if (std::min(f.C, f.SQ - b * f.C) == 1) qs.push_back(b);
-  for (int64_t bp : ps)
-    for (int64_t bq : qs)
-      for (int64_t bl = 0; bl < nL; ++bl) {
-        int64_t np = bp, nq = bq, nl = bl + 1;
-        if (nl == nL) {
-          nl = 0;
-          if (f.p_outer) {
-            if (++nq == nQ) { nq = 0; if (++np == nP) continue; }
-          } else {
-            if (++np == nP) { np = 0; if (++nq == nQ) continue; }
-          }
-        }
-        const int64_t L1 = std::min(f.t, f.SL - bl * f.t);
-        int64_t i1, j1, k1, i2, j2, k2;
-        f.ToIJK(bp * f.R, bq * f.C, bl * f.t + L1 - 1, &i1, &j1, &k1);
-        f.ToIJK(np * f.R, nq * f.C, nl * f.t, &i2, &j2, &k2);
-        const bool same[3] = {i1 == i2 && k1 == k2, k1 == k2 && j1 == j2, i1 == i2 && j1 == j2};
-        for (int x = 0; x < 3; ++x)
-          if (same[x]) { tc[x].unique -= 1; tc[x].temporal += 1; }
-      }
+  const bool lastP1 = f.SP - (nP - 1) * f.R == 1, lastQ1 = f.SQ - (nQ - 1) * f.C == 1;
+  const int64_t nps = f.R == 1 ? nP : (lastP1 ? 1 : 0);  // P blocks one row high
+  const int64_t nqs = f.C == 1 ? nQ : (lastQ1 ? 1 : 0);  // Q blocks one column wide
+  const int64_t nps_not_last = nps - (lastP1 ? 1 : 0);
+  const int64_t nqs_not_last = nqs - (lastQ1 ? 1 : 0);
+  auto reuse = [&](TensorCounts& x, int64_t count) {
+    x.unique -= count;
+    x.temporal += count;
+  };
+  // Next fold is the next stream chunk: same P and Q, stream position L -> L+1.
+  reuse(S, nps * nqs * (nL - 1));
+  if (f.SL == 1) {  // the last chunk ends and the next starts at stream position 0
+    if (f.p_outer) {  // order (P, Q, L)
+      reuse(H, nps * nqs_not_last);                    // next Q block, same P
+      if (nQ == 1) reuse(V, nps_not_last * (lastQ1 ? 1 : 0));  // next P block, Q = 0
+    } else {  // order (Q, P, L)
+      reuse(V, nps_not_last * nqs);                    // next P block, same Q
+      if (nP == 1) reuse(H, (lastP1 ? 1 : 0) * nqs_not_last);  // next Q block, P = 0
+    }
+  }
   for (auto& t : tc) t.total = core.macs;
   core.active_pes = std::min(f.R, f.SP) * std::min(f.C, f.SQ);
   core.st_points = core.macs;
-  core.exact_stamp_cycles = core.time_steps;  // one instance per PE per stamp
+  core.stamp_max_sum = core.exact_stamp_cycles = core.time_steps;  // one per PE per stamp
   core.systolic_cycles = SystolicCycles(f, &core.folds);
   core.tensors.assign(tc, tc + 3);
   return core;
@@ -462,6 +460,7 @@ Core Enumerate(const Statement& st, const Hardware& hw, const Dataflow& df) {
     stamp_max = std::max(stamp_max, count);
     const bool last_of_stamp = y == n || inst_tid[order[y]] != inst_tid[order[x]];
     if (last_of_stamp) {
+      core.stamp_max_sum += stamp_max;
       core.exact_stamp_cycles += CeilDiv(stamp_max, mpc);
       stamp_max = 0;
     }
@@ -544,6 +543,7 @@ Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extr
     tm.temporal_reuse = core.macs ? static_cast<double>(t.temporal) / core.macs : 0;
     tm.offchip_elements = tm.unique;
     tm.offchip_bits = tm.unique * t.bits;
+    tm.offchip_bytes = tm.offchip_bits / 8.0;
     if (t.is_write) { m.offchip_write_bits += tm.offchip_bits; any_write = true; }
     else m.offchip_read_bits += tm.offchip_bits;
     m.tensors[t.name] = tm;
@@ -556,7 +556,8 @@ Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extr
   m.compute_delay = static_cast<double>(m.macs + extra_ops) / lanes;
   m.delay = std::max({m.ingress_delay, m.egress_delay, m.compute_delay});
   const int64_t extra_cycles = CeilDiv(extra_ops, lanes);
-  m.compute_delay_exact = core.exact_stamp_cycles * batch + extra_cycles;
+  m.compute_delay_exact = static_cast<double>(core.stamp_max_sum * batch) / mpc +
+                          static_cast<double>(extra_ops) / lanes;
   m.compute_cycles =
       (core.systolic_cycles >= 0 ? core.systolic_cycles : core.exact_stamp_cycles) * batch +
       extra_cycles;

@@ -1,6 +1,7 @@
 // The value types' constructors and validation, the presets, TENET file IO and the
 // configuration text format.
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -130,12 +131,16 @@ Dataflow Dataflow::Preset(const std::string& name, int64_t rows, int64_t cols,
   if (name == "ws") { p = "k"; q = "j"; l = "i"; outer1 = "floor(j/" + C + ")"; outer2 = "floor(k/" + R + ")"; }
   if (name == "is") { p = "k"; q = "i"; l = "j"; outer1 = "floor(i/" + C + ")"; outer2 = "floor(k/" + R + ")"; }
   df.space = "{S[i,j,k]->PE[" + p + "%" + R + ", " + q + "%" + C + "]}";
+  // The stamp is written in TENET's term order (os: i%R+j%C+k, ws: i+j%C+k%R), so TENET's
+  // matmul_systolic_*.m files are recognised as presets.
+  const std::string lt = t == 0 ? l : l + "%" + T;
+  const std::string stamp = name == "os" ? p + "%" + R + "+" + q + "%" + C + "+" + lt
+                                         : lt + "+" + q + "%" + C + "+" + p + "%" + R;
   if (t == 0) {
-    df.time = "{S[i,j,k]->T[" + outer1 + ", " + outer2 + ", " + p + "%" + R + "+" + q + "%" +
-              C + "+" + l + "]}";
+    df.time = "{S[i,j,k]->T[" + outer1 + ", " + outer2 + ", " + stamp + "]}";
   } else {
-    df.time = "{S[i,j,k]->T[" + outer1 + ", " + outer2 + ", floor(" + l + "/" + T + "), " + p +
-              "%" + R + "+" + q + "%" + C + "+" + l + "%" + T + "]}";
+    df.time = "{S[i,j,k]->T[" + outer1 + ", " + outer2 + ", floor(" + l + "/" + T + "), " +
+              stamp + "]}";
   }
   return df;
 }
@@ -180,8 +185,9 @@ void Validate(const GemmWorkload& w) {
   const int64_t lim = int64_t(1) << 31;
   if (w.m > lim || w.n > lim || w.k > lim || w.batch > lim)
     throw std::invalid_argument("GemmWorkload sizes must be below 2^31");
-  __int128 macs = static_cast<__int128>(w.batch) * w.m * w.n * w.k;
-  if (macs > (static_cast<__int128>(1) << 60))
+  int64_t macs = w.batch;
+  if (__builtin_mul_overflow(macs, w.m, &macs) || __builtin_mul_overflow(macs, w.n, &macs) ||
+      __builtin_mul_overflow(macs, w.k, &macs) || macs > (int64_t(1) << 60))
     throw std::invalid_argument("GemmWorkload batch*m*n*k exceeds 2^60 MACs");
 }
 
@@ -376,10 +382,10 @@ std::pair<Hardware, Dataflow> ParseConfig(const std::string& text) {
     return r;
   };
   auto to_d = [](const std::string& k, const std::string& v) {
-    size_t used = 0;
-    double r = 0;
-    try { r = std::stod(v, &used); } catch (...) { used = 0; }
-    if (used != v.size() || v.empty())
+    // strtod, not stod: stod refuses subnormal numbers that %.17g writes.
+    char* end = nullptr;
+    double r = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size())
       throw std::invalid_argument("configuration key '" + k + "': bad number '" + v + "'");
     return r;
   };

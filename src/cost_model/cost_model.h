@@ -7,7 +7,7 @@
 // How the numbers are computed (see README.md in this directory for the full account):
 //  * Ground truth is enumeration of the definitions (AnalysisMethod::kEnumerate): every
 //    instance is mapped to its space-time point, and every (space-time point, element)
-//    pair is checked against its neighbours. Exponential in nothing, linear in MACs.
+//    pair is checked against its neighbours. Linear in the number of instances.
 //  * The fast exact method (AnalysisMethod::kFast) applies to GEMM with the "os"/"ws"/"is"
 //    presets (tiled or not) on a systolic interconnect. The schedule is a sequence of
 //    folds; each fold is a rectangular wavefront whose counts have closed forms in its
@@ -96,8 +96,8 @@ struct GemmWorkload {
   int64_t extra_read_bits = 0;
   // Non-MAC element ops (dequantization, max-abs reductions) for the whole call, run on
   // the active PEs at macs_per_pe_per_cycle: ceil(extra_ops / (active_pes * mpc)) cycles
-  // added to compute_delay_exact and cycles; extra_ops / (active_pes * mpc) to
-  // compute_delay.
+  // added to cycles; extra_ops / (active_pes * mpc) to compute_delay and
+  // compute_delay_exact.
   int64_t extra_ops = 0;
 };
 void Validate(const GemmWorkload& w);
@@ -114,6 +114,7 @@ struct TensorMetrics {
                               // divided by the number of instances
   int64_t offchip_elements = 0;  // = unique (elements moved between chip and memory)
   int64_t offchip_bits = 0;      // offchip_elements * bits
+  double offchip_bytes = 0;      // offchip_bits / 8
 };
 
 struct Metrics {
@@ -124,8 +125,10 @@ struct Metrics {
   double avg_active_pes = 0;
   // TENET's figures.
   double ingress_delay = 0, egress_delay = 0, compute_delay = 0, delay = 0;
-  // Sum over time stamps of ceil(max instances on one PE at that stamp / mpc).
-  int64_t compute_delay_exact = 0;
+  // Sum over time stamps of the most instances one PE runs at that stamp, divided by
+  // macs_per_pe_per_cycle (TENET issue #3's exact compute delay), plus
+  // extra_ops / (active_pes * mpc).
+  double compute_delay_exact = 0;
   // The trusted latency: compute_cycles + stall_cycles (see README.md).
   int64_t compute_cycles = 0;
   int64_t stall_cycles = 0;

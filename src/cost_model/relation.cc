@@ -239,6 +239,8 @@ class Parser {
   }
 
   int Add(ExprNode n) {
+    if (scratch_.size() >= kMaxNodes)
+      Fail(Peek(), "expression too long (more than " + std::to_string(kMaxNodes) + " terms)");
     scratch_.push_back(n);
     return static_cast<int>(scratch_.size()) - 1;
   }
@@ -324,6 +326,13 @@ class Parser {
   }
 
   int ParseUnary() {
+    // Bounded nesting keeps the recursive descent (and evaluation) off the stack's limit.
+    struct Depth {
+      int& d;
+      explicit Depth(int& x) : d(x) { ++d; }
+      ~Depth() { --d; }
+    } guard(depth_);
+    if (depth_ > kMaxDepth) Fail(Peek(), "expression nested too deeply");
     const Token& t = Peek();
     if (t.kind == Token::kSym && t.text == "-") {
       Next();
@@ -417,19 +426,28 @@ class Parser {
   const std::vector<std::string>* vars_ = nullptr;
   std::vector<ExprNode> scratch_;
   bool in_floor_ = false;
+  int depth_ = 0;
+  static constexpr size_t kMaxNodes = 4096;
+  static constexpr int kMaxDepth = 200;
 };
 
 }  // namespace
 
 int64_t Expr::EvalNode(int i, const int64_t* vars) const {
+  // Checked arithmetic: a relation whose values leave int64 is an error, not a wrong count.
   const ExprNode& n = nodes[i];
   switch (n.kind) {
     case ExprNode::kConst: return n.value;
     case ExprNode::kVar: return vars[n.var];
-    case ExprNode::kAdd: return EvalNode(n.lhs, vars) + EvalNode(n.rhs, vars);
-    case ExprNode::kSub: return EvalNode(n.lhs, vars) - EvalNode(n.rhs, vars);
-    case ExprNode::kNeg: return -EvalNode(n.lhs, vars);
-    case ExprNode::kMulConst: return n.value * EvalNode(n.lhs, vars);
+    case ExprNode::kAdd: return CheckedAdd(EvalNode(n.lhs, vars), EvalNode(n.rhs, vars));
+    case ExprNode::kSub: {
+      int64_t r;
+      if (__builtin_sub_overflow(EvalNode(n.lhs, vars), EvalNode(n.rhs, vars), &r))
+        throw std::invalid_argument("integer overflow in relation");
+      return r;
+    }
+    case ExprNode::kNeg: return CheckedMul(-1, EvalNode(n.lhs, vars));
+    case ExprNode::kMulConst: return CheckedMul(n.value, EvalNode(n.lhs, vars));
     case ExprNode::kFloorDiv: return FloorDiv(EvalNode(n.lhs, vars), n.value);
     case ExprNode::kMod: return FloorMod(EvalNode(n.lhs, vars), n.value);
   }
@@ -473,8 +491,9 @@ Relation ParseRelation(const std::string& text, const std::string& what,
 int64_t Box::Volume() const {
   int64_t v = 1;
   for (size_t d = 0; d < lo.size(); ++d) {
-    int64_t ext = std::max<int64_t>(0, hi[d] - lo[d]);
-    if (__builtin_mul_overflow(v, ext, &v)) throw std::invalid_argument("box volume overflows");
+    int64_t ext;
+    if (__builtin_sub_overflow(hi[d], lo[d], &ext) || __builtin_mul_overflow(v, std::max<int64_t>(0, ext), &v))
+      throw std::invalid_argument("box volume overflows int64");
   }
   return v;
 }
@@ -511,12 +530,12 @@ Box BoundingBox(const Relation& set, const std::string& what) {
       }
       switch (op) {
         case Comparison::kLT: hi[var] = std::min(hi[var], k); break;
-        case Comparison::kLE: hi[var] = std::min(hi[var], k + 1); break;
-        case Comparison::kGT: lo[var] = std::max(lo[var], k + 1); break;
+        case Comparison::kLE: hi[var] = std::min(hi[var], k == kInf ? k : k + 1); break;
+        case Comparison::kGT: lo[var] = std::max(lo[var], k == kInf ? k : k + 1); break;
         case Comparison::kGE: lo[var] = std::max(lo[var], k); break;
         case Comparison::kEQ:
           lo[var] = std::max(lo[var], k);
-          hi[var] = std::min(hi[var], k + 1);
+          hi[var] = std::min(hi[var], k == kInf ? k : k + 1);
           break;
       }
     }

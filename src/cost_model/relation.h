@@ -1,6 +1,7 @@
 // The subset of isl's relation syntax that TENET's files use, parsed into expression
 // trees that can be evaluated at integer points.
 //
+// Errors give the 0-based character offset of the offending token.
 // Supported: "{ piece ; piece ... }" where a piece is "Name[v,...]" (a set) or
 // "Name[v,...] -> Name[e,...]" (a map), optionally followed by ": constraints";
 // constraints are comparison chains (<, <=, >, >=, =) joined by "and"; expressions are

@@ -1,0 +1,118 @@
+"""The Python API: presets, configuration text, thread safety, derived figures."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tenet_byoc import cost_model as cm
+
+TENET_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "tenet-data"
+
+
+@pytest.mark.skipif(not TENET_DATA.is_dir(), reason=f"TENET data not found at {TENET_DATA}")
+@pytest.mark.parametrize("name", ["os", "ws"])
+def test_presets_generalise_tenets_mapping_files(name):
+    lines = (TENET_DATA / "mapping" / f"matmul_systolic_{name}.m").read_text().split()
+    df = cm.Dataflow.preset(name, rows=8, cols=8)
+    assert [df.space.replace(" ", ""), df.time.replace(" ", "")] == lines
+
+
+def test_preset_fields_and_tiling():
+    df = cm.Dataflow.preset("ws", rows=4, cols=8, m=16)
+    assert (df.preset_name, df.rows, df.cols, df.tiling) == ("ws", 4, 8, {"m": 16})
+    assert "floor(i/16)" in df.time
+    assert cm.Hardware.systolic(4, 8).num_pes == 32
+    assert cm.Hardware(pe_domain="{PE[p,q]: 0<=p<4 and 0<=q<4 and p+q<3}",
+                       interconnect="{PE[p,q]->PE[p-1,q]}").num_pes == 6
+
+
+@settings(max_examples=50, deadline=None)
+@given(rows=st.integers(1, 64), cols=st.integers(1, 64),
+       bw=st.floats(1e-3, 1e9, allow_nan=False), lat=st.floats(0, 1e4, allow_nan=False),
+       clock=st.floats(1e-3, 10), mpc=st.integers(1, 8),
+       preset=st.sampled_from(["os", "ws", "is"]), tile=st.one_of(st.none(), st.integers(1, 99)),
+       name=st.text(max_size=12))
+def test_config_round_trip(rows, cols, bw, lat, clock, mpc, preset, tile, name):
+    hw = cm.Hardware(pe_domain=f"{{PE[p,q]: 0<=p<{rows} and 0<=q<{cols}}}",
+                     interconnect="{PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}",
+                     bandwidth_bits=bw, avg_latency=lat, clock_ghz=clock,
+                     macs_per_pe_per_cycle=mpc, name=name)
+    key = {"os": "k", "ws": "m", "is": "n"}[preset]
+    df = cm.Dataflow.preset(preset, rows=rows, cols=cols, **({key: tile} if tile else {}))
+    text = cm.serialize_config(hw, df)
+    hw2, df2 = cm.parse_config(text)
+    for f in ["name", "pe_domain", "interconnect", "bandwidth_bits", "avg_latency", "clock_ghz",
+              "l1_bytes", "l2_bytes", "macs_per_pe_per_cycle"]:
+        assert getattr(hw2, f) == getattr(hw, f), f
+    for f in ["name", "space", "time", "preset_name", "rows", "cols", "tiling"]:
+        assert getattr(df2, f) == getattr(df, f), f
+    assert cm.serialize_config(hw2, df2) == text
+
+
+def test_threads_agree_with_serial():
+    hw = cm.Hardware.systolic(16, 16, bandwidth_bits=256)
+    shapes = [(m, n, k, p) for m in (1, 37, 128) for n in (17, 768) for k in (5, 300)
+              for p in ("os", "ws", "is")]
+
+    def run(s):
+        r = cm.analyze_gemm(s[0], s[1], s[2], hw, cm.Dataflow.preset(s[3], rows=16, cols=16))
+        return (r.cycles, r.time_steps, tuple(r.tensors[t].unique for t in "ABC"))
+
+    serial = [run(s) for s in shapes]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            assert list(pool.map(run, shapes)) == serial
+
+
+def test_gpt2_sized_counts_are_exact():
+    # 1024x768x3072 = 2,415,919,104 MACs (above 2^31, where TENET's int overflows).
+    hw = cm.Hardware.systolic(16, 16)
+    r = cm.analyze_gemm(1024, 768, 3072, hw, cm.Dataflow.preset("os", rows=16, cols=16))
+    assert r.macs == 1024 * 768 * 3072
+    # OS, 64x48 full folds of 3072+16+16-2 stamps and cycles each.
+    assert r.folds == 64 * 48 and r.time_steps == 64 * 48 * 3102 == r.cycles
+    assert r.tensors["C"].unique == 1024 * 768
+    assert r.tensors["A"].unique == 48 * 1024 * 3072
+    assert r.pe_utilization == r.macs / (r.cycles * 256)
+    assert r.latency_us == r.cycles / 1e3
+
+
+def test_general_statement_api():
+    st_ = cm.Statement("{S[i,j]: 0<=i<6 and 0<=j<4}",
+                       [cm.TensorAccess("{S[i,j]->X[i+j]}", False, 16),
+                        cm.TensorAccess("{S[i,j]->Y[i]}", True, 16)])
+    hw = cm.Hardware(pe_domain="{PE[p]: 0<=p<4}", interconnect="{PE[p]->PE[p-1]}")
+    df = cm.Dataflow(space="{S[i,j]->PE[j]}", time="{S[i,j]->T[i]}")
+    r = cm.analyze(st_, hw, df)
+    # 1-D convolution-like: X[i+j] at PE j, stamp i; PE j-1 had X[i+j] at stamp i-1+... :
+    # PE j-1 at stamp i+1 reads X[i+j] (not a neighbour stamp), at stamp i reads X[i+j-1].
+    # The previous stamp i-1 at PE j-1 reads X[i+j-2]. So no reuse of X: unique = total = 24.
+    # Y[i] is written by all 4 PEs at stamp i: PEs 1..3 find it at PE j-1 -> unique 6.
+    assert r.method == "enumerate"
+    assert (r.tensors["X"].unique, r.tensors["X"].total) == (24, 24)
+    assert (r.tensors["Y"].unique, r.tensors["Y"].spatial_reuse) == (6, 18 / 24)
+
+
+def test_config_round_trip_keeps_subnormal_and_odd_values():
+    hw = cm.Hardware(pe_domain="{PE[p]: 0<=p<3}", interconnect="{PE[p]->PE[p-1]}",
+                     bandwidth_bits=0.1, avg_latency=2.2250738585069563e-311,
+                     name="odd\nname=with\\escapes")
+    df = cm.Dataflow(space="{S[i]->PE[i%3]}", time="{S[i]->T[floor(i/3)]}", name="x=y")
+    hw2, df2 = cm.parse_config(cm.serialize_config(hw, df))
+    assert (hw2.avg_latency, hw2.bandwidth_bits, hw2.name) == (hw.avg_latency, 0.1, hw.name)
+    assert (df2.name, df2.space, df2.time) == (df.name, df.space, df.time)
+
+
+def test_as_dict_carries_every_field():
+    r = cm.analyze_gemm(9, 5, 7, cm.Hardware.systolic(4, 4), cm.Dataflow.preset("is", rows=4,
+                                                                               cols=4))
+    d = r.as_dict()
+    for key, value in d.items():
+        if key != "tensors":
+            assert getattr(r, key) == value, key
+    assert d["tensors"]["B"]["unique"] == r.tensors["B"].unique
+    assert sorted(d["tensors"]) == ["A", "B", "C"]

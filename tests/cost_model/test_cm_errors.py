@@ -1,0 +1,126 @@
+"""Every bad input is a ValueError that says what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+from tenet_byoc import cost_model as cm
+
+HW = cm.Hardware.systolic(4, 4)
+OS = cm.Dataflow.preset("os", rows=4, cols=4)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("{S[i,j,k]->PE[i%4, j%4]", r"expected '}' at position 23 \(token '<end>'\)"),
+    ("{S[i,j,k]->PE[i%4 j%4]}", r"expected '\]' at position 18 \(token 'j'\)"),
+    ("{S[i,j,k]->PE[i$4, j]}", r"unexpected character at position 15 \(token '\$'\)"),
+    ("{S[i,j,k]->PE[i*j, k]}", r"non-affine product .*\* by an integer constant.* at position 15"),
+    ("{S[i,j,k]->PE[i/2, k]}", r"division is supported only as floor\(e/c\)"),
+    ("{S[i,j,k]->PE[i%j, k]}", r"'%' needs a positive integer constant"),
+    ("{S[i,j,k]->PE[i%0, k]}", r"'%' needs a positive integer constant"),
+    ("{S[i,j,k]->PE[floor(i/x), k]}", r"unknown identifier 'x'"),
+    ("{S[i,j,k]->PE[sqrt(i), k]}", r"unknown function 'sqrt'"),
+    ("{S[i,i,k]->PE[i, k]}", r"variable 'i' repeated"),
+    ("{S[i,j,k]->PE[i, k] : i > 0 or j > 0}", r"'or' is not supported"),
+])
+def test_malformed_space_maps(text, match):
+    with pytest.raises(ValueError, match=match):
+        cm.Dataflow(space=text, time=OS.time)
+
+
+def test_messages_name_the_relation():
+    with pytest.raises(ValueError, match=r"^Dataflow.time '"):
+        cm.Dataflow(space=OS.space, time="{S[i,j,k]->T[i j]}")
+    with pytest.raises(ValueError, match=r"^Hardware.pe_domain '"):
+        cm.Hardware(pe_domain="{PE[p,q]: 0<=p<4 and q<4}", interconnect="{PE[p,q]->PE[p-1,q]}")
+
+
+def test_hardware_fields():
+    ic = "{PE[p]->PE[p-1]}"
+    with pytest.raises(ValueError, match="bandwidth_bits must be a positive"):
+        cm.Hardware(pe_domain="{PE[p]: 0<=p<4}", interconnect=ic, bandwidth_bits=0)
+    with pytest.raises(ValueError, match="clock_ghz must be positive"):
+        cm.Hardware(pe_domain="{PE[p]: 0<=p<4}", interconnect=ic, clock_ghz=-1)
+    with pytest.raises(ValueError, match="macs_per_pe_per_cycle must be a positive"):
+        cm.Hardware(pe_domain="{PE[p]: 0<=p<4}", interconnect=ic, macs_per_pe_per_cycle=0)
+    with pytest.raises(ValueError, match="must be 1-D or 2-D, got 3-D"):
+        cm.Hardware(pe_domain="{PE[a,b,c]: 0<=a<2 and 0<=b<2 and 0<=c<2}",
+                    interconnect="{PE[a,b,c]->PE[a-1,b,c]}")
+    with pytest.raises(ValueError, match="no constant lower and upper bound"):
+        cm.Hardware(pe_domain="{PE[p]: 0<=p}", interconnect=ic)
+    with pytest.raises(ValueError, match="Hardware::Systolic rows must be a positive integer"):
+        cm.Hardware.systolic(0, 4)
+
+
+@pytest.mark.parametrize("m,n,k,field", [(0, 4, 4, "m"), (4, -1, 4, "n"), (4, 4, 0, "k")])
+def test_sizes(m, n, k, field):
+    with pytest.raises(ValueError, match=f"GemmWorkload.{field} must be a positive integer"):
+        cm.analyze_gemm(m, n, k, HW, OS)
+
+
+def test_other_workload_fields():
+    with pytest.raises(ValueError, match="batch must be a positive"):
+        cm.analyze_gemm(4, 4, 4, HW, OS, batch=0)
+    with pytest.raises(ValueError, match="bits_b must be in 1..1024, got 0"):
+        cm.analyze_gemm(4, 4, 4, HW, OS, bits_b=0)
+    with pytest.raises(ValueError, match="extra_ops must be >= 0"):
+        cm.analyze_gemm(4, 4, 4, HW, OS, extra_ops=-5)
+    with pytest.raises(ValueError, match="method must be 'auto', 'fast' or 'enumerate'"):
+        cm.analyze_gemm(4, 4, 4, HW, OS, method="magic")
+    with pytest.raises(ValueError, match="exceeds 2"):
+        cm.analyze_gemm(2**30, 2**30, 2**30, HW, OS)
+
+
+def test_space_map_leaving_the_pe_domain():
+    df8 = cm.Dataflow.preset("os", rows=8, cols=8)
+    # Fast path: the used 8x8 rectangle does not fit the 4x4 array.
+    with pytest.raises(ValueError, match=r"PE\[4,0\], outside Hardware.pe_domain"):
+        cm.analyze_gemm(16, 16, 4, HW, df8)
+    # Small shapes that stay in the first 4x4 corner are fine.
+    assert cm.analyze_gemm(4, 3, 4, HW, df8).macs == 48
+    with pytest.raises(ValueError, match=r"sends instance S\[0,4,0\] to PE\[0,4\], outside"):
+        cm.analyze_gemm(4, 5, 4, HW, df8, method="enumerate")
+
+
+def test_time_conflicts():
+    # Every k of one (i, j) at the same stamp on the same PE.
+    df = cm.Dataflow(space="{S[i,j,k]->PE[i%4,j%4]}", time="{S[i,j,k]->T[floor(i/4),floor(j/4)]}")
+    with pytest.raises(ValueError, match=r"puts 3 instances on PE\[0,0\] at T\[0,0\].*allows 1"):
+        cm.analyze_gemm(4, 4, 3, HW, df)
+    hw3 = cm.Hardware.systolic(4, 4, macs_per_pe_per_cycle=3)
+    r = cm.analyze_gemm(4, 4, 3, hw3, df)
+    # one stamp, 16 PEs x 3 instances: exact compute delay ceil(3/3) = 1 cycle.
+    assert (r.time_steps, r.compute_delay_exact, r.macs) == (1, 1, 48)
+
+
+def test_mismatched_arities_and_methods():
+    df = cm.Dataflow(space="{S[i,j,k]->PE[i%4]}", time="{S[i,j,k]->T[i,j,k]}")
+    with pytest.raises(ValueError, match="1-D PE coordinates but Hardware.pe_domain is 2-D"):
+        cm.analyze_gemm(2, 2, 2, HW, df)
+    with pytest.raises(ValueError, match="fast method does not apply: the dataflow is not"):
+        cm.analyze_gemm(2, 2, 2, HW, df, method="fast")
+    with pytest.raises(ValueError, match="take different numbers of iteration variables"):
+        cm.Dataflow(space="{S[i,j]->PE[i,j]}", time="{S[i,j,k]->T[k]}")
+    with pytest.raises(ValueError, match="limited to 4000000"):
+        cm.analyze_gemm(200, 200, 200, HW, df)
+
+
+def test_presets():
+    with pytest.raises(ValueError, match="unknown dataflow preset 'xs'"):
+        cm.Dataflow.preset("xs", rows=4, cols=4)
+    with pytest.raises(ValueError, match="takes one tiling factor 'k'.*got 'm'"):
+        cm.Dataflow.preset("os", rows=4, cols=4, m=8)
+    with pytest.raises(ValueError, match="tiling factor 'n' must be a positive"):
+        cm.Dataflow.preset("is", rows=4, cols=4, n=0)
+
+
+def test_tenet_text_formats():
+    with pytest.raises(ValueError, match="must have 3 lines"):
+        cm.parse_tenet_hardware("{PE[i]: 0<=i<4}\n")
+    with pytest.raises(ValueError, match="four numbers"):
+        cm.parse_tenet_hardware("{PE[i]: 0<=i<4}\n{PE[i]->PE[i-1]}\n1 2 x 4\n")
+    with pytest.raises(ValueError, match="expected 5 lines"):
+        cm.parse_tenet_statement("2 1\n{S[i]: 0<=i<4}\n{S[i]->A[i]}\n")
+    with pytest.raises(ValueError, match="cannot read file"):
+        cm.load_tenet("/nonexistent.p", "/nonexistent.m", "/nonexistent.s")
+    with pytest.raises(ValueError, match="must start with 'tenet-config 1'"):
+        cm.parse_config("hello")
