@@ -89,7 +89,7 @@ class ReportRow:
              self.offchip_bytes, self.bandwidth_gbps]
             if self.is_tenet else [None] * len(COST_COLUMNS)
         )
-        out.update(zip(COST_COLUMNS, cost))
+        out.update(zip(COST_COLUMNS, cost, strict=True))
         return out
 
 
@@ -171,7 +171,7 @@ class Report:
         out = []
         for line in lines:
             cells = [line[0].ljust(widths[0])]
-            cells += [cell.rjust(w) for cell, w in zip(line[1:], widths[1:])]
+            cells += [cell.rjust(w) for cell, w in zip(line[1:], widths[1:], strict=True)]
             out.append("  ".join(cells).rstrip())
         out += ["", "Configuration", "-------------"]
         out += [f"{k}: {v}" for k, v in self.configuration.items()]

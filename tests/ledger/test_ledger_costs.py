@@ -1,4 +1,4 @@
-"""Ledger entries against independent references: the Relax IR's matmul shapes and the cost model."""
+"""Ledger entries against independent references: the Relax IR's matmul shapes, the cost model."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def test_csv_and_json_parse_back(mlp):
     agg = report.rows(aggregate=True)
     assert [r["Name"] for r in rows] == [r.name for r in agg]
     assert [int(r["Count"]) for r in rows] == [r.count for r in agg]
-    for r, row in zip(rows, agg):
+    for r, row in zip(rows, agg, strict=True):
         assert float(r["Duration (us)"]) == pytest.approx(row.duration_us)
         assert (int(r["MACs"]) == row.macs) if row.is_tenet else r["MACs"] == ""
     doc = json.loads(report.json())
