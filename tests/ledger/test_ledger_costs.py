@@ -93,3 +93,17 @@ def test_totals_and_groups_add_up():
         assert sum(g.calls for g in groups.values()) == t.calls
     book.reset()
     assert len(tenet_byoc.ledger(vm)) == 0
+
+
+@pytest.mark.slow
+def test_gpt2_small_prefill_ledger_matches_ir_and_cost_model():
+    config = GPT2Config.preset("small")
+    runner = GPT2Runner(config, random_params(config), build=tenet_byoc.build)
+    seq_len = 8
+    runner.prefill(list(range(seq_len)))
+    book = tenet_byoc.ledger(runner.vm)
+    expected = ir_matmul_shapes(runner.mod, "prefill", {"seq_len": seq_len})
+    assert len(expected) == 6 * config.n_layer + 1
+    assert _shapes(book) == Counter(expected)
+    assert book.totals().macs == sum(b * m * n * k for b, m, n, k in expected)
+    _assert_entries_match_cost_model(book, preset("os16"))
