@@ -131,3 +131,43 @@ def test_gpt2_prefill_report_has_every_offloaded_call():
     tenet_calls = [r for r in report.calls if r.is_tenet]
     assert len(tenet_calls) == 6 * config.n_layer + 1
     assert [r for r in report.calls if r.name.endswith("_tenet") and not r.is_tenet] == []
+
+
+def _two_layer_calls_module() -> tvm.IRModule:
+    """``forward(x, w) = layer(x, w) + layer(x, w)`` with ``layer = relu(x @ w)``, a Relax
+    function the VM calls as a closure (not named main: see partition_for_tenet)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 16), "float32"))
+    w = relax.Var("w", relax.TensorType((16, 8), "float32"))
+    with bb.function("layer", [x, w], private=False):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.relu(relax.op.matmul(x, w)))
+        bb.emit_func_output(y)
+    layer = bb.get().get_global_var("layer")
+    x = relax.Var("x", relax.TensorType((4, 16), "float32"))
+    w = relax.Var("w", relax.TensorType((16, 8), "float32"))
+    with bb.function("forward", [x, w]):
+        with bb.dataflow():
+            a = bb.emit(relax.Call(layer, [x, w]))
+            b = bb.emit(relax.Call(layer, [x, w]))
+            out = bb.emit_output(relax.op.add(a, b))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_nested_calls_are_inside_their_caller():
+    ex = tenet_byoc.build(_two_layer_calls_module())
+    vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
+    report = vm.profile("forward", np.ones((4, 16), "float32"), np.ones((16, 8), "float32"))
+    layers = [i for i, r in enumerate(report.calls) if r.name == "layer"]
+    assert len(layers) == 2 and all(report.calls[i].depth == 0 for i in layers)
+    for i in layers:
+        children = []
+        for r in report.calls[i + 1:]:
+            if r.depth == 0:
+                break
+            children.append(r)
+        assert [r.macs for r in children if r.is_tenet] == [4 * 16 * 8]
+        assert sum(r.duration_us for r in children) <= report.calls[i].duration_us
+    assert sum(r.percent for r in report.calls if r.depth == 0) == pytest.approx(100.0)
+    assert report.sum_row().macs == 2 * 4 * 16 * 8
