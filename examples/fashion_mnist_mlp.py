@@ -2,7 +2,8 @@
 
 Reads the standard IDX files from ``--data`` when they are there (and trains the MLP on
 them with numpy first); otherwise runs on a synthetic image with random weights and says so.
-Prints the prediction, the agreement with TVM's own build, and the accelerator cost.
+Prints the prediction, the agreement with TVM's own build, a vm.profile-style report of the
+run with the accelerator cost of each tenet call, and the ledger totals.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def main() -> None:
 
     mod = mlp_module(setup.params)  # weights bound as constants: main(x)
     ex = tenet_byoc.build(mod, hardware=args.hardware)
-    vm = relax.VirtualMachine(ex, tvm.cpu())
+    vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
     logits = vm["main"](tvm.runtime.tensor(image)).numpy()
     reference = relax.VirtualMachine(tenet_byoc.build(mod, offload=False), tvm.cpu())
     expected = reference["main"](tvm.runtime.tensor(image)).numpy()
@@ -46,7 +47,13 @@ def main() -> None:
     pred = int(np.argmax(logits))
     print(f"image {args.index}: predicted {CLASSES[pred]!r}, label {CLASSES[label]!r}")
     print(f"max |tenet - TVM| = {np.abs(logits - expected).max():.3g}")
-    print(tenet_byoc.ledger(vm))
+    print()
+    print(vm.profile("main", tvm.runtime.tensor(image)))
+    book = tenet_byoc.ledger(vm)  # the classification above, the warmup and the timed run
+    print(book)
+    for pattern, t in book.group_by("pattern").items():
+        print(f"  {pattern}: {t.calls} calls, {t.macs:,} MACs, {t.cycles:,} cycles, "
+              f"{t.latency_us:,.2f} us, PE util {100 * t.pe_utilization:.1f}%")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from .hardware import Accelerator  # noqa: E402
 from .ledger import Ledger, LedgerEntry, ledger, set_charging, set_phase  # noqa: E402
 from .partition import build, partition_for_tenet  # noqa: E402
 from .patterns import refusal_reason, tenet_patterns  # noqa: E402
+from .profiling import Report, VirtualMachine  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -23,7 +24,9 @@ __all__ = [
     "Accelerator",
     "Ledger",
     "LedgerEntry",
+    "Report",
     "TenetCodegenError",
+    "VirtualMachine",
     "build",
     "ledger",
     "partition_for_tenet",

@@ -1,0 +1,304 @@
+"""Per-callee profiling of a Relax VM run, with the accelerator cost of every tenet call.
+
+TVM 0.27 dropped ``relax.VirtualMachine(..., profile=True)``, ``vm.profile`` and
+``tvm.runtime.profiling``. :class:`VirtualMachine` brings ``vm.profile("main", *args)`` back:
+a C++ instrument (``src/runtime/profiler.cc``) times each call the VM makes, and the tenet
+calls' rows are joined with the ledger entries charged during the same run.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from .ledger import LedgerEntry, ledger, tenet_modules
+
+#: The timing columns, in the order TVM's old profiler report had them (Count before shapes).
+TIMING_COLUMNS = ("Name", "Duration (us)", "Percent", "Count", "Argument Shapes", "Device")
+#: The accelerator cost columns, filled for tenet calls only.
+COST_COLUMNS = (
+    "MACs", "Est. cycles", "Est. latency (us)", "PE util (%)", "Off-chip bytes",
+    "Bandwidth (GB/s)",
+)
+COLUMNS = TIMING_COLUMNS + COST_COLUMNS
+
+
+@dataclass
+class ReportRow:
+    """One callee (aggregated) or one call, with its accelerator cost when it is a tenet call.
+
+    ``percent`` is the share of the summed time of the calls the profiled function made
+    itself (depth 0); a nested callee's share is of the same sum.
+    """
+
+    name: str
+    duration_us: float
+    percent: float
+    count: int
+    argument_shapes: str
+    device: str
+    depth: int = 0
+    entries: list[LedgerEntry] = field(default_factory=list)  #: the ledger entries it charged
+
+    @property
+    def is_tenet(self) -> bool:
+        return bool(self.entries)
+
+    @property
+    def macs(self) -> int:
+        return sum(e.macs for e in self.entries)
+
+    @property
+    def cycles(self) -> int:
+        return sum(e.cycles for e in self.entries)
+
+    @property
+    def latency_us(self) -> float:
+        return sum(e.latency_us for e in self.entries)
+
+    @property
+    def offchip_bytes(self) -> float:
+        return sum(e.offchip_bytes for e in self.entries)
+
+    @property
+    def pe_utilization(self) -> float:
+        """MAC-weighted, as :meth:`tenet_byoc.Ledger.totals` computes it."""
+        pe_cycles = sum(e.cycles * e.num_pes for e in self.entries)
+        return self.macs / pe_cycles if pe_cycles else 0.0
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        lat = self.latency_us
+        return self.offchip_bytes / (lat * 1e3) if lat else 0.0
+
+    def values(self) -> dict[str, object]:
+        """The row as column name -> value (cost columns None for non-tenet calls)."""
+        out: dict[str, object] = {
+            "Name": self.name, "Duration (us)": self.duration_us, "Percent": self.percent,
+            "Count": self.count, "Argument Shapes": self.argument_shapes, "Device": self.device,
+        }
+        cost = (
+            [self.macs, self.cycles, self.latency_us, 100 * self.pe_utilization,
+             self.offchip_bytes, self.bandwidth_gbps]
+            if self.is_tenet else [None] * len(COST_COLUMNS)
+        )
+        out.update(zip(COST_COLUMNS, cost, strict=True))
+        return out
+
+
+def _merge(rows: Sequence[ReportRow]) -> ReportRow:
+    first = rows[0]
+    return ReportRow(
+        name=first.name, duration_us=sum(r.duration_us for r in rows),
+        percent=sum(r.percent for r in rows), count=sum(r.count for r in rows),
+        argument_shapes=first.argument_shapes, device=first.device, depth=first.depth,
+        entries=[e for r in rows for e in r.entries],
+    )
+
+
+def _format(column: str, value: object) -> str:
+    if value is None:
+        return ""
+    if column in ("Duration (us)", "Est. latency (us)"):
+        return f"{value:,.2f}"
+    if column in ("Percent", "PE util (%)", "Bandwidth (GB/s)"):
+        return f"{value:.2f}"
+    if column in ("MACs", "Est. cycles", "Count"):
+        return f"{value:,}"
+    if column == "Off-chip bytes":
+        return f"{value:,.0f}"
+    return str(value)
+
+
+class Report:
+    """What one profiled run cost: per call, per callee, and on the accelerator.
+
+    ``str(report)`` is the aggregated table (one row per callee and argument shapes, longest
+    first, then a ``Sum`` row over the calls the function made itself and a ``Total`` row
+    with the wall time of the whole run, as TVM's old report printed them). ``calls`` holds one
+    :class:`ReportRow` per call in call order.
+    """
+
+    def __init__(self, function: str, calls: list[ReportRow], wall_us: float,
+                 configuration: dict[str, str]):
+        self.function = function
+        self.calls = calls
+        self.wall_us = wall_us
+        self.configuration = configuration
+
+    def rows(self, aggregate: bool = True, sort: bool = True) -> list[ReportRow]:
+        """Per callee (``aggregate``: same name, shapes and device) or per call."""
+        if aggregate:
+            groups: dict[tuple, list[ReportRow]] = {}
+            for r in self.calls:
+                groups.setdefault((r.name, r.argument_shapes, r.device), []).append(r)
+            rows = [_merge(g) for g in groups.values()]
+        else:
+            rows = list(self.calls)
+        if sort:
+            rows.sort(key=lambda r: -r.duration_us)
+        return rows
+
+    def sum_row(self) -> ReportRow:
+        """The calls the profiled function made itself (nested calls are inside them)."""
+        top = [r for r in self.calls if r.depth == 0]
+        tenet = [e for r in self.calls for e in r.entries]
+        return ReportRow(
+            name="Sum", duration_us=sum(r.duration_us for r in top),
+            percent=sum(r.percent for r in top), count=len(top), argument_shapes="",
+            device="", entries=tenet,
+        )
+
+    def table(self, aggregate: bool = True, sort: bool = True) -> str:
+        """The report as an aligned text table, as TVM's ``Report.table`` printed it."""
+        body = [r.values() for r in self.rows(aggregate, sort)]
+        total = {c: None for c in COLUMNS}
+        total.update({"Name": "Total", "Duration (us)": self.wall_us})
+        lines = [list(COLUMNS)]
+        lines += [[_format(c, v[c]) for c in COLUMNS] for v in body]
+        lines.append(["----------"] + [""] * (len(COLUMNS) - 1))
+        s = self.sum_row().values()
+        lines.append([_format(c, s[c]) for c in COLUMNS])
+        lines.append([_format(c, total[c]) for c in COLUMNS])
+        widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
+        out = []
+        for line in lines:
+            cells = [line[0].ljust(widths[0])]
+            cells += [cell.rjust(w) for cell, w in zip(line[1:], widths[1:], strict=True)]
+            out.append("  ".join(cells).rstrip())
+        out += ["", "Configuration", "-------------"]
+        out += [f"{k}: {v}" for k, v in self.configuration.items()]
+        return "\n".join(out) + "\n"
+
+    def csv(self, aggregate: bool = True) -> str:
+        """The rows (no Sum/Total) as CSV with the column names of :data:`COLUMNS`."""
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(COLUMNS)
+        for r in self.rows(aggregate):
+            v = r.values()
+            writer.writerow(["" if v[c] is None else v[c] for c in COLUMNS])
+        return buf.getvalue()
+
+    def json(self, aggregate: bool = False) -> str:
+        """``{"function", "wall_us", "configuration", "calls": [{column: value}, ...]}``."""
+        doc = {
+            "function": self.function,
+            "wall_us": self.wall_us,
+            "configuration": self.configuration,
+            "calls": [r.values() for r in self.rows(aggregate, sort=False)],
+        }
+        return json.dumps(doc, indent=1)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    __repr__ = __str__
+
+
+def _entry_key(e: LedgerEntry) -> tuple:
+    return (e.symbol, e.call_index, e.name)
+
+
+def _tenet_entries_by_symbol(entries: list[LedgerEntry]) -> dict[str, list[list[LedgerEntry]]]:
+    """Ledger entries per symbol, one list per call (the steps of one call share call_index)."""
+    calls: dict[str, dict[int, list[LedgerEntry]]] = {}
+    for e in entries:
+        calls.setdefault(e.symbol, {}).setdefault(e.call_index, []).append(e)
+    return {sym: [by_call[i] for i in sorted(by_call)] for sym, by_call in calls.items()}
+
+
+class VirtualMachine(relax.VirtualMachine):
+    """``relax.VirtualMachine`` with TVM's old ``profile=True`` mode back.
+
+    Parameters
+    ----------
+    rt_mod, device, memory_cfg
+        As for :class:`tvm.relax.VirtualMachine`.
+    profile : bool
+        False: exactly a ``relax.VirtualMachine``. True: ``profile(func_name, *args)`` works;
+        the executable must contain a tenet module (else ``ValueError`` here).
+
+    Notes
+    -----
+    A Relax VM holds per-run state (registers, frames), so one VM must not run on two threads
+    at once; give each thread its own VM on the shared executable. Their tenet runtime module
+    (and so the ledger) is shared.
+    """
+
+    def __init__(self, rt_mod, device, memory_cfg=None, profile: bool = False) -> None:
+        super().__init__(rt_mod, device, memory_cfg)
+        self._profiling = bool(profile)
+        self._timer = None
+        if self._profiling:
+            self._tenet = tenet_modules(self)  # raises ValueError when nothing is offloaded
+            self._timer = tvm_ffi.get_global_func("tenet_byoc.profiler.create_call_timer")()
+
+    def profile(self, func_name: str, *args, warmup: int = 1) -> Report:
+        """Run ``func_name`` on ``args`` (after ``warmup`` untimed runs) and report each call.
+
+        Returns
+        -------
+        Report
+            Per call and per callee durations, and for tenet calls the ledger entries
+            charged during the timed run (the warmup runs are charged to the ledger too,
+            but are not in the report).
+        """
+        if not self._profiling:
+            raise AttributeError(
+                "this VirtualMachine was made with profile=False; use "
+                "tenet_byoc.VirtualMachine(ex, dev, profile=True) to call profile()"
+            )
+        func = self[func_name]
+        tensors = [tvm.runtime.tensor(a) if not isinstance(a, tvm.runtime.Tensor) and
+                   hasattr(a, "__array__") else a for a in args]
+        for _ in range(warmup):
+            func(*tensors)
+        # Entries are told apart by (symbol, call index, step): unique in one module's ledger.
+        before = {_entry_key(e) for e in ledger(self)}
+        self.set_instrument(self._timer["instrument"])
+        try:
+            self._timer["start"]()
+            func(*tensors)
+            self._timer["stop"]()
+        finally:
+            self.set_instrument(None)  # 0.27 accepts None: calls go uninstrumented again
+        recorded = json.loads(self._timer["records"]())
+        book = ledger(self)
+        charged = _tenet_entries_by_symbol([e for e in book if _entry_key(e) not in before])
+        return self._report(func_name, recorded, charged, book)
+
+    def _report(self, func_name, recorded, charged, book) -> Report:
+        names = recorded["names"]
+        top_ns = sum(ns for _, depth, ns, _, _ in recorded["calls"] if depth == 0 and ns > 0)
+        seen: dict[str, int] = {}
+        calls = []
+        for name_id, depth, ns, shapes, device in recorded["calls"]:
+            name = names[name_id]
+            entries: list[LedgerEntry] = []
+            if name in charged:
+                i = seen.get(name, 0)
+                seen[name] = i + 1
+                if i < len(charged[name]):
+                    entries = charged[name][i]
+            calls.append(ReportRow(
+                name=name, duration_us=max(ns, 0) / 1e3,
+                percent=100.0 * max(ns, 0) / top_ns if top_ns else 0.0, count=1,
+                argument_shapes=shapes, device=device, depth=depth, entries=entries,
+            ))
+        configuration = {
+            "Executor": "VM",
+            "Accelerator": f"{book.accelerator} [{book.dataflow}] at {book.clock_ghz:g} GHz",
+            "Timer": "tenet_byoc C++ VM instrument (steady_clock)",
+        }
+        return Report(func_name, calls, recorded["wall_ns"] / 1e3, configuration)
+
+
+__all__ = ["COLUMNS", "COST_COLUMNS", "Report", "ReportRow", "VirtualMachine"]

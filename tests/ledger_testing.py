@@ -1,0 +1,57 @@
+"""Test helpers for the ledger and profiling tests: models built for tenet, and the IR's matmuls."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.sym import Analyzer
+
+import tenet_byoc
+from tenet_byoc.models.mlp import PARAM_SHAPES, mlp_module
+
+_MATMUL = tvm.ir.Op.get("relax.matmul")
+
+
+def mlp_params(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: (0.1 * rng.standard_normal(s)).astype("float32") for k, s in PARAM_SHAPES.items()}
+
+
+def mlp_executable(hardware: str = "os16"):
+    """The FashionMNIST MLP with random weights bound: ``main(x [batch, 784])``."""
+    mod = mlp_module(mlp_params())
+    return mod, tenet_byoc.build(mod, hardware=hardware)
+
+
+def ir_matmul_shapes(mod: tvm.IRModule, func_name: str, sym: dict[str, int]) -> list[tuple]:
+    """``(batch, m, n, k)`` of every ``R.matmul`` of a function, read from the IR's shapes.
+
+    Symbolic dims named in ``sym`` are bound to those values; ``batch`` is the product of the
+    output's leading dims (operands broadcast to them), ``k`` the lhs's last dim.
+    """
+    func = mod[func_name]
+    analyzer = Analyzer()
+    for param in func.params:
+        types = param.ty.fields if isinstance(param.ty, relax.TupleType) else [param.ty]
+        for ty in types:
+            for dim in getattr(ty, "shape", None) or []:
+                if isinstance(dim, tvm.tirx.Var) and dim.name in sym:
+                    analyzer.bind(dim, sym[dim.name])
+    calls = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and expr.op.same_as(_MATMUL):
+            calls.append(expr)
+
+    relax.analysis.post_order_visit(func.body, visit)
+
+    def shape(expr):
+        return [int(analyzer.simplify(d)) for d in expr.ty.shape]
+
+    out = []
+    for call in calls:
+        lhs, rhs, res = shape(call.args[0]), shape(call.args[1]), shape(call)
+        assert lhs[-1] == rhs[-2], (lhs, rhs)
+        out.append((int(np.prod(res[:-2], dtype=np.int64)), res[-2], res[-1], lhs[-1]))
+    return out
