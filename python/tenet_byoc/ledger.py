@@ -55,7 +55,7 @@ class LedgerEntry:
     ingress_delay: float
     egress_delay: float
     compute_delay: float  #: TENET's MACs / active PEs
-    compute_delay_exact: int
+    compute_delay_exact: float
     time_steps: int
     active_pes: int
     num_pes: int

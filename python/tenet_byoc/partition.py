@@ -34,9 +34,11 @@ def partition_for_tenet(
     """
     config = resolve(hardware).config_text
     # MergeCompositeFunctions groups neighbouring composites into one call, but it only
-    # walks a function named "main"; modules with other entry points (GPT-2's prefill and
-    # decode) get one tenet function per composite instead. The runtime runs both forms.
-    merge = any(gv.name_hint == "main" for gv in mod.get_global_vars())
+    # walks a function named "main" and fails when main calls other Relax functions;
+    # other modules (GPT-2's prefill and decode) get one tenet function per composite
+    # instead. The runtime runs both forms.
+    relax_funcs = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, relax.Function)]
+    merge = relax_funcs == ["main"]
     mod = relax.transform.FuseOpsByPattern(
         tenet_patterns(), bind_constants=False, annotate_codegen=not merge
     )(mod)
@@ -79,5 +81,11 @@ def build(
         target = tvm.target.Target(target)
     if offload:
         mod = partition_for_tenet(mod, hardware)
-        mod = relax.transform.RunCodegen()(mod)
+        # Every Relax function, private ones too: RunCodegen otherwise only rewrites calls in
+        # the public entry points, and a private caller would keep an unlowered call.
+        callers = [
+            gv.name_hint for gv, f in mod.functions.items()
+            if isinstance(f, relax.Function) and not (f.attrs and "Codegen" in f.attrs)
+        ]
+        mod = relax.transform.RunCodegen(entry_functions=callers)(mod)
     return relax.build(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))

@@ -134,3 +134,28 @@ def test_permute_that_is_not_a_transpose_is_not_fused(rng):
               rng.standard_normal((1, 6, 4, 8)).astype("float32")]
     got = _compare(mod, arrays)
     assert_rel_close(got, arrays[0] @ arrays[1].transpose(0, 2, 3, 1))
+
+
+def test_main_calling_another_relax_function(rng):
+    """MergeCompositeFunctions cannot handle main calling a Relax function; partition copes."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((3, 8), "float32"))
+    w = relax.Var("w", relax.TensorType((5, 8), "float32"))
+    with bb.function("layer", [x, w], private=True):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.matmul(x, bb.emit(relax.op.permute_dims(w))))
+        bb.emit_func_output(y)
+    layer = bb.get().get_global_var("layer")
+    x2 = relax.Var("x", relax.TensorType((3, 8), "float32"))
+    w2 = relax.Var("w", relax.TensorType((5, 8), "float32"))
+    with bb.function("main", [x2, w2]):
+        out = bb.emit(relax.Call(layer, [x2, w2]))
+        bb.emit_func_output(relax.op.nn.relu(out))
+    mod = bb.get()
+    arrays = [rng.standard_normal((3, 8)).astype("float32"),
+              rng.standard_normal((5, 8)).astype("float32")]
+    got = _compare(mod, arrays)
+    assert_rel_close(got, np.maximum(arrays[0] @ arrays[1].T, 0))
+    assert offloaded_symbols(mod) == ["tenet.matmul_transposed"]
