@@ -449,7 +449,6 @@ Core Enumerate(const Statement& st, const Hardware& hw, const Dataflow& df) {
     const int64_t count = static_cast<int64_t>(y - x);
     if (count > mpc) {
       int32_t a = order[x], b = order[x + 1];
-      std::vector<int64_t> pa(nd), pb(nd);
       throw std::invalid_argument(
           "Dataflow.time puts " + Str(count) + " instances on " +
           Tuple("PE", pe_coords[inst_pe[a]].data(), pe_coords[inst_pe[a]].size()) + " at " +
