@@ -17,6 +17,7 @@ from .ledger import Ledger, LedgerEntry, ledger, set_charging, set_phase  # noqa
 from .partition import build, partition_for_tenet  # noqa: E402
 from .patterns import refusal_reason, tenet_patterns  # noqa: E402
 from .profiling import Report, VirtualMachine  # noqa: E402
+from .quantization import SCHEMES, QuantScheme, quantize  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -24,12 +25,15 @@ __all__ = [
     "Accelerator",
     "Ledger",
     "LedgerEntry",
+    "QuantScheme",
     "Report",
+    "SCHEMES",
     "TenetCodegenError",
     "VirtualMachine",
     "build",
     "ledger",
     "partition_for_tenet",
+    "quantize",
     "refusal_reason",
     "set_charging",
     "set_phase",
