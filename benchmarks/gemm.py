@@ -75,13 +75,15 @@ def main() -> None:
         vm = relax.VirtualMachine(tenet_byoc.build(mod), dev)
         tx, tw = tvm.runtime.tensor(x), tvm.runtime.tensor(w)
         np.testing.assert_allclose(vm["main"](tx, tw).numpy(), x @ w.T, rtol=1e-3, atol=1e-3)
-        t_np = median_seconds(lambda: x @ w.T)
-        t_tenet = median_seconds(lambda: vm["main"](tx, tw))
+        t_np = median_seconds(lambda x=x, w=w: x @ w.T)
+        t_tenet = median_seconds(lambda vm=vm, tx=tx, tw=tw: vm["main"](tx, tw))
         ratios.append(t_np / t_tenet)
         tvm_cols = "skipped | -"
         if not args.skip_tvm:
             ref = relax.VirtualMachine(tenet_byoc.build(mod, offload=False), dev)
-            t_tvm = median_seconds(lambda: ref["main"](tx, tw), min_time=0.0, max_reps=1)
+            t_tvm = median_seconds(
+                lambda ref=ref, tx=tx, tw=tw: ref["main"](tx, tw), min_time=0.0, max_reps=1
+            )
             tvm_cols = f"{flop / t_tvm / 1e9:.2f} | {t_tvm / t_tenet:.0f}x"
         print(
             f"| {m} x {k} x {n} | {flop / t_np / 1e9:.1f} | {flop / t_tenet / 1e9:.1f} "
@@ -106,8 +108,8 @@ def main() -> None:
         expected = (xq.astype("int64") @ wq.T.astype("int64")).astype("float32") * sa * sb
         np.testing.assert_allclose(vm["main"](*args).numpy(), expected, rtol=1e-5)
         flop = 2.0 * m * k * n
-        t_np = median_seconds(lambda: x @ w.T)
-        t_int8 = median_seconds(lambda: vm["main"](*args))
+        t_np = median_seconds(lambda x=x, w=w: x @ w.T)
+        t_int8 = median_seconds(lambda vm=vm, args=args: vm["main"](*args))
         ratios.append(t_np / t_int8)
         print(f"| {m} x {k} x {n} | {flop / t_np / 1e9:.1f} | {flop / t_int8 / 1e9:.1f} "
               f"| {t_np / t_int8:.2f}x |", flush=True)

@@ -11,23 +11,23 @@ from ._loader import load_runtime_library
 
 load_runtime_library()
 
-from .codegen import TenetCodegenError  # noqa: E402
-from .hardware import Accelerator  # noqa: E402
-from .ledger import Ledger, LedgerEntry, ledger, set_charging, set_phase  # noqa: E402
-from .partition import build, partition_for_tenet  # noqa: E402
-from .patterns import refusal_reason, tenet_patterns  # noqa: E402
-from .profiling import Report, VirtualMachine  # noqa: E402
-from .quantization import SCHEMES, QuantScheme, quantize  # noqa: E402
+from .codegen import TenetCodegenError
+from .hardware import Accelerator
+from .ledger import Ledger, LedgerEntry, ledger, set_charging, set_phase
+from .partition import build, partition_for_tenet
+from .patterns import refusal_reason, tenet_patterns
+from .profiling import Report, VirtualMachine
+from .quantization import SCHEMES, QuantScheme, quantize
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "SCHEMES",
     "Accelerator",
     "Ledger",
     "LedgerEntry",
     "QuantScheme",
     "Report",
-    "SCHEMES",
     "TenetCodegenError",
     "VirtualMachine",
     "build",

@@ -129,7 +129,7 @@ def analyze_composite(func: relax.Function) -> _Composite:
     bias = None
     if "relax.add" in calls:
         (add,) = calls["relax.add"]
-        chain_var = [v for v, c in producer.items() if c.same_as(chain_end)][0]
+        chain_var = next(v for v, c in producer.items() if c.same_as(chain_end))
         a, b = add.args
         bias = param_of(b if a.same_as(chain_var) else a, "bias")
     acts = [c for name in EPILOGUES for c in calls.get(name, [])]
@@ -207,7 +207,7 @@ def describe_function(func: relax.Function) -> dict:
             raise TenetCodegenError(f"{symbol}: a call to {op} is not a tenet composite")
         args = list(value.args)
 
-        def ref(index: int | None, role: str) -> int | None:
+        def ref(index: int | None, role: str, args=args, comp=comp) -> int | None:
             if index is None:
                 return None
             arg = args[index]

@@ -157,4 +157,4 @@ def resolve(accelerator: str | Accelerator | None) -> Accelerator:
     )
 
 
-__all__ = ["Accelerator", "PRESETS", "DEFAULT_PRESET", "preset", "resolve"]
+__all__ = ["DEFAULT_PRESET", "PRESETS", "Accelerator", "preset", "resolve"]

@@ -247,7 +247,7 @@ def tenet_modules(obj) -> list[tvm.runtime.Module]:
     return found
 
 
-def _parse(doc: dict, module: tvm.runtime.Module) -> list[LedgerEntry]:
+def _parse(doc: dict) -> list[LedgerEntry]:
     tags = doc["tags"]
     costs = doc["costs"]
     funcs = doc["functions"]
@@ -302,12 +302,11 @@ def ledger(obj) -> Ledger:
     modules = tenet_modules(obj)
     entries: list[LedgerEntry] = []
     names = set()
-    doc = {}
     for m in modules:
         doc = json.loads(m["__tenet_ledger_json"]())
-        entries.extend(_parse(doc, m))
+        entries.extend(_parse(doc))
         names.add((doc["hardware"], doc["dataflow"], doc["clock_ghz"]))
-    hw, df, clock = sorted(names)[0] if names else ("", "", 0.0)
+    hw, df, clock = min(names)
     entries.sort(key=lambda e: e.call_index)
     return Ledger(entries, hw, df, clock, modules)
 

@@ -45,9 +45,9 @@ def partition_for_tenet(
     if merge:
         mod = relax.transform.MergeCompositeFunctions()(mod)
     for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function) and func.attrs and "Codegen" in func.attrs:
-            if str(func.attrs["Codegen"]) == "tenet":
-                mod[gv] = func.with_attr(COST_CONFIG_ATTR, config)
+        codegen = func.attrs.get("Codegen") if isinstance(func, relax.Function) and func.attrs else None
+        if codegen is not None and str(codegen) == "tenet":
+            mod[gv] = func.with_attr(COST_CONFIG_ATTR, config)
     return mod
 
 

@@ -244,9 +244,8 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
             return "the activation scale must be float32, per tensor [] or per token [.., M, 1]"
         if _dtype(scale) != "float32" or sb not in ([], [n]):
             return f"the weight scale must be float32, per tensor [] or per channel [{n}]"
-    if "bias" in ann:
-        if _shape(ann["bias"]) != [n] or _dtype(ann["bias"]) != "float32":
-            return f"the bias must be float32 [{n}]"
+    if "bias" in ann and (_shape(ann["bias"]) != [n] or _dtype(ann["bias"]) != "float32"):
+        return f"the bias must be float32 [{n}]"
     return None
 
 

@@ -186,7 +186,7 @@ class _LinearQuantizer(relax.PyExprMutator):
         if ty.dtype != "float32" or x.ty.dtype != "float32":
             return call
         if not isinstance(bound, GenericConst):
-            raise ValueError(
+            raise ValueError(  # noqa: TRY004 (a constant is what is wrong, not a type)
                 f"quantize({self.scheme.name}): the weight {weight.name} of a linear layer is "
                 "a function parameter, not a constant; bind the weights first (e.g. "
                 "export_gpt2(config, params), mlp_module(params), or relax.transform.BindParams)"
@@ -264,4 +264,4 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme) -> tvm.IRModule:
     return relax.transform.DeadCodeElimination()(out)
 
 
-__all__ = ["QuantScheme", "SCHEMES", "get_scheme", "quantize", "quantize_weight"]
+__all__ = ["SCHEMES", "QuantScheme", "get_scheme", "quantize", "quantize_weight"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tenet_byoc import cost_model as cm
 
 TENET_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "tenet-data"

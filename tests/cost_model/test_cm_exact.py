@@ -7,6 +7,7 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tenet_byoc import cost_model as cm
 
 STREAM_KEY = {"os": "k", "ws": "m", "is": "n"}

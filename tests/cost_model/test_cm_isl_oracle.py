@@ -6,6 +6,7 @@ import os
 import random
 
 import pytest
+
 from tenet_byoc import cost_model as cm
 
 isl_oracle = pytest.importorskip("isl_oracle", reason="islpy-barvinok (test extra) missing")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tenet_byoc import _cost_model as core
 from tenet_byoc import cost_model as cm
 

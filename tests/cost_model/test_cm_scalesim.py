@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tenet_byoc import cost_model as cm
 
 pytest.importorskip("scalesim", reason="scalesim (test extra) missing")

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from tenet_byoc import cost_model as cm
 
 isl_oracle = pytest.importorskip("isl_oracle", reason="islpy-barvinok (test extra) missing")

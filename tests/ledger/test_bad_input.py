@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import tvm
-from ledger_testing import mlp_executable
 from tvm import relax
 
 import tenet_byoc
+from ledger_testing import mlp_executable
 from tenet_byoc import Accelerator
 from tenet_byoc import cost_model as cm
 from tenet_byoc.models.mlp import mlp_module

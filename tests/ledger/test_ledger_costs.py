@@ -7,10 +7,10 @@ from collections import Counter
 import numpy as np
 import pytest
 import tvm
-from ledger_testing import ir_matmul_shapes, mlp_executable
 from tvm import relax
 
 import tenet_byoc
+from ledger_testing import ir_matmul_shapes, mlp_executable
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params

@@ -9,10 +9,10 @@ import textwrap
 
 import numpy as np
 import tvm
-from ledger_testing import mlp_executable
 from tvm import relax
 
 import tenet_byoc
+from ledger_testing import mlp_executable
 
 
 def test_reloaded_library_reports_the_same_ledger(tmp_path):

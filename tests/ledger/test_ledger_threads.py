@@ -7,10 +7,10 @@ from collections import Counter
 
 import numpy as np
 import tvm
-from ledger_testing import mlp_executable
 from tvm import relax
 
 import tenet_byoc
+from ledger_testing import mlp_executable
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, gpt2_matmuls, random_params
 
 THREADS, RUNS = 4, 100

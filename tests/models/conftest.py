@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from gpt2_testing import TINY_HF_CONFIG, make_hf_weights, write_hf_checkpoint
+
 from tenet_byoc.models.gpt2 import GPT2Runner, build_with_tvm, load_hf_checkpoint
 
 

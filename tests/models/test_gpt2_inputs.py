@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import pytest
 from gpt2_testing import TINY_HF_CONFIG, make_hf_weights, write_hf_checkpoint
+
 from tenet_byoc.models.gpt2 import (
     PRESETS,
     GPT2Config,

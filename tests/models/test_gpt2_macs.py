@@ -6,6 +6,9 @@ import math
 
 import pytest
 import tvm
+from tvm import relax
+from tvm.sym import Analyzer
+
 from tenet_byoc.models.gpt2 import (
     GPT2Config,
     export_gpt2,
@@ -13,8 +16,6 @@ from tenet_byoc.models.gpt2 import (
     gpt2_matmuls,
     param_shapes,
 )
-from tvm import relax
-from tvm.sym import Analyzer
 
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 

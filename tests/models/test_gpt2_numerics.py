@@ -7,6 +7,7 @@ import importlib.util
 import numpy as np
 import pytest
 from gpt2_testing import TINY_HF_CONFIG, numpy_gpt2_logits, numpy_greedy
+
 from tenet_byoc.models.gpt2 import (
     GPT2Config,
     GPT2Runner,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gpt2_testing import numpy_gpt2_logits, to_hf_layout
+
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 
 

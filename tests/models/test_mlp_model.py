@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
+from tvm import relax
+
 from tenet_byoc.models.mlp import (
     PARAM_SHAPES,
     load_fashion_mnist,
@@ -20,7 +22,6 @@ from tenet_byoc.models.mlp import (
     synthetic_fashion_mnist,
     train_mlp,
 )
-from tvm import relax
 
 
 def _idx_bytes(array: np.ndarray, magic: int | None = None) -> bytes:

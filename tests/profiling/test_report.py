@@ -10,10 +10,10 @@ from collections import Counter
 import numpy as np
 import pytest
 import tvm
-from ledger_testing import mlp_executable
 from tvm import relax
 
 import tenet_byoc
+from ledger_testing import mlp_executable
 from tenet_byoc.models.gpt2 import GPT2Config, export_gpt2, random_params
 from tenet_byoc.profiling import COLUMNS
 

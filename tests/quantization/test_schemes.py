@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from relax_testing import matmul_module, offloaded_symbols, run
 from tvm import relax
 
 import tenet_byoc
+from relax_testing import matmul_module, offloaded_symbols, run
 from tenet_byoc.quantization import SCHEMES, QuantScheme, quantize, quantize_weight
 
 QUANTIZED = [name for name in SCHEMES if name != "none"]

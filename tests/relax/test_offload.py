@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 import tvm
-from relax_testing import assert_rel_close, matmul_module, offloaded_symbols, run
 
 import tenet_byoc
+from relax_testing import assert_rel_close, matmul_module, offloaded_symbols, run
 from tenet_byoc.patterns import pattern_name
 
 ACTS = [None, "relu", "gelu", "gelu_tanh"]

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from relax_testing import matmul_module
 from tvm import relax
 
 import tenet_byoc
+from relax_testing import matmul_module
 from tenet_byoc.hardware import preset
 
 
