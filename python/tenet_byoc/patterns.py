@@ -56,6 +56,12 @@ def make_matmul_pattern(
     if transposed_rhs:
         rhs_operand = annotations["transpose"] = is_op("relax.permute_dims")(rhs)
     out = annotations["root"] = is_op("relax.matmul")(lhs, rhs_operand)
+    return _with_epilogue(out, annotations, with_bias, activation)
+
+
+def _with_epilogue(out: DFPattern, annotations: dict[str, DFPattern], with_bias: bool,
+                   activation: str | None) -> tuple[DFPattern, Mapping[str, DFPattern]]:
+    """Append the optional bias add and activation that every pattern may end with."""
     if with_bias:
         annotations["bias"] = bias = wildcard()
         out = annotations["bias_add"] = is_op("relax.add")(out, bias)
@@ -64,16 +70,14 @@ def make_matmul_pattern(
     return out, annotations
 
 
+def _epilogue_suffix(with_bias: bool, activation: str | None) -> str:
+    return ("_bias" if with_bias else "") + ("_" + EPILOGUES[activation] if activation else "")
+
+
 def pattern_name(transposed_rhs: bool, with_bias: bool, activation: str | None) -> str:
     """The registered name of one pattern, e.g. ``tenet.matmul_transposed_bias_gelu_tanh``."""
-    name = "tenet.matmul"
-    if transposed_rhs:
-        name += "_transposed"
-    if with_bias:
-        name += "_bias"
-    if activation is not None:
-        name += "_" + EPILOGUES[activation]
-    return name
+    name = "tenet.matmul" + ("_transposed" if transposed_rhs else "")
+    return name + _epilogue_suffix(with_bias, activation)
 
 
 def _static_int(value) -> int | None:
@@ -171,22 +175,12 @@ def make_quant_pattern(
     else:
         raise ValueError(f"unknown quantized form {form!r}; expected one of {QUANT_FORMS}")
     ann["dequantized"] = out
-    if with_bias:
-        ann["bias"] = bias = wildcard()
-        out = ann["bias_add"] = is_op("relax.add")(out, bias)
-    if activation is not None:
-        out = ann["activation"] = is_op(activation)(out)
-    return out, ann
+    return _with_epilogue(out, ann, with_bias, activation)
 
 
 def quant_pattern_name(form: str, with_bias: bool, activation: str | None) -> str:
     """The registered name of a quantized pattern, e.g. ``tenet.dequantize_matmul_group_bias``."""
-    name = "tenet." + form
-    if with_bias:
-        name += "_bias"
-    if activation is not None:
-        name += "_" + EPILOGUES[activation]
-    return name
+    return "tenet." + form + _epilogue_suffix(with_bias, activation)
 
 
 def _shape(expr) -> list[int | None] | None:

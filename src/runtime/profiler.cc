@@ -18,6 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/program.h"
+
 namespace tenet {
 namespace runtime {
 
@@ -53,15 +55,6 @@ const char* DeviceName(int device_type) {
     default:
       return "dev";
   }
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out + '"';
 }
 
 /*!

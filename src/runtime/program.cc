@@ -1,6 +1,8 @@
 // Reading and writing kernel descriptors, with every field checked before a program runs.
 #include "runtime/program.h"
 
+#include <cstdio>
+
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
 #include <tvm/ffi/error.h>
@@ -181,6 +183,23 @@ Descriptor ParseDescriptor(const std::string& text) {
     programs.push_back(std::move(p));
   }
   return descriptor;
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + '"';
 }
 
 std::string SerializeDescriptor(const Descriptor& descriptor) {

@@ -71,6 +71,9 @@ struct Descriptor {
  */
 Descriptor ParseDescriptor(const std::string& json);
 
+/*! \brief `s` as a JSON string literal, quotes included. */
+std::string JsonString(const std::string& s);
+
 /*! \brief Writes a descriptor back to JSON (the inverse of ParseDescriptor). */
 std::string SerializeDescriptor(const Descriptor& descriptor);
 

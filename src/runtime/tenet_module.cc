@@ -458,15 +458,6 @@ void WriteMetrics(std::ostream& os, const Metrics& m) {
   os << "}}";
 }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out + '"';
-}
-
 // Entries refer to a table of distinct costs (a model calls few shapes many times), and to
 // the functions and steps by index, so a long ledger stays small.
 std::string TenetModuleObj::LedgerJson() const {
