@@ -44,6 +44,10 @@ constexpr size_t kMaxCachedPrimitives = 1024;
 // (measured 62 vs 103 us for 1x768x2304), so such calls take that path.
 constexpr int64_t kMaxGemvRows = 4;
 
+// Elementwise loops (dequantization, int8 epilogue) below this size run on one thread: a
+// parallel region's fork and join cost more than the work.
+constexpr int64_t kMinParallelElements = 1 << 15;
+
 int64_t Product(const std::vector<int64_t>& v, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= v[i];
@@ -100,7 +104,7 @@ void RunSmallRows(const GemmArgs& g, int64_t rows, int64_t n, int64_t k) {
 }  // namespace
 
 void DequantizeChannel(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * k >= kMinParallelElements)
   for (int64_t r = 0; r < n; ++r) {
     const float s = scale[r];
     for (int64_t j = 0; j < k; ++j) w[r * k + j] = static_cast<float>(q[r * k + j]) * s;
@@ -111,7 +115,7 @@ bool DequantizeGroup(const int8_t* q, const float* scale, int64_t n, int64_t gro
                      int64_t group_size, float* w) {
   const int64_t k = groups * group_size;
   int64_t bad = 0;
-#pragma omp parallel for schedule(static) reduction(+ : bad)
+#pragma omp parallel for schedule(static) reduction(+ : bad) if (n * k >= kMinParallelElements)
   for (int64_t r = 0; r < n; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       const float s = scale[r * groups + g];
@@ -129,7 +133,7 @@ bool DequantizeGroup(const int8_t* q, const float* scale, int64_t n, int64_t gro
 void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, bool sa_per_row,
                   const float* sb, bool sb_per_col, const float* bias, Epilogue epilogue,
                   float* out) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * n >= kMinParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
     const float a = sa[sa_per_row ? r : 0];
     for (int64_t j = 0; j < n; ++j) {
