@@ -169,6 +169,22 @@ def _scheme_of(comp: _Composite, args_ty) -> str:
     )
 
 
+def _step_name(result: relax.Var, rhs: relax.Expr) -> str:
+    """A readable name: the kind of layer a named weight belongs to, else the result's name.
+
+    A weight passed as a parameter keeps its model name through partitioning, but
+    FuseOpsByPattern gives every repeated block (same shapes) one shared function, named
+    after the first block's weights; so the block index is dropped:
+    ``h.0.attn.c_attn.weight`` -> ``attn.c_attn``. Bound constants have no name.
+    """
+    name = str(rhs.name) if isinstance(rhs, relax.Var) else ""
+    if not name.endswith(".weight"):
+        return str(result.name)
+    parts = name[: -len(".weight")].split(".")
+    numbered = [i for i, part in enumerate(parts) if part.isdigit()]
+    return ".".join(parts[numbered[-1] + 1 :] if numbered else parts)
+
+
 def describe_function(func: relax.Function) -> dict:
     """Turn one outer tenet function into its kernel descriptor (a JSON-ready dict).
 
@@ -220,7 +236,7 @@ def describe_function(func: relax.Function) -> dict:
         steps.append(
             {
                 "pattern": comp.pattern,
-                "name": str(binding.var.name),
+                "name": _step_name(binding.var, args[comp.rhs]),
                 "kind": comp.kind,
                 "scheme": _scheme_of(comp, [a.ty for a in args]),
                 "lhs": ref(comp.lhs, "lhs"),
