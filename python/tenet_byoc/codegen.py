@@ -261,7 +261,7 @@ def describe_function(func: relax.Function) -> dict:
     return {"symbol": symbol, "inputs": inputs, "steps": steps, "outputs": outputs}
 
 
-def _cost_config(functions) -> str:
+def _cost_config(functions) -> dict:
     from .hardware import resolve
     from .partition import COST_CONFIG_ATTR
 
@@ -272,7 +272,7 @@ def _cost_config(functions) -> str:
             "partition the module once, with one hardware"
         )
     # Functions partitioned without partition_for_tenet are charged to the default preset.
-    return configs.pop() if configs else resolve(None).config_text
+    return json.loads(configs.pop()) if configs else resolve(None).descriptor_fields()
 
 
 def make_descriptor(functions) -> str:
@@ -281,7 +281,7 @@ def make_descriptor(functions) -> str:
         {
             "version": DESCRIPTOR_VERSION,
             "functions": [describe_function(f) for f in functions],
-            "cost_config": _cost_config(functions),
+            **_cost_config(functions),
         }
     )
 

@@ -7,8 +7,8 @@ interconnect, bandwidth, latency, clock) and a :class:`~tenet_byoc.cost_model.Da
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cost_model as cm
@@ -26,6 +26,11 @@ class Accelerator:
         The PE array, interconnect, memory system and clock.
     dataflow : cost_model.Dataflow
         Space and time maps of a GEMM ``S[i,j,k]`` (``C[i,j] += A[i,k] * B[k,j]``).
+    macs_per_cycle_by_bits : Mapping[int, int]
+        MACs one PE does per cycle by operand width (the wider of A and B), e.g.
+        ``{16: 2, 8: 4, 4: 8}``; widths not listed do 1. A PE doing p MACs per cycle is
+        costed as a p-wide dot-product unit along K: the call runs as the GEMM with
+        ``ceil(K / p)`` packed elements of ``p x bits`` (so K is padded to a multiple of p).
 
     Raises
     ------
@@ -39,8 +44,15 @@ class Accelerator:
     name: str
     hardware: cm.Hardware
     dataflow: cm.Dataflow
+    macs_per_cycle_by_bits: Mapping[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for bits, rate in dict(self.macs_per_cycle_by_bits).items():
+            if bits not in (4, 8, 16, 32) or not isinstance(rate, int) or rate < 1:
+                raise ValueError(
+                    f"Accelerator.macs_per_cycle_by_bits[{bits!r}]={rate!r}: keys must be "
+                    "operand widths 4, 8, 16 or 32 and values positive integers"
+                )
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Accelerator.name must be a non-empty string, got {self.name!r}")
         if not isinstance(self.hardware, cm.Hardware):
@@ -65,6 +77,15 @@ class Accelerator:
         """The serialized hardware and dataflow that the runtime module stores."""
         return cm.serialize_config(self.hardware, self.dataflow)
 
+    def descriptor_fields(self) -> dict:
+        """What the runtime module's descriptor carries of this accelerator."""
+        return {
+            "cost_config": self.config_text,
+            "macs_per_cycle_by_bits": {
+                str(b): int(r) for b, r in sorted(dict(self.macs_per_cycle_by_bits).items())
+            },
+        }
+
     @classmethod
     def systolic(
         cls,
@@ -78,6 +99,7 @@ class Accelerator:
         clock_ghz: float = 1.0,
         l1_bytes: int = 256,
         l2_bytes: int = 1 << 20,
+        macs_per_cycle_by_bits: Mapping[int, int] | None = None,
         **tiling: int,
     ) -> Accelerator:
         """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is")."""
@@ -89,7 +111,7 @@ class Accelerator:
             l1_bytes=l1_bytes, l2_bytes=l2_bytes, name=name,
         )
         df = cm.Dataflow.preset(dataflow, rows=rows, cols=cols, **tiling)
-        return cls(name, hw, df)
+        return cls(name, hw, df, dict(macs_per_cycle_by_bits or {}))
 
     @classmethod
     def from_tenet_files(
@@ -122,6 +144,11 @@ PRESETS: dict[str, Callable[[], Accelerator]] = {
     "os16": lambda: Accelerator.systolic("os", 16, 16, name="os16"),
     "ws16": lambda: Accelerator.systolic("ws", 16, 16, name="ws16"),
     "is16": lambda: Accelerator.systolic("is", 16, 16, name="is16"),
+    # A 16x16 output-stationary array whose PEs are dot-product units that do more MACs per
+    # cycle at lower precision (2 at 16 bits, 4 at 8, 8 at 4): compute follows the bits.
+    "os16_mp": lambda: Accelerator.systolic(
+        "os", 16, 16, name="os16_mp", macs_per_cycle_by_bits={16: 2, 8: 4, 4: 8}
+    ),
     "os128": lambda: Accelerator.systolic(
         "os", 128, 128, name="os128", bandwidth_bits=2048, l2_bytes=24 << 20
     ),

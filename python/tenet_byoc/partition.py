@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import tvm
 from tvm import relax
 
@@ -32,7 +34,7 @@ def partition_for_tenet(
         adjacent ones merged into outer functions with attr ``Codegen="tenet"`` that also
         carry the accelerator config (attr ``tenet.cost_config``).
     """
-    config = resolve(hardware).config_text
+    config = json.dumps(resolve(hardware).descriptor_fields())
     # MergeCompositeFunctions groups neighbouring composites into one call, but it only
     # walks a function named "main" and fails when main calls other Relax functions;
     # other modules (GPT-2's prefill and decode) get one tenet function per composite

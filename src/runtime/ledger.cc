@@ -1,6 +1,7 @@
 // The cost cache and the ledger of charged calls.
 #include "runtime/ledger.h"
 
+#include <algorithm>
 #include <functional>
 
 namespace tenet {
@@ -21,23 +22,45 @@ size_t GemmKeyHash::operator()(const GemmKey& g) const {
   return h;
 }
 
+Metrics CostCache::Analyze(const GemmKey& key) const {
+  auto it = macs_per_cycle_by_bits_.find(std::max(key.bits_a, key.bits_b));
+  const int64_t p = it == macs_per_cycle_by_bits_.end() ? 1 : it->second;
+  GemmWorkload w;
+  w.batch = key.batch;
+  w.m = key.m;
+  w.n = key.n;
+  w.k = (key.k + p - 1) / p;
+  w.bits_a = key.bits_a * static_cast<int>(p);
+  w.bits_b = key.bits_b * static_cast<int>(p);
+  w.bits_c = key.bits_c;
+  w.extra_read_bits = key.extra_read_bits;
+  w.extra_ops = key.extra_ops;
+  Metrics m = AnalyzeGemm(w, hardware_, dataflow_);
+  if (p > 1) {
+    // Back from packed vectors to elements: real MACs, A and B counted per element (their
+    // bits already are), utilization against p MACs per PE per cycle.
+    m.macs = key.batch * key.m * key.n * key.k;
+    for (const char* name : {"A", "B"}) {
+      TensorMetrics& t = m.tensors.at(name);
+      t.total *= p;
+      t.unique *= p;
+      t.offchip_elements *= p;
+      t.bits /= static_cast<int>(p);
+    }
+    m.pe_utilization = static_cast<double>(m.macs) /
+                       (static_cast<double>(m.cycles) * m.num_pes *
+                        hardware_.macs_per_pe_per_cycle * p);
+  }
+  return m;
+}
+
 std::shared_ptr<const Metrics> CostCache::Get(const GemmKey& key) {
   {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
   }
-  GemmWorkload w;
-  w.batch = key.batch;
-  w.m = key.m;
-  w.n = key.n;
-  w.k = key.k;
-  w.bits_a = key.bits_a;
-  w.bits_b = key.bits_b;
-  w.bits_c = key.bits_c;
-  w.extra_read_bits = key.extra_read_bits;
-  w.extra_ops = key.extra_ops;
-  auto metrics = std::make_shared<const Metrics>(AnalyzeGemm(w, hardware_, dataflow_));
+  auto metrics = std::make_shared<const Metrics>(Analyze(key));
   std::unique_lock<std::shared_mutex> lock(mutex_);
   return cache_.emplace(key, std::move(metrics)).first->second;
 }

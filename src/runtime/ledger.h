@@ -3,6 +3,7 @@
 #define TENET_RUNTIME_LEDGER_H_
 
 #include <atomic>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,15 +41,25 @@ struct GemmKeyHash {
  */
 class CostCache {
  public:
-  CostCache(Hardware hardware, Dataflow dataflow)
-      : hardware_(std::move(hardware)), dataflow_(std::move(dataflow)) {}
+  /*!
+   * \param macs_per_cycle_by_bits operand width -> MACs one PE does per cycle at that width
+   *  (absent: 1). A PE doing p MACs per cycle is a p-wide dot-product unit along K: the call
+   *  is costed as the GEMM with ceil(K / p) packed elements of p x bits each.
+   */
+  CostCache(Hardware hardware, Dataflow dataflow, std::map<int, int64_t> macs_per_cycle_by_bits)
+      : hardware_(std::move(hardware)),
+        dataflow_(std::move(dataflow)),
+        macs_per_cycle_by_bits_(std::move(macs_per_cycle_by_bits)) {}
   std::shared_ptr<const Metrics> Get(const GemmKey& key);
   const Hardware& hardware() const { return hardware_; }
   const Dataflow& dataflow() const { return dataflow_; }
 
  private:
+  Metrics Analyze(const GemmKey& key) const;
+
   Hardware hardware_;
   Dataflow dataflow_;
+  std::map<int, int64_t> macs_per_cycle_by_bits_;
   std::shared_mutex mutex_;
   std::unordered_map<GemmKey, std::shared_ptr<const Metrics>, GemmKeyHash> cache_;
 };

@@ -2,6 +2,7 @@
 #include "runtime/program.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
@@ -116,6 +117,17 @@ Descriptor ParseDescriptor(const std::string& text) {
   }
   Descriptor descriptor;
   descriptor.cost_config = std::string(Get<ffi::String>(top, "cost_config", "the descriptor"));
+  for (const auto& kv : Get<json::Object>(top, "macs_per_cycle_by_bits", "the descriptor")) {
+    auto bits = kv.first.try_cast<ffi::String>();
+    auto rate = kv.second.try_cast<int64_t>();
+    int b = 0;
+    if (bits.has_value()) b = std::atoi(std::string(*bits).c_str());
+    if (b < 1 || b > 64 || !rate.has_value() || *rate < 1) {
+      TVM_FFI_THROW(ValueError) << "tenet descriptor: macs_per_cycle_by_bits maps operand bits "
+                                << "(1..64, as a string) to a positive MAC rate";
+    }
+    descriptor.macs_per_cycle_by_bits[b] = *rate;
+  }
   std::vector<Program>& programs = descriptor.programs;
   for (const ffi::Any& f : Get<json::Array>(top, "functions", "the descriptor")) {
     json::Object fobj = AsObject(f, "a function");
@@ -249,6 +261,11 @@ std::string SerializeDescriptor(const Descriptor& descriptor) {
   top.Set(ffi::String("version"), kDescriptorVersion);
   top.Set(ffi::String("functions"), functions);
   top.Set(ffi::String("cost_config"), ffi::String(descriptor.cost_config));
+  json::Object rates;
+  for (const auto& kv : descriptor.macs_per_cycle_by_bits) {
+    rates.Set(ffi::String(std::to_string(kv.first)), kv.second);
+  }
+  top.Set(ffi::String("macs_per_cycle_by_bits"), rates);
   return std::string(json::Stringify(top));
 }
 

@@ -5,6 +5,7 @@
 #include <tvm/ffi/dtype.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,7 @@ struct Program {
 struct Descriptor {
   std::vector<Program> programs;
   std::string cost_config;  // tenet::SerializeConfig text of the hardware and dataflow
+  std::map<int, int64_t> macs_per_cycle_by_bits;  // operand width -> MACs per PE per cycle
 };
 
 /*!

@@ -75,7 +75,8 @@ class TenetModuleObj : public ffi::ModuleObj {
   explicit TenetModuleObj(Descriptor descriptor)
       : descriptor_(std::move(descriptor)),
         costs_(ParseCostConfig(descriptor_.cost_config).first,
-               ParseCostConfig(descriptor_.cost_config).second) {
+               ParseCostConfig(descriptor_.cost_config).second,
+               descriptor_.macs_per_cycle_by_bits) {
     for (size_t i = 0; i < descriptor_.programs.size(); ++i) {
       by_symbol_.emplace(descriptor_.programs[i].symbol, i);
     }

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
-from relax_testing import matmul_module
 from tvm import relax
 
 import tenet_byoc
+from relax_testing import matmul_module
 
 
 def test_phase_tags_round_trip():

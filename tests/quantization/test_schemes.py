@@ -161,3 +161,32 @@ def test_int4_range_is_checked_at_run_time(rng):
     assert offloaded_symbols(mod) == ["tenet.dequantize_matmul_group"]
     with pytest.raises(ValueError, match=r"outside the int4 range \[-8, 7\]"):
         run(tenet_byoc.build(mod), np.ones((2, groups * g), "float32"))
+
+
+def test_macs_per_cycle_follow_the_operand_bits(rng):
+    """os16_mp does 4 int8 MACs per PE per cycle: a 16x16x64 int8 GEMM is one fold of
+    ceil(64 / 4) = 16 packed steps, 16 + 16 + 16 - 2 = 46 cycles (64 + 30 = 94 at 1 MAC),
+    plus the scheme's extra ops, 16 * (2 * 64 + 16) = 2304, over 256 PEs: 9 cycles."""
+    from tenet_byoc import cost_model as cm
+    from tenet_byoc.hardware import preset
+
+    mod, _ = linear((16, 64), 16, rng, bias=False)
+    qmod = quantize(mod, "w8a8_per_tensor")
+    x = rng.standard_normal((16, 64)).astype("float32")
+    entries = {}
+    for name in ("os16", "os16_mp"):
+        vm = relax.VirtualMachine(tenet_byoc.build(qmod, hardware=name), tvm.cpu())
+        vm["main"](tvm.runtime.tensor(x))
+        (entries[name],) = tenet_byoc.ledger(vm).entries
+    assert entries["os16"].extra_ops == 2304
+    assert entries["os16"].compute_cycles == 94 + 9
+    mp = entries["os16_mp"]
+    assert mp.compute_cycles == 46 + 9
+    acc = preset("os16_mp")
+    packed = cm.analyze_gemm(16, 16, 16, acc.hardware, acc.dataflow, bits_a=32, bits_b=32,
+                             bits_c=16, extra_read_bits=mp.extra_read_bits,
+                             extra_ops=mp.extra_ops)
+    assert mp.cycles == packed.cycles and mp.compute_cycles == packed.compute_cycles
+    assert mp.macs == 16 * 16 * 64
+    assert mp.pe_utilization == pytest.approx(mp.macs / (mp.cycles * 256 * 4))
+    assert mp.tensors["B"].offchip_bytes == packed.tensors["B"].offchip_bits / 8 == 16 * 64

@@ -91,7 +91,7 @@ def _descriptor(**overrides) -> str:
     step.update(overrides.pop("step", {}))
     func = {"symbol": "f", "inputs": [{"dtype": "float32", "ndim": 2}] * 2, "steps": [step],
             "outputs": [{"dtype": "float32", "ndim": 2, "source": -1}]}
-    doc = {"version": 1, "functions": [func], "cost_config": preset("os16").config_text}
+    doc = {"version": 1, "functions": [func], **preset("os16").descriptor_fields()}
     doc.update(overrides)
     return json.dumps(doc)
 
@@ -110,9 +110,10 @@ def _descriptor(**overrides) -> str:
         (lambda: _descriptor(step={"bits": [8, 0, 8]}), "bits must be integers in [1, 64]"),
         (lambda: _descriptor(cost_config="pe_domain = {PE[p]: 0<=p<"),
          "invalid hardware/dataflow config"),
+        (lambda: _descriptor(macs_per_cycle_by_bits={"8": 0}), "positive MAC rate"),
     ],
     ids=["json", "version", "fields", "forward-ref", "self-ref", "epilogue", "kind", "scales",
-         "bits", "config"],
+         "bits", "config", "rates"],
 )
 def test_malformed_descriptor(text, message):
     create = tvm.get_global_func("tenet_byoc.runtime.create_module")
