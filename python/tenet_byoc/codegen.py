@@ -37,6 +37,7 @@ class _Composite:
     epilogue: str
     scale_a: int | None = None
     scale_b: int | None = None
+    zero_point: int | None = None
 
 
 def _tensor_spec(ty, what: str) -> dict:
@@ -59,7 +60,8 @@ def _bindings(func: relax.Function):
 
 _CHAIN_OPS = {
     "relax.matmul", "relax.permute_dims", "relax.add", "relax.dequantize", "relax.reshape",
-    "relax.astype", "relax.multiply", *EPILOGUES,
+    "relax.astype", "relax.multiply", "relax.subtract", "relax.stack", "relax.bitwise_and",
+    "relax.right_shift", *EPILOGUES,
 }
 
 
@@ -105,18 +107,24 @@ def analyze_composite(func: relax.Function) -> _Composite:
     transpose = made_by(rhs_expr, "relax.permute_dims")
     if transpose is not None:
         rhs_expr = transpose.args[0]
-    kind, scale_a, scale_b = "float", None, None
+    kind, scale_a, scale_b, zero_point = "float", None, None, None
     chain_end = matmul
     if (deq := made_by(rhs_expr, "relax.dequantize")) is not None:
         kind = "dequant_channel"
         rhs_expr, scale_b = deq.args[0], param_of(deq.args[1], "scale")
     elif (reshape := made_by(rhs_expr, "relax.reshape")) is not None:
         kind = "dequant_group"
+        # reshape((astype(reshape(stack((wp & 15, wp >> 4)))) - zp) * scale)
         mul = made_by(reshape.args[0], "relax.multiply")
-        cast = made_by(mul.args[0], "relax.astype") if mul is not None else None
-        if cast is None:
-            raise TenetCodegenError(f"{pattern}: group dequantization is not astype * scale")
-        rhs_expr, scale_b = cast.args[0], param_of(mul.args[1], "scale")
+        sub = made_by(mul.args[0], "relax.subtract") if mul is not None else None
+        cast = made_by(sub.args[0], "relax.astype") if sub is not None else None
+        groups = made_by(cast.args[0], "relax.reshape") if cast is not None else None
+        stack = made_by(groups.args[0], "relax.stack") if groups is not None else None
+        low = made_by(stack.args[0].fields[0], "relax.bitwise_and") if stack is not None else None
+        if low is None:
+            raise TenetCodegenError(f"{pattern}: group dequantization is not the packed int4 form")
+        rhs_expr = low.args[0]
+        scale_b, zero_point = param_of(mul.args[1], "scale"), param_of(sub.args[1], "zero point")
     elif "relax.multiply" in calls:
         kind = "int8"
         outer = calls["relax.multiply"][-1]
@@ -135,13 +143,14 @@ def analyze_composite(func: relax.Function) -> _Composite:
     acts = [c for name in EPILOGUES for c in calls.get(name, [])]
     epilogue = EPILOGUES[acts[0].op.name] if acts else "none"
     return _Composite(
-        pattern, kind, lhs, rhs, bias, transpose is not None, epilogue, scale_a, scale_b
+        pattern, kind, lhs, rhs, bias, transpose is not None, epilogue, scale_a, scale_b,
+        zero_point,
     )
 
 
 #: Element widths charged per kind: (A, B, C). The dequantize forms are the weight-only
 #: schemes, whose activations are float16 on the accelerator (the quantize pass rounds them
-#: to float16); the group form holds int4 values (the runtime checks their range).
+#: to float16); the group form is packed int4.
 _KIND_BITS = {
     "float": (32, 32, 32),
     "dequant_channel": (16, 8, 16),
@@ -156,8 +165,9 @@ def _scheme_of(comp: _Composite, args_ty) -> str:
     if comp.kind == "dequant_channel":
         return "w8a16_per_channel"
     if comp.kind == "dequant_group":
-        group = int(args_ty[comp.rhs].shape.values[-1])
-        return f"w4a16_group{group}"
+        k = 2 * int(args_ty[comp.rhs].shape.values[-1])
+        groups = int(args_ty[comp.scale_b].shape.values[1])
+        return f"w4a16_group{k // groups}"
     per_token = args_ty[comp.scale_a].ndim > 0
     per_channel = args_ty[comp.scale_b].ndim > 0
     if per_token and per_channel:
@@ -244,6 +254,7 @@ def describe_function(func: relax.Function) -> dict:
                 "bias": ref(comp.bias, "bias"),
                 "scale_a": ref(comp.scale_a, "activation scale"),
                 "scale_b": ref(comp.scale_b, "weight scale"),
+                "zero_point": ref(comp.zero_point, "zero point"),
                 "rhs_transposed": comp.rhs_transposed,
                 "epilogue": comp.epilogue,
                 "out_ndim": out["ndim"],

@@ -13,7 +13,7 @@ from tvm import relax, tirx
 from tvm.ir.expr import GenericConst
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
-from tvm.relax.dpl import DFPattern, is_op, wildcard
+from tvm.relax.dpl import DFPattern, is_op, is_tuple, wildcard
 from tvm.relax.transform import PatternCheckContext
 
 #: Element types the runtime's float GEMM kernels compute.
@@ -154,7 +154,9 @@ def make_quant_pattern(
     Forms (``W^T`` is ``R.permute_dims``; a bias add and an activation may follow):
 
     - ``dequantize_matmul_channel``: ``x @ dequantize(wq[N,K], scale[N], zp, axis=0)^T``
-    - ``dequantize_matmul_group``: ``x @ reshape(astype(wq[N,K/G,G]) * scale[N,K/G,1], [N,K])^T``
+    - ``dequantize_matmul_group``: packed int4, two nibbles a byte, ``wp[N, K/2]`` uint8:
+      ``q = reshape(stack([wp & 15, wp >> 4], -1), [N, K/G, G])``,
+      ``x @ reshape((astype(q) - zp) * scale[N,K/G,1], [N,K])^T``, ``zp`` a scalar or per group
     - ``int8_matmul_dequantize``: ``astype(xq @ wq^T -> int32, float32) * scale_a * scale_b``
     """
     lhs, wq, scale = wildcard(), wildcard(), wildcard()
@@ -164,7 +166,13 @@ def make_quant_pattern(
         ann["dequantize"] = w = is_op("relax.dequantize")(wq, scale, zp)
         out = ann["root"] = is_op("relax.matmul")(lhs, is_op("relax.permute_dims")(w))
     elif form == "dequantize_matmul_group":
-        scaled = is_op("relax.multiply")(is_op("relax.astype")(wq), scale)
+        ann["mask"], ann["shift"], ann["zp"] = mask, shift, zp = wildcard(), wildcard(), wildcard()
+        ann["stack"] = nibbles = is_op("relax.stack")(
+            is_tuple([is_op("relax.bitwise_and")(wq, mask), is_op("relax.right_shift")(wq, shift)])
+        )
+        ann["groups"] = groups = is_op("relax.reshape")(nibbles, wildcard())
+        centred = is_op("relax.subtract")(is_op("relax.astype")(groups), zp)
+        scaled = is_op("relax.multiply")(centred, scale)
         ann["reshape"] = w = is_op("relax.reshape")(scaled, wildcard())
         out = ann["root"] = is_op("relax.matmul")(lhs, is_op("relax.permute_dims")(w))
     elif form == "int8_matmul_dequantize":
@@ -190,6 +198,12 @@ def _shape(expr) -> list[int | None] | None:
     return [_static_int(d) for d in ty.shape.values]
 
 
+def _const_value(expr) -> int | None:
+    if isinstance(expr, GenericConst) and expr.value.numpy().size == 1:
+        return int(expr.value.numpy().reshape(()))
+    return None
+
+
 def _dtype(expr) -> str | None:
     ty = expr.ty
     return str(ty.dtype) if isinstance(ty, relax.TensorType) else None
@@ -202,8 +216,9 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
     ann = context.annotated_expr
     lhs, wq, scale, root = ann["lhs"], ann["wq"], ann["scale_b"], ann["root"]
     wshape = _shape(wq)
-    if _dtype(wq) != "int8" or wshape is None or None in wshape:
-        return "the quantized weight must be a static-shape int8 tensor"
+    packed = "groups" in ann
+    if _dtype(wq) != ("uint8" if packed else "int8") or wshape is None or None in wshape:
+        return "the quantized weight must be a static-shape int8 (packed int4: uint8) tensor"
     lshape = _shape(lhs)
     if lshape is None or len(lshape) < 2:
         return "the activation must have rank >= 2"
@@ -219,12 +234,21 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
             return f"the scale must be float32 [{n}]"
         if _dtype(lhs) != "float32":
             return "the activation must be float32"
-    elif "reshape" in ann:
-        if len(wshape) != 3:
-            return "a group-quantized weight must be stored as [N, K/G, G]"
-        if _shape(scale) != [n, wshape[1], 1] or _dtype(scale) != "float32":
-            return f"the group scale must be float32 [{n}, {wshape[1]}, 1]"
-        if _shape(ann["reshape"]) != [n, wshape[1] * wshape[2]]:
+    elif packed:
+        gshape = _shape(ann["groups"])
+        if len(wshape) != 2 or gshape is None or len(gshape) != 3:
+            return "packed int4 weights must be [N, K/2] unpacked to [N, K/G, G]"
+        k = 2 * wshape[1]
+        axis = ann["stack"].attrs.axis
+        if axis is None or int(axis) not in (-1, 2) or gshape[0] != n or gshape[1] * gshape[2] != k:
+            return "the two nibbles of a byte must be consecutive elements of a row"
+        if _const_value(ann["mask"]) != 15 or _const_value(ann["shift"]) != 4:
+            return "nibbles must be unpacked as (wp & 15, wp >> 4)"
+        if _shape(scale) != [n, gshape[1], 1] or _dtype(scale) != "float32":
+            return f"the group scale must be float32 [{n}, {gshape[1]}, 1]"
+        if _dtype(ann["zp"]) != "float32" or _shape(ann["zp"]) not in ([], [n, gshape[1], 1]):
+            return f"the zero point must be float32, a scalar or [{n}, {gshape[1]}, 1]"
+        if _shape(ann["reshape"]) != [n, k]:
             return "the dequantized groups must be reshaped to [N, K]"
         if _dtype(lhs) != "float32":
             return "the activation must be float32"

@@ -68,6 +68,11 @@ class QuantScheme:
                 f"QuantScheme.group_size={self.group_size} must be > 0 exactly for group-wise "
                 "weights"
             )
+        if self.group_size % 2:
+            raise ValueError(
+                f"QuantScheme.group_size={self.group_size} must be even: int4 values are "
+                "packed two to a byte"
+            )
         form = (self.weight_bits, self.weight_granularity, self.activation_bits)
         supported = {
             (32, "none", 32),
@@ -143,6 +148,24 @@ def quantize_weight(w: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, np.
     return q, scale
 
 
+#: The zero point of packed int4 weights: a nibble u in [0, 15] holds the value u - 8.
+INT4_ZERO_POINT = 8
+
+
+def pack_int4(q: np.ndarray) -> np.ndarray:
+    """Pack int4 values ``q[N, ...]`` in [-8, 7] two to a byte: ``uint8[N, K/2]``.
+
+    Element ``2j`` of a row is the low nibble of byte ``j``, element ``2j + 1`` the high
+    one; a nibble holds ``value + 8`` (the layout and offset MLC-LLM's q4 formats use).
+    """
+    n = q.shape[0]
+    u = q.reshape(n, -1).astype(np.int16) + INT4_ZERO_POINT
+    if u.shape[1] % 2 or u.min(initial=0) < 0 or u.max(initial=0) > 15:
+        raise ValueError("pack_int4 needs an even number of values in [-8, 7] per row")
+    u = u.astype(np.uint8)
+    return (u[:, 0::2] | (u[:, 1::2] << 4)).astype(np.uint8)
+
+
 def _const(value, dtype: str) -> GenericConst:
     return relax.const(np.asarray(value, dtype=dtype), dtype)
 
@@ -213,8 +236,14 @@ class _LinearQuantizer(relax.PyExprMutator):
                 deq = op.dequantize(_const(q, "int8"), _const(scale, "float32"),
                                     _const(0, "int8"), axis=0, out_dtype="float32")
             else:
-                scaled = op.multiply(bb.emit(op.astype(_const(q, "int8"), "float32")),
-                                     _const(scale, "float32"))
+                # Packed int4: unpack the nibbles, remove the zero point, scale per group.
+                packed = _const(pack_int4(q), "uint8")
+                low = bb.emit(op.bitwise_and(packed, _const(15, "uint8")))
+                high = bb.emit(op.right_shift(packed, _const(4, "uint8")))
+                nibbles = bb.emit(op.reshape(bb.emit(op.stack([low, high], axis=-1)), q.shape))
+                centred = bb.emit(op.subtract(bb.emit(op.astype(nibbles, "float32")),
+                                              _const(INT4_ZERO_POINT, "float32")))
+                scaled = op.multiply(centred, _const(scale, "float32"))
                 deq = op.reshape(bb.emit(scaled), (n, k))
             return op.matmul(x, bb.emit(op.permute_dims(bb.emit(deq))))
         per_token = s.activation_granularity == "token"
@@ -264,4 +293,4 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme) -> tvm.IRModule:
     return relax.transform.DeadCodeElimination()(out)
 
 
-__all__ = ["SCHEMES", "QuantScheme", "get_scheme", "quantize", "quantize_weight"]
+__all__ = ["SCHEMES", "QuantScheme", "get_scheme", "pack_int4", "quantize", "quantize_weight"]

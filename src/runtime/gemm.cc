@@ -111,23 +111,24 @@ void DequantizeChannel(const int8_t* q, const float* scale, int64_t n, int64_t k
   }
 }
 
-bool DequantizeGroup(const int8_t* q, const float* scale, int64_t n, int64_t groups,
-                     int64_t group_size, float* w) {
+void DequantizePackedInt4(const uint8_t* packed, const float* zp, bool zp_per_group,
+                          const float* scale, int64_t n, int64_t groups, int64_t group_size,
+                          float* w) {
   const int64_t k = groups * group_size;
-  int64_t bad = 0;
-#pragma omp parallel for schedule(static) reduction(+ : bad) if (n * k >= kMinParallelElements)
+#pragma omp parallel for schedule(static) if (n * k >= kMinParallelElements)
   for (int64_t r = 0; r < n; ++r) {
+    const uint8_t* row = packed + r * (k / 2);
     for (int64_t g = 0; g < groups; ++g) {
       const float s = scale[r * groups + g];
-      const int8_t* src = q + r * k + g * group_size;
+      const float z = zp[zp_per_group ? r * groups + g : 0];
       float* dst = w + r * k + g * group_size;
-      for (int64_t j = 0; j < group_size; ++j) {
-        bad += (src[j] < -8) | (src[j] > 7);
-        dst[j] = static_cast<float>(src[j]) * s;
+      const uint8_t* src = row + g * group_size / 2;
+      for (int64_t j = 0; j < group_size / 2; ++j) {
+        dst[2 * j] = (static_cast<float>(src[j] & 15) - z) * s;
+        dst[2 * j + 1] = (static_cast<float>(src[j] >> 4) - z) * s;
       }
     }
   }
-  return bad == 0;
 }
 
 void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, bool sa_per_row,

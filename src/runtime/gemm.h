@@ -45,11 +45,14 @@ struct Int8GemmArgs {
 void DequantizeChannel(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w);
 
 /*!
- * \brief w[n, g*G + j] = q[n, g, j] * scale[n, g] for int4 values held in int8.
- * \return false when a value lies outside the int4 range [-8, 7] (nothing else is checked).
+ * \brief w[r, g*G + j] = (float(u) - zp[r, g or 0]) * scale[r, g], u the nibble of element
+ *  g*G + j of row r in packed[r, K/2] (element 2i: low nibble of byte i, 2i + 1: high).
+ *
+ * The operations and their order are those of the Relax form (astype, subtract, multiply).
  */
-bool DequantizeGroup(const int8_t* q, const float* scale, int64_t n, int64_t groups,
-                     int64_t group_size, float* w);
+void DequantizePackedInt4(const uint8_t* packed, const float* zp, bool zp_per_group,
+                          const float* scale, int64_t n, int64_t groups, int64_t group_size,
+                          float* w);
 
 /*!
  * \brief out[r, j] = epilogue((float(acc[r, j]) * sa[r or 0]) * sb[j or 0] + bias[j]).

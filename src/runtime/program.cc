@@ -153,9 +153,12 @@ Descriptor ParseDescriptor(const std::string& text) {
       st.has_bias = OptionalRef(sobj, "bias", p, i, swhere, &st.bias);
       st.has_scale_a = OptionalRef(sobj, "scale_a", p, i, swhere, &st.scale_a);
       st.has_scale_b = OptionalRef(sobj, "scale_b", p, i, swhere, &st.scale_b);
+      st.has_zero_point = OptionalRef(sobj, "zero_point", p, i, swhere, &st.zero_point);
       const bool needs_a = st.kind == StepKind::kInt8;
       const bool needs_b = st.kind != StepKind::kFloat;
-      if (st.has_scale_a != needs_a || st.has_scale_b != needs_b) {
+      const bool needs_zp = st.kind == StepKind::kDequantGroup;
+      if (st.has_scale_a != needs_a || st.has_scale_b != needs_b ||
+          st.has_zero_point != needs_zp) {
         TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere << " of kind "
                                   << StepKindName(st.kind) << " has the wrong scales";
       }
@@ -243,6 +246,7 @@ std::string SerializeDescriptor(const Descriptor& descriptor) {
       o.Set(ffi::String("bias"), ref(st.has_bias, st.bias));
       o.Set(ffi::String("scale_a"), ref(st.has_scale_a, st.scale_a));
       o.Set(ffi::String("scale_b"), ref(st.has_scale_b, st.scale_b));
+      o.Set(ffi::String("zero_point"), ref(st.has_zero_point, st.zero_point));
       o.Set(ffi::String("bits"), json::Array{int64_t(st.bits_a), int64_t(st.bits_b),
                                              int64_t(st.bits_c)});
       o.Set(ffi::String("rhs_transposed"), st.rhs_transposed);

@@ -32,7 +32,7 @@ struct TensorSpec {
 enum class StepKind {
   kFloat,           // float32 x float32
   kDequantChannel,  // float32 x dequantize(int8 [N, K], scale [N]): weight-only per channel
-  kDequantGroup,    // float32 x (int4-in-int8 [N, K/G, G] * scale [N, K/G, 1]): per group
+  kDequantGroup,    // float32 x ((packed int4 [N, K/2] - zp) * scale [N, K/G, 1]): per group
   kInt8,            // int8 x int8 -> int32, then * scale_a * scale_b in float32
 };
 
@@ -45,8 +45,8 @@ struct Step {
   std::string name;     // a readable name for reports (the binding's name in the module)
   std::string scheme;   // the quantization scheme, "none" for float
   StepKind kind = StepKind::kFloat;
-  ValueRef lhs = 0, rhs = 0, bias = 0, scale_a = 0, scale_b = 0;
-  bool has_bias = false, has_scale_a = false, has_scale_b = false;
+  ValueRef lhs = 0, rhs = 0, bias = 0, scale_a = 0, scale_b = 0, zero_point = 0;
+  bool has_bias = false, has_scale_a = false, has_scale_b = false, has_zero_point = false;
   int bits_a = 32, bits_b = 32, bits_c = 32;  // element widths charged to the cost model
   bool rhs_transposed = false;
   Epilogue epilogue = Epilogue::kNone;

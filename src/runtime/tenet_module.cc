@@ -36,6 +36,7 @@ struct View {
 
 constexpr DLDataType kFloat32{kDLFloat, 32, 1};
 constexpr DLDataType kInt8{kDLInt, 8, 1};
+constexpr DLDataType kUInt8{kDLUInt, 8, 1};
 // Quantization scales are charged as float16 side data.
 constexpr int64_t kScaleBits = 16;
 
@@ -160,16 +161,19 @@ class TenetModuleObj : public ffi::ModuleObj {
       const View& a = value(st.lhs);
       const View& b = value(st.rhs);
       ExpectDType(p, s, "lhs", a, st.kind == StepKind::kInt8 ? kInt8 : kFloat32);
-      ExpectDType(p, s, "rhs", b, st.kind == StepKind::kFloat ? kFloat32 : kInt8);
-      // The weight of a quantized step is [N, K] (or [N, K/G, G] per group), used transposed.
+      ExpectDType(p, s, "rhs", b,
+                  st.kind == StepKind::kFloat           ? kFloat32
+                  : st.kind == StepKind::kDequantGroup ? kUInt8
+                                                       : kInt8);
+      // The weight of a quantized step is [N, K] (packed int4: [N, K/2]), used transposed.
       std::vector<int64_t> b_logical = b.shape;
       if (st.kind == StepKind::kDequantGroup) {
-        if (b.shape.size() != 3) {
+        if (b.shape.size() != 2) {
           TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s
-                                    << " group weight has shape " << ShapeStr(b.shape)
-                                    << "; expected [N, K/G, G]";
+                                    << " packed int4 weight has shape " << ShapeStr(b.shape)
+                                    << "; expected [N, K/2]";
         }
-        b_logical = {b.shape[0], b.shape[1] * b.shape[2]};
+        b_logical = {b.shape[0], 2 * b.shape[1]};
       }
       const std::vector<int64_t> c_shape = OutputShape(p, s, a, b_logical);
       View c;
@@ -207,13 +211,20 @@ class TenetModuleObj : public ffi::ModuleObj {
             DequantizeChannel(static_cast<const int8_t*>(b.data), Floats(scale), n, k,
                               dequantized.data());
           } else {
-            ExpectShape(p, s, "group scale", scale, {b.shape[0], b.shape[1], 1});
-            if (!DequantizeGroup(static_cast<const int8_t*>(b.data), Floats(scale), b.shape[0],
-                                 b.shape[1], b.shape[2], dequantized.data())) {
-              TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s << " ("
-                                        << st.name << "): a group-quantized weight holds "
-                                        << "values outside the int4 range [-8, 7]";
+            const int64_t groups = scale.shape.size() == 3 ? scale.shape[1] : 0;
+            if (groups < 1 || k % groups != 0 || (k / groups) % 2 != 0) {
+              TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s
+                                        << " group scale has shape " << ShapeStr(scale.shape)
+                                        << "; expected [N, K/G, 1] with an even G dividing K="
+                                        << k;
             }
+            ExpectShape(p, s, "group scale", scale, {n, groups, 1});
+            const View& zp = value(st.zero_point);
+            ExpectDType(p, s, "zero point", zp, kFloat32);
+            const bool zp_per_group = !zp.shape.empty();
+            if (zp_per_group) ExpectShape(p, s, "zero point", zp, {n, groups, 1});
+            DequantizePackedInt4(static_cast<const uint8_t*>(b.data), Floats(zp), zp_per_group,
+                                 Floats(scale), n, groups, k / groups, dequantized.data());
           }
           weight = dequantized.data();
         }
