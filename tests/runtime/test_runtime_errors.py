@@ -86,7 +86,8 @@ def test_wrong_dtype_through_the_vm_is_an_exception(linear):
 
 def _descriptor(**overrides) -> str:
     step = {"pattern": "p", "name": "n", "kind": "float", "scheme": "none", "lhs": 0, "rhs": 1,
-            "bias": None, "scale_a": None, "scale_b": None, "rhs_transposed": False,
+            "bias": None, "scale_a": None, "scale_b": None, "zero_point": None,
+            "rhs_transposed": False,
             "epilogue": "none", "out_ndim": 2, "bits": [32, 32, 32]}
     step.update(overrides.pop("step", {}))
     func = {"symbol": "f", "inputs": [{"dtype": "float32", "ndim": 2}] * 2, "steps": [step],
