@@ -69,11 +69,12 @@ def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
             continue
         ax.bar(names, values, bottom=bottom, label=part, color=cmap(i % 10), width=0.75)
         bottom += values
-    label = {"latency_us": "est. latency (us)", "cycles": "est. cycles",
-             "offchip_bytes": "off-chip bytes", "macs": "MACs"}.get(metric, metric)
-    ax.set_ylabel(label)
+    label, unit = {"latency_us": ("est. latency", "us"), "cycles": ("est. cycles", ""),
+                   "offchip_bytes": ("off-chip bytes", "B"), "macs": ("MACs", "")}.get(
+                       metric, (metric, ""))
+    ax.set_ylabel(f"{label} ({unit})" if unit else label)
     ax.set_title(f"{model} {phase}: {label} per layer, {scheme} on {hardware}\n"
-                 f"total {bottom.sum():,.1f}")
+                 f"total {bottom.sum():,.1f} {unit}".rstrip())
     ax.tick_params(axis="x", rotation=60 if len(names) > 8 else 0)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)

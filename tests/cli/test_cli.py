@@ -1,0 +1,132 @@
+"""The tenet-byoc command line, run in-process: files written, tables printed, clear errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+import tenet_byoc
+from tenet_byoc.cli import main
+from tenet_byoc.hardware import PRESETS
+from tenet_byoc.quantization import SCHEMES
+
+TINY = ["--gpt2-config", "tiny", "--prompt-len", "6", "--context-len", "7", "--no-progress"]
+# TENET's 8x8 output-stationary systolic array, in TENET's own file formats.
+SYSTOLIC_P = ("{PE[i,j]:0<=i<8 and 0<=j<8}\n{PE[i,j]->PE[i-1,j] ; PE[i,j]->PE[i,j-1]}\n"
+              "256 1024 64 16")
+SYSTOLIC_OS_M = ("{S[i,j,k]->PE[i%8,j%8]}\n{S[i,j,k]->T[floor(i/8),floor(j/8),i%8+j%8+k]}")
+
+
+def exit_code(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_no_arguments_prints_help(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "usage: tenet-byoc" in out and "sweep" in out and "presets" in out
+
+
+def test_presets_lists_hardware_and_schemes(capsys):
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    for name in [*PRESETS, *SCHEMES]:
+        assert f"| {name}" in out
+
+
+def test_sweep_writes_tables_and_plots(tmp_path, capsys):
+    out_dir = tmp_path / "results"
+    argv = ["sweep", *TINY, "--schemes", "none,w8a8_per_tensor", "--hardware", "os16",
+            "--out", str(out_dir)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| gpt2 | w8a8_per_tensor | os16 | decode | 7 |" in out
+    assert "| mlp | none | os16 | inference | 1000 |" in out
+    doc = json.loads((out_dir / "sweep.json").read_text())
+    assert [(r["model"], r["scheme"], r["phase"]) for r in doc["rows"]] == [
+        ("gpt2", "none", "prefill"), ("gpt2", "none", "decode"),
+        ("gpt2", "w8a8_per_tensor", "prefill"), ("gpt2", "w8a8_per_tensor", "decode"),
+        ("mlp", "none", "inference"), ("mlp", "w8a8_per_tensor", "inference")]
+    names = {p.name for p in out_dir.iterdir()}
+    assert {"sweep.csv", "sweep.json", "layers.csv", "cost_vs_error.png",
+            "prefill_vs_decode.png", "layers_gpt2_prefill_none_os16.png"} <= names
+    for p in out_dir.iterdir():
+        assert p.stat().st_size > 100, p
+
+
+def test_run_on_a_custom_tenet_accelerator(tmp_path, capsys):
+    (tmp_path / "systolic.p").write_text(SYSTOLIC_P)
+    (tmp_path / "os.m").write_text(SYSTOLIC_OS_M)
+    argv = ["run", "--model", "mlp", "--scheme", "w8a16_per_channel", "--no-progress",
+            "--tenet-p", str(tmp_path / "systolic.p"), "--tenet-m", str(tmp_path / "os.m"),
+            "--out", str(tmp_path / "run")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| mlp | w8a16_per_channel | systolic+os | inference |" in out
+    assert "| fc0 | tenet.dequantize_matmul_channel_bias" in out  # the per-layer table
+    rows = json.loads((tmp_path / "run" / "run.json").read_text())["rows"]
+    assert len(rows) == 1 and rows[0]["macs"] == 1000 * (784 * 128 + 128 * 10)
+    assert (tmp_path / "run" / "layers_mlp_inference_w8a16_per_channel_systolic+os.png").stat(
+    ).st_size > 1000
+
+
+def test_run_gpt2_prints_per_layer_costs(capsys):
+    assert main(["run", *TINY, "--scheme", "w4a16_group32", "--hardware", "ws16"]) == 0
+    out = capsys.readouterr().out
+    assert "gpt2 prefill, w4a16_group32 on ws16: per layer" in out
+    assert "| h.1.mlp.c_fc | tenet.dequantize_matmul_group_bias_gelu_tanh |" in out
+    assert "| lm_head |" in out
+
+
+def test_profile(capsys):
+    code = exit_code(["profile", *TINY[:-1], "--phase", "decode"])
+    captured = capsys.readouterr()
+    if hasattr(tenet_byoc, "VirtualMachine"):
+        assert code == 0 and "decode" in captured.out
+    else:
+        assert code == 1 and "no profiling VirtualMachine" in captured.err
+
+
+def _fashion_mnist_with_bad_magic(folder):
+    def idx(magic: int, dims: list[int]) -> bytes:
+        size = 1
+        for d in dims:
+            size *= d
+        head = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in dims)
+        return head + bytes(size)
+
+    folder.mkdir()
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx(0x803, [2, 28, 28])))
+    (folder / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx(0x801, [2])))
+    (folder / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx(0x801, [2])))  # labels
+    (folder / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx(0x801, [2])))
+    return folder
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["sweep", "--schemes", "w3a3"], "unknown scheme 'w3a3'"),
+    (["sweep", "--hardware", "os16,tpu"], "unknown preset 'tpu'"),
+    (["run", "--scheme", "none,w8a8_per_tensor"], "give one scheme"),
+    (["run", "--hardware", "gpu"], "unknown preset 'gpu'"),
+    (["run", "--prompt-len", "0"], "expected a positive integer, got 0"),
+    (["run", "--gpt2-config", "tiny", "--prompt-len", "64"], "prompt_len=64"),
+    (["run", "--checkpoint", "{tmp}/no-such-folder"], "checkpoint folder"),
+    (["sweep", "--model", "mlp", "--data", "{tmp}/no-such-folder"], "FashionMNIST folder"),
+    (["sweep", "--model", "mlp", "--data", "{tmp}/fmnist"], "magic number 0x00000801"),
+    (["run", "--model", "mlp", "--data", "{tmp}"], "train-images-idx3-ubyte"),
+    (["run", "--tenet-p", "{tmp}/a.p"], "--tenet-p and --tenet-m go together"),
+    (["run", "--tenet-p", "{tmp}/a.p", "--tenet-m", "{tmp}/a.m"], ".p file"),
+    (["sweep", "--model", "bert"], "invalid choice: 'bert'"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_bad_input_exits_2_naming_the_problem(argv, message, tmp_path, capsys):
+    _fashion_mnist_with_bad_magic(tmp_path / "fmnist")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert exit_code([*argv, "--no-progress"] if argv[0] in ("run", "sweep") else argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
