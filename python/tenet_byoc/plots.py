@@ -21,6 +21,27 @@ _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 _BLOCK = re.compile(r"^(h\.\d+)\.(.+)$")
 
 
+# Costs as plotted: (field, scale, label). Latency reads best in ms at GPT-2's sizes.
+_COSTS = {
+    "latency_us": (1e-3, "est. latency (ms)"),
+    "cycles": (1.0, "est. cycles"),
+    "offchip_bytes": (1e-6, "off-chip MB"),
+    "macs": (1.0, "MACs"),
+}
+
+
+def _cost(metric: str) -> tuple[float, str]:
+    return _COSTS.get(metric, (1.0, metric))
+
+
+def _short(scheme: str) -> str:
+    """A scheme's name on two or three lines, for tick labels."""
+    head, _, rest = scheme.partition("_")
+    for word in ("tensor", "channel", "token"):
+        rest = rest.replace(f"per_{word}", f"per-{word}")
+    return "\n".join([head, *rest.split("_")]) if rest else head
+
+
 def _save(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,21 +81,25 @@ def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
         groups.setdefault(group, {})
         groups[group][part] = groups[group].get(part, 0.0) + float(getattr(c, metric))
     names = list(groups)
+    stacks = {g: sum(groups[g].values()) for g in names}
+    label, unit, scale = {"latency_us": ("est. latency", "us", 1.0),
+                          "cycles": ("est. cycles", "", 1.0),
+                          "offchip_bytes": ("off-chip bytes", "MB", 1e-6),
+                          "macs": ("MACs", "", 1.0)}.get(metric, (metric, "", 1.0))
+    if metric == "latency_us" and max(stacks.values()) >= 1e3:
+        unit, scale = "ms", 1e-3  # GPT-2 small's blocks take milliseconds
     fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(names) + 2.5), 4.2))
     bottom = np.zeros(len(names))
     cmap = plt.get_cmap("tab10")
     for i, part in enumerate(parts):
-        values = np.array([groups[g].get(part, 0.0) for g in names])
+        values = scale * np.array([groups[g].get(part, 0.0) for g in names])
         if not values.any():
             continue
         ax.bar(names, values, bottom=bottom, label=part, color=cmap(i % 10), width=0.75)
         bottom += values
-    label, unit = {"latency_us": ("est. latency", "us"), "cycles": ("est. cycles", ""),
-                   "offchip_bytes": ("off-chip bytes", "B"), "macs": ("MACs", "")}.get(
-                       metric, (metric, ""))
     ax.set_ylabel(f"{label} ({unit})" if unit else label)
     ax.set_title(f"{model} {phase}: {label} per layer, {scheme} on {hardware}\n"
-                 f"total {bottom.sum():,.1f} {unit}".rstrip())
+                 f"total {bottom.sum():,.3g} {unit}".rstrip())
     ax.tick_params(axis="x", rotation=60 if len(names) > 8 else 0)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
@@ -95,23 +120,23 @@ def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: st
     fig, axes = plt.subplots(1, len(phases), figsize=(6.0 * len(phases), 4.2), squeeze=False)
     width = 0.8 / len(hardware)
     x = np.arange(len(schemes))
-    label = {"latency_us": "est. latency (us)", "cycles": "est. cycles",
-             "offchip_bytes": "off-chip bytes"}.get(metric, metric)
+    scale, label = _cost(metric)
     for ax, phase in zip(axes[0], phases):
         for i, hw in enumerate(hardware):
             values = []
             for s in schemes:
                 match = [r for r in mine if (r.phase, r.scheme, r.hardware) == (phase, s, hw)]
-                values.append(float(getattr(match[0], metric)) if match else 0.0)
+                values.append(scale * float(getattr(match[0], metric)) if match else 0.0)
             ax.bar(x + (i - (len(hardware) - 1) / 2) * width, values, width, label=hw)
         tokens = next(r.tokens for r in mine if r.phase == phase)
         what = {"prefill": f"prefill of {tokens} tokens", "decode": f"decode at L={tokens}"}
         ax.set_title(f"{model} {what.get(phase, phase)}")
-        ax.set_xticks(x, [s.replace("_", "\n", 1) for s in schemes], fontsize=8)
+        ax.set_xticks(x, [_short(s) for s in schemes], fontsize=8)
         ax.set_ylabel(label)
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
-    axes[0][-1].legend(title="hardware", fontsize=8)
+    axes[0][-1].legend(title="hardware", fontsize=8, loc="upper left",
+                       bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{model}: {label} per quantization scheme, prefill vs decode")
     fig.tight_layout()
     return _save(fig, path)
@@ -128,8 +153,7 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
     hardware = list(dict.fromkeys(r.hardware for r in rows))
     cmap = plt.get_cmap("tab10")
     fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 4.2), squeeze=False)
-    cost_label = {"latency_us": "est. latency (us)", "cycles": "est. cycles",
-                  "offchip_bytes": "off-chip bytes"}.get(cost, cost)
+    scale, cost_label = _cost(cost)
     error_label = {"rel_error": "max |error| / max |float32 output|",
                    "max_abs_error": "max |error| vs float32",
                    "top1_agreement": "top-1 agreement with float32"}.get(error, error)
@@ -137,7 +161,7 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
         for r in rows:
             if (r.model, r.phase) != (model, phase):
                 continue
-            ax.scatter(float(getattr(r, cost)), float(getattr(r, error)),
+            ax.scatter(scale * float(getattr(r, cost)), float(getattr(r, error)),
                        marker=_MARKERS[schemes.index(r.scheme) % len(_MARKERS)],
                        color=cmap(hardware.index(r.hardware) % 10), s=55, alpha=0.85,
                        edgecolors="black", linewidths=0.4)
