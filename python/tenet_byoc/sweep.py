@@ -456,11 +456,12 @@ def mlp_case(data: str | os.PathLike | None = None, *, epochs: int = 5,
     """
     from .models.mlp import load_fashion_mnist, prepare_mlp
 
-    if data is not None:
-        if not os.path.isdir(data):
-            raise FileNotFoundError(f"FashionMNIST folder {os.fspath(data)!r} does not exist")
-        load_fashion_mnist(data)  # names a missing or broken file before training starts
-    return MLPCase(prepare_mlp(data, epochs=epochs, seed=seed))
+    if data is not None and not os.path.isdir(data):
+        raise FileNotFoundError(f"FashionMNIST folder {os.fspath(data)!r} does not exist")
+    setup = prepare_mlp(data, epochs=epochs, seed=seed)
+    if data is not None and setup.synthetic:
+        load_fashion_mnist(data)  # a folder was named, so a missing file is an error: name it
+    return MLPCase(setup)
 
 
 # ----------------------------------------------------------------------------------------

@@ -92,6 +92,46 @@ def test_profile(capsys):
         assert code == 1 and "no profiling VirtualMachine" in captured.err
 
 
+class _FakeReport:
+    def __init__(self, func, shapes):
+        self.func, self.shapes = func, shapes
+
+    def __str__(self):
+        return f"REPORT {self.func} {self.shapes}"
+
+    def csv(self):
+        return f"Name\n{self.func}\n"
+
+    def json(self):
+        return json.dumps({"function": self.func})
+
+
+@pytest.mark.parametrize("model,phase,func,shape", [
+    ("gpt2", "prefill", "prefill", (1, 6)), ("gpt2", "decode", "decode", (1, 1)),
+    ("mlp", "prefill", "main", (1000, 784)),
+])
+def test_profile_wiring(model, phase, func, shape, monkeypatch, tmp_path, capsys):
+    """The profile command hands the profiling VM the function and arguments of the phase."""
+    from tvm import relax
+
+    class FakeVirtualMachine(relax.VirtualMachine):
+        def __init__(self, ex, dev, profile=False):
+            assert profile is True
+            super().__init__(ex, dev)
+
+        def profile(self, func_name, *args):
+            self[func_name](*args)  # the arguments must fit the function
+            return _FakeReport(func_name, tuple(args[0].shape))
+
+    monkeypatch.setattr(tenet_byoc, "VirtualMachine", FakeVirtualMachine, raising=False)
+    argv = ["profile", "--model", model, *TINY[:-1], "--phase", phase,
+            "--csv", str(tmp_path / "p.csv"), "--json", str(tmp_path / "p.json")]
+    assert main(argv) == 0
+    assert f"REPORT {func} {shape}" in capsys.readouterr().out
+    assert (tmp_path / "p.csv").read_text() == f"Name\n{func}\n"
+    assert json.loads((tmp_path / "p.json").read_text()) == {"function": func}
+
+
 def _fashion_mnist_with_bad_magic(folder):
     def idx(magic: int, dims: list[int]) -> bytes:
         size = 1

@@ -198,3 +198,27 @@ def test_bad_input_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="distinct"):
         sweep([case], ["none"], ["os16", "os16"], progress=False)
     assert np.asarray(case.ids).max() < TINY.vocab_size
+
+
+def _write_idx(path, magic: int, array: np.ndarray) -> None:
+    head = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in array.shape)
+    path.write_bytes(gzip.compress(head + array.astype(np.uint8).tobytes()))
+
+
+def test_mlp_accuracy_with_fashion_mnist_files(tmp_path):
+    """IDX files in FashionMNIST's layout (made-up, learnable images) give an accuracy."""
+    rng = np.random.default_rng(1)
+    for split, n in (("train", 600), ("t10k", 100)):
+        labels = rng.integers(0, 10, n)
+        images = rng.integers(0, 60, (n, 28, 28))
+        for c in range(10):  # a bright row per class: easy to learn
+            images[labels == c, 2 * c + 4, :] = 250
+        _write_idx(tmp_path / f"{split}-images-idx3-ubyte.gz", 0x803, images)
+        _write_idx(tmp_path / f"{split}-labels-idx1-ubyte.gz", 0x801, labels)
+    case = mlp_case(tmp_path, epochs=3)
+    assert not case.setup.synthetic
+    res = sweep([case], ["none", "w8a8_per_tensor"], ["os16"], progress=False)
+    float_row, int8_row = res.rows
+    assert float_row.tokens == 100 and float_row.accuracy == pytest.approx(
+        case.setup.test_accuracy)  # the tenet build's accuracy is numpy's
+    assert float_row.accuracy > 0.9 and int8_row.accuracy > 0.85
