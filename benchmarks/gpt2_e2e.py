@@ -23,10 +23,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import tvm
-from tvm import relax
-
 import tenet_byoc
+import tvm
 from tenet_byoc.models.gpt2 import (
     GPT2Config,
     build_with_tvm,
@@ -34,6 +32,7 @@ from tenet_byoc.models.gpt2 import (
     gpt2_matmul_macs,
     random_params,
 )
+from tvm import relax
 
 RESULTS = Path(__file__).parent / "results" / "gpt2_e2e.md"
 
@@ -189,8 +188,8 @@ def main() -> None:
         torch_s = median["torch"]
         rows.append([f"PyTorch {torch.__version__} eager ({torch_what})", args.tokens,
                      f"{torch_s * 1e3:.1f}", f"{torch_s / tenet_s:.2f}",
-                     f"{torch.get_num_threads()} threads; max abs logits diff vs tenet "
-                     f"{torch_err:.1e}"])
+                     (f"{torch.get_num_threads()} threads; max abs logits diff vs tenet "
+                      f"{torch_err:.1e}")])
         notes.append(f"tenet / PyTorch eager time at {args.tokens} tokens: "
                      f"**{tenet_s / torch_s:.2f}** (target <= 1.0)")
 
@@ -211,8 +210,8 @@ def main() -> None:
                          f"{short_s * 1e3:.1f}", "1.00", "the reference for the row below (rounds before and after it)"])
         rows.append(["TVM's own build (default pipeline, no offload)", args.tvm_tokens,
                      f"{tvm_s * 1e3:.0f}", f"{tvm_s / short_s:.1f}",
-                     f"build {tvm_build_s:.1f} s; timed once; max abs logits diff vs tenet "
-                     f"{err:.1e}"])
+                     (f"build {tvm_build_s:.1f} s; timed once; max abs logits diff vs tenet "
+                      f"{err:.1e}")])
         notes.insert(0, f"tenet vs TVM's own build at {args.tvm_tokens} tokens: "
                      f"**{tvm_s / short_s:.0f}x faster** (target >= 50x)")
         if args.tvm_tokens != args.tokens:

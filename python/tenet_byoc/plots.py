@@ -6,14 +6,15 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")  # files only: no display is needed, or touched
+from .sweep import LayerCost, SweepResult, SweepRow
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from .sweep import LayerCost, SweepResult, SweepRow  # noqa: E402
+# Figures are made with matplotlib's object API, not pyplot: no global backend or figure
+# state is touched, and PNGs are drawn with Agg whatever backend the caller's pyplot uses.
 
 __all__ = ["plot_cost_vs_error", "plot_layer_breakdown", "plot_prefill_decode", "save_plots"]
 
@@ -46,7 +47,6 @@ def _save(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
     return path
 
 
@@ -88,9 +88,10 @@ def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
                           "macs": ("MACs", "", 1.0)}.get(metric, (metric, "", 1.0))
     if metric == "latency_us" and max(stacks.values()) >= 1e3:
         unit, scale = "ms", 1e-3  # GPT-2 small's blocks take milliseconds
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(names) + 2.5), 4.2))
+    fig = Figure(figsize=(max(6.0, 0.5 * len(names) + 2.5), 4.2))
+    ax = fig.subplots()
     bottom = np.zeros(len(names))
-    cmap = plt.get_cmap("tab10")
+    cmap = colormaps["tab10"]
     for i, part in enumerate(parts):
         values = scale * np.array([groups[g].get(part, 0.0) for g in names])
         if not values.any():
@@ -117,7 +118,8 @@ def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: st
     phases = list(dict.fromkeys(r.phase for r in mine))
     schemes = list(dict.fromkeys(r.scheme for r in mine))
     hardware = list(dict.fromkeys(r.hardware for r in mine))
-    fig, axes = plt.subplots(1, len(phases), figsize=(6.0 * len(phases), 4.2), squeeze=False)
+    fig = Figure(figsize=(6.0 * len(phases), 4.2))
+    axes = fig.subplots(1, len(phases), squeeze=False)
     width = 0.8 / len(hardware)
     x = np.arange(len(schemes))
     scale, label = _cost(metric)
@@ -151,8 +153,9 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
     panels = list(dict.fromkeys((r.model, r.phase) for r in rows))
     schemes = list(dict.fromkeys(r.scheme for r in rows))
     hardware = list(dict.fromkeys(r.hardware for r in rows))
-    cmap = plt.get_cmap("tab10")
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 4.2), squeeze=False)
+    cmap = colormaps["tab10"]
+    fig = Figure(figsize=(4.8 * len(panels), 4.2))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     scale, cost_label = _cost(cost)
     error_label = {"rel_error": "max |error| / max |float32 output|",
                    "max_abs_error": "max |error| vs float32",
@@ -169,10 +172,10 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
         ax.set_xlabel(cost_label)
         ax.set_ylabel(error_label)
         ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], marker=_MARKERS[i % len(_MARKERS)], linestyle="",
+    handles = [Line2D([], [], marker=_MARKERS[i % len(_MARKERS)], linestyle="",
                           color="gray", markeredgecolor="black", label=s)
                for i, s in enumerate(schemes)]
-    handles += [plt.Line2D([], [], marker="o", linestyle="", color=cmap(i % 10), label=h)
+    handles += [Line2D([], [], marker="o", linestyle="", color=cmap(i % 10), label=h)
                 for i, h in enumerate(hardware)]
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     fig.suptitle("accelerator cost against output error across quantization schemes")

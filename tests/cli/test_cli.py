@@ -6,7 +6,6 @@ import gzip
 import json
 
 import pytest
-
 import tenet_byoc
 from tenet_byoc.cli import main
 from tenet_byoc.hardware import PRESETS
