@@ -153,6 +153,8 @@ def _parser() -> argparse.ArgumentParser:
                    "w4a16_group128, hardware os16 (explicit options win)")
     p.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json, layers.csv and "
                    "PNG plots here")
+    p.add_argument("--repeats", type=_positive, default=3,
+                   help="timed CPU runs per phase; the wall column is their median (default 3)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("run", help="one model, scheme and accelerator: totals and per-layer costs")
@@ -161,6 +163,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"default: none; available: {', '.join(schemes)}")
     hardware_options(p, many=False)
     p.add_argument("--out", metavar="DIR", help="write run.csv, run.json, layers.csv and a plot")
+    p.add_argument("--repeats", type=_positive, default=3,
+                   help="timed CPU runs per phase; the wall column is their median (default 3)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("profile", help="a vm.profile-style report of one call",
@@ -274,7 +278,8 @@ def _cmd_sweep(args) -> int:
     with _input_checks():
         hardware = _hardware(args, quick=args.quick)
         cases = _cases(args, models, quick=args.quick)
-    result = sweep(cases, schemes, hardware, progress=not args.no_progress)
+    result = sweep(cases, schemes, hardware, repeats=args.repeats,
+                   progress=not args.no_progress)
     _print_sweep(result)
     if args.out:
         paths = _save(result, args.out)
@@ -288,7 +293,8 @@ def _cmd_run(args) -> int:
     with _input_checks():
         hardware = _hardware(args)
         cases = _cases(args, [args.model])
-    result = sweep(cases, [args.scheme], hardware, progress=not args.no_progress)
+    result = sweep(cases, [args.scheme], hardware, repeats=args.repeats,
+                   progress=not args.no_progress)
     _print_sweep(result)
     for phase in dict.fromkeys(c.phase for c in result.layers):
         calls = [c for c in result.layers if c.phase == phase]

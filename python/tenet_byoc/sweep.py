@@ -16,6 +16,7 @@ import io
 import json
 import math
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -96,7 +97,7 @@ class SweepRow:
     top1_agreement: float  #: fraction of positions (images) whose argmax matches float32
     accuracy: float | None
     build_s: float  #: quantize (shared by the scheme's builds) is not included
-    wall_s: float  #: one run of the phase on the CPU (after an uncharged warm-up run)
+    wall_s: float  #: median CPU time of the phase's timed runs (after a warm-up run)
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ class Case(Protocol):
 
     def module(self) -> IRModule: ...
 
-    def run(self, vm: relax.VirtualMachine) -> dict[str, PhaseOutput]: ...
+    def run(self, vm: relax.VirtualMachine, repeats: int) -> dict[str, PhaseOutput]: ...
 
     def tokens(self, phase: str) -> int: ...
 
@@ -260,17 +261,26 @@ class Case(Protocol):
     def describe(self) -> str: ...
 
 
-def _timed_run(vm: relax.VirtualMachine, phase: str, func: str, *args):
-    """One uncharged warm-up run, then one charged, timed run tagged ``phase``."""
+def _timed_run(vm: relax.VirtualMachine, phase: str, repeats: int, func: str, *args):
+    """An uncharged warm-up run, one charged run tagged ``phase``, then ``repeats - 1`` more
+    uncharged runs; returns the charged run's output and the median time of all timed runs.
+    """
     set_charging(vm, False)
     try:
         vm[func](*args)
+        set_phase(vm, phase)
+        set_charging(vm, True)
+        start = time.perf_counter()
+        out = vm[func](*args)
+        times = [time.perf_counter() - start]
+        set_charging(vm, False)
+        for _ in range(repeats - 1):
+            start = time.perf_counter()
+            vm[func](*args)
+            times.append(time.perf_counter() - start)
     finally:
         set_charging(vm, True)
-    set_phase(vm, phase)
-    start = time.perf_counter()
-    out = vm[func](*args)
-    return out, time.perf_counter() - start
+    return out, statistics.median(times)
 
 
 def _check_lengths(config, prompt_len: int, context_len: int) -> None:
@@ -325,12 +335,13 @@ class GPT2Case:
     def tokens(self, phase: str) -> int:
         return self.prompt_len if phase == "prefill" else self.context_len
 
-    def run(self, vm: relax.VirtualMachine) -> dict[str, PhaseOutput]:
+    def run(self, vm: relax.VirtualMachine, repeats: int = 1) -> dict[str, PhaseOutput]:
         def ids(values) -> tvm.runtime.Tensor:
             return tvm.runtime.tensor(np.asarray(values, np.int32).reshape(1, -1))
 
         P, L = self.prompt_len, self.context_len
-        (logits, cache), prefill_s = _timed_run(vm, "prefill", "prefill", ids(self.ids[:P]))
+        (logits, cache), prefill_s = _timed_run(vm, "prefill", repeats, "prefill",
+                                                ids(self.ids[:P]))
         prefill = logits.numpy()[0]
         if L != P:
             set_charging(vm, False)
@@ -338,8 +349,8 @@ class GPT2Case:
                 _, cache = vm["prefill"](ids(self.ids[:L]))
             finally:
                 set_charging(vm, True)
-        (step, _), decode_s = _timed_run(vm, "decode", "decode", ids(self.ids[L : L + 1]),
-                                         list(cache))
+        (step, _), decode_s = _timed_run(vm, "decode", repeats, "decode",
+                                         ids(self.ids[L : L + 1]), list(cache))
         return {"prefill": PhaseOutput(prefill, prefill_s),
                 "decode": PhaseOutput(step.numpy()[0], decode_s)}
 
@@ -390,8 +401,9 @@ class MLPCase:
     def tokens(self, phase: str) -> int:
         return len(self.labels)
 
-    def run(self, vm: relax.VirtualMachine) -> dict[str, PhaseOutput]:
-        out, wall = _timed_run(vm, "inference", "main", tvm.runtime.tensor(self.images))
+    def run(self, vm: relax.VirtualMachine, repeats: int = 1) -> dict[str, PhaseOutput]:
+        out, wall = _timed_run(vm, "inference", repeats, "main",
+                               tvm.runtime.tensor(self.images))
         return {"inference": PhaseOutput(out.numpy(), wall)}
 
     def layer_names(self, phase: str, entries: list[LedgerEntry]) -> list[str]:
@@ -491,6 +503,7 @@ def sweep(
     schemes: Sequence[str] | None = None,
     hardware: Sequence[str | Accelerator] = DEFAULT_HARDWARE,
     *,
+    repeats: int = 3,
     progress: bool = True,
 ) -> SweepResult:
     """Run every case under every scheme on every accelerator.
@@ -503,6 +516,8 @@ def sweep(
         Names from :data:`tenet_byoc.quantization.SCHEMES`; all of them by default.
     hardware : sequence of str or Accelerator
         Preset names (:data:`tenet_byoc.hardware.PRESETS`) or accelerators.
+    repeats : int
+        Timed runs per phase (one charged, the rest not); ``wall_s`` is their median.
     progress : bool
         Show a tqdm progress bar (on stderr) over the builds and runs.
 
@@ -520,6 +535,8 @@ def sweep(
     if not names:
         raise ValueError("the sweep needs at least one scheme")
     accs = _accelerators(hardware)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats={repeats!r} must be a positive integer")
     result = SweepResult(notes=[c.describe() for c in cases])
     # The float32 build goes first: its outputs are the reference for the other schemes.
     order = ["none"] + [s for s in names if s != "none"]
@@ -537,7 +554,7 @@ def sweep(
                     ex = build(mod, hardware=acc)
                     build_s = time.perf_counter() - t0
                     vm = relax.VirtualMachine(ex, tvm.cpu())
-                    outputs = case.run(vm)
+                    outputs = case.run(vm, repeats if scheme in names else 1)
                     if scheme == "none" and not reference:
                         reference = {p: o.output for p, o in outputs.items()}
                     if scheme in names:
