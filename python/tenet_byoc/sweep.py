@@ -36,12 +36,15 @@ from .quantization import SCHEMES, get_scheme, quantize
 __all__ = [
     "DEFAULT_HARDWARE",
     "QUICK",
+    "Case",
     "GPT2Case",
     "LayerCost",
     "MLPCase",
+    "PhaseOutput",
     "SweepResult",
     "SweepRow",
     "gpt2_case",
+    "markdown_table",
     "mlp_case",
     "sweep",
 ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 
 import pytest
 import tenet_byoc
@@ -169,3 +171,29 @@ def test_bad_input_exits_2_naming_the_problem(argv, message, tmp_path, capsys):
     assert exit_code([*argv, "--no-progress"] if argv[0] in ("run", "sweep") else argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_module_entry_point_exit_codes():
+    """As a process: help exits 0, a bad scheme exits 2 with one line and no traceback."""
+    ok = subprocess.run([sys.executable, "-m", "tenet_byoc.cli"], check=False,
+                        capture_output=True, text=True)
+    assert ok.returncode == 0 and "usage: tenet-byoc" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "tenet_byoc.cli", "run", "--scheme", "int3"],
+                         check=False, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown scheme 'int3'" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.slow
+def test_quick_sweep_on_gpt2_small(tmp_path):
+    """The README's job in its --quick form: GPT-2 small's MACs are the analytical count."""
+    from tenet_byoc.models.gpt2 import GPT2Config, gpt2_matmul_macs
+
+    assert main(["sweep", "--quick", "--model", "gpt2", "--no-progress", "--repeats", "1",
+                 "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "sweep.json").read_text())["rows"]
+    small = GPT2Config.preset("small")
+    assert len(rows) == 6
+    for r in rows:
+        assert r["macs"] == gpt2_matmul_macs(small, 32, r["phase"])
+        assert r["calls"] == 73
