@@ -532,7 +532,7 @@ def sweep(
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
-    names = list(SCHEMES) if schemes is None else list(schemes)
+    names = list(SCHEMES) if schemes is None else list(dict.fromkeys(schemes))
     for s in names:
         get_scheme(s)
     if not names:
