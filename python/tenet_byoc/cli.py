@@ -381,12 +381,14 @@ def _cmd_presets(args) -> int:
     for name in PRESETS:
         acc = PRESETS[name]()
         hw = acc.hardware
+        rates = dict(getattr(acc, "macs_per_cycle_by_bits", {}) or {})
+        rate = ", ".join(f"{r}@{b}b" for b, r in sorted(rates.items())) or "1"
         rows.append([name + (" (default)" if name == DEFAULT_PRESET else ""), hw.num_pes,
-                     acc.dataflow.name, f"{hw.bandwidth_bits:g}", f"{hw.avg_latency:g}",
+                     acc.dataflow.name, rate, f"{hw.bandwidth_bits:g}", f"{hw.avg_latency:g}",
                      f"{hw.clock_ghz:g}", hw.l1_bytes, hw.l2_bytes])
     print("Accelerator presets (--hardware):\n")
-    print(markdown_table(["preset", "PEs", "dataflow", "off-chip bits/cycle", "avg latency",
-                          "clock GHz", "L1 bytes", "L2 bytes"], rows))
+    print(markdown_table(["preset", "PEs", "dataflow", "MACs/PE/cycle", "off-chip bits/cycle",
+                          "avg latency", "clock GHz", "L1 bytes", "L2 bytes"], rows))
     rows = []
     for s in SCHEMES.values():
         rows.append([s.name, s.weight_bits, s.weight_granularity, s.group_size or "-",
