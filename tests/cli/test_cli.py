@@ -197,3 +197,37 @@ def test_quick_sweep_on_gpt2_small(tmp_path):
     for r in rows:
         assert r["macs"] == gpt2_matmul_macs(small, 32, r["phase"])
         assert r["calls"] == 73
+
+
+def _write_checkpoint(folder, drop: str | None = None):
+    """The tiny GPT-2 in Hugging Face's layout: config.json + model.safetensors."""
+    import numpy as np
+    from safetensors.numpy import save_file
+    from tenet_byoc.models.gpt2 import GPT2Config, random_params
+
+    cfg = GPT2Config.preset("tiny")
+    conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    tensors = {f"transformer.{k}": np.ascontiguousarray(v.T if k.endswith(conv1d) else v)
+               for k, v in random_params(cfg, seed=3).items() if k != drop}
+    folder.mkdir()
+    save_file(tensors, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({
+        "n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head,
+        "vocab_size": cfg.vocab_size, "n_positions": cfg.n_positions}))
+    return folder
+
+
+def test_run_from_a_checkpoint(tmp_path, capsys):
+    ckpt = _write_checkpoint(tmp_path / "gpt2-tiny-hf")
+    argv = ["run", "--checkpoint", str(ckpt), "--prompt-len", "5", "--context-len", "5",
+            "--no-progress", "--repeats", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint {ckpt}" in out and "| gpt2 | none | os16 | prefill | 5 |" in out
+
+
+def test_checkpoint_missing_a_tensor_exits_2(tmp_path, capsys):
+    ckpt = _write_checkpoint(tmp_path / "broken", drop="h.1.mlp.c_fc.weight")
+    assert exit_code(["run", "--checkpoint", str(ckpt), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "h.1.mlp.c_fc.weight" in err and "Traceback" not in err
