@@ -1,0 +1,425 @@
+"""The ``tenet-byoc`` command line: run one model, sweep schemes x accelerators, profile, presets.
+
+Examples
+--------
+    tenet-byoc sweep --out results           # GPT-2 small + MLP, all schemes, os16 and ws16
+    tenet-byoc sweep --quick --out results   # a shorter prompt, three schemes, one array
+    tenet-byoc run --model gpt2 --scheme w4a16_group128 --hardware ws16
+    tenet-byoc run --model mlp --tenet-p systolic.p --tenet-m matmul_systolic_os.m
+    tenet-byoc profile --model gpt2 --gpt2-config tiny --phase decode
+    tenet-byoc presets
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["main"]
+
+# User mistakes (bad names, missing or broken files, lengths out of range) surface as these;
+# they become a one-line message and exit code 2, never a traceback.
+_USER_ERRORS = (ValueError, KeyError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
+                PermissionError)
+
+
+class _UserError(Exception):
+    """A problem with the command line's input, reported without a traceback."""
+
+
+@contextmanager
+def _input_checks():
+    """Turn the exceptions of reading the input into :class:`_UserError`.
+
+    Only the input steps (names, files, cases, accelerators) run inside; an exception past
+    them (building, running) is a bug and keeps its traceback.
+    """
+    try:
+        yield
+    except _USER_ERRORS as err:
+        if isinstance(err, KeyError) and err.args:
+            raise _UserError(str(err.args[0])) from err
+        raise _UserError(str(err)) from err
+
+
+def _names(kind: str, known: Sequence[str]):
+    """An argparse type for a comma-separated list of known names (or ``all``)."""
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if items == ["all"]:
+            return list(known)
+        bad = [t for t in items if t not in known]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(
+                f"unknown {kind} {', '.join(map(repr, bad)) or repr(text)}; "
+                f"available: {', '.join(known)} (or all)"
+            )
+        return items
+    parse.__name__ = kind  # argparse names the type in its messages
+    return parse
+
+
+def _one(kind: str, known: Sequence[str]):
+    many = _names(kind, known)
+
+    def parse(text: str) -> str:
+        items = many(text)
+        if len(items) != 1 or text.strip() == "all":
+            raise argparse.ArgumentTypeError(f"give one {kind}, got {text!r}")
+        return items[0]
+    parse.__name__ = kind
+    return parse
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .hardware import DEFAULT_PRESET, PRESETS
+    from .models.gpt2 import PRESETS as GPT2_PRESETS
+    from .quantization import SCHEMES
+    from .sweep import DEFAULT_HARDWARE
+
+    presets, schemes, configs = sorted(PRESETS), list(SCHEMES), list(GPT2_PRESETS)
+    parser = argparse.ArgumentParser(
+        prog="tenet-byoc",
+        description="What GPT-2 and a FashionMNIST MLP would cost on a PE-array accelerator "
+        "(TENET cost model), per quantization scheme. The GEMMs really run on the CPU, so "
+        "output errors are real.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="run `tenet-byoc COMMAND --help` for a command's options; "
+        "the main job is `tenet-byoc sweep --out results`",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def model_options(p: argparse.ArgumentParser, *, sweep: bool) -> None:
+        g = p.add_argument_group("model")
+        if sweep:
+            g.add_argument("--model", default="all", choices=["gpt2", "mlp", "all"],
+                           help="which model(s) to sweep (default: all)")
+        else:
+            g.add_argument("--model", default="gpt2", choices=["gpt2", "mlp"],
+                           help="default: gpt2")
+        g.add_argument("--gpt2-config", default="small", choices=configs,
+                       help="GPT-2 shape with seeded random weights (default: small)")
+        g.add_argument("--checkpoint", metavar="DIR",
+                       help="local Hugging Face GPT-2 folder (config.json + model.safetensors); "
+                       "overrides --gpt2-config")
+        g.add_argument("--prompt-len", type=_positive, metavar="P",
+                       help="GPT-2 prefill tokens (default: 128; 32 with --quick)")
+        g.add_argument("--context-len", type=_positive, metavar="L",
+                       help="GPT-2 decode step's cache length (default: 128; 32 with --quick)")
+        g.add_argument("--data", metavar="DIR",
+                       help="folder with the FashionMNIST IDX files; the MLP is trained on "
+                       "them (about 10 s). Without it: synthetic images, random weights")
+        g.add_argument("--epochs", type=_positive, default=5, help="MLP training epochs")
+        g.add_argument("--seed", type=int, default=0, help="weights and token ids (default 0)")
+
+    def hardware_options(p: argparse.ArgumentParser, *, many: bool) -> None:
+        g = p.add_argument_group("accelerator")
+        if many:
+            g.add_argument("--hardware", type=_names("preset", presets), metavar="LIST",
+                           help=f"comma-separated presets or all (default: "
+                           f"{','.join(DEFAULT_HARDWARE)}; os16 with --quick); "
+                           f"available: {', '.join(presets)}")
+        else:
+            g.add_argument("--hardware", type=_one("preset", presets), metavar="PRESET",
+                           help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
+        g.add_argument("--tenet-p", metavar="FILE",
+                       help="custom accelerator: TENET .p file (PE array, interconnect, memory)")
+        g.add_argument("--tenet-m", metavar="FILE",
+                       help="custom accelerator: TENET .m file (space and time maps of a GEMM)")
+
+    p = sub.add_parser("sweep", help="schemes x accelerators: tables, CSV/JSON and plots",
+                       description="Quantize, build and run each model under each scheme on "
+                       "each accelerator; GPT-2 as a prefill and one decode step.")
+    model_options(p, sweep=True)
+    p.add_argument("--schemes", type=_names("scheme", schemes), metavar="LIST",
+                   help=f"comma-separated schemes or all (default: all; three with --quick); "
+                   f"available: {', '.join(schemes)}")
+    hardware_options(p, many=True)
+    p.add_argument("--quick", action="store_true",
+                   help="prompt and context 32, schemes none,w8a8_per_channel_per_token,"
+                   "w4a16_group128, hardware os16 (explicit options win)")
+    p.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json, layers.csv and "
+                   "PNG plots here")
+    p.add_argument("--repeats", type=_positive, default=3,
+                   help="timed CPU runs per phase; the wall column is their median (default 3)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("run", help="one model, scheme and accelerator: totals and per-layer costs")
+    model_options(p, sweep=False)
+    p.add_argument("--scheme", type=_one("scheme", schemes), default="none",
+                   help=f"default: none; available: {', '.join(schemes)}")
+    hardware_options(p, many=False)
+    p.add_argument("--out", metavar="DIR", help="write run.csv, run.json, layers.csv and a plot")
+    p.add_argument("--repeats", type=_positive, default=3,
+                   help="timed CPU runs per phase; the wall column is their median (default 3)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("profile", help="a vm.profile-style report of one call",
+                       description="Time every VM call of one run and show each offloaded "
+                       "call's accelerator cost beside it.")
+    model_options(p, sweep=False)
+    p.add_argument("--scheme", type=_one("scheme", schemes), default="none")
+    hardware_options(p, many=False)
+    p.add_argument("--phase", choices=["prefill", "decode"], default="prefill",
+                   help="GPT-2 function to profile (the MLP has one)")
+    p.add_argument("--csv", metavar="FILE", help="also write the report as CSV")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+
+    sub.add_parser("presets", help="list accelerator presets and quantization schemes")
+    return parser
+
+
+# ----------------------------------------------------------------------------------------
+# Input: cases and accelerators
+# ----------------------------------------------------------------------------------------
+
+
+def _tenet_accelerator(p_file: str, m_file: str):
+    from . import cost_model as cm
+    from .hardware import Accelerator
+
+    # Parsed from the files' text here: Accelerator.from_tenet_files calls
+    # cost_model.load_tenet_hardware, which cost_model does not export in this tree.
+    texts = []
+    for path, what in ((p_file, "TENET .p"), (m_file, "TENET .m")):
+        f = Path(path)
+        if not f.is_file():
+            raise FileNotFoundError(f"{what} file {path!r} does not exist")
+        texts.append(f.read_text())
+    p, m = Path(p_file).stem, Path(m_file).stem
+    hw = cm.parse_tenet_hardware(texts[0], p)
+    df = cm.parse_tenet_mapping(texts[1], m)
+    return Accelerator(f"{p}+{m}", hw, df)
+
+
+def _hardware(args, quick: bool = False) -> list:
+    from .hardware import DEFAULT_PRESET
+    from .sweep import DEFAULT_HARDWARE, QUICK
+
+    if (args.tenet_p is None) != (args.tenet_m is None):
+        raise _UserError("--tenet-p and --tenet-m go together (a PE array and a mapping)")
+    chosen = args.hardware
+    if isinstance(chosen, str):
+        chosen = [chosen]
+    custom = [] if args.tenet_p is None else [_tenet_accelerator(args.tenet_p, args.tenet_m)]
+    if chosen is None:
+        if custom:
+            return custom  # only the custom array unless presets are asked for too
+        if args.command == "sweep":
+            chosen = list(QUICK.hardware if quick else DEFAULT_HARDWARE)
+        else:
+            chosen = [DEFAULT_PRESET]
+    return chosen + custom
+
+
+def _cases(args, models: Sequence[str], quick: bool = False) -> list:
+    from .sweep import QUICK, gpt2_case, mlp_case
+
+    cases = []
+    for model in models:
+        if model == "gpt2":
+            if args.checkpoint is not None and not Path(args.checkpoint).is_dir():
+                raise FileNotFoundError(
+                    f"GPT-2 checkpoint folder {args.checkpoint!r} does not exist")
+            default = QUICK.prompt_len if quick else 128
+            cases.append(gpt2_case(
+                args.gpt2_config, checkpoint=args.checkpoint,
+                prompt_len=args.prompt_len or default,
+                context_len=args.context_len or (QUICK.context_len if quick else 128),
+                seed=args.seed,
+            ))
+        else:
+            cases.append(mlp_case(args.data, epochs=args.epochs, seed=args.seed))
+    return cases
+
+
+# ----------------------------------------------------------------------------------------
+# Commands
+# ----------------------------------------------------------------------------------------
+
+
+def _print_sweep(result) -> None:
+    for note in result.notes:
+        print(f"- {note}")
+    for model in dict.fromkeys(r.model for r in result.rows):
+        print()
+        print(result.table(model))
+    print(f"\nwall time {result.wall_s:.1f} s")
+
+
+def _save(result, out: str, plots: bool = True) -> list[Path]:
+    paths = result.save(out)
+    if plots:
+        from .plots import save_plots
+
+        paths += save_plots(result, out)
+    return paths
+
+
+def _cmd_sweep(args) -> int:
+    from .quantization import SCHEMES
+    from .sweep import QUICK, sweep
+
+    models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
+    schemes = args.schemes or list(QUICK.schemes if args.quick else SCHEMES)
+    with _input_checks():
+        hardware = _hardware(args, quick=args.quick)
+        cases = _cases(args, models, quick=args.quick)
+    result = sweep(cases, schemes, hardware, repeats=args.repeats,
+                   progress=not args.no_progress)
+    _print_sweep(result)
+    if args.out:
+        paths = _save(result, args.out)
+        print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from .sweep import markdown_table, sweep
+
+    with _input_checks():
+        hardware = _hardware(args)
+        cases = _cases(args, [args.model])
+    result = sweep(cases, [args.scheme], hardware, repeats=args.repeats,
+                   progress=not args.no_progress)
+    _print_sweep(result)
+    for phase in dict.fromkeys(c.phase for c in result.layers):
+        calls = [c for c in result.layers if c.phase == phase]
+        print(f"\n{calls[0].model} {phase}, {args.scheme} on {calls[0].hardware}: per layer")
+        header = ["layer", "pattern", "scheme", "batch", "M", "N", "K", "MACs", "est. cycles",
+                  "est. latency (us)", "PE util", "off-chip bytes"]
+        print(markdown_table(header, [
+            [c.layer, c.pattern, c.call_scheme, c.batch, c.m, c.n, c.k, c.macs, c.cycles,
+             f"{c.latency_us:,.2f}", f"{100 * c.pe_utilization:.1f}%", f"{c.offchip_bytes:,.0f}"]
+            for c in calls
+        ]))
+    if args.out:
+        from .plots import plot_layer_breakdown
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [out / "run.csv", out / "run.json", out / "layers.csv"]
+        result.to_csv(paths[0])
+        result.to_json(paths[1])
+        result.layers_to_csv(paths[2])
+        for phase in dict.fromkeys(c.phase for c in result.layers):
+            calls = [c for c in result.layers if c.phase == phase]
+            paths.append(plot_layer_breakdown(
+                calls, out / f"layers_{calls[0].model}_{phase}_{args.scheme}_"
+                f"{calls[0].hardware}.png"))
+        print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _cmd_profile(args) -> int:
+    import numpy as np
+    import tvm
+
+    import tenet_byoc
+
+    from .partition import build
+    from .quantization import quantize
+
+    VirtualMachine = getattr(tenet_byoc, "VirtualMachine", None)
+    if VirtualMachine is None:
+        try:
+            from .profiling import VirtualMachine
+        except ImportError:
+            print("tenet-byoc profile: error: this tenet_byoc has no profiling VirtualMachine "
+                  "(tenet_byoc.VirtualMachine, in tenet_byoc/profiling.py); install a version "
+                  "that has it", file=sys.stderr)
+            return 1
+    with _input_checks():
+        hardware = _hardware(args)
+        if len(hardware) != 1:
+            raise _UserError("profile takes one accelerator: give --hardware or --tenet-p/-m")
+        (case,) = _cases(args, [args.model])
+    ex = build(quantize(case.module(), args.scheme), hardware=hardware[0])
+    vm = VirtualMachine(ex, tvm.cpu(), profile=True)
+    if args.model == "mlp":
+        func, fargs = "main", [tvm.runtime.tensor(case.images)]
+    else:
+        ids = case.ids.reshape(1, -1)
+        if args.phase == "prefill":
+            func, fargs = "prefill", [tvm.runtime.tensor(ids[:, : case.prompt_len])]
+        else:
+            L = case.context_len
+            _, cache = vm["prefill"](tvm.runtime.tensor(np.ascontiguousarray(ids[:, :L])))
+            func = "decode"
+            fargs = [tvm.runtime.tensor(np.ascontiguousarray(ids[:, L : L + 1])), list(cache)]
+    print(case.describe())
+    report = vm.profile(func, *fargs)
+    print(report)
+    if args.csv:
+        Path(args.csv).write_text(report.csv())
+        print(f"wrote {args.csv}")
+    if args.json:
+        Path(args.json).write_text(report.json())
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _cmd_presets(args) -> int:
+    from .hardware import DEFAULT_PRESET, PRESETS
+    from .quantization import SCHEMES
+    from .sweep import markdown_table
+
+    rows = []
+    for name in PRESETS:
+        acc = PRESETS[name]()
+        hw = acc.hardware
+        rates = dict(getattr(acc, "macs_per_cycle_by_bits", {}) or {})
+        rate = ", ".join(f"{r}@{b}b" for b, r in sorted(rates.items())) or "1"
+        rows.append([name + (" (default)" if name == DEFAULT_PRESET else ""), hw.num_pes,
+                     acc.dataflow.name, rate, f"{hw.bandwidth_bits:g}", f"{hw.avg_latency:g}",
+                     f"{hw.clock_ghz:g}", hw.l1_bytes, hw.l2_bytes])
+    print("Accelerator presets (--hardware):\n")
+    print(markdown_table(["preset", "PEs", "dataflow", "MACs/PE/cycle", "off-chip bits/cycle",
+                          "avg latency", "clock GHz", "L1 bytes", "L2 bytes"], rows))
+    rows = []
+    for s in SCHEMES.values():
+        rows.append([s.name, s.weight_bits, s.weight_granularity, s.group_size or "-",
+                     s.activation_bits, s.activation_granularity])
+    print("\nQuantization schemes (--schemes / --scheme):\n")
+    print(markdown_table(["scheme", "weight bits", "weight scales", "group", "activation bits",
+                          "activation scales"], rows))
+    print("\nCustom accelerators: --tenet-p FILE.p --tenet-m FILE.m (TENET's file formats).")
+    return 0
+
+
+_COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
+             "presets": _cmd_presets}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``tenet-byoc`` command line; return the exit code.
+
+    Mistakes in the input (unknown names, missing or broken files, lengths out of range)
+    print one line and exit with code 2 (``SystemExit``), as argparse does for bad options.
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return _COMMANDS[args.command](args)
+    except _UserError as err:
+        parser.exit(2, f"tenet-byoc {args.command}: error: {err}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Plots of a sweep (matplotlib, Agg, PNG): per-layer cost, prefill vs decode, cost vs error."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from .sweep import LayerCost, SweepResult, SweepRow
+
+# Figures are made with matplotlib's object API, not pyplot: no global backend or figure
+# state is touched, and PNGs are drawn with Agg whatever backend the caller's pyplot uses.
+
+__all__ = ["plot_cost_vs_error", "plot_layer_breakdown", "plot_prefill_decode", "save_plots"]
+
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+_BLOCK = re.compile(r"^(h\.\d+)\.(.+)$")
+
+
+# Costs as plotted: (field, scale, label). Latency reads best in ms at GPT-2's sizes.
+_COSTS = {
+    "latency_us": (1e-3, "est. latency (ms)"),
+    "cycles": (1.0, "est. cycles"),
+    "offchip_bytes": (1e-6, "off-chip MB"),
+    "macs": (1.0, "MACs"),
+}
+
+
+def _cost(metric: str) -> tuple[float, str]:
+    return _COSTS.get(metric, (1.0, metric))
+
+
+def _short(scheme: str) -> str:
+    """A scheme's name on two or three lines, for tick labels."""
+    head, _, rest = scheme.partition("_")
+    for word in ("tensor", "channel", "token"):
+        rest = rest.replace(f"per_{word}", f"per-{word}")
+    return "\n".join([head, *rest.split("_")]) if rest else head
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    return path
+
+
+def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
+                         metric: str = "latency_us") -> Path:
+    """Stacked bars of one run's est. cost per layer (GPT-2: per block, by matmul).
+
+    Parameters
+    ----------
+    layers : sequence of LayerCost
+        The calls of one run and phase (one model, scheme, accelerator, phase).
+    path : path
+        The PNG to write.
+    metric : str
+        A numeric :class:`LayerCost` field: ``latency_us`` (default), ``cycles``,
+        ``offchip_bytes``, ``macs``.
+    """
+    if not layers:
+        raise ValueError("plot_layer_breakdown needs the calls of one run, got none")
+    runs = {(c.model, c.scheme, c.hardware, c.phase) for c in layers}
+    if len(runs) != 1:
+        raise ValueError(f"plot_layer_breakdown takes one run's calls, got {sorted(runs)}")
+    model, scheme, hardware, phase = runs.pop()
+    # Group GPT-2's calls into blocks ("h.3") stacked by matmul ("mlp.c_fc"); others stand alone.
+    groups: dict[str, dict[str, float]] = {}
+    parts: list[str] = []
+    for c in layers:
+        m = _BLOCK.match(c.layer)
+        group, part = (m.group(1), m.group(2)) if m else (c.layer, c.layer)
+        if part not in parts:
+            parts.append(part)
+        groups.setdefault(group, {})
+        groups[group][part] = groups[group].get(part, 0.0) + float(getattr(c, metric))
+    names = list(groups)
+    stacks = {g: sum(groups[g].values()) for g in names}
+    label, unit, scale = {"latency_us": ("est. latency", "us", 1.0),
+                          "cycles": ("est. cycles", "", 1.0),
+                          "offchip_bytes": ("off-chip bytes", "MB", 1e-6),
+                          "macs": ("MACs", "", 1.0)}.get(metric, (metric, "", 1.0))
+    if metric == "latency_us" and max(stacks.values()) >= 1e3:
+        unit, scale = "ms", 1e-3  # GPT-2 small's blocks take milliseconds
+    fig = Figure(figsize=(max(6.0, 0.5 * len(names) + 2.5), 4.2))
+    ax = fig.subplots()
+    bottom = np.zeros(len(names))
+    cmap = colormaps["tab10"]
+    for i, part in enumerate(parts):
+        values = scale * np.array([groups[g].get(part, 0.0) for g in names])
+        if not values.any():
+            continue
+        ax.bar(names, values, bottom=bottom, label=part, color=cmap(i % 10), width=0.75)
+        bottom += values
+    ax.set_ylabel(f"{label} ({unit})" if unit else label)
+    ax.set_title(f"{model} {phase}: {label} per layer, {scheme} on {hardware}\n"
+                 f"total {bottom.sum():,.3g} {unit}".rstrip())
+    ax.tick_params(axis="x", rotation=60 if len(names) > 8 else 0)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    if len(parts) > 1:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, path)
+
+
+def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: str = "gpt2",
+                        metric: str = "latency_us") -> Path:
+    """Bars per scheme (one per accelerator), one panel per phase, for ``model``."""
+    mine = [r for r in rows if r.model == model]
+    if not mine:
+        raise ValueError(f"plot_prefill_decode: no rows of model {model!r}")
+    phases = list(dict.fromkeys(r.phase for r in mine))
+    schemes = list(dict.fromkeys(r.scheme for r in mine))
+    hardware = list(dict.fromkeys(r.hardware for r in mine))
+    fig = Figure(figsize=(6.0 * len(phases), 4.2))
+    axes = fig.subplots(1, len(phases), squeeze=False)
+    width = 0.8 / len(hardware)
+    x = np.arange(len(schemes))
+    scale, label = _cost(metric)
+    for ax, phase in zip(axes[0], phases):
+        for i, hw in enumerate(hardware):
+            values = []
+            for s in schemes:
+                match = [r for r in mine if (r.phase, r.scheme, r.hardware) == (phase, s, hw)]
+                values.append(scale * float(getattr(match[0], metric)) if match else 0.0)
+            ax.bar(x + (i - (len(hardware) - 1) / 2) * width, values, width, label=hw)
+        tokens = next(r.tokens for r in mine if r.phase == phase)
+        what = {"prefill": f"prefill of {tokens} tokens", "decode": f"decode at L={tokens}"}
+        ax.set_title(f"{model} {what.get(phase, phase)}")
+        ax.set_xticks(x, [_short(s) for s in schemes], fontsize=8)
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    axes[0][-1].legend(title="hardware", fontsize=8, loc="upper left",
+                       bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"{model}: {label} per quantization scheme, prefill vs decode")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
+                       cost: str = "latency_us", error: str = "rel_error") -> Path:
+    """Scatter of cost against output error: one panel per model and phase, one marker per
+    scheme (shape) per accelerator (colour)."""
+    if not rows:
+        raise ValueError("plot_cost_vs_error needs sweep rows, got none")
+    panels = list(dict.fromkeys((r.model, r.phase) for r in rows))
+    schemes = list(dict.fromkeys(r.scheme for r in rows))
+    hardware = list(dict.fromkeys(r.hardware for r in rows))
+    cmap = colormaps["tab10"]
+    fig = Figure(figsize=(4.8 * len(panels), 4.2))
+    axes = fig.subplots(1, len(panels), squeeze=False)
+    scale, cost_label = _cost(cost)
+    error_label = {"rel_error": "max |error| / max |float32 output|",
+                   "max_abs_error": "max |error| vs float32",
+                   "top1_agreement": "top-1 agreement with float32"}.get(error, error)
+    for ax, (model, phase) in zip(axes[0], panels):
+        for r in rows:
+            if (r.model, r.phase) != (model, phase):
+                continue
+            ax.scatter(scale * float(getattr(r, cost)), float(getattr(r, error)),
+                       marker=_MARKERS[schemes.index(r.scheme) % len(_MARKERS)],
+                       color=cmap(hardware.index(r.hardware) % 10), s=55, alpha=0.85,
+                       edgecolors="black", linewidths=0.4)
+        ax.set_title(f"{model} {phase}")
+        ax.set_xlabel(cost_label)
+        ax.set_ylabel(error_label)
+        ax.grid(alpha=0.3)
+    handles = [Line2D([], [], marker=_MARKERS[i % len(_MARKERS)], linestyle="",
+                          color="gray", markeredgecolor="black", label=s)
+               for i, s in enumerate(schemes)]
+    handles += [Line2D([], [], marker="o", linestyle="", color=cmap(i % 10), label=h)
+                for i, h in enumerate(hardware)]
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.suptitle("accelerator cost against output error across quantization schemes")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def save_plots(result: SweepResult, out_dir: str | Path) -> list[Path]:
+    """Write the three kinds of plot of a sweep into ``out_dir``; return their paths.
+
+    The per-layer breakdown is drawn for the first accelerator's float32 run (or the first
+    scheme's) of each model and phase; prefill vs decode for GPT-2 when it was swept.
+    """
+    out = Path(out_dir)
+    paths: list[Path] = []
+    if not result.rows:
+        return paths
+    first_hw = result.rows[0].hardware
+    for model, phase in dict.fromkeys((r.model, r.phase) for r in result.rows):
+        schemes = [r.scheme for r in result.rows if r.model == model]
+        scheme = "none" if "none" in schemes else schemes[0]
+        calls = [c for c in result.layers
+                 if (c.model, c.scheme, c.hardware, c.phase) == (model, scheme, first_hw, phase)]
+        if calls:
+            paths.append(plot_layer_breakdown(
+                calls, out / f"layers_{model}_{phase}_{scheme}_{first_hw}.png"))
+    if any(r.model == "gpt2" for r in result.rows):
+        paths.append(plot_prefill_decode(result.rows, out / "prefill_vs_decode.png"))
+    paths.append(plot_cost_vs_error(result.rows, out / "cost_vs_error.png"))
+    return paths

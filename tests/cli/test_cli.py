@@ -1,0 +1,233 @@
+"""The tenet-byoc command line, run in-process: files written, tables printed, clear errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+import tenet_byoc
+from tenet_byoc.cli import main
+from tenet_byoc.hardware import PRESETS
+from tenet_byoc.quantization import SCHEMES
+
+TINY = ["--gpt2-config", "tiny", "--prompt-len", "6", "--context-len", "7", "--no-progress"]
+# TENET's 8x8 output-stationary systolic array, in TENET's own file formats.
+SYSTOLIC_P = ("{PE[i,j]:0<=i<8 and 0<=j<8}\n{PE[i,j]->PE[i-1,j] ; PE[i,j]->PE[i,j-1]}\n"
+              "256 1024 64 16")
+SYSTOLIC_OS_M = ("{S[i,j,k]->PE[i%8,j%8]}\n{S[i,j,k]->T[floor(i/8),floor(j/8),i%8+j%8+k]}")
+
+
+def exit_code(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_no_arguments_prints_help(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "usage: tenet-byoc" in out and "sweep" in out and "presets" in out
+
+
+def test_presets_lists_hardware_and_schemes(capsys):
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    for name in [*PRESETS, *SCHEMES]:
+        assert f"| {name}" in out
+
+
+def test_sweep_writes_tables_and_plots(tmp_path, capsys):
+    out_dir = tmp_path / "results"
+    argv = ["sweep", *TINY, "--schemes", "none,w8a8_per_tensor", "--hardware", "os16",
+            "--out", str(out_dir)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| gpt2 | w8a8_per_tensor | os16 | decode | 7 |" in out
+    assert "| mlp | none | os16 | inference | 1000 |" in out
+    doc = json.loads((out_dir / "sweep.json").read_text())
+    assert [(r["model"], r["scheme"], r["phase"]) for r in doc["rows"]] == [
+        ("gpt2", "none", "prefill"), ("gpt2", "none", "decode"),
+        ("gpt2", "w8a8_per_tensor", "prefill"), ("gpt2", "w8a8_per_tensor", "decode"),
+        ("mlp", "none", "inference"), ("mlp", "w8a8_per_tensor", "inference")]
+    names = {p.name for p in out_dir.iterdir()}
+    assert {"sweep.csv", "sweep.json", "layers.csv", "cost_vs_error.png",
+            "prefill_vs_decode.png", "layers_gpt2_prefill_none_os16.png"} <= names
+    for p in out_dir.iterdir():
+        assert p.stat().st_size > 100, p
+
+
+def test_run_on_a_custom_tenet_accelerator(tmp_path, capsys):
+    (tmp_path / "systolic.p").write_text(SYSTOLIC_P)
+    (tmp_path / "os.m").write_text(SYSTOLIC_OS_M)
+    argv = ["run", "--model", "mlp", "--scheme", "w8a16_per_channel", "--no-progress",
+            "--tenet-p", str(tmp_path / "systolic.p"), "--tenet-m", str(tmp_path / "os.m"),
+            "--out", str(tmp_path / "run")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| mlp | w8a16_per_channel | systolic+os | inference |" in out
+    assert "| fc0 | tenet.dequantize_matmul_channel_bias" in out  # the per-layer table
+    rows = json.loads((tmp_path / "run" / "run.json").read_text())["rows"]
+    assert len(rows) == 1 and rows[0]["macs"] == 1000 * (784 * 128 + 128 * 10)
+    assert (tmp_path / "run" / "layers_mlp_inference_w8a16_per_channel_systolic+os.png").stat(
+    ).st_size > 1000
+
+
+def test_run_gpt2_prints_per_layer_costs(capsys):
+    assert main(["run", *TINY, "--scheme", "w4a16_group32", "--hardware", "ws16"]) == 0
+    out = capsys.readouterr().out
+    assert "gpt2 prefill, w4a16_group32 on ws16: per layer" in out
+    assert "| h.1.mlp.c_fc | tenet.dequantize_matmul_group_bias_gelu_tanh |" in out
+    assert "| lm_head |" in out
+
+
+def test_profile(capsys):
+    code = exit_code(["profile", *TINY[:-1], "--phase", "decode"])
+    captured = capsys.readouterr()
+    if hasattr(tenet_byoc, "VirtualMachine"):
+        assert code == 0 and "decode" in captured.out
+    else:
+        assert code == 1 and "no profiling VirtualMachine" in captured.err
+
+
+class _FakeReport:
+    def __init__(self, func, shapes):
+        self.func, self.shapes = func, shapes
+
+    def __str__(self):
+        return f"REPORT {self.func} {self.shapes}"
+
+    def csv(self):
+        return f"Name\n{self.func}\n"
+
+    def json(self):
+        return json.dumps({"function": self.func})
+
+
+@pytest.mark.parametrize("model,phase,func,shape", [
+    ("gpt2", "prefill", "prefill", (1, 6)), ("gpt2", "decode", "decode", (1, 1)),
+    ("mlp", "prefill", "main", (1000, 784)),
+])
+def test_profile_wiring(model, phase, func, shape, monkeypatch, tmp_path, capsys):
+    """The profile command hands the profiling VM the function and arguments of the phase."""
+    from tvm import relax
+
+    class FakeVirtualMachine(relax.VirtualMachine):
+        def __init__(self, ex, dev, profile=False):
+            assert profile is True
+            super().__init__(ex, dev)
+
+        def profile(self, func_name, *args):
+            self[func_name](*args)  # the arguments must fit the function
+            return _FakeReport(func_name, tuple(args[0].shape))
+
+    monkeypatch.setattr(tenet_byoc, "VirtualMachine", FakeVirtualMachine, raising=False)
+    argv = ["profile", "--model", model, *TINY[:-1], "--phase", phase,
+            "--csv", str(tmp_path / "p.csv"), "--json", str(tmp_path / "p.json")]
+    assert main(argv) == 0
+    assert f"REPORT {func} {shape}" in capsys.readouterr().out
+    assert (tmp_path / "p.csv").read_text() == f"Name\n{func}\n"
+    assert json.loads((tmp_path / "p.json").read_text()) == {"function": func}
+
+
+def _fashion_mnist_with_bad_magic(folder):
+    def idx(magic: int, dims: list[int]) -> bytes:
+        size = 1
+        for d in dims:
+            size *= d
+        head = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in dims)
+        return head + bytes(size)
+
+    folder.mkdir()
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx(0x803, [2, 28, 28])))
+    (folder / "train-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx(0x801, [2])))
+    (folder / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx(0x801, [2])))  # labels
+    (folder / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(idx(0x801, [2])))
+    return folder
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["sweep", "--schemes", "w3a3"], "unknown scheme 'w3a3'"),
+    (["sweep", "--hardware", "os16,tpu"], "unknown preset 'tpu'"),
+    (["run", "--scheme", "none,w8a8_per_tensor"], "give one scheme"),
+    (["run", "--hardware", "gpu"], "unknown preset 'gpu'"),
+    (["run", "--prompt-len", "0"], "expected a positive integer, got 0"),
+    (["run", "--gpt2-config", "tiny", "--prompt-len", "64"], "prompt_len=64"),
+    (["run", "--checkpoint", "{tmp}/no-such-folder"], "checkpoint folder"),
+    (["sweep", "--model", "mlp", "--data", "{tmp}/no-such-folder"], "FashionMNIST folder"),
+    (["sweep", "--model", "mlp", "--data", "{tmp}/fmnist"], "magic number 0x00000801"),
+    (["run", "--model", "mlp", "--data", "{tmp}"], "train-images-idx3-ubyte"),
+    (["run", "--tenet-p", "{tmp}/a.p"], "--tenet-p and --tenet-m go together"),
+    (["run", "--tenet-p", "{tmp}/a.p", "--tenet-m", "{tmp}/a.m"], ".p file"),
+    (["sweep", "--model", "bert"], "invalid choice: 'bert'"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_bad_input_exits_2_naming_the_problem(argv, message, tmp_path, capsys):
+    _fashion_mnist_with_bad_magic(tmp_path / "fmnist")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert exit_code([*argv, "--no-progress"] if argv[0] in ("run", "sweep") else argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_module_entry_point_exit_codes():
+    """As a process: help exits 0, a bad scheme exits 2 with one line and no traceback."""
+    ok = subprocess.run([sys.executable, "-m", "tenet_byoc.cli"], check=False,
+                        capture_output=True, text=True)
+    assert ok.returncode == 0 and "usage: tenet-byoc" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "tenet_byoc.cli", "run", "--scheme", "int3"],
+                         check=False, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown scheme 'int3'" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.slow
+def test_quick_sweep_on_gpt2_small(tmp_path):
+    """The README's job in its --quick form: GPT-2 small's MACs are the analytical count."""
+    from tenet_byoc.models.gpt2 import GPT2Config, gpt2_matmul_macs
+
+    assert main(["sweep", "--quick", "--model", "gpt2", "--no-progress", "--repeats", "1",
+                 "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "sweep.json").read_text())["rows"]
+    small = GPT2Config.preset("small")
+    assert len(rows) == 6
+    for r in rows:
+        assert r["macs"] == gpt2_matmul_macs(small, 32, r["phase"])
+        assert r["calls"] == 73
+
+
+def _write_checkpoint(folder, drop: str | None = None):
+    """The tiny GPT-2 in Hugging Face's layout: config.json + model.safetensors."""
+    import numpy as np
+    from safetensors.numpy import save_file
+    from tenet_byoc.models.gpt2 import GPT2Config, random_params
+
+    cfg = GPT2Config.preset("tiny")
+    conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    tensors = {f"transformer.{k}": np.ascontiguousarray(v.T if k.endswith(conv1d) else v)
+               for k, v in random_params(cfg, seed=3).items() if k != drop}
+    folder.mkdir()
+    save_file(tensors, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({
+        "n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "n_head": cfg.n_head,
+        "vocab_size": cfg.vocab_size, "n_positions": cfg.n_positions}))
+    return folder
+
+
+def test_run_from_a_checkpoint(tmp_path, capsys):
+    ckpt = _write_checkpoint(tmp_path / "gpt2-tiny-hf")
+    argv = ["run", "--checkpoint", str(ckpt), "--prompt-len", "5", "--context-len", "5",
+            "--no-progress", "--repeats", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint {ckpt}" in out and "| gpt2 | none | os16 | prefill | 5 |" in out
+
+
+def test_checkpoint_missing_a_tensor_exits_2(tmp_path, capsys):
+    ckpt = _write_checkpoint(tmp_path / "broken", drop="h.1.mlp.c_fc.weight")
+    assert exit_code(["run", "--checkpoint", str(ckpt), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "h.1.mlp.c_fc.weight" in err and "Traceback" not in err
