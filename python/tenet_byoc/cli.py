@@ -188,21 +188,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _tenet_accelerator(p_file: str, m_file: str):
-    from . import cost_model as cm
     from .hardware import Accelerator
 
-    # Parsed from the files' text here: Accelerator.from_tenet_files calls
-    # cost_model.load_tenet_hardware, which cost_model does not export in this tree.
-    texts = []
-    for path, what in ((p_file, "TENET .p"), (m_file, "TENET .m")):
-        f = Path(path)
-        if not f.is_file():
-            raise FileNotFoundError(f"{what} file {path!r} does not exist")
-        texts.append(f.read_text())
-    p, m = Path(p_file).stem, Path(m_file).stem
-    hw = cm.parse_tenet_hardware(texts[0], p)
-    df = cm.parse_tenet_mapping(texts[1], m)
-    return Accelerator(f"{p}+{m}", hw, df)
+    return Accelerator.from_tenet_files(p_file, m_file)
 
 
 def _hardware(args, quick: bool = False) -> list:

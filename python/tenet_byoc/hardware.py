@@ -119,7 +119,12 @@ class Accelerator:
         clock_ghz: float = 1.0,
     ) -> Accelerator:
         """A TENET ``.p`` (PE array) and ``.m`` (mapping) file pair, used unchanged."""
-        hw = cm.load_tenet_hardware(str(p_file))
+        texts = []
+        for path, what in ((p_file, ".p file (PE array)"), (m_file, ".m file (mapping)")):
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"TENET {what} {str(path)!r} does not exist")
+            texts.append(Path(path).read_text())
+        hw = cm.parse_tenet_hardware(texts[0], Path(p_file).stem)
         if clock_ghz != hw.clock_ghz:
             hw = cm.Hardware(
                 pe_domain=hw.pe_domain, interconnect=hw.interconnect,
@@ -127,7 +132,7 @@ class Accelerator:
                 clock_ghz=clock_ghz, l1_bytes=hw.l1_bytes, l2_bytes=hw.l2_bytes,
                 macs_per_pe_per_cycle=hw.macs_per_pe_per_cycle, name=hw.name,
             )
-        df = cm.load_tenet_mapping(str(m_file))
+        df = cm.parse_tenet_mapping(texts[1], Path(m_file).stem)
         return cls(name or f"{Path(p_file).stem}+{Path(m_file).stem}", hw, df)
 
 

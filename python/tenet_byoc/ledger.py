@@ -107,7 +107,9 @@ class Totals:
 def _totals(entries: list[LedgerEntry]) -> Totals:
     macs = sum(e.macs for e in entries)
     cycles = sum(e.cycles for e in entries)
-    pe_cycles = sum(e.cycles * e.num_pes for e in entries)
+    # Each entry's PE-cycle capacity is macs / utilization, so PEs doing several MACs per
+    # cycle at low precision count at their real rate.
+    pe_cycles = sum(e.macs / e.pe_utilization for e in entries if e.pe_utilization)
     latency = sum(e.latency_us for e in entries)
     offchip = sum(e.offchip_bytes for e in entries)
     return Totals(

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 import tenet_byoc
 from tenet_byoc.cli import main
 from tenet_byoc.hardware import PRESETS
@@ -203,6 +204,7 @@ def _write_checkpoint(folder, drop: str | None = None):
     """The tiny GPT-2 in Hugging Face's layout: config.json + model.safetensors."""
     import numpy as np
     from safetensors.numpy import save_file
+
     from tenet_byoc.models.gpt2 import GPT2Config, random_params
 
     cfg = GPT2Config.preset("tiny")

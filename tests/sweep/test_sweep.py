@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+
 from tenet_byoc.models.gpt2 import GPT2Config, gpt2_matmul_macs, gpt2_matmuls
 from tenet_byoc.models.mlp import HIDDEN, INPUT, OUTPUT
 from tenet_byoc.plots import (
