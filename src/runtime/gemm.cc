@@ -3,6 +3,8 @@
 
 #include <dnnl.hpp>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <mutex>
@@ -48,6 +50,9 @@ constexpr int64_t kMaxGemvRows = 4;
 // parallel region's fork and join cost more than the work.
 constexpr int64_t kMinParallelElements = 1 << 15;
 
+// A few-row GEMM whose weight has at least this many elements is split over the threads.
+constexpr int64_t kMinParallelGemvWeights = 1 << 18;
+
 int64_t Product(const std::vector<int64_t>& v, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= v[i];
@@ -90,12 +95,22 @@ void RunSmallRows(const GemmArgs& g, int64_t rows, int64_t n, int64_t k) {
     for (int64_t r = 0; r < rows; ++r) std::copy(g.bias, g.bias + n, g.c + r * n);
     beta = 1.f;
   }
-  const dnnl_status_t status =
-      dnnl_sgemm('N', g.b_transposed ? 'T' : 'N', rows, n, k, 1.f, g.a, k, g.b,
-                 g.b_transposed ? k : n, beta, g.c, n);
-  if (status != dnnl_success) {
-    throw std::runtime_error("dnnl_sgemm failed with status " + std::to_string(status));
+  // Split the columns over the threads, each streaming its slice of the weight, when the
+  // weight is large enough for that to pay (oneDNN runs each call on one thread inside a
+  // parallel region).
+  const int parts = n * k >= kMinParallelGemvWeights ? omp_get_max_threads() : 1;
+  const int64_t chunk = (n + parts - 1) / parts;
+  int failed = 0;
+#pragma omp parallel for schedule(static) num_threads(parts) reduction(| : failed) if (parts > 1)
+  for (int part = 0; part < parts; ++part) {
+    const int64_t n0 = part * chunk;
+    const int64_t width = std::min(chunk, n - n0);
+    if (width <= 0) continue;
+    const float* b = g.b + (g.b_transposed ? n0 * k : n0);
+    failed |= dnnl_sgemm('N', g.b_transposed ? 'T' : 'N', rows, width, k, 1.f, g.a, k, b,
+                         g.b_transposed ? k : n, beta, g.c + n0, n) != dnnl_success;
   }
+  if (failed) throw std::runtime_error("dnnl_sgemm failed");
   if (g.epilogue != Epilogue::kNone) {
     for (int64_t i = 0; i < rows * n; ++i) g.c[i] = ApplyEpilogue(g.epilogue, g.c[i]);
   }
