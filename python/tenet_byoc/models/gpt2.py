@@ -16,6 +16,8 @@ from tvm.ir import IRModule
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
+from ._params import check_named_arrays
+
 __all__ = [
     "PRESETS",
     "GPT2Config",
@@ -357,17 +359,7 @@ def check_params(config: GPT2Config, params: Mapping[str, np.ndarray]) -> dict[s
     ValueError
         If a weight has the wrong shape; the message names it and both shapes.
     """
-    out = {}
-    for name, shape in param_shapes(config).items():
-        if name not in params:
-            raise KeyError(f"GPT-2 params lack {name!r} (expected shape {list(shape)})")
-        value = np.asarray(params[name])
-        if value.shape != shape:
-            raise ValueError(
-                f"GPT-2 param {name!r} has shape {list(value.shape)}, expected {list(shape)}"
-            )
-        out[name] = np.ascontiguousarray(value, dtype=np.float32)
-    return out
+    return check_named_arrays("GPT-2", param_shapes(config), params)
 
 
 def param_shapes(config: GPT2Config) -> dict[str, tuple[int, ...]]:

@@ -13,6 +13,8 @@ import tvm
 from tvm import relax
 from tvm.ir import IRModule
 
+from ._params import check_named_arrays
+
 __all__ = [
     "CLASS_NAMES",
     "HIDDEN",
@@ -61,17 +63,7 @@ PARAM_SHAPES: dict[str, tuple[int, ...]] = {
 
 
 def _check_params(params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    out = {}
-    for name, shape in PARAM_SHAPES.items():
-        if name not in params:
-            raise KeyError(f"MLP params lack {name!r} (expected shape {list(shape)})")
-        value = np.asarray(params[name])
-        if value.shape != shape:
-            raise ValueError(
-                f"MLP param {name!r} has shape {list(value.shape)}, expected {list(shape)}"
-            )
-        out[name] = np.ascontiguousarray(value, dtype=np.float32)
-    return out
+    return check_named_arrays("MLP", PARAM_SHAPES, params)
 
 
 def mlp_module(params: Mapping[str, np.ndarray] | None = None) -> IRModule:
