@@ -148,7 +148,7 @@ class TenetModuleObj : public ffi::ModuleObj {
     std::vector<View> produced(p.steps.size());
     std::vector<std::vector<float>> scratch(p.steps.size());
     std::vector<int> output_of_step(p.steps.size(), -1);
-    for (size_t o = 0; o < n_out; ++o) output_of_step[-p.outputs[o].source - 1] = o;
+    for (size_t o = n_out; o-- > 0;) output_of_step[-p.outputs[o].source - 1] = o;
     auto value = [&](ValueRef ref) -> const View& {
       return ref >= 0 ? inputs[ref] : produced[-ref - 1];
     };
@@ -259,6 +259,18 @@ class TenetModuleObj : public ffi::ModuleObj {
         }
         entries.push_back(std::move(e));
       }
+    }
+    // A value returned more than once was written into its first output; copy the rest.
+    for (size_t o = 0; o < n_out; ++o) {
+      const int64_t step = -p.outputs[o].source - 1;
+      if (output_of_step[step] == static_cast<int>(o)) continue;
+      if (outputs[o].shape != produced[step].shape) {
+        TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": output " << o << " has shape "
+                                  << ShapeStr(outputs[o].shape) << " but step " << step
+                                  << " produces " << ShapeStr(produced[step].shape);
+      }
+      std::copy_n(Floats(produced[step]), Numel(produced[step].shape),
+                  static_cast<float*>(outputs[o].data));
     }
     if (charging) ledger_.Append(&entries);
   }
