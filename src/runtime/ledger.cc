@@ -7,7 +7,13 @@
 namespace tenet {
 namespace runtime {
 
-size_t GemmKeyHash::operator()(const GemmKey& g) const {
+bool GemmWorkloadEqual::operator()(const GemmWorkload& a, const GemmWorkload& b) const {
+  return a.batch == b.batch && a.m == b.m && a.n == b.n && a.k == b.k && a.bits_a == b.bits_a &&
+         a.bits_b == b.bits_b && a.bits_c == b.bits_c && a.extra_read_bits == b.extra_read_bits &&
+         a.extra_ops == b.extra_ops;
+}
+
+size_t GemmWorkloadHash::operator()(const GemmWorkload& g) const {
   size_t h = 1469598103934665603ull;
   auto mix = [&h](int64_t v) { h = (h ^ std::hash<int64_t>()(v)) * 1099511628211ull; };
   mix(g.batch);
@@ -22,19 +28,13 @@ size_t GemmKeyHash::operator()(const GemmKey& g) const {
   return h;
 }
 
-Metrics CostCache::Analyze(const GemmKey& key) const {
+Metrics CostCache::Analyze(const GemmWorkload& key) const {
   auto it = macs_per_cycle_by_bits_.find(std::max(key.bits_a, key.bits_b));
   const int64_t p = it == macs_per_cycle_by_bits_.end() ? 1 : it->second;
-  GemmWorkload w;
-  w.batch = key.batch;
-  w.m = key.m;
-  w.n = key.n;
+  GemmWorkload w = key;
   w.k = (key.k + p - 1) / p;
   w.bits_a = key.bits_a * static_cast<int>(p);
   w.bits_b = key.bits_b * static_cast<int>(p);
-  w.bits_c = key.bits_c;
-  w.extra_read_bits = key.extra_read_bits;
-  w.extra_ops = key.extra_ops;
   Metrics m = AnalyzeGemm(w, hardware_, dataflow_);
   if (p > 1) {
     // Back from packed vectors to elements: real MACs, A and B counted per element (their
@@ -54,7 +54,7 @@ Metrics CostCache::Analyze(const GemmKey& key) const {
   return m;
 }
 
-std::shared_ptr<const Metrics> CostCache::Get(const GemmKey& key) {
+std::shared_ptr<const Metrics> CostCache::Get(const GemmWorkload& key) {
   {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     auto it = cache_.find(key);

@@ -17,20 +17,15 @@
 namespace tenet {
 namespace runtime {
 
-/*! \brief The shape and element widths of one call, the key of the cost cache. */
-struct GemmKey {
-  int64_t batch, m, n, k;
-  int bits_a, bits_b, bits_c;
-  int64_t extra_read_bits = 0, extra_ops = 0;
-  bool operator==(const GemmKey& o) const {
-    return batch == o.batch && m == o.m && n == o.n && k == o.k && bits_a == o.bits_a &&
-           bits_b == o.bits_b && bits_c == o.bits_c && extra_read_bits == o.extra_read_bits &&
-           extra_ops == o.extra_ops;
-  }
+/*!
+ * \brief The cost model's workload of one call (shape, element widths, side data) is the key
+ *  of the cost cache; these make it hashable.
+ */
+struct GemmWorkloadHash {
+  size_t operator()(const GemmWorkload& w) const;
 };
-
-struct GemmKeyHash {
-  size_t operator()(const GemmKey& g) const;
+struct GemmWorkloadEqual {
+  bool operator()(const GemmWorkload& a, const GemmWorkload& b) const;
 };
 
 /*!
@@ -50,18 +45,20 @@ class CostCache {
       : hardware_(std::move(hardware)),
         dataflow_(std::move(dataflow)),
         macs_per_cycle_by_bits_(std::move(macs_per_cycle_by_bits)) {}
-  std::shared_ptr<const Metrics> Get(const GemmKey& key);
+  std::shared_ptr<const Metrics> Get(const GemmWorkload& key);
   const Hardware& hardware() const { return hardware_; }
   const Dataflow& dataflow() const { return dataflow_; }
 
  private:
-  Metrics Analyze(const GemmKey& key) const;
+  Metrics Analyze(const GemmWorkload& key) const;
 
   Hardware hardware_;
   Dataflow dataflow_;
   std::map<int, int64_t> macs_per_cycle_by_bits_;
   std::shared_mutex mutex_;
-  std::unordered_map<GemmKey, std::shared_ptr<const Metrics>, GemmKeyHash> cache_;
+  std::unordered_map<GemmWorkload, std::shared_ptr<const Metrics>, GemmWorkloadHash,
+                     GemmWorkloadEqual>
+      cache_;
 };
 
 /*! \brief One charged GEMM: which step of which function, its shape and its cost. */
@@ -69,7 +66,7 @@ struct LedgerEntry {
   uint64_t call_index;  // the module-wide count of function calls; a merged region's steps share it
   uint32_t program, step;
   uint32_t tag;  // index into Ledger::tags(), the phase set by the user ("prefill", ...)
-  GemmKey shape;
+  GemmWorkload shape;
   std::shared_ptr<const Metrics> cost;  // null when charging was off
 };
 

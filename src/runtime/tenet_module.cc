@@ -329,9 +329,9 @@ class TenetModuleObj : public ffi::ModuleObj {
   // adds: one multiply per weight to dequantize it, or for int8 GEMMs the on-chip
   // max-abs reduction and quantization of the activation (2 ops per element) and the
   // dequantization of the output (1 op per element).
-  GemmKey ShapeKey(const Step& st, const std::vector<int64_t>& c_shape, int64_t k,
+  GemmWorkload ShapeKey(const Step& st, const std::vector<int64_t>& c_shape, int64_t k,
                    int64_t scale_b_elems) const {
-    GemmKey key{};
+    GemmWorkload key;
     key.batch = 1;
     for (size_t i = 0; i + 2 < c_shape.size(); ++i) key.batch *= c_shape[i];
     key.m = c_shape[c_shape.size() - 2];
