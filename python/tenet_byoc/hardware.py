@@ -53,6 +53,15 @@ class Accelerator:
                     f"Accelerator.macs_per_cycle_by_bits[{bits!r}]={rate!r}: keys must be "
                     "operand widths 4, 8, 16 or 32 and values positive integers"
                 )
+            # p MACs per cycle are costed as one p-wide element of p x bits; the cost model
+            # takes elements of at most 1024 bits, so a larger rate would fail at the first
+            # call instead of here.
+            if bits * rate > 1024:
+                raise ValueError(
+                    f"Accelerator.macs_per_cycle_by_bits[{bits}]={rate}: {bits} bits x {rate} "
+                    f"MACs per cycle = {bits * rate} bits per packed element; at most 1024 "
+                    f"(rate <= {1024 // bits} at {bits} bits)"
+                )
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Accelerator.name must be a non-empty string, got {self.name!r}")
         if not isinstance(self.hardware, cm.Hardware):
@@ -121,9 +130,16 @@ class Accelerator:
         """A TENET ``.p`` (PE array) and ``.m`` (mapping) file pair, used unchanged."""
         texts = []
         for path, what in ((p_file, ".p file (PE array)"), (m_file, ".m file (mapping)")):
+            if Path(path).is_dir():
+                raise ValueError(f"TENET {what} {str(path)!r} is a directory, not a file")
             if not Path(path).is_file():
                 raise FileNotFoundError(f"TENET {what} {str(path)!r} does not exist")
-            texts.append(Path(path).read_text())
+            try:
+                texts.append(Path(path).read_text(encoding="utf-8"))
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"TENET {what} {str(path)!r} is not UTF-8 text (byte at offset {err.start})"
+                ) from None
         hw = cm.parse_tenet_hardware(texts[0], Path(p_file).stem)
         if clock_ghz != hw.clock_ghz:
             hw = cm.Hardware(

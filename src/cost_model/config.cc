@@ -1,6 +1,9 @@
 // The value types' constructors and validation, the presets, TENET file IO and the
 // configuration text format.
 #include <cmath>
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -54,8 +57,10 @@ void Validate(const Hardware& hw) {
   if (!(hw.clock_ghz > 0) || !std::isfinite(hw.clock_ghz))
     throw std::invalid_argument("Hardware.clock_ghz must be positive, got " +
                                 std::to_string(hw.clock_ghz));
-  if (hw.l1_bytes < 0) throw std::invalid_argument("Hardware.l1_bytes must be >= 0");
-  if (hw.l2_bytes < 0) throw std::invalid_argument("Hardware.l2_bytes must be >= 0");
+  if (hw.l1_bytes < 0)
+    throw std::invalid_argument("Hardware.l1_bytes must be >= 0, got " + Str(hw.l1_bytes));
+  if (hw.l2_bytes < 0)
+    throw std::invalid_argument("Hardware.l2_bytes must be >= 0, got " + Str(hw.l2_bytes));
   RequirePositive(hw.macs_per_pe_per_cycle, "Hardware.macs_per_pe_per_cycle");
   Relation dom = ParseRelation(hw.pe_domain, "Hardware.pe_domain");
   if (dom.is_map)
@@ -207,12 +212,35 @@ std::vector<std::string> NonEmptyLines(const std::string& text) {
   return lines;
 }
 
+// Offset of the first byte that is not part of well-formed UTF-8, or npos.
+size_t FirstBadUtf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = detail::Utf8CharLength(s, i);
+    if (len == 0) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
 std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw std::invalid_argument("'" + path + "' is a directory, not a TENET file");
+  std::ifstream f(path, std::ios::binary);
   if (!f) throw std::invalid_argument("cannot read file '" + path + "'");
   std::ostringstream ss;
   ss << f.rdbuf();
-  return ss.str();
+  std::string text = ss.str();
+  // Relations are text; bytes that are not UTF-8 would otherwise surface in Python as a
+  // UnicodeDecodeError that names no file.
+  const size_t bad = FirstBadUtf8(text);
+  if (bad != std::string::npos) {
+    char byte[8];
+    std::snprintf(byte, sizeof(byte), "0x%02x", static_cast<unsigned char>(text[bad]));
+    throw std::invalid_argument("TENET file '" + path + "' is not UTF-8 text (byte " + byte +
+                                " at offset " + Str(static_cast<int64_t>(bad)) + ")");
+  }
+  return text;
 }
 
 std::string BaseName(const std::string& path) {
@@ -236,9 +264,16 @@ Hardware ParseTenetHardware(const std::string& text, const std::string& name) {
   hw.interconnect = lines[1];
   std::istringstream is(lines[2]);
   double l1, l2;
-  if (!(is >> l1 >> l2 >> hw.bandwidth_bits >> hw.avg_latency))
+  std::string extra;
+  if (!(is >> l1 >> l2 >> hw.bandwidth_bits >> hw.avg_latency) || (is >> extra))
     throw std::invalid_argument("TENET .p file '" + name + "': line 3 must be four numbers "
                                 "'L1 L2 bandwidth avg_latency', got '" + lines[2] + "'");
+  // Casting a double outside int64 is undefined; 2^62 bytes is far beyond any buffer.
+  for (auto [v, field] : {std::pair<double, const char*>{l1, "L1"}, {l2, "L2"}})
+    if (!(v >= 0 && v <= 4.6e18))
+      throw std::invalid_argument("TENET .p file '" + name + "': line 3 " + field + " size " +
+                                  std::to_string(v) +
+                                  " bytes must be in [0, 2^62]");
   hw.l1_bytes = static_cast<int64_t>(l1);
   hw.l2_bytes = static_cast<int64_t>(l2);
   Validate(hw);

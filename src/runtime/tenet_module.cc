@@ -65,7 +65,7 @@ bool SameDType(DLDataType a, DLDataType b) {
 std::pair<Hardware, Dataflow> ParseCostConfig(const std::string& text) {
   try {
     return ParseConfig(text);
-  } catch (const std::invalid_argument& e) {
+  } catch (const std::exception& e) {
     TVM_FFI_THROW(ValueError) << "tenet: invalid hardware/dataflow config: " << e.what();
   }
   TVM_FFI_UNREACHABLE();
