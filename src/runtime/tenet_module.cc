@@ -100,7 +100,25 @@ class TenetModuleObj : public ffi::ModuleObj {
       });
     }
     if (name == "__tenet_ledger_json") {
-      return ffi::Function::FromTyped([self, this]() { return ffi::String(LedgerJson()); });
+      return ffi::Function::FromTyped(
+          [self, this]() { return ffi::String(LedgerJson(ledger_.Snapshot())); });
+    }
+    // vm.profile: the entries the calling thread charges between begin and end, in the
+    // ledger JSON format (other threads' calls of this module are not among them).
+    if (name == "__tenet_capture_begin") {
+      return ffi::Function::FromTyped([self, this]() { ThreadCaptures()[this].clear(); });
+    }
+    if (name == "__tenet_capture_end") {
+      return ffi::Function::FromTyped([self, this]() {
+        auto& captures = ThreadCaptures();
+        auto it = captures.find(this);
+        std::vector<LedgerEntry> entries;
+        if (it != captures.end()) {
+          entries = std::move(it->second);
+          captures.erase(it);
+        }
+        return ffi::String(LedgerJson(entries));
+      });
     }
     if (name == "__tenet_ledger_reset") {
       return ffi::Function::FromTyped([self, this]() { ledger_.Reset(); });
@@ -272,7 +290,21 @@ class TenetModuleObj : public ffi::ModuleObj {
       std::copy_n(Floats(produced[step]), Numel(produced[step].shape),
                   static_cast<float*>(outputs[o].data));
     }
-    if (charging) ledger_.Append(&entries);
+    if (charging) {
+      auto& captures = ThreadCaptures();
+      if (!captures.empty()) {
+        auto it = captures.find(this);
+        if (it != captures.end()) it->second.insert(it->second.end(), entries.begin(), entries.end());
+      }
+      ledger_.Append(&entries);
+    }
+  }
+
+  // Open captures of the current thread, by module. Thread-local, so a profiled call sees
+  // only its own thread's entries, and collecting them costs nothing per ledger entry.
+  static std::unordered_map<const TenetModuleObj*, std::vector<LedgerEntry>>& ThreadCaptures() {
+    thread_local std::unordered_map<const TenetModuleObj*, std::vector<LedgerEntry>> captures;
+    return captures;
   }
 
   void RunInt8Step(const Program& p, size_t s, const View& a, const View& b, const View& sa,
@@ -349,7 +381,7 @@ class TenetModuleObj : public ffi::ModuleObj {
     return key;
   }
 
-  std::string LedgerJson() const;
+  std::string LedgerJson(const std::vector<LedgerEntry>& entries) const;
 
   View CheckTensor(const Program& p, ffi::AnyView arg, const TensorSpec& spec,
                    const std::string& what) {
@@ -484,8 +516,7 @@ void WriteMetrics(std::ostream& os, const Metrics& m) {
 
 // Entries refer to a table of distinct costs (a model calls few shapes many times), and to
 // the functions and steps by index, so a long ledger stays small.
-std::string TenetModuleObj::LedgerJson() const {
-  std::vector<LedgerEntry> entries = ledger_.Snapshot();
+std::string TenetModuleObj::LedgerJson(const std::vector<LedgerEntry>& entries) const {
   std::ostringstream os;
   os.precision(17);
   os << "{\"hardware\":" << JsonString(costs_.hardware().name)
