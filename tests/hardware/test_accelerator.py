@@ -59,3 +59,30 @@ def test_totals_count_pes_at_their_precision_rate(rng):
     assert ledger.totals().pe_utilization == pytest.approx(util)
     assert util == pytest.approx(16 * 16 * 64 / (ledger.entries[0].cycles * 256 * 4))
     assert np.isfinite(util)
+
+
+def test_mac_rates_too_wide_for_the_cost_model_are_refused_when_made():
+    # 64 MACs of 32 bits are costed as one 2048-bit element: beyond the cost model's 1024.
+    with pytest.raises(ValueError, match=r"macs_per_cycle_by_bits\[32\]=64: 32 bits x 64 MACs "
+                                         r"per cycle = 2048 bits .* \(rate <= 32 at 32 bits\)"):
+        Accelerator.systolic("os", 4, 4, macs_per_cycle_by_bits={32: 64})
+    ok = Accelerator.systolic("os", 4, 4, macs_per_cycle_by_bits={32: 32})
+    assert ok.macs_per_cycle_by_bits == {32: 32}
+
+
+def test_a_clock_too_slow_for_a_finite_latency_is_refused_when_made():
+    # latency_us would be inf, which the ledger's JSON cannot hold.
+    with pytest.raises(ValueError, match=r"latency_us \(cycles / clock\) is not finite"):
+        Accelerator.systolic("os", 4, 4, clock_ghz=1e-310)
+
+
+def test_tenet_files_that_are_directories_or_not_utf8(tmp_path):
+    m = tmp_path / "os.m"
+    m.write_text("{S[i,j,k]->PE[i%4, j%4]}\n{S[i,j,k]->T[floor(i/4), floor(j/4), i%4+j%4+k]}\n")
+    with pytest.raises(ValueError, match=rf"TENET .p file \(PE array\) '{tmp_path}' is a "
+                                         "directory, not a file"):
+        Accelerator.from_tenet_files(tmp_path, m)
+    p = tmp_path / "arr.p"
+    p.write_bytes(b"{PE[p,q]: 0<=p<4 and 0<=q<4}\n{PE[p,q]->PE[p-1,q]}\n256 1024 64 16 \xe9\n")
+    with pytest.raises(ValueError, match=r"arr.p' is not UTF-8 text \(byte at offset 65\)"):
+        Accelerator.from_tenet_files(p, m)
