@@ -286,15 +286,33 @@ def _cost_config(functions) -> dict:
     return json.loads(configs.pop()) if configs else resolve(None).descriptor_fields()
 
 
+def _check_enumeration_limit(described: list[dict], functions, config: dict) -> None:
+    """Refuse at build time a static GEMM the accelerator could only cost by enumerating
+    more instances than the cost model allows (it would fail at the first VM call)."""
+    from .cost_model import parse_config
+    from .hardware import check_gemm_size
+
+    hw, df = parse_config(config["cost_config"])
+    for desc, func in zip(described, functions):
+        params = list(func.params)
+        for step in desc["steps"]:
+            if step["lhs"] < 0 or step["rhs"] < 0:
+                continue
+            a, b = params[step["lhs"]].ty, params[step["rhs"]].ty
+            try:
+                m, k = (int(d) for d in a.shape.values[-2:])
+                n = int(b.shape.values[-2 if step["rhs_transposed"] else -1])
+            except (TypeError, AttributeError):
+                continue  # a symbolic size: only the call can tell
+            check_gemm_size(hw, df, m, n, k, f"{desc['symbol']} step {step['name']!r}")
+
+
 def make_descriptor(functions) -> str:
     """The JSON descriptor of a list of outer tenet functions, with their accelerator config."""
-    return json.dumps(
-        {
-            "version": DESCRIPTOR_VERSION,
-            "functions": [describe_function(f) for f in functions],
-            **_cost_config(functions),
-        }
-    )
+    described = [describe_function(f) for f in functions]
+    config = _cost_config(functions)
+    _check_enumeration_limit(described, functions, config)
+    return json.dumps({"version": DESCRIPTOR_VERSION, "functions": described, **config})
 
 
 @tvm_ffi.register_global_func("relax.ext.tenet")

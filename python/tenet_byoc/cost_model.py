@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from tenet_byoc import _cost_model as _core
 from tenet_byoc._cost_model import (
+    MAX_ENUMERATED_INSTANCES,
     Dataflow,
     Hardware,
     Metrics,
@@ -35,6 +36,7 @@ from tenet_byoc._cost_model import (
 )
 
 __all__ = [
+    "MAX_ENUMERATED_INSTANCES",
     "Dataflow",
     "Hardware",
     "Metrics",

@@ -260,6 +260,7 @@ PYBIND11_MODULE(_cost_model, m) {
   m.def("format_tenet_statement", &FormatTenetStatement);
   m.def("save_text_file", &SaveTextFile);
   m.def("serialize_config", &SerializeConfig, py::arg("hardware"), py::arg("dataflow"));
+  m.attr("MAX_ENUMERATED_INSTANCES") = kMaxEnumeratedInstances;
   m.def("parse_config", &ParseConfig, py::arg("text"));
 
   // Wall time of each of `reps` analyses inside C++ (no Python overhead), for benchmarks.

@@ -86,3 +86,35 @@ def test_tenet_files_that_are_directories_or_not_utf8(tmp_path):
     p.write_bytes(b"{PE[p,q]: 0<=p<4 and 0<=q<4}\n{PE[p,q]->PE[p-1,q]}\n256 1024 64 16 \xe9\n")
     with pytest.raises(ValueError, match=r"arr.p' is not UTF-8 text \(byte at offset 65\)"):
         Accelerator.from_tenet_files(p, m)
+
+
+def _transposed_os(n: int) -> Accelerator:
+    # An output-stationary map with the array's axes swapped: not a preset, so enumerated.
+    hw = cm.Hardware.systolic(n, n)
+    df = cm.Dataflow(space=f"{{S[i,j,k]->PE[j%{n}, i%{n}]}}",
+                     time=f"{{S[i,j,k]->T[floor(i/{n}), floor(j/{n}), i%{n}+j%{n}+k]}}",
+                     name="os_swapped")
+    return Accelerator("swapped", hw, df)
+
+
+def test_fast_path_is_the_presets_on_a_systolic_array():
+    assert Accelerator.systolic("ws", 8, 8).fast_path
+    assert not _transposed_os(8).fast_path
+
+
+def test_a_gemm_too_large_to_enumerate_fails_at_build_time():
+    acc = _transposed_os(8)
+    limit = cm.MAX_ENUMERATED_INSTANCES
+    assert limit == 4_000_000
+    with pytest.raises(ValueError, match=r"step 'lv' of 256 x 256 x 256 = 16,777,216 instances "
+                                         r"cannot be costed: dataflow 'os_swapped' is not an "
+                                         r"os/ws/is preset.*up to 4,000,000 instances"):
+        tenet_byoc.build(matmul_module((256, 256), (256, 256)), hardware=acc)
+    # Below the limit it builds and charges: the same counts as enumerating by hand.
+    ex = tenet_byoc.build(matmul_module((16, 32), (32, 8)), hardware=acc)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    vm["main"](tvm.runtime.tensor(np.ones((16, 32), "float32")),
+               tvm.runtime.tensor(np.ones((32, 8), "float32")))
+    (entry,) = tenet_byoc.ledger(vm).entries
+    want = cm.analyze_gemm(16, 8, 32, acc.hardware, acc.dataflow, method="enumerate")
+    assert (entry.macs, entry.cycles) == (want.macs, want.cycles)
