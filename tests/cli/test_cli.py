@@ -261,13 +261,13 @@ def test_readme_profile_command_works_with_its_defaults(monkeypatch, capsys):
 @pytest.mark.parametrize("argv,message", [
     # every bad value at once
     (["run", "--gpt2-config", "tiny", "--prompt-len", "64", "--context-len", "40"],
-     "prompt_len=64 must be an integer in [1, 32]; context_len=40 must be an integer in "
-     "[1, 31] for GPT-2 tiny"),
+     ("prompt_len=64 must be an integer in [1, 32]; context_len=40 must be an integer in "
+      "[1, 31] for GPT-2 tiny")),
     # options the chosen model would ignore
-    (["run", "--model", "mlp", "--checkpoint", "{tmp}"], "--checkpoint does not apply to "
-     "--model mlp"),
-    (["run", "--model", "mlp", "--prompt-len", "5000"], "--prompt-len does not apply to "
-     "--model mlp"),
+    (["run", "--model", "mlp", "--checkpoint", "{tmp}"],
+     "--checkpoint does not apply to --model mlp"),
+    (["run", "--model", "mlp", "--prompt-len", "5000"],
+     "--prompt-len does not apply to --model mlp"),
     (["sweep", "--model", "gpt2", "--data", "{tmp}", "--epochs", "2"],
      "--data, --epochs do not apply to --model gpt2"),
     (["profile", "--model", "mlp", "--phase", "decode"], "--phase does not apply"),

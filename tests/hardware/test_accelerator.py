@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import tvm
@@ -14,8 +12,8 @@ from relax_testing import matmul_module
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import Accelerator
 from tenet_byoc.quantization import quantize
+from tenet_data import TENET_DATA
 
-TENET_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "tenet-data"
 needs_data = pytest.mark.skipif(
     not TENET_DATA.is_dir(), reason=f"TENET's data files are not at {TENET_DATA}"
 )

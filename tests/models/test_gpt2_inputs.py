@@ -198,8 +198,8 @@ def _checkpoint(tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("{oops", r"config.json' is not valid JSON: Expecting property name enclosed in double "
-                  r"quotes at line 1 column 2"),
+        ("{oops", (r"config.json' is not valid JSON: Expecting property name enclosed in "
+                   r"double quotes at line 1 column 2")),
         ("[1, 2]", r"config.json' must hold a JSON object, got list"),
         ('{"n_embd": 64}', r"config.json': config.json lacks 'n_layer', 'n_head'"),
         ('{"n_layer": 1000000000, "n_embd": 64, "n_head": 4}',
@@ -218,7 +218,7 @@ def test_checkpoint_bad_config_json_names_the_file(tmp_path, text, message):
 def test_checkpoint_block_count_is_checked_before_building(tmp_path, monkeypatch):
     # A config with more blocks than the file fails on the file's header: the model (which
     # used to be built first, hanging on n_layer=1000) is never made.
-    import tenet_byoc.models.gpt2 as gpt2
+    from tenet_byoc.models import gpt2
 
     folder = _checkpoint(tmp_path)
     (folder / "config.json").write_text(json.dumps({**TINY_HF_CONFIG, "n_layer": 1000}))

@@ -319,7 +319,8 @@ def _worker(case_file: str, first: int) -> None:
                 lib = tvm.runtime.load_module(case["path"])
                 modules = [m for m in lib.imports if m.kind == "tenet"]
             hints = {**BASE_SHAPES, **case.get("hints", {})}
-            ran = any([_call_all(m, rng, hints) for m in modules])
+            results = [_call_all(m, rng, hints) for m in modules]  # every module, no shortcut
+            ran = any(results)
             status = "ran" if ran else "refused"
         except (ValueError, TypeError) as err:
             status = "refused"

@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import time
 
+import descriptor_fuzz as fuzz
 import pytest
-import tvm
 
 import tenet_byoc
 from relax_testing import matmul_module
 from tenet_byoc.hardware import preset
-
-import descriptor_fuzz as fuzz
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +39,7 @@ def test_the_unmutated_cases_run(base, library, tmp_path):
     # The fuzz is only worth something if its base cases load and compute.
     cases = [{"kind": "descriptor", "data": fuzz.base64.b64encode(json.dumps(base).encode())
               .decode()}]
-    lib, descriptor, hints = library
+    lib, _, hints = library
     path = tmp_path / "same.so"
     path.write_bytes(lib)
     cases.append({"kind": "library", "path": str(path), "hints": hints})

@@ -136,9 +136,9 @@ class GPT2Config:
         # that size is built: a typo such as n_layer=1000000000 would otherwise hang.
         for key, limit in _HF_LIMITS.items():
             value = values.get(key)
-            if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-                if value > limit:
-                    raise ValueError(f"config.json {key}={value} is above the limit {limit}")
+            is_int = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            if is_int and value > limit:
+                raise ValueError(f"config.json {key}={value} is above the limit {limit}")
         names = {f.name for f in fields(cls)} - {"name"}
         return cls(name=name, **{k: values[k] for k in names if k in values})
 
@@ -521,7 +521,9 @@ def read_config_json(path: str) -> dict[str, Any]:
             f"{path!r} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
         ) from None
     if not isinstance(values, dict):
-        raise ValueError(f"{path!r} must hold a JSON object, got {type(values).__name__}")
+        raise ValueError(  # noqa: TRY004 (the file's content is wrong, not an argument's type)
+            f"{path!r} must hold a JSON object, got {type(values).__name__}"
+        )
     return values
 
 
@@ -531,7 +533,7 @@ def _read_safetensors(path: str, config: GPT2Config) -> dict[str, np.ndarray]:
     The header is read first (no tensor data), so a config that does not describe the file
     (e.g. ``n_layer`` far larger than the blocks stored) fails before anything is built.
     """
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(path, framework="numpy") as f:
@@ -547,7 +549,7 @@ def _read_safetensors(path: str, config: GPT2Config) -> dict[str, np.ndarray]:
             return {k: f.get_tensor(k) for k in keys}
     except ValueError:
         raise
-    except Exception as err:  # safetensors raises its own SafetensorError (and OSError)
+    except (SafetensorError, OSError) as err:
         raise ValueError(f"{path!r} is not a readable safetensors file: {err}") from None
 
 
