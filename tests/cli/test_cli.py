@@ -283,14 +283,19 @@ def test_readme_profile_command_works_with_its_defaults(monkeypatch, capsys):
     # broken input files name the file
     (["run", "--checkpoint", "{tmp}/ckpt"], "model.safetensors' is not a readable safetensors"),
     (["run", "--model", "mlp", "--data", "{tmp}/cutgz"], "is not a valid gzip file"),
+    (["run", "--checkpoint", "{tmp}/huge"], "config.json n_layer=1000000000 is above the limit"),
 ], ids=["lengths", "mlp-checkpoint", "mlp-prompt", "gpt2-data", "mlp-phase", "ckpt-config",
-        "out-proc", "out-devnull", "csv-missing-dir", "json-dir", "safetensors", "gzip"])
+        "out-proc", "out-devnull", "csv-missing-dir", "json-dir", "safetensors", "gzip",
+        "huge-n-layer"])
 def test_cli_refuses_before_running(argv, message, tmp_path, capsys, monkeypatch):
     import tenet_byoc.sweep
 
     ckpt = _write_checkpoint(tmp_path / "ckpt")
     weights = ckpt / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:500])
+    huge = _write_checkpoint(tmp_path / "huge")
+    config = json.loads((huge / "config.json").read_text())
+    (huge / "config.json").write_text(json.dumps({**config, "n_layer": 10**9}))
     cut = tmp_path / "cutgz"
     cut.mkdir()
     for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
