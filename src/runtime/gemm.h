@@ -65,6 +65,36 @@ void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, 
                   float* out);
 
 /*!
+ * \brief How int8 GEMMs are computed on this CPU.
+ *
+ * oneDNN's s8 x s8 kernels on CPUs without VNNI (plain AVX2, AVX-512 without VNNI) multiply
+ * through vpmaddubsw, whose 16-bit pair sums saturate once |a| x |b| gets large (oneDNN's
+ * "Nuances of int8 computations"): the int32 result is then wrong. With VNNI (AVX-VNNI,
+ * AVX-512 VNNI, AMX) the products accumulate straight into int32 and are exact.
+ */
+enum class Int8Path {
+  kNative,       // one oneDNN s8s8s32 GEMM: exact where the ISA has VNNI
+  kSplitWeight,  // b = (b >> 1) + (b - (b >> 1)), both halves in [-64, 64]: two exact passes
+};
+
+/*! \brief The oneDNN ISA this process runs (e.g. "avx2", "avx512_core_vnni"). */
+std::string EffectiveIsaName();
+
+/*!
+ * \brief The int8 path for this process, chosen once from the effective ISA and confirmed
+ *  by a worst-case probe GEMM on each kernel (a native path that gives a wrong sum is never
+ *  used). Thread-safe.
+ */
+Int8Path ChosenInt8Path();
+const char* Int8PathName(Int8Path path);
+
+/*!
+ * \brief The OpenMP threads a GEMM of `macs` multiply-adds runs on: one below a size where
+ *  waking a team costs more than it saves, else omp_get_max_threads() (OMP_NUM_THREADS).
+ */
+int GemmThreads(int64_t macs);
+
+/*!
  * \brief Runs GemmArgs with oneDNN's matmul primitive, keeping the primitives it has built,
  *  one per distinct shape and epilogue, so that a warm call only executes.
  *
@@ -80,8 +110,9 @@ class GemmEngine {
   void Run(const GemmArgs& args);
   void RunInt8(const Int8GemmArgs& args);
 
+  struct Impl;  // oneDNN state, defined in gemm.cc
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
