@@ -53,6 +53,16 @@ constexpr int64_t kMinParallelElements = 1 << 15;
 // A few-row GEMM whose weight has at least this many elements is split over the threads.
 constexpr int64_t kMinParallelGemvWeights = 1 << 18;
 
+// Without VNNI, int8 GEMMs of up to this many rows widen the weight to 16 bits in registers
+// (ExactInt8FewRows); more rows go through float32 GEMMs on K chunks (RunInt8AsFloat).
+constexpr int64_t kMaxWidenedInt16Rows = 16;
+
+// float32 holds every integer up to 2^24 exactly: a sum of 1024 int8 products (each at
+// most 2^14) stays there.
+constexpr int64_t kFloatExactK = 1024;
+// Columns of the weight widened to float32 at a time (8 MB at K = 1024).
+constexpr int64_t kFloatExactColumns = 2048;
+
 // Below this many multiply-adds a GEMM runs on the calling thread alone: waking an OpenMP
 // team (passive wait policy, see _loader.py) costs tens of microseconds, about what a core
 // does in 2^22 float32 multiply-adds, so a smaller GEMM only loses by splitting.
@@ -161,7 +171,7 @@ std::string EffectiveIsaName() {
 }
 
 const char* Int8PathName(Int8Path path) {
-  return path == Int8Path::kNative ? "native" : "split_weight";
+  return path == Int8Path::kNative ? "native" : "widened";
 }
 
 void DequantizeChannel(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w) {
@@ -278,33 +288,6 @@ struct GemmEngine::Impl {
     stream.wait();
   }
 
-  // The same product computed exactly on any ISA: a' = [a, a], b' = [b >> 1, b - (b >> 1)]
-  // along K, so a' @ b'^T = a @ b^T while every weight lies in [-64, 64]. oneDNN shifts the
-  // activation to unsigned (0..255) for vpmaddubsw, and 2 x 255 x 64 = 32,640 fits the 16-bit
-  // pair sum that 2 x 255 x 128 overflows.
-  void SplitWeightInt8(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
-                       int32_t* c) {
-    const int64_t k2 = 2 * k;
-    std::vector<int8_t> a2(static_cast<size_t>(rows * k2)), b2(static_cast<size_t>(n * k2));
-#pragma omp parallel for schedule(static) if (rows * k2 >= kMinParallelElements)
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy(a + r * k, a + (r + 1) * k, a2.data() + r * k2);
-      std::copy(a + r * k, a + (r + 1) * k, a2.data() + r * k2 + k);
-    }
-#pragma omp parallel for schedule(static) if (n * k2 >= kMinParallelElements)
-    for (int64_t j = 0; j < n; ++j) {
-      const int8_t* src = b + j * k;
-      int8_t* hi = b2.data() + j * k2;
-      for (int64_t t = 0; t < k; ++t) {
-        // Arithmetic shift: floor(b / 2), in [-64, 63]; the rest b - floor(b / 2) in [-64, 64].
-        const int8_t half = static_cast<int8_t>(src[t] >> 1);
-        hi[t] = half;
-        hi[k + t] = static_cast<int8_t>(src[t] - half);
-      }
-    }
-    NativeInt8(rows, n, k2, a2.data(), b2.data(), c);
-  }
-
   // Whether the native kernels give numpy's exact sums on operands that saturate vpmaddubsw
   // (every element +-127 or -128), for the few-row and the many-row kernel.
   bool NativeInt8IsExact() {
@@ -344,9 +327,9 @@ bool IsaHasVnni(dnnl::cpu_isa isa) {
 
 Int8Path ChosenInt8Path() {
   static const Int8Path path = [] {
-    if (!IsaHasVnni(dnnl::get_effective_cpu_isa())) return Int8Path::kSplitWeight;
+    if (!IsaHasVnni(dnnl::get_effective_cpu_isa())) return Int8Path::kWidened;
     GemmEngine::Impl probe;
-    return probe.NativeInt8IsExact() ? Int8Path::kNative : Int8Path::kSplitWeight;
+    return probe.NativeInt8IsExact() ? Int8Path::kNative : Int8Path::kWidened;
   }();
   return path;
 }
@@ -362,8 +345,56 @@ void GemmEngine::RunInt8(const Int8GemmArgs& g) {
   }
   if (ChosenInt8Path() == Int8Path::kNative) {
     impl_->NativeInt8(g.rows, g.n, g.k, g.a, g.b, g.c);
+  } else if (g.rows <= kMaxWidenedInt16Rows) {
+    ExactInt8FewRows(g.rows, g.n, g.k, g.a, g.b, g.c);
   } else {
-    impl_->SplitWeightInt8(g.rows, g.n, g.k, g.a, g.b, g.c);
+    RunInt8AsFloat(g);
+  }
+}
+
+void GemmEngine::RunInt8AsFloat(const Int8GemmArgs& g) {
+  // Products of int8 values are integers of at most 2^14 in magnitude, so any partial sum
+  // of at most kFloatExactK of them is an integer of at most 2^24, which float32 holds
+  // exactly whatever order oneDNN adds in. Each K chunk is one float32 GEMM, converted to
+  // int32 and added; the columns go in blocks so the widened weight stays small.
+  const int64_t col_block = std::min<int64_t>(g.n, kFloatExactColumns);
+  const int64_t k_chunk = std::min<int64_t>(g.k, kFloatExactK);
+  std::vector<float> a(static_cast<size_t>(g.rows * k_chunk));
+  std::vector<float> b(static_cast<size_t>(col_block * k_chunk));
+  std::vector<float> c(static_cast<size_t>(g.rows * col_block));
+  for (int64_t j0 = 0; j0 < g.n; j0 += col_block) {
+    const int64_t cols = std::min(col_block, g.n - j0);
+    for (int64_t t0 = 0; t0 < g.k; t0 += k_chunk) {
+      const int64_t width = std::min(k_chunk, g.k - t0);
+#pragma omp parallel for schedule(static) if (g.rows * width >= kMinParallelElements)
+      for (int64_t r = 0; r < g.rows; ++r) {
+        std::copy(g.a + r * g.k + t0, g.a + r * g.k + t0 + width, a.data() + r * width);
+      }
+#pragma omp parallel for schedule(static) if (cols * width >= kMinParallelElements)
+      for (int64_t j = 0; j < cols; ++j) {
+        const int8_t* src = g.b + (j0 + j) * g.k + t0;
+        std::copy(src, src + width, b.data() + j * width);
+      }
+      GemmArgs f;
+      f.a_shape = {g.rows, width};
+      f.b_shape = {cols, width};
+      f.c_shape = {g.rows, cols};
+      f.b_transposed = true;
+      f.a = a.data();
+      f.b = b.data();
+      f.c = c.data();
+      Run(f);
+      const bool first = t0 == 0;
+#pragma omp parallel for schedule(static) if (g.rows * cols >= kMinParallelElements)
+      for (int64_t r = 0; r < g.rows; ++r) {
+        int32_t* out = g.c + r * g.n + j0;
+        const float* part = c.data() + r * cols;
+        for (int64_t j = 0; j < cols; ++j) {
+          const int32_t v = static_cast<int32_t>(part[j]);
+          out[j] = first ? v : out[j] + v;
+        }
+      }
+    }
   }
 }
 

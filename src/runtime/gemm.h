@@ -41,6 +41,14 @@ struct Int8GemmArgs {
   int32_t* c = nullptr;
 };
 
+/*!
+ * \brief c[rows, n] = a[rows, k] @ b[n, k]^T, int8 in and int32 out, exact on any x86-64 CPU:
+ *  each 16-byte slice of a weight row is widened to int16 and multiplied with vpmaddwd
+ *  (AVX2; a scalar loop where AVX2 is missing). For a few rows: it streams the weight once.
+ */
+void ExactInt8FewRows(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
+                      int32_t* c);
+
 /*! \brief w[n, k] = q[n, k] * scale[n]: per-output-channel dequantization of a weight. */
 void DequantizeChannel(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w);
 
@@ -73,8 +81,9 @@ void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, 
  * AVX-512 VNNI, AMX) the products accumulate straight into int32 and are exact.
  */
 enum class Int8Path {
-  kNative,       // one oneDNN s8s8s32 GEMM: exact where the ISA has VNNI
-  kSplitWeight,  // b = (b >> 1) + (b - (b >> 1)), both halves in [-64, 64]: two exact passes
+  kNative,   // one oneDNN s8s8s32 GEMM: exact where the ISA has VNNI
+  kWidened,  // operands widened first: to int16 in registers for a few rows (AVX2
+             // vpmaddwd), to float32 over K chunks of 1024 for more (sums stay below 2^24)
 };
 
 /*! \brief The oneDNN ISA this process runs (e.g. "avx2", "avx512_core_vnni"). */
@@ -113,6 +122,8 @@ class GemmEngine {
   struct Impl;  // oneDNN state, defined in gemm.cc
 
  private:
+  void RunInt8AsFloat(const Int8GemmArgs& args);
+
   std::unique_ptr<Impl> impl_;
 };
 

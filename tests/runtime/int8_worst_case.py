@@ -20,10 +20,14 @@ import tenet_byoc  # noqa: E402
 from relax_testing import matmul_module, run  # noqa: E402
 from tenet_byoc.quantization import quantize  # noqa: E402
 
-# Few-row (BLAS-style) and many-row (matmul primitive) kernels; K up to 4096.
-ROWS = (1, 3, 4, 5, 64)
-KS = (255, 4096)
+# Every kernel's row range and its edges: oneDNN's few-row (<= 4) and matmul kernels; without
+# VNNI the int16 kernel (<= 16 rows, blocks of 4) and float32 K chunks of 1024 beyond.
+ROWS = (1, 3, 4, 5, 16, 17, 64)
+# K: below a chunk, a chunk and a bit (with a tail that is not a multiple of 16), 4 chunks.
+KS = (255, 1100, 4096)
 N = 40
+# A weight wider than one block of widened columns (2048), on the many-row path.
+WIDE = (17, 2100, 1100)
 
 
 def int8_accumulator_module(wq: np.ndarray) -> tvm.IRModule:
@@ -68,6 +72,24 @@ def accumulator_mismatches(seed: int = 0) -> list[str]:
                     wrong = int(np.count_nonzero(got.astype("int64") != want))
                     bad.append(f"K={k} rows={m} values={values}: {wrong} of {got.size} wrong, "
                                f"max diff {np.abs(got - want).max():.0f}")
+    m, n, k = WIDE
+    cases = {f"wide weight {WIDE}": (extreme(rng, (m, k), (-128, 127)),
+                                     extreme(rng, (n, k), (-128, 127)))}
+    # Sums as large as float32 holds exactly (1024 x 127 x 127 < 2^24), and, at K = 4096, sums
+    # that climb to 2^25 and come back to 0: an accumulation that rounds does not return.
+    for rows in (4, 64):
+        same = np.full((rows, 1024), 127, "int8")
+        cases[f"same signs, rows={rows}"] = (same, np.full((3, 1024), 127, "int8"))
+        climb = np.full((rows, 4096), 127, "int8")
+        w = np.concatenate([np.full((3, 2048), 127, "int8"), np.full((3, 2048), -127, "int8")], 1)
+        cases[f"climb and cancel, rows={rows}"] = (climb, w)
+    for label, (x, wq) in cases.items():
+        vm = relax.VirtualMachine(tenet_byoc.build(int8_accumulator_module(wq)), tvm.cpu())
+        got = vm["main"](tvm.runtime.tensor(x)).numpy().astype("int64")
+        want = x.astype("int64") @ wq.T.astype("int64")
+        assert np.abs(want).max() <= 2**24
+        if not np.array_equal(got, want):
+            bad.append(f"{label}: max diff {np.abs(got - want).max()}")
     return bad
 
 

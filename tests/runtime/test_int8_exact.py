@@ -26,11 +26,11 @@ def test_worst_case_w8a8_schemes_equal_tvm():
     assert scheme_mismatches() == []
 
 
-def test_saturating_isa_takes_the_split_path():
+def test_saturating_isa_takes_the_widened_path():
     info = tenet_byoc.cpu_info()
     assert info.threads >= 1
     if info.isa not in VNNI_ISAS:
-        assert info.int8_path == "split_weight", info
+        assert info.int8_path == "widened", info
 
 
 @pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE"])
@@ -44,5 +44,5 @@ def test_limited_isa_in_subprocess(isa):
     info = report["cpu_info"]
     # The cap lowers the ISA (never raises it above the CPU's), and never to one with VNNI.
     assert info["isa"] not in VNNI_ISAS, info
-    assert info["int8_path"] == "split_weight", info
+    assert info["int8_path"] == "widened", info
     assert report["mismatches"] == []
