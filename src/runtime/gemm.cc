@@ -107,18 +107,6 @@ memory::dims PadTo(const std::vector<int64_t>& shape, size_t rank) {
   return out;
 }
 
-float ApplyEpilogue(Epilogue e, float x) {
-  switch (e) {
-    case Epilogue::kRelu: return x > 0.f ? x : 0.f;
-    case Epilogue::kGelu: return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
-    case Epilogue::kGeluTanh: {
-      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.f + std::tanh(inner));
-    }
-    default: return x;
-  }
-}
-
 // c[rows, n] = epilogue(a[rows, k] @ b + bias) with dnnl_sgemm, for rows <= kMaxGemvRows.
 void RunSmallRows(const GemmArgs& g, int64_t rows, int64_t n, int64_t k) {
   float beta = 0.f;
@@ -150,6 +138,18 @@ void RunSmallRows(const GemmArgs& g, int64_t rows, int64_t n, int64_t k) {
 }
 
 }  // namespace
+
+float ApplyEpilogue(Epilogue e, float x) {
+  switch (e) {
+    case Epilogue::kRelu: return x > 0.f ? x : 0.f;
+    case Epilogue::kGelu: return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
+    case Epilogue::kGeluTanh: {
+      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.f + std::tanh(inner));
+    }
+    default: return x;
+  }
+}
 
 int GemmThreads(int64_t macs) { return macs < kMinParallelMacs ? 1 : omp_get_max_threads(); }
 

@@ -14,6 +14,7 @@ namespace runtime {
 enum class Epilogue { kNone, kRelu, kGelu, kGeluTanh };
 
 Epilogue ParseEpilogue(const std::string& name);
+float ApplyEpilogue(Epilogue e, float x);
 const char* EpilogueName(Epilogue e);
 
 /*!
@@ -48,6 +49,35 @@ struct Int8GemmArgs {
  */
 void ExactInt8FewRows(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
                       int32_t* c);
+
+/*! \brief The most rows DequantGemmRows takes: a decode step's few tokens. */
+constexpr int64_t kMaxDequantRows = 4;
+
+/*!
+ * \brief c[rows, n] = epilogue(a[rows, k] @ dequantize(weight)^T + bias) for rows <=
+ *  kMaxDequantRows, the weight stored [N, K] as int8 with per-output-channel scales (q8,
+ *  channel_scale) or as packed int4 [N, K/2] with group scales [N, K/G] and zero points
+ *  (q4, group_scale, zero_point: [N, K/G] or one value; group_size G even, dividing K).
+ *
+ * Each weight is read once in its stored width and never written out as float32 (a decode
+ * step is bound by reading the weights). Products are those of the Relax form up to where
+ * the scale is applied: a scale multiplies the sum of a channel or group, not each weight.
+ */
+struct DequantRowsArgs {
+  int64_t rows = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  const int8_t* q8 = nullptr;
+  const float* channel_scale = nullptr;
+  const uint8_t* q4 = nullptr;
+  const float* group_scale = nullptr;
+  const float* zero_point = nullptr;
+  bool zp_per_group = false;
+  int64_t group_size = 0;
+  const float* bias = nullptr;
+  Epilogue epilogue = Epilogue::kNone;
+  float* c = nullptr;
+};
+void DequantGemmRows(const DequantRowsArgs& args);
 
 /*! \brief w[n, k] = q[n, k] * scale[n]: per-output-channel dequantization of a weight. */
 void DequantizeChannel(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w);
