@@ -600,7 +600,8 @@ Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extr
           "compute cycles"),
       extra_cycles, "compute cycles");
   const int64_t bits = Add(m.offchip_read_bits, m.offchip_write_bits, "off-chip bits");
-  const int64_t transfer = ToCount(std::ceil(bits / bw), "transfer cycles (off-chip bits / bandwidth)");
+  const int64_t transfer =
+      ToCount(std::ceil(bits / bw), "transfer cycles (off-chip bits / bandwidth)");
   m.stall_cycles = std::max<int64_t>(0, transfer - m.compute_cycles);
   m.cycles = Add(m.compute_cycles, m.stall_cycles, "cycles");
   m.pe_utilization = m.cycles && num_pes ? static_cast<double>(m.macs) / (static_cast<double>(m.cycles) * num_pes * mpc) : 0;

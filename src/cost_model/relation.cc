@@ -141,7 +141,8 @@ class Parser {
           static const std::string one = "{}[](),;:+-*/%<>=";
           if (one.find(c) == std::string::npos) {
             // Show the whole character, not the first byte of a multi-byte one.
-            Token bad{Token::kSym, text_.substr(i, std::max<size_t>(1, Utf8CharLength(text_, i))), i};
+            const size_t len = std::max<size_t>(1, Utf8CharLength(text_, i));
+            Token bad{Token::kSym, text_.substr(i, len), i};
             Fail(bad, "unexpected character");
           }
           sym = std::string(1, c);

@@ -329,7 +329,9 @@ class TenetModuleObj : public ffi::ModuleObj {
       auto& captures = ThreadCaptures();
       if (!captures.empty()) {
         auto it = captures.find(this);
-        if (it != captures.end()) it->second.insert(it->second.end(), entries.begin(), entries.end());
+        if (it != captures.end()) {
+          it->second.insert(it->second.end(), entries.begin(), entries.end());
+        }
       }
       ledger_.Append(&entries);
     }
