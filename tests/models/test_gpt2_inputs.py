@@ -248,6 +248,8 @@ def test_decode_checks_the_cache_against_its_tensors(tiny_runner):
         check_kv_cache(TINY, KVCache(cache.tensors, length=32))
     with pytest.raises(ValueError, match=r"KVCache.length=0 must be a positive integer"):
         check_kv_cache(TINY, KVCache(cache.tensors, length=0))
+    with pytest.raises(TypeError, match="KVCache tensor 1 is a str, not a tensor"):
+        check_kv_cache(TINY, KVCache((cache.tensors[0], "x", *cache.tensors[2:]), length=3))
     with pytest.raises(TypeError, match="cache must be a KVCache"):
         tiny_runner.decode(5, list(cache.tensors))
 

@@ -712,6 +712,8 @@ def check_kv_cache(config: GPT2Config, cache: KVCache) -> None:
         )
     expected = (1, config.n_head, int(length), config.head_dim)
     for i, t in enumerate(cache.tensors):
+        if not hasattr(t, "shape") or not hasattr(t, "dtype"):
+            raise TypeError(f"KVCache tensor {i} is a {type(t).__name__}, not a tensor")
         shape = tuple(int(d) for d in t.shape)
         if shape != expected or str(t.dtype) != _DTYPE:
             raise ValueError(
