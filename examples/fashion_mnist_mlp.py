@@ -38,7 +38,7 @@ def main() -> None:
     label = int(setup.data.test_labels[args.index])
 
     mod = mlp_module(setup.params)  # weights bound as constants: main(x)
-    ex = tenet_byoc.build(mod, hardware=args.hardware)
+    ex = tenet_byoc.build(mod, accelerator=args.hardware)
     vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
     logits = vm["main"](tvm.runtime.tensor(image)).numpy()
     reference = relax.VirtualMachine(tenet_byoc.build(mod, offload=False), tvm.cpu())

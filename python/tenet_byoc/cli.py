@@ -321,22 +321,13 @@ def _cmd_profile(args) -> int:
     from .partition import build
     from .quantization import quantize
 
-    VirtualMachine = getattr(tenet_byoc, "VirtualMachine", None)
-    if VirtualMachine is None:
-        try:
-            from .profiling import VirtualMachine
-        except ImportError:
-            print("tenet-byoc profile: error: this tenet_byoc has no profiling VirtualMachine "
-                  "(tenet_byoc.VirtualMachine, in tenet_byoc/profiling.py); install a version "
-                  "that has it", file=sys.stderr)
-            return 1
     with _input_checks():
         hardware = _hardware(args)
         if len(hardware) != 1:
             raise _UserError("profile takes one accelerator: give --hardware or --tenet-p/-m")
         (case,) = _cases(args, [args.model])
-    ex = build(quantize(case.module(), args.scheme), hardware=hardware[0])
-    vm = VirtualMachine(ex, tvm.cpu(), profile=True)
+    ex = build(quantize(case.module(), args.scheme), accelerator=hardware[0])
+    vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
     if args.model == "mlp":
         func, fargs = "main", [tvm.runtime.tensor(case.images)]
     else:
@@ -369,8 +360,9 @@ def _cmd_presets(args) -> int:
     for name in PRESETS:
         acc = PRESETS[name]()
         hw = acc.hardware
-        rates = dict(getattr(acc, "macs_per_cycle_by_bits", {}) or {})
-        rate = ", ".join(f"{r}@{b}b" for b, r in sorted(rates.items())) or "1"
+        rates = hw.macs_per_pe_per_cycle
+        rate = (", ".join(f"{r}@{b}b" for b, r in sorted(rates.items()))
+                if isinstance(rates, dict) else str(rates))
         rows.append([name + (" (default)" if name == DEFAULT_PRESET else ""), hw.num_pes,
                      acc.dataflow.name, rate, f"{hw.bandwidth_bits:g}", f"{hw.avg_latency:g}",
                      f"{hw.clock_ghz:g}", hw.l1_bytes, hw.l2_bytes])

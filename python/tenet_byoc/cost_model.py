@@ -27,11 +27,12 @@ from tenet_byoc._cost_model import (
     format_tenet_hardware,
     format_tenet_mapping,
     format_tenet_statement,
-    parse_config,
+    parse_accelerator,
     parse_tenet_hardware,
     parse_tenet_mapping,
     parse_tenet_statement,
-    serialize_config,
+    serialize_accelerator,
+    validate_accelerator,
 )
 
 __all__ = [
@@ -48,32 +49,14 @@ __all__ = [
     "format_tenet_mapping",
     "format_tenet_statement",
     "load_tenet",
-    "parse_config",
+    "parse_accelerator",
     "parse_tenet_hardware",
     "parse_tenet_mapping",
     "parse_tenet_statement",
     "save_tenet",
-    "serialize_config",
+    "serialize_accelerator",
+    "validate_accelerator",
 ]
-
-
-def _preset(name: str, rows: int, cols: int, **tiling: int) -> Dataflow:
-    """A systolic dataflow preset.
-
-    Parameters
-    ----------
-    name : str
-        ``"os"`` (output-stationary), ``"ws"`` (weight-stationary) or ``"is"``
-        (input-stationary), TENET's ``matmul_systolic_*.m`` generalised to any array.
-    rows, cols : int
-        Array size.
-    **tiling : int
-        Optional tiling of the streamed dimension: ``k=`` for os, ``m=`` for ws, ``n=`` for is.
-    """
-    return Dataflow._preset(name, rows, cols, {k: int(v) for k, v in tiling.items()})
-
-
-Dataflow.preset = staticmethod(_preset)
 
 
 def analyze_gemm(
@@ -93,6 +76,9 @@ def analyze_gemm(
     method: str = "auto",
 ) -> Metrics:
     """Cost of ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` times) on ``hardware`` with ``dataflow``.
+
+    The runtime's ledger charges each call by the same rule (``src/cost_model/charge.h``),
+    so a ledger entry's fields given here reproduce its cost.
 
     Parameters
     ----------

@@ -18,7 +18,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .ledger import LedgerEntry, ledger, tenet_modules
+from .ledger import LedgerEntry, ledger, pe_utilization, tenet_modules
 
 #: The timing columns, in the order TVM's old profiler report had them (Count before shapes).
 TIMING_COLUMNS = ("Name", "Duration (us)", "Percent", "Count", "Argument Shapes", "Device")
@@ -69,9 +69,8 @@ class ReportRow:
 
     @property
     def pe_utilization(self) -> float:
-        """MAC-weighted, as :meth:`tenet_byoc.Ledger.totals` computes it."""
-        pe_cycles = sum(e.cycles * e.num_pes for e in self.entries)
-        return self.macs / pe_cycles if pe_cycles else 0.0
+        """MACs over MAC capacity (:func:`tenet_byoc.ledger.pe_utilization`)."""
+        return pe_utilization(self.entries)
 
     @property
     def bandwidth_gbps(self) -> float:

@@ -29,7 +29,7 @@ from tvm import relax
 from tvm.ir import IRModule
 
 from .hardware import Accelerator, resolve
-from .ledger import LedgerEntry, _totals, ledger, set_charging, set_phase
+from .ledger import LedgerEntry, ledger, set_charging, set_phase, totals
 from .partition import build
 from .quantization import SCHEMES, get_scheme, quantize
 
@@ -554,7 +554,7 @@ def sweep(
                 for acc in accs if scheme in names else accs[:1]:
                     bar.set_description(f"{case.model} {scheme} @ {acc.name}")
                     t0 = time.perf_counter()
-                    ex = build(mod, hardware=acc)
+                    ex = build(mod, accelerator=acc)
                     build_s = time.perf_counter() - t0
                     vm = relax.VirtualMachine(ex, tvm.cpu())
                     outputs = case.run(vm, repeats if scheme in names else 1)
@@ -589,7 +589,7 @@ def _collect(result: SweepResult, case: Case, scheme: str, acc: Accelerator,
                 pe_utilization=e.pe_utilization, offchip_bytes=e.offchip_bytes,
                 weight_bytes=wb,
             ))
-        t = _totals(mine)
+        t = totals(mine)
         out = outputs[phase]
         err, rel, top1 = _compare(out.output, reference[phase])
         result.rows.append(SweepRow(

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "cost_model/charge.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/relation.h"
 
@@ -20,6 +21,36 @@ AnalysisMethod ToMethod(const std::string& m) {
   throw std::invalid_argument("method must be 'auto', 'fast' or 'enumerate', got '" + m + "'");
 }
 
+// Python's form of a MAC rate: an int (every width) or a dict {operand bits: rate}.
+MacRate ToMacRate(const py::object& rate) {
+  MacRate r;
+  if (py::isinstance<py::dict>(rate)) {
+    for (auto kv : py::cast<py::dict>(rate)) {
+      if (!py::isinstance<py::int_>(kv.first) || !py::isinstance<py::int_>(kv.second))
+        throw std::invalid_argument("Hardware.macs_per_pe_per_cycle: a table maps operand "
+                                    "widths (int bits) to MACs per cycle (int), got " +
+                                    std::string(py::repr(rate)));
+      r.by_bits[kv.first.cast<int>()] = kv.second.cast<int64_t>();
+    }
+  } else if (py::isinstance<py::int_>(rate) && !py::isinstance<py::bool_>(rate)) {
+    r.base = rate.cast<int64_t>();
+  } else {
+    throw std::invalid_argument("Hardware.macs_per_pe_per_cycle must be an int or a dict "
+                                "{operand bits: MACs per cycle}, got " +
+                                std::string(py::repr(rate)));
+  }
+  return r;
+}
+
+py::object FromMacRate(const MacRate& r) {
+  if (r.by_bits.empty()) return py::int_(r.base);
+  return py::cast(r.by_bits);
+}
+
+Accelerator MakeAccelerator(std::string name, Hardware hw, Dataflow df) {
+  return Accelerator{std::move(name), std::move(hw), std::move(df)};
+}
+
 std::string Repr(const Hardware& h) {
   return "Hardware(name='" + h.name + "', pe_domain='" + h.pe_domain + "', interconnect='" +
          h.interconnect + "', bandwidth_bits=" + std::to_string(h.bandwidth_bits) + ")";
@@ -33,7 +64,7 @@ PYBIND11_MODULE(_cost_model, m) {
   py::class_<Hardware>(m, "Hardware")
       .def(py::init([](std::string pe_domain, std::string interconnect, double bandwidth_bits,
                        double avg_latency, double clock_ghz, int64_t l1_bytes, int64_t l2_bytes,
-                       int64_t macs_per_pe_per_cycle, std::string name) {
+                       const py::object& macs_per_pe_per_cycle, std::string name) {
              Hardware h;
              h.pe_domain = std::move(pe_domain);
              h.interconnect = std::move(interconnect);
@@ -42,19 +73,30 @@ PYBIND11_MODULE(_cost_model, m) {
              h.clock_ghz = clock_ghz;
              h.l1_bytes = l1_bytes;
              h.l2_bytes = l2_bytes;
-             h.macs_per_pe_per_cycle = macs_per_pe_per_cycle;
+             h.macs_per_pe_per_cycle = ToMacRate(macs_per_pe_per_cycle);
              h.name = std::move(name);
              Validate(h);
              return h;
            }),
            py::arg("pe_domain"), py::arg("interconnect"), py::arg("bandwidth_bits") = 1024.0,
            py::arg("avg_latency") = 16.0, py::arg("clock_ghz") = 1.0, py::arg("l1_bytes") = 256,
-           py::arg("l2_bytes") = 1 << 20, py::arg("macs_per_pe_per_cycle") = 1,
+           py::arg("l2_bytes") = 1 << 20, py::arg("macs_per_pe_per_cycle") = py::int_(1),
            py::arg("name") = "hardware")
-      .def_static("systolic", &Hardware::Systolic, py::arg("rows"), py::arg("cols"),
-                  py::arg("bandwidth_bits") = 1024.0, py::arg("avg_latency") = 16.0,
-                  py::arg("clock_ghz") = 1.0, py::arg("l1_bytes") = 256,
-                  py::arg("l2_bytes") = 1 << 20, py::arg("macs_per_pe_per_cycle") = 1)
+      .def_static(
+          "systolic",
+          [](int64_t rows, int64_t cols, double bandwidth_bits, double avg_latency,
+             double clock_ghz, int64_t l1_bytes, int64_t l2_bytes, const py::object& rate,
+             const std::string& name) {
+            Hardware h = Hardware::Systolic(rows, cols, bandwidth_bits, avg_latency, clock_ghz,
+                                            l1_bytes, l2_bytes, ToMacRate(rate));
+            if (!name.empty()) h.name = name;
+            return h;
+          },
+          py::arg("rows"), py::arg("cols"), py::arg("bandwidth_bits") = 1024.0,
+          py::arg("avg_latency") = 16.0, py::arg("clock_ghz") = 1.0, py::arg("l1_bytes") = 256,
+          py::arg("l2_bytes") = 1 << 20, py::arg("macs_per_pe_per_cycle") = py::int_(1),
+          py::arg("name") = "", "An R x C systolic array (TENET's systolic.p generalised); "
+          "name defaults to 'systolic_RxC'.")
       .def_readonly("name", &Hardware::name)
       .def_readonly("pe_domain", &Hardware::pe_domain)
       .def_readonly("interconnect", &Hardware::interconnect)
@@ -63,7 +105,13 @@ PYBIND11_MODULE(_cost_model, m) {
       .def_readonly("clock_ghz", &Hardware::clock_ghz)
       .def_readonly("l1_bytes", &Hardware::l1_bytes)
       .def_readonly("l2_bytes", &Hardware::l2_bytes)
-      .def_readonly("macs_per_pe_per_cycle", &Hardware::macs_per_pe_per_cycle)
+      .def_property_readonly(
+          "macs_per_pe_per_cycle",
+          [](const Hardware& h) { return FromMacRate(h.macs_per_pe_per_cycle); },
+          "MACs per PE per cycle: an int (every operand width) or {bits: rate} (1 elsewhere)")
+      .def("macs_per_pe_per_cycle_at", [](const Hardware& h, int bits) {
+        return h.macs_per_pe_per_cycle.AtBits(bits);
+      }, py::arg("bits"), "The rate of a call whose wider operand has `bits` bits.")
       .def_property_readonly("num_pes", &Hardware::NumPEs)
       .def("__repr__", &Repr);
 
@@ -77,8 +125,17 @@ PYBIND11_MODULE(_cost_model, m) {
              return d;
            }),
            py::arg("space"), py::arg("time"), py::arg("name") = "dataflow")
-      .def_static("_preset", &Dataflow::Preset, py::arg("name"), py::arg("rows"), py::arg("cols"),
-                  py::arg("tiling") = std::map<std::string, int64_t>{})
+      .def_static(
+          "preset",
+          [](const std::string& name, int64_t rows, int64_t cols, const py::kwargs& tiling) {
+            std::map<std::string, int64_t> t;
+            for (auto kv : tiling) t[kv.first.cast<std::string>()] = kv.second.cast<int64_t>();
+            return Dataflow::Preset(name, rows, cols, t);
+          },
+          py::arg("name"), py::arg("rows"), py::arg("cols"),
+          "A systolic preset: 'os', 'ws' or 'is' (TENET's matmul_systolic_*.m generalised) on "
+          "a rows x cols array; optional tiling of the streamed dimension: k= for os, m= "
+          "for ws, n= for is.")
       .def_readonly("name", &Dataflow::name)
       .def_readonly("space", &Dataflow::space)
       .def_readonly("time", &Dataflow::time)
@@ -135,6 +192,7 @@ PYBIND11_MODULE(_cost_model, m) {
       .def_readonly("time_steps", &Metrics::time_steps)
       .def_readonly("active_pes", &Metrics::active_pes)
       .def_readonly("num_pes", &Metrics::num_pes)
+      .def_readonly("macs_per_pe_per_cycle", &Metrics::macs_per_pe_per_cycle)
       .def_readonly("avg_active_pes", &Metrics::avg_active_pes)
       .def_readonly("ingress_delay", &Metrics::ingress_delay)
       .def_readonly("egress_delay", &Metrics::egress_delay)
@@ -156,6 +214,7 @@ PYBIND11_MODULE(_cost_model, m) {
         py::dict d;
         d["macs"] = x.macs; d["time_steps"] = x.time_steps; d["active_pes"] = x.active_pes;
         d["num_pes"] = x.num_pes; d["avg_active_pes"] = x.avg_active_pes;
+        d["macs_per_pe_per_cycle"] = x.macs_per_pe_per_cycle;
         d["ingress_delay"] = x.ingress_delay; d["egress_delay"] = x.egress_delay;
         d["compute_delay"] = x.compute_delay; d["compute_delay_exact"] = x.compute_delay_exact;
         d["delay"] = x.delay; d["compute_cycles"] = x.compute_cycles;
@@ -189,7 +248,9 @@ PYBIND11_MODULE(_cost_model, m) {
       [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df, int64_t batch,
          int bits_a, int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
          const std::string& method) {
-        GemmWorkload w;
+        // The same charging rule as the runtime's ledger (charge.h).
+        GemmCall call;
+        GemmWorkload& w = call.workload;
         w.batch = batch;
         w.m = m_;
         w.n = n;
@@ -199,7 +260,7 @@ PYBIND11_MODULE(_cost_model, m) {
         w.bits_c = bits_c;
         w.extra_read_bits = extra_read_bits;
         w.extra_ops = extra_ops;
-        return AnalyzeGemm(w, hw, df, ToMethod(method));
+        return ChargeGemm(call, MakeAccelerator("analysis", hw, df), ToMethod(method)).array;
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
       py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"),
@@ -223,8 +284,26 @@ PYBIND11_MODULE(_cost_model, m) {
   m.def("format_tenet_mapping", &FormatTenetMapping);
   m.def("format_tenet_statement", &FormatTenetStatement);
   m.def("save_text_file", &SaveTextFile);
-  m.def("serialize_config", &SerializeConfig, py::arg("hardware"), py::arg("dataflow"));
-  m.def("parse_config", &ParseConfig, py::arg("text"));
+  m.def(
+      "validate_accelerator",
+      [](std::string name, Hardware hw, Dataflow df) {
+        Validate(MakeAccelerator(std::move(name), std::move(hw), std::move(df)));
+      },
+      py::arg("name"), py::arg("hardware"), py::arg("dataflow"),
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "serialize_accelerator",
+      [](std::string name, Hardware hw, Dataflow df) {
+        return SerializeAccelerator(MakeAccelerator(std::move(name), std::move(hw), std::move(df)));
+      },
+      py::arg("name"), py::arg("hardware"), py::arg("dataflow"));
+  m.def(
+      "parse_accelerator",
+      [](const std::string& text) {
+        Accelerator a = ParseAccelerator(text);
+        return py::make_tuple(a.name, a.hardware, a.dataflow);
+      },
+      py::arg("text"));
 
   // Wall time of each of `reps` analyses inside C++ (no Python overhead), for benchmarks.
   m.def(

@@ -15,7 +15,7 @@ from tenet_byoc.models.mlp import mlp_module
 
 def test_unknown_preset_name():
     with pytest.raises(ValueError, match=r"unknown accelerator preset 'os17'; available: .*os16"):
-        tenet_byoc.build(mlp_module(), hardware="os17")
+        tenet_byoc.build(mlp_module(), accelerator="os17")
 
 
 def test_dataflow_mapping_outside_the_array():
