@@ -12,7 +12,6 @@ from pathlib import Path
 import tvm
 from tvm import relax
 
-
 # The runtime writes every charge with these classes' field names (src/runtime/ledger.cc,
 # WriteCharge): the dataclasses below are the one field table of both sides.
 

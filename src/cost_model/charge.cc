@@ -12,15 +12,8 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
   if (scale_elements < 0)
     throw std::invalid_argument("GemmCall scale_elements must be >= 0, got " +
                                 std::to_string(scale_elements));
-  GemmCall call;
+  GemmCall call{{batch, m, n, k, bits_a, bits_b, bits_c}, scheme};
   GemmWorkload& w = call.workload;
-  w.batch = batch;
-  w.m = m;
-  w.n = n;
-  w.k = k;
-  w.bits_a = bits_a;
-  w.bits_b = bits_b;
-  w.bits_c = bits_c;
   Validate(w);  // before the products below, which it bounds
   w.extra_read_bits = scale_elements * kScaleBits;
   switch (place) {
@@ -28,7 +21,6 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
     case Dequantization::kWeight: w.extra_ops = n * k; break;
     case Dequantization::kActivationAndOutput: w.extra_ops = batch * m * (2 * k + n); break;
   }
-  call.scheme = scheme;
   return call;
 }
 

@@ -382,12 +382,12 @@ Accelerator ParseAccelerator(const std::string& json) {
                      "accelerator.hardware");
   const std::string hw_where = "accelerator.hardware";
   Hardware& hw = acc.hardware;
-  hw.name = StringMember(h, "name", hw_where);
-  hw.pe_domain = StringMember(h, "pe_domain", hw_where);
-  hw.interconnect = StringMember(h, "interconnect", hw_where);
-  hw.bandwidth_bits = NumberMember(h, "bandwidth_bits", hw_where);
-  hw.avg_latency = NumberMember(h, "avg_latency", hw_where);
-  hw.clock_ghz = NumberMember(h, "clock_ghz", hw_where);
+  for (auto [key, field] : {std::pair{"name", &Hardware::name}, {"pe_domain", &Hardware::pe_domain},
+                            {"interconnect", &Hardware::interconnect}})
+    hw.*field = StringMember(h, key, hw_where);
+  for (auto [key, field] : {std::pair{"bandwidth_bits", &Hardware::bandwidth_bits},
+                            {"avg_latency", &Hardware::avg_latency}, {"clock_ghz", &Hardware::clock_ghz}})
+    hw.*field = NumberMember(h, key, hw_where);
   hw.l1_bytes = IntegerMember(h, "l1_bytes", hw_where);
   hw.l2_bytes = IntegerMember(h, "l2_bytes", hw_where);
   const JsonValue& rate = detail::Member(h, "macs_per_pe_per_cycle", hw_where);
@@ -415,10 +415,9 @@ Accelerator ParseAccelerator(const std::string& json) {
   const std::string df_where = "accelerator.dataflow";
   detail::ExpectKeys(d, {"name", "space", "time", "preset", "rows", "cols", "tiling"}, df_where);
   Dataflow& df = acc.dataflow;
-  df.name = StringMember(d, "name", df_where);
-  df.space = StringMember(d, "space", df_where);
-  df.time = StringMember(d, "time", df_where);
-  df.preset = StringMember(d, "preset", df_where);
+  for (auto [key, field] : {std::pair{"name", &Dataflow::name}, {"space", &Dataflow::space},
+                            {"time", &Dataflow::time}, {"preset", &Dataflow::preset}})
+    df.*field = StringMember(d, key, df_where);
   df.rows = IntegerMember(d, "rows", df_where);
   df.cols = IntegerMember(d, "cols", df_where);
   const JsonValue& tiling = detail::Member(d, "tiling", df_where);

@@ -114,15 +114,16 @@ def test_profile_rows_agree_with_the_ledger_on_os16_mp():
     ids = np.asarray([PROMPT], dtype="int32")
     report = vm.profile("prefill", ids, warmup=0)
     rows = [r for r in report.rows() if r.is_tenet]
-    assert rows and all(0 < r.pe_utilization <= 1 for r in rows)
+    assert rows and all(0 < r.cost.pe_utilization <= 1 for r in rows)
     calls = [e for r in report.calls for e in r.entries]
     # Capacity by hand: cycles x PEs x the hardware's rate at the call's wider operand.
     capacity = sum(e.cycles * acc.hardware.num_pes *
                    acc.hardware.macs_per_pe_per_cycle_at(max(e.bits_a, e.bits_b)) for e in calls)
     by_hand = sum(e.macs for e in calls) / capacity
-    from_rows = sum(r.macs for r in rows) / sum(r.macs / r.pe_utilization for r in rows)
+    from_rows = (sum(r.cost.macs for r in rows)
+                 / sum(r.cost.macs / r.cost.pe_utilization for r in rows))
     ledger_totals = Ledger(calls, acc.name, acc.dataflow.name, 1.0, []).totals()
     assert from_rows == pytest.approx(by_hand, rel=1e-12)
     assert ledger_totals.pe_utilization == pytest.approx(by_hand, rel=1e-12)
-    assert report.sum_row().pe_utilization == pytest.approx(by_hand, rel=1e-12)
+    assert report.sum_row().cost.pe_utilization == pytest.approx(by_hand, rel=1e-12)
     assert any(e.bits_a == 8 for e in calls)  # int8 calls at 4 MACs per PE per cycle
