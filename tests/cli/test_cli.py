@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import tenet_byoc
-from tenet_byoc.cli import main
+from tenet_byoc.experiments.cli import main
 from tenet_byoc.hardware import PRESETS
 from tenet_byoc.quantization import SCHEMES
 
@@ -173,10 +173,10 @@ def test_bad_input_exits_2_naming_the_problem(argv, message, tmp_path, capsys):
 
 def test_module_entry_point_exit_codes():
     """As a process: help exits 0, a bad scheme exits 2 with one line and no traceback."""
-    ok = subprocess.run([sys.executable, "-m", "tenet_byoc.cli"], check=False,
+    ok = subprocess.run([sys.executable, "-m", "tenet_byoc.experiments.cli"], check=False,
                         capture_output=True, text=True)
     assert ok.returncode == 0 and "usage: tenet-byoc" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "tenet_byoc.cli", "run", "--scheme", "int3"],
+    bad = subprocess.run([sys.executable, "-m", "tenet_byoc.experiments.cli", "run", "--scheme", "int3"],
                          check=False, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown scheme 'int3'" in bad.stderr
     assert "Traceback" not in bad.stderr

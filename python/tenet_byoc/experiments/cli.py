@@ -85,9 +85,9 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .hardware import DEFAULT_PRESET, PRESETS
-    from .models.gpt2 import PRESETS as GPT2_PRESETS
-    from .quantization import SCHEMES
+    from ..hardware import DEFAULT_PRESET, PRESETS
+    from ..models.gpt2 import PRESETS as GPT2_PRESETS
+    from ..quantization import SCHEMES
     from .sweep import DEFAULT_HARDWARE
 
     presets, schemes, configs = sorted(PRESETS), list(SCHEMES), list(GPT2_PRESETS)
@@ -188,13 +188,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _tenet_accelerator(p_file: str, m_file: str):
-    from .hardware import Accelerator
+    from ..hardware import Accelerator
 
     return Accelerator.from_tenet_files(p_file, m_file)
 
 
 def _hardware(args, quick: bool = False) -> list:
-    from .hardware import DEFAULT_PRESET
+    from ..hardware import DEFAULT_PRESET
     from .sweep import DEFAULT_HARDWARE, QUICK
 
     if (args.tenet_p is None) != (args.tenet_m is None):
@@ -214,7 +214,8 @@ def _hardware(args, quick: bool = False) -> list:
 
 
 def _cases(args, models: Sequence[str], quick: bool = False) -> list:
-    from .sweep import QUICK, gpt2_case, mlp_case
+    from .cases import gpt2_case, mlp_case
+    from .sweep import QUICK
 
     cases = []
     for model in models:
@@ -258,7 +259,7 @@ def _save(result, out: str, plots: bool = True) -> list[Path]:
 
 
 def _cmd_sweep(args) -> int:
-    from .quantization import SCHEMES
+    from ..quantization import SCHEMES
     from .sweep import QUICK, sweep
 
     models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
@@ -276,7 +277,8 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from .sweep import markdown_table, sweep
+    from .results import markdown_table
+    from .sweep import sweep
 
     with _input_checks():
         hardware = _hardware(args)
@@ -313,13 +315,12 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_profile(args) -> int:
-    import numpy as np
     import tvm
 
     import tenet_byoc
 
-    from .partition import build
-    from .quantization import quantize
+    from ..partition import build
+    from ..quantization import quantize
 
     with _input_checks():
         hardware = _hardware(args)
@@ -328,17 +329,8 @@ def _cmd_profile(args) -> int:
         (case,) = _cases(args, [args.model])
     ex = build(quantize(case.module(), args.scheme), accelerator=hardware[0])
     vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
-    if args.model == "mlp":
-        func, fargs = "main", [tvm.runtime.tensor(case.images)]
-    else:
-        ids = case.ids.reshape(1, -1)
-        if args.phase == "prefill":
-            func, fargs = "prefill", [tvm.runtime.tensor(ids[:, : case.prompt_len])]
-        else:
-            L = case.context_len
-            _, cache = vm["prefill"](tvm.runtime.tensor(np.ascontiguousarray(ids[:, :L])))
-            func = "decode"
-            fargs = [tvm.runtime.tensor(np.ascontiguousarray(ids[:, L : L + 1])), list(cache)]
+    phase = "inference" if args.model == "mlp" else args.phase
+    func, fargs = case.inputs(vm, phase)
     print(case.describe())
     report = vm.profile(func, *fargs)
     print(report)
@@ -352,9 +344,9 @@ def _cmd_profile(args) -> int:
 
 
 def _cmd_presets(args) -> int:
-    from .hardware import DEFAULT_PRESET, PRESETS
-    from .quantization import SCHEMES
-    from .sweep import markdown_table
+    from ..hardware import DEFAULT_PRESET, PRESETS
+    from ..quantization import SCHEMES
+    from .results import markdown_table
 
     rows = []
     for name in PRESETS:
