@@ -15,8 +15,8 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from tenet_byoc.hardware import PRESETS
 from tenet_byoc.experiments.data import prepare_mlp
+from tenet_byoc.hardware import PRESETS
 from tenet_byoc.models.mlp import mlp_module
 
 CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
