@@ -176,6 +176,8 @@ enum class AnalysisMethod { kAuto, kFast, kEnumerate };
 // Batch > 1 is `batch` independent GEMMs one after another: every count, delay and cycle
 // figure is batch times that of one GEMM (no reuse across GEMMs); averages, reuse factors
 // and utilization are those of one GEMM. extra_read_bits / extra_ops are per call.
+// The hardware's MAC rate at max(bits_a, bits_b) applies (see Hardware); charge.h's
+// ChargeGemm is how a runtime call is costed.
 Metrics AnalyzeGemm(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
                     AnalysisMethod method = AnalysisMethod::kAuto);
 // A general statement. kAuto uses the fast path when the statement is a GEMM and the
