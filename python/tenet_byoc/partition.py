@@ -19,12 +19,12 @@ def _accelerator_argument(accelerator, hardware, where: str):
     """The ``accelerator=`` argument, or the deprecated ``hardware=`` one."""
     if hardware is None:
         return accelerator
+    if accelerator is not None:
+        raise TypeError(f"{where}: pass accelerator= only (hardware= is its deprecated name)")
     warnings.warn(
         f"{where}(hardware=...) is deprecated; pass accelerator=... (the same value)",
         DeprecationWarning, stacklevel=3,
     )
-    if accelerator is not None:
-        raise TypeError(f"{where}: pass accelerator= only (hardware= is its deprecated name)")
     return hardware
 
 
