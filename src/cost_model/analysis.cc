@@ -524,8 +524,12 @@ Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extr
   const double bw = hw.bandwidth_bits;
   m.ingress_delay = m.offchip_read_bits / bw + hw.avg_latency - 1;
   m.egress_delay = any_write ? m.offchip_write_bits / bw + hw.avg_latency - 1 : 0;
-  const int64_t lanes = std::max<int64_t>(1, core.active_pes) * mpc;
-  m.compute_delay = static_cast<double>(m.macs + extra_ops) / lanes;
+  // MACs run at the call's rate; non-MAC ops (float dequantization, max-abs) at the
+  // hardware's base rate, which a rate table by width leaves at 1.
+  const int64_t pes = std::max<int64_t>(1, core.active_pes);
+  const int64_t lanes = pes * hw.macs_per_pe_per_cycle.base;
+  m.compute_delay = static_cast<double>(m.macs) / (pes * mpc) +
+                    static_cast<double>(extra_ops) / lanes;
   m.delay = std::max({m.ingress_delay, m.egress_delay, m.compute_delay});
   const int64_t extra_cycles = CeilDiv(extra_ops, lanes);
   m.compute_delay_exact = static_cast<double>(core.stamp_max_sum * batch) / mpc +

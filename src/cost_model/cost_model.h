@@ -53,7 +53,7 @@ struct Hardware {
   int64_t l2_bytes = 1 << 20;    // shared buffer (informational)
   // How fast a PE computes. A preset dataflow (one instance per PE and stamp) uses rate r
   // as an r-wide dot product along K; another dataflow may put up to r instances on one
-  // PE at one stamp. Non-MAC ops (extra_ops) run at the same rate.
+  // PE at one stamp. Non-MAC ops (extra_ops: float dequantization) run at the base rate.
   MacRate macs_per_pe_per_cycle;
 
   // An R x C array whose data flows right and down (TENET's systolic.p generalised).
@@ -123,8 +123,9 @@ struct GemmWorkload {
   // Added to the off-chip reads, hence to the ingress delay and the bandwidth stall.
   int64_t extra_read_bits = 0;
   // Non-MAC element ops (dequantization, max-abs reductions) for the whole call, run on
-  // the active PEs at the call's rate r: ceil(extra_ops / (active_pes * r)) cycles added
-  // to cycles; extra_ops / (active_pes * r) to compute_delay and compute_delay_exact.
+  // the active PEs at the hardware's base rate b (MacRate::base):
+  // ceil(extra_ops / (active_pes * b)) cycles added to cycles; extra_ops / (active_pes * b)
+  // to compute_delay and compute_delay_exact.
   int64_t extra_ops = 0;
 };
 void Validate(const GemmWorkload& w);
@@ -154,7 +155,7 @@ struct Metrics {
   // TENET's figures.
   double ingress_delay = 0, egress_delay = 0, compute_delay = 0, delay = 0;
   // Sum over time stamps of the most MACs one PE runs at that stamp, divided by the rate
-  // (TENET issue #3's exact compute delay), plus extra_ops / (active_pes * rate).
+  // (TENET issue #3's exact compute delay), plus extra_ops / (active_pes * base rate).
   double compute_delay_exact = 0;
   // The trusted latency: compute_cycles + stall_cycles (see README.md).
   int64_t compute_cycles = 0;
