@@ -219,40 +219,73 @@ class TenetModuleObj : public ffi::ModuleObj {
     if (st.has_scale_b) shape.scale_elements = Numel(frame->Value(st.scale_b).shape);
     if (st.kind == StepKind::kInt8) {
       RunInt8Step(p, s, a, b, frame->Value(st.scale_a), frame->Value(st.scale_b), bias, c);
+    } else if (st.kind == StepKind::kFloat) {
+      RunFloatGemm(st, a, Floats(b), b_logical, bias, c);
     } else {
-      std::vector<float> dequantized;
-      if (st.kind != StepKind::kFloat) {
-        dequantized = DequantizeWeight(p, s, *frame, b, b_logical, shape.c_shape.back(), shape.k);
-      }
-      GemmArgs g;
-      g.a_shape = a.shape;
-      g.b_shape = b_logical;
-      g.c_shape = c.shape;
-      g.b_transposed = st.rhs_transposed;
-      g.epilogue = st.epilogue;
-      g.a = Floats(a);
-      g.b = st.kind == StepKind::kFloat ? Floats(b) : dequantized.data();
-      g.c = static_cast<float*>(c.data);
-      g.bias = bias;
-      gemm_.Run(g);
+      RunWeightOnlyStep(p, s, *frame, a, b, b_logical, bias, c);
     }
     frame->produced[s] = c;
     return shape;
   }
 
-  // The float weight [N, K] of a weight-only quantized step, from its int8 or packed int4
-  // storage, scales and zero point.
-  std::vector<float> DequantizeWeight(const Program& p, size_t s, const Frame& frame,
-                                      const View& b, const std::vector<int64_t>& b_logical,
-                                      int64_t n, int64_t k) const {
+  void RunFloatGemm(const Step& st, const View& a, const float* b,
+                    const std::vector<int64_t>& b_shape, const float* bias, const View& c) {
+    GemmArgs g;
+    g.a_shape = a.shape;
+    g.b_shape = b_shape;
+    g.c_shape = c.shape;
+    g.b_transposed = st.rhs_transposed;
+    g.epilogue = st.epilogue;
+    g.a = Floats(a);
+    g.b = b;
+    g.c = static_cast<float*>(c.data);
+    g.bias = bias;
+    gemm_.Run(g);
+  }
+
+  // A weight-only quantized step: a decode step's few rows read the weight once, in its
+  // stored width; more rows dequantize it to float32 for the float GEMM.
+  void RunWeightOnlyStep(const Program& p, size_t s, const Frame& frame, const View& a,
+                         const View& b, const std::vector<int64_t>& b_logical,
+                         const float* bias, const View& c) {
+    const Step& st = p.steps[s];
+    const int64_t n = c.shape.back(), k = a.shape.back();
+    DequantRowsArgs w = WeightOperands(p, s, frame, b, n, k);
+    w.rows = Numel(c.shape) / std::max<int64_t>(n, 1);
+    if (w.rows <= kMaxDequantRows && st.rhs_transposed && b.shape.size() == 2 &&
+        Numel(a.shape) == w.rows * k) {
+      w.a = Floats(a);
+      w.bias = bias;
+      w.epilogue = st.epilogue;
+      w.c = static_cast<float*>(c.data);
+      DequantGemmRows(w);
+      return;
+    }
+    std::vector<float> weight(Numel(b_logical));
+    if (w.q8 != nullptr) {
+      DequantizeChannel(w.q8, w.channel_scale, n, k, weight.data());
+    } else {
+      DequantizePackedInt4(w.q4, w.zero_point, w.zp_per_group, w.group_scale, n,
+                           k / w.group_size, w.group_size, weight.data());
+    }
+    RunFloatGemm(st, a, weight.data(), b_logical, bias, c);
+  }
+
+  // The checked storage, scales and zero point of a weight-only quantized step's weight
+  // [N, K] (int8, or packed int4 [N, K/2]), as the dequantizing kernels take them.
+  DequantRowsArgs WeightOperands(const Program& p, size_t s, const Frame& frame, const View& b,
+                                 int64_t n, int64_t k) const {
     const Step& st = p.steps[s];
     const View& scale = frame.Value(st.scale_b);
     ExpectDType(p, s, "weight scale", scale, kFloat32);
-    std::vector<float> out(Numel(b_logical));
+    DequantRowsArgs w;
+    w.n = n;
+    w.k = k;
     if (st.kind == StepKind::kDequantChannel) {
       ExpectShape(p, s, "weight scale", scale, {n});
-      DequantizeChannel(static_cast<const int8_t*>(b.data), Floats(scale), n, k, out.data());
-      return out;
+      w.q8 = static_cast<const int8_t*>(b.data);
+      w.channel_scale = Floats(scale);
+      return w;
     }
     const int64_t groups = scale.shape.size() == 3 ? scale.shape[1] : 0;
     if (groups < 1 || k % groups != 0 || (k / groups) % 2 != 0) {
@@ -263,11 +296,13 @@ class TenetModuleObj : public ffi::ModuleObj {
     ExpectShape(p, s, "group scale", scale, {n, groups, 1});
     const View& zp = frame.Value(st.zero_point);
     ExpectDType(p, s, "zero point", zp, kFloat32);
-    const bool zp_per_group = !zp.shape.empty();
-    if (zp_per_group) ExpectShape(p, s, "zero point", zp, {n, groups, 1});
-    DequantizePackedInt4(static_cast<const uint8_t*>(b.data), Floats(zp), zp_per_group,
-                         Floats(scale), n, groups, k / groups, out.data());
-    return out;
+    w.zp_per_group = !zp.shape.empty();
+    if (w.zp_per_group) ExpectShape(p, s, "zero point", zp, {n, groups, 1});
+    w.q4 = static_cast<const uint8_t*>(b.data);
+    w.group_scale = Floats(scale);
+    w.zero_point = Floats(zp);
+    w.group_size = k / groups;
+    return w;
   }
 
   // The ledger entry of step s: the cost model's charge of the call it made.
