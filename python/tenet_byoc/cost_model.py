@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from tenet_byoc import _cost_model as _core
 from tenet_byoc._cost_model import (
+    Charge,
     Dataflow,
     Hardware,
     Metrics,
@@ -36,6 +37,7 @@ from tenet_byoc._cost_model import (
 )
 
 __all__ = [
+    "Charge",
     "Dataflow",
     "Hardware",
     "Metrics",
@@ -45,6 +47,7 @@ __all__ = [
     "TensorMetrics",
     "analyze",
     "analyze_gemm",
+    "charge_gemm",
     "format_tenet_hardware",
     "format_tenet_mapping",
     "format_tenet_statement",
@@ -59,7 +62,7 @@ __all__ = [
 ]
 
 
-def analyze_gemm(
+def charge_gemm(
     M: int,
     N: int,
     K: int,
@@ -73,12 +76,13 @@ def analyze_gemm(
     bits_c: int | None = None,
     extra_read_bits: int = 0,
     extra_ops: int = 0,
+    scheme: str = "none",
     method: str = "auto",
-) -> Metrics:
-    """Cost of ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` times) on ``hardware`` with ``dataflow``.
+) -> Charge:
+    """What the runtime's ledger charges a call ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` times).
 
-    The runtime's ledger charges each call by the same rule (``src/cost_model/charge.h``),
-    so a ledger entry's fields given here reproduce its cost.
+    The one charging rule (``src/cost_model/charge.h``), by level of the model: ``.array``
+    is the PE array's :class:`Metrics`.
 
     Parameters
     ----------
@@ -88,17 +92,36 @@ def analyze_gemm(
         Independent GEMMs run one after another: counts and cycles scale by ``batch``.
     extra_read_bits, extra_ops : int
         Side data read off chip once per call, and non-MAC element operations per call.
+    scheme : str
+        The quantization scheme that made the call (recorded with the charge).
     method : str
         ``"auto"`` (fast exact method when it applies, else enumeration), ``"fast"`` or
         ``"enumerate"`` (brute force; the ground truth, small sizes only).
     """
-    return _core.analyze_gemm(
+    return _core.charge_gemm(
         M, N, K, hardware, dataflow, batch,
         bits if bits_a is None else bits_a,
         bits if bits_b is None else bits_b,
         bits if bits_c is None else bits_c,
-        extra_read_bits, extra_ops, method,
+        extra_read_bits, extra_ops, scheme, method,
     )
+
+
+def analyze_gemm(
+    M: int,
+    N: int,
+    K: int,
+    hardware: Hardware,
+    dataflow: Dataflow,
+    bits: int = 32,
+    **kwargs,
+) -> Metrics:
+    """The PE array's metrics of a call: ``charge_gemm(...).array`` (same arguments).
+
+    The runtime's ledger charges each call by the same rule, so a ledger entry's fields
+    given here reproduce its cost.
+    """
+    return charge_gemm(M, N, K, hardware, dataflow, bits, **kwargs).array
 
 
 def analyze(

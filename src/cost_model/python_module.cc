@@ -246,19 +246,25 @@ PYBIND11_MODULE(_cost_model, m) {
                std::to_string(x.time_steps) + ", cycles=" + std::to_string(x.cycles) + ")";
       });
 
+  // What one call is charged, by level of the model (charge.h); a level added to Charge is
+  // bound here as one more read-only attribute.
+  py::class_<Charge>(m, "Charge")
+      .def_property_readonly("scheme", [](const Charge& c) { return c.call.scheme; })
+      .def_readonly("array", &Charge::array, "The PE array level: TENET's metrics and cycles.");
+
   m.def(
-      "analyze_gemm",
+      "charge_gemm",
       [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df, int64_t batch,
          int bits_a, int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
-         const std::string& method) {
-        // The same charging rule as the runtime's ledger (charge.h).
+         const std::string& scheme, const std::string& method) {
+        // The same charging rule as the runtime's ledger.
         const GemmCall call{
-            {batch, m_, n, k, bits_a, bits_b, bits_c, extra_read_bits, extra_ops}, "none"};
-        return ChargeGemm(call, MakeAccelerator("analysis", hw, df), ToMethod(method)).array;
+            {batch, m_, n, k, bits_a, bits_b, bits_c, extra_read_bits, extra_ops}, scheme};
+        return ChargeGemm(call, MakeAccelerator("analysis", hw, df), ToMethod(method));
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
       py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"),
-      py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("method"),
+      py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("scheme"), py::arg("method"),
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "analyze",

@@ -61,6 +61,11 @@ def test_every_entry_equals_analyze_gemm_of_its_fields(accelerator, scheme):
         assert (e.macs, e.cycles, e.offchip_read_bytes, e.offchip_write_bytes) == (
             m.macs, m.cycles, m.offchip_read_bits / 8, m.offchip_write_bits / 8), e.name
         assert e.pe_utilization == m.pe_utilization
+        charge = cm.charge_gemm(e.m, e.n, e.k, acc.hardware, acc.dataflow, batch=e.batch,
+                                bits_a=e.bits_a, bits_b=e.bits_b, bits_c=e.bits_c,
+                                extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops,
+                                scheme=e.scheme)
+        assert (charge.scheme, charge.array.cycles) == (e.scheme, e.cycles)
         assert {k: t.offchip_bytes for k, t in e.tensors.items()} == {
             k: t.offchip_bytes for k, t in m.tensors.items()}
     if scheme != "none":
