@@ -14,7 +14,7 @@ Every bad input raises ``ValueError`` with a message naming what is wrong.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tenet_byoc import _cost_model as _core
 from tenet_byoc._cost_model import (
@@ -107,21 +107,13 @@ def charge_gemm(
     )
 
 
-def analyze_gemm(
-    M: int,
-    N: int,
-    K: int,
-    hardware: Hardware,
-    dataflow: Dataflow,
-    bits: int = 32,
-    **kwargs,
-) -> Metrics:
-    """The PE array's metrics of a call: ``charge_gemm(...).array`` (same arguments).
+def analyze_gemm(*args: Any, **kwargs: Any) -> Metrics:
+    """The PE array's metrics of a call: ``charge_gemm(...).array``, same arguments.
 
     The runtime's ledger charges each call by the same rule, so a ledger entry's fields
     given here reproduce its cost.
     """
-    return charge_gemm(M, N, K, hardware, dataflow, bits, **kwargs).array
+    return charge_gemm(*args, **kwargs).array
 
 
 def analyze(
