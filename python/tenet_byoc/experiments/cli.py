@@ -4,7 +4,7 @@ Examples
 --------
     tenet-byoc sweep --out results           # GPT-2 small + MLP, all schemes, os16 and ws16
     tenet-byoc sweep --quick --out results   # a shorter prompt, three schemes, one array
-    tenet-byoc run --model gpt2 --scheme w4a16_group128 --hardware ws16
+    tenet-byoc run --model gpt2 --scheme w4a16_group128 --accelerator ws16
     tenet-byoc run --model mlp --tenet-p systolic.p --tenet-m matmul_systolic_os.m
     tenet-byoc profile --model gpt2 --gpt2-config tiny --phase decode
     tenet-byoc presets
@@ -128,12 +128,14 @@ def _parser() -> argparse.ArgumentParser:
     def hardware_options(p: argparse.ArgumentParser, *, many: bool) -> None:
         g = p.add_argument_group("accelerator")
         if many:
-            g.add_argument("--hardware", type=_names("preset", presets), metavar="LIST",
+            g.add_argument("--accelerator", "--hardware", dest="hardware",
+                           type=_names("preset", presets), metavar="LIST",
                            help=f"comma-separated presets or all (default: "
                            f"{','.join(DEFAULT_HARDWARE)}; os16 with --quick); "
                            f"available: {', '.join(presets)}")
         else:
-            g.add_argument("--hardware", type=_one("preset", presets), metavar="PRESET",
+            g.add_argument("--accelerator", "--hardware", dest="hardware",
+                           type=_one("preset", presets), metavar="PRESET",
                            help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
         g.add_argument("--tenet-p", metavar="FILE",
                        help="custom accelerator: TENET .p file (PE array, interconnect, memory)")
@@ -325,7 +327,7 @@ def _cmd_profile(args) -> int:
     with _input_checks():
         hardware = _hardware(args)
         if len(hardware) != 1:
-            raise _UserError("profile takes one accelerator: give --hardware or --tenet-p/-m")
+            raise _UserError("profile takes one accelerator: give --accelerator or --tenet-p/-m")
         (case,) = _cases(args, [args.model])
     ex = build(quantize(case.module(), args.scheme), accelerator=hardware[0])
     vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
@@ -358,7 +360,7 @@ def _cmd_presets(args) -> int:
         rows.append([name + (" (default)" if name == DEFAULT_PRESET else ""), hw.num_pes,
                      acc.dataflow.name, rate, f"{hw.bandwidth_bits:g}", f"{hw.avg_latency:g}",
                      f"{hw.clock_ghz:g}", hw.l1_bytes, hw.l2_bytes])
-    print("Accelerator presets (--hardware):\n")
+    print("Accelerator presets (--accelerator):\n")
     print(markdown_table(["preset", "PEs", "dataflow", "MACs/PE/cycle", "off-chip bits/cycle",
                           "avg latency", "clock GHz", "L1 bytes", "L2 bytes"], rows))
     rows = []
