@@ -84,6 +84,13 @@ Box BoundingBox(const Relation& set, const std::string& what);
 // Length of the well-formed UTF-8 character starting at s[i] (as Python's strict decoder
 // accepts it: no overlong forms, no surrogates), or 0 if there is none.
 size_t Utf8CharLength(const std::string& s, size_t i);
+// Is the set a single piece whose constraints each bound one variable by a constant? Its
+// box, when so.
+bool IsBoxSet(const Relation& set, Box* box);
+// The number of integer points of a bounded set.
+int64_t CountPoints(const Relation& set, const std::string& what);
+
+inline std::string Str(int64_t v) { return std::to_string(v); }
 
 // Removes all whitespace (used to compare relation strings).
 std::string Normalize(const std::string& s);

@@ -29,7 +29,7 @@ def test_from_tenet_files_charges_as_the_cost_model(rng):
     assert acc.hardware.bandwidth_bits == hw.bandwidth_bits
     assert (acc.dataflow.space, acc.dataflow.time) == (df.space, df.time)
     vm = relax.VirtualMachine(
-        tenet_byoc.build(matmul_module((20, 12), (12, 9)), hardware=acc), tvm.cpu()
+        tenet_byoc.build(matmul_module((20, 12), (12, 9)), accelerator=acc), tvm.cpu()
     )
     vm["main"](*[tvm.runtime.tensor(rng.standard_normal(s).astype("float32"))
                  for s in [(20, 12), (12, 9)]])
@@ -49,7 +49,7 @@ def test_totals_count_pes_at_their_precision_rate(rng):
     mod = matmul_module((16, 64), (16, 64), transposed=True)
     w = rng.standard_normal((16, 64)).astype("float32")
     qmod = quantize(relax.transform.BindParams("main", {"w": w})(mod), "w8a8_per_tensor")
-    vm = relax.VirtualMachine(tenet_byoc.build(qmod, hardware="os16_mp"), tvm.cpu())
+    vm = relax.VirtualMachine(tenet_byoc.build(qmod, accelerator="os16_mp"), tvm.cpu())
     for _ in range(3):
         vm["main"](tvm.runtime.tensor(rng.standard_normal((16, 64)).astype("float32")))
     ledger = tenet_byoc.ledger(vm)
@@ -61,11 +61,11 @@ def test_totals_count_pes_at_their_precision_rate(rng):
 
 def test_mac_rates_too_wide_for_the_cost_model_are_refused_when_made():
     # 64 MACs of 32 bits are costed as one 2048-bit element: beyond the cost model's 1024.
-    with pytest.raises(ValueError, match=r"macs_per_cycle_by_bits\[32\]=64: 32 bits x 64 MACs "
+    with pytest.raises(ValueError, match=r"macs_per_pe_per_cycle\[32\]=64: 32 bits x 64 MACs "
                                          r"per cycle = 2048 bits .* \(rate <= 32 at 32 bits\)"):
-        Accelerator.systolic("os", 4, 4, macs_per_cycle_by_bits={32: 64})
-    ok = Accelerator.systolic("os", 4, 4, macs_per_cycle_by_bits={32: 32})
-    assert ok.macs_per_cycle_by_bits == {32: 32}
+        Accelerator.systolic("os", 4, 4, macs_per_pe_per_cycle={32: 64})
+    ok = Accelerator.systolic("os", 4, 4, macs_per_pe_per_cycle={32: 32})
+    assert ok.hardware.macs_per_pe_per_cycle == {32: 32}
 
 
 def test_a_clock_too_slow_for_a_finite_latency_is_refused_when_made():
@@ -107,9 +107,9 @@ def test_a_gemm_too_large_to_enumerate_fails_at_build_time():
     with pytest.raises(ValueError, match=r"step 'lv' of 256 x 256 x 256 = 16,777,216 instances "
                                          r"cannot be costed: dataflow 'os_swapped' is not an "
                                          r"os/ws/is preset.*up to 4,000,000 instances"):
-        tenet_byoc.build(matmul_module((256, 256), (256, 256)), hardware=acc)
+        tenet_byoc.build(matmul_module((256, 256), (256, 256)), accelerator=acc)
     # Below the limit it builds and charges: the same counts as enumerating by hand.
-    ex = tenet_byoc.build(matmul_module((16, 32), (32, 8)), hardware=acc)
+    ex = tenet_byoc.build(matmul_module((16, 32), (32, 8)), accelerator=acc)
     vm = relax.VirtualMachine(ex, tvm.cpu())
     vm["main"](tvm.runtime.tensor(np.ones((16, 32), "float32")),
                tvm.runtime.tensor(np.ones((32, 8), "float32")))

@@ -34,7 +34,7 @@ BASE_SHAPES = {
 }
 
 
-def base_descriptor(cost_fields: dict) -> dict:
+def base_descriptor(accelerator: dict) -> dict:
     """A descriptor with one function of every step kind, as tenet_byoc.codegen writes them."""
 
     def step(**kw):
@@ -75,7 +75,7 @@ def base_descriptor(cost_fields: dict) -> dict:
                         scale_b=4, zero_point=3, bits=[16, 4, 16], rhs_transposed=True)],
          "outputs": [{**spec("float32", 2), "source": -1}]},
     ]
-    return {"version": 1, "functions": functions, **cost_fields}
+    return {"version": 2, "functions": functions, "accelerator": accelerator}
 
 
 # ---------------------------------------------------------------- mutation

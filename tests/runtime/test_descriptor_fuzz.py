@@ -16,7 +16,7 @@ from tenet_byoc.hardware import preset
 
 @pytest.fixture(scope="module")
 def base():
-    return fuzz.base_descriptor(preset("os16").descriptor_fields())
+    return fuzz.base_descriptor(json.loads(preset("os16").to_json()))
 
 
 @pytest.fixture(scope="module")
