@@ -11,6 +11,8 @@
 namespace py = pybind11;
 using namespace tenet;
 
+void BindMemory(py::module_& m);  // python_memory.cc
+
 namespace {
 
 AnalysisMethod ToMethod(const std::string& m) {
@@ -29,6 +31,7 @@ std::string Repr(const Hardware& h) {
 
 PYBIND11_MODULE(_cost_model, m) {
   m.doc() = "TENET relation-centric cost model (C++ core)";
+  BindMemory(m);
 
   py::class_<Hardware>(m, "Hardware")
       .def(py::init([](std::string pe_domain, std::string interconnect, double bandwidth_bits,

@@ -1,0 +1,147 @@
+// The buffer level of one GEMM call: a memory hierarchy (DRAM, a global buffer, per-PE
+// registers), a tiling of the call into buffer tiles with a tile-loop order, the exact DRAM
+// traffic per operand of that loop nest, and the latency of running it with double-buffered
+// transfers overlapping the array's work.
+//
+// Pure C++17; no TVM, no Python. Every function is thread-safe (no shared mutable state).
+// Every bad input throws std::invalid_argument with a message naming the field, the value
+// and what is accepted; an exact count that would overflow int64 throws std::overflow_error.
+//
+// Model (README.md in this directory, "The memory hierarchy", has a worked example):
+//  * The call C[M,N] (+)= A[M,K] B[K,N] (batch times) is cut into tiles of Tm x Tn x Tk
+//    (edge tiles smaller) visited by three nested tile loops in TileMapping::order, inside a
+//    batch loop. At each step the array computes one tile; an operand's tile is fetched from
+//    DRAM when its tile index differs from the previous step's. C's tile is written back
+//    when the next step has another C tile (or at the end); when it will be visited again
+//    (K is not innermost) the partial sums go out and come back at psum_bits.
+//  * Latency: fetch(0) + sum over steps s of max(array(s), fetch(s+1) + writeback(s-1))
+//    + writeback(last): while the array works on tile s, the next step's inputs come in and
+//    the previous step's output goes out (double-buffered buffer).
+//  * array(s) is the existing exact analysis (AnalyzeGemm) of the tile shape with the
+//    buffer <-> array bandwidth as its bandwidth (so its stall model is today's), run once
+//    per distinct tile shape (at most 8).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "cost_model/cost_model.h"
+
+namespace tenet {
+
+// Energy of one bit read from or written to an SRAM of `capacity_bytes`, in pJ: Horowitz
+// (ISSCC 2014, 45 nm) gives 5 pJ for a 32-bit read from an 8 KB SRAM; the energy of an
+// access grows with the wire length, ~ sqrt(capacity) (his 8 KB / 32 KB / 1 MB cache
+// figures grow about so), hence 5/32 * sqrt(capacity / 8 KiB) pJ per bit.
+double SramPjPerBit(int64_t capacity_bytes);
+
+// Horowitz, ISSCC 2014: 640 pJ for a 32-bit DRAM access, i.e. 20 pJ per bit.
+constexpr double kDramPjPerBit = 640.0 / 32.0;
+
+// DRAM -> global buffer -> array, with per-PE registers. Units are in the names.
+struct MemoryHierarchy {
+  // DRAM <-> buffer bandwidth, bits per cycle, > 0.
+  double dram_bandwidth_bits = 256;
+  // false: A, B and C share one DRAM channel of dram_bandwidth_bits. true: each operand has
+  // its own channel of dram_bandwidth_bits (SCALE-Sim's USER-bandwidth model: one backing
+  // interface per SRAM); side data (extra_read_bits) travels with A.
+  bool dram_channel_per_operand = false;
+  double dram_pj_per_bit = kDramPjPerBit;  // >= 0
+  // The global buffer, shared by A, B and C tiles.
+  int64_t buffer_bytes = 1 << 20;        // > 0
+  double buffer_bandwidth_bits = 256;    // buffer <-> array, bits per cycle, > 0
+  double buffer_pj_per_bit = SramPjPerBit(1 << 20);  // >= 0
+  // Double-buffered: input tiles take twice their size (the next step's tiles load while the
+  // current ones are used); transfers overlap compute. Not double-buffered: transfers and
+  // compute alternate (no overlap).
+  bool buffer_double_buffered = true;
+  // Per-PE registers: one element of each operand (two stationary ones when
+  // stationary_double_buffered), at their widths, must fit.
+  int64_t register_bytes = 64;           // per PE, > 0
+  double register_pj_per_bit = SramPjPerBit(64);  // >= 0
+  // The next fold's stationary operand (ws: B, is: A) shifts in while the current fold
+  // computes (the TPU's weight FIFO): the per-fold load of the ws/is presets is paid once
+  // per call instead of once per fold.
+  bool stationary_double_buffered = false;
+  // Width of partial sums of C (the accumulator) when they are stored and moved, bits.
+  int psum_bits = 32;
+};
+// Throws std::invalid_argument naming the bad field.
+void Validate(const MemoryHierarchy& mem);
+
+// How one call is cut into buffer tiles and in which order the tiles are visited.
+struct TileMapping {
+  // Tile sizes in elements, >= 1. A tile larger than its dimension covers it whole.
+  int64_t tm = 1, tn = 1, tk = 1;
+  // The three tile loops, outermost first: a permutation of "mnk", e.g. "mnk" keeps the C
+  // tile while K is walked (output-stationary in the buffer), "kmn" walks all of C per K
+  // tile (partial sums spill).
+  std::string order = "mnk";
+  // true: C's tile stays in the buffer while the array adds each K chunk into it. false:
+  // the buffer holds no accumulator: every array pass over a K chunk (a fold of ws/is, a
+  // stream tile of os) writes its partial C to DRAM, where it is summed later; nothing is
+  // read back (SCALE-Sim's ofmap model).
+  bool accumulate_in_buffer = true;
+
+  // "os 16x16 | tiles m128 n256 k768 | order mnk" style text for ledgers and reports.
+  std::string Describe() const;
+};
+void Validate(const TileMapping& mapping);
+
+// DRAM and buffer traffic of one operand over the call, bits.
+struct OperandTraffic {
+  int64_t dram_read_bits = 0;    // fetched from DRAM (C: partial sums read back)
+  int64_t dram_write_bits = 0;   // written to DRAM (C only)
+  int64_t buffer_read_bits = 0;  // read from the buffer by the array (TENET unique volume)
+  int64_t buffer_write_bits = 0; // written into the buffer by the array (C)
+  int64_t dram_fetches = 0;      // tile transfers from DRAM (C: write-backs)
+};
+
+struct MemoryMetrics {
+  std::map<std::string, OperandTraffic> tensors;  // "A", "B", "C"
+  int64_t dram_read_bits = 0, dram_write_bits = 0;      // all operands + extra_read_bits
+  int64_t buffer_read_bits = 0, buffer_write_bits = 0;  // array side (SCALE-Sim's SRAM reads)
+  int64_t register_access_bits = 0;  // per MAC: A and B read, accumulator read and written
+  int64_t compulsory_dram_bits = 0;  // every element once at its width + extra_read_bits
+  int64_t buffer_bytes_used = 0;     // what the capacity check found the tiles need
+  int64_t tile_steps = 0;            // steps of the tile loop nest (times batch)
+  int64_t distinct_tile_shapes = 0;
+  int64_t macs = 0;
+  // Latency: cycles = first_fetch_cycles + overlapped_cycles + last_writeback_cycles
+  // + extra_op_cycles; array_cycles is the sum over steps of the array's cycles on its tile
+  // (buffer <-> array stalls included), dram_stall_cycles = cycles - array_cycles - extra_op_cycles.
+  int64_t array_cycles = 0;
+  int64_t first_fetch_cycles = 0;
+  int64_t overlapped_cycles = 0;
+  int64_t last_writeback_cycles = 0;
+  int64_t extra_op_cycles = 0;
+  int64_t dram_stall_cycles = 0;
+  int64_t cycles = 0;
+  int64_t roofline_cycles = 0;  // RooflineCycles at hw.macs_per_pe_per_cycle
+  double latency_us = 0;        // cycles / clock
+  std::string mapping;          // dataflow, tiles and order, readable
+};
+
+// The latency no mapping can beat: max(ceil((macs + extra_ops) / (num_pes x rate)),
+// ceil(compulsory DRAM bits / DRAM bandwidth)); with a channel per operand, the busiest
+// channel's compulsory bits. Throws on a rate <= 0 or num_pes <= 0.
+int64_t RooflineCycles(const GemmWorkload& w, int64_t num_pes, double macs_per_pe_per_cycle,
+                       const MemoryHierarchy& mem);
+
+// Compulsory DRAM bits: A, B and C once each at their widths (times batch), plus
+// extra_read_bits.
+int64_t CompulsoryDramBits(const GemmWorkload& w);
+
+// Bytes the buffer must hold for `mapping`: input tiles (x2 when double-buffered) plus the
+// accumulator tile at psum_bits.
+int64_t BufferBytesNeeded(const GemmWorkload& w, const MemoryHierarchy& mem,
+                          const TileMapping& mapping);
+
+// The whole buffer level of one call. `df` is the array dataflow each tile runs with (a
+// preset, or TENET relations on tiles small enough to enumerate); `hw` the PE array.
+// Refuses (std::invalid_argument) a mapping whose tiles do not fit the buffer or registers.
+MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
+                            const MemoryHierarchy& mem, const TileMapping& mapping);
+
+}  // namespace tenet
