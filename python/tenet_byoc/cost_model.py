@@ -44,9 +44,11 @@ from tenet_byoc.memory import (  # the buffer level, roofline and energy (memory
     analyze_memory,
     buffer_bytes_needed,
     call_energy,
+    integer_mac_pj,
     roofline_cycles,
     scalesim_equivalent,
     scalesim_mapping,
+    sram_pj_per_bit,
 )
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "format_tenet_hardware",
     "format_tenet_mapping",
     "format_tenet_statement",
+    "integer_mac_pj",
     "load_tenet",
     "parse_config",
     "parse_tenet_hardware",
@@ -82,6 +85,7 @@ __all__ = [
     "parse_tenet_statement",
     "save_tenet",
     "serialize_config",
+    "sram_pj_per_bit",
 ]
 
 

@@ -1,0 +1,211 @@
+"""The buffer level: closed forms against a brute-force tile walk, roofline, capacity, errors."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from tenet_byoc import cost_model as cm
+
+tile_walk = pytest.importorskip("tile_walk")
+
+SEED = int(os.environ.get("TENET_MEMORY_SEED", random.randrange(1 << 30)))
+
+
+def _random_case(rng: random.Random):
+    rows, cols = rng.choice([(1, 1), (2, 3), (4, 4), (8, 4), (3, 8)])
+    name = rng.choice(["os", "ws", "is"])
+    tiling = {}
+    if rng.random() < 0.25:
+        tiling = {{"os": "k", "ws": "m", "is": "n"}[name]: rng.randint(1, 6)}
+    df = cm.Dataflow.preset(name, rows=rows, cols=cols, **tiling)
+    hw = cm.Hardware.systolic(rows, cols)
+    M, N, K = (rng.randint(1, 40) for _ in range(3))
+    bits_a, bits_b = rng.choice([(8, 8), (32, 32), (16, 4), (4, 8)])
+    bits_c = rng.choice([8, 16, 32])
+    mem = cm.MemoryHierarchy(
+        dram_bandwidth_bits=rng.choice([1, 7, 32, 256, 4096]),
+        dram_channel_per_operand=rng.random() < 0.3,
+        buffer_bytes=1 << 30,
+        buffer_bandwidth_bits=rng.choice([8, 64, 1024]),
+        buffer_double_buffered=rng.random() < 0.8,
+        stationary_double_buffered=rng.random() < 0.3,
+        psum_bits=rng.choice([16, 32]),
+    )
+    tiles = tuple(rng.randint(1, d + 2) for d in (M, N, K))
+    order = "".join(rng.sample("mnk", 3))
+    return dict(M=M, N=N, K=K, hw=hw, df=df, mem=mem, tiles=tiles, order=order,
+                batch=rng.choice([1, 1, 2, 3]), bits=(bits_a, bits_b, bits_c),
+                accumulate=rng.random() < 0.75, extra=rng.choice([0, 0, 100]))
+
+
+def _check(case):
+    M, N, K = case["M"], case["N"], case["K"]
+    tm, tn, tk = case["tiles"]
+    a, b, c = case["bits"]
+    mapping = cm.TileMapping(tm, tn, tk, case["order"], accumulate_in_buffer=case["accumulate"])
+    got = cm.analyze_memory(M, N, K, case["hw"], case["df"], case["mem"], mapping,
+                            batch=case["batch"], bits_a=a, bits_b=b, bits_c=c,
+                            extra_read_bits=case["extra"])
+    ref = tile_walk.walk(M, N, K, case["hw"], case["df"], case["mem"], tm, tn, tk,
+                         case["order"], batch=case["batch"], bits_a=a, bits_b=b, bits_c=c,
+                         accumulate=case["accumulate"], extra_read_bits=case["extra"])
+    for op in "ABC":
+        assert got.tensors[op].dram_read_bits == ref.dram_read_bits[op], op
+        assert got.tensors[op].dram_fetches == ref.fetches[op], op
+    assert got.tensors["C"].dram_write_bits == ref.dram_write_bits
+    assert got.dram_read_bits == sum(ref.dram_read_bits.values()) + case["extra"]
+    assert got.tile_steps == ref.steps
+    assert got.array_cycles == ref.array_cycles
+    assert got.first_fetch_cycles == ref.first_fetch_cycles
+    assert got.last_writeback_cycles == ref.last_writeback_cycles
+    assert got.cycles == ref.cycles
+    assert got.cycles >= got.roofline_cycles
+    return got
+
+
+def test_closed_forms_equal_tile_walk_random():
+    rng = random.Random(SEED)
+    for _ in range(150):
+        case = _random_case(rng)
+        try:
+            _check(case)
+        except AssertionError as e:
+            raise AssertionError(f"TENET_MEMORY_SEED={SEED}: {case} -> {e}") from e
+
+
+@pytest.mark.parametrize("order", ["mnk", "mkn", "nmk", "nkm", "kmn", "knm"])
+def test_every_order_on_edge_tiles(order):
+    # Tiles that divide nothing (every dimension has an edge tile) and > 5 tiles per loop,
+    # so the representative-step summation is exercised on long loops.
+    hw = cm.Hardware.systolic(4, 4)
+    mem = cm.MemoryHierarchy(dram_bandwidth_bits=16, buffer_bandwidth_bits=64)
+    for name in ("os", "ws", "is"):
+        case = dict(M=29, N=31, K=37, hw=hw, df=cm.Dataflow.preset(name, rows=4, cols=4),
+                    mem=mem, tiles=(4, 5, 6), order=order, batch=2, bits=(8, 8, 32),
+                    accumulate=True, extra=0)
+        _check(case)
+
+
+def test_traffic_by_hand():
+    # M=N=K=64, 8-bit, tiles 16x32x64 in order mnk: A (m,k) is fetched once per m tile,
+    # B (k,n) once per (m, n) step = 4 times over, C written once at 32 bits.
+    hw = cm.Hardware.systolic(8, 8)
+    df = cm.Dataflow.preset("os", rows=8, cols=8)
+    mem = cm.MemoryHierarchy()
+    got = cm.analyze_memory(64, 64, 64, hw, df, mem, cm.TileMapping(16, 32, 64, "mnk"),
+                            bits_a=8, bits_b=8, bits_c=32)
+    assert got.tensors["A"].dram_read_bits == 64 * 64 * 8
+    assert got.tensors["B"].dram_read_bits == 4 * 64 * 64 * 8
+    assert got.tensors["C"].dram_write_bits == 64 * 64 * 32
+    assert got.tensors["C"].dram_read_bits == 0
+    # K outermost (kmn) with 4 K tiles of 16: C goes out 4 times (3 partial at 32 bits,
+    # 1 final) and comes back 3 times; A once; B (k, n) again for each of the 4 m tiles
+    # (the m loop sits outside the n loop).
+    got = cm.analyze_memory(64, 64, 64, hw, df, mem, cm.TileMapping(16, 32, 16, "kmn"),
+                            bits_a=8, bits_b=8, bits_c=16)
+    assert got.tensors["A"].dram_read_bits == 64 * 64 * 8
+    assert got.tensors["B"].dram_read_bits == 4 * 64 * 64 * 8
+    assert got.tensors["C"].dram_write_bits == 64 * 64 * (3 * 32 + 16)
+    assert got.tensors["C"].dram_read_bits == 64 * 64 * 3 * 32
+
+
+def test_roofline_never_beaten_random_hardware():
+    rng = random.Random(SEED + 1)
+    for _ in range(200):
+        rows, cols = rng.randint(1, 16), rng.randint(1, 16)
+        name = rng.choice(["os", "ws", "is"])
+        mpc = rng.choice([1, 2, 4])
+        hw = cm.Hardware.systolic(rows, cols, macs_per_pe_per_cycle=mpc)
+        df = cm.Dataflow.preset(name, rows=rows, cols=cols)
+        M, N, K = (rng.randint(1, 3000) for _ in range(3))
+        bits_a, bits_b = rng.choice([(4, 16), (8, 8), (16, 16), (32, 32), (8, 4)])
+        bits_c = rng.choice([16, 32])
+        mem = cm.MemoryHierarchy(
+            dram_bandwidth_bits=rng.choice([8, 64, 256, 2048, 100.5]),
+            dram_channel_per_operand=rng.random() < 0.3,
+            buffer_bytes=rng.choice([1 << 14, 1 << 20, 1 << 26]),
+            buffer_bandwidth_bits=rng.choice([64, 512, 1e6]),
+            buffer_double_buffered=rng.random() < 0.8,
+            stationary_double_buffered=rng.random() < 0.5)
+        order = "".join(rng.sample("mnk", 3))
+        tm, tn, tk = (rng.randint(1, d) for d in (M, N, K))
+        mapping = cm.TileMapping(tm, tn, tk, order, accumulate_in_buffer=rng.random() < 0.8)
+        kw = dict(batch=rng.choice([1, 4]), bits_a=bits_a, bits_b=bits_b, bits_c=bits_c,
+                  extra_read_bits=rng.choice([0, 4096]), extra_ops=rng.choice([0, 10000]))
+        try:
+            got = cm.analyze_memory(M, N, K, hw, df, mem, mapping, **kw)
+        except ValueError as e:
+            assert "use smaller tiles" in str(e)
+            continue
+        roof = cm.roofline_cycles(M, N, K, rows * cols, mpc, mem, **kw)
+        assert got.roofline_cycles == roof
+        assert got.cycles >= roof, (SEED, M, N, K, rows, cols, name, mapping, mem)
+        assert got.dram_read_bits + got.dram_write_bits >= got.compulsory_dram_bits
+
+
+def test_roofline_by_hand():
+    mem = cm.MemoryHierarchy(dram_bandwidth_bits=256)
+    # 128 x 768 x 768 float32 on 256 PEs: compute 128*768*768/256 = 294,912 cycles; DRAM
+    # (128*768 + 768*768 + 128*768) * 32 / 256 = 86,016 cycles -> compute-bound.
+    assert cm.roofline_cycles(128, 768, 768, 256, 1, mem) == 294_912
+    # Decode (M=1): DRAM (768 + 589,824 + 768) * 32 / 256 = 73,920 > 768*768/256 = 2,304.
+    assert cm.roofline_cycles(1, 768, 768, 256, 1, mem) == 73_920
+    split = cm.MemoryHierarchy(dram_bandwidth_bits=256, dram_channel_per_operand=True)
+    assert cm.roofline_cycles(1, 768, 768, 256, 1, split) == 768 * 768 * 32 // 256
+
+
+def test_capacity_refused_with_message():
+    hw = cm.Hardware.systolic(4, 4)
+    df = cm.Dataflow.preset("os", rows=4, cols=4)
+    mem = cm.MemoryHierarchy(buffer_bytes=4096)
+    # 2 x (32*32 + 32*32) bytes of 8-bit inputs + 32*32*4 bytes of accumulator = 8192.
+    mapping = cm.TileMapping(32, 32, 32)
+    assert cm.buffer_bytes_needed(64, 64, 64, mem, mapping, 8, 8) == 8192
+    with pytest.raises(ValueError, match=r"needs 8192 bytes of buffer .*buffer_bytes is 4096"):
+        cm.analyze_memory(64, 64, 64, hw, df, mem, mapping, bits_a=8, bits_b=8)
+    single = cm.MemoryHierarchy(buffer_bytes=4096, buffer_double_buffered=False)
+    assert cm.buffer_bytes_needed(64, 64, 64, single, mapping, 8, 8) == 6144
+    # A tile larger than the call is clamped to it.
+    assert cm.buffer_bytes_needed(8, 8, 8, mem, mapping, 8, 8) == 2 * 128 + 256
+    with pytest.raises(ValueError, match="register_bytes is 2"):
+        cm.analyze_memory(8, 8, 8, hw, df, cm.MemoryHierarchy(register_bytes=2), mapping)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(dram_bandwidth_bits=0), r"dram_bandwidth_bits .* must be a finite number > 0, got 0"),
+    (dict(buffer_bytes=0), r"buffer_bytes must be > 0, got 0"),
+    (dict(buffer_bandwidth_bits=-1), r"buffer_bandwidth_bits .* got -1"),
+    (dict(dram_pj_per_bit=float("nan")), r"dram_pj_per_bit must be a finite number >= 0"),
+    (dict(psum_bits=0), r"psum_bits must be in 1..128, got 0"),
+    (dict(register_bytes=-4), r"register_bytes must be > 0, got -4"),
+])
+def test_memory_hierarchy_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cm.MemoryHierarchy(**kwargs)
+
+
+def test_tile_mapping_validation():
+    with pytest.raises(ValueError, match=r"TileMapping.tk must be a tile size >= 1 .* got 0"):
+        cm.TileMapping(4, 4, 0)
+    with pytest.raises(ValueError, match=r'permutation of "mnk" .* got "mmk"'):
+        cm.TileMapping(4, 4, 4, "mmk")
+
+
+def test_overflow_is_refused():
+    hw = cm.Hardware.systolic(16, 16)
+    df = cm.Dataflow.preset("os", rows=16, cols=16)
+    mem = cm.MemoryHierarchy(buffer_bytes=1 << 40)
+    # 2^59 MACs pass the workload's check; their register traffic (x 128 bits) does not fit.
+    with pytest.raises(OverflowError, match="register bits overflows int64"):
+        cm.analyze_memory(1 << 20, 1 << 20, 1 << 19, hw, df, mem, cm.TileMapping(4096, 4096, 4096))
+
+
+def test_defaults_follow_horowitz():
+    mem = cm.MemoryHierarchy()
+    assert mem.dram_pj_per_bit == 20.0                      # 640 pJ / 32 bits
+    assert cm.sram_pj_per_bit(8192) == 5 / 32               # 5 pJ / 32 bits at 8 KB
+    assert mem.buffer_pj_per_bit == pytest.approx(5 / 32 * (2 ** 20 / 8192) ** 0.5)
+    assert cm.MemoryHierarchy(buffer_bytes=32768).buffer_pj_per_bit == pytest.approx(2 * 5 / 32)
