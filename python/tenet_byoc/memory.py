@@ -168,27 +168,29 @@ def scalesim_mapping(M: int, N: int, K: int, rows: int, cols: int, dataflow: str
     """
     half = {name: kb * 1024 // 2 // word_bytes for name, kb in
             (("A", ifmap_sram_kb), ("B", filter_sram_kb), ("C", ofmap_sram_kb))}
-    if dataflow == "os":
+    folds_k = lambda tk: -(-tk // rows)  # noqa: E731  (K folds of ws/is per tile)
+    if dataflow == "os":   # C stationary: M blocks outside N blocks, K streams
         tk = K if rows * K <= half["A"] and cols * K <= half["B"] else max(
             1, min(half["A"] // rows, half["B"] // cols, K))
         tm = _fit(M, rows, tk, half["A"])
         tn = _fit(N, cols, tk, half["B"])
         tn = _fit(tn, cols, tm, half["C"])
-        return TileMapping(tm, tn, tk, "mnk", accumulate_in_buffer=True)
+        return TileMapping(tm, tn, tk, "mnk", accumulate_in_buffer=True,
+                           align_m=rows, align_n=cols)
     if dataflow == "ws":   # B stationary: N blocks outside K blocks, M streams
-        c_words_per_m = lambda tn, tk: tn * -(-tk // rows)  # noqa: E731
-        tm = M
-        tk = _fit(K, rows, max(1, cols), half["B"])
+        tk = _fit(K, rows, min(N, cols), half["B"])
         tn = _fit(N, cols, tk, half["B"])
         tm = _fit(M, 1, tk, half["A"])
-        tm = _fit(tm, 1, c_words_per_m(tn, tk), half["C"])
-        return TileMapping(tm, tn, tk, "nkm", accumulate_in_buffer=False)
+        tn = _fit(tn, cols, tm * folds_k(tk), half["C"])
+        return TileMapping(tm, tn, tk, "nkm", accumulate_in_buffer=False,
+                           align_k=rows, align_n=cols)
     if dataflow == "is":   # A stationary: M blocks outside K blocks, N streams
-        tk = _fit(K, rows, max(1, cols), half["A"])
+        tk = _fit(K, rows, min(M, cols), half["A"])
         tm = _fit(M, cols, tk, half["A"])
         tn = _fit(N, 1, tk, half["B"])
-        tn = _fit(tn, 1, tm * -(-tk // rows), half["C"])
-        return TileMapping(tm, tn, tk, "mkn", accumulate_in_buffer=False)
+        tm = _fit(tm, cols, tn * folds_k(tk), half["C"])
+        return TileMapping(tm, tn, tk, "mkn", accumulate_in_buffer=False,
+                           align_k=rows, align_m=cols)
     raise ValueError(f"dataflow must be 'os', 'ws' or 'is', got {dataflow!r}")
 
 

@@ -108,6 +108,14 @@ struct Nest {
       if (Relevant(op, lv[l].name)) e *= lv[l].Size(i[l]);
     return e;
   }
+  // Elements a transfer of op's tile occupies on the DRAM interface (array-aligned lines).
+  int64_t PaddedElems(int op, const Idx& i) const {
+    int64_t e = 1;
+    for (int l = 1; l < 4; ++l)
+      if (Relevant(op, lv[l].name)) e *= CeilDiv(lv[l].Size(i[l]), align[l]) * align[l];
+    return e;
+  }
+  std::array<int64_t, 4> align{1, 1, 1, 1};
   // Innermost level whose loop moves (count > 1) and indexes op's tile; -1 if none.
   int InnermostMoving(int op) const {
     int r = -1;
@@ -180,6 +188,8 @@ void Validate(const MemoryHierarchy& mem) {
 std::string TileMapping::Describe() const {
   std::string s = "tiles m" + Str(tm) + " n" + Str(tn) + " k" + Str(tk) + " order " + order;
   if (!accumulate_in_buffer) s += " psums to DRAM";
+  if (align_m > 1 || align_n > 1 || align_k > 1)
+    s += " align m" + Str(align_m) + " n" + Str(align_n) + " k" + Str(align_k);
   return s;
 }
 
@@ -189,6 +199,12 @@ void Validate(const TileMapping& t) {
     if (v < 1)
       throw std::invalid_argument(std::string("TileMapping.") + name +
                                   " must be a tile size >= 1 (elements), got " + Str(v));
+  const std::pair<const char*, int64_t> aligns[] = {
+      {"align_m", t.align_m}, {"align_n", t.align_n}, {"align_k", t.align_k}};
+  for (const auto& [name, v] : aligns)
+    if (v < 1 || v > (1 << 20))
+      throw std::invalid_argument(std::string("TileMapping.") + name +
+                                  " must be in 1..2^20 (elements; 1 = no padding), got " + Str(v));
   std::string sorted = t.order;
   std::sort(sorted.begin(), sorted.end());
   if (sorted != "kmn")
@@ -280,6 +296,7 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dat
     nest.lv[l + 1] = d == 'm' ? MakeDim('m', w.m, tm) : d == 'n' ? MakeDim('n', w.n, tn)
                                                                  : MakeDim('k', w.k, tk);
     (d == 'm' ? nest.level_of_m : d == 'n' ? nest.level_of_n : nest.level_of_k) = l + 1;
+    nest.align[l + 1] = d == 'm' ? t.align_m : d == 'n' ? t.align_n : t.align_k;
   }
   const Dim& dk = nest.lv[nest.level_of_k];
   const Dim& dm = nest.lv[nest.level_of_m];
@@ -388,8 +405,8 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dat
   auto fetch = [&](const Idx& s, std::array<int64_t, 3>& ch) {
     Idx p = s;
     const bool has_prev = nest.Prev(p);
-    if (!has_prev || !nest.SameTile(kA, s, p)) ch[0] += nest.Elems(kA, s) * w.bits_a;
-    if (!has_prev || !nest.SameTile(kB, s, p)) ch[1] += nest.Elems(kB, s) * w.bits_b;
+    if (!has_prev || !nest.SameTile(kA, s, p)) ch[0] += nest.PaddedElems(kA, s) * w.bits_a;
+    if (!has_prev || !nest.SameTile(kB, s, p)) ch[1] += nest.PaddedElems(kB, s) * w.bits_b;
     if (t.accumulate_in_buffer && (!has_prev || !nest.SameTile(kC, s, p)) && ik_of(s) != 0)
       ch[2] += nest.Elems(kC, s) * mem.psum_bits;  // partial sums come back
     if (!has_prev) ch[0] += w.extra_read_bits;
