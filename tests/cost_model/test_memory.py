@@ -38,20 +38,24 @@ def _random_case(rng: random.Random):
     order = "".join(rng.sample("mnk", 3))
     return dict(M=M, N=N, K=K, hw=hw, df=df, mem=mem, tiles=tiles, order=order,
                 batch=rng.choice([1, 1, 2, 3]), bits=(bits_a, bits_b, bits_c),
-                accumulate=rng.random() < 0.75, extra=rng.choice([0, 0, 100]))
+                accumulate=rng.random() < 0.75, extra=rng.choice([0, 0, 100]),
+                align={d: rng.choice([1, 1, 3, 4]) for d in "mnk"})
 
 
 def _check(case):
     M, N, K = case["M"], case["N"], case["K"]
     tm, tn, tk = case["tiles"]
     a, b, c = case["bits"]
-    mapping = cm.TileMapping(tm, tn, tk, case["order"], accumulate_in_buffer=case["accumulate"])
+    align = case.get("align", {"m": 1, "n": 1, "k": 1})
+    mapping = cm.TileMapping(tm, tn, tk, case["order"], accumulate_in_buffer=case["accumulate"],
+                             align_m=align["m"], align_n=align["n"], align_k=align["k"])
     got = cm.analyze_memory(M, N, K, case["hw"], case["df"], case["mem"], mapping,
                             batch=case["batch"], bits_a=a, bits_b=b, bits_c=c,
                             extra_read_bits=case["extra"])
     ref = tile_walk.walk(M, N, K, case["hw"], case["df"], case["mem"], tm, tn, tk,
                          case["order"], batch=case["batch"], bits_a=a, bits_b=b, bits_c=c,
-                         accumulate=case["accumulate"], extra_read_bits=case["extra"])
+                         accumulate=case["accumulate"], extra_read_bits=case["extra"],
+                         align=align)
     for op in "ABC":
         assert got.tensors[op].dram_read_bits == ref.dram_read_bits[op], op
         assert got.tensors[op].dram_fetches == ref.fetches[op], op

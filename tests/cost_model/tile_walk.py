@@ -38,7 +38,8 @@ def _ceil_cycles(bits: int, per_cycle: float) -> int:
 
 
 def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=32,
-         bits_c=32, accumulate=True, extra_read_bits=0):
+         bits_c=32, accumulate=True, extra_read_bits=0, align=None):
+    align = align or {"m": 1, "n": 1, "k": 1}
     tm, tn, tk = min(tm, M), min(tn, N), min(tk, K)
     extent = {"m": M, "n": N, "k": K}
     tile = {"m": tm, "n": tn, "k": tk}
@@ -59,9 +60,11 @@ def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=
         d = {"m": i, "n": j, "k": k}
         return (b,) + tuple(d[x] for x in uses[op])
 
-    def elems(op, s):
+    def elems(op, s, padded=False):
         _, i, j, k = s
         d = {"m": size("m", i), "n": size("n", j), "k": size("k", k)}
+        if padded:  # array-aligned transfer lines: time, not data
+            d = {x: -(-v // align[x]) * align[x] for x, v in d.items()}
         return math.prod(d[x] for x in uses[op])
 
     tile_hw = cm.Hardware(hw.pe_domain, hw.interconnect, bandwidth_bits=mem.buffer_bandwidth_bits,
@@ -96,7 +99,7 @@ def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=
         prev = steps[n - 1] if n else None
         for c, op, width in ((0, "A", bits_a), (1, "B", bits_b)):
             if prev is None or key(op, prev) != key(op, s):
-                f[c] += elems(op, s) * width
+                f[c] += elems(op, s, padded=True) * width
                 res.dram_read_bits[op] += elems(op, s) * width
                 res.fetches[op] += 1
         if accumulate and (prev is None or key("C", prev) != key("C", s)) and s[3] != 0:
