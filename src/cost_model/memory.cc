@@ -142,22 +142,9 @@ struct Nest {
   }
 };
 
-// Number of array passes over K a tile of tk needs, each writing its partial C when the
-// buffer does not accumulate: ws/is fold K by rows, tiled os cuts the stream by its tile.
-int64_t KChunkSize(const Dataflow& df, int64_t tk) {
-  if (df.preset == "ws" || df.preset == "is") return df.rows > 0 ? df.rows : tk;
-  if (df.preset == "os") {
-    auto it = df.tiling.find("k");
-    return it != df.tiling.end() ? it->second : tk;
-  }
-  return tk;  // relations: one pass per tile
-}
-
-struct TileShapeCost {
+struct ShapeCost {
   int64_t m, n, k;
-  int64_t cycles;  // array cycles incl. buffer <-> array stalls
-  int64_t buf_read_a, buf_read_b, buf_write_c;  // bits
-  int64_t active_pes;
+  TileCost cost;
 };
 
 }  // namespace
@@ -254,13 +241,72 @@ int64_t BufferBytesNeeded(const GemmWorkload& w, const MemoryHierarchy& mem,
   return CeilDiv(bits, 8);
 }
 
-MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
-                            const MemoryHierarchy& mem, const TileMapping& t) {
+ArrayModel ExactArrayModel(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
+                           const MemoryHierarchy& mem) {
   Validate(w);
   Validate(hw);
   Validate(df);
   Validate(mem);
+  ArrayModel a;
+  a.num_pes = hw.NumPEs();
+  a.macs_per_pe_per_cycle = static_cast<double>(hw.macs_per_pe_per_cycle);
+  a.clock_ghz = hw.clock_ghz;
+  a.name = df.preset.empty() ? df.name
+                             : df.preset + " " + Str(df.rows) + "x" + Str(df.cols);
+  const bool ws = df.preset == "ws", is = df.preset == "is";
+  if ((ws || is) && df.rows > 0) a.k_pass = df.rows;
+  if (df.preset == "os") {
+    auto it = df.tiling.find("k");
+    if (it != df.tiling.end()) a.k_pass = it->second;
+  }
+  a.stationary_bits = ws ? w.bits_b : is ? w.bits_a : df.preset == "os" ? mem.psum_bits : 0;
+  const bool hide_load = mem.stationary_double_buffered && (ws || is) && df.rows > 0;
+  if (hide_load) a.prologue_cycles = df.rows;
+  Hardware tile_hw = hw;
+  tile_hw.bandwidth_bits = mem.buffer_bandwidth_bits;
+  const double buffer_bw = mem.buffer_bandwidth_bits;
+  const int64_t rows = df.rows;
+  const int bits_a = w.bits_a, bits_b = w.bits_b, bits_c = w.bits_c;
+  a.tile_cost = [tile_hw, df, buffer_bw, rows, hide_load, bits_a, bits_b,
+                 bits_c](int64_t m, int64_t n, int64_t k) {
+    GemmWorkload tw;
+    tw.m = m; tw.n = n; tw.k = k;
+    tw.bits_a = bits_a; tw.bits_b = bits_b; tw.bits_c = bits_c;
+    Metrics x = AnalyzeGemm(tw, tile_hw, df);
+    TileCost c;
+    c.cycles = x.cycles;
+    c.active_pes = x.active_pes;
+    if (hide_load) {
+      // The next fold's stationary operand loads during this fold: the per-fold load is
+      // hidden (paid once per call, as prologue_cycles); the buffer stall is recomputed.
+      const int64_t compute = x.compute_cycles - x.folds * rows;
+      c.cycles = std::max(compute, CeilCycles(x.offchip_read_bits + x.offchip_write_bits, buffer_bw));
+    }
+    for (const auto& kv : x.tensors) {
+      if (kv.first == "A") c.buffer_read_bits_a = kv.second.offchip_bits;
+      else if (kv.first == "B") c.buffer_read_bits_b = kv.second.offchip_bits;
+      else c.buffer_write_bits_c = kv.second.offchip_bits;
+    }
+    return c;
+  };
+  return a;
+}
+
+MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
+                            const MemoryHierarchy& mem, const TileMapping& t) {
+  return AnalyzeMemory(w, ExactArrayModel(w, hw, df, mem), mem, t);
+}
+
+MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
+                            const MemoryHierarchy& mem, const TileMapping& t) {
+  Validate(w);
+  Validate(mem);
   Validate(t);
+  if (!array.tile_cost) throw std::invalid_argument("ArrayModel.tile_cost is empty");
+  if (array.num_pes <= 0 || !(array.macs_per_pe_per_cycle > 0) || !(array.clock_ghz > 0) ||
+      array.k_pass < 0 || array.prologue_cycles < 0)
+    throw std::invalid_argument("ArrayModel '" + array.name + "': num_pes, macs_per_pe_per_cycle "
+                                "and clock_ghz must be > 0, k_pass and prologue_cycles >= 0");
   MemoryMetrics mm;
   const int64_t tm = std::min(t.tm, w.m), tn = std::min(t.tn, w.n), tk = std::min(t.tk, w.k);
 
@@ -277,9 +323,8 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dat
         ": use smaller tiles or a larger buffer");
   }
   {
-    const bool ws = df.preset == "ws", is = df.preset == "is";
     int64_t reg_bits = w.bits_a + w.bits_b + mem.psum_bits;
-    if (mem.stationary_double_buffered) reg_bits += ws ? w.bits_b : is ? w.bits_a : mem.psum_bits;
+    if (mem.stationary_double_buffered) reg_bits += array.stationary_bits;
     if (CeilDiv(reg_bits, 8) > mem.register_bytes)
       throw std::invalid_argument(
           "a PE needs " + Str(CeilDiv(reg_bits, 8)) + " bytes of registers (one A, B and "
@@ -306,34 +351,14 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dat
   mm.macs = Mul(Mul(Mul(w.m, w.n, "MACs"), w.k, "MACs"), w.batch, "MACs");
 
   // Array cost per distinct tile shape (at most 2 sizes per dimension).
-  Hardware tile_hw = hw;
-  tile_hw.bandwidth_bits = mem.buffer_bandwidth_bits;
-  const bool stationary_load = (df.preset == "ws" || df.preset == "is") && df.rows > 0;
-  std::vector<TileShapeCost> shapes;
-  auto shape_cost = [&](int64_t m, int64_t n, int64_t k) -> const TileShapeCost& {
-    for (const auto& s : shapes)
-      if (s.m == m && s.n == n && s.k == k) return s;
-    GemmWorkload tw;
-    tw.m = m; tw.n = n; tw.k = k;
-    tw.bits_a = w.bits_a; tw.bits_b = w.bits_b; tw.bits_c = w.bits_c;
-    Metrics x = AnalyzeGemm(tw, tile_hw, df);
-    TileShapeCost c{m, n, k, x.cycles, 0, 0, 0, x.active_pes};
-    if (mem.stationary_double_buffered && stationary_load) {
-      // The next fold's stationary operand loads during this fold: the per-fold load is
-      // hidden (paid once per call, below); the buffer-bandwidth stall is recomputed.
-      const int64_t compute = x.compute_cycles - x.folds * df.rows;
-      const int64_t bits = x.offchip_read_bits + x.offchip_write_bits;
-      c.cycles = std::max(compute, CeilCycles(bits, mem.buffer_bandwidth_bits));
-    }
-    for (const auto& kv : x.tensors) {
-      if (kv.first == "A") c.buf_read_a = kv.second.offchip_bits;
-      else if (kv.first == "B") c.buf_read_b = kv.second.offchip_bits;
-      else c.buf_write_c = kv.second.offchip_bits;
-    }
-    shapes.push_back(c);
-    return shapes.back();
-  };
+  std::vector<ShapeCost> shapes;
   shapes.reserve(8);
+  auto shape_cost = [&](int64_t m, int64_t n, int64_t k) -> const TileCost& {
+    for (const auto& s : shapes)
+      if (s.m == m && s.n == n && s.k == k) return s.cost;
+    shapes.push_back({m, n, k, array.tile_cost(m, n, k)});
+    return shapes.back().cost;
+  };
 
   // Closed-form DRAM traffic per operand (elements), edge tiles exact: the sum over a
   // tile index of the tile sizes is the extent, so every visit of all of an operand's
@@ -348,7 +373,7 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dat
   A.dram_fetches = nest.Runs(kA);
   B.dram_read_bits = Mul(Mul(b_elems, nest.Revisits(kB), "B traffic"), w.bits_b, "B bits");
   B.dram_fetches = nest.Runs(kB);
-  const int64_t chunk = KChunkSize(df, tk);
+  const int64_t chunk = array.k_pass > 0 ? array.k_pass : tk;
   if (t.accumulate_in_buffer) {
     const int64_t visits = nest.Revisits(kC);  // visits of each C tile
     const int64_t partial = Mul(c_elems, visits - 1, "C partial sums");
@@ -374,13 +399,13 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dat
         const int64_t cm = im ? (dm.count - 1) : 1, cn = in ? (dn.count - 1) : 1,
                       ck = ik ? (dk.count - 1) : 1;
         if (cm == 0 || cn == 0 || ck == 0) continue;
-        const TileShapeCost& s = shape_cost(im ? dm.tile : dm.last, in ? dn.tile : dn.last,
+        const TileCost& s = shape_cost(im ? dm.tile : dm.last, in ? dn.tile : dn.last,
                                             ik ? dk.tile : dk.last);
         const int64_t n = Mul(Mul(Mul(cm, cn, "steps"), ck, "steps"), w.batch, "steps");
         steps_checked += n;
-        A.buffer_read_bits = Add(A.buffer_read_bits, Mul(n, s.buf_read_a, "A"), "A");
-        B.buffer_read_bits = Add(B.buffer_read_bits, Mul(n, s.buf_read_b, "B"), "B");
-        C.buffer_write_bits = Add(C.buffer_write_bits, Mul(n, s.buf_write_c, "C"), "C");
+        A.buffer_read_bits = Add(A.buffer_read_bits, Mul(n, s.buffer_read_bits_a, "A"), "A");
+        B.buffer_read_bits = Add(B.buffer_read_bits, Mul(n, s.buffer_read_bits_b, "B"), "B");
+        C.buffer_write_bits = Add(C.buffer_write_bits, Mul(n, s.buffer_write_bits_c, "C"), "C");
       }
   if (steps_checked != mm.tile_steps) throw std::logic_error("tile shape classes miscounted");
   mm.distinct_tile_shapes = static_cast<int64_t>(shapes.size());
@@ -481,23 +506,22 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dat
           overlapped = Add(overlapped, Mul(weight, step_term(s), "cycles"), "cycles");
           array_total = Add(array_total, Mul(weight, array_of(s), "cycles"), "cycles");
         }
-  if (mem.stationary_double_buffered && stationary_load) {
-    array_total = Add(array_total, df.rows, "cycles");  // the first stationary load
-    overlapped = Add(overlapped, df.rows, "cycles");
-  }
+  array_total = Add(array_total, array.prologue_cycles, "cycles");
+  overlapped = Add(overlapped, array.prologue_cycles, "cycles");
   mm.overlapped_cycles = overlapped;
   mm.array_cycles = array_total;
-  const int64_t lanes =
-      std::max<int64_t>(1, shapes.front().active_pes) * hw.macs_per_pe_per_cycle;
-  mm.extra_op_cycles = CeilDiv(w.extra_ops, lanes);
+  // Extra (dequantization) ops run on the full tile's active PEs after the tiles.
+  const double lanes =
+      static_cast<double>(std::max<int64_t>(1, shapes.front().cost.active_pes)) *
+      array.macs_per_pe_per_cycle;
+  mm.extra_op_cycles = CeilCycles(w.extra_ops, lanes);
   mm.cycles = Add(Add(Add(mm.first_fetch_cycles, overlapped, "cycles"), mm.last_writeback_cycles,
                       "cycles"),
                   mm.extra_op_cycles, "cycles");
   mm.dram_stall_cycles = mm.cycles - mm.array_cycles - mm.extra_op_cycles;
-  mm.roofline_cycles = RooflineCycles(w, hw.NumPEs(), static_cast<double>(hw.macs_per_pe_per_cycle), mem);
-  mm.latency_us = static_cast<double>(mm.cycles) / (hw.clock_ghz * 1e3);
-  std::string df_name = df.preset.empty() ? df.name : df.preset + " " + Str(df.rows) + "x" + Str(df.cols);
-  mm.mapping = df_name + " | " + t.Describe();
+  mm.roofline_cycles = RooflineCycles(w, array.num_pes, array.macs_per_pe_per_cycle, mem);
+  mm.latency_us = static_cast<double>(mm.cycles) / (array.clock_ghz * 1e3);
+  mm.mapping = array.name + " | " + t.Describe();
   return mm;
 }
 

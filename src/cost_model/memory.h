@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -124,7 +125,7 @@ struct MemoryMetrics {
   int64_t extra_op_cycles = 0;
   int64_t dram_stall_cycles = 0;
   int64_t cycles = 0;
-  int64_t roofline_cycles = 0;  // RooflineCycles at hw.macs_per_pe_per_cycle
+  int64_t roofline_cycles = 0;  // RooflineCycles at the array's MAC rate
   double latency_us = 0;        // cycles / clock
   std::string mapping;          // dataflow, tiles and order, readable
 };
@@ -144,9 +145,47 @@ int64_t CompulsoryDramBits(const GemmWorkload& w);
 int64_t BufferBytesNeeded(const GemmWorkload& w, const MemoryHierarchy& mem,
                           const TileMapping& mapping);
 
-// The whole buffer level of one call. `df` is the array dataflow each tile runs with (a
-// preset, or TENET relations on tiles small enough to enumerate); `hw` the PE array.
-// Refuses (std::invalid_argument) a mapping whose tiles do not fit the buffer or registers.
+// The array's work on one buffer tile (one step of the tile loop nest).
+struct TileCost {
+  int64_t cycles = 0;  // including buffer <-> array bandwidth stalls
+  int64_t buffer_read_bits_a = 0, buffer_read_bits_b = 0;  // what the array reads (TENET unique)
+  int64_t buffer_write_bits_c = 0;                         // and writes
+  int64_t active_pes = 1;
+};
+
+// What the buffer level needs from the array: the cost of any tile shape, plus a few facts.
+// AnalyzeMemory calls tile_cost once per distinct tile shape (at most 8) of a mapping; a
+// mapping search can wrap it in a cache shared across mappings (it must then be
+// thread-safe if the search is).
+struct ArrayModel {
+  std::function<TileCost(int64_t m, int64_t n, int64_t k)> tile_cost;
+  int64_t num_pes = 1;
+  double macs_per_pe_per_cycle = 1;  // the rate the roofline uses
+  double clock_ghz = 1;
+  // K elements one array pass adds into C before its partial C leaves the array (ws/is: the
+  // array's rows; tiled os: the stream tile); 0 = the whole K tile. Used when the buffer
+  // does not accumulate (TileMapping::accumulate_in_buffer = false).
+  int64_t k_pass = 0;
+  // Cycles paid once per call outside the overlap (the first stationary load when the
+  // stationary registers are double-buffered).
+  int64_t prologue_cycles = 0;
+  // Width in bits of the operand that stays in the PEs (for the register check; 0 = none).
+  int stationary_bits = 0;
+  std::string name = "array";  // dataflow, for MemoryMetrics::mapping
+};
+
+// The existing exact analysis as an ArrayModel: AnalyzeGemm of each tile with `df` on `hw`,
+// the buffer <-> array bandwidth as its bandwidth (today's stall model), the ws/is per-fold
+// stationary load hidden when mem.stationary_double_buffered.
+ArrayModel ExactArrayModel(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
+                           const MemoryHierarchy& mem);
+
+// The whole buffer level of one call. Refuses (std::invalid_argument) a mapping whose tiles
+// do not fit the buffer or registers.
+MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
+                            const MemoryHierarchy& mem, const TileMapping& mapping);
+// = AnalyzeMemory(w, ExactArrayModel(w, hw, df, mem), mem, mapping). `df` is the array
+// dataflow every tile runs with (a preset, or relations on tiles small enough to enumerate).
 MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
                             const MemoryHierarchy& mem, const TileMapping& mapping);
 
