@@ -44,6 +44,7 @@ __all__ = [
     "analyze_memory",
     "buffer_bytes_needed",
     "call_energy",
+    "default_tile_mapping",
     "integer_mac_pj",
     "roofline_cycles",
     "scalesim_equivalent",
@@ -132,6 +133,15 @@ def buffer_bytes_needed(M: int, N: int, K: int, memory: MemoryHierarchy, mapping
                         bits_a: int = 32, bits_b: int = 32) -> int:
     """Bytes the buffer must hold: input tiles (x2 when double-buffered) + the C tile."""
     return _core._buffer_bytes_needed(M, N, K, memory, mapping, bits_a, bits_b)
+
+
+def default_tile_mapping(M: int, N: int, K: int, memory: MemoryHierarchy, rows: int, cols: int,
+                         bits: int = 32, *, batch: int = 1, bits_a: int | None = None,
+                         bits_b: int | None = None, bits_c: int | None = None) -> TileMapping:
+    """A mapping without search: C's tile stays in the buffer while K streams (order "mnk"),
+    as large as half the buffer allows; K tiles fill the rest (double-buffered), >= 4 steps."""
+    a, b, c = _widths(bits, bits_a, bits_b, bits_c)
+    return _core._default_tile_mapping(M, N, K, memory, rows, cols, batch, a, b, c)
 
 
 def call_energy(metrics: MemoryMetrics, memory: MemoryHierarchy, mac: MacSpec,

@@ -241,6 +241,50 @@ int64_t BufferBytesNeeded(const GemmWorkload& w, const MemoryHierarchy& mem,
   return CeilDiv(bits, 8);
 }
 
+TileMapping DefaultTileMapping(const GemmWorkload& w, const MemoryHierarchy& mem, int64_t rows,
+                               int64_t cols) {
+  Validate(w);
+  Validate(mem);
+  if (rows < 1 || cols < 1)
+    throw std::invalid_argument("DefaultTileMapping: rows and cols must be >= 1, got " +
+                                Str(rows) + " x " + Str(cols));
+  const int64_t cap_bits = Mul(mem.buffer_bytes, 8, "buffer bits");
+  const int64_t copies = mem.buffer_double_buffered ? 2 : 1;
+  auto shrink = [](int64_t t, int64_t step) {  // next smaller multiple of step, >= min(step, t)
+    if (t <= step) return t;
+    const int64_t r = (t - 1) / step * step;
+    return std::max(step, r);
+  };
+  // K tiles long enough that a fold's fill and drain (rows + cols - 2 stamps) is ~1/16 of
+  // it, at least 4 K steps when K allows (so the first fetch is a small part of the call), K
+  // cut evenly; then C's tile as wide as the rest of the buffer allows.
+  int64_t tm = w.m, tn = 0;
+  const int64_t target = std::min(w.k, std::max(CeilDiv(w.k, 4), 16 * (rows + cols - 2)));
+  int64_t tk = CeilDiv(w.k, CeilDiv(w.k, std::max<int64_t>(1, target)));
+  for (;;) {
+    const int64_t inputs = Mul(Mul(copies, tm, "A tile"), Mul(tk, w.bits_a, "A tile"), "A tile");
+    const int64_t per_n = Add(Mul(Mul(copies, tk, "B tile"), w.bits_b, "B tile"),
+                              Mul(tm, mem.psum_bits, "C tile"), "tile bits per n");
+    tn = inputs < cap_bits ? (cap_bits - inputs) / per_n : 0;
+    if (tn >= cols) tn = tn / cols * cols;
+    tn = std::min(tn, w.n);
+    if (tn >= std::min(cols, w.n)) break;
+    if (tk > 1) { tk = (tk + 1) / 2; continue; }
+    if (tm > 1) { tm = tm > rows ? shrink(tm, rows) : (tm + 1) / 2; continue; }
+    if (tn >= 1) break;
+    throw std::invalid_argument(
+        "DefaultTileMapping: MemoryHierarchy.buffer_bytes " + Str(mem.buffer_bytes) +
+        " cannot hold one element each of A, B and C (at " + Str(mem.psum_bits) +
+        " bits): use a larger buffer");
+  }
+  TileMapping t;
+  t.tm = tm;
+  t.tn = tn;
+  t.tk = tk;
+  t.order = "mnk";
+  return t;
+}
+
 ArrayModel ExactArrayModel(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
                            const MemoryHierarchy& mem) {
   Validate(w);

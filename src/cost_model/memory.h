@@ -145,6 +145,16 @@ int64_t CompulsoryDramBits(const GemmWorkload& w);
 int64_t BufferBytesNeeded(const GemmWorkload& w, const MemoryHierarchy& mem,
                           const TileMapping& mapping);
 
+// A mapping that needs no search: C's tile stays in the buffer while K streams through it
+// (order "mnk", K innermost, so no partial sums leave). K tiles are cut evenly, long enough
+// that a fold's fill and drain (rows + cols - 2) is about 1/16 of the stream, and at least 4
+// of them when K allows (the first fetch stays a small part of the call); C's tile takes all
+// of M and as many multiples of cols of N as the rest of the buffer holds (inputs
+// double-buffered); K, then M, shrink when not even cols columns fit. Refuses (with a
+// message) a buffer that cannot hold one element of each operand.
+TileMapping DefaultTileMapping(const GemmWorkload& w, const MemoryHierarchy& mem, int64_t rows,
+                               int64_t cols);
+
 // The array's work on one buffer tile (one step of the tile loop nest).
 struct TileCost {
   int64_t cycles = 0;  // including buffer <-> array bandwidth stalls

@@ -224,6 +224,16 @@ void BindMemory(py::module_& m) {
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("memory"), py::arg("mapping"),
       py::arg("bits_a"), py::arg("bits_b"));
 
+  m.def(
+      "_default_tile_mapping",
+      [](int64_t m_, int64_t n, int64_t k, const MemoryHierarchy& mem, int64_t rows, int64_t cols,
+         int64_t batch, int bits_a, int bits_b, int bits_c) {
+        return DefaultTileMapping(Workload(m_, n, k, batch, bits_a, bits_b, bits_c, 0, 0), mem,
+                                  rows, cols);
+      },
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("memory"), py::arg("rows"),
+      py::arg("cols"), py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"));
+
   py::class_<MacSpec>(m, "MacSpec")
       .def(py::init([](int bits_a, int bits_b, double rate, double pj) {
              return MacSpec{bits_a, bits_b, rate, pj};

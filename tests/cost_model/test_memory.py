@@ -213,3 +213,44 @@ def test_defaults_follow_horowitz():
     assert cm.sram_pj_per_bit(8192) == 5 / 32               # 5 pJ / 32 bits at 8 KB
     assert mem.buffer_pj_per_bit == pytest.approx(5 / 32 * (2 ** 20 / 8192) ** 0.5)
     assert cm.MemoryHierarchy(buffer_bytes=32768).buffer_pj_per_bit == pytest.approx(2 * 5 / 32)
+
+
+def test_default_mapping_always_fits_random():
+    rng = random.Random(SEED + 2)
+    for _ in range(300):
+        rows, cols = rng.randint(1, 32), rng.randint(1, 32)
+        M, N, K = (rng.randint(1, 5000) for _ in range(3))
+        a, b = rng.choice([(32, 32), (8, 8), (16, 4)])
+        mem = cm.MemoryHierarchy(buffer_bytes=rng.choice([64, 4096, 1 << 20, 24 << 20]),
+                                 buffer_double_buffered=rng.random() < 0.8)
+        t = cm.default_tile_mapping(M, N, K, mem, rows, cols, bits_a=a, bits_b=b)
+        assert t.order == "mnk"
+        assert cm.buffer_bytes_needed(M, N, K, mem, t, a, b) <= mem.buffer_bytes, (M, N, K, t)
+    with pytest.raises(ValueError, match="cannot hold one element each"):
+        cm.default_tile_mapping(8, 8, 8, cm.MemoryHierarchy(buffer_bytes=8), 4, 4)
+
+
+# GPT-2 small's GEMMs (attention per head, 12 heads as the batch).
+GPT2_PREFILL = [(128, 2304, 768, 1), (128, 768, 768, 1), (128, 3072, 768, 1),
+                (128, 768, 3072, 1), (128, 128, 64, 12), (128, 64, 128, 12)]
+GPT2_DECODE = [(1, 2304, 768, 1), (1, 768, 768, 1), (1, 3072, 768, 1), (1, 768, 3072, 1),
+               (1, 129, 64, 12), (1, 64, 129, 12)]
+
+
+@pytest.mark.parametrize("gemms,limit", [(GPT2_PREFILL, 1.5), (GPT2_DECODE, 1.5)],
+                         ids=["prefill", "decode"])
+def test_gpt2_float32_default_mapping_near_roofline(gemms, limit):
+    # os16 with a 1 MiB buffer and 256 bit/cycle DRAM; the buffer feeds an array edge of A and
+    # B and one of C every cycle. Issue 12: float32 prefill within 1.5x of the roofline.
+    hw = cm.Hardware.systolic(16, 16)
+    df = cm.Dataflow.preset("os", rows=16, cols=16)
+    mem = cm.MemoryHierarchy(dram_bandwidth_bits=256, buffer_bytes=1 << 20,
+                             buffer_bandwidth_bits=16 * 3 * 32)
+    cycles = roof = 0
+    for M, N, K, batch in gemms:
+        t = cm.default_tile_mapping(M, N, K, mem, 16, 16, batch=batch)
+        r = cm.analyze_memory(M, N, K, hw, df, mem, t, batch=batch)
+        assert r.cycles >= r.roofline_cycles
+        cycles += r.cycles
+        roof += r.roofline_cycles
+    assert cycles / roof <= limit, cycles / roof
