@@ -254,3 +254,27 @@ def test_gpt2_float32_default_mapping_near_roofline(gemms, limit):
         cycles += r.cycles
         roof += r.roofline_cycles
     assert cycles / roof <= limit, cycles / roof
+
+
+def test_readme_worked_example():
+    # src/cost_model/README.md, "The memory hierarchy": every number of the worked example.
+    hw = cm.Hardware.systolic(4, 4)
+    df = cm.Dataflow.preset("os", rows=4, cols=4)
+    mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, buffer_bytes=1024,
+                             buffer_bandwidth_bits=1 << 20)
+    t = cm.TileMapping(8, 4, 8, "mnk")
+    r = cm.analyze_memory(8, 12, 16, hw, df, mem, t, bits_a=8, bits_b=8, bits_c=32)
+    assert r.buffer_bytes_used == 320
+    assert (r.tensors["A"].dram_read_bits, r.tensors["B"].dram_read_bits) == (3072, 1536)
+    assert (r.tensors["C"].dram_write_bits, r.tensors["C"].dram_read_bits) == (3072, 0)
+    assert (r.tensors["A"].dram_fetches, r.tensors["B"].dram_fetches,
+            r.tensors["C"].dram_fetches) == (6, 6, 3)
+    assert r.tile_steps == 6 and r.array_cycles == 6 * 28
+    assert (r.first_fetch_cycles, r.overlapped_cycles, r.last_writeback_cycles) == (12, 168, 16)
+    assert (r.cycles, r.roofline_cycles, r.dram_stall_cycles) == (196, 96, 28)
+    assert (r.buffer_read_bits, r.buffer_write_bits) == (6 * 1024, 6 * 1024)
+    e = cm.call_energy(r, mem, cm.PrecisionTable.horowitz_45nm().lookup(8, 8))
+    assert e.mac_pj == pytest.approx(1536 * 0.3)
+    assert e.register_pj == pytest.approx(1536 * 80 * cm.sram_pj_per_bit(64))
+    assert e.buffer_pj == pytest.approx((12288 + 7680) * cm.sram_pj_per_bit(1024))
+    assert e.dram_pj == pytest.approx(7680 * 20.0)
