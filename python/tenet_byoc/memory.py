@@ -186,21 +186,21 @@ def scalesim_mapping(M: int, N: int, K: int, rows: int, cols: int, dataflow: str
         tn = _fit(N, cols, tk, half["B"])
         tn = _fit(tn, cols, tm, half["C"])
         return TileMapping(tm, tn, tk, "mnk", accumulate_in_buffer=True,
-                           align_m=rows, align_n=cols)
+                           a_align_m=rows, b_align_n=cols)
     if dataflow == "ws":   # B stationary: N blocks outside K blocks, M streams
         tk = _fit(K, rows, min(N, cols), half["B"])
         tn = _fit(N, cols, tk, half["B"])
         tm = _fit(M, 1, tk, half["A"])
         tn = _fit(tn, cols, tm * folds_k(tk), half["C"])
         return TileMapping(tm, tn, tk, "nkm", accumulate_in_buffer=False,
-                           align_k=rows, align_n=cols)
+                           a_align_k=rows, b_align_n=cols)
     if dataflow == "is":   # A stationary: M blocks outside K blocks, N streams
         tk = _fit(K, rows, min(M, cols), half["A"])
         tm = _fit(M, cols, tk, half["A"])
         tn = _fit(N, 1, tk, half["B"])
         tm = _fit(tm, cols, tn * folds_k(tk), half["C"])
         return TileMapping(tm, tn, tk, "mkn", accumulate_in_buffer=False,
-                           align_k=rows, align_m=cols)
+                           a_align_m=cols, b_align_k=rows)
     raise ValueError(f"dataflow must be 'os', 'ws' or 'is', got {dataflow!r}")
 
 

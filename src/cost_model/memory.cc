@@ -112,10 +112,10 @@ struct Nest {
   int64_t PaddedElems(int op, const Idx& i) const {
     int64_t e = 1;
     for (int l = 1; l < 4; ++l)
-      if (Relevant(op, lv[l].name)) e *= CeilDiv(lv[l].Size(i[l]), align[l]) * align[l];
+      if (Relevant(op, lv[l].name)) e *= CeilDiv(lv[l].Size(i[l]), align[op][l]) * align[op][l];
     return e;
   }
-  std::array<int64_t, 4> align{1, 1, 1, 1};
+  std::array<std::array<int64_t, 4>, 3> align{};  // [operand][level]
   // Innermost level whose loop moves (count > 1) and indexes op's tile; -1 if none.
   int InnermostMoving(int op) const {
     int r = -1;
@@ -175,8 +175,9 @@ void Validate(const MemoryHierarchy& mem) {
 std::string TileMapping::Describe() const {
   std::string s = "tiles m" + Str(tm) + " n" + Str(tn) + " k" + Str(tk) + " order " + order;
   if (!accumulate_in_buffer) s += " psums to DRAM";
-  if (align_m > 1 || align_n > 1 || align_k > 1)
-    s += " align m" + Str(align_m) + " n" + Str(align_n) + " k" + Str(align_k);
+  if (a_align_m > 1 || a_align_k > 1 || b_align_k > 1 || b_align_n > 1)
+    s += " lines A m" + Str(a_align_m) + " k" + Str(a_align_k) + ", B k" + Str(b_align_k) +
+         " n" + Str(b_align_n);
   return s;
 }
 
@@ -187,7 +188,8 @@ void Validate(const TileMapping& t) {
       throw std::invalid_argument(std::string("TileMapping.") + name +
                                   " must be a tile size >= 1 (elements), got " + Str(v));
   const std::pair<const char*, int64_t> aligns[] = {
-      {"align_m", t.align_m}, {"align_n", t.align_n}, {"align_k", t.align_k}};
+      {"a_align_m", t.a_align_m}, {"a_align_k", t.a_align_k}, {"b_align_k", t.b_align_k},
+      {"b_align_n", t.b_align_n}};
   for (const auto& [name, v] : aligns)
     if (v < 1 || v > (1 << 20))
       throw std::invalid_argument(std::string("TileMapping.") + name +
@@ -385,7 +387,9 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
     nest.lv[l + 1] = d == 'm' ? MakeDim('m', w.m, tm) : d == 'n' ? MakeDim('n', w.n, tn)
                                                                  : MakeDim('k', w.k, tk);
     (d == 'm' ? nest.level_of_m : d == 'n' ? nest.level_of_n : nest.level_of_k) = l + 1;
-    nest.align[l + 1] = d == 'm' ? t.align_m : d == 'n' ? t.align_n : t.align_k;
+    nest.align[kA][l + 1] = d == 'm' ? t.a_align_m : d == 'k' ? t.a_align_k : 1;
+    nest.align[kB][l + 1] = d == 'k' ? t.b_align_k : d == 'n' ? t.b_align_n : 1;
+    nest.align[kC][l + 1] = 1;
   }
   const Dim& dk = nest.lv[nest.level_of_k];
   const Dim& dm = nest.lv[nest.level_of_m];

@@ -84,12 +84,12 @@ struct TileMapping {
   // stream tile of os) writes its partial C to DRAM, where it is summed later; nothing is
   // read back (SCALE-Sim's ofmap model).
   bool accumulate_in_buffer = true;
-  // Input tiles (A, B) move between DRAM and the buffer in array-aligned lines: each of
-  // their dimensions is padded to a multiple of align_* (>= 1). Padding takes DRAM transfer
-  // cycles but carries no data (not in the *_bits counts). SCALE-Sim pads its operand
-  // matrices to the array's edges so (os: m to rows, n to cols; ws/is: k to rows and the
-  // stationary operand's other dimension to cols).
-  int64_t align_m = 1, align_n = 1, align_k = 1;
+  // Input tiles move between DRAM and the buffer in array-aligned lines: A's m and k and
+  // B's k and n are padded to multiples of these (>= 1; 1 = no padding). Padding takes DRAM
+  // transfer cycles but carries no data (not in the *_bits counts). SCALE-Sim pads the
+  // operand dimension that maps onto an array edge: os A m -> rows, B n -> cols; ws A k ->
+  // rows, B n -> cols; is A m -> cols, B k -> rows.
+  int64_t a_align_m = 1, a_align_k = 1, b_align_k = 1, b_align_n = 1;
 
   // "os 16x16 | tiles m128 n256 k768 | order mnk" style text for ledgers and reports.
   std::string Describe() const;

@@ -95,12 +95,13 @@ void BindMemory(py::module_& m) {
 
   py::class_<TileMapping>(m, "TileMapping")
       .def(py::init([](int64_t tm, int64_t tn, int64_t tk, std::string order,
-                       bool accumulate_in_buffer, int64_t align_m, int64_t align_n,
-                       int64_t align_k) {
+                       bool accumulate_in_buffer, int64_t a_align_m, int64_t a_align_k,
+                       int64_t b_align_k, int64_t b_align_n) {
              TileMapping t;
-             t.align_m = align_m;
-             t.align_n = align_n;
-             t.align_k = align_k;
+             t.a_align_m = a_align_m;
+             t.a_align_k = a_align_k;
+             t.b_align_k = b_align_k;
+             t.b_align_n = b_align_n;
              t.tm = tm;
              t.tn = tn;
              t.tk = tk;
@@ -110,16 +111,17 @@ void BindMemory(py::module_& m) {
              return t;
            }),
            py::arg("tm"), py::arg("tn"), py::arg("tk"), py::arg("order") = "mnk",
-           py::arg("accumulate_in_buffer") = true, py::arg("align_m") = 1,
-           py::arg("align_n") = 1, py::arg("align_k") = 1)
+           py::arg("accumulate_in_buffer") = true, py::arg("a_align_m") = 1,
+           py::arg("a_align_k") = 1, py::arg("b_align_k") = 1, py::arg("b_align_n") = 1)
       .def_readonly("tm", &TileMapping::tm)
       .def_readonly("tn", &TileMapping::tn)
       .def_readonly("tk", &TileMapping::tk)
       .def_readonly("order", &TileMapping::order)
       .def_readonly("accumulate_in_buffer", &TileMapping::accumulate_in_buffer)
-      .def_readonly("align_m", &TileMapping::align_m)
-      .def_readonly("align_n", &TileMapping::align_n)
-      .def_readonly("align_k", &TileMapping::align_k)
+      .def_readonly("a_align_m", &TileMapping::a_align_m)
+      .def_readonly("a_align_k", &TileMapping::a_align_k)
+      .def_readonly("b_align_k", &TileMapping::b_align_k)
+      .def_readonly("b_align_n", &TileMapping::b_align_n)
       .def("describe", &TileMapping::Describe)
       .def("__repr__", [](const TileMapping& t) { return "TileMapping(" + t.Describe() + ")"; });
 

@@ -39,16 +39,18 @@ def _random_case(rng: random.Random):
     return dict(M=M, N=N, K=K, hw=hw, df=df, mem=mem, tiles=tiles, order=order,
                 batch=rng.choice([1, 1, 2, 3]), bits=(bits_a, bits_b, bits_c),
                 accumulate=rng.random() < 0.75, extra=rng.choice([0, 0, 100]),
-                align={d: rng.choice([1, 1, 3, 4]) for d in "mnk"})
+                align={"A": {d: rng.choice([1, 1, 3, 4]) for d in "mk"},
+                       "B": {d: rng.choice([1, 1, 3, 4]) for d in "kn"}})
 
 
 def _check(case):
     M, N, K = case["M"], case["N"], case["K"]
     tm, tn, tk = case["tiles"]
     a, b, c = case["bits"]
-    align = case.get("align", {"m": 1, "n": 1, "k": 1})
+    align = case.get("align", {"A": {}, "B": {}})
     mapping = cm.TileMapping(tm, tn, tk, case["order"], accumulate_in_buffer=case["accumulate"],
-                             align_m=align["m"], align_n=align["n"], align_k=align["k"])
+                             a_align_m=align["A"].get("m", 1), a_align_k=align["A"].get("k", 1),
+                             b_align_k=align["B"].get("k", 1), b_align_n=align["B"].get("n", 1))
     got = cm.analyze_memory(M, N, K, case["hw"], case["df"], case["mem"], mapping,
                             batch=case["batch"], bits_a=a, bits_b=b, bits_c=c,
                             extra_read_bits=case["extra"])

@@ -39,7 +39,8 @@ def _ceil_cycles(bits: int, per_cycle: float) -> int:
 
 def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=32,
          bits_c=32, accumulate=True, extra_read_bits=0, align=None):
-    align = align or {"m": 1, "n": 1, "k": 1}
+    # align: per input operand, its dimensions' line multiples, e.g. {"A": {"m": 4}}.
+    align = align or {}
     tm, tn, tk = min(tm, M), min(tn, N), min(tk, K)
     extent = {"m": M, "n": N, "k": K}
     tile = {"m": tm, "n": tn, "k": tk}
@@ -64,7 +65,8 @@ def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=
         _, i, j, k = s
         d = {"m": size("m", i), "n": size("n", j), "k": size("k", k)}
         if padded:  # array-aligned transfer lines: time, not data
-            d = {x: -(-v // align[x]) * align[x] for x, v in d.items()}
+            a = align.get(op, {})
+            d = {x: -(-v // a.get(x, 1)) * a.get(x, 1) for x, v in d.items()}
         return math.prod(d[x] for x in uses[op])
 
     tile_hw = cm.Hardware(hw.pe_domain, hw.interconnect, bandwidth_bits=mem.buffer_bandwidth_bits,
