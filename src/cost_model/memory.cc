@@ -439,16 +439,17 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
     C.dram_fetches = Mul(mm.tile_steps, 1, "C write-backs");
   }
 
-  // Array side: per tile shape class, times how many steps have that shape.
+  // Array side: per tile shape class, times how many steps have that shape (full tiles
+  // first, so shapes.front() is the full tile the extra ops are spread over).
   int64_t steps_checked = 0;
-  for (int im = 0; im < 2; ++im)
-    for (int in = 0; in < 2; ++in)
-      for (int ik = 0; ik < 2; ++ik) {
+  for (int im = 1; im >= 0; --im)
+    for (int in = 1; in >= 0; --in)
+      for (int ik = 1; ik >= 0; --ik) {
         const int64_t cm = im ? (dm.count - 1) : 1, cn = in ? (dn.count - 1) : 1,
                       ck = ik ? (dk.count - 1) : 1;
         if (cm == 0 || cn == 0 || ck == 0) continue;
         const TileCost& s = shape_cost(im ? dm.tile : dm.last, in ? dn.tile : dn.last,
-                                            ik ? dk.tile : dk.last);
+                                       ik ? dk.tile : dk.last);
         const int64_t n = Mul(Mul(Mul(cm, cn, "steps"), ck, "steps"), w.batch, "steps");
         steps_checked += n;
         A.buffer_read_bits = Add(A.buffer_read_bits, Mul(n, s.buffer_read_bits_a, "A"), "A");
