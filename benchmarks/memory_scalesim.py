@@ -57,9 +57,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     lines = [
-        "| M x N x K | array | df | SRAM KB i/f/o | BW | sound | A words: SCALE-Sim fetched "
+        ("| M x N x K | array | df | SRAM KB i/f/o | BW | sound | A words: SCALE-Sim fetched "
         "(reported) / ours | B words: SCALE-Sim fetched (reported) / ours | C writes SS / ours "
-        "| cycles SS (count) / ours (ratio) | our mapping |",
+        "| cycles SS (count) / ours (ratio) | our mapping |"),
         "|---|---|---|---|---:|---|---|---|---|---|---|",
     ]
     for case in CASES:

@@ -35,16 +35,18 @@ GEMMS = [
 ]
 
 
-def compare(M: int, N: int, K: int) -> dict:
+def compare(M: int, N: int, K: int, rows: int = 16, cols: int = 16, buffer_bytes: int = 1 << 20,
+            dram_bits: int = 256) -> dict:
     import zigzag_ref
 
-    z = zigzag_ref.run(M, N, K)
+    z = zigzag_ref.run(M, N, K, rows=rows, cols=cols, buffer_bytes=buffer_bytes,
+                       dram_bits=dram_bits)
     mapping, exact_order = zigzag_ref.as_tile_mapping(z, M, N, K)
-    hw = cm.Hardware.systolic(zigzag_ref.ROWS, zigzag_ref.COLS)
-    df = cm.Dataflow.preset("os", rows=zigzag_ref.ROWS, cols=zigzag_ref.COLS)
-    mem = cm.MemoryHierarchy(dram_bandwidth_bits=zigzag_ref.DRAM_BITS_PER_CYCLE,
-                             buffer_bytes=zigzag_ref.BUFFER_BYTES, psum_bits=zigzag_ref.BITS_OUT)
-    kw = dict(bits_a=zigzag_ref.BITS_IN, bits_b=zigzag_ref.BITS_IN, bits_c=zigzag_ref.BITS_OUT)
+    hw = cm.Hardware.systolic(rows, cols)
+    df = cm.Dataflow.preset("os", rows=rows, cols=cols)
+    mem = cm.MemoryHierarchy(dram_bandwidth_bits=dram_bits, buffer_bytes=buffer_bytes,
+                             psum_bits=zigzag_ref.BITS_OUT)
+    kw = {"bits_a": zigzag_ref.BITS_IN, "bits_b": zigzag_ref.BITS_IN, "bits_c": zigzag_ref.BITS_OUT}
     fits = True
     try:
         ours = cm.analyze_memory(M, N, K, hw, df, mem, mapping, **kw)
@@ -52,17 +54,29 @@ def compare(M: int, N: int, K: int) -> dict:
         # ZigZag does not double-buffer here: its tiles may need more than our double-buffered
         # capacity check allows. Traffic does not depend on capacity; say so in the table.
         fits = False
-        big = cm.MemoryHierarchy(dram_bandwidth_bits=zigzag_ref.DRAM_BITS_PER_CYCLE,
-                                 buffer_bytes=1 << 40, psum_bits=zigzag_ref.BITS_OUT)
+        big = cm.MemoryHierarchy(dram_bandwidth_bits=dram_bits, buffer_bytes=1 << 40,
+                                 psum_bits=zigzag_ref.BITS_OUT)
         ours = cm.analyze_memory(M, N, K, hw, df, big, mapping, **kw)
     t = ours.tensors
-    return dict(
-        zigzag=z, mapping=mapping, exact_order=exact_order, fits=fits, ours=ours,
-        a=(t["A"].dram_read_bits // zigzag_ref.BITS_IN, z.a_reads),
-        b=(t["B"].dram_read_bits // zigzag_ref.BITS_IN, z.b_reads),
-        cw=(t["C"].dram_write_bits // zigzag_ref.BITS_OUT, z.c_writes),
-        cr=(t["C"].dram_read_bits // zigzag_ref.BITS_OUT, z.c_reads),
-    )
+    return {
+        "zigzag": z, "mapping": mapping, "exact_order": exact_order, "fits": fits, "ours": ours,
+        "a": (t["A"].dram_read_bits // zigzag_ref.BITS_IN, z.a_reads),
+        "b": (t["B"].dram_read_bits // zigzag_ref.BITS_IN, z.b_reads),
+        "cw": (t["C"].dram_write_bits // zigzag_ref.BITS_OUT, z.c_writes),
+        "cr": (t["C"].dram_read_bits // zigzag_ref.BITS_OUT, z.c_reads),
+    }
+
+
+def random_configurations(count: int, seed: int):
+    """Shapes, arrays, buffers and DRAM bandwidths not tuned on: (M, N, K, rows, cols, bytes, bits)."""
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(count):
+        yield (rng.choice([1, rng.randint(2, 300)]), rng.randint(1, 2000), rng.randint(1, 2000),
+               rng.choice([4, 8, 16, 32]), rng.choice([4, 8, 16, 32]),
+               rng.choice([16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]),
+               rng.choice([64, 256, 1024]))
 
 
 def ratio(pair) -> str:
@@ -76,12 +90,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="also write the table (markdown) here")
     ap.add_argument("--quick", action="store_true", help="attention GEMMs and one linear only")
+    ap.add_argument("--random", type=int, default=0, metavar="N",
+                    help="also N random shapes, arrays, buffers and DRAM bandwidths")
+    ap.add_argument("--seed", type=int, default=12)
     args = ap.parse_args()
     gemms = [g for g in GEMMS if not args.quick or "head" in g[0] or g[0] == "decode attn proj"]
     lines = [
-        "| GEMM | M x N x K | ZigZag loops above buffer (outer first) | our mapping | "
+        ("| GEMM | M x N x K | ZigZag loops above buffer (outer first) | our mapping | "
         "A ours/ZZ | B ours/ZZ | C writes ours/ZZ | C reads ours/ZZ | fits 2x-buffered | "
-        "our cycles | roofline | ZigZag latency | ZigZag search s |",
+        "our cycles | roofline | ZigZag latency | ZigZag search s |"),
         "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     worst = 1.0
@@ -102,6 +119,22 @@ def main() -> None:
             f"{r['ours'].roofline_cycles:,} | {r['zigzag'].latency_cycles:,.0f} | "
             f"{r['zigzag'].search_seconds:.1f} |")
         print(lines[-1], flush=True)
+    if args.random:
+        lines += ["", f"Random configurations (seed {args.seed}):", "",
+                  ("| M x N x K | array | buffer KiB | DRAM bits/cycle | our mapping | A | B | "
+                  "C writes | C reads |"), "|---|---|---:|---:|---|---:|---:|---:|---:|"]
+        for M, N, K, rows, cols, nbytes, bits in random_configurations(args.random, args.seed):
+            r = compare(M, N, K, rows, cols, nbytes, bits)
+            for key in ("a", "b", "cw", "cr"):
+                ours, theirs = r[key]
+                if theirs:
+                    worst = max(worst, ours / theirs, theirs / max(ours, 1))
+            lines.append(
+                f"| {M} x {N} x {K} | {rows}x{cols} | {nbytes >> 10} | {bits} | "
+                f"{r['mapping'].describe()}{'' if r['exact_order'] else ' (merged)'} | "
+                + " | ".join(f"{ratio(r[k])} ({r[k][1]:,})" for k in ("a", "b", "cw", "cr"))
+                + " |")
+            print(lines[-1], flush=True)
     lines.append("")
     lines.append(f"Largest traffic ratio either way: {worst:.3f} (elements; ZigZag's count in "
                  "parentheses).")

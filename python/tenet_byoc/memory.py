@@ -12,8 +12,10 @@ Example
 >>> hw = cm.Hardware.systolic(16, 16)
 >>> df = cm.Dataflow.preset("os", rows=16, cols=16)
 >>> mem = cm.MemoryHierarchy(dram_bandwidth_bits=256, buffer_bytes=1 << 20)
->>> mm = cm.analyze_memory(128, 768, 768, hw, df, mem, cm.TileMapping(128, 256, 768, "mnk"))
->>> mm.tensors["B"].dram_read_bits, mm.cycles, mm.roofline_cycles
+>>> tiles = cm.default_tile_mapping(128, 768, 768, mem, 16, 16)      # or cm.TileMapping(...)
+>>> mm = cm.analyze_memory(128, 768, 768, hw, df, mem, tiles)
+>>> mm.tensors["B"].dram_read_bits, mm.cycles, mm.roofline_cycles, mm.mapping
+>>> cm.call_energy(mm, mem, cm.PrecisionTable.horowitz_45nm().lookup(32, 32)).total_pj
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ def scalesim_mapping(M: int, N: int, K: int, rows: int, cols: int, dataflow: str
     """
     half = {name: kb * 1024 // 2 // word_bytes for name, kb in
             (("A", ifmap_sram_kb), ("B", filter_sram_kb), ("C", ofmap_sram_kb))}
-    folds_k = lambda tk: -(-tk // rows)  # noqa: E731  (K folds of ws/is per tile)
+    folds_k = lambda tk: -(-tk // rows)
     if dataflow == "os":   # C stationary: M blocks outside N blocks, K streams
         tk = K if rows * K <= half["A"] and cols * K <= half["B"] else max(
             1, min(half["A"] // rows, half["B"] // cols, K))

@@ -36,11 +36,11 @@ def _random_case(rng: random.Random):
     )
     tiles = tuple(rng.randint(1, d + 2) for d in (M, N, K))
     order = "".join(rng.sample("mnk", 3))
-    return dict(M=M, N=N, K=K, hw=hw, df=df, mem=mem, tiles=tiles, order=order,
-                batch=rng.choice([1, 1, 2, 3]), bits=(bits_a, bits_b, bits_c),
-                accumulate=rng.random() < 0.75, extra=rng.choice([0, 0, 100]),
-                align={"A": {d: rng.choice([1, 1, 3, 4]) for d in "mk"},
-                       "B": {d: rng.choice([1, 1, 3, 4]) for d in "kn"}})
+    return {"M": M, "N": N, "K": K, "hw": hw, "df": df, "mem": mem, "tiles": tiles, "order": order,
+                "batch": rng.choice([1, 1, 2, 3]), "bits": (bits_a, bits_b, bits_c),
+                "accumulate": rng.random() < 0.75, "extra": rng.choice([0, 0, 100]),
+                "align": {"A": {d: rng.choice([1, 1, 3, 4]) for d in "mk"},
+                       "B": {d: rng.choice([1, 1, 3, 4]) for d in "kn"}}}
 
 
 def _check(case):
@@ -89,9 +89,9 @@ def test_every_order_on_edge_tiles(order):
     hw = cm.Hardware.systolic(4, 4)
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=16, buffer_bandwidth_bits=64)
     for name in ("os", "ws", "is"):
-        case = dict(M=29, N=31, K=37, hw=hw, df=cm.Dataflow.preset(name, rows=4, cols=4),
-                    mem=mem, tiles=(4, 5, 6), order=order, batch=2, bits=(8, 8, 32),
-                    accumulate=True, extra=0)
+        case = {"M": 29, "N": 31, "K": 37, "hw": hw, "df": cm.Dataflow.preset(name, rows=4, cols=4),
+                    "mem": mem, "tiles": (4, 5, 6), "order": order, "batch": 2, "bits": (8, 8, 32),
+                    "accumulate": True, "extra": 0}
         _check(case)
 
 
@@ -139,8 +139,8 @@ def test_roofline_never_beaten_random_hardware():
         order = "".join(rng.sample("mnk", 3))
         tm, tn, tk = (rng.randint(1, d) for d in (M, N, K))
         mapping = cm.TileMapping(tm, tn, tk, order, accumulate_in_buffer=rng.random() < 0.8)
-        kw = dict(batch=rng.choice([1, 4]), bits_a=bits_a, bits_b=bits_b, bits_c=bits_c,
-                  extra_read_bits=rng.choice([0, 4096]), extra_ops=rng.choice([0, 10000]))
+        kw = {"batch": rng.choice([1, 4]), "bits_a": bits_a, "bits_b": bits_b, "bits_c": bits_c,
+                  "extra_read_bits": rng.choice([0, 4096]), "extra_ops": rng.choice([0, 10000])}
         try:
             got = cm.analyze_memory(M, N, K, hw, df, mem, mapping, **kw)
         except ValueError as e:
@@ -181,12 +181,12 @@ def test_capacity_refused_with_message():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(dram_bandwidth_bits=0), r"dram_bandwidth_bits .* must be a finite number > 0, got 0"),
-    (dict(buffer_bytes=0), r"buffer_bytes must be > 0, got 0"),
-    (dict(buffer_bandwidth_bits=-1), r"buffer_bandwidth_bits .* got -1"),
-    (dict(dram_pj_per_bit=float("nan")), r"dram_pj_per_bit must be a finite number >= 0"),
-    (dict(psum_bits=0), r"psum_bits must be in 1..128, got 0"),
-    (dict(register_bytes=-4), r"register_bytes must be > 0, got -4"),
+    ({"dram_bandwidth_bits": 0}, r"dram_bandwidth_bits .* must be a finite number > 0, got 0"),
+    ({"buffer_bytes": 0}, r"buffer_bytes must be > 0, got 0"),
+    ({"buffer_bandwidth_bits": -1}, r"buffer_bandwidth_bits .* got -1"),
+    ({"dram_pj_per_bit": float("nan")}, r"dram_pj_per_bit must be a finite number >= 0"),
+    ({"psum_bits": 0}, r"psum_bits must be in 1..128, got 0"),
+    ({"register_bytes": -4}, r"register_bytes must be > 0, got -4"),
 ])
 def test_memory_hierarchy_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -36,3 +36,14 @@ def test_traffic_agrees_with_zigzag(M, N, K):
 @pytest.mark.parametrize("name,M,N,K", memory_zigzag.GEMMS, ids=[g[0] for g in memory_zigzag.GEMMS])
 def test_traffic_agrees_with_zigzag_gpt2(name, M, N, K):
     _check(M, N, K)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", list(memory_zigzag.random_configurations(6, seed=2027)),
+                         ids=lambda c: "-".join(map(str, c)))
+def test_traffic_agrees_with_zigzag_random_configurations(config):
+    M, N, K, rows, cols, nbytes, bits = config
+    r = memory_zigzag.compare(M, N, K, rows, cols, nbytes, bits)
+    for key in ("a", "b", "cw", "cr"):
+        ours, theirs = r[key]
+        assert abs(ours - theirs) <= 0.05 * theirs, (key, ours, theirs, r["mapping"])

@@ -1,8 +1,9 @@
 """ZigZag 3.9 (zigzag-dse) on a GEMM: the mapping its LOMA search chooses and its DRAM traffic.
 
-The accelerator is the os16 equivalent: a 16 x 16 array unrolling M and N (output
+The accelerator is by default the os16 equivalent: a 16 x 16 array unrolling M and N (output
 stationary: a 32-bit accumulator register per PE, A broadcast along a row, B down a
-column), one 1 MiB global buffer for A, B and C, and DRAM at 256 bits per cycle. Operands
+column), one 1 MiB global buffer for A, B and C, and DRAM at 256 bits per cycle (array,
+buffer and DRAM bandwidth are parameters of run()). Operands
 are 8-bit, C (partial and final) 32-bit. Its DRAM traffic is read from the top memory level
 of every operand (elements moved down = DRAM reads, up = DRAM writes).
 """
@@ -22,7 +23,7 @@ DRAM_BITS_PER_CYCLE = 256
 ROWS = COLS = 16
 BITS_IN, BITS_OUT = 8, 32
 
-_ACCELERATOR = f"""
+_ACCELERATOR = """
 name: os16_equivalent
 memories:
   reg_I:
@@ -61,7 +62,7 @@ memories:
       - {{name: w_port_2, type: write, bandwidth_min: {BITS_OUT}, bandwidth_max: {BITS_OUT}, allocation: [O, fl]}}
     served_dimensions: []
   buffer:
-    size: {BUFFER_BYTES * 8}
+    size: {buffer_bits}
     r_cost: 60
     w_cost: 60
     area: 0
@@ -79,22 +80,22 @@ memories:
     latency: 1
     operands: [I1, I2, O]
     ports:
-      - {{name: rw_port_1, type: read_write, bandwidth_min: 8, bandwidth_max: {DRAM_BITS_PER_CYCLE}, allocation: [I1, fh, I1, tl, I2, fh, I2, tl, O, fh, O, tl, O, fl, O, th]}}
+      - {{name: rw_port_1, type: read_write, bandwidth_min: 8, bandwidth_max: {dram_bits}, allocation: [I1, fh, I1, tl, I2, fh, I2, tl, O, fh, O, tl, O, fl, O, th]}}
     served_dimensions: [D1, D2]
 operational_array:
   unit_energy: 0.3
   unit_area: 1
   dimensions: [D1, D2]
-  sizes: [{ROWS}, {COLS}]
+  sizes: [{rows}, {cols}]
 """
 
-_MAPPING = f"""
+_MAPPING = """
 - name: default
   spatial_mapping:
     D1:
-      - M, {ROWS}
+      - M, {rows}
     D2:
-      - N, {COLS}
+      - N, {cols}
   memory_operand_links:
     O: O
     W: I2
@@ -128,7 +129,8 @@ def _flow_yaml(text: str) -> str:
     return "\n".join(out)
 
 
-def run(M: int, N: int, K: int, lpf_limit: int = 6) -> ZigZagGemm:
+def run(M: int, N: int, K: int, lpf_limit: int = 6, *, rows: int = ROWS, cols: int = COLS,
+        buffer_bytes: int = BUFFER_BYTES, dram_bits: int = DRAM_BITS_PER_CYCLE) -> ZigZagGemm:
     import time
 
     from zigzag.api import get_hardware_performance_zigzag
@@ -142,9 +144,11 @@ def run(M: int, N: int, K: int, lpf_limit: int = 6) -> ZigZagGemm:
     }]
     with tempfile.TemporaryDirectory() as tmp:
         acc = Path(tmp) / "accelerator.yaml"
-        acc.write_text(_flow_yaml(_ACCELERATOR))
+        fields = {"BITS_IN": BITS_IN, "BITS_OUT": BITS_OUT, "buffer_bits": buffer_bytes * 8,
+                      "dram_bits": dram_bits, "rows": rows, "cols": cols}
+        acc.write_text(_flow_yaml(_ACCELERATOR.format(**fields)))
         mapping = Path(tmp) / "mapping.yaml"
-        mapping.write_text(_MAPPING)
+        mapping.write_text(_MAPPING.format(**fields))
         root = logging.getLogger()
         level = root.level
         t0 = time.perf_counter()
