@@ -97,29 +97,36 @@ struct Nest {
     }
     return false;
   }
+  // Levels 0..outer[op] index op's buffer tile; the loops below are spanned by it (its
+  // tile covers their whole range: TileMapping::span_*).
+  std::array<int, 3> outer{3, 3, 3};
+  bool Spanned(int op, int l) const { return l > outer[op]; }
   bool SameTile(int op, const Idx& x, const Idx& y) const {
-    for (int l = 0; l < 4; ++l)
+    for (int l = 0; l <= outer[op]; ++l)
       if (Relevant(op, lv[l].name) && x[l] != y[l]) return false;
     return true;
   }
   int64_t Elems(int op, const Idx& i) const {
     int64_t e = 1;
     for (int l = 1; l < 4; ++l)
-      if (Relevant(op, lv[l].name)) e *= lv[l].Size(i[l]);
+      if (Relevant(op, lv[l].name)) e *= Spanned(op, l) ? lv[l].extent : lv[l].Size(i[l]);
     return e;
   }
   // Elements a transfer of op's tile occupies on the DRAM interface (array-aligned lines).
   int64_t PaddedElems(int op, const Idx& i) const {
     int64_t e = 1;
     for (int l = 1; l < 4; ++l)
-      if (Relevant(op, lv[l].name)) e *= CeilDiv(lv[l].Size(i[l]), align[op][l]) * align[op][l];
+      if (Relevant(op, lv[l].name)) {
+        const int64_t size = Spanned(op, l) ? lv[l].extent : lv[l].Size(i[l]);
+        e *= CeilDiv(size, align[op][l]) * align[op][l];
+      }
     return e;
   }
   std::array<std::array<int64_t, 4>, 3> align{};  // [operand][level]
   // Innermost level whose loop moves (count > 1) and indexes op's tile; -1 if none.
   int InnermostMoving(int op) const {
     int r = -1;
-    for (int l = 0; l < 4; ++l)
+    for (int l = 0; l <= outer[op]; ++l)
       if (lv[l].count > 1 && Relevant(op, lv[l].name)) r = l;
     return r;
   }
@@ -175,6 +182,8 @@ void Validate(const MemoryHierarchy& mem) {
 std::string TileMapping::Describe() const {
   std::string s = "tiles m" + Str(tm) + " n" + Str(tn) + " k" + Str(tk) + " order " + order;
   if (!accumulate_in_buffer) s += " psums to DRAM";
+  if (span_a || span_b || span_c)
+    s += " spans A" + Str(span_a) + " B" + Str(span_b) + " C" + Str(span_c);
   if (a_align_m > 1 || a_align_k > 1 || b_align_k > 1 || b_align_n > 1)
     s += " lines A m" + Str(a_align_m) + " k" + Str(a_align_k) + ", B k" + Str(b_align_k) +
          " n" + Str(b_align_n);
@@ -199,7 +208,33 @@ void Validate(const TileMapping& t) {
   if (sorted != "kmn")
     throw std::invalid_argument("TileMapping.order must be a permutation of \"mnk\" (tile loops, "
                                 "outermost first), got \"" + t.order + "\"");
+  const std::pair<const char*, int> spans[] = {
+      {"span_a", t.span_a}, {"span_b", t.span_b}, {"span_c", t.span_c}};
+  for (const auto& [name, v] : spans)
+    if (v < 0 || v > 3)
+      throw std::invalid_argument(std::string("TileMapping.") + name +
+                                  " must be 0..3 (innermost tile loops the tile covers), got " +
+                                  Str(v));
+  if (t.span_c > 0 && !t.accumulate_in_buffer)
+    throw std::invalid_argument("TileMapping.span_c = " + Str(t.span_c) +
+                                " keeps C in the buffer, which needs accumulate_in_buffer");
 }
+
+namespace {
+// Elements of each operand's buffer tile (A, B, C): a dimension whose loop the operand's
+// span covers counts whole.
+std::array<int64_t, 3> BufferTileElems(const GemmWorkload& w, const TileMapping& t) {
+  auto level = [&](char d) { return static_cast<int>(t.order.find(d)) + 1; };
+  auto size = [&](char d, int span) {
+    const int64_t extent = d == 'm' ? w.m : d == 'n' ? w.n : w.k;
+    const int64_t tile = d == 'm' ? t.tm : d == 'n' ? t.tn : t.tk;
+    return level(d) > 3 - span ? extent : std::min(tile, extent);
+  };
+  return {Mul(size('m', t.span_a), size('k', t.span_a), "A tile"),
+          Mul(size('k', t.span_b), size('n', t.span_b), "B tile"),
+          Mul(size('m', t.span_c), size('n', t.span_c), "C tile")};
+}
+}  // namespace
 
 int64_t CompulsoryDramBits(const GemmWorkload& w) {
   int64_t per = 0;
@@ -234,12 +269,13 @@ int64_t RooflineCycles(const GemmWorkload& w, int64_t num_pes, double rate,
 
 int64_t BufferBytesNeeded(const GemmWorkload& w, const MemoryHierarchy& mem,
                           const TileMapping& t) {
-  const int64_t tm = std::min(t.tm, w.m), tn = std::min(t.tn, w.n), tk = std::min(t.tk, w.k);
+  Validate(t);
+  const auto e = BufferTileElems(w, t);
   const int64_t copies = mem.buffer_double_buffered ? 2 : 1;
-  int64_t in = Add(Mul(Mul(tm, tk, "A tile"), w.bits_a, "A tile bits"),
-                   Mul(Mul(tk, tn, "B tile"), w.bits_b, "B tile bits"), "input tile bits");
+  int64_t in = Add(Mul(e[0], w.bits_a, "A tile bits"), Mul(e[1], w.bits_b, "B tile bits"),
+                   "input tile bits");
   int64_t bits = Add(Mul(in, copies, "input tile bits"),
-                     Mul(Mul(tm, tn, "C tile"), mem.psum_bits, "C tile bits"), "tile bits");
+                     Mul(e[2], mem.psum_bits, "C tile bits"), "tile bits");
   return CeilDiv(bits, 8);
 }
 
@@ -360,11 +396,12 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
   mm.buffer_bytes_used = BufferBytesNeeded(w, mem, t);
   if (mm.buffer_bytes_used > mem.buffer_bytes) {
     const int64_t copies = mem.buffer_double_buffered ? 2 : 1;
+    const auto e = BufferTileElems(w, t);
     throw std::invalid_argument(
         "TileMapping tm=" + Str(tm) + " tn=" + Str(tn) + " tk=" + Str(tk) + " needs " +
         Str(mm.buffer_bytes_used) + " bytes of buffer (" + Str(copies) + " x (A tile " +
-        Str(CeilDiv(tm * tk * w.bits_a, 8)) + " + B tile " + Str(CeilDiv(tk * tn * w.bits_b, 8)) +
-        ") + C tile " + Str(CeilDiv(tm * tn * mem.psum_bits, 8)) + " at " + Str(mem.psum_bits) +
+        Str(CeilDiv(e[0] * w.bits_a, 8)) + " + B tile " + Str(CeilDiv(e[1] * w.bits_b, 8)) +
+        ") + C tile " + Str(CeilDiv(e[2] * mem.psum_bits, 8)) + " at " + Str(mem.psum_bits) +
         " bits); MemoryHierarchy.buffer_bytes is " + Str(mem.buffer_bytes) +
         ": use smaller tiles or a larger buffer");
   }
@@ -391,6 +428,9 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
     nest.align[kB][l + 1] = d == 'k' ? t.b_align_k : d == 'n' ? t.b_align_n : 1;
     nest.align[kC][l + 1] = 1;
   }
+  nest.outer = {3 - static_cast<int>(t.span_a), 3 - static_cast<int>(t.span_b),
+                3 - static_cast<int>(t.span_c)};
+  const bool k_spanned_by_c = nest.Spanned(kC, nest.level_of_k);
   const Dim& dk = nest.lv[nest.level_of_k];
   const Dim& dm = nest.lv[nest.level_of_m];
   const Dim& dn = nest.lv[nest.level_of_n];
@@ -481,13 +521,14 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
     const bool has_prev = nest.Prev(p);
     if (!has_prev || !nest.SameTile(kA, s, p)) ch[0] += nest.PaddedElems(kA, s) * w.bits_a;
     if (!has_prev || !nest.SameTile(kB, s, p)) ch[1] += nest.PaddedElems(kB, s) * w.bits_b;
-    if (t.accumulate_in_buffer && (!has_prev || !nest.SameTile(kC, s, p)) && ik_of(s) != 0)
+    if (t.accumulate_in_buffer && (!has_prev || !nest.SameTile(kC, s, p)) && !k_spanned_by_c &&
+        ik_of(s) != 0)
       ch[2] += nest.Elems(kC, s) * mem.psum_bits;  // partial sums come back
     if (!has_prev) ch[0] += w.extra_read_bits;
   };
   auto writeback = [&](const Idx& s, std::array<int64_t, 3>& ch) {
     const int64_t e = nest.Elems(kC, s);
-    const bool final_k = ik_of(s) == dk.count - 1;
+    const bool final_k = k_spanned_by_c || ik_of(s) == dk.count - 1;
     if (t.accumulate_in_buffer) {
       Idx nx = s;
       if (nest.Next(nx) && nest.SameTile(kC, s, nx)) return;

@@ -90,6 +90,13 @@ struct TileMapping {
   // operand dimension that maps onto an array edge: os A m -> rows, B n -> cols; ws A k ->
   // rows, B n -> cols; is A m -> cols, B k -> rows.
   int64_t a_align_m = 1, a_align_k = 1, b_align_k = 1, b_align_n = 1;
+  // How many of the innermost tile loops an operand's buffer tile covers whole (0..3): 0 =
+  // a new tile with every step that changes its index; 1 = the tile spans the innermost
+  // loop (e.g. order "mnk", span_a = 1: A's tile holds all of K for its m, fetched once per
+  // m tile however the n loop moves); 3 = the whole operand stays in the buffer, fetched
+  // once. Larger spans take more buffer (capacity check) and save refetches. C's span
+  // needs accumulate_in_buffer.
+  int span_a = 0, span_b = 0, span_c = 0;
 
   // "os 16x16 | tiles m128 n256 k768 | order mnk" style text for ledgers and reports.
   std::string Describe() const;

@@ -96,12 +96,16 @@ void BindMemory(py::module_& m) {
   py::class_<TileMapping>(m, "TileMapping")
       .def(py::init([](int64_t tm, int64_t tn, int64_t tk, std::string order,
                        bool accumulate_in_buffer, int64_t a_align_m, int64_t a_align_k,
-                       int64_t b_align_k, int64_t b_align_n) {
+                       int64_t b_align_k, int64_t b_align_n, int span_a, int span_b,
+                       int span_c) {
              TileMapping t;
              t.a_align_m = a_align_m;
              t.a_align_k = a_align_k;
              t.b_align_k = b_align_k;
              t.b_align_n = b_align_n;
+             t.span_a = span_a;
+             t.span_b = span_b;
+             t.span_c = span_c;
              t.tm = tm;
              t.tn = tn;
              t.tk = tk;
@@ -112,7 +116,8 @@ void BindMemory(py::module_& m) {
            }),
            py::arg("tm"), py::arg("tn"), py::arg("tk"), py::arg("order") = "mnk",
            py::arg("accumulate_in_buffer") = true, py::arg("a_align_m") = 1,
-           py::arg("a_align_k") = 1, py::arg("b_align_k") = 1, py::arg("b_align_n") = 1)
+           py::arg("a_align_k") = 1, py::arg("b_align_k") = 1, py::arg("b_align_n") = 1,
+           py::arg("span_a") = 0, py::arg("span_b") = 0, py::arg("span_c") = 0)
       .def_readonly("tm", &TileMapping::tm)
       .def_readonly("tn", &TileMapping::tn)
       .def_readonly("tk", &TileMapping::tk)
@@ -122,6 +127,9 @@ void BindMemory(py::module_& m) {
       .def_readonly("a_align_k", &TileMapping::a_align_k)
       .def_readonly("b_align_k", &TileMapping::b_align_k)
       .def_readonly("b_align_n", &TileMapping::b_align_n)
+      .def_readonly("span_a", &TileMapping::span_a)
+      .def_readonly("span_b", &TileMapping::span_b)
+      .def_readonly("span_c", &TileMapping::span_c)
       .def("describe", &TileMapping::Describe)
       .def("__repr__", [](const TileMapping& t) { return "TileMapping(" + t.Describe() + ")"; });
 

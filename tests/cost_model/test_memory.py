@@ -36,11 +36,12 @@ def _random_case(rng: random.Random):
     )
     tiles = tuple(rng.randint(1, d + 2) for d in (M, N, K))
     order = "".join(rng.sample("mnk", 3))
-    return {"M": M, "N": N, "K": K, "hw": hw, "df": df, "mem": mem, "tiles": tiles, "order": order,
-                "batch": rng.choice([1, 1, 2, 3]), "bits": (bits_a, bits_b, bits_c),
-                "accumulate": rng.random() < 0.75, "extra": rng.choice([0, 0, 100]),
-                "align": {"A": {d: rng.choice([1, 1, 3, 4]) for d in "mk"},
-                       "B": {d: rng.choice([1, 1, 3, 4]) for d in "kn"}}}
+    return {"M": M, "N": N, "K": K, "hw": hw, "df": df, "mem": mem, "tiles": tiles,
+            "order": order, "batch": rng.choice([1, 1, 2, 3]), "bits": (bits_a, bits_b, bits_c),
+            "accumulate": rng.random() < 0.75, "extra": rng.choice([0, 0, 100]),
+            "align": {"A": {d: rng.choice([1, 1, 3, 4]) for d in "mk"},
+                      "B": {d: rng.choice([1, 1, 3, 4]) for d in "kn"}},
+            "span": {op: rng.choice([0, 0, 1, 2, 3]) for op in "ABC"}}
 
 
 def _check(case):
@@ -48,16 +49,21 @@ def _check(case):
     tm, tn, tk = case["tiles"]
     a, b, c = case["bits"]
     align = case.get("align", {"A": {}, "B": {}})
+    span = dict(case.get("span", {}))
+    if not case["accumulate"]:
+        span["C"] = 0
     mapping = cm.TileMapping(tm, tn, tk, case["order"], accumulate_in_buffer=case["accumulate"],
                              a_align_m=align["A"].get("m", 1), a_align_k=align["A"].get("k", 1),
-                             b_align_k=align["B"].get("k", 1), b_align_n=align["B"].get("n", 1))
+                             b_align_k=align["B"].get("k", 1), b_align_n=align["B"].get("n", 1),
+                             span_a=span.get("A", 0), span_b=span.get("B", 0),
+                             span_c=span.get("C", 0))
     got = cm.analyze_memory(M, N, K, case["hw"], case["df"], case["mem"], mapping,
                             batch=case["batch"], bits_a=a, bits_b=b, bits_c=c,
                             extra_read_bits=case["extra"])
     ref = tile_walk.walk(M, N, K, case["hw"], case["df"], case["mem"], tm, tn, tk,
                          case["order"], batch=case["batch"], bits_a=a, bits_b=b, bits_c=c,
                          accumulate=case["accumulate"], extra_read_bits=case["extra"],
-                         align=align)
+                         align=align, span=span)
     for op in "ABC":
         assert got.tensors[op].dram_read_bits == ref.dram_read_bits[op], op
         assert got.tensors[op].dram_fetches == ref.fetches[op], op
@@ -116,6 +122,16 @@ def test_traffic_by_hand():
     assert got.tensors["B"].dram_read_bits == 4 * 64 * 64 * 8
     assert got.tensors["C"].dram_write_bits == 64 * 64 * (3 * 32 + 16)
     assert got.tensors["C"].dram_read_bits == 64 * 64 * 3 * 32
+    # Spans: in order mnk with 4 m tiles, 2 n tiles and 4 k tiles, A (m, k) goes around
+    # again for each n tile (2x); when A's tile spans the k loop it stays for both n tiles.
+    t = {"tm": 16, "tn": 32, "tk": 16, "order": "mnk"}
+    plain = cm.analyze_memory(64, 64, 64, hw, df, mem, cm.TileMapping(**t), bits=8)
+    spanned = cm.analyze_memory(64, 64, 64, hw, df, mem, cm.TileMapping(**t, span_a=1), bits=8)
+    assert plain.tensors["A"].dram_read_bits == 2 * 64 * 64 * 8
+    assert spanned.tensors["A"].dram_read_bits == 64 * 64 * 8
+    assert spanned.buffer_bytes_used - plain.buffer_bytes_used == 2 * 16 * (64 - 16)
+    with pytest.raises(ValueError, match="span_c = 1 keeps C in the buffer"):
+        cm.TileMapping(4, 4, 4, span_c=1, accumulate_in_buffer=False)
 
 
 def test_roofline_never_beaten_random_hardware():

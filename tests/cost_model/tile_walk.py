@@ -38,7 +38,7 @@ def _ceil_cycles(bits: int, per_cycle: float) -> int:
 
 
 def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=32,
-         bits_c=32, accumulate=True, extra_read_bits=0, align=None):
+         bits_c=32, accumulate=True, extra_read_bits=0, align=None, span=None):
     # align: per input operand, its dimensions' line multiples, e.g. {"A": {"m": 4}}.
     align = align or {}
     tm, tn, tk = min(tm, M), min(tn, N), min(tk, K)
@@ -50,6 +50,10 @@ def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=
         return min(tile[d], extent[d] - i * tile[d])
 
     uses = {"A": "mk", "B": "kn", "C": "mn"}
+    # An operand's tile covers the innermost span[op] tile loops whole.
+    span = span or {}
+    spanned = {op: {d for d in uses[op] if order.index(d) >= 3 - span.get(op, 0)}
+               for op in uses}
     steps = []
     for b in range(batch):
         for idx in itertools.product(*(range(count[d]) for d in order)):
@@ -59,11 +63,12 @@ def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=
     def key(op, s):
         b, i, j, k = s
         d = {"m": i, "n": j, "k": k}
-        return (b,) + tuple(d[x] for x in uses[op])
+        return (b,) + tuple(d[x] for x in uses[op] if x not in spanned[op])
 
     def elems(op, s, padded=False):
         _, i, j, k = s
         d = {"m": size("m", i), "n": size("n", j), "k": size("k", k)}
+        d = {x: extent[x] if x in spanned[op] else v for x, v in d.items()}
         if padded:  # array-aligned transfer lines: time, not data
             a = align.get(op, {})
             d = {x: -(-v // a.get(x, 1)) * a.get(x, 1) for x, v in d.items()}
@@ -104,14 +109,16 @@ def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=
                 f[c] += elems(op, s, padded=True) * width
                 res.dram_read_bits[op] += elems(op, s) * width
                 res.fetches[op] += 1
-        if accumulate and (prev is None or key("C", prev) != key("C", s)) and s[3] != 0:
+        k_in_c = "k" in spanned["C"]
+        if (accumulate and (prev is None or key("C", prev) != key("C", s)) and s[3] != 0
+                and not k_in_c):
             f[2] += elems("C", s) * mem.psum_bits
             res.dram_read_bits["C"] += elems("C", s) * mem.psum_bits
         if n == 0:
             f[0] += extra_read_bits
         w = [0, 0, 0]
         nxt = steps[n + 1] if n + 1 < S else None
-        final = s[3] == count["k"] - 1
+        final = k_in_c or s[3] == count["k"] - 1
         if accumulate:
             if nxt is None or key("C", nxt) != key("C", s):
                 w[2] = elems("C", s) * (bits_c if final else mem.psum_bits)

@@ -187,10 +187,13 @@ def run(M: int, N: int, K: int, lpf_limit: int = 6, *, rows: int = ROWS, cols: i
 def as_tile_mapping(z: ZigZagGemm, M: int, N: int, K: int):
     """ZigZag's mapping as our tiles and loop order.
 
-    The loops above the buffer are a suffix of ZigZag's one loop nest for every operand; the
-    longest one is our tile-loop nest. A dimension's tile is its extent over the product of
-    its loops there; its place in our order is that of its outermost loop (exact when a
-    dimension's loops there are adjacent, as LOMA's choices here are; see the benchmark).
+    The loops above the buffer are the outer part of ZigZag's one loop nest, cut at a
+    different depth for each operand; the longest cut is our tile-loop nest. A dimension's
+    tile is its extent over the product of its loops there; its place in our order is that
+    of its outermost loop (exact when a dimension's loops there are adjacent; the second
+    value returned says whether they are). An operand cut higher keeps its tile over the
+    inner loops: our span_* = the dimensions of our order (innermost first) that have no
+    loop above its cut.
     """
     from tenet_byoc import cost_model as cm
 
@@ -207,4 +210,15 @@ def as_tile_mapping(z: ZigZagGemm, M: int, N: int, K: int):
         {p for p, (d2, _) in enumerate(nest) if d2 == d} ==
         set(range(first[d], first[d] + sum(1 for d2, _ in nest if d2 == d)))
         for d in first)
-    return cm.TileMapping(tiles["M"], tiles["N"], tiles["K"], "".join(order).lower()), adjacent
+    spans = {}
+    for op, mine in (("A", "I"), ("B", "W"), ("C", "O")):
+        above = {d for d, _ in z.dram_loops.get(mine, [])}
+        span = 0
+        for d in reversed(order):
+            if d in above:
+                break
+            span += 1
+        spans[op] = span
+    mapping = cm.TileMapping(tiles["M"], tiles["N"], tiles["K"], "".join(order).lower(),
+                             span_a=spans["A"], span_b=spans["B"], span_c=spans["C"])
+    return mapping, adjacent
