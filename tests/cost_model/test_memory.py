@@ -154,7 +154,10 @@ def test_roofline_never_beaten_random_hardware():
             stationary_double_buffered=rng.random() < 0.5)
         order = "".join(rng.sample("mnk", 3))
         tm, tn, tk = (rng.randint(1, d) for d in (M, N, K))
-        mapping = cm.TileMapping(tm, tn, tk, order, accumulate_in_buffer=rng.random() < 0.8)
+        accumulate = rng.random() < 0.8
+        mapping = cm.TileMapping(tm, tn, tk, order, accumulate_in_buffer=accumulate,
+                                 span_a=rng.choice([0, 0, 1, 3]), span_b=rng.choice([0, 0, 2]),
+                                 span_c=rng.choice([0, 1]) if accumulate else 0)
         kw = {"batch": rng.choice([1, 4]), "bits_a": bits_a, "bits_b": bits_b, "bits_c": bits_c,
                   "extra_read_bits": rng.choice([0, 4096]), "extra_ops": rng.choice([0, 10000])}
         try:

@@ -18,8 +18,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 memory_zigzag = pytest.importorskip("memory_zigzag")
 
 
-def _check(M, N, K):
-    r = memory_zigzag.compare(M, N, K)
+def _check(M, N, K, *config):
+    r = memory_zigzag.compare(M, N, K, *config)
+    if not r["exact_order"]:
+        pytest.skip(f"ZigZag split a dimension's loops around another's ({r['zigzag'].dram_loops}):"
+                    " outside our three-loop tile space")
     for key in ("a", "b", "cw", "cr"):
         ours, theirs = r[key]
         assert abs(ours - theirs) <= 0.05 * theirs, (key, ours, theirs, r["mapping"])
@@ -42,8 +45,4 @@ def test_traffic_agrees_with_zigzag_gpt2(name, M, N, K):
 @pytest.mark.parametrize("config", list(memory_zigzag.random_configurations(6, seed=2027)),
                          ids=lambda c: "-".join(map(str, c)))
 def test_traffic_agrees_with_zigzag_random_configurations(config):
-    M, N, K, rows, cols, nbytes, bits = config
-    r = memory_zigzag.compare(M, N, K, rows, cols, nbytes, bits)
-    for key in ("a", "b", "cw", "cr"):
-        ours, theirs = r[key]
-        assert abs(ours - theirs) <= 0.05 * theirs, (key, ours, theirs, r["mapping"])
+    _check(*config)
