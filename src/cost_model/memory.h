@@ -51,7 +51,9 @@ struct MemoryHierarchy {
   double dram_pj_per_bit = kDramPjPerBit;  // >= 0
   // The global buffer, shared by A, B and C tiles.
   int64_t buffer_bytes = 1 << 20;        // > 0
-  double buffer_bandwidth_bits = 256;    // buffer <-> array, bits per cycle, > 0
+  // Buffer <-> array, bits per cycle, > 0. An R x C array fed an edge of A and one of B per
+  // cycle needs (R + C) x width (16 x 16 at 32 bits: 1,024), plus C leaving.
+  double buffer_bandwidth_bits = 2048;
   double buffer_pj_per_bit = SramPjPerBit(1 << 20);  // >= 0
   // Double-buffered: input tiles take twice their size (the next step's tiles load while the
   // current ones are used); transfers overlap compute. Not double-buffered: transfers and

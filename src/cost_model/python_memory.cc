@@ -72,7 +72,7 @@ void BindMemory(py::module_& m) {
            }),
            py::arg("dram_bandwidth_bits") = 256.0, py::arg("dram_channel_per_operand") = false,
            py::arg("dram_pj_per_bit") = kDramPjPerBit, py::arg("buffer_bytes") = 1 << 20,
-           py::arg("buffer_bandwidth_bits") = 256.0, py::arg("buffer_pj_per_bit") = py::none(),
+           py::arg("buffer_bandwidth_bits") = 2048.0, py::arg("buffer_pj_per_bit") = py::none(),
            py::arg("buffer_double_buffered") = true, py::arg("register_bytes") = 64,
            py::arg("register_pj_per_bit") = py::none(),
            py::arg("stationary_double_buffered") = false, py::arg("psum_bits") = 32)
