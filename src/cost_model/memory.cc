@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <memory>
+#include <mutex>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -372,6 +375,28 @@ ArrayModel ExactArrayModel(const GemmWorkload& w, const Hardware& hw, const Data
     return c;
   };
   return a;
+}
+
+ArrayModel CachedArrayModel(ArrayModel model) {
+  struct Memo {
+    std::mutex mu;
+    std::map<std::tuple<int64_t, int64_t, int64_t>, TileCost> costs;
+  };
+  auto memo = std::make_shared<Memo>();
+  auto inner = std::move(model.tile_cost);
+  if (!inner) throw std::invalid_argument("CachedArrayModel: ArrayModel.tile_cost is empty");
+  model.tile_cost = [memo, inner](int64_t m, int64_t n, int64_t k) {
+    const auto key = std::make_tuple(m, n, k);
+    {
+      std::lock_guard<std::mutex> lock(memo->mu);
+      auto it = memo->costs.find(key);
+      if (it != memo->costs.end()) return it->second;
+    }
+    TileCost c = inner(m, n, k);  // outside the lock: analyses of other shapes run in parallel
+    std::lock_guard<std::mutex> lock(memo->mu);
+    return memo->costs.emplace(key, c).first->second;
+  };
+  return model;
 }
 
 MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,

@@ -199,6 +199,10 @@ struct ArrayModel {
 ArrayModel ExactArrayModel(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
                            const MemoryHierarchy& mem);
 
+// `model` with its tile costs remembered per shape, shared by all copies of the result and
+// thread-safe (a mutex around the memo): give one to every mapping a search tries for a call.
+ArrayModel CachedArrayModel(ArrayModel model);
+
 // The whole buffer level of one call. Refuses (std::invalid_argument) a mapping whose tiles
 // do not fit the buffer or registers.
 MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,

@@ -213,6 +213,22 @@ void BindMemory(py::module_& m) {
       py::arg("memory"), py::arg("mapping"), py::arg("batch"), py::arg("bits_a"),
       py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"), py::arg("extra_ops"),
       py::call_guard<py::gil_scoped_release>());
+  // One call under many mappings with one cached array model (what a mapping search does).
+  m.def(
+      "_analyze_memory_many",
+      [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df,
+         const MemoryHierarchy& mem, const std::vector<TileMapping>& mappings, int64_t batch,
+         int bits_a, int bits_b, int bits_c) {
+        const GemmWorkload w = Workload(m_, n, k, batch, bits_a, bits_b, bits_c, 0, 0);
+        const ArrayModel array = CachedArrayModel(ExactArrayModel(w, hw, df, mem));
+        std::vector<MemoryMetrics> out;
+        out.reserve(mappings.size());
+        for (const auto& t : mappings) out.push_back(AnalyzeMemory(w, array, mem, t));
+        return out;
+      },
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
+      py::arg("memory"), py::arg("mappings"), py::arg("batch"), py::arg("bits_a"),
+      py::arg("bits_b"), py::arg("bits_c"), py::call_guard<py::gil_scoped_release>());
   m.def(
       "_roofline_cycles",
       [](int64_t m_, int64_t n, int64_t k, int64_t num_pes, double rate,

@@ -299,3 +299,17 @@ def test_readme_worked_example():
     assert e.register_pj == pytest.approx(1536 * 80 * cm.sram_pj_per_bit(64))
     assert e.buffer_pj == pytest.approx((12288 + 7680) * cm.sram_pj_per_bit(1024))
     assert e.dram_pj == pytest.approx(7680 * 20.0)
+
+
+def test_cached_array_model_gives_the_same_metrics():
+    from tenet_byoc import _cost_model as core
+
+    hw = cm.Hardware.systolic(8, 8)
+    df = cm.Dataflow.preset("ws", rows=8, cols=8)
+    mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, stationary_double_buffered=True)
+    mappings = [cm.TileMapping(tm, tn, tk, order) for tm in (16, 40) for tn in (8, 24)
+                for tk in (7, 64) for order in ("mnk", "kmn", "nkm")]
+    many = core._analyze_memory_many(100, 70, 90, hw, df, mem, mappings, 2, 8, 8, 32)
+    for t, got in zip(mappings, many):
+        one = cm.analyze_memory(100, 70, 90, hw, df, mem, t, batch=2, bits_a=8, bits_b=8)
+        assert got.as_dict() == one.as_dict()
