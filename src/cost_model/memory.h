@@ -3,7 +3,9 @@
 // traffic per operand of that loop nest, and the latency of running it with double-buffered
 // transfers overlapping the array's work.
 //
-// Pure C++17; no TVM, no Python. Every function is thread-safe (no shared mutable state).
+// Pure C++17; no TVM, no Python. Every function is thread-safe (no shared mutable state;
+// CachedArrayModel's memo is behind a mutex). The units are in the field names (bits, bytes,
+// cycles, pJ).
 // Every bad input throws std::invalid_argument with a message naming the field, the value
 // and what is accepted; an exact count that would overflow int64 throws std::overflow_error.
 //
@@ -17,9 +19,11 @@
 //  * Latency: fetch(0) + sum over steps s of max(array(s), fetch(s+1) + writeback(s-1))
 //    + writeback(last): while the array works on tile s, the next step's inputs come in and
 //    the previous step's output goes out (double-buffered buffer).
-//  * array(s) is the existing exact analysis (AnalyzeGemm) of the tile shape with the
-//    buffer <-> array bandwidth as its bandwidth (so its stall model is today's), run once
-//    per distinct tile shape (at most 8).
+//  * array(s) comes from an ArrayModel, by default the existing exact analysis
+//    (AnalyzeGemm) of the tile shape with the buffer <-> array bandwidth as its bandwidth
+//    (so its stall model is today's), run once per distinct tile shape (at most 8).
+//  * An operand's tile may span the innermost tile loops (TileMapping::span_*): it then
+//    stays in the buffer while they move.
 #pragma once
 
 #include <cstdint>
