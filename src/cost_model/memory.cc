@@ -121,7 +121,7 @@ struct Nest {
     for (int l = 1; l < 4; ++l)
       if (Relevant(op, lv[l].name)) {
         const int64_t size = Spanned(op, l) ? lv[l].extent : lv[l].Size(i[l]);
-        e *= CeilDiv(size, align[op][l]) * align[op][l];
+        e = Mul(e, Mul(CeilDiv(size, align[op][l]), align[op][l], "padded tile"), "padded tile");
       }
     return e;
   }
@@ -544,12 +544,15 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
   auto fetch = [&](const Idx& s, std::array<int64_t, 3>& ch) {
     Idx p = s;
     const bool has_prev = nest.Prev(p);
-    if (!has_prev || !nest.SameTile(kA, s, p)) ch[0] += nest.PaddedElems(kA, s) * w.bits_a;
-    if (!has_prev || !nest.SameTile(kB, s, p)) ch[1] += nest.PaddedElems(kB, s) * w.bits_b;
+    const char* what = "transfer bits";
+    if (!has_prev || !nest.SameTile(kA, s, p))
+      ch[0] = Add(ch[0], Mul(nest.PaddedElems(kA, s), w.bits_a, what), what);
+    if (!has_prev || !nest.SameTile(kB, s, p))
+      ch[1] = Add(ch[1], Mul(nest.PaddedElems(kB, s), w.bits_b, what), what);
     if (t.accumulate_in_buffer && (!has_prev || !nest.SameTile(kC, s, p)) && !k_spanned_by_c &&
-        ik_of(s) != 0)
-      ch[2] += nest.Elems(kC, s) * mem.psum_bits;  // partial sums come back
-    if (!has_prev) ch[0] += w.extra_read_bits;
+        ik_of(s) != 0)  // partial sums come back
+      ch[2] = Add(ch[2], Mul(nest.Elems(kC, s), mem.psum_bits, what), what);
+    if (!has_prev) ch[0] = Add(ch[0], w.extra_read_bits, what);
   };
   auto writeback = [&](const Idx& s, std::array<int64_t, 3>& ch) {
     const int64_t e = nest.Elems(kC, s);
@@ -557,10 +560,12 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
     if (t.accumulate_in_buffer) {
       Idx nx = s;
       if (nest.Next(nx) && nest.SameTile(kC, s, nx)) return;
-      ch[2] += e * (final_k ? w.bits_c : mem.psum_bits);
+      ch[2] = Add(ch[2], Mul(e, final_k ? w.bits_c : mem.psum_bits, "write bits"), "write bits");
     } else {
       const int64_t passes = CeilDiv(dk.Size(ik_of(s)), chunk);
-      ch[2] += e * ((passes - 1) * mem.psum_bits + (final_k ? w.bits_c : mem.psum_bits));
+      const int64_t bits = Add(Mul(passes - 1, mem.psum_bits, "write bits"),
+                               final_k ? w.bits_c : mem.psum_bits, "write bits");
+      ch[2] = Add(ch[2], Mul(e, bits, "write bits"), "write bits");
     }
   };
   auto time_of = [&](const std::array<int64_t, 3>& ch) {
@@ -568,7 +573,8 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
       return std::max({CeilCycles(ch[0], mem.dram_bandwidth_bits),
                        CeilCycles(ch[1], mem.dram_bandwidth_bits),
                        CeilCycles(ch[2], mem.dram_bandwidth_bits)});
-    return CeilCycles(ch[0] + ch[1] + ch[2], mem.dram_bandwidth_bits);
+    return CeilCycles(Add(Add(ch[0], ch[1], "transfer bits"), ch[2], "transfer bits"),
+                      mem.dram_bandwidth_bits);
   };
   auto array_of = [&](const Idx& s) {
     return shape_cost(dm.Size(s[nest.level_of_m]), dn.Size(s[nest.level_of_n]),
