@@ -313,3 +313,19 @@ def test_cached_array_model_gives_the_same_metrics():
     for t, got in zip(mappings, many):
         one = cm.analyze_memory(100, 70, 90, hw, df, mem, t, batch=2, bits_a=8, bits_b=8)
         assert got.as_dict() == one.as_dict()
+
+
+def test_stationary_double_buffering_by_hand():
+    # ws on 4 x 4, M=8 N=4 K=8, one tile: 2 folds (K by rows) of 4 (load) + 8 + 4 + 4 - 2 = 18
+    # cycles = 36. Double-buffered stationary registers load the next fold's B during this
+    # fold: 2 x 14 + one load of 4 = 32. DRAM ample, buffer bandwidth ample.
+    hw = cm.Hardware.systolic(4, 4)
+    df = cm.Dataflow.preset("ws", rows=4, cols=4)
+    t = cm.TileMapping(8, 4, 8)
+    kw = {"dram_bandwidth_bits": 1 << 20, "buffer_bandwidth_bits": 1 << 20}
+    plain = cm.analyze_memory(8, 4, 8, hw, df, cm.MemoryHierarchy(**kw), t)
+    fifo = cm.analyze_memory(8, 4, 8, hw, df,
+                             cm.MemoryHierarchy(**kw, stationary_double_buffered=True), t)
+    assert (plain.array_cycles, fifo.array_cycles) == (36, 32)
+    # one cycle each for the first fetch and the last write-back at this bandwidth
+    assert (plain.cycles, fifo.cycles) == (38, 34)
