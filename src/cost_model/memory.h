@@ -104,7 +104,8 @@ struct TileMapping {
   // needs accumulate_in_buffer.
   int span_a = 0, span_b = 0, span_c = 0;
 
-  // "os 16x16 | tiles m128 n256 k768 | order mnk" style text for ledgers and reports.
+  // "tiles m128 n176 k384 order mnk" (+ psum, line and span settings when not default);
+  // MemoryMetrics::mapping prefixes the dataflow: "os 16x16 | tiles ...".
   std::string Describe() const;
 };
 void Validate(const TileMapping& mapping);
