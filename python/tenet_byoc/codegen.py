@@ -205,7 +205,7 @@ def _check_enumeration_limit(described: list[dict], functions, accelerator: dict
     from .cost_model import parse_accelerator
     from .hardware import check_gemm_size
 
-    _, hw, df = parse_accelerator(json.dumps(accelerator))
+    _, hw, df, *_ = parse_accelerator(json.dumps(accelerator))
     for desc, func in zip(described, functions):
         params = list(func.params)
         for step in desc["steps"]:

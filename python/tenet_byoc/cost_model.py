@@ -14,7 +14,7 @@ Every bad input raises ``ValueError`` with a message naming what is wrong.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from tenet_byoc import _cost_model as _core
 from tenet_byoc._cost_model import (
@@ -26,9 +26,11 @@ from tenet_byoc._cost_model import (
     Statement,
     TensorAccess,
     TensorMetrics,
+    accelerator_parts,
     format_tenet_hardware,
     format_tenet_mapping,
     format_tenet_statement,
+    memory_from_tenet,
     parse_accelerator,
     parse_tenet_hardware,
     parse_tenet_mapping,
@@ -72,6 +74,7 @@ __all__ = [
     "TensorAccess",
     "TensorMetrics",
     "TileMapping",
+    "accelerator_parts",
     "analyze",
     "analyze_gemm",
     "analyze_memory",
@@ -84,6 +87,7 @@ __all__ = [
     "format_tenet_statement",
     "integer_mac_pj",
     "load_tenet",
+    "memory_from_tenet",
     "parse_accelerator",
     "parse_tenet_hardware",
     "parse_tenet_mapping",
@@ -114,11 +118,16 @@ def charge_gemm(
     extra_ops: int = 0,
     scheme: str = "none",
     method: str = "auto",
+    memory: MemoryHierarchy | None = None,
+    precision: PrecisionTable | None = None,
+    mapping: TileMapping | str | None = None,
 ) -> Charge:
     """What the runtime's ledger charges a call ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` times).
 
     The one charging rule (``src/cost_model/charge.h``), by level of the model: ``.array``
-    is the PE array's :class:`Metrics`.
+    is the PE array's :class:`Metrics`; ``.memory`` the buffer level's
+    :class:`MemoryMetrics` (DRAM and buffer traffic, ``cycles``: the call's latency,
+    ``roofline_cycles``, ``mapping``); ``.energy`` its :class:`EnergyBreakdown` in pJ.
 
     Parameters
     ----------
@@ -133,23 +142,53 @@ def charge_gemm(
     method : str
         ``"auto"`` (fast exact method when it applies, else enumeration), ``"fast"`` or
         ``"enumerate"`` (brute force; the ground truth, small sizes only).
+    memory, precision, mapping
+        The accelerator's memory hierarchy (None: ``memory_from_tenet(hardware)``), MAC
+        units by operand widths (None: ``PrecisionTable.horowitz_45nm()``; rates are always
+        the hardware's ``macs_per_pe_per_cycle``) and buffer mapping (None or
+        ``"default"``: ``default_tile_mapping`` per call; a :class:`TileMapping`: that one),
+        as :class:`tenet_byoc.Accelerator` holds them.
     """
     return _core.charge_gemm(
         M, N, K, hardware, dataflow, batch,
         bits if bits_a is None else bits_a,
         bits if bits_b is None else bits_b,
         bits if bits_c is None else bits_c,
-        extra_read_bits, extra_ops, scheme, method,
+        extra_read_bits, extra_ops, scheme, method, memory, precision, mapping,
     )
 
 
-def analyze_gemm(*args: Any, **kwargs: Any) -> Metrics:
-    """The PE array's metrics of a call: ``charge_gemm(...).array``, same arguments.
+def analyze_gemm(
+    M: int,
+    N: int,
+    K: int,
+    hardware: Hardware,
+    dataflow: Dataflow,
+    bits: int = 32,
+    *,
+    batch: int = 1,
+    bits_a: int | None = None,
+    bits_b: int | None = None,
+    bits_c: int | None = None,
+    extra_read_bits: int = 0,
+    extra_ops: int = 0,
+    scheme: str = "none",
+    method: str = "auto",
+) -> Metrics:
+    """The PE array's metrics of a call: what ``charge_gemm(...).array`` holds, same
+    arguments (``scheme`` is accepted and does not change the array's figures).
 
-    The runtime's ledger charges each call by the same rule, so a ledger entry's fields
-    given here reproduce its cost.
+    Only the array level runs (TENET's relations, one off-chip bandwidth), so calls the
+    buffer level or the PEs' precision table would refuse still get the array's figures.
     """
-    return charge_gemm(*args, **kwargs).array
+    del scheme  # recorded with a charge, not part of the array's figures
+    return _core._analyze_gemm(
+        M, N, K, hardware, dataflow, batch,
+        bits if bits_a is None else bits_a,
+        bits if bits_b is None else bits_b,
+        bits if bits_c is None else bits_c,
+        extra_read_bits, extra_ops, method,
+    )
 
 
 def analyze(

@@ -30,6 +30,17 @@ class Accelerator:
         ``cost_model.Hardware``).
     dataflow : cost_model.Dataflow
         Space and time maps of a GEMM ``S[i,j,k]`` (``C[i,j] += A[i,k] * B[k,j]``).
+    memory : cost_model.MemoryHierarchy, optional
+        DRAM -> global buffer -> array -> per-PE registers. None: what TENET's ``.p`` line
+        says (``cost_model.memory_from_tenet``: ``l1_bytes`` -> ``register_bytes``,
+        ``l2_bytes`` -> ``buffer_bytes``, ``bandwidth_bits`` -> ``dram_bandwidth_bits``).
+    precision : cost_model.PrecisionTable, optional
+        The PEs' MAC units: operand widths they take (others are refused) and pJ per MAC.
+        None: ``PrecisionTable.horowitz_45nm()``. Their MACs per cycle are always the
+        hardware's ``macs_per_pe_per_cycle`` (the one rate setting).
+    mapping : cost_model.TileMapping or "default", optional
+        How every call is cut into buffer tiles: "default" (None) is
+        ``cost_model.default_tile_mapping`` of each call; a TileMapping is used for all.
 
     Raises
     ------
@@ -43,6 +54,9 @@ class Accelerator:
     name: str
     hardware: cm.Hardware
     dataflow: cm.Dataflow
+    memory: cm.MemoryHierarchy | None = None
+    precision: cm.PrecisionTable | None = None
+    mapping: cm.TileMapping | str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -55,7 +69,23 @@ class Accelerator:
             raise TypeError(
                 f"Accelerator.dataflow must be a cost_model.Dataflow, got {type(self.dataflow)}"
             )
-        cm.validate_accelerator(self.name, self.hardware, self.dataflow)
+        cm.validate_accelerator(self.name, self.hardware, self.dataflow, *self._parts())
+        # The defaults filled in, so the value shows what is charged (and to_json writes it).
+        memory, precision, mapping = cm.accelerator_parts(
+            self.name, self.hardware, self.dataflow, *self._parts()
+        )
+        object.__setattr__(self, "memory", memory)
+        object.__setattr__(self, "precision", precision)
+        object.__setattr__(self, "mapping", mapping)
+
+    def _parts(self) -> tuple:
+        return (self.memory, self.precision, self.mapping)
+
+    @property
+    def charge_parts(self) -> dict:
+        """The keyword arguments that make ``cost_model.charge_gemm`` charge as this
+        accelerator does (with ``self.hardware`` and ``self.dataflow``)."""
+        return {"memory": self.memory, "precision": self.precision, "mapping": self.mapping}
 
     @property
     def fast_path(self) -> bool:
@@ -70,7 +100,7 @@ class Accelerator:
 
     def to_json(self) -> str:
         """The cost model's one serialized form of this accelerator (what the runtime reads)."""
-        return cm.serialize_accelerator(self.name, self.hardware, self.dataflow)
+        return cm.serialize_accelerator(self.name, self.hardware, self.dataflow, *self._parts())
 
     @classmethod
     def from_json(cls, text: str) -> Accelerator:
@@ -91,9 +121,16 @@ class Accelerator:
         l1_bytes: int = 256,
         l2_bytes: int = 1 << 20,
         macs_per_pe_per_cycle: int | Mapping[int, int] = 1,
+        memory: cm.MemoryHierarchy | None = None,
+        precision: cm.PrecisionTable | None = None,
+        mapping: cm.TileMapping | str | None = None,
         **tiling: int,
     ) -> Accelerator:
-        """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is")."""
+        """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is").
+
+        ``memory``, ``precision`` and ``mapping`` as in :class:`Accelerator` (None: from
+        ``l1_bytes``, ``l2_bytes`` and ``bandwidth_bits`` as TENET reads them, Horowitz's
+        45 nm MAC units, the default mapping)."""
         name = name or f"{dataflow}{rows}x{cols}"
         rate = macs_per_pe_per_cycle
         hw = cm.Hardware.systolic(
@@ -101,7 +138,8 @@ class Accelerator:
             clock_ghz=clock_ghz, l1_bytes=l1_bytes, l2_bytes=l2_bytes,
             macs_per_pe_per_cycle=dict(rate) if isinstance(rate, Mapping) else rate, name=name,
         )
-        return cls(name, hw, cm.Dataflow.preset(dataflow, rows, cols, **tiling))
+        df = cm.Dataflow.preset(dataflow, rows, cols, **tiling)
+        return cls(name, hw, df, memory, precision, mapping)
 
     @classmethod
     def from_tenet_files(
@@ -183,22 +221,88 @@ def _tenet_paper(dataflow: str) -> Callable[[], Accelerator]:
     )
 
 
+def _edge_fed(rows: int, cols: int, *, buffer_bytes: int, dram_bits: float) -> cm.MemoryHierarchy:
+    # The hierarchy the peers model for these arrays (issue 12: ZigZag's os16 equivalent):
+    # a global buffer of `buffer_bytes`, DRAM of `dram_bits` per cycle, and a buffer that
+    # feeds an array edge of A and one of B and takes one of C every cycle at float32 width,
+    # (rows + 2 cols) x 32 bits, so the buffer never starves a float32 stream (the figure
+    # benchmarks/memory_gpt2.py uses). The rest are MemoryHierarchy's
+    # defaults (Horowitz's energies, SRAM energy growing with capacity).
+    return cm.MemoryHierarchy(
+        dram_bandwidth_bits=dram_bits, buffer_bytes=buffer_bytes,
+        buffer_bandwidth_bits=(rows + 2 * cols) * 32, register_bytes=256,
+    )
+
+
+def _array16(dataflow: str, name: str, **kwargs) -> Accelerator:
+    # 16x16 at 1 GHz with a 1 MiB buffer and 256 bit/cycle DRAM (32 GB/s): the os16
+    # equivalent issue 12 compares against ZigZag 3.9 on.
+    return Accelerator.systolic(
+        dataflow, 16, 16, name=name, bandwidth_bits=256, l2_bytes=1 << 20,
+        memory=_edge_fed(16, 16, buffer_bytes=1 << 20, dram_bits=256), **kwargs,
+    )
+
+
+def _array128(dataflow: str) -> Accelerator:
+    # 128x128 with 24 MiB of buffer and 2048 bit/cycle DRAM (256 GB/s at 1 GHz): a TPU-class
+    # array and buffer (TPU v1's unified buffer is 24 MiB, Jouppi et al., ISCA 2017).
+    return Accelerator.systolic(
+        dataflow, 128, 128, name=f"{dataflow}128", bandwidth_bits=2048, l2_bytes=24 << 20,
+        memory=_edge_fed(128, 128, buffer_bytes=24 << 20, dram_bits=2048),
+    )
+
+
+def _tpu_v1() -> Accelerator:
+    # Jouppi et al., "In-Datacenter Performance Analysis of a Tensor Processing Unit",
+    # ISCA 2017: a 256 x 256 matrix unit of 8-bit MACs (Sec. 2), clock 700 MHz (Table 2),
+    # weights staged through a double-buffered weight FIFO / shift registers so the next
+    # tile loads while the current one computes (Sec. 2: "double-buffered"), a 24 MiB
+    # unified buffer for activations plus 4 MiB of 32-bit accumulators (Sec. 2), and
+    # weight memory of 34 GB/s (Table 2 / Sec. 2: 8 GiB DDR3 at 34 GB/s).
+    clock_ghz = 0.7
+    dram_bits = 34e9 * 8 / (clock_ghz * 1e9)  # 34 GB/s at 700 MHz: ~388.6 bits per cycle
+    memory = cm.MemoryHierarchy(
+        dram_bandwidth_bits=dram_bits,
+        # One buffer holds A, B and C tiles here; the TPU's 24 MiB unified buffer and its
+        # 4 MiB accumulators together are what its tiles can occupy.
+        buffer_bytes=(24 << 20) + (4 << 20),
+        # The unified buffer feeds 256 8-bit activations a cycle into the array edge and
+        # the weight FIFO 256 weights (Sec. 2): 2 x 256 x 8 bits.
+        buffer_bandwidth_bits=2 * 256 * 8,
+        buffer_double_buffered=True,
+        stationary_double_buffered=True,  # the double-buffered weights (weight FIFO)
+        # Per MAC: a double-buffered weight, an activation and a 32-bit partial sum; 16 bytes
+        # so the float32 stand-in below fits too (its check counts 4 elements of 4 bytes).
+        register_bytes=16,
+        psum_bits=32,  # the 32-bit accumulators
+    )
+    # The matrix unit multiplies 8-bit operands (16-bit at half or quarter speed, which one
+    # integer rate per width cannot express). Energy: an 8 x 8 multiply with a 32-bit
+    # accumulate, Horowitz 45 nm (energy.h IntegerMacPj). The TPU has no float MACs; the
+    # float GEMMs a quantized model keeps (attention) are charged as float32 MACs at the
+    # same rate and Horowitz's float32 energy (3.7 + 0.9 pJ): an optimistic stand-in that
+    # lets a whole model be charged, visible per entry (bits_a, bits_b, mac_pj).
+    precision = cm.PrecisionTable([
+        cm.MacSpec(8, 8, macs_per_pe_per_cycle=1, pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=1, pj_per_mac=3.7 + 0.9),
+    ])
+    return Accelerator.systolic(
+        "ws", 256, 256, name="tpu_v1", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
+        l1_bytes=16, l2_bytes=24 << 20, memory=memory, precision=precision,
+    )
+
+
 #: Shipped presets by name. Bandwidth is off-chip bits per cycle at ``clock_ghz``.
 PRESETS: dict[str, Callable[[], Accelerator]] = {
-    "os16": lambda: Accelerator.systolic("os", 16, 16, name="os16"),
-    "ws16": lambda: Accelerator.systolic("ws", 16, 16, name="ws16"),
-    "is16": lambda: Accelerator.systolic("is", 16, 16, name="is16"),
+    "os16": lambda: _array16("os", "os16"),
+    "ws16": lambda: _array16("ws", "ws16"),
+    "is16": lambda: _array16("is", "is16"),
     # A 16x16 output-stationary array whose PEs are dot-product units that do more MACs per
     # cycle at lower precision (2 at 16 bits, 4 at 8, 8 at 4): compute follows the bits.
-    "os16_mp": lambda: Accelerator.systolic(
-        "os", 16, 16, name="os16_mp", macs_per_pe_per_cycle={16: 2, 8: 4, 4: 8}
-    ),
-    "os128": lambda: Accelerator.systolic(
-        "os", 128, 128, name="os128", bandwidth_bits=2048, l2_bytes=24 << 20
-    ),
-    "ws128": lambda: Accelerator.systolic(
-        "ws", 128, 128, name="ws128", bandwidth_bits=2048, l2_bytes=24 << 20
-    ),
+    "os16_mp": lambda: _array16("os", "os16_mp", macs_per_pe_per_cycle={16: 2, 8: 4, 4: 8}),
+    "os128": lambda: _array128("os"),
+    "ws128": lambda: _array128("ws"),
+    "tpu_v1": _tpu_v1,
     "tenet_os8": _tenet_paper("os"),
     "tenet_ws8": _tenet_paper("ws"),
 }

@@ -28,7 +28,11 @@ class TensorTraffic:
     spatial_reuse: float
     temporal_reuse: float
     offchip_elements: int
-    offchip_bytes: float
+    offchip_bytes: float  #: TENET's unique volume: what crosses the array boundary
+    dram_read_bytes: float  #: fetched from DRAM into the buffer (C: partial sums read back)
+    dram_write_bytes: float  #: written from the buffer to DRAM (C only)
+    buffer_read_bytes: float  #: read from the buffer by the array
+    buffer_write_bytes: float  #: written into the buffer by the array (C)
 
 
 @dataclass(frozen=True)
@@ -51,9 +55,12 @@ class LedgerEntry:
     extra_read_bits: int  #: side data (quantization scales) read once per call
     extra_ops: int  #: non-MAC work: dequantization, activation max-abs and quantization
     macs: int
-    cycles: int  #: the trusted latency in cycles (compute + stalls, see README)
-    compute_cycles: int
-    stall_cycles: int
+    cycles: int  #: the call's latency: tile steps with DRAM transfers overlapped (memory.h)
+    roofline_cycles: int  #: max(MACs / MAC rate of all PEs, compulsory DRAM bits / bandwidth)
+    array_cycles: int  #: the PE array alone, with one off-chip bandwidth (TENET's level)
+    dram_stall_cycles: int  #: cycles the array waits on DRAM
+    compute_cycles: int  #: the array level's compute cycles
+    stall_cycles: int  #: the array level's bandwidth stall
     tenet_delay: float  #: TENET's max(ingress, egress, compute) delay
     ingress_delay: float
     egress_delay: float
@@ -68,13 +75,32 @@ class LedgerEntry:
     pe_utilization: float  #: MACs / (cycles x PEs x MACs per PE per cycle)
     bandwidth_bits_per_cycle: float  #: off-chip bits / compute cycles
     latency_us: float  #: cycles at the configured clock
-    offchip_read_bytes: float
+    offchip_read_bytes: float  #: TENET's unique volume in (buffer -> array at the array level)
     offchip_write_bytes: float
+    dram_read_bytes: float  #: DRAM -> buffer, all operands and side data
+    dram_write_bytes: float  #: buffer -> DRAM
+    buffer_read_bytes: float  #: buffer -> array
+    buffer_write_bytes: float  #: array -> buffer
+    energy_pj: float  #: mac_pj + register_pj + buffer_pj + dram_pj
+    mac_pj: float
+    register_pj: float
+    buffer_pj: float
+    dram_pj: float
+    mapping: str  #: dataflow, buffer tiles and tile-loop order, e.g. "os 16x16 | tiles ..."
     tensors: Mapping[str, TensorTraffic]
 
     @property
     def offchip_bytes(self) -> float:
         return self.offchip_read_bytes + self.offchip_write_bytes
+
+    @property
+    def dram_bytes(self) -> float:
+        return self.dram_read_bytes + self.dram_write_bytes
+
+    @property
+    def roofline_ratio(self) -> float:
+        """cycles / roofline_cycles: how far this call's mapping is from the limit (>= 1)."""
+        return self.cycles / self.roofline_cycles if self.roofline_cycles else 1.0
 
     @property
     def mac_capacity(self) -> int:
@@ -90,14 +116,15 @@ class LedgerEntry:
 #: The scalar columns of a ledger table, in order (per-tensor traffic is flattened after them).
 COLUMNS = [f.name for f in fields(LedgerEntry) if f.name != "tensors"]
 TENSORS = ("A", "B", "C")
-_TENSOR_COLUMNS = [f"{t}_{c}" for t in TENSORS for c in ("offchip_bytes", "reuse_factor")]
+_PER_TENSOR = ("offchip_bytes", "reuse_factor", "dram_read_bytes", "dram_write_bytes")
+_TENSOR_COLUMNS = [f"{t}_{c}" for t in TENSORS for c in _PER_TENSOR]
 
 
 def _entry_row(e: LedgerEntry) -> list:
     row = [getattr(e, c) for c in COLUMNS]
     for t in TENSORS:
         tr = e.tensors.get(t)
-        row += [tr.offchip_bytes, tr.reuse_factor] if tr else [0, 0]
+        row += [getattr(tr, c) for c in _PER_TENSOR] if tr else [0] * len(_PER_TENSOR)
     return row
 
 
@@ -108,10 +135,17 @@ class Totals:
     calls: int
     macs: int
     cycles: int
+    roofline_cycles: int  #: sum of the calls' rooflines (cycles / roofline_cycles >= 1)
     latency_us: float
-    offchip_bytes: float
+    offchip_bytes: float  #: TENET's unique volume (the array level's traffic)
+    dram_bytes: float  #: DRAM reads + writes of the buffer level
+    energy_pj: float
     pe_utilization: float
     bandwidth_gbps: float  #: off-chip bytes / latency: the average bandwidth the calls need
+
+    @property
+    def roofline_ratio(self) -> float:
+        return self.cycles / self.roofline_cycles if self.roofline_cycles else 1.0
 
 
 def pe_utilization(entries: Iterable[LedgerEntry]) -> float:
@@ -135,8 +169,11 @@ def totals(entries: Iterable[LedgerEntry]) -> Totals:
         calls=len(entries),
         macs=sum(e.macs for e in entries),
         cycles=sum(e.cycles for e in entries),
+        roofline_cycles=sum(e.roofline_cycles for e in entries),
         latency_us=latency,
         offchip_bytes=offchip,
+        dram_bytes=sum(e.dram_bytes for e in entries),
+        energy_pj=sum(e.energy_pj for e in entries),
         pe_utilization=pe_utilization(entries),
         bandwidth_gbps=offchip / (latency * 1e3) if latency else 0.0,
     )

@@ -24,8 +24,8 @@ from .ledger import LedgerEntry, Totals, _parse, tenet_modules, totals
 TIMING_COLUMNS = ("Name", "Duration (us)", "Percent", "Count", "Argument Shapes", "Device")
 #: The accelerator cost columns, filled for tenet calls only.
 COST_COLUMNS = (
-    "MACs", "Est. cycles", "Est. latency (us)", "PE util (%)", "Off-chip bytes",
-    "Bandwidth (GB/s)",
+    "MACs", "Est. cycles", "Roofline cycles", "x Roofline", "Est. latency (us)", "PE util (%)",
+    "Off-chip bytes", "DRAM bytes", "Energy (uJ)", "Bandwidth (GB/s)",
 )
 COLUMNS = TIMING_COLUMNS + COST_COLUMNS
 
@@ -64,7 +64,8 @@ class ReportRow:
         }
         t = self.cost
         cost = (
-            [t.macs, t.cycles, t.latency_us, 100 * t.pe_utilization, t.offchip_bytes,
+            [t.macs, t.cycles, t.roofline_cycles, t.roofline_ratio, t.latency_us,
+             100 * t.pe_utilization, t.offchip_bytes, t.dram_bytes, t.energy_pj / 1e6,
              t.bandwidth_gbps]
             if self.is_tenet else [None] * len(COST_COLUMNS)
         )
@@ -87,11 +88,13 @@ def _format(column: str, value: object) -> str:
         return ""
     if column in ("Duration (us)", "Est. latency (us)"):
         return f"{value:,.2f}"
-    if column in ("Percent", "PE util (%)", "Bandwidth (GB/s)"):
+    if column in ("Percent", "PE util (%)", "Bandwidth (GB/s)", "x Roofline"):
         return f"{value:.2f}"
-    if column in ("MACs", "Est. cycles", "Count"):
+    if column == "Energy (uJ)":
+        return f"{value:,.3f}"
+    if column in ("MACs", "Est. cycles", "Roofline cycles", "Count"):
         return f"{value:,}"
-    if column == "Off-chip bytes":
+    if column in ("Off-chip bytes", "DRAM bytes"):
         return f"{value:,.0f}"
     return str(value)
 

@@ -27,8 +27,31 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
 Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator, AnalysisMethod method) {
   Charge charge;
   charge.call = call;
-  charge.array = AnalyzeGemm(call.workload, accelerator.hardware, accelerator.dataflow, method);
+  const GemmWorkload& w = call.workload;
+  const Hardware& hw = accelerator.hardware;
+  const MemoryHierarchy& mem = accelerator.memory;
+  // First, so an unsupported width is refused before any counting.
+  const MacSpec& mac = accelerator.precision.Lookup(w.bits_a, w.bits_b);
+  charge.array = AnalyzeGemm(w, hw, accelerator.dataflow, method);
+  // One cached array model per call: a mapping search trying many tilings of this call
+  // reuses every tile shape's exact cost.
+  const ArrayModel array = CachedArrayModel(ExactArrayModel(w, hw, accelerator.dataflow, mem));
+  charge.memory = AnalyzeMemory(w, array, mem, ChooseMapping(w, accelerator));
+  charge.energy = CallEnergy(w, charge.memory, mem, mac);
   return charge;
+}
+
+TileMapping ChooseMapping(const GemmWorkload& w, const Accelerator& accelerator) {
+  const MappingChoice& choice = accelerator.mapping;
+  if (choice.kind == "given") return choice.tiles;
+  if (choice.kind != "default")
+    throw std::invalid_argument("Accelerator.mapping.kind '" + choice.kind + "' is not known");
+  // A relation dataflow has no rows x cols: its PEs count as one row (the default mapping
+  // only uses the edges to size tiles in whole array widths).
+  const Dataflow& df = accelerator.dataflow;
+  const int64_t rows = df.rows > 0 ? df.rows : 1;
+  const int64_t cols = df.cols > 0 ? df.cols : accelerator.hardware.NumPEs();
+  return DefaultTileMapping(w, accelerator.memory, rows, cols);
 }
 
 bool operator==(const GemmCall& a, const GemmCall& b) {

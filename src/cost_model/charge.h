@@ -4,9 +4,9 @@
 // A call comes in as a plain description (GemmCall: shape, batch, operand widths, side
 // data, extra ops, scheme) and goes out as a plain Charge. The parts of a charge are
 // levels of the model, each its own struct filled by its own function: today the PE array
-// (TENET's relations, with the bandwidth stall); the memory hierarchy (buffer and DRAM
-// traffic per tile, stalls), energy, the roofline and a mapping search are added here as
-// further members and steps of ChargeGemm, so every caller gets them at once.
+// (TENET's relations, with the bandwidth stall), the memory hierarchy (buffer and DRAM
+// traffic per tile, overlap, roofline) and energy; a mapping search is one more kind of
+// the accelerator's MappingChoice, used in ChargeGemm, so every caller gets it at once.
 //
 // Pure C++17, thread-safe (no state), errors as std::invalid_argument naming the field.
 #pragma once
@@ -14,7 +14,10 @@
 #include <cstdint>
 #include <string>
 
+#include "cost_model/accelerator.h"
 #include "cost_model/cost_model.h"
+#include "cost_model/energy.h"
+#include "cost_model/memory.h"
 
 namespace tenet {
 
@@ -46,11 +49,25 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
 // What a call costs, by level of the model.
 struct Charge {
   GemmCall call;
-  Metrics array;  // the PE array: counts, cycles (compute + bandwidth stall), traffic
+  // The PE array alone (TENET's relations): counts, reuse, cycles with one off-chip
+  // bandwidth stall. Kept for TENET's figures; the call's latency is memory.cycles.
+  Metrics array;
+  // The buffer level: the call cut into buffer tiles by the accelerator's mapping choice,
+  // each tile costed by the exact array model (cached per tile shape); DRAM, buffer and
+  // register traffic, cycles with DRAM transfers overlapped, roofline_cycles, the mapping.
+  // memory.cycles (and latency_us) is the call's latency.
+  MemoryMetrics memory;
+  // The call's energy by component at the PE unit its operand widths run on.
+  EnergyBreakdown energy;
 };
 
+// Operand widths the accelerator's PEs do not take, and tiles that do not fit, are refused
+// (std::invalid_argument naming them). `method` is the array level's (AnalyzeGemm).
 Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator,
                   AnalysisMethod method = AnalysisMethod::kAuto);
+
+// The buffer tiles a call runs with on `accelerator` (its MappingChoice applied to the call).
+TileMapping ChooseMapping(const GemmWorkload& w, const Accelerator& accelerator);
 
 // Equality and hashing of calls, for caches keyed by the call.
 bool operator==(const GemmCall& a, const GemmCall& b);

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "cost_model/accelerator.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/json.h"
 #include "cost_model/relation.h"
@@ -356,10 +357,57 @@ void SaveTextFile(const std::string& path, const std::string& text) {
 
 // ---------------------------------------------------------------- accelerator
 
+std::string MappingChoice::Describe() const {
+  return kind == "given" ? tiles.Describe() : kind;
+}
+
+void Validate(const MappingChoice& choice) {
+  if (choice.kind == "given") {
+    Validate(choice.tiles);
+  } else if (choice.kind != "default") {
+    throw std::invalid_argument("Accelerator.mapping.kind must be 'default' (DefaultTileMapping "
+                                "per call) or 'given' (one TileMapping), got '" + choice.kind +
+                                "'");
+  }
+}
+
+PrecisionTable Accelerator::WithMacRates(PrecisionTable energies, const MacRate& rate) {
+  for (MacSpec& u : energies.units)
+    u.macs_per_pe_per_cycle = static_cast<double>(rate.AtBits(std::max(u.bits_a, u.bits_b)));
+  return energies;
+}
+
+MemoryHierarchy MemoryFromTenet(const Hardware& hw) {
+  Validate(hw);
+  MemoryHierarchy mem;
+  mem.register_bytes = hw.l1_bytes;
+  mem.buffer_bytes = hw.l2_bytes;
+  mem.dram_bandwidth_bits = hw.bandwidth_bits;
+  if (hw.l1_bytes > 0) mem.register_pj_per_bit = SramPjPerBit(hw.l1_bytes);
+  if (hw.l2_bytes > 0) mem.buffer_pj_per_bit = SramPjPerBit(hw.l2_bytes);
+  Validate(mem);  // a .p file with L1 or L2 of 0 is refused here, naming the field
+  return mem;
+}
+
 void Validate(const Accelerator& acc) {
   if (acc.name.empty()) throw std::invalid_argument("Accelerator.name must not be empty");
   Validate(acc.hardware);
   Validate(acc.dataflow);
+  Validate(acc.memory);
+  Validate(acc.precision);
+  Validate(acc.mapping);
+  // The MAC rate has one setting, the hardware's: a table whose rates differ would charge
+  // two different speeds for one call.
+  for (const MacSpec& u : acc.precision.units) {
+    const int64_t rate = acc.hardware.macs_per_pe_per_cycle.AtBits(std::max(u.bits_a, u.bits_b));
+    if (u.macs_per_pe_per_cycle != static_cast<double>(rate))
+      throw std::invalid_argument(
+          "Accelerator.precision: the unit for " + Str(u.bits_a) + " x " + Str(u.bits_b) +
+          " bits does " + std::to_string(u.macs_per_pe_per_cycle) +
+          " MACs per cycle, but the hardware's macs_per_pe_per_cycle gives " + Str(rate) +
+          " at " + Str(std::max(u.bits_a, u.bits_b)) +
+          " bits: set the rate there (Accelerator::WithMacRates fills the table from it)");
+  }
   // A GEMM larger than the array in every dimension (capped so enumeration stays fast)
   // reaches every PE the dataflow uses and shows a conflict of its time map.
   const int64_t side = std::min<int64_t>(2 * acc.hardware.NumPEs() + 3, 259);
@@ -374,6 +422,40 @@ void Validate(const Accelerator& acc) {
                                 e.what());
   }
 }
+
+namespace {
+
+bool BoolMember(const detail::JsonValue& obj, const std::string& key, const std::string& where) {
+  const detail::JsonValue& v = detail::Member(obj, key, where);
+  if (v.kind != detail::JsonValue::kBool)
+    throw std::invalid_argument(where + "." + key + " must be true or false");
+  return v.boolean;
+}
+
+// MemoryHierarchy's and TileMapping's fields by JSON key: the one table both the writer
+// and the reader use, so the two cannot drift apart.
+const std::pair<const char*, double MemoryHierarchy::*> kMemoryNumbers[] = {
+    {"dram_bandwidth_bits", &MemoryHierarchy::dram_bandwidth_bits},
+    {"dram_pj_per_bit", &MemoryHierarchy::dram_pj_per_bit},
+    {"buffer_bandwidth_bits", &MemoryHierarchy::buffer_bandwidth_bits},
+    {"buffer_pj_per_bit", &MemoryHierarchy::buffer_pj_per_bit},
+    {"register_pj_per_bit", &MemoryHierarchy::register_pj_per_bit}};
+const std::pair<const char*, int64_t MemoryHierarchy::*> kMemoryIntegers[] = {
+    {"buffer_bytes", &MemoryHierarchy::buffer_bytes},
+    {"register_bytes", &MemoryHierarchy::register_bytes}};
+const std::pair<const char*, bool MemoryHierarchy::*> kMemoryBools[] = {
+    {"dram_channel_per_operand", &MemoryHierarchy::dram_channel_per_operand},
+    {"buffer_double_buffered", &MemoryHierarchy::buffer_double_buffered},
+    {"stationary_double_buffered", &MemoryHierarchy::stationary_double_buffered}};
+const std::pair<const char*, int64_t TileMapping::*> kTileIntegers[] = {
+    {"tm", &TileMapping::tm}, {"tn", &TileMapping::tn}, {"tk", &TileMapping::tk},
+    {"a_align_m", &TileMapping::a_align_m}, {"a_align_k", &TileMapping::a_align_k},
+    {"b_align_k", &TileMapping::b_align_k}, {"b_align_n", &TileMapping::b_align_n}};
+const std::pair<const char*, int TileMapping::*> kTileInts[] = {
+    {"span_a", &TileMapping::span_a}, {"span_b", &TileMapping::span_b},
+    {"span_c", &TileMapping::span_c}};
+
+}  // namespace
 
 std::string SerializeAccelerator(const Accelerator& acc) {
   using detail::JsonNumber;
@@ -406,7 +488,28 @@ std::string SerializeAccelerator(const Accelerator& acc) {
     os << sep << JsonQuote(kv.first) << ':' << kv.second;
     sep = ",";
   }
-  os << "}}}";
+  os << "}},\"memory\":{\"psum_bits\":" << acc.memory.psum_bits;
+  for (const auto& [key, field] : kMemoryNumbers)
+    os << ",\"" << key << "\":" << JsonNumber(acc.memory.*field);
+  for (const auto& [key, field] : kMemoryIntegers) os << ",\"" << key << "\":" << acc.memory.*field;
+  for (const auto& [key, field] : kMemoryBools)
+    os << ",\"" << key << "\":" << (acc.memory.*field ? "true" : "false");
+  os << "},\"precision\":[";
+  sep = "";
+  for (const MacSpec& u : acc.precision.units) {
+    os << sep << "{\"bits_a\":" << u.bits_a << ",\"bits_b\":" << u.bits_b
+       << ",\"pj_per_mac\":" << JsonNumber(u.pj_per_mac) << '}';
+    sep = ",";
+  }
+  os << "],\"mapping\":{\"kind\":" << JsonQuote(acc.mapping.kind);
+  if (acc.mapping.kind == "given") {
+    const TileMapping& t = acc.mapping.tiles;
+    os << ",\"order\":" << JsonQuote(t.order)
+       << ",\"accumulate_in_buffer\":" << (t.accumulate_in_buffer ? "true" : "false");
+    for (const auto& [key, field] : kTileIntegers) os << ",\"" << key << "\":" << t.*field;
+    for (const auto& [key, field] : kTileInts) os << ",\"" << key << "\":" << t.*field;
+  }
+  os << "}}";
   return os.str();
 }
 
@@ -416,7 +519,8 @@ Accelerator ParseAccelerator(const std::string& json) {
   using detail::NumberMember;
   using detail::StringMember;
   const JsonValue root = detail::ParseJson(json);
-  detail::ExpectKeys(root, {"name", "hardware", "dataflow"}, "accelerator");
+  detail::ExpectKeys(root, {"name", "hardware", "dataflow", "memory", "precision", "mapping"},
+                     "accelerator");
   Accelerator acc;
   acc.name = StringMember(root, "name", "accelerator");
   const JsonValue& h = detail::Member(root, "hardware", "accelerator");
@@ -468,6 +572,63 @@ Accelerator ParseAccelerator(const std::string& json) {
     throw std::invalid_argument(df_where + ".tiling must be an object of integers");
   for (const auto& kv : tiling.members)
     df.tiling[kv.first] = detail::AsInteger(kv.second, df_where + ".tiling." + kv.first);
+
+  const std::string mem_where = "accelerator.memory";
+  const JsonValue& m = detail::Member(root, "memory", "accelerator");
+  std::vector<std::string> mem_keys{"psum_bits"};
+  for (const auto& kv : kMemoryNumbers) mem_keys.push_back(kv.first);
+  for (const auto& kv : kMemoryIntegers) mem_keys.push_back(kv.first);
+  for (const auto& kv : kMemoryBools) mem_keys.push_back(kv.first);
+  detail::ExpectKeys(m, mem_keys, mem_where);
+  const int64_t psum = IntegerMember(m, "psum_bits", mem_where);
+  if (psum < 1 || psum > 64)
+    throw std::invalid_argument(mem_where + ".psum_bits must be in 1..64, got " + Str(psum));
+  acc.memory.psum_bits = static_cast<int>(psum);
+  for (const auto& [key, field] : kMemoryNumbers) acc.memory.*field = NumberMember(m, key, mem_where);
+  for (const auto& [key, field] : kMemoryIntegers) acc.memory.*field = IntegerMember(m, key, mem_where);
+  for (const auto& [key, field] : kMemoryBools) acc.memory.*field = BoolMember(m, key, mem_where);
+
+  const std::string prec_where = "accelerator.precision";
+  const JsonValue& p = detail::Member(root, "precision", "accelerator");
+  if (p.kind != JsonValue::kArray)
+    throw std::invalid_argument(prec_where + " must be a list of {bits_a, bits_b, pj_per_mac}");
+  PrecisionTable energies;
+  for (size_t i = 0; i < p.items.size(); ++i) {
+    const std::string at = prec_where + "[" + Str(static_cast<int64_t>(i)) + "]";
+    detail::ExpectKeys(p.items[i], {"bits_a", "bits_b", "pj_per_mac"}, at);
+    MacSpec u;
+    for (auto [key, field] : {std::pair{"bits_a", &MacSpec::bits_a}, {"bits_b", &MacSpec::bits_b}}) {
+      const int64_t bits = IntegerMember(p.items[i], key, at);
+      if (bits < 1 || bits > 64)
+        throw std::invalid_argument(at + "." + key + " must be in 1..64 bits, got " + Str(bits));
+      u.*field = static_cast<int>(bits);
+    }
+    u.pj_per_mac = NumberMember(p.items[i], "pj_per_mac", at);
+    energies.units.push_back(u);
+  }
+  acc.precision = Accelerator::WithMacRates(std::move(energies), hw.macs_per_pe_per_cycle);
+
+  const std::string map_where = "accelerator.mapping";
+  const JsonValue& mp = detail::Member(root, "mapping", "accelerator");
+  acc.mapping.kind = StringMember(mp, "kind", map_where);
+  if (acc.mapping.kind == "given") {
+    std::vector<std::string> keys{"kind", "order", "accumulate_in_buffer"};
+    for (const auto& kv : kTileIntegers) keys.push_back(kv.first);
+    for (const auto& kv : kTileInts) keys.push_back(kv.first);
+    detail::ExpectKeys(mp, keys, map_where);
+    TileMapping& t = acc.mapping.tiles;
+    t.order = StringMember(mp, "order", map_where);
+    t.accumulate_in_buffer = BoolMember(mp, "accumulate_in_buffer", map_where);
+    for (const auto& [key, field] : kTileIntegers) t.*field = IntegerMember(mp, key, map_where);
+    for (const auto& [key, field] : kTileInts) {
+      const int64_t v = IntegerMember(mp, key, map_where);
+      if (v < 0 || v > 3)
+        throw std::invalid_argument(map_where + "." + key + " must be in 0..3, got " + Str(v));
+      t.*field = static_cast<int>(v);
+    }
+  } else {
+    detail::ExpectKeys(mp, {"kind"}, map_where);
+  }
   Validate(acc);
   return acc;
 }

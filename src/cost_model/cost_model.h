@@ -88,17 +88,8 @@ struct Dataflow {
 };
 void Validate(const Dataflow& df);
 
-// An accelerator: one named value of hardware and dataflow, the unit a model is charged
-// to. It is serialized in one JSON form (SerializeAccelerator) and parsed in one place
-// (ParseAccelerator).
-struct Accelerator {
-  std::string name = "accelerator";
-  Hardware hardware;
-  Dataflow dataflow;
-};
-// Checks the parts and that the dataflow runs on the hardware (a probe GEMM larger than
-// the array is costed), so a bad pair fails where it is made, not at the first call.
-void Validate(const Accelerator& acc);
+// The accelerator (hardware + dataflow + memory hierarchy + PEs' precisions + buffer
+// mapping) is in accelerator.h: it needs memory.h and energy.h, which build on this header.
 
 // One tensor access of a statement.
 struct TensorAccess {
@@ -204,14 +195,5 @@ Dataflow LoadTenetMapping(const std::string& path);
 Statement LoadTenetStatement(const std::string& path);
 void SaveTextFile(const std::string& path, const std::string& text);
 
-// The one serialized form of an accelerator, JSON, round-trip exact:
-//   {"name": str, "hardware": {"name", "pe_domain", "interconnect", "bandwidth_bits",
-//    "avg_latency", "clock_ghz", "l1_bytes", "l2_bytes",
-//    "macs_per_pe_per_cycle": int | {"<bits>": int, ...}},
-//    "dataflow": {"name", "space", "time", "preset", "rows", "cols", "tiling": {str: int}}}
-// ParseAccelerator(SerializeAccelerator(a)) == a; it validates (Validate(Accelerator)) and
-// names the key of any bad or missing field.
-std::string SerializeAccelerator(const Accelerator& acc);
-Accelerator ParseAccelerator(const std::string& json);
 
 }  // namespace tenet

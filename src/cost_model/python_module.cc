@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "cost_model/accelerator.h"
 #include "cost_model/charge.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/relation.h"
@@ -73,8 +74,37 @@ py::object FromMacRate(const MacRate& r) {
   return py::cast(r.by_bits);
 }
 
-Accelerator MakeAccelerator(std::string name, Hardware hw, Dataflow df) {
-  return Accelerator{std::move(name), std::move(hw), std::move(df)};
+// The accelerator of these parts. memory None: TENET's reading of the hardware's L1 / L2 /
+// bandwidth (MemoryFromTenet); precision None: Horowitz's 45 nm units; precision rates are
+// always the hardware's (WithMacRates: the one MAC-rate setting); mapping None or
+// "default": DefaultTileMapping per call, a TileMapping: that mapping for every call.
+Accelerator MakeAccelerator(std::string name, Hardware hw, Dataflow df,
+                            const py::object& memory = py::none(),
+                            const py::object& precision = py::none(),
+                            const py::object& mapping = py::none()) {
+  Accelerator a;
+  a.name = std::move(name);
+  a.memory = memory.is_none() ? MemoryFromTenet(hw) : memory.cast<MemoryHierarchy>();
+  a.precision = Accelerator::WithMacRates(
+      precision.is_none() ? PrecisionTable::Horowitz45nm() : precision.cast<PrecisionTable>(),
+      hw.macs_per_pe_per_cycle);
+  if (py::isinstance<TileMapping>(mapping)) {
+    a.mapping.kind = "given";
+    a.mapping.tiles = mapping.cast<TileMapping>();
+  } else if (!mapping.is_none() && !(py::isinstance<py::str>(mapping) &&
+                                     mapping.cast<std::string>() == "default")) {
+    throw std::invalid_argument("Accelerator.mapping must be None or 'default' (DefaultTileMapping "
+                                "per call) or a TileMapping, got " +
+                                std::string(py::repr(mapping)));
+  }
+  a.hardware = std::move(hw);
+  a.dataflow = std::move(df);
+  return a;
+}
+
+py::object MappingOf(const Accelerator& a) {
+  if (a.mapping.kind == "given") return py::cast(a.mapping.tiles);
+  return py::str(a.mapping.kind);
 }
 
 // A struct's fields by name: the one table its read-only attributes and as_dict are made
@@ -289,21 +319,42 @@ PYBIND11_MODULE(_cost_model, m) {
   // bound here as one more read-only attribute.
   py::class_<Charge>(m, "Charge")
       .def_property_readonly("scheme", [](const Charge& c) { return c.call.scheme; })
-      .def_readonly("array", &Charge::array, "The PE array level: TENET's metrics and cycles.");
+      .def_readonly("array", &Charge::array, "The PE array level: TENET's metrics and cycles.")
+      .def_readonly("memory", &Charge::memory,
+                    "The buffer level: DRAM/buffer traffic, cycles (the call's latency), "
+                    "roofline_cycles, mapping.")
+      .def_readonly("energy", &Charge::energy, "Energy by component, pJ.");
 
   m.def(
       "charge_gemm",
       [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df, int64_t batch,
          int bits_a, int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
-         const std::string& scheme, const std::string& method) {
+         const std::string& scheme, const std::string& method, const py::object& memory,
+         const py::object& precision, const py::object& mapping) {
         // The same charging rule as the runtime's ledger.
         const GemmCall call{
             {batch, m_, n, k, bits_a, bits_b, bits_c, extra_read_bits, extra_ops}, scheme};
-        return ChargeGemm(call, MakeAccelerator("analysis", hw, df), ToMethod(method));
+        const Accelerator acc = MakeAccelerator("analysis", hw, df, memory, precision, mapping);
+        py::gil_scoped_release release;
+        return ChargeGemm(call, acc, ToMethod(method));
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
       py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"),
       py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("scheme"), py::arg("method"),
+      py::arg("memory") = py::none(), py::arg("precision") = py::none(),
+      py::arg("mapping") = py::none());
+  // The array level alone: the same AnalyzeGemm ChargeGemm fills Charge::array with.
+  m.def(
+      "_analyze_gemm",
+      [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df, int64_t batch,
+         int bits_a, int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
+         const std::string& method) {
+        const GemmWorkload w{batch, m_, n, k, bits_a, bits_b, bits_c, extra_read_bits, extra_ops};
+        return AnalyzeGemm(w, hw, df, ToMethod(method));
+      },
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
+      py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"),
+      py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("method"),
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "analyze",
@@ -326,22 +377,43 @@ PYBIND11_MODULE(_cost_model, m) {
   m.attr("MAX_ENUMERATED_INSTANCES") = kMaxEnumeratedInstances;
   m.def(
       "validate_accelerator",
-      [](std::string name, Hardware hw, Dataflow df) {
-        Validate(MakeAccelerator(std::move(name), std::move(hw), std::move(df)));
+      [](std::string name, Hardware hw, Dataflow df, const py::object& memory,
+         const py::object& precision, const py::object& mapping) {
+        const Accelerator a =
+            MakeAccelerator(std::move(name), std::move(hw), std::move(df), memory, precision, mapping);
+        py::gil_scoped_release release;
+        Validate(a);
       },
-      py::arg("name"), py::arg("hardware"), py::arg("dataflow"),
-      py::call_guard<py::gil_scoped_release>());
+      py::arg("name"), py::arg("hardware"), py::arg("dataflow"), py::arg("memory") = py::none(),
+      py::arg("precision") = py::none(), py::arg("mapping") = py::none());
+  m.def("memory_from_tenet", &MemoryFromTenet, py::arg("hardware"),
+        "The hierarchy TENET's .p line describes: L1 -> register_bytes, L2 -> buffer_bytes, "
+        "bandwidth -> dram_bandwidth_bits.");
+  m.def(
+      "accelerator_parts",
+      [](std::string name, Hardware hw, Dataflow df, const py::object& memory,
+         const py::object& precision, const py::object& mapping) {
+        const Accelerator a =
+            MakeAccelerator(std::move(name), std::move(hw), std::move(df), memory, precision, mapping);
+        return py::make_tuple(a.memory, a.precision, MappingOf(a));
+      },
+      py::arg("name"), py::arg("hardware"), py::arg("dataflow"), py::arg("memory") = py::none(),
+      py::arg("precision") = py::none(), py::arg("mapping") = py::none(),
+      "(memory, precision, mapping) with the defaults filled in, as the accelerator holds them.");
   m.def(
       "serialize_accelerator",
-      [](std::string name, Hardware hw, Dataflow df) {
-        return SerializeAccelerator(MakeAccelerator(std::move(name), std::move(hw), std::move(df)));
+      [](std::string name, Hardware hw, Dataflow df, const py::object& memory,
+         const py::object& precision, const py::object& mapping) {
+        return SerializeAccelerator(
+            MakeAccelerator(std::move(name), std::move(hw), std::move(df), memory, precision, mapping));
       },
-      py::arg("name"), py::arg("hardware"), py::arg("dataflow"));
+      py::arg("name"), py::arg("hardware"), py::arg("dataflow"), py::arg("memory") = py::none(),
+      py::arg("precision") = py::none(), py::arg("mapping") = py::none());
   m.def(
       "parse_accelerator",
       [](const std::string& text) {
         Accelerator a = ParseAccelerator(text);
-        return py::make_tuple(a.name, a.hardware, a.dataflow);
+        return py::make_tuple(a.name, a.hardware, a.dataflow, a.memory, a.precision, MappingOf(a));
       },
       py::arg("text"));
 

@@ -71,10 +71,16 @@ namespace {
 void WriteCharge(std::ostream& os, const Charge& c) {
   const GemmWorkload& w = c.call.workload;
   const Metrics& m = c.array;
+  const MemoryMetrics& mm = c.memory;
+  const EnergyBreakdown& en = c.energy;
+  // The call's latency is the buffer level's (memory.cycles): utilization against it.
+  const double capacity = double(mm.cycles) * double(m.num_pes) * double(m.macs_per_pe_per_cycle);
   os << "{\"batch\":" << w.batch << ",\"m\":" << w.m << ",\"n\":" << w.n << ",\"k\":" << w.k
      << ",\"bits_a\":" << w.bits_a << ",\"bits_b\":" << w.bits_b << ",\"bits_c\":" << w.bits_c
      << ",\"extra_read_bits\":" << w.extra_read_bits << ",\"extra_ops\":" << w.extra_ops
-     << ",\"macs\":" << m.macs << ",\"cycles\":" << m.cycles
+     << ",\"macs\":" << m.macs << ",\"cycles\":" << mm.cycles
+     << ",\"roofline_cycles\":" << mm.roofline_cycles << ",\"array_cycles\":" << m.cycles
+     << ",\"dram_stall_cycles\":" << mm.dram_stall_cycles
      << ",\"compute_cycles\":" << m.compute_cycles << ",\"stall_cycles\":" << m.stall_cycles
      << ",\"tenet_delay\":" << m.delay << ",\"ingress_delay\":" << m.ingress_delay
      << ",\"egress_delay\":" << m.egress_delay << ",\"compute_delay\":" << m.compute_delay
@@ -82,11 +88,20 @@ void WriteCharge(std::ostream& os, const Charge& c) {
      << ",\"time_steps\":" << m.time_steps << ",\"folds\":" << m.folds
      << ",\"active_pes\":" << m.active_pes << ",\"num_pes\":" << m.num_pes
      << ",\"macs_per_pe_per_cycle\":" << m.macs_per_pe_per_cycle
-     << ",\"avg_active_pes\":" << m.avg_active_pes << ",\"pe_utilization\":" << m.pe_utilization
+     << ",\"avg_active_pes\":" << m.avg_active_pes
+     << ",\"pe_utilization\":" << (capacity > 0 ? double(m.macs) / capacity : 0.0)
      << ",\"bandwidth_bits_per_cycle\":" << m.bandwidth_bits_per_cycle
-     << ",\"latency_us\":" << m.latency_us
+     << ",\"latency_us\":" << mm.latency_us
      << ",\"offchip_read_bytes\":" << m.offchip_read_bits / 8.0
-     << ",\"offchip_write_bytes\":" << m.offchip_write_bits / 8.0 << ",\"tensors\":{";
+     << ",\"offchip_write_bytes\":" << m.offchip_write_bits / 8.0
+     << ",\"dram_read_bytes\":" << mm.dram_read_bits / 8.0
+     << ",\"dram_write_bytes\":" << mm.dram_write_bits / 8.0
+     << ",\"buffer_read_bytes\":" << mm.buffer_read_bits / 8.0
+     << ",\"buffer_write_bytes\":" << mm.buffer_write_bits / 8.0
+     << ",\"energy_pj\":" << en.total_pj << ",\"mac_pj\":" << en.mac_pj
+     << ",\"register_pj\":" << en.register_pj << ",\"buffer_pj\":" << en.buffer_pj
+     << ",\"dram_pj\":" << en.dram_pj << ",\"mapping\":" << JsonQuote(mm.mapping)
+     << ",\"tensors\":{";
   const char* sep = "";
   for (const auto& kv : m.tensors) {
     const TensorMetrics& t = kv.second;
@@ -95,7 +110,13 @@ void WriteCharge(std::ostream& os, const Charge& c) {
        << ",\"unique\":" << t.unique << ",\"reuse_factor\":" << t.reuse_factor
        << ",\"spatial_reuse\":" << t.spatial_reuse << ",\"temporal_reuse\":" << t.temporal_reuse
        << ",\"offchip_elements\":" << t.offchip_elements
-       << ",\"offchip_bytes\":" << t.offchip_bytes << '}';
+       << ",\"offchip_bytes\":" << t.offchip_bytes;
+    const auto traffic = mm.tensors.find(kv.first);
+    const OperandTraffic o = traffic == mm.tensors.end() ? OperandTraffic{} : traffic->second;
+    os << ",\"dram_read_bytes\":" << o.dram_read_bits / 8.0
+       << ",\"dram_write_bytes\":" << o.dram_write_bits / 8.0
+       << ",\"buffer_read_bytes\":" << o.buffer_read_bits / 8.0
+       << ",\"buffer_write_bytes\":" << o.buffer_write_bits / 8.0 << '}';
     sep = ",";
   }
   os << "}}";

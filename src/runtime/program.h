@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cost_model/cost_model.h"
+#include "cost_model/accelerator.h"
 #include "runtime/gemm.h"
 
 namespace tenet {

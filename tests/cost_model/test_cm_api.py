@@ -37,23 +37,45 @@ def test_preset_fields_and_tiling():
        mpc=st.one_of(st.integers(1, 8), st.dictionaries(st.sampled_from([4, 8, 16]),
                                                         st.integers(1, 8), min_size=1)),
        preset=st.sampled_from(["os", "ws", "is"]), tile=st.one_of(st.none(), st.integers(1, 99)),
-       name=st.text(max_size=12))
-def test_accelerator_round_trip(rows, cols, bw, lat, clock, mpc, preset, tile, name):
+       name=st.text(max_size=12), buffer=st.integers(1, 1 << 30),
+       dram_pj=st.floats(0, 1e3, allow_nan=False), flags=st.tuples(st.booleans(), st.booleans()),
+       tiles=st.one_of(st.none(), st.tuples(st.integers(1, 999), st.integers(1, 999),
+                                            st.integers(1, 999), st.sampled_from(["mnk", "kmn"]),
+                                            st.booleans(), st.integers(0, 3))),
+       pj=st.floats(0, 10, allow_nan=False))
+def test_accelerator_round_trip(rows, cols, bw, lat, clock, mpc, preset, tile, name, buffer,
+                                dram_pj, flags, tiles, pj):
     hw = cm.Hardware(pe_domain=f"{{PE[p,q]: 0<=p<{rows} and 0<=q<{cols}}}",
                      interconnect="{PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}",
                      bandwidth_bits=bw, avg_latency=lat, clock_ghz=clock,
                      macs_per_pe_per_cycle=mpc, name=name)
     key = {"os": "k", "ws": "m", "is": "n"}[preset]
     df = cm.Dataflow.preset(preset, rows=rows, cols=cols, **({key: tile} if tile else {}))
-    text = cm.serialize_accelerator(name or "acc", hw, df)
-    name2, hw2, df2 = cm.parse_accelerator(text)
+    memory = cm.MemoryHierarchy(dram_bandwidth_bits=bw, buffer_bytes=buffer,
+                                dram_pj_per_bit=dram_pj, buffer_double_buffered=flags[0],
+                                stationary_double_buffered=flags[1], psum_bits=24)
+    precision = cm.PrecisionTable([cm.MacSpec(16, 8, 1, pj), cm.MacSpec(32, 32, 1, pj / 3)])
+    mapping = "default" if tiles is None else cm.TileMapping(
+        *tiles[:4], accumulate_in_buffer=tiles[4], span_a=tiles[5], a_align_m=tiles[5] + 1)
+    text = cm.serialize_accelerator(name or "acc", hw, df, memory, precision, mapping)
+    name2, hw2, df2, memory2, precision2, mapping2 = cm.parse_accelerator(text)
     assert name2 == (name or "acc")
+    for f in ["dram_bandwidth_bits", "buffer_bytes", "dram_pj_per_bit", "buffer_double_buffered",
+              "stationary_double_buffered", "psum_bits", "buffer_pj_per_bit", "register_bytes"]:
+        assert getattr(memory2, f) == getattr(memory, f), f
+    # The rates are the hardware's (one setting), the widths and energies the table's.
+    assert [(u.bits_a, u.bits_b, u.pj_per_mac, u.macs_per_pe_per_cycle)
+            for u in precision2.units] == [
+        (u.bits_a, u.bits_b, u.pj_per_mac, hw.macs_per_pe_per_cycle_at(max(u.bits_a, u.bits_b)))
+        for u in precision.units]
+    assert (mapping2 if tiles is None else mapping2.describe()) == (
+        mapping if tiles is None else mapping.describe())
     for f in ["name", "pe_domain", "interconnect", "bandwidth_bits", "avg_latency", "clock_ghz",
               "l1_bytes", "l2_bytes", "macs_per_pe_per_cycle"]:
         assert getattr(hw2, f) == getattr(hw, f), f
     for f in ["name", "space", "time", "preset_name", "rows", "cols", "tiling"]:
         assert getattr(df2, f) == getattr(df, f), f
-    assert cm.serialize_accelerator(name2, hw2, df2) == text
+    assert cm.serialize_accelerator(name2, hw2, df2, memory2, precision2, mapping2) == text
 
 
 def test_threads_agree_with_serial():
@@ -106,7 +128,7 @@ def test_accelerator_round_trip_keeps_subnormal_and_odd_values():
                      name='odd\nname="with\\escapes\u00e9')
     df = cm.Dataflow(space="{S[i,j,k]->PE[i%3]}", time="{S[i,j,k]->T[floor(i/3),j,k]}",
                      name="x=y")
-    _, hw2, df2 = cm.parse_accelerator(cm.serialize_accelerator("a", hw, df))
+    _, hw2, df2, *_ = cm.parse_accelerator(cm.serialize_accelerator("a", hw, df))
     assert (hw2.avg_latency, hw2.bandwidth_bits, hw2.name) == (hw.avg_latency, 0.1, hw.name)
     assert (df2.name, df2.space, df2.time) == (df.name, df.space, df.time)
 

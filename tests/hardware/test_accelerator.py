@@ -35,8 +35,14 @@ def test_from_tenet_files_charges_as_the_cost_model(rng):
                  for s in [(20, 12), (12, 9)]])
     (entry,) = tenet_byoc.ledger(vm).entries
     ref = cm.analyze_gemm(20, 9, 12, hw, df)
-    assert (entry.cycles, entry.time_steps, entry.tenet_delay) == (ref.cycles, ref.time_steps,
-                                                                   ref.delay)
+    assert (entry.array_cycles, entry.time_steps, entry.tenet_delay) == (
+        ref.cycles, ref.time_steps, ref.delay)
+    # The .p line "L1 L2 bandwidth latency" is the memory hierarchy: L1 the per-PE
+    # registers, L2 the buffer, bandwidth the DRAM's (systolic.p: 256 B, 1 KiB, 64 bits).
+    line = (TENET_DATA / "pe_array" / "systolic.p").read_text().splitlines()[2].split()
+    assert (acc.memory.register_bytes, acc.memory.buffer_bytes,
+            acc.memory.dram_bandwidth_bits) == (int(line[0]), int(line[1]), float(line[2]))
+    assert entry.roofline_cycles <= entry.cycles
 
 
 def test_from_tenet_files_missing_file(tmp_path):
@@ -115,4 +121,4 @@ def test_a_gemm_too_large_to_enumerate_fails_at_build_time():
                tvm.runtime.tensor(np.ones((32, 8), "float32")))
     (entry,) = tenet_byoc.ledger(vm).entries
     want = cm.analyze_gemm(16, 8, 32, acc.hardware, acc.dataflow, method="enumerate")
-    assert (entry.macs, entry.cycles) == (want.macs, want.cycles)
+    assert (entry.macs, entry.array_cycles) == (want.macs, want.cycles)

@@ -55,19 +55,40 @@ def test_every_entry_equals_analyze_gemm_of_its_fields(accelerator, scheme):
     assert book.accelerator == acc.name
     assert len(book) == 6 * 2 + 1
     for e in book:
-        m = cm.analyze_gemm(e.m, e.n, e.k, acc.hardware, acc.dataflow, batch=e.batch,
-                            bits_a=e.bits_a, bits_b=e.bits_b, bits_c=e.bits_c,
-                            extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops)
-        assert (e.macs, e.cycles, e.offchip_read_bytes, e.offchip_write_bytes) == (
+        widths = {"batch": e.batch, "bits_a": e.bits_a, "bits_b": e.bits_b,
+                  "bits_c": e.bits_c, "extra_read_bits": e.extra_read_bits,
+                  "extra_ops": e.extra_ops}
+        m = cm.analyze_gemm(e.m, e.n, e.k, acc.hardware, acc.dataflow, **widths)
+        assert (e.macs, e.array_cycles, e.offchip_read_bytes, e.offchip_write_bytes) == (
             m.macs, m.cycles, m.offchip_read_bits / 8, m.offchip_write_bits / 8), e.name
-        assert e.pe_utilization == m.pe_utilization
-        charge = cm.charge_gemm(e.m, e.n, e.k, acc.hardware, acc.dataflow, batch=e.batch,
-                                bits_a=e.bits_a, bits_b=e.bits_b, bits_c=e.bits_c,
-                                extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops,
-                                scheme=e.scheme)
-        assert (charge.scheme, charge.array.cycles) == (e.scheme, e.cycles)
         assert {k: t.offchip_bytes for k, t in e.tensors.items()} == {
             k: t.offchip_bytes for k, t in m.tensors.items()}
+        # The buffer level, recomputed through the memory core's own entry points (not
+        # through the charge): the default mapping of this call, its analysis and energy.
+        rows, cols = acc.dataflow.rows or 1, acc.dataflow.cols or acc.hardware.num_pes
+        tiles = cm.default_tile_mapping(
+            e.m, e.n, e.k, acc.memory, rows, cols, batch=e.batch, bits_a=e.bits_a,
+            bits_b=e.bits_b, bits_c=e.bits_c)
+        mm = cm.analyze_memory(e.m, e.n, e.k, acc.hardware, acc.dataflow, acc.memory, tiles,
+                               **widths)
+        energy = cm.call_energy(mm, acc.memory, acc.precision.lookup(e.bits_a, e.bits_b),
+                                e.extra_ops)
+        assert (e.cycles, e.roofline_cycles, e.mapping) == (
+            mm.cycles, mm.roofline_cycles, mm.mapping), e.name
+        assert (e.dram_read_bytes, e.dram_write_bytes, e.buffer_read_bytes,
+                e.buffer_write_bytes) == (mm.dram_read_bits / 8, mm.dram_write_bits / 8,
+                                          mm.buffer_read_bits / 8, mm.buffer_write_bits / 8)
+        assert {k: (t.dram_read_bytes, t.dram_write_bytes) for k, t in e.tensors.items()} == {
+            k: (t.dram_read_bits / 8, t.dram_write_bits / 8) for k, t in mm.tensors.items()}
+        assert e.energy_pj == pytest.approx(energy.total_pj, rel=1e-12)
+        assert e.latency_us == pytest.approx(e.cycles / acc.hardware.clock_ghz / 1e3)
+        assert e.pe_utilization == pytest.approx(
+            e.macs / (e.cycles * e.num_pes * e.macs_per_pe_per_cycle))
+        assert e.roofline_cycles <= e.cycles, e.name
+        charge = cm.charge_gemm(e.m, e.n, e.k, acc.hardware, acc.dataflow, scheme=e.scheme,
+                                **widths, **acc.charge_parts)
+        assert (charge.scheme, charge.array.cycles, charge.memory.cycles) == (
+            e.scheme, e.array_cycles, e.cycles)
     if scheme != "none":
         assert {e.scheme for e in book} == {scheme, "none"}  # attention matmuls stay float
     if accelerator == "os16_mp" and scheme != "none":

@@ -27,6 +27,8 @@ _COSTS = {
     "latency_us": (1e-3, "est. latency (ms)"),
     "cycles": (1.0, "est. cycles"),
     "offchip_bytes": (1e-6, "off-chip MB"),
+    "dram_bytes": (1e-6, "DRAM MB"),
+    "energy_pj": (1e-6, "est. energy (uJ)"),
     "macs": (1.0, "MACs"),
 }
 
@@ -205,4 +207,6 @@ def save_plots(result: SweepResult, out_dir: str | Path) -> list[Path]:
     if any(r.model == "gpt2" for r in result.rows):
         paths.append(plot_prefill_decode(result.rows, out / "prefill_vs_decode.png"))
     paths.append(plot_cost_vs_error(result.rows, out / "cost_vs_error.png"))
+    # Energy, not only latency: a scheme can save energy (fewer DRAM bits) without time.
+    paths.append(plot_cost_vs_error(result.rows, out / "energy_vs_error.png", cost="energy_pj"))
     return paths

@@ -33,10 +33,13 @@ class SweepRow:
     calls: int
     macs: int
     cycles: int
+    roofline_cycles: int  #: sum of the calls' rooflines (cycles / roofline_cycles >= 1)
     latency_us: float
     pe_utilization: float
     weight_bytes: float
     offchip_bytes: float
+    dram_bytes: float  #: DRAM reads + writes of the buffer level
+    energy_pj: float
     bandwidth_gbps: float
     max_abs_error: float
     rel_error: float  #: max_abs_error / max |float32 output|
@@ -63,9 +66,13 @@ class LayerCost:
     k: int
     macs: int
     cycles: int
+    roofline_cycles: int
     latency_us: float
     pe_utilization: float
     offchip_bytes: float
+    dram_bytes: float
+    energy_pj: float
+    mapping: str  #: dataflow, buffer tiles and tile-loop order
     weight_bytes: float  #: 0 for calls whose B operand is an activation (attention)
 
 
@@ -156,16 +163,19 @@ class SweepResult:
     def table(self, model: str | None = None) -> str:
         """The rows (of ``model``, or all) as a markdown table with readable units."""
         header = ["model", "scheme", "hardware", "phase", "tokens", "MACs", "est. cycles",
-                  "est. latency (us)", "PE util", "weight bytes", "off-chip bytes",
-                  "bandwidth (GB/s)", "max abs err", "top-1 agree", "accuracy", "wall (ms)"]
+                  "x roofline", "est. latency (us)", "PE util", "weight bytes",
+                  "off-chip bytes", "DRAM bytes", "energy (uJ)", "bandwidth (GB/s)", "max abs err", "top-1 agree", "accuracy", "wall (ms)"]
         rows = []
         for r in self.rows:
             if model is not None and r.model != model:
                 continue
             rows.append([
                 r.model, r.scheme, r.hardware, r.phase, r.tokens, _fmt_count(r.macs),
-                _fmt_count(r.cycles), f"{r.latency_us:,.1f}", f"{100 * r.pe_utilization:.1f}%",
+                _fmt_count(r.cycles),
+                f"{r.cycles / r.roofline_cycles:.2f}" if r.roofline_cycles else "-",
+                f"{r.latency_us:,.1f}", f"{100 * r.pe_utilization:.1f}%",
                 _fmt_bytes(r.weight_bytes), _fmt_bytes(r.offchip_bytes),
+                _fmt_bytes(r.dram_bytes), f"{r.energy_pj / 1e6:,.2f}",
                 f"{r.bandwidth_gbps:.1f}", f"{r.max_abs_error:.3g}",
                 f"{100 * r.top1_agreement:.1f}%",
                 "-" if r.accuracy is None else f"{100 * r.accuracy:.2f}%", f"{1e3 * r.wall_s:.1f}",

@@ -147,9 +147,10 @@ def _collect(result: SweepResult, case: Case, scheme: str, acc: Accelerator,
             result.layers.append(LayerCost(
                 model=case.model, scheme=scheme, hardware=acc.name, phase=phase, layer=layer,
                 pattern=e.pattern, call_scheme=e.scheme, batch=e.batch, m=e.m, n=e.n, k=e.k,
-                macs=e.macs, cycles=e.cycles, latency_us=e.latency_us,
-                pe_utilization=e.pe_utilization, offchip_bytes=e.offchip_bytes,
-                weight_bytes=wb,
+                macs=e.macs, cycles=e.cycles, roofline_cycles=e.roofline_cycles,
+                latency_us=e.latency_us, pe_utilization=e.pe_utilization,
+                offchip_bytes=e.offchip_bytes, dram_bytes=e.dram_bytes, energy_pj=e.energy_pj,
+                mapping=e.mapping, weight_bytes=wb,
             ))
         t = totals(mine)
         out = outputs[phase]
@@ -157,8 +158,9 @@ def _collect(result: SweepResult, case: Case, scheme: str, acc: Accelerator,
         result.rows.append(SweepRow(
             model=case.model, scheme=scheme, hardware=acc.name, phase=phase,
             tokens=case.tokens(phase), calls=t.calls, macs=t.macs, cycles=t.cycles,
-            latency_us=t.latency_us, pe_utilization=t.pe_utilization,
-            weight_bytes=weight_bytes, offchip_bytes=t.offchip_bytes,
+            roofline_cycles=t.roofline_cycles, latency_us=t.latency_us,
+            pe_utilization=t.pe_utilization, weight_bytes=weight_bytes,
+            offchip_bytes=t.offchip_bytes, dram_bytes=t.dram_bytes, energy_pj=t.energy_pj,
             bandwidth_gbps=t.bandwidth_gbps,
             max_abs_error=err, rel_error=rel, top1_agreement=top1,
             accuracy=case.accuracy(phase, out.output), build_s=build_s, wall_s=out.wall_s,

@@ -1,0 +1,69 @@
+// An accelerator: the one named value a model is charged to. Hardware (PE array,
+// interconnect, clock, MAC rates by width) and dataflow (TENET's space and time maps), plus
+// the memory hierarchy the array sits in, what its PEs cost by operand widths, and how a
+// call is cut into buffer tiles. Serialized in one JSON form (SerializeAccelerator), parsed
+// in one place (ParseAccelerator), validated when made (Validate).
+//
+// Pure C++17, thread-safe (no state), errors as std::invalid_argument naming the field.
+#pragma once
+
+#include <string>
+
+#include "cost_model/cost_model.h"
+#include "cost_model/energy.h"
+#include "cost_model/memory.h"
+
+namespace tenet {
+
+// How a call's buffer tiles are chosen: one field of the accelerator, so that a mapping
+// search (issue 13: kind "auto") plugs in as one more kind.
+struct MappingChoice {
+  // "default": DefaultTileMapping of each call (no search); "given": `tiles` for every call.
+  std::string kind = "default";
+  TileMapping tiles;  // used when kind == "given"
+  // "default" or tiles.Describe(): what the choice is, for messages and reports.
+  std::string Describe() const;
+};
+void Validate(const MappingChoice& choice);
+
+struct Accelerator {
+  std::string name = "accelerator";
+  Hardware hardware;
+  Dataflow dataflow;
+  // DRAM -> buffer -> array -> registers. Made from TENET's .p line by MemoryFromTenet.
+  MemoryHierarchy memory;
+  // The PEs' MAC units: which operand widths they take ("not supported" otherwise) and pJ
+  // per MAC. Their MACs per cycle are not a second setting: they must equal
+  // hardware.macs_per_pe_per_cycle at the wider width (WithMacRates fills them; the JSON
+  // form does not store them).
+  PrecisionTable precision = WithMacRates(PrecisionTable::Horowitz45nm(), MacRate{});
+  MappingChoice mapping;
+
+  // `energies`'s units with their rates set from `rate` at max(bits_a, bits_b).
+  static PrecisionTable WithMacRates(PrecisionTable energies, const MacRate& rate);
+};
+// Checks the parts, that the precision table's rates are the hardware's, and that the
+// dataflow runs on the hardware (a probe GEMM larger than the array is costed), so a bad
+// accelerator fails where it is made, not at the first call.
+void Validate(const Accelerator& acc);
+
+// The hierarchy TENET's .p line "L1 L2 bandwidth avg_latency" describes: register_bytes =
+// L1 (per-PE buffer), buffer_bytes = L2 (shared buffer), dram_bandwidth_bits = bandwidth;
+// SRAM energies follow the capacities (SramPjPerBit); avg_latency stays TENET's delay figure.
+// The other fields keep MemoryHierarchy's defaults.
+MemoryHierarchy MemoryFromTenet(const Hardware& hw);
+
+// The one serialized form of an accelerator, JSON, round-trip exact:
+//   {"name": str, "hardware": {"name", "pe_domain", "interconnect", "bandwidth_bits",
+//    "avg_latency", "clock_ghz", "l1_bytes", "l2_bytes",
+//    "macs_per_pe_per_cycle": int | {"<bits>": int, ...}},
+//    "dataflow": {"name", "space", "time", "preset", "rows", "cols", "tiling": {str: int}},
+//    "memory": {every MemoryHierarchy field by name},
+//    "precision": [{"bits_a", "bits_b", "pj_per_mac"}, ...]   (rates: the hardware's),
+//    "mapping": {"kind": "default"} | {"kind": "given", every TileMapping field by name}}
+// ParseAccelerator(SerializeAccelerator(a)) == a; it validates (Validate(Accelerator)) and
+// names the key of any bad or missing field.
+std::string SerializeAccelerator(const Accelerator& acc);
+Accelerator ParseAccelerator(const std::string& json);
+
+}  // namespace tenet
