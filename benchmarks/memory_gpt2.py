@@ -5,8 +5,8 @@ os16: 16 x 16 output-stationary array at 1 GHz, 1 MiB double-buffered buffer fee
 array edge of A and of B and one of C per cycle, DRAM 256 bits per cycle; Horowitz 45 nm
 energies. Widths stand for the schemes: float32 (32/32/32), w8a8 (8/8/16), w4a16 (16/4/16).
 12 layers, attention as 12 heads (the batch), the tied lm_head once (the issue's roofline
-figures: 62.9 ms prefill, 15.8 ms float32 decode). Not yet what the ledger charges (issue 12's
-integration does that).
+figures: 62.9 ms prefill, 15.8 ms float32 decode). The ledger charges the same model with the
+`os16` preset (tests/cost_model/test_charge_memory.py checks float32 prefill <= 1.5x roofline).
 
     python benchmarks/memory_gpt2.py [--out benchmarks/results/memory_gpt2.md]
 """

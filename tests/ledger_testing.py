@@ -55,3 +55,19 @@ def ir_matmul_shapes(mod: tvm.IRModule, func_name: str, sym: dict[str, int]) -> 
         assert lhs[-1] == rhs[-2], (lhs, rhs)
         out.append((int(np.prod(res[:-2], dtype=np.int64)), res[-2], res[-1], lhs[-1]))
     return out
+
+
+def memory_reference(e, accelerator):
+    """The buffer level and energy of ledger entry ``e``, recomputed through the memory core's
+    own entry points (default mapping, analyze_memory, call_energy), not through the charge."""
+    from tenet_byoc import cost_model as cm
+
+    acc = accelerator
+    widths = {"batch": e.batch, "bits_a": e.bits_a, "bits_b": e.bits_b, "bits_c": e.bits_c}
+    rows, cols = acc.dataflow.rows or 1, acc.dataflow.cols or acc.hardware.num_pes
+    tiles = cm.default_tile_mapping(e.m, e.n, e.k, acc.memory, rows, cols, **widths)
+    mm = cm.analyze_memory(e.m, e.n, e.k, acc.hardware, acc.dataflow, acc.memory, tiles,
+                           extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops, **widths)
+    energy = cm.call_energy(mm, acc.memory, acc.precision.lookup(e.bits_a, e.bits_b),
+                            e.extra_ops)
+    return mm, energy

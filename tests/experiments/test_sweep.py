@@ -95,6 +95,8 @@ def test_layers_are_named_and_tagged_with_their_phase(result):
                  (r.model, r.scheme, r.hardware, r.phase)]
         assert sum(c.macs for c in calls) == r.macs
         assert sum(c.cycles for c in calls) == r.cycles
+        assert sum(c.energy_pj for c in calls) == pytest.approx(r.energy_pj)
+        assert sum(c.roofline_cycles for c in calls) == r.roofline_cycles <= r.cycles
         assert math.isclose(sum(c.weight_bytes for c in calls), r.weight_bytes)
 
 
@@ -162,7 +164,8 @@ def test_plots_are_written(result, tmp_path):
     names = sorted(p.name for p in paths)
     assert names == sorted([
         "layers_gpt2_prefill_none_os16.png", "layers_gpt2_decode_none_os16.png",
-        "layers_mlp_inference_none_os16.png", "prefill_vs_decode.png", "cost_vs_error.png"])
+        "layers_mlp_inference_none_os16.png", "prefill_vs_decode.png", "cost_vs_error.png",
+        "energy_vs_error.png"])
     for p in paths:
         _png(p)
     one_run = [c for c in result.layers if (c.scheme, c.hardware, c.phase) ==

@@ -10,7 +10,7 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from ledger_testing import ir_matmul_shapes, mlp_executable
+from ledger_testing import ir_matmul_shapes, memory_reference, mlp_executable
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
@@ -28,14 +28,22 @@ def _assert_entries_match_cost_model(ledger, accelerator) -> None:
         m = cm.analyze_gemm(e.m, e.n, e.k, hw, df, batch=e.batch, bits_a=e.bits_a,
                             bits_b=e.bits_b, bits_c=e.bits_c)
         assert e.macs == m.macs == e.batch * e.m * e.n * e.k
-        assert (e.cycles, e.compute_cycles, e.stall_cycles, e.time_steps, e.active_pes,
+        assert (e.array_cycles, e.compute_cycles, e.stall_cycles, e.time_steps, e.active_pes,
                 e.num_pes) == (m.cycles, m.compute_cycles, m.stall_cycles, m.time_steps,
                                m.active_pes, m.num_pes)
         assert e.offchip_read_bytes == m.offchip_read_bits / 8
         assert e.offchip_write_bytes == m.offchip_write_bits / 8
         assert e.tenet_delay == pytest.approx(m.delay, rel=1e-12)
-        assert e.latency_us == pytest.approx(m.latency_us, rel=1e-12)
-        assert e.pe_utilization == pytest.approx(m.pe_utilization, rel=1e-12)
+        # The call's latency is the buffer level's, recomputed by the memory core.
+        mm, energy = memory_reference(e, accelerator)
+        assert (e.cycles, e.roofline_cycles, e.mapping) == (
+            mm.cycles, mm.roofline_cycles, mm.mapping)
+        assert e.roofline_cycles <= e.cycles
+        assert e.latency_us == pytest.approx(mm.latency_us, rel=1e-12)
+        assert e.energy_pj == pytest.approx(energy.total_pj, rel=1e-12)
+        assert e.energy_pj == pytest.approx(e.mac_pj + e.register_pj + e.buffer_pj + e.dram_pj)
+        assert e.pe_utilization == pytest.approx(
+            e.macs / (e.cycles * e.num_pes * e.macs_per_pe_per_cycle), rel=1e-12)
         assert set(e.tensors) == set(m.tensors) == {"A", "B", "C"}
         for name, t in e.tensors.items():
             r = m.tensors[name]

@@ -210,7 +210,7 @@ def test_macs_per_cycle_follow_the_operand_bits(rng):
     packed = cm.analyze_gemm(16, 16, 16, acc.hardware, acc.dataflow, bits_a=32, bits_b=32,
                              bits_c=16, extra_read_bits=mp.extra_read_bits,
                              extra_ops=mp.extra_ops)
-    assert mp.cycles == packed.cycles and mp.compute_cycles == packed.compute_cycles
+    assert mp.array_cycles == packed.cycles and mp.compute_cycles == packed.compute_cycles
     assert mp.macs == 16 * 16 * 64
     assert mp.pe_utilization == pytest.approx(mp.macs / (mp.cycles * 256 * 4))
     assert mp.tensors["B"].offchip_bytes == packed.tensors["B"].offchip_bits / 8 == 16 * 64
