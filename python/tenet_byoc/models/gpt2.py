@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
@@ -17,6 +17,7 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 from ._params import check_named_arrays
+from .runner import DecoderRunner, KVCache, build_with_tvm, check_ids
 
 __all__ = [
     "PRESETS",
@@ -593,48 +594,10 @@ def check_token_ids(config: GPT2Config, ids: Sequence[int], past_len: int = 0) -
         If ``ids`` is empty or not integers, an id is negative or >= ``vocab_size``, or
         ``past_len + len(ids)`` exceeds ``n_positions``.
     """
-    arr = np.asarray(ids)
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"token ids must be a non-empty 1-D sequence, got shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"token ids must be integers, got dtype {arr.dtype}")
-    bad = np.flatnonzero((arr < 0) | (arr >= config.vocab_size))
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(
-            f"token id {int(arr[i])} at index {i} is out of range [0, {config.vocab_size})"
-        )
-    total = past_len + arr.size
-    if total > config.n_positions:
-        raise ValueError(
-            f"sequence of {total} tokens ({past_len} cached + {arr.size} new) is longer "
-            f"than the context n_positions={config.n_positions}"
-        )
-    return arr.astype(np.int32).reshape(1, -1)
+    return check_ids(ids, config.vocab_size, config.n_positions, "n_positions", past_len)
 
 
-def build_with_tvm(mod: IRModule) -> relax.VMExecutable:
-    """Build with TVM's own CPU pipeline (no offload): the reference build for tests."""
-    target = tvm.target.Target("llvm")
-    return relax.build(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))
-
-
-@dataclass(frozen=True)
-class KVCache:
-    """The key/value cache after some tokens: ``K_0, V_0, K_1, V_1, ...`` on the device.
-
-    Each tensor is ``[1, n_head, length, head_dim]`` float32.
-    """
-
-    tensors: tuple[Any, ...]
-    length: int
-
-    def numpy(self) -> list[np.ndarray]:
-        """Copy the tensors to numpy."""
-        return [t.numpy() for t in self.tensors]
-
-
-class GPT2Runner:
+class GPT2Runner(DecoderRunner):
     """Build GPT-2 once and run prefill, decode and greedy generation on the Relax VM.
 
     Parameters
@@ -660,60 +623,13 @@ class GPT2Runner:
         The VM running ``mod``'s functions ``prefill`` and ``decode``.
     """
 
-    def __init__(
-        self,
-        config: GPT2Config,
-        params: Mapping[str, np.ndarray],
-        build: Callable[[IRModule], Any] | None = None,
-        device: Any = None,
-        bind_params: bool = False,
-    ) -> None:
-        self.config = config
-        checked = check_params(config, params)
-        self.mod = export_gpt2(config, checked if bind_params else None)
-        self.device = tvm.cpu() if device is None else device
-        self.executable = (build or build_with_tvm)(self.mod)
-        self.vm = relax.VirtualMachine(self.executable, self.device)
-        # With tenet offload, ledger entries are tagged with the phase that charged them.
-        from ..ledger import set_phase, tenet_modules
+    check_params = staticmethod(check_params)
+    export = staticmethod(export_gpt2)
 
-        try:
-            tenet_modules(self.vm)
-            self._set_phase = lambda phase: set_phase(self.vm, phase)
-        except ValueError:  # TVM's own build: no ledger
-            self._set_phase = lambda phase: None
-        self._weights = (
-            [] if bind_params else [tvm.runtime.tensor(v, self.device) for v in checked.values()]
-        )
+    def check_ids(self, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
+        """``ids`` as ``[1, n]`` int32 after :func:`check_token_ids`."""
+        return check_token_ids(self.config, ids, past_len)
 
-    def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
-        """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens."""
-        ids = check_token_ids(self.config, token_ids)
-        self._set_phase("prefill")
-        logits, cache = self.vm["prefill"](tvm.runtime.tensor(ids, self.device), *self._weights)
-        return logits.numpy()[0], KVCache(tuple(cache), ids.shape[1])
-
-    def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
-        """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache."""
-        ids = check_token_ids(self.config, [token_id], past_len=cache.length)
-        self._set_phase("decode")
-        logits, new = self.vm["decode"](
-            tvm.runtime.tensor(ids, self.device), list(cache.tensors), *self._weights
-        )
-        return logits.numpy()[0, 0], KVCache(tuple(new), cache.length + 1)
-
-    def generate(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
-        """Greedily generate ``max_new_tokens`` tokens after ``prompt``; return only those."""
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
-        check_token_ids(self.config, prompt, past_len=max(max_new_tokens - 1, 0))
-        if max_new_tokens == 0:
-            return []
-        logits, cache = self.prefill(prompt)
-        out = [int(np.argmax(logits[-1]))]
-        while len(out) < max_new_tokens:
-            logits_1, cache = self.decode(out[-1], cache)
-            out.append(int(np.argmax(logits_1)))
-        return out
+    def cache_shape(self, length: int) -> tuple[int, ...]:
+        """``[1, n_head, length, head_dim]``."""
+        return (1, self.config.n_head, length, self.config.head_dim)

@@ -1,0 +1,222 @@
+"""One runner for decoder-only models: build once, then prefill, decode and generate on the VM.
+
+A family (GPT-2, Llama) supplies its weight check, its export and its cache layout through
+:class:`DecoderRunner`'s hooks; checking token ids and caches, phase tags in the ledger and
+greedy generation are written once here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir import IRModule
+
+__all__ = ["DecoderRunner", "KVCache", "build_with_tvm", "check_ids"]
+
+
+def build_with_tvm(mod: IRModule) -> relax.VMExecutable:
+    """Build with TVM's own CPU pipeline (no offload): the reference build for tests."""
+    target = tvm.target.Target("llvm")
+    return relax.build(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))
+
+
+def check_ids(
+    ids: Sequence[int], vocab_size: int, context: int, context_field: str, past_len: int = 0
+) -> np.ndarray:
+    """Validate token ids before they reach ``R.take``, which does not bound-check.
+
+    Parameters
+    ----------
+    ids : sequence of int
+        The tokens to run.
+    vocab_size : int
+        Ids must lie in ``[0, vocab_size)``.
+    context : int
+        The most tokens a sequence may hold (cached plus new).
+    context_field : str
+        The config field ``context`` comes from, for the message.
+    past_len : int
+        Tokens already in the cache before these.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``[1, len(ids)]`` int32.
+
+    Raises
+    ------
+    ValueError
+        If ``ids`` is empty or not integers, an id is out of range, or the sequence would
+        be longer than ``context``.
+    """
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"token ids must be a non-empty 1-D sequence, got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"token ids must be integers, got dtype {arr.dtype}")
+    bad = np.flatnonzero((arr < 0) | (arr >= vocab_size))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"token id {int(arr[i])} at index {i} is out of range [0, {vocab_size})")
+    total = past_len + arr.size
+    if total > context:
+        raise ValueError(
+            f"sequence of {total} tokens ({past_len} cached + {arr.size} new) is longer "
+            f"than the context {context_field}={context}"
+        )
+    return arr.astype(np.int32).reshape(1, -1)
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """The key/value cache after some tokens: ``K_0, V_0, K_1, V_1, ...`` on the device.
+
+    Each tensor is ``[1, kv_heads, length, head_dim]`` float32.
+    """
+
+    tensors: tuple[Any, ...]
+    length: int
+
+    def numpy(self) -> list[np.ndarray]:
+        """Copy the tensors to numpy."""
+        return [t.numpy() for t in self.tensors]
+
+
+class DecoderRunner:
+    """Build a decoder once and run prefill, decode and greedy generation on the Relax VM.
+
+    Subclasses supply the family: :meth:`check_params`, :meth:`export`, :meth:`check_ids`
+    and :meth:`cache_shape`.
+
+    Parameters
+    ----------
+    config
+        The model's shape (the family's config type).
+    params : mapping of str to numpy.ndarray
+        The weights, by the family's parameter names.
+    build : callable, optional
+        ``IRModule -> executable`` (anything ``relax.VirtualMachine`` accepts); by default
+        :func:`build_with_tvm`. It receives the exported module.
+    device : tvm.runtime.Device, optional
+        Defaults to ``tvm.cpu()``.
+    bind_params : bool
+        Bind the weights into the module as constants instead of passing them to every
+        call (what ``tenet_byoc.quantize`` needs).
+
+    Attributes
+    ----------
+    mod : IRModule
+        The module handed to ``build``, with functions ``prefill`` and ``decode``.
+    vm : relax.VirtualMachine
+        The VM running it.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        params: Mapping[str, np.ndarray],
+        build: Callable[[IRModule], Any] | None = None,
+        device: Any = None,
+        bind_params: bool = False,
+    ) -> None:
+        self.config = config
+        checked = self.check_params(config, params)
+        self.mod = self.export(config, checked if bind_params else None)
+        self.device = tvm.cpu() if device is None else device
+        self.executable = (build or build_with_tvm)(self.mod)
+        self.vm = relax.VirtualMachine(self.executable, self.device)
+        # With tenet offload, ledger entries are tagged with the phase that charged them.
+        from ..ledger import set_phase, tenet_modules
+
+        try:
+            tenet_modules(self.vm)
+            self._set_phase = lambda phase: set_phase(self.vm, phase)
+        except ValueError:  # TVM's own build: no ledger
+            self._set_phase = lambda phase: None
+        self._weights = (
+            [] if bind_params else [tvm.runtime.tensor(v, self.device) for v in checked.values()]
+        )
+
+    # -- the family's hooks ------------------------------------------------------------
+
+    @staticmethod
+    def check_params(config: Any, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Check weights against ``config``; return them as float32 in call order."""
+        raise NotImplementedError
+
+    @staticmethod
+    def export(config: Any, params: Mapping[str, np.ndarray] | None) -> IRModule:
+        """The module with ``prefill`` and ``decode`` (weights bound when given)."""
+        raise NotImplementedError
+
+    def check_ids(self, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
+        """``ids`` as ``[1, n]`` int32 after checking them; see :func:`check_ids`."""
+        raise NotImplementedError
+
+    def cache_shape(self, length: int) -> tuple[int, ...]:
+        """The shape of each of the cache's tensors after ``length`` tokens."""
+        raise NotImplementedError
+
+    # -- running -------------------------------------------------------------------------
+
+    def check_cache(self, cache: KVCache) -> None:
+        """Refuse a cache whose tensors do not match its length and this model.
+
+        Raises
+        ------
+        ValueError
+            If the number of tensors or a tensor's shape is wrong; the message names both.
+        """
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+        n_layer = len(self.mod["decode"].params[1].ty.fields) // 2
+        if len(cache.tensors) != 2 * n_layer:
+            raise ValueError(
+                f"cache holds {len(cache.tensors)} tensors, this model needs {2 * n_layer} "
+                "(K and V per layer)"
+            )
+        want = self.cache_shape(cache.length)
+        for i, t in enumerate(cache.tensors):
+            if tuple(t.shape) != want:
+                raise ValueError(
+                    f"cache tensor {i} has shape {list(t.shape)}; a cache of length "
+                    f"{cache.length} needs {list(want)}"
+                )
+
+    def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
+        """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens."""
+        ids = self.check_ids(token_ids)
+        self._set_phase("prefill")
+        logits, cache = self.vm["prefill"](tvm.runtime.tensor(ids, self.device), *self._weights)
+        return logits.numpy()[0], KVCache(tuple(cache), ids.shape[1])
+
+    def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
+        """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache."""
+        ids = self.check_ids([token_id], past_len=cache.length)
+        self.check_cache(cache)
+        self._set_phase("decode")
+        logits, new = self.vm["decode"](
+            tvm.runtime.tensor(ids, self.device), list(cache.tensors), *self._weights
+        )
+        return logits.numpy()[0, 0], KVCache(tuple(new), cache.length + 1)
+
+    def generate(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
+        """Greedily generate ``max_new_tokens`` tokens after ``prompt``; return only those."""
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+        self.check_ids(prompt, past_len=max(max_new_tokens - 1, 0))
+        if max_new_tokens == 0:
+            return []
+        logits, cache = self.prefill(prompt)
+        out = [int(np.argmax(logits[-1]))]
+        while len(out) < max_new_tokens:
+            logits_1, cache = self.decode(out[-1], cache)
+            out.append(int(np.argmax(logits_1)))
+        return out

@@ -1,0 +1,156 @@
+"""Tiny Llama and Qwen2 checkpoints through from_pretrained, offloaded, against numpy (no torch)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ledger_testing import ir_matmul_shapes
+from llama_testing import (
+    TINY_LLAMA,
+    TINY_QWEN2,
+    bf16_rounded,
+    make_llama_weights,
+    numpy_llama_logits,
+    write_checkpoint,
+)
+
+import tenet_byoc
+from tenet_byoc.models import from_pretrained
+from tenet_byoc.models.llama import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    LlamaRunner,
+    export_llama,
+    llama_matmuls,
+    load_checkpoint,
+    param_count,
+    param_shapes,
+    random_params,
+)
+
+ATOL = 1e-4
+PROMPT = [5, 17, 0, 88, 42, 42, 8, 63, 1]
+CONFIGS = {"llama": TINY_LLAMA, "qwen2": TINY_QWEN2}
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def case(request, tmp_path_factory):
+    """``(hf config, HF-named weights, offloaded runner from from_pretrained)``."""
+    cfg = CONFIGS[request.param]
+    weights = make_llama_weights(cfg)
+    folder = write_checkpoint(tmp_path_factory.mktemp(request.param), cfg, weights)
+    return cfg, weights, from_pretrained(folder, build=tenet_byoc.build)
+
+
+def test_prefill_matches_numpy(case):
+    cfg, weights, runner = case
+    logits, cache = runner.prefill(PROMPT)
+    expected = numpy_llama_logits(weights, cfg, PROMPT)
+    assert logits.shape == (len(PROMPT), cfg["vocab_size"])
+    assert np.abs(expected).max() > 1.0  # not a comparison of near-zeros
+    np.testing.assert_allclose(logits, expected, rtol=0, atol=ATOL)
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    shape = (1, cfg["num_key_value_heads"], len(PROMPT), hd)
+    assert [t.shape for t in cache.tensors] == [shape] * (2 * cfg["num_hidden_layers"])
+
+
+def test_decode_steps_match_numpy_up_to_the_context_end(case):
+    cfg, weights, runner = case
+    n = cfg["max_position_embeddings"]
+    ids = [(7 * i + 3) % cfg["vocab_size"] for i in range(n)]
+    expected = numpy_llama_logits(weights, cfg, ids)
+    _, cache = runner.prefill(ids[:3])
+    for pos in [*range(3, 6), n - 1]:
+        if pos == n - 1:  # jump: a prefill of all but the last token, then one step
+            _, cache = runner.prefill(ids[:pos])
+        step, cache = runner.decode(ids[pos], cache)
+        np.testing.assert_allclose(step, expected[pos], rtol=0, atol=ATOL)
+    assert cache.length == n
+    with pytest.raises(ValueError, match=f"{n + 1} tokens .* max_position_embeddings={n}"):
+        runner.decode(1, cache)
+
+
+def test_every_matmul_is_offloaded_and_charged(case):
+    cfg, _, runner = case
+    config = runner.config
+    mod = export_llama(config)
+    ir = ir_matmul_shapes(mod, "prefill", {"seq_len": 6}) + ir_matmul_shapes(
+        mod, "decode", {"past_len": 6}
+    )
+    assert len(ir) == 2 * (9 * cfg["num_hidden_layers"] + 1)
+    # Partitioned, no R.matmul is left in either function: each went to a tenet composite.
+    part = tenet_byoc.partition_for_tenet(mod)
+    assert ir_matmul_shapes(part, "prefill", {"seq_len": 6}) == []
+    assert ir_matmul_shapes(part, "decode", {"past_len": 6}) == []
+    before = len(tenet_byoc.ledger(runner.vm).entries)
+    _, cache = runner.prefill(PROMPT[:6])
+    runner.decode(PROMPT[6], cache)
+    entries = tenet_byoc.ledger(runner.vm).entries[before:]
+    expected = llama_matmuls(config, 6, "prefill") + llama_matmuls(config, 6, "decode")
+    assert [(e.batch, e.m, e.n, e.k) for e in entries] == [
+        (x.batch, x.m, x.n, x.k) for x in expected
+    ]
+    assert [(x.batch, x.m, x.n, x.k) for x in expected] == ir
+    assert [e.phase for e in entries] == ["prefill"] * (len(expected) // 2) + ["decode"] * (
+        len(expected) // 2
+    )
+    assert sum(e.macs for e in entries) == sum(x.macs for x in expected)
+
+
+def test_loader_reads_config_and_names(case):
+    cfg, weights, runner = case
+    config = runner.config
+    assert config.num_key_value_heads == cfg["num_key_value_heads"]
+    assert config.rope_theta == (1000.0 if cfg is TINY_LLAMA else 20000.0)
+    assert config.tie_word_embeddings == cfg["tie_word_embeddings"]
+    assert config.qkv_bias == (cfg is TINY_QWEN2) and not config.o_bias
+    model = LlamaForCausalLM(config)
+    built = {n: tuple(int(d) for d in p.shape) for n, p in model.named_parameters()}
+    assert built == param_shapes(config)  # the closed-form list is the module's
+    assert param_count(config) == (len(built), sum(int(np.prod(s)) for s in built.values()))
+    stored = {k.removeprefix("model.") for k in weights}
+    assert stored == set(built)
+
+
+@pytest.mark.parametrize("shards,bf16", [(3, False), (1, True), (2, True)])
+def test_sharded_and_bf16_checkpoints_load_exactly(tmp_path, shards, bf16):
+    weights = make_llama_weights(TINY_LLAMA, seed=5)
+    folder = write_checkpoint(tmp_path / "ckpt", TINY_LLAMA, weights, shards=shards, bf16=bf16)
+    assert (folder / "model.safetensors.index.json").exists() == (shards > 1)
+    config, params = load_checkpoint(folder)
+    want = bf16_rounded(weights) if bf16 else weights
+    assert list(params) == list(param_shapes(config))
+    for name, value in params.items():
+        assert value.dtype == np.float32 and value.flags.c_contiguous
+        ref = want.get("model." + name, want.get(name))
+        np.testing.assert_array_equal(value, ref, err_msg=name)
+    if bf16:  # the conversion is not a no-op: bf16 rounding changed the weights
+        assert not np.array_equal(params["norm.weight"], weights["model.norm.weight"])
+
+
+def test_quantized_build_runs_and_stays_close(tmp_path):
+    weights = make_llama_weights(TINY_LLAMA)
+    folder = write_checkpoint(tmp_path / "ckpt", TINY_LLAMA, weights)
+    expected = numpy_llama_logits(weights, TINY_LLAMA, PROMPT)
+    runner = from_pretrained(
+        folder,
+        build=lambda mod: tenet_byoc.build(tenet_byoc.quantize(mod, "w8a8_per_channel_per_token")),
+        bind_params=True,
+    )
+    logits, cache = runner.prefill(PROMPT[:-1])
+    step, _ = runner.decode(PROMPT[-1], cache)
+    # int8 error is real but small against O(1) logits; float would be within 1e-4.
+    err = max(np.abs(logits - expected[:-1]).max(), np.abs(step - expected[-1]).max())
+    assert 1e-4 < err < 0.25 * np.abs(expected).max()
+    schemes = {e.scheme for e in tenet_byoc.ledger(runner.vm).entries}
+    assert schemes == {"w8a8_per_channel_per_token", "none"}  # attention stays float
+
+
+def test_tvm_build_and_random_params_agree_with_numpy():
+    config = LlamaConfig.from_hf_dict(TINY_QWEN2)
+    params = random_params(config, seed=2, std=0.3)
+    runner = LlamaRunner(config, params)
+    hf = {("" if k == "lm_head.weight" else "model.") + k: v for k, v in params.items()}
+    logits, _ = runner.prefill(PROMPT[:4])
+    np.testing.assert_allclose(logits, numpy_llama_logits(hf, TINY_QWEN2, PROMPT[:4]),
+                               rtol=0, atol=ATOL)
