@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ledger_testing import ir_matmul_shapes
 from llama_testing import (
     TINY_LLAMA,
     TINY_QWEN2,
@@ -15,6 +14,7 @@ from llama_testing import (
 )
 
 import tenet_byoc
+from ledger_testing import ir_matmul_shapes
 from tenet_byoc.models import from_pretrained
 from tenet_byoc.models.llama import (
     LlamaConfig,

@@ -11,12 +11,11 @@ from typing import Any
 
 from tvm.ir import IRModule
 
+from .gpt2 import GPT2Runner, load_hf_checkpoint
+from .llama import LlamaConfig, LlamaRunner, load_checkpoint
 from .runner import DecoderRunner
 
-__all__ = ["FAMILIES", "from_pretrained"]
-
-#: ``config.json`` ``model_type`` -> the module that reads it.
-FAMILIES = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama"}
+__all__ = ["from_pretrained"]
 
 
 def from_pretrained(
@@ -65,21 +64,20 @@ def from_pretrained(
         If tensors the config needs are missing (naming them).
     """
     from .checkpoint import read_config
+    from .configs import config_from_dict
 
-    values = read_config(folder)
-    model_type = values.get("model_type")
-    if model_type not in FAMILIES:
-        raise ValueError(
-            f"{os.path.join(os.fspath(folder), 'config.json')!r} has model_type={model_type!r}; "
-            f"from_pretrained reads {sorted(FAMILIES)}"
-        )
-    name = os.path.basename(os.path.normpath(os.fspath(folder)))
-    if FAMILIES[model_type] == "gpt2":
-        from .gpt2 import GPT2Config, GPT2Runner, load_hf_checkpoint
-
-        config, params = load_hf_checkpoint(folder, GPT2Config.from_hf_dict(values, name))
-        return GPT2Runner(config, params, build=build, device=device, bind_params=bind_params)
-    from .llama import LlamaConfig, LlamaRunner, load_checkpoint
-
-    config, params = load_checkpoint(folder, LlamaConfig.from_hf_dict(values, name))
-    return LlamaRunner(config, params, build=build, device=device, bind_params=bind_params)
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"checkpoint folder {folder!r} does not exist")
+    name = os.path.basename(os.path.normpath(folder))
+    try:
+        config = config_from_dict(read_config(folder), name=name)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{os.path.join(folder, 'config.json')!r}: {err}") from None
+    if isinstance(config, LlamaConfig):
+        config, params = load_checkpoint(folder, config)
+        runner: type[DecoderRunner] = LlamaRunner
+    else:
+        config, params = load_hf_checkpoint(folder, config)
+        runner = GPT2Runner
+    return runner(config, params, build=build, device=device, bind_params=bind_params)

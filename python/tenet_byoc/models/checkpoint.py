@@ -57,22 +57,23 @@ class TensorInfo:
     end: int
 
 
-def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """Return the contents of ``folder/config.json``.
+def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Return the contents of a ``config.json``: the file itself, or the one in a folder.
 
     Raises
     ------
     FileNotFoundError
-        If the folder or its ``config.json`` does not exist.
+        If the path, or the folder's ``config.json``, does not exist.
     CheckpointError
         If the file is not JSON, or not a JSON object.
     """
-    folder = os.fspath(folder)
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"checkpoint folder {folder!r} does not exist")
-    path = os.path.join(folder, CONFIG_FILE)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path!r} not found: a checkpoint folder needs a config.json")
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, CONFIG_FILE)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path!r} not found: a checkpoint folder needs a config.json")
+    elif not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint folder or config file {path!r} does not exist")
     try:
         with open(path, encoding="utf-8") as f:
             values = json.load(f)
