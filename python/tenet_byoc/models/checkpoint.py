@@ -14,7 +14,7 @@ import json
 import math
 import os
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,30 +190,40 @@ class Checkpoint:
             out[name] = headers[file][name]
         return out
 
-    def check_shapes(self, model: str, expected: Mapping[str, tuple[int, ...]]) -> None:
+    def check_shapes(
+        self, model: str, expected: Iterable[tuple[str, tuple[int, ...]]], note: str = ""
+    ) -> None:
         """Check that every expected tensor is stored with its shape, before reading any.
+
+        ``expected`` may be a lazy iterable: the check stops at the first wrong shape or the
+        fifth missing name, so a config claiming absurd sizes fails fast.
 
         Raises
         ------
         KeyError
-            Naming every missing tensor (the first few) and how many are missing.
+            Naming the (first five) missing tensors, followed by ``note``.
         CheckpointError
             If a tensor's stored shape differs; naming it, its file and both shapes.
         """
-        missing = [name for name in expected if name not in self.tensors]
-        if missing:
-            shown = ", ".join(repr(m) for m in missing[:5])
-            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-            raise KeyError(
-                f"{model} checkpoint {self.folder!r} lacks {len(missing)} tensor(s): {shown}{more}"
-            )
-        for name, shape in expected.items():
-            info = self.tensors[name]
-            if info.shape != tuple(shape):
+        missing: list[str] = []
+        for name, shape in expected:
+            info = self.tensors.get(name)
+            if info is None:
+                missing.append(name)
+                if len(missing) == 5:
+                    break
+            elif info.shape != tuple(shape):
                 raise CheckpointError(
                     f"{model} checkpoint tensor {name!r} in {info.file!r} has shape "
                     f"{list(info.shape)}, expected {list(shape)}"
                 )
+        if missing:
+            raise KeyError(
+                f"{model} checkpoint {self.folder!r} lacks tensor(s) "
+                + ", ".join(repr(m) for m in missing)
+                + (" and maybe more" if len(missing) == 5 else "")
+                + (f"; {note}" if note else "")
+            )
 
     def read(self, name: str) -> np.ndarray:
         """Read one tensor as a float32 array (float16 and bfloat16 widened exactly)."""

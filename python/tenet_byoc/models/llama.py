@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -480,42 +480,45 @@ def export_llama(config: LlamaConfig, params: Mapping[str, np.ndarray] | None = 
 def param_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
     """Return each weight's name and shape, in the order the exported functions take them.
 
-    Computed from the config alone (no module is built), so a checkpoint can be checked
-    against it cheaply; see :func:`param_count` for the total without listing.
+    Computed from the config alone (no module is built); see :func:`param_count` for the
+    totals in closed form.
     """
+    return dict(_iter_param_shapes(config))
+
+
+def _iter_param_shapes(config: LlamaConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
     d, v, inner = config.hidden_size, config.vocab_size, config.intermediate_size
     q, kv = config.num_attention_heads * config.dim_per_head, (
         config.num_key_value_heads * config.dim_per_head
     )
-    out: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (v, d)}
+    yield "embed_tokens.weight", (v, d)
     for i in range(config.num_hidden_layers):
         p = f"layers.{i}."
-        out[p + "input_layernorm.weight"] = (d,)
+        yield p + "input_layernorm.weight", (d,)
         for proj, rows, bias in (
             ("q_proj", q, config.qkv_bias),
             ("k_proj", kv, config.qkv_bias),
             ("v_proj", kv, config.qkv_bias),
             ("o_proj", d, config.o_bias),
         ):
-            out[f"{p}self_attn.{proj}.weight"] = (rows, q if proj == "o_proj" else d)
+            yield f"{p}self_attn.{proj}.weight", (rows, q if proj == "o_proj" else d)
             if bias:
-                out[f"{p}self_attn.{proj}.bias"] = (rows,)
-        out[p + "post_attention_layernorm.weight"] = (d,)
+                yield f"{p}self_attn.{proj}.bias", (rows,)
+        yield p + "post_attention_layernorm.weight", (d,)
         for proj, shape in (("gate_proj", (inner, d)), ("up_proj", (inner, d)),
                             ("down_proj", (d, inner))):
-            out[f"{p}mlp.{proj}.weight"] = shape
+            yield f"{p}mlp.{proj}.weight", shape
             if config.mlp_bias:
-                out[f"{p}mlp.{proj}.bias"] = (shape[0],)
-    out["norm.weight"] = (d,)
+                yield f"{p}mlp.{proj}.bias", (shape[0],)
+    yield "norm.weight", (d,)
     if not config.tie_word_embeddings:
-        out["lm_head.weight"] = (v, d)
-    return out
+        yield "lm_head.weight", (v, d)
 
 
 def param_count(config: LlamaConfig) -> tuple[int, int]:
     """Return ``(tensors, elements)`` of the model's weights, in closed form.
 
-    Cheap for any config, so a checkpoint's size can be checked before listing names.
+    Cheap for any config (no names are listed).
     """
     d, v, inner = config.hidden_size, config.vocab_size, config.intermediate_size
     q = config.num_attention_heads * config.dim_per_head
@@ -600,19 +603,15 @@ def load_checkpoint(
         config = LlamaConfig.from_hf_dict(values, name=name)
     ckpt = Checkpoint(folder)
     stored = {name.removeprefix("model."): name for name in ckpt.tensors}
-    # Counted in closed form first: a config claiming 10^9 layers fails here, not in a loop.
-    tensors, elements = param_count(config)
-    available = sum(math.prod(t.shape) for t in ckpt.tensors.values())
-    if tensors > len(stored) or elements > available:
-        raise KeyError(
-            f"{config.model_type} config of checkpoint {ckpt.folder!r} needs {tensors} tensors "
-            f"of {elements} elements; the files hold {len(stored)} of {available}"
-        )
-    expected = param_shapes(config)
+    tensors, _ = param_count(config)
+    note = f"the config needs {tensors} tensors, the files hold {len(ckpt.tensors)}"
+    # Lazily: a config claiming 10^7 layers stops at the first missing layer.
     ckpt.check_shapes(
-        config.model_type, {stored.get(n, "model." + n): s for n, s in expected.items()}
+        config.model_type,
+        ((stored.get(n, "model." + n), s) for n, s in _iter_param_shapes(config)),
+        note,
     )
-    return config, {n: ckpt.read(stored[n]) for n in expected}
+    return config, {n: ckpt.read(stored[n]) for n in param_shapes(config)}
 
 
 # ----------------------------------------------------------------------------------------
