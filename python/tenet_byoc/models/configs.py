@@ -41,9 +41,31 @@ def _gpt2(name: str, repo: str, n_layer: int, n_embd: int, n_head: int) -> Built
     return BuiltinModel(name, f"https://huggingface.co/{repo}/blob/main/config.json", values)
 
 
-def _llama(name: str, repo: str, **values: Any) -> BuiltinModel:
-    values.setdefault("model_type", "llama")
-    values.setdefault("hidden_act", "silu")
+# Llama-family fields, one model a row:
+_LLAMA_FIELDS = (
+    "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "num_key_value_heads", "max_position_embeddings", "rms_norm_eps",
+    "rope_theta", "tie_word_embeddings",
+)
+_LLAMAS = (
+    # name, Hugging Face repo, then _LLAMA_FIELDS, then other fields
+    ("llama-2-7b", "meta-llama/Llama-2-7b-hf",
+     ("llama", 32000, 4096, 11008, 32, 32, 32, 4096, 1e-5, 10000.0, False), {}),
+    ("llama-3-8b", "meta-llama/Meta-Llama-3-8B",
+     ("llama", 128256, 4096, 14336, 32, 32, 8, 8192, 1e-5, 500000.0, False), {}),
+    ("llama-3-70b", "meta-llama/Meta-Llama-3-70B",
+     ("llama", 128256, 8192, 28672, 80, 64, 8, 8192, 1e-5, 500000.0, False), {}),
+    ("mistral-7b", "mistralai/Mistral-7B-v0.1",
+     ("mistral", 32000, 4096, 14336, 32, 32, 8, 32768, 1e-5, 10000.0, False),
+     {"sliding_window": 4096}),
+    ("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B",
+     ("qwen2", 151936, 896, 4864, 24, 14, 2, 32768, 1e-6, 1000000.0, True),
+     {"use_sliding_window": False}),
+)
+
+
+def _llama(name: str, repo: str, row: tuple, extra: dict[str, Any]) -> BuiltinModel:
+    values = {**dict(zip(_LLAMA_FIELDS, row, strict=True)), "hidden_act": "silu", **extra}
     return BuiltinModel(name, f"https://huggingface.co/{repo}/blob/main/config.json", values)
 
 
@@ -52,38 +74,7 @@ _ENTRIES = (
     _gpt2("gpt2-medium", "openai-community/gpt2-medium", 24, 1024, 16),
     _gpt2("gpt2-large", "openai-community/gpt2-large", 36, 1280, 20),
     _gpt2("gpt2-xl", "openai-community/gpt2-xl", 48, 1600, 25),
-    _llama(
-        "llama-2-7b", "meta-llama/Llama-2-7b-hf",
-        vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
-        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-    ),
-    _llama(
-        "llama-3-8b", "meta-llama/Meta-Llama-3-8B",
-        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
-        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
-    ),
-    _llama(
-        "llama-3-70b", "meta-llama/Meta-Llama-3-70B",
-        vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
-        num_attention_heads=64, num_key_value_heads=8, max_position_embeddings=8192,
-        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
-    ),
-    _llama(
-        "mistral-7b", "mistralai/Mistral-7B-v0.1",
-        model_type="mistral", vocab_size=32000, hidden_size=4096, intermediate_size=14336,
-        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
-        max_position_embeddings=32768, sliding_window=4096, rms_norm_eps=1e-5,
-        rope_theta=10000.0, tie_word_embeddings=False,
-    ),
-    _llama(
-        "qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B",
-        model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
-        num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-        max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0,
-        tie_word_embeddings=True, use_sliding_window=False,
-    ),
+    *(_llama(*row) for row in _LLAMAS),
 )
 
 #: Built-in models by name.

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["Gemm", "model_gemms", "total_macs"]
+import numpy as np
+
+__all__ = ["Gemm", "call_rows_and_keys", "model_gemms", "total_macs"]
+
+PHASES = ("prefill", "decode")
 
 # Attention's two GEMMs multiply activations by activations (the KV cache); every other
 # GEMM's rhs is a weight matrix.
@@ -30,6 +34,22 @@ class Gemm(NamedTuple):
     def macs(self) -> int:
         """Multiply-accumulates of the call."""
         return self.batch * self.m * self.n * self.k
+
+
+def call_rows_and_keys(phase: str, seq_len: int, context: int, field: str) -> tuple[int, int]:
+    """Rows (new tokens) and keys (tokens attended to) of one call, after checking them.
+
+    ``seq_len`` is the prompt length for ``prefill`` and the cache length for ``decode``;
+    ``context`` (named ``field`` in messages) bounds the keys.
+    """
+    if phase not in PHASES:
+        raise ValueError(f"phase={phase!r}; expected one of {PHASES}")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
+        raise TypeError(f"seq_len={seq_len!r} must be an integer")
+    rows, keys = (seq_len, seq_len) if phase == "prefill" else (1, seq_len + 1)
+    if seq_len < 0 or not 1 <= keys <= context:
+        raise ValueError(f"seq_len={seq_len} out of range for {phase} with {field}={context}")
+    return rows, keys
 
 
 def model_gemms(config: Any, phase: str, tokens: int) -> list[Gemm]:

@@ -10,14 +10,14 @@ from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 import numpy as np
-import tvm
 from tvm import relax
 from tvm.ir import IRModule
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 from ._params import check_named_arrays
-from .runner import DecoderRunner, KVCache, build_with_tvm, check_ids
+from .gemms import call_rows_and_keys
+from .runner import DecoderRunner, KVCache, build_with_tvm, check_ids, export_decoder
 
 __all__ = [
     "PRESETS",
@@ -40,7 +40,6 @@ __all__ = [
 # Added to the scores above the diagonal; exp() of it underflows to exactly 0 in float32.
 _MASK_VALUE = -1.0e9
 _DTYPE = "float32"
-_ID_DTYPE = "int32"
 
 
 @dataclass(frozen=True)
@@ -302,17 +301,6 @@ class GPT2LMHeadModel(nn.Module):
         return self._run(input_id, self._positions(past_len, past_len + 1), past)
 
 
-def _export_spec(config: GPT2Config) -> dict[str, dict[str, Any]]:
-    kv = nn.spec.Tensor([1, config.n_head, "past_len", config.head_dim], _DTYPE)
-    return {
-        "prefill": {"input_ids": nn.spec.Tensor([1, "seq_len"], _ID_DTYPE)},
-        "decode": {
-            "input_id": nn.spec.Tensor([1, 1], _ID_DTYPE),
-            "past": [kv] * (2 * config.n_layer),
-        },
-    }
-
-
 def export_gpt2(config: GPT2Config, params: Mapping[str, np.ndarray] | None = None) -> IRModule:
     """Export GPT-2 to a Relax IRModule with the functions ``prefill`` and ``decode``.
 
@@ -342,12 +330,9 @@ def export_gpt2(config: GPT2Config, params: Mapping[str, np.ndarray] | None = No
         Both functions carry the attribute ``num_input`` (1 and 2), the number of
         arguments before the weights.
     """
-    mod, _ = GPT2LMHeadModel(config).export_tvm(spec=_export_spec(config))
-    if params is not None:
-        values = {n: tvm.runtime.tensor(v) for n, v in check_params(config, params).items()}
-        for func in ("prefill", "decode"):
-            mod = relax.transform.BindParams(func, values)(mod)
-    return mod
+    checked = None if params is None else check_params(config, params)
+    model = GPT2LMHeadModel(config)
+    return export_decoder(model, config.n_layer, config.n_head, config.head_dim, checked)
 
 
 def check_params(config: GPT2Config, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -506,9 +491,6 @@ class MatmulShape(NamedTuple):
         return self.batch * self.m * self.n * self.k
 
 
-_PHASES = ("prefill", "decode")
-
-
 def gpt2_matmuls(config: GPT2Config, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:
     """List the matmuls of one prefill or decode call, in execution order.
 
@@ -528,18 +510,8 @@ def gpt2_matmuls(config: GPT2Config, seq_len: int, phase: str = "prefill") -> li
         Per layer ``c_attn``, ``attn.qk``, ``attn.pv``, ``attn.c_proj``, ``mlp.c_fc``,
         ``mlp.c_proj``, then ``lm_head``.
     """
-    if phase not in _PHASES:
-        raise ValueError(f"phase={phase!r}; expected one of {_PHASES}")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
-        raise TypeError(f"seq_len={seq_len!r} must be an integer")
-    low = 1 if phase == "prefill" else 0
-    if not low <= seq_len <= config.n_positions - (0 if phase == "prefill" else 1):
-        raise ValueError(
-            f"seq_len={seq_len} out of range for {phase} with n_positions={config.n_positions}"
-        )
+    rows, keys = call_rows_and_keys(phase, seq_len, config.n_positions, "n_positions")
     d, h, hd, inner = config.n_embd, config.n_head, config.head_dim, config.inner_dim
-    rows = seq_len if phase == "prefill" else 1
-    keys = seq_len if phase == "prefill" else seq_len + 1
     out: list[MatmulShape] = []
     for i in range(config.n_layer):
         p = f"h.{i}."
@@ -572,27 +544,10 @@ def gpt2_matmul_macs(config: GPT2Config, seq_len: int, phase: str = "prefill") -
 
 
 def check_token_ids(config: GPT2Config, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
-    """Validate token ids before they reach ``R.take``, which does not bound-check.
+    """``ids`` as ``[1, n]`` int32 after :func:`tenet_byoc.models.runner.check_ids`.
 
-    Parameters
-    ----------
-    config : GPT2Config
-        The model's shape.
-    ids : sequence of int
-        The tokens to run.
-    past_len : int
-        Tokens already in the cache before these.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``[1, len(ids)]`` int32.
-
-    Raises
-    ------
-    ValueError
-        If ``ids`` is empty or not integers, an id is negative or >= ``vocab_size``, or
-        ``past_len + len(ids)`` exceeds ``n_positions``.
+    Ids must lie in ``[0, vocab_size)`` and ``past_len + len(ids)`` must not exceed
+    ``n_positions``; raises ValueError otherwise.
     """
     return check_ids(ids, config.vocab_size, config.n_positions, "n_positions", past_len)
 

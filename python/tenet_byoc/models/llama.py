@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tvm
 from tvm import relax
 from tvm.ir import IRModule
 from tvm.relax.frontend import nn
@@ -24,8 +23,9 @@ from tvm.relax.frontend.nn import op
 
 from ._params import check_named_arrays
 from .checkpoint import Checkpoint, read_config
+from .gemms import call_rows_and_keys
 from .gpt2 import _MASK_VALUE, MatmulShape
-from .runner import DecoderRunner, check_ids
+from .runner import DecoderRunner, check_ids, export_decoder
 
 __all__ = [
     "FAMILIES",
@@ -42,7 +42,6 @@ __all__ = [
 ]
 
 _DTYPE = "float32"
-_ID_DTYPE = "int32"
 
 #: The ``model_type`` values of ``config.json`` this module reads.
 FAMILIES = ("llama", "mistral", "qwen2")
@@ -55,12 +54,15 @@ _MAX_DIM = 1 << 24
 class LlamaConfig:
     """Shape of a Llama-family decoder, with Hugging Face's ``config.json`` field names.
 
+    Family differences are fields: Qwen2 is ``qkv_bias`` with tied embeddings, Mistral a
+    ``sliding_window``; :meth:`from_hf_dict` sets them from ``model_type``.
+
     Parameters
     ----------
-    num_hidden_layers : int
-        Number of decoder layers.
     hidden_size : int
         Model width d.
+    num_hidden_layers : int
+        Number of decoder layers.
     num_attention_heads : int
         Query heads.
     num_key_value_heads : int
@@ -265,6 +267,10 @@ def _rope_theta(values: Mapping[str, Any]) -> float:
 # ----------------------------------------------------------------------------------------
 
 
+_Pair = tuple[nn.Tensor, nn.Tensor]  # (cos, sin) tables, or a layer's (K, V) cache
+_Triple = tuple[nn.Tensor, nn.Tensor, nn.Tensor]  # (output, K, V)
+
+
 def _rotate_half(x: nn.Tensor) -> nn.Tensor:
     first, second = op.split(x, 2, axis=-1)
     return op.concat([op.negative(second), first], dim=-1)
@@ -289,12 +295,7 @@ class LlamaAttention(nn.Module):
         self.v_proj = nn.Linear(d, self.n_kv * hd, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.n_head * hd, d, bias=config.o_bias)
 
-    def forward(
-        self,
-        x: nn.Tensor,
-        rope: tuple[nn.Tensor, nn.Tensor],
-        past: tuple[nn.Tensor, nn.Tensor] | None,
-    ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
+    def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None) -> _Triple:
         """Attend over the past keys/values (if any) and ``x``'s own; return output, K, V.
 
         ``rope`` is ``(cos, sin)``, each ``[1, s, 1, head_dim]`` for ``x``'s positions.
@@ -354,12 +355,7 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
         self.mlp = LlamaMLP(config)
 
-    def forward(
-        self,
-        x: nn.Tensor,
-        rope: tuple[nn.Tensor, nn.Tensor],
-        past: tuple[nn.Tensor, nn.Tensor] | None,
-    ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
+    def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None) -> _Triple:
         """Apply the layer; return the new hidden state and this layer's K and V."""
         attn, k, v = self.self_attn(self.input_layernorm(x), rope, past)
         x = x + attn
@@ -439,27 +435,18 @@ class LlamaForCausalLM(nn.Module):
         return self._run(input_id, past[0].shape[2], past)
 
 
-def _export_spec(config: LlamaConfig) -> dict[str, dict[str, Any]]:
-    kv = nn.spec.Tensor([1, config.num_key_value_heads, "past_len", config.dim_per_head], _DTYPE)
-    return {
-        "prefill": {"input_ids": nn.spec.Tensor([1, "seq_len"], _ID_DTYPE)},
-        "decode": {
-            "input_id": nn.spec.Tensor([1, 1], _ID_DTYPE),
-            "past": [kv] * (2 * config.num_hidden_layers),
-        },
-    }
-
-
 def export_llama(config: LlamaConfig, params: Mapping[str, np.ndarray] | None = None) -> IRModule:
     """Export the model to a Relax IRModule with the functions ``prefill`` and ``decode``.
+
+    Every matmul is an ``R.matmul`` (projections and an untied head as
+    ``R.matmul(x, R.permute_dims(W))``), so all of them can be offloaded.
 
     Parameters
     ----------
     config : LlamaConfig
-        The model's shape.
     params : mapping of str to numpy.ndarray, optional
-        Weights to bind into both functions as constants; by default the weights are
-        function parameters, in :func:`param_shapes` order.
+        Weights bound into both functions as constants. Without them the functions take
+        the weights as parameters after their inputs, in :func:`param_shapes` order.
 
     Returns
     -------
@@ -469,12 +456,10 @@ def export_llama(config: LlamaConfig, params: Mapping[str, np.ndarray] | None = 
         returns ``(logits [1, 1, vocab], cache)`` with each cache tensor one longer. The
         functions carry the attribute ``num_input`` (1 and 2).
     """
-    mod, _ = LlamaForCausalLM(config).export_tvm(spec=_export_spec(config))
-    if params is not None:
-        values = {n: tvm.runtime.tensor(v) for n, v in check_params(config, params).items()}
-        for func in ("prefill", "decode"):
-            mod = relax.transform.BindParams(func, values)(mod)
-    return mod
+    checked = None if params is None else check_params(config, params)
+    c = config
+    model = LlamaForCausalLM(c)
+    return export_decoder(model, c.num_hidden_layers, c.num_key_value_heads, c.dim_per_head, checked)
 
 
 def param_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
@@ -533,14 +518,9 @@ def param_count(config: LlamaConfig) -> tuple[int, int]:
 
 
 def check_params(config: LlamaConfig, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Check weights against the config; return them as contiguous float32 in call order.
+    """The weights as contiguous float32 in :func:`param_shapes` order, after checking them.
 
-    Raises
-    ------
-    KeyError
-        If a weight is missing; the message names it.
-    ValueError
-        If a weight has the wrong shape; the message names it and both shapes.
+    A missing weight raises KeyError, a misshaped one ValueError, each naming it.
     """
     return check_named_arrays(config.model_type, param_shapes(config), params)
 
@@ -578,15 +558,15 @@ def load_checkpoint(
     Parameters
     ----------
     folder : str or PathLike
-        The checkpoint directory.
+        Holds ``config.json`` and the weights.
     config : LlamaConfig, optional
-        Shape to expect; by default read from ``config.json``.
+        The shape to expect, instead of ``config.json``'s.
 
     Returns
     -------
     config : LlamaConfig
     params : dict of str to numpy.ndarray
-        float32 weights keyed and ordered as :func:`param_shapes`.
+        The weights as float32, by :func:`param_shapes` name and in its order.
 
     Raises
     ------
@@ -620,35 +600,15 @@ def load_checkpoint(
 
 
 def llama_matmuls(config: LlamaConfig, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:
-    """List the matmuls of one prefill or decode call, in execution order.
+    """The matmuls of one call, in execution order (as :func:`gpt2_matmuls` for GPT-2).
 
-    Parameters
-    ----------
-    config : LlamaConfig
-        The model's shape.
-    seq_len : int
-        For ``prefill``, the prompt length P; for ``decode``, the cache length L before
-        the step (the new token attends to L + 1 keys).
-    phase : str
-        ``"prefill"`` or ``"decode"``.
-
-    Returns
-    -------
-    list of MatmulShape
-        Per layer ``q_proj``, ``k_proj``, ``v_proj``, ``attn.qk`` and ``attn.pv`` (batch =
-        key/value heads, rows = query heads per group x tokens), ``o_proj``, ``gate_proj``,
-        ``up_proj``, ``down_proj``; then ``lm_head``.
+    ``seq_len`` is the prompt length P of a ``prefill``, or the cache length L before a
+    ``decode`` step (whose token attends to L + 1 keys). Per layer: ``q_proj``, ``k_proj``,
+    ``v_proj``, ``attn.qk`` and ``attn.pv`` (batch = key/value heads, rows = query heads
+    per group x tokens), ``o_proj``, ``gate_proj``, ``up_proj``, ``down_proj``; then
+    ``lm_head``.
     """
-    if phase not in ("prefill", "decode"):
-        raise ValueError(f"phase={phase!r}; expected one of ('prefill', 'decode')")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
-        raise TypeError(f"seq_len={seq_len!r} must be an integer")
-    rows, keys = (seq_len, seq_len) if phase == "prefill" else (1, seq_len + 1)
-    if not 1 <= keys <= config.context_length or seq_len < 0:
-        raise ValueError(
-            f"seq_len={seq_len} out of range for {phase} with "
-            f"{config.context_field}={config.context_length}"
-        )
+    rows, keys = call_rows_and_keys(phase, seq_len, config.context_length, config.context_field)
     d, hd, inner = config.hidden_size, config.dim_per_head, config.intermediate_size
     h, kv, g = config.num_attention_heads, config.num_key_value_heads, config.group_size
     out: list[MatmulShape] = []

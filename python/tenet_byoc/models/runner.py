@@ -15,8 +15,36 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir import IRModule
+from tvm.relax.frontend import nn
 
-__all__ = ["DecoderRunner", "KVCache", "build_with_tvm", "check_ids"]
+__all__ = ["DecoderRunner", "KVCache", "build_with_tvm", "check_ids", "export_decoder"]
+
+
+def export_decoder(
+    model: nn.Module,
+    n_layer: int,
+    kv_heads: int,
+    head_dim: int,
+    params: Mapping[str, np.ndarray] | None = None,
+) -> IRModule:
+    """Export a decoder with entry points ``prefill(input_ids)`` and ``decode(input_id, past)``.
+
+    ``input_ids`` is ``[1, seq_len]`` int32, ``input_id`` ``[1, 1]``, ``past`` a tuple of
+    ``2 * n_layer`` float32 tensors ``[1, kv_heads, past_len, head_dim]``; the weights
+    follow as parameters unless ``params`` (checked, in the model's order) binds them
+    into both functions as constants.
+    """
+    kv = nn.spec.Tensor([1, kv_heads, "past_len", head_dim], "float32")
+    spec = {
+        "prefill": {"input_ids": nn.spec.Tensor([1, "seq_len"], "int32")},
+        "decode": {"input_id": nn.spec.Tensor([1, 1], "int32"), "past": [kv] * (2 * n_layer)},
+    }
+    mod, _ = model.export_tvm(spec=spec)
+    if params is not None:
+        values = {n: tvm.runtime.tensor(v) for n, v in params.items()}
+        for func in ("prefill", "decode"):
+            mod = relax.transform.BindParams(func, values)(mod)
+    return mod
 
 
 def build_with_tvm(mod: IRModule) -> relax.VMExecutable:
