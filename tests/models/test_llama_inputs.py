@@ -7,7 +7,13 @@ import time
 
 import numpy as np
 import pytest
-from llama_testing import TINY_LLAMA, TINY_QWEN2, make_llama_weights, write_checkpoint
+from llama_testing import (
+    TINY_LLAMA,
+    TINY_QWEN2,
+    make_llama_weights,
+    numpy_llama_logits,
+    write_checkpoint,
+)
 
 from tenet_byoc.models import from_pretrained
 from tenet_byoc.models.checkpoint import CheckpointError
@@ -162,8 +168,17 @@ def test_absurd_sizes_are_checked_against_the_file_first(checkpoint):
 
 @pytest.fixture(scope="module")
 def runner():
+    """TVM's own build (no offload) of random weights from ``random_params``."""
     config = LlamaConfig.from_hf_dict(TINY_LLAMA)
-    return LlamaRunner(config, random_params(config))
+    return LlamaRunner(config, random_params(config, seed=2, std=0.5))
+
+
+def test_tvm_build_of_random_params_matches_numpy(runner):
+    params = random_params(runner.config, seed=2, std=0.5)
+    hf = {("" if k == "lm_head.weight" else "model.") + k: v for k, v in params.items()}
+    expected = numpy_llama_logits(hf, TINY_LLAMA, [3, 1, 4, 1, 5])
+    assert np.abs(expected).max() > 1.0
+    np.testing.assert_allclose(runner.prefill([3, 1, 4, 1, 5])[0], expected, rtol=0, atol=1e-4)
 
 
 def test_runner_checks_before_the_vm(runner):
