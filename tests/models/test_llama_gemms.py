@@ -105,3 +105,13 @@ def test_bad_arguments_are_refused():
     assert mistral.context_length == 4096
     with pytest.raises(ValueError, match="sliding_window=4096"):
         model_gemms(mistral, "decode", 4096)
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-0.5b", "llama-3-8b", "mistral-7b"])
+def test_builtin_lists_match_their_exported_modules(name):
+    # Exporting declares the weights without allocating them: cheap even at 8B.
+    config = resolve_config(name)
+    mod = export_llama(config)
+    for phase, n, sym in (("prefill", 64, {"seq_len": 64}), ("decode", 100, {"past_len": 100})):
+        gemms = model_gemms(config, phase, n)
+        assert [(g.batch, g.m, g.n, g.k) for g in gemms] == ir_matmul_shapes(mod, phase, sym)
