@@ -206,3 +206,12 @@ def test_runner_rejects_wrong_params():
     del params["layers.1.self_attn.v_proj.bias"]
     with pytest.raises(KeyError, match=r"'layers.1.self_attn.v_proj.bias' \(expected shape \[8\]"):
         LlamaRunner(config, params, build=lambda mod: pytest.fail("built"))
+
+
+def test_vm_called_directly_with_a_bad_id_does_not_crash(runner):
+    import tvm
+
+    ids = tvm.runtime.tensor(np.array([[1, 500]], np.int32))
+    weights = runner._weights
+    logits, _ = runner.vm["prefill"](ids, *weights)
+    assert np.isfinite(logits.numpy()).all()  # clipped to the last row, not a segfault

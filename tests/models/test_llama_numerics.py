@@ -16,10 +16,10 @@ from llama_testing import (
 import tenet_byoc
 from ledger_testing import ir_matmul_shapes
 from tenet_byoc.models import from_pretrained
+from tenet_byoc.models.gemms import model_gemms
 from tenet_byoc.models.llama import (
     LlamaForCausalLM,
     export_llama,
-    llama_matmuls,
     load_checkpoint,
     param_count,
     param_shapes,
@@ -83,7 +83,7 @@ def test_every_matmul_is_offloaded_and_charged(case):
     _, cache = runner.prefill(PROMPT[:6])
     runner.decode(PROMPT[6], cache)
     entries = tenet_byoc.ledger(runner.vm).entries[before:]
-    expected = llama_matmuls(config, 6, "prefill") + llama_matmuls(config, 6, "decode")
+    expected = model_gemms(config, "prefill", 6) + model_gemms(config, "decode", 6)
     assert [(e.batch, e.m, e.n, e.k) for e in entries] == [
         (x.batch, x.m, x.n, x.k) for x in expected
     ]
@@ -139,5 +139,11 @@ def test_quantized_build_runs_and_stays_close(tmp_path):
     # int8 error is real but small against O(1) logits; float would be within 1e-4.
     err = max(np.abs(logits - expected[:-1]).max(), np.abs(step - expected[-1]).max())
     assert 1e-4 < err < 0.25 * np.abs(expected).max()
-    schemes = {e.scheme for e in tenet_byoc.ledger(runner.vm).entries}
-    assert schemes == {"w8a8_per_channel_per_token", "none"}  # attention stays float
+    entries = tenet_byoc.ledger(runner.vm).entries
+    gemms = model_gemms(runner.config, "prefill", len(PROMPT) - 1) + model_gemms(
+        runner.config, "decode", len(PROMPT) - 1)
+    assert [(e.batch, e.m, e.n, e.k) for e in entries] == [(g.batch, g.m, g.n, g.k) for g in gemms]
+    # The weight GEMMs are quantized; attention (activations only) stays float.
+    assert [e.scheme for e in entries] == [
+        "w8a8_per_channel_per_token" if g.weight else "none" for g in gemms
+    ]

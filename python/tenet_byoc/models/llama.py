@@ -25,7 +25,7 @@ from ._params import check_named_arrays
 from .checkpoint import Checkpoint, read_config
 from .gemms import call_rows_and_keys
 from .gpt2 import _MASK_VALUE, MatmulShape
-from .runner import DecoderRunner, check_ids, export_decoder
+from .runner import DecoderRunner, check_ids, export_decoder, take_rows
 
 __all__ = [
     "FAMILIES",
@@ -400,7 +400,7 @@ class LlamaForCausalLM(nn.Module):
     def _run(
         self, ids: nn.Tensor, begin: Any, past: Sequence[nn.Tensor] | None
     ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        x = self.embed_tokens(ids)
+        x = take_rows(self.embed_tokens.weight, ids)
         rope = self._rope(begin, ids.shape[1])
         cache: list[nn.Tensor] = []
         for i, layer in enumerate(self.layers):

@@ -16,8 +16,27 @@ import tvm
 from tvm import relax
 from tvm.ir import IRModule
 from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import op
 
-__all__ = ["DecoderRunner", "KVCache", "build_with_tvm", "check_ids", "export_decoder"]
+__all__ = [
+    "DecoderRunner",
+    "KVCache",
+    "build_with_tvm",
+    "check_ids",
+    "export_decoder",
+    "take_rows",
+]
+
+
+def take_rows(table: nn.Parameter, ids: nn.Tensor) -> nn.Tensor:
+    """Rows of an embedding table by token id, with ``take``'s ``clip`` mode.
+
+    TVM's default ``fast`` take reads out of bounds (a segfault) for an id >= the table's
+    rows, and warns so at every build. The runners refuse such ids before the VM runs; a
+    caller of ``runner.vm`` directly gets the last row instead of a crash.
+    """
+    rows = relax.op.take(table._expr, ids._expr, axis=0, mode="clip")
+    return op.wrap_nested(rows, name="embedding_rows")
 
 
 def export_decoder(
