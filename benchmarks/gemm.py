@@ -1,19 +1,31 @@
-"""GEMM speed: the tenet-offloaded build against numpy's matmul and TVM's own build, same data.
+"""GEMM speed: the tenet-offloaded build against numpy's matmul (and TVM's own build), same data.
 
-Prints a markdown table; asserts nothing. Run: python benchmarks/gemm.py [--skip-tvm]
+Each row times numpy and the tenet build in alternating rounds in one process (as a user
+mixes them), so both see the same machine state; the ratio is of the two medians. The
+header names the CPU, the ISA oneDNN runs and the int8 path taken. The last table repeats
+the small calls with one competing busy process on the machine. Asserts nothing beyond
+the results being right.
+
+Run: python benchmarks/gemm.py [--skip-tvm] [--rounds N]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import platform
 import statistics
+import subprocess
+import sys
 import time
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tvm
 from tvm import relax
 
 import tenet_byoc
+from tenet_byoc.models.mlp import mlp_module, mlp_numpy, random_mlp_params
 
 # (M, K, N) of GPT-2 small's GEMMs: decode c_attn, prefill attention projection, prefill MLP
 # up and down, and an 8-token lm_head.
@@ -47,73 +59,150 @@ def int8_linear_module(m: int, k: int, n: int) -> tvm.IRModule:
     return bb.get()
 
 
-def median_seconds(fn, min_time: float = 1.0, max_reps: int = 200) -> float:
-    fn()  # warm-up: primitive creation, page faults
-    times = []
+def alternating_medians(
+    fns: dict[str, Callable[[], object]], rounds: int, min_time: float = 0.5
+) -> dict[str, float]:
+    """Median seconds per call of each function, timed in alternating rounds.
+
+    Every round calls each function once, in an order that flips from round to round, so
+    none of them always runs first after the other's caches or threads.
+    """
+    for fn in fns.values():
+        fn()  # warm-up: primitive creation, page faults, thread start
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
     start = time.perf_counter()
-    while len(times) < max_reps and (time.perf_counter() - start < min_time or len(times) < 3):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    r = 0
+    while r < rounds or time.perf_counter() - start < min_time:
+        for name in names if r % 2 == 0 else reversed(names):
+            t0 = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t0)
+        r += 1
+        if r >= 20 * rounds:
+            break
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+@contextlib.contextmanager
+def busy_process() -> Iterator[None]:
+    """One more process spinning on a core, as a second job on a shared machine."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def float_case(m: int, k: int, n: int, rng: np.random.Generator):
+    x = rng.standard_normal((m, k)).astype("float32")
+    w = rng.standard_normal((n, k)).astype("float32")
+    vm = relax.VirtualMachine(tenet_byoc.build(linear_module(m, k, n)), tvm.cpu())
+    tx, tw = tvm.runtime.tensor(x), tvm.runtime.tensor(w)
+    np.testing.assert_allclose(vm["main"](tx, tw).numpy(), x @ w.T, rtol=1e-3, atol=1e-3)
+    return {"numpy": lambda: x @ w.T, "tenet": lambda: vm["main"](tx, tw)}, (x, w, tx, tw)
+
+
+def int8_case(m: int, k: int, n: int, rng: np.random.Generator):
+    x = rng.standard_normal((m, k)).astype("float32")
+    w = rng.standard_normal((n, k)).astype("float32")
+    # Worst-case operands for saturating kernels: every element at an end of the range.
+    xq = rng.choice(np.array([-127, 127], dtype="int8"), (m, k))
+    wq = rng.choice(np.array([-128, 127], dtype="int8"), (n, k))
+    sa = rng.random((m, 1)).astype("float32")
+    sb = rng.random(n).astype("float32")
+    vm = relax.VirtualMachine(tenet_byoc.build(int8_linear_module(m, k, n)), tvm.cpu())
+    args = [tvm.runtime.tensor(a) for a in (xq, wq, sa, sb)]
+    exact = (xq.astype("int64") @ wq.T.astype("int64")).astype("float32") * sa * sb
+    np.testing.assert_allclose(vm["main"](*args).numpy(), exact, rtol=1e-6)
+    return {"numpy f32": lambda: x @ w.T, "tenet int8": lambda: vm["main"](*args)}
+
+
+def mlp_case():
+    params = random_mlp_params()
+    x = np.random.default_rng(1).random((1, 784)).astype("float32")
+    vm = relax.VirtualMachine(tenet_byoc.build(mlp_module(params)), tvm.cpu())
+    tx = tvm.runtime.tensor(x)
+    np.testing.assert_allclose(vm["main"](tx).numpy(), mlp_numpy(x, params), rtol=1e-4,
+                               atol=1e-4)
+    return {"numpy": lambda: mlp_numpy(x, params), "tenet": lambda: vm["main"](tx)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-tvm", action="store_true", help="skip TVM's own (slow) build")
+    parser.add_argument("--rounds", type=int, default=30, help="alternating rounds per row")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    dev = tvm.cpu()
+    info = tenet_byoc.cpu_info()
+    print(f"CPU: {cpu_name()}, {info.threads} threads; oneDNN ISA {info.isa}; "
+          f"int8 path {info.int8_path}; OMP_WAIT_POLICY={info.omp_wait_policy}; "
+          f"numpy {np.__version__}\n")
+
+    print("float32 GEMM, x @ W^T, alternating rounds in one process:\n")
     print("| M x K x N | numpy GFLOP/s | tenet GFLOP/s | tenet / numpy | TVM GFLOP/s | tenet / TVM |")
-    print("|---|---|---|---|---|---|")
+    print("|---|---:|---:|---:|---:|---:|")
     ratios = []
     for m, k, n in SHAPES:
-        x = rng.standard_normal((m, k)).astype("float32")
-        w = rng.standard_normal((n, k)).astype("float32")
+        fns, (_, _, tx, tw) = float_case(m, k, n, rng)
+        t = alternating_medians(fns, args.rounds)
         flop = 2.0 * m * k * n
-        mod = linear_module(m, k, n)
-        vm = relax.VirtualMachine(tenet_byoc.build(mod), dev)
-        tx, tw = tvm.runtime.tensor(x), tvm.runtime.tensor(w)
-        np.testing.assert_allclose(vm["main"](tx, tw).numpy(), x @ w.T, rtol=1e-3, atol=1e-3)
-        t_np = median_seconds(lambda x=x, w=w: x @ w.T)
-        t_tenet = median_seconds(lambda vm=vm, tx=tx, tw=tw: vm["main"](tx, tw))
-        ratios.append(t_np / t_tenet)
+        ratios.append(t["numpy"] / t["tenet"])
         tvm_cols = "skipped | -"
         if not args.skip_tvm:
-            ref = relax.VirtualMachine(tenet_byoc.build(mod, offload=False), dev)
-            t_tvm = median_seconds(
-                lambda ref=ref, tx=tx, tw=tw: ref["main"](tx, tw), min_time=0.0, max_reps=1
-            )
-            tvm_cols = f"{flop / t_tvm / 1e9:.2f} | {t_tvm / t_tenet:.0f}x"
-        print(
-            f"| {m} x {k} x {n} | {flop / t_np / 1e9:.1f} | {flop / t_tenet / 1e9:.1f} "
-            f"| {t_np / t_tenet:.2f}x | {tvm_cols} |",
-            flush=True,
-        )
-    print(f"\ngeometric mean tenet / numpy throughput: {statistics.geometric_mean(ratios):.2f}x")
+            ref = relax.VirtualMachine(
+                tenet_byoc.build(linear_module(m, k, n), offload=False), tvm.cpu())
+            t0 = time.perf_counter()
+            ref["main"](tx, tw)
+            t_tvm = time.perf_counter() - t0
+            tvm_cols = f"{flop / t_tvm / 1e9:.2f} | {t_tvm / t['tenet']:.0f}x"
+        print(f"| {m} x {k} x {n} | {flop / t['numpy'] / 1e9:.1f} "
+              f"| {flop / t['tenet'] / 1e9:.1f} | {ratios[-1]:.2f}x | {tvm_cols} |", flush=True)
+    print(f"\ngeometric mean tenet / numpy: {statistics.geometric_mean(ratios):.2f}x\n")
 
-    print("\nint8 GEMM (int32 accumulation, per-token x per-channel dequantization), same shapes:")
-    print("| M x K x N | numpy f32 GOP/s | tenet int8 GOP/s | int8 / numpy f32 |")
-    print("|---|---|---|---|")
+    print(f"int8 GEMM (int32 sums, per-token x per-channel dequantization; path "
+          f"{info.int8_path}), worst-case operands, against numpy float32 on the same shape:\n")
+    print("| M x K x N | numpy f32 GFLOP/s | tenet int8 GOP/s | int8 / numpy f32 |")
+    print("|---|---:|---:|---:|")
     ratios = []
     for m, k, n in SHAPES:
-        x = rng.standard_normal((m, k)).astype("float32")
-        w = rng.standard_normal((n, k)).astype("float32")
-        xq = rng.integers(-127, 128, (m, k)).astype("int8")
-        wq = rng.integers(-127, 128, (n, k)).astype("int8")
-        sa = rng.random((m, 1)).astype("float32")
-        sb = rng.random(n).astype("float32")
-        vm = relax.VirtualMachine(tenet_byoc.build(int8_linear_module(m, k, n)), dev)
-        args = [tvm.runtime.tensor(a) for a in (xq, wq, sa, sb)]
-        expected = (xq.astype("int64") @ wq.T.astype("int64")).astype("float32") * sa * sb
-        np.testing.assert_allclose(vm["main"](*args).numpy(), expected, rtol=1e-5)
+        t = alternating_medians(int8_case(m, k, n, rng), args.rounds)
         flop = 2.0 * m * k * n
-        t_np = median_seconds(lambda x=x, w=w: x @ w.T)
-        t_int8 = median_seconds(lambda vm=vm, args=args: vm["main"](*args))
-        ratios.append(t_np / t_int8)
-        print(f"| {m} x {k} x {n} | {flop / t_np / 1e9:.1f} | {flop / t_int8 / 1e9:.1f} "
-              f"| {t_np / t_int8:.2f}x |", flush=True)
-    print(f"\ngeometric mean int8 / numpy f32 throughput: {statistics.geometric_mean(ratios):.2f}x")
+        ratios.append(t["numpy f32"] / t["tenet int8"])
+        print(f"| {m} x {k} x {n} | {flop / t['numpy f32'] / 1e9:.1f} "
+              f"| {flop / t['tenet int8'] / 1e9:.1f} | {ratios[-1]:.2f}x |", flush=True)
+    print(f"\ngeometric mean int8 / numpy f32: {statistics.geometric_mean(ratios):.2f}x\n")
+
+    print("Small calls, quiet and with one competing busy process (microseconds per call):\n")
+    print("| call | machine | numpy us | tenet us | tenet / numpy time |")
+    print("|---|---|---:|---:|---:|")
+    small = {
+        "MLP 784-128-10, one image": mlp_case,
+        "GEMM 1 x 768 x 2304": lambda: float_case(1, 768, 2304, rng)[0],
+        "GEMM 128 x 768 x 768": lambda: float_case(128, 768, 768, rng)[0],
+    }
+    for label, make in small.items():
+        fns = make()
+        for machine in ("quiet", "one busy process"):
+            ctx = busy_process() if machine != "quiet" else contextlib.nullcontext()
+            with ctx:
+                t = alternating_medians(fns, args.rounds)
+            t_np, t_tenet = (t[name] for name in fns)
+            print(f"| {label} | {machine} | {t_np * 1e6:.1f} | {t_tenet * 1e6:.1f} "
+                  f"| {t_tenet / t_np:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,36 @@ def matmul_module(
     return bb.get()
 
 
+def packed_int4_group_module(wp, zp, scale, m, *, stack_axis=-1, bias=None, activation=None):
+    """``main(x[m, K]) = act(x @ W^T [+ bias])`` with W the Relax unpacking of packed int4.
+
+    ``W[n, g*G + j] = (nibble - zp) * scale[n, g]``: ``wp`` is [N, K/2] uint8 (element 2i in
+    the low nibble of byte i with the default ``stack_axis``), ``zp`` one value or [N, K/G, 1],
+    ``scale`` [N, K/G, 1].
+    """
+    n, half = wp.shape
+    k, groups = 2 * half, scale.shape[1]
+    x = relax.Var("x", relax.TensorType((m, k), "float32"))
+    bb, op = relax.BlockBuilder(), relax.op
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            packed = relax.const(wp)  # one tensor feeds both nibbles
+            low = bb.emit(op.bitwise_and(packed, relax.const(np.uint8(15))))
+            high = bb.emit(op.right_shift(packed, relax.const(np.uint8(4))))
+            stacked = bb.emit(op.stack([low, high], axis=stack_axis))
+            nib = bb.emit(op.reshape(stacked, (n, groups, k // groups)))
+            cen = bb.emit(op.subtract(bb.emit(op.astype(nib, "float32")), relax.const(zp)))
+            w = bb.emit(op.reshape(bb.emit(op.multiply(cen, relax.const(scale))), (n, k)))
+            y = bb.emit(op.matmul(x, bb.emit(op.permute_dims(w))))
+            if bias is not None:
+                y = bb.emit(op.add(y, relax.const(bias)))
+            if activation is not None:
+                y = bb.emit(ACTIVATIONS[activation](y))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def run(ex, *arrays, func: str = "main"):
     """Run ``func`` of an executable on numpy arrays and return numpy output(s)."""
     vm = relax.VirtualMachine(ex, tvm.cpu())

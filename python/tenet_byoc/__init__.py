@@ -7,7 +7,7 @@ patterns.
 
 from __future__ import annotations
 
-from ._loader import load_runtime_library
+from ._loader import CpuInfo, cpu_info, load_runtime_library
 
 load_runtime_library()
 
@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "SCHEMES",
     "Accelerator",
+    "CpuInfo",
     "Ledger",
     "LedgerEntry",
     "QuantScheme",
@@ -31,6 +32,7 @@ __all__ = [
     "TenetCodegenError",
     "VirtualMachine",
     "build",
+    "cpu_info",
     "ledger",
     "partition_for_tenet",
     "quantize",

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
+import json
+import os
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import tvm  # noqa: F401  (loads libtvm_ffi.so, which the runtime library links against)
@@ -27,6 +31,66 @@ def _preload_onednn() -> None:
             return
 
 
+def _libgomp_loaded() -> bool:
+    try:
+        with open("/proc/self/maps") as maps:
+            return any("libgomp.so" in line for line in maps)
+    except OSError:
+        return False
+
+
+def _passive_openmp_threads() -> None:
+    # oneDNN's GNU OpenMP threads spin after every parallel region by default; beside TVM's
+    # thread pool, numpy's OpenBLAS threads or another process on the same cores that spin
+    # made small calls 40-100x slower (measured on 2 cores). A passive wait puts them to
+    # sleep at once; waking them costs tens of microseconds, which the GEMMs large enough
+    # to use them (>= 2^22 multiply-adds) do not notice. libgomp reads the policy once, when
+    # it is loaded, so it is set before oneDNN brings libgomp in; a user's setting wins.
+    if "OMP_WAIT_POLICY" in os.environ:
+        return
+    if _libgomp_loaded():
+        warnings.warn(
+            "libgomp was loaded before tenet_byoc, so its threads keep the default active "
+            "(spinning) wait policy; set OMP_WAIT_POLICY=PASSIVE before starting Python to "
+            "keep oneDNN's threads from competing with TVM's and numpy's",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """What the runtime's GEMM kernels run on in this process.
+
+    Attributes
+    ----------
+    isa : str
+        The instruction set oneDNN uses (``avx2``, ``avx512_core_vnni``, ...); the
+        ``ONEDNN_MAX_CPU_ISA`` environment variable, read when oneDNN loads, can lower it.
+    int8_path : str
+        ``native``: one oneDNN int8 GEMM, exact because the ISA has VNNI (checked by a
+        worst-case probe). ``split_weight``: each weight split into two halves in [-64, 64]
+        and both multiplied, exact on CPUs whose int8 kernels saturate 16-bit pair sums.
+    threads : int
+        OpenMP threads a large GEMM uses (``OMP_NUM_THREADS``, else every core available).
+    omp_wait_policy : str
+        ``OMP_WAIT_POLICY`` as libgomp read it (``PASSIVE`` unless the user set it).
+    """
+
+    isa: str
+    int8_path: str
+    threads: int
+    omp_wait_policy: str
+
+
+def cpu_info() -> CpuInfo:
+    """Return the ISA, int8 path and thread count of the runtime's GEMM kernels."""
+    load_runtime_library()
+    return CpuInfo(**json.loads(tvm.get_global_func("tenet_byoc.runtime.cpu_info")()))
+
+
 def load_runtime_library() -> ctypes.CDLL:
     """Load ``libtenet_runtime.so`` from the package directory (idempotent).
 
@@ -43,6 +107,7 @@ def load_runtime_library() -> ctypes.CDLL:
                 f"{path} is missing: tenet_byoc must be installed with `pip install .`, "
                 "which compiles the runtime"
             )
+        _passive_openmp_threads()
         _preload_onednn()
         _handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     return _handle

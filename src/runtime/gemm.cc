@@ -53,6 +53,37 @@ constexpr int64_t kMinParallelElements = 1 << 15;
 // A few-row GEMM whose weight has at least this many elements is split over the threads.
 constexpr int64_t kMinParallelGemvWeights = 1 << 18;
 
+// Without VNNI, int8 GEMMs of up to this many rows widen the weight to 16 bits in registers
+// (ExactInt8FewRows); more rows go through float32 GEMMs on K chunks (RunInt8AsFloat).
+constexpr int64_t kMaxWidenedInt16Rows = 16;
+
+// float32 holds every integer up to 2^24 exactly: a sum of 1024 int8 products (each at
+// most 2^14) stays there.
+constexpr int64_t kFloatExactK = 1024;
+// Columns of the weight widened to float32 at a time (8 MB at K = 1024).
+constexpr int64_t kFloatExactColumns = 2048;
+
+// Below this many multiply-adds a GEMM runs on the calling thread alone: waking an OpenMP
+// team (passive wait policy, see _loader.py) costs tens of microseconds, about what a core
+// does in 2^22 float32 multiply-adds, so a smaller GEMM only loses by splitting.
+constexpr int64_t kMinParallelMacs = 1 << 22;
+
+// Sets the calling thread's OpenMP team size for the regions it opens, oneDNN's included,
+// and restores it: oneDNN sizes a primitive's work split by omp_get_max_threads() when the
+// primitive is made, and its BLAS-style calls when they run.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int threads) : saved_(omp_get_max_threads()) {
+    if (threads != saved_) omp_set_num_threads(threads);
+  }
+  ~ScopedThreads() { omp_set_num_threads(saved_); }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
 int64_t Product(const std::vector<int64_t>& v, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= v[i];
@@ -76,18 +107,6 @@ memory::dims PadTo(const std::vector<int64_t>& shape, size_t rank) {
   return out;
 }
 
-float ApplyEpilogue(Epilogue e, float x) {
-  switch (e) {
-    case Epilogue::kRelu: return x > 0.f ? x : 0.f;
-    case Epilogue::kGelu: return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
-    case Epilogue::kGeluTanh: {
-      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.f + std::tanh(inner));
-    }
-    default: return x;
-  }
-}
-
 // c[rows, n] = epilogue(a[rows, k] @ b + bias) with dnnl_sgemm, for rows <= kMaxGemvRows.
 void RunSmallRows(const GemmArgs& g, int64_t rows, int64_t n, int64_t k) {
   float beta = 0.f;
@@ -100,6 +119,8 @@ void RunSmallRows(const GemmArgs& g, int64_t rows, int64_t n, int64_t k) {
   // parallel region).
   const int parts = n * k >= kMinParallelGemvWeights ? omp_get_max_threads() : 1;
   const int64_t chunk = (n + parts - 1) / parts;
+  // With one part, keep sgemm from opening a team of its own for a small product.
+  ScopedThreads single(parts == 1 ? 1 : omp_get_max_threads());
   int failed = 0;
 #pragma omp parallel for schedule(static) num_threads(parts) reduction(| : failed) if (parts > 1)
   for (int part = 0; part < parts; ++part) {
@@ -117,6 +138,41 @@ void RunSmallRows(const GemmArgs& g, int64_t rows, int64_t n, int64_t k) {
 }
 
 }  // namespace
+
+float ApplyEpilogue(Epilogue e, float x) {
+  switch (e) {
+    case Epilogue::kRelu: return x > 0.f ? x : 0.f;
+    case Epilogue::kGelu: return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
+    case Epilogue::kGeluTanh: {
+      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.f + std::tanh(inner));
+    }
+    default: return x;
+  }
+}
+
+int GemmThreads(int64_t macs) { return macs < kMinParallelMacs ? 1 : omp_get_max_threads(); }
+
+std::string EffectiveIsaName() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx2_vnni_2: return "avx2_vnni_2";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_fp16: return "avx512_core_fp16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_amx_fp16: return "avx512_core_amx_fp16";
+    default: return "default";
+  }
+}
+
+const char* Int8PathName(Int8Path path) {
+  return path == Int8Path::kNative ? "native" : "widened";
+}
 
 void DequantizeChannel(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w) {
 #pragma omp parallel for schedule(static) if (n * k >= kMinParallelElements)
@@ -165,13 +221,15 @@ struct GemmEngine::Impl {
   std::mutex mutex;
   std::unordered_map<std::string, dnnl::matmul> cache;
 
+  dnnl::matmul Find(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    return it == cache.end() ? dnnl::matmul() : it->second;
+  }
+
   dnnl::matmul Get(const std::string& key, const memory::desc& a, const memory::desc& b,
                    const memory::desc* bias, const memory::desc& c, Epilogue epilogue) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      auto it = cache.find(key);
-      if (it != cache.end()) return it->second;
-    }
+    if (dnnl::matmul found = Find(key)) return found;
     dnnl::post_ops ops;
     switch (epilogue) {
       case Epilogue::kRelu: ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f); break;
@@ -194,7 +252,87 @@ struct GemmEngine::Impl {
     cache.emplace(key, prim);
     return prim;
   }
+
+  // c[rows, n] = a[rows, k] @ b[n, k]^T in one oneDNN s8s8s32 call: the BLAS-style kernel
+  // for a few rows (it streams the weight faster: 24 us for 1x768x2304 against 48 us for
+  // numpy's float32 on an AVX-512 VNNI EPYC), the matmul primitive otherwise. Exact only
+  // where the ISA has VNNI; Int8Path says when to call it.
+  void NativeInt8(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
+                  int32_t* c) {
+    const int threads = GemmThreads(rows * n * k);
+    ScopedThreads scoped(threads);
+    if (rows <= kMaxGemvRows) {
+      const int32_t no_offset = 0;
+      const dnnl_status_t status = dnnl_gemm_s8s8s32('N', 'T', 'F', rows, n, k, 1.f, a, k, 0,
+                                                     b, k, 0, 0.f, c, n, &no_offset);
+      if (status != dnnl_success) {
+        throw std::runtime_error("dnnl_gemm_s8s8s32 failed with status " +
+                                 std::to_string(status));
+      }
+      return;
+    }
+    const memory::desc a_md({rows, k}, memory::data_type::s8, {k, 1});
+    const memory::desc b_md({k, n}, memory::data_type::s8, {1, k});  // stored [n, k]
+    const memory::desc c_md({rows, n}, memory::data_type::s32, {n, 1});
+    const std::string key = "s8|" + std::to_string(rows) + "|" + std::to_string(n) + "|" +
+                            std::to_string(k) + "|t" + std::to_string(threads);
+    dnnl::matmul prim = Find(key);
+    if (!prim) {
+      prim = Insert(key, dnnl::matmul(dnnl::matmul::primitive_desc(engine, a_md, b_md, c_md)));
+    }
+    memory a_mem(a_md, engine, const_cast<int8_t*>(a));
+    memory b_mem(b_md, engine, const_cast<int8_t*>(b));
+    memory c_mem(c_md, engine, c);
+    dnnl::stream stream(engine);
+    prim.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    stream.wait();
+  }
+
+  // Whether the native kernels give numpy's exact sums on operands that saturate vpmaddubsw
+  // (every element +-127 or -128), for the few-row and the many-row kernel.
+  bool NativeInt8IsExact() {
+    for (const int64_t rows : {int64_t{1}, int64_t{16}}) {
+      const int64_t n = 16, k = 256;
+      std::vector<int8_t> a(rows * k), b(n * k);
+      for (int64_t i = 0; i < rows * k; ++i) a[i] = (i * 7 % 3 == 0) ? -128 : 127;
+      for (int64_t i = 0; i < n * k; ++i) b[i] = (i * 5 % 3 == 1) ? -128 : 127;
+      std::vector<int32_t> c(rows * n);
+      NativeInt8(rows, n, k, a.data(), b.data(), c.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+          int64_t want = 0;
+          for (int64_t t = 0; t < k; ++t) want += int64_t{a[r * k + t]} * b[j * k + t];
+          if (c[r * n + j] != want) return false;
+        }
+      }
+    }
+    return true;
+  }
 };
+
+namespace {
+
+bool IsaHasVnni(dnnl::cpu_isa isa) {
+  // The ISA values are bit sets, each including the ones below it; VNNI is the bit that
+  // avx2_vnni adds to avx2, or that avx512_core_vnni adds to avx512_core.
+  const auto bits = static_cast<unsigned>(isa);
+  const auto bit = [](dnnl::cpu_isa with, dnnl::cpu_isa without) {
+    return static_cast<unsigned>(with) & ~static_cast<unsigned>(without);
+  };
+  return (bits & bit(dnnl::cpu_isa::avx2_vnni, dnnl::cpu_isa::avx2)) != 0 ||
+         (bits & bit(dnnl::cpu_isa::avx512_core_vnni, dnnl::cpu_isa::avx512_core)) != 0;
+}
+
+}  // namespace
+
+Int8Path ChosenInt8Path() {
+  static const Int8Path path = [] {
+    if (!IsaHasVnni(dnnl::get_effective_cpu_isa())) return Int8Path::kWidened;
+    GemmEngine::Impl probe;
+    return probe.NativeInt8IsExact() ? Int8Path::kNative : Int8Path::kWidened;
+  }();
+  return path;
+}
 
 GemmEngine::GemmEngine() : impl_(std::make_unique<Impl>()) {}
 GemmEngine::~GemmEngine() = default;
@@ -205,40 +343,59 @@ void GemmEngine::RunInt8(const Int8GemmArgs& g) {
     std::fill(g.c, g.c + g.rows * g.n, 0);
     return;
   }
-  if (g.rows <= kMaxGemvRows) {
-    // As for float32: the BLAS-style kernel streams the weight faster for a few rows
-    // (measured 24 us for 1x768x2304, half of numpy's float32 time).
-    const int32_t no_offset = 0;
-    const dnnl_status_t status =
-        dnnl_gemm_s8s8s32('N', 'T', 'F', g.rows, g.n, g.k, 1.f, g.a, g.k, 0, g.b, g.k, 0, 0.f,
-                          g.c, g.n, &no_offset);
-    if (status != dnnl_success) {
-      throw std::runtime_error("dnnl_gemm_s8s8s32 failed with status " + std::to_string(status));
+  if (ChosenInt8Path() == Int8Path::kNative) {
+    impl_->NativeInt8(g.rows, g.n, g.k, g.a, g.b, g.c);
+  } else if (g.rows <= kMaxWidenedInt16Rows) {
+    ExactInt8FewRows(g.rows, g.n, g.k, g.a, g.b, g.c);
+  } else {
+    RunInt8AsFloat(g);
+  }
+}
+
+void GemmEngine::RunInt8AsFloat(const Int8GemmArgs& g) {
+  // Products of int8 values are integers of at most 2^14 in magnitude, so any partial sum
+  // of at most kFloatExactK of them is an integer of at most 2^24, which float32 holds
+  // exactly whatever order oneDNN adds in. Each K chunk is one float32 GEMM, converted to
+  // int32 and added; the columns go in blocks so the widened weight stays small.
+  const int64_t col_block = std::min<int64_t>(g.n, kFloatExactColumns);
+  const int64_t k_chunk = std::min<int64_t>(g.k, kFloatExactK);
+  std::vector<float> a(static_cast<size_t>(g.rows * k_chunk));
+  std::vector<float> b(static_cast<size_t>(col_block * k_chunk));
+  std::vector<float> c(static_cast<size_t>(g.rows * col_block));
+  for (int64_t j0 = 0; j0 < g.n; j0 += col_block) {
+    const int64_t cols = std::min(col_block, g.n - j0);
+    for (int64_t t0 = 0; t0 < g.k; t0 += k_chunk) {
+      const int64_t width = std::min(k_chunk, g.k - t0);
+#pragma omp parallel for schedule(static) if (g.rows * width >= kMinParallelElements)
+      for (int64_t r = 0; r < g.rows; ++r) {
+        std::copy(g.a + r * g.k + t0, g.a + r * g.k + t0 + width, a.data() + r * width);
+      }
+#pragma omp parallel for schedule(static) if (cols * width >= kMinParallelElements)
+      for (int64_t j = 0; j < cols; ++j) {
+        const int8_t* src = g.b + (j0 + j) * g.k + t0;
+        std::copy(src, src + width, b.data() + j * width);
+      }
+      GemmArgs f;
+      f.a_shape = {g.rows, width};
+      f.b_shape = {cols, width};
+      f.c_shape = {g.rows, cols};
+      f.b_transposed = true;
+      f.a = a.data();
+      f.b = b.data();
+      f.c = c.data();
+      Run(f);
+      const bool first = t0 == 0;
+#pragma omp parallel for schedule(static) if (g.rows * cols >= kMinParallelElements)
+      for (int64_t r = 0; r < g.rows; ++r) {
+        int32_t* out = g.c + r * g.n + j0;
+        const float* part = c.data() + r * cols;
+        for (int64_t j = 0; j < cols; ++j) {
+          const int32_t v = static_cast<int32_t>(part[j]);
+          out[j] = first ? v : out[j] + v;
+        }
+      }
     }
-    return;
   }
-  const memory::desc a_md({g.rows, g.k}, memory::data_type::s8, {g.k, 1});
-  const memory::desc b_md({g.k, g.n}, memory::data_type::s8, {1, g.k});  // stored [n, k]
-  const memory::desc c_md({g.rows, g.n}, memory::data_type::s32, {g.n, 1});
-  const std::string key = "s8|" + std::to_string(g.rows) + "|" + std::to_string(g.n) + "|" +
-                          std::to_string(g.k);
-  dnnl::matmul prim;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    auto it = impl_->cache.find(key);
-    if (it != impl_->cache.end()) prim = it->second;
-  }
-  if (!prim) {
-    prim = impl_->Insert(key, dnnl::matmul(
-                                  dnnl::matmul::primitive_desc(impl_->engine, a_md, b_md, c_md)));
-  }
-  auto& eng = impl_->engine;
-  memory a_mem(a_md, eng, const_cast<int8_t*>(g.a));
-  memory b_mem(b_md, eng, const_cast<int8_t*>(g.b));
-  memory c_mem(c_md, eng, g.c);
-  dnnl::stream stream(eng);
-  prim.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-  stream.wait();
 }
 
 void GemmEngine::Run(const GemmArgs& g) {
@@ -282,6 +439,8 @@ void GemmEngine::Run(const GemmArgs& g) {
     RunSmallRows(g, c_dims[0], n, k);
     return;
   }
+  const int threads = GemmThreads(c_elems * k);
+  ScopedThreads scoped(threads);
 
   const memory::desc a_md(a_dims, memory::data_type::f32, RowMajorStrides(a_dims));
   const memory::desc b_md(b_dims, memory::data_type::f32, b_strides);
@@ -296,7 +455,7 @@ void GemmEngine::Run(const GemmArgs& g) {
   for (size_t i = 0; i < b_dims.size(); ++i) key << b_dims[i] << ':' << b_strides[i] << ',';
   key << '|';
   for (auto d : c_dims) key << d << ',';
-  key << '|' << (g.bias != nullptr) << '|' << static_cast<int>(g.epilogue);
+  key << '|' << (g.bias != nullptr) << '|' << static_cast<int>(g.epilogue) << "|t" << threads;
 
   dnnl::matmul prim =
       impl_->Get(key.str(), a_md, b_md, g.bias ? &bias_md : nullptr, c_md, g.epilogue);

@@ -14,6 +14,7 @@ namespace runtime {
 enum class Epilogue { kNone, kRelu, kGelu, kGeluTanh };
 
 Epilogue ParseEpilogue(const std::string& name);
+float ApplyEpilogue(Epilogue e, float x);
 const char* EpilogueName(Epilogue e);
 
 /*!
@@ -41,6 +42,43 @@ struct Int8GemmArgs {
   int32_t* c = nullptr;
 };
 
+/*!
+ * \brief c[rows, n] = a[rows, k] @ b[n, k]^T, int8 in and int32 out, exact on any x86-64 CPU:
+ *  each 16-byte slice of a weight row is widened to int16 and multiplied with vpmaddwd
+ *  (AVX2; a scalar loop where AVX2 is missing). For a few rows: it streams the weight once.
+ */
+void ExactInt8FewRows(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
+                      int32_t* c);
+
+/*! \brief The most rows DequantGemmRows takes: a decode step's few tokens. */
+constexpr int64_t kMaxDequantRows = 4;
+
+/*!
+ * \brief c[rows, n] = epilogue(a[rows, k] @ dequantize(weight)^T + bias) for rows <=
+ *  kMaxDequantRows, the weight stored [N, K] as int8 with per-output-channel scales (q8,
+ *  channel_scale) or as packed int4 [N, K/2] with group scales [N, K/G] and zero points
+ *  (q4, group_scale, zero_point: [N, K/G] or one value; group_size G even, dividing K).
+ *
+ * Each weight is read once in its stored width and never written out as float32 (a decode
+ * step is bound by reading the weights). Products are those of the Relax form up to where
+ * the scale is applied: a scale multiplies the sum of a channel or group, not each weight.
+ */
+struct DequantRowsArgs {
+  int64_t rows = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  const int8_t* q8 = nullptr;
+  const float* channel_scale = nullptr;
+  const uint8_t* q4 = nullptr;
+  const float* group_scale = nullptr;
+  const float* zero_point = nullptr;
+  bool zp_per_group = false;
+  int64_t group_size = 0;
+  const float* bias = nullptr;
+  Epilogue epilogue = Epilogue::kNone;
+  float* c = nullptr;
+};
+void DequantGemmRows(const DequantRowsArgs& args);
+
 /*! \brief w[n, k] = q[n, k] * scale[n]: per-output-channel dequantization of a weight. */
 void DequantizeChannel(const int8_t* q, const float* scale, int64_t n, int64_t k, float* w);
 
@@ -65,6 +103,37 @@ void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, 
                   float* out);
 
 /*!
+ * \brief How int8 GEMMs are computed on this CPU.
+ *
+ * oneDNN's s8 x s8 kernels on CPUs without VNNI (plain AVX2, AVX-512 without VNNI) multiply
+ * through vpmaddubsw, whose 16-bit pair sums saturate once |a| x |b| gets large (oneDNN's
+ * "Nuances of int8 computations"): the int32 result is then wrong. With VNNI (AVX-VNNI,
+ * AVX-512 VNNI, AMX) the products accumulate straight into int32 and are exact.
+ */
+enum class Int8Path {
+  kNative,   // one oneDNN s8s8s32 GEMM: exact where the ISA has VNNI
+  kWidened,  // operands widened first: to int16 in registers for a few rows (AVX2
+             // vpmaddwd), to float32 over K chunks of 1024 for more (sums stay below 2^24)
+};
+
+/*! \brief The oneDNN ISA this process runs (e.g. "avx2", "avx512_core_vnni"). */
+std::string EffectiveIsaName();
+
+/*!
+ * \brief The int8 path for this process, chosen once from the effective ISA and confirmed
+ *  by a worst-case probe GEMM on each kernel (a native path that gives a wrong sum is never
+ *  used). Thread-safe.
+ */
+Int8Path ChosenInt8Path();
+const char* Int8PathName(Int8Path path);
+
+/*!
+ * \brief The OpenMP threads a GEMM of `macs` multiply-adds runs on: one below a size where
+ *  waking a team costs more than it saves, else omp_get_max_threads() (OMP_NUM_THREADS).
+ */
+int GemmThreads(int64_t macs);
+
+/*!
  * \brief Runs GemmArgs with oneDNN's matmul primitive, keeping the primitives it has built,
  *  one per distinct shape and epilogue, so that a warm call only executes.
  *
@@ -80,8 +149,11 @@ class GemmEngine {
   void Run(const GemmArgs& args);
   void RunInt8(const Int8GemmArgs& args);
 
+  struct Impl;  // oneDNN state, defined in gemm.cc
+
  private:
-  struct Impl;
+  void RunInt8AsFloat(const Int8GemmArgs& args);
+
   std::unique_ptr<Impl> impl_;
 };
 

@@ -201,13 +201,35 @@ class TenetModuleObj : public ffi::ModuleObj {
       } else {
         std::vector<float> dequantized;
         const void* weight = b.data;
+        bool fused_done = false;
         if (st.kind != StepKind::kFloat) {
           const View& scale = value(st.scale_b);
           ExpectDType(p, s, "weight scale", scale, kFloat32);
           scale_b_elems = Numel(scale.shape);
-          dequantized.resize(Numel(b_logical));
+          // A decode step's few rows read the weight once, in its stored width.
+          const int64_t rows = Numel(c_shape) / std::max<int64_t>(n, 1);
+          DequantRowsArgs fused;
+          fused.rows = rows;
+          fused.n = n;
+          fused.k = k;
+          fused.a = Floats(a);
+          fused.bias = bias;
+          fused.epilogue = st.epilogue;
+          fused.c = static_cast<float*>(c.data);
+          const bool few_rows = rows <= kMaxDequantRows && st.rhs_transposed &&
+                                b.shape.size() == 2 && Numel(a.shape) == rows * k;
           if (st.kind == StepKind::kDequantChannel) {
             ExpectShape(p, s, "weight scale", scale, {n});
+            if (few_rows) {
+              fused.q8 = static_cast<const int8_t*>(b.data);
+              fused.channel_scale = Floats(scale);
+            }
+          }
+          if (!few_rows) dequantized.resize(Numel(b_logical));
+          if (st.kind == StepKind::kDequantChannel && few_rows) {
+            DequantGemmRows(fused);
+            fused_done = true;
+          } else if (st.kind == StepKind::kDequantChannel) {
             DequantizeChannel(static_cast<const int8_t*>(b.data), Floats(scale), n, k,
                               dequantized.data());
           } else {
@@ -223,22 +245,35 @@ class TenetModuleObj : public ffi::ModuleObj {
             ExpectDType(p, s, "zero point", zp, kFloat32);
             const bool zp_per_group = !zp.shape.empty();
             if (zp_per_group) ExpectShape(p, s, "zero point", zp, {n, groups, 1});
-            DequantizePackedInt4(static_cast<const uint8_t*>(b.data), Floats(zp), zp_per_group,
-                                 Floats(scale), n, groups, k / groups, dequantized.data());
+            if (few_rows) {
+              fused.q4 = static_cast<const uint8_t*>(b.data);
+              fused.group_scale = Floats(scale);
+              fused.zero_point = Floats(zp);
+              fused.zp_per_group = zp_per_group;
+              fused.group_size = k / groups;
+              DequantGemmRows(fused);
+              fused_done = true;
+            } else {
+              DequantizePackedInt4(static_cast<const uint8_t*>(b.data), Floats(zp),
+                                   zp_per_group, Floats(scale), n, groups, k / groups,
+                                   dequantized.data());
+            }
           }
           weight = dequantized.data();
         }
-        GemmArgs g;
-        g.a_shape = a.shape;
-        g.b_shape = b_logical;
-        g.c_shape = c_shape;
-        g.b_transposed = st.rhs_transposed;
-        g.epilogue = st.epilogue;
-        g.a = Floats(a);
-        g.b = static_cast<const float*>(weight);
-        g.c = static_cast<float*>(c.data);
-        g.bias = bias;
-        gemm_.Run(g);
+        if (!fused_done) {
+          GemmArgs g;
+          g.a_shape = a.shape;
+          g.b_shape = b_logical;
+          g.c_shape = c_shape;
+          g.b_transposed = st.rhs_transposed;
+          g.epilogue = st.epilogue;
+          g.a = Floats(a);
+          g.b = static_cast<const float*>(weight);
+          g.c = static_cast<float*>(c.data);
+          g.bias = bias;
+          gemm_.Run(g);
+        }
       }
       produced[s] = c;
       if (charging) {

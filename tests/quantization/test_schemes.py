@@ -8,7 +8,7 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from relax_testing import matmul_module, offloaded_symbols, run
+from relax_testing import matmul_module, offloaded_symbols, packed_int4_group_module, run
 from tenet_byoc.quantization import SCHEMES, QuantScheme, pack_int4, quantize, quantize_weight
 
 QUANTIZED = [name for name in SCHEMES if name != "none"]
@@ -152,32 +152,13 @@ def test_pack_int4_layout():
         pack_int4(np.array([[9, 0]], "int8"))
 
 
-def _packed_group_module(wp, zp, scale, m, stack_axis=-1):
-    n, half = wp.shape
-    k, groups = 2 * half, scale.shape[1]
-    x = relax.Var("x", relax.TensorType((m, k), "float32"))
-    bb, op = relax.BlockBuilder(), relax.op
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            packed = relax.const(wp)  # one tensor feeds both nibbles
-            low = bb.emit(op.bitwise_and(packed, relax.const(np.uint8(15))))
-            high = bb.emit(op.right_shift(packed, relax.const(np.uint8(4))))
-            stacked = bb.emit(op.stack([low, high], axis=stack_axis))
-            nib = bb.emit(op.reshape(stacked, (n, groups, k // groups)))
-            cen = bb.emit(op.subtract(bb.emit(op.astype(nib, "float32")), relax.const(zp)))
-            w = bb.emit(op.reshape(bb.emit(op.multiply(cen, relax.const(scale))), (n, k)))
-            out = bb.emit_output(op.matmul(x, bb.emit(op.permute_dims(w))))
-        bb.emit_func_output(out)
-    return bb.get()
-
-
 def test_packed_int4_with_per_group_zero_point(rng):
     """Asymmetric groups (AWQ-style zero points) unpack exactly as numpy unpacks them."""
     n, k, g, m = 24, 64, 16, 5
     wp = rng.integers(0, 256, (n, k // 2)).astype("uint8")
     zp = rng.integers(0, 16, (n, k // g, 1)).astype("float32")
     scale = rng.random((n, k // g, 1)).astype("float32")
-    mod = _packed_group_module(wp, zp, scale, m)
+    mod = packed_int4_group_module(wp, zp, scale, m)
     assert offloaded_symbols(mod) == ["tenet.dequantize_matmul_group"]
     x = rng.standard_normal((m, k)).astype("float32")
     got = run(tenet_byoc.build(mod), x)
@@ -197,7 +178,7 @@ def test_nibbles_not_interleaved_stay_on_tvm(rng):
     wp = rng.integers(0, 256, (n, k // 2)).astype("uint8")
     zp = np.float32(8.0)
     scale = rng.random((n, k // g, 1)).astype("float32")
-    mod = _packed_group_module(wp, zp, scale, 3, stack_axis=0)
+    mod = packed_int4_group_module(wp, zp, scale, 3, stack_axis=0)
     assert "tenet.dequantize_matmul_group" not in offloaded_symbols(mod)
     x = rng.standard_normal((3, k)).astype("float32")
     nib = np.stack([wp & 15, wp >> 4], axis=0).reshape(n, k // g, g).astype("float32")
