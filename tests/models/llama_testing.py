@@ -53,6 +53,26 @@ TINY_QWEN2 = {
     "use_sliding_window": False,
 }
 
+#: Mistral-style: a sliding window shorter than the trained context (sequences are limited
+#: to it), and an explicit head_dim that is not hidden_size / heads.
+TINY_MISTRAL = {
+    "model_type": "mistral",
+    "architectures": ["MistralForCausalLM"],
+    "vocab_size": 97,
+    "hidden_size": 48,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 24,
+    "max_position_embeddings": 64,
+    "sliding_window": 16,
+    "rms_norm_eps": 1e-5,
+    "hidden_act": "silu",
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+}
+
 
 def _head_dim(cfg: dict) -> int:
     return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]

@@ -12,7 +12,7 @@ import importlib.util
 
 import numpy as np
 import pytest
-from llama_testing import TINY_LLAMA, TINY_QWEN2
+from llama_testing import TINY_LLAMA, TINY_MISTRAL, TINY_QWEN2
 
 import tenet_byoc
 from tenet_byoc.models import from_pretrained
@@ -25,12 +25,14 @@ pytestmark = pytest.mark.skipif(
 
 ATOL = 1e-4
 PROMPT = [3, 17, 0, 88, 42, 42, 8, 63, 1, 70]
-# (config, how it is saved): GQA Llama in one file, sharded, in bfloat16; Qwen2 (biases, tied).
+# (config, how it is saved): GQA Llama in one file, sharded, in bfloat16; Qwen2 (biases,
+# tied); Mistral (a sliding window, a head_dim that is not hidden_size / heads).
 CASES = {
     "llama": (TINY_LLAMA, {}),
     "llama-sharded": (TINY_LLAMA, {"max_shard_size": "40KB"}),
     "llama-bf16": (TINY_LLAMA, {"bf16": True}),
     "qwen2-tied": (TINY_QWEN2, {}),
+    "mistral-head-dim": (TINY_MISTRAL, {}),
 }
 
 
@@ -39,7 +41,7 @@ def _hf_model(cfg: dict, seed: int = 0):
     import transformers
 
     values = {k: v for k, v in cfg.items() if k not in ("model_type", "architectures")}
-    kind = {"llama": "Llama", "qwen2": "Qwen2"}[cfg["model_type"]]
+    kind = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}[cfg["model_type"]]
     config = getattr(transformers, kind + "Config")(**values, attn_implementation="eager")
     torch.manual_seed(seed)
     model = getattr(transformers, kind + "ForCausalLM")(config).eval()

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from llama_testing import (
     TINY_LLAMA,
+    TINY_MISTRAL,
     TINY_QWEN2,
     bf16_rounded,
     make_llama_weights,
@@ -27,7 +28,7 @@ from tenet_byoc.models.llama import (
 
 ATOL = 1e-4
 PROMPT = [5, 17, 0, 88, 42, 42, 8, 63, 1]
-CONFIGS = {"llama": TINY_LLAMA, "qwen2": TINY_QWEN2}
+CONFIGS = {"llama": TINY_LLAMA, "qwen2": TINY_QWEN2, "mistral": TINY_MISTRAL}
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
@@ -46,14 +47,15 @@ def test_prefill_matches_numpy(case):
     assert logits.shape == (len(PROMPT), cfg["vocab_size"])
     assert np.abs(expected).max() > 1.0  # not a comparison of near-zeros
     np.testing.assert_allclose(logits, expected, rtol=0, atol=ATOL)
-    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     shape = (1, cfg["num_key_value_heads"], len(PROMPT), hd)
     assert [t.shape for t in cache.tensors] == [shape] * (2 * cfg["num_hidden_layers"])
 
 
 def test_decode_steps_match_numpy_up_to_the_context_end(case):
     cfg, weights, runner = case
-    n = cfg["max_position_embeddings"]
+    n = runner.config.context_length  # Mistral: its sliding window, shorter
+    assert n == (cfg.get("sliding_window") or cfg["max_position_embeddings"])
     ids = [(7 * i + 3) % cfg["vocab_size"] for i in range(n)]
     expected = numpy_llama_logits(weights, cfg, ids)
     _, cache = runner.prefill(ids[:3])
@@ -63,7 +65,7 @@ def test_decode_steps_match_numpy_up_to_the_context_end(case):
         step, cache = runner.decode(ids[pos], cache)
         np.testing.assert_allclose(step, expected[pos], rtol=0, atol=ATOL)
     assert cache.length == n
-    with pytest.raises(ValueError, match=f"{n + 1} tokens .* max_position_embeddings={n}"):
+    with pytest.raises(ValueError, match=f"{n + 1} tokens .* {runner.config.context_field}={n}"):
         runner.decode(1, cache)
 
 
@@ -98,7 +100,8 @@ def test_loader_reads_config_and_names(case):
     cfg, weights, runner = case
     config = runner.config
     assert config.num_key_value_heads == cfg["num_key_value_heads"]
-    assert config.rope_theta == (1000.0 if cfg is TINY_LLAMA else 20000.0)
+    assert config.rope_theta == {"llama": 1000.0, "qwen2": 20000.0, "mistral": 10000.0}[
+        cfg["model_type"]]
     assert config.tie_word_embeddings == cfg["tie_word_embeddings"]
     assert config.qkv_bias == (cfg is TINY_QWEN2) and not config.o_bias
     model = LlamaForCausalLM(config)
