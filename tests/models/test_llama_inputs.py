@@ -53,6 +53,7 @@ def test_rope_theta_from_either_layout(values, theta):
          r"rope_scaling.rope_type='linear'"),
         (_cfg(rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.5}),
          r"partial_rotary_factor=0.5"),
+        (_cfg(partial_rotary_factor=0.25), r"config.json partial_rotary_factor=0.25"),
         (_cfg(hidden_act="gelu"), r"hidden_act='gelu'"),
         (_cfg(num_key_value_heads=3), r"num_key_value_heads=3 must divide num_attention_heads=4"),
         (_cfg(hidden_size=2**30), r"hidden_size=1073741824 must be in \[1, 16777216\]"),

@@ -240,6 +240,9 @@ def _check_dim(field: str, value: Any) -> None:
 
 def _rope_theta(values: Mapping[str, Any]) -> float:
     # transformers 5 writes rope_parameters; older versions rope_theta and rope_scaling.
+    factor = values.get("partial_rotary_factor", 1.0)
+    if factor != 1.0:
+        raise ValueError(f"config.json partial_rotary_factor={factor!r} is not supported (only 1)")
     for field in ("rope_parameters", "rope_scaling"):
         rope = values.get(field)
         if rope is None:
