@@ -129,17 +129,16 @@ def make_llama_weights(cfg: dict, seed: int = 1) -> dict[str, np.ndarray]:
 
 def write_checkpoint(
     folder: Path, cfg: dict, weights: dict[str, np.ndarray], *, shards: int = 1,
-    bf16: bool = False,
+    dtype: str = "float32",
 ) -> Path:
     """Write ``config.json`` and safetensors weights as ``save_pretrained`` lays them out.
 
     ``shards > 1`` splits the tensors over that many files with a
-    ``model.safetensors.index.json``; ``bf16`` stores them as bfloat16.
+    ``model.safetensors.index.json``; ``dtype`` is ``float32``, ``float16`` or ``bfloat16``.
     """
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(cfg))
-    dtype = ml_dtypes.bfloat16 if bf16 else np.float32
-    tensors = {k: np.ascontiguousarray(t.astype(dtype)) for k, t in weights.items()}
+    tensors = {k: np.ascontiguousarray(t.astype(_DTYPES[dtype])) for k, t in weights.items()}
     if shards == 1:
         save_file(tensors, str(folder / "model.safetensors"))
         return folder
@@ -155,9 +154,12 @@ def write_checkpoint(
     return folder
 
 
-def bf16_rounded(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The weights as a bfloat16 checkpoint holds them, back in float32."""
-    return {k: v.astype(ml_dtypes.bfloat16).astype(np.float32) for k, v in weights.items()}
+_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+def rounded(weights: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """The weights as a checkpoint of ``dtype`` holds them, back in float32."""
+    return {k: v.astype(_DTYPES[dtype]).astype(np.float32) for k, v in weights.items()}
 
 
 def _rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:

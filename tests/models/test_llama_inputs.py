@@ -14,11 +14,12 @@ from llama_testing import (
     numpy_llama_logits,
     write_checkpoint,
 )
+from safetensors.numpy import load_file, save_file
 
 from tenet_byoc.models import from_pretrained
 from tenet_byoc.models.checkpoint import CheckpointError
 from tenet_byoc.models.configs import resolve_config
-from tenet_byoc.models.llama import LlamaConfig, LlamaRunner, random_params
+from tenet_byoc.models.llama import LlamaConfig, LlamaRunner, load_checkpoint, random_params
 from tenet_byoc.models.runner import KVCache
 
 
@@ -216,3 +217,16 @@ def test_vm_called_directly_with_a_bad_id_does_not_crash(runner):
     weights = runner._weights
     logits, _ = runner.vm["prefill"](ids, *weights)
     assert np.isfinite(logits.numpy()).all()  # clipped to the last row, not a segfault
+
+
+def test_integer_tensors_are_ignored_unless_needed(tmp_path):
+    weights = make_llama_weights(TINY_LLAMA)
+    folder = write_checkpoint(tmp_path / "ok", TINY_LLAMA, weights)
+    extra = {"model.layers.0.self_attn.rotary_emb.steps": np.arange(4, dtype=np.int64)}
+    save_file({**load_file(folder / "model.safetensors"), **extra}, folder / "model.safetensors")
+    _, params = load_checkpoint(folder)
+    assert len(params) == 21
+    weights["model.norm.weight"] = weights["model.norm.weight"].astype(np.int32)
+    folder = write_checkpoint(tmp_path / "int", TINY_LLAMA, {})
+    save_file(weights, folder / "model.safetensors")
+    _refuse(folder, CheckpointError, r"'model.norm.weight' .* has dtype I32; readable")

@@ -8,9 +8,9 @@ from llama_testing import (
     TINY_LLAMA,
     TINY_MISTRAL,
     TINY_QWEN2,
-    bf16_rounded,
     make_llama_weights,
     numpy_llama_logits,
+    rounded,
     write_checkpoint,
 )
 
@@ -112,19 +112,21 @@ def test_loader_reads_config_and_names(case):
     assert stored == set(built)
 
 
-@pytest.mark.parametrize("shards,bf16", [(3, False), (1, True), (2, True)])
-def test_sharded_and_bf16_checkpoints_load_exactly(tmp_path, shards, bf16):
+@pytest.mark.parametrize(
+    "shards,dtype", [(3, "float32"), (1, "bfloat16"), (2, "bfloat16"), (1, "float16")]
+)
+def test_sharded_bf16_and_fp16_checkpoints_load_exactly(tmp_path, shards, dtype):
     weights = make_llama_weights(TINY_LLAMA, seed=5)
-    folder = write_checkpoint(tmp_path / "ckpt", TINY_LLAMA, weights, shards=shards, bf16=bf16)
+    folder = write_checkpoint(tmp_path / "ckpt", TINY_LLAMA, weights, shards=shards, dtype=dtype)
     assert (folder / "model.safetensors.index.json").exists() == (shards > 1)
     config, params = load_checkpoint(folder)
-    want = bf16_rounded(weights) if bf16 else weights
+    want = rounded(weights, dtype)
     assert list(params) == list(param_shapes(config))
     for name, value in params.items():
         assert value.dtype == np.float32 and value.flags.c_contiguous
         ref = want.get("model." + name, want.get(name))
         np.testing.assert_array_equal(value, ref, err_msg=name)
-    if bf16:  # the conversion is not a no-op: bf16 rounding changed the weights
+    if dtype != "float32":  # the conversion is not a no-op: rounding changed the weights
         assert not np.array_equal(params["norm.weight"], weights["model.norm.weight"])
 
 

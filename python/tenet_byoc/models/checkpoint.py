@@ -31,13 +31,13 @@ CONFIG_FILE = "config.json"
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 
-# safetensors dtype name -> (bytes per element, how to read and widen it to float32)
-_DTYPES: dict[str, tuple[int, str]] = {
-    "F32": (4, "<f4"),
-    "F16": (2, "<f2"),
-    "BF16": (2, "<u2"),
-    "F64": (8, "<f8"),
+# Bytes per element of every safetensors dtype, to check byte ranges of all tensors.
+_ITEMSIZE = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
 }
+# The dtypes a model weight may have, and how to read each before widening it to float32.
+_FLOATS = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8"}
 # A header larger than this is not a weights file's (safetensors itself caps it at 100 MB).
 _MAX_HEADER_BYTES = 100_000_000
 
@@ -114,11 +114,9 @@ def _read_header(path: str) -> dict[str, TensorInfo]:
             begin, end = int(begin), int(end)
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path!r}: header entry of {name!r} is malformed") from None
-        if dtype not in _DTYPES:
-            raise CheckpointError(
-                f"{path!r}: tensor {name!r} has dtype {dtype}; readable: {sorted(_DTYPES)}"
-            )
-        nbytes = math.prod(shape) * _DTYPES[dtype][0]
+        if dtype not in _ITEMSIZE:
+            raise CheckpointError(f"{path!r}: tensor {name!r} has unknown dtype {dtype!r}")
+        nbytes = math.prod(shape) * _ITEMSIZE[dtype]
         if min(shape, default=0) < 0 or begin < 0 or end - begin != nbytes:
             raise CheckpointError(
                 f"{path!r}: tensor {name!r} of shape {list(shape)} {dtype} spans bytes "
@@ -217,6 +215,11 @@ class Checkpoint:
                     f"{model} checkpoint tensor {name!r} in {info.file!r} has shape "
                     f"{list(info.shape)}, expected {list(shape)}"
                 )
+            elif info.dtype not in _FLOATS:
+                raise CheckpointError(
+                    f"{model} checkpoint tensor {name!r} in {info.file!r} has dtype "
+                    f"{info.dtype}; readable: {sorted(_FLOATS)} (quantized checkpoints are not)"
+                )
         if missing:
             raise KeyError(
                 f"{model} checkpoint {self.folder!r} lacks tensor(s) "
@@ -228,11 +231,12 @@ class Checkpoint:
     def read(self, name: str) -> np.ndarray:
         """Read one tensor as a float32 array (float16 and bfloat16 widened exactly)."""
         info = self.tensors[name]
-        itemsize, layout = _DTYPES[info.dtype]
-        count = (info.end - info.begin) // itemsize
+        if info.dtype not in _FLOATS:
+            raise CheckpointError(f"{info.file!r}: tensor {name!r} has dtype {info.dtype}")
+        count = (info.end - info.begin) // _ITEMSIZE[info.dtype]
         with open(info.file, "rb") as f:
             f.seek(info.begin)
-            raw = np.fromfile(f, dtype=layout, count=count)
+            raw = np.fromfile(f, dtype=_FLOATS[info.dtype], count=count)
         if raw.size != count:
             raise CheckpointError(f"{info.file!r} is truncated inside tensor {name!r}")
         if info.dtype == "BF16":
