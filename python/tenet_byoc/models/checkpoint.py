@@ -114,7 +114,7 @@ def _read_header(path: str) -> dict[str, TensorInfo]:
             begin, end = int(begin), int(end)
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path!r}: header entry of {name!r} is malformed") from None
-        if dtype not in _ITEMSIZE:
+        if not isinstance(dtype, str) or dtype not in _ITEMSIZE:
             raise CheckpointError(f"{path!r}: tensor {name!r} has unknown dtype {dtype!r}")
         nbytes = math.prod(shape) * _ITEMSIZE[dtype]
         if min(shape, default=0) < 0 or begin < 0 or end - begin != nbytes:
