@@ -53,8 +53,8 @@ TINY_QWEN2 = {
     "use_sliding_window": False,
 }
 
-#: Mistral-style: a sliding window shorter than the trained context (sequences are limited
-#: to it), and an explicit head_dim that is not hidden_size / heads.
+#: Mistral-style: a sliding window shorter than the trained context, and an explicit
+#: head_dim that is not hidden_size / heads.
 TINY_MISTRAL = {
     "model_type": "mistral",
     "architectures": ["MistralForCausalLM"],
@@ -191,7 +191,9 @@ def numpy_llama_logits(hf: dict[str, np.ndarray], cfg: dict, ids: list[int]) -> 
         return m.reshape(t, n, hd).transpose(1, 0, 2)
 
     x = w["embed_tokens.weight"][np.asarray(ids)]
-    causal = np.tril(np.ones((t, t), bool))
+    # Key j is visible to query i if j <= i, and within the sliding window if there is one.
+    back = np.arange(t)[:, None] - np.arange(t)[None, :]
+    causal = (back >= 0) & (back < (cfg.get("sliding_window") or t + 1))
     for i in range(cfg["num_hidden_layers"]):
         p = f"layers.{i}."
         a = _rms_norm(x, w[p + "input_layernorm.weight"], eps)

@@ -101,10 +101,22 @@ def test_bad_arguments_are_refused():
         model_gemms(config, "prefill", 2.0)
     with pytest.raises(TypeError, match="GPT2Config or LlamaConfig"):
         model_gemms({"model_type": "llama"}, "prefill", 2)
-    mistral = resolve_config("mistral-7b")
-    assert mistral.context_length == 4096
-    with pytest.raises(ValueError, match="sliding_window=4096"):
-        model_gemms(mistral, "decode", 4096)
+    with pytest.raises(ValueError, match="seq_len=32768 .* max_position_embeddings=32768"):
+        model_gemms(resolve_config("mistral-7b"), "decode", 32768)
+
+
+def test_sliding_window_bounds_decode_keys_not_prefill():
+    config = resolve_config("mistral-7b")  # window 4096 of a 32768-token context
+    mod = export_llama(config)
+    for n, past in ((100, 100), (4095, 4095), (5000, 4096), (32767, 4096)):
+        gemms = model_gemms(config, "decode", n)
+        qk = next(g for g in gemms if g.name.endswith("attn.qk"))
+        assert qk.n == min(n + 1, 4096)
+        # The cache holds `past` tokens; the module's shapes follow from that alone.
+        assert [(g.batch, g.m, g.n, g.k) for g in gemms] == ir_matmul_shapes(
+            mod, "decode", {"past_len": past})
+    qk = next(g for g in model_gemms(config, "prefill", 6000) if g.name.endswith("attn.qk"))
+    assert (qk.m, qk.n) == (4 * 6000, 6000)  # all scores, those outside the window masked
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-0.5b", "llama-3-8b", "mistral-7b"])

@@ -110,3 +110,20 @@ def test_greedy_generation_matches_transformers(case):
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
                              do_sample=False, pad_token_id=0)
     assert runner.generate(PROMPT[:4], 6) == out[0, 4:].tolist()
+
+
+def test_sliding_window_beyond_the_window_matches_transformers(tmp_path):
+    import torch
+
+    model = _hf_model(TINY_MISTRAL, seed=1)
+    model.save_pretrained(tmp_path)
+    runner = from_pretrained(tmp_path, build=tenet_byoc.build)
+    ids = [(11 * i + 4) % TINY_MISTRAL["vocab_size"] for i in range(30)]
+    with torch.no_grad():  # the whole sequence at once: window 16 of 30 tokens
+        want = model(torch.tensor([ids])).logits[0].numpy()
+    logits, cache = runner.prefill(ids[:20])
+    np.testing.assert_allclose(logits, want[:20], rtol=0, atol=ATOL)
+    for pos in range(20, 30):
+        step, cache = runner.decode(ids[pos], cache)
+        np.testing.assert_allclose(step, want[pos], rtol=0, atol=ATOL)
+    assert cache.tensors[0].shape[2] == 16  # the rolling cache keeps the window

@@ -59,6 +59,7 @@ def test_rope_theta_from_either_layout(values, theta):
         (_cfg(num_key_value_heads=3), r"num_key_value_heads=3 must divide num_attention_heads=4"),
         (_cfg(hidden_size=2**30), r"hidden_size=1073741824 must be in \[1, 16777216\]"),
         (_cfg(num_hidden_layers=0), r"num_hidden_layers=0"),
+        (_cfg(model_type="mistral", sliding_window=1), r"sliding_window=1 must be >= 2"),
         (_cfg(intermediate_size=None), r"lacks \['intermediate_size'\]"),
         (_cfg(model_type="gpt_neox"), r"model_type='gpt_neox'"),
         ({**TINY_QWEN2, "use_sliding_window": True}, r"use_sliding_window=true"),
@@ -76,8 +77,9 @@ def test_family_fields():
     assert (llama.qkv_bias, llama.o_bias, llama.mlp_bias, llama.dim_per_head) == (
         True, True, True, 8)
     mistral = resolve_config("mistral-7b")
-    assert (mistral.sliding_window, mistral.context_length, mistral.context_field) == (
-        4096, 4096, "sliding_window")
+    assert (mistral.sliding_window, mistral.window, mistral.cache_length(5000)) == (
+        4096, 4096, 4096)
+    assert LlamaConfig.from_hf_dict(_cfg(model_type="mistral", sliding_window=32)).window is None
     assert resolve_config("llama-3-8b").group_size == 4
 
 

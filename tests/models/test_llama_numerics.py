@@ -48,14 +48,13 @@ def test_prefill_matches_numpy(case):
     assert np.abs(expected).max() > 1.0  # not a comparison of near-zeros
     np.testing.assert_allclose(logits, expected, rtol=0, atol=ATOL)
     hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    shape = (1, cfg["num_key_value_heads"], len(PROMPT), hd)
+    shape = (1, cfg["num_key_value_heads"], len(PROMPT), hd)  # within any window
     assert [t.shape for t in cache.tensors] == [shape] * (2 * cfg["num_hidden_layers"])
 
 
 def test_decode_steps_match_numpy_up_to_the_context_end(case):
     cfg, weights, runner = case
-    n = runner.config.context_length  # Mistral: its sliding window, shorter
-    assert n == (cfg.get("sliding_window") or cfg["max_position_embeddings"])
+    n = cfg["max_position_embeddings"]  # Mistral's is 4 times its sliding window
     ids = [(7 * i + 3) % cfg["vocab_size"] for i in range(n)]
     expected = numpy_llama_logits(weights, cfg, ids)
     _, cache = runner.prefill(ids[:3])
@@ -65,8 +64,21 @@ def test_decode_steps_match_numpy_up_to_the_context_end(case):
         step, cache = runner.decode(ids[pos], cache)
         np.testing.assert_allclose(step, expected[pos], rtol=0, atol=ATOL)
     assert cache.length == n
-    with pytest.raises(ValueError, match=f"{n + 1} tokens .* {runner.config.context_field}={n}"):
+    with pytest.raises(ValueError, match=f"{n + 1} tokens .* max_position_embeddings={n}"):
         runner.decode(1, cache)
+
+
+def test_decode_across_the_sliding_window(case):
+    # Mistral's window is 16: steps 10..20 cross it, the cache rolling from 16 tokens on.
+    cfg, weights, runner = case
+    ids = [(5 * i + 2) % cfg["vocab_size"] for i in range(21)]
+    expected = numpy_llama_logits(weights, cfg, ids)
+    _, cache = runner.prefill(ids[:10])
+    for pos in range(10, 21):
+        step, cache = runner.decode(ids[pos], cache)
+        np.testing.assert_allclose(step, expected[pos], rtol=0, atol=ATOL)
+    kept = min(21, cfg.get("sliding_window") or 21)
+    assert cache.length == 21 and cache.tensors[0].shape[2] == kept
 
 
 def test_every_matmul_is_offloaded_and_charged(case):

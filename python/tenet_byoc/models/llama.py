@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tvm import relax
+import tvm
+from tvm import relax, tirx
 from tvm.ir import IRModule
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
@@ -25,7 +26,7 @@ from ._params import check_named_arrays
 from .checkpoint import Checkpoint, read_config
 from .gemms import call_rows_and_keys
 from .gpt2 import _MASK_VALUE, MatmulShape
-from .runner import DecoderRunner, check_ids, export_decoder, take_rows
+from .runner import DecoderRunner, KVCache, check_ids, export_decoder, take_rows
 
 __all__ = [
     "FAMILIES",
@@ -88,8 +89,8 @@ class LlamaConfig:
     tie_word_embeddings : bool
         The head reuses the embedding matrix (no ``lm_head.weight``).
     sliding_window : int or None
-        Mistral's attention window; sequences are limited to it (within the window,
-        sliding-window attention equals full causal attention).
+        Mistral's attention window W: a token attends to itself and the W - 1 tokens
+        before it, and the cache keeps only the last W tokens (a rolling buffer).
     model_type : str
         ``llama``, ``mistral`` or ``qwen2``.
     name : str
@@ -128,6 +129,8 @@ class LlamaConfig:
         for field in ("head_dim", "sliding_window"):
             if getattr(self, field) is not None:
                 _check_dim(field, getattr(self, field))
+        if self.sliding_window is not None and self.sliding_window < 2:
+            raise ValueError(f"LlamaConfig.sliding_window={self.sliding_window} must be >= 2")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"LlamaConfig.num_key_value_heads={self.num_key_value_heads} must divide "
@@ -165,17 +168,14 @@ class LlamaConfig:
         return self.num_attention_heads // self.num_key_value_heads
 
     @property
-    def context_length(self) -> int:
-        """The most tokens a sequence may hold: the trained context, or the window if smaller."""
-        window = self.sliding_window or self.max_position_embeddings
-        return min(self.max_position_embeddings, window)
+    def window(self) -> int | None:
+        """The sliding window, or None where it does not limit attention."""
+        w = self.sliding_window
+        return w if w is not None and w < self.max_position_embeddings else None
 
-    @property
-    def context_field(self) -> str:
-        """The config field :attr:`context_length` comes from, for messages."""
-        if self.context_length < self.max_position_embeddings:
-            return "sliding_window"
-        return "max_position_embeddings"
+    def cache_length(self, tokens: int) -> int:
+        """Tokens the cache holds after ``tokens`` tokens: all, or the last ``window``."""
+        return tokens if self.window is None else min(tokens, self.window)
 
     @classmethod
     def from_hf_dict(cls, values: Mapping[str, Any], name: str = "custom") -> LlamaConfig:
@@ -290,6 +290,7 @@ class LlamaAttention(nn.Module):
 
     def __init__(self, config: LlamaConfig) -> None:
         d, hd = config.hidden_size, config.dim_per_head
+        self.window = config.window
         self.n_head = config.num_attention_heads
         self.n_kv = config.num_key_value_heads
         self.head_dim = hd
@@ -302,8 +303,10 @@ class LlamaAttention(nn.Module):
         """Attend over the past keys/values (if any) and ``x``'s own; return output, K, V.
 
         ``rope`` is ``(cos, sin)``, each ``[1, s, 1, head_dim]`` for ``x``'s positions.
-        Without ``past`` (prefill) a causal mask hides later positions; with it (decode,
-        one query at the end of the sequence) every key is visible.
+        Without ``past`` (prefill) a causal mask hides later positions (and, with a window
+        W, those W or more before); with it (decode, one query at the end of the sequence)
+        every key is visible, the past cut to its last W - 1 tokens. The returned K and V
+        are the cache to keep: with a window, its last W tokens.
         """
         b, s, _ = x.shape
         hd, g = self.head_dim, self.n_head // self.n_kv
@@ -320,18 +323,35 @@ class LlamaAttention(nn.Module):
         k = heads(self.k_proj(x), self.n_kv, True)
         v = heads(self.v_proj(x), self.n_kv, False)
         if past is not None:
-            k = op.concat([past[0], k], dim=2)
-            v = op.concat([past[1], v], dim=2)
+            k = op.concat([self._last(past[0], self.window and self.window - 1), k], dim=2)
+            v = op.concat([self._last(past[1], self.window and self.window - 1), v], dim=2)
         keys = k.shape[2]
         q = op.reshape(q, [b, self.n_kv, g * s, hd])
         scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * (1.0 / math.sqrt(hd))
         if past is None:
             mask = op.triu(op.full([s, s], _MASK_VALUE, dtype=_DTYPE), diagonal=1)
+            if self.window:  # and keys window or more tokens back
+                band = relax.op.tril(op.full([s, s], _MASK_VALUE, dtype=_DTYPE)._expr,
+                                     -self.window)
+                mask = mask + op.wrap_nested(band, name="window_mask")
             scores = op.reshape(op.reshape(scores, [b, self.n_kv, g, s, keys]) + mask,
                                 [b, self.n_kv, g * s, keys])
         out = op.matmul(op.softmax(scores, axis=-1), v)  # [b, kv, g * s, hd]
         out = op.permute_dims(op.reshape(out, [b, self.n_head, s, hd]), [0, 2, 1, 3])
-        return self.o_proj(op.reshape(out, [b, s, self.n_head * hd])), k, v
+        out = self.o_proj(op.reshape(out, [b, s, self.n_head * hd]))
+        return out, self._last(k, self.window), self._last(v, self.window)
+
+    @staticmethod
+    def _last(t: nn.Tensor, n: int | None) -> nn.Tensor:
+        # The last n tokens (axis 2) of a cache tensor; all of them when n is None.
+        if n is None:
+            return t
+        length = t.shape[2]
+        begin = tirx.max(length - n, 0)
+        rows = relax.op.strided_slice(
+            t._expr, axes=[2], begin=[begin], end=[length], assume_inbound=True
+        )
+        return op.wrap_nested(rows, name="cache_window")
 
 
 class LlamaMLP(nn.Module):
@@ -427,15 +447,16 @@ class LlamaForCausalLM(nn.Module):
         return self._run(input_ids, 0, None)
 
     def decode(
-        self, input_id: nn.Tensor, past: Sequence[nn.Tensor]
+        self, input_id: nn.Tensor, past: Sequence[nn.Tensor], position: Any = None
     ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
         """Run one token at position ``past_len`` given the cache of the ones before it.
 
         ``past`` holds ``2 * num_hidden_layers`` tensors, each ``[1, num_key_value_heads,
         past_len, head_dim]``; returns ``[1, 1, vocab_size]`` logits and the cache extended
-        by this token.
+        by this token. With a sliding window the cache holds only the last tokens, so the
+        new token's ``position`` is an input (a ``R.Shape([position])``).
         """
-        return self._run(input_id, past[0].shape[2], past)
+        return self._run(input_id, past[0].shape[2] if position is None else position, past)
 
 
 def export_llama(config: LlamaConfig, params: Mapping[str, np.ndarray] | None = None) -> IRModule:
@@ -462,7 +483,8 @@ def export_llama(config: LlamaConfig, params: Mapping[str, np.ndarray] | None = 
     checked = None if params is None else check_params(config, params)
     c = config
     model = LlamaForCausalLM(c)
-    return export_decoder(model, c.num_hidden_layers, c.num_key_value_heads, c.dim_per_head, checked)
+    return export_decoder(model, c.num_hidden_layers, c.num_key_value_heads, c.dim_per_head,
+                          checked, position=c.window is not None)
 
 
 def param_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
@@ -609,9 +631,14 @@ def llama_matmuls(config: LlamaConfig, seq_len: int, phase: str = "prefill") -> 
     ``decode`` step (whose token attends to L + 1 keys). Per layer: ``q_proj``, ``k_proj``,
     ``v_proj``, ``attn.qk`` and ``attn.pv`` (batch = key/value heads, rows = query heads
     per group x tokens), ``o_proj``, ``gate_proj``, ``up_proj``, ``down_proj``; then
-    ``lm_head``.
+    ``lm_head``. With a sliding window W a decode step attends to at most W keys; a
+    prefill computes all P x P scores and masks those outside the window.
     """
-    rows, keys = call_rows_and_keys(phase, seq_len, config.context_length, config.context_field)
+    rows, keys = call_rows_and_keys(
+        phase, seq_len, config.max_position_embeddings, "max_position_embeddings"
+    )
+    if phase == "decode":  # the new token attends to the cache and itself
+        keys = config.cache_length(seq_len + 1)
     d, hd, inner = config.hidden_size, config.dim_per_head, config.intermediate_size
     h, kv, g = config.num_attention_heads, config.num_key_value_heads, config.group_size
     out: list[MatmulShape] = []
@@ -646,8 +673,14 @@ class LlamaRunner(DecoderRunner):
     def check_ids(self, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
         """``ids`` as ``[1, n]`` int32, checked against the vocabulary and the context."""
         c = self.config
-        return check_ids(ids, c.vocab_size, c.context_length, c.context_field, past_len)
+        context = c.max_position_embeddings
+        return check_ids(ids, c.vocab_size, context, "max_position_embeddings", past_len)
 
     def cache_shape(self, length: int) -> tuple[int, ...]:
-        """``[1, num_key_value_heads, length, head_dim]``."""
-        return (1, self.config.num_key_value_heads, length, self.config.dim_per_head)
+        """``[1, num_key_value_heads, cached tokens, head_dim]`` after ``length`` tokens."""
+        c = self.config
+        return (1, c.num_key_value_heads, c.cache_length(length), c.dim_per_head)
+
+    def decode_inputs(self, cache: KVCache) -> list[Any]:
+        """With a sliding window, the new token's position (the cache holds fewer)."""
+        return [] if self.config.window is None else [tvm.runtime.ShapeTuple([cache.length])]

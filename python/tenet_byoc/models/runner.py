@@ -45,19 +45,22 @@ def export_decoder(
     kv_heads: int,
     head_dim: int,
     params: Mapping[str, np.ndarray] | None = None,
+    position: bool = False,
 ) -> IRModule:
     """Export a decoder with entry points ``prefill(input_ids)`` and ``decode(input_id, past)``.
 
     ``input_ids`` is ``[1, seq_len]`` int32, ``input_id`` ``[1, 1]``, ``past`` a tuple of
-    ``2 * n_layer`` float32 tensors ``[1, kv_heads, past_len, head_dim]``; the weights
-    follow as parameters unless ``params`` (checked, in the model's order) binds them
-    into both functions as constants.
+    ``2 * n_layer`` float32 tensors ``[1, kv_heads, past_len, head_dim]``, followed by the
+    new token's ``position`` (an ``R.Shape``) if asked; the weights follow as parameters
+    unless ``params`` (checked, in the model's order) binds them into both functions.
     """
     kv = nn.spec.Tensor([1, kv_heads, "past_len", head_dim], "float32")
     spec = {
         "prefill": {"input_ids": nn.spec.Tensor([1, "seq_len"], "int32")},
         "decode": {"input_id": nn.spec.Tensor([1, 1], "int32"), "past": [kv] * (2 * n_layer)},
     }
+    if position:
+        spec["decode"]["position"] = nn.spec.Int()
     mod, _ = model.export_tvm(spec=spec)
     if params is not None:
         values = {n: tvm.runtime.tensor(v) for n, v in params.items()}
@@ -209,6 +212,10 @@ class DecoderRunner:
         """The shape of each of the cache's tensors after ``length`` tokens."""
         raise NotImplementedError
 
+    def decode_inputs(self, cache: KVCache) -> list[Any]:
+        """Inputs of ``decode`` after the cache (none unless the family needs them)."""
+        return []
+
     # -- running -------------------------------------------------------------------------
 
     def check_cache(self, cache: KVCache) -> None:
@@ -248,7 +255,10 @@ class DecoderRunner:
         self.check_cache(cache)
         self._set_phase("decode")
         logits, new = self.vm["decode"](
-            tvm.runtime.tensor(ids, self.device), list(cache.tensors), *self._weights
+            tvm.runtime.tensor(ids, self.device),
+            list(cache.tensors),
+            *self.decode_inputs(cache),
+            *self._weights,
         )
         return logits.numpy()[0, 0], KVCache(tuple(new), cache.length + 1)
 
