@@ -322,15 +322,16 @@ class LlamaAttention(nn.Module):
         q = heads(self.q_proj(x), self.n_head, True)
         k = heads(self.k_proj(x), self.n_kv, True)
         v = heads(self.v_proj(x), self.n_kv, False)
-        if past is not None:
-            k = op.concat([self._last(past[0], self.window and self.window - 1), k], dim=2)
-            v = op.concat([self._last(past[1], self.window and self.window - 1), v], dim=2)
+        if past is not None:  # with a window, the new token sees the W - 1 before it
+            keep = None if self.window is None else self.window - 1
+            k = op.concat([self._last(past[0], keep), k], dim=2)
+            v = op.concat([self._last(past[1], keep), v], dim=2)
         keys = k.shape[2]
         q = op.reshape(q, [b, self.n_kv, g * s, hd])
         scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * (1.0 / math.sqrt(hd))
         if past is None:
             mask = op.triu(op.full([s, s], _MASK_VALUE, dtype=_DTYPE), diagonal=1)
-            if self.window:  # and keys window or more tokens back
+            if self.window:  # and the keys W or more tokens back
                 band = relax.op.tril(op.full([s, s], _MASK_VALUE, dtype=_DTYPE)._expr,
                                      -self.window)
                 mask = mask + op.wrap_nested(band, name="window_mask")
