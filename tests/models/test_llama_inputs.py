@@ -193,11 +193,17 @@ def test_runner_checks_before_the_vm(runner):
     with pytest.raises(ValueError, match="integers"):
         runner.prefill([1.5])
     _, cache = runner.prefill([1, 2, 3])
-    with pytest.raises(ValueError, match=r"cache tensor 0 has shape \[1, 2, 3, 16\]; a cache of "
-                                         r"length 5 needs \[1, 2, 5, 16\]"):
+    with pytest.raises(ValueError, match=r"KVCache tensor 0 \(K of block 0\) is float32\[1, 2, 3, "
+                                         r"16\]; expected float32\[1, 2, 5, 16\] for length=5"):
         runner.decode(4, KVCache(cache.tensors, 5))
-    with pytest.raises(ValueError, match="cache holds 3 tensors, this model needs 4"):
+    with pytest.raises(ValueError, match=r"KVCache has 3 tensors; expected 2 \* n_layer = 4"):
         runner.decode(4, KVCache(cache.tensors[:3], 3))
+    with pytest.raises(ValueError, match="KVCache.length=0 must be a positive integer"):
+        runner.decode(4, KVCache(cache.tensors, 0))
+    with pytest.raises(TypeError, match="KVCache tensor 1 is a str, not a tensor"):
+        runner.decode(4, KVCache((cache.tensors[0], "x", *cache.tensors[2:]), 3))
+    with pytest.raises(TypeError, match="cache must be a KVCache"):
+        runner.decode(4, cache.tensors)
     with pytest.raises(ValueError, match="token id -1"):
         runner.decode(-1, cache)
     step, _ = runner.decode(4, cache)

@@ -137,6 +137,15 @@ class KVCache:
         return [t.numpy() for t in self.tensors]
 
 
+def _cache_length(cache: KVCache) -> int:
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+    length = cache.length
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
+        raise ValueError(f"KVCache.length={length!r} must be a positive integer")
+    return int(length)
+
+
 class DecoderRunner:
     """Build a decoder once and run prefill, decode and greedy generation on the Relax VM.
 
@@ -221,25 +230,33 @@ class DecoderRunner:
     def check_cache(self, cache: KVCache) -> None:
         """Refuse a cache whose tensors do not match its length and this model.
 
+        The decode function reads the new token's position from the tensors (or, with a
+        sliding window, from ``length``); a cache whose ``length`` disagrees with its
+        tensors would put the token at the wrong position or read past a table.
+
         Raises
         ------
+        TypeError
+            If ``cache`` is not a :class:`KVCache` or holds something that is not a tensor.
         ValueError
-            If the number of tensors or a tensor's shape is wrong; the message names both.
+            Naming the tensor, its dtype and shape and the expected ones, or the length.
         """
-        if not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+        length = _cache_length(cache)
         n_layer = len(self.mod["decode"].params[1].ty.fields) // 2
         if len(cache.tensors) != 2 * n_layer:
             raise ValueError(
-                f"cache holds {len(cache.tensors)} tensors, this model needs {2 * n_layer} "
-                "(K and V per layer)"
+                f"KVCache has {len(cache.tensors)} tensors; expected 2 * n_layer = "
+                f"{2 * n_layer} (K and V of every block)"
             )
-        want = self.cache_shape(cache.length)
+        want = self.cache_shape(int(length))
         for i, t in enumerate(cache.tensors):
-            if tuple(t.shape) != want:
+            if not hasattr(t, "shape") or not hasattr(t, "dtype"):
+                raise TypeError(f"KVCache tensor {i} is a {type(t).__name__}, not a tensor")
+            shape = tuple(int(d) for d in t.shape)
+            if shape != want or str(t.dtype) != "float32":
                 raise ValueError(
-                    f"cache tensor {i} has shape {list(t.shape)}; a cache of length "
-                    f"{cache.length} needs {list(want)}"
+                    f"KVCache tensor {i} ({'KV'[i % 2]} of block {i // 2}) is {t.dtype}"
+                    f"{list(shape)}; expected float32{list(want)} for length={length}"
                 )
 
     def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
@@ -251,7 +268,8 @@ class DecoderRunner:
 
     def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
         """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache."""
-        ids = self.check_ids([token_id], past_len=cache.length)
+        # Ids first (their message is the more useful one), then the cache's tensors.
+        ids = self.check_ids([token_id], past_len=_cache_length(cache))
         self.check_cache(cache)
         self._set_phase("decode")
         logits, new = self.vm["decode"](
