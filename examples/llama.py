@@ -28,7 +28,7 @@ def main() -> None:
     llamas = sorted(n for n in BUILTIN if BUILTIN[n].values["model_type"] != "gpt2")
     parser.add_argument("--model", choices=llamas, help="a built-in shape, random weights")
     parser.add_argument("--scheme", default="none", help="a tenet_byoc.SCHEMES name")
-    parser.add_argument("--hardware", default="os16", help="an accelerator preset")
+    parser.add_argument("--accelerator", default="os16", help="an accelerator preset")
     parser.add_argument("--prompt", default="1,415,2936,9060", help="comma-separated ids")
     parser.add_argument("--new-tokens", type=int, default=4)
     args = parser.parse_args()
@@ -36,7 +36,7 @@ def main() -> None:
     def build(mod):
         if args.scheme != "none":
             mod = tenet_byoc.quantize(mod, args.scheme)
-        return tenet_byoc.build(mod, hardware=args.hardware)
+        return tenet_byoc.build(mod, accelerator=args.accelerator)
 
     start = time.perf_counter()
     if args.checkpoint:
@@ -48,7 +48,13 @@ def main() -> None:
     print(f"{config.name}: built in {time.perf_counter() - start:.1f} s, scheme {args.scheme}")
 
     prompt = [int(t) % config.vocab_size for t in args.prompt.split(",")]
-    tokens = runner.generate(prompt, args.new_tokens)
+    tenet_byoc.set_phase(runner.vm, "prefill")
+    logits, cache = runner.prefill(prompt)
+    tokens = [int(logits[-1].argmax())]
+    tenet_byoc.set_phase(runner.vm, "decode")
+    while len(tokens) < args.new_tokens:
+        step, cache = runner.decode(tokens[-1], cache)
+        tokens.append(int(step.argmax()))
     print(f"prompt {prompt} -> greedy {tokens}")
 
     ledger = tenet_byoc.ledger(runner.vm)

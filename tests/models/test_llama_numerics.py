@@ -94,7 +94,9 @@ def test_every_matmul_is_offloaded_and_charged(case):
     assert ir_matmul_shapes(part, "prefill", {"seq_len": 6}) == []
     assert ir_matmul_shapes(part, "decode", {"past_len": 6}) == []
     before = len(tenet_byoc.ledger(runner.vm).entries)
+    tenet_byoc.set_phase(runner.vm, "prefill")
     _, cache = runner.prefill(PROMPT[:6])
+    tenet_byoc.set_phase(runner.vm, "decode")
     runner.decode(PROMPT[6], cache)
     entries = tenet_byoc.ledger(runner.vm).entries[before:]
     expected = model_gemms(config, "prefill", 6) + model_gemms(config, "decode", 6)
