@@ -22,6 +22,8 @@ __all__ = [
     "DecoderRunner",
     "KVCache",
     "build_with_tvm",
+    "cache_length",
+    "check_cache_tensors",
     "check_ids",
     "export_decoder",
     "take_rows",
@@ -137,13 +139,40 @@ class KVCache:
         return [t.numpy() for t in self.tensors]
 
 
-def _cache_length(cache: KVCache) -> int:
+def cache_length(cache: KVCache) -> int:
+    """``cache.length`` after checking that ``cache`` is a KVCache with a positive length."""
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
     length = cache.length
     if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
         raise ValueError(f"KVCache.length={length!r} must be a positive integer")
     return int(length)
+
+
+def check_cache_tensors(cache: KVCache, n_layer: int, shape: tuple[int, ...]) -> None:
+    """Check that ``cache`` holds ``2 * n_layer`` float32 tensors of ``shape``.
+
+    Raises
+    ------
+    TypeError
+        If an item is not a tensor.
+    ValueError
+        Naming the tensor (K or V of which block), its dtype and shape and the expected ones.
+    """
+    if len(cache.tensors) != 2 * n_layer:
+        raise ValueError(
+            f"KVCache has {len(cache.tensors)} tensors; expected 2 * n_layer = "
+            f"{2 * n_layer} (K and V of every block)"
+        )
+    for i, t in enumerate(cache.tensors):
+        if not hasattr(t, "shape") or not hasattr(t, "dtype"):
+            raise TypeError(f"KVCache tensor {i} is a {type(t).__name__}, not a tensor")
+        got = tuple(int(d) for d in t.shape)
+        if got != tuple(shape) or str(t.dtype) != "float32":
+            raise ValueError(
+                f"KVCache tensor {i} ({'KV'[i % 2]} of block {i // 2}) is {t.dtype}"
+                f"{list(got)}; expected float32{list(shape)} for length={cache.length}"
+            )
 
 
 class DecoderRunner:
@@ -233,23 +262,9 @@ class DecoderRunner:
         ValueError
             Naming the tensor, its dtype and shape and the expected ones, or the length.
         """
-        length = _cache_length(cache)
+        length = cache_length(cache)
         n_layer = len(self.mod["decode"].params[1].ty.fields) // 2
-        if len(cache.tensors) != 2 * n_layer:
-            raise ValueError(
-                f"KVCache has {len(cache.tensors)} tensors; expected 2 * n_layer = "
-                f"{2 * n_layer} (K and V of every block)"
-            )
-        want = self.cache_shape(int(length))
-        for i, t in enumerate(cache.tensors):
-            if not hasattr(t, "shape") or not hasattr(t, "dtype"):
-                raise TypeError(f"KVCache tensor {i} is a {type(t).__name__}, not a tensor")
-            shape = tuple(int(d) for d in t.shape)
-            if shape != want or str(t.dtype) != "float32":
-                raise ValueError(
-                    f"KVCache tensor {i} ({'KV'[i % 2]} of block {i // 2}) is {t.dtype}"
-                    f"{list(shape)}; expected float32{list(want)} for length={length}"
-                )
+        check_cache_tensors(cache, n_layer, self.cache_shape(length))
 
     def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
         """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens."""
@@ -260,7 +275,7 @@ class DecoderRunner:
     def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
         """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache."""
         # Ids first (their message is the more useful one), then the cache's tensors.
-        ids = self.check_ids([token_id], past_len=_cache_length(cache))
+        ids = self.check_ids([token_id], past_len=cache_length(cache))
         self.check_cache(cache)
         logits, new = self.vm["decode"](
             tvm.runtime.tensor(ids, self.device),
