@@ -33,6 +33,12 @@ from tenet_byoc._cost_model import (
     parse_tenet_statement,
     serialize_config,
 )
+from tenet_byoc.mapping import (  # the mapping search (mapping.py)
+    MappingChoice,
+    MappingSearch,
+    search_mapping,
+    tile_size_candidates,
+)
 from tenet_byoc.memory import (  # the buffer level, roofline and energy (memory.py)
     EnergyBreakdown,
     MacSpec,
@@ -85,6 +91,10 @@ __all__ = [
     "roofline_cycles",
     "save_tenet",
     "scalesim_equivalent",
+    "search_mapping",
+    "tile_size_candidates",
+    "MappingChoice",
+    "MappingSearch",
     "scalesim_mapping",
     "serialize_config",
     "sram_pj_per_bit",

@@ -12,6 +12,7 @@ namespace py = pybind11;
 using namespace tenet;
 
 void BindMemory(py::module_& m);  // python_memory.cc
+void BindMapping(py::module_& m);  // python_mapping.cc
 
 namespace {
 
@@ -32,6 +33,7 @@ std::string Repr(const Hardware& h) {
 PYBIND11_MODULE(_cost_model, m) {
   m.doc() = "TENET relation-centric cost model (C++ core)";
   BindMemory(m);
+  BindMapping(m);
 
   py::class_<Hardware>(m, "Hardware")
       .def(py::init([](std::string pe_domain, std::string interconnect, double bandwidth_bits,
