@@ -138,6 +138,54 @@ int64_t TimeOf(const MemoryHierarchy& mem, const std::array<int64_t, 3>& ch) {
   return CeilCycles(Add(Add(ch[0], ch[1]), ch[2]), mem.dram_bandwidth_bits);
 }
 
+// The fold model's compute cycles of a preset on one tile (README "cycles": folds run one
+// after another, each as long as a full R x C one, load + L + R + C - 2, the load hidden
+// when the stationary registers are double-buffered): the exact analysis adds only
+// buffer <-> array stalls to it, so it bounds the tile's cycles from below. Active PEs as the
+// fast method counts them. Used only for presets at one MAC per PE per cycle; every tile
+// the search analyses is checked against it (a logic_error if it were ever above).
+struct FoldBound {
+  bool applies = false;
+  char preset = 'o';
+  int64_t rows = 1, cols = 1, stream_tile = 0, load = 0;
+
+  // (SP, SQ, SL) of a tile in the preset's canonical form.
+  void Canon(int64_t m, int64_t n, int64_t k, int64_t* sp, int64_t* sq, int64_t* sl) const {
+    if (preset == 'o') { *sp = m; *sq = n; *sl = k; }
+    else if (preset == 'w') { *sp = k; *sq = n; *sl = m; }
+    else { *sp = k; *sq = m; *sl = n; }
+  }
+  int64_t Cycles(int64_t m, int64_t n, int64_t k) const {
+    int64_t sp, sq, sl;
+    Canon(m, n, k, &sp, &sq, &sl);
+    const int64_t folds_pq = Mul(CeilDiv(sp, rows), CeilDiv(sq, cols));
+    const int64_t t = stream_tile > 0 ? std::min(stream_tile, sl) : sl;
+    const int64_t full = sl / t, rem = sl % t;
+    const int64_t over = load + rows + cols - 2;
+    int64_t c = Mul(Mul(folds_pq, full), Add(t, over));
+    if (rem) c = Add(c, Mul(folds_pq, Add(rem, over)));
+    return c;
+  }
+  int64_t ActivePes(int64_t m, int64_t n, int64_t k) const {
+    int64_t sp, sq, sl;
+    Canon(m, n, k, &sp, &sq, &sl);
+    return std::min(rows, sp) * std::min(cols, sq);
+  }
+};
+
+FoldBound MakeFoldBound(const Dataflow& df, const ArrayModel& am, const MemoryHierarchy& mem) {
+  FoldBound f;
+  if (df.preset.empty() || df.rows < 1 || df.cols < 1 || am.macs_per_pe_per_cycle != 1) return f;
+  if (df.preset != "os" && df.preset != "ws" && df.preset != "is") return f;
+  f.applies = true;
+  f.preset = df.preset[0];
+  f.rows = df.rows;
+  f.cols = df.cols;
+  if (!df.tiling.empty()) f.stream_tile = df.tiling.begin()->second;
+  f.load = (df.preset != "os" && !mem.stationary_double_buffered) ? df.rows : 0;
+  return f;
+}
+
 }  // namespace
 
 MappingObjective ParseMappingObjective(const std::string& name) {
@@ -245,6 +293,8 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
     };
     arrays.push_back(CachedArrayModel(std::move(exact)));
   }
+  std::vector<FoldBound> folds;
+  for (size_t d = 0; d < dfs.size(); ++d) folds.push_back(MakeFoldBound(dfs[d], arrays[d], mem));
   const int64_t g = SpaceGranule(space);
   const auto tms = TileSizeCandidates(w.m, g, space.max_even_split);
   const auto tns = TileSizeCandidates(w.n, g, space.max_even_split);
@@ -297,8 +347,25 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
           }
           const Dim dm = MakeDim(w.m, t.tm), dn = MakeDim(w.n, t.tn), dk = MakeDim(w.k, t.tk);
           const int64_t chunk = am.k_pass > 0 ? am.k_pass : dk.tile;
-          const int64_t array_lb = CeilCycles(macs, static_cast<double>(am.num_pes) * am.macs_per_pe_per_cycle);
-          const int64_t extra_lb = CeilCycles(w.extra_ops, static_cast<double>(am.num_pes) * am.macs_per_pe_per_cycle);
+          int64_t array_lb = CeilCycles(macs, static_cast<double>(am.num_pes) * am.macs_per_pe_per_cycle);
+          int64_t extra_lb = CeilCycles(w.extra_ops, static_cast<double>(am.num_pes) * am.macs_per_pe_per_cycle);
+          const FoldBound& fb = folds[d];
+          if (fb.applies) {
+            int64_t sum = 0;
+            for (int a = 1; a >= 0; --a)
+              for (int b = 1; b >= 0; --b)
+                for (int e = 1; e >= 0; --e) {
+                  const int64_t cm = a ? dm.count - 1 : 1, cn = b ? dn.count - 1 : 1,
+                                ck = e ? dk.count - 1 : 1;
+                  if (cm == 0 || cn == 0 || ck == 0) continue;
+                  sum = Add(sum, Mul(Mul(Mul(Mul(cm, cn), ck), w.batch),
+                                     fb.Cycles(a ? dm.tile : dm.last, b ? dn.tile : dn.last,
+                                               e ? dk.tile : dk.last)));
+                }
+            array_lb = std::max(array_lb, sum);
+            extra_lb = CeilCycles(w.extra_ops, static_cast<double>(std::max<int64_t>(
+                                                   1, fb.ActivePes(dm.tile, dn.tile, dk.tile))));
+          }
           const int64_t ff = TimeOf(mem, {Add(Mul(Mul(dm.tile, dk.tile), w.bits_a), w.extra_read_bits),
                                           Mul(Mul(dk.tile, dn.tile), w.bits_b), 0});
           double best_sort = std::numeric_limits<double>::infinity();
@@ -372,8 +439,15 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
                 const int64_t cm = a ? dm.count - 1 : 1, cn = b ? dn.count - 1 : 1,
                               ck = e ? dk.count - 1 : 1;
                 if (cm == 0 || cn == 0 || ck == 0) continue;
-                const TileCost tc = am.tile_cost(a ? dm.tile : dm.last, b ? dn.tile : dn.last,
-                                                 e ? dk.tile : dk.last);
+                const int64_t sm = a ? dm.tile : dm.last, sn = b ? dn.tile : dn.last,
+                              sk = e ? dk.tile : dk.last;
+                const TileCost tc = am.tile_cost(sm, sn, sk);
+                const FoldBound& fb = folds[it.d];
+                if (fb.applies && tc.cycles < fb.Cycles(sm, sn, sk))
+                  throw std::logic_error("mapping search: the fold bound " +
+                                         Str(fb.Cycles(sm, sn, sk)) + " exceeds the exact cycles " +
+                                         Str(tc.cycles) + " of a " + Str(sm) + "x" + Str(sn) + "x" +
+                                         Str(sk) + " tile of " + am.name);
                 const int64_t n = Mul(Mul(Mul(cm, cn), ck), w.batch);
                 sum_array = Add(sum_array, Mul(n, tc.cycles));
                 buffer_bits += static_cast<double>(n) *
@@ -381,6 +455,8 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
                                                    tc.buffer_write_bits_c);
               }
           const TileCost full = am.tile_cost(dm.tile, dn.tile, dk.tile);
+          if (folds[it.d].applies && full.active_pes > folds[it.d].ActivePes(dm.tile, dn.tile, dk.tile))
+            throw std::logic_error("mapping search: active PEs above the fold bound's on " + am.name);
           extra = CeilCycles(w.extra_ops, static_cast<double>(std::max<int64_t>(1, full.active_pes)) *
                                               am.macs_per_pe_per_cycle);
           ff = TimeOf(mem, {Add(Mul(Mul(dm.tile, dk.tile), w.bits_a), w.extra_read_bits),
