@@ -160,7 +160,7 @@ def main() -> None:
         return lambda: vm["prefill"](arg)
 
     t0 = time.perf_counter()
-    tenet_vm = relax.VirtualMachine(tenet_byoc.build(mod, hardware=args.hardware), dev)
+    tenet_vm = relax.VirtualMachine(tenet_byoc.build(mod, accelerator=args.hardware), dev)
     tenet_build_s = time.perf_counter() - t0
     tenet_logits = tenet_vm["prefill"](tvm.runtime.tensor(ids.reshape(1, -1)))[0].numpy()[0]
     contenders = {"tenet": prefill(tenet_vm, ids)}

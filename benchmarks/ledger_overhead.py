@@ -89,7 +89,7 @@ def make_cases(quick: bool) -> list[Case]:
         with bb.dataflow():
             out = bb.emit_output(relax.op.matmul(a, b))
         bb.emit_func_output(out)
-    gemm_vm = relax.VirtualMachine(tenet_byoc.build(bb.get(), hardware=HARDWARE), dev)
+    gemm_vm = relax.VirtualMachine(tenet_byoc.build(bb.get(), accelerator=HARDWARE), dev)
     gemm_b = tensor((8, 8))
     cases.append(Case(
         "one 8x8x8 matmul", gemm_vm,
@@ -97,7 +97,7 @@ def make_cases(quick: bool) -> list[Case]:
         [9, 10, 11, 12, 13], lambda rows: [(1, rows, 8, 8)],
     ))
     params = {k: (0.1 * rng.standard_normal(s)).astype("float32") for k, s in PARAM_SHAPES.items()}
-    mlp_vm = relax.VirtualMachine(tenet_byoc.build(mlp_module(params), hardware=HARDWARE), dev)
+    mlp_vm = relax.VirtualMachine(tenet_byoc.build(mlp_module(params), accelerator=HARDWARE), dev)
     for batch in (1, 64):
         cases.append(Case(
             f"FashionMNIST MLP, batch {batch}", mlp_vm,
@@ -107,7 +107,7 @@ def make_cases(quick: bool) -> list[Case]:
         ))
 
     tiny = GPT2Config.preset("tiny")
-    tiny_vm = relax.VirtualMachine(tenet_byoc.build(export_gpt2(tiny), hardware=HARDWARE), dev)
+    tiny_vm = relax.VirtualMachine(tenet_byoc.build(export_gpt2(tiny), accelerator=HARDWARE), dev)
     tiny_w = [tvm.runtime.tensor(v, dev) for v in random_params(tiny).values()]
 
     def tiny_call(p):
@@ -123,7 +123,7 @@ def make_cases(quick: bool) -> list[Case]:
                       tiny_shapes))
 
     small_vm = relax.VirtualMachine(
-        tenet_byoc.build(gpt2_small_linears_module(), hardware=HARDWARE), dev)
+        tenet_byoc.build(gpt2_small_linears_module(), accelerator=HARDWARE), dev)
     small_w = [tensor((n, k)) for k, n in GPT2_SMALL_LINEARS]
 
     def small_call(seq):

@@ -15,8 +15,9 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
+from tenet_byoc.experiments.data import prepare_mlp
 from tenet_byoc.hardware import PRESETS
-from tenet_byoc.models.mlp import mlp_module, prepare_mlp
+from tenet_byoc.models.mlp import mlp_module
 
 CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
            "Sneaker", "Bag", "Ankle boot"]
@@ -38,7 +39,7 @@ def main() -> None:
     label = int(setup.data.test_labels[args.index])
 
     mod = mlp_module(setup.params)  # weights bound as constants: main(x)
-    ex = tenet_byoc.build(mod, hardware=args.hardware)
+    ex = tenet_byoc.build(mod, accelerator=args.hardware)
     vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
     logits = vm["main"](tvm.runtime.tensor(image)).numpy()
     reference = relax.VirtualMachine(tenet_byoc.build(mod, offload=False), tvm.cpu())

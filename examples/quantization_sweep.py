@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 
+from tenet_byoc.experiments.cases import gpt2_case, mlp_case
+from tenet_byoc.experiments.plots import plot_cost_vs_error
+from tenet_byoc.experiments.results import markdown_table
+from tenet_byoc.experiments.sweep import sweep
 from tenet_byoc.hardware import PRESETS
 from tenet_byoc.models.gpt2 import PRESETS as GPT2_PRESETS
-from tenet_byoc.plots import plot_cost_vs_error
 from tenet_byoc.quantization import SCHEMES
-from tenet_byoc.sweep import gpt2_case, markdown_table, mlp_case, sweep
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ def mlp_params(seed: int = 0) -> dict[str, np.ndarray]:
 def mlp_executable(hardware: str = "os16"):
     """The FashionMNIST MLP with random weights bound: ``main(x [batch, 784])``."""
     mod = mlp_module(mlp_params())
-    return mod, tenet_byoc.build(mod, hardware=hardware)
+    return mod, tenet_byoc.build(mod, accelerator=hardware)
 
 
 def ir_matmul_shapes(mod: tvm.IRModule, func_name: str, sym: dict[str, int]) -> list[tuple]:

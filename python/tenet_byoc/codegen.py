@@ -2,8 +2,10 @@
 
 Each function handed to the codegen is an outer function (attr ``Codegen="tenet"``) whose body
 calls one or more composite functions (attr ``Composite="tenet.*"``). Which composite
-parameter is the matmul's lhs, rhs or bias is read from the composite body, never assumed
-from the parameter order (MergeCompositeFunctions often puts a weight first).
+parameter is the matmul's lhs, rhs, bias or scale is found by matching the pattern's named
+sub-patterns against the composite body, as TVM's cuBLAS and CUTLASS backends do
+(MergeCompositeFunctions often puts a weight first); the pattern's kind, transpose and
+epilogue come from where it was registered (:data:`tenet_byoc.patterns.PATTERN_INFO`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,16 @@ from dataclasses import dataclass
 
 import tvm_ffi
 from tvm import relax
+from tvm.relax.backend.pattern_registry import get_pattern
 
-from .patterns import EPILOGUES
+from .patterns import KIND_BITS, PATTERN_INFO, PatternInfo
+from .quantization import SCHEME_ATTR
 
 #: Bumped with the runtime's ``kDescriptorVersion`` on any incompatible change.
-DESCRIPTOR_VERSION = 1
+DESCRIPTOR_VERSION = 2
+
+#: The scheme of a quantized call in a module :func:`tenet_byoc.quantize` did not stamp.
+UNNAMED_SCHEME = "unnamed"
 
 
 class TenetCodegenError(ValueError):
@@ -26,18 +33,11 @@ class TenetCodegenError(ValueError):
 
 @dataclass(frozen=True)
 class _Composite:
-    """The roles of a composite function's parameters, read from its body."""
+    """A composite function's pattern and the parameter index of each operand role."""
 
     pattern: str
-    kind: str  # "float", "dequant_channel", "dequant_group" or "int8"
-    lhs: int
-    rhs: int
-    bias: int | None
-    rhs_transposed: bool
-    epilogue: str
-    scale_a: int | None = None
-    scale_b: int | None = None
-    zero_point: int | None = None
+    info: PatternInfo
+    params: dict[str, int]  # role -> parameter index
 
 
 def _tensor_spec(ty, what: str) -> dict:
@@ -58,13 +58,6 @@ def _bindings(func: relax.Function):
         yield from block.bindings
 
 
-_CHAIN_OPS = {
-    "relax.matmul", "relax.permute_dims", "relax.add", "relax.dequantize", "relax.reshape",
-    "relax.astype", "relax.multiply", "relax.subtract", "relax.stack", "relax.bitwise_and",
-    "relax.right_shift", *EPILOGUES,
-}
-
-
 def analyze_composite(func: relax.Function) -> _Composite:
     """Find which parameter of a composite function plays which role.
 
@@ -76,107 +69,26 @@ def analyze_composite(func: relax.Function) -> _Composite:
     Returns
     -------
     _Composite
-        The kind of GEMM and the parameter indices of lhs, rhs (the stored weight for the
-        quantized kinds), bias and scales, whether rhs is transposed, the epilogue.
+        The pattern's recorded facts and the parameter index of each of its roles.
     """
     pattern = str(func.attrs["Composite"])
-    param_index = {p: i for i, p in enumerate(func.params)}
-    producer: dict[relax.Var, relax.Call] = {}
-    calls: dict[str, list[relax.Call]] = {}
-    for binding in _bindings(func):
-        value = binding.value
-        if not isinstance(value, relax.Call) or value.op.name not in _CHAIN_OPS:
-            raise TenetCodegenError(f"{pattern}: unexpected binding {value} in a composite")
-        producer[binding.var] = value
-        calls.setdefault(value.op.name, []).append(value)
-
-    def param_of(expr: relax.Expr, role: str) -> int:
-        if expr in param_index:
-            return param_index[expr]
-        raise TenetCodegenError(f"{pattern}: the {role} is not a parameter of the composite")
-
-    def made_by(expr: relax.Expr, op: str) -> relax.Call | None:
-        call = producer.get(expr)
-        return call if call is not None and call.op.name == op else None
-
-    (matmul,) = calls.get("relax.matmul", [None])
-    if matmul is None:
-        raise TenetCodegenError(f"{pattern}: composite has no matmul")
-    lhs = param_of(matmul.args[0], "lhs")
-    rhs_expr = matmul.args[1]
-    transpose = made_by(rhs_expr, "relax.permute_dims")
-    if transpose is not None:
-        rhs_expr = transpose.args[0]
-    kind, scale_a, scale_b, zero_point = "float", None, None, None
-    chain_end = matmul
-    if (deq := made_by(rhs_expr, "relax.dequantize")) is not None:
-        kind = "dequant_channel"
-        rhs_expr, scale_b = deq.args[0], param_of(deq.args[1], "scale")
-    elif (reshape := made_by(rhs_expr, "relax.reshape")) is not None:
-        kind = "dequant_group"
-        # reshape((astype(reshape(stack((wp & 15, wp >> 4)))) - zp) * scale)
-        mul = made_by(reshape.args[0], "relax.multiply")
-        sub = made_by(mul.args[0], "relax.subtract") if mul is not None else None
-        cast = made_by(sub.args[0], "relax.astype") if sub is not None else None
-        groups = made_by(cast.args[0], "relax.reshape") if cast is not None else None
-        stack = made_by(groups.args[0], "relax.stack") if groups is not None else None
-        low = made_by(stack.args[0].fields[0], "relax.bitwise_and") if stack is not None else None
-        if low is None:
-            raise TenetCodegenError(f"{pattern}: group dequantization is not the packed int4 form")
-        rhs_expr = low.args[0]
-        scale_b, zero_point = param_of(mul.args[1], "scale"), param_of(sub.args[1], "zero point")
-    elif "relax.multiply" in calls:
-        kind = "int8"
-        outer = calls["relax.multiply"][-1]
-        inner = made_by(outer.args[0], "relax.multiply")
-        if inner is None:
-            raise TenetCodegenError(f"{pattern}: int8 dequantization is not acc * sa * sb")
-        scale_a, scale_b = param_of(inner.args[1], "scale_a"), param_of(outer.args[1], "scale_b")
-        chain_end = outer
-    rhs = param_of(rhs_expr, "rhs")
-    bias = None
-    if "relax.add" in calls:
-        (add,) = calls["relax.add"]
-        chain_var = next(v for v, c in producer.items() if c.same_as(chain_end))
-        a, b = add.args
-        bias = param_of(b if a.same_as(chain_var) else a, "bias")
-    acts = [c for name in EPILOGUES for c in calls.get(name, [])]
-    epilogue = EPILOGUES[acts[0].op.name] if acts else "none"
-    return _Composite(
-        pattern, kind, lhs, rhs, bias, transpose is not None, epilogue, scale_a, scale_b,
-        zero_point,
+    entry = get_pattern(pattern)
+    info = PATTERN_INFO.get(pattern)
+    if entry is None or info is None:
+        raise TenetCodegenError(f"{pattern} is not a registered tenet pattern")
+    matched = entry.pattern.extract_matched_expr(
+        func.body.body, relax.analysis.get_var2val(func)
     )
-
-
-#: Element widths charged per kind: (A, B, C). The dequantize forms are the weight-only
-#: schemes, whose activations are float16 on the accelerator (the quantize pass rounds them
-#: to float16); the group form is packed int4.
-_KIND_BITS = {
-    "float": (32, 32, 32),
-    "dequant_channel": (16, 8, 16),
-    "dequant_group": (16, 4, 16),
-    "int8": (8, 8, 16),
-}
-
-
-def _scheme_of(comp: _Composite, args_ty) -> str:
-    if comp.kind == "float":
-        return "none"
-    if comp.kind == "dequant_channel":
-        return "w8a16_per_channel"
-    if comp.kind == "dequant_group":
-        k = 2 * int(args_ty[comp.rhs].shape.values[-1])
-        groups = int(args_ty[comp.scale_b].shape.values[1])
-        return f"w4a16_group{k // groups}"
-    per_token = args_ty[comp.scale_a].ndim > 0
-    per_channel = args_ty[comp.scale_b].ndim > 0
-    if per_token and per_channel:
-        return "w8a8_per_channel_per_token"
-    if not per_token and not per_channel:
-        return "w8a8_per_tensor"
-    return f"w8a8_{'per_channel' if per_channel else 'per_tensor'}" + (
-        "_per_token" if per_token else ""
-    )
+    if matched is None:
+        raise TenetCodegenError(f"{pattern}: the composite body does not match its pattern")
+    index = {p: i for i, p in enumerate(func.params)}
+    found = {}
+    for role, annotation in info.roles.items():
+        expr = matched.get(entry.annotation_patterns[annotation])
+        if expr not in index:
+            raise TenetCodegenError(f"{pattern}: the {role} is not a parameter of the composite")
+        found[role] = index[expr]
+    return _Composite(pattern, info, found)
 
 
 def _step_name(result: relax.Var, rhs: relax.Expr) -> str:
@@ -195,6 +107,10 @@ def _step_name(result: relax.Var, rhs: relax.Expr) -> str:
     return ".".join(parts[numbered[-1] + 1 :] if numbered else parts)
 
 
+#: The operand roles of a step, in descriptor order.
+_ROLES = ("lhs", "rhs", "bias", "scale_a", "scale_b", "zero_point")
+
+
 def describe_function(func: relax.Function) -> dict:
     """Turn one outer tenet function into its kernel descriptor (a JSON-ready dict).
 
@@ -210,6 +126,7 @@ def describe_function(func: relax.Function) -> dict:
         to as input index (>= 0) or ``-(step + 1)``.
     """
     symbol = str(func.attrs["global_symbol"])
+    scheme = str(func.attrs[SCHEME_ATTR]) if SCHEME_ATTR in func.attrs else UNNAMED_SCHEME
     refs: dict[relax.Var, int] = {p: i for i, p in enumerate(func.params)}
     inputs = [_tensor_spec(p.ty, f"{symbol}: input {i}") for i, p in enumerate(func.params)]
     composites: dict[relax.Var, _Composite] = {}
@@ -242,23 +159,18 @@ def describe_function(func: relax.Function) -> dict:
             return refs[arg]
 
         out = _tensor_spec(binding.var.ty, f"{symbol}: output of {comp.pattern}")
-        bits_a, bits_b, bits_c = _KIND_BITS[comp.kind]
+        kind = comp.info.kind
         steps.append(
             {
                 "pattern": comp.pattern,
-                "name": _step_name(binding.var, args[comp.rhs]),
-                "kind": comp.kind,
-                "scheme": _scheme_of(comp, [a.ty for a in args]),
-                "lhs": ref(comp.lhs, "lhs"),
-                "rhs": ref(comp.rhs, "rhs"),
-                "bias": ref(comp.bias, "bias"),
-                "scale_a": ref(comp.scale_a, "activation scale"),
-                "scale_b": ref(comp.scale_b, "weight scale"),
-                "zero_point": ref(comp.zero_point, "zero point"),
-                "rhs_transposed": comp.rhs_transposed,
-                "epilogue": comp.epilogue,
+                "name": _step_name(binding.var, args[comp.params["rhs"]]),
+                "kind": kind,
+                "scheme": "none" if kind == "float" else scheme,
+                **{role: ref(comp.params.get(role), role) for role in _ROLES},
+                "rhs_transposed": comp.info.rhs_transposed,
+                "epilogue": comp.info.epilogue,
                 "out_ndim": out["ndim"],
-                "bits": [bits_a, bits_b, bits_c],
+                "bits": list(KIND_BITS[kind]),
             }
         )
         refs[binding.var] = -len(steps)
@@ -272,27 +184,28 @@ def describe_function(func: relax.Function) -> dict:
     return {"symbol": symbol, "inputs": inputs, "steps": steps, "outputs": outputs}
 
 
-def _cost_config(functions) -> dict:
+def _accelerator(functions) -> dict:
     from .hardware import resolve
-    from .partition import COST_CONFIG_ATTR
+    from .partition import ACCELERATOR_ATTR
 
-    configs = {str(f.attrs[COST_CONFIG_ATTR]) for f in functions if COST_CONFIG_ATTR in f.attrs}
-    if len(configs) > 1:
+    texts = {str(f.attrs[ACCELERATOR_ATTR]) for f in functions if ACCELERATOR_ATTR in f.attrs}
+    if len(texts) > 1:
         raise TenetCodegenError(
-            "the tenet functions of one module carry different accelerator configs; "
-            "partition the module once, with one hardware"
+            "the tenet functions of one module carry different accelerators; "
+            "partition the module once, with one accelerator"
         )
     # Functions partitioned without partition_for_tenet are charged to the default preset.
-    return json.loads(configs.pop()) if configs else resolve(None).descriptor_fields()
+    # The accelerator's JSON form is embedded as an object; the runtime's cost model parses it.
+    return json.loads(texts.pop() if texts else resolve(None).to_json())
 
 
 def make_descriptor(functions) -> str:
-    """The JSON descriptor of a list of outer tenet functions, with their accelerator config."""
+    """The JSON descriptor of a list of outer tenet functions, with their accelerator."""
     return json.dumps(
         {
             "version": DESCRIPTOR_VERSION,
+            "accelerator": _accelerator(functions),
             "functions": [describe_function(f) for f in functions],
-            **_cost_config(functions),
         }
     )
 

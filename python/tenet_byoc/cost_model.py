@@ -14,10 +14,11 @@ Every bad input raises ``ValueError`` with a message naming what is wrong.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tenet_byoc import _cost_model as _core
 from tenet_byoc._cost_model import (
+    Charge,
     Dataflow,
     Hardware,
     Metrics,
@@ -27,11 +28,12 @@ from tenet_byoc._cost_model import (
     format_tenet_hardware,
     format_tenet_mapping,
     format_tenet_statement,
-    parse_config,
+    parse_accelerator,
     parse_tenet_hardware,
     parse_tenet_mapping,
     parse_tenet_statement,
-    serialize_config,
+    serialize_accelerator,
+    validate_accelerator,
 )
 from tenet_byoc.mapping import (  # the mapping search (mapping.py)
     MappingChoice,
@@ -59,6 +61,7 @@ from tenet_byoc.memory import (  # the buffer level, roofline and energy (memory
 )
 
 __all__ = [
+    "Charge",
     "Dataflow",
     "EnergyBreakdown",
     "Hardware",
@@ -78,13 +81,14 @@ __all__ = [
     "analyze_memory",
     "buffer_bytes_needed",
     "call_energy",
+    "charge_gemm",
     "default_tile_mapping",
     "format_tenet_hardware",
     "format_tenet_mapping",
     "format_tenet_statement",
     "integer_mac_pj",
     "load_tenet",
-    "parse_config",
+    "parse_accelerator",
     "parse_tenet_hardware",
     "parse_tenet_mapping",
     "parse_tenet_statement",
@@ -96,31 +100,13 @@ __all__ = [
     "MappingChoice",
     "MappingSearch",
     "scalesim_mapping",
-    "serialize_config",
+    "serialize_accelerator",
     "sram_pj_per_bit",
+    "validate_accelerator",
 ]
 
 
-def _preset(name: str, rows: int, cols: int, **tiling: int) -> Dataflow:
-    """A systolic dataflow preset.
-
-    Parameters
-    ----------
-    name : str
-        ``"os"`` (output-stationary), ``"ws"`` (weight-stationary) or ``"is"``
-        (input-stationary), TENET's ``matmul_systolic_*.m`` generalised to any array.
-    rows, cols : int
-        Array size.
-    **tiling : int
-        Optional tiling of the streamed dimension: ``k=`` for os, ``m=`` for ws, ``n=`` for is.
-    """
-    return Dataflow._preset(name, rows, cols, {k: int(v) for k, v in tiling.items()})
-
-
-Dataflow.preset = staticmethod(_preset)
-
-
-def analyze_gemm(
+def charge_gemm(
     M: int,
     N: int,
     K: int,
@@ -134,9 +120,13 @@ def analyze_gemm(
     bits_c: int | None = None,
     extra_read_bits: int = 0,
     extra_ops: int = 0,
+    scheme: str = "none",
     method: str = "auto",
-) -> Metrics:
-    """Cost of ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` times) on ``hardware`` with ``dataflow``.
+) -> Charge:
+    """What the runtime's ledger charges a call ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` times).
+
+    The one charging rule (``src/cost_model/charge.h``), by level of the model: ``.array``
+    is the PE array's :class:`Metrics`.
 
     Parameters
     ----------
@@ -146,17 +136,28 @@ def analyze_gemm(
         Independent GEMMs run one after another: counts and cycles scale by ``batch``.
     extra_read_bits, extra_ops : int
         Side data read off chip once per call, and non-MAC element operations per call.
+    scheme : str
+        The quantization scheme that made the call (recorded with the charge).
     method : str
         ``"auto"`` (fast exact method when it applies, else enumeration), ``"fast"`` or
         ``"enumerate"`` (brute force; the ground truth, small sizes only).
     """
-    return _core.analyze_gemm(
+    return _core.charge_gemm(
         M, N, K, hardware, dataflow, batch,
         bits if bits_a is None else bits_a,
         bits if bits_b is None else bits_b,
         bits if bits_c is None else bits_c,
-        extra_read_bits, extra_ops, method,
+        extra_read_bits, extra_ops, scheme, method,
     )
+
+
+def analyze_gemm(*args: Any, **kwargs: Any) -> Metrics:
+    """The PE array's metrics of a call: ``charge_gemm(...).array``, same arguments.
+
+    The runtime's ledger charges each call by the same rule, so a ledger entry's fields
+    given here reproduce its cost.
+    """
+    return charge_gemm(*args, **kwargs).array
 
 
 def analyze(

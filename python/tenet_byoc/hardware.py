@@ -1,14 +1,16 @@
 """Accelerators the runtime charges calls to: shipped presets and custom TENET configurations.
 
 An :class:`Accelerator` is a named pair of a :class:`~tenet_byoc.cost_model.Hardware` (PE array,
-interconnect, bandwidth, latency, clock) and a :class:`~tenet_byoc.cost_model.Dataflow`
-(space and time maps). It is chosen at build time and travels inside the runtime module.
+interconnect, bandwidth, latency, clock, MAC rates by operand width) and a
+:class:`~tenet_byoc.cost_model.Dataflow` (space and time maps). It is chosen at build time
+and travels inside the runtime module in the cost model's one JSON form
+(:meth:`Accelerator.to_json`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import cost_model as cm
@@ -21,22 +23,19 @@ class Accelerator:
     Parameters
     ----------
     name : str
-        Shown in ledgers and reports.
+        The accelerator's one name: ledgers, reports and sweeps show it.
     hardware : cost_model.Hardware
-        The PE array, interconnect, memory system and clock.
+        The PE array, interconnect, memory system, clock and MACs per PE per cycle (an int,
+        or a dict by operand width such as ``{16: 2, 8: 4, 4: 8}``: see
+        ``cost_model.Hardware``).
     dataflow : cost_model.Dataflow
         Space and time maps of a GEMM ``S[i,j,k]`` (``C[i,j] += A[i,k] * B[k,j]``).
-    macs_per_cycle_by_bits : Mapping[int, int]
-        MACs one PE does per cycle by operand width (the wider of A and B), e.g.
-        ``{16: 2, 8: 4, 4: 8}``; widths not listed do 1. A PE doing p MACs per cycle is
-        costed as a p-wide dot-product unit along K: the call runs as the GEMM with
-        ``ceil(K / p)`` packed elements of ``p x bits`` (so K is padded to a multiple of p).
 
     Raises
     ------
     ValueError
-        When the dataflow cannot run on the hardware: checked by costing a probe GEMM whose
-        sizes exceed the array (``2 * num_pes + 3`` rows and columns, capped at 259), so a
+        When the dataflow cannot run on the hardware: the cost model costs a probe GEMM
+        larger than the array (``2 * num_pes + 3`` rows and columns, capped at 259), so a
         space map that leaves the PE domain or a time map with conflicts fails here rather
         than at the first call.
     """
@@ -44,15 +43,8 @@ class Accelerator:
     name: str
     hardware: cm.Hardware
     dataflow: cm.Dataflow
-    macs_per_cycle_by_bits: Mapping[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for bits, rate in dict(self.macs_per_cycle_by_bits).items():
-            if bits not in (4, 8, 16, 32) or not isinstance(rate, int) or rate < 1:
-                raise ValueError(
-                    f"Accelerator.macs_per_cycle_by_bits[{bits!r}]={rate!r}: keys must be "
-                    "operand widths 4, 8, 16 or 32 and values positive integers"
-                )
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Accelerator.name must be a non-empty string, got {self.name!r}")
         if not isinstance(self.hardware, cm.Hardware):
@@ -63,28 +55,16 @@ class Accelerator:
             raise TypeError(
                 f"Accelerator.dataflow must be a cost_model.Dataflow, got {type(self.dataflow)}"
             )
-        side = min(2 * self.hardware.num_pes + 3, 259)
-        try:
-            cm.analyze_gemm(side, side, 3, self.hardware, self.dataflow)
-        except ValueError as err:
-            raise ValueError(
-                f"accelerator {self.name!r}: dataflow {self.dataflow.name!r} does not run on "
-                f"hardware {self.hardware.name!r}: {err}"
-            ) from err
+        cm.validate_accelerator(self.name, self.hardware, self.dataflow)
 
-    @property
-    def config_text(self) -> str:
-        """The serialized hardware and dataflow that the runtime module stores."""
-        return cm.serialize_config(self.hardware, self.dataflow)
+    def to_json(self) -> str:
+        """The cost model's one serialized form of this accelerator (what the runtime reads)."""
+        return cm.serialize_accelerator(self.name, self.hardware, self.dataflow)
 
-    def descriptor_fields(self) -> dict:
-        """What the runtime module's descriptor carries of this accelerator."""
-        return {
-            "cost_config": self.config_text,
-            "macs_per_cycle_by_bits": {
-                str(b): int(r) for b, r in sorted(dict(self.macs_per_cycle_by_bits).items())
-            },
-        }
+    @classmethod
+    def from_json(cls, text: str) -> Accelerator:
+        """The accelerator :meth:`to_json` wrote."""
+        return cls(*cm.parse_accelerator(text))
 
     @classmethod
     def systolic(
@@ -99,41 +79,44 @@ class Accelerator:
         clock_ghz: float = 1.0,
         l1_bytes: int = 256,
         l2_bytes: int = 1 << 20,
-        macs_per_cycle_by_bits: Mapping[int, int] | None = None,
+        macs_per_pe_per_cycle: int | Mapping[int, int] = 1,
         **tiling: int,
     ) -> Accelerator:
         """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is")."""
         name = name or f"{dataflow}{rows}x{cols}"
-        base = cm.Hardware.systolic(rows, cols)
-        hw = cm.Hardware(
-            pe_domain=base.pe_domain, interconnect=base.interconnect,
-            bandwidth_bits=bandwidth_bits, avg_latency=avg_latency, clock_ghz=clock_ghz,
-            l1_bytes=l1_bytes, l2_bytes=l2_bytes, name=name,
+        rate = macs_per_pe_per_cycle
+        hw = cm.Hardware.systolic(
+            rows, cols, bandwidth_bits=bandwidth_bits, avg_latency=avg_latency,
+            clock_ghz=clock_ghz, l1_bytes=l1_bytes, l2_bytes=l2_bytes,
+            macs_per_pe_per_cycle=dict(rate) if isinstance(rate, Mapping) else rate, name=name,
         )
-        df = cm.Dataflow.preset(dataflow, rows=rows, cols=cols, **tiling)
-        return cls(name, hw, df, dict(macs_per_cycle_by_bits or {}))
+        return cls(name, hw, cm.Dataflow.preset(dataflow, rows, cols, **tiling))
 
     @classmethod
     def from_tenet_files(
         cls, p_file: str | Path, m_file: str | Path, *, name: str | None = None,
         clock_ghz: float = 1.0,
     ) -> Accelerator:
-        """A TENET ``.p`` (PE array) and ``.m`` (mapping) file pair, used unchanged."""
+        """A TENET ``.p`` (PE array) and ``.m`` (mapping) file pair, used unchanged.
+
+        The accelerator and its hardware are both called ``name`` (default ``"<p>+<m>"``,
+        the two files' stems).
+        """
         texts = []
         for path, what in ((p_file, ".p file (PE array)"), (m_file, ".m file (mapping)")):
             if not Path(path).is_file():
                 raise FileNotFoundError(f"TENET {what} {str(path)!r} does not exist")
             texts.append(Path(path).read_text())
+        name = name or f"{Path(p_file).stem}+{Path(m_file).stem}"
         hw = cm.parse_tenet_hardware(texts[0], Path(p_file).stem)
-        if clock_ghz != hw.clock_ghz:
-            hw = cm.Hardware(
-                pe_domain=hw.pe_domain, interconnect=hw.interconnect,
-                bandwidth_bits=hw.bandwidth_bits, avg_latency=hw.avg_latency,
-                clock_ghz=clock_ghz, l1_bytes=hw.l1_bytes, l2_bytes=hw.l2_bytes,
-                macs_per_pe_per_cycle=hw.macs_per_pe_per_cycle, name=hw.name,
-            )
+        hw = cm.Hardware(
+            pe_domain=hw.pe_domain, interconnect=hw.interconnect,
+            bandwidth_bits=hw.bandwidth_bits, avg_latency=hw.avg_latency,
+            clock_ghz=clock_ghz, l1_bytes=hw.l1_bytes, l2_bytes=hw.l2_bytes,
+            macs_per_pe_per_cycle=hw.macs_per_pe_per_cycle, name=name,
+        )
         df = cm.parse_tenet_mapping(texts[1], Path(m_file).stem)
-        return cls(name or f"{Path(p_file).stem}+{Path(m_file).stem}", hw, df)
+        return cls(name, hw, df)
 
 
 def _tenet_paper(dataflow: str) -> Callable[[], Accelerator]:
@@ -152,7 +135,7 @@ PRESETS: dict[str, Callable[[], Accelerator]] = {
     # A 16x16 output-stationary array whose PEs are dot-product units that do more MACs per
     # cycle at lower precision (2 at 16 bits, 4 at 8, 8 at 4): compute follows the bits.
     "os16_mp": lambda: Accelerator.systolic(
-        "os", 16, 16, name="os16_mp", macs_per_cycle_by_bits={16: 2, 8: 4, 4: 8}
+        "os", 16, 16, name="os16_mp", macs_per_pe_per_cycle={16: 2, 8: 4, 4: 8}
     ),
     "os128": lambda: Accelerator.systolic(
         "os", 128, 128, name="os128", bandwidth_bits=2048, l2_bytes=24 << 20
@@ -185,7 +168,7 @@ def resolve(accelerator: str | Accelerator | None) -> Accelerator:
     if isinstance(accelerator, Accelerator):
         return accelerator
     raise TypeError(
-        f"hardware must be a preset name or a tenet_byoc.Accelerator, got {type(accelerator)}"
+        f"accelerator must be a preset name or a tenet_byoc.Accelerator, got {type(accelerator)}"
     )
 
 

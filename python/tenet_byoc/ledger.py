@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import tvm
 from tvm import relax
+
+# The runtime writes every charge with these classes' field names (src/runtime/ledger.cc,
+# WriteCharge): the dataclasses below are the one field table of both sides.
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,10 @@ class LedgerEntry:
     compute_delay: float  #: TENET's MACs / active PEs
     compute_delay_exact: float
     time_steps: int
+    folds: int  #: presets: folds of the array run one after another
     active_pes: int
     num_pes: int
+    macs_per_pe_per_cycle: int  #: the hardware's MAC rate at this call's operand width
     avg_active_pes: float
     pe_utilization: float  #: MACs / (cycles x PEs x MACs per PE per cycle)
     bandwidth_bits_per_cycle: float  #: off-chip bits / compute cycles
@@ -70,6 +75,11 @@ class LedgerEntry:
     @property
     def offchip_bytes(self) -> float:
         return self.offchip_read_bytes + self.offchip_write_bytes
+
+    @property
+    def mac_capacity(self) -> int:
+        """The MACs the array could have done in this call's cycles."""
+        return self.cycles * self.num_pes * self.macs_per_pe_per_cycle
 
     @property
     def weight_bytes(self) -> float:
@@ -104,21 +114,30 @@ class Totals:
     bandwidth_gbps: float  #: off-chip bytes / latency: the average bandwidth the calls need
 
 
-def _totals(entries: list[LedgerEntry]) -> Totals:
-    macs = sum(e.macs for e in entries)
-    cycles = sum(e.cycles for e in entries)
-    # Each entry's PE-cycle capacity is macs / utilization, so PEs doing several MACs per
-    # cycle at low precision count at their real rate.
-    pe_cycles = sum(e.macs / e.pe_utilization for e in entries if e.pe_utilization)
+def pe_utilization(entries: Iterable[LedgerEntry]) -> float:
+    """The one definition of PE utilization over several calls: MACs over MAC capacity.
+
+    ``sum(macs) / sum(cycles x num_pes x macs_per_pe_per_cycle)``; for one entry this is
+    the cost model's ``pe_utilization``. Ledger totals and profile rows both use it, so a
+    PE doing several MACs per cycle at low precision counts at its real rate.
+    """
+    entries = list(entries)
+    capacity = sum(e.mac_capacity for e in entries)
+    return sum(e.macs for e in entries) / capacity if capacity else 0.0
+
+
+def totals(entries: Iterable[LedgerEntry]) -> Totals:
+    """Sums over ``entries`` (see :class:`Totals`)."""
+    entries = list(entries)
     latency = sum(e.latency_us for e in entries)
     offchip = sum(e.offchip_bytes for e in entries)
     return Totals(
         calls=len(entries),
-        macs=macs,
-        cycles=cycles,
+        macs=sum(e.macs for e in entries),
+        cycles=sum(e.cycles for e in entries),
         latency_us=latency,
         offchip_bytes=offchip,
-        pe_utilization=macs / pe_cycles if pe_cycles else 0.0,
+        pe_utilization=pe_utilization(entries),
         bandwidth_gbps=offchip / (latency * 1e3) if latency else 0.0,
     )
 
@@ -147,7 +166,7 @@ class Ledger:
 
     def totals(self) -> Totals:
         """Totals over all entries."""
-        return _totals(self.entries)
+        return totals(self.entries)
 
     def group_by(self, key: str) -> dict[str, Totals]:
         """Totals per value of ``key``: symbol, pattern, name, phase or scheme."""
@@ -158,7 +177,7 @@ class Ledger:
         groups: dict[str, list[LedgerEntry]] = {}
         for e in self.entries:
             groups.setdefault(getattr(e, key), []).append(e)
-        return {k: _totals(v) for k, v in groups.items()}
+        return {k: totals(v) for k, v in groups.items()}
 
     def rows(self) -> tuple[list[str], list[list]]:
         """Column names and one row per entry (per-tensor traffic flattened)."""
@@ -249,40 +268,33 @@ def tenet_modules(obj) -> list[tvm.runtime.Module]:
     return found
 
 
+_CHARGE_FIELDS = {f.name for f in fields(LedgerEntry)} - {
+    "call_index", "symbol", "pattern", "name", "phase", "scheme"
+}
+
+
 def _parse(doc: dict) -> list[LedgerEntry]:
-    tags = doc["tags"]
-    costs = doc["costs"]
-    funcs = doc["functions"]
+    """Entries from the runtime's ledger JSON (``src/runtime/ledger.h``, LedgerJson)."""
+    tags, charges, funcs = doc["tags"], doc["charges"], doc["functions"]
+    if charges and set(charges[0]) != _CHARGE_FIELDS:
+        raise ValueError(
+            "the tenet runtime library writes ledger fields "
+            f"{sorted(set(charges[0]) ^ _CHARGE_FIELDS)} that this tenet_byoc package does "
+            "not read the same way; reinstall the package so both come from one build"
+        )
     entries = []
-    for call, prog, step, tag, batch, m, n, k, ba, bb, bc, cost_id, xbits, xops in doc["entries"]:
-        if cost_id < 0:
+    for e in doc["entries"]:
+        if e["charge"] is None:
             continue  # an empty GEMM (a zero dim): nothing to charge
-        c = costs[cost_id]
-        tensors = {
-            name: TensorTraffic(
-                bits=t["bits"], is_write=t["is_write"], total=t["total"], unique=t["unique"],
-                reuse_factor=t["reuse_factor"], spatial_reuse=t["spatial_reuse"],
-                temporal_reuse=t["temporal_reuse"], offchip_elements=t["offchip_elements"],
-                offchip_bytes=t["offchip_bits"] / 8,
-            )
-            for name, t in c["tensors"].items()
-        }
-        s = funcs[prog]["steps"][step]
+        charge = dict(charges[e["charge"]])
+        tensors = {name: TensorTraffic(**t) for name, t in charge.pop("tensors").items()}
+        func = funcs[e["program"]]
+        step = func["steps"][e["step"]]
         entries.append(
             LedgerEntry(
-                call_index=call, symbol=funcs[prog]["symbol"], pattern=s["pattern"],
-                name=s["name"], phase=tags[tag], scheme=s["scheme"], batch=batch, m=m, n=n, k=k,
-                bits_a=ba, bits_b=bb, bits_c=bc, extra_read_bits=xbits, extra_ops=xops,
-                macs=c["macs"], cycles=c["cycles"],
-                compute_cycles=c["compute_cycles"], stall_cycles=c["stall_cycles"],
-                tenet_delay=c["delay"], ingress_delay=c["ingress_delay"],
-                egress_delay=c["egress_delay"], compute_delay=c["compute_delay"],
-                compute_delay_exact=c["compute_delay_exact"], time_steps=c["time_steps"],
-                active_pes=c["active_pes"], num_pes=c["num_pes"],
-                avg_active_pes=c["avg_active_pes"], pe_utilization=c["pe_utilization"],
-                bandwidth_bits_per_cycle=c["bandwidth_bits_per_cycle"],
-                latency_us=c["latency_us"], offchip_read_bytes=c["offchip_read_bits"] / 8,
-                offchip_write_bytes=c["offchip_write_bits"] / 8, tensors=tensors,
+                call_index=e["call_index"], symbol=func["symbol"], pattern=step["pattern"],
+                name=step["name"], phase=tags[e["tag"]], scheme=step["scheme"],
+                tensors=tensors, **charge,
             )
         )
     return entries
@@ -307,7 +319,7 @@ def ledger(obj) -> Ledger:
     for m in modules:
         doc = json.loads(m["__tenet_ledger_json"]())
         entries.extend(_parse(doc))
-        names.add((doc["hardware"], doc["dataflow"], doc["clock_ghz"]))
+        names.add((doc["accelerator"], doc["dataflow"], doc["clock_ghz"]))
     hw, df, clock = min(names)
     entries.sort(key=lambda e: e.call_index)
     return Ledger(entries, hw, df, clock, modules)

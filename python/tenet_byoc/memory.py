@@ -124,11 +124,14 @@ def roofline_cycles(
     bits_c: int | None = None,
     extra_read_bits: int = 0,
     extra_ops: int = 0,
+    ops_per_pe_per_cycle: float = 0,
 ) -> int:
-    """``max(ceil((MACs + extra_ops) / (PEs x rate)), ceil(compulsory DRAM bits / bandwidth))``."""
+    """``max(ceil(MACs / (PEs x rate) + extra_ops / (PEs x ops rate)),
+    ceil(compulsory DRAM bits / bandwidth))``; the ops rate (the hardware's base rate) defaults
+    to the MAC rate."""
     a, b, c = _widths(bits, bits_a, bits_b, bits_c)
     return _core._roofline_cycles(M, N, K, num_pes, macs_per_pe_per_cycle, memory, batch, a, b,
-                                  c, extra_read_bits, extra_ops)
+                                  c, extra_read_bits, extra_ops, ops_per_pe_per_cycle)
 
 
 def buffer_bytes_needed(M: int, N: int, K: int, memory: MemoryHierarchy, mapping: TileMapping,
@@ -236,7 +239,7 @@ def scalesim_equivalent(
         raise ValueError(f"word_bytes must be >= 1, got {word_bytes}")
     word_bits = 8 * word_bytes
     hw = Hardware.systolic(rows, cols, bandwidth_bits=_UNLIMITED_BITS_PER_CYCLE)
-    df = Dataflow._preset(dataflow, rows, cols, {})
+    df = Dataflow.preset(dataflow, rows=rows, cols=cols)
     mem = MemoryHierarchy(
         dram_bandwidth_bits=bandwidth_words_per_cycle * word_bits,
         dram_channel_per_operand=True,

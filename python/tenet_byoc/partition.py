@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
-import json
+import warnings
 
 import tvm
 from tvm import relax
 
 from .hardware import Accelerator, resolve
 from .patterns import tenet_patterns
+from .quantization import SCHEME_ATTR
 
-#: The function attribute that carries the accelerator config from partition to codegen.
-COST_CONFIG_ATTR = "tenet.cost_config"
+#: The function attribute that carries the accelerator (its JSON form) to the codegen.
+ACCELERATOR_ATTR = "tenet.accelerator"
+
+
+def _accelerator_argument(accelerator, hardware, where: str):
+    """The ``accelerator=`` argument, or the deprecated ``hardware=`` one."""
+    if hardware is None:
+        return accelerator
+    if accelerator is not None:
+        raise TypeError(f"{where}: pass accelerator= only (hardware= is its deprecated name)")
+    warnings.warn(
+        f"{where}(hardware=...) is deprecated; pass accelerator=... (the same value)",
+        DeprecationWarning, stacklevel=3,
+    )
+    return hardware
 
 
 def partition_for_tenet(
-    mod: tvm.IRModule, hardware: str | Accelerator | None = None
+    mod: tvm.IRModule,
+    accelerator: str | Accelerator | None = None,
+    *,
+    hardware: str | Accelerator | None = None,
 ) -> tvm.IRModule:
     """Group the matmuls the tenet runtime can run into functions for the ``tenet`` codegen.
 
@@ -23,18 +40,25 @@ def partition_for_tenet(
     ----------
     mod : tvm.IRModule
         A Relax module.
-    hardware : str, Accelerator or None
+    accelerator : str, Accelerator or None
         The accelerator the offloaded calls are charged to: a preset name (see
         ``tenet_byoc.hardware.PRESETS``), an :class:`Accelerator`, or None for the default.
+    hardware : str, Accelerator or None
+        Deprecated name of ``accelerator``.
 
     Returns
     -------
     tvm.IRModule
         The module with every accepted match in a composite function (attr ``Composite``),
         adjacent ones merged into outer functions with attr ``Codegen="tenet"`` that also
-        carry the accelerator config (attr ``tenet.cost_config``).
+        carry the accelerator (attr ``tenet.accelerator``, its JSON form) and the
+        quantization scheme :func:`~tenet_byoc.quantize` stamped on the module (attr
+        ``tenet.quant_scheme``).
     """
-    config = json.dumps(resolve(hardware).descriptor_fields())
+    accelerator = _accelerator_argument(accelerator, hardware, "partition_for_tenet")
+    stamps = {ACCELERATOR_ATTR: resolve(accelerator).to_json()}
+    if mod.attrs is not None and SCHEME_ATTR in mod.attrs:
+        stamps[SCHEME_ATTR] = str(mod.attrs[SCHEME_ATTR])
     # MergeCompositeFunctions groups neighbouring composites into one call, but it only
     # walks a function named "main" and fails when main calls other Relax functions;
     # other modules (GPT-2's prefill and decode) get one tenet function per composite
@@ -49,7 +73,9 @@ def partition_for_tenet(
     for gv, func in list(mod.functions.items()):
         codegen = func.attrs.get("Codegen") if isinstance(func, relax.Function) and func.attrs else None
         if codegen is not None and str(codegen) == "tenet":
-            mod[gv] = func.with_attr(COST_CONFIG_ATTR, config)
+            for key, value in stamps.items():
+                func = func.with_attr(key, value)
+            mod[gv] = func
     return mod
 
 
@@ -57,8 +83,9 @@ def build(
     mod: tvm.IRModule,
     target: str | dict | tvm.target.Target = "llvm",
     *,
-    hardware: str | Accelerator | None = None,
+    accelerator: str | Accelerator | None = None,
     offload: bool = True,
+    hardware: str | Accelerator | None = None,
 ) -> tvm.runtime.Executable:
     """Partition, run the tenet codegen and build with ``relax.build``.
 
@@ -69,20 +96,23 @@ def build(
     target : str, dict or Target
         The host target for everything left on TVM's path (``"llvm"`` or a dict such as
         ``{"kind": "llvm", "mcpu": "..."}``).
-    hardware : str, Accelerator or None
+    accelerator : str, Accelerator or None
         The accelerator the offloaded calls are charged to (see :func:`partition_for_tenet`).
     offload : bool
         False builds the same module entirely with TVM (the reference the tests compare to).
+    hardware : str, Accelerator or None
+        Deprecated name of ``accelerator`` (a ``DeprecationWarning``).
 
     Returns
     -------
     tvm.runtime.Executable
         Load it with ``relax.VirtualMachine(ex, tvm.cpu())``.
     """
+    accelerator = _accelerator_argument(accelerator, hardware, "build")
     if not isinstance(target, tvm.target.Target):
         target = tvm.target.Target(target)
     if offload:
-        mod = partition_for_tenet(mod, hardware)
+        mod = partition_for_tenet(mod, accelerator)
         # Every Relax function, private ones too: RunCodegen otherwise only rewrites calls in
         # the public entry points, and a private caller would keep an unlowered call.
         callers = [

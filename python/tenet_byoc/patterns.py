@@ -8,6 +8,7 @@ so the only effect of a check is which code computes the result, never the resul
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from tvm import relax, tirx
 from tvm.ir.expr import GenericConst
@@ -24,6 +25,45 @@ EPILOGUES = {
     "relax.nn.relu": "relu",
     "relax.nn.gelu": "gelu",
     "relax.nn.gelu_tanh": "gelu_tanh",
+}
+
+
+@dataclass(frozen=True)
+class PatternInfo:
+    """What the runtime needs to know of a pattern, recorded where the pattern is registered.
+
+    Attributes
+    ----------
+    kind : str
+        The runtime's step kind: ``"float"``, ``"dequant_channel"``, ``"dequant_group"`` or
+        ``"int8"``.
+    rhs_transposed : bool
+        Whether the matmul reads its rhs through ``permute_dims`` (``x @ W^T``).
+    epilogue : str
+        ``"none"`` or an activation name of :data:`EPILOGUES`.
+    roles : Mapping[str, str]
+        Descriptor role (``lhs``, ``rhs``, ``bias``, ``scale_a``, ``scale_b``,
+        ``zero_point``) -> the pattern's annotation whose match is that operand. The codegen
+        finds each role's parameter from these named sub-patterns.
+    """
+
+    kind: str
+    rhs_transposed: bool
+    epilogue: str
+    roles: Mapping[str, str]
+
+
+#: Every registered pattern's :class:`PatternInfo`, by registered name.
+PATTERN_INFO: dict[str, PatternInfo] = {}
+
+#: Element widths charged per kind: (A, B, C). The dequantize forms are the weight-only
+#: schemes, whose activations are float16 on the accelerator (the quantize pass rounds
+#: them to float16); the group form is packed int4.
+KIND_BITS = {
+    "float": (32, 32, 32),
+    "dequant_channel": (16, 8, 16),
+    "dequant_group": (16, 4, 16),
+    "int8": (8, 8, 16),
 }
 
 
@@ -271,8 +311,26 @@ def _quant_check(context: PatternCheckContext) -> bool:
     return quant_refusal_reason(context) is None
 
 
+#: The kind of step each quantized form runs, and its operands' annotations.
+_QUANT_KINDS = {
+    "dequantize_matmul_channel": ("dequant_channel", {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b"}),
+    "dequantize_matmul_group": (
+        "dequant_group", {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b", "zero_point": "zp"}
+    ),
+    "int8_matmul_dequantize": (
+        "int8", {"lhs": "lhs", "rhs": "wq", "scale_a": "scale_a", "scale_b": "scale_b"}
+    ),
+}
+
+
+def _register(table: list, name: str, pattern, annotations, check, info: PatternInfo) -> None:
+    roles = dict(info.roles, **({"bias": "bias"} if "bias" in annotations else {}))
+    PATTERN_INFO[name] = PatternInfo(info.kind, info.rhs_transposed, info.epilogue, roles)
+    table.append((name, pattern, annotations, check))
+
+
 def _pattern_table():
-    table = []
+    table: list = []
     # The registry hands patterns back newest first, and FuseOpsByPattern gives earlier
     # entries priority, so the shortest pattern is registered first, and the quantized
     # forms (which contain a float matmul form) after all float ones.
@@ -280,17 +338,18 @@ def _pattern_table():
         for with_bias in (False, True):
             for transposed in (False, True):
                 pattern, annotations = make_matmul_pattern(transposed, with_bias, activation)
-                table.append(
-                    (pattern_name(transposed, with_bias, activation), pattern, annotations, _check)
-                )
+                info = PatternInfo("float", transposed, EPILOGUES.get(activation, "none"),
+                                   {"lhs": "lhs", "rhs": "rhs"})
+                _register(table, pattern_name(transposed, with_bias, activation), pattern,
+                          annotations, _check, info)
     for activation in (None, *EPILOGUES):
         for with_bias in (False, True):
             for form in QUANT_FORMS:
                 pattern, annotations = make_quant_pattern(form, with_bias, activation)
-                table.append(
-                    (quant_pattern_name(form, with_bias, activation), pattern, annotations,
-                     _quant_check)
-                )
+                kind, roles = _QUANT_KINDS[form]
+                info = PatternInfo(kind, True, EPILOGUES.get(activation, "none"), roles)
+                _register(table, quant_pattern_name(form, with_bias, activation), pattern,
+                          annotations, _quant_check, info)
     return table
 
 

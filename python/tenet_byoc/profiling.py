@@ -18,7 +18,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .ledger import LedgerEntry, ledger, tenet_modules
+from .ledger import LedgerEntry, Totals, ledger, tenet_modules, totals
 
 #: The timing columns, in the order TVM's old profiler report had them (Count before shapes).
 TIMING_COLUMNS = ("Name", "Duration (us)", "Percent", "Count", "Argument Shapes", "Device")
@@ -52,31 +52,9 @@ class ReportRow:
         return bool(self.entries)
 
     @property
-    def macs(self) -> int:
-        return sum(e.macs for e in self.entries)
-
-    @property
-    def cycles(self) -> int:
-        return sum(e.cycles for e in self.entries)
-
-    @property
-    def latency_us(self) -> float:
-        return sum(e.latency_us for e in self.entries)
-
-    @property
-    def offchip_bytes(self) -> float:
-        return sum(e.offchip_bytes for e in self.entries)
-
-    @property
-    def pe_utilization(self) -> float:
-        """MAC-weighted, as :meth:`tenet_byoc.Ledger.totals` computes it."""
-        pe_cycles = sum(e.cycles * e.num_pes for e in self.entries)
-        return self.macs / pe_cycles if pe_cycles else 0.0
-
-    @property
-    def bandwidth_gbps(self) -> float:
-        lat = self.latency_us
-        return self.offchip_bytes / (lat * 1e3) if lat else 0.0
+    def cost(self) -> Totals:
+        """The accelerator cost of the row's tenet calls, summed as the ledger sums it."""
+        return totals(self.entries)
 
     def values(self) -> dict[str, object]:
         """The row as column name -> value (cost columns None for non-tenet calls)."""
@@ -84,9 +62,10 @@ class ReportRow:
             "Name": self.name, "Duration (us)": self.duration_us, "Percent": self.percent,
             "Count": self.count, "Argument Shapes": self.argument_shapes, "Device": self.device,
         }
+        t = self.cost
         cost = (
-            [self.macs, self.cycles, self.latency_us, 100 * self.pe_utilization,
-             self.offchip_bytes, self.bandwidth_gbps]
+            [t.macs, t.cycles, t.latency_us, 100 * t.pe_utilization, t.offchip_bytes,
+             t.bandwidth_gbps]
             if self.is_tenet else [None] * len(COST_COLUMNS)
         )
         out.update(zip(COST_COLUMNS, cost, strict=True))

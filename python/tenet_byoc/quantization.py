@@ -17,6 +17,10 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+#: The module attribute naming the scheme :func:`quantize` applied; the partition step
+#: carries it to the codegen, which records it on every quantized call.
+SCHEME_ATTR = "tenet.quant_scheme"
+
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 _PERMUTE = tvm.ir.Op.get("relax.permute_dims")
 
@@ -274,7 +278,8 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme) -> tvm.IRModule:
     Returns
     -------
     tvm.IRModule
-        The rewritten module (unchanged for ``"none"``).
+        The rewritten module (unchanged for ``"none"``), with the scheme's name in the
+        module attribute ``tenet.quant_scheme``.
 
     Raises
     ------
@@ -289,8 +294,8 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme) -> tvm.IRModule:
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
             quantizer.builder_.update_func(gv, quantizer.visit_expr(func))
-    out = quantizer.builder_.get()
-    return relax.transform.DeadCodeElimination()(out)
+    out = relax.transform.DeadCodeElimination()(quantizer.builder_.get())
+    return out.with_attr(SCHEME_ATTR, s.name)
 
 
-__all__ = ["SCHEMES", "QuantScheme", "get_scheme", "pack_int4", "quantize", "quantize_weight"]
+__all__ = ["SCHEMES", "SCHEME_ATTR", "QuantScheme", "get_scheme", "pack_int4", "quantize", "quantize_weight"]

@@ -15,14 +15,15 @@
 namespace tenet {
 
 using detail::Box;
+using detail::CountPoints;
+using detail::IsBoxSet;
+using detail::Str;
 using detail::Expr;
 using detail::ExprNode;
 using detail::ParseRelation;
 using detail::Relation;
 
 namespace {
-
-std::string Str(int64_t v) { return std::to_string(v); }
 
 std::string Tuple(const std::string& name, const int64_t* v, size_t n) {
   std::string s = name + "[";
@@ -52,37 +53,6 @@ struct Core {
 };
 
 // ---------------------------------------------------------------- hardware helpers
-
-// Is the relation a single unconstrained-or-box piece? Returns its box if so.
-bool IsBoxSet(const Relation& set, Box* box) {
-  if (set.pieces.size() != 1) return false;
-  for (const auto& c : set.pieces[0].constraints) {
-    bool lv = c.lhs.Root().kind == ExprNode::kVar, rv = c.rhs.Root().kind == ExprNode::kVar;
-    bool lc = c.lhs.Root().kind == ExprNode::kConst, rc = c.rhs.Root().kind == ExprNode::kConst;
-    if (!((lv && rc) || (lc && rv))) return false;
-  }
-  *box = detail::BoundingBox(set, "set");
-  return true;
-}
-
-int64_t CountPoints(const Relation& set, const std::string& what) {
-  Box box = detail::BoundingBox(set, what);
-  Box exact;
-  if (IsBoxSet(set, &exact)) return exact.Volume();
-  if (box.Volume() == 0) return 0;
-  int64_t count = 0;
-  std::vector<int64_t> pt(box.lo);
-  for (;;) {
-    if (set.Contains(pt.data())) ++count;
-    size_t d = pt.size();
-    for (;;) {
-      if (d == 0) return count;
-      --d;
-      if (++pt[d] < box.hi[d]) break;
-      pt[d] = box.lo[d];
-    }
-  }
-}
 
 bool VarOffset(const Expr& e, int var, int64_t* off) {
   const ExprNode& r = e.Root();
@@ -329,7 +299,8 @@ struct PairHash {
   }
 };
 
-Core Enumerate(const Statement& st, const Hardware& hw, const Dataflow& df) {
+// `capacity`: the most instances one PE may run at one stamp (the MAC rate).
+Core Enumerate(const Statement& st, const Hardware& hw, const Dataflow& df, int64_t capacity) {
   Core core;
   core.method = "enumerate";
   Relation dom = ParseRelation(st.domain, "Statement.domain");
@@ -441,7 +412,7 @@ Core Enumerate(const Statement& st, const Hardware& hw, const Dataflow& df) {
   }
   core.time_steps = tid + 1;
   // (PE, time) points, conflicts and the exact compute delay.
-  const int64_t mpc = hw.macs_per_pe_per_cycle;
+  const int64_t mpc = capacity;
   int64_t stamp_max = 0;
   for (size_t x = 0; x < n;) {
     size_t y = x;
@@ -453,7 +424,8 @@ Core Enumerate(const Statement& st, const Hardware& hw, const Dataflow& df) {
           "Dataflow.time puts " + Str(count) + " instances on " +
           Tuple("PE", pe_coords[inst_pe[a]].data(), pe_coords[inst_pe[a]].size()) + " at " +
           Tuple(time.out_name, &inst_t[a * td], td) + " (instances #" + Str(a) + " and #" +
-          Str(b) + " in domain order); Hardware.macs_per_pe_per_cycle allows " + Str(mpc));
+          Str(b) + " in domain order); Hardware.macs_per_pe_per_cycle allows " + Str(mpc) +
+          " at this operand width");
     }
     ++core.st_points;
     stamp_max = std::max(stamp_max, count);
@@ -519,11 +491,12 @@ Core Enumerate(const Statement& st, const Hardware& hw, const Dataflow& df) {
 
 // ---------------------------------------------------------------- finishing
 
+// `mpc`: the MAC rate of the call's operand width.
 Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extra_read_bits,
-               int64_t extra_ops, int64_t num_pes) {
+               int64_t extra_ops, int64_t num_pes, int64_t mpc) {
   Metrics m;
   m.method = core.method;
-  const int64_t mpc = hw.macs_per_pe_per_cycle;
+  m.macs_per_pe_per_cycle = mpc;
   m.macs = core.macs * batch;
   m.time_steps = core.time_steps * batch;
   m.active_pes = core.active_pes;
@@ -551,8 +524,12 @@ Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extr
   const double bw = hw.bandwidth_bits;
   m.ingress_delay = m.offchip_read_bits / bw + hw.avg_latency - 1;
   m.egress_delay = any_write ? m.offchip_write_bits / bw + hw.avg_latency - 1 : 0;
-  const int64_t lanes = std::max<int64_t>(1, core.active_pes) * mpc;
-  m.compute_delay = static_cast<double>(m.macs + extra_ops) / lanes;
+  // MACs run at the call's rate; non-MAC ops (float dequantization, max-abs) at the
+  // hardware's base rate, which a rate table by width leaves at 1.
+  const int64_t pes = std::max<int64_t>(1, core.active_pes);
+  const int64_t lanes = pes * hw.macs_per_pe_per_cycle.base;
+  m.compute_delay = static_cast<double>(m.macs) / (pes * mpc) +
+                    static_cast<double>(extra_ops) / lanes;
   m.delay = std::max({m.ingress_delay, m.egress_delay, m.compute_delay});
   const int64_t extra_cycles = CeilDiv(extra_ops, lanes);
   m.compute_delay_exact = static_cast<double>(core.stamp_max_sum * batch) / mpc +
@@ -593,19 +570,49 @@ void CheckRectangleInDomain(const Relation& pe_dom, const std::string& text, int
       if (!pe_dom.Contains(pt)) fail(pt[0], pt[1]);
 }
 
+// A PE doing r MACs per cycle on a preset (whose time map gives it one instance per stamp)
+// is an r-wide dot product along K: the GEMM runs with ceil(K / r) packed elements of
+// r x bits. Back from packed vectors to elements: real MACs, A and B counted per element
+// (their bits already are), the stamp sum in MACs so that dividing by r gives stamps.
+GemmMatch Packed(const GemmMatch& g, int64_t r) {
+  GemmMatch p = g;
+  p.k = CeilDiv(g.k, r);
+  p.bits_a = g.bits_a * static_cast<int>(r);
+  p.bits_b = g.bits_b * static_cast<int>(r);
+  return p;
+}
+
+void Unpack(const GemmMatch& g, int64_t r, Core* core) {
+  core->macs = g.m * g.n * g.k;
+  core->stamp_max_sum *= r;
+  for (TensorCounts& t : core->tensors) {
+    if (t.name != g.name_a && t.name != g.name_b) continue;
+    t.total *= r;
+    t.unique *= r;
+    t.spatial *= r;
+    t.temporal *= r;
+    t.bits /= static_cast<int>(r);
+  }
+}
+
 Metrics Run(const Statement* st, const GemmMatch* gemm, int64_t batch, int64_t extra_read_bits,
             int64_t extra_ops, const Hardware& hw, const Dataflow& df, AnalysisMethod method) {
   Validate(hw);
   Validate(df);
   Relation pe_dom = ParseRelation(hw.pe_domain, "Hardware.pe_domain");
   const int64_t num_pes = CountPoints(pe_dom, "Hardware.pe_domain");
+  int width = 0;
+  for (const auto& a : st->accesses)
+    if (!a.is_write) width = std::max(width, a.bits);
+  const int64_t rate = hw.macs_per_pe_per_cycle.AtBits(width);
   Dataflow preset;
+  const bool is_preset = gemm && MatchPreset(df, &preset);
   bool fast_ok = false;
   std::string why_not = "the statement is not a GEMM {S[i,j,k]->A[i,k]}, {S[i,j,k]->B[k,j]}, "
                         "{S[i,j,k]->C[i,j]} over a box from 0";
   if (gemm) {
     why_not = "the dataflow is not an os/ws/is preset (Dataflow::Preset)";
-    if (MatchPreset(df, &preset)) {
+    if (is_preset) {
       why_not = "the interconnect is not the systolic {PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}";
       Relation ic = ParseRelation(hw.interconnect.empty() ? "{PE[p,q]->PE[p,q]}" : hw.interconnect,
                                   "Hardware.interconnect");
@@ -615,19 +622,30 @@ Metrics Run(const Statement* st, const GemmMatch* gemm, int64_t batch, int64_t e
   if (method == AnalysisMethod::kFast && !fast_ok)
     throw std::invalid_argument("the fast method does not apply: " + why_not +
                                 "; use method 'enumerate' or 'auto'");
+  const bool pack = is_preset && rate > 1;
+  const GemmMatch g = pack ? Packed(*gemm, rate) : gemm ? *gemm : GemmMatch{};
   Core core;
   if (fast_ok && method != AnalysisMethod::kEnumerate) {
-    FoldPlan plan = MakePlan(preset, gemm->m, gemm->n, gemm->k);
+    FoldPlan plan = MakePlan(preset, g.m, g.n, g.k);
     CheckRectangleInDomain(pe_dom, hw.pe_domain, std::min(plan.R, plan.SP), std::min(plan.C, plan.SQ));
-    core = FastGemm(plan, *gemm);
+    core = FastGemm(plan, g);
   } else {
-    core = Enumerate(*st, hw, df);
+    if (pack) {
+      Statement packed = Statement::Gemm(g.m, g.n, g.k, g.bits_a, g.bits_b, g.bits_c);
+      packed.accesses = {{"{S[i,j,k]->" + g.name_a + "[i,k]}", false, g.bits_a},
+                         {"{S[i,j,k]->" + g.name_b + "[k,j]}", false, g.bits_b},
+                         {"{S[i,j,k]->" + g.name_c + "[i,j]}", true, g.bits_c}};
+      core = Enumerate(packed, hw, df, 1);
+    } else {
+      core = Enumerate(*st, hw, df, rate);
+    }
     if (fast_ok) {
-      FoldPlan plan = MakePlan(preset, gemm->m, gemm->n, gemm->k);
+      FoldPlan plan = MakePlan(preset, g.m, g.n, g.k);
       core.systolic_cycles = SystolicCycles(plan, &core.folds);
     }
   }
-  return Finish(core, hw, batch, extra_read_bits, extra_ops, num_pes);
+  if (pack) Unpack(*gemm, rate, &core);
+  return Finish(core, hw, batch, extra_read_bits, extra_ops, num_pes, rate);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The value types' constructors and validation, the presets, TENET file IO and the
-// configuration text format.
+// accelerator's JSON form.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -7,16 +8,16 @@
 #include <stdexcept>
 
 #include "cost_model/cost_model.h"
+#include "cost_model/json.h"
 #include "cost_model/relation.h"
 
 namespace tenet {
 
 using detail::ParseRelation;
 using detail::Relation;
+using detail::Str;
 
 namespace {
-
-std::string Str(int64_t v) { return std::to_string(v); }
 
 void RequirePositive(int64_t v, const std::string& field) {
   if (v <= 0)
@@ -27,7 +28,7 @@ void RequirePositive(int64_t v, const std::string& field) {
 
 Hardware Hardware::Systolic(int64_t rows, int64_t cols, double bandwidth_bits,
                             double avg_latency, double clock_ghz, int64_t l1_bytes,
-                            int64_t l2_bytes, int64_t macs_per_pe_per_cycle) {
+                            int64_t l2_bytes, MacRate macs_per_pe_per_cycle) {
   RequirePositive(rows, "Hardware::Systolic rows");
   RequirePositive(cols, "Hardware::Systolic cols");
   Hardware hw;
@@ -39,9 +40,14 @@ Hardware Hardware::Systolic(int64_t rows, int64_t cols, double bandwidth_bits,
   hw.clock_ghz = clock_ghz;
   hw.l1_bytes = l1_bytes;
   hw.l2_bytes = l2_bytes;
-  hw.macs_per_pe_per_cycle = macs_per_pe_per_cycle;
+  hw.macs_per_pe_per_cycle = std::move(macs_per_pe_per_cycle);
   Validate(hw);
   return hw;
+}
+
+int64_t MacRate::AtBits(int bits) const {
+  auto it = by_bits.find(bits);
+  return it == by_bits.end() ? base : it->second;
 }
 
 void Validate(const Hardware& hw) {
@@ -56,7 +62,18 @@ void Validate(const Hardware& hw) {
                                 std::to_string(hw.clock_ghz));
   if (hw.l1_bytes < 0) throw std::invalid_argument("Hardware.l1_bytes must be >= 0");
   if (hw.l2_bytes < 0) throw std::invalid_argument("Hardware.l2_bytes must be >= 0");
-  RequirePositive(hw.macs_per_pe_per_cycle, "Hardware.macs_per_pe_per_cycle");
+  const MacRate& rate = hw.macs_per_pe_per_cycle;
+  RequirePositive(rate.base, "Hardware.macs_per_pe_per_cycle");
+  if (!rate.by_bits.empty() && rate.base != 1)
+    throw std::invalid_argument("Hardware.macs_per_pe_per_cycle: a table of rates by operand "
+                                "width does 1 MAC per cycle at the widths it does not list, "
+                                "got base rate " + Str(rate.base));
+  for (const auto& kv : rate.by_bits) {
+    if (kv.first < 1 || kv.first > 64)
+      throw std::invalid_argument("Hardware.macs_per_pe_per_cycle: operand width " +
+                                  Str(kv.first) + " is not in 1..64 bits");
+    RequirePositive(kv.second, "Hardware.macs_per_pe_per_cycle[" + Str(kv.first) + "]");
+  }
   Relation dom = ParseRelation(hw.pe_domain, "Hardware.pe_domain");
   if (dom.is_map)
     throw std::invalid_argument("Hardware.pe_domain '" + hw.pe_domain +
@@ -79,21 +96,7 @@ void Validate(const Hardware& hw) {
 
 int64_t Hardware::NumPEs() const {
   Validate(*this);
-  Relation dom = ParseRelation(pe_domain, "Hardware.pe_domain");
-  detail::Box box = detail::BoundingBox(dom, "Hardware.pe_domain");
-  int64_t count = 0;
-  std::vector<int64_t> pt(box.lo);
-  if (box.Volume() == 0) return 0;
-  for (;;) {
-    if (dom.Contains(pt.data())) ++count;
-    size_t d = pt.size();
-    while (d > 0) {
-      --d;
-      if (++pt[d] < box.hi[d]) break;
-      pt[d] = box.lo[d];
-      if (d == 0) return count;
-    }
-  }
+  return detail::CountPoints(ParseRelation(pe_domain, "Hardware.pe_domain"), "Hardware.pe_domain");
 }
 
 Dataflow Dataflow::Preset(const std::string& name, int64_t rows, int64_t cols,
@@ -308,114 +311,122 @@ void SaveTextFile(const std::string& path, const std::string& text) {
   if (!f) throw std::invalid_argument("failed writing file '" + path + "'");
 }
 
-// ---------------------------------------------------------------- config text
+// ---------------------------------------------------------------- accelerator
 
-namespace {
-
-std::string Escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '\\') o += "\\\\";
-    else if (c == '\n') o += "\\n";
-    else if (c == '\r') o += "\\r";
-    else o += c;
+void Validate(const Accelerator& acc) {
+  if (acc.name.empty()) throw std::invalid_argument("Accelerator.name must not be empty");
+  Validate(acc.hardware);
+  Validate(acc.dataflow);
+  // A GEMM larger than the array in every dimension (capped so enumeration stays fast)
+  // reaches every PE the dataflow uses and shows a conflict of its time map.
+  const int64_t side = std::min<int64_t>(2 * acc.hardware.NumPEs() + 3, 259);
+  GemmWorkload probe;
+  probe.m = probe.n = side;
+  probe.k = 3;
+  try {
+    AnalyzeGemm(probe, acc.hardware, acc.dataflow);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("accelerator '" + acc.name + "': dataflow '" + acc.dataflow.name +
+                                "' does not run on hardware '" + acc.hardware.name + "': " +
+                                e.what());
   }
-  return o;
 }
 
-std::string Unescape(const std::string& s) {
-  std::string o;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 1 < s.size()) {
-      char n = s[++i];
-      o += n == 'n' ? '\n' : n == 'r' ? '\r' : n;
-    } else {
-      o += s[i];
-    }
-  }
-  return o;
-}
-
-std::string ExactDouble(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-}  // namespace
-
-std::string SerializeConfig(const Hardware& hw, const Dataflow& df) {
+std::string SerializeAccelerator(const Accelerator& acc) {
+  using detail::JsonNumber;
+  using detail::JsonQuote;
+  const Hardware& hw = acc.hardware;
+  const Dataflow& df = acc.dataflow;
   std::ostringstream os;
-  os << "tenet-config 1\n";
-  os << "hardware.name=" << Escape(hw.name) << "\n";
-  os << "hardware.pe_domain=" << Escape(hw.pe_domain) << "\n";
-  os << "hardware.interconnect=" << Escape(hw.interconnect) << "\n";
-  os << "hardware.bandwidth_bits=" << ExactDouble(hw.bandwidth_bits) << "\n";
-  os << "hardware.avg_latency=" << ExactDouble(hw.avg_latency) << "\n";
-  os << "hardware.clock_ghz=" << ExactDouble(hw.clock_ghz) << "\n";
-  os << "hardware.l1_bytes=" << hw.l1_bytes << "\n";
-  os << "hardware.l2_bytes=" << hw.l2_bytes << "\n";
-  os << "hardware.macs_per_pe_per_cycle=" << hw.macs_per_pe_per_cycle << "\n";
-  os << "dataflow.name=" << Escape(df.name) << "\n";
-  os << "dataflow.space=" << Escape(df.space) << "\n";
-  os << "dataflow.time=" << Escape(df.time) << "\n";
-  os << "dataflow.preset=" << Escape(df.preset) << "\n";
-  os << "dataflow.rows=" << df.rows << "\n";
-  os << "dataflow.cols=" << df.cols << "\n";
-  for (const auto& kv : df.tiling) os << "dataflow.tiling." << Escape(kv.first) << "=" << kv.second << "\n";
+  os << "{\"name\":" << JsonQuote(acc.name) << ",\"hardware\":{\"name\":" << JsonQuote(hw.name)
+     << ",\"pe_domain\":" << JsonQuote(hw.pe_domain)
+     << ",\"interconnect\":" << JsonQuote(hw.interconnect)
+     << ",\"bandwidth_bits\":" << JsonNumber(hw.bandwidth_bits)
+     << ",\"avg_latency\":" << JsonNumber(hw.avg_latency)
+     << ",\"clock_ghz\":" << JsonNumber(hw.clock_ghz) << ",\"l1_bytes\":" << hw.l1_bytes
+     << ",\"l2_bytes\":" << hw.l2_bytes << ",\"macs_per_pe_per_cycle\":";
+  if (hw.macs_per_pe_per_cycle.by_bits.empty()) {
+    os << hw.macs_per_pe_per_cycle.base;
+  } else {
+    const char* sep = "{";
+    for (const auto& kv : hw.macs_per_pe_per_cycle.by_bits) {
+      os << sep << '"' << kv.first << "\":" << kv.second;
+      sep = ",";
+    }
+    os << '}';
+  }
+  os << "},\"dataflow\":{\"name\":" << JsonQuote(df.name) << ",\"space\":" << JsonQuote(df.space)
+     << ",\"time\":" << JsonQuote(df.time) << ",\"preset\":" << JsonQuote(df.preset)
+     << ",\"rows\":" << df.rows << ",\"cols\":" << df.cols << ",\"tiling\":{";
+  const char* sep = "";
+  for (const auto& kv : df.tiling) {
+    os << sep << JsonQuote(kv.first) << ':' << kv.second;
+    sep = ",";
+  }
+  os << "}}}";
   return os.str();
 }
 
-std::pair<Hardware, Dataflow> ParseConfig(const std::string& text) {
-  std::istringstream is(text);
-  std::string line;
-  if (!std::getline(is, line) || line != "tenet-config 1")
-    throw std::invalid_argument("configuration text must start with 'tenet-config 1'");
-  Hardware hw;
-  Dataflow df;
-  auto to_i = [](const std::string& k, const std::string& v) {
-    size_t used = 0;
-    int64_t r = 0;
-    try { r = std::stoll(v, &used); } catch (...) { used = 0; }
-    if (used != v.size() || v.empty())
-      throw std::invalid_argument("configuration key '" + k + "': bad integer '" + v + "'");
-    return r;
-  };
-  auto to_d = [](const std::string& k, const std::string& v) {
-    // strtod, not stod: stod refuses subnormal numbers that %.17g writes.
-    char* end = nullptr;
-    double r = std::strtod(v.c_str(), &end);
-    if (v.empty() || end != v.c_str() + v.size())
-      throw std::invalid_argument("configuration key '" + k + "': bad number '" + v + "'");
-    return r;
-  };
-  while (std::getline(is, line)) {
-    if (line.empty()) continue;
-    size_t eq = line.find('=');
-    if (eq == std::string::npos)
-      throw std::invalid_argument("configuration line without '=': '" + line + "'");
-    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
-    if (k == "hardware.name") hw.name = Unescape(v);
-    else if (k == "hardware.pe_domain") hw.pe_domain = Unescape(v);
-    else if (k == "hardware.interconnect") hw.interconnect = Unescape(v);
-    else if (k == "hardware.bandwidth_bits") hw.bandwidth_bits = to_d(k, v);
-    else if (k == "hardware.avg_latency") hw.avg_latency = to_d(k, v);
-    else if (k == "hardware.clock_ghz") hw.clock_ghz = to_d(k, v);
-    else if (k == "hardware.l1_bytes") hw.l1_bytes = to_i(k, v);
-    else if (k == "hardware.l2_bytes") hw.l2_bytes = to_i(k, v);
-    else if (k == "hardware.macs_per_pe_per_cycle") hw.macs_per_pe_per_cycle = to_i(k, v);
-    else if (k == "dataflow.name") df.name = Unescape(v);
-    else if (k == "dataflow.space") df.space = Unescape(v);
-    else if (k == "dataflow.time") df.time = Unescape(v);
-    else if (k == "dataflow.preset") df.preset = Unescape(v);
-    else if (k == "dataflow.rows") df.rows = to_i(k, v);
-    else if (k == "dataflow.cols") df.cols = to_i(k, v);
-    else if (k.rfind("dataflow.tiling.", 0) == 0) df.tiling[Unescape(k.substr(16))] = to_i(k, v);
-    else throw std::invalid_argument("unknown configuration key '" + k + "'");
+Accelerator ParseAccelerator(const std::string& json) {
+  using detail::IntegerMember;
+  using detail::JsonValue;
+  using detail::NumberMember;
+  using detail::StringMember;
+  const JsonValue root = detail::ParseJson(json);
+  detail::ExpectKeys(root, {"name", "hardware", "dataflow"}, "accelerator");
+  Accelerator acc;
+  acc.name = StringMember(root, "name", "accelerator");
+  const JsonValue& h = detail::Member(root, "hardware", "accelerator");
+  detail::ExpectKeys(h, {"name", "pe_domain", "interconnect", "bandwidth_bits", "avg_latency",
+                         "clock_ghz", "l1_bytes", "l2_bytes", "macs_per_pe_per_cycle"},
+                     "accelerator.hardware");
+  const std::string hw_where = "accelerator.hardware";
+  Hardware& hw = acc.hardware;
+  for (auto [key, field] : {std::pair{"name", &Hardware::name}, {"pe_domain", &Hardware::pe_domain},
+                            {"interconnect", &Hardware::interconnect}})
+    hw.*field = StringMember(h, key, hw_where);
+  for (auto [key, field] : {std::pair{"bandwidth_bits", &Hardware::bandwidth_bits},
+                            {"avg_latency", &Hardware::avg_latency}, {"clock_ghz", &Hardware::clock_ghz}})
+    hw.*field = NumberMember(h, key, hw_where);
+  hw.l1_bytes = IntegerMember(h, "l1_bytes", hw_where);
+  hw.l2_bytes = IntegerMember(h, "l2_bytes", hw_where);
+  const JsonValue& rate = detail::Member(h, "macs_per_pe_per_cycle", hw_where);
+  const std::string rate_where = hw_where + ".macs_per_pe_per_cycle";
+  if (rate.kind == JsonValue::kObject) {
+    for (const auto& kv : rate.members) {
+      int64_t bits = 0;
+      try {
+        size_t used = 0;
+        bits = std::stoll(kv.first, &used);
+        if (used != kv.first.size()) bits = 0;
+      } catch (const std::exception&) {
+        bits = 0;
+      }
+      if (bits < 1 || bits > 64)
+        throw std::invalid_argument(rate_where + ": key '" + kv.first +
+                                    "' is not an operand width in 1..64 bits");
+      hw.macs_per_pe_per_cycle.by_bits[static_cast<int>(bits)] =
+          detail::AsInteger(kv.second, rate_where + "[" + kv.first + "]");
+    }
+  } else {
+    hw.macs_per_pe_per_cycle.base = detail::AsInteger(rate, rate_where);
   }
-  Validate(hw);
-  Validate(df);
-  return {hw, df};
+  const JsonValue& d = detail::Member(root, "dataflow", "accelerator");
+  const std::string df_where = "accelerator.dataflow";
+  detail::ExpectKeys(d, {"name", "space", "time", "preset", "rows", "cols", "tiling"}, df_where);
+  Dataflow& df = acc.dataflow;
+  for (auto [key, field] : {std::pair{"name", &Dataflow::name}, {"space", &Dataflow::space},
+                            {"time", &Dataflow::time}, {"preset", &Dataflow::preset}})
+    df.*field = StringMember(d, key, df_where);
+  df.rows = IntegerMember(d, "rows", df_where);
+  df.cols = IntegerMember(d, "cols", df_where);
+  const JsonValue& tiling = detail::Member(d, "tiling", df_where);
+  if (tiling.kind != JsonValue::kObject)
+    throw std::invalid_argument(df_where + ".tiling must be an object of integers");
+  for (const auto& kv : tiling.members)
+    df.tiling[kv.first] = detail::AsInteger(kv.second, df_where + ".tiling." + kv.first);
+  Validate(acc);
+  return acc;
 }
 
 }  // namespace tenet

@@ -25,7 +25,20 @@
 
 namespace tenet {
 
-// The accelerator: PE array, interconnect, memory system and clock.
+// MACs one PE completes per cycle. The rate may depend on the operand width (the wider of
+// A and B): a PE doing r MACs per cycle at a width is an r-wide dot-product unit.
+// Either one rate at every width (`by_bits` empty) or a table by width, with 1 at the
+// widths the table does not list (`base` is then 1).
+struct MacRate {
+  int64_t base = 1;
+  std::map<int, int64_t> by_bits;  // operand width -> rate, e.g. {16: 2, 8: 4, 4: 8}
+
+  // The rate of a call whose wider operand has `bits` bits.
+  int64_t AtBits(int bits) const;
+  bool operator==(const MacRate& o) const { return base == o.base && by_bits == o.by_bits; }
+};
+
+// The hardware of an accelerator: PE array, interconnect, memory system, MAC rates, clock.
 struct Hardware {
   std::string name = "hardware";
   // isl-style set, 1-D or 2-D, e.g. "{PE[p,q]: 0<=p<16 and 0<=q<16}". Must be bounded.
@@ -38,13 +51,16 @@ struct Hardware {
   double clock_ghz = 1.0;        // > 0
   int64_t l1_bytes = 256;        // per-PE buffer (informational, from TENET's .p line 3)
   int64_t l2_bytes = 1 << 20;    // shared buffer (informational)
-  int64_t macs_per_pe_per_cycle = 1;  // instances a PE may run at one time stamp, >= 1
+  // How fast a PE computes. A preset dataflow (one instance per PE and stamp) uses rate r
+  // as an r-wide dot product along K; another dataflow may put up to r instances on one
+  // PE at one stamp. Non-MAC ops (extra_ops: float dequantization) run at the base rate.
+  MacRate macs_per_pe_per_cycle;
 
   // An R x C array whose data flows right and down (TENET's systolic.p generalised).
   static Hardware Systolic(int64_t rows, int64_t cols, double bandwidth_bits = 1024,
                            double avg_latency = 16, double clock_ghz = 1.0,
                            int64_t l1_bytes = 256, int64_t l2_bytes = 1 << 20,
-                           int64_t macs_per_pe_per_cycle = 1);
+                           MacRate macs_per_pe_per_cycle = {});
   // Number of PEs in pe_domain (validates).
   int64_t NumPEs() const;
 };
@@ -69,6 +85,18 @@ struct Dataflow {
                          const std::map<std::string, int64_t>& tiling = {});
 };
 void Validate(const Dataflow& df);
+
+// An accelerator: one named value of hardware and dataflow, the unit a model is charged
+// to. It is serialized in one JSON form (SerializeAccelerator) and parsed in one place
+// (ParseAccelerator).
+struct Accelerator {
+  std::string name = "accelerator";
+  Hardware hardware;
+  Dataflow dataflow;
+};
+// Checks the parts and that the dataflow runs on the hardware (a probe GEMM larger than
+// the array is costed), so a bad pair fails where it is made, not at the first call.
+void Validate(const Accelerator& acc);
 
 // One tensor access of a statement.
 struct TensorAccess {
@@ -95,9 +123,9 @@ struct GemmWorkload {
   // Added to the off-chip reads, hence to the ingress delay and the bandwidth stall.
   int64_t extra_read_bits = 0;
   // Non-MAC element ops (dequantization, max-abs reductions) for the whole call, run on
-  // the active PEs at macs_per_pe_per_cycle: ceil(extra_ops / (active_pes * mpc)) cycles
-  // added to cycles; extra_ops / (active_pes * mpc) to compute_delay and
-  // compute_delay_exact.
+  // the active PEs at the hardware's base rate b (MacRate::base):
+  // ceil(extra_ops / (active_pes * b)) cycles added to cycles; extra_ops / (active_pes * b)
+  // to compute_delay and compute_delay_exact.
   int64_t extra_ops = 0;
 };
 void Validate(const GemmWorkload& w);
@@ -122,12 +150,12 @@ struct Metrics {
   int64_t time_steps = 0;
   int64_t active_pes = 0;
   int64_t num_pes = 0;  // PEs in the hardware's PE domain
+  int64_t macs_per_pe_per_cycle = 1;  // the hardware's rate at this call's operand width
   double avg_active_pes = 0;
   // TENET's figures.
   double ingress_delay = 0, egress_delay = 0, compute_delay = 0, delay = 0;
-  // Sum over time stamps of the most instances one PE runs at that stamp, divided by
-  // macs_per_pe_per_cycle (TENET issue #3's exact compute delay), plus
-  // extra_ops / (active_pes * mpc).
+  // Sum over time stamps of the most MACs one PE runs at that stamp, divided by the rate
+  // (TENET issue #3's exact compute delay), plus extra_ops / (active_pes * base rate).
   double compute_delay_exact = 0;
   // The trusted latency: compute_cycles + stall_cycles (see README.md).
   int64_t compute_cycles = 0;
@@ -135,7 +163,9 @@ struct Metrics {
   int64_t cycles = 0;
   int64_t folds = 0;  // presets only: number of folds run one after another
   int64_t offchip_read_bits = 0, offchip_write_bits = 0;
-  double pe_utilization = 0;            // macs / (cycles * num_pes * mpc)
+  // macs / (cycles * num_pes * macs_per_pe_per_cycle): the one utilization definition;
+  // several calls combine as sum(macs) / sum(cycles * num_pes * macs_per_pe_per_cycle).
+  double pe_utilization = 0;
   double bandwidth_bits_per_cycle = 0;  // off-chip bits / compute_cycles (no-stall need)
   double latency_us = 0;                // cycles / clock
   std::string method;                   // "fast" or "enumerate"
@@ -147,6 +177,8 @@ enum class AnalysisMethod { kAuto, kFast, kEnumerate };
 // Batch > 1 is `batch` independent GEMMs one after another: every count, delay and cycle
 // figure is batch times that of one GEMM (no reuse across GEMMs); averages, reuse factors
 // and utilization are those of one GEMM. extra_read_bits / extra_ops are per call.
+// The hardware's MAC rate at max(bits_a, bits_b) applies (see Hardware); charge.h's
+// ChargeGemm is how a runtime call is costed.
 Metrics AnalyzeGemm(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
                     AnalysisMethod method = AnalysisMethod::kAuto);
 // A general statement. kAuto uses the fast path when the statement is a GEMM and the
@@ -170,8 +202,14 @@ Dataflow LoadTenetMapping(const std::string& path);
 Statement LoadTenetStatement(const std::string& path);
 void SaveTextFile(const std::string& path, const std::string& text);
 
-// Text form of a configuration, round-trip exact: ParseConfig(SerializeConfig(h, d)) == (h, d).
-std::string SerializeConfig(const Hardware& hw, const Dataflow& df);
-std::pair<Hardware, Dataflow> ParseConfig(const std::string& text);
+// The one serialized form of an accelerator, JSON, round-trip exact:
+//   {"name": str, "hardware": {"name", "pe_domain", "interconnect", "bandwidth_bits",
+//    "avg_latency", "clock_ghz", "l1_bytes", "l2_bytes",
+//    "macs_per_pe_per_cycle": int | {"<bits>": int, ...}},
+//    "dataflow": {"name", "space", "time", "preset", "rows", "cols", "tiling": {str: int}}}
+// ParseAccelerator(SerializeAccelerator(a)) == a; it validates (Validate(Accelerator)) and
+// names the key of any bad or missing field.
+std::string SerializeAccelerator(const Accelerator& acc);
+Accelerator ParseAccelerator(const std::string& json);
 
 }  // namespace tenet

@@ -248,15 +248,29 @@ int64_t CompulsoryDramBits(const GemmWorkload& w) {
 }
 
 int64_t RooflineCycles(const GemmWorkload& w, int64_t num_pes, double rate,
-                       const MemoryHierarchy& mem) {
+                       const MemoryHierarchy& mem, double ops_rate) {
   Validate(w);
   Validate(mem);
   if (num_pes <= 0) throw std::invalid_argument("num_pes must be > 0, got " + Str(num_pes));
   if (!std::isfinite(rate) || rate <= 0)
     throw std::invalid_argument("macs_per_pe_per_cycle must be > 0, got " + Num(rate));
-  const int64_t work = Add(Mul(Mul(Mul(w.m, w.n, "MACs"), w.k, "MACs"), w.batch, "MACs"),
-                           w.extra_ops, "MACs + extra ops");
-  const int64_t compute = CeilCycles(work, static_cast<double>(num_pes) * rate);
+  if (!(ops_rate > 0)) ops_rate = rate;
+  if (!std::isfinite(ops_rate))
+    throw std::invalid_argument("ops_per_pe_per_cycle must be finite, got " + Num(ops_rate));
+  const int64_t macs = Mul(Mul(Mul(w.m, w.n, "MACs"), w.k, "MACs"), w.batch, "MACs");
+  int64_t compute;
+  if (rate == std::floor(rate) && ops_rate == std::floor(ops_rate) && rate < 1e9 &&
+      ops_rate < 1e9) {
+    // ceil(macs / (P r) + ops / (P b)) = ceil((macs b + ops r) / (P r b)), exactly.
+    const int64_t r = static_cast<int64_t>(rate), b = static_cast<int64_t>(ops_rate);
+    compute = CeilDiv(Add(Mul(macs, b, "MACs x rate"), Mul(w.extra_ops, r, "ops x rate"),
+                          "work"),
+                      Mul(Mul(num_pes, r, "lanes"), b, "lanes"));
+  } else {
+    compute = static_cast<int64_t>(std::ceil(static_cast<double>(macs) / (num_pes * rate) +
+                                             static_cast<double>(w.extra_ops) /
+                                                 (num_pes * ops_rate)));
+  }
   int64_t memory;
   if (mem.dram_channel_per_operand) {
     const int64_t a = Add(Mul(Mul(Mul(w.m, w.k, "A"), w.bits_a, "A"), w.batch, "A"),
@@ -334,7 +348,9 @@ ArrayModel ExactArrayModel(const GemmWorkload& w, const Hardware& hw, const Data
   Validate(mem);
   ArrayModel a;
   a.num_pes = hw.NumPEs();
-  a.macs_per_pe_per_cycle = static_cast<double>(hw.macs_per_pe_per_cycle);
+  a.macs_per_pe_per_cycle =
+      static_cast<double>(hw.macs_per_pe_per_cycle.AtBits(std::max(w.bits_a, w.bits_b)));
+  a.ops_per_pe_per_cycle = static_cast<double>(hw.macs_per_pe_per_cycle.base);
   a.clock_ghz = hw.clock_ghz;
   a.name = df.preset.empty() ? df.name
                              : df.preset + " " + Str(df.rows) + "x" + Str(df.cols);
@@ -410,9 +426,10 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
   Validate(mem);
   Validate(t);
   if (!array.tile_cost) throw std::invalid_argument("ArrayModel.tile_cost is empty");
-  if (array.num_pes <= 0 || !(array.macs_per_pe_per_cycle > 0) || !(array.clock_ghz > 0) ||
-      array.k_pass < 0 || array.prologue_cycles < 0)
-    throw std::invalid_argument("ArrayModel '" + array.name + "': num_pes, macs_per_pe_per_cycle "
+  if (array.num_pes <= 0 || !(array.macs_per_pe_per_cycle > 0) ||
+      !(array.ops_per_pe_per_cycle > 0) || !(array.clock_ghz > 0) || array.k_pass < 0 ||
+      array.prologue_cycles < 0)
+    throw std::invalid_argument("ArrayModel '" + array.name + "': num_pes, the MAC and op rates "
                                 "and clock_ghz must be > 0, k_pass and prologue_cycles >= 0");
   MemoryMetrics mm;
   const int64_t tm = std::min(t.tm, w.m), tn = std::min(t.tn, w.n), tk = std::min(t.tk, w.k);
@@ -631,16 +648,18 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
   overlapped = Add(overlapped, array.prologue_cycles, "cycles");
   mm.overlapped_cycles = overlapped;
   mm.array_cycles = array_total;
-  // Extra (dequantization) ops run on the full tile's active PEs after the tiles.
+  // Extra (dequantization) ops run on the full tile's active PEs after the tiles, at the
+  // base rate (as the array level charges them).
   const double lanes =
       static_cast<double>(std::max<int64_t>(1, shapes.front().cost.active_pes)) *
-      array.macs_per_pe_per_cycle;
+      array.ops_per_pe_per_cycle;
   mm.extra_op_cycles = CeilCycles(w.extra_ops, lanes);
   mm.cycles = Add(Add(Add(mm.first_fetch_cycles, overlapped, "cycles"), mm.last_writeback_cycles,
                       "cycles"),
                   mm.extra_op_cycles, "cycles");
   mm.dram_stall_cycles = mm.cycles - mm.array_cycles - mm.extra_op_cycles;
-  mm.roofline_cycles = RooflineCycles(w, array.num_pes, array.macs_per_pe_per_cycle, mem);
+  mm.roofline_cycles = RooflineCycles(w, array.num_pes, array.macs_per_pe_per_cycle, mem,
+                                      array.ops_per_pe_per_cycle);
   mm.latency_us = static_cast<double>(mm.cycles) / (array.clock_ghz * 1e3);
   mm.mapping = array.name + " | " + t.Describe();
   return mm;

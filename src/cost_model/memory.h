@@ -144,11 +144,13 @@ struct MemoryMetrics {
   std::string mapping;          // dataflow, tiles and order, readable
 };
 
-// The latency no mapping can beat: max(ceil((macs + extra_ops) / (num_pes x rate)),
-// ceil(compulsory DRAM bits / DRAM bandwidth)); with a channel per operand, the busiest
-// channel's compulsory bits. Throws on a rate <= 0 or num_pes <= 0.
+// The latency no mapping can beat: max(ceil(macs / (num_pes x rate) + extra_ops / (num_pes
+// x ops rate)), ceil(compulsory DRAM bits / DRAM bandwidth)); with a channel per operand,
+// the busiest channel's compulsory bits. `ops_per_pe_per_cycle` is the rate of non-MAC ops
+// (the hardware's base rate, MacRate::base); <= 0 means the MAC rate. Throws on a rate <= 0
+// or num_pes <= 0.
 int64_t RooflineCycles(const GemmWorkload& w, int64_t num_pes, double macs_per_pe_per_cycle,
-                       const MemoryHierarchy& mem);
+                       const MemoryHierarchy& mem, double ops_per_pe_per_cycle = 0);
 
 // Compulsory DRAM bits: A, B and C once each at their widths (times batch), plus
 // extra_read_bits.
@@ -184,7 +186,8 @@ struct TileCost {
 struct ArrayModel {
   std::function<TileCost(int64_t m, int64_t n, int64_t k)> tile_cost;
   int64_t num_pes = 1;
-  double macs_per_pe_per_cycle = 1;  // the rate the roofline uses
+  double macs_per_pe_per_cycle = 1;  // MACs at the call's widths (the roofline's rate)
+  double ops_per_pe_per_cycle = 1;   // non-MAC (extra) ops: the hardware's base rate
   double clock_ghz = 1;
   // K elements one array pass adds into C before its partial C leaves the array (ws/is: the
   // array's rows; tiled os: the stream tile); 0 = the whole K tile. Used when the buffer

@@ -233,14 +233,15 @@ void BindMemory(py::module_& m) {
       "_roofline_cycles",
       [](int64_t m_, int64_t n, int64_t k, int64_t num_pes, double rate,
          const MemoryHierarchy& mem, int64_t batch, int bits_a, int bits_b, int bits_c,
-         int64_t extra_read_bits, int64_t extra_ops) {
+         int64_t extra_read_bits, int64_t extra_ops, double ops_rate) {
         return RooflineCycles(
             Workload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops),
-            num_pes, rate, mem);
+            num_pes, rate, mem, ops_rate);
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("num_pes"),
       py::arg("macs_per_pe_per_cycle"), py::arg("memory"), py::arg("batch"), py::arg("bits_a"),
-      py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"), py::arg("extra_ops"));
+      py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"), py::arg("extra_ops"),
+      py::arg("ops_per_pe_per_cycle") = 0.0);
   m.def(
       "_buffer_bytes_needed",
       [](int64_t m_, int64_t n, int64_t k, const MemoryHierarchy& mem, const TileMapping& t,

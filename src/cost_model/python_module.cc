@@ -1,10 +1,13 @@
 // pybind11 binding of the cost model (tenet_byoc._cost_model); the Python-facing API is
 // re-exported with keyword conveniences by tenet_byoc/cost_model.py.
 #include <chrono>
+#include <tuple>
+#include <utility>
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "cost_model/charge.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/relation.h"
 
@@ -23,6 +26,99 @@ AnalysisMethod ToMethod(const std::string& m) {
   throw std::invalid_argument("method must be 'auto', 'fast' or 'enumerate', got '" + m + "'");
 }
 
+// Python's form of a MAC rate: an int (every width) or a dict {operand bits: rate}.
+MacRate ToMacRate(const py::object& rate) {
+  MacRate r;
+  if (py::isinstance<py::dict>(rate)) {
+    for (auto kv : py::cast<py::dict>(rate)) {
+      if (!py::isinstance<py::int_>(kv.first) || !py::isinstance<py::int_>(kv.second))
+        throw std::invalid_argument("Hardware.macs_per_pe_per_cycle: a table maps operand "
+                                    "widths (int bits) to MACs per cycle (int), got " +
+                                    std::string(py::repr(rate)));
+      r.by_bits[kv.first.cast<int>()] = kv.second.cast<int64_t>();
+    }
+  } else if (py::isinstance<py::int_>(rate) && !py::isinstance<py::bool_>(rate)) {
+    r.base = rate.cast<int64_t>();
+  } else {
+    throw std::invalid_argument("Hardware.macs_per_pe_per_cycle must be an int or a dict "
+                                "{operand bits: MACs per cycle}, got " +
+                                std::string(py::repr(rate)));
+  }
+  return r;
+}
+
+py::object FromMacRate(const MacRate& r) {
+  if (r.by_bits.empty()) return py::int_(r.base);
+  return py::cast(r.by_bits);
+}
+
+Accelerator MakeAccelerator(std::string name, Hardware hw, Dataflow df) {
+  return Accelerator{std::move(name), std::move(hw), std::move(df)};
+}
+
+// A struct's fields by name: the one table its read-only attributes and as_dict are made
+// from.
+template <typename T, typename... M>
+class FieldTable {
+ public:
+  explicit FieldTable(std::pair<const char*, M T::*>... fields) : fields_(fields...) {}
+  template <typename Class>
+  Class& DefineOn(Class& cls) const {
+    std::apply([&](const auto&... f) { (cls.def_readonly(f.first, f.second), ...); }, fields_);
+    return cls;
+  }
+  py::dict AsDict(const T& x) const {
+    py::dict d;
+    std::apply([&](const auto&... f) { ((d[f.first] = x.*(f.second)), ...); }, fields_);
+    return d;
+  }
+
+ private:
+  std::tuple<std::pair<const char*, M T::*>...> fields_;
+};
+
+template <typename T, typename M>
+std::pair<const char*, M T::*> F(const char* name, M T::*member) {
+  return {name, member};
+}
+
+template <typename T, typename... M>
+FieldTable<T, M...> Fields(std::pair<const char*, M T::*>... fields) {
+  return FieldTable<T, M...>(fields...);
+}
+
+const auto kHardwareFields = Fields(
+    F("name", &Hardware::name), F("pe_domain", &Hardware::pe_domain),
+    F("interconnect", &Hardware::interconnect), F("bandwidth_bits", &Hardware::bandwidth_bits),
+    F("avg_latency", &Hardware::avg_latency), F("clock_ghz", &Hardware::clock_ghz),
+    F("l1_bytes", &Hardware::l1_bytes), F("l2_bytes", &Hardware::l2_bytes));
+const auto kDataflowFields = Fields(
+    F("name", &Dataflow::name), F("space", &Dataflow::space), F("time", &Dataflow::time),
+    F("preset_name", &Dataflow::preset), F("rows", &Dataflow::rows), F("cols", &Dataflow::cols),
+    F("tiling", &Dataflow::tiling));
+using TM = TensorMetrics;
+const auto kTensorMetricsFields = Fields(
+    F("is_write", &TM::is_write), F("bits", &TM::bits), F("total", &TM::total),
+    F("unique", &TM::unique), F("reuse_factor", &TM::reuse_factor),
+    F("spatial_reuse", &TM::spatial_reuse), F("temporal_reuse", &TM::temporal_reuse),
+    F("offchip_elements", &TM::offchip_elements), F("offchip_bits", &TM::offchip_bits),
+    F("offchip_bytes", &TM::offchip_bytes));
+// Every field of Metrics but the per-tensor map.
+const auto kMetricsFields = Fields(
+    F("macs", &Metrics::macs), F("time_steps", &Metrics::time_steps),
+    F("active_pes", &Metrics::active_pes), F("num_pes", &Metrics::num_pes),
+    F("macs_per_pe_per_cycle", &Metrics::macs_per_pe_per_cycle),
+    F("avg_active_pes", &Metrics::avg_active_pes), F("ingress_delay", &Metrics::ingress_delay),
+    F("egress_delay", &Metrics::egress_delay), F("compute_delay", &Metrics::compute_delay),
+    F("compute_delay_exact", &Metrics::compute_delay_exact), F("delay", &Metrics::delay),
+    F("compute_cycles", &Metrics::compute_cycles), F("stall_cycles", &Metrics::stall_cycles),
+    F("cycles", &Metrics::cycles), F("folds", &Metrics::folds),
+    F("offchip_read_bits", &Metrics::offchip_read_bits),
+    F("offchip_write_bits", &Metrics::offchip_write_bits),
+    F("pe_utilization", &Metrics::pe_utilization),
+    F("bandwidth_bits_per_cycle", &Metrics::bandwidth_bits_per_cycle),
+    F("latency_us", &Metrics::latency_us), F("method", &Metrics::method));
+
 std::string Repr(const Hardware& h) {
   return "Hardware(name='" + h.name + "', pe_domain='" + h.pe_domain + "', interconnect='" +
          h.interconnect + "', bandwidth_bits=" + std::to_string(h.bandwidth_bits) + ")";
@@ -35,10 +131,11 @@ PYBIND11_MODULE(_cost_model, m) {
   BindMemory(m);
   BindMapping(m);
 
-  py::class_<Hardware>(m, "Hardware")
+  py::class_<Hardware> hardware(m, "Hardware");
+  hardware
       .def(py::init([](std::string pe_domain, std::string interconnect, double bandwidth_bits,
                        double avg_latency, double clock_ghz, int64_t l1_bytes, int64_t l2_bytes,
-                       int64_t macs_per_pe_per_cycle, std::string name) {
+                       const py::object& macs_per_pe_per_cycle, std::string name) {
              Hardware h;
              h.pe_domain = std::move(pe_domain);
              h.interconnect = std::move(interconnect);
@@ -47,32 +144,43 @@ PYBIND11_MODULE(_cost_model, m) {
              h.clock_ghz = clock_ghz;
              h.l1_bytes = l1_bytes;
              h.l2_bytes = l2_bytes;
-             h.macs_per_pe_per_cycle = macs_per_pe_per_cycle;
+             h.macs_per_pe_per_cycle = ToMacRate(macs_per_pe_per_cycle);
              h.name = std::move(name);
              Validate(h);
              return h;
            }),
            py::arg("pe_domain"), py::arg("interconnect"), py::arg("bandwidth_bits") = 1024.0,
            py::arg("avg_latency") = 16.0, py::arg("clock_ghz") = 1.0, py::arg("l1_bytes") = 256,
-           py::arg("l2_bytes") = 1 << 20, py::arg("macs_per_pe_per_cycle") = 1,
+           py::arg("l2_bytes") = 1 << 20, py::arg("macs_per_pe_per_cycle") = py::int_(1),
            py::arg("name") = "hardware")
-      .def_static("systolic", &Hardware::Systolic, py::arg("rows"), py::arg("cols"),
-                  py::arg("bandwidth_bits") = 1024.0, py::arg("avg_latency") = 16.0,
-                  py::arg("clock_ghz") = 1.0, py::arg("l1_bytes") = 256,
-                  py::arg("l2_bytes") = 1 << 20, py::arg("macs_per_pe_per_cycle") = 1)
-      .def_readonly("name", &Hardware::name)
-      .def_readonly("pe_domain", &Hardware::pe_domain)
-      .def_readonly("interconnect", &Hardware::interconnect)
-      .def_readonly("bandwidth_bits", &Hardware::bandwidth_bits)
-      .def_readonly("avg_latency", &Hardware::avg_latency)
-      .def_readonly("clock_ghz", &Hardware::clock_ghz)
-      .def_readonly("l1_bytes", &Hardware::l1_bytes)
-      .def_readonly("l2_bytes", &Hardware::l2_bytes)
-      .def_readonly("macs_per_pe_per_cycle", &Hardware::macs_per_pe_per_cycle)
+      .def_static(
+          "systolic",
+          [](int64_t rows, int64_t cols, double bandwidth_bits, double avg_latency,
+             double clock_ghz, int64_t l1_bytes, int64_t l2_bytes, const py::object& rate,
+             const std::string& name) {
+            Hardware h = Hardware::Systolic(rows, cols, bandwidth_bits, avg_latency, clock_ghz,
+                                            l1_bytes, l2_bytes, ToMacRate(rate));
+            if (!name.empty()) h.name = name;
+            return h;
+          },
+          py::arg("rows"), py::arg("cols"), py::arg("bandwidth_bits") = 1024.0,
+          py::arg("avg_latency") = 16.0, py::arg("clock_ghz") = 1.0, py::arg("l1_bytes") = 256,
+          py::arg("l2_bytes") = 1 << 20, py::arg("macs_per_pe_per_cycle") = py::int_(1),
+          py::arg("name") = "", "An R x C systolic array (TENET's systolic.p generalised); "
+          "name defaults to 'systolic_RxC'.")
+      .def_property_readonly(
+          "macs_per_pe_per_cycle",
+          [](const Hardware& h) { return FromMacRate(h.macs_per_pe_per_cycle); },
+          "MACs per PE per cycle: an int (every operand width) or {bits: rate} (1 elsewhere)")
+      .def("macs_per_pe_per_cycle_at", [](const Hardware& h, int bits) {
+        return h.macs_per_pe_per_cycle.AtBits(bits);
+      }, py::arg("bits"), "The rate of a call whose wider operand has `bits` bits.")
       .def_property_readonly("num_pes", &Hardware::NumPEs)
       .def("__repr__", &Repr);
+  kHardwareFields.DefineOn(hardware);
 
-  py::class_<Dataflow>(m, "Dataflow")
+  py::class_<Dataflow> dataflow(m, "Dataflow");
+  kDataflowFields.DefineOn(dataflow)
       .def(py::init([](std::string space, std::string time, std::string name) {
              Dataflow d;
              d.space = std::move(space);
@@ -82,15 +190,17 @@ PYBIND11_MODULE(_cost_model, m) {
              return d;
            }),
            py::arg("space"), py::arg("time"), py::arg("name") = "dataflow")
-      .def_static("_preset", &Dataflow::Preset, py::arg("name"), py::arg("rows"), py::arg("cols"),
-                  py::arg("tiling") = std::map<std::string, int64_t>{})
-      .def_readonly("name", &Dataflow::name)
-      .def_readonly("space", &Dataflow::space)
-      .def_readonly("time", &Dataflow::time)
-      .def_readonly("preset_name", &Dataflow::preset)
-      .def_readonly("rows", &Dataflow::rows)
-      .def_readonly("cols", &Dataflow::cols)
-      .def_readonly("tiling", &Dataflow::tiling)
+      .def_static(
+          "preset",
+          [](const std::string& name, int64_t rows, int64_t cols, const py::kwargs& tiling) {
+            std::map<std::string, int64_t> t;
+            for (auto kv : tiling) t[kv.first.cast<std::string>()] = kv.second.cast<int64_t>();
+            return Dataflow::Preset(name, rows, cols, t);
+          },
+          py::arg("name"), py::arg("rows"), py::arg("cols"),
+          "A systolic preset: 'os', 'ws' or 'is' (TENET's matmul_systolic_*.m generalised) on "
+          "a rows x cols array; optional tiling of the streamed dimension: k= for os, m= "
+          "for ws, n= for is.")
       .def("__repr__", [](const Dataflow& d) {
         return "Dataflow(name='" + d.name + "', space='" + d.space + "', time='" + d.time + "')";
       });
@@ -119,68 +229,20 @@ PYBIND11_MODULE(_cost_model, m) {
       .def_readonly("domain", &Statement::domain)
       .def_readonly("accesses", &Statement::accesses);
 
-  py::class_<TensorMetrics>(m, "TensorMetrics")
-      .def_readonly("is_write", &TensorMetrics::is_write)
-      .def_readonly("bits", &TensorMetrics::bits)
-      .def_readonly("total", &TensorMetrics::total)
-      .def_readonly("unique", &TensorMetrics::unique)
-      .def_readonly("reuse_factor", &TensorMetrics::reuse_factor)
-      .def_readonly("spatial_reuse", &TensorMetrics::spatial_reuse)
-      .def_readonly("temporal_reuse", &TensorMetrics::temporal_reuse)
-      .def_readonly("offchip_elements", &TensorMetrics::offchip_elements)
-      .def_readonly("offchip_bits", &TensorMetrics::offchip_bits)
-      .def_readonly("offchip_bytes", &TensorMetrics::offchip_bytes)
+  py::class_<TensorMetrics> tensor_metrics(m, "TensorMetrics");
+  kTensorMetricsFields.DefineOn(tensor_metrics)
       .def("__repr__", [](const TensorMetrics& t) {
         return "TensorMetrics(total=" + std::to_string(t.total) + ", unique=" +
                std::to_string(t.unique) + ")";
       });
 
-  py::class_<Metrics>(m, "Metrics")
-      .def_readonly("macs", &Metrics::macs)
-      .def_readonly("time_steps", &Metrics::time_steps)
-      .def_readonly("active_pes", &Metrics::active_pes)
-      .def_readonly("num_pes", &Metrics::num_pes)
-      .def_readonly("avg_active_pes", &Metrics::avg_active_pes)
-      .def_readonly("ingress_delay", &Metrics::ingress_delay)
-      .def_readonly("egress_delay", &Metrics::egress_delay)
-      .def_readonly("compute_delay", &Metrics::compute_delay)
-      .def_readonly("compute_delay_exact", &Metrics::compute_delay_exact)
-      .def_readonly("delay", &Metrics::delay)
-      .def_readonly("compute_cycles", &Metrics::compute_cycles)
-      .def_readonly("stall_cycles", &Metrics::stall_cycles)
-      .def_readonly("cycles", &Metrics::cycles)
-      .def_readonly("folds", &Metrics::folds)
-      .def_readonly("offchip_read_bits", &Metrics::offchip_read_bits)
-      .def_readonly("offchip_write_bits", &Metrics::offchip_write_bits)
-      .def_readonly("pe_utilization", &Metrics::pe_utilization)
-      .def_readonly("bandwidth_bits_per_cycle", &Metrics::bandwidth_bits_per_cycle)
-      .def_readonly("latency_us", &Metrics::latency_us)
-      .def_readonly("method", &Metrics::method)
+  py::class_<Metrics> metrics(m, "Metrics");
+  kMetricsFields.DefineOn(metrics)
       .def_readonly("tensors", &Metrics::tensors)
       .def("as_dict", [](const Metrics& x) {
-        py::dict d;
-        d["macs"] = x.macs; d["time_steps"] = x.time_steps; d["active_pes"] = x.active_pes;
-        d["num_pes"] = x.num_pes; d["avg_active_pes"] = x.avg_active_pes;
-        d["ingress_delay"] = x.ingress_delay; d["egress_delay"] = x.egress_delay;
-        d["compute_delay"] = x.compute_delay; d["compute_delay_exact"] = x.compute_delay_exact;
-        d["delay"] = x.delay; d["compute_cycles"] = x.compute_cycles;
-        d["stall_cycles"] = x.stall_cycles; d["cycles"] = x.cycles; d["folds"] = x.folds;
-        d["offchip_read_bits"] = x.offchip_read_bits;
-        d["offchip_write_bits"] = x.offchip_write_bits;
-        d["pe_utilization"] = x.pe_utilization;
-        d["bandwidth_bits_per_cycle"] = x.bandwidth_bits_per_cycle;
-        d["latency_us"] = x.latency_us; d["method"] = x.method;
+        py::dict d = kMetricsFields.AsDict(x);
         py::dict tensors;
-        for (const auto& kv : x.tensors) {
-          const TensorMetrics& t = kv.second;
-          py::dict td;
-          td["is_write"] = t.is_write; td["bits"] = t.bits; td["total"] = t.total;
-          td["unique"] = t.unique; td["reuse_factor"] = t.reuse_factor;
-          td["spatial_reuse"] = t.spatial_reuse; td["temporal_reuse"] = t.temporal_reuse;
-          td["offchip_elements"] = t.offchip_elements; td["offchip_bits"] = t.offchip_bits;
-          td["offchip_bytes"] = t.offchip_bytes;
-          tensors[py::str(kv.first)] = td;
-        }
+        for (const auto& kv : x.tensors) tensors[py::str(kv.first)] = kTensorMetricsFields.AsDict(kv.second);
         d["tensors"] = tensors;
         return d;
       }, "All figures as a plain dict (tensors as nested dicts).")
@@ -189,26 +251,25 @@ PYBIND11_MODULE(_cost_model, m) {
                std::to_string(x.time_steps) + ", cycles=" + std::to_string(x.cycles) + ")";
       });
 
+  // What one call is charged, by level of the model (charge.h); a level added to Charge is
+  // bound here as one more read-only attribute.
+  py::class_<Charge>(m, "Charge")
+      .def_property_readonly("scheme", [](const Charge& c) { return c.call.scheme; })
+      .def_readonly("array", &Charge::array, "The PE array level: TENET's metrics and cycles.");
+
   m.def(
-      "analyze_gemm",
+      "charge_gemm",
       [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df, int64_t batch,
          int bits_a, int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
-         const std::string& method) {
-        GemmWorkload w;
-        w.batch = batch;
-        w.m = m_;
-        w.n = n;
-        w.k = k;
-        w.bits_a = bits_a;
-        w.bits_b = bits_b;
-        w.bits_c = bits_c;
-        w.extra_read_bits = extra_read_bits;
-        w.extra_ops = extra_ops;
-        return AnalyzeGemm(w, hw, df, ToMethod(method));
+         const std::string& scheme, const std::string& method) {
+        // The same charging rule as the runtime's ledger.
+        const GemmCall call{
+            {batch, m_, n, k, bits_a, bits_b, bits_c, extra_read_bits, extra_ops}, scheme};
+        return ChargeGemm(call, MakeAccelerator("analysis", hw, df), ToMethod(method));
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
       py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"),
-      py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("method"),
+      py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("scheme"), py::arg("method"),
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "analyze",
@@ -228,8 +289,26 @@ PYBIND11_MODULE(_cost_model, m) {
   m.def("format_tenet_mapping", &FormatTenetMapping);
   m.def("format_tenet_statement", &FormatTenetStatement);
   m.def("save_text_file", &SaveTextFile);
-  m.def("serialize_config", &SerializeConfig, py::arg("hardware"), py::arg("dataflow"));
-  m.def("parse_config", &ParseConfig, py::arg("text"));
+  m.def(
+      "validate_accelerator",
+      [](std::string name, Hardware hw, Dataflow df) {
+        Validate(MakeAccelerator(std::move(name), std::move(hw), std::move(df)));
+      },
+      py::arg("name"), py::arg("hardware"), py::arg("dataflow"),
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "serialize_accelerator",
+      [](std::string name, Hardware hw, Dataflow df) {
+        return SerializeAccelerator(MakeAccelerator(std::move(name), std::move(hw), std::move(df)));
+      },
+      py::arg("name"), py::arg("hardware"), py::arg("dataflow"));
+  m.def(
+      "parse_accelerator",
+      [](const std::string& text) {
+        Accelerator a = ParseAccelerator(text);
+        return py::make_tuple(a.name, a.hardware, a.dataflow);
+      },
+      py::arg("text"));
 
   // Wall time of each of `reps` analyses inside C++ (no Python overhead), for benchmarks.
   m.def(

@@ -558,5 +558,36 @@ std::string Normalize(const std::string& s) {
   return out;
 }
 
+// Is the relation a single unconstrained-or-box piece? Returns its box if so.
+bool IsBoxSet(const Relation& set, Box* box) {
+  if (set.pieces.size() != 1) return false;
+  for (const auto& c : set.pieces[0].constraints) {
+    bool lv = c.lhs.Root().kind == ExprNode::kVar, rv = c.rhs.Root().kind == ExprNode::kVar;
+    bool lc = c.lhs.Root().kind == ExprNode::kConst, rc = c.rhs.Root().kind == ExprNode::kConst;
+    if (!((lv && rc) || (lc && rv))) return false;
+  }
+  *box = BoundingBox(set, "set");
+  return true;
+}
+
+int64_t CountPoints(const Relation& set, const std::string& what) {
+  Box box = BoundingBox(set, what);
+  Box exact;
+  if (IsBoxSet(set, &exact)) return exact.Volume();
+  if (box.Volume() == 0) return 0;
+  int64_t count = 0;
+  std::vector<int64_t> pt(box.lo);
+  for (;;) {
+    if (set.Contains(pt.data())) ++count;
+    size_t d = pt.size();
+    for (;;) {
+      if (d == 0) return count;
+      --d;
+      if (++pt[d] < box.hi[d]) break;
+      pt[d] = box.lo[d];
+    }
+  }
+}
+
 }  // namespace detail
 }  // namespace tenet

@@ -1,73 +1,35 @@
-// The cost cache and the ledger of charged calls.
+// The cost cache, the ledger of charged calls, the call a step makes, and the ledger's JSON.
 #include "runtime/ledger.h"
 
-#include <algorithm>
-#include <functional>
+#include <sstream>
+
+#include "cost_model/json.h"
 
 namespace tenet {
 namespace runtime {
 
-bool GemmWorkloadEqual::operator()(const GemmWorkload& a, const GemmWorkload& b) const {
-  return a.batch == b.batch && a.m == b.m && a.n == b.n && a.k == b.k && a.bits_a == b.bits_a &&
-         a.bits_b == b.bits_b && a.bits_c == b.bits_c && a.extra_read_bits == b.extra_read_bits &&
-         a.extra_ops == b.extra_ops;
-}
+using detail::JsonQuote;
 
-size_t GemmWorkloadHash::operator()(const GemmWorkload& g) const {
-  size_t h = 1469598103934665603ull;
-  auto mix = [&h](int64_t v) { h = (h ^ std::hash<int64_t>()(v)) * 1099511628211ull; };
-  mix(g.batch);
-  mix(g.m);
-  mix(g.n);
-  mix(g.k);
-  mix(g.bits_a);
-  mix(g.bits_b);
-  mix(g.bits_c);
-  mix(g.extra_read_bits);
-  mix(g.extra_ops);
-  return h;
-}
-
-Metrics CostCache::Analyze(const GemmWorkload& key) const {
-  auto it = macs_per_cycle_by_bits_.find(std::max(key.bits_a, key.bits_b));
-  const int64_t p = it == macs_per_cycle_by_bits_.end() ? 1 : it->second;
-  GemmWorkload w = key;
-  w.k = (key.k + p - 1) / p;
-  w.bits_a = key.bits_a * static_cast<int>(p);
-  w.bits_b = key.bits_b * static_cast<int>(p);
-  Metrics m = AnalyzeGemm(w, hardware_, dataflow_);
-  if (p > 1) {
-    // Back from packed vectors to elements: real MACs, A and B counted per element (their
-    // bits already are), utilization against p MACs per PE per cycle.
-    m.macs = key.batch * key.m * key.n * key.k;
-    for (const char* name : {"A", "B"}) {
-      TensorMetrics& t = m.tensors.at(name);
-      t.total *= p;
-      t.unique *= p;
-      t.offchip_elements *= p;
-      t.bits /= static_cast<int>(p);
-    }
-    m.pe_utilization = static_cast<double>(m.macs) /
-                       (static_cast<double>(m.cycles) * m.num_pes *
-                        hardware_.macs_per_pe_per_cycle * p);
-  }
-  return m;
-}
-
-std::shared_ptr<const Metrics> CostCache::Get(const GemmWorkload& key) {
+std::shared_ptr<const Charge> CostCache::Get(const GemmCall& call) {
   {
     std::shared_lock<std::shared_mutex> lock(mutex_);
-    auto it = cache_.find(key);
+    auto it = cache_.find(call);
     if (it != cache_.end()) return it->second;
   }
-  auto metrics = std::make_shared<const Metrics>(Analyze(key));
+  auto charge = std::make_shared<const Charge>(ChargeGemm(call, accelerator_));
   std::unique_lock<std::shared_mutex> lock(mutex_);
-  return cache_.emplace(key, std::move(metrics)).first->second;
+  return cache_.emplace(call, std::move(charge)).first->second;
 }
 
-void Ledger::Append(LedgerEntry entry) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  entries_.push_back(std::move(entry));
+GemmCall StepCall(const Step& step, const std::vector<int64_t>& c_shape, int64_t k,
+                  int64_t scale_elements) {
+  int64_t batch = 1;
+  for (size_t i = 0; i + 2 < c_shape.size(); ++i) batch *= c_shape[i];
+  const Dequantization place = step.kind == StepKind::kInt8    ? Dequantization::kActivationAndOutput
+                               : step.kind == StepKind::kFloat ? Dequantization::kNone
+                                                               : Dequantization::kWeight;
+  return DescribeGemmCall(batch, c_shape[c_shape.size() - 2], c_shape.back(), k, step.bits_a,
+                          step.bits_b, step.bits_c, place, scale_elements, step.scheme);
 }
 
 void Ledger::Append(std::vector<LedgerEntry>* entries) {
@@ -101,6 +63,86 @@ void Ledger::SetTag(const std::string& tag) {
   }
   tags_.push_back(tag);
   current_tag_.store(static_cast<uint32_t>(tags_.size() - 1));
+}
+
+namespace {
+
+// The names are tenet_byoc.ledger's LedgerEntry and TensorTraffic field names.
+void WriteCharge(std::ostream& os, const Charge& c) {
+  const GemmWorkload& w = c.call.workload;
+  const Metrics& m = c.array;
+  os << "{\"batch\":" << w.batch << ",\"m\":" << w.m << ",\"n\":" << w.n << ",\"k\":" << w.k
+     << ",\"bits_a\":" << w.bits_a << ",\"bits_b\":" << w.bits_b << ",\"bits_c\":" << w.bits_c
+     << ",\"extra_read_bits\":" << w.extra_read_bits << ",\"extra_ops\":" << w.extra_ops
+     << ",\"macs\":" << m.macs << ",\"cycles\":" << m.cycles
+     << ",\"compute_cycles\":" << m.compute_cycles << ",\"stall_cycles\":" << m.stall_cycles
+     << ",\"tenet_delay\":" << m.delay << ",\"ingress_delay\":" << m.ingress_delay
+     << ",\"egress_delay\":" << m.egress_delay << ",\"compute_delay\":" << m.compute_delay
+     << ",\"compute_delay_exact\":" << m.compute_delay_exact
+     << ",\"time_steps\":" << m.time_steps << ",\"folds\":" << m.folds
+     << ",\"active_pes\":" << m.active_pes << ",\"num_pes\":" << m.num_pes
+     << ",\"macs_per_pe_per_cycle\":" << m.macs_per_pe_per_cycle
+     << ",\"avg_active_pes\":" << m.avg_active_pes << ",\"pe_utilization\":" << m.pe_utilization
+     << ",\"bandwidth_bits_per_cycle\":" << m.bandwidth_bits_per_cycle
+     << ",\"latency_us\":" << m.latency_us
+     << ",\"offchip_read_bytes\":" << m.offchip_read_bits / 8.0
+     << ",\"offchip_write_bytes\":" << m.offchip_write_bits / 8.0 << ",\"tensors\":{";
+  const char* sep = "";
+  for (const auto& kv : m.tensors) {
+    const TensorMetrics& t = kv.second;
+    os << sep << JsonQuote(kv.first) << ":{\"bits\":" << t.bits
+       << ",\"is_write\":" << (t.is_write ? "true" : "false") << ",\"total\":" << t.total
+       << ",\"unique\":" << t.unique << ",\"reuse_factor\":" << t.reuse_factor
+       << ",\"spatial_reuse\":" << t.spatial_reuse << ",\"temporal_reuse\":" << t.temporal_reuse
+       << ",\"offchip_elements\":" << t.offchip_elements
+       << ",\"offchip_bytes\":" << t.offchip_bytes << '}';
+    sep = ",";
+  }
+  os << "}}";
+}
+
+}  // namespace
+
+std::string LedgerJson(const Ledger& ledger, const Descriptor& descriptor) {
+  const std::vector<LedgerEntry> entries = ledger.Snapshot();
+  const Accelerator& acc = descriptor.accelerator;
+  std::ostringstream os;
+  os.precision(17);
+  os << "{\"accelerator\":" << JsonQuote(acc.name)
+     << ",\"dataflow\":" << JsonQuote(acc.dataflow.name)
+     << ",\"clock_ghz\":" << acc.hardware.clock_ghz << ",\"tags\":[";
+  const std::vector<std::string> tags = ledger.Tags();
+  for (size_t i = 0; i < tags.size(); ++i) os << (i ? "," : "") << JsonQuote(tags[i]);
+  os << "],\"functions\":[";
+  for (size_t i = 0; i < descriptor.programs.size(); ++i) {
+    const Program& p = descriptor.programs[i];
+    os << (i ? "," : "") << "{\"symbol\":" << JsonQuote(p.symbol) << ",\"steps\":[";
+    for (size_t s = 0; s < p.steps.size(); ++s) {
+      os << (s ? "," : "") << "{\"pattern\":" << JsonQuote(p.steps[s].pattern)
+         << ",\"name\":" << JsonQuote(p.steps[s].name)
+         << ",\"scheme\":" << JsonQuote(p.steps[s].scheme) << '}';
+    }
+    os << "]}";
+  }
+  os << "],\"charges\":[";
+  std::unordered_map<const Charge*, size_t> ids;
+  for (const LedgerEntry& e : entries) {
+    if (!e.charge || ids.count(e.charge.get())) continue;
+    os << (ids.empty() ? "" : ",");
+    WriteCharge(os, *e.charge);
+    ids.emplace(e.charge.get(), ids.size());
+  }
+  os << "],\"entries\":[";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const LedgerEntry& e = entries[i];
+    os << (i ? "," : "") << "{\"call_index\":" << e.call_index << ",\"program\":" << e.program
+       << ",\"step\":" << e.step << ",\"tag\":" << e.tag << ",\"charge\":";
+    if (e.charge) os << ids.at(e.charge.get());
+    else os << "null";
+    os << '}';
+  }
+  os << "]}";
+  return os.str();
 }
 
 }  // namespace runtime

@@ -1,9 +1,8 @@
-// The cost ledger: one entry per offloaded GEMM call, with its accelerator cost.
+// The cost ledger: one entry per offloaded GEMM call, with what the cost model charges it.
 #ifndef TENET_RUNTIME_LEDGER_H_
 #define TENET_RUNTIME_LEDGER_H_
 
 #include <atomic>
-#include <map>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -12,62 +11,46 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cost_model/charge.h"
 #include "cost_model/cost_model.h"
+#include "runtime/program.h"
 
 namespace tenet {
 namespace runtime {
 
 /*!
- * \brief The cost model's workload of one call (shape, element widths, side data) is the key
- *  of the cost cache; these make it hashable.
- */
-struct GemmWorkloadHash {
-  size_t operator()(const GemmWorkload& w) const;
-};
-struct GemmWorkloadEqual {
-  bool operator()(const GemmWorkload& a, const GemmWorkload& b) const;
-};
-
-/*!
- * \brief The cost model's answer per call shape, computed once per shape.
+ * \brief The cost model's charge per distinct call, computed once per call.
  *
  * Readers share a lock; a miss computes outside any lock (two threads may both compute the
- * same new shape; the first insert wins and both answers are equal).
+ * same new call; the first insert wins and both answers are equal).
  */
 class CostCache {
  public:
-  /*!
-   * \param macs_per_cycle_by_bits operand width -> MACs one PE does per cycle at that width
-   *  (absent: 1). A PE doing p MACs per cycle is a p-wide dot-product unit along K: the call
-   *  is costed as the GEMM with ceil(K / p) packed elements of p x bits each.
-   */
-  CostCache(Hardware hardware, Dataflow dataflow, std::map<int, int64_t> macs_per_cycle_by_bits)
-      : hardware_(std::move(hardware)),
-        dataflow_(std::move(dataflow)),
-        macs_per_cycle_by_bits_(std::move(macs_per_cycle_by_bits)) {}
-  std::shared_ptr<const Metrics> Get(const GemmWorkload& key);
-  const Hardware& hardware() const { return hardware_; }
-  const Dataflow& dataflow() const { return dataflow_; }
+  explicit CostCache(Accelerator accelerator) : accelerator_(std::move(accelerator)) {}
+  std::shared_ptr<const Charge> Get(const GemmCall& call);
+  const Accelerator& accelerator() const { return accelerator_; }
 
  private:
-  Metrics Analyze(const GemmWorkload& key) const;
-
-  Hardware hardware_;
-  Dataflow dataflow_;
-  std::map<int, int64_t> macs_per_cycle_by_bits_;
+  Accelerator accelerator_;
   std::shared_mutex mutex_;
-  std::unordered_map<GemmWorkload, std::shared_ptr<const Metrics>, GemmWorkloadHash,
-                     GemmWorkloadEqual>
-      cache_;
+  std::unordered_map<GemmCall, std::shared_ptr<const Charge>, GemmCallHash> cache_;
 };
 
-/*! \brief One charged GEMM: which step of which function, its shape and its cost. */
+/*!
+ * \brief The call a step makes, for the cost model: its shape, the element widths of its
+ *  scheme, and how its kind dequantizes (charge.h holds what that costs).
+ * \param c_shape the step's output shape (batch dims, M, N); \param k the reduction length;
+ * \param scale_elements the number of weight scales the step reads.
+ */
+GemmCall StepCall(const Step& step, const std::vector<int64_t>& c_shape, int64_t k,
+                  int64_t scale_elements);
+
+/*! \brief One charged GEMM: which step of which function, and what it was charged. */
 struct LedgerEntry {
   uint64_t call_index;  // the module-wide count of function calls; a merged region's steps share it
   uint32_t program, step;
-  uint32_t tag;  // index into Ledger::tags(), the phase set by the user ("prefill", ...)
-  GemmWorkload shape;
-  std::shared_ptr<const Metrics> cost;  // null when charging was off
+  uint32_t tag;  // index into Ledger::Tags(), the phase set by the user ("prefill", ...)
+  std::shared_ptr<const Charge> charge;  // null for an empty GEMM (a zero dim)
 };
 
 /*! \brief The append-only list of entries, safe to append to from several threads. */
@@ -75,7 +58,6 @@ class Ledger {
  public:
   Ledger() { tags_.push_back(""); }
   uint64_t NextCallIndex() { return next_call_.fetch_add(1, std::memory_order_relaxed); }
-  void Append(LedgerEntry entry);
   void Append(std::vector<LedgerEntry>* entries);
   std::vector<LedgerEntry> Snapshot() const;
   std::vector<std::string> Tags() const;
@@ -91,6 +73,17 @@ class Ledger {
   std::atomic<uint32_t> current_tag_{0};
   std::atomic<uint64_t> next_call_{0};
 };
+
+/*!
+ * \brief The ledger as JSON, every value a named field (tenet_byoc.ledger reads the names):
+ *  {"accelerator", "dataflow", "clock_ghz", "tags": [str],
+ *   "functions": [{"symbol", "steps": [{"pattern", "name", "scheme"}]}],
+ *   "charges": [{call fields, array metrics by name, "tensors": {name: {...}}}],
+ *   "entries": [{"call_index", "program", "step", "tag", "charge"}]}.
+ *  Entries refer to the table of distinct charges (a model makes few distinct calls many
+ *  times), so a long ledger stays small; an empty GEMM has "charge": null.
+ */
+std::string LedgerJson(const Ledger& ledger, const Descriptor& descriptor);
 
 }  // namespace runtime
 }  // namespace tenet

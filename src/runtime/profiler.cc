@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/program.h"
+#include "cost_model/json.h"
 
 namespace tenet {
 namespace runtime {
@@ -131,12 +131,12 @@ class CallTimer {
     std::lock_guard<std::mutex> lock(mutex_);
     std::ostringstream os;
     os << "{\"wall_ns\":" << wall_nanos_ << ",\"names\":[";
-    for (size_t i = 0; i < names_.size(); ++i) os << (i ? "," : "") << JsonString(names_[i]);
+    for (size_t i = 0; i < names_.size(); ++i) os << (i ? "," : "") << detail::JsonQuote(names_[i]);
     os << "],\"calls\":[";
     for (size_t i = 0; i < records_.size(); ++i) {
       const CallRecord& r = records_[i];
       os << (i ? "," : "") << '[' << r.name << ',' << r.depth << ',' << r.nanos << ','
-         << JsonString(r.arg_shapes) << ',' << JsonString(r.device) << ']';
+         << detail::JsonQuote(r.arg_shapes) << ',' << detail::JsonQuote(r.device) << ']';
     }
     os << "]}";
     return os.str();

@@ -1,8 +1,7 @@
 // Reading and writing kernel descriptors, with every field checked before a program runs.
 #include "runtime/program.h"
 
-#include <cstdio>
-#include <cstdlib>
+#include <stdexcept>
 
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
@@ -116,17 +115,12 @@ Descriptor ParseDescriptor(const std::string& text) {
                               << kDescriptorVersion << "); rebuild the model";
   }
   Descriptor descriptor;
-  descriptor.cost_config = std::string(Get<ffi::String>(top, "cost_config", "the descriptor"));
-  for (const auto& kv : Get<json::Object>(top, "macs_per_cycle_by_bits", "the descriptor")) {
-    auto bits = kv.first.try_cast<ffi::String>();
-    auto rate = kv.second.try_cast<int64_t>();
-    int b = 0;
-    if (bits.has_value()) b = std::atoi(std::string(*bits).c_str());
-    if (b < 1 || b > 64 || !rate.has_value() || *rate < 1) {
-      TVM_FFI_THROW(ValueError) << "tenet descriptor: macs_per_cycle_by_bits maps operand bits "
-                                << "(1..64, as a string) to a positive MAC rate";
-    }
-    descriptor.macs_per_cycle_by_bits[b] = *rate;
+  // The accelerator object is handed, as written, to the cost model's one parser.
+  try {
+    descriptor.accelerator = ParseAccelerator(
+        std::string(json::Stringify(Get<json::Object>(top, "accelerator", "the descriptor"))));
+  } catch (const std::invalid_argument& e) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << e.what();
   }
   std::vector<Program>& programs = descriptor.programs;
   for (const ffi::Any& f : Get<json::Array>(top, "functions", "the descriptor")) {
@@ -200,23 +194,6 @@ Descriptor ParseDescriptor(const std::string& text) {
   return descriptor;
 }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out + '"';
-}
-
 std::string SerializeDescriptor(const Descriptor& descriptor) {
   auto spec_json = [](const TensorSpec& s, bool is_output) {
     json::Object o;
@@ -264,12 +241,7 @@ std::string SerializeDescriptor(const Descriptor& descriptor) {
   json::Object top;
   top.Set(ffi::String("version"), kDescriptorVersion);
   top.Set(ffi::String("functions"), functions);
-  top.Set(ffi::String("cost_config"), ffi::String(descriptor.cost_config));
-  json::Object rates;
-  for (const auto& kv : descriptor.macs_per_cycle_by_bits) {
-    rates.Set(ffi::String(std::to_string(kv.first)), kv.second);
-  }
-  top.Set(ffi::String("macs_per_cycle_by_bits"), rates);
+  top.Set(ffi::String("accelerator"), json::Parse(SerializeAccelerator(descriptor.accelerator)));
   return std::string(json::Stringify(top));
 }
 

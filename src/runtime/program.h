@@ -5,17 +5,17 @@
 #include <tvm/ffi/dtype.h>
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
+#include "cost_model/cost_model.h"
 #include "runtime/gemm.h"
 
 namespace tenet {
 namespace runtime {
 
 /*! \brief The descriptor format this runtime reads; bumped on any incompatible change. */
-constexpr int64_t kDescriptorVersion = 1;
+constexpr int64_t kDescriptorVersion = 2;
 
 /*! \brief A tensor a program reads or writes: >= 0 is a function input, < 0 is -(step + 1). */
 using ValueRef = int64_t;
@@ -63,8 +63,7 @@ struct Program {
 /*! \brief Everything a tenet runtime module is made of, and what it serializes. */
 struct Descriptor {
   std::vector<Program> programs;
-  std::string cost_config;  // tenet::SerializeConfig text of the hardware and dataflow
-  std::map<int, int64_t> macs_per_cycle_by_bits;  // operand width -> MACs per PE per cycle
+  Accelerator accelerator;  // what the calls are charged to; the cost model's JSON form
 };
 
 /*!
@@ -72,9 +71,6 @@ struct Descriptor {
  * \throws tvm::ffi::Error (ValueError) naming the field that is missing or malformed.
  */
 Descriptor ParseDescriptor(const std::string& json);
-
-/*! \brief `s` as a JSON string literal, quotes included. */
-std::string JsonString(const std::string& s);
 
 /*! \brief Writes a descriptor back to JSON (the inverse of ParseDescriptor). */
 std::string SerializeDescriptor(const Descriptor& descriptor);

@@ -37,8 +37,6 @@ struct View {
 constexpr DLDataType kFloat32{kDLFloat, 32, 1};
 constexpr DLDataType kInt8{kDLInt, 8, 1};
 constexpr DLDataType kUInt8{kDLUInt, 8, 1};
-// Quantization scales are charged as float16 side data.
-constexpr int64_t kScaleBits = 16;
 
 int64_t Numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -62,22 +60,10 @@ bool SameDType(DLDataType a, DLDataType b) {
 
 }  // namespace
 
-std::pair<Hardware, Dataflow> ParseCostConfig(const std::string& text) {
-  try {
-    return ParseConfig(text);
-  } catch (const std::invalid_argument& e) {
-    TVM_FFI_THROW(ValueError) << "tenet: invalid hardware/dataflow config: " << e.what();
-  }
-  TVM_FFI_UNREACHABLE();
-}
-
 class TenetModuleObj : public ffi::ModuleObj {
  public:
   explicit TenetModuleObj(Descriptor descriptor)
-      : descriptor_(std::move(descriptor)),
-        costs_(ParseCostConfig(descriptor_.cost_config).first,
-               ParseCostConfig(descriptor_.cost_config).second,
-               descriptor_.macs_per_cycle_by_bits) {
+      : descriptor_(std::move(descriptor)), costs_(descriptor_.accelerator) {
     for (size_t i = 0; i < descriptor_.programs.size(); ++i) {
       by_symbol_.emplace(descriptor_.programs[i].symbol, i);
     }
@@ -100,7 +86,8 @@ class TenetModuleObj : public ffi::ModuleObj {
       });
     }
     if (name == "__tenet_ledger_json") {
-      return ffi::Function::FromTyped([self, this]() { return ffi::String(LedgerJson()); });
+      return ffi::Function::FromTyped(
+          [self, this]() { return ffi::String(LedgerJson(ledger_, descriptor_)); });
     }
     if (name == "__tenet_ledger_reset") {
       return ffi::Function::FromTyped([self, this]() { ledger_.Reset(); });
@@ -112,10 +99,6 @@ class TenetModuleObj : public ffi::ModuleObj {
     if (name == "__tenet_set_charging") {
       return ffi::Function::FromTyped([self, this](bool on) { charging_.store(on); });
     }
-    if (name == "__tenet_cost_config") {
-      return ffi::Function::FromTyped(
-          [self, this]() { return ffi::String(descriptor_.cost_config); });
-    }
     return std::nullopt;
   }
 
@@ -126,188 +109,237 @@ class TenetModuleObj : public ffi::ModuleObj {
   }
 
  private:
+  /*! \brief One call's values: its arguments, and what its steps produce. */
+  struct Frame {
+    std::vector<View> inputs, outputs;
+    std::vector<View> produced;                // per step
+    std::vector<std::vector<float>> scratch;   // per step not written into an output
+    std::vector<int> output_of_step;           // the output a step writes into, or -1
+    const View& Value(ValueRef ref) const { return ref >= 0 ? inputs[ref] : produced[-ref - 1]; }
+  };
+
+  /*! \brief What a step's call was, for the ledger. */
+  struct StepShape {
+    std::vector<int64_t> c_shape;
+    int64_t k = 0;
+    int64_t scale_elements = 0;
+  };
+
   void Run(uint32_t program_index, ffi::PackedArgs args) {
     const Program& p = descriptor_.programs[program_index];
+    Frame frame = Bind(p, args);
+    Plan(p, &frame);
+    const bool charging = charging_.load(std::memory_order_relaxed);
+    std::vector<LedgerEntry> entries;
+    if (charging) entries.reserve(p.steps.size());
+    const uint64_t call_index = ledger_.NextCallIndex();
+    for (size_t s = 0; s < p.steps.size(); ++s) {
+      const StepShape shape = RunStep(p, s, &frame);
+      if (charging) entries.push_back(ChargeStep(p, program_index, s, call_index, shape));
+    }
+    CopyRepeatedOutputs(p, frame);
+    if (charging) ledger_.Append(&entries);
+  }
+
+  // Checks the arguments against the program's signature and views them.
+  Frame Bind(const Program& p, ffi::PackedArgs args) {
     const size_t n_in = p.inputs.size(), n_out = p.outputs.size();
     if (static_cast<size_t>(args.size()) != n_in + n_out) {
       TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": expected " << n_in + n_out
                                 << " arguments (" << n_in << " inputs, " << n_out
                                 << " outputs), got " << args.size();
     }
-    std::vector<View> inputs(n_in), outputs(n_out);
+    Frame frame;
+    frame.inputs.resize(n_in);
+    frame.outputs.resize(n_out);
     for (size_t i = 0; i < n_in + n_out; ++i) {
       const bool is_out = i >= n_in;
       const TensorSpec& spec = is_out ? p.outputs[i - n_in] : p.inputs[i];
       if (spec.is_shape) continue;
       std::ostringstream what;
       what << (is_out ? "output " : "input ") << (is_out ? i - n_in : i);
-      (is_out ? outputs[i - n_in] : inputs[i]) = CheckTensor(p, args[i], spec, what.str());
+      (is_out ? frame.outputs[i - n_in] : frame.inputs[i]) =
+          CheckTensor(p, args[i], spec, what.str());
     }
-    // Values produced by steps: either written straight into an output buffer, or held in
-    // scratch memory for the steps that read them.
-    std::vector<View> produced(p.steps.size());
-    std::vector<std::vector<float>> scratch(p.steps.size());
-    std::vector<int> output_of_step(p.steps.size(), -1);
-    for (size_t o = n_out; o-- > 0;) output_of_step[-p.outputs[o].source - 1] = o;
-    auto value = [&](ValueRef ref) -> const View& {
-      return ref >= 0 ? inputs[ref] : produced[-ref - 1];
-    };
-    const bool charging = charging_.load(std::memory_order_relaxed);
-    std::vector<LedgerEntry> entries;
-    if (charging) entries.reserve(p.steps.size());
-    const uint64_t call_index = ledger_.NextCallIndex();
-    for (size_t s = 0; s < p.steps.size(); ++s) {
-      const Step& st = p.steps[s];
-      const View& a = value(st.lhs);
-      const View& b = value(st.rhs);
-      ExpectDType(p, s, "lhs", a, st.kind == StepKind::kInt8 ? kInt8 : kFloat32);
-      ExpectDType(p, s, "rhs", b,
-                  st.kind == StepKind::kFloat           ? kFloat32
-                  : st.kind == StepKind::kDequantGroup ? kUInt8
-                                                       : kInt8);
-      // The weight of a quantized step is [N, K] (packed int4: [N, K/2]), used transposed.
-      std::vector<int64_t> b_logical = b.shape;
-      if (st.kind == StepKind::kDequantGroup) {
-        if (b.shape.size() != 2) {
-          TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s
-                                    << " packed int4 weight has shape " << ShapeStr(b.shape)
-                                    << "; expected [N, K/2]";
-        }
-        b_logical = {b.shape[0], 2 * b.shape[1]};
-      }
-      const std::vector<int64_t> c_shape = OutputShape(p, s, a, b_logical);
-      View c;
-      c.shape = c_shape;
-      c.dtype = kFloat32;
-      if (output_of_step[s] >= 0) {
-        const View& out = outputs[output_of_step[s]];
-        if (out.shape != c_shape) {
-          TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": output "
-                                    << output_of_step[s] << " has shape "
-                                    << ShapeStr(out.shape) << " but step " << s << " ("
-                                    << st.name << ") produces " << ShapeStr(c_shape);
-        }
-        c.data = out.data;
-      } else {
-        scratch[s].resize(Numel(c_shape));
-        c.data = scratch[s].data();
-      }
-      const float* bias = st.has_bias ? CheckBias(p, s, value(st.bias), c_shape.back()) : nullptr;
-      const int64_t n = c_shape.back(), k = a.shape.back();
-      int64_t scale_b_elems = 0;
-      if (st.kind == StepKind::kInt8) {
-        RunInt8Step(p, s, a, b, value(st.scale_a), value(st.scale_b), bias, c);
-        scale_b_elems = Numel(value(st.scale_b).shape);
-      } else {
-        std::vector<float> dequantized;
-        const void* weight = b.data;
-        bool fused_done = false;
-        if (st.kind != StepKind::kFloat) {
-          const View& scale = value(st.scale_b);
-          ExpectDType(p, s, "weight scale", scale, kFloat32);
-          scale_b_elems = Numel(scale.shape);
-          // A decode step's few rows read the weight once, in its stored width.
-          const int64_t rows = Numel(c_shape) / std::max<int64_t>(n, 1);
-          DequantRowsArgs fused;
-          fused.rows = rows;
-          fused.n = n;
-          fused.k = k;
-          fused.a = Floats(a);
-          fused.bias = bias;
-          fused.epilogue = st.epilogue;
-          fused.c = static_cast<float*>(c.data);
-          const bool few_rows = rows <= kMaxDequantRows && st.rhs_transposed &&
-                                b.shape.size() == 2 && Numel(a.shape) == rows * k;
-          if (st.kind == StepKind::kDequantChannel) {
-            ExpectShape(p, s, "weight scale", scale, {n});
-            if (few_rows) {
-              fused.q8 = static_cast<const int8_t*>(b.data);
-              fused.channel_scale = Floats(scale);
-            }
-          }
-          if (!few_rows) dequantized.resize(Numel(b_logical));
-          if (st.kind == StepKind::kDequantChannel && few_rows) {
-            DequantGemmRows(fused);
-            fused_done = true;
-          } else if (st.kind == StepKind::kDequantChannel) {
-            DequantizeChannel(static_cast<const int8_t*>(b.data), Floats(scale), n, k,
-                              dequantized.data());
-          } else {
-            const int64_t groups = scale.shape.size() == 3 ? scale.shape[1] : 0;
-            if (groups < 1 || k % groups != 0 || (k / groups) % 2 != 0) {
-              TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s
-                                        << " group scale has shape " << ShapeStr(scale.shape)
-                                        << "; expected [N, K/G, 1] with an even G dividing K="
-                                        << k;
-            }
-            ExpectShape(p, s, "group scale", scale, {n, groups, 1});
-            const View& zp = value(st.zero_point);
-            ExpectDType(p, s, "zero point", zp, kFloat32);
-            const bool zp_per_group = !zp.shape.empty();
-            if (zp_per_group) ExpectShape(p, s, "zero point", zp, {n, groups, 1});
-            if (few_rows) {
-              fused.q4 = static_cast<const uint8_t*>(b.data);
-              fused.group_scale = Floats(scale);
-              fused.zero_point = Floats(zp);
-              fused.zp_per_group = zp_per_group;
-              fused.group_size = k / groups;
-              DequantGemmRows(fused);
-              fused_done = true;
-            } else {
-              DequantizePackedInt4(static_cast<const uint8_t*>(b.data), Floats(zp),
-                                   zp_per_group, Floats(scale), n, groups, k / groups,
-                                   dequantized.data());
-            }
-          }
-          weight = dequantized.data();
-        }
-        if (!fused_done) {
-          GemmArgs g;
-          g.a_shape = a.shape;
-          g.b_shape = b_logical;
-          g.c_shape = c_shape;
-          g.b_transposed = st.rhs_transposed;
-          g.epilogue = st.epilogue;
-          g.a = Floats(a);
-          g.b = static_cast<const float*>(weight);
-          g.c = static_cast<float*>(c.data);
-          g.bias = bias;
-          gemm_.Run(g);
-        }
-      }
-      produced[s] = c;
-      if (charging) {
-        LedgerEntry e;
-        e.call_index = call_index;
-        e.program = program_index;
-        e.step = static_cast<uint32_t>(s);
-        e.tag = ledger_.CurrentTag();
-        e.shape = ShapeKey(st, c_shape, k, scale_b_elems);
-        if (e.shape.batch > 0 && e.shape.m > 0 && e.shape.n > 0 && e.shape.k > 0) {
-          try {
-            e.cost = costs_.Get(e.shape);
-          } catch (const std::exception& err) {
-            TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s << " ("
-                                      << st.name << "): the cost model refused the call: "
-                                      << err.what();
-          }
-        }
-        entries.push_back(std::move(e));
-      }
+    return frame;
+  }
+
+  // A step's value goes straight into the first output that returns it; the others are
+  // held in scratch memory for the steps that read them.
+  void Plan(const Program& p, Frame* frame) const {
+    frame->produced.resize(p.steps.size());
+    frame->scratch.resize(p.steps.size());
+    frame->output_of_step.assign(p.steps.size(), -1);
+    for (size_t o = p.outputs.size(); o-- > 0;) {
+      frame->output_of_step[-p.outputs[o].source - 1] = static_cast<int>(o);
     }
-    // A value returned more than once was written into its first output; copy the rest.
-    for (size_t o = 0; o < n_out; ++o) {
+  }
+
+  // Checks step s's operands, computes it into its destination, and says what it ran.
+  StepShape RunStep(const Program& p, size_t s, Frame* frame) {
+    const Step& st = p.steps[s];
+    const View& a = frame->Value(st.lhs);
+    const View& b = frame->Value(st.rhs);
+    ExpectDType(p, s, "lhs", a, st.kind == StepKind::kInt8 ? kInt8 : kFloat32);
+    ExpectDType(p, s, "rhs", b,
+                st.kind == StepKind::kFloat           ? kFloat32
+                : st.kind == StepKind::kDequantGroup ? kUInt8
+                                                     : kInt8);
+    // The weight of a quantized step is [N, K] (packed int4: [N, K/2]), used transposed.
+    std::vector<int64_t> b_logical = b.shape;
+    if (st.kind == StepKind::kDequantGroup) {
+      if (b.shape.size() != 2) {
+        TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s
+                                  << " packed int4 weight has shape " << ShapeStr(b.shape)
+                                  << "; expected [N, K/2]";
+      }
+      b_logical = {b.shape[0], 2 * b.shape[1]};
+    }
+    StepShape shape;
+    shape.c_shape = OutputShape(p, s, a, b_logical);
+    shape.k = a.shape.back();
+    View c;
+    c.shape = shape.c_shape;
+    c.dtype = kFloat32;
+    const int out = frame->output_of_step[s];
+    if (out >= 0) {
+      const View& dest = frame->outputs[out];
+      if (dest.shape != c.shape) {
+        TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": output " << out
+                                  << " has shape " << ShapeStr(dest.shape) << " but step " << s
+                                  << " (" << st.name << ") produces " << ShapeStr(c.shape);
+      }
+      c.data = dest.data;
+    } else {
+      frame->scratch[s].resize(Numel(c.shape));
+      c.data = frame->scratch[s].data();
+    }
+    const float* bias =
+        st.has_bias ? CheckBias(p, s, frame->Value(st.bias), c.shape.back()) : nullptr;
+    if (st.has_scale_b) shape.scale_elements = Numel(frame->Value(st.scale_b).shape);
+    if (st.kind == StepKind::kInt8) {
+      RunInt8Step(p, s, a, b, frame->Value(st.scale_a), frame->Value(st.scale_b), bias, c);
+    } else if (st.kind == StepKind::kFloat) {
+      RunFloatGemm(st, a, Floats(b), b_logical, bias, c);
+    } else {
+      RunWeightOnlyStep(p, s, *frame, a, b, b_logical, bias, c);
+    }
+    frame->produced[s] = c;
+    return shape;
+  }
+
+  void RunFloatGemm(const Step& st, const View& a, const float* b,
+                    const std::vector<int64_t>& b_shape, const float* bias, const View& c) {
+    GemmArgs g;
+    g.a_shape = a.shape;
+    g.b_shape = b_shape;
+    g.c_shape = c.shape;
+    g.b_transposed = st.rhs_transposed;
+    g.epilogue = st.epilogue;
+    g.a = Floats(a);
+    g.b = b;
+    g.c = static_cast<float*>(c.data);
+    g.bias = bias;
+    gemm_.Run(g);
+  }
+
+  // A weight-only quantized step: a decode step's few rows read the weight once, in its
+  // stored width; more rows dequantize it to float32 for the float GEMM.
+  void RunWeightOnlyStep(const Program& p, size_t s, const Frame& frame, const View& a,
+                         const View& b, const std::vector<int64_t>& b_logical,
+                         const float* bias, const View& c) {
+    const Step& st = p.steps[s];
+    const int64_t n = c.shape.back(), k = a.shape.back();
+    DequantRowsArgs w = WeightOperands(p, s, frame, b, n, k);
+    w.rows = Numel(c.shape) / std::max<int64_t>(n, 1);
+    if (w.rows <= kMaxDequantRows && st.rhs_transposed && b.shape.size() == 2 &&
+        Numel(a.shape) == w.rows * k) {
+      w.a = Floats(a);
+      w.bias = bias;
+      w.epilogue = st.epilogue;
+      w.c = static_cast<float*>(c.data);
+      DequantGemmRows(w);
+      return;
+    }
+    std::vector<float> weight(Numel(b_logical));
+    if (w.q8 != nullptr) {
+      DequantizeChannel(w.q8, w.channel_scale, n, k, weight.data());
+    } else {
+      DequantizePackedInt4(w.q4, w.zero_point, w.zp_per_group, w.group_scale, n,
+                           k / w.group_size, w.group_size, weight.data());
+    }
+    RunFloatGemm(st, a, weight.data(), b_logical, bias, c);
+  }
+
+  // The checked storage, scales and zero point of a weight-only quantized step's weight
+  // [N, K] (int8, or packed int4 [N, K/2]), as the dequantizing kernels take them.
+  DequantRowsArgs WeightOperands(const Program& p, size_t s, const Frame& frame, const View& b,
+                                 int64_t n, int64_t k) const {
+    const Step& st = p.steps[s];
+    const View& scale = frame.Value(st.scale_b);
+    ExpectDType(p, s, "weight scale", scale, kFloat32);
+    DequantRowsArgs w;
+    w.n = n;
+    w.k = k;
+    if (st.kind == StepKind::kDequantChannel) {
+      ExpectShape(p, s, "weight scale", scale, {n});
+      w.q8 = static_cast<const int8_t*>(b.data);
+      w.channel_scale = Floats(scale);
+      return w;
+    }
+    const int64_t groups = scale.shape.size() == 3 ? scale.shape[1] : 0;
+    if (groups < 1 || k % groups != 0 || (k / groups) % 2 != 0) {
+      TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s
+                                << " group scale has shape " << ShapeStr(scale.shape)
+                                << "; expected [N, K/G, 1] with an even G dividing K=" << k;
+    }
+    ExpectShape(p, s, "group scale", scale, {n, groups, 1});
+    const View& zp = frame.Value(st.zero_point);
+    ExpectDType(p, s, "zero point", zp, kFloat32);
+    w.zp_per_group = !zp.shape.empty();
+    if (w.zp_per_group) ExpectShape(p, s, "zero point", zp, {n, groups, 1});
+    w.q4 = static_cast<const uint8_t*>(b.data);
+    w.group_scale = Floats(scale);
+    w.zero_point = Floats(zp);
+    w.group_size = k / groups;
+    return w;
+  }
+
+  // The ledger entry of step s: the cost model's charge of the call it made.
+  LedgerEntry ChargeStep(const Program& p, uint32_t program_index, size_t s,
+                         uint64_t call_index, const StepShape& shape) {
+    LedgerEntry e;
+    e.call_index = call_index;
+    e.program = program_index;
+    e.step = static_cast<uint32_t>(s);
+    e.tag = ledger_.CurrentTag();
+    for (int64_t d : shape.c_shape) {
+      if (d == 0) return e;  // an empty GEMM: nothing to charge
+    }
+    if (shape.k == 0) return e;
+    try {
+      e.charge = costs_.Get(StepCall(p.steps[s], shape.c_shape, shape.k, shape.scale_elements));
+    } catch (const std::exception& err) {
+      TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s << " ("
+                                << p.steps[s].name << "): the cost model refused the call: "
+                                << err.what();
+    }
+    return e;
+  }
+
+  // A value returned more than once was written into its first output; copy the rest.
+  void CopyRepeatedOutputs(const Program& p, const Frame& frame) const {
+    for (size_t o = 0; o < p.outputs.size(); ++o) {
       const int64_t step = -p.outputs[o].source - 1;
-      if (output_of_step[step] == static_cast<int>(o)) continue;
-      if (outputs[o].shape != produced[step].shape) {
+      if (frame.output_of_step[step] == static_cast<int>(o)) continue;
+      const View& value = frame.produced[step];
+      if (frame.outputs[o].shape != value.shape) {
         TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": output " << o << " has shape "
-                                  << ShapeStr(outputs[o].shape) << " but step " << step
-                                  << " produces " << ShapeStr(produced[step].shape);
+                                  << ShapeStr(frame.outputs[o].shape) << " but step " << step
+                                  << " produces " << ShapeStr(value.shape);
       }
-      std::copy_n(Floats(produced[step]), Numel(produced[step].shape),
-                  static_cast<float*>(outputs[o].data));
+      std::copy_n(Floats(value), Numel(value.shape), static_cast<float*>(frame.outputs[o].data));
     }
-    if (charging) ledger_.Append(&entries);
   }
 
   void RunInt8Step(const Program& p, size_t s, const View& a, const View& b, const View& sa,
@@ -358,33 +390,6 @@ class TenetModuleObj : public ffi::ModuleObj {
                                 << ShapeStr(v.shape) << "; expected " << ShapeStr(want);
     }
   }
-
-  // Charged sizes: the element widths of the step's scheme, its scales as side data read
-  // once (float16, as MLC-LLM, GPTQ and AWQ store them), and the non-MAC work the scheme
-  // adds: one multiply per weight to dequantize it, or for int8 GEMMs the on-chip
-  // max-abs reduction and quantization of the activation (2 ops per element) and the
-  // dequantization of the output (1 op per element).
-  GemmWorkload ShapeKey(const Step& st, const std::vector<int64_t>& c_shape, int64_t k,
-                   int64_t scale_b_elems) const {
-    GemmWorkload key;
-    key.batch = 1;
-    for (size_t i = 0; i + 2 < c_shape.size(); ++i) key.batch *= c_shape[i];
-    key.m = c_shape[c_shape.size() - 2];
-    key.n = c_shape.back();
-    key.k = k;
-    key.bits_a = st.bits_a;
-    key.bits_b = st.bits_b;
-    key.bits_c = st.bits_c;
-    key.extra_read_bits = scale_b_elems * kScaleBits;
-    if (st.kind == StepKind::kDequantChannel || st.kind == StepKind::kDequantGroup) {
-      key.extra_ops = key.n * key.k;
-    } else if (st.kind == StepKind::kInt8) {
-      key.extra_ops = key.batch * key.m * (2 * key.k + key.n);
-    }
-    return key;
-  }
-
-  std::string LedgerJson() const;
 
   View CheckTensor(const Program& p, ffi::AnyView arg, const TensorSpec& spec,
                    const std::string& what) {
@@ -489,76 +494,6 @@ class TenetModuleObj : public ffi::ModuleObj {
   Ledger ledger_;
   std::atomic<bool> charging_{true};
 };
-
-void WriteMetrics(std::ostream& os, const Metrics& m) {
-  os << "{\"macs\":" << m.macs << ",\"cycles\":" << m.cycles
-     << ",\"compute_cycles\":" << m.compute_cycles << ",\"stall_cycles\":" << m.stall_cycles
-     << ",\"time_steps\":" << m.time_steps << ",\"active_pes\":" << m.active_pes
-     << ",\"num_pes\":" << m.num_pes << ",\"avg_active_pes\":" << m.avg_active_pes
-     << ",\"ingress_delay\":" << m.ingress_delay << ",\"egress_delay\":" << m.egress_delay
-     << ",\"compute_delay\":" << m.compute_delay
-     << ",\"compute_delay_exact\":" << m.compute_delay_exact << ",\"delay\":" << m.delay
-     << ",\"folds\":" << m.folds << ",\"offchip_read_bits\":" << m.offchip_read_bits
-     << ",\"offchip_write_bits\":" << m.offchip_write_bits
-     << ",\"pe_utilization\":" << m.pe_utilization
-     << ",\"bandwidth_bits_per_cycle\":" << m.bandwidth_bits_per_cycle
-     << ",\"latency_us\":" << m.latency_us << ",\"tensors\":{";
-  bool first = true;
-  for (const auto& kv : m.tensors) {
-    const TensorMetrics& t = kv.second;
-    os << (first ? "" : ",") << '"' << kv.first << "\":{\"is_write\":"
-       << (t.is_write ? "true" : "false") << ",\"bits\":" << t.bits << ",\"total\":" << t.total
-       << ",\"unique\":" << t.unique << ",\"reuse_factor\":" << t.reuse_factor
-       << ",\"spatial_reuse\":" << t.spatial_reuse << ",\"temporal_reuse\":" << t.temporal_reuse
-       << ",\"offchip_elements\":" << t.offchip_elements << ",\"offchip_bits\":" << t.offchip_bits
-       << '}';
-    first = false;
-  }
-  os << "}}";
-}
-
-// Entries refer to a table of distinct costs (a model calls few shapes many times), and to
-// the functions and steps by index, so a long ledger stays small.
-std::string TenetModuleObj::LedgerJson() const {
-  std::vector<LedgerEntry> entries = ledger_.Snapshot();
-  std::ostringstream os;
-  os.precision(17);
-  os << "{\"hardware\":" << JsonString(costs_.hardware().name)
-     << ",\"dataflow\":" << JsonString(costs_.dataflow().name)
-     << ",\"clock_ghz\":" << costs_.hardware().clock_ghz << ",\"tags\":[";
-  std::vector<std::string> tags = ledger_.Tags();
-  for (size_t i = 0; i < tags.size(); ++i) os << (i ? "," : "") << JsonString(tags[i]);
-  os << "],\"functions\":[";
-  for (size_t i = 0; i < descriptor_.programs.size(); ++i) {
-    const Program& p = descriptor_.programs[i];
-    os << (i ? "," : "") << "{\"symbol\":" << JsonString(p.symbol) << ",\"steps\":[";
-    for (size_t s = 0; s < p.steps.size(); ++s) {
-      os << (s ? "," : "") << "{\"pattern\":" << JsonString(p.steps[s].pattern)
-         << ",\"name\":" << JsonString(p.steps[s].name)
-         << ",\"scheme\":" << JsonString(p.steps[s].scheme) << '}';
-    }
-    os << "]}";
-  }
-  os << "],\"costs\":[";
-  std::unordered_map<const Metrics*, size_t> cost_ids;
-  for (const LedgerEntry& e : entries) {
-    if (!e.cost || cost_ids.count(e.cost.get())) continue;
-    os << (cost_ids.empty() ? "" : ",");
-    WriteMetrics(os, *e.cost);
-    cost_ids.emplace(e.cost.get(), cost_ids.size());
-  }
-  os << "],\"entries\":[";
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const LedgerEntry& e = entries[i];
-    os << (i ? "," : "") << '[' << e.call_index << ',' << e.program << ',' << e.step << ','
-       << e.tag << ',' << e.shape.batch << ',' << e.shape.m << ',' << e.shape.n << ','
-       << e.shape.k << ',' << e.shape.bits_a << ',' << e.shape.bits_b << ',' << e.shape.bits_c
-       << ',' << (e.cost ? static_cast<int64_t>(cost_ids.at(e.cost.get())) : -1) << ','
-       << e.shape.extra_read_bits << ',' << e.shape.extra_ops << ']';
-  }
-  os << "]}";
-  return os.str();
-}
 
 ffi::Module CreateTenetModule(const std::string& descriptor) {
   return ffi::Module(ffi::make_object<TenetModuleObj>(ParseDescriptor(descriptor)));

@@ -34,24 +34,27 @@ def test_preset_fields_and_tiling():
 @settings(max_examples=50, deadline=None)
 @given(rows=st.integers(1, 64), cols=st.integers(1, 64),
        bw=st.floats(1e-3, 1e9, allow_nan=False), lat=st.floats(0, 1e4, allow_nan=False),
-       clock=st.floats(1e-3, 10), mpc=st.integers(1, 8),
+       clock=st.floats(1e-3, 10),
+       mpc=st.one_of(st.integers(1, 8), st.dictionaries(st.sampled_from([4, 8, 16]),
+                                                        st.integers(1, 8), min_size=1)),
        preset=st.sampled_from(["os", "ws", "is"]), tile=st.one_of(st.none(), st.integers(1, 99)),
        name=st.text(max_size=12))
-def test_config_round_trip(rows, cols, bw, lat, clock, mpc, preset, tile, name):
+def test_accelerator_round_trip(rows, cols, bw, lat, clock, mpc, preset, tile, name):
     hw = cm.Hardware(pe_domain=f"{{PE[p,q]: 0<=p<{rows} and 0<=q<{cols}}}",
                      interconnect="{PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}",
                      bandwidth_bits=bw, avg_latency=lat, clock_ghz=clock,
                      macs_per_pe_per_cycle=mpc, name=name)
     key = {"os": "k", "ws": "m", "is": "n"}[preset]
     df = cm.Dataflow.preset(preset, rows=rows, cols=cols, **({key: tile} if tile else {}))
-    text = cm.serialize_config(hw, df)
-    hw2, df2 = cm.parse_config(text)
+    text = cm.serialize_accelerator(name or "acc", hw, df)
+    name2, hw2, df2 = cm.parse_accelerator(text)
+    assert name2 == (name or "acc")
     for f in ["name", "pe_domain", "interconnect", "bandwidth_bits", "avg_latency", "clock_ghz",
               "l1_bytes", "l2_bytes", "macs_per_pe_per_cycle"]:
         assert getattr(hw2, f) == getattr(hw, f), f
     for f in ["name", "space", "time", "preset_name", "rows", "cols", "tiling"]:
         assert getattr(df2, f) == getattr(df, f), f
-    assert cm.serialize_config(hw2, df2) == text
+    assert cm.serialize_accelerator(name2, hw2, df2) == text
 
 
 def test_threads_agree_with_serial():
@@ -98,12 +101,13 @@ def test_general_statement_api():
     assert (r.tensors["Y"].unique, r.tensors["Y"].spatial_reuse) == (6, 18 / 24)
 
 
-def test_config_round_trip_keeps_subnormal_and_odd_values():
+def test_accelerator_round_trip_keeps_subnormal_and_odd_values():
     hw = cm.Hardware(pe_domain="{PE[p]: 0<=p<3}", interconnect="{PE[p]->PE[p-1]}",
                      bandwidth_bits=0.1, avg_latency=2.2250738585069563e-311,
-                     name="odd\nname=with\\escapes")
-    df = cm.Dataflow(space="{S[i]->PE[i%3]}", time="{S[i]->T[floor(i/3)]}", name="x=y")
-    hw2, df2 = cm.parse_config(cm.serialize_config(hw, df))
+                     name='odd\nname="with\\escapes\u00e9')
+    df = cm.Dataflow(space="{S[i,j,k]->PE[i%3]}", time="{S[i,j,k]->T[floor(i/3),j,k]}",
+                     name="x=y")
+    _, hw2, df2 = cm.parse_accelerator(cm.serialize_accelerator("a", hw, df))
     assert (hw2.avg_latency, hw2.bandwidth_bits, hw2.name) == (hw.avg_latency, 0.1, hw.name)
     assert (df2.name, df2.space, df2.time) == (df.name, df.space, df.time)
 

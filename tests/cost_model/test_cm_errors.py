@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from tenet_byoc import cost_model as cm
@@ -123,5 +126,41 @@ def test_tenet_text_formats():
         cm.parse_tenet_statement("2 1\n{S[i]: 0<=i<4}\n{S[i]->A[i]}\n")
     with pytest.raises(ValueError, match="cannot read file"):
         cm.load_tenet("/nonexistent.p", "/nonexistent.m", "/nonexistent.s")
-    with pytest.raises(ValueError, match="must start with 'tenet-config 1'"):
-        cm.parse_config("hello")
+    with pytest.raises(ValueError, match="JSON at character 0: unexpected character 'h'"):
+        cm.parse_accelerator("hello")
+
+
+def test_accelerator_json_errors_name_the_field():
+    good = json.loads(cm.serialize_accelerator("a", HW, cm.Dataflow.preset("os", 4, 4)))
+
+    def parse(edit):
+        doc = json.loads(json.dumps(good))
+        edit(doc)
+        return cm.parse_accelerator(json.dumps(doc))
+
+    cases = [
+        (lambda d: d["hardware"].pop("clock_ghz"), "accelerator.hardware has no field 'clock_ghz'"),
+        (lambda d: d["dataflow"].update(speed=3), "accelerator.dataflow has an unknown field 'speed'"),
+        (lambda d: d["hardware"].update(l1_bytes=2.5), "accelerator.hardware.l1_bytes must be an int"),
+        (lambda d: d["hardware"].update(bandwidth_bits="fast"),
+         "accelerator.hardware.bandwidth_bits must be a number"),
+        (lambda d: d["hardware"].update(macs_per_pe_per_cycle={"128": 2}),
+         "key '128' is not an operand width in 1..64 bits"),
+        (lambda d: d["hardware"].update(bandwidth_bits=-1), "bandwidth_bits must be a positive"),
+        (lambda d: d["dataflow"].update(space="{S[i,j,k]->PE[i%8, j%8]}"),
+         "accelerator 'a': dataflow 'os_4x4' does not run on hardware"),
+        (lambda d: d.update(name=""), "Accelerator.name must not be empty"),
+    ]
+    for edit, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse(edit)
+    with pytest.raises(ValueError, match="JSON at character 7: expected a string"):
+        cm.parse_accelerator('{"a":1,}')
+
+
+def test_mac_rate_table_is_checked():
+    ic = "{PE[p]->PE[p-1]}"
+    with pytest.raises(ValueError, match=r"macs_per_pe_per_cycle\[8\] must be a positive"):
+        cm.Hardware(pe_domain="{PE[p]: 0<=p<4}", interconnect=ic, macs_per_pe_per_cycle={8: 0})
+    with pytest.raises(ValueError, match="must be an int or a dict"):
+        cm.Hardware(pe_domain="{PE[p]: 0<=p<4}", interconnect=ic, macs_per_pe_per_cycle=2.5)

@@ -119,3 +119,34 @@ def test_exact_compute_delay_with_unequal_work_by_hand():
     hw1 = cm.Hardware(pe_domain="{PE[p]: 0<=p<2}", interconnect="{PE[p]->PE[p-1]}")
     with pytest.raises(ValueError, match=r"puts 2 instances on PE\[0\] at T\[0\]"):
         cm.analyze_gemm(3, 1, 2, hw1, df)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 20), n=st.integers(1, 20), k=st.integers(1, 40),
+       rows=st.integers(1, 6), cols=st.integers(1, 6), preset=st.sampled_from(["os", "ws", "is"]),
+       rate=st.integers(2, 8), bits=st.sampled_from([4, 8, 16]))
+def test_mac_rate_by_width_is_a_packed_gemm(m, n, k, rows, cols, preset, rate, bits):
+    """At rate r a preset runs the GEMM with ceil(K/r) packed elements of r x bits; the
+    report is per element. The reference is that packed GEMM at 1 MAC per cycle."""
+    table = cm.Hardware.systolic(rows, cols, bandwidth_bits=64,
+                                 macs_per_pe_per_cycle={bits: rate})
+    one = cm.Hardware.systolic(rows, cols, bandwidth_bits=64)
+    df = cm.Dataflow.preset(preset, rows=rows, cols=cols)
+    kp = -(-k // rate)
+    got = cm.analyze_gemm(m, n, k, table, df, bits=bits, extra_ops=7)
+    packed = cm.analyze_gemm(m, n, kp, one, df, bits_a=bits * rate, bits_b=bits * rate,
+                             bits_c=bits, extra_ops=7)
+    assert got.macs == m * n * k and got.macs_per_pe_per_cycle == rate
+    for f in ("cycles", "compute_cycles", "stall_cycles", "time_steps", "folds",
+              "offchip_read_bits", "offchip_write_bits"):
+        assert getattr(got, f) == getattr(packed, f), f
+    for t in ("A", "B"):
+        assert got.tensors[t].unique == rate * packed.tensors[t].unique
+        assert got.tensors[t].bits == bits
+    assert got.tensors["C"].unique == packed.tensors["C"].unique
+    assert got.pe_utilization == pytest.approx(got.macs / (got.cycles * rows * cols * rate))
+    # A width the table does not list runs at 1 MAC per cycle; enumeration agrees.
+    assert cm.analyze_gemm(m, n, k, table, df, bits=32).cycles == cm.analyze_gemm(
+        m, n, k, one, df, bits=32).cycles
+    assert_same(got, cm.analyze_gemm(m, n, k, table, df, bits=bits, extra_ops=7,
+                                     method="enumerate"), "rate table")

@@ -139,7 +139,8 @@ def test_roofline_never_beaten_random_hardware():
     for _ in range(200):
         rows, cols = rng.randint(1, 16), rng.randint(1, 16)
         name = rng.choice(["os", "ws", "is"])
-        mpc = rng.choice([1, 2, 4])
+        # One rate for every width, or a rate table by width (base 1 for other ops).
+        mpc = rng.choice([1, 2, 4, {16: 2, 8: 4, 4: 8}])
         hw = cm.Hardware.systolic(rows, cols, macs_per_pe_per_cycle=mpc)
         df = cm.Dataflow.preset(name, rows=rows, cols=cols)
         M, N, K = (rng.randint(1, 3000) for _ in range(3))
@@ -165,7 +166,9 @@ def test_roofline_never_beaten_random_hardware():
         except ValueError as e:
             assert "use smaller tiles" in str(e)
             continue
-        roof = cm.roofline_cycles(M, N, K, rows * cols, mpc, mem, **kw)
+        rate = hw.macs_per_pe_per_cycle_at(max(bits_a, bits_b))
+        base = 1 if isinstance(mpc, dict) else mpc
+        roof = cm.roofline_cycles(M, N, K, rows * cols, rate, mem, ops_per_pe_per_cycle=base, **kw)
         assert got.roofline_cycles == roof
         assert got.cycles >= roof, (SEED, M, N, K, rows, cols, name, mapping, mem)
         assert got.dram_read_bits + got.dram_write_bits >= got.compulsory_dram_bits

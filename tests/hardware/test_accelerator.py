@@ -31,7 +31,7 @@ def test_from_tenet_files_charges_as_the_cost_model(rng):
     assert acc.hardware.bandwidth_bits == hw.bandwidth_bits
     assert (acc.dataflow.space, acc.dataflow.time) == (df.space, df.time)
     vm = relax.VirtualMachine(
-        tenet_byoc.build(matmul_module((20, 12), (12, 9)), hardware=acc), tvm.cpu()
+        tenet_byoc.build(matmul_module((20, 12), (12, 9)), accelerator=acc), tvm.cpu()
     )
     vm["main"](*[tvm.runtime.tensor(rng.standard_normal(s).astype("float32"))
                  for s in [(20, 12), (12, 9)]])
@@ -51,7 +51,7 @@ def test_totals_count_pes_at_their_precision_rate(rng):
     mod = matmul_module((16, 64), (16, 64), transposed=True)
     w = rng.standard_normal((16, 64)).astype("float32")
     qmod = quantize(relax.transform.BindParams("main", {"w": w})(mod), "w8a8_per_tensor")
-    vm = relax.VirtualMachine(tenet_byoc.build(qmod, hardware="os16_mp"), tvm.cpu())
+    vm = relax.VirtualMachine(tenet_byoc.build(qmod, accelerator="os16_mp"), tvm.cpu())
     for _ in range(3):
         vm["main"](tvm.runtime.tensor(rng.standard_normal((16, 64)).astype("float32")))
     ledger = tenet_byoc.ledger(vm)

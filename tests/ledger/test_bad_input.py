@@ -15,7 +15,7 @@ from tenet_byoc.models.mlp import mlp_module
 
 def test_unknown_preset_name():
     with pytest.raises(ValueError, match=r"unknown accelerator preset 'os17'; available: .*os16"):
-        tenet_byoc.build(mlp_module(), hardware="os17")
+        tenet_byoc.build(mlp_module(), accelerator="os17")
 
 
 def test_dataflow_mapping_outside_the_array():
@@ -61,3 +61,11 @@ def test_profile_on_a_vm_made_without_profile():
     vm = tenet_byoc.VirtualMachine(ex, tvm.cpu())
     with pytest.raises(AttributeError, match="profile=False"):
         vm.profile("main", None)
+
+
+def test_hardware_argument_is_the_deprecated_name_of_accelerator():
+    mod = mlp_module()
+    with pytest.warns(DeprecationWarning, match=r"build\(hardware=...\) is deprecated"):
+        tenet_byoc.build(mod, hardware="os16_mp")
+    with pytest.raises(TypeError, match="pass accelerator= only"):
+        tenet_byoc.build(mod, accelerator="os16", hardware="os16")

@@ -27,13 +27,15 @@ def test_layer_names_come_from_weight_names():
 
     cfg = gpt2.GPT2Config.preset("tiny")
     runner = gpt2.GPT2Runner(cfg, gpt2.random_params(cfg), build=tenet_byoc.build)
+    tenet_byoc.set_phase(runner.vm, "prefill")
     _, cache = runner.prefill([1, 2, 3])
+    tenet_byoc.set_phase(runner.vm, "decode")
     runner.decode(4, cache)
     entries = tenet_byoc.ledger(runner.vm).entries
     per_block = ["attn.c_attn", "output", "output", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
     per_phase = per_block * cfg.n_layer + ["wte"]
     assert [e.name for e in entries] == per_phase * 2
-    # The runner tags each phase; decode's attention sees the 3 cached tokens plus its own.
+    # Decode's attention sees the 3 cached tokens plus its own.
     assert [e.phase for e in entries] == ["prefill"] * len(per_phase) + ["decode"] * len(per_phase)
     qk = [e for e in entries if e.phase == "decode" and e.name == "output" and e.k == cfg.head_dim]
     assert {(e.batch, e.m, e.n) for e in qk} == {(cfg.n_head, 1, 4)}

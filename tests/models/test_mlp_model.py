@@ -10,17 +10,19 @@ import pytest
 import tvm
 from tvm import relax
 
-from tenet_byoc.models.mlp import (
-    PARAM_SHAPES,
+from tenet_byoc.experiments.data import (
     load_fashion_mnist,
-    mlp_accuracy,
-    mlp_module,
-    mlp_numpy,
     prepare_mlp,
-    random_mlp_params,
     read_idx,
     synthetic_fashion_mnist,
     train_mlp,
+)
+from tenet_byoc.models.mlp import (
+    PARAM_SHAPES,
+    mlp_accuracy,
+    mlp_module,
+    mlp_numpy,
+    random_mlp_params,
 )
 
 

@@ -78,12 +78,12 @@ def test_rows_agree_with_ledger_and_call_counts(mlp):
     assert {r.name for r in tenet_rows} == {e.symbol for e in timed}
     for row in tenet_rows:
         mine = [e for e in timed if e.symbol == row.name]
-        assert row.macs == sum(e.macs for e in mine)
-        assert row.cycles == sum(e.cycles for e in mine)
-        assert row.offchip_bytes == sum(e.offchip_bytes for e in mine)
-        assert row.latency_us == pytest.approx(sum(e.latency_us for e in mine))
+        assert row.cost.macs == sum(e.macs for e in mine)
+        assert row.cost.cycles == sum(e.cycles for e in mine)
+        assert row.cost.offchip_bytes == sum(e.offchip_bytes for e in mine)
+        assert row.cost.latency_us == pytest.approx(sum(e.latency_us for e in mine))
     total = report.sum_row()
-    assert total.macs == sum(e.macs for e in timed) == 2 * (128 * 784 + 10 * 128)
+    assert total.cost.macs == sum(e.macs for e in timed) == 2 * (128 * 784 + 10 * 128)
     # Percentages of the top-level calls sum to 100; durations are positive.
     assert sum(r.percent for r in report.calls if r.depth == 0) == pytest.approx(100.0)
     assert all(r.duration_us > 0 for r in report.calls)
@@ -99,12 +99,12 @@ def test_csv_and_json_parse_back(mlp):
     assert [int(r["Count"]) for r in rows] == [r.count for r in agg]
     for r, row in zip(rows, agg, strict=True):
         assert float(r["Duration (us)"]) == pytest.approx(row.duration_us)
-        assert (int(r["MACs"]) == row.macs) if row.is_tenet else r["MACs"] == ""
+        assert (int(r["MACs"]) == row.cost.macs) if row.is_tenet else r["MACs"] == ""
     doc = json.loads(report.json())
     assert doc["function"] == "main"
     assert len(doc["calls"]) == len(report.calls)
     assert [c["Name"] for c in doc["calls"]] == [r.name for r in report.calls]
-    assert sum(c["MACs"] or 0 for c in doc["calls"]) == report.sum_row().macs
+    assert sum(c["MACs"] or 0 for c in doc["calls"]) == report.sum_row().cost.macs
     per_call = report.table(aggregate=False)
     assert len(per_call.splitlines()) > len(report.table(aggregate=True).splitlines()) - 1
 
@@ -126,7 +126,7 @@ def test_gpt2_prefill_report_has_every_offloaded_call():
     ids = tvm.runtime.tensor(np.arange(5, dtype="int32").reshape(1, 5))
     weights = [tvm.runtime.tensor(v) for v in params.values()]
     report = vm.profile("prefill", ids, *weights)
-    assert report.sum_row().macs == sum(
+    assert report.sum_row().cost.macs == sum(
         e.macs for r in report.calls for e in r.entries)
     tenet_calls = [r for r in report.calls if r.is_tenet]
     assert len(tenet_calls) == 6 * config.n_layer + 1
@@ -167,7 +167,7 @@ def test_nested_calls_are_inside_their_caller():
             if r.depth == 0:
                 break
             children.append(r)
-        assert [r.macs for r in children if r.is_tenet] == [4 * 16 * 8]
+        assert [r.cost.macs for r in children if r.is_tenet] == [4 * 16 * 8]
         assert sum(r.duration_us for r in children) <= report.calls[i].duration_us
     assert sum(r.percent for r in report.calls if r.depth == 0) == pytest.approx(100.0)
-    assert report.sum_row().macs == 2 * 4 * 16 * 8
+    assert report.sum_row().cost.macs == 2 * 4 * 16 * 8

@@ -199,7 +199,7 @@ def test_macs_per_cycle_follow_the_operand_bits(rng):
     x = rng.standard_normal((16, 64)).astype("float32")
     entries = {}
     for name in ("os16", "os16_mp"):
-        vm = relax.VirtualMachine(tenet_byoc.build(qmod, hardware=name), tvm.cpu())
+        vm = relax.VirtualMachine(tenet_byoc.build(qmod, accelerator=name), tvm.cpu())
         vm["main"](tvm.runtime.tensor(x))
         (entries[name],) = tenet_byoc.ledger(vm).entries
     assert entries["os16"].extra_ops == 2304

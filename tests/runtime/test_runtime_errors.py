@@ -92,7 +92,10 @@ def _descriptor(**overrides) -> str:
     step.update(overrides.pop("step", {}))
     func = {"symbol": "f", "inputs": [{"dtype": "float32", "ndim": 2}] * 2, "steps": [step],
             "outputs": [{"dtype": "float32", "ndim": 2, "source": -1}]}
-    doc = {"version": 1, "functions": [func], **preset("os16").descriptor_fields()}
+    doc = {"version": 2, "functions": [func], "accelerator": json.loads(preset("os16").to_json())}
+    rate = overrides.pop("macs_per_pe_per_cycle", None)
+    if rate is not None:
+        doc["accelerator"]["hardware"]["macs_per_pe_per_cycle"] = rate
     doc.update(overrides)
     return json.dumps(doc)
 
@@ -102,19 +105,23 @@ def _descriptor(**overrides) -> str:
     [
         (lambda: "{", "invalid JSON"),
         (lambda: _descriptor(version=99), "version 99 is not supported"),
-        (lambda: json.dumps({"version": 1}), "has no field"),
+        (lambda: json.dumps({"version": 2}), "has no field"),
         (lambda: _descriptor(step={"lhs": 3}), "refers to value 3"),
         (lambda: _descriptor(step={"rhs": -1}), "refers to value -1"),
         (lambda: _descriptor(step={"epilogue": "swish"}), "unknown epilogue 'swish'"),
         (lambda: _descriptor(step={"kind": "fp8"}), "unknown step kind 'fp8'"),
         (lambda: _descriptor(step={"kind": "int8"}), "has the wrong scales"),
         (lambda: _descriptor(step={"bits": [8, 0, 8]}), "bits must be integers in [1, 64]"),
-        (lambda: _descriptor(cost_config="pe_domain = {PE[p]: 0<=p<"),
-         "invalid hardware/dataflow config"),
-        (lambda: _descriptor(macs_per_cycle_by_bits={"8": 0}), "positive MAC rate"),
+        (lambda: _descriptor(accelerator={"name": "x"}), "accelerator has no field 'hardware'"),
+        (lambda: _descriptor(accelerator=preset("os16").to_json()),
+         "field 'accelerator' of the descriptor has the wrong type"),
+        (lambda: _descriptor(macs_per_pe_per_cycle={"8": 0}),
+         "Hardware.macs_per_pe_per_cycle[8] must be a positive integer"),
+        (lambda: _descriptor(macs_per_pe_per_cycle={"eight": 2}),
+         "key 'eight' is not an operand width"),
     ],
     ids=["json", "version", "fields", "forward-ref", "self-ref", "epilogue", "kind", "scales",
-         "bits", "config", "rates"],
+         "bits", "accelerator", "nested-text", "rates", "rate-key"],
 )
 def test_malformed_descriptor(text, message):
     create = tvm.get_global_func("tenet_byoc.runtime.create_module")

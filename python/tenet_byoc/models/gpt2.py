@@ -674,14 +674,6 @@ class GPT2Runner:
         self.device = tvm.cpu() if device is None else device
         self.executable = (build or build_with_tvm)(self.mod)
         self.vm = relax.VirtualMachine(self.executable, self.device)
-        # With tenet offload, ledger entries are tagged with the phase that charged them.
-        from ..ledger import set_phase, tenet_modules
-
-        try:
-            tenet_modules(self.vm)
-            self._set_phase = lambda phase: set_phase(self.vm, phase)
-        except ValueError:  # TVM's own build: no ledger
-            self._set_phase = lambda phase: None
         self._weights = (
             [] if bind_params else [tvm.runtime.tensor(v, self.device) for v in checked.values()]
         )
@@ -689,14 +681,12 @@ class GPT2Runner:
     def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
         """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens."""
         ids = check_token_ids(self.config, token_ids)
-        self._set_phase("prefill")
         logits, cache = self.vm["prefill"](tvm.runtime.tensor(ids, self.device), *self._weights)
         return logits.numpy()[0], KVCache(tuple(cache), ids.shape[1])
 
     def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
         """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache."""
         ids = check_token_ids(self.config, [token_id], past_len=cache.length)
-        self._set_phase("decode")
         logits, new = self.vm["decode"](
             tvm.runtime.tensor(ids, self.device), list(cache.tensors), *self._weights
         )

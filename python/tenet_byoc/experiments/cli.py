@@ -4,7 +4,7 @@ Examples
 --------
     tenet-byoc sweep --out results           # GPT-2 small + MLP, all schemes, os16 and ws16
     tenet-byoc sweep --quick --out results   # a shorter prompt, three schemes, one array
-    tenet-byoc run --model gpt2 --scheme w4a16_group128 --hardware ws16
+    tenet-byoc run --model gpt2 --scheme w4a16_group128 --accelerator ws16
     tenet-byoc run --model mlp --tenet-p systolic.p --tenet-m matmul_systolic_os.m
     tenet-byoc profile --model gpt2 --gpt2-config tiny --phase decode
     tenet-byoc presets
@@ -85,9 +85,9 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .hardware import DEFAULT_PRESET, PRESETS
-    from .models.gpt2 import PRESETS as GPT2_PRESETS
-    from .quantization import SCHEMES
+    from ..hardware import DEFAULT_PRESET, PRESETS
+    from ..models.gpt2 import PRESETS as GPT2_PRESETS
+    from ..quantization import SCHEMES
     from .sweep import DEFAULT_HARDWARE
 
     presets, schemes, configs = sorted(PRESETS), list(SCHEMES), list(GPT2_PRESETS)
@@ -128,12 +128,14 @@ def _parser() -> argparse.ArgumentParser:
     def hardware_options(p: argparse.ArgumentParser, *, many: bool) -> None:
         g = p.add_argument_group("accelerator")
         if many:
-            g.add_argument("--hardware", type=_names("preset", presets), metavar="LIST",
+            g.add_argument("--accelerator", "--hardware", dest="hardware",
+                           type=_names("preset", presets), metavar="LIST",
                            help=f"comma-separated presets or all (default: "
                            f"{','.join(DEFAULT_HARDWARE)}; os16 with --quick); "
                            f"available: {', '.join(presets)}")
         else:
-            g.add_argument("--hardware", type=_one("preset", presets), metavar="PRESET",
+            g.add_argument("--accelerator", "--hardware", dest="hardware",
+                           type=_one("preset", presets), metavar="PRESET",
                            help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
         g.add_argument("--tenet-p", metavar="FILE",
                        help="custom accelerator: TENET .p file (PE array, interconnect, memory)")
@@ -188,13 +190,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _tenet_accelerator(p_file: str, m_file: str):
-    from .hardware import Accelerator
+    from ..hardware import Accelerator
 
     return Accelerator.from_tenet_files(p_file, m_file)
 
 
 def _hardware(args, quick: bool = False) -> list:
-    from .hardware import DEFAULT_PRESET
+    from ..hardware import DEFAULT_PRESET
     from .sweep import DEFAULT_HARDWARE, QUICK
 
     if (args.tenet_p is None) != (args.tenet_m is None):
@@ -214,7 +216,8 @@ def _hardware(args, quick: bool = False) -> list:
 
 
 def _cases(args, models: Sequence[str], quick: bool = False) -> list:
-    from .sweep import QUICK, gpt2_case, mlp_case
+    from .cases import gpt2_case, mlp_case
+    from .sweep import QUICK
 
     cases = []
     for model in models:
@@ -258,7 +261,7 @@ def _save(result, out: str, plots: bool = True) -> list[Path]:
 
 
 def _cmd_sweep(args) -> int:
-    from .quantization import SCHEMES
+    from ..quantization import SCHEMES
     from .sweep import QUICK, sweep
 
     models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
@@ -276,7 +279,8 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from .sweep import markdown_table, sweep
+    from .results import markdown_table
+    from .sweep import sweep
 
     with _input_checks():
         hardware = _hardware(args)
@@ -313,41 +317,22 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_profile(args) -> int:
-    import numpy as np
     import tvm
 
     import tenet_byoc
 
-    from .partition import build
-    from .quantization import quantize
+    from ..partition import build
+    from ..quantization import quantize
 
-    VirtualMachine = getattr(tenet_byoc, "VirtualMachine", None)
-    if VirtualMachine is None:
-        try:
-            from .profiling import VirtualMachine
-        except ImportError:
-            print("tenet-byoc profile: error: this tenet_byoc has no profiling VirtualMachine "
-                  "(tenet_byoc.VirtualMachine, in tenet_byoc/profiling.py); install a version "
-                  "that has it", file=sys.stderr)
-            return 1
     with _input_checks():
         hardware = _hardware(args)
         if len(hardware) != 1:
-            raise _UserError("profile takes one accelerator: give --hardware or --tenet-p/-m")
+            raise _UserError("profile takes one accelerator: give --accelerator or --tenet-p/-m")
         (case,) = _cases(args, [args.model])
-    ex = build(quantize(case.module(), args.scheme), hardware=hardware[0])
-    vm = VirtualMachine(ex, tvm.cpu(), profile=True)
-    if args.model == "mlp":
-        func, fargs = "main", [tvm.runtime.tensor(case.images)]
-    else:
-        ids = case.ids.reshape(1, -1)
-        if args.phase == "prefill":
-            func, fargs = "prefill", [tvm.runtime.tensor(ids[:, : case.prompt_len])]
-        else:
-            L = case.context_len
-            _, cache = vm["prefill"](tvm.runtime.tensor(np.ascontiguousarray(ids[:, :L])))
-            func = "decode"
-            fargs = [tvm.runtime.tensor(np.ascontiguousarray(ids[:, L : L + 1])), list(cache)]
+    ex = build(quantize(case.module(), args.scheme), accelerator=hardware[0])
+    vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
+    phase = "inference" if args.model == "mlp" else args.phase
+    func, fargs = case.inputs(vm, phase)
     print(case.describe())
     report = vm.profile(func, *fargs)
     print(report)
@@ -361,20 +346,21 @@ def _cmd_profile(args) -> int:
 
 
 def _cmd_presets(args) -> int:
-    from .hardware import DEFAULT_PRESET, PRESETS
-    from .quantization import SCHEMES
-    from .sweep import markdown_table
+    from ..hardware import DEFAULT_PRESET, PRESETS
+    from ..quantization import SCHEMES
+    from .results import markdown_table
 
     rows = []
     for name in PRESETS:
         acc = PRESETS[name]()
         hw = acc.hardware
-        rates = dict(getattr(acc, "macs_per_cycle_by_bits", {}) or {})
-        rate = ", ".join(f"{r}@{b}b" for b, r in sorted(rates.items())) or "1"
+        rates = hw.macs_per_pe_per_cycle
+        rate = (", ".join(f"{r}@{b}b" for b, r in sorted(rates.items()))
+                if isinstance(rates, dict) else str(rates))
         rows.append([name + (" (default)" if name == DEFAULT_PRESET else ""), hw.num_pes,
                      acc.dataflow.name, rate, f"{hw.bandwidth_bits:g}", f"{hw.avg_latency:g}",
                      f"{hw.clock_ghz:g}", hw.l1_bytes, hw.l2_bytes])
-    print("Accelerator presets (--hardware):\n")
+    print("Accelerator presets (--accelerator):\n")
     print(markdown_table(["preset", "PEs", "dataflow", "MACs/PE/cycle", "off-chip bits/cycle",
                           "avg latency", "clock GHz", "L1 bytes", "L2 bytes"], rows))
     rows = []

@@ -10,16 +10,17 @@ import math
 import numpy as np
 import pytest
 
-from tenet_byoc.models.gpt2 import GPT2Config, gpt2_matmul_macs, gpt2_matmuls
-from tenet_byoc.models.mlp import HIDDEN, INPUT, OUTPUT
-from tenet_byoc.plots import (
+from tenet_byoc.experiments.cases import gpt2_case, mlp_case
+from tenet_byoc.experiments.plots import (
     plot_cost_vs_error,
     plot_layer_breakdown,
     plot_prefill_decode,
     save_plots,
 )
+from tenet_byoc.experiments.sweep import sweep
+from tenet_byoc.models.gpt2 import GPT2Config, gpt2_matmul_macs, gpt2_matmuls
+from tenet_byoc.models.mlp import HIDDEN, INPUT, OUTPUT
 from tenet_byoc.quantization import SCHEMES
-from tenet_byoc.sweep import gpt2_case, mlp_case, sweep
 
 TINY = GPT2Config.preset("tiny")
 P, L = 8, 12  # different, so the decode step's cache comes from an extra uncharged prefill

@@ -11,7 +11,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .sweep import LayerCost, SweepResult, SweepRow
+from .results import LayerCost, SweepResult, SweepRow
 
 # Figures are made with matplotlib's object API, not pyplot: no global backend or figure
 # state is touched, and PNGs are drawn with Agg whatever backend the caller's pyplot uses.

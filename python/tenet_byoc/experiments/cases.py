@@ -1,0 +1,290 @@
+"""The experiments' cases and their one driver.
+
+A *case* is a model with its weights and inputs (:class:`GPT2Case`, :class:`MLPCase`); it
+says which VM function and arguments each of its phases calls (:meth:`Case.inputs`) and
+what of the result is its output. :func:`run_phase` is the one place that runs a phase:
+warm-up, the charged run tagged with the phase in the ledger, further timed runs. The sweep
+and every command of the CLI go through it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir import IRModule
+
+from ..ledger import LedgerEntry, set_charging, set_phase
+
+__all__ = ["Case", "GPT2Case", "MLPCase", "PhaseOutput", "gpt2_case", "mlp_case", "run_case",
+           "run_phase"]
+
+
+@dataclass(frozen=True)
+class PhaseOutput:
+    """The output of one phase and the wall time of its charged run."""
+
+    output: np.ndarray
+    wall_s: float
+
+
+class Case(Protocol):
+    """A model with bound weights and fixed inputs, run the same way under every scheme."""
+
+    model: str
+    phases: tuple[str, ...]
+
+    def module(self) -> IRModule: ...
+
+    def inputs(self, vm: relax.VirtualMachine, phase: str) -> tuple[str, list]:
+        """The VM function a phase calls and its arguments (state such as a KV cache is
+        made on ``vm`` with charging off)."""
+        ...
+
+    def output(self, phase: str, result: Any) -> np.ndarray:
+        """The phase's output (logits, class scores) from what its function returned."""
+        ...
+
+    def tokens(self, phase: str) -> int: ...
+
+    def layer_names(self, phase: str, entries: list[LedgerEntry]) -> list[str]: ...
+
+    def is_weight(self, layer: str) -> bool: ...
+
+    def accuracy(self, phase: str, output: np.ndarray) -> float | None: ...
+
+    def describe(self) -> str: ...
+
+
+def run_phase(vm: relax.VirtualMachine, phase: str, func: str, args: list,
+              repeats: int = 1) -> tuple[Any, float]:
+    """Run ``func`` once uncharged (warm-up), once charged and tagged ``phase`` in the ledger,
+    then ``repeats - 1`` more times uncharged; return the charged run's result and the median
+    time of the timed runs."""
+    set_charging(vm, False)
+    try:
+        vm[func](*args)
+        set_phase(vm, phase)
+        set_charging(vm, True)
+        start = time.perf_counter()
+        out = vm[func](*args)
+        times = [time.perf_counter() - start]
+        set_charging(vm, False)
+        for _ in range(repeats - 1):
+            start = time.perf_counter()
+            vm[func](*args)
+            times.append(time.perf_counter() - start)
+    finally:
+        set_charging(vm, True)
+    return out, statistics.median(times)
+
+
+def run_case(case: Case, vm: relax.VirtualMachine, repeats: int = 1) -> dict[str, PhaseOutput]:
+    """Every phase of ``case`` on ``vm`` through :func:`run_phase`."""
+    outputs = {}
+    for phase in case.phases:
+        func, args = case.inputs(vm, phase)
+        result, wall = run_phase(vm, phase, func, args, repeats)
+        outputs[phase] = PhaseOutput(case.output(phase, result), wall)
+    return outputs
+
+
+def _check_lengths(config, prompt_len: int, context_len: int) -> None:
+    for name, value, top in (("prompt_len", prompt_len, config.n_positions),
+                             ("context_len", context_len, config.n_positions - 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ValueError(
+                f"{name}={value!r} must be an integer in [1, {top}] for GPT-2 "
+                f"{config.name} (n_positions={config.n_positions})"
+            )
+
+
+class GPT2Case:
+    """GPT-2: a prefill of ``prompt_len`` tokens and one decode step at ``context_len``.
+
+    The decode step attends to a cache of ``context_len`` tokens made by the same build
+    (so quantization error accumulates as it would in generation), made by an uncharged
+    prefill of ``context_len`` tokens.
+    Token ids are seeded random ids in ``[0, vocab_size)``.
+    """
+
+    model = "gpt2"
+    phases = ("prefill", "decode")
+
+    def __init__(self, config, params: dict[str, np.ndarray], *, prompt_len: int = 128,
+                 context_len: int = 128, seed: int = 0, weights: str = "random"):
+        from ..models.gpt2 import check_params
+
+        _check_lengths(config, prompt_len, context_len)
+        self.config = config
+        self.params = check_params(config, params)
+        self.prompt_len = prompt_len
+        self.context_len = context_len
+        self.weights = weights
+        rng = np.random.default_rng(seed)
+        length = max(prompt_len, context_len) + 1
+        self.ids = rng.integers(0, config.vocab_size, length).astype(np.int32)
+        self._module: IRModule | None = None
+
+    def describe(self) -> str:
+        c = self.config
+        return (f"GPT-2 {c.name} ({c.n_layer} layers, d={c.n_embd}, {self.weights} weights): "
+                f"prefill {self.prompt_len} tokens, decode at context {self.context_len}")
+
+    def module(self) -> IRModule:
+        if self._module is None:
+            from ..models.gpt2 import export_gpt2
+
+            self._module = export_gpt2(self.config, self.params)
+        return self._module
+
+    def tokens(self, phase: str) -> int:
+        return self.prompt_len if phase == "prefill" else self.context_len
+
+    def inputs(self, vm: relax.VirtualMachine, phase: str) -> tuple[str, list]:
+        def ids(start: int, stop: int) -> tvm.runtime.Tensor:
+            return tvm.runtime.tensor(np.ascontiguousarray(self.ids[start:stop]).reshape(1, -1))
+
+        if phase == "prefill":
+            return "prefill", [ids(0, self.prompt_len)]
+        # The decode step attends to a cache of L tokens made by the same build.
+        L = self.context_len
+        set_charging(vm, False)
+        try:
+            _, cache = vm["prefill"](ids(0, L))
+        finally:
+            set_charging(vm, True)
+        return "decode", [ids(L, L + 1), list(cache)]
+
+    def output(self, phase: str, result: Any) -> np.ndarray:
+        return result[0].numpy()[0]
+
+    def layer_names(self, phase: str, entries: list[LedgerEntry]) -> list[str]:
+        """The layer of each call, by execution order checked against GPT-2's matmul list.
+
+        K may exceed the listed K where a group-wise scheme padded it.
+        """
+        from ..models.gpt2 import gpt2_matmuls
+
+        expected = gpt2_matmuls(self.config, self.tokens(phase), phase)
+        if len(expected) == len(entries) and all(
+            (e.batch, e.m, e.n) == (x.batch, x.m, x.n) and e.k >= x.k
+            for e, x in zip(entries, expected)
+        ):
+            return [x.name for x in expected]
+        return [e.name for e in entries]
+
+    def is_weight(self, layer: str) -> bool:
+        return not layer.endswith(("attn.qk", "attn.pv"))
+
+    def accuracy(self, phase: str, output: np.ndarray) -> float | None:
+        return None
+
+
+class MLPCase:
+    """The FashionMNIST MLP on its whole test set, in one batch (phase ``inference``)."""
+
+    model = "mlp"
+    phases = ("inference",)
+
+    def __init__(self, setup):
+        self.setup = setup
+        self.images = setup.data.test_images
+        self.labels = setup.data.test_labels
+        self._module: IRModule | None = None
+
+    def describe(self) -> str:
+        return f"MLP 784-128-10 on {len(self.labels)} test images ({self.setup.note})"
+
+    def module(self) -> IRModule:
+        if self._module is None:
+            from ..models.mlp import mlp_module
+
+            self._module = mlp_module(self.setup.params)
+        return self._module
+
+    def tokens(self, phase: str) -> int:
+        return len(self.labels)
+
+    def inputs(self, vm: relax.VirtualMachine, phase: str) -> tuple[str, list]:
+        return "main", [tvm.runtime.tensor(self.images)]
+
+    def output(self, phase: str, result: Any) -> np.ndarray:
+        return result.numpy()
+
+    def layer_names(self, phase: str, entries: list[LedgerEntry]) -> list[str]:
+        if len(entries) == 2:
+            return ["fc0", "fc1"]
+        return [e.name for e in entries]
+
+    def is_weight(self, layer: str) -> bool:
+        return True
+
+    def accuracy(self, phase: str, output: np.ndarray) -> float | None:
+        if self.setup.synthetic:
+            return None
+        return float(np.mean(np.argmax(output, axis=-1) == self.labels))
+
+
+def gpt2_case(config: str = "small", *, checkpoint: str | os.PathLike | None = None,
+              prompt_len: int = 128, context_len: int = 128, seed: int = 0) -> GPT2Case:
+    """GPT-2 with seeded random weights of a preset shape, or a local HF checkpoint.
+
+    Parameters
+    ----------
+    config : str
+        A :data:`tenet_byoc.models.gpt2.PRESETS` name (ignored with ``checkpoint``).
+    checkpoint : path, optional
+        A Hugging Face GPT-2 folder (``config.json`` + ``model.safetensors``).
+    prompt_len, context_len : int
+        P tokens of prefill; the decode step's cache length L.
+    seed : int
+        Seeds the random weights and the token ids.
+
+    Raises
+    ------
+    ValueError, KeyError, FileNotFoundError
+        Unknown preset, lengths out of range, or a missing / broken checkpoint.
+    """
+    from ..models.gpt2 import GPT2Config, load_hf_checkpoint, random_params
+
+    if checkpoint is not None:
+        cfg, params = load_hf_checkpoint(checkpoint)
+        weights = f"checkpoint {os.fspath(checkpoint)}"
+    else:
+        cfg = GPT2Config.preset(config)
+        params, weights = None, f"random (seed {seed})"
+    _check_lengths(cfg, prompt_len, context_len)  # before the (slow) random weights
+    if params is None:
+        params = random_params(cfg, seed=seed)
+    return GPT2Case(cfg, params, prompt_len=prompt_len, context_len=context_len, seed=seed,
+                    weights=weights)
+
+
+def mlp_case(data: str | os.PathLike | None = None, *, epochs: int = 5,
+             seed: int = 0) -> MLPCase:
+    """The MLP trained on FashionMNIST from ``data``, or random weights on synthetic images.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``data`` is given but is not a folder, or lacks one of the four IDX files.
+    ValueError
+        A file is not a FashionMNIST IDX file (wrong magic number, size, labels).
+    """
+    from .data import load_fashion_mnist, prepare_mlp
+
+    if data is not None and not os.path.isdir(data):
+        raise FileNotFoundError(f"FashionMNIST folder {os.fspath(data)!r} does not exist")
+    setup = prepare_mlp(data, epochs=epochs, seed=seed)
+    if data is not None and setup.synthetic:
+        load_fashion_mnist(data)  # a folder was named, so a missing file is an error: name it
+    return MLPCase(setup)
+
+

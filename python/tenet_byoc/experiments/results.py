@@ -1,0 +1,175 @@
+"""What a sweep produces: one row per (case, scheme, accelerator, phase), the cost of every
+offloaded call, and their CSV, JSON and markdown forms."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+__all__ = ["LAYER_COLUMNS", "ROW_COLUMNS", "LayerCost", "SweepResult", "SweepRow",
+           "markdown_table"]
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """What one phase of one case costs under one scheme on one accelerator.
+
+    Cost columns are sums over the phase's offloaded calls (utilisation MAC-weighted,
+    bandwidth = off-chip bytes / est. latency). ``weight_bytes`` counts the linear layers'
+    weights and their scales once each (attention's K and V are not weights).
+    Errors compare the output (logits) with the float32 build's on the same inputs;
+    ``accuracy`` is the FashionMNIST test accuracy (None without the real data).
+    """
+
+    model: str
+    scheme: str
+    hardware: str
+    phase: str
+    tokens: int  #: prefill: prompt length P; decode: context length L; MLP: images
+    calls: int
+    macs: int
+    cycles: int
+    latency_us: float
+    pe_utilization: float
+    weight_bytes: float
+    offchip_bytes: float
+    bandwidth_gbps: float
+    max_abs_error: float
+    rel_error: float  #: max_abs_error / max |float32 output|
+    top1_agreement: float  #: fraction of positions (images) whose argmax matches float32
+    accuracy: float | None
+    build_s: float  #: quantize (shared by the scheme's builds) is not included
+    wall_s: float  #: median CPU time of the phase's timed runs (after a warm-up run)
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One offloaded call of one run, named after the model's layer."""
+
+    model: str
+    scheme: str
+    hardware: str
+    phase: str
+    layer: str  #: e.g. ``h.3.mlp.c_fc``, ``lm_head``, ``fc0``; the call's name if unknown
+    pattern: str
+    call_scheme: str  #: the call's own scheme ("none" for attention in quantized runs)
+    batch: int
+    m: int
+    n: int
+    k: int
+    macs: int
+    cycles: int
+    latency_us: float
+    pe_utilization: float
+    offchip_bytes: float
+    weight_bytes: float  #: 0 for calls whose B operand is an activation (attention)
+
+
+ROW_COLUMNS = [f.name for f in fields(SweepRow)]
+LAYER_COLUMNS = [f.name for f in fields(LayerCost)]
+
+
+def _write_csv(columns: list[str], items: Sequence, path: str | Path | None) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(columns)
+    for item in items:
+        writer.writerow(["" if getattr(item, c) is None else getattr(item, c) for c in columns])
+    text = buf.getvalue()
+    if path is not None:
+        Path(path).write_text(text)
+    return text
+
+
+def _fmt_bytes(value: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def _fmt_count(value: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f}{unit}"
+    return f"{value:.0f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub markdown table; numbers are right-aligned."""
+    def align(col: int) -> str:
+        numeric = rows and all(
+            isinstance(r[col], (int, float)) or str(r[col]).lstrip("-").replace(".", "", 1)[:1]
+            .isdigit() for r in rows
+        )
+        return "---:" if numeric else "---"
+
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join(align(i) for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+@dataclass
+class SweepResult:
+    """The rows of a sweep, the per-call costs of every run, and notes on the inputs."""
+
+    rows: list[SweepRow] = field(default_factory=list)
+    layers: list[LayerCost] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def to_csv(self, path: str | Path | None = None) -> str:
+        """One line per :class:`SweepRow`."""
+        return _write_csv(ROW_COLUMNS, self.rows, path)
+
+    def layers_to_csv(self, path: str | Path | None = None) -> str:
+        """One line per offloaded call (:class:`LayerCost`) of every run."""
+        return _write_csv(LAYER_COLUMNS, self.layers, path)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """Rows, notes and total wall time (per-call costs are in :meth:`layers_to_csv`)."""
+        doc = {
+            "wall_s": self.wall_s,
+            "notes": self.notes,
+            "rows": [asdict(r) for r in self.rows],
+        }
+        text = json.dumps(doc, indent=1)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    def save(self, out_dir: str | Path) -> list[Path]:
+        """Write ``sweep.csv``, ``sweep.json`` and ``layers.csv`` into ``out_dir``."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [out / "sweep.csv", out / "sweep.json", out / "layers.csv"]
+        self.to_csv(paths[0])
+        self.to_json(paths[1])
+        self.layers_to_csv(paths[2])
+        return paths
+
+    def table(self, model: str | None = None) -> str:
+        """The rows (of ``model``, or all) as a markdown table with readable units."""
+        header = ["model", "scheme", "hardware", "phase", "tokens", "MACs", "est. cycles",
+                  "est. latency (us)", "PE util", "weight bytes", "off-chip bytes",
+                  "bandwidth (GB/s)", "max abs err", "top-1 agree", "accuracy", "wall (ms)"]
+        rows = []
+        for r in self.rows:
+            if model is not None and r.model != model:
+                continue
+            rows.append([
+                r.model, r.scheme, r.hardware, r.phase, r.tokens, _fmt_count(r.macs),
+                _fmt_count(r.cycles), f"{r.latency_us:,.1f}", f"{100 * r.pe_utilization:.1f}%",
+                _fmt_bytes(r.weight_bytes), _fmt_bytes(r.offchip_bytes),
+                f"{r.bandwidth_gbps:.1f}", f"{r.max_abs_error:.3g}",
+                f"{100 * r.top1_agreement:.1f}%",
+                "-" if r.accuracy is None else f"{100 * r.accuracy:.2f}%", f"{1e3 * r.wall_s:.1f}",
+            ])
+        return markdown_table(header, rows)
+
+

@@ -1,0 +1,165 @@
+"""The scheme x hardware sweep: quantize, build, run and cost GPT-2 (prefill, decode) and the MLP.
+
+A case (:mod:`tenet_byoc.experiments.cases`) is a model with its weights and inputs;
+:func:`sweep` runs every case under every quantization scheme on every accelerator and
+returns one :class:`SweepRow` per (case, scheme, accelerator, phase), plus the cost of every
+offloaded call (:class:`LayerCost`) for per-layer breakdowns. Each scheme is quantized once
+per case and built once per accelerator (the accelerator config travels inside the built
+module). Output error is measured against the float32 build (scheme ``none``) of the same
+case on the same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..hardware import Accelerator, resolve
+from ..ledger import LedgerEntry, ledger, totals
+from ..partition import build
+from ..quantization import SCHEMES, get_scheme, quantize
+from .cases import Case, PhaseOutput, run_case
+from .results import LayerCost, SweepResult, SweepRow
+
+__all__ = ["DEFAULT_HARDWARE", "QUICK", "QuickSettings", "sweep"]
+
+#: Accelerators of the default sweep.
+DEFAULT_HARDWARE: tuple[str, ...] = ("os16", "ws16")
+
+
+@dataclass(frozen=True)
+class QuickSettings:
+    """What ``--quick`` changes: a shorter prompt and context, three schemes, one array."""
+
+    prompt_len: int = 32
+    context_len: int = 32
+    schemes: tuple[str, ...] = ("none", "w8a8_per_channel_per_token", "w4a16_group128")
+    hardware: tuple[str, ...] = ("os16",)
+
+
+QUICK = QuickSettings()
+
+
+def _accelerators(hardware: Sequence[str | Accelerator]) -> list[Accelerator]:
+    accs = [resolve(h) for h in hardware]
+    if not accs:
+        raise ValueError("the sweep needs at least one accelerator")
+    names = [a.name for a in accs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"accelerator names must be distinct, got {names}")
+    return accs
+
+
+def _compare(output: np.ndarray, reference: np.ndarray) -> tuple[float, float, float]:
+    err = float(np.abs(output.astype(np.float64) - reference).max())
+    scale = float(np.abs(reference).max())
+    top1 = float(np.mean(np.argmax(output, axis=-1) == np.argmax(reference, axis=-1)))
+    return err, err / scale if scale else math.inf if err else 0.0, top1
+
+
+def sweep(
+    cases: Sequence[Case],
+    schemes: Sequence[str] | None = None,
+    hardware: Sequence[str | Accelerator] = DEFAULT_HARDWARE,
+    *,
+    repeats: int = 3,
+    progress: bool = True,
+) -> SweepResult:
+    """Run every case under every scheme on every accelerator.
+
+    Parameters
+    ----------
+    cases : sequence of Case
+        From :func:`gpt2_case` and :func:`mlp_case`.
+    schemes : sequence of str, optional
+        Names from :data:`tenet_byoc.quantization.SCHEMES`; all of them by default.
+    hardware : sequence of str or Accelerator
+        Preset names (:data:`tenet_byoc.hardware.PRESETS`) or accelerators.
+    repeats : int
+        Timed runs per phase (one charged, the rest not); ``wall_s`` is their median.
+    progress : bool
+        Show a tqdm progress bar (on stderr) over the builds and runs.
+
+    Returns
+    -------
+    SweepResult
+        Rows in the order case, scheme, accelerator, phase.
+    """
+    from tqdm.auto import tqdm
+
+    start = time.perf_counter()
+    names = list(SCHEMES) if schemes is None else list(dict.fromkeys(schemes))
+    for s in names:
+        get_scheme(s)
+    if not names:
+        raise ValueError("the sweep needs at least one scheme")
+    accs = _accelerators(hardware)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats={repeats!r} must be a positive integer")
+    result = SweepResult(notes=[c.describe() for c in cases])
+    # The float32 build goes first: its outputs are the reference for the other schemes.
+    order = ["none"] + [s for s in names if s != "none"]
+    steps = len(cases) * len(order) * len(accs) - (0 if "none" in names else len(cases) * (
+        len(accs) - 1))
+    bar = tqdm(total=steps, disable=not progress, unit="run", dynamic_ncols=True)
+    try:
+        for case in cases:
+            reference: dict[str, np.ndarray] = {}
+            for scheme in order:
+                mod = quantize(case.module(), scheme)
+                for acc in accs if scheme in names else accs[:1]:
+                    bar.set_description(f"{case.model} {scheme} @ {acc.name}")
+                    t0 = time.perf_counter()
+                    ex = build(mod, accelerator=acc)
+                    build_s = time.perf_counter() - t0
+                    vm = relax.VirtualMachine(ex, tvm.cpu())
+                    outputs = run_case(case, vm, repeats if scheme in names else 1)
+                    if scheme == "none" and not reference:
+                        reference = {p: o.output for p, o in outputs.items()}
+                    if scheme in names:
+                        _collect(result, case, scheme, acc, ledger(vm).entries, outputs,
+                                 reference, build_s)
+                    del vm, ex
+                    bar.update()
+                del mod
+    finally:
+        bar.close()
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def _collect(result: SweepResult, case: Case, scheme: str, acc: Accelerator,
+             entries: list[LedgerEntry], outputs: dict[str, PhaseOutput],
+             reference: dict[str, np.ndarray], build_s: float) -> None:
+    for phase in case.phases:
+        mine = [e for e in entries if e.phase == phase]
+        layers = case.layer_names(phase, mine)
+        weight_bytes = 0.0
+        for e, layer in zip(mine, layers):
+            wb = e.weight_bytes if case.is_weight(layer) else 0.0
+            weight_bytes += wb
+            result.layers.append(LayerCost(
+                model=case.model, scheme=scheme, hardware=acc.name, phase=phase, layer=layer,
+                pattern=e.pattern, call_scheme=e.scheme, batch=e.batch, m=e.m, n=e.n, k=e.k,
+                macs=e.macs, cycles=e.cycles, latency_us=e.latency_us,
+                pe_utilization=e.pe_utilization, offchip_bytes=e.offchip_bytes,
+                weight_bytes=wb,
+            ))
+        t = totals(mine)
+        out = outputs[phase]
+        err, rel, top1 = _compare(out.output, reference[phase])
+        result.rows.append(SweepRow(
+            model=case.model, scheme=scheme, hardware=acc.name, phase=phase,
+            tokens=case.tokens(phase), calls=t.calls, macs=t.macs, cycles=t.cycles,
+            latency_us=t.latency_us, pe_utilization=t.pe_utilization,
+            weight_bytes=weight_bytes, offchip_bytes=t.offchip_bytes,
+            bandwidth_gbps=t.bandwidth_gbps,
+            max_abs_error=err, rel_error=rel, top1_agreement=top1,
+            accuracy=case.accuracy(phase, out.output), build_s=build_s, wall_s=out.wall_s,
+        ))

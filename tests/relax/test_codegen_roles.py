@@ -1,0 +1,44 @@
+"""The codegen takes operand roles from the pattern table and the scheme from quantize."""
+
+from __future__ import annotations
+
+import pytest
+from tvm import relax
+
+import tenet_byoc
+from relax_testing import matmul_module
+from tenet_byoc.codegen import UNNAMED_SCHEME, describe_function
+from tenet_byoc.patterns import PATTERN_INFO
+from tenet_byoc.quantization import SCHEME_ATTR, SCHEMES, quantize
+
+
+def _tenet_functions(mod):
+    return [f for _, f in mod.functions.items()
+            if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs]
+
+
+@pytest.mark.parametrize("scheme", [s for s in SCHEMES if s != "none"])
+def test_quantized_steps_carry_the_stamped_scheme(scheme, rng):
+    mod = matmul_module((4, 64), (32, 64), transposed=True)
+    w = rng.standard_normal((32, 64)).astype("float32")
+    qmod = quantize(relax.transform.BindParams("main", {"w": w})(mod), scheme)
+    assert str(qmod.attrs[SCHEME_ATTR]) == scheme
+    (func,) = _tenet_functions(tenet_byoc.partition_for_tenet(qmod))
+    (step,) = describe_function(func)["steps"]
+    assert step["scheme"] == scheme
+    info = PATTERN_INFO[step["pattern"]]
+    assert (step["kind"], step["rhs_transposed"], step["epilogue"]) == (
+        info.kind, info.rhs_transposed, info.epilogue)
+    # Every role the pattern names is a parameter; the rest are absent.
+    assert {r for r in ("lhs", "rhs", "bias", "scale_a", "scale_b", "zero_point")
+            if step[r] is not None} == set(info.roles)
+
+
+def test_a_module_quantize_did_not_stamp_is_unnamed(rng):
+    mod = matmul_module((4, 64), (32, 64), transposed=True)
+    w = rng.standard_normal((32, 64)).astype("float32")
+    qmod = quantize(relax.transform.BindParams("main", {"w": w})(mod), "w8a16_per_channel")
+    qmod = qmod.without_attr(SCHEME_ATTR)
+    (func,) = _tenet_functions(tenet_byoc.partition_for_tenet(qmod))
+    (step,) = describe_function(func)["steps"]
+    assert step["scheme"] == UNNAMED_SCHEME
