@@ -348,7 +348,7 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
           const Dim dm = MakeDim(w.m, t.tm), dn = MakeDim(w.n, t.tn), dk = MakeDim(w.k, t.tk);
           const int64_t chunk = am.k_pass > 0 ? am.k_pass : dk.tile;
           int64_t array_lb = CeilCycles(macs, static_cast<double>(am.num_pes) * am.macs_per_pe_per_cycle);
-          int64_t extra_lb = CeilCycles(w.extra_ops, static_cast<double>(am.num_pes) * am.macs_per_pe_per_cycle);
+          int64_t extra_lb = CeilCycles(w.extra_ops, static_cast<double>(am.num_pes) * am.ops_per_pe_per_cycle);
           const FoldBound& fb = folds[d];
           if (fb.applies) {
             int64_t sum = 0;
@@ -363,8 +363,10 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
                                                e ? dk.tile : dk.last)));
                 }
             array_lb = std::max(array_lb, sum);
-            extra_lb = CeilCycles(w.extra_ops, static_cast<double>(std::max<int64_t>(
-                                                   1, fb.ActivePes(dm.tile, dn.tile, dk.tile))));
+            extra_lb = CeilCycles(w.extra_ops,
+                                  static_cast<double>(std::max<int64_t>(
+                                      1, fb.ActivePes(dm.tile, dn.tile, dk.tile))) *
+                                      am.ops_per_pe_per_cycle);
           }
           const int64_t ff = TimeOf(mem, {Add(Mul(Mul(dm.tile, dk.tile), w.bits_a), w.extra_read_bits),
                                           Mul(Mul(dk.tile, dn.tile), w.bits_b), 0});
@@ -458,7 +460,7 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
           if (folds[it.d].applies && full.active_pes > folds[it.d].ActivePes(dm.tile, dn.tile, dk.tile))
             throw std::logic_error("mapping search: active PEs above the fold bound's on " + am.name);
           extra = CeilCycles(w.extra_ops, static_cast<double>(std::max<int64_t>(1, full.active_pes)) *
-                                              am.macs_per_pe_per_cycle);
+                                              am.ops_per_pe_per_cycle);
           ff = TimeOf(mem, {Add(Mul(Mul(dm.tile, dk.tile), w.bits_a), w.extra_read_bits),
                             Mul(Mul(dk.tile, dn.tile), w.bits_b), 0});
           have_tiles = true;
