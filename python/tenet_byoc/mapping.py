@@ -122,7 +122,8 @@ def search_mapping(
     granule, max_even_split : int
         The tile-size rule (``tile_size_candidates``); granule 0 = the array edge.
     threads : int
-        Worker threads (0 = up to 2); the result does not depend on it.
+        Worker threads (0 = 1, or 2 on spaces of 50,000+ tile-size items: after pruning a
+        call is milliseconds of work); the result does not depend on it.
 
     Returns
     -------

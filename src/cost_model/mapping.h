@@ -80,7 +80,7 @@ int64_t SpaceGranule(const MappingSpace& space);
 
 struct MappingSearchOptions {
   MappingObjective objective = MappingObjective::kLatency;
-  int threads = 0;  // worker threads; 0 = min(2, hardware threads), >= 0
+  int threads = 0;  // worker threads, >= 0; 0 = 1, or 2 for spaces of >= 50,000 tile-size items
 };
 
 // The chosen mapping of one call, its costs and what the search did.
