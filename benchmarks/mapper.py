@@ -112,9 +112,9 @@ def cpu_name() -> str:
 
 
 def part_zigzag(repeats: int, run_zigzag: bool) -> tuple[list[str], dict]:
-    lines = ["| GEMM | M x N x K | our search ms (os/ws/is) | our cycles | our mapping "
+    lines = [("| GEMM | M x N x K | our search ms (os/ws/is) | our cycles | our mapping "
              "| our search ms (os only) | os-only cycles | ZigZag search s | ZigZag cycles "
-             "| roofline | ours / roofline |",
+             "| roofline | ours / roofline |"),
              "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     totals = {"ours": 0.0, "ours_os": 0.0, "zigzag": 0.0}
     if run_zigzag:
@@ -125,8 +125,8 @@ def part_zigzag(repeats: int, run_zigzag: bool) -> tuple[list[str], dict]:
                     "extra_read_bits": 0, "extra_ops": 0}
             ours = search(call)
             ours_os = search(call, dataflows=("os",))
-            t_ours = median_seconds(lambda: search(call), repeats)
-            t_os = median_seconds(lambda: search(call, dataflows=("os",)), repeats)
+            t_ours = median_seconds(lambda c=call: search(c), repeats)
+            t_os = median_seconds(lambda c=call: search(c, dataflows=("os",)), repeats)
             totals["ours"] += t_ours
             totals["ours_os"] += t_os
             z_s, z_cyc = "-", "-"
@@ -193,8 +193,8 @@ def limit_of(r) -> str:
 
 
 def part_phases() -> list[str]:
-    lines = ["| accelerator | phase | scheme | searched cycles | roofline | ratio | worst call "
-             "| what holds the worst call |",
+    lines = [("| accelerator | phase | scheme | searched cycles | roofline | ratio | worst call "
+             "| what holds the worst call |"),
              "|---|---|---|---:|---:|---:|---|---|"]
     for acc_name, acc, phases in (("os16", os16, (("prefill 128", PREFILL), ("decode at 128", DECODE))),
                                   ("tpu_v1", tpu_v1, (("decode at 128", DECODE),))):
@@ -223,9 +223,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-zigzag", action="store_true")
     args = ap.parse_args()
-    head = [f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average at start "
+    head = [(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average at start "
             f"{os.getloadavg()[0]:.2f} (shared machine); search threads: automatic (1 here); "
-            f"repeats: {args.repeats} (medians)", ""]
+            f"repeats: {args.repeats} (medians)"), ""]
     print("\n".join(head), flush=True)
     out = head + ["## Per GEMM: our search vs ZigZag 3.9 LOMA (os16 equivalent, 8/8/32 bits)", ""]
     zz, totals = part_zigzag(args.repeats, not args.no_zigzag)

@@ -26,11 +26,11 @@ from tenet_byoc._cost_model import Dataflow, Hardware, MappingChoice, tile_size_
 from tenet_byoc.memory import MemoryHierarchy, PrecisionTable
 
 __all__ = [
-    "MappingChoice",
-    "MappingSearch",
     "OBJECTIVES",
     "PRESETS",
     "TILE_ORDERS",
+    "MappingChoice",
+    "MappingSearch",
     "array_edges",
     "search_mapping",
     "searched_dataflows",
