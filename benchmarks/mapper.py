@@ -217,6 +217,26 @@ def part_phases() -> list[str]:
     return lines
 
 
+NOTES = """Notes
+- Search times are wall times of a fresh search (no cache) from Python, one thread (the
+  automatic choice: after pruning a call is milliseconds of work and a second thread cost more
+  than it saved on this shared machine). In the charge unit a call is searched once
+  (`MappingSearch`), so a model's later calls cost a lookup.
+- ZigZag's cycles are its own latency model (`latency_total2`) on the YAML of
+  tests/cost_model/zigzag_ref.py, which does not double-buffer the global buffer: it serialises
+  transfers and compute, hence about 2x ours; compare its search time, and its DRAM traffic
+  (benchmarks/results/memory_zigzag.md), not its latency.
+- Quantized decode on os16 is held by the array edge, not by DRAM: a decode GEMV has M = 1, so
+  os (A's row on one array row) and is (one column) keep 16 of the 256 PEs busy, 16 MACs per
+  cycle, while DRAM delivers 32 int8 (w8a8: ratio ~2) or 64 int4 (w4a16: ~4) weights per cycle;
+  ws keeps all 256 PEs but reloads its 256 weights every fold (16 + 1 + 30 cycles per 256 MACs,
+  worse). w4a16 also dequantizes every weight (N x K ops) on those 16 active PEs, which doubles
+  it again (~6.9). Buffer size does not matter there (the searched tiles use a few KB); fold
+  fill and drain is a few percent. With double-buffered stationary registers (tpu_v1), ws loads
+  the next 256 x 256 weights while the current fold runs, and decode is DRAM-bound: 1.02 / 1.05.
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
@@ -240,8 +260,7 @@ def main() -> None:
     out += part_whole(args.repeats)
     out += ["", "## Phase totals with the searched mappings against the roofline", ""]
     out += part_phases()
-    if load := os.getloadavg():
-        out += ["", f"Load average at the end: {load[0]:.2f}"]
+    out += ["", f"Load average at the end: {os.getloadavg()[0]:.2f}", "", NOTES]
     if args.out:
         args.out.write_text("\n".join(out) + "\n")
 
