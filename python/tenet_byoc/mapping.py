@@ -32,6 +32,7 @@ __all__ = [
     "MappingChoice",
     "MappingSearch",
     "array_edges",
+    "auto_mapping_dataflows",
     "search_mapping",
     "searched_dataflows",
     "tile_size_candidates",
@@ -73,6 +74,16 @@ def searched_dataflows(dataflows: Sequence[str | Dataflow], hardware: Hardware,
             rows, cols = array_edges(hardware)
         out.append(Dataflow.preset(d, rows=rows, cols=cols))
     return out
+
+
+def auto_mapping_dataflows(dataflow: Dataflow) -> list[Dataflow]:
+    """What ``mapping="auto"`` searches for an accelerator with ``dataflow``.
+
+    os, ws and is on its array when it is a preset; the dataflow alone (its tiles and tile
+    orders searched) when it is the user's own relations (TENET files): a user-given
+    dataflow still wins.
+    """
+    return list(_core._auto_mapping_dataflows(dataflow))
 
 
 def _objective(objective: str) -> str:

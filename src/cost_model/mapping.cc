@@ -216,6 +216,14 @@ MappingSpace MappingSpace::Presets(int64_t rows, int64_t cols,
   return s;
 }
 
+MappingSpace MappingSpace::ForDataflow(const Dataflow& df) {
+  Validate(df);
+  if (!df.preset.empty() && df.rows > 0 && df.cols > 0) return Presets(df.rows, df.cols);
+  MappingSpace s;
+  s.dataflows = {df};
+  return s;
+}
+
 void Validate(const MappingSpace& s) {
   if (s.dataflows.empty())
     throw std::invalid_argument("MappingSpace.dataflows is empty: list at least one dataflow "

@@ -68,6 +68,10 @@ struct MappingSpace {
   // os, ws and is (or those named) on a rows x cols array, untiled.
   static MappingSpace Presets(int64_t rows, int64_t cols,
                               const std::vector<std::string>& presets = {"os", "ws", "is"});
+  // What mapping="auto" searches for an accelerator whose dataflow is `df`: os, ws and is on
+  // its array when `df` is a preset (tiled or not); `df` alone (tiles and orders searched)
+  // when it is the user's own relations, so a user-given dataflow still wins.
+  static MappingSpace ForDataflow(const Dataflow& df);
 };
 void Validate(const MappingSpace& space);
 

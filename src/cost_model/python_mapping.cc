@@ -71,6 +71,9 @@ void BindMapping(py::module_& m) {
                ", roofline_cycles=" + std::to_string(c.metrics.roofline_cycles) + ")";
       });
 
+  m.def("_auto_mapping_dataflows", [](const Dataflow& df) {
+    return MappingSpace::ForDataflow(df).dataflows;
+  }, py::arg("dataflow"));
   m.def("tile_size_candidates", &TileSizeCandidates, py::arg("extent"), py::arg("granule"),
         py::arg("max_even_split"));
   m.def("_mapping_tile_orders", []() {

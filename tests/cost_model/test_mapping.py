@@ -278,3 +278,15 @@ def test_gpt2_small_decode_float32_near_roofline_and_quantized_on_tpu_v1():
     assert _gpt2_phase(_mapper().DECODE, "none", "os16") <= 1.25
     for scheme in ("w8a8_per_channel_per_token", "w4a16_group128"):
         assert _gpt2_phase(_mapper().DECODE, scheme, "tpu_v1") <= 1.5
+
+
+def test_auto_mapping_searches_presets_for_a_preset_and_keeps_user_relations():
+    from tenet_byoc.mapping import auto_mapping_dataflows
+
+    tiled = cm.Dataflow.preset("ws", rows=8, cols=4, m=16)
+    names = [(d.preset_name, d.rows, d.cols, dict(d.tiling)) for d in auto_mapping_dataflows(tiled)]
+    assert names == [("os", 8, 4, {}), ("ws", 8, 4, {}), ("is", 8, 4, {})]
+    rel = cm.parse_tenet_mapping("{S[i,j,k]->PE[i%4, j%4]}\n"
+                                 "{S[i,j,k]->T[floor(i/4), floor(j/4), i%4+j%4+k]}\n", "mine")
+    kept = auto_mapping_dataflows(rel)
+    assert len(kept) == 1 and kept[0].space == rel.space and kept[0].time == rel.time
