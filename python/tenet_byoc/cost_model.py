@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from tenet_byoc import _cost_model as _core
 from tenet_byoc._cost_model import (
+    MAX_ENUMERATED_INSTANCES,
     Charge,
     Dataflow,
     Hardware,
@@ -61,6 +62,7 @@ from tenet_byoc.memory import (  # the buffer level, roofline and energy (memory
 )
 
 __all__ = [
+    "MAX_ENUMERATED_INSTANCES",
     "Charge",
     "Dataflow",
     "EnergyBreakdown",

@@ -2,8 +2,8 @@
 
 Python face of ``src/cost_model/memory.h`` and ``energy.h`` (model and worked example in
 ``src/cost_model/README.md``, "The memory hierarchy"). Every bad input raises ``ValueError``
-with a message naming the field, the value and what is accepted; an exact count that would
-overflow int64 raises ``OverflowError``. Every function is a pure function of its
+with a message naming the field, the value and what is accepted, and so does an exact count
+that would overflow int64. Every function is a pure function of its
 arguments (thread-safe; the C++ work releases the GIL).
 
 Example

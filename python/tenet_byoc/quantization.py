@@ -116,8 +116,14 @@ def get_scheme(scheme: str | QuantScheme) -> QuantScheme:
     return SCHEMES[scheme]
 
 
-def quantize_weight(w: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, np.ndarray]:
+def quantize_weight(
+    w: np.ndarray, scheme: QuantScheme, name: str = "weight"
+) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric quantization of a float weight ``w[N, K]`` (output channels first).
+
+    A weight with NaN or infinite values is refused (``ValueError`` naming ``name``): its
+    scale would be NaN or be replaced by 1.0, and the layer would silently compute zeros
+    or garbage where float32 would propagate the NaN.
 
     Returns
     -------
@@ -128,6 +134,13 @@ def quantize_weight(w: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, np.
         that ``q * scale`` approximates ``w``.
     """
     n, k = w.shape
+    bad = np.argwhere(~np.isfinite(w))
+    if bad.size:
+        i, j = (int(v) for v in bad[0])
+        raise ValueError(
+            f"quantize({scheme.name}): {name} has {len(bad)} non-finite value(s), the first "
+            f"{w[i, j]} at [{i}, {j}]; quantized schemes need finite weights"
+        )
     if scheme.weight_granularity == "group":
         g = scheme.group_size
         if k % g:
@@ -183,6 +196,7 @@ class _LinearQuantizer(relax.PyExprMutator):
         self.scheme = scheme
         self.rewritten = 0
         self.params: set[relax.Var] = set()
+        self.func_name = "a function"
 
     def _binding_of(self, expr: relax.Expr) -> relax.Expr:
         while isinstance(expr, relax.Var):
@@ -194,6 +208,8 @@ class _LinearQuantizer(relax.PyExprMutator):
 
     def visit_function_(self, func: relax.Function) -> relax.Expr:
         self.params = set(func.params)
+        name = func.attrs.get("global_symbol") if func.attrs is not None else None
+        self.func_name = f"function {str(name)!r}" if name is not None else "a function"
         return super().visit_function_(func)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
@@ -219,9 +235,13 @@ class _LinearQuantizer(relax.PyExprMutator):
                 "export_gpt2(config, params), mlp_module(params), or relax.transform.BindParams)"
             )
         self.rewritten += 1
-        return self._rewrite(x, bound.value.numpy())
+        shape = [int(d) for d in ty.shape]
+        where = f"the weight {shape} of linear layer {self.rewritten} of {self.func_name}"
+        if isinstance(weight, relax.Var):
+            where += f" ({weight.name_hint})"
+        return self._rewrite(x, bound.value.numpy(), where)
 
-    def _rewrite(self, x: relax.Expr, w: np.ndarray) -> relax.Expr:
+    def _rewrite(self, x: relax.Expr, w: np.ndarray, name: str) -> relax.Expr:
         s, bb, op = self.scheme, self.builder_, relax.op
         n, k = w.shape
         pad = (-k) % s.group_size if s.group_size else 0
@@ -232,7 +252,7 @@ class _LinearQuantizer(relax.PyExprMutator):
             rank = x.ty.ndim
             x = bb.emit(op.nn.pad(x, [0, 0] * (rank - 1) + [0, pad]))
             k += pad
-        q, scale = quantize_weight(w, s)
+        q, scale = quantize_weight(w, s, name)
         if s.activation_bits == 16:
             # float16 activations on the accelerator: round them, compute in float32.
             x = bb.emit(op.astype(bb.emit(op.astype(x, "float16")), "float32"))
@@ -253,8 +273,17 @@ class _LinearQuantizer(relax.PyExprMutator):
         per_token = s.activation_granularity == "token"
         absmax = bb.emit(op.max(bb.emit(op.abs(x)), axis=-1 if per_token else None,
                                 keepdims=per_token))
-        sa = bb.emit(op.divide(bb.emit(op.maximum(absmax, _const(1e-12, "float32"))),
-                               _const(127.0, "float32")))
+        # max() drops NaN, and a NaN cast to int8 is undefined: a non-finite activation
+        # would vanish (or differ between builds). `poison` is 0 for a finite row (or
+        # tensor) and NaN otherwise; added to the scale it makes that row's (or the whole
+        # per-tensor call's) output NaN, as float32 would, in tenet and TVM's build alike.
+        # (sum(x * 0) would not do: TVM folds x * 0 to 0.)
+        finite = bb.emit(op.min(bb.emit(op.astype(bb.emit(op.isfinite(x)), "float32")),
+                                axis=-1 if per_token else None, keepdims=per_token))
+        poison = bb.emit(op.where(bb.emit(op.greater(finite, _const(0.5, "float32"))),
+                                  _const(0.0, "float32"), _const(np.nan, "float32")))
+        floor = bb.emit(op.maximum(absmax, _const(1e-12, "float32")))
+        sa = bb.emit(op.divide(bb.emit(op.add(floor, poison)), _const(127.0, "float32")))
         rounded = bb.emit(op.round(bb.emit(op.divide(x, sa))))
         clipped = bb.emit(op.clip(rounded, -127.0, 127.0))
         xq = bb.emit(op.astype(clipped, "int8"))
@@ -283,10 +312,14 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme) -> tvm.IRModule:
 
     Raises
     ------
+    TypeError
+        If ``mod`` is not an IRModule.
     ValueError
-        For an unknown scheme, or a linear layer whose weight is a function parameter
-        rather than a constant.
+        For an unknown scheme, a linear layer whose weight is a function parameter
+        rather than a constant, or a weight with NaN or infinite values (named).
     """
+    if not isinstance(mod, tvm.IRModule):
+        raise TypeError(f"quantize takes a tvm.IRModule, got {type(mod).__name__}")
     s = get_scheme(scheme)
     if s.name == "none":
         return mod

@@ -227,7 +227,7 @@ def test_overflow_is_refused():
     df = cm.Dataflow.preset("os", rows=16, cols=16)
     mem = cm.MemoryHierarchy(buffer_bytes=1 << 40)
     # 2^59 MACs pass the workload's check; their register traffic (x 128 bits) does not fit.
-    with pytest.raises(OverflowError, match="register bits overflows int64"):
+    with pytest.raises(ValueError, match="register bits overflows int64"):
         cm.analyze_memory(1 << 20, 1 << 20, 1 << 19, hw, df, mem, cm.TileMapping(4096, 4096, 4096))
 
 
