@@ -6,6 +6,7 @@
 // Units are in the field names (cycles, pJ, elements, bytes). Every bad input throws
 // std::invalid_argument naming the field, the value and what is accepted; a space in which
 // no candidate fits the buffer or registers is refused the same way, with the last reason.
+// An exact count that would overflow int64 throws std::overflow_error (Python: ValueError).
 //
 // The declared space (README.md in this directory, "The mapping search"):
 //  * Array dataflows: MappingSpace::dataflows in order (the os/ws/is presets on the array,
