@@ -17,14 +17,14 @@ namespace tenet {
 
 // How a call's buffer tiles are chosen: one field of the accelerator, so that a mapping
 // search (issue 13: kind "auto") plugs in as one more kind.
-struct MappingChoice {
+struct MappingPolicy {
   // "default": DefaultTileMapping of each call (no search); "given": `tiles` for every call.
   std::string kind = "default";
   TileMapping tiles;  // used when kind == "given"
   // "default" or tiles.Describe(): what the choice is, for messages and reports.
   std::string Describe() const;
 };
-void Validate(const MappingChoice& choice);
+void Validate(const MappingPolicy& choice);
 
 struct Accelerator {
   std::string name = "accelerator";
@@ -37,7 +37,7 @@ struct Accelerator {
   // hardware.macs_per_pe_per_cycle at the wider width (WithMacRates fills them; the JSON
   // form does not store them).
   PrecisionTable precision = WithMacRates(PrecisionTable::Horowitz45nm(), MacRate{});
-  MappingChoice mapping;
+  MappingPolicy mapping;
 
   // `energies`'s units with their rates set from `rate` at max(bits_a, bits_b).
   static PrecisionTable WithMacRates(PrecisionTable energies, const MacRate& rate);

@@ -42,7 +42,7 @@ Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator, Analysis
 }
 
 TileMapping ChooseMapping(const GemmWorkload& w, const Accelerator& accelerator) {
-  const MappingChoice& choice = accelerator.mapping;
+  const MappingPolicy& choice = accelerator.mapping;
   if (choice.kind == "given") return choice.tiles;
   if (choice.kind != "default")
     throw std::invalid_argument("Accelerator.mapping.kind '" + choice.kind + "' is not known");

@@ -6,7 +6,7 @@
 // levels of the model, each its own struct filled by its own function: today the PE array
 // (TENET's relations, with the bandwidth stall), the memory hierarchy (buffer and DRAM
 // traffic per tile, overlap, roofline) and energy; a mapping search is one more kind of
-// the accelerator's MappingChoice, used in ChargeGemm, so every caller gets it at once.
+// the accelerator's MappingPolicy, used in ChargeGemm, so every caller gets it at once.
 //
 // Pure C++17, thread-safe (no state), errors as std::invalid_argument naming the field.
 #pragma once
@@ -66,7 +66,7 @@ struct Charge {
 Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator,
                   AnalysisMethod method = AnalysisMethod::kAuto);
 
-// The buffer tiles a call runs with on `accelerator` (its MappingChoice applied to the call).
+// The buffer tiles a call runs with on `accelerator` (its MappingPolicy applied to the call).
 TileMapping ChooseMapping(const GemmWorkload& w, const Accelerator& accelerator);
 
 // Equality and hashing of calls, for caches keyed by the call.

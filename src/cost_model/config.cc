@@ -357,11 +357,11 @@ void SaveTextFile(const std::string& path, const std::string& text) {
 
 // ---------------------------------------------------------------- accelerator
 
-std::string MappingChoice::Describe() const {
+std::string MappingPolicy::Describe() const {
   return kind == "given" ? tiles.Describe() : kind;
 }
 
-void Validate(const MappingChoice& choice) {
+void Validate(const MappingPolicy& choice) {
   if (choice.kind == "given") {
     Validate(choice.tiles);
   } else if (choice.kind != "default") {
