@@ -266,9 +266,10 @@ def _tpu_v1() -> Accelerator:
         # One buffer holds A, B and C tiles here; the TPU's 24 MiB unified buffer and its
         # 4 MiB accumulators together are what its tiles can occupy.
         buffer_bytes=(24 << 20) + (4 << 20),
-        # The unified buffer feeds 256 8-bit activations a cycle into the array edge and
-        # the weight FIFO 256 weights (Sec. 2): 2 x 256 x 8 bits.
-        buffer_bandwidth_bits=2 * 256 * 8,
+        # Per cycle the array edge takes 256 8-bit activations and 256 weights and gives 256
+        # 32-bit sums to the accumulators (Sec. 2): 256 x (8 + 8 + 32) bits. The model has
+        # one buffer port for all three, so it carries the sum.
+        buffer_bandwidth_bits=256 * (8 + 8 + 32),
         buffer_double_buffered=True,
         stationary_double_buffered=True,  # the double-buffered weights (weight FIFO)
         # Per MAC: a double-buffered weight, an activation and a 32-bit partial sum; 16 bytes
