@@ -82,6 +82,13 @@ def test_rows_agree_with_ledger_and_call_counts(mlp):
         assert row.cost.cycles == sum(e.cycles for e in mine)
         assert row.cost.offchip_bytes == sum(e.offchip_bytes for e in mine)
         assert row.cost.latency_us == pytest.approx(sum(e.latency_us for e in mine))
+        v = row.values()
+        assert v["Roofline cycles"] == sum(e.roofline_cycles for e in mine)
+        assert v["x Roofline"] == pytest.approx(
+            sum(e.cycles for e in mine) / sum(e.roofline_cycles for e in mine))
+        assert v["x Roofline"] >= 1
+        assert v["DRAM bytes"] == sum(e.dram_read_bytes + e.dram_write_bytes for e in mine)
+        assert v["Energy (uJ)"] == pytest.approx(sum(e.energy_pj for e in mine) / 1e6)
     total = report.sum_row()
     assert total.cost.macs == sum(e.macs for e in timed) == 2 * (128 * 784 + 10 * 128)
     # Percentages of the top-level calls sum to 100; durations are positive.
