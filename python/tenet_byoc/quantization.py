@@ -102,7 +102,7 @@ class QuantScheme:
         32 (float32), 16 (float16 on the accelerator), 8 or 4.
     activation_granularity : str
         ``"none"`` (float), ``"tensor"``, ``"token"`` (one scale per row), ``"embedding"``
-        (one per hidden channel, folded into the weights) or ``"group"`` (one per
+        (one per hidden channel, multiplied into the dequantized weights) or ``"group"`` (one per
         ``activation_group`` hidden channels of a row, partial sums rescaled per group).
     group_size : int
         G of group-wise weights. When a group does not divide K, :func:`quantize` pads K
@@ -232,10 +232,11 @@ class QuantScheme:
             if wf in ("int", "uint") and wb == 4 and wg in ("group", "channel"):
                 return "dequant_group"
             return "emulated"
-        act = self.activation_granularity
-        calibrated_embedding = act == "embedding" and self.activation_static
+        # Per-embedding scales run along K: they cannot be applied after an integer GEMM,
+        # and folding them into the weights before weight quantization would hand the
+        # activation outliers to the weights; they rescale the dequantized weights instead.
         if (wf == "int" and wg in ("tensor", "channel") and self.activation_format == "int"
-                and (act in ("tensor", "token") or calibrated_embedding)
+                and self.activation_granularity in ("tensor", "token")
                 and (not self.smoothing or self.activation_static)):
             return "int8"
         return "emulated"
@@ -264,9 +265,9 @@ class QuantScheme:
             return "weight"
         if self.k_group():
             return "k_group"
-        if not self.activation_static and (self.activation_granularity == "embedding"
-                                           or self.smoothing):
-            return "weight"  # per-call channel scales are folded into the weights each call
+        if self.activation_granularity == "embedding" or (self.smoothing
+                                                          and not self.activation_static):
+            return "weight"  # per hidden channel scales multiply the dequantized weights
         return "output"
 
     def recipe(self) -> dict:
@@ -701,7 +702,7 @@ class _LinearQuantizer(relax.PyExprMutator):
         self.rewritten += 1
         if self.observe is not None:
             seen = self.builder_.emit(relax.call_pure_packed(
-                self.observe, x, relax.PrimValue(layer), sinfo_args=x.ty))
+                self.observe, x, _const(layer, "int64"), ty_args=x.ty))
             return relax.op.matmul(seen, rhs)
         return self._rewrite(x, bound.value.numpy(), layer)
 
@@ -798,13 +799,7 @@ class _LinearQuantizer(relax.PyExprMutator):
         s, bb, op = self.scheme, self.builder_, relax.op
         qmin, qmax = int_range(s.activation_bits)
         per_token = s.activation_granularity == "token"
-        if s.activation_granularity == "embedding":
-            # Each hidden channel its own calibrated scale, folded into the weight's columns.
-            sx = (np.maximum(amax_x, 1e-12) / qmax).astype(np.float32)
-            w = w * sx[None, :]
-            x = bb.emit(op.divide(x, _f32(sx)))
-            sa = _f32(1.0)
-        elif s.activation_static:
+        if s.activation_static:
             sa = _f32(max(float(amax_x.max()), 1e-12) / qmax)
         else:
             absmax = bb.emit(op.max(bb.emit(op.abs(x)), axis=-1 if per_token else None,
@@ -835,7 +830,7 @@ def _observe(x, layer):
     """Record the per-hidden-channel max-abs of a linear layer's input (calibration)."""
     a = x.numpy()
     amax = np.abs(a.reshape(-1, a.shape[-1])).max(axis=0)
-    layer = int(layer)
+    layer = int(layer.numpy())
     _observed[layer] = np.maximum(_observed.get(layer, amax), amax)
     return tvm.runtime.tensor(a)
 
