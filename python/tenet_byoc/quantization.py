@@ -290,10 +290,12 @@ class QuantScheme:
         }
 
     def describe(self) -> str:
-        """A one-line definition: ``w4 uint/group128 . a16 float . fp16 scales``."""
+        """A one-line definition in spec-string terms: ``w=uint4/group128 a=f16 scales=fp16``."""
         def operand(bits, fmt, gran, group):
             g = f"group{group}" if gran == "group" else gran
-            return f"{fmt}{bits}" + ("" if gran == "none" else f"/{g}")
+            name = {"float": "f"}.get(fmt, fmt) + (str(bits) if fmt in ("float", "int", "uint")
+                                                  else "")
+            return name + ("" if gran == "none" else f"/{g}")
 
         w = operand(self.weight_bits, self.weight_format, self.weight_granularity,
                     self.group_size)

@@ -1,8 +1,9 @@
 // What one offloaded GEMM call is charged: the one rule that the runtime's ledger and the
 // Python binding (cost_model.analyze_gemm, cost_model.charge_gemm) both apply.
 //
-// A call comes in as a plain description (GemmCall: shape, batch, operand widths, side
-// data, extra ops, scheme) and goes out as a plain Charge. The parts of a charge are
+// A call comes in as a plain description (GemmCall: shape, batch, operand widths, the
+// quantization recipe and what it adds: side data, extra ops) and goes out as a plain
+// Charge. The parts of a charge are
 // levels of the model, each its own struct filled by its own function: today the PE array
 // (TENET's relations, with the bandwidth stall); the memory hierarchy (buffer and DRAM
 // traffic per tile, stalls), energy, the roofline and a mapping search are added here as
