@@ -614,8 +614,8 @@ def _fake_quant_activation(bb: relax.BlockBuilder, x, s: QuantScheme, static_sca
     """x rounded as the scheme stores activations, back in float32 (exact emulation)."""
     op, g = relax.op, _Graph(bb)
     gran = s.activation_granularity
-    shape = [int(d) for d in x.ty.shape.values]
-    k = shape[-1]
+    shape = list(x.ty.shape.values)  # leading dims may be symbolic (a sequence length)
+    k = int(shape[-1])
     xs = x
     if gran == "group":
         xs = bb.emit(op.reshape(x, [*shape[:-1], k // s.activation_group, s.activation_group]))

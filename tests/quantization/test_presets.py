@@ -334,3 +334,36 @@ def test_recipe_validated_by_the_charge_unit():
     with pytest.raises(ValueError, match="either a quantization recipe or extra_read_bits"):
         cm.charge_gemm(4, 4, 64, acc.hardware, acc.dataflow, recipe=SCHEMES["group32"],
                        extra_ops=3)
+
+
+# ---------------------------------------------------------------------------------------
+# A whole model: symbolic sequence lengths, every linear layer offloaded.
+
+
+def _matmuls_left_on_tvm(mod) -> int:
+    part = tenet_byoc.partition_for_tenet(mod)
+    left = 0
+    for func in part.functions.values():
+        if not isinstance(func, relax.Function) or (func.attrs and (
+                "Codegen" in func.attrs or "Composite" in func.attrs)):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                v = binding.value
+                left += isinstance(v, relax.Call) and v.op.same_as(tvm.ir.Op.get("relax.matmul"))
+    return left
+
+
+@pytest.mark.parametrize("name", ["group32", "mxfp4", "per_embedding", "e4m3_e4m3_f16"])
+def test_emulated_presets_run_gpt2_whole(name):
+    """GPT-2's prefill and decode (a symbolic sequence length) under emulated schemes: no
+    matmul is left on TVM's path, and the logits move away from float32 but not far."""
+    from tenet_byoc.experiments.cases import gpt2_case
+    from tenet_byoc.experiments.sweep import sweep
+
+    case = gpt2_case("tiny", prompt_len=8, context_len=12)
+    assert _matmuls_left_on_tvm(quantize(case.module(), name)) == 0
+    rows = sweep([case], [name], ["os16"], progress=False).rows
+    assert {r.phase for r in rows} == {"prefill", "decode"}
+    for r in rows:
+        assert 0 < r.rel_error < (0.3 if name == "mxfp4" else 0.05), (r.phase, r.rel_error)
