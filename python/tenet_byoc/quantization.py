@@ -499,8 +499,9 @@ def weight_codes(w: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, np.nda
     elif fmt is not None:
         scale = _round_scale(amax / np.float32(fmt.max_value), s.scale_dtype)
     elif s.weight_format == "uint":
-        lo = grouped.min(axis=2, keepdims=True)
-        hi = grouped.max(axis=2, keepdims=True)
+        per_tensor = s.weight_granularity == "tensor"
+        lo = np.broadcast_to(w.min(), zeros.shape) if per_tensor else grouped.min(2, keepdims=True)
+        hi = np.broadcast_to(w.max(), zeros.shape) if per_tensor else grouped.max(2, keepdims=True)
         qmin, qmax = int_range(s.weight_bits, symmetric=False)
         scale = _round_scale((hi - lo) / np.float32(qmax), s.scale_dtype)
         zp = np.clip(np.rint(-lo / scale), qmin, qmax).astype(np.float32)

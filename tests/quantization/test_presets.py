@@ -92,9 +92,12 @@ def fake_quant(v, bits, fmt, gran, group, scale_dtype, stored):
     return (q * scale).astype(np.float32).reshape(shape)
 
 
-def fake_quant_uint(w, bits, group, scale_dtype):
-    b = _blocks(w, "group", group)
-    lo, hi = b.min(axis=-1, keepdims=True), b.max(axis=-1, keepdims=True)
+def fake_quant_uint(w, bits, gran, group, scale_dtype):
+    b = _blocks(w, gran, group)
+    if gran == "tensor":
+        lo, hi = b.min(), b.max()
+    else:
+        lo, hi = b.min(axis=-1, keepdims=True), b.max(axis=-1, keepdims=True)
     top = 2**bits - 1
     scale = _scale_dtype((hi - lo) / np.float32(top), scale_dtype)
     zp = np.clip(np.rint(-lo / scale), 0, top)
@@ -118,7 +121,7 @@ def reference(x, w, s: QuantScheme):
         xq = fake_quant(x, s.activation_bits, s.activation_format, s.activation_granularity,
                         s.activation_group, s.scale_dtype, False)
     if s.weight_format == "uint":
-        wq = fake_quant_uint(w, s.weight_bits, s.group_size, s.scale_dtype)
+        wq = fake_quant_uint(w, s.weight_bits, s.weight_granularity, s.group_size, s.scale_dtype)
     else:
         wg = "channel" if s.weight_granularity == "channel" else s.weight_granularity
         wq = fake_quant(w, s.weight_bits, s.weight_format, wg, s.group_size, s.scale_dtype,
@@ -367,3 +370,23 @@ def test_emulated_presets_run_gpt2_whole(name):
     assert {r.phase for r in rows} == {"prefill", "decode"}
     for r in rows:
         assert 0 < r.rel_error < (0.3 if name == "mxfp4" else 0.05), (r.phase, r.rel_error)
+
+
+@pytest.mark.parametrize("spec", ["w=uint8/tensor,a=f32", "w=uint3/channel,a=int8/token",
+                                  "w=int3/channel,a=int4/token", "w=int2/group16,a=f16",
+                                  "w=e5m2/channel,a=e5m2/token,scale=fp32",
+                                  "w=int4/group32,a=int4/group32,scale=e8m0"])
+def test_composed_specs_equal_tvm_and_reference(spec, rng):
+    """Combinations beyond the presets: asymmetric per tensor, 3- and 2-bit, fp8 e5m2,
+    MX int4; each against TVM's build and the numpy definition."""
+    s = get_scheme(spec)
+    mod, params = linear((6, 64), 20, rng, bias=False)
+    qmod = quantize(mod, spec)
+    assert len(offloaded_symbols(qmod)) == 1
+    x = rng.standard_normal((6, 64)).astype("float32")
+    got = run(tenet_byoc.build(qmod), x)
+    want = run(tenet_byoc.build(qmod, offload=False), x)
+    ref, xq, wq = reference(x, params["w"], s)
+    bound = 1e-5 * (np.abs(xq).astype("float64") @ np.abs(wq).T.astype("float64")) + 1e-30
+    assert np.all(np.abs(got - want) <= bound)
+    assert np.all(np.abs(got - ref) <= bound + 1e-6 * np.abs(ref).max())
