@@ -23,8 +23,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import tenet_byoc
 import tvm
+from tvm import relax
+
+import tenet_byoc
 from tenet_byoc.models.gpt2 import (
     GPT2Config,
     build_with_tvm,
@@ -32,7 +34,6 @@ from tenet_byoc.models.gpt2 import (
     gpt2_matmul_macs,
     random_params,
 )
-from tvm import relax
 
 RESULTS = Path(__file__).parent / "results" / "gpt2_e2e.md"
 

@@ -10,7 +10,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import tvm  # noqa: F401  (loads libtvm_ffi.so, which the runtime library links against)
+import tvm
 
 _LIBRARY = "libtenet_runtime.so"
 _handle: ctypes.CDLL | None = None

@@ -250,14 +250,34 @@ def _accelerator(functions) -> dict:
     return json.loads(texts.pop() if texts else resolve(None).to_json())
 
 
+def _check_enumeration_limit(described: list[dict], functions, accelerator: dict) -> None:
+    """Refuse at build time a static GEMM the accelerator could only cost by enumerating
+    more instances than the cost model allows (it would fail at the first VM call)."""
+    from .cost_model import parse_accelerator
+    from .hardware import check_gemm_size
+
+    _, hw, df = parse_accelerator(json.dumps(accelerator))
+    for desc, func in zip(described, functions):
+        params = list(func.params)
+        for step in desc["steps"]:
+            if step["lhs"] < 0 or step["rhs"] < 0:
+                continue
+            a, b = params[step["lhs"]].ty, params[step["rhs"]].ty
+            try:
+                m, k = (int(d) for d in a.shape.values[-2:])
+                n = int(b.shape.values[-2 if step["rhs_transposed"] else -1])
+            except (TypeError, AttributeError):
+                continue  # a symbolic size: only the call can tell
+            check_gemm_size(hw, df, m, n, k, f"{desc['symbol']} step {step['name']!r}")
+
+
 def make_descriptor(functions) -> str:
     """The JSON descriptor of a list of outer tenet functions, with their accelerator."""
+    described = [describe_function(f) for f in functions]
+    accelerator = _accelerator(functions)
+    _check_enumeration_limit(described, functions, accelerator)
     return json.dumps(
-        {
-            "version": DESCRIPTOR_VERSION,
-            "accelerator": _accelerator(functions),
-            "functions": [describe_function(f) for f in functions],
-        }
+        {"version": DESCRIPTOR_VERSION, "accelerator": accelerator, "functions": described}
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from tenet_byoc import _cost_model as _core
 from tenet_byoc._cost_model import (
+    MAX_ENUMERATED_INSTANCES,
     Charge,
     Dataflow,
     Hardware,
@@ -37,6 +38,7 @@ from tenet_byoc._cost_model import (
 )
 
 __all__ = [
+    "MAX_ENUMERATED_INSTANCES",
     "Charge",
     "Dataflow",
     "Hardware",

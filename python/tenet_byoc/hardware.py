@@ -57,6 +57,17 @@ class Accelerator:
             )
         cm.validate_accelerator(self.name, self.hardware, self.dataflow)
 
+    @property
+    def fast_path(self) -> bool:
+        """Whether every GEMM is costed in closed form, whatever its size (see
+        :func:`check_gemm_size`)."""
+        return _fast_path(self.hardware, self.dataflow)
+
+    def check_gemm(self, m: int, n: int, k: int, where: str = "a GEMM") -> None:
+        """Refuse, before anything runs, a GEMM this accelerator could not cost (see
+        :func:`check_gemm_size`)."""
+        check_gemm_size(self.hardware, self.dataflow, m, n, k, where, self.name)
+
     def to_json(self) -> str:
         """The cost model's one serialized form of this accelerator (what the runtime reads)."""
         return cm.serialize_accelerator(self.name, self.hardware, self.dataflow)
@@ -104,9 +115,16 @@ class Accelerator:
         """
         texts = []
         for path, what in ((p_file, ".p file (PE array)"), (m_file, ".m file (mapping)")):
+            if Path(path).is_dir():
+                raise ValueError(f"TENET {what} {str(path)!r} is a directory, not a file")
             if not Path(path).is_file():
                 raise FileNotFoundError(f"TENET {what} {str(path)!r} does not exist")
-            texts.append(Path(path).read_text())
+            try:
+                texts.append(Path(path).read_text(encoding="utf-8"))
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"TENET {what} {str(path)!r} is not UTF-8 text (byte at offset {err.start})"
+                ) from None
         name = name or f"{Path(p_file).stem}+{Path(m_file).stem}"
         hw = cm.parse_tenet_hardware(texts[0], Path(p_file).stem)
         hw = cm.Hardware(
@@ -117,6 +135,44 @@ class Accelerator:
         )
         df = cm.parse_tenet_mapping(texts[1], Path(m_file).stem)
         return cls(name, hw, df)
+
+
+def _fast_path(hardware: cm.Hardware, dataflow: cm.Dataflow) -> bool:
+    try:
+        cm.analyze_gemm(2, 2, 2, hardware, dataflow, method="fast")
+    except ValueError:
+        return False
+    return True
+
+
+def check_gemm_size(
+    hardware: cm.Hardware, dataflow: cm.Dataflow, m: int, n: int, k: int,
+    where: str = "a GEMM", name: str | None = None,
+) -> None:
+    """Refuse a GEMM the cost model could only cost by enumerating too many instances.
+
+    Every GEMM size is costed in closed form ("fast path") for an os/ws/is preset dataflow
+    (``Dataflow.preset``, or TENET relations equal to one, such as TENET's
+    ``matmul_systolic_os.m`` / ``_ws.m``) on the systolic interconnect
+    ``{PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}``. Any other TENET file pair is costed by
+    enumerating each call's M x N x K instances, up to
+    ``cost_model.MAX_ENUMERATED_INSTANCES``.
+
+    Raises
+    ------
+    ValueError
+        When ``m * n * k`` is over that limit and the fast path does not apply; the
+        message names the GEMM and says what to do.
+    """
+    limit = cm.MAX_ENUMERATED_INSTANCES
+    if m * n * k > limit and not _fast_path(hardware, dataflow):
+        raise ValueError(
+            f"accelerator {name or hardware.name!r}: {where} of {m} x {n} x {k} = "
+            f"{m * n * k:,} instances cannot be costed: dataflow {dataflow.name!r} is not an "
+            f"os/ws/is preset on a systolic array, so each call is enumerated, up to "
+            f"{limit:,} instances. Use a preset dataflow (or TENET's matmul_systolic_os.m / "
+            "_ws.m form) for large GEMMs, or smaller shapes"
+        )
 
 
 def _tenet_paper(dataflow: str) -> Callable[[], Accelerator]:
@@ -172,4 +228,4 @@ def resolve(accelerator: str | Accelerator | None) -> Accelerator:
     )
 
 
-__all__ = ["DEFAULT_PRESET", "PRESETS", "Accelerator", "preset", "resolve"]
+__all__ = ["DEFAULT_PRESET", "PRESETS", "Accelerator", "check_gemm_size", "preset", "resolve"]

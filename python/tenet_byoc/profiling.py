@@ -18,7 +18,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .ledger import LedgerEntry, Totals, ledger, tenet_modules, totals
+from .ledger import LedgerEntry, Totals, _parse, tenet_modules, totals
 
 #: The timing columns, in the order TVM's old profiler report had them (Count before shapes).
 TIMING_COLUMNS = ("Name", "Duration (us)", "Percent", "Count", "Argument Shapes", "Device")
@@ -182,10 +182,6 @@ class Report:
     __repr__ = __str__
 
 
-def _entry_key(e: LedgerEntry) -> tuple:
-    return (e.symbol, e.call_index, e.name)
-
-
 def _tenet_entries_by_symbol(entries: list[LedgerEntry]) -> dict[str, list[list[LedgerEntry]]]:
     """Ledger entries per symbol, one list per call (the steps of one call share call_index)."""
     calls: dict[str, dict[int, list[LedgerEntry]]] = {}
@@ -240,8 +236,11 @@ class VirtualMachine(relax.VirtualMachine):
                    hasattr(a, "__array__") else a for a in args]
         for _ in range(warmup):
             func(*tensors)
-        # Entries are told apart by (symbol, call index, step): unique in one module's ledger.
-        before = {_entry_key(e) for e in ledger(self)}
+        # The modules capture what this thread charges during the run: calls of the same
+        # library from other threads are not attributed to it, and the cost of collecting
+        # does not grow with the ledger.
+        for m in self._tenet:
+            m["__tenet_capture_begin"]()
         self.set_instrument(self._timer["instrument"])
         try:
             self._timer["start"]()
@@ -249,12 +248,14 @@ class VirtualMachine(relax.VirtualMachine):
             self._timer["stop"]()
         finally:
             self.set_instrument(None)  # 0.27 accepts None: calls go uninstrumented again
+            docs = [json.loads(m["__tenet_capture_end"]()) for m in self._tenet]
         recorded = json.loads(self._timer["records"]())
-        book = ledger(self)
-        charged = _tenet_entries_by_symbol([e for e in book if _entry_key(e) not in before])
-        return self._report(func_name, recorded, charged, book)
+        entries = sorted((e for doc in docs for e in _parse(doc)), key=lambda e: e.call_index)
+        charged = _tenet_entries_by_symbol(entries)
+        hw = min((d["accelerator"], d["dataflow"], d["clock_ghz"]) for d in docs)
+        return self._report(func_name, recorded, charged, hw)
 
-    def _report(self, func_name, recorded, charged, book) -> Report:
+    def _report(self, func_name, recorded, charged, hw) -> Report:
         names = recorded["names"]
         top_ns = sum(ns for _, depth, ns, _, _ in recorded["calls"] if depth == 0 and ns > 0)
         seen: dict[str, int] = {}
@@ -274,7 +275,7 @@ class VirtualMachine(relax.VirtualMachine):
             ))
         configuration = {
             "Executor": "VM",
-            "Accelerator": f"{book.accelerator} [{book.dataflow}] at {book.clock_ghz:g} GHz",
+            "Accelerator": f"{hw[0]} [{hw[1]}] at {hw[2]:g} GHz",
             "Timer": "tenet_byoc C++ VM instrument (steady_clock)",
         }
         return Report(func_name, calls, recorded["wall_ns"] / 1e3, configuration)

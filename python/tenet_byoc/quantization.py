@@ -459,8 +459,13 @@ def _pow2_floor_log2(amax: np.ndarray, emax: int) -> np.ndarray:
     return np.where(amax > 0, np.exp2(exponent), 1.0).astype(np.float32)
 
 
-def weight_codes(w: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def weight_codes(w: np.ndarray, scheme: QuantScheme,
+                 name: str = "weight") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The stored form of a float weight ``w[N, K]`` under ``scheme``.
+
+    A weight with NaN or infinite values is refused (``ValueError`` naming ``name``): its
+    scale would be NaN or be replaced by 1.0, and the layer would silently compute zeros
+    or garbage where float32 would propagate the NaN.
 
     Returns
     -------
@@ -475,6 +480,13 @@ def weight_codes(w: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, np.nda
     """
     n, k = w.shape
     s = scheme
+    bad = np.argwhere(~np.isfinite(w))
+    if bad.size:
+        i, j = (int(v) for v in bad[0])
+        raise ValueError(
+            f"quantize({s.name}): {name} has {len(bad)} non-finite value(s), the first "
+            f"{w[i, j]} at [{i}, {j}]; quantized schemes need finite weights"
+        )
     w = w.astype(np.float32)
     g = s.group_size if s.weight_granularity == "group" else k
     if k % g:
@@ -517,8 +529,12 @@ def weight_codes(w: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, np.nda
     return np.clip(np.rint(grouped / scale), qmin, qmax).astype(np.float32), scale, zeros
 
 
-def quantize_weight(w: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, np.ndarray]:
+def quantize_weight(
+    w: np.ndarray, scheme: QuantScheme, name: str = "weight"
+) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric integer quantization of a float weight ``w[N, K]`` (output channels first).
+
+    Non-finite weights are refused as :func:`weight_codes` refuses them.
 
     Returns
     -------
@@ -531,7 +547,7 @@ def quantize_weight(w: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, np.
     if scheme.weight_format != "int":
         raise ValueError(f"quantize_weight: scheme {scheme.name} has {scheme.weight_format} "
                          "weights; use weight_codes")
-    codes, scale, _ = weight_codes(w, scheme)
+    codes, scale, _ = weight_codes(w, scheme, name)
     q = codes.astype(np.int8)
     if scheme.weight_granularity == "group":
         return q, scale
@@ -666,6 +682,8 @@ class _LinearQuantizer(relax.PyExprMutator):
         self.params: set[relax.Var] = set()
         self.stats = stats  # layer index -> per-hidden-channel amax of x (calibration)
         self.observe = observe
+        self.func_name = "a function"
+        self.where = "weight"  # the layer being rewritten, for error messages
 
     def _binding_of(self, expr: relax.Expr) -> relax.Expr:
         while isinstance(expr, relax.Var):
@@ -677,6 +695,8 @@ class _LinearQuantizer(relax.PyExprMutator):
 
     def visit_function_(self, func: relax.Function) -> relax.Expr:
         self.params = set(func.params)
+        name = func.attrs.get("global_symbol") if func.attrs is not None else None
+        self.func_name = f"function {str(name)!r}" if name is not None else "a function"
         return super().visit_function_(func)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
@@ -703,6 +723,10 @@ class _LinearQuantizer(relax.PyExprMutator):
             )
         layer = self.rewritten
         self.rewritten += 1
+        shape = [int(d) for d in ty.shape]
+        self.where = f"the weight {shape} of linear layer {self.rewritten} of {self.func_name}"
+        if isinstance(weight, relax.Var):
+            self.where += f" ({weight.name_hint})"
         if self.observe is not None:
             seen = self.builder_.emit(relax.call_pure_packed(
                 self.observe, x, _const(layer, "int64"), ty_args=x.ty))
@@ -750,12 +774,12 @@ class _LinearQuantizer(relax.PyExprMutator):
             # float16 activations on the accelerator: round them, compute in float32.
             x = bb.emit(op.astype(bb.emit(op.astype(x, "float16")), "float32"))
         if kernel == "dequant_channel":
-            q, scale = quantize_weight(w, s)
+            q, scale = quantize_weight(w, s, self.where)
             deq = op.dequantize(_const(q, "int8"), _const(scale, "float32"),
                                 _const(0, "int8"), axis=0, out_dtype="float32")
             return op.matmul(x, bb.emit(op.permute_dims(bb.emit(deq))))
         # Packed int4: unpack the nibbles, remove the zero point, scale per group.
-        codes, scale, zp = weight_codes(w, s)
+        codes, scale, zp = weight_codes(w, s, self.where)
         if s.weight_format == "uint":
             nibbles_of, zero = codes - INT4_ZERO_POINT, _const(zp, "float32")
         else:
@@ -792,7 +816,7 @@ class _LinearQuantizer(relax.PyExprMutator):
                            else int_range(s.activation_bits)[1])
                     static = np.float32(max(float(amax_x.max()), 1e-12) / top)
                 x = _fake_quant_activation(bb, x, s, static)
-        codes, scale, zp = weight_codes(w, s)
+        codes, scale, zp = weight_codes(w, s, self.where)
         stored = codes - zp if s.weight_format == "uint" else codes
         deq = bb.emit(op.multiply(_const(stored, "float32"), _const(scale, "float32")))
         wt = bb.emit(op.permute_dims(bb.emit(op.reshape(deq, (n, k)))))
@@ -807,10 +831,20 @@ class _LinearQuantizer(relax.PyExprMutator):
         else:
             absmax = bb.emit(op.max(bb.emit(op.abs(x)), axis=-1 if per_token else None,
                                     keepdims=per_token))
-            sa = bb.emit(op.divide(bb.emit(op.maximum(absmax, _f32(1e-12))), _f32(qmax)))
+            # max() drops NaN, and a NaN cast to int8 is undefined: a non-finite activation
+            # would vanish (or differ between builds). `poison` is 0 for a finite row (or
+            # tensor) and NaN otherwise; added to the scale it makes that row's (or the
+            # whole per-tensor call's) output NaN, as float32 would, in tenet and TVM's
+            # build alike. (sum(x * 0) would not do: TVM folds x * 0 to 0.)
+            finite = bb.emit(op.min(bb.emit(op.astype(bb.emit(op.isfinite(x)), "float32")),
+                                    axis=-1 if per_token else None, keepdims=per_token))
+            poison = bb.emit(op.where(bb.emit(op.greater(finite, _f32(0.5))), _f32(0.0),
+                                      _f32(np.nan)))
+            floor = bb.emit(op.maximum(absmax, _f32(1e-12)))
+            sa = bb.emit(op.divide(bb.emit(op.add(floor, poison)), _f32(qmax)))
         rounded = bb.emit(op.round(bb.emit(op.divide(x, sa))))
         xq = bb.emit(op.astype(bb.emit(op.clip(rounded, qmin, qmax)), "int8"))
-        q, scale = quantize_weight(w, s)
+        q, scale = quantize_weight(w, s, self.where)
         acc = bb.emit(op.matmul(xq, bb.emit(op.permute_dims(_const(q, "int8"))),
                                 out_dtype="int32"))
         scaled = bb.emit(op.multiply(bb.emit(op.astype(acc, "float32")), sa))
@@ -883,10 +917,14 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
 
     Raises
     ------
+    TypeError
+        If ``mod`` is not an IRModule.
     ValueError
-        For an unknown scheme or bad spec, or a linear layer whose weight is a function
-        parameter rather than a constant.
+        For an unknown scheme or bad spec, a linear layer whose weight is a function
+        parameter rather than a constant, or a weight with NaN or infinite values (named).
     """
+    if not isinstance(mod, tvm.IRModule):
+        raise TypeError(f"quantize takes a tvm.IRModule, got {type(mod).__name__}")
     s = get_scheme(scheme)
     if s.kernel == "float":
         return mod

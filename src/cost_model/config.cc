@@ -2,6 +2,9 @@
 // accelerator's JSON form.
 #include <algorithm>
 #include <cmath>
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -60,8 +63,10 @@ void Validate(const Hardware& hw) {
   if (!(hw.clock_ghz > 0) || !std::isfinite(hw.clock_ghz))
     throw std::invalid_argument("Hardware.clock_ghz must be positive, got " +
                                 std::to_string(hw.clock_ghz));
-  if (hw.l1_bytes < 0) throw std::invalid_argument("Hardware.l1_bytes must be >= 0");
-  if (hw.l2_bytes < 0) throw std::invalid_argument("Hardware.l2_bytes must be >= 0");
+  if (hw.l1_bytes < 0)
+    throw std::invalid_argument("Hardware.l1_bytes must be >= 0, got " + Str(hw.l1_bytes));
+  if (hw.l2_bytes < 0)
+    throw std::invalid_argument("Hardware.l2_bytes must be >= 0, got " + Str(hw.l2_bytes));
   const MacRate& rate = hw.macs_per_pe_per_cycle;
   RequirePositive(rate.base, "Hardware.macs_per_pe_per_cycle");
   if (!rate.by_bits.empty() && rate.base != 1)
@@ -73,6 +78,14 @@ void Validate(const Hardware& hw) {
       throw std::invalid_argument("Hardware.macs_per_pe_per_cycle: operand width " +
                                   Str(kv.first) + " is not in 1..64 bits");
     RequirePositive(kv.second, "Hardware.macs_per_pe_per_cycle[" + Str(kv.first) + "]");
+    // p MACs per cycle are costed as one packed element of p x bits, and elements are at
+    // most 1024 bits: a larger rate would only fail at the first call.
+    if (kv.second > 1024 / kv.first)
+      throw std::invalid_argument(
+          "Hardware.macs_per_pe_per_cycle[" + Str(kv.first) + "]=" + Str(kv.second) + ": " +
+          Str(kv.first) + " bits x " + Str(kv.second) + " MACs per cycle = " +
+          Str(kv.first * kv.second) + " bits per packed element; at most 1024 (rate <= " +
+          Str(1024 / kv.first) + " at " + Str(kv.first) + " bits)");
   }
   Relation dom = ParseRelation(hw.pe_domain, "Hardware.pe_domain");
   if (dom.is_map)
@@ -210,12 +223,35 @@ std::vector<std::string> NonEmptyLines(const std::string& text) {
   return lines;
 }
 
+// Offset of the first byte that is not part of well-formed UTF-8, or npos.
+size_t FirstBadUtf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = detail::Utf8CharLength(s, i);
+    if (len == 0) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
 std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw std::invalid_argument("'" + path + "' is a directory, not a TENET file");
+  std::ifstream f(path, std::ios::binary);
   if (!f) throw std::invalid_argument("cannot read file '" + path + "'");
   std::ostringstream ss;
   ss << f.rdbuf();
-  return ss.str();
+  std::string text = ss.str();
+  // Relations are text; bytes that are not UTF-8 would otherwise surface in Python as a
+  // UnicodeDecodeError that names no file.
+  const size_t bad = FirstBadUtf8(text);
+  if (bad != std::string::npos) {
+    char byte[8];
+    std::snprintf(byte, sizeof(byte), "0x%02x", static_cast<unsigned char>(text[bad]));
+    throw std::invalid_argument("TENET file '" + path + "' is not UTF-8 text (byte " + byte +
+                                " at offset " + Str(static_cast<int64_t>(bad)) + ")");
+  }
+  return text;
 }
 
 std::string BaseName(const std::string& path) {
@@ -239,9 +275,16 @@ Hardware ParseTenetHardware(const std::string& text, const std::string& name) {
   hw.interconnect = lines[1];
   std::istringstream is(lines[2]);
   double l1, l2;
-  if (!(is >> l1 >> l2 >> hw.bandwidth_bits >> hw.avg_latency))
+  std::string extra;
+  if (!(is >> l1 >> l2 >> hw.bandwidth_bits >> hw.avg_latency) || (is >> extra))
     throw std::invalid_argument("TENET .p file '" + name + "': line 3 must be four numbers "
                                 "'L1 L2 bandwidth avg_latency', got '" + lines[2] + "'");
+  // Casting a double outside int64 is undefined; 2^62 bytes is far beyond any buffer.
+  for (auto [v, field] : {std::pair<double, const char*>{l1, "L1"}, {l2, "L2"}})
+    if (!(v >= 0 && v <= 4.6e18))
+      throw std::invalid_argument("TENET .p file '" + name + "': line 3 " + field + " size " +
+                                  std::to_string(v) +
+                                  " bytes must be in [0, 2^62]");
   hw.l1_bytes = static_cast<int64_t>(l1);
   hw.l2_bytes = static_cast<int64_t>(l2);
   Validate(hw);

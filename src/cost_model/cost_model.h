@@ -2,7 +2,9 @@
 // workload as plain values, exact 64-bit metrics, and TENET's own file formats.
 //
 // Pure C++17; no TVM, no Python. Every function is thread-safe (no shared mutable state).
-// Every bad input throws std::invalid_argument with a message naming what is wrong.
+// Every bad input throws std::invalid_argument with a message naming what is wrong; a call
+// whose derived counts would leave int64 (or whose latency is not finite) throws
+// std::overflow_error. The Python binding raises ValueError for both.
 //
 // How the numbers are computed (see README.md in this directory for the full account):
 //  * Ground truth is enumeration of the definitions (AnalysisMethod::kEnumerate): every

@@ -1,6 +1,8 @@
 // pybind11 binding of the cost model (tenet_byoc._cost_model); the Python-facing API is
 // re-exported with keyword conveniences by tenet_byoc/cost_model.py.
 #include <chrono>
+#include <cstdio>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -21,6 +23,26 @@ AnalysisMethod ToMethod(const std::string& m) {
   if (m == "fast") return AnalysisMethod::kFast;
   if (m == "enumerate") return AnalysisMethod::kEnumerate;
   throw std::invalid_argument("method must be 'auto', 'fast' or 'enumerate', got '" + m + "'");
+}
+
+// `text` with every byte that is not part of well-formed UTF-8 written as \\xNN.
+std::string ReadableMessage(const std::string& text) {
+  std::string out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = text[i];
+    const size_t len = detail::Utf8CharLength(text, i);
+    if (len > 0) {
+      out.append(text, i, len);
+      i += len;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+      ++i;
+    }
+  }
+  return out;
 }
 
 // Python's form of a MAC rate: an int (every width) or a dict {operand bits: rate}.
@@ -125,6 +147,20 @@ std::string Repr(const Hardware& h) {
 
 PYBIND11_MODULE(_cost_model, m) {
   m.doc() = "TENET relation-centric cost model (C++ core)";
+  // A count too large for int64 is a bad input like any other: one exception type
+  // (ValueError) for every refusal, as the header's error contract says.
+  // Messages quote user text, which may hold bytes that are not UTF-8 (or a cut
+  // character); they are escaped so Python always gets a readable ValueError, never a
+  // UnicodeDecodeError.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const std::invalid_argument& e) {
+      PyErr_SetString(PyExc_ValueError, ReadableMessage(e.what()).c_str());
+    } catch (const std::overflow_error& e) {
+      PyErr_SetString(PyExc_ValueError, ReadableMessage(e.what()).c_str());
+    }
+  });
 
   py::class_<Hardware> hardware(m, "Hardware");
   hardware
@@ -320,6 +356,7 @@ PYBIND11_MODULE(_cost_model, m) {
   m.def("format_tenet_mapping", &FormatTenetMapping);
   m.def("format_tenet_statement", &FormatTenetStatement);
   m.def("save_text_file", &SaveTextFile);
+  m.attr("MAX_ENUMERATED_INSTANCES") = kMaxEnumeratedInstances;
   m.def(
       "validate_accelerator",
       [](std::string name, Hardware hw, Dataflow df) {
@@ -372,7 +409,7 @@ PYBIND11_MODULE(_cost_model, m) {
         detail::Relation r = detail::ParseRelation(text, "relation", params);
         if (point.size() != r.in_arity)
           throw std::invalid_argument("point has " + std::to_string(point.size()) +
-                                      " coordinates, relation takes " +
+                                      " coordinates, relation '" + text + "' takes " +
                                       std::to_string(r.in_arity));
         std::vector<std::vector<int64_t>> out;
         if (r.is_map) r.Apply(point.data(), &out);

@@ -21,17 +21,30 @@ int64_t FloorDiv(int64_t a, int64_t b) {
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
-int64_t FloorMod(int64_t a, int64_t b) { return a - FloorDiv(a, b) * b; }
+int64_t FloorMod(int64_t a, int64_t b) {
+  int64_t r = a % b;  // never overflows, unlike a - FloorDiv(a, b) * b near INT64_MIN
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
 
+// Evaluation overflows throw std::overflow_error; Relation::Contains / Apply, which know
+// the relation and the point, turn it into a message naming both.
 int64_t CheckedAdd(int64_t a, int64_t b) {
   int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) throw std::invalid_argument("integer overflow in relation");
+  if (__builtin_add_overflow(a, b, &r)) throw std::overflow_error("integer overflow");
   return r;
 }
 int64_t CheckedMul(int64_t a, int64_t b) {
   int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) throw std::invalid_argument("integer overflow in relation");
+  if (__builtin_mul_overflow(a, b, &r)) throw std::overflow_error("integer overflow");
   return r;
+}
+
+[[noreturn]] void EvalOverflow(const Relation& rel, const int64_t* point) {
+  std::string p;
+  for (size_t d = 0; d < rel.in_arity; ++d) p += (d ? "," : "") + std::to_string(point[d]);
+  throw std::invalid_argument("integer overflow evaluating relation '" + rel.text + "' at " +
+                              rel.in_name + "[" + p + "]");
 }
 
 struct Token {
@@ -127,7 +140,9 @@ class Parser {
         if (sym.empty()) {
           static const std::string one = "{}[](),;:+-*/%<>=";
           if (one.find(c) == std::string::npos) {
-            Token bad{Token::kSym, std::string(1, c), i};
+            // Show the whole character, not the first byte of a multi-byte one.
+            const size_t len = std::max<size_t>(1, Utf8CharLength(text_, i));
+            Token bad{Token::kSym, text_.substr(i, len), i};
             Fail(bad, "unexpected character");
           }
           sym = std::string(1, c);
@@ -259,11 +274,17 @@ class Parser {
       const Token& t = Peek();
       if (t.kind != Token::kSym || (t.text != "+" && t.text != "-")) break;
       bool plus = t.text == "+";
+      const Token op = t;
       Next();
       int rhs = ParseTerm();
       if (IsConst(lhs) && IsConst(rhs)) {
-        lhs = MakeConst(plus ? CheckedAdd(ConstVal(lhs), ConstVal(rhs))
-                             : CheckedAdd(ConstVal(lhs), -ConstVal(rhs)));
+        // Folded with the same overflow check as the evaluated form (negating INT64_MIN
+        // first would itself overflow).
+        int64_t r;
+        if (plus ? __builtin_add_overflow(ConstVal(lhs), ConstVal(rhs), &r)
+                 : __builtin_sub_overflow(ConstVal(lhs), ConstVal(rhs), &r))
+          Fail(op, "integer overflow in constant arithmetic");
+        lhs = MakeConst(r);
       } else {
         ExprNode n;
         n.kind = plus ? ExprNode::kAdd : ExprNode::kSub;
@@ -310,7 +331,10 @@ class Parser {
       }
       // multiplication
       if (IsConst(lhs) && IsConst(rhs)) {
-        lhs = MakeConst(CheckedMul(ConstVal(lhs), ConstVal(rhs)));
+        int64_t r;
+        if (__builtin_mul_overflow(ConstVal(lhs), ConstVal(rhs), &r))
+          Fail(op, "integer overflow in constant arithmetic");
+        lhs = MakeConst(r);
       } else if (IsConst(lhs) || IsConst(rhs)) {
         ExprNode n;
         n.kind = ExprNode::kMulConst;
@@ -335,9 +359,15 @@ class Parser {
     if (depth_ > kMaxDepth) Fail(Peek(), "expression nested too deeply");
     const Token& t = Peek();
     if (t.kind == Token::kSym && t.text == "-") {
+      const Token op = t;
       Next();
       int e = ParseUnary();
-      if (IsConst(e)) return MakeConst(CheckedMul(-1, ConstVal(e)));
+      if (IsConst(e)) {
+        int64_t r;
+        if (__builtin_mul_overflow(int64_t(-1), ConstVal(e), &r))
+          Fail(op, "integer overflow in constant arithmetic");
+        return MakeConst(r);
+      }
       ExprNode n;
       n.kind = ExprNode::kNeg;
       n.lhs = e;
@@ -443,7 +473,7 @@ int64_t Expr::EvalNode(int i, const int64_t* vars) const {
     case ExprNode::kSub: {
       int64_t r;
       if (__builtin_sub_overflow(EvalNode(n.lhs, vars), EvalNode(n.rhs, vars), &r))
-        throw std::invalid_argument("integer overflow in relation");
+        throw std::overflow_error("integer overflow");
       return r;
     }
     case ExprNode::kNeg: return CheckedMul(-1, EvalNode(n.lhs, vars));
@@ -467,18 +497,26 @@ bool Comparison::Holds(const int64_t* vars) const {
 }
 
 bool Relation::Contains(const int64_t* point) const {
-  for (const Piece& p : pieces)
-    if (p.Holds(point)) return true;
+  try {
+    for (const Piece& p : pieces)
+      if (p.Holds(point)) return true;
+  } catch (const std::overflow_error&) {
+    EvalOverflow(*this, point);
+  }
   return false;
 }
 
 void Relation::Apply(const int64_t* point, std::vector<std::vector<int64_t>>* out) const {
   out->clear();
-  for (const Piece& p : pieces) {
-    if (!p.Holds(point)) continue;
-    std::vector<int64_t> img(p.out.size());
-    for (size_t d = 0; d < p.out.size(); ++d) img[d] = p.out[d].Eval(point);
-    if (std::find(out->begin(), out->end(), img) == out->end()) out->push_back(std::move(img));
+  try {
+    for (const Piece& p : pieces) {
+      if (!p.Holds(point)) continue;
+      std::vector<int64_t> img(p.out.size());
+      for (size_t d = 0; d < p.out.size(); ++d) img[d] = p.out[d].Eval(point);
+      if (std::find(out->begin(), out->end(), img) == out->end()) out->push_back(std::move(img));
+    }
+  } catch (const std::overflow_error&) {
+    EvalOverflow(*this, point);
   }
 }
 
@@ -528,6 +566,11 @@ Box BoundingBox(const Relation& set, const std::string& what) {
       } else {
         continue;  // other constraints only filter points inside the box
       }
+      // kInf stands for "no bound" below, so a bound at the edge of int64 is refused by name.
+      if (k >= kInf - 1 || k <= -kInf)
+        throw std::invalid_argument(what + " '" + set.text + "': bound " + std::to_string(k) +
+                                    " of variable '" + p.in_vars[var] +
+                                    "' is outside the supported range (-2^63, 2^63 - 2)");
       switch (op) {
         case Comparison::kLT: hi[var] = std::min(hi[var], k); break;
         case Comparison::kLE: hi[var] = std::min(hi[var], k == kInf ? k : k + 1); break;
@@ -549,6 +592,30 @@ Box BoundingBox(const Relation& set, const std::string& what) {
     }
   }
   return box;
+}
+
+size_t Utf8CharLength(const std::string& s, size_t i) {
+  auto byte = [&](size_t j) { return j < s.size() ? static_cast<unsigned char>(s[j]) : 0u; };
+  const unsigned c = byte(i);
+  if (c < 0x80) return 1;
+  size_t len;
+  unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t j = 2; j < len; ++j)
+    if ((byte(i + j) & 0xC0) != 0x80) return 0;
+  return len;
 }
 
 std::string Normalize(const std::string& s) {

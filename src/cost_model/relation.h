@@ -81,6 +81,9 @@ struct Box {
 };
 Box BoundingBox(const Relation& set, const std::string& what);
 
+// Length of the well-formed UTF-8 character starting at s[i] (as Python's strict decoder
+// accepts it: no overlong forms, no surrogates), or 0 if there is none.
+size_t Utf8CharLength(const std::string& s, size_t i);
 // Is the set a single piece whose constraints each bound one variable by a constant? Its
 // box, when so.
 bool IsBoxSet(const Relation& set, Box* box);

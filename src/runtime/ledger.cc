@@ -108,7 +108,11 @@ void WriteCharge(std::ostream& os, const Charge& c) {
 }  // namespace
 
 std::string LedgerJson(const Ledger& ledger, const Descriptor& descriptor) {
-  const std::vector<LedgerEntry> entries = ledger.Snapshot();
+  return LedgerJson(ledger, descriptor, ledger.Snapshot());
+}
+
+std::string LedgerJson(const Ledger& ledger, const Descriptor& descriptor,
+                       const std::vector<LedgerEntry>& entries) {
   const Accelerator& acc = descriptor.accelerator;
   std::ostringstream os;
   os.precision(17);

@@ -82,6 +82,9 @@ class Ledger {
  *  times), so a long ledger stays small; an empty GEMM has "charge": null.
  */
 std::string LedgerJson(const Ledger& ledger, const Descriptor& descriptor);
+/*! \brief The same JSON for some of the ledger's entries (tags from the ledger). */
+std::string LedgerJson(const Ledger& ledger, const Descriptor& descriptor,
+                       const std::vector<LedgerEntry>& entries);
 
 }  // namespace runtime
 }  // namespace tenet

@@ -43,6 +43,17 @@ json::Object AsObject(const ffi::Any& v, const std::string& where) {
   return *obj;
 }
 
+// Ranks beyond this are refused: no model here needs them, and a crafted descriptor must
+// not make the runtime allocate per-dimension buffers of its choosing.
+constexpr int64_t kMaxRank = 32;
+
+void CheckRank(int64_t ndim, int64_t lo, const std::string& where, const char* field) {
+  if (ndim < lo || ndim > kMaxRank) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " " << field << " is " << ndim
+                              << "; expected an integer in [" << lo << ", " << kMaxRank << "]";
+  }
+}
+
 TensorSpec ParseSpec(const json::Object& obj, const std::string& where, bool is_output) {
   TensorSpec spec;
   auto kind = obj.find(ffi::String("kind"));
@@ -57,8 +68,40 @@ TensorSpec ParseSpec(const json::Object& obj, const std::string& where, bool is_
   }
   spec.dtype = ffi::StringToDLDataType(Get<ffi::String>(obj, "dtype", where));
   spec.ndim = Get<int64_t>(obj, "ndim", where);
+  CheckRank(spec.ndim, 0, where, "ndim");
   if (is_output) spec.source = Get<int64_t>(obj, "source", where);
   return spec;
+}
+
+// The rank of a value a step reads: an input's declared ndim or an earlier step's out_ndim.
+int64_t RankOf(ValueRef ref, const Program& p) {
+  return ref >= 0 ? p.inputs[ref].ndim : p.steps[-ref - 1].out_ndim;
+}
+
+// Checks the ranks a step relies on when it runs, so that no shape is read past its end:
+// lhs and rhs are matrices or stacks of them, the output rank holds both, a quantized
+// weight is a plain [N, K] (int4: [N, K/2]) input used transposed, a bias is a vector.
+void CheckStepRanks(const Step& st, const Program& p, const std::string& where) {
+  CheckRank(st.out_ndim, 2, where, "out_ndim");
+  // Emulated formats hold their weight as codes [N, K/G, G]: logically a 2-D [N, K].
+  const bool codes = st.kind == StepKind::kDequantFloat;
+  const int64_t ra = RankOf(st.lhs, p), rb = RankOf(st.rhs, p);
+  const int64_t rb_logical = codes && rb == 3 ? 2 : rb;
+  if (ra < 2 || rb_logical < 2 || ra > st.out_ndim || rb_logical > st.out_ndim) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " has lhs rank " << ra
+                              << " and rhs rank " << rb << " for out_ndim " << st.out_ndim
+                              << "; both must be in [2, out_ndim]";
+  }
+  if (st.kind != StepKind::kFloat &&
+      (rb != (codes ? 3 : 2) || st.rhs < 0 || !st.rhs_transposed)) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " of kind "
+                              << StepKindName(st.kind)
+                              << " needs a 2-D weight input (dequant_float: 3-D codes "
+                                 "[N, K/G, G]) used transposed (rhs_transposed)";
+  }
+  if (st.has_bias && RankOf(st.bias, p) < 1) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " bias has rank 0";
+  }
 }
 
 void CheckRef(ValueRef ref, const Program& p, size_t step_index, const std::string& where) {
@@ -158,7 +201,7 @@ Descriptor ParseDescriptor(const std::string& text) {
   try {
     descriptor.accelerator = ParseAccelerator(
         std::string(json::Stringify(Get<json::Object>(top, "accelerator", "the descriptor"))));
-  } catch (const std::invalid_argument& e) {
+  } catch (const std::exception& e) {  // invalid_argument, or overflow_error on a count
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << e.what();
   }
   std::vector<Program>& programs = descriptor.programs;
@@ -217,6 +260,7 @@ Descriptor ParseDescriptor(const std::string& text) {
         TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere << ": " << e.what();
       }
       st.out_ndim = Get<int64_t>(sobj, "out_ndim", swhere);
+      CheckStepRanks(st, p, swhere);
       p.steps.push_back(std::move(st));
     }
     for (const ffi::Any& s : Get<json::Array>(fobj, "outputs", where)) {
@@ -224,6 +268,15 @@ Descriptor ParseDescriptor(const std::string& text) {
       if (spec.source >= 0 || -spec.source - 1 >= static_cast<int64_t>(p.steps.size())) {
         TVM_FFI_THROW(ValueError) << "tenet descriptor: an output of " << where
                                   << " is not produced by one of its steps";
+      }
+      // Steps write float32 values of rank out_ndim straight into the output buffer.
+      const Step& from = p.steps[-spec.source - 1];
+      if (!(spec.dtype.code == kDLFloat && spec.dtype.bits == 32 && spec.dtype.lanes == 1) ||
+          spec.ndim != from.out_ndim) {
+        TVM_FFI_THROW(ValueError) << "tenet descriptor: an output of " << where << " is declared "
+                                  << ffi::DLDataTypeToString(spec.dtype) << " of rank "
+                                  << spec.ndim << " but its step writes float32 of rank "
+                                  << from.out_ndim;
       }
       p.outputs.push_back(spec);
     }

@@ -89,6 +89,23 @@ class TenetModuleObj : public ffi::ModuleObj {
       return ffi::Function::FromTyped(
           [self, this]() { return ffi::String(LedgerJson(ledger_, descriptor_)); });
     }
+    // vm.profile: the entries the calling thread charges between begin and end, in the
+    // ledger JSON format (other threads' calls of this module are not among them).
+    if (name == "__tenet_capture_begin") {
+      return ffi::Function::FromTyped([self, this]() { ThreadCaptures()[this].clear(); });
+    }
+    if (name == "__tenet_capture_end") {
+      return ffi::Function::FromTyped([self, this]() {
+        auto& captures = ThreadCaptures();
+        auto it = captures.find(this);
+        std::vector<LedgerEntry> entries;
+        if (it != captures.end()) {
+          entries = std::move(it->second);
+          captures.erase(it);
+        }
+        return ffi::String(LedgerJson(ledger_, descriptor_, entries));
+      });
+    }
     if (name == "__tenet_ledger_reset") {
       return ffi::Function::FromTyped([self, this]() { ledger_.Reset(); });
     }
@@ -137,7 +154,23 @@ class TenetModuleObj : public ffi::ModuleObj {
       if (charging) entries.push_back(ChargeStep(p, program_index, s, call_index, shape));
     }
     CopyRepeatedOutputs(p, frame);
-    if (charging) ledger_.Append(&entries);
+    if (charging) {
+      auto& captures = ThreadCaptures();
+      if (!captures.empty()) {
+        auto it = captures.find(this);
+        if (it != captures.end()) {
+          it->second.insert(it->second.end(), entries.begin(), entries.end());
+        }
+      }
+      ledger_.Append(&entries);
+    }
+  }
+
+  // Open captures of the current thread, by module. Thread-local, so a profiled call sees
+  // only its own thread's entries, and collecting them costs nothing per ledger entry.
+  static std::unordered_map<const TenetModuleObj*, std::vector<LedgerEntry>>& ThreadCaptures() {
+    thread_local std::unordered_map<const TenetModuleObj*, std::vector<LedgerEntry>> captures;
+    return captures;
   }
 
   // Checks the arguments against the program's signature and views them.

@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tenet_byoc import cost_model as cm
-
-TENET_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "tenet-data"
+from tenet_data import TENET_DATA
 
 
 @pytest.mark.skipif(not TENET_DATA.is_dir(), reason=f"TENET data not found at {TENET_DATA}")
@@ -121,3 +120,19 @@ def test_as_dict_carries_every_field():
             assert getattr(r, key) == value, key
     assert d["tensors"]["B"]["unique"] == r.tensors["B"].unique
     assert sorted(d["tensors"]) == ["A", "B", "C"]
+
+
+def test_tenet_data_folder_follows_the_environment(tmp_path):
+    # TENET_DATA_DIR points the tests at another copy of TENET's data files.
+    import subprocess
+    import sys
+
+    tests = Path(__file__).resolve().parents[1]
+    code = f"import sys; sys.path.insert(0, {str(tests)!r}); import tenet_data; " \
+           "print(tenet_data.TENET_DATA)"
+    env_set = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, env={"TENET_DATA_DIR": str(tmp_path), "PATH": ""})
+    assert env_set.stdout.strip() == str(tmp_path)
+    unset = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env={"PATH": ""})
+    assert unset.stdout.strip() == str(tests.parent.parent / "shared" / "tenet-data")

@@ -164,3 +164,65 @@ def test_mac_rate_table_is_checked():
         cm.Hardware(pe_domain="{PE[p]: 0<=p<4}", interconnect=ic, macs_per_pe_per_cycle={8: 0})
     with pytest.raises(ValueError, match="must be an int or a dict"):
         cm.Hardware(pe_domain="{PE[p]: 0<=p<4}", interconnect=ic, macs_per_pe_per_cycle=2.5)
+
+
+def _systolic(**kw):
+    return cm.Hardware.systolic(4, 4, **kw)
+
+
+@pytest.mark.parametrize("kwargs,hw_kwargs,what", [
+    ({}, {"bandwidth_bits": 1e-300}, "transfer cycles"),
+    ({"extra_read_bits": 2**63 - 1}, {}, "off-chip read bits"),
+], ids=["tiny-bandwidth", "extra-read-bits"])
+def test_derived_counts_that_leave_int64_are_refused(kwargs, hw_kwargs, what):
+    # Each of these used to come back as a negative or wrapped count.
+    with pytest.raises(ValueError, match=f"cost model: {what}.* overflows int64"):
+        cm.analyze_gemm(64, 64, 64, _systolic(**hw_kwargs), OS, **kwargs)
+
+
+def test_a_huge_call_at_wide_bits_is_refused_not_zero():
+    # 2^60 MACs are allowed; their off-chip bits at 1024 bits per element (2^57 unique
+    # elements x 2^10) are not representable, and used to wrap to 0.
+    with pytest.raises(ValueError, match="off-chip bits overflows int64"):
+        cm.analyze_gemm(2**20, 2**20, 2**20, HW, OS, bits=1024)
+
+
+def test_int64_max_extra_ops_give_their_exact_cycles():
+    # ceil((2^63 - 1) / lanes) used to overflow inside (a + b - 1) / b and go negative.
+    base = cm.analyze_gemm(64, 64, 64, HW, OS)
+    r = cm.analyze_gemm(64, 64, 64, HW, OS, extra_ops=2**63 - 1)
+    assert r.compute_cycles == base.compute_cycles + -(-(2**63 - 1) // base.active_pes)
+
+
+def test_large_side_data_below_the_limit_is_counted_exactly():
+    # The reference is the same call without side data: extra bits add to the reads, extra
+    # ops add ceil(ops / active PEs) cycles (Python integers, no overflow).
+    base = cm.analyze_gemm(64, 64, 64, HW, OS)
+    r = cm.analyze_gemm(64, 64, 64, HW, OS, extra_ops=2**40 + 3, extra_read_bits=2**50)
+    assert r.offchip_read_bits == base.offchip_read_bits + 2**50
+    assert r.compute_cycles == base.compute_cycles + -(-(2**40 + 3) // base.active_pes)
+
+
+def test_a_clock_so_slow_that_latency_is_infinite_is_refused():
+    with pytest.raises(ValueError, match="latency_us .* is not finite"):
+        cm.analyze_gemm(64, 64, 64, _systolic(clock_ghz=1e-310), OS)
+
+
+def test_tenet_hardware_file_line_3():
+    head = "{PE[i]: 0<=i<4}\n{PE[i]->PE[i-1]}\n"
+    with pytest.raises(ValueError, match="four numbers.*got '256 1024 64 16 xyz'"):
+        cm.parse_tenet_hardware(head + "256 1024 64 16 xyz\n", "extra")
+    with pytest.raises(ValueError, match="'big': line 3 L1 size 1000000000000000019884624838656"
+                                         r".* bytes must be in \[0, 2\^62\]"):
+        cm.parse_tenet_hardware(head + "1e30 1024 64 16\n", "big")
+    hw = cm.parse_tenet_hardware(head + "256 1024 64 16\n", "ok")
+    assert (hw.l1_bytes, hw.l2_bytes, hw.bandwidth_bits, hw.avg_latency) == (256, 1024, 64, 16)
+
+
+def test_tenet_files_that_are_directories_or_not_utf8(tmp_path):
+    with pytest.raises(ValueError, match=f"'{tmp_path}' is a directory, not a TENET file"):
+        cm.load_tenet(tmp_path, tmp_path, tmp_path)
+    p = tmp_path / "latin1.p"
+    p.write_bytes("{PE[i]: 0<=i<4}\n{PE[i]->PE[i-1]}\n256 1024 64 16 # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1.p' is not UTF-8 text \(byte 0xe9 at offset"):
+        cm.load_tenet(p, p, p)

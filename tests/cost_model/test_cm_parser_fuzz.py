@@ -3,6 +3,7 @@ random or mutated text either parses or raises ValueError (never crashes or hang
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -124,3 +125,42 @@ def test_random_dataflows_analyse_or_raise(space, time):
         return
     assert r.macs == 24 and r.method == "enumerate"
     assert sum(t.total for t in r.tensors.values()) <= 3 * 24
+
+
+@settings(max_examples=2000, deadline=None)
+@given(text=st.text(max_size=40))
+def test_arbitrary_unicode_text_is_a_readable_value_error(text):
+    # Any text, any characters: parsed, or a ValueError whose message is a str (a cut
+    # multi-byte character in a C++ message used to surface as UnicodeDecodeError).
+    try:
+        core._apply_relation("{S[i,j,k]->PE[" + text + "]}", [1, 2, 3])
+    except ValueError as err:
+        assert "'" in str(err)
+
+
+def test_a_wide_character_is_quoted_whole():
+    with pytest.raises(ValueError, match="unexpected character at position 15 \\(token '\uff05'\\)"):
+        core._apply_relation("{S[i,j,k]->PE[i\uff058, j%8]}", [1, 2, 3])
+
+
+@pytest.mark.parametrize("text", [
+    "{S[i]->T[0-(-9223372036854775807-1)]}",
+    "{S[i]->T[-(-9223372036854775807-1)]}",
+    "{S[i]->T[4611686018427387904*2]}",
+])
+def test_constant_folding_overflow_is_refused_like_the_variable_form(text):
+    # Python integers do not overflow: each of these leaves int64.
+    with pytest.raises(ValueError, match="integer overflow in constant arithmetic"):
+        core._apply_relation(text, [0])
+
+
+def test_evaluation_overflow_names_the_relation_and_the_instance():
+    text = "{S[i]->T[9223372036854775807*i]}"
+    with pytest.raises(ValueError, match=r"overflow evaluating relation '\{S\[i\]->T\[9223372036854775807\*i\]\}' at S\[2\]"):
+        core._apply_relation(text, [2])
+
+
+def test_a_bound_at_the_edge_of_int64_is_named():
+    with pytest.raises(ValueError, match="bound 9223372036854775807 of variable 'p' is outside"):
+        cm.Hardware(pe_domain="{PE[p]: 0<=p<=9223372036854775807}",
+                    interconnect="{PE[p]->PE[p-1]}")

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from tenet_byoc import cost_model as cm
+from tenet_data import TENET_DATA
 
 isl_oracle = pytest.importorskip("isl_oracle", reason="islpy-barvinok (test extra) missing")
 
-TENET_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "tenet-data"
 pytestmark = pytest.mark.skipif(not TENET_DATA.is_dir(),
                                 reason=f"TENET data files not found at {TENET_DATA}")
 

@@ -123,7 +123,8 @@ def test_profile_wiring(model, phase, func, shape, monkeypatch, tmp_path, capsys
             return _FakeReport(func_name, tuple(args[0].shape))
 
     monkeypatch.setattr(tenet_byoc, "VirtualMachine", FakeVirtualMachine, raising=False)
-    argv = ["profile", "--model", model, *TINY[:-1], "--phase", phase,
+    model_args = [*TINY[:-1], "--phase", phase] if model == "gpt2" else []
+    argv = ["profile", "--model", model, *model_args,
             "--csv", str(tmp_path / "p.csv"), "--json", str(tmp_path / "p.json")]
     assert main(argv) == 0
     assert f"REPORT {func} {shape}" in capsys.readouterr().out
@@ -230,3 +231,88 @@ def test_checkpoint_missing_a_tensor_exits_2(tmp_path, capsys):
     assert exit_code(["run", "--checkpoint", str(ckpt), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "h.1.mlp.c_fc.weight" in err and "Traceback" not in err
+
+
+def test_readme_profile_command_works_with_its_defaults(monkeypatch, capsys):
+    """`tenet-byoc profile --gpt2-config tiny --phase decode` (README): the default lengths
+    are cut to tiny's 32 positions (prompt 32, context 31) instead of refused."""
+    from tvm import relax
+
+    seen = {}
+
+    class FakeVirtualMachine(relax.VirtualMachine):
+        def __init__(self, ex, dev, profile=False):
+            super().__init__(ex, dev)
+
+        def profile(self, func_name, *args):
+            self[func_name](*args)
+            seen["cache_len"] = int(args[1][0].shape[2])
+            return _FakeReport(func_name, tuple(args[0].shape))
+
+    monkeypatch.setattr(tenet_byoc, "VirtualMachine", FakeVirtualMachine, raising=False)
+    assert main(["profile", "--gpt2-config", "tiny", "--phase", "decode"]) == 0
+    assert "REPORT decode (1, 1)" in capsys.readouterr().out
+    assert seen == {"cache_len": 31}
+
+
+@pytest.mark.parametrize("argv,message", [
+    # every bad value at once
+    (["run", "--gpt2-config", "tiny", "--prompt-len", "64", "--context-len", "40"],
+     ("prompt_len=64 must be an integer in [1, 32]; context_len=40 must be an integer in "
+      "[1, 31] for GPT-2 tiny")),
+    # options the chosen model would ignore
+    (["run", "--model", "mlp", "--checkpoint", "{tmp}"],
+     "--checkpoint does not apply to --model mlp"),
+    (["run", "--model", "mlp", "--prompt-len", "5000"],
+     "--prompt-len does not apply to --model mlp"),
+    (["sweep", "--model", "gpt2", "--data", "{tmp}", "--epochs", "2"],
+     "--data, --epochs do not apply to --model gpt2"),
+    (["profile", "--model", "mlp", "--phase", "decode"], "--phase does not apply"),
+    (["run", "--checkpoint", "{tmp}/ckpt", "--gpt2-config", "tiny"],
+     "--gpt2-config does not apply to --checkpoint"),
+    # outputs checked before the job runs
+    (["sweep", "--quick", "--out", "/proc/foo"], "cannot write into output folder '/proc/foo'"),
+    (["run", "--model", "mlp", "--out", "/dev/null/x"],
+     "cannot write into output folder '/dev/null/x'"),
+    (["profile", "--csv", "/nonexistent_dir/r.csv"],
+     "cannot write output file '/nonexistent_dir/r.csv': No such file or directory"),
+    (["profile", "--json", "{tmp}"], "cannot write output file"),
+    # broken input files name the file
+    (["run", "--checkpoint", "{tmp}/ckpt"], "model.safetensors' is not a readable safetensors"),
+    (["run", "--model", "mlp", "--data", "{tmp}/cutgz"], "is not a valid gzip file"),
+    (["run", "--checkpoint", "{tmp}/huge"], "config.json n_layer=1000000000 is above the limit"),
+], ids=["lengths", "mlp-checkpoint", "mlp-prompt", "gpt2-data", "mlp-phase", "ckpt-config",
+        "out-proc", "out-devnull", "csv-missing-dir", "json-dir", "safetensors", "gzip",
+        "huge-n-layer"])
+def test_cli_refuses_before_running(argv, message, tmp_path, capsys, monkeypatch):
+    import tenet_byoc.experiments.sweep
+
+    ckpt = _write_checkpoint(tmp_path / "ckpt")
+    weights = ckpt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:500])
+    huge = _write_checkpoint(tmp_path / "huge")
+    config = json.loads((huge / "config.json").read_text())
+    (huge / "config.json").write_text(json.dumps({**config, "n_layer": 10**9}))
+    cut = tmp_path / "cutgz"
+    cut.mkdir()
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"):
+        (cut / f"{name}.gz").write_bytes(gzip.compress(bytes(100))[:-10])
+    # Nothing may be built or run: the refusal comes first.
+    monkeypatch.setattr(tenet_byoc.experiments.sweep, "sweep", lambda *a, **k: pytest.fail("ran"))
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    no_progress = ["--no-progress"] if argv[0] in ("run", "sweep") else []
+    assert exit_code([*argv, *no_progress]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["run", "profile"])
+def test_help_mentions_only_existing_options(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "--quick" not in out
+    if command == "profile":
+        for scheme in SCHEMES:
+            assert scheme in out

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import tvm
@@ -14,8 +12,8 @@ from relax_testing import matmul_module
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import Accelerator
 from tenet_byoc.quantization import quantize
+from tenet_data import TENET_DATA
 
-TENET_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "tenet-data"
 needs_data = pytest.mark.skipif(
     not TENET_DATA.is_dir(), reason=f"TENET's data files are not at {TENET_DATA}"
 )
@@ -59,3 +57,62 @@ def test_totals_count_pes_at_their_precision_rate(rng):
     assert ledger.totals().pe_utilization == pytest.approx(util)
     assert util == pytest.approx(16 * 16 * 64 / (ledger.entries[0].cycles * 256 * 4))
     assert np.isfinite(util)
+
+
+def test_mac_rates_too_wide_for_the_cost_model_are_refused_when_made():
+    # 64 MACs of 32 bits are costed as one 2048-bit element: beyond the cost model's 1024.
+    with pytest.raises(ValueError, match=r"macs_per_pe_per_cycle\[32\]=64: 32 bits x 64 MACs "
+                                         r"per cycle = 2048 bits .* \(rate <= 32 at 32 bits\)"):
+        Accelerator.systolic("os", 4, 4, macs_per_pe_per_cycle={32: 64})
+    ok = Accelerator.systolic("os", 4, 4, macs_per_pe_per_cycle={32: 32})
+    assert ok.hardware.macs_per_pe_per_cycle == {32: 32}
+
+
+def test_a_clock_too_slow_for_a_finite_latency_is_refused_when_made():
+    # latency_us would be inf, which the ledger's JSON cannot hold.
+    with pytest.raises(ValueError, match=r"latency_us \(cycles / clock\) is not finite"):
+        Accelerator.systolic("os", 4, 4, clock_ghz=1e-310)
+
+
+def test_tenet_files_that_are_directories_or_not_utf8(tmp_path):
+    m = tmp_path / "os.m"
+    m.write_text("{S[i,j,k]->PE[i%4, j%4]}\n{S[i,j,k]->T[floor(i/4), floor(j/4), i%4+j%4+k]}\n")
+    with pytest.raises(ValueError, match=rf"TENET .p file \(PE array\) '{tmp_path}' is a "
+                                         "directory, not a file"):
+        Accelerator.from_tenet_files(tmp_path, m)
+    p = tmp_path / "arr.p"
+    p.write_bytes(b"{PE[p,q]: 0<=p<4 and 0<=q<4}\n{PE[p,q]->PE[p-1,q]}\n256 1024 64 16 \xe9\n")
+    with pytest.raises(ValueError, match=r"arr.p' is not UTF-8 text \(byte at offset 65\)"):
+        Accelerator.from_tenet_files(p, m)
+
+
+def _transposed_os(n: int) -> Accelerator:
+    # An output-stationary map with the array's axes swapped: not a preset, so enumerated.
+    hw = cm.Hardware.systolic(n, n)
+    df = cm.Dataflow(space=f"{{S[i,j,k]->PE[j%{n}, i%{n}]}}",
+                     time=f"{{S[i,j,k]->T[floor(i/{n}), floor(j/{n}), i%{n}+j%{n}+k]}}",
+                     name="os_swapped")
+    return Accelerator("swapped", hw, df)
+
+
+def test_fast_path_is_the_presets_on_a_systolic_array():
+    assert Accelerator.systolic("ws", 8, 8).fast_path
+    assert not _transposed_os(8).fast_path
+
+
+def test_a_gemm_too_large_to_enumerate_fails_at_build_time():
+    acc = _transposed_os(8)
+    limit = cm.MAX_ENUMERATED_INSTANCES
+    assert limit == 4_000_000
+    with pytest.raises(ValueError, match=r"step 'lv' of 256 x 256 x 256 = 16,777,216 instances "
+                                         r"cannot be costed: dataflow 'os_swapped' is not an "
+                                         r"os/ws/is preset.*up to 4,000,000 instances"):
+        tenet_byoc.build(matmul_module((256, 256), (256, 256)), accelerator=acc)
+    # Below the limit it builds and charges: the same counts as enumerating by hand.
+    ex = tenet_byoc.build(matmul_module((16, 32), (32, 8)), accelerator=acc)
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    vm["main"](tvm.runtime.tensor(np.ones((16, 32), "float32")),
+               tvm.runtime.tensor(np.ones((32, 8), "float32")))
+    (entry,) = tenet_byoc.ledger(vm).entries
+    want = cm.analyze_gemm(16, 8, 32, acc.hardware, acc.dataflow, method="enumerate")
+    assert (entry.macs, entry.cycles) == (want.macs, want.cycles)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 
@@ -11,6 +12,7 @@ from tvm import relax
 
 import tenet_byoc
 from ledger_testing import mlp_executable
+from tenet_byoc.ledger import tenet_modules
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, gpt2_matmuls, random_params
 
 THREADS, RUNS = 4, 100
@@ -97,3 +99,68 @@ def test_threads_charging_new_shapes_at_once():
     for e in book:
         cycles.setdefault((e.batch, e.m, e.n, e.k), set()).add((e.cycles, e.offchip_bytes))
     assert all(len(v) == 1 for v in cycles.values())
+
+
+def test_profile_reports_only_its_own_thread_while_others_run():
+    """vm.profile beside threads calling the same library: each report holds exactly one
+    call's entries (those of a lone run), never another thread's."""
+    _, ex = mlp_executable()
+    x = tvm.runtime.tensor(np.ones((2, 784), "float32"))
+    lone = relax.VirtualMachine(ex, tvm.cpu())
+    tenet_byoc.ledger(lone).reset()
+    lone["main"](x)
+    one_call = sorted((e.symbol, e.name, e.batch, e.m, e.n, e.k) for e in tenet_byoc.ledger(lone))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def hammer():
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        y = tvm.runtime.tensor(np.ones((5, 784), "float32"))  # other shapes: other m
+        try:
+            while not stop.is_set():
+                vm["main"](y)
+        except BaseException as err:  # noqa: BLE001 - reported by the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=hammer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
+        for _ in range(10):
+            report = vm.profile("main", x, warmup=0)
+            got = sorted((e.symbol, e.name, e.batch, e.m, e.n, e.k)
+                         for e in report.sum_row().entries)
+            assert got == one_call
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors
+    assert len(tenet_byoc.ledger(ex)) > 10 * len(one_call)  # the others did charge meanwhile
+
+
+def test_profile_capture_does_not_grow_with_the_ledger():
+    """What vm.profile reads back is the calling thread's capture: the same text whether the
+    ledger holds one call or thousands, so its cost cannot grow with the ledger."""
+    _, ex = mlp_executable()
+    x = tvm.runtime.tensor(np.ones((2, 784), "float32"))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    (module,) = tenet_modules(vm)
+    tenet_byoc.ledger(vm).reset()
+
+    def captured() -> str:
+        module["__tenet_capture_begin"]()
+        vm["main"](x)
+        return module["__tenet_capture_end"]()
+
+    first = captured()
+    for _ in range(2000):
+        vm["main"](x)
+    assert len(tenet_byoc.ledger(vm)) > 2000
+    later = captured()
+    # Call indices differ; everything else (functions, costs, entries' shapes) is equal.
+    assert json.loads(first)["charges"] == json.loads(later)["charges"]
+    strip = [[{k: v for k, v in e.items() if k != "call_index"}
+              for e in json.loads(text)["entries"]] for text in (first, later)]
+    assert strip[0] == strip[1] and len(strip[0]) == 2

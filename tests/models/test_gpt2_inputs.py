@@ -14,6 +14,7 @@ from tenet_byoc.models.gpt2 import (
     GPT2Config,
     GPT2Runner,
     KVCache,
+    check_kv_cache,
     check_token_ids,
     load_hf_checkpoint,
     random_params,
@@ -188,3 +189,94 @@ def test_checkpoint_missing_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
         load_hf_checkpoint(folder)
     shutil.rmtree(folder)
+
+
+def _checkpoint(tmp_path):
+    return write_hf_checkpoint(tmp_path / "ckpt", TINY_HF_CONFIG, make_hf_weights(TINY_HF_CONFIG))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{oops", (r"config.json' is not valid JSON: Expecting property name enclosed in "
+                   r"double quotes at line 1 column 2")),
+        ("[1, 2]", r"config.json' must hold a JSON object, got list"),
+        ('{"n_embd": 64}', r"config.json': config.json lacks 'n_layer', 'n_head'"),
+        ('{"n_layer": 1000000000, "n_embd": 64, "n_head": 4}',
+         r"config.json'.*n_layer=1000000000 is above the limit 1024"),
+        ('{"n_layer": 2, "n_embd": 64, "n_head": 3}', r"config.json'.*n_head=3 must divide"),
+    ],
+    ids=["json", "list", "missing", "huge", "invalid"],
+)
+def test_checkpoint_bad_config_json_names_the_file(tmp_path, text, message):
+    folder = _checkpoint(tmp_path)
+    (folder / "config.json").write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_hf_checkpoint(folder)
+
+
+def test_checkpoint_block_count_is_checked_before_building(tmp_path, monkeypatch):
+    # A config with more blocks than the file fails on the file's header: the model (which
+    # used to be built first, hanging on n_layer=1000) is never made.
+    from tenet_byoc.models import gpt2
+
+    folder = _checkpoint(tmp_path)
+    (folder / "config.json").write_text(json.dumps({**TINY_HF_CONFIG, "n_layer": 1000}))
+    monkeypatch.setattr(gpt2, "param_shapes", lambda config: pytest.fail("model built"))
+    with pytest.raises(ValueError, match=r"model.safetensors' holds 2 blocks \(h.0 - h.1\); "
+                                         r"the config has n_layer=1000"):
+        load_hf_checkpoint(folder)
+
+
+def test_checkpoint_truncated_safetensors_names_the_file(tmp_path):
+    folder = _checkpoint(tmp_path)
+    path = folder / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ValueError, match=r"model.safetensors' is not a readable safetensors file"):
+        load_hf_checkpoint(folder)
+
+
+def test_decode_checks_the_cache_against_its_tensors(tiny_runner):
+    _, cache = tiny_runner.prefill([1, 2, 3])
+    with pytest.raises(ValueError, match=r"KVCache tensor 0 \(K of block 0\) is "
+                                         r"float32\[1, 4, 3, 16\]; expected float32\[1, 4, 1, 16\] "
+                                         r"for length=1"):
+        tiny_runner.decode(5, KVCache(cache.tensors, length=1))
+    with pytest.raises(ValueError, match="KVCache has 3 tensors; expected 2 \\* n_layer = 4"):
+        tiny_runner.decode(5, KVCache(cache.tensors[:3], length=3))
+    with pytest.raises(ValueError, match=r"KVCache.length=32 leaves no position"):
+        check_kv_cache(TINY, KVCache(cache.tensors, length=32))
+    with pytest.raises(ValueError, match=r"KVCache.length=0 must be a positive integer"):
+        check_kv_cache(TINY, KVCache(cache.tensors, length=0))
+    with pytest.raises(TypeError, match="KVCache tensor 1 is a str, not a tensor"):
+        check_kv_cache(TINY, KVCache((cache.tensors[0], "x", *cache.tensors[2:]), length=3))
+    with pytest.raises(TypeError, match="cache must be a KVCache"):
+        tiny_runner.decode(5, list(cache.tensors))
+
+
+def test_vm_called_directly_with_an_id_past_the_vocabulary_does_not_crash(tiny_runner, tiny_loaded):
+    # The embedding clips: id 10**6 reads wte's last row, exactly as id vocab_size - 1 does.
+    import tvm
+
+    config, _ = tiny_loaded
+    run = tiny_runner.vm["prefill"]
+    outs = [run(tvm.runtime.tensor(np.array([[1, i]], np.int32)), *tiny_runner._weights)[0].numpy()
+            for i in (10**6, config.vocab_size - 1)]
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_building_gpt2_prints_no_fast_mode_take_warning():
+    # TVM warns "Fast mode segfaults when there are out-of-bounds indices" for every take
+    # in fast mode; the embedding uses "clip" (ids are checked by the runner anyway).
+    import subprocess
+    import sys
+
+    script = (
+        "from tenet_byoc.models.gpt2 import GPT2Config, build_with_tvm, export_gpt2\n"
+        "build_with_tvm(export_gpt2(GPT2Config.preset('tiny')))\n"
+        "print('built')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600, check=True)
+    assert "built" in proc.stdout
+    assert "Fast mode" not in proc.stderr + proc.stdout

@@ -200,3 +200,26 @@ def test_module_rejects_misshaped_params(mlp_case):
     del params["b0"]
     with pytest.raises(KeyError, match="'b0'"):
         mlp_module(params)
+
+
+def test_broken_gzip_files_name_the_file(tmp_path):
+    packed = gzip.compress(_idx_bytes(np.zeros((3, 28, 28))))
+    truncated = tmp_path / "cut.gz"
+    truncated.write_bytes(packed[:-20])
+    with pytest.raises(ValueError, match=r"IDX file '.*cut.gz' is not a valid gzip file"):
+        read_idx(truncated)
+    bad_crc = bytearray(packed)
+    bad_crc[-8] ^= 0xFF  # the trailer's CRC-32
+    (tmp_path / "crc.gz").write_bytes(bytes(bad_crc))
+    with pytest.raises(ValueError, match=r"IDX file '.*crc.gz' is not a valid gzip file: CRC"):
+        read_idx(tmp_path / "crc.gz")
+
+
+def test_header_dims_whose_product_leaves_int64(tmp_path):
+    # 2^22 x 2^21 x 2^21 = 2^64: numpy's int64 product wraps to 0, which matched an empty body.
+    dims = (1 << 22, 1 << 21, 1 << 21)
+    path = tmp_path / "huge"
+    path.write_bytes((0x0803).to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in dims))
+    with pytest.raises(ValueError, match=rf"holds 0 data bytes, but its header says "
+                                         rf"\[4194304, 2097152, 2097152\] = {2**64}"):
+        read_idx(path)

@@ -222,3 +222,56 @@ def test_macs_per_cycle_follow_the_operand_bits(rng):
     assert mp.macs == 16 * 16 * 64
     assert mp.pe_utilization == pytest.approx(mp.macs / (mp.cycles * 256 * 4))
     assert mp.tensors["B"].offchip_bytes == packed.tensors["B"].offchip_bits / 8 == 16 * 64
+
+
+def test_quantize_refuses_what_is_not_a_module():
+    with pytest.raises(TypeError, match="quantize takes a tvm.IRModule, got NoneType"):
+        quantize(None, "w8a8_per_tensor")
+
+
+@pytest.mark.parametrize("scheme", QUANTIZED)
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_weights_are_refused_naming_the_layer(scheme, bad, rng):
+    mod, params = linear((2, 64), 8, rng)
+    w = params["w"].copy()
+    w[3, 5] = bad
+    mod = relax.transform.BindParams("main", {"w": w})(
+        matmul_module((2, 64), (8, 64), transposed=True, bias=True))
+    with pytest.raises(ValueError, match=rf"quantize\({scheme}\): the weight \[8, 64\] of linear "
+                                         rf"layer 1 of function 'main' has 1 non-finite value\(s\), "
+                                         rf"the first {bad} at \[3, 5\]"):
+        quantize(mod, scheme)
+
+
+def test_float_scheme_propagates_a_nan_weight_in_both_builds(rng):
+    mod, params = linear((2, 16), 4, rng)
+    w = params["w"].copy()
+    w[1, 0] = np.nan
+    mod = relax.transform.BindParams("main", {"w": w, "b": params["b"]})(
+        matmul_module((2, 16), (4, 16), transposed=True, bias=True))
+    x = rng.standard_normal((2, 16)).astype("float32")
+    for out in (run(tenet_byoc.build(mod), x), run(tenet_byoc.build(mod, offload=False), x)):
+        np.testing.assert_array_equal(np.isnan(out), [[False, True, False, False]] * 2)
+
+
+@pytest.mark.parametrize("scheme", QUANTIZED)
+def test_a_nan_activation_gives_nan_where_float_would_in_both_builds(scheme, rng):
+    # Policy: a non-finite activation makes NaN outputs, as float32 does. Per token (and for
+    # the weight-only schemes) only its row; per tensor the whole call, whose one scale it
+    # poisons. Rows without NaN are those of the same input without it.
+    mod, _ = linear((4, 64), 8, rng)
+    qmod = quantize(mod, scheme)
+    x = rng.standard_normal((4, 64)).astype("float32")
+    x_nan = x.copy()
+    x_nan[2, 7] = np.nan
+    clean = run(tenet_byoc.build(qmod), x)
+    expected = np.zeros((4, 8), bool)
+    if scheme == "w8a8_per_tensor":
+        expected[:] = True
+    else:
+        expected[2] = True
+    for build in (tenet_byoc.build(qmod), tenet_byoc.build(qmod, offload=False)):
+        got = run(build, x_nan)
+        np.testing.assert_array_equal(np.isnan(got), expected)
+    got = run(tenet_byoc.build(qmod), x_nan)
+    np.testing.assert_array_equal(got[~expected], clean[~expected])

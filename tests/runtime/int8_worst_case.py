@@ -16,9 +16,9 @@ from tvm import relax
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import tenet_byoc  # noqa: E402
-from relax_testing import matmul_module, run  # noqa: E402
-from tenet_byoc.quantization import quantize  # noqa: E402
+import tenet_byoc
+from relax_testing import matmul_module, run
+from tenet_byoc.quantization import quantize
 
 # Every kernel's row range and its edges: oneDNN's few-row (<= 4) and matmul kernels; without
 # VNNI the int16 kernel (<= 16 rows, blocks of 4) and float32 K chunks of 1024 beyond.

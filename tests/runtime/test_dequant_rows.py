@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 import tenet_byoc
+from quantization.test_schemes import gemm_error_bound, linear
 from relax_testing import offloaded_symbols, packed_int4_group_module, run
 from tenet_byoc.quantization import quantize
-
-from quantization.test_schemes import gemm_error_bound, linear
 
 
 def unpack(wp, zp, scale, g):

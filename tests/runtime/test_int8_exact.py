@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from int8_worst_case import accumulator_mismatches, scheme_mismatches
 
 import tenet_byoc
-from int8_worst_case import accumulator_mismatches, scheme_mismatches
 
 SCRIPT = Path(__file__).with_name("int8_worst_case.py")
 VNNI_ISAS = {"avx2_vnni", "avx2_vnni_2", "avx512_core_vnni", "avx512_core_bf16",
@@ -37,8 +37,8 @@ def test_saturating_isa_takes_the_widened_path():
 def test_limited_isa_in_subprocess(isa):
     """oneDNN held to an ISA without VNNI (as a plain AVX2 or AVX-512 CPU runs it)."""
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA=isa)
-    proc = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, str(SCRIPT)], check=False, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     info = report["cpu_info"]

@@ -94,6 +94,9 @@ def _descriptor(**overrides) -> str:
     step.update(overrides.pop("step", {}))
     func = {"symbol": "f", "inputs": [{"dtype": "float32", "ndim": 2}] * 2, "steps": [step],
             "outputs": [{"dtype": "float32", "ndim": 2, "source": -1}]}
+    for key in ("inputs", "outputs"):
+        if key in overrides:
+            func[key] = overrides.pop(key)
     doc = {"version": DESCRIPTOR_VERSION, "functions": [func], "accelerator": json.loads(preset("os16").to_json())}
     rate = overrides.pop("macs_per_pe_per_cycle", None)
     if rate is not None:
@@ -125,9 +128,33 @@ def _descriptor(**overrides) -> str:
          "Hardware.macs_per_pe_per_cycle[8] must be a positive integer"),
         (lambda: _descriptor(macs_per_pe_per_cycle={"eight": 2}),
          "key 'eight' is not an operand width"),
+        (lambda: _descriptor(macs_per_pe_per_cycle={"32": 64}),
+         "32 bits x 64 MACs per cycle = 2048 bits per packed element; at most 1024"),
+        # Ranks: a 0-D or 1-D matmul operand used to crash or read past the shape buffer.
+        (lambda: _descriptor(inputs=[{"dtype": "float32", "ndim": 0}] * 2),
+         "step 0 has lhs rank 0 and rhs rank 0 for out_ndim 2; both must be in [2, out_ndim]"),
+        (lambda: _descriptor(inputs=[{"dtype": "float32", "ndim": 2},
+                                     {"dtype": "float32", "ndim": 1}]),
+         "has lhs rank 2 and rhs rank 1"),
+        (lambda: _descriptor(step={"out_ndim": 2**31}),
+         "out_ndim is 2147483648; expected an integer in [2, 32]"),
+        (lambda: _descriptor(step={"out_ndim": 1}), "out_ndim is 1; expected"),
+        (lambda: _descriptor(inputs=[{"dtype": "float32", "ndim": -1}] * 2),
+         "input ndim is -1; expected an integer in [0, 32]"),
+        (lambda: _descriptor(outputs=[{"dtype": "int8", "ndim": 2, "source": -1}]),
+         "is declared int8 of rank 2 but its step writes float32 of rank 2"),
+        (lambda: _descriptor(outputs=[{"dtype": "float32", "ndim": 3, "source": -1}]),
+         "is declared float32 of rank 3 but its step writes float32 of rank 2"),
+        (lambda: _descriptor(inputs=[{"dtype": "float32", "ndim": 2}, {"dtype": "int8", "ndim": 3},
+                                     {"dtype": "float32", "ndim": 1}],
+                             step={"kind": "dequant_channel", "scale_b": 2, "out_ndim": 3,
+                                   "rhs_transposed": True}),
+         "of kind dequant_channel needs a 2-D weight input (dequant_float: 3-D codes"),
     ],
     ids=["json", "version", "fields", "forward-ref", "self-ref", "epilogue", "kind", "scales",
-         "bits", "recipe", "granularity", "accelerator", "nested-text", "rates", "rate-key"],
+         "bits", "recipe", "granularity", "accelerator", "nested-text", "rates", "rate-key",
+         "rate-width", "ndim0", "ndim1", "out-ndim-huge", "out-ndim-1", "ndim-negative",
+         "output-dtype", "output-rank", "dequant-3d"],
 )
 def test_malformed_descriptor(text, message):
     create = tvm.get_global_func("tenet_byoc.runtime.create_module")

@@ -96,13 +96,17 @@ def run_case(case: Case, vm: relax.VirtualMachine, repeats: int = 1) -> dict[str
 
 
 def _check_lengths(config, prompt_len: int, context_len: int) -> None:
-    for name, value, top in (("prompt_len", prompt_len, config.n_positions),
-                             ("context_len", context_len, config.n_positions - 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-            raise ValueError(
-                f"{name}={value!r} must be an integer in [1, {top}] for GPT-2 "
-                f"{config.name} (n_positions={config.n_positions})"
-            )
+    # Every bad value in one message, so a user fixes them in one go.
+    bad = [
+        f"{name}={value!r} must be an integer in [1, {top}]"
+        for name, value, top in (("prompt_len", prompt_len, config.n_positions),
+                                 ("context_len", context_len, config.n_positions - 1))
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top
+    ]
+    if bad:
+        raise ValueError(
+            f"{'; '.join(bad)} for GPT-2 {config.name} (n_positions={config.n_positions})"
+        )
 
 
 class GPT2Case:

@@ -117,19 +117,25 @@ def _parser() -> argparse.ArgumentParser:
         else:
             g.add_argument("--model", default="gpt2", choices=["gpt2", "mlp"],
                            help="default: gpt2")
-        g.add_argument("--gpt2-config", default="small", choices=configs,
+        # Defaults of GPT-2-only and MLP-only options are None so that an option given for
+        # the other model can be refused (see _check_applicable).
+        g.add_argument("--gpt2-config", choices=configs,
                        help="GPT-2 shape with seeded random weights (default: small)")
         g.add_argument("--checkpoint", metavar="DIR",
                        help="local Hugging Face GPT-2 folder (config.json + model.safetensors); "
-                       "overrides --gpt2-config")
+                       "replaces --gpt2-config")
+        quick = "; 32 with --quick" if sweep else ""
         g.add_argument("--prompt-len", type=_positive, metavar="P",
-                       help="GPT-2 prefill tokens (default: 128; 32 with --quick)")
+                       help=f"GPT-2 prefill tokens (default: 128{quick}, at most the model's "
+                       "n_positions)")
         g.add_argument("--context-len", type=_positive, metavar="L",
-                       help="GPT-2 decode step's cache length (default: 128; 32 with --quick)")
+                       help=f"GPT-2 decode step's cache length (default: 128{quick}, at most "
+                       "n_positions - 1)")
         g.add_argument("--data", metavar="DIR",
                        help="folder with the FashionMNIST IDX files; the MLP is trained on "
                        "them (about 10 s). Without it: synthetic images, random weights")
-        g.add_argument("--epochs", type=_positive, default=5, help="MLP training epochs")
+        g.add_argument("--epochs", type=_positive,
+                       help="MLP training epochs with --data (default: 5)")
         g.add_argument("--seed", type=int, default=0, help="weights and token ids (default 0)")
 
     def hardware_options(p: argparse.ArgumentParser, *, many: bool) -> None:
@@ -180,10 +186,11 @@ def _parser() -> argparse.ArgumentParser:
                        description="Time every VM call of one run and show each offloaded "
                        "call's accelerator cost beside it.")
     model_options(p, sweep=False)
-    p.add_argument("--scheme", type=_one("scheme", schemes), default="none")
+    p.add_argument("--scheme", type=_one("scheme", schemes), default="none",
+                   help=f"default: none; available: {', '.join(schemes)}")
     hardware_options(p, many=False)
-    p.add_argument("--phase", choices=["prefill", "decode"], default="prefill",
-                   help="GPT-2 function to profile (the MLP has one)")
+    p.add_argument("--phase", choices=["prefill", "decode"],
+                   help="GPT-2 function to profile (default: prefill; not for the MLP)")
     p.add_argument("--csv", metavar="FILE", help="also write the report as CSV")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
 
@@ -222,26 +229,97 @@ def _hardware(args, quick: bool = False) -> list:
     return chosen + custom
 
 
-def _cases(args, models: Sequence[str], quick: bool = False) -> list:
-    from .cases import gpt2_case, mlp_case
+_GPT2_OPTIONS = ("gpt2_config", "checkpoint", "prompt_len", "context_len", "phase")
+_MLP_OPTIONS = ("data", "epochs")
+
+
+def _check_applicable(args, models: Sequence[str]) -> None:
+    """Refuse options that would be silently ignored by the chosen model(s)."""
+    given = {name for name in (*_GPT2_OPTIONS, *_MLP_OPTIONS)
+             if getattr(args, name, None) is not None}
+    unused = []
+    if "gpt2" not in models:
+        unused += [n for n in _GPT2_OPTIONS if n in given]
+    if "mlp" not in models:
+        unused += [n for n in _MLP_OPTIONS if n in given]
+    if args.checkpoint is not None and args.gpt2_config is not None:
+        unused.append("gpt2_config")  # the checkpoint's config.json gives the shape
+    if unused:
+        flags = ", ".join("--" + n.replace("_", "-") for n in unused)
+        verb = "does" if len(unused) == 1 else "do"
+        target = ("--checkpoint (its config.json gives the shape)"
+                  if unused == ["gpt2_config"] else f"--model {args.model}")
+        raise _UserError(f"{flags} {verb} not apply to {target}")
+
+
+def _gpt2_lengths(args, quick: bool) -> tuple[int, int]:
+    """--prompt-len and --context-len, by default 128 (32 with --quick) cut to fit the
+    model's context, so the defaults work for every config (tiny has 32 positions)."""
+    from ..models.gpt2 import GPT2Config, read_config_json
     from .sweep import QUICK
 
+    if args.checkpoint is not None:
+        if not Path(args.checkpoint).is_dir():
+            raise FileNotFoundError(f"GPT-2 checkpoint folder {args.checkpoint!r} does not exist")
+        path = str(Path(args.checkpoint) / "config.json")
+        try:
+            n_positions = GPT2Config.from_hf_dict(read_config_json(path)).n_positions
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path!r} not found") from None
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path!r}: {err}") from None
+    else:
+        n_positions = GPT2Config.preset(args.gpt2_config or "small").n_positions
+    prompt = args.prompt_len or min(QUICK.prompt_len if quick else 128, n_positions)
+    context = args.context_len or min(QUICK.context_len if quick else 128, n_positions - 1)
+    return prompt, context
+
+
+def _cases(args, models: Sequence[str], quick: bool = False) -> list:
+    from .cases import gpt2_case, mlp_case
+
+    _check_applicable(args, models)
     cases = []
     for model in models:
         if model == "gpt2":
-            if args.checkpoint is not None and not Path(args.checkpoint).is_dir():
-                raise FileNotFoundError(
-                    f"GPT-2 checkpoint folder {args.checkpoint!r} does not exist")
-            default = QUICK.prompt_len if quick else 128
+            prompt_len, context_len = _gpt2_lengths(args, quick)
             cases.append(gpt2_case(
-                args.gpt2_config, checkpoint=args.checkpoint,
-                prompt_len=args.prompt_len or default,
-                context_len=args.context_len or (QUICK.context_len if quick else 128),
-                seed=args.seed,
+                args.gpt2_config or "small", checkpoint=args.checkpoint,
+                prompt_len=prompt_len, context_len=context_len, seed=args.seed,
             ))
         else:
-            cases.append(mlp_case(args.data, epochs=args.epochs, seed=args.seed))
+            cases.append(mlp_case(args.data, epochs=args.epochs or 5, seed=args.seed))
     return cases
+
+
+def _check_output_dir(path: str) -> None:
+    """Fail before the job if ``path`` cannot be made a folder we can write into."""
+    import tempfile
+
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise _UserError(f"cannot write into output folder {path!r}: "
+                         f"{err.strerror or err}") from None
+
+
+def _check_output_file(path: str) -> None:
+    """Fail before the job if ``path`` cannot be written (its folder must exist)."""
+    import os
+
+    target = Path(path)
+    existed = target.exists()
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(21, "is a directory")
+        with open(target, "a"):
+            pass
+    except OSError as err:
+        raise _UserError(f"cannot write output file {path!r}: {err.strerror or err}") from None
+    if not existed:
+        os.remove(target)
 
 
 # ----------------------------------------------------------------------------------------
@@ -273,6 +351,8 @@ def _cmd_sweep(args) -> int:
 
     models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
     schemes = args.schemes or list(QUICK.schemes if args.quick else CLASSIC_SCHEMES)
+    if args.out:
+        _check_output_dir(args.out)
     with _input_checks():
         hardware = _hardware(args, quick=args.quick)
         cases = _cases(args, models, quick=args.quick)
@@ -289,6 +369,8 @@ def _cmd_run(args) -> int:
     from .results import markdown_table
     from .sweep import sweep
 
+    if args.out:
+        _check_output_dir(args.out)
     with _input_checks():
         hardware = _hardware(args)
         cases = _cases(args, [args.model])
@@ -331,6 +413,9 @@ def _cmd_profile(args) -> int:
     from ..partition import build
     from ..quantization import quantize
 
+    for path in (args.csv, args.json):
+        if path:
+            _check_output_file(path)
     with _input_checks():
         hardware = _hardware(args)
         if len(hardware) != 1:
@@ -338,7 +423,7 @@ def _cmd_profile(args) -> int:
         (case,) = _cases(args, [args.model])
     ex = build(quantize(case.module(), args.scheme), accelerator=hardware[0])
     vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
-    phase = "inference" if args.model == "mlp" else args.phase
+    phase = "inference" if args.model == "mlp" else (args.phase or "prefill")
     func, fargs = case.inputs(vm, phase)
     print(case.describe())
     report = vm.profile(func, *fargs)

@@ -4,8 +4,10 @@ synthetic stand-in when the files are absent."""
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import time
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,7 +68,10 @@ def read_idx(path: str | os.PathLike[str], expected_magic: int | None = None) ->
     with open(path, "rb") as f:
         raw = f.read()
     if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as err:  # truncated, bad CRC, corrupt stream
+            raise ValueError(f"IDX file {path!r} is not a valid gzip file: {err}") from None
     if len(raw) < 4:
         raise ValueError(f"IDX file {path!r} is too short for a header ({len(raw)} bytes)")
     magic = int.from_bytes(raw[:4], "big")
@@ -82,7 +87,7 @@ def read_idx(path: str | os.PathLike[str], expected_magic: int | None = None) ->
     if len(raw) < header:
         raise ValueError(f"IDX file {path!r} is truncated inside its header")
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    size = int(np.prod(shape))
+    size = math.prod(shape)  # Python integers: numpy's int64 product can wrap to 0
     if len(raw) - header != size:
         raise ValueError(
             f"IDX file {path!r} holds {len(raw) - header} data bytes, "

@@ -128,8 +128,23 @@ class GPT2Config:
                 raise ValueError(
                     f"config.json {key}={values[key]!r} is not supported (only {supported})"
                 )
+        missing = [k for k in ("n_layer", "n_embd", "n_head") if k not in values]
+        if missing:
+            raise ValueError(f"config.json lacks {', '.join(map(repr, missing))} (GPT-2 needs "
+                             "n_layer, n_embd and n_head)")
+        # Limits far above any GPT-2 (xl: 48 layers, width 1600), checked before a model of
+        # that size is built: a typo such as n_layer=1000000000 would otherwise hang.
+        for key, limit in _HF_LIMITS.items():
+            value = values.get(key)
+            is_int = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+            if is_int and value > limit:
+                raise ValueError(f"config.json {key}={value} is above the limit {limit}")
         names = {f.name for f in fields(cls)} - {"name"}
         return cls(name=name, **{k: values[k] for k in names if k in values})
+
+
+_HF_LIMITS = {"n_layer": 1024, "n_embd": 1 << 16, "n_head": 1 << 12, "n_inner": 1 << 18,
+              "vocab_size": 1 << 22, "n_positions": 1 << 20}
 
 
 def _check_positive_int(field: str, value: Any) -> None:
@@ -246,10 +261,18 @@ class GPT2LMHeadModel(nn.Module):
         )
         return op.wrap_nested(rows, name="wpe_rows")
 
+    def _tokens(self, ids: nn.Tensor) -> nn.Tensor:
+        # Rows of wte by id, with take's "clip" mode: TVM's default "fast" take reads out of
+        # bounds (a segfault) for an id >= vocab_size, and warns so at every build. The
+        # runner refuses such ids before the VM runs; a caller of runner.vm directly gets
+        # the last row instead of a crash.
+        rows = relax.op.take(self.wte.weight._expr, ids._expr, axis=0, mode="clip")
+        return op.wrap_nested(rows, name="wte_rows")
+
     def _run(
         self, ids: nn.Tensor, pos: nn.Tensor, past: Sequence[nn.Tensor] | None
     ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        x = self.wte(ids) + pos
+        x = self._tokens(ids) + pos
         cache: list[nn.Tensor] = []
         for i, block in enumerate(self.h):
             layer_past = None if past is None else (past[2 * i], past[2 * i + 1])
@@ -448,8 +471,6 @@ def load_hf_checkpoint(
     ValueError
         If a weight has the wrong shape; the message names it and both shapes.
     """
-    from safetensors.numpy import load_file
-
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"GPT-2 checkpoint folder {folder!r} does not exist")
@@ -457,12 +478,15 @@ def load_hf_checkpoint(
         config_path = os.path.join(folder, "config.json")
         if not os.path.isfile(config_path):
             raise FileNotFoundError(f"{config_path!r} not found (pass config= to skip it)")
-        with open(config_path, encoding="utf-8") as f:
-            config = GPT2Config.from_hf_dict(json.load(f), name=os.path.basename(folder))
+        values = read_config_json(config_path)
+        try:
+            config = GPT2Config.from_hf_dict(values, name=os.path.basename(folder))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{config_path!r}: {err}") from None
     weights_path = os.path.join(folder, "model.safetensors")
     if not os.path.isfile(weights_path):
         raise FileNotFoundError(f"{weights_path!r} not found")
-    raw = load_file(weights_path)
+    raw = _read_safetensors(weights_path, config)
     stored = {(key.removeprefix("transformer.")): value for key, value in raw.items()}
     params: dict[str, np.ndarray] = {}
     for name, shape in param_shapes(config).items():
@@ -483,6 +507,50 @@ def load_hf_checkpoint(
         value = value.T if transposed else value
         params[name] = np.ascontiguousarray(value, dtype=np.float32)
     return config, params
+
+
+def read_config_json(path: str) -> dict[str, Any]:
+    """The object in a ``config.json``; ValueError naming the file when it is not one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path!r} is not UTF-8 text (byte at offset {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"{path!r} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+        ) from None
+    if not isinstance(values, dict):
+        raise ValueError(  # noqa: TRY004 (the file's content is wrong, not an argument's type)
+            f"{path!r} must hold a JSON object, got {type(values).__name__}"
+        )
+    return values
+
+
+def _read_safetensors(path: str, config: GPT2Config) -> dict[str, np.ndarray]:
+    """The tensors of ``path``, after checking its block count against ``config``.
+
+    The header is read first (no tensor data), so a config that does not describe the file
+    (e.g. ``n_layer`` far larger than the blocks stored) fails before anything is built.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(path, framework="numpy") as f:
+            keys = list(f.keys())
+            blocks = {int(k.split(".")[1]) for k in (key.removeprefix("transformer.")
+                      for key in keys) if k.startswith("h.") and k.split(".")[1].isdigit()}
+            if blocks != set(range(config.n_layer)):
+                held = f"h.0 - h.{max(blocks)}" if blocks else "none"
+                raise ValueError(
+                    f"{path!r} holds {len(blocks)} blocks ({held}); the config has "
+                    f"n_layer={config.n_layer}"
+                )
+            return {k: f.get_tensor(k) for k in keys}
+    except ValueError:
+        raise
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{path!r} is not a readable safetensors file: {err}") from None
 
 
 # ----------------------------------------------------------------------------------------
@@ -613,6 +681,47 @@ def check_token_ids(config: GPT2Config, ids: Sequence[int], past_len: int = 0) -
     return arr.astype(np.int32).reshape(1, -1)
 
 
+def check_kv_cache(config: GPT2Config, cache: KVCache) -> None:
+    """Check a cache against the model before decode reads it.
+
+    The decode function takes the new token's position from the tensors' length, and the
+    position table has ``n_positions`` rows; a cache whose ``length`` disagrees with its
+    tensors, or that is already full, would make it read past the table.
+
+    Raises
+    ------
+    TypeError
+        If ``cache`` is not a :class:`KVCache`.
+    ValueError
+        Naming the tensor and both shapes, or the length and ``n_positions``.
+    """
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+    length = cache.length
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
+        raise ValueError(f"KVCache.length={length!r} must be a positive integer")
+    if length >= config.n_positions:
+        raise ValueError(
+            f"KVCache.length={length} leaves no position for a new token "
+            f"(n_positions={config.n_positions})"
+        )
+    if len(cache.tensors) != 2 * config.n_layer:
+        raise ValueError(
+            f"KVCache has {len(cache.tensors)} tensors; expected 2 * n_layer = "
+            f"{2 * config.n_layer} (K and V of every block)"
+        )
+    expected = (1, config.n_head, int(length), config.head_dim)
+    for i, t in enumerate(cache.tensors):
+        if not hasattr(t, "shape") or not hasattr(t, "dtype"):
+            raise TypeError(f"KVCache tensor {i} is a {type(t).__name__}, not a tensor")
+        shape = tuple(int(d) for d in t.shape)
+        if shape != expected or str(t.dtype) != _DTYPE:
+            raise ValueError(
+                f"KVCache tensor {i} ({'KV'[i % 2]} of block {i // 2}) is {t.dtype}"
+                f"{list(shape)}; expected {_DTYPE}{list(expected)} for length={length}"
+            )
+
+
 def build_with_tvm(mod: IRModule) -> relax.VMExecutable:
     """Build with TVM's own CPU pipeline (no offload): the reference build for tests."""
     target = tvm.target.Target("llvm")
@@ -657,7 +766,10 @@ class GPT2Runner:
     mod : IRModule
         The module handed to ``build``.
     vm : relax.VirtualMachine
-        The VM running ``mod``'s functions ``prefill`` and ``decode``.
+        The VM running ``mod``'s functions ``prefill`` and ``decode``. Calling it directly
+        skips the runner's checks of token ids, positions and caches: an id outside
+        ``[0, vocab_size)`` then reads the nearest row of ``wte`` (take's "clip" mode)
+        and a cache longer than ``n_positions - 1`` is not refused.
     """
 
     def __init__(
@@ -686,7 +798,10 @@ class GPT2Runner:
 
     def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
         """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache."""
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
         ids = check_token_ids(self.config, [token_id], past_len=cache.length)
+        check_kv_cache(self.config, cache)
         logits, new = self.vm["decode"](
             tvm.runtime.tensor(ids, self.device), list(cache.tensors), *self._weights
         )
