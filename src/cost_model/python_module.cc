@@ -16,6 +16,8 @@
 namespace py = pybind11;
 using namespace tenet;
 
+void BindMemory(py::module_& m);  // python_memory.cc
+
 namespace {
 
 AnalysisMethod ToMethod(const std::string& m) {
@@ -161,6 +163,7 @@ PYBIND11_MODULE(_cost_model, m) {
       PyErr_SetString(PyExc_ValueError, ReadableMessage(e.what()).c_str());
     }
   });
+  BindMemory(m);
 
   py::class_<Hardware> hardware(m, "Hardware");
   hardware

@@ -1,0 +1,104 @@
+// Precision-aware MAC units and the energy of one call by component.
+#include "cost_model/energy.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace tenet {
+
+namespace {
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+// Horowitz, ISSCC 2014 (45 nm), pJ per operation.
+constexpr double kInt8Mul = 0.2, kInt8Add = 0.03, kInt32Add = 0.1;
+constexpr double kFp16Mul = 1.1, kFp16Add = 0.4, kFp32Mul = 3.7, kFp32Add = 0.9;
+
+}  // namespace
+
+double IntegerMacPj(int bits_a, int bits_b, int accumulator_bits) {
+  if (bits_a < 1 || bits_b < 1 || accumulator_bits < 1)
+    throw std::invalid_argument("IntegerMacPj: widths must be >= 1 bit, got " + Str(bits_a) +
+                                ", " + Str(bits_b) + ", " + Str(accumulator_bits));
+  return kInt8Mul * bits_a * bits_b / 64.0 + kInt8Add * accumulator_bits / 8.0;
+}
+
+PrecisionTable PrecisionTable::Horowitz45nm() {
+  PrecisionTable t;
+  t.units = {
+      {32, 32, 1, kFp32Mul + kFp32Add},
+      {16, 16, 1, kFp16Mul + kFp16Add},
+      // int8 x int8 into a 32-bit accumulator: 0.2 + 0.1 (Horowitz's 32-bit add).
+      {8, 8, 1, kInt8Mul + kInt32Add},
+  };
+  return t;
+}
+
+PrecisionTable PrecisionTable::Horowitz45nmPacked(double int8_rate, double int4_rate) {
+  PrecisionTable t = Horowitz45nm();
+  t.units[2].macs_per_pe_per_cycle = int8_rate;
+  // A 4 x 4 multiply is a quarter of an 8 x 8 one; the 32-bit accumulate stays.
+  t.units.push_back({4, 4, int4_rate, kInt8Mul * 16.0 / 64.0 + kInt32Add});
+  Validate(t);
+  return t;
+}
+
+void Validate(const PrecisionTable& table) {
+  if (table.units.empty())
+    throw std::invalid_argument("PrecisionTable.units is empty: list at least one MAC unit "
+                                "(bits_a, bits_b, macs_per_pe_per_cycle, pj_per_mac)");
+  for (size_t i = 0; i < table.units.size(); ++i) {
+    const MacSpec& u = table.units[i];
+    const std::string at = "PrecisionTable.units[" + Str(static_cast<int64_t>(i)) + "]";
+    if (u.bits_a < 1 || u.bits_a > 64 || u.bits_b < 1 || u.bits_b > 64)
+      throw std::invalid_argument(at + " widths must be in 1..64 bits, got (" + Str(u.bits_a) +
+                                  ", " + Str(u.bits_b) + ")");
+    if (!std::isfinite(u.macs_per_pe_per_cycle) || u.macs_per_pe_per_cycle <= 0)
+      throw std::invalid_argument(at + ".macs_per_pe_per_cycle must be > 0, got " +
+                                  std::to_string(u.macs_per_pe_per_cycle));
+    if (!std::isfinite(u.pj_per_mac) || u.pj_per_mac < 0)
+      throw std::invalid_argument(at + ".pj_per_mac must be >= 0, got " +
+                                  std::to_string(u.pj_per_mac));
+  }
+}
+
+const MacSpec& PrecisionTable::Lookup(int bits_a, int bits_b) const {
+  Validate(*this);
+  const MacSpec* best = nullptr;
+  for (const MacSpec& u : units) {
+    if (u.bits_a < bits_a || u.bits_b < bits_b) continue;
+    if (!best || u.macs_per_pe_per_cycle > best->macs_per_pe_per_cycle ||
+        (u.macs_per_pe_per_cycle == best->macs_per_pe_per_cycle && u.pj_per_mac < best->pj_per_mac))
+      best = &u;
+  }
+  if (!best) {
+    std::string have;
+    for (const MacSpec& u : units)
+      have += (have.empty() ? "" : ", ") + std::string("(") + Str(u.bits_a) + ", " +
+              Str(u.bits_b) + ")";
+    throw std::invalid_argument("the PEs do not support " + Str(bits_a) + "-bit A x " +
+                                Str(bits_b) + "-bit B: no MAC unit is that wide (units: " +
+                                have + ")");
+  }
+  return *best;
+}
+
+EnergyBreakdown CallEnergy(const GemmWorkload& w, const MemoryMetrics& mm,
+                           const MemoryHierarchy& mem, const MacSpec& mac) {
+  Validate(w);
+  Validate(mem);
+  EnergyBreakdown e;
+  e.mac_pj = static_cast<double>(mm.macs + w.extra_ops) * mac.pj_per_mac;
+  e.register_pj = static_cast<double>(mm.register_access_bits) * mem.register_pj_per_bit;
+  // The array reads and writes the buffer; every DRAM transfer also writes (fetch) or reads
+  // (write-back) it once.
+  const double buffer_bits = static_cast<double>(mm.buffer_read_bits) + mm.buffer_write_bits +
+                             mm.dram_read_bits + mm.dram_write_bits;
+  e.buffer_pj = buffer_bits * mem.buffer_pj_per_bit;
+  e.dram_pj = (static_cast<double>(mm.dram_read_bits) + mm.dram_write_bits) * mem.dram_pj_per_bit;
+  e.total_pj = e.mac_pj + e.register_pj + e.buffer_pj + e.dram_pj;
+  return e;
+}
+
+}  // namespace tenet

@@ -1,0 +1,668 @@
+// The buffer level of a GEMM call: tile-loop DRAM traffic in closed form, the capacity
+// check, and the double-buffered latency summed over representative steps of the loop nest.
+#include "cost_model/memory.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tenet {
+
+namespace {
+
+std::string Str(int64_t v) { return std::to_string(v); }
+std::string Num(double v) {
+  std::string s = std::to_string(v);
+  while (s.size() > 1 && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+int64_t Mul(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw std::overflow_error(std::string(what) + " overflows int64 (" + Str(a) + " x " +
+                              Str(b) + ")");
+  return r;
+}
+int64_t Add(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    throw std::overflow_error(std::string(what) + " overflows int64 (" + Str(a) + " + " +
+                              Str(b) + ")");
+  return r;
+}
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+// ceil(bits / per_cycle) cycles; exact integer arithmetic when the rate is a whole number
+// (the usual case), so that sums of transfers compare exactly against the roofline.
+int64_t CeilCycles(int64_t bits, double per_cycle) {
+  if (bits <= 0) return 0;
+  if (per_cycle == std::floor(per_cycle) && per_cycle < 9.0e18)
+    return CeilDiv(bits, static_cast<int64_t>(per_cycle));
+  const double c = std::ceil(static_cast<double>(bits) / per_cycle);
+  if (!(c < 9.2e18)) throw std::overflow_error("transfer cycles overflow int64");
+  return static_cast<int64_t>(c);
+}
+
+void CheckRate(double v, const char* field, bool allow_zero) {
+  if (!std::isfinite(v) || v < 0 || (!allow_zero && v == 0))
+    throw std::invalid_argument(std::string("MemoryHierarchy.") + field + " must be " +
+                                (allow_zero ? "a finite number >= 0" : "a finite number > 0") +
+                                ", got " + Num(v));
+}
+
+// One dimension of the tile loop nest: extent, tile, number of tiles, size of the last.
+struct Dim {
+  char name;
+  int64_t extent, tile, count, last;
+  int64_t Size(int64_t idx) const { return idx == count - 1 ? last : tile; }
+};
+Dim MakeDim(char name, int64_t extent, int64_t tile) {
+  Dim d{name, extent, std::min(tile, extent), 0, 0};
+  d.count = CeilDiv(extent, d.tile);
+  d.last = extent - (d.count - 1) * d.tile;
+  return d;
+}
+
+// Operands: which loop dims (b, m, n, k) index their tile.
+constexpr int kA = 0, kB = 1, kC = 2;
+bool Relevant(int op, char dim) {
+  if (dim == 'b') return true;
+  if (op == kA) return dim == 'm' || dim == 'k';
+  if (op == kB) return dim == 'k' || dim == 'n';
+  return dim == 'm' || dim == 'n';
+}
+
+// The loop nest: level 0 = batch, levels 1..3 = mapping.order.
+struct Nest {
+  std::array<Dim, 4> lv;
+  int level_of_k = 0, level_of_m = 0, level_of_n = 0;
+
+  using Idx = std::array<int64_t, 4>;
+  bool Next(Idx& i) const {  // false past the last step
+    for (int l = 3; l >= 0; --l) {
+      if (++i[l] < lv[l].count) return true;
+      i[l] = 0;
+    }
+    return false;
+  }
+  bool Prev(Idx& i) const {
+    for (int l = 3; l >= 0; --l) {
+      if (i[l]-- > 0) return true;
+      i[l] = lv[l].count - 1;
+    }
+    return false;
+  }
+  // Levels 0..outer[op] index op's buffer tile; the loops below are spanned by it (its
+  // tile covers their whole range: TileMapping::span_*).
+  std::array<int, 3> outer{3, 3, 3};
+  bool Spanned(int op, int l) const { return l > outer[op]; }
+  bool SameTile(int op, const Idx& x, const Idx& y) const {
+    for (int l = 0; l <= outer[op]; ++l)
+      if (Relevant(op, lv[l].name) && x[l] != y[l]) return false;
+    return true;
+  }
+  int64_t Elems(int op, const Idx& i) const {
+    int64_t e = 1;
+    for (int l = 1; l < 4; ++l)
+      if (Relevant(op, lv[l].name)) e *= Spanned(op, l) ? lv[l].extent : lv[l].Size(i[l]);
+    return e;
+  }
+  // Elements a transfer of op's tile occupies on the DRAM interface (array-aligned lines).
+  int64_t PaddedElems(int op, const Idx& i) const {
+    int64_t e = 1;
+    for (int l = 1; l < 4; ++l)
+      if (Relevant(op, lv[l].name)) {
+        const int64_t size = Spanned(op, l) ? lv[l].extent : lv[l].Size(i[l]);
+        e = Mul(e, Mul(CeilDiv(size, align[op][l]), align[op][l], "padded tile"), "padded tile");
+      }
+    return e;
+  }
+  std::array<std::array<int64_t, 4>, 3> align{};  // [operand][level]
+  // Innermost level whose loop moves (count > 1) and indexes op's tile; -1 if none.
+  int InnermostMoving(int op) const {
+    int r = -1;
+    for (int l = 0; l <= outer[op]; ++l)
+      if (lv[l].count > 1 && Relevant(op, lv[l].name)) r = l;
+    return r;
+  }
+  // Closed form: how many times op's tiles are (re)visited as a whole = product of the
+  // counts of the loops that do not index it and sit outside its innermost moving loop.
+  int64_t Revisits(int op) const {
+    const int r = InnermostMoving(op);
+    int64_t v = 1;
+    for (int l = 0; l < r; ++l)
+      if (!Relevant(op, lv[l].name)) v = Mul(v, lv[l].count, "tile revisits");
+    return v;
+  }
+  // Transfers of op's tiles = runs of its tile index = product of counts down to its
+  // innermost moving loop.
+  int64_t Runs(int op) const {
+    const int r = InnermostMoving(op);
+    int64_t v = 1;
+    for (int l = 0; l <= r; ++l) v = Mul(v, lv[l].count, "tile transfers");
+    return v;
+  }
+};
+
+struct ShapeCost {
+  int64_t m, n, k;
+  TileCost cost;
+};
+
+}  // namespace
+
+double SramPjPerBit(int64_t capacity_bytes) {
+  if (capacity_bytes <= 0)
+    throw std::invalid_argument("SRAM capacity must be > 0 bytes, got " + Str(capacity_bytes));
+  return 5.0 / 32.0 * std::sqrt(static_cast<double>(capacity_bytes) / 8192.0);
+}
+
+void Validate(const MemoryHierarchy& mem) {
+  CheckRate(mem.dram_bandwidth_bits, "dram_bandwidth_bits (bits per cycle)", false);
+  CheckRate(mem.dram_pj_per_bit, "dram_pj_per_bit", true);
+  CheckRate(mem.buffer_bandwidth_bits, "buffer_bandwidth_bits (bits per cycle)", false);
+  CheckRate(mem.buffer_pj_per_bit, "buffer_pj_per_bit", true);
+  CheckRate(mem.register_pj_per_bit, "register_pj_per_bit", true);
+  if (mem.buffer_bytes <= 0)
+    throw std::invalid_argument("MemoryHierarchy.buffer_bytes must be > 0, got " +
+                                Str(mem.buffer_bytes));
+  if (mem.register_bytes <= 0)
+    throw std::invalid_argument("MemoryHierarchy.register_bytes must be > 0, got " +
+                                Str(mem.register_bytes));
+  if (mem.psum_bits < 1 || mem.psum_bits > 128)
+    throw std::invalid_argument("MemoryHierarchy.psum_bits must be in 1..128, got " +
+                                Str(mem.psum_bits));
+}
+
+std::string TileMapping::Describe() const {
+  std::string s = "tiles m" + Str(tm) + " n" + Str(tn) + " k" + Str(tk) + " order " + order;
+  if (!accumulate_in_buffer) s += " psums to DRAM";
+  if (span_a || span_b || span_c)
+    s += " spans A" + Str(span_a) + " B" + Str(span_b) + " C" + Str(span_c);
+  if (a_align_m > 1 || a_align_k > 1 || b_align_k > 1 || b_align_n > 1)
+    s += " lines A m" + Str(a_align_m) + " k" + Str(a_align_k) + ", B k" + Str(b_align_k) +
+         " n" + Str(b_align_n);
+  return s;
+}
+
+void Validate(const TileMapping& t) {
+  const std::pair<const char*, int64_t> tiles[] = {{"tm", t.tm}, {"tn", t.tn}, {"tk", t.tk}};
+  for (const auto& [name, v] : tiles)
+    if (v < 1)
+      throw std::invalid_argument(std::string("TileMapping.") + name +
+                                  " must be a tile size >= 1 (elements), got " + Str(v));
+  const std::pair<const char*, int64_t> aligns[] = {
+      {"a_align_m", t.a_align_m}, {"a_align_k", t.a_align_k}, {"b_align_k", t.b_align_k},
+      {"b_align_n", t.b_align_n}};
+  for (const auto& [name, v] : aligns)
+    if (v < 1 || v > (1 << 20))
+      throw std::invalid_argument(std::string("TileMapping.") + name +
+                                  " must be in 1..2^20 (elements; 1 = no padding), got " + Str(v));
+  std::string sorted = t.order;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted != "kmn")
+    throw std::invalid_argument("TileMapping.order must be a permutation of \"mnk\" (tile loops, "
+                                "outermost first), got \"" + t.order + "\"");
+  const std::pair<const char*, int> spans[] = {
+      {"span_a", t.span_a}, {"span_b", t.span_b}, {"span_c", t.span_c}};
+  for (const auto& [name, v] : spans)
+    if (v < 0 || v > 3)
+      throw std::invalid_argument(std::string("TileMapping.") + name +
+                                  " must be 0..3 (innermost tile loops the tile covers), got " +
+                                  Str(v));
+  if (t.span_c > 0 && !t.accumulate_in_buffer)
+    throw std::invalid_argument("TileMapping.span_c = " + Str(t.span_c) +
+                                " keeps C in the buffer, which needs accumulate_in_buffer");
+}
+
+namespace {
+// Elements of each operand's buffer tile (A, B, C): a dimension whose loop the operand's
+// span covers counts whole.
+std::array<int64_t, 3> BufferTileElems(const GemmWorkload& w, const TileMapping& t) {
+  auto level = [&](char d) { return static_cast<int>(t.order.find(d)) + 1; };
+  auto size = [&](char d, int span) {
+    const int64_t extent = d == 'm' ? w.m : d == 'n' ? w.n : w.k;
+    const int64_t tile = d == 'm' ? t.tm : d == 'n' ? t.tn : t.tk;
+    return level(d) > 3 - span ? extent : std::min(tile, extent);
+  };
+  return {Mul(size('m', t.span_a), size('k', t.span_a), "A tile"),
+          Mul(size('k', t.span_b), size('n', t.span_b), "B tile"),
+          Mul(size('m', t.span_c), size('n', t.span_c), "C tile")};
+}
+}  // namespace
+
+int64_t CompulsoryDramBits(const GemmWorkload& w) {
+  int64_t per = 0;
+  per = Add(per, Mul(Mul(w.m, w.k, "A elements"), w.bits_a, "A bits"), "compulsory bits");
+  per = Add(per, Mul(Mul(w.k, w.n, "B elements"), w.bits_b, "B bits"), "compulsory bits");
+  per = Add(per, Mul(Mul(w.m, w.n, "C elements"), w.bits_c, "C bits"), "compulsory bits");
+  return Add(Mul(per, w.batch, "compulsory bits"), w.extra_read_bits, "compulsory bits");
+}
+
+int64_t RooflineCycles(const GemmWorkload& w, int64_t num_pes, double rate,
+                       const MemoryHierarchy& mem, double ops_rate) {
+  Validate(w);
+  Validate(mem);
+  if (num_pes <= 0) throw std::invalid_argument("num_pes must be > 0, got " + Str(num_pes));
+  if (!std::isfinite(rate) || rate <= 0)
+    throw std::invalid_argument("macs_per_pe_per_cycle must be > 0, got " + Num(rate));
+  if (!(ops_rate > 0)) ops_rate = rate;
+  if (!std::isfinite(ops_rate))
+    throw std::invalid_argument("ops_per_pe_per_cycle must be finite, got " + Num(ops_rate));
+  const int64_t macs = Mul(Mul(Mul(w.m, w.n, "MACs"), w.k, "MACs"), w.batch, "MACs");
+  int64_t compute;
+  if (rate == std::floor(rate) && ops_rate == std::floor(ops_rate) && rate < 1e9 &&
+      ops_rate < 1e9) {
+    // ceil(macs / (P r) + ops / (P b)) = ceil((macs b + ops r) / (P r b)), exactly.
+    const int64_t r = static_cast<int64_t>(rate), b = static_cast<int64_t>(ops_rate);
+    compute = CeilDiv(Add(Mul(macs, b, "MACs x rate"), Mul(w.extra_ops, r, "ops x rate"),
+                          "work"),
+                      Mul(Mul(num_pes, r, "lanes"), b, "lanes"));
+  } else {
+    compute = static_cast<int64_t>(std::ceil(static_cast<double>(macs) / (num_pes * rate) +
+                                             static_cast<double>(w.extra_ops) /
+                                                 (num_pes * ops_rate)));
+  }
+  int64_t memory;
+  if (mem.dram_channel_per_operand) {
+    const int64_t a = Add(Mul(Mul(Mul(w.m, w.k, "A"), w.bits_a, "A"), w.batch, "A"),
+                          w.extra_read_bits, "A");
+    const int64_t b = Mul(Mul(Mul(w.k, w.n, "B"), w.bits_b, "B"), w.batch, "B");
+    const int64_t c = Mul(Mul(Mul(w.m, w.n, "C"), w.bits_c, "C"), w.batch, "C");
+    memory = CeilCycles(std::max({a, b, c}), mem.dram_bandwidth_bits);
+  } else {
+    memory = CeilCycles(CompulsoryDramBits(w), mem.dram_bandwidth_bits);
+  }
+  return std::max(compute, memory);
+}
+
+int64_t BufferBytesNeeded(const GemmWorkload& w, const MemoryHierarchy& mem,
+                          const TileMapping& t) {
+  Validate(t);
+  const auto e = BufferTileElems(w, t);
+  const int64_t copies = mem.buffer_double_buffered ? 2 : 1;
+  int64_t in = Add(Mul(e[0], w.bits_a, "A tile bits"), Mul(e[1], w.bits_b, "B tile bits"),
+                   "input tile bits");
+  int64_t bits = Add(Mul(in, copies, "input tile bits"),
+                     Mul(e[2], mem.psum_bits, "C tile bits"), "tile bits");
+  return CeilDiv(bits, 8);
+}
+
+TileMapping DefaultTileMapping(const GemmWorkload& w, const MemoryHierarchy& mem, int64_t rows,
+                               int64_t cols) {
+  Validate(w);
+  Validate(mem);
+  if (rows < 1 || cols < 1)
+    throw std::invalid_argument("DefaultTileMapping: rows and cols must be >= 1, got " +
+                                Str(rows) + " x " + Str(cols));
+  const int64_t cap_bits = Mul(mem.buffer_bytes, 8, "buffer bits");
+  const int64_t copies = mem.buffer_double_buffered ? 2 : 1;
+  auto shrink = [](int64_t t, int64_t step) {  // next smaller multiple of step, >= min(step, t)
+    if (t <= step) return t;
+    const int64_t r = (t - 1) / step * step;
+    return std::max(step, r);
+  };
+  // K tiles long enough that a fold's fill and drain (rows + cols - 2 stamps) is ~1/16 of
+  // it, at least 4 K steps when K allows (so the first fetch is a small part of the call), K
+  // cut evenly; then C's tile as wide as the rest of the buffer allows.
+  int64_t tm = w.m, tn = 0;
+  const int64_t target = std::min(w.k, std::max(CeilDiv(w.k, 4), 16 * (rows + cols - 2)));
+  int64_t tk = CeilDiv(w.k, CeilDiv(w.k, std::max<int64_t>(1, target)));
+  for (;;) {
+    const int64_t inputs = Mul(Mul(copies, tm, "A tile"), Mul(tk, w.bits_a, "A tile"), "A tile");
+    const int64_t per_n = Add(Mul(Mul(copies, tk, "B tile"), w.bits_b, "B tile"),
+                              Mul(tm, mem.psum_bits, "C tile"), "tile bits per n");
+    tn = inputs < cap_bits ? (cap_bits - inputs) / per_n : 0;
+    if (tn >= cols) tn = tn / cols * cols;
+    tn = std::min(tn, w.n);
+    if (tn >= std::min(cols, w.n)) break;
+    if (tk > 1) { tk = (tk + 1) / 2; continue; }
+    if (tm > 1) { tm = tm > rows ? shrink(tm, rows) : (tm + 1) / 2; continue; }
+    if (tn >= 1) break;
+    throw std::invalid_argument(
+        "DefaultTileMapping: MemoryHierarchy.buffer_bytes " + Str(mem.buffer_bytes) +
+        " cannot hold one element each of A, B and C (at " + Str(mem.psum_bits) +
+        " bits): use a larger buffer");
+  }
+  TileMapping t;
+  t.tm = tm;
+  t.tn = tn;
+  t.tk = tk;
+  t.order = "mnk";
+  return t;
+}
+
+ArrayModel ExactArrayModel(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
+                           const MemoryHierarchy& mem) {
+  Validate(w);
+  Validate(hw);
+  Validate(df);
+  Validate(mem);
+  ArrayModel a;
+  a.num_pes = hw.NumPEs();
+  a.macs_per_pe_per_cycle =
+      static_cast<double>(hw.macs_per_pe_per_cycle.AtBits(std::max(w.bits_a, w.bits_b)));
+  a.ops_per_pe_per_cycle = static_cast<double>(hw.macs_per_pe_per_cycle.base);
+  a.clock_ghz = hw.clock_ghz;
+  a.name = df.preset.empty() ? df.name
+                             : df.preset + " " + Str(df.rows) + "x" + Str(df.cols);
+  const bool ws = df.preset == "ws", is = df.preset == "is";
+  if ((ws || is) && df.rows > 0) a.k_pass = df.rows;
+  if (df.preset == "os") {
+    auto it = df.tiling.find("k");
+    if (it != df.tiling.end()) a.k_pass = it->second;
+  }
+  a.stationary_bits = ws ? w.bits_b : is ? w.bits_a : df.preset == "os" ? mem.psum_bits : 0;
+  const bool hide_load = mem.stationary_double_buffered && (ws || is) && df.rows > 0;
+  if (hide_load) a.prologue_cycles = df.rows;
+  Hardware tile_hw = hw;
+  tile_hw.bandwidth_bits = mem.buffer_bandwidth_bits;
+  const double buffer_bw = mem.buffer_bandwidth_bits;
+  const int64_t rows = df.rows;
+  const int bits_a = w.bits_a, bits_b = w.bits_b, bits_c = w.bits_c;
+  a.tile_cost = [tile_hw, df, buffer_bw, rows, hide_load, bits_a, bits_b,
+                 bits_c](int64_t m, int64_t n, int64_t k) {
+    GemmWorkload tw;
+    tw.m = m; tw.n = n; tw.k = k;
+    tw.bits_a = bits_a; tw.bits_b = bits_b; tw.bits_c = bits_c;
+    Metrics x = AnalyzeGemm(tw, tile_hw, df);
+    TileCost c;
+    c.cycles = x.cycles;
+    c.active_pes = x.active_pes;
+    if (hide_load) {
+      // The next fold's stationary operand loads during this fold: the per-fold load is
+      // hidden (paid once per call, as prologue_cycles); the buffer stall is recomputed.
+      const int64_t compute = x.compute_cycles - x.folds * rows;
+      c.cycles = std::max(compute, CeilCycles(x.offchip_read_bits + x.offchip_write_bits, buffer_bw));
+    }
+    for (const auto& kv : x.tensors) {
+      if (kv.first == "A") c.buffer_read_bits_a = kv.second.offchip_bits;
+      else if (kv.first == "B") c.buffer_read_bits_b = kv.second.offchip_bits;
+      else c.buffer_write_bits_c = kv.second.offchip_bits;
+    }
+    return c;
+  };
+  return a;
+}
+
+ArrayModel CachedArrayModel(ArrayModel model) {
+  struct Memo {
+    std::mutex mu;
+    std::map<std::tuple<int64_t, int64_t, int64_t>, TileCost> costs;
+  };
+  auto memo = std::make_shared<Memo>();
+  auto inner = std::move(model.tile_cost);
+  if (!inner) throw std::invalid_argument("CachedArrayModel: ArrayModel.tile_cost is empty");
+  model.tile_cost = [memo, inner](int64_t m, int64_t n, int64_t k) {
+    const auto key = std::make_tuple(m, n, k);
+    {
+      std::lock_guard<std::mutex> lock(memo->mu);
+      auto it = memo->costs.find(key);
+      if (it != memo->costs.end()) return it->second;
+    }
+    TileCost c = inner(m, n, k);  // outside the lock: analyses of other shapes run in parallel
+    std::lock_guard<std::mutex> lock(memo->mu);
+    return memo->costs.emplace(key, c).first->second;
+  };
+  return model;
+}
+
+MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
+                            const MemoryHierarchy& mem, const TileMapping& t) {
+  return AnalyzeMemory(w, ExactArrayModel(w, hw, df, mem), mem, t);
+}
+
+MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
+                            const MemoryHierarchy& mem, const TileMapping& t) {
+  Validate(w);
+  Validate(mem);
+  Validate(t);
+  if (!array.tile_cost) throw std::invalid_argument("ArrayModel.tile_cost is empty");
+  if (array.num_pes <= 0 || !(array.macs_per_pe_per_cycle > 0) ||
+      !(array.ops_per_pe_per_cycle > 0) || !(array.clock_ghz > 0) || array.k_pass < 0 ||
+      array.prologue_cycles < 0)
+    throw std::invalid_argument("ArrayModel '" + array.name + "': num_pes, the MAC and op rates "
+                                "and clock_ghz must be > 0, k_pass and prologue_cycles >= 0");
+  MemoryMetrics mm;
+  const int64_t tm = std::min(t.tm, w.m), tn = std::min(t.tn, w.n), tk = std::min(t.tk, w.k);
+
+  // Capacity: the buffer, then the registers of one PE.
+  mm.buffer_bytes_used = BufferBytesNeeded(w, mem, t);
+  if (mm.buffer_bytes_used > mem.buffer_bytes) {
+    const int64_t copies = mem.buffer_double_buffered ? 2 : 1;
+    const auto e = BufferTileElems(w, t);
+    throw std::invalid_argument(
+        "TileMapping tm=" + Str(tm) + " tn=" + Str(tn) + " tk=" + Str(tk) + " needs " +
+        Str(mm.buffer_bytes_used) + " bytes of buffer (" + Str(copies) + " x (A tile " +
+        Str(CeilDiv(e[0] * w.bits_a, 8)) + " + B tile " + Str(CeilDiv(e[1] * w.bits_b, 8)) +
+        ") + C tile " + Str(CeilDiv(e[2] * mem.psum_bits, 8)) + " at " + Str(mem.psum_bits) +
+        " bits); MemoryHierarchy.buffer_bytes is " + Str(mem.buffer_bytes) +
+        ": use smaller tiles or a larger buffer");
+  }
+  {
+    int64_t reg_bits = w.bits_a + w.bits_b + mem.psum_bits;
+    if (mem.stationary_double_buffered) reg_bits += array.stationary_bits;
+    if (CeilDiv(reg_bits, 8) > mem.register_bytes)
+      throw std::invalid_argument(
+          "a PE needs " + Str(CeilDiv(reg_bits, 8)) + " bytes of registers (one A, B and "
+          "accumulator element" + std::string(mem.stationary_double_buffered
+                                                   ? " and a second stationary one" : "") +
+          "); MemoryHierarchy.register_bytes is " + Str(mem.register_bytes));
+  }
+
+  // The loop nest.
+  Nest nest;
+  nest.lv[0] = MakeDim('b', w.batch, 1);
+  for (int l = 0; l < 3; ++l) {
+    const char d = t.order[l];
+    nest.lv[l + 1] = d == 'm' ? MakeDim('m', w.m, tm) : d == 'n' ? MakeDim('n', w.n, tn)
+                                                                 : MakeDim('k', w.k, tk);
+    (d == 'm' ? nest.level_of_m : d == 'n' ? nest.level_of_n : nest.level_of_k) = l + 1;
+    nest.align[kA][l + 1] = d == 'm' ? t.a_align_m : d == 'k' ? t.a_align_k : 1;
+    nest.align[kB][l + 1] = d == 'k' ? t.b_align_k : d == 'n' ? t.b_align_n : 1;
+    nest.align[kC][l + 1] = 1;
+  }
+  nest.outer = {3 - static_cast<int>(t.span_a), 3 - static_cast<int>(t.span_b),
+                3 - static_cast<int>(t.span_c)};
+  const bool k_spanned_by_c = nest.Spanned(kC, nest.level_of_k);
+  const Dim& dk = nest.lv[nest.level_of_k];
+  const Dim& dm = nest.lv[nest.level_of_m];
+  const Dim& dn = nest.lv[nest.level_of_n];
+  mm.tile_steps = Mul(Mul(Mul(w.batch, dm.count, "tile steps"), dn.count, "tile steps"),
+                      dk.count, "tile steps");
+  mm.macs = Mul(Mul(Mul(w.m, w.n, "MACs"), w.k, "MACs"), w.batch, "MACs");
+
+  // Array cost per distinct tile shape (at most 2 sizes per dimension).
+  std::vector<ShapeCost> shapes;
+  shapes.reserve(8);
+  auto shape_cost = [&](int64_t m, int64_t n, int64_t k) -> const TileCost& {
+    for (const auto& s : shapes)
+      if (s.m == m && s.n == n && s.k == k) return s.cost;
+    shapes.push_back({m, n, k, array.tile_cost(m, n, k)});
+    return shapes.back().cost;
+  };
+
+  // Closed-form DRAM traffic per operand (elements), edge tiles exact: the sum over a
+  // tile index of the tile sizes is the extent, so every visit of all of an operand's
+  // tiles moves exactly its whole matrix.
+  const int64_t a_elems = Mul(Mul(w.m, w.k, "A"), w.batch, "A");
+  const int64_t b_elems = Mul(Mul(w.k, w.n, "B"), w.batch, "B");
+  const int64_t c_elems = Mul(Mul(w.m, w.n, "C"), w.batch, "C");
+  OperandTraffic& A = mm.tensors["A"];
+  OperandTraffic& B = mm.tensors["B"];
+  OperandTraffic& C = mm.tensors["C"];
+  A.dram_read_bits = Mul(Mul(a_elems, nest.Revisits(kA), "A traffic"), w.bits_a, "A bits");
+  A.dram_fetches = nest.Runs(kA);
+  B.dram_read_bits = Mul(Mul(b_elems, nest.Revisits(kB), "B traffic"), w.bits_b, "B bits");
+  B.dram_fetches = nest.Runs(kB);
+  const int64_t chunk = array.k_pass > 0 ? array.k_pass : tk;
+  if (t.accumulate_in_buffer) {
+    const int64_t visits = nest.Revisits(kC);  // visits of each C tile
+    const int64_t partial = Mul(c_elems, visits - 1, "C partial sums");
+    C.dram_write_bits = Add(Mul(c_elems, w.bits_c, "C bits"),
+                            Mul(partial, mem.psum_bits, "C partial bits"), "C bits");
+    C.dram_read_bits = Mul(partial, mem.psum_bits, "C partial bits");
+    C.dram_fetches = nest.Runs(kC);
+  } else {
+    // Every array pass over a chunk of K writes its partial C; the last one is final.
+    const int64_t passes = Add(Mul(dk.count - 1, CeilDiv(dk.tile, chunk), "K passes"),
+                               CeilDiv(dk.last, chunk), "K passes");
+    const int64_t partial = Mul(c_elems, passes - 1, "C partial sums");
+    C.dram_write_bits = Add(Mul(c_elems, w.bits_c, "C bits"),
+                            Mul(partial, mem.psum_bits, "C partial bits"), "C bits");
+    C.dram_fetches = Mul(mm.tile_steps, 1, "C write-backs");
+  }
+
+  // Array side: per tile shape class, times how many steps have that shape (full tiles
+  // first, so shapes.front() is the full tile the extra ops are spread over).
+  int64_t steps_checked = 0;
+  for (int im = 1; im >= 0; --im)
+    for (int in = 1; in >= 0; --in)
+      for (int ik = 1; ik >= 0; --ik) {
+        const int64_t cm = im ? (dm.count - 1) : 1, cn = in ? (dn.count - 1) : 1,
+                      ck = ik ? (dk.count - 1) : 1;
+        if (cm == 0 || cn == 0 || ck == 0) continue;
+        const TileCost& s = shape_cost(im ? dm.tile : dm.last, in ? dn.tile : dn.last,
+                                       ik ? dk.tile : dk.last);
+        const int64_t n = Mul(Mul(Mul(cm, cn, "steps"), ck, "steps"), w.batch, "steps");
+        steps_checked += n;
+        A.buffer_read_bits = Add(A.buffer_read_bits, Mul(n, s.buffer_read_bits_a, "A"), "A");
+        B.buffer_read_bits = Add(B.buffer_read_bits, Mul(n, s.buffer_read_bits_b, "B"), "B");
+        C.buffer_write_bits = Add(C.buffer_write_bits, Mul(n, s.buffer_write_bits_c, "C"), "C");
+      }
+  if (steps_checked != mm.tile_steps) throw std::logic_error("tile shape classes miscounted");
+  mm.distinct_tile_shapes = static_cast<int64_t>(shapes.size());
+
+  for (const auto& kv : mm.tensors) {
+    mm.dram_read_bits = Add(mm.dram_read_bits, kv.second.dram_read_bits, "DRAM reads");
+    mm.dram_write_bits = Add(mm.dram_write_bits, kv.second.dram_write_bits, "DRAM writes");
+    mm.buffer_read_bits = Add(mm.buffer_read_bits, kv.second.buffer_read_bits, "buffer reads");
+    mm.buffer_write_bits = Add(mm.buffer_write_bits, kv.second.buffer_write_bits, "buffer writes");
+  }
+  mm.dram_read_bits = Add(mm.dram_read_bits, w.extra_read_bits, "DRAM reads");
+  mm.compulsory_dram_bits = CompulsoryDramBits(w);
+  mm.register_access_bits =
+      Mul(mm.macs, w.bits_a + w.bits_b + 2 * static_cast<int64_t>(mem.psum_bits), "register bits");
+
+  // Latency. Transfers of one step, per DRAM channel (A, B, C).
+  using Idx = Nest::Idx;
+  const Idx first{0, 0, 0, 0};
+  const Idx last{nest.lv[0].count - 1, nest.lv[1].count - 1, nest.lv[2].count - 1,
+                 nest.lv[3].count - 1};
+  auto ik_of = [&](const Idx& i) { return i[nest.level_of_k]; };
+  auto fetch = [&](const Idx& s, std::array<int64_t, 3>& ch) {
+    Idx p = s;
+    const bool has_prev = nest.Prev(p);
+    const char* what = "transfer bits";
+    if (!has_prev || !nest.SameTile(kA, s, p))
+      ch[0] = Add(ch[0], Mul(nest.PaddedElems(kA, s), w.bits_a, what), what);
+    if (!has_prev || !nest.SameTile(kB, s, p))
+      ch[1] = Add(ch[1], Mul(nest.PaddedElems(kB, s), w.bits_b, what), what);
+    if (t.accumulate_in_buffer && (!has_prev || !nest.SameTile(kC, s, p)) && !k_spanned_by_c &&
+        ik_of(s) != 0)  // partial sums come back
+      ch[2] = Add(ch[2], Mul(nest.Elems(kC, s), mem.psum_bits, what), what);
+    if (!has_prev) ch[0] = Add(ch[0], w.extra_read_bits, what);
+  };
+  auto writeback = [&](const Idx& s, std::array<int64_t, 3>& ch) {
+    const int64_t e = nest.Elems(kC, s);
+    const bool final_k = k_spanned_by_c || ik_of(s) == dk.count - 1;
+    if (t.accumulate_in_buffer) {
+      Idx nx = s;
+      if (nest.Next(nx) && nest.SameTile(kC, s, nx)) return;
+      ch[2] = Add(ch[2], Mul(e, final_k ? w.bits_c : mem.psum_bits, "write bits"), "write bits");
+    } else {
+      const int64_t passes = CeilDiv(dk.Size(ik_of(s)), chunk);
+      const int64_t bits = Add(Mul(passes - 1, mem.psum_bits, "write bits"),
+                               final_k ? w.bits_c : mem.psum_bits, "write bits");
+      ch[2] = Add(ch[2], Mul(e, bits, "write bits"), "write bits");
+    }
+  };
+  auto time_of = [&](const std::array<int64_t, 3>& ch) {
+    if (mem.dram_channel_per_operand)
+      return std::max({CeilCycles(ch[0], mem.dram_bandwidth_bits),
+                       CeilCycles(ch[1], mem.dram_bandwidth_bits),
+                       CeilCycles(ch[2], mem.dram_bandwidth_bits)});
+    return CeilCycles(Add(Add(ch[0], ch[1], "transfer bits"), ch[2], "transfer bits"),
+                      mem.dram_bandwidth_bits);
+  };
+  auto array_of = [&](const Idx& s) {
+    return shape_cost(dm.Size(s[nest.level_of_m]), dn.Size(s[nest.level_of_n]),
+                      dk.Size(s[nest.level_of_k])).cycles;
+  };
+  // One step's contribution to the overlapped part (everything but the first fetch and
+  // the last write-back).
+  auto step_term = [&](const Idx& s) -> int64_t {
+    const int64_t arr = array_of(s);
+    if (!mem.buffer_double_buffered) {
+      std::array<int64_t, 3> f{0, 0, 0}, wb{0, 0, 0};
+      if (s != first) fetch(s, f);
+      if (s != last) writeback(s, wb);
+      return time_of(f) + arr + time_of(wb);
+    }
+    std::array<int64_t, 3> x{0, 0, 0};
+    Idx nx = s, pv = s;
+    if (nest.Next(nx)) fetch(nx, x);
+    if (nest.Prev(pv)) writeback(pv, x);
+    return std::max(arr, time_of(x));
+  };
+  {
+    std::array<int64_t, 3> f{0, 0, 0}, wb{0, 0, 0};
+    fetch(first, f);
+    writeback(last, wb);
+    mm.first_fetch_cycles = time_of(f);
+    mm.last_writeback_cycles = time_of(wb);
+  }
+  // Sum over the steps by representatives: per level, indices 2..count-3 give identical
+  // terms (none is first or last, nor next to an end), so index 2 stands for count-4 of them.
+  auto reps = [](int64_t count) {
+    std::vector<std::pair<int64_t, int64_t>> r;  // (index, weight)
+    if (count <= 5) {
+      for (int64_t i = 0; i < count; ++i) r.push_back({i, 1});
+    } else {
+      r = {{0, 1}, {1, 1}, {2, count - 4}, {count - 2, 1}, {count - 1, 1}};
+    }
+    return r;
+  };
+  std::array<std::vector<std::pair<int64_t, int64_t>>, 4> rep;
+  for (int l = 0; l < 4; ++l) rep[l] = reps(nest.lv[l].count);
+  int64_t overlapped = 0, array_total = 0;
+  for (const auto& r0 : rep[0])
+    for (const auto& r1 : rep[1])
+      for (const auto& r2 : rep[2])
+        for (const auto& r3 : rep[3]) {
+          const Idx s{r0.first, r1.first, r2.first, r3.first};
+          const int64_t weight =
+              Mul(Mul(Mul(r0.second, r1.second, "steps"), r2.second, "steps"), r3.second, "steps");
+          overlapped = Add(overlapped, Mul(weight, step_term(s), "cycles"), "cycles");
+          array_total = Add(array_total, Mul(weight, array_of(s), "cycles"), "cycles");
+        }
+  array_total = Add(array_total, array.prologue_cycles, "cycles");
+  overlapped = Add(overlapped, array.prologue_cycles, "cycles");
+  mm.overlapped_cycles = overlapped;
+  mm.array_cycles = array_total;
+  // Extra (dequantization) ops run on the full tile's active PEs after the tiles, at the
+  // base rate (as the array level charges them).
+  const double lanes =
+      static_cast<double>(std::max<int64_t>(1, shapes.front().cost.active_pes)) *
+      array.ops_per_pe_per_cycle;
+  mm.extra_op_cycles = CeilCycles(w.extra_ops, lanes);
+  mm.cycles = Add(Add(Add(mm.first_fetch_cycles, overlapped, "cycles"), mm.last_writeback_cycles,
+                      "cycles"),
+                  mm.extra_op_cycles, "cycles");
+  mm.dram_stall_cycles = mm.cycles - mm.array_cycles - mm.extra_op_cycles;
+  mm.roofline_cycles = RooflineCycles(w, array.num_pes, array.macs_per_pe_per_cycle, mem,
+                                      array.ops_per_pe_per_cycle);
+  mm.latency_us = static_cast<double>(mm.cycles) / (array.clock_ghz * 1e3);
+  mm.mapping = array.name + " | " + t.Describe();
+  return mm;
+}
+
+}  // namespace tenet
