@@ -36,6 +36,12 @@ from tenet_byoc._cost_model import (
     serialize_accelerator,
     validate_accelerator,
 )
+from tenet_byoc.mapping import (  # the mapping search (mapping.py)
+    MappingChoice,
+    MappingSearch,
+    search_mapping,
+    tile_size_candidates,
+)
 from tenet_byoc.memory import (  # the buffer level, roofline and energy (memory.py)
     EnergyBreakdown,
     MacSpec,
@@ -62,6 +68,8 @@ __all__ = [
     "EnergyBreakdown",
     "Hardware",
     "MacSpec",
+    "MappingChoice",
+    "MappingSearch",
     "MemoryHierarchy",
     "MemoryMetrics",
     "Metrics",
@@ -92,8 +100,10 @@ __all__ = [
     "save_tenet",
     "scalesim_equivalent",
     "scalesim_mapping",
+    "search_mapping",
     "serialize_accelerator",
     "sram_pj_per_bit",
+    "tile_size_candidates",
     "validate_accelerator",
 ]
 

@@ -17,6 +17,7 @@ namespace py = pybind11;
 using namespace tenet;
 
 void BindMemory(py::module_& m);  // python_memory.cc
+void BindMapping(py::module_& m);  // python_mapping.cc
 
 namespace {
 
@@ -164,6 +165,7 @@ PYBIND11_MODULE(_cost_model, m) {
     }
   });
   BindMemory(m);
+  BindMapping(m);
 
   py::class_<Hardware> hardware(m, "Hardware");
   hardware

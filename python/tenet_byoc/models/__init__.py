@@ -1,1 +1,83 @@
-"""Models for tenet-byoc: GPT-2 (prefill and decode) and the FashionMNIST MLP, in Relax."""
+"""Models for tenet-byoc: GPT-2 and Llama-family decoders (prefill and decode) and the MLP.
+
+:func:`from_pretrained` is the one way in for a local Hugging Face checkpoint folder.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from tvm.ir import IRModule
+
+from .gpt2 import GPT2Runner, load_hf_checkpoint
+from .llama import LlamaConfig, LlamaRunner, load_checkpoint
+from .runner import DecoderRunner
+
+__all__ = ["from_pretrained"]
+
+
+def from_pretrained(
+    folder: str | os.PathLike[str],
+    build: Callable[[IRModule], Any] | None = None,
+    *,
+    bind_params: bool = False,
+    device: Any = None,
+) -> DecoderRunner:
+    """Load a local Hugging Face checkpoint and build a runner for it.
+
+    The family is picked from ``config.json``'s ``model_type``: ``gpt2``
+    (:class:`~tenet_byoc.models.gpt2.GPT2Runner`), ``llama``, ``mistral`` or ``qwen2``
+    (:class:`~tenet_byoc.models.llama.LlamaRunner`). The config is checked, then the
+    weights' headers against it, before any weight is read or anything is built.
+    Nothing is downloaded.
+
+    Parameters
+    ----------
+    folder : str or PathLike
+        Holds ``config.json`` and ``model.safetensors`` (or, for the Llama families, a
+        sharded set with ``model.safetensors.index.json``).
+    build : callable, optional
+        ``IRModule -> executable``, e.g. ``tenet_byoc.build`` to offload every matmul, or
+        ``lambda mod: tenet_byoc.build(tenet_byoc.quantize(mod, scheme))`` with
+        ``bind_params=True``. By default TVM's own CPU build.
+    bind_params : bool
+        Bind the weights into the module as constants (needed by ``tenet_byoc.quantize``).
+    device : tvm.runtime.Device, optional
+        Defaults to ``tvm.cpu()``.
+
+    Returns
+    -------
+    DecoderRunner
+        With ``prefill(ids) -> (logits [P, vocab], cache)``,
+        ``decode(id, cache) -> (logits [vocab], cache)``, ``generate`` and ``.vm``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the folder, its ``config.json`` or its weights are missing (naming the file).
+    ValueError
+        For an unknown ``model_type``, a config this code does not implement, a corrupt
+        file (naming it) or a tensor of the wrong shape (naming it).
+    KeyError
+        If tensors the config needs are missing (naming them).
+    """
+    from .checkpoint import read_config
+    from .configs import config_from_dict
+
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"checkpoint folder {folder!r} does not exist")
+    name = os.path.basename(os.path.normpath(folder))
+    try:
+        config = config_from_dict(read_config(folder), name=name)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{os.path.join(folder, 'config.json')!r}: {err}") from None
+    if isinstance(config, LlamaConfig):
+        config, params = load_checkpoint(folder, config)
+        runner: type[DecoderRunner] = LlamaRunner
+    else:
+        config, params = load_hf_checkpoint(folder, config)
+        runner = GPT2Runner
+    return runner(config, params, build=build, device=device, bind_params=bind_params)

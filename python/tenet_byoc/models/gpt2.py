@@ -5,18 +5,28 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 import numpy as np
-import tvm
 from tvm import relax
 from tvm.ir import IRModule
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 from ._params import check_named_arrays
+from .gemms import call_rows_and_keys
+from .runner import (
+    DecoderRunner,
+    KVCache,
+    build_with_tvm,
+    cache_length,
+    check_cache_tensors,
+    check_ids,
+    export_decoder,
+    take_rows,
+)
 
 __all__ = [
     "PRESETS",
@@ -26,6 +36,7 @@ __all__ = [
     "KVCache",
     "MatmulShape",
     "build_with_tvm",
+    "check_kv_cache",
     "check_params",
     "check_token_ids",
     "export_gpt2",
@@ -39,7 +50,6 @@ __all__ = [
 # Added to the scores above the diagonal; exp() of it underflows to exactly 0 in float32.
 _MASK_VALUE = -1.0e9
 _DTYPE = "float32"
-_ID_DTYPE = "int32"
 
 
 @dataclass(frozen=True)
@@ -261,18 +271,10 @@ class GPT2LMHeadModel(nn.Module):
         )
         return op.wrap_nested(rows, name="wpe_rows")
 
-    def _tokens(self, ids: nn.Tensor) -> nn.Tensor:
-        # Rows of wte by id, with take's "clip" mode: TVM's default "fast" take reads out of
-        # bounds (a segfault) for an id >= vocab_size, and warns so at every build. The
-        # runner refuses such ids before the VM runs; a caller of runner.vm directly gets
-        # the last row instead of a crash.
-        rows = relax.op.take(self.wte.weight._expr, ids._expr, axis=0, mode="clip")
-        return op.wrap_nested(rows, name="wte_rows")
-
     def _run(
         self, ids: nn.Tensor, pos: nn.Tensor, past: Sequence[nn.Tensor] | None
     ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        x = self._tokens(ids) + pos
+        x = take_rows(self.wte.weight, ids) + pos
         cache: list[nn.Tensor] = []
         for i, block in enumerate(self.h):
             layer_past = None if past is None else (past[2 * i], past[2 * i + 1])
@@ -324,17 +326,6 @@ class GPT2LMHeadModel(nn.Module):
         return self._run(input_id, self._positions(past_len, past_len + 1), past)
 
 
-def _export_spec(config: GPT2Config) -> dict[str, dict[str, Any]]:
-    kv = nn.spec.Tensor([1, config.n_head, "past_len", config.head_dim], _DTYPE)
-    return {
-        "prefill": {"input_ids": nn.spec.Tensor([1, "seq_len"], _ID_DTYPE)},
-        "decode": {
-            "input_id": nn.spec.Tensor([1, 1], _ID_DTYPE),
-            "past": [kv] * (2 * config.n_layer),
-        },
-    }
-
-
 def export_gpt2(config: GPT2Config, params: Mapping[str, np.ndarray] | None = None) -> IRModule:
     """Export GPT-2 to a Relax IRModule with the functions ``prefill`` and ``decode``.
 
@@ -364,12 +355,9 @@ def export_gpt2(config: GPT2Config, params: Mapping[str, np.ndarray] | None = No
         Both functions carry the attribute ``num_input`` (1 and 2), the number of
         arguments before the weights.
     """
-    mod, _ = GPT2LMHeadModel(config).export_tvm(spec=_export_spec(config))
-    if params is not None:
-        values = {n: tvm.runtime.tensor(v) for n, v in check_params(config, params).items()}
-        for func in ("prefill", "decode"):
-            mod = relax.transform.BindParams(func, values)(mod)
-    return mod
+    checked = None if params is None else check_params(config, params)
+    model = GPT2LMHeadModel(config)
+    return export_decoder(model, config.n_layer, config.n_head, config.head_dim, checked)
 
 
 def check_params(config: GPT2Config, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -573,9 +561,6 @@ class MatmulShape(NamedTuple):
         return self.batch * self.m * self.n * self.k
 
 
-_PHASES = ("prefill", "decode")
-
-
 def gpt2_matmuls(config: GPT2Config, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:
     """List the matmuls of one prefill or decode call, in execution order.
 
@@ -595,18 +580,8 @@ def gpt2_matmuls(config: GPT2Config, seq_len: int, phase: str = "prefill") -> li
         Per layer ``c_attn``, ``attn.qk``, ``attn.pv``, ``attn.c_proj``, ``mlp.c_fc``,
         ``mlp.c_proj``, then ``lm_head``.
     """
-    if phase not in _PHASES:
-        raise ValueError(f"phase={phase!r}; expected one of {_PHASES}")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
-        raise TypeError(f"seq_len={seq_len!r} must be an integer")
-    low = 1 if phase == "prefill" else 0
-    if not low <= seq_len <= config.n_positions - (0 if phase == "prefill" else 1):
-        raise ValueError(
-            f"seq_len={seq_len} out of range for {phase} with n_positions={config.n_positions}"
-        )
+    rows, keys = call_rows_and_keys(phase, seq_len, config.n_positions, "n_positions")
     d, h, hd, inner = config.n_embd, config.n_head, config.head_dim, config.inner_dim
-    rows = seq_len if phase == "prefill" else 1
-    keys = seq_len if phase == "prefill" else seq_len + 1
     out: list[MatmulShape] = []
     for i in range(config.n_layer):
         p = f"h.{i}."
@@ -639,46 +614,12 @@ def gpt2_matmul_macs(config: GPT2Config, seq_len: int, phase: str = "prefill") -
 
 
 def check_token_ids(config: GPT2Config, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
-    """Validate token ids before they reach ``R.take``, which does not bound-check.
+    """``ids`` as ``[1, n]`` int32 after :func:`tenet_byoc.models.runner.check_ids`.
 
-    Parameters
-    ----------
-    config : GPT2Config
-        The model's shape.
-    ids : sequence of int
-        The tokens to run.
-    past_len : int
-        Tokens already in the cache before these.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``[1, len(ids)]`` int32.
-
-    Raises
-    ------
-    ValueError
-        If ``ids`` is empty or not integers, an id is negative or >= ``vocab_size``, or
-        ``past_len + len(ids)`` exceeds ``n_positions``.
+    Ids must lie in ``[0, vocab_size)`` and ``past_len + len(ids)`` must not exceed
+    ``n_positions``; raises ValueError otherwise.
     """
-    arr = np.asarray(ids)
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"token ids must be a non-empty 1-D sequence, got shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"token ids must be integers, got dtype {arr.dtype}")
-    bad = np.flatnonzero((arr < 0) | (arr >= config.vocab_size))
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(
-            f"token id {int(arr[i])} at index {i} is out of range [0, {config.vocab_size})"
-        )
-    total = past_len + arr.size
-    if total > config.n_positions:
-        raise ValueError(
-            f"sequence of {total} tokens ({past_len} cached + {arr.size} new) is longer "
-            f"than the context n_positions={config.n_positions}"
-        )
-    return arr.astype(np.int32).reshape(1, -1)
+    return check_ids(ids, config.vocab_size, config.n_positions, "n_positions", past_len)
 
 
 def check_kv_cache(config: GPT2Config, cache: KVCache) -> None:
@@ -695,55 +636,16 @@ def check_kv_cache(config: GPT2Config, cache: KVCache) -> None:
     ValueError
         Naming the tensor and both shapes, or the length and ``n_positions``.
     """
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
-    length = cache.length
-    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
-        raise ValueError(f"KVCache.length={length!r} must be a positive integer")
+    length = cache_length(cache)
     if length >= config.n_positions:
         raise ValueError(
             f"KVCache.length={length} leaves no position for a new token "
             f"(n_positions={config.n_positions})"
         )
-    if len(cache.tensors) != 2 * config.n_layer:
-        raise ValueError(
-            f"KVCache has {len(cache.tensors)} tensors; expected 2 * n_layer = "
-            f"{2 * config.n_layer} (K and V of every block)"
-        )
-    expected = (1, config.n_head, int(length), config.head_dim)
-    for i, t in enumerate(cache.tensors):
-        if not hasattr(t, "shape") or not hasattr(t, "dtype"):
-            raise TypeError(f"KVCache tensor {i} is a {type(t).__name__}, not a tensor")
-        shape = tuple(int(d) for d in t.shape)
-        if shape != expected or str(t.dtype) != _DTYPE:
-            raise ValueError(
-                f"KVCache tensor {i} ({'KV'[i % 2]} of block {i // 2}) is {t.dtype}"
-                f"{list(shape)}; expected {_DTYPE}{list(expected)} for length={length}"
-            )
+    check_cache_tensors(cache, config.n_layer, (1, config.n_head, length, config.head_dim))
 
 
-def build_with_tvm(mod: IRModule) -> relax.VMExecutable:
-    """Build with TVM's own CPU pipeline (no offload): the reference build for tests."""
-    target = tvm.target.Target("llvm")
-    return relax.build(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))
-
-
-@dataclass(frozen=True)
-class KVCache:
-    """The key/value cache after some tokens: ``K_0, V_0, K_1, V_1, ...`` on the device.
-
-    Each tensor is ``[1, n_head, length, head_dim]`` float32.
-    """
-
-    tensors: tuple[Any, ...]
-    length: int
-
-    def numpy(self) -> list[np.ndarray]:
-        """Copy the tensors to numpy."""
-        return [t.numpy() for t in self.tensors]
-
-
-class GPT2Runner:
+class GPT2Runner(DecoderRunner):
     """Build GPT-2 once and run prefill, decode and greedy generation on the Relax VM.
 
     Parameters
@@ -772,53 +674,17 @@ class GPT2Runner:
         and a cache longer than ``n_positions - 1`` is not refused.
     """
 
-    def __init__(
-        self,
-        config: GPT2Config,
-        params: Mapping[str, np.ndarray],
-        build: Callable[[IRModule], Any] | None = None,
-        device: Any = None,
-        bind_params: bool = False,
-    ) -> None:
-        self.config = config
-        checked = check_params(config, params)
-        self.mod = export_gpt2(config, checked if bind_params else None)
-        self.device = tvm.cpu() if device is None else device
-        self.executable = (build or build_with_tvm)(self.mod)
-        self.vm = relax.VirtualMachine(self.executable, self.device)
-        self._weights = (
-            [] if bind_params else [tvm.runtime.tensor(v, self.device) for v in checked.values()]
-        )
+    check_params = staticmethod(check_params)
+    export = staticmethod(export_gpt2)
 
-    def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
-        """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens."""
-        ids = check_token_ids(self.config, token_ids)
-        logits, cache = self.vm["prefill"](tvm.runtime.tensor(ids, self.device), *self._weights)
-        return logits.numpy()[0], KVCache(tuple(cache), ids.shape[1])
+    def check_ids(self, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
+        """``ids`` as ``[1, n]`` int32 after :func:`check_token_ids`."""
+        return check_token_ids(self.config, ids, past_len)
 
-    def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
-        """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache."""
-        if not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
-        ids = check_token_ids(self.config, [token_id], past_len=cache.length)
+    def cache_shape(self, length: int) -> tuple[int, ...]:
+        """``[1, n_head, length, head_dim]``."""
+        return (1, self.config.n_head, length, self.config.head_dim)
+
+    def check_cache(self, cache: KVCache) -> None:
+        """:func:`check_kv_cache`: the tensors, and a position left for the new token."""
         check_kv_cache(self.config, cache)
-        logits, new = self.vm["decode"](
-            tvm.runtime.tensor(ids, self.device), list(cache.tensors), *self._weights
-        )
-        return logits.numpy()[0, 0], KVCache(tuple(new), cache.length + 1)
-
-    def generate(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
-        """Greedily generate ``max_new_tokens`` tokens after ``prompt``; return only those."""
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
-        check_token_ids(self.config, prompt, past_len=max(max_new_tokens - 1, 0))
-        if max_new_tokens == 0:
-            return []
-        logits, cache = self.prefill(prompt)
-        out = [int(np.argmax(logits[-1]))]
-        while len(out) < max_new_tokens:
-            logits_1, cache = self.decode(out[-1], cache)
-            out.append(int(np.argmax(logits_1)))
-        return out

@@ -1,0 +1,184 @@
+"""The mapping search: the best array dataflow, buffer tiles and tile-loop order of one GEMM call.
+
+Python face of ``src/cost_model/mapping.h`` (the declared space, the pruning argument and
+measured speed in ``src/cost_model/README.md``, "The mapping search"). Deterministic: the
+same call gives the same mapping with any number of threads. Every bad input raises
+``ValueError`` naming the field, the value and what is accepted; a space in which nothing
+fits the buffer is refused the same way. The C++ search releases the GIL.
+
+Example
+-------
+>>> from tenet_byoc import cost_model as cm
+>>> hw = cm.Hardware.systolic(16, 16)
+>>> mem = cm.MemoryHierarchy(dram_bandwidth_bits=256, buffer_bytes=1 << 20)
+>>> best = cm.search_mapping(1, 2304, 768, hw, mem, rows=16, cols=16, bits_a=8, bits_b=8,
+...                          bits_c=32)
+>>> best.mapping, best.metrics.cycles, best.metrics.roofline_cycles
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from tenet_byoc import _cost_model as _core
+from tenet_byoc._cost_model import Dataflow, Hardware, MappingChoice, tile_size_candidates
+from tenet_byoc.memory import MemoryHierarchy, PrecisionTable
+
+__all__ = [
+    "OBJECTIVES",
+    "PRESETS",
+    "TILE_ORDERS",
+    "MappingChoice",
+    "MappingSearch",
+    "array_edges",
+    "auto_mapping_dataflows",
+    "search_mapping",
+    "searched_dataflows",
+    "tile_size_candidates",
+]
+
+OBJECTIVES = ("latency", "energy", "edp")
+PRESETS = ("os", "ws", "is")
+TILE_ORDERS = tuple(_core._mapping_tile_orders())
+
+
+def array_edges(hardware: Hardware) -> tuple[int, int]:
+    """(rows, cols) of a rectangular ``PE[p,q]: 0<=p<R and 0<=q<C`` domain.
+
+    Raises
+    ------
+    ValueError
+        The PE domain is not such a rectangle (pass ``rows`` and ``cols`` then).
+    """
+    match = re.fullmatch(r"\s*\{\s*PE\[\s*(\w+)\s*,\s*(\w+)\s*\]\s*:\s*0\s*<=\s*\1\s*<\s*(\d+)\s*"
+                         r"and\s*0\s*<=\s*\2\s*<\s*(\d+)\s*\}\s*", hardware.pe_domain)
+    if not match:
+        raise ValueError(f"cannot read the array's rows and cols from Hardware.pe_domain "
+                         f"{hardware.pe_domain!r}: pass rows= and cols=")
+    return int(match.group(3)), int(match.group(4))
+
+
+def searched_dataflows(dataflows: Sequence[str | Dataflow], hardware: Hardware,
+                       rows: int | None = None, cols: int | None = None) -> list[Dataflow]:
+    """Dataflows named by preset ("os", "ws", "is") on the array, or given as Dataflow values."""
+    out = []
+    for d in dataflows:
+        if isinstance(d, Dataflow):
+            out.append(d)
+            continue
+        if d not in PRESETS:
+            raise ValueError(f"dataflows: {d!r} is neither a Dataflow nor a preset name "
+                             f"(accepted: {', '.join(PRESETS)})")
+        if rows is None or cols is None:
+            rows, cols = array_edges(hardware)
+        out.append(Dataflow.preset(d, rows=rows, cols=cols))
+    return out
+
+
+def auto_mapping_dataflows(dataflow: Dataflow) -> list[Dataflow]:
+    """What ``mapping="auto"`` searches for an accelerator with ``dataflow``.
+
+    os, ws and is on its array when it is a preset; the dataflow alone (its tiles and tile
+    orders searched) when it is the user's own relations (TENET files): a user-given
+    dataflow still wins.
+    """
+    return list(_core._auto_mapping_dataflows(dataflow))
+
+
+def _objective(objective: str) -> str:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    return objective
+
+
+def search_mapping(
+    M: int,
+    N: int,
+    K: int,
+    hardware: Hardware,
+    memory: MemoryHierarchy,
+    *,
+    dataflows: Sequence[str | Dataflow] = PRESETS,
+    rows: int | None = None,
+    cols: int | None = None,
+    objective: str = "latency",
+    precision: PrecisionTable | None = None,
+    stream_tiles: Sequence[int] = (),
+    granule: int = 0,
+    max_even_split: int = 8,
+    threads: int = 0,
+    batch: int = 1,
+    bits: int = 32,
+    bits_a: int | None = None,
+    bits_b: int | None = None,
+    bits_c: int | None = None,
+    extra_read_bits: int = 0,
+    extra_ops: int = 0,
+) -> MappingChoice:
+    """The best mapping of ``C[M,N] = A[M,K] @ B[K,N]`` over the declared space.
+
+    Parameters
+    ----------
+    dataflows : sequence of str or Dataflow
+        Preset names on the ``rows`` x ``cols`` array (read from ``hardware`` when omitted)
+        and/or Dataflow values (presets, tiled or not, or TENET relations).
+    objective : {"latency", "energy", "edp"}
+        What is minimised; ties go to the lower energy (latency) or cycles (energy, edp),
+        then to the earlier candidate.
+    precision : PrecisionTable
+        MAC energy by widths (default Horowitz 45 nm).
+    stream_tiles : sequence of int
+        Extra tilings of every untiled preset's streamed dimension (os k, ws m, is n).
+    granule, max_even_split : int
+        The tile-size rule (``tile_size_candidates``); granule 0 = the array edge.
+    threads : int
+        Worker threads (0 = 1, or 2 on spaces of 50,000+ tile-size items: after pruning a
+        call is milliseconds of work); the result does not depend on it.
+
+    Returns
+    -------
+    MappingChoice
+        ``dataflow``, ``tiles``, ``metrics`` (AnalyzeMemory), ``energy``, ``mapping`` (a
+        readable string) and the search's counts (candidates, evaluated, pruned, unfit).
+    """
+    a = bits if bits_a is None else bits_a
+    b = bits if bits_b is None else bits_b
+    c = bits if bits_c is None else bits_c
+    dfs = searched_dataflows(dataflows, hardware, rows, cols)
+    table = precision if precision is not None else PrecisionTable.horowitz_45nm()
+    return _core._search_mapping(M, N, K, hardware, memory, dfs, table, _objective(objective),
+                                 list(stream_tiles), granule, max_even_split, threads, batch, a,
+                                 b, c, extra_read_bits, extra_ops)
+
+
+class MappingSearch:
+    """``search_mapping`` remembered per distinct call: build one per accelerator.
+
+    Thread-safe; a call (shape, batch, widths, side data, extra ops) is searched once.
+    """
+
+    def __init__(self, hardware: Hardware, memory: MemoryHierarchy, *,
+                 dataflows: Sequence[str | Dataflow] = PRESETS, rows: int | None = None,
+                 cols: int | None = None, objective: str = "latency",
+                 precision: PrecisionTable | None = None, stream_tiles: Sequence[int] = (),
+                 granule: int = 0, max_even_split: int = 8, threads: int = 0) -> None:
+        dfs = searched_dataflows(dataflows, hardware, rows, cols)
+        table = precision if precision is not None else PrecisionTable.horowitz_45nm()
+        self.objective = _objective(objective)
+        self._search = _core._MappingSearch(hardware, memory, dfs, table, self.objective,
+                                            list(stream_tiles), granule, max_even_split, threads)
+
+    def best(self, M: int, N: int, K: int, *, batch: int = 1, bits: int = 32,
+             bits_a: int | None = None, bits_b: int | None = None, bits_c: int | None = None,
+             extra_read_bits: int = 0, extra_ops: int = 0) -> MappingChoice:
+        """The cached best mapping of this call (searched on the first request)."""
+        a = bits if bits_a is None else bits_a
+        b = bits if bits_b is None else bits_b
+        c = bits if bits_c is None else bits_c
+        return self._search.best(M, N, K, batch, a, b, c, extra_read_bits, extra_ops)
+
+    @property
+    def searches(self) -> int:
+        """Distinct calls searched so far."""
+        return self._search.searches

@@ -1,0 +1,133 @@
+"""Built-in model shapes by name, and one way to get a config from a name, a file or a folder.
+
+Each built-in entry holds the fields of the model's Hugging Face ``config.json`` that fix its
+GEMMs (and its ``model_type``), copied from the file named as its source, so models too big
+to download or run can be described by name. No weights are involved.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from .checkpoint import read_config
+
+__all__ = ["BUILTIN", "BuiltinModel", "config_from_dict", "resolve_config"]
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """A model's ``config.json`` fields and where they were read."""
+
+    name: str
+    source: str  #: the Hugging Face ``config.json`` the values come from
+    values: Mapping[str, Any]
+
+
+def _gpt2(name: str, repo: str, n_layer: int, n_embd: int, n_head: int) -> BuiltinModel:
+    values = {
+        "model_type": "gpt2",
+        "n_layer": n_layer,
+        "n_embd": n_embd,
+        "n_head": n_head,
+        "vocab_size": 50257,
+        "n_positions": 1024,
+        "layer_norm_epsilon": 1e-5,
+        "activation_function": "gelu_new",
+    }
+    return BuiltinModel(name, f"https://huggingface.co/{repo}/blob/main/config.json", values)
+
+
+# Llama-family fields, one model a row:
+_LLAMA_FIELDS = (
+    "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "num_key_value_heads", "max_position_embeddings", "rms_norm_eps",
+    "rope_theta", "tie_word_embeddings",
+)
+_LLAMAS = (
+    # name, Hugging Face repo, then _LLAMA_FIELDS, then other fields
+    ("llama-2-7b", "meta-llama/Llama-2-7b-hf",
+     ("llama", 32000, 4096, 11008, 32, 32, 32, 4096, 1e-5, 10000.0, False), {}),
+    ("llama-3-8b", "meta-llama/Meta-Llama-3-8B",
+     ("llama", 128256, 4096, 14336, 32, 32, 8, 8192, 1e-5, 500000.0, False), {}),
+    ("llama-3-70b", "meta-llama/Meta-Llama-3-70B",
+     ("llama", 128256, 8192, 28672, 80, 64, 8, 8192, 1e-5, 500000.0, False), {}),
+    ("mistral-7b", "mistralai/Mistral-7B-v0.1",
+     ("mistral", 32000, 4096, 14336, 32, 32, 8, 32768, 1e-5, 10000.0, False),
+     {"sliding_window": 4096}),
+    ("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B",
+     ("qwen2", 151936, 896, 4864, 24, 14, 2, 32768, 1e-6, 1000000.0, True),
+     {"use_sliding_window": False}),
+)
+
+
+def _llama(name: str, repo: str, row: tuple, extra: dict[str, Any]) -> BuiltinModel:
+    values = {**dict(zip(_LLAMA_FIELDS, row, strict=True)), "hidden_act": "silu", **extra}
+    return BuiltinModel(name, f"https://huggingface.co/{repo}/blob/main/config.json", values)
+
+
+_ENTRIES = (
+    _gpt2("gpt2", "openai-community/gpt2", 12, 768, 12),
+    _gpt2("gpt2-medium", "openai-community/gpt2-medium", 24, 1024, 16),
+    _gpt2("gpt2-large", "openai-community/gpt2-large", 36, 1280, 20),
+    _gpt2("gpt2-xl", "openai-community/gpt2-xl", 48, 1600, 25),
+    *(_llama(*row) for row in _LLAMAS),
+)
+
+#: Built-in models by name.
+BUILTIN: Mapping[str, BuiltinModel] = MappingProxyType({e.name: e for e in _ENTRIES})
+
+
+def config_from_dict(values: Mapping[str, Any], name: str = "custom") -> Any:
+    """The family's config (``GPT2Config`` or ``LlamaConfig``) for ``config.json`` contents.
+
+    Raises
+    ------
+    ValueError
+        If ``model_type`` is missing or not one of ``gpt2``, ``llama``, ``mistral``, ``qwen2``.
+    """
+    from .gpt2 import GPT2Config
+    from .llama import FAMILIES, LlamaConfig
+
+    model_type = values.get("model_type")
+    if model_type == "gpt2":
+        return GPT2Config.from_hf_dict(values, name=name)
+    if model_type in FAMILIES:
+        return LlamaConfig.from_hf_dict(values, name=name)
+    raise ValueError(
+        f"model_type={model_type!r} is not supported; known: {['gpt2', *FAMILIES]}"
+    )
+
+
+def resolve_config(model: str | os.PathLike[str]) -> Any:
+    """A model's config from a built-in name, a ``config.json`` file or a checkpoint folder.
+
+    Parameters
+    ----------
+    model : str or PathLike
+        A name in :data:`BUILTIN`, a path to a ``config.json``, or a folder holding one.
+
+    Returns
+    -------
+    GPT2Config or LlamaConfig
+
+    Raises
+    ------
+    ValueError
+        If ``model`` is neither a built-in name nor an existing path (the message lists
+        the names), or the config is not one this package implements.
+    """
+    text = os.fspath(model)
+    if text in BUILTIN:
+        return config_from_dict(BUILTIN[text].values, name=text)
+    if not os.path.exists(text):
+        raise ValueError(
+            f"model {text!r} is neither a built-in name ({sorted(BUILTIN)}) nor an existing "
+            "config.json or checkpoint folder"
+        )
+    folder = text if os.path.isdir(text) else os.path.dirname(text)
+    name = os.path.basename(os.path.normpath(folder)) if folder else "custom"
+    return config_from_dict(read_config(text), name=name)

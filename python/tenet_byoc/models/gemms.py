@@ -1,0 +1,92 @@
+"""Every GEMM one prefill or decode call performs, from a model's config alone.
+
+No weights are allocated and nothing is built, so the list is as cheap for Llama-3-70B as for
+GPT-2 tiny; it is the same list, in the same order, as the ledger of a real offloaded run
+(the tests check both against the exported module and a run's ledger).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["Gemm", "call_rows_and_keys", "model_gemms", "total_macs"]
+
+PHASES = ("prefill", "decode")
+
+# Attention's two GEMMs multiply activations by activations (the KV cache); every other
+# GEMM's rhs is a weight matrix.
+_ACTIVATION_ONLY = ("attn.qk", "attn.pv")
+
+
+class Gemm(NamedTuple):
+    """``batch`` independent ``[m, k] x [k, n]`` products, as one offloaded call."""
+
+    name: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    weight: str | None  #: the operand that is a weight (``"rhs"``), or None for attention
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the call."""
+        return self.batch * self.m * self.n * self.k
+
+
+def call_rows_and_keys(phase: str, seq_len: int, context: int, field: str) -> tuple[int, int]:
+    """Rows (new tokens) and keys (tokens attended to) of one call, after checking them.
+
+    ``seq_len`` is the prompt length for ``prefill`` and the cache length for ``decode``;
+    ``context`` (named ``field`` in messages) bounds the keys.
+    """
+    if phase not in PHASES:
+        raise ValueError(f"phase={phase!r}; expected one of {PHASES}")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
+        raise TypeError(f"seq_len={seq_len!r} must be an integer")
+    rows, keys = (seq_len, seq_len) if phase == "prefill" else (1, seq_len + 1)
+    if seq_len < 0 or not 1 <= keys <= context:
+        raise ValueError(f"seq_len={seq_len} out of range for {phase} with {field}={context}")
+    return rows, keys
+
+
+def model_gemms(config: Any, phase: str, tokens: int) -> list[Gemm]:
+    """List the GEMMs of one call, in execution order.
+
+    Parameters
+    ----------
+    config : GPT2Config or LlamaConfig
+        The model's shape (e.g. from :func:`tenet_byoc.models.configs.resolve_config`).
+    phase : str
+        ``"prefill"`` or ``"decode"``.
+    tokens : int
+        For ``prefill`` the prompt length P; for ``decode`` the context length L, the
+        tokens already in the cache (the new token attends to L + 1 keys).
+
+    Returns
+    -------
+    list of Gemm
+        Linear layers with their weight as the rhs ``[k, n]`` (stored ``[n, k]``), the
+        attention GEMMs with ``weight=None`` (for Llama: batch = key/value heads, rows =
+        query heads per group x tokens), and the head last.
+    """
+    from .gpt2 import GPT2Config, gpt2_matmuls
+    from .llama import LlamaConfig, llama_matmuls
+
+    if isinstance(config, GPT2Config):
+        shapes = gpt2_matmuls(config, tokens, phase)
+    elif isinstance(config, LlamaConfig):
+        shapes = llama_matmuls(config, tokens, phase)
+    else:
+        raise TypeError(f"config must be a GPT2Config or LlamaConfig, got {type(config).__name__}")
+    return [
+        Gemm(s.name, s.batch, s.m, s.n, s.k, None if s.name.endswith(_ACTIVATION_ONLY) else "rhs")
+        for s in shapes
+    ]
+
+
+def total_macs(config: Any, phase: str, tokens: int) -> int:
+    """Multiply-accumulates of all GEMMs of one call (see :func:`model_gemms`)."""
+    return sum(g.macs for g in model_gemms(config, phase, tokens))

@@ -1,0 +1,687 @@
+"""Llama-family decoders (Llama, Mistral, Qwen2) in ``tvm.relax.frontend.nn``, with a runner.
+
+RMSNorm, rotary position embeddings (plain RoPE), grouped-query attention and a SwiGLU MLP,
+configured from a Hugging Face ``config.json``; prefill and decode with a key/value cache,
+as :mod:`tenet_byoc.models.gpt2`. Every matmul stays an ``R.matmul`` (the projections as
+``R.matmul(x, R.permute_dims(W))``), so ``tenet_byoc.build`` offloads all of them and
+``tenet_byoc.quantize`` rewrites the projections and the head.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax, tirx
+from tvm.ir import IRModule
+from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import op
+
+from ._params import check_named_arrays
+from .checkpoint import Checkpoint, read_config
+from .gemms import call_rows_and_keys
+from .gpt2 import _MASK_VALUE, MatmulShape
+from .runner import DecoderRunner, KVCache, check_ids, export_decoder, take_rows
+
+__all__ = [
+    "FAMILIES",
+    "LlamaConfig",
+    "LlamaForCausalLM",
+    "LlamaRunner",
+    "check_params",
+    "export_llama",
+    "llama_matmuls",
+    "load_checkpoint",
+    "param_count",
+    "param_shapes",
+    "random_params",
+]
+
+_DTYPE = "float32"
+
+#: The ``model_type`` values of ``config.json`` this module reads.
+FAMILIES = ("llama", "mistral", "qwen2")
+
+# A dimension this large is a typo or an attack, not a model; refused before anything else.
+_MAX_DIM = 1 << 24
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Shape of a Llama-family decoder, with Hugging Face's ``config.json`` field names.
+
+    Family differences are fields: Qwen2 is ``qkv_bias`` with tied embeddings, Mistral a
+    ``sliding_window``; :meth:`from_hf_dict` sets them from ``model_type``.
+
+    Parameters
+    ----------
+    hidden_size : int
+        Model width d.
+    num_hidden_layers : int
+        Number of decoder layers.
+    num_attention_heads : int
+        Query heads.
+    num_key_value_heads : int
+        Key/value heads; must divide ``num_attention_heads`` (grouped-query attention).
+    intermediate_size : int
+        Width of the SwiGLU MLP's hidden layer.
+    vocab_size : int
+        Number of tokens.
+    max_position_embeddings : int
+        Context length the model was trained for: the most tokens a sequence may hold.
+    head_dim : int or None
+        Width of one head; ``None`` means ``hidden_size // num_attention_heads``.
+    rms_norm_eps : float
+        Epsilon of every RMSNorm.
+    rope_theta : float
+        Base of the rotary embedding's frequencies.
+    qkv_bias : bool
+        The q, k and v projections have biases (Qwen2; Llama's ``attention_bias``).
+    o_bias : bool
+        The output projection has a bias (Llama's ``attention_bias``).
+    mlp_bias : bool
+        The MLP's projections have biases (Llama's ``mlp_bias``).
+    tie_word_embeddings : bool
+        The head reuses the embedding matrix (no ``lm_head.weight``).
+    sliding_window : int or None
+        Mistral's attention window W: a token attends to itself and the W - 1 tokens
+        before it, and the cache keeps only the last W tokens (a rolling buffer).
+    model_type : str
+        ``llama``, ``mistral`` or ``qwen2``.
+    name : str
+        A label for reports.
+    """
+
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int = 2048
+    head_dim: int | None = None
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    tie_word_embeddings: bool = False
+    sliding_window: int | None = None
+    model_type: str = "llama"
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        for field in (
+            "num_hidden_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "intermediate_size",
+            "vocab_size",
+            "max_position_embeddings",
+        ):
+            _check_dim(field, getattr(self, field))
+        for field in ("head_dim", "sliding_window"):
+            if getattr(self, field) is not None:
+                _check_dim(field, getattr(self, field))
+        if self.sliding_window is not None and self.sliding_window < 2:
+            raise ValueError(f"LlamaConfig.sliding_window={self.sliding_window} must be >= 2")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"LlamaConfig.num_key_value_heads={self.num_key_value_heads} must divide "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"LlamaConfig.num_attention_heads={self.num_attention_heads} must divide "
+                f"hidden_size={self.hidden_size} when head_dim is not given"
+            )
+        if self.dim_per_head % 2:
+            raise ValueError(f"LlamaConfig.head_dim={self.dim_per_head} must be even (RoPE)")
+        for field in ("rms_norm_eps", "rope_theta"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"LlamaConfig.{field}={value!r} must be a positive number")
+        if not self.rms_norm_eps < 1:
+            raise ValueError(f"LlamaConfig.rms_norm_eps={self.rms_norm_eps!r} must be < 1")
+        for field in ("qkv_bias", "o_bias", "mlp_bias", "tie_word_embeddings"):
+            if not isinstance(getattr(self, field), bool):
+                raise TypeError(f"LlamaConfig.{field}={getattr(self, field)!r} must be a bool")
+        if self.model_type not in FAMILIES:
+            raise ValueError(f"LlamaConfig.model_type={self.model_type!r}; known: {FAMILIES}")
+        if not isinstance(self.name, str):
+            raise TypeError(f"LlamaConfig.name={self.name!r} must be a string")
+
+    @property
+    def dim_per_head(self) -> int:
+        """Width of one attention head."""
+        return self.hidden_size // self.num_attention_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head."""
+        return self.num_attention_heads // self.num_key_value_heads
+
+    @property
+    def window(self) -> int | None:
+        """The sliding window, or None where it does not limit attention."""
+        w = self.sliding_window
+        return w if w is not None and w < self.max_position_embeddings else None
+
+    def cache_length(self, tokens: int) -> int:
+        """Tokens the cache holds after ``tokens`` tokens: all, or the last ``window``."""
+        return tokens if self.window is None else min(tokens, self.window)
+
+    @classmethod
+    def from_hf_dict(cls, values: Mapping[str, Any], name: str = "custom") -> LlamaConfig:
+        """Build a configuration from the contents of a Hugging Face ``config.json``.
+
+        Reads ``rope_parameters`` (transformers 5) or the older top-level ``rope_theta``
+        and ``rope_scaling``; only plain RoPE (``rope_type`` ``default``) is implemented,
+        any scaling type is refused naming the field. Unknown keys are ignored.
+
+        Raises
+        ------
+        ValueError
+            If ``model_type`` is not a Llama family, a required field is missing, or an
+            option this implementation lacks is set (the message names the field).
+        """
+        model_type = values.get("model_type", "llama")
+        if model_type not in FAMILIES:
+            raise ValueError(f"config.json model_type={model_type!r} is not one of {FAMILIES}")
+        required = (
+            "num_hidden_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "intermediate_size",
+            "vocab_size",
+        )
+        missing = [k for k in required if values.get(k) is None]
+        if missing:
+            raise ValueError(f"config.json ({model_type}) lacks {missing}")
+        act = values.get("hidden_act", "silu")
+        if act != "silu":
+            raise ValueError(f"config.json hidden_act={act!r} is not supported (only 'silu')")
+        kwargs: dict[str, Any] = {k: values[k] for k in required}
+        kwargs["num_key_value_heads"] = values.get("num_key_value_heads") or values[
+            "num_attention_heads"
+        ]
+        for key in ("max_position_embeddings", "head_dim", "rms_norm_eps", "tie_word_embeddings"):
+            if values.get(key) is not None:
+                kwargs[key] = values[key]
+        kwargs["rope_theta"] = _rope_theta(values)
+        if model_type == "qwen2":
+            kwargs["qkv_bias"] = True
+            if values.get("use_sliding_window"):
+                raise ValueError(
+                    "config.json use_sliding_window=true is not supported for qwen2 "
+                    "(its window applies to some layers only)"
+                )
+        else:
+            bias = values.get("attention_bias", False)
+            kwargs["qkv_bias"] = kwargs["o_bias"] = bias
+            kwargs["mlp_bias"] = values.get("mlp_bias", False)
+            if model_type == "mistral":
+                kwargs["sliding_window"] = values.get("sliding_window")
+        return cls(model_type=model_type, name=name, **kwargs)
+
+
+def _check_dim(field: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"LlamaConfig.{field}={value!r} must be a positive integer")
+    if not 0 < value <= _MAX_DIM:
+        raise ValueError(f"LlamaConfig.{field}={value} must be in [1, {_MAX_DIM}]")
+
+
+def _rope_theta(values: Mapping[str, Any]) -> float:
+    # transformers 5 writes rope_parameters; older versions rope_theta and rope_scaling.
+    factor = values.get("partial_rotary_factor", 1.0)
+    if factor != 1.0:
+        raise ValueError(f"config.json partial_rotary_factor={factor!r} is not supported (only 1)")
+    for field in ("rope_parameters", "rope_scaling"):
+        rope = values.get(field)
+        if rope is None:
+            continue
+        if not isinstance(rope, Mapping):
+            raise TypeError(f"config.json {field}={rope!r} must be an object")
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind != "default":
+            raise ValueError(
+                f"config.json {field}.rope_type={kind!r} is not supported; only plain RoPE "
+                "('default') is implemented"
+            )
+        factor = rope.get("partial_rotary_factor", 1.0)
+        if factor != 1.0:
+            raise ValueError(
+                f"config.json {field}.partial_rotary_factor={factor!r} is not supported (only 1)"
+            )
+        if "rope_theta" in rope:
+            return rope["rope_theta"]
+    return values.get("rope_theta", 10000.0)
+
+
+# ----------------------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------------------
+
+
+_Pair = tuple[nn.Tensor, nn.Tensor]  # (cos, sin) tables, or a layer's (K, V) cache
+_Triple = tuple[nn.Tensor, nn.Tensor, nn.Tensor]  # (output, K, V)
+
+
+def _rotate_half(x: nn.Tensor) -> nn.Tensor:
+    first, second = op.split(x, 2, axis=-1)
+    return op.concat([op.negative(second), first], dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    """Causal grouped-query self-attention with rotary embeddings on queries and keys.
+
+    The ``group_size`` query heads that share a key/value head are stacked into the rows
+    of one GEMM per key/value head: scores are ``R.matmul(Q[1, kv, g * s, hd],
+    K^T[1, kv, hd, L])``, the context ``R.matmul(P[1, kv, g * s, L], V[1, kv, L, hd])``.
+    Keys and values are never repeated, as a GQA kernel would not repeat them.
+    """
+
+    def __init__(self, config: LlamaConfig) -> None:
+        d, hd = config.hidden_size, config.dim_per_head
+        self.window = config.window
+        self.n_head = config.num_attention_heads
+        self.n_kv = config.num_key_value_heads
+        self.head_dim = hd
+        self.q_proj = nn.Linear(d, self.n_head * hd, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(d, self.n_kv * hd, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(d, self.n_kv * hd, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(self.n_head * hd, d, bias=config.o_bias)
+
+    def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None) -> _Triple:
+        """Attend over the past keys/values (if any) and ``x``'s own; return output, K, V.
+
+        ``rope`` is ``(cos, sin)``, each ``[1, s, 1, head_dim]`` for ``x``'s positions.
+        Without ``past`` (prefill) a causal mask hides later positions (and, with a window
+        W, those W or more before); with it (decode, one query at the end of the sequence)
+        every key is visible, the past cut to its last W - 1 tokens. The returned K and V
+        are the cache to keep: with a window, its last W tokens.
+        """
+        b, s, _ = x.shape
+        hd, g = self.head_dim, self.n_head // self.n_kv
+        cos, sin = rope
+
+        def heads(t: nn.Tensor, n: int, rotate: bool) -> nn.Tensor:
+            # [b, s, n * hd] -> [b, n, s, hd], rotated by position if asked
+            t = op.reshape(t, [b, s, n, hd])
+            if rotate:
+                t = t * cos + _rotate_half(t) * sin
+            return op.permute_dims(t, [0, 2, 1, 3])
+
+        q = heads(self.q_proj(x), self.n_head, True)
+        k = heads(self.k_proj(x), self.n_kv, True)
+        v = heads(self.v_proj(x), self.n_kv, False)
+        if past is not None:  # with a window, the new token sees the W - 1 before it
+            keep = None if self.window is None else self.window - 1
+            k = op.concat([self._last(past[0], keep), k], dim=2)
+            v = op.concat([self._last(past[1], keep), v], dim=2)
+        keys = k.shape[2]
+        q = op.reshape(q, [b, self.n_kv, g * s, hd])
+        scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * (1.0 / math.sqrt(hd))
+        if past is None:
+            mask = op.triu(op.full([s, s], _MASK_VALUE, dtype=_DTYPE), diagonal=1)
+            if self.window:  # and the keys W or more tokens back
+                band = relax.op.tril(op.full([s, s], _MASK_VALUE, dtype=_DTYPE)._expr,
+                                     -self.window)
+                mask = mask + op.wrap_nested(band, name="window_mask")
+            scores = op.reshape(op.reshape(scores, [b, self.n_kv, g, s, keys]) + mask,
+                                [b, self.n_kv, g * s, keys])
+        out = op.matmul(op.softmax(scores, axis=-1), v)  # [b, kv, g * s, hd]
+        out = op.permute_dims(op.reshape(out, [b, self.n_head, s, hd]), [0, 2, 1, 3])
+        out = self.o_proj(op.reshape(out, [b, s, self.n_head * hd]))
+        return out, self._last(k, self.window), self._last(v, self.window)
+
+    @staticmethod
+    def _last(t: nn.Tensor, n: int | None) -> nn.Tensor:
+        # The last n tokens (axis 2) of a cache tensor; all of them when n is None.
+        if n is None:
+            return t
+        length = t.shape[2]
+        begin = tirx.max(length - n, 0)
+        rows = relax.op.strided_slice(
+            t._expr, axes=[2], begin=[begin], end=[length], assume_inbound=True
+        )
+        return op.wrap_nested(rows, name="cache_window")
+
+
+class LlamaMLP(nn.Module):
+    """SwiGLU: ``down_proj(silu(gate_proj(x)) * up_proj(x))``."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        d, inner, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        self.gate_proj = nn.Linear(d, inner, bias=bias)
+        self.up_proj = nn.Linear(d, inner, bias=bias)
+        self.down_proj = nn.Linear(inner, d, bias=bias)
+
+    def forward(self, x: nn.Tensor) -> nn.Tensor:
+        """Apply the MLP."""
+        return self.down_proj(op.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaDecoderLayer(nn.Module):
+    """A pre-RMSNorm decoder layer."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        d, eps = config.hidden_size, config.rms_norm_eps
+        self.input_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
+        self.self_attn = LlamaAttention(config)
+        self.post_attention_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
+        self.mlp = LlamaMLP(config)
+
+    def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None) -> _Triple:
+        """Apply the layer; return the new hidden state and this layer's K and V."""
+        attn, k, v = self.self_attn(self.input_layernorm(x), rope, past)
+        x = x + attn
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x, k, v
+
+
+class LlamaForCausalLM(nn.Module):
+    """A Llama-family decoder with two entry points, prefill and decode.
+
+    Parameter names are those of Hugging Face's checkpoints without the ``model.`` prefix
+    (``embed_tokens.weight``, ``layers.0.self_attn.q_proj.weight``, ``norm.weight``,
+    ``lm_head.weight`` unless the head is tied); linear weights are ``[out, in]``.
+    """
+
+    def __init__(self, config: LlamaConfig) -> None:
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            [LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers)]
+        )
+        self.norm = nn.RMSNorm(config.hidden_size, axes=-1, epsilon=config.rms_norm_eps, bias=False)
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def _rope(self, begin: Any, length: Any) -> tuple[nn.Tensor, nn.Tensor]:
+        # cos/sin of positions [begin, begin + length), computed in float32 as HF does:
+        # angle = position * inv_freq, the half-width table repeated twice.
+        hd = self.config.dim_per_head
+        theta = float(self.config.rope_theta)
+        inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+        pos = op.wrap_nested(
+            relax.op.arange(begin, begin + length, 1, dtype=_DTYPE), name="rope_positions"
+        )
+        freq = op.wrap_nested(relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq")
+        angle = op.reshape(pos, [length, 1]) * op.reshape(freq, [1, hd // 2])
+        angle = op.reshape(op.concat([angle, angle], dim=-1), [1, length, 1, hd])
+        cos = op.wrap_nested(relax.op.cos(angle._expr), name="rope_cos")
+        sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
+        return cos, sin
+
+    def _run(
+        self, ids: nn.Tensor, begin: Any, past: Sequence[nn.Tensor] | None
+    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        x = take_rows(self.embed_tokens.weight, ids)
+        rope = self._rope(begin, ids.shape[1])
+        cache: list[nn.Tensor] = []
+        for i, layer in enumerate(self.layers):
+            layer_past = None if past is None else (past[2 * i], past[2 * i + 1])
+            x, k, v = layer(x, rope, layer_past)
+            cache += [k, v]
+        x = self.norm(x)
+        if self.config.tie_word_embeddings:
+            logits = op.matmul(x, op.permute_dims(self.embed_tokens.weight))
+        else:
+            logits = self.lm_head(x)
+        return logits, tuple(cache)
+
+    def prefill(self, input_ids: nn.Tensor) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        """Run a prompt of ``seq_len`` tokens from position 0.
+
+        Returns ``[1, seq_len, vocab_size]`` logits and ``2 * num_hidden_layers`` cache
+        tensors ``K_0, V_0, ...``, each ``[1, num_key_value_heads, seq_len, head_dim]``
+        (keys after RoPE).
+        """
+        return self._run(input_ids, 0, None)
+
+    def decode(
+        self, input_id: nn.Tensor, past: Sequence[nn.Tensor], position: Any = None
+    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        """Run one token at position ``past_len`` given the cache of the ones before it.
+
+        ``past`` holds ``2 * num_hidden_layers`` tensors, each ``[1, num_key_value_heads,
+        past_len, head_dim]``; returns ``[1, 1, vocab_size]`` logits and the cache extended
+        by this token. With a sliding window the cache holds only the last tokens, so the
+        new token's ``position`` is an input (a ``R.Shape([position])``).
+        """
+        return self._run(input_id, past[0].shape[2] if position is None else position, past)
+
+
+def export_llama(config: LlamaConfig, params: Mapping[str, np.ndarray] | None = None) -> IRModule:
+    """Export the model to a Relax IRModule with the functions ``prefill`` and ``decode``.
+
+    Every matmul is an ``R.matmul`` (projections and an untied head as
+    ``R.matmul(x, R.permute_dims(W))``), so all of them can be offloaded.
+
+    Parameters
+    ----------
+    config : LlamaConfig
+    params : mapping of str to numpy.ndarray, optional
+        Weights bound into both functions as constants. Without them the functions take
+        the weights as parameters after their inputs, in :func:`param_shapes` order.
+
+    Returns
+    -------
+    IRModule
+        ``prefill(input_ids: [1, seq_len] int32, *weights)`` returns ``(logits [1, seq_len,
+        vocab], (K_0, V_0, ...))``; ``decode(input_id: [1, 1] int32, past, *weights)``
+        returns ``(logits [1, 1, vocab], cache)`` with each cache tensor one longer. The
+        functions carry the attribute ``num_input`` (1 and 2).
+    """
+    checked = None if params is None else check_params(config, params)
+    c = config
+    model = LlamaForCausalLM(c)
+    return export_decoder(model, c.num_hidden_layers, c.num_key_value_heads, c.dim_per_head,
+                          checked, position=c.window is not None)
+
+
+def param_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
+    """Return each weight's name and shape, in the order the exported functions take them.
+
+    Computed from the config alone (no module is built); see :func:`param_count` for the
+    totals in closed form.
+    """
+    return dict(_iter_param_shapes(config))
+
+
+def _iter_param_shapes(config: LlamaConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
+    d, v, inner = config.hidden_size, config.vocab_size, config.intermediate_size
+    q, kv = config.num_attention_heads * config.dim_per_head, (
+        config.num_key_value_heads * config.dim_per_head
+    )
+    yield "embed_tokens.weight", (v, d)
+    for i in range(config.num_hidden_layers):
+        p = f"layers.{i}."
+        yield p + "input_layernorm.weight", (d,)
+        for proj, rows, bias in (
+            ("q_proj", q, config.qkv_bias),
+            ("k_proj", kv, config.qkv_bias),
+            ("v_proj", kv, config.qkv_bias),
+            ("o_proj", d, config.o_bias),
+        ):
+            yield f"{p}self_attn.{proj}.weight", (rows, q if proj == "o_proj" else d)
+            if bias:
+                yield f"{p}self_attn.{proj}.bias", (rows,)
+        yield p + "post_attention_layernorm.weight", (d,)
+        for proj, shape in (("gate_proj", (inner, d)), ("up_proj", (inner, d)),
+                            ("down_proj", (d, inner))):
+            yield f"{p}mlp.{proj}.weight", shape
+            if config.mlp_bias:
+                yield f"{p}mlp.{proj}.bias", (shape[0],)
+    yield "norm.weight", (d,)
+    if not config.tie_word_embeddings:
+        yield "lm_head.weight", (v, d)
+
+
+def param_count(config: LlamaConfig) -> tuple[int, int]:
+    """Return ``(tensors, elements)`` of the model's weights, in closed form.
+
+    Cheap for any config (no names are listed).
+    """
+    d, v, inner = config.hidden_size, config.vocab_size, config.intermediate_size
+    q = config.num_attention_heads * config.dim_per_head
+    kv = config.num_key_value_heads * config.dim_per_head
+    per_layer = 2 * d + 2 * d * q + 2 * d * kv + 3 * d * inner
+    per_layer += (q + 2 * kv) * config.qkv_bias + d * config.o_bias
+    per_layer += (2 * inner + d) * config.mlp_bias
+    tensors_per_layer = 9 + 3 * config.qkv_bias + config.o_bias + 3 * config.mlp_bias
+    head = 0 if config.tie_word_embeddings else 1
+    n = config.num_hidden_layers
+    return n * tensors_per_layer + 2 + head, n * per_layer + v * d * (1 + head) + d
+
+
+def check_params(config: LlamaConfig, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The weights as contiguous float32 in :func:`param_shapes` order, after checking them.
+
+    A missing weight raises KeyError, a misshaped one ValueError, each naming it.
+    """
+    return check_named_arrays(config.model_type, param_shapes(config), params)
+
+
+def random_params(config: LlamaConfig, seed: int = 0, std: float = 0.02) -> dict[str, np.ndarray]:
+    """Return seeded random weights: matrices N(0, std), biases zero, RMSNorm scales one."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for name, shape in param_shapes(config).items():
+        if name.endswith(".bias"):
+            out[name] = np.zeros(shape, np.float32)
+        elif len(shape) == 1:
+            out[name] = np.ones(shape, np.float32)
+        else:
+            out[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# Hugging Face checkpoints
+# ----------------------------------------------------------------------------------------
+
+
+def load_checkpoint(
+    folder: str | os.PathLike[str], config: LlamaConfig | None = None
+) -> tuple[LlamaConfig, dict[str, np.ndarray]]:
+    """Read a local Hugging Face Llama, Mistral or Qwen2 checkpoint folder.
+
+    ``config.json`` plus ``model.safetensors`` or a sharded set with
+    ``model.safetensors.index.json``; float16 and bfloat16 weights are widened to float32.
+    Names lose their ``model.`` prefix. Every tensor's shape is checked against the
+    stored headers before any data is read; tensors the model does not use (e.g. a
+    ``lm_head.weight`` next to tied embeddings, rotary buffers) are ignored.
+
+    Parameters
+    ----------
+    folder : str or PathLike
+        Holds ``config.json`` and the weights.
+    config : LlamaConfig, optional
+        The shape to expect, instead of ``config.json``'s.
+
+    Returns
+    -------
+    config : LlamaConfig
+    params : dict of str to numpy.ndarray
+        The weights as float32, by :func:`param_shapes` name and in its order.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the folder, ``config.json`` or the weights are missing (naming the file).
+    KeyError
+        If tensors are missing (naming them).
+    tenet_byoc.models.checkpoint.CheckpointError
+        If a file is corrupt or truncated, or a tensor's shape is wrong (naming it).
+    """
+    if config is None:
+        values = read_config(folder)
+        name = os.path.basename(os.path.normpath(os.fspath(folder)))
+        config = LlamaConfig.from_hf_dict(values, name=name)
+    ckpt = Checkpoint(folder)
+    stored = {name.removeprefix("model."): name for name in ckpt.tensors}
+    tensors, _ = param_count(config)
+    note = f"the config needs {tensors} tensors, the files hold {len(ckpt.tensors)}"
+    # Lazily: a config claiming 10^7 layers stops at the first missing layer.
+    ckpt.check_shapes(
+        config.model_type,
+        ((stored.get(n, "model." + n), s) for n, s in _iter_param_shapes(config)),
+        note,
+    )
+    return config, {n: ckpt.read(stored[n]) for n in param_shapes(config)}
+
+
+# ----------------------------------------------------------------------------------------
+# GEMMs and running
+# ----------------------------------------------------------------------------------------
+
+
+def llama_matmuls(config: LlamaConfig, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:
+    """The matmuls of one call, in execution order (as :func:`gpt2_matmuls` for GPT-2).
+
+    ``seq_len`` is the prompt length P of a ``prefill``, or the cache length L before a
+    ``decode`` step (whose token attends to L + 1 keys). Per layer: ``q_proj``, ``k_proj``,
+    ``v_proj``, ``attn.qk`` and ``attn.pv`` (batch = key/value heads, rows = query heads
+    per group x tokens), ``o_proj``, ``gate_proj``, ``up_proj``, ``down_proj``; then
+    ``lm_head``. With a sliding window W a decode step attends to at most W keys; a
+    prefill computes all P x P scores and masks those outside the window.
+    """
+    rows, keys = call_rows_and_keys(
+        phase, seq_len, config.max_position_embeddings, "max_position_embeddings"
+    )
+    if phase == "decode":  # the new token attends to the cache and itself
+        keys = config.cache_length(seq_len + 1)
+    d, hd, inner = config.hidden_size, config.dim_per_head, config.intermediate_size
+    h, kv, g = config.num_attention_heads, config.num_key_value_heads, config.group_size
+    out: list[MatmulShape] = []
+    for i in range(config.num_hidden_layers):
+        p = f"layers.{i}."
+        out += [
+            MatmulShape(p + "self_attn.q_proj", 1, rows, h * hd, d),
+            MatmulShape(p + "self_attn.k_proj", 1, rows, kv * hd, d),
+            MatmulShape(p + "self_attn.v_proj", 1, rows, kv * hd, d),
+            MatmulShape(p + "attn.qk", kv, g * rows, keys, hd),
+            MatmulShape(p + "attn.pv", kv, g * rows, hd, keys),
+            MatmulShape(p + "self_attn.o_proj", 1, rows, d, h * hd),
+            MatmulShape(p + "mlp.gate_proj", 1, rows, inner, d),
+            MatmulShape(p + "mlp.up_proj", 1, rows, inner, d),
+            MatmulShape(p + "mlp.down_proj", 1, rows, d, inner),
+        ]
+    out.append(MatmulShape("lm_head", 1, rows, config.vocab_size, d))
+    return out
+
+
+class LlamaRunner(DecoderRunner):
+    """Build a Llama-family model once and run prefill, decode and generation on the VM.
+
+    See :class:`tenet_byoc.models.runner.DecoderRunner` for the parameters; ``params`` as
+    returned by :func:`random_params` or :func:`load_checkpoint`, ``build`` receives
+    :func:`export_llama`'s module.
+    """
+
+    check_params = staticmethod(check_params)
+    export = staticmethod(export_llama)
+
+    def check_ids(self, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
+        """``ids`` as ``[1, n]`` int32, checked against the vocabulary and the context."""
+        c = self.config
+        context = c.max_position_embeddings
+        return check_ids(ids, c.vocab_size, context, "max_position_embeddings", past_len)
+
+    def cache_shape(self, length: int) -> tuple[int, ...]:
+        """``[1, num_key_value_heads, cached tokens, head_dim]`` after ``length`` tokens."""
+        c = self.config
+        return (1, c.num_key_value_heads, c.cache_length(length), c.dim_per_head)
+
+    def decode_inputs(self, cache: KVCache) -> list[Any]:
+        """With a sliding window, the new token's position (the cache holds fewer)."""
+        return [] if self.config.window is None else [tvm.runtime.ShapeTuple([cache.length])]

@@ -1,0 +1,302 @@
+"""One runner for decoder-only models: build once, then prefill, decode and generate on the VM.
+
+A family (GPT-2, Llama) supplies its weight check, its export and its cache layout through
+:class:`DecoderRunner`'s hooks; checking token ids and caches, phase tags in the ledger and
+greedy generation are written once here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir import IRModule
+from tvm.relax.frontend import nn
+from tvm.relax.frontend.nn import op
+
+__all__ = [
+    "DecoderRunner",
+    "KVCache",
+    "build_with_tvm",
+    "cache_length",
+    "check_cache_tensors",
+    "check_ids",
+    "export_decoder",
+    "take_rows",
+]
+
+
+def take_rows(table: nn.Parameter, ids: nn.Tensor) -> nn.Tensor:
+    """Rows of an embedding table by token id, with ``take``'s ``clip`` mode.
+
+    TVM's default ``fast`` take reads out of bounds (a segfault) for an id >= the table's
+    rows, and warns so at every build. The runners refuse such ids before the VM runs; a
+    caller of ``runner.vm`` directly gets the last row instead of a crash.
+    """
+    rows = relax.op.take(table._expr, ids._expr, axis=0, mode="clip")
+    return op.wrap_nested(rows, name="embedding_rows")
+
+
+def export_decoder(
+    model: nn.Module,
+    n_layer: int,
+    kv_heads: int,
+    head_dim: int,
+    params: Mapping[str, np.ndarray] | None = None,
+    position: bool = False,
+) -> IRModule:
+    """Export a decoder with entry points ``prefill(input_ids)`` and ``decode(input_id, past)``.
+
+    ``input_ids`` is ``[1, seq_len]`` int32, ``input_id`` ``[1, 1]``, ``past`` a tuple of
+    ``2 * n_layer`` float32 tensors ``[1, kv_heads, past_len, head_dim]``, followed by the
+    new token's ``position`` (an ``R.Shape``) if asked; the weights follow as parameters
+    unless ``params`` (checked, in the model's order) binds them into both functions.
+    """
+    kv = nn.spec.Tensor([1, kv_heads, "past_len", head_dim], "float32")
+    spec = {
+        "prefill": {"input_ids": nn.spec.Tensor([1, "seq_len"], "int32")},
+        "decode": {"input_id": nn.spec.Tensor([1, 1], "int32"), "past": [kv] * (2 * n_layer)},
+    }
+    if position:
+        spec["decode"]["position"] = nn.spec.Int()
+    mod, _ = model.export_tvm(spec=spec)
+    if params is not None:
+        values = {n: tvm.runtime.tensor(v) for n, v in params.items()}
+        for func in ("prefill", "decode"):
+            mod = relax.transform.BindParams(func, values)(mod)
+    return mod
+
+
+def build_with_tvm(mod: IRModule) -> relax.VMExecutable:
+    """Build with TVM's own CPU pipeline (no offload): the reference build for tests."""
+    target = tvm.target.Target("llvm")
+    return relax.build(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))
+
+
+def check_ids(
+    ids: Sequence[int], vocab_size: int, context: int, context_field: str, past_len: int = 0
+) -> np.ndarray:
+    """Validate token ids before they reach ``R.take``, which does not bound-check.
+
+    Parameters
+    ----------
+    ids : sequence of int
+        The tokens to run.
+    vocab_size : int
+        Ids must lie in ``[0, vocab_size)``.
+    context : int
+        The most tokens a sequence may hold (cached plus new).
+    context_field : str
+        The config field ``context`` comes from, for the message.
+    past_len : int
+        Tokens already in the cache before these.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``[1, len(ids)]`` int32.
+
+    Raises
+    ------
+    ValueError
+        If ``ids`` is empty or not integers, an id is out of range, or the sequence would
+        be longer than ``context``.
+    """
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"token ids must be a non-empty 1-D sequence, got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"token ids must be integers, got dtype {arr.dtype}")
+    bad = np.flatnonzero((arr < 0) | (arr >= vocab_size))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"token id {int(arr[i])} at index {i} is out of range [0, {vocab_size})")
+    total = past_len + arr.size
+    if total > context:
+        raise ValueError(
+            f"sequence of {total} tokens ({past_len} cached + {arr.size} new) is longer "
+            f"than the context {context_field}={context}"
+        )
+    return arr.astype(np.int32).reshape(1, -1)
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """The key/value cache after some tokens: ``K_0, V_0, K_1, V_1, ...`` on the device.
+
+    Each tensor is ``[1, kv_heads, length, head_dim]`` float32.
+    """
+
+    tensors: tuple[Any, ...]
+    length: int
+
+    def numpy(self) -> list[np.ndarray]:
+        """Copy the tensors to numpy."""
+        return [t.numpy() for t in self.tensors]
+
+
+def cache_length(cache: KVCache) -> int:
+    """``cache.length`` after checking that ``cache`` is a KVCache with a positive length."""
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+    length = cache.length
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
+        raise ValueError(f"KVCache.length={length!r} must be a positive integer")
+    return int(length)
+
+
+def check_cache_tensors(cache: KVCache, n_layer: int, shape: tuple[int, ...]) -> None:
+    """Check that ``cache`` holds ``2 * n_layer`` float32 tensors of ``shape``.
+
+    Raises
+    ------
+    TypeError
+        If an item is not a tensor.
+    ValueError
+        Naming the tensor (K or V of which block), its dtype and shape and the expected ones.
+    """
+    if len(cache.tensors) != 2 * n_layer:
+        raise ValueError(
+            f"KVCache has {len(cache.tensors)} tensors; expected 2 * n_layer = "
+            f"{2 * n_layer} (K and V of every block)"
+        )
+    for i, t in enumerate(cache.tensors):
+        if not hasattr(t, "shape") or not hasattr(t, "dtype"):
+            raise TypeError(f"KVCache tensor {i} is a {type(t).__name__}, not a tensor")
+        got = tuple(int(d) for d in t.shape)
+        if got != tuple(shape) or str(t.dtype) != "float32":
+            raise ValueError(
+                f"KVCache tensor {i} ({'KV'[i % 2]} of block {i // 2}) is {t.dtype}"
+                f"{list(got)}; expected float32{list(shape)} for length={cache.length}"
+            )
+
+
+class DecoderRunner:
+    """Build a decoder once and run prefill, decode and greedy generation on the Relax VM.
+
+    Subclasses supply the family: :meth:`check_params`, :meth:`export`, :meth:`check_ids`
+    and :meth:`cache_shape`.
+
+    Parameters
+    ----------
+    config
+        The model's shape (the family's config type).
+    params : mapping of str to numpy.ndarray
+        The weights, by the family's parameter names.
+    build : callable, optional
+        ``IRModule -> executable`` (anything ``relax.VirtualMachine`` accepts); by default
+        :func:`build_with_tvm`. It receives the exported module.
+    device : tvm.runtime.Device, optional
+        Defaults to ``tvm.cpu()``.
+    bind_params : bool
+        Bind the weights into the module as constants instead of passing them to every
+        call (what ``tenet_byoc.quantize`` needs).
+
+    Attributes
+    ----------
+    mod : IRModule
+        The module handed to ``build``, with functions ``prefill`` and ``decode``.
+    vm : relax.VirtualMachine
+        The VM running it.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        params: Mapping[str, np.ndarray],
+        build: Callable[[IRModule], Any] | None = None,
+        device: Any = None,
+        bind_params: bool = False,
+    ) -> None:
+        self.config = config
+        checked = self.check_params(config, params)
+        self.mod = self.export(config, checked if bind_params else None)
+        self.device = tvm.cpu() if device is None else device
+        self.executable = (build or build_with_tvm)(self.mod)
+        self.vm = relax.VirtualMachine(self.executable, self.device)
+        self._weights = (
+            [] if bind_params else [tvm.runtime.tensor(v, self.device) for v in checked.values()]
+        )
+
+    # -- the family's hooks ------------------------------------------------------------
+
+    @staticmethod
+    def check_params(config: Any, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Check weights against ``config``; return them as float32 in call order."""
+        raise NotImplementedError
+
+    @staticmethod
+    def export(config: Any, params: Mapping[str, np.ndarray] | None) -> IRModule:
+        """The module with ``prefill`` and ``decode`` (weights bound when given)."""
+        raise NotImplementedError
+
+    def check_ids(self, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
+        """``ids`` as ``[1, n]`` int32 after checking them; see :func:`check_ids`."""
+        raise NotImplementedError
+
+    def cache_shape(self, length: int) -> tuple[int, ...]:
+        """The shape of each of the cache's tensors after ``length`` tokens."""
+        raise NotImplementedError
+
+    def decode_inputs(self, cache: KVCache) -> list[Any]:
+        """Inputs of ``decode`` after the cache (none unless the family needs them)."""
+        return []
+
+    # -- running -------------------------------------------------------------------------
+
+    def check_cache(self, cache: KVCache) -> None:
+        """Refuse a cache whose tensors do not match its length and this model.
+
+        The decode function reads the new token's position from the tensors (or, with a
+        sliding window, from ``length``); a cache whose ``length`` disagrees with its
+        tensors would put the token at the wrong position or read past a table.
+
+        Raises
+        ------
+        TypeError
+            If ``cache`` is not a :class:`KVCache` or holds something that is not a tensor.
+        ValueError
+            Naming the tensor, its dtype and shape and the expected ones, or the length.
+        """
+        length = cache_length(cache)
+        n_layer = len(self.mod["decode"].params[1].ty.fields) // 2
+        check_cache_tensors(cache, n_layer, self.cache_shape(length))
+
+    def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
+        """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens."""
+        ids = self.check_ids(token_ids)
+        logits, cache = self.vm["prefill"](tvm.runtime.tensor(ids, self.device), *self._weights)
+        return logits.numpy()[0], KVCache(tuple(cache), ids.shape[1])
+
+    def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
+        """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache."""
+        # Ids first (their message is the more useful one), then the cache's tensors.
+        ids = self.check_ids([token_id], past_len=cache_length(cache))
+        self.check_cache(cache)
+        logits, new = self.vm["decode"](
+            tvm.runtime.tensor(ids, self.device),
+            list(cache.tensors),
+            *self.decode_inputs(cache),
+            *self._weights,
+        )
+        return logits.numpy()[0, 0], KVCache(tuple(new), cache.length + 1)
+
+    def generate(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
+        """Greedily generate ``max_new_tokens`` tokens after ``prompt``; return only those."""
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+        self.check_ids(prompt, past_len=max(max_new_tokens - 1, 0))
+        if max_new_tokens == 0:
+            return []
+        logits, cache = self.prefill(prompt)
+        out = [int(np.argmax(logits[-1]))]
+        while len(out) < max_new_tokens:
+            logits_1, cache = self.decode(out[-1], cache)
+            out.append(int(np.argmax(logits_1)))
+        return out

@@ -1,0 +1,125 @@
+// pybind11 binding of the mapping search (part of tenet_byoc._cost_model; re-exported by
+// tenet_byoc.mapping and tenet_byoc.cost_model).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "cost_model/cost_model.h"
+#include "cost_model/energy.h"
+#include "cost_model/mapping.h"
+#include "cost_model/memory.h"
+
+namespace py = pybind11;
+using namespace tenet;
+
+namespace {
+
+GemmWorkload Call(int64_t m, int64_t n, int64_t k, int64_t batch, int bits_a, int bits_b,
+                  int bits_c, int64_t extra_read_bits, int64_t extra_ops) {
+  GemmWorkload w;
+  w.batch = batch;
+  w.m = m;
+  w.n = n;
+  w.k = k;
+  w.bits_a = bits_a;
+  w.bits_b = bits_b;
+  w.bits_c = bits_c;
+  w.extra_read_bits = extra_read_bits;
+  w.extra_ops = extra_ops;
+  Validate(w);
+  return w;
+}
+
+MappingSpace Space(std::vector<Dataflow> dataflows, std::vector<int64_t> stream_tiles,
+                   int64_t granule, int max_even_split) {
+  MappingSpace s;
+  s.dataflows = std::move(dataflows);
+  s.stream_tiles = std::move(stream_tiles);
+  s.granule = granule;
+  s.max_even_split = max_even_split;
+  Validate(s);
+  return s;
+}
+
+MappingSearchOptions Options(const std::string& objective, int threads) {
+  MappingSearchOptions o;
+  o.objective = ParseMappingObjective(objective);
+  o.threads = threads;
+  return o;
+}
+
+}  // namespace
+
+void BindMapping(py::module_& m) {
+  py::class_<MappingChoice>(m, "MappingChoice")
+      .def_readonly("dataflow", &MappingChoice::dataflow)
+      .def_readonly("tiles", &MappingChoice::tiles)
+      .def_readonly("metrics", &MappingChoice::metrics)
+      .def_readonly("energy", &MappingChoice::energy)
+      .def_readonly("objective", &MappingChoice::objective)
+      .def_readonly("index", &MappingChoice::index)
+      .def_readonly("candidates", &MappingChoice::candidates)
+      .def_readonly("evaluated", &MappingChoice::evaluated)
+      .def_readonly("pruned", &MappingChoice::pruned)
+      .def_readonly("unfit", &MappingChoice::unfit)
+      .def_readonly("tile_shapes", &MappingChoice::tile_shapes)
+      .def_readonly("search_seconds", &MappingChoice::search_seconds)
+      .def_property_readonly("mapping", &MappingChoice::Describe)
+      .def("__repr__", [](const MappingChoice& c) {
+        return "MappingChoice('" + c.Describe() + "', cycles=" + std::to_string(c.metrics.cycles) +
+               ", roofline_cycles=" + std::to_string(c.metrics.roofline_cycles) + ")";
+      });
+
+  m.def("_auto_mapping_dataflows", [](const Dataflow& df) {
+    return MappingSpace::ForDataflow(df).dataflows;
+  }, py::arg("dataflow"));
+  m.def("tile_size_candidates", &TileSizeCandidates, py::arg("extent"), py::arg("granule"),
+        py::arg("max_even_split"));
+  m.def("_mapping_tile_orders", []() {
+    std::vector<std::string> v(std::begin(kTileOrders), std::end(kTileOrders));
+    return v;
+  });
+  m.def(
+      "_search_mapping",
+      [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const MemoryHierarchy& mem,
+         std::vector<Dataflow> dataflows, const PrecisionTable& table, const std::string& objective,
+         std::vector<int64_t> stream_tiles, int64_t granule, int max_even_split, int threads,
+         int64_t batch, int bits_a, int bits_b, int bits_c, int64_t extra_read_bits,
+         int64_t extra_ops) {
+        const GemmWorkload w = Call(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops);
+        const MappingSpace s = Space(std::move(dataflows), std::move(stream_tiles), granule, max_even_split);
+        const MappingSearchOptions o = Options(objective, threads);
+        py::gil_scoped_release release;
+        return SearchMapping(w, hw, s, mem, table, o);
+      },
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("memory"),
+      py::arg("dataflows"), py::arg("precision"), py::arg("objective"), py::arg("stream_tiles"),
+      py::arg("granule"), py::arg("max_even_split"), py::arg("threads"), py::arg("batch"),
+      py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"),
+      py::arg("extra_ops"));
+
+  py::class_<MappingSearch, std::shared_ptr<MappingSearch>>(m, "_MappingSearch")
+      .def(py::init([](const Hardware& hw, const MemoryHierarchy& mem, std::vector<Dataflow> dataflows,
+                       const PrecisionTable& table, const std::string& objective,
+                       std::vector<int64_t> stream_tiles, int64_t granule, int max_even_split,
+                       int threads) {
+             return std::make_shared<MappingSearch>(
+                 hw, Space(std::move(dataflows), std::move(stream_tiles), granule, max_even_split),
+                 mem, table, Options(objective, threads));
+           }),
+           py::arg("hardware"), py::arg("memory"), py::arg("dataflows"), py::arg("precision"),
+           py::arg("objective"), py::arg("stream_tiles"), py::arg("granule"),
+           py::arg("max_even_split"), py::arg("threads"))
+      .def(
+          "best",
+          [](MappingSearch& s, int64_t m_, int64_t n, int64_t k, int64_t batch, int bits_a,
+             int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops) {
+            const GemmWorkload w = Call(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops);
+            py::gil_scoped_release release;
+            return s.Best(w);
+          },
+          py::arg("m"), py::arg("n"), py::arg("k"), py::arg("batch"), py::arg("bits_a"),
+          py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"), py::arg("extra_ops"))
+      .def_property_readonly("searches", &MappingSearch::searches);
+}
