@@ -124,6 +124,7 @@ def charge_gemm(
     extra_ops: int = 0,
     scheme: str = "none",
     method: str = "auto",
+    recipe: Any = None,
 ) -> Charge:
     """What the runtime's ledger charges a call ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` times).
 
@@ -143,13 +144,20 @@ def charge_gemm(
     method : str
         ``"auto"`` (fast exact method when it applies, else enumeration), ``"fast"`` or
         ``"enumerate"`` (brute force; the ground truth, small sizes only).
+    recipe : QuantScheme, dict or None
+        The call's quantization recipe (:meth:`tenet_byoc.quantization.QuantScheme.recipe`,
+        or the scheme itself): its side data and extra ops are then derived from it, as the
+        runtime derives them (``extra_read_bits`` and ``extra_ops`` must stay 0); the
+        breakdown is ``Charge.quant``.
     """
+    if recipe is not None and hasattr(recipe, "recipe"):
+        recipe = recipe.recipe()
     return _core.charge_gemm(
         M, N, K, hardware, dataflow, batch,
         bits if bits_a is None else bits_a,
         bits if bits_b is None else bits_b,
         bits if bits_c is None else bits_c,
-        extra_read_bits, extra_ops, scheme, method,
+        extra_read_bits, extra_ops, scheme, method, recipe,
     )
 
 
