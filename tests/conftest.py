@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+# Before any test module imports torch, whose bundled libgomp would otherwise start first
+# with spinning threads (tenet_byoc can set the wait policy only for a libgomp it loads).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 import pytest

@@ -18,10 +18,10 @@ from tvm import relax
 from tvm.relax.backend.pattern_registry import get_pattern
 
 from .patterns import KIND_BITS, PATTERN_INFO, PatternInfo
-from .quantization import SCHEME_ATTR
+from .quantization import RECIPE_ATTR, SCHEME_ATTR
 
 #: Bumped with the runtime's ``kDescriptorVersion`` on any incompatible change.
-DESCRIPTOR_VERSION = 2
+DESCRIPTOR_VERSION = 3
 
 #: The scheme of a quantized call in a module :func:`tenet_byoc.quantize` did not stamp.
 UNNAMED_SCHEME = "unnamed"
@@ -107,6 +107,44 @@ def _step_name(result: relax.Var, rhs: relax.Expr) -> str:
     return ".".join(parts[numbered[-1] + 1 :] if numbered else parts)
 
 
+#: The recipe of a float call: nothing quantized.
+FLOAT_RECIPE = {
+    "place": "none", "weight": "none", "weight_group": 0, "activation": "none",
+    "activation_group": 0, "activation_static": False, "k_group": 0, "scale_bits": 16,
+    "zero_point_bits": 0, "accumulator_bits": 32,
+}
+
+
+def _shape_of(ty) -> list[int] | None:
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    try:
+        return [int(d) for d in ty.shape.values]
+    except TypeError:
+        return None
+
+
+def unstamped_recipe(kind: str, scale_a_ty, scale_b_ty, rhs_ty) -> dict:
+    """The recipe of a quantized call in a module :func:`tenet_byoc.quantize` did not stamp
+    (a hand-written form): read from its operands' shapes, as the classic schemes charge."""
+    if kind == "float":
+        return dict(FLOAT_RECIPE)
+    sb = _shape_of(scale_b_ty) or []
+    recipe = dict(FLOAT_RECIPE, place="weight")
+    if kind == "dequant_channel":
+        return dict(recipe, weight="channel")
+    if kind in ("dequant_group", "dequant_float"):
+        k = (_shape_of(rhs_ty) or [0, 0])[1] * (2 if kind == "dequant_group" else 1)
+        groups = sb[1] if len(sb) == 3 else 1
+        if kind == "dequant_float":
+            rhs = _shape_of(rhs_ty) or [0, 1, 1]
+            k, groups = rhs[1] * rhs[2], rhs[1]
+        return dict(recipe, weight="group", weight_group=max(k // max(groups, 1), 1))
+    sa = _shape_of(scale_a_ty) or []
+    return dict(recipe, place="output", weight="channel" if sb else "tensor",
+                activation="channel" if sa else "tensor")
+
+
 #: The operand roles of a step, in descriptor order.
 _ROLES = ("lhs", "rhs", "bias", "scale_a", "scale_b", "zero_point")
 
@@ -127,6 +165,7 @@ def describe_function(func: relax.Function) -> dict:
     """
     symbol = str(func.attrs["global_symbol"])
     scheme = str(func.attrs[SCHEME_ATTR]) if SCHEME_ATTR in func.attrs else UNNAMED_SCHEME
+    stamped = json.loads(str(func.attrs[RECIPE_ATTR])) if RECIPE_ATTR in func.attrs else None
     refs: dict[relax.Var, int] = {p: i for i, p in enumerate(func.params)}
     inputs = [_tensor_spec(p.ty, f"{symbol}: input {i}") for i, p in enumerate(func.params)]
     composites: dict[relax.Var, _Composite] = {}
@@ -160,6 +199,17 @@ def describe_function(func: relax.Function) -> dict:
 
         out = _tensor_spec(binding.var.ty, f"{symbol}: output of {comp.pattern}")
         kind = comp.info.kind
+        # The recipe is the one the quantize pass stamped: the codegen never guesses it.
+        if kind == "float":
+            bits, quant = list(KIND_BITS[kind]), dict(FLOAT_RECIPE)
+        elif stamped is not None:
+            bits, quant = stamped["bits"], {k: v for k, v in stamped.items() if k != "bits"}
+        else:
+            def ty(role, comp=comp, args=args):
+                index = comp.params.get(role)
+                return None if index is None else args[index].ty
+            bits = list(KIND_BITS[kind])
+            quant = unstamped_recipe(kind, ty("scale_a"), ty("scale_b"), ty("rhs"))
         steps.append(
             {
                 "pattern": comp.pattern,
@@ -170,7 +220,8 @@ def describe_function(func: relax.Function) -> dict:
                 "rhs_transposed": comp.info.rhs_transposed,
                 "epilogue": comp.info.epilogue,
                 "out_ndim": out["ndim"],
-                "bits": list(KIND_BITS[kind]),
+                "bits": bits,
+                "quant": quant,
             }
         )
         refs[binding.var] = -len(steps)

@@ -128,6 +128,7 @@ def charge_gemm(
     extra_ops: int = 0,
     scheme: str = "none",
     method: str = "auto",
+    recipe: Any = None,
     memory: MemoryHierarchy | None = None,
     precision: PrecisionTable | None = None,
     mapping: TileMapping | str | None = None,
@@ -158,13 +159,20 @@ def charge_gemm(
         the hardware's ``macs_per_pe_per_cycle``) and buffer mapping (None or
         ``"default"``: ``default_tile_mapping`` per call; a :class:`TileMapping`: that one),
         as :class:`tenet_byoc.Accelerator` holds them.
+    recipe : QuantScheme, dict or None
+        The call's quantization recipe (:meth:`tenet_byoc.quantization.QuantScheme.recipe`,
+        or the scheme itself): its side data and extra ops are then derived from it, as the
+        runtime derives them (``extra_read_bits`` and ``extra_ops`` must stay 0); the
+        breakdown is ``Charge.quant``.
     """
+    if recipe is not None and hasattr(recipe, "recipe"):
+        recipe = recipe.recipe()
     return _core.charge_gemm(
         M, N, K, hardware, dataflow, batch,
         bits if bits_a is None else bits_a,
         bits if bits_b is None else bits_b,
         bits if bits_c is None else bits_c,
-        extra_read_bits, extra_ops, scheme, method, memory, precision, mapping,
+        extra_read_bits, extra_ops, scheme, method, recipe, memory, precision, mapping,
     )
 
 
@@ -184,14 +192,20 @@ def analyze_gemm(
     extra_ops: int = 0,
     scheme: str = "none",
     method: str = "auto",
+    recipe: Any = None,
 ) -> Metrics:
     """The PE array's metrics of a call: what ``charge_gemm(...).array`` holds, same
-    arguments (``scheme`` is accepted and does not change the array's figures).
+    arguments (``scheme`` is accepted and does not change the array's figures; a ``recipe``
+    derives side data and extra ops as ``charge_gemm`` does).
 
     Only the array level runs (TENET's relations, one off-chip bandwidth), so calls the
     buffer level or the PEs' precision table would refuse still get the array's figures.
     """
-    del scheme  # recorded with a charge, not part of the array's figures
+    if recipe is not None:  # the recipe derives the side data and extra ops, as charged
+        return charge_gemm(M, N, K, hardware, dataflow, bits, batch=batch, bits_a=bits_a,
+                           bits_b=bits_b, bits_c=bits_c, extra_read_bits=extra_read_bits,
+                           extra_ops=extra_ops, scheme=scheme, method=method,
+                           recipe=recipe).array
     return _core._analyze_gemm(
         M, N, K, hardware, dataflow, batch,
         bits if bits_a is None else bits_a,

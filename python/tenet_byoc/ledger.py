@@ -52,8 +52,16 @@ class LedgerEntry:
     bits_a: int
     bits_b: int
     bits_c: int
-    extra_read_bits: int  #: side data (quantization scales) read once per call
-    extra_ops: int  #: non-MAC work: dequantization, activation max-abs and quantization
+    extra_read_bits: int  #: side data read once per call: weight_side_bits + activation_side_bits
+    extra_ops: int  #: non-MAC work: quantize_ops + dequant_ops
+    dequant_place: str  #: none, weight (before the array), k_group (in accumulation), output
+    scale_bits: int  #: width of a stored scale: 16 fp16, 32 fp32, 8 e8m0
+    accumulator_bits: int  #: width of the partial sums
+    weight_side_bits: int  #: weight scales and zero points, at their widths, per granularity
+    activation_side_bits: int  #: static (calibrated) activation scales
+    quantize_ops: int  #: activations quantized on chip: 1 op per element, 2 if dynamic
+    dequant_ops: int  #: by place: N*K (weight), M*N*K/G (k_group), M*N (output)
+    accumulator_traffic_bits: int  #: k_group: partial sums read and written per group
     macs: int
     cycles: int  #: the call's latency: tile steps with DRAM transfers overlapped (memory.h)
     roofline_cycles: int  #: max(MACs / MAC rate of all PEs, compulsory DRAM bits / bandwidth)
@@ -110,7 +118,7 @@ class LedgerEntry:
     @property
     def weight_bytes(self) -> float:
         """Bytes of the B operand (a linear layer's weight) and its scales, each once."""
-        return (self.batch * self.k * self.n * self.bits_b + self.extra_read_bits) / 8
+        return (self.batch * self.k * self.n * self.bits_b + self.weight_side_bits) / 8
 
 
 #: The scalar columns of a ledger table, in order (per-tensor traffic is flattened after them).

@@ -9,7 +9,7 @@ from tvm import relax
 
 from .hardware import Accelerator, resolve
 from .patterns import tenet_patterns
-from .quantization import SCHEME_ATTR
+from .quantization import RECIPE_ATTR, SCHEME_ATTR
 
 #: The function attribute that carries the accelerator (its JSON form) to the codegen.
 ACCELERATOR_ATTR = "tenet.accelerator"
@@ -52,13 +52,14 @@ def partition_for_tenet(
         The module with every accepted match in a composite function (attr ``Composite``),
         adjacent ones merged into outer functions with attr ``Codegen="tenet"`` that also
         carry the accelerator (attr ``tenet.accelerator``, its JSON form) and the
-        quantization scheme :func:`~tenet_byoc.quantize` stamped on the module (attr
-        ``tenet.quant_scheme``).
+        quantization scheme and its cost recipe :func:`~tenet_byoc.quantize` stamped on the
+        module (attrs ``tenet.quant_scheme``, ``tenet.quant_recipe``).
     """
     accelerator = _accelerator_argument(accelerator, hardware, "partition_for_tenet")
     stamps = {ACCELERATOR_ATTR: resolve(accelerator).to_json()}
-    if mod.attrs is not None and SCHEME_ATTR in mod.attrs:
-        stamps[SCHEME_ATTR] = str(mod.attrs[SCHEME_ATTR])
+    for attr in (SCHEME_ATTR, RECIPE_ATTR):
+        if mod.attrs is not None and attr in mod.attrs:
+            stamps[attr] = str(mod.attrs[attr])
     # MergeCompositeFunctions groups neighbouring composites into one call, but it only
     # walks a function named "main" and fails when main calls other Relax functions;
     # other modules (GPT-2's prefill and decode) get one tenet function per composite

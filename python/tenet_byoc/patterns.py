@@ -35,8 +35,8 @@ class PatternInfo:
     Attributes
     ----------
     kind : str
-        The runtime's step kind: ``"float"``, ``"dequant_channel"``, ``"dequant_group"`` or
-        ``"int8"``.
+        The runtime's step kind: ``"float"``, ``"dequant_channel"``, ``"dequant_group"``,
+        ``"int8"`` or ``"dequant_float"`` (emulated formats).
     rhs_transposed : bool
         Whether the matmul reads its rhs through ``permute_dims`` (``x @ W^T``).
     epilogue : str
@@ -56,14 +56,15 @@ class PatternInfo:
 #: Every registered pattern's :class:`PatternInfo`, by registered name.
 PATTERN_INFO: dict[str, PatternInfo] = {}
 
-#: Element widths charged per kind: (A, B, C). The dequantize forms are the weight-only
-#: schemes, whose activations are float16 on the accelerator (the quantize pass rounds
-#: them to float16); the group form is packed int4.
+#: Element widths charged per kind when a module carries no recipe of
+#: :func:`tenet_byoc.quantize` (A, B, C): the dequantize forms as the classic weight-only
+#: schemes (float16 activations, int8 or packed int4 weights).
 KIND_BITS = {
     "float": (32, 32, 32),
     "dequant_channel": (16, 8, 16),
     "dequant_group": (16, 4, 16),
     "int8": (8, 8, 16),
+    "dequant_float": (32, 32, 16),
 }
 
 
@@ -183,7 +184,10 @@ def _check(context: PatternCheckContext) -> bool:
 
 # Quantized forms. Each is a matmul whose weight (B) is stored as integers, offloaded whole
 # with its dequantization; the quantize pass (tenet_byoc.quantization) writes these forms.
-QUANT_FORMS = ("dequantize_matmul_channel", "dequantize_matmul_group", "int8_matmul_dequantize")
+# The emulated form comes first: registered first, it has the lowest priority, so the int4
+# group form (which ends in the same multiply-and-reshape) is matched as itself.
+QUANT_FORMS = ("dequantize_matmul_float", "dequantize_matmul_channel", "dequantize_matmul_group",
+               "int8_matmul_dequantize")
 
 
 def make_quant_pattern(
@@ -198,6 +202,8 @@ def make_quant_pattern(
       ``q = reshape(stack([wp & 15, wp >> 4], -1), [N, K/G, G])``,
       ``x @ reshape((astype(q) - zp) * scale[N,K/G,1], [N,K])^T``, ``zp`` a scalar or per group
     - ``int8_matmul_dequantize``: ``astype(xq @ wq^T -> int32, float32) * scale_a * scale_b``
+    - ``dequantize_matmul_float``: codes held exactly in float32 (fp8, fp4, MX, asymmetric
+      or float16 values), ``x @ reshape(codes[N,K/G,G] * scale[N,K/G,1], [N,K])^T``
     """
     lhs, wq, scale = wildcard(), wildcard(), wildcard()
     ann: dict[str, DFPattern] = {"lhs": lhs, "wq": wq, "scale_b": scale}
@@ -213,6 +219,10 @@ def make_quant_pattern(
         ann["groups"] = groups = is_op("relax.reshape")(nibbles, wildcard())
         centred = is_op("relax.subtract")(is_op("relax.astype")(groups), zp)
         scaled = is_op("relax.multiply")(centred, scale)
+        ann["reshape"] = w = is_op("relax.reshape")(scaled, wildcard())
+        out = ann["root"] = is_op("relax.matmul")(lhs, is_op("relax.permute_dims")(w))
+    elif form == "dequantize_matmul_float":
+        ann["codes_scaled"] = scaled = is_op("relax.multiply")(wq, scale)
         ann["reshape"] = w = is_op("relax.reshape")(scaled, wildcard())
         out = ann["root"] = is_op("relax.matmul")(lhs, is_op("relax.permute_dims")(w))
     elif form == "int8_matmul_dequantize":
@@ -257,6 +267,8 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
     lhs, wq, scale, root = ann["lhs"], ann["wq"], ann["scale_b"], ann["root"]
     wshape = _shape(wq)
     packed = "groups" in ann
+    if "codes_scaled" in ann:
+        return _emulated_refusal_reason(ann, wshape) or _bias_refusal(ann, wshape)
     if _dtype(wq) != ("uint8" if packed else "int8") or wshape is None or None in wshape:
         return "the quantized weight must be a static-shape int8 (packed int4: uint8) tensor"
     lshape = _shape(lhs)
@@ -302,8 +314,31 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
             return "the activation scale must be float32, per tensor [] or per token [.., M, 1]"
         if _dtype(scale) != "float32" or sb not in ([], [n]):
             return f"the weight scale must be float32, per tensor [] or per channel [{n}]"
+    return _bias_refusal(ann, wshape)
+
+
+def _bias_refusal(ann, wshape) -> str | None:
+    n = wshape[0]
     if "bias" in ann and (_shape(ann["bias"]) != [n] or _dtype(ann["bias"]) != "float32"):
         return f"the bias must be float32 [{n}]"
+    return None
+
+
+def _emulated_refusal_reason(ann, wshape) -> str | None:
+    """Why the emulated form (float codes times scales) cannot run, or None."""
+    wq, scale = ann["wq"], ann["scale_b"]
+    if not isinstance(wq, GenericConst | relax.Var) or isinstance(wq, relax.DataflowVar):
+        return "the weight codes must be a constant or a parameter"
+    if _dtype(wq) != "float32" or wshape is None or None in wshape or len(wshape) != 3:
+        return "the weight codes must be a static-shape float32 [N, K/G, G] tensor"
+    n, groups, g = wshape
+    if _shape(scale) != [n, groups, 1] or _dtype(scale) != "float32":
+        return f"the scale must be float32 [{n}, {groups}, 1]"
+    if _shape(ann["reshape"]) != [n, groups * g]:
+        return "the dequantized codes must be reshaped to [N, K]"
+    lshape = _shape(ann["lhs"])
+    if _dtype(ann["lhs"]) != "float32" or lshape is None or len(lshape) < 2:
+        return "the activation must be float32 of rank >= 2"
     return None
 
 
@@ -313,6 +348,7 @@ def _quant_check(context: PatternCheckContext) -> bool:
 
 #: The kind of step each quantized form runs, and its operands' annotations.
 _QUANT_KINDS = {
+    "dequantize_matmul_float": ("dequant_float", {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b"}),
     "dequantize_matmul_channel": ("dequant_channel", {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b"}),
     "dequantize_matmul_group": (
         "dequant_group", {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b", "zero_point": "zp"}

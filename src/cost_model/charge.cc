@@ -6,21 +6,99 @@
 
 namespace tenet {
 
+namespace {
+
+constexpr const char* kPlaceNames[] = {"none", "weight", "k_group", "output"};
+constexpr const char* kGranularityNames[] = {"none", "tensor", "channel", "embedding", "group"};
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void Require(bool ok, const std::string& field, int64_t value, const char* accepted) {
+  if (!ok)
+    throw std::invalid_argument("QuantRecipe." + field + " = " + std::to_string(value) +
+                                "; expected " + accepted);
+}
+
+// Scales of one operand: weights [N, K] by output channel, activations [M, K] by token.
+int64_t ScaleCount(Granularity g, int64_t group, int64_t rows, int64_t k) {
+  switch (g) {
+    case Granularity::kNone: return 0;
+    case Granularity::kTensor: return 1;
+    case Granularity::kChannel: return rows;
+    case Granularity::kEmbedding: return k;
+    case Granularity::kGroup: return rows * CeilDiv(k, group);
+  }
+  return 0;
+}
+
+}  // namespace
+
+const char* DequantizationName(Dequantization place) {
+  return kPlaceNames[static_cast<int>(place)];
+}
+
+Dequantization ParseDequantization(const std::string& name) {
+  for (int i = 0; i < 4; ++i)
+    if (name == kPlaceNames[i]) return static_cast<Dequantization>(i);
+  throw std::invalid_argument("unknown dequantization place '" + name +
+                              "'; expected none, weight, k_group or output");
+}
+
+const char* GranularityName(Granularity g) { return kGranularityNames[static_cast<int>(g)]; }
+
+Granularity ParseGranularity(const std::string& name) {
+  for (int i = 0; i < 5; ++i)
+    if (name == kGranularityNames[i]) return static_cast<Granularity>(i);
+  throw std::invalid_argument("unknown quantization granularity '" + name +
+                              "'; expected none, tensor, channel, embedding or group");
+}
+
+void Validate(const QuantRecipe& r) {
+  Require(r.weight != Granularity::kEmbedding, "weight", static_cast<int>(r.weight),
+          "none, tensor, channel or group (embedding is an activation granularity)");
+  Require((r.weight == Granularity::kGroup) == (r.weight_group > 0), "weight_group",
+          r.weight_group, "> 0 exactly for group-wise weights");
+  Require((r.activation == Granularity::kGroup) == (r.activation_group > 0),
+          "activation_group", r.activation_group, "> 0 exactly for group-wise activations");
+  Require(!r.activation_static || r.activation == Granularity::kTensor ||
+              r.activation == Granularity::kEmbedding,
+          "activation_static", 1, "static scales only per tensor or per embedding");
+  Require((r.place == Dequantization::kKGroup) == (r.k_group > 0), "k_group", r.k_group,
+          "> 0 exactly when partial sums are rescaled per K-group");
+  Require(r.scale_bits == 8 || r.scale_bits == 16 || r.scale_bits == 32, "scale_bits",
+          r.scale_bits, "8 (e8m0), 16 (fp16) or 32 (fp32)");
+  Require(r.zero_point_bits >= 0 && r.zero_point_bits <= 32, "zero_point_bits",
+          r.zero_point_bits, "0 (symmetric) to 32");
+  Require(r.accumulator_bits >= 1 && r.accumulator_bits <= 64, "accumulator_bits",
+          r.accumulator_bits, "1 to 64");
+}
+
 GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bits_a,
-                          int bits_b, int bits_c, Dequantization place,
-                          int64_t scale_elements, const std::string& scheme) {
-  if (scale_elements < 0)
-    throw std::invalid_argument("GemmCall scale_elements must be >= 0, got " +
-                                std::to_string(scale_elements));
-  GemmCall call{{batch, m, n, k, bits_a, bits_b, bits_c}, scheme};
+                          int bits_b, int bits_c, const QuantRecipe& recipe,
+                          const std::string& scheme) {
+  Validate(recipe);
+  GemmCall call{{batch, m, n, k, bits_a, bits_b, bits_c}, scheme, recipe, {}};
   GemmWorkload& w = call.workload;
   Validate(w);  // before the products below, which it bounds
-  w.extra_read_bits = scale_elements * kScaleBits;
-  switch (place) {
+  QuantWork& q = call.quant;
+  q.weight_side_bits = ScaleCount(recipe.weight, recipe.weight_group, n, k) *
+                       (recipe.scale_bits + recipe.zero_point_bits);
+  if (recipe.activation_static)
+    q.activation_side_bits =
+        ScaleCount(recipe.activation, recipe.activation_group, m, k) * recipe.scale_bits;
+  if (recipe.activation != Granularity::kNone)
+    q.quantize_ops = batch * m * k * (recipe.activation_static ? 1 : 2);
+  switch (recipe.place) {
     case Dequantization::kNone: break;
-    case Dequantization::kWeight: w.extra_ops = n * k; break;
-    case Dequantization::kActivationAndOutput: w.extra_ops = batch * m * (2 * k + n); break;
+    case Dequantization::kWeight: q.dequant_ops = n * k; break;
+    case Dequantization::kKGroup:
+      q.dequant_ops = batch * m * n * CeilDiv(k, recipe.k_group);
+      q.accumulator_traffic_bits = 2 * q.dequant_ops * recipe.accumulator_bits;
+      break;
+    case Dequantization::kOutput: q.dequant_ops = batch * m * n; break;
   }
+  w.extra_read_bits = q.weight_side_bits + q.activation_side_bits;
+  w.extra_ops = q.quantize_ops + q.dequant_ops;
   return call;
 }
 
@@ -54,19 +132,32 @@ TileMapping ChooseMapping(const GemmWorkload& w, const Accelerator& accelerator)
   return DefaultTileMapping(w, accelerator.memory, rows, cols);
 }
 
+bool operator==(const QuantRecipe& a, const QuantRecipe& b) {
+  return a.place == b.place && a.weight == b.weight && a.weight_group == b.weight_group &&
+         a.activation == b.activation && a.activation_group == b.activation_group &&
+         a.activation_static == b.activation_static && a.k_group == b.k_group &&
+         a.scale_bits == b.scale_bits && a.zero_point_bits == b.zero_point_bits &&
+         a.accumulator_bits == b.accumulator_bits;
+}
+
 bool operator==(const GemmCall& a, const GemmCall& b) {
   const GemmWorkload &x = a.workload, &y = b.workload;
   return x.batch == y.batch && x.m == y.m && x.n == y.n && x.k == y.k &&
          x.bits_a == y.bits_a && x.bits_b == y.bits_b && x.bits_c == y.bits_c &&
          x.extra_read_bits == y.extra_read_bits && x.extra_ops == y.extra_ops &&
-         a.scheme == b.scheme;
+         a.scheme == b.scheme && a.recipe == b.recipe;
 }
 
 size_t GemmCallHash::operator()(const GemmCall& call) const {
   const GemmWorkload& g = call.workload;
   size_t h = std::hash<std::string>()(call.scheme);
+  const QuantRecipe& r = call.recipe;
   for (int64_t v : {g.batch, g.m, g.n, g.k, int64_t(g.bits_a), int64_t(g.bits_b),
-                    int64_t(g.bits_c), g.extra_read_bits, g.extra_ops})
+                    int64_t(g.bits_c), g.extra_read_bits, g.extra_ops,
+                    int64_t(r.place), int64_t(r.weight), r.weight_group,
+                    int64_t(r.activation), r.activation_group, int64_t(r.activation_static),
+                    r.k_group, int64_t(r.scale_bits), int64_t(r.zero_point_bits),
+                    int64_t(r.accumulator_bits)})
     h = (h ^ std::hash<int64_t>()(v)) * 1099511628211ull;
   return h;
 }

@@ -1,8 +1,9 @@
 // What one offloaded GEMM call is charged: the one rule that the runtime's ledger and the
 // Python binding (cost_model.analyze_gemm, cost_model.charge_gemm) both apply.
 //
-// A call comes in as a plain description (GemmCall: shape, batch, operand widths, side
-// data, extra ops, scheme) and goes out as a plain Charge. The parts of a charge are
+// A call comes in as a plain description (GemmCall: shape, batch, operand widths, the
+// quantization recipe and what it adds: side data, extra ops) and goes out as a plain
+// Charge. The parts of a charge are
 // levels of the model, each its own struct filled by its own function: today the PE array
 // (TENET's relations, with the bandwidth stall), the memory hierarchy (buffer and DRAM
 // traffic per tile, overlap, roofline) and energy; a mapping search is one more kind of
@@ -21,30 +22,75 @@
 
 namespace tenet {
 
-// Where a quantized call turns stored integers into the values it multiplies; this decides
-// the non-MAC work and the side data it is charged.
+// Where a quantized call turns stored codes into the values it multiplies; this decides
+// the dequantization work it is charged.
 enum class Dequantization {
-  kNone,                 // float operands
-  kWeight,               // weight-only: one multiply per weight element, before the array
-  kActivationAndOutput,  // int8 x int8: the activation's max-abs and quantization (2 ops
-                         // per element of A) and the output's dequantization (1 per C)
+  kNone,    // float operands, or scales folded away at compile time
+  kWeight,  // weights dequantized before the array: one op per weight element (N x K)
+  kKGroup,  // partial sums rescaled per K-group inside the accumulation (group-wise
+            // activations, MX blocks): batch x M x N x ceil(K / G) multiply-adds, each a
+            // read and a write of the accumulator
+  kOutput,  // one rescale per output element after the integer GEMM: batch x M x N
 };
 
-// Quantization scales are charged as float16 side data (as MLC-LLM, GPTQ and AWQ store
-// them), read off chip once per call.
+// Which elements of an operand share one scale (and zero point).
+enum class Granularity {
+  kNone,       // not quantized (float)
+  kTensor,     // one scale per operand
+  kChannel,    // weights: one per output channel (N); activations: one per token (M)
+  kEmbedding,  // activations: one per hidden channel (K), static, folded into the weights
+  kGroup,      // G consecutive elements along K (weights: N x K/G; activations: M x K/G)
+};
+
+// Quantization scales default to float16 side data (as MLC-LLM, GPTQ and AWQ store them).
 constexpr int64_t kScaleBits = 16;
+
+// How the quantize pass stored and computes one call: everything its charge depends on
+// beyond the shape and the element widths. Stamped by the pass; the codegen copies it.
+struct QuantRecipe {
+  Dequantization place = Dequantization::kNone;
+  Granularity weight = Granularity::kNone;
+  int64_t weight_group = 0;  // G for Granularity::kGroup
+  Granularity activation = Granularity::kNone;
+  int64_t activation_group = 0;
+  bool activation_static = false;  // calibrated scales read off chip; dynamic ones are
+                                   // computed on chip (a max-abs pass) and never leave it
+  int64_t k_group = 0;             // G of Dequantization::kKGroup
+  int scale_bits = kScaleBits;     // 16 fp16, 32 fp32, 8 e8m0 (MX)
+  int zero_point_bits = 0;         // 0: symmetric (no zero points stored)
+  int accumulator_bits = 32;       // int32 or float32 partial sums
+};
+void Validate(const QuantRecipe& recipe);
+bool operator==(const QuantRecipe& a, const QuantRecipe& b);
+
+// What the recipe adds to a call, per call (the parts of GemmWorkload's side data and ops).
+struct QuantWork {
+  int64_t weight_side_bits = 0;      // weight scales + zero points
+  int64_t activation_side_bits = 0;  // static activation scales
+  int64_t quantize_ops = 0;          // activations quantized on chip: 1 op per element
+                                     // (static scale), 2 (dynamic: max-abs, then quantize)
+  int64_t dequant_ops = 0;           // by place (see Dequantization)
+  int64_t accumulator_traffic_bits = 0;  // kKGroup: partial sums read and written per group
+};
 
 // One call as the cost model sees it.
 struct GemmCall {
   GemmWorkload workload;        // shape, batch, operand widths, side-data bits, extra ops
   std::string scheme = "none";  // the quantization scheme that produced the call
+  QuantRecipe recipe;           // how it is quantized (kNone place for float calls)
+  QuantWork quant;              // what the recipe adds; its sums are in `workload`
 };
 
-// The call of a GEMM with batch x [m, k] x [k, n] operands of the given widths, whose
-// quantization (if any) keeps `scale_elements` scales and dequantizes at `place`.
+// The call of a GEMM with batch x [m, k] x [k, n] operands of the given widths,
+// quantized by `recipe`: side data and extra ops follow from the recipe and the shape.
 GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bits_a,
-                          int bits_b, int bits_c, Dequantization place,
-                          int64_t scale_elements, const std::string& scheme);
+                          int bits_b, int bits_c, const QuantRecipe& recipe,
+                          const std::string& scheme);
+
+const char* DequantizationName(Dequantization place);
+Dequantization ParseDequantization(const std::string& name);
+const char* GranularityName(Granularity g);
+Granularity ParseGranularity(const std::string& name);
 
 // What a call costs, by level of the model.
 struct Charge {

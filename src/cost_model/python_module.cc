@@ -321,6 +321,20 @@ PYBIND11_MODULE(_cost_model, m) {
   // bound here as one more read-only attribute.
   py::class_<Charge>(m, "Charge")
       .def_property_readonly("scheme", [](const Charge& c) { return c.call.scheme; })
+      .def_property_readonly("quant", [](const Charge& c) {
+        const QuantWork& q = c.call.quant;
+        const QuantRecipe& r = c.call.recipe;
+        py::dict d;
+        d["dequant_place"] = DequantizationName(r.place);
+        d["scale_bits"] = r.scale_bits;
+        d["accumulator_bits"] = r.accumulator_bits;
+        d["weight_side_bits"] = q.weight_side_bits;
+        d["activation_side_bits"] = q.activation_side_bits;
+        d["quantize_ops"] = q.quantize_ops;
+        d["dequant_ops"] = q.dequant_ops;
+        d["accumulator_traffic_bits"] = q.accumulator_traffic_bits;
+        return d;
+      }, "What the quantization recipe adds to the call (the ledger's quantization fields).")
       .def_readonly("array", &Charge::array, "The PE array level: TENET's metrics and cycles.")
       .def_readonly("memory", &Charge::memory,
                     "The buffer level: DRAM/buffer traffic, cycles (the call's latency), "
@@ -331,11 +345,32 @@ PYBIND11_MODULE(_cost_model, m) {
       "charge_gemm",
       [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df, int64_t batch,
          int bits_a, int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
-         const std::string& scheme, const std::string& method, const py::object& memory,
-         const py::object& precision, const py::object& mapping) {
+         const std::string& scheme, const std::string& method, py::object recipe,
+         const py::object& memory, const py::object& precision, const py::object& mapping) {
         // The same charging rule as the runtime's ledger.
-        const GemmCall call{
-            {batch, m_, n, k, bits_a, bits_b, bits_c, extra_read_bits, extra_ops}, scheme};
+        GemmCall call;
+        if (recipe.is_none()) {
+          call = GemmCall{
+              {batch, m_, n, k, bits_a, bits_b, bits_c, extra_read_bits, extra_ops}, scheme};
+        } else {
+          if (extra_read_bits != 0 || extra_ops != 0)
+            throw std::invalid_argument(
+                "charge_gemm: give either a quantization recipe or extra_read_bits / "
+                "extra_ops, not both (the recipe determines them)");
+          py::dict d = recipe.cast<py::dict>();
+          QuantRecipe r;
+          r.place = ParseDequantization(d["place"].cast<std::string>());
+          r.weight = ParseGranularity(d["weight"].cast<std::string>());
+          r.activation = ParseGranularity(d["activation"].cast<std::string>());
+          r.weight_group = d["weight_group"].cast<int64_t>();
+          r.activation_group = d["activation_group"].cast<int64_t>();
+          r.activation_static = d["activation_static"].cast<bool>();
+          r.k_group = d["k_group"].cast<int64_t>();
+          r.scale_bits = d["scale_bits"].cast<int>();
+          r.zero_point_bits = d["zero_point_bits"].cast<int>();
+          r.accumulator_bits = d["accumulator_bits"].cast<int>();
+          call = DescribeGemmCall(batch, m_, n, k, bits_a, bits_b, bits_c, r, scheme);
+        }
         const Accelerator acc = MakeAccelerator("analysis", hw, df, memory, precision, mapping);
         py::gil_scoped_release release;
         return ChargeGemm(call, acc, ToMethod(method));
@@ -343,7 +378,7 @@ PYBIND11_MODULE(_cost_model, m) {
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
       py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"),
       py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("scheme"), py::arg("method"),
-      py::arg("memory") = py::none(), py::arg("precision") = py::none(),
+      py::arg("recipe") = py::none(), py::arg("memory") = py::none(), py::arg("precision") = py::none(),
       py::arg("mapping") = py::none());
   // The array level alone: the same AnalyzeGemm ChargeGemm fills Charge::array with.
   m.def(

@@ -21,15 +21,11 @@ std::shared_ptr<const Charge> CostCache::Get(const GemmCall& call) {
   return cache_.emplace(call, std::move(charge)).first->second;
 }
 
-GemmCall StepCall(const Step& step, const std::vector<int64_t>& c_shape, int64_t k,
-                  int64_t scale_elements) {
+GemmCall StepCall(const Step& step, const std::vector<int64_t>& c_shape, int64_t k) {
   int64_t batch = 1;
   for (size_t i = 0; i + 2 < c_shape.size(); ++i) batch *= c_shape[i];
-  const Dequantization place = step.kind == StepKind::kInt8    ? Dequantization::kActivationAndOutput
-                               : step.kind == StepKind::kFloat ? Dequantization::kNone
-                                                               : Dequantization::kWeight;
   return DescribeGemmCall(batch, c_shape[c_shape.size() - 2], c_shape.back(), k, step.bits_a,
-                          step.bits_b, step.bits_c, place, scale_elements, step.scheme);
+                          step.bits_b, step.bits_c, step.recipe, step.scheme);
 }
 
 void Ledger::Append(std::vector<LedgerEntry>* entries) {
@@ -78,6 +74,14 @@ void WriteCharge(std::ostream& os, const Charge& c) {
   os << "{\"batch\":" << w.batch << ",\"m\":" << w.m << ",\"n\":" << w.n << ",\"k\":" << w.k
      << ",\"bits_a\":" << w.bits_a << ",\"bits_b\":" << w.bits_b << ",\"bits_c\":" << w.bits_c
      << ",\"extra_read_bits\":" << w.extra_read_bits << ",\"extra_ops\":" << w.extra_ops
+     << ",\"dequant_place\":" << JsonQuote(DequantizationName(c.call.recipe.place))
+     << ",\"scale_bits\":" << c.call.recipe.scale_bits
+     << ",\"accumulator_bits\":" << c.call.recipe.accumulator_bits
+     << ",\"weight_side_bits\":" << c.call.quant.weight_side_bits
+     << ",\"activation_side_bits\":" << c.call.quant.activation_side_bits
+     << ",\"quantize_ops\":" << c.call.quant.quantize_ops
+     << ",\"dequant_ops\":" << c.call.quant.dequant_ops
+     << ",\"accumulator_traffic_bits\":" << c.call.quant.accumulator_traffic_bits
      << ",\"macs\":" << m.macs << ",\"cycles\":" << mm.cycles
      << ",\"roofline_cycles\":" << mm.roofline_cycles << ",\"array_cycles\":" << m.cycles
      << ",\"dram_stall_cycles\":" << mm.dram_stall_cycles

@@ -38,12 +38,10 @@ class CostCache {
 
 /*!
  * \brief The call a step makes, for the cost model: its shape, the element widths of its
- *  scheme, and how its kind dequantizes (charge.h holds what that costs).
- * \param c_shape the step's output shape (batch dims, M, N); \param k the reduction length;
- * \param scale_elements the number of weight scales the step reads.
+ *  scheme, and its quantization recipe (charge.h holds what that costs).
+ * \param c_shape the step's output shape (batch dims, M, N); \param k the reduction length.
  */
-GemmCall StepCall(const Step& step, const std::vector<int64_t>& c_shape, int64_t k,
-                  int64_t scale_elements);
+GemmCall StepCall(const Step& step, const std::vector<int64_t>& c_shape, int64_t k);
 
 /*! \brief One charged GEMM: which step of which function, and what it was charged. */
 struct LedgerEntry {

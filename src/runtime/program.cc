@@ -83,16 +83,21 @@ int64_t RankOf(ValueRef ref, const Program& p) {
 // weight is a plain [N, K] (int4: [N, K/2]) input used transposed, a bias is a vector.
 void CheckStepRanks(const Step& st, const Program& p, const std::string& where) {
   CheckRank(st.out_ndim, 2, where, "out_ndim");
+  // Emulated formats hold their weight as codes [N, K/G, G]: logically a 2-D [N, K].
+  const bool codes = st.kind == StepKind::kDequantFloat;
   const int64_t ra = RankOf(st.lhs, p), rb = RankOf(st.rhs, p);
-  if (ra < 2 || rb < 2 || ra > st.out_ndim || rb > st.out_ndim) {
+  const int64_t rb_logical = codes && rb == 3 ? 2 : rb;
+  if (ra < 2 || rb_logical < 2 || ra > st.out_ndim || rb_logical > st.out_ndim) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " has lhs rank " << ra
                               << " and rhs rank " << rb << " for out_ndim " << st.out_ndim
                               << "; both must be in [2, out_ndim]";
   }
-  if (st.kind != StepKind::kFloat && (rb != 2 || st.rhs < 0 || !st.rhs_transposed)) {
+  if (st.kind != StepKind::kFloat &&
+      (rb != (codes ? 3 : 2) || st.rhs < 0 || !st.rhs_transposed)) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " of kind "
                               << StepKindName(st.kind)
-                              << " needs a 2-D weight input used transposed (rhs_transposed)";
+                              << " needs a 2-D weight input (dequant_float: 3-D codes "
+                                 "[N, K/G, G]) used transposed (rhs_transposed)";
   }
   if (st.has_bias && RankOf(st.bias, p) < 1) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " bias has rank 0";
@@ -118,6 +123,42 @@ bool OptionalRef(const json::Object& obj, const char* key, const Program& p, siz
   return true;
 }
 
+// The step's quantization recipe (charge.h's QuantRecipe), every field required.
+QuantRecipe ParseRecipe(const json::Object& obj, const std::string& where) {
+  QuantRecipe r;
+  try {
+    r.place = ParseDequantization(std::string(Get<ffi::String>(obj, "place", where)));
+    r.weight = ParseGranularity(std::string(Get<ffi::String>(obj, "weight", where)));
+    r.activation = ParseGranularity(std::string(Get<ffi::String>(obj, "activation", where)));
+    r.weight_group = Get<int64_t>(obj, "weight_group", where);
+    r.activation_group = Get<int64_t>(obj, "activation_group", where);
+    r.activation_static = Get<bool>(obj, "activation_static", where);
+    r.k_group = Get<int64_t>(obj, "k_group", where);
+    r.scale_bits = static_cast<int>(Get<int64_t>(obj, "scale_bits", where));
+    r.zero_point_bits = static_cast<int>(Get<int64_t>(obj, "zero_point_bits", where));
+    r.accumulator_bits = static_cast<int>(Get<int64_t>(obj, "accumulator_bits", where));
+    Validate(r);
+  } catch (const std::invalid_argument& e) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << ": " << e.what();
+  }
+  return r;
+}
+
+json::Object RecipeJson(const QuantRecipe& r) {
+  json::Object o;
+  o.Set(ffi::String("place"), ffi::String(DequantizationName(r.place)));
+  o.Set(ffi::String("weight"), ffi::String(GranularityName(r.weight)));
+  o.Set(ffi::String("activation"), ffi::String(GranularityName(r.activation)));
+  o.Set(ffi::String("weight_group"), r.weight_group);
+  o.Set(ffi::String("activation_group"), r.activation_group);
+  o.Set(ffi::String("activation_static"), r.activation_static);
+  o.Set(ffi::String("k_group"), r.k_group);
+  o.Set(ffi::String("scale_bits"), int64_t(r.scale_bits));
+  o.Set(ffi::String("zero_point_bits"), int64_t(r.zero_point_bits));
+  o.Set(ffi::String("accumulator_bits"), int64_t(r.accumulator_bits));
+  return o;
+}
+
 }  // namespace
 
 StepKind ParseStepKind(const std::string& name) {
@@ -125,8 +166,10 @@ StepKind ParseStepKind(const std::string& name) {
   if (name == "dequant_channel") return StepKind::kDequantChannel;
   if (name == "dequant_group") return StepKind::kDequantGroup;
   if (name == "int8") return StepKind::kInt8;
+  if (name == "dequant_float") return StepKind::kDequantFloat;
   TVM_FFI_THROW(ValueError) << "tenet descriptor: unknown step kind '" << name
-                            << "'; expected float, dequant_channel, dequant_group or int8";
+                            << "'; expected float, dequant_channel, dequant_group, int8 or "
+                               "dequant_float";
   TVM_FFI_UNREACHABLE();
 }
 
@@ -135,6 +178,7 @@ const char* StepKindName(StepKind kind) {
     case StepKind::kDequantChannel: return "dequant_channel";
     case StepKind::kDequantGroup: return "dequant_group";
     case StepKind::kInt8: return "int8";
+    case StepKind::kDequantFloat: return "dequant_float";
     default: return "float";
   }
 }
@@ -189,6 +233,8 @@ Descriptor ParseDescriptor(const std::string& text) {
       const bool needs_a = st.kind == StepKind::kInt8;
       const bool needs_b = st.kind != StepKind::kFloat;
       const bool needs_zp = st.kind == StepKind::kDequantGroup;
+      st.recipe = ParseRecipe(AsObject(Field(sobj, "quant", swhere), swhere + " quant"),
+                              swhere + " quant");
       if (st.has_scale_a != needs_a || st.has_scale_b != needs_b ||
           st.has_zero_point != needs_zp) {
         TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere << " of kind "
@@ -274,6 +320,7 @@ std::string SerializeDescriptor(const Descriptor& descriptor) {
       o.Set(ffi::String("zero_point"), ref(st.has_zero_point, st.zero_point));
       o.Set(ffi::String("bits"), json::Array{int64_t(st.bits_a), int64_t(st.bits_b),
                                              int64_t(st.bits_c)});
+      o.Set(ffi::String("quant"), RecipeJson(st.recipe));
       o.Set(ffi::String("rhs_transposed"), st.rhs_transposed);
       o.Set(ffi::String("epilogue"), ffi::String(EpilogueName(st.epilogue)));
       o.Set(ffi::String("out_ndim"), st.out_ndim);

@@ -9,13 +9,15 @@
 #include <vector>
 
 #include "cost_model/accelerator.h"
+#include "cost_model/charge.h"
+#include "cost_model/cost_model.h"
 #include "runtime/gemm.h"
 
 namespace tenet {
 namespace runtime {
 
 /*! \brief The descriptor format this runtime reads; bumped on any incompatible change. */
-constexpr int64_t kDescriptorVersion = 2;
+constexpr int64_t kDescriptorVersion = 3;
 
 /*! \brief A tensor a program reads or writes: >= 0 is a function input, < 0 is -(step + 1). */
 using ValueRef = int64_t;
@@ -34,6 +36,9 @@ enum class StepKind {
   kDequantChannel,  // float32 x dequantize(int8 [N, K], scale [N]): weight-only per channel
   kDequantGroup,    // float32 x ((packed int4 [N, K/2] - zp) * scale [N, K/G, 1]): per group
   kInt8,            // int8 x int8 -> int32, then * scale_a * scale_b in float32
+  kDequantFloat,    // float32 x reshape(codes [N, K/G, G] * scale [N, K/G, 1], [N, K]):
+                    // formats without an integer kernel (fp8, fp4, MX, asymmetric, fp16),
+                    // their codes held exactly in float32 (exact emulation)
 };
 
 StepKind ParseStepKind(const std::string& name);
@@ -48,6 +53,7 @@ struct Step {
   ValueRef lhs = 0, rhs = 0, bias = 0, scale_a = 0, scale_b = 0, zero_point = 0;
   bool has_bias = false, has_scale_a = false, has_scale_b = false, has_zero_point = false;
   int bits_a = 32, bits_b = 32, bits_c = 32;  // element widths charged to the cost model
+  QuantRecipe recipe;  // how the quantize pass stored and computes the call (its charge)
   bool rhs_transposed = false;
   Epilogue epilogue = Epilogue::kNone;
   int64_t out_ndim = 0;

@@ -139,7 +139,6 @@ class TenetModuleObj : public ffi::ModuleObj {
   struct StepShape {
     std::vector<int64_t> c_shape;
     int64_t k = 0;
-    int64_t scale_elements = 0;
   };
 
   void Run(uint32_t program_index, ffi::PackedArgs args) {
@@ -214,8 +213,9 @@ class TenetModuleObj : public ffi::ModuleObj {
     const View& a = frame->Value(st.lhs);
     const View& b = frame->Value(st.rhs);
     ExpectDType(p, s, "lhs", a, st.kind == StepKind::kInt8 ? kInt8 : kFloat32);
+    const bool float_rhs = st.kind == StepKind::kFloat || st.kind == StepKind::kDequantFloat;
     ExpectDType(p, s, "rhs", b,
-                st.kind == StepKind::kFloat           ? kFloat32
+                float_rhs                            ? kFloat32
                 : st.kind == StepKind::kDequantGroup ? kUInt8
                                                      : kInt8);
     // The weight of a quantized step is [N, K] (packed int4: [N, K/2]), used transposed.
@@ -227,6 +227,14 @@ class TenetModuleObj : public ffi::ModuleObj {
                                   << "; expected [N, K/2]";
       }
       b_logical = {b.shape[0], 2 * b.shape[1]};
+    }
+    if (st.kind == StepKind::kDequantFloat) {
+      if (b.shape.size() != 3) {
+        TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s
+                                  << " weight codes have shape " << ShapeStr(b.shape)
+                                  << "; expected [N, K/G, G]";
+      }
+      b_logical = {b.shape[0], b.shape[1] * b.shape[2]};
     }
     StepShape shape;
     shape.c_shape = OutputShape(p, s, a, b_logical);
@@ -249,11 +257,12 @@ class TenetModuleObj : public ffi::ModuleObj {
     }
     const float* bias =
         st.has_bias ? CheckBias(p, s, frame->Value(st.bias), c.shape.back()) : nullptr;
-    if (st.has_scale_b) shape.scale_elements = Numel(frame->Value(st.scale_b).shape);
     if (st.kind == StepKind::kInt8) {
       RunInt8Step(p, s, a, b, frame->Value(st.scale_a), frame->Value(st.scale_b), bias, c);
     } else if (st.kind == StepKind::kFloat) {
       RunFloatGemm(st, a, Floats(b), b_logical, bias, c);
+    } else if (st.kind == StepKind::kDequantFloat) {
+      RunEmulatedStep(p, s, *frame, a, b, b_logical, bias, c);
     } else {
       RunWeightOnlyStep(p, s, *frame, a, b, b_logical, bias, c);
     }
@@ -304,6 +313,25 @@ class TenetModuleObj : public ffi::ModuleObj {
     RunFloatGemm(st, a, weight.data(), b_logical, bias, c);
   }
 
+  // A format without an integer kernel: its codes (exact in float32) times their scales,
+  // w[r, g*G + j] = codes[r, g, j] * scale[r, g], as the Relax form computes it, then the
+  // float GEMM.
+  void RunEmulatedStep(const Program& p, size_t s, const Frame& frame, const View& a,
+                       const View& b, const std::vector<int64_t>& b_logical, const float* bias,
+                       const View& c) {
+    const View& scale = frame.Value(p.steps[s].scale_b);
+    ExpectDType(p, s, "weight scale", scale, kFloat32);
+    const int64_t n = b.shape[0], groups = b.shape[1], g = b.shape[2];
+    ExpectShape(p, s, "weight scale", scale, {n, groups, 1});
+    std::vector<float> weight(Numel(b_logical));
+    const float* codes = Floats(b);
+    const float* sc = Floats(scale);
+    for (int64_t i = 0; i < n * groups; ++i) {
+      for (int64_t j = 0; j < g; ++j) weight[i * g + j] = codes[i * g + j] * sc[i];
+    }
+    RunFloatGemm(p.steps[s], a, weight.data(), b_logical, bias, c);
+  }
+
   // The checked storage, scales and zero point of a weight-only quantized step's weight
   // [N, K] (int8, or packed int4 [N, K/2]), as the dequantizing kernels take them.
   DequantRowsArgs WeightOperands(const Program& p, size_t s, const Frame& frame, const View& b,
@@ -351,7 +379,7 @@ class TenetModuleObj : public ffi::ModuleObj {
     }
     if (shape.k == 0) return e;
     try {
-      e.charge = costs_.Get(StepCall(p.steps[s], shape.c_shape, shape.k, shape.scale_elements));
+      e.charge = costs_.Get(StepCall(p.steps[s], shape.c_shape, shape.k));
     } catch (const std::exception& err) {
       TVM_FFI_THROW(ValueError) << "tenet: " << p.symbol << ": step " << s << " ("
                                 << p.steps[s].name << "): the cost model refused the call: "

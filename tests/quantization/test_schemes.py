@@ -9,9 +9,16 @@ from tvm import relax
 
 import tenet_byoc
 from relax_testing import matmul_module, offloaded_symbols, packed_int4_group_module, run
-from tenet_byoc.quantization import SCHEMES, QuantScheme, pack_int4, quantize, quantize_weight
+from tenet_byoc.quantization import (
+    CLASSIC_SCHEMES,
+    SCHEMES,
+    QuantScheme,
+    pack_int4,
+    quantize,
+    quantize_weight,
+)
 
-QUANTIZED = [name for name in SCHEMES if name != "none"]
+QUANTIZED = [name for name in CLASSIC_SCHEMES if name != "none"]
 FORM = {
     "w8a8_per_tensor": "tenet.int8_matmul_dequantize",
     "w8a8_per_channel_per_token": "tenet.int8_matmul_dequantize",
@@ -96,7 +103,7 @@ HAND_COUNT = {  # bytes of a [N, K] weight and its float16 scales, by scheme
 }
 
 
-@pytest.mark.parametrize("scheme", list(SCHEMES))
+@pytest.mark.parametrize("scheme", list(CLASSIC_SCHEMES))
 def test_weight_bytes_equal_hand_count(scheme, rng):
     """A 768x3072 layer (GPT-2's c_fc) at one token: its weight is read exactly once."""
     k, n = 768, 3072
@@ -108,6 +115,7 @@ def test_weight_bytes_equal_hand_count(scheme, rng):
     assert entry.weight_bytes == HAND_COUNT[scheme](n, k)
     # With one row of A, the cost model moves each weight element on chip exactly once.
     assert entry.tensors["B"].offchip_bytes + entry.extra_read_bits / 8 == HAND_COUNT[scheme](n, k)
+    assert entry.extra_read_bits == entry.weight_side_bits  # dynamic activation scales stay on chip
 
 
 def test_quantize_weight_reconstructs(rng):
@@ -137,8 +145,8 @@ def test_parameter_weight_is_refused(rng):
 
 
 def test_unsupported_scheme_definition():
-    with pytest.raises(ValueError, match="has no runtime kernel"):
-        QuantScheme("w4a8", 4, "group", 8, "tensor", 32)
+    with pytest.raises(ValueError, match="weight_format='e4m3' has 8 bits, not weight_bits=4"):
+        QuantScheme("x", 4, "group", 8, "tensor", 32, weight_format="e4m3")
     with pytest.raises(ValueError, match="group_size=0 must be > 0"):
         QuantScheme("g", 4, "group", 16, "none", 0)
     with pytest.raises(ValueError, match="group_size=33 must be even"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from tvm import relax
 
@@ -9,7 +11,7 @@ import tenet_byoc
 from relax_testing import matmul_module
 from tenet_byoc.codegen import UNNAMED_SCHEME, describe_function
 from tenet_byoc.patterns import PATTERN_INFO
-from tenet_byoc.quantization import SCHEME_ATTR, SCHEMES, quantize
+from tenet_byoc.quantization import RECIPE_ATTR, SCHEME_ATTR, SCHEMES, quantize
 
 
 def _tenet_functions(mod):
@@ -17,7 +19,7 @@ def _tenet_functions(mod):
             if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs]
 
 
-@pytest.mark.parametrize("scheme", [s for s in SCHEMES if s != "none"])
+@pytest.mark.parametrize("scheme", [n for n, s in SCHEMES.items() if s.kernel != "float"])
 def test_quantized_steps_carry_the_stamped_scheme(scheme, rng):
     mod = matmul_module((4, 64), (32, 64), transposed=True)
     w = rng.standard_normal((32, 64)).astype("float32")
@@ -26,6 +28,11 @@ def test_quantized_steps_carry_the_stamped_scheme(scheme, rng):
     (func,) = _tenet_functions(tenet_byoc.partition_for_tenet(qmod))
     (step,) = describe_function(func)["steps"]
     assert step["scheme"] == scheme
+    # The recipe and widths are the ones quantize stamped, not guessed from the pattern.
+    # (Static schemes quantized without calibration data compute their scales per call.)
+    s = dataclasses.replace(SCHEMES[scheme], activation_static=False)
+    assert step["quant"] == s.recipe()
+    assert step["bits"] == list(s.bits())
     info = PATTERN_INFO[step["pattern"]]
     assert (step["kind"], step["rhs_transposed"], step["epilogue"]) == (
         info.kind, info.rhs_transposed, info.epilogue)
@@ -38,7 +45,9 @@ def test_a_module_quantize_did_not_stamp_is_unnamed(rng):
     mod = matmul_module((4, 64), (32, 64), transposed=True)
     w = rng.standard_normal((32, 64)).astype("float32")
     qmod = quantize(relax.transform.BindParams("main", {"w": w})(mod), "w8a16_per_channel")
-    qmod = qmod.without_attr(SCHEME_ATTR)
+    qmod = qmod.without_attr(SCHEME_ATTR).without_attr(RECIPE_ATTR)
     (func,) = _tenet_functions(tenet_byoc.partition_for_tenet(qmod))
     (step,) = describe_function(func)["steps"]
     assert step["scheme"] == UNNAMED_SCHEME
+    # A hand-written form is charged as its operands say: int8 weights per channel.
+    assert (step["quant"]["weight"], step["quant"]["place"]) == ("channel", "weight")

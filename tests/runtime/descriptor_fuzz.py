@@ -40,12 +40,20 @@ def base_descriptor(accelerator: dict) -> dict:
     def step(**kw):
         s = {"pattern": "tenet.p", "name": "s", "kind": "float", "scheme": "none", "lhs": 0,
              "rhs": 1, "bias": None, "scale_a": None, "scale_b": None, "zero_point": None,
-             "bits": [32, 32, 32], "rhs_transposed": False, "epilogue": "none", "out_ndim": 2}
+             "bits": [32, 32, 32], "rhs_transposed": False, "epilogue": "none", "out_ndim": 2,
+             "quant": recipe()}
         s.update(kw)
         return s
 
     def spec(dtype, ndim):
         return {"dtype": dtype, "ndim": ndim}
+
+    def recipe(**kw):
+        r = {"place": "none", "weight": "none", "weight_group": 0, "activation": "none",
+             "activation_group": 0, "activation_static": False, "k_group": 0,
+             "scale_bits": 16, "zero_point_bits": 0, "accumulator_bits": 32}
+        r.update(kw)
+        return r
 
     functions = [
         {"symbol": "float_chain",
@@ -60,22 +68,25 @@ def base_descriptor(accelerator: dict) -> dict:
          "inputs": [spec("int8", 2), spec("int8", 2), spec("float32", 2), spec("float32", 1),
                     spec("float32", 1)],
          "steps": [step(kind="int8", scheme="w8a8_per_channel_per_token", lhs=1, rhs=0,
-                        bias=4, scale_a=2, scale_b=3, bits=[8, 8, 16], rhs_transposed=True)],
+                        bias=4, scale_a=2, scale_b=3, bits=[8, 8, 16], rhs_transposed=True,
+                        quant=recipe(place="output", weight="channel", activation="channel"))],
          "outputs": [{**spec("float32", 2), "source": -1}]},
         {"symbol": "channel",
          "inputs": [spec("int8", 2), spec("float32", 1), spec("int8", 0), spec("float32", 2),
                     spec("float32", 1)],
          "steps": [step(kind="dequant_channel", scheme="w8a16_per_channel", lhs=3, rhs=0,
-                        bias=4, scale_b=1, bits=[16, 8, 16], rhs_transposed=True)],
+                        bias=4, scale_b=1, bits=[16, 8, 16], rhs_transposed=True,
+                        quant=recipe(place="weight", weight="channel"))],
          "outputs": [{**spec("float32", 2), "source": -1}]},
         {"symbol": "group",
          "inputs": [spec("uint8", 2), spec("uint8", 0), spec("uint8", 0), spec("float32", 0),
                     spec("float32", 3), spec("float32", 2), spec("float32", 1)],
          "steps": [step(kind="dequant_group", scheme="w4a16_group4", lhs=5, rhs=0, bias=6,
-                        scale_b=4, zero_point=3, bits=[16, 4, 16], rhs_transposed=True)],
+                        scale_b=4, zero_point=3, bits=[16, 4, 16], rhs_transposed=True,
+                        quant=recipe(place="weight", weight="group", weight_group=4))],
          "outputs": [{**spec("float32", 2), "source": -1}]},
     ]
-    return {"version": 2, "functions": functions, "accelerator": accelerator}
+    return {"version": 3, "functions": functions, "accelerator": accelerator}
 
 
 # ---------------------------------------------------------------- mutation

@@ -12,6 +12,7 @@ from tvm import relax
 
 import tenet_byoc
 from relax_testing import matmul_module
+from tenet_byoc.codegen import DESCRIPTOR_VERSION, FLOAT_RECIPE
 from tenet_byoc.hardware import preset
 
 
@@ -88,14 +89,15 @@ def _descriptor(**overrides) -> str:
     step = {"pattern": "p", "name": "n", "kind": "float", "scheme": "none", "lhs": 0, "rhs": 1,
             "bias": None, "scale_a": None, "scale_b": None, "zero_point": None,
             "rhs_transposed": False,
-            "epilogue": "none", "out_ndim": 2, "bits": [32, 32, 32]}
+            "epilogue": "none", "out_ndim": 2, "bits": [32, 32, 32],
+            "quant": dict(FLOAT_RECIPE)}
     step.update(overrides.pop("step", {}))
     func = {"symbol": "f", "inputs": [{"dtype": "float32", "ndim": 2}] * 2, "steps": [step],
             "outputs": [{"dtype": "float32", "ndim": 2, "source": -1}]}
     for key in ("inputs", "outputs"):
         if key in overrides:
             func[key] = overrides.pop(key)
-    doc = {"version": 2, "functions": [func], "accelerator": json.loads(preset("os16").to_json())}
+    doc = {"version": DESCRIPTOR_VERSION, "functions": [func], "accelerator": json.loads(preset("os16").to_json())}
     rate = overrides.pop("macs_per_pe_per_cycle", None)
     if rate is not None:
         doc["accelerator"]["hardware"]["macs_per_pe_per_cycle"] = rate
@@ -108,13 +110,17 @@ def _descriptor(**overrides) -> str:
     [
         (lambda: "{", "invalid JSON"),
         (lambda: _descriptor(version=99), "version 99 is not supported"),
-        (lambda: json.dumps({"version": 2}), "has no field"),
+        (lambda: json.dumps({"version": DESCRIPTOR_VERSION}), "has no field"),
         (lambda: _descriptor(step={"lhs": 3}), "refers to value 3"),
         (lambda: _descriptor(step={"rhs": -1}), "refers to value -1"),
         (lambda: _descriptor(step={"epilogue": "swish"}), "unknown epilogue 'swish'"),
         (lambda: _descriptor(step={"kind": "fp8"}), "unknown step kind 'fp8'"),
         (lambda: _descriptor(step={"kind": "int8"}), "has the wrong scales"),
         (lambda: _descriptor(step={"bits": [8, 0, 8]}), "bits must be integers in [1, 64]"),
+        (lambda: _descriptor(step={"quant": dict(FLOAT_RECIPE, place="k_group")}),
+         "QuantRecipe.k_group = 0; expected > 0 exactly when partial sums are rescaled"),
+        (lambda: _descriptor(step={"quant": dict(FLOAT_RECIPE, weight="row")}),
+         "unknown quantization granularity 'row'"),
         (lambda: _descriptor(accelerator={"name": "x"}), "accelerator has no field 'hardware'"),
         (lambda: _descriptor(accelerator=preset("os16").to_json()),
          "field 'accelerator' of the descriptor has the wrong type"),
@@ -143,12 +149,12 @@ def _descriptor(**overrides) -> str:
                                      {"dtype": "float32", "ndim": 1}],
                              step={"kind": "dequant_channel", "scale_b": 2, "out_ndim": 3,
                                    "rhs_transposed": True}),
-         "of kind dequant_channel needs a 2-D weight input used transposed"),
+         "of kind dequant_channel needs a 2-D weight input (dequant_float: 3-D codes"),
     ],
     ids=["json", "version", "fields", "forward-ref", "self-ref", "epilogue", "kind", "scales",
-         "bits", "accelerator", "nested-text", "rates", "rate-key", "rate-width", "ndim0",
-         "ndim1", "out-ndim-huge", "out-ndim-1", "ndim-negative", "output-dtype",
-         "output-rank", "dequant-3d"],
+         "bits", "recipe", "granularity", "accelerator", "nested-text", "rates", "rate-key",
+         "rate-width", "ndim0", "ndim1", "out-ndim-huge", "out-ndim-1", "ndim-negative",
+         "output-dtype", "output-rank", "dequant-3d"],
 )
 def test_malformed_descriptor(text, message):
     create = tvm.get_global_func("tenet_byoc.runtime.create_module")

@@ -66,6 +66,13 @@ def _one(kind: str, known: Sequence[str]):
     many = _names(kind, known)
 
     def parse(text: str) -> str:
+        if kind == "scheme" and "=" in text:  # a spec string (tenet_byoc.quantization)
+            from ..quantization import get_scheme
+
+            try:
+                return get_scheme(text).name
+            except ValueError as err:
+                raise argparse.ArgumentTypeError(str(err)) from None
         items = many(text)
         if len(items) != 1 or text.strip() == "all":
             raise argparse.ArgumentTypeError(f"give one {kind}, got {text!r}")
@@ -339,11 +346,11 @@ def _save(result, out: str, plots: bool = True) -> list[Path]:
 
 
 def _cmd_sweep(args) -> int:
-    from ..quantization import SCHEMES
+    from ..quantization import CLASSIC_SCHEMES
     from .sweep import QUICK, sweep
 
     models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
-    schemes = args.schemes or list(QUICK.schemes if args.quick else SCHEMES)
+    schemes = args.schemes or list(QUICK.schemes if args.quick else CLASSIC_SCHEMES)
     if args.out:
         _check_output_dir(args.out)
     with _input_checks():
@@ -431,8 +438,10 @@ def _cmd_profile(args) -> int:
 
 
 def _cmd_presets(args) -> int:
+    from dataclasses import replace
+
     from ..hardware import DEFAULT_PRESET, PRESETS
-    from ..quantization import SCHEMES
+    from ..quantization import SCHEMES, SPEC_HELP
     from .results import markdown_table
 
     rows = []
@@ -450,11 +459,33 @@ def _cmd_presets(args) -> int:
                           "avg latency", "clock GHz", "L1 bytes", "L2 bytes"], rows))
     rows = []
     for s in SCHEMES.values():
-        rows.append([s.name, s.weight_bits, s.weight_granularity, s.group_size or "-",
-                     s.activation_bits, s.activation_granularity])
-    print("\nQuantization schemes (--schemes / --scheme):\n")
-    print(markdown_table(["scheme", "weight bits", "weight scales", "group", "activation bits",
-                          "activation scales"], rows))
+        def operand(bits, fmt, gran, group):
+            if fmt == "float":
+                return f"float{bits}"
+            name = f"{fmt}{bits}" if fmt in ("int", "uint") else fmt
+            return f"{name} per " + (f"group of {group}" if gran == "group" else gran)
+
+        static = "static (calibrated)" if s.activation_static else "dynamic"
+        rows.append([
+            s.name,
+            operand(s.weight_bits, s.weight_format, s.weight_granularity, s.group_size)
+            + (" + zero points" if s.weight_format == "uint" else ""),
+            operand(s.activation_bits, s.activation_format, s.activation_granularity,
+                    s.activation_group)
+            + (f", {static}" if s.quantizes_activations else "")
+            + (f", smoothing alpha {s.smoothing:g}" if s.smoothing else ""),
+            s.scale_dtype if s.kernel != "float" and s.weight_format != "float" else "-",
+            s.dequant_place(),
+            {"emulated": "emulated (exact rounding, float GEMM)", "float": "float GEMM"}.get(
+                s.kernel, f"real ({s.kernel})")
+            + ("; emulated without calibration" if s.activation_static and replace(
+                s, activation_static=False).kernel != s.kernel else ""),
+        ])
+    print("\nQuantization schemes (--schemes / --scheme; --scheme also takes a spec string):\n")
+    print(markdown_table(["scheme", "weights", "activations", "scales", "dequantization",
+                          "kernel"], rows))
+    print("\nStatic schemes without calibration data compute the same scales per call.")
+    print(f"Spec strings: {SPEC_HELP}.")
     print("\nCustom accelerators: --tenet-p FILE.p --tenet-m FILE.m (TENET's file formats).")
     return 0
 

@@ -23,7 +23,7 @@ from tvm import relax
 from ..hardware import Accelerator, resolve
 from ..ledger import LedgerEntry, ledger, totals
 from ..partition import build
-from ..quantization import SCHEMES, get_scheme, quantize
+from ..quantization import CLASSIC_SCHEMES, get_scheme, quantize
 from .cases import Case, PhaseOutput, run_case
 from .results import LayerCost, SweepResult, SweepRow
 
@@ -78,7 +78,8 @@ def sweep(
     cases : sequence of Case
         From :func:`gpt2_case` and :func:`mlp_case`.
     schemes : sequence of str, optional
-        Names from :data:`tenet_byoc.quantization.SCHEMES`; all of them by default.
+        Names from :data:`tenet_byoc.quantization.SCHEMES` or spec strings; the classic
+        seven (:data:`~tenet_byoc.quantization.CLASSIC_SCHEMES`) by default.
     hardware : sequence of str or Accelerator
         Preset names (:data:`tenet_byoc.hardware.PRESETS`) or accelerators.
     repeats : int
@@ -94,7 +95,7 @@ def sweep(
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
-    names = list(SCHEMES) if schemes is None else list(dict.fromkeys(schemes))
+    names = list(CLASSIC_SCHEMES) if schemes is None else list(dict.fromkeys(schemes))
     for s in names:
         get_scheme(s)
     if not names:
