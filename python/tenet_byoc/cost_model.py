@@ -14,7 +14,7 @@ Every bad input raises ``ValueError`` with a message naming what is wrong.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tenet_byoc import _cost_model as _core
 from tenet_byoc._cost_model import (
