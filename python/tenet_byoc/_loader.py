@@ -10,26 +10,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import tvm
-
-_LIBRARY = "libtenet_runtime.so"
-_handle: ctypes.CDLL | None = None
-
-
-def _preload_onednn() -> None:
-    # The onednn-cpu-gomp wheel installs libdnnl.so.3 into <prefix>/lib; the runtime's RPATH
-    # finds it there for ordinary installs, and this covers the layouts it does not.
-    try:
-        dist = importlib.metadata.distribution("onednn-cpu-gomp")
-    except importlib.metadata.PackageNotFoundError:
-        return
-    for f in dist.files or []:
-        if str(f).endswith("libdnnl.so.3"):
-            path = Path(dist.locate_file(f)).resolve()
-            if path.exists():
-                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-            return
-
 
 def _libgomp_loaded() -> bool:
     try:
@@ -54,10 +34,35 @@ def _passive_openmp_threads() -> None:
             "(spinning) wait policy; set OMP_WAIT_POLICY=PASSIVE before starting Python to "
             "keep oneDNN's threads from competing with TVM's and numpy's",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         return
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
+# Before `import tvm`: tvm-ffi imports torch when it is installed, and torch brings its own
+# libgomp.so.1, which oneDNN then shares; libgomp reads the wait policy when it loads.
+_passive_openmp_threads()
+
+import tvm
+
+_LIBRARY = "libtenet_runtime.so"
+_handle: ctypes.CDLL | None = None
+
+
+def _preload_onednn() -> None:
+    # The onednn-cpu-gomp wheel installs libdnnl.so.3 into <prefix>/lib; the runtime's RPATH
+    # finds it there for ordinary installs, and this covers the layouts it does not.
+    try:
+        dist = importlib.metadata.distribution("onednn-cpu-gomp")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    for f in dist.files or []:
+        if str(f).endswith("libdnnl.so.3"):
+            path = Path(dist.locate_file(f)).resolve()
+            if path.exists():
+                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            return
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,6 @@ def load_runtime_library() -> ctypes.CDLL:
                 f"{path} is missing: tenet_byoc must be installed with `pip install .`, "
                 "which compiles the runtime"
             )
-        _passive_openmp_threads()
         _preload_onednn()
         _handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     return _handle
