@@ -28,7 +28,7 @@ _COSTS = {
     "cycles": (1.0, "est. cycles"),
     "offchip_bytes": (1e-6, "off-chip MB"),
     "dram_bytes": (1e-6, "DRAM MB"),
-    "energy_pj": (1e-6, "est. energy (uJ)"),
+    "energy_pj": (1e-9, "est. energy (mJ)"),
     "macs": (1.0, "MACs"),
 }
 
