@@ -187,6 +187,22 @@ Statement Statement::Gemm(int64_t m, int64_t n, int64_t k, int bits_a, int bits_
   return st;
 }
 
+GemmWorkload MakeWorkload(int64_t m, int64_t n, int64_t k, int64_t batch, int bits_a, int bits_b,
+                          int bits_c, int64_t extra_read_bits, int64_t extra_ops) {
+  GemmWorkload w;
+  w.batch = batch;
+  w.m = m;
+  w.n = n;
+  w.k = k;
+  w.bits_a = bits_a;
+  w.bits_b = bits_b;
+  w.bits_c = bits_c;
+  w.extra_read_bits = extra_read_bits;
+  w.extra_ops = extra_ops;
+  Validate(w);
+  return w;
+}
+
 void Validate(const GemmWorkload& w) {
   RequirePositive(w.batch, "GemmWorkload.batch");
   RequirePositive(w.m, "GemmWorkload.m");

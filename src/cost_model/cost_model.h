@@ -122,6 +122,9 @@ struct GemmWorkload {
   int64_t extra_ops = 0;
 };
 void Validate(const GemmWorkload& w);
+// A GemmWorkload from its fields, validated (the bindings' way in).
+GemmWorkload MakeWorkload(int64_t m, int64_t n, int64_t k, int64_t batch, int bits_a, int bits_b,
+                          int bits_c, int64_t extra_read_bits, int64_t extra_ops);
 
 struct TensorMetrics {
   bool is_write = false;

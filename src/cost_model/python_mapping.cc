@@ -15,22 +15,6 @@ using namespace tenet;
 
 namespace {
 
-GemmWorkload Call(int64_t m, int64_t n, int64_t k, int64_t batch, int bits_a, int bits_b,
-                  int bits_c, int64_t extra_read_bits, int64_t extra_ops) {
-  GemmWorkload w;
-  w.batch = batch;
-  w.m = m;
-  w.n = n;
-  w.k = k;
-  w.bits_a = bits_a;
-  w.bits_b = bits_b;
-  w.bits_c = bits_c;
-  w.extra_read_bits = extra_read_bits;
-  w.extra_ops = extra_ops;
-  Validate(w);
-  return w;
-}
-
 MappingSpace Space(std::vector<Dataflow> dataflows, std::vector<int64_t> stream_tiles,
                    int64_t granule, int max_even_split) {
   MappingSpace s;
@@ -87,7 +71,7 @@ void BindMapping(py::module_& m) {
          std::vector<int64_t> stream_tiles, int64_t granule, int max_even_split, int threads,
          int64_t batch, int bits_a, int bits_b, int bits_c, int64_t extra_read_bits,
          int64_t extra_ops) {
-        const GemmWorkload w = Call(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops);
+        const GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops);
         const MappingSpace s = Space(std::move(dataflows), std::move(stream_tiles), granule, max_even_split);
         const MappingSearchOptions o = Options(objective, threads);
         py::gil_scoped_release release;
@@ -115,7 +99,7 @@ void BindMapping(py::module_& m) {
           "best",
           [](MappingSearch& s, int64_t m_, int64_t n, int64_t k, int64_t batch, int bits_a,
              int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops) {
-            const GemmWorkload w = Call(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops);
+            const GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops);
             py::gil_scoped_release release;
             return s.Best(w);
           },

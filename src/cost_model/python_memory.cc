@@ -14,21 +14,6 @@ using namespace tenet;
 
 namespace {
 
-GemmWorkload Workload(int64_t m, int64_t n, int64_t k, int64_t batch, int bits_a, int bits_b,
-                      int bits_c, int64_t extra_read_bits, int64_t extra_ops) {
-  GemmWorkload w;
-  w.batch = batch;
-  w.m = m;
-  w.n = n;
-  w.k = k;
-  w.bits_a = bits_a;
-  w.bits_b = bits_b;
-  w.bits_c = bits_c;
-  w.extra_read_bits = extra_read_bits;
-  w.extra_ops = extra_ops;
-  Validate(w);
-  return w;
-}
 
 py::dict TrafficDict(const OperandTraffic& t) {
   py::dict d;
@@ -205,7 +190,7 @@ void BindMemory(py::module_& m) {
       [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df,
          const MemoryHierarchy& mem, const TileMapping& t, int64_t batch, int bits_a, int bits_b,
          int bits_c, int64_t extra_read_bits, int64_t extra_ops) {
-        return AnalyzeMemory(Workload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits,
+        return AnalyzeMemory(MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits,
                                       extra_ops),
                              hw, df, mem, t);
       },
@@ -219,7 +204,7 @@ void BindMemory(py::module_& m) {
       [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df,
          const MemoryHierarchy& mem, const std::vector<TileMapping>& mappings, int64_t batch,
          int bits_a, int bits_b, int bits_c) {
-        const GemmWorkload w = Workload(m_, n, k, batch, bits_a, bits_b, bits_c, 0, 0);
+        const GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, 0, 0);
         const ArrayModel array = CachedArrayModel(ExactArrayModel(w, hw, df, mem));
         std::vector<MemoryMetrics> out;
         out.reserve(mappings.size());
@@ -235,7 +220,7 @@ void BindMemory(py::module_& m) {
          const MemoryHierarchy& mem, int64_t batch, int bits_a, int bits_b, int bits_c,
          int64_t extra_read_bits, int64_t extra_ops, double ops_rate) {
         return RooflineCycles(
-            Workload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops),
+            MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops),
             num_pes, rate, mem, ops_rate);
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("num_pes"),
@@ -246,7 +231,7 @@ void BindMemory(py::module_& m) {
       "_buffer_bytes_needed",
       [](int64_t m_, int64_t n, int64_t k, const MemoryHierarchy& mem, const TileMapping& t,
          int bits_a, int bits_b) {
-        return BufferBytesNeeded(Workload(m_, n, k, 1, bits_a, bits_b, 32, 0, 0), mem, t);
+        return BufferBytesNeeded(MakeWorkload(m_, n, k, 1, bits_a, bits_b, 32, 0, 0), mem, t);
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("memory"), py::arg("mapping"),
       py::arg("bits_a"), py::arg("bits_b"));
@@ -255,7 +240,7 @@ void BindMemory(py::module_& m) {
       "_default_tile_mapping",
       [](int64_t m_, int64_t n, int64_t k, const MemoryHierarchy& mem, int64_t rows, int64_t cols,
          int64_t batch, int bits_a, int bits_b, int bits_c) {
-        return DefaultTileMapping(Workload(m_, n, k, batch, bits_a, bits_b, bits_c, 0, 0), mem,
+        return DefaultTileMapping(MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, 0, 0), mem,
                                   rows, cols);
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("memory"), py::arg("rows"),
