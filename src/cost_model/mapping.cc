@@ -141,6 +141,26 @@ int64_t TimeOf(const MemoryHierarchy& mem, const std::array<int64_t, 3>& ch) {
   return CeilCycles(Add(Add(ch[0], ch[1]), ch[2]), mem.dram_bandwidth_bits);
 }
 
+// A candidate's cycles from its tile loop nest, given its first fetch, its array time and
+// the cycles it pays outside the overlap: max(first fetch + array + last write-back, the
+// busiest DRAM channel's bits / bandwidth), as AnalyzeMemory's overlap model bounds it.
+// Also returns the DRAM bits of all channels.
+std::pair<int64_t, double> CandidateCycles(const GemmWorkload& w, const MemoryHierarchy& mem,
+                                           const Dim& dm, const Dim& dn, const Dim& dk,
+                                           const char* order, bool accumulate, int64_t chunk,
+                                           int64_t first_fetch, int64_t array_cycles,
+                                           int64_t outside_cycles) {
+  const auto bits = DramBits(w, mem, dm, dn, dk, order, accumulate, chunk);
+  const int64_t last_c = Mul(dm.last, dn.last);
+  const int64_t lw_bits =
+      accumulate ? Mul(last_c, w.bits_c)
+                 : Mul(last_c, Add(Mul(CeilDiv(dk.last, chunk) - 1, mem.psum_bits), w.bits_c));
+  const int64_t lw = TimeOf(mem, {0, 0, lw_bits});
+  const int64_t cycles =
+      Add(outside_cycles, std::max(Add(Add(first_fetch, array_cycles), lw), TimeOf(mem, bits)));
+  return {cycles, static_cast<double>(bits[0] + bits[1] + bits[2])};
+}
+
 // The fold model's compute cycles of a preset on one tile (README "cycles": folds run one
 // after another, each as long as a full R x C one, load + L + R + C - 2, the load hidden
 // when the stationary registers are double-buffered): the exact analysis adds only
@@ -385,15 +405,9 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
           for (int o = 0; o < 6; ++o)
             for (int acc = 0; acc < 2; ++acc) {
               const bool accumulate = acc == 0;
-              const auto bits = DramBits(w, mem, dm, dn, dk, kTileOrders[o], accumulate, chunk);
-              const int64_t last_c = Mul(dm.last, dn.last);
-              const int64_t lw_bits =
-                  accumulate ? Mul(last_c, w.bits_c)
-                             : Mul(last_c, Add(Mul(CeilDiv(dk.last, chunk) - 1, mem.psum_bits), w.bits_c));
-              const int64_t lw = TimeOf(mem, {0, 0, lw_bits});
-              const int64_t cyc = Add(Add(extra_lb, am.prologue_cycles),
-                                      std::max(Add(Add(ff, array_lb), lw), TimeOf(mem, bits)));
-              const double dram = static_cast<double>(bits[0] + bits[1] + bits[2]);
+              const auto [cyc, dram] =
+                  CandidateCycles(w, mem, dm, dn, dk, kTileOrders[o], accumulate, chunk, ff,
+                                  array_lb, Add(extra_lb, am.prologue_cycles));
               const double pj = (pj_fixed + dram * (mem.dram_pj_per_bit + mem.buffer_pj_per_bit)) *
                                 kEnergyBoundScale;
               it.lb_cycles[o * 2 + acc] = cyc;
@@ -476,15 +490,9 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
                             Mul(Mul(dk.tile, dn.tile), w.bits_b), 0});
           have_tiles = true;
         }
-        const auto bits = DramBits(w, mem, dm, dn, dk, kTileOrders[o], accumulate, chunk);
-        const int64_t last_c = Mul(dm.last, dn.last);
-        const int64_t lw_bits =
-            accumulate ? Mul(last_c, w.bits_c)
-                       : Mul(last_c, Add(Mul(CeilDiv(dk.last, chunk) - 1, mem.psum_bits), w.bits_c));
-        const int64_t lw = TimeOf(mem, {0, 0, lw_bits});
-        const int64_t cyc = Add(Add(extra, am.prologue_cycles),
-                                std::max(Add(Add(ff, sum_array), lw), TimeOf(mem, bits)));
-        const double dram = static_cast<double>(bits[0] + bits[1] + bits[2]);
+        const auto [cyc, dram] =
+            CandidateCycles(w, mem, dm, dn, dk, kTileOrders[o], accumulate, chunk, ff, sum_array,
+                            Add(extra, am.prologue_cycles));
         const double pj = (pj_fixed + dram * (mem.dram_pj_per_bit + mem.buffer_pj_per_bit) +
                            buffer_bits * mem.buffer_pj_per_bit) * kEnergyBoundScale;
         obj = Objectives(options.objective, double(cyc), pj);
