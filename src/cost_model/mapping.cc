@@ -14,6 +14,8 @@
 #include <thread>
 #include <utility>
 
+#include "cost_model/checked.h"
+
 namespace tenet {
 
 const char* const kTileOrders[6] = {"mnk", "mkn", "nmk", "nkm", "kmn", "knm"};
@@ -26,20 +28,8 @@ constexpr size_t kItemsPerExtraThread = 50000;
 std::string Str(int64_t v) { return std::to_string(v); }
 int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
-int64_t Mul(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r))
-    throw std::overflow_error("mapping search: a count overflows int64 (" + Str(a) + " x " +
-                              Str(b) + ")");
-  return r;
-}
-int64_t Add(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r))
-    throw std::overflow_error("mapping search: a count overflows int64 (" + Str(a) + " + " +
-                              Str(b) + ")");
-  return r;
-}
+int64_t Mul(int64_t a, int64_t b) { return CheckedMul(a, b, "mapping search: a count"); }
+int64_t Add(int64_t a, int64_t b) { return CheckedAdd(a, b, "mapping search: a count"); }
 
 // As memory.cc: ceil(bits / rate), exact in integers when the rate is whole.
 int64_t CeilCycles(int64_t bits, double per_cycle) {

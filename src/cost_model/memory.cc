@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "cost_model/checked.h"
+
 namespace tenet {
 
 namespace {
@@ -24,20 +26,8 @@ std::string Num(double v) {
   return s;
 }
 
-int64_t Mul(int64_t a, int64_t b, const char* what) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r))
-    throw std::overflow_error(std::string(what) + " overflows int64 (" + Str(a) + " x " +
-                              Str(b) + ")");
-  return r;
-}
-int64_t Add(int64_t a, int64_t b, const char* what) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r))
-    throw std::overflow_error(std::string(what) + " overflows int64 (" + Str(a) + " + " +
-                              Str(b) + ")");
-  return r;
-}
+int64_t Mul(int64_t a, int64_t b, const char* what) { return CheckedMul(a, b, what); }
+int64_t Add(int64_t a, int64_t b, const char* what) { return CheckedAdd(a, b, what); }
 int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 // ceil(bits / per_cycle) cycles; exact integer arithmetic when the rate is a whole number
