@@ -48,7 +48,7 @@ def test_sweep_writes_tables_and_plots(tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "| gpt2 | w8a8_per_tensor | os16 | decode | 7 |" in out
-    assert "| mlp | none | os16 | inference | 1000 |" in out
+    assert "| mlp | none | os16 | inference | 360 |" in out  # the digits' test images
     doc = json.loads((out_dir / "sweep.json").read_text())
     assert [(r["model"], r["scheme"], r["phase"]) for r in doc["rows"]] == [
         ("gpt2", "none", "prefill"), ("gpt2", "none", "decode"),
@@ -72,7 +72,7 @@ def test_run_on_a_custom_tenet_accelerator(tmp_path, capsys):
     assert "| mlp | w8a16_per_channel | systolic+os | inference |" in out
     assert "| fc0 | tenet.dequantize_matmul_channel_bias" in out  # the per-layer table
     rows = json.loads((tmp_path / "run" / "run.json").read_text())["rows"]
-    assert len(rows) == 1 and rows[0]["macs"] == 1000 * (784 * 128 + 128 * 10)
+    assert len(rows) == 1 and rows[0]["macs"] == 360 * (64 * 128 + 128 * 10)
     assert (tmp_path / "run" / "layers_mlp_inference_w8a16_per_channel_systolic+os.png").stat(
     ).st_size > 1000
 
@@ -107,7 +107,7 @@ class _FakeReport:
 
 @pytest.mark.parametrize("model,phase,func,shape", [
     ("gpt2", "prefill", "prefill", (1, 6)), ("gpt2", "decode", "decode", (1, 1)),
-    ("mlp", "prefill", "main", (1000, 784)),
+    ("mlp", "prefill", "main", (360, 64)),
 ])
 def test_profile_wiring(model, phase, func, shape, monkeypatch, tmp_path, capsys):
     """The profile command hands the profiling VM the function and arguments of the phase."""

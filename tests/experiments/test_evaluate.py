@@ -14,6 +14,7 @@ from tenet_byoc.experiments.cli import main
 from tenet_byoc.experiments.evaluate import (
     evaluate,
     prepare_eval,
+    run_eval,
     token_nll,
     window_bounds,
 )
@@ -176,8 +177,6 @@ def _tvm_perplexity(folder, scheme: str, ids: np.ndarray, window: int) -> float:
 def test_quantized_perplexity_equals_tvm_own_build(checkpoints, kind, scheme):
     folder, text, _ = checkpoints(kind)
     job = prepare_eval(folder, text, [scheme], window=WINDOW)
-    from tenet_byoc.experiments.evaluate import run_eval
-
     float_row, row = run_eval(job, progress=False).rows
     assert (float_row.scheme, row.scheme) == ("none", scheme)
     want = _tvm_perplexity(folder, scheme, job.ids, WINDOW)

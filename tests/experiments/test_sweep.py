@@ -19,13 +19,14 @@ from tenet_byoc.experiments.plots import (
 )
 from tenet_byoc.experiments.sweep import sweep
 from tenet_byoc.models.gpt2 import GPT2Config, gpt2_matmul_macs, gpt2_matmuls
-from tenet_byoc.models.mlp import HIDDEN, INPUT, OUTPUT
+from tenet_byoc.models.mlp import HIDDEN, OUTPUT
 from tenet_byoc.quantization import SCHEMES
 
 TINY = GPT2Config.preset("tiny")
 P, L = 8, 12  # different, so the decode step's cache comes from an extra uncharged prefill
 SCHEMES_SWEPT = ["none", "w8a8_per_channel_per_token", "w4a16_group128"]
 HARDWARE = ["os16", "ws16"]
+DIGITS_IN, DIGITS_TEST = 64, 360  # scikit-learn's 8 x 8 digits, 360 held out
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def test_rows_cover_every_run_and_phase(result):
     expected += [("mlp", s, h, "inference") for s in SCHEMES_SWEPT for h in HARDWARE]
     assert keys == expected
     for r in result.rows:
-        assert r.tokens == {"prefill": P, "decode": L, "inference": 1000}[r.phase]
+        assert r.tokens == {"prefill": P, "decode": L, "inference": DIGITS_TEST}[r.phase]
         if r.model == "gpt2":
             assert r.calls == 6 * TINY.n_layer + 1  # every matmul offloaded, once per phase
         assert r.build_s > 0 and r.wall_s > 0
@@ -72,10 +73,10 @@ def test_gpt2_macs_equal_the_analytical_count(result):
 
 def test_mlp_macs_equal_the_analytical_count(result):
     for r in (r for r in result.rows if r.model == "mlp"):
-        k0, k1 = padded(INPUT, r.scheme), padded(HIDDEN, r.scheme)
+        k0, k1 = padded(DIGITS_IN, r.scheme), padded(HIDDEN, r.scheme)
         assert r.macs == r.tokens * (HIDDEN * k0 + OUTPUT * k1), r
         if r.scheme != "w4a16_group128":
-            assert r.macs == 1000 * (INPUT * HIDDEN + HIDDEN * OUTPUT)
+            assert r.macs == DIGITS_TEST * (DIGITS_IN * HIDDEN + HIDDEN * OUTPUT)
 
 
 def test_layers_are_named_and_tagged_with_their_phase(result):
@@ -103,7 +104,7 @@ def test_layers_are_named_and_tagged_with_their_phase(result):
 def test_float_weight_bytes_are_the_hand_count(result):
     d, inner, v = TINY.n_embd, TINY.inner_dim, TINY.vocab_size
     gpt2 = 4 * (TINY.n_layer * (3 * d * d + d * d + inner * d + d * inner) + v * d)
-    mlp = 4 * (INPUT * HIDDEN + HIDDEN * OUTPUT)
+    mlp = 4 * (DIGITS_IN * HIDDEN + HIDDEN * OUTPUT)
     for r in result.rows:
         if r.scheme == "none":
             assert r.weight_bytes == (gpt2 if r.model == "gpt2" else mlp), r
@@ -117,7 +118,24 @@ def test_float_scheme_error_is_zero_and_quantized_is_small(result):
             assert r.max_abs_error < 1e-6 and r.top1_agreement == 1.0, r
         else:
             assert 0 < r.rel_error < 0.5, r
-        assert r.accuracy is None  # synthetic MLP data: no accuracy claimed
+        assert (r.accuracy is None) == (r.model == "gpt2")  # the MLP's digits have labels
+
+
+def test_digits_accuracy_per_scheme(result):
+    """The offloaded float32 run predicts what the numpy forward of the same weights does;
+    the int8 scheme stays within 2 points of it."""
+    from tenet_byoc.models.mlp import mlp_numpy
+
+    case = mlp_case()
+    data = case.setup.data
+    numpy_pred = np.argmax(mlp_numpy(data.test_images, case.setup.params), axis=1)
+    want = float(np.mean(numpy_pred == data.test_labels))
+    rows = {(r.scheme, r.hardware): r for r in result.rows if r.model == "mlp"}
+    assert want == case.setup.test_accuracy > 0.93
+    for hw in HARDWARE:
+        assert rows["none", hw].accuracy == want
+        assert abs(rows["w8a8_per_channel_per_token", hw].accuracy - want) <= 0.02
+        assert rows["w4a16_group128", hw].accuracy > 0.9
 
 
 def test_accelerators_change_cost_not_work(result):
@@ -146,6 +164,7 @@ def test_csv_and_json(result, tmp_path):
         table = list(csv.DictReader(f))
     assert len(table) == len(result.rows)
     assert int(table[0]["macs"]) == result.rows[0].macs and table[0]["accuracy"] == ""
+    assert float(table[-1]["accuracy"]) == result.rows[-1].accuracy  # the MLP's
     doc = json.loads((tmp_path / "sweep.json").read_text())
     assert len(doc["rows"]) == len(result.rows) and doc["notes"] == result.notes
     assert doc["rows"][-1]["cycles"] == result.rows[-1].cycles
@@ -220,7 +239,7 @@ def test_mlp_accuracy_with_fashion_mnist_files(tmp_path):
         _write_idx(tmp_path / f"{split}-images-idx3-ubyte.gz", 0x803, images)
         _write_idx(tmp_path / f"{split}-labels-idx1-ubyte.gz", 0x801, labels)
     case = mlp_case(tmp_path, epochs=3)
-    assert not case.setup.synthetic
+    assert case.setup.data.name == "FashionMNIST" and case.setup.data.inputs == 784
     res = sweep([case], ["none", "w8a8_per_tensor"], ["os16"], progress=False)
     float_row, int8_row = res.rows
     assert float_row.tokens == 100 and float_row.accuracy == pytest.approx(
