@@ -305,7 +305,7 @@ class EvalResult:
         from .results import markdown_table
 
         return markdown_table(
-            ["scheme", "perplexity", "Δ vs float32", "top-1 vs float32", "tokens",
+            ["scheme", "perplexity", "Δ vs float32", "top-1 vs float32", "predicted tokens",
              "est. latency (ms)", "est. energy (mJ)", "CPU (s)"],
             [[r.scheme, f"{r.perplexity:.4f}", f"{r.delta_vs_float32:+.4f}",
               f"{100 * r.top1_agreement:.2f}%", r.predictions, f"{r.latency_us / 1e3:,.3f}",
