@@ -229,6 +229,9 @@ def test_bad_input_is_named(tmp_path, checkpoint):
     (bad / "tokenizer.json").unlink()
     with pytest.raises(FileNotFoundError, match="tokenizer.json' not found"):
         prepare_eval(bad, text, ["none"])
+    (bad / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(ValueError, match="config.json': model_type='bert' is not supported"):
+        prepare_eval(bad, text, ["none"])
     with pytest.raises(FileNotFoundError, match="checkpoint folder .* does not exist"):
         prepare_eval(tmp_path / "nothing", text, ["none"])
 

@@ -240,7 +240,8 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
         accelerator.
     """
     from ..hardware import resolve
-    from ..models.configs import resolve_config
+    from ..models.checkpoint import read_config
+    from ..models.configs import config_from_dict
     from ..quantization import get_scheme
 
     folder = os.fspath(checkpoint)
@@ -254,7 +255,11 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
     acc = resolve(accelerator)
     _checked_count("window", window)
     _checked_count("max_tokens", max_tokens)
-    config = resolve_config(folder)
+    values = read_config(folder)  # names config.json when it is missing or not JSON
+    try:
+        config = config_from_dict(values, name=os.path.basename(os.path.normpath(folder)))
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{os.path.join(folder, 'config.json')!r}: {err}") from None
     context = _context(config)
     if window is not None and window > context:
         raise ValueError(f"window={window} is longer than the model's context ({context} "
