@@ -61,7 +61,6 @@ def test_mlp_ledger_records_the_searched_mapping(objective):
     _assert_ledger_is_the_search(book, acc)
 
 
-@pytest.mark.slow
 def test_tiny_gpt2_decode_ledger_records_the_searched_mapping():
     acc = preset("os16", mapping="auto")
     config = GPT2Config.preset("tiny")
