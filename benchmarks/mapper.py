@@ -263,7 +263,28 @@ def part_limits(worst_decode: dict) -> list[str]:
 
 
 NOTES = """Notes
-- TODO
+- "our search ms" is a fresh search of the call by the accelerator's own MappingSearch (the
+  object the runtime's cost cache and `charge_gemm` hold), one thread (the automatic choice:
+  after pruning a call is milliseconds of work). Its space is os, ws and is on the 16 x 16
+  array, each also with its streamed dimension cut into 16 and 64 (1 and 4 array edges),
+  which none of these calls chose and which make the search about 4x longer than with the
+  three untiled presets alone. In a model a distinct call is searched once: the "cached"
+  column charges every call again, all lookups.
+- ZigZag's cycles are its own latency model (`latency_total2`) on the YAML of
+  tests/cost_model/zigzag_ref.py (the same array, 1 MiB buffer and DRAM; its buffer does not
+  double-buffer): it serialises transfers and compute, hence about 2x ours; compare its
+  search time, and its DRAM traffic (benchmarks/results/memory_zigzag.md), not its latency.
+- Quantized decode on os16 is held by the array edge bandwidth: a decode GEMV uses every
+  weight once, and weights enter the 16 x 16 array through one edge, 16 per cycle, whatever
+  the dataflow (os and is: the M = 1 row or column of 16 PEs; ws: 16 cycles to load each
+  256-weight fold), while DRAM delivers 32 int8 (w8a8: ~2x the roofline) or 64 int4
+  (w4a16: ~4x) weights per cycle; w4a16 also dequantizes every weight (N x K ops) on those
+  16 active PEs, which about doubles it again. The last table shows it: ws alone is worse
+  (each fold of 256 MACs also pays R + C - 2 = 30 cycles of fill and drain), a 16x larger
+  buffer changes nothing (the searched tiles use a few KB), and double-buffered stationary
+  registers barely help on 16 x 16 (ws's fold stays held by fill and drain). On tpu_v1 a
+  256 x 256 ws fold does 65,536 MACs per ~511 cycles with its next weights loading behind it
+  (double-buffered), far above DRAM's 48 int8 weights per cycle, so decode is DRAM-bound.
 """
 
 

@@ -402,8 +402,9 @@ def _cmd_run(args) -> int:
         if args.mapping == "auto":
             print(f"\n{calls[0].model} {phase}: mappings chosen by the search "
                   f"({hardware[0].objective or 'latency'})")
-            print(markdown_table(["layer", "M", "N", "K", "mapping", "cycles", "/ roofline"], [
-                [c.layer, c.m, c.n, c.k, c.mapping.replace("|", "/"), c.cycles,
+            print(markdown_table(["layer", "batch", "M", "N", "K", "mapping", "cycles",
+                                  "/ roofline"], [
+                [c.layer, c.batch, c.m, c.n, c.k, c.mapping.replace("|", "/"), c.cycles,
                  f"{c.cycles / max(c.roofline_cycles, 1):.3f}"]
                 for c in calls
             ]))
