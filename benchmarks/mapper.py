@@ -109,8 +109,9 @@ def part_zigzag(repeats: int, run_zigzag: bool) -> tuple[list[str], dict]:
             best = fresh_best(acc, M, N, K, **ZIGZAG_BITS)
             assert (best.mapping, best.metrics.cycles) == (c.memory.mapping, c.memory.cycles)
             ours_os = os_only(acc, M, N, K, **ZIGZAG_BITS)
-            t_ours = median_seconds(lambda: fresh_best(acc, M, N, K, **ZIGZAG_BITS), repeats)
-            t_os = median_seconds(lambda: os_only(acc, M, N, K, **ZIGZAG_BITS), repeats)
+            shape = (M, N, K)
+            t_ours = median_seconds(lambda s=shape: fresh_best(acc, *s, **ZIGZAG_BITS), repeats)
+            t_os = median_seconds(lambda s=shape: os_only(acc, *s, **ZIGZAG_BITS), repeats)
             totals["ours"] += t_ours
             totals["ours_os"] += t_os
             z_s, z_cyc = "-", "-"
@@ -298,8 +299,8 @@ def main() -> None:
             f"{os.getloadavg()[0]:.2f} (shared machine); search threads: automatic (1 here); "
             f"repeats: {args.repeats} (medians)"), ""]
     print("\n".join(head), flush=True)
-    out = head + ["## Per GEMM: preset(\"os16\", mapping=\"auto\") vs ZigZag 3.9 LOMA "
-                  "(8/8/32 bits)", ""]
+    out = head + [('## Per GEMM: preset("os16", mapping="auto") vs ZigZag 3.9 LOMA '
+                   "(8/8/32 bits)"), ""]
     zz, totals = part_zigzag(args.repeats, not args.no_zigzag)
     out += zz
     summary = (f"Sum over the 14 GEMMs: our search {totals['ours']:.3f} s (os/ws/is with stream "
