@@ -53,12 +53,31 @@ def test_mlp_ledger_records_the_searched_mapping(objective):
     vm = relax.VirtualMachine(ex, tvm.cpu())
     x = tvm.runtime.tensor(np.zeros((5, 784), "float32"))
     vm["main"](x)
+    assert tenet_byoc.ledger(vm).mapping_searches == 2  # 784 -> 128 and 128 -> 10, batch 5
     vm["main"](x)  # the second run's calls are the cost cache's lookups: the same charges
     book = tenet_byoc.ledger(vm)
+    assert book.mapping_searches == 2
     assert len(book) == 4
     first, second = book.entries[:2], book.entries[2:]
     assert [e.mapping for e in first] == [e.mapping for e in second]
     _assert_ledger_is_the_search(book, acc)
+    vm["main"](tvm.runtime.tensor(np.zeros((2, 784), "float32")))  # new shapes: searched
+    assert tenet_byoc.ledger(vm).mapping_searches == 4
+
+
+def test_fixed_mapping_searches_nothing():
+    _, ex = mlp_executable(preset("os16"))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    vm["main"](tvm.runtime.tensor(np.zeros((3, 784), "float32")))
+    book = tenet_byoc.ledger(vm)
+    assert len(book) == 2 and book.mapping_searches == 0
+    assert book.entries[0].mapping == _default_mapping(preset("os16"), book.entries[0])
+
+
+def _default_mapping(acc, e) -> str:
+    tiles = cm.default_tile_mapping(e.m, e.n, e.k, acc.memory, 16, 16, batch=e.batch)
+    return cm.analyze_memory(e.m, e.n, e.k, acc.hardware, acc.dataflow, acc.memory, tiles,
+                             batch=e.batch).mapping
 
 
 def test_tiny_gpt2_decode_ledger_records_the_searched_mapping():
