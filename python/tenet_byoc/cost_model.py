@@ -13,6 +13,7 @@ Every bad input raises ``ValueError`` with a message naming what is wrong.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -82,6 +83,7 @@ __all__ = [
     "TensorAccess",
     "TensorMetrics",
     "TileMapping",
+    "accelerator_mapping_search",
     "accelerator_parts",
     "analyze",
     "analyze_gemm",
@@ -132,6 +134,7 @@ def charge_gemm(
     memory: MemoryHierarchy | None = None,
     precision: PrecisionTable | None = None,
     mapping: TileMapping | str | None = None,
+    objective: str | None = None,
 ) -> Charge:
     """What the runtime's ledger charges a call ``C[M,N] = A[M,K] @ B[K,N]`` (``batch`` times).
 
@@ -157,8 +160,13 @@ def charge_gemm(
         The accelerator's memory hierarchy (None: ``memory_from_tenet(hardware)``), MAC
         units by operand widths (None: ``PrecisionTable.horowitz_45nm()``; rates are always
         the hardware's ``macs_per_pe_per_cycle``) and buffer mapping (None or
-        ``"default"``: ``default_tile_mapping`` per call; a :class:`TileMapping`: that one),
-        as :class:`tenet_byoc.Accelerator` holds them.
+        ``"default"``: ``default_tile_mapping`` per call; ``"auto"``: the mapping search's
+        best dataflow and tiles for the call; a :class:`TileMapping`: that one), as
+        :class:`tenet_byoc.Accelerator` holds them.
+    objective : {"latency", "energy", "edp"} or None
+        What ``mapping="auto"`` minimises (None: latency); only with ``"auto"``. The search
+        is held per accelerator (:func:`accelerator_mapping_search`), so a repeated call is
+        a lookup, as in the runtime.
     recipe : QuantScheme, dict or None
         The call's quantization recipe (:meth:`tenet_byoc.quantization.QuantScheme.recipe`,
         or the scheme itself): its side data and extra ops are then derived from it, as the
@@ -167,13 +175,43 @@ def charge_gemm(
     """
     if recipe is not None and hasattr(recipe, "recipe"):
         recipe = recipe.recipe()
+    search = None
+    if isinstance(mapping, str) and mapping == "auto":
+        search = accelerator_mapping_search(hardware, dataflow, memory, precision, mapping,
+                                            objective)
     return _core.charge_gemm(
         M, N, K, hardware, dataflow, batch,
         bits if bits_a is None else bits_a,
         bits if bits_b is None else bits_b,
         bits if bits_c is None else bits_c,
         extra_read_bits, extra_ops, scheme, method, recipe, memory, precision, mapping,
+        objective, search,
     )
+
+
+def accelerator_mapping_search(
+    hardware: Hardware,
+    dataflow: Dataflow,
+    memory: MemoryHierarchy | None = None,
+    precision: PrecisionTable | None = None,
+    mapping: TileMapping | str | None = "auto",
+    objective: str | None = None,
+) -> Any:
+    """The one mapping search of the accelerator these parts make (``mapping="auto"``).
+
+    Held here per accelerator, as the runtime's cost cache holds its own: every distinct call
+    is searched once (``.searches`` counts them, ``.best(M, N, K, ...)`` gives a call's
+    choice) and later charges are lookups. None when ``mapping`` is not ``"auto"``. The
+    search is thread-safe.
+    """
+    # Keyed by the accelerator's one serialized form; its name plays no part in a search.
+    return _search_of(serialize_accelerator("analysis", hardware, dataflow, memory, precision,
+                                            mapping, objective))
+
+
+@functools.lru_cache(maxsize=64)
+def _search_of(accelerator_json: str) -> Any:
+    return _core._accelerator_mapping_search(accelerator_json)
 
 
 def analyze_gemm(

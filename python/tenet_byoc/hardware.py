@@ -10,10 +10,17 @@ and travels inside the runtime module in the cost model's one JSON form
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from . import cost_model as cm
+from .mapping import OBJECTIVES
+
+#: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
+#: None keeps the accelerator's own, "auto" searches each distinct call, "fixed" is the
+#: preset's own default mapping (no search).
+MAPPING_CHOICES = (None, "auto", "fixed")
 
 
 @dataclass(frozen=True)
@@ -38,9 +45,15 @@ class Accelerator:
         The PEs' MAC units: operand widths they take (others are refused) and pJ per MAC.
         None: ``PrecisionTable.horowitz_45nm()``. Their MACs per cycle are always the
         hardware's ``macs_per_pe_per_cycle`` (the one rate setting).
-    mapping : cost_model.TileMapping or "default", optional
+    mapping : cost_model.TileMapping, "default" or "auto", optional
         How every call is cut into buffer tiles: "default" (None) is
-        ``cost_model.default_tile_mapping`` of each call; a TileMapping is used for all.
+        ``cost_model.default_tile_mapping`` of each call with ``dataflow``; a TileMapping is
+        used for all; "auto" searches each distinct call once (cached per accelerator) for
+        the dataflow, buffer tiles and tile-loop order minimising ``objective``: os, ws and
+        is on the array (each also with its streamed dimension tiled) when ``dataflow`` is
+        a preset, ``dataflow`` alone when it is the user's own relations (TENET files).
+    objective : {"latency", "energy", "edp"}, optional
+        What ``mapping="auto"`` minimises; None there means "latency". Only with "auto".
 
     Raises
     ------
@@ -57,6 +70,7 @@ class Accelerator:
     memory: cm.MemoryHierarchy | None = None
     precision: cm.PrecisionTable | None = None
     mapping: cm.TileMapping | str | None = None
+    objective: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -71,21 +85,30 @@ class Accelerator:
             )
         cm.validate_accelerator(self.name, self.hardware, self.dataflow, *self._parts())
         # The defaults filled in, so the value shows what is charged (and to_json writes it).
-        memory, precision, mapping = cm.accelerator_parts(
+        memory, precision, mapping, objective = cm.accelerator_parts(
             self.name, self.hardware, self.dataflow, *self._parts()
         )
         object.__setattr__(self, "memory", memory)
         object.__setattr__(self, "precision", precision)
         object.__setattr__(self, "mapping", mapping)
+        object.__setattr__(self, "objective", objective)
 
     def _parts(self) -> tuple:
-        return (self.memory, self.precision, self.mapping)
+        return (self.memory, self.precision, self.mapping, self.objective)
 
     @property
     def charge_parts(self) -> dict:
         """The keyword arguments that make ``cost_model.charge_gemm`` charge as this
         accelerator does (with ``self.hardware`` and ``self.dataflow``)."""
-        return {"memory": self.memory, "precision": self.precision, "mapping": self.mapping}
+        return {"memory": self.memory, "precision": self.precision, "mapping": self.mapping,
+                "objective": self.objective}
+
+    @property
+    def mapping_search(self) -> Any:
+        """The accelerator's one mapping search (``mapping="auto"``; else None): what
+        ``cost_model.charge_gemm`` charges through, each distinct call searched once
+        (``.searches`` counts them; ``.best(M, N, K, ...)`` is a call's choice)."""
+        return cm.accelerator_mapping_search(self.hardware, self.dataflow, *self._parts())
 
     @property
     def fast_path(self) -> bool:
@@ -124,11 +147,12 @@ class Accelerator:
         memory: cm.MemoryHierarchy | None = None,
         precision: cm.PrecisionTable | None = None,
         mapping: cm.TileMapping | str | None = None,
+        objective: str | None = None,
         **tiling: int,
     ) -> Accelerator:
         """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is").
 
-        ``memory``, ``precision`` and ``mapping`` as in :class:`Accelerator` (None: from
+        ``memory``, ``precision``, ``mapping`` and ``objective`` as in :class:`Accelerator` (None: from
         ``l1_bytes``, ``l2_bytes`` and ``bandwidth_bits`` as TENET reads them, Horowitz's
         45 nm MAC units, the default mapping)."""
         name = name or f"{dataflow}{rows}x{cols}"
@@ -139,17 +163,19 @@ class Accelerator:
             macs_per_pe_per_cycle=dict(rate) if isinstance(rate, Mapping) else rate, name=name,
         )
         df = cm.Dataflow.preset(dataflow, rows, cols, **tiling)
-        return cls(name, hw, df, memory, precision, mapping)
+        return cls(name, hw, df, memory, precision, mapping, objective)
 
     @classmethod
     def from_tenet_files(
         cls, p_file: str | Path, m_file: str | Path, *, name: str | None = None,
-        clock_ghz: float = 1.0,
+        clock_ghz: float = 1.0, mapping: cm.TileMapping | str | None = None,
+        objective: str | None = None,
     ) -> Accelerator:
         """A TENET ``.p`` (PE array) and ``.m`` (mapping) file pair, used unchanged.
 
         The accelerator and its hardware are both called ``name`` (default ``"<p>+<m>"``,
-        the two files' stems).
+        the two files' stems). The ``.m`` file's dataflow is never replaced: with
+        ``mapping="auto"`` only its buffer tiles and tile-loop order are searched.
         """
         texts = []
         for path, what in ((p_file, ".p file (PE array)"), (m_file, ".m file (mapping)")):
@@ -172,7 +198,7 @@ class Accelerator:
             macs_per_pe_per_cycle=hw.macs_per_pe_per_cycle, name=name,
         )
         df = cm.parse_tenet_mapping(texts[1], Path(m_file).stem)
-        return cls(name, hw, df)
+        return cls(name, hw, df, mapping=mapping, objective=objective)
 
 
 def _fast_path(hardware: cm.Hardware, dataflow: cm.Dataflow) -> bool:
@@ -311,26 +337,89 @@ PRESETS: dict[str, Callable[[], Accelerator]] = {
 DEFAULT_PRESET = "os16"
 
 
-def preset(name: str) -> Accelerator:
-    """The shipped accelerator called ``name``; see :data:`PRESETS`."""
+def _check_choice(mapping: Any, objective: Any) -> None:
+    if mapping not in MAPPING_CHOICES:
+        raise ValueError(f"mapping must be one of None, 'auto' or 'fixed', got {mapping!r}")
+    if objective is not None and objective not in OBJECTIVES:
+        raise ValueError(
+            f"objective must be one of {', '.join(OBJECTIVES)} (or None), got {objective!r}"
+        )
+
+
+def with_mapping(
+    accelerator: Accelerator, mapping: str | None = None, objective: str | None = None
+) -> Accelerator:
+    """``accelerator`` with its mapping chosen as ``preset`` and ``resolve`` choose it.
+
+    ``mapping`` None keeps the accelerator's own; "fixed" drops a search ("auto" becomes the
+    default mapping); "auto" searches each distinct call minimising ``objective`` (None:
+    the accelerator's own objective, else "latency"). A user-given TileMapping is never
+    replaced (and a TENET-file dataflow never is: "auto" searches only its tiles).
+
+    Raises
+    ------
+    ValueError
+        ``mapping`` not in None / "auto" / "fixed", ``objective`` not in
+        latency / energy / edp, or an objective without a search to apply it to.
+    """
+    _check_choice(mapping, objective)
+    if isinstance(accelerator.mapping, cm.TileMapping):
+        return accelerator  # the user's own tiles win
+    searched = mapping == "auto" or (mapping is None and accelerator.mapping == "auto")
+    if objective is not None and not searched:
+        raise ValueError(
+            f"objective={objective!r} applies only with mapping='auto' (accelerator "
+            f"{accelerator.name!r} has mapping {accelerator.mapping!r}, mapping={mapping!r})"
+        )
+    if mapping == "fixed":
+        return replace(accelerator, mapping="default", objective=None)
+    if searched:
+        objective = objective or accelerator.objective or "latency"
+        if (accelerator.mapping, accelerator.objective) == ("auto", objective):
+            return accelerator
+        return replace(accelerator, mapping="auto", objective=objective)
+    return accelerator
+
+
+def preset(name: str, mapping: str | None = None, objective: str | None = None) -> Accelerator:
+    """The shipped accelerator called ``name`` (see :data:`PRESETS`), its mapping chosen by
+    ``mapping`` (None or "fixed": the preset's own; "auto": searched per call minimising
+    ``objective``, default "latency"): see :func:`with_mapping`."""
+    _check_choice(mapping, objective)
     if name not in PRESETS:
         raise ValueError(
             f"unknown accelerator preset {name!r}; available: {', '.join(sorted(PRESETS))}"
         )
-    return PRESETS[name]()
+    return with_mapping(PRESETS[name](), mapping, objective)
 
 
-def resolve(accelerator: str | Accelerator | None) -> Accelerator:
-    """An :class:`Accelerator` from a preset name, an Accelerator, or None (the default)."""
+def resolve(
+    accelerator: str | Accelerator | None,
+    mapping: str | None = None,
+    objective: str | None = None,
+) -> Accelerator:
+    """An :class:`Accelerator` from a preset name, an Accelerator, or None (the default),
+    with its mapping chosen by ``mapping`` in None / "auto" / "fixed" and ``objective``
+    (see :func:`with_mapping`)."""
+    _check_choice(mapping, objective)
     if accelerator is None:
-        return preset(DEFAULT_PRESET)
+        return preset(DEFAULT_PRESET, mapping, objective)
     if isinstance(accelerator, str):
-        return preset(accelerator)
+        return preset(accelerator, mapping, objective)
     if isinstance(accelerator, Accelerator):
-        return accelerator
+        return with_mapping(accelerator, mapping, objective)
     raise TypeError(
         f"accelerator must be a preset name or a tenet_byoc.Accelerator, got {type(accelerator)}"
     )
 
 
-__all__ = ["DEFAULT_PRESET", "PRESETS", "Accelerator", "check_gemm_size", "preset", "resolve"]
+__all__ = [
+    "DEFAULT_PRESET",
+    "MAPPING_CHOICES",
+    "PRESETS",
+    "Accelerator",
+    "check_gemm_size",
+    "preset",
+    "resolve",
+    "with_mapping",
+]

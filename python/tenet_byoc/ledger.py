@@ -213,6 +213,13 @@ class Ledger:
         """Totals over all entries."""
         return totals(self.entries)
 
+    @property
+    def mapping_searches(self) -> int:
+        """Distinct calls the runtime's mapping search has searched so far (now, not at the
+        snapshot): accelerators with ``mapping="auto"`` search each distinct call once and
+        charge its repeats from the cache; 0 for other mappings."""
+        return sum(int(m["__tenet_mapping_searches"]()) for m in self._modules)
+
     def group_by(self, key: str) -> dict[str, Totals]:
         """Totals per value of ``key``: symbol, pattern, name, phase or scheme."""
         if key not in ("symbol", "pattern", "name", "phase", "scheme"):

@@ -11,17 +11,21 @@
 
 #include "cost_model/cost_model.h"
 #include "cost_model/energy.h"
+#include "cost_model/mapping.h"
 #include "cost_model/memory.h"
 
 namespace tenet {
 
-// How a call's buffer tiles are chosen: one field of the accelerator, so that a mapping
-// search (issue 13: kind "auto") plugs in as one more kind.
+// How a call's dataflow and buffer tiles are chosen: one field of the accelerator.
 struct MappingPolicy {
-  // "default": DefaultTileMapping of each call (no search); "given": `tiles` for every call.
+  // "default": the accelerator's dataflow with DefaultTileMapping of each call (no search);
+  // "given": its dataflow with `tiles` for every call; "auto": a mapping search per distinct
+  // call over AutoMappingSpace(accelerator) minimising `objective` (charge.h). A dataflow of
+  // the user's own relations (TENET files) stays the one dataflow under "auto".
   std::string kind = "default";
   TileMapping tiles;  // used when kind == "given"
-  // "default" or tiles.Describe(): what the choice is, for messages and reports.
+  MappingObjective objective = MappingObjective::kLatency;  // used when kind == "auto"
+  // "default", "auto (<objective>)" or tiles.Describe(): what the choice is, for messages.
   std::string Describe() const;
 };
 void Validate(const MappingPolicy& choice);
@@ -60,7 +64,8 @@ MemoryHierarchy MemoryFromTenet(const Hardware& hw);
 //    "dataflow": {"name", "space", "time", "preset", "rows", "cols", "tiling": {str: int}},
 //    "memory": {every MemoryHierarchy field by name},
 //    "precision": [{"bits_a", "bits_b", "pj_per_mac"}, ...]   (rates: the hardware's),
-//    "mapping": {"kind": "default"} | {"kind": "given", every TileMapping field by name}}
+//    "mapping": {"kind": "default"} | {"kind": "given", every TileMapping field by name}
+//               | {"kind": "auto", "objective": "latency" | "energy" | "edp"}}
 // ParseAccelerator(SerializeAccelerator(a)) == a; it validates (Validate(Accelerator)) and
 // names the key of any bad or missing field.
 std::string SerializeAccelerator(const Accelerator& acc);

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <stdexcept>
+#include <utility>
 
 namespace tenet {
 
@@ -102,7 +103,8 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
   return call;
 }
 
-Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator, AnalysisMethod method) {
+Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator, AnalysisMethod method,
+                  MappingSearch* search) {
   Charge charge;
   charge.call = call;
   const GemmWorkload& w = call.workload;
@@ -110,9 +112,19 @@ Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator, Analysis
   const MemoryHierarchy& mem = accelerator.memory;
   // First, so an unsupported width is refused before any counting.
   const MacSpec& mac = accelerator.precision.Lookup(w.bits_a, w.bits_b);
+  if (accelerator.mapping.kind == "auto") {
+    const MappingChoice choice =
+        search != nullptr ? search->Best(w)
+                          : SearchMapping(w, hw, AutoMappingSpace(accelerator), mem,
+                                          accelerator.precision,
+                                          {accelerator.mapping.objective, 0});
+    charge.array = AnalyzeGemm(w, hw, choice.dataflow, method);
+    charge.memory = choice.metrics;
+    charge.energy = choice.energy;
+    return charge;
+  }
   charge.array = AnalyzeGemm(w, hw, accelerator.dataflow, method);
-  // One cached array model per call: a mapping search trying many tilings of this call
-  // reuses every tile shape's exact cost.
+  // One cached array model per call: every tile shape of the call is costed once.
   const ArrayModel array = CachedArrayModel(ExactArrayModel(w, hw, accelerator.dataflow, mem));
   charge.memory = AnalyzeMemory(w, array, mem, ChooseMapping(w, accelerator));
   charge.energy = CallEnergy(w, charge.memory, mem, mac);
@@ -123,13 +135,44 @@ TileMapping ChooseMapping(const GemmWorkload& w, const Accelerator& accelerator)
   const MappingPolicy& choice = accelerator.mapping;
   if (choice.kind == "given") return choice.tiles;
   if (choice.kind != "default")
-    throw std::invalid_argument("Accelerator.mapping.kind '" + choice.kind + "' is not known");
+    throw std::invalid_argument("ChooseMapping: Accelerator.mapping.kind '" + choice.kind +
+                                "' has no fixed tiles (kind 'auto' is a MappingSearch's choice)");
   // A relation dataflow has no rows x cols: its PEs count as one row (the default mapping
   // only uses the edges to size tiles in whole array widths).
   const Dataflow& df = accelerator.dataflow;
   const int64_t rows = df.rows > 0 ? df.rows : 1;
   const int64_t cols = df.cols > 0 ? df.cols : accelerator.hardware.NumPEs();
   return DefaultTileMapping(w, accelerator.memory, rows, cols);
+}
+
+MappingSpace AutoMappingSpace(const Accelerator& accelerator) {
+  MappingSpace space = MappingSpace::ForDataflow(accelerator.dataflow);
+  const int64_t edge = SpaceGranule(space);
+  // Stream tilings are a preset's only (SearchedDataflows skips relations and tiled presets).
+  for (int64_t edges : kAutoStreamTiles) space.stream_tiles.push_back(edges * edge);
+  return space;
+}
+
+std::shared_ptr<MappingSearch> MakeMappingSearch(const Accelerator& accelerator) {
+  if (accelerator.mapping.kind != "auto") return nullptr;
+  return std::make_shared<MappingSearch>(accelerator.hardware, AutoMappingSpace(accelerator),
+                                         accelerator.memory, accelerator.precision,
+                                         MappingSearchOptions{accelerator.mapping.objective, 0});
+}
+
+ChargeCache::ChargeCache(Accelerator accelerator)
+    : accelerator_(std::move(accelerator)), search_(MakeMappingSearch(accelerator_)) {}
+
+std::shared_ptr<const Charge> ChargeCache::Get(const GemmCall& call) {
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    auto it = cache_.find(call);
+    if (it != cache_.end()) return it->second;
+  }
+  auto charge = std::make_shared<const Charge>(ChargeGemm(call, accelerator_,
+                                                          AnalysisMethod::kAuto, search_.get()));
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  return cache_.emplace(call, std::move(charge)).first->second;
 }
 
 bool operator==(const QuantRecipe& a, const QuantRecipe& b) {

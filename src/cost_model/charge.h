@@ -4,20 +4,26 @@
 // A call comes in as a plain description (GemmCall: shape, batch, operand widths, the
 // quantization recipe and what it adds: side data, extra ops) and goes out as a plain
 // Charge. The parts of a charge are
-// levels of the model, each its own struct filled by its own function: today the PE array
+// levels of the model, each its own struct filled by its own function: the PE array
 // (TENET's relations, with the bandwidth stall), the memory hierarchy (buffer and DRAM
-// traffic per tile, overlap, roofline) and energy; a mapping search is one more kind of
-// the accelerator's MappingPolicy, used in ChargeGemm, so every caller gets it at once.
+// traffic per tile, overlap, roofline) and energy. The accelerator's MappingPolicy says how
+// the call's dataflow and tiles are chosen; with kind "auto" a MappingSearch (mapping.h)
+// chooses them, so every caller (ledger, binding) gets the search at once.
 //
-// Pure C++17, thread-safe (no state), errors as std::invalid_argument naming the field.
+// Pure C++17. ChargeGemm is thread-safe; the MappingSearch it may be given is thread-safe
+// itself (its cache is behind a mutex). Errors as std::invalid_argument naming the field.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <shared_mutex>
 #include <string>
+#include <unordered_map>
 
 #include "cost_model/accelerator.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/energy.h"
+#include "cost_model/mapping.h"
 #include "cost_model/memory.h"
 
 namespace tenet {
@@ -109,16 +115,53 @@ struct Charge {
 
 // Operand widths the accelerator's PEs do not take, and tiles that do not fit, are refused
 // (std::invalid_argument naming them). `method` is the array level's (AnalyzeGemm).
+// With mapping kind "auto" the call's dataflow and tiles are `search`->Best(call) (`search`
+// must be MakeMappingSearch(accelerator): callers that charge many calls hold one per
+// accelerator, so each distinct call is searched once); without one the call is searched
+// afresh. The charge is then the search's choice: memory and energy as the search computed
+// them, the array level of the chosen dataflow.
 Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator,
-                  AnalysisMethod method = AnalysisMethod::kAuto);
+                  AnalysisMethod method = AnalysisMethod::kAuto, MappingSearch* search = nullptr);
 
-// The buffer tiles a call runs with on `accelerator` (its MappingPolicy applied to the call).
+// The buffer tiles a call runs with on `accelerator` under mapping "default" or "given" (a
+// search's tiles come with its dataflow: MappingSearch::Best).
 TileMapping ChooseMapping(const GemmWorkload& w, const Accelerator& accelerator);
+
+// What mapping "auto" searches on `accelerator`: MappingSpace::ForDataflow of its dataflow
+// (os, ws and is on its array for a preset; the user's relations alone otherwise), each
+// untiled preset also with its streamed dimension cut into kAutoStreamTiles chunks, tiles in
+// array-edge granules; double-buffered stationary loading wherever its memory has it.
+MappingSpace AutoMappingSpace(const Accelerator& accelerator);
+// Streamed-dimension tilings of the auto space, in array edges (x max(rows, cols)).
+constexpr int64_t kAutoStreamTiles[] = {1, 4};
+// The search an accelerator charges through: one per accelerator with mapping "auto"
+// (thread-safe, remembers every distinct call), null for the other kinds.
+std::shared_ptr<MappingSearch> MakeMappingSearch(const Accelerator& accelerator);
 
 // Equality and hashing of calls, for caches keyed by the call.
 bool operator==(const GemmCall& a, const GemmCall& b);
 struct GemmCallHash {
   size_t operator()(const GemmCall& call) const;
+};
+
+
+// ChargeGemm remembered per distinct call on one accelerator, with the accelerator's one
+// MappingSearch: what the runtime's ledger and the Python binding hold. Thread-safe:
+// readers share a lock; a miss is charged outside any lock (two threads may charge the same
+// new call; the first insert wins and both answers are equal).
+class ChargeCache {
+ public:
+  explicit ChargeCache(Accelerator accelerator);
+  std::shared_ptr<const Charge> Get(const GemmCall& call);
+  const Accelerator& accelerator() const { return accelerator_; }
+  // Distinct calls the mapping search has searched (0 unless mapping "auto").
+  int64_t searches() const { return search_ ? search_->searches() : 0; }
+
+ private:
+  Accelerator accelerator_;
+  std::shared_ptr<MappingSearch> search_;
+  std::shared_mutex mutex_;
+  std::unordered_map<GemmCall, std::shared_ptr<const Charge>, GemmCallHash> cache_;
 };
 
 }  // namespace tenet

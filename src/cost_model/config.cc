@@ -374,16 +374,18 @@ void SaveTextFile(const std::string& path, const std::string& text) {
 // ---------------------------------------------------------------- accelerator
 
 std::string MappingPolicy::Describe() const {
-  return kind == "given" ? tiles.Describe() : kind;
+  if (kind == "given") return tiles.Describe();
+  if (kind == "auto") return "auto (" + MappingObjectiveName(objective) + ")";
+  return kind;
 }
 
 void Validate(const MappingPolicy& choice) {
   if (choice.kind == "given") {
     Validate(choice.tiles);
-  } else if (choice.kind != "default") {
+  } else if (choice.kind != "default" && choice.kind != "auto") {
     throw std::invalid_argument("Accelerator.mapping.kind must be 'default' (DefaultTileMapping "
-                                "per call) or 'given' (one TileMapping), got '" + choice.kind +
-                                "'");
+                                "per call), 'given' (one TileMapping) or 'auto' (a mapping "
+                                "search per call), got '" + choice.kind + "'");
   }
 }
 
@@ -524,6 +526,8 @@ std::string SerializeAccelerator(const Accelerator& acc) {
        << ",\"accumulate_in_buffer\":" << (t.accumulate_in_buffer ? "true" : "false");
     for (const auto& [key, field] : kTileIntegers) os << ",\"" << key << "\":" << t.*field;
     for (const auto& [key, field] : kTileInts) os << ",\"" << key << "\":" << t.*field;
+  } else if (acc.mapping.kind == "auto") {
+    os << ",\"objective\":" << JsonQuote(MappingObjectiveName(acc.mapping.objective));
   }
   os << "}}";
   return os.str();
@@ -641,6 +645,14 @@ Accelerator ParseAccelerator(const std::string& json) {
       if (v < 0 || v > 3)
         throw std::invalid_argument(map_where + "." + key + " must be in 0..3, got " + Str(v));
       t.*field = static_cast<int>(v);
+    }
+  } else if (acc.mapping.kind == "auto") {
+    detail::ExpectKeys(mp, {"kind", "objective"}, map_where);
+    const std::string objective = StringMember(mp, "objective", map_where);
+    try {
+      acc.mapping.objective = ParseMappingObjective(objective);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(map_where + ".objective: " + e.what());
     }
   } else {
     detail::ExpectKeys(mp, {"kind"}, map_where);

@@ -2,6 +2,7 @@
 // re-exported with keyword conveniences by tenet_byoc/cost_model.py.
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -78,25 +79,44 @@ py::object FromMacRate(const MacRate& r) {
 // The accelerator of these parts. memory None: TENET's reading of the hardware's L1 / L2 /
 // bandwidth (MemoryFromTenet); precision None: Horowitz's 45 nm units; precision rates are
 // always the hardware's (WithMacRates: the one MAC-rate setting); mapping None or
-// "default": DefaultTileMapping per call, a TileMapping: that mapping for every call.
+// "default": DefaultTileMapping per call, "auto": a mapping search per call minimising
+// `objective` (None: latency; only with "auto"), a TileMapping: that mapping for every call.
 Accelerator MakeAccelerator(std::string name, Hardware hw, Dataflow df,
                             const py::object& memory = py::none(),
                             const py::object& precision = py::none(),
-                            const py::object& mapping = py::none()) {
+                            const py::object& mapping = py::none(),
+                            const py::object& objective = py::none()) {
   Accelerator a;
   a.name = std::move(name);
   a.memory = memory.is_none() ? MemoryFromTenet(hw) : memory.cast<MemoryHierarchy>();
   a.precision = Accelerator::WithMacRates(
       precision.is_none() ? PrecisionTable::Horowitz45nm() : precision.cast<PrecisionTable>(),
       hw.macs_per_pe_per_cycle);
+  const bool is_str = py::isinstance<py::str>(mapping);
+  const std::string kind = is_str ? mapping.cast<std::string>() : "";
   if (py::isinstance<TileMapping>(mapping)) {
     a.mapping.kind = "given";
     a.mapping.tiles = mapping.cast<TileMapping>();
-  } else if (!mapping.is_none() && !(py::isinstance<py::str>(mapping) &&
-                                     mapping.cast<std::string>() == "default")) {
+  } else if (is_str && kind == "auto") {
+    a.mapping.kind = "auto";
+  } else if (!mapping.is_none() && !(is_str && kind == "default")) {
     throw std::invalid_argument("Accelerator.mapping must be None or 'default' (DefaultTileMapping "
-                                "per call) or a TileMapping, got " +
-                                std::string(py::repr(mapping)));
+                                "per call), 'auto' (a mapping search per call) or a TileMapping, "
+                                "got " + std::string(py::repr(mapping)));
+  }
+  if (!objective.is_none()) {
+    if (a.mapping.kind != "auto")
+      throw std::invalid_argument("Accelerator.objective applies only with mapping='auto' (got "
+                                  "objective " + std::string(py::repr(objective)) +
+                                  " with mapping " + std::string(py::repr(mapping)) + ")");
+    if (!py::isinstance<py::str>(objective))
+      throw std::invalid_argument("Accelerator.objective must be 'latency', 'energy' or 'edp', got " +
+                                  std::string(py::repr(objective)));
+    try {
+      a.mapping.objective = ParseMappingObjective(objective.cast<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("Accelerator.objective: ") + e.what());
+    }
   }
   a.hardware = std::move(hw);
   a.dataflow = std::move(df);
@@ -106,6 +126,11 @@ Accelerator MakeAccelerator(std::string name, Hardware hw, Dataflow df,
 py::object MappingOf(const Accelerator& a) {
   if (a.mapping.kind == "given") return py::cast(a.mapping.tiles);
   return py::str(a.mapping.kind);
+}
+
+py::object ObjectiveOf(const Accelerator& a) {
+  if (a.mapping.kind != "auto") return py::none();
+  return py::str(MappingObjectiveName(a.mapping.objective));
 }
 
 // A struct's fields by name: the one table its read-only attributes and as_dict are made
@@ -346,7 +371,8 @@ PYBIND11_MODULE(_cost_model, m) {
       [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df, int64_t batch,
          int bits_a, int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
          const std::string& scheme, const std::string& method, py::object recipe,
-         const py::object& memory, const py::object& precision, const py::object& mapping) {
+         const py::object& memory, const py::object& precision, const py::object& mapping,
+         const py::object& objective, std::shared_ptr<MappingSearch> search) {
         // The same charging rule as the runtime's ledger.
         GemmCall call;
         if (recipe.is_none()) {
@@ -371,15 +397,17 @@ PYBIND11_MODULE(_cost_model, m) {
           r.accumulator_bits = d["accumulator_bits"].cast<int>();
           call = DescribeGemmCall(batch, m_, n, k, bits_a, bits_b, bits_c, r, scheme);
         }
-        const Accelerator acc = MakeAccelerator("analysis", hw, df, memory, precision, mapping);
+        const Accelerator acc =
+            MakeAccelerator("analysis", hw, df, memory, precision, mapping, objective);
         py::gil_scoped_release release;
-        return ChargeGemm(call, acc, ToMethod(method));
+        return ChargeGemm(call, acc, ToMethod(method), search.get());
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
       py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"),
       py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("scheme"), py::arg("method"),
       py::arg("recipe") = py::none(), py::arg("memory") = py::none(), py::arg("precision") = py::none(),
-      py::arg("mapping") = py::none());
+      py::arg("mapping") = py::none(), py::arg("objective") = py::none(),
+      py::arg("search") = nullptr);
   // The array level alone: the same AnalyzeGemm ChargeGemm fills Charge::array with.
   m.def(
       "_analyze_gemm",
@@ -415,42 +443,53 @@ PYBIND11_MODULE(_cost_model, m) {
   m.def(
       "validate_accelerator",
       [](std::string name, Hardware hw, Dataflow df, const py::object& memory,
-         const py::object& precision, const py::object& mapping) {
-        const Accelerator a =
-            MakeAccelerator(std::move(name), std::move(hw), std::move(df), memory, precision, mapping);
+         const py::object& precision, const py::object& mapping, const py::object& objective) {
+        const Accelerator a = MakeAccelerator(std::move(name), std::move(hw), std::move(df), memory,
+                                              precision, mapping, objective);
         py::gil_scoped_release release;
         Validate(a);
       },
       py::arg("name"), py::arg("hardware"), py::arg("dataflow"), py::arg("memory") = py::none(),
-      py::arg("precision") = py::none(), py::arg("mapping") = py::none());
+      py::arg("precision") = py::none(), py::arg("mapping") = py::none(),
+      py::arg("objective") = py::none());
   m.def("memory_from_tenet", &MemoryFromTenet, py::arg("hardware"),
         "The hierarchy TENET's .p line describes: L1 -> register_bytes, L2 -> buffer_bytes, "
         "bandwidth -> dram_bandwidth_bits.");
   m.def(
       "accelerator_parts",
       [](std::string name, Hardware hw, Dataflow df, const py::object& memory,
-         const py::object& precision, const py::object& mapping) {
-        const Accelerator a =
-            MakeAccelerator(std::move(name), std::move(hw), std::move(df), memory, precision, mapping);
-        return py::make_tuple(a.memory, a.precision, MappingOf(a));
+         const py::object& precision, const py::object& mapping, const py::object& objective) {
+        const Accelerator a = MakeAccelerator(std::move(name), std::move(hw), std::move(df), memory,
+                                              precision, mapping, objective);
+        return py::make_tuple(a.memory, a.precision, MappingOf(a), ObjectiveOf(a));
       },
       py::arg("name"), py::arg("hardware"), py::arg("dataflow"), py::arg("memory") = py::none(),
       py::arg("precision") = py::none(), py::arg("mapping") = py::none(),
-      "(memory, precision, mapping) with the defaults filled in, as the accelerator holds them.");
+      py::arg("objective") = py::none(),
+      "(memory, precision, mapping, objective) with the defaults filled in, as the accelerator "
+      "holds them (objective None unless mapping 'auto').");
   m.def(
       "serialize_accelerator",
       [](std::string name, Hardware hw, Dataflow df, const py::object& memory,
-         const py::object& precision, const py::object& mapping) {
-        return SerializeAccelerator(
-            MakeAccelerator(std::move(name), std::move(hw), std::move(df), memory, precision, mapping));
+         const py::object& precision, const py::object& mapping, const py::object& objective) {
+        return SerializeAccelerator(MakeAccelerator(std::move(name), std::move(hw), std::move(df),
+                                                    memory, precision, mapping, objective));
       },
       py::arg("name"), py::arg("hardware"), py::arg("dataflow"), py::arg("memory") = py::none(),
-      py::arg("precision") = py::none(), py::arg("mapping") = py::none());
+      py::arg("precision") = py::none(), py::arg("mapping") = py::none(),
+      py::arg("objective") = py::none());
+  m.def(
+      "_accelerator_mapping_search",
+      [](const std::string& json) { return MakeMappingSearch(ParseAccelerator(json)); },
+      py::arg("accelerator_json"),
+      "The MappingSearch an accelerator (its JSON form) with mapping 'auto' charges through; "
+      "None for other mappings.");
   m.def(
       "parse_accelerator",
       [](const std::string& text) {
         Accelerator a = ParseAccelerator(text);
-        return py::make_tuple(a.name, a.hardware, a.dataflow, a.memory, a.precision, MappingOf(a));
+        return py::make_tuple(a.name, a.hardware, a.dataflow, a.memory, a.precision, MappingOf(a),
+                              ObjectiveOf(a));
       },
       py::arg("text"));
 

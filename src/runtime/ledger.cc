@@ -1,4 +1,4 @@
-// The cost cache, the ledger of charged calls, the call a step makes, and the ledger's JSON.
+// The ledger of charged calls, the call a step makes, and the ledger's JSON.
 #include "runtime/ledger.h"
 
 #include <sstream>
@@ -9,17 +9,6 @@ namespace tenet {
 namespace runtime {
 
 using detail::JsonQuote;
-
-std::shared_ptr<const Charge> CostCache::Get(const GemmCall& call) {
-  {
-    std::shared_lock<std::shared_mutex> lock(mutex_);
-    auto it = cache_.find(call);
-    if (it != cache_.end()) return it->second;
-  }
-  auto charge = std::make_shared<const Charge>(ChargeGemm(call, accelerator_));
-  std::unique_lock<std::shared_mutex> lock(mutex_);
-  return cache_.emplace(call, std::move(charge)).first->second;
-}
 
 GemmCall StepCall(const Step& step, const std::vector<int64_t>& c_shape, int64_t k) {
   int64_t batch = 1;

@@ -19,22 +19,10 @@ namespace tenet {
 namespace runtime {
 
 /*!
- * \brief The cost model's charge per distinct call, computed once per call.
- *
- * Readers share a lock; a miss computes outside any lock (two threads may both compute the
- * same new call; the first insert wins and both answers are equal).
+ * \brief The cost model's charge per distinct call, computed once per call, with the
+ *  accelerator's one mapping search under mapping "auto" (cost_model/charge.h).
  */
-class CostCache {
- public:
-  explicit CostCache(Accelerator accelerator) : accelerator_(std::move(accelerator)) {}
-  std::shared_ptr<const Charge> Get(const GemmCall& call);
-  const Accelerator& accelerator() const { return accelerator_; }
-
- private:
-  Accelerator accelerator_;
-  std::shared_mutex mutex_;
-  std::unordered_map<GemmCall, std::shared_ptr<const Charge>, GemmCallHash> cache_;
-};
+using CostCache = ChargeCache;
 
 /*!
  * \brief The call a step makes, for the cost model: its shape, the element widths of its

@@ -109,6 +109,11 @@ class TenetModuleObj : public ffi::ModuleObj {
     if (name == "__tenet_ledger_reset") {
       return ffi::Function::FromTyped([self, this]() { ledger_.Reset(); });
     }
+    // Distinct calls the accelerator's mapping search has searched (mapping "auto"; else 0):
+    // what shows that a model's repeated calls are cache lookups.
+    if (name == "__tenet_mapping_searches") {
+      return ffi::Function::FromTyped([self, this]() { return costs_.searches(); });
+    }
     if (name == "__tenet_set_tag") {
       return ffi::Function::FromTyped(
           [self, this](const ffi::String& tag) { ledger_.SetTag(std::string(tag)); });

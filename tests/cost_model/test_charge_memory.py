@@ -93,7 +93,7 @@ def test_precision_rates_are_the_hardwares_one_setting():
     hw = cm.Hardware.systolic(4, 4, macs_per_pe_per_cycle={8: 4})
     df = cm.Dataflow.preset("os", 4, 4)
     table = cm.PrecisionTable([cm.MacSpec(8, 8, 1, 0.3)])  # a rate of 1 is overridden: 4
-    (_, _, _, _, parsed, _) = cm.parse_accelerator(
+    (_, _, _, _, parsed, _, _) = cm.parse_accelerator(
         cm.serialize_accelerator("a", hw, df, precision=table))
     assert [u.macs_per_pe_per_cycle for u in parsed.units] == [4]
     c = cm.charge_gemm(64, 64, 64, hw, df, 8, precision=table)

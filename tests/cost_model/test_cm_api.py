@@ -58,7 +58,8 @@ def test_accelerator_round_trip(rows, cols, bw, lat, clock, mpc, preset, tile, n
     mapping = "default" if tiles is None else cm.TileMapping(
         *tiles[:4], accumulate_in_buffer=tiles[4], span_a=tiles[5], a_align_m=tiles[5] + 1)
     text = cm.serialize_accelerator(name or "acc", hw, df, memory, precision, mapping)
-    name2, hw2, df2, memory2, precision2, mapping2 = cm.parse_accelerator(text)
+    name2, hw2, df2, memory2, precision2, mapping2, objective2 = cm.parse_accelerator(text)
+    assert objective2 is None  # only a searched mapping has an objective
     assert name2 == (name or "acc")
     for f in ["dram_bandwidth_bits", "buffer_bytes", "dram_pj_per_bit", "buffer_double_buffered",
               "stationary_double_buffered", "psum_bits", "buffer_pj_per_bit", "register_bytes"]:

@@ -157,6 +157,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="custom accelerator: TENET .p file (PE array, interconnect, memory)")
         g.add_argument("--tenet-m", metavar="FILE",
                        help="custom accelerator: TENET .m file (space and time maps of a GEMM)")
+        g.add_argument("--mapping", choices=["auto", "fixed"],
+                       help="auto: search each distinct call's dataflow (os/ws/is), buffer tiles "
+                       "and loop order, once, cached; fixed: the preset's own mapping (default); "
+                       "a TENET .m dataflow stays, only its tiles are searched")
+        g.add_argument("--objective", choices=["latency", "energy", "edp"],
+                       help="what --mapping auto minimises (default: latency)")
 
     p = sub.add_parser("sweep", help="schemes x accelerators: tables, CSV/JSON and plots",
                        description="Quantize, build and run each model under each scheme on "
@@ -236,6 +242,12 @@ def _tenet_accelerator(p_file: str, m_file: str):
 
 
 def _hardware(args, quick: bool = False) -> list:
+    from ..hardware import resolve
+
+    return [resolve(h, args.mapping, args.objective) for h in _chosen_hardware(args, quick)]
+
+
+def _chosen_hardware(args, quick: bool) -> list:
     from ..hardware import DEFAULT_PRESET
     from .sweep import DEFAULT_HARDWARE, QUICK
 
@@ -413,6 +425,15 @@ def _cmd_run(args) -> int:
              f"{c.latency_us:,.2f}", f"{100 * c.pe_utilization:.1f}%", f"{c.offchip_bytes:,.0f}"]
             for c in calls
         ]))
+        if args.mapping == "auto":
+            print(f"\n{calls[0].model} {phase}: mappings chosen by the search "
+                  f"({hardware[0].objective or 'latency'})")
+            print(markdown_table(["layer", "batch", "M", "N", "K", "mapping", "cycles",
+                                  "/ roofline"], [
+                [c.layer, c.batch, c.m, c.n, c.k, c.mapping.replace("|", "/"), c.cycles,
+                 f"{c.cycles / max(c.roofline_cycles, 1):.3f}"]
+                for c in calls
+            ]))
     if args.out:
         from .plots import plot_layer_breakdown
 

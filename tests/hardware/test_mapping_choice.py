@@ -1,0 +1,66 @@
+"""How an accelerator's mapping is chosen from Python: preset, resolve, Accelerator, and errors.
+
+References: the values the arguments name (hand-written), and a preset's own default mapping.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tenet_byoc import cost_model as cm
+from tenet_byoc.hardware import Accelerator, preset, resolve
+
+
+def test_preset_and_resolve_choose_auto_and_fixed():
+    auto = preset("os16", mapping="auto")
+    assert (auto.mapping, auto.objective) == ("auto", "latency")
+    assert preset("tpu_v1", mapping="auto", objective="edp").objective == "edp"
+    assert (preset("os16").mapping, preset("os16").objective) == ("default", None)
+    assert preset("os16", mapping="fixed").mapping == "default"
+    assert resolve(None, mapping="auto").name == "os16"
+    assert resolve("ws16", mapping="auto", objective="energy").objective == "energy"
+    # "fixed" takes a searched accelerator back to its own default mapping.
+    fixed = resolve(auto, mapping="fixed")
+    assert (fixed.mapping, fixed.objective) == ("default", None)
+    assert fixed.to_json() == preset("os16").to_json()
+    # None keeps the accelerator's own choice; an objective alone retunes a search.
+    assert resolve(auto) is auto
+    assert resolve(auto, objective="edp").objective == "edp"
+    assert resolve(resolve(auto, objective="edp"), mapping="auto").objective == "edp"
+
+
+def test_accelerator_takes_auto_and_objective():
+    acc = Accelerator.systolic("ws", 8, 8, mapping="auto", objective="energy")
+    assert (acc.mapping, acc.objective) == ("auto", "energy")
+    assert acc.charge_parts["objective"] == "energy"
+    back = Accelerator.from_json(acc.to_json())
+    assert (back.mapping, back.objective, back.to_json()) == ("auto", "energy", acc.to_json())
+    assert Accelerator.systolic("ws", 8, 8, mapping="auto").objective == "latency"
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: preset("os16", mapping="search"), ["mapping", "'auto'", "'fixed'", "'search'"]),
+    (lambda: resolve("os16", mapping="default"), ["mapping", "'auto'", "'fixed'"]),
+    (lambda: preset("os16", mapping="auto", objective="speed"),
+     ["objective", "latency", "energy", "edp", "speed"]),
+    (lambda: resolve("os16", objective="energy"), ["objective", "only with mapping='auto'"]),
+    (lambda: resolve("os16", mapping="fixed", objective="edp"), ["objective", "mapping='auto'"]),
+    (lambda: Accelerator.systolic("os", 8, 8, mapping="fixed"),
+     ["Accelerator.mapping", "'auto'", "'default'", "TileMapping"]),
+    (lambda: Accelerator.systolic("os", 8, 8, objective="edp"),
+     ["Accelerator.objective", "only with mapping='auto'"]),
+    (lambda: Accelerator.systolic("os", 8, 8, mapping="auto", objective="time"),
+     ["Accelerator.objective", "latency", "energy", "edp"]),
+])
+def test_bad_mapping_choices_name_the_field(call, words):
+    with pytest.raises(ValueError) as err:
+        call()
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+
+
+def test_user_given_mappings_are_never_replaced():
+    tiles = cm.TileMapping(16, 32, 64, "mnk")
+    given = Accelerator.systolic("os", 16, 16, mapping=tiles)
+    assert resolve(given, mapping="auto") is given
+    assert resolve(given, mapping="fixed") is given
