@@ -121,7 +121,7 @@ def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint]
     """One figure: TPOT and energy per token against context (left) and batch (right)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 6.5))
+    fig = Figure(figsize=(10, 6.5), layout="constrained")
     axes = fig.subplots(2, 2)
     for col, (points, key, label) in enumerate((
             (by_context, "context_len", "context length (tokens in the KV cache)"),
