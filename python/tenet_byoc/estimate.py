@@ -264,7 +264,8 @@ def estimate(
     Raises
     ------
     ValueError
-        For an unknown model, scheme or preset, or lengths outside the model's context.
+        For an unknown model, scheme or preset, lengths outside the model's context, or a
+        call the accelerator cannot cost (as ``tenet_byoc.build`` refuses it).
     TypeError
         For a non-integer length or a model of the wrong type.
     NotImplementedError
@@ -282,6 +283,22 @@ def estimate(
     calls = ([("prefill", prompt_len)] if prompt_len else []) + [
         ("decode", context_len + i) for i in range(decode_steps)
     ]
+
+    def charged(phase: str, tokens: int):
+        """Each GEMM of one call with its charger, batch, rows and (padded) K."""
+        for g in model_gemms(config, phase, tokens):
+            if g.weight is None:  # attention: one product per sequence and head
+                charges, b, m = attention, g.batch * batch, g.m
+            else:  # a weight GEMM: the batch's rows share the weight
+                charges, b, m = weights, g.batch, g.m * batch
+            multiple = charges.how.k_multiple
+            yield g, charges, b, m, -(-g.k // multiple) * multiple
+
+    # Refuse a call the accelerator cannot cost before charging any, as tenet_byoc.build
+    # does at build time; the first and last calls hold the largest shapes.
+    for phase, tokens in dict.fromkeys((calls[0], calls[-1])):
+        for g, _, _, m, k in charged(phase, tokens):
+            acc.check_gemm(m, g.n, k, f"GEMM {g.name!r}")
     if progress:
         from tqdm.auto import tqdm
 
@@ -289,13 +306,7 @@ def estimate(
                      leave=False)
     entries: list[LedgerEntry] = []
     for phase, tokens in calls:
-        for g in model_gemms(config, phase, tokens):
-            if g.weight is None:  # attention: one product per sequence and head
-                charges, b, m = attention, g.batch * batch, g.m
-            else:  # a weight GEMM: the batch's rows share the weight
-                charges, b, m = weights, g.batch, g.m * batch
-            multiple = charges.how.k_multiple
-            k = -(-g.k // multiple) * multiple
+        for g, charges, b, m, k in charged(phase, tokens):
             entries.append(_entry(charges.fields(b, m, g.n, k), call_index=len(entries),
                                   symbol=config.name, pattern=ESTIMATE_PATTERN, name=g.name,
                                   phase=phase))

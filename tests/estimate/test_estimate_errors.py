@@ -55,3 +55,21 @@ def test_mapping_is_passed_to_resolve_or_refused():
         with pytest.raises(NotImplementedError, match="mapping='auto'"):
             tenet_byoc.estimate("gpt2", prompt_len=4, mapping="auto")
     assert len(tenet_byoc.estimate("gpt2", prompt_len=4, mapping=None)) == 2 * (12 * 6 + 1)  # c_attn, qk, pv, c_proj, c_fc, mlp.c_proj; head
+
+
+def test_calls_an_enumerated_dataflow_cannot_cost_are_refused_by_name(tmp_path):
+    from llama_testing import TINY_LLAMA
+
+    from tenet_byoc import Accelerator
+    from tenet_byoc import cost_model as cm
+
+    # Not a preset's time map, so every call is enumerated (at most 4,000,000 instances),
+    # as tenet_byoc.build refuses a larger static GEMM at build time.
+    flat = cm.Dataflow(space="{S[i,j,k]->PE[i%8, j%8]}",
+                       time="{S[i,j,k]->T[floor(i/8), floor(j/8), k]}", name="flat")
+    acc = Accelerator("flat8", cm.Hardware.systolic(8, 8, name="flat8"), flat)
+    with pytest.raises(ValueError, match=r"'h.0.mlp.c_fc' of 2 x 3072 x 768 = 4,718,592"):
+        tenet_byoc.estimate("gpt2", accelerator=acc, prompt_len=2)
+    (tmp_path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    ledger = tenet_byoc.estimate(tmp_path / "config.json", accelerator=acc, prompt_len=3)
+    assert ledger.accelerator == "flat8" and len(ledger) == 2 * (2 * 9 + 1)
