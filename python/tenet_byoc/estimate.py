@@ -34,13 +34,13 @@ __all__ = ["ESTIMATE_PATTERN", "estimate"]
 ESTIMATE_PATTERN = "estimate"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class _Charging:
     """How one class of calls (weight GEMMs, attention GEMMs) is charged."""
 
     scheme: str  #: the scheme name the ledger records ("none" for a float call)
     bits: tuple[int, int, int]  #: A, B, C element widths
-    recipe: tuple[tuple[str, Any], ...]  #: QuantScheme.recipe() as sorted items (hashable)
+    recipe: dict[str, Any]  #: QuantScheme.recipe(), or the codegen's FLOAT_RECIPE
     k_multiple: int  #: K is padded with zeros to a multiple of this
 
     @classmethod
@@ -48,7 +48,7 @@ class _Charging:
         """What the quantize pass and the codegen make of a GEMM under ``scheme``."""
         if scheme.kernel == "float":
             # The codegen charges a float composite float32 with FLOAT_RECIPE, scheme "none".
-            return cls("none", (32, 32, 32), tuple(sorted(FLOAT_RECIPE.items())), 1)
+            return cls("none", (32, 32, 32), dict(FLOAT_RECIPE), 1)
         if scheme.activation_static:
             # quantize() without calibration data computes the scales per call and is
             # charged as dynamic; an estimate has no calibration data either.
@@ -59,7 +59,7 @@ class _Charging:
         if scheme.kernel == "dequant_group" and scheme.weight_granularity == "channel":
             groups.append(2)
         multiple = math.lcm(*groups) if groups else 1
-        return cls(scheme.name, scheme.bits(), tuple(sorted(scheme.recipe().items())), multiple)
+        return cls(scheme.name, scheme.bits(), scheme.recipe(), multiple)
 
 
 def _attention_scheme(scheme: QuantScheme) -> QuantScheme:
@@ -135,7 +135,7 @@ class _Charges:
             charge = cm.charge_gemm(
                 m, n, k, acc.hardware, acc.dataflow, batch=batch, bits_a=how.bits[0],
                 bits_b=how.bits[1], bits_c=how.bits[2], scheme=how.scheme,
-                recipe=dict(how.recipe), **acc.charge_parts,
+                recipe=how.recipe, **acc.charge_parts,
             )
             found = _entry_fields(charge, batch, m, n, k, how.bits)
             found["scheme"] = how.scheme
