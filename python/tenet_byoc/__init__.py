@@ -12,6 +12,7 @@ from ._loader import CpuInfo, cpu_info, load_runtime_library
 load_runtime_library()
 
 from .codegen import TenetCodegenError
+from .estimate import estimate
 from .hardware import Accelerator
 from .ledger import Ledger, LedgerEntry, ledger, set_charging, set_phase
 from .partition import build, partition_for_tenet
@@ -33,6 +34,7 @@ __all__ = [
     "VirtualMachine",
     "build",
     "cpu_info",
+    "estimate",
     "ledger",
     "partition_for_tenet",
     "quantize",

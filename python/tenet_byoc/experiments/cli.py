@@ -9,6 +9,7 @@ Examples
     tenet-byoc profile --model gpt2 --gpt2-config tiny --phase decode
     tenet-byoc eval --checkpoint gpt2-folder --text wiki.txt --schemes none,w8a8_per_tensor
     tenet-byoc presets
+    tenet-byoc estimate --model llama-3-70b --schemes none,q4f16_1 --accelerator os128
 """
 
 from __future__ import annotations
@@ -227,6 +228,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     sub.add_parser("presets", help="list accelerator presets and quantization schemes")
+
+    from .estimate_cmd import add_estimate_parser
+
+    add_estimate_parser(sub, schemes, presets, _names, _one)
     return parser
 
 
@@ -556,8 +561,15 @@ def _cmd_presets(args) -> int:
     return 0
 
 
+def _cmd_estimate(args) -> int:
+    from .estimate_cmd import run_estimate
+
+    with _input_checks():  # nothing runs: every error is about the input
+        return run_estimate(args)
+
+
 _COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
-             "eval": _cmd_eval, "presets": _cmd_presets}
+             "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_estimate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

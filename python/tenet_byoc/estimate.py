@@ -1,0 +1,320 @@
+"""The ledger a model's run would give, charged from its shapes alone (no weights, no GEMMs).
+
+:func:`estimate` lists every GEMM of a prefill and of each decode step from the model's
+config (``tenet_byoc.models.gemms.model_gemms``, the list a real run's ledger follows call for
+call), gives each call the widths, quantization recipe and K padding the quantize pass and
+codegen would give it, and charges it with ``cost_model.charge_gemm``: the same C++ rule the
+runtime applies per call. Identical calls are charged once (the runtime caches per shape the
+same way), so Llama-3-70B with a long decode costs seconds, not hours.
+
+Thread safety: :func:`estimate` keeps no state between calls. Errors: a bad model, scheme,
+accelerator or length raises ``ValueError`` (``TypeError`` for a wrong type) naming the
+argument and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import os
+from types import MappingProxyType
+from typing import Any
+
+from . import cost_model as cm
+from .codegen import FLOAT_RECIPE
+from .hardware import Accelerator, resolve
+from .ledger import Ledger, LedgerEntry, TensorTraffic
+from .quantization import SCHEMES, QuantScheme, get_scheme
+
+__all__ = ["ESTIMATE_PATTERN", "estimate"]
+
+#: The ``pattern`` of an estimated entry: no composite function was matched, the call is
+#: charged from its shape (a real run's entry names its matched pattern instead).
+ESTIMATE_PATTERN = "estimate"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Charging:
+    """How one class of calls (weight GEMMs, attention GEMMs) is charged."""
+
+    scheme: str  #: the scheme name the ledger records ("none" for a float call)
+    bits: tuple[int, int, int]  #: A, B, C element widths
+    recipe: dict[str, Any]  #: QuantScheme.recipe(), or the codegen's FLOAT_RECIPE
+    k_multiple: int  #: K is padded with zeros to a multiple of this
+
+    @classmethod
+    def of(cls, scheme: QuantScheme) -> _Charging:
+        """What the quantize pass and the codegen make of a GEMM under ``scheme``."""
+        if scheme.kernel == "float":
+            # The codegen charges a float composite float32 with FLOAT_RECIPE, scheme "none".
+            return cls("none", (32, 32, 32), dict(FLOAT_RECIPE), 1)
+        if scheme.activation_static:
+            # quantize() without calibration data computes the scales per call and is
+            # charged as dynamic; an estimate has no calibration data either.
+            scheme = dataclasses.replace(scheme, activation_static=False)
+        # The K padding of quantization._LinearQuantizer._pad: groups must divide K, and a
+        # per-channel int4 weight packs two nibbles a byte.
+        groups = [g for g in (scheme.group_size, scheme.activation_group) if g]
+        if scheme.kernel == "dequant_group" and scheme.weight_granularity == "channel":
+            groups.append(2)
+        multiple = math.lcm(*groups) if groups else 1
+        return cls(scheme.name, scheme.bits(), scheme.recipe(), multiple)
+
+
+def _attention_scheme(scheme: QuantScheme) -> QuantScheme:
+    """The scheme the attention GEMMs (``Q K^T``, ``P V``) of a run under ``scheme`` take.
+
+    The quantize pass leaves activation x activation matmuls in float32 today; a KV-cache
+    scheme changes this one function.
+    """
+    del scheme
+    return SCHEMES["none"]
+
+
+def _entry_fields(charge: cm.Charge, batch: int, m: int, n: int, k: int,
+                  bits: tuple[int, int, int]) -> dict[str, Any]:
+    """A charge as the ledger's fields, computed as the runtime writes them
+    (``src/runtime/ledger.cc``, WriteCharge)."""
+    a, mm, en, q = charge.array, charge.memory, charge.energy, charge.quant
+    capacity = float(mm.cycles) * float(a.num_pes) * float(a.macs_per_pe_per_cycle)
+    tensors = {}
+    for name, t in a.tensors.items():
+        o = mm.tensors.get(name)
+        tensors[name] = TensorTraffic(
+            bits=t.bits, is_write=t.is_write, total=t.total, unique=t.unique,
+            reuse_factor=t.reuse_factor, spatial_reuse=t.spatial_reuse,
+            temporal_reuse=t.temporal_reuse, offchip_elements=t.offchip_elements,
+            offchip_bytes=t.offchip_bytes,
+            dram_read_bytes=o.dram_read_bits / 8.0 if o else 0.0,
+            dram_write_bytes=o.dram_write_bits / 8.0 if o else 0.0,
+            buffer_read_bytes=o.buffer_read_bits / 8.0 if o else 0.0,
+            buffer_write_bytes=o.buffer_write_bits / 8.0 if o else 0.0,
+        )
+    return {
+        "batch": batch, "m": m, "n": n, "k": k,
+        "bits_a": bits[0], "bits_b": bits[1], "bits_c": bits[2],
+        "extra_read_bits": q["weight_side_bits"] + q["activation_side_bits"],
+        "extra_ops": q["quantize_ops"] + q["dequant_ops"],
+        **q,
+        "macs": a.macs, "cycles": mm.cycles, "roofline_cycles": mm.roofline_cycles,
+        "array_cycles": a.cycles, "dram_stall_cycles": mm.dram_stall_cycles,
+        "compute_cycles": a.compute_cycles, "stall_cycles": a.stall_cycles,
+        "tenet_delay": a.delay, "ingress_delay": a.ingress_delay,
+        "egress_delay": a.egress_delay, "compute_delay": a.compute_delay,
+        "compute_delay_exact": a.compute_delay_exact, "time_steps": a.time_steps,
+        "folds": a.folds, "active_pes": a.active_pes, "num_pes": a.num_pes,
+        "macs_per_pe_per_cycle": a.macs_per_pe_per_cycle, "avg_active_pes": a.avg_active_pes,
+        "pe_utilization": float(a.macs) / capacity if capacity > 0 else 0.0,
+        "bandwidth_bits_per_cycle": a.bandwidth_bits_per_cycle, "latency_us": mm.latency_us,
+        "offchip_read_bytes": a.offchip_read_bits / 8.0,
+        "offchip_write_bytes": a.offchip_write_bits / 8.0,
+        "dram_read_bytes": mm.dram_read_bits / 8.0, "dram_write_bytes": mm.dram_write_bits / 8.0,
+        "buffer_read_bytes": mm.buffer_read_bits / 8.0,
+        "buffer_write_bytes": mm.buffer_write_bits / 8.0,
+        "energy_pj": en.total_pj, "mac_pj": en.mac_pj, "register_pj": en.register_pj,
+        "buffer_pj": en.buffer_pj, "dram_pj": en.dram_pj, "mapping": mm.mapping,
+        "tensors": MappingProxyType(tensors),
+    }
+
+
+class _Charges:
+    """Charges per distinct call on one accelerator: the C++ model runs once per
+    (shape, widths, recipe), as the runtime's per-shape cost cache does."""
+
+    def __init__(self, accelerator: Accelerator, how: _Charging):
+        self._acc = accelerator
+        self.how = how
+        self._seen: dict[tuple[int, int, int, int], dict[str, Any]] = {}
+
+    def fields(self, batch: int, m: int, n: int, k: int) -> dict[str, Any]:
+        """The ledger fields of ``batch`` products ``[m, k] x [k, n]`` (K as given)."""
+        found = self._seen.get((batch, m, n, k))
+        if found is None:
+            acc, how = self._acc, self.how
+            charge = cm.charge_gemm(
+                m, n, k, acc.hardware, acc.dataflow, batch=batch, bits_a=how.bits[0],
+                bits_b=how.bits[1], bits_c=how.bits[2], scheme=how.scheme,
+                recipe=how.recipe, **acc.charge_parts,
+            )
+            found = _entry_fields(charge, batch, m, n, k, how.bits)
+            found["scheme"] = how.scheme
+            self._seen[(batch, m, n, k)] = found
+        return found
+
+
+# LedgerEntry is a frozen dataclass with neither __post_init__ nor slots: filling its
+# __dict__ gives the object __init__ would, about 10x faster, which matters at ~10^5 entries
+# a model. Should it gain either, entries are made by __init__ again.
+_FILL_DICT = not hasattr(LedgerEntry, "__post_init__") and not hasattr(LedgerEntry, "__slots__")
+
+
+def _entry(fields: dict[str, Any], **call: Any) -> LedgerEntry:
+    if not _FILL_DICT:
+        return LedgerEntry(**fields, **call)
+    entry = object.__new__(LedgerEntry)
+    entry.__dict__.update(fields)
+    entry.__dict__.update(call)
+    return entry
+
+
+def _config(model: Any) -> Any:
+    # The backend reaches the models' shape tables only here, when asked to estimate one,
+    # so importing tenet_byoc still loads no model code (tests/test_layering.py).
+    from .models.configs import resolve_config
+    from .models.gpt2 import GPT2Config
+    from .models.llama import LlamaConfig
+
+    if isinstance(model, GPT2Config | LlamaConfig):
+        return model
+    if not isinstance(model, str | os.PathLike):
+        raise TypeError(
+            f"model must be a built-in name, a config.json or checkpoint folder path, or a "
+            f"GPT2Config / LlamaConfig; got {type(model).__name__}"
+        )
+    return resolve_config(model)
+
+
+def _context(config: Any) -> tuple[int, str]:
+    """The most tokens a sequence may hold, and the config field that says so."""
+    if hasattr(config, "n_positions"):
+        return config.n_positions, "n_positions"
+    return config.max_position_embeddings, "max_position_embeddings"
+
+
+def _check_lengths(config: Any, prompt_len: Any, context_len: Any, decode_steps: Any,
+                   batch: Any) -> None:
+    for name, value, low in (("prompt_len", prompt_len, 0), ("context_len", context_len, 0),
+                             ("decode_steps", decode_steps, 0), ("batch", batch, 1)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name}={value!r} must be an integer")
+        if value < low:
+            raise ValueError(f"{name}={value} must be >= {low}")
+    if prompt_len == 0 and decode_steps == 0:
+        raise ValueError("prompt_len=0 and decode_steps=0: nothing to estimate")
+    limit, field = _context(config)
+    if prompt_len > limit:
+        raise ValueError(
+            f"prompt_len={prompt_len} is longer than {config.name}'s context {field}={limit}"
+        )
+    if decode_steps and context_len + decode_steps > limit:
+        raise ValueError(
+            f"context_len={context_len} + decode_steps={decode_steps} tokens exceed "
+            f"{config.name}'s context {field}={limit}: the last step would attend to "
+            f"{context_len + decode_steps} keys"
+        )
+
+
+def _accelerator(accelerator: str | Accelerator | None, mapping: str | None) -> Accelerator:
+    if mapping is None:
+        return resolve(accelerator)
+    if "mapping" not in inspect.signature(resolve).parameters:
+        raise NotImplementedError(
+            f"mapping={mapping!r}: this tenet_byoc's hardware.resolve has no mapping choice "
+            "yet; leave mapping=None (the accelerator's own tile mapping)"
+        )
+    return resolve(accelerator, mapping=mapping)
+
+
+def estimate(
+    model: str | os.PathLike[str] | Any,
+    scheme: str | QuantScheme = "none",
+    accelerator: str | Accelerator | None = "os16",
+    prompt_len: int = 128,
+    context_len: int | None = None,
+    decode_steps: int = 1,
+    batch: int = 1,
+    mapping: str | None = None,
+    *,
+    progress: bool = False,
+) -> Ledger:
+    """The ledger of a prefill and ``decode_steps`` decode steps, from shapes alone.
+
+    Parameters
+    ----------
+    model : str, PathLike, GPT2Config or LlamaConfig
+        A built-in name (``tenet_byoc.models.configs.BUILTIN``: gpt2, gpt2-medium,
+        gpt2-large, gpt2-xl, llama-2-7b, llama-3-8b, llama-3-70b, mistral-7b,
+        qwen2.5-0.5b), a ``config.json`` path or a checkpoint folder (only its config is
+        read), or a config object.
+    scheme : str or QuantScheme
+        The quantization scheme of the linear layers (a name of ``SCHEMES`` or a spec
+        string). Static schemes are charged as dynamic, as ``quantize`` without calibration
+        data charges them; attention GEMMs are charged as the real run charges them.
+    accelerator : str, Accelerator or None
+        A preset name or an :class:`Accelerator` (None: the default preset).
+    prompt_len : int
+        Tokens of the prefill (0: no prefill, decode steps only).
+    context_len : int, optional
+        Tokens already in the KV cache when the first decode step runs (default
+        ``prompt_len``); decode step ``i`` (from 0) attends to ``context_len + i + 1`` keys.
+    decode_steps : int
+        Decode steps after the prefill (0: prefill only).
+    batch : int
+        Sequences run together, all at the same lengths: weight GEMMs take
+        ``batch x tokens`` rows; attention GEMMs stay per sequence (``batch x heads``).
+    mapping : str, optional
+        Passed to ``hardware.resolve(accelerator, mapping=mapping)`` ("auto", "fixed");
+        None keeps the accelerator's own mapping.
+    progress : bool
+        Show a progress bar over the decode steps (tqdm, on stderr).
+
+    Returns
+    -------
+    Ledger
+        One :class:`LedgerEntry` per GEMM in execution order, tagged ``phase`` "prefill"
+        then "decode", with pattern :data:`ESTIMATE_PATTERN` and the model's name as
+        symbol; with ``batch=1`` each entry's charge equals the real run's
+        (``tests/estimate``). ``Ledger.reset`` does nothing (no runtime module).
+
+    Raises
+    ------
+    ValueError
+        For an unknown model, scheme or preset, lengths outside the model's context, or a
+        call the accelerator cannot cost (as ``tenet_byoc.build`` refuses it).
+    TypeError
+        For a non-integer length or a model of the wrong type.
+    NotImplementedError
+        For ``mapping`` other than None while ``hardware.resolve`` has no mapping choice.
+    """
+    from .models.gemms import model_gemms
+
+    config = _config(model)
+    context_len = prompt_len if context_len is None else context_len
+    _check_lengths(config, prompt_len, context_len, decode_steps, batch)
+    acc = _accelerator(accelerator, mapping)
+    quant = get_scheme(scheme)
+    weights = _Charges(acc, _Charging.of(quant))
+    attention = _Charges(acc, _Charging.of(_attention_scheme(quant)))
+    calls = ([("prefill", prompt_len)] if prompt_len else []) + [
+        ("decode", context_len + i) for i in range(decode_steps)
+    ]
+
+    def charged(phase: str, tokens: int):
+        """Each GEMM of one call with its charger, batch, rows and (padded) K."""
+        for g in model_gemms(config, phase, tokens):
+            if g.weight is None:  # attention: one product per sequence and head
+                charges, b, m = attention, g.batch * batch, g.m
+            else:  # a weight GEMM: the batch's rows share the weight
+                charges, b, m = weights, g.batch, g.m * batch
+            multiple = charges.how.k_multiple
+            yield g, charges, b, m, -(-g.k // multiple) * multiple
+
+    # Refuse a call the accelerator cannot cost before charging any, as tenet_byoc.build
+    # does at build time; the first and last calls hold the largest shapes.
+    for phase, tokens in dict.fromkeys((calls[0], calls[-1])):
+        for g, _, _, m, k in charged(phase, tokens):
+            acc.check_gemm(m, g.n, k, f"GEMM {g.name!r}")
+    if progress:
+        from tqdm.auto import tqdm
+
+        calls = tqdm(calls, desc=f"estimate {config.name} {quant.name}", unit="call",
+                     leave=False)
+    entries: list[LedgerEntry] = []
+    for phase, tokens in calls:
+        for g, charges, b, m, k in charged(phase, tokens):
+            entries.append(_entry(charges.fields(b, m, g.n, k), call_index=len(entries),
+                                  symbol=config.name, pattern=ESTIMATE_PATTERN, name=g.name,
+                                  phase=phase))
+    return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
+

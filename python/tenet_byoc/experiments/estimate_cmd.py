@@ -1,0 +1,285 @@
+"""``tenet-byoc estimate``: per-phase figures of a model estimated from its shapes, and its
+decode cost swept over context length (KV-cache growth) and batch.
+
+Everything here reads ledgers of :func:`tenet_byoc.estimate`; nothing is built or run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+
+from ..estimate import estimate
+from ..ledger import Ledger
+from .results import markdown_table
+
+__all__ = ["PhaseFigures", "SweepPoint", "add_estimate_parser", "batch_sweep",
+           "context_sweep", "phase_figures", "plot_sweeps", "run_estimate", "sweep_table"]
+
+#: The schemes a sweep compares by default: float32, int8 weights and activations, int4
+#: weights in groups of 32 (MLC-LLM's q4f16_1).
+SWEEP_SCHEMES = ("none", "per_token", "q4f16_1")
+
+
+@dataclass(frozen=True)
+class PhaseFigures:
+    """One phase of an estimate, per sequence where it says so."""
+
+    scheme: str
+    phase: str
+    tokens: int  #: prompt tokens (prefill) or decode steps, per sequence
+    latency_ms: float  #: TTFT for the prefill, TPOT (mean per step) for decode
+    tokens_per_s: float  #: tokens of the whole batch per second of this phase
+    energy_per_token_mj: float  #: per token of one sequence
+    macs: int  #: the whole phase
+    dram_bytes: float  #: the whole phase
+    pe_utilization: float
+    roofline_ratio: float  #: cycles over the sum of the calls' rooflines
+
+
+def phase_figures(ledger: Ledger, scheme: str, prompt_len: int, decode_steps: int,
+                  batch: int = 1) -> list[PhaseFigures]:
+    """TTFT, TPOT, tokens/s, energy per token, MACs and DRAM bytes of each phase."""
+    out = []
+    for phase, t in ledger.group_by("phase").items():
+        tokens = prompt_len if phase == "prefill" else decode_steps
+        per = 1 if phase == "prefill" else decode_steps  # TTFT is the whole prefill
+        latency_ms = t.latency_us / 1e3 / per
+        out.append(PhaseFigures(
+            scheme, phase, tokens, latency_ms,
+            batch * tokens / (t.latency_us / 1e6) if t.latency_us else 0.0,
+            t.energy_pj / 1e9 / (tokens * batch), t.macs, t.dram_bytes, t.pe_utilization,
+            t.roofline_ratio,
+        ))
+    return out
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One decode step of a batch at one context length, under one scheme."""
+
+    scheme: str
+    context_len: int
+    batch: int
+    tpot_ms: float
+    tokens_per_s: float  #: the batch's tokens per second
+    energy_per_token_mj: float  #: per generated token of one sequence
+    dram_bytes_per_token: float  #: per generated token of one sequence
+    pe_utilization: float
+
+
+def _point(model, scheme: str, accelerator, context_len: int, batch: int,
+           mapping: str | None) -> SweepPoint:
+    ledger = estimate(model, scheme, accelerator, prompt_len=0, context_len=context_len,
+                      decode_steps=1, batch=batch, mapping=mapping)
+    (f,) = phase_figures(ledger, scheme, 0, 1, batch)
+    return SweepPoint(scheme, context_len, batch, f.latency_ms, f.tokens_per_s,
+                      f.energy_per_token_mj, f.dram_bytes / batch, f.pe_utilization)
+
+
+def context_sweep(model, schemes: Sequence[str], accelerator, contexts: Sequence[int],
+                  batch: int = 1, mapping: str | None = None) -> list[SweepPoint]:
+    """A decode step's cost at each context length (tokens already cached), per scheme."""
+    return [_point(model, s, accelerator, c, batch, mapping) for s in schemes for c in contexts]
+
+
+def batch_sweep(model, schemes: Sequence[str], accelerator, batches: Sequence[int],
+                context_len: int, mapping: str | None = None) -> list[SweepPoint]:
+    """A decode step's cost at each batch size, all sequences at ``context_len``, per scheme."""
+    return [_point(model, s, accelerator, context_len, b, mapping)
+            for s in schemes for b in batches]
+
+
+_SWEEP_HEADER = ["scheme", "context", "batch", "TPOT (ms)", "tokens/s", "energy/token (mJ)",
+                 "DRAM MB/token", "PE util"]
+
+
+def sweep_table(points: Sequence[SweepPoint]) -> str:
+    """A markdown table of sweep points."""
+    return markdown_table(_SWEEP_HEADER, [
+        [p.scheme, p.context_len, p.batch, f"{p.tpot_ms:,.3f}", f"{p.tokens_per_s:,.1f}",
+         f"{p.energy_per_token_mj:,.3f}", f"{p.dram_bytes_per_token / 1e6:,.1f}",
+         f"{100 * p.pe_utilization:.2f}%"] for p in points
+    ])
+
+
+def _csv(items: Sequence, path: Path) -> Path:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow([f.name for f in fields(items[0])])
+    writer.writerows(astuple(i) for i in items)
+    path.write_text(buf.getvalue())
+    return path
+
+
+def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint],
+                path: str | Path, title: str) -> Path:
+    """One figure: TPOT and energy per token against context (left) and batch (right)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 6.5), layout="constrained")
+    axes = fig.subplots(2, 2)
+    for col, (points, key, label) in enumerate((
+            (by_context, "context_len", "context length (tokens in the KV cache)"),
+            (by_batch, "batch", "batch (sequences per decode step)"))):
+        for row, (metric, ylabel) in enumerate((("tpot_ms", "TPOT (ms)"),
+                                                ("energy_per_token_mj", "energy / token (mJ)"))):
+            ax = axes[row][col]
+            for scheme in dict.fromkeys(p.scheme for p in points):
+                mine = [p for p in points if p.scheme == scheme]
+                ax.plot([getattr(p, key) for p in mine], [getattr(p, metric) for p in mine],
+                        marker="o", label=scheme)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="both", alpha=0.3)
+            if row == 1:
+                ax.set_xlabel(label)
+    axes[0][0].legend(title="scheme")
+    fig.suptitle(title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+# ----------------------------------------------------------------------------------------
+# The command
+# ----------------------------------------------------------------------------------------
+
+
+def _count(low: int):
+    """An argparse type: an integer >= ``low``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
+def _counts(text: str) -> list[int]:
+    one = _count(1)
+    return [one(t.strip()) for t in text.split(",") if t.strip()] or [one(text)]
+
+
+def add_estimate_parser(sub, schemes: Sequence[str], presets: Sequence[str],
+                        names, one) -> None:
+    """The ``estimate`` subcommand's options (``names``/``one``: cli's list/name types)."""
+    from ..hardware import DEFAULT_PRESET
+    from ..models.configs import BUILTIN
+
+    p = sub.add_parser(
+        "estimate", help="a model's cost from its shapes alone (no weights, nothing run)",
+        description="Charge every GEMM of a prefill and of each decode step to the cost "
+        "model from the model's config alone: TTFT, TPOT, tokens/s, energy per token, MACs "
+        "and DRAM bytes per phase and scheme. Optionally sweep a decode step over context "
+        "lengths and batch sizes.")
+    p.add_argument("--model", default="gpt2", metavar="NAME|DIR",
+                   help=f"built-in name ({', '.join(BUILTIN)}), a config.json or a checkpoint "
+                   "folder (default: gpt2)")
+    p.add_argument("--schemes", type=names("scheme", schemes), default=["none"], metavar="LIST",
+                   help=f"comma-separated schemes or all (default: none); available: "
+                   f"{', '.join(schemes)}")
+    p.add_argument("--accelerator", "--hardware", dest="hardware", default=DEFAULT_PRESET,
+                   type=one("preset", presets), metavar="PRESET",
+                   help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
+    p.add_argument("--mapping", choices=["auto", "fixed"],
+                   help="tile mapping: searched per call or the preset's (default: the "
+                   "accelerator's own)")
+    p.add_argument("--prompt-len", type=_count(0), default=128, metavar="P",
+                   help="prefill tokens (default 128; 0: no prefill)")
+    p.add_argument("--context-len", type=_count(0), metavar="L",
+                   help="tokens in the KV cache at the first decode step (default: P)")
+    p.add_argument("--decode-steps", type=_count(0), default=1, metavar="S",
+                   help="decode steps; step i attends to L + i + 1 keys (default 1)")
+    p.add_argument("--batch", type=_count(1), default=1, metavar="B",
+                   help="sequences run together (default 1)")
+    p.add_argument("--sweep-contexts", type=_counts, metavar="LIST",
+                   help="also sweep one decode step over these context lengths, e.g. "
+                   "128,512,2048")
+    p.add_argument("--sweep-batches", type=_counts, metavar="LIST",
+                   help="also sweep one decode step (at context L) over these batch sizes")
+    p.add_argument("--out", metavar="DIR",
+                   help="write estimate.csv (per phase), ledger_<scheme>.csv (per call) and, "
+                   "with sweeps, sweep_context.csv, sweep_batch.csv, estimate_sweep.png")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+_PHASE_HEADER = ["scheme", "phase", "tokens", "TTFT / TPOT (ms)", "tokens/s",
+                 "energy/token (mJ)", "MACs", "DRAM MB", "PE util", "/ roofline"]
+
+
+def phase_table(rows: Sequence[PhaseFigures]) -> str:
+    """A markdown table of per-phase figures."""
+    return markdown_table(_PHASE_HEADER, [
+        [f.scheme, f.phase, f.tokens, f"{f.latency_ms:,.3f}", f"{f.tokens_per_s:,.1f}",
+         f"{f.energy_per_token_mj:,.3f}", f"{f.macs:,}", f"{f.dram_bytes / 1e6:,.1f}",
+         f"{100 * f.pe_utilization:.1f}%", f"{f.roofline_ratio:.2f}x"] for f in rows
+    ])
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    """The ``estimate`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
+    import sys
+    import time
+
+    out = Path(args.out) if args.out else None
+    context_len = args.prompt_len if args.context_len is None else args.context_len
+    progress = not args.no_progress and sys.stderr.isatty()
+    rows: list[PhaseFigures] = []
+    ledgers: dict[str, Ledger] = {}
+    start = time.perf_counter()
+    try:
+        for scheme in args.schemes:
+            ledger = estimate(args.model, scheme, args.hardware, prompt_len=args.prompt_len,
+                              context_len=context_len, decode_steps=args.decode_steps,
+                              batch=args.batch, mapping=args.mapping, progress=progress)
+            ledgers[scheme] = ledger
+            rows += phase_figures(ledger, scheme, args.prompt_len, args.decode_steps,
+                                  args.batch)
+        by_context = (context_sweep(args.model, args.schemes, args.hardware,
+                                    args.sweep_contexts, args.batch, args.mapping)
+                      if args.sweep_contexts else [])
+        by_batch = (batch_sweep(args.model, args.schemes, args.hardware, args.sweep_batches,
+                                context_len, args.mapping)
+                    if args.sweep_batches else [])
+    except NotImplementedError as err:
+        raise ValueError(str(err)) from None
+    wall = time.perf_counter() - start
+    first = next(iter(ledgers.values()))
+    print(f"{args.model} on {first.accelerator} ({first.dataflow}): prompt {args.prompt_len}, "
+          f"context {context_len}, {args.decode_steps} decode step(s), batch {args.batch}; "
+          f"{sum(len(v) for v in ledgers.values()):,} calls estimated in {wall:.2f} s\n")
+    print(phase_table(rows))
+    for title, points in (("decode step vs context length", by_context),
+                          ("decode step vs batch", by_batch)):
+        if points:
+            print(f"\n{title}:\n")
+            print(sweep_table(points))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [_csv(rows, out / "estimate.csv")]
+        for scheme, ledger in ledgers.items():
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in scheme)
+            paths.append(out / f"ledger_{safe}.csv")
+            ledger.to_csv(paths[-1])
+        if by_context:
+            paths.append(_csv(by_context, out / "sweep_context.csv"))
+        if by_batch:
+            paths.append(_csv(by_batch, out / "sweep_batch.csv"))
+        if by_context and by_batch:
+            paths.append(plot_sweeps(
+                by_context, by_batch, out / "estimate_sweep.png",
+                f"{args.model} decode step on {first.accelerator} (batch {args.batch} vs "
+                f"context; context {context_len} vs batch)"))
+        print("\nwrote " + ", ".join(str(p) for p in paths))
+    return 0

@@ -1,0 +1,61 @@
+"""``tenet-byoc estimate``: per-phase figures against hand counts, sweeps, files, errors."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+import tenet_byoc
+from tenet_byoc.experiments.cli import main
+
+
+def exit_code(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_estimate_prints_phases_and_writes_files(tmp_path, capsys):
+    argv = ["estimate", "--model", "gpt2", "--schemes", "none,q4f16_1", "--accelerator",
+            "os16", "--prompt-len", "16", "--decode-steps", "2", "--batch", "2",
+            "--sweep-contexts", "16,64", "--sweep-batches", "1,4", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    # GPT-2 small by hand: d = 768, 12 layers, MLP 3072, tied head of 50257; 2 sequences.
+    d, vocab = 768, 50257
+    linear = 12 * 12 * d * d
+    prefill = 2 * (16 * linear + 12 * 2 * 16 * 16 * d + 16 * d * vocab)
+    decode = 2 * sum(linear + 12 * 2 * (16 + i + 1) * d + d * vocab for i in range(2))
+    assert "| none | prefill | 16 |" in out and f"| {prefill:,} |" in out
+    assert "| q4f16_1 | decode | 2 |" in out and f"| {decode:,} |" in out
+    rows = list(csv.DictReader((tmp_path / "estimate.csv").open()))
+    assert [(r["scheme"], r["phase"]) for r in rows] == [
+        ("none", "prefill"), ("none", "decode"), ("q4f16_1", "prefill"), ("q4f16_1", "decode")]
+    # TPOT is the mean decode step of the API's own ledger; tokens/s the batch's rate.
+    ledger = tenet_byoc.estimate("gpt2", "q4f16_1", "os16", prompt_len=16, decode_steps=2,
+                                 batch=2)
+    tpot_ms = sum(e.latency_us for e in ledger if e.phase == "decode") / 2 / 1e3
+    assert float(rows[3]["latency_ms"]) == pytest.approx(tpot_ms, rel=1e-12)
+    assert float(rows[3]["tokens_per_s"]) == pytest.approx(2 * 1e3 / tpot_ms, rel=1e-12)
+    ctx = list(csv.DictReader((tmp_path / "sweep_context.csv").open()))
+    assert [(r["scheme"], r["context_len"], r["batch"]) for r in ctx] == [
+        ("none", "16", "2"), ("none", "64", "2"), ("q4f16_1", "16", "2"), ("q4f16_1", "64", "2")]
+    batch = list(csv.DictReader((tmp_path / "sweep_batch.csv").open()))
+    assert [(r["context_len"], r["batch"]) for r in batch] == [("16", "1"), ("16", "4")] * 2
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"estimate.csv", "ledger_none.csv", "ledger_q4f16_1.csv", "estimate_sweep.png"} <= names
+    assert (tmp_path / "estimate_sweep.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--model", "gpt5"], "'gpt5' is neither a built-in name"),
+    (["--prompt-len", "2000"], "prompt_len=2000 is longer"),
+    (["--schemes", "w9"], "unknown scheme 'w9'"),
+    (["--batch", "0"], "expected an integer >= 1"),
+])
+def test_bad_input_is_one_line(argv, message, capsys):
+    assert exit_code(["estimate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -1,0 +1,62 @@
+"""estimate()'s MACs against counts derived by hand from the published configs, and the
+phases, lengths and batch it is asked for."""
+
+from __future__ import annotations
+
+import pytest
+
+import tenet_byoc
+
+
+def llama_3_70b_macs(prompt: int, context: int, steps: int, batch: int) -> tuple[int, int]:
+    """Prefill and decode MACs of Llama-3-70B, from its config.json written out by hand.
+
+    d = 8192, 80 layers, 64 query heads and 8 key/value heads of 128 (GQA), SwiGLU MLP of
+    28672, untied head over 128256 tokens. Per token and layer: q and o projections
+    d x d each, k and v d x (8 x 128) each, gate, up and down d x 28672 each. Attention of
+    one query row over n keys: 64 heads x (n x 128 for Q K^T + n x 128 for P V).
+    """
+    d, layers, heads, hd, ffn, vocab = 8192, 80, 64, 128, 28672, 128256
+    linear = 2 * d * d + 2 * d * (8 * hd) + 3 * d * ffn
+    prefill = layers * (prompt * linear + 2 * heads * hd * prompt * prompt) + prompt * d * vocab
+    decode = 0
+    for i in range(steps):
+        keys = context + i + 1
+        decode += layers * (linear + 2 * heads * hd * keys) + d * vocab
+    return batch * prefill, batch * decode
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_llama_3_70b_macs_equal_the_hand_count(batch):
+    # The benchmark's case (2048-token prompt, 128 decode steps), on a smaller array so the
+    # per-call figures differ from the benchmark's; its time is reported there, not here.
+    ledger = tenet_byoc.estimate("llama-3-70b", "q4f16_1", "os16", prompt_len=2048,
+                                 decode_steps=128, batch=batch)
+    prefill, decode = llama_3_70b_macs(2048, 2048, 128, batch)
+    phases = ledger.group_by("phase")
+    assert (phases["prefill"].macs, phases["decode"].macs) == (prefill, decode)
+    assert phases["prefill"].calls == 80 * 9 + 1 and phases["decode"].calls == 128 * (80 * 9 + 1)
+    assert prefill / batch == pytest.approx(2 * 70.6e9 * 2048 / 2, rel=0.1)  # ~params x tokens
+
+
+def test_gpt2_small_macs_and_keys_follow_context_len():
+    # d = 768, 12 layers of 12 heads, MLP 3072, tied head over 50257 tokens.
+    d, layers, vocab = 768, 12, 50257
+    linear = 3 * d * d + d * d + 2 * d * 4 * d
+    ledger = tenet_byoc.estimate("gpt2", "none", "os16", prompt_len=0, context_len=100,
+                                 decode_steps=3)
+    assert {e.phase for e in ledger} == {"decode"}
+    want = sum(layers * (linear + 2 * d * (100 + i + 1)) + d * vocab for i in range(3))
+    assert ledger.totals().macs == want
+    keys = [e.n for e in ledger if e.name.endswith("attn.qk")]
+    assert keys == [101] * 12 + [102] * 12 + [103] * 12
+
+
+def test_prefill_only_and_default_context():
+    ledger = tenet_byoc.estimate("qwen2.5-0.5b", "per_token", "os16", prompt_len=9,
+                                 decode_steps=0)
+    assert {e.phase for e in ledger} == {"prefill"} and len(ledger) == 24 * 9 + 1
+    ledger = tenet_byoc.estimate("qwen2.5-0.5b", prompt_len=9, decode_steps=1)
+    qk = [e for e in ledger if e.phase == "decode" and e.name.endswith("attn.qk")]
+    # Qwen2.5-0.5B: 14 query heads share 2 key/value heads; a decode row per query head.
+    assert {(e.batch, e.m, e.n, e.k) for e in qk} == {(2, 7, 10, 64)}

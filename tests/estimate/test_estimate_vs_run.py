@@ -1,0 +1,117 @@
+"""estimate() against the ledger of a real offloaded run, call for call.
+
+The reference is the runtime's own ledger: the C++ module charging the GEMMs it really ran,
+with shapes read from the built module's tensors (after the quantize pass padded K, the
+codegen chose widths and recipes). The estimate never builds or runs anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from llama_testing import TINY_LLAMA, TINY_MISTRAL, make_llama_weights, write_checkpoint
+
+import tenet_byoc
+from tenet_byoc.ledger import _CHARGE_FIELDS
+from tenet_byoc.models import from_pretrained
+from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
+
+# Everything charged: shape, widths, quantization work, cycles, bytes, energy, mapping,
+# per-tensor traffic; not the names the partitioner gave the functions.
+CHARGED = sorted(_CHARGE_FIELDS)
+
+
+def real_ledger(runner, prompt: list[int], context_len: int, decode_steps: int):
+    """Prefill ``prompt`` (charged, "prefill"), then ``decode_steps`` steps after a cache of
+    ``context_len`` tokens (its own prefill uncharged), tagged "decode"."""
+    vm = runner.vm
+    tenet_byoc.set_phase(vm, "prefill")
+    _, cache = runner.prefill(prompt)
+    if context_len != len(prompt):
+        tenet_byoc.set_charging(vm, False)
+        _, cache = runner.prefill([(3 * i + 1) % 50 for i in range(context_len)])
+        tenet_byoc.set_charging(vm, True)
+    tenet_byoc.set_phase(vm, "decode")
+    for i in range(decode_steps):
+        _, cache = runner.decode(i + 2, cache)
+    return tenet_byoc.ledger(vm)
+
+
+def assert_same_charges(real_ledger, estimated_ledger):
+    assert (estimated_ledger.accelerator, estimated_ledger.dataflow, estimated_ledger.clock_ghz) == (
+        real_ledger.accelerator, real_ledger.dataflow, real_ledger.clock_ghz)
+    real, estimated = real_ledger.entries, estimated_ledger.entries
+    assert len(estimated) == len(real)
+    assert [e.phase for e in estimated] == [r.phase for r in real]
+    assert [e.scheme for e in estimated] == [r.scheme for r in real]
+    for i, (r, e) in enumerate(zip(real, estimated, strict=True)):
+        want = {f: getattr(r, f) for f in CHARGED}
+        got = {f: getattr(e, f) for f in CHARGED}
+        assert got == want, (i, r.name, e.name, {f for f in CHARGED if got[f] != want[f]})
+    assert [e.call_index for e in estimated] == list(range(len(estimated)))
+    # The estimate builds entries without __init__ (for speed): they are what it would give.
+    assert all(dataclasses.replace(e) == e for e in estimated)
+
+
+def gpt2_small_runner(scheme: str) -> GPT2Runner:
+    config = GPT2Config.preset("small")
+    return GPT2Runner(
+        config, random_params(config, seed=0), bind_params=True,
+        build=lambda mod: tenet_byoc.build(tenet_byoc.quantize(mod, scheme), accelerator="os16"),
+    )
+
+
+@pytest.mark.parametrize("scheme", [
+    "none",
+    pytest.param("w8a8_per_channel_per_token", marks=pytest.mark.slow),
+    pytest.param("w4a16_group128", marks=pytest.mark.slow),
+])
+def test_gpt2_small_by_name_equals_its_run(scheme):
+    real = real_ledger(gpt2_small_runner(scheme), [50256, 464, 2068, 7586, 21831], 5, 2)
+    est = tenet_byoc.estimate("gpt2", scheme, "os16", prompt_len=5, decode_steps=2)
+    assert_same_charges(real, est)
+
+
+LLAMAS = {"llama": TINY_LLAMA, "mistral": TINY_MISTRAL}
+
+
+@pytest.fixture(scope="module", params=[
+    "llama", pytest.param("mistral", marks=pytest.mark.slow)])
+def checkpoint(request, tmp_path_factory):
+    cfg = LLAMAS[request.param]
+    return cfg, write_checkpoint(tmp_path_factory.mktemp(request.param), cfg,
+                                 make_llama_weights(cfg))
+
+
+# Each case builds the model (~5 s on 2 busy cores): the default set stays within ~30 s.
+@pytest.mark.parametrize("scheme", ["none", "w8a8_per_channel_per_token", "w4a16_group128",
+                                    pytest.param("q4f16_1", marks=pytest.mark.slow)])
+def test_tiny_llama_checkpoint_equals_its_run(checkpoint, scheme):
+    cfg, folder = checkpoint
+    runner = from_pretrained(
+        folder, bind_params=True,
+        build=lambda mod: tenet_byoc.build(tenet_byoc.quantize(mod, scheme), accelerator="ws16"),
+    )
+    # Mistral's window is 16 tokens: a cache of 20 makes the decode steps attend to 16 keys.
+    context = 20 if cfg.get("sliding_window") else 11
+    real = real_ledger(runner, [5, 17, 0, 88, 42, 42, 8], context, 3)
+    est = tenet_byoc.estimate(folder, scheme, "ws16", prompt_len=7, context_len=context,
+                              decode_steps=3)
+    assert_same_charges(real, est)
+    if scheme == "w4a16_group128":  # the hidden sizes (64 / 48, 96 / 64) were padded
+        assert {e.k for e in est.entries if e.scheme != "none"} == {128}
+
+
+def test_gpt2_small_batch_rows_cost_as_the_same_rows_of_one_prompt():
+    # A batch of 4 decoding sequences multiplies each weight by 4 rows: the same call as a
+    # 4-token prompt's; attention stays per sequence: 4 x 12 heads of one row.
+    batched = tenet_byoc.estimate("gpt2", "w4a16_group128", "os16", prompt_len=0,
+                                  context_len=3, decode_steps=1, batch=4).entries
+    prompt = tenet_byoc.estimate("gpt2", "w4a16_group128", "os16", prompt_len=4,
+                                 decode_steps=0).entries
+    for b, p in zip(batched, prompt, strict=True):
+        if b.scheme == "none":  # attention
+            assert (b.batch, b.m, b.n) == (4 * 12, 1, 4) or (b.batch, b.m, b.k) == (48, 1, 4)
+        else:
+            assert {f: getattr(b, f) for f in CHARGED} == {f: getattr(p, f) for f in CHARGED}
