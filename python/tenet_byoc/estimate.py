@@ -15,7 +15,6 @@ argument and what is accepted.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import os
 from types import MappingProxyType
@@ -205,17 +204,6 @@ def _check_lengths(config: Any, prompt_len: Any, context_len: Any, decode_steps:
         )
 
 
-def _accelerator(accelerator: str | Accelerator | None, mapping: str | None) -> Accelerator:
-    if mapping is None:
-        return resolve(accelerator)
-    if "mapping" not in inspect.signature(resolve).parameters:
-        raise NotImplementedError(
-            f"mapping={mapping!r}: this tenet_byoc's hardware.resolve has no mapping choice "
-            "yet; leave mapping=None (the accelerator's own tile mapping)"
-        )
-    return resolve(accelerator, mapping=mapping)
-
-
 def estimate(
     model: str | os.PathLike[str] | Any,
     scheme: str | QuantScheme = "none",
@@ -254,8 +242,9 @@ def estimate(
         Sequences run together, all at the same lengths: weight GEMMs take
         ``batch x tokens`` rows; attention GEMMs stay per sequence (``batch x heads``).
     mapping : str, optional
-        Passed to ``hardware.resolve(accelerator, mapping=mapping)`` ("auto", "fixed");
-        None keeps the accelerator's own mapping.
+        ``"auto"`` (each distinct call's searched mapping, as a build with
+        ``preset(name, mapping="auto")`` charges it), ``"fixed"`` (the preset's own
+        mapping) or None (the accelerator as given); see ``hardware.resolve``.
     progress : bool
         Show a progress bar over the decode steps (tqdm, on stderr).
 
@@ -274,15 +263,13 @@ def estimate(
         call the accelerator cannot cost (as ``tenet_byoc.build`` refuses it).
     TypeError
         For a non-integer length or a model of the wrong type.
-    NotImplementedError
-        For ``mapping`` other than None while ``hardware.resolve`` has no mapping choice.
     """
     from .models.gemms import model_gemms
 
     config = _config(model)
     context_len = prompt_len if context_len is None else context_len
     _check_lengths(config, prompt_len, context_len, decode_steps, batch)
-    acc = _accelerator(accelerator, mapping)
+    acc = resolve(accelerator, mapping=mapping)
     quant = get_scheme(scheme)
     weights = _Charges(acc, _Charging.of(quant))
     attention = _Charges(acc, _Charging.of(_attention_scheme(quant)))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 
 import pytest
 
 import tenet_byoc
-from tenet_byoc.hardware import resolve
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
@@ -47,14 +45,14 @@ def test_config_files(tmp_path):
         tenet_byoc.estimate(tmp_path / "missing" / "config.json")
 
 
-def test_mapping_is_passed_to_resolve_or_refused():
-    if "mapping" in inspect.signature(resolve).parameters:
-        fixed = tenet_byoc.estimate("gpt2", prompt_len=4, mapping="fixed")
-        assert fixed.totals().macs == tenet_byoc.estimate("gpt2", prompt_len=4).totals().macs
-    else:
-        with pytest.raises(NotImplementedError, match="mapping='auto'"):
-            tenet_byoc.estimate("gpt2", prompt_len=4, mapping="auto")
-    assert len(tenet_byoc.estimate("gpt2", prompt_len=4, mapping=None)) == 2 * (12 * 6 + 1)  # c_attn, qk, pv, c_proj, c_fc, mlp.c_proj; head
+def test_mapping_choices():
+    # "fixed" on a preset is the preset as it is; an unknown choice names the field.
+    fixed = tenet_byoc.estimate("gpt2", prompt_len=4, mapping="fixed")
+    plain = tenet_byoc.estimate("gpt2", prompt_len=4)
+    assert [e.cycles for e in fixed.entries] == [e.cycles for e in plain.entries]
+    assert len(plain) == 2 * (12 * 6 + 1)  # c_attn, qk, pv, c_proj, c_fc, mlp.c_proj; head
+    with pytest.raises(ValueError, match="mapping"):
+        tenet_byoc.estimate("gpt2", prompt_len=4, mapping="best")
 
 
 def test_calls_an_enumerated_dataflow_cannot_cost_are_refused_by_name(tmp_path):

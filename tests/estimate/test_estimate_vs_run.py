@@ -103,6 +103,25 @@ def test_tiny_llama_checkpoint_equals_its_run(checkpoint, scheme):
         assert {e.k for e in est.entries if e.scheme != "none"} == {128}
 
 
+def test_searched_mappings_equal_the_runs(checkpoint):
+    # mapping="auto": the runtime's search (one per accelerator, first call) and the
+    # estimate's own search pick the same mapping, so every charge agrees.
+    _, folder = checkpoint
+    scheme = "w8a8_per_channel_per_token"
+    runner = from_pretrained(
+        folder, bind_params=True,
+        build=lambda mod: tenet_byoc.build(
+            tenet_byoc.quantize(mod, scheme),
+            accelerator=tenet_byoc.hardware.preset("os16", mapping="auto")),
+    )
+    real = real_ledger(runner, [5, 17, 0, 88, 42], 9, 2)
+    est = tenet_byoc.estimate(folder, scheme, "os16", prompt_len=5, context_len=9,
+                              decode_steps=2, mapping="auto")
+    assert_same_charges(real, est)
+    distinct = {(e.batch, e.m, e.n, e.k, e.scheme) for e in real.entries}
+    assert real.mapping_searches == len(distinct)  # really searched, once per distinct call
+
+
 def test_gpt2_small_batch_rows_cost_as_the_same_rows_of_one_prompt():
     # A batch of 4 decoding sequences multiplies each weight by 4 rows: the same call as a
     # 4-token prompt's; attention stays per sequence: 4 x 12 heads of one row.
