@@ -14,6 +14,12 @@ packed int4 weight-only); the others are computed by exact emulation: their valu
 rounded exactly as the format defines (``ml_dtypes`` at compile time, the same arithmetic
 in the graph for activations), held in float32, and multiplied by the offloaded float GEMM.
 :data:`SCHEMES` names the presets; a spec string (:func:`parse_spec`) composes any other.
+
+A KV-cache modifier (``+kv16``, ``+kv8``, ``+kv4``, optionally ``/head`` or ``/groupG``;
+:data:`KV_HELP`) rounds the keys and values of new tokens where they are written to the
+cache, so that attention in prefill and decode and the cache the model keeps all hold the
+stored values (exact emulation: codes times fp16 scales, kept in float32); attention's
+GEMMs are charged with the cache operand at the KV width (:func:`attention_scheme`).
 """
 
 from __future__ import annotations
@@ -1120,7 +1126,10 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
     ----------
     mod : tvm.IRModule
         A Relax module whose linear layers are ``R.matmul(x, R.permute_dims(W))`` with
-        ``W[N, K]`` a bound float32 constant. Other matmuls (attention) are left alone.
+        ``W[N, K]`` a bound float32 constant. Attention's matmuls (4-D activations,
+        :func:`is_attention_gemm`) are left float; under a KV modifier the keys and values
+        they read are rounded where the function computes them (a new token's, before it
+        is concatenated to the past along axis 2; a past passed in is taken as stored).
     scheme : str or QuantScheme
         A name from :data:`SCHEMES`, a spec string (:func:`parse_spec`) or a scheme.
     calibration : sequence or None
@@ -1164,7 +1173,19 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
 
 
 __all__ = [
-    "CLASSIC_SCHEMES", "RECIPE_ATTR", "SCHEMES", "SCHEME_ATTR", "QuantScheme",
-    "attention_scheme", "calibrate", "is_attention_gemm",
-    "get_scheme", "pack_int4", "parse_spec", "quantize", "quantize_weight", "weight_codes",
+    "CLASSIC_SCHEMES",
+    "KV_HELP",
+    "RECIPE_ATTR",
+    "SCHEMES",
+    "SCHEME_ATTR",
+    "QuantScheme",
+    "attention_scheme",
+    "calibrate",
+    "get_scheme",
+    "is_attention_gemm",
+    "pack_int4",
+    "parse_spec",
+    "quantize",
+    "quantize_weight",
+    "weight_codes",
 ]

@@ -76,7 +76,7 @@ def test_cache_is_the_definition_of_the_new_tokens(tiny, mod, gran, group):
     bits = int(mod[2:].split("/")[0])
     float_run = _runner(config, params, "none")
     kv_run = _runner(config, params, f"q0f32+{mod}")
-    f_logits, f_cache = float_run.prefill(PROMPT)
+    _, f_cache = float_run.prefill(PROMPT)
     q_logits, q_cache = kv_run.prefill(PROMPT)
     for i in (0, 1):  # K_0, V_0
         want = stored_kv(f_cache.numpy()[i], bits, gran, group)
@@ -165,8 +165,7 @@ def test_without_kv_modifier_attention_stays_float(tiny):
     config, params = tiny
     runner = _runner(config, params, "none")
     runner.prefill(PROMPT)
-    h, d = config.n_head, config.head_dim
-    att_calls = [e for e in tenet_byoc.ledger(runner.vm).entries if e.batch == h]
+    att_calls = [e for e in tenet_byoc.ledger(runner.vm).entries if e.batch == config.n_head]
     assert att_calls and all(e.bits_b == 32 and e.weight_side_bits == 0 for e in att_calls)
 
 
@@ -211,10 +210,9 @@ def test_offloaded_whole_and_equal_to_tvm(tiny, scheme):
 def test_llama_family_cache_quantized_and_charged():
     """A Llama-family model (grouped-query attention, rotary keys): layer 0's keys are the
     reference applied to the float model's, and decode attention is charged at 4 bits."""
+    from models.llama_testing import TINY_LLAMA
     from tenet_byoc.models.llama import LlamaConfig, LlamaRunner
     from tenet_byoc.models.llama import random_params as llama_params
-
-    from models.llama_testing import TINY_LLAMA
 
     config = LlamaConfig.from_hf_dict(TINY_LLAMA)
     params = llama_params(config, seed=0)
