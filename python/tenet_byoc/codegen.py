@@ -18,10 +18,10 @@ from tvm import relax
 from tvm.relax.backend.pattern_registry import get_pattern
 
 from .patterns import KIND_BITS, PATTERN_INFO, PatternInfo
-from .quantization import RECIPE_ATTR, SCHEME_ATTR
+from .quantization import RECIPE_ATTR, SCHEME_ATTR, is_attention_gemm
 
 #: Bumped with the runtime's ``kDescriptorVersion`` on any incompatible change.
-DESCRIPTOR_VERSION = 3
+DESCRIPTOR_VERSION = 4
 
 #: The scheme of a quantized call in a module :func:`tenet_byoc.quantize` did not stamp.
 UNNAMED_SCHEME = "unnamed"
@@ -111,7 +111,7 @@ def _step_name(result: relax.Var, rhs: relax.Expr) -> str:
 FLOAT_RECIPE = {
     "place": "none", "weight": "none", "weight_group": 0, "activation": "none",
     "activation_group": 0, "activation_static": False, "k_group": 0, "scale_bits": 16,
-    "zero_point_bits": 0, "accumulator_bits": 32,
+    "zero_point_bits": 0, "accumulator_bits": 32, "weight_batched": False,
 }
 
 
@@ -199,11 +199,20 @@ def describe_function(func: relax.Function) -> dict:
 
         out = _tensor_spec(binding.var.ty, f"{symbol}: output of {comp.pattern}")
         kind = comp.info.kind
+        step_scheme = "none" if kind == "float" else scheme
         # The recipe is the one the quantize pass stamped: the codegen never guesses it.
-        if kind == "float":
+        attention = (stamped or {}).get("attention")
+        gemm_types = (args[comp.params["lhs"]].ty, args[comp.params["rhs"]].ty)
+        if kind == "float" and attention and is_attention_gemm(*gemm_types):
+            # Attention under a KV scheme: B is the K (transposed) or V cache, stored at
+            # the KV width (quantization.attention_scheme).
+            role = attention["key" if comp.info.rhs_transposed else "value"]
+            bits, quant, step_scheme = role["bits"], dict(role["recipe"]), scheme
+        elif kind == "float":
             bits, quant = list(KIND_BITS[kind]), dict(FLOAT_RECIPE)
         elif stamped is not None:
-            bits, quant = stamped["bits"], {k: v for k, v in stamped.items() if k != "bits"}
+            bits = stamped["bits"]
+            quant = {k: v for k, v in stamped.items() if k not in ("bits", "attention")}
         else:
             def ty(role, comp=comp, args=args):
                 index = comp.params.get(role)
@@ -215,7 +224,7 @@ def describe_function(func: relax.Function) -> dict:
                 "pattern": comp.pattern,
                 "name": _step_name(binding.var, args[comp.params["rhs"]]),
                 "kind": kind,
-                "scheme": "none" if kind == "float" else scheme,
+                "scheme": step_scheme,
                 **{role: ref(comp.params.get(role), role) for role in _ROLES},
                 "rhs_transposed": comp.info.rhs_transposed,
                 "epilogue": comp.info.epilogue,

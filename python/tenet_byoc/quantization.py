@@ -14,6 +14,12 @@ packed int4 weight-only); the others are computed by exact emulation: their valu
 rounded exactly as the format defines (``ml_dtypes`` at compile time, the same arithmetic
 in the graph for activations), held in float32, and multiplied by the offloaded float GEMM.
 :data:`SCHEMES` names the presets; a spec string (:func:`parse_spec`) composes any other.
+
+A KV-cache modifier (``+kv16``, ``+kv8``, ``+kv4``, optionally ``/head`` or ``/groupG``;
+:data:`KV_HELP`) rounds the keys and values of new tokens where they are written to the
+cache, so that attention in prefill and decode and the cache the model keeps all hold the
+stored values (exact emulation: codes times fp16 scales, kept in float32); attention's
+GEMMs are charged with the cache operand at the KV width (:func:`attention_scheme`).
 """
 
 from __future__ import annotations
@@ -40,12 +46,17 @@ RECIPE_ATTR = "tenet.quant_recipe"
 
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 _PERMUTE = tvm.ir.Op.get("relax.permute_dims")
+_CONCAT = tvm.ir.Op.get("relax.concat")
 
 #: Element formats. ``int`` is symmetric; ``uint`` is asymmetric (codes in [0, 2^b - 1]
 #: with a zero point per scale); the float formats are OCP's fp8 / fp4 element types.
 WEIGHT_FORMATS = ("float", "int", "uint", "e4m3", "e5m2", "e2m1")
 ACTIVATION_FORMATS = ("float", "int", "e4m3", "e5m2", "e2m1")
 WEIGHT_GRANULARITIES = ("none", "tensor", "channel", "group")
+#: Scales of the KV cache, all written with the token: ``token`` one per token (its keys or
+#: values over all heads), ``head`` one per token and head, ``group`` one per G consecutive
+#: channels of a token's head.
+KV_GRANULARITIES = ("none", "token", "head", "group")
 ACTIVATION_GRANULARITIES = ("none", "tensor", "token", "embedding", "group")
 SCALE_DTYPES = {"fp16": 16, "fp32": 32, "e8m0": 8}
 
@@ -123,6 +134,18 @@ class QuantScheme:
         ``"fp16"``, ``"fp32"`` or ``"e8m0"`` (MX: powers of two, one per block of both
         operands). Stored scales are rounded to it; dynamic activation scales computed on
         chip stay float32 except MX's.
+    kv_bits : int
+        The KV cache: 32 (float32, not quantized), 16 (float16), 8 or 4 (symmetric int,
+        codes in [-127, 127] or [-8, 7], fp16 scales). Keys and values are quantized when
+        they are written to the cache; attention reads them at this width.
+    kv_granularity : str
+        ``"none"`` (float cache), ``"token"``, ``"head"`` or ``"group"`` (see
+        :data:`KV_GRANULARITIES`).
+    kv_group : int
+        G of group-wise KV scales (channels of one head).
+    attention : bool
+        True for the scheme of attention's GEMMs (:func:`attention_scheme`): the "weight"
+        is then the K or V cache, and :meth:`recipe` takes ``"key"`` or ``"value"``.
     """
 
     name: str
@@ -137,6 +160,10 @@ class QuantScheme:
     activation_static: bool = False
     smoothing: float = 0.0
     scale_dtype: str = "fp16"
+    kv_bits: int = 32
+    kv_granularity: str = "none"
+    kv_group: int = 0
+    attention: bool = False
 
     def __post_init__(self) -> None:
         default = {True: "float", False: "int"}
@@ -151,6 +178,18 @@ class QuantScheme:
         _choice("weight_granularity", self.weight_granularity, WEIGHT_GRANULARITIES)
         _choice("activation_granularity", self.activation_granularity, ACTIVATION_GRANULARITIES)
         _choice("scale_dtype", self.scale_dtype, tuple(SCALE_DTYPES))
+        _choice("kv_bits", self.kv_bits, (32, 16, 8, 4))
+        _choice("kv_granularity", self.kv_granularity, KV_GRANULARITIES)
+        if (self.kv_bits < 16) != (self.kv_granularity != "none"):
+            raise ValueError(
+                f"QuantScheme {self.name!r}: kv_granularity={self.kv_granularity!r} with "
+                f"kv_bits={self.kv_bits}; 'none' exactly for a float (32 or 16 bit) cache"
+            )
+        if (self.kv_granularity == "group") != (self.kv_group > 0):
+            raise ValueError(
+                f"QuantScheme.kv_group={self.kv_group} must be > 0 exactly for group-wise "
+                "KV scales"
+            )
         for op, fmt, bits, gran in (
             ("weight", self.weight_format, self.weight_bits, self.weight_granularity),
             ("activation", self.activation_format, self.activation_bits,
@@ -218,10 +257,17 @@ class QuantScheme:
         return self.activation_bits < 16
 
     @property
+    def quantizes_kv(self) -> bool:
+        """Whether the KV cache is stored below float32 (``+kv16``, ``+kv8``, ``+kv4``)."""
+        return self.kv_bits < 32
+
+    @property
     def kernel(self) -> str:
         """The runtime kernel: ``"float"``, ``"dequant_channel"``, ``"dequant_group"``,
         ``"int8"`` (real integer kernels) or ``"emulated"`` (exact emulation)."""
         wf, wb, wg = self.weight_format, self.weight_bits, self.weight_granularity
+        if self.attention:  # the cache is rounded in the graph; the GEMM runs in float
+            return "float" if wb == 32 else "emulated"
         if wf == "float":
             return "float" if wb == 32 and self.activation_bits == 32 else "emulated"
         if self.scale_dtype == "e8m0":
@@ -270,15 +316,28 @@ class QuantScheme:
             return "weight"  # per hidden channel scales multiply the dequantized weights
         return "output"
 
-    def recipe(self) -> dict:
-        """The cost recipe (``src/cost_model/charge.h``'s QuantRecipe) as a dict."""
+    def recipe(self, operand: str = "weight") -> dict:
+        """The cost recipe (``src/cost_model/charge.h``'s QuantRecipe) as a dict.
+
+        Parameters
+        ----------
+        operand : str
+            What B is: ``"weight"`` (a linear layer's ``W^T``), or, for an attention
+            scheme (:func:`attention_scheme`), ``"key"`` (``K^T`` of ``Q K^T``: one row of
+            scales per key token is a column of B) or ``"value"`` (``V`` of ``P V``: a
+            token is a row of B, K's index).
+        """
+        _choice("recipe operand", operand, ("key", "value") if self.attention else ("weight",))
         act = {"token": "channel"}.get(self.activation_granularity,
                                         self.activation_granularity)
         if self.smoothing and not self.activation_static:
             act = "embedding"  # the per-call smoothing scales are per hidden channel
+        weight = self.weight_granularity
+        if operand == "value":  # V[L, d]: per token is per K index; groups run along N
+            weight = {"channel": "embedding", "group": "group_n"}.get(weight, weight)
         return {
             "place": self.dequant_place(),
-            "weight": self.weight_granularity,
+            "weight": weight,
             "weight_group": self.group_size,
             "activation": act,
             "activation_group": self.activation_group,
@@ -287,6 +346,9 @@ class QuantScheme:
             "scale_bits": SCALE_DTYPES[self.scale_dtype],
             "zero_point_bits": self.weight_bits if self.weight_format == "uint" else 0,
             "accumulator_bits": 32,
+            # A KV cache is one tensor per batch element (head): scales and dequantization
+            # are counted per head.
+            "weight_batched": self.attention and self.weight_granularity != "none",
         }
 
     def describe(self) -> str:
@@ -303,6 +365,10 @@ class QuantScheme:
                     self.activation_group)
         extra = (" static" if self.activation_static else "") + (
             f" smooth={self.smoothing:g}" if self.smoothing else "")
+        if self.quantizes_kv:
+            gran = {"group": f"group{self.kv_group}"}.get(self.kv_granularity,
+                                                          self.kv_granularity)
+            extra += f" kv={'f16' if self.kv_bits == 16 else f'int{self.kv_bits}/{gran}'}"
         return f"w={w} a={a} scales={self.scale_dtype}{extra}"
 
 
@@ -423,22 +489,90 @@ def parse_spec(spec: str) -> QuantScheme:
     return QuantScheme(spec, **fields)
 
 
+KV_HELP = (
+    "a KV-cache modifier is +kvB[/GRANULARITY] after a scheme, B 16 (float16), 8 or 4 (int), "
+    "GRANULARITY token (default), head or groupG; e.g. 'per_token+kv8', 'q4f16_1+kv4/group32'"
+)
+
+
+def _parse_kv(text: str, scheme: str) -> dict:
+    """The KV fields of a modifier ``kvB[/GRANULARITY]`` (the text after ``+``)."""
+    bits_text, _, gran = text[2:].partition("/")
+    if not text.startswith("kv") or bits_text not in ("16", "8", "4"):
+        raise ValueError(f"quantization scheme {scheme!r}: modifier +{text} is not understood; "
+                         f"{KV_HELP}")
+    bits = int(bits_text)
+    if bits == 16:
+        if gran:
+            raise ValueError(f"quantization scheme {scheme!r}: +kv16 is a float16 cache "
+                             "without scales; it takes no granularity")
+        return {"kv_bits": 16}
+    group = 0
+    if gran.startswith("group"):
+        if not gran[5:].isdigit() or int(gran[5:]) < 1:
+            raise ValueError(f"quantization scheme {scheme!r}: +{text}: groupG needs a "
+                             "positive integer G")
+        gran, group = "group", int(gran[5:])
+    elif gran not in ("", "token", "head"):
+        raise ValueError(f"quantization scheme {scheme!r}: +{text}: unknown KV granularity "
+                         f"{gran!r}; {KV_HELP}")
+    return {"kv_bits": bits, "kv_granularity": gran or "token", "kv_group": group}
+
+
 def get_scheme(scheme: str | QuantScheme) -> QuantScheme:
-    """A scheme by preset name (see :data:`SCHEMES`) or spec string, or the scheme itself."""
+    """A scheme by preset name (see :data:`SCHEMES`) or spec string, or the scheme itself,
+    with an optional KV-cache modifier (``per_token+kv8``; see :data:`KV_HELP`)."""
     if isinstance(scheme, QuantScheme):
         return scheme
     if scheme in SCHEMES:
         return SCHEMES[scheme]
-    if "+kv" in scheme:
-        raise ValueError(
-            f"quantization scheme {scheme!r}: KV-cache modifiers (+kv8, +kv4) are not "
-            "implemented yet; use the scheme without them"
-        )
+    if "+" in scheme:
+        base, _, modifier = scheme.rpartition("+")
+        return dataclasses.replace(get_scheme(base), name=scheme,
+                                   **_parse_kv(modifier, scheme))
     if "=" in scheme:
         return parse_spec(scheme)
     raise ValueError(
         f"unknown quantization scheme {scheme!r}; available: {', '.join(SCHEMES)}; or {SPEC_HELP}"
     )
+
+
+def attention_scheme(scheme: str | QuantScheme) -> QuantScheme:
+    """What the attention GEMMs of a model quantized with ``scheme`` are charged with.
+
+    Attention multiplies activations: ``Q K^T`` and ``P V``. Q and P stay float32 (the
+    quantize pass does not touch them); the B operand, K^T or V, is the KV cache at the
+    scheme's KV width. The returned scheme's "weight" is that cache: ``bits()`` gives the
+    widths (A, B, C) and ``recipe("key")`` / ``recipe("value")`` the cost recipe of
+    ``Q K^T`` / ``P V`` (scales per key token, per value token, or per group of a token's
+    channels, counted per head: ``weight_batched``). Without a KV modifier this is float32
+    (``bits() == (32, 32, 32)``, no side data), as attention has always been charged.
+
+    Parameters
+    ----------
+    scheme : str or QuantScheme
+        A preset, spec string or scheme, with or without ``+kvB[/GRANULARITY]``.
+
+    Returns
+    -------
+    QuantScheme
+        With ``attention=True``, named as ``scheme``.
+    """
+    s = get_scheme(scheme)
+    fields: dict = {"weight_bits": s.kv_bits}
+    if s.kv_bits < 16:
+        fields.update(weight_format="int", scale_dtype="fp16",
+                      weight_granularity="group" if s.kv_granularity == "group" else "channel",
+                      group_size=s.kv_group)
+    return QuantScheme(s.name, **fields, kv_bits=s.kv_bits, kv_granularity=s.kv_granularity,
+                       kv_group=s.kv_group, attention=True)
+
+
+def _attention_stamp(s: QuantScheme) -> dict:
+    """The widths and recipes of ``Q K^T`` and ``P V`` under ``s``, for the codegen."""
+    att = attention_scheme(s)
+    return {role: {"bits": list(att.bits()), "recipe": att.recipe(role)}
+            for role in ("key", "value")}
 
 
 # ----------------------------------------------------------------------------------------
@@ -663,6 +797,87 @@ def _fake_quant_activation(bb: relax.BlockBuilder, x, s: QuantScheme, static_sca
     return bb.emit(op.reshape(out, shape)) if gran == "group" else out
 
 
+def _fake_quant_kv(bb: relax.BlockBuilder, t, s: QuantScheme, output: bool):
+    """A cache tensor ``t[..., heads, tokens, head_dim]`` as the cache stores it, in float32.
+
+    int8 / int4: symmetric codes of ``round(t / scale)`` times the scale, the scale the
+    max-abs of the token's values (over all heads, one head, or a group of G channels of a
+    head) over the largest code, rounded to float16 (1 where it is 0). float16: a cast
+    there and back. ``output`` emits the last value as a dataflow block's output.
+    """
+    op = relax.op
+    last = bb.emit_output if output and bb.current_block_is_dataflow() else bb.emit
+    if s.kv_bits == 16:
+        return last(op.astype(bb.emit(op.astype(t, "float16")), "float32"))
+    shape = list(t.ty.shape.values)
+    rank, d = len(shape), int(shape[-1])
+    xs, axis = t, [-1]
+    if s.kv_granularity == "group":
+        if d % s.kv_group:
+            raise ValueError(f"quantize({s.name}): KV group size {s.kv_group} does not divide "
+                             f"the head dimension {d}")
+        xs = bb.emit(op.reshape(t, [*shape[:-1], d // s.kv_group, s.kv_group]))
+    elif s.kv_granularity == "token":
+        axis = [rank - 3, rank - 1]  # the heads and channels of each token
+    qmin, qmax = int_range(s.kv_bits)
+    amax = bb.emit(op.max(bb.emit(op.abs(xs)), axis=axis, keepdims=True))
+    scale = bb.emit(op.astype(bb.emit(op.astype(bb.emit(op.divide(amax, _f32(qmax))),
+                                                 "float16")), "float32"))
+    scale = bb.emit(op.where(bb.emit(op.greater(scale, _f32(0.0))), scale, _f32(1.0)))
+    q = bb.emit(op.clip(bb.emit(op.round(bb.emit(op.divide(xs, scale)))), qmin, qmax))
+    if s.kv_granularity == "group":
+        return last(op.reshape(bb.emit(op.multiply(q, scale)), shape))
+    return last(op.multiply(q, scale))
+
+
+def is_attention_gemm(lhs_ty, rhs_ty) -> bool:
+    """Whether a matmul of operands of these types is one of attention's GEMMs, as the
+    models write them: activation x activation on 4-D ``[batch, heads, rows, cols]``
+    operands (a linear layer's weight is 2-D). The quantize pass quantizes the cache operand
+    of exactly these, and the codegen charges exactly these with the KV recipe."""
+    return all(isinstance(t, relax.TensorType) and t.ndim == 4 for t in (lhs_ty, rhs_ty))
+
+
+def _kv_writes(func: relax.Function) -> set:
+    """The bindings whose values enter the KV cache: the keys and values of the new tokens.
+
+    Each 4-D attention matmul's cache operand (the input of ``permute_dims`` for Q K^T, the
+    rhs for P V) is either the new tokens' tensor or ``concat([past, new], axis=2)``; the
+    new one is quantized once, where it is bound, so that the cache returned and the
+    attention that reads it see the same stored values and a past already stored is
+    never quantized again.
+    """
+    values = relax.analysis.get_var2val(func)
+
+    def bound(expr):
+        while isinstance(expr, relax.Var) and expr in values:
+            if not isinstance(values[expr], relax.Var):
+                return expr, values[expr]
+            expr = values[expr]
+        return expr, None
+
+    writes = set()
+    for value in values.values():
+        if not (isinstance(value, relax.Call) and value.op.same_as(_MATMUL)):
+            continue
+        lhs, rhs = value.args
+        if not is_attention_gemm(lhs.ty, rhs.ty):
+            continue
+        cache, cache_value = bound(rhs)
+        if (isinstance(cache_value, relax.Call) and cache_value.op.same_as(_PERMUTE)
+                and [int(a) for a in cache_value.attrs.axes or []] == [0, 1, 3, 2]):
+            cache, cache_value = bound(cache_value.args[0])  # K^T: the keys are its input
+        if isinstance(cache_value, relax.Call) and cache_value.op.same_as(_CONCAT):
+            parts = cache_value.args[0]
+            if isinstance(parts, relax.Var):
+                parts = bound(parts)[1]
+            if isinstance(parts, relax.Tuple):
+                cache, cache_value = bound(parts.fields[-1])
+        if cache_value is not None and not isinstance(cache_value, GenericConst):
+            writes.add(cache)
+    return writes
+
+
 # ----------------------------------------------------------------------------------------
 # The pass.
 
@@ -684,6 +899,7 @@ class _LinearQuantizer(relax.PyExprMutator):
         self.observe = observe
         self.func_name = "a function"
         self.where = "weight"  # the layer being rewritten, for error messages
+        self.kv_writes: set = set()  # bindings of new keys / values (KV schemes)
 
     def _binding_of(self, expr: relax.Expr) -> relax.Expr:
         while isinstance(expr, relax.Var):
@@ -697,7 +913,16 @@ class _LinearQuantizer(relax.PyExprMutator):
         self.params = set(func.params)
         name = func.attrs.get("global_symbol") if func.attrs is not None else None
         self.func_name = f"function {str(name)!r}" if name is not None else "a function"
+        self.kv_writes = _kv_writes(func) if self.scheme.quantizes_kv else set()
         return super().visit_function_(func)
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        super().visit_var_binding_(binding)
+        if binding.var in self.kv_writes:
+            emitted = self.get_var_remap(binding.var) or binding.var  # None: kept as it was
+            stored = _fake_quant_kv(self.builder_, emitted, self.scheme,
+                                    output=not isinstance(binding.var, relax.DataflowVar))
+            self.set_var_remap(binding.var, stored)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
@@ -715,6 +940,8 @@ class _LinearQuantizer(relax.PyExprMutator):
             return call  # an activation x activation matmul (attention): left as it is
         if ty.dtype != "float32" or x.ty.dtype != "float32":
             return call
+        if self.scheme.kernel == "float" and self.observe is None:
+            return call  # float weights (a scheme that only quantizes the KV cache)
         if not isinstance(bound, GenericConst):
             raise ValueError(  # noqa: TRY004 (a constant is what is wrong, not a type)
                 f"quantize({self.scheme.name}): the weight {weight.name} of a linear layer is "
@@ -899,7 +1126,10 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
     ----------
     mod : tvm.IRModule
         A Relax module whose linear layers are ``R.matmul(x, R.permute_dims(W))`` with
-        ``W[N, K]`` a bound float32 constant. Other matmuls (attention) are left alone.
+        ``W[N, K]`` a bound float32 constant. Attention's matmuls (4-D activations,
+        :func:`is_attention_gemm`) are left float; under a KV modifier the keys and values
+        they read are rounded where the function computes them (a new token's, before it
+        is concatenated to the past along axis 2; a past passed in is taken as stored).
     scheme : str or QuantScheme
         A name from :data:`SCHEMES`, a spec string (:func:`parse_spec`) or a scheme.
     calibration : sequence or None
@@ -926,7 +1156,7 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"quantize takes a tvm.IRModule, got {type(mod).__name__}")
     s = get_scheme(scheme)
-    if s.kernel == "float":
+    if s.kernel == "float" and not s.quantizes_kv:
         return mod
     stats = None
     if s.activation_static:
@@ -935,11 +1165,27 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
         else:
             stats = calibrate(mod, calibration, entry)
     out = _run_pass(mod, _LinearQuantizer(mod, s, stats=stats))
-    recipe = json.dumps({"bits": list(s.bits()), **s.recipe()})
+    stamp = {"bits": list(s.bits()), **s.recipe()}
+    if s.quantizes_kv:
+        stamp["attention"] = _attention_stamp(s)
+    recipe = json.dumps(stamp)
     return out.with_attr(SCHEME_ATTR, s.name).with_attr(RECIPE_ATTR, recipe)
 
 
 __all__ = [
-    "CLASSIC_SCHEMES", "RECIPE_ATTR", "SCHEMES", "SCHEME_ATTR", "QuantScheme", "calibrate",
-    "get_scheme", "pack_int4", "parse_spec", "quantize", "quantize_weight", "weight_codes",
+    "CLASSIC_SCHEMES",
+    "KV_HELP",
+    "RECIPE_ATTR",
+    "SCHEMES",
+    "SCHEME_ATTR",
+    "QuantScheme",
+    "attention_scheme",
+    "calibrate",
+    "get_scheme",
+    "is_attention_gemm",
+    "pack_int4",
+    "parse_spec",
+    "quantize",
+    "quantize_weight",
+    "weight_codes",
 ]

@@ -10,7 +10,8 @@ namespace tenet {
 namespace {
 
 constexpr const char* kPlaceNames[] = {"none", "weight", "k_group", "output"};
-constexpr const char* kGranularityNames[] = {"none", "tensor", "channel", "embedding", "group"};
+constexpr const char* kGranularityNames[] = {"none",      "tensor", "channel",
+                                             "embedding", "group",  "group_n"};
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -28,6 +29,7 @@ int64_t ScaleCount(Granularity g, int64_t group, int64_t rows, int64_t k) {
     case Granularity::kChannel: return rows;
     case Granularity::kEmbedding: return k;
     case Granularity::kGroup: return rows * CeilDiv(k, group);
+    case Granularity::kGroupN: return k * CeilDiv(rows, group);
   }
   return 0;
 }
@@ -48,17 +50,18 @@ Dequantization ParseDequantization(const std::string& name) {
 const char* GranularityName(Granularity g) { return kGranularityNames[static_cast<int>(g)]; }
 
 Granularity ParseGranularity(const std::string& name) {
-  for (int i = 0; i < 5; ++i)
+  for (int i = 0; i < 6; ++i)
     if (name == kGranularityNames[i]) return static_cast<Granularity>(i);
   throw std::invalid_argument("unknown quantization granularity '" + name +
-                              "'; expected none, tensor, channel, embedding or group");
+                              "'; expected none, tensor, channel, embedding, group or group_n");
 }
 
 void Validate(const QuantRecipe& r) {
-  Require(r.weight != Granularity::kEmbedding, "weight", static_cast<int>(r.weight),
-          "none, tensor, channel or group (embedding is an activation granularity)");
-  Require((r.weight == Granularity::kGroup) == (r.weight_group > 0), "weight_group",
-          r.weight_group, "> 0 exactly for group-wise weights");
+  Require(r.activation != Granularity::kGroupN, "activation", static_cast<int>(r.activation),
+          "none, tensor, channel, embedding or group (group_n is a granularity of B)");
+  const bool grouped_b = r.weight == Granularity::kGroup || r.weight == Granularity::kGroupN;
+  Require(grouped_b == (r.weight_group > 0), "weight_group", r.weight_group,
+          "> 0 exactly for group-wise weights (group or group_n)");
   Require((r.activation == Granularity::kGroup) == (r.activation_group > 0),
           "activation_group", r.activation_group, "> 0 exactly for group-wise activations");
   Require(!r.activation_static || r.activation == Granularity::kTensor ||
@@ -82,8 +85,10 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
   GemmWorkload& w = call.workload;
   Validate(w);  // before the products below, which it bounds
   QuantWork& q = call.quant;
+  // A batched B (a KV cache) has its own scales in every batch element.
+  const int64_t b_copies = recipe.weight_batched ? batch : 1;
   q.weight_side_bits = ScaleCount(recipe.weight, recipe.weight_group, n, k) *
-                       (recipe.scale_bits + recipe.zero_point_bits);
+                       (recipe.scale_bits + recipe.zero_point_bits) * b_copies;
   if (recipe.activation_static)
     q.activation_side_bits =
         ScaleCount(recipe.activation, recipe.activation_group, m, k) * recipe.scale_bits;
@@ -91,7 +96,7 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
     q.quantize_ops = batch * m * k * (recipe.activation_static ? 1 : 2);
   switch (recipe.place) {
     case Dequantization::kNone: break;
-    case Dequantization::kWeight: q.dequant_ops = n * k; break;
+    case Dequantization::kWeight: q.dequant_ops = n * k * b_copies; break;
     case Dequantization::kKGroup:
       q.dequant_ops = batch * m * n * CeilDiv(k, recipe.k_group);
       q.accumulator_traffic_bits = 2 * q.dequant_ops * recipe.accumulator_bits;
@@ -180,7 +185,7 @@ bool operator==(const QuantRecipe& a, const QuantRecipe& b) {
          a.activation == b.activation && a.activation_group == b.activation_group &&
          a.activation_static == b.activation_static && a.k_group == b.k_group &&
          a.scale_bits == b.scale_bits && a.zero_point_bits == b.zero_point_bits &&
-         a.accumulator_bits == b.accumulator_bits;
+         a.accumulator_bits == b.accumulator_bits && a.weight_batched == b.weight_batched;
 }
 
 bool operator==(const GemmCall& a, const GemmCall& b) {
@@ -200,7 +205,7 @@ size_t GemmCallHash::operator()(const GemmCall& call) const {
                     int64_t(r.place), int64_t(r.weight), r.weight_group,
                     int64_t(r.activation), r.activation_group, int64_t(r.activation_static),
                     r.k_group, int64_t(r.scale_bits), int64_t(r.zero_point_bits),
-                    int64_t(r.accumulator_bits)})
+                    int64_t(r.accumulator_bits), int64_t(r.weight_batched)})
     h = (h ^ std::hash<int64_t>()(v)) * 1099511628211ull;
   return h;
 }

@@ -39,13 +39,17 @@ enum class Dequantization {
   kOutput,  // one rescale per output element after the integer GEMM: batch x M x N
 };
 
-// Which elements of an operand share one scale (and zero point).
+// Which elements of an operand share one scale (and zero point). For B the names are those
+// of a weight [N, K]; kEmbedding on B is one scale per K index (a V cache's per-token
+// scales in P x V, whose K is the token axis).
 enum class Granularity {
   kNone,       // not quantized (float)
   kTensor,     // one scale per operand
   kChannel,    // weights: one per output channel (N); activations: one per token (M)
   kEmbedding,  // activations: one per hidden channel (K), static, folded into the weights
   kGroup,      // G consecutive elements along K (weights: N x K/G; activations: M x K/G)
+  kGroupN,     // weights only: G consecutive elements along N for each K index (K x N/G),
+               // the channel groups of one token of a V cache used as PV's B operand
 };
 
 // Quantization scales default to float16 side data (as MLC-LLM, GPTQ and AWQ store them).
@@ -65,6 +69,9 @@ struct QuantRecipe {
   int scale_bits = kScaleBits;     // 16 fp16, 32 fp32, 8 e8m0 (MX)
   int zero_point_bits = 0;         // 0: symmetric (no zero points stored)
   int accumulator_bits = 32;       // int32 or float32 partial sums
+  bool weight_batched = false;     // B is an activation with one tensor per batch element
+                                   // (attention's K or V cache, one per head): its scales
+                                   // and its dequantization count once per batch element
 };
 void Validate(const QuantRecipe& recipe);
 bool operator==(const QuantRecipe& a, const QuantRecipe& b);

@@ -395,6 +395,8 @@ PYBIND11_MODULE(_cost_model, m) {
           r.scale_bits = d["scale_bits"].cast<int>();
           r.zero_point_bits = d["zero_point_bits"].cast<int>();
           r.accumulator_bits = d["accumulator_bits"].cast<int>();
+          // Optional: only recipes of attention's KV operand set it.
+          r.weight_batched = d.contains("weight_batched") && d["weight_batched"].cast<bool>();
           call = DescribeGemmCall(batch, m_, n, k, bits_a, bits_b, bits_c, r, scheme);
         }
         const Accelerator acc =

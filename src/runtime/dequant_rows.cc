@@ -87,6 +87,47 @@ __attribute__((target("avx2,fma"))) void Int4DotAvx2(const float* ae, const floa
   for (int r = 0; r < R; ++r) sums[r] = HorizontalSum(total[r]);
 }
 
+// sums[r] = a[r, :] . (codes[:] * scale[g of the element]): each weight is formed in a
+// register as the Relax form's multiply forms it (codes * scale in float32), never stored.
+template <int R>
+__attribute__((target("avx2,fma"))) void CodesDotAvx2(const float* a, int64_t k,
+                                                      const float* codes, const float* scale,
+                                                      int64_t group_size, float* sums) {
+  __m256 acc[R][2];
+  float tail[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    tail[r] = 0.f;
+  }
+  for (int64_t start = 0, g = 0; start < k; start += group_size, ++g) {
+    const __m256 s = _mm256_set1_ps(scale[g]);
+    const int64_t end = start + group_size;
+    int64_t t = start;
+    for (; t + 16 <= end; t += 16) {
+      const __m256 w0 = _mm256_mul_ps(_mm256_loadu_ps(codes + t), s);
+      const __m256 w1 = _mm256_mul_ps(_mm256_loadu_ps(codes + t + 8), s);
+      for (int r = 0; r < R; ++r) {
+        acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + r * k + t), w0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(a + r * k + t + 8), w1, acc[r][1]);
+      }
+    }
+    for (; t < end; ++t) {
+      const float w = codes[t] * scale[g];
+      for (int r = 0; r < R; ++r) tail[r] += a[r * k + t] * w;
+    }
+  }
+  for (int r = 0; r < R; ++r) sums[r] = HorizontalSum(_mm256_add_ps(acc[r][0], acc[r][1])) + tail[r];
+}
+
+void CodesDotScalar(int rows, const float* a, int64_t k, const float* codes, const float* scale,
+                    int64_t group_size, float* sums) {
+  for (int r = 0; r < rows; ++r) {
+    float sum = 0.f;
+    for (int64_t t = 0; t < k; ++t) sum += a[r * k + t] * (codes[t] * scale[t / group_size]);
+    sums[r] = sum;
+  }
+}
+
 void Int8DotScalar(int rows, const float* a, int64_t k, const int8_t* q, float* sums) {
   for (int r = 0; r < rows; ++r) {
     float sum = 0.f;
@@ -141,6 +182,17 @@ void Int4Dot(int rows, const float* ae, const float* ao, int64_t half_k, const u
   }
 }
 
+void CodesDot(int rows, const float* a, int64_t k, const float* codes, const float* scale,
+              int64_t group_size, float* sums) {
+  if (!HasAvx2Fma()) return CodesDotScalar(rows, a, k, codes, scale, group_size, sums);
+  switch (rows) {
+    case 1: return CodesDotAvx2<1>(a, k, codes, scale, group_size, sums);
+    case 2: return CodesDotAvx2<2>(a, k, codes, scale, group_size, sums);
+    case 3: return CodesDotAvx2<3>(a, k, codes, scale, group_size, sums);
+    default: return CodesDotAvx2<4>(a, k, codes, scale, group_size, sums);
+  }
+}
+
 // Applies the per-column tail: (sum [* channel scale]) + bias, then the epilogue.
 float Finish(float sum, const DequantRowsArgs& g, int64_t j) {
   if (g.channel_scale) sum *= g.channel_scale[j];
@@ -158,6 +210,17 @@ void DequantGemmRows(const DequantRowsArgs& g) {
     for (int64_t j = 0; j < n; ++j) {
       float sums[kMaxDequantRows];
       Int8Dot(static_cast<int>(rows), g.a, k, g.q8 + j * k, sums);
+      for (int64_t r = 0; r < rows; ++r) g.c[r * n + j] = Finish(sums[r], g, j);
+    }
+    return;
+  }
+  if (g.codes) {
+    const int64_t groups = k / g.group_size;
+#pragma omp parallel for schedule(static) num_threads(parts) if (parts > 1)
+    for (int64_t j = 0; j < n; ++j) {
+      float sums[kMaxDequantRows];
+      CodesDot(static_cast<int>(rows), g.a, k, g.codes + j * k, g.group_scale + j * groups,
+               g.group_size, sums);
       for (int64_t r = 0; r < rows; ++r) g.c[r * n + j] = Finish(sums[r], g, j);
     }
     return;

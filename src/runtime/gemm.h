@@ -56,8 +56,10 @@ constexpr int64_t kMaxDequantRows = 4;
 /*!
  * \brief c[rows, n] = epilogue(a[rows, k] @ dequantize(weight)^T + bias) for rows <=
  *  kMaxDequantRows, the weight stored [N, K] as int8 with per-output-channel scales (q8,
- *  channel_scale) or as packed int4 [N, K/2] with group scales [N, K/G] and zero points
- *  (q4, group_scale, zero_point: [N, K/G] or one value; group_size G even, dividing K).
+ *  channel_scale), as packed int4 [N, K/2] with group scales [N, K/G] and zero points
+ *  (q4, group_scale, zero_point: [N, K/G] or one value; group_size G even, dividing K), or
+ *  as float32 codes [N, K] with group scales [N, K/G] (codes, group_scale, group_size: any
+ *  G dividing K), the emulated formats, each weight being codes * scale as in the Relax form.
  *
  * Each weight is read once in its stored width and never written out as float32 (a decode
  * step is bound by reading the weights). Products are those of the Relax form up to where
@@ -68,6 +70,7 @@ struct DequantRowsArgs {
   const float* a = nullptr;
   const int8_t* q8 = nullptr;
   const float* channel_scale = nullptr;
+  const float* codes = nullptr;
   const uint8_t* q4 = nullptr;
   const float* group_scale = nullptr;
   const float* zero_point = nullptr;

@@ -137,6 +137,7 @@ QuantRecipe ParseRecipe(const json::Object& obj, const std::string& where) {
     r.scale_bits = static_cast<int>(Get<int64_t>(obj, "scale_bits", where));
     r.zero_point_bits = static_cast<int>(Get<int64_t>(obj, "zero_point_bits", where));
     r.accumulator_bits = static_cast<int>(Get<int64_t>(obj, "accumulator_bits", where));
+    r.weight_batched = Get<bool>(obj, "weight_batched", where);
     Validate(r);
   } catch (const std::invalid_argument& e) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << ": " << e.what();
@@ -156,6 +157,7 @@ json::Object RecipeJson(const QuantRecipe& r) {
   o.Set(ffi::String("scale_bits"), int64_t(r.scale_bits));
   o.Set(ffi::String("zero_point_bits"), int64_t(r.zero_point_bits));
   o.Set(ffi::String("accumulator_bits"), int64_t(r.accumulator_bits));
+  o.Set(ffi::String("weight_batched"), r.weight_batched);
   return o;
 }
 

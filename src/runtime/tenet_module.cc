@@ -319,22 +319,41 @@ class TenetModuleObj : public ffi::ModuleObj {
   }
 
   // A format without an integer kernel: its codes (exact in float32) times their scales,
-  // w[r, g*G + j] = codes[r, g, j] * scale[r, g], as the Relax form computes it, then the
-  // float GEMM.
+  // w[r, g*G + j] = codes[r, g, j] * scale[r, g], as the Relax form computes it. A decode
+  // step's few rows form each weight in a register (read once, as float32 is); more rows
+  // dequantize the weight to float32 for the float GEMM.
   void RunEmulatedStep(const Program& p, size_t s, const Frame& frame, const View& a,
                        const View& b, const std::vector<int64_t>& b_logical, const float* bias,
                        const View& c) {
-    const View& scale = frame.Value(p.steps[s].scale_b);
+    const Step& st = p.steps[s];
+    const View& scale = frame.Value(st.scale_b);
     ExpectDType(p, s, "weight scale", scale, kFloat32);
     const int64_t n = b.shape[0], groups = b.shape[1], g = b.shape[2];
     ExpectShape(p, s, "weight scale", scale, {n, groups, 1});
-    std::vector<float> weight(Numel(b_logical));
     const float* codes = Floats(b);
     const float* sc = Floats(scale);
+    const int64_t k = groups * g;
+    const int64_t rows = Numel(c.shape) / std::max<int64_t>(n, 1);
+    if (rows <= kMaxDequantRows && st.rhs_transposed && Numel(a.shape) == rows * k && g > 0) {
+      DequantRowsArgs w;
+      w.rows = rows;
+      w.n = n;
+      w.k = k;
+      w.a = Floats(a);
+      w.codes = codes;
+      w.group_scale = sc;
+      w.group_size = g;
+      w.bias = bias;
+      w.epilogue = st.epilogue;
+      w.c = static_cast<float*>(c.data);
+      DequantGemmRows(w);
+      return;
+    }
+    std::vector<float> weight(Numel(b_logical));
     for (int64_t i = 0; i < n * groups; ++i) {
       for (int64_t j = 0; j < g; ++j) weight[i * g + j] = codes[i * g + j] * sc[i];
     }
-    RunFloatGemm(p.steps[s], a, weight.data(), b_logical, bias, c);
+    RunFloatGemm(st, a, weight.data(), b_logical, bias, c);
   }
 
   // The checked storage, scales and zero point of a weight-only quantized step's weight

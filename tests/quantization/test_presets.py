@@ -322,7 +322,6 @@ def test_classic_names_keep_their_definitions():
     ("w=int4/group0", "groupG needs a positive integer"),
     ("w=int8/channel,scale=bf16", "scale_dtype='bf16'; expected one of"),
     ("bits=4", "is not understood"),
-    ("per_token+kv8", "KV-cache modifiers"),
     ("w9a9", "unknown quantization scheme 'w9a9'.*available.*spec"),
 ])
 def test_bad_specs_name_the_field(spec, message):

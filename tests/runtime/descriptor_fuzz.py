@@ -51,7 +51,8 @@ def base_descriptor(accelerator: dict) -> dict:
     def recipe(**kw):
         r = {"place": "none", "weight": "none", "weight_group": 0, "activation": "none",
              "activation_group": 0, "activation_static": False, "k_group": 0,
-             "scale_bits": 16, "zero_point_bits": 0, "accumulator_bits": 32}
+             "scale_bits": 16, "zero_point_bits": 0, "accumulator_bits": 32,
+             "weight_batched": False}
         r.update(kw)
         return r
 
@@ -86,7 +87,7 @@ def base_descriptor(accelerator: dict) -> dict:
                         quant=recipe(place="weight", weight="group", weight_group=4))],
          "outputs": [{**spec("float32", 2), "source": -1}]},
     ]
-    return {"version": 3, "functions": functions, "accelerator": accelerator}
+    return {"version": 4, "functions": functions, "accelerator": accelerator}
 
 
 # ---------------------------------------------------------------- mutation

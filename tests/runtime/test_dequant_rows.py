@@ -1,4 +1,5 @@
-"""Weight-only quantized GEMMs of a few rows (the fused kernels) against numpy and TVM."""
+"""Weight-only quantized GEMMs of a few rows (the fused kernels) against numpy and TVM,
+including the emulated formats' float codes times their scales."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import numpy as np
 import pytest
 
 import tenet_byoc
+from quantization.test_presets import reference
 from quantization.test_schemes import gemm_error_bound, linear
 from relax_testing import offloaded_symbols, packed_int4_group_module, run
-from tenet_byoc.quantization import quantize
+from tenet_byoc.quantization import get_scheme, quantize
 
 
 def unpack(wp, zp, scale, g):
@@ -63,3 +65,25 @@ def test_int8_channel_rows(x_shape, activation, rng):
     bound = gemm_error_bound(x.reshape(-1, x_shape[-1]), params["w"]).reshape(got.shape)
     assert np.all(np.abs(got - want) <= bound + 1e-5 * np.abs(want))
 
+
+
+@pytest.mark.parametrize("x_shape", [(1, 100), (3, 96), (4, 64), (5, 64), (1, 1, 1024)])
+@pytest.mark.parametrize("spec", ["w=e4m3/channel,a=f32", "w=e5m2/group16,a=f32",
+                                  "w=uint3/channel,a=f32", "mxfp4"])
+def test_emulated_codes_rows(x_shape, spec, rng):
+    """Emulated formats (codes [N, K/G, G] x scales): a decode step's few rows form each
+    weight in a register (groups of 16 and 32, one group of K = 100 with a scalar tail,
+    a weight split over threads); 5 rows dequantize the weight first. Against TVM's build
+    and the numpy definition of the format."""
+    s = get_scheme(spec)
+    n = 300 if x_shape[-1] == 1024 else 45
+    mod, params = linear(x_shape, n, rng, bias=False)
+    qmod = quantize(mod, spec)
+    assert offloaded_symbols(qmod)[0].startswith("tenet.dequantize_matmul_float")
+    x = rng.standard_normal(x_shape).astype("float32")
+    got = run(tenet_byoc.build(qmod), x)
+    want = run(tenet_byoc.build(qmod, offload=False), x)
+    ref, xq, wq = reference(x, params["w"], s)
+    bound = gemm_error_bound(xq.reshape(-1, xq.shape[-1]), wq).reshape(got.shape)
+    assert np.all(np.abs(got - want) <= 2 * bound)
+    assert np.all(np.abs(got - ref.reshape(got.shape)) <= bound + 1e-6 * np.abs(ref).max())

@@ -512,7 +512,7 @@ def _cmd_presets(args) -> int:
     from dataclasses import replace
 
     from ..hardware import DEFAULT_PRESET, PRESETS
-    from ..quantization import SCHEMES, SPEC_HELP
+    from ..quantization import KV_HELP, SCHEMES, SPEC_HELP
     from .results import markdown_table
 
     rows = []
@@ -557,6 +557,12 @@ def _cmd_presets(args) -> int:
                           "kernel"], rows))
     print("\nStatic schemes without calibration data compute the same scales per call.")
     print(f"Spec strings: {SPEC_HELP}.")
+    print(f"KV cache: {KV_HELP}. Keys and values are rounded where they are written to the "
+          "cache (symmetric int codes times fp16 scales, stored dequantized in float32: exact "
+          "emulation); attention's K / V operand is charged at the KV width with its scales.")
+    print("Emulated schemes: for a decode step's few rows each weight is formed from its "
+          "codes inside the GEMM (no float32 copy per call); the ledger charges their recipe, "
+          "not the emulation.")
     print("\nCustom accelerators: --tenet-p FILE.p --tenet-m FILE.m (TENET's file formats).")
     return 0
 
