@@ -24,7 +24,7 @@ from . import cost_model as cm
 from .codegen import FLOAT_RECIPE
 from .hardware import Accelerator, resolve
 from .ledger import Ledger, LedgerEntry, TensorTraffic
-from .quantization import SCHEMES, QuantScheme, get_scheme
+from .quantization import SCHEMES, QuantScheme, attention_scheme, get_scheme
 
 __all__ = ["ESTIMATE_PATTERN", "estimate"]
 
@@ -61,14 +61,16 @@ class _Charging:
         return cls(scheme.name, scheme.bits(), scheme.recipe(), multiple)
 
 
-def _attention_scheme(scheme: QuantScheme) -> QuantScheme:
-    """The scheme the attention GEMMs (``Q K^T``, ``P V``) of a run under ``scheme`` take.
-
-    The quantize pass leaves activation x activation matmuls in float32 today; a KV-cache
-    scheme changes this one function.
-    """
-    del scheme
-    return SCHEMES["none"]
+def _attention_charging(scheme: QuantScheme) -> dict[str, _Charging]:
+    """What ``Q K^T`` ("key") and ``P V`` ("value") are charged with under ``scheme``, as
+    the codegen charges them: float32 ("none") without a KV modifier; with one, B (the
+    cache) at the KV width with its scales (``quantization.attention_scheme``), under the
+    scheme's name. Attention is never padded."""
+    if not scheme.quantizes_kv:
+        return dict.fromkeys(("key", "value"), _Charging.of(SCHEMES["none"]))
+    att = attention_scheme(scheme)
+    return {role: _Charging(scheme.name, att.bits(), att.recipe(role), 1)
+            for role in ("key", "value")}
 
 
 def _entry_fields(charge: cm.Charge, batch: int, m: int, n: int, k: int,
@@ -272,7 +274,7 @@ def estimate(
     acc = resolve(accelerator, mapping=mapping)
     quant = get_scheme(scheme)
     weights = _Charges(acc, _Charging.of(quant))
-    attention = _Charges(acc, _Charging.of(_attention_scheme(quant)))
+    attention = {role: _Charges(acc, how) for role, how in _attention_charging(quant).items()}
     calls = ([("prefill", prompt_len)] if prompt_len else []) + [
         ("decode", context_len + i) for i in range(decode_steps)
     ]
@@ -281,7 +283,8 @@ def estimate(
         """Each GEMM of one call with its charger, batch, rows and (padded) K."""
         for g in model_gemms(config, phase, tokens):
             if g.weight is None:  # attention: one product per sequence and head
-                charges, b, m = attention, g.batch * batch, g.m
+                role = "key" if g.name.endswith("attn.qk") else "value"
+                charges, b, m = attention[role], g.batch * batch, g.m
             else:  # a weight GEMM: the batch's rows share the weight
                 charges, b, m = weights, g.batch, g.m * batch
             multiple = charges.how.k_multiple

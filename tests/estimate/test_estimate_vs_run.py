@@ -66,6 +66,7 @@ def gpt2_small_runner(scheme: str) -> GPT2Runner:
     "none",
     pytest.param("w8a8_per_channel_per_token", marks=pytest.mark.slow),
     pytest.param("w4a16_group128", marks=pytest.mark.slow),
+    pytest.param("q4f16_1+kv8/group32", marks=pytest.mark.slow),
 ])
 def test_gpt2_small_by_name_equals_its_run(scheme):
     real = real_ledger(gpt2_small_runner(scheme), [50256, 464, 2068, 7586, 21831], 5, 2)
@@ -86,7 +87,9 @@ def checkpoint(request, tmp_path_factory):
 
 # Each case builds the model (~5 s on 2 busy cores): the default set stays within ~30 s.
 @pytest.mark.parametrize("scheme", ["none", "w8a8_per_channel_per_token", "w4a16_group128",
-                                    pytest.param("q4f16_1", marks=pytest.mark.slow)])
+                                    "per_token+kv4/head",
+                                    pytest.param("q4f16_1", marks=pytest.mark.slow),
+                                    pytest.param("none+kv8", marks=pytest.mark.slow)])
 def test_tiny_llama_checkpoint_equals_its_run(checkpoint, scheme):
     cfg, folder = checkpoint
     runner = from_pretrained(
@@ -101,6 +104,10 @@ def test_tiny_llama_checkpoint_equals_its_run(checkpoint, scheme):
     assert_same_charges(real, est)
     if scheme == "w4a16_group128":  # the hidden sizes (64 / 48, 96 / 64) were padded
         assert {e.k for e in est.entries if e.scheme != "none"} == {128}
+    if "+kv" in scheme:  # attention read its cache at the KV width
+        kv = int(scheme.split("+kv")[1][0])
+        attention = [e for e in est.entries if e.name.endswith(("attn.qk", "attn.pv"))]
+        assert attention and {e.bits_b for e in attention} == {kv}
 
 
 def test_searched_mappings_equal_the_runs(checkpoint):
