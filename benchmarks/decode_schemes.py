@@ -19,7 +19,6 @@ import argparse
 import dataclasses
 import gc
 import os
-import platform
 import statistics
 import time
 from datetime import date
@@ -29,18 +28,6 @@ import numpy as np
 import tenet_byoc
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 from tenet_byoc.quantization import SCHEMES, get_scheme, quantize
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else the platform's processor string."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def decode_step(config, params, prompt, scheme):
@@ -81,7 +68,7 @@ def main() -> None:
     prompt = list(np.random.default_rng(0).integers(0, config.vocab_size, args.context))
     load = os.getloadavg()
     print(f"GPT-2 {config.name}, decode at context {args.context}, {date.today()}\n"
-          f"CPU {cpu_name()}, {os.cpu_count()} logical cores; oneDNN ISA {info.isa}, int8 "
+          f"CPU {tenet_byoc.cpu_info().model}, {os.cpu_count()} logical cores; oneDNN ISA {info.isa}, int8 "
           f"path {info.int8_path}, {info.threads} threads; load average at start "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n", flush=True)
 

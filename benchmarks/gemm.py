@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import platform
 import statistics
 import subprocess
 import sys
@@ -96,15 +95,6 @@ def busy_process() -> Iterator[None]:
         proc.wait()
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def float_case(m: int, k: int, n: int, rng: np.random.Generator):
@@ -148,7 +138,7 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     info = tenet_byoc.cpu_info()
-    print(f"CPU: {cpu_name()}, {info.threads} threads; oneDNN ISA {info.isa}; "
+    print(f"CPU: {tenet_byoc.cpu_info().model}, {info.threads} threads; oneDNN ISA {info.isa}; "
           f"int8 path {info.int8_path}; OMP_WAIT_POLICY={info.omp_wait_policy}; "
           f"numpy {np.__version__}\n")
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -56,14 +55,6 @@ def interleaved_times(fns: dict, rounds: int) -> dict[str, list[float]]:
     return times
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 # ----------------------------------------------------------------------------------------
@@ -232,7 +223,7 @@ def main() -> None:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = (
         f"# GPT-2 small prefill, end to end\n\n"
-        f"Measured {stamp} on {cpu_name()} ({os.cpu_count()} logical CPUs), "
+        f"Measured {stamp} on {tenet_byoc.cpu_info().model} ({os.cpu_count()} logical CPUs), "
         f"seeded random GPT-2 small weights; tenet and PyTorch: median of {args.rounds} "
         f"alternating rounds after two warm-up runs each. Produced by "
         f"`benchmarks/gpt2_e2e.py`."

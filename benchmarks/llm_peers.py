@@ -27,8 +27,6 @@ import os
 import time
 import warnings
 
-from mapper import cpu_name  # beside this script: one reading of the CPU's name
-
 import tenet_byoc
 from tenet_byoc.hardware import preset
 from tenet_byoc.models.configs import resolve_config
@@ -192,7 +190,7 @@ def main() -> None:
     args = parser.parse_args()
     info = tenet_byoc.cpu_info()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    head = (f"CPU {cpu_name()}, ISA {info.isa} ({info.threads} threads), load average {load}; "
+    head = (f"CPU {info.model}, ISA {info.isa} ({info.threads} threads), load average {load}; "
             f"estimates do not depend on it, wall times do. Prompt "
             f"{args.prompt}, one decode step at context {args.prompt}, batch 1.")
     print(head + "\n")

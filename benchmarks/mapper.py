@@ -30,12 +30,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import tenet_byoc
 from tenet_byoc import _cost_model as _core
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
@@ -84,14 +84,6 @@ def median_seconds(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def part_zigzag(repeats: int, run_zigzag: bool) -> tuple[list[str], dict]:
@@ -295,8 +287,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-zigzag", action="store_true")
     args = ap.parse_args()
-    head = [(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average at start "
-            f"{os.getloadavg()[0]:.2f} (shared machine); search threads: automatic (1 here); "
+    head = [(f"CPU: {tenet_byoc.cpu_info().model}, {os.cpu_count()} cores; load average at "
+            f"start {os.getloadavg()[0]:.2f} (shared machine); search threads: automatic (1 here); "
             f"repeats: {args.repeats} (medians)"), ""]
     print("\n".join(head), flush=True)
     out = head + [('## Per GEMM: preset("os16", mapping="auto") vs ZigZag 3.9 LOMA '

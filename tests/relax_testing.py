@@ -112,3 +112,18 @@ def assert_rel_close(actual, expected, rtol=1e-5):
     """Max abs error within rtol of the largest magnitude of the reference."""
     scale = max(float(np.abs(expected).max()), 1.0)
     np.testing.assert_allclose(actual, expected, rtol=0, atol=rtol * scale)
+
+
+def matmuls_left_on_tvm(mod: tvm.IRModule) -> int:
+    """Matmuls partition_for_tenet leaves on TVM's path (outside tenet functions)."""
+    part = tenet_byoc.partition_for_tenet(mod)
+    left = 0
+    for func in part.functions.values():
+        if not isinstance(func, relax.Function) or (func.attrs and (
+                "Codegen" in func.attrs or "Composite" in func.attrs)):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                v = binding.value
+                left += isinstance(v, relax.Call) and v.op.same_as(tvm.ir.Op.get("relax.matmul"))
+    return left

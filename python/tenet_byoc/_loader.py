@@ -6,6 +6,7 @@ import ctypes
 import importlib.metadata
 import json
 import os
+import platform
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,24 +77,41 @@ class CpuInfo:
         ``ONEDNN_MAX_CPU_ISA`` environment variable, read when oneDNN loads, can lower it.
     int8_path : str
         ``native``: one oneDNN int8 GEMM, exact because the ISA has VNNI (checked by a
-        worst-case probe). ``split_weight``: each weight split into two halves in [-64, 64]
-        and both multiplied, exact on CPUs whose int8 kernels saturate 16-bit pair sums.
+        worst-case probe). ``widened``: on other CPUs (whose oneDNN int8 kernels saturate
+        16-bit pair sums), int8 operands widened to int16 pairs (few rows) or float32
+        K-chunks of 1024 (many rows), both exact.
     threads : int
         OpenMP threads a large GEMM uses (``OMP_NUM_THREADS``, else every core available).
     omp_wait_policy : str
         ``OMP_WAIT_POLICY`` as libgomp read it (``PASSIVE`` unless the user set it).
+    model : str
+        The CPU's model name (``/proc/cpuinfo`` on Linux, else the platform's processor
+        string, else ``"unknown CPU"``): what benchmark figures name.
     """
 
     isa: str
     int8_path: str
     threads: int
     omp_wait_policy: str
+    model: str = "unknown CPU"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def cpu_info() -> CpuInfo:
-    """Return the ISA, int8 path and thread count of the runtime's GEMM kernels."""
+    """Return the CPU model, ISA, int8 path and thread count of the runtime's GEMM kernels."""
     load_runtime_library()
-    return CpuInfo(**json.loads(tvm.get_global_func("tenet_byoc.runtime.cpu_info")()))
+    fields = json.loads(tvm.get_global_func("tenet_byoc.runtime.cpu_info")())
+    return CpuInfo(**fields, model=_cpu_model())
 
 
 def load_runtime_library() -> ctypes.CDLL:

@@ -15,7 +15,6 @@ argument and what is accepted.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from types import MappingProxyType
 from typing import Any
@@ -52,13 +51,7 @@ class _Charging:
             # quantize() without calibration data computes the scales per call and is
             # charged as dynamic; an estimate has no calibration data either.
             scheme = dataclasses.replace(scheme, activation_static=False)
-        # The K padding of quantization._LinearQuantizer._pad: groups must divide K, and a
-        # per-channel int4 weight packs two nibbles a byte.
-        groups = [g for g in (scheme.group_size, scheme.activation_group) if g]
-        if scheme.kernel == "dequant_group" and scheme.weight_granularity == "channel":
-            groups.append(2)
-        multiple = math.lcm(*groups) if groups else 1
-        return cls(scheme.name, scheme.bits(), scheme.recipe(), multiple)
+        return cls(scheme.name, scheme.bits(), scheme.recipe(), scheme.k_multiple())
 
 
 def _attention_charging(scheme: QuantScheme) -> dict[str, _Charging]:

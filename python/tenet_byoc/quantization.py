@@ -297,6 +297,14 @@ class QuantScheme:
             return 32, 32, 32
         return self.activation_bits, self.weight_bits, 16
 
+    def k_multiple(self) -> int:
+        """What :func:`quantize` pads a linear layer's K to a multiple of, with zeros: every
+        group must divide K, and a per-channel int4 weight packs two nibbles a byte."""
+        groups = [g for g in (self.group_size, self.activation_group) if g]
+        if self.kernel == "dequant_group" and self.weight_granularity == "channel":
+            groups.append(2)
+        return math.lcm(*groups) if groups else 1
+
     def k_group(self) -> int:
         """G of partial sums rescaled per K-group (group-wise activations, MX), else 0."""
         groups = [g for g in (self.activation_group,
@@ -963,11 +971,7 @@ class _LinearQuantizer(relax.PyExprMutator):
     def _pad(self, x, w):
         s, bb = self.scheme, self.builder_
         n, k = w.shape
-        groups = [g for g in (s.group_size, s.activation_group) if g]
-        if s.kernel == "dequant_group" and s.weight_granularity == "channel":
-            groups.append(2)  # one group of K, packed two nibbles a byte
-        multiple = math.lcm(*groups) if groups else 1
-        pad = (-k) % multiple
+        pad = (-k) % s.k_multiple()
         if pad:
             # Zero input channels contribute nothing: x @ W^T is unchanged, and the
             # accelerator is charged for the padded K it would really run.

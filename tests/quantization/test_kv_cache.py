@@ -8,10 +8,9 @@ import dataclasses
 
 import numpy as np
 import pytest
-import tvm
-from tvm import relax
 
 import tenet_byoc
+from relax_testing import matmuls_left_on_tvm
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
@@ -176,20 +175,6 @@ def test_without_kv_modifier_attention_stays_float(tiny):
 # Offloaded whole, equal to TVM's own build of the same quantized module.
 
 
-def _matmuls_left_on_tvm(mod) -> int:
-    part = tenet_byoc.partition_for_tenet(mod)
-    left = 0
-    for func in part.functions.values():
-        if not isinstance(func, relax.Function) or (func.attrs and (
-                "Codegen" in func.attrs or "Composite" in func.attrs)):
-            continue
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                v = binding.value
-                left += isinstance(v, relax.Call) and v.op.same_as(tvm.ir.Op.get("relax.matmul"))
-    return left
-
-
 @pytest.mark.parametrize("scheme", [
     "q4f16_1+kv4/group16",
     pytest.param("per_token+kv8", marks=pytest.mark.slow),
@@ -199,7 +184,7 @@ def test_offloaded_whole_and_equal_to_tvm(tiny, scheme):
     config = dataclasses.replace(tiny[0], n_layer=1, name="tiny-1")
     params = random_params(config, seed=1)
     runner = _runner(config, params, scheme)
-    assert _matmuls_left_on_tvm(quantize(runner.mod, scheme)) == 0
+    assert matmuls_left_on_tvm(quantize(runner.mod, scheme)) == 0
     ref = _runner(config, params, scheme, offload=False)
     got, cache = runner.prefill(PROMPT)
     want, ref_cache = ref.prefill(PROMPT)

@@ -13,7 +13,7 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from relax_testing import matmul_module, offloaded_symbols, run
+from relax_testing import matmul_module, matmuls_left_on_tvm, offloaded_symbols, run
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
 from tenet_byoc.quantization import SCHEMES, QuantScheme, get_scheme, parse_spec, quantize
@@ -343,20 +343,6 @@ def test_recipe_validated_by_the_charge_unit():
 # A whole model: symbolic sequence lengths, every linear layer offloaded.
 
 
-def _matmuls_left_on_tvm(mod) -> int:
-    part = tenet_byoc.partition_for_tenet(mod)
-    left = 0
-    for func in part.functions.values():
-        if not isinstance(func, relax.Function) or (func.attrs and (
-                "Codegen" in func.attrs or "Composite" in func.attrs)):
-            continue
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                v = binding.value
-                left += isinstance(v, relax.Call) and v.op.same_as(tvm.ir.Op.get("relax.matmul"))
-    return left
-
-
 @pytest.mark.parametrize("name", ["group32", "mxfp4", "per_embedding", "e4m3_e4m3_f16"])
 def test_emulated_presets_run_gpt2_whole(name):
     """GPT-2's prefill and decode (a symbolic sequence length) under emulated schemes: no
@@ -365,7 +351,7 @@ def test_emulated_presets_run_gpt2_whole(name):
     from tenet_byoc.experiments.sweep import sweep
 
     case = gpt2_case("tiny", prompt_len=8, context_len=12)
-    assert _matmuls_left_on_tvm(quantize(case.module(), name)) == 0
+    assert matmuls_left_on_tvm(quantize(case.module(), name)) == 0
     rows = sweep([case], [name], ["os16"], progress=False).rows
     assert {r.phase for r in rows} == {"prefill", "decode"}
     for r in rows:
