@@ -594,9 +594,8 @@ MappingSearch::MappingSearch(Hardware hw, MappingSpace space, MemoryHierarchy me
 
 MappingChoice MappingSearch::Best(const GemmWorkload& w) {
   Validate(w);
-  const Key key{w.batch,    w.m,        w.n,        w.k,
-                w.bits_a,   w.bits_b,   w.bits_c,   w.extra_read_bits,
-                w.extra_ops, w.extra_register_bits};
+  const Key key{w.batch, w.m, w.n, w.k, w.bits_a, w.bits_b, w.bits_c,
+                w.extra_read_bits, w.extra_ops, w.extra_register_bits};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = done_.find(key);
