@@ -128,6 +128,7 @@ def charge_gemm(
     bits_c: int | None = None,
     extra_read_bits: int = 0,
     extra_ops: int = 0,
+    extra_register_bits: int = 0,
     scheme: str = "none",
     method: str = "auto",
     recipe: Any = None,
@@ -151,6 +152,10 @@ def charge_gemm(
         Independent GEMMs run one after another: counts and cycles scale by ``batch``.
     extra_read_bits, extra_ops : int
         Side data read off chip once per call, and non-MAC element operations per call.
+    extra_register_bits : int
+        Register-file bits accessed per call beyond the MACs' own (partial sums read and
+        written once per K-group: ``Charge.quant["accumulator_traffic_bits"]``). Charged in
+        ``energy.register_pj`` at the memory's ``register_pj_per_bit``; no cycles.
     scheme : str
         The quantization scheme that made the call (recorded with the charge).
     method : str
@@ -170,7 +175,8 @@ def charge_gemm(
     recipe : QuantScheme, dict or None
         The call's quantization recipe (:meth:`tenet_byoc.quantization.QuantScheme.recipe`,
         or the scheme itself): its side data and extra ops are then derived from it, as the
-        runtime derives them (``extra_read_bits`` and ``extra_ops`` must stay 0); the
+        runtime derives them (``extra_read_bits``, ``extra_ops`` and
+        ``extra_register_bits`` must stay 0); the
         breakdown is ``Charge.quant``.
     """
     if recipe is not None and hasattr(recipe, "recipe"):
@@ -185,7 +191,7 @@ def charge_gemm(
         bits if bits_b is None else bits_b,
         bits if bits_c is None else bits_c,
         extra_read_bits, extra_ops, scheme, method, recipe, memory, precision, mapping,
-        objective, search,
+        objective, search, extra_register_bits,
     )
 
 
@@ -228,6 +234,7 @@ def analyze_gemm(
     bits_c: int | None = None,
     extra_read_bits: int = 0,
     extra_ops: int = 0,
+    extra_register_bits: int = 0,
     scheme: str = "none",
     method: str = "auto",
     recipe: Any = None,
@@ -242,14 +249,14 @@ def analyze_gemm(
     if recipe is not None:  # the recipe derives the side data and extra ops, as charged
         return charge_gemm(M, N, K, hardware, dataflow, bits, batch=batch, bits_a=bits_a,
                            bits_b=bits_b, bits_c=bits_c, extra_read_bits=extra_read_bits,
-                           extra_ops=extra_ops, scheme=scheme, method=method,
-                           recipe=recipe).array
+                           extra_ops=extra_ops, extra_register_bits=extra_register_bits,
+                           scheme=scheme, method=method, recipe=recipe).array
     return _core._analyze_gemm(
         M, N, K, hardware, dataflow, batch,
         bits if bits_a is None else bits_a,
         bits if bits_b is None else bits_b,
         bits if bits_c is None else bits_c,
-        extra_read_bits, extra_ops, method,
+        extra_read_bits, extra_ops, method, extra_register_bits,
     )
 
 

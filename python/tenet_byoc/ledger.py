@@ -54,6 +54,7 @@ class LedgerEntry:
     bits_c: int
     extra_read_bits: int  #: side data read once per call: weight_side_bits + activation_side_bits
     extra_ops: int  #: non-MAC work: quantize_ops + dequant_ops
+    extra_register_bits: int  #: register bits beyond the MACs' own: accumulator_traffic_bits
     dequant_place: str  #: none, weight (before the array), k_group (in accumulation), output
     scale_bits: int  #: width of a stored scale: 16 fp16, 32 fp32, 8 e8m0
     accumulator_bits: int  #: width of the partial sums

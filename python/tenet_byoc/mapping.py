@@ -115,6 +115,7 @@ def search_mapping(
     bits_c: int | None = None,
     extra_read_bits: int = 0,
     extra_ops: int = 0,
+    extra_register_bits: int = 0,
 ) -> MappingChoice:
     """The best mapping of ``C[M,N] = A[M,K] @ B[K,N]`` over the declared space.
 
@@ -135,6 +136,10 @@ def search_mapping(
     threads : int
         Worker threads (0 = 1, or 2 on spaces of 50,000+ tile-size items: after pruning a
         call is milliseconds of work); the result does not depend on it.
+    extra_read_bits, extra_ops, extra_register_bits : int
+        The call's side data, non-MAC ops and register bits beyond the MACs' own (as
+        ``cost_model.charge_gemm`` takes them); register bits weigh in the energy and EDP
+        objectives only.
 
     Returns
     -------
@@ -149,13 +154,14 @@ def search_mapping(
     table = precision if precision is not None else PrecisionTable.horowitz_45nm()
     return _core._search_mapping(M, N, K, hardware, memory, dfs, table, _objective(objective),
                                  list(stream_tiles), granule, max_even_split, threads, batch, a,
-                                 b, c, extra_read_bits, extra_ops)
+                                 b, c, extra_read_bits, extra_ops, extra_register_bits)
 
 
 class MappingSearch:
     """``search_mapping`` remembered per distinct call: build one per accelerator.
 
-    Thread-safe; a call (shape, batch, widths, side data, extra ops) is searched once.
+    Thread-safe; a call (shape, batch, widths, side data, extra ops, extra register bits) is
+    searched once.
     """
 
     def __init__(self, hardware: Hardware, memory: MemoryHierarchy, *,
@@ -171,12 +177,14 @@ class MappingSearch:
 
     def best(self, M: int, N: int, K: int, *, batch: int = 1, bits: int = 32,
              bits_a: int | None = None, bits_b: int | None = None, bits_c: int | None = None,
-             extra_read_bits: int = 0, extra_ops: int = 0) -> MappingChoice:
+             extra_read_bits: int = 0, extra_ops: int = 0,
+             extra_register_bits: int = 0) -> MappingChoice:
         """The cached best mapping of this call (searched on the first request)."""
         a = bits if bits_a is None else bits_a
         b = bits if bits_b is None else bits_b
         c = bits if bits_c is None else bits_c
-        return self._search.best(M, N, K, batch, a, b, c, extra_read_bits, extra_ops)
+        return self._search.best(M, N, K, batch, a, b, c, extra_read_bits, extra_ops,
+                                 extra_register_bits)
 
     @property
     def searches(self) -> int:

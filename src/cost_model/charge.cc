@@ -105,6 +105,7 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
   }
   w.extra_read_bits = q.weight_side_bits + q.activation_side_bits;
   w.extra_ops = q.quantize_ops + q.dequant_ops;
+  w.extra_register_bits = q.accumulator_traffic_bits;
   return call;
 }
 
@@ -193,7 +194,7 @@ bool operator==(const GemmCall& a, const GemmCall& b) {
   return x.batch == y.batch && x.m == y.m && x.n == y.n && x.k == y.k &&
          x.bits_a == y.bits_a && x.bits_b == y.bits_b && x.bits_c == y.bits_c &&
          x.extra_read_bits == y.extra_read_bits && x.extra_ops == y.extra_ops &&
-         a.scheme == b.scheme && a.recipe == b.recipe;
+         x.extra_register_bits == y.extra_register_bits && a.scheme == b.scheme && a.recipe == b.recipe;
 }
 
 size_t GemmCallHash::operator()(const GemmCall& call) const {
@@ -201,7 +202,7 @@ size_t GemmCallHash::operator()(const GemmCall& call) const {
   size_t h = std::hash<std::string>()(call.scheme);
   const QuantRecipe& r = call.recipe;
   for (int64_t v : {g.batch, g.m, g.n, g.k, int64_t(g.bits_a), int64_t(g.bits_b),
-                    int64_t(g.bits_c), g.extra_read_bits, g.extra_ops,
+                    int64_t(g.bits_c), g.extra_read_bits, g.extra_ops, g.extra_register_bits,
                     int64_t(r.place), int64_t(r.weight), r.weight_group,
                     int64_t(r.activation), r.activation_group, int64_t(r.activation_static),
                     r.k_group, int64_t(r.scale_bits), int64_t(r.zero_point_bits),

@@ -84,11 +84,13 @@ struct QuantWork {
                                      // (static scale), 2 (dynamic: max-abs, then quantize)
   int64_t dequant_ops = 0;           // by place (see Dequantization)
   int64_t accumulator_traffic_bits = 0;  // kKGroup: partial sums read and written per group
+                                         // (GemmWorkload::extra_register_bits: register energy)
 };
 
 // One call as the cost model sees it.
 struct GemmCall {
   GemmWorkload workload;        // shape, batch, operand widths, side-data bits, extra ops
+                                // and extra register bits
   std::string scheme = "none";  // the quantization scheme that produced the call
   QuantRecipe recipe;           // how it is quantized (kNone place for float calls)
   QuantWork quant;              // what the recipe adds; its sums are in `workload`

@@ -188,7 +188,8 @@ Statement Statement::Gemm(int64_t m, int64_t n, int64_t k, int bits_a, int bits_
 }
 
 GemmWorkload MakeWorkload(int64_t m, int64_t n, int64_t k, int64_t batch, int bits_a, int bits_b,
-                          int bits_c, int64_t extra_read_bits, int64_t extra_ops) {
+                          int bits_c, int64_t extra_read_bits, int64_t extra_ops,
+                          int64_t extra_register_bits) {
   GemmWorkload w;
   w.batch = batch;
   w.m = m;
@@ -199,6 +200,7 @@ GemmWorkload MakeWorkload(int64_t m, int64_t n, int64_t k, int64_t batch, int bi
   w.bits_c = bits_c;
   w.extra_read_bits = extra_read_bits;
   w.extra_ops = extra_ops;
+  w.extra_register_bits = extra_register_bits;
   Validate(w);
   return w;
 }
@@ -215,6 +217,9 @@ void Validate(const GemmWorkload& w) {
                                   " must be in 1..1024, got " + Str(bits));
   if (w.extra_read_bits < 0) throw std::invalid_argument("GemmWorkload.extra_read_bits must be >= 0");
   if (w.extra_ops < 0) throw std::invalid_argument("GemmWorkload.extra_ops must be >= 0");
+  if (w.extra_register_bits < 0)
+    throw std::invalid_argument("GemmWorkload.extra_register_bits must be >= 0, got " +
+                                Str(w.extra_register_bits));
   const int64_t lim = int64_t(1) << 31;
   if (w.m > lim || w.n > lim || w.k > lim || w.batch > lim)
     throw std::invalid_argument("GemmWorkload sizes must be below 2^31");

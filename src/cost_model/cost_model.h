@@ -120,11 +120,17 @@ struct GemmWorkload {
   // ceil(extra_ops / (active_pes * b)) cycles added to cycles; extra_ops / (active_pes * b)
   // to compute_delay and compute_delay_exact.
   int64_t extra_ops = 0;
+  // Register-file bits accessed beyond the MACs' own (MemoryMetrics::register_access_bits),
+  // for the whole call: partial sums read and written once per K-group when they are
+  // rescaled inside the accumulation (QuantWork::accumulator_traffic_bits). Charged in
+  // energy only (register_pj); a register access costs no cycles in this model.
+  int64_t extra_register_bits = 0;
 };
 void Validate(const GemmWorkload& w);
 // A GemmWorkload from its fields, validated (the bindings' way in).
 GemmWorkload MakeWorkload(int64_t m, int64_t n, int64_t k, int64_t batch, int bits_a, int bits_b,
-                          int bits_c, int64_t extra_read_bits, int64_t extra_ops);
+                          int bits_c, int64_t extra_read_bits, int64_t extra_ops,
+                          int64_t extra_register_bits = 0);
 
 struct TensorMetrics {
   bool is_write = false;
@@ -172,7 +178,8 @@ enum class AnalysisMethod { kAuto, kFast, kEnumerate };
 
 // Batch > 1 is `batch` independent GEMMs one after another: every count, delay and cycle
 // figure is batch times that of one GEMM (no reuse across GEMMs); averages, reuse factors
-// and utilization are those of one GEMM. extra_read_bits / extra_ops are per call.
+// and utilization are those of one GEMM. extra_read_bits / extra_ops / extra_register_bits
+// are per call; the array level ignores extra_register_bits (energy.h's CallEnergy charges it).
 // The hardware's MAC rate at max(bits_a, bits_b) applies (see Hardware); charge.h's
 // ChargeGemm is how a runtime call is costed.
 Metrics AnalyzeGemm(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,

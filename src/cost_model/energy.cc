@@ -90,7 +90,9 @@ EnergyBreakdown CallEnergy(const GemmWorkload& w, const MemoryMetrics& mm,
   Validate(mem);
   EnergyBreakdown e;
   e.mac_pj = static_cast<double>(mm.macs + w.extra_ops) * mac.pj_per_mac;
-  e.register_pj = static_cast<double>(mm.register_access_bits) * mem.register_pj_per_bit;
+  e.register_pj = (static_cast<double>(mm.register_access_bits) +
+                   static_cast<double>(w.extra_register_bits)) *
+                  mem.register_pj_per_bit;
   // The array reads and writes the buffer; every DRAM transfer also writes (fetch) or reads
   // (write-back) it once.
   const double buffer_bits = static_cast<double>(mm.buffer_read_bits) + mm.buffer_write_bits +

@@ -54,14 +54,15 @@ double IntegerMacPj(int bits_a, int bits_b, int accumulator_bits);
 
 struct EnergyBreakdown {
   double mac_pj = 0;       // (macs + extra_ops) x pj_per_mac
-  double register_pj = 0;  // register_access_bits x register_pj_per_bit
+  double register_pj = 0;  // (register_access_bits + extra_register_bits) x register_pj_per_bit
   double buffer_pj = 0;    // (array-side buffer bits + DRAM-side fills and drains) x pj/bit
   double dram_pj = 0;      // (DRAM read + write bits) x dram_pj_per_bit
   double total_pj = 0;
 };
 
 // Energy of one call from its memory metrics (AnalyzeMemory) and the MAC unit it runs on.
-// Extra (dequantization) ops are charged one MAC each.
+// Extra (dequantization) ops are charged one MAC each; the workload's extra register bits
+// (partial sums rescaled per K-group) at the register energy per bit, beside the MACs' own.
 EnergyBreakdown CallEnergy(const GemmWorkload& w, const MemoryMetrics& mm,
                            const MemoryHierarchy& mem, const MacSpec& mac);
 

@@ -323,9 +323,14 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
   const int64_t nm = tms.size(), nn = tns.size(), nk = tks.size();
   const int64_t items = static_cast<int64_t>(dfs.size()) * nm * nn * nk;
   const int64_t macs = Mul(Mul(Mul(w.m, w.n), w.k), w.batch);
-  const double pj_fixed = static_cast<double>(macs + w.extra_ops) * mac.pj_per_mac +
-                          static_cast<double>(Mul(macs, w.bits_a + w.bits_b + 2 * int64_t(mem.psum_bits))) *
-                              mem.register_pj_per_bit;
+  // What every candidate pays alike: MACs and extra ops, and the registers (the MACs' own
+  // accesses and the call's extra ones, e.g. partial sums rescaled per K-group), summed as
+  // CallEnergy sums them. A constant here still moves the EDP optimum (cycles x pJ).
+  const double pj_fixed =
+      static_cast<double>(macs + w.extra_ops) * mac.pj_per_mac +
+      (static_cast<double>(Mul(macs, w.bits_a + w.bits_b + 2 * int64_t(mem.psum_bits))) +
+       static_cast<double>(w.extra_register_bits)) *
+          mem.register_pj_per_bit;
   // Lower bounds on energy are computed in another summation order than CallEnergy: keep
   // them a hair below, so rounding never lets a bound pass the exact value.
   constexpr double kEnergyBoundScale = 1.0 - 1e-9;
@@ -589,7 +594,8 @@ MappingSearch::MappingSearch(Hardware hw, MappingSpace space, MemoryHierarchy me
 
 MappingChoice MappingSearch::Best(const GemmWorkload& w) {
   Validate(w);
-  const Key key{w.batch, w.m, w.n, w.k, w.bits_a, w.bits_b, w.bits_c, w.extra_read_bits, w.extra_ops};
+  const Key key{w.batch, w.m, w.n, w.k, w.bits_a, w.bits_b, w.bits_c,
+                w.extra_read_bits, w.extra_ops, w.extra_register_bits};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = done_.find(key);

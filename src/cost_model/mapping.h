@@ -111,7 +111,8 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
                             const MemoryHierarchy& mem, const PrecisionTable& table,
                             const MappingSearchOptions& options = {});
 
-// SearchMapping remembered per distinct call (shape, batch, widths, side data, extra ops):
+// SearchMapping remembered per distinct call (shape, batch, widths, side data, extra ops,
+// extra register bits):
 // one per accelerator; thread-safe; a call is searched once however often it is charged.
 class MappingSearch {
  public:
@@ -122,7 +123,8 @@ class MappingSearch {
   int64_t searches() const;  // distinct calls searched so far
 
  private:
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int, int64_t, int64_t>;
+  using Key =
+      std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int, int64_t, int64_t, int64_t>;
   Hardware hw_;
   MappingSpace space_;
   MemoryHierarchy mem_;

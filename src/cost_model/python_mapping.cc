@@ -70,8 +70,9 @@ void BindMapping(py::module_& m) {
          std::vector<Dataflow> dataflows, const PrecisionTable& table, const std::string& objective,
          std::vector<int64_t> stream_tiles, int64_t granule, int max_even_split, int threads,
          int64_t batch, int bits_a, int bits_b, int bits_c, int64_t extra_read_bits,
-         int64_t extra_ops) {
-        const GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops);
+         int64_t extra_ops, int64_t extra_register_bits) {
+        const GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits,
+                                            extra_ops, extra_register_bits);
         const MappingSpace s = Space(std::move(dataflows), std::move(stream_tiles), granule, max_even_split);
         const MappingSearchOptions o = Options(objective, threads);
         py::gil_scoped_release release;
@@ -81,7 +82,7 @@ void BindMapping(py::module_& m) {
       py::arg("dataflows"), py::arg("precision"), py::arg("objective"), py::arg("stream_tiles"),
       py::arg("granule"), py::arg("max_even_split"), py::arg("threads"), py::arg("batch"),
       py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"),
-      py::arg("extra_ops"));
+      py::arg("extra_ops"), py::arg("extra_register_bits") = 0);
 
   py::class_<MappingSearch, std::shared_ptr<MappingSearch>>(m, "_MappingSearch")
       .def(py::init([](const Hardware& hw, const MemoryHierarchy& mem, std::vector<Dataflow> dataflows,
@@ -98,12 +99,15 @@ void BindMapping(py::module_& m) {
       .def(
           "best",
           [](MappingSearch& s, int64_t m_, int64_t n, int64_t k, int64_t batch, int bits_a,
-             int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops) {
-            const GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops);
+             int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
+             int64_t extra_register_bits) {
+            const GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c,
+                                                extra_read_bits, extra_ops, extra_register_bits);
             py::gil_scoped_release release;
             return s.Best(w);
           },
           py::arg("m"), py::arg("n"), py::arg("k"), py::arg("batch"), py::arg("bits_a"),
-          py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"), py::arg("extra_ops"))
+          py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"), py::arg("extra_ops"),
+          py::arg("extra_register_bits") = 0)
       .def_property_readonly("searches", &MappingSearch::searches);
 }

@@ -296,10 +296,12 @@ void BindMemory(py::module_& m) {
   m.def(
       "_call_energy",
       [](const MemoryMetrics& mm, const MemoryHierarchy& mem, const MacSpec& mac,
-         int64_t extra_ops) {
+         int64_t extra_ops, int64_t extra_register_bits) {
         GemmWorkload w;
         w.extra_ops = extra_ops;
+        w.extra_register_bits = extra_register_bits;
         return CallEnergy(w, mm, mem, mac);
       },
-      py::arg("metrics"), py::arg("memory"), py::arg("mac"), py::arg("extra_ops"));
+      py::arg("metrics"), py::arg("memory"), py::arg("mac"), py::arg("extra_ops"),
+      py::arg("extra_register_bits") = 0);
 }

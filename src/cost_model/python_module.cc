@@ -372,17 +372,19 @@ PYBIND11_MODULE(_cost_model, m) {
          int bits_a, int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
          const std::string& scheme, const std::string& method, py::object recipe,
          const py::object& memory, const py::object& precision, const py::object& mapping,
-         const py::object& objective, std::shared_ptr<MappingSearch> search) {
+         const py::object& objective, std::shared_ptr<MappingSearch> search,
+         int64_t extra_register_bits) {
         // The same charging rule as the runtime's ledger.
         GemmCall call;
         if (recipe.is_none()) {
-          call = GemmCall{
-              {batch, m_, n, k, bits_a, bits_b, bits_c, extra_read_bits, extra_ops}, scheme};
+          call = GemmCall{MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits,
+                                       extra_ops, extra_register_bits),
+                          scheme};
         } else {
-          if (extra_read_bits != 0 || extra_ops != 0)
+          if (extra_read_bits != 0 || extra_ops != 0 || extra_register_bits != 0)
             throw std::invalid_argument(
                 "charge_gemm: give either a quantization recipe or extra_read_bits / "
-                "extra_ops, not both (the recipe determines them)");
+                "extra_ops / extra_register_bits, not both (the recipe determines them)");
           py::dict d = recipe.cast<py::dict>();
           QuantRecipe r;
           r.place = ParseDequantization(d["place"].cast<std::string>());
@@ -409,19 +411,22 @@ PYBIND11_MODULE(_cost_model, m) {
       py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("scheme"), py::arg("method"),
       py::arg("recipe") = py::none(), py::arg("memory") = py::none(), py::arg("precision") = py::none(),
       py::arg("mapping") = py::none(), py::arg("objective") = py::none(),
-      py::arg("search") = nullptr);
+      py::arg("search") = nullptr, py::arg("extra_register_bits") = 0);
   // The array level alone: the same AnalyzeGemm ChargeGemm fills Charge::array with.
   m.def(
       "_analyze_gemm",
       [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df, int64_t batch,
          int bits_a, int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
-         const std::string& method) {
-        const GemmWorkload w{batch, m_, n, k, bits_a, bits_b, bits_c, extra_read_bits, extra_ops};
+         const std::string& method, int64_t extra_register_bits) {
+        // extra_register_bits is validated with the workload; the array level ignores it.
+        const GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c,
+                                            extra_read_bits, extra_ops, extra_register_bits);
         return AnalyzeGemm(w, hw, df, ToMethod(method));
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
       py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"),
       py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("method"),
+      py::arg("extra_register_bits") = 0,
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "analyze",

@@ -63,6 +63,7 @@ void WriteCharge(std::ostream& os, const Charge& c) {
   os << "{\"batch\":" << w.batch << ",\"m\":" << w.m << ",\"n\":" << w.n << ",\"k\":" << w.k
      << ",\"bits_a\":" << w.bits_a << ",\"bits_b\":" << w.bits_b << ",\"bits_c\":" << w.bits_c
      << ",\"extra_read_bits\":" << w.extra_read_bits << ",\"extra_ops\":" << w.extra_ops
+     << ",\"extra_register_bits\":" << w.extra_register_bits
      << ",\"dequant_place\":" << JsonQuote(DequantizationName(c.call.recipe.place))
      << ",\"scale_bits\":" << c.call.recipe.scale_bits
      << ",\"accumulator_bits\":" << c.call.recipe.accumulator_bits

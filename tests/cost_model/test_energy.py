@@ -1,10 +1,15 @@
-"""Precision-aware MAC units and energy per call, against hand counts from the figures."""
+"""Precision-aware MAC units and energy per call (K-group rescaling included), against hand
+counts from the figures."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
 from tenet_byoc import cost_model as cm
+from tenet_byoc.hardware import preset
+from tenet_byoc.quantization import get_scheme
 
 
 def test_lookup_picks_narrowest_covering_unit():
@@ -63,3 +68,67 @@ def test_call_energy_by_hand():
     assert mm.buffer_read_bits + mm.buffer_write_bits == array_bits
     assert e.buffer_pj == pytest.approx((array_bits + dram) * 1.0)
     assert e.total_pj == pytest.approx(e.mac_pj + e.register_pj + e.dram_pj + e.buffer_pj)
+
+
+# Partial sums rescaled per K-group (issue 14): each rescale reads and writes the 32-bit sum
+# in the PE's registers. K = 200 is no multiple of either G, so the last group is partial.
+K_GROUP_RECIPES = [("mxfp4", 32), ("w=int8/channel,a=int8/group64", 64)]
+
+
+@pytest.mark.parametrize(("spec", "group"), K_GROUP_RECIPES)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_k_group_rescaling_is_charged_in_register_energy(spec, group, batch):
+    scheme = get_scheme(spec)
+    acc = preset("os16")
+    m, n, k = 8, 48, 200
+    a, b, _ = scheme.bits()
+    common = {"batch": batch, "bits_a": a, "bits_b": b, "bits_c": 16, **acc.charge_parts}
+    grouped = cm.charge_gemm(m, n, k, acc.hardware, acc.dataflow, recipe=scheme, **common)
+    q = grouped.quant
+    # The same call with no K-group rescaling: the recipe's side data and ops, nothing more.
+    plain = cm.charge_gemm(m, n, k, acc.hardware, acc.dataflow,
+                           extra_read_bits=q["weight_side_bits"] + q["activation_side_bits"],
+                           extra_ops=q["quantize_ops"] + q["dequant_ops"], **common)
+    per_bit = acc.memory.register_pj_per_bit
+    rescale_bits = 2 * batch * m * n * math.ceil(k / group) * 32
+    assert q["accumulator_traffic_bits"] == rescale_bits
+    assert grouped.energy.register_pj - plain.energy.register_pj == pytest.approx(
+        rescale_bits * per_bit, rel=1e-9)
+    # Against the whole register term by hand: per MAC A and B read, the partial sum read
+    # and written at the memory's psum width; plus the rescaling's reads and writes.
+    macs = batch * m * n * k
+    assert grouped.energy.register_pj == pytest.approx(
+        (macs * (a + b + 2 * acc.memory.psum_bits) + rescale_bits) * per_bit, rel=1e-12)
+    assert grouped.energy.total_pj - plain.energy.total_pj == pytest.approx(
+        rescale_bits * per_bit, rel=1e-9)
+    # Register accesses cost no cycles in this model.
+    assert (grouped.memory.cycles, grouped.memory.mapping) == (plain.memory.cycles,
+                                                               plain.memory.mapping)
+    # Given as a workload field, the bits are charged the same way.
+    direct = cm.charge_gemm(m, n, k, acc.hardware, acc.dataflow,
+                            extra_read_bits=q["weight_side_bits"] + q["activation_side_bits"],
+                            extra_ops=q["quantize_ops"] + q["dequant_ops"],
+                            extra_register_bits=rescale_bits, **common)
+    assert direct.energy.register_pj == pytest.approx(grouped.energy.register_pj, rel=1e-12)
+
+
+def test_recipes_without_k_groups_add_no_register_bits():
+    acc = preset("os16")
+    for spec in ("per_token", "q4f16_1", "per_embedding"):
+        scheme = get_scheme(spec)
+        a, b, c = scheme.bits()
+        ch = cm.charge_gemm(8, 48, 200, acc.hardware, acc.dataflow, bits_a=a, bits_b=b,
+                            bits_c=c, recipe=scheme, **acc.charge_parts)
+        assert ch.quant["accumulator_traffic_bits"] == 0
+        assert ch.energy.register_pj == pytest.approx(
+            8 * 48 * 200 * (a + b + 2 * acc.memory.psum_bits) * acc.memory.register_pj_per_bit,
+            rel=1e-12)
+
+
+def test_extra_register_bits_are_validated():
+    hw = cm.Hardware.systolic(4, 4)
+    df = cm.Dataflow.preset("os", rows=4, cols=4)
+    with pytest.raises(ValueError, match="GemmWorkload.extra_register_bits must be >= 0, got -8"):
+        cm.charge_gemm(4, 4, 4, hw, df, extra_register_bits=-8)
+    with pytest.raises(ValueError, match="extra_register_bits, not both"):
+        cm.charge_gemm(4, 4, 64, hw, df, recipe=get_scheme("group32"), extra_register_bits=64)

@@ -15,6 +15,7 @@ import random
 import pytest
 
 from tenet_byoc import cost_model as cm
+from tenet_byoc.quantization import get_scheme
 
 SEED = int(os.environ.get("TENET_MAPPING_SEED", random.randrange(1 << 30)))
 ORDERS = ("mnk", "mkn", "nmk", "nkm", "kmn", "knm")
@@ -72,7 +73,13 @@ def brute_force(case, objective):
                             except ValueError:
                                 index += 1
                                 continue
-                            pj = cm.call_energy(mm, case["mem"], mac, case["extra_ops"]).total_pj
+                            # Register bits beyond the MACs' own (K-group rescaling) cost
+                            # the register energy per bit, whatever the mapping; summed in
+                            # the order energy.h states, so ties break as in the search.
+                            e = cm.call_energy(mm, case["mem"], mac, case["extra_ops"])
+                            register = ((mm.register_access_bits + case["extra_register_bits"])
+                                        * case["mem"].register_pj_per_bit)
+                            pj = e.mac_pj + register + e.buffer_pj + e.dram_pj
                             key = {"latency": (mm.cycles, pj), "energy": (pj, mm.cycles),
                                    "edp": (mm.cycles * pj, mm.cycles)}[objective] + (index,)
                             if best is None or key < best:
@@ -103,6 +110,7 @@ def random_case(rng: random.Random) -> dict:
         "batch": rng.choice([1, 1, 2]),
         "extra_read_bits": rng.choice([0, 0, 128]),
         "extra_ops": rng.choice([0, 0, 50]),
+        "extra_register_bits": rng.choice([0, 0, 4096]),
     }
 
 
@@ -113,7 +121,8 @@ def search(case, objective, threads=0):
         rows=case["rows"], cols=case["cols"], objective=objective,
         stream_tiles=case["stream_tiles"], max_even_split=case["splits"], threads=threads,
         batch=case["batch"], bits_a=a, bits_b=b, bits_c=c,
-        extra_read_bits=case["extra_read_bits"], extra_ops=case["extra_ops"])
+        extra_read_bits=case["extra_read_bits"], extra_ops=case["extra_ops"],
+        extra_register_bits=case["extra_register_bits"])
 
 
 @pytest.mark.parametrize("i", range(8))
@@ -140,6 +149,50 @@ def test_search_equals_brute_force(i):
 @pytest.mark.parametrize("i", range(40))
 def test_search_equals_brute_force_many(i):
     test_search_equals_brute_force(100 + i)
+
+
+def _k_group_case(with_rescaling: bool) -> dict:
+    """An mxfp4 call (K-groups of 32) on a 4 x 2 array whose registers cost as much as its
+    DRAM does per bit: the workload as the charge derives it from the recipe."""
+    m, n, k = 17, 13, 62
+    hw = cm.Hardware.systolic(4, 2)
+    mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, buffer_bytes=4096,
+                             buffer_bandwidth_bits=1024, register_pj_per_bit=10.0,
+                             dram_pj_per_bit=20.0)
+    q = cm.charge_gemm(m, n, k, hw, cm.Dataflow.preset("os", rows=4, cols=2), bits_a=4,
+                       bits_b=4, bits_c=16, recipe=get_scheme("mxfp4"), memory=mem).quant
+    groups = math.ceil(k / 32)
+    # By hand: e8m0 weight scales N x ceil(K/32) x 8 bits; dynamic activations 2 ops per
+    # element; one rescale per output and group, each reading and writing 32 bits.
+    assert q["weight_side_bits"] + q["activation_side_bits"] == n * groups * 8
+    assert q["quantize_ops"] + q["dequant_ops"] == 2 * m * k + m * n * groups
+    assert q["accumulator_traffic_bits"] == 2 * m * n * groups * 32
+    return {
+        "M": m, "N": n, "K": k, "rows": 4, "cols": 2, "bits": (4, 4, 16), "mem": mem, "hw": hw,
+        "presets": ("os", "ws", "is"), "stream_tiles": (), "splits": 8, "batch": 1,
+        "extra_read_bits": n * groups * 8, "extra_ops": 2 * m * k + m * n * groups,
+        "extra_register_bits": 2 * m * n * groups * 32 if with_rescaling else 0,
+    }
+
+
+@pytest.mark.parametrize("objective", ["energy", "edp"])
+def test_k_group_call_search_equals_brute_force(objective):
+    case = _k_group_case(with_rescaling=True)
+    expected, mm, candidates = brute_force(case, objective)
+    got = search(case, objective)
+    assert got.candidates == candidates
+    assert got.index == expected[-1], f"chose {got.mapping}, brute force {mm.mapping}"
+    assert got.objective == pytest.approx(expected[0], rel=1e-12)
+    # The charged energy includes the rescaling's register bits, by hand.
+    plain = cm.call_energy(got.metrics, case["mem"], cm.PrecisionTable.horowitz_45nm().lookup(4, 4),
+                           case["extra_ops"])
+    assert got.energy.register_pj - plain.register_pj == pytest.approx(
+        case["extra_register_bits"] * 10.0, rel=1e-12)
+    if objective == "edp":
+        # A constant energy moves the EDP optimum: without the term the search would pick
+        # another mapping here, so leaving it out would fail the comparison above.
+        without = search(_k_group_case(with_rescaling=False), objective)
+        assert without.index != got.index
 
 
 def test_declared_tiles_match_the_rule():
@@ -211,6 +264,22 @@ def test_cache_searches_each_distinct_call_once():
     assert other.index == direct.index and other.metrics.cycles == direct.metrics.cycles
 
 
+def test_cache_keys_on_extra_register_bits():
+    # A call that differs only in its K-group register traffic is another call: its energy
+    # is the search's for those bits, not the cached energy of the call without them.
+    hw = cm.Hardware.systolic(8, 8)
+    mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, buffer_bytes=1 << 16)
+    s = cm.MappingSearch(hw, mem, objective="energy")
+    plain = s.best(16, 40, 24, bits=8)
+    grouped = s.best(16, 40, 24, bits=8, extra_register_bits=4096)
+    assert s.searches == 2
+    assert grouped.energy.register_pj - plain.energy.register_pj == pytest.approx(
+        4096 * mem.register_pj_per_bit, rel=1e-9)
+    direct = cm.search_mapping(16, 40, 24, hw, mem, objective="energy", bits=8,
+                               extra_register_bits=4096)
+    assert (grouped.index, grouped.energy.total_pj) == (direct.index, direct.energy.total_pj)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"objective": "speed"}, "objective must be one of latency, energy, edp"),
     ({"dataflows": []}, "MappingSpace.dataflows is empty"),
@@ -219,6 +288,7 @@ def test_cache_searches_each_distinct_call_once():
     ({"granule": -1}, "MappingSpace.granule must be >= 0"),
     ({"max_even_split": 0}, "MappingSpace.max_even_split must be in 1..64"),
     ({"threads": -1}, "MappingSearchOptions.threads must be >= 0"),
+    ({"extra_register_bits": -1}, "GemmWorkload.extra_register_bits must be >= 0"),
     ({"bits_a": 64, "bits_b": 64}, "the PEs do not support 64-bit A x 64-bit B"),
 ])
 def test_bad_input_refused_with_message(kwargs, message):

@@ -33,7 +33,8 @@ def _direct_best(acc, e) -> cm.MappingChoice:
                              objective=acc.objective, precision=acc.precision,
                              stream_tiles=(edge, 4 * edge), batch=e.batch, bits_a=e.bits_a,
                              bits_b=e.bits_b, bits_c=e.bits_c,
-                             extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops)
+                             extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops,
+                             extra_register_bits=e.extra_register_bits)
 
 
 def _assert_ledger_is_the_search(book, acc) -> None:

@@ -1,11 +1,13 @@
 """The buffer level's fields travel through the ledger's CSV and JSON: per entry, per tensor
-(DRAM bytes of A, B and C add up to the entry's), and in the totals."""
+(DRAM bytes of A, B and C add up to the entry's), in the totals, and the register traffic of
+partial sums rescaled per K-group (counted by hand)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import math
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from tvm import relax
 import tenet_byoc
 from ledger_testing import mlp_executable
 from tenet_byoc.hardware import preset
+from tenet_byoc.quantization import quantize
 
 
 @pytest.mark.parametrize("hardware", ["os16", "tpu_v1"])
@@ -46,3 +49,32 @@ def test_memory_fields_in_csv_and_json(hardware):
     assert doc["totals"]["roofline_cycles"] == sum(e.roofline_cycles for e in book)
     assert doc["entries"][0]["tensors"]["B"]["dram_read_bytes"] == book.entries[
         0].tensors["B"].dram_read_bytes
+
+
+@pytest.mark.parametrize(("spec", "group"), [("mxfp4", 32), ("w=int8/channel,a=int8/group64", 64)])
+def test_k_group_register_traffic_in_entries_csv_and_json(spec, group):
+    # The MLP's layers (784 -> 128 -> 10) run with their partial sums rescaled per K-group
+    # (the quantizer pads the first layer's K to whole groups; the entry's k is what ran).
+    acc = preset("os16")
+    mod, _ = mlp_executable("os16")
+    ex = tenet_byoc.build(quantize(mod, spec), accelerator="os16")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    batch = 3
+    vm["main"](tvm.runtime.tensor(np.ones((batch, 784), "float32")))
+    book = tenet_byoc.ledger(vm)
+    assert [(e.m, e.n) for e in book] == [(batch, 128), (batch, 10)]
+    assert book.entries[0].k >= 784 and book.entries[1].k == 128
+    per_bit, psum_bits = acc.memory.register_pj_per_bit, acc.memory.psum_bits
+    for e in book:
+        rescale_bits = 2 * e.m * e.n * math.ceil(e.k / group) * 32  # a 32-bit read + write
+        assert e.dequant_place == "k_group"
+        assert e.extra_register_bits == e.accumulator_traffic_bits == rescale_bits
+        # Per MAC: A and B read, the partial sum read and written; plus the rescaling.
+        assert e.register_pj == pytest.approx(
+            (e.macs * (e.bits_a + e.bits_b + 2 * psum_bits) + rescale_bits) * per_bit, rel=1e-12)
+        assert e.energy_pj == pytest.approx(e.mac_pj + e.register_pj + e.buffer_pj + e.dram_pj)
+    rows = list(csv.DictReader(io.StringIO(book.to_csv())))
+    assert [int(r["extra_register_bits"]) for r in rows] == [e.extra_register_bits for e in book]
+    doc = json.loads(book.to_json())
+    assert [d["extra_register_bits"] for d in doc["entries"]] == [
+        e.extra_register_bits for e in book]
