@@ -69,5 +69,5 @@ def memory_reference(e, accelerator):
     mm = cm.analyze_memory(e.m, e.n, e.k, acc.hardware, acc.dataflow, acc.memory, tiles,
                            extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops, **widths)
     energy = cm.call_energy(mm, acc.memory, acc.precision.lookup(e.bits_a, e.bits_b),
-                            e.extra_ops)
+                            e.extra_ops, e.extra_register_bits)
     return mm, energy

@@ -150,13 +150,15 @@ def default_tile_mapping(M: int, N: int, K: int, memory: MemoryHierarchy, rows: 
 
 
 def call_energy(metrics: MemoryMetrics, memory: MemoryHierarchy, mac: MacSpec,
-                extra_ops: int = 0) -> EnergyBreakdown:
+                extra_ops: int = 0, extra_register_bits: int = 0) -> EnergyBreakdown:
     """Energy of one call by component (MACs, registers, buffer, DRAM), in pJ.
 
     ``mac`` is the MAC unit the call runs on, e.g.
-    ``PrecisionTable.horowitz_45nm().lookup(bits_a, bits_b)``.
+    ``PrecisionTable.horowitz_45nm().lookup(bits_a, bits_b)``; ``extra_ops`` are charged one
+    MAC each and ``extra_register_bits`` (partial sums rescaled per K-group) at the register
+    file's energy per bit.
     """
-    return _core._call_energy(metrics, memory, mac, extra_ops)
+    return _core._call_energy(metrics, memory, mac, extra_ops, extra_register_bits)
 
 
 def _fit(extent: int, step: int, words_per_unit: int, budget_words: int) -> int:

@@ -87,7 +87,7 @@ def checkpoint(request, tmp_path_factory):
 
 # Each case builds the model (~5 s on 2 busy cores): the default set stays within ~30 s.
 @pytest.mark.parametrize("scheme", ["none", "w8a8_per_channel_per_token", "w4a16_group128",
-                                    "per_token+kv4/head",
+                                    "per_token+kv4/head", "mxfp4",
                                     pytest.param("q4f16_1", marks=pytest.mark.slow),
                                     pytest.param("none+kv8", marks=pytest.mark.slow)])
 def test_tiny_llama_checkpoint_equals_its_run(checkpoint, scheme):

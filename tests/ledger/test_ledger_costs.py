@@ -10,7 +10,7 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from ledger_testing import ir_matmul_shapes, memory_reference, mlp_executable
+from ledger_testing import ir_matmul_shapes, memory_reference, mlp_executable, mlp_params
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
@@ -65,6 +65,26 @@ def test_mlp_ledger_matches_ir_and_cost_model(hardware):
     assert _shapes(book) == Counter(expected)
     assert book.totals().macs == sum(b * m * n * k for b, m, n, k in expected)
     _assert_entries_match_cost_model(book, preset(hardware))
+
+
+@pytest.mark.parametrize("scheme", ["mxfp4", "w=int8/channel,a=int8/group64"])
+def test_k_group_entries_match_the_memory_core(scheme):
+    # Partial sums rescaled per K-group: their register traffic is in the entry's energy as
+    # the memory core's own call_energy counts it, and is 2 x M x N x ceil(K/G) x 32 bits.
+    from tenet_byoc.models.mlp import mlp_module
+
+    mod = tenet_byoc.quantize(mlp_module(mlp_params()), scheme)
+    vm = relax.VirtualMachine(tenet_byoc.build(mod, accelerator="os16"), tvm.cpu())
+    rng = np.random.default_rng(0)
+    vm["main"](tvm.runtime.tensor(rng.standard_normal((3, 784)).astype("float32")))
+    book = tenet_byoc.ledger(vm)
+    assert len(book) == 2
+    group = 32 if scheme == "mxfp4" else 64
+    for e in book:
+        assert e.extra_register_bits == 2 * e.batch * e.m * e.n * -(-e.k // group) * 32
+        _, energy = memory_reference(e, preset("os16"))
+        assert e.register_pj == pytest.approx(energy.register_pj, rel=1e-12)
+        assert e.energy_pj == pytest.approx(energy.total_pj, rel=1e-12)
 
 
 @pytest.fixture(scope="module")
