@@ -150,6 +150,8 @@ def _fashion_mnist_with_bad_magic(folder):
 
 @pytest.mark.parametrize("argv,message", [
     (["sweep", "--schemes", "w3a3"], "unknown scheme 'w3a3'"),
+    (["sweep", "--schemes", "none,per_token+kv9"], "scheme 'per_token+kv9'"),
+    (["run", "--scheme", "w=int9"], "scheme 'w=int9'"),
     (["sweep", "--hardware", "os16,tpu"], "unknown preset 'tpu'"),
     (["run", "--scheme", "none,w8a8_per_tensor"], "give one scheme"),
     (["run", "--accelerator", "gpu"], "unknown preset 'gpu'"),
@@ -170,6 +172,19 @@ def test_bad_input_exits_2_naming_the_problem(argv, message, tmp_path, capsys):
     assert exit_code([*argv, "--no-progress"] if argv[0] in ("run", "sweep") else argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_scheme_lists_take_kv_modifiers_and_specs():
+    # A spec's own commas stay inside it; each item is what get_scheme reads (hand-written).
+    from tenet_byoc.experiments.cli import _parser
+
+    args = _parser().parse_args(
+        ["sweep", "--schemes", ("none, per_token+kv8,w=int8/channel,a=int8/tensor,static,"
+         "w=e2m1/group32,a=e2m1/group32,scale=e8m0,mxfp4")])
+    assert args.schemes == ["none", "per_token+kv8", "w=int8/channel,a=int8/tensor,static",
+                            "w=e2m1/group32,a=e2m1/group32,scale=e8m0", "mxfp4"]
+    assert _parser().parse_args(["run", "--scheme", "q4f16_1+kv4/head"]).scheme == (
+        "q4f16_1+kv4/head")
 
 
 def test_module_entry_point_exit_codes():

@@ -47,17 +47,50 @@ def _input_checks():
         raise _UserError(str(err)) from err
 
 
+def _scheme_items(text: str) -> list[str]:
+    """Split a scheme list on commas, keeping a spec string's own parts together: a part
+    with ``=`` (or ``static``) continues the spec before it, unless it starts a new one
+    with ``w=``."""
+    items: list[str] = []
+    for part in (t.strip() for t in text.split(",")):
+        if not part:
+            continue
+        continues = ("=" in part or part == "static") and not part.startswith("w=")
+        if continues and items and "=" in items[-1]:
+            items[-1] += "," + part
+        else:
+            items.append(part)
+    return items
+
+
 def _names(kind: str, known: Sequence[str]):
-    """An argparse type for a comma-separated list of known names (or ``all``)."""
+    """An argparse type for a comma-separated list of known names (or ``all``); for
+    schemes also names with a KV modifier (``per_token+kv8``) and spec strings."""
     def parse(text: str) -> list[str]:
-        items = [t.strip() for t in text.split(",") if t.strip()]
+        if kind == "scheme":
+            items = _scheme_items(text)
+        else:
+            items = [t.strip() for t in text.split(",") if t.strip()]
         if items == ["all"]:
             return list(known)
         bad = [t for t in items if t not in known]
+        if kind == "scheme" and bad:
+            from ..quantization import get_scheme
+
+            for t in list(bad):
+                try:
+                    get_scheme(t)
+                except ValueError as err:
+                    if "+" in t or "=" in t:  # a modifier or spec: its own message
+                        raise argparse.ArgumentTypeError(f"scheme {t!r}: {err}") from None
+                else:
+                    bad.remove(t)
         if bad or not items:
             raise argparse.ArgumentTypeError(
                 f"unknown {kind} {', '.join(map(repr, bad)) or repr(text)}; "
                 f"available: {', '.join(known)} (or all)"
+                + ("; a name may take a KV modifier (+kv8) and a spec string works too"
+                   if kind == "scheme" else "")
             )
         return items
     parse.__name__ = kind  # argparse names the type in its messages
@@ -68,13 +101,6 @@ def _one(kind: str, known: Sequence[str]):
     many = _names(kind, known)
 
     def parse(text: str) -> str:
-        if kind == "scheme" and "=" in text:  # a spec string (tenet_byoc.quantization)
-            from ..quantization import get_scheme
-
-            try:
-                return get_scheme(text).name
-            except ValueError as err:
-                raise argparse.ArgumentTypeError(str(err)) from None
         items = many(text)
         if len(items) != 1 or text.strip() == "all":
             raise argparse.ArgumentTypeError(f"give one {kind}, got {text!r}")
