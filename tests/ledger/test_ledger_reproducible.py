@@ -9,7 +9,6 @@ ledger's totals (one PE-utilization definition).
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,8 +19,8 @@ from tenet_byoc.hardware import PRESETS, Accelerator, preset
 from tenet_byoc.ledger import Ledger
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 from tenet_byoc.quantization import quantize
+from tenet_data import TENET_DATA
 
-TENET_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "tenet-data"
 PROMPT = list(range(7))
 QUANTIZED = ["w8a8_per_channel_per_token", "w8a16_per_channel", "w4a16_group32"]
 

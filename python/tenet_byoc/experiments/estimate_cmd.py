@@ -7,15 +7,13 @@ Everything here reads ledgers of :func:`tenet_byoc.estimate`; nothing is built o
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..estimate import estimate
 from ..ledger import Ledger
-from .results import markdown_table
+from .results import markdown_table, write_csv
 
 __all__ = ["PhaseFigures", "SweepPoint", "add_estimate_parser", "batch_sweep",
            "context_sweep", "phase_figures", "plot_sweeps", "run_estimate", "sweep_table"]
@@ -107,12 +105,8 @@ def sweep_table(points: Sequence[SweepPoint]) -> str:
     ])
 
 
-def _csv(items: Sequence, path: Path) -> Path:
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow([f.name for f in fields(items[0])])
-    writer.writerows(astuple(i) for i in items)
-    path.write_text(buf.getvalue())
+def _csv(items: Sequence, kind: type, path: Path) -> Path:
+    write_csv([f.name for f in fields(kind)], items, path)
     return path
 
 
@@ -238,22 +232,19 @@ def run_estimate(args: argparse.Namespace) -> int:
     rows: list[PhaseFigures] = []
     ledgers: dict[str, Ledger] = {}
     start = time.perf_counter()
-    try:
-        for scheme in args.schemes:
-            ledger = estimate(args.model, scheme, args.hardware, prompt_len=args.prompt_len,
-                              context_len=context_len, decode_steps=args.decode_steps,
-                              batch=args.batch, mapping=args.mapping, progress=progress)
-            ledgers[scheme] = ledger
-            rows += phase_figures(ledger, scheme, args.prompt_len, args.decode_steps,
-                                  args.batch)
-        by_context = (context_sweep(args.model, args.schemes, args.hardware,
-                                    args.sweep_contexts, args.batch, args.mapping)
-                      if args.sweep_contexts else [])
-        by_batch = (batch_sweep(args.model, args.schemes, args.hardware, args.sweep_batches,
-                                context_len, args.mapping)
-                    if args.sweep_batches else [])
-    except NotImplementedError as err:
-        raise ValueError(str(err)) from None
+    for scheme in args.schemes:
+        ledger = estimate(args.model, scheme, args.hardware, prompt_len=args.prompt_len,
+                          context_len=context_len, decode_steps=args.decode_steps,
+                          batch=args.batch, mapping=args.mapping, progress=progress)
+        ledgers[scheme] = ledger
+        rows += phase_figures(ledger, scheme, args.prompt_len, args.decode_steps,
+                              args.batch)
+    by_context = (context_sweep(args.model, args.schemes, args.hardware,
+                                args.sweep_contexts, args.batch, args.mapping)
+                  if args.sweep_contexts else [])
+    by_batch = (batch_sweep(args.model, args.schemes, args.hardware, args.sweep_batches,
+                            context_len, args.mapping)
+                if args.sweep_batches else [])
     wall = time.perf_counter() - start
     first = next(iter(ledgers.values()))
     print(f"{args.model} on {first.accelerator} ({first.dataflow}): prompt {args.prompt_len}, "
@@ -267,15 +258,15 @@ def run_estimate(args: argparse.Namespace) -> int:
             print(sweep_table(points))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        paths = [_csv(rows, out / "estimate.csv")]
+        paths = [_csv(rows, PhaseFigures, out / "estimate.csv")]
         for scheme, ledger in ledgers.items():
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in scheme)
             paths.append(out / f"ledger_{safe}.csv")
             ledger.to_csv(paths[-1])
         if by_context:
-            paths.append(_csv(by_context, out / "sweep_context.csv"))
+            paths.append(_csv(by_context, SweepPoint, out / "sweep_context.csv"))
         if by_batch:
-            paths.append(_csv(by_batch, out / "sweep_batch.csv"))
+            paths.append(_csv(by_batch, SweepPoint, out / "sweep_batch.csv"))
         if by_context and by_batch:
             paths.append(plot_sweeps(
                 by_context, by_batch, out / "estimate_sweep.png",

@@ -16,8 +16,6 @@ agreement.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import os
@@ -320,14 +318,9 @@ class EvalResult:
         )
 
     def to_csv(self, path: str | Path | None = None) -> str:
-        buf = io.StringIO()
-        writer = csv.writer(buf)
-        writer.writerow(_COLUMNS)
-        for r in self.rows:
-            writer.writerow([getattr(r, c) for c in _COLUMNS])
-        if path is not None:
-            Path(path).write_text(buf.getvalue())
-        return buf.getvalue()
+        from .results import write_csv
+
+        return write_csv(_COLUMNS, self.rows, path)
 
     def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps({"notes": self.notes, "rows": [asdict(r) for r in self.rows]},

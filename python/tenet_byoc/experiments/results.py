@@ -80,7 +80,9 @@ ROW_COLUMNS = [f.name for f in fields(SweepRow)]
 LAYER_COLUMNS = [f.name for f in fields(LayerCost)]
 
 
-def _write_csv(columns: list[str], items: Sequence, path: str | Path | None) -> str:
+def write_csv(columns: Sequence[str], items: Sequence, path: str | Path | None) -> str:
+    """CSV text of ``items``' attributes ``columns`` (None as empty), written to ``path``
+    when given."""
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(columns)
@@ -132,11 +134,11 @@ class SweepResult:
 
     def to_csv(self, path: str | Path | None = None) -> str:
         """One line per :class:`SweepRow`."""
-        return _write_csv(ROW_COLUMNS, self.rows, path)
+        return write_csv(ROW_COLUMNS, self.rows, path)
 
     def layers_to_csv(self, path: str | Path | None = None) -> str:
         """One line per offloaded call (:class:`LayerCost`) of every run."""
-        return _write_csv(LAYER_COLUMNS, self.layers, path)
+        return write_csv(LAYER_COLUMNS, self.layers, path)
 
     def to_json(self, path: str | Path | None = None) -> str:
         """Rows, notes and total wall time (per-call costs are in :meth:`layers_to_csv`)."""
