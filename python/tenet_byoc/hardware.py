@@ -152,9 +152,9 @@ class Accelerator:
     ) -> Accelerator:
         """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is").
 
-        ``memory``, ``precision``, ``mapping`` and ``objective`` as in :class:`Accelerator` (None: from
-        ``l1_bytes``, ``l2_bytes`` and ``bandwidth_bits`` as TENET reads them, Horowitz's
-        45 nm MAC units, the default mapping)."""
+        ``memory``, ``precision``, ``mapping`` and ``objective`` as in :class:`Accelerator`
+        (None: from ``l1_bytes``, ``l2_bytes`` and ``bandwidth_bits`` as TENET reads them,
+        Horowitz's 45 nm MAC units, the default mapping)."""
         name = name or f"{dataflow}{rows}x{cols}"
         rate = macs_per_pe_per_cycle
         hw = cm.Hardware.systolic(
@@ -400,8 +400,7 @@ def resolve(
 ) -> Accelerator:
     """An :class:`Accelerator` from a preset name, an Accelerator, or None (the default),
     with its mapping chosen by ``mapping`` in None / "auto" / "fixed" and ``objective``
-    (see :func:`with_mapping`)."""
-    _check_choice(mapping, objective)
+    (see :func:`with_mapping`, which checks them)."""
     if accelerator is None:
         return preset(DEFAULT_PRESET, mapping, objective)
     if isinstance(accelerator, str):

@@ -298,16 +298,7 @@ class TenetModuleObj : public ffi::ModuleObj {
     const Step& st = p.steps[s];
     const int64_t n = c.shape.back(), k = a.shape.back();
     DequantRowsArgs w = WeightOperands(p, s, frame, b, n, k);
-    w.rows = Numel(c.shape) / std::max<int64_t>(n, 1);
-    if (w.rows <= kMaxDequantRows && st.rhs_transposed && b.shape.size() == 2 &&
-        Numel(a.shape) == w.rows * k) {
-      w.a = Floats(a);
-      w.bias = bias;
-      w.epilogue = st.epilogue;
-      w.c = static_cast<float*>(c.data);
-      DequantGemmRows(w);
-      return;
-    }
+    if (b.shape.size() == 2 && RunFewRows(w, st, a, bias, c)) return;
     std::vector<float> weight(Numel(b_logical));
     if (w.q8 != nullptr) {
       DequantizeChannel(w.q8, w.channel_scale, n, k, weight.data());
@@ -332,28 +323,33 @@ class TenetModuleObj : public ffi::ModuleObj {
     ExpectShape(p, s, "weight scale", scale, {n, groups, 1});
     const float* codes = Floats(b);
     const float* sc = Floats(scale);
-    const int64_t k = groups * g;
-    const int64_t rows = Numel(c.shape) / std::max<int64_t>(n, 1);
-    if (rows <= kMaxDequantRows && st.rhs_transposed && Numel(a.shape) == rows * k && g > 0) {
-      DequantRowsArgs w;
-      w.rows = rows;
-      w.n = n;
-      w.k = k;
-      w.a = Floats(a);
-      w.codes = codes;
-      w.group_scale = sc;
-      w.group_size = g;
-      w.bias = bias;
-      w.epilogue = st.epilogue;
-      w.c = static_cast<float*>(c.data);
-      DequantGemmRows(w);
-      return;
-    }
+    DequantRowsArgs w;
+    w.n = n;
+    w.k = groups * g;
+    w.codes = codes;
+    w.group_scale = sc;
+    w.group_size = g;
+    if (g > 0 && RunFewRows(w, st, a, bias, c)) return;
     std::vector<float> weight(Numel(b_logical));
     for (int64_t i = 0; i < n * groups; ++i) {
       for (int64_t j = 0; j < g; ++j) weight[i * g + j] = codes[i * g + j] * sc[i];
     }
     RunFloatGemm(st, a, weight.data(), b_logical, bias, c);
+  }
+
+  // A decode step's few rows through the dequantizing row kernels (each weight read once,
+  // in its stored width); false, with nothing done, for a call they do not take.
+  bool RunFewRows(DequantRowsArgs w, const Step& st, const View& a, const float* bias,
+                  const View& c) const {
+    w.rows = Numel(c.shape) / std::max<int64_t>(w.n, 1);
+    if (w.rows > kMaxDequantRows || !st.rhs_transposed || Numel(a.shape) != w.rows * w.k)
+      return false;
+    w.a = Floats(a);
+    w.bias = bias;
+    w.epilogue = st.epilogue;
+    w.c = static_cast<float*>(c.data);
+    DequantGemmRows(w);
+    return true;
   }
 
   // The checked storage, scales and zero point of a weight-only quantized step's weight
