@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -114,6 +115,24 @@ def cpu_info() -> CpuInfo:
     return CpuInfo(**fields, model=_cpu_model())
 
 
+def _runtime_library_path() -> Path:
+    # Beside this file in a normal install; in an editable install (pip install -e) the
+    # Python sources stay in the checkout and the compiled libraries are installed beside
+    # the _cost_model extension, in site-packages.
+    here = Path(__file__).with_name(_LIBRARY)
+    if here.exists():
+        return here
+    spec = importlib.util.find_spec("tenet_byoc._cost_model")
+    if spec is not None and spec.origin:
+        there = Path(spec.origin).with_name(_LIBRARY)
+        if there.exists():
+            return there
+    raise ImportError(
+        f"{here} is missing: tenet_byoc must be installed with `pip install .`, "
+        "which compiles the runtime"
+    )
+
+
 def load_runtime_library() -> ctypes.CDLL:
     """Load ``libtenet_runtime.so`` from the package directory (idempotent).
 
@@ -124,12 +143,7 @@ def load_runtime_library() -> ctypes.CDLL:
     """
     global _handle
     if _handle is None:
-        path = Path(__file__).with_name(_LIBRARY)
-        if not path.exists():
-            raise ImportError(
-                f"{path} is missing: tenet_byoc must be installed with `pip install .`, "
-                "which compiles the runtime"
-            )
+        path = _runtime_library_path()
         _preload_onednn()
         _handle = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     return _handle
