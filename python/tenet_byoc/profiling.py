@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -185,6 +186,20 @@ class Report:
     __repr__ = __str__
 
 
+class _Serialized:
+    """A VM function that holds its VM's lock while it runs."""
+
+    __slots__ = ("__wrapped__", "_lock")
+
+    def __init__(self, func, lock: threading.RLock) -> None:
+        self.__wrapped__ = func
+        self._lock = lock
+
+    def __call__(self, *args, **kwargs):
+        with self._lock:
+            return self.__wrapped__(*args, **kwargs)
+
+
 def _tenet_entries_by_symbol(entries: list[LedgerEntry]) -> dict[str, list[list[LedgerEntry]]]:
     """Ledger entries per symbol, one list per call (the steps of one call share call_index)."""
     calls: dict[str, dict[int, list[LedgerEntry]]] = {}
@@ -206,18 +221,30 @@ class VirtualMachine(relax.VirtualMachine):
 
     Notes
     -----
-    A Relax VM holds per-run state (registers, frames), so one VM must not run on two threads
-    at once; give each thread its own VM on the shared executable. Their tenet runtime module
-    (and so the ledger) is shared.
+    A Relax VM holds per-run state (registers, frames): two threads running one
+    ``relax.VirtualMachine`` at once corrupt it (a crash, not an error). This class
+    serializes its calls with a lock (``vm["main"](...)``, ``invoke_stateful``,
+    ``set_input``, ``get_outputs``, ``profile``), so sharing one is safe, but its calls then
+    run one at a time; for parallel runs give each thread its own VM on the shared
+    executable. Their tenet runtime module (and so the ledger) is shared.
     """
 
     def __init__(self, rt_mod, device, memory_cfg=None, profile: bool = False) -> None:
+        # Re-entrant: profile() holds it around the function it runs through self[...].
+        self._lock = threading.RLock()
         super().__init__(rt_mod, device, memory_cfg)
+        for attr in ("_invoke_closure", "_save_function", "_set_input", "_invoke_stateful",
+                     "_get_output", "_get_output_arity", "_set_instrument"):
+            setattr(self, attr, _Serialized(getattr(self, attr), self._lock))
         self._profiling = bool(profile)
         self._timer = None
         if self._profiling:
             self._tenet = tenet_modules(self)  # raises ValueError when nothing is offloaded
             self._timer = tvm_ffi.get_global_func("tenet_byoc.profiler.create_call_timer")()
+
+    def __getitem__(self, key: str):
+        """The VM function ``key``, callable from any thread (calls run one at a time)."""
+        return _Serialized(super().__getitem__(key), self._lock)
 
     def profile(self, func_name: str, *args, warmup: int = 1) -> Report:
         """Run ``func_name`` on ``args`` (after ``warmup`` untimed runs) and report each call.
@@ -234,6 +261,10 @@ class VirtualMachine(relax.VirtualMachine):
                 "this VirtualMachine was made with profile=False; use "
                 "tenet_byoc.VirtualMachine(ex, dev, profile=True) to call profile()"
             )
+        with self._lock:  # the instrument and the capture belong to this one run
+            return self._profile(func_name, args, warmup)
+
+    def _profile(self, func_name: str, args: Sequence, warmup: int) -> Report:
         func = self[func_name]
         tensors = [tvm.runtime.tensor(a) if not isinstance(a, tvm.runtime.Tensor) and
                    hasattr(a, "__array__") else a for a in args]
