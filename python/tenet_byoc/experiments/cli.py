@@ -505,6 +505,10 @@ def _cmd_profile(args) -> int:
     func, fargs = case.inputs(vm, phase)
     print(case.describe())
     report = vm.profile(func, *fargs)
+    # The case knows its layers (h.0.attn.c_attn, fc0, ...) by call order: the table shows
+    # them rather than the fused kernels' generated names.
+    entries = [e for r in report.calls for e in r.entries]
+    report.name_layers(case.layer_names(phase, entries))
     print(report)
     if args.csv:
         Path(args.csv).write_text(report.csv())
