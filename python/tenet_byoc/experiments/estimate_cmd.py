@@ -10,7 +10,6 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from .results import markdown_table, write_csv
