@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "cost_model/accelerator.h"
+#include "cost_model/checked.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/json.h"
 #include "cost_model/relation.h"
@@ -19,7 +20,6 @@ namespace tenet {
 
 using detail::ParseRelation;
 using detail::Relation;
-using detail::Str;
 
 namespace {
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "cost_model/checked.h"
 #include "cost_model/relation.h"
 
 namespace tenet {

@@ -25,19 +25,10 @@ namespace {
 // Work items (dataflow x tile sizes) from which the automatic thread count uses 2 threads.
 constexpr size_t kItemsPerExtraThread = 50000;
 
-std::string Str(int64_t v) { return std::to_string(v); }
-int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+using detail::Dim;
+using detail::MakeDim;
 
-int64_t Mul(int64_t a, int64_t b) { return CheckedMul(a, b, "mapping search: a count"); }
-int64_t Add(int64_t a, int64_t b) { return CheckedAdd(a, b, "mapping search: a count"); }
-
-// As memory.cc: ceil(bits / rate), exact in integers when the rate is whole.
-int64_t CeilCycles(int64_t bits, double per_cycle) {
-  if (bits <= 0) return 0;
-  if (per_cycle == std::floor(per_cycle) && per_cycle < 9.0e18)
-    return CeilDiv(bits, static_cast<int64_t>(per_cycle));
-  return static_cast<int64_t>(std::ceil(static_cast<double>(bits) / per_cycle));
-}
+constexpr const char* kCount = "mapping search: a count";
 
 // The streamed dimension of a preset: os k, ws m, is n.
 char StreamDim(const std::string& preset) { return preset == "os" ? 'k' : preset == "ws" ? 'm' : 'n'; }
@@ -70,16 +61,6 @@ std::pair<double, double> Objectives(MappingObjective o, double cycles, double p
   return {cycles, pj};
 }
 
-// One dimension of the tile nest.
-struct Dim {
-  int64_t extent, tile, count, last;
-};
-Dim MakeDim(int64_t extent, int64_t tile) {
-  Dim d{extent, std::min(tile, extent), 0, 0};
-  d.count = CeilDiv(extent, d.tile);
-  d.last = extent - (d.count - 1) * d.tile;
-  return d;
-}
 
 // The closed-form DRAM bits per channel (A with side data, B, C) of one candidate; the
 // same loop-nest argument as memory.cc (README "Traffic"), without spans or padding.
@@ -103,22 +84,27 @@ std::array<int64_t, 3> DramBits(const GemmWorkload& w, const MemoryHierarchy& me
       if (count[l] > 1 && relevant(op, name[l])) r = l;
     int64_t v = 1;
     for (int l = 0; l < r; ++l)
-      if (!relevant(op, name[l])) v = Mul(v, count[l]);
+      if (!relevant(op, name[l])) v = CheckedMul(v, count[l], kCount);
     return v;
   };
-  const int64_t a_elems = Mul(Mul(w.m, w.k), w.batch), b_elems = Mul(Mul(w.k, w.n), w.batch),
-                c_elems = Mul(Mul(w.m, w.n), w.batch);
+  const int64_t a_elems = CheckedMul(CheckedMul(w.m, w.k, kCount), w.batch, kCount),
+                b_elems = CheckedMul(CheckedMul(w.k, w.n, kCount), w.batch, kCount),
+                c_elems = CheckedMul(CheckedMul(w.m, w.n, kCount), w.batch, kCount);
   std::array<int64_t, 3> bits{};
-  bits[0] = Add(Mul(Mul(a_elems, revisits(0)), w.bits_a), w.extra_read_bits);
-  bits[1] = Mul(Mul(b_elems, revisits(1)), w.bits_b);
+  bits[0] = CheckedAdd(CheckedMul(CheckedMul(a_elems, revisits(0), kCount), w.bits_a, kCount),
+                       w.extra_read_bits, kCount);
+  bits[1] = CheckedMul(CheckedMul(b_elems, revisits(1), kCount), w.bits_b, kCount);
   int64_t partial;
   if (accumulate) {
-    partial = Mul(c_elems, revisits(2) - 1);
-    bits[2] = Add(Mul(c_elems, w.bits_c), Mul(Mul(partial, mem.psum_bits), 2));
+    partial = CheckedMul(c_elems, revisits(2) - 1, kCount);
+    bits[2] = CheckedAdd(CheckedMul(c_elems, w.bits_c, kCount),
+                         CheckedMul(CheckedMul(partial, mem.psum_bits, kCount), 2, kCount), kCount);
   } else {
-    const int64_t passes = Add(Mul(dk.count - 1, CeilDiv(dk.tile, chunk)), CeilDiv(dk.last, chunk));
-    partial = Mul(c_elems, passes - 1);
-    bits[2] = Add(Mul(c_elems, w.bits_c), Mul(partial, mem.psum_bits));
+    const int64_t passes = CheckedAdd(CheckedMul(dk.count - 1, CeilDiv(dk.tile, chunk), kCount),
+                                      CeilDiv(dk.last, chunk), kCount);
+    partial = CheckedMul(c_elems, passes - 1, kCount);
+    bits[2] = CheckedAdd(CheckedMul(c_elems, w.bits_c, kCount),
+                         CheckedMul(partial, mem.psum_bits, kCount), kCount);
   }
   return bits;
 }
@@ -128,7 +114,8 @@ int64_t TimeOf(const MemoryHierarchy& mem, const std::array<int64_t, 3>& ch) {
     return std::max({CeilCycles(ch[0], mem.dram_bandwidth_bits),
                      CeilCycles(ch[1], mem.dram_bandwidth_bits),
                      CeilCycles(ch[2], mem.dram_bandwidth_bits)});
-  return CeilCycles(Add(Add(ch[0], ch[1]), ch[2]), mem.dram_bandwidth_bits);
+  return CeilCycles(CheckedAdd(CheckedAdd(ch[0], ch[1], kCount), ch[2], kCount),
+                    mem.dram_bandwidth_bits);
 }
 
 // A candidate's cycles from its tile loop nest, given its first fetch, its array time and
@@ -141,13 +128,20 @@ std::pair<int64_t, double> CandidateCycles(const GemmWorkload& w, const MemoryHi
                                            int64_t first_fetch, int64_t array_cycles,
                                            int64_t outside_cycles) {
   const auto bits = DramBits(w, mem, dm, dn, dk, order, accumulate, chunk);
-  const int64_t last_c = Mul(dm.last, dn.last);
+  const int64_t last_c = CheckedMul(dm.last, dn.last, kCount);
   const int64_t lw_bits =
-      accumulate ? Mul(last_c, w.bits_c)
-                 : Mul(last_c, Add(Mul(CeilDiv(dk.last, chunk) - 1, mem.psum_bits), w.bits_c));
+      accumulate
+          ? CheckedMul(last_c, w.bits_c, kCount)
+          : CheckedMul(last_c,
+                       CheckedAdd(CheckedMul(CeilDiv(dk.last, chunk) - 1, mem.psum_bits, kCount),
+                                  w.bits_c, kCount),
+                       kCount);
   const int64_t lw = TimeOf(mem, {0, 0, lw_bits});
   const int64_t cycles =
-      Add(outside_cycles, std::max(Add(Add(first_fetch, array_cycles), lw), TimeOf(mem, bits)));
+      CheckedAdd(outside_cycles,
+                 std::max(CheckedAdd(CheckedAdd(first_fetch, array_cycles, kCount), lw, kCount),
+                          TimeOf(mem, bits)),
+                 kCount);
   return {cycles, static_cast<double>(bits[0] + bits[1] + bits[2])};
 }
 
@@ -171,12 +165,12 @@ struct FoldBound {
   int64_t Cycles(int64_t m, int64_t n, int64_t k) const {
     int64_t sp, sq, sl;
     Canon(m, n, k, &sp, &sq, &sl);
-    const int64_t folds_pq = Mul(CeilDiv(sp, rows), CeilDiv(sq, cols));
+    const int64_t folds_pq = CheckedMul(CeilDiv(sp, rows), CeilDiv(sq, cols), kCount);
     const int64_t t = stream_tile > 0 ? std::min(stream_tile, sl) : sl;
     const int64_t full = sl / t, rem = sl % t;
     const int64_t over = load + rows + cols - 2;
-    int64_t c = Mul(Mul(folds_pq, full), Add(t, over));
-    if (rem) c = Add(c, Mul(folds_pq, Add(rem, over)));
+    int64_t c = CheckedMul(CheckedMul(folds_pq, full, kCount), CheckedAdd(t, over, kCount), kCount);
+    if (rem) c = CheckedAdd(c, CheckedMul(folds_pq, CheckedAdd(rem, over, kCount), kCount), kCount);
     return c;
   }
   int64_t ActivePes(int64_t m, int64_t n, int64_t k) const {
@@ -322,15 +316,16 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
   const auto tks = TileSizeCandidates(w.k, g, space.max_even_split);
   const int64_t nm = tms.size(), nn = tns.size(), nk = tks.size();
   const int64_t items = static_cast<int64_t>(dfs.size()) * nm * nn * nk;
-  const int64_t macs = Mul(Mul(Mul(w.m, w.n), w.k), w.batch);
+  const int64_t macs =
+      CheckedMul(CheckedMul(CheckedMul(w.m, w.n, kCount), w.k, kCount), w.batch, kCount);
   // What every candidate pays alike: MACs and extra ops, and the registers (the MACs' own
   // accesses and the call's extra ones, e.g. partial sums rescaled per K-group), summed as
   // CallEnergy sums them. A constant here still moves the EDP optimum (cycles x pJ).
-  const double pj_fixed =
-      static_cast<double>(macs + w.extra_ops) * mac.pj_per_mac +
-      (static_cast<double>(Mul(macs, w.bits_a + w.bits_b + 2 * int64_t(mem.psum_bits))) +
-       static_cast<double>(w.extra_register_bits)) *
-          mem.register_pj_per_bit;
+  const double pj_fixed = static_cast<double>(macs + w.extra_ops) * mac.pj_per_mac +
+                          (static_cast<double>(CheckedMul(
+                               macs, w.bits_a + w.bits_b + 2 * int64_t(mem.psum_bits), kCount)) +
+                           static_cast<double>(w.extra_register_bits)) *
+                              mem.register_pj_per_bit;
   // Lower bounds on energy are computed in another summation order than CallEnergy: keep
   // them a hair below, so rounding never lets a bound pass the exact value.
   constexpr double kEnergyBoundScale = 1.0 - 1e-9;
@@ -357,7 +352,7 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
           t.tm = tms[im]; t.tn = tns[in]; t.tk = tks[ik];
           const ArrayModel& am = arrays[d];
           if (dfs[d].preset.empty() &&
-              Mul(Mul(t.tm, t.tn), t.tk) > kMaxEnumeratedInstances) {
+              CheckedMul(CheckedMul(t.tm, t.tn, kCount), t.tk, kCount) > kMaxEnumeratedInstances) {
             it.fits = false;
             last_unfit = "relation tiles above " + Str(kMaxEnumeratedInstances) + " MACs";
           } else if (BufferBytesNeeded(w, mem, t) > mem.buffer_bytes) {
@@ -371,7 +366,8 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
             work.push_back(it);
             continue;
           }
-          const Dim dm = MakeDim(w.m, t.tm), dn = MakeDim(w.n, t.tn), dk = MakeDim(w.k, t.tk);
+          const Dim dm = MakeDim('m', w.m, t.tm), dn = MakeDim('n', w.n, t.tn),
+                    dk = MakeDim('k', w.k, t.tk);
           const int64_t chunk = am.k_pass > 0 ? am.k_pass : dk.tile;
           int64_t array_lb = CeilCycles(macs, static_cast<double>(am.num_pes) * am.macs_per_pe_per_cycle);
           int64_t extra_lb = CeilCycles(w.extra_ops, static_cast<double>(am.num_pes) * am.ops_per_pe_per_cycle);
@@ -384,9 +380,14 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
                   const int64_t cm = a ? dm.count - 1 : 1, cn = b ? dn.count - 1 : 1,
                                 ck = e ? dk.count - 1 : 1;
                   if (cm == 0 || cn == 0 || ck == 0) continue;
-                  sum = Add(sum, Mul(Mul(Mul(Mul(cm, cn), ck), w.batch),
-                                     fb.Cycles(a ? dm.tile : dm.last, b ? dn.tile : dn.last,
-                                               e ? dk.tile : dk.last)));
+                  sum = CheckedAdd(
+                      sum,
+                      CheckedMul(CheckedMul(CheckedMul(CheckedMul(cm, cn, kCount), ck, kCount),
+                                            w.batch, kCount),
+                                 fb.Cycles(a ? dm.tile : dm.last, b ? dn.tile : dn.last,
+                                           e ? dk.tile : dk.last),
+                                 kCount),
+                      kCount);
                 }
             array_lb = std::max(array_lb, sum);
             extra_lb = CeilCycles(w.extra_ops,
@@ -394,15 +395,17 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
                                       1, fb.ActivePes(dm.tile, dn.tile, dk.tile))) *
                                       am.ops_per_pe_per_cycle);
           }
-          const int64_t ff = TimeOf(mem, {Add(Mul(Mul(dm.tile, dk.tile), w.bits_a), w.extra_read_bits),
-                                          Mul(Mul(dk.tile, dn.tile), w.bits_b), 0});
+          const int64_t ff = TimeOf(
+              mem, {CheckedAdd(CheckedMul(CheckedMul(dm.tile, dk.tile, kCount), w.bits_a, kCount),
+                               w.extra_read_bits, kCount),
+                    CheckedMul(CheckedMul(dk.tile, dn.tile, kCount), w.bits_b, kCount), 0});
           double best_sort = std::numeric_limits<double>::infinity();
           for (int o = 0; o < 6; ++o)
             for (int acc = 0; acc < 2; ++acc) {
               const bool accumulate = acc == 0;
               const auto [cyc, dram] =
                   CandidateCycles(w, mem, dm, dn, dk, kTileOrders[o], accumulate, chunk, ff,
-                                  array_lb, Add(extra_lb, am.prologue_cycles));
+                                  array_lb, CheckedAdd(extra_lb, am.prologue_cycles, kCount));
               const double pj = (pj_fixed + dram * (mem.dram_pj_per_bit + mem.buffer_pj_per_bit)) *
                                 kEnergyBoundScale;
               it.lb_cycles[o * 2 + acc] = cyc;
@@ -435,7 +438,8 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
     const ArrayModel& am = arrays[it.d];
     TileMapping t;
     t.tm = tms[it.im]; t.tn = tns[it.in]; t.tk = tks[it.ik];
-    const Dim dm = MakeDim(w.m, t.tm), dn = MakeDim(w.n, t.tn), dk = MakeDim(w.k, t.tk);
+    const Dim dm = MakeDim('m', w.m, t.tm), dn = MakeDim('n', w.n, t.tn),
+              dk = MakeDim('k', w.k, t.tk);
     const int64_t chunk = am.k_pass > 0 ? am.k_pass : dk.tile;
     const int64_t base = it.id * 12;
     bool have_tiles = false;
@@ -470,8 +474,9 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
                                          Str(fb.Cycles(sm, sn, sk)) + " exceeds the exact cycles " +
                                          Str(tc.cycles) + " of a " + Str(sm) + "x" + Str(sn) + "x" +
                                          Str(sk) + " tile of " + am.name);
-                const int64_t n = Mul(Mul(Mul(cm, cn), ck), w.batch);
-                sum_array = Add(sum_array, Mul(n, tc.cycles));
+                const int64_t n =
+                    CheckedMul(CheckedMul(CheckedMul(cm, cn, kCount), ck, kCount), w.batch, kCount);
+                sum_array = CheckedAdd(sum_array, CheckedMul(n, tc.cycles, kCount), kCount);
                 buffer_bits += static_cast<double>(n) *
                                static_cast<double>(tc.buffer_read_bits_a + tc.buffer_read_bits_b +
                                                    tc.buffer_write_bits_c);
@@ -481,13 +486,15 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
             throw std::logic_error("mapping search: active PEs above the fold bound's on " + am.name);
           extra = CeilCycles(w.extra_ops, static_cast<double>(std::max<int64_t>(1, full.active_pes)) *
                                               am.ops_per_pe_per_cycle);
-          ff = TimeOf(mem, {Add(Mul(Mul(dm.tile, dk.tile), w.bits_a), w.extra_read_bits),
-                            Mul(Mul(dk.tile, dn.tile), w.bits_b), 0});
+          ff = TimeOf(
+              mem, {CheckedAdd(CheckedMul(CheckedMul(dm.tile, dk.tile, kCount), w.bits_a, kCount),
+                               w.extra_read_bits, kCount),
+                    CheckedMul(CheckedMul(dk.tile, dn.tile, kCount), w.bits_b, kCount), 0});
           have_tiles = true;
         }
         const auto [cyc, dram] =
             CandidateCycles(w, mem, dm, dn, dk, kTileOrders[o], accumulate, chunk, ff, sum_array,
-                            Add(extra, am.prologue_cycles));
+                            CheckedAdd(extra, am.prologue_cycles, kCount));
         const double pj = (pj_fixed + dram * (mem.dram_pj_per_bit + mem.buffer_pj_per_bit) +
                            buffer_bits * mem.buffer_pj_per_bit) * kEnergyBoundScale;
         obj = Objectives(options.objective, double(cyc), pj);

@@ -90,8 +90,6 @@ bool IsBoxSet(const Relation& set, Box* box);
 // The number of integer points of a bounded set.
 int64_t CountPoints(const Relation& set, const std::string& what);
 
-inline std::string Str(int64_t v) { return std::to_string(v); }
-
 // Removes all whitespace (used to compare relation strings).
 std::string Normalize(const std::string& s);
 
