@@ -60,14 +60,15 @@ class StrictDomBuilder : public nlohmann::json_sax<JsonValue> {
   bool number_unsigned(number_unsigned_t v) override { return Put(v); }
   bool number_float(number_float_t v, const string_t&) override { return Put(v); }
   bool string(string_t& v) override { return Put(std::move(v)); }
-  bool binary(binary_t&) override { return Fail("binary values are not JSON"); }
+  bool binary(binary_t&) override { return Fail(what_ + ": binary values are not JSON"); }
   bool start_object(std::size_t) override { return Open(JsonValue::object()); }
   bool start_array(std::size_t) override { return Open(JsonValue::array()); }
   bool end_object() override { return Close(); }
   bool end_array() override { return Close(); }
   bool key(string_t& k) override {
     JsonValue& obj = *stack_.back();
-    if (obj.contains(k)) return Fail("duplicate key '" + Printable(k) + "' in " + Path());
+    path_.back() = "";  // the object's own path, without its previous key
+    if (obj.contains(k)) return Fail(Path() + " has the key '" + Printable(k) + "' twice");
     key_ = k;
     path_.back() = k;
     return true;
@@ -80,14 +81,15 @@ class StrictDomBuilder : public nlohmann::json_sax<JsonValue> {
   }
 
  private:
-  bool Fail(const std::string& why) {
-    error = what_ + ": " + why;
+  bool Fail(const std::string& message) {
+    error = message;
     return false;
   }
   // Where the value being read sits, e.g. "JSON.hardware" (for messages).
   std::string Path() const {
     std::string p = what_;
-    for (size_t i = 0; i + 1 < path_.size(); ++i) p += "." + path_[i];
+    for (size_t i = 0; i < path_.size(); ++i)
+      if (!path_[i].empty()) p += path_[i][0] == '[' ? path_[i] : "." + path_[i];
     return p;
   }
   // The slot for the next value: the root, the end of the open array, or the open object's
@@ -108,11 +110,11 @@ class StrictDomBuilder : public nlohmann::json_sax<JsonValue> {
   }
   bool Open(JsonValue v) {
     if (stack_.size() >= kMaxDepth)
-      return Fail("nesting deeper than " + Str(static_cast<int64_t>(kMaxDepth)));
+      return Fail(what_ + ": nesting deeper than " + Str(static_cast<int64_t>(kMaxDepth)));
     JsonValue* slot = Slot();
     *slot = std::move(v);
     stack_.push_back(slot);
-    path_.emplace_back("");
+    path_.emplace_back(slot->is_array() ? "[]" : "");
     return true;
   }
   bool Close() {

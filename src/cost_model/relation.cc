@@ -515,6 +515,10 @@ void Relation::Apply(const int64_t* point, std::vector<std::vector<int64_t>>* ou
 
 Relation ParseRelation(const std::string& text, const std::string& what,
                        const std::map<std::string, int64_t>& params) {
+  if (static_cast<int64_t>(text.size()) > kMaxRelationChars)
+    throw std::invalid_argument(what + " is " + Str(static_cast<int64_t>(text.size())) +
+                                " characters of relation text; at most " + Str(kMaxRelationChars) +
+                                " are accepted");
   Parser parser(text, what, params);
   return parser.Parse();
 }
