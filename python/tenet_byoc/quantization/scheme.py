@@ -195,10 +195,12 @@ class QuantScheme:
                 raise ValueError(f"QuantScheme.{field}={getattr(self, field)}; expected 0 "
                                  f"(no groups) or a group of 1 to {bound} channels")
             if getattr(self, field) > bound:
+                why = ("a KV group lies within one head's channels" if field == "kv_group" else
+                       "a group beyond K only pads K with zeros (one scale per row is "
+                       "'channel' granularity)")
                 raise ValueError(
                     f"QuantScheme {self.name!r}: {field}={getattr(self, field)} is above the "
-                    f"largest group, {bound}; a group beyond K only pads K with zeros (one "
-                    "scale per row is 'channel' granularity)"
+                    f"largest group, {bound}; {why}"
                 )
         if self.kv_group & (self.kv_group - 1):
             raise ValueError(
@@ -569,7 +571,7 @@ def get_scheme(scheme: str | QuantScheme) -> QuantScheme:
                              f"(+{modifier.replace('+', ', +')}); give one. {KV_HELP}")
         return dataclasses.replace(get_scheme(base), name=scheme,
                                    **_parse_kv(modifier, scheme))
-    if "=" in scheme:
+    if "=" in scheme or "," in scheme:
         return parse_spec(scheme)
     raise ValueError(
         f"unknown quantization scheme {scheme!r}{did_you_mean(scheme, SCHEMES)}; it is neither "
