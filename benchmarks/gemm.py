@@ -12,6 +12,11 @@ Run: python benchmarks/gemm.py [--skip-tvm] [--rounds N] [--out FILE]
 
 from __future__ import annotations
 
+# isort: off
+# First: it sets OMP_WAIT_POLICY before tvm loads libgomp (see machine.py).
+from machine import describe, load_now
+# isort: on
+
 import argparse
 import contextlib
 import statistics
@@ -23,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 import tvm
-from machine import describe, load_now
 from tvm import relax
 
 import tenet_byoc

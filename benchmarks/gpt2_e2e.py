@@ -15,6 +15,11 @@ path, threads) and the load average before and after, and writes it to
 
 from __future__ import annotations
 
+# isort: off
+# First: it sets OMP_WAIT_POLICY before tvm loads libgomp (see machine.py).
+from machine import describe, load_now
+# isort: on
+
 import argparse
 import statistics
 import time
@@ -22,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import tvm
-from machine import describe, load_now
 from tvm import relax
 
 import tenet_byoc

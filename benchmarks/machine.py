@@ -6,8 +6,14 @@ busy the machine was, so every speed benchmark prints :func:`describe` before an
 
 from __future__ import annotations
 
-import datetime
 import os
+
+# Imported before tvm: tvm-ffi imports torch when it is installed, which loads libgomp, and
+# libgomp reads its wait policy once, at load. tenet_byoc sets PASSIVE itself when it is
+# imported first; a benchmark imports tvm first, so the policy is set here (a user's wins).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import datetime
 from dataclasses import dataclass
 
 import numpy as np
