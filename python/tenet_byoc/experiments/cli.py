@@ -204,8 +204,8 @@ def _parser() -> argparse.ArgumentParser:
                    "w4a16_group128, accelerator os16 (explicit options win)")
     p.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json, layers.csv and "
                    "PNG plots here")
-    p.add_argument("--repeats", type=_positive, default=3,
-                   help="timed CPU runs per phase; the wall column is their median (default 3)")
+    p.add_argument("--repeats", type=_positive, default=1,
+                   help="timed CPU runs per phase; the wall column is their median (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("run", help="one model, scheme and accelerator: totals and per-layer costs")
