@@ -14,6 +14,15 @@ using namespace tenet;
 
 namespace {
 
+// Python's own repr of a float (shortest text that reads back to it: 4.6, not 4.600000).
+std::string PyFloat(double v) { return py::repr(py::float_(v)).cast<std::string>(); }
+
+// The constructor's spelling: MacSpec(bits_a=8, bits_b=8, macs_per_pe_per_cycle=4.0, ...).
+std::string MacSpecRepr(const MacSpec& u) {
+  return "MacSpec(bits_a=" + std::to_string(u.bits_a) + ", bits_b=" + std::to_string(u.bits_b) +
+         ", macs_per_pe_per_cycle=" + PyFloat(u.macs_per_pe_per_cycle) +
+         ", pj_per_mac=" + PyFloat(u.pj_per_mac) + ")";
+}
 
 py::dict TrafficDict(const OperandTraffic& t) {
   py::dict d;
@@ -256,12 +265,7 @@ void BindMemory(py::module_& m) {
       .def_readonly("bits_b", &MacSpec::bits_b)
       .def_readonly("macs_per_pe_per_cycle", &MacSpec::macs_per_pe_per_cycle)
       .def_readonly("pj_per_mac", &MacSpec::pj_per_mac)
-      .def("__repr__", [](const MacSpec& u) {
-        return "MacSpec(bits_a=" + std::to_string(u.bits_a) + ", bits_b=" +
-               std::to_string(u.bits_b) + ", macs_per_pe_per_cycle=" +
-               std::to_string(u.macs_per_pe_per_cycle) + ", pj_per_mac=" +
-               std::to_string(u.pj_per_mac) + ")";
-      });
+      .def("__repr__", &MacSpecRepr);
 
   py::class_<PrecisionTable>(m, "PrecisionTable")
       .def(py::init([](std::vector<MacSpec> units) {
@@ -275,7 +279,13 @@ void BindMemory(py::module_& m) {
                   py::arg("int8_rate"), py::arg("int4_rate"))
       .def_readonly("units", &PrecisionTable::units)
       .def("lookup", &PrecisionTable::Lookup, py::arg("bits_a"), py::arg("bits_b"),
-           py::return_value_policy::copy);
+           py::return_value_policy::copy)
+      // One unit a line, in the constructor's own spelling (eval gives the table back).
+      .def("__repr__", [](const PrecisionTable& t) {
+        std::string s = "PrecisionTable(units=[";
+        for (const MacSpec& u : t.units) s += "\n    " + MacSpecRepr(u) + ",";
+        return s + (t.units.empty() ? "])" : "\n])");
+      });
 
   m.def("integer_mac_pj", &IntegerMacPj, py::arg("bits_a"), py::arg("bits_b"),
         py::arg("accumulator_bits"));
