@@ -143,11 +143,13 @@ def calibrate(mod: tvm.IRModule, calibration: Sequence, entry: str = "main") -> 
         raise ValueError("quantize: calibration needs the linear layers of each function at "
                          "its top level (not inside a branch or a nested function)")
     probed = prober.probed.get(entry, [])
-    vm = relax.VirtualMachine(relax.build(probe, "llvm"), tvm.cpu())
     amax: dict[int, np.ndarray] = {}
+    if not probed:  # no linear layer in entry: nothing to observe
+        return ActivationRanges(entry, amax, {})
+    vm = relax.VirtualMachine(relax.build(probe, "llvm"), tvm.cpu())
     for args in samples:
-        out = vm[entry](*[tvm.runtime.tensor(a) for a in args]) if probed else None
-        for (layer, _), seen in zip(probed, out[1] if probed else (), strict=True):
+        _, ranges = vm[entry](*[tvm.runtime.tensor(a) for a in args])
+        for (layer, _), seen in zip(probed, ranges, strict=True):
             a = seen.numpy()
             amax[layer] = np.maximum(amax[layer], a) if layer in amax else a
     return ActivationRanges(entry, amax, dict(probed))
