@@ -68,18 +68,6 @@ class ActivationRanges(Mapping):
     def __len__(self) -> int:
         return len(self.amax)
 
-    def of(self, layer: int, where: str) -> np.ndarray:
-        """The range of ``layer`` (described by ``where``), or a ValueError when the
-        calibration inputs never reached it."""
-        if layer not in self.amax:
-            raise ValueError(
-                f"quantize: {where} is not reached by the calibration inputs of "
-                f"{self.entry!r}; static scales need calibration of every function with "
-                "linear layers (calibrate the function that holds them, or pass no "
-                "calibration for per-call scales)"
-            )
-        return self.amax[layer]
-
 
 def _sample_inputs(calibration: object) -> list[tuple[np.ndarray, ...]]:
     """The calibration inputs as argument tuples of numpy arrays, checked."""
