@@ -18,6 +18,7 @@ from tenet_byoc.experiments.cli import main
 from tenet_byoc.models import from_pretrained
 from tenet_byoc.models.checkpoint import CheckpointError
 from tenet_byoc.models.configs import resolve_config
+from tenet_byoc.models.gpt2 import GPT2Config
 from tenet_byoc.models.llama import MAX_LAYERS, LlamaConfig, load_checkpoint
 
 DEEP = 100_000  # nesting depth of the hostile JSON documents
@@ -54,6 +55,13 @@ def test_layer_count_above_the_bound_is_refused_when_the_config_is_read(tmp_path
     # The bound itself is accepted.
     bound = LlamaConfig.from_hf_dict({**TINY_LLAMA, "num_hidden_layers": MAX_LAYERS})
     assert bound.num_hidden_layers == MAX_LAYERS
+    # GPT-2 has the same rule, for a config.json and a config made in Python.
+    with pytest.raises(ValueError, match=r"GPT2Config.n_layer=16777216 is above the limit 1024"):
+        GPT2Config(n_layer=2**24, n_embd=64, n_head=4)
+    path = _config_file(tmp_path, {**TINY_HF_CONFIG, "n_layer": 2**24})
+    with pytest.raises(ValueError, match=r"config.json': config.json n_layer=16777216 is above "
+                                         r"the limit 1024"):
+        tenet_byoc.estimate(path)
 
 
 def test_deeply_nested_config_names_the_file(tmp_path):
@@ -138,3 +146,10 @@ def test_unknown_model_name_suggests_the_near_one(typed, meant):
     with pytest.raises(ValueError, match=rf"model '{typed}' is neither .* \(did you mean "
                                          rf"'{meant}'\?\)"):
         resolve_config(typed)
+
+
+def test_unknown_model_type_suggests_the_near_one(tmp_path):
+    path = _config_file(tmp_path, {**TINY_LLAMA, "model_type": "Qwen-2"})
+    with pytest.raises(ValueError, match=r"config.json': model_type='Qwen-2' is not supported "
+                                         r"\(did you mean 'qwen2'\?\); known: \['gpt2', "):
+        resolve_config(path)
