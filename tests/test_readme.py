@@ -98,3 +98,45 @@ def test_help_commands_answer():
         proc = subprocess.run([sys.executable, "-m", "tenet_byoc.experiments.cli", *argv],
                               capture_output=True, text=True, timeout=300, check=False)
         assert proc.returncode == 0 and "usage: tenet-byoc" in proc.stdout, proc.stderr
+
+
+def _tiny_checkpoint_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tiny_checkpoint",
+                                                  ROOT / "examples" / "tiny_checkpoint.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_checkpoint_without_its_packages_writes_nothing(tmp_path):
+    # transformers made unimportable, as in an install without the test extra
+    script = ("import sys, runpy; sys.modules['transformers'] = None; "
+              f"sys.argv = ['tiny_checkpoint.py', {str(tmp_path / 'ckpt')!r}, '--text', "
+              f"{str(ROOT / 'README.md')!r}]; "
+              f"runpy.run_path({str(ROOT / 'examples' / 'tiny_checkpoint.py')!r}, "
+              "run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 1
+    assert "needs transformers" in proc.stderr and ".[test]" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tiny_checkpoint_failing_halfway_leaves_no_folder(tmp_path, monkeypatch):
+    pytest.importorskip("tokenizers", reason="the tokenizer step needs tokenizers")
+    for module in ("torch", "transformers"):
+        pytest.importorskip(module, reason=f"tiny_checkpoint.py checks for {module} first")
+    tiny = _tiny_checkpoint_module()
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    # the tokenizer is written, then the model fails: nothing may stay behind
+    monkeypatch.setattr(tiny, "write_model", fail)
+    text = tmp_path / "text.txt"
+    text.write_text("a small text to train a byte-level BPE on " * 20)
+    with pytest.raises(RuntimeError, match="disk full"):
+        tiny.main([str(tmp_path / "ckpt"), "--text", str(text), "--vocab", "300"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt"]
