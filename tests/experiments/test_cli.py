@@ -298,7 +298,7 @@ def test_readme_profile_command_works_with_its_defaults(monkeypatch, capsys):
      "cannot write output file '/nonexistent_dir/r.csv': No such file or directory"),
     (["profile", "--json", "{tmp}"], "cannot write output file"),
     # broken input files name the file
-    (["run", "--checkpoint", "{tmp}/ckpt"], "model.safetensors' is not a readable safetensors"),
+    (["run", "--checkpoint", "{tmp}/ckpt"], "model.safetensors' is not a safetensors file or is truncated"),
     (["run", "--model", "mlp", "--data", "{tmp}/cutgz"], "is not a valid gzip file"),
     (["run", "--checkpoint", "{tmp}/huge"], "config.json n_layer=1000000000 is above the limit"),
 ], ids=["lengths", "mlp-checkpoint", "mlp-prompt", "gpt2-data", "mlp-phase", "ckpt-config",
