@@ -92,10 +92,9 @@ def test_profile(capsys):
 
 
 class _FakeReport:
-    calls: list = []  # no tenet calls, so no layer names to give
-
     def __init__(self, func, shapes):
         self.func, self.shapes = func, shapes
+        self.calls = []  # no tenet calls, so no layer names to give
 
     def name_layers(self, layers):
         assert list(layers) == []
@@ -298,7 +297,8 @@ def test_readme_profile_command_works_with_its_defaults(monkeypatch, capsys):
      "cannot write output file '/nonexistent_dir/r.csv': No such file or directory"),
     (["profile", "--json", "{tmp}"], "cannot write output file"),
     # broken input files name the file
-    (["run", "--checkpoint", "{tmp}/ckpt"], "model.safetensors' is not a safetensors file or is truncated"),
+    (["run", "--checkpoint", "{tmp}/ckpt"],
+     "model.safetensors' is not a safetensors file or is truncated"),
     (["run", "--model", "mlp", "--data", "{tmp}/cutgz"], "is not a valid gzip file"),
     (["run", "--checkpoint", "{tmp}/huge"], "config.json n_layer=1000000000 is above the limit"),
 ], ids=["lengths", "mlp-checkpoint", "mlp-prompt", "gpt2-data", "mlp-phase", "ckpt-config",
