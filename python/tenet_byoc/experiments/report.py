@@ -157,9 +157,9 @@ def _layout(title: str, x: str, y: str, *, xlog: bool = False, ylog: bool = Fals
             **extra: Any) -> dict:
     layout = {
         "title": {"text": title, "font": {"size": 15}},
-        "xaxis": {"title": {"text": x}, "type": "log" if xlog else "linear",
+        "xaxis": {"title": {"text": x}, "type": "log" if xlog else "-",
                   "automargin": True},
-        "yaxis": {"title": {"text": y}, "type": "log" if ylog else "linear",
+        "yaxis": {"title": {"text": y}, "type": "log" if ylog else "-",
                   "automargin": True},
         "hovermode": "closest", "height": 430, "margin": {"t": 50, "r": 20},
         "legend": {"title": {"text": "click to hide / show"}},
@@ -182,22 +182,27 @@ def _run_name(r: dict) -> str:
 
 def _cost_vs_error(rows: Sequence[dict], key: str, cost: str, cost_label: str,
                    scale: float) -> list[_Figure]:
-    """One scatter per (model, phase): each scheme's cost against its output error."""
+    """One scatter per (model, phase): each scheme's cost against its output error, a
+    colour per scheme and a marker per accelerator."""
+    symbols = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon"]
     figures = []
     for (model, phase), mine in _groups(rows, "model", "phase").items():
+        hws = list(dict.fromkeys(p["hardware"] for p in mine))
         data = []
-        for (hw,), pts in _groups(mine, "hardware").items():
+        for (scheme,), pts in _groups(mine, "scheme").items():
             data.append({
-                "type": "scatter", "mode": "markers+text", "name": str(hw),
+                "type": "scatter", "mode": "markers", "name": str(scheme),
                 "x": [p["rel_error"] for p in pts], "y": [p[cost] * scale for p in pts],
-                "text": [p["scheme"] for p in pts], "textposition": "top center",
-                "marker": {"size": 10},
-                "hovertemplate": "%{text}<br>rel. error %{x:.4g}<br>" + cost_label
-                + " %{y:.4g}<extra>%{fullData.name}</extra>",
+                "text": [p["hardware"] for p in pts],
+                "marker": {"size": 11, "opacity": 0.85, "symbol": [
+                    symbols[hws.index(p["hardware"]) % len(symbols)] for p in pts]},
+                "hovertemplate": "%{fullData.name} @ %{text}<br>rel. error %{x:.4g}<br>"
+                + cost_label + " %{y:.4g}<extra></extra>",
             })
+        marks = ", ".join(f"{h}: {symbols[i % len(symbols)]}" for i, h in enumerate(hws))
         figures.append(_Figure(f"{key}-{model}-{phase}", data, _layout(
-            f"{model} {phase}: {cost_label} vs output error", "rel. error of the output "
-            "(max |err| / max |float32|)", cost_label)))
+            f"{model} {phase}: {cost_label} vs output error ({marks})", "rel. error of the "
+            "output (max |err| / max |float32|)", cost_label)))
     return figures
 
 
@@ -544,16 +549,21 @@ class PageCheck:
 
     ``plots`` maps a plot's key to its drawn (width, height, points); ``tables`` maps a
     table's key to (rows drawn, source CSV); ``errors`` holds caught errors and
-    console.error messages; ``resources`` the URLs the page fetched; ``ready_ms`` the time
-    from navigation start to the end of drawing; ``wall_s`` Chromium's whole run.
+    console.error messages; ``resources`` the URLs the page fetched. Times from navigation
+    start, in ms: ``plotly_ms`` plotly.js loaded, ``first_ms`` the first screen drawn (what
+    a reader waits for), ``ready_ms`` every plot and every table row made. ``wall_s`` is
+    Chromium's whole run and ``cpu_s`` the CPU time of its processes (those it reaped).
     """
 
     plots: dict[str, tuple[float, float, int]]
     tables: dict[str, tuple[int, str]]
     errors: list[str]
     resources: list[str]
+    plotly_ms: float
+    first_ms: float
     ready_ms: float
     wall_s: float
+    cpu_s: float
 
 
 def chromium_path() -> str | None:
@@ -566,9 +576,15 @@ def chromium_path() -> str | None:
 
 
 def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
-                  timeout: float = 180.0) -> PageCheck:
+                  timeout: float = 180.0, virtual_time_ms: int | None = 30000,
+                  window: tuple[int, int] = (1280, 1600)) -> PageCheck:
     """Open ``page`` in headless Chromium with every network route blocked and read back
     the page's self-check.
+
+    ``virtual_time_ms`` lets Chromium run the page's pending tasks (up to that much virtual
+    time) before it dumps the DOM, so a slow machine still sees the finished page; None
+    dumps right after the load event. ``window`` is the browser window's (width, height):
+    what the first screen holds.
 
     Raises
     ------
@@ -577,6 +593,7 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
     RuntimeError
         If Chromium fails or the page never finished its self-check (its output is quoted).
     """
+    import resource
     import time
 
     exe = chromium or chromium_path()
@@ -591,10 +608,16 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
                "--disable-component-update", "--disable-default-apps",
                f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
                "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-               "--virtual-time-budget=30000", "--dump-dom", page.as_uri()]
+               f"--window-size={int(window[0])},{int(window[1])}", "--dump-dom",
+               page.as_uri()]
+        if virtual_time_ms is not None:
+            cmd.insert(-2, f"--virtual-time-budget={int(virtual_time_ms)}")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     found = re.search(r'<pre id="tenet-self-check"[^>]*>(.*?)</pre>', proc.stdout, re.DOTALL)
     if proc.returncode != 0 or found is None or not found.group(1).strip():
         raise RuntimeError(f"chromium on {str(page)!r}: exit {proc.returncode}, no self-check "
@@ -604,7 +627,8 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
         plots={k: (v["width"], v["height"], v["points"]) for k, v in doc["plots"].items()},
         tables={k: (v["rows"], v["source"]) for k, v in doc["tables"].items()},
         errors=list(doc["errors"]), resources=list(doc["resources"]),
-        ready_ms=float(doc["ready_ms"]), wall_s=wall,
+        plotly_ms=float(doc["plotly_ms"]), first_ms=float(doc["first_ms"]),
+        ready_ms=float(doc["ready_ms"]), wall_s=wall, cpu_s=cpu,
     )
 
 
@@ -654,6 +678,7 @@ _APP = r"""
 (function () {
   var figures = JSON.parse(document.getElementById('figures').textContent);
   var tables = JSON.parse(document.getElementById('tables').textContent);
+  var FIRST_ROWS = 100;  // rows made at once; the rest after every plot is drawn
 
   function fmt(v) {
     if (v === null || v === undefined) return '';
@@ -663,7 +688,12 @@ _APP = r"""
     if (a !== 0 && (a >= 1e9 || a < 1e-3)) return v.toPrecision(4);
     return v.toLocaleString('en-US', {maximumSignificantDigits: 5});
   }
+  function esc(t) {
+    return t.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
+            .replace(/"/g, '&quot;');
+  }
 
+  // A sortable, filterable table; returns a function that makes its remaining rows.
   function makeTable(holder, spec) {
     var bar = document.createElement('div'); bar.className = 'bar';
     var input = document.createElement('input');
@@ -674,28 +704,41 @@ _APP = r"""
     var scroll = document.createElement('div'); scroll.className = 'scroll';
     var table = document.createElement('table');
     var head = table.createTHead().insertRow();
+    var body = table.createTBody();
     var numeric = spec.columns.map(function (_, j) {
       return spec.rows.every(function (r) { return r[j] === null || typeof r[j] === 'number'; });
     });
-    var body = table.createTBody();
-    var items = spec.rows.map(function (r, i) {
-      var tr = document.createElement('tr');
-      r.forEach(function (v, j) {
-        var td = tr.insertCell(); td.textContent = fmt(v);
-        if (numeric[j]) { td.className = 'num'; if (v !== null) td.title = String(v); }
-      });
-      body.appendChild(tr);
-      return {tr: tr, values: r, index: i, text: r.map(fmt).join(' ').toLowerCase()};
-    });
+    var items = spec.rows.map(function (r, i) { return {tr: null, values: r, index: i}; });
+    var made = 0;
+    // One HTML string per batch of rows: far faster than a DOM call per cell.
+    function makeRows(upto) {
+      var from = made, html = [];
+      for (var i = from; i < upto; i++) {
+        var it = items[i], texts = it.values.map(fmt);
+        it.text = texts.join(' ').toLowerCase();
+        html.push('<tr>' + texts.map(function (cell, j) {
+          var v = it.values[j];
+          return numeric[j] ? '<td class="num"' + (v === null ? '' : ' title="' + v + '"')
+            + '>' + esc(cell) + '</td>' : '<td>' + esc(cell) + '</td>';
+        }).join('') + '</tr>');
+      }
+      body.insertAdjacentHTML('beforeend', html.join(''));
+      for (var k = from; k < upto; k++) items[k].tr = body.rows[k];
+      made = upto;
+    }
+    function finish() { if (made < items.length) { makeRows(items.length); showCount(); } }
     function showCount() {
-      var shown = items.filter(function (it) { return !it.tr.hidden; }).length;
-      count.textContent = shown + ' of ' + items.length + ' rows';
+      var shown = 0;
+      for (var i = 0; i < made; i++) if (!items[i].tr.hidden) shown++;
+      count.textContent = shown + ' of ' + items.length + ' rows'
+        + (made < items.length ? ' (making the rest)' : '');
     }
     var sortState = {col: -1, dir: 1};
     spec.labels.forEach(function (label, j) {
       var th = document.createElement('th'); th.textContent = label;
       th.title = spec.columns[j];
       th.addEventListener('click', function () {
+        finish();
         sortState.dir = sortState.col === j ? -sortState.dir : 1; sortState.col = j;
         head.querySelectorAll('th').forEach(function (h) { h.className = ''; });
         th.className = sortState.dir > 0 ? 'asc' : 'desc';
@@ -712,29 +755,50 @@ _APP = r"""
       head.appendChild(th);
     });
     input.addEventListener('input', function () {
+      finish();
       var words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
       items.forEach(function (it) {
         it.tr.hidden = !words.every(function (w) { return it.text.indexOf(w) >= 0; });
       });
       showCount();
     });
+    makeRows(Math.min(FIRST_ROWS, items.length));
     showCount();
     scroll.appendChild(table); holder.appendChild(bar); holder.appendChild(scroll);
+    return finish;
   }
 
-  var check = {plots: {}, tables: {}, errors: [], resources: [], ready_ms: 0,
-               plotly_ms: window.__tenetPlotlyMs};
-  Object.keys(tables).forEach(function (key) {
-    try { makeTable(document.getElementById('table-' + key), tables[key]); }
-    catch (e) { window.__tenetErrors.push('table ' + key + ': ' + e); }
-  });
-  check.tables_ms = performance.now();
-  var drawn = Object.keys(figures).map(function (key) {
+  var check = {plots: {}, tables: {}, errors: [], resources: [], plotly_ms: window.__tenetPlotlyMs};
+  var finishers = [];
+  // Parts in page order; each drawn in its own task, so the browser paints the first screen
+  // (first_ms) while the parts below it are still being drawn.
+  var parts = Array.prototype.slice.call(document.querySelectorAll('.plot, .table'));
+  function yieldToBrowser() { return new Promise(function (r) { setTimeout(r, 0); }); }
+  function draw(el) {
+    var key = el.id.slice(el.id.indexOf('-') + 1);
+    if (el.className === 'table') {
+      finishers.push(makeTable(el, tables[key]));
+      return Promise.resolve();
+    }
     var f = figures[key];
-    return Plotly.newPlot('plot-' + key, f.data, f.layout,
-                          {responsive: true, displaylogo: false});
+    return Plotly.newPlot(el, f.data, f.layout, {responsive: true, displaylogo: false});
+  }
+  var chain = Promise.resolve();
+  parts.forEach(function (el) {
+    chain = chain.then(function () {
+      if (check.first_ms === undefined && el.getBoundingClientRect().top > window.innerHeight) {
+        check.first_ms = performance.now();
+      }
+      return draw(el).catch(function (e) {
+        window.__tenetErrors.push(el.id + ': ' + e);
+      }).then(yieldToBrowser);
+    });
   });
-  Promise.all(drawn).then(function () {
+  chain.then(function () {
+    if (check.first_ms === undefined) check.first_ms = performance.now();
+    check.plots_ms = performance.now();
+    finishers.forEach(function (f) { f(); });
+    check.tables_ms = performance.now();
     Object.keys(figures).forEach(function (key) {
       var el = document.getElementById('plot-' + key);
       var box = el.querySelector('.main-svg');
@@ -751,7 +815,7 @@ _APP = r"""
                            source: tables[key].source};
     });
   }).catch(function (e) {
-    window.__tenetErrors.push('drawing: ' + e);
+    window.__tenetErrors.push('self-check: ' + e);
   }).then(function () {
     check.ready_ms = performance.now();
     check.errors = window.__tenetErrors;
