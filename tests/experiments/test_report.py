@@ -65,8 +65,8 @@ def estimate_dir(tmp_path_factory) -> Path:
     config.write_text(json.dumps(TINY_CONFIG))
     assert main(["estimate", "--model", str(config), "--schemes", "none,q4f16_1",
                  "--prompt-len", "16", "--decode-steps", "2", "--sweep-contexts", "16,64",
-                 "--sweep-batches", "1,4", "--no-progress", "--out", str(out),
-                 "--report"]) == 0
+                 "--sweep-batches", "1,4", "--no-progress", "--out", str(out), "--report",
+                 "--ledger"]) == 0
     return out
 
 
@@ -135,16 +135,50 @@ def test_sweep_page_in_chromium(sweep_dir):
 def test_estimate_page_in_chromium(estimate_dir):
     check = check_page(estimate_dir)["check"]
     sources = {s for _, s in check.tables.values()}
-    assert sources == {"estimate.csv", "ledger_none.csv", "ledger_q4f16_1.csv",
-                       "sweep_context.csv", "sweep_batch.csv"}
+    assert sources == {"estimate.csv", "layers_none.csv", "layers_q4f16_1.csv",
+                       "ledger_none.csv", "ledger_q4f16_1.csv", "sweep_context.csv",
+                       "sweep_batch.csv"}
     for scheme in ("none", "q4f16_1"):
         calls = csv_rows(estimate_dir / f"ledger_{scheme}.csv")
         assert check.plots[f"roofline-{scheme}"][2] == len(calls)
         prefill_layers = {r["name"] for r in calls if r["phase"] == "prefill"}
         # four energy parts stacked per layer
         assert check.plots[f"energy-{scheme}-prefill"][2] == 4 * len(prefill_layers)
+    decode = [r for s in ("none", "q4f16_1")
+              for r in csv_rows(estimate_dir / f"layers_{s}.csv") if r["phase"] == "decode"]
+    assert check.plots["estimate-layers-decode"][2] == len(decode)
     by_context = csv_rows(estimate_dir / "sweep_context.csv")
     assert check.plots["sweep-context_len-tpot_ms"][2] == len(by_context)
+
+
+def test_an_estimate_without_its_ledger_puts_each_layer_on_the_roofline(estimate_dir,
+                                                                         tmp_path):
+    for name in ("layers_none.csv", MANIFEST):
+        shutil.copy(estimate_dir / name, tmp_path)
+    text = build_report(tmp_path)
+    figures = json.loads(re.search(
+        r'<script type="application/json" id="figures">(.*?)</script>', text,
+        re.DOTALL).group(1))
+    layers = csv_rows(tmp_path / "layers_none.csv")
+    points = [t for t in figures["roofline-none"]["data"] if t["mode"] == "markers"]
+    assert sum(len(t["x"]) for t in points) == len(layers)
+    by_phase = {t["name"]: t for t in points}
+    first = next(r for r in layers if r["phase"] == "prefill")
+    i = [r for r in layers if r["phase"] == "prefill"].index(first)
+    # the point is the layer's MACs per DRAM byte and MACs per cycle, from the CSV
+    assert by_phase["prefill"]["x"][i] == pytest.approx(int(first["macs"])
+                                                        / float(first["dram_bytes"]))
+    assert by_phase["prefill"]["y"][i] == pytest.approx(int(first["macs"]) / int(first["cycles"]))
+    roofs = [t for t in figures["roofline-none"]["data"] if t["mode"] == "lines"]
+    # one roof per MAC rate: min(PEs x rate, DRAM bytes per cycle x intensity)
+    os16 = resolve("os16")
+    rates = os16.hardware.macs_per_pe_per_cycle
+    rates = sorted(rates.values()) if isinstance(rates, dict) else [rates]
+    bandwidth = os16.memory.dram_bandwidth_bits / 8
+    assert len(roofs) == len(rates)
+    for roof, rate in zip(roofs, rates):
+        assert roof["y"] == pytest.approx([min(os16.hardware.num_pes * rate, bandwidth * x)
+                                           for x in roof["x"]])
 
 
 def test_a_folder_missing_some_files_leaves_their_sections_out(estimate_dir, tmp_path):

@@ -33,10 +33,11 @@ __all__ = ["REPORT", "SOURCES", "PageCheck", "browser_check", "build_report", "c
 #: The page's file name inside the run folder.
 REPORT = "report.html"
 
-#: The files a report is made from (``ledger_*.csv``: one per estimated scheme).
+#: The files a report is made from (``layers_*.csv``, ``ledger_*.csv``: one per estimated
+#: scheme, per layer and per call).
 SOURCES = ("sweep.csv", "run.csv", "layers.csv", "sweep.json", "run.json", "eval.csv",
-           "eval.json", "estimate.csv", "ledger_*.csv", "sweep_context.csv", "sweep_batch.csv",
-           MANIFEST)
+           "eval.json", "estimate.csv", "layers_*.csv", "ledger_*.csv", "sweep_context.csv",
+           "sweep_batch.csv", MANIFEST)
 
 # Column labels with units, for every column the commands write; others show their own name.
 _LABELS = {
@@ -258,6 +259,12 @@ def _roofs(manifest: dict | None, hardware: str, macs: Sequence[float],
     return out
 
 
+def _shape(call: dict) -> str:
+    if call.get("m") in (None, ""):
+        return ""
+    return f" {call['batch']}×{call['m']}×{call['n']}×{call['k']}"
+
+
 def _roofline(key: str, title: str, rows: Sequence[dict], series: str, hardware: str | None,
               manifest: dict | None, label: str = "name") -> _Figure:
     """Each call as a point: MACs per DRAM byte against attained MACs per cycle."""
@@ -268,8 +275,7 @@ def _roofline(key: str, title: str, rows: Sequence[dict], series: str, hardware:
             "type": "scatter", "mode": "markers", "name": str(name),
             "x": [p["macs"] / p["dram_bytes"] if p["dram_bytes"] else None for p in pts],
             "y": [p["macs"] / p["cycles"] for p in pts],
-            "text": [f"{p[label]} {p['batch']}×{p['m']}×{p['n']}×{p['k']}<br>{p['mapping']}"
-                     for p in pts],
+            "text": [f"{p[label]}{_shape(p)}<br>{p['mapping']}" for p in pts],
             "marker": {"size": 7, "opacity": 0.8},
             "hovertemplate": "%{text}<br>%{x:.3g} MACs/DRAM byte<br>%{y:.4g} MACs/cycle"
             "<extra>%{fullData.name}</extra>",
@@ -329,17 +335,47 @@ def _eval_section(ev: _Csv) -> _Section:
     return sec
 
 
-def _estimate_section(est: _Csv | None, ledgers: list[_Csv], manifest: dict | None) -> _Section:
+def _scheme_of(source: _Csv, prefix: str) -> str:
+    return source.name[len(prefix):-len(".csv")]
+
+
+def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_Csv],
+                      manifest: dict | None) -> _Section:
     sec = _Section("Estimate", "Per phase (<code>estimate.csv</code>): TTFT for the prefill, "
-                   "TPOT (mean per step) for decode; then each scheme's ledger, one row per "
-                   "call, with its mapping and its DRAM / buffer / energy split.")
+                   "TPOT (mean per step) for decode; per layer (<code>layers_SCHEME.csv</code>"
+                   "): each layer's calls summed over the phase; with <code>--ledger</code>, "
+                   "each scheme's ledger, one row per call, with its mapping and its DRAM / "
+                   "buffer / energy split.")
     if est is not None:
         sec.parts.append(_Table("estimate", est, est.columns))
     hardware = None
     if manifest and manifest.get("accelerators"):
         hardware = manifest["accelerators"][0].get("name")
+    per_layer = [r for src in layer_sums for r in src.rows]
+    for (phase,), rows in _groups(per_layer, "phase").items():
+        data = [{
+            "type": "bar", "name": str(scheme), "x": [r["layer"] for r in mine],
+            "y": [r["latency_us"] for r in mine],
+            "customdata": [[r["calls"], r["energy_pj"] / 1e6, r["dram_bytes"]] for r in mine],
+            "hovertemplate": "%{x}<br>latency %{y:.4g} µs over %{customdata[0]} call(s)"
+            "<br>energy %{customdata[1]:.4g} µJ<br>DRAM %{customdata[2]:,} B"
+            "<extra>%{fullData.name}</extra>",
+        } for (scheme,), mine in _groups(rows, "scheme").items()]
+        sec.parts.append(_Figure(f"estimate-layers-{phase}", data, _layout(
+            f"{phase}: est. latency per layer (its calls summed)", "layer",
+            "est. latency (µs)", barmode="group",
+            xaxis={"title": {"text": "layer"}, "automargin": True, "tickangle": -60})))
+    with_ledger = {_scheme_of(led, "ledger_") for led in ledgers}
+    for src in layer_sums:
+        scheme = _scheme_of(src, "layers_")
+        if scheme not in with_ledger:  # without the ledger, each layer is a point
+            rows = [dict(r, mapping=f"{r['calls']} call(s)") for r in src.rows]
+            sec.parts.append(_roofline(f"roofline-{scheme}", f"{scheme}: roofline, each "
+                                       "layer (its calls summed) a point", rows, "phase",
+                                       hardware, manifest, label="layer"))
+        sec.parts.append(_Table(f"layers-{scheme}", src, src.columns))
     for led in ledgers:
-        scheme = led.name[len("ledger_"):-len(".csv")]
+        scheme = _scheme_of(led, "ledger_")
         for (phase,), calls in _groups(led.rows, "phase").items():
             by_name: dict[str, dict[str, float]] = {}
             for c in calls:  # decode steps repeat each layer: summed per layer
@@ -488,9 +524,10 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     if ev is not None:
         sections.append(_eval_section(ev))
     est = csv_of("estimate.csv")
+    layer_sums = [_read_csv(path / n) for n in found if n.startswith("layers_")]
     ledgers = [_read_csv(path / n) for n in found if n.startswith("ledger_")]
-    if est is not None or ledgers:
-        sections.append(_estimate_section(est, ledgers, manifest))
+    if est is not None or layer_sums or ledgers:
+        sections.append(_estimate_section(est, layer_sums, ledgers, manifest))
     by_context, by_batch = csv_of("sweep_context.csv"), csv_of("sweep_batch.csv")
     if by_context is not None or by_batch is not None:
         sections.append(_sweeps_section(by_context, by_batch))
