@@ -458,9 +458,11 @@ def _header(folder: Path, manifest: dict | None, notes: list[str],
         rows.append(("schemes", e(", ".join(map(str, manifest.get("schemes", []))))))
         accs = []
         for a in manifest.get("accelerators", []):
+            rates = a.get("macs_per_pe_per_cycle") or {}
+            rate = (f"{rates['all']} MAC/PE/cycle" if list(rates) == ["all"] else
+                    ", ".join(f"{r} MAC/PE/cycle at {b} bits" for b, r in rates.items()))
             accs.append(f"<details><summary>{e(str(a.get('name')))}: {a.get('num_pes')} PEs, "
-                        f"{e(json.dumps(a.get('macs_per_pe_per_cycle')))} MACs/PE/cycle by "
-                        f"operand bits, {a.get('dram_bytes_per_cycle')} DRAM B/cycle, "
+                        f"{e(rate)}, {a.get('dram_bytes_per_cycle')} DRAM B/cycle, "
                         f"{a.get('clock_ghz')} GHz (JSON)</summary><pre>"
                         f"{e(json.dumps(a.get('json'), indent=1))}</pre></details>")
         rows.append(("accelerators", "".join(accs)))
