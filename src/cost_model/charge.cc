@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "cost_model/checked.h"
+
 namespace tenet {
 
 namespace {
@@ -12,8 +14,6 @@ namespace {
 constexpr const char* kPlaceNames[] = {"none", "weight", "k_group", "output"};
 constexpr const char* kGranularityNames[] = {"none",      "tensor", "channel",
                                              "embedding", "group",  "group_n"};
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void Require(bool ok, const std::string& field, int64_t value, const char* accepted) {
   if (!ok)

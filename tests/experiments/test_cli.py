@@ -92,8 +92,13 @@ def test_profile(capsys):
 
 
 class _FakeReport:
+    calls = ()  # no charged calls: the layer names the case gives are then an empty list
+
     def __init__(self, func, shapes):
         self.func, self.shapes = func, shapes
+
+    def name_layers(self, names):
+        assert list(names) == []
 
     def __str__(self):
         return f"REPORT {self.func} {self.shapes}"
@@ -293,7 +298,7 @@ def test_readme_profile_command_works_with_its_defaults(monkeypatch, capsys):
      "cannot write output file '/nonexistent_dir/r.csv': No such file or directory"),
     (["profile", "--json", "{tmp}"], "cannot write output file"),
     # broken input files name the file
-    (["run", "--checkpoint", "{tmp}/ckpt"], "model.safetensors' is not a readable safetensors"),
+    (["run", "--checkpoint", "{tmp}/ckpt"], "model.safetensors' is not a safetensors file"),
     (["run", "--model", "mlp", "--data", "{tmp}/cutgz"], "is not a valid gzip file"),
     (["run", "--checkpoint", "{tmp}/huge"], "config.json n_layer=1000000000 is above the limit"),
 ], ids=["lengths", "mlp-checkpoint", "mlp-prompt", "gpt2-data", "mlp-phase", "ckpt-config",

@@ -139,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     from ..hardware import DEFAULT_PRESET, PRESETS
     from ..models.gpt2 import PRESETS as GPT2_PRESETS
     from ..quantization import CLASSIC_SCHEMES, SCHEMES
-    from .sweep import DEFAULT_HARDWARE
+    from .sweep import DEFAULT_ACCELERATORS
 
     presets, schemes, configs = sorted(PRESETS), list(SCHEMES), list(GPT2_PRESETS)
     parser = argparse.ArgumentParser(
@@ -188,13 +188,13 @@ def _parser() -> argparse.ArgumentParser:
     def hardware_options(p: argparse.ArgumentParser, *, many: bool) -> None:
         g = p.add_argument_group("accelerator")
         if many:
-            g.add_argument("--accelerator", "--hardware", dest="hardware",
+            g.add_argument("--accelerator", "--hardware", dest="accelerator",
                            type=_names("preset", presets), metavar="LIST",
                            help=f"comma-separated presets or all (default: "
-                           f"{','.join(DEFAULT_HARDWARE)}; os16 with --quick); "
-                           f"available: {', '.join(presets)}")
+                           f"{','.join(DEFAULT_ACCELERATORS)}; os16 with --quick); "
+                           f"available: {', '.join(presets)}; --hardware is a deprecated name")
         else:
-            g.add_argument("--accelerator", "--hardware", dest="hardware",
+            g.add_argument("--accelerator", "--hardware", dest="accelerator",
                            type=_one("preset", presets), metavar="PRESET",
                            help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
         g.add_argument("--tenet-p", metavar="FILE",
@@ -219,12 +219,12 @@ def _parser() -> argparse.ArgumentParser:
     hardware_options(p, many=True)
     p.add_argument("--quick", action="store_true",
                    help="prompt and context 32, schemes none,w8a8_per_channel_per_token,"
-                   "w4a16_group128, hardware os16 (explicit options win)")
+                   "w4a16_group128, accelerator os16 (explicit options win)")
     p.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json, layers.csv and "
                    "PNG plots here")
     _report_option(p)
-    p.add_argument("--repeats", type=_positive, default=3,
-                   help="timed CPU runs per phase; the wall column is their median (default 3)")
+    p.add_argument("--repeats", type=_positive, default=1,
+                   help="timed CPU runs per phase; the wall column is their median (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("run", help="one model, scheme and accelerator: totals and per-layer costs")
@@ -263,7 +263,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--schemes", type=_names("scheme", schemes), metavar="LIST",
                    help="comma-separated schemes or all (default: the classic seven); "
                    "float32 (none) always runs first as the reference")
-    p.add_argument("--accelerator", "--hardware", dest="hardware",
+    p.add_argument("--accelerator", "--hardware", dest="accelerator",
                    type=_one("preset", presets), default=DEFAULT_PRESET, metavar="PRESET",
                    help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
     p.add_argument("--window", type=_positive, metavar="N",
@@ -313,11 +313,11 @@ def _hardware(args, quick: bool = False) -> list:
 
 def _chosen_hardware(args, quick: bool) -> list:
     from ..hardware import DEFAULT_PRESET
-    from .sweep import DEFAULT_HARDWARE, QUICK
+    from .sweep import DEFAULT_ACCELERATORS, QUICK
 
     if (args.tenet_p is None) != (args.tenet_m is None):
         raise _UserError("--tenet-p and --tenet-m go together (a PE array and a mapping)")
-    chosen = args.hardware
+    chosen = args.accelerator
     if isinstance(chosen, str):
         chosen = [chosen]
     custom = [] if args.tenet_p is None else [_tenet_accelerator(args.tenet_p, args.tenet_m)]
@@ -325,7 +325,7 @@ def _chosen_hardware(args, quick: bool) -> list:
         if custom:
             return custom  # only the custom array unless presets are asked for too
         if args.command == "sweep":
-            chosen = list(QUICK.hardware if quick else DEFAULT_HARDWARE)
+            chosen = list(QUICK.accelerators if quick else DEFAULT_ACCELERATORS)
         else:
             chosen = [DEFAULT_PRESET]
     return chosen + custom
@@ -583,7 +583,7 @@ def _cmd_eval(args) -> int:
         _check_output_dir(args.out)
     with _input_checks():
         job = prepare_eval(args.checkpoint, args.text, args.schemes or list(CLASSIC_SCHEMES),
-                           args.hardware, window=args.window, max_tokens=args.max_tokens)
+                           args.accelerator, window=args.window, max_tokens=args.max_tokens)
     result = run_eval(job, progress=not args.no_progress)
     for note in result.notes:
         print(f"- {note}")
