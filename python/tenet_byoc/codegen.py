@@ -262,10 +262,11 @@ def _accelerator(functions) -> dict:
 def _check_enumeration_limit(described: list[dict], functions, accelerator: dict) -> None:
     """Refuse at build time a static GEMM the accelerator could only cost by enumerating
     more instances than the cost model allows (it would fail at the first VM call)."""
-    from .cost_model import parse_accelerator
+    from .cost_model import Accelerator
     from .hardware import check_gemm_size
 
-    _, hw, df, *_ = parse_accelerator(json.dumps(accelerator))
+    acc = Accelerator._parse_json(json.dumps(accelerator))
+    hw, df = acc.hardware, acc.dataflow
     for desc, func in zip(described, functions):
         params = list(func.params)
         for step in desc["steps"]:

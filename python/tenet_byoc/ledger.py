@@ -12,8 +12,12 @@ from pathlib import Path
 import tvm
 from tvm import relax
 
-# The runtime writes every charge with these classes' field names (src/runtime/ledger.cc,
-# WriteCharge): the dataclasses below are the one field table of both sides.
+from . import _cost_model as _core
+from ._cost_model import GemmCall, QuantRecipe
+
+# The ledger's fields are the cost model's one table (src/cost_model/charge.h,
+# ChargeLedgerFields), which the runtime's ledger JSON and Charge.ledger_fields() both
+# write; the dataclasses below declare the same names (checked when this module loads).
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class LedgerEntry:
     num_pes: int
     macs_per_pe_per_cycle: int  #: the hardware's MAC rate at this call's operand width
     avg_active_pes: float
-    pe_utilization: float  #: MACs / (cycles x PEs x MACs per PE per cycle)
+    pe_utilization: float  #: the call's: MACs / (cycles x PEs x MACs per PE per cycle)
     bandwidth_bits_per_cycle: float  #: off-chip bits / compute cycles
     latency_us: float  #: cycles at the configured clock
     offchip_read_bytes: float  #: TENET's unique volume in (buffer -> array at the array level)
@@ -96,7 +100,16 @@ class LedgerEntry:
     buffer_pj: float
     dram_pj: float
     mapping: str  #: dataflow, buffer tiles and tile-loop order, e.g. "os 16x16 | tiles ..."
+    recipe: QuantRecipe  #: how the call is quantized (with the widths, what it is charged for)
     tensors: Mapping[str, TensorTraffic]
+
+    @property
+    def call(self) -> GemmCall:
+        """The call as the cost model takes it: ``cost_model.charge(entry.call, accelerator)``
+        gives this entry's charge again."""
+        return GemmCall(m=self.m, n=self.n, k=self.k, batch=self.batch, bits_a=self.bits_a,
+                        bits_b=self.bits_b, bits_c=self.bits_c, scheme=self.scheme,
+                        recipe=self.recipe)
 
     @property
     def offchip_bytes(self) -> float:
@@ -123,7 +136,29 @@ class LedgerEntry:
 
 
 #: The scalar columns of a ledger table, in order (per-tensor traffic is flattened after them).
-COLUMNS = [f.name for f in fields(LedgerEntry) if f.name != "tensors"]
+COLUMNS = [f.name for f in fields(LedgerEntry) if f.name not in ("tensors", "recipe")]
+
+#: The fields every charge has, from the cost model's one table (charge.h).
+CHARGE_FIELDS = tuple(_core._ledger_field_names())
+_TENSOR_FIELDS = tuple(_core._ledger_tensor_field_names())
+_ENTRY_CALL_FIELDS = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "recipe",
+                      "tensors")
+
+
+def _check_schema() -> None:
+    """The dataclasses declare exactly the cost model's field names (one schema)."""
+    declared = [f.name for f in fields(LedgerEntry) if f.name not in _ENTRY_CALL_FIELDS]
+    tensor = [f.name for f in fields(TensorTraffic)]
+    if declared != list(CHARGE_FIELDS) or tensor != list(_TENSOR_FIELDS):
+        raise ImportError(
+            "tenet_byoc.ledger's LedgerEntry / TensorTraffic fields differ from the cost model's "
+            f"ledger table (charge.h ChargeLedgerFields): "
+            f"{sorted(set(declared) ^ set(CHARGE_FIELDS))} "
+            f"{sorted(set(tensor) ^ set(_TENSOR_FIELDS))}; rebuild the package so both agree"
+        )
+
+
+_check_schema()
 TENSORS = ("A", "B", "C")
 _PER_TENSOR = ("offchip_bytes", "reuse_factor", "dram_read_bytes", "dram_write_bytes")
 _TENSOR_COLUMNS = [f"{t}_{c}" for t in TENSORS for c in _PER_TENSOR]
@@ -253,7 +288,7 @@ class Ledger:
             "dataflow": self.dataflow,
             "clock_ghz": self.clock_ghz,
             "totals": asdict(self.totals()),
-            "entries": [asdict(e) for e in self.entries],
+            "entries": [{**asdict(e), "recipe": e.recipe.as_dict()} for e in self.entries],
         }
         text = json.dumps(doc, indent=1)
         if path is not None:
@@ -321,9 +356,7 @@ def tenet_modules(obj) -> list[tvm.runtime.Module]:
     return found
 
 
-_CHARGE_FIELDS = {f.name for f in fields(LedgerEntry)} - {
-    "call_index", "symbol", "pattern", "name", "phase", "scheme"
-}
+_CHARGE_FIELDS = set(CHARGE_FIELDS) | {"recipe", "tensors"}
 
 
 def _parse(doc: dict) -> list[LedgerEntry]:
@@ -341,6 +374,7 @@ def _parse(doc: dict) -> list[LedgerEntry]:
             continue  # an empty GEMM (a zero dim): nothing to charge
         charge = dict(charges[e["charge"]])
         tensors = {name: TensorTraffic(**t) for name, t in charge.pop("tensors").items()}
+        charge["recipe"] = QuantRecipe.from_dict(charge["recipe"])
         func = funcs[e["program"]]
         step = func["steps"][e["step"]]
         entries.append(
@@ -373,7 +407,14 @@ def ledger(obj) -> Ledger:
         doc = json.loads(m["__tenet_ledger_json"]())
         entries.extend(_parse(doc))
         names.add((doc["accelerator"], doc["dataflow"], doc["clock_ghz"]))
-    hw, df, clock = min(names)
+    if len(names) > 1:
+        shown = " and ".join(f"{a!r} (dataflow {d!r}, {c} GHz)" for a, d, c in sorted(names))
+        raise ValueError(
+            f"the tenet modules of this {type(obj).__name__} were built for different "
+            f"accelerators, {shown}: one ledger sums calls of one accelerator; build the "
+            "model for one accelerator (or read each module with tenet_byoc.ledger(module))"
+        )
+    hw, df, clock = names.pop()
     entries.sort(key=lambda e: e.call_index)
     return Ledger(entries, hw, df, clock, modules)
 
