@@ -195,8 +195,9 @@ class Totals:
 def pe_utilization(entries: Iterable[LedgerEntry]) -> float:
     """The one definition of PE utilization over several calls: MACs over MAC capacity.
 
-    ``sum(macs) / sum(cycles x num_pes x macs_per_pe_per_cycle)``; for one entry this is
-    the cost model's ``pe_utilization``. Ledger totals and profile rows both use it, so a
+    ``sum(macs) / sum(cycles x num_pes x macs_per_pe_per_cycle)`` over the calls' cycles
+    (their latency, DRAM stalls included); for one entry this is its ``pe_utilization``.
+    The array level's ``Metrics.array_utilization`` divides by the array's cycles alone. Ledger totals and profile rows both use it, so a
     PE doing several MACs per cycle at low precision counts at its real rate.
     """
     entries = list(entries)

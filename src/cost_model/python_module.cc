@@ -136,7 +136,7 @@ const auto kMetricsFields = Fields(
     F("cycles", &Metrics::cycles), F("folds", &Metrics::folds),
     F("offchip_read_bits", &Metrics::offchip_read_bits),
     F("offchip_write_bits", &Metrics::offchip_write_bits),
-    F("pe_utilization", &Metrics::pe_utilization),
+    F("array_utilization", &Metrics::array_utilization),
     F("bandwidth_bits_per_cycle", &Metrics::bandwidth_bits_per_cycle),
     F("latency_us", &Metrics::latency_us), F("method", &Metrics::method));
 
@@ -329,6 +329,10 @@ PYBIND11_MODULE(_cost_model, m) {
   py::class_<Metrics> metrics(m, "Metrics");
   kMetricsFields.DefineOn(metrics)
       .def_readonly("tensors", &Metrics::tensors)
+      .def_property_readonly(
+          "pe_utilization", [](const Metrics& x) { return x.array_utilization; },
+          "The old name of array_utilization (kept one release): MACs over the array level's "
+          "cycles; a ledger entry's pe_utilization is over the call's cycles instead.")
       .def("as_dict", [](const Metrics& x) {
         py::dict d = kMetricsFields.AsDict(x);
         py::dict tensors;

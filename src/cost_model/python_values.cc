@@ -72,7 +72,11 @@ BoundAccelerator Bind(Accelerator acc) {
   }
   BoundAccelerator b;
   b.json = SerializeAccelerator(acc);
-  b.search = SharedSearch(acc, b.json);
+  // The name plays no part in a search: accelerators that differ only by name share one.
+  Accelerator unnamed = acc;
+  unnamed.name = "-";
+  unnamed.hardware.name = "-";
+  b.search = SharedSearch(acc, SerializeAccelerator(unnamed));
   b.value = std::move(acc);
   return b;
 }

@@ -123,42 +123,19 @@ bool OptionalRef(const json::Object& obj, const char* key, const Program& p, siz
   return true;
 }
 
-// The step's quantization recipe (charge.h's QuantRecipe), every field required.
+// The step's quantization recipe, read by the cost model's one recipe parser
+// (charge.h ParseQuantRecipe: weight_batched optional) from the object's JSON text.
 QuantRecipe ParseRecipe(const json::Object& obj, const std::string& where) {
-  QuantRecipe r;
   try {
-    r.place = ParseDequantization(std::string(Get<ffi::String>(obj, "place", where)));
-    r.weight = ParseGranularity(std::string(Get<ffi::String>(obj, "weight", where)));
-    r.activation = ParseGranularity(std::string(Get<ffi::String>(obj, "activation", where)));
-    r.weight_group = Get<int64_t>(obj, "weight_group", where);
-    r.activation_group = Get<int64_t>(obj, "activation_group", where);
-    r.activation_static = Get<bool>(obj, "activation_static", where);
-    r.k_group = Get<int64_t>(obj, "k_group", where);
-    r.scale_bits = static_cast<int>(Get<int64_t>(obj, "scale_bits", where));
-    r.zero_point_bits = static_cast<int>(Get<int64_t>(obj, "zero_point_bits", where));
-    r.accumulator_bits = static_cast<int>(Get<int64_t>(obj, "accumulator_bits", where));
-    r.weight_batched = Get<bool>(obj, "weight_batched", where);
-    Validate(r);
+    return ParseQuantRecipe(std::string(json::Stringify(obj)), where);
   } catch (const std::invalid_argument& e) {
-    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << ": " << e.what();
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << e.what();
   }
-  return r;
+  return QuantRecipe{};
 }
 
 json::Object RecipeJson(const QuantRecipe& r) {
-  json::Object o;
-  o.Set(ffi::String("place"), ffi::String(DequantizationName(r.place)));
-  o.Set(ffi::String("weight"), ffi::String(GranularityName(r.weight)));
-  o.Set(ffi::String("activation"), ffi::String(GranularityName(r.activation)));
-  o.Set(ffi::String("weight_group"), r.weight_group);
-  o.Set(ffi::String("activation_group"), r.activation_group);
-  o.Set(ffi::String("activation_static"), r.activation_static);
-  o.Set(ffi::String("k_group"), r.k_group);
-  o.Set(ffi::String("scale_bits"), int64_t(r.scale_bits));
-  o.Set(ffi::String("zero_point_bits"), int64_t(r.zero_point_bits));
-  o.Set(ffi::String("accumulator_bits"), int64_t(r.accumulator_bits));
-  o.Set(ffi::String("weight_batched"), r.weight_batched);
-  return o;
+  return AsObject(json::Parse(SerializeQuantRecipe(r)), "a recipe");
 }
 
 }  // namespace
