@@ -14,16 +14,15 @@ argument and what is accepted.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from types import MappingProxyType
 from typing import Any
 
 from . import cost_model as cm
-from .codegen import FLOAT_RECIPE
+from .codegen import GemmCharging, gemm_charging
 from .hardware import Accelerator, resolve
 from .ledger import Ledger, LedgerEntry, TensorTraffic
-from .quantization import SCHEMES, QuantScheme, attention_scheme, get_scheme
+from .quantization import QuantScheme, get_scheme
 
 __all__ = ["ESTIMATE_PATTERN", "estimate"]
 
@@ -32,45 +31,11 @@ __all__ = ["ESTIMATE_PATTERN", "estimate"]
 ESTIMATE_PATTERN = "estimate"
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class _Charging:
-    """How one class of calls (weight GEMMs, attention GEMMs) is charged."""
-
-    scheme: str  #: the scheme name the ledger records ("none" for a float call)
-    bits: tuple[int, int, int]  #: A, B, C element widths
-    recipe: dict[str, Any]  #: QuantScheme.recipe(), or the codegen's FLOAT_RECIPE
-    k_multiple: int  #: K is padded with zeros to a multiple of this
-
-    @classmethod
-    def of(cls, scheme: QuantScheme) -> _Charging:
-        """What the quantize pass and the codegen make of a GEMM under ``scheme``."""
-        if scheme.kernel == "float":
-            # The codegen charges a float composite float32 with FLOAT_RECIPE, scheme "none".
-            return cls("none", (32, 32, 32), dict(FLOAT_RECIPE), 1)
-        if scheme.activation_static:
-            # quantize() without calibration data computes the scales per call and is
-            # charged as dynamic; an estimate has no calibration data either.
-            scheme = dataclasses.replace(scheme, activation_static=False)
-        return cls(scheme.name, scheme.bits(), scheme.recipe(), scheme.k_multiple())
-
-
-def _attention_charging(scheme: QuantScheme) -> dict[str, _Charging]:
-    """What ``Q K^T`` ("key") and ``P V`` ("value") are charged with under ``scheme``, as
-    the codegen charges them: float32 ("none") without a KV modifier; with one, B (the
-    cache) at the KV width with its scales (``quantization.attention_scheme``), under the
-    scheme's name. Attention is never padded."""
-    if not scheme.quantizes_kv:
-        return dict.fromkeys(("key", "value"), _Charging.of(SCHEMES["none"]))
-    att = attention_scheme(scheme)
-    return {role: _Charging(scheme.name, att.bits(), att.recipe(role), 1)
-            for role in ("key", "value")}
-
-
 class _Charges:
     """Charges per distinct call on one accelerator: the C++ model runs once per
     (shape, widths, recipe), as the runtime's per-shape cost cache does."""
 
-    def __init__(self, accelerator: Accelerator, how: _Charging):
+    def __init__(self, accelerator: Accelerator, how: GemmCharging):
         self._acc = accelerator
         self.how = how
         self._seen: dict[tuple[int, int, int, int], dict[str, Any]] = {}
@@ -222,8 +187,9 @@ def estimate(
     _check_lengths(config, prompt_len, context_len, decode_steps, batch)
     acc = resolve(accelerator, mapping=mapping)
     quant = get_scheme(scheme)
-    weights = _Charges(acc, _Charging.of(quant))
-    attention = {role: _Charges(acc, how) for role, how in _attention_charging(quant).items()}
+    # What the codegen charges each class of GEMM with under this scheme (its own rule).
+    weights = _Charges(acc, gemm_charging(quant, "weight"))
+    attention = {role: _Charges(acc, gemm_charging(quant, role)) for role in ("key", "value")}
     calls = ([("prefill", prompt_len)] if prompt_len else []) + [
         ("decode", context_len + i) for i in range(decode_steps)
     ]

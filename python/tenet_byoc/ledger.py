@@ -257,6 +257,49 @@ class Ledger:
         charge its repeats from the cache; 0 for other mappings."""
         return sum(int(m["__tenet_mapping_searches"]()) for m in self._modules)
 
+    def charged_on(self, accelerator) -> Ledger:
+        """The same calls charged on another accelerator, entry for entry.
+
+        Parameters
+        ----------
+        accelerator : str or cost_model.Accelerator
+            A preset name or an accelerator value (``tenet_byoc.Accelerator``).
+
+        Returns
+        -------
+        Ledger
+            Each entry keeps its call (shape, widths, scheme, recipe) and names (symbol,
+            pattern, name, phase, call index) with the charge ``cost_model.charge(entry.call,
+            accelerator)`` gives, which is what a run built for ``accelerator`` would record;
+            each distinct call is charged once. ``reset`` does nothing (no runtime module).
+
+        Raises
+        ------
+        ValueError
+            For an unknown preset or a call the accelerator refuses (an operand width its
+            PEs do not take, tiles that do not fit), naming it.
+        """
+        from .hardware import resolve
+
+        acc = resolve(accelerator)
+        charged: dict[GemmCall, dict] = {}
+        entries = []
+        for e in self.entries:
+            call = e.call
+            fields = charged.get(call)
+            if fields is None:
+                try:
+                    fields = _core.charge(call, acc).ledger_fields()
+                except ValueError as err:
+                    raise ValueError(f"accelerator {acc.name!r} cannot charge entry {e.name!r} "
+                                     f"({call!r}): {err}") from None
+                fields["tensors"] = {k: TensorTraffic(**t) for k, t in fields["tensors"].items()}
+                charged[call] = fields
+            entries.append(LedgerEntry(
+                call_index=e.call_index, symbol=e.symbol, pattern=e.pattern, name=e.name,
+                phase=e.phase, scheme=e.scheme, recipe=e.recipe, **fields))
+        return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
+
     def group_by(self, key: str) -> dict[str, Totals]:
         """Totals per value of ``key``: symbol, pattern, name, phase or scheme."""
         if key not in ("symbol", "pattern", "name", "phase", "scheme"):

@@ -75,7 +75,7 @@ def test_call_refuses_a_recipe_and_explicit_extra_work_together():
 def test_deprecated_keyword_functions_warn_and_equal_the_new_api():
     acc = preset("os16_mp")
     s = get_scheme("w8a8_per_channel_per_token")
-    keywords = dict(bits_a=8, bits_b=8, bits_c=32, scheme=s.name, recipe=s.recipe())
+    keywords = {"bits_a": 8, "bits_b": 8, "bits_c": 32, "scheme": s.name, "recipe": s.recipe()}
     call = cm.GemmCall(m=9, n=64, k=96, **keywords)
     with pytest.warns(DeprecationWarning, match="charge_gemm is deprecated"):
         old = cm.charge_gemm(9, 64, 96, acc.hardware, acc.dataflow, **keywords,

@@ -81,3 +81,20 @@ def test_ledger_entry_declares_the_cost_models_fields():
     assert declared == list(CHARGE_FIELDS)
     assert list(TensorTraffic.__dataclass_fields__) == list(
         cm._core._ledger_tensor_field_names())
+
+
+def test_charged_on_another_accelerator_equals_a_run_built_for_it():
+    # One run on os16, re-charged on three others, against runs really built for each.
+    scheme = "w8a8_per_channel_per_token"
+    base = _run(preset("os16"), scheme)
+    for acc in (preset("ws16"), preset("os16_mp"), preset("tpu_v1", mapping="auto")):
+        real = _run(acc, scheme)
+        moved = base.charged_on(acc)
+        assert (moved.accelerator, moved.dataflow, moved.clock_ghz) == (
+            real.accelerator, real.dataflow, real.clock_ghz)
+        assert len(moved) == len(real)
+        for m, r in zip(moved, real, strict=True):
+            assert (m.name, m.phase, m.scheme, m.call) == (r.name, r.phase, r.scheme, r.call)
+            assert {f: getattr(m, f) for f in CHARGE_FIELDS} == {
+                f: getattr(r, f) for f in CHARGE_FIELDS}, (acc.name, r.name)
+            assert m.tensors == r.tensors
