@@ -1,12 +1,20 @@
 """The package's layers: the backend imports neither models nor experiments, models do not
-import experiments (checked in a fresh interpreter, so nothing else has imported them)."""
+import experiments (checked in a fresh interpreter, so nothing else has imported them), and
+the modules of tenet_byoc.models import each other without a circle (read from the source,
+so an import inside a function counts as much as one at the top)."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+import tenet_byoc
+
+PACKAGE_DIR = Path(tenet_byoc.__file__).parent
 
 
 @pytest.mark.parametrize(
@@ -22,3 +30,84 @@ def test_layers_import_downwards_only(imported, forbidden):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = ["tenet_byoc", *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Each module of ``package`` (under ``root``, the tenet_byoc folder) and the modules of
+    ``package`` it imports anywhere in its source (``from . import x`` counts as ``x``).
+
+    Packages' ``__init__`` files are left out: one imports its own submodules by design.
+    """
+    modules = {_module_name(p, root): p for p in root.rglob("*.py") if p.name != "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        if not name.startswith(package):
+            continue
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".")
+                    base = base[: len(base) - node.level]
+                    stem = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    stem = node.module or ""
+                targets.add(stem)
+                targets.update(f"{stem}.{alias.name}" for alias in node.names)
+        graph[name] = {t for t in targets if t in modules and t != name
+                       and t.startswith(package)}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (its modules in order, the first repeated), or None."""
+    state: dict[str, int] = {}  # 1 while on the current path, 2 when done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+@pytest.mark.parametrize("package", ["tenet_byoc.models", "tenet_byoc"])
+def test_no_import_circle(package):
+    graph = import_graph(PACKAGE_DIR, package)
+    assert set(graph) >= {"tenet_byoc.models.gpt2", "tenet_byoc.models.gemms"}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_the_circle_finder_finds_circles(tmp_path):
+    # The check above must be able to fail: two modules importing each other, one lazily.
+    pkg = tmp_path / "models"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .b import f\n")
+    (pkg / "b.py").write_text("def f():\n    from . import a\n")
+    (pkg / "c.py").write_text("from tenet_byoc.models import a\n")
+    graph = import_graph(tmp_path, "tenet_byoc.models")
+    assert graph["tenet_byoc.models.c"] == {"tenet_byoc.models.a"}
+    assert find_cycle(graph) == ["tenet_byoc.models.a", "tenet_byoc.models.b",
+                                 "tenet_byoc.models.a"]
+    (pkg / "b.py").write_text("def f():\n    pass\n")
+    assert find_cycle(import_graph(tmp_path, "tenet_byoc.models")) is None

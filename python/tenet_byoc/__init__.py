@@ -15,6 +15,7 @@ from .codegen import TenetCodegenError
 from .estimate import estimate
 from .hardware import Accelerator
 from .ledger import Ledger, LedgerEntry, ledger, set_charging, set_phase
+from .library import load_module
 from .partition import build, partition_for_tenet
 from .patterns import refusal_reason, tenet_patterns
 from .profiling import Report, VirtualMachine
@@ -36,6 +37,7 @@ __all__ = [
     "cpu_info",
     "estimate",
     "ledger",
+    "load_module",
     "partition_for_tenet",
     "quantize",
     "refusal_reason",

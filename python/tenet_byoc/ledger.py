@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -191,6 +191,55 @@ class Totals:
     def roofline_ratio(self) -> float:
         return self.cycles / self.roofline_cycles if self.roofline_cycles else 1.0
 
+    def __str__(self) -> str:
+        return _totals_table([("total", self)], "")
+
+
+# Column titles with their units and each value's format: one table form for a Totals and
+# for a group_by result, with thousands separators so 15-digit sums stay readable.
+_TOTALS_COLUMNS = (
+    ("calls", lambda t: f"{t.calls:,}"),
+    ("MACs", lambda t: f"{t.macs:,}"),
+    ("cycles", lambda t: f"{t.cycles:,}"),
+    ("latency (us)", lambda t: f"{t.latency_us:,.2f}"),
+    ("/ roofline", lambda t: f"{t.roofline_ratio:.2f}x"),
+    ("PE util", lambda t: f"{100 * t.pe_utilization:.1f}%"),
+    ("off-chip (MB)", lambda t: f"{t.offchip_bytes / 1e6:,.3f}"),
+    ("DRAM (MB)", lambda t: f"{t.dram_bytes / 1e6:,.3f}"),
+    ("energy (uJ)", lambda t: f"{t.energy_pj / 1e6:,.3f}"),
+    ("bandwidth (GB/s)", lambda t: f"{t.bandwidth_gbps:,.2f}"),
+)
+
+
+def _totals_table(groups: Sequence[tuple[str, Totals]], key: str) -> str:
+    header = [key or "", *(title for title, _ in _TOTALS_COLUMNS)]
+    rows = [[str(name), *(fmt(t) for _, fmt in _TOTALS_COLUMNS)] for name, t in groups]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        # The name column reads left to right; numbers align on their last digit.
+        return "  ".join([cells[0].ljust(widths[0]),
+                          *(c.rjust(w) for c, w in zip(cells[1:], widths[1:]))]).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+class GroupedTotals(dict):
+    """``Ledger.group_by``'s result: a ``dict`` of group value -> :class:`Totals` that
+    prints as a table (one row per group, units in the header)."""
+
+    def __init__(self, key: str, groups: Mapping[str, Totals]) -> None:
+        super().__init__(groups)
+        self.key = key
+
+    def table(self) -> str:
+        """The groups as an aligned text table, thousands separated, units in the header."""
+        return _totals_table([(k if k != "" else "(none)", t) for k, t in self.items()],
+                             self.key)
+
+    __str__ = table
+    __repr__ = table
+
 
 def pe_utilization(entries: Iterable[LedgerEntry]) -> float:
     """The one definition of PE utilization over several calls: MACs over MAC capacity.
@@ -300,8 +349,11 @@ class Ledger:
                 phase=e.phase, scheme=e.scheme, recipe=e.recipe, **fields))
         return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 
-    def group_by(self, key: str) -> dict[str, Totals]:
-        """Totals per value of ``key``: symbol, pattern, name, phase or scheme."""
+    def group_by(self, key: str) -> GroupedTotals:
+        """Totals per value of ``key``: symbol, pattern, name, phase or scheme.
+
+        A ``dict`` (:class:`GroupedTotals`) that prints as a table with units.
+        """
         if key not in ("symbol", "pattern", "name", "phase", "scheme"):
             raise ValueError(
                 f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase or scheme"
@@ -309,7 +361,7 @@ class Ledger:
         groups: dict[str, list[LedgerEntry]] = {}
         for e in self.entries:
             groups.setdefault(getattr(e, key), []).append(e)
-        return {k: totals(v) for k, v in groups.items()}
+        return GroupedTotals(key, {k: totals(v) for k, v in groups.items()})
 
     def rows(self) -> tuple[list[str], list[list]]:
         """Column names and one row per entry (per-tensor traffic flattened)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +29,10 @@ COST_COLUMNS = (
     "Off-chip bytes", "DRAM bytes", "Energy (uJ)", "Bandwidth (GB/s)",
 )
 COLUMNS = TIMING_COLUMNS + COST_COLUMNS
+#: What ``str(report)`` shows: the columns that answer "where did the time and the cost go"
+#: in about 120 characters (argument shapes, device and the byte counts are in ``full``).
+COMPACT_COLUMNS = ("Name", "Duration (us)", "Percent", "Count", "MACs", "Est. latency (us)",
+                   "x Roofline", "PE util (%)", "Energy (uJ)")
 
 
 @dataclass
@@ -46,6 +51,18 @@ class ReportRow:
     device: str
     depth: int = 0
     entries: list[LedgerEntry] = field(default_factory=list)  #: the ledger entries it charged
+    layer: str = ""  #: the model's layer(s) of a tenet call, when the caller named them
+
+    @property
+    def label(self) -> str:
+        """What the compact table shows: the layer, else the offloaded pattern, else the
+        callee's name (fused kernel names run to 80 characters)."""
+        if self.layer:
+            return self.layer
+        if self.entries:
+            patterns = dict.fromkeys(e.pattern for e in self.entries)
+            return " + ".join(patterns)
+        return self.name
 
     @property
     def is_tenet(self) -> bool:
@@ -79,8 +96,20 @@ def _merge(rows: Sequence[ReportRow]) -> ReportRow:
         name=first.name, duration_us=sum(r.duration_us for r in rows),
         percent=sum(r.percent for r in rows), count=sum(r.count for r in rows),
         argument_shapes=first.argument_shapes, device=first.device, depth=first.depth,
-        entries=[e for r in rows for e in r.entries],
+        entries=[e for r in rows for e in r.entries], layer=_merge_layers([r.layer for r in rows]),
     )
+
+
+def _merge_layers(layers: Sequence[str]) -> str:
+    """One label for the layers of merged rows: ``h.0.attn.c_attn`` and ``h.1.attn.c_attn``
+    become ``h.*.attn.c_attn``; unrelated names are joined."""
+    import re
+
+    names = list(dict.fromkeys(x for x in layers if x))
+    if len(names) <= 1:
+        return names[0] if names else ""
+    starred = list(dict.fromkeys(re.sub(r"\.\d+\.", ".*.", x) for x in names))
+    return starred[0] if len(starred) == 1 else ", ".join(names)
 
 
 def _format(column: str, value: object) -> str:
@@ -138,18 +167,41 @@ class Report:
             device="", entries=tenet,
         )
 
-    def table(self, aggregate: bool = True, sort: bool = True) -> str:
-        """The report as an aligned text table, as TVM's ``Report.table`` printed it."""
-        body = [r.values() for r in self.rows(aggregate, sort)]
+    def name_layers(self, layers: Sequence[str]) -> None:
+        """Name the layers of the tenet calls' ledger entries, one name per entry in call
+        order (e.g. from a model's GEMM list); the compact table then shows them instead of
+        kernel names (a call that runs several GEMMs shows each of its layers)."""
+        tenet = [r for r in self.calls if r.is_tenet]
+        count = sum(len(r.entries) for r in tenet)
+        if len(layers) != count:
+            raise ValueError(f"name_layers: got {len(layers)} layer names for the {count} "
+                             "ledger entries of this run's tenet calls")
+        it = iter(layers)
+        for row in tenet:
+            row.layer = _merge_layers([next(it) for _ in row.entries])
+
+    def table(self, aggregate: bool = True, sort: bool = True, full: bool = False) -> str:
+        """The report as an aligned text table, as TVM's ``Report.table`` printed it.
+
+        By default the compact form that fits a terminal (:data:`COMPACT_COLUMNS`, names
+        shortened to the layer or pattern); ``full=True`` gives every column of
+        :data:`COLUMNS` with the kernels' own names, as CSV and JSON have them.
+        """
+        columns = COLUMNS if full else COMPACT_COLUMNS
+        rows = self.rows(aggregate, sort)
+        body = [r.values() for r in rows]
+        if not full:
+            for v, r in zip(body, rows, strict=True):
+                v["Name"] = r.label
         total = {c: None for c in COLUMNS}
         total.update({"Name": "Total", "Duration (us)": self.wall_us})
-        lines = [list(COLUMNS)]
-        lines += [[_format(c, v[c]) for c in COLUMNS] for v in body]
-        lines.append(["----------"] + [""] * (len(COLUMNS) - 1))
+        lines = [list(columns)]
+        lines += [[_format(c, v[c]) for c in columns] for v in body]
+        lines.append(["----------"] + [""] * (len(columns) - 1))
         s = self.sum_row().values()
-        lines.append([_format(c, s[c]) for c in COLUMNS])
-        lines.append([_format(c, total[c]) for c in COLUMNS])
-        widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
+        lines.append([_format(c, s[c]) for c in columns])
+        lines.append([_format(c, total[c]) for c in columns])
+        widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
         out = []
         for line in lines:
             cells = [line[0].ljust(widths[0])]
@@ -185,6 +237,20 @@ class Report:
     __repr__ = __str__
 
 
+class _Serialized:
+    """A VM function that holds its VM's lock while it runs."""
+
+    __slots__ = ("__wrapped__", "_lock")
+
+    def __init__(self, func, lock: threading.RLock) -> None:
+        self.__wrapped__ = func
+        self._lock = lock
+
+    def __call__(self, *args, **kwargs):
+        with self._lock:
+            return self.__wrapped__(*args, **kwargs)
+
+
 def _tenet_entries_by_symbol(entries: list[LedgerEntry]) -> dict[str, list[list[LedgerEntry]]]:
     """Ledger entries per symbol, one list per call (the steps of one call share call_index)."""
     calls: dict[str, dict[int, list[LedgerEntry]]] = {}
@@ -206,18 +272,30 @@ class VirtualMachine(relax.VirtualMachine):
 
     Notes
     -----
-    A Relax VM holds per-run state (registers, frames), so one VM must not run on two threads
-    at once; give each thread its own VM on the shared executable. Their tenet runtime module
-    (and so the ledger) is shared.
+    A Relax VM holds per-run state (registers, frames): two threads running one
+    ``relax.VirtualMachine`` at once corrupt it (a crash, not an error). This class
+    serializes its calls with a lock (``vm["main"](...)``, ``invoke_stateful``,
+    ``set_input``, ``get_outputs``, ``profile``), so sharing one is safe, but its calls then
+    run one at a time; for parallel runs give each thread its own VM on the shared
+    executable. Their tenet runtime module (and so the ledger) is shared.
     """
 
     def __init__(self, rt_mod, device, memory_cfg=None, profile: bool = False) -> None:
+        # Re-entrant: profile() holds it around the function it runs through self[...].
+        self._lock = threading.RLock()
         super().__init__(rt_mod, device, memory_cfg)
+        for attr in ("_invoke_closure", "_save_function", "_set_input", "_invoke_stateful",
+                     "_get_output", "_get_output_arity", "_set_instrument"):
+            setattr(self, attr, _Serialized(getattr(self, attr), self._lock))
         self._profiling = bool(profile)
         self._timer = None
         if self._profiling:
             self._tenet = tenet_modules(self)  # raises ValueError when nothing is offloaded
             self._timer = tvm_ffi.get_global_func("tenet_byoc.profiler.create_call_timer")()
+
+    def __getitem__(self, key: str):
+        """The VM function ``key``, callable from any thread (calls run one at a time)."""
+        return _Serialized(super().__getitem__(key), self._lock)
 
     def profile(self, func_name: str, *args, warmup: int = 1) -> Report:
         """Run ``func_name`` on ``args`` (after ``warmup`` untimed runs) and report each call.
@@ -234,6 +312,10 @@ class VirtualMachine(relax.VirtualMachine):
                 "this VirtualMachine was made with profile=False; use "
                 "tenet_byoc.VirtualMachine(ex, dev, profile=True) to call profile()"
             )
+        with self._lock:  # the instrument and the capture belong to this one run
+            return self._profile(func_name, args, warmup)
+
+    def _profile(self, func_name: str, args: Sequence, warmup: int) -> Report:
         func = self[func_name]
         tensors = [tvm.runtime.tensor(a) if not isinstance(a, tvm.runtime.Tensor) and
                    hasattr(a, "__array__") else a for a in args]
@@ -284,4 +366,4 @@ class VirtualMachine(relax.VirtualMachine):
         return Report(func_name, calls, recorded["wall_ns"] / 1e3, configuration)
 
 
-__all__ = ["COLUMNS", "COST_COLUMNS", "Report", "ReportRow", "VirtualMachine"]
+__all__ = ["COLUMNS", "COMPACT_COLUMNS", "COST_COLUMNS", "Report", "ReportRow", "VirtualMachine"]

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "cost_model/checked.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/relation.h"
 
@@ -17,7 +18,6 @@ namespace tenet {
 using detail::Box;
 using detail::CountPoints;
 using detail::IsBoxSet;
-using detail::Str;
 using detail::Expr;
 using detail::ExprNode;
 using detail::ParseRelation;
@@ -31,27 +31,16 @@ std::string Tuple(const std::string& name, const int64_t* v, size_t n) {
   return s + "]";
 }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
-
 // Derived counts of a huge call can leave int64; a wrapped count would reach the ledger as
-// a plausible (or negative) number, so every product and sum below is checked.
-[[noreturn]] void Overflow(const char* what) {
-  throw std::overflow_error(std::string("cost model: ") + what +
-                            " overflows int64; the call is too large to count exactly");
-}
-int64_t Mul(int64_t a, int64_t b, const char* what) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) Overflow(what);
-  return r;
-}
-int64_t Add(int64_t a, int64_t b, const char* what) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) Overflow(what);
-  return r;
-}
+// a plausible (or negative) number, so every product and sum below is checked (CheckedMul,
+// CheckedAdd, their `what` prefixed "cost model: ").
+
 // A non-negative double that must fit an int64 count (cycles from bits / bandwidth).
 int64_t ToCount(double v, const char* what) {
-  if (!(v >= 0 && v < 9.2e18)) Overflow(what);
+  if (!(v >= 0 && v < 9.2e18)) {
+    throw std::overflow_error(std::string("cost model: ") + what +
+                              " overflows int64; the call is too large to count exactly");
+  }
   return static_cast<int64_t>(v);
 }
 // A figure written to the ledger as JSON, where inf and NaN have no spelling.
@@ -240,9 +229,12 @@ int64_t SystolicCycles(const FoldPlan& f, int64_t* folds) {
   int64_t cycles = 0, nf = 0;
   int64_t nP = CeilDiv(f.SP, f.R), nQ = CeilDiv(f.SQ, f.C);
   for (auto lc : Classes(f.SL, f.t)) {
-    int64_t cnt = Mul(Mul(nP, nQ, "folds"), lc.count, "folds");
-    nf = Add(nf, cnt, "folds");
-    cycles = Add(cycles, Mul(cnt, f.load + lc.size + f.R + f.C - 2, "cycles"), "cycles");
+    int64_t cnt =
+        CheckedMul(CheckedMul(nP, nQ, "cost model: folds"), lc.count, "cost model: folds");
+    nf = CheckedAdd(nf, cnt, "cost model: folds");
+    cycles =
+        CheckedAdd(cycles, CheckedMul(cnt, f.load + lc.size + f.R + f.C - 2, "cost model: cycles"),
+                   "cost model: cycles");
   }
   *folds = nf;
   return cycles;
@@ -258,7 +250,7 @@ Core FastGemm(const FoldPlan& f, const GemmMatch& g) {
   TensorCounts& S = tc[f.stationary];
   TensorCounts& H = tc[f.horizontal];
   TensorCounts& V = tc[f.vertical];
-  core.macs = Mul(Mul(f.SP, f.SQ, "MACs"), f.SL, "MACs");
+  core.macs = CheckedMul(CheckedMul(f.SP, f.SQ, "cost model: MACs"), f.SL, "cost model: MACs");
   // Every term below is at most a count of instances (<= MACs), so checking the sums
   // and the products that could exceed MACs is enough.
   for (auto pc : Classes(f.SP, f.R))
@@ -266,8 +258,9 @@ Core FastGemm(const FoldPlan& f, const GemmMatch& g) {
       for (auto lc : Classes(f.SL, f.t)) {
         const int64_t cnt = pc.count * qc.count * lc.count;
         const int64_t r = pc.size, c = qc.size, L = lc.size;
-        core.time_steps = Add(core.time_steps, Mul(cnt, r + c + L - 2, "time steps"),
-                              "time steps");
+        core.time_steps =
+            CheckedAdd(core.time_steps, CheckedMul(cnt, r + c + L - 2, "cost model: time steps"),
+                       "cost model: time steps");
         S.unique += cnt * r * c;
         H.unique += cnt * r * L;
         V.unique += cnt * c * L;
@@ -530,34 +523,37 @@ Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extr
   Metrics m;
   m.method = core.method;
   m.macs_per_pe_per_cycle = mpc;
-  m.macs = Mul(core.macs, batch, "MACs");
-  m.time_steps = Mul(core.time_steps, batch, "time steps");
+  m.macs = CheckedMul(core.macs, batch, "cost model: MACs");
+  m.time_steps = CheckedMul(core.time_steps, batch, "cost model: time steps");
   m.active_pes = core.active_pes;
   m.num_pes = num_pes;
   m.avg_active_pes = core.time_steps ? static_cast<double>(core.st_points) / core.time_steps : 0;
-  m.folds = Mul(core.folds, batch, "folds");
+  m.folds = CheckedMul(core.folds, batch, "cost model: folds");
   bool any_write = false;
   for (const auto& t : core.tensors) {
     TensorMetrics tm;
     tm.is_write = t.is_write;
     tm.bits = t.bits;
-    tm.total = Mul(t.total, batch, "total volume");
-    tm.unique = Mul(t.unique, batch, "unique volume");
+    tm.total = CheckedMul(t.total, batch, "cost model: total volume");
+    tm.unique = CheckedMul(t.unique, batch, "cost model: unique volume");
     tm.reuse_factor = t.unique ? static_cast<double>(t.total) / t.unique : 0;
     tm.spatial_reuse = core.macs ? static_cast<double>(t.spatial) / core.macs : 0;
     tm.temporal_reuse = core.macs ? static_cast<double>(t.temporal) / core.macs : 0;
     tm.offchip_elements = tm.unique;
-    tm.offchip_bits = Mul(tm.unique, t.bits, "off-chip bits");
+    tm.offchip_bits = CheckedMul(tm.unique, t.bits, "cost model: off-chip bits");
     tm.offchip_bytes = tm.offchip_bits / 8.0;
     if (t.is_write) {
-      m.offchip_write_bits = Add(m.offchip_write_bits, tm.offchip_bits, "off-chip write bits");
+      m.offchip_write_bits =
+          CheckedAdd(m.offchip_write_bits, tm.offchip_bits, "cost model: off-chip write bits");
       any_write = true;
     } else {
-      m.offchip_read_bits = Add(m.offchip_read_bits, tm.offchip_bits, "off-chip read bits");
+      m.offchip_read_bits =
+          CheckedAdd(m.offchip_read_bits, tm.offchip_bits, "cost model: off-chip read bits");
     }
     m.tensors[t.name] = tm;
   }
-  m.offchip_read_bits = Add(m.offchip_read_bits, extra_read_bits, "off-chip read bits");
+  m.offchip_read_bits =
+      CheckedAdd(m.offchip_read_bits, extra_read_bits, "cost model: off-chip read bits");
   const double bw = hw.bandwidth_bits;
   m.ingress_delay = Finite(m.offchip_read_bits / bw + hw.avg_latency - 1, "ingress delay");
   m.egress_delay =
@@ -565,22 +561,23 @@ Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extr
   // MACs run at the call's rate; non-MAC ops (float dequantization, max-abs) at the
   // hardware's base rate, which a rate table by width leaves at 1.
   const int64_t pes = std::max<int64_t>(1, core.active_pes);
-  const int64_t lanes = Mul(pes, hw.macs_per_pe_per_cycle.base, "active lanes");
+  const int64_t lanes = CheckedMul(pes, hw.macs_per_pe_per_cycle.base, "cost model: active lanes");
   m.compute_delay = static_cast<double>(m.macs) / (static_cast<double>(pes) * mpc) +
                     static_cast<double>(extra_ops) / lanes;
   m.delay = std::max({m.ingress_delay, m.egress_delay, m.compute_delay});
   const int64_t extra_cycles = CeilDiv(extra_ops, lanes);
   m.compute_delay_exact = static_cast<double>(core.stamp_max_sum) * batch / mpc +
                           static_cast<double>(extra_ops) / lanes;
-  m.compute_cycles = Add(
-      Mul(core.systolic_cycles >= 0 ? core.systolic_cycles : core.exact_stamp_cycles, batch,
-          "compute cycles"),
-      extra_cycles, "compute cycles");
-  const int64_t bits = Add(m.offchip_read_bits, m.offchip_write_bits, "off-chip bits");
+  m.compute_cycles = CheckedAdd(
+      CheckedMul(core.systolic_cycles >= 0 ? core.systolic_cycles : core.exact_stamp_cycles, batch,
+                 "cost model: compute cycles"),
+      extra_cycles, "cost model: compute cycles");
+  const int64_t bits =
+      CheckedAdd(m.offchip_read_bits, m.offchip_write_bits, "cost model: off-chip bits");
   const int64_t transfer =
       ToCount(std::ceil(bits / bw), "transfer cycles (off-chip bits / bandwidth)");
   m.stall_cycles = std::max<int64_t>(0, transfer - m.compute_cycles);
-  m.cycles = Add(m.compute_cycles, m.stall_cycles, "cycles");
+  m.cycles = CheckedAdd(m.compute_cycles, m.stall_cycles, "cost model: cycles");
   m.array_utilization = m.cycles && num_pes ? static_cast<double>(m.macs) / (static_cast<double>(m.cycles) * num_pes * mpc) : 0;
   m.bandwidth_bits_per_cycle = m.compute_cycles ? static_cast<double>(bits) / m.compute_cycles : 0;
   m.latency_us = Finite(m.cycles / (hw.clock_ghz * 1e3), "latency_us (cycles / clock)");

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "cost_model/checked.h"
+
 namespace tenet {
 
 namespace {
@@ -15,8 +17,6 @@ namespace {
 constexpr const char* kPlaceNames[] = {"none", "weight", "k_group", "output"};
 constexpr const char* kGranularityNames[] = {"none",      "tensor", "channel",
                                              "embedding", "group",  "group_n"};
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void Require(bool ok, const std::string& field, int64_t value, const char* accepted) {
   if (!ok)
@@ -97,18 +97,15 @@ std::string SerializeQuantRecipe(const QuantRecipe& r) {
 }
 
 QuantRecipe ParseQuantRecipe(const std::string& json, const std::string& where) {
-  const detail::JsonValue obj = detail::ParseJson(json);
+  const detail::JsonValue obj = detail::ParseJson(json, where);
   detail::ExpectKeys(obj,
                      {"place", "weight", "weight_group", "activation", "activation_group",
                       "activation_static", "k_group", "scale_bits", "zero_point_bits",
                       "accumulator_bits", "weight_batched"},
                      where);
   auto boolean = [&](const std::string& key, bool fallback, bool required) {
-    if (!required && !obj.members.count(key)) return fallback;
-    const detail::JsonValue& v = detail::Member(obj, key, where);
-    if (v.kind != detail::JsonValue::kBool)
-      throw std::invalid_argument(where + "." + key + " must be true or false");
-    return v.boolean;
+    if (!required && !obj.contains(key)) return fallback;
+    return detail::BoolMember(obj, key, where);
   };
   auto small = [&](const std::string& key) {
     const int64_t v = detail::IntegerMember(obj, key, where);

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "cost_model/accelerator.h"
+#include "cost_model/checked.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/json.h"
 #include "cost_model/relation.h"
@@ -19,7 +20,6 @@ namespace tenet {
 
 using detail::ParseRelation;
 using detail::Relation;
-using detail::Str;
 
 namespace {
 
@@ -448,13 +448,6 @@ void Validate(const Accelerator& acc) {
 
 namespace {
 
-bool BoolMember(const detail::JsonValue& obj, const std::string& key, const std::string& where) {
-  const detail::JsonValue& v = detail::Member(obj, key, where);
-  if (v.kind != detail::JsonValue::kBool)
-    throw std::invalid_argument(where + "." + key + " must be true or false");
-  return v.boolean;
-}
-
 // MemoryHierarchy's and TileMapping's fields by JSON key: the one table both the writer
 // and the reader use, so the two cannot drift apart.
 const std::pair<const char*, double MemoryHierarchy::*> kMemoryNumbers[] = {
@@ -478,72 +471,84 @@ const std::pair<const char*, int TileMapping::*> kTileInts[] = {
     {"span_a", &TileMapping::span_a}, {"span_b", &TileMapping::span_b},
     {"span_c", &TileMapping::span_c}};
 
+// The accelerator's JSON text is refused above this size before it is parsed: four relation
+// texts at their limit and the rest of the fields fit well within it.
+constexpr int64_t kMaxAcceleratorJsonChars = 1 << 20;
+
+// A string member that is (or, for names, sits beside) a relation text: refused, naming the
+// field, above the relation parser's limit before anything reads it.
+std::string RelationTextMember(const detail::JsonValue& obj, const std::string& key,
+                               const std::string& where) {
+  std::string text = detail::StringMember(obj, key, where);
+  if (static_cast<int64_t>(text.size()) > detail::kMaxRelationChars)
+    throw std::invalid_argument(where + "." + key + " is " +
+                                Str(static_cast<int64_t>(text.size())) + " characters; at most " +
+                                Str(detail::kMaxRelationChars) + " are accepted");
+  return text;
+}
+
 }  // namespace
 
 std::string SerializeAccelerator(const Accelerator& acc) {
-  using detail::JsonNumber;
-  using detail::JsonQuote;
+  using J = detail::OrderedJson;
   const Hardware& hw = acc.hardware;
   const Dataflow& df = acc.dataflow;
-  std::ostringstream os;
-  os << "{\"name\":" << JsonQuote(acc.name) << ",\"hardware\":{\"name\":" << JsonQuote(hw.name)
-     << ",\"pe_domain\":" << JsonQuote(hw.pe_domain)
-     << ",\"interconnect\":" << JsonQuote(hw.interconnect)
-     << ",\"bandwidth_bits\":" << JsonNumber(hw.bandwidth_bits)
-     << ",\"avg_latency\":" << JsonNumber(hw.avg_latency)
-     << ",\"clock_ghz\":" << JsonNumber(hw.clock_ghz) << ",\"l1_bytes\":" << hw.l1_bytes
-     << ",\"l2_bytes\":" << hw.l2_bytes << ",\"macs_per_pe_per_cycle\":";
+  J rate;
   if (hw.macs_per_pe_per_cycle.by_bits.empty()) {
-    os << hw.macs_per_pe_per_cycle.base;
+    rate = hw.macs_per_pe_per_cycle.base;
   } else {
-    const char* sep = "{";
-    for (const auto& kv : hw.macs_per_pe_per_cycle.by_bits) {
-      os << sep << '"' << kv.first << "\":" << kv.second;
-      sep = ",";
-    }
-    os << '}';
+    rate = J::object();
+    for (const auto& kv : hw.macs_per_pe_per_cycle.by_bits) rate[Str(kv.first)] = kv.second;
   }
-  os << "},\"dataflow\":{\"name\":" << JsonQuote(df.name) << ",\"space\":" << JsonQuote(df.space)
-     << ",\"time\":" << JsonQuote(df.time) << ",\"preset\":" << JsonQuote(df.preset)
-     << ",\"rows\":" << df.rows << ",\"cols\":" << df.cols << ",\"tiling\":{";
-  const char* sep = "";
-  for (const auto& kv : df.tiling) {
-    os << sep << JsonQuote(kv.first) << ':' << kv.second;
-    sep = ",";
-  }
-  os << "}},\"memory\":{\"psum_bits\":" << acc.memory.psum_bits;
-  for (const auto& [key, field] : kMemoryNumbers)
-    os << ",\"" << key << "\":" << JsonNumber(acc.memory.*field);
-  for (const auto& [key, field] : kMemoryIntegers) os << ",\"" << key << "\":" << acc.memory.*field;
-  for (const auto& [key, field] : kMemoryBools)
-    os << ",\"" << key << "\":" << (acc.memory.*field ? "true" : "false");
-  os << "},\"precision\":[";
-  sep = "";
-  for (const MacSpec& u : acc.precision.units) {
-    os << sep << "{\"bits_a\":" << u.bits_a << ",\"bits_b\":" << u.bits_b
-       << ",\"pj_per_mac\":" << JsonNumber(u.pj_per_mac) << '}';
-    sep = ",";
-  }
-  os << "],\"mapping\":{\"kind\":" << JsonQuote(acc.mapping.kind);
+  J hardware = {{"name", hw.name},
+                {"pe_domain", hw.pe_domain},
+                {"interconnect", hw.interconnect},
+                {"bandwidth_bits", hw.bandwidth_bits},
+                {"avg_latency", hw.avg_latency},
+                {"clock_ghz", hw.clock_ghz},
+                {"l1_bytes", hw.l1_bytes},
+                {"l2_bytes", hw.l2_bytes},
+                {"macs_per_pe_per_cycle", rate}};
+  J tiling = J::object();
+  for (const auto& kv : df.tiling) tiling[kv.first] = kv.second;
+  J dataflow = {{"name", df.name}, {"space", df.space}, {"time", df.time}, {"preset", df.preset},
+                {"rows", df.rows}, {"cols", df.cols}, {"tiling", tiling}};
+  J memory = {{"psum_bits", acc.memory.psum_bits}};
+  for (const auto& [key, field] : kMemoryNumbers) memory[key] = acc.memory.*field;
+  for (const auto& [key, field] : kMemoryIntegers) memory[key] = acc.memory.*field;
+  for (const auto& [key, field] : kMemoryBools) memory[key] = acc.memory.*field;
+  J precision = J::array();
+  for (const MacSpec& u : acc.precision.units)
+    precision.push_back({{"bits_a", u.bits_a}, {"bits_b", u.bits_b}, {"pj_per_mac", u.pj_per_mac}});
+  J mapping = {{"kind", acc.mapping.kind}};
   if (acc.mapping.kind == "given") {
     const TileMapping& t = acc.mapping.tiles;
-    os << ",\"order\":" << JsonQuote(t.order)
-       << ",\"accumulate_in_buffer\":" << (t.accumulate_in_buffer ? "true" : "false");
-    for (const auto& [key, field] : kTileIntegers) os << ",\"" << key << "\":" << t.*field;
-    for (const auto& [key, field] : kTileInts) os << ",\"" << key << "\":" << t.*field;
+    mapping["order"] = t.order;
+    mapping["accumulate_in_buffer"] = t.accumulate_in_buffer;
+    for (const auto& [key, field] : kTileIntegers) mapping[key] = t.*field;
+    for (const auto& [key, field] : kTileInts) mapping[key] = t.*field;
   } else if (acc.mapping.kind == "auto") {
-    os << ",\"objective\":" << JsonQuote(MappingObjectiveName(acc.mapping.objective));
+    mapping["objective"] = MappingObjectiveName(acc.mapping.objective);
   }
-  os << "}}";
-  return os.str();
+  const J root = {{"name", acc.name},         {"hardware", hardware}, {"dataflow", dataflow},
+                  {"memory", memory},         {"precision", precision},
+                  {"mapping", mapping}};
+  return detail::Dump(root, "accelerator '" + acc.name + "'");
 }
 
 Accelerator ParseAccelerator(const std::string& json) {
+  using detail::BoolMember;
   using detail::IntegerMember;
   using detail::JsonValue;
   using detail::NumberMember;
   using detail::StringMember;
-  const JsonValue root = detail::ParseJson(json);
+  // Checked before any parsing: a relation text of megabytes took a minute and gigabytes.
+  if (json.size() > kMaxAcceleratorJsonChars)
+    throw std::invalid_argument("accelerator JSON is " + Str(static_cast<int64_t>(json.size())) +
+                                " characters; at most " + Str(kMaxAcceleratorJsonChars) +
+                                " are accepted (each relation text at most " +
+                                Str(detail::kMaxRelationChars) + ")");
+  const JsonValue root = detail::ParseJson(json, "accelerator");
   detail::ExpectKeys(root, {"name", "hardware", "dataflow", "memory", "precision", "mapping"},
                      "accelerator");
   Accelerator acc;
@@ -556,7 +561,7 @@ Accelerator ParseAccelerator(const std::string& json) {
   Hardware& hw = acc.hardware;
   for (auto [key, field] : {std::pair{"name", &Hardware::name}, {"pe_domain", &Hardware::pe_domain},
                             {"interconnect", &Hardware::interconnect}})
-    hw.*field = StringMember(h, key, hw_where);
+    hw.*field = RelationTextMember(h, key, hw_where);
   for (auto [key, field] : {std::pair{"bandwidth_bits", &Hardware::bandwidth_bits},
                             {"avg_latency", &Hardware::avg_latency}, {"clock_ghz", &Hardware::clock_ghz}})
     hw.*field = NumberMember(h, key, hw_where);
@@ -564,21 +569,21 @@ Accelerator ParseAccelerator(const std::string& json) {
   hw.l2_bytes = IntegerMember(h, "l2_bytes", hw_where);
   const JsonValue& rate = detail::Member(h, "macs_per_pe_per_cycle", hw_where);
   const std::string rate_where = hw_where + ".macs_per_pe_per_cycle";
-  if (rate.kind == JsonValue::kObject) {
-    for (const auto& kv : rate.members) {
+  if (rate.is_object()) {
+    for (const auto& kv : rate.items()) {
       int64_t bits = 0;
       try {
         size_t used = 0;
-        bits = std::stoll(kv.first, &used);
-        if (used != kv.first.size()) bits = 0;
+        bits = std::stoll(kv.key(), &used);
+        if (used != kv.key().size()) bits = 0;
       } catch (const std::exception&) {
         bits = 0;
       }
       if (bits < 1 || bits > 64)
-        throw std::invalid_argument(rate_where + ": key '" + kv.first +
+        throw std::invalid_argument(rate_where + ": key '" + kv.key() +
                                     "' is not an operand width in 1..64 bits");
       hw.macs_per_pe_per_cycle.by_bits[static_cast<int>(bits)] =
-          detail::AsInteger(kv.second, rate_where + "[" + kv.first + "]");
+          detail::AsInteger(kv.value(), rate_where + "[" + kv.key() + "]");
     }
   } else {
     hw.macs_per_pe_per_cycle.base = detail::AsInteger(rate, rate_where);
@@ -589,14 +594,14 @@ Accelerator ParseAccelerator(const std::string& json) {
   Dataflow& df = acc.dataflow;
   for (auto [key, field] : {std::pair{"name", &Dataflow::name}, {"space", &Dataflow::space},
                             {"time", &Dataflow::time}, {"preset", &Dataflow::preset}})
-    df.*field = StringMember(d, key, df_where);
+    df.*field = RelationTextMember(d, key, df_where);
   df.rows = IntegerMember(d, "rows", df_where);
   df.cols = IntegerMember(d, "cols", df_where);
   const JsonValue& tiling = detail::Member(d, "tiling", df_where);
-  if (tiling.kind != JsonValue::kObject)
+  if (!tiling.is_object())
     throw std::invalid_argument(df_where + ".tiling must be an object of integers");
-  for (const auto& kv : tiling.members)
-    df.tiling[kv.first] = detail::AsInteger(kv.second, df_where + ".tiling." + kv.first);
+  for (const auto& kv : tiling.items())
+    df.tiling[kv.key()] = detail::AsInteger(kv.value(), df_where + ".tiling." + kv.key());
 
   const std::string mem_where = "accelerator.memory";
   const JsonValue& m = detail::Member(root, "memory", "accelerator");
@@ -615,20 +620,20 @@ Accelerator ParseAccelerator(const std::string& json) {
 
   const std::string prec_where = "accelerator.precision";
   const JsonValue& p = detail::Member(root, "precision", "accelerator");
-  if (p.kind != JsonValue::kArray)
+  if (!p.is_array())
     throw std::invalid_argument(prec_where + " must be a list of {bits_a, bits_b, pj_per_mac}");
   PrecisionTable energies;
-  for (size_t i = 0; i < p.items.size(); ++i) {
+  for (size_t i = 0; i < p.size(); ++i) {
     const std::string at = prec_where + "[" + Str(static_cast<int64_t>(i)) + "]";
-    detail::ExpectKeys(p.items[i], {"bits_a", "bits_b", "pj_per_mac"}, at);
+    detail::ExpectKeys(p[i], {"bits_a", "bits_b", "pj_per_mac"}, at);
     MacSpec u;
     for (auto [key, field] : {std::pair{"bits_a", &MacSpec::bits_a}, {"bits_b", &MacSpec::bits_b}}) {
-      const int64_t bits = IntegerMember(p.items[i], key, at);
+      const int64_t bits = IntegerMember(p[i], key, at);
       if (bits < 1 || bits > 64)
         throw std::invalid_argument(at + "." + key + " must be in 1..64 bits, got " + Str(bits));
       u.*field = static_cast<int>(bits);
     }
-    u.pj_per_mac = NumberMember(p.items[i], "pj_per_mac", at);
+    u.pj_per_mac = NumberMember(p[i], "pj_per_mac", at);
     energies.units.push_back(u);
   }
   acc.precision = Accelerator::WithMacRates(std::move(energies), hw.macs_per_pe_per_cycle);

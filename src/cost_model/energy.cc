@@ -5,11 +5,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "cost_model/checked.h"
+
 namespace tenet {
 
 namespace {
-
-std::string Str(int64_t v) { return std::to_string(v); }
 
 // Horowitz, ISSCC 2014 (45 nm), pJ per operation.
 constexpr double kInt8Mul = 0.2, kInt8Add = 0.03, kInt32Add = 0.1;

@@ -1,235 +1,211 @@
-// The cost model's JSON reader and writer (see json.h).
+// The cost model's JSON reader and writer on nlohmann-json (see json.h).
 #include "cost_model/json.h"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <limits>
 #include <stdexcept>
+#include <utility>
 
-#include "cost_model/relation.h"
+#include "cost_model/checked.h"
 
 namespace tenet {
 namespace detail {
 
 namespace {
 
-class Reader {
- public:
-  explicit Reader(const std::string& text) : s_(text) {}
+constexpr size_t kMaxDepth = 64;
 
-  JsonValue Document() {
-    JsonValue v = Value(0);
-    Space();
-    if (i_ != s_.size()) Fail("unexpected text after the JSON value");
-    return v;
-  }
-
- private:
-  [[noreturn]] void Fail(const std::string& what) const {
-    throw std::invalid_argument("JSON at character " + Str(static_cast<int64_t>(i_)) + ": " +
-                                what);
-  }
-
-  void Space() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t'))
-      ++i_;
-  }
-
-  bool Take(char c) {
-    Space();
-    if (i_ < s_.size() && s_[i_] == c) {
-      ++i_;
-      return true;
+// An error text safe to hand to Python: bytes outside printable ASCII as \xNN (a message
+// quoting the input may hold invalid UTF-8).
+std::string Printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
     }
+  }
+  return out;
+}
+
+// nlohmann's reason without its "[json.exception...] parse error at line L, column C: ".
+std::string Reason(const std::string& what) {
+  std::string r = what;
+  const size_t tag = r.find("] ");
+  if (tag != std::string::npos) r = r.substr(tag + 2);
+  const size_t at = r.find("parse error at line ");
+  if (at == 0) {
+    const size_t colon = r.find(": ");
+    if (colon != std::string::npos) r = r.substr(colon + 2);
+  }
+  return Printable(r);
+}
+
+// Builds the DOM as nlohmann's own SAX-to-DOM parser does, and refuses what that one lets
+// through: a repeated key (nlohmann keeps the last one silently) and deep nesting.
+class StrictDomBuilder : public nlohmann::json_sax<JsonValue> {
+ public:
+  explicit StrictDomBuilder(std::string what) : what_(std::move(what)) {}
+
+  JsonValue root;
+  std::string error;  // set when parsing stopped
+
+  bool null() override { return Put(nullptr); }
+  bool boolean(bool v) override { return Put(v); }
+  bool number_integer(number_integer_t v) override { return Put(v); }
+  bool number_unsigned(number_unsigned_t v) override { return Put(v); }
+  bool number_float(number_float_t v, const string_t&) override { return Put(v); }
+  bool string(string_t& v) override { return Put(std::move(v)); }
+  bool binary(binary_t&) override { return Fail(what_ + ": binary values are not JSON"); }
+  bool start_object(std::size_t) override { return Open(JsonValue::object()); }
+  bool start_array(std::size_t) override { return Open(JsonValue::array()); }
+  bool end_object() override { return Close(); }
+  bool end_array() override { return Close(); }
+  bool key(string_t& k) override {
+    JsonValue& obj = *stack_.back();
+    path_.back() = "";  // the object's own path, without its previous key
+    if (obj.contains(k)) return Fail(Path() + " has the key '" + Printable(k) + "' twice");
+    key_ = k;
+    path_.back() = k;
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
+    error = "JSON at character " + Str(static_cast<int64_t>(position > 0 ? position - 1 : 0)) +
+            ": " + Reason(ex.what());
     return false;
   }
 
-  void Expect(char c) {
-    if (!Take(c)) Fail(std::string("expected '") + c + "'");
+ private:
+  bool Fail(const std::string& message) {
+    error = message;
+    return false;
   }
-
-  bool Word(const char* w) {
-    const std::string word(w);
-    if (s_.compare(i_, word.size(), word) != 0) return false;
-    i_ += word.size();
+  // Where the value being read sits, e.g. "JSON.hardware" (for messages).
+  std::string Path() const {
+    std::string p = what_;
+    for (size_t i = 0; i < path_.size(); ++i)
+      if (!path_[i].empty()) p += path_[i][0] == '[' ? path_[i] : "." + path_[i];
+    return p;
+  }
+  // The slot for the next value: the root, the end of the open array, or the open object's
+  // current key.
+  JsonValue* Slot() {
+    if (stack_.empty()) return &root;
+    JsonValue& top = *stack_.back();
+    if (top.is_array()) {
+      top.push_back(nullptr);
+      return &top.back();
+    }
+    return &top[key_];
+  }
+  template <typename T>
+  bool Put(T&& v) {
+    *Slot() = JsonValue(std::forward<T>(v));
+    return true;
+  }
+  bool Open(JsonValue v) {
+    if (stack_.size() >= kMaxDepth)
+      return Fail(what_ + ": nesting deeper than " + Str(static_cast<int64_t>(kMaxDepth)));
+    JsonValue* slot = Slot();
+    *slot = std::move(v);
+    stack_.push_back(slot);
+    path_.emplace_back(slot->is_array() ? "[]" : "");
+    return true;
+  }
+  bool Close() {
+    stack_.pop_back();
+    path_.pop_back();
     return true;
   }
 
-  JsonValue Value(int depth) {
-    if (depth > 64) Fail("nesting deeper than 64");
-    Space();
-    if (i_ >= s_.size()) Fail("unexpected end of text");
-    JsonValue v;
-    const char c = s_[i_];
-    if (c == '{') {
-      ++i_;
-      v.kind = JsonValue::kObject;
-      if (Take('}')) return v;
-      do {
-        Space();
-        std::string key = String();
-        Expect(':');
-        if (v.members.count(key)) Fail("duplicate key '" + key + "'");
-        v.members.emplace(std::move(key), Value(depth + 1));
-      } while (Take(','));
-      Expect('}');
-    } else if (c == '[') {
-      ++i_;
-      v.kind = JsonValue::kArray;
-      if (Take(']')) return v;
-      do v.items.push_back(Value(depth + 1));
-      while (Take(','));
-      Expect(']');
-    } else if (c == '"') {
-      v.kind = JsonValue::kString;
-      v.text = String();
-    } else if (Word("true")) {
-      v.kind = JsonValue::kBool;
-      v.boolean = true;
-    } else if (Word("false")) {
-      v.kind = JsonValue::kBool;
-    } else if (Word("null")) {
-      v.kind = JsonValue::kNull;
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      const size_t start = i_;
-      while (i_ < s_.size() && std::string("+-.eE0123456789").find(s_[i_]) != std::string::npos)
-        ++i_;
-      v.kind = JsonValue::kNumber;
-      v.text = s_.substr(start, i_ - start);
-    } else {
-      Fail(std::string("unexpected character '") + c + "'");
-    }
-    return v;
-  }
-
-  std::string String() {
-    if (i_ >= s_.size() || s_[i_] != '"') Fail("expected a string");
-    ++i_;
-    std::string out;
-    while (i_ < s_.size() && s_[i_] != '"') {
-      char c = s_[i_++];
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (i_ >= s_.size()) break;
-      c = s_[i_++];
-      switch (c) {
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'u': {
-          if (i_ + 4 > s_.size()) Fail("short \\u escape");
-          const unsigned code = std::stoul(s_.substr(i_, 4), nullptr, 16);
-          i_ += 4;
-          // UTF-8 of a code point of the Basic Multilingual Plane.
-          if (code < 0x80) {
-            out += static_cast<char>(code);
-          } else if (code < 0x800) {
-            out += static_cast<char>(0xC0 | (code >> 6));
-            out += static_cast<char>(0x80 | (code & 0x3F));
-          } else {
-            out += static_cast<char>(0xE0 | (code >> 12));
-            out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (code & 0x3F));
-          }
-          break;
-        }
-        default: out += c;  // \" \\ \/
-      }
-    }
-    if (i_ >= s_.size()) Fail("unterminated string");
-    ++i_;
-    return out;
-  }
-
-  const std::string& s_;
-  size_t i_ = 0;
+  std::string what_;
+  std::vector<JsonValue*> stack_;
+  std::vector<std::string> path_;
+  std::string key_;
 };
 
 }  // namespace
 
-JsonValue ParseJson(const std::string& text) { return Reader(text).Document(); }
+JsonValue ParseJson(const std::string& text, const std::string& what) {
+  StrictDomBuilder builder(what);
+  const bool ok = JsonValue::sax_parse(text, &builder);
+  if (!ok || !builder.error.empty())
+    throw std::invalid_argument(builder.error.empty() ? what + ": invalid JSON" : builder.error);
+  return std::move(builder.root);
+}
 
 const JsonValue& Member(const JsonValue& obj, const std::string& key, const std::string& where) {
-  if (obj.kind != JsonValue::kObject) throw std::invalid_argument(where + " must be a JSON object");
-  auto it = obj.members.find(key);
-  if (it == obj.members.end())
-    throw std::invalid_argument(where + " has no field '" + key + "'");
-  return it->second;
+  if (!obj.is_object()) throw std::invalid_argument(where + " must be a JSON object");
+  auto it = obj.find(key);
+  if (it == obj.end()) throw std::invalid_argument(where + " has no field '" + key + "'");
+  return *it;
 }
 
 std::string StringMember(const JsonValue& obj, const std::string& key, const std::string& where) {
   const JsonValue& v = Member(obj, key, where);
-  if (v.kind != JsonValue::kString)
-    throw std::invalid_argument(where + "." + key + " must be a string");
-  return v.text;
+  if (!v.is_string()) throw std::invalid_argument(where + "." + key + " must be a string");
+  return v.get<std::string>();
 }
 
 double NumberMember(const JsonValue& obj, const std::string& key, const std::string& where) {
   const JsonValue& v = Member(obj, key, where);
-  // strtod, not stod: stod refuses subnormal numbers that %.17g writes.
-  char* end = nullptr;
-  const double r = v.kind == JsonValue::kNumber ? std::strtod(v.text.c_str(), &end) : 0;
-  if (v.kind != JsonValue::kNumber || end != v.text.c_str() + v.text.size())
-    throw std::invalid_argument(where + "." + key + " must be a number");
-  return r;
+  if (!v.is_number()) throw std::invalid_argument(where + "." + key + " must be a number");
+  return v.get<double>();
 }
 
 int64_t AsInteger(const JsonValue& v, const std::string& what) {
-  size_t used = 0;
-  int64_t r = 0;
-  if (v.kind == JsonValue::kNumber) {
-    try {
-      r = std::stoll(v.text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-  }
-  if (v.kind != JsonValue::kNumber || v.text.empty() || used != v.text.size())
-    throw std::invalid_argument(what + " must be an integer (below 2^63)");
-  return r;
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return static_cast<int64_t>(v.get<uint64_t>());
+  if (v.is_number_integer() && !v.is_number_unsigned()) return v.get<int64_t>();
+  throw std::invalid_argument(what + " must be an integer (below 2^63)");
 }
 
 int64_t IntegerMember(const JsonValue& obj, const std::string& key, const std::string& where) {
   return AsInteger(Member(obj, key, where), where + "." + key);
 }
 
+bool BoolMember(const JsonValue& obj, const std::string& key, const std::string& where) {
+  const JsonValue& v = Member(obj, key, where);
+  if (!v.is_boolean()) throw std::invalid_argument(where + "." + key + " must be true or false");
+  return v.get<bool>();
+}
+
 void ExpectKeys(const JsonValue& obj, const std::vector<std::string>& known,
                 const std::string& where) {
-  if (obj.kind != JsonValue::kObject) throw std::invalid_argument(where + " must be a JSON object");
-  for (const auto& kv : obj.members) {
+  if (!obj.is_object()) throw std::invalid_argument(where + " must be a JSON object");
+  for (const auto& kv : obj.items()) {
     bool ok = false;
-    for (const auto& k : known) ok = ok || k == kv.first;
-    if (!ok) throw std::invalid_argument(where + " has an unknown field '" + kv.first + "'");
+    for (const auto& k : known) ok = ok || k == kv.key();
+    if (!ok) throw std::invalid_argument(where + " has an unknown field '" + kv.key() + "'");
+  }
+}
+
+std::string Dump(const OrderedJson& v, const std::string& what) {
+  // nlohmann writes a non-finite double as null, which would read back as a wrong type.
+  std::vector<const OrderedJson*> todo{&v};
+  while (!todo.empty()) {
+    const OrderedJson* x = todo.back();
+    todo.pop_back();
+    if (x->is_number_float() && !std::isfinite(x->get<double>()))
+      throw std::invalid_argument(what + ": JSON has no form for a non-finite number");
+    if (x->is_structured())
+      for (const auto& item : *x) todo.push_back(&item);
+  }
+  try {
+    return v.dump();
+  } catch (const nlohmann::json::type_error& e) {
+    throw std::invalid_argument(what + ": " + Reason(e.what()));
   }
 }
 
 std::string JsonQuote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out + '"';
-}
-
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) throw std::invalid_argument("JSON has no form for a non-finite number");
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  return JsonValue(s).dump(-1, ' ', false, JsonValue::error_handler_t::replace);
 }
 
 }  // namespace detail

@@ -18,7 +18,6 @@ namespace tenet {
 
 namespace {
 
-std::string Str(int64_t v) { return std::to_string(v); }
 std::string Num(double v) {
   std::string s = std::to_string(v);
   while (s.size() > 1 && s.back() == '0') s.pop_back();
@@ -26,20 +25,8 @@ std::string Num(double v) {
   return s;
 }
 
-int64_t Mul(int64_t a, int64_t b, const char* what) { return CheckedMul(a, b, what); }
-int64_t Add(int64_t a, int64_t b, const char* what) { return CheckedAdd(a, b, what); }
-int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
-
-// ceil(bits / per_cycle) cycles; exact integer arithmetic when the rate is a whole number
-// (the usual case), so that sums of transfers compare exactly against the roofline.
-int64_t CeilCycles(int64_t bits, double per_cycle) {
-  if (bits <= 0) return 0;
-  if (per_cycle == std::floor(per_cycle) && per_cycle < 9.0e18)
-    return CeilDiv(bits, static_cast<int64_t>(per_cycle));
-  const double c = std::ceil(static_cast<double>(bits) / per_cycle);
-  if (!(c < 9.2e18)) throw std::overflow_error("transfer cycles overflow int64");
-  return static_cast<int64_t>(c);
-}
+using detail::Dim;
+using detail::MakeDim;
 
 void CheckRate(double v, const char* field, bool allow_zero) {
   if (!std::isfinite(v) || v < 0 || (!allow_zero && v == 0))
@@ -48,18 +35,6 @@ void CheckRate(double v, const char* field, bool allow_zero) {
                                 ", got " + Num(v));
 }
 
-// One dimension of the tile loop nest: extent, tile, number of tiles, size of the last.
-struct Dim {
-  char name;
-  int64_t extent, tile, count, last;
-  int64_t Size(int64_t idx) const { return idx == count - 1 ? last : tile; }
-};
-Dim MakeDim(char name, int64_t extent, int64_t tile) {
-  Dim d{name, extent, std::min(tile, extent), 0, 0};
-  d.count = CeilDiv(extent, d.tile);
-  d.last = extent - (d.count - 1) * d.tile;
-  return d;
-}
 
 // Operands: which loop dims (b, m, n, k) index their tile.
 constexpr int kA = 0, kB = 1, kC = 2;
@@ -111,7 +86,8 @@ struct Nest {
     for (int l = 1; l < 4; ++l)
       if (Relevant(op, lv[l].name)) {
         const int64_t size = Spanned(op, l) ? lv[l].extent : lv[l].Size(i[l]);
-        e = Mul(e, Mul(CeilDiv(size, align[op][l]), align[op][l], "padded tile"), "padded tile");
+        e = CheckedMul(e, CheckedMul(CeilDiv(size, align[op][l]), align[op][l], "padded tile"),
+                       "padded tile");
       }
     return e;
   }
@@ -129,7 +105,7 @@ struct Nest {
     const int r = InnermostMoving(op);
     int64_t v = 1;
     for (int l = 0; l < r; ++l)
-      if (!Relevant(op, lv[l].name)) v = Mul(v, lv[l].count, "tile revisits");
+      if (!Relevant(op, lv[l].name)) v = CheckedMul(v, lv[l].count, "tile revisits");
     return v;
   }
   // Transfers of op's tiles = runs of its tile index = product of counts down to its
@@ -137,7 +113,7 @@ struct Nest {
   int64_t Runs(int op) const {
     const int r = InnermostMoving(op);
     int64_t v = 1;
-    for (int l = 0; l <= r; ++l) v = Mul(v, lv[l].count, "tile transfers");
+    for (int l = 0; l <= r; ++l) v = CheckedMul(v, lv[l].count, "tile transfers");
     return v;
   }
 };
@@ -223,18 +199,22 @@ std::array<int64_t, 3> BufferTileElems(const GemmWorkload& w, const TileMapping&
     const int64_t tile = d == 'm' ? t.tm : d == 'n' ? t.tn : t.tk;
     return level(d) > 3 - span ? extent : std::min(tile, extent);
   };
-  return {Mul(size('m', t.span_a), size('k', t.span_a), "A tile"),
-          Mul(size('k', t.span_b), size('n', t.span_b), "B tile"),
-          Mul(size('m', t.span_c), size('n', t.span_c), "C tile")};
+  return {CheckedMul(size('m', t.span_a), size('k', t.span_a), "A tile"),
+          CheckedMul(size('k', t.span_b), size('n', t.span_b), "B tile"),
+          CheckedMul(size('m', t.span_c), size('n', t.span_c), "C tile")};
 }
 }  // namespace
 
 int64_t CompulsoryDramBits(const GemmWorkload& w) {
   int64_t per = 0;
-  per = Add(per, Mul(Mul(w.m, w.k, "A elements"), w.bits_a, "A bits"), "compulsory bits");
-  per = Add(per, Mul(Mul(w.k, w.n, "B elements"), w.bits_b, "B bits"), "compulsory bits");
-  per = Add(per, Mul(Mul(w.m, w.n, "C elements"), w.bits_c, "C bits"), "compulsory bits");
-  return Add(Mul(per, w.batch, "compulsory bits"), w.extra_read_bits, "compulsory bits");
+  per = CheckedAdd(per, CheckedMul(CheckedMul(w.m, w.k, "A elements"), w.bits_a, "A bits"),
+                   "compulsory bits");
+  per = CheckedAdd(per, CheckedMul(CheckedMul(w.k, w.n, "B elements"), w.bits_b, "B bits"),
+                   "compulsory bits");
+  per = CheckedAdd(per, CheckedMul(CheckedMul(w.m, w.n, "C elements"), w.bits_c, "C bits"),
+                   "compulsory bits");
+  return CheckedAdd(CheckedMul(per, w.batch, "compulsory bits"), w.extra_read_bits,
+                    "compulsory bits");
 }
 
 int64_t RooflineCycles(const GemmWorkload& w, int64_t num_pes, double rate,
@@ -247,15 +227,16 @@ int64_t RooflineCycles(const GemmWorkload& w, int64_t num_pes, double rate,
   if (!(ops_rate > 0)) ops_rate = rate;
   if (!std::isfinite(ops_rate))
     throw std::invalid_argument("ops_per_pe_per_cycle must be finite, got " + Num(ops_rate));
-  const int64_t macs = Mul(Mul(Mul(w.m, w.n, "MACs"), w.k, "MACs"), w.batch, "MACs");
+  const int64_t macs =
+      CheckedMul(CheckedMul(CheckedMul(w.m, w.n, "MACs"), w.k, "MACs"), w.batch, "MACs");
   int64_t compute;
   if (rate == std::floor(rate) && ops_rate == std::floor(ops_rate) && rate < 1e9 &&
       ops_rate < 1e9) {
     // ceil(macs / (P r) + ops / (P b)) = ceil((macs b + ops r) / (P r b)), exactly.
     const int64_t r = static_cast<int64_t>(rate), b = static_cast<int64_t>(ops_rate);
-    compute = CeilDiv(Add(Mul(macs, b, "MACs x rate"), Mul(w.extra_ops, r, "ops x rate"),
-                          "work"),
-                      Mul(Mul(num_pes, r, "lanes"), b, "lanes"));
+    compute = CeilDiv(CheckedAdd(CheckedMul(macs, b, "MACs x rate"),
+                                 CheckedMul(w.extra_ops, r, "ops x rate"), "work"),
+                      CheckedMul(CheckedMul(num_pes, r, "lanes"), b, "lanes"));
   } else {
     compute = static_cast<int64_t>(std::ceil(static_cast<double>(macs) / (num_pes * rate) +
                                              static_cast<double>(w.extra_ops) /
@@ -263,10 +244,13 @@ int64_t RooflineCycles(const GemmWorkload& w, int64_t num_pes, double rate,
   }
   int64_t memory;
   if (mem.dram_channel_per_operand) {
-    const int64_t a = Add(Mul(Mul(Mul(w.m, w.k, "A"), w.bits_a, "A"), w.batch, "A"),
-                          w.extra_read_bits, "A");
-    const int64_t b = Mul(Mul(Mul(w.k, w.n, "B"), w.bits_b, "B"), w.batch, "B");
-    const int64_t c = Mul(Mul(Mul(w.m, w.n, "C"), w.bits_c, "C"), w.batch, "C");
+    const int64_t a =
+        CheckedAdd(CheckedMul(CheckedMul(CheckedMul(w.m, w.k, "A"), w.bits_a, "A"), w.batch, "A"),
+                   w.extra_read_bits, "A");
+    const int64_t b =
+        CheckedMul(CheckedMul(CheckedMul(w.k, w.n, "B"), w.bits_b, "B"), w.batch, "B");
+    const int64_t c =
+        CheckedMul(CheckedMul(CheckedMul(w.m, w.n, "C"), w.bits_c, "C"), w.batch, "C");
     memory = CeilCycles(std::max({a, b, c}), mem.dram_bandwidth_bits);
   } else {
     memory = CeilCycles(CompulsoryDramBits(w), mem.dram_bandwidth_bits);
@@ -279,10 +263,10 @@ int64_t BufferBytesNeeded(const GemmWorkload& w, const MemoryHierarchy& mem,
   Validate(t);
   const auto e = BufferTileElems(w, t);
   const int64_t copies = mem.buffer_double_buffered ? 2 : 1;
-  int64_t in = Add(Mul(e[0], w.bits_a, "A tile bits"), Mul(e[1], w.bits_b, "B tile bits"),
-                   "input tile bits");
-  int64_t bits = Add(Mul(in, copies, "input tile bits"),
-                     Mul(e[2], mem.psum_bits, "C tile bits"), "tile bits");
+  int64_t in = CheckedAdd(CheckedMul(e[0], w.bits_a, "A tile bits"),
+                          CheckedMul(e[1], w.bits_b, "B tile bits"), "input tile bits");
+  int64_t bits = CheckedAdd(CheckedMul(in, copies, "input tile bits"),
+                            CheckedMul(e[2], mem.psum_bits, "C tile bits"), "tile bits");
   return CeilDiv(bits, 8);
 }
 
@@ -293,7 +277,7 @@ TileMapping DefaultTileMapping(const GemmWorkload& w, const MemoryHierarchy& mem
   if (rows < 1 || cols < 1)
     throw std::invalid_argument("DefaultTileMapping: rows and cols must be >= 1, got " +
                                 Str(rows) + " x " + Str(cols));
-  const int64_t cap_bits = Mul(mem.buffer_bytes, 8, "buffer bits");
+  const int64_t cap_bits = CheckedMul(mem.buffer_bytes, 8, "buffer bits");
   const int64_t copies = mem.buffer_double_buffered ? 2 : 1;
   auto shrink = [](int64_t t, int64_t step) {  // next smaller multiple of step, >= min(step, t)
     if (t <= step) return t;
@@ -307,9 +291,11 @@ TileMapping DefaultTileMapping(const GemmWorkload& w, const MemoryHierarchy& mem
   const int64_t target = std::min(w.k, std::max(CeilDiv(w.k, 4), 16 * (rows + cols - 2)));
   int64_t tk = CeilDiv(w.k, CeilDiv(w.k, std::max<int64_t>(1, target)));
   for (;;) {
-    const int64_t inputs = Mul(Mul(copies, tm, "A tile"), Mul(tk, w.bits_a, "A tile"), "A tile");
-    const int64_t per_n = Add(Mul(Mul(copies, tk, "B tile"), w.bits_b, "B tile"),
-                              Mul(tm, mem.psum_bits, "C tile"), "tile bits per n");
+    const int64_t inputs =
+        CheckedMul(CheckedMul(copies, tm, "A tile"), CheckedMul(tk, w.bits_a, "A tile"), "A tile");
+    const int64_t per_n =
+        CheckedAdd(CheckedMul(CheckedMul(copies, tk, "B tile"), w.bits_b, "B tile"),
+                   CheckedMul(tm, mem.psum_bits, "C tile"), "tile bits per n");
     tn = inputs < cap_bits ? (cap_bits - inputs) / per_n : 0;
     if (tn >= cols) tn = tn / cols * cols;
     tn = std::min(tn, w.n);
@@ -466,9 +452,10 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
   const Dim& dk = nest.lv[nest.level_of_k];
   const Dim& dm = nest.lv[nest.level_of_m];
   const Dim& dn = nest.lv[nest.level_of_n];
-  mm.tile_steps = Mul(Mul(Mul(w.batch, dm.count, "tile steps"), dn.count, "tile steps"),
-                      dk.count, "tile steps");
-  mm.macs = Mul(Mul(Mul(w.m, w.n, "MACs"), w.k, "MACs"), w.batch, "MACs");
+  mm.tile_steps =
+      CheckedMul(CheckedMul(CheckedMul(w.batch, dm.count, "tile steps"), dn.count, "tile steps"),
+                 dk.count, "tile steps");
+  mm.macs = CheckedMul(CheckedMul(CheckedMul(w.m, w.n, "MACs"), w.k, "MACs"), w.batch, "MACs");
 
   // Array cost per distinct tile shape (at most 2 sizes per dimension).
   std::vector<ShapeCost> shapes;
@@ -483,32 +470,34 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
   // Closed-form DRAM traffic per operand (elements), edge tiles exact: the sum over a
   // tile index of the tile sizes is the extent, so every visit of all of an operand's
   // tiles moves exactly its whole matrix.
-  const int64_t a_elems = Mul(Mul(w.m, w.k, "A"), w.batch, "A");
-  const int64_t b_elems = Mul(Mul(w.k, w.n, "B"), w.batch, "B");
-  const int64_t c_elems = Mul(Mul(w.m, w.n, "C"), w.batch, "C");
+  const int64_t a_elems = CheckedMul(CheckedMul(w.m, w.k, "A"), w.batch, "A");
+  const int64_t b_elems = CheckedMul(CheckedMul(w.k, w.n, "B"), w.batch, "B");
+  const int64_t c_elems = CheckedMul(CheckedMul(w.m, w.n, "C"), w.batch, "C");
   OperandTraffic& A = mm.tensors["A"];
   OperandTraffic& B = mm.tensors["B"];
   OperandTraffic& C = mm.tensors["C"];
-  A.dram_read_bits = Mul(Mul(a_elems, nest.Revisits(kA), "A traffic"), w.bits_a, "A bits");
+  A.dram_read_bits =
+      CheckedMul(CheckedMul(a_elems, nest.Revisits(kA), "A traffic"), w.bits_a, "A bits");
   A.dram_fetches = nest.Runs(kA);
-  B.dram_read_bits = Mul(Mul(b_elems, nest.Revisits(kB), "B traffic"), w.bits_b, "B bits");
+  B.dram_read_bits =
+      CheckedMul(CheckedMul(b_elems, nest.Revisits(kB), "B traffic"), w.bits_b, "B bits");
   B.dram_fetches = nest.Runs(kB);
   const int64_t chunk = array.k_pass > 0 ? array.k_pass : tk;
   if (t.accumulate_in_buffer) {
     const int64_t visits = nest.Revisits(kC);  // visits of each C tile
-    const int64_t partial = Mul(c_elems, visits - 1, "C partial sums");
-    C.dram_write_bits = Add(Mul(c_elems, w.bits_c, "C bits"),
-                            Mul(partial, mem.psum_bits, "C partial bits"), "C bits");
-    C.dram_read_bits = Mul(partial, mem.psum_bits, "C partial bits");
+    const int64_t partial = CheckedMul(c_elems, visits - 1, "C partial sums");
+    C.dram_write_bits = CheckedAdd(CheckedMul(c_elems, w.bits_c, "C bits"),
+                                   CheckedMul(partial, mem.psum_bits, "C partial bits"), "C bits");
+    C.dram_read_bits = CheckedMul(partial, mem.psum_bits, "C partial bits");
     C.dram_fetches = nest.Runs(kC);
   } else {
     // Every array pass over a chunk of K writes its partial C; the last one is final.
-    const int64_t passes = Add(Mul(dk.count - 1, CeilDiv(dk.tile, chunk), "K passes"),
-                               CeilDiv(dk.last, chunk), "K passes");
-    const int64_t partial = Mul(c_elems, passes - 1, "C partial sums");
-    C.dram_write_bits = Add(Mul(c_elems, w.bits_c, "C bits"),
-                            Mul(partial, mem.psum_bits, "C partial bits"), "C bits");
-    C.dram_fetches = Mul(mm.tile_steps, 1, "C write-backs");
+    const int64_t passes = CheckedAdd(CheckedMul(dk.count - 1, CeilDiv(dk.tile, chunk), "K passes"),
+                                      CeilDiv(dk.last, chunk), "K passes");
+    const int64_t partial = CheckedMul(c_elems, passes - 1, "C partial sums");
+    C.dram_write_bits = CheckedAdd(CheckedMul(c_elems, w.bits_c, "C bits"),
+                                   CheckedMul(partial, mem.psum_bits, "C partial bits"), "C bits");
+    C.dram_fetches = CheckedMul(mm.tile_steps, 1, "C write-backs");
   }
 
   // Array side: per tile shape class, times how many steps have that shape (full tiles
@@ -522,25 +511,31 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
         if (cm == 0 || cn == 0 || ck == 0) continue;
         const TileCost& s = shape_cost(im ? dm.tile : dm.last, in ? dn.tile : dn.last,
                                        ik ? dk.tile : dk.last);
-        const int64_t n = Mul(Mul(Mul(cm, cn, "steps"), ck, "steps"), w.batch, "steps");
+        const int64_t n =
+            CheckedMul(CheckedMul(CheckedMul(cm, cn, "steps"), ck, "steps"), w.batch, "steps");
         steps_checked += n;
-        A.buffer_read_bits = Add(A.buffer_read_bits, Mul(n, s.buffer_read_bits_a, "A"), "A");
-        B.buffer_read_bits = Add(B.buffer_read_bits, Mul(n, s.buffer_read_bits_b, "B"), "B");
-        C.buffer_write_bits = Add(C.buffer_write_bits, Mul(n, s.buffer_write_bits_c, "C"), "C");
+        A.buffer_read_bits =
+            CheckedAdd(A.buffer_read_bits, CheckedMul(n, s.buffer_read_bits_a, "A"), "A");
+        B.buffer_read_bits =
+            CheckedAdd(B.buffer_read_bits, CheckedMul(n, s.buffer_read_bits_b, "B"), "B");
+        C.buffer_write_bits =
+            CheckedAdd(C.buffer_write_bits, CheckedMul(n, s.buffer_write_bits_c, "C"), "C");
       }
   if (steps_checked != mm.tile_steps) throw std::logic_error("tile shape classes miscounted");
   mm.distinct_tile_shapes = static_cast<int64_t>(shapes.size());
 
   for (const auto& kv : mm.tensors) {
-    mm.dram_read_bits = Add(mm.dram_read_bits, kv.second.dram_read_bits, "DRAM reads");
-    mm.dram_write_bits = Add(mm.dram_write_bits, kv.second.dram_write_bits, "DRAM writes");
-    mm.buffer_read_bits = Add(mm.buffer_read_bits, kv.second.buffer_read_bits, "buffer reads");
-    mm.buffer_write_bits = Add(mm.buffer_write_bits, kv.second.buffer_write_bits, "buffer writes");
+    mm.dram_read_bits = CheckedAdd(mm.dram_read_bits, kv.second.dram_read_bits, "DRAM reads");
+    mm.dram_write_bits = CheckedAdd(mm.dram_write_bits, kv.second.dram_write_bits, "DRAM writes");
+    mm.buffer_read_bits =
+        CheckedAdd(mm.buffer_read_bits, kv.second.buffer_read_bits, "buffer reads");
+    mm.buffer_write_bits =
+        CheckedAdd(mm.buffer_write_bits, kv.second.buffer_write_bits, "buffer writes");
   }
-  mm.dram_read_bits = Add(mm.dram_read_bits, w.extra_read_bits, "DRAM reads");
+  mm.dram_read_bits = CheckedAdd(mm.dram_read_bits, w.extra_read_bits, "DRAM reads");
   mm.compulsory_dram_bits = CompulsoryDramBits(w);
-  mm.register_access_bits =
-      Mul(mm.macs, w.bits_a + w.bits_b + 2 * static_cast<int64_t>(mem.psum_bits), "register bits");
+  mm.register_access_bits = CheckedMul(
+      mm.macs, w.bits_a + w.bits_b + 2 * static_cast<int64_t>(mem.psum_bits), "register bits");
 
   // Latency. Transfers of one step, per DRAM channel (A, B, C).
   using Idx = Nest::Idx;
@@ -553,13 +548,13 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
     const bool has_prev = nest.Prev(p);
     const char* what = "transfer bits";
     if (!has_prev || !nest.SameTile(kA, s, p))
-      ch[0] = Add(ch[0], Mul(nest.PaddedElems(kA, s), w.bits_a, what), what);
+      ch[0] = CheckedAdd(ch[0], CheckedMul(nest.PaddedElems(kA, s), w.bits_a, what), what);
     if (!has_prev || !nest.SameTile(kB, s, p))
-      ch[1] = Add(ch[1], Mul(nest.PaddedElems(kB, s), w.bits_b, what), what);
+      ch[1] = CheckedAdd(ch[1], CheckedMul(nest.PaddedElems(kB, s), w.bits_b, what), what);
     if (t.accumulate_in_buffer && (!has_prev || !nest.SameTile(kC, s, p)) && !k_spanned_by_c &&
         ik_of(s) != 0)  // partial sums come back
-      ch[2] = Add(ch[2], Mul(nest.Elems(kC, s), mem.psum_bits, what), what);
-    if (!has_prev) ch[0] = Add(ch[0], w.extra_read_bits, what);
+      ch[2] = CheckedAdd(ch[2], CheckedMul(nest.Elems(kC, s), mem.psum_bits, what), what);
+    if (!has_prev) ch[0] = CheckedAdd(ch[0], w.extra_read_bits, what);
   };
   auto writeback = [&](const Idx& s, std::array<int64_t, 3>& ch) {
     const int64_t e = nest.Elems(kC, s);
@@ -567,12 +562,13 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
     if (t.accumulate_in_buffer) {
       Idx nx = s;
       if (nest.Next(nx) && nest.SameTile(kC, s, nx)) return;
-      ch[2] = Add(ch[2], Mul(e, final_k ? w.bits_c : mem.psum_bits, "write bits"), "write bits");
+      ch[2] = CheckedAdd(ch[2], CheckedMul(e, final_k ? w.bits_c : mem.psum_bits, "write bits"),
+                         "write bits");
     } else {
       const int64_t passes = CeilDiv(dk.Size(ik_of(s)), chunk);
-      const int64_t bits = Add(Mul(passes - 1, mem.psum_bits, "write bits"),
-                               final_k ? w.bits_c : mem.psum_bits, "write bits");
-      ch[2] = Add(ch[2], Mul(e, bits, "write bits"), "write bits");
+      const int64_t bits = CheckedAdd(CheckedMul(passes - 1, mem.psum_bits, "write bits"),
+                                      final_k ? w.bits_c : mem.psum_bits, "write bits");
+      ch[2] = CheckedAdd(ch[2], CheckedMul(e, bits, "write bits"), "write bits");
     }
   };
   auto time_of = [&](const std::array<int64_t, 3>& ch) {
@@ -580,7 +576,7 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
       return std::max({CeilCycles(ch[0], mem.dram_bandwidth_bits),
                        CeilCycles(ch[1], mem.dram_bandwidth_bits),
                        CeilCycles(ch[2], mem.dram_bandwidth_bits)});
-    return CeilCycles(Add(Add(ch[0], ch[1], "transfer bits"), ch[2], "transfer bits"),
+    return CeilCycles(CheckedAdd(CheckedAdd(ch[0], ch[1], "transfer bits"), ch[2], "transfer bits"),
                       mem.dram_bandwidth_bits);
   };
   auto array_of = [&](const Idx& s) {
@@ -630,12 +626,14 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
         for (const auto& r3 : rep[3]) {
           const Idx s{r0.first, r1.first, r2.first, r3.first};
           const int64_t weight =
-              Mul(Mul(Mul(r0.second, r1.second, "steps"), r2.second, "steps"), r3.second, "steps");
-          overlapped = Add(overlapped, Mul(weight, step_term(s), "cycles"), "cycles");
-          array_total = Add(array_total, Mul(weight, array_of(s), "cycles"), "cycles");
+              CheckedMul(CheckedMul(CheckedMul(r0.second, r1.second, "steps"), r2.second, "steps"),
+                         r3.second, "steps");
+          overlapped = CheckedAdd(overlapped, CheckedMul(weight, step_term(s), "cycles"), "cycles");
+          array_total =
+              CheckedAdd(array_total, CheckedMul(weight, array_of(s), "cycles"), "cycles");
         }
-  array_total = Add(array_total, array.prologue_cycles, "cycles");
-  overlapped = Add(overlapped, array.prologue_cycles, "cycles");
+  array_total = CheckedAdd(array_total, array.prologue_cycles, "cycles");
+  overlapped = CheckedAdd(overlapped, array.prologue_cycles, "cycles");
   mm.overlapped_cycles = overlapped;
   mm.array_cycles = array_total;
   // Extra (dequantization) ops run on the full tile's active PEs after the tiles, at the
@@ -644,9 +642,9 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
       static_cast<double>(std::max<int64_t>(1, shapes.front().cost.active_pes)) *
       array.ops_per_pe_per_cycle;
   mm.extra_op_cycles = CeilCycles(w.extra_ops, lanes);
-  mm.cycles = Add(Add(Add(mm.first_fetch_cycles, overlapped, "cycles"), mm.last_writeback_cycles,
-                      "cycles"),
-                  mm.extra_op_cycles, "cycles");
+  mm.cycles = CheckedAdd(CheckedAdd(CheckedAdd(mm.first_fetch_cycles, overlapped, "cycles"),
+                                    mm.last_writeback_cycles, "cycles"),
+                         mm.extra_op_cycles, "cycles");
   mm.dram_stall_cycles = mm.cycles - mm.array_cycles - mm.extra_op_cycles;
   mm.roofline_cycles = RooflineCycles(w, array.num_pes, array.macs_per_pe_per_cycle, mem,
                                       array.ops_per_pe_per_cycle);

@@ -156,12 +156,12 @@ std::string CallJson(const GemmCall& c) {
 
 GemmCall ParseCall(const std::string& text) {
   const std::string where = "GemmCall";
-  const detail::JsonValue v = detail::ParseJson(text);
+  const detail::JsonValue v = detail::ParseJson(text, where);
   detail::ExpectKeys(v, {"m", "n", "k", "batch", "bits_a", "bits_b", "bits_c", "scheme", "recipe",
                          "extra_read_bits", "extra_ops", "extra_register_bits"},
                      where);
   auto integer = [&](const char* key, int64_t fallback) {
-    return v.members.count(key) ? detail::IntegerMember(v, key, where) : fallback;
+    return v.contains(key) ? detail::IntegerMember(v, key, where) : fallback;
   };
   auto width = [&](const char* key) {
     const int64_t b = detail::IntegerMember(v, key, where);
@@ -172,19 +172,8 @@ GemmCall ParseCall(const std::string& text) {
   };
   // The recipe member is re-read by the one recipe parser from its own text.
   const detail::JsonValue& r = detail::Member(v, "recipe", where);
-  if (r.kind != detail::JsonValue::kObject)
-    throw std::invalid_argument(where + ".recipe must be an object");
-  std::string recipe_json = "{";
-  for (const auto& kv : r.members) {
-    recipe_json += (recipe_json.size() > 1 ? "," : "") + detail::JsonQuote(kv.first) + ":";
-    switch (kv.second.kind) {
-      case detail::JsonValue::kString: recipe_json += detail::JsonQuote(kv.second.text); break;
-      case detail::JsonValue::kBool: recipe_json += kv.second.boolean ? "true" : "false"; break;
-      case detail::JsonValue::kNumber: recipe_json += kv.second.text; break;
-      default: throw std::invalid_argument(where + ".recipe." + kv.first + " must be a scalar");
-    }
-  }
-  recipe_json += "}";
+  if (!r.is_object()) throw std::invalid_argument(where + ".recipe must be an object");
+  const std::string recipe_json = r.dump();
   return MakeCall(detail::IntegerMember(v, "m", where), detail::IntegerMember(v, "n", where),
                   detail::IntegerMember(v, "k", where), detail::IntegerMember(v, "batch", where),
                   width("bits_a"), width("bits_b"), width("bits_c"),

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "cost_model/checked.h"
+
 namespace tenet {
 namespace detail {
 namespace {
@@ -27,18 +29,9 @@ int64_t FloorMod(int64_t a, int64_t b) {
   return r;
 }
 
-// Evaluation overflows throw std::overflow_error; Relation::Contains / Apply, which know
-// the relation and the point, turn it into a message naming both.
-int64_t CheckedAdd(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) throw std::overflow_error("integer overflow");
-  return r;
-}
-int64_t CheckedMul(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) throw std::overflow_error("integer overflow");
-  return r;
-}
+// Evaluation overflows throw std::overflow_error (CheckedAdd, CheckedMul); Relation::Contains
+// / Apply, which know the relation and the point, turn it into a message naming both.
+constexpr const char* kValue = "a relation's value";
 
 [[noreturn]] void EvalOverflow(const Relation& rel, const int64_t* point) {
   std::string p;
@@ -469,15 +462,15 @@ int64_t Expr::EvalNode(int i, const int64_t* vars) const {
   switch (n.kind) {
     case ExprNode::kConst: return n.value;
     case ExprNode::kVar: return vars[n.var];
-    case ExprNode::kAdd: return CheckedAdd(EvalNode(n.lhs, vars), EvalNode(n.rhs, vars));
+    case ExprNode::kAdd: return CheckedAdd(EvalNode(n.lhs, vars), EvalNode(n.rhs, vars), kValue);
     case ExprNode::kSub: {
       int64_t r;
       if (__builtin_sub_overflow(EvalNode(n.lhs, vars), EvalNode(n.rhs, vars), &r))
         throw std::overflow_error("integer overflow");
       return r;
     }
-    case ExprNode::kNeg: return CheckedMul(-1, EvalNode(n.lhs, vars));
-    case ExprNode::kMulConst: return CheckedMul(n.value, EvalNode(n.lhs, vars));
+    case ExprNode::kNeg: return CheckedMul(-1, EvalNode(n.lhs, vars), kValue);
+    case ExprNode::kMulConst: return CheckedMul(n.value, EvalNode(n.lhs, vars), kValue);
     case ExprNode::kFloorDiv: return FloorDiv(EvalNode(n.lhs, vars), n.value);
     case ExprNode::kMod: return FloorMod(EvalNode(n.lhs, vars), n.value);
   }
@@ -522,6 +515,10 @@ void Relation::Apply(const int64_t* point, std::vector<std::vector<int64_t>>* ou
 
 Relation ParseRelation(const std::string& text, const std::string& what,
                        const std::map<std::string, int64_t>& params) {
+  if (static_cast<int64_t>(text.size()) > kMaxRelationChars)
+    throw std::invalid_argument(what + " is " + Str(static_cast<int64_t>(text.size())) +
+                                " characters of relation text; at most " + Str(kMaxRelationChars) +
+                                " are accepted");
   Parser parser(text, what, params);
   return parser.Parse();
 }

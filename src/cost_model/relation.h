@@ -69,7 +69,12 @@ struct Relation {
   void Apply(const int64_t* point, std::vector<std::vector<int64_t>>* out) const;
 };
 
-// `what` names the relation in error messages ("space map", "PE domain", ...).
+// The longest relation text accepted, in characters (bytes): TENET's relations are a few
+// hundred; a text of megabytes took a minute and gigabytes to parse and evaluate.
+constexpr int64_t kMaxRelationChars = 65536;
+
+// `what` names the relation in error messages ("space map", "PE domain", ...). A text
+// longer than kMaxRelationChars is refused before any parsing.
 Relation ParseRelation(const std::string& text, const std::string& what,
                        const std::map<std::string, int64_t>& params = {});
 
@@ -89,8 +94,6 @@ size_t Utf8CharLength(const std::string& s, size_t i);
 bool IsBoxSet(const Relation& set, Box* box);
 // The number of integer points of a bounded set.
 int64_t CountPoints(const Relation& set, const std::string& what);
-
-inline std::string Str(int64_t v) { return std::to_string(v); }
 
 // Removes all whitespace (used to compare relation strings).
 std::string Normalize(const std::string& s);

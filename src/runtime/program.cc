@@ -1,46 +1,68 @@
 // Reading and writing kernel descriptors, with every field checked before a program runs.
 #include "runtime/program.h"
 
+#include <limits>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 
-#include <tvm/ffi/container/array.h>
-#include <tvm/ffi/container/map.h>
 #include <tvm/ffi/error.h>
-#include <tvm/ffi/extra/json.h>
 #include <tvm/ffi/string.h>
+
+#include "cost_model/json.h"
 
 namespace tenet {
 namespace runtime {
 
 namespace ffi = tvm::ffi;
-namespace json = tvm::ffi::json;
+// Descriptors are read and written with the cost model's JSON (nlohmann-json, json.h).
+using Json = detail::JsonValue;
+using OrderedJson = detail::OrderedJson;
 
 namespace {
 
-ffi::Any Field(const json::Object& obj, const char* key, const std::string& where) {
-  auto it = obj.find(ffi::String(key));
+const Json& Field(const Json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
   if (it == obj.end()) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " has no field '" << key << "'";
   }
-  return (*it).second;
+  return *it;
 }
 
+// An integer of int64 (not a bool, not a float such as 2.0).
+bool IsInt64(const Json& v) {
+  return v.is_number_integer() &&
+         (!v.is_number_unsigned() ||
+          v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+}
+
+// Field `key` of `obj` as T: std::string, int64_t, bool, or Json (an object or an array, as
+// `want_array` says).
 template <typename T>
-T Get(const json::Object& obj, const char* key, const std::string& where) {
-  auto value = Field(obj, key, where).try_cast<T>();
-  if (!value.has_value()) {
+T Get(const Json& obj, const char* key, const std::string& where, bool want_array = false) {
+  const Json& v = Field(obj, key, where);
+  bool ok;
+  if constexpr (std::is_same_v<T, std::string>) {
+    ok = v.is_string();
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    ok = IsInt64(v);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    ok = v.is_boolean();
+  } else {
+    ok = want_array ? v.is_array() : v.is_object();
+  }
+  if (!ok) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: field '" << key << "' of " << where
                               << " has the wrong type";
   }
-  return *value;
+  return v.get<T>();
 }
 
-json::Object AsObject(const ffi::Any& v, const std::string& where) {
-  auto obj = v.try_cast<json::Object>();
-  if (!obj.has_value()) {
+const Json& AsObject(const Json& v, const std::string& where) {
+  if (!v.is_object()) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " is not an object";
   }
-  return *obj;
+  return v;
 }
 
 // Ranks beyond this are refused: no model here needs them, and a crafted descriptor must
@@ -54,19 +76,18 @@ void CheckRank(int64_t ndim, int64_t lo, const std::string& where, const char* f
   }
 }
 
-TensorSpec ParseSpec(const json::Object& obj, const std::string& where, bool is_output) {
+TensorSpec ParseSpec(const Json& obj, const std::string& where, bool is_output) {
   TensorSpec spec;
-  auto kind = obj.find(ffi::String("kind"));
+  auto kind = obj.find("kind");
   if (kind != obj.end()) {
-    auto k = (*kind).second.try_cast<ffi::String>();
-    if (!k.has_value() || *k != "shape" || is_output) {
+    if (!kind->is_string() || kind->get<std::string>() != "shape" || is_output) {
       TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where
                                 << " has an unknown kind; only inputs may be of kind 'shape'";
     }
     spec.is_shape = true;
     return spec;
   }
-  spec.dtype = ffi::StringToDLDataType(Get<ffi::String>(obj, "dtype", where));
+  spec.dtype = ffi::StringToDLDataType(ffi::String(Get<std::string>(obj, "dtype", where)));
   spec.ndim = Get<int64_t>(obj, "ndim", where);
   CheckRank(spec.ndim, 0, where, "ndim");
   if (is_output) spec.source = Get<int64_t>(obj, "source", where);
@@ -114,10 +135,9 @@ void CheckRef(ValueRef ref, const Program& p, size_t step_index, const std::stri
 }
 
 // Reads an optional value reference (null when absent).
-bool OptionalRef(const json::Object& obj, const char* key, const Program& p, size_t step,
+bool OptionalRef(const Json& obj, const char* key, const Program& p, size_t step,
                  const std::string& where, ValueRef* out) {
-  const ffi::Any v = Field(obj, key, where);
-  if (v == nullptr) return false;
+  if (Field(obj, key, where).is_null()) return false;
   *out = Get<int64_t>(obj, key, where);
   CheckRef(*out, p, step, where + " " + key);
   return true;
@@ -125,17 +145,17 @@ bool OptionalRef(const json::Object& obj, const char* key, const Program& p, siz
 
 // The step's quantization recipe, read by the cost model's one recipe parser
 // (charge.h ParseQuantRecipe: weight_batched optional) from the object's JSON text.
-QuantRecipe ParseRecipe(const json::Object& obj, const std::string& where) {
+QuantRecipe ParseRecipe(const Json& obj, const std::string& where) {
   try {
-    return ParseQuantRecipe(std::string(json::Stringify(obj)), where);
+    return ParseQuantRecipe(obj.dump(), where);
   } catch (const std::invalid_argument& e) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << e.what();
   }
   return QuantRecipe{};
 }
 
-json::Object RecipeJson(const QuantRecipe& r) {
-  return AsObject(json::Parse(SerializeQuantRecipe(r)), "a recipe");
+OrderedJson RecipeJson(const QuantRecipe& r) {
+  return OrderedJson::parse(SerializeQuantRecipe(r));
 }
 
 }  // namespace
@@ -163,12 +183,13 @@ const char* StepKindName(StepKind kind) {
 }
 
 Descriptor ParseDescriptor(const std::string& text) {
-  ffi::String error;
-  json::Value root = json::Parse(text, &error);
-  if (!error.empty()) {
-    TVM_FFI_THROW(ValueError) << "tenet descriptor: invalid JSON: " << error;
+  Json root;
+  try {
+    root = detail::ParseJson(text, "the descriptor");
+  } catch (const std::invalid_argument& e) {
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: invalid JSON: " << e.what();
   }
-  json::Object top = AsObject(root, "the descriptor");
+  const Json& top = AsObject(root, "the descriptor");
   const int64_t version = Get<int64_t>(top, "version", "the descriptor");
   if (version != kDescriptorVersion) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: version " << version
@@ -178,33 +199,33 @@ Descriptor ParseDescriptor(const std::string& text) {
   Descriptor descriptor;
   // The accelerator object is handed, as written, to the cost model's one parser.
   try {
-    descriptor.accelerator = ParseAccelerator(
-        std::string(json::Stringify(Get<json::Object>(top, "accelerator", "the descriptor"))));
+    descriptor.accelerator =
+        ParseAccelerator(Get<Json>(top, "accelerator", "the descriptor").dump());
   } catch (const std::exception& e) {  // invalid_argument, or overflow_error on a count
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << e.what();
   }
   std::vector<Program>& programs = descriptor.programs;
-  for (const ffi::Any& f : Get<json::Array>(top, "functions", "the descriptor")) {
-    json::Object fobj = AsObject(f, "a function");
+  for (const Json& f : Get<Json>(top, "functions", "the descriptor", true)) {
+    const Json& fobj = AsObject(f, "a function");
     Program p;
-    p.symbol = std::string(Get<ffi::String>(fobj, "symbol", "a function"));
+    p.symbol = (Get<std::string>(fobj, "symbol", "a function"));
     const std::string where = "function '" + p.symbol + "'";
-    for (const ffi::Any& s : Get<json::Array>(fobj, "inputs", where)) {
+    for (const Json& s : Get<Json>(fobj, "inputs", where, true)) {
       p.inputs.push_back(ParseSpec(AsObject(s, where + " input"), where + " input", false));
     }
-    const json::Array steps = Get<json::Array>(fobj, "steps", where);
+    const Json steps = Get<Json>(fobj, "steps", where, true);
     for (size_t i = 0; i < steps.size(); ++i) {
       const std::string swhere = where + " step " + std::to_string(i);
-      json::Object sobj = AsObject(steps[i], swhere);
+      const Json& sobj = AsObject(steps[i], swhere);
       Step st;
-      st.pattern = std::string(Get<ffi::String>(sobj, "pattern", swhere));
-      st.name = std::string(Get<ffi::String>(sobj, "name", swhere));
+      st.pattern = (Get<std::string>(sobj, "pattern", swhere));
+      st.name = (Get<std::string>(sobj, "name", swhere));
       st.lhs = Get<int64_t>(sobj, "lhs", swhere);
       st.rhs = Get<int64_t>(sobj, "rhs", swhere);
       CheckRef(st.lhs, p, i, swhere + " lhs");
       CheckRef(st.rhs, p, i, swhere + " rhs");
-      st.kind = ParseStepKind(std::string(Get<ffi::String>(sobj, "kind", swhere)));
-      st.scheme = std::string(Get<ffi::String>(sobj, "scheme", swhere));
+      st.kind = ParseStepKind((Get<std::string>(sobj, "kind", swhere)));
+      st.scheme = (Get<std::string>(sobj, "scheme", swhere));
       st.has_bias = OptionalRef(sobj, "bias", p, i, swhere, &st.bias);
       st.has_scale_a = OptionalRef(sobj, "scale_a", p, i, swhere, &st.scale_a);
       st.has_scale_b = OptionalRef(sobj, "scale_b", p, i, swhere, &st.scale_b);
@@ -219,22 +240,22 @@ Descriptor ParseDescriptor(const std::string& text) {
         TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere << " of kind "
                                   << StepKindName(st.kind) << " has the wrong scales";
       }
-      json::Array bits = Get<json::Array>(sobj, "bits", swhere);
+      const Json bits = Get<Json>(sobj, "bits", swhere, true);
       if (bits.size() != 3) {
         TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere << " bits must be [a, b, c]";
       }
       int* widths[3] = {&st.bits_a, &st.bits_b, &st.bits_c};
       for (int j = 0; j < 3; ++j) {
-        auto b = bits[j].try_cast<int64_t>();
-        if (!b.has_value() || *b < 1 || *b > 64) {
+        const int64_t b = IsInt64(bits[j]) ? bits[j].get<int64_t>() : 0;
+        if (b < 1 || b > 64) {
           TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere
                                     << " bits must be integers in [1, 64]";
         }
-        *widths[j] = static_cast<int>(*b);
+        *widths[j] = static_cast<int>(b);
       }
       st.rhs_transposed = Get<bool>(sobj, "rhs_transposed", swhere);
       try {
-        st.epilogue = ParseEpilogue(std::string(Get<ffi::String>(sobj, "epilogue", swhere)));
+        st.epilogue = ParseEpilogue((Get<std::string>(sobj, "epilogue", swhere)));
       } catch (const std::invalid_argument& e) {
         TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere << ": " << e.what();
       }
@@ -242,7 +263,7 @@ Descriptor ParseDescriptor(const std::string& text) {
       CheckStepRanks(st, p, swhere);
       p.steps.push_back(std::move(st));
     }
-    for (const ffi::Any& s : Get<json::Array>(fobj, "outputs", where)) {
+    for (const Json& s : Get<Json>(fobj, "outputs", where, true)) {
       TensorSpec spec = ParseSpec(AsObject(s, where + " output"), where + " output", true);
       if (spec.source >= 0 || -spec.source - 1 >= static_cast<int64_t>(p.steps.size())) {
         TVM_FFI_THROW(ValueError) << "tenet descriptor: an output of " << where
@@ -269,54 +290,49 @@ Descriptor ParseDescriptor(const std::string& text) {
 
 std::string SerializeDescriptor(const Descriptor& descriptor) {
   auto spec_json = [](const TensorSpec& s, bool is_output) {
-    json::Object o;
-    if (s.is_shape) {
-      o.Set(ffi::String("kind"), ffi::String("shape"));
-      return o;
-    }
-    o.Set(ffi::String("dtype"), ffi::DLDataTypeToString(s.dtype));
-    o.Set(ffi::String("ndim"), s.ndim);
-    if (is_output) o.Set(ffi::String("source"), s.source);
+    if (s.is_shape) return OrderedJson{{"kind", "shape"}};
+    OrderedJson o = {{"dtype", std::string(ffi::DLDataTypeToString(s.dtype))}, {"ndim", s.ndim}};
+    if (is_output) o["source"] = s.source;
     return o;
   };
-  json::Array functions;
+  OrderedJson functions = OrderedJson::array();
   for (const Program& p : descriptor.programs) {
-    json::Array inputs, outputs, steps;
+    OrderedJson inputs = OrderedJson::array(), outputs = OrderedJson::array(),
+                steps = OrderedJson::array();
     for (const auto& s : p.inputs) inputs.push_back(spec_json(s, false));
     for (const auto& s : p.outputs) outputs.push_back(spec_json(s, true));
     for (const Step& st : p.steps) {
-      json::Object o;
-      o.Set(ffi::String("pattern"), ffi::String(st.pattern));
-      o.Set(ffi::String("name"), ffi::String(st.name));
-      o.Set(ffi::String("lhs"), st.lhs);
-      o.Set(ffi::String("rhs"), st.rhs);
-      auto ref = [](bool has, ValueRef r) { return has ? ffi::Any(r) : ffi::Any(nullptr); };
-      o.Set(ffi::String("kind"), ffi::String(StepKindName(st.kind)));
-      o.Set(ffi::String("scheme"), ffi::String(st.scheme));
-      o.Set(ffi::String("bias"), ref(st.has_bias, st.bias));
-      o.Set(ffi::String("scale_a"), ref(st.has_scale_a, st.scale_a));
-      o.Set(ffi::String("scale_b"), ref(st.has_scale_b, st.scale_b));
-      o.Set(ffi::String("zero_point"), ref(st.has_zero_point, st.zero_point));
-      o.Set(ffi::String("bits"), json::Array{int64_t(st.bits_a), int64_t(st.bits_b),
-                                             int64_t(st.bits_c)});
-      o.Set(ffi::String("quant"), RecipeJson(st.recipe));
-      o.Set(ffi::String("rhs_transposed"), st.rhs_transposed);
-      o.Set(ffi::String("epilogue"), ffi::String(EpilogueName(st.epilogue)));
-      o.Set(ffi::String("out_ndim"), st.out_ndim);
-      steps.push_back(o);
+      auto ref = [](bool has, ValueRef r) { return has ? OrderedJson(r) : OrderedJson(nullptr); };
+      steps.push_back({{"pattern", st.pattern},
+                       {"name", st.name},
+                       {"lhs", st.lhs},
+                       {"rhs", st.rhs},
+                       {"kind", StepKindName(st.kind)},
+                       {"scheme", st.scheme},
+                       {"bias", ref(st.has_bias, st.bias)},
+                       {"scale_a", ref(st.has_scale_a, st.scale_a)},
+                       {"scale_b", ref(st.has_scale_b, st.scale_b)},
+                       {"zero_point", ref(st.has_zero_point, st.zero_point)},
+                       {"bits", {st.bits_a, st.bits_b, st.bits_c}},
+                       {"quant", RecipeJson(st.recipe)},
+                       {"rhs_transposed", st.rhs_transposed},
+                       {"epilogue", EpilogueName(st.epilogue)},
+                       {"out_ndim", st.out_ndim}});
     }
-    json::Object f;
-    f.Set(ffi::String("symbol"), ffi::String(p.symbol));
-    f.Set(ffi::String("inputs"), inputs);
-    f.Set(ffi::String("outputs"), outputs);
-    f.Set(ffi::String("steps"), steps);
-    functions.push_back(f);
+    functions.push_back(
+        {{"symbol", p.symbol}, {"inputs", inputs}, {"outputs", outputs}, {"steps", steps}});
   }
-  json::Object top;
-  top.Set(ffi::String("version"), kDescriptorVersion);
-  top.Set(ffi::String("functions"), functions);
-  top.Set(ffi::String("accelerator"), json::Parse(SerializeAccelerator(descriptor.accelerator)));
-  return std::string(json::Stringify(top));
+  // The accelerator as its own writer spells it (nlohmann reads back what it wrote).
+  const OrderedJson top = {
+      {"version", kDescriptorVersion},
+      {"functions", functions},
+      {"accelerator", OrderedJson::parse(SerializeAccelerator(descriptor.accelerator))}};
+  try {
+    return detail::Dump(top, "tenet descriptor");
+  } catch (const std::invalid_argument& e) {
+    TVM_FFI_THROW(ValueError) << e.what();
+  }
+  TVM_FFI_UNREACHABLE();
 }
 
 }  // namespace runtime

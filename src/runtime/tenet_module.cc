@@ -118,6 +118,13 @@ class TenetModuleObj : public ffi::ModuleObj {
       return ffi::Function::FromTyped(
           [self, this](const ffi::String& tag) { ledger_.SetTag(std::string(tag)); });
     }
+    // The tag in force, so a caller that tags its own calls (a model runner) can restore it.
+    if (name == "__tenet_tag") {
+      return ffi::Function::FromTyped([self, this]() {
+        const uint32_t current = ledger_.CurrentTag();  // read first: tags only grow
+        return ffi::String(ledger_.Tags()[current]);
+      });
+    }
     if (name == "__tenet_set_charging") {
       return ffi::Function::FromTyped([self, this](bool on) { charging_.store(on); });
     }

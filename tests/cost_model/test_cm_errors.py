@@ -126,7 +126,7 @@ def test_tenet_text_formats():
         cm.parse_tenet_statement("2 1\n{S[i]: 0<=i<4}\n{S[i]->A[i]}\n")
     with pytest.raises(ValueError, match="cannot read file"):
         cm.load_tenet("/nonexistent.p", "/nonexistent.m", "/nonexistent.s")
-    with pytest.raises(ValueError, match="JSON at character 0: unexpected character 'h'"):
+    with pytest.raises(ValueError, match="JSON at character 0: .*invalid literal; last read: 'h'"):
         cm.parse_accelerator("hello")
 
 
@@ -154,7 +154,7 @@ def test_accelerator_json_errors_name_the_field():
     for edit, message in cases:
         with pytest.raises(ValueError, match=re.escape(message)):
             parse(edit)
-    with pytest.raises(ValueError, match="JSON at character 7: expected a string"):
+    with pytest.raises(ValueError, match="JSON at character 7: .*expected string literal"):
         cm.parse_accelerator('{"a":1,}')
 
 

@@ -45,7 +45,7 @@ def test_estimate_prints_phases_and_writes_files(tmp_path, capsys):
     batch = list(csv.DictReader((tmp_path / "sweep_batch.csv").open()))
     assert [(r["context_len"], r["batch"]) for r in batch] == [("16", "1"), ("16", "4")] * 2
     names = {p.name for p in tmp_path.iterdir()}
-    assert {"estimate.csv", "ledger_none.csv", "ledger_q4f16_1.csv", "estimate_sweep.png"} <= names
+    assert {"estimate.csv", "layers_none.csv", "layers_q4f16_1.csv", "estimate_sweep.png"} <= names
     assert (tmp_path / "estimate_sweep.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -59,3 +59,37 @@ def test_bad_input_is_one_line(argv, message, capsys):
     assert exit_code(["estimate", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_out_is_checked_before_the_work(tmp_path, capsys, monkeypatch):
+    import sys
+
+    afile = tmp_path / "afile.txt"
+    afile.write_text("mine")
+    monkeypatch.setattr(sys.modules["tenet_byoc.estimate"], "estimate", lambda *a, **k: pytest.fail("ran"))
+    assert exit_code(["estimate", "--out", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(afile) in err and "Traceback" not in err
+    assert afile.read_text() == "mine"
+    assert exit_code(["estimate", "--ledger"]) == 2
+    assert "--ledger writes ledger_<scheme>.csv into the --out folder" in capsys.readouterr().err
+
+
+def test_out_writes_a_layer_summary_and_every_call_only_with_ledger(tmp_path, capsys):
+    argv = ["estimate", "--model", "gpt2", "--prompt-len", "8", "--decode-steps", "3"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "b"), "--ledger"]) == 0
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["estimate.csv",
+                                                                   "layers_none.csv"]
+    assert {"layers_none.csv", "ledger_none.csv"} <= {p.name for p in (tmp_path / "b").iterdir()}
+    layers = list(csv.DictReader((tmp_path / "a" / "layers_none.csv").open()))
+    calls = list(csv.DictReader((tmp_path / "b" / "ledger_none.csv").open()))
+    # Each summary row is the sum of its layer's calls in the full ledger.
+    assert sum(int(r["calls"]) for r in layers) == len(calls)
+    for row in layers:
+        mine = [c for c in calls if (c["phase"], c["name"]) == (row["phase"], row["layer"])]
+        assert int(row["calls"]) == len(mine) == (1 if row["phase"] == "prefill" else 3)
+        assert int(row["macs"]) == sum(int(c["macs"]) for c in mine)
+        assert float(row["energy_pj"]) == pytest.approx(sum(float(c["energy_pj"]) for c in mine))
+    # GPT-2 small: 12 layers x 6 GEMMs + the head, per phase
+    assert len(layers) == 2 * (12 * 6 + 1)

@@ -92,8 +92,13 @@ def test_profile(capsys):
 
 
 class _FakeReport:
+    calls = ()  # no charged calls: the layer names the case gives are then an empty list
+
     def __init__(self, func, shapes):
         self.func, self.shapes = func, shapes
+
+    def name_layers(self, names):
+        assert list(names) == []
 
     def __str__(self):
         return f"REPORT {self.func} {self.shapes}"
@@ -293,7 +298,7 @@ def test_readme_profile_command_works_with_its_defaults(monkeypatch, capsys):
      "cannot write output file '/nonexistent_dir/r.csv': No such file or directory"),
     (["profile", "--json", "{tmp}"], "cannot write output file"),
     # broken input files name the file
-    (["run", "--checkpoint", "{tmp}/ckpt"], "model.safetensors' is not a readable safetensors"),
+    (["run", "--checkpoint", "{tmp}/ckpt"], "model.safetensors' is not a safetensors file"),
     (["run", "--model", "mlp", "--data", "{tmp}/cutgz"], "is not a valid gzip file"),
     (["run", "--checkpoint", "{tmp}/huge"], "config.json n_layer=1000000000 is above the limit"),
 ], ids=["lengths", "mlp-checkpoint", "mlp-prompt", "gpt2-data", "mlp-phase", "ckpt-config",
@@ -331,3 +336,45 @@ def test_help_mentions_only_existing_options(command, capsys):
     if command == "profile":
         for scheme in SCHEMES:
             assert scheme in out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["run", "--accelerator", "tpuv1"], "unknown preset 'tpuv1' (did you mean 'tpu_v1'?)"),
+    (["sweep", "--accelerator", "os16,OS_128"], "unknown preset 'OS_128' (did you mean 'os128'?)"),
+    (["run", "--scheme", "W8A8_PER_TENSOR"],
+     "unknown scheme 'W8A8_PER_TENSOR' (did you mean 'w8a8_per_tensor'?)"),
+    (["sweep", "--schemes", "none,q4f16-awq"], "'q4f16-awq' (did you mean 'q4f16_awq'?)"),
+    (["estimate", "--accelerator", "tpuv1"], "(did you mean 'tpu_v1'?)"),
+])
+def test_near_names_get_a_suggestion_not_a_list(argv, message, capsys):
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    # the suggestion replaces the dump of every name
+    assert "mxfp4" not in err and "is16" not in err
+
+
+def test_one_name_options_do_not_offer_all(capsys):
+    # `run` takes one preset, so its message must not suggest "all", which it refuses.
+    assert exit_code(["run", "--accelerator", "nonsense"]) == 2
+    err = capsys.readouterr().err
+    assert "available: " in err and "(or all)" not in err
+    assert exit_code(["sweep", "--accelerator", "nonsense"]) == 2
+    assert "(or all)" in capsys.readouterr().err
+
+
+def test_help_describes_the_models_and_the_default_sweep(capsys):
+    from tenet_byoc.experiments.sweep import DEFAULT_HARDWARE
+    from tenet_byoc.quantization import CLASSIC_SCHEMES
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "FashionMNIST MLP" not in out and "digits" in out
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    # what the sweep really runs by default, from the sweep's own constants
+    said = out[out.index(f"default: the classic {len(CLASSIC_SCHEMES)},"):].split(";")[0]
+    assert said.replace(" ", "").split(",")[1:] == list(CLASSIC_SCHEMES)
+    assert f"default: {','.join(DEFAULT_HARDWARE)}" in out
+    assert "default: all;" not in out

@@ -236,6 +236,17 @@ def test_bad_input_is_named(tmp_path, checkpoint):
         prepare_eval(tmp_path / "nothing", text, ["none"])
 
 
+def test_paths_of_the_wrong_kind_are_named(tmp_path, checkpoint):
+    # Existing paths are never reported as missing: a folder for the text, a file for the
+    # checkpoint say what they are and what is expected instead.
+    folder, text, _ = checkpoint
+    with pytest.raises(IsADirectoryError, match=f"text file '{tmp_path}' is a directory; --text "
+                                                "takes a UTF-8 text file"):
+        prepare_eval(folder, tmp_path, ["none"])
+    with pytest.raises(NotADirectoryError, match=r"model.safetensors' is a file; pass the folder"):
+        prepare_eval(folder / "model.safetensors", text, ["none"])
+
+
 def test_tokenizer_of_another_model_is_refused(tmp_path, checkpoint):
     folder, text, _ = checkpoint
     bad = tmp_path / "ckpt"
@@ -247,8 +258,21 @@ def test_tokenizer_of_another_model_is_refused(tmp_path, checkpoint):
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(bad / "tokenizer.json"))
-    with pytest.raises(ValueError, match=r"gives token id 2\d\d, but the model's vocab_size is \d+"):
+    with pytest.raises(ValueError, match=r"tokenizer.json' has token ids up to 2\d\d, but the "
+                                         r"model's vocab_size is 1?\d\d \(config.json\)"):
         prepare_eval(bad, text, ["none"])
+
+
+def test_a_tokenizer_far_smaller_than_the_model_warns(tmp_path, checkpoint):
+    # Fewer tokens than vocab_size is normal (padded embeddings); under half is suspicious.
+    folder, text, model = checkpoint
+    bad = tmp_path / "ckpt"
+    _copy_checkpoint(folder, bad)
+    size = _write_tokenizer(bad, text.read_text(), vocab_size=30)
+    assert size < model.config.vocab_size // 2
+    with pytest.warns(UserWarning, match=rf"tokenizer.json' has {size} tokens for a model with "
+                                         rf"vocab_size {model.config.vocab_size}"):
+        prepare_eval(bad, text, ["none"], max_tokens=8)
 
 
 def test_broken_weights_are_named(tmp_path, checkpoint):
@@ -280,3 +304,8 @@ def test_command_line(tmp_path, capsys, checkpoints):
     err = capsys.readouterr().err
     assert "tenet-byoc eval: error:" in err and "config.json" in err
     assert "Traceback" not in err
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "--checkpoint", str(folder), "--text", str(tmp_path), "--no-progress"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"text file '{tmp_path}' is a directory" in err and "Traceback" not in err

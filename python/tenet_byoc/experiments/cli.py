@@ -2,7 +2,7 @@
 
 Examples
 --------
-    tenet-byoc sweep --out results           # GPT-2 small + MLP, all schemes, os16 and ws16
+    tenet-byoc sweep --out results           # GPT-2 small + MLP, the 7 classic schemes, os16, ws16
     tenet-byoc sweep --quick --out results   # a shorter prompt, three schemes, one array
     tenet-byoc run --model gpt2 --scheme w4a16_group128 --accelerator ws16
     tenet-byoc run --model mlp --tenet-p systolic.p --tenet-m matmul_systolic_os.m
@@ -63,9 +63,25 @@ def _scheme_items(text: str) -> list[str]:
     return items
 
 
-def _names(kind: str, known: Sequence[str]):
+def _unknown(kind: str, bad: Sequence[str], known: Sequence[str], text: str, many: bool) -> str:
+    """The message for unknown names: near names when there are some, else the choices."""
+    from .._names import did_you_mean
+
+    if not bad:
+        return f"no {kind} given in {text!r}"
+    hints = [f"{t!r}{did_you_mean(t, known)}" for t in bad]
+    if all("did you mean" in h for h in hints):
+        return f"unknown {kind} " + ", ".join(hints)
+    choices = ("run `tenet-byoc presets` for the list" if len(known) > 12
+               else "available: " + ", ".join(known))
+    return (f"unknown {kind} " + ", ".join(hints) + f"; {choices}"
+            + (" (or all)" if many else ""))
+
+
+def _names(kind: str, known: Sequence[str], *, many: bool = True):
     """An argparse type for a comma-separated list of known names (or ``all``); for
-    schemes also names with a KV modifier (``per_token+kv8``) and spec strings."""
+    schemes also names with a KV modifier (``per_token+kv8``) and spec strings. With
+    ``many=False`` (see :func:`_one`) the message does not offer ``all``."""
     def parse(text: str) -> list[str]:
         if kind == "scheme":
             items = _scheme_items(text)
@@ -87,8 +103,7 @@ def _names(kind: str, known: Sequence[str]):
                     bad.remove(t)
         if bad or not items:
             raise argparse.ArgumentTypeError(
-                f"unknown {kind} {', '.join(map(repr, bad)) or repr(text)}; "
-                f"available: {', '.join(known)} (or all)"
+                _unknown(kind, bad, known, text, many)
                 + ("; a name may take a KV modifier (+kv8) and a spec string works too"
                    if kind == "scheme" else "")
             )
@@ -98,7 +113,7 @@ def _names(kind: str, known: Sequence[str]):
 
 
 def _one(kind: str, known: Sequence[str]):
-    many = _names(kind, known)
+    many = _names(kind, known, many=False)
 
     def parse(text: str) -> str:
         items = many(text)
@@ -122,15 +137,16 @@ def _positive(text: str) -> int:
 def _parser() -> argparse.ArgumentParser:
     from ..hardware import DEFAULT_PRESET, PRESETS
     from ..models.gpt2 import PRESETS as GPT2_PRESETS
-    from ..quantization import SCHEMES
+    from ..quantization import CLASSIC_SCHEMES, SCHEMES
     from .sweep import DEFAULT_HARDWARE
 
     presets, schemes, configs = sorted(PRESETS), list(SCHEMES), list(GPT2_PRESETS)
     parser = argparse.ArgumentParser(
         prog="tenet-byoc",
-        description="What GPT-2 and a FashionMNIST MLP would cost on a PE-array accelerator "
-        "(TENET cost model), per quantization scheme. The GEMMs really run on the CPU, so "
-        "output errors are real.",
+        description="What an LLM (GPT-2, Llama-family checkpoints, or any size from its config "
+        "alone) and an MLP on scikit-learn's digits (or FashionMNIST files you give) would cost "
+        "on a PE-array accelerator (TENET cost model), per quantization scheme. The GEMMs "
+        "really run on the CPU, so output errors are real.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="run `tenet-byoc COMMAND --help` for a command's options; "
         "the main job is `tenet-byoc sweep --out results`",
@@ -196,7 +212,8 @@ def _parser() -> argparse.ArgumentParser:
                        "each accelerator; GPT-2 as a prefill and one decode step.")
     model_options(p, sweep=True)
     p.add_argument("--schemes", type=_names("scheme", schemes), metavar="LIST",
-                   help=f"comma-separated schemes or all (default: all; three with --quick); "
+                   help=f"comma-separated schemes or all (default: the classic "
+                   f"{len(CLASSIC_SCHEMES)}, {','.join(CLASSIC_SCHEMES)}; three with --quick); "
                    f"available: {', '.join(schemes)}")
     hardware_options(p, many=True)
     p.add_argument("--quick", action="store_true",
@@ -505,6 +522,10 @@ def _cmd_profile(args) -> int:
     func, fargs = case.inputs(vm, phase)
     print(case.describe())
     report = vm.profile(func, *fargs)
+    # The case knows its layers (h.0.attn.c_attn, fc0, ...) by call order: the table shows
+    # them rather than the fused kernels' generated names.
+    entries = [e for r in report.calls for e in r.entries]
+    report.name_layers(case.layer_names(phase, entries))
     print(report)
     if args.csv:
         Path(args.csv).write_text(report.csv())
@@ -596,6 +617,8 @@ def _cmd_presets(args) -> int:
 def _cmd_estimate(args) -> int:
     from .estimate_cmd import run_estimate
 
+    if args.out:
+        _check_output_dir(args.out)  # before the work, as sweep and eval do
     with _input_checks():  # nothing runs: every error is about the input
         return run_estimate(args)
 

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -31,6 +32,7 @@ __all__ = [
     "EvalJob",
     "EvalResult",
     "PerplexityRow",
+    "check_tokenizer",
     "evaluate",
     "load_tokenizer",
     "prepare_eval",
@@ -73,8 +75,37 @@ def load_tokenizer(checkpoint: str | os.PathLike[str]) -> Any:
         raise ValueError(f"{path!r} is not a readable tokenizer.json: {err}") from None
 
 
+def check_tokenizer(tokenizer: Any, vocab_size: int, path: str) -> None:
+    """Refuse a tokenizer whose ids do not all fit the model; warn if it is far smaller.
+
+    A tokenizer with an id at or past ``vocab_size`` is from another model (its ids would
+    index past the embedding): refused. One with fewer tokens than the model is normal
+    (models pad their embedding, e.g. Qwen2.5: 151,665 tokens for ``vocab_size`` 151,936),
+    but under half of ``vocab_size`` it is most likely another model's, so a warning says so.
+
+    Raises
+    ------
+    ValueError
+        Naming the tokenizer file, its largest id and the model's ``vocab_size``.
+    """
+    ids = tokenizer.get_vocab(with_added_tokens=True).values()
+    top = max(ids, default=-1)
+    if top >= vocab_size:
+        raise ValueError(
+            f"{path!r} has token ids up to {top}, but the model's vocab_size is {vocab_size} "
+            "(config.json): tokenizer and weights do not belong together"
+        )
+    if len(ids) < vocab_size // 2:
+        warnings.warn(
+            f"{path!r} has {len(ids)} tokens for a model with vocab_size {vocab_size} "
+            "(config.json): is it the tokenizer of another model?",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def tokenize_text(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str],
-                  max_tokens: int | None = None) -> np.ndarray:
+                  max_tokens: int | None = None, vocab_size: int | None = None) -> np.ndarray:
     """Token ids of a UTF-8 text file under the checkpoint's tokenizer.
 
     Special tokens are added as the tokenizer's post-processor defines them (e.g. a
@@ -88,6 +119,8 @@ def tokenize_text(checkpoint: str | os.PathLike[str], text: str | os.PathLike[st
         The text file.
     max_tokens : int, optional
         Keep only the first ``max_tokens`` ids.
+    vocab_size : int, optional
+        The model's: the tokenizer is checked against it first (:func:`check_tokenizer`).
 
     Returns
     -------
@@ -98,12 +131,19 @@ def tokenize_text(checkpoint: str | os.PathLike[str], text: str | os.PathLike[st
     ------
     FileNotFoundError
         If the text file or ``tokenizer.json`` is missing (named).
+    IsADirectoryError
+        If ``text`` is a folder.
     ValueError
         If the text is not UTF-8, is empty or gives fewer than two tokens, or the tokenizer
-        file is corrupt (each naming the file).
+        file is corrupt or does not fit ``vocab_size`` (each naming the file).
     """
     tokenizer = load_tokenizer(checkpoint)
+    if vocab_size is not None:
+        check_tokenizer(tokenizer, vocab_size, os.path.join(os.fspath(checkpoint), TOKENIZER_FILE))
     path = os.fspath(text)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"text file {path!r} is a directory; --text takes a UTF-8 "
+                                "text file")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"text file {path!r} does not exist")
     try:
@@ -243,6 +283,9 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
     from ..quantization import get_scheme
 
     folder = os.fspath(checkpoint)
+    if os.path.isfile(folder):
+        raise NotADirectoryError(f"checkpoint {folder!r} is a file; pass the folder that holds "
+                                 "config.json, the weights and tokenizer.json")
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"checkpoint folder {folder!r} does not exist")
     names = list(dict.fromkeys(schemes))
@@ -262,13 +305,7 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
     if window is not None and window > context:
         raise ValueError(f"window={window} is longer than the model's context ({context} "
                          f"tokens, config.json of {folder!r})")
-    ids = tokenize_text(folder, text, max_tokens)
-    if int(ids.max()) >= config.vocab_size:
-        raise ValueError(
-            f"{os.path.join(folder, TOKENIZER_FILE)!r} gives token id {int(ids.max())}, but "
-            f"the model's vocab_size is {config.vocab_size} (config.json): tokenizer and "
-            "weights do not belong together"
-        )
+    ids = tokenize_text(folder, text, max_tokens, vocab_size=config.vocab_size)
     start = time.perf_counter()
     reference = _runner(folder, "none", acc)
     return EvalJob(folder, os.fspath(text), ids, window or context, names, acc, config,

@@ -11,6 +11,8 @@ from typing import Any
 
 from tvm.ir import IRModule
 
+from .checkpoint import SINGLE_FILE, read_config
+from .configs import config_from_dict
 from .gpt2 import GPT2Runner, load_hf_checkpoint
 from .llama import LlamaConfig, LlamaRunner, load_checkpoint
 from .runner import DecoderRunner
@@ -57,21 +59,26 @@ def from_pretrained(
     ------
     FileNotFoundError
         If the folder, its ``config.json`` or its weights are missing (naming the file).
+    NotADirectoryError
+        If ``folder`` is a file (e.g. the ``model.safetensors`` inside the folder).
     ValueError
         For an unknown ``model_type``, a config this code does not implement, a corrupt
         file (naming it) or a tensor of the wrong shape (naming it).
     KeyError
         If tensors the config needs are missing (naming them).
     """
-    from .checkpoint import read_config
-    from .configs import config_from_dict
-
     folder = os.fspath(folder)
+    if os.path.isfile(folder):
+        raise NotADirectoryError(
+            f"{folder!r} is a file; from_pretrained takes the checkpoint folder that holds "
+            f"config.json and {SINGLE_FILE} ({os.path.dirname(folder) or '.'!r})"
+        )
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"checkpoint folder {folder!r} does not exist")
     name = os.path.basename(os.path.normpath(folder))
+    values = read_config(folder)  # its errors name the file
     try:
-        config = config_from_dict(read_config(folder), name=name)
+        config = config_from_dict(values, name=name)
     except (TypeError, ValueError) as err:
         raise type(err)(f"{os.path.join(folder, 'config.json')!r}: {err}") from None
     if isinstance(config, LlamaConfig):

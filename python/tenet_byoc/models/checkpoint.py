@@ -4,8 +4,11 @@ A folder holds ``config.json`` and either ``model.safetensors`` or a sharded set
 ``model.safetensors.index.json``. Headers are read and checked first (every tensor's dtype,
 shape and byte range against its file's size), so a model's expected shapes can be checked
 against what the files hold before anything is built or loaded; tensors are then read one
-at a time and converted to float32 (float16 and bfloat16 widened exactly). Nothing is
-downloaded. Errors name the file, and the tensor where there is one.
+at a time and converted to float32 (float16 and bfloat16 widened exactly, float64 narrowed).
+Nothing is downloaded. Errors name the file, and the tensor where there is one.
+
+This is the one reader of checkpoints: every family describes where its weights sit
+(:class:`Layout`) and calls :func:`load_weights`.
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ import numpy as np
 __all__ = [
     "Checkpoint",
     "CheckpointError",
+    "Layout",
     "TensorInfo",
+    "load_weights",
     "read_config",
+    "read_json",
 ]
 
 CONFIG_FILE = "config.json"
@@ -57,6 +63,39 @@ class TensorInfo:
     end: int
 
 
+def read_json(path: str, what: str = "a JSON object") -> dict[str, Any]:
+    """The JSON object in the file ``path``; CheckpointError naming the file otherwise.
+
+    A document nested too deeply for Python's parser (a hostile file) is refused the same
+    way, not with a RecursionError.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            return _json_object(f.read(), path, what)
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{path!r} is not UTF-8 text (byte at offset {err.start})") from None
+
+
+def _json_object(text: str | bytes, path: str, what: str, label: str = "") -> dict[str, Any]:
+    # ``label`` goes between the file's name and the reason ("has a corrupt header: ").
+    where = f"{path!r} {label}"
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise CheckpointError(
+            f"{where}is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+        ) from None
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{where}is not UTF-8 text (byte at offset {err.start})") from None
+    except RecursionError:
+        raise CheckpointError(
+            f"{where}is nested too deeply to be {what} (Python's JSON parser gave up)"
+        ) from None
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{where}must hold {what}, got {type(values).__name__}")
+    return values
+
+
 def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Return the contents of a ``config.json``: the file itself, or the one in a folder.
 
@@ -65,7 +104,8 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     FileNotFoundError
         If the path, or the folder's ``config.json``, does not exist.
     CheckpointError
-        If the file is not JSON, or not a JSON object.
+        If the file is not JSON, or not a JSON object, or is a weights file (the message
+        says to pass the folder).
     """
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -74,14 +114,12 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise FileNotFoundError(f"{path!r} not found: a checkpoint folder needs a config.json")
     elif not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint folder or config file {path!r} does not exist")
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path!r} is not valid JSON: {err}") from None
-    if not isinstance(values, dict):
-        raise CheckpointError(f"{path!r} must hold a JSON object, got {type(values).__name__}")
-    return values
+    elif path.endswith(".safetensors") or os.path.basename(path) == INDEX_FILE:
+        raise CheckpointError(
+            f"{path!r} is a weights file; pass the checkpoint folder that holds it and its "
+            f"config.json ({os.path.dirname(path) or '.'!r})"
+        )
+    return read_json(path, "a JSON object")
 
 
 def _read_header(path: str) -> dict[str, TensorInfo]:
@@ -97,12 +135,7 @@ def _read_header(path: str) -> dict[str, TensorInfo]:
                 f"{n} bytes, the file has {size}"
             )
         raw = f.read(n)
-    try:
-        header = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path!r} has a corrupt safetensors header: {err}") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path!r} has a corrupt safetensors header (not a JSON object)")
+    header = _json_object(raw, path, "a JSON object", "has a corrupt safetensors header: it ")
     data_start = 8 + n
     out: dict[str, TensorInfo] = {}
     for name, entry in header.items():
@@ -143,6 +176,8 @@ class Checkpoint:
     ----------
     tensors : dict of str to TensorInfo
         Every stored tensor by its name in the checkpoint.
+    source : str
+        The file the names come from: ``model.safetensors`` or the index.
 
     Raises
     ------
@@ -158,8 +193,10 @@ class Checkpoint:
         index = os.path.join(self.folder, INDEX_FILE)
         single = os.path.join(self.folder, SINGLE_FILE)
         if os.path.isfile(index):
+            self.source = index
             self.tensors = self._read_sharded(index)
         elif os.path.isfile(single):
+            self.source = single
             self.tensors = _read_header(single)
         else:
             raise FileNotFoundError(
@@ -168,10 +205,9 @@ class Checkpoint:
 
     def _read_sharded(self, index: str) -> dict[str, TensorInfo]:
         try:
-            with open(index, encoding="utf-8") as f:
-                weight_map = json.load(f)["weight_map"]
+            weight_map = read_json(index, "a safetensors index")["weight_map"]
             files = {str(name): str(file) for name, file in weight_map.items()}
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
+        except (CheckpointError, KeyError, TypeError, AttributeError):
             raise CheckpointError(
                 f"{index!r} is not a safetensors index (a JSON object with a 'weight_map')"
             ) from None
@@ -207,7 +243,7 @@ class Checkpoint:
         for name, shape in expected:
             info = self.tensors.get(name)
             if info is None:
-                missing.append(name)
+                missing.append(f"{name!r} (expected shape {list(shape)})")
                 if len(missing) == 5:
                     break
             elif info.shape != tuple(shape):
@@ -223,7 +259,7 @@ class Checkpoint:
         if missing:
             raise KeyError(
                 f"{model} checkpoint {self.folder!r} lacks tensor(s) "
-                + ", ".join(repr(m) for m in missing)
+                + ", ".join(missing)
                 + (" and maybe more" if len(missing) == 5 else "")
                 + (f"; {note}" if note else "")
             )
@@ -244,6 +280,119 @@ class Checkpoint:
             raw = (raw.astype(np.uint32) << 16).view(np.float32)
         return raw.astype(np.float32, copy=False).reshape(info.shape)
 
-    def read_all(self, names: Iterable[str]) -> dict[str, np.ndarray]:
-        """Read the named tensors, in that order, as float32 arrays."""
-        return {name: self.read(name) for name in names}
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a family's weights sit in its Hugging Face checkpoints.
+
+    Parameters
+    ----------
+    model : str
+        The family's name in messages (``GPT-2``, ``llama``, ...).
+    prefix : str
+        What Hugging Face puts before the model's own parameter names (``transformer.``,
+        ``model.``); a checkpoint may also store them without it.
+    layer_prefix : str
+        The parameter names of layer ``i`` begin with ``layer_prefix + f"{i}."``.
+    layer_field : str
+        The config field that counts the layers, for messages.
+    transposed : tuple of str
+        Suffixes of the names stored ``[in, out]`` (GPT-2's Conv1D), read transposed.
+    unprefixed : tuple of str
+        Names Hugging Face writes without ``prefix`` (``lm_head.weight``).
+    """
+
+    model: str
+    prefix: str
+    layer_prefix: str
+    layer_field: str
+    transposed: tuple[str, ...] = ()
+    unprefixed: tuple[str, ...] = ()
+
+    def stored_name(self, name: str, tensors: dict[str, TensorInfo]) -> str:
+        """The name ``name`` has in ``tensors``: the one Hugging Face writes if absent."""
+        if name in self.unprefixed:
+            return name
+        full = self.prefix + name
+        return name if full not in tensors and name in tensors else full
+
+
+def _layers(tensors: Iterable[str], layout: Layout) -> set[int]:
+    # Layer indices the stored names hold, with or without the family's prefix.
+    out = set()
+    for name in tensors:
+        rest = name.removeprefix(layout.prefix)
+        if rest.startswith(layout.layer_prefix):
+            index = rest[len(layout.layer_prefix):].split(".", 1)[0]
+            if index.isdigit():
+                out.add(int(index))
+    return out
+
+
+def load_weights(
+    folder: str | os.PathLike[str],
+    layout: Layout,
+    layers: int,
+    expected: Iterable[tuple[str, tuple[int, ...]]],
+    note: str = "",
+) -> dict[str, np.ndarray]:
+    """Read a checkpoint's weights as float32, after checking them against the model.
+
+    The stored layers must be exactly ``0 .. layers - 1`` and every expected tensor must be
+    stored with its shape and a float dtype; both are checked from the headers before any
+    weight is read.
+
+    Parameters
+    ----------
+    folder : str or PathLike
+        The checkpoint folder.
+    layout : Layout
+        Where the family's weights sit.
+    layers : int
+        The layer count of the config.
+    expected : iterable of (str, tuple of int)
+        The model's parameter names (without ``layout.prefix``) and shapes, in the order
+        of the returned dict.
+    note : str
+        Added to a missing-tensor message.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        By the model's parameter name, transposed where ``layout.transposed`` says.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the weights file, or a shard, is missing.
+    KeyError
+        Naming the missing tensors (as Hugging Face names them) and their shapes.
+    CheckpointError
+        If a file is corrupt or truncated, the layer count differs, or a tensor has the
+        wrong shape or dtype (naming it).
+    """
+    ckpt = Checkpoint(folder)
+    held = _layers(ckpt.tensors, layout)
+    if len(held) != layers or (held and max(held) != layers - 1):
+        where = ckpt.source
+        span = f"{layout.layer_prefix}0 - {layout.layer_prefix}{max(held)}" if held else "none"
+        raise CheckpointError(
+            f"{where!r} holds {len(held)} layers ({span}); the config has "
+            f"{layout.layer_field}={layers}"
+        )
+
+    # The layer count matches the files, so the list is no longer than what they hold.
+    expected = [(name, tuple(shape)) for name, shape in expected]
+    stored = [
+        (layout.stored_name(name, ckpt.tensors),
+         shape[::-1] if layout.transposed and name.endswith(layout.transposed) else shape)
+        for name, shape in expected
+    ]
+    held_note = f"the files hold {len(ckpt.tensors)}"
+    ckpt.check_shapes(layout.model, stored, f"{note}, {held_note}" if note else held_note)
+    out = {}
+    for (name, _), (stored_name, _) in zip(expected, stored, strict=True):
+        value = ckpt.read(stored_name)
+        out[name] = np.ascontiguousarray(value.T) if value.ndim == 2 and (
+            layout.transposed and name.endswith(layout.transposed)) else value
+    return out

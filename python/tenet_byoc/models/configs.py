@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from .checkpoint import read_config
+from .._names import did_you_mean
+from .checkpoint import CONFIG_FILE, read_config
+from .gpt2 import GPT2Config
+from .llama import FAMILIES, LlamaConfig
 
 __all__ = ["BUILTIN", "BuiltinModel", "config_from_dict", "resolve_config"]
 
@@ -89,9 +92,6 @@ def config_from_dict(values: Mapping[str, Any], name: str = "custom") -> Any:
     ValueError
         If ``model_type`` is missing or not one of ``gpt2``, ``llama``, ``mistral``, ``qwen2``.
     """
-    from .gpt2 import GPT2Config
-    from .llama import FAMILIES, LlamaConfig
-
     model_type = values.get("model_type")
     if model_type == "gpt2":
         return GPT2Config.from_hf_dict(values, name=name)
@@ -117,17 +117,24 @@ def resolve_config(model: str | os.PathLike[str]) -> Any:
     Raises
     ------
     ValueError
-        If ``model`` is neither a built-in name nor an existing path (the message lists
-        the names), or the config is not one this package implements.
+        If ``model`` is neither a built-in name nor an existing path (the message suggests
+        near names and lists the built-in ones), or the config is not one this package
+        implements (naming the file and the field).
     """
     text = os.fspath(model)
     if text in BUILTIN:
         return config_from_dict(BUILTIN[text].values, name=text)
     if not os.path.exists(text):
         raise ValueError(
-            f"model {text!r} is neither a built-in name ({sorted(BUILTIN)}) nor an existing "
-            "config.json or checkpoint folder"
+            f"model {text!r} is neither a built-in name nor an existing config.json or "
+            f"checkpoint folder{did_you_mean(text, BUILTIN)}; built-in: {sorted(BUILTIN)}"
         )
     folder = text if os.path.isdir(text) else os.path.dirname(text)
     name = os.path.basename(os.path.normpath(folder)) if folder else "custom"
-    return config_from_dict(read_config(text), name=name)
+    values = read_config(text)  # its errors name the file
+    path = os.path.join(text, CONFIG_FILE) if os.path.isdir(text) else text
+    try:
+        return config_from_dict(values, name=name)
+    except (TypeError, ValueError) as err:
+        # A field of the wrong type is the file's fault, whatever Python calls it.
+        raise ValueError(f"{path!r}: {err}") from None

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import numpy as np
+from .decoder import PHASES
+from .gpt2 import GPT2Config, gpt2_matmuls
+from .llama import LlamaConfig, llama_matmuls
 
-__all__ = ["Gemm", "call_rows_and_keys", "model_gemms", "total_macs"]
-
-PHASES = ("prefill", "decode")
+__all__ = ["PHASES", "Gemm", "model_gemms", "total_macs"]
 
 # Attention's two GEMMs multiply activations by activations (the KV cache); every other
 # GEMM's rhs is a weight matrix.
@@ -36,22 +36,6 @@ class Gemm(NamedTuple):
         return self.batch * self.m * self.n * self.k
 
 
-def call_rows_and_keys(phase: str, seq_len: int, context: int, field: str) -> tuple[int, int]:
-    """Rows (new tokens) and keys (tokens attended to) of one call, after checking them.
-
-    ``seq_len`` is the prompt length for ``prefill`` and the cache length for ``decode``;
-    ``context`` (named ``field`` in messages) bounds the keys.
-    """
-    if phase not in PHASES:
-        raise ValueError(f"phase={phase!r}; expected one of {PHASES}")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
-        raise TypeError(f"seq_len={seq_len!r} must be an integer")
-    rows, keys = (seq_len, seq_len) if phase == "prefill" else (1, seq_len + 1)
-    if seq_len < 0 or not 1 <= keys <= context:
-        raise ValueError(f"seq_len={seq_len} out of range for {phase} with {field}={context}")
-    return rows, keys
-
-
 def model_gemms(config: Any, phase: str, tokens: int) -> list[Gemm]:
     """List the GEMMs of one call, in execution order.
 
@@ -72,9 +56,6 @@ def model_gemms(config: Any, phase: str, tokens: int) -> list[Gemm]:
         attention GEMMs with ``weight=None`` (for Llama: batch = key/value heads, rows =
         query heads per group x tokens), and the head last.
     """
-    from .gpt2 import GPT2Config, gpt2_matmuls
-    from .llama import LlamaConfig, llama_matmuls
-
     if isinstance(config, GPT2Config):
         shapes = gpt2_matmuls(config, tokens, phase)
     elif isinstance(config, LlamaConfig):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from tvm import relax
@@ -16,17 +15,16 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 from ._params import check_named_arrays
-from .gemms import call_rows_and_keys
-from .runner import (
-    DecoderRunner,
-    KVCache,
+from .checkpoint import Layout, load_weights, read_config
+from .decoder import (
+    MASK_VALUE,
+    MatmulShape,
     build_with_tvm,
-    cache_length,
-    check_cache_tensors,
-    check_ids,
+    call_rows_and_keys,
     export_decoder,
     take_rows,
 )
+from .runner import DecoderRunner, KVCache, cache_length, check_cache_tensors, check_ids
 
 __all__ = [
     "PRESETS",
@@ -45,10 +43,9 @@ __all__ = [
     "load_hf_checkpoint",
     "param_shapes",
     "random_params",
+    "read_config_json",
 ]
 
-# Added to the scores above the diagonal; exp() of it underflows to exactly 0 in float32.
-_MASK_VALUE = -1.0e9
 _DTYPE = "float32"
 
 
@@ -207,7 +204,7 @@ class GPT2Attention(nn.Module):
         scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2]))
         scores = scores * (1.0 / math.sqrt(self.head_dim))
         if past is None:
-            mask = op.triu(op.full([s, s], _MASK_VALUE, dtype=_DTYPE), diagonal=1)
+            mask = op.triu(op.full([s, s], MASK_VALUE, dtype=_DTYPE), diagonal=1)
             scores = scores + mask
         probs = op.softmax(scores, axis=-1)
         out = op.matmul(probs, v)  # [b, h, s, hd]
@@ -423,6 +420,12 @@ _CONV1D_WEIGHTS = (
     "mlp.c_proj.weight",
 )
 
+#: Where GPT-2's weights sit in a Hugging Face checkpoint.
+HF_LAYOUT = Layout("GPT-2", "transformer.", "h.", "n_layer", transposed=_CONV1D_WEIGHTS)
+
+#: The object in a ``config.json`` file (:func:`tenet_byoc.models.checkpoint.read_config`).
+read_config_json = read_config
+
 
 def load_hf_checkpoint(
     folder: str | os.PathLike[str], config: GPT2Config | None = None
@@ -432,8 +435,9 @@ def load_hf_checkpoint(
     The folder holds ``config.json`` and ``model.safetensors``. Names lose their
     ``transformer.`` prefix, the Conv1D weights are transposed to ``[out, in]``, and the
     head is tied to ``wte`` (``lm_head.weight``, if present, is not read). Other tensors
-    (e.g. the ``attn.bias`` mask buffers of old checkpoints) are ignored. Nothing is
-    downloaded.
+    (e.g. the ``attn.bias`` mask buffers of old checkpoints) are ignored. The block count
+    and every shape are checked from the file's header before any weight is read
+    (:func:`tenet_byoc.models.checkpoint.load_weights`). Nothing is downloaded.
 
     Parameters
     ----------
@@ -457,7 +461,8 @@ def load_hf_checkpoint(
     KeyError
         If a weight is missing from the checkpoint; the message names it.
     ValueError
-        If a weight has the wrong shape; the message names it and both shapes.
+        If the file is corrupt, holds another number of blocks, or a weight has the wrong
+        shape (the message names it and both shapes).
     """
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
@@ -466,99 +471,22 @@ def load_hf_checkpoint(
         config_path = os.path.join(folder, "config.json")
         if not os.path.isfile(config_path):
             raise FileNotFoundError(f"{config_path!r} not found (pass config= to skip it)")
-        values = read_config_json(config_path)
+        values = read_config(config_path)
         try:
             config = GPT2Config.from_hf_dict(values, name=os.path.basename(folder))
         except (TypeError, ValueError) as err:
-            raise ValueError(f"{config_path!r}: {err}") from None
-    weights_path = os.path.join(folder, "model.safetensors")
-    if not os.path.isfile(weights_path):
-        raise FileNotFoundError(f"{weights_path!r} not found")
-    raw = _read_safetensors(weights_path, config)
-    stored = {(key.removeprefix("transformer.")): value for key, value in raw.items()}
-    params: dict[str, np.ndarray] = {}
-    for name, shape in param_shapes(config).items():
-        if name not in stored:
-            raise KeyError(
-                f"GPT-2 checkpoint {weights_path!r} has no tensor {name!r} "
-                f"(nor 'transformer.{name}'); expected shape {list(shape)}"
-            )
-        value = stored[name]
-        transposed = name.endswith(_CONV1D_WEIGHTS)
-        expected = shape[::-1] if transposed else shape
-        if tuple(value.shape) != expected:
-            raise ValueError(
-                f"GPT-2 checkpoint tensor {name!r} has shape {list(value.shape)}, "
-                f"expected {list(expected)}"
-                + (" (HF Conv1D layout [in, out])" if transposed else "")
-            )
-        value = value.T if transposed else value
-        params[name] = np.ascontiguousarray(value, dtype=np.float32)
-    return config, params
+            raise type(err)(f"{config_path!r}: {err}") from None
 
+    def shapes():
+        # Builds the module, so only walked once the block count matches the file.
+        yield from param_shapes(config).items()
 
-def read_config_json(path: str) -> dict[str, Any]:
-    """The object in a ``config.json``; ValueError naming the file when it is not one."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path!r} is not UTF-8 text (byte at offset {err.start})") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(
-            f"{path!r} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
-        ) from None
-    if not isinstance(values, dict):
-        raise ValueError(  # noqa: TRY004 (the file's content is wrong, not an argument's type)
-            f"{path!r} must hold a JSON object, got {type(values).__name__}"
-        )
-    return values
-
-
-def _read_safetensors(path: str, config: GPT2Config) -> dict[str, np.ndarray]:
-    """The tensors of ``path``, after checking its block count against ``config``.
-
-    The header is read first (no tensor data), so a config that does not describe the file
-    (e.g. ``n_layer`` far larger than the blocks stored) fails before anything is built.
-    """
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(path, framework="numpy") as f:
-            keys = list(f.keys())
-            blocks = {int(k.split(".")[1]) for k in (key.removeprefix("transformer.")
-                      for key in keys) if k.startswith("h.") and k.split(".")[1].isdigit()}
-            if blocks != set(range(config.n_layer)):
-                held = f"h.0 - h.{max(blocks)}" if blocks else "none"
-                raise ValueError(
-                    f"{path!r} holds {len(blocks)} blocks ({held}); the config has "
-                    f"n_layer={config.n_layer}"
-                )
-            return {k: f.get_tensor(k) for k in keys}
-    except ValueError:
-        raise
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"{path!r} is not a readable safetensors file: {err}") from None
+    return config, load_weights(folder, HF_LAYOUT, config.n_layer, shapes())
 
 
 # ----------------------------------------------------------------------------------------
 # MAC counts
 # ----------------------------------------------------------------------------------------
-
-
-class MatmulShape(NamedTuple):
-    """One matmul of a forward pass: ``batch`` independent ``[m, k] x [k, n]`` products."""
-
-    name: str
-    batch: int
-    m: int
-    n: int
-    k: int
-
-    @property
-    def macs(self) -> int:
-        """Multiply-accumulates of the matmul."""
-        return self.batch * self.m * self.n * self.k
 
 
 def gpt2_matmuls(config: GPT2Config, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:

@@ -23,13 +23,13 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 from ._params import check_named_arrays
-from .checkpoint import Checkpoint, read_config
-from .gemms import call_rows_and_keys
-from .gpt2 import _MASK_VALUE, MatmulShape
-from .runner import DecoderRunner, KVCache, check_ids, export_decoder, take_rows
+from .checkpoint import Layout, load_weights, read_config
+from .decoder import MASK_VALUE, MatmulShape, call_rows_and_keys, export_decoder, take_rows
+from .runner import DecoderRunner, KVCache, check_ids
 
 __all__ = [
     "FAMILIES",
+    "MAX_LAYERS",
     "LlamaConfig",
     "LlamaForCausalLM",
     "LlamaRunner",
@@ -49,6 +49,11 @@ FAMILIES = ("llama", "mistral", "qwen2")
 
 # A dimension this large is a typo or an attack, not a model; refused before anything else.
 _MAX_DIM = 1 << 24
+
+#: The most decoder layers a config may have. The deepest published Llama-family models have
+#: about 128 (Llama-3.1-405B: 126); a larger count is refused when the config is read, as
+#: estimating or loading one costs time and memory in proportion to it.
+MAX_LAYERS = 1024
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,11 @@ class LlamaConfig:
         for field in ("head_dim", "sliding_window"):
             if getattr(self, field) is not None:
                 _check_dim(field, getattr(self, field))
+        if self.num_hidden_layers > MAX_LAYERS:
+            raise ValueError(
+                f"LlamaConfig.num_hidden_layers={self.num_hidden_layers} is above the limit "
+                f"{MAX_LAYERS} (the deepest published Llama-family models have about 128)"
+            )
         if self.sliding_window is not None and self.sliding_window < 2:
             raise ValueError(f"LlamaConfig.sliding_window={self.sliding_window} must be >= 2")
         if self.num_attention_heads % self.num_key_value_heads:
@@ -207,10 +217,19 @@ class LlamaConfig:
         act = values.get("hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"config.json hidden_act={act!r} is not supported (only 'silu')")
+        # JSON gives any type; a count written as a string ("96") is refused by name here.
+        for key in (*required, "num_key_value_heads", "max_position_embeddings", "head_dim",
+                    "sliding_window"):
+            value = values.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(
+                    f"config.json {key}={value!r} must be an integer, not a "
+                    f"{type(value).__name__}"
+                )
         kwargs: dict[str, Any] = {k: values[k] for k in required}
-        kwargs["num_key_value_heads"] = values.get("num_key_value_heads") or values[
-            "num_attention_heads"
-        ]
+        # Absent (or null) means one key/value head per query head; 0 is an error, not absent.
+        kv_heads = values.get("num_key_value_heads")
+        kwargs["num_key_value_heads"] = values["num_attention_heads"] if kv_heads is None else kv_heads
         for key in ("max_position_embeddings", "head_dim", "rms_norm_eps", "tie_word_embeddings"):
             if values.get(key) is not None:
                 kwargs[key] = values[key]
@@ -330,9 +349,9 @@ class LlamaAttention(nn.Module):
         q = op.reshape(q, [b, self.n_kv, g * s, hd])
         scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * (1.0 / math.sqrt(hd))
         if past is None:
-            mask = op.triu(op.full([s, s], _MASK_VALUE, dtype=_DTYPE), diagonal=1)
+            mask = op.triu(op.full([s, s], MASK_VALUE, dtype=_DTYPE), diagonal=1)
             if self.window:  # and the keys W or more tokens back
-                band = relax.op.tril(op.full([s, s], _MASK_VALUE, dtype=_DTYPE)._expr,
+                band = relax.op.tril(op.full([s, s], MASK_VALUE, dtype=_DTYPE)._expr,
                                      -self.window)
                 mask = mask + op.wrap_nested(band, name="window_mask")
             scores = op.reshape(op.reshape(scores, [b, self.n_kv, g, s, keys]) + mask,
@@ -576,10 +595,11 @@ def load_checkpoint(
     """Read a local Hugging Face Llama, Mistral or Qwen2 checkpoint folder.
 
     ``config.json`` plus ``model.safetensors`` or a sharded set with
-    ``model.safetensors.index.json``; float16 and bfloat16 weights are widened to float32.
-    Names lose their ``model.`` prefix. Every tensor's shape is checked against the
-    stored headers before any data is read; tensors the model does not use (e.g. a
-    ``lm_head.weight`` next to tied embeddings, rotary buffers) are ignored.
+    ``model.safetensors.index.json``; float16 and bfloat16 weights are widened to float32,
+    float64 ones narrowed to it. Names lose their ``model.`` prefix. The layer count and
+    every tensor's shape are checked against the stored headers before any data is read
+    (:func:`tenet_byoc.models.checkpoint.load_weights`); tensors the model does not use
+    (e.g. a ``lm_head.weight`` next to tied embeddings, rotary buffers) are ignored.
 
     Parameters
     ----------
@@ -599,25 +619,23 @@ def load_checkpoint(
     FileNotFoundError
         If the folder, ``config.json`` or the weights are missing (naming the file).
     KeyError
-        If tensors are missing (naming them).
+        If tensors are missing (naming them as Hugging Face writes them, e.g.
+        ``lm_head.weight``).
     tenet_byoc.models.checkpoint.CheckpointError
-        If a file is corrupt or truncated, or a tensor's shape is wrong (naming it).
+        If a file is corrupt or truncated, holds another number of layers, or a tensor's
+        shape is wrong (naming it).
     """
     if config is None:
         values = read_config(folder)
         name = os.path.basename(os.path.normpath(os.fspath(folder)))
         config = LlamaConfig.from_hf_dict(values, name=name)
-    ckpt = Checkpoint(folder)
-    stored = {name.removeprefix("model."): name for name in ckpt.tensors}
+    # Hugging Face writes the untied head at the top level, beside the "model." prefix.
+    layout = Layout(config.model_type, "model.", "layers.", "num_hidden_layers",
+                    unprefixed=("lm_head.weight",))
     tensors, _ = param_count(config)
-    note = f"the config needs {tensors} tensors, the files hold {len(ckpt.tensors)}"
-    # Lazily: a config claiming 10^7 layers stops at the first missing layer.
-    ckpt.check_shapes(
-        config.model_type,
-        ((stored.get(n, "model." + n), s) for n, s in _iter_param_shapes(config)),
-        note,
-    )
-    return config, {n: ckpt.read(stored[n]) for n in param_shapes(config)}
+    params = load_weights(folder, layout, config.num_hidden_layers, _iter_param_shapes(config),
+                          note=f"the config needs {tensors} tensors")
+    return config, params
 
 
 # ----------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ greedy generation are written once here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,66 +16,17 @@ import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir import IRModule
-from tvm.relax.frontend import nn
-from tvm.relax.frontend.nn import op
+
+from ..ledger import tenet_modules
+from .decoder import build_with_tvm
 
 __all__ = [
     "DecoderRunner",
     "KVCache",
-    "build_with_tvm",
     "cache_length",
     "check_cache_tensors",
     "check_ids",
-    "export_decoder",
-    "take_rows",
 ]
-
-
-def take_rows(table: nn.Parameter, ids: nn.Tensor) -> nn.Tensor:
-    """Rows of an embedding table by token id, with ``take``'s ``clip`` mode.
-
-    TVM's default ``fast`` take reads out of bounds (a segfault) for an id >= the table's
-    rows, and warns so at every build. The runners refuse such ids before the VM runs; a
-    caller of ``runner.vm`` directly gets the last row instead of a crash.
-    """
-    rows = relax.op.take(table._expr, ids._expr, axis=0, mode="clip")
-    return op.wrap_nested(rows, name="embedding_rows")
-
-
-def export_decoder(
-    model: nn.Module,
-    n_layer: int,
-    kv_heads: int,
-    head_dim: int,
-    params: Mapping[str, np.ndarray] | None = None,
-    position: bool = False,
-) -> IRModule:
-    """Export a decoder with entry points ``prefill(input_ids)`` and ``decode(input_id, past)``.
-
-    ``input_ids`` is ``[1, seq_len]`` int32, ``input_id`` ``[1, 1]``, ``past`` a tuple of
-    ``2 * n_layer`` float32 tensors ``[1, kv_heads, past_len, head_dim]``, followed by the
-    new token's ``position`` (an ``R.Shape``) if asked; the weights follow as parameters
-    unless ``params`` (checked, in the model's order) binds them into both functions.
-    """
-    kv = nn.spec.Tensor([1, kv_heads, "past_len", head_dim], "float32")
-    spec = {
-        "prefill": {"input_ids": nn.spec.Tensor([1, "seq_len"], "int32")},
-        "decode": {"input_id": nn.spec.Tensor([1, 1], "int32"), "past": [kv] * (2 * n_layer)},
-    }
-    if position:
-        spec["decode"]["position"] = nn.spec.Int()
-    mod, _ = model.export_tvm(spec=spec)
-    if params is not None:
-        values = {n: tvm.runtime.tensor(v) for n, v in params.items()}
-        for func in ("prefill", "decode"):
-            mod = relax.transform.BindParams(func, values)(mod)
-    return mod
-
-
-def build_with_tvm(mod: IRModule) -> relax.VMExecutable:
-    """Build with TVM's own CPU pipeline (no offload): the reference build for tests."""
-    target = tvm.target.Target("llvm")
-    return relax.build(mod, target=target, relax_pipeline=relax.get_default_pipeline(target))
 
 
 def check_ids(
@@ -202,6 +154,14 @@ class DecoderRunner:
         The module handed to ``build``, with functions ``prefill`` and ``decode``.
     vm : relax.VirtualMachine
         The VM running it.
+
+    Notes
+    -----
+    When the build offloads to tenet, :meth:`prefill` and :meth:`decode` (and so
+    :meth:`generate`) tag the calls they charge with the phase, ``"prefill"`` or
+    ``"decode"``, so ``tenet_byoc.ledger(runner.vm).group_by("phase")`` splits them. A tag
+    set with ``tenet_byoc.set_phase`` before is restored after each of the runner's calls;
+    calls made on ``runner.vm`` directly keep the caller's own tag.
     """
 
     def __init__(
@@ -218,6 +178,10 @@ class DecoderRunner:
         self.device = tvm.cpu() if device is None else device
         self.executable = (build or build_with_tvm)(self.mod)
         self.vm = relax.VirtualMachine(self.executable, self.device)
+        try:
+            self._tenet_modules = tenet_modules(self.vm)
+        except ValueError:  # TVM's own build: no ledger to tag
+            self._tenet_modules = []
         self._weights = (
             [] if bind_params else [tvm.runtime.tensor(v, self.device) for v in checked.values()]
         )
@@ -266,23 +230,46 @@ class DecoderRunner:
         n_layer = len(self.mod["decode"].params[1].ty.fields) // 2
         check_cache_tensors(cache, n_layer, self.cache_shape(length))
 
+    @contextmanager
+    def _tagged(self, phase: str) -> Iterator[None]:
+        # The tag in force is read back from each module (not remembered here): the user may
+        # have set one with tenet_byoc.set_phase since the runner's last call.
+        before = [m["__tenet_tag"]() for m in self._tenet_modules]
+        for m in self._tenet_modules:
+            m["__tenet_set_tag"](phase)
+        try:
+            yield
+        finally:
+            for m, tag in zip(self._tenet_modules, before, strict=True):
+                m["__tenet_set_tag"](tag)
+
     def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
-        """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens."""
+        """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens.
+
+        The calls it charges are tagged ``"prefill"`` in the ledger.
+        """
         ids = self.check_ids(token_ids)
-        logits, cache = self.vm["prefill"](tvm.runtime.tensor(ids, self.device), *self._weights)
+        with self._tagged("prefill"):
+            logits, cache = self.vm["prefill"](
+                tvm.runtime.tensor(ids, self.device), *self._weights
+            )
         return logits.numpy()[0], KVCache(tuple(cache), ids.shape[1])
 
     def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
-        """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache."""
+        """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache.
+
+        The calls it charges are tagged ``"decode"`` in the ledger.
+        """
         # Ids first (their message is the more useful one), then the cache's tensors.
         ids = self.check_ids([token_id], past_len=cache_length(cache))
         self.check_cache(cache)
-        logits, new = self.vm["decode"](
-            tvm.runtime.tensor(ids, self.device),
-            list(cache.tensors),
-            *self.decode_inputs(cache),
-            *self._weights,
-        )
+        with self._tagged("decode"):
+            logits, new = self.vm["decode"](
+                tvm.runtime.tensor(ids, self.device),
+                list(cache.tensors),
+                *self.decode_inputs(cache),
+                *self._weights,
+            )
         return logits.numpy()[0, 0], KVCache(tuple(new), cache.length + 1)
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:

@@ -1,0 +1,157 @@
+"""Quantization schemes as a Relax pass: linear layers rewritten to the scheme's stored form.
+
+:func:`quantize` is the way in: it takes a scheme (:mod:`.scheme`: presets, spec strings,
+KV modifiers), calibrates static activation scales on sample inputs when given them
+(:mod:`.calibration`), rewrites every linear layer and the KV cache writes (:mod:`.rewrite`,
+with the rounding of each format in :mod:`.numerics`), and stamps the scheme's name and cost
+recipe on the module; the module stays a normal Relax module that TVM's own build also runs
+(the tests' reference). The names other modules use are re-exported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+import tvm
+
+from .calibration import ActivationRanges, _sample_inputs, calibrate
+from .numerics import (
+    FLOAT_FORMATS,
+    INT4_ZERO_POINT,
+    SCALE_RANGES,
+    FloatFormat,
+    int_range,
+    pack_int4,
+    quantize_weight,
+    smoothing_factors,
+    weight_codes,
+)
+from .rewrite import _LinearQuantizer, _run_pass, is_attention_gemm
+from .scheme import (
+    ACTIVATION_FORMATS,
+    ACTIVATION_GRANULARITIES,
+    CLASSIC_SCHEMES,
+    KV_GRANULARITIES,
+    KV_HELP,
+    MAX_GROUP,
+    MAX_KV_GROUP,
+    RECIPE_ATTR,
+    SCALE_DTYPES,
+    SCHEME_ATTR,
+    SCHEMES,
+    SPEC_HELP,
+    WEIGHT_FORMATS,
+    WEIGHT_GRANULARITIES,
+    QuantScheme,
+    _attention_stamp,
+    attention_scheme,
+    get_scheme,
+    parse_spec,
+)
+
+
+def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence | None = None,
+             entry: str = "main") -> tvm.IRModule:
+    """Rewrite the linear layers of ``mod`` to ``scheme``.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relax module whose linear layers are ``R.matmul(x, R.permute_dims(W))`` with
+        ``W[N, K]`` a bound float32 constant. Attention's matmuls (4-D activations,
+        :func:`is_attention_gemm`) are left float; under a KV modifier the keys and values
+        they read are rounded where the function computes them (a new token's, before it
+        is concatenated to the past along axis 2; a past passed in is taken as stored).
+    scheme : str or QuantScheme
+        A name from :data:`SCHEMES`, a spec string (:func:`parse_spec`) or a scheme.
+    calibration : sequence or None
+        Sample inputs of ``entry`` (each a tuple of arguments, or one array) that set the
+        static activation scales of a static scheme. Without them a static scheme computes
+        the same scales from each call's own activations (and is charged as dynamic).
+    entry : str
+        The function the calibration inputs are for.
+
+    Returns
+    -------
+    tvm.IRModule
+        The rewritten module (unchanged for float32), with the scheme's name in the module
+        attribute ``tenet.quant_scheme`` and its cost recipe in ``tenet.quant_recipe``.
+
+    Raises
+    ------
+    TypeError
+        If ``mod`` is not an IRModule.
+    ValueError
+        For an unknown scheme or bad spec, a module already quantized, a linear layer whose
+        weight is a function parameter rather than a constant, a weight with NaN or infinite
+        values or whose scales its scale dtype cannot hold (named), or calibration inputs
+        with NaN or inf, or that leave a layer's input all zeros.
+    TypeError
+        For a ``scheme`` that is not a str or QuantScheme, or ``calibration`` that is not a
+        list of arrays (or of tuples of arrays).
+    """
+    if not isinstance(mod, tvm.IRModule):
+        raise TypeError(f"quantize takes a tvm.IRModule, got {type(mod).__name__}")
+    s = get_scheme(scheme)
+    done = mod.attrs.get(SCHEME_ATTR) if mod.attrs is not None else None
+    if done is not None:
+        # Its layers already hold the first scheme's values; stamping the second scheme's
+        # widths and recipe on them would charge every call for a scheme it does not run.
+        raise ValueError(
+            f"quantize(mod, {s.name!r}): mod is already quantized with {str(done)!r} (its "
+            f"attribute {SCHEME_ATTR}); quantize the float module once with the scheme you "
+            "want (a KV modifier composes with any scheme: e.g. 'w4a16_group32+kv8')"
+        )
+    if calibration is not None:
+        _sample_inputs(calibration)  # refused whatever the scheme, not only a static one
+    if s.kernel == "float" and not s.quantizes_kv:
+        return mod
+    ranges = None
+    if s.activation_static:
+        if calibration is None:
+            s = dataclasses.replace(s, activation_static=False)
+        else:
+            ranges = calibrate(mod, calibration, entry)
+    out = _run_pass(mod, _LinearQuantizer(mod, s, ranges=ranges))
+    stamp = {"bits": list(s.bits()), **s.recipe()}
+    if s.quantizes_kv:
+        stamp["attention"] = _attention_stamp(s)
+    recipe = json.dumps(stamp)
+    return out.with_attr(SCHEME_ATTR, s.name).with_attr(RECIPE_ATTR, recipe)
+
+
+__all__ = [
+    "ACTIVATION_FORMATS",
+    "ACTIVATION_GRANULARITIES",
+    "CLASSIC_SCHEMES",
+    "FLOAT_FORMATS",
+    "INT4_ZERO_POINT",
+    "KV_GRANULARITIES",
+    "KV_HELP",
+    "MAX_GROUP",
+    "MAX_KV_GROUP",
+    "RECIPE_ATTR",
+    "SCALE_DTYPES",
+    "SCALE_RANGES",
+    "SCHEMES",
+    "SCHEME_ATTR",
+    "SPEC_HELP",
+    "WEIGHT_FORMATS",
+    "WEIGHT_GRANULARITIES",
+    "ActivationRanges",
+    "FloatFormat",
+    "QuantScheme",
+    "attention_scheme",
+    "calibrate",
+    "get_scheme",
+    "int_range",
+    "is_attention_gemm",
+    "pack_int4",
+    "parse_spec",
+    "quantize",
+    "quantize_weight",
+    "smoothing_factors",
+    "weight_codes",
+]

@@ -1,0 +1,153 @@
+"""Calibration: the input range of every linear layer over sample inputs, for static scales.
+
+:func:`calibrate` runs the float module on TVM's own build, probed so that each function also
+returns its linear layers' per-hidden-channel max-abs (:class:`_LinearQuantizer` in probe
+mode), and gathers them into an :class:`ActivationRanges` value that the rewrite pass reads.
+Nothing is kept between calls: the ranges live in the value returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .rewrite import _LinearQuantizer, _run_pass
+from .scheme import SCHEMES
+
+
+@dataclass(frozen=True)
+class ActivationRanges(Mapping):
+    """The per-hidden-channel max-abs of each linear layer's input over calibration data.
+
+    A mapping from the layer's index (in the order the quantize pass meets linear layers)
+    to a float32 ``[K]`` array. Refused at construction: a non-finite range (NaN or inf
+    reached the layer) and a layer whose input was all zeros (its static scale would be 0,
+    and every later input would quantize to 0).
+
+    Attributes
+    ----------
+    entry : str
+        The function the calibration inputs were for.
+    amax : dict of int to numpy.ndarray
+        The ranges by layer index.
+    layers : dict of int to str
+        Each layer's description (its weight's shape, index and function), for messages.
+    """
+
+    entry: str
+    amax: dict[int, np.ndarray] = field(default_factory=dict)
+    layers: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for layer, amax in self.amax.items():
+            where = self.layers.get(layer, f"linear layer {layer + 1}")
+            if not np.all(np.isfinite(amax)):
+                raise ValueError(
+                    f"quantize: calibration: the input of {where} reached non-finite values "
+                    f"(max |x| {float(np.max(amax))}) on the calibration inputs of "
+                    f"{self.entry!r}; static scales need finite activations"
+                )
+            if amax.size and float(amax.max()) == 0.0:
+                raise ValueError(
+                    f"quantize: calibration: the input of {where} is all zeros on every "
+                    f"calibration input of {self.entry!r}: its static scale would be 0 and "
+                    "every other input would quantize to 0; calibrate on representative "
+                    "(nonzero) inputs"
+                )
+
+    def __getitem__(self, layer: int) -> np.ndarray:
+        return self.amax[layer]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.amax)
+
+    def __len__(self) -> int:
+        return len(self.amax)
+
+    def of(self, layer: int, where: str) -> np.ndarray:
+        """The range of ``layer`` (described by ``where``), or a ValueError when the
+        calibration inputs never reached it."""
+        if layer not in self.amax:
+            raise ValueError(
+                f"quantize: {where} is not reached by the calibration inputs of "
+                f"{self.entry!r}; static scales need calibration of every function with "
+                "linear layers (calibrate the function that holds them, or pass no "
+                "calibration for per-call scales)"
+            )
+        return self.amax[layer]
+
+
+def _sample_inputs(calibration: object) -> list[tuple[np.ndarray, ...]]:
+    """The calibration inputs as argument tuples of numpy arrays, checked."""
+    accepted = ("a list of sample inputs, each a tuple of the entry function's arguments or "
+                "one array (e.g. calibration=[x1, x2])")
+    if isinstance(calibration, str | bytes) or not isinstance(calibration, Sequence):
+        raise TypeError(f"quantize: calibration={calibration!r:.60} "
+                        f"({type(calibration).__name__}); expected {accepted}, or None")
+    if len(calibration) == 0:
+        raise ValueError("quantize: calibration is an empty list; pass sample inputs or None")
+    samples = []
+    for i, item in enumerate(calibration):
+        args = item if isinstance(item, tuple | list) else (item,)
+        arrays = []
+        for j, a in enumerate(args):
+            what = f"calibration[{i}]" + (f"[{j}]" if isinstance(item, tuple | list) else "")
+            try:
+                arr = np.asarray(a)
+            except (TypeError, ValueError) as err:
+                raise TypeError(f"quantize: {what} is not an array ({err}); expected "
+                                f"{accepted}") from None
+            if arr.dtype.kind not in "biuf":
+                raise TypeError(f"quantize: {what} has dtype {arr.dtype} "
+                                f"({type(a).__name__}); expected numeric arrays: {accepted}")
+            bad = np.argwhere(~np.isfinite(arr)) if arr.dtype.kind == "f" else ()
+            if len(bad):
+                at = tuple(int(v) for v in bad[0])
+                raise ValueError(
+                    f"quantize: {what} has {len(bad)} non-finite value(s), the first "
+                    f"{arr[at]} at {list(at)}; calibration inputs must be finite (a NaN or "
+                    "inf would make every static scale, and so every output, NaN)"
+                )
+            arrays.append(arr)
+        samples.append(tuple(arrays))
+    return samples
+
+
+def calibrate(mod: tvm.IRModule, calibration: Sequence, entry: str = "main") -> ActivationRanges:
+    """Per-hidden-channel max-abs of every linear layer's input over the calibration inputs.
+
+    Each item of ``calibration`` is the arguments of ``entry`` (a tuple, or one array). The
+    float module runs on TVM's own build, each function also returning its linear layers'
+    input ranges.
+
+    Raises
+    ------
+    TypeError
+        If ``calibration`` is not a list of numeric arrays (or tuples of them).
+    ValueError
+        For an empty list, an input with NaN or inf, an unknown ``entry``, or a layer whose
+        input range is non-finite or all zero (each named).
+    """
+    samples = _sample_inputs(calibration)
+    names = [gv.name_hint for gv in mod.functions]
+    if entry not in names:
+        raise ValueError(f"quantize: entry={entry!r} is not a function of the module; it has "
+                         f"{', '.join(sorted(names))}")
+    prober = _LinearQuantizer(mod, SCHEMES["none"], probe=True)
+    probe = _run_pass(mod, prober)
+    if not relax.analysis.check_well_formed(probe):
+        raise ValueError("quantize: calibration needs the linear layers of each function at "
+                         "its top level (not inside a branch or a nested function)")
+    probed = prober.probed.get(entry, [])
+    vm = relax.VirtualMachine(relax.build(probe, "llvm"), tvm.cpu())
+    amax: dict[int, np.ndarray] = {}
+    for args in samples:
+        out = vm[entry](*[tvm.runtime.tensor(a) for a in args]) if probed else None
+        for (layer, _), seen in zip(probed, out[1] if probed else (), strict=True):
+            a = seen.numpy()
+            amax[layer] = np.maximum(amax[layer], a) if layer in amax else a
+    return ActivationRanges(entry, amax, dict(probed))
