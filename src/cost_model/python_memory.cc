@@ -7,6 +7,7 @@
 
 #include "cost_model/cost_model.h"
 #include "cost_model/energy.h"
+#include "cost_model/charge.h"
 #include "cost_model/memory.h"
 
 namespace py = pybind11;
@@ -196,17 +197,10 @@ void BindMemory(py::module_& m) {
 
   m.def(
       "_analyze_memory",
-      [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df,
-         const MemoryHierarchy& mem, const TileMapping& t, int64_t batch, int bits_a, int bits_b,
-         int bits_c, int64_t extra_read_bits, int64_t extra_ops) {
-        return AnalyzeMemory(MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits,
-                                      extra_ops),
-                             hw, df, mem, t);
-      },
-      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
-      py::arg("memory"), py::arg("mapping"), py::arg("batch"), py::arg("bits_a"),
-      py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"), py::arg("extra_ops"),
-      py::call_guard<py::gil_scoped_release>());
+      [](const GemmCall& call, const Hardware& hw, const Dataflow& df, const MemoryHierarchy& mem,
+         const TileMapping& t) { return AnalyzeMemory(call.workload, hw, df, mem, t); },
+      py::arg("call"), py::arg("hardware"), py::arg("dataflow"), py::arg("memory"),
+      py::arg("mapping"), py::call_guard<py::gil_scoped_release>());
   // One call under many mappings with one cached array model (what a mapping search does).
   m.def(
       "_analyze_memory_many",
@@ -225,16 +219,9 @@ void BindMemory(py::module_& m) {
       py::arg("bits_b"), py::arg("bits_c"), py::call_guard<py::gil_scoped_release>());
   m.def(
       "_roofline_cycles",
-      [](int64_t m_, int64_t n, int64_t k, int64_t num_pes, double rate,
-         const MemoryHierarchy& mem, int64_t batch, int bits_a, int bits_b, int bits_c,
-         int64_t extra_read_bits, int64_t extra_ops, double ops_rate) {
-        return RooflineCycles(
-            MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops),
-            num_pes, rate, mem, ops_rate);
-      },
-      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("num_pes"),
-      py::arg("macs_per_pe_per_cycle"), py::arg("memory"), py::arg("batch"), py::arg("bits_a"),
-      py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"), py::arg("extra_ops"),
+      [](const GemmCall& call, int64_t num_pes, double rate, const MemoryHierarchy& mem,
+         double ops_rate) { return RooflineCycles(call.workload, num_pes, rate, mem, ops_rate); },
+      py::arg("call"), py::arg("num_pes"), py::arg("macs_per_pe_per_cycle"), py::arg("memory"),
       py::arg("ops_per_pe_per_cycle") = 0.0);
   m.def(
       "_buffer_bytes_needed",
