@@ -134,6 +134,9 @@ def test_attention_calls_charged_at_kv_width_by_hand(tiny, mod, bits, scales_per
     scheme = f"q0f32+{mod}"
     runner = _runner(config, params, scheme)
     _, cache = runner.prefill(PROMPT)
+    # The runner is shared with the other tests, and it tags its own decode calls: only
+    # this decode step's entries are counted.
+    tenet_byoc.ledger(runner.vm).reset()
     tenet_byoc.set_phase(runner.vm, "decode")
     runner.decode(1, cache)
     h, d, length = config.n_head, config.head_dim, len(PROMPT) + 1
