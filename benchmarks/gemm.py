@@ -4,12 +4,18 @@ Each row times numpy and the tenet build in alternating rounds in one process (a
 mixes them), so both see the same machine state; the ratio is of the two medians. The
 header names the CPU, the ISA oneDNN runs and the int8 path taken. The last table repeats
 the small calls with one competing busy process on the machine. Asserts nothing beyond
-the results being right.
+the results being right. Prints markdown and writes it, with the machine and the load average
+before and after, to ``benchmarks/results/gemm.md`` (``--out``).
 
-Run: python benchmarks/gemm.py [--skip-tvm] [--rounds N]
+Run: python benchmarks/gemm.py [--skip-tvm] [--rounds N] [--out FILE]
 """
 
 from __future__ import annotations
+
+# isort: off
+# First: it sets OMP_WAIT_POLICY before tvm loads libgomp (see machine.py).
+from machine import describe, load_now
+# isort: on
 
 import argparse
 import contextlib
@@ -18,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import tvm
@@ -26,9 +33,16 @@ from tvm import relax
 import tenet_byoc
 from tenet_byoc.models.mlp import mlp_module, mlp_numpy, random_mlp_params
 
-# (M, K, N) of GPT-2 small's GEMMs: decode c_attn, prefill attention projection, prefill MLP
-# up and down, and an 8-token lm_head.
-SHAPES = [(1, 768, 2304), (128, 768, 768), (1024, 768, 3072), (1024, 3072, 768), (8, 768, 50257)]
+RESULTS = Path(__file__).parent / "results" / "gemm.md"
+
+# (M, K, N) of GPT-2 small's GEMMs: decode c_attn, prefill attention projection, a 64-token
+# prefill's MLP up, a 256-token GPT-2 medium attention projection, prefill MLP up and down,
+# and an 8-token lm_head.
+SHAPES = [(1, 768, 2304), (128, 768, 768), (64, 768, 3072), (256, 1024, 1024),
+          (1024, 768, 3072), (1024, 3072, 768), (8, 768, 50257)]
+
+# Prefill shapes (M >= 64): the geometric mean of their ratios is the figure the README quotes.
+MIN_PREFILL_ROWS = 64
 
 
 def linear_module(m: int, k: int, n: int) -> tvm.IRModule:
@@ -131,20 +145,37 @@ def mlp_case():
     return {"numpy": lambda: mlp_numpy(x, params), "tenet": lambda: vm["main"](tx)}
 
 
+def summary(label: str, ratios: list[float]) -> str:
+    """The geometric mean of all ratios, and of the prefill shapes' with their lowest."""
+    prefill = [r for (m, _, _), r in zip(SHAPES, ratios) if m >= MIN_PREFILL_ROWS]
+    return (f"\ngeometric mean {label}: all shapes {statistics.geometric_mean(ratios):.2f}x; "
+            f"prefill shapes (M >= {MIN_PREFILL_ROWS}) {statistics.geometric_mean(prefill):.2f}x, "
+            f"lowest {min(prefill):.2f}x\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-tvm", action="store_true", help="skip TVM's own (slow) build")
     parser.add_argument("--rounds", type=int, default=30, help="alternating rounds per row")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="markdown file to write")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    info = tenet_byoc.cpu_info()
-    print(f"CPU: {tenet_byoc.cpu_info().model}, {info.threads} threads; oneDNN ISA {info.isa}; "
-          f"int8 path {info.int8_path}; OMP_WAIT_POLICY={info.omp_wait_policy}; "
-          f"numpy {np.__version__}\n")
+    machine = describe()
+    lines: list[str] = []
 
-    print("float32 GEMM, x @ W^T, alternating rounds in one process:\n")
-    print("| M x K x N | numpy GFLOP/s | tenet GFLOP/s | tenet / numpy | TVM GFLOP/s | tenet / TVM |")
-    print("|---|---:|---:|---:|---:|---:|")
+    def emit(text: str = "") -> None:
+        # Every line printed also goes to the results file.
+        lines.append(text)
+        print(text, flush=True)
+
+    emit("# GEMM kernels against numpy\n")
+    emit(f"Measured {machine.line()}; OMP_WAIT_POLICY={tenet_byoc.cpu_info().omp_wait_policy}. "
+          "Ratios are of medians over alternating rounds in one process. Produced by "
+          "`benchmarks/gemm.py`.\n")
+
+    emit("float32 GEMM, x @ W^T, alternating rounds in one process:\n")
+    emit("| M x K x N | numpy GFLOP/s | tenet GFLOP/s | tenet / numpy | TVM GFLOP/s | tenet / TVM |")
+    emit("|---|---:|---:|---:|---:|---:|")
     ratios = []
     for m, k, n in SHAPES:
         fns, (_, _, tx, tw) = float_case(m, k, n, rng)
@@ -159,26 +190,26 @@ def main() -> None:
             ref["main"](tx, tw)
             t_tvm = time.perf_counter() - t0
             tvm_cols = f"{flop / t_tvm / 1e9:.2f} | {t_tvm / t['tenet']:.0f}x"
-        print(f"| {m} x {k} x {n} | {flop / t['numpy'] / 1e9:.1f} "
-              f"| {flop / t['tenet'] / 1e9:.1f} | {ratios[-1]:.2f}x | {tvm_cols} |", flush=True)
-    print(f"\ngeometric mean tenet / numpy: {statistics.geometric_mean(ratios):.2f}x\n")
+        emit(f"| {m} x {k} x {n} | {flop / t['numpy'] / 1e9:.1f} "
+              f"| {flop / t['tenet'] / 1e9:.1f} | {ratios[-1]:.2f}x | {tvm_cols} |")
+    emit(summary("tenet / numpy", ratios))
 
-    print(f"int8 GEMM (int32 sums, per-token x per-channel dequantization; path "
-          f"{info.int8_path}), worst-case operands, against numpy float32 on the same shape:\n")
-    print("| M x K x N | numpy f32 GFLOP/s | tenet int8 GOP/s | int8 / numpy f32 |")
-    print("|---|---:|---:|---:|")
+    emit(f"int8 GEMM (int32 sums, per-token x per-channel dequantization; path "
+          f"{machine.int8_path}), worst-case operands, against numpy float32 on the same shape:\n")
+    emit("| M x K x N | numpy f32 GFLOP/s | tenet int8 GOP/s | int8 / numpy f32 |")
+    emit("|---|---:|---:|---:|")
     ratios = []
     for m, k, n in SHAPES:
         t = alternating_medians(int8_case(m, k, n, rng), args.rounds)
         flop = 2.0 * m * k * n
         ratios.append(t["numpy f32"] / t["tenet int8"])
-        print(f"| {m} x {k} x {n} | {flop / t['numpy f32'] / 1e9:.1f} "
-              f"| {flop / t['tenet int8'] / 1e9:.1f} | {ratios[-1]:.2f}x |", flush=True)
-    print(f"\ngeometric mean int8 / numpy f32: {statistics.geometric_mean(ratios):.2f}x\n")
+        emit(f"| {m} x {k} x {n} | {flop / t['numpy f32'] / 1e9:.1f} "
+              f"| {flop / t['tenet int8'] / 1e9:.1f} | {ratios[-1]:.2f}x |")
+    emit(summary("int8 / numpy f32", ratios))
 
-    print("Small calls, quiet and with one competing busy process (microseconds per call):\n")
-    print("| call | machine | numpy us | tenet us | tenet / numpy time |")
-    print("|---|---|---:|---:|---:|")
+    emit("Small calls, quiet and with one competing busy process (microseconds per call):\n")
+    emit("| call | setting | numpy us | tenet us | tenet / numpy time |")
+    emit("|---|---|---:|---:|---:|")
     small = {
         "MLP 784-128-10, one image": mlp_case,
         "GEMM 1 x 768 x 2304": lambda: float_case(1, 768, 2304, rng)[0],
@@ -186,13 +217,18 @@ def main() -> None:
     }
     for label, make in small.items():
         fns = make()
-        for machine in ("quiet", "one busy process"):
-            ctx = busy_process() if machine != "quiet" else contextlib.nullcontext()
+        for setting in ("quiet", "one busy process"):
+            ctx = busy_process() if setting != "quiet" else contextlib.nullcontext()
             with ctx:
                 t = alternating_medians(fns, args.rounds)
             t_np, t_tenet = (t[name] for name in fns)
-            print(f"| {label} | {machine} | {t_np * 1e6:.1f} | {t_tenet * 1e6:.1f} "
-                  f"| {t_tenet / t_np:.2f}x |", flush=True)
+            emit(f"| {label} | {setting} | {t_np * 1e6:.1f} | {t_tenet * 1e6:.1f} "
+                  f"| {t_tenet / t_np:.2f}x |")
+    after = load_now()
+    emit(f"\nLoad average after the run: {'/'.join(f'{x:.1f}' for x in after)}.")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

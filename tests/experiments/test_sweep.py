@@ -245,3 +245,20 @@ def test_mlp_accuracy_with_fashion_mnist_files(tmp_path):
     assert float_row.tokens == 100 and float_row.accuracy == pytest.approx(
         case.setup.test_accuracy)  # the tenet build's accuracy is numpy's
     assert float_row.accuracy > 0.9 and int8_row.accuracy > 0.85
+
+
+def test_decode_on_the_prefill_phases_cache_equals_a_fresh_prefills():
+    # With prompt_len == context_len the decode phase takes the prefill phase's cache; the
+    # reference is the decode step on a cache made by a separate, uncharged prefill.
+    import tvm
+    from tvm import relax
+
+    from tenet_byoc.experiments.cases import run_case
+    from tenet_byoc.partition import build
+
+    case = gpt2_case("tiny", prompt_len=6, context_len=6)
+    vm = relax.VirtualMachine(build(case.module(), accelerator="os16"), tvm.cpu())
+    reused = run_case(case, vm)["decode"].output
+    func, args = case.inputs(vm, "decode")  # no earlier phases: a fresh prefill
+    fresh = case.output("decode", vm[func](*args))
+    np.testing.assert_array_equal(reused, fresh)

@@ -133,6 +133,7 @@ def test_attention_calls_charged_at_kv_width_by_hand(tiny, mod, bits, scales_per
     config, params = tiny
     scheme = f"q0f32+{mod}"
     runner = _runner(config, params, scheme)
+    tenet_byoc.ledger(runner.vm).reset()  # the shared runner's earlier decodes are tagged too
     _, cache = runner.prefill(PROMPT)
     # The runner is shared with the other tests, and it tags its own decode calls: only
     # this decode step's entries are counted.

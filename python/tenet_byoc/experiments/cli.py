@@ -10,6 +10,7 @@ Examples
     tenet-byoc eval --checkpoint gpt2-folder --text wiki.txt --schemes none,w8a8_per_tensor
     tenet-byoc presets
     tenet-byoc estimate --model llama-3-70b --schemes none,q4f16_1 --accelerator os128
+    tenet-byoc report results                # results/report.html, one self-contained page
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     from ..hardware import DEFAULT_PRESET, PRESETS
     from ..models.gpt2 import PRESETS as GPT2_PRESETS
     from ..quantization import CLASSIC_SCHEMES, SCHEMES
-    from .sweep import DEFAULT_HARDWARE
+    from .sweep import DEFAULT_ACCELERATORS
 
     presets, schemes, configs = sorted(PRESETS), list(SCHEMES), list(GPT2_PRESETS)
     parser = argparse.ArgumentParser(
@@ -187,13 +188,13 @@ def _parser() -> argparse.ArgumentParser:
     def hardware_options(p: argparse.ArgumentParser, *, many: bool) -> None:
         g = p.add_argument_group("accelerator")
         if many:
-            g.add_argument("--accelerator", "--hardware", dest="hardware",
+            g.add_argument("--accelerator", "--hardware", dest="accelerator",
                            type=_names("preset", presets), metavar="LIST",
                            help=f"comma-separated presets or all (default: "
-                           f"{','.join(DEFAULT_HARDWARE)}; os16 with --quick); "
-                           f"available: {', '.join(presets)}")
+                           f"{','.join(DEFAULT_ACCELERATORS)}; os16 with --quick); "
+                           f"available: {', '.join(presets)}; --hardware is a deprecated name")
         else:
-            g.add_argument("--accelerator", "--hardware", dest="hardware",
+            g.add_argument("--accelerator", "--hardware", dest="accelerator",
                            type=_one("preset", presets), metavar="PRESET",
                            help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
         g.add_argument("--tenet-p", metavar="FILE",
@@ -218,11 +219,12 @@ def _parser() -> argparse.ArgumentParser:
     hardware_options(p, many=True)
     p.add_argument("--quick", action="store_true",
                    help="prompt and context 32, schemes none,w8a8_per_channel_per_token,"
-                   "w4a16_group128, hardware os16 (explicit options win)")
+                   "w4a16_group128, accelerator os16 (explicit options win)")
     p.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json, layers.csv and "
                    "PNG plots here")
-    p.add_argument("--repeats", type=_positive, default=3,
-                   help="timed CPU runs per phase; the wall column is their median (default 3)")
+    _report_option(p)
+    p.add_argument("--repeats", type=_positive, default=1,
+                   help="timed CPU runs per phase; the wall column is their median (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("run", help="one model, scheme and accelerator: totals and per-layer costs")
@@ -231,6 +233,7 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"default: none; available: {', '.join(schemes)}")
     hardware_options(p, many=False)
     p.add_argument("--out", metavar="DIR", help="write run.csv, run.json, layers.csv and a plot")
+    _report_option(p)
     p.add_argument("--repeats", type=_positive, default=3,
                    help="timed CPU runs per phase; the wall column is their median (default 3)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -260,7 +263,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--schemes", type=_names("scheme", schemes), metavar="LIST",
                    help="comma-separated schemes or all (default: the classic seven); "
                    "float32 (none) always runs first as the reference")
-    p.add_argument("--accelerator", "--hardware", dest="hardware",
+    p.add_argument("--accelerator", "--hardware", dest="accelerator",
                    type=_one("preset", presets), default=DEFAULT_PRESET, metavar="PRESET",
                    help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
     p.add_argument("--window", type=_positive, metavar="N",
@@ -268,6 +271,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=_positive, metavar="N",
                    help="evaluate only the text's first N tokens (default: all)")
     p.add_argument("--out", metavar="DIR", help="write eval.csv and eval.json here")
+    _report_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     sub.add_parser("presets", help="list accelerator presets and quantization schemes")
@@ -275,7 +279,19 @@ def _parser() -> argparse.ArgumentParser:
     from .estimate_cmd import add_estimate_parser
 
     add_estimate_parser(sub, schemes, presets, _names, _one)
+    _report_option(sub.choices["estimate"])
+
+    p = sub.add_parser("report", help="write DIR/report.html: one self-contained page of a run",
+                       description="Read what sweep, run, estimate or eval wrote into DIR "
+                       "(CSV, JSON, manifest.json) and write DIR/report.html: the run's header, "
+                       "sortable tables and interactive plots in one file that opens offline.")
+    p.add_argument("dir", metavar="DIR", help="a folder a command wrote with --out")
     return parser
+
+
+def _report_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--report", action="store_true",
+                   help="also write report.html into --out (see `tenet-byoc report`)")
 
 
 # ----------------------------------------------------------------------------------------
@@ -297,11 +313,11 @@ def _hardware(args, quick: bool = False) -> list:
 
 def _chosen_hardware(args, quick: bool) -> list:
     from ..hardware import DEFAULT_PRESET
-    from .sweep import DEFAULT_HARDWARE, QUICK
+    from .sweep import DEFAULT_ACCELERATORS, QUICK
 
     if (args.tenet_p is None) != (args.tenet_m is None):
         raise _UserError("--tenet-p and --tenet-m go together (a PE array and a mapping)")
-    chosen = args.hardware
+    chosen = args.accelerator
     if isinstance(chosen, str):
         chosen = [chosen]
     custom = [] if args.tenet_p is None else [_tenet_accelerator(args.tenet_p, args.tenet_m)]
@@ -309,7 +325,7 @@ def _chosen_hardware(args, quick: bool) -> list:
         if custom:
             return custom  # only the custom array unless presets are asked for too
         if args.command == "sweep":
-            chosen = list(QUICK.hardware if quick else DEFAULT_HARDWARE)
+            chosen = list(QUICK.accelerators if quick else DEFAULT_ACCELERATORS)
         else:
             chosen = [DEFAULT_PRESET]
     return chosen + custom
@@ -408,6 +424,24 @@ def _check_output_file(path: str) -> None:
         os.remove(target)
 
 
+def _check_report(args) -> None:
+    if getattr(args, "report", False) and not args.out:
+        raise _UserError("--report needs --out DIR (the page is made from the files written "
+                         "there)")
+
+
+def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerators) -> None:
+    """Write the run's manifest into --out and, with --report, the page."""
+    from .results import write_manifest
+
+    write_manifest(args.out, command=args.command, argv=args.argv, models=models,
+                   schemes=schemes, accelerators=accelerators)
+    if args.report:
+        from .report import write_report
+
+        print(f"wrote {write_report(args.out)}")
+
+
 # ----------------------------------------------------------------------------------------
 # Commands
 # ----------------------------------------------------------------------------------------
@@ -437,6 +471,7 @@ def _cmd_sweep(args) -> int:
 
     models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
     schemes = args.schemes or list(QUICK.schemes if args.quick else CLASSIC_SCHEMES)
+    _check_report(args)
     if args.out:
         _check_output_dir(args.out)
     with _input_checks():
@@ -448,6 +483,7 @@ def _cmd_sweep(args) -> int:
     if args.out:
         paths = _save(result, args.out)
         print("wrote " + ", ".join(str(p) for p in paths))
+        _finish_out(args, [c.model for c in cases], schemes, hardware)
     return 0
 
 
@@ -455,6 +491,7 @@ def _cmd_run(args) -> int:
     from .results import markdown_table
     from .sweep import sweep
 
+    _check_report(args)
     if args.out:
         _check_output_dir(args.out)
     with _input_checks():
@@ -497,6 +534,7 @@ def _cmd_run(args) -> int:
                 calls, out / f"layers_{calls[0].model}_{phase}_{args.scheme}_"
                 f"{calls[0].hardware}.png"))
         print("wrote " + ", ".join(str(p) for p in paths))
+        _finish_out(args, [c.model for c in cases], [args.scheme], hardware)
     return 0
 
 
@@ -540,11 +578,12 @@ def _cmd_eval(args) -> int:
     from ..quantization import CLASSIC_SCHEMES
     from .evaluate import prepare_eval, run_eval
 
+    _check_report(args)
     if args.out:
         _check_output_dir(args.out)
     with _input_checks():
         job = prepare_eval(args.checkpoint, args.text, args.schemes or list(CLASSIC_SCHEMES),
-                           args.hardware, window=args.window, max_tokens=args.max_tokens)
+                           args.accelerator, window=args.window, max_tokens=args.max_tokens)
     result = run_eval(job, progress=not args.no_progress)
     for note in result.notes:
         print(f"- {note}")
@@ -552,6 +591,7 @@ def _cmd_eval(args) -> int:
     print(result.table())
     if args.out:
         print("wrote " + ", ".join(str(p) for p in result.save(args.out)))
+        _finish_out(args, [Path(job.checkpoint).name], job.schemes, [job.accelerator])
     return 0
 
 
@@ -620,11 +660,26 @@ def _cmd_estimate(args) -> int:
     if args.out:
         _check_output_dir(args.out)  # before the work, as sweep and eval do
     with _input_checks():  # nothing runs: every error is about the input
-        return run_estimate(args)
+        _check_report(args)
+        code = run_estimate(args)
+    if args.out:
+        from ..hardware import resolve
+
+        _finish_out(args, [args.model], args.schemes, [resolve(args.hardware, args.mapping)])
+    return code
+
+
+def _cmd_report(args) -> int:
+    from .report import write_report
+
+    with _input_checks():
+        print(f"wrote {write_report(args.dir)}")
+    return 0
 
 
 _COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
-             "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_estimate}
+             "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_estimate,
+             "report": _cmd_report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -635,6 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the run manifest records it
     if args.command is None:
         parser.print_help()
         return 0

@@ -153,6 +153,8 @@ def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint]
     """One figure: TPOT and energy per token against context (left) and batch (right)."""
     from matplotlib.figure import Figure
 
+    from .plots import decade_limits
+
     fig = Figure(figsize=(10, 6.5), layout="constrained")
     axes = fig.subplots(2, 2)
     for col, (points, key, label) in enumerate((
@@ -167,6 +169,8 @@ def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint]
                         marker="o", label=scheme)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
+            # whole decades: the top lines sit below a labelled tick, not above the last one
+            ax.set_ylim(*decade_limits([getattr(p, metric) for p in points]))
             ax.set_ylabel(ylabel)
             ax.grid(True, which="both", alpha=0.3)
             if row == 1:
@@ -221,7 +225,7 @@ def add_estimate_parser(sub, schemes: Sequence[str], presets: Sequence[str],
     p.add_argument("--schemes", type=names("scheme", schemes), default=["none"], metavar="LIST",
                    help=f"comma-separated schemes or all (default: none); available: "
                    f"{', '.join(schemes)}")
-    p.add_argument("--accelerator", "--hardware", dest="hardware", default=DEFAULT_PRESET,
+    p.add_argument("--accelerator", "--hardware", dest="accelerator", default=DEFAULT_PRESET,
                    type=one("preset", presets), metavar="PRESET",
                    help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
     p.add_argument("--mapping", choices=["auto", "fixed"],
@@ -280,16 +284,16 @@ def run_estimate(args: argparse.Namespace) -> int:
     ledgers: dict[str, Ledger] = {}
     start = time.perf_counter()
     for scheme in args.schemes:
-        ledger = estimate(args.model, scheme, args.hardware, prompt_len=args.prompt_len,
+        ledger = estimate(args.model, scheme, args.accelerator, prompt_len=args.prompt_len,
                           context_len=context_len, decode_steps=args.decode_steps,
                           batch=args.batch, mapping=args.mapping, progress=progress)
         ledgers[scheme] = ledger
         rows += phase_figures(ledger, scheme, args.prompt_len, args.decode_steps,
                               args.batch)
-    by_context = (context_sweep(args.model, args.schemes, args.hardware,
+    by_context = (context_sweep(args.model, args.schemes, args.accelerator,
                                 args.sweep_contexts, args.batch, args.mapping)
                   if args.sweep_contexts else [])
-    by_batch = (batch_sweep(args.model, args.schemes, args.hardware, args.sweep_batches,
+    by_batch = (batch_sweep(args.model, args.schemes, args.accelerator, args.sweep_batches,
                             context_len, args.mapping)
                 if args.sweep_batches else [])
     wall = time.perf_counter() - start

@@ -10,8 +10,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-__all__ = ["LAYER_COLUMNS", "ROW_COLUMNS", "LayerCost", "SweepResult", "SweepRow",
-           "markdown_table"]
+__all__ = ["LAYER_COLUMNS", "MANIFEST", "ROW_COLUMNS", "LayerCost", "SweepResult", "SweepRow",
+           "markdown_table", "write_manifest"]
+
+#: The file naming a run (command line, models, schemes, accelerators, CPU, versions, date)
+#: that each command writes beside its outputs; ``tenet-byoc report`` reads it.
+MANIFEST = "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -185,3 +189,68 @@ class SweepResult:
         return markdown_table(header, rows)
 
 
+
+
+def _accelerator_entry(acc) -> dict:
+    """An accelerator as the manifest records it: its one JSON form, plus the roofs a
+    roofline plot needs (peak MACs per cycle by operand width, DRAM bytes per cycle)."""
+    rates = acc.hardware.macs_per_pe_per_cycle
+    rates = ({str(bits): r for bits, r in sorted(rates.items())} if isinstance(rates, dict)
+             else {"all": rates})
+    return {
+        "name": acc.name,
+        "num_pes": acc.hardware.num_pes,
+        "macs_per_pe_per_cycle": rates,
+        "dram_bytes_per_cycle": acc.memory.dram_bandwidth_bits / 8,
+        "clock_ghz": acc.hardware.clock_ghz,
+        "json": json.loads(acc.to_json()),
+    }
+
+
+def write_manifest(out_dir: str | Path, *, command: str, argv: Sequence[str],
+                   models: Sequence[str], schemes: Sequence[str],
+                   accelerators: Sequence) -> Path:
+    """Write :data:`MANIFEST` into ``out_dir``: what ran, where and when.
+
+    Parameters
+    ----------
+    out_dir : path
+        The command's ``--out`` folder (made if needed).
+    command : str
+        The subcommand (``sweep``, ``run``, ``estimate``, ``eval``).
+    argv : sequence of str
+        The command line's arguments after ``tenet-byoc``.
+    models, schemes : sequence of str
+        What was run or estimated.
+    accelerators : sequence of tenet_byoc.Accelerator
+        Each is recorded with its JSON (:meth:`~tenet_byoc.Accelerator.to_json`).
+    """
+    import datetime
+    import platform
+    import shlex
+    from importlib import metadata
+
+    from .. import __version__, cpu_info
+
+    versions = {"tenet-byoc": __version__, "python": platform.python_version()}
+    for dist in ("apache-tvm", "apache-tvm-ffi", "numpy", "onednn-cpu-gomp"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    doc = {
+        "command": command,
+        "command_line": shlex.join(["tenet-byoc", *argv]),
+        "models": list(models),
+        "schemes": list(schemes),
+        "accelerators": [_accelerator_entry(a) for a in accelerators],
+        "cpu": asdict(cpu_info()),
+        "platform": platform.platform(),
+        "versions": versions,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / MANIFEST
+    path.write_text(json.dumps(doc, indent=1))
+    return path

@@ -1,0 +1,887 @@
+"""The self-contained page of a run: ``tenet-byoc report DIR`` reads what a command wrote into
+DIR (CSV, JSON, ``manifest.json``) and writes ``DIR/report.html``.
+
+The page opens offline: plotly's own bundled plotly.js is inlined once, the tables and figures
+travel as JSON inside the file, and a little inline script of our own makes the tables
+sortable and filterable. Sections follow the files found; a missing file leaves its section
+out. A self-check script records, once everything is drawn, every plot's size, every table's
+row count, the errors it caught and the URLs the page fetched, in a hidden element that
+:func:`browser_check` reads back from headless Chromium.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .results import MANIFEST
+
+__all__ = ["REPORT", "SOURCES", "PageCheck", "browser_check", "build_report", "chromium_path",
+           "write_report"]
+
+#: The page's file name inside the run folder.
+REPORT = "report.html"
+
+#: The files a report is made from (``layers_*.csv``, ``ledger_*.csv``: one per estimated
+#: scheme, per layer and per call).
+SOURCES = ("sweep.csv", "run.csv", "layers.csv", "sweep.json", "run.json", "eval.csv",
+           "eval.json", "estimate.csv", "layers_*.csv", "ledger_*.csv", "sweep_context.csv",
+           "sweep_batch.csv", MANIFEST)
+
+# Column labels with units, for every column the commands write; others show their own name.
+_LABELS = {
+    "latency_us": "est. latency (µs)", "latency_ms": "TTFT / TPOT (ms)", "tpot_ms": "TPOT (ms)",
+    "cycles": "est. cycles", "roofline_cycles": "roofline cycles", "macs": "MACs",
+    "pe_utilization": "PE util (0-1)", "weight_bytes": "weight bytes (B)",
+    "offchip_bytes": "buffer↔array bytes (B)", "dram_bytes": "DRAM bytes (B)",
+    "energy_pj": "energy (pJ)", "bandwidth_gbps": "bandwidth (GB/s)",
+    "max_abs_error": "max abs error", "rel_error": "rel. error", "top1_agreement": "top-1 agree (0-1)",
+    "accuracy": "accuracy (0-1)", "build_s": "build (s)", "wall_s": "CPU wall (s)",
+    "tokens_per_s": "tokens/s", "energy_per_token_mj": "energy/token (mJ)",
+    "dram_bytes_per_token": "DRAM bytes/token (B)", "roofline_ratio": "× roofline",
+    "context_len": "context (tokens)", "delta_vs_float32": "Δ perplexity vs float32",
+    "mean_nll": "mean NLL (nats)", "dram_read_bytes": "DRAM read (B)",
+    "dram_write_bytes": "DRAM write (B)", "buffer_read_bytes": "buffer→array (B)",
+    "buffer_write_bytes": "array→buffer (B)", "mac_pj": "MAC energy (pJ)",
+    "register_pj": "register energy (pJ)", "buffer_pj": "buffer energy (pJ)",
+    "dram_pj": "DRAM energy (pJ)", "m": "M", "n": "N", "k": "K",
+}
+
+# The per-call columns of a ledger shown on the page: the call, its mapping and its DRAM /
+# buffer / energy split (the CSV keeps all of them).
+_LEDGER_COLUMNS = ("call_index", "name", "phase", "scheme", "batch", "m", "n", "k", "bits_a",
+                   "bits_b", "mapping", "macs", "cycles", "roofline_cycles", "latency_us",
+                   "pe_utilization", "dram_read_bytes", "dram_write_bytes",
+                   "buffer_read_bytes", "buffer_write_bytes", "energy_pj", "mac_pj",
+                   "register_pj", "buffer_pj", "dram_pj")
+_ENERGY_PARTS = ("mac_pj", "register_pj", "buffer_pj", "dram_pj")
+_BLOCK = re.compile(r"^(?:h|layers|model\.layers)\.(\d+)\.")
+
+
+# ----------------------------------------------------------------------------------------
+# Reading the folder
+# ----------------------------------------------------------------------------------------
+
+
+def _value(text: str) -> int | float | str | None:
+    if text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+@dataclass(frozen=True)
+class _Csv:
+    """One CSV file: its name, header and rows (numbers parsed, empty cells None)."""
+
+    name: str
+    columns: list[str]
+    rows: list[dict[str, Any]]
+
+    def col(self, name: str) -> list[Any]:
+        return [r.get(name) for r in self.rows]
+
+
+def _read_csv(path: Path) -> _Csv:
+    try:
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                raise ValueError(f"{str(path)!r} is empty (expected a header line)")
+            rows = []
+            for i, line in enumerate(reader, start=2):
+                if len(line) != len(header):
+                    raise ValueError(f"{str(path)!r} line {i}: {len(line)} fields, the header "
+                                     f"has {len(header)}")
+                rows.append({c: _value(v) for c, v in zip(header, line)})
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{str(path)!r} is not a UTF-8 CSV file: {err}") from None
+    return _Csv(path.name, header, rows)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{str(path)!r} is not a JSON file: {err}") from None
+
+
+# ----------------------------------------------------------------------------------------
+# The page's parts: tables and figures (plotly's JSON form, built as plain dicts)
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Table:
+    key: str
+    source: _Csv
+    columns: Sequence[str]
+
+
+@dataclass(frozen=True)
+class _Figure:
+    key: str
+    data: list[dict]
+    layout: dict
+
+
+@dataclass
+class _Section:
+    title: str
+    intro: str = ""
+    parts: list[_Table | _Figure] = field(default_factory=list)
+
+
+def _label(column: str) -> str:
+    return _LABELS.get(column, column)
+
+
+def _layout(title: str, x: str, y: str, *, xlog: bool = False, ylog: bool = False,
+            **extra: Any) -> dict:
+    layout = {
+        "title": {"text": title, "font": {"size": 15}},
+        "xaxis": {"title": {"text": x}, "type": "log" if xlog else "-",
+                  "automargin": True},
+        "yaxis": {"title": {"text": y}, "type": "log" if ylog else "-",
+                  "automargin": True},
+        "hovermode": "closest", "height": 430, "margin": {"t": 50, "r": 20},
+        "legend": {"title": {"text": "click to hide / show"}},
+        "template": {"layout": {"font": {"family": "system-ui, sans-serif"}}},
+    }
+    layout.update(extra)
+    return layout
+
+
+def _groups(rows: Sequence[dict], *keys: str) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        out.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    return out
+
+
+def _run_name(r: dict) -> str:
+    return f"{r['scheme']} @ {r['hardware']}"
+
+
+def _cost_vs_error(rows: Sequence[dict], key: str, cost: str, cost_label: str,
+                   scale: float) -> list[_Figure]:
+    """One scatter per (model, phase): each scheme's cost against its output error, a
+    colour per scheme and a marker per accelerator."""
+    symbols = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon"]
+    figures = []
+    for (model, phase), mine in _groups(rows, "model", "phase").items():
+        hws = list(dict.fromkeys(p["hardware"] for p in mine))
+        data = []
+        for (scheme,), pts in _groups(mine, "scheme").items():
+            data.append({
+                "type": "scatter", "mode": "markers", "name": str(scheme),
+                "x": [p["rel_error"] for p in pts], "y": [p[cost] * scale for p in pts],
+                "text": [p["hardware"] for p in pts],
+                "marker": {"size": 11, "opacity": 0.85, "symbol": [
+                    symbols[hws.index(p["hardware"]) % len(symbols)] for p in pts]},
+                "hovertemplate": "%{fullData.name} @ %{text}<br>rel. error %{x:.4g}<br>"
+                + cost_label + " %{y:.4g}<extra></extra>",
+            })
+        marks = ", ".join(f"{h}: {symbols[i % len(symbols)]}" for i, h in enumerate(hws))
+        figures.append(_Figure(f"{key}-{model}-{phase}", data, _layout(
+            f"{model} {phase}: {cost_label} vs output error ({marks})", "rel. error of the "
+            "output (max |err| / max |float32|)", cost_label)))
+    return figures
+
+
+def _summary_section(summary: _Csv) -> _Section:
+    rows = summary.rows
+    sec = _Section("Summary", f"One row per model, scheme, accelerator and phase "
+                   f"(<code>{summary.name}</code>). Costs are sums over the phase's offloaded "
+                   "calls; errors compare the output with the float32 build's.")
+    sec.parts.append(_Table("summary", summary, summary.columns))
+    gpt2 = [r for r in rows if r.get("phase") in ("prefill", "decode")]
+    phases = {r["phase"] for r in gpt2}
+    if {"prefill", "decode"} <= phases:
+        data = []
+        for (model, phase, hw), pts in _groups(gpt2, "model", "phase", "hardware").items():
+            data.append({
+                "type": "bar", "name": f"{model} {phase} @ {hw}",
+                "x": [p["scheme"] for p in pts], "y": [p["latency_us"] for p in pts],
+                "customdata": [[p["energy_pj"] / 1e6, p["tokens"]] for p in pts],
+                "hovertemplate": "%{x}<br>latency %{y:.4g} µs<br>energy %{customdata[0]:.4g} "
+                "µJ<br>tokens %{customdata[1]}<extra>%{fullData.name}</extra>",
+            })
+        sec.parts.append(_Figure("prefill-decode", data, _layout(
+            "Prefill vs decode: est. latency per scheme", "scheme", "est. latency (µs)",
+            ylog=True, barmode="group")))
+    if all("rel_error" in r for r in rows[:1]):
+        sec.parts += _cost_vs_error(rows, "cost-error", "latency_us", "est. latency (µs)", 1.0)
+        sec.parts += _cost_vs_error(rows, "energy-error", "energy_pj", "energy (µJ)", 1e-6)
+    return sec
+
+
+def _roofs(manifest: dict | None, hardware: str, macs: Sequence[float],
+           intensity: Sequence[float]) -> list[dict]:
+    """The accelerator's roofs (one per MAC rate) over the points' intensity range."""
+    accs = {a.get("name"): a for a in (manifest or {}).get("accelerators", [])}
+    acc = accs.get(hardware)
+    xs = [x for x in intensity if x and x > 0]
+    if acc is None or not xs or not macs:
+        return []
+    lo, hi = min(xs) / 2, max(xs) * 2
+    bw = float(acc["dram_bytes_per_cycle"])
+    out = []
+    for bits, rate in acc["macs_per_pe_per_cycle"].items():
+        peak = float(acc["num_pes"]) * float(rate)
+        knee = peak / bw
+        xr = sorted({lo, hi, min(max(knee, lo), hi)})
+        out.append({
+            "type": "scatter", "mode": "lines", "name": f"roof {hardware}"
+            + ("" if bits == "all" else f" ({bits}-bit)"),
+            "x": xr, "y": [min(peak, bw * x) for x in xr],
+            "line": {"dash": "dot", "width": 1.5},
+            "hovertemplate": f"peak {peak:g} MACs/cycle, DRAM {bw:g} B/cycle<extra></extra>",
+        })
+    return out
+
+
+def _shape(call: dict) -> str:
+    if call.get("m") in (None, ""):
+        return ""
+    return f" {call['batch']}×{call['m']}×{call['n']}×{call['k']}"
+
+
+def _roofline(key: str, title: str, rows: Sequence[dict], series: str, hardware: str | None,
+              manifest: dict | None, label: str = "name") -> _Figure:
+    """Each call as a point: MACs per DRAM byte against attained MACs per cycle."""
+    data = []
+    for (name,), pts in _groups(rows, series).items():
+        pts = [p for p in pts if p["cycles"]]
+        data.append({
+            "type": "scatter", "mode": "markers", "name": str(name),
+            "x": [p["macs"] / p["dram_bytes"] if p["dram_bytes"] else None for p in pts],
+            "y": [p["macs"] / p["cycles"] for p in pts],
+            "text": [f"{p[label]}{_shape(p)}<br>{p['mapping']}" for p in pts],
+            "marker": {"size": 7, "opacity": 0.8},
+            "hovertemplate": "%{text}<br>%{x:.3g} MACs/DRAM byte<br>%{y:.4g} MACs/cycle"
+            "<extra>%{fullData.name}</extra>",
+        })
+    if hardware is not None:
+        all_x = [x for t in data for x in t["x"]]
+        data += _roofs(manifest, hardware, [y for t in data for y in t["y"]], all_x)
+    return _Figure(key, data, _layout(title, "arithmetic intensity (MACs / DRAM byte)",
+                                      "attained MACs / cycle", xlog=True, ylog=True))
+
+
+def _layers_section(layers: _Csv, manifest: dict | None) -> _Section:
+    sec = _Section("Per layer", f"Every offloaded call of every run (<code>{layers.name}"
+                   "</code>): its shape, mapping (dataflow, buffer tiles, loop order), DRAM "
+                   "and buffer↔array traffic and energy. In the plots, click a legend entry "
+                   "to show or hide a run.")
+    for (model, phase), calls in _groups(layers.rows, "model", "phase").items():
+        data = []
+        for i, (_, mine) in enumerate(_groups(calls, "scheme", "hardware").items()):
+            data.append({
+                "type": "bar", "name": _run_name(mine[0]),
+                "x": [c["layer"] for c in mine], "y": [c["latency_us"] for c in mine],
+                "customdata": [[c["energy_pj"] / 1e6, c["dram_bytes"], c["mapping"]]
+                               for c in mine],
+                "hovertemplate": "%{x}<br>latency %{y:.4g} µs<br>energy %{customdata[0]:.4g} "
+                "µJ<br>DRAM %{customdata[1]:,} B<br>%{customdata[2]}"
+                "<extra>%{fullData.name}</extra>",
+                "visible": True if i < 2 else "legendonly",
+            })
+        sec.parts.append(_Figure(f"layers-{model}-{phase}", data, _layout(
+            f"{model} {phase}: est. latency per layer", "layer (call)", "est. latency (µs)",
+            barmode="group", xaxis={"title": {"text": "layer (call)"}, "automargin": True,
+                                    "tickangle": -60})))
+        for (hw,), mine in _groups(calls, "hardware").items():
+            sec.parts.append(_roofline(
+                f"roofline-{model}-{phase}-{hw}", f"{model} {phase} on {hw}: roofline, each "
+                "call a point", mine, "scheme", hw, manifest, label="layer"))
+    sec.parts.append(_Table("layers", layers, layers.columns))
+    return sec
+
+
+def _eval_section(ev: _Csv) -> _Section:
+    sec = _Section("Perplexity per scheme", f"<code>{ev.name}</code>: perplexity of the text "
+                   "under each scheme, its change against float32, and what the run cost.")
+    sec.parts.append(_Table("eval", ev, ev.columns))
+    data = [{
+        "type": "scatter", "mode": "markers+text", "name": name,
+        "x": ev.col("delta_vs_float32"), "y": [v * scale for v in ev.col(col)],
+        "text": ev.col("scheme"), "textposition": "top center", "marker": {"size": 10},
+        "hovertemplate": "%{text}<br>Δ perplexity %{x:.4g}<br>" + name + " %{y:.4g}"
+        "<extra></extra>", "yaxis": axis,
+    } for name, col, scale, axis in (("est. latency (ms)", "latency_us", 1e-3, "y"),
+                                     ("energy (mJ)", "energy_pj", 1e-9, "y2"))]
+    sec.parts.append(_Figure("eval-cost-error", data, _layout(
+        "Cost vs perplexity change", "Δ perplexity vs float32", "est. latency (ms)",
+        yaxis2={"title": {"text": "energy (mJ)"}, "overlaying": "y", "side": "right"})))
+    return sec
+
+
+def _scheme_of(source: _Csv, prefix: str) -> str:
+    return source.name[len(prefix):-len(".csv")]
+
+
+def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_Csv],
+                      manifest: dict | None) -> _Section:
+    sec = _Section("Estimate", "Per phase (<code>estimate.csv</code>): TTFT for the prefill, "
+                   "TPOT (mean per step) for decode; per layer (<code>layers_SCHEME.csv</code>"
+                   "): each layer's calls summed over the phase; with <code>--ledger</code>, "
+                   "each scheme's ledger, one row per call, with its mapping and its DRAM / "
+                   "buffer / energy split.")
+    if est is not None:
+        sec.parts.append(_Table("estimate", est, est.columns))
+    hardware = None
+    if manifest and manifest.get("accelerators"):
+        hardware = manifest["accelerators"][0].get("name")
+    per_layer = [r for src in layer_sums for r in src.rows]
+    for (phase,), rows in _groups(per_layer, "phase").items():
+        data = [{
+            "type": "bar", "name": str(scheme), "x": [r["layer"] for r in mine],
+            "y": [r["latency_us"] for r in mine],
+            "customdata": [[r["calls"], r["energy_pj"] / 1e6, r["dram_bytes"]] for r in mine],
+            "hovertemplate": "%{x}<br>latency %{y:.4g} µs over %{customdata[0]} call(s)"
+            "<br>energy %{customdata[1]:.4g} µJ<br>DRAM %{customdata[2]:,} B"
+            "<extra>%{fullData.name}</extra>",
+        } for (scheme,), mine in _groups(rows, "scheme").items()]
+        sec.parts.append(_Figure(f"estimate-layers-{phase}", data, _layout(
+            f"{phase}: est. latency per layer (its calls summed)", "layer",
+            "est. latency (µs)", barmode="group",
+            xaxis={"title": {"text": "layer"}, "automargin": True, "tickangle": -60})))
+    with_ledger = {_scheme_of(led, "ledger_") for led in ledgers}
+    for src in layer_sums:
+        scheme = _scheme_of(src, "layers_")
+        if scheme not in with_ledger:  # without the ledger, each layer is a point
+            rows = [dict(r, mapping=f"{r['calls']} call(s)") for r in src.rows]
+            sec.parts.append(_roofline(f"roofline-{scheme}", f"{scheme}: roofline, each "
+                                       "layer (its calls summed) a point", rows, "phase",
+                                       hardware, manifest, label="layer"))
+        sec.parts.append(_Table(f"layers-{scheme}", src, src.columns))
+    for led in ledgers:
+        scheme = _scheme_of(led, "ledger_")
+        for (phase,), calls in _groups(led.rows, "phase").items():
+            by_name: dict[str, dict[str, float]] = {}
+            for c in calls:  # decode steps repeat each layer: summed per layer
+                parts = by_name.setdefault(c["name"], dict.fromkeys(_ENERGY_PARTS, 0.0))
+                for p in _ENERGY_PARTS:
+                    parts[p] += c[p] or 0.0
+            names = list(by_name)
+            data = [{"type": "bar", "name": _label(p), "x": names,
+                     "y": [by_name[n][p] / 1e6 for n in names],
+                     "hovertemplate": "%{x}<br>%{y:.4g} µJ<extra>%{fullData.name}</extra>"}
+                    for p in _ENERGY_PARTS]
+            sec.parts.append(_Figure(f"energy-{scheme}-{phase}", data, _layout(
+                f"{scheme} {phase}: energy per layer by where it is spent", "layer",
+                "energy (µJ)", barmode="stack",
+                xaxis={"title": {"text": "layer"}, "automargin": True, "tickangle": -60})))
+        rows = [dict(r, dram_bytes=(r["dram_read_bytes"] or 0) + (r["dram_write_bytes"] or 0))
+                for r in led.rows]
+        sec.parts.append(_roofline(f"roofline-{scheme}", f"{scheme}: roofline, each call a "
+                                   "point", rows, "phase", hardware, manifest))
+        sec.parts.append(_Table(f"ledger-{scheme}", led,
+                                [c for c in _LEDGER_COLUMNS if c in led.columns]))
+    return sec
+
+
+def _sweeps_section(by_context: _Csv | None, by_batch: _Csv | None) -> _Section:
+    sec = _Section("Decode step swept", "One decode step of each scheme at each context "
+                   "length (tokens in the KV cache) and at each batch size.")
+    for sweep, key, label in ((by_context, "context_len", "context length (tokens cached)"),
+                              (by_batch, "batch", "batch (sequences per step)")):
+        if sweep is None:
+            continue
+        for metric, ylabel in (("tpot_ms", "TPOT (ms)"),
+                               ("energy_per_token_mj", "energy / token (mJ)")):
+            data = [{
+                "type": "scatter", "mode": "lines+markers", "name": str(scheme),
+                "x": [p[key] for p in pts], "y": [p[metric] for p in pts],
+                "customdata": [[p["tokens_per_s"], p["pe_utilization"]] for p in pts],
+                "hovertemplate": f"{label} %{{x}}<br>{ylabel} %{{y:.4g}}<br>tokens/s "
+                "%{customdata[0]:.4g}<br>PE util %{customdata[1]:.3f}"
+                "<extra>%{fullData.name}</extra>",
+            } for (scheme,), pts in _groups(sweep.rows, "scheme").items()]
+            sec.parts.append(_Figure(f"sweep-{key}-{metric}", data, _layout(
+                f"{ylabel} vs {label}", label, ylabel, xlog=True, ylog=True)))
+        sec.parts.append(_Table(f"sweep-{key}", sweep, sweep.columns))
+    return sec
+
+
+# ----------------------------------------------------------------------------------------
+# The page
+# ----------------------------------------------------------------------------------------
+
+
+def _script_json(value: Any) -> str:
+    """JSON safe inside a <script> element (no "</" can close it early)."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def _clean(value: Any) -> Any:
+    """NaN and infinities as None (JSON has no such numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _header(folder: Path, manifest: dict | None, notes: list[str],
+            found: list[str]) -> str:
+    e = html.escape
+    rows: list[tuple[str, str]] = []
+    if manifest is None:
+        rows.append(("run", (f"no <code>{MANIFEST}</code> in this folder (older tenet-byoc): "
+                             "the command line, accelerators and CPU are unknown")))
+    else:
+        rows.append(("command line", f"<code>{e(manifest.get('command_line', ''))}</code>"))
+        rows.append(("models", e(", ".join(map(str, manifest.get("models", []))))))
+        rows.append(("schemes", e(", ".join(map(str, manifest.get("schemes", []))))))
+        accs = []
+        for a in manifest.get("accelerators", []):
+            rates = a.get("macs_per_pe_per_cycle") or {}
+            rate = (f"{rates['all']} MAC/PE/cycle" if list(rates) == ["all"] else
+                    ", ".join(f"{r} MAC/PE/cycle at {b} bits" for b, r in rates.items()))
+            accs.append(f"<details><summary>{e(str(a.get('name')))}: {a.get('num_pes')} PEs, "
+                        f"{e(rate)}, {a.get('dram_bytes_per_cycle')} DRAM B/cycle, "
+                        f"{a.get('clock_ghz')} GHz (JSON)</summary><pre>"
+                        f"{e(json.dumps(a.get('json'), indent=1))}</pre></details>")
+        rows.append(("accelerators", "".join(accs)))
+        cpu = manifest.get("cpu", {})
+        rows.append(("CPU", e(", ".join(f"{k} {v}" for k, v in cpu.items())
+                              + f"; {manifest.get('platform', '')}")))
+        rows.append(("versions", e(", ".join(f"{k} {v}" for k, v in
+                                            manifest.get("versions", {}).items()))))
+        rows.append(("date", e(str(manifest.get("date", "")))))
+    rows.append(("folder", f"<code>{e(str(folder))}</code>: " + e(", ".join(found))))
+    for note in notes:
+        rows.append(("note", e(note)))
+    return "<table class='head'>" + "".join(
+        f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+
+def build_report(folder: str | os.PathLike[str]) -> str:
+    """The page of the run in ``folder``, as HTML text.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``folder`` is not a folder, or holds none of :data:`SOURCES` (all are named).
+    ValueError
+        If a file there is not the CSV / JSON it should be (the file is named).
+    """
+    import plotly.offline
+
+    path = Path(folder)
+    if not path.is_dir():
+        raise FileNotFoundError(f"report folder {str(folder)!r} does not exist or is not a "
+                                "folder")
+    found = sorted(p.name for p in path.iterdir() if p.is_file() and any(
+        p.match(s) for s in SOURCES))
+    if not [f for f in found if f != MANIFEST]:
+        raise FileNotFoundError(
+            f"report folder {str(folder)!r} has none of the files a report is made from: "
+            f"{', '.join(SOURCES)} (written by tenet-byoc sweep/run/estimate/eval --out)")
+
+    def csv_of(name: str) -> _Csv | None:
+        return _read_csv(path / name) if (path / name).is_file() else None
+
+    manifest = _read_json(path / MANIFEST) if (path / MANIFEST).is_file() else None
+    if manifest is not None and not isinstance(manifest, dict):
+        raise ValueError(f"{str(path / MANIFEST)!r} should hold a JSON object")
+    notes: list[str] = []
+    for name in ("sweep.json", "run.json", "eval.json"):
+        if (path / name).is_file():
+            doc = _read_json(path / name)
+            if isinstance(doc, dict):
+                notes += [str(n) for n in doc.get("notes", [])]
+    sections = []
+    for name in ("sweep.csv", "run.csv"):
+        summary = csv_of(name)
+        if summary is not None and summary.rows:
+            sections.append(_summary_section(summary))
+    layers = csv_of("layers.csv")
+    if layers is not None and layers.rows:
+        sections.append(_layers_section(layers, manifest))
+    ev = csv_of("eval.csv")
+    if ev is not None:
+        sections.append(_eval_section(ev))
+    est = csv_of("estimate.csv")
+    layer_sums = [_read_csv(path / n) for n in found if n.startswith("layers_")]
+    ledgers = [_read_csv(path / n) for n in found if n.startswith("ledger_")]
+    if est is not None or layer_sums or ledgers:
+        sections.append(_estimate_section(est, layer_sums, ledgers, manifest))
+    by_context, by_batch = csv_of("sweep_context.csv"), csv_of("sweep_batch.csv")
+    if by_context is not None or by_batch is not None:
+        sections.append(_sweeps_section(by_context, by_batch))
+
+    title = "tenet-byoc report"
+    if manifest is not None:
+        title += f": {manifest.get('command', '')} " + ", ".join(
+            map(str, manifest.get("models", [])))
+    figures, tables, body = {}, {}, []
+    for s_index, sec in enumerate(sections):
+        body.append(f"<section id='s{s_index}'><h2>{html.escape(sec.title)}</h2>"
+                    f"<p>{sec.intro}</p>")
+        for part in sec.parts:
+            if isinstance(part, _Figure):
+                figures[part.key] = {"data": _clean(part.data), "layout": part.layout}
+                body.append(f"<div class='plot' id='plot-{html.escape(part.key)}'></div>")
+            else:
+                tables[part.key] = {
+                    "source": part.source.name,
+                    "columns": list(part.columns),
+                    "labels": [_label(c) for c in part.columns],
+                    "rows": _clean([[r.get(c) for c in part.columns] for r in part.source.rows]),
+                }
+                body.append(f"<div class='table' id='table-{html.escape(part.key)}'></div>")
+        body.append("</section>")
+    pngs = sorted(p.name for p in path.glob("*.png"))
+    if pngs:
+        body.append("<section><h2>Static plots</h2><p>PNG files beside this page (for papers): "
+                    + ", ".join(f"<code>{html.escape(n)}</code>" for n in pngs) + "</p></section>")
+    toc = "".join(f"<a href='#s{i}'>{html.escape(s.title)}</a>" for i, s in enumerate(sections))
+    return _PAGE.format(
+        title=html.escape(title), style=_STYLE, capture=_CAPTURE,
+        plotly=plotly.offline.get_plotlyjs(), header=_header(path, manifest, notes, found),
+        toc=toc, body="\n".join(body), figures=_script_json(figures),
+        tables=_script_json(tables), app=_APP,
+    )
+
+
+def write_report(folder: str | os.PathLike[str], path: str | os.PathLike[str] | None = None
+                 ) -> Path:
+    """Write :func:`build_report`'s page to ``path`` (default ``folder/report.html``)."""
+    text = build_report(folder)
+    target = Path(folder) / REPORT if path is None else Path(path)
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+# ----------------------------------------------------------------------------------------
+# Checking the page in a real browser
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PageCheck:
+    """What the page's self-check recorded in headless Chromium.
+
+    ``plots`` maps a plot's key to its drawn (width, height, points); ``tables`` maps a
+    table's key to (rows drawn, source CSV); ``errors`` holds caught errors and
+    console.error messages; ``resources`` the URLs the page fetched. Times from navigation
+    start, in ms: ``plotly_ms`` plotly.js loaded, ``first_ms`` the first screen drawn (what
+    a reader waits for), ``ready_ms`` every plot and every table row made. ``wall_s`` is
+    Chromium's whole run and ``cpu_s`` the CPU time of its processes (those it reaped).
+    """
+
+    plots: dict[str, tuple[float, float, int]]
+    tables: dict[str, tuple[int, str]]
+    errors: list[str]
+    resources: list[str]
+    plotly_ms: float
+    first_ms: float
+    ready_ms: float
+    wall_s: float
+    cpu_s: float
+
+
+def chromium_path() -> str | None:
+    """Debian's ``chromium`` (or ``chromium-browser``, ``google-chrome``) on PATH, if any."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
+                  timeout: float = 180.0, virtual_time_ms: int | None = 30000,
+                  window: tuple[int, int] = (1280, 1600)) -> PageCheck:
+    """Open ``page`` in headless Chromium with every network route blocked and read back
+    the page's self-check.
+
+    ``virtual_time_ms`` lets Chromium run the page's pending tasks (up to that much virtual
+    time) before it dumps the DOM, so a slow machine still sees the finished page; None
+    dumps right after the load event. ``window`` is the browser window's (width, height):
+    what the first screen holds.
+
+    Raises
+    ------
+    FileNotFoundError
+        If no Chromium is installed or ``page`` is missing.
+    RuntimeError
+        If Chromium fails or the page never finished its self-check (its output is quoted).
+    """
+    import resource
+    import time
+
+    exe = chromium or chromium_path()
+    if exe is None:
+        raise FileNotFoundError("no chromium on PATH (Debian: apt-get install chromium)")
+    page = Path(page).resolve()
+    if not page.is_file():
+        raise FileNotFoundError(f"page {str(page)!r} does not exist")
+    with tempfile.TemporaryDirectory(prefix="tenet-chromium-") as profile:
+        cmd = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-extensions", "--disable-background-networking", "--disable-sync",
+               "--disable-component-update", "--disable-default-apps",
+               f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
+               "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
+               f"--window-size={int(window[0])},{int(window[1])}", "--dump-dom",
+               page.as_uri()]
+        if virtual_time_ms is not None:
+            cmd.insert(-2, f"--virtual-time-budget={int(virtual_time_ms)}")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    found = re.search(r'<pre id="tenet-self-check"[^>]*>(.*?)</pre>', proc.stdout, re.DOTALL)
+    if proc.returncode != 0 or found is None or not found.group(1).strip():
+        raise RuntimeError(f"chromium on {str(page)!r}: exit {proc.returncode}, no self-check "
+                           f"result; stderr tail: {proc.stderr[-2000:]!r}")
+    doc = json.loads(html.unescape(found.group(1)))
+    return PageCheck(
+        plots={k: (v["width"], v["height"], v["points"]) for k, v in doc["plots"].items()},
+        tables={k: (v["rows"], v["source"]) for k, v in doc["tables"].items()},
+        errors=list(doc["errors"]), resources=list(doc["resources"]),
+        plotly_ms=float(doc["plotly_ms"]), first_ms=float(doc["first_ms"]),
+        ready_ms=float(doc["ready_ms"]), wall_s=wall, cpu_s=cpu,
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# Page text: the template, its style and its scripts (ours, inline)
+# ----------------------------------------------------------------------------------------
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:0 auto;max-width:1400px;padding:0 1.2em 3em;
+color:#1d232a}
+h1{font-size:1.5em;margin:.8em 0 .3em}h2{border-bottom:2px solid #d8dee4;padding-bottom:.2em;
+margin-top:1.6em}
+nav a{margin-right:1.2em}code,pre{font-size:.9em}pre{background:#f6f8fa;padding:.6em;
+max-height:22em;overflow:auto}
+table.head{border-collapse:collapse;margin:.5em 0}table.head th{text-align:left;
+vertical-align:top;padding:.2em 1em .2em 0;white-space:nowrap}table.head td{padding:.2em 0}
+.plot{min-height:430px;margin:1em 0;border:1px solid #eef1f4}
+.table{margin:1em 0}.table .bar{margin:.3em 0}.table input{width:22em;padding:.25em}
+.table .scroll{max-height:34em;overflow:auto;border:1px solid #d8dee4}
+.table table{border-collapse:collapse;font-size:.82em}
+.table th{position:sticky;top:0;background:#eef1f4;cursor:pointer;padding:.35em .5em;
+text-align:left;white-space:nowrap;user-select:none}
+.table td{padding:.2em .5em;border-top:1px solid #eef1f4;white-space:nowrap}
+.table td.num{text-align:right;font-variant-numeric:tabular-nums}
+.table th.asc:after{content:" ▲"}.table th.desc:after{content:" ▼"}
+"""
+
+# Installed before plotly.js so that errors anywhere on the page are caught.
+_CAPTURE = """
+window.__tenetErrors = [];
+window.addEventListener('error', function (e) {
+  window.__tenetErrors.push('error: ' + e.message + ' at ' + e.filename + ':' + e.lineno);
+});
+window.addEventListener('unhandledrejection', function (e) {
+  window.__tenetErrors.push('unhandled rejection: ' + e.reason);
+});
+(function () {
+  var original = console.error.bind(console);
+  console.error = function () {
+    window.__tenetErrors.push('console.error: ' + Array.prototype.join.call(arguments, ' '));
+    original.apply(null, arguments);
+  };
+})();
+"""
+
+_APP = r"""
+(function () {
+  var figures = JSON.parse(document.getElementById('figures').textContent);
+  var tables = JSON.parse(document.getElementById('tables').textContent);
+  var FIRST_ROWS = 100;  // rows made at once; the rest after every plot is drawn
+
+  function fmt(v) {
+    if (v === null || v === undefined) return '';
+    if (typeof v !== 'number') return String(v);
+    var a = Math.abs(v);
+    if (Number.isInteger(v) && a < 1e15) return v.toLocaleString('en-US');
+    if (a !== 0 && (a >= 1e9 || a < 1e-3)) return v.toPrecision(4);
+    return v.toLocaleString('en-US', {maximumSignificantDigits: 5});
+  }
+  function esc(t) {
+    return t.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
+            .replace(/"/g, '&quot;');
+  }
+
+  // A sortable, filterable table; returns a function that makes its remaining rows.
+  function makeTable(holder, spec) {
+    var bar = document.createElement('div'); bar.className = 'bar';
+    var input = document.createElement('input');
+    input.type = 'search'; input.placeholder = 'filter rows (all words must match)';
+    var count = document.createElement('span');
+    bar.appendChild(input); bar.appendChild(document.createTextNode(' ')); bar.appendChild(count);
+    bar.appendChild(document.createTextNode(' · from ' + spec.source + ' · click a header to sort'));
+    var scroll = document.createElement('div'); scroll.className = 'scroll';
+    var table = document.createElement('table');
+    var head = table.createTHead().insertRow();
+    var body = table.createTBody();
+    var numeric = spec.columns.map(function (_, j) {
+      return spec.rows.every(function (r) { return r[j] === null || typeof r[j] === 'number'; });
+    });
+    var items = spec.rows.map(function (r, i) { return {tr: null, values: r, index: i}; });
+    var made = 0;
+    // One HTML string per batch of rows: far faster than a DOM call per cell.
+    function makeRows(upto) {
+      var from = made, html = [];
+      for (var i = from; i < upto; i++) {
+        var it = items[i], texts = it.values.map(fmt);
+        it.text = texts.join(' ').toLowerCase();
+        html.push('<tr>' + texts.map(function (cell, j) {
+          var v = it.values[j];
+          return numeric[j] ? '<td class="num"' + (v === null ? '' : ' title="' + v + '"')
+            + '>' + esc(cell) + '</td>' : '<td>' + esc(cell) + '</td>';
+        }).join('') + '</tr>');
+      }
+      body.insertAdjacentHTML('beforeend', html.join(''));
+      for (var k = from; k < upto; k++) items[k].tr = body.rows[k];
+      made = upto;
+    }
+    function finish() { if (made < items.length) { makeRows(items.length); showCount(); } }
+    function showCount() {
+      var shown = 0;
+      for (var i = 0; i < made; i++) if (!items[i].tr.hidden) shown++;
+      count.textContent = shown + ' of ' + items.length + ' rows'
+        + (made < items.length ? ' (making the rest)' : '');
+    }
+    var sortState = {col: -1, dir: 1};
+    spec.labels.forEach(function (label, j) {
+      var th = document.createElement('th'); th.textContent = label;
+      th.title = spec.columns[j];
+      th.addEventListener('click', function () {
+        finish();
+        sortState.dir = sortState.col === j ? -sortState.dir : 1; sortState.col = j;
+        head.querySelectorAll('th').forEach(function (h) { h.className = ''; });
+        th.className = sortState.dir > 0 ? 'asc' : 'desc';
+        items.sort(function (a, b) {
+          var x = a.values[j], y = b.values[j];
+          if (x === y) return a.index - b.index;
+          if (x === null) return 1;
+          if (y === null) return -1;
+          var c = numeric[j] ? x - y : String(x).localeCompare(String(y), 'en', {numeric: true});
+          return c * sortState.dir || a.index - b.index;
+        });
+        items.forEach(function (it) { body.appendChild(it.tr); });
+      });
+      head.appendChild(th);
+    });
+    input.addEventListener('input', function () {
+      finish();
+      var words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+      items.forEach(function (it) {
+        it.tr.hidden = !words.every(function (w) { return it.text.indexOf(w) >= 0; });
+      });
+      showCount();
+    });
+    makeRows(Math.min(FIRST_ROWS, items.length));
+    showCount();
+    scroll.appendChild(table); holder.appendChild(bar); holder.appendChild(scroll);
+    return finish;
+  }
+
+  var check = {plots: {}, tables: {}, errors: [], resources: [], plotly_ms: window.__tenetPlotlyMs};
+  var finishers = [];
+  // Parts in page order; each drawn in its own task, so the browser paints the first screen
+  // (first_ms) while the parts below it are still being drawn.
+  var parts = Array.prototype.slice.call(document.querySelectorAll('.plot, .table'));
+  function yieldToBrowser() { return new Promise(function (r) { setTimeout(r, 0); }); }
+  function draw(el) {
+    var key = el.id.slice(el.id.indexOf('-') + 1);
+    if (el.className === 'table') {
+      finishers.push(makeTable(el, tables[key]));
+      return Promise.resolve();
+    }
+    var f = figures[key];
+    return Plotly.newPlot(el, f.data, f.layout, {responsive: true, displaylogo: false});
+  }
+  var chain = Promise.resolve();
+  parts.forEach(function (el) {
+    chain = chain.then(function () {
+      if (check.first_ms === undefined && el.getBoundingClientRect().top > window.innerHeight) {
+        check.first_ms = performance.now();
+      }
+      return draw(el).catch(function (e) {
+        window.__tenetErrors.push(el.id + ': ' + e);
+      }).then(yieldToBrowser);
+    });
+  });
+  chain.then(function () {
+    if (check.first_ms === undefined) check.first_ms = performance.now();
+    check.plots_ms = performance.now();
+    finishers.forEach(function (f) { f(); });
+    check.tables_ms = performance.now();
+    Object.keys(figures).forEach(function (key) {
+      var el = document.getElementById('plot-' + key);
+      var box = el.querySelector('.main-svg');
+      var r = box ? box.getBoundingClientRect() : {width: 0, height: 0};
+      var points = 0;
+      figures[key].data.forEach(function (t) {
+        if (t.mode !== 'lines') points += (t.x || []).length;
+      });
+      check.plots[key] = {width: r.width, height: r.height, points: points};
+    });
+    Object.keys(tables).forEach(function (key) {
+      var el = document.getElementById('table-' + key);
+      check.tables[key] = {rows: el.querySelectorAll('tbody tr').length,
+                           source: tables[key].source};
+    });
+  }).catch(function (e) {
+    window.__tenetErrors.push('self-check: ' + e);
+  }).then(function () {
+    check.ready_ms = performance.now();
+    check.errors = window.__tenetErrors;
+    check.resources = performance.getEntriesByType('resource').map(function (e) {
+      return e.name;
+    });
+    document.getElementById('tenet-self-check').textContent = JSON.stringify(check);
+  });
+})();
+"""
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>{style}</style>
+<script>{capture}</script>
+<script>{plotly}</script>
+<script>window.__tenetPlotlyMs = performance.now();</script>
+</head><body>
+<h1>{title}</h1>
+{header}
+<nav>{toc}</nav>
+{body}
+<pre id="tenet-self-check" hidden></pre>
+<script type="application/json" id="figures">{figures}</script>
+<script type="application/json" id="tables">{tables}</script>
+<script>{app}</script>
+</body></html>
+"""

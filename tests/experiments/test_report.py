@@ -1,0 +1,224 @@
+"""The run report: pages of a small sweep and of an estimate, opened in headless Chromium
+with the network blocked, checked against the CSV files they were made from."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import plotly.offline
+import pytest
+
+import tenet_byoc
+from tenet_byoc.experiments.cli import main
+from tenet_byoc.experiments.report import (
+    REPORT,
+    SOURCES,
+    browser_check,
+    build_report,
+    chromium_path,
+    write_report,
+)
+from tenet_byoc.experiments.results import MANIFEST
+from tenet_byoc.hardware import resolve
+
+needs_chromium = pytest.mark.skipif(
+    chromium_path() is None,
+    reason="no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it where "
+    "it can)")
+
+SWEEP_ARGV = ["sweep", "--model", "gpt2", "--gpt2-config", "tiny", "--schemes",
+              "none,w8a8_per_tensor", "--accelerator", "os16", "--repeats", "1",
+              "--no-progress", "--report"]
+TINY_CONFIG = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+               "vocab_size": 97, "n_positions": 256}
+
+
+def exit_code(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sweep")
+    assert main([*SWEEP_ARGV, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def estimate_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("estimate")
+    config = out / "config.json"
+    config.write_text(json.dumps(TINY_CONFIG))
+    assert main(["estimate", "--model", str(config), "--schemes", "none,q4f16_1",
+                 "--prompt-len", "16", "--decode-steps", "2", "--sweep-contexts", "16,64",
+                 "--sweep-batches", "1,4", "--no-progress", "--out", str(out), "--report",
+                 "--ledger"]) == 0
+    return out
+
+
+def fetched_urls(page: str) -> list[str]:
+    """src/href attributes of elements a browser would fetch, outside plotly's bundle."""
+    ours = page.replace(plotly.offline.get_plotlyjs(), "")
+    return re.findall(r"<(?:script|link|img|iframe|source|embed|object|video|audio)\b[^>]*"
+                      r"\b(?:src|href|data)\s*=\s*['\"]?([^'\" >]+)", ours, re.IGNORECASE)
+
+
+def check_page(folder: Path) -> dict:
+    """Open folder's report in Chromium; the checks common to every page."""
+    page = folder / REPORT
+    text = page.read_text()
+    assert text.count(plotly.offline.get_plotlyjs()) == 1  # plotly.js inlined once
+    assert fetched_urls(text) == []
+    assert not re.search(r"<(script|link)[^>]*\bsrc\s*=", text.replace(
+        plotly.offline.get_plotlyjs(), ""), re.IGNORECASE)
+    check = browser_check(page)
+    assert check.errors == []
+    assert check.resources == []  # nothing fetched: no CDN, no server
+    assert check.plots, "no plot drawn"
+    for key, (width, height, points) in check.plots.items():
+        assert width > 0 and height > 0, key
+        assert points > 0, key
+    for key, (rows, source) in check.tables.items():
+        assert rows == len(csv_rows(folder / source)), (key, source)
+    return {"check": check, "text": text}
+
+
+def test_manifest_records_the_run(sweep_dir):
+    doc = json.loads((sweep_dir / MANIFEST).read_text())
+    assert doc["command"] == "sweep"
+    assert doc["command_line"] == shlex.join(["tenet-byoc", *SWEEP_ARGV, "--out",
+                                              str(sweep_dir)])
+    assert doc["models"] == ["gpt2"] and doc["schemes"] == ["none", "w8a8_per_tensor"]
+    (acc,) = doc["accelerators"]
+    os16 = resolve("os16")
+    assert acc["json"] == json.loads(os16.to_json())
+    assert acc["num_pes"] == 16 * 16 and acc["dram_bytes_per_cycle"] == 256 / 8
+    assert doc["cpu"]["model"] == tenet_byoc.cpu_info().model
+    assert doc["versions"]["tenet-byoc"] == tenet_byoc.__version__
+
+
+@needs_chromium
+def test_sweep_page_in_chromium(sweep_dir):
+    got = check_page(sweep_dir)
+    check, text = got["check"], got["text"]
+    assert {s for _, s in check.tables.values()} == {"sweep.csv", "layers.csv"}
+    layers = csv_rows(sweep_dir / "layers.csv")
+    for phase in ("prefill", "decode"):
+        calls = [r for r in layers if r["phase"] == phase]
+        # every call of every run is a bar and a roofline point
+        assert check.plots[f"layers-gpt2-{phase}"][2] == len(calls)
+        assert check.plots[f"roofline-gpt2-{phase}-os16"][2] == len(calls)
+    rows = csv_rows(sweep_dir / "sweep.csv")
+    assert check.plots["prefill-decode"][2] == len(rows)
+    assert check.plots["cost-error-gpt2-prefill"][2] == 2  # one point per scheme
+    manifest = json.loads((sweep_dir / MANIFEST).read_text())
+    assert html.escape(manifest["command_line"]) in text
+    assert html.escape(json.dumps(json.loads(resolve("os16").to_json()), indent=1)) in text
+    assert html.escape(tenet_byoc.cpu_info().model) in text
+
+
+@needs_chromium
+def test_estimate_page_in_chromium(estimate_dir):
+    check = check_page(estimate_dir)["check"]
+    sources = {s for _, s in check.tables.values()}
+    assert sources == {"estimate.csv", "layers_none.csv", "layers_q4f16_1.csv",
+                       "ledger_none.csv", "ledger_q4f16_1.csv", "sweep_context.csv",
+                       "sweep_batch.csv"}
+    for scheme in ("none", "q4f16_1"):
+        calls = csv_rows(estimate_dir / f"ledger_{scheme}.csv")
+        assert check.plots[f"roofline-{scheme}"][2] == len(calls)
+        prefill_layers = {r["name"] for r in calls if r["phase"] == "prefill"}
+        # four energy parts stacked per layer
+        assert check.plots[f"energy-{scheme}-prefill"][2] == 4 * len(prefill_layers)
+    decode = [r for s in ("none", "q4f16_1")
+              for r in csv_rows(estimate_dir / f"layers_{s}.csv") if r["phase"] == "decode"]
+    assert check.plots["estimate-layers-decode"][2] == len(decode)
+    by_context = csv_rows(estimate_dir / "sweep_context.csv")
+    assert check.plots["sweep-context_len-tpot_ms"][2] == len(by_context)
+
+
+def test_an_estimate_without_its_ledger_puts_each_layer_on_the_roofline(estimate_dir,
+                                                                         tmp_path):
+    for name in ("layers_none.csv", MANIFEST):
+        shutil.copy(estimate_dir / name, tmp_path)
+    text = build_report(tmp_path)
+    figures = json.loads(re.search(
+        r'<script type="application/json" id="figures">(.*?)</script>', text,
+        re.DOTALL).group(1))
+    layers = csv_rows(tmp_path / "layers_none.csv")
+    points = [t for t in figures["roofline-none"]["data"] if t["mode"] == "markers"]
+    assert sum(len(t["x"]) for t in points) == len(layers)
+    by_phase = {t["name"]: t for t in points}
+    first = next(r for r in layers if r["phase"] == "prefill")
+    i = [r for r in layers if r["phase"] == "prefill"].index(first)
+    # the point is the layer's MACs per DRAM byte and MACs per cycle, from the CSV
+    assert by_phase["prefill"]["x"][i] == pytest.approx(int(first["macs"])
+                                                        / float(first["dram_bytes"]))
+    assert by_phase["prefill"]["y"][i] == pytest.approx(int(first["macs"]) / int(first["cycles"]))
+    roofs = [t for t in figures["roofline-none"]["data"] if t["mode"] == "lines"]
+    # one roof per MAC rate: min(PEs x rate, DRAM bytes per cycle x intensity)
+    os16 = resolve("os16")
+    rates = os16.hardware.macs_per_pe_per_cycle
+    rates = sorted(rates.values()) if isinstance(rates, dict) else [rates]
+    bandwidth = os16.memory.dram_bandwidth_bits / 8
+    assert len(roofs) == len(rates)
+    for roof, rate in zip(roofs, rates):
+        assert roof["y"] == pytest.approx([min(os16.hardware.num_pes * rate, bandwidth * x)
+                                           for x in roof["x"]])
+
+
+def test_a_folder_missing_some_files_leaves_their_sections_out(estimate_dir, tmp_path):
+    shutil.copy(estimate_dir / "sweep_context.csv", tmp_path)
+    text = build_report(tmp_path)
+    assert "Decode step swept" in text and "Summary" not in text
+    assert f"no <code>{MANIFEST}</code>" in text
+    tables = json.loads(re.search(r'<script type="application/json" id="tables">(.*?)</script>',
+                                  text, re.DOTALL).group(1))
+    assert list(tables) == ["sweep-context_len"]
+    assert len(tables["sweep-context_len"]["rows"]) == len(csv_rows(tmp_path /
+                                                                    "sweep_context.csv"))
+
+
+def test_a_folder_without_results_is_a_clear_error(tmp_path):
+    (tmp_path / "notes.txt").write_text("nothing here")
+    with pytest.raises(FileNotFoundError, match="none of the files") as err:
+        write_report(tmp_path)
+    assert str(tmp_path) in str(err.value)
+    for name in SOURCES:
+        assert name in str(err.value)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        build_report(tmp_path / "missing")
+    assert not (tmp_path / REPORT).exists()
+
+
+def test_a_broken_csv_is_named(tmp_path):
+    (tmp_path / "estimate.csv").write_text("scheme,phase\nnone\n")
+    with pytest.raises(ValueError, match=r"estimate.csv' line 2: 1 fields"):
+        build_report(tmp_path)
+
+
+def test_cli_report_command_and_flag_errors(tmp_path, capsys):
+    assert exit_code(["report", str(tmp_path)]) == 2
+    assert "none of the files" in capsys.readouterr().err
+    assert exit_code(["estimate", "--model", "gpt2", "--report"]) == 2
+    assert "--report needs --out" in capsys.readouterr().err
+    (tmp_path / "sweep_batch.csv").write_text("scheme,context_len,batch,tpot_ms,tokens_per_s,"
+                                              "energy_per_token_mj,dram_bytes_per_token,"
+                                              "pe_utilization\nnone,16,1,2.5,400,1.5,100,0.5\n")
+    assert main(["report", str(tmp_path)]) == 0
+    assert (tmp_path / REPORT).is_file()
+    assert str(tmp_path / REPORT) in capsys.readouterr().out
