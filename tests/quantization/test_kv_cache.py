@@ -135,9 +135,6 @@ def test_attention_calls_charged_at_kv_width_by_hand(tiny, mod, bits, scales_per
     runner = _runner(config, params, scheme)
     tenet_byoc.ledger(runner.vm).reset()  # the shared runner's earlier decodes are tagged too
     _, cache = runner.prefill(PROMPT)
-    # The runner is shared with the other tests, and it tags its own decode calls: only
-    # this decode step's entries are counted.
-    tenet_byoc.ledger(runner.vm).reset()
     tenet_byoc.set_phase(runner.vm, "decode")
     runner.decode(1, cache)
     h, d, length = config.n_head, config.head_dim, len(PROMPT) + 1
