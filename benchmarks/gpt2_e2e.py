@@ -138,7 +138,8 @@ def main() -> None:
     parser.add_argument("--tvm-tokens", type=int, default=32,
                         help="prefill length for TVM's own build (default 32)")
     parser.add_argument("--skip-tvm", action="store_true", help="leave out TVM's own build")
-    parser.add_argument("--hardware", default="os16", help="accelerator preset charged")
+    parser.add_argument("--accelerator", "--hardware", default="os16",
+                        help="accelerator preset charged (--hardware: deprecated name)")
     parser.add_argument("--rounds", type=int, default=7,
                         help="timed rounds of tenet and PyTorch, alternating (default 7)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="markdown file to write")
@@ -157,7 +158,7 @@ def main() -> None:
         return lambda: vm["prefill"](arg)
 
     t0 = time.perf_counter()
-    tenet_vm = relax.VirtualMachine(tenet_byoc.build(mod, accelerator=args.hardware), dev)
+    tenet_vm = relax.VirtualMachine(tenet_byoc.build(mod, accelerator=args.accelerator), dev)
     tenet_build_s = time.perf_counter() - t0
     tenet_logits = tenet_vm["prefill"](tvm.runtime.tensor(ids.reshape(1, -1)))[0].numpy()[0]
     contenders = {"tenet": prefill(tenet_vm, ids)}
@@ -179,7 +180,7 @@ def main() -> None:
     median = {name: statistics.median(t) for name, t in times.items()}
     tenet_s = median["tenet"]
 
-    rows = [[f"tenet build (oneDNN GEMMs + cost ledger, `{args.hardware}`)", args.tokens,
+    rows = [[f"tenet build (oneDNN GEMMs + cost ledger, `{args.accelerator}`)", args.tokens,
              f"{tenet_s * 1e3:.1f}", "1.00", f"build {tenet_build_s:.1f} s"]]
     if torch is not None:
         torch_s = median["torch"]

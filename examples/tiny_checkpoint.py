@@ -5,7 +5,9 @@ made offline: transformers' `save_pretrained` writes the model (2 layers, d = 64
 context 128, seeded random weights scaled so its logits are not flat) and the `tokenizers`
 library trains a 512-token byte-level BPE on the text you give. The model has learnt
 nothing: its perplexity shows how far each scheme moves one model's loss, not a real one's.
-Needs torch and transformers (the test extra).
+Needs torch, transformers and tokenizers: `python -m pip install ".[test]"` (the test extra).
+The folder appears whole or not at all: everything is written into a temporary folder beside
+it, which is moved into place only once the tokenizer and the model are both saved.
 
     python examples/tiny_checkpoint.py tiny-gpt2 --text README.md
     tenet-byoc eval --checkpoint tiny-gpt2 --text README.md --window 128 --max-tokens 1024 \
@@ -15,6 +17,8 @@ Needs torch and transformers (the test extra).
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 from pathlib import Path
 
 
@@ -53,19 +57,43 @@ def write_model(folder: Path, vocab_size: int, seed: int) -> None:
     model.save_pretrained(folder)
 
 
-def main() -> None:
+def _check_dependencies() -> None:
+    missing = []
+    for module in ("torch", "transformers", "tokenizers"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise SystemExit(f"tiny_checkpoint.py needs {', '.join(missing)}: install the test "
+                         "extra with `python -m pip install \".[test]\"`; nothing was written")
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path, help="folder to write (created)")
+    ap.add_argument("out", type=Path, help="folder to write (must not exist yet)")
     ap.add_argument("--text", type=Path, required=True, help="UTF-8 text to train the BPE on")
     ap.add_argument("--vocab", type=int, default=512, help="BPE vocabulary (default 512)")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    text = args.text.read_text(encoding="utf-8")
+    args = ap.parse_args(argv)
+    if args.out.exists():
+        raise SystemExit(f"{args.out} already exists; give a new folder name")
+    try:
+        text = args.text.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise SystemExit(f"--text {args.text}: cannot read it as UTF-8 text ({err})") from None
     if not text.strip():
-        raise SystemExit(f"{args.text}: empty text")
-    args.out.mkdir(parents=True, exist_ok=True)
-    size = write_tokenizer(args.out, text, args.vocab)
-    write_model(args.out, size, args.seed)
+        raise SystemExit(f"--text {args.text}: empty text")
+    _check_dependencies()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    # A failure halfway (a missing package, an interrupt) leaves no half-written folder.
+    staging = Path(tempfile.mkdtemp(prefix=f".{args.out.name}-", dir=args.out.parent))
+    try:
+        size = write_tokenizer(staging, text, args.vocab)
+        write_model(staging, size, args.seed)
+        staging.rename(args.out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     print(f"wrote {args.out}/: config.json, model.safetensors, tokenizer.json ({size} tokens)")
 
 

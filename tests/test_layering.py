@@ -89,9 +89,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("package", ["tenet_byoc.models", "tenet_byoc"])
-def test_no_import_circle(package):
-    graph = import_graph(PACKAGE_DIR, package)
+def test_no_import_circle_in_models():
+    graph = import_graph(PACKAGE_DIR, "tenet_byoc.models")
     assert set(graph) >= {"tenet_byoc.models.gpt2", "tenet_byoc.models.gemms"}
     cycle = find_cycle(graph)
     assert cycle is None, "import circle: " + " -> ".join(cycle)

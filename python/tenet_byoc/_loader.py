@@ -13,12 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def _libgomp_loaded() -> bool:
+def _loaded_libgomp() -> str | None:
+    """The path of the libgomp already mapped into this process, if any."""
     try:
         with open("/proc/self/maps") as maps:
-            return any("libgomp.so" in line for line in maps)
+            for line in maps:
+                if "libgomp" in line and ".so" in line:
+                    return line.split()[-1]
     except OSError:
-        return False
+        pass
+    return None
 
 
 def _passive_openmp_threads() -> None:
@@ -30,11 +34,14 @@ def _passive_openmp_threads() -> None:
     # it is loaded, so it is set before oneDNN brings libgomp in; a user's setting wins.
     if "OMP_WAIT_POLICY" in os.environ:
         return
-    if _libgomp_loaded():
+    loaded = _loaded_libgomp()
+    if loaded is not None:
+        # One line that says what to do: the usual cause is `import tvm` (whose tvm-ffi
+        # imports torch, which brings its own libgomp) before `import tenet_byoc`.
         warnings.warn(
-            "libgomp was loaded before tenet_byoc, so its threads keep the default active "
-            "(spinning) wait policy; set OMP_WAIT_POLICY=PASSIVE before starting Python to "
-            "keep oneDNN's threads from competing with TVM's and numpy's",
+            f"{loaded} was loaded before tenet_byoc (e.g. by torch through `import tvm`), so "
+            "oneDNN's idle threads spin and slow small GEMMs; import tenet_byoc first, or "
+            "set OMP_WAIT_POLICY=PASSIVE before starting Python",
             RuntimeWarning,
             stacklevel=4,
         )

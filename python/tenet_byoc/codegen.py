@@ -11,14 +11,20 @@ epilogue come from where it was registered (:data:`tenet_byoc.patterns.PATTERN_I
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tvm_ffi
 from tvm import relax
 from tvm.relax.backend.pattern_registry import get_pattern
 
 from .patterns import KIND_BITS, PATTERN_INFO, PatternInfo
-from .quantization import RECIPE_ATTR, SCHEME_ATTR, is_attention_gemm
+from .quantization import (
+    RECIPE_ATTR,
+    SCHEME_ATTR,
+    QuantScheme,
+    attention_scheme,
+    is_attention_gemm,
+)
 
 #: Bumped with the runtime's ``kDescriptorVersion`` on any incompatible change.
 DESCRIPTOR_VERSION = 4
@@ -115,6 +121,49 @@ FLOAT_RECIPE = {
 }
 
 
+@dataclass(frozen=True)
+class GemmCharging:
+    """What a GEMM is charged with: the scheme the ledger records, the A/B/C widths, the
+    quantization recipe, and the multiple K is padded to."""
+
+    scheme: str
+    bits: tuple[int, int, int]
+    recipe: dict
+    k_multiple: int
+
+
+#: A float composite: float32 operands, nothing quantized, recorded as scheme "none".
+FLOAT_CHARGING = GemmCharging("none", tuple(KIND_BITS["float"]), FLOAT_RECIPE, 1)
+
+
+def gemm_charging(scheme: QuantScheme, gemm: str) -> GemmCharging:
+    """What this codegen charges a GEMM of a module ``quantize(mod, scheme)`` made.
+
+    ``gemm`` is "weight" (a linear layer), "key" (attention's ``Q K^T``) or "value" (``P V``).
+    A linear layer under a float scheme is a float composite; under a quantized one it
+    carries the scheme's widths and recipe (the quantize pass stamps them; its static
+    scales are dynamic without calibration data, as here) and K padded to the scheme's
+    multiple. Attention stays float unless the scheme quantizes the KV cache: then B is
+    the cache at the KV width with its scales (``quantization.attention_scheme``), under
+    the scheme's name, never padded. :func:`tenet_byoc.estimate` charges by this rule;
+    :func:`describe_function` reads the same widths and recipes from the quantize pass's
+    stamp.
+    """
+    if gemm not in ("weight", "key", "value"):
+        raise ValueError(f"gemm must be 'weight', 'key' or 'value', got {gemm!r}")
+    if gemm != "weight":
+        if not scheme.quantizes_kv:
+            return FLOAT_CHARGING
+        att = attention_scheme(scheme)
+        return GemmCharging(scheme.name, tuple(att.bits()), att.recipe(gemm), 1)
+    if scheme.kernel == "float":
+        return FLOAT_CHARGING
+    if scheme.activation_static:
+        # quantize() without calibration data computes the scales per call, charged dynamic.
+        scheme = replace(scheme, activation_static=False)
+    return GemmCharging(scheme.name, tuple(scheme.bits()), scheme.recipe(), scheme.k_multiple())
+
+
 def _shape_of(ty) -> list[int] | None:
     if not isinstance(ty, relax.TensorType) or ty.shape is None:
         return None
@@ -209,7 +258,7 @@ def describe_function(func: relax.Function) -> dict:
             role = attention["key" if comp.info.rhs_transposed else "value"]
             bits, quant, step_scheme = role["bits"], dict(role["recipe"]), scheme
         elif kind == "float":
-            bits, quant = list(KIND_BITS[kind]), dict(FLOAT_RECIPE)
+            bits, quant = list(FLOAT_CHARGING.bits), dict(FLOAT_CHARGING.recipe)
         elif stamped is not None:
             bits = stamped["bits"]
             quant = {k: v for k, v in stamped.items() if k not in ("bits", "attention")}
@@ -262,10 +311,11 @@ def _accelerator(functions) -> dict:
 def _check_enumeration_limit(described: list[dict], functions, accelerator: dict) -> None:
     """Refuse at build time a static GEMM the accelerator could only cost by enumerating
     more instances than the cost model allows (it would fail at the first VM call)."""
-    from .cost_model import parse_accelerator
+    from .cost_model import Accelerator
     from .hardware import check_gemm_size
 
-    _, hw, df, *_ = parse_accelerator(json.dumps(accelerator))
+    acc = Accelerator._parse_json(json.dumps(accelerator))
+    hw, df = acc.hardware, acc.dataflow
     for desc, func in zip(described, functions):
         params = list(func.params)
         for step in desc["steps"]:

@@ -3,8 +3,8 @@
 :func:`estimate` lists every GEMM of a prefill and of each decode step from the model's
 config (``tenet_byoc.models.gemms.model_gemms``, the list a real run's ledger follows call for
 call), gives each call the widths, quantization recipe and K padding the quantize pass and
-codegen would give it, and charges it with ``cost_model.charge_gemm``: the same C++ rule the
-runtime applies per call. Identical calls are charged once (the runtime caches per shape the
+codegen would give it, and charges it with ``cost_model.charge``: the same C++ rule the
+runtime applies per call, its fields from the same table. Identical calls are charged once (the runtime caches per shape the
 same way), so Llama-3-70B with a long decode costs seconds, not hours.
 
 Thread safety: :func:`estimate` keeps no state between calls. Errors: a bad model, scheme,
@@ -14,16 +14,15 @@ argument and what is accepted.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from types import MappingProxyType
 from typing import Any
 
 from . import cost_model as cm
-from .codegen import FLOAT_RECIPE
+from .codegen import GemmCharging, gemm_charging
 from .hardware import Accelerator, resolve
 from .ledger import Ledger, LedgerEntry, TensorTraffic
-from .quantization import SCHEMES, QuantScheme, attention_scheme, get_scheme
+from .quantization import QuantScheme, get_scheme
 
 __all__ = ["ESTIMATE_PATTERN", "estimate"]
 
@@ -32,108 +31,29 @@ __all__ = ["ESTIMATE_PATTERN", "estimate"]
 ESTIMATE_PATTERN = "estimate"
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class _Charging:
-    """How one class of calls (weight GEMMs, attention GEMMs) is charged."""
-
-    scheme: str  #: the scheme name the ledger records ("none" for a float call)
-    bits: tuple[int, int, int]  #: A, B, C element widths
-    recipe: dict[str, Any]  #: QuantScheme.recipe(), or the codegen's FLOAT_RECIPE
-    k_multiple: int  #: K is padded with zeros to a multiple of this
-
-    @classmethod
-    def of(cls, scheme: QuantScheme) -> _Charging:
-        """What the quantize pass and the codegen make of a GEMM under ``scheme``."""
-        if scheme.kernel == "float":
-            # The codegen charges a float composite float32 with FLOAT_RECIPE, scheme "none".
-            return cls("none", (32, 32, 32), dict(FLOAT_RECIPE), 1)
-        if scheme.activation_static:
-            # quantize() without calibration data computes the scales per call and is
-            # charged as dynamic; an estimate has no calibration data either.
-            scheme = dataclasses.replace(scheme, activation_static=False)
-        return cls(scheme.name, scheme.bits(), scheme.recipe(), scheme.k_multiple())
-
-
-def _attention_charging(scheme: QuantScheme) -> dict[str, _Charging]:
-    """What ``Q K^T`` ("key") and ``P V`` ("value") are charged with under ``scheme``, as
-    the codegen charges them: float32 ("none") without a KV modifier; with one, B (the
-    cache) at the KV width with its scales (``quantization.attention_scheme``), under the
-    scheme's name. Attention is never padded."""
-    if not scheme.quantizes_kv:
-        return dict.fromkeys(("key", "value"), _Charging.of(SCHEMES["none"]))
-    att = attention_scheme(scheme)
-    return {role: _Charging(scheme.name, att.bits(), att.recipe(role), 1)
-            for role in ("key", "value")}
-
-
-def _entry_fields(charge: cm.Charge, batch: int, m: int, n: int, k: int,
-                  bits: tuple[int, int, int]) -> dict[str, Any]:
-    """A charge as the ledger's fields, computed as the runtime writes them
-    (``src/runtime/ledger.cc``, WriteCharge)."""
-    a, mm, en, q = charge.array, charge.memory, charge.energy, charge.quant
-    capacity = float(mm.cycles) * float(a.num_pes) * float(a.macs_per_pe_per_cycle)
-    tensors = {}
-    for name, t in a.tensors.items():
-        o = mm.tensors.get(name)
-        tensors[name] = TensorTraffic(
-            bits=t.bits, is_write=t.is_write, total=t.total, unique=t.unique,
-            reuse_factor=t.reuse_factor, spatial_reuse=t.spatial_reuse,
-            temporal_reuse=t.temporal_reuse, offchip_elements=t.offchip_elements,
-            offchip_bytes=t.offchip_bytes,
-            dram_read_bytes=o.dram_read_bits / 8.0 if o else 0.0,
-            dram_write_bytes=o.dram_write_bits / 8.0 if o else 0.0,
-            buffer_read_bytes=o.buffer_read_bits / 8.0 if o else 0.0,
-            buffer_write_bytes=o.buffer_write_bits / 8.0 if o else 0.0,
-        )
-    return {
-        "batch": batch, "m": m, "n": n, "k": k,
-        "bits_a": bits[0], "bits_b": bits[1], "bits_c": bits[2],
-        "extra_read_bits": q["weight_side_bits"] + q["activation_side_bits"],
-        "extra_ops": q["quantize_ops"] + q["dequant_ops"],
-        "extra_register_bits": q["accumulator_traffic_bits"],
-        **q,
-        "macs": a.macs, "cycles": mm.cycles, "roofline_cycles": mm.roofline_cycles,
-        "array_cycles": a.cycles, "dram_stall_cycles": mm.dram_stall_cycles,
-        "compute_cycles": a.compute_cycles, "stall_cycles": a.stall_cycles,
-        "tenet_delay": a.delay, "ingress_delay": a.ingress_delay,
-        "egress_delay": a.egress_delay, "compute_delay": a.compute_delay,
-        "compute_delay_exact": a.compute_delay_exact, "time_steps": a.time_steps,
-        "folds": a.folds, "active_pes": a.active_pes, "num_pes": a.num_pes,
-        "macs_per_pe_per_cycle": a.macs_per_pe_per_cycle, "avg_active_pes": a.avg_active_pes,
-        "pe_utilization": float(a.macs) / capacity if capacity > 0 else 0.0,
-        "bandwidth_bits_per_cycle": a.bandwidth_bits_per_cycle, "latency_us": mm.latency_us,
-        "offchip_read_bytes": a.offchip_read_bits / 8.0,
-        "offchip_write_bytes": a.offchip_write_bits / 8.0,
-        "dram_read_bytes": mm.dram_read_bits / 8.0, "dram_write_bytes": mm.dram_write_bits / 8.0,
-        "buffer_read_bytes": mm.buffer_read_bits / 8.0,
-        "buffer_write_bytes": mm.buffer_write_bits / 8.0,
-        "energy_pj": en.total_pj, "mac_pj": en.mac_pj, "register_pj": en.register_pj,
-        "buffer_pj": en.buffer_pj, "dram_pj": en.dram_pj, "mapping": mm.mapping,
-        "tensors": MappingProxyType(tensors),
-    }
-
-
 class _Charges:
     """Charges per distinct call on one accelerator: the C++ model runs once per
     (shape, widths, recipe), as the runtime's per-shape cost cache does."""
 
-    def __init__(self, accelerator: Accelerator, how: _Charging):
+    def __init__(self, accelerator: Accelerator, how: GemmCharging):
         self._acc = accelerator
         self.how = how
         self._seen: dict[tuple[int, int, int, int], dict[str, Any]] = {}
 
     def fields(self, batch: int, m: int, n: int, k: int) -> dict[str, Any]:
-        """The ledger fields of ``batch`` products ``[m, k] x [k, n]`` (K as given)."""
+        """The ledger fields of ``batch`` products ``[m, k] x [k, n]`` (K as given): the
+        cost model's one table (``Charge.ledger_fields``), as the runtime writes them."""
         found = self._seen.get((batch, m, n, k))
         if found is None:
-            acc, how = self._acc, self.how
-            charge = cm.charge_gemm(
-                m, n, k, acc.hardware, acc.dataflow, batch=batch, bits_a=how.bits[0],
-                bits_b=how.bits[1], bits_c=how.bits[2], scheme=how.scheme,
-                recipe=how.recipe, **acc.charge_parts,
-            )
-            found = _entry_fields(charge, batch, m, n, k, how.bits)
+            how = self.how
+            call = cm.GemmCall(m=m, n=n, k=k, batch=batch, bits_a=how.bits[0],
+                               bits_b=how.bits[1], bits_c=how.bits[2], scheme=how.scheme,
+                               recipe=how.recipe)
+            found = cm.charge(call, self._acc).ledger_fields()
+            found["tensors"] = MappingProxyType(
+                {name: TensorTraffic(**t) for name, t in found["tensors"].items()})
             found["scheme"] = how.scheme
+            found["recipe"] = call.recipe
             self._seen[(batch, m, n, k)] = found
         return found
 
@@ -267,8 +187,9 @@ def estimate(
     _check_lengths(config, prompt_len, context_len, decode_steps, batch)
     acc = resolve(accelerator, mapping=mapping)
     quant = get_scheme(scheme)
-    weights = _Charges(acc, _Charging.of(quant))
-    attention = {role: _Charges(acc, how) for role, how in _attention_charging(quant).items()}
+    # What the codegen charges each class of GEMM with under this scheme (its own rule).
+    weights = _Charges(acc, gemm_charging(quant, "weight"))
+    attention = {role: _Charges(acc, gemm_charging(quant, role)) for role in ("key", "value")}
     calls = ([("prefill", prompt_len)] if prompt_len else []) + [
         ("decode", context_len + i) for i in range(decode_steps)
     ]

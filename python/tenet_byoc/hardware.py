@@ -10,11 +10,11 @@ and travels inside the runtime module in the cost model's one JSON form
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from . import cost_model as cm
+from ._names import did_you_mean
 from .mapping import OBJECTIVES
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
@@ -23,24 +23,24 @@ from .mapping import OBJECTIVES
 MAPPING_CHOICES = (None, "auto", "fixed")
 
 
-@dataclass(frozen=True)
-class Accelerator:
-    """A named hardware + dataflow pair, checked when it is made.
+class Accelerator(cm.Accelerator):
+    """The one accelerator value (``cost_model.Accelerator``, bound from C++), with presets'
+    constructors and build-time checks. Immutable, compared and hashed by its JSON form.
 
     Parameters
     ----------
     name : str
         The accelerator's one name: ledgers, reports and sweeps show it.
     hardware : cost_model.Hardware
-        The PE array, interconnect, memory system, clock and MACs per PE per cycle (an int,
-        or a dict by operand width such as ``{16: 2, 8: 4, 4: 8}``: see
-        ``cost_model.Hardware``).
+        The PE array, interconnect, clock and MACs per PE per cycle (an int, or a dict by
+        operand width such as ``{16: 2, 8: 4, 4: 8}``: see ``cost_model.Hardware``).
     dataflow : cost_model.Dataflow
         Space and time maps of a GEMM ``S[i,j,k]`` (``C[i,j] += A[i,k] * B[k,j]``).
     memory : cost_model.MemoryHierarchy, optional
         DRAM -> global buffer -> array -> per-PE registers. None: what TENET's ``.p`` line
         says (``cost_model.memory_from_tenet``: ``l1_bytes`` -> ``register_bytes``,
         ``l2_bytes`` -> ``buffer_bytes``, ``bandwidth_bits`` -> ``dram_bandwidth_bits``).
+        The value holds the hierarchy filled in; it is the one memory figure charged.
     precision : cost_model.PrecisionTable, optional
         The PEs' MAC units: operand widths they take (others are refused) and pJ per MAC.
         None: ``PrecisionTable.horowitz_45nm()``. Their MACs per cycle are always the
@@ -55,6 +55,8 @@ class Accelerator:
     objective : {"latency", "energy", "edp"}, optional
         What ``mapping="auto"`` minimises; None there means "latency". Only with "auto".
 
+    ``Accelerator(value)`` makes one of a ``cost_model.Accelerator`` value.
+
     Raises
     ------
     ValueError
@@ -64,51 +66,34 @@ class Accelerator:
         than at the first call.
     """
 
-    name: str
-    hardware: cm.Hardware
-    dataflow: cm.Dataflow
-    memory: cm.MemoryHierarchy | None = None
-    precision: cm.PrecisionTable | None = None
-    mapping: cm.TileMapping | str | None = None
-    objective: str | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"Accelerator.name must be a non-empty string, got {self.name!r}")
-        if not isinstance(self.hardware, cm.Hardware):
+    def replace(self, **changes: Any) -> Accelerator:
+        """This accelerator with some of its constructor's arguments changed."""
+        unknown = set(changes) - set(_FIELDS)
+        if unknown:
             raise TypeError(
-                f"Accelerator.hardware must be a cost_model.Hardware, got {type(self.hardware)}"
+                f"Accelerator.replace: unknown field(s) {sorted(unknown)}; fields are "
+                f"{', '.join(_FIELDS)}"
             )
-        if not isinstance(self.dataflow, cm.Dataflow):
-            raise TypeError(
-                f"Accelerator.dataflow must be a cost_model.Dataflow, got {type(self.dataflow)}"
-            )
-        cm.validate_accelerator(self.name, self.hardware, self.dataflow, *self._parts())
-        # The defaults filled in, so the value shows what is charged (and to_json writes it).
-        memory, precision, mapping, objective = cm.accelerator_parts(
-            self.name, self.hardware, self.dataflow, *self._parts()
-        )
-        object.__setattr__(self, "memory", memory)
-        object.__setattr__(self, "precision", precision)
-        object.__setattr__(self, "mapping", mapping)
-        object.__setattr__(self, "objective", objective)
-
-    def _parts(self) -> tuple:
-        return (self.memory, self.precision, self.mapping, self.objective)
+        parts = {f: getattr(self, f) for f in _FIELDS}
+        parts.update(changes)
+        if parts["mapping"] != "auto" and "objective" not in changes:
+            parts["objective"] = None
+        return type(self)(**parts)
 
     @property
     def charge_parts(self) -> dict:
         """The keyword arguments that make ``cost_model.charge_gemm`` charge as this
-        accelerator does (with ``self.hardware`` and ``self.dataflow``)."""
+        accelerator does (with ``self.hardware`` and ``self.dataflow``). Deprecated with
+        ``charge_gemm``: ``cost_model.charge(call, accelerator)`` takes the value itself."""
         return {"memory": self.memory, "precision": self.precision, "mapping": self.mapping,
                 "objective": self.objective}
 
     @property
     def mapping_search(self) -> Any:
         """The accelerator's one mapping search (``mapping="auto"``; else None): what
-        ``cost_model.charge_gemm`` charges through, each distinct call searched once
-        (``.searches`` counts them; ``.best(M, N, K, ...)`` is a call's choice)."""
-        return cm.accelerator_mapping_search(self.hardware, self.dataflow, *self._parts())
+        ``cost_model.charge`` charges through, each distinct call searched once
+        (``.searches`` counts them)."""
+        return self._mapping_search
 
     @property
     def fast_path(self) -> bool:
@@ -121,14 +106,17 @@ class Accelerator:
         :func:`check_gemm_size`)."""
         check_gemm_size(self.hardware, self.dataflow, m, n, k, where, self.name)
 
-    def to_json(self) -> str:
-        """The cost model's one serialized form of this accelerator (what the runtime reads)."""
-        return cm.serialize_accelerator(self.name, self.hardware, self.dataflow, *self._parts())
-
     @classmethod
     def from_json(cls, text: str) -> Accelerator:
-        """The accelerator :meth:`to_json` wrote."""
-        return cls(*cm.parse_accelerator(text))
+        """The accelerator :meth:`to_json` wrote.
+
+        Raises
+        ------
+        ValueError
+            For text that is not the accelerator's JSON form (naming the field), is not
+            valid Unicode, or is larger than 1 MiB (relations are a few lines).
+        """
+        return cls(cm.Accelerator._parse_json(text))
 
     @classmethod
     def systolic(
@@ -201,9 +189,12 @@ class Accelerator:
         return cls(name, hw, df, mapping=mapping, objective=objective)
 
 
+_FIELDS = ("name", "hardware", "dataflow", "memory", "precision", "mapping", "objective")
+
+
 def _fast_path(hardware: cm.Hardware, dataflow: cm.Dataflow) -> bool:
     try:
-        cm.analyze_gemm(2, 2, 2, hardware, dataflow, method="fast")
+        cm.analyze(cm.Statement.gemm(2, 2, 2), hardware, dataflow, method="fast")
     except ValueError:
         return False
     return True
@@ -372,12 +363,12 @@ def with_mapping(
             f"{accelerator.name!r} has mapping {accelerator.mapping!r}, mapping={mapping!r})"
         )
     if mapping == "fixed":
-        return replace(accelerator, mapping="default", objective=None)
+        return accelerator.replace(mapping="default", objective=None)
     if searched:
         objective = objective or accelerator.objective or "latency"
         if (accelerator.mapping, accelerator.objective) == ("auto", objective):
             return accelerator
-        return replace(accelerator, mapping="auto", objective=objective)
+        return accelerator.replace(mapping="auto", objective=objective)
     return accelerator
 
 
@@ -386,9 +377,15 @@ def preset(name: str, mapping: str | None = None, objective: str | None = None) 
     ``mapping`` (None or "fixed": the preset's own; "auto": searched per call minimising
     ``objective``, default "latency"): see :func:`with_mapping`."""
     _check_choice(mapping, objective)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"preset name must be a str, one of {', '.join(sorted(PRESETS))}; got "
+            f"{type(name).__name__} {name!r}"
+        )
     if name not in PRESETS:
         raise ValueError(
-            f"unknown accelerator preset {name!r}; available: {', '.join(sorted(PRESETS))}"
+            f"unknown accelerator preset {name!r}{did_you_mean(name, PRESETS)}; available: "
+            f"{', '.join(sorted(PRESETS))}"
         )
     return with_mapping(PRESETS[name](), mapping, objective)
 
@@ -405,7 +402,9 @@ def resolve(
         return preset(DEFAULT_PRESET, mapping, objective)
     if isinstance(accelerator, str):
         return preset(accelerator, mapping, objective)
-    if isinstance(accelerator, Accelerator):
+    if isinstance(accelerator, cm.Accelerator):
+        if not isinstance(accelerator, Accelerator):
+            accelerator = Accelerator(accelerator)
         return with_mapping(accelerator, mapping, objective)
     raise TypeError(
         f"accelerator must be a preset name or a tenet_byoc.Accelerator, got {type(accelerator)}"

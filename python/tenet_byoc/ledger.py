@@ -12,8 +12,12 @@ from pathlib import Path
 import tvm
 from tvm import relax
 
-# The runtime writes every charge with these classes' field names (src/runtime/ledger.cc,
-# WriteCharge): the dataclasses below are the one field table of both sides.
+from . import _cost_model as _core
+from ._cost_model import GemmCall, QuantRecipe
+
+# The ledger's fields are the cost model's one table (src/cost_model/charge.h,
+# ChargeLedgerFields), which the runtime's ledger JSON and Charge.ledger_fields() both
+# write; the dataclasses below declare the same names (checked when this module loads).
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ class LedgerEntry:
     num_pes: int
     macs_per_pe_per_cycle: int  #: the hardware's MAC rate at this call's operand width
     avg_active_pes: float
-    pe_utilization: float  #: MACs / (cycles x PEs x MACs per PE per cycle)
+    pe_utilization: float  #: the call's: MACs / (cycles x PEs x MACs per PE per cycle)
     bandwidth_bits_per_cycle: float  #: off-chip bits / compute cycles
     latency_us: float  #: cycles at the configured clock
     offchip_read_bytes: float  #: TENET's unique volume in (buffer -> array at the array level)
@@ -96,7 +100,16 @@ class LedgerEntry:
     buffer_pj: float
     dram_pj: float
     mapping: str  #: dataflow, buffer tiles and tile-loop order, e.g. "os 16x16 | tiles ..."
+    recipe: QuantRecipe  #: how the call is quantized (with the widths, what it is charged for)
     tensors: Mapping[str, TensorTraffic]
+
+    @property
+    def call(self) -> GemmCall:
+        """The call as the cost model takes it: ``cost_model.charge(entry.call, accelerator)``
+        gives this entry's charge again."""
+        return GemmCall(m=self.m, n=self.n, k=self.k, batch=self.batch, bits_a=self.bits_a,
+                        bits_b=self.bits_b, bits_c=self.bits_c, scheme=self.scheme,
+                        recipe=self.recipe)
 
     @property
     def offchip_bytes(self) -> float:
@@ -123,7 +136,29 @@ class LedgerEntry:
 
 
 #: The scalar columns of a ledger table, in order (per-tensor traffic is flattened after them).
-COLUMNS = [f.name for f in fields(LedgerEntry) if f.name != "tensors"]
+COLUMNS = [f.name for f in fields(LedgerEntry) if f.name not in ("tensors", "recipe")]
+
+#: The fields every charge has, from the cost model's one table (charge.h).
+CHARGE_FIELDS = tuple(_core._ledger_field_names())
+_TENSOR_FIELDS = tuple(_core._ledger_tensor_field_names())
+_ENTRY_CALL_FIELDS = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "recipe",
+                      "tensors")
+
+
+def _check_schema() -> None:
+    """The dataclasses declare exactly the cost model's field names (one schema)."""
+    declared = [f.name for f in fields(LedgerEntry) if f.name not in _ENTRY_CALL_FIELDS]
+    tensor = [f.name for f in fields(TensorTraffic)]
+    if declared != list(CHARGE_FIELDS) or tensor != list(_TENSOR_FIELDS):
+        raise ImportError(
+            "tenet_byoc.ledger's LedgerEntry / TensorTraffic fields differ from the cost model's "
+            f"ledger table (charge.h ChargeLedgerFields): "
+            f"{sorted(set(declared) ^ set(CHARGE_FIELDS))} "
+            f"{sorted(set(tensor) ^ set(_TENSOR_FIELDS))}; rebuild the package so both agree"
+        )
+
+
+_check_schema()
 TENSORS = ("A", "B", "C")
 _PER_TENSOR = ("offchip_bytes", "reuse_factor", "dram_read_bytes", "dram_write_bytes")
 _TENSOR_COLUMNS = [f"{t}_{c}" for t in TENSORS for c in _PER_TENSOR]
@@ -209,8 +244,9 @@ class GroupedTotals(dict):
 def pe_utilization(entries: Iterable[LedgerEntry]) -> float:
     """The one definition of PE utilization over several calls: MACs over MAC capacity.
 
-    ``sum(macs) / sum(cycles x num_pes x macs_per_pe_per_cycle)``; for one entry this is
-    the cost model's ``pe_utilization``. Ledger totals and profile rows both use it, so a
+    ``sum(macs) / sum(cycles x num_pes x macs_per_pe_per_cycle)`` over the calls' cycles
+    (their latency, DRAM stalls included); for one entry this is its ``pe_utilization``.
+    The array level's ``Metrics.array_utilization`` divides by the array's cycles alone. Ledger totals and profile rows both use it, so a
     PE doing several MACs per cycle at low precision counts at its real rate.
     """
     entries = list(entries)
@@ -270,6 +306,49 @@ class Ledger:
         charge its repeats from the cache; 0 for other mappings."""
         return sum(int(m["__tenet_mapping_searches"]()) for m in self._modules)
 
+    def charged_on(self, accelerator) -> Ledger:
+        """The same calls charged on another accelerator, entry for entry.
+
+        Parameters
+        ----------
+        accelerator : str or cost_model.Accelerator
+            A preset name or an accelerator value (``tenet_byoc.Accelerator``).
+
+        Returns
+        -------
+        Ledger
+            Each entry keeps its call (shape, widths, scheme, recipe) and names (symbol,
+            pattern, name, phase, call index) with the charge ``cost_model.charge(entry.call,
+            accelerator)`` gives, which is what a run built for ``accelerator`` would record;
+            each distinct call is charged once. ``reset`` does nothing (no runtime module).
+
+        Raises
+        ------
+        ValueError
+            For an unknown preset or a call the accelerator refuses (an operand width its
+            PEs do not take, tiles that do not fit), naming it.
+        """
+        from .hardware import resolve
+
+        acc = resolve(accelerator)
+        charged: dict[GemmCall, dict] = {}
+        entries = []
+        for e in self.entries:
+            call = e.call
+            fields = charged.get(call)
+            if fields is None:
+                try:
+                    fields = _core.charge(call, acc).ledger_fields()
+                except ValueError as err:
+                    raise ValueError(f"accelerator {acc.name!r} cannot charge entry {e.name!r} "
+                                     f"({call!r}): {err}") from None
+                fields["tensors"] = {k: TensorTraffic(**t) for k, t in fields["tensors"].items()}
+                charged[call] = fields
+            entries.append(LedgerEntry(
+                call_index=e.call_index, symbol=e.symbol, pattern=e.pattern, name=e.name,
+                phase=e.phase, scheme=e.scheme, recipe=e.recipe, **fields))
+        return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
+
     def group_by(self, key: str) -> GroupedTotals:
         """Totals per value of ``key``: symbol, pattern, name, phase or scheme.
 
@@ -305,7 +384,7 @@ class Ledger:
             "dataflow": self.dataflow,
             "clock_ghz": self.clock_ghz,
             "totals": asdict(self.totals()),
-            "entries": [asdict(e) for e in self.entries],
+            "entries": [{**asdict(e), "recipe": e.recipe.as_dict()} for e in self.entries],
         }
         text = json.dumps(doc, indent=1)
         if path is not None:
@@ -373,9 +452,7 @@ def tenet_modules(obj) -> list[tvm.runtime.Module]:
     return found
 
 
-_CHARGE_FIELDS = {f.name for f in fields(LedgerEntry)} - {
-    "call_index", "symbol", "pattern", "name", "phase", "scheme"
-}
+_CHARGE_FIELDS = set(CHARGE_FIELDS) | {"recipe", "tensors"}
 
 
 def _parse(doc: dict) -> list[LedgerEntry]:
@@ -393,6 +470,7 @@ def _parse(doc: dict) -> list[LedgerEntry]:
             continue  # an empty GEMM (a zero dim): nothing to charge
         charge = dict(charges[e["charge"]])
         tensors = {name: TensorTraffic(**t) for name, t in charge.pop("tensors").items()}
+        charge["recipe"] = QuantRecipe.from_dict(charge["recipe"])
         func = funcs[e["program"]]
         step = func["steps"][e["step"]]
         entries.append(
@@ -425,7 +503,14 @@ def ledger(obj) -> Ledger:
         doc = json.loads(m["__tenet_ledger_json"]())
         entries.extend(_parse(doc))
         names.add((doc["accelerator"], doc["dataflow"], doc["clock_ghz"]))
-    hw, df, clock = min(names)
+    if len(names) > 1:
+        shown = " and ".join(f"{a!r} (dataflow {d!r}, {c} GHz)" for a, d, c in sorted(names))
+        raise ValueError(
+            f"the tenet modules of this {type(obj).__name__} were built for different "
+            f"accelerators, {shown}: one ledger sums calls of one accelerator; build the "
+            "model for one accelerator (or read each module with tenet_byoc.ledger(module))"
+        )
+    hw, df, clock = names.pop()
     entries.sort(key=lambda e: e.call_index)
     return Ledger(entries, hw, df, clock, modules)
 

@@ -11,8 +11,8 @@ Example
 >>> from tenet_byoc import cost_model as cm
 >>> hw = cm.Hardware.systolic(16, 16)
 >>> mem = cm.MemoryHierarchy(dram_bandwidth_bits=256, buffer_bytes=1 << 20)
->>> best = cm.search_mapping(1, 2304, 768, hw, mem, rows=16, cols=16, bits_a=8, bits_b=8,
-...                          bits_c=32)
+>>> acc = cm.Accelerator("os16", hw, cm.Dataflow.preset("os", 16, 16), memory=mem)
+>>> best = cm.search_mapping(cm.GemmCall(m=1, n=2304, k=768, bits_a=8, bits_b=8), acc)
 >>> best.mapping, best.metrics.cycles, best.metrics.roofline_cycles
 """
 
@@ -20,9 +20,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from tenet_byoc import _cost_model as _core
-from tenet_byoc._cost_model import Dataflow, Hardware, MappingChoice, tile_size_candidates
+from tenet_byoc._cost_model import (
+    Dataflow,
+    GemmCall,
+    Hardware,
+    MappingChoice,
+    tile_size_candidates,
+)
+from tenet_byoc._gemm_call import _call_from_keywords, _deprecated
 from tenet_byoc.memory import MemoryHierarchy, PrecisionTable
 
 __all__ = [
@@ -92,7 +100,25 @@ def _objective(objective: str) -> str:
     return objective
 
 
-def search_mapping(
+def search_mapping(*args, **kwargs) -> MappingChoice:
+    """The mapping ``mapping="auto"`` would choose for a call.
+
+    ``search_mapping(call, accelerator, objective=None, threads=0)``: ``call`` (a
+    ``GemmCall``) over the accelerator's auto space (os, ws and is on its array, each also
+    with its streamed dimension tiled, for a preset dataflow; the user's relations alone
+    otherwise), minimising ``objective`` (None: the accelerator's own, else "latency"). An
+    accelerator with ``mapping="auto"`` answers from its cached search.
+
+    The old form ``search_mapping(M, N, K, hardware, memory, *, dataflows, rows, cols,
+    objective, precision, stream_tiles, granule, max_even_split, threads, batch, bits, ...)``
+    (a declared space of its own) is deprecated (one release).
+    """
+    if (args and isinstance(args[0], GemmCall)) or "call" in kwargs:
+        return _core.search_mapping(*args, **kwargs)
+    return _search_mapping_keywords(*args, **kwargs)
+
+
+def _search_mapping_keywords(
     M: int,
     N: int,
     K: int,
@@ -108,14 +134,8 @@ def search_mapping(
     granule: int = 0,
     max_even_split: int = 8,
     threads: int = 0,
-    batch: int = 1,
     bits: int = 32,
-    bits_a: int | None = None,
-    bits_b: int | None = None,
-    bits_c: int | None = None,
-    extra_read_bits: int = 0,
-    extra_ops: int = 0,
-    extra_register_bits: int = 0,
+    **call: Any,
 ) -> MappingChoice:
     """The best mapping of ``C[M,N] = A[M,K] @ B[K,N]`` over the declared space.
 
@@ -147,14 +167,13 @@ def search_mapping(
         ``dataflow``, ``tiles``, ``metrics`` (AnalyzeMemory), ``energy``, ``mapping`` (a
         readable string) and the search's counts (candidates, evaluated, pruned, unfit).
     """
-    a = bits if bits_a is None else bits_a
-    b = bits if bits_b is None else bits_b
-    c = bits if bits_c is None else bits_c
+    _deprecated("search_mapping(M, N, K, hardware, memory, ...)",
+                "search_mapping(GemmCall(...), accelerator, objective=...)")
     dfs = searched_dataflows(dataflows, hardware, rows, cols)
     table = precision if precision is not None else PrecisionTable.horowitz_45nm()
-    return _core._search_mapping(M, N, K, hardware, memory, dfs, table, _objective(objective),
-                                 list(stream_tiles), granule, max_even_split, threads, batch, a,
-                                 b, c, extra_read_bits, extra_ops, extra_register_bits)
+    return _core._search_mapping(_call_from_keywords(M, N, K, bits, **call), hardware, memory,
+                                 dfs, table, _objective(objective), list(stream_tiles), granule,
+                                 max_even_split, threads)
 
 
 class MappingSearch:
@@ -175,16 +194,16 @@ class MappingSearch:
         self._search = _core._MappingSearch(hardware, memory, dfs, table, self.objective,
                                             list(stream_tiles), granule, max_even_split, threads)
 
-    def best(self, M: int, N: int, K: int, *, batch: int = 1, bits: int = 32,
-             bits_a: int | None = None, bits_b: int | None = None, bits_c: int | None = None,
-             extra_read_bits: int = 0, extra_ops: int = 0,
-             extra_register_bits: int = 0) -> MappingChoice:
-        """The cached best mapping of this call (searched on the first request)."""
-        a = bits if bits_a is None else bits_a
-        b = bits if bits_b is None else bits_b
-        c = bits if bits_c is None else bits_c
-        return self._search.best(M, N, K, batch, a, b, c, extra_read_bits, extra_ops,
-                                 extra_register_bits)
+    def best(self, call: GemmCall | int, *args: Any, **kwargs: Any) -> MappingChoice:
+        """The cached best mapping of ``call`` (a ``GemmCall``; searched on the first
+        request). The old form ``best(M, N, K, *, batch, bits, bits_a, ...)`` is deprecated
+        (one release)."""
+        if not isinstance(call, GemmCall):
+            _deprecated("MappingSearch.best(M, N, K, ...)", "MappingSearch.best(GemmCall(...))")
+            call = _call_from_keywords(call, *args, **kwargs)
+        elif args or kwargs:
+            raise TypeError("MappingSearch.best(call) takes one GemmCall")
+        return self._search.best(call)
 
     @property
     def searches(self) -> int:

@@ -13,17 +13,21 @@ Example
 >>> df = cm.Dataflow.preset("os", rows=16, cols=16)
 >>> mem = cm.MemoryHierarchy(dram_bandwidth_bits=256, buffer_bytes=1 << 20)
 >>> tiles = cm.default_tile_mapping(128, 768, 768, mem, 16, 16)      # or cm.TileMapping(...)
->>> mm = cm.analyze_memory(128, 768, 768, hw, df, mem, tiles)
+>>> acc = cm.Accelerator("os16", hw, df, memory=mem)
+>>> mm = cm.analyze_memory(cm.GemmCall(m=128, n=768, k=768), acc, tiles)
 >>> mm.tensors["B"].dram_read_bits, mm.cycles, mm.roofline_cycles, mm.mapping
 >>> cm.call_energy(mm, mem, cm.PrecisionTable.horowitz_45nm().lookup(32, 32)).total_pj
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from tenet_byoc import _cost_model as _core
 from tenet_byoc._cost_model import (
     Dataflow,
     EnergyBreakdown,
+    GemmCall,
     Hardware,
     MacSpec,
     MemoryHierarchy,
@@ -34,6 +38,7 @@ from tenet_byoc._cost_model import (
     integer_mac_pj,
     sram_pj_per_bit,
 )
+from tenet_byoc._gemm_call import _call_from_keywords, _deprecated
 
 __all__ = [
     "EnergyBreakdown",
@@ -64,74 +69,47 @@ def _widths(bits: int, bits_a: int | None, bits_b: int | None, bits_c: int | Non
             bits if bits_c is None else bits_c)
 
 
-def analyze_memory(
-    M: int,
-    N: int,
-    K: int,
-    hardware: Hardware,
-    dataflow: Dataflow,
-    memory: MemoryHierarchy,
-    mapping: TileMapping,
-    bits: int = 32,
-    *,
-    batch: int = 1,
-    bits_a: int | None = None,
-    bits_b: int | None = None,
-    bits_c: int | None = None,
-    extra_read_bits: int = 0,
-    extra_ops: int = 0,
-) -> MemoryMetrics:
-    """DRAM traffic, buffer traffic and latency of ``C[M,N] = A[M,K] @ B[K,N]`` cut into tiles.
+def analyze_memory(*args: Any, **kwargs: Any) -> MemoryMetrics:
+    """DRAM traffic, buffer traffic and latency of a call cut into buffer tiles.
 
-    Parameters
-    ----------
-    hardware, dataflow : Hardware, Dataflow
-        The PE array and the dataflow every buffer tile runs with (its exact analysis, with
-        ``memory.buffer_bandwidth_bits`` as the array's bandwidth, gives each tile's cycles).
-    memory : MemoryHierarchy
-        DRAM, global buffer and registers.
-    mapping : TileMapping
-        Tile sizes (Tm, Tn, Tk) and the order of the tile loops, outermost first.
-    bits : int
-        Width of A, B and C unless ``bits_a``/``bits_b``/``bits_c`` override it.
-    batch : int
-        Independent GEMMs one after another (an outer loop: transfers overlap across them).
-    extra_read_bits, extra_ops : int
-        Side data read with the first fetch, and non-MAC element ops run after the tiles.
+    ``analyze_memory(call, accelerator, mapping=None)``: ``call`` (a ``GemmCall``) on the
+    accelerator's dataflow and memory hierarchy, cut into ``mapping``'s tiles (a
+    ``TileMapping``; None: the accelerator's own choice, what
+    ``charge(call, accelerator).memory`` holds).
+
+    The old form ``analyze_memory(M, N, K, hardware, dataflow, memory, mapping, bits=32, *,
+    batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops)`` is deprecated (one release).
 
     Raises
     ------
     ValueError
         A bad value, or tiles that do not fit the buffer (the message says how many bytes).
     """
-    a, b, c = _widths(bits, bits_a, bits_b, bits_c)
-    return _core._analyze_memory(M, N, K, hardware, dataflow, memory, mapping, batch, a, b, c,
-                                 extra_read_bits, extra_ops)
+    if (args and isinstance(args[0], GemmCall)) or "call" in kwargs:
+        return _core.analyze_memory(*args, **kwargs)
+    return _analyze_memory_keywords(*args, **kwargs)
 
 
-def roofline_cycles(
-    M: int,
-    N: int,
-    K: int,
-    num_pes: int,
-    macs_per_pe_per_cycle: float,
-    memory: MemoryHierarchy,
-    bits: int = 32,
-    *,
-    batch: int = 1,
-    bits_a: int | None = None,
-    bits_b: int | None = None,
-    bits_c: int | None = None,
-    extra_read_bits: int = 0,
-    extra_ops: int = 0,
-    ops_per_pe_per_cycle: float = 0,
-) -> int:
-    """``max(ceil(MACs / (PEs x rate) + extra_ops / (PEs x ops rate)),
+def _analyze_memory_keywords(M: int, N: int, K: int, hardware: Hardware, dataflow: Dataflow,
+                             memory: MemoryHierarchy, mapping: TileMapping, bits: int = 32,
+                             **call: Any) -> MemoryMetrics:
+    _deprecated("analyze_memory(M, N, K, hardware, dataflow, memory, mapping, ...)",
+                "analyze_memory(GemmCall(...), accelerator, mapping)")
+    return _core._analyze_memory(_call_from_keywords(M, N, K, bits, **call), hardware, dataflow,
+                                 memory, mapping)
+
+
+def roofline_cycles(M: int, N: int, K: int, num_pes: int, macs_per_pe_per_cycle: float,
+                    memory: MemoryHierarchy, bits: int = 32, *,
+                    ops_per_pe_per_cycle: float = 0, **call: Any) -> int:
+    """Deprecated (one release): ``cost_model.roofline(call, accelerator)``.
+
+    ``max(ceil(MACs / (PEs x rate) + extra_ops / (PEs x ops rate)),
     ceil(compulsory DRAM bits / bandwidth))``; the ops rate (the hardware's base rate) defaults
     to the MAC rate."""
-    a, b, c = _widths(bits, bits_a, bits_b, bits_c)
-    return _core._roofline_cycles(M, N, K, num_pes, macs_per_pe_per_cycle, memory, batch, a, b,
-                                  c, extra_read_bits, extra_ops, ops_per_pe_per_cycle)
+    _deprecated("roofline_cycles", "roofline(GemmCall(...), accelerator)")
+    return _core._roofline_cycles(_call_from_keywords(M, N, K, bits, **call), num_pes,
+                                  macs_per_pe_per_cycle, memory, ops_per_pe_per_cycle)
 
 
 def buffer_bytes_needed(M: int, N: int, K: int, memory: MemoryHierarchy, mapping: TileMapping,
@@ -251,4 +229,5 @@ def scalesim_equivalent(
     )
     mapping = scalesim_mapping(M, N, K, rows, cols, dataflow, ifmap_sram_kb, filter_sram_kb,
                                ofmap_sram_kb, word_bytes)
-    return analyze_memory(M, N, K, hw, df, mem, mapping, word_bits)
+    call = GemmCall(m=M, n=N, k=K, bits_a=word_bits, bits_b=word_bits, bits_c=word_bits)
+    return _core._analyze_memory(call, hw, df, mem, mapping)

@@ -578,7 +578,7 @@ Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extr
       ToCount(std::ceil(bits / bw), "transfer cycles (off-chip bits / bandwidth)");
   m.stall_cycles = std::max<int64_t>(0, transfer - m.compute_cycles);
   m.cycles = CheckedAdd(m.compute_cycles, m.stall_cycles, "cost model: cycles");
-  m.pe_utilization = m.cycles && num_pes ? static_cast<double>(m.macs) / (static_cast<double>(m.cycles) * num_pes * mpc) : 0;
+  m.array_utilization = m.cycles && num_pes ? static_cast<double>(m.macs) / (static_cast<double>(m.cycles) * num_pes * mpc) : 0;
   m.bandwidth_bits_per_cycle = m.compute_cycles ? static_cast<double>(bits) / m.compute_cycles : 0;
   m.latency_us = Finite(m.cycles / (hw.clock_ghz * 1e3), "latency_us (cycles / clock)");
   return m;

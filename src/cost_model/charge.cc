@@ -1,7 +1,10 @@
 // The charging rule of one call (see charge.h).
 #include "cost_model/charge.h"
 
+#include "cost_model/json.h"
+
 #include <functional>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -75,6 +78,60 @@ void Validate(const QuantRecipe& r) {
           r.zero_point_bits, "0 (symmetric) to 32");
   Require(r.accumulator_bits >= 1 && r.accumulator_bits <= 64, "accumulator_bits",
           r.accumulator_bits, "1 to 64");
+}
+
+std::string SerializeQuantRecipe(const QuantRecipe& r) {
+  using detail::JsonQuote;
+  std::ostringstream os;
+  os << "{\"place\":" << JsonQuote(DequantizationName(r.place))
+     << ",\"weight\":" << JsonQuote(GranularityName(r.weight))
+     << ",\"weight_group\":" << r.weight_group
+     << ",\"activation\":" << JsonQuote(GranularityName(r.activation))
+     << ",\"activation_group\":" << r.activation_group
+     << ",\"activation_static\":" << (r.activation_static ? "true" : "false")
+     << ",\"k_group\":" << r.k_group << ",\"scale_bits\":" << r.scale_bits
+     << ",\"zero_point_bits\":" << r.zero_point_bits
+     << ",\"accumulator_bits\":" << r.accumulator_bits
+     << ",\"weight_batched\":" << (r.weight_batched ? "true" : "false") << '}';
+  return os.str();
+}
+
+QuantRecipe ParseQuantRecipe(const std::string& json, const std::string& where) {
+  const detail::JsonValue obj = detail::ParseJson(json, where);
+  detail::ExpectKeys(obj,
+                     {"place", "weight", "weight_group", "activation", "activation_group",
+                      "activation_static", "k_group", "scale_bits", "zero_point_bits",
+                      "accumulator_bits", "weight_batched"},
+                     where);
+  auto boolean = [&](const std::string& key, bool fallback, bool required) {
+    if (!required && !obj.contains(key)) return fallback;
+    return detail::BoolMember(obj, key, where);
+  };
+  auto small = [&](const std::string& key) {
+    const int64_t v = detail::IntegerMember(obj, key, where);
+    if (v < INT32_MIN || v > INT32_MAX)
+      throw std::invalid_argument(where + "." + key + " = " + std::to_string(v) +
+                                  " is out of range");
+    return static_cast<int>(v);
+  };
+  QuantRecipe r;
+  try {
+    r.place = ParseDequantization(detail::StringMember(obj, "place", where));
+    r.weight = ParseGranularity(detail::StringMember(obj, "weight", where));
+    r.activation = ParseGranularity(detail::StringMember(obj, "activation", where));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(where + ": " + e.what());
+  }
+  r.weight_group = detail::IntegerMember(obj, "weight_group", where);
+  r.activation_group = detail::IntegerMember(obj, "activation_group", where);
+  r.activation_static = boolean("activation_static", false, true);
+  r.k_group = detail::IntegerMember(obj, "k_group", where);
+  r.scale_bits = small("scale_bits");
+  r.zero_point_bits = small("zero_point_bits");
+  r.accumulator_bits = small("accumulator_bits");
+  r.weight_batched = boolean("weight_batched", false, false);
+  Validate(r);
+  return r;
 }
 
 GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bits_a,
@@ -179,6 +236,77 @@ std::shared_ptr<const Charge> ChargeCache::Get(const GemmCall& call) {
                                                           AnalysisMethod::kAuto, search_.get()));
   std::unique_lock<std::shared_mutex> lock(mutex_);
   return cache_.emplace(call, std::move(charge)).first->second;
+}
+
+LedgerFields ChargeLedgerFields(const Charge& c) {
+  const GemmWorkload& w = c.call.workload;
+  const QuantWork& q = c.call.quant;
+  const Metrics& m = c.array;
+  const MemoryMetrics& mm = c.memory;
+  const EnergyBreakdown& en = c.energy;
+  // The call's latency is the buffer level's (memory.cycles): its utilization is against it.
+  const double capacity = double(mm.cycles) * double(m.num_pes) * double(m.macs_per_pe_per_cycle);
+  auto i = [](int64_t v) { return LedgerValue(v); };
+  auto d = [](double v) { return LedgerValue(v); };
+  return {
+      {"batch", i(w.batch)}, {"m", i(w.m)}, {"n", i(w.n)}, {"k", i(w.k)},
+      {"bits_a", i(w.bits_a)}, {"bits_b", i(w.bits_b)}, {"bits_c", i(w.bits_c)},
+      {"extra_read_bits", i(w.extra_read_bits)}, {"extra_ops", i(w.extra_ops)},
+      {"extra_register_bits", i(w.extra_register_bits)},
+      {"dequant_place", LedgerValue(std::string(DequantizationName(c.call.recipe.place)))},
+      {"scale_bits", i(c.call.recipe.scale_bits)},
+      {"accumulator_bits", i(c.call.recipe.accumulator_bits)},
+      {"weight_side_bits", i(q.weight_side_bits)},
+      {"activation_side_bits", i(q.activation_side_bits)},
+      {"quantize_ops", i(q.quantize_ops)}, {"dequant_ops", i(q.dequant_ops)},
+      {"accumulator_traffic_bits", i(q.accumulator_traffic_bits)},
+      {"macs", i(m.macs)}, {"cycles", i(mm.cycles)},
+      {"roofline_cycles", i(mm.roofline_cycles)}, {"array_cycles", i(m.cycles)},
+      {"dram_stall_cycles", i(mm.dram_stall_cycles)},
+      {"compute_cycles", i(m.compute_cycles)}, {"stall_cycles", i(m.stall_cycles)},
+      {"tenet_delay", d(m.delay)}, {"ingress_delay", d(m.ingress_delay)},
+      {"egress_delay", d(m.egress_delay)}, {"compute_delay", d(m.compute_delay)},
+      {"compute_delay_exact", d(m.compute_delay_exact)}, {"time_steps", i(m.time_steps)},
+      {"folds", i(m.folds)}, {"active_pes", i(m.active_pes)}, {"num_pes", i(m.num_pes)},
+      {"macs_per_pe_per_cycle", i(m.macs_per_pe_per_cycle)},
+      {"avg_active_pes", d(m.avg_active_pes)},
+      {"pe_utilization", d(capacity > 0 ? double(m.macs) / capacity : 0.0)},
+      {"bandwidth_bits_per_cycle", d(m.bandwidth_bits_per_cycle)},
+      {"latency_us", d(mm.latency_us)},
+      {"offchip_read_bytes", d(m.offchip_read_bits / 8.0)},
+      {"offchip_write_bytes", d(m.offchip_write_bits / 8.0)},
+      {"dram_read_bytes", d(mm.dram_read_bits / 8.0)},
+      {"dram_write_bytes", d(mm.dram_write_bits / 8.0)},
+      {"buffer_read_bytes", d(mm.buffer_read_bits / 8.0)},
+      {"buffer_write_bytes", d(mm.buffer_write_bits / 8.0)},
+      {"energy_pj", d(en.total_pj)}, {"mac_pj", d(en.mac_pj)},
+      {"register_pj", d(en.register_pj)}, {"buffer_pj", d(en.buffer_pj)},
+      {"dram_pj", d(en.dram_pj)}, {"mapping", LedgerValue(mm.mapping)},
+  };
+}
+
+std::vector<std::pair<std::string, LedgerFields>> ChargeTensorFields(const Charge& c) {
+  std::vector<std::pair<std::string, LedgerFields>> out;
+  for (const auto& kv : c.array.tensors) {
+    const TensorMetrics& t = kv.second;
+    const auto traffic = c.memory.tensors.find(kv.first);
+    const OperandTraffic o =
+        traffic == c.memory.tensors.end() ? OperandTraffic{} : traffic->second;
+    out.emplace_back(kv.first, LedgerFields{
+        {"bits", LedgerValue(int64_t(t.bits))}, {"is_write", LedgerValue(t.is_write)},
+        {"total", LedgerValue(t.total)}, {"unique", LedgerValue(t.unique)},
+        {"reuse_factor", LedgerValue(t.reuse_factor)},
+        {"spatial_reuse", LedgerValue(t.spatial_reuse)},
+        {"temporal_reuse", LedgerValue(t.temporal_reuse)},
+        {"offchip_elements", LedgerValue(t.offchip_elements)},
+        {"offchip_bytes", LedgerValue(double(t.offchip_bytes))},
+        {"dram_read_bytes", LedgerValue(o.dram_read_bits / 8.0)},
+        {"dram_write_bytes", LedgerValue(o.dram_write_bits / 8.0)},
+        {"buffer_read_bytes", LedgerValue(o.buffer_read_bits / 8.0)},
+        {"buffer_write_bytes", LedgerValue(o.buffer_write_bits / 8.0)},
+    });
+  }
+  return out;
 }
 
 bool operator==(const QuantRecipe& a, const QuantRecipe& b) {

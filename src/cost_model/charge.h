@@ -19,6 +19,9 @@
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "cost_model/accelerator.h"
 #include "cost_model/cost_model.h"
@@ -75,6 +78,15 @@ struct QuantRecipe {
 };
 void Validate(const QuantRecipe& recipe);
 bool operator==(const QuantRecipe& a, const QuantRecipe& b);
+
+// The one JSON form of a recipe, every field by name (places and granularities by their
+// names): {"place", "weight", "weight_group", "activation", "activation_group",
+// "activation_static", "k_group", "scale_bits", "zero_point_bits", "accumulator_bits",
+// "weight_batched"}. The one parser of it (the runtime's descriptor and the binding both
+// call it): every field required but "weight_batched" (default false: only attention's KV
+// operand sets it); an unknown key is refused; `where` prefixes messages. Validated.
+std::string SerializeQuantRecipe(const QuantRecipe& recipe);
+QuantRecipe ParseQuantRecipe(const std::string& json, const std::string& where = "recipe");
 
 // What the recipe adds to a call, per call (the parts of GemmWorkload's side data and ops).
 struct QuantWork {
@@ -146,6 +158,18 @@ constexpr int64_t kAutoStreamTiles[] = {1, 4};
 // The search an accelerator charges through: one per accelerator with mapping "auto"
 // (thread-safe, remembers every distinct call), null for the other kinds.
 std::shared_ptr<MappingSearch> MakeMappingSearch(const Accelerator& accelerator);
+
+// The ledger's one schema: a charge as named fields, in the order the runtime's ledger JSON
+// writes them (src/runtime/ledger.cc), the Python binding gives them (Charge.ledger_fields)
+// and tenet_byoc.ledger.LedgerEntry declares them (a test checks the names). Integers stay
+// integers; byte counts are bits / 8 (doubles). pe_utilization is the call's utilization:
+// MACs over the MAC capacity of the call's cycles (memory.cycles), not Metrics'
+// array_utilization (over the array level's cycles alone).
+using LedgerValue = std::variant<int64_t, double, std::string, bool>;
+using LedgerFields = std::vector<std::pair<const char*, LedgerValue>>;
+LedgerFields ChargeLedgerFields(const Charge& charge);
+// Per tensor (A, B, C): TENET's array-level figures and the buffer level's traffic.
+std::vector<std::pair<std::string, LedgerFields>> ChargeTensorFields(const Charge& charge);
 
 // Equality and hashing of calls, for caches keyed by the call.
 bool operator==(const GemmCall& a, const GemmCall& b);

@@ -165,9 +165,11 @@ struct Metrics {
   int64_t cycles = 0;
   int64_t folds = 0;  // presets only: number of folds run one after another
   int64_t offchip_read_bits = 0, offchip_write_bits = 0;
-  // macs / (cycles * num_pes * macs_per_pe_per_cycle): the one utilization definition;
-  // several calls combine as sum(macs) / sum(cycles * num_pes * macs_per_pe_per_cycle).
-  double pe_utilization = 0;
+  // The array's utilization: macs / (cycles * num_pes * macs_per_pe_per_cycle) over this
+  // level's cycles. Not the ledger's pe_utilization, which divides by the call's cycles
+  // (the buffer level's, memory stalls included: charge.h ChargeLedgerFields). Several calls
+  // combine as sum(macs) / sum(cycles * num_pes * macs_per_pe_per_cycle).
+  double array_utilization = 0;
   double bandwidth_bits_per_cycle = 0;  // off-chip bits / compute_cycles (no-stall need)
   double latency_us = 0;                // cycles / clock
   std::string method;                   // "fast" or "enumerate"

@@ -7,6 +7,7 @@
 
 #include "cost_model/cost_model.h"
 #include "cost_model/energy.h"
+#include "cost_model/charge.h"
 #include "cost_model/mapping.h"
 #include "cost_model/memory.h"
 
@@ -66,23 +67,17 @@ void BindMapping(py::module_& m) {
   });
   m.def(
       "_search_mapping",
-      [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const MemoryHierarchy& mem,
+      [](const GemmCall& call, const Hardware& hw, const MemoryHierarchy& mem,
          std::vector<Dataflow> dataflows, const PrecisionTable& table, const std::string& objective,
-         std::vector<int64_t> stream_tiles, int64_t granule, int max_even_split, int threads,
-         int64_t batch, int bits_a, int bits_b, int bits_c, int64_t extra_read_bits,
-         int64_t extra_ops, int64_t extra_register_bits) {
-        const GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits,
-                                            extra_ops, extra_register_bits);
+         std::vector<int64_t> stream_tiles, int64_t granule, int max_even_split, int threads) {
         const MappingSpace s = Space(std::move(dataflows), std::move(stream_tiles), granule, max_even_split);
         const MappingSearchOptions o = Options(objective, threads);
         py::gil_scoped_release release;
-        return SearchMapping(w, hw, s, mem, table, o);
+        return SearchMapping(call.workload, hw, s, mem, table, o);
       },
-      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("memory"),
-      py::arg("dataflows"), py::arg("precision"), py::arg("objective"), py::arg("stream_tiles"),
-      py::arg("granule"), py::arg("max_even_split"), py::arg("threads"), py::arg("batch"),
-      py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"),
-      py::arg("extra_ops"), py::arg("extra_register_bits") = 0);
+      py::arg("call"), py::arg("hardware"), py::arg("memory"), py::arg("dataflows"),
+      py::arg("precision"), py::arg("objective"), py::arg("stream_tiles"), py::arg("granule"),
+      py::arg("max_even_split"), py::arg("threads"));
 
   py::class_<MappingSearch, std::shared_ptr<MappingSearch>>(m, "_MappingSearch")
       .def(py::init([](const Hardware& hw, const MemoryHierarchy& mem, std::vector<Dataflow> dataflows,
@@ -98,16 +93,10 @@ void BindMapping(py::module_& m) {
            py::arg("max_even_split"), py::arg("threads"))
       .def(
           "best",
-          [](MappingSearch& s, int64_t m_, int64_t n, int64_t k, int64_t batch, int bits_a,
-             int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
-             int64_t extra_register_bits) {
-            const GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c,
-                                                extra_read_bits, extra_ops, extra_register_bits);
+          [](MappingSearch& s, const GemmCall& call) {
             py::gil_scoped_release release;
-            return s.Best(w);
+            return s.Best(call.workload);
           },
-          py::arg("m"), py::arg("n"), py::arg("k"), py::arg("batch"), py::arg("bits_a"),
-          py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"), py::arg("extra_ops"),
-          py::arg("extra_register_bits") = 0)
+          py::arg("call"))
       .def_property_readonly("searches", &MappingSearch::searches);
 }

@@ -7,6 +7,7 @@
 
 #include "cost_model/cost_model.h"
 #include "cost_model/energy.h"
+#include "cost_model/charge.h"
 #include "cost_model/memory.h"
 
 namespace py = pybind11;
@@ -14,6 +15,15 @@ using namespace tenet;
 
 namespace {
 
+// Python's own repr of a float (shortest text that reads back to it: 4.6, not 4.600000).
+std::string PyFloat(double v) { return py::repr(py::float_(v)).cast<std::string>(); }
+
+// The constructor's spelling: MacSpec(bits_a=8, bits_b=8, macs_per_pe_per_cycle=4.0, ...).
+std::string MacSpecRepr(const MacSpec& u) {
+  return "MacSpec(bits_a=" + std::to_string(u.bits_a) + ", bits_b=" + std::to_string(u.bits_b) +
+         ", macs_per_pe_per_cycle=" + PyFloat(u.macs_per_pe_per_cycle) +
+         ", pj_per_mac=" + PyFloat(u.pj_per_mac) + ")";
+}
 
 py::dict TrafficDict(const OperandTraffic& t) {
   py::dict d;
@@ -187,17 +197,10 @@ void BindMemory(py::module_& m) {
 
   m.def(
       "_analyze_memory",
-      [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df,
-         const MemoryHierarchy& mem, const TileMapping& t, int64_t batch, int bits_a, int bits_b,
-         int bits_c, int64_t extra_read_bits, int64_t extra_ops) {
-        return AnalyzeMemory(MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits,
-                                      extra_ops),
-                             hw, df, mem, t);
-      },
-      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
-      py::arg("memory"), py::arg("mapping"), py::arg("batch"), py::arg("bits_a"),
-      py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"), py::arg("extra_ops"),
-      py::call_guard<py::gil_scoped_release>());
+      [](const GemmCall& call, const Hardware& hw, const Dataflow& df, const MemoryHierarchy& mem,
+         const TileMapping& t) { return AnalyzeMemory(call.workload, hw, df, mem, t); },
+      py::arg("call"), py::arg("hardware"), py::arg("dataflow"), py::arg("memory"),
+      py::arg("mapping"), py::call_guard<py::gil_scoped_release>());
   // One call under many mappings with one cached array model (what a mapping search does).
   m.def(
       "_analyze_memory_many",
@@ -216,16 +219,9 @@ void BindMemory(py::module_& m) {
       py::arg("bits_b"), py::arg("bits_c"), py::call_guard<py::gil_scoped_release>());
   m.def(
       "_roofline_cycles",
-      [](int64_t m_, int64_t n, int64_t k, int64_t num_pes, double rate,
-         const MemoryHierarchy& mem, int64_t batch, int bits_a, int bits_b, int bits_c,
-         int64_t extra_read_bits, int64_t extra_ops, double ops_rate) {
-        return RooflineCycles(
-            MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops),
-            num_pes, rate, mem, ops_rate);
-      },
-      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("num_pes"),
-      py::arg("macs_per_pe_per_cycle"), py::arg("memory"), py::arg("batch"), py::arg("bits_a"),
-      py::arg("bits_b"), py::arg("bits_c"), py::arg("extra_read_bits"), py::arg("extra_ops"),
+      [](const GemmCall& call, int64_t num_pes, double rate, const MemoryHierarchy& mem,
+         double ops_rate) { return RooflineCycles(call.workload, num_pes, rate, mem, ops_rate); },
+      py::arg("call"), py::arg("num_pes"), py::arg("macs_per_pe_per_cycle"), py::arg("memory"),
       py::arg("ops_per_pe_per_cycle") = 0.0);
   m.def(
       "_buffer_bytes_needed",
@@ -256,12 +252,7 @@ void BindMemory(py::module_& m) {
       .def_readonly("bits_b", &MacSpec::bits_b)
       .def_readonly("macs_per_pe_per_cycle", &MacSpec::macs_per_pe_per_cycle)
       .def_readonly("pj_per_mac", &MacSpec::pj_per_mac)
-      .def("__repr__", [](const MacSpec& u) {
-        return "MacSpec(bits_a=" + std::to_string(u.bits_a) + ", bits_b=" +
-               std::to_string(u.bits_b) + ", macs_per_pe_per_cycle=" +
-               std::to_string(u.macs_per_pe_per_cycle) + ", pj_per_mac=" +
-               std::to_string(u.pj_per_mac) + ")";
-      });
+      .def("__repr__", &MacSpecRepr);
 
   py::class_<PrecisionTable>(m, "PrecisionTable")
       .def(py::init([](std::vector<MacSpec> units) {
@@ -275,7 +266,13 @@ void BindMemory(py::module_& m) {
                   py::arg("int8_rate"), py::arg("int4_rate"))
       .def_readonly("units", &PrecisionTable::units)
       .def("lookup", &PrecisionTable::Lookup, py::arg("bits_a"), py::arg("bits_b"),
-           py::return_value_policy::copy);
+           py::return_value_policy::copy)
+      // One unit a line, in the constructor's own spelling (eval gives the table back).
+      .def("__repr__", [](const PrecisionTable& t) {
+        std::string s = "PrecisionTable(units=[";
+        for (const MacSpec& u : t.units) s += "\n    " + MacSpecRepr(u) + ",";
+        return s + (t.units.empty() ? "])" : "\n])");
+      });
 
   m.def("integer_mac_pj", &IntegerMacPj, py::arg("bits_a"), py::arg("bits_b"),
         py::arg("accumulator_bits"));

@@ -20,8 +20,7 @@ using namespace tenet;
 
 void BindMemory(py::module_& m);  // python_memory.cc
 void BindMapping(py::module_& m);  // python_mapping.cc
-
-namespace {
+void BindValues(py::module_& m);   // python_values.cc
 
 AnalysisMethod ToMethod(const std::string& m) {
   if (m == "auto") return AnalysisMethod::kAuto;
@@ -29,6 +28,8 @@ AnalysisMethod ToMethod(const std::string& m) {
   if (m == "enumerate") return AnalysisMethod::kEnumerate;
   throw std::invalid_argument("method must be 'auto', 'fast' or 'enumerate', got '" + m + "'");
 }
+
+namespace {
 
 // `text` with every byte that is not part of well-formed UTF-8 written as \\xNN.
 std::string ReadableMessage(const std::string& text) {
@@ -74,63 +75,6 @@ MacRate ToMacRate(const py::object& rate) {
 py::object FromMacRate(const MacRate& r) {
   if (r.by_bits.empty()) return py::int_(r.base);
   return py::cast(r.by_bits);
-}
-
-// The accelerator of these parts. memory None: TENET's reading of the hardware's L1 / L2 /
-// bandwidth (MemoryFromTenet); precision None: Horowitz's 45 nm units; precision rates are
-// always the hardware's (WithMacRates: the one MAC-rate setting); mapping None or
-// "default": DefaultTileMapping per call, "auto": a mapping search per call minimising
-// `objective` (None: latency; only with "auto"), a TileMapping: that mapping for every call.
-Accelerator MakeAccelerator(std::string name, Hardware hw, Dataflow df,
-                            const py::object& memory = py::none(),
-                            const py::object& precision = py::none(),
-                            const py::object& mapping = py::none(),
-                            const py::object& objective = py::none()) {
-  Accelerator a;
-  a.name = std::move(name);
-  a.memory = memory.is_none() ? MemoryFromTenet(hw) : memory.cast<MemoryHierarchy>();
-  a.precision = Accelerator::WithMacRates(
-      precision.is_none() ? PrecisionTable::Horowitz45nm() : precision.cast<PrecisionTable>(),
-      hw.macs_per_pe_per_cycle);
-  const bool is_str = py::isinstance<py::str>(mapping);
-  const std::string kind = is_str ? mapping.cast<std::string>() : "";
-  if (py::isinstance<TileMapping>(mapping)) {
-    a.mapping.kind = "given";
-    a.mapping.tiles = mapping.cast<TileMapping>();
-  } else if (is_str && kind == "auto") {
-    a.mapping.kind = "auto";
-  } else if (!mapping.is_none() && !(is_str && kind == "default")) {
-    throw std::invalid_argument("Accelerator.mapping must be None or 'default' (DefaultTileMapping "
-                                "per call), 'auto' (a mapping search per call) or a TileMapping, "
-                                "got " + std::string(py::repr(mapping)));
-  }
-  if (!objective.is_none()) {
-    if (a.mapping.kind != "auto")
-      throw std::invalid_argument("Accelerator.objective applies only with mapping='auto' (got "
-                                  "objective " + std::string(py::repr(objective)) +
-                                  " with mapping " + std::string(py::repr(mapping)) + ")");
-    if (!py::isinstance<py::str>(objective))
-      throw std::invalid_argument("Accelerator.objective must be 'latency', 'energy' or 'edp', got " +
-                                  std::string(py::repr(objective)));
-    try {
-      a.mapping.objective = ParseMappingObjective(objective.cast<std::string>());
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("Accelerator.objective: ") + e.what());
-    }
-  }
-  a.hardware = std::move(hw);
-  a.dataflow = std::move(df);
-  return a;
-}
-
-py::object MappingOf(const Accelerator& a) {
-  if (a.mapping.kind == "given") return py::cast(a.mapping.tiles);
-  return py::str(a.mapping.kind);
-}
-
-py::object ObjectiveOf(const Accelerator& a) {
-  if (a.mapping.kind != "auto") return py::none();
-  return py::str(MappingObjectiveName(a.mapping.objective));
 }
 
 // A struct's fields by name: the one table its read-only attributes and as_dict are made
@@ -192,7 +136,7 @@ const auto kMetricsFields = Fields(
     F("cycles", &Metrics::cycles), F("folds", &Metrics::folds),
     F("offchip_read_bits", &Metrics::offchip_read_bits),
     F("offchip_write_bits", &Metrics::offchip_write_bits),
-    F("pe_utilization", &Metrics::pe_utilization),
+    F("array_utilization", &Metrics::array_utilization),
     F("bandwidth_bits_per_cycle", &Metrics::bandwidth_bits_per_cycle),
     F("latency_us", &Metrics::latency_us), F("method", &Metrics::method));
 
@@ -202,6 +146,61 @@ std::string Repr(const Hardware& h) {
 }
 
 }  // namespace
+
+// The accelerator of these parts. memory None: TENET's reading of the hardware's L1 / L2 /
+// bandwidth (MemoryFromTenet); precision None: Horowitz's 45 nm units; precision rates are
+// always the hardware's (WithMacRates: the one MAC-rate setting); mapping None or
+// "default": DefaultTileMapping per call, "auto": a mapping search per call minimising
+// `objective` (None: latency; only with "auto"), a TileMapping: that mapping for every call.
+Accelerator MakeAccelerator(std::string name, Hardware hw, Dataflow df,
+                            const py::object& memory, const py::object& precision,
+                            const py::object& mapping, const py::object& objective) {
+  Accelerator a;
+  a.name = std::move(name);
+  a.memory = memory.is_none() ? MemoryFromTenet(hw) : memory.cast<MemoryHierarchy>();
+  a.precision = Accelerator::WithMacRates(
+      precision.is_none() ? PrecisionTable::Horowitz45nm() : precision.cast<PrecisionTable>(),
+      hw.macs_per_pe_per_cycle);
+  const bool is_str = py::isinstance<py::str>(mapping);
+  const std::string kind = is_str ? mapping.cast<std::string>() : "";
+  if (py::isinstance<TileMapping>(mapping)) {
+    a.mapping.kind = "given";
+    a.mapping.tiles = mapping.cast<TileMapping>();
+  } else if (is_str && kind == "auto") {
+    a.mapping.kind = "auto";
+  } else if (!mapping.is_none() && !(is_str && kind == "default")) {
+    throw std::invalid_argument("Accelerator.mapping must be None or 'default' (DefaultTileMapping "
+                                "per call), 'auto' (a mapping search per call) or a TileMapping, "
+                                "got " + std::string(py::repr(mapping)));
+  }
+  if (!objective.is_none()) {
+    if (a.mapping.kind != "auto")
+      throw std::invalid_argument("Accelerator.objective applies only with mapping='auto' (got "
+                                  "objective " + std::string(py::repr(objective)) +
+                                  " with mapping " + std::string(py::repr(mapping)) + ")");
+    if (!py::isinstance<py::str>(objective))
+      throw std::invalid_argument("Accelerator.objective must be 'latency', 'energy' or 'edp', got " +
+                                  std::string(py::repr(objective)));
+    try {
+      a.mapping.objective = ParseMappingObjective(objective.cast<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("Accelerator.objective: ") + e.what());
+    }
+  }
+  a.hardware = std::move(hw);
+  a.dataflow = std::move(df);
+  return a;
+}
+
+py::object MappingOf(const Accelerator& a) {
+  if (a.mapping.kind == "given") return py::cast(a.mapping.tiles);
+  return py::str(a.mapping.kind);
+}
+
+py::object ObjectiveOf(const Accelerator& a) {
+  if (a.mapping.kind != "auto") return py::none();
+  return py::str(MappingObjectiveName(a.mapping.objective));
+}
 
 PYBIND11_MODULE(_cost_model, m) {
   m.doc() = "TENET relation-centric cost model (C++ core)";
@@ -330,6 +329,10 @@ PYBIND11_MODULE(_cost_model, m) {
   py::class_<Metrics> metrics(m, "Metrics");
   kMetricsFields.DefineOn(metrics)
       .def_readonly("tensors", &Metrics::tensors)
+      .def_property_readonly(
+          "pe_utilization", [](const Metrics& x) { return x.array_utilization; },
+          "The old name of array_utilization (kept one release): MACs over the array level's "
+          "cycles; a ledger entry's pe_utilization is over the call's cycles instead.")
       .def("as_dict", [](const Metrics& x) {
         py::dict d = kMetricsFields.AsDict(x);
         py::dict tensors;
@@ -342,91 +345,14 @@ PYBIND11_MODULE(_cost_model, m) {
                std::to_string(x.time_steps) + ", cycles=" + std::to_string(x.cycles) + ")";
       });
 
-  // What one call is charged, by level of the model (charge.h); a level added to Charge is
-  // bound here as one more read-only attribute.
-  py::class_<Charge>(m, "Charge")
-      .def_property_readonly("scheme", [](const Charge& c) { return c.call.scheme; })
-      .def_property_readonly("quant", [](const Charge& c) {
-        const QuantWork& q = c.call.quant;
-        const QuantRecipe& r = c.call.recipe;
-        py::dict d;
-        d["dequant_place"] = DequantizationName(r.place);
-        d["scale_bits"] = r.scale_bits;
-        d["accumulator_bits"] = r.accumulator_bits;
-        d["weight_side_bits"] = q.weight_side_bits;
-        d["activation_side_bits"] = q.activation_side_bits;
-        d["quantize_ops"] = q.quantize_ops;
-        d["dequant_ops"] = q.dequant_ops;
-        d["accumulator_traffic_bits"] = q.accumulator_traffic_bits;
-        return d;
-      }, "What the quantization recipe adds to the call (the ledger's quantization fields).")
-      .def_readonly("array", &Charge::array, "The PE array level: TENET's metrics and cycles.")
-      .def_readonly("memory", &Charge::memory,
-                    "The buffer level: DRAM/buffer traffic, cycles (the call's latency), "
-                    "roofline_cycles, mapping.")
-      .def_readonly("energy", &Charge::energy, "Energy by component, pJ.");
-
+  // The array level alone on a dataflow that need not make an accelerator (the deprecated
+  // analyze_gemm): the same AnalyzeGemm ChargeGemm fills Charge::array with.
   m.def(
-      "charge_gemm",
-      [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df, int64_t batch,
-         int bits_a, int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
-         const std::string& scheme, const std::string& method, py::object recipe,
-         const py::object& memory, const py::object& precision, const py::object& mapping,
-         const py::object& objective, std::shared_ptr<MappingSearch> search,
-         int64_t extra_register_bits) {
-        // The same charging rule as the runtime's ledger.
-        GemmCall call;
-        if (recipe.is_none()) {
-          call = GemmCall{MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits,
-                                       extra_ops, extra_register_bits),
-                          scheme};
-        } else {
-          if (extra_read_bits != 0 || extra_ops != 0 || extra_register_bits != 0)
-            throw std::invalid_argument(
-                "charge_gemm: give either a quantization recipe or extra_read_bits / "
-                "extra_ops / extra_register_bits, not both (the recipe determines them)");
-          py::dict d = recipe.cast<py::dict>();
-          QuantRecipe r;
-          r.place = ParseDequantization(d["place"].cast<std::string>());
-          r.weight = ParseGranularity(d["weight"].cast<std::string>());
-          r.activation = ParseGranularity(d["activation"].cast<std::string>());
-          r.weight_group = d["weight_group"].cast<int64_t>();
-          r.activation_group = d["activation_group"].cast<int64_t>();
-          r.activation_static = d["activation_static"].cast<bool>();
-          r.k_group = d["k_group"].cast<int64_t>();
-          r.scale_bits = d["scale_bits"].cast<int>();
-          r.zero_point_bits = d["zero_point_bits"].cast<int>();
-          r.accumulator_bits = d["accumulator_bits"].cast<int>();
-          // Optional: only recipes of attention's KV operand set it.
-          r.weight_batched = d.contains("weight_batched") && d["weight_batched"].cast<bool>();
-          call = DescribeGemmCall(batch, m_, n, k, bits_a, bits_b, bits_c, r, scheme);
-        }
-        const Accelerator acc =
-            MakeAccelerator("analysis", hw, df, memory, precision, mapping, objective);
-        py::gil_scoped_release release;
-        return ChargeGemm(call, acc, ToMethod(method), search.get());
+      "_analyze_array",
+      [](const GemmCall& call, const Hardware& hw, const Dataflow& df, const std::string& method) {
+        return AnalyzeGemm(call.workload, hw, df, ToMethod(method));
       },
-      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
-      py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"),
-      py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("scheme"), py::arg("method"),
-      py::arg("recipe") = py::none(), py::arg("memory") = py::none(), py::arg("precision") = py::none(),
-      py::arg("mapping") = py::none(), py::arg("objective") = py::none(),
-      py::arg("search") = nullptr, py::arg("extra_register_bits") = 0);
-  // The array level alone: the same AnalyzeGemm ChargeGemm fills Charge::array with.
-  m.def(
-      "_analyze_gemm",
-      [](int64_t m_, int64_t n, int64_t k, const Hardware& hw, const Dataflow& df, int64_t batch,
-         int bits_a, int bits_b, int bits_c, int64_t extra_read_bits, int64_t extra_ops,
-         const std::string& method, int64_t extra_register_bits) {
-        // extra_register_bits is validated with the workload; the array level ignores it.
-        const GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c,
-                                            extra_read_bits, extra_ops, extra_register_bits);
-        return AnalyzeGemm(w, hw, df, ToMethod(method));
-      },
-      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("hardware"), py::arg("dataflow"),
-      py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"),
-      py::arg("extra_read_bits"), py::arg("extra_ops"), py::arg("method"),
-      py::arg("extra_register_bits") = 0,
+      py::arg("call"), py::arg("hardware"), py::arg("dataflow"), py::arg("method") = "auto",
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "analyze",
@@ -447,59 +373,9 @@ PYBIND11_MODULE(_cost_model, m) {
   m.def("format_tenet_statement", &FormatTenetStatement);
   m.def("save_text_file", &SaveTextFile);
   m.attr("MAX_ENUMERATED_INSTANCES") = kMaxEnumeratedInstances;
-  m.def(
-      "validate_accelerator",
-      [](std::string name, Hardware hw, Dataflow df, const py::object& memory,
-         const py::object& precision, const py::object& mapping, const py::object& objective) {
-        const Accelerator a = MakeAccelerator(std::move(name), std::move(hw), std::move(df), memory,
-                                              precision, mapping, objective);
-        py::gil_scoped_release release;
-        Validate(a);
-      },
-      py::arg("name"), py::arg("hardware"), py::arg("dataflow"), py::arg("memory") = py::none(),
-      py::arg("precision") = py::none(), py::arg("mapping") = py::none(),
-      py::arg("objective") = py::none());
   m.def("memory_from_tenet", &MemoryFromTenet, py::arg("hardware"),
         "The hierarchy TENET's .p line describes: L1 -> register_bytes, L2 -> buffer_bytes, "
         "bandwidth -> dram_bandwidth_bits.");
-  m.def(
-      "accelerator_parts",
-      [](std::string name, Hardware hw, Dataflow df, const py::object& memory,
-         const py::object& precision, const py::object& mapping, const py::object& objective) {
-        const Accelerator a = MakeAccelerator(std::move(name), std::move(hw), std::move(df), memory,
-                                              precision, mapping, objective);
-        return py::make_tuple(a.memory, a.precision, MappingOf(a), ObjectiveOf(a));
-      },
-      py::arg("name"), py::arg("hardware"), py::arg("dataflow"), py::arg("memory") = py::none(),
-      py::arg("precision") = py::none(), py::arg("mapping") = py::none(),
-      py::arg("objective") = py::none(),
-      "(memory, precision, mapping, objective) with the defaults filled in, as the accelerator "
-      "holds them (objective None unless mapping 'auto').");
-  m.def(
-      "serialize_accelerator",
-      [](std::string name, Hardware hw, Dataflow df, const py::object& memory,
-         const py::object& precision, const py::object& mapping, const py::object& objective) {
-        return SerializeAccelerator(MakeAccelerator(std::move(name), std::move(hw), std::move(df),
-                                                    memory, precision, mapping, objective));
-      },
-      py::arg("name"), py::arg("hardware"), py::arg("dataflow"), py::arg("memory") = py::none(),
-      py::arg("precision") = py::none(), py::arg("mapping") = py::none(),
-      py::arg("objective") = py::none());
-  m.def(
-      "_accelerator_mapping_search",
-      [](const std::string& json) { return MakeMappingSearch(ParseAccelerator(json)); },
-      py::arg("accelerator_json"),
-      "The MappingSearch an accelerator (its JSON form) with mapping 'auto' charges through; "
-      "None for other mappings.");
-  m.def(
-      "parse_accelerator",
-      [](const std::string& text) {
-        Accelerator a = ParseAccelerator(text);
-        return py::make_tuple(a.name, a.hardware, a.dataflow, a.memory, a.precision, MappingOf(a),
-                              ObjectiveOf(a));
-      },
-      py::arg("text"));
-
   // Wall time of each of `reps` analyses inside C++ (no Python overhead), for benchmarks.
   m.def(
       "_time_analyze_gemm",
@@ -539,4 +415,5 @@ PYBIND11_MODULE(_cost_model, m) {
         return out;
       },
       py::arg("text"), py::arg("point"), py::arg("params") = std::map<std::string, int64_t>{});
+  BindValues(m);  // after Hardware, Dataflow and Metrics, which its values return
 }

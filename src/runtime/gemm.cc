@@ -84,6 +84,12 @@ class ScopedThreads {
   int saved_;
 };
 
+// `buf` with room for at least `n` floats; it only grows, so a warm call allocates nothing.
+float* GrownTo(std::vector<float>& buf, int64_t n) {
+  if (buf.size() < static_cast<size_t>(n)) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
 int64_t Product(const std::vector<int64_t>& v, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i) p *= v[i];
@@ -359,36 +365,44 @@ void GemmEngine::RunInt8AsFloat(const Int8GemmArgs& g) {
   // int32 and added; the columns go in blocks so the widened weight stays small.
   const int64_t col_block = std::min<int64_t>(g.n, kFloatExactColumns);
   const int64_t k_chunk = std::min<int64_t>(g.k, kFloatExactK);
-  std::vector<float> a(static_cast<size_t>(g.rows * k_chunk));
-  std::vector<float> b(static_cast<size_t>(col_block * k_chunk));
-  std::vector<float> c(static_cast<size_t>(g.rows * col_block));
+  // The widened operands live in this thread's scratch, kept from call to call: fresh
+  // buffers (17 MB at 1024 x 768 x 3072) were zero-filled and page-faulted on every call.
+  thread_local std::vector<float> a_scratch, b_scratch, c_scratch;
+  float* a = GrownTo(a_scratch, g.rows * k_chunk);
+  float* b = GrownTo(b_scratch, col_block * k_chunk);
+  float* c = GrownTo(c_scratch, g.rows * col_block);
   for (int64_t j0 = 0; j0 < g.n; j0 += col_block) {
     const int64_t cols = std::min(col_block, g.n - j0);
     for (int64_t t0 = 0; t0 < g.k; t0 += k_chunk) {
       const int64_t width = std::min(k_chunk, g.k - t0);
-#pragma omp parallel for schedule(static) if (g.rows * width >= kMinParallelElements)
-      for (int64_t r = 0; r < g.rows; ++r) {
-        std::copy(g.a + r * g.k + t0, g.a + r * g.k + t0 + width, a.data() + r * width);
-      }
-#pragma omp parallel for schedule(static) if (cols * width >= kMinParallelElements)
-      for (int64_t j = 0; j < cols; ++j) {
-        const int8_t* src = g.b + (j0 + j) * g.k + t0;
-        std::copy(src, src + width, b.data() + j * width);
+      // Both operands in one parallel region: each fork and join costs a wake-up of the
+      // team, dear on a machine whose cores are shared.
+#pragma omp parallel if ((g.rows + cols) * width >= kMinParallelElements)
+      {
+#pragma omp for schedule(static) nowait
+        for (int64_t r = 0; r < g.rows; ++r) {
+          std::copy(g.a + r * g.k + t0, g.a + r * g.k + t0 + width, a + r * width);
+        }
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < cols; ++j) {
+          const int8_t* src = g.b + (j0 + j) * g.k + t0;
+          std::copy(src, src + width, b + j * width);
+        }
       }
       GemmArgs f;
       f.a_shape = {g.rows, width};
       f.b_shape = {cols, width};
       f.c_shape = {g.rows, cols};
       f.b_transposed = true;
-      f.a = a.data();
-      f.b = b.data();
-      f.c = c.data();
+      f.a = a;
+      f.b = b;
+      f.c = c;
       Run(f);
       const bool first = t0 == 0;
 #pragma omp parallel for schedule(static) if (g.rows * cols >= kMinParallelElements)
       for (int64_t r = 0; r < g.rows; ++r) {
         int32_t* out = g.c + r * g.n + j0;
-        const float* part = c.data() + r * cols;
+        const float* part = c + r * cols;
         for (int64_t j = 0; j < cols; ++j) {
           const int32_t v = static_cast<int32_t>(part[j]);
           out[j] = first ? v : out[j] + v;

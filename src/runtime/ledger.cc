@@ -52,65 +52,33 @@ void Ledger::SetTag(const std::string& tag) {
 
 namespace {
 
-// The names are tenet_byoc.ledger's LedgerEntry and TensorTraffic field names.
-void WriteCharge(std::ostream& os, const Charge& c) {
-  const GemmWorkload& w = c.call.workload;
-  const Metrics& m = c.array;
-  const MemoryMetrics& mm = c.memory;
-  const EnergyBreakdown& en = c.energy;
-  // The call's latency is the buffer level's (memory.cycles): utilization against it.
-  const double capacity = double(mm.cycles) * double(m.num_pes) * double(m.macs_per_pe_per_cycle);
-  os << "{\"batch\":" << w.batch << ",\"m\":" << w.m << ",\"n\":" << w.n << ",\"k\":" << w.k
-     << ",\"bits_a\":" << w.bits_a << ",\"bits_b\":" << w.bits_b << ",\"bits_c\":" << w.bits_c
-     << ",\"extra_read_bits\":" << w.extra_read_bits << ",\"extra_ops\":" << w.extra_ops
-     << ",\"extra_register_bits\":" << w.extra_register_bits
-     << ",\"dequant_place\":" << JsonQuote(DequantizationName(c.call.recipe.place))
-     << ",\"scale_bits\":" << c.call.recipe.scale_bits
-     << ",\"accumulator_bits\":" << c.call.recipe.accumulator_bits
-     << ",\"weight_side_bits\":" << c.call.quant.weight_side_bits
-     << ",\"activation_side_bits\":" << c.call.quant.activation_side_bits
-     << ",\"quantize_ops\":" << c.call.quant.quantize_ops
-     << ",\"dequant_ops\":" << c.call.quant.dequant_ops
-     << ",\"accumulator_traffic_bits\":" << c.call.quant.accumulator_traffic_bits
-     << ",\"macs\":" << m.macs << ",\"cycles\":" << mm.cycles
-     << ",\"roofline_cycles\":" << mm.roofline_cycles << ",\"array_cycles\":" << m.cycles
-     << ",\"dram_stall_cycles\":" << mm.dram_stall_cycles
-     << ",\"compute_cycles\":" << m.compute_cycles << ",\"stall_cycles\":" << m.stall_cycles
-     << ",\"tenet_delay\":" << m.delay << ",\"ingress_delay\":" << m.ingress_delay
-     << ",\"egress_delay\":" << m.egress_delay << ",\"compute_delay\":" << m.compute_delay
-     << ",\"compute_delay_exact\":" << m.compute_delay_exact
-     << ",\"time_steps\":" << m.time_steps << ",\"folds\":" << m.folds
-     << ",\"active_pes\":" << m.active_pes << ",\"num_pes\":" << m.num_pes
-     << ",\"macs_per_pe_per_cycle\":" << m.macs_per_pe_per_cycle
-     << ",\"avg_active_pes\":" << m.avg_active_pes
-     << ",\"pe_utilization\":" << (capacity > 0 ? double(m.macs) / capacity : 0.0)
-     << ",\"bandwidth_bits_per_cycle\":" << m.bandwidth_bits_per_cycle
-     << ",\"latency_us\":" << mm.latency_us
-     << ",\"offchip_read_bytes\":" << m.offchip_read_bits / 8.0
-     << ",\"offchip_write_bytes\":" << m.offchip_write_bits / 8.0
-     << ",\"dram_read_bytes\":" << mm.dram_read_bits / 8.0
-     << ",\"dram_write_bytes\":" << mm.dram_write_bits / 8.0
-     << ",\"buffer_read_bytes\":" << mm.buffer_read_bits / 8.0
-     << ",\"buffer_write_bytes\":" << mm.buffer_write_bits / 8.0
-     << ",\"energy_pj\":" << en.total_pj << ",\"mac_pj\":" << en.mac_pj
-     << ",\"register_pj\":" << en.register_pj << ",\"buffer_pj\":" << en.buffer_pj
-     << ",\"dram_pj\":" << en.dram_pj << ",\"mapping\":" << JsonQuote(mm.mapping)
-     << ",\"tensors\":{";
+void WriteValue(std::ostream& os, const LedgerValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) os << *i;
+  else if (const auto* d = std::get_if<double>(&v)) os << *d;
+  else if (const auto* b = std::get_if<bool>(&v)) os << (*b ? "true" : "false");
+  else os << JsonQuote(std::get<std::string>(v));
+}
+
+void WriteFields(std::ostream& os, const LedgerFields& fields) {
   const char* sep = "";
-  for (const auto& kv : m.tensors) {
-    const TensorMetrics& t = kv.second;
-    os << sep << JsonQuote(kv.first) << ":{\"bits\":" << t.bits
-       << ",\"is_write\":" << (t.is_write ? "true" : "false") << ",\"total\":" << t.total
-       << ",\"unique\":" << t.unique << ",\"reuse_factor\":" << t.reuse_factor
-       << ",\"spatial_reuse\":" << t.spatial_reuse << ",\"temporal_reuse\":" << t.temporal_reuse
-       << ",\"offchip_elements\":" << t.offchip_elements
-       << ",\"offchip_bytes\":" << t.offchip_bytes;
-    const auto traffic = mm.tensors.find(kv.first);
-    const OperandTraffic o = traffic == mm.tensors.end() ? OperandTraffic{} : traffic->second;
-    os << ",\"dram_read_bytes\":" << o.dram_read_bits / 8.0
-       << ",\"dram_write_bytes\":" << o.dram_write_bits / 8.0
-       << ",\"buffer_read_bytes\":" << o.buffer_read_bits / 8.0
-       << ",\"buffer_write_bytes\":" << o.buffer_write_bits / 8.0 << '}';
+  for (const auto& f : fields) {
+    os << sep << '"' << f.first << "\":";
+    WriteValue(os, f.second);
+    sep = ",";
+  }
+}
+
+// The charge's fields from the one table (charge.h ChargeLedgerFields), which
+// tenet_byoc.ledger's LedgerEntry and TensorTraffic declare by the same names.
+void WriteCharge(std::ostream& os, const Charge& c) {
+  os << '{';
+  WriteFields(os, ChargeLedgerFields(c));
+  os << ",\"recipe\":" << SerializeQuantRecipe(c.call.recipe) << ",\"tensors\":{";
+  const char* sep = "";
+  for (const auto& t : ChargeTensorFields(c)) {
+    os << sep << JsonQuote(t.first) << ":{";
+    WriteFields(os, t.second);
+    os << '}';
     sep = ",";
   }
   os << "}}";

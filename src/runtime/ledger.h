@@ -19,12 +19,6 @@ namespace tenet {
 namespace runtime {
 
 /*!
- * \brief The cost model's charge per distinct call, computed once per call, with the
- *  accelerator's one mapping search under mapping "auto" (cost_model/charge.h).
- */
-using CostCache = ChargeCache;
-
-/*!
  * \brief The call a step makes, for the cost model: its shape, the element widths of its
  *  scheme, and its quantization recipe (charge.h holds what that costs).
  * \param c_shape the step's output shape (batch dims, M, N); \param k the reduction length.

@@ -143,40 +143,19 @@ bool OptionalRef(const Json& obj, const char* key, const Program& p, size_t step
   return true;
 }
 
-// The step's quantization recipe (charge.h's QuantRecipe), every field required.
+// The step's quantization recipe, read by the cost model's one recipe parser
+// (charge.h ParseQuantRecipe: weight_batched optional) from the object's JSON text.
 QuantRecipe ParseRecipe(const Json& obj, const std::string& where) {
-  QuantRecipe r;
   try {
-    r.place = ParseDequantization((Get<std::string>(obj, "place", where)));
-    r.weight = ParseGranularity((Get<std::string>(obj, "weight", where)));
-    r.activation = ParseGranularity((Get<std::string>(obj, "activation", where)));
-    r.weight_group = Get<int64_t>(obj, "weight_group", where);
-    r.activation_group = Get<int64_t>(obj, "activation_group", where);
-    r.activation_static = Get<bool>(obj, "activation_static", where);
-    r.k_group = Get<int64_t>(obj, "k_group", where);
-    r.scale_bits = static_cast<int>(Get<int64_t>(obj, "scale_bits", where));
-    r.zero_point_bits = static_cast<int>(Get<int64_t>(obj, "zero_point_bits", where));
-    r.accumulator_bits = static_cast<int>(Get<int64_t>(obj, "accumulator_bits", where));
-    r.weight_batched = Get<bool>(obj, "weight_batched", where);
-    Validate(r);
+    return ParseQuantRecipe(obj.dump(), where);
   } catch (const std::invalid_argument& e) {
-    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << ": " << e.what();
+    TVM_FFI_THROW(ValueError) << "tenet descriptor: " << e.what();
   }
-  return r;
+  return QuantRecipe{};
 }
 
 OrderedJson RecipeJson(const QuantRecipe& r) {
-  return {{"place", DequantizationName(r.place)},
-          {"weight", GranularityName(r.weight)},
-          {"activation", GranularityName(r.activation)},
-          {"weight_group", r.weight_group},
-          {"activation_group", r.activation_group},
-          {"activation_static", r.activation_static},
-          {"k_group", r.k_group},
-          {"scale_bits", r.scale_bits},
-          {"zero_point_bits", r.zero_point_bits},
-          {"accumulator_bits", r.accumulator_bits},
-          {"weight_batched", r.weight_batched}};
+  return OrderedJson::parse(SerializeQuantRecipe(r));
 }
 
 }  // namespace

@@ -578,7 +578,7 @@ class TenetModuleObj : public ffi::ModuleObj {
   Descriptor descriptor_;
   std::unordered_map<std::string, size_t> by_symbol_;
   GemmEngine gemm_;
-  CostCache costs_;
+  ChargeCache costs_;
   Ledger ledger_;
   std::atomic<bool> charging_{true};
 };

@@ -13,7 +13,6 @@ from tenet_byoc import cost_model as cm
 from tenet_data import TENET_DATA
 
 
-@pytest.mark.skipif(not TENET_DATA.is_dir(), reason=f"TENET data not found at {TENET_DATA}")
 @pytest.mark.parametrize("name", ["os", "ws"])
 def test_presets_generalise_tenets_mapping_files(name):
     lines = (TENET_DATA / "mapping" / f"matmul_systolic_{name}.m").read_text().split()
@@ -146,16 +145,26 @@ def test_as_dict_carries_every_field():
 
 
 def test_tenet_data_folder_follows_the_environment(tmp_path):
-    # TENET_DATA_DIR points the tests at another copy of TENET's data files.
+    # TENET_DATA_DIR points the tests at another copy of TENET's files (TENET's own data
+    # folder, say); unset, the tests write their own into a temporary folder.
     import subprocess
     import sys
 
     tests = Path(__file__).resolve().parents[1]
     code = f"import sys; sys.path.insert(0, {str(tests)!r}); import tenet_data; " \
-           "print(tenet_data.TENET_DATA)"
+           "print(tenet_data.TENET_DATA); print(sorted(p.name for p in " \
+           "(tenet_data.TENET_DATA / 'mapping').iterdir()))"
+    (tmp_path / "mapping").mkdir()
     env_set = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              check=True, env={"TENET_DATA_DIR": str(tmp_path), "PATH": ""})
-    assert env_set.stdout.strip() == str(tmp_path)
+    assert env_set.stdout.splitlines()[0] == str(tmp_path)
+    assert env_set.stdout.splitlines()[1] == "[]"
     unset = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True, env={"PATH": ""})
-    assert unset.stdout.strip() == str(tests.parent.parent / "shared" / "tenet-data")
+    folder, names = unset.stdout.splitlines()
+    assert folder != str(tmp_path) and not Path(folder).exists()  # removed at exit
+    assert "matmul_systolic_os.m" in names and "gemm_1d.m" in names
+    missing = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=False, env={"TENET_DATA_DIR": str(tmp_path / "no"),
+                                               "PATH": ""})
+    assert missing.returncode == 1 and "TENET_DATA_DIR=" in missing.stderr

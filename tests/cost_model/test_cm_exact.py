@@ -14,7 +14,7 @@ STREAM_KEY = {"os": "k", "ws": "m", "is": "n"}
 SCALAR_FIELDS = ["macs", "time_steps", "active_pes", "num_pes", "avg_active_pes",
                  "ingress_delay", "egress_delay", "compute_delay", "compute_delay_exact",
                  "delay", "compute_cycles", "stall_cycles", "cycles", "folds",
-                 "offchip_read_bits", "offchip_write_bits", "pe_utilization",
+                 "offchip_read_bits", "offchip_write_bits", "array_utilization",
                  "bandwidth_bits_per_cycle", "latency_us"]
 TENSOR_FIELDS = ["total", "unique", "reuse_factor", "spatial_reuse", "temporal_reuse", "offchip_bytes",
                  "offchip_elements", "offchip_bits"]

@@ -11,10 +11,6 @@ from tenet_data import TENET_DATA
 
 isl_oracle = pytest.importorskip("isl_oracle", reason="islpy-barvinok (test extra) missing")
 
-pytestmark = pytest.mark.skipif(not TENET_DATA.is_dir(),
-                                reason=f"TENET data files not found at {TENET_DATA}")
-
-
 def oracle_for(statement: cm.Statement, hw: cm.Hardware, df: cm.Dataflow):
     accesses = {}
     for a in statement.accesses:

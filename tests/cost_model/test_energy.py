@@ -132,3 +132,20 @@ def test_extra_register_bits_are_validated():
         cm.charge_gemm(4, 4, 4, hw, df, extra_register_bits=-8)
     with pytest.raises(ValueError, match="extra_register_bits, not both"):
         cm.charge_gemm(4, 4, 64, hw, df, recipe=get_scheme("group32"), extra_register_bits=64)
+
+
+def test_precision_table_repr_shows_each_unit():
+    t = cm.PrecisionTable.horowitz_45nm_packed(int8_rate=4, int4_rate=8)
+    text = repr(t)
+    lines = text.splitlines()
+    assert lines[0] == "PrecisionTable(units=[" and lines[-1] == "])"
+    assert len(lines) == len(t.units) + 2
+    for line, u in zip(lines[1:-1], t.units):
+        assert line.strip() == (f"MacSpec(bits_a={u.bits_a}, bits_b={u.bits_b}, "
+                                f"macs_per_pe_per_cycle={u.macs_per_pe_per_cycle!r}, "
+                                f"pj_per_mac={u.pj_per_mac!r}),")
+    # The repr is the constructor's spelling: evaluated, it gives the same units back.
+    back = eval(text, {"PrecisionTable": cm.PrecisionTable, "MacSpec": cm.MacSpec})
+    assert [(u.bits_a, u.bits_b, u.macs_per_pe_per_cycle, u.pj_per_mac) for u in back.units] == [
+        (u.bits_a, u.bits_b, u.macs_per_pe_per_cycle, u.pj_per_mac) for u in t.units]
+    assert repr(t.units[0]) == lines[1].strip().rstrip(",")

@@ -364,7 +364,7 @@ def test_one_name_options_do_not_offer_all(capsys):
 
 
 def test_help_describes_the_models_and_the_default_sweep(capsys):
-    from tenet_byoc.experiments.sweep import DEFAULT_HARDWARE
+    from tenet_byoc.experiments.sweep import DEFAULT_ACCELERATORS
     from tenet_byoc.quantization import CLASSIC_SCHEMES
 
     assert main([]) == 0
@@ -376,5 +376,5 @@ def test_help_describes_the_models_and_the_default_sweep(capsys):
     # what the sweep really runs by default, from the sweep's own constants
     said = out[out.index(f"default: the classic {len(CLASSIC_SCHEMES)},"):].split(";")[0]
     assert said.replace(" ", "").split(",")[1:] == list(CLASSIC_SCHEMES)
-    assert f"default: {','.join(DEFAULT_HARDWARE)}" in out
+    assert f"default: {','.join(DEFAULT_ACCELERATORS)}" in out
     assert "default: all;" not in out

@@ -14,12 +14,7 @@ from tenet_byoc.hardware import Accelerator
 from tenet_byoc.quantization import quantize
 from tenet_data import TENET_DATA
 
-needs_data = pytest.mark.skipif(
-    not TENET_DATA.is_dir(), reason=f"TENET's data files are not at {TENET_DATA}"
-)
 
-
-@needs_data
 def test_from_tenet_files_charges_as_the_cost_model(rng):
     p = TENET_DATA / "pe_array" / "systolic.p"
     m = TENET_DATA / "mapping" / "matmul_systolic_os.m"

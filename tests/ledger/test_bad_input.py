@@ -14,7 +14,7 @@ from tenet_byoc.models.mlp import mlp_module
 
 
 def test_unknown_preset_name():
-    with pytest.raises(ValueError, match=r"unknown accelerator preset 'os17'; available: .*os16"):
+    with pytest.raises(ValueError, match=r"unknown accelerator preset 'os17' \(did you mean 'os16'\?\); available: .*os16"):
         tenet_byoc.build(mlp_module(), accelerator="os17")
 
 

@@ -26,8 +26,6 @@ QUANTIZED = ["w8a8_per_channel_per_token", "w8a16_per_channel", "w4a16_group32"]
 
 
 def _tenet_files() -> Accelerator:
-    if not TENET_DATA.is_dir():
-        pytest.skip(f"TENET's data files are not at {TENET_DATA}")
     return Accelerator.from_tenet_files(TENET_DATA / "pe_array" / "systolic.p",
                                         TENET_DATA / "mapping" / "matmul_systolic_ws.m")
 

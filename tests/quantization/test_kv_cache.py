@@ -133,6 +133,7 @@ def test_attention_calls_charged_at_kv_width_by_hand(tiny, mod, bits, scales_per
     config, params = tiny
     scheme = f"q0f32+{mod}"
     runner = _runner(config, params, scheme)
+    tenet_byoc.ledger(runner.vm).reset()  # the shared runner's earlier decodes are tagged too
     _, cache = runner.prefill(PROMPT)
     tenet_byoc.set_phase(runner.vm, "decode")
     runner.decode(1, cache)

@@ -109,6 +109,8 @@ def _descriptor(**overrides) -> str:
     "text,message",
     [
         (lambda: "{", "invalid JSON"),
+        # json.loads keeps the last of two equal keys; the runtime refuses the ambiguity.
+        (lambda: _descriptor()[:-1] + ', "version": 1}', "the descriptor has the key 'version' twice"),
         (lambda: _descriptor(version=99), "version 99 is not supported"),
         (lambda: json.dumps({"version": DESCRIPTOR_VERSION}), "has no field"),
         (lambda: _descriptor(step={"lhs": 3}), "refers to value 3"),
@@ -151,7 +153,7 @@ def _descriptor(**overrides) -> str:
                                    "rhs_transposed": True}),
          "of kind dequant_channel needs a 2-D weight input (dequant_float: 3-D codes"),
     ],
-    ids=["json", "version", "fields", "forward-ref", "self-ref", "epilogue", "kind", "scales",
+    ids=["json", "duplicate-key", "version", "fields", "forward-ref", "self-ref", "epilogue", "kind", "scales",
          "bits", "recipe", "granularity", "accelerator", "nested-text", "rates", "rate-key",
          "rate-width", "ndim0", "ndim1", "out-ndim-huge", "out-ndim-1", "ndim-negative",
          "output-dtype", "output-rank", "dequant-3d"],

@@ -45,3 +45,18 @@ def test_a_libgomp_loaded_first_is_reported():
     got = probe(before="import torch")
     assert got["policy"] == ""
     assert any("OMP_WAIT_POLICY=PASSIVE" in w for w in got["warned"]), got
+
+
+def test_readme_import_order_does_not_warn_with_torch_installed():
+    # The README imports tenet_byoc before tvm: even where tvm-ffi would import torch (and
+    # its libgomp), the policy is set first, so a user following it sees no warning.
+    pytest.importorskip("torch", reason="torch (which ships its own libgomp) is not installed")
+    got = probe(before="pass\n    import tenet_byoc, tvm, torch")
+    assert got["policy"] == "PASSIVE" and got["warned"] == []
+
+
+def test_the_warning_is_one_line_saying_what_to_do():
+    pytest.importorskip("torch", reason="torch (which ships its own libgomp) is not installed")
+    (message,) = probe(before="import tvm, torch")["warned"]
+    assert "\n" not in message and "libgomp" in message
+    assert "import tenet_byoc first" in message and "OMP_WAIT_POLICY=PASSIVE" in message

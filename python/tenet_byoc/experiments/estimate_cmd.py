@@ -153,6 +153,8 @@ def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint]
     """One figure: TPOT and energy per token against context (left) and batch (right)."""
     from matplotlib.figure import Figure
 
+    from .plots import decade_limits
+
     fig = Figure(figsize=(10, 6.5), layout="constrained")
     axes = fig.subplots(2, 2)
     for col, (points, key, label) in enumerate((
@@ -167,6 +169,8 @@ def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint]
                         marker="o", label=scheme)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
+            # whole decades: the top lines sit below a labelled tick, not above the last one
+            ax.set_ylim(*decade_limits([getattr(p, metric) for p in points]))
             ax.set_ylabel(ylabel)
             ax.grid(True, which="both", alpha=0.3)
             if row == 1:

@@ -16,7 +16,8 @@ from .results import LayerCost, SweepResult, SweepRow
 # Figures are made with matplotlib's object API, not pyplot: no global backend or figure
 # state is touched, and PNGs are drawn with Agg whatever backend the caller's pyplot uses.
 
-__all__ = ["plot_cost_vs_error", "plot_layer_breakdown", "plot_prefill_decode", "save_plots"]
+__all__ = ["decade_limits", "panel_unit", "plot_cost_vs_error", "plot_layer_breakdown",
+           "plot_prefill_decode", "save_plots"]
 
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 _BLOCK = re.compile(r"^(h\.\d+)\.(.+)$")
@@ -35,6 +36,32 @@ _COSTS = {
 
 def _cost(metric: str) -> tuple[float, str]:
     return _COSTS.get(metric, (1.0, metric))
+
+
+# A smaller unit for panels whose values are all below 1 of the default one (the MLP's
+# latencies are microseconds, its energies microjoules).
+_SMALL_UNITS = {
+    "latency_us": (1.0, "est. latency (us)"),
+    "energy_pj": (1e-6, "est. energy (uJ)"),
+}
+
+
+def panel_unit(metric: str, values: Sequence[float]) -> tuple[float, str]:
+    """The scale and axis label for one panel's ``metric`` values (in the metric's own
+    unit): the default unit (ms, mJ) unless every value is below one of it."""
+    scale, label = _cost(metric)
+    if metric in _SMALL_UNITS and values and max(abs(v) for v in values) * scale < 1.0:
+        return _SMALL_UNITS[metric]
+    return scale, label
+
+
+def decade_limits(values: Sequence[float]) -> tuple[float, float]:
+    """Log-axis limits on whole decades around positive ``values``, so the lowest and the
+    highest line both sit between two labelled ticks."""
+    positive = [v for v in values if v > 0]
+    if not positive:
+        return 0.1, 10.0
+    return 10.0 ** np.floor(np.log10(min(positive))), 10.0 ** np.ceil(np.log10(max(positive)))
 
 
 def _short(scheme: str) -> str:
@@ -158,24 +185,27 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
     cmap = colormaps["tab10"]
     fig = Figure(figsize=(4.8 * len(panels), 4.2))
     axes = fig.subplots(1, len(panels), squeeze=False)
-    scale, cost_label = _cost(cost)
     error_label = {"rel_error": "max |error| / max |float32 output|",
                    "max_abs_error": "max |error| vs float32",
                    "top1_agreement": "top-1 agreement with float32"}.get(error, error)
+    # Close schemes land on the same spot (group64 / group128, the two w8a8 schemes):
+    # markers are hollow and sized by scheme, larger first, so a coincident pair shows as
+    # two nested outlines of different shapes rather than one hiding the other.
+    sizes = {s: 30 + 22 * (len(schemes) - 1 - i) for i, s in enumerate(schemes)}
     for ax, (model, phase) in zip(axes[0], panels):
-        for r in rows:
-            if (r.model, r.phase) != (model, phase):
-                continue
+        mine = [r for r in rows if (r.model, r.phase) == (model, phase)]
+        scale, cost_label = panel_unit(cost, [float(getattr(r, cost)) for r in mine])
+        for r in sorted(mine, key=lambda r: -sizes[r.scheme]):
             ax.scatter(scale * float(getattr(r, cost)), float(getattr(r, error)),
                        marker=_MARKERS[schemes.index(r.scheme) % len(_MARKERS)],
-                       color=cmap(hardware.index(r.hardware) % 10), s=55, alpha=0.85,
-                       edgecolors="black", linewidths=0.4)
+                       facecolors="none", s=sizes[r.scheme],
+                       edgecolors=cmap(hardware.index(r.hardware) % 10), linewidths=1.3)
         ax.set_title(f"{model} {phase}")
         ax.set_xlabel(cost_label)
         ax.set_ylabel(error_label)
         ax.grid(alpha=0.3)
     handles = [Line2D([], [], marker=_MARKERS[i % len(_MARKERS)], linestyle="",
-                          color="gray", markeredgecolor="black", label=s)
+                      markerfacecolor="none", markeredgecolor="black", label=s)
                for i, s in enumerate(schemes)]
     handles += [Line2D([], [], marker="o", linestyle="", color=cmap(i % 10), label=h)
                 for i, h in enumerate(hardware)]

@@ -97,8 +97,10 @@ def config_from_dict(values: Mapping[str, Any], name: str = "custom") -> Any:
         return GPT2Config.from_hf_dict(values, name=name)
     if model_type in FAMILIES:
         return LlamaConfig.from_hf_dict(values, name=name)
+    known = ["gpt2", *FAMILIES]
     raise ValueError(
-        f"model_type={model_type!r} is not supported; known: {['gpt2', *FAMILIES]}"
+        f"model_type={model_type!r} is not supported{did_you_mean(model_type, known)}; "
+        f"known: {known}"
     )
 
 

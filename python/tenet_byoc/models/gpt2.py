@@ -87,6 +87,11 @@ class GPT2Config:
             _check_positive_int(field, getattr(self, field))
         if self.n_inner is not None:
             _check_positive_int("n_inner", self.n_inner)
+        # As for config.json: a model this deep costs estimate time and memory in proportion.
+        if self.n_layer > _HF_LIMITS["n_layer"]:
+            raise ValueError(
+                f"GPT2Config.n_layer={self.n_layer} is above the limit {_HF_LIMITS['n_layer']}"
+            )
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"GPT2Config.n_head={self.n_head} must divide n_embd={self.n_embd}")
         eps = self.layer_norm_epsilon

@@ -68,18 +68,6 @@ class ActivationRanges(Mapping):
     def __len__(self) -> int:
         return len(self.amax)
 
-    def of(self, layer: int, where: str) -> np.ndarray:
-        """The range of ``layer`` (described by ``where``), or a ValueError when the
-        calibration inputs never reached it."""
-        if layer not in self.amax:
-            raise ValueError(
-                f"quantize: {where} is not reached by the calibration inputs of "
-                f"{self.entry!r}; static scales need calibration of every function with "
-                "linear layers (calibrate the function that holds them, or pass no "
-                "calibration for per-call scales)"
-            )
-        return self.amax[layer]
-
 
 def _sample_inputs(calibration: object) -> list[tuple[np.ndarray, ...]]:
     """The calibration inputs as argument tuples of numpy arrays, checked."""
@@ -143,11 +131,13 @@ def calibrate(mod: tvm.IRModule, calibration: Sequence, entry: str = "main") -> 
         raise ValueError("quantize: calibration needs the linear layers of each function at "
                          "its top level (not inside a branch or a nested function)")
     probed = prober.probed.get(entry, [])
-    vm = relax.VirtualMachine(relax.build(probe, "llvm"), tvm.cpu())
     amax: dict[int, np.ndarray] = {}
+    if not probed:  # no linear layer in entry: nothing to observe
+        return ActivationRanges(entry, amax, {})
+    vm = relax.VirtualMachine(relax.build(probe, "llvm"), tvm.cpu())
     for args in samples:
-        out = vm[entry](*[tvm.runtime.tensor(a) for a in args]) if probed else None
-        for (layer, _), seen in zip(probed, out[1] if probed else (), strict=True):
+        _, ranges = vm[entry](*[tvm.runtime.tensor(a) for a in args])
+        for (layer, _), seen in zip(probed, ranges, strict=True):
             a = seen.numpy()
             amax[layer] = np.maximum(amax[layer], a) if layer in amax else a
     return ActivationRanges(entry, amax, dict(probed))

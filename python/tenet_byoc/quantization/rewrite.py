@@ -12,7 +12,7 @@ they are and makes the function also return each layer's input range.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 import numpy as np
 import tvm
@@ -33,9 +33,6 @@ from .numerics import (
     weight_codes,
 )
 from .scheme import QuantScheme
-
-if TYPE_CHECKING:
-    from .calibration import ActivationRanges
 
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 _PERMUTE = tvm.ir.Op.get("relax.permute_dims")
@@ -104,12 +101,13 @@ class _LinearQuantizer(relax.PyExprMutator):
     """
 
     def __init__(self, mod: tvm.IRModule, scheme: QuantScheme,
-                 ranges: ActivationRanges | None = None, probe: bool = False):
+                 ranges: Mapping[int, np.ndarray] | None = None, probe: bool = False):
         super().__init__(mod)
         self.scheme = scheme
         self.rewritten = 0
         self.params: set[relax.Var] = set()
-        self.ranges = ranges  # calibrated input ranges of the layers (static schemes)
+        #: layer index -> calibrated per-hidden-channel max-abs of its input (static schemes)
+        self.ranges = ranges
         self.probe = probe
         #: function name -> (layer index, its description) of each input range it returns
         self.probed: dict[str, list[tuple[int, str]]] = {}
@@ -212,7 +210,16 @@ class _LinearQuantizer(relax.PyExprMutator):
 
     def _rewrite(self, x: relax.Expr, w: np.ndarray, layer: int) -> relax.Expr:
         s, bb, op = self.scheme, self.builder_, relax.op
-        amax_x = None if self.ranges is None else self.ranges.of(layer, self.where)
+        amax_x = None
+        if self.ranges is not None:
+            if layer not in self.ranges:
+                raise ValueError(
+                    f"quantize({s.name}): {self.where} is not reached by the calibration "
+                    "inputs; static scales need calibration of every function with linear "
+                    "layers (calibrate the function that holds them, or pass no calibration "
+                    "for per-call scales)"
+                )
+            amax_x = self.ranges[layer]
         x, w = self._pad(x, w)
         n, k = w.shape
         if amax_x is not None and amax_x.shape[0] != k:

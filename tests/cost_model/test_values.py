@@ -1,0 +1,114 @@
+"""The cost model's values (QuantRecipe, GemmCall, Accelerator) and the entry points taking them.
+
+References: hand-derived figures (a roofline), QuantScheme's own recipe dicts, the values'
+JSON forms read back, and the deprecated keyword functions, which must equal the new API.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import pytest
+
+from tenet_byoc import cost_model as cm
+from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.quantization import get_scheme
+
+CALL = cm.GemmCall(m=128, n=768, k=768, bits_a=8, bits_b=8)
+
+
+def test_roofline_of_a_call_is_the_hand_derived_bound():
+    # os16: 256 PEs at 1 MAC per cycle, 256 DRAM bits per cycle.
+    # MACs 128 * 768 * 768 = 75,497,472 -> 294,912 cycles; compulsory DRAM bits
+    # 128*768*8 + 768*768*8 + 128*768*32 = 8,650,752 -> 33,792 cycles. The larger wins.
+    acc = preset("os16")
+    assert cm.roofline(CALL, acc) == 294_912
+    assert cm.charge(CALL, acc).memory.roofline_cycles == 294_912
+
+
+def test_values_round_trip_through_json_and_pickle():
+    acc = preset("tpu_v1", mapping="auto", objective="energy")
+    recipe = cm.QuantRecipe(place="weight", weight="group", weight_group=32)
+    call = cm.GemmCall(m=7, n=96, k=128, bits_a=16, bits_b=4, bits_c=16, scheme="w4a16",
+                       recipe=recipe)
+    assert cm.QuantRecipe.from_json(recipe.to_json()) == recipe
+    assert cm.GemmCall.from_json(call.to_json()) == call
+    assert Accelerator.from_json(acc.to_json()) == acc
+    for value in (recipe, call, acc):
+        again = pickle.loads(pickle.dumps(value))
+        assert again == value and type(again) is type(value) and hash(again) == hash(value)
+    assert repr(call).startswith("GemmCall(m=7, n=96, k=128, bits_a=16, bits_b=4")
+    assert "weight_group=32" in repr(recipe) and "tpu_v1" in repr(acc)
+    assert acc.objective == "energy" and acc.replace(mapping="default").objective is None
+
+
+@pytest.mark.parametrize("scheme", ["w8a8_per_channel_per_token", "w4a16_group128", "mxfp4"])
+def test_recipe_of_a_scheme_dict_is_its_fields(scheme):
+    s = get_scheme(scheme)
+    recipe = cm.QuantRecipe.from_dict(s.recipe())
+    assert recipe.as_dict() == {"weight_batched": False, **s.recipe()}
+    # GemmCall takes the dict, the QuantRecipe or the scheme itself: one call.
+    calls = {cm.GemmCall(m=4, n=256, k=256, bits_a=s.bits()[0], bits_b=s.bits()[1],
+                         bits_c=s.bits()[2], scheme=s.name, recipe=r)
+             for r in (s.recipe(), recipe, s)}
+    assert len(calls) == 1
+
+
+def test_recipe_weight_batched_is_optional_and_unknown_keys_are_refused():
+    d = dict(get_scheme("w8a16_per_channel").recipe())
+    d.pop("weight_batched", None)
+    assert cm.QuantRecipe.from_dict(d).weight_batched is False
+    with pytest.raises(ValueError, match="weight_grup"):
+        cm.QuantRecipe.from_dict({**d, "weight_grup": 3})
+    with pytest.raises(ValueError, match="scale_bits"):
+        cm.QuantRecipe(scale_bits=12)
+
+
+def test_call_refuses_a_recipe_and_explicit_extra_work_together():
+    with pytest.raises(ValueError, match="either a quantization recipe or extra_read_bits"):
+        cm.GemmCall(m=2, n=2, k=2, recipe=cm.QuantRecipe(place="output", weight="tensor",
+                                                         activation="tensor"),
+                    extra_ops=3)
+
+
+def test_deprecated_keyword_functions_warn_and_equal_the_new_api():
+    acc = preset("os16_mp")
+    s = get_scheme("w8a8_per_channel_per_token")
+    keywords = {"bits_a": 8, "bits_b": 8, "bits_c": 32, "scheme": s.name, "recipe": s.recipe()}
+    call = cm.GemmCall(m=9, n=64, k=96, **keywords)
+    with pytest.warns(DeprecationWarning, match="charge_gemm is deprecated"):
+        old = cm.charge_gemm(9, 64, 96, acc.hardware, acc.dataflow, **keywords,
+                             **acc.charge_parts)
+    assert old.ledger_fields() == cm.charge(call, acc).ledger_fields()
+    with pytest.warns(DeprecationWarning, match="analyze_gemm is deprecated"):
+        array = cm.analyze_gemm(9, 64, 96, acc.hardware, acc.dataflow, **keywords)
+    assert array.as_dict() == cm.analyze_array(call, acc).as_dict()
+    tiles = cm.default_tile_mapping(9, 64, 96, acc.memory, 16, 16, bits_a=8, bits_b=8,
+                                    bits_c=32)
+    with pytest.warns(DeprecationWarning):
+        memory = cm.analyze_memory(9, 64, 96, acc.hardware, acc.dataflow, acc.memory, tiles,
+                                   **keywords)
+    new = cm.analyze_memory(call, acc, tiles)
+    assert (memory.cycles, memory.mapping) == (new.cycles, new.mapping)
+    assert new.cycles == cm.analyze_memory(call, acc).cycles  # the default mapping's tiles
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new API does not warn
+        cm.charge(call, acc)
+
+
+def test_accelerator_json_bad_text_is_a_value_error():
+    with pytest.raises(ValueError, match="lone surrogate"):
+        Accelerator.from_json('{"name": "\ud800"}')
+    big = preset("os16").to_json().replace('"name":"os16"', '"name":"' + "x" * (2 << 20) + '"')
+    with pytest.raises(ValueError, match="at most 1048576"):
+        Accelerator.from_json(big)
+    with pytest.raises(TypeError, match="must be a str"):
+        Accelerator.from_json(b"{}")
+
+
+def test_preset_names_are_checked_with_suggestions():
+    with pytest.raises(ValueError, match="did you mean 'tpu_v1'"):
+        preset("tpuv1")
+    with pytest.raises(TypeError, match="preset name must be a str"):
+        preset(["os16"])

@@ -1,0 +1,100 @@
+"""``cost_model.charge(entry.call, accelerator)`` is every entry of a real run, field for field.
+
+The reference is the runtime's own ledger of a GPT-2 tiny prefill (the C++ module charging
+the GEMMs it ran, with shapes read from its tensors and the recipe the quantize pass
+stamped); the other side is the Python binding charging the entry's ``GemmCall`` value on
+the same accelerator value, with its fields from ``Charge.ledger_fields``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import tenet_byoc
+from tenet_byoc import cost_model as cm
+from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.ledger import CHARGE_FIELDS, LedgerEntry, TensorTraffic
+from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
+from tenet_byoc.quantization import quantize
+
+# TENET's own file format: the 8 x 8 systolic array of its systolic.p (L1 256 B, L2 1 KiB,
+# 64 bits/cycle, average latency 16) and its weight-stationary matmul mapping.
+SYSTOLIC_P = """{PE[i,j]: 0<=i<8 and 0<=j<8}
+{PE[i,j]->PE[i-1,j]; PE[i,j]->PE[i,j-1]}
+256 1024 64 16
+"""
+WS_M = """{S[i,j,k]->PE[k%8,j%8]}
+{S[i,j,k]->T[floor(k/8),floor(j/8),i+k%8+j%8]}
+"""
+
+
+def _tenet_file_accelerator(tmp_path) -> Accelerator:
+    (tmp_path / "array.p").write_text(SYSTOLIC_P)
+    (tmp_path / "ws.m").write_text(WS_M)
+    return Accelerator.from_tenet_files(tmp_path / "array.p", tmp_path / "ws.m")
+
+
+def _run(accelerator: Accelerator, scheme: str):
+    config = GPT2Config.preset("tiny")
+    runner = GPT2Runner(
+        config, random_params(config, seed=5), bind_params=True,
+        build=lambda mod: tenet_byoc.build(quantize(mod, scheme), accelerator=accelerator),
+    )
+    runner.prefill([3, 1, 4, 1, 5, 9, 2])
+    return tenet_byoc.ledger(runner.vm)
+
+
+@pytest.mark.parametrize(("accelerator", "scheme"), [
+    ("os16", "none"),
+    ("os16_mp", "w8a8_per_channel_per_token"),
+    ("tpu_v1_auto", "none"),
+    ("tenet_files", "none"),
+])
+def test_charge_of_entry_call_equals_every_entry(accelerator, scheme, tmp_path):
+    if accelerator == "tenet_files":
+        acc = _tenet_file_accelerator(tmp_path)
+    elif accelerator == "tpu_v1_auto":
+        acc = preset("tpu_v1", mapping="auto")
+    else:
+        acc = preset(accelerator)
+    book = _run(acc, scheme)
+    assert book.accelerator == acc.name and len(book) > 0
+    if scheme != "none":
+        assert {e.scheme for e in book} == {scheme, "none"}  # attention stays float
+    # A fresh value equal to the built one: nothing is carried over from the run.
+    again = Accelerator.from_json(acc.to_json())
+    assert again == acc
+    for e in book:
+        assert e.call.scheme == e.scheme and e.call.recipe == e.recipe
+        fields = cm.charge(e.call, again).ledger_fields()
+        got = {name: fields[name] for name in CHARGE_FIELDS}
+        want = {name: getattr(e, name) for name in CHARGE_FIELDS}
+        assert got == want, (e.name, {f for f in CHARGE_FIELDS if got[f] != want[f]})
+        assert {k: TensorTraffic(**t) for k, t in fields["tensors"].items()} == dict(e.tensors)
+
+
+def test_ledger_entry_declares_the_cost_models_fields():
+    # The one schema: LedgerEntry's charge fields are the C++ table's names, in its order.
+    declared = [f for f in LedgerEntry.__dataclass_fields__
+                if f not in ("call_index", "symbol", "pattern", "name", "phase", "scheme",
+                             "recipe", "tensors")]
+    assert declared == list(CHARGE_FIELDS)
+    assert list(TensorTraffic.__dataclass_fields__) == list(
+        cm._core._ledger_tensor_field_names())
+
+
+def test_charged_on_another_accelerator_equals_a_run_built_for_it():
+    # One run on os16, re-charged on three others, against runs really built for each.
+    scheme = "w8a8_per_channel_per_token"
+    base = _run(preset("os16"), scheme)
+    for acc in (preset("ws16"), preset("os16_mp"), preset("tpu_v1", mapping="auto")):
+        real = _run(acc, scheme)
+        moved = base.charged_on(acc)
+        assert (moved.accelerator, moved.dataflow, moved.clock_ghz) == (
+            real.accelerator, real.dataflow, real.clock_ghz)
+        assert len(moved) == len(real)
+        for m, r in zip(moved, real, strict=True):
+            assert (m.name, m.phase, m.scheme, m.call) == (r.name, r.phase, r.scheme, r.call)
+            assert {f: getattr(m, f) for f in CHARGE_FIELDS} == {
+                f: getattr(r, f) for f in CHARGE_FIELDS}, (acc.name, r.name)
+            assert m.tensors == r.tensors

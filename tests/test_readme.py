@@ -1,0 +1,148 @@
+"""README.md's examples run as written: every ```python block, and every tenet-byoc command
+parses with the CLI's own parser.
+
+Blocks run in a fresh process in a folder holding what the README tells a user to make (the
+tiny checkpoint of ``examples/tiny_checkpoint.py``, which needs torch and transformers) and
+the README's own files; a block whose first lines say ``# needs: WHAT`` needs something a
+user must bring and is skipped naming WHAT.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+BLOCKS = re.findall(r"^```(\w*)\n(.*?)^```", README, flags=re.DOTALL | re.MULTILINE)
+PYTHON = [code for lang, code in BLOCKS if lang == "python"]
+NEEDS = re.compile(r"^# needs: (.+)$", re.MULTILINE)
+
+
+def _commands() -> list[str]:
+    """Every `tenet-byoc ...` command in the README's code blocks, continuation lines joined
+    and comments dropped."""
+    out = []
+    for _, code in BLOCKS:
+        text = code.replace("\\\n", " ")
+        for line in text.splitlines():
+            line = line.split("  #")[0].split(" # ")[0].strip()
+            for part in line.split("&&"):
+                part = part.strip()
+                if part.startswith("tenet-byoc"):
+                    out.append(part)
+    return out
+
+
+COMMANDS = _commands()
+
+
+def test_the_readme_has_examples():
+    # a change to the fence syntax must not silently leave nothing to run
+    assert len(PYTHON) >= 5 and len(COMMANDS) >= 8
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    pytest.importorskip("torch", reason="the README's tiny checkpoint needs torch (test extra)")
+    pytest.importorskip("transformers",
+                        reason="the README's tiny checkpoint needs transformers (test extra)")
+    folder = tmp_path_factory.mktemp("readme")
+    shutil.copy(ROOT / "README.md", folder / "README.md")
+    shutil.copytree(ROOT / "examples", folder / "examples")
+    # what the README tells the user to run, as written
+    proc = subprocess.run([sys.executable, "examples/tiny_checkpoint.py", "tiny-gpt2", "--text",
+                           "README.md"], cwd=folder, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return folder
+
+
+@pytest.mark.parametrize("code", PYTHON, ids=[f"python-block-{i}" for i in range(len(PYTHON))])
+def test_python_block_runs(code, workdir):
+    needs = NEEDS.findall(code)
+    if needs:
+        pytest.skip(f"the README block needs {needs[0]}")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=workdir, capture_output=True,
+                          text=True, timeout=900, check=False)
+    assert proc.returncode == 0, f"{code}\n---\n{proc.stderr[-3000:]}"
+    # A user following the README sees no warning (e.g. the OpenMP one).
+    assert "Warning" not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_command_parses(command):
+    from tenet_byoc.experiments.cli import _parser
+
+    argv = [a for a in shlex.split(command)[1:] if not (a.startswith("[") or a.endswith("]"))]
+    if "|" in command or "DIR" in argv or "FILE" in argv or "LIST" in argv:
+        # a usage line (`run|sweep`, `--checkpoint DIR`): its command must exist
+        sub = argv[0].split("|") if argv else []
+        assert all(s in _parser()._subparsers._group_actions[0].choices for s in sub), command
+        return
+    try:
+        _parser().parse_args(argv)
+    except SystemExit as exc:
+        pytest.fail(f"README command {command!r} does not parse (exit {exc.code})")
+
+
+def test_help_commands_answer(capsys):
+    # The cheap commands, run as a user would: the entry point once as a process, the
+    # subcommands' help in this one (each process pays TVM's import again).
+    proc = subprocess.run([sys.executable, "-m", "tenet_byoc.experiments.cli", "--help"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and "usage: tenet-byoc" in proc.stdout, proc.stderr
+    from tenet_byoc.experiments.cli import main
+
+    for argv in (["estimate", "--help"], ["sweep", "--help"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 0 and f"usage: tenet-byoc {argv[0]}" in capsys.readouterr().out
+
+
+def _tiny_checkpoint_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tiny_checkpoint",
+                                                  ROOT / "examples" / "tiny_checkpoint.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_checkpoint_without_its_packages_writes_nothing(tmp_path):
+    # transformers made unimportable, as in an install without the test extra
+    script = ("import sys, runpy; sys.modules['transformers'] = None; "
+              f"sys.argv = ['tiny_checkpoint.py', {str(tmp_path / 'ckpt')!r}, '--text', "
+              f"{str(ROOT / 'README.md')!r}]; "
+              f"runpy.run_path({str(ROOT / 'examples' / 'tiny_checkpoint.py')!r}, "
+              "run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 1
+    assert "needs transformers" in proc.stderr and ".[test]" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tiny_checkpoint_failing_halfway_leaves_no_folder(tmp_path, monkeypatch):
+    pytest.importorskip("tokenizers", reason="the tokenizer step needs tokenizers")
+    for module in ("torch", "transformers"):
+        pytest.importorskip(module, reason=f"tiny_checkpoint.py checks for {module} first")
+    tiny = _tiny_checkpoint_module()
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    # the tokenizer is written, then the model fails: nothing may stay behind
+    monkeypatch.setattr(tiny, "write_model", fail)
+    text = tmp_path / "text.txt"
+    text.write_text("a small text to train a byte-level BPE on " * 20)
+    with pytest.raises(RuntimeError, match="disk full"):
+        tiny.main([str(tmp_path / "ckpt"), "--text", str(text), "--vocab", "300"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt"]
