@@ -665,7 +665,8 @@ def _cmd_estimate(args) -> int:
     if args.out:
         from ..hardware import resolve
 
-        _finish_out(args, [args.model], args.schemes, [resolve(args.hardware, args.mapping)])
+        _finish_out(args, [args.model], args.schemes,
+                    [resolve(args.accelerator, args.mapping)])
     return code
 
 
