@@ -8,7 +8,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from tenet_byoc._cost_model import GemmCall
+from ._cost_model import GemmCall
 
 
 def _call_from_keywords(

@@ -21,8 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tenet_byoc import _cost_model as _core
-from tenet_byoc._cost_model import (
+from . import _cost_model as _core
+from ._cost_model import (
     MAX_ENUMERATED_INSTANCES,
     Accelerator,
     Charge,
@@ -45,14 +45,14 @@ from tenet_byoc._cost_model import (
     parse_tenet_statement,
     roofline,
 )
-from tenet_byoc._gemm_call import _call_from_keywords, _deprecated
-from tenet_byoc.mapping import (  # the mapping search (mapping.py)
+from ._gemm_call import _call_from_keywords, _deprecated
+from .mapping import (  # the mapping search (mapping.py)
     MappingChoice,
     MappingSearch,
     search_mapping,
     tile_size_candidates,
 )
-from tenet_byoc.memory import (  # the buffer level, roofline and energy (memory.py)
+from .memory import (  # the buffer level, roofline and energy (memory.py)
     EnergyBreakdown,
     MacSpec,
     MemoryHierarchy,

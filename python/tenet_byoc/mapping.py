@@ -22,16 +22,16 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tenet_byoc import _cost_model as _core
-from tenet_byoc._cost_model import (
+from . import _cost_model as _core
+from ._cost_model import (
     Dataflow,
     GemmCall,
     Hardware,
     MappingChoice,
     tile_size_candidates,
 )
-from tenet_byoc._gemm_call import _call_from_keywords, _deprecated
-from tenet_byoc.memory import MemoryHierarchy, PrecisionTable
+from ._gemm_call import _call_from_keywords, _deprecated
+from .memory import MemoryHierarchy, PrecisionTable
 
 __all__ = [
     "OBJECTIVES",

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tenet_byoc import _cost_model as _core
-from tenet_byoc._cost_model import (
+from . import _cost_model as _core
+from ._cost_model import (
     Dataflow,
     EnergyBreakdown,
     GemmCall,
@@ -38,7 +38,7 @@ from tenet_byoc._cost_model import (
     integer_mac_pj,
     sram_pj_per_bit,
 )
-from tenet_byoc._gemm_call import _call_from_keywords, _deprecated
+from ._gemm_call import _call_from_keywords, _deprecated
 
 __all__ = [
     "EnergyBreakdown",
