@@ -110,3 +110,51 @@ def test_the_circle_finder_finds_circles(tmp_path):
                                  "tenet_byoc.models.a"]
     (pkg / "b.py").write_text("def f():\n    pass\n")
     assert find_cycle(import_graph(tmp_path, "tenet_byoc.models")) is None
+
+
+#: The package's layers, lowest first (the README's "How it works" names them): a module
+#: imports from its own layer or below, never from a layer above it.
+LAYERS = (
+    ("core", ("_cost_model", "_gemm_call", "_names", "_loader", "library", "patterns")),
+    ("cost-model face", ("memory", "mapping", "cost_model")),
+    ("accelerators", ("hardware",)),
+    ("quantization", ("quantization",)),
+    ("backend", ("ledger", "partition", "codegen", "profiling")),
+    ("models", ("models",)),
+    ("estimate", ("estimate",)),
+    ("experiments", ("experiments",)),
+)
+
+
+def _layer_of(module: str) -> int:
+    inside = module.removeprefix("tenet_byoc.")
+    for index, (_, members) in enumerate(LAYERS):
+        if any(inside == m or inside.startswith(m + ".") for m in members):
+            return index
+    raise AssertionError(f"{module} is in no layer of LAYERS: place it there")
+
+
+def test_no_import_circle_in_the_package():
+    graph = import_graph(PACKAGE_DIR, "tenet_byoc")
+    assert len(graph) > 30
+    cycle = find_cycle(graph)
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_each_module_imports_its_own_layer_or_below():
+    graph = import_graph(PACKAGE_DIR, "tenet_byoc")
+    upward = sorted(f"{m} ({LAYERS[_layer_of(m)][0]}) -> {t} ({LAYERS[_layer_of(t)][0]})"
+                    for m, targets in graph.items() for t in targets
+                    if _layer_of(t) > _layer_of(m))
+    assert upward == [], "imports from a lower layer back up:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    # The check above must be able to fail: the accelerators importing the ledger.
+    root = tmp_path / "tenet_byoc"
+    root.mkdir()
+    (root / "hardware.py").write_text("from .ledger import Ledger\n")
+    (root / "ledger.py").write_text("X = 1\n")
+    graph = import_graph(root, "tenet_byoc")
+    assert [(m, t) for m, ts in graph.items() for t in ts
+            if _layer_of(t) > _layer_of(m)] == [("tenet_byoc.hardware", "tenet_byoc.ledger")]
