@@ -79,8 +79,9 @@ def test_out_writes_a_layer_summary_and_every_call_only_with_ledger(tmp_path, ca
     argv = ["estimate", "--model", "gpt2", "--prompt-len", "8", "--decode-steps", "3"]
     assert main([*argv, "--out", str(tmp_path / "a")]) == 0
     assert main([*argv, "--out", str(tmp_path / "b"), "--ledger"]) == 0
-    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["estimate.csv",
-                                                                   "layers_none.csv"]
+    # Without --ledger: the totals, the per-layer summary and the run's manifest, no ledger.
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        "estimate.csv", "layers_none.csv", "manifest.json"]
     assert {"layers_none.csv", "ledger_none.csv"} <= {p.name for p in (tmp_path / "b").iterdir()}
     layers = list(csv.DictReader((tmp_path / "a" / "layers_none.csv").open()))
     calls = list(csv.DictReader((tmp_path / "b" / "ledger_none.csv").open()))
