@@ -59,6 +59,14 @@ _STR_FIELDS = ("name", "weight_granularity", "activation_granularity", "weight_f
 _BOOL_FIELDS = ("activation_static", "attention")
 
 
+
+def _group_size_matches(field: str, size: int, granularity: str, what: str) -> None:
+    """Refuse a group size set without group granularity, or group granularity without one."""
+    if (granularity == "group") != (size > 0):
+        raise ValueError(
+            f"QuantScheme.{field}={size} must be > 0 exactly for group-wise {what}"
+        )
+
 def _choice(field: str, value, accepted) -> None:
     if value not in accepted:
         raise ValueError(f"QuantScheme.{field}={value!r}; expected one of {tuple(accepted)}")
@@ -154,11 +162,7 @@ class QuantScheme:
                 f"QuantScheme {self.name!r}: kv_granularity={self.kv_granularity!r} with "
                 f"kv_bits={self.kv_bits}; 'none' exactly for a float (32 or 16 bit) cache"
             )
-        if (self.kv_granularity == "group") != (self.kv_group > 0):
-            raise ValueError(
-                f"QuantScheme.kv_group={self.kv_group} must be > 0 exactly for group-wise "
-                "KV scales"
-            )
+        _group_size_matches("kv_group", self.kv_group, self.kv_granularity, "KV scales")
         for op, fmt, bits, gran in (
             ("weight", self.weight_format, self.weight_bits, self.weight_granularity),
             ("activation", self.activation_format, self.activation_bits,
@@ -179,16 +183,9 @@ class QuantScheme:
                     f"QuantScheme {self.name!r}: {op}_granularity={gran!r} with a "
                     f"{fmt} {op}; 'none' exactly for float {op}s"
                 )
-        if (self.weight_granularity == "group") != (self.group_size > 0):
-            raise ValueError(
-                f"QuantScheme.group_size={self.group_size} must be > 0 exactly for group-wise "
-                "weights"
-            )
-        if (self.activation_granularity == "group") != (self.activation_group > 0):
-            raise ValueError(
-                f"QuantScheme.activation_group={self.activation_group} must be > 0 exactly "
-                "for group-wise activations"
-            )
+        _group_size_matches("group_size", self.group_size, self.weight_granularity, "weights")
+        _group_size_matches("activation_group", self.activation_group,
+                            self.activation_granularity, "activations")
         for field, bound in (("group_size", MAX_GROUP), ("activation_group", MAX_GROUP),
                              ("kv_group", MAX_KV_GROUP)):
             if getattr(self, field) < 0:
