@@ -258,3 +258,18 @@ def test_cli_report_command_and_flag_errors(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 0
     assert (tmp_path / REPORT).is_file()
     assert str(tmp_path / REPORT) in capsys.readouterr().out
+
+
+def test_browser_check_names_a_browser_that_fails(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text("<!DOCTYPE html><p>no self-check here</p>")
+    with pytest.raises(RuntimeError, match=r"chromium closed its pipe \(exit 1\)"):
+        browser_check(page, chromium=shutil.which("false"))
+
+
+@needs_chromium
+def test_a_page_without_a_self_check_times_out_clearly(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text("<!DOCTYPE html><p>no self-check here</p>")
+    with pytest.raises(RuntimeError, match=r"page.html'.*self-check did not finish in 10 s"):
+        browser_check(page, timeout=10)

@@ -605,8 +605,8 @@ class PageCheck:
     ``open_ms`` the header and every table's first rows painted and working (sort, filter):
     the later of the first paint and the first frame after the tables were made,
     ``plotly_ms`` plotly.js compiled and run, ``first_ms`` the plots on the first screen drawn
-    too, ``ready_ms`` every plot and every table row made after the page scrolled itself
-    through them. ``wall_s``: from starting Chromium to reading the finished self-check;
+    too, ``plots_ms`` every plot drawn after the page scrolled itself to each, ``ready_ms``
+    every table row made too (after it scrolled each table to its end). ``wall_s``: from starting Chromium to reading the finished self-check;
     ``cpu_s``: the CPU time its processes had used by then (all of them, renderer too). ``sorted_rows`` and ``filtered_rows``: the rows a table
     showed after :func:`browser_check`'s ``sort_by`` / ``filter_by`` (each cell its exact
     value for numbers, else its text), or None.
@@ -620,6 +620,7 @@ class PageCheck:
     open_ms: float
     plotly_ms: float
     first_ms: float
+    plots_ms: float
     ready_ms: float
     wall_s: float
     cpu_s: float
@@ -640,7 +641,7 @@ class _DevTools:
     """Headless Chromium driven over its DevTools pipe (``--remote-debugging-pipe``: JSON
     commands in on fd 3, replies and events out on fd 4, each ended by a NUL byte)."""
 
-    def __init__(self, exe: str, flags: list[str], deadline: float) -> None:
+    def __init__(self, exe: str, flags: list[str], deadline: float, log: Path) -> None:
         import time
 
         self._time = time
@@ -656,11 +657,13 @@ class _DevTools:
                 "os.dup2(r, 3); os.dup2(w, 4); "
                 "[os.close(fd) for fd in {r, w, *old} - {3, 4}]; "
                 "os.execvp(sys.argv[3], sys.argv[3:])")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", shim, str(to_chrome), str(from_chrome), exe, *flags,
-             "--remote-debugging-pipe"],
-            pass_fds=(to_chrome, from_chrome), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        with open(log, "wb") as err:  # Chromium's own messages, quoted if it fails
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", shim, str(to_chrome), str(from_chrome), exe, *flags,
+                 "--remote-debugging-pipe"],
+                pass_fds=(to_chrome, from_chrome), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        self.log = log
         os.close(to_chrome)
         os.close(from_chrome)
         self._buffer = b""
@@ -684,6 +687,10 @@ class _DevTools:
                     raise TimeoutError(f"chromium: no reply to {method} in time")
                 chunk = os.read(self._from_chrome, 1 << 20)
                 if not chunk:
+                    try:  # it closed the pipe: it is exiting
+                        self.proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
                     raise RuntimeError(f"chromium closed its pipe (exit {self.proc.poll()}); "
                                        f"stderr tail: {self._stderr()!r}")
                 self._buffer += chunk
@@ -711,9 +718,7 @@ class _DevTools:
         return total / ticks
 
     def _stderr(self) -> str:
-        if self.proc.poll() is None:
-            return ""
-        return self.proc.stderr.read().decode(errors="replace")[-2000:]
+        return self.log.read_bytes()[-2000:].decode(errors="replace")
 
     def close(self) -> None:
         try:
@@ -728,7 +733,6 @@ class _DevTools:
             self.proc.wait()
         for fd in (self._to_chrome, self._from_chrome):
             os.close(fd)
-        self.proc.stderr.close()
 
 
 def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
@@ -784,7 +788,8 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
                  "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
                  f"--window-size={int(window[0])},{int(window[1])}", "about:blank"]
         start = time.perf_counter()
-        browser = _DevTools(exe, flags, time.monotonic() + timeout)
+        browser = _DevTools(exe, flags, time.monotonic() + timeout,
+                            Path(profile) / "stderr.txt")
         try:
             target = browser.call("Target.createTarget", {
                 "url": "about:blank", "newWindow": True, "width": int(window[0]),
@@ -804,7 +809,8 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
             wall = time.perf_counter() - start
             cpu = browser.cpu_s()
         except TimeoutError as err:
-            raise RuntimeError(f"chromium on {str(page)!r}: {err}") from None
+            raise RuntimeError(f"chromium on {str(page)!r}: the page's self-check did not "
+                               f"finish in {timeout:g} s ({err})") from None
         finally:
             browser.close()
     doc = json.loads(text)
@@ -814,7 +820,8 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
         errors=list(doc["errors"]), resources=list(doc["resources"]),
         paint_ms=None if doc.get("paint_ms") is None else float(doc["paint_ms"]),
         open_ms=float(doc["open_ms"]), plotly_ms=float(doc["plotly_ms"]),
-        first_ms=float(doc["first_ms"]), ready_ms=float(doc["ready_ms"]), wall_s=wall,
+        first_ms=float(doc["first_ms"]), plots_ms=float(doc["plots_ms"]),
+        ready_ms=float(doc["ready_ms"]), wall_s=wall,
         cpu_s=cpu, sorted_rows=doc["sort"]["rows"] if "sort" in doc else None,
         filtered_rows=doc["filter"]["rows"] if "filter" in doc else None,
     )
@@ -1068,11 +1075,13 @@ _APP = r"""
     return parsed;
   }).then(function () {
     var source = document.getElementById('plotly-js');
-    var script = document.createElement('script');
-    script.textContent = source.textContent;
-    document.head.appendChild(script);  // runs plotly.js now
-    // Both copies of its text go: the page holds 5 MB less (and dumps faster).
-    source.remove(); script.remove();
+    if (source !== null) {  // (a page made with plotly.js in its head has it already)
+      var script = document.createElement('script');
+      script.textContent = source.textContent;
+      document.head.appendChild(script);  // runs plotly.js now
+      // Both copies of its text go: the page holds 5 MB less.
+      source.remove(); script.remove();
+    }
     check.plotly_ms = performance.now();
     figures = JSON.parse(document.getElementById('figures').textContent);
     plotEls = Array.prototype.slice.call(document.querySelectorAll('.plot'));
