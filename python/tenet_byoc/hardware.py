@@ -15,6 +15,7 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
+from .area import accelerator_area
 from .mapping import OBJECTIVES
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
@@ -105,6 +106,14 @@ class Accelerator(cm.Accelerator):
         """Refuse, before anything runs, a GEMM this accelerator could not cost (see
         :func:`check_gemm_size`)."""
         check_gemm_size(self.hardware, self.dataflow, m, n, k, where, self.name)
+
+    def area(self, node_nm: float = 45.0, table: Any = None,
+             formats: Mapping[int, str] | None = None) -> dict[str, float]:
+        """Area in mm2 by component at ``node_nm`` (``tenet_byoc.area.accelerator_area``):
+        MAC datapaths per precision unit, PE registers, buffer, DRAM interface, ``total``.
+        ``table`` is an ``area.AreaTable`` or a JSON/YAML file of its fields replacing the
+        published figures; ``formats`` names a unit's format by width (``{8: "fp8_e4m3"}``)."""
+        return accelerator_area(self, node_nm, table, formats)
 
     @classmethod
     def from_json(cls, text: str) -> Accelerator:
