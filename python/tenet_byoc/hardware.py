@@ -15,7 +15,7 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
-from .area import accelerator_area
+from .area import accelerator_area, load_table_file
 from .mapping import OBJECTIVES
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
@@ -126,6 +126,28 @@ class Accelerator(cm.Accelerator):
             valid Unicode, or is larger than 1 MiB (relations are a few lines).
         """
         return cls(cm.Accelerator._parse_json(text))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Accelerator:
+        """The accelerator a JSON or YAML file holds in the one JSON form (:meth:`to_json`;
+        ``tenet-byoc presets --show NAME`` prints a preset's to start from). YAML is read
+        by its suffix (``.yaml``/``.yml``) and must hold the same fields.
+
+        Raises
+        ------
+        ValueError
+            For a file that is not JSON/YAML, or not the accelerator's form (the message
+            names the file and the field).
+        FileNotFoundError
+            For a missing file.
+        """
+        import json
+
+        data = load_table_file(path, "accelerator file")
+        try:
+            return cls.from_json(json.dumps(data))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"accelerator file {str(path)!r}: {err}") from None
 
     @classmethod
     def systolic(
