@@ -115,6 +115,12 @@ class AreaTable:
                                  f"got {value!r}")
             object.__setattr__(self, f.name, number)
 
+    def __reduce__(self) -> tuple:
+        # the bit-cell map is a read-only view, which pickle cannot copy: send a dict
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        state["sram_bitcell_um2"] = dict(self.sram_bitcell_um2)
+        return (_table_from_fields, (state,))
+
     @classmethod
     def load(cls, path: str | Path, base: AreaTable | None = None) -> AreaTable:
         """``base`` (default: the published table) with the fields a JSON or YAML file gives.
@@ -172,6 +178,10 @@ class AreaTable:
     def logic_scale(self, node_nm: float) -> float:
         """Logic area at ``node_nm`` over its area at 45 nm (the bit-cell ratio)."""
         return self.bitcell_um2(node_nm) / self.bitcell_um2(45.0)
+
+
+def _table_from_fields(state: dict) -> AreaTable:
+    return AreaTable(**state)
 
 
 def _positive(name: str, value: Any, what: str = "figure") -> float:
