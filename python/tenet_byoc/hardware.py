@@ -15,6 +15,7 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
+from .area import accelerator_area, load_table_file
 from .mapping import OBJECTIVES
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
@@ -106,6 +107,14 @@ class Accelerator(cm.Accelerator):
         :func:`check_gemm_size`)."""
         check_gemm_size(self.hardware, self.dataflow, m, n, k, where, self.name)
 
+    def area(self, node_nm: float = 45.0, table: Any = None,
+             formats: Mapping[int, str] | None = None) -> dict[str, float]:
+        """Area in mm2 by component at ``node_nm`` (``tenet_byoc.area.accelerator_area``):
+        MAC datapaths per precision unit, PE registers, buffer, DRAM interface, ``total``.
+        ``table`` is an ``area.AreaTable`` or a JSON/YAML file of its fields replacing the
+        published figures; ``formats`` names a unit's format by width (``{8: "fp8_e4m3"}``)."""
+        return accelerator_area(self, node_nm, table, formats)
+
     @classmethod
     def from_json(cls, text: str) -> Accelerator:
         """The accelerator :meth:`to_json` wrote.
@@ -117,6 +126,28 @@ class Accelerator(cm.Accelerator):
             valid Unicode, or is larger than 1 MiB (relations are a few lines).
         """
         return cls(cm.Accelerator._parse_json(text))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Accelerator:
+        """The accelerator a JSON or YAML file holds in the one JSON form (:meth:`to_json`;
+        ``tenet-byoc presets --show NAME`` prints a preset's to start from). YAML is read
+        by its suffix (``.yaml``/``.yml``) and must hold the same fields.
+
+        Raises
+        ------
+        ValueError
+            For a file that is not JSON/YAML, or not the accelerator's form (the message
+            names the file and the field).
+        FileNotFoundError
+            For a missing file.
+        """
+        import json
+
+        data = load_table_file(path, "accelerator file")
+        try:
+            return cls.from_json(json.dumps(data))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"accelerator file {str(path)!r}: {err}") from None
 
     @classmethod
     def systolic(
