@@ -34,8 +34,15 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
-from .area import FORMATS, AreaTable, accelerator_area, load_table_file, mac_figure, \
-    number_format
+from .area import (
+    FORMATS,
+    AreaTable,
+    accelerator_area,
+    dram_interface_mm2,
+    load_table_file,
+    mac_figure,
+    number_format,
+)
 from .hardware import Accelerator
 
 __all__ = ["OBJECTIVE_PAIRS", "DesignPoint", "DesignSpace", "PointResult", "explore",
@@ -342,13 +349,25 @@ class _Job:
 
 
 def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
-    """Every scheme on every point; charges shared by points with one ``charge_key``."""
-    caches: dict[tuple, dict] = {}
+    """Every scheme on every point. Points of one ``charge_key`` (they differ only in the
+    clock) share one accelerator value, its charges and its area but for the DRAM
+    interface, which follows the point's GB/s."""
+    shared: dict[tuple, tuple] = {}
     out = []
+    scale = job.table.logic_scale(job.node_nm)
     for point in points:
-        acc = point.accelerator()
-        area = accelerator_area(acc, job.node_nm, job.table, point.formats_by_width)["total"]
-        cache = caches.setdefault(point.charge_key(), {})
+        found = shared.get(point.charge_key())
+        if found is None:
+            acc = point.accelerator()
+            parts = accelerator_area(acc, job.node_nm, job.table, point.formats_by_width)
+            found = shared[point.charge_key()] = (acc, parts, {})
+        acc, parts, cache = found
+        area = 0.0
+        for name, value in parts.items():  # accelerator_area's order and sum
+            if name == "dram_interface":
+                value = dram_interface_mm2(point.dram_gbps, job.table, scale)
+            if name != "total":
+                area += value
         for scheme, plan in job.plans.items():
             out.append(_one(job, point, acc, area, scheme, plan, cache))
     return out

@@ -69,7 +69,8 @@ def test_a_point_equals_estimate_of_its_accelerator_alone(serial, index):
 
 def _brute_force(values):
     def dominates(a, b):
-        return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+        return all(x <= y for x, y in zip(a, b, strict=True)) and any(
+            x < y for x, y in zip(a, b, strict=True))
     return [not any(dominates(w, v) for w in values) for v in values]
 
 
