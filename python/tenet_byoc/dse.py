@@ -340,6 +340,7 @@ class _Job:
     """What every worker needs: the model's call plans per scheme and the run's settings."""
 
     plans: dict[str, list]
+    operands: dict[str, tuple[int, str]]  #: per scheme: its weight GEMMs' width and kind
     prompt_len: int
     decode_steps: int
     batch: int
@@ -373,12 +374,40 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
     return out
 
 
+def _operands(scheme: str) -> tuple[int, str]:
+    """The width and kind ("int" or "float") of the unit a scheme's weight GEMMs need: the
+    wider operand's width; integer only when both operands are integers."""
+    from .codegen import gemm_charging
+    from .quantization import get_scheme
+
+    q = get_scheme(scheme)
+    bits = gemm_charging(q, "weight").bits
+    kinds = {q.weight_format, q.activation_format}
+    return max(bits[0], bits[1]), "int" if kinds <= {"int", "uint"} else "float"
+
+
+def _format_mismatch(point: DesignPoint, scheme: str, needs: tuple[int, str]) -> str:
+    """Why ``scheme``'s weight GEMMs would run on a unit of the wrong kind (the cost model
+    charges by width alone, so an int8 call would otherwise be charged to fp8 PEs), or ""."""
+    width, kind = needs
+    units = [(FORMATS[f].bits, mac_figure(f, key="pj"), f) for f in point.pe_formats
+             if FORMATS[f].bits >= width]
+    if not units:
+        return ""  # the charge refuses it, naming the width
+    # the unit the cost model picks: equal rates here, so the least energy per MAC
+    _, _, unit = min(units, key=lambda u: (u[1], u[0]))
+    if FORMATS[unit].kind != kind:
+        return (f"{scheme} cannot run: its {width}-bit {kind} weight GEMMs would run on the "
+                f"{unit} unit; add a {kind} format of {width} bits")
+    return ""
+
+
 def _one(job: _Job, point: DesignPoint, acc: Accelerator, area: float, scheme: str,
          plan: list, cache: dict) -> PointResult:
     cycles = {"prefill": 0, "decode": 0}
     energy = {"prefill": 0.0, "decode": 0.0}
-    reason = ""
-    for phase, call, n in plan:
+    reason = _format_mismatch(point, scheme, job.operands[scheme])
+    for phase, call, n in [] if reason else plan:
         found = cache.get(call)
         if found is None:
             try:
@@ -613,8 +642,8 @@ def explore(
     config = _config(model)
     _check_lengths(config, prompt_len, prompt_len, decode_steps, batch)
     plans = {s: _plan(config, s, prompt_len, decode_steps, batch) for s in schemes}
-    job = _Job(plans, prompt_len, decode_steps, batch, space.node_nm, space.table,
-               space.power_budget_w)
+    job = _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
+               space.node_nm, space.table, space.power_budget_w)
 
     points = space.all_points()
     if space.area_budget_mm2 is not None:
