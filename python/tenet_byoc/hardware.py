@@ -55,6 +55,11 @@ class Accelerator(cm.Accelerator):
         a preset, ``dataflow`` alone when it is the user's own relations (TENET files).
     objective : {"latency", "energy", "edp"}, optional
         What ``mapping="auto"`` minimises; None there means "latency". Only with "auto".
+    supported_dataflows : sequence of {"os", "ws", "is"}, optional
+        The dataflows the array can run: what ``mapping="auto"`` chooses among. It must
+        include ``dataflow``'s own preset (TPU v1's array is weight-stationary only:
+        ``("ws",)``). None: os, ws and is for a preset dataflow; ``()`` (that dataflow
+        alone) for the user's own relations, the only value they accept.
 
     ``Accelerator(value)`` makes one of a ``cost_model.Accelerator`` value.
 
@@ -76,6 +81,9 @@ class Accelerator(cm.Accelerator):
                 f"{', '.join(_FIELDS)}"
             )
         parts = {f: getattr(self, f) for f in _FIELDS}
+        if "dataflow" in changes and not changes["dataflow"].preset:
+            # The user's own relations run alone: the old array's presets do not carry over.
+            parts["supported_dataflows"] = None
         parts.update(changes)
         if parts["mapping"] != "auto" and "objective" not in changes:
             parts["objective"] = None
@@ -167,11 +175,13 @@ class Accelerator(cm.Accelerator):
         precision: cm.PrecisionTable | None = None,
         mapping: cm.TileMapping | str | None = None,
         objective: str | None = None,
+        supported_dataflows: tuple[str, ...] | None = None,
         **tiling: int,
     ) -> Accelerator:
         """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is").
 
-        ``memory``, ``precision``, ``mapping`` and ``objective`` as in :class:`Accelerator`
+        ``memory``, ``precision``, ``mapping``, ``objective`` and ``supported_dataflows``
+        as in :class:`Accelerator`
         (None: from ``l1_bytes``, ``l2_bytes`` and ``bandwidth_bits`` as TENET reads them,
         Horowitz's 45 nm MAC units, the default mapping)."""
         name = name or f"{dataflow}{rows}x{cols}"
@@ -182,7 +192,7 @@ class Accelerator(cm.Accelerator):
             macs_per_pe_per_cycle=dict(rate) if isinstance(rate, Mapping) else rate, name=name,
         )
         df = cm.Dataflow.preset(dataflow, rows, cols, **tiling)
-        return cls(name, hw, df, memory, precision, mapping, objective)
+        return cls(name, hw, df, memory, precision, mapping, objective, supported_dataflows)
 
     @classmethod
     def from_tenet_files(
@@ -220,7 +230,8 @@ class Accelerator(cm.Accelerator):
         return cls(name, hw, df, mapping=mapping, objective=objective)
 
 
-_FIELDS = ("name", "hardware", "dataflow", "memory", "precision", "mapping", "objective")
+_FIELDS = ("name", "hardware", "dataflow", "memory", "precision", "mapping", "objective",
+           "supported_dataflows")
 
 
 def _fast_path(hardware: cm.Hardware, dataflow: cm.Dataflow) -> bool:
@@ -311,6 +322,13 @@ def _tpu_v1() -> Accelerator:
     dram_bits = 34e9 * 8 / (clock_ghz * 1e9)  # 34 GB/s at 700 MHz: ~388.6 bits per cycle
     memory = cm.MemoryHierarchy(
         dram_bandwidth_bits=dram_bits,
+        # The 34 GB/s weight memory feeds only the weight FIFO (B); activations come from and
+        # go to the on-chip unified buffer and accumulators over their own paths (Sec. 2,
+        # Fig. 1), not through it. One shared channel charged the activations and 32-bit
+        # sums to the weights' 34 GB/s and missed the paper's MLP0 and MLP1 TOPS by 26% and 33%
+        # (benchmarks/tpu_v1_silicon.py); a channel per operand leaves the weights alone on
+        # theirs.
+        dram_channel_per_operand=True,
         # One buffer holds A, B and C tiles here; the TPU's 24 MiB unified buffer and its
         # 4 MiB accumulators together are what its tiles can occupy.
         buffer_bytes=(24 << 20) + (4 << 20),
@@ -338,6 +356,9 @@ def _tpu_v1() -> Accelerator:
     return Accelerator.systolic(
         "ws", 256, 256, name="tpu_v1", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
         l1_bytes=16, l2_bytes=24 << 20, memory=memory, precision=precision,
+        # The matrix unit holds weights stationary and streams activations (Sec. 2): a
+        # mapping search may not pick an output- or input-stationary dataflow.
+        supported_dataflows=("ws",),
     )
 
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "cost_model/cost_model.h"
 #include "cost_model/energy.h"
@@ -42,6 +43,11 @@ struct Accelerator {
   // form does not store them).
   PrecisionTable precision = WithMacRates(PrecisionTable::Horowitz45nm(), MacRate{});
   MappingPolicy mapping;
+  // The array dataflows the hardware can run, by preset name ("os", "ws", "is"): what
+  // mapping "auto" may choose among. Empty: the accelerator's own dataflow alone (the only
+  // value for the user's own relations, e.g. a TENET-file accelerator). A preset dataflow
+  // must be among a non-empty list (SupportedDataflowsFor gives the usual default).
+  std::vector<std::string> supported_dataflows;
 
   // `energies`'s units with their rates set from `rate` at max(bits_a, bits_b).
   static PrecisionTable WithMacRates(PrecisionTable energies, const MacRate& rate);
@@ -50,6 +56,11 @@ struct Accelerator {
 // dataflow runs on the hardware (a probe GEMM larger than the array is costed), so a bad
 // accelerator fails where it is made, not at the first call.
 void Validate(const Accelerator& acc);
+
+// What an accelerator of dataflow `df` supports when nothing else is said: os, ws and is on
+// the array for a preset (the mapping search's space before dataflows were a field), the
+// relation itself (empty) otherwise.
+std::vector<std::string> SupportedDataflowsFor(const Dataflow& df);
 
 // The hierarchy TENET's .p line "L1 L2 bandwidth avg_latency" describes: register_bytes =
 // L1 (per-PE buffer), buffer_bytes = L2 (shared buffer), dram_bandwidth_bits = bandwidth;
@@ -65,7 +76,8 @@ MemoryHierarchy MemoryFromTenet(const Hardware& hw);
 //    "memory": {every MemoryHierarchy field by name},
 //    "precision": [{"bits_a", "bits_b", "pj_per_mac"}, ...]   (rates: the hardware's),
 //    "mapping": {"kind": "default"} | {"kind": "given", every TileMapping field by name}
-//               | {"kind": "auto", "objective": "latency" | "energy" | "edp"}}
+//               | {"kind": "auto", "objective": "latency" | "energy" | "edp"},
+//    "supported_dataflows": ["os" | "ws" | "is", ...]   (absent: SupportedDataflowsFor)}
 // ParseAccelerator(SerializeAccelerator(a)) == a; it validates (Validate(Accelerator)) and
 // names the key of any bad or missing field.
 std::string SerializeAccelerator(const Accelerator& acc);

@@ -221,14 +221,14 @@ def _parser() -> argparse.ArgumentParser:
                        "digits)")
         g.add_argument("--seed", type=int, default=0, help="weights and token ids (default 0)")
 
-    def hardware_options(p: argparse.ArgumentParser, *, many: bool) -> None:
+    def hardware_options(p: argparse.ArgumentParser, *, many: bool, default: str = "") -> None:
         g = p.add_argument_group("accelerator")
         if many:
             g.add_argument("--accelerator", "--hardware", dest="accelerator",
                            type=_accelerators(presets, many=True), metavar="LIST",
                            help=f"comma-separated presets, design files (.json/.yaml, see "
-                           f"`presets --show`) or all (default: "
-                           f"{','.join(DEFAULT_ACCELERATORS)}; os16 with --quick); "
+                           f"`presets --show`) or all (default: {default}; the model runs "
+                           "once and each accelerator is charged from its ledger); "
                            f"available: {', '.join(presets)}; --hardware is a deprecated name")
         else:
             g.add_argument("--accelerator", "--hardware", dest="accelerator",
@@ -255,7 +255,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"comma-separated schemes or all (default: the classic "
                    f"{len(CLASSIC_SCHEMES)}, {','.join(CLASSIC_SCHEMES)}; three with --quick); "
                    f"available: {', '.join(schemes)}")
-    hardware_options(p, many=True)
+    hardware_options(p, many=True,
+                     default=f"{','.join(DEFAULT_ACCELERATORS)}; os16 with --quick")
     p.add_argument("--quick", action="store_true",
                    help="prompt and context 32, schemes none,w8a8_per_channel_per_token,"
                    "w4a16_group128, accelerator os16 (explicit options win)")
@@ -266,11 +267,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="timed CPU runs per phase; the wall column is their median (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    p = sub.add_parser("run", help="one model, scheme and accelerator: totals and per-layer costs")
+    p = sub.add_parser("run", help="one model and scheme, run once, charged on one or more "
+                       "accelerators: totals and per-layer costs")
     model_options(p, sweep=False)
     p.add_argument("--scheme", type=_one("scheme", schemes), default="none",
                    help=f"default: none; available: {', '.join(schemes)}")
-    hardware_options(p, many=False)
+    hardware_options(p, many=True, default=DEFAULT_PRESET)
     p.add_argument("--out", metavar="DIR", help="write run.csv, run.json, layers.csv and a plot")
     _report_option(p)
     p.add_argument("--repeats", type=_positive, default=3,
@@ -360,7 +362,13 @@ def _tenet_accelerator(p_file: str, m_file: str):
 def _hardware(args, quick: bool = False) -> list:
     from ..hardware import resolve
 
-    return [resolve(h, args.mapping, args.objective) for h in _chosen_hardware(args, quick)]
+    accs = [resolve(h, args.mapping, args.objective) for h in _chosen_hardware(args, quick)]
+    names = [a.name for a in accs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"accelerator {', '.join(map(repr, twice))} given twice in "
+                         f"{','.join(names)}: each accelerator is charged once")
+    return accs
 
 
 def _chosen_hardware(args, quick: bool) -> list:
@@ -552,9 +560,12 @@ def _cmd_run(args) -> int:
     result = sweep(cases, [args.scheme], hardware, repeats=args.repeats,
                    progress=not args.no_progress)
     _print_sweep(result)
-    for phase in dict.fromkeys(c.phase for c in result.layers):
-        calls = [c for c in result.layers if c.phase == phase]
-        print(f"\n{calls[0].model} {phase}, {args.scheme} on {calls[0].hardware}: per layer")
+    by_name = {a.name: a for a in hardware}
+    # One per-layer table (and plot) per phase and accelerator, in the rows' order.
+    groups = dict.fromkeys((c.phase, c.hardware) for c in result.layers)
+    for phase, name in groups:
+        calls = [c for c in result.layers if c.phase == phase and c.hardware == name]
+        print(f"\n{calls[0].model} {phase}, {args.scheme} on {name}: per layer")
         header = ["layer", "pattern", "scheme", "batch", "M", "N", "K", "MACs", "est. cycles",
                   "est. latency (us)", "PE util", "off-chip bytes"]
         print(markdown_table(header, [
@@ -563,8 +574,8 @@ def _cmd_run(args) -> int:
             for c in calls
         ]))
         if args.mapping == "auto":
-            print(f"\n{calls[0].model} {phase}: mappings chosen by the search "
-                  f"({hardware[0].objective or 'latency'})")
+            print(f"\n{calls[0].model} {phase} on {name}: mappings chosen by the search "
+                  f"({by_name[name].objective or 'latency'})")
             print(markdown_table(["layer", "batch", "M", "N", "K", "mapping", "cycles",
                                   "/ roofline"], [
                 [c.layer, c.batch, c.m, c.n, c.k, c.mapping.replace("|", "/"), c.cycles,
@@ -580,8 +591,8 @@ def _cmd_run(args) -> int:
         result.to_csv(paths[0])
         result.to_json(paths[1])
         result.layers_to_csv(paths[2])
-        for phase in dict.fromkeys(c.phase for c in result.layers):
-            calls = [c for c in result.layers if c.phase == phase]
+        for phase, name in groups:
+            calls = [c for c in result.layers if c.phase == phase and c.hardware == name]
             paths.append(plot_layer_breakdown(
                 calls, out / f"layers_{calls[0].model}_{phase}_{args.scheme}_"
                 f"{calls[0].hardware}.png"))
