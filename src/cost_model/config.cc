@@ -419,6 +419,8 @@ void Validate(const Accelerator& acc) {
   Validate(acc.memory);
   Validate(acc.precision);
   Validate(acc.mapping);
+  Validate(acc.vector);
+  Validate(acc.edge_dequantizer);
   // The MAC rate has one setting, the hardware's: a table whose rates differ would charge
   // two different speeds for one call.
   for (const MacSpec& u : acc.precision.units) {
@@ -532,7 +534,9 @@ std::string SerializeAccelerator(const Accelerator& acc) {
   }
   const J root = {{"name", acc.name},         {"hardware", hardware}, {"dataflow", dataflow},
                   {"memory", memory},         {"precision", precision},
-                  {"mapping", mapping}};
+                  {"mapping", mapping},
+                  {"vector", detail::VectorUnitJson(acc.vector)},
+                  {"edge_dequantizer", detail::EdgeDequantizerJson(acc.edge_dequantizer)}};
   return detail::Dump(root, "accelerator '" + acc.name + "'");
 }
 
@@ -549,7 +553,8 @@ Accelerator ParseAccelerator(const std::string& json) {
                                 " are accepted (each relation text at most " +
                                 Str(detail::kMaxRelationChars) + ")");
   const JsonValue root = detail::ParseJson(json, "accelerator");
-  detail::ExpectKeys(root, {"name", "hardware", "dataflow", "memory", "precision", "mapping"},
+  detail::ExpectKeys(root, {"name", "hardware", "dataflow", "memory", "precision", "mapping",
+                           "vector", "edge_dequantizer"},
                      "accelerator");
   Accelerator acc;
   acc.name = StringMember(root, "name", "accelerator");
@@ -667,6 +672,10 @@ Accelerator ParseAccelerator(const std::string& json) {
   } else {
     detail::ExpectKeys(mp, {"kind"}, map_where);
   }
+  acc.vector = detail::ParseVectorUnitJson(detail::Member(root, "vector", "accelerator"),
+                                           "accelerator.vector");
+  acc.edge_dequantizer = detail::ParseEdgeDequantizerJson(
+      detail::Member(root, "edge_dequantizer", "accelerator"), "accelerator.edge_dequantizer");
   Validate(acc);
   return acc;
 }
