@@ -15,6 +15,7 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
+from .area import accelerator_area, load_table_file
 from .mapping import OBJECTIVES
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
@@ -54,6 +55,11 @@ class Accelerator(cm.Accelerator):
         a preset, ``dataflow`` alone when it is the user's own relations (TENET files).
     objective : {"latency", "energy", "edp"}, optional
         What ``mapping="auto"`` minimises; None there means "latency". Only with "auto".
+    supported_dataflows : sequence of {"os", "ws", "is"}, optional
+        The dataflows the array can run: what ``mapping="auto"`` chooses among. It must
+        include ``dataflow``'s own preset (TPU v1's array is weight-stationary only:
+        ``("ws",)``). None: os, ws and is for a preset dataflow; ``()`` (that dataflow
+        alone) for the user's own relations, the only value they accept.
     vector : cost_model.VectorUnit, optional
         The vector unit non-GEMM operators (norms, softmax, activations, elementwise, ...)
         are charged on. None: ``VectorUnit()`` (16 float32 lanes, Horowitz 45 nm energies).
@@ -81,6 +87,9 @@ class Accelerator(cm.Accelerator):
                 f"{', '.join(_FIELDS)}"
             )
         parts = {f: getattr(self, f) for f in _FIELDS}
+        if "dataflow" in changes and not changes["dataflow"].preset:
+            # The user's own relations run alone: the old array's presets do not carry over.
+            parts["supported_dataflows"] = None
         parts.update(changes)
         if parts["mapping"] != "auto" and "objective" not in changes:
             parts["objective"] = None
@@ -113,6 +122,14 @@ class Accelerator(cm.Accelerator):
         :func:`check_gemm_size`)."""
         check_gemm_size(self.hardware, self.dataflow, m, n, k, where, self.name)
 
+    def area(self, node_nm: float = 45.0, table: Any = None,
+             formats: Mapping[int, str] | None = None) -> dict[str, float]:
+        """Area in mm2 by component at ``node_nm`` (``tenet_byoc.area.accelerator_area``):
+        MAC datapaths per precision unit, PE registers, buffer, DRAM interface, ``total``.
+        ``table`` is an ``area.AreaTable`` or a JSON/YAML file of its fields replacing the
+        published figures; ``formats`` names a unit's format by width (``{8: "fp8_e4m3"}``)."""
+        return accelerator_area(self, node_nm, table, formats)
+
     @classmethod
     def from_json(cls, text: str) -> Accelerator:
         """The accelerator :meth:`to_json` wrote.
@@ -124,6 +141,28 @@ class Accelerator(cm.Accelerator):
             valid Unicode, or is larger than 1 MiB (relations are a few lines).
         """
         return cls(cm.Accelerator._parse_json(text))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Accelerator:
+        """The accelerator a JSON or YAML file holds in the one JSON form (:meth:`to_json`;
+        ``tenet-byoc presets --show NAME`` prints a preset's to start from). YAML is read
+        by its suffix (``.yaml``/``.yml``) and must hold the same fields.
+
+        Raises
+        ------
+        ValueError
+            For a file that is not JSON/YAML, or not the accelerator's form (the message
+            names the file and the field).
+        FileNotFoundError
+            For a missing file.
+        """
+        import json
+
+        data = load_table_file(path, "accelerator file")
+        try:
+            return cls.from_json(json.dumps(data))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"accelerator file {str(path)!r}: {err}") from None
 
     @classmethod
     def systolic(
@@ -143,13 +182,15 @@ class Accelerator(cm.Accelerator):
         precision: cm.PrecisionTable | None = None,
         mapping: cm.TileMapping | str | None = None,
         objective: str | None = None,
+        supported_dataflows: tuple[str, ...] | None = None,
         vector: cm.VectorUnit | None = None,
         edge_dequantizer: cm.EdgeDequantizer | None = None,
         **tiling: int,
     ) -> Accelerator:
         """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is").
 
-        ``memory``, ``precision``, ``mapping`` and ``objective`` as in :class:`Accelerator`
+        ``memory``, ``precision``, ``mapping``, ``objective`` and ``supported_dataflows``
+        as in :class:`Accelerator`
         (None: from ``l1_bytes``, ``l2_bytes`` and ``bandwidth_bits`` as TENET reads them,
         Horowitz's 45 nm MAC units, the default mapping)."""
         name = name or f"{dataflow}{rows}x{cols}"
@@ -160,7 +201,7 @@ class Accelerator(cm.Accelerator):
             macs_per_pe_per_cycle=dict(rate) if isinstance(rate, Mapping) else rate, name=name,
         )
         df = cm.Dataflow.preset(dataflow, rows, cols, **tiling)
-        return cls(name, hw, df, memory, precision, mapping, objective,
+        return cls(name, hw, df, memory, precision, mapping, objective, supported_dataflows,
                    vector=vector, edge_dequantizer=edge_dequantizer)
 
     @classmethod
@@ -199,7 +240,8 @@ class Accelerator(cm.Accelerator):
         return cls(name, hw, df, mapping=mapping, objective=objective)
 
 
-_FIELDS = ("name", "hardware", "dataflow", "memory", "precision", "mapping", "objective")
+_FIELDS = ("name", "hardware", "dataflow", "memory", "precision", "mapping", "objective",
+           "supported_dataflows")
 # The units beside the array (src/cost_model/vector.h), constructor keywords.
 _FIELDS += ("vector", "edge_dequantizer")
 
@@ -303,6 +345,13 @@ def _tpu_v1() -> Accelerator:
     dram_bits = 34e9 * 8 / (clock_ghz * 1e9)  # 34 GB/s at 700 MHz: ~388.6 bits per cycle
     memory = cm.MemoryHierarchy(
         dram_bandwidth_bits=dram_bits,
+        # The 34 GB/s weight memory feeds only the weight FIFO (B); activations come from and
+        # go to the on-chip unified buffer and accumulators over their own paths (Sec. 2,
+        # Fig. 1), not through it. One shared channel charged the activations and 32-bit
+        # sums to the weights' 34 GB/s and missed the paper's MLP0 and MLP1 TOPS by 26% and 33%
+        # (benchmarks/tpu_v1_silicon.py); a channel per operand leaves the weights alone on
+        # theirs.
+        dram_channel_per_operand=True,
         # One buffer holds A, B and C tiles here; the TPU's 24 MiB unified buffer and its
         # 4 MiB accumulators together are what its tiles can occupy.
         buffer_bytes=(24 << 20) + (4 << 20),
@@ -334,7 +383,10 @@ def _tpu_v1() -> Accelerator:
     vector = cm.VectorUnit(lanes=256, schedule="pipelined")
     return Accelerator.systolic(
         "ws", 256, 256, name="tpu_v1", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
-        l1_bytes=16, l2_bytes=24 << 20, memory=memory, precision=precision, vector=vector,
+        l1_bytes=16, l2_bytes=24 << 20, memory=memory, precision=precision,
+        # The matrix unit holds weights stationary and streams activations (Sec. 2): a
+        # mapping search may not pick an output- or input-stationary dataflow.
+        supported_dataflows=("ws",), vector=vector,
     )
 
 

@@ -226,7 +226,8 @@ TileMapping ChooseMapping(const GemmWorkload& w, const Accelerator& accelerator)
 }
 
 MappingSpace AutoMappingSpace(const Accelerator& accelerator) {
-  MappingSpace space = MappingSpace::ForDataflow(accelerator.dataflow);
+  MappingSpace space =
+      MappingSpace::ForDataflow(accelerator.dataflow, accelerator.supported_dataflows);
   const int64_t edge = SpaceGranule(space);
   // Stream tilings are a preset's only (SearchedDataflows skips relations and tiled presets).
   for (int64_t edges : kAutoStreamTiles) space.stream_tiles.push_back(edges * edge);

@@ -156,7 +156,8 @@ Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator,
 TileMapping ChooseMapping(const GemmWorkload& w, const Accelerator& accelerator);
 
 // What mapping "auto" searches on `accelerator`: MappingSpace::ForDataflow of its dataflow
-// (os, ws and is on its array for a preset; the user's relations alone otherwise), each
+// and supported_dataflows (those of os, ws and is on its array for a preset; the user's
+// relations alone otherwise), each
 // untiled preset also with its streamed dimension cut into kAutoStreamTiles chunks, tiles in
 // array-edge granules; double-buffered stationary loading wherever its memory has it.
 MappingSpace AutoMappingSpace(const Accelerator& accelerator);

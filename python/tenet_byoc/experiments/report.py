@@ -3,10 +3,13 @@ DIR (CSV, JSON, ``manifest.json``) and writes ``DIR/report.html``.
 
 The page opens offline: plotly's own bundled plotly.js is inlined once, the tables and figures
 travel as JSON inside the file, and a little inline script of our own makes the tables
-sortable and filterable. Sections follow the files found; a missing file leaves its section
-out. A self-check script records, once everything is drawn, every plot's size, every table's
-row count, the errors it caught and the URLs the page fetched, in a hidden element that
-:func:`browser_check` reads back from headless Chromium.
+sortable and filterable. It opens fast: the header and the tables' first rows are painted
+before plotly.js is compiled, plots are drawn as they near the screen and table rows as they
+are scrolled to. Sections follow the files found; a missing file leaves its section out.
+Opened with ``#tenet-check`` at the end of its address, the page scrolls itself through every
+plot and table and records every plot's size, every table's row count, the errors it caught,
+the URLs it fetched and its timings, in a hidden element that :func:`browser_check` reads back
+from headless Chromium.
 """
 
 from __future__ import annotations
@@ -589,15 +592,21 @@ class PageCheck:
     ``plots`` maps a plot's key to its drawn (width, height, points); ``tables`` maps a
     table's key to (rows drawn, source CSV); ``errors`` holds caught errors and
     console.error messages; ``resources`` the URLs the page fetched. Times from navigation
-    start, in ms: ``plotly_ms`` plotly.js loaded, ``first_ms`` the first screen drawn (what
-    a reader waits for), ``ready_ms`` every plot and every table row made. ``wall_s`` is
-    Chromium's whole run and ``cpu_s`` the CPU time of its processes (those it reaped).
+    start, in ms: ``paint_ms`` the browser's first contentful paint (None if it gave none),
+    ``open_ms`` the header and every table's first rows painted and working (sort, filter):
+    the later of the first paint and the first frame after the tables were made,
+    ``plotly_ms`` plotly.js compiled and run, ``first_ms`` the plots on the first screen drawn
+    too, ``ready_ms`` every plot and every table row made after the page scrolled itself
+    through them. ``wall_s`` is Chromium's whole run and ``cpu_s`` the CPU time of its
+    processes (those it reaped).
     """
 
     plots: dict[str, tuple[float, float, int]]
     tables: dict[str, tuple[int, str]]
     errors: list[str]
     resources: list[str]
+    paint_ms: float | None
+    open_ms: float
     plotly_ms: float
     first_ms: float
     ready_ms: float
@@ -648,7 +657,7 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
                f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
                "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
                f"--window-size={int(window[0])},{int(window[1])}", "--dump-dom",
-               page.as_uri()]
+               page.as_uri() + "#tenet-check"]
         if virtual_time_ms is not None:
             cmd.insert(-2, f"--virtual-time-budget={int(virtual_time_ms)}")
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -666,7 +675,8 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
         plots={k: (v["width"], v["height"], v["points"]) for k, v in doc["plots"].items()},
         tables={k: (v["rows"], v["source"]) for k, v in doc["tables"].items()},
         errors=list(doc["errors"]), resources=list(doc["resources"]),
-        plotly_ms=float(doc["plotly_ms"]), first_ms=float(doc["first_ms"]),
+        paint_ms=None if doc.get("paint_ms") is None else float(doc["paint_ms"]),
+        open_ms=float(doc["open_ms"]), plotly_ms=float(doc["plotly_ms"]), first_ms=float(doc["first_ms"]),
         ready_ms=float(doc["ready_ms"]), wall_s=wall, cpu_s=cpu,
     )
 
@@ -715,9 +725,16 @@ window.addEventListener('unhandledrejection', function (e) {
 
 _APP = r"""
 (function () {
-  var figures = JSON.parse(document.getElementById('figures').textContent);
+  // Order of work, so that the page opens fast: the tables' first rows are made at once
+  // (header and tables painted and interactive: "open"), then plotly.js (most of the file)
+  // is compiled from its inert text block, then each plot is drawn when it nears the screen.
+  // With the address ending in #tenet-check (what browser_check opens) the page then scrolls
+  // itself through every plot and every table's rows and records what it drew.
+  var CHECK = location.hash === '#tenet-check';
+  var FIRST_ROWS = 50, MORE_ROWS = 200;  // rows made at once; more as a table is scrolled
   var tables = JSON.parse(document.getElementById('tables').textContent);
-  var FIRST_ROWS = 100;  // rows made at once; the rest after every plot is drawn
+  var check = {plots: {}, tables: {}, errors: [], resources: []};
+  window.__tenetCheck = check;
 
   function fmt(v) {
     if (v === null || v === undefined) return '';
@@ -731,8 +748,14 @@ _APP = r"""
     return t.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
             .replace(/"/g, '&quot;');
   }
+  function nextTask() { return new Promise(function (r) { setTimeout(r, 0); }); }
+  // Resolves after the browser has produced a frame (so what was made before is painted).
+  function painted() {
+    return new Promise(function (r) { requestAnimationFrame(function () { setTimeout(r, 0); }); });
+  }
 
-  // A sortable, filterable table; returns a function that makes its remaining rows.
+  // A sortable, filterable table. Sorting and filtering work on all its rows (the data); only
+  // the rows scrolled to are made as HTML, so a table of thousands of rows opens at once.
   function makeTable(holder, spec) {
     var bar = document.createElement('div'); bar.className = 'bar';
     var input = document.createElement('input');
@@ -744,144 +767,241 @@ _APP = r"""
     var table = document.createElement('table');
     var head = table.createTHead().insertRow();
     var body = table.createTBody();
+    var rows = spec.rows;
     var numeric = spec.columns.map(function (_, j) {
-      return spec.rows.every(function (r) { return r[j] === null || typeof r[j] === 'number'; });
+      return rows.every(function (r) { return r[j] === null || typeof r[j] === 'number'; });
     });
-    var items = spec.rows.map(function (r, i) { return {tr: null, values: r, index: i}; });
-    var made = 0;
-    // One HTML string per batch of rows: far faster than a DOM call per cell.
-    function makeRows(upto) {
-      var from = made, html = [];
-      for (var i = from; i < upto; i++) {
-        var it = items[i], texts = it.values.map(fmt);
-        it.text = texts.join(' ').toLowerCase();
-        html.push('<tr>' + texts.map(function (cell, j) {
-          var v = it.values[j];
-          return numeric[j] ? '<td class="num"' + (v === null ? '' : ' title="' + v + '"')
-            + '>' + esc(cell) + '</td>' : '<td>' + esc(cell) + '</td>';
-        }).join('') + '</tr>');
-      }
-      body.insertAdjacentHTML('beforeend', html.join(''));
-      for (var k = from; k < upto; k++) items[k].tr = body.rows[k];
-      made = upto;
+    var texts = null;  // each row's shown text in lower case, made at the first filter
+    var order = rows.map(function (_, i) { return i; });  // all rows, in the sort order
+    var view = order;  // the rows the filter keeps, in the sort order
+    var made = 0;      // view[0 .. made) are in the table body
+    function rowHtml(r) {
+      return '<tr>' + r.map(function (v, j) {
+        var cell = esc(fmt(v));
+        return numeric[j] ? '<td class="num"' + (v === null ? '' : ' title="' + v + '"') + '>'
+          + cell + '</td>' : '<td>' + cell + '</td>';
+      }).join('') + '</tr>';
     }
-    function finish() { if (made < items.length) { makeRows(items.length); showCount(); } }
     function showCount() {
-      var shown = 0;
-      for (var i = 0; i < made; i++) if (!items[i].tr.hidden) shown++;
-      count.textContent = shown + ' of ' + items.length + ' rows'
-        + (made < items.length ? ' (making the rest)' : '');
+      count.textContent = view.length + ' of ' + rows.length + ' rows'
+        + (made < view.length ? ' (first ' + made + ' shown: scroll for more)' : '');
+    }
+    // One HTML string per batch of rows: far faster than a DOM call per cell.
+    function more(n) {
+      var upto = Math.min(view.length, made + n), html = [];
+      for (var i = made; i < upto; i++) html.push(rowHtml(rows[view[i]]));
+      body.insertAdjacentHTML('beforeend', html.join(''));
+      made = upto;
+      showCount();
+    }
+    function restart() {
+      body.textContent = ''; made = 0; scroll.scrollTop = 0;
+      more(FIRST_ROWS);
+    }
+    scroll.addEventListener('scroll', function () {
+      if (made < view.length
+          && scroll.scrollTop + scroll.clientHeight > scroll.scrollHeight - 400) {
+        more(MORE_ROWS);
+      }
+    });
+    var words = [];
+    function filter() {
+      if (!words.length) { view = order; return; }
+      if (texts === null) {
+        texts = rows.map(function (r) { return r.map(fmt).join(' ').toLowerCase(); });
+      }
+      view = order.filter(function (i) {
+        return words.every(function (w) { return texts[i].indexOf(w) >= 0; });
+      });
     }
     var sortState = {col: -1, dir: 1};
     spec.labels.forEach(function (label, j) {
       var th = document.createElement('th'); th.textContent = label;
       th.title = spec.columns[j];
       th.addEventListener('click', function () {
-        finish();
         sortState.dir = sortState.col === j ? -sortState.dir : 1; sortState.col = j;
         head.querySelectorAll('th').forEach(function (h) { h.className = ''; });
         th.className = sortState.dir > 0 ? 'asc' : 'desc';
-        items.sort(function (a, b) {
-          var x = a.values[j], y = b.values[j];
-          if (x === y) return a.index - b.index;
+        order = order.slice().sort(function (a, b) {  // ties keep the CSV's order
+          var x = rows[a][j], y = rows[b][j];
+          if (x === y) return a - b;
           if (x === null) return 1;
           if (y === null) return -1;
           var c = numeric[j] ? x - y : String(x).localeCompare(String(y), 'en', {numeric: true});
-          return c * sortState.dir || a.index - b.index;
+          return c * sortState.dir || a - b;
         });
-        items.forEach(function (it) { body.appendChild(it.tr); });
+        filter(); restart();
       });
       head.appendChild(th);
     });
     input.addEventListener('input', function () {
-      finish();
-      var words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
-      items.forEach(function (it) {
-        it.tr.hidden = !words.every(function (w) { return it.text.indexOf(w) >= 0; });
-      });
-      showCount();
+      words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+      filter(); restart();
     });
-    makeRows(Math.min(FIRST_ROWS, items.length));
-    showCount();
+    more(FIRST_ROWS);
     scroll.appendChild(table); holder.appendChild(bar); holder.appendChild(scroll);
-    return finish;
+    // For the self-check: scroll the table to its end until every row is made, as a reader
+    // would; resolves with the rows in the body.
+    return function scrollToEnd() {
+      return new Promise(function (resolve) {
+        function step(stalls) {
+          if (made >= view.length || stalls > 20) return resolve(body.rows.length);
+          var before = made;
+          scroll.scrollTop = scroll.scrollHeight;
+          painted().then(function () { step(made === before ? stalls + 1 : 0); });
+        }
+        step(0);
+      });
+    };
   }
 
-  var check = {plots: {}, tables: {}, errors: [], resources: [], plotly_ms: window.__tenetPlotlyMs};
-  var finishers = [];
-  // Parts in page order; each drawn in its own task, so the browser paints the first screen
-  // (first_ms) while the parts below it are still being drawn.
-  var parts = Array.prototype.slice.call(document.querySelectorAll('.plot, .table'));
-  function yieldToBrowser() { return new Promise(function (r) { setTimeout(r, 0); }); }
-  function draw(el) {
-    var key = el.id.slice(el.id.indexOf('-') + 1);
-    if (el.className === 'table') {
-      finishers.push(makeTable(el, tables[key]));
-      return Promise.resolve();
-    }
-    var f = figures[key];
-    return Plotly.newPlot(el, f.data, f.layout, {responsive: true, displaylogo: false});
-  }
-  var chain = Promise.resolve();
-  parts.forEach(function (el) {
-    chain = chain.then(function () {
-      if (check.first_ms === undefined && el.getBoundingClientRect().top > window.innerHeight) {
-        check.first_ms = performance.now();
-      }
-      return draw(el).catch(function (e) {
-        window.__tenetErrors.push(el.id + ': ' + e);
-      }).then(yieldToBrowser);
-    });
+  var scrollers = {};
+  Object.keys(tables).forEach(function (key) {
+    scrollers[key] = makeTable(document.getElementById('table-' + key), tables[key]);
   });
-  chain.then(function () {
-    if (check.first_ms === undefined) check.first_ms = performance.now();
-    check.plots_ms = performance.now();
-    finishers.forEach(function (f) { f(); });
-    check.tables_ms = performance.now();
-    Object.keys(figures).forEach(function (key) {
-      var el = document.getElementById('plot-' + key);
-      var box = el.querySelector('.main-svg');
-      var r = box ? box.getBoundingClientRect() : {width: 0, height: 0};
-      var points = 0;
-      figures[key].data.forEach(function (t) {
-        if (t.mode !== 'lines') points += (t.x || []).length;
-      });
-      check.plots[key] = {width: r.width, height: r.height, points: points};
-    });
-    Object.keys(tables).forEach(function (key) {
-      var el = document.getElementById('table-' + key);
-      check.tables[key] = {rows: el.querySelectorAll('tbody tr').length,
-                           source: tables[key].source};
-    });
-  }).catch(function (e) {
-    window.__tenetErrors.push('self-check: ' + e);
+  check.tables_ms = performance.now();
+
+  var parsed = new Promise(function (r) {
+    if (document.readyState !== 'loading') r();
+    else document.addEventListener('DOMContentLoaded', function () { r(); });
+  });
+  var figures = null, plotEls = [], drawn = {}, waiting = {}, queue = [], busy = false;
+
+  function drawNext() {
+    if (busy || !queue.length) return;
+    busy = true;
+    var el = queue.shift(), key = el.id.slice('plot-'.length), f = figures[key];
+    Promise.resolve().then(function () {
+      return Plotly.newPlot(el, f.data, f.layout, {responsive: true, displaylogo: false});
+    }).catch(function (e) {
+      window.__tenetErrors.push(el.id + ': ' + e);
+    }).then(function () {
+      drawn[key] = performance.now();
+      (waiting[key] || []).forEach(function (r) { r(); });
+      return nextTask();
+    }).then(function () { busy = false; drawNext(); });
+  }
+  function whenDrawn(key) {
+    if (drawn[key] !== undefined) return Promise.resolve();
+    return new Promise(function (r) { (waiting[key] = waiting[key] || []).push(r); });
+  }
+  function onScreen(el) {
+    var r = el.getBoundingClientRect();
+    return r.bottom > 0 && r.top < window.innerHeight;
+  }
+
+  painted().then(function () {
+    check.open_ms = performance.now();
+    performance.mark('tenet-open');
+    window.__tenetReady = true;
+    return parsed;
   }).then(function () {
+    var source = document.getElementById('plotly-js');
+    var script = document.createElement('script');
+    script.textContent = source.textContent;
+    document.head.appendChild(script);  // runs plotly.js now
+    // Both copies of its text go: the page holds 5 MB less (and dumps faster).
+    source.remove(); script.remove();
+    check.plotly_ms = performance.now();
+    figures = JSON.parse(document.getElementById('figures').textContent);
+    plotEls = Array.prototype.slice.call(document.querySelectorAll('.plot'));
+    var first = plotEls.filter(onScreen);
+    // Plots are drawn in page order as they come within a screen's height of the window.
+    var observer = new IntersectionObserver(function (entries) {
+      entries.forEach(function (e) {
+        if (e.isIntersecting) { observer.unobserve(e.target); queue.push(e.target); }
+      });
+      queue.sort(function (a, b) { return plotEls.indexOf(a) - plotEls.indexOf(b); });
+      drawNext();
+    }, {rootMargin: '100% 0px'});
+    plotEls.forEach(function (el) { observer.observe(el); });
+    return Promise.all(first.map(function (el) {
+      return whenDrawn(el.id.slice('plot-'.length));
+    }));
+  }).then(function () {
+    check.first_ms = performance.now();
+    performance.mark('tenet-first-screen');
+    if (!CHECK) return;
+    return selfCheck();
+  }).catch(function (e) {
+    window.__tenetErrors.push('page: ' + e);
+    if (CHECK) record();
+  });
+
+  // Scrolls to each plot in turn (each drawn as it comes into view) and through each table.
+  function selfCheck() {
+    var chain = Promise.resolve();
+    plotEls.forEach(function (el) {
+      var key = el.id.slice('plot-'.length);
+      chain = chain.then(function () {
+        if (drawn[key] !== undefined) return;
+        el.scrollIntoView();
+        var late = new Promise(function (r) { setTimeout(r, 5000); }).then(function () {
+          if (drawn[key] === undefined) {
+            window.__tenetErrors.push(el.id + ': not drawn after it was scrolled into view');
+          }
+        });
+        return Promise.race([whenDrawn(key), late]);
+      });
+    });
+    return chain.then(function () {
+      check.plots_ms = performance.now();
+      return Object.keys(scrollers).reduce(function (p, key) {
+        return p.then(function () { return scrollers[key](); });
+      }, Promise.resolve());
+    }).then(function () {
+      window.scrollTo(0, 0);
+      Object.keys(figures).forEach(function (key) {
+        var box = document.getElementById('plot-' + key).querySelector('.main-svg');
+        var r = box ? box.getBoundingClientRect() : {width: 0, height: 0};
+        var points = 0;
+        figures[key].data.forEach(function (t) {
+          if (t.mode !== 'lines') points += (t.x || []).length;
+        });
+        check.plots[key] = {width: r.width, height: r.height, points: points};
+      });
+      Object.keys(tables).forEach(function (key) {
+        check.tables[key] = {
+          rows: document.getElementById('table-' + key).querySelectorAll('tbody tr').length,
+          source: tables[key].source};
+      });
+      record();
+    });
+  }
+  function record() {
     check.ready_ms = performance.now();
+    var paint = performance.getEntriesByName('first-contentful-paint');
+    check.paint_ms = paint.length ? paint[0].startTime : null;
+    // The browser may present the frame after our task ran: open is the later of the two.
+    check.frame_ms = check.open_ms;
+    check.open_ms = Math.max(check.open_ms, check.paint_ms || 0);
     check.errors = window.__tenetErrors;
     check.resources = performance.getEntriesByType('resource').map(function (e) {
       return e.name;
     });
     document.getElementById('tenet-self-check').textContent = JSON.stringify(check);
-  });
+  }
 })();
 """
 
+# The header and the tables come first and plotly.js last, as inert text (type text/plain)
+# that the app compiles once the page is painted: the browser would otherwise parse and run
+# plotly.js's 4.9 MB before showing anything.
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title>
 <style>{style}</style>
 <script>{capture}</script>
-<script>{plotly}</script>
-<script>window.__tenetPlotlyMs = performance.now();</script>
 </head><body>
 <h1>{title}</h1>
 {header}
 <nav>{toc}</nav>
 {body}
 <pre id="tenet-self-check" hidden></pre>
-<script type="application/json" id="figures">{figures}</script>
 <script type="application/json" id="tables">{tables}</script>
 <script>{app}</script>
+<script type="application/json" id="figures">{figures}</script>
+<script type="text/plain" id="plotly-js">{plotly}</script>
 </body></html>
 """

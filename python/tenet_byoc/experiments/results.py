@@ -49,7 +49,7 @@ class SweepRow:
     rel_error: float  #: max_abs_error / max |float32 output|
     top1_agreement: float  #: fraction of positions (images) whose argmax matches float32
     accuracy: float | None
-    build_s: float  #: quantize (shared by the scheme's builds) is not included
+    build_s: float  #: the (case, scheme)'s one build, shared by its accelerators; quantize excluded
     wall_s: float  #: median CPU time of the phase's timed runs (after a warm-up run)
 
 
