@@ -1116,7 +1116,8 @@ _APP = r"""
       chain = chain.then(function () {
         if (drawn[key] !== undefined) return;
         el.scrollIntoView();
-        var late = new Promise(function (r) { setTimeout(r, 5000); }).then(function () {
+        // generous: on a busy machine the plots queued before it are drawn first
+        var late = new Promise(function (r) { setTimeout(r, 30000); }).then(function () {
           if (drawn[key] === undefined) {
             window.__tenetErrors.push(el.id + ': not drawn after it was scrolled into view');
           }
