@@ -8,11 +8,13 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "cost_model/cost_model.h"
 #include "cost_model/energy.h"
 #include "cost_model/mapping.h"
 #include "cost_model/memory.h"
+#include "cost_model/vector.h"
 
 namespace tenet {
 
@@ -42,6 +44,17 @@ struct Accelerator {
   // form does not store them).
   PrecisionTable precision = WithMacRates(PrecisionTable::Horowitz45nm(), MacRate{});
   MappingPolicy mapping;
+  // The array dataflows the hardware can run, by preset name ("os", "ws", "is"): what
+  // mapping "auto" may choose among. Empty: the accelerator's own dataflow alone (the only
+  // value for the user's own relations, e.g. a TENET-file accelerator). A preset dataflow
+  // must be among a non-empty list (SupportedDataflowsFor gives the usual default).
+  std::vector<std::string> supported_dataflows;
+
+  // Beside the array (vector.h): the vector unit non-GEMM operators are charged on, and the
+  // edge dequantizer weight dequantization (Dequantization::kWeight) runs on when it
+  // converts the weight width (none by default: it then runs on the PEs).
+  VectorUnit vector;
+  EdgeDequantizer edge_dequantizer;
 
   // `energies`'s units with their rates set from `rate` at max(bits_a, bits_b).
   static PrecisionTable WithMacRates(PrecisionTable energies, const MacRate& rate);
@@ -50,6 +63,11 @@ struct Accelerator {
 // dataflow runs on the hardware (a probe GEMM larger than the array is costed), so a bad
 // accelerator fails where it is made, not at the first call.
 void Validate(const Accelerator& acc);
+
+// What an accelerator of dataflow `df` supports when nothing else is said: os, ws and is on
+// the array for a preset (the mapping search's space before dataflows were a field), the
+// relation itself (empty) otherwise.
+std::vector<std::string> SupportedDataflowsFor(const Dataflow& df);
 
 // The hierarchy TENET's .p line "L1 L2 bandwidth avg_latency" describes: register_bytes =
 // L1 (per-PE buffer), buffer_bytes = L2 (shared buffer), dram_bandwidth_bits = bandwidth;
@@ -65,7 +83,12 @@ MemoryHierarchy MemoryFromTenet(const Hardware& hw);
 //    "memory": {every MemoryHierarchy field by name},
 //    "precision": [{"bits_a", "bits_b", "pj_per_mac"}, ...]   (rates: the hardware's),
 //    "mapping": {"kind": "default"} | {"kind": "given", every TileMapping field by name}
-//               | {"kind": "auto", "objective": "latency" | "energy" | "edp"}}
+//               | {"kind": "auto", "objective": "latency" | "energy" | "edp"},
+//    "supported_dataflows": ["os" | "ws" | "is", ...]   (absent: SupportedDataflowsFor),
+//    "vector": {"lanes", "cycles_per_op": {"add", "mul", "exp", "recip", "tanh"},
+//               "pj_per_op": {same keys}, "buffer_bandwidth_bits", "schedule"},
+//    "edge_dequantizer": {"elements_per_cycle", "bits": [int, ...], "pj_per_element"}}
+//   (vector, edge_dequantizer absent: their defaults, no dequantizer)
 // ParseAccelerator(SerializeAccelerator(a)) == a; it validates (Validate(Accelerator)) and
 // names the key of any bad or missing field.
 std::string SerializeAccelerator(const Accelerator& acc);

@@ -412,6 +412,49 @@ MemoryHierarchy MemoryFromTenet(const Hardware& hw) {
   return mem;
 }
 
+std::vector<std::string> SupportedDataflowsFor(const Dataflow& df) {
+  if (!df.preset.empty() && df.rows > 0 && df.cols > 0) return {"os", "ws", "is"};
+  return {};
+}
+
+namespace {
+
+std::string ListText(const std::vector<std::string>& names) {
+  std::string s = "[";
+  for (size_t i = 0; i < names.size(); ++i) s += (i ? ", '" : "'") + names[i] + "'";
+  return s + "]";
+}
+
+// The supported dataflows are known preset names, each once, and include the accelerator's
+// own dataflow: an array cannot be charged with a dataflow it does not run.
+void ValidateSupportedDataflows(const Accelerator& acc) {
+  const std::vector<std::string>& s = acc.supported_dataflows;
+  const std::string field = "Accelerator.supported_dataflows";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != "os" && s[i] != "ws" && s[i] != "is")
+      throw std::invalid_argument(field + "[" + Str(static_cast<int64_t>(i)) + "] must be 'os', "
+                                  "'ws' or 'is', got '" + s[i] + "'");
+    if (std::find(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(i), s[i]) !=
+        s.begin() + static_cast<std::ptrdiff_t>(i))
+      throw std::invalid_argument(field + " names '" + s[i] + "' twice: " + ListText(s));
+  }
+  const Dataflow& df = acc.dataflow;
+  const bool preset = !df.preset.empty() && df.rows > 0 && df.cols > 0;
+  if (!preset && !s.empty())
+    throw std::invalid_argument(field + " must be empty for dataflow '" + df.name +
+                                "' (the user's own relations, e.g. TENET files: the array runs "
+                                "that relation alone), got " + ListText(s));
+  if (preset && s.empty())
+    throw std::invalid_argument(field + " is empty: list the presets the array runs ('os', "
+                                "'ws', 'is'), including its own dataflow '" + df.preset + "'");
+  if (preset && std::find(s.begin(), s.end(), df.preset) == s.end())
+    throw std::invalid_argument("accelerator '" + acc.name + "': its dataflow '" + df.name +
+                                "' (preset '" + df.preset + "') is not among " + field + " " +
+                                ListText(s) + ": the array does not run it");
+}
+
+}  // namespace
+
 void Validate(const Accelerator& acc) {
   if (acc.name.empty()) throw std::invalid_argument("Accelerator.name must not be empty");
   Validate(acc.hardware);
@@ -419,6 +462,9 @@ void Validate(const Accelerator& acc) {
   Validate(acc.memory);
   Validate(acc.precision);
   Validate(acc.mapping);
+  Validate(acc.vector);
+  Validate(acc.edge_dequantizer);
+  ValidateSupportedDataflows(acc);
   // The MAC rate has one setting, the hardware's: a table whose rates differ would charge
   // two different speeds for one call.
   for (const MacSpec& u : acc.precision.units) {
@@ -530,9 +576,13 @@ std::string SerializeAccelerator(const Accelerator& acc) {
   } else if (acc.mapping.kind == "auto") {
     mapping["objective"] = MappingObjectiveName(acc.mapping.objective);
   }
+  J supported = J::array();
+  for (const auto& d : acc.supported_dataflows) supported.push_back(d);
   const J root = {{"name", acc.name},         {"hardware", hardware}, {"dataflow", dataflow},
                   {"memory", memory},         {"precision", precision},
-                  {"mapping", mapping}};
+                  {"mapping", mapping},       {"supported_dataflows", supported},
+                  {"vector", detail::VectorUnitJson(acc.vector)},
+                  {"edge_dequantizer", detail::EdgeDequantizerJson(acc.edge_dequantizer)}};
   return detail::Dump(root, "accelerator '" + acc.name + "'");
 }
 
@@ -549,7 +599,8 @@ Accelerator ParseAccelerator(const std::string& json) {
                                 " are accepted (each relation text at most " +
                                 Str(detail::kMaxRelationChars) + ")");
   const JsonValue root = detail::ParseJson(json, "accelerator");
-  detail::ExpectKeys(root, {"name", "hardware", "dataflow", "memory", "precision", "mapping"},
+  detail::ExpectKeys(root, {"name", "hardware", "dataflow", "memory", "precision", "mapping",
+                            "supported_dataflows", "vector", "edge_dequantizer"},
                      "accelerator");
   Accelerator acc;
   acc.name = StringMember(root, "name", "accelerator");
@@ -667,6 +718,30 @@ Accelerator ParseAccelerator(const std::string& json) {
   } else {
     detail::ExpectKeys(mp, {"kind"}, map_where);
   }
+
+  // Absent in JSON written before dataflows were a field: what the search then used.
+  if (root.contains("supported_dataflows")) {
+    const std::string sd_where = "accelerator.supported_dataflows";
+    const JsonValue& sd = detail::Member(root, "supported_dataflows", "accelerator");
+    if (!sd.is_array())
+      throw std::invalid_argument(sd_where + " must be a list of 'os', 'ws', 'is'");
+    for (size_t i = 0; i < sd.size(); ++i) {
+      if (!sd[i].is_string())
+        throw std::invalid_argument(sd_where + "[" + Str(static_cast<int64_t>(i)) +
+                                    "] must be a string ('os', 'ws' or 'is')");
+      acc.supported_dataflows.push_back(sd[i].get<std::string>());
+    }
+  } else {
+    acc.supported_dataflows = SupportedDataflowsFor(acc.dataflow);
+  }
+  // The units beside the array (vector.h); absent in JSON written before they were fields:
+  // the defaults (VectorUnit{}, no edge dequantizer).
+  if (root.contains("vector"))
+    acc.vector = detail::ParseVectorUnitJson(detail::Member(root, "vector", "accelerator"),
+                                             "accelerator.vector");
+  if (root.contains("edge_dequantizer"))
+    acc.edge_dequantizer = detail::ParseEdgeDequantizerJson(
+        detail::Member(root, "edge_dequantizer", "accelerator"), "accelerator.edge_dequantizer");
   Validate(acc);
   return acc;
 }

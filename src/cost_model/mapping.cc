@@ -235,6 +235,23 @@ MappingSpace MappingSpace::ForDataflow(const Dataflow& df) {
   return s;
 }
 
+MappingSpace MappingSpace::ForDataflow(const Dataflow& df,
+                                       const std::vector<std::string>& supported) {
+  Validate(df);
+  if (supported.empty() || df.preset.empty() || df.rows < 1 || df.cols < 1) {
+    MappingSpace s;
+    s.dataflows = {df};
+    return s;
+  }
+  // In os, ws, is order whatever the list's order, so candidates keep their numbering.
+  std::vector<std::string> presets;
+  for (const char* p : {"os", "ws", "is"})
+    if (std::find(supported.begin(), supported.end(), p) != supported.end()) presets.push_back(p);
+  if (presets.empty())
+    throw std::invalid_argument("supported_dataflows lists no preset of os, ws, is");
+  return Presets(df.rows, df.cols, presets);
+}
+
 void Validate(const MappingSpace& s) {
   if (s.dataflows.empty())
     throw std::invalid_argument("MappingSpace.dataflows is empty: list at least one dataflow "

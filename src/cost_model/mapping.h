@@ -72,7 +72,10 @@ struct MappingSpace {
   // What mapping="auto" searches for an accelerator whose dataflow is `df`: os, ws and is on
   // its array when `df` is a preset (tiled or not); `df` alone (tiles and orders searched)
   // when it is the user's own relations, so a user-given dataflow still wins.
+  // `supported` (preset names, accelerator.h supported_dataflows) narrows the presets to
+  // those the array can run; empty: `df` alone, tiles and orders searched.
   static MappingSpace ForDataflow(const Dataflow& df);
+  static MappingSpace ForDataflow(const Dataflow& df, const std::vector<std::string>& supported);
 };
 void Validate(const MappingSpace& space);
 

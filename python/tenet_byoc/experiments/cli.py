@@ -11,6 +11,7 @@ Examples
     tenet-byoc presets
     tenet-byoc estimate --model llama-3-70b --schemes none,q4f16_1 --accelerator os128
     tenet-byoc report results                # results/report.html, one self-contained page
+    tenet-byoc dse --model llama-3-8b --schemes none,per_token --space space.yaml --out dse
 """
 
 from __future__ import annotations
@@ -125,6 +126,41 @@ def _one(kind: str, known: Sequence[str]):
     return parse
 
 
+def _is_design_file(text: str) -> bool:
+    """Whether an --accelerator item names a design file rather than a preset."""
+    return text.lower().endswith((".json", ".yaml", ".yml")) or "/" in text or "\\" in text
+
+
+def _design(text: str):
+    """A design file's accelerator (``Accelerator.from_file``), as an argparse error when bad."""
+    from ..hardware import Accelerator
+
+    try:
+        return Accelerator.from_file(text)
+    except (ValueError, OSError) as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _accelerators(presets: Sequence[str], *, many: bool):
+    """An argparse type for --accelerator: preset names and/or design files (JSON or YAML,
+    the accelerator's one JSON form), comma-separated when ``many``; ``all`` is every
+    preset. Files are loaded (and so checked) when the options are parsed."""
+    names = _names("preset", presets, many=many)
+
+    def parse(text: str):
+        items = [t.strip() for t in text.split(",") if t.strip()] if many else [text.strip()]
+        if not many and ("," in text or text.strip() == "all"):
+            raise argparse.ArgumentTypeError(f"give one preset or design file, got {text!r}")
+        out = []
+        for item in items:
+            out += [_design(item)] if _is_design_file(item) else names(item)
+        if not out:
+            raise argparse.ArgumentTypeError(f"no preset given in {text!r}")
+        return out if many else out[0]
+    parse.__name__ = "accelerator"
+    return parse
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -189,14 +225,17 @@ def _parser() -> argparse.ArgumentParser:
         g = p.add_argument_group("accelerator")
         if many:
             g.add_argument("--accelerator", "--hardware", dest="accelerator",
-                           type=_names("preset", presets), metavar="LIST",
-                           help=f"comma-separated presets or all (default: {default}; the "
-                           "model runs once and each accelerator is charged from its ledger); "
+                           type=_accelerators(presets, many=True), metavar="LIST",
+                           help=f"comma-separated presets, design files (.json/.yaml, see "
+                           f"`presets --show`) or all (default: {default}; the model runs "
+                           "once and each accelerator is charged from its ledger); "
                            f"available: {', '.join(presets)}; --hardware is a deprecated name")
         else:
             g.add_argument("--accelerator", "--hardware", dest="accelerator",
-                           type=_one("preset", presets), metavar="PRESET",
-                           help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
+                           type=_accelerators(presets, many=False), metavar="PRESET|FILE",
+                           help=f"a preset or a design file (.json/.yaml, see `presets "
+                           f"--show`); default: {DEFAULT_PRESET}; available: "
+                           f"{', '.join(presets)}")
         g.add_argument("--tenet-p", metavar="FILE",
                        help="custom accelerator: TENET .p file (PE array, interconnect, memory)")
         g.add_argument("--tenet-m", metavar="FILE",
@@ -267,8 +306,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated schemes or all (default: the classic seven); "
                    "float32 (none) always runs first as the reference")
     p.add_argument("--accelerator", "--hardware", dest="accelerator",
-                   type=_one("preset", presets), default=DEFAULT_PRESET, metavar="PRESET",
-                   help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
+                   type=_accelerators(presets, many=False), default=DEFAULT_PRESET,
+                   metavar="PRESET|FILE",
+                   help=f"a preset or a design file (.json/.yaml, see `presets --show`); "
+                   f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
     p.add_argument("--window", type=_positive, metavar="N",
                    help="tokens per window, at least 2 (default: the model's context)")
     p.add_argument("--max-tokens", type=_positive, metavar="N",
@@ -277,12 +318,23 @@ def _parser() -> argparse.ArgumentParser:
     _report_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    sub.add_parser("presets", help="list accelerator presets and quantization schemes")
+    p = sub.add_parser("presets", help="list accelerator presets and quantization schemes")
+    p.add_argument("--show", type=_one("preset", presets), metavar="NAME",
+                   help="print preset NAME in the accelerator's one form (a design file to "
+                   "edit and pass as --accelerator FILE)")
+    p.add_argument("--format", choices=["json", "yaml"], default="json",
+                   help="with --show: JSON (default) or YAML")
 
     from .estimate_cmd import add_estimate_parser
 
-    add_estimate_parser(sub, schemes, presets, _names, _one)
+    add_estimate_parser(sub, schemes, presets, _names, _one,
+                        accelerator_type=_accelerators(presets, many=False))
     _report_option(sub.choices["estimate"])
+
+    from .dse_cmd import add_dse_parser
+    from .estimate_cmd import _count
+
+    add_dse_parser(sub, schemes, _names, _count)
 
     p = sub.add_parser("report", help="write DIR/report.html: one self-contained page of a run",
                        description="Read what sweep, run, estimate or eval wrote into DIR "
@@ -327,8 +379,8 @@ def _chosen_hardware(args, quick: bool) -> list:
     if (args.tenet_p is None) != (args.tenet_m is None):
         raise _UserError("--tenet-p and --tenet-m go together (a PE array and a mapping)")
     chosen = args.accelerator
-    if isinstance(chosen, str):
-        chosen = [chosen]
+    if chosen is not None and not isinstance(chosen, list):
+        chosen = [chosen]  # one preset name or design file's accelerator
     custom = [] if args.tenet_p is None else [_tenet_accelerator(args.tenet_p, args.tenet_m)]
     if chosen is None:
         if custom:
@@ -607,8 +659,26 @@ def _cmd_eval(args) -> int:
     return 0
 
 
+def _show_preset(name: str, fmt: str) -> int:
+    import json
+
+    from ..hardware import preset
+
+    form = json.loads(preset(name).to_json())
+    if fmt == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(form, sort_keys=False, width=100), end="")
+    else:
+        print(json.dumps(form, indent=2))
+    return 0
+
+
 def _cmd_presets(args) -> int:
     from dataclasses import replace
+
+    if args.show:
+        return _show_preset(args.show, args.format)
 
     from ..hardware import DEFAULT_PRESET, PRESETS
     from ..quantization import KV_HELP, SCHEMES, SPEC_HELP
@@ -662,7 +732,8 @@ def _cmd_presets(args) -> int:
     print("Emulated schemes: for a decode step's few rows each weight is formed from its "
           "codes inside the GEMM (no float32 copy per call); the ledger charges their recipe, "
           "not the emulation.")
-    print("\nCustom accelerators: --tenet-p FILE.p --tenet-m FILE.m (TENET's file formats).")
+    print("\nCustom accelerators: --accelerator FILE (.json/.yaml; `presets --show NAME` prints "
+          "a preset's to start from), or --tenet-p FILE.p --tenet-m FILE.m (TENET's formats).")
     return 0
 
 
@@ -682,6 +753,13 @@ def _cmd_estimate(args) -> int:
     return code
 
 
+def _cmd_dse(args) -> int:
+    from .dse_cmd import run_dse
+
+    with _input_checks():  # a bad space, model, length or checkpoint is the user's
+        return run_dse(args)
+
+
 def _cmd_report(args) -> int:
     from .report import write_report
 
@@ -692,7 +770,7 @@ def _cmd_report(args) -> int:
 
 _COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
              "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_estimate,
-             "report": _cmd_report}
+             "dse": _cmd_dse, "report": _cmd_report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

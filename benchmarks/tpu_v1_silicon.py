@@ -1,0 +1,139 @@
+"""The tpu_v1 preset beside TPU v1 silicon: MLP0 and MLP1 as Jouppi et al. (ISCA 2017) measured.
+
+The paper (Table 1) describes MLP0 as 5 fully connected layers holding 20 M weights run at
+batch 200, and MLP1 as 4 layers holding 5 M weights at batch 168; Table 3 gives their measured
+TOPS (12.3 and 9.7 of a 92 peak) and splits their cycles into array active, weight stall,
+weight shift and non-matrix cycles. The paper gives no layer widths, so the layers are
+assumed equal and square (stated in LAYERS): MLP0 2000 x 2000 (5 x 4.0 M weights), MLP1
+1118 x 1118 (4 x 1.25 M), int8 weights and activations, 32-bit sums. Each layer is charged on
+``preset("tpu_v1", mapping="auto")``: the preset's own array, whose supported dataflows are
+weight-stationary only, with buffer tiles searched per layer.
+
+The cycle split, from the model's charge of each layer (``m`` batch rows, ``folds`` weight
+tiles of ``rows x cols`` on the array):
+
+* array active = folds x m: each weight tile streams the batch's m rows through the array;
+* weight shift = folds x rows when the call waits on weight memory (``dram_stall_cycles`` >
+  0): a tile takes ``rows`` cycles to shift in (Sec. 2, "to hide the 256 cycles it takes to
+  shift a tile in"), and a tile that arrives only after the previous one has finished has
+  nothing to hide behind; 0 otherwise (the double buffer hides it);
+* weight stall = the rest of the layer's cycles (waiting for weights at 34 GB/s).
+
+The model has no non-matrix work (activation functions, host synchronisation): the paper's
+non-matrix cycles happen while weights still stream in (both MLPs are weight-bound: their
+measured TOPS are 85-90 % of 34 GB/s x ops per weight byte), so in the model they are weight
+stall. The weight-stall share is therefore compared with the paper's weight stall + non-matrix
+shares; the paper's own columns are printed beside it.
+
+Run: python benchmarks/tpu_v1_silicon.py [--out benchmarks/results/tpu_v1_silicon.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from tenet_byoc import cost_model as cm
+from tenet_byoc.hardware import Accelerator, preset
+
+
+@dataclass(frozen=True)
+class Application:
+    """One of the paper's MLPs: layer shapes assumed, and its published measurements."""
+
+    name: str
+    batch: int
+    layers: tuple[tuple[int, int], ...]  # (inputs, outputs) per layer
+    tops: float                 # Table 3, measured TeraOps/s
+    array_active: float         # Table 3 shares of cycles, %
+    weight_stall: float
+    weight_shift: float
+    non_matrix: float
+
+    @property
+    def weights(self) -> int:
+        return sum(i * o for i, o in self.layers)
+
+
+#: Table 1 (layers, weights, batch) and Table 3 (TOPS, cycle shares) of Jouppi et al. 2017.
+APPLICATIONS = (
+    Application("MLP0", 200, ((2000, 2000),) * 5, tops=12.3, array_active=12.7,
+                weight_stall=53.9, weight_shift=15.9, non_matrix=17.5),
+    Application("MLP1", 168, ((1118, 1118),) * 4, tops=9.7, array_active=10.6,
+                weight_stall=44.2, weight_shift=13.4, non_matrix=31.9),
+)
+
+
+@dataclass(frozen=True)
+class SiliconFigures:
+    """The model's figures for one application: TOPS and cycle shares in %."""
+
+    tops: float
+    array_active: float
+    weight_stall: float
+    weight_shift: float
+    cycles: int
+    mappings: tuple[str, ...]
+
+
+def model_figures(app: Application, accelerator: Accelerator | None = None) -> SiliconFigures:
+    """Charge every layer of ``app`` on ``accelerator`` (default: tpu_v1 with its own
+    weight-stationary dataflow and searched tiles) and split its cycles as the module says."""
+    acc = accelerator if accelerator is not None else preset("tpu_v1", mapping="auto")
+    rows = acc.dataflow.rows
+    cycles = active = shift = ops = 0
+    mappings = []
+    for k, n in app.layers:
+        call = cm.GemmCall(m=app.batch, n=n, k=k, bits_a=8, bits_b=8, bits_c=32)
+        charge = cm.charge(call, acc)
+        folds = charge.array.folds
+        cycles += charge.memory.cycles
+        active += folds * app.batch
+        if charge.memory.dram_stall_cycles > 0:
+            shift += folds * rows
+        ops += 2 * app.batch * n * k
+        mappings.append(charge.memory.mapping)
+    seconds = cycles / (acc.hardware.clock_ghz * 1e9)
+    return SiliconFigures(
+        tops=ops / seconds / 1e12, array_active=100 * active / cycles,
+        weight_stall=100 * (cycles - active - shift) / cycles,
+        weight_shift=100 * shift / cycles, cycles=cycles, mappings=tuple(mappings),
+    )
+
+
+def table() -> str:
+    """The markdown comparison, one row per application."""
+    lines = [
+        ("| app | layers assumed | TOPS model / paper (error) | array active model / paper "
+        "| weight stall model / paper stall + non-matrix (paper stall alone) "
+        "| weight shift model / paper |"),
+        "|---|---|---|---|---|---|",
+    ]
+    for app in APPLICATIONS:
+        f = model_figures(app)
+        k, n = app.layers[0]
+        lines.append(
+            f"| {app.name} | {len(app.layers)} x {k}x{n} ({app.weights / 1e6:.2f} M weights), "
+            f"batch {app.batch} | {f.tops:.2f} / {app.tops} ({f.tops / app.tops - 1:+.1%}) "
+            f"| {f.array_active:.1f}% / {app.array_active}% "
+            f"| {f.weight_stall:.1f}% / {app.weight_stall + app.non_matrix:.1f}% "
+            f"({app.weight_stall}%) | {f.weight_shift:.1f}% / {app.weight_shift}% |"
+        )
+    mlp0 = model_figures(APPLICATIONS[0])
+    lines += ["", f"Mapping of an MLP0 layer: `{mlp0.mappings[0]}`."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="also write the markdown table to this file")
+    args = parser.parse_args()
+    text = table()
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
