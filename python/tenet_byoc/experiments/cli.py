@@ -248,8 +248,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="what --mapping auto minimises (default: latency)")
 
     p = sub.add_parser("sweep", help="schemes x accelerators: tables, CSV/JSON and plots",
-                       description="Quantize, build and run each model under each scheme on "
-                       "each accelerator; GPT-2 as a prefill and one decode step.")
+                       description="Quantize, build and run each model under each scheme "
+                       "once, and charge the run on each accelerator; GPT-2 as a prefill and "
+                       "one decode step.")
     model_options(p, sweep=True)
     p.add_argument("--schemes", type=_names("scheme", schemes), metavar="LIST",
                    help=f"comma-separated schemes or all (default: the classic "

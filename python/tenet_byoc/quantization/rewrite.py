@@ -116,6 +116,10 @@ class _LinearQuantizer(relax.PyExprMutator):
         self.func_name = "a function"
         self.where = "weight"  # the layer being rewritten, for error messages
         self.kv_writes: set = set()  # bindings of new keys / values (KV schemes)
+        # The functions of a module (GPT-2's prefill and decode) share their weight tensors:
+        # each weight's stored form is computed once and its constants shared (see _once).
+        self._weight_key: int | None = None
+        self._stored: dict[tuple[int, str], object] = {}
 
     def _binding_of(self, expr: relax.Expr) -> relax.Expr:
         while isinstance(expr, relax.Var):
@@ -181,7 +185,17 @@ class _LinearQuantizer(relax.PyExprMutator):
         if self.probe:
             self._probe(x, layer)
             return call
+        self._weight_key = bound.value.__chandle__()
         return self._rewrite(x, bound.value.numpy(), layer)
+
+    def _once(self, what: str, make):
+        """``make()`` for the weight being rewritten, made once per weight tensor."""
+        if self._weight_key is None:
+            return make()
+        key = (self._weight_key, what)
+        if key not in self._stored:
+            self._stored[key] = make()
+        return self._stored[key]
 
     def _probe(self, x: relax.Expr, layer: int) -> None:
         """Emit the per-hidden-channel max-abs of ``x`` as a value the function returns."""
@@ -228,6 +242,7 @@ class _LinearQuantizer(relax.PyExprMutator):
             # SmoothQuant: the division of x is folded into the previous layer in a
             # deployment; here it stays an elementwise op on TVM's path.
             f = smoothing_factors(amax_x, w, s.smoothing)
+            self._weight_key = None  # this layer's calibration changes its weight
             w = w * f[None, :]
             x = bb.emit(op.divide(x, _f32(f)))
             amax_x = amax_x / f
@@ -242,22 +257,25 @@ class _LinearQuantizer(relax.PyExprMutator):
             # float16 activations on the accelerator: round them, compute in float32.
             x = bb.emit(op.astype(bb.emit(op.astype(x, "float16")), "float32"))
         if kernel == "dequant_channel":
-            q, scale = quantize_weight(w, s, self.where)
-            deq = op.dequantize(_const(q, "int8"), _const(scale, "float32"),
-                                _const(0, "int8"), axis=0, out_dtype="float32")
+            q, scale = self._int8_weight(w)
+            deq = op.dequantize(q, scale, _const(0, "int8"), axis=0, out_dtype="float32")
             return op.matmul(x, bb.emit(op.permute_dims(bb.emit(deq))))
         # Packed int4: unpack the nibbles, remove the zero point, scale per group.
-        codes, scale, zp = weight_codes(w, s, self.where)
-        if s.weight_format == "uint":
-            nibbles_of, zero = codes - INT4_ZERO_POINT, _const(zp, "float32")
-        else:
-            nibbles_of, zero = codes, _const(INT4_ZERO_POINT, "float32")
-        packed = _const(pack_int4(nibbles_of.astype(np.int8)), "uint8")
+        def packed_int4():
+            codes, scale, zp = weight_codes(w, s, self.where)
+            if s.weight_format == "uint":
+                nibbles_of, zero = codes - INT4_ZERO_POINT, _const(zp, "float32")
+            else:
+                nibbles_of, zero = codes, _const(INT4_ZERO_POINT, "float32")
+            packed = _const(pack_int4(nibbles_of.astype(np.int8)), "uint8")
+            return codes.shape, packed, zero, _const(scale, "float32")
+
+        shape, packed, zero, scale = self._once("int4", packed_int4)
         low = bb.emit(op.bitwise_and(packed, _const(15, "uint8")))
         high = bb.emit(op.right_shift(packed, _const(4, "uint8")))
-        nibbles = bb.emit(op.reshape(bb.emit(op.stack([low, high], axis=-1)), codes.shape))
+        nibbles = bb.emit(op.reshape(bb.emit(op.stack([low, high], axis=-1)), shape))
         centred = bb.emit(op.subtract(bb.emit(op.astype(nibbles, "float32")), zero))
-        scaled = op.multiply(centred, _const(scale, "float32"))
+        scaled = op.multiply(centred, scale)
         deq = op.reshape(bb.emit(scaled), (n, k))
         return op.matmul(x, bb.emit(op.permute_dims(bb.emit(deq))))
 
@@ -284,9 +302,12 @@ class _LinearQuantizer(relax.PyExprMutator):
                            else int_range(s.activation_bits)[1])
                     static = np.float32(max(float(amax_x.max()), 1e-12) / top)
                 x = _fake_quant_activation(bb, x, s, static)
-        codes, scale, zp = weight_codes(w, s, self.where)
-        stored = codes - zp if s.weight_format == "uint" else codes
-        deq = bb.emit(op.multiply(_const(stored, "float32"), _const(scale, "float32")))
+        def emulated():
+            codes, scale, zp = weight_codes(w, s, self.where)
+            stored = codes - zp if s.weight_format == "uint" else codes
+            return _const(stored, "float32"), _const(scale, "float32")
+
+        deq = bb.emit(op.multiply(*self._once("emulated", emulated)))
         wt = bb.emit(op.permute_dims(bb.emit(op.reshape(deq, (n, k)))))
         return op.matmul(x, wt)
 
@@ -312,11 +333,18 @@ class _LinearQuantizer(relax.PyExprMutator):
             sa = bb.emit(op.divide(bb.emit(op.add(floor, poison)), _f32(qmax)))
         rounded = bb.emit(op.round(bb.emit(op.divide(x, sa))))
         xq = bb.emit(op.astype(bb.emit(op.clip(rounded, qmin, qmax)), "int8"))
-        q, scale = quantize_weight(w, s, self.where)
-        acc = bb.emit(op.matmul(xq, bb.emit(op.permute_dims(_const(q, "int8"))),
-                                out_dtype="int32"))
+        q, scale = self._int8_weight(w)
+        acc = bb.emit(op.matmul(xq, bb.emit(op.permute_dims(q)), out_dtype="int32"))
         scaled = bb.emit(op.multiply(bb.emit(op.astype(acc, "float32")), sa))
-        return op.multiply(scaled, _const(scale, "float32"))
+        return op.multiply(scaled, scale)
+
+    def _int8_weight(self, w: np.ndarray) -> tuple[GenericConst, GenericConst]:
+        """The weight's int8 codes and scales as constants, made once per weight."""
+        def make():
+            q, scale = quantize_weight(w, self.scheme, self.where)
+            return _const(q, "int8"), _const(scale, "float32")
+
+        return self._once("int8", make)
 
 
 def _run_pass(mod: tvm.IRModule, quantizer: _LinearQuantizer) -> tvm.IRModule:
