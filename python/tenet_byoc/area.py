@@ -350,6 +350,11 @@ def load_table_file(path: str | Path, what: str) -> dict:
     return data
 
 
+def dram_interface_mm2(gbps: float, table: AreaTable, logic_scale: float) -> float:
+    """The DRAM interface's area (mm2) for ``gbps`` GB/s at a node of ``logic_scale``."""
+    return gbps * table.dram_interface_mm2_per_gbps * logic_scale
+
+
 def accelerator_area(
     accelerator: Any, node_nm: float = 45.0, table: AreaTable | str | Path | None = None,
     formats: Mapping[int, str] | None = None,
@@ -398,11 +403,11 @@ def accelerator_area(
     banks = math.ceil(mem.buffer_bandwidth_bits / t.sram_bank_width_bits)
     out["buffer"] = (mem.buffer_bytes * 8 * t.bitcell_um2(node_nm) / t.sram_array_efficiency
                      + banks * t.sram_bank_overhead_um2 * scale) / 1e6
-    gbps = mem.dram_bandwidth_bits * hw.clock_ghz / 8
-    out["dram_interface"] = gbps * t.dram_interface_mm2_per_gbps * scale
+    out["dram_interface"] = dram_interface_mm2(mem.dram_bandwidth_bits * hw.clock_ghz / 8, t,
+                                               scale)
     for name, hook in AREA_HOOKS.items():
         value = hook(accelerator, t, scale)
         if value is not None:
             out[name] = value
-    out["total"] = sum(out.values())
+    out["total"] = sum(out.values())  # in this order: dse.py sums its points' the same way
     return out

@@ -34,8 +34,15 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
-from .area import FORMATS, AreaTable, accelerator_area, load_table_file, mac_figure, \
-    number_format
+from .area import (
+    FORMATS,
+    AreaTable,
+    accelerator_area,
+    dram_interface_mm2,
+    load_table_file,
+    mac_figure,
+    number_format,
+)
 from .hardware import Accelerator
 
 __all__ = ["OBJECTIVE_PAIRS", "DesignPoint", "DesignSpace", "PointResult", "explore",
@@ -333,6 +340,7 @@ class _Job:
     """What every worker needs: the model's call plans per scheme and the run's settings."""
 
     plans: dict[str, list]
+    operands: dict[str, tuple[int, str]]  #: per scheme: its weight GEMMs' width and kind
     prompt_len: int
     decode_steps: int
     batch: int
@@ -342,24 +350,64 @@ class _Job:
 
 
 def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
-    """Every scheme on every point; charges shared by points with one ``charge_key``."""
-    caches: dict[tuple, dict] = {}
+    """Every scheme on every point. Points of one ``charge_key`` (they differ only in the
+    clock) share one accelerator value, its charges and its area but for the DRAM
+    interface, which follows the point's GB/s."""
+    shared: dict[tuple, tuple] = {}
     out = []
+    scale = job.table.logic_scale(job.node_nm)
     for point in points:
-        acc = point.accelerator()
-        area = accelerator_area(acc, job.node_nm, job.table, point.formats_by_width)["total"]
-        cache = caches.setdefault(point.charge_key(), {})
+        found = shared.get(point.charge_key())
+        if found is None:
+            acc = point.accelerator()
+            parts = accelerator_area(acc, job.node_nm, job.table, point.formats_by_width)
+            found = shared[point.charge_key()] = (acc, parts, {})
+        acc, parts, cache = found
+        area = 0.0
+        for name, value in parts.items():  # accelerator_area's order and sum
+            if name == "dram_interface":
+                value = dram_interface_mm2(point.dram_gbps, job.table, scale)
+            if name != "total":
+                area += value
         for scheme, plan in job.plans.items():
             out.append(_one(job, point, acc, area, scheme, plan, cache))
     return out
+
+
+def _operands(scheme: str) -> tuple[int, str]:
+    """The width and kind ("int" or "float") of the unit a scheme's weight GEMMs need: the
+    wider operand's width; integer only when both operands are integers."""
+    from .codegen import gemm_charging
+    from .quantization import get_scheme
+
+    q = get_scheme(scheme)
+    bits = gemm_charging(q, "weight").bits
+    kinds = {q.weight_format, q.activation_format}
+    return max(bits[0], bits[1]), "int" if kinds <= {"int", "uint"} else "float"
+
+
+def _format_mismatch(point: DesignPoint, scheme: str, needs: tuple[int, str]) -> str:
+    """Why ``scheme``'s weight GEMMs would run on a unit of the wrong kind (the cost model
+    charges by width alone, so an int8 call would otherwise be charged to fp8 PEs), or ""."""
+    width, kind = needs
+    units = [(FORMATS[f].bits, mac_figure(f, key="pj"), f) for f in point.pe_formats
+             if FORMATS[f].bits >= width]
+    if not units:
+        return ""  # the charge refuses it, naming the width
+    # the unit the cost model picks: equal rates here, so the least energy per MAC
+    _, _, unit = min(units, key=lambda u: (u[1], u[0]))
+    if FORMATS[unit].kind != kind:
+        return (f"{scheme} cannot run: its {width}-bit {kind} weight GEMMs would run on the "
+                f"{unit} unit; add a {kind} format of {width} bits")
+    return ""
 
 
 def _one(job: _Job, point: DesignPoint, acc: Accelerator, area: float, scheme: str,
          plan: list, cache: dict) -> PointResult:
     cycles = {"prefill": 0, "decode": 0}
     energy = {"prefill": 0.0, "decode": 0.0}
-    reason = ""
-    for phase, call, n in plan:
+    reason = _format_mismatch(point, scheme, job.operands[scheme])
+    for phase, call, n in [] if reason else plan:
         found = cache.get(call)
         if found is None:
             try:
@@ -594,8 +642,8 @@ def explore(
     config = _config(model)
     _check_lengths(config, prompt_len, prompt_len, decode_steps, batch)
     plans = {s: _plan(config, s, prompt_len, decode_steps, batch) for s in schemes}
-    job = _Job(plans, prompt_len, decode_steps, batch, space.node_nm, space.table,
-               space.power_budget_w)
+    job = _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
+               space.node_nm, space.table, space.power_budget_w)
 
     points = space.all_points()
     if space.area_budget_mm2 is not None:

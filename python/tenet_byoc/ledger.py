@@ -105,6 +105,11 @@ class LedgerEntry:
     mapping: str  #: dataflow, buffer tiles and tile-loop order, e.g. "os 16x16 | tiles ..."
     recipe: QuantRecipe  #: how the call is quantized (with the widths, what it is charged for)
     tensors: Mapping[str, TensorTraffic]
+    # Systems of several chips (tenet_byoc.system): which chip did the work, on which unit
+    # ("link" for a collective), and the bytes that chip sent over links.
+    chip: int = 0
+    unit: str = "array"
+    link_bytes: float = 0.0
 
     @property
     def call(self) -> GemmCall:
@@ -145,7 +150,7 @@ COLUMNS = [f.name for f in fields(LedgerEntry) if f.name not in ("tensors", "rec
 CHARGE_FIELDS = tuple(_core._ledger_field_names())
 _TENSOR_FIELDS = tuple(_core._ledger_tensor_field_names())
 _ENTRY_CALL_FIELDS = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "recipe",
-                      "tensors")
+                      "tensors", "chip", "unit", "link_bytes")
 
 
 def _check_schema() -> None:
@@ -358,10 +363,10 @@ class Ledger:
 
         A ``dict`` (:class:`GroupedTotals`) that prints as a table with units.
         """
-        if key not in ("symbol", "pattern", "name", "phase", "scheme", "unit"):
+        if key not in ("symbol", "pattern", "name", "phase", "scheme", "chip", "unit"):
             raise ValueError(
-                f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase, scheme "
-                "or unit"
+                f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase, scheme, "
+                "chip or unit"
             )
         groups: dict[str, list[LedgerEntry]] = {}
         for e in self.entries:

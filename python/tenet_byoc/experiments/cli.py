@@ -11,6 +11,7 @@ Examples
     tenet-byoc presets
     tenet-byoc estimate --model llama-3-70b --schemes none,q4f16_1 --accelerator os128
     tenet-byoc report results                # results/report.html, one self-contained page
+    tenet-byoc dse --model llama-3-8b --schemes none,per_token --space space.yaml --out dse
 """
 
 from __future__ import annotations
@@ -328,6 +329,11 @@ def _parser() -> argparse.ArgumentParser:
     add_estimate_parser(sub, schemes, presets, _names, _one,
                         accelerator_type=_accelerators(presets, many=False))
     _report_option(sub.choices["estimate"])
+
+    from .dse_cmd import add_dse_parser
+    from .estimate_cmd import _count
+
+    add_dse_parser(sub, schemes, _names, _count)
 
     p = sub.add_parser("report", help="write DIR/report.html: one self-contained page of a run",
                        description="Read what sweep, run, estimate or eval wrote into DIR "
@@ -746,6 +752,13 @@ def _cmd_estimate(args) -> int:
     return code
 
 
+def _cmd_dse(args) -> int:
+    from .dse_cmd import run_dse
+
+    with _input_checks():  # a bad space, model, length or checkpoint is the user's
+        return run_dse(args)
+
+
 def _cmd_report(args) -> int:
     from .report import write_report
 
@@ -756,7 +769,7 @@ def _cmd_report(args) -> int:
 
 _COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
              "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_estimate,
-             "report": _cmd_report}
+             "dse": _cmd_dse, "report": _cmd_report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
