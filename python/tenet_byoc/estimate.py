@@ -66,7 +66,7 @@ _FILL_DICT = not hasattr(LedgerEntry, "__post_init__") and not hasattr(LedgerEnt
 
 def _entry(fields: dict[str, Any], **call: Any) -> LedgerEntry:
     if not _FILL_DICT:
-        return LedgerEntry(**{**fields, **call})  # a call's unit ("link") replaces the charge's
+        return LedgerEntry(**fields, **call)
     entry = object.__new__(LedgerEntry)
     entry.__dict__.update(fields)
     entry.__dict__.update(call)
