@@ -1,9 +1,9 @@
-"""The vector unit's share of a GPT-2 prefill and decode step, from shapes (issue 20, stage 1).
+"""The vector unit's share of a GPT-2 or Llama prefill and decode step, from shapes (issue 20, stage 1).
 
 The GEMMs are charged by ``tenet_byoc.estimate`` (what a real run's ledger holds); the
 operators the runtime does not charge yet - embedding lookup, position add, layer norms,
 attention scale, causal mask, softmax, residual adds, GELU, KV-cache writes - are listed
-here from GPT-2's structure (models/gpt2.py) and charged with ``cost_model.charge_vector``
+here from the model's structure (models/gpt2.py, models/llama.py) and charged with ``cost_model.charge_vector``
 on the accelerator's vector unit. Vector work is added after the GEMMs (the ``serial``
 schedule; a ``pipelined`` unit hides part of it behind the array, which the runtime stage
 will charge). Prints a markdown table; asserts nothing.
@@ -42,9 +42,33 @@ def gpt2_vector_calls(config, tokens: int, keys: int, prefill: bool) -> list[cm.
     return calls + [cm.VectorCall("layer_norm", act)]
 
 
+def llama_vector_calls(config, tokens: int, keys: int, prefill: bool) -> list[cm.VectorCall]:
+    """A Llama-family model's non-GEMM operators (models/llama.py), as for GPT-2."""
+    d, hd, ff = config.hidden_size, config.dim_per_head, config.intermediate_size
+    nh, nkv = config.num_attention_heads, config.num_key_value_heads
+    act = (1, tokens, d)
+    scores = (1, nkv, nh // nkv * tokens, keys)
+    rope = 2 * tokens * hd  # cos and sin, [1, s, 1, hd] each
+    calls = [cm.VectorCall("take", act)]
+    for _ in range(config.num_hidden_layers):
+        calls += [cm.VectorCall("rms_norm", act),
+                  cm.VectorCall("rotary", (1, tokens, nh, hd), operand_elements=rope),
+                  cm.VectorCall("rotary", (1, tokens, nkv, hd), operand_elements=rope),
+                  cm.VectorCall("kv_write", (1, nkv, tokens, hd)),
+                  cm.VectorCall("kv_write", (1, nkv, tokens, hd)),
+                  cm.VectorCall("multiply", scores, operand_elements=1)]
+        if prefill:
+            calls += [cm.VectorCall("mask", (tokens, keys)),
+                      cm.VectorCall("add", scores, operand_elements=tokens * keys)]
+        calls += [cm.VectorCall("softmax", scores), cm.VectorCall("add", act),
+                  cm.VectorCall("rms_norm", act), cm.VectorCall("silu", (1, tokens, ff)),
+                  cm.VectorCall("multiply", (1, tokens, ff)), cm.VectorCall("add", act)]
+    return calls + [cm.VectorCall("rms_norm", act)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default="gpt2")
+    parser.add_argument("--model", default="gpt2", help="gpt2, llama-3-8b, ...")
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--presets", default="os16,os128,tpu_v1")
     parser.add_argument("--schemes", default="none,w8a8_per_channel_per_token,w4a16_group128")
@@ -63,8 +87,9 @@ def main() -> None:
                 gemm = [e for e in book.entries if e.phase == phase]
                 g_cyc = sum(e.cycles for e in gemm)
                 g_pj = sum(e.energy_pj for e in gemm)
+                calls = llama_vector_calls if hasattr(config, "hidden_size") else gpt2_vector_calls
                 vec = [cm.charge_vector(c, acc)
-                       for c in gpt2_vector_calls(config, tokens, keys, phase == "prefill")]
+                       for c in calls(config, tokens, keys, phase == "prefill")]
                 v_cyc = sum(v.cycles for v in vec)
                 v_pj = sum(v.energy_pj for v in vec)
                 print(f"| {name} | {scheme} | {phase} | {g_cyc / 1e6:.2f} M | "

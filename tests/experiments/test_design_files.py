@@ -40,13 +40,17 @@ def _custom_design(tmp_path, suffix: str):
     path.write_text(json.dumps(form) if suffix == ".json" else yaml.safe_dump(form))
     # The same design made in Python, the reference (the file keeps the preset's SRAM
     # energies, which the Python constructor would otherwise derive from the new capacity).
-    old = preset("os16").memory
+    os16 = preset("os16")
+    old = os16.memory
     ref = Accelerator.systolic(
         "os", 16, 16, name="my_os16", bandwidth_bits=256, l2_bytes=1 << 20,
         memory=cm.MemoryHierarchy(dram_bandwidth_bits=128, buffer_bytes=256 << 10,
                                   buffer_bandwidth_bits=(16 + 32) * 32, register_bytes=256,
                                   buffer_pj_per_bit=old.buffer_pj_per_bit,
-                                  register_pj_per_bit=old.register_pj_per_bit))
+                                  register_pj_per_bit=old.register_pj_per_bit),
+        # os16's units beside the array (16 vector lanes, a 16-per-cycle edge dequantizer).
+        vector=cm.VectorUnit(lanes=16), edge_dequantizer=cm.EdgeDequantizer(16, bits=[4, 8]))
+    assert (ref.vector, ref.edge_dequantizer) == (os16.vector, os16.edge_dequantizer)
     return path, ref
 
 
