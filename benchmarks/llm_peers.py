@@ -13,7 +13,9 @@ after as many cached tokens are estimated three ways:
   schemes). GenZ's prefill adds an embedding lookup costed as a GEMM
   (tokens x d x vocab); it is shown, and removed for the ratio.
 
-Then the issue's case is timed: Llama-3-70B, a 2048-token prompt and 128 decode steps on
+Then Llama-3-70B at tensor-parallel degrees 2, 4 and 8 (``estimate(..., system=...)``, a
+100 GB/s ring) beside GenZ's ``tensor_parallel`` on the same chips and link. Then the issue's
+case is timed: Llama-3-70B, a 2048-token prompt and 128 decode steps on
 os128 for three schemes, against GenZ's own time for the same 3 x 129 calls. Prints markdown
 (and writes it with ``--out``); asserts nothing.
 
@@ -157,6 +159,77 @@ def comparison(prompt: int) -> list[str]:
     return lines
 
 
+#: The tensor-parallel case: Llama-3-70B float32 on os128 chips joined by a 100 GB/s ring
+#: with 1 us per hop (ours in 10^9 B/s; GenZ's GB/s are 2^30 B/s, so it is given 100e9 / 2^30).
+TP_DEGREES = (2, 4, 8)
+TP_LINK_GBPS, TP_LINK_US = 100.0, 1.0
+
+TP_EXPLANATION = """\
+Tensor parallel (Llama-3-70B, float32, os128 chips, 100 GB/s ring, 1 us a hop):
+
+- Both shard as Megatron-LM does (column-parallel QKV and up/gate, row-parallel out and down,
+  an all-reduce after each of the last two, the vocabulary split), so each chip's GEMMs are
+  1/T of the layer's in both and the GEMM part of the ratio is the single-chip one above.
+- All-reduce: both charge the ring's 2 (T-1)/T x bytes / bandwidth; GenZ adds more latency per
+  step than our 2 (T-1) x 1 us (its column minus the bandwidth term), visible only at decode,
+  where the [1, 8192] result is 32 KB and the latency dominates.
+- GenZ gathers the logits after the head as we do (its classifier_AG row) and keeps its
+  embedding GEMM and its all-reduce (Emb_AR), which we do not charge (an embedding is a lookup).
+"""
+
+
+def genz_tp_system(tp: int, bits: str = "f32"):
+    """genz_system("os128", bits) on ``tp`` chips with the ring link of this case."""
+    from GenZ import System
+
+    acc = preset("os128")
+    hw, clock_hz = acc.hardware, acc.hardware.clock_ghz * 1e9
+    flops = 2 * hw.num_pes * hw.macs_per_pe_per_cycle_at(32) * clock_hz
+    bandwidth = acc.memory.dram_bandwidth_bits / 8 * clock_hz
+    return System(flops=flops * System.compute_multiplier[bits] / 1e12,
+                  offchip_mem_bw=bandwidth / 2**30, frequency=clock_hz / 1e6, bits=bits,
+                  off_chip_mem_size=float("inf"), interchip_link_bw=TP_LINK_GBPS * 1e9 / 2**30,
+                  interchip_link_latency=TP_LINK_US, num_nodes=tp, topology="Ring")
+
+
+def tensor_parallel(prompt: int) -> list[str]:
+    """Llama-3-70B at TP = 2, 4, 8: our critical path beside GenZ's latency, per phase."""
+    from GenZ import decode_moddeling, prefill_moddeling
+
+    from tenet_byoc.system import Link, System
+
+    model = genz_model("llama-3-70b")
+    lines = [
+        ("| TP | phase | ours (ms) | GenZ (ms) | GenZ w/o embedding + Emb_AR (ms) | ours / GenZ "
+         "w/o | ours all-reduce / layer (ms) | GenZ all-reduce / layer (ms) |"),
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for tp in TP_DEGREES:
+        system = System(preset("os128"), chips=tp, tensor_parallel=tp,
+                        link=Link(TP_LINK_GBPS, TP_LINK_US, "ring"))
+        book = tenet_byoc.estimate("llama-3-70b", "none", prompt_len=prompt, decode_steps=1,
+                                   system=system)
+        for phase in ("prefill", "decode"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                kw = {"model": model, "batch_size": 1, "input_tokens": prompt,
+                      "system_name": genz_tp_system(tp), "bits": "f32", "tensor_parallel": tp}
+                out = (prefill_moddeling(**kw) if phase == "prefill"
+                       else decode_moddeling(output_tokens=0, Bb=1, **kw))
+            df = out["model_df"]
+            rows = df.set_index("Layer Name")["Latency (msec)"]
+            extra = float(rows.get("embeddings", 0.0)) + float(rows.get("Emb_AR", 0.0))
+            genz, ours = float(out["Latency"]), book.latency_s(phase) * 1e3
+            ar_ours = [e.latency_us / 1e3 for e in book if e.chip == 0 and e.phase == phase
+                       and e.name == "layers.0.self_attn.o_proj.all_reduce"]
+            ar_genz = float(rows.get("MHA AR", 0.0)) + float(rows.get("FFN AR", 0.0))
+            lines.append(
+                f"| {tp} | {phase} | {ours:,.3f} | {genz:,.3f} | {genz - extra:,.3f} | "
+                f"{ours / (genz - extra):.2f}x | {2 * ar_ours[0]:.4f} | {ar_genz:.4f} |")
+            print(lines[-1], flush=True)
+    return lines
+
+
 def timing() -> list[str]:
     """The issue's case: 70B, prompt 2048, 128 decode steps, os128, three schemes."""
     start = time.perf_counter()
@@ -196,13 +269,16 @@ def main() -> None:
     print(head + "\n")
     lines = comparison(args.prompt)
     print()
+    tp_lines = tensor_parallel(args.prompt)
+    print("\n" + TP_EXPLANATION)
     timed = timing()
     print("\n".join(timed))
     print("\n" + EXPLANATION)
     if args.out:
         with open(args.out, "w") as f:
             f.write("# Estimates beside a roofline and GenZ\n\n" + head + "\n\n")
-            f.write("\n".join(lines) + "\n\n" + EXPLANATION + "\n" + "\n".join(timed) + "\n")
+            f.write("\n".join(lines) + "\n\n" + EXPLANATION + "\n" + "\n".join(tp_lines)
+                    + "\n\n" + TP_EXPLANATION + "\n" + "\n".join(timed) + "\n")
 
 
 if __name__ == "__main__":

@@ -147,6 +147,7 @@ def estimate(
     mapping: str | None = None,
     *,
     progress: bool = False,
+    system: Any = None,
 ) -> Ledger:
     """The ledger of a prefill and ``decode_steps`` decode steps, from shapes alone.
 
@@ -179,6 +180,12 @@ def estimate(
         mapping) or None (the accelerator as given); see ``hardware.resolve``.
     progress : bool
         Show a progress bar over the decode steps (tqdm, on stderr).
+    system : tenet_byoc.system.System, optional
+        Several chips (tensor and pipeline parallel, links): every GEMM is sharded as
+        Megatron-LM shards it and charged on each chip, collectives are added as entries of
+        ``unit="link"``, and a :class:`~tenet_byoc.system.SystemLedger` is returned, its
+        ``steps`` the critical path of each step. ``accelerator`` must then be left at its
+        default or name the system's accelerator (the system's is charged).
 
     Returns
     -------
@@ -201,6 +208,9 @@ def estimate(
     config = _config(model)
     context_len = prompt_len if context_len is None else context_len
     _check_lengths(config, prompt_len, context_len, decode_steps, batch)
+    if system is not None:
+        return _estimate_on_system(config, get_scheme(scheme), system, accelerator, mapping,
+                                   prompt_len, context_len, decode_steps, batch)
     acc = resolve(accelerator, mapping=mapping)
     quant = get_scheme(scheme)
     # What the codegen charges each class of GEMM with under this scheme (its own rule).
@@ -240,3 +250,114 @@ def estimate(
                                   phase=phase))
     return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 
+
+
+def _layer_of(name: str) -> int | None:
+    """The decoder layer a GEMM belongs to (``h.3.`` / ``layers.3.``), None for the head."""
+    head, _, rest = name.partition(".")
+    if head in ("h", "layers"):
+        return int(rest.split(".", 1)[0])
+    return None
+
+
+def _estimate_on_system(config: Any, quant: QuantScheme, system: Any, accelerator: Any,
+                        mapping: str | None, prompt_len: int, context_len: int,
+                        decode_steps: int, batch: int) -> Any:
+    """:func:`estimate` on a :class:`~tenet_byoc.system.System` (see its ``system``)."""
+    from .models.gemms import model_gemms
+    from .system import (
+        StepTime,
+        System,
+        SystemLedger,
+        check_tensor_parallel,
+        collective_link_bytes,
+        collective_seconds,
+        pipeline_seconds,
+        shard_gemm,
+        stage_layers,
+    )
+
+    if not isinstance(system, System):
+        raise TypeError(f"system must be a tenet_byoc.system.System, got {type(system).__name__}")
+    own = system.accelerator
+    if accelerator not in (None, "os16", own.name) and accelerator != own:
+        raise ValueError(f"accelerator={getattr(accelerator, 'name', accelerator)!r} differs from "
+                         f"the system's {own.name!r}: give it as System(accelerator=...)")
+    acc = resolve(own, mapping=mapping)
+    tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
+    check_tensor_parallel(config, tp)
+    if batch % mu:
+        raise ValueError(f"System.micro_batches={mu} must divide batch={batch}")
+    micro = batch // mu
+    n_layers = getattr(config, "n_layer", None) or config.num_hidden_layers
+    stage_of = {}
+    for s, layers in enumerate(stage_layers(n_layers, pp)):
+        stage_of.update(dict.fromkeys(layers, s))
+    weights = _Charges(acc, gemm_charging(quant, "weight"))
+    attention = {role: _Charges(acc, gemm_charging(quant, role)) for role in ("key", "value")}
+    hidden = getattr(config, "n_embd", None) or config.hidden_size
+    link, clock_hz = system.link, acc.hardware.clock_ghz * 1e9
+    calls = ([("prefill", prompt_len)] if prompt_len else []) + [
+        ("decode", context_len + i) for i in range(decode_steps)]
+    entries: list[LedgerEntry] = []
+    steps: list[StepTime] = []
+
+    def add(fields: dict[str, Any], name: str, phase: str, stage: int, unit: str = "array",
+            link_bytes: float = 0.0) -> None:
+        for rank in range(tp):
+            entries.append(_entry(fields, call_index=len(entries), symbol=config.name,
+                                  pattern=ESTIMATE_PATTERN, name=name, phase=phase,
+                                  chip=system.chip(stage, rank), unit=unit,
+                                  link_bytes=link_bytes))
+
+    def link_fields(template: dict[str, Any], kind: str, seconds: float,
+                    chips: int) -> dict[str, Any]:
+        fields = {k: (0 if isinstance(v, int | float) and not isinstance(v, bool) else v)
+                  for k, v in template.items()}
+        fields.update(cycles=round(seconds * clock_hz), latency_us=seconds * 1e6,
+                      mapping=f"{kind} {link.topology} x{chips}", dequant_place="none",
+                      tensors=MappingProxyType({}))
+        return fields
+
+    for phase, tokens in calls:
+        stage_seconds = [0.0] * pp
+        rows = (tokens if phase == "prefill" else 1) * micro
+        for mb in range(mu):
+            template = None
+            for g in model_gemms(config, phase, tokens):
+                layer = _layer_of(g.name)
+                stage = pp - 1 if layer is None else stage_of[layer]
+                (b, m, n, k), collective = shard_gemm(g.name, g.batch, g.m, g.n, g.k, config, tp)
+                if g.weight is None:
+                    role = "key" if g.name.endswith("attn.qk") else "value"
+                    charges, b = attention[role], b * micro
+                else:
+                    charges, m = weights, m * micro
+                multiple = charges.how.k_multiple
+                k = -(-k // multiple) * multiple
+                acc.check_gemm(m, n, k, f"GEMM {g.name!r}")
+                fields = charges.fields(b, m, n, k)
+                template = template or fields
+                add(fields, g.name, phase, stage)
+                if mb == 0:
+                    stage_seconds[stage] += fields["cycles"] / clock_hz
+                if collective is not None:
+                    # The [m, n] result at the call's output width: all-reduced whole, or the
+                    # logits gathered whole from each chip's slice of the vocabulary.
+                    full_n = g.n if collective == "all_gather" else n
+                    size = m * full_n * charges.how.bits[2] / 8
+                    seconds = collective_seconds(collective, size, tp, link)
+                    add(link_fields(fields, collective, seconds, tp), f"{g.name}.{collective}",
+                        phase, stage, "link", collective_link_bytes(collective, size, tp))
+                    if mb == 0:
+                        stage_seconds[stage] += seconds
+            p2p = 0.0
+            if pp > 1:
+                size = rows * hidden * weights.how.bits[2] / 8
+                p2p = collective_seconds("p2p", size, 2, link)
+                for s in range(pp - 1):
+                    add(link_fields(template, "p2p", p2p, 2), f"stage{s}.p2p", phase, s,
+                        "link", collective_link_bytes("p2p", size, 2))
+        critical, bubble = pipeline_seconds(stage_seconds, p2p, mu)
+        steps.append(StepTime(phase, tokens, critical, bubble, tuple(stage_seconds), p2p))
+    return SystemLedger(entries, system, steps)

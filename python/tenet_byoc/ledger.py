@@ -72,6 +72,7 @@ class LedgerEntry:
     roofline_cycles: int  #: max(MACs / MAC rate of all PEs, compulsory DRAM bits / bandwidth)
     array_cycles: int  #: the PE array alone, with one off-chip bandwidth (TENET's level)
     dram_stall_cycles: int  #: cycles the array waits on DRAM
+    edge_cycles: int  #: weight dequantization on the edge dequantizer (overlapped); 0: none
     compute_cycles: int  #: the array level's compute cycles
     stall_cycles: int  #: the array level's bandwidth stall
     tenet_delay: float  #: TENET's max(ingress, egress, compute) delay
@@ -94,14 +95,21 @@ class LedgerEntry:
     dram_write_bytes: float  #: buffer -> DRAM
     buffer_read_bytes: float  #: buffer -> array
     buffer_write_bytes: float  #: array -> buffer
-    energy_pj: float  #: mac_pj + register_pj + buffer_pj + dram_pj
+    energy_pj: float  #: mac_pj + register_pj + buffer_pj + dram_pj + edge_pj
     mac_pj: float
     register_pj: float
     buffer_pj: float
     dram_pj: float
+    edge_pj: float  #: the edge dequantizer's energy (in energy_pj)
     mapping: str  #: dataflow, buffer tiles and tile-loop order, e.g. "os 16x16 | tiles ..."
     recipe: QuantRecipe  #: how the call is quantized (with the widths, what it is charged for)
     tensors: Mapping[str, TensorTraffic]
+    # Where the work ran: "array" (the PE array), "vector" (the vector unit) or "link" (a
+    # collective of a system of several chips, tenet_byoc.system); which chip did it, and the
+    # bytes that chip sent over links.
+    chip: int = 0
+    unit: str = "array"
+    link_bytes: float = 0.0
 
     @property
     def call(self) -> GemmCall:
@@ -142,14 +150,16 @@ COLUMNS = [f.name for f in fields(LedgerEntry) if f.name not in ("tensors", "rec
 CHARGE_FIELDS = tuple(_core._ledger_field_names())
 _TENSOR_FIELDS = tuple(_core._ledger_tensor_field_names())
 _ENTRY_CALL_FIELDS = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "recipe",
-                      "tensors")
+                      "tensors", "chip", "link_bytes")
 
 
 def _check_schema() -> None:
-    """The dataclasses declare exactly the cost model's field names (one schema)."""
+    """The dataclasses declare exactly the cost model's field names (one schema; ``unit``
+    comes last here, with a default, so that Python-made entries such as a system's link
+    collectives may leave it out)."""
     declared = [f.name for f in fields(LedgerEntry) if f.name not in _ENTRY_CALL_FIELDS]
     tensor = [f.name for f in fields(TensorTraffic)]
-    if declared != list(CHARGE_FIELDS) or tensor != list(_TENSOR_FIELDS):
+    if sorted(declared) != sorted(CHARGE_FIELDS) or tensor != list(_TENSOR_FIELDS):
         raise ImportError(
             "tenet_byoc.ledger's LedgerEntry / TensorTraffic fields differ from the cost model's "
             f"ledger table (charge.h ChargeLedgerFields): "
@@ -350,13 +360,15 @@ class Ledger:
         return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 
     def group_by(self, key: str) -> GroupedTotals:
-        """Totals per value of ``key``: symbol, pattern, name, phase or scheme.
+        """Totals per value of ``key``: symbol, pattern, name, phase, scheme or unit (array,
+        vector).
 
         A ``dict`` (:class:`GroupedTotals`) that prints as a table with units.
         """
-        if key not in ("symbol", "pattern", "name", "phase", "scheme"):
+        if key not in ("symbol", "pattern", "name", "phase", "scheme", "chip", "unit"):
             raise ValueError(
-                f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase or scheme"
+                f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase, scheme, "
+                "chip or unit"
             )
         groups: dict[str, list[LedgerEntry]] = {}
         for e in self.entries:

@@ -16,6 +16,7 @@ from .results import markdown_table, write_csv
 
 if TYPE_CHECKING:  # the ledger module imports TVM; `tenet-byoc --help` must not wait for it
     from ..ledger import Ledger
+    from ..system import System
 
 __all__ = ["LayerFigures", "PhaseFigures", "SweepPoint", "add_estimate_parser", "batch_sweep",
            "context_sweep", "layer_figures", "phase_figures", "plot_sweeps", "run_estimate",
@@ -49,10 +50,15 @@ def phase_figures(ledger: Ledger, scheme: str, prompt_len: int, decode_steps: in
     for phase, t in ledger.group_by("phase").items():
         tokens = prompt_len if phase == "prefill" else decode_steps
         per = 1 if phase == "prefill" else decode_steps  # TTFT is the whole prefill
-        latency_ms = t.latency_us / 1e3 / per
+        # On several chips a phase takes its critical path, not the sum of every chip's work.
+        from ..system import SystemLedger
+
+        latency_us = (ledger.latency_s(phase) * 1e6 if isinstance(ledger, SystemLedger)
+                      else t.latency_us)
+        latency_ms = latency_us / 1e3 / per
         out.append(PhaseFigures(
             scheme, phase, tokens, latency_ms,
-            batch * tokens / (t.latency_us / 1e6) if t.latency_us else 0.0,
+            batch * tokens / (latency_us / 1e6) if latency_us else 0.0,
             t.energy_pj / 1e9 / (tokens * batch), t.macs, t.dram_bytes, t.pe_utilization,
             t.roofline_ratio,
         ))
@@ -255,6 +261,20 @@ def add_estimate_parser(sub, schemes: Sequence[str], presets: Sequence[str],
                    "(about 200 bytes a call: 54 MB per scheme for llama-3-70b with a 2048-token "
                    "prompt and 128 decode steps)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--tp", type=_count(1), default=1, metavar="T",
+                   help="tensor-parallel chips per layer (Megatron-LM sharding; default 1)")
+    p.add_argument("--pp", type=_count(1), default=1, metavar="P",
+                   help="pipeline stages (default 1)")
+    p.add_argument("--chips", type=_count(1), metavar="C",
+                   help="chips in the system; must equal tp x pp (default tp x pp)")
+    p.add_argument("--micro-batches", type=_count(1), default=1, metavar="U",
+                   help="micro-batches through the pipeline; must divide --batch (default 1)")
+    p.add_argument("--link-gbps", type=float, default=100.0, metavar="GB/s",
+                   help="link bandwidth per chip and direction, GB/s (default 100)")
+    p.add_argument("--link-latency-us", type=float, default=1.0, metavar="US",
+                   help="link latency per hop, microseconds (default 1)")
+    p.add_argument("--topology", default="ring", choices=["ring", "torus2d", "switch"],
+                   help="how collectives travel (default ring)")
 
 
 _PHASE_HEADER = ["scheme", "phase", "tokens", "TTFT / TPOT (ms)", "tokens/s",
@@ -270,6 +290,19 @@ def phase_table(rows: Sequence[PhaseFigures]) -> str:
     ])
 
 
+def _system(args: argparse.Namespace) -> System | None:
+    """The System the flags describe, or None for one chip with no system flag given."""
+    tp, pp = args.tp, args.pp
+    chips = args.chips if args.chips is not None else tp * pp
+    if chips == 1 and args.micro_batches == 1:
+        return None
+    from ..hardware import resolve
+    from ..system import Link, System
+
+    link = Link(args.link_gbps, args.link_latency_us, args.topology)
+    return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link)
+
+
 def run_estimate(args: argparse.Namespace) -> int:
     """The ``estimate`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
     import sys
@@ -282,13 +315,15 @@ def run_estimate(args: argparse.Namespace) -> int:
         raise ValueError("--ledger writes ledger_<scheme>.csv into the --out folder: give --out")
     context_len = args.prompt_len if args.context_len is None else args.context_len
     progress = not args.no_progress and sys.stderr.isatty()
+    system = _system(args)
     rows: list[PhaseFigures] = []
     ledgers: dict[str, Ledger] = {}
     start = time.perf_counter()
     for scheme in args.schemes:
         ledger = estimate(args.model, scheme, args.accelerator, prompt_len=args.prompt_len,
                           context_len=context_len, decode_steps=args.decode_steps,
-                          batch=args.batch, mapping=args.mapping, progress=progress)
+                          batch=args.batch, mapping=args.mapping, progress=progress,
+                          system=system)
         ledgers[scheme] = ledger
         rows += phase_figures(ledger, scheme, args.prompt_len, args.decode_steps,
                               args.batch)
