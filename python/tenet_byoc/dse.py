@@ -79,6 +79,9 @@ class DesignPoint:
     dram_gbps: float  #: GB/s (1e9 bytes per second)
     clock_ghz: float
     register_bytes: int = 16
+    #: "default" (each call's default tiles) or "auto" (each distinct call's mapping searched
+    #: for latency, about 16x the charging time; large prefills can need it)
+    mapping: str = "default"
 
     @property
     def key(self) -> str:
@@ -90,7 +93,8 @@ class DesignPoint:
     def name(self) -> str:
         fmts = "+".join(self.pe_formats)
         return (f"{self.dataflow}{self.rows}x{self.cols}_{fmts}_{self.buffer_bytes >> 10}KiB_"
-                f"{self.dram_gbps:g}GBps_{self.clock_ghz:g}GHz")
+                f"{self.dram_gbps:g}GBps_{self.clock_ghz:g}GHz"
+                + ("_auto" if self.mapping == "auto" else ""))
 
     @property
     def dram_bits_per_cycle(self) -> float:
@@ -115,17 +119,18 @@ class DesignPoint:
             self.dataflow, self.rows, self.cols, name=self.name,
             bandwidth_bits=self.dram_bits_per_cycle, clock_ghz=self.clock_ghz,
             l1_bytes=self.register_bytes, l2_bytes=self.buffer_bytes, memory=memory,
-            precision=precision)
+            precision=precision, mapping="auto" if self.mapping == "auto" else None,
+            objective="latency" if self.mapping == "auto" else None)
 
     def charge_key(self) -> tuple:
         """What the charges depend on: all but the clock (DRAM as bits per cycle)."""
         return (self.rows, self.cols, self.dataflow, tuple(sorted(self.formats_by_width.items())),
-                self.buffer_bytes, self.dram_bits_per_cycle, self.register_bytes)
+                self.buffer_bytes, self.dram_bits_per_cycle, self.register_bytes, self.mapping)
 
 
 _LIST_FIELDS = {
     "rows": int, "cols": int, "dataflows": str, "pe_formats": list, "buffer_bytes": int,
-    "dram_gbps": float, "clock_ghz": float, "register_bytes": int,
+    "dram_gbps": float, "clock_ghz": float, "register_bytes": int, "mappings": "mapping",
 }
 _SCALAR_FIELDS = {"node_nm": float, "area_budget_mm2": float, "power_budget_w": float,
                   "area_table": str}
@@ -150,6 +155,9 @@ class DesignSpace:
     clock_ghz : sequence of float
     register_bytes : sequence of int
         Per-PE registers (default 16: a float32 operand pair, weight and sum).
+    mappings : sequence of {"default", "auto"}
+        Each call's default buffer tiles, or its mapping searched for latency (slower to
+        charge; the default tiles of a large prefill on a small buffer can be far from it).
     node_nm : float
         Process node of the area figures.
     area_budget_mm2, power_budget_w : float, optional
@@ -167,6 +175,7 @@ class DesignSpace:
     dram_gbps: tuple[float, ...] = (32.0,)
     clock_ghz: tuple[float, ...] = (1.0,)
     register_bytes: tuple[int, ...] = (16,)
+    mappings: tuple[str, ...] = ("default",)
     node_nm: float = 45.0
     area_budget_mm2: float | None = None
     power_budget_w: float | None = None
@@ -213,6 +222,10 @@ class DesignSpace:
                 raise ValueError(f"{where} has two formats of one width: a PE takes one "
                                  "format per operand width")
             return tuple(v)
+        if kind == "mapping":
+            if v not in ("default", "auto"):
+                raise ValueError(f"{where} is not a mapping; accepted: default, auto")
+            return v
         if kind is str:
             if v not in _DATAFLOWS:
                 raise ValueError(f"{where} is not a dataflow{did_you_mean(str(v), _DATAFLOWS)};"
@@ -255,10 +268,10 @@ class DesignSpace:
 
     def all_points(self) -> list[DesignPoint]:
         """Every combination of the fields' values."""
-        return [DesignPoint(r, c, d, f, b, g, k, reg) for r, c, d, f, b, g, k, reg in
+        return [DesignPoint(r, c, d, f, b, g, k, reg, m) for r, c, d, f, b, g, m, reg, k in
                 itertools.product(self.rows, self.cols, self.dataflows, self.pe_formats,
-                                  self.buffer_bytes, self.dram_gbps, self.clock_ghz,
-                                  self.register_bytes)]
+                                  self.buffer_bytes, self.dram_gbps, self.mappings,
+                                  self.register_bytes, self.clock_ghz)]
 
     def area(self, point: DesignPoint) -> dict[str, float]:
         """The point's area by component at the space's node."""
@@ -287,6 +300,7 @@ class PointResult:
     dram_gbps: float
     clock_ghz: float
     register_bytes: int
+    mapping: str
     area_mm2: float
     ttft_ms: float
     tpot_ms: float
@@ -303,7 +317,7 @@ class PointResult:
     def point(self) -> DesignPoint:
         return DesignPoint(self.rows, self.cols, self.dataflow,
                            tuple(self.pe_formats.split("+")), self.buffer_bytes,
-                           self.dram_gbps, self.clock_ghz, self.register_bytes)
+                           self.dram_gbps, self.clock_ghz, self.register_bytes, self.mapping)
 
 
 def _plan(config: Any, scheme: str, prompt_len: int, decode_steps: int,
@@ -425,7 +439,8 @@ def _one(job: _Job, point: DesignPoint, acc: Accelerator, area: float, scheme: s
     base = dict(key=point.key, name=point.name, scheme=scheme, rows=point.rows,
                 cols=point.cols, dataflow=point.dataflow, pe_formats="+".join(point.pe_formats),
                 buffer_bytes=point.buffer_bytes, dram_gbps=point.dram_gbps,
-                clock_ghz=point.clock_ghz, register_bytes=point.register_bytes, area_mm2=area)
+                clock_ghz=point.clock_ghz, register_bytes=point.register_bytes,
+                mapping=point.mapping, area_mm2=area)
     if reason:
         return PointResult(**base, ttft_ms=nan, tpot_ms=nan, tokens_per_s=nan,
                            energy_per_token_mj=nan, prefill_energy_per_token_mj=nan,

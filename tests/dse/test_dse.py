@@ -189,3 +189,20 @@ def test_a_space_file(tmp_path):
     path.write_text("rows: [8, x]\n")
     with pytest.raises(ValueError, match=r"space.yaml.*rows: value 'x'"):
         dse.DesignSpace.from_file(path)
+
+
+def test_a_searched_mapping_point_equals_estimate_with_mapping_auto():
+    space = {"rows": [8], "cols": [16], "mappings": ["default", "auto"], "node_nm": 28}
+    rows = dse.explore("gpt2", ["per_token"], space, executor="serial", **RUN)
+    default, auto = rows
+    assert (default.mapping, auto.mapping) == ("default", "auto")
+    acc = auto.point().accelerator()
+    assert acc.mapping == "auto" and acc.objective == "latency"
+    ledger = tenet_byoc.estimate("gpt2", "per_token", acc, **RUN)
+    pre, dec = phase_figures(ledger, "per_token", RUN["prompt_len"], RUN["decode_steps"],
+                             RUN["batch"])
+    assert auto.ttft_ms == pytest.approx(pre.latency_ms, rel=1e-9)
+    assert auto.tpot_ms == pytest.approx(dec.latency_ms, rel=1e-9)
+    assert auto.ttft_ms <= default.ttft_ms  # the search minimises latency per call
+    with pytest.raises(ValueError, match="mappings: value 'best' is not a mapping"):
+        dse.DesignSpace(mappings=["best"])
