@@ -117,11 +117,11 @@ def test_the_circle_finder_finds_circles(tmp_path):
 LAYERS = (
     ("core", ("_cost_model", "_gemm_call", "_names", "_loader", "library", "patterns")),
     ("cost-model face", ("memory", "mapping", "cost_model")),
-    ("accelerators", ("hardware",)),
+    ("accelerators", ("area", "hardware")),
     ("quantization", ("quantization",)),
     ("backend", ("ledger", "partition", "codegen", "profiling")),
     ("models", ("models",)),
-    ("estimate", ("estimate",)),
+    ("estimate", ("estimate", "dse")),
     ("experiments", ("experiments",)),
 )
 

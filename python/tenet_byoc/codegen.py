@@ -27,7 +27,7 @@ from .quantization import (
 )
 
 #: Bumped with the runtime's ``kDescriptorVersion`` on any incompatible change.
-DESCRIPTOR_VERSION = 4
+DESCRIPTOR_VERSION = 5
 
 #: The scheme of a quantized call in a module :func:`tenet_byoc.quantize` did not stamp.
 UNNAMED_SCHEME = "unnamed"

@@ -27,6 +27,7 @@ from ._cost_model import (
     Accelerator,
     Charge,
     Dataflow,
+    EdgeDequantizer,  # the units beside the array (src/cost_model/vector.h)
     GemmCall,
     Hardware,
     Metrics,
@@ -34,8 +35,12 @@ from ._cost_model import (
     Statement,
     TensorAccess,
     TensorMetrics,
+    VectorCall,
+    VectorCharge,
+    VectorUnit,
     analyze_array,
     charge,
+    charge_vector,
     format_tenet_hardware,
     format_tenet_mapping,
     format_tenet_statement,
@@ -76,6 +81,7 @@ __all__ = [
     "Accelerator",
     "Charge",
     "Dataflow",
+    "EdgeDequantizer",
     "EnergyBreakdown",
     "GemmCall",
     "Hardware",
@@ -93,6 +99,9 @@ __all__ = [
     "TensorAccess",
     "TensorMetrics",
     "TileMapping",
+    "VectorCall",
+    "VectorCharge",
+    "VectorUnit",
     "accelerator_mapping_search",
     "accelerator_parts",
     "analyze",
@@ -103,6 +112,7 @@ __all__ = [
     "call_energy",
     "charge",
     "charge_gemm",
+    "charge_vector",
     "default_tile_mapping",
     "format_tenet_hardware",
     "format_tenet_mapping",
@@ -136,17 +146,17 @@ def _accelerator_of(hardware: Hardware, dataflow: Dataflow, memory: Any = None,
 def charge_gemm(M: int, N: int, K: int, hardware: Hardware, dataflow: Dataflow,
                 bits: int = 32, *, method: str = "auto", memory: Any = None,
                 precision: Any = None, mapping: Any = None, objective: Any = None,
-                **call: Any) -> Charge:
+                vector: Any = None, edge_dequantizer: Any = None, **call: Any) -> Charge:
     """Deprecated (one release): ``charge(GemmCall(...), Accelerator(...), method)``.
 
     The call keywords are ``GemmCall``'s (``bits`` for every width not given apart); the
-    accelerator is made of ``hardware``, ``dataflow``, ``memory``, ``precision``, ``mapping``
-    and ``objective`` as :class:`Accelerator` takes them.
+    accelerator is made of ``hardware``, ``dataflow``, ``memory``, ``precision``, ``mapping``,
+    ``objective``, ``vector`` and ``edge_dequantizer`` as :class:`Accelerator` takes them.
     """
     _deprecated("charge_gemm", "charge(GemmCall(...), accelerator)")
-    return charge(_call_from_keywords(M, N, K, bits, **call),
-                  _accelerator_of(hardware, dataflow, memory, precision, mapping, objective),
-                  method)
+    acc = Accelerator("analysis", hardware, dataflow, memory, precision, mapping, objective,
+                      vector=vector, edge_dequantizer=edge_dequantizer)
+    return charge(_call_from_keywords(M, N, K, bits, **call), acc, method)
 
 
 def accelerator_mapping_search(hardware: Hardware, dataflow: Dataflow, memory: Any = None,

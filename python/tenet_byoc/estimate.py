@@ -120,6 +120,22 @@ def _check_lengths(config: Any, prompt_len: Any, context_len: Any, decode_steps:
         )
 
 
+# The cost model's GEMM sizes are 32-bit signed integers (GemmWorkload).
+_SIZE_LIMIT = 2**31 - 1
+
+
+def _check_sizes(name: str, phase: str, batch: int, b: int, m: int, n: int, k: int) -> None:
+    """Refuse a GEMM the cost model cannot size, naming ``batch`` when it is the cause."""
+    for dim, value in (("batch", b), ("M", m), ("N", n), ("K", k)):
+        if value > _SIZE_LIMIT:
+            cause = f"batch={batch} makes " if batch > 1 and value // batch <= _SIZE_LIMIT else ""
+            raise ValueError(
+                f"{cause}{phase} GEMM {name!r} {dim} = {value:,}, above the cost model's "
+                f"limit of {_SIZE_LIMIT:,} (2^31 - 1) per dimension; use a smaller batch or "
+                f"shorter lengths"
+            )
+
+
 def estimate(
     model: str | os.PathLike[str] | Any,
     scheme: str | QuantScheme = "none",
@@ -218,7 +234,8 @@ def estimate(
     # Refuse a call the accelerator cannot cost before charging any, as tenet_byoc.build
     # does at build time; the first and last calls hold the largest shapes.
     for phase, tokens in dict.fromkeys((calls[0], calls[-1])):
-        for g, _, _, m, k in charged(phase, tokens):
+        for g, _, b, m, k in charged(phase, tokens):
+            _check_sizes(g.name, phase, batch, b, m, g.n, k)
             acc.check_gemm(m, g.n, k, f"GEMM {g.name!r}")
     if progress:
         from tqdm.auto import tqdm

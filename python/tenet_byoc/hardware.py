@@ -15,6 +15,7 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
+from .area import accelerator_area, load_table_file
 from .mapping import OBJECTIVES
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
@@ -59,6 +60,12 @@ class Accelerator(cm.Accelerator):
         include ``dataflow``'s own preset (TPU v1's array is weight-stationary only:
         ``("ws",)``). None: os, ws and is for a preset dataflow; ``()`` (that dataflow
         alone) for the user's own relations, the only value they accept.
+    vector : cost_model.VectorUnit, optional
+        The vector unit non-GEMM operators (norms, softmax, activations, elementwise, ...)
+        are charged on. None: ``VectorUnit()`` (16 float32 lanes, Horowitz 45 nm energies).
+    edge_dequantizer : cost_model.EdgeDequantizer, optional
+        The dequantizer at the array edge that runs weight dequantization
+        (``dequant_place="weight"``) beside the array. None: none (it runs on the PEs).
 
     ``Accelerator(value)`` makes one of a ``cost_model.Accelerator`` value.
 
@@ -94,7 +101,8 @@ class Accelerator(cm.Accelerator):
         accelerator does (with ``self.hardware`` and ``self.dataflow``). Deprecated with
         ``charge_gemm``: ``cost_model.charge(call, accelerator)`` takes the value itself."""
         return {"memory": self.memory, "precision": self.precision, "mapping": self.mapping,
-                "objective": self.objective}
+                "objective": self.objective, "vector": self.vector,
+                "edge_dequantizer": self.edge_dequantizer}
 
     @property
     def mapping_search(self) -> Any:
@@ -114,6 +122,14 @@ class Accelerator(cm.Accelerator):
         :func:`check_gemm_size`)."""
         check_gemm_size(self.hardware, self.dataflow, m, n, k, where, self.name)
 
+    def area(self, node_nm: float = 45.0, table: Any = None,
+             formats: Mapping[int, str] | None = None) -> dict[str, float]:
+        """Area in mm2 by component at ``node_nm`` (``tenet_byoc.area.accelerator_area``):
+        MAC datapaths per precision unit, PE registers, buffer, DRAM interface, ``total``.
+        ``table`` is an ``area.AreaTable`` or a JSON/YAML file of its fields replacing the
+        published figures; ``formats`` names a unit's format by width (``{8: "fp8_e4m3"}``)."""
+        return accelerator_area(self, node_nm, table, formats)
+
     @classmethod
     def from_json(cls, text: str) -> Accelerator:
         """The accelerator :meth:`to_json` wrote.
@@ -125,6 +141,28 @@ class Accelerator(cm.Accelerator):
             valid Unicode, or is larger than 1 MiB (relations are a few lines).
         """
         return cls(cm.Accelerator._parse_json(text))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Accelerator:
+        """The accelerator a JSON or YAML file holds in the one JSON form (:meth:`to_json`;
+        ``tenet-byoc presets --show NAME`` prints a preset's to start from). YAML is read
+        by its suffix (``.yaml``/``.yml``) and must hold the same fields.
+
+        Raises
+        ------
+        ValueError
+            For a file that is not JSON/YAML, or not the accelerator's form (the message
+            names the file and the field).
+        FileNotFoundError
+            For a missing file.
+        """
+        import json
+
+        data = load_table_file(path, "accelerator file")
+        try:
+            return cls.from_json(json.dumps(data))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"accelerator file {str(path)!r}: {err}") from None
 
     @classmethod
     def systolic(
@@ -145,6 +183,8 @@ class Accelerator(cm.Accelerator):
         mapping: cm.TileMapping | str | None = None,
         objective: str | None = None,
         supported_dataflows: tuple[str, ...] | None = None,
+        vector: cm.VectorUnit | None = None,
+        edge_dequantizer: cm.EdgeDequantizer | None = None,
         **tiling: int,
     ) -> Accelerator:
         """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is").
@@ -161,7 +201,8 @@ class Accelerator(cm.Accelerator):
             macs_per_pe_per_cycle=dict(rate) if isinstance(rate, Mapping) else rate, name=name,
         )
         df = cm.Dataflow.preset(dataflow, rows, cols, **tiling)
-        return cls(name, hw, df, memory, precision, mapping, objective, supported_dataflows)
+        return cls(name, hw, df, memory, precision, mapping, objective, supported_dataflows,
+                   vector=vector, edge_dequantizer=edge_dequantizer)
 
     @classmethod
     def from_tenet_files(
@@ -201,6 +242,8 @@ class Accelerator(cm.Accelerator):
 
 _FIELDS = ("name", "hardware", "dataflow", "memory", "precision", "mapping", "objective",
            "supported_dataflows")
+# The units beside the array (src/cost_model/vector.h), constructor keywords.
+_FIELDS += ("vector", "edge_dequantizer")
 
 
 def _fast_path(hardware: cm.Hardware, dataflow: cm.Dataflow) -> bool:
@@ -245,7 +288,7 @@ def _tenet_paper(dataflow: str) -> Callable[[], Accelerator]:
     # The 8x8 array of TENET's systolic.p: L1 256 B, L2 1 KiB, 64 bits/cycle, latency 16.
     return lambda: Accelerator.systolic(
         dataflow, 8, 8, name=f"tenet_{dataflow}8", bandwidth_bits=64, avg_latency=16,
-        l1_bytes=256, l2_bytes=1024,
+        l1_bytes=256, l2_bytes=1024, vector=cm.VectorUnit(lanes=8),  # a lane per column
     )
 
 
@@ -262,12 +305,23 @@ def _edge_fed(rows: int, cols: int, *, buffer_bytes: int, dram_bits: float) -> c
     )
 
 
+def _beside_array(edge: int) -> dict:
+    # The units beside an array with an edge of `edge` PEs (issue 20): a vector unit of one
+    # float32 lane per array column, so the array's output row is normalised or activated at
+    # the rate it leaves the array, pipelined behind it; and an edge dequantizer converting
+    # int4 and int8 weight codes at one element per column per cycle, the rate the array
+    # takes weights in at its edge. Energies: Horowitz 45 nm (cost_model.VectorUnit).
+    return {"vector": cm.VectorUnit(lanes=edge, schedule="pipelined"),
+            "edge_dequantizer": cm.EdgeDequantizer(edge, bits=[4, 8])}
+
+
 def _array16(dataflow: str, name: str, **kwargs) -> Accelerator:
     # 16x16 at 1 GHz with a 1 MiB buffer and 256 bit/cycle DRAM (32 GB/s): the os16
     # equivalent issue 12 compares against ZigZag 3.9 on.
     return Accelerator.systolic(
         dataflow, 16, 16, name=name, bandwidth_bits=256, l2_bytes=1 << 20,
-        memory=_edge_fed(16, 16, buffer_bytes=1 << 20, dram_bits=256), **kwargs,
+        memory=_edge_fed(16, 16, buffer_bytes=1 << 20, dram_bits=256), **_beside_array(16),
+        **kwargs,
     )
 
 
@@ -276,7 +330,7 @@ def _array128(dataflow: str) -> Accelerator:
     # array and buffer (TPU v1's unified buffer is 24 MiB, Jouppi et al., ISCA 2017).
     return Accelerator.systolic(
         dataflow, 128, 128, name=f"{dataflow}128", bandwidth_bits=2048, l2_bytes=24 << 20,
-        memory=_edge_fed(128, 128, buffer_bytes=24 << 20, dram_bits=2048),
+        memory=_edge_fed(128, 128, buffer_bytes=24 << 20, dram_bits=2048), **_beside_array(128),
     )
 
 
@@ -322,12 +376,17 @@ def _tpu_v1() -> Accelerator:
         cm.MacSpec(8, 8, macs_per_pe_per_cycle=1, pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
         cm.MacSpec(32, 32, macs_per_pe_per_cycle=1, pj_per_mac=3.7 + 0.9),
     ])
+    # The activation pipeline (Sec. 2: the Activation Unit applies ReLU, sigmoid, ... and
+    # pooling to the 256-wide accumulator rows) is 256 lanes wide, one per matrix unit column,
+    # pipelined behind the matrix unit. The TPU has no weight dequantizer (its weights are
+    # int8): none here, so a narrower weight's dequantization runs on the PEs.
+    vector = cm.VectorUnit(lanes=256, schedule="pipelined")
     return Accelerator.systolic(
         "ws", 256, 256, name="tpu_v1", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
         l1_bytes=16, l2_bytes=24 << 20, memory=memory, precision=precision,
         # The matrix unit holds weights stationary and streams activations (Sec. 2): a
         # mapping search may not pick an output- or input-stationary dataflow.
-        supported_dataflows=("ws",),
+        supported_dataflows=("ws",), vector=vector,
     )
 
 

@@ -43,6 +43,7 @@ class TensorTraffic:
 class LedgerEntry:
     """One offloaded GEMM call and what it would cost on the accelerator."""
 
+    unit: str  #: where it runs: "array" (the PE array) or "vector" (the vector unit)
     call_index: int  #: module-wide count of calls; the GEMMs of one merged call share it
     symbol: str  #: the offloaded function the VM called
     pattern: str  #: the composite pattern, e.g. ``tenet.matmul_transposed_bias``
@@ -72,6 +73,7 @@ class LedgerEntry:
     roofline_cycles: int  #: max(MACs / MAC rate of all PEs, compulsory DRAM bits / bandwidth)
     array_cycles: int  #: the PE array alone, with one off-chip bandwidth (TENET's level)
     dram_stall_cycles: int  #: cycles the array waits on DRAM
+    edge_cycles: int  #: weight dequantization on the edge dequantizer (overlapped); 0: none
     compute_cycles: int  #: the array level's compute cycles
     stall_cycles: int  #: the array level's bandwidth stall
     tenet_delay: float  #: TENET's max(ingress, egress, compute) delay
@@ -94,11 +96,12 @@ class LedgerEntry:
     dram_write_bytes: float  #: buffer -> DRAM
     buffer_read_bytes: float  #: buffer -> array
     buffer_write_bytes: float  #: array -> buffer
-    energy_pj: float  #: mac_pj + register_pj + buffer_pj + dram_pj
+    energy_pj: float  #: mac_pj + register_pj + buffer_pj + dram_pj + edge_pj
     mac_pj: float
     register_pj: float
     buffer_pj: float
     dram_pj: float
+    edge_pj: float  #: the edge dequantizer's energy (in energy_pj)
     mapping: str  #: dataflow, buffer tiles and tile-loop order, e.g. "os 16x16 | tiles ..."
     recipe: QuantRecipe  #: how the call is quantized (with the widths, what it is charged for)
     tensors: Mapping[str, TensorTraffic]
@@ -355,7 +358,8 @@ class Ledger:
         return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 
     def group_by(self, key: str) -> GroupedTotals:
-        """Totals per value of ``key``: symbol, pattern, name, phase or scheme.
+        """Totals per value of ``key``: symbol, pattern, name, phase, scheme or unit (array,
+        vector).
 
         A ``dict`` (:class:`GroupedTotals`) that prints as a table with units.
         """

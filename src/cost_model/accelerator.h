@@ -14,6 +14,7 @@
 #include "cost_model/energy.h"
 #include "cost_model/mapping.h"
 #include "cost_model/memory.h"
+#include "cost_model/vector.h"
 
 namespace tenet {
 
@@ -49,6 +50,12 @@ struct Accelerator {
   // must be among a non-empty list (SupportedDataflowsFor gives the usual default).
   std::vector<std::string> supported_dataflows;
 
+  // Beside the array (vector.h): the vector unit non-GEMM operators are charged on, and the
+  // edge dequantizer weight dequantization (Dequantization::kWeight) runs on when it
+  // converts the weight width (none by default: it then runs on the PEs).
+  VectorUnit vector;
+  EdgeDequantizer edge_dequantizer;
+
   // `energies`'s units with their rates set from `rate` at max(bits_a, bits_b).
   static PrecisionTable WithMacRates(PrecisionTable energies, const MacRate& rate);
 };
@@ -77,7 +84,11 @@ MemoryHierarchy MemoryFromTenet(const Hardware& hw);
 //    "precision": [{"bits_a", "bits_b", "pj_per_mac"}, ...]   (rates: the hardware's),
 //    "mapping": {"kind": "default"} | {"kind": "given", every TileMapping field by name}
 //               | {"kind": "auto", "objective": "latency" | "energy" | "edp"},
-//    "supported_dataflows": ["os" | "ws" | "is", ...]   (absent: SupportedDataflowsFor)}
+//    "supported_dataflows": ["os" | "ws" | "is", ...]   (absent: SupportedDataflowsFor),
+//    "vector": {"lanes", "cycles_per_op": {"add", "mul", "exp", "recip", "tanh"},
+//               "pj_per_op": {same keys}, "buffer_bandwidth_bits", "schedule"},
+//    "edge_dequantizer": {"elements_per_cycle", "bits": [int, ...], "pj_per_element"}}
+//   (vector, edge_dequantizer absent: their defaults, no dequantizer)
 // ParseAccelerator(SerializeAccelerator(a)) == a; it validates (Validate(Accelerator)) and
 // names the key of any bad or missing field.
 std::string SerializeAccelerator(const Accelerator& acc);

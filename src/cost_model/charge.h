@@ -130,8 +130,15 @@ struct Charge {
   // register traffic, cycles with DRAM transfers overlapped, roofline_cycles, the mapping.
   // memory.cycles (and latency_us) is the call's latency.
   MemoryMetrics memory;
-  // The call's energy by component at the PE unit its operand widths run on.
+  // The call's energy by component at the PE unit its operand widths run on; total_pj
+  // includes edge_pj.
   EnergyBreakdown energy;
+  // Weight dequantization on the accelerator's edge dequantizer (vector.h), when it converts
+  // the call's weight width and the recipe dequantizes weights (place kWeight): its cycles
+  // (overlapped with the array: memory.cycles is at least this) and its energy. 0 otherwise
+  // (the dequantization then runs on the PEs as extra ops).
+  int64_t edge_cycles = 0;
+  double edge_pj = 0;
 };
 
 // Operand widths the accelerator's PEs do not take, and tiles that do not fit, are refused

@@ -462,6 +462,8 @@ void Validate(const Accelerator& acc) {
   Validate(acc.memory);
   Validate(acc.precision);
   Validate(acc.mapping);
+  Validate(acc.vector);
+  Validate(acc.edge_dequantizer);
   ValidateSupportedDataflows(acc);
   // The MAC rate has one setting, the hardware's: a table whose rates differ would charge
   // two different speeds for one call.
@@ -578,7 +580,9 @@ std::string SerializeAccelerator(const Accelerator& acc) {
   for (const auto& d : acc.supported_dataflows) supported.push_back(d);
   const J root = {{"name", acc.name},         {"hardware", hardware}, {"dataflow", dataflow},
                   {"memory", memory},         {"precision", precision},
-                  {"mapping", mapping},       {"supported_dataflows", supported}};
+                  {"mapping", mapping},       {"supported_dataflows", supported},
+                  {"vector", detail::VectorUnitJson(acc.vector)},
+                  {"edge_dequantizer", detail::EdgeDequantizerJson(acc.edge_dequantizer)}};
   return detail::Dump(root, "accelerator '" + acc.name + "'");
 }
 
@@ -596,7 +600,7 @@ Accelerator ParseAccelerator(const std::string& json) {
                                 Str(detail::kMaxRelationChars) + ")");
   const JsonValue root = detail::ParseJson(json, "accelerator");
   detail::ExpectKeys(root, {"name", "hardware", "dataflow", "memory", "precision", "mapping",
-                            "supported_dataflows"},
+                            "supported_dataflows", "vector", "edge_dequantizer"},
                      "accelerator");
   Accelerator acc;
   acc.name = StringMember(root, "name", "accelerator");
@@ -730,6 +734,14 @@ Accelerator ParseAccelerator(const std::string& json) {
   } else {
     acc.supported_dataflows = SupportedDataflowsFor(acc.dataflow);
   }
+  // The units beside the array (vector.h); absent in JSON written before they were fields:
+  // the defaults (VectorUnit{}, no edge dequantizer).
+  if (root.contains("vector"))
+    acc.vector = detail::ParseVectorUnitJson(detail::Member(root, "vector", "accelerator"),
+                                             "accelerator.vector");
+  if (root.contains("edge_dequantizer"))
+    acc.edge_dequantizer = detail::ParseEdgeDequantizerJson(
+        detail::Member(root, "edge_dequantizer", "accelerator"), "accelerator.edge_dequantizer");
   Validate(acc);
   return acc;
 }

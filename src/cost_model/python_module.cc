@@ -21,6 +21,7 @@ using namespace tenet;
 void BindMemory(py::module_& m);  // python_memory.cc
 void BindMapping(py::module_& m);  // python_mapping.cc
 void BindValues(py::module_& m);   // python_values.cc
+void BindVector(py::module_& m);   // python_vector.cc
 
 AnalysisMethod ToMethod(const std::string& m) {
   if (m == "auto") return AnalysisMethod::kAuto;
@@ -415,5 +416,6 @@ PYBIND11_MODULE(_cost_model, m) {
         return out;
       },
       py::arg("text"), py::arg("point"), py::arg("params") = std::map<std::string, int64_t>{});
+  BindVector(m);  // before BindValues: the Accelerator returns its units
   BindValues(m);  // after Hardware, Dataflow and Metrics, which its values return
 }

@@ -19,6 +19,7 @@
 #include "cost_model/json.h"
 #include "cost_model/mapping.h"
 #include "cost_model/memory.h"
+#include "cost_model/vector.h"
 
 namespace py = pybind11;
 using namespace tenet;
@@ -386,17 +387,23 @@ void BindValues(py::module_& m) {
       .def(py::init([](const std::string& name, const Hardware& hw, const Dataflow& df,
                        const py::object& memory, const py::object& precision,
                        const py::object& mapping, const py::object& objective,
-                       const py::object& supported_dataflows) {
+                       const py::object& supported_dataflows, const py::object& vector,
+                       const py::object& edge_dequantizer) {
              if (name.empty())
                throw std::invalid_argument("Accelerator.name must be a non-empty string, got ''");
              Accelerator a = MakeAccelerator(name, hw, df, memory, precision, mapping, objective);
              a.supported_dataflows = SupportedDataflowsOf(supported_dataflows, df);
+             // The units beside the array (vector.h): None keeps the defaults.
+             if (!vector.is_none()) a.vector = vector.cast<VectorUnit>();
+             if (!edge_dequantizer.is_none())
+               a.edge_dequantizer = edge_dequantizer.cast<EdgeDequantizer>();
              return Bind(std::move(a));
            }),
            py::arg("name"), py::arg("hardware"), py::arg("dataflow"),
            py::arg("memory") = py::none(), py::arg("precision") = py::none(),
            py::arg("mapping") = py::none(), py::arg("objective") = py::none(),
-           py::arg("supported_dataflows") = py::none())
+           py::arg("supported_dataflows") = py::none(), py::arg("vector") = py::none(),
+           py::arg("edge_dequantizer") = py::none())
       .def(py::init([](const BoundAccelerator& other) { return other; }), py::arg("accelerator"),
            "A copy of an accelerator value (shares its mapping search).")
       .def_static(
@@ -419,6 +426,11 @@ void BindValues(py::module_& m) {
       .def_property_readonly("memory", [](const BoundAccelerator& a) { return a.value.memory; })
       .def_property_readonly("precision",
                              [](const BoundAccelerator& a) { return a.value.precision; })
+      .def_property_readonly("vector", [](const BoundAccelerator& a) { return a.value.vector; },
+                             "The vector unit non-GEMM operators are charged on.")
+      .def_property_readonly(
+          "edge_dequantizer", [](const BoundAccelerator& a) { return a.value.edge_dequantizer; },
+          "The dequantizer at the array edge (elements_per_cycle 0: none).")
       .def_property_readonly("mapping", [](const BoundAccelerator& a) { return MappingOf(a.value); },
                              "'default', 'auto' or the TileMapping every call uses.")
       .def_property_readonly(
@@ -495,6 +507,16 @@ void BindValues(py::module_& m) {
       "What the runtime's ledger charges `call` on `accelerator` (the one rule, charge.h): "
       ".array (PE array), .memory (buffer level; .cycles is the call's latency), .energy. "
       "With mapping 'auto' each distinct call is searched once per accelerator.");
+  m.def(
+      "charge_vector",
+      [](const VectorCall& call, const BoundAccelerator& acc) {
+        py::gil_scoped_release release;
+        return ChargeVectorCall(call, acc.value.vector, acc.value.memory,
+                                acc.value.hardware.clock_ghz);
+      },
+      py::arg("call"), py::arg("accelerator"),
+      "What a non-GEMM operator call costs on the accelerator's vector unit (vector.h): "
+      "elements, ops by class, bytes by level, cycles, energy (unit 'vector').");
   m.def(
       "analyze_array",
       [](const GemmCall& call, const BoundAccelerator& acc, const std::string& method) {

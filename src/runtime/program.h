@@ -17,7 +17,7 @@ namespace tenet {
 namespace runtime {
 
 /*! \brief The descriptor format this runtime reads; bumped on any incompatible change. */
-constexpr int64_t kDescriptorVersion = 4;
+constexpr int64_t kDescriptorVersion = 5;
 
 /*! \brief A tensor a program reads or writes: >= 0 is a function input, < 0 is -(step + 1). */
 using ValueRef = int64_t;

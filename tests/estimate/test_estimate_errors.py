@@ -17,6 +17,12 @@ import tenet_byoc
      r"context_len=1000 \+ decode_steps=25 .* n_positions=1024"),
     ({"prompt_len": -1}, ValueError, "prompt_len=-1 must be >= 0"),
     ({"batch": 0}, ValueError, "batch=0 must be >= 1"),
+    # The first GEMM's rows are prompt_len x batch = 128 x 10^12, past int32's 2^31 - 1.
+    ({"batch": 10**12}, ValueError,
+     r"batch=1000000000000 makes prefill GEMM 'h.0.attn.c_attn' M = 128,000,000,000,000, "
+     r"above the cost model's limit of 2,147,483,647"),
+    # 2^24 sequences of 128 tokens: 2^31 rows, one past the limit.
+    ({"batch": 2**24}, ValueError, r"batch=16777216 makes .* M = 2,147,483,648"),
     ({"decode_steps": 1.5}, TypeError, "decode_steps=1.5 must be an integer"),
     ({"context_len": True}, TypeError, "context_len=True must be an integer"),
     ({"prompt_len": 0, "decode_steps": 0}, ValueError, "nothing to estimate"),

@@ -355,8 +355,8 @@ def test_near_names_get_a_suggestion_not_a_list(argv, message, capsys):
 
 
 def test_one_name_options_do_not_offer_all(capsys):
-    # `run` takes one preset, so its message must not suggest "all", which it refuses.
-    assert exit_code(["run", "--accelerator", "nonsense"]) == 2
+    # `profile` takes one preset, so its message must not suggest "all", which it refuses.
+    assert exit_code(["profile", "--accelerator", "nonsense"]) == 2
     err = capsys.readouterr().err
     assert "available: " in err and "(or all)" not in err
     assert exit_code(["sweep", "--accelerator", "nonsense"]) == 2

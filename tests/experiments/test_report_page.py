@@ -77,15 +77,16 @@ def fetched_urls(page: str) -> list[str]:
                       r"\b(?:src|href|data)\s*=\s*['\"]?([^'\" >]+)", ours, re.IGNORECASE)
 
 
-def check_page(folder: Path) -> dict:
-    """Open folder's report in Chromium; the checks common to every page."""
+def check_page(folder: Path, **actions) -> dict:
+    """Open folder's report in Chromium (``actions``: browser_check's sort_by / filter_by);
+    the checks common to every page."""
     page = folder / REPORT
     text = page.read_text()
     assert text.count(plotly.offline.get_plotlyjs()) == 1  # plotly.js inlined once
     assert fetched_urls(text) == []
     assert not re.search(r"<(script|link)[^>]*\bsrc\s*=", text.replace(
         plotly.offline.get_plotlyjs(), ""), re.IGNORECASE)
-    check = browser_check(page)
+    check = browser_check(page, **actions)
     assert check.errors == []
     assert check.resources == []  # nothing fetched: no CDN, no server
     assert check.plots, "no plot drawn"
@@ -94,7 +95,25 @@ def check_page(folder: Path) -> dict:
         assert points > 0, key
     for key, (rows, source) in check.tables.items():
         assert rows == len(csv_rows(folder / source)), (key, source)
+    # opened (header and tables painted) before plotly.js ran, first screen before the rest
+    assert 0 < check.open_ms <= check.plotly_ms <= check.first_ms <= check.ready_ms
     return {"check": check, "text": text}
+
+
+def shown_as_csv(shown: list[list[str]], rows: list[dict[str, str]]) -> list[list[str]]:
+    """The page's rows in the CSV's spelling: a number cell (the page gives its exact value)
+    as the CSV's text when they are the same number."""
+    out = []
+    for cells, row in zip(shown, rows):
+        line = []
+        for cell, csv_text in zip(cells, row.values()):
+            try:
+                same = cell != "" and float(cell) == float(csv_text)
+            except ValueError:
+                same = False
+            line.append(csv_text if same else cell)
+        out.append(line)
+    return out
 
 
 def test_manifest_records_the_run(sweep_dir):
@@ -113,7 +132,8 @@ def test_manifest_records_the_run(sweep_dir):
 
 @needs_chromium
 def test_sweep_page_in_chromium(sweep_dir):
-    got = check_page(sweep_dir)
+    got = check_page(sweep_dir, sort_by=("layers", "latency_us"),
+                     filter_by=("layers", "W8A8 prefill"))
     check, text = got["check"], got["text"]
     assert {s for _, s in check.tables.values()} == {"sweep.csv", "layers.csv"}
     layers = csv_rows(sweep_dir / "layers.csv")
@@ -129,6 +149,22 @@ def test_sweep_page_in_chromium(sweep_dir):
     assert html.escape(manifest["command_line"]) in text
     assert html.escape(json.dumps(json.loads(resolve("os16").to_json()), indent=1)) in text
     assert html.escape(tenet_byoc.cpu_info().model) in text
+    # sorting and filtering work on every row: the page's rows after a click on the latency
+    # header (ascending, ties in the CSV's order), then after typing two words in the filter,
+    # equal the CSV's rows sorted and filtered here
+    expected = sorted(layers, key=lambda r: float(r["latency_us"]))
+    assert shown_as_csv(check.sorted_rows, expected) == [list(r.values()) for r in expected]
+    kept = [r for r in expected if all(w in " ".join(r.values()).lower()
+                                       for w in ("w8a8", "prefill"))]
+    assert 0 < len(kept) < len(layers)
+    assert shown_as_csv(check.filtered_rows, kept) == [list(r.values()) for r in kept]
+
+
+@pytest.mark.parametrize("bad", [("layers",), ("layers:x", "latency_us"), ("", "x"),
+                                 ["layers", "latency_us"]])
+def test_browser_check_names_a_bad_action(bad):
+    with pytest.raises(ValueError, match=r"sort_by=.*\(table key, text\) pair"):
+        browser_check("no-such-page.html", sort_by=bad)
 
 
 @needs_chromium
@@ -222,3 +258,18 @@ def test_cli_report_command_and_flag_errors(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 0
     assert (tmp_path / REPORT).is_file()
     assert str(tmp_path / REPORT) in capsys.readouterr().out
+
+
+def test_browser_check_names_a_browser_that_fails(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text("<!DOCTYPE html><p>no self-check here</p>")
+    with pytest.raises(RuntimeError, match=r"chromium closed its pipe \(exit 1\)"):
+        browser_check(page, chromium=shutil.which("false"))
+
+
+@needs_chromium
+def test_a_page_without_a_self_check_times_out_clearly(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text("<!DOCTYPE html><p>no self-check here</p>")
+    with pytest.raises(RuntimeError, match=r"page.html'.*self-check did not finish in 10 s"):
+        browser_check(page, timeout=10)

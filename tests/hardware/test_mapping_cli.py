@@ -29,7 +29,7 @@ def _mapping_rows(out: str, title: str) -> list[list[str]]:
 def test_run_with_mapping_auto_prints_the_searched_mappings(capsys):
     assert main(["run", *TINY, "--mapping", "auto", "--objective", "latency"]) == 0
     out = capsys.readouterr().out
-    rows = _mapping_rows(out, "gpt2 prefill: mappings chosen by the search (latency)")
+    rows = _mapping_rows(out, "gpt2 prefill on os16: mappings chosen by the search (latency)")
     assert len(rows) == 6 * 2 + 1  # tiny GPT-2: 2 layers of 6 GEMMs, and the head
     acc = preset("os16")
     for layer, batch, m, n, k, mapping, cycles, _ in rows:

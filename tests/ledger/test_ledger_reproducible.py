@@ -51,10 +51,18 @@ def test_every_entry_equals_analyze_gemm_of_its_fields(accelerator, scheme):
     _, book = _prefill_ledger(acc, scheme)
     assert book.accelerator == acc.name
     assert len(book) == 6 * 2 + 1
+    edge = acc.edge_dequantizer
     for e in book:
+        # Weight dequantization the edge dequantizer converts runs beside the array, not on
+        # the PEs (issue 20): the PEs' extra ops lose it, and the call takes at least the
+        # dequantizer's N x K / elements_per_cycle cycles, at its energy per element.
+        on_edge = e.dequant_place == "weight" and edge.converts(e.bits_b)
+        edge_ops = e.dequant_ops if on_edge else 0
+        edge_cycles = -(-edge_ops // edge.elements_per_cycle) if on_edge else 0
+        assert (e.edge_cycles, e.edge_pj) == (edge_cycles, edge_ops * edge.pj_per_element)
         widths = {"batch": e.batch, "bits_a": e.bits_a, "bits_b": e.bits_b,
                   "bits_c": e.bits_c, "extra_read_bits": e.extra_read_bits,
-                  "extra_ops": e.extra_ops}
+                  "extra_ops": e.extra_ops - edge_ops}
         m = cm.analyze_gemm(e.m, e.n, e.k, acc.hardware, acc.dataflow, **widths)
         assert (e.macs, e.array_cycles, e.offchip_read_bytes, e.offchip_write_bytes) == (
             m.macs, m.cycles, m.offchip_read_bits / 8, m.offchip_write_bits / 8), e.name
@@ -69,25 +77,27 @@ def test_every_entry_equals_analyze_gemm_of_its_fields(accelerator, scheme):
         mm = cm.analyze_memory(e.m, e.n, e.k, acc.hardware, acc.dataflow, acc.memory, tiles,
                                **widths)
         energy = cm.call_energy(mm, acc.memory, acc.precision.lookup(e.bits_a, e.bits_b),
-                                e.extra_ops)
+                                e.extra_ops - edge_ops)
         assert (e.cycles, e.roofline_cycles, e.mapping) == (
-            mm.cycles, mm.roofline_cycles, mm.mapping), e.name
+            max(mm.cycles, edge_cycles), mm.roofline_cycles, mm.mapping), e.name
         assert (e.dram_read_bytes, e.dram_write_bytes, e.buffer_read_bytes,
                 e.buffer_write_bytes) == (mm.dram_read_bits / 8, mm.dram_write_bits / 8,
                                           mm.buffer_read_bits / 8, mm.buffer_write_bits / 8)
         assert {k: (t.dram_read_bytes, t.dram_write_bytes) for k, t in e.tensors.items()} == {
             k: (t.dram_read_bits / 8, t.dram_write_bits / 8) for k, t in mm.tensors.items()}
-        assert e.energy_pj == pytest.approx(energy.total_pj, rel=1e-12)
+        assert e.energy_pj == pytest.approx(energy.total_pj + e.edge_pj, rel=1e-12)
         assert e.latency_us == pytest.approx(e.cycles / acc.hardware.clock_ghz / 1e3)
         assert e.pe_utilization == pytest.approx(
             e.macs / (e.cycles * e.num_pes * e.macs_per_pe_per_cycle))
         assert e.roofline_cycles <= e.cycles, e.name
         charge = cm.charge_gemm(e.m, e.n, e.k, acc.hardware, acc.dataflow, scheme=e.scheme,
                                 **widths, **acc.charge_parts)
-        assert (charge.scheme, charge.array.cycles, charge.memory.cycles) == (
+        assert (charge.scheme, charge.array.cycles, max(charge.memory.cycles, edge_cycles)) == (
             e.scheme, e.array_cycles, e.cycles)
     if scheme != "none":
         assert {e.scheme for e in book} == {scheme, "none"}  # attention matmuls stay float
+    if scheme in ("w8a16_per_channel", "w4a16_group32") and accelerator == "os16_mp":
+        assert any(e.edge_cycles > 0 for e in book)  # the edge dequantizer is in play
     if accelerator == "os16_mp" and scheme != "none":
         # The precision-dependent rate is in play: some entries run above 1 MAC per cycle.
         assert max(e.macs_per_pe_per_cycle for e in book) > 1

@@ -129,7 +129,9 @@ class GPT2Case:
 
         _check_lengths(config, prompt_len, context_len)
         self.config = config
-        self.params = check_params(config, params)
+        # Held until the module is exported; then only the module's constants hold the
+        # weights (GPT-2 small: 500 MB that the sweep would otherwise keep twice).
+        self._params: dict[str, np.ndarray] | None = check_params(config, params)
         self.prompt_len = prompt_len
         self.context_len = context_len
         self.weights = weights
@@ -147,7 +149,8 @@ class GPT2Case:
         if self._module is None:
             from ..models.gpt2 import export_gpt2
 
-            self._module = export_gpt2(self.config, self.params)
+            self._module = export_gpt2(self.config, self._params)
+            self._params = None
         return self._module
 
     def tokens(self, phase: str) -> int:

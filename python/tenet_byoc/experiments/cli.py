@@ -11,6 +11,7 @@ Examples
     tenet-byoc presets
     tenet-byoc estimate --model llama-3-70b --schemes none,q4f16_1 --accelerator os128
     tenet-byoc report results                # results/report.html, one self-contained page
+    tenet-byoc dse --model llama-3-8b --schemes none,per_token --space space.yaml --out dse
 """
 
 from __future__ import annotations
@@ -125,6 +126,41 @@ def _one(kind: str, known: Sequence[str]):
     return parse
 
 
+def _is_design_file(text: str) -> bool:
+    """Whether an --accelerator item names a design file rather than a preset."""
+    return text.lower().endswith((".json", ".yaml", ".yml")) or "/" in text or "\\" in text
+
+
+def _design(text: str):
+    """A design file's accelerator (``Accelerator.from_file``), as an argparse error when bad."""
+    from ..hardware import Accelerator
+
+    try:
+        return Accelerator.from_file(text)
+    except (ValueError, OSError) as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _accelerators(presets: Sequence[str], *, many: bool):
+    """An argparse type for --accelerator: preset names and/or design files (JSON or YAML,
+    the accelerator's one JSON form), comma-separated when ``many``; ``all`` is every
+    preset. Files are loaded (and so checked) when the options are parsed."""
+    names = _names("preset", presets, many=many)
+
+    def parse(text: str):
+        items = [t.strip() for t in text.split(",") if t.strip()] if many else [text.strip()]
+        if not many and ("," in text or text.strip() == "all"):
+            raise argparse.ArgumentTypeError(f"give one preset or design file, got {text!r}")
+        out = []
+        for item in items:
+            out += [_design(item)] if _is_design_file(item) else names(item)
+        if not out:
+            raise argparse.ArgumentTypeError(f"no preset given in {text!r}")
+        return out if many else out[0]
+    parse.__name__ = "accelerator"
+    return parse
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -185,18 +221,21 @@ def _parser() -> argparse.ArgumentParser:
                        "digits)")
         g.add_argument("--seed", type=int, default=0, help="weights and token ids (default 0)")
 
-    def hardware_options(p: argparse.ArgumentParser, *, many: bool) -> None:
+    def hardware_options(p: argparse.ArgumentParser, *, many: bool, default: str = "") -> None:
         g = p.add_argument_group("accelerator")
         if many:
             g.add_argument("--accelerator", "--hardware", dest="accelerator",
-                           type=_names("preset", presets), metavar="LIST",
-                           help=f"comma-separated presets or all (default: "
-                           f"{','.join(DEFAULT_ACCELERATORS)}; os16 with --quick); "
+                           type=_accelerators(presets, many=True), metavar="LIST",
+                           help=f"comma-separated presets, design files (.json/.yaml, see "
+                           f"`presets --show`) or all (default: {default}; the model runs "
+                           "once and each accelerator is charged from its ledger); "
                            f"available: {', '.join(presets)}; --hardware is a deprecated name")
         else:
             g.add_argument("--accelerator", "--hardware", dest="accelerator",
-                           type=_one("preset", presets), metavar="PRESET",
-                           help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
+                           type=_accelerators(presets, many=False), metavar="PRESET|FILE",
+                           help=f"a preset or a design file (.json/.yaml, see `presets "
+                           f"--show`); default: {DEFAULT_PRESET}; available: "
+                           f"{', '.join(presets)}")
         g.add_argument("--tenet-p", metavar="FILE",
                        help="custom accelerator: TENET .p file (PE array, interconnect, memory)")
         g.add_argument("--tenet-m", metavar="FILE",
@@ -216,7 +255,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"comma-separated schemes or all (default: the classic "
                    f"{len(CLASSIC_SCHEMES)}, {','.join(CLASSIC_SCHEMES)}; three with --quick); "
                    f"available: {', '.join(schemes)}")
-    hardware_options(p, many=True)
+    hardware_options(p, many=True,
+                     default=f"{','.join(DEFAULT_ACCELERATORS)}; os16 with --quick")
     p.add_argument("--quick", action="store_true",
                    help="prompt and context 32, schemes none,w8a8_per_channel_per_token,"
                    "w4a16_group128, accelerator os16 (explicit options win)")
@@ -227,11 +267,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="timed CPU runs per phase; the wall column is their median (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    p = sub.add_parser("run", help="one model, scheme and accelerator: totals and per-layer costs")
+    p = sub.add_parser("run", help="one model and scheme, run once, charged on one or more "
+                       "accelerators: totals and per-layer costs")
     model_options(p, sweep=False)
     p.add_argument("--scheme", type=_one("scheme", schemes), default="none",
                    help=f"default: none; available: {', '.join(schemes)}")
-    hardware_options(p, many=False)
+    hardware_options(p, many=True, default=DEFAULT_PRESET)
     p.add_argument("--out", metavar="DIR", help="write run.csv, run.json, layers.csv and a plot")
     _report_option(p)
     p.add_argument("--repeats", type=_positive, default=3,
@@ -264,8 +305,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated schemes or all (default: the classic seven); "
                    "float32 (none) always runs first as the reference")
     p.add_argument("--accelerator", "--hardware", dest="accelerator",
-                   type=_one("preset", presets), default=DEFAULT_PRESET, metavar="PRESET",
-                   help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
+                   type=_accelerators(presets, many=False), default=DEFAULT_PRESET,
+                   metavar="PRESET|FILE",
+                   help=f"a preset or a design file (.json/.yaml, see `presets --show`); "
+                   f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
     p.add_argument("--window", type=_positive, metavar="N",
                    help="tokens per window, at least 2 (default: the model's context)")
     p.add_argument("--max-tokens", type=_positive, metavar="N",
@@ -274,12 +317,23 @@ def _parser() -> argparse.ArgumentParser:
     _report_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    sub.add_parser("presets", help="list accelerator presets and quantization schemes")
+    p = sub.add_parser("presets", help="list accelerator presets and quantization schemes")
+    p.add_argument("--show", type=_one("preset", presets), metavar="NAME",
+                   help="print preset NAME in the accelerator's one form (a design file to "
+                   "edit and pass as --accelerator FILE)")
+    p.add_argument("--format", choices=["json", "yaml"], default="json",
+                   help="with --show: JSON (default) or YAML")
 
     from .estimate_cmd import add_estimate_parser
 
-    add_estimate_parser(sub, schemes, presets, _names, _one)
+    add_estimate_parser(sub, schemes, presets, _names, _one,
+                        accelerator_type=_accelerators(presets, many=False))
     _report_option(sub.choices["estimate"])
+
+    from .dse_cmd import add_dse_parser
+    from .estimate_cmd import _count
+
+    add_dse_parser(sub, schemes, _names, _count)
 
     p = sub.add_parser("report", help="write DIR/report.html: one self-contained page of a run",
                        description="Read what sweep, run, estimate or eval wrote into DIR "
@@ -308,7 +362,13 @@ def _tenet_accelerator(p_file: str, m_file: str):
 def _hardware(args, quick: bool = False) -> list:
     from ..hardware import resolve
 
-    return [resolve(h, args.mapping, args.objective) for h in _chosen_hardware(args, quick)]
+    accs = [resolve(h, args.mapping, args.objective) for h in _chosen_hardware(args, quick)]
+    names = [a.name for a in accs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"accelerator {', '.join(map(repr, twice))} given twice in "
+                         f"{','.join(names)}: each accelerator is charged once")
+    return accs
 
 
 def _chosen_hardware(args, quick: bool) -> list:
@@ -318,8 +378,8 @@ def _chosen_hardware(args, quick: bool) -> list:
     if (args.tenet_p is None) != (args.tenet_m is None):
         raise _UserError("--tenet-p and --tenet-m go together (a PE array and a mapping)")
     chosen = args.accelerator
-    if isinstance(chosen, str):
-        chosen = [chosen]
+    if chosen is not None and not isinstance(chosen, list):
+        chosen = [chosen]  # one preset name or design file's accelerator
     custom = [] if args.tenet_p is None else [_tenet_accelerator(args.tenet_p, args.tenet_m)]
     if chosen is None:
         if custom:
@@ -500,9 +560,12 @@ def _cmd_run(args) -> int:
     result = sweep(cases, [args.scheme], hardware, repeats=args.repeats,
                    progress=not args.no_progress)
     _print_sweep(result)
-    for phase in dict.fromkeys(c.phase for c in result.layers):
-        calls = [c for c in result.layers if c.phase == phase]
-        print(f"\n{calls[0].model} {phase}, {args.scheme} on {calls[0].hardware}: per layer")
+    by_name = {a.name: a for a in hardware}
+    # One per-layer table (and plot) per phase and accelerator, in the rows' order.
+    groups = dict.fromkeys((c.phase, c.hardware) for c in result.layers)
+    for phase, name in groups:
+        calls = [c for c in result.layers if c.phase == phase and c.hardware == name]
+        print(f"\n{calls[0].model} {phase}, {args.scheme} on {name}: per layer")
         header = ["layer", "pattern", "scheme", "batch", "M", "N", "K", "MACs", "est. cycles",
                   "est. latency (us)", "PE util", "off-chip bytes"]
         print(markdown_table(header, [
@@ -511,8 +574,8 @@ def _cmd_run(args) -> int:
             for c in calls
         ]))
         if args.mapping == "auto":
-            print(f"\n{calls[0].model} {phase}: mappings chosen by the search "
-                  f"({hardware[0].objective or 'latency'})")
+            print(f"\n{calls[0].model} {phase} on {name}: mappings chosen by the search "
+                  f"({by_name[name].objective or 'latency'})")
             print(markdown_table(["layer", "batch", "M", "N", "K", "mapping", "cycles",
                                   "/ roofline"], [
                 [c.layer, c.batch, c.m, c.n, c.k, c.mapping.replace("|", "/"), c.cycles,
@@ -528,8 +591,8 @@ def _cmd_run(args) -> int:
         result.to_csv(paths[0])
         result.to_json(paths[1])
         result.layers_to_csv(paths[2])
-        for phase in dict.fromkeys(c.phase for c in result.layers):
-            calls = [c for c in result.layers if c.phase == phase]
+        for phase, name in groups:
+            calls = [c for c in result.layers if c.phase == phase and c.hardware == name]
             paths.append(plot_layer_breakdown(
                 calls, out / f"layers_{calls[0].model}_{phase}_{args.scheme}_"
                 f"{calls[0].hardware}.png"))
@@ -595,8 +658,26 @@ def _cmd_eval(args) -> int:
     return 0
 
 
+def _show_preset(name: str, fmt: str) -> int:
+    import json
+
+    from ..hardware import preset
+
+    form = json.loads(preset(name).to_json())
+    if fmt == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(form, sort_keys=False, width=100), end="")
+    else:
+        print(json.dumps(form, indent=2))
+    return 0
+
+
 def _cmd_presets(args) -> int:
     from dataclasses import replace
+
+    if args.show:
+        return _show_preset(args.show, args.format)
 
     from ..hardware import DEFAULT_PRESET, PRESETS
     from ..quantization import KV_HELP, SCHEMES, SPEC_HELP
@@ -650,7 +731,8 @@ def _cmd_presets(args) -> int:
     print("Emulated schemes: for a decode step's few rows each weight is formed from its "
           "codes inside the GEMM (no float32 copy per call); the ledger charges their recipe, "
           "not the emulation.")
-    print("\nCustom accelerators: --tenet-p FILE.p --tenet-m FILE.m (TENET's file formats).")
+    print("\nCustom accelerators: --accelerator FILE (.json/.yaml; `presets --show NAME` prints "
+          "a preset's to start from), or --tenet-p FILE.p --tenet-m FILE.m (TENET's formats).")
     return 0
 
 
@@ -670,6 +752,13 @@ def _cmd_estimate(args) -> int:
     return code
 
 
+def _cmd_dse(args) -> int:
+    from .dse_cmd import run_dse
+
+    with _input_checks():  # a bad space, model, length or checkpoint is the user's
+        return run_dse(args)
+
+
 def _cmd_report(args) -> int:
     from .report import write_report
 
@@ -680,7 +769,7 @@ def _cmd_report(args) -> int:
 
 _COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
              "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_estimate,
-             "report": _cmd_report}
+             "dse": _cmd_dse, "report": _cmd_report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -214,8 +214,9 @@ def _counts(text: str) -> list[int]:
 
 
 def add_estimate_parser(sub, schemes: Sequence[str], presets: Sequence[str],
-                        names, one) -> None:
-    """The ``estimate`` subcommand's options (``names``/``one``: cli's list/name types)."""
+                        names, one, accelerator_type=None) -> None:
+    """The ``estimate`` subcommand's options (``names``/``one``: cli's list/name types;
+    ``accelerator_type``: cli's preset-or-design-file type, default a preset name)."""
     from ..hardware import DEFAULT_PRESET
     from ..models.configs import BUILTIN
 
@@ -232,8 +233,9 @@ def add_estimate_parser(sub, schemes: Sequence[str], presets: Sequence[str],
                    help=f"comma-separated schemes or all (default: none); available: "
                    f"{', '.join(schemes)}")
     p.add_argument("--accelerator", "--hardware", dest="accelerator", default=DEFAULT_PRESET,
-                   type=one("preset", presets), metavar="PRESET",
-                   help=f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
+                   type=accelerator_type or one("preset", presets), metavar="PRESET|FILE",
+                   help=f"a preset or a design file (.json/.yaml, see `presets --show`); "
+                   f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
     p.add_argument("--mapping", choices=["auto", "fixed"],
                    help="tile mapping: searched per call or the preset's (default: the "
                    "accelerator's own)")

@@ -3,10 +3,13 @@ DIR (CSV, JSON, ``manifest.json``) and writes ``DIR/report.html``.
 
 The page opens offline: plotly's own bundled plotly.js is inlined once, the tables and figures
 travel as JSON inside the file, and a little inline script of our own makes the tables
-sortable and filterable. Sections follow the files found; a missing file leaves its section
-out. A self-check script records, once everything is drawn, every plot's size, every table's
-row count, the errors it caught and the URLs the page fetched, in a hidden element that
-:func:`browser_check` reads back from headless Chromium.
+sortable and filterable. It opens fast: the header and the tables' first rows are painted
+before plotly.js is compiled, plots are drawn as they near the screen and table rows as they
+are scrolled to. Sections follow the files found; a missing file leaves its section out.
+Opened with ``#tenet-check`` at the end of its address, the page scrolls itself through every
+plot and table and records every plot's size, every table's row count, the errors it caught,
+the URLs it fetched and its timings, in a hidden element that :func:`browser_check` reads back
+from headless Chromium.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,7 +252,7 @@ def _roofs(manifest: dict | None, hardware: str, macs: Sequence[float],
     for bits, rate in acc["macs_per_pe_per_cycle"].items():
         peak = float(acc["num_pes"]) * float(rate)
         knee = peak / bw
-        xr = sorted({lo, hi, min(max(knee, lo), hi)})
+        xr = sorted({_round(x) for x in (lo, hi, min(max(knee, lo), hi))})
         out.append({
             "type": "scatter", "mode": "lines", "name": f"roof {hardware}"
             + ("" if bits == "all" else f" ({bits}-bit)"),
@@ -434,14 +438,22 @@ def _script_json(value: Any) -> str:
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
-def _clean(value: Any) -> Any:
-    """NaN and infinities as None (JSON has no such numbers)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+def _round(x: float) -> float:
+    """``x`` to 7 significant digits: a plot shows at most 4, and its JSON is half as long."""
+    return float(f"{x:.7g}")
+
+
+def _clean(value: Any, digits: bool = False) -> Any:
+    """NaN and infinities as None (JSON has no such numbers); floats to 7 significant digits
+    if ``digits`` (plots only: tables keep the CSV's values, to sort and show them exactly)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return _round(value) if digits else value
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: _clean(v, digits) for k, v in value.items()}
     if isinstance(value, list):
-        return [_clean(v) for v in value]
+        return [_clean(v, digits) for v in value]
     return value
 
 
@@ -544,7 +556,7 @@ def build_report(folder: str | os.PathLike[str]) -> str:
                     f"<p>{sec.intro}</p>")
         for part in sec.parts:
             if isinstance(part, _Figure):
-                figures[part.key] = {"data": _clean(part.data), "layout": part.layout}
+                figures[part.key] = {"data": _clean(part.data, digits=True), "layout": part.layout}
                 body.append(f"<div class='plot' id='plot-{html.escape(part.key)}'></div>")
             else:
                 tables[part.key] = {
@@ -589,20 +601,31 @@ class PageCheck:
     ``plots`` maps a plot's key to its drawn (width, height, points); ``tables`` maps a
     table's key to (rows drawn, source CSV); ``errors`` holds caught errors and
     console.error messages; ``resources`` the URLs the page fetched. Times from navigation
-    start, in ms: ``plotly_ms`` plotly.js loaded, ``first_ms`` the first screen drawn (what
-    a reader waits for), ``ready_ms`` every plot and every table row made. ``wall_s`` is
-    Chromium's whole run and ``cpu_s`` the CPU time of its processes (those it reaped).
+    start, in ms: ``paint_ms`` the browser's first contentful paint (None if it gave none),
+    ``open_ms`` the header and every table's first rows painted and working (sort, filter):
+    the later of the first paint and the first frame after the tables were made,
+    ``plotly_ms`` plotly.js compiled and run, ``first_ms`` the plots on the first screen drawn
+    too, ``plots_ms`` every plot drawn after the page scrolled itself to each, ``ready_ms``
+    every table row made too (after it scrolled each table to its end). ``wall_s``: from starting Chromium to reading the finished self-check;
+    ``cpu_s``: the CPU time its processes had used by then (all of them, renderer too). ``sorted_rows`` and ``filtered_rows``: the rows a table
+    showed after :func:`browser_check`'s ``sort_by`` / ``filter_by`` (each cell its exact
+    value for numbers, else its text), or None.
     """
 
     plots: dict[str, tuple[float, float, int]]
     tables: dict[str, tuple[int, str]]
     errors: list[str]
     resources: list[str]
+    paint_ms: float | None
+    open_ms: float
     plotly_ms: float
     first_ms: float
+    plots_ms: float
     ready_ms: float
     wall_s: float
     cpu_s: float
+    sorted_rows: list[list[str]] | None = None
+    filtered_rows: list[list[str]] | None = None
 
 
 def chromium_path() -> str | None:
@@ -614,60 +637,193 @@ def chromium_path() -> str | None:
     return None
 
 
-def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
-                  timeout: float = 180.0, virtual_time_ms: int | None = 30000,
-                  window: tuple[int, int] = (1280, 1600)) -> PageCheck:
-    """Open ``page`` in headless Chromium with every network route blocked and read back
-    the page's self-check.
+class _DevTools:
+    """Headless Chromium driven over its DevTools pipe (``--remote-debugging-pipe``: JSON
+    commands in on fd 3, replies and events out on fd 4, each ended by a NUL byte)."""
 
-    ``virtual_time_ms`` lets Chromium run the page's pending tasks (up to that much virtual
-    time) before it dumps the DOM, so a slow machine still sees the finished page; None
-    dumps right after the load event. ``window`` is the browser window's (width, height):
-    what the first screen holds.
+    def __init__(self, exe: str, flags: list[str], deadline: float, log: Path) -> None:
+        import time
+
+        self._time = time
+        self.deadline = deadline
+        import sys
+
+        to_chrome, self._to_chrome = os.pipe()
+        self._from_chrome, from_chrome = os.pipe()
+        # A small Python puts Chromium's pipe ends at fds 3 and 4, where it looks for them,
+        # and execs it (same pid, so the session id below is Chromium's).
+        shim = ("import fcntl, os, sys; old = [int(a) for a in sys.argv[1:3]]; "
+                "r, w = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in old]; "
+                "os.dup2(r, 3); os.dup2(w, 4); "
+                "[os.close(fd) for fd in {r, w, *old} - {3, 4}]; "
+                "os.execvp(sys.argv[3], sys.argv[3:])")
+        with open(log, "wb") as err:  # Chromium's own messages, quoted if it fails
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", shim, str(to_chrome), str(from_chrome), exe, *flags,
+                 "--remote-debugging-pipe"],
+                pass_fds=(to_chrome, from_chrome), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        self.log = log
+        os.close(to_chrome)
+        os.close(from_chrome)
+        self._buffer = b""
+        self._next_id = 0
+
+    def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        """Send one command and wait for its reply (events met on the way are dropped)."""
+        import select
+
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method,
+                                   "params": params or {}}
+        if session is not None:
+            message["sessionId"] = session
+        os.write(self._to_chrome, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in self._buffer:
+                left = self.deadline - self._time.monotonic()
+                ready, _, _ = select.select([self._from_chrome], [], [], max(left, 0))
+                if not ready:
+                    raise TimeoutError(f"chromium: no reply to {method} in time")
+                chunk = os.read(self._from_chrome, 1 << 20)
+                if not chunk:
+                    try:  # it closed the pipe: it is exiting
+                        self.proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
+                    raise RuntimeError(f"chromium closed its pipe (exit {self.proc.poll()}); "
+                                       f"stderr tail: {self._stderr()!r}")
+                self._buffer += chunk
+            raw, self._buffer = self._buffer.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"chromium: {method} failed: {reply['error']}")
+                return reply.get("result", {})
+
+    def cpu_s(self) -> float:
+        """CPU time (user + system) of every live process of the browser's session."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            if int(fields[3]) == self.proc.pid:  # session id (field 6 of stat)
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / ticks
+
+    def _stderr(self) -> str:
+        return self.log.read_bytes()[-2000:].decode(errors="replace")
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.call("Browser.close")
+        except (OSError, RuntimeError, TimeoutError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+        for fd in (self._to_chrome, self._from_chrome):
+            os.close(fd)
+
+
+def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
+                  timeout: float = 180.0, window: tuple[int, int] = (1280, 1600),
+                  sort_by: tuple[str, str] | None = None,
+                  filter_by: tuple[str, str] | None = None) -> PageCheck:
+    """Open ``page`` in headless Chromium with every network route blocked, wait (real time,
+    up to ``timeout`` seconds) for the page's self-check and read it back.
+
+    Chromium is driven over its DevTools pipe, so the page runs in real time (the
+    ``--dump-dom --virtual-time-budget`` way stops the page's clock while a task runs, and its
+    timings mean nothing). ``window`` is the page's (width, height): what the first screen
+    holds. After its checks the page does what a reader would: ``sort_by=(table, column)``
+    clicks that column's header once (ascending), then ``filter_by=(table, words)`` types
+    those words in that table's filter; each scrolls the table to its end, and the rows it
+    then shows are in :attr:`PageCheck.sorted_rows` / :attr:`PageCheck.filtered_rows`. A table
+    is named by its key (``summary``, ``layers``, ...).
 
     Raises
     ------
+    ValueError
+        If ``sort_by`` or ``filter_by`` is not a (table, text) pair of strings.
     FileNotFoundError
         If no Chromium is installed or ``page`` is missing.
     RuntimeError
-        If Chromium fails or the page never finished its self-check (its output is quoted).
+        If Chromium fails or the page never finished its self-check in time.
     """
-    import resource
     import time
 
+    query = [("tenet-check", "")]
+    for name, action in (("sort_by", sort_by), ("filter_by", filter_by)):
+        if action is None:
+            continue
+        if (not isinstance(action, tuple) or len(action) != 2
+                or not all(isinstance(a, str) and a for a in action) or ":" in action[0]):
+            raise ValueError(f"{name}={action!r}: expected a (table key, text) pair of "
+                             "non-empty strings, the key without ':'")
+        query.append((name.split("_")[0], f"{action[0]}:{action[1]}"))
     exe = chromium or chromium_path()
     if exe is None:
         raise FileNotFoundError("no chromium on PATH (Debian: apt-get install chromium)")
     page = Path(page).resolve()
     if not page.is_file():
         raise FileNotFoundError(f"page {str(page)!r} does not exist")
+    url = page.as_uri() + "#" + urllib.parse.urlencode(query)
+    read = ("(function () { var e = document.getElementById('tenet-self-check');"
+            " return e ? e.textContent : ''; })()")
     with tempfile.TemporaryDirectory(prefix="tenet-chromium-") as profile:
-        cmd = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-               "--disable-extensions", "--disable-background-networking", "--disable-sync",
-               "--disable-component-update", "--disable-default-apps",
-               f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
-               "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-               f"--window-size={int(window[0])},{int(window[1])}", "--dump-dom",
-               page.as_uri()]
-        if virtual_time_ms is not None:
-            cmd.insert(-2, f"--virtual-time-budget={int(virtual_time_ms)}")
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--disable-extensions", "--disable-background-networking", "--disable-sync",
+                 "--disable-component-update", "--disable-default-apps",
+                 f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
+                 "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
+                 f"--window-size={int(window[0])},{int(window[1])}", "about:blank"]
         start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    found = re.search(r'<pre id="tenet-self-check"[^>]*>(.*?)</pre>', proc.stdout, re.DOTALL)
-    if proc.returncode != 0 or found is None or not found.group(1).strip():
-        raise RuntimeError(f"chromium on {str(page)!r}: exit {proc.returncode}, no self-check "
-                           f"result; stderr tail: {proc.stderr[-2000:]!r}")
-    doc = json.loads(html.unescape(found.group(1)))
+        browser = _DevTools(exe, flags, time.monotonic() + timeout,
+                            Path(profile) / "stderr.txt")
+        try:
+            target = browser.call("Target.createTarget", {
+                "url": "about:blank", "newWindow": True, "width": int(window[0]),
+                "height": int(window[1])})
+            session = browser.call("Target.attachToTarget", {
+                "targetId": target["targetId"], "flatten": True})["sessionId"]
+            browser.call("Page.navigate", {"url": url}, session)
+            text = ""
+            while not text:
+                time.sleep(0.1)
+                if time.monotonic() > browser.deadline:
+                    raise RuntimeError(f"chromium on {str(page)!r}: the page's self-check did "
+                                       f"not finish in {timeout:g} s")
+                text = browser.call("Runtime.evaluate", {
+                    "expression": read, "returnByValue": True}, session)["result"].get(
+                        "value") or ""
+            wall = time.perf_counter() - start
+            cpu = browser.cpu_s()
+        except TimeoutError as err:
+            raise RuntimeError(f"chromium on {str(page)!r}: the page's self-check did not "
+                               f"finish in {timeout:g} s ({err})") from None
+        finally:
+            browser.close()
+    doc = json.loads(text)
     return PageCheck(
         plots={k: (v["width"], v["height"], v["points"]) for k, v in doc["plots"].items()},
         tables={k: (v["rows"], v["source"]) for k, v in doc["tables"].items()},
         errors=list(doc["errors"]), resources=list(doc["resources"]),
-        plotly_ms=float(doc["plotly_ms"]), first_ms=float(doc["first_ms"]),
-        ready_ms=float(doc["ready_ms"]), wall_s=wall, cpu_s=cpu,
+        paint_ms=None if doc.get("paint_ms") is None else float(doc["paint_ms"]),
+        open_ms=float(doc["open_ms"]), plotly_ms=float(doc["plotly_ms"]),
+        first_ms=float(doc["first_ms"]), plots_ms=float(doc["plots_ms"]),
+        ready_ms=float(doc["ready_ms"]), wall_s=wall,
+        cpu_s=cpu, sorted_rows=doc["sort"]["rows"] if "sort" in doc else None,
+        filtered_rows=doc["filter"]["rows"] if "filter" in doc else None,
     )
 
 
@@ -715,9 +871,19 @@ window.addEventListener('unhandledrejection', function (e) {
 
 _APP = r"""
 (function () {
-  var figures = JSON.parse(document.getElementById('figures').textContent);
+  // Order of work, so that the page opens fast: the tables' first rows are made at once
+  // (header and tables painted and interactive: "open"), then plotly.js (most of the file)
+  // is compiled from its inert text block, then each plot is drawn when it nears the screen.
+  // With the address ending in #tenet-check (what browser_check opens) the page then scrolls
+  // itself through every plot and every table's rows and records what it drew; with
+  // &sort=TABLE:COLUMN and &filter=TABLE:WORDS too, it then clicks that header and types those
+  // words as a reader would, and records the rows it then shows.
+  var params = new URLSearchParams(location.hash.slice(1));
+  var CHECK = params.has('tenet-check');
+  var FIRST_ROWS = 50, MORE_ROWS = 200;  // rows made at once; more as a table is scrolled
   var tables = JSON.parse(document.getElementById('tables').textContent);
-  var FIRST_ROWS = 100;  // rows made at once; the rest after every plot is drawn
+  var check = {plots: {}, tables: {}, errors: [], resources: []};
+  window.__tenetCheck = check;
 
   function fmt(v) {
     if (v === null || v === undefined) return '';
@@ -731,8 +897,14 @@ _APP = r"""
     return t.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
             .replace(/"/g, '&quot;');
   }
+  function nextTask() { return new Promise(function (r) { setTimeout(r, 0); }); }
+  // Resolves after the browser has produced a frame (so what was made before is painted).
+  function painted() {
+    return new Promise(function (r) { requestAnimationFrame(function () { setTimeout(r, 0); }); });
+  }
 
-  // A sortable, filterable table; returns a function that makes its remaining rows.
+  // A sortable, filterable table. Sorting and filtering work on all its rows (the data); only
+  // the rows scrolled to are made as HTML, so a table of thousands of rows opens at once.
   function makeTable(holder, spec) {
     var bar = document.createElement('div'); bar.className = 'bar';
     var input = document.createElement('input');
@@ -744,144 +916,292 @@ _APP = r"""
     var table = document.createElement('table');
     var head = table.createTHead().insertRow();
     var body = table.createTBody();
+    var rows = spec.rows;
     var numeric = spec.columns.map(function (_, j) {
-      return spec.rows.every(function (r) { return r[j] === null || typeof r[j] === 'number'; });
+      return rows.every(function (r) { return r[j] === null || typeof r[j] === 'number'; });
     });
-    var items = spec.rows.map(function (r, i) { return {tr: null, values: r, index: i}; });
-    var made = 0;
-    // One HTML string per batch of rows: far faster than a DOM call per cell.
-    function makeRows(upto) {
-      var from = made, html = [];
-      for (var i = from; i < upto; i++) {
-        var it = items[i], texts = it.values.map(fmt);
-        it.text = texts.join(' ').toLowerCase();
-        html.push('<tr>' + texts.map(function (cell, j) {
-          var v = it.values[j];
-          return numeric[j] ? '<td class="num"' + (v === null ? '' : ' title="' + v + '"')
-            + '>' + esc(cell) + '</td>' : '<td>' + esc(cell) + '</td>';
-        }).join('') + '</tr>');
-      }
-      body.insertAdjacentHTML('beforeend', html.join(''));
-      for (var k = from; k < upto; k++) items[k].tr = body.rows[k];
-      made = upto;
+    var texts = null;  // each row's shown text in lower case, made at the first filter
+    var order = rows.map(function (_, i) { return i; });  // all rows, in the sort order
+    var view = order;  // the rows the filter keeps, in the sort order
+    var made = 0;      // view[0 .. made) are in the table body
+    function rowHtml(i) {
+      return '<tr data-i="' + i + '">' + rows[i].map(function (v, j) {
+        return (numeric[j] ? '<td class="num">' : '<td>') + esc(fmt(v)) + '</td>';
+      }).join('') + '</tr>';
     }
-    function finish() { if (made < items.length) { makeRows(items.length); showCount(); } }
+    // A number's exact value shows on hover: its title is set when the pointer first gets
+    // there (a title per cell made up front would slow the making of big tables).
+    function exact(td) {
+      return String(rows[+td.parentNode.dataset.i][td.cellIndex]);
+    }
+    body.addEventListener('mouseover', function (e) {
+      var td = e.target.closest('td.num');
+      if (td && !td.title && td.textContent) td.title = exact(td);
+    });
     function showCount() {
-      var shown = 0;
-      for (var i = 0; i < made; i++) if (!items[i].tr.hidden) shown++;
-      count.textContent = shown + ' of ' + items.length + ' rows'
-        + (made < items.length ? ' (making the rest)' : '');
+      count.textContent = view.length + ' of ' + rows.length + ' rows'
+        + (made < view.length ? ' (first ' + made + ' shown: scroll for more)' : '');
+    }
+    // One HTML string per batch of rows: far faster than a DOM call per cell.
+    function more(n) {
+      var upto = Math.min(view.length, made + n), html = [];
+      for (var i = made; i < upto; i++) html.push(rowHtml(view[i]));
+      body.insertAdjacentHTML('beforeend', html.join(''));
+      made = upto;
+      showCount();
+    }
+    function restart() {
+      body.textContent = ''; made = 0; scroll.scrollTop = 0;
+      more(FIRST_ROWS);
+    }
+    scroll.addEventListener('scroll', function () {
+      if (made < view.length
+          && scroll.scrollTop + scroll.clientHeight > scroll.scrollHeight - 400) {
+        more(MORE_ROWS);
+      }
+    });
+    var words = [];
+    function filter() {
+      if (!words.length) { view = order; return; }
+      if (texts === null) {
+        texts = rows.map(function (r) { return r.map(fmt).join(' ').toLowerCase(); });
+      }
+      view = order.filter(function (i) {
+        return words.every(function (w) { return texts[i].indexOf(w) >= 0; });
+      });
     }
     var sortState = {col: -1, dir: 1};
     spec.labels.forEach(function (label, j) {
       var th = document.createElement('th'); th.textContent = label;
       th.title = spec.columns[j];
       th.addEventListener('click', function () {
-        finish();
         sortState.dir = sortState.col === j ? -sortState.dir : 1; sortState.col = j;
         head.querySelectorAll('th').forEach(function (h) { h.className = ''; });
         th.className = sortState.dir > 0 ? 'asc' : 'desc';
-        items.sort(function (a, b) {
-          var x = a.values[j], y = b.values[j];
-          if (x === y) return a.index - b.index;
+        order = order.slice().sort(function (a, b) {  // ties keep the CSV's order
+          var x = rows[a][j], y = rows[b][j];
+          if (x === y) return a - b;
           if (x === null) return 1;
           if (y === null) return -1;
           var c = numeric[j] ? x - y : String(x).localeCompare(String(y), 'en', {numeric: true});
-          return c * sortState.dir || a.index - b.index;
+          return c * sortState.dir || a - b;
         });
-        items.forEach(function (it) { body.appendChild(it.tr); });
+        filter(); restart();
       });
       head.appendChild(th);
     });
     input.addEventListener('input', function () {
-      finish();
-      var words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
-      items.forEach(function (it) {
-        it.tr.hidden = !words.every(function (w) { return it.text.indexOf(w) >= 0; });
-      });
-      showCount();
+      words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+      filter(); restart();
     });
-    makeRows(Math.min(FIRST_ROWS, items.length));
-    showCount();
+    more(FIRST_ROWS);
     scroll.appendChild(table); holder.appendChild(bar); holder.appendChild(scroll);
-    return finish;
+    // For the self-check: what a reader does (scroll to the end until every row is made,
+    // click a header, type in the filter) and what the table then shows.
+    return {
+      scrollToEnd: function () {
+        return new Promise(function (resolve) {
+          // The scroll event is sent at once rather than at the next frame: headless
+          // Chromium's virtual time makes frames only now and then when nothing else runs.
+          function step(stalls) {
+            if (made >= view.length || stalls > 3) return resolve(body.rows.length);
+            var before = made;
+            scroll.scrollTop = scroll.scrollHeight;
+            scroll.dispatchEvent(new Event('scroll'));
+            nextTask().then(function () { step(made === before ? stalls + 1 : 0); });
+          }
+          step(0);
+        });
+      },
+      sortBy: function (column) {
+        var j = spec.columns.indexOf(column);
+        if (j < 0) throw new Error('table ' + spec.source + ' has no column ' + column);
+        head.cells[j].click();
+      },
+      filterBy: function (text) {
+        input.value = text;
+        input.dispatchEvent(new Event('input'));
+      },
+      // Each row made, as its cells' exact values (a number's title) or texts.
+      shown: function () {
+        return Array.prototype.map.call(body.rows, function (tr) {
+          return Array.prototype.map.call(tr.cells, function (td) {
+            return td.className === 'num' && td.textContent ? exact(td) : td.textContent;
+          });
+        });
+      },
+    };
   }
 
-  var check = {plots: {}, tables: {}, errors: [], resources: [], plotly_ms: window.__tenetPlotlyMs};
-  var finishers = [];
-  // Parts in page order; each drawn in its own task, so the browser paints the first screen
-  // (first_ms) while the parts below it are still being drawn.
-  var parts = Array.prototype.slice.call(document.querySelectorAll('.plot, .table'));
-  function yieldToBrowser() { return new Promise(function (r) { setTimeout(r, 0); }); }
-  function draw(el) {
-    var key = el.id.slice(el.id.indexOf('-') + 1);
-    if (el.className === 'table') {
-      finishers.push(makeTable(el, tables[key]));
-      return Promise.resolve();
-    }
-    var f = figures[key];
-    return Plotly.newPlot(el, f.data, f.layout, {responsive: true, displaylogo: false});
-  }
-  var chain = Promise.resolve();
-  parts.forEach(function (el) {
-    chain = chain.then(function () {
-      if (check.first_ms === undefined && el.getBoundingClientRect().top > window.innerHeight) {
-        check.first_ms = performance.now();
-      }
-      return draw(el).catch(function (e) {
-        window.__tenetErrors.push(el.id + ': ' + e);
-      }).then(yieldToBrowser);
-    });
+  var scrollers = {};
+  Object.keys(tables).forEach(function (key) {
+    scrollers[key] = makeTable(document.getElementById('table-' + key), tables[key]);
   });
-  chain.then(function () {
-    if (check.first_ms === undefined) check.first_ms = performance.now();
-    check.plots_ms = performance.now();
-    finishers.forEach(function (f) { f(); });
-    check.tables_ms = performance.now();
-    Object.keys(figures).forEach(function (key) {
-      var el = document.getElementById('plot-' + key);
-      var box = el.querySelector('.main-svg');
-      var r = box ? box.getBoundingClientRect() : {width: 0, height: 0};
-      var points = 0;
-      figures[key].data.forEach(function (t) {
-        if (t.mode !== 'lines') points += (t.x || []).length;
-      });
-      check.plots[key] = {width: r.width, height: r.height, points: points};
-    });
-    Object.keys(tables).forEach(function (key) {
-      var el = document.getElementById('table-' + key);
-      check.tables[key] = {rows: el.querySelectorAll('tbody tr').length,
-                           source: tables[key].source};
-    });
-  }).catch(function (e) {
-    window.__tenetErrors.push('self-check: ' + e);
+  check.tables_ms = performance.now();
+
+  var parsed = new Promise(function (r) {
+    if (document.readyState !== 'loading') r();
+    else document.addEventListener('DOMContentLoaded', function () { r(); });
+  });
+  var figures = null, plotEls = [], drawn = {}, waiting = {}, queue = [], busy = false;
+
+  function drawNext() {
+    if (busy || !queue.length) return;
+    busy = true;
+    var el = queue.shift(), key = el.id.slice('plot-'.length), f = figures[key];
+    Promise.resolve().then(function () {
+      return Plotly.newPlot(el, f.data, f.layout, {responsive: true, displaylogo: false});
+    }).catch(function (e) {
+      window.__tenetErrors.push(el.id + ': ' + e);
+    }).then(function () {
+      drawn[key] = performance.now();
+      (waiting[key] || []).forEach(function (r) { r(); });
+      return nextTask();
+    }).then(function () { busy = false; drawNext(); });
+  }
+  function whenDrawn(key) {
+    if (drawn[key] !== undefined) return Promise.resolve();
+    return new Promise(function (r) { (waiting[key] = waiting[key] || []).push(r); });
+  }
+  function onScreen(el) {
+    var r = el.getBoundingClientRect();
+    return r.bottom > 0 && r.top < window.innerHeight;
+  }
+
+  painted().then(function () {
+    check.open_ms = performance.now();
+    performance.mark('tenet-open');
+    window.__tenetReady = true;
+    return parsed;
   }).then(function () {
-    check.ready_ms = performance.now();
+    var source = document.getElementById('plotly-js');
+    if (source !== null) {  // (a page made with plotly.js in its head has it already)
+      var script = document.createElement('script');
+      script.textContent = source.textContent;
+      document.head.appendChild(script);  // runs plotly.js now
+      // Both copies of its text go: the page holds 5 MB less.
+      source.remove(); script.remove();
+    }
+    check.plotly_ms = performance.now();
+    figures = JSON.parse(document.getElementById('figures').textContent);
+    plotEls = Array.prototype.slice.call(document.querySelectorAll('.plot'));
+    var first = plotEls.filter(onScreen);
+    // Plots are drawn in page order as they come within a screen's height of the window.
+    var observer = new IntersectionObserver(function (entries) {
+      entries.forEach(function (e) {
+        if (e.isIntersecting) { observer.unobserve(e.target); queue.push(e.target); }
+      });
+      queue.sort(function (a, b) { return plotEls.indexOf(a) - plotEls.indexOf(b); });
+      drawNext();
+    }, {rootMargin: '100% 0px'});
+    plotEls.forEach(function (el) { observer.observe(el); });
+    return Promise.all(first.map(function (el) {
+      return whenDrawn(el.id.slice('plot-'.length));
+    }));
+  }).then(function () {
+    check.first_ms = performance.now();
+    performance.mark('tenet-first-screen');
+    if (!CHECK) return;
+    return selfCheck();
+  }).catch(function (e) {
+    window.__tenetErrors.push('page: ' + e);
+    if (CHECK) record();
+  });
+
+  // Scrolls to each plot in turn (each drawn as it comes into view) and through each table.
+  function selfCheck() {
+    var chain = Promise.resolve();
+    plotEls.forEach(function (el) {
+      var key = el.id.slice('plot-'.length);
+      chain = chain.then(function () {
+        if (drawn[key] !== undefined) return;
+        el.scrollIntoView();
+        var late = new Promise(function (r) { setTimeout(r, 5000); }).then(function () {
+          if (drawn[key] === undefined) {
+            window.__tenetErrors.push(el.id + ': not drawn after it was scrolled into view');
+          }
+        });
+        return Promise.race([whenDrawn(key), late]);
+      });
+    });
+    return chain.then(function () {
+      check.plots_ms = performance.now();
+      return Object.keys(scrollers).reduce(function (p, key) {
+        return p.then(function () { return scrollers[key].scrollToEnd(); });
+      }, Promise.resolve());
+    }).then(function () {
+      window.scrollTo(0, 0);
+      Object.keys(figures).forEach(function (key) {
+        var box = document.getElementById('plot-' + key).querySelector('.main-svg');
+        var r = box ? box.getBoundingClientRect() : {width: 0, height: 0};
+        var points = 0;
+        figures[key].data.forEach(function (t) {
+          if (t.mode !== 'lines') points += (t.x || []).length;
+        });
+        check.plots[key] = {width: r.width, height: r.height, points: points};
+      });
+      Object.keys(tables).forEach(function (key) {
+        check.tables[key] = {
+          rows: document.getElementById('table-' + key).querySelectorAll('tbody tr').length,
+          source: tables[key].source};
+      });
+      check.ready_ms = performance.now();
+      return actions();
+    }).then(record);
+  }
+  // The reader's actions asked for in the address, each on a table, in this order.
+  function actions() {
+    var chain = Promise.resolve();
+    ['sort', 'filter'].forEach(function (name) {
+      var arg = params.get(name);
+      if (arg === null) return;
+      var key = arg.slice(0, arg.indexOf(':')), value = arg.slice(arg.indexOf(':') + 1);
+      var table = scrollers[key];
+      chain = chain.then(function () {
+        if (table === undefined) throw new Error(name + ': no table ' + key);
+        if (name === 'sort') table.sortBy(value); else table.filterBy(value);
+        return table.scrollToEnd();
+      }).then(function () {
+        check[name] = {table: key, rows: table.shown()};
+      });
+    });
+    return chain;
+  }
+  function record() {
+    if (check.ready_ms === undefined) check.ready_ms = performance.now();
+    var paint = performance.getEntriesByName('first-contentful-paint');
+    check.paint_ms = paint.length ? paint[0].startTime : null;
+    // The browser may present the frame after our task ran: open is the later of the two.
+    check.frame_ms = check.open_ms;
+    check.open_ms = Math.max(check.open_ms, check.paint_ms || 0);
+    check.drawn_ms = drawn;
     check.errors = window.__tenetErrors;
     check.resources = performance.getEntriesByType('resource').map(function (e) {
       return e.name;
     });
     document.getElementById('tenet-self-check').textContent = JSON.stringify(check);
-  });
+  }
 })();
 """
 
+# The header and the tables come first and plotly.js last, as inert text (type text/plain)
+# that the app compiles once the page is painted: the browser would otherwise parse and run
+# plotly.js's 4.9 MB before showing anything.
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title>
 <style>{style}</style>
 <script>{capture}</script>
-<script>{plotly}</script>
-<script>window.__tenetPlotlyMs = performance.now();</script>
 </head><body>
 <h1>{title}</h1>
 {header}
 <nav>{toc}</nav>
 {body}
 <pre id="tenet-self-check" hidden></pre>
-<script type="application/json" id="figures">{figures}</script>
 <script type="application/json" id="tables">{tables}</script>
 <script>{app}</script>
+<script type="application/json" id="figures">{figures}</script>
+<script type="text/plain" id="plotly-js">{plotly}</script>
 </body></html>
 """

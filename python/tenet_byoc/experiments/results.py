@@ -18,6 +18,20 @@ __all__ = ["LAYER_COLUMNS", "MANIFEST", "ROW_COLUMNS", "LayerCost", "SweepResult
 MANIFEST = "manifest.json"
 
 
+def _as_declared(item) -> None:
+    """Store the ``float`` fields of a frozen row as floats.
+
+    The runtime's ledger JSON gives an integral float as an int (``1340108288``) and the
+    cost model's binding as a float (``1340108288.0``); a row made from either is the same
+    row, and prints the same in CSV and JSON.
+    """
+    for f in fields(item):
+        value = getattr(item, f.name)
+        if f.type in ("float", "float | None") and isinstance(value, int) \
+                and not isinstance(value, bool):
+            object.__setattr__(item, f.name, float(value))
+
+
 @dataclass(frozen=True)
 class SweepRow:
     """What one phase of one case costs under one scheme on one accelerator.
@@ -49,8 +63,11 @@ class SweepRow:
     rel_error: float  #: max_abs_error / max |float32 output|
     top1_agreement: float  #: fraction of positions (images) whose argmax matches float32
     accuracy: float | None
-    build_s: float  #: quantize (shared by the scheme's builds) is not included
+    build_s: float  #: the (case, scheme)'s one build, shared by its accelerators; quantize excluded
     wall_s: float  #: median CPU time of the phase's timed runs (after a warm-up run)
+
+    def __post_init__(self) -> None:
+        _as_declared(self)
 
 
 @dataclass(frozen=True)
@@ -78,6 +95,9 @@ class LayerCost:
     energy_pj: float
     mapping: str  #: dataflow, buffer tiles and tile-loop order
     weight_bytes: float  #: 0 for calls whose B operand is an activation (attention)
+
+    def __post_init__(self) -> None:
+        _as_declared(self)
 
 
 ROW_COLUMNS = [f.name for f in fields(SweepRow)]

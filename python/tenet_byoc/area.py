@@ -1,0 +1,413 @@
+"""Area of an accelerator by component at a process node, from a table of published figures.
+
+:func:`accelerator_area` (and :meth:`tenet_byoc.Accelerator.area`) sums, per component, what
+the accelerator value holds: the PEs' MAC datapaths per supported format, the PE registers,
+the global buffer by capacity and banking, and the DRAM interface by bandwidth. The figures
+are an :class:`AreaTable`; every default figure names its source in :data:`SOURCES`, and a
+user's JSON or YAML file of the same fields (e.g. from their own synthesis runs) replaces any
+of them (:meth:`AreaTable.load`).
+
+Rules (stated once, used everywhere here):
+
+* **Node scaling.** Figures are at 45 nm (Horowitz). Logic at node ``n`` is scaled by
+  ``bitcell(n) / bitcell(45)``, the ratio of published 6T SRAM bit-cell areas (a measured
+  density ratio, not the ideal ``(n/45)^2``); between table nodes the bit-cell area is
+  interpolated on log-log axes. Nodes outside the table are refused (add the node's bit
+  cell to your table).
+* **Integer formats.** An array multiplier has ``a x b`` partial-product bits, so its area
+  and energy scale with the product of the widths: int4 = int8 x 16/64 (the cost model's
+  int4 energy rule, ``PrecisionTable.Horowitz45nmPacked``); widths above 8 scale from the
+  32-bit multiply. Adders scale linearly with width from the 32-bit add. An integer MAC is a
+  multiply plus an add at the accumulator width (``memory.psum_bits``).
+* **Float formats.** A float multiply is dominated by its significand multiplier: area and
+  energy scale with ``s^2`` (``s`` = mantissa bits + 1) from fp16 (Horowitz: fp32 / fp16 =
+  4.7, (24/11)^2 = 4.8). A float add (alignment shift + add + normalise) scales with
+  ``s log2 s`` from fp16 (Horowitz: 3.1, the rule gives 2.9). fp16 and fp32 use the table's
+  own figures. Accumulation: fp16 in fp16 and fp32 in fp32 (as the cost model's Horowitz
+  energies), bf16 in fp32, fp8 (e4m3, e5m2) in fp16.
+* **MX block scaling** (OCP Microscaling v1.0: blocks of 32 elements sharing an 8-bit
+  power-of-two scale): the element format's MAC plus, per block dot product, one 8-bit
+  exponent add and one accumulator-width add to fold the block in, amortised over the block.
+
+Thread safety: values are immutable and functions keep no state. Errors: a bad table file,
+field, format or node raises ``ValueError`` naming it and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ._names import did_you_mean
+
+__all__ = ["AREA_HOOKS", "FORMATS", "SOURCES", "AreaTable", "NumberFormat", "accelerator_area",
+           "default_formats", "load_table_file"]
+
+
+@dataclass(frozen=True)
+class AreaTable:
+    """Per-operation area (um2) and energy (pJ) at 45 nm, SRAM bit-cell area per node, and the
+    figures for registers, buffer periphery and the DRAM interface. See :data:`SOURCES`."""
+
+    # Horowitz, ISSCC 2014, 45 nm, 0.9 V: area (um2) and energy (pJ) per operation.
+    int8_add_um2: float = 36.0
+    int8_add_pj: float = 0.03
+    int32_add_um2: float = 137.0
+    int32_add_pj: float = 0.1
+    int8_mult_um2: float = 282.0
+    int8_mult_pj: float = 0.2
+    int32_mult_um2: float = 3495.0
+    int32_mult_pj: float = 3.1
+    fp16_add_um2: float = 1360.0
+    fp16_add_pj: float = 0.4
+    fp16_mult_um2: float = 1640.0
+    fp16_mult_pj: float = 1.1
+    fp32_add_um2: float = 4184.0
+    fp32_add_pj: float = 0.9
+    fp32_mult_um2: float = 7700.0
+    fp32_mult_pj: float = 3.7
+    #: 6T SRAM bit-cell area (um2) by node (nm).
+    sram_bitcell_um2: Mapping[float, float] = field(default_factory=lambda: {
+        45.0: 0.346, 32.0: 0.171, 28.0: 0.127, 22.0: 0.092, 16.0: 0.070, 7.0: 0.027,
+        5.0: 0.021,
+    })
+    #: Bit-cell area over macro area of an SRAM bank (the rest is decoders, sense amps, IO).
+    sram_array_efficiency: float = 0.7
+    #: Bits one buffer bank delivers per cycle: banks = buffer bandwidth / this.
+    sram_bank_width_bits: float = 128.0
+    #: Periphery of one bank beyond the efficiency above (um2 at 45 nm).
+    sram_bank_overhead_um2: float = 5000.0
+    #: One D flip-flop (um2 at 45 nm): PE registers.
+    register_bit_um2: float = 4.522
+    #: DRAM interface (PHY + controller) per GB/s of bandwidth (mm2 at 45 nm).
+    dram_interface_mm2_per_gbps: float = 0.05
+    #: Elements that share one MX scale.
+    mx_block: int = 32
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "sram_bitcell_um2":
+                if not isinstance(value, Mapping) or len(value) < 1:
+                    raise ValueError(f"area table field sram_bitcell_um2 must map node (nm) to "
+                                     f"bit-cell area (um2), got {value!r}")
+                clean = {}
+                for node, cell in value.items():
+                    node_f, cell_f = _positive(f"sram_bitcell_um2[{node!r}]", node, "node"), \
+                        _positive(f"sram_bitcell_um2[{node!r}]", cell)
+                    clean[node_f] = cell_f
+                object.__setattr__(self, f.name, MappingProxyType(dict(sorted(clean.items()))))
+                continue
+            if f.name == "mx_block":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(f"area table field mx_block must be an integer >= 1, got "
+                                     f"{value!r}")
+                continue
+            number = _positive(f.name, value)
+            if f.name == "sram_array_efficiency" and number > 1:
+                raise ValueError(f"area table field sram_array_efficiency must be in (0, 1], "
+                                 f"got {value!r}")
+            object.__setattr__(self, f.name, number)
+
+    def __reduce__(self) -> tuple:
+        # the bit-cell map is a read-only view, which pickle cannot copy: send a dict
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        state["sram_bitcell_um2"] = dict(self.sram_bitcell_um2)
+        return (_table_from_fields, (state,))
+
+    @classmethod
+    def load(cls, path: str | Path, base: AreaTable | None = None) -> AreaTable:
+        """``base`` (default: the published table) with the fields a JSON or YAML file gives.
+
+        Raises
+        ------
+        ValueError
+            For a file that is not a JSON/YAML mapping, an unknown field (with the near
+            name), or a value that is not a positive number.
+        FileNotFoundError
+            For a missing file.
+        """
+        data = load_table_file(path, "area table")
+        return (base or cls()).replace(**data, _where=str(path))
+
+    def replace(self, _where: str = "area table", **changes: Any) -> AreaTable:
+        """This table with some figures replaced (``sram_bitcell_um2`` entries are merged:
+        a file giving one node keeps the others)."""
+        names = [f.name for f in fields(self)]
+        for key in changes:
+            if key not in names:
+                raise ValueError(f"{_where}: unknown field {key!r}{did_you_mean(key, names)}; "
+                                 f"fields: {', '.join(names)}")
+        if "sram_bitcell_um2" in changes:
+            cells = changes["sram_bitcell_um2"]
+            if not isinstance(cells, Mapping):
+                raise ValueError(f"{_where}: sram_bitcell_um2 must map node (nm) to bit-cell "
+                                 f"area (um2), got {cells!r}")
+            merged = dict(self.sram_bitcell_um2)
+            for node, cell in cells.items():
+                merged[_positive(f"{_where}: sram_bitcell_um2 node", node, "node")] = cell
+            changes["sram_bitcell_um2"] = merged
+        try:
+            return dataclasses.replace(self, **changes)
+        except ValueError as err:
+            raise ValueError(f"{_where}: {err}") from None
+
+    def bitcell_um2(self, node_nm: float) -> float:
+        """The 6T bit-cell area at ``node_nm``: the table's figure, or log-log interpolated
+        between the two nearest nodes of the table."""
+        node = _positive("node_nm", node_nm, "node")
+        cells = self.sram_bitcell_um2
+        if node in cells:
+            return cells[node]
+        nodes = sorted(cells)
+        if not nodes[0] < node < nodes[-1]:
+            raise ValueError(
+                f"node_nm={node_nm!r} is outside the area table's nodes {nodes[0]:g}-"
+                f"{nodes[-1]:g} nm: add its SRAM bit cell (sram_bitcell_um2) to your table")
+        hi = next(n for n in nodes if n > node)
+        lo = max(n for n in nodes if n < node)
+        t = (math.log(node) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        return math.exp(math.log(cells[lo]) + t * (math.log(cells[hi]) - math.log(cells[lo])))
+
+    def logic_scale(self, node_nm: float) -> float:
+        """Logic area at ``node_nm`` over its area at 45 nm (the bit-cell ratio)."""
+        return self.bitcell_um2(node_nm) / self.bitcell_um2(45.0)
+
+
+def _table_from_fields(state: dict) -> AreaTable:
+    return AreaTable(**state)
+
+
+def _positive(name: str, value: Any, what: str = "figure") -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"area table field {name} must be a positive number, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"area table field {name}: {what} must be a positive number, got "
+                         f"{value!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"area table field {name}: {what} must be a positive number, got "
+                         f"{value!r}")
+    return number
+
+
+#: Where each default figure of :class:`AreaTable` comes from.
+SOURCES: Mapping[str, str] = MappingProxyType({
+    **{f"{op}_{unit}": "M. Horowitz, 'Computing's energy problem (and what we can do about "
+       "it)', ISSCC 2014, Fig. 1.1.9 (45 nm, 0.9 V)"
+       for op in ("int8_add", "int32_add", "int8_mult", "int32_mult", "fp16_add", "fp16_mult",
+                  "fp32_add", "fp32_mult") for unit in ("um2", "pj")},
+    "sram_bitcell_um2": "6T high-density bit cells as published: 45 nm 0.346 (Mistry et al., "
+    "IEDM 2007), 32 nm 0.171 (Natarajan et al., IEDM 2008), 28 nm 0.127 (TSMC's 28 nm "
+    "high-density cell as reported), 22 nm 0.092 (Auth et al., VLSI 2012), 16 nm 0.070 "
+    "(Wu et al., IEDM "
+    "2013, 16 nm FinFET), 7 nm 0.027 (Wu et al., IEDM 2016), 5 nm 0.021 (Yeap et al., IEDM "
+    "2019)",
+    "sram_array_efficiency": "assumption: a typical bit-cell share of an SRAM macro (CACTI "
+    "reports 50-80% for large banks); replace with your compiler's figure",
+    "sram_bank_width_bits": "assumption: one 128-bit port per bank; banks = buffer bandwidth "
+    "bits per cycle / 128",
+    "sram_bank_overhead_um2": "assumption: per-bank periphery (row decoder, sense amplifiers, "
+    "IO) at 45 nm; replace with your compiler's figure",
+    "register_bit_um2": "NanGate FreePDK45 Open Cell Library, DFF_X1 cell area 4.522 um2",
+    "dram_interface_mm2_per_gbps": "assumption (no figure in the published table): a DRAM "
+    "PHY + controller of about 0.05 mm2 per GB/s at 45 nm; replace with your PHY's figure",
+    "mx_block": "OCP Microscaling Formats (MX) Specification v1.0 (2023): k = 32",
+})
+
+
+# ----------------------------------------------------------------------------------------
+# Number formats
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NumberFormat:
+    """A PE operand format: integer (``mantissa`` = 0) or float, optionally MX-scaled."""
+
+    name: str
+    bits: int  #: operand width the cost model charges (the element width for MX)
+    kind: str  #: "int" or "float"
+    mantissa: int = 0  #: stored mantissa bits (floats)
+    accumulator: str = "int"  #: "int" (memory.psum_bits), "fp16" or "fp32"
+    mx: bool = False
+
+
+#: The PE formats :func:`accelerator_area` and the design-space exploration know.
+FORMATS: Mapping[str, NumberFormat] = MappingProxyType({f.name: f for f in (
+    NumberFormat("int4", 4, "int"),
+    NumberFormat("int8", 8, "int"),
+    NumberFormat("fp8_e4m3", 8, "float", 3, "fp16"),
+    NumberFormat("fp8_e5m2", 8, "float", 2, "fp16"),
+    NumberFormat("fp16", 16, "float", 10, "fp16"),
+    NumberFormat("bf16", 16, "float", 7, "fp32"),
+    NumberFormat("fp32", 32, "float", 23, "fp32"),
+    NumberFormat("mxint8", 8, "int", mx=True),
+    NumberFormat("mxfp8_e4m3", 8, "float", 3, "fp16", mx=True),
+    NumberFormat("mxfp8_e5m2", 8, "float", 2, "fp16", mx=True),
+    NumberFormat("mxfp6_e2m3", 6, "float", 3, "fp16", mx=True),
+    NumberFormat("mxfp6_e3m2", 6, "float", 2, "fp16", mx=True),
+    NumberFormat("mxfp4", 4, "float", 1, "fp16", mx=True),
+)})
+
+
+def number_format(name: str) -> NumberFormat:
+    """The :data:`FORMATS` entry called ``name``; an unknown name is refused with the list."""
+    if name not in FORMATS:
+        raise ValueError(f"unknown PE format {name!r}{did_you_mean(name, FORMATS)}; known: "
+                         f"{', '.join(FORMATS)}")
+    return FORMATS[name]
+
+
+def _int_mult(t: AreaTable, a: int, b: int, key: str) -> float:
+    if max(a, b) <= 8:
+        return getattr(t, f"int8_mult_{key}") * a * b / 64
+    return getattr(t, f"int32_mult_{key}") * a * b / 1024
+
+
+def _add(t: AreaTable, accumulator: str, psum_bits: int, key: str) -> float:
+    if accumulator == "int":
+        return getattr(t, f"int32_add_{key}") * psum_bits / 32
+    return getattr(t, f"{accumulator}_add_{key}")
+
+
+def _float_mult(t: AreaTable, mantissa: int, key: str) -> float:
+    if mantissa == 23:
+        return getattr(t, f"fp32_mult_{key}")
+    return getattr(t, f"fp16_mult_{key}") * (mantissa + 1) ** 2 / 11**2
+
+
+def mac_figure(fmt: NumberFormat | str, table: AreaTable | None = None, *, psum_bits: int = 32,
+               key: str = "um2") -> float:
+    """Area (``key="um2"``) or energy (``key="pj"``) of one MAC of ``fmt`` at 45 nm, by the
+    rules of this module's docstring."""
+    t = table or AreaTable()
+    f = number_format(fmt) if isinstance(fmt, str) else fmt
+    if f.kind == "int":
+        value = _int_mult(t, f.bits, f.bits, key) + _add(t, "int", psum_bits, key)
+    else:
+        value = _float_mult(t, f.mantissa, key) + _add(t, f.accumulator, psum_bits, key)
+    if f.mx:  # one exponent add and one fold-in add per block, amortised over it
+        value += (getattr(t, f"int8_add_{key}") + _add(t, f.accumulator, psum_bits, key)) / \
+            t.mx_block
+    return value
+
+
+def default_formats(accelerator: Any) -> dict[int, str]:
+    """The format each precision unit is taken to be, by its wider operand width: 32 fp32,
+    16 fp16, other widths integers (the cost model's Horowitz table is fp32, fp16, int8)."""
+    out = {}
+    for unit in accelerator.precision.units:
+        bits = max(unit.bits_a, unit.bits_b)
+        out[bits] = {32: "fp32", 16: "fp16"}.get(bits, f"int{bits}")
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# The accelerator's area
+# ----------------------------------------------------------------------------------------
+
+#: Further components by name: ``f(accelerator, table, logic_scale) -> mm2 or None`` (None:
+#: the accelerator has no such part). The vector unit and the edge dequantizer register
+#: here when the accelerator value holds them, so ``area()`` grows without a new signature.
+AREA_HOOKS: dict[str, Callable[[Any, AreaTable, float], float | None]] = {}
+
+
+def load_table_file(path: str | Path, what: str) -> dict:
+    """A JSON or YAML file's top-level mapping (by suffix; ``.yaml``/``.yml`` is YAML)."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a directory, not a file")
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{what} {str(path)!r} is not UTF-8 text (byte at offset "
+                         f"{err.start})") from None
+    if p.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ValueError(f"{what} {str(path)!r} is not valid YAML: {err}") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{what} {str(path)!r} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} {str(path)!r} must hold a mapping of fields, got "
+                         f"{type(data).__name__}")
+    return data
+
+
+def dram_interface_mm2(gbps: float, table: AreaTable, logic_scale: float) -> float:
+    """The DRAM interface's area (mm2) for ``gbps`` GB/s at a node of ``logic_scale``."""
+    return gbps * table.dram_interface_mm2_per_gbps * logic_scale
+
+
+def accelerator_area(
+    accelerator: Any, node_nm: float = 45.0, table: AreaTable | str | Path | None = None,
+    formats: Mapping[int, str] | None = None,
+) -> dict[str, float]:
+    """Area in mm2 by component of ``accelerator`` at ``node_nm``.
+
+    Parameters
+    ----------
+    accelerator : cost_model.Accelerator
+        The accelerator value.
+    node_nm : float
+        Process node; between the table's nodes the figures are interpolated.
+    table : AreaTable, str or Path, optional
+        The figures (default: the published :class:`AreaTable`); a path loads a JSON/YAML
+        file whose fields replace the published ones.
+    formats : mapping of int to str, optional
+        The :data:`FORMATS` name of the precision unit of each width (default
+        :func:`default_formats`), e.g. ``{8: "fp8_e4m3"}`` for float8 PEs.
+
+    Returns
+    -------
+    dict
+        ``mac:<format>`` per precision unit (PEs x MACs per PE per cycle at that width x the
+        format's MAC), ``registers``, ``buffer``, ``dram_interface``, each hook of
+        :data:`AREA_HOOKS` that applies, and ``total``.
+    """
+    t = table if isinstance(table, AreaTable) else (
+        AreaTable() if table is None else AreaTable.load(table))
+    scale = t.logic_scale(node_nm)
+    chosen = default_formats(accelerator)
+    for bits, name in (formats or {}).items():
+        if bits not in chosen:
+            raise ValueError(f"formats: accelerator {accelerator.name!r} has no {bits}-bit "
+                             f"precision unit (its widths: {sorted(chosen)})")
+        if number_format(name).bits != bits:
+            raise ValueError(f"formats: {name!r} is {number_format(name).bits}-bit, not "
+                             f"{bits}-bit")
+        chosen[bits] = name
+    hw, mem = accelerator.hardware, accelerator.memory
+    out: dict[str, float] = {}
+    for unit in accelerator.precision.units:
+        name = chosen[max(unit.bits_a, unit.bits_b)]
+        lanes = hw.num_pes * unit.macs_per_pe_per_cycle
+        out[f"mac:{name}"] = lanes * mac_figure(name, t, psum_bits=mem.psum_bits) * scale / 1e6
+    out["registers"] = hw.num_pes * mem.register_bytes * 8 * t.register_bit_um2 * scale / 1e6
+    banks = math.ceil(mem.buffer_bandwidth_bits / t.sram_bank_width_bits)
+    out["buffer"] = (mem.buffer_bytes * 8 * t.bitcell_um2(node_nm) / t.sram_array_efficiency
+                     + banks * t.sram_bank_overhead_um2 * scale) / 1e6
+    out["dram_interface"] = dram_interface_mm2(mem.dram_bandwidth_bits * hw.clock_ghz / 8, t,
+                                               scale)
+    for name, hook in AREA_HOOKS.items():
+        value = hook(accelerator, t, scale)
+        if value is not None:
+            out[name] = value
+    out["total"] = sum(out.values())  # in this order: dse.py sums its points' the same way
+    return out

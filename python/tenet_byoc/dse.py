@@ -1,0 +1,710 @@
+"""Design-space exploration: many accelerator designs, each estimated per scheme with its area,
+and the Pareto fronts of cost against area marked.
+
+A :class:`DesignSpace` lists values per field (array rows and columns, dataflows, PE format
+sets, buffer bytes, DRAM bandwidth, clock) and optional budgets; :func:`explore` estimates
+every point under every scheme (what :func:`tenet_byoc.estimate` gives for that accelerator
+alone: TTFT, TPOT, tokens/s, energy per token) beside its area at the space's node
+(:mod:`tenet_byoc.area`) and average power, and marks the Pareto fronts.
+
+Speed: each distinct call is charged once per set of points whose array, memory and
+precision agree (the cache key leaves the clock out: cycles and energy do not depend on
+it), and reused across schemes and points; points run in a local process pool
+(``executor="local"``), in this process (``"serial"``) or as Ray tasks (``"ray"``, the
+optional extra ``tenet-byoc[ray]``). Results are appended to a JSON-lines file as they
+finish, so an interrupted run resumes where it stopped.
+
+Thread safety: functions keep no state between calls. Errors: a bad space, scheme, model or
+length raises ``ValueError`` naming the field, value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import cost_model as cm
+from ._names import did_you_mean
+from .area import (
+    FORMATS,
+    AreaTable,
+    accelerator_area,
+    dram_interface_mm2,
+    load_table_file,
+    mac_figure,
+    number_format,
+)
+from .hardware import Accelerator
+
+__all__ = ["OBJECTIVE_PAIRS", "DesignPoint", "DesignSpace", "PointResult", "explore",
+           "mark_fronts", "pareto_front"]
+
+#: The fronts :func:`mark_fronts` marks, per scheme: (name, objectives to minimise).
+OBJECTIVE_PAIRS: dict[str, tuple[str, ...]] = {
+    "tpot_area": ("tpot_ms", "area_mm2"),
+    "ttft_area": ("ttft_ms", "area_mm2"),
+    "energy_area": ("energy_per_token_mj", "area_mm2"),
+}
+#: With accuracy: one front across schemes (which scheme on which design).
+ACCURACY_FRONT = ("perplexity", "energy_per_token_mj", "area_mm2")
+
+_DATAFLOWS = ("os", "ws", "is")
+
+
+# ----------------------------------------------------------------------------------------
+# The space
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DesignPoint:
+    """One design: a ``rows x cols`` systolic array of PEs with a MAC unit per format, a
+    global buffer, DRAM at ``dram_gbps`` and a clock. Energies are the cost model's 45 nm
+    figures (Horowitz; a format's MAC energy by :func:`tenet_byoc.area.mac_figure`)."""
+
+    rows: int
+    cols: int
+    dataflow: str
+    pe_formats: tuple[str, ...]
+    buffer_bytes: int
+    dram_gbps: float  #: GB/s (1e9 bytes per second)
+    clock_ghz: float
+    register_bytes: int = 16
+
+    @property
+    def key(self) -> str:
+        """A short stable name of the point (its fields hashed): the results file's key."""
+        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+    @property
+    def name(self) -> str:
+        fmts = "+".join(self.pe_formats)
+        return (f"{self.dataflow}{self.rows}x{self.cols}_{fmts}_{self.buffer_bytes >> 10}KiB_"
+                f"{self.dram_gbps:g}GBps_{self.clock_ghz:g}GHz")
+
+    @property
+    def dram_bits_per_cycle(self) -> float:
+        return self.dram_gbps * 8 / self.clock_ghz
+
+    @property
+    def formats_by_width(self) -> dict[int, str]:
+        return {number_format(f).bits: f for f in self.pe_formats}
+
+    def accelerator(self) -> Accelerator:
+        """The accelerator value of this point."""
+        precision = cm.PrecisionTable([
+            cm.MacSpec(b, b, macs_per_pe_per_cycle=1, pj_per_mac=mac_figure(f, key="pj"))
+            for b, f in sorted(self.formats_by_width.items(), reverse=True)])
+        memory = cm.MemoryHierarchy(
+            dram_bandwidth_bits=self.dram_bits_per_cycle, buffer_bytes=self.buffer_bytes,
+            # the buffer feeds an edge of A and of B and takes one of C at 32 bits a cycle,
+            # as the shipped presets do (hardware._edge_fed)
+            buffer_bandwidth_bits=(self.rows + 2 * self.cols) * 32,
+            register_bytes=self.register_bytes)
+        return Accelerator.systolic(
+            self.dataflow, self.rows, self.cols, name=self.name,
+            bandwidth_bits=self.dram_bits_per_cycle, clock_ghz=self.clock_ghz,
+            l1_bytes=self.register_bytes, l2_bytes=self.buffer_bytes, memory=memory,
+            precision=precision)
+
+    def charge_key(self) -> tuple:
+        """What the charges depend on: all but the clock (DRAM as bits per cycle)."""
+        return (self.rows, self.cols, self.dataflow, tuple(sorted(self.formats_by_width.items())),
+                self.buffer_bytes, self.dram_bits_per_cycle, self.register_bytes)
+
+
+_LIST_FIELDS = {
+    "rows": int, "cols": int, "dataflows": str, "pe_formats": list, "buffer_bytes": int,
+    "dram_gbps": float, "clock_ghz": float, "register_bytes": int,
+}
+_SCALAR_FIELDS = {"node_nm": float, "area_budget_mm2": float, "power_budget_w": float,
+                  "area_table": str}
+
+
+@dataclass(frozen=True)
+class DesignSpace:
+    """Values per field; the points are their product, less those over the area budget.
+
+    Parameters
+    ----------
+    rows, cols : sequence of int
+        Array sizes (every pair is a point).
+    dataflows : sequence of {"os", "ws", "is"}
+    pe_formats : sequence of sequence of str
+        Each a set of PE formats (names of ``tenet_byoc.area.FORMATS``), at most one per
+        width: e.g. ``[["int8", "fp32"], ["fp8_e4m3", "fp16", "fp32"]]``. A scheme whose
+        calls need a width no unit takes is refused on that design (the point says why).
+    buffer_bytes : sequence of int
+    dram_gbps : sequence of float
+        DRAM bandwidth in GB/s.
+    clock_ghz : sequence of float
+    register_bytes : sequence of int
+        Per-PE registers (default 16: a float32 operand pair, weight and sum).
+    node_nm : float
+        Process node of the area figures.
+    area_budget_mm2, power_budget_w : float, optional
+        Points over the area budget are left out before anything is estimated; a point over
+        the power budget (average W of the estimated run) is kept but marked infeasible.
+    area_table : AreaTable or path, optional
+        Figures replacing the published ones (see ``AreaTable.load``).
+    """
+
+    rows: tuple[int, ...] = (16,)
+    cols: tuple[int, ...] = (16,)
+    dataflows: tuple[str, ...] = ("os",)
+    pe_formats: tuple[tuple[str, ...], ...] = (("int8", "fp16", "fp32"),)
+    buffer_bytes: tuple[int, ...] = (1 << 20,)
+    dram_gbps: tuple[float, ...] = (32.0,)
+    clock_ghz: tuple[float, ...] = (1.0,)
+    register_bytes: tuple[int, ...] = (16,)
+    node_nm: float = 45.0
+    area_budget_mm2: float | None = None
+    power_budget_w: float | None = None
+    area_table: AreaTable | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, kind in _LIST_FIELDS.items():
+            values = getattr(self, name)
+            if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+                raise ValueError(f"design space field {name} must be a list, got {values!r}")
+            values = tuple(values)
+            if not values:
+                raise ValueError(f"design space field {name} is empty: give at least one value")
+            clean = tuple(self._value(name, kind, v) for v in values)
+            object.__setattr__(self, name, tuple(dict.fromkeys(clean)))
+        for name in ("node_nm", "area_budget_mm2", "power_budget_w"):
+            value = getattr(self, name)
+            if value is None and name != "node_nm":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"design space field {name} must be a positive number, got "
+                                 f"{value!r}")
+            object.__setattr__(self, name, float(value))
+        table = self.area_table
+        if table is not None and not isinstance(table, AreaTable):
+            object.__setattr__(self, "area_table", AreaTable.load(table))
+        self.table.bitcell_um2(self.node_nm)  # refuse a node the table cannot scale to
+
+    @staticmethod
+    def _value(name: str, kind: type, v: Any) -> Any:
+        where = f"design space field {name}: value {v!r}"
+        if kind is list:  # a set of PE formats
+            if isinstance(v, str):
+                v = [v]
+            if not isinstance(v, Sequence) or not v:
+                raise ValueError(f"{where} must be a list of PE formats ({', '.join(FORMATS)})")
+            for f in v:
+                if f not in FORMATS:
+                    raise ValueError(f"{where}: unknown PE format {f!r}"
+                                     f"{did_you_mean(str(f), FORMATS)}; known: "
+                                     f"{', '.join(FORMATS)}")
+            widths = [FORMATS[f].bits for f in v]
+            if len(set(widths)) != len(widths):
+                raise ValueError(f"{where} has two formats of one width: a PE takes one "
+                                 "format per operand width")
+            return tuple(v)
+        if kind is str:
+            if v not in _DATAFLOWS:
+                raise ValueError(f"{where} is not a dataflow{did_you_mean(str(v), _DATAFLOWS)};"
+                                 f" accepted: {', '.join(_DATAFLOWS)}")
+            return v
+        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0 or (
+                kind is int and v != int(v)):
+            what = "a positive integer" if kind is int else "a positive number"
+            raise ValueError(f"{where} must be {what}")
+        return kind(v)
+
+    @property
+    def table(self) -> AreaTable:
+        return self.area_table or AreaTable()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "design space") -> DesignSpace:
+        """A space from a mapping of the fields (a YAML/JSON file's content); a single value
+        stands for a list of one."""
+        names = [*_LIST_FIELDS, *_SCALAR_FIELDS]
+        for key in data:
+            if key not in names:
+                raise ValueError(f"{where}: unknown field {key!r}{did_you_mean(str(key), names)}"
+                                 f"; fields: {', '.join(names)}")
+        kwargs = {}
+        for key, value in data.items():
+            if key in _LIST_FIELDS and (not isinstance(value, list) or (
+                    key == "pe_formats" and value and isinstance(value[0], str))):
+                value = [value]
+            kwargs[key] = value
+        try:
+            return cls(**kwargs)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> DesignSpace:
+        """A space from a YAML or JSON file of its fields."""
+        return cls.from_dict(load_table_file(path, "design space"), f"design space {str(path)!r}")
+
+    def all_points(self) -> list[DesignPoint]:
+        """Every combination of the fields' values."""
+        return [DesignPoint(r, c, d, f, b, g, k, reg) for r, c, d, f, b, g, k, reg in
+                itertools.product(self.rows, self.cols, self.dataflows, self.pe_formats,
+                                  self.buffer_bytes, self.dram_gbps, self.clock_ghz,
+                                  self.register_bytes)]
+
+    def area(self, point: DesignPoint) -> dict[str, float]:
+        """The point's area by component at the space's node."""
+        return accelerator_area(point.accelerator(), self.node_nm, self.table,
+                                point.formats_by_width)
+
+
+# ----------------------------------------------------------------------------------------
+# Charging one point
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """One design point under one scheme. Figures are NaN when the scheme cannot run on it
+    (``reason`` says why)."""
+
+    key: str
+    name: str
+    scheme: str
+    rows: int
+    cols: int
+    dataflow: str
+    pe_formats: str  #: "+"-joined
+    buffer_bytes: int
+    dram_gbps: float
+    clock_ghz: float
+    register_bytes: int
+    area_mm2: float
+    ttft_ms: float
+    tpot_ms: float
+    tokens_per_s: float  #: the batch's decode tokens per second
+    energy_per_token_mj: float  #: decode, per generated token of one sequence
+    prefill_energy_per_token_mj: float
+    power_w: float  #: average over the estimated run (prefill + decode)
+    feasible: bool
+    reason: str = ""
+    perplexity: float = math.nan
+    top1_agreement: float = math.nan
+    fronts: tuple[str, ...] = ()  #: names of the fronts the point is on
+
+    def point(self) -> DesignPoint:
+        return DesignPoint(self.rows, self.cols, self.dataflow,
+                           tuple(self.pe_formats.split("+")), self.buffer_bytes,
+                           self.dram_gbps, self.clock_ghz, self.register_bytes)
+
+
+def _plan(config: Any, scheme: str, prompt_len: int, decode_steps: int,
+          batch: int) -> list[tuple[str, cm.GemmCall, int]]:
+    """The distinct calls of an estimate with how often each occurs, per phase: the calls
+    ``tenet_byoc.estimate`` charges (tests/dse checks the sums equal its ledger's)."""
+    from .codegen import gemm_charging
+    from .models.gemms import model_gemms
+    from .quantization import get_scheme
+
+    quant = get_scheme(scheme)
+    hows = {"weight": gemm_charging(quant, "weight"), "key": gemm_charging(quant, "key"),
+            "value": gemm_charging(quant, "value")}
+    counts: dict[tuple[str, cm.GemmCall], int] = {}
+    calls = ([("prefill", prompt_len)] if prompt_len else []) + [
+        ("decode", prompt_len + i) for i in range(decode_steps)]
+    for phase, tokens in calls:
+        for g in model_gemms(config, phase, tokens):
+            if g.weight is None:
+                how = hows["key" if g.name.endswith("attn.qk") else "value"]
+                b, m = g.batch * batch, g.m
+            else:
+                how, b, m = hows["weight"], g.batch, g.m * batch
+            k = -(-g.k // how.k_multiple) * how.k_multiple
+            call = cm.GemmCall(m=m, n=g.n, k=k, batch=b, bits_a=how.bits[0],
+                               bits_b=how.bits[1], bits_c=how.bits[2], scheme=how.scheme,
+                               recipe=how.recipe)
+            counts[(phase, call)] = counts.get((phase, call), 0) + 1
+    return [(phase, call, n) for (phase, call), n in counts.items()]
+
+
+@dataclass
+class _Job:
+    """What every worker needs: the model's call plans per scheme and the run's settings."""
+
+    plans: dict[str, list]
+    operands: dict[str, tuple[int, str]]  #: per scheme: its weight GEMMs' width and kind
+    prompt_len: int
+    decode_steps: int
+    batch: int
+    node_nm: float
+    table: AreaTable
+    power_budget_w: float | None
+
+
+def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
+    """Every scheme on every point. Points of one ``charge_key`` (they differ only in the
+    clock) share one accelerator value, its charges and its area but for the DRAM
+    interface, which follows the point's GB/s."""
+    shared: dict[tuple, tuple] = {}
+    out = []
+    scale = job.table.logic_scale(job.node_nm)
+    for point in points:
+        found = shared.get(point.charge_key())
+        if found is None:
+            acc = point.accelerator()
+            parts = accelerator_area(acc, job.node_nm, job.table, point.formats_by_width)
+            found = shared[point.charge_key()] = (acc, parts, {})
+        acc, parts, cache = found
+        area = 0.0
+        for name, value in parts.items():  # accelerator_area's order and sum
+            if name == "dram_interface":
+                value = dram_interface_mm2(point.dram_gbps, job.table, scale)
+            if name != "total":
+                area += value
+        for scheme, plan in job.plans.items():
+            out.append(_one(job, point, acc, area, scheme, plan, cache))
+    return out
+
+
+def _operands(scheme: str) -> tuple[int, str]:
+    """The width and kind ("int" or "float") of the unit a scheme's weight GEMMs need: the
+    wider operand's width; integer only when both operands are integers."""
+    from .codegen import gemm_charging
+    from .quantization import get_scheme
+
+    q = get_scheme(scheme)
+    bits = gemm_charging(q, "weight").bits
+    kinds = {q.weight_format, q.activation_format}
+    return max(bits[0], bits[1]), "int" if kinds <= {"int", "uint"} else "float"
+
+
+def _format_mismatch(point: DesignPoint, scheme: str, needs: tuple[int, str]) -> str:
+    """Why ``scheme``'s weight GEMMs would run on a unit of the wrong kind (the cost model
+    charges by width alone, so an int8 call would otherwise be charged to fp8 PEs), or ""."""
+    width, kind = needs
+    units = [(FORMATS[f].bits, mac_figure(f, key="pj"), f) for f in point.pe_formats
+             if FORMATS[f].bits >= width]
+    if not units:
+        return ""  # the charge refuses it, naming the width
+    # the unit the cost model picks: equal rates here, so the least energy per MAC
+    _, _, unit = min(units, key=lambda u: (u[1], u[0]))
+    if FORMATS[unit].kind != kind:
+        return (f"{scheme} cannot run: its {width}-bit {kind} weight GEMMs would run on the "
+                f"{unit} unit; add a {kind} format of {width} bits")
+    return ""
+
+
+def _one(job: _Job, point: DesignPoint, acc: Accelerator, area: float, scheme: str,
+         plan: list, cache: dict) -> PointResult:
+    cycles = {"prefill": 0, "decode": 0}
+    energy = {"prefill": 0.0, "decode": 0.0}
+    reason = _format_mismatch(point, scheme, job.operands[scheme])
+    for phase, call, n in [] if reason else plan:
+        found = cache.get(call)
+        if found is None:
+            try:
+                charge = cm.charge(call, acc)
+                found = (charge.memory.cycles, charge.energy.total_pj)
+            except ValueError as err:
+                found = str(err)
+            cache[call] = found
+        if isinstance(found, str):
+            reason = f"{scheme} cannot run: {found}"
+            break
+        cycles[phase] += n * found[0]
+        energy[phase] += n * found[1]
+    nan = math.nan
+    base = dict(key=point.key, name=point.name, scheme=scheme, rows=point.rows,
+                cols=point.cols, dataflow=point.dataflow, pe_formats="+".join(point.pe_formats),
+                buffer_bytes=point.buffer_bytes, dram_gbps=point.dram_gbps,
+                clock_ghz=point.clock_ghz, register_bytes=point.register_bytes, area_mm2=area)
+    if reason:
+        return PointResult(**base, ttft_ms=nan, tpot_ms=nan, tokens_per_s=nan,
+                           energy_per_token_mj=nan, prefill_energy_per_token_mj=nan,
+                           power_w=nan, feasible=False, reason=reason)
+    clock = point.clock_ghz
+    prefill_us = cycles["prefill"] / (clock * 1e3)
+    decode_us = cycles["decode"] / (clock * 1e3)
+    steps, batch, prompt = job.decode_steps, job.batch, job.prompt_len
+    total_us = prefill_us + decode_us
+    power = (energy["prefill"] + energy["decode"]) / total_us * 1e-6 if total_us else 0.0
+    over = job.power_budget_w is not None and power > job.power_budget_w
+    return PointResult(
+        **base,
+        ttft_ms=prefill_us / 1e3 if prompt else nan,
+        tpot_ms=decode_us / 1e3 / steps if steps else nan,
+        tokens_per_s=batch * steps / (decode_us / 1e6) if steps and decode_us else nan,
+        energy_per_token_mj=energy["decode"] / 1e9 / (steps * batch) if steps else nan,
+        prefill_energy_per_token_mj=energy["prefill"] / 1e9 / (prompt * batch)
+        if prompt else nan,
+        power_w=power, feasible=not over,
+        reason=f"average power {power:.3g} W is over the budget {job.power_budget_w:g} W"
+        if over else "")
+
+
+# ----------------------------------------------------------------------------------------
+# Pareto fronts
+# ----------------------------------------------------------------------------------------
+
+
+def pareto_front(values: Sequence[Sequence[float]]) -> list[bool]:
+    """Which rows of ``values`` no other row dominates (every objective minimised; a row
+    dominates another when no worse in each and better in one). Rows with a NaN are off."""
+    order = sorted((i for i, v in enumerate(values) if not any(math.isnan(x) for x in v)),
+                   key=lambda i: tuple(values[i]))
+    on = [False] * len(values)
+    front: list[tuple[float, ...]] = []
+    for i in order:
+        v = tuple(values[i])
+        # a dominator sorts before its victim, and one on the front dominates any other
+        if not any(all(a <= b for a, b in zip(f, v, strict=True)) and f != v for f in front):
+            on[i] = True
+            front.append(v)
+    return on
+
+
+def mark_fronts(results: Sequence[PointResult]) -> list[PointResult]:
+    """``results`` with ``fronts`` set: per scheme, each pair of :data:`OBJECTIVE_PAIRS`
+    among its feasible points; with accuracy, :data:`ACCURACY_FRONT` across schemes."""
+    fronts: dict[int, list[str]] = {i: [] for i in range(len(results))}
+    for scheme in dict.fromkeys(r.scheme for r in results):
+        idx = [i for i, r in enumerate(results) if r.scheme == scheme and r.feasible]
+        for name, objectives in OBJECTIVE_PAIRS.items():
+            on = pareto_front([[getattr(results[i], o) for o in objectives] for i in idx])
+            for i, flag in zip(idx, on, strict=True):
+                if flag:
+                    fronts[i].append(name)
+    idx = [i for i, r in enumerate(results) if r.feasible and not math.isnan(r.perplexity)]
+    if idx:
+        on = pareto_front([[getattr(results[i], o) for o in ACCURACY_FRONT] for i in idx])
+        for i, flag in zip(idx, on, strict=True):
+            if flag:
+                fronts[i].append("accuracy")
+    return [dataclasses.replace(r, fronts=tuple(fronts[i])) for i, r in enumerate(results)]
+
+
+# ----------------------------------------------------------------------------------------
+# Executors and the results file
+# ----------------------------------------------------------------------------------------
+
+
+def _chunks(points: Sequence[DesignPoint], size: int) -> list[list[DesignPoint]]:
+    """Points grouped by charge key (so a worker reuses their charges), cut to ``size``."""
+    groups: dict[tuple, list[DesignPoint]] = {}
+    for p in points:
+        groups.setdefault(p.charge_key(), []).append(p)
+    out, current = [], []
+    for group in groups.values():
+        if current and len(current) + len(group) > size:
+            out.append(current)
+            current = []
+        current.extend(group)
+        while len(current) >= size * 2:
+            out.append(current[:size])
+            current = current[size:]
+    if current:
+        out.append(current)
+    return out
+
+
+def _run_local(job: _Job, chunks: list, workers: int | None) -> Iterable[list[PointResult]]:
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: a forked child of a process that loaded TVM's thread pool can hang.
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
+                             mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(_evaluate, job, chunk) for chunk in chunks]
+        for f in as_completed(futures):
+            yield f.result()
+
+
+def _run_ray(job: _Job, chunks: list, address: str | None,
+             workers: int | None) -> Iterable[list[PointResult]]:
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("executor='ray' needs Ray: pip install 'tenet-byoc[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, num_cpus=None if address else (workers or os.cpu_count()),
+                 include_dashboard=False, log_to_driver=False)
+    try:
+        remote = ray.remote(_evaluate)
+        job_ref = ray.put(job)
+        pending = [remote.remote(job_ref, chunk) for chunk in chunks]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _read_done(path: Path, schemes: Sequence[str]) -> dict[str, list[PointResult]]:
+    """Results already in the file, by point key (points with every scheme only)."""
+    by_key: dict[str, list[PointResult]] = {}
+    if not path.exists():
+        return by_key
+    names = {f.name for f in dataclasses.fields(PointResult)}
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by the interruption: its point runs again
+            if not isinstance(row, dict) or set(row) != names:
+                continue
+            row["fronts"] = ()
+            by_key.setdefault(row["key"], []).append(PointResult(**row))
+    return {k: v for k, v in by_key.items()
+            if sorted(r.scheme for r in v) == sorted(schemes)}
+
+
+def _json_row(r: PointResult) -> str:
+    return json.dumps(dataclasses.asdict(r), allow_nan=True)
+
+
+def explore(
+    model: Any,
+    schemes: Sequence[str],
+    space: DesignSpace | Mapping[str, Any] | str | os.PathLike,
+    *,
+    prompt_len: int = 512,
+    decode_steps: int = 16,
+    batch: int = 1,
+    objective: str | None = None,
+    executor: str = "local",
+    workers: int | None = None,
+    ray_address: str | None = None,
+    results_file: str | os.PathLike | None = None,
+    accuracy: Mapping[str, Mapping[str, float]] | None = None,
+    progress: bool = False,
+    chunk_size: int = 64,
+) -> list[PointResult]:
+    """Estimate every point of ``space`` under every scheme and mark the Pareto fronts.
+
+    Parameters
+    ----------
+    model : str, PathLike or config
+        As :func:`tenet_byoc.estimate` takes it.
+    schemes : sequence of str
+        Quantization schemes (names or spec strings).
+    space : DesignSpace, mapping or path
+        The design space (a mapping or a YAML/JSON file of its fields).
+    prompt_len, decode_steps, batch : int
+        As :func:`tenet_byoc.estimate` (the context is the prompt).
+    objective : str, optional
+        Sort the returned points by this field (e.g. "tpot_ms"); default: the space's order.
+    executor : {"local", "serial", "ray"}
+        A process pool of ``workers`` (default: every CPU), this process, or Ray tasks (on
+        ``ray_address``, or a local Ray of ``workers`` CPUs).
+    results_file : path, optional
+        JSON lines, one per (point, scheme), appended as points finish; points already in it
+        (with every scheme) are read back, not run again.
+    accuracy : mapping, optional
+        Per scheme ``{"perplexity": .., "top1_agreement": ..}`` (the eval path's figures,
+        independent of the design): joined to its points, and the accuracy front marked.
+    progress : bool
+        A tqdm bar of points with points per second.
+
+    Returns
+    -------
+    list of PointResult
+        Every (point, scheme), fronts marked.
+    """
+    from .estimate import _check_lengths, _config
+    from .quantization import get_scheme
+
+    if not isinstance(space, DesignSpace):
+        space = (DesignSpace.from_dict(space) if isinstance(space, Mapping)
+                 else DesignSpace.from_file(space))
+    if executor not in ("local", "serial", "ray"):
+        raise ValueError(f"executor={executor!r}{did_you_mean(str(executor), ('local', 'ray'))}"
+                         "; accepted: local, serial, ray")
+    schemes = list(dict.fromkeys(schemes))
+    if not schemes:
+        raise ValueError("schemes is empty: give at least one scheme")
+    for s in schemes:
+        get_scheme(s)
+    names = [f.name for f in dataclasses.fields(PointResult)]
+    if objective is not None and objective not in names:
+        raise ValueError(f"objective={objective!r}{did_you_mean(str(objective), names)}; "
+                         f"accepted: a figure of PointResult such as tpot_ms, area_mm2")
+    config = _config(model)
+    _check_lengths(config, prompt_len, prompt_len, decode_steps, batch)
+    plans = {s: _plan(config, s, prompt_len, decode_steps, batch) for s in schemes}
+    job = _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
+               space.node_nm, space.table, space.power_budget_w)
+
+    points = space.all_points()
+    if space.area_budget_mm2 is not None:
+        points = [p for p in points if space.area(p)["total"] <= space.area_budget_mm2]
+    path = Path(results_file) if results_file is not None else None
+    done = _read_done(path, schemes) if path else {}
+    results: dict[str, list[PointResult]] = {p.key: done[p.key] for p in points
+                                             if p.key in done}
+    todo = [p for p in points if p.key not in results]
+    chunks = _chunks(todo, max(1, chunk_size))
+    if executor == "serial" or not chunks:
+        runs: Iterable[list[PointResult]] = (_evaluate(job, c) for c in chunks)
+    elif executor == "local":
+        runs = _run_local(job, chunks, workers)
+    else:
+        runs = _run_ray(job, chunks, ray_address, workers)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(points), initial=len(results), unit="point", desc="dse",
+                   smoothing=0.1)
+    fh = path.open("a", encoding="utf-8") if path else None
+    if fh and fh.tell() and not path.read_bytes().endswith(b"\n"):
+        fh.write("\n")  # end a line the interruption cut, so the next one starts clean
+    try:
+        for batch_results in runs:
+            for r in batch_results:
+                results.setdefault(r.key, []).append(r)
+            if fh:
+                fh.write("".join(_json_row(r) + "\n" for r in batch_results))
+                fh.flush()
+            if bar is not None:
+                bar.update(len(batch_results) // len(schemes))
+    finally:
+        if fh:
+            fh.close()
+        if bar is not None:
+            bar.close()
+    rows = [r for p in points for r in sorted(results[p.key],
+                                              key=lambda r: schemes.index(r.scheme))]
+    if accuracy:
+        rows = [dataclasses.replace(r, **_accuracy_of(accuracy, r.scheme)) for r in rows]
+    rows = mark_fronts(rows)
+    if objective is not None:
+        rows.sort(key=lambda r: (math.isnan(v := getattr(r, objective)), v))
+    return rows
+
+
+def _accuracy_of(accuracy: Mapping[str, Mapping[str, float]], scheme: str) -> dict:
+    got = accuracy.get(scheme)
+    if got is None:
+        return {}
+    return {"perplexity": float(got["perplexity"]),
+            "top1_agreement": float(got.get("top1_agreement", math.nan))}
+
+
+def timed_explore(*args: Any, **kwargs: Any) -> tuple[list[PointResult], float]:
+    """:func:`explore` and its wall time in seconds (for benchmarks)."""
+    start = time.perf_counter()
+    rows = explore(*args, **kwargs)
+    return rows, time.perf_counter() - start
+
+

@@ -1,0 +1,235 @@
+"""``tenet-byoc dse``: explore a design space for a model, write the points, fronts and plots,
+optionally with each scheme's measured accuracy beside its cost.
+
+The work is :func:`tenet_byoc.dse.explore`; this module adds the command's options, the
+per-scheme accuracy runs (the ``eval`` path, once per scheme), the files and the plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+__all__ = ["add_dse_parser", "plot_fronts", "run_dse", "scheme_accuracy"]
+
+RESULTS_FILE = "points.jsonl"
+
+
+def add_dse_parser(sub, schemes: Sequence[str], names, count) -> None:
+    """The ``dse`` subcommand's options (``names``: cli's list type; ``count``: an integer
+    type factory taking the lowest value)."""
+    from ..models.configs import BUILTIN
+
+    p = sub.add_parser(
+        "dse", help="explore accelerator designs: cost, area and Pareto fronts per scheme",
+        description="Estimate every point of a design space (array, dataflow, PE formats, "
+        "buffer, DRAM bandwidth, clock) under each scheme: TTFT, TPOT, tokens/s, energy per "
+        "token, area and power, with the Pareto fronts against area marked. Results are "
+        f"appended to DIR/{RESULTS_FILE} as they finish: run the same command again to "
+        "resume. With --checkpoint and --text, each scheme's perplexity and top-1 agreement "
+        "join its points.")
+    p.add_argument("--model", default="llama-3-8b", metavar="NAME|DIR",
+                   help=f"built-in name ({', '.join(BUILTIN)}) or a config.json / checkpoint "
+                   "folder (default: llama-3-8b)")
+    p.add_argument("--schemes", type=names("scheme", schemes), default=["none"],
+                   metavar="LIST", help="comma-separated schemes (default: none)")
+    p.add_argument("--space", required=True, metavar="FILE",
+                   help="YAML or JSON: lists per field (rows, cols, dataflows, pe_formats, "
+                   "buffer_bytes, dram_gbps, clock_ghz, register_bytes) and node_nm, "
+                   "area_budget_mm2, power_budget_w, area_table")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help=f"write {RESULTS_FILE} (appended; resumes), dse.csv and the front plots")
+    p.add_argument("--prompt-len", type=count(0), default=512, metavar="P",
+                   help="prefill tokens (default 512)")
+    p.add_argument("--decode-steps", type=count(0), default=16, metavar="S",
+                   help="decode steps (default 16)")
+    p.add_argument("--batch", type=count(1), default=1, metavar="B", help="default 1")
+    p.add_argument("--objective", default="tpot_ms", metavar="FIELD",
+                   help="sort dse.csv and the printed fronts by this figure (default tpot_ms)")
+    p.add_argument("--executor", choices=["local", "serial", "ray"], default="local",
+                   help="local process pool (default), this process, or Ray tasks "
+                   "(pip install 'tenet-byoc[ray]')")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="with --executor ray: a running cluster (default: a local Ray)")
+    p.add_argument("--workers", type=count(1), metavar="N",
+                   help="processes (local) or CPUs of a local Ray (default: every CPU)")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="with --text: a local checkpoint whose per-scheme perplexity and top-1 "
+                   "agreement join the points (the eval path, once per scheme)")
+    p.add_argument("--text", metavar="FILE", help="with --checkpoint: a UTF-8 text file")
+    p.add_argument("--window", type=count(2), metavar="N",
+                   help="eval tokens per window (default: the model's context)")
+    p.add_argument("--max-tokens", type=count(2), metavar="N",
+                   help="evaluate only the text's first N tokens")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _eval_one(checkpoint: str, text: str, schemes: list[str], window: int | None,
+              max_tokens: int | None) -> dict[str, dict[str, float]]:
+    from .evaluate import evaluate
+
+    res = evaluate(checkpoint, text, schemes, "os16", window=window, max_tokens=max_tokens,
+                   progress=False)
+    return {r.scheme: {"perplexity": r.perplexity, "top1_agreement": r.top1_agreement}
+            for r in res.rows}
+
+
+def scheme_accuracy(checkpoint: str, text: str, schemes: Sequence[str], *,
+                    executor: str = "local", ray_address: str | None = None,
+                    window: int | None = None, max_tokens: int | None = None
+                    ) -> dict[str, dict[str, float]]:
+    """Each scheme's perplexity and top-1 agreement against float32 on ``text`` (the eval
+    path; the accelerator does not change the numbers, only what the run is charged).
+
+    Locally one evaluation runs every scheme once (float32 first, as the reference); with
+    ``executor="ray"`` each scheme is a Ray task (each with its own float32 reference)."""
+    from .evaluate import prepare_eval
+
+    schemes = list(dict.fromkeys(schemes))
+    # check every input here, before any task starts
+    prepare_eval(checkpoint, text, ["none"], "os16", window=window, max_tokens=max_tokens)
+    if executor != "ray":
+        return _eval_one(checkpoint, text, schemes, window, max_tokens)
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+    try:
+        task = ray.remote(_eval_one)
+        refs = [task.remote(checkpoint, text, [s], window, max_tokens) for s in schemes]
+        out: dict[str, dict[str, float]] = {}
+        for got in ray.get(refs):
+            out.update(got)
+        return {s: out[s] for s in schemes}
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
+    """TPOT, TTFT and energy per token against area: every feasible point faint, each
+    scheme's front drawn as a line (log axes)."""
+    from matplotlib.figure import Figure
+
+    panels = (("tpot_ms", "TPOT (ms)", "tpot_area"), ("ttft_ms", "TTFT (ms)", "ttft_area"),
+              ("energy_per_token_mj", "energy / token (mJ)", "energy_area"))
+    fig = Figure(figsize=(15, 4.8), layout="constrained")
+    axes = fig.subplots(1, 3)
+    schemes = list(dict.fromkeys(r.scheme for r in rows))
+    colors = {s: f"C{i % 10}" for i, s in enumerate(schemes)}
+    for ax, (metric, label, front) in zip(axes, panels, strict=True):
+        for s in schemes:
+            mine = [r for r in rows if r.scheme == s and r.feasible
+                    and not math.isnan(getattr(r, metric))]
+            if not mine:
+                continue
+            ax.scatter([r.area_mm2 for r in mine], [getattr(r, metric) for r in mine], s=6,
+                       alpha=0.25, color=colors[s], linewidths=0)
+            on = sorted((r for r in mine if front in r.fronts), key=lambda r: r.area_mm2)
+            ax.plot([r.area_mm2 for r in on], [getattr(r, metric) for r in on], marker="o",
+                    ms=4, color=colors[s], label=s, drawstyle="steps-post")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("area (mm2)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(title="scheme (front)")
+    fig.suptitle(title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def _settings(args: argparse.Namespace, space_text: str) -> dict:
+    return {"model": args.model, "schemes": list(args.schemes), "prompt_len": args.prompt_len,
+            "decode_steps": args.decode_steps, "batch": args.batch, "space": space_text}
+
+
+def _check_same_run(out: Path, settings: Mapping[str, Any]) -> None:
+    """A results file resumes only the run that wrote it."""
+    path = out / "dse_run.json"
+    if path.exists():
+        try:
+            before = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            before = None
+        if before != dict(settings):
+            differs = sorted(k for k in settings if not isinstance(before, dict)
+                             or before.get(k) != settings[k])
+            raise ValueError(
+                f"{out} holds a different dse run ({', '.join(differs)} differ): give a new "
+                f"--out, or delete {path.name} and {RESULTS_FILE} there to start over")
+    path.write_text(json.dumps(dict(settings), indent=1), encoding="utf-8")
+
+
+def run_dse(args: argparse.Namespace) -> int:
+    """The ``dse`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
+    import sys
+
+    from ..dse import DesignSpace, PointResult, explore
+    from ..estimate import _check_lengths, _config
+    from .results import markdown_table, write_csv
+
+    if (args.checkpoint is None) != (args.text is None):
+        raise ValueError("--checkpoint and --text go together (the accuracy of each scheme)")
+    space = DesignSpace.from_file(args.space)
+    _check_lengths(_config(args.model), args.prompt_len, args.prompt_len, args.decode_steps,
+                   args.batch)
+    names = [f.name for f in fields(PointResult)]
+    if args.objective not in names:
+        from .._names import did_you_mean
+
+        raise ValueError(f"--objective {args.objective!r}{did_you_mean(args.objective, names)}"
+                         "; e.g. tpot_ms, ttft_ms, energy_per_token_mj, area_mm2")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _check_same_run(out, _settings(args, Path(args.space).read_text(encoding="utf-8")))
+    accuracy = None
+    if args.checkpoint is not None:
+        accuracy = scheme_accuracy(args.checkpoint, args.text, args.schemes,
+                                   executor=args.executor, ray_address=args.ray_address,
+                                   window=args.window, max_tokens=args.max_tokens)
+    progress = not args.no_progress and sys.stderr.isatty()
+    n_points = len(space.all_points())
+    start = time.perf_counter()
+    rows = explore(args.model, args.schemes, space, prompt_len=args.prompt_len,
+                   decode_steps=args.decode_steps, batch=args.batch, objective=args.objective,
+                   executor=args.executor, workers=args.workers, ray_address=args.ray_address,
+                   results_file=out / RESULTS_FILE, accuracy=accuracy, progress=progress)
+    wall = time.perf_counter() - start
+    kept = len({r.key for r in rows})
+    print(f"{args.model}: {kept:,} design points (of {n_points:,}; area budget "
+          f"{space.area_budget_mm2 or 'none'}) x {len(args.schemes)} scheme(s) at "
+          f"{space.node_nm:g} nm in {wall:.1f} s ({kept / wall if wall else 0:,.0f} points/s); "
+          f"prompt {args.prompt_len}, {args.decode_steps} decode steps, batch {args.batch}\n")
+    header = ["scheme", "design", "area mm2", "TTFT ms", "TPOT ms", "tokens/s", "mJ/token",
+              "W", *(["perplexity", "top-1"] if accuracy else []), "fronts"]
+    front_rows = [r for r in rows if r.fronts]
+    print(markdown_table(header, [
+        [r.scheme, r.name, f"{r.area_mm2:,.2f}", f"{r.ttft_ms:,.3f}", f"{r.tpot_ms:,.3f}",
+         f"{r.tokens_per_s:,.1f}", f"{r.energy_per_token_mj:,.3f}", f"{r.power_w:,.2f}",
+         *([f"{r.perplexity:.3f}", f"{100 * r.top1_agreement:.1f}%"] if accuracy else []),
+         ",".join(r.fronts)] for r in front_rows[:40]]))
+    if len(front_rows) > 40:
+        print(f"... {len(front_rows) - 40} more front points in dse.csv")
+    refused = {r.reason.split(":")[0] for r in rows if not r.feasible}
+    for reason in sorted(refused):
+        print(f"- some points: {reason}")
+    csv_path = out / "dse.csv"
+    columns = [f.name for f in fields(PointResult)]
+    write_csv(columns, [SimpleNamespace(**{**asdict(r), "fronts": ";".join(r.fronts)})
+                        for r in rows], csv_path)
+    plot = plot_fronts(rows, out / "dse_fronts.png",
+                       f"{args.model}: prompt {args.prompt_len}, {args.decode_steps} decode, "
+                       f"batch {args.batch}, {space.node_nm:g} nm")
+    print(f"\nwrote {out / RESULTS_FILE}, {csv_path}, {plot}")
+    return 0

@@ -1,0 +1,146 @@
+// The vector unit and the edge dequantizer beside the PE array: what a non-GEMM operator
+// (norms, softmax, activations, elementwise, rotary, embedding, quantize, KV-cache writes)
+// costs, and what converts narrow weight codes at the array edge.
+//
+// Pure C++17, no TVM, no Python; every function is thread-safe (no state). Bad input throws
+// std::invalid_argument naming the field, the value and what is accepted.
+//
+// Model (README.md in this directory, "The vector unit"): an operator of N output elements in
+// rows of H (its last axis; R = N / H rows) does a fixed number of operations of each class
+// per element and per row (VectorOps: the formulas, one per operator kind). The unit has
+// `lanes` lanes; an op of class c occupies a lane for cycles_per_op[c] cycles, so compute
+// takes ceil(sum_c ops[c] x cycles_per_op[c] / lanes) cycles. Its operands stream through the
+// global buffer at the unit's buffer bandwidth; parameters (norm weights, rotary tables,
+// embedding rows) come from DRAM; when the operator's activations and output do not fit the
+// buffer together they spill (inputs read from, output written to DRAM); a KV-cache write's
+// output always goes to DRAM. Transfers overlap compute (streamed), so the call takes the
+// largest of the compute, buffer and DRAM cycles.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cost_model/json.h"
+#include "cost_model/memory.h"
+
+namespace tenet {
+
+// The classes of operation a vector lane executes, each with its own cost.
+enum class VectorOpClass {
+  kAdd,    // add, subtract, max, compare, round, clamp
+  kMul,    // multiply
+  kExp,    // exponential
+  kRecip,  // reciprocal, reciprocal square root (a divide is a reciprocal and a multiply)
+  kTanh,   // tanh, erf (the approximations GELU uses)
+};
+constexpr int kVectorOpClasses = 5;
+using VectorOpCounts = std::array<int64_t, kVectorOpClasses>;
+using VectorOpFigures = std::array<double, kVectorOpClasses>;
+const char* VectorOpClassName(VectorOpClass c);  // "add", "mul", "exp", "recip", "tanh"
+
+// Horowitz, ISSCC 2014, 45 nm: a float32 add 0.9 pJ, a float32 multiply 3.7 pJ. The
+// transcendental classes have no figure there; they are charged as the float32
+// multiply-adds (4.6 pJ each) of the usual approximations: exp as range reduction and a
+// polynomial (4 multiply-adds), reciprocal / rsqrt as a seed and two Newton steps (2 x (2
+// multiplies + 1 add) = 16.6 pJ), tanh / erf as a rational approximation (7 multiply-adds
+// and a reciprocal: 48.8 pJ). Cycles per op follow the same counts on a pipelined lane:
+// 1 for add and multiply, 4 for exp and reciprocal, 8 for tanh / erf.
+constexpr VectorOpFigures kVectorPjPerOp45nm = {0.9, 3.7, 4 * (3.7 + 0.9),
+                                                2 * (2 * 3.7 + 0.9), 7 * (3.7 + 0.9) + 16.6};
+constexpr VectorOpFigures kVectorCyclesPerOp = {1, 1, 4, 4, 8};
+
+// Whether vector work overlaps the array's (pipelined behind the GEMM that produces its
+// input, as the TPU's activation pipeline) or runs after it. A charge carries it; how a
+// model's latency adds calls up follows from it (README).
+enum class VectorSchedule { kPipelined, kSerial };
+const char* VectorScheduleName(VectorSchedule s);  // "pipelined", "serial"
+VectorSchedule ParseVectorSchedule(const std::string& name);
+
+// The vector unit: float32 lanes beside the array, reading and writing the global buffer.
+struct VectorUnit {
+  int64_t lanes = 16;                                 // >= 1
+  VectorOpFigures cycles_per_op = kVectorCyclesPerOp;  // each > 0: lane cycles per op
+  VectorOpFigures pj_per_op = kVectorPjPerOp45nm;      // each >= 0
+  // Buffer <-> vector unit, bits per cycle, > 0: by default one float32 operand in and one
+  // out per lane per cycle (lanes x 64).
+  double buffer_bandwidth_bits = 16 * 64;
+  VectorSchedule schedule = VectorSchedule::kPipelined;
+};
+void Validate(const VectorUnit& unit);
+
+// A dequantizer between the buffer and the array edge that turns weight codes of the widths
+// it converts into the values the PEs multiply, in parallel with the array
+// (Dequantization::kWeight runs here instead of on the PEs when the weight width is one of
+// `bits`). elements_per_cycle 0: there is none (dequantization runs on the PEs).
+struct EdgeDequantizer {
+  int64_t elements_per_cycle = 0;  // >= 0: weight elements converted per cycle at the edge
+  std::vector<int> bits;           // code widths converted, ascending, each 1..32; non-empty
+                                   // exactly when elements_per_cycle > 0
+  // A float16 multiply (the scale) and add (the zero point), Horowitz ISSCC 2014 45 nm:
+  // 1.1 + 0.4 pJ per element.
+  double pj_per_element = 1.1 + 0.4;  // >= 0
+
+  bool Converts(int code_bits) const;
+};
+void Validate(const EdgeDequantizer& edge);
+
+// The operator kinds the vector unit is charged for.
+enum class VectorOp {
+  kLayerNorm, kRmsNorm, kSoftmax, kGeluTanh, kGeluErf, kSilu, kAdd, kMultiply, kDivide,
+  kRotary, kTake, kMask, kQuantize, kKvWrite,
+};
+constexpr int kVectorOps = 14;
+const char* VectorOpName(VectorOp op);  // "layer_norm", ..., "kv_write"
+VectorOp ParseVectorOp(const std::string& name);
+
+// One non-GEMM operator call as the cost model sees it.
+struct VectorCall {
+  VectorOp op = VectorOp::kAdd;
+  std::vector<int64_t> shape;  // the output's shape, each >= 1; its last axis is the row
+  int bits_in = 32;            // activations (and parameters) read, 1..64
+  int bits_out = 32;           // the output written, 1..64
+  // add / multiply / divide: the second operand's elements (fewer than the output's when it
+  // is broadcast: a scale, a bias); rotary: the cos and sin tables' elements together; 0 for
+  // every other kind.
+  int64_t operand_elements = 0;
+};
+// Checks the fields and that operand_elements suits the kind (1..N for binary kinds, >= 1
+// for rotary, 0 otherwise).
+void Validate(const VectorCall& call);
+bool operator==(const VectorCall& a, const VectorCall& b);
+std::string SerializeVectorCall(const VectorCall& call);
+
+// Operations of each class the call does (the formulas in vector.cc, one per kind).
+VectorOpCounts VectorOps(const VectorCall& call);
+
+// What a vector call costs on an accelerator's vector unit and memory.
+struct VectorCharge {
+  VectorCall call;
+  int64_t elements = 0;  // output elements N
+  int64_t rows = 0;      // N / H
+  VectorOpCounts ops{};  // by VectorOpClass
+  int64_t buffer_read_bits = 0, buffer_write_bits = 0;
+  int64_t dram_read_bits = 0, dram_write_bits = 0;
+  bool spilled = false;  // activations and output did not fit the buffer together
+  int64_t compute_cycles = 0, buffer_cycles = 0, dram_cycles = 0;
+  int64_t cycles = 0;    // max of the three: the call's latency on the unit
+  double latency_us = 0;
+  VectorSchedule schedule = VectorSchedule::kPipelined;
+  double op_pj = 0, buffer_pj = 0, dram_pj = 0, total_pj = 0;
+};
+VectorCharge ChargeVectorCall(const VectorCall& call, const VectorUnit& unit,
+                              const MemoryHierarchy& memory, double clock_ghz);
+
+namespace detail {
+// The two units' parts of the accelerator's JSON form (accelerator.h), every field by name;
+// `where` names the object in messages. The readers check keys and types; Validate checks
+// values.
+OrderedJson VectorUnitJson(const VectorUnit& unit);
+VectorUnit ParseVectorUnitJson(const JsonValue& value, const std::string& where);
+OrderedJson EdgeDequantizerJson(const EdgeDequantizer& edge);
+EdgeDequantizer ParseEdgeDequantizerJson(const JsonValue& value, const std::string& where);
+}  // namespace detail
+
+}  // namespace tenet

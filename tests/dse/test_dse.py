@@ -1,0 +1,191 @@
+"""Design-space exploration: each point equals ``estimate`` of its accelerator alone, the
+marked fronts equal a brute-force Pareto filter, an interrupted run resumes, and the process
+pool and Ray return the serial run's points."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+
+import pytest
+
+import tenet_byoc
+from tenet_byoc import dse
+from tenet_byoc.experiments.estimate_cmd import phase_figures
+
+SCHEMES = ["none", "per_token", "q4f16_1"]
+# (32 GB/s, 1 GHz) and (64 GB/s, 2 GHz) are both 256 bits a cycle: one charge cache.
+SPACE = dict(rows=[8, 16], cols=[16], dataflows=["os", "ws"],
+             pe_formats=[["int8", "fp16", "fp32"], ["int4", "fp8_e4m3", "fp32"]],
+             buffer_bytes=[1 << 18, 1 << 20], dram_gbps=[32, 64], clock_ghz=[1, 2],
+             node_nm=28)
+RUN = dict(prompt_len=16, decode_steps=3, batch=2)
+
+
+def rows_of(results):
+    """Results as comparable text (NaN figures compare equal here, as they should)."""
+    return [json.dumps(dataclasses.asdict(r)) for r in results]
+
+
+@pytest.fixture(scope="module")
+def serial():
+    return dse.explore("gpt2", SCHEMES, SPACE, executor="serial", **RUN)
+
+
+def test_every_point_and_scheme_is_there(serial):
+    points = dse.DesignSpace.from_dict(SPACE).all_points()
+    assert len(points) == 2 * 2 * 2 * 2 * 2 * 2
+    assert [(r.key, r.scheme) for r in serial] == [(p.key, s) for p in points for s in SCHEMES]
+
+
+@pytest.mark.parametrize("index", [0, 5, 21, 40, 63])
+def test_a_point_equals_estimate_of_its_accelerator_alone(serial, index):
+    point = dse.DesignSpace.from_dict(SPACE).all_points()[index]
+    space = dse.DesignSpace.from_dict(SPACE)
+    for r in (r for r in serial if r.key == point.key):
+        acc = point.accelerator()
+        if not r.feasible:
+            assert "cannot run" in r.reason and math.isnan(r.tpot_ms)
+            if "would run on the" not in r.reason:
+                # the scheme needs a width no unit takes: estimate refuses it too
+                with pytest.raises(ValueError):
+                    tenet_byoc.estimate("gpt2", r.scheme, acc, **RUN)
+            continue
+        ledger = tenet_byoc.estimate("gpt2", r.scheme, acc, **RUN)
+        pre, dec = phase_figures(ledger, r.scheme, RUN["prompt_len"], RUN["decode_steps"],
+                                 RUN["batch"])
+        assert r.ttft_ms == pytest.approx(pre.latency_ms, rel=1e-9)
+        assert r.tpot_ms == pytest.approx(dec.latency_ms, rel=1e-9)
+        assert r.tokens_per_s == pytest.approx(dec.tokens_per_s, rel=1e-9)
+        assert r.energy_per_token_mj == pytest.approx(dec.energy_per_token_mj, rel=1e-9)
+        assert r.prefill_energy_per_token_mj == pytest.approx(pre.energy_per_token_mj, rel=1e-9)
+        t = ledger.totals()
+        assert r.power_w == pytest.approx(t.energy_pj / t.latency_us * 1e-6, rel=1e-9)
+        assert r.area_mm2 == pytest.approx(
+            acc.area(28, formats=point.formats_by_width)["total"], rel=1e-12)
+        assert r.area_mm2 == space.area(point)["total"]
+
+
+def test_a_scheme_needs_a_unit_of_its_kind(serial):
+    # int8 operands on a design whose 8-bit unit is fp8 (and the reverse) are refused: the
+    # cost model charges by width alone, so they would be charged to the wrong PEs
+    fp8 = [r for r in serial if r.pe_formats == "int4+fp8_e4m3+fp32"]
+    by_scheme = {s: {r.feasible for r in fp8 if r.scheme == s} for s in SCHEMES}
+    # q4f16_1's (16, 4) float-activation calls: no 16-bit unit, so the fp32 unit (a float
+    # unit) takes them
+    assert by_scheme == {"none": {True}, "per_token": {False}, "q4f16_1": {True}}
+    assert all("per_token cannot run: its 8-bit int weight GEMMs would run on the fp8_e4m3 "
+               "unit" in r.reason for r in fp8 if r.scheme == "per_token")
+    assert dse._operands("q4f16_1") == (16, "float")
+    assert dse._operands("e4m3_e4m3_f16") == (8, "float")
+    point = dse.DesignPoint(8, 8, "os", ("int8", "fp16", "fp32"), 1 << 20, 32.0, 1.0)
+    assert "would run on the int8 unit" in dse._format_mismatch(point, "e4m3_e4m3_f16",
+                                                                 (8, "float"))
+
+
+def _brute_force(values):
+    def dominates(a, b):
+        return all(x <= y for x, y in zip(a, b, strict=True)) and any(
+            x < y for x, y in zip(a, b, strict=True))
+    return [not any(dominates(w, v) for w in values) for v in values]
+
+
+def test_fronts_equal_a_brute_force_pareto_filter(serial):
+    assert any(r.fronts for r in serial) and not all(r.fronts for r in serial)
+    for scheme in SCHEMES:
+        mine = [r for r in serial if r.scheme == scheme and r.feasible]
+        for name, objectives in dse.OBJECTIVE_PAIRS.items():
+            ref = _brute_force([[getattr(r, o) for o in objectives] for r in mine])
+            assert [name in r.fronts for r in mine] == ref, (scheme, name)
+    assert not any(r.fronts for r in serial if not r.feasible)
+
+
+def test_pareto_front_on_ties_and_three_objectives():
+    values = [(1, 5, 2), (2, 2, 2), (1, 5, 2), (3, 1, 9), (2, 3, 2), (0, 9, 9), (4, 4, 4)]
+    assert dse.pareto_front(values) == _brute_force(values)
+    grid = list(itertools.product(range(4), repeat=3))
+    assert dse.pareto_front(grid) == _brute_force(grid)
+    assert dse.pareto_front([(1, math.nan), (2, 2)]) == [False, True]
+
+
+def test_an_interrupted_run_resumes(tmp_path, serial, monkeypatch):
+    path = tmp_path / "points.jsonl"
+    full = [dataclasses.replace(r, fronts=()) for r in serial]
+    # The first 20 points finished, then a line was cut mid-write.
+    lines = [json.dumps(dataclasses.asdict(r)) for r in full[: 20 * len(SCHEMES)]]
+    path.write_text("\n".join(lines) + "\n" + lines[-1][:30])
+    ran = []
+    real = dse._evaluate
+    monkeypatch.setattr(dse, "_evaluate", lambda job, pts: ran.extend(pts) or real(job, pts))
+    rows = dse.explore("gpt2", SCHEMES, SPACE, executor="serial", results_file=path, **RUN)
+    assert len(ran) == 64 - 20
+    assert rows_of(rows) == rows_of(serial)
+    # the file now holds every point; a third run charges nothing
+    ran.clear()
+    assert rows_of(dse.explore("gpt2", SCHEMES, SPACE, executor="serial", results_file=path,
+                               **RUN)) == rows_of(serial)
+    assert ran == []
+
+
+def test_the_process_pool_returns_the_serial_points(serial):
+    rows = dse.explore("gpt2", SCHEMES, SPACE, executor="local", workers=2, chunk_size=8,
+                       **RUN)
+    assert rows_of(rows) == rows_of(serial)
+
+
+def test_ray_returns_the_local_points(serial):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'tenet-byoc[ray]')")
+    rows = dse.explore("gpt2", SCHEMES, SPACE, executor="ray", workers=2, chunk_size=8, **RUN)
+    assert rows_of(rows) == rows_of(serial)
+
+
+def test_budgets(serial):
+    budget = sorted({r.area_mm2 for r in serial})[3]
+    rows = dse.explore("gpt2", SCHEMES, {**SPACE, "area_budget_mm2": budget},
+                       executor="serial", **RUN)
+    assert rows_of(rows) == rows_of(dse.mark_fronts([dataclasses.replace(r, fronts=())
+                                                     for r in serial if r.area_mm2 <= budget]))
+    watts = sorted(r.power_w for r in serial if r.feasible)[10]
+    rows = dse.explore("gpt2", SCHEMES, {**SPACE, "power_budget_w": watts},
+                       executor="serial", **RUN)
+    over = [r for r in rows if "over the budget" in r.reason]
+    assert over and all(r.power_w > watts and not r.feasible for r in over)
+    assert all(r.power_w <= watts for r in rows if r.feasible)
+
+
+def test_accuracy_joins_its_scheme_and_marks_a_three_way_front(serial):
+    acc = {"none": {"perplexity": 10.0, "top1_agreement": 1.0},
+           "per_token": {"perplexity": 10.5, "top1_agreement": 0.9},
+           "q4f16_1": {"perplexity": 11.0, "top1_agreement": 0.8}}
+    rows = dse.explore("gpt2", SCHEMES, SPACE, executor="serial", accuracy=acc, **RUN)
+    assert all(r.perplexity == acc[r.scheme]["perplexity"] for r in rows)
+    feas = [r for r in rows if r.feasible]
+    ref = _brute_force([[getattr(r, o) for o in dse.ACCURACY_FRONT] for r in feas])
+    assert ["accuracy" in r.fronts for r in feas] == ref
+
+
+@pytest.mark.parametrize(("space", "message"), [
+    ({"rows": [0]}, "rows: value 0 must be a positive integer"),
+    ({"dataflows": ["os", "rs"]}, "'rs' is not a dataflow"),
+    ({"pe_formats": [["int8", "fp8_e4m3"]]}, "two formats of one width"),
+    ({"pe_formats": [["int3"]]}, "unknown PE format 'int3'"),
+    ({"colums": [4]}, "unknown field 'colums'.*did you mean 'cols'"),
+    ({"node_nm": 2}, "node_nm=2.0 is outside"),
+    ({"buffer_bytes": []}, "buffer_bytes is empty"),
+])
+def test_a_bad_space_names_the_field(space, message):
+    with pytest.raises(ValueError, match=message):
+        dse.explore("gpt2", ["none"], space, executor="serial", **RUN)
+
+
+def test_a_space_file(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text("rows: [8, 16]\ncols: 16\npe_formats: [int8, fp16, fp32]\nnode_nm: 28\n")
+    space = dse.DesignSpace.from_file(path)
+    assert [(p.rows, p.cols, p.pe_formats) for p in space.all_points()] == [
+        (8, 16, ("int8", "fp16", "fp32")), (16, 16, ("int8", "fp16", "fp32"))]
+    path.write_text("rows: [8, x]\n")
+    with pytest.raises(ValueError, match=r"space.yaml.*rows: value 'x'"):
+        dse.DesignSpace.from_file(path)

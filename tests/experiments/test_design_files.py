@@ -1,0 +1,104 @@
+"""Designs as files: ``presets --show`` prints a preset in the accelerator's one form, and
+``--accelerator FILE`` (JSON or YAML of that form) is the same accelerator on every command."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import yaml
+
+import tenet_byoc
+from tenet_byoc import cost_model as cm
+from tenet_byoc.experiments.cli import _parser, main
+from tenet_byoc.hardware import Accelerator, preset
+
+
+def exit_code(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_presets_show_prints_the_one_form(fmt, capsys):
+    assert main(["presets", "--show", "tpu_v1", "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out) if fmt == "json" else yaml.safe_load(out)
+    assert data == json.loads(preset("tpu_v1").to_json())
+
+
+def _custom_design(tmp_path, suffix: str):
+    """os16 with a 256 KiB buffer and 128 bits/cycle of DRAM, edited as a user would."""
+    form = json.loads(preset("os16").to_json())
+    form["name"] = form["hardware"]["name"] = "my_os16"
+    form["memory"]["buffer_bytes"] = 256 << 10
+    form["memory"]["dram_bandwidth_bits"] = 128.0
+    path = tmp_path / f"mine{suffix}"
+    path.write_text(json.dumps(form) if suffix == ".json" else yaml.safe_dump(form))
+    # The same design made in Python, the reference (the file keeps the preset's SRAM
+    # energies, which the Python constructor would otherwise derive from the new capacity).
+    old = preset("os16").memory
+    ref = Accelerator.systolic(
+        "os", 16, 16, name="my_os16", bandwidth_bits=256, l2_bytes=1 << 20,
+        memory=cm.MemoryHierarchy(dram_bandwidth_bits=128, buffer_bytes=256 << 10,
+                                  buffer_bandwidth_bits=(16 + 32) * 32, register_bytes=256,
+                                  buffer_pj_per_bit=old.buffer_pj_per_bit,
+                                  register_pj_per_bit=old.register_pj_per_bit))
+    return path, ref
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_estimate_on_a_design_file_equals_the_python_design(suffix, tmp_path, capsys):
+    path, ref = _custom_design(tmp_path, suffix)
+    assert Accelerator.from_file(path) == ref
+    out = tmp_path / "out"
+    assert main(["estimate", "--model", "gpt2", "--accelerator", str(path), "--prompt-len",
+                 "16", "--decode-steps", "2", "--out", str(out)]) == 0
+    assert "gpt2 on my_os16" in capsys.readouterr().out
+    rows = list(csv.DictReader((out / "estimate.csv").open()))
+    ledger = tenet_byoc.estimate("gpt2", "none", ref, prompt_len=16, decode_steps=2)
+    ttft_ms = sum(e.latency_us for e in ledger if e.phase == "prefill") / 1e3
+    assert float(rows[0]["latency_ms"]) == pytest.approx(ttft_ms, rel=1e-12)
+    # and it differs from the preset it was edited from (the file was read)
+    base = tenet_byoc.estimate("gpt2", "none", "os16", prompt_len=16, decode_steps=2)
+    assert sum(e.latency_us for e in base if e.phase == "prefill") / 1e3 != pytest.approx(ttft_ms)
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--model", "mlp"], ["profile", "--model", "mlp"], ["sweep", "--model", "mlp"],
+    ["eval", "--checkpoint", "c", "--text", "t"], ["estimate"],
+])
+def test_every_command_takes_a_design_file(argv, tmp_path):
+    path, ref = _custom_design(tmp_path, ".yaml")
+    args = _parser().parse_args([*argv, "--accelerator", str(path)])
+    got = args.accelerator[0] if isinstance(args.accelerator, list) else args.accelerator
+    assert got == ref
+
+
+def test_sweep_mixes_presets_and_files(tmp_path):
+    path, ref = _custom_design(tmp_path, ".json")
+    args = _parser().parse_args(["sweep", "--accelerator", f"os16,{path}"])
+    assert args.accelerator == ["os16", ref]
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda f: f["memory"].pop("buffer_bytes"), "has no field 'buffer_bytes'"),
+    (lambda f: f.update(colour=1), "unknown field 'colour'"),
+    (lambda f: f["hardware"].update(clock_ghz=-1), "clock_ghz"),
+])
+def test_a_bad_design_file_exits_2_naming_the_file_and_field(edit, message, tmp_path, capsys):
+    form = json.loads(preset("os16").to_json())
+    edit(form)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(form))
+    assert exit_code(["estimate", "--accelerator", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(path) in err and "Traceback" not in err
+
+
+def test_a_missing_design_file(capsys):
+    assert exit_code(["run", "--accelerator", "nowhere/x.yaml"]) == 2
+    assert "accelerator file 'nowhere/x.yaml' does not exist" in capsys.readouterr().err
