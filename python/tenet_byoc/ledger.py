@@ -105,10 +105,9 @@ class LedgerEntry:
     mapping: str  #: dataflow, buffer tiles and tile-loop order, e.g. "os 16x16 | tiles ..."
     recipe: QuantRecipe  #: how the call is quantized (with the widths, what it is charged for)
     tensors: Mapping[str, TensorTraffic]
-    # Systems of several chips (tenet_byoc.system): which chip did the work, on which unit
-    # ("link" for a collective), and the bytes that chip sent over links.
+    # Systems of several chips (tenet_byoc.system): which chip did the work and the bytes it
+    # sent over links (an entry of unit "link" is a collective).
     chip: int = 0
-    unit: str = "array"
     link_bytes: float = 0.0
 
     @property
@@ -150,7 +149,7 @@ COLUMNS = [f.name for f in fields(LedgerEntry) if f.name not in ("tensors", "rec
 CHARGE_FIELDS = tuple(_core._ledger_field_names())
 _TENSOR_FIELDS = tuple(_core._ledger_tensor_field_names())
 _ENTRY_CALL_FIELDS = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "recipe",
-                      "tensors", "chip", "unit", "link_bytes")
+                      "tensors", "chip", "link_bytes")
 
 
 def _check_schema() -> None:

@@ -77,7 +77,7 @@ def test_ledger_entry_declares_the_cost_models_fields():
     # The one schema: LedgerEntry's charge fields are the C++ table's names, in its order.
     declared = [f for f in LedgerEntry.__dataclass_fields__
                 if f not in ("call_index", "symbol", "pattern", "name", "phase", "scheme",
-                             "recipe", "tensors", "chip", "unit", "link_bytes")]
+                             "recipe", "tensors", "chip", "link_bytes")]
     assert declared == list(CHARGE_FIELDS)
     assert list(TensorTraffic.__dataclass_fields__) == list(
         cm._core._ledger_tensor_field_names())
