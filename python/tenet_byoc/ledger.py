@@ -43,7 +43,6 @@ class TensorTraffic:
 class LedgerEntry:
     """One offloaded GEMM call and what it would cost on the accelerator."""
 
-    unit: str  #: where it runs: "array" (the PE array) or "vector" (the vector unit)
     call_index: int  #: module-wide count of calls; the GEMMs of one merged call share it
     symbol: str  #: the offloaded function the VM called
     pattern: str  #: the composite pattern, e.g. ``tenet.matmul_transposed_bias``
@@ -105,9 +104,11 @@ class LedgerEntry:
     mapping: str  #: dataflow, buffer tiles and tile-loop order, e.g. "os 16x16 | tiles ..."
     recipe: QuantRecipe  #: how the call is quantized (with the widths, what it is charged for)
     tensors: Mapping[str, TensorTraffic]
-    # Systems of several chips (tenet_byoc.system): which chip did the work and the bytes it
-    # sent over links (an entry of unit "link" is a collective).
+    # Where the work ran: "array" (the PE array), "vector" (the vector unit) or "link" (a
+    # collective of a system of several chips, tenet_byoc.system); which chip did it, and the
+    # bytes that chip sent over links.
     chip: int = 0
+    unit: str = "array"
     link_bytes: float = 0.0
 
     @property
@@ -153,10 +154,12 @@ _ENTRY_CALL_FIELDS = ("call_index", "symbol", "pattern", "name", "phase", "schem
 
 
 def _check_schema() -> None:
-    """The dataclasses declare exactly the cost model's field names (one schema)."""
+    """The dataclasses declare exactly the cost model's field names (one schema; ``unit``
+    comes last here, with a default, so that Python-made entries such as a system's link
+    collectives may leave it out)."""
     declared = [f.name for f in fields(LedgerEntry) if f.name not in _ENTRY_CALL_FIELDS]
     tensor = [f.name for f in fields(TensorTraffic)]
-    if declared != list(CHARGE_FIELDS) or tensor != list(_TENSOR_FIELDS):
+    if sorted(declared) != sorted(CHARGE_FIELDS) or tensor != list(_TENSOR_FIELDS):
         raise ImportError(
             "tenet_byoc.ledger's LedgerEntry / TensorTraffic fields differ from the cost model's "
             f"ledger table (charge.h ChargeLedgerFields): "
