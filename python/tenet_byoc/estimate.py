@@ -304,11 +304,12 @@ def _estimate_on_system(config: Any, quant: QuantScheme, system: Any, accelerato
 
     def add(fields: dict[str, Any], name: str, phase: str, stage: int, unit: str = "array",
             link_bytes: float = 0.0) -> None:
+        if fields.get("unit") != unit:
+            fields = {**fields, "unit": unit}
         for rank in range(tp):
             entries.append(_entry(fields, call_index=len(entries), symbol=config.name,
                                   pattern=ESTIMATE_PATTERN, name=name, phase=phase,
-                                  chip=system.chip(stage, rank), unit=unit,
-                                  link_bytes=link_bytes))
+                                  chip=system.chip(stage, rank), link_bytes=link_bytes))
 
     def link_fields(template: dict[str, Any], kind: str, seconds: float,
                     chips: int) -> dict[str, Any]:
