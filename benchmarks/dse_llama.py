@@ -25,14 +25,14 @@ from tenet_byoc import dse
 
 SCHEMES = {"none": "f32", "per_token": "int8", "q4f16_1": "int4"}
 #: 5 x 5 x 2 x 4 x 5 x 5 x 2 = 10,000 points.
-SPACE = dict(
-    rows=[8, 16, 32, 64, 128], cols=[8, 16, 32, 64, 128], dataflows=["os", "ws"],
-    pe_formats=[["int8", "fp16", "fp32"], ["int4", "int8", "fp16", "fp32"],
+SPACE = {
+    "rows": [8, 16, 32, 64, 128], "cols": [8, 16, 32, 64, 128], "dataflows": ["os", "ws"],
+    "pe_formats": [["int8", "fp16", "fp32"], ["int4", "int8", "fp16", "fp32"],
                 ["fp8_e4m3", "fp16", "fp32"], ["int8", "bf16", "fp32"]],
-    buffer_bytes=[1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26],
-    dram_gbps=[16, 32, 64, 128, 256], clock_ghz=[0.5, 1.0], node_nm=28,
-)
-RUN = dict(prompt_len=512, decode_steps=16, batch=1)
+    "buffer_bytes": [1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26],
+    "dram_gbps": [16, 32, 64, 128, 256], "clock_ghz": [0.5, 1.0], "node_nm": 28,
+}
+RUN = {"prompt_len": 512, "decode_steps": 16, "batch": 1}
 
 
 def genz_point(model, point: dse.DesignPoint, bits: str) -> float:

@@ -186,7 +186,8 @@ def _table_from_fields(state: dict) -> AreaTable:
 
 def _positive(name: str, value: Any, what: str = "figure") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"area table field {name} must be a positive number, got {value!r}")
+        raise ValueError(  # noqa: TRY004 (a bad field of a user's table, like the others)
+            f"area table field {name} must be a positive number, got {value!r}")
     try:
         number = float(value)
     except ValueError:
@@ -345,8 +346,8 @@ def load_table_file(path: str | Path, what: str) -> dict:
         except json.JSONDecodeError as err:
             raise ValueError(f"{what} {str(path)!r} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{what} {str(path)!r} must hold a mapping of fields, got "
-                         f"{type(data).__name__}")
+        raise ValueError(  # noqa: TRY004 (a file's content)
+            f"{what} {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
     return data
 
 

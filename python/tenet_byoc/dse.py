@@ -185,7 +185,8 @@ class DesignSpace:
         for name, kind in _LIST_FIELDS.items():
             values = getattr(self, name)
             if isinstance(values, str | bytes) or not isinstance(values, Iterable):
-                raise ValueError(f"design space field {name} must be a list, got {values!r}")
+                raise ValueError(  # noqa: TRY004 (a bad field of a space file, like the others)
+                    f"design space field {name} must be a list, got {values!r}")
             values = tuple(values)
             if not values:
                 raise ValueError(f"design space field {name} is empty: give at least one value")
@@ -436,11 +437,11 @@ def _one(job: _Job, point: DesignPoint, acc: Accelerator, area: float, scheme: s
         cycles[phase] += n * found[0]
         energy[phase] += n * found[1]
     nan = math.nan
-    base = dict(key=point.key, name=point.name, scheme=scheme, rows=point.rows,
-                cols=point.cols, dataflow=point.dataflow, pe_formats="+".join(point.pe_formats),
-                buffer_bytes=point.buffer_bytes, dram_gbps=point.dram_gbps,
-                clock_ghz=point.clock_ghz, register_bytes=point.register_bytes,
-                mapping=point.mapping, area_mm2=area)
+    base = {"key": point.key, "name": point.name, "scheme": scheme, "rows": point.rows,
+                "cols": point.cols, "dataflow": point.dataflow, "pe_formats": "+".join(point.pe_formats),
+                "buffer_bytes": point.buffer_bytes, "dram_gbps": point.dram_gbps,
+                "clock_ghz": point.clock_ghz, "register_bytes": point.register_bytes,
+                "mapping": point.mapping, "area_mm2": area}
     if reason:
         return PointResult(**base, ttft_ms=nan, tpot_ms=nan, tokens_per_s=nan,
                            energy_per_token_mj=nan, prefill_energy_per_token_mj=nan,

@@ -17,11 +17,11 @@ from tenet_byoc.experiments.estimate_cmd import phase_figures
 
 SCHEMES = ["none", "per_token", "q4f16_1"]
 # (32 GB/s, 1 GHz) and (64 GB/s, 2 GHz) are both 256 bits a cycle: one charge cache.
-SPACE = dict(rows=[8, 16], cols=[16], dataflows=["os", "ws"],
-             pe_formats=[["int8", "fp16", "fp32"], ["int4", "fp8_e4m3", "fp32"]],
-             buffer_bytes=[1 << 18, 1 << 20], dram_gbps=[32, 64], clock_ghz=[1, 2],
-             node_nm=28)
-RUN = dict(prompt_len=16, decode_steps=3, batch=2)
+SPACE = {"rows": [8, 16], "cols": [16], "dataflows": ["os", "ws"],
+             "pe_formats": [["int8", "fp16", "fp32"], ["int4", "fp8_e4m3", "fp32"]],
+             "buffer_bytes": [1 << 18, 1 << 20], "dram_gbps": [32, 64], "clock_ghz": [1, 2],
+             "node_nm": 28}
+RUN = {"prompt_len": 16, "decode_steps": 3, "batch": 2}
 
 
 def rows_of(results):

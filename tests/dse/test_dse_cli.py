@@ -96,7 +96,7 @@ def _tiny_checkpoint(folder, text: str):
 def test_accuracy_joins_each_scheme_from_the_eval_path(tmp_path, capsys):
     from tenet_byoc.experiments.evaluate import evaluate
 
-    words = "the array holds a buffer of weights and the model reads them each step".split()
+    words = ["the", "array", "holds", "a", "buffer", "of", "weights", "and", "the", "model", "reads", "them", "each", "step"]
     rng = np.random.default_rng(0)
     text = " ".join(words[int(i)] for i in rng.integers(len(words), size=120)) + "\n"
     (tmp_path / "text.txt").write_text(text)

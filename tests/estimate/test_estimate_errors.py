@@ -19,8 +19,8 @@ import tenet_byoc
     ({"batch": 0}, ValueError, "batch=0 must be >= 1"),
     # The first GEMM's rows are prompt_len x batch = 128 x 10^12, past int32's 2^31 - 1.
     ({"batch": 10**12}, ValueError,
-     r"batch=1000000000000 makes prefill GEMM 'h.0.attn.c_attn' M = 128,000,000,000,000, "
-     r"above the cost model's limit of 2,147,483,647"),
+     (r"batch=1000000000000 makes prefill GEMM 'h.0.attn.c_attn' M = 128,000,000,000,000, "
+      r"above the cost model's limit of 2,147,483,647")),
     # 2^24 sequences of 128 tokens: 2^31 rows, one past the limit.
     ({"batch": 2**24}, ValueError, r"batch=16777216 makes .* M = 2,147,483,648"),
     ({"decode_steps": 1.5}, TypeError, "decode_steps=1.5 must be an integer"),
