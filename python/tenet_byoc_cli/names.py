@@ -61,7 +61,10 @@ def did_you_mean(value: object, choices: Iterable[str], *, limit: int = 3) -> st
     """`` (did you mean 'a' or 'b'?)`` for the choices closest to ``value``, else ``""``.
 
     Case and the separators ``-``, ``_`` and ``.`` are ignored when comparing, so
-    ``llama3-8b`` finds ``llama-3-8b`` and ``tpuv1`` finds ``tpu_v1``.
+    ``llama3-8b`` finds ``llama-3-8b`` and ``tpuv1`` finds ``tpu_v1``. A value of four or more
+    characters is also compared with the start of each longer choice, so a long name typed in
+    part and misspelt (``w8a8_per_chanel``) finds it (``w8a8_per_channel_per_token``). The
+    closest come first.
     """
     if not isinstance(value, str):
         return ""
@@ -72,12 +75,20 @@ def did_you_mean(value: object, choices: Iterable[str], *, limit: int = 3) -> st
     by_fold: dict[str, str] = {}
     for c in choices:
         by_fold.setdefault(folded(c), c)
-    exact = by_fold.get(folded(value))
-    close = [exact] if exact is not None else [
-        by_fold[f] for f in difflib.get_close_matches(folded(value), list(by_fold), n=limit,
-                                                      cutoff=0.75)
-    ]
+    typed = folded(value)
+    exact = by_fold.get(typed)
+    if exact is not None:
+        return f" (did you mean {exact!r}?)"
+    scores: dict[str, tuple[float, float, str]] = {}
+    for f, c in by_fold.items():
+        whole = difflib.SequenceMatcher(None, typed, f).ratio()
+        start = (difflib.SequenceMatcher(None, typed, f[:len(typed)]).ratio()
+                 if len(f) > len(typed) >= 4 else 0.0)
+        if whole >= 0.75 or start >= 0.85:
+            # ties: the whole name's likeness, then the greater string first (as
+            # difflib.get_close_matches breaks them)
+            scores[c] = (max(whole, start), whole, f)
+    close = sorted(scores, key=scores.__getitem__, reverse=True)[:limit]
     if not close:
         return ""
-    quoted = [repr(c) for c in close]
-    return f" (did you mean {' or '.join(quoted)}?)"
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)"

@@ -84,7 +84,8 @@ print("\\n" + json.dumps({"code": code, "heavy": heavy}))
     (["sweep", "--help"], 0, "usage: tenet-byoc sweep"),
     (["estimate", "--help"], 0, "usage: tenet-byoc estimate"),
     (["dse", "--help"], 0, "usage: tenet-byoc dse"),
-    (["run", "--scheme", "w8a8_per_chanel"], 2, "did you mean 'w8a16_per_channel'?"),
+    (["run", "--scheme", "w8a8_per_chanel"], 2,
+     "did you mean 'w8a8_per_channel_per_token' or 'w8a16_per_channel'?"),
     (["sweep", "--accelerator", "tpuv1"], 2, "unknown preset 'tpuv1' (did you mean 'tpu_v1'?)"),
     (["estimate", "--model", "llama3-8b"], 2, "did you mean 'llama-3-8b'?"),
     (["dse", "--space", "s.yaml", "--out", "d", "--objective", "tpot"], 2,
@@ -110,3 +111,13 @@ def test_module_entry_exit_codes():
     bad = subprocess.run([sys.executable, "-m", "tenet_byoc_cli", "report"],
                          capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 2 and "the following arguments are required: DIR" in bad.stderr
+
+
+def test_a_long_name_typed_in_part_and_misspelt_is_found():
+    # issue 24 item 13's typo: both near schemes, the one it starts like first
+    assert names.did_you_mean("w8a8_per_chanel", names.SCHEMES) == (
+        " (did you mean 'w8a8_per_channel_per_token' or 'w8a16_per_channel'?)")
+    assert names.did_you_mean("mxfp", names.SCHEMES) == " (did you mean 'mxfp8' or 'mxfp4'?)"
+    # too short to compare by its start, or like nothing: no suggestion
+    assert names.did_you_mean("os", names.PRESETS) == ""
+    assert names.did_you_mean("resnet50", names.BUILTIN_MODELS) == ""
