@@ -121,3 +121,23 @@ def test_a_long_name_typed_in_part_and_misspelt_is_found():
     # too short to compare by its start, or like nothing: no suggestion
     assert names.did_you_mean("os", names.PRESETS) == ""
     assert names.did_you_mean("resnet50", names.BUILTIN_MODELS) == ""
+
+
+def test_the_entry_imports_the_package_only_to_run_a_command():
+    # Read from the source, so a lazy import counts: the one import of tenet_byoc is
+    # main's hand-over of a parsed command (tests/test_layering.py's rule for the package).
+    import ast
+
+    import tenet_byoc_cli
+
+    found = []
+    for path in sorted(Path(tenet_byoc_cli.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                modules = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            else:
+                continue
+            found += [(path.name, m) for m in modules if m.split(".")[0] == "tenet_byoc"]
+    assert found == [("__init__.py", "tenet_byoc.experiments.cli")]
