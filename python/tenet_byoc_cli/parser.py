@@ -182,14 +182,52 @@ def _model(text: str) -> str:
         f"{', '.join(BUILTIN_MODELS)}")
 
 
+def _output_dir_refusal(path: str) -> str | None:
+    """Why ``path`` cannot be made a folder we can write into, or None (it is made)."""
+    import tempfile
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        return f"cannot write into output folder {path!r}: {err.strerror or err}"
+    return None
+
+
+def _output_file_refusal(path: str) -> str | None:
+    """Why ``path`` cannot be written (its folder must exist), or None."""
+    existed = os.path.exists(path)
+    try:
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "is a directory")
+        with open(path, "a"):
+            pass
+    except OSError as err:
+        return f"cannot write output file {path!r}: {err.strerror or err}"
+    if not existed:
+        os.remove(path)
+    return None
+
+
 def refusal(args: argparse.Namespace) -> str | None:
     """A mistake in parsed options that argparse's types do not see, in one line, or None.
 
-    ``dse --objective`` is refused here rather than by a type so that its message is the one
-    line ``run_dse`` gives (no usage lines)."""
+    Outputs are checked here, before any work and before TVM is loaded: ``--report``
+    without ``--out``, an ``--out`` folder that cannot be made or written into (it is made),
+    ``profile``'s ``--csv`` / ``--json`` files. ``dse --objective`` is refused here rather
+    than by a type so that its message is one line, as ``run_dse`` gives it."""
     if args.command == "dse" and args.objective not in DSE_FIELDS:
         return (f"--objective {args.objective!r}{did_you_mean(args.objective, DSE_FIELDS)}; "
                 "e.g. tpot_ms, ttft_ms, energy_per_token_mj, area_mm2")
+    out = getattr(args, "out", None)
+    if getattr(args, "report", False) and not out:
+        return "--report needs --out DIR (the page is made from the files written there)"
+    if out:
+        return _output_dir_refusal(out)
+    for path in (getattr(args, "csv", None), getattr(args, "json", None)):
+        if path and (why := _output_file_refusal(path)) is not None:
+            return why
     return None
 
 

@@ -93,6 +93,12 @@ print("\\n" + json.dumps({"code": code, "heavy": heavy}))
     (["run", "--gpt2-config", "huge"], 2, "invalid choice: 'huge'"),
     (["sweep", "--bogus"], 2, "unrecognized arguments: --bogus"),
     (["estimate", "--batch", "0"], 2, "expected an integer >= 1, got 0"),
+    # outputs are checked before the work, and before TVM loads
+    (["estimate", "--out", str(ROOT / "pyproject.toml")], 2,
+     "cannot write into output folder"),
+    (["sweep", "--report"], 2, "--report needs --out DIR"),
+    (["profile", "--csv", str(ROOT / "no-such-folder" / "x.csv")], 2,
+     "cannot write output file"),
 ])
 def test_help_and_bad_names_load_no_tvm(argv, code, message):
     proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True,

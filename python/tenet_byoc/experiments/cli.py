@@ -158,42 +158,6 @@ def _cases(args, models: Sequence[str], quick: bool = False) -> list:
     return cases
 
 
-def _check_output_dir(path: str) -> None:
-    """Fail before the job if ``path`` cannot be made a folder we can write into."""
-    import tempfile
-
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as err:
-        raise _UserError(f"cannot write into output folder {path!r}: "
-                         f"{err.strerror or err}") from None
-
-
-def _check_output_file(path: str) -> None:
-    """Fail before the job if ``path`` cannot be written (its folder must exist)."""
-    import os
-
-    target = Path(path)
-    existed = target.exists()
-    try:
-        if target.is_dir():
-            raise IsADirectoryError(21, "is a directory")
-        with open(target, "a"):
-            pass
-    except OSError as err:
-        raise _UserError(f"cannot write output file {path!r}: {err.strerror or err}") from None
-    if not existed:
-        os.remove(target)
-
-
-def _check_report(args) -> None:
-    if getattr(args, "report", False) and not args.out:
-        raise _UserError("--report needs --out DIR (the page is made from the files written "
-                         "there)")
-
-
 def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerators) -> None:
     """Write the run's manifest into --out and, with --report, the page."""
     from .results import write_manifest
@@ -235,9 +199,6 @@ def _cmd_sweep(args) -> int:
 
     models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
     schemes = args.schemes or list(QUICK.schemes if args.quick else CLASSIC_SCHEMES)
-    _check_report(args)
-    if args.out:
-        _check_output_dir(args.out)
     with _input_checks():
         hardware = _hardware(args, quick=args.quick)
         cases = _cases(args, models, quick=args.quick)
@@ -255,9 +216,6 @@ def _cmd_run(args) -> int:
     from .results import markdown_table
     from .sweep import sweep
 
-    _check_report(args)
-    if args.out:
-        _check_output_dir(args.out)
     with _input_checks():
         hardware = _hardware(args)
         cases = _cases(args, [args.model])
@@ -313,9 +271,6 @@ def _cmd_profile(args) -> int:
     from ..partition import build
     from ..quantization import quantize
 
-    for path in (args.csv, args.json):
-        if path:
-            _check_output_file(path)
     with _input_checks():
         hardware = _hardware(args)
         if len(hardware) != 1:
@@ -345,9 +300,6 @@ def _cmd_eval(args) -> int:
     from ..quantization import CLASSIC_SCHEMES
     from .evaluate import prepare_eval, run_eval
 
-    _check_report(args)
-    if args.out:
-        _check_output_dir(args.out)
     with _input_checks():
         job = prepare_eval(args.checkpoint, args.text, args.schemes or list(CLASSIC_SCHEMES),
                            args.accelerator, window=args.window, max_tokens=args.max_tokens)
@@ -443,10 +395,7 @@ def _cmd_presets(args) -> int:
 def _cmd_estimate(args) -> int:
     from .estimate_cmd import run_estimate
 
-    if args.out:
-        _check_output_dir(args.out)  # before the work, as sweep and eval do
     with _input_checks():  # nothing runs: every error is about the input
-        _check_report(args)
         code = run_estimate(args)
     if args.out:
         from ..hardware import resolve
@@ -459,7 +408,6 @@ def _cmd_estimate(args) -> int:
 def _cmd_dse(args) -> int:
     from .dse_cmd import run_dse
 
-    _check_output_dir(args.out)
     with _input_checks():  # a bad space, model, length or checkpoint is the user's
         code = run_dse(args)
     _finish_out(args, [args.model], args.schemes, [])  # the designs are in dse.csv
