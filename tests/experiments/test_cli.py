@@ -181,7 +181,7 @@ def test_bad_input_exits_2_naming_the_problem(argv, message, tmp_path, capsys):
 
 def test_scheme_lists_take_kv_modifiers_and_specs():
     # A spec's own commas stay inside it; each item is what get_scheme reads (hand-written).
-    from tenet_byoc.experiments.cli import _parser
+    from tenet_byoc_cli.parser import build_parser as _parser
 
     args = _parser().parse_args(
         ["sweep", "--schemes", ("none, per_token+kv8,w=int8/channel,a=int8/tensor,static,"

@@ -11,8 +11,16 @@ import yaml
 
 import tenet_byoc
 from tenet_byoc import cost_model as cm
-from tenet_byoc.experiments.cli import _parser, main
+from tenet_byoc.experiments.cli import _checked_inputs, main
 from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc_cli.parser import build_parser
+
+
+def _parsed(argv):
+    """The options as a command sees them: parsed (names checked), then design files read."""
+    args = build_parser().parse_args(argv)
+    _checked_inputs(args)
+    return args
 
 
 def exit_code(argv) -> int:
@@ -77,14 +85,14 @@ def test_estimate_on_a_design_file_equals_the_python_design(suffix, tmp_path, ca
 ])
 def test_every_command_takes_a_design_file(argv, tmp_path):
     path, ref = _custom_design(tmp_path, ".yaml")
-    args = _parser().parse_args([*argv, "--accelerator", str(path)])
+    args = _parsed([*argv, "--accelerator", str(path)])
     got = args.accelerator[0] if isinstance(args.accelerator, list) else args.accelerator
     assert got == ref
 
 
 def test_sweep_mixes_presets_and_files(tmp_path):
     path, ref = _custom_design(tmp_path, ".json")
-    args = _parser().parse_args(["sweep", "--accelerator", f"os16,{path}"])
+    args = _parsed(["sweep", "--accelerator", f"os16,{path}"])
     assert args.accelerator == ["os16", ref]
 
 

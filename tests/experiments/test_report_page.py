@@ -70,6 +70,34 @@ def estimate_dir(tmp_path_factory) -> Path:
     return out
 
 
+DSE_SPACE = ("rows: [8, 16]\ncols: [16]\ndataflows: [os, ws]\npe_formats: [[int8, fp16, fp32]]\n"
+             "buffer_bytes: [262144, 1048576]\ndram_gbps: [32]\nnode_nm: 28\n")
+DSE_FRONTS = (("tpot_area", "tpot_ms"), ("ttft_area", "ttft_ms"),
+              ("energy_area", "energy_per_token_mj"))
+
+
+@pytest.fixture(scope="module")
+def dse_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("dse")
+    (root / "space.yaml").write_text(DSE_SPACE)
+    out = root / "run"
+    assert main(["dse", "--model", "gpt2", "--schemes", "none,per_token", "--prompt-len", "16",
+                 "--decode-steps", "2", "--executor", "serial", "--no-progress", "--space",
+                 str(root / "space.yaml"), "--out", str(out), "--report"]) == 0
+    return out
+
+
+def page_figures(text: str) -> dict:
+    return json.loads(re.search(r'<script type="application/json" id="figures">(.*?)</script>',
+                                text, re.DOTALL).group(1))
+
+
+def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point dominates (both figures minimised), by area."""
+    return sorted(p for p in points if not any(
+        q[0] <= p[0] and q[1] <= p[1] and q != p for q in points))
+
+
 def fetched_urls(page: str) -> list[str]:
     """src/href attributes of elements a browser would fetch, outside plotly's bundle."""
     ours = page.replace(plotly.offline.get_plotlyjs(), "")
@@ -185,6 +213,68 @@ def test_estimate_page_in_chromium(estimate_dir):
     assert check.plots["estimate-layers-decode"][2] == len(decode)
     by_context = csv_rows(estimate_dir / "sweep_context.csv")
     assert check.plots["sweep-context_len-tpot_ms"][2] == len(by_context)
+
+
+@needs_chromium
+def test_dse_page_in_chromium(dse_dir):
+    check = check_page(dse_dir)["check"]
+    assert {s for _, s in check.tables.values()} == {"dse.csv"}
+    feasible = [r for r in csv_rows(dse_dir / "dse.csv") if r["feasible"] == "True"]
+    assert len(feasible) == 16  # 8 designs x 2 schemes, none over a budget
+    for front, _ in DSE_FRONTS:  # every feasible design is a point of every plot
+        assert check.plots[f"dse-{front}"][2] == len(feasible)
+
+
+def test_dse_page_draws_each_schemes_pareto_front_with_designs_on_hover(dse_dir):
+    text = (dse_dir / REPORT).read_text()
+    assert "Design space" in text
+    figures = page_figures(text)
+    rows = [r for r in csv_rows(dse_dir / "dse.csv") if r["feasible"] == "True"]
+    for front, metric in DSE_FRONTS:
+        traces = {t["name"]: t for t in figures[f"dse-{front}"]["data"]}
+        for scheme in ("none", "per_token"):
+            mine = [r for r in rows if r["scheme"] == scheme]
+            line = traces[f"{scheme}: front"]
+            # the front line is the Pareto set of (area, figure), computed here from the CSV
+            want = pareto([(float(r["area_mm2"]), float(r[metric])) for r in mine])
+            assert line["x"] == pytest.approx([a for a, _ in want], rel=1e-6)
+            assert line["y"] == pytest.approx([v for _, v in want], rel=1e-6)
+            cloud = traces[scheme]
+            assert len(cloud["x"]) + len(line["x"]) == len(mine)
+            # each point's hover names its design: one of the CSV's designs at that point
+            # (an os and a ws array of one size have one area and may cost the same)
+            for x, y, hover in zip(line["x"] + cloud["x"], line["y"] + cloud["y"],
+                                   line["text"] + cloud["text"]):
+                at = [r for r in mine if float(r["area_mm2"]) == pytest.approx(x, rel=1e-6)
+                      and float(r[metric]) == pytest.approx(y, rel=1e-6)]
+                assert any(f"<b>{html.escape(r['name'])}</b>" in hover
+                           and f"{r['rows']}×{r['cols']} {r['dataflow']}," in hover
+                           for r in at), hover
+    manifest = json.loads((dse_dir / MANIFEST).read_text())
+    assert manifest["command"] == "dse" and manifest["schemes"] == ["none", "per_token"]
+
+
+def test_a_large_design_space_thins_its_cloud_but_keeps_its_fronts(dse_dir, tmp_path):
+    from tenet_byoc.experiments.report import _DSE_CLOUD
+
+    with open(dse_dir / "dse.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        columns, (base, *_) = reader.fieldnames, list(reader)
+    n = 2 * _DSE_CLOUD + 7
+    with open(tmp_path / "dse.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        for i in range(n):  # area grows and TPOT falls: every point is on the TPOT front
+            w.writerow(dict(base, key=f"k{i}", name=f"d{i}", area_mm2=1.0 + i,
+                            tpot_ms=1000.0 / (1 + i), fronts="tpot_area" if i % 2 else ""))
+    figures = page_figures(build_report(tmp_path))
+    traces = {t["name"].split(" (")[0]: t for t in figures["dse-tpot_area"]["data"]}
+    scheme = base["scheme"]
+    front, cloud = traces[f"{scheme}: front"], traces[scheme]
+    assert len(front["x"]) == n // 2  # the front whole
+    off = n - n // 2
+    assert len(cloud["x"]) <= _DSE_CLOUD and cloud["name"] == (
+        f"{scheme} ({len(cloud['x']):,} of {off:,} shown)")
 
 
 def test_an_estimate_without_its_ledger_puts_each_layer_on_the_roofline(estimate_dir,

@@ -1,4 +1,7 @@
-"""The ``tenet-byoc`` command line: run one model, sweep schemes x accelerators, profile, presets.
+"""The ``tenet-byoc`` commands: run one model, sweep schemes x accelerators, profile, presets.
+
+The options are parsed by :mod:`tenet_byoc_cli` (without loading TVM); :func:`run_command`
+checks what the parser kept as typed (design files, scheme spec strings) and runs the command.
 
 Examples
 --------
@@ -22,7 +25,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["main", "run_command"]
 
 # User mistakes (bad names, missing or broken files, lengths out of range) surface as these;
 # they become a one-line message and exit code 2, never a traceback.
@@ -47,306 +50,6 @@ def _input_checks():
         if isinstance(err, KeyError) and err.args:
             raise _UserError(str(err.args[0])) from err
         raise _UserError(str(err)) from err
-
-
-def _scheme_items(text: str) -> list[str]:
-    """Split a scheme list on commas, keeping a spec string's own parts together: a part
-    with ``=`` (or ``static``) continues the spec before it, unless it starts a new one
-    with ``w=``."""
-    items: list[str] = []
-    for part in (t.strip() for t in text.split(",")):
-        if not part:
-            continue
-        continues = ("=" in part or part == "static") and not part.startswith("w=")
-        if continues and items and "=" in items[-1]:
-            items[-1] += "," + part
-        else:
-            items.append(part)
-    return items
-
-
-def _unknown(kind: str, bad: Sequence[str], known: Sequence[str], text: str, many: bool) -> str:
-    """The message for unknown names: near names when there are some, else the choices."""
-    from .._names import did_you_mean
-
-    if not bad:
-        return f"no {kind} given in {text!r}"
-    hints = [f"{t!r}{did_you_mean(t, known)}" for t in bad]
-    if all("did you mean" in h for h in hints):
-        return f"unknown {kind} " + ", ".join(hints)
-    choices = ("run `tenet-byoc presets` for the list" if len(known) > 12
-               else "available: " + ", ".join(known))
-    return (f"unknown {kind} " + ", ".join(hints) + f"; {choices}"
-            + (" (or all)" if many else ""))
-
-
-def _names(kind: str, known: Sequence[str], *, many: bool = True):
-    """An argparse type for a comma-separated list of known names (or ``all``); for
-    schemes also names with a KV modifier (``per_token+kv8``) and spec strings. With
-    ``many=False`` (see :func:`_one`) the message does not offer ``all``."""
-    def parse(text: str) -> list[str]:
-        if kind == "scheme":
-            items = _scheme_items(text)
-        else:
-            items = [t.strip() for t in text.split(",") if t.strip()]
-        if items == ["all"]:
-            return list(known)
-        bad = [t for t in items if t not in known]
-        if kind == "scheme" and bad:
-            from ..quantization import get_scheme
-
-            for t in list(bad):
-                try:
-                    get_scheme(t)
-                except ValueError as err:
-                    if "+" in t or "=" in t:  # a modifier or spec: its own message
-                        raise argparse.ArgumentTypeError(f"scheme {t!r}: {err}") from None
-                else:
-                    bad.remove(t)
-        if bad or not items:
-            raise argparse.ArgumentTypeError(
-                _unknown(kind, bad, known, text, many)
-                + ("; a name may take a KV modifier (+kv8) and a spec string works too"
-                   if kind == "scheme" else "")
-            )
-        return items
-    parse.__name__ = kind  # argparse names the type in its messages
-    return parse
-
-
-def _one(kind: str, known: Sequence[str]):
-    many = _names(kind, known, many=False)
-
-    def parse(text: str) -> str:
-        items = many(text)
-        if len(items) != 1 or text.strip() == "all":
-            raise argparse.ArgumentTypeError(f"give one {kind}, got {text!r}")
-        return items[0]
-    parse.__name__ = kind
-    return parse
-
-
-def _is_design_file(text: str) -> bool:
-    """Whether an --accelerator item names a design file rather than a preset."""
-    return text.lower().endswith((".json", ".yaml", ".yml")) or "/" in text or "\\" in text
-
-
-def _design(text: str):
-    """A design file's accelerator (``Accelerator.from_file``), as an argparse error when bad."""
-    from ..hardware import Accelerator
-
-    try:
-        return Accelerator.from_file(text)
-    except (ValueError, OSError) as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _accelerators(presets: Sequence[str], *, many: bool):
-    """An argparse type for --accelerator: preset names and/or design files (JSON or YAML,
-    the accelerator's one JSON form), comma-separated when ``many``; ``all`` is every
-    preset. Files are loaded (and so checked) when the options are parsed."""
-    names = _names("preset", presets, many=many)
-
-    def parse(text: str):
-        items = [t.strip() for t in text.split(",") if t.strip()] if many else [text.strip()]
-        if not many and ("," in text or text.strip() == "all"):
-            raise argparse.ArgumentTypeError(f"give one preset or design file, got {text!r}")
-        out = []
-        for item in items:
-            out += [_design(item)] if _is_design_file(item) else names(item)
-        if not out:
-            raise argparse.ArgumentTypeError(f"no preset given in {text!r}")
-        return out if many else out[0]
-    parse.__name__ = "accelerator"
-    return parse
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _parser() -> argparse.ArgumentParser:
-    from ..hardware import DEFAULT_PRESET, PRESETS
-    from ..models.gpt2 import PRESETS as GPT2_PRESETS
-    from ..quantization import CLASSIC_SCHEMES, SCHEMES
-    from .sweep import DEFAULT_ACCELERATORS
-
-    presets, schemes, configs = sorted(PRESETS), list(SCHEMES), list(GPT2_PRESETS)
-    parser = argparse.ArgumentParser(
-        prog="tenet-byoc",
-        description="What an LLM (GPT-2, Llama-family checkpoints, or any size from its config "
-        "alone) and an MLP on scikit-learn's digits (or FashionMNIST files you give) would cost "
-        "on a PE-array accelerator (TENET cost model), per quantization scheme. The GEMMs "
-        "really run on the CPU, so output errors are real.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="run `tenet-byoc COMMAND --help` for a command's options; "
-        "the main job is `tenet-byoc sweep --out results`",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    def model_options(p: argparse.ArgumentParser, *, sweep: bool) -> None:
-        g = p.add_argument_group("model")
-        if sweep:
-            g.add_argument("--model", default="all", choices=["gpt2", "mlp", "all"],
-                           help="which model(s) to sweep (default: all)")
-        else:
-            g.add_argument("--model", default="gpt2", choices=["gpt2", "mlp"],
-                           help="default: gpt2")
-        # Defaults of GPT-2-only and MLP-only options are None so that an option given for
-        # the other model can be refused (see _check_applicable).
-        g.add_argument("--gpt2-config", choices=configs,
-                       help="GPT-2 shape with seeded random weights (default: small)")
-        g.add_argument("--checkpoint", metavar="DIR",
-                       help="local Hugging Face GPT-2 folder (config.json + model.safetensors); "
-                       "replaces --gpt2-config")
-        quick = "; 32 with --quick" if sweep else ""
-        g.add_argument("--prompt-len", type=_positive, metavar="P",
-                       help=f"GPT-2 prefill tokens (default: 128{quick}, at most the model's "
-                       "n_positions)")
-        g.add_argument("--context-len", type=_positive, metavar="L",
-                       help=f"GPT-2 decode step's cache length (default: 128{quick}, at most "
-                       "n_positions - 1)")
-        g.add_argument("--data", metavar="DIR",
-                       help="folder with the FashionMNIST IDX files; the MLP is trained on "
-                       "them (about 10 s). Without it: scikit-learn's handwritten digits "
-                       "(8x8, bundled; a seeded 1437/360 train/test split)")
-        g.add_argument("--epochs", type=_positive,
-                       help="MLP training epochs (default: 5 on FashionMNIST, 60 on the "
-                       "digits)")
-        g.add_argument("--seed", type=int, default=0, help="weights and token ids (default 0)")
-
-    def hardware_options(p: argparse.ArgumentParser, *, many: bool, default: str = "") -> None:
-        g = p.add_argument_group("accelerator")
-        if many:
-            g.add_argument("--accelerator", "--hardware", dest="accelerator",
-                           type=_accelerators(presets, many=True), metavar="LIST",
-                           help=f"comma-separated presets, design files (.json/.yaml, see "
-                           f"`presets --show`) or all (default: {default}; the model runs "
-                           "once and each accelerator is charged from its ledger); "
-                           f"available: {', '.join(presets)}; --hardware is a deprecated name")
-        else:
-            g.add_argument("--accelerator", "--hardware", dest="accelerator",
-                           type=_accelerators(presets, many=False), metavar="PRESET|FILE",
-                           help=f"a preset or a design file (.json/.yaml, see `presets "
-                           f"--show`); default: {DEFAULT_PRESET}; available: "
-                           f"{', '.join(presets)}")
-        g.add_argument("--tenet-p", metavar="FILE",
-                       help="custom accelerator: TENET .p file (PE array, interconnect, memory)")
-        g.add_argument("--tenet-m", metavar="FILE",
-                       help="custom accelerator: TENET .m file (space and time maps of a GEMM)")
-        g.add_argument("--mapping", choices=["auto", "fixed"],
-                       help="auto: search each distinct call's dataflow (os/ws/is), buffer tiles "
-                       "and loop order, once, cached; fixed: the preset's own mapping (default); "
-                       "a TENET .m dataflow stays, only its tiles are searched")
-        g.add_argument("--objective", choices=["latency", "energy", "edp"],
-                       help="what --mapping auto minimises (default: latency)")
-
-    p = sub.add_parser("sweep", help="schemes x accelerators: tables, CSV/JSON and plots",
-                       description="Quantize, build and run each model under each scheme "
-                       "once, and charge the run on each accelerator; GPT-2 as a prefill and "
-                       "one decode step.")
-    model_options(p, sweep=True)
-    p.add_argument("--schemes", type=_names("scheme", schemes), metavar="LIST",
-                   help=f"comma-separated schemes or all (default: the classic "
-                   f"{len(CLASSIC_SCHEMES)}, {','.join(CLASSIC_SCHEMES)}; three with --quick); "
-                   f"available: {', '.join(schemes)}")
-    hardware_options(p, many=True,
-                     default=f"{','.join(DEFAULT_ACCELERATORS)}; os16 with --quick")
-    p.add_argument("--quick", action="store_true",
-                   help="prompt and context 32, schemes none,w8a8_per_channel_per_token,"
-                   "w4a16_group128, accelerator os16 (explicit options win)")
-    p.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json, layers.csv and "
-                   "PNG plots here")
-    _report_option(p)
-    p.add_argument("--repeats", type=_positive, default=1,
-                   help="timed CPU runs per phase; the wall column is their median (default 1)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    p = sub.add_parser("run", help="one model and scheme, run once, charged on one or more "
-                       "accelerators: totals and per-layer costs")
-    model_options(p, sweep=False)
-    p.add_argument("--scheme", type=_one("scheme", schemes), default="none",
-                   help=f"default: none; available: {', '.join(schemes)}")
-    hardware_options(p, many=True, default=DEFAULT_PRESET)
-    p.add_argument("--out", metavar="DIR", help="write run.csv, run.json, layers.csv and a plot")
-    _report_option(p)
-    p.add_argument("--repeats", type=_positive, default=3,
-                   help="timed CPU runs per phase; the wall column is their median (default 3)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    p = sub.add_parser("profile", help="a vm.profile-style report of one call",
-                       description="Time every VM call of one run and show each offloaded "
-                       "call's accelerator cost beside it.")
-    model_options(p, sweep=False)
-    p.add_argument("--scheme", type=_one("scheme", schemes), default="none",
-                   help=f"default: none; available: {', '.join(schemes)}")
-    hardware_options(p, many=False)
-    p.add_argument("--phase", choices=["prefill", "decode"],
-                   help="GPT-2 function to profile (default: prefill; not for the MLP)")
-    p.add_argument("--csv", metavar="FILE", help="also write the report as CSV")
-    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
-
-    p = sub.add_parser("eval", help="perplexity per scheme of a local checkpoint on a text file",
-                       description="Tokenize a text file with the checkpoint's own "
-                       "tokenizer.json, run it through the model offloaded to tenet under "
-                       "each scheme in non-overlapping windows (one prefill each), and print "
-                       "perplexity, its change and top-1 agreement against float32, and the "
-                       "accelerator's latency and energy of the run.")
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
-                   help="local Hugging Face folder: config.json, model.safetensors, "
-                   "tokenizer.json (GPT-2, Llama, Mistral, Qwen2)")
-    p.add_argument("--text", required=True, metavar="FILE", help="UTF-8 text file")
-    p.add_argument("--schemes", type=_names("scheme", schemes), metavar="LIST",
-                   help="comma-separated schemes or all (default: the classic seven); "
-                   "float32 (none) always runs first as the reference")
-    p.add_argument("--accelerator", "--hardware", dest="accelerator",
-                   type=_accelerators(presets, many=False), default=DEFAULT_PRESET,
-                   metavar="PRESET|FILE",
-                   help=f"a preset or a design file (.json/.yaml, see `presets --show`); "
-                   f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
-    p.add_argument("--window", type=_positive, metavar="N",
-                   help="tokens per window, at least 2 (default: the model's context)")
-    p.add_argument("--max-tokens", type=_positive, metavar="N",
-                   help="evaluate only the text's first N tokens (default: all)")
-    p.add_argument("--out", metavar="DIR", help="write eval.csv and eval.json here")
-    _report_option(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    p = sub.add_parser("presets", help="list accelerator presets and quantization schemes")
-    p.add_argument("--show", type=_one("preset", presets), metavar="NAME",
-                   help="print preset NAME in the accelerator's one form (a design file to "
-                   "edit and pass as --accelerator FILE)")
-    p.add_argument("--format", choices=["json", "yaml"], default="json",
-                   help="with --show: JSON (default) or YAML")
-
-    from .estimate_cmd import add_estimate_parser
-
-    add_estimate_parser(sub, schemes, presets, _names, _one,
-                        accelerator_type=_accelerators(presets, many=False))
-    _report_option(sub.choices["estimate"])
-
-    from .dse_cmd import add_dse_parser
-    from .estimate_cmd import _count
-
-    add_dse_parser(sub, schemes, _names, _count)
-
-    p = sub.add_parser("report", help="write DIR/report.html: one self-contained page of a run",
-                       description="Read what sweep, run, estimate or eval wrote into DIR "
-                       "(CSV, JSON, manifest.json) and write DIR/report.html: the run's header, "
-                       "sortable tables and interactive plots in one file that opens offline.")
-    p.add_argument("dir", metavar="DIR", help="a folder a command wrote with --out")
-    return parser
-
-
-def _report_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--report", action="store_true",
-                   help="also write report.html into --out (see `tenet-byoc report`)")
 
 
 # ----------------------------------------------------------------------------------------
@@ -455,42 +158,6 @@ def _cases(args, models: Sequence[str], quick: bool = False) -> list:
     return cases
 
 
-def _check_output_dir(path: str) -> None:
-    """Fail before the job if ``path`` cannot be made a folder we can write into."""
-    import tempfile
-
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as err:
-        raise _UserError(f"cannot write into output folder {path!r}: "
-                         f"{err.strerror or err}") from None
-
-
-def _check_output_file(path: str) -> None:
-    """Fail before the job if ``path`` cannot be written (its folder must exist)."""
-    import os
-
-    target = Path(path)
-    existed = target.exists()
-    try:
-        if target.is_dir():
-            raise IsADirectoryError(21, "is a directory")
-        with open(target, "a"):
-            pass
-    except OSError as err:
-        raise _UserError(f"cannot write output file {path!r}: {err.strerror or err}") from None
-    if not existed:
-        os.remove(target)
-
-
-def _check_report(args) -> None:
-    if getattr(args, "report", False) and not args.out:
-        raise _UserError("--report needs --out DIR (the page is made from the files written "
-                         "there)")
-
-
 def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerators) -> None:
     """Write the run's manifest into --out and, with --report, the page."""
     from .results import write_manifest
@@ -532,9 +199,6 @@ def _cmd_sweep(args) -> int:
 
     models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
     schemes = args.schemes or list(QUICK.schemes if args.quick else CLASSIC_SCHEMES)
-    _check_report(args)
-    if args.out:
-        _check_output_dir(args.out)
     with _input_checks():
         hardware = _hardware(args, quick=args.quick)
         cases = _cases(args, models, quick=args.quick)
@@ -552,9 +216,6 @@ def _cmd_run(args) -> int:
     from .results import markdown_table
     from .sweep import sweep
 
-    _check_report(args)
-    if args.out:
-        _check_output_dir(args.out)
     with _input_checks():
         hardware = _hardware(args)
         cases = _cases(args, [args.model])
@@ -610,9 +271,6 @@ def _cmd_profile(args) -> int:
     from ..partition import build
     from ..quantization import quantize
 
-    for path in (args.csv, args.json):
-        if path:
-            _check_output_file(path)
     with _input_checks():
         hardware = _hardware(args)
         if len(hardware) != 1:
@@ -642,9 +300,6 @@ def _cmd_eval(args) -> int:
     from ..quantization import CLASSIC_SCHEMES
     from .evaluate import prepare_eval, run_eval
 
-    _check_report(args)
-    if args.out:
-        _check_output_dir(args.out)
     with _input_checks():
         job = prepare_eval(args.checkpoint, args.text, args.schemes or list(CLASSIC_SCHEMES),
                            args.accelerator, window=args.window, max_tokens=args.max_tokens)
@@ -740,10 +395,7 @@ def _cmd_presets(args) -> int:
 def _cmd_estimate(args) -> int:
     from .estimate_cmd import run_estimate
 
-    if args.out:
-        _check_output_dir(args.out)  # before the work, as sweep and eval do
     with _input_checks():  # nothing runs: every error is about the input
-        _check_report(args)
         code = run_estimate(args)
     if args.out:
         from ..hardware import resolve
@@ -757,7 +409,9 @@ def _cmd_dse(args) -> int:
     from .dse_cmd import run_dse
 
     with _input_checks():  # a bad space, model, length or checkpoint is the user's
-        return run_dse(args)
+        code = run_dse(args)
+    _finish_out(args, [args.model], args.schemes, [])  # the designs are in dse.csv
+    return code
 
 
 def _cmd_report(args) -> int:
@@ -773,22 +427,60 @@ _COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
              "dse": _cmd_dse, "report": _cmd_report}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``tenet-byoc`` command line; return the exit code.
+def _checked_inputs(args: argparse.Namespace) -> None:
+    """Check what the parser kept as typed, before any work: scheme spec strings and KV
+    modifiers are parsed, design files read (``args.accelerator`` then holds their
+    accelerators)."""
+    from tenet_byoc_cli.parser import is_design_file, is_scheme_spec
 
-    Mistakes in the input (unknown names, missing or broken files, lengths out of range)
+    for attr in ("schemes", "scheme"):
+        value = getattr(args, attr, None)
+        items = value if isinstance(value, list) else [value] if value else []
+        for item in items:
+            if is_scheme_spec(item):
+                from ..quantization import get_scheme
+
+                try:
+                    get_scheme(item)
+                except ValueError as err:
+                    raise _UserError(f"argument --{attr}: scheme {item!r}: {err}") from None
+
+    def design(item):
+        if not isinstance(item, str) or not is_design_file(item):
+            return item
+        from ..hardware import Accelerator
+
+        try:
+            return Accelerator.from_file(item)
+        except (ValueError, OSError) as err:
+            raise _UserError(f"argument --accelerator: {err}") from None
+
+    chosen = getattr(args, "accelerator", None)
+    if chosen is not None:
+        args.accelerator = ([design(a) for a in chosen] if isinstance(chosen, list)
+                            else design(chosen))
+
+
+def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the command ``args`` (parsed by :func:`tenet_byoc_cli.parser.build_parser`);
+    return the exit code.
+
+    Mistakes in the input (missing or broken files, lengths out of range, bad spec strings)
     print one line and exit with code 2 (``SystemExit``), as argparse does for bad options.
     """
-    parser = _parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the run manifest records it
-    if args.command is None:
-        parser.print_help()
-        return 0
     try:
+        _checked_inputs(args)
         return _COMMANDS[args.command](args)
     except _UserError as err:
         parser.exit(2, f"tenet-byoc {args.command}: error: {err}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``tenet-byoc`` command line; return the exit code (the console entry is
+    :func:`tenet_byoc_cli.main`, which parses without loading TVM; this is the same)."""
+    from tenet_byoc_cli import main as entry
+
+    return entry(argv)
 
 
 if __name__ == "__main__":

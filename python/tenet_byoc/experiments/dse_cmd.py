@@ -1,8 +1,9 @@
 """``tenet-byoc dse``: explore a design space for a model, write the points, fronts and plots,
 optionally with each scheme's measured accuracy beside its cost.
 
-The work is :func:`tenet_byoc.dse.explore`; this module adds the command's options, the
-per-scheme accuracy runs (the ``eval`` path, once per scheme), the files and the plots.
+The work is :func:`tenet_byoc.dse.explore`; this module adds the per-scheme accuracy runs
+(the ``eval`` path, once per scheme), the files and the plots. The command's options are
+parsed by :mod:`tenet_byoc_cli.parser` (without loading TVM).
 """
 
 from __future__ import annotations
@@ -17,58 +18,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["add_dse_parser", "plot_fronts", "run_dse", "scheme_accuracy"]
+__all__ = ["plot_fronts", "run_dse", "scheme_accuracy"]
 
-RESULTS_FILE = "points.jsonl"
-
-
-def add_dse_parser(sub, schemes: Sequence[str], names, count) -> None:
-    """The ``dse`` subcommand's options (``names``: cli's list type; ``count``: an integer
-    type factory taking the lowest value)."""
-    from ..models.configs import BUILTIN
-
-    p = sub.add_parser(
-        "dse", help="explore accelerator designs: cost, area and Pareto fronts per scheme",
-        description="Estimate every point of a design space (array, dataflow, PE formats, "
-        "buffer, DRAM bandwidth, clock) under each scheme: TTFT, TPOT, tokens/s, energy per "
-        "token, area and power, with the Pareto fronts against area marked. Results are "
-        f"appended to DIR/{RESULTS_FILE} as they finish: run the same command again to "
-        "resume. With --checkpoint and --text, each scheme's perplexity and top-1 agreement "
-        "join its points.")
-    p.add_argument("--model", default="llama-3-8b", metavar="NAME|DIR",
-                   help=f"built-in name ({', '.join(BUILTIN)}) or a config.json / checkpoint "
-                   "folder (default: llama-3-8b)")
-    p.add_argument("--schemes", type=names("scheme", schemes), default=["none"],
-                   metavar="LIST", help="comma-separated schemes (default: none)")
-    p.add_argument("--space", required=True, metavar="FILE",
-                   help="YAML or JSON: lists per field (rows, cols, dataflows, pe_formats, "
-                   "buffer_bytes, dram_gbps, clock_ghz, register_bytes) and node_nm, "
-                   "area_budget_mm2, power_budget_w, area_table")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help=f"write {RESULTS_FILE} (appended; resumes), dse.csv and the front plots")
-    p.add_argument("--prompt-len", type=count(0), default=512, metavar="P",
-                   help="prefill tokens (default 512)")
-    p.add_argument("--decode-steps", type=count(0), default=16, metavar="S",
-                   help="decode steps (default 16)")
-    p.add_argument("--batch", type=count(1), default=1, metavar="B", help="default 1")
-    p.add_argument("--objective", default="tpot_ms", metavar="FIELD",
-                   help="sort dse.csv and the printed fronts by this figure (default tpot_ms)")
-    p.add_argument("--executor", choices=["local", "serial", "ray"], default="local",
-                   help="local process pool (default), this process, or Ray tasks "
-                   "(pip install 'tenet-byoc[ray]')")
-    p.add_argument("--ray-address", metavar="ADDR",
-                   help="with --executor ray: a running cluster (default: a local Ray)")
-    p.add_argument("--workers", type=count(1), metavar="N",
-                   help="processes (local) or CPUs of a local Ray (default: every CPU)")
-    p.add_argument("--checkpoint", metavar="DIR",
-                   help="with --text: a local checkpoint whose per-scheme perplexity and top-1 "
-                   "agreement join the points (the eval path, once per scheme)")
-    p.add_argument("--text", metavar="FILE", help="with --checkpoint: a UTF-8 text file")
-    p.add_argument("--window", type=count(2), metavar="N",
-                   help="eval tokens per window (default: the model's context)")
-    p.add_argument("--max-tokens", type=count(2), metavar="N",
-                   help="evaluate only the text's first N tokens")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+RESULTS_FILE = "points.jsonl"  #: the command's options (tenet_byoc_cli.parser) name it too
 
 
 def _eval_one(checkpoint: str, text: str, schemes: list[str], window: int | None,

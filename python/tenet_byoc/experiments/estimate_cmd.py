@@ -1,7 +1,8 @@
 """``tenet-byoc estimate``: per-phase figures of a model estimated from its shapes, and its
 decode cost swept over context length (KV-cache growth) and batch.
 
-Everything here reads ledgers of :func:`tenet_byoc.estimate`; nothing is built or run.
+Everything here reads ledgers of :func:`tenet_byoc.estimate`; nothing is built or run. The
+command's options are parsed by :mod:`tenet_byoc_cli.parser` (without loading TVM).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # the ledger module imports TVM; `tenet-byoc --help` must not
     from ..ledger import Ledger
     from ..system import System
 
-__all__ = ["LayerFigures", "PhaseFigures", "SweepPoint", "add_estimate_parser", "batch_sweep",
+__all__ = ["LayerFigures", "PhaseFigures", "SweepPoint", "batch_sweep",
            "context_sweep", "layer_figures", "phase_figures", "plot_sweeps", "run_estimate",
            "sweep_table"]
 
@@ -192,89 +193,6 @@ def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint]
 # ----------------------------------------------------------------------------------------
 # The command
 # ----------------------------------------------------------------------------------------
-
-
-def _count(low: int):
-    """An argparse type: an integer >= ``low``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
-        return value
-    parse.__name__ = "integer"
-    return parse
-
-
-def _counts(text: str) -> list[int]:
-    one = _count(1)
-    return [one(t.strip()) for t in text.split(",") if t.strip()] or [one(text)]
-
-
-def add_estimate_parser(sub, schemes: Sequence[str], presets: Sequence[str],
-                        names, one, accelerator_type=None) -> None:
-    """The ``estimate`` subcommand's options (``names``/``one``: cli's list/name types;
-    ``accelerator_type``: cli's preset-or-design-file type, default a preset name)."""
-    from ..hardware import DEFAULT_PRESET
-    from ..models.configs import BUILTIN
-
-    p = sub.add_parser(
-        "estimate", help="a model's cost from its shapes alone (no weights, nothing run)",
-        description="Charge every GEMM of a prefill and of each decode step to the cost "
-        "model from the model's config alone: TTFT, TPOT, tokens/s, energy per token, MACs "
-        "and DRAM bytes per phase and scheme. Optionally sweep a decode step over context "
-        "lengths and batch sizes.")
-    p.add_argument("--model", default="gpt2", metavar="NAME|DIR",
-                   help=f"built-in name ({', '.join(BUILTIN)}), a config.json or a checkpoint "
-                   "folder (default: gpt2)")
-    p.add_argument("--schemes", type=names("scheme", schemes), default=["none"], metavar="LIST",
-                   help=f"comma-separated schemes or all (default: none); available: "
-                   f"{', '.join(schemes)}")
-    p.add_argument("--accelerator", "--hardware", dest="accelerator", default=DEFAULT_PRESET,
-                   type=accelerator_type or one("preset", presets), metavar="PRESET|FILE",
-                   help=f"a preset or a design file (.json/.yaml, see `presets --show`); "
-                   f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
-    p.add_argument("--mapping", choices=["auto", "fixed"],
-                   help="tile mapping: searched per call or the preset's (default: the "
-                   "accelerator's own)")
-    p.add_argument("--prompt-len", type=_count(0), default=128, metavar="P",
-                   help="prefill tokens (default 128; 0: no prefill)")
-    p.add_argument("--context-len", type=_count(0), metavar="L",
-                   help="tokens in the KV cache at the first decode step (default: P)")
-    p.add_argument("--decode-steps", type=_count(0), default=1, metavar="S",
-                   help="decode steps; step i attends to L + i + 1 keys (default 1)")
-    p.add_argument("--batch", type=_count(1), default=1, metavar="B",
-                   help="sequences run together (default 1)")
-    p.add_argument("--sweep-contexts", type=_counts, metavar="LIST",
-                   help="also sweep one decode step over these context lengths, e.g. "
-                   "128,512,2048")
-    p.add_argument("--sweep-batches", type=_counts, metavar="LIST",
-                   help="also sweep one decode step (at context L) over these batch sizes")
-    p.add_argument("--out", metavar="DIR",
-                   help="write estimate.csv (per phase), layers_<scheme>.csv (per phase and "
-                   "layer, summed over calls) and, with sweeps, sweep_context.csv, "
-                   "sweep_batch.csv, estimate_sweep.png")
-    p.add_argument("--ledger", action="store_true",
-                   help="with --out, also write ledger_<scheme>.csv: every call, one row each "
-                   "(about 200 bytes a call: 54 MB per scheme for llama-3-70b with a 2048-token "
-                   "prompt and 128 decode steps)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--tp", type=_count(1), default=1, metavar="T",
-                   help="tensor-parallel chips per layer (Megatron-LM sharding; default 1)")
-    p.add_argument("--pp", type=_count(1), default=1, metavar="P",
-                   help="pipeline stages (default 1)")
-    p.add_argument("--chips", type=_count(1), metavar="C",
-                   help="chips in the system; must equal tp x pp (default tp x pp)")
-    p.add_argument("--micro-batches", type=_count(1), default=1, metavar="U",
-                   help="micro-batches through the pipeline; must divide --batch (default 1)")
-    p.add_argument("--link-gbps", type=float, default=100.0, metavar="GB/s",
-                   help="link bandwidth per chip and direction, GB/s (default 100)")
-    p.add_argument("--link-latency-us", type=float, default=1.0, metavar="US",
-                   help="link latency per hop, microseconds (default 1)")
-    p.add_argument("--topology", default="ring", choices=["ring", "torus2d", "switch"],
-                   help="how collectives travel (default ring)")
 
 
 _PHASE_HEADER = ["scheme", "phase", "tokens", "TTFT / TPOT (ms)", "tokens/s",

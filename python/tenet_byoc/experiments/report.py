@@ -41,7 +41,7 @@ REPORT = "report.html"
 #: scheme, per layer and per call).
 SOURCES = ("sweep.csv", "run.csv", "layers.csv", "sweep.json", "run.json", "eval.csv",
            "eval.json", "estimate.csv", "layers_*.csv", "ledger_*.csv", "sweep_context.csv",
-           "sweep_batch.csv", MANIFEST)
+           "sweep_batch.csv", "dse.csv", MANIFEST)
 
 # Column labels with units, for every column the commands write; others show their own name.
 _LABELS = {
@@ -427,6 +427,84 @@ def _sweeps_section(by_context: _Csv | None, by_batch: _Csv | None) -> _Section:
     return sec
 
 
+#: The fronts dse marks against area (``tenet_byoc.dse.OBJECTIVE_PAIRS``), with their figure.
+_DSE_FRONTS = (("tpot_area", "tpot_ms", "TPOT (ms)"), ("ttft_area", "ttft_ms", "TTFT (ms)"),
+               ("energy_area", "energy_per_token_mj", "energy / token (mJ)"))
+#: Off-front points drawn per scheme and plot; more are thinned evenly (fronts stay whole).
+_DSE_CLOUD = 1500
+
+
+def _design(r: dict) -> str:
+    """A design point in words, for a plot's hover."""
+    e = html.escape
+    return (f"<b>{e(str(r['name']))}</b><br>{r['rows']}×{r['cols']} {e(str(r['dataflow']))}, "
+            f"PE formats {e(str(r['pe_formats']))}<br>buffer {r['buffer_bytes']:,} B, DRAM "
+            f"{r['dram_gbps']:g} GB/s, {r['clock_ghz']:g} GHz, {e(str(r['mapping']))} mapping"
+            f"<br>area {r['area_mm2']:.4g} mm², TTFT {r['ttft_ms']:.4g} ms, TPOT "
+            f"{r['tpot_ms']:.4g} ms, {r['energy_per_token_mj']:.4g} mJ/token, "
+            f"{r['power_w']:.3g} W")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _dse_section(points: _Csv) -> _Section:
+    sec = _Section("Design space", f"Every design point under each scheme (<code>{points.name}"
+                   "</code>, written by <code>tenet-byoc dse</code>). In each plot a faint dot "
+                   "is a feasible design and each scheme's line its Pareto front against area "
+                   "(no design has both less area and a lower figure); hover a point for its "
+                   "design. Designs refused (over a budget, or a dataflow the array cannot "
+                   "run) stay in the table with their reason.")
+    feasible = [r for r in points.rows if str(r.get("feasible")) == "True"]
+    for front, metric, label in _DSE_FRONTS:
+        data = []
+        for i, ((scheme,), mine) in enumerate(_groups(feasible, "scheme").items()):
+            mine = [r for r in mine if _finite(r.get(metric)) and _finite(r.get("area_mm2"))]
+            on = sorted((r for r in mine if front in str(r.get("fronts") or "").split(";")),
+                        key=lambda r: r["area_mm2"])
+            off = [r for r in mine if front not in str(r.get("fronts") or "").split(";")]
+            shown = off[::math.ceil(len(off) / _DSE_CLOUD)] if len(off) > _DSE_CLOUD else off
+            color = _COLORS[i % len(_COLORS)]
+            hover = "%{text}<extra>%{fullData.name}</extra>"
+            name = str(scheme) + (f" ({len(shown):,} of {len(off):,} shown)"
+                                  if len(shown) < len(off) else "")
+            data.append({"type": "scatter", "mode": "markers", "name": name,
+                         "legendgroup": str(scheme), "x": [r["area_mm2"] for r in shown],
+                         "y": [r[metric] for r in shown],
+                         "text": [_design(r) for r in shown], "hovertemplate": hover,
+                         "marker": {"size": 5, "opacity": 0.3, "color": color}})
+            data.append({"type": "scatter", "mode": "lines+markers",
+                         "name": f"{scheme}: front", "legendgroup": str(scheme),
+                         "x": [r["area_mm2"] for r in on], "y": [r[metric] for r in on],
+                         "text": [_design(r) for r in on], "hovertemplate": hover,
+                         "line": {"shape": "hv", "color": color},
+                         "marker": {"size": 8, "color": color}})
+        sec.parts.append(_Figure(f"dse-{front}", data, _layout(
+            f"{label} vs area: each scheme's Pareto front", "area (mm²)", label, xlog=True,
+            ylog=True)))
+    if any(_finite(r.get("perplexity")) for r in feasible):
+        data = [{"type": "scatter", "mode": "markers", "name": str(scheme),
+                 "x": [r["area_mm2"] for r in mine], "y": [r["energy_per_token_mj"] for r in mine],
+                 "text": [_design(r) + f"<br>perplexity {r['perplexity']:.4g}" for r in mine],
+                 "hovertemplate": "%{text}<extra>%{fullData.name}</extra>",
+                 "marker": {"size": 9}}
+                for (scheme,), mine in _groups(
+                    [r for r in feasible if "accuracy" in str(r.get("fronts") or "")],
+                    "scheme").items()]
+        if data:
+            sec.parts.append(_Figure("dse-accuracy", data, _layout(
+                "Front of perplexity, energy and area across schemes (which scheme on which "
+                "design)", "area (mm²)", "energy / token (mJ)", xlog=True, ylog=True)))
+    sec.parts.append(_Table("dse", points, points.columns))
+    return sec
+
+
+# plotly's own first colours, so a scheme's dots and front line match
+_COLORS = ("#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#FF6692",
+           "#B6E880", "#FF97FF", "#FECB52")
+
+
 # ----------------------------------------------------------------------------------------
 # The page
 # ----------------------------------------------------------------------------------------
@@ -512,7 +590,7 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     if not [f for f in found if f != MANIFEST]:
         raise FileNotFoundError(
             f"report folder {str(folder)!r} has none of the files a report is made from: "
-            f"{', '.join(SOURCES)} (written by tenet-byoc sweep/run/estimate/eval --out)")
+            f"{', '.join(SOURCES)} (written by tenet-byoc sweep/run/estimate/eval/dse --out)")
 
     def csv_of(name: str) -> _Csv | None:
         return _read_csv(path / name) if (path / name).is_file() else None
@@ -545,6 +623,9 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     by_context, by_batch = csv_of("sweep_context.csv"), csv_of("sweep_batch.csv")
     if by_context is not None or by_batch is not None:
         sections.append(_sweeps_section(by_context, by_batch))
+    points = csv_of("dse.csv")
+    if points is not None and points.rows:
+        sections.append(_dse_section(points))
 
     title = "tenet-byoc report"
     if manifest is not None:
