@@ -142,11 +142,11 @@ def run(setting: Setting) -> dict:
 def table() -> str:
     """The markdown comparison, one row per setting."""
     lines = [
-        f"GPT-J 6B, MLPerf CNN/DailyMail Offline, 4 x tpu_v5e (TP=4), batch {BATCH} x "
-        f"{BEAMS} beams; MLPerf v4.0 measured {MLPERF_SAMPLES_PER_S} samples/s.",
+        (f"GPT-J 6B, MLPerf CNN/DailyMail Offline, 4 x tpu_v5e (TP=4), batch {BATCH} x "
+        f"{BEAMS} beams; MLPerf v4.0 measured {MLPERF_SAMPLES_PER_S} samples/s."),
         "",
-        "| setting | prefill s / batch | decode s / batch | samples/s model | vs MLPerf | "
-        "KV GiB per chip (of 16) |",
+        ("| setting | prefill s / batch | decode s / batch | samples/s model | vs MLPerf | "
+        "KV GiB per chip (of 16) |"),
         "|---|---|---|---|---|---|",
     ]
     for setting in SETTINGS:

@@ -158,3 +158,25 @@ def test_cli_targets_need_serve(capsys):
         code = exc.code
     assert code != 0
     assert "--serve" in capsys.readouterr().err
+
+
+def test_report_page_has_a_serving_section_from_serving_csv(tmp_path):
+    import re
+
+    from tenet_byoc.experiments.report import build_report
+
+    out = tmp_path / "o"
+    assert main(["estimate", "--model", "gpt2", "--schemes", "none,per_token", "--serve",
+                 "5:3,9:2,4:1", "--serve-batches", "1,3", "--out", str(out)]) == 0
+    page = build_report(out)
+    figures = json.loads(re.search(r'<script type="application/json" id="figures">(.*?)'
+                                   r"</script>", page, re.S).group(1))
+    rows = list(csv.DictReader((out / "serving.csv").open()))
+    for metric in ("tokens_per_s", "ttft_ms_max", "tpot_ms_max"):
+        lines = {t["name"]: (t["x"], t["y"]) for t in figures[f"serving-{metric}"]["data"]}
+        for scheme in ("none", "per_token"):
+            mine = [r for r in rows if r["scheme"] == scheme]
+            assert lines[scheme][0] == [int(r["batch"]) for r in mine] == [1, 3]
+            assert lines[scheme][1] == pytest.approx([float(r[metric]) for r in mine],
+                                                     rel=1e-3)
+    assert "<h2>Serving</h2>" in page
