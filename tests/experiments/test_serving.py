@@ -180,3 +180,15 @@ def test_report_page_has_a_serving_section_from_serving_csv(tmp_path):
             assert lines[scheme][1] == pytest.approx([float(r[metric]) for r in mine],
                                                      rel=1e-3)
     assert "<h2>Serving</h2>" in page
+
+
+@pytest.mark.parametrize("extra", [["--ledger"], ["--sweep-batches", "1,2"]])
+def test_cli_serve_refuses_what_does_not_go_with_it(extra, capsys, tmp_path):
+    if extra == ["--ledger"]:
+        extra = [*extra, "--out", str(tmp_path / "o")]
+    try:
+        code = main(["estimate", "--model", "gpt2", "--serve", "5:3", *extra])
+    except SystemExit as exc:
+        code = exc.code
+    assert code != 0
+    assert "do not go with --serve" in capsys.readouterr().err

@@ -411,8 +411,9 @@ def run_serving(args: argparse.Namespace, out: Path | None) -> int:
         serving_table,
     )
 
-    if args.ledger:
-        raise ValueError("--ledger does not go with --serve (a mix is many estimates)")
+    if args.ledger or args.sweep_contexts or args.sweep_batches:
+        raise ValueError("--ledger and --sweep-contexts/--sweep-batches do not go with --serve "
+                         "(a mix is many estimates; --serve-batches sets its batch sizes)")
     requests = parse_requests(args.serve)
     batches = args.serve_batches or [b for b in (2 ** i for i in range(31))
                                      if b <= len(requests)]
