@@ -198,3 +198,22 @@ def test_bad_batches_are_refused_by_name(model):
         runner.decode_batch([1, 2, 3, 4], BatchKVCache(cache.tensors, cache.length, (0, 9, 0, 0)))
     with pytest.raises(ValueError, match="tensor 0"):
         runner.decode_batch([1, 2, 3, 4], BatchKVCache(cache.tensors, cache.length + 1, cache.pad))
+
+
+@pytest.mark.slow
+def test_gpt2_small_batch_of_four_ledger_equals_estimate():
+    # The real widths (d = 768, 12 layers, 50257 tokens): about 100 s on 2 busy cores.
+    from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
+
+    config = GPT2Config.preset("small")
+    runner = GPT2Runner(config, random_params(config), bind_params=True, batched=True,
+                        build=_build("w8a8_per_channel_per_token"))
+    prompts = [[50256, 464, 2068], [7586, 21831, 11, 318, 257], [40], [1000, 2000]]
+    batched, _ = run_batch(runner, prompts, steps=2)
+    for b, prompt in enumerate(prompts):
+        for got, want in zip(batched[b], run_alone(runner, prompt, b, steps=2), strict=True):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    real = ledger_of_batch(runner, prompts, steps=2)
+    est = tenet_byoc.estimate("gpt2", "w8a8_per_channel_per_token", "os16", prompt_len=5,
+                              decode_steps=2, batch=4)
+    assert_same_charges(real, est)
