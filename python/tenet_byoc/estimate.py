@@ -173,7 +173,9 @@ def estimate(
         Decode steps after the prefill (0: prefill only).
     batch : int
         Sequences run together, all at the same lengths: weight GEMMs take
-        ``batch x tokens`` rows; attention GEMMs stay per sequence (``batch x heads``).
+        ``batch x tokens`` rows; attention GEMMs stay per sequence (``batch x heads``), as
+        the runners' ``prefill_batch`` / ``decode_batch`` compute them (prompts of unequal
+        lengths are left-padded there: charge them at the longest).
     mapping : str, optional
         ``"auto"`` (each distinct call's searched mapping, as a build with
         ``preset(name, mapping="auto")`` charges it), ``"fixed"`` (the preset's own

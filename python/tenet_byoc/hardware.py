@@ -390,6 +390,52 @@ def _tpu_v1() -> Accelerator:
     )
 
 
+def _tpu_v5e() -> Accelerator:
+    # One TPU v5e chip from public figures. Sources:
+    # [docs] Google Cloud, "TPU v5e" (cloud.google.com/tpu/docs/v5e): one TensorCore per chip
+    #   with four matrix-multiply units (MXUs), a vector unit and a scalar unit; 197 TFLOPs
+    #   bf16 and 393 TOPs int8 peak per chip; 16 GB HBM2 at 819 GB/s; ICI 400 GB/s
+    #   bidirectional per chip over 4 ports, 2-D torus.
+    # [arch] Google Cloud, "System architecture" (cloud.google.com/tpu/docs/
+    #   system-architecture-tpu-vm): each MXU is a 128 x 128 systolic array.
+    # [mlperf] MLCommons inference_results_v4.0 / v4.1, closed/Google, system tpu_v5e_x4:
+    #   "accelerator_on-chip_memories: 48 MiB".
+    # Assumed (not published): the clock, 1.5 GHz, derived so that 4 MXUs x 128 x 128 MACs
+    # x 2 FLOP x clock = 197 TFLOPs (196.6 at exactly 1.5 GHz); the four MXUs as one
+    # 128 x 128 array doing 4 bf16 (8 int8) MACs per PE per cycle, so tiles fold at the
+    # MXU's 128-wide granularity while the chip's peak is kept; all 48 MiB usable as one
+    # tile buffer; a buffer port feeding every MXU edge each cycle; the vector unit 8 x 128
+    # lanes (TPU v4's layout); int8 weights widened to bf16 beside the MXUs at one element
+    # per MXU column per cycle (an edge dequantizer); weight-stationary MXUs, as every TPU's.
+    clock_ghz = 1.5
+    mxus, edge = 4, 128
+    dram_bits = 819e9 * 8 / (clock_ghz * 1e9)  # 819 GB/s at 1.5 GHz: 4,368 bits per cycle
+    memory = cm.MemoryHierarchy(
+        dram_bandwidth_bits=dram_bits, buffer_bytes=48 << 20,
+        # Each cycle every MXU takes a 128-wide edge of A and of B and gives one of C.
+        buffer_bandwidth_bits=mxus * (edge + 2 * edge) * 32, register_bytes=256,
+        buffer_double_buffered=True, stationary_double_buffered=True,
+    )
+    # MACs per PE per cycle by operand width: bf16 4 (one per MXU), int8 8 (393 TOPs is
+    # twice 197 TFLOPs). The float32 GEMMs a model keeps (attention's activations) run at
+    # the bf16 rate: Saxml and XLA run them in bf16 on the MXUs; a stand-in that lets a
+    # whole model be charged, visible per entry (bits_a, bits_b). Energies: Horowitz 45 nm.
+    rates = {32: mxus, 16: mxus, 8: 2 * mxus}
+    precision = cm.PrecisionTable([
+        cm.MacSpec(8, 8, macs_per_pe_per_cycle=2 * mxus,
+                   pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
+        cm.MacSpec(16, 16, macs_per_pe_per_cycle=mxus, pj_per_mac=1.1 + 0.4),
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=mxus, pj_per_mac=1.1 + 0.4),
+    ])
+    return Accelerator.systolic(
+        "ws", edge, edge, name="tpu_v5e", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
+        l1_bytes=256, l2_bytes=48 << 20, memory=memory, precision=precision,
+        macs_per_pe_per_cycle=rates, supported_dataflows=("ws",),
+        vector=cm.VectorUnit(lanes=8 * 128, schedule="pipelined"),
+        edge_dequantizer=cm.EdgeDequantizer(mxus * edge, bits=[4, 8]),
+    )
+
+
 #: Shipped presets by name. Bandwidth is off-chip bits per cycle at ``clock_ghz``.
 PRESETS: dict[str, Callable[[], Accelerator]] = {
     "os16": lambda: _array16("os", "os16"),
@@ -401,6 +447,7 @@ PRESETS: dict[str, Callable[[], Accelerator]] = {
     "os128": lambda: _array128("os"),
     "ws128": lambda: _array128("ws"),
     "tpu_v1": _tpu_v1,
+    "tpu_v5e": _tpu_v5e,
     "tenet_os8": _tenet_paper("os"),
     "tenet_ws8": _tenet_paper("ws"),
 }

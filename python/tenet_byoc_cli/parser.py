@@ -22,6 +22,7 @@ Examples
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Sequence
 
@@ -154,6 +155,17 @@ def _count(low: int):
         return value
     parse.__name__ = "integer"
     return parse
+
+
+def _milliseconds(text: str) -> float:
+    """An argparse type: a positive, finite number of milliseconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected milliseconds > 0, got {text!r}")
+    return value
 
 
 def _counts(text: str) -> list[int]:
@@ -353,6 +365,21 @@ def _add_estimate(sub) -> None:
                    help="link latency per hop, microseconds (default 1)")
     p.add_argument("--topology", default="ring", choices=TOPOLOGIES,
                    help="how collectives travel (default ring)")
+    p.add_argument("--serve", metavar="REQUESTS",
+                   help="serving figures of a request mix instead of one prefill and its "
+                   "decode steps: prompt:output pairs (e.g. 128:64,512:32) or a .csv "
+                   "(columns prompt_len, output_len) or .json file of them. Static batching: "
+                   "requests in order, --batch at a time, each batch prefilled (padded to its "
+                   "longest prompt) then decoded to its longest output; throughput, TTFT and "
+                   "TPOT per batch size")
+    p.add_argument("--serve-batches", type=_counts, metavar="LIST",
+                   help="with --serve, the batch sizes to compare (default: powers of two up "
+                   "to the number of requests, and --batch)")
+    p.add_argument("--ttft-ms", type=_milliseconds, metavar="MS",
+                   help="with --serve, the TTFT target: report the largest batch whose every "
+                   "request meets it (and --tpot-ms)")
+    p.add_argument("--tpot-ms", type=_milliseconds, metavar="MS",
+                   help="with --serve, the TPOT target (mean decode step of each request)")
 
 
 def _add_dse(sub) -> None:

@@ -229,6 +229,10 @@ def run_estimate(args: argparse.Namespace) -> int:
     from ..estimate import estimate
 
     out = Path(args.out) if args.out else None
+    if args.serve is not None:
+        return run_serving(args, out)
+    if args.ttft_ms is not None or args.tpot_ms is not None or args.serve_batches:
+        raise ValueError("--ttft-ms, --tpot-ms and --serve-batches go with --serve REQUESTS")
     if args.ledger and out is None:
         raise ValueError("--ledger writes ledger_<scheme>.csv into the --out folder: give --out")
     context_len = args.prompt_len if args.context_len is None else args.context_len
@@ -281,5 +285,58 @@ def run_estimate(args: argparse.Namespace) -> int:
                 by_context, by_batch, out / "estimate_sweep.png",
                 f"{args.model} decode step on {first.accelerator} (batch {args.batch} vs "
                 f"context; context {context_len} vs batch)"))
+        print("\nwrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def run_serving(args: argparse.Namespace, out: Path | None) -> int:
+    """``estimate --serve``: the request mix at each batch size, and the largest batch that
+    meets the targets (:mod:`tenet_byoc.experiments.serving` defines the serving model)."""
+    from .serving import (
+        ServingFigures,
+        largest_batch,
+        parse_requests,
+        plot_serving,
+        serve,
+        serving_table,
+    )
+
+    if args.ledger or args.sweep_contexts or args.sweep_batches:
+        raise ValueError("--ledger and --sweep-contexts/--sweep-batches do not go with --serve "
+                         "(a mix is many estimates; --serve-batches sets its batch sizes)")
+    requests = parse_requests(args.serve)
+    batches = args.serve_batches or [b for b in (2 ** i for i in range(31))
+                                     if b <= len(requests)]
+    batches = sorted(set(batches) | {args.batch})
+    system = _system(args)
+    figures: list[ServingFigures] = []
+    for scheme in args.schemes:
+        cache: dict = {}
+        figures += [serve(args.model, requests, b, scheme, args.accelerator, args.mapping,
+                          system, cache) for b in batches]
+    targets = f"TTFT <= {args.ttft_ms} ms" if args.ttft_ms is not None else ""
+    if args.tpot_ms is not None:
+        targets += (" and " if targets else "") + f"TPOT <= {args.tpot_ms} ms"
+    prompts = sum(r.prompt_len for r in requests) / len(requests)
+    outputs = sum(r.output_len for r in requests) / len(requests)
+    print(f"{args.model} serving {len(requests)} requests (mean prompt {prompts:,.1f}, mean "
+          f"output {outputs:,.1f} tokens) on {args.accelerator}, static batching\n")
+    print(serving_table(figures, args.ttft_ms, args.tpot_ms))
+    for scheme in args.schemes:
+        mine = [f for f in figures if f.scheme == scheme]
+        at = next(f for f in mine if f.batch == args.batch)
+        print(f"\n{scheme} at batch {args.batch}: {at.tokens_per_s:,.1f} tokens/s, "
+              f"{at.requests_per_s:,.3f} requests/s, TPOT {at.tpot_ms_mean:,.3f} ms mean")
+        if targets:
+            best = largest_batch(mine, args.ttft_ms, args.tpot_ms)
+            print(f"{scheme}: largest batch with every request at {targets}: "
+                  + (f"{best.batch} ({best.tokens_per_s:,.1f} tokens/s)" if best else
+                     f"none of {batches}"))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        paths = [_csv(figures, ServingFigures, out / "serving.csv"),
+                 plot_serving(figures, out / "serving.png",
+                              f"{args.model} serving {len(requests)} requests on "
+                              f"{args.accelerator}", args.ttft_ms, args.tpot_ms)]
         print("\nwrote " + ", ".join(str(p) for p in paths))
     return 0

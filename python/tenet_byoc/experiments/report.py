@@ -41,7 +41,7 @@ REPORT = "report.html"
 #: scheme, per layer and per call).
 SOURCES = ("sweep.csv", "run.csv", "layers.csv", "sweep.json", "run.json", "eval.csv",
            "eval.json", "estimate.csv", "layers_*.csv", "ledger_*.csv", "sweep_context.csv",
-           "sweep_batch.csv", "dse.csv", MANIFEST)
+           "sweep_batch.csv", "dse.csv", "serving.csv", MANIFEST)
 
 # Column labels with units, for every column the commands write; others show their own name.
 _LABELS = {
@@ -60,6 +60,9 @@ _LABELS = {
     "buffer_write_bytes": "array→buffer (B)", "mac_pj": "MAC energy (pJ)",
     "register_pj": "register energy (pJ)", "buffer_pj": "buffer energy (pJ)",
     "dram_pj": "DRAM energy (pJ)", "m": "M", "n": "N", "k": "K",
+    "requests_per_s": "requests/s", "ttft_ms_mean": "TTFT mean (ms)",
+    "ttft_ms_max": "TTFT worst (ms)", "tpot_ms_mean": "TPOT mean (ms)",
+    "tpot_ms_max": "TPOT worst (ms)", "padded_share": "padded slots (0-1)",
 }
 
 # The per-call columns of a ledger shown on the page: the call, its mapping and its DRAM /
@@ -505,6 +508,25 @@ _COLORS = ("#636efa", "#EF553B", "#00cc96", "#ab63fa", "#FFA15A", "#19d3f3", "#F
            "#B6E880", "#FF97FF", "#FECB52")
 
 
+def _serving_section(serving: _Csv) -> _Section:
+    sec = _Section("Serving", "A request mix served under static batching "
+                   "(<code>serving.csv</code>, <code>estimate --serve</code>): each batch "
+                   "prefilled padded to its longest prompt, then decoded to its longest "
+                   "output; TTFT is a request's batch's prefill, TPOT its mean decode step.")
+    for metric in ("tokens_per_s", "ttft_ms_max", "tpot_ms_max"):
+        data = [{
+            "type": "scatter", "mode": "lines+markers", "name": str(scheme),
+            "x": [p["batch"] for p in pts], "y": [p[metric] for p in pts],
+            "hovertemplate": f"batch %{{x}}<br>{_label(metric)} %{{y:.4g}}"
+            "<extra>%{fullData.name}</extra>",
+        } for (scheme,), pts in _groups(serving.rows, "scheme").items()]
+        sec.parts.append(_Figure(f"serving-{metric}", data, _layout(
+            f"{_label(metric)} vs batch", "batch (requests per static batch)", _label(metric),
+            xlog=True, ylog=True)))
+    sec.parts.append(_Table("serving", serving, serving.columns))
+    return sec
+
+
 # ----------------------------------------------------------------------------------------
 # The page
 # ----------------------------------------------------------------------------------------
@@ -626,6 +648,9 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     points = csv_of("dse.csv")
     if points is not None and points.rows:
         sections.append(_dse_section(points))
+    serving = csv_of("serving.csv")
+    if serving is not None and serving.rows:
+        sections.append(_serving_section(serving))
 
     title = "tenet-byoc report"
     if manifest is not None:

@@ -26,6 +26,7 @@ def from_pretrained(
     *,
     bind_params: bool = False,
     device: Any = None,
+    batched: bool = False,
 ) -> DecoderRunner:
     """Load a local Hugging Face checkpoint and build a runner for it.
 
@@ -48,6 +49,9 @@ def from_pretrained(
         Bind the weights into the module as constants (needed by ``tenet_byoc.quantize``).
     device : tvm.runtime.Device, optional
         Defaults to ``tvm.cpu()``.
+    batched : bool
+        Also build the batched functions (``runner.prefill_batch(prompts)``,
+        ``runner.decode_batch(ids, cache)``).
 
     Returns
     -------
@@ -87,4 +91,5 @@ def from_pretrained(
     else:
         config, params = load_hf_checkpoint(folder, config)
         runner = GPT2Runner
-    return runner(config, params, build=build, device=device, bind_params=bind_params)
+    return runner(config, params, build=build, device=device, bind_params=bind_params,
+                  batched=batched)

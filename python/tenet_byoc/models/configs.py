@@ -28,6 +28,7 @@ class BuiltinModel:
     name: str
     source: str  #: the Hugging Face ``config.json`` the values come from
     values: Mapping[str, Any]
+    note: str = ""  #: how the entry differs from the model, when it stands in for one
 
 
 def _gpt2(name: str, repo: str, n_layer: int, n_embd: int, n_head: int) -> BuiltinModel:
@@ -72,12 +73,31 @@ def _llama(name: str, repo: str, row: tuple, extra: dict[str, Any]) -> BuiltinMo
     return BuiltinModel(name, f"https://huggingface.co/{repo}/blob/main/config.json", values)
 
 
+# GPT-J 6B's GEMMs through the GPT-2 family. From EleutherAI/gpt-j-6b's config.json:
+# n_layer 28, n_embd 4096, n_head 16 (head_dim 256), n_inner null (4 x 4096 = 16384),
+# vocab_size 50400, n_positions 2048, gelu_new, layer_norm_epsilon 1e-5.
+_GPTJ = BuiltinModel(
+    "gpt-j-6b", "https://huggingface.co/EleutherAI/gpt-j-6b/blob/main/config.json",
+    {"model_type": "gpt2", "n_layer": 28, "n_embd": 4096, "n_head": 16, "n_inner": 16384,
+     "vocab_size": 50400, "n_positions": 2048, "layer_norm_epsilon": 1e-5,
+     "activation_function": "gelu_new"},
+    note=("GPT-J (model_type gptj) estimated as a GPT-2-shaped model: the same GEMM shapes "
+          "and weight count per layer, except that q, k and v are one fused [d, 3d] GEMM "
+          "(GPT-J has three [d, d] ones, the same MACs) and the head is charged as GPT-2's "
+          "tied one (GPT-J's lm_head is its own [d, vocab] matrix: the same GEMM). Not "
+          "modelled, as they are not GEMMs: GPT-J's parallel attention + MLP block with one "
+          "LayerNorm, and its partial rotary embedding (64 of 256 dims) in place of learned "
+          "positions. Under tensor parallelism the parallel block needs one all-reduce per "
+          "layer where this stand-in charges two."),
+)
+
 _ENTRIES = (
     _gpt2("gpt2", "openai-community/gpt2", 12, 768, 12),
     _gpt2("gpt2-medium", "openai-community/gpt2-medium", 24, 1024, 16),
     _gpt2("gpt2-large", "openai-community/gpt2-large", 36, 1280, 20),
     _gpt2("gpt2-xl", "openai-community/gpt2-xl", 48, 1600, 25),
     *(_llama(*row) for row in _LLAMAS),
+    _GPTJ,
 )
 
 #: Built-in models by name.

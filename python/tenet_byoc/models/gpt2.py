@@ -18,10 +18,13 @@ from ._params import check_named_arrays
 from .checkpoint import Layout, load_weights, read_config
 from .decoder import (
     MASK_VALUE,
+    BatchLayout,
     MatmulShape,
     build_with_tvm,
     call_rows_and_keys,
+    decode_layout,
     export_decoder,
+    prefill_layout,
     take_rows,
 )
 from .runner import DecoderRunner, KVCache, cache_length, check_cache_tensors, check_ids
@@ -187,33 +190,42 @@ class GPT2Attention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
 
-    def _heads(self, x: nn.Tensor) -> nn.Tensor:
-        # [b, s, d] -> [b, h, s, hd]
-        b, s, _ = x.shape
+    def _heads(self, x: nn.Tensor, b: Any, s: Any) -> nn.Tensor:
+        # [b, s, d] (or [1, b * s, d]) -> [b, h, s, hd]
         return op.permute_dims(op.reshape(x, [b, s, self.n_head, self.head_dim]), [0, 2, 1, 3])
 
     def forward(
-        self, x: nn.Tensor, past: tuple[nn.Tensor, nn.Tensor] | None
+        self, x: nn.Tensor, past: tuple[nn.Tensor, nn.Tensor] | None,
+        batch: BatchLayout | None = None,
     ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
         """Attend over the past keys/values (if any) and ``x``'s own; return output, K, V.
 
         Without ``past`` (prefill) a causal mask hides later positions; with it (decode,
-        one query at the end of the sequence) every key is visible.
+        one query at the end of the sequence) every key is visible. With ``batch`` the
+        rows of ``x`` are ``batch.size`` sequences of ``batch.length`` tokens and
+        ``batch.mask`` (padding and causality) replaces the causal mask.
         """
-        b, s, d = x.shape
+        if batch is None:
+            b, s, d = x.shape
+            rows = [b, s, d]
+        else:
+            b, s, d = batch.size, batch.length, x.shape[2]
+            rows = [1, b * s, d]
         q, k, v = op.split(self.c_attn(x), 3, axis=2)
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)
+        q, k, v = self._heads(q, b, s), self._heads(k, b, s), self._heads(v, b, s)
         if past is not None:
             k = op.concat([past[0], k], dim=2)
             v = op.concat([past[1], v], dim=2)
         scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2]))
         scores = scores * (1.0 / math.sqrt(self.head_dim))
-        if past is None:
+        if batch is not None:
+            scores = scores + batch.mask(k.shape[2])
+        elif past is None:
             mask = op.triu(op.full([s, s], MASK_VALUE, dtype=_DTYPE), diagonal=1)
             scores = scores + mask
         probs = op.softmax(scores, axis=-1)
         out = op.matmul(probs, v)  # [b, h, s, hd]
-        out = op.reshape(op.permute_dims(out, [0, 2, 1, 3]), [b, s, d])
+        out = op.reshape(op.permute_dims(out, [0, 2, 1, 3]), rows)
         return self.c_proj(out), k, v
 
 
@@ -240,10 +252,11 @@ class GPT2Block(nn.Module):
         self.mlp = GPT2MLP(config)
 
     def forward(
-        self, x: nn.Tensor, past: tuple[nn.Tensor, nn.Tensor] | None
+        self, x: nn.Tensor, past: tuple[nn.Tensor, nn.Tensor] | None,
+        batch: BatchLayout | None = None,
     ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
         """Apply the block; return the new hidden state and this layer's K and V."""
-        attn, k, v = self.attn(self.ln_1(x), past)
+        attn, k, v = self.attn(self.ln_1(x), past, batch)
         x = x + attn
         x = x + self.mlp(self.ln_2(x))
         return x, k, v
@@ -274,16 +287,21 @@ class GPT2LMHeadModel(nn.Module):
         return op.wrap_nested(rows, name="wpe_rows")
 
     def _run(
-        self, ids: nn.Tensor, pos: nn.Tensor, past: Sequence[nn.Tensor] | None
+        self, ids: nn.Tensor, pos: nn.Tensor, past: Sequence[nn.Tensor] | None,
+        batch: BatchLayout | None = None,
     ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
         x = take_rows(self.wte.weight, ids) + pos
+        if batch is not None:  # one row axis: each linear layer is one GEMM of B * S rows
+            x = op.reshape(x, [1, batch.size * batch.length, self.config.n_embd])
         cache: list[nn.Tensor] = []
         for i, block in enumerate(self.h):
             layer_past = None if past is None else (past[2 * i], past[2 * i + 1])
-            x, k, v = block(x, layer_past)
+            x, k, v = block(x, layer_past, batch)
             cache += [k, v]
         x = self.ln_f(x)
         logits = op.matmul(x, op.permute_dims(self.wte.weight))
+        if batch is not None:
+            logits = op.reshape(logits, [batch.size, batch.length, self.config.vocab_size])
         return logits, tuple(cache)
 
     def prefill(self, input_ids: nn.Tensor) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
@@ -327,8 +345,50 @@ class GPT2LMHeadModel(nn.Module):
         past_len = past[0].shape[2]
         return self._run(input_id, self._positions(past_len, past_len + 1), past)
 
+    def _run_batch(self, ids: nn.Tensor, past: Sequence[nn.Tensor] | None,
+                   layout: BatchLayout) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        return self._run(ids, take_rows(self.wpe.weight, layout.positions), past, layout)
 
-def export_gpt2(config: GPT2Config, params: Mapping[str, np.ndarray] | None = None) -> IRModule:
+    def prefill_batch(
+        self, input_ids: nn.Tensor, pad: nn.Tensor
+    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        """Run ``batch`` left-padded prompts of ``seq_len`` slots at once.
+
+        Parameters
+        ----------
+        input_ids : nn.Tensor
+            ``[batch, seq_len]`` int32; sequence ``b``'s tokens fill slots ``pad[b]`` on
+            (the ids in the pad slots are any valid ids: nothing attends to them).
+        pad : nn.Tensor
+            ``[batch]`` int32 pad slots before each sequence's first token.
+
+        Returns
+        -------
+        logits : nn.Tensor
+            ``[batch, seq_len, vocab_size]`` float32 (rows of pad slots are meaningless).
+        cache : tuple of nn.Tensor
+            ``2 * n_layer`` tensors, each ``[batch, n_head, seq_len, head_dim]``.
+        """
+        return self._run_batch(input_ids, None, prefill_layout(input_ids, pad))
+
+    def decode_batch(
+        self, input_id: nn.Tensor, past: Sequence[nn.Tensor], position: nn.Tensor,
+        first_key: nn.Tensor,
+    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        """Run one token per sequence at slot ``past_len`` after a batch's cache.
+
+        ``input_id`` is ``[batch, 1]``, ``past`` ``2 * n_layer`` tensors ``[batch, n_head,
+        past_len, head_dim]``; ``position`` ``[batch]`` int32 is each new token's position
+        (``past_len - pad[b]``) and ``first_key`` ``[batch]`` int32 each sequence's first
+        key that is not a pad slot (``pad[b]``). Returns ``[batch, 1, vocab_size]`` logits
+        and the cache one slot longer.
+        """
+        return self._run_batch(input_id, past, decode_layout(input_id, position, first_key))
+
+
+def export_gpt2(
+    config: GPT2Config, params: Mapping[str, np.ndarray] | None = None, batched: bool = False
+) -> IRModule:
     """Export GPT-2 to a Relax IRModule with the functions ``prefill`` and ``decode``.
 
     Every matmul stays an ``R.matmul``: the linear layers as
@@ -343,6 +403,9 @@ def export_gpt2(config: GPT2Config, params: Mapping[str, np.ndarray] | None = No
     params : mapping of str to numpy.ndarray, optional
         Weights to bind into both functions as constants; by default the weights are
         function parameters.
+    batched : bool
+        Also export ``prefill_batch`` and ``decode_batch``, which run several left-padded
+        sequences at once (see :func:`tenet_byoc.models.decoder.export_decoder`).
 
     Returns
     -------
@@ -359,7 +422,8 @@ def export_gpt2(config: GPT2Config, params: Mapping[str, np.ndarray] | None = No
     """
     checked = None if params is None else check_params(config, params)
     model = GPT2LMHeadModel(config)
-    return export_decoder(model, config.n_layer, config.n_head, config.head_dim, checked)
+    return export_decoder(model, config.n_layer, config.n_head, config.head_dim, checked,
+                          batched=batched)
 
 
 def check_params(config: GPT2Config, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -24,7 +24,16 @@ from tvm.relax.frontend.nn import op
 
 from ._params import check_named_arrays
 from .checkpoint import Layout, load_weights, read_config
-from .decoder import MASK_VALUE, MatmulShape, call_rows_and_keys, export_decoder, take_rows
+from .decoder import (
+    MASK_VALUE,
+    BatchLayout,
+    MatmulShape,
+    call_rows_and_keys,
+    decode_layout,
+    export_decoder,
+    prefill_layout,
+    take_rows,
+)
 from .runner import DecoderRunner, KVCache, check_ids
 
 __all__ = [
@@ -318,21 +327,28 @@ class LlamaAttention(nn.Module):
         self.v_proj = nn.Linear(d, self.n_kv * hd, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.n_head * hd, d, bias=config.o_bias)
 
-    def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None) -> _Triple:
+    def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None,
+                batch: BatchLayout | None = None) -> _Triple:
         """Attend over the past keys/values (if any) and ``x``'s own; return output, K, V.
 
         ``rope`` is ``(cos, sin)``, each ``[1, s, 1, head_dim]`` for ``x``'s positions.
         Without ``past`` (prefill) a causal mask hides later positions (and, with a window
         W, those W or more before); with it (decode, one query at the end of the sequence)
         every key is visible, the past cut to its last W - 1 tokens. The returned K and V
-        are the cache to keep: with a window, its last W tokens.
+        are the cache to keep: with a window, its last W tokens. With ``batch`` the rows
+        of ``x`` are ``batch.size`` sequences of ``batch.length`` tokens, ``rope`` is
+        ``[size, length, 1, head_dim]`` (each sequence's own positions) and
+        ``batch.mask`` (padding, causality, window) replaces the masks above.
         """
-        b, s, _ = x.shape
+        if batch is None:
+            b, s, _ = x.shape
+        else:
+            b, s = batch.size, batch.length
         hd, g = self.head_dim, self.n_head // self.n_kv
         cos, sin = rope
 
         def heads(t: nn.Tensor, n: int, rotate: bool) -> nn.Tensor:
-            # [b, s, n * hd] -> [b, n, s, hd], rotated by position if asked
+            # [b, s, n * hd] (or [1, b * s, n * hd]) -> [b, n, s, hd], rotated if asked
             t = op.reshape(t, [b, s, n, hd])
             if rotate:
                 t = t * cos + _rotate_half(t) * sin
@@ -348,7 +364,11 @@ class LlamaAttention(nn.Module):
         keys = k.shape[2]
         q = op.reshape(q, [b, self.n_kv, g * s, hd])
         scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * (1.0 / math.sqrt(hd))
-        if past is None:
+        if batch is not None:
+            mask = op.reshape(batch.mask(keys), [b, 1, 1, s, keys])
+            scores = op.reshape(op.reshape(scores, [b, self.n_kv, g, s, keys]) + mask,
+                                [b, self.n_kv, g * s, keys])
+        elif past is None:
             mask = op.triu(op.full([s, s], MASK_VALUE, dtype=_DTYPE), diagonal=1)
             if self.window:  # and the keys W or more tokens back
                 band = relax.op.tril(op.full([s, s], MASK_VALUE, dtype=_DTYPE)._expr,
@@ -358,7 +378,8 @@ class LlamaAttention(nn.Module):
                                 [b, self.n_kv, g * s, keys])
         out = op.matmul(op.softmax(scores, axis=-1), v)  # [b, kv, g * s, hd]
         out = op.permute_dims(op.reshape(out, [b, self.n_head, s, hd]), [0, 2, 1, 3])
-        out = self.o_proj(op.reshape(out, [b, s, self.n_head * hd]))
+        rows = [b, s, self.n_head * hd] if batch is None else [1, b * s, self.n_head * hd]
+        out = self.o_proj(op.reshape(out, rows))
         return out, self._last(k, self.window), self._last(v, self.window)
 
     @staticmethod
@@ -398,9 +419,10 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
         self.mlp = LlamaMLP(config)
 
-    def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None) -> _Triple:
+    def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None,
+                batch: BatchLayout | None = None) -> _Triple:
         """Apply the layer; return the new hidden state and this layer's K and V."""
-        attn, k, v = self.self_attn(self.input_layernorm(x), rope, past)
+        attn, k, v = self.self_attn(self.input_layernorm(x), rope, past, batch)
         x = x + attn
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, k, v
@@ -440,21 +462,42 @@ class LlamaForCausalLM(nn.Module):
         sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
         return cos, sin
 
+    def _rope_batch(self, positions: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
+        # As _rope, for each sequence's own positions: [B, S] int32 -> [B, S, 1, hd] tables.
+        b, s = positions.shape
+        hd = self.config.dim_per_head
+        theta = float(self.config.rope_theta)
+        inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+        pos = op.wrap_nested(relax.op.astype(positions._expr, _DTYPE), name="rope_positions")
+        freq = op.wrap_nested(relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq")
+        angle = op.reshape(pos, [b, s, 1]) * op.reshape(freq, [1, 1, hd // 2])
+        angle = op.reshape(op.concat([angle, angle], dim=-1), [b, s, 1, hd])
+        cos = op.wrap_nested(relax.op.cos(angle._expr), name="rope_cos")
+        sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
+        return cos, sin
+
     def _run(
-        self, ids: nn.Tensor, begin: Any, past: Sequence[nn.Tensor] | None
+        self, ids: nn.Tensor, begin: Any, past: Sequence[nn.Tensor] | None,
+        batch: BatchLayout | None = None,
     ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
         x = take_rows(self.embed_tokens.weight, ids)
-        rope = self._rope(begin, ids.shape[1])
+        if batch is None:
+            rope = self._rope(begin, ids.shape[1])
+        else:  # one row axis: each linear layer is one GEMM of B * S rows
+            rope = self._rope_batch(batch.positions)
+            x = op.reshape(x, [1, batch.size * batch.length, self.config.hidden_size])
         cache: list[nn.Tensor] = []
         for i, layer in enumerate(self.layers):
             layer_past = None if past is None else (past[2 * i], past[2 * i + 1])
-            x, k, v = layer(x, rope, layer_past)
+            x, k, v = layer(x, rope, layer_past, batch)
             cache += [k, v]
         x = self.norm(x)
         if self.config.tie_word_embeddings:
             logits = op.matmul(x, op.permute_dims(self.embed_tokens.weight))
         else:
             logits = self.lm_head(x)
+        if batch is not None:
+            logits = op.reshape(logits, [batch.size, batch.length, self.config.vocab_size])
         return logits, tuple(cache)
 
     def prefill(self, input_ids: nn.Tensor) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
@@ -478,8 +521,37 @@ class LlamaForCausalLM(nn.Module):
         """
         return self._run(input_id, past[0].shape[2] if position is None else position, past)
 
+    def prefill_batch(
+        self, input_ids: nn.Tensor, pad: nn.Tensor
+    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        """Run ``batch`` left-padded prompts of ``seq_len`` slots at once.
 
-def export_llama(config: LlamaConfig, params: Mapping[str, np.ndarray] | None = None) -> IRModule:
+        ``input_ids`` is ``[batch, seq_len]`` int32, ``pad`` ``[batch]`` int32 the pad slots
+        before each sequence's first token. Returns ``[batch, seq_len, vocab_size]`` logits
+        (rows of pad slots are meaningless) and the cache tensors, each ``[batch,
+        num_key_value_heads, seq_len (or the last window), head_dim]``.
+        """
+        return self._run(input_ids, 0, None, prefill_layout(input_ids, pad, self.config.window))
+
+    def decode_batch(
+        self, input_id: nn.Tensor, past: Sequence[nn.Tensor], position: nn.Tensor,
+        first_key: nn.Tensor,
+    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        """Run one token per sequence after a batch's cache.
+
+        ``input_id`` is ``[batch, 1]``, ``past`` the cache tensors ``[batch,
+        num_key_value_heads, past_len, head_dim]`` (with a sliding window, the last W - 1
+        of them are attended to); ``position`` ``[batch]`` int32 is each new token's
+        position and ``first_key`` ``[batch]`` int32 each sequence's first attended key
+        that is not a pad slot. Returns ``[batch, 1, vocab_size]`` logits and the cache one
+        slot longer (or rolled by one).
+        """
+        return self._run(input_id, 0, past, decode_layout(input_id, position, first_key))
+
+
+def export_llama(
+    config: LlamaConfig, params: Mapping[str, np.ndarray] | None = None, batched: bool = False
+) -> IRModule:
     """Export the model to a Relax IRModule with the functions ``prefill`` and ``decode``.
 
     Every matmul is an ``R.matmul`` (projections and an untied head as
@@ -491,6 +563,9 @@ def export_llama(config: LlamaConfig, params: Mapping[str, np.ndarray] | None = 
     params : mapping of str to numpy.ndarray, optional
         Weights bound into both functions as constants. Without them the functions take
         the weights as parameters after their inputs, in :func:`param_shapes` order.
+    batched : bool
+        Also export ``prefill_batch`` and ``decode_batch``, which run several left-padded
+        sequences at once (see :func:`tenet_byoc.models.decoder.export_decoder`).
 
     Returns
     -------
@@ -504,7 +579,7 @@ def export_llama(config: LlamaConfig, params: Mapping[str, np.ndarray] | None = 
     c = config
     model = LlamaForCausalLM(c)
     return export_decoder(model, c.num_hidden_layers, c.num_key_value_heads, c.dim_per_head,
-                          checked, position=c.window is not None)
+                          checked, position=c.window is not None, batched=batched)
 
 
 def param_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
@@ -703,3 +778,7 @@ class LlamaRunner(DecoderRunner):
     def decode_inputs(self, cache: KVCache) -> list[Any]:
         """With a sliding window, the new token's position (the cache holds fewer)."""
         return [] if self.config.window is None else [tvm.runtime.ShapeTuple([cache.length])]
+
+    def decode_keys(self, length: int) -> int:
+        """Keys a decode step attends to after ``length`` tokens: with a window, at most W."""
+        return self.config.cache_length(length + 1)

@@ -21,6 +21,7 @@ from ..ledger import tenet_modules
 from .decoder import build_with_tvm
 
 __all__ = [
+    "BatchKVCache",
     "DecoderRunner",
     "KVCache",
     "cache_length",
@@ -91,6 +92,25 @@ class KVCache:
         return [t.numpy() for t in self.tensors]
 
 
+@dataclass(frozen=True)
+class BatchKVCache:
+    """The key/value cache of a batch of left-padded sequences, on the device.
+
+    Each tensor is ``[B, kv_heads, slots, head_dim]`` float32. The sequences share slots:
+    ``length`` have been written (the longest sequence's tokens; with a sliding window the
+    tensors keep only the last ones), and sequence ``b``'s first token is at slot
+    ``pad[b]``, so it holds ``length - pad[b]`` tokens.
+    """
+
+    tensors: tuple[Any, ...]
+    length: int
+    pad: tuple[int, ...]
+
+    def numpy(self) -> list[np.ndarray]:
+        """Copy the tensors to numpy."""
+        return [t.numpy() for t in self.tensors]
+
+
 def cache_length(cache: KVCache) -> int:
     """``cache.length`` after checking that ``cache`` is a KVCache with a positive length."""
     if not isinstance(cache, KVCache):
@@ -147,6 +167,9 @@ class DecoderRunner:
     bind_params : bool
         Bind the weights into the module as constants instead of passing them to every
         call (what ``tenet_byoc.quantize`` needs).
+    batched : bool
+        Also build ``prefill_batch`` and ``decode_batch`` (:meth:`prefill_batch`,
+        :meth:`decode_batch`): several sequences at once, left-padded to a common length.
 
     Attributes
     ----------
@@ -162,6 +185,14 @@ class DecoderRunner:
     ``"decode"``, so ``tenet_byoc.ledger(runner.vm).group_by("phase")`` splits them. A tag
     set with ``tenet_byoc.set_phase`` before is restored after each of the runner's calls;
     calls made on ``runner.vm`` directly keep the caller's own tag.
+
+    A batch is left-padded (each prompt ends at the last slot, as Hugging Face pads for
+    generation): every sequence's next token then goes to the same slot, its tokens stay
+    in consecutive slots (so a sliding window needs no per-sequence offset), and one
+    number per sequence, its pad, gives both its positions (slot - pad) and the keys it
+    must not see (slots before its pad). Each linear layer runs the batch's
+    ``B x padded length`` rows as one GEMM, attention ``B x heads`` products: the padded
+    shapes ``estimate(prompt_len=longest prompt, batch=B)`` charges.
     """
 
     def __init__(
@@ -171,10 +202,14 @@ class DecoderRunner:
         build: Callable[[IRModule], Any] | None = None,
         device: Any = None,
         bind_params: bool = False,
+        batched: bool = False,
     ) -> None:
         self.config = config
         checked = self.check_params(config, params)
-        self.mod = self.export(config, checked if bind_params else None)
+        bound = checked if bind_params else None
+        self.batched = bool(batched)
+        self.mod = (self.export(config, bound, batched=True) if self.batched
+                    else self.export(config, bound))
         self.device = tvm.cpu() if device is None else device
         self.executable = (build or build_with_tvm)(self.mod)
         self.vm = relax.VirtualMachine(self.executable, self.device)
@@ -194,8 +229,10 @@ class DecoderRunner:
         raise NotImplementedError
 
     @staticmethod
-    def export(config: Any, params: Mapping[str, np.ndarray] | None) -> IRModule:
-        """The module with ``prefill`` and ``decode`` (weights bound when given)."""
+    def export(config: Any, params: Mapping[str, np.ndarray] | None,
+               batched: bool = False) -> IRModule:
+        """The module with ``prefill`` and ``decode`` (weights bound when given), and with
+        ``batched`` also ``prefill_batch`` and ``decode_batch``."""
         raise NotImplementedError
 
     def check_ids(self, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
@@ -209,6 +246,10 @@ class DecoderRunner:
     def decode_inputs(self, cache: KVCache) -> list[Any]:
         """Inputs of ``decode`` after the cache (none unless the family needs them)."""
         return []
+
+    def decode_keys(self, length: int) -> int:
+        """Keys a decode step attends to after ``length`` tokens (itself included)."""
+        return length + 1
 
     # -- running -------------------------------------------------------------------------
 
@@ -286,4 +327,149 @@ class DecoderRunner:
         while len(out) < max_new_tokens:
             logits_1, cache = self.decode(out[-1], cache)
             out.append(int(np.argmax(logits_1)))
+        return out
+
+    # -- batches -------------------------------------------------------------------------
+
+    def _check_batched(self, what: str) -> None:
+        if not self.batched:
+            raise ValueError(
+                f"{what} needs the batched functions: build the runner with batched=True "
+                f"(e.g. {type(self).__name__}(config, params, batched=True) or "
+                "from_pretrained(folder, batched=True))"
+            )
+
+    def prefill_batch(self, prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, BatchKVCache]:
+        """Run several prompts at once, left-padded to the longest; return logits and cache.
+
+        Parameters
+        ----------
+        prompts : sequence of sequences of int
+            B prompts, of any lengths.
+
+        Returns
+        -------
+        logits : numpy.ndarray
+            ``[B, S, vocab]`` with S the longest prompt: prompt ``b``'s token ``i`` is row
+            ``pad[b] + i`` (``pad[b] = S - len(prompts[b])``); rows before ``pad[b]`` are
+            meaningless. Each sequence's last logits are row ``S - 1``.
+        cache : BatchKVCache
+            Its ``length`` is S and its ``pad`` the pads.
+
+        Raises
+        ------
+        ValueError
+            If the runner was not built with ``batched=True``, ``prompts`` is empty, or a
+            prompt is refused by :meth:`check_ids` (the message names its index).
+        """
+        self._check_batched("prefill_batch")
+        if isinstance(prompts, str | bytes) or not hasattr(prompts, "__len__"):
+            raise TypeError(f"prompts must be a sequence of token-id sequences, got "
+                            f"{type(prompts).__name__}")
+        if len(prompts) == 0:
+            raise ValueError("prompts is empty: a batch needs at least one prompt")
+        rows = []
+        for i, prompt in enumerate(prompts):
+            if np.ndim(prompt) != 1:
+                raise ValueError(f"prompts[{i}] must be a 1-D sequence of token ids, got "
+                                 f"shape {np.shape(prompt)} (prompts is a list of prompts)")
+            try:
+                rows.append(self.check_ids(prompt)[0])
+            except ValueError as err:
+                raise ValueError(f"prompts[{i}]: {err}") from None
+        length = max(r.size for r in rows)
+        pad = tuple(length - r.size for r in rows)
+        ids = np.zeros((len(rows), length), np.int32)  # id 0 in the pad slots: never seen
+        for b, r in enumerate(rows):
+            ids[b, pad[b]:] = r
+        with self._tagged("prefill"):
+            logits, cache = self.vm["prefill_batch"](
+                tvm.runtime.tensor(ids, self.device),
+                tvm.runtime.tensor(np.array(pad, np.int32), self.device), *self._weights)
+        return logits.numpy(), BatchKVCache(tuple(cache), length, pad)
+
+    def check_batch_cache(self, cache: BatchKVCache) -> None:
+        """Refuse a batch cache whose pads, length or tensors do not fit this model.
+
+        Raises
+        ------
+        TypeError
+            If ``cache`` is not a :class:`BatchKVCache` or holds a non-tensor.
+        ValueError
+            Naming the field, or the tensor with its dtype and shape and the expected ones.
+        """
+        if not isinstance(cache, BatchKVCache):
+            raise TypeError(f"cache must be a BatchKVCache, got {type(cache).__name__}")
+        length = cache.length
+        if isinstance(length, bool) or not isinstance(length, int | np.integer) or length < 1:
+            raise ValueError(f"BatchKVCache.length={length!r} must be a positive integer")
+        pad = cache.pad
+        if (not isinstance(pad, tuple) or not pad
+                or not all(isinstance(p, int | np.integer) and 0 <= p < length for p in pad)):
+            raise ValueError(f"BatchKVCache.pad={pad!r} must be a non-empty tuple of integers "
+                             f"in [0, length={length})")
+        n_layer = len(self.mod["decode"].params[1].ty.fields) // 2
+        check_cache_tensors(cache, n_layer, (len(pad), *self.cache_shape(length)[1:]))
+
+    def decode_batch(self, token_ids: Sequence[int], cache: BatchKVCache
+                     ) -> tuple[np.ndarray, BatchKVCache]:
+        """Run one token per sequence after a batch's cache; return logits ``[B, vocab]``.
+
+        ``token_ids[b]`` goes to sequence ``b`` at position ``cache.length - cache.pad[b]``.
+        The calls it charges are tagged ``"decode"``.
+
+        Raises
+        ------
+        ValueError
+            If there is not one id per sequence, an id is refused by :meth:`check_ids`, a
+            sequence would outgrow the context, or the cache is refused by
+            :meth:`check_batch_cache`.
+        """
+        self._check_batched("decode_batch")
+        if not isinstance(cache, BatchKVCache):
+            raise TypeError(f"cache must be a BatchKVCache, got {type(cache).__name__}")
+        ids = np.asarray(token_ids)
+        if ids.shape != (len(cache.pad),):
+            raise ValueError(f"token_ids must hold one id per sequence ({len(cache.pad)}), "
+                             f"got shape {ids.shape}")
+        for b, token in enumerate(ids):
+            try:
+                self.check_ids([token], past_len=int(cache.length) - int(cache.pad[b]))
+            except ValueError as err:
+                raise ValueError(f"token_ids[{b}]: {err}") from None
+        self.check_batch_cache(cache)
+        pad = np.array(cache.pad, np.int64)
+        # The step attends to the last decode_keys slots: those before a sequence's pad
+        # (if still among them) are hidden.
+        key_begin = cache.length + 1 - self.decode_keys(cache.length)
+        inputs = (cache.length - pad, np.maximum(pad - key_begin, 0))
+        with self._tagged("decode"):
+            logits, new = self.vm["decode_batch"](
+                tvm.runtime.tensor(ids.astype(np.int32).reshape(-1, 1), self.device),
+                list(cache.tensors),
+                *(tvm.runtime.tensor(x.astype(np.int32), self.device) for x in inputs),
+                *self._weights,
+            )
+        return logits.numpy()[:, 0], BatchKVCache(tuple(new), cache.length + 1, cache.pad)
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int
+                       ) -> list[list[int]]:
+        """Greedily generate ``max_new_tokens`` tokens after each prompt, all at once."""
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+        for i, prompt in enumerate(prompts):
+            try:
+                self.check_ids(prompt, past_len=max(max_new_tokens - 1, 0))
+            except ValueError as err:
+                raise ValueError(f"prompts[{i}]: {err}") from None
+        if max_new_tokens == 0:
+            return [[] for _ in prompts]
+        logits, cache = self.prefill_batch(prompts)
+        out = [[int(t)] for t in np.argmax(logits[:, -1], axis=-1)]
+        while len(out[0]) < max_new_tokens:
+            step, cache = self.decode_batch([seq[-1] for seq in out], cache)
+            for seq, t in zip(out, np.argmax(step, axis=-1), strict=True):
+                seq.append(int(t))
         return out

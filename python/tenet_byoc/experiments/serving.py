@@ -1,0 +1,291 @@
+"""Serving figures of a request mix under static batching, from estimate's step latencies.
+
+The serving model (static batching, as the batched runners run a batch):
+
+* requests are taken in the order given, ``batch`` at a time (the last batch may be
+  smaller);
+* a batch is prefilled at once, its prompts left-padded to its longest prompt ``P``: one
+  prefill step of ``P`` tokens for each of its ``b`` sequences. The prefill gives every
+  request its first output token;
+* the batch then decodes until its longest output ``O`` is done: ``O - 1`` decode steps of
+  ``b`` rows, step ``i`` attending to ``P + i + 1`` keys. A request whose output is shorter
+  keeps its row to the end (static batching does not refill it);
+* a batch's time is its prefill plus its decode steps; batches run one after another.
+
+Figures: TTFT of a request = its batch's prefill (from the batch's start: no queueing is
+modelled); TPOT = its batch's mean decode step (0 when the batch has no decode step);
+throughput = the requests' own output tokens (not the padded rows) and the requests, over
+the sum of the batches' times. Step latencies are those of :func:`tenet_byoc.estimate` (on a
+:class:`~tenet_byoc.system.System`, each step's critical path).
+
+Errors: a bad request, file or batch raises ``ValueError`` naming it and what is accepted.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BatchTime", "Request", "ServingFigures", "batch_times", "largest_batch",
+           "meets", "parse_requests", "plot_serving", "serve", "serving_table"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: prompt tokens and output tokens (the first comes from the prefill)."""
+
+    prompt_len: int
+    output_len: int
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_len", "output_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Request.{name}={value!r} must be an integer >= 1")
+
+
+def _request(item: Any, where: str) -> Request:
+    try:
+        if isinstance(item, dict):
+            missing = {"prompt_len", "output_len"} - set(item)
+            if missing:
+                raise ValueError(f"lacks {sorted(missing)}")
+            return Request(int(item["prompt_len"]), int(item["output_len"]))
+        if isinstance(item, (list, tuple)) and len(item) == 2:
+            return Request(int(item[0]), int(item[1]))
+        if isinstance(item, str) and item.count(":") == 1:
+            p, o = item.split(":")
+            return Request(int(p), int(o))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"request {where} ({item!r}): {err}") from None
+    raise ValueError(f"request {where} is {item!r}; expected PROMPT:OUTPUT, [prompt, output] "
+                     "or {\"prompt_len\": P, \"output_len\": O}")
+
+
+def parse_requests(spec: str | os.PathLike[str]) -> list[Request]:
+    """A request mix from inline text or a file.
+
+    Parameters
+    ----------
+    spec : str or PathLike
+        ``"128:64,512:32"`` (prompt:output pairs), or a ``.csv`` file with columns
+        ``prompt_len`` and ``output_len``, or a ``.json`` file holding a list of
+        ``{"prompt_len": P, "output_len": O}`` objects or ``[P, O]`` pairs.
+
+    Raises
+    ------
+    ValueError
+        Naming the file, row or item that is wrong, or for an empty mix.
+    """
+    text = os.fspath(spec)
+    path = Path(text)
+    if path.suffix.lower() in (".csv", ".json"):
+        if not path.is_file():
+            raise ValueError(f"request file {text!r} does not exist")
+        if path.suffix.lower() == ".json":
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as err:
+                raise ValueError(f"request file {text!r} is not JSON: {err}") from None
+            if not isinstance(data, list):
+                raise ValueError(f"request file {text!r} must hold a JSON list of requests")
+            out = [_request(item, f"{i} of {text!r}") for i, item in enumerate(data)]
+        else:
+            with open(path, newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                if not {"prompt_len", "output_len"} <= set(reader.fieldnames or ()):
+                    raise ValueError(f"request file {text!r} needs the columns prompt_len and "
+                                     f"output_len; it has {reader.fieldnames}")
+                out = [_request(row, f"on line {i + 2} of {text!r}")
+                       for i, row in enumerate(reader)]
+    else:
+        out = [_request(item.strip(), f"{i} of {text!r}")
+               for i, item in enumerate(text.split(",")) if item.strip()]
+    if not out:
+        raise ValueError(f"the request mix {text!r} holds no request")
+    return out
+
+
+@dataclass(frozen=True)
+class BatchTime:
+    """One batch of the mix: its shape and estimate's latencies."""
+
+    first: int  #: index of its first request
+    size: int  #: requests (rows) in it
+    prompt_len: int  #: its longest prompt (every row is padded to it)
+    decode_steps: int  #: its longest output less one
+    prefill_s: float
+    decode_s: float  #: all its decode steps
+    output_tokens: int  #: its requests' own output tokens
+
+    @property
+    def seconds(self) -> float:
+        """Prefill plus decode."""
+        return self.prefill_s + self.decode_s
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean decode step (0 without one)."""
+        return self.decode_s / self.decode_steps if self.decode_steps else 0.0
+
+
+def _phase_seconds(ledger: Any, phase: str) -> float:
+    from ..system import SystemLedger
+
+    if isinstance(ledger, SystemLedger):
+        return ledger.latency_s(phase)
+    return sum(e.latency_us for e in ledger.entries if e.phase == phase) * 1e-6
+
+
+def batch_times(model: Any, requests: Sequence[Request], batch: int, scheme: str = "none",
+                accelerator: Any = "os16", mapping: str | None = None,
+                system: Any = None, cache: dict | None = None) -> list[BatchTime]:
+    """Each batch of ``requests`` taken ``batch`` at a time, with its estimated latencies.
+
+    ``cache`` (a dict) keeps estimates by (prompt, steps, rows) across calls.
+
+    Raises
+    ------
+    ValueError
+        For a batch below 1, or a batch whose longest prompt plus longest output outruns
+        the model's context (naming its requests).
+    """
+    from ..estimate import estimate
+
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch={batch!r} must be an integer >= 1")
+    if not requests:
+        raise ValueError("requests is empty: nothing to serve")
+    cache = {} if cache is None else cache
+    out = []
+    for first in range(0, len(requests), batch):
+        group = requests[first:first + batch]
+        p = max(r.prompt_len for r in group)
+        steps = max(r.output_len for r in group) - 1
+        key = (p, steps, len(group))
+        if key not in cache:
+            try:
+                ledger = estimate(model, scheme, accelerator, prompt_len=p, decode_steps=steps,
+                                  batch=len(group), mapping=mapping, system=system)
+            except ValueError as err:
+                raise ValueError(f"requests {first}..{first + len(group) - 1} at batch "
+                                 f"{batch} (longest prompt {p}, longest output {steps + 1}): "
+                                 f"{err}") from None
+            cache[key] = (_phase_seconds(ledger, "prefill"), _phase_seconds(ledger, "decode"))
+        prefill_s, decode_s = cache[key]
+        out.append(BatchTime(first, len(group), p, steps, prefill_s, decode_s,
+                             sum(r.output_len for r in group)))
+    return out
+
+
+@dataclass(frozen=True)
+class ServingFigures:
+    """A request mix served at one batch size (see the module's serving model)."""
+
+    scheme: str
+    batch: int
+    requests: int
+    batches: int
+    seconds: float  #: to serve the whole mix
+    requests_per_s: float
+    tokens_per_s: float  #: the requests' own output tokens per second
+    ttft_ms_mean: float  #: over requests
+    ttft_ms_max: float
+    tpot_ms_mean: float  #: over requests with a decode step
+    tpot_ms_max: float
+    padded_share: float  #: of the rows' prompt and output tokens, the share that is padding
+
+
+def serve(model: Any, requests: Sequence[Request], batch: int, scheme: str = "none",
+          accelerator: Any = "os16", mapping: str | None = None, system: Any = None,
+          cache: dict | None = None) -> ServingFigures:
+    """Serve ``requests`` at ``batch``: throughput, TTFT and TPOT (the module's model)."""
+    times = batch_times(model, requests, batch, scheme, accelerator, mapping, system, cache)
+    total = sum(t.seconds for t in times)
+    ttft = [t.prefill_s for t in times for _ in range(t.size)]
+    tpot = [t.tpot_s for t in times for _ in range(t.size) if t.decode_steps]
+    useful = sum(r.prompt_len + r.output_len for r in requests)
+    rows = sum(t.size * (t.prompt_len + t.decode_steps + 1) for t in times)
+    return ServingFigures(
+        scheme, batch, len(requests), len(times), total, len(requests) / total,
+        sum(t.output_tokens for t in times) / total,
+        1e3 * sum(ttft) / len(ttft), 1e3 * max(ttft),
+        1e3 * sum(tpot) / len(tpot) if tpot else 0.0, 1e3 * max(tpot, default=0.0),
+        1 - useful / rows,
+    )
+
+
+def meets(f: ServingFigures, ttft_ms: float | None, tpot_ms: float | None) -> bool:
+    """Whether every request's TTFT and TPOT are within the targets (None: no target)."""
+    return ((ttft_ms is None or f.ttft_ms_max <= ttft_ms)
+            and (tpot_ms is None or f.tpot_ms_max <= tpot_ms))
+
+
+def largest_batch(figures: Sequence[ServingFigures], ttft_ms: float | None,
+                  tpot_ms: float | None) -> ServingFigures | None:
+    """The largest batch among ``figures`` whose every request meets the targets, or None.
+
+    Every candidate is checked (TTFT and TPOT need not grow with the batch: the batches'
+    longest prompts and outputs change with how the mix is cut).
+    """
+    ok = [f for f in figures if meets(f, ttft_ms, tpot_ms)]
+    return max(ok, key=lambda f: f.batch, default=None)
+
+
+_HEADER = ["scheme", "batch", "batches", "requests/s", "tokens/s", "TTFT mean / max (ms)",
+           "TPOT mean / max (ms)", "padding", "meets target"]
+
+
+def serving_table(figures: Sequence[ServingFigures], ttft_ms: float | None = None,
+                  tpot_ms: float | None = None) -> str:
+    """A markdown table, one row per scheme and batch."""
+    from .results import markdown_table
+
+    targets = ttft_ms is not None or tpot_ms is not None
+    return markdown_table(_HEADER, [
+        [f.scheme, f.batch, f.batches, f"{f.requests_per_s:,.3f}", f"{f.tokens_per_s:,.1f}",
+         f"{f.ttft_ms_mean:,.3f} / {f.ttft_ms_max:,.3f}",
+         f"{f.tpot_ms_mean:,.3f} / {f.tpot_ms_max:,.3f}", f"{100 * f.padded_share:.1f}%",
+         ("yes" if meets(f, ttft_ms, tpot_ms) else "no") if targets else "-"]
+        for f in figures
+    ])
+
+
+def plot_serving(figures: Sequence[ServingFigures], path: str | Path, title: str,
+                 ttft_ms: float | None = None, tpot_ms: float | None = None) -> Path:
+    """Throughput, worst TTFT and worst TPOT against the batch, a line per scheme, with the
+    targets drawn; the largest batch meeting them is marked."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4), layout="constrained")
+    axes = fig.subplots(1, 3)
+    for ax, (metric, label, target) in zip(axes, (
+            ("tokens_per_s", "output tokens/s", None),
+            ("ttft_ms_max", "worst TTFT (ms)", ttft_ms),
+            ("tpot_ms_max", "worst TPOT (ms)", tpot_ms)), strict=True):
+        for scheme in dict.fromkeys(f.scheme for f in figures):
+            mine = sorted((f for f in figures if f.scheme == scheme), key=lambda f: f.batch)
+            ax.plot([f.batch for f in mine], [getattr(f, metric) for f in mine], marker="o",
+                    label=scheme)
+            best = largest_batch(mine, ttft_ms, tpot_ms)
+            if best is not None and (ttft_ms is not None or tpot_ms is not None):
+                ax.plot([best.batch], [getattr(best, metric)], marker="*", markersize=14,
+                        color="black", linestyle="none")
+        if target is not None:
+            ax.axhline(target, color="red", linestyle="--", label="target")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch (requests per static batch)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(title="scheme (* largest batch meeting the targets)")
+    fig.suptitle(title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
