@@ -293,3 +293,18 @@ def test_a_point_at_the_later_fields_defaults_keeps_its_first_key():
 def test_a_bad_system_field_names_it(space, message):
     with pytest.raises(ValueError, match=message):
         dse.DesignSpace.from_dict(space)
+
+
+def test_a_results_file_of_the_first_release_resumes(tmp_path, serial, monkeypatch):
+    # rows written before vector_lanes and the system fields existed: same keys, read back
+    path = tmp_path / "points.jsonl"
+    later = ("vector_lanes", "tensor_parallel", "pipeline_parallel", "link_gbps")
+    old = [{k: v for k, v in dataclasses.asdict(dataclasses.replace(r, fronts=())).items()
+            if k not in later} for r in serial]
+    path.write_text("".join(json.dumps(row) + "\n" for row in old))
+    ran = []
+    real = dse._evaluate
+    monkeypatch.setattr(dse, "_evaluate", lambda job, pts: ran.extend(pts) or real(job, pts))
+    rows = dse.explore("gpt2", SCHEMES, SPACE, executor="serial", results_file=path, **RUN)
+    assert ran == []
+    assert rows_of(rows) == rows_of(serial)
