@@ -2,14 +2,17 @@
 and the Pareto fronts of cost against area marked.
 
 A :class:`DesignSpace` lists values per field (array rows and columns, dataflows, PE format
-sets, buffer bytes, DRAM bandwidth, clock) and optional budgets; :func:`explore` estimates
-every point under every scheme (what :func:`tenet_byoc.estimate` gives for that accelerator
+sets, buffer bytes, DRAM bandwidth, clock, vector lanes, chips per layer and pipeline
+stages) and optional budgets; :func:`explore` estimates every point under every scheme
+(what :func:`tenet_byoc.estimate` gives for that accelerator, or that system of chips,
 alone: TTFT, TPOT, tokens/s, energy per token) beside its area at the space's node
 (:mod:`tenet_byoc.area`) and average power, and marks the Pareto fronts.
 
-Speed: each distinct call is charged once per set of points whose array, memory and
-precision agree (the cache key leaves the clock out: cycles and energy do not depend on
-it), and reused across schemes and points; points run in a local process pool
+Speed: a one-chip point's figures are sums over the model's distinct calls (each charged
+once, in a few microseconds: the accelerator value keeps its relations parsed), made once
+per set of points whose array, memory and precision agree (the key leaves the clock out:
+cycles and energy do not depend on it), never a ledger of entries; a point of several
+chips runs ``estimate(..., system=...)``. Points run in a local process pool
 (``executor="local"``), in this process (``"serial"``) or as Ray tasks (``"ray"``, the
 optional extra ``tenet-byoc[ray]``). Results are appended to a JSON-lines file as they
 finish, so an interrupted run resumes where it stopped.
