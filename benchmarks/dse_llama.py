@@ -89,9 +89,9 @@ def main() -> None:
     fronts = sum(1 for r in rows if r.fronts)
     print(f"\nours: {n:,} points x {len(SCHEMES)} schemes of llama-3-8b (prompt 512, 16 decode, "
           f"batch 1) in {ours:.1f} s wall with {args.workers} workers ({n / ours:,.0f} "
-          f"points/s; CPU: workers {workers_cpu:.1f} s, parent {parent_cpu:.1f} s, so "
-          f"{workers_cpu / args.workers:.1f} s on {args.workers} idle cores); {fronts:,} "
-          "(point, scheme) rows on a front")
+          f"points/s; CPU: workers {workers_cpu:.1f} s, parent {parent_cpu:.1f} s, so at "
+          f"most {parent_cpu + workers_cpu / args.workers:.1f} s on {args.workers} idle "
+          f"cores); {fronts:,} (point, scheme) rows on a front")
 
     from GenZ import ModelConfig
 

@@ -2,14 +2,17 @@
 and the Pareto fronts of cost against area marked.
 
 A :class:`DesignSpace` lists values per field (array rows and columns, dataflows, PE format
-sets, buffer bytes, DRAM bandwidth, clock) and optional budgets; :func:`explore` estimates
-every point under every scheme (what :func:`tenet_byoc.estimate` gives for that accelerator
+sets, buffer bytes, DRAM bandwidth, clock, vector lanes, chips per layer and pipeline
+stages) and optional budgets; :func:`explore` estimates every point under every scheme
+(what :func:`tenet_byoc.estimate` gives for that accelerator, or that system of chips,
 alone: TTFT, TPOT, tokens/s, energy per token) beside its area at the space's node
 (:mod:`tenet_byoc.area`) and average power, and marks the Pareto fronts.
 
-Speed: each distinct call is charged once per set of points whose array, memory and
-precision agree (the cache key leaves the clock out: cycles and energy do not depend on
-it), and reused across schemes and points; points run in a local process pool
+Speed: a one-chip point's figures are sums over the model's distinct calls (each charged
+once, in a few microseconds: the accelerator value keeps its relations parsed), made once
+per set of points whose array, memory and precision agree (the key leaves the clock out:
+cycles and energy do not depend on it), never a ledger of entries; a point of several
+chips runs ``estimate(..., system=...)``. Points run in a local process pool
 (``executor="local"``), in this process (``"serial"``) or as Ray tasks (``"ray"``, the
 optional extra ``tenet-byoc[ray]``). Results are appended to a JSON-lines file as they
 finish, so an interrupted run resumes where it stopped.
@@ -82,19 +85,35 @@ class DesignPoint:
     #: "default" (each call's default tiles) or "auto" (each distinct call's mapping searched
     #: for latency, about 16x the charging time; large prefills can need it)
     mapping: str = "default"
+    vector_lanes: int = 16  #: the vector unit's float32 lanes (``cost_model.VectorUnit``)
+    tensor_parallel: int = 1  #: chips sharing each layer (``tenet_byoc.system.System``)
+    pipeline_parallel: int = 1  #: pipeline stages, each of ``tensor_parallel`` chips
+    link_gbps: float = 100.0  #: GB/s each chip sends per direction (with several chips)
 
     @property
     def key(self) -> str:
-        """A short stable name of the point (its fields hashed): the results file's key."""
-        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        """A short stable name of the point (its fields hashed): the results file's key.
+        Fields added after the first release are left out at their defaults, so the keys
+        of older results files stay valid."""
+        fields_ = {k: v for k, v in dataclasses.asdict(self).items()
+                   if k not in _LATER_DEFAULTS or _LATER_DEFAULTS[k] != v}
+        text = json.dumps(fields_, sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+    @property
+    def chips(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
 
     @property
     def name(self) -> str:
         fmts = "+".join(self.pe_formats)
         return (f"{self.dataflow}{self.rows}x{self.cols}_{fmts}_{self.buffer_bytes >> 10}KiB_"
                 f"{self.dram_gbps:g}GBps_{self.clock_ghz:g}GHz"
-                + ("_auto" if self.mapping == "auto" else ""))
+                + ("_auto" if self.mapping == "auto" else "")
+                + (f"_v{self.vector_lanes}" if self.vector_lanes != 16 else "")
+                + (f"_tp{self.tensor_parallel}" if self.tensor_parallel > 1 else "")
+                + (f"_pp{self.pipeline_parallel}" if self.pipeline_parallel > 1 else "")
+                + (f"_link{self.link_gbps:g}GBps" if self.chips > 1 else ""))
 
     @property
     def dram_bits_per_cycle(self) -> float:
@@ -120,17 +139,37 @@ class DesignPoint:
             bandwidth_bits=self.dram_bits_per_cycle, clock_ghz=self.clock_ghz,
             l1_bytes=self.register_bytes, l2_bytes=self.buffer_bytes, memory=memory,
             precision=precision, mapping="auto" if self.mapping == "auto" else None,
-            objective="latency" if self.mapping == "auto" else None)
+            objective="latency" if self.mapping == "auto" else None,
+            vector=cm.VectorUnit(lanes=self.vector_lanes))
+
+    def system(self) -> Any:
+        """The point's :class:`~tenet_byoc.system.System` (None on one chip)."""
+        if self.chips == 1:
+            return None
+        from .system import Link, System
+
+        return System(self.accelerator(), chips=self.chips,
+                      tensor_parallel=self.tensor_parallel,
+                      pipeline_parallel=self.pipeline_parallel,
+                      link=Link(bandwidth_gbps=self.link_gbps))
 
     def charge_key(self) -> tuple:
-        """What the charges depend on: all but the clock (DRAM as bits per cycle)."""
+        """What the charges (and the area but for the DRAM interface) depend on: all but the
+        clock (DRAM as bits per cycle)."""
         return (self.rows, self.cols, self.dataflow, tuple(sorted(self.formats_by_width.items())),
-                self.buffer_bytes, self.dram_bits_per_cycle, self.register_bytes, self.mapping)
+                self.buffer_bytes, self.dram_bits_per_cycle, self.register_bytes, self.mapping,
+                self.vector_lanes, self.tensor_parallel, self.pipeline_parallel, self.link_gbps)
+
+
+#: DesignPoint fields added after the first release, at their defaults (see DesignPoint.key).
+_LATER_DEFAULTS = {"vector_lanes": 16, "tensor_parallel": 1, "pipeline_parallel": 1,
+                   "link_gbps": 100.0}
 
 
 _LIST_FIELDS = {
     "rows": int, "cols": int, "dataflows": str, "pe_formats": list, "buffer_bytes": int,
     "dram_gbps": float, "clock_ghz": float, "register_bytes": int, "mappings": "mapping",
+    "vector_lanes": int, "tensor_parallel": int, "pipeline_parallel": int, "link_gbps": float,
 }
 _SCALAR_FIELDS = {"node_nm": float, "area_budget_mm2": float, "power_budget_w": float,
                   "area_table": str}
@@ -158,6 +197,16 @@ class DesignSpace:
     mappings : sequence of {"default", "auto"}
         Each call's default buffer tiles, or its mapping searched for latency (slower to
         charge; the default tiles of a large prefill on a small buffer can be far from it).
+    vector_lanes : sequence of int
+        The vector unit's float32 lanes (default 16, ``cost_model.VectorUnit``'s).
+    tensor_parallel, pipeline_parallel : sequence of int
+        Chips per layer and pipeline stages (default 1 each): a point of more than one chip
+        is a :class:`~tenet_byoc.system.System` of ``tensor_parallel x pipeline_parallel``
+        copies of its accelerator, estimated as ``estimate(..., system=...)`` estimates it
+        (collectives on the links, the critical path over chips), its area all chips'.
+        A model whose heads ``tensor_parallel`` does not divide is refused on that point.
+    link_gbps : sequence of float
+        GB/s each chip sends per direction on a ring (``system.Link``; default 100).
     node_nm : float
         Process node of the area figures.
     area_budget_mm2, power_budget_w : float, optional
@@ -176,6 +225,10 @@ class DesignSpace:
     clock_ghz: tuple[float, ...] = (1.0,)
     register_bytes: tuple[int, ...] = (16,)
     mappings: tuple[str, ...] = ("default",)
+    vector_lanes: tuple[int, ...] = (16,)
+    tensor_parallel: tuple[int, ...] = (1,)
+    pipeline_parallel: tuple[int, ...] = (1,)
+    link_gbps: tuple[float, ...] = (100.0,)
     node_nm: float = 45.0
     area_budget_mm2: float | None = None
     power_budget_w: float | None = None
@@ -269,15 +322,22 @@ class DesignSpace:
 
     def all_points(self) -> list[DesignPoint]:
         """Every combination of the fields' values."""
-        return [DesignPoint(r, c, d, f, b, g, k, reg, m) for r, c, d, f, b, g, m, reg, k in
-                itertools.product(self.rows, self.cols, self.dataflows, self.pe_formats,
-                                  self.buffer_bytes, self.dram_gbps, self.mappings,
-                                  self.register_bytes, self.clock_ghz)]
+        # the clock varies fastest: consecutive points share their charges
+        return [DesignPoint(r, c, d, f, b, g, k, reg, m, v, tp, pp, link)
+                for tp, pp, link, v, r, c, d, f, b, g, m, reg, k in itertools.product(
+                    self.tensor_parallel, self.pipeline_parallel, self.link_gbps,
+                    self.vector_lanes, self.rows, self.cols, self.dataflows, self.pe_formats,
+                    self.buffer_bytes, self.dram_gbps, self.mappings, self.register_bytes,
+                    self.clock_ghz)]
 
     def area(self, point: DesignPoint) -> dict[str, float]:
-        """The point's area by component at the space's node."""
-        return accelerator_area(point.accelerator(), self.node_nm, self.table,
-                                point.formats_by_width)
+        """The point's area by component at the space's node: one chip's (``total`` is all
+        ``point.chips`` chips')."""
+        parts = accelerator_area(point.accelerator(), self.node_nm, self.table,
+                                 point.formats_by_width)
+        if point.chips > 1:
+            parts["total"] *= point.chips
+        return parts
 
 
 # ----------------------------------------------------------------------------------------
@@ -302,7 +362,11 @@ class PointResult:
     clock_ghz: float
     register_bytes: int
     mapping: str
-    area_mm2: float
+    vector_lanes: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    link_gbps: float
+    area_mm2: float  #: all chips'
     ttft_ms: float
     tpot_ms: float
     tokens_per_s: float  #: the batch's decode tokens per second
@@ -318,7 +382,9 @@ class PointResult:
     def point(self) -> DesignPoint:
         return DesignPoint(self.rows, self.cols, self.dataflow,
                            tuple(self.pe_formats.split("+")), self.buffer_bytes,
-                           self.dram_gbps, self.clock_ghz, self.register_bytes, self.mapping)
+                           self.dram_gbps, self.clock_ghz, self.register_bytes, self.mapping,
+                           self.vector_lanes, self.tensor_parallel, self.pipeline_parallel,
+                           self.link_gbps)
 
 
 def _plan(config: Any, scheme: str, prompt_len: int, decode_steps: int,
@@ -362,12 +428,13 @@ class _Job:
     node_nm: float
     table: AreaTable
     power_budget_w: float | None
+    config: Any = None  #: the model's config (points of several chips run estimate on it)
 
 
 def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
     """Every scheme on every point. Points of one ``charge_key`` (they differ only in the
-    clock) share one accelerator value, its charges and its area but for the DRAM
-    interface, which follows the point's GB/s."""
+    clock) share one accelerator value, their per-phase totals of cycles and energy and their
+    area but for the DRAM interface, which follows the point's GB/s."""
     shared: dict[tuple, tuple] = {}
     out = []
     scale = job.table.logic_scale(job.node_nm)
@@ -376,16 +443,26 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
         if found is None:
             acc = point.accelerator()
             parts = accelerator_area(acc, job.node_nm, job.table, point.formats_by_width)
-            found = shared[point.charge_key()] = (acc, parts, {})
-        acc, parts, cache = found
+            totals = {scheme: _totals(job, point, acc, scheme, plan)
+                      for scheme, plan in job.plans.items()} if point.chips == 1 else {}
+            found = shared[point.charge_key()] = (parts, totals)
+        parts, totals = found
         area = 0.0
         for name, value in parts.items():  # accelerator_area's order and sum
             if name == "dram_interface":
                 value = dram_interface_mm2(point.dram_gbps, job.table, scale)
             if name != "total":
                 area += value
-        for scheme, plan in job.plans.items():
-            out.append(_one(job, point, acc, area, scheme, plan, cache))
+        if point.chips > 1:
+            area *= point.chips
+        for scheme in job.plans:
+            if point.chips == 1:
+                cycles, energy, reason = totals[scheme]
+                clock = point.clock_ghz
+                latency_us = {phase: n / (clock * 1e3) for phase, n in cycles.items()}
+            else:
+                latency_us, energy, reason = _system_totals(job, point, scheme)
+            out.append(_result(job, point, area, scheme, latency_us, energy, reason))
     return out
 
 
@@ -417,38 +494,65 @@ def _format_mismatch(point: DesignPoint, scheme: str, needs: tuple[int, str]) ->
     return ""
 
 
-def _one(job: _Job, point: DesignPoint, acc: Accelerator, area: float, scheme: str,
-         plan: list, cache: dict) -> PointResult:
+def _totals(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
+            plan: list) -> tuple[dict[str, int], dict[str, float], str]:
+    """Cycles and energy (pJ) per phase of ``scheme`` on the point's accelerator, summed over
+    its distinct calls times their counts in the order of ``plan`` (as ``estimate``'s ledger
+    sums them; no entry is made), or the reason it cannot run. Each distinct call is charged
+    once (the accelerator value keeps its arrays prepared, so a charge is a few us)."""
     cycles = {"prefill": 0, "decode": 0}
     energy = {"prefill": 0.0, "decode": 0.0}
     reason = _format_mismatch(point, scheme, job.operands[scheme])
     for phase, call, n in [] if reason else plan:
-        found = cache.get(call)
-        if found is None:
-            try:
-                charge = cm.charge(call, acc)
-                found = (charge.memory.cycles, charge.energy.total_pj)
-            except ValueError as err:
-                found = str(err)
-            cache[call] = found
-        if isinstance(found, str):
-            reason = f"{scheme} cannot run: {found}"
+        try:
+            charge = cm.charge(call, acc)
+        except ValueError as err:
+            reason = f"{scheme} cannot run: {err}"
             break
-        cycles[phase] += n * found[0]
-        energy[phase] += n * found[1]
+        cycles[phase] += n * charge.memory.cycles
+        energy[phase] += n * charge.energy.total_pj
+    return cycles, energy, reason
+
+
+def _system_totals(job: _Job, point: DesignPoint,
+                   scheme: str) -> tuple[dict[str, float], dict[str, float], str]:
+    """Latency (us, each step's critical path) and energy (pJ, all chips) per phase of
+    ``scheme`` on the point's system: what ``estimate(..., system=...)`` gives, or the reason
+    it cannot run."""
+    from .estimate import estimate
+
+    latency = {"prefill": 0.0, "decode": 0.0}
+    energy = {"prefill": 0.0, "decode": 0.0}
+    reason = _format_mismatch(point, scheme, job.operands[scheme])
+    if reason:
+        return latency, energy, reason
+    try:
+        ledger = estimate(job.config, scheme, prompt_len=job.prompt_len,
+                          decode_steps=job.decode_steps, batch=job.batch, system=point.system())
+    except ValueError as err:
+        return latency, energy, f"{scheme} cannot run: {err}"
+    for phase, t in ledger.group_by("phase").items():
+        latency[phase] = ledger.latency_s(phase) * 1e6
+        energy[phase] = t.energy_pj
+    return latency, energy, ""
+
+
+def _result(job: _Job, point: DesignPoint, area: float, scheme: str,
+            latency_us: dict[str, float], energy: dict[str, float], reason: str) -> PointResult:
     nan = math.nan
     base = {"key": point.key, "name": point.name, "scheme": scheme, "rows": point.rows,
-                "cols": point.cols, "dataflow": point.dataflow, "pe_formats": "+".join(point.pe_formats),
-                "buffer_bytes": point.buffer_bytes, "dram_gbps": point.dram_gbps,
-                "clock_ghz": point.clock_ghz, "register_bytes": point.register_bytes,
-                "mapping": point.mapping, "area_mm2": area}
+            "cols": point.cols, "dataflow": point.dataflow,
+            "pe_formats": "+".join(point.pe_formats), "buffer_bytes": point.buffer_bytes,
+            "dram_gbps": point.dram_gbps, "clock_ghz": point.clock_ghz,
+            "register_bytes": point.register_bytes, "mapping": point.mapping,
+            "vector_lanes": point.vector_lanes, "tensor_parallel": point.tensor_parallel,
+            "pipeline_parallel": point.pipeline_parallel, "link_gbps": point.link_gbps,
+            "area_mm2": area}
     if reason:
         return PointResult(**base, ttft_ms=nan, tpot_ms=nan, tokens_per_s=nan,
                            energy_per_token_mj=nan, prefill_energy_per_token_mj=nan,
                            power_w=nan, feasible=False, reason=reason)
-    clock = point.clock_ghz
-    prefill_us = cycles["prefill"] / (clock * 1e3)
-    decode_us = cycles["decode"] / (clock * 1e3)
+    prefill_us, decode_us = latency_us["prefill"], latency_us["decode"]
     steps, batch, prompt = job.decode_steps, job.batch, job.prompt_len
     total_us = prefill_us + decode_us
     power = (energy["prefill"] + energy["decode"]) / total_us * 1e-6 if total_us else 0.0
@@ -577,7 +681,11 @@ def _read_done(path: Path, schemes: Sequence[str]) -> dict[str, list[PointResult
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by the interruption: its point runs again
-            if not isinstance(row, dict) or set(row) != names:
+            if not isinstance(row, dict):
+                continue
+            for name, value in _LATER_DEFAULTS.items():
+                row.setdefault(name, value)  # a row an older release wrote
+            if set(row) != names:
                 continue
             row["fronts"] = ()
             by_key.setdefault(row["key"], []).append(PointResult(**row))
@@ -659,7 +767,7 @@ def explore(
     _check_lengths(config, prompt_len, prompt_len, decode_steps, batch)
     plans = {s: _plan(config, s, prompt_len, decode_steps, batch) for s in schemes}
     job = _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
-               space.node_nm, space.table, space.power_budget_w)
+               space.node_nm, space.table, space.power_budget_w, config)
 
     points = space.all_points()
     if space.area_budget_mm2 is not None:

@@ -398,7 +398,8 @@ def _add_dse(sub) -> None:
                    metavar="LIST", help="comma-separated schemes (default: none)")
     p.add_argument("--space", required=True, metavar="FILE",
                    help="YAML or JSON: lists per field (rows, cols, dataflows, pe_formats, "
-                   "buffer_bytes, dram_gbps, clock_ghz, register_bytes) and node_nm, "
+                   "buffer_bytes, dram_gbps, clock_ghz, register_bytes, mappings, "
+                   "vector_lanes, tensor_parallel, pipeline_parallel, link_gbps) and node_nm, "
                    "area_budget_mm2, power_budget_w, area_table")
     p.add_argument("--out", required=True, metavar="DIR",
                    help=f"write {DSE_RESULTS_FILE} (appended; resumes), dse.csv and the front "

@@ -584,23 +584,24 @@ Metrics Finish(const Core& core, const Hardware& hw, int64_t batch, int64_t extr
   return m;
 }
 
-// Checks the used rectangle [0,rows) x [0,cols) lies in the PE domain.
-void CheckRectangleInDomain(const Relation& pe_dom, const std::string& text, int64_t rows,
-                            int64_t cols) {
-  if (pe_dom.in_arity != 2)
-    throw std::invalid_argument("Dataflow.space yields 2-D PE coordinates but Hardware.pe_domain '" +
-                                text + "' is " + Str(pe_dom.in_arity) + "-D");
-  Box box;
+// Checks the used rectangle [0,rows) x [0,cols) lies in the PE domain (a box's bounds were
+// read by PrepareArray; another domain is read again and its points tested).
+void CheckRectangleInDomain(const PreparedArray& pa, int64_t rows, int64_t cols) {
+  const std::string& text = pa.hardware.pe_domain;
   auto fail = [&](int64_t p, int64_t q) {
     throw std::invalid_argument("Dataflow.space sends instances to PE[" + Str(p) + "," + Str(q) +
                                 "], outside Hardware.pe_domain '" + text + "'");
   };
-  if (IsBoxSet(pe_dom, &box)) {
-    if (box.lo[0] > 0 || box.lo[1] > 0) fail(0, 0);
-    if (box.hi[0] < rows) fail(box.hi[0], 0);
-    if (box.hi[1] < cols) fail(0, box.hi[1]);
+  if (pa.pe_box) {
+    if (pa.pe_lo[0] > 0 || pa.pe_lo[1] > 0) fail(0, 0);
+    if (pa.pe_hi[0] < rows) fail(pa.pe_hi[0], 0);
+    if (pa.pe_hi[1] < cols) fail(0, pa.pe_hi[1]);
     return;
   }
+  Relation pe_dom = ParseRelation(text, "Hardware.pe_domain");
+  if (pe_dom.in_arity != 2)
+    throw std::invalid_argument("Dataflow.space yields 2-D PE coordinates but Hardware.pe_domain '" +
+                                text + "' is " + Str(pe_dom.in_arity) + "-D");
   int64_t pt[2];
   for (pt[0] = 0; pt[0] < rows; ++pt[0])
     for (pt[1] = 0; pt[1] < cols; ++pt[1])
@@ -632,18 +633,23 @@ void Unpack(const GemmMatch& g, int64_t r, Core* core) {
   }
 }
 
+// `st` may be null for a GEMM (`gemm` set): its statement is made only if it is enumerated.
 Metrics Run(const Statement* st, const GemmMatch* gemm, int64_t batch, int64_t extra_read_bits,
-            int64_t extra_ops, const Hardware& hw, const Dataflow& df, AnalysisMethod method) {
-  Validate(hw);
-  Validate(df);
-  Relation pe_dom = ParseRelation(hw.pe_domain, "Hardware.pe_domain");
-  const int64_t num_pes = CountPoints(pe_dom, "Hardware.pe_domain");
+            int64_t extra_ops, const PreparedArray& pa, AnalysisMethod method) {
+  const Hardware& hw = pa.hardware;
+  const Dataflow& df = pa.dataflow;
+  const int64_t num_pes = pa.num_pes;
   int width = 0;
-  for (const auto& a : st->accesses)
-    if (!a.is_write) width = std::max(width, a.bits);
+  if (st != nullptr) {
+    for (const auto& a : st->accesses)
+      if (!a.is_write) width = std::max(width, a.bits);
+  } else {
+    width = std::max(gemm->bits_a, gemm->bits_b);  // the reads of Statement::Gemm
+  }
   const int64_t rate = hw.macs_per_pe_per_cycle.AtBits(width);
-  Dataflow preset;
-  const bool is_preset = gemm && MatchPreset(df, &preset);
+  if (gemm && !pa.preset_error.empty()) throw std::invalid_argument(pa.preset_error);
+  const bool is_preset = gemm && pa.is_preset;
+  const Dataflow& preset = pa.preset;
   bool fast_ok = false;
   std::string why_not = "the statement is not a GEMM {S[i,j,k]->A[i,k]}, {S[i,j,k]->B[k,j]}, "
                         "{S[i,j,k]->C[i,j]} over a box from 0";
@@ -651,9 +657,7 @@ Metrics Run(const Statement* st, const GemmMatch* gemm, int64_t batch, int64_t e
     why_not = "the dataflow is not an os/ws/is preset (Dataflow::Preset)";
     if (is_preset) {
       why_not = "the interconnect is not the systolic {PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}";
-      Relation ic = ParseRelation(hw.interconnect.empty() ? "{PE[p,q]->PE[p,q]}" : hw.interconnect,
-                                  "Hardware.interconnect");
-      fast_ok = IsSystolicInterconnect(ic);
+      fast_ok = pa.systolic;
     }
   }
   if (method == AnalysisMethod::kFast && !fast_ok)
@@ -664,9 +668,14 @@ Metrics Run(const Statement* st, const GemmMatch* gemm, int64_t batch, int64_t e
   Core core;
   if (fast_ok && method != AnalysisMethod::kEnumerate) {
     FoldPlan plan = MakePlan(preset, g.m, g.n, g.k);
-    CheckRectangleInDomain(pe_dom, hw.pe_domain, std::min(plan.R, plan.SP), std::min(plan.C, plan.SQ));
+    CheckRectangleInDomain(pa, std::min(plan.R, plan.SP), std::min(plan.C, plan.SQ));
     core = FastGemm(plan, g);
   } else {
+    Statement own;
+    if (st == nullptr) {
+      own = Statement::Gemm(gemm->m, gemm->n, gemm->k, gemm->bits_a, gemm->bits_b, gemm->bits_c);
+      st = &own;
+    }
     if (pack) {
       Statement packed = Statement::Gemm(g.m, g.n, g.k, g.bits_a, g.bits_b, g.bits_c);
       packed.accesses = {{"{S[i,j,k]->" + g.name_a + "[i,k]}", false, g.bits_a},
@@ -687,8 +696,36 @@ Metrics Run(const Statement* st, const GemmMatch* gemm, int64_t batch, int64_t e
 
 }  // namespace
 
-Metrics AnalyzeGemm(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
-                    AnalysisMethod method) {
+std::shared_ptr<const PreparedArray> PrepareArray(const Hardware& hw, const Dataflow& df) {
+  Validate(hw);
+  Validate(df);
+  auto pa = std::make_shared<PreparedArray>();
+  pa->hardware = hw;
+  pa->dataflow = df;
+  Relation pe_dom = ParseRelation(hw.pe_domain, "Hardware.pe_domain");
+  pa->num_pes = CountPoints(pe_dom, "Hardware.pe_domain");
+  Box box;
+  if (pe_dom.in_arity == 2 && IsBoxSet(pe_dom, &box)) {
+    pa->pe_box = true;
+    for (int d = 0; d < 2; ++d) {
+      pa->pe_lo[d] = box.lo[d];
+      pa->pe_hi[d] = box.hi[d];
+    }
+  }
+  try {
+    pa->is_preset = MatchPreset(df, &pa->preset);
+  } catch (const std::invalid_argument& e) {
+    pa->preset_error = e.what();  // only a GEMM asks which preset it is
+  }
+  if (pa->is_preset) {
+    Relation ic = ParseRelation(hw.interconnect.empty() ? "{PE[p,q]->PE[p,q]}" : hw.interconnect,
+                                "Hardware.interconnect");
+    pa->systolic = IsSystolicInterconnect(ic);
+  }
+  return pa;
+}
+
+Metrics AnalyzeGemm(const GemmWorkload& w, const PreparedArray& array, AnalysisMethod method) {
   Validate(w);
   GemmMatch g;
   g.m = w.m;
@@ -697,8 +734,13 @@ Metrics AnalyzeGemm(const GemmWorkload& w, const Hardware& hw, const Dataflow& d
   g.bits_a = w.bits_a;
   g.bits_b = w.bits_b;
   g.bits_c = w.bits_c;
-  Statement st = Statement::Gemm(w.m, w.n, w.k, w.bits_a, w.bits_b, w.bits_c);
-  return Run(&st, &g, w.batch, w.extra_read_bits, w.extra_ops, hw, df, method);
+  return Run(nullptr, &g, w.batch, w.extra_read_bits, w.extra_ops, array, method);
+}
+
+Metrics AnalyzeGemm(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
+                    AnalysisMethod method) {
+  Validate(w);
+  return AnalyzeGemm(w, *PrepareArray(hw, df), method);
 }
 
 Metrics Analyze(const Statement& st, const Hardware& hw, const Dataflow& df,
@@ -709,7 +751,7 @@ Metrics Analyze(const Statement& st, const Hardware& hw, const Dataflow& df,
   if (st.accesses.empty()) throw std::invalid_argument("Statement has no access relations");
   GemmMatch g;
   const bool is_gemm = MatchGemmStatement(st, &g);
-  return Run(&st, is_gemm ? &g : nullptr, 1, 0, 0, hw, df, method);
+  return Run(&st, is_gemm ? &g : nullptr, 1, 0, 0, *PrepareArray(hw, df), method);
 }
 
 }  // namespace tenet

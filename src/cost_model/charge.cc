@@ -166,8 +166,12 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
   return call;
 }
 
-Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator, AnalysisMethod method,
-                  MappingSearch* search) {
+namespace {
+
+// ChargeGemm with the arrays prepared (`array` and `tiles` both set) or not (both null).
+Charge ChargeWith(const GemmCall& call, const Accelerator& accelerator, AnalysisMethod method,
+                  MappingSearch* search, const PreparedArray* array,
+                  const std::shared_ptr<const PreparedArray>& tiles) {
   Charge charge;
   charge.call = call;
   const Hardware& hw = accelerator.hardware;
@@ -191,10 +195,16 @@ Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator, Analysis
     charge.memory = choice.metrics;
     charge.energy = choice.energy;
   } else {
-    charge.array = AnalyzeGemm(w, hw, accelerator.dataflow, method);
     // One cached array model per call: every tile shape of the call is costed once.
-    const ArrayModel array = CachedArrayModel(ExactArrayModel(w, hw, accelerator.dataflow, mem));
-    charge.memory = AnalyzeMemory(w, array, mem, ChooseMapping(w, accelerator));
+    if (array != nullptr) {
+      charge.array = AnalyzeGemm(w, *array, method);
+      const ArrayModel model = CachedArrayModel(ExactArrayModel(w, tiles, mem));
+      charge.memory = AnalyzeMemory(w, model, mem, ChooseMapping(w, accelerator));
+    } else {
+      charge.array = AnalyzeGemm(w, hw, accelerator.dataflow, method);
+      const ArrayModel model = CachedArrayModel(ExactArrayModel(w, hw, accelerator.dataflow, mem));
+      charge.memory = AnalyzeMemory(w, model, mem, ChooseMapping(w, accelerator));
+    }
     charge.energy = CallEnergy(w, charge.memory, mem, mac);
   }
   if (on_edge) {
@@ -209,6 +219,33 @@ Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator, Analysis
     charge.energy.total_pj += charge.edge_pj;
   }
   return charge;
+}
+
+}  // namespace
+
+Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator, AnalysisMethod method,
+                  MappingSearch* search) {
+  return ChargeWith(call, accelerator, method, search, nullptr, nullptr);
+}
+
+PreparedAccelerator PrepareAccelerator(const Accelerator& accelerator,
+                                       std::shared_ptr<MappingSearch> search) {
+  PreparedAccelerator p;
+  p.accelerator = accelerator;
+  if (accelerator.mapping.kind == "auto") {
+    p.search = search ? std::move(search) : MakeMappingSearch(accelerator);
+  } else {
+    Validate(accelerator.memory);
+    p.array = PrepareArray(accelerator.hardware, accelerator.dataflow);
+    p.tiles = PrepareTileArray(accelerator.hardware, accelerator.dataflow, accelerator.memory);
+  }
+  return p;
+}
+
+Charge ChargeGemm(const GemmCall& call, const PreparedAccelerator& accelerator,
+                  AnalysisMethod method) {
+  return ChargeWith(call, accelerator.accelerator, method, accelerator.search.get(),
+                    accelerator.array.get(), accelerator.tiles);
 }
 
 TileMapping ChooseMapping(const GemmWorkload& w, const Accelerator& accelerator) {

@@ -151,6 +151,27 @@ struct Charge {
 Charge ChargeGemm(const GemmCall& call, const Accelerator& accelerator,
                   AnalysisMethod method = AnalysisMethod::kAuto, MappingSearch* search = nullptr);
 
+// An accelerator with what all its charges share made once: its array and the array its
+// buffer tiles run on, prepared (PrepareArray, PrepareTileArray; not under mapping "auto",
+// whose search picks the dataflow per call), and its mapping search. ChargeGemm(call,
+// prepared, method) equals ChargeGemm(call, accelerator, method, search) field for field
+// and, for an accelerator that validates, error for error; charging the many calls of a
+// model or of a design-space point
+// through one is several times faster (no relation is parsed again per call or tile).
+// Immutable but for the search (thread-safe): share one between threads.
+struct PreparedAccelerator {
+  Accelerator accelerator;
+  std::shared_ptr<const PreparedArray> array;  // null under mapping "auto"
+  std::shared_ptr<const PreparedArray> tiles;  // null under mapping "auto"
+  std::shared_ptr<MappingSearch> search;       // MakeMappingSearch's (null unless "auto")
+};
+// Validates the accelerator's hardware, dataflow and memory (as charging would). `search`
+// null: MakeMappingSearch(accelerator).
+PreparedAccelerator PrepareAccelerator(const Accelerator& accelerator,
+                                       std::shared_ptr<MappingSearch> search = nullptr);
+Charge ChargeGemm(const GemmCall& call, const PreparedAccelerator& accelerator,
+                  AnalysisMethod method = AnalysisMethod::kAuto);
+
 // The buffer tiles a call runs with on `accelerator` under mapping "default" or "given" (a
 // search's tiles come with its dataflow: MappingSearch::Best).
 TileMapping ChooseMapping(const GemmWorkload& w, const Accelerator& accelerator);

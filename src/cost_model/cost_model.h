@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -185,6 +186,28 @@ enum class AnalysisMethod { kAuto, kFast, kEnumerate };
 // The hardware's MAC rate at max(bits_a, bits_b) applies (see Hardware); charge.h's
 // ChargeGemm is how a runtime call is costed.
 Metrics AnalyzeGemm(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
+                    AnalysisMethod method = AnalysisMethod::kAuto);
+
+// What AnalyzeGemm works out from a hardware and dataflow before it looks at the call: both
+// validated, their relations parsed, the PE count, the preset the dataflow is recognised as
+// and whether the interconnect is systolic. Parsing the relations costs far more than the
+// fast method's counting, and a charge analyses every tile shape of a call on one array, a
+// model many calls: PrepareArray does it once and AnalyzeGemm(w, array, method) then equals
+// AnalyzeGemm(w, array.hardware, array.dataflow, method) field for field, errors included.
+// Made only by PrepareArray; immutable, so one may be shared between threads.
+struct PreparedArray {
+  Hardware hardware;
+  Dataflow dataflow;
+  int64_t num_pes = 0;
+  bool is_preset = false;     // the dataflow's relations are an os/ws/is preset's ...
+  Dataflow preset;            // ... this one
+  std::string preset_error;   // recognising the preset threw this (thrown again for a GEMM)
+  bool systolic = false;      // the interconnect is the systolic one (for a preset only)
+  bool pe_box = false;        // the PE domain is a box [pe_lo, pe_hi) (2-D: else re-read)
+  int64_t pe_lo[2] = {0, 0}, pe_hi[2] = {0, 0};
+};
+std::shared_ptr<const PreparedArray> PrepareArray(const Hardware& hw, const Dataflow& df);
+Metrics AnalyzeGemm(const GemmWorkload& w, const PreparedArray& array,
                     AnalysisMethod method = AnalysisMethod::kAuto);
 // A general statement. kAuto uses the fast path when the statement is a GEMM and the
 // dataflow a preset on a systolic interconnect, enumeration otherwise (bounded size).

@@ -322,8 +322,27 @@ ArrayModel ExactArrayModel(const GemmWorkload& w, const Hardware& hw, const Data
   Validate(hw);
   Validate(df);
   Validate(mem);
+  return ExactArrayModel(w, PrepareTileArray(hw, df, mem), mem);
+}
+
+std::shared_ptr<const PreparedArray> PrepareTileArray(const Hardware& hw, const Dataflow& df,
+                                                      const MemoryHierarchy& mem) {
+  Hardware tile_hw = hw;
+  tile_hw.bandwidth_bits = mem.buffer_bandwidth_bits;
+  return PrepareArray(tile_hw, df);
+}
+
+ArrayModel ExactArrayModel(const GemmWorkload& w, std::shared_ptr<const PreparedArray> tiles,
+                           const MemoryHierarchy& mem) {
+  Validate(w);
+  Validate(mem);
+  if (!tiles || tiles->hardware.bandwidth_bits != mem.buffer_bandwidth_bits)
+    throw std::invalid_argument("ExactArrayModel: the tiles' array must be PrepareTileArray of "
+                                "the hardware, dataflow and this memory hierarchy");
+  const Hardware& hw = tiles->hardware;
+  const Dataflow& df = tiles->dataflow;
   ArrayModel a;
-  a.num_pes = hw.NumPEs();
+  a.num_pes = tiles->num_pes;
   a.macs_per_pe_per_cycle =
       static_cast<double>(hw.macs_per_pe_per_cycle.AtBits(std::max(w.bits_a, w.bits_b)));
   a.ops_per_pe_per_cycle = static_cast<double>(hw.macs_per_pe_per_cycle.base);
@@ -339,17 +358,15 @@ ArrayModel ExactArrayModel(const GemmWorkload& w, const Hardware& hw, const Data
   a.stationary_bits = ws ? w.bits_b : is ? w.bits_a : df.preset == "os" ? mem.psum_bits : 0;
   const bool hide_load = mem.stationary_double_buffered && (ws || is) && df.rows > 0;
   if (hide_load) a.prologue_cycles = df.rows;
-  Hardware tile_hw = hw;
-  tile_hw.bandwidth_bits = mem.buffer_bandwidth_bits;
   const double buffer_bw = mem.buffer_bandwidth_bits;
   const int64_t rows = df.rows;
   const int bits_a = w.bits_a, bits_b = w.bits_b, bits_c = w.bits_c;
-  a.tile_cost = [tile_hw, df, buffer_bw, rows, hide_load, bits_a, bits_b,
+  a.tile_cost = [tiles, buffer_bw, rows, hide_load, bits_a, bits_b,
                  bits_c](int64_t m, int64_t n, int64_t k) {
     GemmWorkload tw;
     tw.m = m; tw.n = n; tw.k = k;
     tw.bits_a = bits_a; tw.bits_b = bits_b; tw.bits_c = bits_c;
-    Metrics x = AnalyzeGemm(tw, tile_hw, df);
+    Metrics x = AnalyzeGemm(tw, *tiles);
     TileCost c;
     c.cycles = x.cycles;
     c.active_pes = x.active_pes;

@@ -206,6 +206,13 @@ struct ArrayModel {
 // stationary load hidden when mem.stationary_double_buffered.
 ArrayModel ExactArrayModel(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
                            const MemoryHierarchy& mem);
+// The array every tile of a call on (hw, df) runs on: hw at the buffer <-> array bandwidth,
+// prepared once (PrepareArray) so that the tiles of many calls do not parse it again.
+std::shared_ptr<const PreparedArray> PrepareTileArray(const Hardware& hw, const Dataflow& df,
+                                                      const MemoryHierarchy& mem);
+// ExactArrayModel(w, hw, df, mem) with `tiles` = PrepareTileArray(hw, df, mem): equal.
+ArrayModel ExactArrayModel(const GemmWorkload& w, std::shared_ptr<const PreparedArray> tiles,
+                           const MemoryHierarchy& mem);
 
 // `model` with its tile costs remembered per shape, shared by all copies of the result and
 // thread-safe (a mutex around the memo): give one to every mapping a search tries for a call.

@@ -45,6 +45,8 @@ struct BoundAccelerator {
   Accelerator value;
   std::string json;  // SerializeAccelerator(value): equality, hashing and pickling
   std::shared_ptr<MappingSearch> search;
+  // The value with its arrays prepared once (charge.h): every charge on it goes through this.
+  std::shared_ptr<const PreparedAccelerator> prepared;
 };
 
 // Searches by accelerator JSON, so the same accelerator made twice (a preset asked for
@@ -79,6 +81,10 @@ BoundAccelerator Bind(Accelerator acc) {
   unnamed.name = "-";
   unnamed.hardware.name = "-";
   b.search = SharedSearch(acc, SerializeAccelerator(unnamed));
+  {
+    py::gil_scoped_release release;
+    b.prepared = std::make_shared<const PreparedAccelerator>(PrepareAccelerator(acc, b.search));
+  }
   b.value = std::move(acc);
   return b;
 }
@@ -501,7 +507,7 @@ void BindValues(py::module_& m) {
       [](const GemmCall& call, const BoundAccelerator& acc, const std::string& method) {
         const AnalysisMethod how = ToMethod(method);
         py::gil_scoped_release release;
-        return ChargeGemm(call, acc.value, how, acc.search.get());
+        return ChargeGemm(call, *acc.prepared, how);
       },
       py::arg("call"), py::arg("accelerator"), py::arg("method") = "auto",
       "What the runtime's ledger charges `call` on `accelerator` (the one rule, charge.h): "

@@ -136,9 +136,22 @@ def test_the_process_pool_returns_the_serial_points(serial):
 
 
 def test_ray_returns_the_local_points(serial):
-    pytest.importorskip("ray", reason="ray is not installed (pip install 'tenet-byoc[ray]')")
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'tenet-byoc[ray]')")
+    # explore starts a local Ray of 2 CPUs (no dashboard) and shuts it down after
     rows = dse.explore("gpt2", SCHEMES, SPACE, executor="ray", workers=2, chunk_size=8, **RUN)
     assert rows_of(rows) == rows_of(serial)
+    assert not ray.is_initialized()
+
+
+def test_importing_the_package_and_dse_does_not_import_ray():
+    import subprocess
+    import sys
+
+    code = ("import sys, tenet_byoc, tenet_byoc.dse, tenet_byoc.experiments.dse_cmd; "
+            "print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_budgets(serial):
@@ -206,3 +219,92 @@ def test_a_searched_mapping_point_equals_estimate_with_mapping_auto():
     assert auto.ttft_ms <= default.ttft_ms  # the search minimises latency per call
     with pytest.raises(ValueError, match="mappings: value 'best' is not a mapping"):
         dse.DesignSpace(mappings=["best"])
+
+
+# Vector lanes and several chips: a point of a System equals estimate(..., system=...) of
+# that system alone, its area the chips' sum; a point at the defaults keeps its old key.
+SYSTEMS = {"rows": [8], "cols": [16], "pe_formats": [["int8", "fp16", "fp32"]],
+           "vector_lanes": [16, 64], "tensor_parallel": [1, 2], "pipeline_parallel": [1, 2],
+           "link_gbps": [50], "node_nm": 28}
+
+
+def test_vector_lanes_and_chips_equal_estimate_of_that_system_alone():
+    from tenet_byoc.system import Link, System
+
+    rows = dse.explore("gpt2", ["none", "per_token"], SYSTEMS, executor="serial", **RUN)
+    assert len(rows) == 2 * 2 * 2 * 2
+    space = dse.DesignSpace.from_dict(SYSTEMS)
+    for r in rows:
+        assert r.feasible, r.reason
+        p = r.point()
+        acc = p.accelerator()
+        assert acc.vector.lanes == r.vector_lanes
+        chips = r.tensor_parallel * r.pipeline_parallel
+        if chips == 1:
+            ledger = tenet_byoc.estimate("gpt2", r.scheme, acc, **RUN)
+        else:
+            system = System(acc, chips=chips, tensor_parallel=r.tensor_parallel,
+                            pipeline_parallel=r.pipeline_parallel,
+                            link=Link(bandwidth_gbps=50.0))
+            ledger = tenet_byoc.estimate("gpt2", r.scheme, system=system, **RUN)
+        pre, dec = phase_figures(ledger, r.scheme, RUN["prompt_len"], RUN["decode_steps"],
+                                 RUN["batch"])
+        assert r.ttft_ms == pytest.approx(pre.latency_ms, rel=1e-12)
+        assert r.tpot_ms == pytest.approx(dec.latency_ms, rel=1e-12)
+        assert r.energy_per_token_mj == pytest.approx(dec.energy_per_token_mj, rel=1e-12)
+        one_chip = acc.area(28, formats=p.formats_by_width)["total"]
+        assert r.area_mm2 == pytest.approx(chips * one_chip, rel=1e-12)
+        assert r.area_mm2 == space.area(p)["total"]
+    # the collectives cost time: two chips per layer on a 50 GB/s ring are not twice as fast
+    one = {r.scheme: r for r in rows if r.tensor_parallel == r.pipeline_parallel == 1
+           and r.vector_lanes == 16}
+    two = {r.scheme: r for r in rows if (r.tensor_parallel, r.pipeline_parallel) == (2, 1)
+           and r.vector_lanes == 16}
+    assert all(two[s].tpot_ms > one[s].tpot_ms / 2 for s in one)
+
+
+def test_tensor_parallel_that_does_not_divide_the_heads_is_refused_on_its_point():
+    rows = dse.explore("gpt2", ["none"], {**SYSTEMS, "tensor_parallel": [5],
+                                          "pipeline_parallel": [1], "vector_lanes": [16]},
+                       executor="serial", **RUN)
+    (r,) = rows
+    assert not r.feasible and math.isnan(r.tpot_ms)
+    assert r.reason.startswith("none cannot run:") and "5" in r.reason
+
+
+def test_a_point_at_the_later_fields_defaults_keeps_its_first_key():
+    import hashlib
+
+    point = dse.DesignPoint(8, 16, "ws", ("int8", "fp32"), 1 << 20, 32.0, 1.0)
+    first = {"rows": 8, "cols": 16, "dataflow": "ws", "pe_formats": ["int8", "fp32"],
+             "buffer_bytes": 1 << 20, "dram_gbps": 32.0, "clock_ghz": 1.0,
+             "register_bytes": 16, "mapping": "default"}
+    text = json.dumps(first, sort_keys=True)
+    assert point.key == hashlib.sha1(text.encode()).hexdigest()[:16]
+    assert dataclasses.replace(point, tensor_parallel=2).key != point.key
+    assert dataclasses.replace(point, vector_lanes=32).key != point.key
+
+
+@pytest.mark.parametrize(("space", "message"), [
+    ({"tensor_parallel": [0]}, "tensor_parallel: value 0 must be a positive integer"),
+    ({"vector_lanes": [2.5]}, "vector_lanes: value 2.5 must be a positive integer"),
+    ({"link_gbps": [-1]}, "link_gbps: value -1 must be a positive number"),
+])
+def test_a_bad_system_field_names_it(space, message):
+    with pytest.raises(ValueError, match=message):
+        dse.DesignSpace.from_dict(space)
+
+
+def test_a_results_file_of_the_first_release_resumes(tmp_path, serial, monkeypatch):
+    # rows written before vector_lanes and the system fields existed: same keys, read back
+    path = tmp_path / "points.jsonl"
+    later = ("vector_lanes", "tensor_parallel", "pipeline_parallel", "link_gbps")
+    old = [{k: v for k, v in dataclasses.asdict(dataclasses.replace(r, fronts=())).items()
+            if k not in later} for r in serial]
+    path.write_text("".join(json.dumps(row) + "\n" for row in old))
+    ran = []
+    real = dse._evaluate
+    monkeypatch.setattr(dse, "_evaluate", lambda job, pts: ran.extend(pts) or real(job, pts))
+    rows = dse.explore("gpt2", SCHEMES, SPACE, executor="serial", results_file=path, **RUN)
+    assert ran == []
+    assert rows_of(rows) == rows_of(serial)
