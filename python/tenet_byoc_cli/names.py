@@ -50,11 +50,11 @@ DSE_EXECUTORS = ("local", "serial", "ray")
 DSE_RESULTS_FILE = "points.jsonl"
 #: The figures of a design point, any of which dse may sort by
 #: (``tenet_byoc.dse.PointResult``'s fields).
-DSE_FIELDS = ("key", "name", "scheme", "rows", "cols", "dataflow", "pe_formats",
-              "buffer_bytes", "dram_gbps", "clock_ghz", "register_bytes", "mapping", "area_mm2",
-              "ttft_ms", "tpot_ms", "tokens_per_s", "energy_per_token_mj",
-              "prefill_energy_per_token_mj", "power_w", "feasible", "reason", "perplexity",
-              "top1_agreement", "fronts")
+DSE_FIELDS = ("key", "name", "scheme", "rows", "cols", "dataflow", "pe_formats", "buffer_bytes",
+              "dram_gbps", "clock_ghz", "register_bytes", "mapping", "vector_lanes",
+              "tensor_parallel", "pipeline_parallel", "link_gbps", "area_mm2", "ttft_ms", "tpot_ms",
+              "tokens_per_s", "energy_per_token_mj", "prefill_energy_per_token_mj", "power_w",
+              "feasible", "reason", "perplexity", "top1_agreement", "fronts")
 
 
 def did_you_mean(value: object, choices: Iterable[str], *, limit: int = 3) -> str:
