@@ -81,8 +81,8 @@ def main() -> None:
         *(f"| {name} | {med[name]:.3f} | {', '.join(f'{w:.2f}' for w in walls[name])} |"
           for name, _, _ in cases),
         "",
-        f"Old entry / new: {old / new:.0f}x ({old - new:+.2f} s). New entry / bare "
-        f"interpreter: {new / med[cases[3][0]]:.1f}x.",
+        (f"Old entry / new: {old / new:.0f}x ({old - new:+.2f} s). New entry / bare "
+         f"interpreter: {new / med[cases[3][0]]:.1f}x."),
     ]
     text = "\n".join(lines) + "\n"
     print(text)

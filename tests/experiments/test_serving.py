@@ -170,7 +170,7 @@ def test_report_page_has_a_serving_section_from_serving_csv(tmp_path):
                  "5:3,9:2,4:1", "--serve-batches", "1,3", "--out", str(out)]) == 0
     page = build_report(out)
     figures = json.loads(re.search(r'<script type="application/json" id="figures">(.*?)'
-                                   r"</script>", page, re.S).group(1))
+                                   r"</script>", page, re.DOTALL).group(1))
     rows = list(csv.DictReader((out / "serving.csv").open()))
     for metric in ("tokens_per_s", "ttft_ms_max", "tpot_ms_max"):
         lines = {t["name"]: (t["x"], t["y"]) for t in figures[f"serving-{metric}"]["data"]}
