@@ -13,6 +13,7 @@ case on the same inputs.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Sequence
@@ -136,7 +137,10 @@ def sweep(
                 for acc in accs:
                     entries = (book if acc is accs[0] else book.charged_on(acc)).entries
                     _collect(result, case, scheme, acc, entries, outputs, errors, build_s)
+            # The quantize pass leaves reference cycles that hold a scheme's weights (about
+            # 0.13 GB for GPT-2 small); collected here rather than whenever Python would.
             del vm
+            gc.collect()
             bar.update()
     finally:
         if pending is not None:

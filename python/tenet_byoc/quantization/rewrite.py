@@ -26,6 +26,7 @@ from .numerics import (
     _f32,
     _fake_quant_activation,
     _fake_quant_kv,
+    _row_blocks,
     int_range,
     pack_int4,
     quantize_weight,
@@ -186,7 +187,11 @@ class _LinearQuantizer(relax.PyExprMutator):
             self._probe(x, layer)
             return call
         self._weight_key = bound.value.__chandle__()
-        return self._rewrite(x, bound.value.numpy(), layer)
+        # A read-only view of the constant, not a copy (GPT-2's tied head alone is 154 MB):
+        # nothing below writes to the weight, and the copy would sit on the pass's peak.
+        w = np.from_dlpack(bound.value)
+        w.flags.writeable = False
+        return self._rewrite(x, w, layer)
 
     def _once(self, what: str, make):
         """``make()`` for the weight being rewritten, made once per weight tensor."""
@@ -263,11 +268,13 @@ class _LinearQuantizer(relax.PyExprMutator):
         # Packed int4: unpack the nibbles, remove the zero point, scale per group.
         def packed_int4():
             codes, scale, zp = weight_codes(w, s, self.where)
-            if s.weight_format == "uint":
-                nibbles_of, zero = codes - INT4_ZERO_POINT, _const(zp, "float32")
-            else:
-                nibbles_of, zero = codes, _const(INT4_ZERO_POINT, "float32")
-            packed = _const(pack_int4(nibbles_of.astype(np.int8)), "uint8")
+            uint = s.weight_format == "uint"
+            zero = _const(zp if uint else INT4_ZERO_POINT, "float32")
+            # Packed a block of rows at a time: the conversions' temporaries stay small.
+            packed = _const(np.concatenate([
+                pack_int4((b - INT4_ZERO_POINT if uint else b).astype(np.int8))
+                for b in _row_blocks(codes)
+            ]), "uint8")
             return codes.shape, packed, zero, _const(scale, "float32")
 
         shape, packed, zero, scale = self._once("int4", packed_int4)
