@@ -24,7 +24,7 @@ def _reference(mod: tvm.IRModule, merge: bool) -> tvm.IRModule:
 def _without_stamps(mod: tvm.IRModule) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function) and func.attrs and "Codegen" in func.attrs:
-            for key in [k for k in func.attrs.keys() if k.startswith("tenet.")]:
+            for key in [k for k in func.attrs.keys() if k.startswith("tenet.")]:  # noqa: SIM118 (DictAttrs iterates no keys)
                 func = func.without_attr(key)
             mod[gv] = func
     return mod
