@@ -98,7 +98,9 @@ def sweep(
     SweepResult
         Rows in the order case, scheme, accelerator, phase. The rows of one (case, scheme)
         share its one build and run: the same ``build_s``, ``wall_s`` and errors on every
-        accelerator; their cost columns are each accelerator's own.
+        accelerator; their cost columns are each accelerator's own. A build runs while the
+        (case, scheme) before it runs, so ``build_s`` (wall time) includes what that run
+        took of the cores.
     """
     from tqdm.auto import tqdm
 
