@@ -72,13 +72,19 @@ def int8_linear_module(m: int, k: int, n: int) -> tvm.IRModule:
     return bb.get()
 
 
+#: The clock of alternating_medians: wall time, or with --cpu-time the process's CPU time
+#: over all its threads (what each kernel costs, whatever share of the cores it was given).
+CLOCK: Callable[[], float] = time.perf_counter
+
+
 def alternating_medians(
     fns: dict[str, Callable[[], object]], rounds: int, min_time: float = 0.5
 ) -> dict[str, float]:
     """Median seconds per call of each function, timed in alternating rounds.
 
     Every round calls each function once, in an order that flips from round to round, so
-    none of them always runs first after the other's caches or threads.
+    none of them always runs first after the other's caches or threads. Times are read
+    from :data:`CLOCK`.
     """
     for fn in fns.values():
         fn()  # warm-up: primitive creation, page faults, thread start
@@ -88,9 +94,9 @@ def alternating_medians(
     r = 0
     while r < rounds or time.perf_counter() - start < min_time:
         for name in names if r % 2 == 0 else reversed(names):
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             fns[name]()
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(CLOCK() - t0)
         r += 1
         if r >= 20 * rounds:
             break
@@ -157,8 +163,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--skip-tvm", action="store_true", help="skip TVM's own (slow) build")
     parser.add_argument("--rounds", type=int, default=30, help="alternating rounds per row")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time calls in process CPU time over all threads, not wall time "
+                             "(kernels compared on a shared machine; GFLOP/s are then per "
+                             "CPU second)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="markdown file to write")
     args = parser.parse_args()
+    global CLOCK
+    if args.cpu_time:
+        CLOCK = time.process_time
     rng = np.random.default_rng(0)
     machine = describe()
     lines: list[str] = []
@@ -170,8 +183,9 @@ def main() -> None:
 
     emit("# GEMM kernels against numpy\n")
     emit(f"Measured {machine.line()}; OMP_WAIT_POLICY={tenet_byoc.cpu_info().omp_wait_policy}. "
-          "Ratios are of medians over alternating rounds in one process. Produced by "
-          "`benchmarks/gemm.py`.\n")
+          "Ratios are of medians over alternating rounds in one process"
+          f"{', timed in process CPU time over all threads (--cpu-time)' if args.cpu_time else ''}"
+          ". Produced by `benchmarks/gemm.py`.\n")
 
     emit("float32 GEMM, x @ W^T, alternating rounds in one process:\n")
     emit("| M x K x N | numpy GFLOP/s | tenet GFLOP/s | tenet / numpy | TVM GFLOP/s | tenet / TVM |")

@@ -6,6 +6,7 @@ import warnings
 
 import tvm
 from tvm import relax
+from tvm.relax.dpl import pattern as dpl
 
 from .hardware import Accelerator, resolve
 from .patterns import tenet_patterns
@@ -26,6 +27,42 @@ def _accelerator_argument(accelerator, hardware, where: str):
         DeprecationWarning, stacklevel=3,
     )
     return hardware
+
+
+def _ops_in(mod: tvm.IRModule) -> set[str]:
+    """The names of the operators the Relax functions of ``mod`` call."""
+    ops: set[str] = set()
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            ops.add(expr.op.name)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return ops
+
+
+def _required_ops(pattern) -> set[str]:
+    """Operators every match of ``pattern`` calls: those of its calls, not of an
+    alternative (``OrPattern``) nor of any pattern kind not walked here."""
+    if isinstance(pattern, dpl.CallPattern):
+        op = pattern.op
+        ops = ({op.expr.name} if isinstance(op, dpl.ExprPattern) and isinstance(op.expr, tvm.ir.Op)
+               else _required_ops(op))
+        for arg in pattern.args or ():
+            ops |= _required_ops(arg)
+        return ops
+    if isinstance(pattern, dpl.TuplePattern):
+        return set().union(*(_required_ops(f) for f in pattern.fields))
+    if isinstance(pattern, dpl.AndPattern):
+        return _required_ops(pattern.left) | _required_ops(pattern.right)
+    if isinstance(pattern, dpl.TupleGetItemPattern):
+        return _required_ops(pattern.tuple)
+    if isinstance(pattern, (dpl.AttrPattern, dpl.DataTypePattern, dpl.ShapePattern,
+                            dpl.TypePattern)):
+        return _required_ops(pattern.pattern)
+    return set()
 
 
 def partition_for_tenet(
@@ -66,8 +103,13 @@ def partition_for_tenet(
     # instead. The runtime runs both forms.
     relax_funcs = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, relax.Function)]
     merge = relax_funcs == ["main"]
+    # Only the patterns whose every op the module uses: one that needs an absent op cannot
+    # match, and FuseOpsByPattern scans the whole module once per pattern (GPT-2 small: most
+    # of a build's time with all 48). The rest keep their order, so their priorities.
+    present = _ops_in(mod)
+    patterns = [p for p in tenet_patterns() if _required_ops(p.pattern) <= present]
     mod = relax.transform.FuseOpsByPattern(
-        tenet_patterns(), bind_constants=False, annotate_codegen=not merge
+        patterns, bind_constants=False, annotate_codegen=not merge
     )(mod)
     if merge:
         mod = relax.transform.MergeCompositeFunctions()(mod)

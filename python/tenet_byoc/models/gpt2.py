@@ -473,7 +473,10 @@ def random_params(config: GPT2Config, seed: int = 0) -> dict[str, np.ndarray]:
             out[name] = np.ones(shape, np.float32)
         else:
             std = proj_std if name.endswith("c_proj.weight") else 0.02
-            out[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+            # Scaled in place: the same values without a second weight-sized array (and
+            # its page faults, most of this function's time for GPT-2 small).
+            out[name] = rng.standard_normal(shape, dtype=np.float32)
+            out[name] *= np.float32(std)
     return out
 
 

@@ -109,6 +109,18 @@ def _pow2_floor_log2(amax: np.ndarray, emax: int, scheme: QuantScheme, name: str
     return scale / np.float32(2**shift) if shift else scale
 
 
+#: Elements per block where a weight is reduced a block of rows at a time (16 MB of float32).
+_BLOCK_ELEMENTS = 1 << 22
+
+
+def _row_blocks(a: np.ndarray):
+    """Views of consecutive blocks of the rows of ``a`` (its first axis), about
+    :data:`_BLOCK_ELEMENTS` elements each."""
+    rows = max(1, _BLOCK_ELEMENTS // max(1, a[:1].size))
+    for start in range(0, max(len(a), 1), rows):
+        yield a[start:start + rows]
+
+
 def weight_codes(w: np.ndarray, scheme: QuantScheme,
                  name: str = "weight") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The stored form of a float weight ``w[N, K]`` under ``scheme``.
@@ -130,9 +142,9 @@ def weight_codes(w: np.ndarray, scheme: QuantScheme,
     """
     n, k = w.shape
     s = scheme
-    finite = np.isfinite(w)
-    if not finite.all():  # argwhere over every weight costs more than the check itself
-        bad = np.argwhere(~finite)
+    if not all(np.isfinite(block).all() for block in _row_blocks(w)):
+        # argwhere over every weight costs more than the check itself: only on failure
+        bad = np.argwhere(~np.isfinite(w))
         i, j = (int(v) for v in bad[0])
         raise ValueError(
             f"quantize({s.name}): {name} has {len(bad)} non-finite value(s), the first "
@@ -159,10 +171,13 @@ def weight_codes(w: np.ndarray, scheme: QuantScheme,
                 "would be stored as inf"
             )
         return stored.astype(np.float32), np.ones_like(zeros), zeros
+    # max |w| a block of rows at a time: one block-sized temporary, not a weight-sized one
     if s.weight_granularity == "tensor":
-        amax = np.broadcast_to(np.abs(w).max(), zeros.shape).astype(np.float32)
+        top = max((float(np.abs(b).max()) for b in _row_blocks(w) if b.size), default=0.0)
+        amax = np.full(zeros.shape, top, np.float32)
     else:
-        amax = np.abs(grouped).max(axis=2, keepdims=True)
+        amax = np.concatenate([np.abs(b).max(axis=2, keepdims=True)
+                               for b in _row_blocks(grouped)])
     fmt = FLOAT_FORMATS.get(s.weight_format)
     if s.scale_dtype == "e8m0":
         if fmt is not None:

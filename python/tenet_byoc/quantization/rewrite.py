@@ -26,6 +26,7 @@ from .numerics import (
     _f32,
     _fake_quant_activation,
     _fake_quant_kv,
+    _row_blocks,
     int_range,
     pack_int4,
     quantize_weight,
@@ -186,7 +187,11 @@ class _LinearQuantizer(relax.PyExprMutator):
             self._probe(x, layer)
             return call
         self._weight_key = bound.value.__chandle__()
-        return self._rewrite(x, bound.value.numpy(), layer)
+        # A read-only view of the constant, not a copy (GPT-2's tied head alone is 154 MB):
+        # nothing below writes to the weight, and the copy would sit on the pass's peak.
+        w = np.from_dlpack(bound.value)
+        w.flags.writeable = False
+        return self._rewrite(x, w, layer)
 
     def _once(self, what: str, make):
         """``make()`` for the weight being rewritten, made once per weight tensor."""
@@ -262,13 +267,17 @@ class _LinearQuantizer(relax.PyExprMutator):
             return op.matmul(x, bb.emit(op.permute_dims(bb.emit(deq))))
         # Packed int4: unpack the nibbles, remove the zero point, scale per group.
         def packed_int4():
-            codes, scale, zp = weight_codes(w, s, self.where)
-            if s.weight_format == "uint":
-                nibbles_of, zero = codes - INT4_ZERO_POINT, _const(zp, "float32")
-            else:
-                nibbles_of, zero = codes, _const(INT4_ZERO_POINT, "float32")
-            packed = _const(pack_int4(nibbles_of.astype(np.int8)), "uint8")
-            return codes.shape, packed, zero, _const(scale, "float32")
+            uint = s.weight_format == "uint"
+
+            def packed_block(block):
+                codes, scale, zp = weight_codes(block, s, self.where)
+                nibbles = (codes - INT4_ZERO_POINT if uint else codes).astype(np.int8)
+                return pack_int4(nibbles), scale, zp, codes.shape[1:]
+
+            packed, scale, zp, inner = _by_row_blocks(w, s, packed_block)
+            zero = _const(zp if uint else INT4_ZERO_POINT, "float32")
+            return ((w.shape[0], *inner), _const(packed, "uint8"), zero,
+                    _const(scale, "float32"))
 
         shape, packed, zero, scale = self._once("int4", packed_int4)
         low = bb.emit(op.bitwise_and(packed, _const(15, "uint8")))
@@ -341,10 +350,33 @@ class _LinearQuantizer(relax.PyExprMutator):
     def _int8_weight(self, w: np.ndarray) -> tuple[GenericConst, GenericConst]:
         """The weight's int8 codes and scales as constants, made once per weight."""
         def make():
-            q, scale = quantize_weight(w, self.scheme, self.where)
+            q, scale = _by_row_blocks(
+                w, self.scheme, lambda block: quantize_weight(block, self.scheme, self.where))
             return _const(q, "int8"), _const(scale, "float32")
 
         return self._once("int8", make)
+
+
+def _by_row_blocks(w: np.ndarray, scheme: QuantScheme, quantize_rows):
+    """``quantize_rows(w)``, computed a block of rows at a time where rows are independent.
+
+    ``quantize_rows`` returns a tuple whose arrays have one entry per row of its argument
+    (they are concatenated) and whose other items are the same for every block (taken from
+    the first). Under a per-tensor scale every row depends on all of ``w``, so it runs once
+    on the whole weight; a weight a block refuses is run whole too, so that the refusal
+    names indices in ``w``, not in the block. The float32 codes stay one block in size
+    (GPT-2's tied head: 16 MB rather than 154 MB).
+    """
+    blocks = list(_row_blocks(w))
+    if scheme.weight_granularity == "tensor" or len(blocks) < 2:
+        return quantize_rows(w)
+    try:
+        parts = [quantize_rows(b) for b in blocks]
+    except ValueError:
+        quantize_rows(w)
+        raise
+    return tuple(np.concatenate([p[i] for p in parts]) if isinstance(item, np.ndarray) else item
+                 for i, item in enumerate(parts[0]))
 
 
 def _run_pass(mod: tvm.IRModule, quantizer: _LinearQuantizer) -> tvm.IRModule:
