@@ -317,7 +317,8 @@ LedgerFields VectorLedgerFields(const VectorCharge& c) {
   mapping << "vector " << VectorOpName(c.call.op) << (c.spilled ? " | spilled to DRAM" : "");
   return {
       {"unit", LedgerValue(std::string("vector"))},
-      {"batch", i(1)}, {"m", i(c.rows)}, {"n", i(c.call.shape.back())}, {"k", i(0)},
+      {"batch", i(1)}, {"m", i(c.rows)}, {"n", i(c.call.shape.back())},
+      {"k", i(c.call.operand_elements)},
       {"bits_a", i(c.call.bits_in)}, {"bits_b", i(c.call.operand_elements ? c.call.bits_in : 0)},
       {"bits_c", i(c.call.bits_out)},
       {"extra_read_bits", i(0)}, {"extra_ops", i(0)}, {"extra_register_bits", i(0)},

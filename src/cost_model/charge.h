@@ -177,7 +177,8 @@ using LedgerValue = std::variant<int64_t, double, std::string, bool>;
 using LedgerFields = std::vector<std::pair<const char*, LedgerValue>>;
 LedgerFields ChargeLedgerFields(const Charge& charge);
 // A vector call's charge (vector.h) as the same fields, in the same order: unit "vector",
-// m x n = rows x row length (the output's last axis), batch 1, k 0; cycles, compute_cycles,
+// m x n = rows x row length (the output's last axis), batch 1, k the second operand's
+// elements (add / multiply / divide; rotary: its tables; else 0); cycles, compute_cycles,
 // bytes by level and energy (mac_pj: its arithmetic) the unit's; roofline_cycles max(compute,
 // DRAM); stall_cycles / dram_stall_cycles what the transfers add over compute; the PE array's
 // own fields 0. Both tables end with op ("matmul" or the vector kind), elements (output
