@@ -184,12 +184,16 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
         if not seeds:
             continue
         region = set(seeds)
+        # The activation being quantized is what the chain's max-abs, K padding or float16
+        # cast reads: the walk never crosses it (a SwiGLU product feeding a quantize stays a
+        # multiply of its own).
         changed = True
         while changed:
             changed = False
             for v in list(region):
                 for a in _args(value_of[v]):
                     if (a in value_of and a not in region and a not in positional
+                            and not _is_activation_of(a, users, value_of)
                             and _op_name(value_of[a]) in _QUANT_OPS
                             and users.get(a, set()) <= region | {call_var}):
                         region.add(a)
@@ -274,6 +278,10 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
         if v in positional:
             plan.free[label] = "positions"
             continue
+        if op == "relax.nn.pad" and users.get(v) and all(
+                covered.get(u) == "quantize" for u in users[v]):
+            plan.free[label] = "quantize"  # K padding shared by several quantize chains
+            continue
         if kind is None:
             key = op if op in FREE else None
             if key is None:
@@ -292,6 +300,18 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
             operand = _numel(rest[0]) if rest and rest[0] is not None else _numel(out)
         plan.ops.append(VectorOp(kind, label, tuple(out), operand))
     return plan
+
+
+def _reads_activation(value) -> bool:
+    """A quantize chain's first reads of its activation: max-abs, K padding, float16 cast."""
+    op = _op_name(value)
+    if op in ("relax.abs", "relax.nn.pad"):
+        return True
+    return op == "relax.astype" and str(value.attrs.dtype) in ("float16", "bfloat16")
+
+
+def _is_activation_of(var, users, value_of) -> bool:
+    return any(_reads_activation(value_of[u]) for u in users.get(var, ()) if u in value_of)
 
 
 def _binding(bindings, var):
