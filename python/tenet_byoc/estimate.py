@@ -245,6 +245,7 @@ def estimate(
                      leave=False)
     vector = _VectorCharges(acc)
     activation_bits = weights.how.bits[0] if weights.how.bits[0] < 32 else 32
+    float_gemm = weights.how.scheme == "none"
     entries: list[LedgerEntry] = []
     for phase, tokens in calls:
         for g, charges, b, m, k in charged(phase, tokens):
@@ -252,14 +253,14 @@ def estimate(
                                   symbol=config.name, pattern=ESTIMATE_PATTERN, name=g.name,
                                   phase=phase))
             # The GEMM's fused epilogue, charged by the runtime right after it.
-            for op in gemm_epilogues(config, g.name, phase, batch):
+            for op in gemm_epilogues(config, g.name, phase, batch, float_gemm):
                 call = cm.VectorCall(op, [b * m, g.n], operand_elements=g.n if op == "add" else None)
                 entries.append(_entry(vector.fields(call, "none"), call_index=len(entries),
                                       symbol=config.name, pattern=ESTIMATE_PATTERN,
                                       name=f"{g.name}.{op}", phase=phase, fused=True))
         # The operators left on TVM's path, charged once per call after its GEMMs.
         for v in model_vector_ops(config, phase, tokens, activation_bits,
-                                  weights.how.k_multiple, batch):
+                                  weights.how.k_multiple, batch, float_gemm):
             call = cm.VectorCall(v.op, list(v.shape), bits_in=32, bits_out=v.bits_out,
                                  operand_elements=v.operand if v.operand else
                                  (None if v.op not in ("add", "multiply", "divide") else 0))

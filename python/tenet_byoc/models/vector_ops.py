@@ -29,19 +29,24 @@ class VectorOpShape(NamedTuple):
     quantize: bool = False  #: an activation quantization (charged under the scheme's name)
 
 
-def _residual_fused(config: Any, phase: str, batch: int, bias: bool) -> bool:
+def _residual_fused(config: Any, phase: str, batch: int, bias: bool, float_gemm: bool = True
+                    ) -> bool:
     # A decode step of one sequence has static [1, 1, d] activations: the residual add after
     # a linear layer without a bias of its own passes the bias pattern's check and runs as
     # that GEMM's epilogue (patterns.py); a prefill's (symbolic rows) or a batch's does not.
-    return phase == "decode" and batch == 1 and not bias
+    # The quantized patterns take only a 1-D bias.
+    return phase == "decode" and batch == 1 and not bias and float_gemm
 
 
-def gemm_epilogues(config: Any, name: str, phase: str = "prefill", batch: int = 1) -> list[str]:
-    """The fused epilogue operators of the GEMM ``name`` (bias add, activation), in order."""
+def gemm_epilogues(config: Any, name: str, phase: str = "prefill", batch: int = 1,
+                   float_gemm: bool = True) -> list[str]:
+    """The fused epilogue operators of the GEMM ``name`` (bias add, activation), in order
+    (``float_gemm``: the linear layers run as float GEMMs, not quantized patterns)."""
     if isinstance(config, LlamaConfig):
-        if name.endswith("o_proj") and _residual_fused(config, phase, batch, config.o_bias):
+        fused = _residual_fused(config, phase, batch, False, float_gemm)
+        if name.endswith("o_proj") and fused and not config.o_bias:
             return ["add"]
-        if name.endswith("down_proj") and _residual_fused(config, phase, batch, config.mlp_bias):
+        if name.endswith("down_proj") and fused and not config.mlp_bias:
             return ["add"]
     if isinstance(config, GPT2Config):
         if name.endswith(("attn.qk", "attn.pv", "lm_head")):
@@ -57,7 +62,8 @@ def gemm_epilogues(config: Any, name: str, phase: str = "prefill", batch: int = 
 
 
 def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int = 32,
-                     k_multiple: int = 1, batch: int = 1) -> list[VectorOpShape]:
+                     k_multiple: int = 1, batch: int = 1, float_gemm: bool = True
+                     ) -> list[VectorOpShape]:
     """The non-GEMM operators of one call in the order a run charges them.
 
     ``tokens`` as for :func:`tenet_byoc.models.gemms.model_gemms`; ``activation_bits`` < 32
@@ -142,7 +148,8 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
             kept = min(window, rows)
             add(p + "self_attn.k_cache", "kv_write", (b, nkv, kept, hd))
             add(p + "self_attn.v_cache", "kv_write", (b, nkv, kept, hd))
-        if not _residual_fused(config, phase, batch, config.o_bias):
+        if not _residual_fused(config, phase, batch, config.o_bias, activation_bits == 32
+                               and float_gemm):
             add(p + "attn_residual", "add", act, rows * d)
         add(p + "post_attention_layernorm", "rms_norm", act)
         q(p + "mlp.gate_proj", d)
@@ -150,7 +157,8 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
         q(p + "mlp.up_proj", d)
         add(p + "mlp.gate_x_up", "multiply", (b, rows, ff), rows * ff)
         q(p + "mlp.down_proj", ff)
-        if not _residual_fused(config, phase, batch, config.mlp_bias):
+        if not _residual_fused(config, phase, batch, config.mlp_bias, activation_bits == 32
+                               and float_gemm):
             add(p + "mlp_residual", "add", act, rows * d)
     add("norm", "rms_norm", act)
     q("lm_head", d)
