@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import tvm
@@ -77,7 +78,8 @@ def partition_for_tenet(
         # The operators left on TVM's path are charged to the vector unit by one call per
         # function (vector_plan); its steps reach the runtime through the codegen.
         scheme = stamps.get(SCHEME_ATTR, "unnamed")
-        mod, stamps[PLAN_ATTR] = insert_charge_calls(mod, scheme)
+        bits = json.loads(stamps[RECIPE_ATTR])["bits"][0] if RECIPE_ATTR in stamps else None
+        mod, stamps[PLAN_ATTR] = insert_charge_calls(mod, scheme, bits)
     for gv, func in list(mod.functions.items()):
         codegen = func.attrs.get("Codegen") if isinstance(func, relax.Function) and func.attrs else None
         if codegen is not None and str(codegen) == "tenet":

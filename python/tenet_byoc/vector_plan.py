@@ -155,10 +155,13 @@ def _same_shape(a, b) -> bool:
         tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
 
 
-def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none") -> VectorPlan:
+def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none",
+                  activation_bits: int | None = None) -> VectorPlan:
     """Classify every binding of ``func`` (see the module docstring).
 
-    ``is_tenet(call)`` says whether a call runs on the tenet backend (a GEMM).
+    ``is_tenet(call)`` says whether a call runs on the tenet backend (a GEMM);
+    ``activation_bits`` is the width a quantize entry writes (the quantize pass's stamp),
+    else the narrowest type of its chain.
     """
     plan = VectorPlan(name)
     bindings = [b for block in func.body.blocks for b in block.bindings]
@@ -251,7 +254,7 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
         seed = min(seeds, key=lambda s: _bits(s))
         bits = [_bits(v) for v in region if _bits(v) > 1]
         last = max(region, key=lambda v: order[v])
-        regions[last] = (seed, min(bits) if bits else 32)
+        regions[last] = (seed, activation_bits or (min(bits) if bits else 32))
         for v in region:
             covered[v] = "quantize"
 
@@ -396,17 +399,20 @@ def _callers(mod: tvm.IRModule) -> list[tuple[relax.GlobalVar, relax.Function]]:
                 "Codegen" in f.attrs or "Composite" in f.attrs))]
 
 
-def vector_plan(mod: tvm.IRModule, scheme: str = "none") -> dict[str, VectorPlan]:
+def vector_plan(mod: tvm.IRModule, scheme: str = "none", activation_bits: int | None = None
+                ) -> dict[str, VectorPlan]:
     """The plan of every Relax function of a partitioned module (the charge call it may
     already make is skipped)."""
     check = _is_tenet_call(mod)
-    return {gv.name_hint: plan_function(f, gv.name_hint, check, scheme) for gv, f in _callers(mod)}
+    return {gv.name_hint: plan_function(f, gv.name_hint, check, scheme, activation_bits)
+            for gv, f in _callers(mod)}
 
 
-def insert_charge_calls(mod: tvm.IRModule, scheme: str = "none") -> tuple[tvm.IRModule, str]:
+def insert_charge_calls(mod: tvm.IRModule, scheme: str = "none",
+                        activation_bits: int | None = None) -> tuple[tvm.IRModule, str]:
     """Append each function's charge call; return the module and the plans' JSON (the
     descriptor's ``vector_functions``) for the codegen."""
-    plans = vector_plan(mod, scheme)
+    plans = vector_plan(mod, scheme, activation_bits)
     described = []
     for gv, func in _callers(mod):
         plan = plans[gv.name_hint]
