@@ -59,6 +59,9 @@ class ReportRow:
         callee's name (fused kernel names run to 80 characters)."""
         if self.layer:
             return self.layer
+        if self.entries and all(e.unit == "vector" for e in self.entries):
+            # a function's charge call: the operators TVM ran, charged to the vector unit
+            return "vector unit: " + ", ".join(dict.fromkeys(e.op for e in self.entries))
         if self.entries:
             patterns = dict.fromkeys(e.pattern for e in self.entries)
             return " + ".join(patterns)
