@@ -204,7 +204,12 @@ Descriptor ParseDescriptor(const std::string& text) {
   } catch (const std::exception& e) {  // invalid_argument, or overflow_error on a count
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << e.what();
   }
-  for (const Json& f : Get<Json>(top, "vector_functions", "the descriptor", true)) {
+  // Optional: a module with nothing left on TVM's path (or a hand-written descriptor) has none.
+  const Json no_vector_functions = Json::array();
+  const Json& vector_functions = top.contains("vector_functions")
+                                     ? Get<Json>(top, "vector_functions", "the descriptor", true)
+                                     : no_vector_functions;
+  for (const Json& f : vector_functions) {
     const Json& fobj = AsObject(f, "a vector function");
     VectorProgram vp;
     vp.symbol = Get<std::string>(fobj, "symbol", "a vector function");

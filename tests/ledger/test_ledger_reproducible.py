@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import tenet_byoc
+from ledger_testing import gemm_ledger
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import PRESETS, Accelerator, preset
 from tenet_byoc.ledger import Ledger
@@ -37,7 +38,7 @@ def _prefill_ledger(accelerator: Accelerator, scheme: str, profile: bool = False
         build=lambda mod: tenet_byoc.build(quantize(mod, scheme), accelerator=accelerator),
     )
     runner.prefill(PROMPT)
-    return runner, tenet_byoc.ledger(runner.vm)
+    return runner, gemm_ledger(runner.vm)
 
 
 CASES = [(name, "none") for name in PRESETS] + [("os16_mp", s) for s in QUANTIZED] + [
