@@ -42,7 +42,9 @@ def _per_chip(book, phase=None, unit="array"):
 
 @pytest.mark.parametrize("model", ["gpt2", LLAMA])
 def test_one_chip_is_todays_estimate(model):
-    today = estimate(model, accelerator=ACC, prompt_len=PROMPT, decode_steps=2)
+    # A system charges the GEMMs and links; the vector unit's entries are not sharded yet.
+    today = [e for e in estimate(model, accelerator=ACC, prompt_len=PROMPT, decode_steps=2)
+             if e.unit == "array"]
     one = estimate(model, prompt_len=PROMPT, decode_steps=2, system=System(ACC))
     assert len(one) == len(today)
     for a, b in zip(one, today, strict=True):

@@ -149,7 +149,10 @@ def _collect(result: SweepResult, case: Case, scheme: str, acc: Accelerator,
              errors: dict[str, tuple[float, float, float]], build_s: float) -> None:
     for phase in case.phases:
         mine = [e for e in entries if e.phase == phase]
-        layers = case.layer_names(phase, mine)
+        # The GEMMs are named by the case's layer list; vector entries (fused epilogues, the
+        # operators TVM ran) keep the names the run gave them.
+        names = iter(case.layer_names(phase, [e for e in mine if e.unit == "array"]))
+        layers = [next(names) if e.unit == "array" else e.name for e in mine]
         weight_bytes = 0.0
         for e, layer in zip(mine, layers):
             wb = e.weight_bytes if case.is_weight(layer) else 0.0
