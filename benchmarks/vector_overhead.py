@@ -15,7 +15,7 @@ import statistics
 import time
 
 import tenet_byoc  # first: oneDNN's OpenMP before anything else loads one
-import tenet_byoc.partition as partition
+from tenet_byoc import partition
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 
 

@@ -244,7 +244,7 @@ def estimate(
         calls = tqdm(calls, desc=f"estimate {config.name} {quant.name}", unit="call",
                      leave=False)
     vector = _VectorCharges(acc)
-    activation_bits = weights.how.bits[0] if weights.how.bits[0] < 32 else 32
+    activation_bits = min(32, weights.how.bits[0])
     float_gemm = weights.how.scheme == "none"
     entries: list[LedgerEntry] = []
     for phase, tokens in calls:

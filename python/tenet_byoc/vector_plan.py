@@ -355,13 +355,6 @@ def _is_activation_of(var, users, value_of) -> bool:
     return False
 
 
-def _binding(bindings, var):
-    for b in bindings:
-        if b.var.same_as(var):
-            return b
-    raise KeyError(var)
-
-
 def _args(value) -> list:
     """The Relax values a binding reads (tuple fields flattened)."""
     if isinstance(value, relax.Call):

@@ -9,16 +9,14 @@ module docstring; a pipeline schedule worked by hand.
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from collections import defaultdict
 
 import pytest
 
-from tenet_byoc.ledger import totals
-
 from tenet_byoc.estimate import estimate
 from tenet_byoc.hardware import preset
+from tenet_byoc.ledger import totals
 from tenet_byoc.models.configs import resolve_config
 from tenet_byoc.models.gemms import total_macs
 from tenet_byoc.system import (

@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from ledger_testing import mlp_executable, gemm_ledger
+from ledger_testing import gemm_ledger, mlp_executable
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
 from tenet_byoc.models.gemms import model_gemms

@@ -10,7 +10,13 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from ledger_testing import ir_matmul_shapes, memory_reference, mlp_executable, mlp_params, gemm_ledger
+from ledger_testing import (
+    gemm_ledger,
+    ir_matmul_shapes,
+    memory_reference,
+    mlp_executable,
+    mlp_params,
+)
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params

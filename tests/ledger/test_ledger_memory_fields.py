@@ -15,7 +15,7 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from ledger_testing import mlp_executable, gemm_ledger
+from ledger_testing import gemm_ledger, mlp_executable
 from tenet_byoc.hardware import preset
 from tenet_byoc.quantization import quantize
 

@@ -13,8 +13,8 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from tenet_byoc.ledger import step_cycles
 from ledger_testing import mlp_executable
+from tenet_byoc.ledger import step_cycles
 from tenet_byoc.models.gpt2 import GPT2Config, export_gpt2, random_params
 from tenet_byoc.profiling import COLUMNS, COMPACT_COLUMNS
 

@@ -10,9 +10,9 @@ import pytest
 import tvm
 
 import tenet_byoc
-from tenet_byoc.ledger import step_cycles
 from ledger_testing import mlp_executable
 from tenet_byoc.experiments.cli import main
+from tenet_byoc.ledger import step_cycles
 
 
 @pytest.fixture(scope="module")
