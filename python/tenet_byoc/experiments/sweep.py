@@ -148,11 +148,10 @@ def _collect(result: SweepResult, case: Case, scheme: str, acc: Accelerator,
              entries: list[LedgerEntry], outputs: dict[str, PhaseOutput],
              errors: dict[str, tuple[float, float, float]], build_s: float) -> None:
     for phase in case.phases:
-        mine = [e for e in entries if e.phase == phase]
-        # The GEMMs are named by the case's layer list; vector entries (fused epilogues, the
-        # operators TVM ran) keep the names the run gave them.
-        names = iter(case.layer_names(phase, [e for e in mine if e.unit == "array"]))
-        layers = [next(names) if e.unit == "array" else e.name for e in mine]
+        # The sweep's tables are the GEMMs' (the vector unit's entries are in the run's
+        # ledger, tenet_byoc.ledger / group_by("unit"), not yet in these tables).
+        mine = [e for e in entries if e.phase == phase and e.unit == "array"]
+        layers = case.layer_names(phase, mine)
         weight_bytes = 0.0
         for e, layer in zip(mine, layers):
             wb = e.weight_bytes if case.is_weight(layer) else 0.0
