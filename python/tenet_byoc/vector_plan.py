@@ -235,6 +235,8 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
                     kv[v] = v
     # A KV cache's own quantization (schemes "+kvN") is not charged yet: FREE says so.
     for new in kv.values():
+        while new in value_of and _op_name(value_of[new]) == "relax.strided_slice":
+            new = value_of[new].args[0]  # a sliding window's cache: the slice of what is kept
         if new in value_of and _op_name(value_of[new]) in _QUANT_OPS:
             sink = set(users.get(new, ())) | set(kv)
             for v in region_of([new], sink):
