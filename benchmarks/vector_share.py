@@ -1,100 +1,72 @@
-"""The vector unit's share of a GPT-2 or Llama prefill and decode step, from shapes (issue 20, stage 1).
+"""The vector unit's share of a GPT-2 or Llama prefill and decode step, and how it moves the
+quantization verdicts (issue 20): TTFT and TPOT per scheme with and without the vector work.
 
-The GEMMs are charged by ``tenet_byoc.estimate`` (what a real run's ledger holds); the
-operators the runtime does not charge yet - embedding lookup, position add, layer norms,
-attention scale, causal mask, softmax, residual adds, GELU, KV-cache writes - are listed
-here from the model's structure (models/gpt2.py, models/llama.py) and charged with ``cost_model.charge_vector``
-on the accelerator's vector unit. Vector work is added after the GEMMs (the ``serial``
-schedule; a ``pipelined`` unit hides part of it behind the array, which the runtime stage
-will charge). Prints a markdown table; asserts nothing.
+Everything comes from ``tenet_byoc.estimate``, whose ledger now holds the vector entries a
+real run charges (``tests/estimate`` checks it entry for entry against runs): the GEMMs'
+fused epilogues and the operators TVM runs (norms, softmax, residuals, rotary, masks,
+activation quantization, KV-cache writes). Latency follows the ledger's one rule
+(``ledger.step_cycles``): under the presets' ``pipelined`` vector unit a GEMM's fused
+epilogue hides behind it, the rest adds. Prints markdown tables; asserts nothing.
 
-Run: python benchmarks/vector_share.py [--model gpt2] [--prompt 128] [--presets os16,os128,tpu_v1]
-     [--schemes none,w8a8_per_channel_per_token,w4a16_group128]
+Run: python benchmarks/vector_share.py [--models gpt2,llama-3-8b] [--prompt 128]
+     [--presets os16,os128,tpu_v1] [--schemes none,w8a8_per_channel_per_token,w4a16_group128]
 """
 
 from __future__ import annotations
 
 import argparse
 
-from tenet_byoc import cost_model as cm
 from tenet_byoc.estimate import estimate
-from tenet_byoc.hardware import preset
-from tenet_byoc.models.configs import resolve_config
+from tenet_byoc.ledger import totals
 
 
-def gpt2_vector_calls(config, tokens: int, keys: int, prefill: bool) -> list[cm.VectorCall]:
-    """GPT-2's non-GEMM operators of one call: ``tokens`` new tokens attending to ``keys``."""
-    h, heads, d, ff = config.n_embd, config.n_head, config.head_dim, config.inner_dim
-    act = (1, tokens, h)
-    scores = (1, heads, tokens, keys)
-    calls = [cm.VectorCall("take", act), cm.VectorCall("add", act)]  # wte rows + wpe rows
-    for _ in range(config.n_layer):
-        calls += [cm.VectorCall("layer_norm", act),
-                  cm.VectorCall("kv_write", (1, heads, tokens, d)),  # K
-                  cm.VectorCall("kv_write", (1, heads, tokens, d)),  # V
-                  cm.VectorCall("multiply", scores, operand_elements=1)]  # 1 / sqrt(d)
-        if prefill:
-            calls += [cm.VectorCall("mask", (tokens, keys)),
-                      cm.VectorCall("add", scores, operand_elements=tokens * keys)]
-        calls += [cm.VectorCall("softmax", scores), cm.VectorCall("add", act),
-                  cm.VectorCall("layer_norm", act), cm.VectorCall("gelu_tanh", (1, tokens, ff)),
-                  cm.VectorCall("add", act)]
-    return calls + [cm.VectorCall("layer_norm", act)]
-
-
-def llama_vector_calls(config, tokens: int, keys: int, prefill: bool) -> list[cm.VectorCall]:
-    """A Llama-family model's non-GEMM operators (models/llama.py), as for GPT-2."""
-    d, hd, ff = config.hidden_size, config.dim_per_head, config.intermediate_size
-    nh, nkv = config.num_attention_heads, config.num_key_value_heads
-    act = (1, tokens, d)
-    scores = (1, nkv, nh // nkv * tokens, keys)
-    rope = 2 * tokens * hd  # cos and sin, [1, s, 1, hd] each
-    calls = [cm.VectorCall("take", act)]
-    for _ in range(config.num_hidden_layers):
-        calls += [cm.VectorCall("rms_norm", act),
-                  cm.VectorCall("rotary", (1, tokens, nh, hd), operand_elements=rope),
-                  cm.VectorCall("rotary", (1, tokens, nkv, hd), operand_elements=rope),
-                  cm.VectorCall("kv_write", (1, nkv, tokens, hd)),
-                  cm.VectorCall("kv_write", (1, nkv, tokens, hd)),
-                  cm.VectorCall("multiply", scores, operand_elements=1)]
-        if prefill:
-            calls += [cm.VectorCall("mask", (tokens, keys)),
-                      cm.VectorCall("add", scores, operand_elements=tokens * keys)]
-        calls += [cm.VectorCall("softmax", scores), cm.VectorCall("add", act),
-                  cm.VectorCall("rms_norm", act), cm.VectorCall("silu", (1, tokens, ff)),
-                  cm.VectorCall("multiply", (1, tokens, ff)), cm.VectorCall("add", act)]
-    return calls + [cm.VectorCall("rms_norm", act)]
+def _phase(book, phase: str):
+    entries = [e for e in book.entries if e.phase == phase]
+    gemm = [e for e in entries if e.unit == "array"]
+    return totals(entries), totals(gemm)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default="gpt2", help="gpt2, llama-3-8b, ...")
+    parser.add_argument("--models", default="gpt2,llama-3-8b")
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--presets", default="os16,os128,tpu_v1")
     parser.add_argument("--schemes", default="none,w8a8_per_channel_per_token,w4a16_group128")
     args = parser.parse_args()
-    config = resolve_config(args.model)
-    print(f"{config.name}: prefill {args.prompt} tokens, decode at context {args.prompt}\n")
-    print("| preset | scheme | phase | GEMM cycles | vector cycles | vector share "
-          "| GEMM energy (mJ) | vector energy (mJ) |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
-    for name in args.presets.split(","):
-        acc = preset(name)
-        for scheme in args.schemes.split(","):
-            book = estimate(config, scheme, acc, prompt_len=args.prompt, decode_steps=1)
-            for phase, tokens, keys in (("prefill", args.prompt, args.prompt),
-                                        ("decode", 1, args.prompt + 1)):
-                gemm = [e for e in book.entries if e.phase == phase]
-                g_cyc = sum(e.cycles for e in gemm)
-                g_pj = sum(e.energy_pj for e in gemm)
-                calls = llama_vector_calls if hasattr(config, "hidden_size") else gpt2_vector_calls
-                vec = [cm.charge_vector(c, acc)
-                       for c in calls(config, tokens, keys, phase == "prefill")]
-                v_cyc = sum(v.cycles for v in vec)
-                v_pj = sum(v.energy_pj for v in vec)
-                print(f"| {name} | {scheme} | {phase} | {g_cyc / 1e6:.2f} M | "
-                      f"{v_cyc / 1e6:.3f} M | {v_cyc / (g_cyc + v_cyc):.1%} | "
-                      f"{g_pj / 1e9:.2f} | {v_pj / 1e9:.3f} |")
+    print(f"prefill {args.prompt} tokens (TTFT), one decode step at context {args.prompt} "
+          "(TPOT); vector share = vector cycles / step cycles; speedup over `none` with all "
+          "entries (GEMMs alone)\n")
+    print("| model | preset | scheme | TTFT (us) | vector share | speedup | TPOT (us) "
+          "| vector share | speedup |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    roofline = []
+    for model in args.models.split(","):
+        for name in args.presets.split(","):
+            base = None
+            for scheme in args.schemes.split(","):
+                book = estimate(model, scheme, name, prompt_len=args.prompt, decode_steps=1)
+                cells = []
+                for phase in ("prefill", "decode"):
+                    every, gemm = _phase(book, phase)
+                    vector = sum(e.cycles for e in book.entries
+                                 if e.phase == phase and e.unit == "vector")
+                    cells.append((every, gemm, vector))
+                if base is None:
+                    base = cells
+                row = f"| {model} | {name} | {scheme} |"
+                for (every, gemm, vector), (b_every, b_gemm, _) in zip(cells, base, strict=True):
+                    row += (f" {every.latency_us:,.1f} | {vector / every.cycles:.1%} | "
+                            f"{b_every.cycles / every.cycles:.2f}x "
+                            f"({b_gemm.cycles / gemm.cycles:.2f}x) |")
+                print(row)
+                if name == "os16" and scheme.startswith("w4a16"):
+                    _, gemm, _ = cells[1]
+                    roofline.append((model, scheme, gemm.cycles, gemm.roofline_cycles))
+    print("\nw4a16 decode on os16, the GEMMs against their roofline (edge dequantizer on):\n")
+    print("| model | scheme | GEMM cycles | roofline cycles | ratio |")
+    print("|---|---|---:|---:|---:|")
+    for model, scheme, cycles, roof in roofline:
+        print(f"| {model} | {scheme} | {cycles:,} | {roof:,} | {cycles / roof:.2f}x |")
 
 
 if __name__ == "__main__":

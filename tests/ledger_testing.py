@@ -71,3 +71,12 @@ def memory_reference(e, accelerator):
     energy = cm.call_energy(mm, acc.memory, acc.precision.lookup(e.bits_a, e.bits_b),
                             e.extra_ops, e.extra_register_bits)
     return mm, energy
+
+
+def gemm_ledger(obj) -> tenet_byoc.Ledger:
+    """``tenet_byoc.ledger(obj)`` with its GEMM (``unit="array"``) entries only: what the
+    tests of the GEMM charges compare with the IR's matmuls and the cost model (the vector
+    unit's entries have their own tests, tests/relax/test_every_op_charged.py)."""
+    book = tenet_byoc.ledger(obj)
+    return tenet_byoc.Ledger([e for e in book.entries if e.unit == "array"], book.accelerator,
+                             book.dataflow, book.clock_ghz, book._modules)

@@ -119,7 +119,7 @@ LAYERS = (
     ("cost-model face", ("memory", "mapping", "cost_model")),
     ("accelerators", ("area", "hardware")),
     ("quantization", ("quantization",)),
-    ("backend", ("ledger", "partition", "codegen", "profiling", "system")),
+    ("backend", ("ledger", "vector_plan", "partition", "codegen", "profiling", "system")),
     ("models", ("models",)),
     ("estimate", ("estimate", "dse")),
     ("experiments", ("experiments",)),

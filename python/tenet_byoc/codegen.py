@@ -27,7 +27,7 @@ from .quantization import (
 )
 
 #: Bumped with the runtime's ``kDescriptorVersion`` on any incompatible change.
-DESCRIPTOR_VERSION = 5
+DESCRIPTOR_VERSION = 6
 
 #: The scheme of a quantized call in a module :func:`tenet_byoc.quantize` did not stamp.
 UNNAMED_SCHEME = "unnamed"
@@ -336,8 +336,20 @@ def make_descriptor(functions) -> str:
     accelerator = _accelerator(functions)
     _check_enumeration_limit(described, functions, accelerator)
     return json.dumps(
-        {"version": DESCRIPTOR_VERSION, "accelerator": accelerator, "functions": described}
+        {"version": DESCRIPTOR_VERSION, "accelerator": accelerator, "functions": described,
+         "vector_functions": _vector_functions(functions)}
     )
+
+
+def _vector_functions(functions) -> list[dict]:
+    """The charge calls' steps partition_for_tenet stamped (attr ``tenet.vector_plan``)."""
+    from .vector_plan import PLAN_ATTR
+
+    texts = {str(f.attrs[PLAN_ATTR]) for f in functions if PLAN_ATTR in f.attrs}
+    if len(texts) > 1:
+        raise TenetCodegenError("the tenet functions of one module carry different vector "
+                                "plans; partition the module once")
+    return json.loads(texts.pop()) if texts else []
 
 
 @tvm_ffi.register_global_func("relax.ext.tenet")

@@ -206,6 +206,7 @@ def estimate(
         For a non-integer length or a model of the wrong type.
     """
     from .models.gemms import model_gemms
+    from .models.vector_ops import gemm_epilogues, model_vector_ops
 
     config = _config(model)
     context_len = prompt_len if context_len is None else context_len
@@ -244,13 +245,53 @@ def estimate(
 
         calls = tqdm(calls, desc=f"estimate {config.name} {quant.name}", unit="call",
                      leave=False)
+    vector = _VectorCharges(acc)
+    activation_bits = min(32, weights.how.bits[0])
+    float_gemm = weights.how.scheme == "none"
     entries: list[LedgerEntry] = []
     for phase, tokens in calls:
         for g, charges, b, m, k in charged(phase, tokens):
             entries.append(_entry(charges.fields(b, m, g.n, k), call_index=len(entries),
                                   symbol=config.name, pattern=ESTIMATE_PATTERN, name=g.name,
                                   phase=phase))
+            # The GEMM's fused epilogue, charged by the runtime right after it.
+            for op in gemm_epilogues(config, g.name, phase, batch, float_gemm):
+                call = cm.VectorCall(op, [b * m, g.n], operand_elements=g.n if op == "add" else None)
+                entries.append(_entry(vector.fields(call, "none"), call_index=len(entries),
+                                      symbol=config.name, pattern=ESTIMATE_PATTERN,
+                                      name=f"{g.name}.{op}", phase=phase, fused=True))
+        # The operators left on TVM's path, charged once per call after its GEMMs.
+        for v in model_vector_ops(config, phase, tokens, activation_bits,
+                                  weights.how.k_multiple, batch, float_gemm):
+            call = cm.VectorCall(v.op, list(v.shape), bits_in=32, bits_out=v.bits_out,
+                                 operand_elements=v.operand if v.operand else
+                                 (None if v.op not in ("add", "multiply", "divide") else 0))
+            entries.append(_entry(vector.fields(call, quant.name if v.quantize else "none"),
+                                  call_index=len(entries), symbol=config.name,
+                                  pattern=ESTIMATE_PATTERN, name=v.name, phase=phase))
     return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
+
+
+class _VectorCharges:
+    """Vector charges per distinct call on one accelerator, as the runtime caches them."""
+
+    def __init__(self, accelerator: Accelerator):
+        self._acc = accelerator
+        self._seen: dict[tuple, dict[str, Any]] = {}
+
+    def fields(self, call: Any, scheme: str) -> dict[str, Any]:
+        key = (call, scheme)
+        found = self._seen.get(key)
+        if found is None:
+            found = cm.charge_vector(call, self._acc).ledger_fields()
+            found["tensors"] = MappingProxyType({})
+            found["scheme"] = scheme
+            found["recipe"] = _FLOAT_RECIPE
+            self._seen[key] = found
+        return found
+
+
+_FLOAT_RECIPE = cm.QuantRecipe()
 
 
 

@@ -110,14 +110,42 @@ class LedgerEntry:
     chip: int = 0
     unit: str = "array"
     link_bytes: float = 0.0
+    # The operator: "matmul" on the array, the vector kind (layer_norm, softmax, add, ...)
+    # on the vector unit; its output elements, its vector ops by class, whether its operands
+    # spilled to DRAM, and the vector unit's schedule ("" for the array).
+    op: str = "matmul"
+    elements: int = 0
+    vector_add_ops: int = 0
+    vector_mul_ops: int = 0
+    vector_exp_ops: int = 0
+    vector_recip_ops: int = 0
+    vector_tanh_ops: int = 0
+    spilled: bool = False
+    schedule: str = ""
+    #: A vector entry that is a GEMM's fused epilogue (bias, activation): its input comes
+    #: straight from the array (the ``pipelined`` schedule hides it behind that GEMM).
+    fused: bool = False
 
     @property
     def call(self) -> GemmCall:
         """The call as the cost model takes it: ``cost_model.charge(entry.call, accelerator)``
-        gives this entry's charge again."""
+        gives this entry's charge again (array entries; see :attr:`vector_call`)."""
+        if self.unit != "array":
+            raise ValueError(f"entry {self.name!r} is a {self.unit} entry, not a GEMM: use "
+                             "entry.vector_call for a vector entry")
         return GemmCall(m=self.m, n=self.n, k=self.k, batch=self.batch, bits_a=self.bits_a,
                         bits_b=self.bits_b, bits_c=self.bits_c, scheme=self.scheme,
                         recipe=self.recipe)
+
+    @property
+    def vector_call(self) -> _core.VectorCall:
+        """A vector entry's call: ``cost_model.charge_vector(entry.vector_call, accelerator)``
+        gives its charge again (its ``m`` rows of ``n``; ``k`` holds the second operand's
+        elements)."""
+        if self.unit != "vector":
+            raise ValueError(f"entry {self.name!r} is a {self.unit} entry, not a vector one")
+        return _core.VectorCall(self.op, [self.m, self.n], bits_in=self.bits_a,
+                                bits_out=self.bits_c, operand_elements=self.k)
 
     @property
     def offchip_bytes(self) -> float:
@@ -150,7 +178,7 @@ COLUMNS = [f.name for f in fields(LedgerEntry) if f.name not in ("tensors", "rec
 CHARGE_FIELDS = tuple(_core._ledger_field_names())
 _TENSOR_FIELDS = tuple(_core._ledger_tensor_field_names())
 _ENTRY_CALL_FIELDS = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "recipe",
-                      "tensors", "chip", "link_bytes")
+                      "tensors", "chip", "link_bytes", "fused")
 
 
 def _check_schema() -> None:
@@ -264,15 +292,45 @@ def pe_utilization(entries: Iterable[LedgerEntry]) -> float:
     return sum(e.macs for e in entries) / capacity if capacity else 0.0
 
 
+def step_cycles(entries: Iterable[LedgerEntry]) -> int:
+    """The one rule of how a run's calls add up to its latency, in cycles.
+
+    Array and link entries run one after another. A vector entry adds its cycles, except
+    under the vector unit's ``pipelined`` schedule when it is a GEMM's fused epilogue
+    (``fused``: bias, activation): its input streams straight out of the array, so the GEMM
+    and its epilogues take max(GEMM cycles, sum of the epilogues' cycles). Under ``serial``
+    every vector entry adds. (Norms, softmax, residuals and the rest need a whole row, or
+    operands from several producers, and add under both.)
+    """
+    total, gemm, hidden = 0, None, 0
+    for e in entries:
+        if e.unit == "vector" and e.fused and e.schedule == "pipelined" and gemm is not None:
+            hidden += e.cycles
+            continue
+        if gemm is not None:
+            total += max(gemm, hidden)
+            gemm, hidden = None, 0
+        if e.unit == "array":
+            gemm = e.cycles
+        else:
+            total += e.cycles
+    if gemm is not None:
+        total += max(gemm, hidden)
+    return total
+
+
 def totals(entries: Iterable[LedgerEntry]) -> Totals:
-    """Sums over ``entries`` (see :class:`Totals`)."""
+    """Sums over ``entries`` (see :class:`Totals`); ``cycles`` and ``latency_us`` follow
+    :func:`step_cycles` (fused epilogues hidden under a pipelined vector unit)."""
     entries = list(entries)
-    latency = sum(e.latency_us for e in entries)
+    cycles = step_cycles(entries)
+    summed = sum(e.cycles for e in entries)
+    latency = sum(e.latency_us for e in entries) * (cycles / summed if summed else 1.0)
     offchip = sum(e.offchip_bytes for e in entries)
     return Totals(
         calls=len(entries),
         macs=sum(e.macs for e in entries),
-        cycles=sum(e.cycles for e in entries),
+        cycles=cycles,
         roofline_cycles=sum(e.roofline_cycles for e in entries),
         latency_us=latency,
         offchip_bytes=offchip,
@@ -341,14 +399,15 @@ class Ledger:
         from .hardware import resolve
 
         acc = resolve(accelerator)
-        charged: dict[GemmCall, dict] = {}
+        charged: dict = {}
         entries = []
         for e in self.entries:
-            call = e.call
+            call = e.vector_call if e.unit == "vector" else e.call
             fields = charged.get(call)
             if fields is None:
                 try:
-                    fields = _core.charge(call, acc).ledger_fields()
+                    charge = _core.charge_vector if e.unit == "vector" else _core.charge
+                    fields = charge(call, acc).ledger_fields()
                 except ValueError as err:
                     raise ValueError(f"accelerator {acc.name!r} cannot charge entry {e.name!r} "
                                      f"({call!r}): {err}") from None
@@ -356,7 +415,7 @@ class Ledger:
                 charged[call] = fields
             entries.append(LedgerEntry(
                 call_index=e.call_index, symbol=e.symbol, pattern=e.pattern, name=e.name,
-                phase=e.phase, scheme=e.scheme, recipe=e.recipe, **fields))
+                phase=e.phase, scheme=e.scheme, recipe=e.recipe, fused=e.fused, **fields))
         return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 
     def group_by(self, key: str) -> GroupedTotals:
@@ -485,11 +544,14 @@ def _parse(doc: dict) -> list[LedgerEntry]:
         charge["recipe"] = QuantRecipe.from_dict(charge["recipe"])
         func = funcs[e["program"]]
         step = func["steps"][e["step"]]
+        fused = e["epilogue"] >= 0
+        if fused:  # a GEMM step's fused epilogue (bias, activation)
+            step = step["epilogues"][e["epilogue"]]
         entries.append(
             LedgerEntry(
                 call_index=e["call_index"], symbol=func["symbol"], pattern=step["pattern"],
                 name=step["name"], phase=tags[e["tag"]], scheme=step["scheme"],
-                tensors=tensors, **charge,
+                tensors=tensors, fused=fused, **charge,
             )
         )
     return entries
@@ -523,7 +585,7 @@ def ledger(obj) -> Ledger:
             "model for one accelerator (or read each module with tenet_byoc.ledger(module))"
         )
     hw, df, clock = names.pop()
-    entries.sort(key=lambda e: e.call_index)
+    entries.sort(key=lambda e: e.call_index)  # stable: a call's entries keep their order
     return Ledger(entries, hw, df, clock, modules)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import tvm
@@ -11,6 +12,7 @@ from tvm.relax.dpl import pattern as dpl
 from .hardware import Accelerator, resolve
 from .patterns import tenet_patterns
 from .quantization import RECIPE_ATTR, SCHEME_ATTR
+from .vector_plan import PLAN_ATTR, insert_charge_calls
 
 #: The function attribute that carries the accelerator (its JSON form) to the codegen.
 ACCELERATOR_ATTR = "tenet.accelerator"
@@ -113,6 +115,13 @@ def partition_for_tenet(
     )(mod)
     if merge:
         mod = relax.transform.MergeCompositeFunctions()(mod)
+    if any(isinstance(f, relax.Function) and f.attrs and str(f.attrs.get("Codegen", "")) == "tenet"
+           for f in mod.functions.values()):
+        # The operators left on TVM's path are charged to the vector unit by one call per
+        # function (vector_plan); its steps reach the runtime through the codegen.
+        scheme = stamps.get(SCHEME_ATTR, "unnamed")
+        bits = json.loads(stamps[RECIPE_ATTR])["bits"][0] if RECIPE_ATTR in stamps else None
+        mod, stamps[PLAN_ATTR] = insert_charge_calls(mod, scheme, bits)
     for gv, func in list(mod.functions.items()):
         codegen = func.attrs.get("Codegen") if isinstance(func, relax.Function) and func.attrs else None
         if codegen is not None and str(codegen) == "tenet":

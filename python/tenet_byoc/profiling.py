@@ -59,6 +59,9 @@ class ReportRow:
         callee's name (fused kernel names run to 80 characters)."""
         if self.layer:
             return self.layer
+        if self.entries and all(e.unit == "vector" for e in self.entries):
+            # a function's charge call: the operators TVM ran, charged to the vector unit
+            return "vector unit: " + ", ".join(dict.fromkeys(e.op for e in self.entries))
         if self.entries:
             patterns = dict.fromkeys(e.pattern for e in self.entries)
             return " + ".join(patterns)
@@ -168,17 +171,17 @@ class Report:
         )
 
     def name_layers(self, layers: Sequence[str]) -> None:
-        """Name the layers of the tenet calls' ledger entries, one name per entry in call
+        """Name the layers of the tenet calls' GEMM ledger entries, one name per entry in call
         order (e.g. from a model's GEMM list); the compact table then shows them instead of
         kernel names (a call that runs several GEMMs shows each of its layers)."""
-        tenet = [r for r in self.calls if r.is_tenet]
-        count = sum(len(r.entries) for r in tenet)
+        tenet = [r for r in self.calls if any(e.unit == "array" for e in r.entries)]
+        count = sum(e.unit == "array" for r in tenet for e in r.entries)
         if len(layers) != count:
             raise ValueError(f"name_layers: got {len(layers)} layer names for the {count} "
-                             "ledger entries of this run's tenet calls")
+                             "GEMM ledger entries of this run's tenet calls")
         it = iter(layers)
-        for row in tenet:
-            row.layer = _merge_layers([next(it) for _ in row.entries])
+        for row in tenet:  # the GEMMs' layers (their fused epilogues ride along)
+            row.layer = _merge_layers([next(it) for e in row.entries if e.unit == "array"])
 
     def table(self, aggregate: bool = True, sort: bool = True, full: bool = False) -> str:
         """The report as an aligned text table, as TVM's ``Report.table`` printed it.

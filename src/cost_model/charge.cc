@@ -3,6 +3,7 @@
 
 #include "cost_model/json.h"
 
+#include <algorithm>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -338,6 +339,54 @@ LedgerFields ChargeLedgerFields(const Charge& c) {
       {"energy_pj", d(en.total_pj)}, {"mac_pj", d(en.mac_pj)},
       {"register_pj", d(en.register_pj)}, {"buffer_pj", d(en.buffer_pj)},
       {"dram_pj", d(en.dram_pj)}, {"edge_pj", d(c.edge_pj)}, {"mapping", LedgerValue(mm.mapping)},
+      {"op", LedgerValue(std::string("matmul"))}, {"elements", i(w.batch * w.m * w.n)},
+      {"vector_add_ops", i(0)}, {"vector_mul_ops", i(0)}, {"vector_exp_ops", i(0)},
+      {"vector_recip_ops", i(0)}, {"vector_tanh_ops", i(0)}, {"spilled", LedgerValue(false)},
+      {"schedule", LedgerValue(std::string(""))},
+  };
+}
+
+LedgerFields VectorLedgerFields(const VectorCharge& c) {
+  auto i = [](int64_t v) { return LedgerValue(v); };
+  auto d = [](double v) { return LedgerValue(v); };
+  const int64_t stall = c.cycles - c.compute_cycles;
+  std::ostringstream mapping;
+  mapping << "vector " << VectorOpName(c.call.op) << (c.spilled ? " | spilled to DRAM" : "");
+  return {
+      {"unit", LedgerValue(std::string("vector"))},
+      {"batch", i(1)}, {"m", i(c.rows)}, {"n", i(c.call.shape.back())},
+      {"k", i(c.call.operand_elements)},
+      {"bits_a", i(c.call.bits_in)}, {"bits_b", i(c.call.operand_elements ? c.call.bits_in : 0)},
+      {"bits_c", i(c.call.bits_out)},
+      {"extra_read_bits", i(0)}, {"extra_ops", i(0)}, {"extra_register_bits", i(0)},
+      {"dequant_place", LedgerValue(std::string("none"))},
+      {"scale_bits", i(0)}, {"accumulator_bits", i(0)},
+      {"weight_side_bits", i(0)}, {"activation_side_bits", i(0)},
+      {"quantize_ops", i(0)}, {"dequant_ops", i(0)}, {"accumulator_traffic_bits", i(0)},
+      {"macs", i(0)}, {"cycles", i(c.cycles)},
+      {"roofline_cycles", i(std::max(c.compute_cycles, c.dram_cycles))}, {"array_cycles", i(0)},
+      {"dram_stall_cycles", i(stall)}, {"edge_cycles", i(0)},
+      {"compute_cycles", i(c.compute_cycles)}, {"stall_cycles", i(stall)},
+      {"tenet_delay", d(0)}, {"ingress_delay", d(0)}, {"egress_delay", d(0)},
+      {"compute_delay", d(0)}, {"compute_delay_exact", d(0)}, {"time_steps", i(0)},
+      {"folds", i(0)}, {"active_pes", i(0)}, {"num_pes", i(0)},
+      {"macs_per_pe_per_cycle", i(0)}, {"avg_active_pes", d(0)}, {"pe_utilization", d(0)},
+      {"bandwidth_bits_per_cycle", d(0)}, {"latency_us", d(c.latency_us)},
+      // What crosses the unit's boundary: buffer <-> vector unit.
+      {"offchip_read_bytes", d(c.buffer_read_bits / 8.0)},
+      {"offchip_write_bytes", d(c.buffer_write_bits / 8.0)},
+      {"dram_read_bytes", d(c.dram_read_bits / 8.0)},
+      {"dram_write_bytes", d(c.dram_write_bits / 8.0)},
+      {"buffer_read_bytes", d(c.buffer_read_bits / 8.0)},
+      {"buffer_write_bytes", d(c.buffer_write_bits / 8.0)},
+      {"energy_pj", d(c.total_pj)}, {"mac_pj", d(c.op_pj)},
+      {"register_pj", d(0)}, {"buffer_pj", d(c.buffer_pj)},
+      {"dram_pj", d(c.dram_pj)}, {"edge_pj", d(0)}, {"mapping", LedgerValue(mapping.str())},
+      {"op", LedgerValue(std::string(VectorOpName(c.call.op)))}, {"elements", i(c.elements)},
+      {"vector_add_ops", i(c.ops[0])}, {"vector_mul_ops", i(c.ops[1])},
+      {"vector_exp_ops", i(c.ops[2])}, {"vector_recip_ops", i(c.ops[3])},
+      {"vector_tanh_ops", i(c.ops[4])}, {"spilled", LedgerValue(c.spilled)},
+      {"schedule", LedgerValue(std::string(VectorScheduleName(c.schedule)))},
   };
 }
 

@@ -197,6 +197,14 @@ std::shared_ptr<MappingSearch> MakeMappingSearch(const Accelerator& accelerator)
 using LedgerValue = std::variant<int64_t, double, std::string, bool>;
 using LedgerFields = std::vector<std::pair<const char*, LedgerValue>>;
 LedgerFields ChargeLedgerFields(const Charge& charge);
+// A vector call's charge (vector.h) as the same fields, in the same order: unit "vector",
+// m x n = rows x row length (the output's last axis), batch 1, k the second operand's
+// elements (add / multiply / divide; rotary: its tables; else 0); cycles, compute_cycles,
+// bytes by level and energy (mac_pj: its arithmetic) the unit's; roofline_cycles max(compute,
+// DRAM); stall_cycles / dram_stall_cycles what the transfers add over compute; the PE array's
+// own fields 0. Both tables end with op ("matmul" or the vector kind), elements (output
+// elements), vector_{add,mul,exp,recip,tanh}_ops, spilled and schedule ("" for the array).
+LedgerFields VectorLedgerFields(const VectorCharge& charge);
 // Per tensor (A, B, C): TENET's array-level figures and the buffer level's traffic.
 std::vector<std::pair<std::string, LedgerFields>> ChargeTensorFields(const Charge& charge);
 

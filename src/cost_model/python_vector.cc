@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "cost_model/charge.h"
 #include "cost_model/vector.h"
 
 namespace py = pybind11;
@@ -50,6 +51,18 @@ VectorOpFigures ClassFigures(const py::object& given, VectorOpFigures defaults,
 }
 
 std::string Repr(double v) { return py::repr(py::float_(v)); }
+
+py::dict Fields(const LedgerFields& fields) {
+  py::dict d;
+  for (const auto& f : fields) {
+    const LedgerValue& v = f.second;
+    if (const auto* i = std::get_if<int64_t>(&v)) d[f.first] = py::int_(*i);
+    else if (const auto* x = std::get_if<double>(&v)) d[f.first] = py::float_(*x);
+    else if (const auto* b = std::get_if<bool>(&v)) d[f.first] = py::bool_(*b);
+    else d[f.first] = py::str(std::get<std::string>(v));
+  }
+  return d;
+}
 
 }  // namespace
 
@@ -134,7 +147,7 @@ void BindVector(py::module_& m) {
   py::class_<VectorCall>(
       m, "VectorCall",
       "One non-GEMM operator call (vector.h): op (layer_norm, rms_norm, softmax, gelu_tanh, "
-      "gelu_erf, silu, add, multiply, divide, rotary, take, mask, quantize, kv_write), the "
+      "gelu_erf, silu, add, multiply, divide, rotary, take, mask, quantize, kv_write, relu), the "
       "output's shape (its last axis is the row), bits_in (activations and parameters read), "
       "bits_out (None: bits_in), operand_elements (add / multiply / divide: the second "
       "operand's elements, None: the output's; rotary: the cos and sin tables' elements, "
@@ -210,5 +223,18 @@ void BindVector(py::module_& m) {
       .def_readonly("op_pj", &VectorCharge::op_pj)
       .def_readonly("buffer_pj", &VectorCharge::buffer_pj)
       .def_readonly("dram_pj", &VectorCharge::dram_pj)
-      .def_readonly("energy_pj", &VectorCharge::total_pj);
+      .def_readonly("energy_pj", &VectorCharge::total_pj)
+      .def("ledger_fields", [](const VectorCharge& c) {
+        py::dict d = Fields(VectorLedgerFields(c));
+        d["tensors"] = py::dict();
+        return d;
+      }, "The charge as the ledger's named fields (charge.h VectorLedgerFields: the same names "
+         "as Charge.ledger_fields), tensors empty.");
+  m.def("_vector_ledger_field_names", []() {
+    VectorCharge c;
+    c.call.shape = {1};
+    std::vector<std::string> names;
+    for (const auto& f : VectorLedgerFields(c)) names.push_back(f.first);
+    return names;
+  });
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 
@@ -17,7 +18,8 @@ namespace {
 constexpr const char* kClassNames[kVectorOpClasses] = {"add", "mul", "exp", "recip", "tanh"};
 constexpr const char* kOpNames[kVectorOps] = {
     "layer_norm", "rms_norm", "softmax", "gelu_tanh", "gelu_erf", "silu",     "add",
-    "multiply",   "divide",   "rotary",  "take",      "mask",     "quantize", "kv_write"};
+    "multiply",   "divide",   "rotary",  "take",      "mask",     "quantize", "kv_write",
+    "relu"};
 constexpr const char* kScheduleNames[] = {"pipelined", "serial"};
 
 std::string Joined(const char* const* names, int count) {
@@ -144,6 +146,16 @@ std::string SerializeVectorCall(const VectorCall& c) {
   return os.str();
 }
 
+size_t VectorCallHash::operator()(const VectorCall& c) const {
+  size_t h = std::hash<int>()(static_cast<int>(c.op));
+  auto mix = [&h](int64_t v) { h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+  for (int64_t d : c.shape) mix(d);
+  mix(c.bits_in);
+  mix(c.bits_out);
+  mix(c.operand_elements);
+  return h;
+}
+
 VectorOpCounts VectorOps(const VectorCall& c) {
   Validate(c);
   int64_t n = 1;
@@ -179,6 +191,8 @@ VectorOpCounts VectorOps(const VectorCall& c) {
     case VectorOp::kMask: return {n, 0, 0, 0, 0};
     // x (1 / scale) | round, clamp below, clamp above.
     case VectorOp::kQuantize: return {3 * n, n, 0, 0, 0};
+    // max(x, 0): one compare-select per element.
+    case VectorOp::kRelu: return {n, 0, 0, 0, 0};
   }
   return {};
 }

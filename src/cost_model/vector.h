@@ -89,10 +89,10 @@ void Validate(const EdgeDequantizer& edge);
 // The operator kinds the vector unit is charged for.
 enum class VectorOp {
   kLayerNorm, kRmsNorm, kSoftmax, kGeluTanh, kGeluErf, kSilu, kAdd, kMultiply, kDivide,
-  kRotary, kTake, kMask, kQuantize, kKvWrite,
+  kRotary, kTake, kMask, kQuantize, kKvWrite, kRelu,
 };
-constexpr int kVectorOps = 14;
-const char* VectorOpName(VectorOp op);  // "layer_norm", ..., "kv_write"
+constexpr int kVectorOps = 15;
+const char* VectorOpName(VectorOp op);  // "layer_norm", ..., "kv_write", "relu"
 VectorOp ParseVectorOp(const std::string& name);
 
 // One non-GEMM operator call as the cost model sees it.
@@ -129,6 +129,10 @@ struct VectorCharge {
   double latency_us = 0;
   VectorSchedule schedule = VectorSchedule::kPipelined;
   double op_pj = 0, buffer_pj = 0, dram_pj = 0, total_pj = 0;
+};
+// Hashing of calls, for the runtime's cache of charges per distinct call.
+struct VectorCallHash {
+  size_t operator()(const VectorCall& call) const;
 };
 VectorCharge ChargeVectorCall(const VectorCall& call, const VectorUnit& unit,
                               const MemoryHierarchy& memory, double clock_ghz);

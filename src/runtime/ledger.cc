@@ -17,6 +17,43 @@ GemmCall StepCall(const Step& step, const std::vector<int64_t>& c_shape, int64_t
                           step.bits_b, step.bits_c, step.recipe, step.scheme);
 }
 
+int EpilogueCount(const Step& step) {
+  return (step.has_bias ? 1 : 0) + (step.epilogue != Epilogue::kNone ? 1 : 0);
+}
+
+VectorCall EpilogueCall(const Step& step, int index, const std::vector<int64_t>& c_shape) {
+  VectorCall call;
+  call.shape = c_shape;
+  if (step.has_bias && index == 0) {
+    call.op = VectorOp::kAdd;
+    call.operand_elements = c_shape.back();  // one bias per output column
+    return call;
+  }
+  switch (step.epilogue) {
+    case Epilogue::kRelu: call.op = VectorOp::kRelu; break;
+    case Epilogue::kGelu: call.op = VectorOp::kGeluErf; break;
+    default: call.op = VectorOp::kGeluTanh; break;
+  }
+  return call;
+}
+
+std::string EpilogueEntryName(const Step& step, int index) {
+  if (step.has_bias && index == 0) return step.name + ".bias";
+  return step.name + "." + EpilogueName(step.epilogue);
+}
+
+std::shared_ptr<const VectorCharge> VectorChargeCache::Get(const VectorCall& call) {
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    auto it = cache_.find(call);
+    if (it != cache_.end()) return it->second;
+  }
+  auto charge = std::make_shared<const VectorCharge>(ChargeVectorCall(
+      call, accelerator_.vector, accelerator_.memory, accelerator_.hardware.clock_ghz));
+  std::unique_lock<std::shared_mutex> lock(mutex_);
+  return cache_.emplace(call, std::move(charge)).first->second;
+}
+
 void Ledger::Append(std::vector<LedgerEntry>* entries) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& e : *entries) entries_.push_back(std::move(e));
@@ -68,6 +105,12 @@ void WriteFields(std::ostream& os, const LedgerFields& fields) {
   }
 }
 
+void WriteVectorCharge(std::ostream& os, const VectorCharge& c) {
+  os << '{';
+  WriteFields(os, VectorLedgerFields(c));
+  os << ",\"recipe\":" << SerializeQuantRecipe(QuantRecipe{}) << ",\"tensors\":{}}";
+}
+
 // The charge's fields from the one table (charge.h ChargeLedgerFields), which
 // tenet_byoc.ledger's LedgerEntry and TensorTraffic declare by the same names.
 void WriteCharge(std::ostream& os, const Charge& c) {
@@ -105,26 +148,49 @@ std::string LedgerJson(const Ledger& ledger, const Descriptor& descriptor,
     const Program& p = descriptor.programs[i];
     os << (i ? "," : "") << "{\"symbol\":" << JsonQuote(p.symbol) << ",\"steps\":[";
     for (size_t s = 0; s < p.steps.size(); ++s) {
-      os << (s ? "," : "") << "{\"pattern\":" << JsonQuote(p.steps[s].pattern)
-         << ",\"name\":" << JsonQuote(p.steps[s].name)
-         << ",\"scheme\":" << JsonQuote(p.steps[s].scheme) << '}';
+      const Step& st = p.steps[s];
+      os << (s ? "," : "") << "{\"pattern\":" << JsonQuote(st.pattern)
+         << ",\"name\":" << JsonQuote(st.name) << ",\"scheme\":" << JsonQuote(st.scheme)
+         << ",\"epilogues\":[";
+      for (int j = 0; j < EpilogueCount(st); ++j) {
+        os << (j ? "," : "") << "{\"pattern\":\"epilogue\",\"name\":"
+           << JsonQuote(EpilogueEntryName(st, j)) << ",\"scheme\":\"none\"}";
+      }
+      os << "]}";
+    }
+    os << "]}";
+  }
+  // Vector programs follow the GEMM programs: a vector step's "program" counts from there.
+  for (const VectorProgram& vp : descriptor.vector_programs) {
+    os << ",{\"symbol\":" << JsonQuote(vp.symbol) << ",\"steps\":[";
+    for (size_t s = 0; s < vp.steps.size(); ++s) {
+      os << (s ? "," : "") << "{\"pattern\":" << JsonQuote(std::string("vector.") +
+                                                             VectorOpName(vp.steps[s].op))
+         << ",\"name\":" << JsonQuote(vp.steps[s].name)
+         << ",\"scheme\":" << JsonQuote(vp.steps[s].scheme) << '}';
     }
     os << "]}";
   }
   os << "],\"charges\":[";
-  std::unordered_map<const Charge*, size_t> ids;
+  std::unordered_map<const void*, size_t> ids;
   for (const LedgerEntry& e : entries) {
-    if (!e.charge || ids.count(e.charge.get())) continue;
+    const void* key = e.vector ? static_cast<const void*>(e.vector.get())
+                               : static_cast<const void*>(e.charge.get());
+    if (!key || ids.count(key)) continue;
     os << (ids.empty() ? "" : ",");
-    WriteCharge(os, *e.charge);
-    ids.emplace(e.charge.get(), ids.size());
+    if (e.vector) WriteVectorCharge(os, *e.vector);
+    else WriteCharge(os, *e.charge);
+    ids.emplace(key, ids.size());
   }
   os << "],\"entries\":[";
   for (size_t i = 0; i < entries.size(); ++i) {
     const LedgerEntry& e = entries[i];
-    os << (i ? "," : "") << "{\"call_index\":" << e.call_index << ",\"program\":" << e.program
-       << ",\"step\":" << e.step << ",\"tag\":" << e.tag << ",\"charge\":";
-    if (e.charge) os << ids.at(e.charge.get());
+    const size_t program = e.vector_step ? descriptor.programs.size() + e.program : e.program;
+    os << (i ? "," : "") << "{\"call_index\":" << e.call_index << ",\"program\":" << program
+       << ",\"step\":" << e.step << ",\"epilogue\":" << e.epilogue << ",\"tag\":" << e.tag
+       << ",\"charge\":";
+    if (e.vector) os << ids.at(e.vector.get());
+    else if (e.charge) os << ids.at(e.charge.get());
     else os << "null";
     os << '}';
   }

@@ -13,6 +13,7 @@
 
 #include "cost_model/charge.h"
 #include "cost_model/cost_model.h"
+#include "cost_model/vector.h"
 #include "runtime/program.h"
 
 namespace tenet {
@@ -25,12 +26,34 @@ namespace runtime {
  */
 GemmCall StepCall(const Step& step, const std::vector<int64_t>& c_shape, int64_t k);
 
-/*! \brief One charged GEMM: which step of which function, and what it was charged. */
+/*! \brief The vector call of a GEMM step's fused epilogue `index` (0: the bias add when the
+ *  step has a bias, then its activation) on an output of `c_shape`. */
+VectorCall EpilogueCall(const Step& step, int index, const std::vector<int64_t>& c_shape);
+/*! \brief How many epilogue operators a step has (bias, activation), and the name of one. */
+int EpilogueCount(const Step& step);
+std::string EpilogueEntryName(const Step& step, int index);
+
+/*! \brief One charged call: a GEMM step, its fused epilogue, or a vector step of a charge call. */
 struct LedgerEntry {
   uint64_t call_index;  // the module-wide count of function calls; a merged region's steps share it
-  uint32_t program, step;
+  uint32_t program, step;  // program: Descriptor::programs, or vector_programs for a vector step
   uint32_t tag;  // index into Ledger::Tags(), the phase set by the user ("prefill", ...)
   std::shared_ptr<const Charge> charge;  // null for an empty GEMM (a zero dim)
+  std::shared_ptr<const VectorCharge> vector;  // set for epilogues and vector steps
+  int32_t epilogue = -1;      // >= 0: the epilogue operator of GEMM step `step`
+  bool vector_step = false;   // a step of vector_programs[program]
+};
+
+/*! \brief VectorCharge remembered per distinct vector call (thread-safe, as ChargeCache). */
+class VectorChargeCache {
+ public:
+  explicit VectorChargeCache(const Accelerator& accelerator) : accelerator_(accelerator) {}
+  std::shared_ptr<const VectorCharge> Get(const VectorCall& call);
+
+ private:
+  const Accelerator& accelerator_;
+  std::shared_mutex mutex_;
+  std::unordered_map<VectorCall, std::shared_ptr<const VectorCharge>, VectorCallHash> cache_;
 };
 
 /*! \brief The append-only list of entries, safe to append to from several threads. */

@@ -204,6 +204,43 @@ Descriptor ParseDescriptor(const std::string& text) {
   } catch (const std::exception& e) {  // invalid_argument, or overflow_error on a count
     TVM_FFI_THROW(ValueError) << "tenet descriptor: " << e.what();
   }
+  // Optional: a module with nothing left on TVM's path (or a hand-written descriptor) has none.
+  const Json no_vector_functions = Json::array();
+  const Json& vector_functions = top.contains("vector_functions")
+                                     ? Get<Json>(top, "vector_functions", "the descriptor", true)
+                                     : no_vector_functions;
+  for (const Json& f : vector_functions) {
+    const Json& fobj = AsObject(f, "a vector function");
+    VectorProgram vp;
+    vp.symbol = Get<std::string>(fobj, "symbol", "a vector function");
+    const std::string where = "vector function '" + vp.symbol + "'";
+    const Json steps = Get<Json>(fobj, "steps", where, true);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const std::string swhere = where + " step " + std::to_string(i);
+      const Json& sobj = AsObject(steps[i], swhere);
+      VectorStep st;
+      st.name = Get<std::string>(sobj, "name", swhere);
+      st.scheme = Get<std::string>(sobj, "scheme", swhere);
+      try {
+        st.op = ParseVectorOp(Get<std::string>(sobj, "op", swhere));
+      } catch (const std::invalid_argument& e) {
+        TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere << ": " << e.what();
+      }
+      st.rank = Get<int64_t>(sobj, "rank", swhere);
+      CheckRank(st.rank, 1, swhere, "rank");
+      st.operand = Get<bool>(sobj, "operand", swhere);
+      const int64_t bits_in = Get<int64_t>(sobj, "bits_in", swhere);
+      const int64_t bits_out = Get<int64_t>(sobj, "bits_out", swhere);
+      if (bits_in < 1 || bits_in > 64 || bits_out < 1 || bits_out > 64) {
+        TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere
+                                  << " bits_in and bits_out must be integers in [1, 64]";
+      }
+      st.bits_in = static_cast<int>(bits_in);
+      st.bits_out = static_cast<int>(bits_out);
+      vp.steps.push_back(std::move(st));
+    }
+    descriptor.vector_programs.push_back(std::move(vp));
+  }
   std::vector<Program>& programs = descriptor.programs;
   for (const Json& f : Get<Json>(top, "functions", "the descriptor", true)) {
     const Json& fobj = AsObject(f, "a function");
@@ -322,10 +359,25 @@ std::string SerializeDescriptor(const Descriptor& descriptor) {
     functions.push_back(
         {{"symbol", p.symbol}, {"inputs", inputs}, {"outputs", outputs}, {"steps", steps}});
   }
+  OrderedJson vector_functions = OrderedJson::array();
+  for (const VectorProgram& vp : descriptor.vector_programs) {
+    OrderedJson steps = OrderedJson::array();
+    for (const VectorStep& st : vp.steps) {
+      steps.push_back({{"name", st.name},
+                       {"scheme", st.scheme},
+                       {"op", VectorOpName(st.op)},
+                       {"rank", st.rank},
+                       {"operand", st.operand},
+                       {"bits_in", st.bits_in},
+                       {"bits_out", st.bits_out}});
+    }
+    vector_functions.push_back({{"symbol", vp.symbol}, {"steps", steps}});
+  }
   // The accelerator as its own writer spells it (nlohmann reads back what it wrote).
   const OrderedJson top = {
       {"version", kDescriptorVersion},
       {"functions", functions},
+      {"vector_functions", vector_functions},
       {"accelerator", OrderedJson::parse(SerializeAccelerator(descriptor.accelerator))}};
   try {
     return detail::Dump(top, "tenet descriptor");

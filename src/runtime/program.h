@@ -11,13 +11,14 @@
 #include "cost_model/accelerator.h"
 #include "cost_model/charge.h"
 #include "cost_model/cost_model.h"
+#include "cost_model/vector.h"
 #include "runtime/gemm.h"
 
 namespace tenet {
 namespace runtime {
 
 /*! \brief The descriptor format this runtime reads; bumped on any incompatible change. */
-constexpr int64_t kDescriptorVersion = 5;
+constexpr int64_t kDescriptorVersion = 6;
 
 /*! \brief A tensor a program reads or writes: >= 0 is a function input, < 0 is -(step + 1). */
 using ValueRef = int64_t;
@@ -66,9 +67,30 @@ struct Program {
   std::vector<Step> steps;
 };
 
+/*! \brief One non-GEMM operator a Relax function runs on TVM's path and the vector unit is
+ *  charged for (tenet_byoc.vector_plan): its kind, widths, and how many numbers of the charge
+ *  call's shape it reads (its output's `rank` dims, then the second operand's elements when
+ *  `operand`). */
+struct VectorStep {
+  std::string name;    // the Relax binding's name (or the layer's), for reports
+  std::string scheme;  // "none", or the module's scheme for an activation quantize
+  VectorOp op = VectorOp::kAdd;
+  int64_t rank = 1;
+  bool operand = false;
+  int bits_in = 32, bits_out = 32;
+};
+
+/*! \brief The charge call a partitioned Relax function makes once per call (symbol
+ *  "tenet_vector.<function>"): one shape argument holding every step's numbers in order. */
+struct VectorProgram {
+  std::string symbol;
+  std::vector<VectorStep> steps;
+};
+
 /*! \brief Everything a tenet runtime module is made of, and what it serializes. */
 struct Descriptor {
   std::vector<Program> programs;
+  std::vector<VectorProgram> vector_programs;
   Accelerator accelerator;  // what the calls are charged to; the cost model's JSON form
 };
 

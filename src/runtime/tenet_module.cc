@@ -1,5 +1,6 @@
 // The "tenet" runtime module: the Relax VM calls its functions to run offloaded GEMMs.
 #include <tvm/ffi/cast.h>
+#include <tvm/ffi/container/shape.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/module.h>
@@ -63,9 +64,14 @@ bool SameDType(DLDataType a, DLDataType b) {
 class TenetModuleObj : public ffi::ModuleObj {
  public:
   explicit TenetModuleObj(Descriptor descriptor)
-      : descriptor_(std::move(descriptor)), costs_(descriptor_.accelerator) {
+      : descriptor_(std::move(descriptor)),
+        costs_(descriptor_.accelerator),
+        vector_costs_(descriptor_.accelerator) {
     for (size_t i = 0; i < descriptor_.programs.size(); ++i) {
       by_symbol_.emplace(descriptor_.programs[i].symbol, i);
+    }
+    for (size_t i = 0; i < descriptor_.vector_programs.size(); ++i) {
+      by_vector_symbol_.emplace(descriptor_.vector_programs[i].symbol, i);
     }
   }
 
@@ -83,6 +89,13 @@ class TenetModuleObj : public ffi::ModuleObj {
       const uint32_t index = static_cast<uint32_t>(it->second);
       return ffi::Function::FromPacked([self, this, index](ffi::PackedArgs args, ffi::Any*) {
         Run(index, args);
+      });
+    }
+    auto vit = by_vector_symbol_.find(std::string(name));
+    if (vit != by_vector_symbol_.end()) {
+      const uint32_t index = static_cast<uint32_t>(vit->second);
+      return ffi::Function::FromPacked([self, this, index](ffi::PackedArgs args, ffi::Any*) {
+        RunVector(index, args);
       });
     }
     if (name == "__tenet_ledger_json") {
@@ -163,18 +176,105 @@ class TenetModuleObj : public ffi::ModuleObj {
     const uint64_t call_index = ledger_.NextCallIndex();
     for (size_t s = 0; s < p.steps.size(); ++s) {
       const StepShape shape = RunStep(p, s, &frame);
-      if (charging) entries.push_back(ChargeStep(p, program_index, s, call_index, shape));
+      if (charging) {
+        entries.push_back(ChargeStep(p, program_index, s, call_index, shape));
+        if (entries.back().charge) ChargeEpilogues(p, program_index, s, call_index, shape, &entries);
+      }
     }
     CopyRepeatedOutputs(p, frame);
-    if (charging) {
+    if (charging) Record(&entries);
+  }
+
+  // The fused epilogue of a GEMM step (bias add, activation) on the vector unit, each its
+  // own entry after the GEMM's, sharing its call index.
+  void ChargeEpilogues(const Program& p, uint32_t program_index, size_t s, uint64_t call_index,
+                       const StepShape& shape, std::vector<LedgerEntry>* entries) {
+    const Step& st = p.steps[s];
+    for (int j = 0; j < EpilogueCount(st); ++j) {
+      LedgerEntry e;
+      e.call_index = call_index;
+      e.program = program_index;
+      e.step = static_cast<uint32_t>(s);
+      e.tag = ledger_.CurrentTag();
+      e.epilogue = j;
+      e.vector = ChargeVector(EpilogueCall(st, j, shape.c_shape), p.symbol, st.name);
+      entries->push_back(std::move(e));
+    }
+  }
+
+  std::shared_ptr<const VectorCharge> ChargeVector(const VectorCall& call,
+                                                   const std::string& symbol,
+                                                   const std::string& name) {
+    try {
+      return vector_costs_.Get(call);
+    } catch (const std::exception& err) {
+      TVM_FFI_THROW(ValueError) << "tenet: " << symbol << ": " << name
+                                << ": the cost model refused the vector call "
+                                << SerializeVectorCall(call) << ": " << err.what();
+    }
+    TVM_FFI_UNREACHABLE();
+  }
+
+  // The charge call a partitioned function makes (tenet_byoc.vector_plan): one shape argument
+  // with each vector step's output dims (and its second operand's elements), the VM having
+  // evaluated the symbolic ones. The operators themselves ran on TVM's path.
+  void RunVector(uint32_t index, ffi::PackedArgs args) {
+    const VectorProgram& vp = descriptor_.vector_programs[index];
+    if (args.size() != 1) {
+      TVM_FFI_THROW(ValueError) << "tenet: " << vp.symbol << ": expected one shape argument, got "
+                                << args.size();
+    }
+    auto shape = args[0].try_cast<ffi::Shape>();
+    if (!shape.has_value()) {
+      TVM_FFI_THROW(TypeError) << "tenet: " << vp.symbol << ": the argument is not a shape (got "
+                               << args[0].GetTypeKey() << ")";
+    }
+    const ffi::Shape& dims = *shape;
+    size_t want = 0;
+    for (const VectorStep& st : vp.steps) want += st.rank + (st.operand ? 1 : 0);
+    if (dims.size() != want) {
+      TVM_FFI_THROW(ValueError) << "tenet: " << vp.symbol << ": the shape argument has "
+                                << dims.size() << " numbers; its " << vp.steps.size()
+                                << " vector steps read " << want;
+    }
+    if (!charging_.load(std::memory_order_relaxed)) return;
+    const uint64_t call_index = ledger_.NextCallIndex();
+    std::vector<LedgerEntry> entries;
+    entries.reserve(vp.steps.size());
+    size_t at = 0;
+    for (size_t s = 0; s < vp.steps.size(); ++s) {
+      const VectorStep& st = vp.steps[s];
+      VectorCall call;
+      call.op = st.op;
+      call.bits_in = st.bits_in;
+      call.bits_out = st.bits_out;
+      call.shape.assign(dims.begin() + at, dims.begin() + at + st.rank);
+      at += st.rank;
+      if (st.operand) call.operand_elements = dims[at++];
+      if (Numel(call.shape) == 0) continue;  // an empty operator: nothing to charge
+      LedgerEntry e;
+      e.call_index = call_index;
+      e.program = index;
+      e.step = static_cast<uint32_t>(s);
+      e.tag = ledger_.CurrentTag();
+      e.vector_step = true;
+      e.vector = ChargeVector(call, vp.symbol, st.name);
+      entries.push_back(std::move(e));
+    }
+    Record(&entries);
+  }
+
+  // Appends a call's entries to the ledger and to the calling thread's open capture.
+  void Record(std::vector<LedgerEntry>* entries) {
+    {
       auto& captures = ThreadCaptures();
       if (!captures.empty()) {
         auto it = captures.find(this);
         if (it != captures.end()) {
-          it->second.insert(it->second.end(), entries.begin(), entries.end());
+          it->second.insert(it->second.end(), entries->begin(), entries->end());
         }
       }
-      ledger_.Append(&entries);
+      ledger_.Append(entries);
     }
   }
 
@@ -579,6 +679,8 @@ class TenetModuleObj : public ffi::ModuleObj {
   std::unordered_map<std::string, size_t> by_symbol_;
   GemmEngine gemm_;
   ChargeCache costs_;
+  VectorChargeCache vector_costs_;
+  std::unordered_map<std::string, size_t> by_vector_symbol_;
   Ledger ledger_;
   std::atomic<bool> charging_{true};
 };

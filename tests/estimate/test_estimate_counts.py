@@ -35,7 +35,9 @@ def test_llama_3_70b_macs_equal_the_hand_count(batch):
     prefill, decode = llama_3_70b_macs(2048, 2048, 128, batch)
     phases = ledger.group_by("phase")
     assert (phases["prefill"].macs, phases["decode"].macs) == (prefill, decode)
-    assert phases["prefill"].calls == 80 * 9 + 1 and phases["decode"].calls == 128 * (80 * 9 + 1)
+    gemms = [e for e in ledger if e.unit == "array"]  # vector entries beside them
+    assert sum(e.phase == "prefill" for e in gemms) == 80 * 9 + 1
+    assert sum(e.phase == "decode" for e in gemms) == 128 * (80 * 9 + 1)
     assert prefill / batch == pytest.approx(2 * 70.6e9 * 2048 / 2, rel=0.1)  # ~params x tokens
 
 
@@ -55,7 +57,8 @@ def test_gpt2_small_macs_and_keys_follow_context_len():
 def test_prefill_only_and_default_context():
     ledger = tenet_byoc.estimate("qwen2.5-0.5b", "per_token", "os16", prompt_len=9,
                                  decode_steps=0)
-    assert {e.phase for e in ledger} == {"prefill"} and len(ledger) == 24 * 9 + 1
+    assert {e.phase for e in ledger} == {"prefill"}
+    assert sum(e.unit == "array" for e in ledger) == 24 * 9 + 1
     ledger = tenet_byoc.estimate("qwen2.5-0.5b", prompt_len=9, decode_steps=1)
     qk = [e for e in ledger if e.phase == "decode" and e.name.endswith("attn.qk")]
     # Qwen2.5-0.5B: 14 query heads share 2 key/value heads; a decode row per query head.

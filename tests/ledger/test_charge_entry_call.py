@@ -64,7 +64,13 @@ def test_charge_of_entry_call_equals_every_entry(accelerator, scheme, tmp_path):
     # A fresh value equal to the built one: nothing is carried over from the run.
     again = Accelerator.from_json(acc.to_json())
     assert again == acc
+    assert {e.unit for e in book} == {"array", "vector"}
     for e in book:
+        if e.unit == "vector":  # the vector unit's entries: cost_model.charge_vector
+            fields = cm.charge_vector(e.vector_call, again).ledger_fields()
+            assert {n: fields[n] for n in CHARGE_FIELDS} == {n: getattr(e, n) for n in CHARGE_FIELDS}
+            assert fields["tensors"] == {} and not e.tensors
+            continue
         assert e.call.scheme == e.scheme and e.call.recipe == e.recipe
         fields = cm.charge(e.call, again).ledger_fields()
         got = {name: fields[name] for name in CHARGE_FIELDS}
@@ -75,13 +81,15 @@ def test_charge_of_entry_call_equals_every_entry(accelerator, scheme, tmp_path):
 
 def test_ledger_entry_declares_the_cost_models_fields():
     # The one schema: LedgerEntry's charge fields are the C++ table's names, in its order,
-    # except ``unit``, declared last with a default (a system's link entries are made in
-    # Python); ``chip`` and ``link_bytes`` are a system's, not a charge's.
+    # except ``unit``, declared with a default after the GEMM's fields (a system's link
+    # entries are made in Python), and the vector fields after it; ``chip`` and
+    # ``link_bytes`` are a system's, ``fused`` the runtime's, not a charge's.
     declared = [f for f in LedgerEntry.__dataclass_fields__
                 if f not in ("call_index", "symbol", "pattern", "name", "phase", "scheme",
-                             "recipe", "tensors", "chip", "link_bytes")]
-    assert declared[-1] == "unit" and "unit" in CHARGE_FIELDS
-    assert declared[:-1] == [f for f in CHARGE_FIELDS if f != "unit"]
+                             "recipe", "tensors", "chip", "link_bytes", "fused")]
+    assert "unit" in declared and "unit" in CHARGE_FIELDS
+    assert [f for f in declared if f != "unit"] == [f for f in CHARGE_FIELDS if f != "unit"]
+    assert cm._core._vector_ledger_field_names() == list(CHARGE_FIELDS)
     assert list(TensorTraffic.__dataclass_fields__) == list(
         cm._core._ledger_tensor_field_names())
 
@@ -97,7 +105,9 @@ def test_charged_on_another_accelerator_equals_a_run_built_for_it():
             real.accelerator, real.dataflow, real.clock_ghz)
         assert len(moved) == len(real)
         for m, r in zip(moved, real, strict=True):
-            assert (m.name, m.phase, m.scheme, m.call) == (r.name, r.phase, r.scheme, r.call)
+            assert (m.name, m.phase, m.scheme, m.unit) == (r.name, r.phase, r.scheme, r.unit)
+            assert (m.call if m.unit == "array" else m.vector_call) == (
+                r.call if r.unit == "array" else r.vector_call)
             assert {f: getattr(m, f) for f in CHARGE_FIELDS} == {
                 f: getattr(r, f) for f in CHARGE_FIELDS}, (acc.name, r.name)
             assert m.tensors == r.tensors

@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from ledger_testing import mlp_executable
+from ledger_testing import gemm_ledger, mlp_executable
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
 from tenet_byoc.models.gemms import model_gemms
@@ -54,23 +54,23 @@ def test_mlp_ledger_records_the_searched_mapping(objective):
     vm = relax.VirtualMachine(ex, tvm.cpu())
     x = tvm.runtime.tensor(np.zeros((5, 784), "float32"))
     vm["main"](x)
-    assert tenet_byoc.ledger(vm).mapping_searches == 2  # 784 -> 128 and 128 -> 10, batch 5
+    assert gemm_ledger(vm).mapping_searches == 2  # 784 -> 128 and 128 -> 10, batch 5
     vm["main"](x)  # the second run's calls are the cost cache's lookups: the same charges
-    book = tenet_byoc.ledger(vm)
+    book = gemm_ledger(vm)
     assert book.mapping_searches == 2
     assert len(book) == 4
     first, second = book.entries[:2], book.entries[2:]
     assert [e.mapping for e in first] == [e.mapping for e in second]
     _assert_ledger_is_the_search(book, acc)
     vm["main"](tvm.runtime.tensor(np.zeros((2, 784), "float32")))  # new shapes: searched
-    assert tenet_byoc.ledger(vm).mapping_searches == 4
+    assert gemm_ledger(vm).mapping_searches == 4
 
 
 def test_fixed_mapping_searches_nothing():
     _, ex = mlp_executable(preset("os16"))
     vm = relax.VirtualMachine(ex, tvm.cpu())
     vm["main"](tvm.runtime.tensor(np.zeros((3, 784), "float32")))
-    book = tenet_byoc.ledger(vm)
+    book = gemm_ledger(vm)
     assert len(book) == 2 and book.mapping_searches == 0
     assert book.entries[0].mapping == _default_mapping(preset("os16"), book.entries[0])
 
@@ -87,9 +87,9 @@ def test_tiny_gpt2_decode_ledger_records_the_searched_mapping():
     runner = GPT2Runner(config, random_params(config),
                         build=functools.partial(tenet_byoc.build, accelerator=acc))
     _, cache = runner.prefill(list(range(5)))
-    tenet_byoc.ledger(runner.vm).reset()
+    gemm_ledger(runner.vm).reset()
     runner.decode(3, cache)
-    _assert_ledger_is_the_search(tenet_byoc.ledger(runner.vm), acc)
+    _assert_ledger_is_the_search(gemm_ledger(runner.vm), acc)
 
 
 def _roofline(acc, g, bits, extra_read_bits, extra_ops) -> int:

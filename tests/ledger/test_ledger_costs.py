@@ -10,7 +10,13 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from ledger_testing import ir_matmul_shapes, memory_reference, mlp_executable, mlp_params
+from ledger_testing import (
+    gemm_ledger,
+    ir_matmul_shapes,
+    memory_reference,
+    mlp_executable,
+    mlp_params,
+)
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
@@ -59,7 +65,7 @@ def test_mlp_ledger_matches_ir_and_cost_model(hardware):
     vm = relax.VirtualMachine(ex, tvm.cpu())
     batch = 3
     vm["main"](tvm.runtime.tensor(np.zeros((batch, 784), "float32")))
-    book = tenet_byoc.ledger(vm)
+    book = gemm_ledger(vm)
     expected = ir_matmul_shapes(mod, "main", {"batch": batch})
     assert expected == [(1, 3, 128, 784), (1, 3, 10, 128)]  # the reference itself, by hand
     assert _shapes(book) == Counter(expected)
@@ -77,7 +83,7 @@ def test_k_group_entries_match_the_memory_core(scheme):
     vm = relax.VirtualMachine(tenet_byoc.build(mod, accelerator="os16"), tvm.cpu())
     rng = np.random.default_rng(0)
     vm["main"](tvm.runtime.tensor(rng.standard_normal((3, 784)).astype("float32")))
-    book = tenet_byoc.ledger(vm)
+    book = gemm_ledger(vm)
     assert len(book) == 2
     group = 32 if scheme == "mxfp4" else 64
     for e in book:
@@ -95,9 +101,9 @@ def tiny_gpt2():
 
 @pytest.mark.parametrize("seq_len", [1, 7])
 def test_gpt2_prefill_ledger_matches_ir_and_cost_model(tiny_gpt2, seq_len):
-    tenet_byoc.ledger(tiny_gpt2.vm).reset()
+    gemm_ledger(tiny_gpt2.vm).reset()
     tiny_gpt2.prefill(list(range(seq_len)))
-    book = tenet_byoc.ledger(tiny_gpt2.vm)
+    book = gemm_ledger(tiny_gpt2.vm)
     # The reference walks the exported module (before partitioning) with seq_len bound.
     expected = ir_matmul_shapes(tiny_gpt2.mod, "prefill", {"seq_len": seq_len})
     assert len(expected) == 6 * tiny_gpt2.config.n_layer + 1
@@ -111,7 +117,7 @@ def test_totals_and_groups_add_up():
     vm = relax.VirtualMachine(ex, tvm.cpu())
     for batch in (1, 2):
         vm["main"](tvm.runtime.tensor(np.zeros((batch, 784), "float32")))
-    book = tenet_byoc.ledger(vm)
+    book = gemm_ledger(vm)
     t = book.totals()
     assert t.calls == len(book) == 4
     assert t.cycles == sum(e.cycles for e in book)
@@ -120,7 +126,7 @@ def test_totals_and_groups_add_up():
         assert sum(g.macs for g in groups.values()) == t.macs
         assert sum(g.calls for g in groups.values()) == t.calls
     book.reset()
-    assert len(tenet_byoc.ledger(vm)) == 0
+    assert len(gemm_ledger(vm)) == 0
 
 
 @pytest.mark.slow
@@ -129,7 +135,7 @@ def test_gpt2_small_prefill_ledger_matches_ir_and_cost_model():
     runner = GPT2Runner(config, random_params(config), build=tenet_byoc.build)
     seq_len = 8
     runner.prefill(list(range(seq_len)))
-    book = tenet_byoc.ledger(runner.vm)
+    book = gemm_ledger(runner.vm)
     expected = ir_matmul_shapes(runner.mod, "prefill", {"seq_len": seq_len})
     assert len(expected) == 6 * config.n_layer + 1
     assert _shapes(book) == Counter(expected)

@@ -15,7 +15,7 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
-from ledger_testing import mlp_executable
+from ledger_testing import gemm_ledger, mlp_executable
 from tenet_byoc.hardware import preset
 from tenet_byoc.quantization import quantize
 
@@ -26,7 +26,7 @@ def test_memory_fields_in_csv_and_json(hardware):
     _, ex = mlp_executable(hardware)
     vm = relax.VirtualMachine(ex, tvm.cpu())
     vm["main"](tvm.runtime.tensor(np.ones((4, 784), "float32")))
-    book = tenet_byoc.ledger(vm)
+    book = gemm_ledger(vm)
     assert len(book) == 2
     for e in book:
         assert e.roofline_cycles <= e.cycles
@@ -61,7 +61,7 @@ def test_k_group_register_traffic_in_entries_csv_and_json(spec, group):
     vm = relax.VirtualMachine(ex, tvm.cpu())
     batch = 3
     vm["main"](tvm.runtime.tensor(np.ones((batch, 784), "float32")))
-    book = tenet_byoc.ledger(vm)
+    book = gemm_ledger(vm)
     assert [(e.m, e.n) for e in book] == [(batch, 128), (batch, 10)]
     assert book.entries[0].k >= 784 and book.entries[1].k == 128
     per_bit, psum_bits = acc.memory.register_pj_per_bit, acc.memory.psum_bits

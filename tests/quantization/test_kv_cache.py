@@ -138,7 +138,8 @@ def test_attention_calls_charged_at_kv_width_by_hand(tiny, mod, bits, scales_per
     tenet_byoc.set_phase(runner.vm, "decode")
     runner.decode(1, cache)
     h, d, length = config.n_head, config.head_dim, len(PROMPT) + 1
-    entries = [e for e in tenet_byoc.ledger(runner.vm).entries if e.phase == "decode"]
+    entries = [e for e in tenet_byoc.ledger(runner.vm).entries
+               if e.phase == "decode" and e.unit == "array"]
     qk = [e for e in entries if (e.batch, e.m, e.n, e.k) == (h, 1, length, d)]
     pv = [e for e in entries if (e.batch, e.m, e.n, e.k) == (h, 1, d, length)]
     assert len(qk) == len(pv) == config.n_layer

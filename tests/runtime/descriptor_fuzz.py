@@ -87,7 +87,7 @@ def base_descriptor(accelerator: dict) -> dict:
                         quant=recipe(place="weight", weight="group", weight_group=4))],
          "outputs": [{**spec("float32", 2), "source": -1}]},
     ]
-    return {"version": 5, "functions": functions, "accelerator": accelerator}
+    return {"version": 6, "functions": functions, "accelerator": accelerator}
 
 
 # ---------------------------------------------------------------- mutation

@@ -284,7 +284,7 @@ def _cmd_profile(args) -> int:
     report = vm.profile(func, *fargs)
     # The case knows its layers (h.0.attn.c_attn, fc0, ...) by call order: the table shows
     # them rather than the fused kernels' generated names.
-    entries = [e for r in report.calls for e in r.entries]
+    entries = [e for r in report.calls for e in r.entries if e.unit == "array"]
     report.name_layers(case.layer_names(phase, entries))
     print(report)
     if args.csv:

@@ -171,7 +171,9 @@ def _collect(result: SweepResult, case: Case, scheme: str, acc: Accelerator,
              entries: list[LedgerEntry], outputs: dict[str, PhaseOutput],
              errors: dict[str, tuple[float, float, float]], build_s: float) -> None:
     for phase in case.phases:
-        mine = [e for e in entries if e.phase == phase]
+        # The sweep's tables are the GEMMs' (the vector unit's entries are in the run's
+        # ledger, tenet_byoc.ledger / group_by("unit"), not yet in these tables).
+        mine = [e for e in entries if e.phase == phase and e.unit == "array"]
         layers = case.layer_names(phase, mine)
         weight_bytes = 0.0
         for e, layer in zip(mine, layers):

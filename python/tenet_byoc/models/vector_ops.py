@@ -1,0 +1,165 @@
+"""Every operator a prefill or decode call runs beside its GEMMs, from a model's config alone.
+
+The list the vector unit is charged for in a real run (``tenet_byoc.vector_plan`` classifies
+the built module's operators; the runtime charges them once per call, in binding order):
+embedding lookup, norms, rotary embeddings, KV-cache writes, the attention scale, the causal
+mask, softmax, residual adds, SwiGLU's product, activation quantization; the GEMMs' fused
+epilogues (bias, GELU) are listed with the GEMMs (:func:`gemm_epilogues`).
+``tests/estimate`` checks the list against a run's ledger entry for entry.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from .gpt2 import GPT2Config
+from .llama import LlamaConfig
+
+__all__ = ["VectorOpShape", "gemm_epilogues", "model_vector_ops"]
+
+
+class VectorOpShape(NamedTuple):
+    """One charged operator: kind, output shape, second operand's elements (0: none)."""
+
+    name: str
+    op: str
+    shape: tuple[int, ...]
+    operand: int = 0
+    bits_out: int = 32
+    quantize: bool = False  #: an activation quantization (charged under the scheme's name)
+
+
+def _residual_fused(config: Any, phase: str, batch: int, bias: bool, float_gemm: bool = True
+                    ) -> bool:
+    # A decode step of one sequence has static [1, 1, d] activations: the residual add after
+    # a linear layer without a bias of its own passes the bias pattern's check and runs as
+    # that GEMM's epilogue (patterns.py); a prefill's (symbolic rows) or a batch's does not.
+    # The quantized patterns take only a 1-D bias.
+    return phase == "decode" and batch == 1 and not bias and float_gemm
+
+
+def gemm_epilogues(config: Any, name: str, phase: str = "prefill", batch: int = 1,
+                   float_gemm: bool = True) -> list[str]:
+    """The fused epilogue operators of the GEMM ``name`` (bias add, activation), in order
+    (``float_gemm``: the linear layers run as float GEMMs, not quantized patterns)."""
+    if isinstance(config, LlamaConfig):
+        fused = _residual_fused(config, phase, batch, False, float_gemm)
+        if name.endswith("o_proj") and fused and not config.o_bias:
+            return ["add"]
+        if name.endswith("down_proj") and fused and not config.mlp_bias:
+            return ["add"]
+    if isinstance(config, GPT2Config):
+        if name.endswith(("attn.qk", "attn.pv", "lm_head")):
+            return []
+        return ["add", "gelu_tanh"] if name.endswith("mlp.c_fc") else ["add"]
+    if name.endswith(("q_proj", "k_proj", "v_proj")) and config.qkv_bias:
+        return ["add"]
+    if name.endswith("o_proj") and config.o_bias:
+        return ["add"]
+    if name.endswith(("gate_proj", "up_proj", "down_proj")) and getattr(config, "mlp_bias", False):
+        return ["add"]
+    return []
+
+
+def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int = 32,
+                     k_multiple: int = 1, batch: int = 1, float_gemm: bool = True
+                     ) -> list[VectorOpShape]:
+    """The non-GEMM operators of one call in the order a run charges them.
+
+    ``tokens`` as for :func:`tenet_byoc.models.gemms.model_gemms`; ``activation_bits`` < 32
+    adds a quantize entry before each linear layer (its K padded to ``k_multiple``).
+    """
+    prefill = phase == "prefill"
+    rows = tokens if prefill else 1
+    b = batch
+    out: list[VectorOpShape] = []
+
+    def q(name: str, k: int) -> None:
+        if activation_bits < 32:
+            kp = -(-k // k_multiple) * k_multiple
+            out.append(VectorOpShape(name + ".quantize", "quantize", (b, rows, kp), 0,
+                                     activation_bits, True))
+
+    def add(name, op, shape, operand=0):
+        out.append(VectorOpShape(name, op, tuple(shape), operand))
+
+    if isinstance(config, GPT2Config):
+        d, h, hd, ff = config.n_embd, config.n_head, config.head_dim, config.inner_dim
+        keys = tokens if prefill else tokens + 1
+        act = (b, rows, d)
+        add("wte", "take", act)
+        add("wpe", "add", act, rows * d)
+        for i in range(config.n_layer):
+            p = f"h.{i}."
+            add(p + "ln_1", "layer_norm", act)
+            q(p + "attn.c_attn", d)
+            add(p + "attn.k_cache", "kv_write", (b, h, rows, hd))
+            add(p + "attn.v_cache", "kv_write", (b, h, rows, hd))
+            add(p + "attn.scale", "multiply", (b, h, rows, keys), 1)
+            if prefill:
+                add(p + "attn.mask", "mask", (rows, rows))
+                add(p + "attn.masked", "add", (b, h, rows, rows), rows * rows)
+            add(p + "attn.softmax", "softmax", (b, h, rows, keys))
+            q(p + "attn.c_proj", d)
+            add(p + "attn.residual", "add", act, rows * d)
+            add(p + "ln_2", "layer_norm", act)
+            q(p + "mlp.c_fc", d)
+            q(p + "mlp.c_proj", ff)
+            add(p + "mlp.residual", "add", act, rows * d)
+        add("ln_f", "layer_norm", act)
+        q("lm_head", d)
+        return out
+    if not isinstance(config, LlamaConfig):
+        raise TypeError(f"config must be a GPT2Config or LlamaConfig, got {type(config).__name__}")
+    d, hd, ff = config.hidden_size, config.dim_per_head, config.intermediate_size
+    nh, nkv = config.num_attention_heads, config.num_key_value_heads
+    g, window = nh // nkv, config.window
+    keys = tokens if prefill else tokens + 1
+    if window and not prefill:
+        keys = min(window - 1, tokens) + 1
+    act = (b, rows, d)
+    rope = 2 * rows * hd
+    add("embed_tokens", "take", act)
+    for i in range(config.num_hidden_layers):
+        p = f"layers.{i}."
+        add(p + "input_layernorm", "rms_norm", act)
+        q(p + "self_attn.q_proj", d)
+        add(p + "self_attn.q_rotary", "rotary", (b, rows, nh, hd), rope)
+        q(p + "self_attn.k_proj", d)
+        add(p + "self_attn.k_rotary", "rotary", (b, rows, nkv, hd), rope)
+        if prefill and not window:
+            add(p + "self_attn.k_cache", "kv_write", (b, nkv, rows, hd))
+            q(p + "self_attn.v_proj", d)
+            add(p + "self_attn.v_cache", "kv_write", (b, nkv, rows, hd))
+        else:
+            q(p + "self_attn.v_proj", d)
+            if not prefill:
+                add(p + "self_attn.k_cache", "kv_write", (b, nkv, 1, hd))
+                add(p + "self_attn.v_cache", "kv_write", (b, nkv, 1, hd))
+        add(p + "self_attn.scale", "multiply", (b, nkv, g * rows, keys), 1)
+        if prefill:
+            add(p + "self_attn.mask", "mask", (rows, rows))
+            if window:
+                add(p + "self_attn.window_mask", "mask", (rows, rows))
+            add(p + "self_attn.masked", "add", (b, nkv, g, rows, rows), rows * rows)
+        add(p + "self_attn.softmax", "softmax", (b, nkv, g * rows, keys))
+        q(p + "self_attn.o_proj", nh * hd)
+        if prefill and window:
+            kept = min(window, rows)
+            add(p + "self_attn.k_cache", "kv_write", (b, nkv, kept, hd))
+            add(p + "self_attn.v_cache", "kv_write", (b, nkv, kept, hd))
+        if not _residual_fused(config, phase, batch, config.o_bias, activation_bits == 32
+                               and float_gemm):
+            add(p + "attn_residual", "add", act, rows * d)
+        add(p + "post_attention_layernorm", "rms_norm", act)
+        q(p + "mlp.gate_proj", d)
+        add(p + "mlp.silu", "silu", (b, rows, ff))
+        q(p + "mlp.up_proj", d)
+        add(p + "mlp.gate_x_up", "multiply", (b, rows, ff), rows * ff)
+        q(p + "mlp.down_proj", ff)
+        if not _residual_fused(config, phase, batch, config.mlp_bias, activation_bits == 32
+                               and float_gemm):
+            add(p + "mlp_residual", "add", act, rows * d)
+    add("norm", "rms_norm", act)
+    q("lm_head", d)
+    return out
