@@ -101,11 +101,11 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
                 add(p + "attn.masked", "add", (b, h, rows, rows), rows * rows)
             add(p + "attn.softmax", "softmax", (b, h, rows, keys))
             q(p + "attn.c_proj", d)
-            add(p + "attn.residual", "add", act, rows * d)
+            add(p + "attn.residual", "add", act, b * rows * d)
             add(p + "ln_2", "layer_norm", act)
             q(p + "mlp.c_fc", d)
             q(p + "mlp.c_proj", ff)
-            add(p + "mlp.residual", "add", act, rows * d)
+            add(p + "mlp.residual", "add", act, b * rows * d)
         add("ln_f", "layer_norm", act)
         q("lm_head", d)
         return out
@@ -150,16 +150,16 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
             add(p + "self_attn.v_cache", "kv_write", (b, nkv, kept, hd))
         if not _residual_fused(config, phase, batch, config.o_bias, activation_bits == 32
                                and float_gemm):
-            add(p + "attn_residual", "add", act, rows * d)
+            add(p + "attn_residual", "add", act, b * rows * d)
         add(p + "post_attention_layernorm", "rms_norm", act)
         q(p + "mlp.gate_proj", d)
         add(p + "mlp.silu", "silu", (b, rows, ff))
         q(p + "mlp.up_proj", d)
-        add(p + "mlp.gate_x_up", "multiply", (b, rows, ff), rows * ff)
+        add(p + "mlp.gate_x_up", "multiply", (b, rows, ff), b * rows * ff)
         q(p + "mlp.down_proj", ff)
         if not _residual_fused(config, phase, batch, config.mlp_bias, activation_bits == 32
                                and float_gemm):
-            add(p + "mlp_residual", "add", act, rows * d)
+            add(p + "mlp_residual", "add", act, b * rows * d)
     add("norm", "rms_norm", act)
     q("lm_head", d)
     return out
