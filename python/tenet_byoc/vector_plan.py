@@ -47,6 +47,13 @@ FREE = {
                  "fills, position rows): a table the accelerator holds; the entry that reads "
                  "it charges the read (rotary's tables, the mask, the add's operand)",
     "rotary": "part of a rotary embedding, charged whole as one rotary entry",
+    "rotary_table": "a batched call's cos/sin rows of each sequence's positions (positions to "
+                    "float, angles, cos, sin): rows of the rotary table the accelerator holds, "
+                    "as in the one-sequence functions; the rotary entries charge their reads "
+                    "(their operand counts every sequence's rows)",
+    "mask": "part of a batched call's per-sequence mask (key before the sequence's first "
+            "key, key after its query, outside the window): the mask is built from the "
+            "pads, real work, charged whole as one mask entry of its [B, 1, S, keys] shape",
     "quantize": "part of an activation quantization, charged whole as one quantize entry",
     "kv_write": "a KV-cache write, charged as kv_write of the new tokens",
     "kv_quantize": "the KV cache's own quantization (schemes +kvN): NOT charged yet (a known "
@@ -71,6 +78,12 @@ _KINDS = {
     "relax.tril": "mask",
 }
 _BINARY = ("add", "multiply", "divide")
+# Operators of a batched call's per-sequence mask condition (decoder.BatchLayout.mask).
+_MASK_OPS = {"relax.less", "relax.greater", "relax.less_equal", "relax.greater_equal",
+             "relax.logical_or", "relax.logical_and", "relax.equal", "relax.not_equal"}
+# Operators of a batched call's rotary table rows (after the positions' cast to float).
+_TABLE_OPS = {"relax.astype", "relax.multiply", "relax.concat", "relax.cos", "relax.sin",
+              "relax.reshape", "relax.permute_dims", "relax.expand_dims"}
 # The operators an activation quantization (tenet_byoc.quantize) is made of; a region of
 # them feeding a tenet call is one quantize entry when it rounds, clips or casts.
 _QUANT_OPS = {
@@ -279,6 +292,24 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
                 rotary[b.var] = tables
                 for v in (a, c, half, neg):
                     covered[v] = "rotary"
+                for t in (value_of[a].args[1], value_of[c].args[1]):
+                    _cover_table(t, value_of, positional, covered)
+
+    # A batched call's per-sequence mask: where(condition, MASK_VALUE, 0) of a condition
+    # computed from the pads (decoder.BatchLayout.mask).
+    masks = set()
+    for b in bindings:
+        if (_op_name(b.value) == "relax.where" and b.var not in covered
+                and b.var not in positional
+                and all(isinstance(x, tvm.ir.expr.Constant) for x in b.value.args[1:])):
+            masks.add(b.var)
+            stack = [b.value.args[0]]
+            while stack:
+                v = stack.pop()
+                if (v in value_of and v not in positional and v not in covered
+                        and _op_name(value_of[v]) in _MASK_OPS):
+                    covered[v] = "mask"
+                    stack += _args(value_of[v])
 
     for b in bindings:
         v, value = b.var, b.value
@@ -302,6 +333,10 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
             plan.free[label] = covered[v]
             continue
         kind = _KINDS.get(op)
+        if v in masks:
+            kind = "mask"
+        if op == "relax.maximum" and _is_zero(value.args[1]):
+            kind = "relu"  # a batched call's positions: pad slots' (negative) ones clamped to 0
         if kind == "mask":
             plan.ops.append(VectorOp("mask", label, tuple(_shape(v)), None))
             continue
@@ -330,6 +365,29 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
             operand = _numel(rest[0]) if rest and rest[0] is not None else _numel(out)
         plan.ops.append(VectorOp(kind, label, tuple(out), operand))
     return plan
+
+
+def _is_zero(expr) -> bool:
+    if not isinstance(expr, tvm.ir.expr.Constant):
+        return False
+    data = expr.value.numpy()
+    return data.size == 1 and float(data.reshape(-1)[0]) == 0.0
+
+
+def _cover_table(var, value_of, positional, covered) -> None:
+    """Mark a rotary table's float computation from the positions (a batched call's cos/sin
+    rows) as ``rotary_table``; the integer positions it is cast from stay as they are."""
+    stack = [var]
+    while stack:
+        v = stack.pop()
+        if v not in value_of or v in positional or v in covered:
+            continue
+        value = value_of[v]
+        if _op_name(value) not in _TABLE_OPS:
+            continue
+        covered[v] = "rotary_table"
+        if _op_name(value) != "relax.astype":  # the cast from the positions ends the table
+            stack += _args(value)
 
 
 def _reads_activation(value) -> bool:

@@ -100,18 +100,17 @@ def test_generate_batch_greedy_tokens_equal_generate_alone(model):
 
 
 def assert_same_charges(real, estimated):
-    # The GEMMs (unit "array"), entry for entry. The batched functions' own vector work
-    # (positions gathered per sequence, per-sequence masks and rotary tables) is not yet in
-    # estimate's vector list, nor all of it in the charge plan (a follow-up); batch-1 runs
-    # compare every unit (tests/estimate/test_estimate_vs_run.py).
-    real_gemms = [e for e in real.entries if e.unit == "array"]
-    estimated_gemms = [e for e in estimated.entries if e.unit == "array"]
-    assert len(estimated_gemms) == len(real_gemms)
-    for i, (r, e) in enumerate(zip(real_gemms, estimated_gemms, strict=True)):
+    # Every entry, in order: the GEMMs (unit "array") and the vector work, the batched
+    # functions' own included (positions per sequence, the per-sequence mask).
+    assert len(estimated.entries) == len(real.entries), (
+        [(e.name, e.op) for e in real.entries if e.unit == "vector"],
+        [(e.name, e.op) for e in estimated.entries if e.unit == "vector"])
+    for i, (r, e) in enumerate(zip(real.entries, estimated.entries, strict=True)):
         want = {f: getattr(r, f) for f in CHARGED}
         got = {f: getattr(e, f) for f in CHARGED}
         assert e.phase == r.phase
-        assert got == want, (i, r.name, e.name, {f for f in CHARGED if got[f] != want[f]})
+        assert got == want, (i, r.name, e.name, {f: (got[f], want[f]) for f in CHARGED
+                                                  if got[f] != want[f]})
 
 
 def ledger_of_batch(runner, prompts, steps):

@@ -68,10 +68,15 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
 
     ``tokens`` as for :func:`tenet_byoc.models.gemms.model_gemms`; ``activation_bits`` < 32
     adds a quantize entry before each linear layer (its K padded to ``k_multiple``).
+    ``batch`` > 1 lists the batched functions (``prefill_batch``/``decode_batch``): their
+    positions per sequence (prefill: slot minus pad, clamped at 0), the position rows
+    gathered per sequence, one per-sequence mask (pads and causality, built at the first
+    layer and reused) added to every layer's scores, decode included.
     """
     prefill = phase == "prefill"
     rows = tokens if prefill else 1
     b = batch
+    batched = batch > 1
     out: list[VectorOpShape] = []
 
     def q(name: str, k: int) -> None:
@@ -83,12 +88,27 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
     def add(name, op, shape, operand=0):
         out.append(VectorOpShape(name, op, tuple(shape), operand))
 
+    def positions(rows: int) -> None:
+        if prefill:  # slot - pad[b], then pad slots' negative positions clamped to 0
+            add("positions", "add", (b, rows), rows)
+            add("positions.clamp", "relu", (b, rows))
+
+    def batch_mask(i: int, prefix: str, keys: int) -> None:
+        if i == 0:
+            add(prefix + "batch_mask", "mask", (b, 1, rows, keys))
+
     if isinstance(config, GPT2Config):
         d, h, hd, ff = config.n_embd, config.n_head, config.head_dim, config.inner_dim
         keys = tokens if prefill else tokens + 1
         act = (b, rows, d)
-        add("wte", "take", act)
-        add("wpe", "add", act, rows * d)
+        if batched:
+            positions(rows)
+            add("wte", "take", act)
+            add("wpe", "take", act)
+            add("wpe.add", "add", act, b * rows * d)
+        else:
+            add("wte", "take", act)
+            add("wpe", "add", act, rows * d)
         for i in range(config.n_layer):
             p = f"h.{i}."
             add(p + "ln_1", "layer_norm", act)
@@ -96,7 +116,10 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
             add(p + "attn.k_cache", "kv_write", (b, h, rows, hd))
             add(p + "attn.v_cache", "kv_write", (b, h, rows, hd))
             add(p + "attn.scale", "multiply", (b, h, rows, keys), 1)
-            if prefill:
+            if batched:
+                batch_mask(i, p + "attn.", keys)
+                add(p + "attn.masked", "add", (b, h, rows, keys), b * rows * keys)
+            elif prefill:
                 add(p + "attn.mask", "mask", (rows, rows))
                 add(p + "attn.masked", "add", (b, h, rows, rows), rows * rows)
             add(p + "attn.softmax", "softmax", (b, h, rows, keys))
@@ -118,7 +141,9 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
     if window and not prefill:
         keys = min(window - 1, tokens) + 1
     act = (b, rows, d)
-    rope = 2 * rows * hd
+    rope = 2 * rows * hd * (b if batched else 1)  # a batch reads each sequence's rows
+    if batched:
+        positions(rows)
     add("embed_tokens", "take", act)
     for i in range(config.num_hidden_layers):
         p = f"layers.{i}."
@@ -137,7 +162,10 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
                 add(p + "self_attn.k_cache", "kv_write", (b, nkv, 1, hd))
                 add(p + "self_attn.v_cache", "kv_write", (b, nkv, 1, hd))
         add(p + "self_attn.scale", "multiply", (b, nkv, g * rows, keys), 1)
-        if prefill:
+        if batched:
+            batch_mask(i, p + "self_attn.", keys)
+            add(p + "self_attn.masked", "add", (b, nkv, g, rows, keys), b * rows * keys)
+        elif prefill:
             add(p + "self_attn.mask", "mask", (rows, rows))
             if window:
                 add(p + "self_attn.window_mask", "mask", (rows, rows))
