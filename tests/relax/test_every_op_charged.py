@@ -31,8 +31,9 @@ LLAMA = LlamaConfig.from_hf_dict(TINY_LLAMA)
 
 
 def modules():
-    yield "gpt2", export_gpt2(GPT2, random_params(GPT2))
-    yield "llama", export_llama(LLAMA, llama_params(LLAMA))
+    # batched=True: also prefill_batch / decode_batch (per-sequence positions and mask)
+    yield "gpt2", export_gpt2(GPT2, random_params(GPT2), batched=True)
+    yield "llama", export_llama(LLAMA, llama_params(LLAMA), batched=True)
     yield "mlp", mlp_module(random_mlp_params())
 
 
@@ -67,14 +68,20 @@ def test_every_operator_is_offloaded_charged_or_free_for_a_reason(scheme):
         plans = walk(part)
         for fn, plan in plans.items():
             kinds = collections.Counter(o.kind for o in plan.ops)
+            batched = fn.endswith("_batch")
+            # A batch's prefill computes positions (slot - pad, clamped at 0: an add and a
+            # relu); its one per-sequence mask, built at the first layer, is added to every
+            # layer's scores, decode included.
+            positions = int(fn == "prefill_batch")
+            assert kinds["relu"] == positions
             if model == "gpt2":
                 n = GPT2.n_layer
                 assert kinds["layer_norm"] == 2 * n + 1
                 assert kinds["softmax"] == kinds["kv_write"] // 2 == n
-                assert kinds["take"] == 1
-                assert kinds["mask"] == (n if fn == "prefill" else 0)
-                # embedding + position, two residuals a layer, the masked scores in prefill
-                assert kinds["add"] == 1 + 2 * n + (n if fn == "prefill" else 0)
+                assert kinds["take"] == (2 if batched else 1)  # a batch gathers position rows
+                assert kinds["mask"] == (1 if batched else n if fn == "prefill" else 0)
+                # embedding + position, two residuals a layer, the masked scores
+                assert kinds["add"] == 1 + 2 * n + (n if fn != "decode" else 0) + positions
                 assert kinds["multiply"] == n  # the attention scale
             elif model == "llama":
                 n = LLAMA.num_hidden_layers
@@ -82,6 +89,9 @@ def test_every_operator_is_offloaded_charged_or_free_for_a_reason(scheme):
                 assert kinds["rotary"] == 2 * n and kinds["silu"] == n
                 assert kinds["multiply"] == 2 * n  # the attention scale and SwiGLU's product
                 assert kinds["kv_write"] == 2 * n
+                if batched:
+                    assert kinds["mask"] == 1 and kinds["take"] == 1
+                    assert kinds["add"] == 3 * n + positions  # residuals, masked scores
             linears = {"gpt2": 4 * GPT2.n_layer + 1, "llama": 7 * LLAMA.num_hidden_layers + 1,
                        "mlp": 2}[model]
             assert kinds["quantize"] == (0 if scheme == "none" else linears)
