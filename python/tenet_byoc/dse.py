@@ -8,11 +8,13 @@ stages) and optional budgets; :func:`explore` estimates every point under every 
 alone: TTFT, TPOT, tokens/s, energy per token) beside its area at the space's node
 (:mod:`tenet_byoc.area`) and average power, and marks the Pareto fronts.
 
-Speed: a one-chip point's figures are sums over the model's distinct calls (each charged
-once, in a few microseconds: the accelerator value keeps its relations parsed), made once
-per set of points whose array, memory and precision agree (the key leaves the clock out:
-cycles and energy do not depend on it), never a ledger of entries; a point of several
-chips runs ``estimate(..., system=...)``. Points run in a local process pool
+Speed: a one-chip point's figures are sums over the model's distinct calls, its GEMMs and
+the vector unit's calls (each charged once, in a few microseconds: the accelerator value
+keeps its relations parsed), added by ``ledger.step_cycles``'s rule; a GEMM is charged once
+per set of points whose array, memory and precision agree, a vector call once per set whose
+vector unit and memory agree, and the sums are made once per set that differs only in the
+clock (cycles and energy do not depend on it), never a ledger of entries; a point of
+several chips runs ``estimate(..., system=...)`` (GEMMs and links). Points run in a local process pool
 (``executor="local"``), in this process (``"serial"``) or as Ray tasks (``"ray"``, the
 optional extra ``tenet-byoc[ray]``). Results are appended to a JSON-lines file as they
 finish, so an interrupted run resumes where it stopped.
@@ -700,12 +702,14 @@ def mark_fronts(results: Sequence[PointResult]) -> list[PointResult]:
 
 
 def _chunks(points: Sequence[DesignPoint], size: int) -> list[list[DesignPoint]]:
-    """Points grouped by charge key (so a worker reuses their charges), cut to ``size``."""
-    groups: dict[tuple, list[DesignPoint]] = {}
+    """Points grouped by array key, then charge key (so a worker reuses their GEMM charges
+    across vector units, and their sums across clocks), cut to ``size``."""
+    by_array: dict[tuple, dict[tuple, list[DesignPoint]]] = {}
     for p in points:
-        groups.setdefault(p.charge_key(), []).append(p)
+        by_array.setdefault(_array_key(p), {}).setdefault(p.charge_key(), []).append(p)
+    groups = [[p for same in array.values() for p in same] for array in by_array.values()]
     out, current = [], []
-    for group in groups.values():
+    for group in groups:
         if current and len(current) + len(group) > size:
             out.append(current)
             current = []
