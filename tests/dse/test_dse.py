@@ -15,7 +15,6 @@ import tenet_byoc
 from tenet_byoc import dse
 from tenet_byoc.experiments.estimate_cmd import phase_figures
 
-
 SCHEMES = ["none", "per_token", "q4f16_1"]
 # (32 GB/s, 1 GHz) and (64 GB/s, 2 GHz) are both 256 bits a cycle: one charge cache.
 SPACE = {"rows": [8, 16], "cols": [16], "dataflows": ["os", "ws"],
