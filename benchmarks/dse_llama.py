@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=10_000,
                         help="explore the first N points of the space (default all 10,000)")
     parser.add_argument("--genz-sample", type=int, default=20,
-                        help="points GenZ models (x 3 schemes), default 20")
+                        help="points GenZ models (x 3 schemes), default 20; 0 skips GenZ")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
@@ -92,6 +92,9 @@ def main() -> None:
           f"points/s; CPU: workers {workers_cpu:.1f} s, parent {parent_cpu:.1f} s, so at "
           f"most {parent_cpu + workers_cpu / args.workers:.1f} s on {args.workers} idle "
           f"cores); {fronts:,} (point, scheme) rows on a front")
+    if args.genz_sample == 0:
+        print(describe().line())
+        return
 
     from GenZ import ModelConfig
 

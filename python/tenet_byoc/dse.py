@@ -8,11 +8,13 @@ stages) and optional budgets; :func:`explore` estimates every point under every 
 alone: TTFT, TPOT, tokens/s, energy per token) beside its area at the space's node
 (:mod:`tenet_byoc.area`) and average power, and marks the Pareto fronts.
 
-Speed: a one-chip point's figures are sums over the model's distinct calls (each charged
-once, in a few microseconds: the accelerator value keeps its relations parsed), made once
-per set of points whose array, memory and precision agree (the key leaves the clock out:
-cycles and energy do not depend on it), never a ledger of entries; a point of several
-chips runs ``estimate(..., system=...)``. Points run in a local process pool
+Speed: a one-chip point's figures are sums over the model's distinct calls, its GEMMs and
+the vector unit's calls (each charged once, in a few microseconds: the accelerator value
+keeps its relations parsed), added by ``ledger.step_cycles``'s rule; a GEMM is charged once
+per set of points whose array, memory and precision agree, a vector call once per set whose
+vector unit and memory agree, and the sums are made once per set that differs only in the
+clock (cycles and energy do not depend on it), never a ledger of entries; a point of
+several chips runs ``estimate(..., system=...)`` (GEMMs and links). Points run in a local process pool
 (``executor="local"``), in this process (``"serial"``) or as Ray tasks (``"ray"``, the
 optional extra ``tenet-byoc[ray]``). Results are appended to a JSON-lines file as they
 finish, so an interrupted run resumes where it stopped.
@@ -33,7 +35,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import cost_model as cm
 from ._names import did_you_mean
@@ -388,17 +390,24 @@ class PointResult:
 
 
 def _plan(config: Any, scheme: str, prompt_len: int, decode_steps: int,
-          batch: int) -> list[tuple[str, cm.GemmCall, int]]:
-    """The distinct calls of an estimate with how often each occurs, per phase: the calls
-    ``tenet_byoc.estimate`` charges (tests/dse checks the sums equal its ledger's)."""
+          batch: int) -> _Plan:
+    """The distinct calls of an estimate with how often each occurs, per phase: the GEMMs
+    with their fused epilogues, and the other vector calls, as ``tenet_byoc.estimate``
+    charges them (tests/dse checks the sums equal its ledger's)."""
     from .codegen import gemm_charging
     from .models.gemms import model_gemms
+    from .models.vector_ops import gemm_epilogues, model_vector_ops
     from .quantization import get_scheme
 
     quant = get_scheme(scheme)
     hows = {"weight": gemm_charging(quant, "weight"), "key": gemm_charging(quant, "key"),
             "value": gemm_charging(quant, "value")}
-    counts: dict[tuple[str, cm.GemmCall], int] = {}
+    weights = hows["weight"]
+    activation_bits = min(32, weights.bits[0])
+    float_gemm = weights.scheme == "none"
+    gemms: dict[tuple, int] = {}
+    vectors: dict[tuple[str, tuple], int] = {}
+    epilogues: dict[tuple[str, str], list[str]] = {}  # by (phase, GEMM name): one look-up
     calls = ([("prefill", prompt_len)] if prompt_len else []) + [
         ("decode", prompt_len + i) for i in range(decode_steps)]
     for phase, tokens in calls:
@@ -407,20 +416,44 @@ def _plan(config: Any, scheme: str, prompt_len: int, decode_steps: int,
                 how = hows["key" if g.name.endswith("attn.qk") else "value"]
                 b, m = g.batch * batch, g.m
             else:
-                how, b, m = hows["weight"], g.batch, g.m * batch
+                how, b, m = weights, g.batch, g.m * batch
             k = -(-g.k // how.k_multiple) * how.k_multiple
             call = cm.GemmCall(m=m, n=g.n, k=k, batch=b, bits_a=how.bits[0],
                                bits_b=how.bits[1], bits_c=how.bits[2], scheme=how.scheme,
                                recipe=how.recipe)
-            counts[(phase, call)] = counts.get((phase, call), 0) + 1
-    return [(phase, call, n) for (phase, call), n in counts.items()]
+            ops = epilogues.get((phase, g.name))
+            if ops is None:
+                ops = epilogues[(phase, g.name)] = gemm_epilogues(config, g.name, phase, batch,
+                                                                  float_gemm)
+            fused = tuple((op, (b * m, g.n), (("operand_elements", g.n if op == "add"
+                                                else None),)) for op in ops)
+            gemms[(phase, call, fused)] = gemms.get((phase, call, fused), 0) + 1
+        for v in model_vector_ops(config, phase, tokens, activation_bits, weights.k_multiple,
+                                  batch, float_gemm):
+            call = (v.op, tuple(v.shape), (
+                ("bits_in", 32), ("bits_out", v.bits_out),
+                ("operand_elements", v.operand if v.operand else
+                 (None if v.op not in ("add", "multiply", "divide") else 0))))
+            vectors[(phase, call)] = vectors.get((phase, call), 0) + 1
+    return _Plan([(phase, call, fused, n) for (phase, call, fused), n in gemms.items()],
+                 [(phase, call, n) for (phase, call), n in vectors.items()])
+
+
+class _Plan(NamedTuple):
+    """One scheme's distinct calls with their counts: ``gemms`` as (phase, GemmCall, its
+    fused epilogues, count), ``vectors`` (the rest) as (phase, vector call, count). A vector
+    call is kept as ``(op, shape, keyword items)`` of its ``cm.VectorCall`` (which does not
+    pickle; the plan goes to worker processes)."""
+
+    gemms: list[tuple[str, cm.GemmCall, tuple, int]]
+    vectors: list[tuple[str, tuple, int]]
 
 
 @dataclass
 class _Job:
     """What every worker needs: the model's call plans per scheme and the run's settings."""
 
-    plans: dict[str, list]
+    plans: dict[str, _Plan]
     operands: dict[str, tuple[int, str]]  #: per scheme: its weight GEMMs' width and kind
     prompt_len: int
     decode_steps: int
@@ -434,8 +467,12 @@ class _Job:
 def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
     """Every scheme on every point. Points of one ``charge_key`` (they differ only in the
     clock) share one accelerator value, their per-phase totals of cycles and energy and their
-    area but for the DRAM interface, which follows the point's GB/s."""
+    area but for the DRAM interface, which follows the point's GB/s. The GEMMs' charges are
+    shared by points of one ``_array_key`` and the vector calls' by points of one
+    ``_vector_key``."""
     shared: dict[tuple, tuple] = {}
+    arrays: dict[tuple, dict] = {}
+    vectors: dict[tuple, dict] = {}
     out = []
     scale = job.table.logic_scale(job.node_nm)
     for point in points:
@@ -443,8 +480,14 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
         if found is None:
             acc = point.accelerator()
             parts = accelerator_area(acc, job.node_nm, job.table, point.formats_by_width)
-            totals = {scheme: _totals(job, point, acc, scheme, plan)
-                      for scheme, plan in job.plans.items()} if point.chips == 1 else {}
+            totals = {}
+            if point.chips == 1:
+                gemm_charges = arrays.setdefault(_array_key(point), {})
+                vector_charges = vectors.setdefault(_vector_key(point), {})
+                pipelined = acc.vector.schedule == "pipelined"
+                totals = {scheme: _totals(job, point, acc, scheme, plan, gemm_charges,
+                                          vector_charges, pipelined)
+                          for scheme, plan in job.plans.items()}
             found = shared[point.charge_key()] = (parts, totals)
         parts, totals = found
         area = 0.0
@@ -464,6 +507,20 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
                 latency_us, energy, reason = _system_totals(job, point, scheme)
             out.append(_result(job, point, area, scheme, latency_us, energy, reason))
     return out
+
+
+def _array_key(point: DesignPoint) -> tuple:
+    """What a GEMM's charge depends on: the charge key but for the vector unit."""
+    return (point.rows, point.cols, point.dataflow,
+            tuple(sorted(point.formats_by_width.items())), point.buffer_bytes,
+            point.dram_bits_per_cycle, point.register_bytes, point.mapping)
+
+
+def _vector_key(point: DesignPoint) -> tuple:
+    """What a vector call's charge depends on: the vector unit and the memory (buffer size,
+    DRAM bits per cycle; src/cost_model/vector.cc), not the array."""
+    return (point.vector_lanes, point.buffer_bytes, point.dram_bits_per_cycle,
+            point.register_bytes)
 
 
 def _operands(scheme: str) -> tuple[int, str]:
@@ -494,24 +551,52 @@ def _format_mismatch(point: DesignPoint, scheme: str, needs: tuple[int, str]) ->
     return ""
 
 
-def _totals(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
-            plan: list) -> tuple[dict[str, int], dict[str, float], str]:
-    """Cycles and energy (pJ) per phase of ``scheme`` on the point's accelerator, summed over
-    its distinct calls times their counts in the order of ``plan`` (as ``estimate``'s ledger
-    sums them; no entry is made), or the reason it cannot run. Each distinct call is charged
-    once (the accelerator value keeps its arrays prepared, so a charge is a few us)."""
+def _totals(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str, plan: _Plan,
+            gemm_charges: dict, vector_charges: dict,
+            pipelined: bool) -> tuple[dict[str, int], dict[str, float], str]:
+    """Cycles and energy (pJ) per phase of ``scheme`` on the point's accelerator, or the
+    reason it cannot run: ``estimate``'s ledger summed by ``ledger.step_cycles``'s rule (a
+    GEMM and its fused epilogues take max(GEMM, epilogues) under the ``pipelined`` vector
+    schedule, their sum under ``serial``; every other vector call adds; energy adds),
+    over the plan's distinct calls times their counts. No entry is made; each distinct
+    call is charged once per group (``gemm_charges``: its (cycles, pJ) by GemmCall and
+    scheme, for points of one ``_array_key``; ``vector_charges``: by the plan's vector call,
+    for points of one ``_vector_key``)."""
     cycles = {"prefill": 0, "decode": 0}
     energy = {"prefill": 0.0, "decode": 0.0}
     reason = _format_mismatch(point, scheme, job.operands[scheme])
-    for phase, call, n in [] if reason else plan:
-        try:
-            charge = cm.charge(call, acc)
-        except ValueError as err:
-            reason = f"{scheme} cannot run: {err}"
-            break
-        cycles[phase] += n * charge.memory.cycles
-        energy[phase] += n * charge.energy.total_pj
-    return cycles, energy, reason
+    if reason:
+        return cycles, energy, reason
+
+    def vector(call: tuple) -> tuple[int, float]:
+        found = vector_charges.get(call)
+        if found is None:
+            op, shape, kwargs = call
+            c = cm.charge_vector(cm.VectorCall(op, list(shape), **dict(kwargs)), acc)
+            found = vector_charges[call] = (c.cycles, c.energy_pj)
+        return found
+
+    try:
+        for phase, call, fused, n in plan.gemms:
+            found = gemm_charges.get(call)
+            if found is None:
+                c = cm.charge(call, acc)
+                found = gemm_charges[call] = (c.memory.cycles, c.energy.total_pj)
+            gemm, pj = found
+            hidden = 0
+            for v in fused:
+                v_cycles, v_pj = vector(v)
+                hidden += v_cycles
+                pj += v_pj
+            cycles[phase] += n * (max(gemm, hidden) if pipelined else gemm + hidden)
+            energy[phase] += n * pj
+        for phase, call, n in plan.vectors:
+            v_cycles, v_pj = vector(call)
+            cycles[phase] += n * v_cycles
+            energy[phase] += n * v_pj
+    except ValueError as err:
+        return cycles, energy, f"{scheme} cannot run: {err}"
+    return cycles, energy, ""
 
 
 def _system_totals(job: _Job, point: DesignPoint,
@@ -617,12 +702,14 @@ def mark_fronts(results: Sequence[PointResult]) -> list[PointResult]:
 
 
 def _chunks(points: Sequence[DesignPoint], size: int) -> list[list[DesignPoint]]:
-    """Points grouped by charge key (so a worker reuses their charges), cut to ``size``."""
-    groups: dict[tuple, list[DesignPoint]] = {}
+    """Points grouped by array key, then charge key (so a worker reuses their GEMM charges
+    across vector units, and their sums across clocks), cut to ``size``."""
+    by_array: dict[tuple, dict[tuple, list[DesignPoint]]] = {}
     for p in points:
-        groups.setdefault(p.charge_key(), []).append(p)
+        by_array.setdefault(_array_key(p), {}).setdefault(p.charge_key(), []).append(p)
+    groups = [[p for same in array.values() for p in same] for array in by_array.values()]
     out, current = [], []
-    for group in groups.values():
+    for group in groups:
         if current and len(current) + len(group) > size:
             out.append(current)
             current = []

@@ -15,12 +15,6 @@ import tenet_byoc
 from tenet_byoc import dse
 from tenet_byoc.experiments.estimate_cmd import phase_figures
 
-
-def _gemms(ledger):
-    """The estimate's GEMM entries: dse charges the array's calls (not the vector unit yet)."""
-    return tenet_byoc.Ledger([e for e in ledger.entries if e.unit == "array"],
-                             ledger.accelerator, ledger.dataflow, ledger.clock_ghz, [])
-
 SCHEMES = ["none", "per_token", "q4f16_1"]
 # (32 GB/s, 1 GHz) and (64 GB/s, 2 GHz) are both 256 bits a cycle: one charge cache.
 SPACE = {"rows": [8, 16], "cols": [16], "dataflows": ["os", "ws"],
@@ -59,7 +53,8 @@ def test_a_point_equals_estimate_of_its_accelerator_alone(serial, index):
                 with pytest.raises(ValueError):
                     tenet_byoc.estimate("gpt2", r.scheme, acc, **RUN)
             continue
-        ledger = _gemms(tenet_byoc.estimate("gpt2", r.scheme, acc, **RUN))
+        ledger = tenet_byoc.estimate("gpt2", r.scheme, acc, **RUN)
+        assert {e.unit for e in ledger.entries} == {"array", "vector"}
         pre, dec = phase_figures(ledger, r.scheme, RUN["prompt_len"], RUN["decode_steps"],
                                  RUN["batch"])
         assert r.ttft_ms == pytest.approx(pre.latency_ms, rel=1e-9)
@@ -217,7 +212,7 @@ def test_a_searched_mapping_point_equals_estimate_with_mapping_auto():
     assert (default.mapping, auto.mapping) == ("default", "auto")
     acc = auto.point().accelerator()
     assert acc.mapping == "auto" and acc.objective == "latency"
-    ledger = _gemms(tenet_byoc.estimate("gpt2", "per_token", acc, **RUN))
+    ledger = tenet_byoc.estimate("gpt2", "per_token", acc, **RUN)
     pre, dec = phase_figures(ledger, "per_token", RUN["prompt_len"], RUN["decode_steps"],
                              RUN["batch"])
     assert auto.ttft_ms == pytest.approx(pre.latency_ms, rel=1e-9)
@@ -247,8 +242,8 @@ def test_vector_lanes_and_chips_equal_estimate_of_that_system_alone():
         assert acc.vector.lanes == r.vector_lanes
         chips = r.tensor_parallel * r.pipeline_parallel
         if chips == 1:
-            # dse charges the GEMMs (and links): the array entries of estimate
-            ledger = _gemms(tenet_byoc.estimate("gpt2", r.scheme, acc, **RUN))
+            # one chip: every entry of estimate, the vector unit's too
+            ledger = tenet_byoc.estimate("gpt2", r.scheme, acc, **RUN)
         else:
             system = System(acc, chips=chips, tensor_parallel=r.tensor_parallel,
                             pipeline_parallel=r.pipeline_parallel,
@@ -268,6 +263,24 @@ def test_vector_lanes_and_chips_equal_estimate_of_that_system_alone():
     two = {r.scheme: r for r in rows if (r.tensor_parallel, r.pipeline_parallel) == (2, 1)
            and r.vector_lanes == 16}
     assert all(two[s].tpot_ms > one[s].tpot_ms / 2 for s in one)
+
+
+def test_vector_lanes_change_ttft_as_estimate_says():
+    # one chip, two points that differ only in the vector unit's lanes: the norms, softmax,
+    # residuals and epilogues run faster on 64 lanes, and by what estimate's ledgers say
+    space = {"rows": [8], "cols": [16], "pe_formats": [["int8", "fp16", "fp32"]],
+             "vector_lanes": [16, 64], "node_nm": 28}
+    narrow, wide = dse.explore("gpt2", ["per_token"], space, executor="serial", **RUN)
+    assert (narrow.vector_lanes, wide.vector_lanes) == (16, 64)
+    assert dataclasses.replace(narrow.point(), vector_lanes=64) == wide.point()
+    ttft = {}
+    for r in (narrow, wide):
+        ledger = tenet_byoc.estimate("gpt2", "per_token", r.point().accelerator(), **RUN)
+        ttft[r.vector_lanes] = phase_figures(ledger, "per_token", RUN["prompt_len"],
+                                             RUN["decode_steps"], RUN["batch"])[0].latency_ms
+    assert ttft[64] < ttft[16]
+    assert narrow.ttft_ms - wide.ttft_ms == pytest.approx(ttft[16] - ttft[64], rel=1e-9)
+    assert (narrow.ttft_ms, wide.ttft_ms) == pytest.approx((ttft[16], ttft[64]), rel=1e-12)
 
 
 def test_tensor_parallel_that_does_not_divide_the_heads_is_refused_on_its_point():
