@@ -3,6 +3,8 @@ partition as FuseOpsByPattern with every registered pattern (the reference)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import tvm
 from tvm import relax
@@ -11,14 +13,22 @@ from tenet_byoc.models.gpt2 import GPT2Config, export_gpt2, random_params
 from tenet_byoc.models.mlp import mlp_module, random_mlp_params
 from tenet_byoc.partition import _ops_in, _required_ops, partition_for_tenet
 from tenet_byoc.patterns import tenet_patterns
-from tenet_byoc.quantization import quantize
+from tenet_byoc.quantization import RECIPE_ATTR, SCHEME_ATTR, quantize
+from tenet_byoc.vector_plan import insert_charge_calls
 
 
-def _reference(mod: tvm.IRModule, merge: bool) -> tvm.IRModule:
-    """FuseOpsByPattern with all patterns, then the stamps partition_for_tenet adds."""
+def _reference(mod: tvm.IRModule, merge: bool, scheme: str) -> tvm.IRModule:
+    """FuseOpsByPattern with all patterns, then the vector unit's charge calls that
+    partition_for_tenet appends (the stamps on the composites are compared apart)."""
     out = relax.transform.FuseOpsByPattern(
         tenet_patterns(), bind_constants=False, annotate_codegen=not merge)(mod)
-    return relax.transform.MergeCompositeFunctions()(out) if merge else out
+    out = relax.transform.MergeCompositeFunctions()(out) if merge else out
+    bits = None
+    if mod.attrs is not None and RECIPE_ATTR in mod.attrs:
+        bits = json.loads(str(mod.attrs[RECIPE_ATTR]))["bits"][0]
+    scheme_name = str(mod.attrs[SCHEME_ATTR]) if mod.attrs is not None and SCHEME_ATTR in \
+        mod.attrs else "unnamed"
+    return insert_charge_calls(out, scheme_name, bits)[0]
 
 
 def _without_stamps(mod: tvm.IRModule) -> tvm.IRModule:
@@ -44,7 +54,7 @@ def test_prefiltered_partition_equals_all_patterns(model, scheme):
     kept = [p.name for p in tenet_patterns() if _required_ops(p.pattern) <= used]
     assert 0 < len(kept) < len(tenet_patterns())  # the filter keeps some and drops some
     tvm.ir.assert_structural_equal(_without_stamps(partition_for_tenet(mod, "os16")),
-                                   _reference(mod, merge))
+                                   _reference(mod, merge, scheme))
 
 
 def test_required_ops_of_a_pattern():
