@@ -3,18 +3,8 @@
 The options are parsed by :mod:`tenet_byoc_cli` (without loading TVM); :func:`run_command`
 checks what the parser kept as typed (design files, scheme spec strings) and runs the command.
 
-Examples
---------
-    tenet-byoc sweep --out results           # GPT-2 small + MLP, the 7 classic schemes, os16, ws16
-    tenet-byoc sweep --quick --out results   # a shorter prompt, three schemes, one array
-    tenet-byoc run --model gpt2 --scheme w4a16_group128 --accelerator ws16
-    tenet-byoc run --model mlp --tenet-p systolic.p --tenet-m matmul_systolic_os.m
-    tenet-byoc profile --model gpt2 --gpt2-config tiny --phase decode
-    tenet-byoc eval --checkpoint gpt2-folder --text wiki.txt --schemes none,w8a8_per_tensor
-    tenet-byoc presets
-    tenet-byoc estimate --model llama-3-70b --schemes none,q4f16_1 --accelerator os128
-    tenet-byoc report results                # results/report.html, one self-contained page
-    tenet-byoc dse --model llama-3-8b --schemes none,per_token --space space.yaml --out dse
+The commands and an example of each: :mod:`tenet_byoc_cli.parser`'s docstring, or
+`tenet-byoc --help`.
 """
 
 from __future__ import annotations
