@@ -95,10 +95,9 @@ def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(title="scheme (front)")
     fig.suptitle(title)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
+    from .plots import save_figure
+
+    return save_figure(fig, path, dpi=110)
 
 
 def _settings(args: argparse.Namespace, space_text: str) -> dict:

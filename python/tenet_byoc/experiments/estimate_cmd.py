@@ -184,10 +184,9 @@ def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint]
                 ax.set_xlabel(label)
     axes[0][0].legend(title="scheme")
     fig.suptitle(title)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
+    from .plots import save_figure
+
+    return save_figure(fig, path, dpi=110)
 
 
 # ----------------------------------------------------------------------------------------

@@ -72,10 +72,11 @@ def _short(scheme: str) -> str:
     return "\n".join([head, *rest.split("_")]) if rest else head
 
 
-def _save(fig, path: str | Path) -> Path:
+def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:
+    """Write ``fig`` to ``path`` (its folder made if missing), cropped to its content."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
     return path
 
 
@@ -135,7 +136,7 @@ def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
     ax.set_axisbelow(True)
     if len(parts) > 1:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: str = "gpt2",
@@ -170,7 +171,7 @@ def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: st
                        bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{model}: {label} per quantization scheme, prefill vs decode")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
@@ -212,7 +213,7 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     fig.suptitle("accelerator cost against output error across quantization schemes")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def save_plots(result: SweepResult, out_dir: str | Path) -> list[Path]:

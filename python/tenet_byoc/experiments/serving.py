@@ -285,7 +285,6 @@ def plot_serving(figures: Sequence[ServingFigures], path: str | Path, title: str
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(title="scheme (* largest batch meeting the targets)")
     fig.suptitle(title)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
+    from .plots import save_figure
+
+    return save_figure(fig, path, dpi=110)
