@@ -1,20 +1,23 @@
 """GEMM speed: the tenet-offloaded build against numpy's matmul (and TVM's own build), same data.
 
 Each row times numpy and the tenet build in alternating rounds in one process (as a user
-mixes them), so both see the same machine state; the ratio is of the two medians. The
+mixes them), so both see the same machine state; the ratio is of the two medians. Each
+timed call starts once the process's threads are idle (``--back-to-back`` drops that wait:
+numpy's OpenBLAS workers then spin through the next call and halve it). The
 header names the CPU, the ISA oneDNN runs and the int8 path taken. The last table repeats
 the small calls with one competing busy process on the machine. Asserts nothing beyond
 the results being right. Prints markdown and writes it, with the machine and the load average
 before and after, to ``benchmarks/results/gemm.md`` (``--out``).
 
-Run: python benchmarks/gemm.py [--skip-tvm] [--rounds N] [--out FILE]
+Run: python benchmarks/gemm.py [--skip-tvm] [--rounds N] [--cpu-time] [--back-to-back]
+     [--out FILE]
 """
 
 from __future__ import annotations
 
 # isort: off
 # First: it sets OMP_WAIT_POLICY before tvm loads libgomp (see machine.py).
-from machine import describe, load_now
+from machine import describe, load_now, wait_idle
 # isort: on
 
 import argparse
@@ -76,6 +79,10 @@ def int8_linear_module(m: int, k: int, n: int) -> tvm.IRModule:
 #: over all its threads (what each kernel costs, whatever share of the cores it was given).
 CLOCK: Callable[[], float] = time.perf_counter
 
+#: Whether each timed call waits for the process's threads to go idle first
+#: (machine.wait_idle); --back-to-back turns it off to show what a spinning pool costs.
+SETTLE = True
+
 
 def alternating_medians(
     fns: dict[str, Callable[[], object]], rounds: int, min_time: float = 0.5
@@ -83,8 +90,10 @@ def alternating_medians(
     """Median seconds per call of each function, timed in alternating rounds.
 
     Every round calls each function once, in an order that flips from round to round, so
-    none of them always runs first after the other's caches or threads. Times are read
-    from :data:`CLOCK`.
+    none of them always runs first after the other's caches or threads, and (with
+    :data:`SETTLE`) each call starts once the process's threads are idle: numpy's OpenBLAS
+    workers spin for about 0.1 s after a call and would otherwise hold a core through the
+    next contender's. Times are read from :data:`CLOCK`.
     """
     for fn in fns.values():
         fn()  # warm-up: primitive creation, page faults, thread start
@@ -94,6 +103,8 @@ def alternating_medians(
     r = 0
     while r < rounds or time.perf_counter() - start < min_time:
         for name in names if r % 2 == 0 else reversed(names):
+            if SETTLE:
+                wait_idle()
             t0 = CLOCK()
             fns[name]()
             times[name].append(CLOCK() - t0)
@@ -167,11 +178,16 @@ def main() -> None:
                         help="time calls in process CPU time over all threads, not wall time "
                              "(kernels compared on a shared machine; GFLOP/s are then per "
                              "CPU second)")
+    parser.add_argument("--back-to-back", action="store_true",
+                        help="start each timed call at once, not after the process's threads "
+                             "are idle (shows what numpy's spinning OpenBLAS workers cost the "
+                             "call after them)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="markdown file to write")
     args = parser.parse_args()
-    global CLOCK
+    global CLOCK, SETTLE
     if args.cpu_time:
         CLOCK = time.process_time
+    SETTLE = not args.back_to_back
     rng = np.random.default_rng(0)
     machine = describe()
     lines: list[str] = []
@@ -185,7 +201,10 @@ def main() -> None:
     emit(f"Measured {machine.line()}; OMP_WAIT_POLICY={tenet_byoc.cpu_info().omp_wait_policy}. "
           "Ratios are of medians over alternating rounds in one process"
           f"{', timed in process CPU time over all threads (--cpu-time)' if args.cpu_time else ''}"
-          ". Produced by `benchmarks/gemm.py`.\n")
+          + ("; each call started back to back (--back-to-back), so a call may share the "
+             "cores with the previous contender's still-spinning threads" if args.back_to_back
+             else "; each call started once the process's threads were idle")
+          + ". Produced by `benchmarks/gemm.py`.\n")
 
     emit("float32 GEMM, x @ W^T, alternating rounds in one process:\n")
     emit("| M x K x N | numpy GFLOP/s | tenet GFLOP/s | tenet / numpy | TVM GFLOP/s | tenet / TVM |")

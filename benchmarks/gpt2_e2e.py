@@ -17,7 +17,7 @@ from __future__ import annotations
 
 # isort: off
 # First: it sets OMP_WAIT_POLICY before tvm loads libgomp (see machine.py).
-from machine import describe, load_now
+from machine import describe, load_now, wait_idle
 # isort: on
 
 import argparse
@@ -45,7 +45,9 @@ def interleaved_times(fns: dict, rounds: int) -> dict[str, list[float]]:
     """Seconds of each function, timed in alternating rounds after two warm-ups each.
 
     Alternating keeps the comparison fair on a machine shared with other work: a burst of
-    load slows every contender's round, not just one of them.
+    load slows every contender's round, not just one of them. Each timed call starts once
+    the process's threads are idle (``machine.wait_idle``), so no contender's spinning
+    thread pool runs into the next one's call.
     """
     for fn in fns.values():
         fn()  # first call: oneDNN primitives, cost-model cache, allocator, page faults
@@ -53,12 +55,46 @@ def interleaved_times(fns: dict, rounds: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            wait_idle()
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
     return times
 
 
+
+
+def gemm_rate(tenet_gemm=None) -> tuple[float, str]:
+    """The best float32 GEMM rate (FLOP/s) measured here, on GPT-2's largest prefill shape.
+
+    numpy's ``x @ W.T`` and, when given, the tenet build of the same GEMM, each the median of
+    5 calls after a warm-up (every call from an idle process): the faster of the two bounds
+    how fast any float32 prefill can run its GEMMs on this machine.
+    """
+    m, k, n = 1024, 768, 3072
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((m, k)).astype("float32")
+    w = rng.standard_normal((n, k)).astype("float32")
+    fns = {"numpy": lambda: x @ w.T}
+    if tenet_gemm is not None:
+        fns["tenet"] = tenet_gemm(x, w)
+    times = interleaved_times(fns, 5)
+    best = min(fns, key=lambda name: statistics.median(times[name]))
+    return 2.0 * m * k * n / statistics.median(times[best]), f"{best}, {m}x{k}x{n}"
+
+
+def tenet_linear(x: np.ndarray, w: np.ndarray):
+    """``x @ w.T`` through the tenet build, as a no-argument function."""
+    xv = relax.Var("x", relax.TensorType(x.shape, "float32"))
+    wv = relax.Var("w", relax.TensorType(w.shape, "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [xv, wv]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.matmul(xv, bb.emit(relax.op.permute_dims(wv))))
+        bb.emit_func_output(y)
+    vm = relax.VirtualMachine(tenet_byoc.build(bb.get()), tvm.cpu())
+    tx, tw = tvm.runtime.tensor(x), tvm.runtime.tensor(w)
+    return lambda: vm["main"](tx, tw)
 
 
 # ----------------------------------------------------------------------------------------
@@ -190,6 +226,17 @@ def main() -> None:
                       f"{torch_err:.1e}")])
         notes.append(f"tenet / PyTorch eager time at {args.tokens} tokens: "
                      f"**{tenet_s / torch_s:.2f}** (target <= 0.5)")
+    rate, rate_what = gemm_rate(tenet_linear)
+    gemm_flop = 2.0 * gpt2_matmul_macs(config, args.tokens)
+    floor_s = gemm_flop / rate
+    floor = (f"GEMM floor: the prefill's matmuls are {gemm_flop / 1e9:.1f} GFLOP; at the best "
+             f"float32 GEMM rate measured in this run ({rate / 1e9:.0f} GFLOP/s, {rate_what}) "
+             f"they alone take {floor_s * 1e3:.0f} ms, {floor_s / tenet_s:.2f} of the tenet "
+             "prefill")
+    if torch is not None:
+        floor += (f" and {floor_s / median['torch']:.2f} of PyTorch's: a float32 prefill at "
+                  f"0.5x PyTorch's time would need {median['torch'] * 0.5e3:.0f} ms")
+    notes.append(floor)
 
     if not args.skip_tvm:
         t0 = time.perf_counter()

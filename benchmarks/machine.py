@@ -14,6 +14,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import datetime
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,25 @@ def describe() -> Machine:
         cpu=info.model, isa=info.isa, int8_path=info.int8_path, threads=info.threads,
         logical_cpus=os.cpu_count() or 1, load_before=os.getloadavg(),
     )
+
+
+def wait_idle(window: float = 0.005, busy: float = 0.05, limit: float = 1.0) -> float:
+    """Sleep until this process's own threads are idle; return the seconds waited.
+
+    A BLAS or runtime thread pool keeps its workers spinning for a while after a call
+    returns (OpenBLAS's for about 0.1 s by default, TVM's for a spin count): in back-to-back
+    alternation they hold a core through the next contender's call and halve its speed, so
+    the figure measures the previous contender's idle threads, not the kernel. Each timed
+    call of the benchmarks starts after this: the process has used under ``busy`` of a
+    core over a ``window`` of sleep (at most ``limit`` seconds are waited).
+    """
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit:
+        c0, t0 = time.process_time(), time.perf_counter()
+        time.sleep(window)
+        if time.process_time() - c0 < busy * (time.perf_counter() - t0):
+            break
+    return time.perf_counter() - start
 
 
 def load_now() -> tuple[float, float, float]:

@@ -12,9 +12,9 @@ import pytest
 
 import tenet_byoc
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.hardware import PRESETS, Accelerator, preset
 from tenet_byoc.ledger import CHARGE_FIELDS, LedgerEntry, TensorTraffic
-from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
+from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, export_gpt2, random_params
 from tenet_byoc.quantization import quantize
 
 # TENET's own file format: the 8 x 8 systolic array of its systolic.p (L1 256 B, L2 1 KiB,
@@ -34,11 +34,14 @@ def _tenet_file_accelerator(tmp_path) -> Accelerator:
     return Accelerator.from_tenet_files(tmp_path / "array.p", tmp_path / "ws.m")
 
 
-def _run(accelerator: Accelerator, scheme: str):
+def _run(accelerator: Accelerator, scheme: str, quantized=None):
+    """The ledger of a GPT-2 tiny prefill built for ``accelerator`` (``quantized``: the
+    exported module already quantized with ``scheme``, shared by several builds)."""
     config = GPT2Config.preset("tiny")
     runner = GPT2Runner(
         config, random_params(config, seed=5), bind_params=True,
-        build=lambda mod: tenet_byoc.build(quantize(mod, scheme), accelerator=accelerator),
+        build=lambda mod: tenet_byoc.build(quantized if quantized is not None
+                                           else quantize(mod, scheme), accelerator=accelerator),
     )
     runner.prefill([3, 1, 4, 1, 5, 9, 2])
     return tenet_byoc.ledger(runner.vm)
@@ -94,20 +97,46 @@ def test_ledger_entry_declares_the_cost_models_fields():
         cm._core._ledger_tensor_field_names())
 
 
-def test_charged_on_another_accelerator_equals_a_run_built_for_it():
-    # One run on os16, re-charged on three others, against runs really built for each.
-    scheme = "w8a8_per_channel_per_token"
-    base = _run(preset("os16"), scheme)
-    for acc in (preset("ws16"), preset("os16_mp"), preset("tpu_v1", mapping="auto")):
-        real = _run(acc, scheme)
+#: The schemes the re-charge is checked under: float, int8 x int8 and int4 weights.
+RECHARGE_SCHEMES = ("none", "w8a8_per_channel_per_token", "w4a16_group128")
+
+
+def _every_accelerator() -> list[Accelerator]:
+    """Every preset with its own mapping, and each again with the mapping searched."""
+    return [preset(name) for name in PRESETS] + [preset(name, mapping="auto")
+                                                 for name in PRESETS]
+
+
+@pytest.mark.parametrize("scheme", RECHARGE_SCHEMES)
+def test_charged_on_every_preset_equals_a_run_built_for_it(scheme):
+    # One run on os16, re-charged on every preset (mapping="auto" included), against a run
+    # really built for each: the same entries, names, calls, charges and tensor traffic.
+    config = GPT2Config.preset("tiny")
+    quantized = quantize(export_gpt2(config, random_params(config, seed=5)), scheme)
+    base = _run(preset("os16"), scheme, quantized)
+    refused = []
+    for acc in _every_accelerator():
+        try:
+            real = _run(acc, scheme, quantized)
+        except ValueError as err:
+            # A design the run refuses (no mapping in the space fits its buffers) is refused
+            # by the re-charge as well, naming the accelerator.
+            assert "refused" in str(err) or "fits" in str(err)
+            with pytest.raises(ValueError, match=f"accelerator {acc.name!r} cannot charge"):
+                base.charged_on(acc)
+            refused.append((acc.name, acc.mapping))
+            continue
         moved = base.charged_on(acc)
         assert (moved.accelerator, moved.dataflow, moved.clock_ghz) == (
             real.accelerator, real.dataflow, real.clock_ghz)
-        assert len(moved) == len(real)
+        assert len(moved) == len(real) > 0
         for m, r in zip(moved, real, strict=True):
             assert (m.name, m.phase, m.scheme, m.unit) == (r.name, r.phase, r.scheme, r.unit)
             assert (m.call if m.unit == "array" else m.vector_call) == (
                 r.call if r.unit == "array" else r.vector_call)
             assert {f: getattr(m, f) for f in CHARGE_FIELDS} == {
-                f: getattr(r, f) for f in CHARGE_FIELDS}, (acc.name, r.name)
+                f: getattr(r, f) for f in CHARGE_FIELDS}, (acc.name, acc.mapping, r.name)
             assert m.tensors == r.tensors
+    # Only TENET's 8x8 arrays (1 KiB of buffer) find no searched mapping that fits; every
+    # preset's own mapping runs.
+    assert all(name.startswith("tenet_") and mapping == "auto" for name, mapping in refused)
