@@ -27,7 +27,7 @@ from tvm import relax
 from ..hardware import Accelerator, resolve
 from ..ledger import LedgerEntry, ledger, totals
 from ..partition import build
-from ..quantization import CLASSIC_SCHEMES, get_scheme, quantize
+from ..quantization import CLASSIC_SCHEMES, get_scheme
 from .cases import Case, PhaseOutput, run_case
 from .results import LayerCost, SweepResult, SweepRow
 
@@ -61,7 +61,11 @@ def _accelerators(accelerators: Sequence[str | Accelerator]) -> list[Accelerator
 
 
 def _compare(output: np.ndarray, reference: np.ndarray) -> tuple[float, float, float]:
-    err = float(np.abs(output.astype(np.float64) - reference).max())
+    # In place: one float64 temporary (GPT-2 small's prefill logits: 51 MB), not three.
+    diff = output.astype(np.float64)
+    diff -= reference
+    err = float(np.abs(diff, out=diff).max())
+    del diff
     scale = float(np.abs(reference).max())
     top1 = float(np.mean(np.argmax(output, axis=-1) == np.argmax(reference, axis=-1)))
     return err, err / scale if scale else math.inf if err else 0.0, top1
@@ -121,15 +125,20 @@ def sweep(
     # One build ahead: while (case, scheme) k runs on the main thread, k + 1 is quantized,
     # built and loaded on a worker thread. TVM's passes, LLVM and numpy's large operations
     # release the GIL, so a 2-core machine does both at once; two loaded builds at most are
-    # alive (one running, one ready), which bounds the peak memory.
+    # alive (one running, one ready). The float32 build runs alone: it holds the case's
+    # float32 weights (GPT-2 small: 0.5 GB), which no other build should sit beside (the
+    # quantized ones are made from weights drawn again, see GPT2Case.quantized).
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenet-sweep-build")
+    pending = None
     try:
         pending = pool.submit(_prepare, *jobs[0], accs[0]) if jobs else None
         reference: dict[str, np.ndarray] = {}
         for i, (case, scheme) in enumerate(jobs):
             bar.set_description(f"{case.model} {scheme}")
             vm, build_s = pending.result()
-            pending = pool.submit(_prepare, *jobs[i + 1], accs[0]) if i + 1 < len(jobs) else None
+            upcoming = jobs[i + 1] if i + 1 < len(jobs) else None
+            alone = scheme == "none"
+            pending = pool.submit(_prepare, *upcoming, accs[0]) if upcoming and not alone else None
             outputs = run_case(case, vm, repeats if scheme in names else 1)
             if scheme == "none":
                 reference = {p: o.output for p, o in outputs.items()}
@@ -143,6 +152,12 @@ def sweep(
             # 0.13 GB for GPT-2 small); collected here rather than whenever Python would.
             del vm
             gc.collect()
+            # The VM's pooled allocator keeps every buffer a run freed (GPT-2 small's
+            # prefill: 0.1 GB) for later runs; the next (case, scheme) is another build
+            # with other sizes, so they would only sit on the peak.
+            _clear_pool()
+            if upcoming and alone:
+                pending = pool.submit(_prepare, *upcoming, accs[0])
             bar.update()
     finally:
         if pending is not None:
@@ -153,13 +168,22 @@ def sweep(
     return result
 
 
+def _clear_pool() -> None:
+    tvm.get_global_func("vm.builtin.memory_manager.clear")()
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _prepare(case: Case, scheme: str, acc: Accelerator) -> tuple[relax.VirtualMachine, float]:
     """``case`` quantized to ``scheme``, built for ``acc`` and loaded; and the build's time.
 
     Built for the first accelerator only: the others are charged from its ledger (the
     partition and the GEMMs do not depend on the accelerator).
     """
-    mod = quantize(case.module(), scheme)
+    mod = case.quantized(scheme)
     t0 = time.perf_counter()
     ex = build(mod, accelerator=acc)
     build_s = time.perf_counter() - t0
