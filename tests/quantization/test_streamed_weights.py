@@ -87,3 +87,26 @@ def test_refusals_name_what_is_wrong(rng):
         quantize(mod, "w8a16_per_channel", weights=lambda name: np.zeros((24, 64)))
     with pytest.raises(ValueError, match="is a function parameter, not a constant"):
         quantize(mod, "w8a16_per_channel")  # no weights: a parameter weight is refused
+
+
+def test_reuse_takes_weights_stored_alike_and_nothing_else(params):
+    reads: list[str] = []
+
+    def weights(name: str) -> np.ndarray:
+        reads.append(name)
+        return params[name].copy()
+
+    reuse: dict = {}
+    quantize(export_gpt2(TINY), "w8a8_per_channel_per_token", weights=weights, reuse=reuse)
+    first = len(reads)
+    # w8a16 per channel stores the same int8 codes and scales: nothing read again, and the
+    # module equals one quantized without reuse.
+    got = quantize(export_gpt2(TINY), "w8a16_per_channel", weights=weights, reuse=reuse)
+    assert first > 0 and len(reads) == first
+    want = quantize(export_gpt2(TINY, params), "w8a16_per_channel")
+    tvm.ir.assert_structural_equal(bind_rest(got, params), want)
+    # Per tensor is stored otherwise: every weight read again.
+    got = quantize(export_gpt2(TINY), "w8a8_per_tensor", weights=weights, reuse=reuse)
+    assert len(reads) == 2 * first
+    tvm.ir.assert_structural_equal(bind_rest(got, params),
+                                   quantize(export_gpt2(TINY, params), "w8a8_per_tensor"))

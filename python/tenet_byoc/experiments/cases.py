@@ -142,6 +142,8 @@ class GPT2Case:
         # constants hold them.
         self._params: dict | None = None if self._random else check_params(config, params)
         self._kept: dict[str, tvm.runtime.Tensor] | None = None
+        # The last scheme's stored weights: the next one takes those it stores alike.
+        self._reuse: dict = {}
         self.prompt_len = prompt_len
         self.context_len = context_len
         self.weights = weights
@@ -201,7 +203,7 @@ class GPT2Case:
             return future.result()
 
         try:
-            mod = quantize(export_gpt2(self.config), s, weights=weight)
+            mod = quantize(export_gpt2(self.config), s, weights=weight, reuse=self._reuse)
         finally:
             for future in futures.values():
                 future.cancel()

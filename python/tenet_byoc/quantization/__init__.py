@@ -55,7 +55,8 @@ from .scheme import (
 
 def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence | None = None,
              entry: str = "main", *,
-             weights: Callable[[str], np.ndarray] | None = None) -> tvm.IRModule:
+             weights: Callable[[str], np.ndarray] | None = None,
+             reuse: dict | None = None) -> tvm.IRModule:
     """Rewrite the linear layers of ``mod`` to ``scheme``.
 
     Parameters
@@ -83,6 +84,11 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
         function; the other parameters (a weight also used elsewhere, biases) stay for the
         caller to bind (``relax.transform.BindParams``). Not with ``calibration`` (which
         runs the module, so its weights must be bound).
+    reuse : dict, optional
+        With ``weights``: the stored weights of the previous call given the same dict and
+        the same ``weights``; a weight another scheme stored alike (w8a8 and w8a16 per
+        channel: the same int8 codes and scales) is taken from it, neither read nor
+        quantized again. On return the dict holds this call's stored weights instead.
 
     Returns
     -------
@@ -131,7 +137,12 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
             s = dataclasses.replace(s, activation_static=False)
         else:
             ranges = calibrate(mod, calibration, entry)
-    out = _run_pass(mod, _LinearQuantizer(mod, s, ranges=ranges, weights=weights))
+    quantizer = _LinearQuantizer(mod, s, ranges=ranges, weights=weights,
+                                 reuse=reuse if weights is not None else None)
+    out = _run_pass(mod, quantizer)
+    if weights is not None and reuse is not None:
+        reuse.clear()  # the earlier call's weights are no longer held for the next
+        reuse.update(quantizer.stored_streamed())
     stamp = {"bits": list(s.bits()), **s.recipe()}
     if s.quantizes_kv:
         stamp["attention"] = _attention_stamp(s)

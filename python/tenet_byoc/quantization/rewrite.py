@@ -103,9 +103,19 @@ class _LinearQuantizer(relax.PyExprMutator):
 
     def __init__(self, mod: tvm.IRModule, scheme: QuantScheme,
                  ranges: Mapping[int, np.ndarray] | None = None, probe: bool = False,
-                 weights: Callable[[str], np.ndarray] | None = None):
+                 weights: Callable[[str], np.ndarray] | None = None,
+                 reuse: Mapping | None = None):
         super().__init__(mod)
         self.scheme = scheme
+        #: stored forms of streamed weights made by an earlier pass over the same weights,
+        #: by (weight, kind, how the scheme stores weights): looked up before making one
+        self.reuse = reuse or {}
+        # What decides a weight's stored form besides its kind (_once's ``what``): two
+        # schemes that differ only in their activations (w8a8 and w8a16 per channel: int8
+        # GEMM and dequantizing kernels) store weights alike.
+        s = scheme
+        self._storage = (s.weight_format, s.weight_bits, s.weight_granularity, s.group_size,
+                         s.scale_dtype, s.k_multiple())
         #: reads the float32 weight of a linear layer whose weight is a function parameter,
         #: by the parameter's name (see quantize's ``weights``)
         self.weights = weights
@@ -218,7 +228,11 @@ class _LinearQuantizer(relax.PyExprMutator):
         self._weight_key = ("param", name)
         self.streamed.add(name)
         smoothing = self.scheme.smoothing and self.ranges is not None
-        if self._weight_key in self._made and not smoothing:
+        made = self._weight_key in self._made
+        if not smoothing and (made or any(k[0] == self._weight_key and k[2] == self._storage
+                                          for k in self.reuse)):
+            # Its stored forms are made (by this pass, or by the earlier one in reuse).
+            self._made.setdefault(self._weight_key, set())
             return np.broadcast_to(np.float32(0.0), shape)
         w = np.asarray(self.weights(name))
         if w.dtype != np.float32 or list(w.shape) != shape:
@@ -229,15 +243,23 @@ class _LinearQuantizer(relax.PyExprMutator):
         self._made.setdefault(self._weight_key, set())
         return w
 
+    def stored_streamed(self) -> dict:
+        """The stored forms of the weights read through ``weights`` (for ``reuse``)."""
+        return {k: v for k, v in self._stored.items() if k[0] in self._made}
+
     def _once(self, what: str, make):
         """``make()`` for the weight being rewritten, made once per weight tensor."""
         if self._weight_key is None:
             return make()
-        key = (self._weight_key, what)
+        key = (self._weight_key, what, self._storage)
         if key not in self._stored:
             if self._weight_key in self._made:
                 self._made[self._weight_key].add(what)
-            self._stored[key] = make()
+            # Only a streamed weight's (keyed by its parameter's name): a constant's key is
+            # its tensor's address, which a later tensor may reuse.
+            streamed = self._weight_key in self._made
+            self._stored[key] = (self.reuse[key] if streamed and key in self.reuse
+                                 else make())
         return self._stored[key]
 
     def _probe(self, x: relax.Expr, layer: int) -> None:
