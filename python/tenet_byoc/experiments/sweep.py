@@ -181,9 +181,14 @@ def sweep(
 
 
 def _clear_pool() -> None:
+    """Free the VM's pooled buffers, and hand freed heap memory back to the system."""
     tvm.get_global_func("vm.builtin.memory_manager.clear")()
+    # glibc keeps what the threads freed in their own arenas (a scheme's quantize
+    # temporaries, a build's IR): 0.05-0.1 GB that would otherwise sit on the next peak.
+    # Elsewhere (no glibc) nothing to do.
     try:
         import ctypes
+
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
