@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,6 +42,10 @@ class Case(Protocol):
     phases: tuple[str, ...]
 
     def module(self) -> IRModule: ...
+
+    def quantized(self, scheme: str) -> IRModule:
+        """The module quantized to ``scheme`` (a name or spec), for one build."""
+        ...
 
     def inputs(self, vm: relax.VirtualMachine, phase: str,
                earlier: dict[str, Any] | None = None) -> tuple[str, list]:
@@ -123,15 +128,22 @@ class GPT2Case:
     model = "gpt2"
     phases = ("prefill", "decode")
 
-    def __init__(self, config, params: dict[str, np.ndarray], *, prompt_len: int = 128,
-                 context_len: int = 128, seed: int = 0, weights: str = "random"):
-        from ..models.gpt2 import check_params
+    def __init__(self, config, params, *, prompt_len: int = 128, context_len: int = 128,
+                 seed: int = 0, weights: str = "random"):
+        from ..models.gpt2 import RandomWeights, check_params
 
         _check_lengths(config, prompt_len, context_len)
         self.config = config
-        # Held until the module is exported; then only the module's constants hold the
-        # weights (GPT-2 small: 500 MB that the sweep would otherwise keep twice).
-        self._params: dict[str, np.ndarray] | None = check_params(config, params)
+        # Random weights are drawn when a module needs them (RandomWeights), so the sweep
+        # can quantize each scheme from weights drawn again one at a time instead of
+        # keeping the float32 model (GPT-2 small: 0.5 GB) beside every build.
+        self._random: RandomWeights | None = params if isinstance(params, RandomWeights) else None
+        # Other weights are held until the module is exported; then only the module's
+        # constants hold them.
+        self._params: dict | None = None if self._random else check_params(config, params)
+        self._kept: dict[str, tvm.runtime.Tensor] | None = None
+        # The last scheme's stored weights: the next one takes those it stores alike.
+        self._reuse: dict = {}
         self.prompt_len = prompt_len
         self.context_len = context_len
         self.weights = weights
@@ -146,12 +158,79 @@ class GPT2Case:
                 f"prefill {self.prompt_len} tokens, decode at context {self.context_len}")
 
     def module(self) -> IRModule:
+        """The float32 module, exported once and kept."""
         if self._module is None:
             from ..models.gpt2 import export_gpt2
 
-            self._module = export_gpt2(self.config, self._params)
+            self._module = export_gpt2(self.config, self._params or self._float_params())
             self._params = None
         return self._module
+
+    def quantized(self, scheme: str) -> IRModule:
+        """The module under ``scheme``, to build once and drop.
+
+        With random weights and no float32 module kept (:meth:`module` not called), a
+        float32 module is exported for the float schemes and not kept, and every other
+        scheme quantizes weights drawn again one at a time: the layers' float32 weights are
+        never all in memory beside a build. The embedding tables, biases and LayerNorms
+        (GPT-2 small: 0.16 GB, ``wte`` also the tied head) are drawn once and shared.
+        """
+        from ..models.gpt2 import export_gpt2
+        from ..quantization import get_scheme, quantize
+
+        s = get_scheme(scheme)
+        if self._random is None or self._module is not None:
+            return quantize(self.module(), s)
+        if s.kernel == "float":  # float weights (a KV modifier rewrites attention only)
+            return quantize(export_gpt2(self.config, self._float_params()), s)
+        kept = self._kept_params()
+        drawn = [n for n in self._random.shapes if n not in kept]
+        # The next weights are drawn on helper threads while the pass quantizes this one
+        # (numpy's generator releases the GIL; each weight has its own generator state):
+        # the drawing, about 1 s of CPU per scheme for GPT-2 small, the slowest part of
+        # the pass, then runs beside it. _AHEAD + 1 weights at most (GPT-2 small: 28 MB).
+        ahead = ThreadPoolExecutor(max_workers=_AHEAD, thread_name_prefix="tenet-draw")
+        futures: dict[str, Future] = {}
+
+        def weight(name: str) -> np.ndarray:
+            if name in kept:
+                return np.from_dlpack(kept[name])
+            future = futures.pop(name, None) or ahead.submit(self._random.draw, name)
+            if name in drawn:
+                for following in drawn[drawn.index(name) + 1:][:_AHEAD]:
+                    if following not in futures:
+                        futures[following] = ahead.submit(self._random.draw, following)
+            return future.result()
+
+        try:
+            mod = quantize(export_gpt2(self.config), s, weights=weight, reuse=self._reuse)
+        finally:
+            for future in futures.values():
+                future.cancel()
+            ahead.shutdown(wait=True)
+        for gv, func in mod.functions.items():
+            if isinstance(func, relax.Function):
+                names = {p.name for p in func.params}
+                values = {n: t for n, t in kept.items() if n in names}
+                if values:
+                    mod = relax.transform.BindParams(gv.name_hint, values)(mod)
+        return mod
+
+    def _float_params(self) -> dict[str, tvm.runtime.Tensor]:
+        """Every weight as a tensor: the kept ones shared, the layers' drawn (again)."""
+        if self._kept is None:
+            params = self._random.draw_all(tensors=True)  # records each weight's state
+            self._kept = {n: t for n, t in params.items() if not _is_block_linear(n, t)}
+            return params
+        return {n: self._kept[n] if n in self._kept else tvm.runtime.tensor(self._random.draw(n))
+                for n in self._random.shapes}
+
+    def _kept_params(self) -> dict[str, tvm.runtime.Tensor]:
+        if self._kept is None:
+            shapes = self._random.shapes
+            self._kept = {n: tvm.runtime.tensor(self._random.draw(n)) for n, shape in
+                          shapes.items() if not _is_block_linear(n, shape)}
+        return self._kept
 
     def tokens(self, phase: str) -> int:
         return self.prompt_len if phase == "prefill" else self.context_len
@@ -201,6 +280,16 @@ class GPT2Case:
         return None
 
 
+#: Weights drawn ahead of the quantize pass, each on its own thread (see GPT2Case.quantized).
+_AHEAD = 2
+
+
+def _is_block_linear(name: str, value) -> bool:
+    """A transformer block's linear weight (2-D, only ever a matmul's right operand)."""
+    shape = value if isinstance(value, tuple) else tuple(value.shape)
+    return name.startswith("h.") and len(shape) == 2
+
+
 class MLPCase:
     """The MLP on its data set's whole test set, in one batch (phase ``inference``).
 
@@ -222,6 +311,12 @@ class MLPCase:
 
         return (f"MLP {self.setup.data.inputs}-{HIDDEN}-{OUTPUT} on {len(self.labels)} "
                 f"{self.setup.data.name} test images ({self.setup.note})")
+
+    def quantized(self, scheme: str) -> IRModule:
+        """The module under ``scheme`` (quantized from :meth:`module`)."""
+        from ..quantization import quantize
+
+        return quantize(self.module(), scheme)
 
     def module(self) -> IRModule:
         if self._module is None:
@@ -272,7 +367,7 @@ def gpt2_case(config: str = "small", *, checkpoint: str | os.PathLike | None = N
     ValueError, KeyError, FileNotFoundError
         Unknown preset, lengths out of range, or a missing / broken checkpoint.
     """
-    from ..models.gpt2 import GPT2Config, load_hf_checkpoint, random_params
+    from ..models.gpt2 import GPT2Config, RandomWeights, load_hf_checkpoint
 
     if checkpoint is not None:
         cfg, params = load_hf_checkpoint(checkpoint)
@@ -282,7 +377,7 @@ def gpt2_case(config: str = "small", *, checkpoint: str | os.PathLike | None = N
         params, weights = None, f"random (seed {seed})"
     _check_lengths(cfg, prompt_len, context_len)  # before the (slow) random weights
     if params is None:
-        params = random_params(cfg, seed=seed)
+        params = RandomWeights(cfg, seed)  # drawn when a module is made
     return GPT2Case(cfg, params, prompt_len=prompt_len, context_len=context_len, seed=seed,
                     weights=weights)
 

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.ir import IRModule
 
 from ..hardware import Accelerator, resolve
 from ..ledger import LedgerEntry, ledger, totals
 from ..partition import build
-from ..quantization import CLASSIC_SCHEMES, get_scheme, quantize
+from ..quantization import CLASSIC_SCHEMES, get_scheme
 from .cases import Case, PhaseOutput, run_case
 from .results import LayerCost, SweepResult, SweepRow
 
@@ -61,7 +62,11 @@ def _accelerators(accelerators: Sequence[str | Accelerator]) -> list[Accelerator
 
 
 def _compare(output: np.ndarray, reference: np.ndarray) -> tuple[float, float, float]:
-    err = float(np.abs(output.astype(np.float64) - reference).max())
+    # In place: one float64 temporary (GPT-2 small's prefill logits: 51 MB), not three.
+    diff = output.astype(np.float64)
+    diff -= reference
+    err = float(np.abs(diff, out=diff).max())
+    del diff
     scale = float(np.abs(reference).max())
     top1 = float(np.mean(np.argmax(output, axis=-1) == np.argmax(reference, axis=-1)))
     return err, err / scale if scale else math.inf if err else 0.0, top1
@@ -118,18 +123,30 @@ def sweep(
     order = ["none"] + [s for s in names if s != "none"]
     jobs = [(case, scheme) for case in cases for scheme in order]
     bar = tqdm(total=len(jobs), disable=not progress, unit="run", dynamic_ncols=True)
-    # One build ahead: while (case, scheme) k runs on the main thread, k + 1 is quantized,
-    # built and loaded on a worker thread. TVM's passes, LLVM and numpy's large operations
-    # release the GIL, so a 2-core machine does both at once; two loaded builds at most are
-    # alive (one running, one ready), which bounds the peak memory.
+    # A pipeline on two threads. The worker builds and loads (case, scheme) k + 1 while the
+    # main thread runs k and then quantizes k + 2 (TVM's passes, LLVM, numpy's large
+    # operations and the weights' drawing release the GIL, so a 2-core machine does both at
+    # once): alive at most are the build running, the one being built and the one being
+    # quantized. The float32 build runs alone (nothing built beside it, and the scheme after
+    # it is quantized only once it is dropped): it holds the case's float32 weights (GPT-2
+    # small: 0.5 GB), where the quantized ones are made from weights drawn again (see
+    # GPT2Case.quantized).
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenet-sweep-build")
+    pending = None  # the build of the (case, scheme) at hand
     try:
-        pending = pool.submit(_prepare, *jobs[0], accs[0]) if jobs else None
+        if jobs:
+            pending = pool.submit(_build, _quantized(jobs[0]), accs[0])
+        following = None  # the next (case, scheme), quantized and not yet building
         reference: dict[str, np.ndarray] = {}
         for i, (case, scheme) in enumerate(jobs):
             bar.set_description(f"{case.model} {scheme}")
             vm, build_s = pending.result()
-            pending = pool.submit(_prepare, *jobs[i + 1], accs[0]) if i + 1 < len(jobs) else None
+            pending = None
+            upcoming = jobs[i + 1] if i + 1 < len(jobs) else None
+            alone = scheme == "none"
+            if upcoming and not alone:
+                pending = pool.submit(_build, _take(following, upcoming), accs[0])
+                following = None
             outputs = run_case(case, vm, repeats if scheme in names else 1)
             if scheme == "none":
                 reference = {p: o.output for p, o in outputs.items()}
@@ -143,6 +160,16 @@ def sweep(
             # 0.13 GB for GPT-2 small); collected here rather than whenever Python would.
             del vm
             gc.collect()
+            # The VM's pooled allocator keeps every buffer a run freed (GPT-2 small's
+            # prefill: 0.1 GB) for later runs; the next (case, scheme) is another build
+            # with other sizes, so they would only sit on the peak.
+            _clear_pool()
+            if upcoming and pending is None:
+                pending = pool.submit(_build, _take(following, upcoming), accs[0])
+                following = None
+            after = jobs[i + 2] if i + 2 < len(jobs) else None
+            if after and upcoming[1] != "none":
+                following = _quantized(after)  # while the worker builds the next
             bar.update()
     finally:
         if pending is not None:
@@ -153,13 +180,36 @@ def sweep(
     return result
 
 
-def _prepare(case: Case, scheme: str, acc: Accelerator) -> tuple[relax.VirtualMachine, float]:
-    """``case`` quantized to ``scheme``, built for ``acc`` and loaded; and the build's time.
+def _clear_pool() -> None:
+    """Free the VM's pooled buffers, and hand freed heap memory back to the system."""
+    tvm.get_global_func("vm.builtin.memory_manager.clear")()
+    # glibc keeps what the threads freed in their own arenas (a scheme's quantize
+    # temporaries, a build's IR): 0.05-0.1 GB that would otherwise sit on the next peak.
+    # Elsewhere (no glibc) nothing to do.
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _quantized(job: tuple[Case, str]) -> IRModule:
+    case, scheme = job
+    return case.quantized(scheme)
+
+
+def _take(ready: IRModule | None, job: tuple[Case, str]) -> IRModule:
+    """``job``'s module: ``ready`` if it was quantized ahead, else quantized now."""
+    return ready if ready is not None else _quantized(job)
+
+
+def _build(mod: IRModule, acc: Accelerator) -> tuple[relax.VirtualMachine, float]:
+    """``mod`` built for ``acc`` and loaded; and the build's time.
 
     Built for the first accelerator only: the others are charged from its ledger (the
     partition and the GEMMs do not depend on the accelerator).
     """
-    mod = quantize(case.module(), scheme)
     t0 = time.perf_counter()
     ex = build(mod, accelerator=acc)
     build_s = time.perf_counter() - t0

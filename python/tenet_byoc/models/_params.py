@@ -5,12 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+import tvm
 
 
 def check_named_arrays(
-    model: str, expected: Mapping[str, tuple[int, ...]], params: Mapping[str, np.ndarray]
-) -> dict[str, np.ndarray]:
+    model: str, expected: Mapping[str, tuple[int, ...]],
+    params: Mapping[str, np.ndarray | tvm.runtime.Tensor],
+) -> dict[str, np.ndarray | tvm.runtime.Tensor]:
     """Contiguous float32 copies of ``params`` in the order of ``expected``.
+
+    A float32 ``tvm.runtime.Tensor`` is taken as it is (not copied): it is already what an
+    export binds.
 
     Raises
     ------
@@ -23,10 +28,13 @@ def check_named_arrays(
     for name, shape in expected.items():
         if name not in params:
             raise KeyError(f"{model} params lack {name!r} (expected shape {list(shape)})")
-        value = np.asarray(params[name])
-        if value.shape != tuple(shape):
+        value = params[name]
+        tensor = isinstance(value, tvm.runtime.Tensor) and value.dtype == "float32"
+        if not tensor:
+            value = np.asarray(value)
+        if tuple(value.shape) != tuple(shape):
             raise ValueError(
                 f"{model} param {name!r} has shape {list(value.shape)}, expected {list(shape)}"
             )
-        out[name] = np.ascontiguousarray(value, dtype=np.float32)
+        out[name] = value if tensor else np.ascontiguousarray(value, dtype=np.float32)
     return out

@@ -177,7 +177,7 @@ def export_decoder(
     n_layer: int,
     kv_heads: int,
     head_dim: int,
-    params: Mapping[str, np.ndarray] | None = None,
+    params: Mapping[str, np.ndarray | tvm.runtime.Tensor] | None = None,
     position: bool = False,
     batched: bool = False,
 ) -> IRModule:
@@ -212,7 +212,9 @@ def export_decoder(
                                 "first_key": pad}
     mod, _ = model.export_tvm(spec=spec)
     if params is not None:
-        values = {n: tvm.runtime.tensor(v) for n, v in params.items()}
+        # A tvm.runtime.Tensor is bound as it is: copying it would hold the weights twice.
+        values = {n: v if isinstance(v, tvm.runtime.Tensor) else tvm.runtime.tensor(v)
+                  for n, v in params.items()}
         for func in spec:
             mod = relax.transform.BindParams(func, values)(mod)
     return mod

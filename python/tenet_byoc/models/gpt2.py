@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
+import tvm
 from tvm import relax
 from tvm.ir import IRModule
 from tvm.relax.frontend import nn
@@ -36,6 +37,7 @@ __all__ = [
     "GPT2Runner",
     "KVCache",
     "MatmulShape",
+    "RandomWeights",
     "build_with_tvm",
     "check_kv_cache",
     "check_params",
@@ -387,7 +389,8 @@ class GPT2LMHeadModel(nn.Module):
 
 
 def export_gpt2(
-    config: GPT2Config, params: Mapping[str, np.ndarray] | None = None, batched: bool = False
+    config: GPT2Config, params: Mapping[str, np.ndarray | tvm.runtime.Tensor] | None = None,
+    batched: bool = False,
 ) -> IRModule:
     """Export GPT-2 to a Relax IRModule with the functions ``prefill`` and ``decode``.
 
@@ -400,9 +403,9 @@ def export_gpt2(
     ----------
     config : GPT2Config
         The model's shape.
-    params : mapping of str to numpy.ndarray, optional
-        Weights to bind into both functions as constants; by default the weights are
-        function parameters.
+    params : mapping of str to numpy.ndarray or tvm.runtime.Tensor, optional
+        Weights to bind into both functions as constants (a float32 tensor is bound as it
+        is, not copied); by default the weights are function parameters.
     batched : bool
         Also export ``prefill_batch`` and ``decode_batch``, which run several left-padded
         sequences at once (see :func:`tenet_byoc.models.decoder.export_decoder`).
@@ -426,8 +429,10 @@ def export_gpt2(
                           batched=batched)
 
 
-def check_params(config: GPT2Config, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Check weights against the config; return them as contiguous float32 in call order.
+def check_params(config: GPT2Config, params: Mapping[str, np.ndarray | tvm.runtime.Tensor]
+                 ) -> dict[str, np.ndarray | tvm.runtime.Tensor]:
+    """Check weights against the config; return them as contiguous float32 in call order
+    (a float32 ``tvm.runtime.Tensor`` as it is).
 
     Raises
     ------
@@ -445,7 +450,8 @@ def param_shapes(config: GPT2Config) -> dict[str, tuple[int, ...]]:
     return {name: tuple(int(d) for d in param.shape) for name, param in model.named_parameters()}
 
 
-def random_params(config: GPT2Config, seed: int = 0) -> dict[str, np.ndarray]:
+def random_params(config: GPT2Config, seed: int = 0, *,
+                  tensors: bool = False) -> dict[str, np.ndarray] | dict[str, tvm.runtime.Tensor]:
     """Return seeded random weights initialised as GPT-2 was trained from.
 
     Linear and embedding weights are N(0, 0.02), the residual projections (``c_proj``)
@@ -457,27 +463,99 @@ def random_params(config: GPT2Config, seed: int = 0) -> dict[str, np.ndarray]:
         The model's shape.
     seed : int
         Seed of numpy's generator.
+    tensors : bool
+        Return ``tvm.runtime.Tensor`` (CPU) weights, each drawn straight into its tensor:
+        the same values, but :func:`export_gpt2` binds them as they are, so a model's
+        weights never exist twice (GPT-2 small: 0.5 GB) while it is exported.
 
     Returns
     -------
-    dict of str to numpy.ndarray
+    dict of str to numpy.ndarray or tvm.runtime.Tensor
         float32 weights keyed and ordered as :func:`param_shapes`.
     """
-    rng = np.random.default_rng(seed)
-    out: dict[str, np.ndarray] = {}
-    proj_std = 0.02 / math.sqrt(2 * config.n_layer)
-    for name, shape in param_shapes(config).items():
-        if name.endswith(".bias"):
-            out[name] = np.zeros(shape, np.float32)
-        elif name.startswith("ln_") or ".ln_" in name:
-            out[name] = np.ones(shape, np.float32)
-        else:
-            std = proj_std if name.endswith("c_proj.weight") else 0.02
-            # Scaled in place: the same values without a second weight-sized array (and
-            # its page faults, most of this function's time for GPT-2 small).
-            out[name] = rng.standard_normal(shape, dtype=np.float32)
-            out[name] *= np.float32(std)
-    return out
+    return RandomWeights(config, seed).draw_all(tensors=tensors)
+
+
+class RandomWeights:
+    """GPT-2's seeded random weights (:func:`random_params`), any one of them drawn again.
+
+    :meth:`draw_all` draws every weight in order from one generator, as
+    :func:`random_params` does, and records the generator's state before each; a weight
+    asked for again (:meth:`draw`) is drawn from its recorded state: the same values, one
+    weight at a time. A sweep quantizes each scheme from weights drawn again instead of
+    keeping the float32 model (GPT-2 small: 0.5 GB) beside every build.
+
+    Parameters
+    ----------
+    config : GPT2Config
+        The model's shape.
+    seed : int
+        Seed of numpy's generator.
+    """
+
+    def __init__(self, config: GPT2Config, seed: int = 0) -> None:
+        self.config = config
+        self.seed = seed
+        self.shapes = param_shapes(config)
+        self._proj_std = 0.02 / math.sqrt(2 * config.n_layer)
+        self._states: dict[str, dict] = {}
+
+    def _std(self, name: str) -> float | None:
+        """The weight's standard deviation; None for a constant one (bias, LayerNorm)."""
+        if name.endswith(".bias") or name.startswith("ln_") or ".ln_" in name:
+            return None
+        return self._proj_std if name.endswith("c_proj.weight") else 0.02
+
+    def _fill(self, name: str, value: np.ndarray, rng: np.random.Generator) -> None:
+        std = self._std(name)
+        if std is None:
+            value[...] = 0.0 if name.endswith(".bias") else 1.0
+            return
+        # Drawn into the weight and scaled in place: the values of
+        # rng.standard_normal(shape) * std without a second weight-sized array (and its
+        # page faults, most of the drawing time for GPT-2 small).
+        rng.standard_normal(dtype=np.float32, out=value)
+        value *= np.float32(std)
+
+    def draw_all(self, tensors: bool = False) -> dict:
+        """Every weight, in :func:`param_shapes` order (see :func:`random_params`)."""
+        rng = np.random.default_rng(self.seed)
+        out: dict = {}
+        for name, shape in self.shapes.items():
+            if tensors:
+                tensor = tvm.runtime.empty(shape, _DTYPE, tvm.cpu())
+                value = np.from_dlpack(tensor)
+            else:
+                tensor = value = np.empty(shape, np.float32)
+            self._states[name] = rng.bit_generator.state
+            self._fill(name, value, rng)
+            out[name] = tensor
+        return out
+
+    def draw(self, name: str) -> np.ndarray:
+        """The weight ``name`` as :meth:`draw_all` draws it (float32, a fresh array).
+
+        Raises
+        ------
+        KeyError
+            If GPT-2 of this shape has no weight ``name``.
+        """
+        if name not in self.shapes:
+            raise KeyError(f"GPT-2 {self.config.name} has no weight {name!r}; its weights are "
+                           f"{list(self.shapes)}")
+        if name not in self._states:
+            # The states come from one pass over all the weights, in order (each drawn and
+            # dropped, so one weight at a time is in memory).
+            rng = np.random.default_rng(self.seed)
+            for other, shape in self.shapes.items():
+                self._states[other] = rng.bit_generator.state
+                if self._std(other) is not None:
+                    rng.standard_normal(shape, dtype=np.float32)
+        rng = np.random.Generator(np.random.PCG64())
+        rng.bit_generator.state = self._states[name]
+        value = np.empty(self.shapes[name], np.float32)
+        self._fill(name, value, rng)
+        return value
 
 
 # ----------------------------------------------------------------------------------------

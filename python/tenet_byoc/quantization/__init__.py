@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import tvm
 
 from .calibration import ActivationRanges, _sample_inputs, calibrate
@@ -53,7 +54,9 @@ from .scheme import (
 
 
 def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence | None = None,
-             entry: str = "main") -> tvm.IRModule:
+             entry: str = "main", *,
+             weights: Callable[[str], np.ndarray] | None = None,
+             reuse: dict | None = None) -> tvm.IRModule:
     """Rewrite the linear layers of ``mod`` to ``scheme``.
 
     Parameters
@@ -72,6 +75,20 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
         the same scales from each call's own activations (and is charged as dynamic).
     entry : str
         The function the calibration inputs are for.
+    weights : callable, optional
+        For a module whose linear layers' weights are function parameters (e.g.
+        ``export_gpt2(config)`` without params): ``weights(name)`` returns the float32
+        weight of the parameter ``name``; it is called once per weight, when its first
+        layer is rewritten, and its array is not kept, so the float32 weights need never be
+        in memory at once. A parameter read so and no longer used is dropped from its
+        function; the other parameters (a weight also used elsewhere, biases) stay for the
+        caller to bind (``relax.transform.BindParams``). Not with ``calibration`` (which
+        runs the module, so its weights must be bound).
+    reuse : dict, optional
+        With ``weights``: the stored weights of the previous call given the same dict and
+        the same ``weights``; a weight another scheme stored alike (w8a8 and w8a16 per
+        channel: the same int8 codes and scales) is taken from it, neither read nor
+        quantized again. On return the dict holds this call's stored weights instead.
 
     Returns
     -------
@@ -106,6 +123,12 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
         )
     if calibration is not None:
         _sample_inputs(calibration)  # refused whatever the scheme, not only a static one
+    if weights is not None and not callable(weights):
+        raise TypeError(f"quantize: weights must be a callable name -> array, got "
+                        f"{type(weights).__name__}")
+    if weights is not None and calibration is not None:
+        raise ValueError("quantize: calibration runs the module, so its weights must be bound; "
+                         "pass weights=None with calibration")
     if s.kernel == "float" and not s.quantizes_kv:
         return mod
     ranges = None
@@ -114,7 +137,12 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
             s = dataclasses.replace(s, activation_static=False)
         else:
             ranges = calibrate(mod, calibration, entry)
-    out = _run_pass(mod, _LinearQuantizer(mod, s, ranges=ranges))
+    quantizer = _LinearQuantizer(mod, s, ranges=ranges, weights=weights,
+                                 reuse=reuse if weights is not None else None)
+    out = _run_pass(mod, quantizer)
+    if weights is not None and reuse is not None:
+        reuse.clear()  # the earlier call's weights are no longer held for the next
+        reuse.update(quantizer.stored_streamed())
     stamp = {"bits": list(s.bits()), **s.recipe()}
     if s.quantizes_kv:
         stamp["attention"] = _attention_stamp(s)

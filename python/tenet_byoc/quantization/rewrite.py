@@ -12,7 +12,7 @@ they are and makes the function also return each layer's input range.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import tvm
@@ -102,9 +102,28 @@ class _LinearQuantizer(relax.PyExprMutator):
     """
 
     def __init__(self, mod: tvm.IRModule, scheme: QuantScheme,
-                 ranges: Mapping[int, np.ndarray] | None = None, probe: bool = False):
+                 ranges: Mapping[int, np.ndarray] | None = None, probe: bool = False,
+                 weights: Callable[[str], np.ndarray] | None = None,
+                 reuse: Mapping | None = None):
         super().__init__(mod)
         self.scheme = scheme
+        #: stored forms of streamed weights made by an earlier pass over the same weights,
+        #: by (weight, kind, how the scheme stores weights): looked up before making one
+        self.reuse = reuse or {}
+        # What decides a weight's stored form besides its kind (_once's ``what``): two
+        # schemes that differ only in their activations (w8a8 and w8a16 per channel: int8
+        # GEMM and dequantizing kernels) store weights alike.
+        s = scheme
+        self._storage = (s.weight_format, s.weight_bits, s.weight_granularity, s.group_size,
+                         s.scale_dtype, s.k_multiple())
+        #: reads the float32 weight of a linear layer whose weight is a function parameter,
+        #: by the parameter's name (see quantize's ``weights``)
+        self.weights = weights
+        #: the names of the parameters whose weights were read through ``weights``
+        self.streamed: set[str] = set()
+        # Which stored forms (_once) each streamed weight has, so that a second function
+        # using it (GPT-2's decode after prefill) does not read it again.
+        self._made: dict[object, set[str]] = {}
         self.rewritten = 0
         self.params: set[relax.Var] = set()
         #: layer index -> calibrated per-hidden-channel max-abs of its input (static schemes)
@@ -171,8 +190,10 @@ class _LinearQuantizer(relax.PyExprMutator):
             return call
         if self.scheme.kernel == "float" and not self.probe:
             return call  # float weights (a scheme that only quantizes the KV cache)
-        if not isinstance(bound, GenericConst):
-            raise ValueError(  # noqa: TRY004 (a constant is what is wrong, not a type)
+        streamed = (not isinstance(bound, GenericConst) and self.weights is not None
+                    and not self.probe)
+        if not isinstance(bound, GenericConst) and not streamed:
+            raise ValueError(
                 f"quantize({self.scheme.name}): the weight {weight.name} of a linear layer is "
                 "a function parameter, not a constant; bind the weights first (e.g. "
                 "export_gpt2(config, params), mlp_module(params), or relax.transform.BindParams)"
@@ -182,10 +203,12 @@ class _LinearQuantizer(relax.PyExprMutator):
         shape = [int(d) for d in ty.shape]
         self.where = f"the weight {shape} of linear layer {self.rewritten} of {self.func_name}"
         if isinstance(weight, relax.Var):
-            self.where += f" ({weight.name_hint})"
+            self.where += f" ({weight.name})"
         if self.probe:
             self._probe(x, layer)
             return call
+        if streamed:
+            return self._rewrite(x, self._streamed_weight(weight, shape), layer)
         self._weight_key = bound.value.__chandle__()
         # A read-only view of the constant, not a copy (GPT-2's tied head alone is 154 MB):
         # nothing below writes to the weight, and the copy would sit on the pass's peak.
@@ -193,13 +216,50 @@ class _LinearQuantizer(relax.PyExprMutator):
         w.flags.writeable = False
         return self._rewrite(x, w, layer)
 
+    def _streamed_weight(self, weight: relax.Var, shape: list[int]) -> np.ndarray:
+        """The float32 weight of parameter ``weight``, read through ``weights`` once.
+
+        Read again it would only be read to be dropped: its stored forms are made (a layer
+        that uses it again finds them in ``_stored``). So a second use gets a read-only
+        stand-in of the right shape that holds no memory (a broadcast zero), unless this
+        layer's calibration changes the weight (SmoothQuant), which reads it whole.
+        """
+        name = weight.name
+        self._weight_key = ("param", name)
+        self.streamed.add(name)
+        smoothing = self.scheme.smoothing and self.ranges is not None
+        made = self._weight_key in self._made
+        if not smoothing and (made or any(k[0] == self._weight_key and k[2] == self._storage
+                                          for k in self.reuse)):
+            # Its stored forms are made (by this pass, or by the earlier one in reuse).
+            self._made.setdefault(self._weight_key, set())
+            return np.broadcast_to(np.float32(0.0), shape)
+        w = np.asarray(self.weights(name))
+        if w.dtype != np.float32 or list(w.shape) != shape:
+            raise ValueError(
+                f"quantize({self.scheme.name}): weights({name!r}) gave a {w.dtype} array of "
+                f"shape {list(w.shape)}; {self.where} takes float32 of shape {shape}"
+            )
+        self._made.setdefault(self._weight_key, set())
+        return w
+
+    def stored_streamed(self) -> dict:
+        """The stored forms of the weights read through ``weights`` (for ``reuse``)."""
+        return {k: v for k, v in self._stored.items() if k[0] in self._made}
+
     def _once(self, what: str, make):
         """``make()`` for the weight being rewritten, made once per weight tensor."""
         if self._weight_key is None:
             return make()
-        key = (self._weight_key, what)
+        key = (self._weight_key, what, self._storage)
         if key not in self._stored:
-            self._stored[key] = make()
+            if self._weight_key in self._made:
+                self._made[self._weight_key].add(what)
+            # Only a streamed weight's (keyed by its parameter's name): a constant's key is
+            # its tensor's address, which a later tensor may reuse.
+            streamed = self._weight_key in self._made
+            self._stored[key] = (self.reuse[key] if streamed and key in self.reuse
+                                 else make())
         return self._stored[key]
 
     def _probe(self, x: relax.Expr, layer: int) -> None:
@@ -384,7 +444,27 @@ def _run_pass(mod: tvm.IRModule, quantizer: _LinearQuantizer) -> tvm.IRModule:
         if isinstance(func, relax.Function):
             quantizer.global_name = gv.name_hint
             quantizer.builder_.update_func(gv, quantizer.visit_expr(func))
-    return relax.transform.DeadCodeElimination()(quantizer.builder_.get())
+    out = relax.transform.DeadCodeElimination()(quantizer.builder_.get())
+    return _drop_streamed_params(out, quantizer.streamed) if quantizer.streamed else out
+
+
+def _drop_streamed_params(mod: tvm.IRModule, streamed: set[str]) -> tvm.IRModule:
+    """``mod`` without the parameters whose weights were read and are no longer used.
+
+    Such a weight lives on in its stored form (a constant); its parameter, left, would ask
+    every caller for a float weight the function never reads. A parameter still used
+    elsewhere (GPT-2's tied ``wte``, also the embedding table) stays.
+    """
+    out = mod
+    for gv, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        used = set(relax.analysis.free_vars(func.body))
+        params = [p for p in func.params if p in used or p.name not in streamed]
+        if len(params) != len(func.params):
+            out[gv] = relax.Function(params, func.body, func.ret_ty, func.is_pure,
+                                     func.attrs)
+    return out
 
 
 
