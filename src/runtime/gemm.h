@@ -43,12 +43,13 @@ struct Int8GemmArgs {
 };
 
 /*!
- * \brief c[rows, n] = a[rows, k] @ b[n, k]^T, int8 in and int32 out, exact on any x86-64 CPU:
- *  each 16-byte slice of a weight row is widened to int16 and multiplied with vpmaddwd
- *  (AVX2; a scalar loop where AVX2 is missing). For a few rows: it streams the weight once.
+ * \brief c[rows, n] = a[rows, k] @ b[n, k]^T, int8 in and int32 out, exact on any x86-64 CPU
+ *  (int32 sums wrap modulo 2^32 as int32 arithmetic does; none can for k < 2^17): operands
+ *  widened to int16 and multiplied with vpmaddwd in 6 x 2 register tiles (AVX2), on
+ *  `threads` OpenMP threads; a scalar loop on one thread where AVX2 is missing.
  */
-void ExactInt8FewRows(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
-                      int32_t* c);
+void ExactInt8Gemm(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
+                   int32_t* c, int threads);
 
 /*! \brief The most rows DequantGemmRows takes: a decode step's few tokens. */
 constexpr int64_t kMaxDequantRows = 4;
@@ -115,8 +116,7 @@ void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, 
  */
 enum class Int8Path {
   kNative,   // one oneDNN s8s8s32 GEMM: exact where the ISA has VNNI
-  kWidened,  // operands widened first: to int16 in registers for a few rows (AVX2
-             // vpmaddwd), to float32 over K chunks of 1024 for more (sums stay below 2^24)
+  kWidened,  // operands widened to int16 and multiplied with vpmaddwd (ExactInt8Gemm)
 };
 
 /*! \brief The oneDNN ISA this process runs (e.g. "avx2", "avx512_core_vnni"). */
@@ -155,8 +155,6 @@ class GemmEngine {
   struct Impl;  // oneDNN state, defined in gemm.cc
 
  private:
-  void RunInt8AsFloat(const Int8GemmArgs& args);
-
   std::unique_ptr<Impl> impl_;
 };
 
