@@ -314,6 +314,13 @@ struct GemmEngine::Impl {
 
 namespace {
 
+// Whether the ISA oneDNN runs includes `isa` (the values are bit sets, each including the
+// ones below it).
+bool IsaIncludes(dnnl::cpu_isa isa) {
+  const auto want = static_cast<unsigned>(isa);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & want) == want;
+}
+
 bool IsaHasVnni(dnnl::cpu_isa isa) {
   // The ISA values are bit sets, each including the ones below it; VNNI is the bit that
   // avx2_vnni adds to avx2, or that avx512_core_vnni adds to avx512_core.
@@ -353,7 +360,10 @@ void GemmEngine::RunInt8(const Int8GemmArgs& g) {
     const int threads = g.n * g.k >= kMinParallelGemvWeights
                             ? omp_get_max_threads()
                             : GemmThreads(g.rows * g.n * g.k);
-    ExactInt8Gemm(g.rows, g.n, g.k, g.a, g.b, g.c, threads);
+    // The AVX2 kernel where oneDNN may use AVX2 too: ONEDNN_MAX_CPU_ISA=SSE41 then holds
+    // both to what an older CPU runs, and tests reach the scalar loop on any machine.
+    static const bool avx2 = __builtin_cpu_supports("avx2") && IsaIncludes(dnnl::cpu_isa::avx2);
+    ExactInt8Gemm(g.rows, g.n, g.k, g.a, g.b, g.c, threads, avx2);
   }
 }
 

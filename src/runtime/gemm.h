@@ -44,12 +44,12 @@ struct Int8GemmArgs {
 
 /*!
  * \brief c[rows, n] = a[rows, k] @ b[n, k]^T, int8 in and int32 out, exact on any x86-64 CPU
- *  (int32 sums wrap modulo 2^32 as int32 arithmetic does; none can for k < 2^17): operands
- *  widened to int16 and multiplied with vpmaddwd in 6 x 2 register tiles (AVX2), on
- *  `threads` OpenMP threads; a scalar loop on one thread where AVX2 is missing.
+ *  (int32 sums wrap modulo 2^32 as int32 arithmetic does; none can for k < 2^17): with
+ *  `avx2`, operands widened to int16 and multiplied with vpmaddwd in 6 x 2 register tiles
+ *  on `threads` OpenMP threads; else a scalar loop on one thread.
  */
 void ExactInt8Gemm(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
-                   int32_t* c, int threads);
+                   int32_t* c, int threads, bool avx2);
 
 /*! \brief The most rows DequantGemmRows takes: a decode step's few tokens. */
 constexpr int64_t kMaxDequantRows = 4;

@@ -176,8 +176,7 @@ void ScalarGemm(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_
 }  // namespace
 
 void ExactInt8Gemm(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
-                   int32_t* c, int threads) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+                   int32_t* c, int threads, bool avx2) {
   if (!avx2) return ScalarGemm(rows, n, k, a, b, c);
   // Balanced K blocks of a multiple of 16 values (3072 -> 2 x 1536, not 2048 + 1024).
   const int64_t k_blocks = (k + kBlockK - 1) / kBlockK;
