@@ -41,6 +41,15 @@ __attribute__((target("avx2"))) inline __m128i Sum4(__m256i v0, __m256i v1, __m2
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
+// dst[0:2] = (or +=, modulo 2^32) the low two lanes of v.
+__attribute__((target("avx2"), always_inline)) inline void Put2(int32_t* dst, __m128i v,
+                                                                bool accumulate) {
+  if (accumulate) {
+    v = _mm_add_epi32(v, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(dst)));
+  }
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), v);
+}
+
 // acc[r][j] += a16[r, 0:16*steps] . widen(b[j, 0:16*steps]), in 16-bit pairs, for r < R
 // and j < C (strides lda and ldb). Kept out of line with its accumulators in a local copy
 // and its loops unrolled by pragma: GCC then holds all 12 in registers, where a tile
@@ -105,25 +114,34 @@ __attribute__((target("avx2"))) void Tile(const int16_t* a16, int64_t lda, const
     }
     Accumulate<R, C>(acc, a16 + 16 * steps, lda, &last[0][0], 16, 1);
   }
-  // Sum each accumulator's 8 lanes, four outputs at a time where the tile allows (from
-  // copies: indexing acc itself by a running counter would keep it out of registers above).
-  __m256i flat[R * C + 3];
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) flat[r * C + j] = acc[r][j];
-  }
-  for (int i = R * C; i < R * C + 3; ++i) flat[i] = _mm256_setzero_si256();
-  int32_t sums[R * C + 3];
-  for (int i = 0; i < R * C; i += 4) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(sums + i),
-                     Sum4(flat[i], flat[i + 1], flat[i + 2], flat[i + 3]));
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int j = 0; j < C; ++j) {
-      int32_t& out = c[r * ldc + j];
-      // Unsigned, so a sum past int32 wraps as int32 arithmetic does instead of being UB.
-      out = accumulate ? static_cast<int32_t>(static_cast<uint32_t>(out) +
-                                              static_cast<uint32_t>(sums[r * C + j]))
-                       : sums[r * C + j];
+  // Each accumulator's 8 lanes summed, four at a time, and written straight from the
+  // vector (through a scalar array, a 16-byte store read back as 32 stalled every tile).
+  const __m256i zero = _mm256_setzero_si256();
+  if constexpr (C == 2) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r += 2) {
+      if (r + 1 < R) {
+        const __m128i s = Sum4(acc[r][0], acc[r][1], acc[r + 1][0], acc[r + 1][1]);
+        Put2(c + r * ldc, s, accumulate);
+        Put2(c + (r + 1) * ldc, _mm_unpackhi_epi64(s, s), accumulate);
+      } else {
+        Put2(c + r * ldc, Sum4(acc[r][0], acc[r][1], zero, zero), accumulate);
+      }
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r += 4) {
+      alignas(16) int32_t sums[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(sums),
+                      Sum4(acc[r][0], r + 1 < R ? acc[r + 1][0] : zero,
+                           r + 2 < R ? acc[r + 2][0] : zero, r + 3 < R ? acc[r + 3][0] : zero));
+      for (int i = 0; i < 4 && r + i < R; ++i) {
+        int32_t& out = c[(r + i) * ldc];
+        // Unsigned, so a sum past int32 wraps as vpaddd does instead of being UB.
+        out = accumulate ? static_cast<int32_t>(static_cast<uint32_t>(out) +
+                                                static_cast<uint32_t>(sums[i]))
+                         : sums[i];
+      }
     }
   }
 }
