@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
 namespace tenet {
 namespace runtime {
@@ -192,28 +193,27 @@ void DequantizePackedInt4(const uint8_t* packed, const float* zp, bool zp_per_gr
   }
 }
 
-void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, bool sa_per_row,
-                  const float* sb, bool sb_per_col, const float* bias, Epilogue epilogue,
-                  float* out) {
+void DequantizeInt8(const Int8Dequant& d, const int32_t* acc, int64_t lda, int64_t r0,
+                    int64_t rows, int64_t j0, int64_t cols, float* out, int64_t ldo) {
   // One pass per operation, each a plain loop the compiler vectorizes: a call to
   // ApplyEpilogue per element (through the PLT) cost a sixth of a 128 x 768 x 768 GEMM.
-  // The operations and their order per element are those of the Relax form.
-#pragma omp parallel for schedule(static) if (rows * n >= kMinParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
-    const float a = sa[sa_per_row ? r : 0];
-    const int32_t* in = acc + r * n;
-    float* o = out + r * n;
-    if (sb_per_col) {
-      for (int64_t j = 0; j < n; ++j) o[j] = (static_cast<float>(in[j]) * a) * sb[j];
+    const float a = d.sa[d.sa_per_row ? r0 + r : 0];
+    const int32_t* in = acc + r * lda;
+    float* o = out + r * ldo;
+    if (d.sb_per_col) {
+      const float* sb = d.sb + j0;
+      for (int64_t j = 0; j < cols; ++j) o[j] = (static_cast<float>(in[j]) * a) * sb[j];
     } else {
-      const float b = sb[0];
-      for (int64_t j = 0; j < n; ++j) o[j] = (static_cast<float>(in[j]) * a) * b;
+      const float b = d.sb[0];
+      for (int64_t j = 0; j < cols; ++j) o[j] = (static_cast<float>(in[j]) * a) * b;
     }
-    if (bias) {
-      for (int64_t j = 0; j < n; ++j) o[j] += bias[j];
+    if (d.bias) {
+      const float* bias = d.bias + j0;
+      for (int64_t j = 0; j < cols; ++j) o[j] += bias[j];
     }
-    if (epilogue != Epilogue::kNone) {
-      for (int64_t j = 0; j < n; ++j) o[j] = ApplyEpilogue(epilogue, o[j]);
+    if (d.epilogue != Epilogue::kNone) {
+      for (int64_t j = 0; j < cols; ++j) o[j] = ApplyEpilogue(d.epilogue, o[j]);
     }
   }
 }
@@ -348,13 +348,7 @@ GemmEngine::~GemmEngine() = default;
 
 void GemmEngine::RunInt8(const Int8GemmArgs& g) {
   if (g.rows == 0 || g.n == 0) return;
-  if (g.k == 0) {
-    std::fill(g.c, g.c + g.rows * g.n, 0);
-    return;
-  }
-  if (ChosenInt8Path() == Int8Path::kNative) {
-    impl_->NativeInt8(g.rows, g.n, g.k, g.a, g.b, g.c);
-  } else {
+  if (g.k != 0 && ChosenInt8Path() == Int8Path::kWidened) {
     // A few rows are bound by reading the weight: split it over the threads once it is
     // large, as the float32 few-row path does, even below kMinParallelMacs.
     const int threads = g.n * g.k >= kMinParallelGemvWeights
@@ -363,7 +357,14 @@ void GemmEngine::RunInt8(const Int8GemmArgs& g) {
     // The AVX2 kernel where oneDNN may use AVX2 too: ONEDNN_MAX_CPU_ISA=SSE41 then holds
     // both to what an older CPU runs, and tests reach the scalar loop on any machine.
     static const bool avx2 = __builtin_cpu_supports("avx2") && IsaIncludes(dnnl::cpu_isa::avx2);
-    ExactInt8Gemm(g.rows, g.n, g.k, g.a, g.b, g.c, threads, avx2);
+    ExactInt8Gemm(g.rows, g.n, g.k, g.a, g.b, g.dequant, g.out, threads, avx2);
+    return;
+  }
+  std::vector<int32_t> acc(g.rows * g.n);  // zero: the sums of an empty reduction
+  if (g.k != 0) impl_->NativeInt8(g.rows, g.n, g.k, g.a, g.b, acc.data());
+#pragma omp parallel for schedule(static) if (g.rows * g.n >= kMinParallelElements)
+  for (int64_t r = 0; r < g.rows; ++r) {
+    DequantizeInt8(g.dequant, acc.data() + r * g.n, g.n, r, 1, 0, g.n, g.out + r * g.n, g.n);
   }
 }
 

@@ -179,23 +179,25 @@ __attribute__((target("avx2"))) void WidenRows(const int8_t* a, int64_t lda, int
 
 // The same products on one core without AVX2, summed modulo 2^32 as int32 arithmetic does.
 void ScalarGemm(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
-                int32_t* c) {
+                const Int8Dequant& dequant, float* out) {
+  std::vector<int32_t> sums(static_cast<size_t>(n));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < n; ++j) {
       uint32_t sum = 0;
       for (int64_t t = 0; t < k; ++t) {
         sum += static_cast<uint32_t>(int32_t{a[r * k + t]} * int32_t{b[j * k + t]});
       }
-      c[r * n + j] = static_cast<int32_t>(sum);
+      sums[j] = static_cast<int32_t>(sum);
     }
+    DequantizeInt8(dequant, sums.data(), n, r, 1, 0, n, out + r * n, n);
   }
 }
 
 }  // namespace
 
 void ExactInt8Gemm(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
-                   int32_t* c, int threads, bool avx2) {
-  if (!avx2) return ScalarGemm(rows, n, k, a, b, c);
+                   const Int8Dequant& dequant, float* out, int threads, bool avx2) {
+  if (!avx2) return ScalarGemm(rows, n, k, a, b, dequant, out);
   // Balanced K blocks of a multiple of 16 values (3072 -> 2 x 1536, not 2048 + 1024).
   const int64_t k_blocks = (k + kBlockK - 1) / kBlockK;
   const int64_t block_k = ((k + k_blocks - 1) / k_blocks + 15) / 16 * 16;
@@ -207,12 +209,19 @@ void ExactInt8Gemm(int64_t rows, int64_t n, int64_t k, const int8_t* a, const in
   const int64_t tasks = col_blocks * row_chunks;
 #pragma omp parallel num_threads(threads) if (threads > 1 && tasks > 1)
   {
-    // The widened activations of one tile and K block: 24 KB per thread, kept.
-    thread_local std::vector<int16_t> scratch;
-    if (scratch.size() < static_cast<size_t>(kTileRows * block_k)) {
-      scratch.resize(static_cast<size_t>(kTileRows * block_k));
+    // Per thread, kept from call to call: the widened activations of one tile and K block
+    // (up to 24 KB), and a task's int32 sums (up to 96 KB), dequantized into `out` while
+    // still in cache instead of going through an [rows, n] int32 buffer.
+    thread_local std::vector<int16_t> a_scratch;
+    thread_local std::vector<int32_t> c_scratch;
+    if (a_scratch.size() < static_cast<size_t>(kTileRows * block_k)) {
+      a_scratch.resize(static_cast<size_t>(kTileRows * block_k));
     }
-    int16_t* a16 = scratch.data();
+    if (c_scratch.size() < static_cast<size_t>(kChunkRows * block_cols)) {
+      c_scratch.resize(static_cast<size_t>(kChunkRows * block_cols));
+    }
+    int16_t* a16 = a_scratch.data();
+    int32_t* c = c_scratch.data();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t j0 = task / row_chunks * block_cols;
@@ -228,10 +237,12 @@ void ExactInt8Gemm(int64_t rows, int64_t n, int64_t k, const int8_t* a, const in
           for (int64_t j = j0; j < j1; j += kTileCols) {
             const int tile_cols = static_cast<int>(std::min<int64_t>(kTileCols, j1 - j));
             TileFor(tile_rows, tile_cols)(a16, width16, b + j * k + t0, k, width / 16,
-                                          width % 16, c + r * n + j, n, t0 > 0);
+                                          width % 16, c + (r - r0) * block_cols + (j - j0),
+                                          block_cols, t0 > 0);
           }
         }
       }
+      DequantizeInt8(dequant, c, block_cols, r0, r1 - r0, j0, j1 - j0, out + r0 * n + j0, n);
     }
   }
 }

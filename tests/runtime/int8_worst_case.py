@@ -132,20 +132,28 @@ def kernel_mismatches(seed: int = 0) -> list[str]:
 
 
 def scheme_mismatches(seed: int = 0) -> list[str]:
-    """w8a8 schemes on a layer whose every quantized element lands on +-127, vs TVM's build."""
+    """w8a8 schemes on a layer whose every quantized element lands on +-127, vs TVM's build.
+
+    The last layer adds a bias and a relu (both exact in float32, so the outputs still match
+    bit for bit) over 300 columns: the int16 kernel's column blocks, each dequantized with
+    its own slice of the per-channel scales and of the bias.
+    """
     rng = np.random.default_rng(seed)
     bad = []
     for scheme in ("w8a8_per_tensor", "w8a8_per_channel_per_token"):
-        for m, k in ((2, 1536), (33, 768), (65, 1030)):
-            w = np.where(rng.random((N, k)) < 0.5, -1.0, 1.0).astype("float32")
-            mod = relax.transform.BindParams("main", {"w": w})(
-                matmul_module((m, k), (N, k), transposed=True))
+        for m, k, n, tail in ((2, 1536, N, None), (33, 768, N, None), (65, 1030, 300, "relu")):
+            w = np.where(rng.random((n, k)) < 0.5, -1.0, 1.0).astype("float32")
+            params = {"w": w}
+            if tail:
+                params["b"] = rng.standard_normal(n).astype("float32")
+            mod = relax.transform.BindParams("main", params)(
+                matmul_module((m, k), (n, k), transposed=True, bias=bool(tail), activation=tail))
             qmod = quantize(mod, scheme)
             x = np.where(rng.random((m, k)) < 0.5, -2.0, 2.0).astype("float32")
             got = run(tenet_byoc.build(qmod), x)
             want = run(tenet_byoc.build(qmod, offload=False), x)
             if not np.array_equal(got, want):
-                bad.append(f"{scheme} m={m} k={k}: max diff {np.abs(got - want).max()}")
+                bad.append(f"{scheme} m={m} k={k} n={n}: max diff {np.abs(got - want).max()}")
     return bad
 
 
