@@ -201,11 +201,16 @@ void ExactInt8Gemm(int64_t rows, int64_t n, int64_t k, const int8_t* a, const in
   // Balanced K blocks of a multiple of 16 values (3072 -> 2 x 1536, not 2048 + 1024).
   const int64_t k_blocks = (k + kBlockK - 1) / kBlockK;
   const int64_t block_k = ((k + k_blocks - 1) / k_blocks + 15) / 16 * 16;
-  // Column blocks of an even width, narrow enough that every thread gets one.
-  const int64_t per_thread = (n + threads - 1) / threads;
-  const int64_t block_cols = std::min(kBlockCols, (per_thread + 1) / 2 * 2);
+  // Column blocks narrow enough that every thread gets one, and row chunks, each of about
+  // equal size (128 rows: 66 + 62, not 96 + 32), of an even width and whole tiles of rows.
+  const auto split = [](int64_t total, int64_t most, int64_t multiple) {
+    const int64_t parts = (total + most - 1) / most;
+    return ((total + parts - 1) / parts + multiple - 1) / multiple * multiple;
+  };
+  const int64_t block_cols = split(n, std::min(kBlockCols, (n + threads - 1) / threads), 2);
   const int64_t col_blocks = (n + block_cols - 1) / block_cols;
-  const int64_t row_chunks = (rows + kChunkRows - 1) / kChunkRows;
+  const int64_t chunk_rows = split(rows, kChunkRows, kTileRows);
+  const int64_t row_chunks = (rows + chunk_rows - 1) / chunk_rows;
   const int64_t tasks = col_blocks * row_chunks;
 #pragma omp parallel num_threads(threads) if (threads > 1 && tasks > 1)
   {
@@ -226,8 +231,8 @@ void ExactInt8Gemm(int64_t rows, int64_t n, int64_t k, const int8_t* a, const in
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t j0 = task / row_chunks * block_cols;
       const int64_t j1 = std::min(n, j0 + block_cols);
-      const int64_t r0 = task % row_chunks * kChunkRows;
-      const int64_t r1 = std::min(rows, r0 + kChunkRows);
+      const int64_t r0 = task % row_chunks * chunk_rows;
+      const int64_t r1 = std::min(rows, r0 + chunk_rows);
       for (int64_t t0 = 0; t0 < k; t0 += block_k) {
         const int64_t width = std::min(block_k, k - t0);
         const int64_t width16 = (width + 15) / 16 * 16;
