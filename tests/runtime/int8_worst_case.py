@@ -31,9 +31,11 @@ WIDE = (17, 2100, 1100)
 
 # The int16 kernel's edges (int8_gemm.cc): row tiles of 6 and tasks of up to 96 rows (97:
 # 54 + 43); weight rows in pairs and in blocks of up to 256 (257: 130 + 127 on two threads);
-# K in steps of 16 and blocks of up to 2048 (4100: 1376, 1376, 1348, the last with a tail of 4).
+# K in steps of 16 and blocks of up to 2048 (4100: 1376, 1376, 1348, the last with a tail of 4;
+# 16385: eight of 1824 and 1793, sums up to 2^28 at -128 x -128).
 KERNEL_ROWS = (1, 5, 6, 7, 17, 33, 63, 65, 97, 100)
-KERNEL_WEIGHTS = ((1, 3), (15, 33), (16, 2), (17, 31), (33, 257), (2065, 7), (4100, 40))
+KERNEL_WEIGHTS = ((1, 3), (15, 33), (16, 2), (17, 31), (33, 257), (2065, 7), (4100, 40),
+                  (16385, 9))
 
 
 def int8_accumulator_module(wq: np.ndarray) -> tvm.IRModule:
