@@ -86,8 +86,8 @@ class CpuInfo:
     int8_path : str
         ``native``: one oneDNN int8 GEMM, exact because the ISA has VNNI (checked by a
         worst-case probe). ``widened``: on other CPUs (whose oneDNN int8 kernels saturate
-        16-bit pair sums), int8 operands widened to int16 pairs (few rows) or float32
-        K-chunks of 1024 (many rows), both exact.
+        16-bit pair sums), int8 operands widened to int16 and multiplied in exact
+        32-bit pair sums (``vpmaddwd``) by the runtime's own kernel.
     threads : int
         OpenMP threads a large GEMM uses (``OMP_NUM_THREADS``, else every core available).
     omp_wait_policy : str

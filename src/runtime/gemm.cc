@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
 namespace tenet {
 namespace runtime {
@@ -53,16 +54,6 @@ constexpr int64_t kMinParallelElements = 1 << 15;
 // A few-row GEMM whose weight has at least this many elements is split over the threads.
 constexpr int64_t kMinParallelGemvWeights = 1 << 18;
 
-// Without VNNI, int8 GEMMs of up to this many rows widen the weight to 16 bits in registers
-// (ExactInt8FewRows); more rows go through float32 GEMMs on K chunks (RunInt8AsFloat).
-constexpr int64_t kMaxWidenedInt16Rows = 16;
-
-// float32 holds every integer up to 2^24 exactly: a sum of 1024 int8 products (each at
-// most 2^14) stays there.
-constexpr int64_t kFloatExactK = 1024;
-// Columns of the weight widened to float32 at a time (8 MB at K = 1024).
-constexpr int64_t kFloatExactColumns = 2048;
-
 // Below this many multiply-adds a GEMM runs on the calling thread alone: waking an OpenMP
 // team (passive wait policy, see _loader.py) costs tens of microseconds, about what a core
 // does in 2^22 float32 multiply-adds, so a smaller GEMM only loses by splitting.
@@ -83,12 +74,6 @@ class ScopedThreads {
  private:
   int saved_;
 };
-
-// `buf` with room for at least `n` floats; it only grows, so a warm call allocates nothing.
-float* GrownTo(std::vector<float>& buf, int64_t n) {
-  if (buf.size() < static_cast<size_t>(n)) buf.resize(static_cast<size_t>(n));
-  return buf.data();
-}
 
 int64_t Product(const std::vector<int64_t>& v, size_t begin, size_t end) {
   int64_t p = 1;
@@ -208,16 +193,27 @@ void DequantizePackedInt4(const uint8_t* packed, const float* zp, bool zp_per_gr
   }
 }
 
-void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, bool sa_per_row,
-                  const float* sb, bool sb_per_col, const float* bias, Epilogue epilogue,
-                  float* out) {
-#pragma omp parallel for schedule(static) if (rows * n >= kMinParallelElements)
+void DequantizeInt8(const Int8Dequant& d, const int32_t* acc, int64_t lda, int64_t r0,
+                    int64_t rows, int64_t j0, int64_t cols, float* out, int64_t ldo) {
+  // One pass per operation, each a plain loop the compiler vectorizes: a call to
+  // ApplyEpilogue per element (through the PLT) cost a sixth of a 128 x 768 x 768 GEMM.
   for (int64_t r = 0; r < rows; ++r) {
-    const float a = sa[sa_per_row ? r : 0];
-    for (int64_t j = 0; j < n; ++j) {
-      float v = (static_cast<float>(acc[r * n + j]) * a) * sb[sb_per_col ? j : 0];
-      if (bias) v += bias[j];
-      out[r * n + j] = ApplyEpilogue(epilogue, v);
+    const float a = d.sa[d.sa_per_row ? r0 + r : 0];
+    const int32_t* in = acc + r * lda;
+    float* o = out + r * ldo;
+    if (d.sb_per_col) {
+      const float* sb = d.sb + j0;
+      for (int64_t j = 0; j < cols; ++j) o[j] = (static_cast<float>(in[j]) * a) * sb[j];
+    } else {
+      const float b = d.sb[0];
+      for (int64_t j = 0; j < cols; ++j) o[j] = (static_cast<float>(in[j]) * a) * b;
+    }
+    if (d.bias) {
+      const float* bias = d.bias + j0;
+      for (int64_t j = 0; j < cols; ++j) o[j] += bias[j];
+    }
+    if (d.epilogue != Epilogue::kNone) {
+      for (int64_t j = 0; j < cols; ++j) o[j] = ApplyEpilogue(d.epilogue, o[j]);
     }
   }
 }
@@ -318,6 +314,13 @@ struct GemmEngine::Impl {
 
 namespace {
 
+// Whether the ISA oneDNN runs includes `isa` (the values are bit sets, each including the
+// ones below it).
+bool IsaIncludes(dnnl::cpu_isa isa) {
+  const auto want = static_cast<unsigned>(isa);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & want) == want;
+}
+
 bool IsaHasVnni(dnnl::cpu_isa isa) {
   // The ISA values are bit sets, each including the ones below it; VNNI is the bit that
   // avx2_vnni adds to avx2, or that avx512_core_vnni adds to avx512_core.
@@ -345,70 +348,23 @@ GemmEngine::~GemmEngine() = default;
 
 void GemmEngine::RunInt8(const Int8GemmArgs& g) {
   if (g.rows == 0 || g.n == 0) return;
-  if (g.k == 0) {
-    std::fill(g.c, g.c + g.rows * g.n, 0);
+  if (g.k != 0 && ChosenInt8Path() == Int8Path::kWidened) {
+    // A few rows are bound by reading the weight: split it over the threads once it is
+    // large, as the float32 few-row path does, even below kMinParallelMacs.
+    const int threads = g.n * g.k >= kMinParallelGemvWeights
+                            ? omp_get_max_threads()
+                            : GemmThreads(g.rows * g.n * g.k);
+    // The AVX2 kernel where oneDNN may use AVX2 too: ONEDNN_MAX_CPU_ISA=SSE41 then holds
+    // both to what an older CPU runs, and tests reach the scalar loop on any machine.
+    static const bool avx2 = __builtin_cpu_supports("avx2") && IsaIncludes(dnnl::cpu_isa::avx2);
+    ExactInt8Gemm(g.rows, g.n, g.k, g.a, g.b, g.dequant, g.out, threads, avx2);
     return;
   }
-  if (ChosenInt8Path() == Int8Path::kNative) {
-    impl_->NativeInt8(g.rows, g.n, g.k, g.a, g.b, g.c);
-  } else if (g.rows <= kMaxWidenedInt16Rows) {
-    ExactInt8FewRows(g.rows, g.n, g.k, g.a, g.b, g.c);
-  } else {
-    RunInt8AsFloat(g);
-  }
-}
-
-void GemmEngine::RunInt8AsFloat(const Int8GemmArgs& g) {
-  // Products of int8 values are integers of at most 2^14 in magnitude, so any partial sum
-  // of at most kFloatExactK of them is an integer of at most 2^24, which float32 holds
-  // exactly whatever order oneDNN adds in. Each K chunk is one float32 GEMM, converted to
-  // int32 and added; the columns go in blocks so the widened weight stays small.
-  const int64_t col_block = std::min<int64_t>(g.n, kFloatExactColumns);
-  const int64_t k_chunk = std::min<int64_t>(g.k, kFloatExactK);
-  // The widened operands live in this thread's scratch, kept from call to call: fresh
-  // buffers (17 MB at 1024 x 768 x 3072) were zero-filled and page-faulted on every call.
-  thread_local std::vector<float> a_scratch, b_scratch, c_scratch;
-  float* a = GrownTo(a_scratch, g.rows * k_chunk);
-  float* b = GrownTo(b_scratch, col_block * k_chunk);
-  float* c = GrownTo(c_scratch, g.rows * col_block);
-  for (int64_t j0 = 0; j0 < g.n; j0 += col_block) {
-    const int64_t cols = std::min(col_block, g.n - j0);
-    for (int64_t t0 = 0; t0 < g.k; t0 += k_chunk) {
-      const int64_t width = std::min(k_chunk, g.k - t0);
-      // Both operands in one parallel region: each fork and join costs a wake-up of the
-      // team, dear on a machine whose cores are shared.
-#pragma omp parallel if ((g.rows + cols) * width >= kMinParallelElements)
-      {
-#pragma omp for schedule(static) nowait
-        for (int64_t r = 0; r < g.rows; ++r) {
-          std::copy(g.a + r * g.k + t0, g.a + r * g.k + t0 + width, a + r * width);
-        }
-#pragma omp for schedule(static)
-        for (int64_t j = 0; j < cols; ++j) {
-          const int8_t* src = g.b + (j0 + j) * g.k + t0;
-          std::copy(src, src + width, b + j * width);
-        }
-      }
-      GemmArgs f;
-      f.a_shape = {g.rows, width};
-      f.b_shape = {cols, width};
-      f.c_shape = {g.rows, cols};
-      f.b_transposed = true;
-      f.a = a;
-      f.b = b;
-      f.c = c;
-      Run(f);
-      const bool first = t0 == 0;
-#pragma omp parallel for schedule(static) if (g.rows * cols >= kMinParallelElements)
-      for (int64_t r = 0; r < g.rows; ++r) {
-        int32_t* out = g.c + r * g.n + j0;
-        const float* part = c + r * cols;
-        for (int64_t j = 0; j < cols; ++j) {
-          const int32_t v = static_cast<int32_t>(part[j]);
-          out[j] = first ? v : out[j] + v;
-        }
-      }
-    }
+  std::vector<int32_t> acc(g.rows * g.n);  // zero: the sums of an empty reduction
+  if (g.k != 0) impl_->NativeInt8(g.rows, g.n, g.k, g.a, g.b, acc.data());
+#pragma omp parallel for schedule(static) if (g.rows * g.n >= kMinParallelElements)
+  for (int64_t r = 0; r < g.rows; ++r) {
+    DequantizeInt8(g.dequant, acc.data() + r * g.n, g.n, r, 1, 0, g.n, g.out + r * g.n, g.n);
   }
 }
 

@@ -34,21 +34,40 @@ struct GemmArgs {
   float* c = nullptr;
 };
 
-/*! \brief c[rows, n] (int32) = a[rows, k] (int8) @ b[n, k]^T (int8), exact. */
+/*!
+ * \brief The float32 tail of an int8 GEMM: out[r, j] = epilogue((float(acc[r, j]) *
+ *  sa[r or 0]) * sb[j or 0] + bias[j]).
+ *
+ * The multiplications happen in this order, as the Relax form the quantize pass writes
+ * (astype, multiply by scale_a, multiply by scale_b) computes them.
+ */
+struct Int8Dequant {
+  const float* sa = nullptr;  // [rows] when sa_per_row, else one value
+  bool sa_per_row = false;
+  const float* sb = nullptr;  // [n] when sb_per_col, else one value
+  bool sb_per_col = false;
+  const float* bias = nullptr;  // [n], or null
+  Epilogue epilogue = Epilogue::kNone;
+};
+
+/*! \brief out[rows, n] = dequant(a[rows, k] (int8) @ b[n, k]^T (int8)), the int32 sums exact. */
 struct Int8GemmArgs {
   int64_t rows = 0, n = 0, k = 0;
   const int8_t* a = nullptr;
   const int8_t* b = nullptr;
-  int32_t* c = nullptr;
+  Int8Dequant dequant;
+  float* out = nullptr;
 };
 
 /*!
- * \brief c[rows, n] = a[rows, k] @ b[n, k]^T, int8 in and int32 out, exact on any x86-64 CPU:
- *  each 16-byte slice of a weight row is widened to int16 and multiplied with vpmaddwd
- *  (AVX2; a scalar loop where AVX2 is missing). For a few rows: it streams the weight once.
+ * \brief out[rows, n] = dequant(a[rows, k] @ b[n, k]^T), int8 operands with exact int32 sums
+ *  on any x86-64 CPU (wrapping modulo 2^32 as int32 arithmetic does; none can for k < 2^17):
+ *  with `avx2`, operands widened to int16 and multiplied with vpmaddwd in 6 x 2 register
+ *  tiles on `threads` OpenMP threads, each block's sums dequantized while in cache; else a
+ *  scalar loop on one thread.
  */
-void ExactInt8FewRows(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
-                      int32_t* c);
+void ExactInt8Gemm(int64_t rows, int64_t n, int64_t k, const int8_t* a, const int8_t* b,
+                   const Int8Dequant& dequant, float* out, int threads, bool avx2);
 
 /*! \brief The most rows DequantGemmRows takes: a decode step's few tokens. */
 constexpr int64_t kMaxDequantRows = 4;
@@ -96,14 +115,11 @@ void DequantizePackedInt4(const uint8_t* packed, const float* zp, bool zp_per_gr
                           float* w);
 
 /*!
- * \brief out[r, j] = epilogue((float(acc[r, j]) * sa[r or 0]) * sb[j or 0] + bias[j]).
- *
- * The multiplications happen in this order, as the Relax form the quantize pass writes
- * (astype, multiply by scale_a, multiply by scale_b) computes them.
+ * \brief out[r, j] = dequant(acc[r, j]) for r0 <= r < r0 + rows and j0 <= j < j0 + cols,
+ *  on the calling thread; acc and out point at element (r0, j0), their rows lda and ldo apart.
  */
-void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, bool sa_per_row,
-                  const float* sb, bool sb_per_col, const float* bias, Epilogue epilogue,
-                  float* out);
+void DequantizeInt8(const Int8Dequant& dequant, const int32_t* acc, int64_t lda, int64_t r0,
+                    int64_t rows, int64_t j0, int64_t cols, float* out, int64_t ldo);
 
 /*!
  * \brief How int8 GEMMs are computed on this CPU.
@@ -115,8 +131,7 @@ void Int8Epilogue(const int32_t* acc, int64_t rows, int64_t n, const float* sa, 
  */
 enum class Int8Path {
   kNative,   // one oneDNN s8s8s32 GEMM: exact where the ISA has VNNI
-  kWidened,  // operands widened first: to int16 in registers for a few rows (AVX2
-             // vpmaddwd), to float32 over K chunks of 1024 for more (sums stay below 2^24)
+  kWidened,  // operands widened to int16 and multiplied with vpmaddwd (ExactInt8Gemm)
 };
 
 /*! \brief The oneDNN ISA this process runs (e.g. "avx2", "avx512_core_vnni"). */
@@ -155,8 +170,6 @@ class GemmEngine {
   struct Impl;  // oneDNN state, defined in gemm.cc
 
  private:
-  void RunInt8AsFloat(const Int8GemmArgs& args);
-
   std::unique_ptr<Impl> impl_;
 };
 

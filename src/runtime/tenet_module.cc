@@ -547,17 +547,20 @@ class TenetModuleObj : public ffi::ModuleObj {
     const bool sb_per_col = !sb.shape.empty();
     if (sa_per_row) ExpectShape(p, s, "activation scale", sa, per_token);
     if (sb_per_col) ExpectShape(p, s, "weight scale", sb, {n});
-    std::vector<int32_t> acc(rows * n);
     Int8GemmArgs g;
     g.rows = rows;
     g.n = n;
     g.k = k;
     g.a = static_cast<const int8_t*>(a.data);
     g.b = static_cast<const int8_t*>(b.data);
-    g.c = acc.data();
+    g.dequant.sa = Floats(sa);
+    g.dequant.sa_per_row = sa_per_row;
+    g.dequant.sb = Floats(sb);
+    g.dequant.sb_per_col = sb_per_col;
+    g.dequant.bias = bias;
+    g.dequant.epilogue = st.epilogue;
+    g.out = static_cast<float*>(c.data);
     gemm_.RunInt8(g);
-    Int8Epilogue(acc.data(), rows, n, Floats(sa), sa_per_row, Floats(sb), sb_per_col, bias,
-                 st.epilogue, static_cast<float*>(c.data));
   }
 
   void ExpectDType(const Program& p, size_t s, const char* role, const View& v,

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from int8_worst_case import accumulator_mismatches, scheme_mismatches
+from int8_worst_case import accumulator_mismatches, kernel_mismatches, scheme_mismatches
 
 import tenet_byoc
 
@@ -20,6 +20,10 @@ VNNI_ISAS = {"avx2_vnni", "avx2_vnni_2", "avx512_core_vnni", "avx512_core_bf16",
 
 def test_worst_case_accumulators_are_exact():
     assert accumulator_mismatches() == []
+
+
+def test_kernel_edges_are_exact():
+    assert kernel_mismatches() == []
 
 
 def test_worst_case_w8a8_schemes_equal_tvm():
@@ -33,9 +37,10 @@ def test_saturating_isa_takes_the_widened_path():
         assert info.int8_path == "widened", info
 
 
-@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE"])
+@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE", "SSE41"])
 def test_limited_isa_in_subprocess(isa):
-    """oneDNN held to an ISA without VNNI (as a plain AVX2 or AVX-512 CPU runs it)."""
+    """oneDNN held to an ISA without VNNI (as a plain AVX2 or AVX-512 CPU runs it): the int16
+    kernel; held below AVX2 (SSE41), the runtime's scalar loop."""
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA=isa)
     proc = subprocess.run([sys.executable, str(SCRIPT)], check=False, env=env,
                           capture_output=True, text=True, timeout=600)
