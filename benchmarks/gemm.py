@@ -2,7 +2,8 @@
 
 Each row times numpy and the tenet build in alternating rounds in one process (as a user
 mixes them), so both see the same machine state; the ratio is of the two medians. Each
-timed call starts once the process's threads are idle (``--back-to-back`` drops that wait:
+turn starts once the process's threads are idle, wakes its own threads with an untimed call
+and times back-to-back calls (``--back-to-back`` times single calls started at once:
 numpy's OpenBLAS workers then spin through the next call and halve it). The
 header names the CPU, the ISA oneDNN runs and the int8 path taken. The last table repeats
 the small calls with one competing busy process on the machine. Asserts nothing beyond
@@ -85,29 +86,41 @@ SETTLE = True
 
 
 def alternating_medians(
-    fns: dict[str, Callable[[], object]], rounds: int, min_time: float = 0.5
+    fns: dict[str, Callable[[], object]], rounds: int, min_time: float = 0.5,
+    burst: float = 0.02,
 ) -> dict[str, float]:
     """Median seconds per call of each function, timed in alternating rounds.
 
-    Every round calls each function once, in an order that flips from round to round, so
-    none of them always runs first after the other's caches or threads, and (with
-    :data:`SETTLE`) each call starts once the process's threads are idle: numpy's OpenBLAS
+    Every round gives each function a turn, in an order that flips from round to round, so
+    none of them always runs first after the other's caches or threads. With
+    :data:`SETTLE` a turn starts once the process's threads are idle (numpy's OpenBLAS
     workers spin for about 0.1 s after a call and would otherwise hold a core through the
-    next contender's. Times are read from :data:`CLOCK`.
+    next contender's), makes one untimed call that wakes the function's own threads (after
+    20 ms idle a woken OpenMP worker of this 2-vCPU VM is first queued on the caller's
+    core and starts about a millisecond late), then times back-to-back calls for about
+    ``burst`` seconds, as a model's GEMMs follow one another, and keeps their mean. Without
+    SETTLE a turn is one call, started at once. Times are read from :data:`CLOCK`.
     """
-    for fn in fns.values():
+    calls = {}
+    for name, fn in fns.items():
         fn()  # warm-up: primitive creation, page faults, thread start
+        t0 = time.perf_counter()
+        fn()
+        calls[name] = max(1, round(burst / max(time.perf_counter() - t0, 1e-7)))
     times: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
     start = time.perf_counter()
     r = 0
     while r < rounds or time.perf_counter() - start < min_time:
         for name in names if r % 2 == 0 else reversed(names):
+            fn, n = fns[name], calls[name] if SETTLE else 1
             if SETTLE:
                 wait_idle()
+                fn()
             t0 = CLOCK()
-            fns[name]()
-            times[name].append(CLOCK() - t0)
+            for _ in range(n):
+                fn()
+            times[name].append((CLOCK() - t0) / n)
         r += 1
         if r >= 20 * rounds:
             break
@@ -203,7 +216,8 @@ def main() -> None:
           f"{', timed in process CPU time over all threads (--cpu-time)' if args.cpu_time else ''}"
           + ("; each call started back to back (--back-to-back), so a call may share the "
              "cores with the previous contender's still-spinning threads" if args.back_to_back
-             else "; each call started once the process's threads were idle")
+             else "; each turn started once the process's threads were idle, woke its own "
+                "threads with one untimed call, then timed back-to-back calls for about 20 ms")
           + ". Produced by `benchmarks/gemm.py`.\n")
 
     emit("float32 GEMM, x @ W^T, alternating rounds in one process:\n")
