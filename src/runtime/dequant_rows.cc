@@ -204,7 +204,7 @@ float Finish(float sum, const DequantRowsArgs& g, int64_t j) {
 
 void DequantGemmRows(const DequantRowsArgs& g) {
   const int64_t rows = g.rows, n = g.n, k = g.k;
-  const int parts = n * k >= kMinParallelWeights ? omp_get_max_threads() : 1;
+  const int parts = n * k >= kMinParallelWeights ? TeamThreads() : 1;
   if (g.q8) {
 #pragma omp parallel for schedule(static) num_threads(parts) if (parts > 1)
     for (int64_t j = 0; j < n; ++j) {

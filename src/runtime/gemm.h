@@ -152,6 +152,13 @@ const char* Int8PathName(Int8Path path);
 int GemmThreads(int64_t macs);
 
 /*!
+ * \brief omp_get_max_threads(), having first kept the calling thread's OpenMP workers off
+ *  the CPU it runs on (see WorkerPlacement in gemm.cc; TENET_BIND_THREADS=0 turns it off):
+ *  what every parallel region of the GEMM kernels is sized by.
+ */
+int TeamThreads();
+
+/*!
  * \brief Runs GemmArgs with oneDNN's matmul primitive, keeping the primitives it has built,
  *  one per distinct shape and epilogue, so that a warm call only executes.
  *
