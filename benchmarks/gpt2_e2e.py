@@ -18,6 +18,7 @@ from __future__ import annotations
 # isort: off
 # First: it sets OMP_WAIT_POLICY before tvm loads libgomp (see machine.py).
 from machine import describe, load_now, wait_idle
+from gemm import float_case  # the GEMM benchmark's case: one float32 GEMM, numpy and tenet
 # isort: on
 
 import argparse
@@ -64,37 +65,18 @@ def interleaved_times(fns: dict, rounds: int) -> dict[str, list[float]]:
 
 
 
-def gemm_rate(tenet_gemm=None) -> tuple[float, str]:
+def gemm_rate() -> tuple[float, str]:
     """The best float32 GEMM rate (FLOP/s) measured here, on GPT-2's largest prefill shape.
 
-    numpy's ``x @ W.T`` and, when given, the tenet build of the same GEMM, each the median of
-    5 calls after a warm-up (every call from an idle process): the faster of the two bounds
-    how fast any float32 prefill can run its GEMMs on this machine.
+    numpy's ``x @ W.T`` and the tenet build of the same GEMM (``gemm.float_case``), each the
+    median of 5 calls after two warm-ups (every call from an idle process): the faster of
+    the two bounds how fast any float32 prefill can run its GEMMs on this machine.
     """
     m, k, n = 1024, 768, 3072
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((m, k)).astype("float32")
-    w = rng.standard_normal((n, k)).astype("float32")
-    fns = {"numpy": lambda: x @ w.T}
-    if tenet_gemm is not None:
-        fns["tenet"] = tenet_gemm(x, w)
+    fns, _ = float_case(m, k, n, np.random.default_rng(0))
     times = interleaved_times(fns, 5)
     best = min(fns, key=lambda name: statistics.median(times[name]))
     return 2.0 * m * k * n / statistics.median(times[best]), f"{best}, {m}x{k}x{n}"
-
-
-def tenet_linear(x: np.ndarray, w: np.ndarray):
-    """``x @ w.T`` through the tenet build, as a no-argument function."""
-    xv = relax.Var("x", relax.TensorType(x.shape, "float32"))
-    wv = relax.Var("w", relax.TensorType(w.shape, "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [xv, wv]):
-        with bb.dataflow():
-            y = bb.emit_output(relax.op.matmul(xv, bb.emit(relax.op.permute_dims(wv))))
-        bb.emit_func_output(y)
-    vm = relax.VirtualMachine(tenet_byoc.build(bb.get()), tvm.cpu())
-    tx, tw = tvm.runtime.tensor(x), tvm.runtime.tensor(w)
-    return lambda: vm["main"](tx, tw)
 
 
 # ----------------------------------------------------------------------------------------
@@ -226,7 +208,7 @@ def main() -> None:
                       f"{torch_err:.1e}")])
         notes.append(f"tenet / PyTorch eager time at {args.tokens} tokens: "
                      f"**{tenet_s / torch_s:.2f}** (target <= 0.5)")
-    rate, rate_what = gemm_rate(tenet_linear)
+    rate, rate_what = gemm_rate()
     gemm_flop = 2.0 * gpt2_matmul_macs(config, args.tokens)
     floor_s = gemm_flop / rate
     floor = (f"GEMM floor: the prefill's matmuls are {gemm_flop / 1e9:.1f} GFLOP; at the best "

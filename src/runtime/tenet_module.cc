@@ -191,15 +191,25 @@ class TenetModuleObj : public ffi::ModuleObj {
                        const StepShape& shape, std::vector<LedgerEntry>* entries) {
     const Step& st = p.steps[s];
     for (int j = 0; j < EpilogueCount(st); ++j) {
-      LedgerEntry e;
-      e.call_index = call_index;
-      e.program = program_index;
-      e.step = static_cast<uint32_t>(s);
-      e.tag = ledger_.CurrentTag();
+      LedgerEntry e = VectorEntry(call_index, program_index, s,
+                                  ChargeVector(EpilogueCall(st, j, shape.c_shape), p.symbol,
+                                               st.name));
       e.epilogue = j;
-      e.vector = ChargeVector(EpilogueCall(st, j, shape.c_shape), p.symbol, st.name);
       entries->push_back(std::move(e));
     }
+  }
+
+  // A vector-unit entry of call `call_index`, step `step` of program `program`, with the
+  // tag now open; the caller marks whether it is a GEMM's epilogue or a vector step.
+  LedgerEntry VectorEntry(uint64_t call_index, uint32_t program, size_t step,
+                          std::shared_ptr<const VectorCharge> charge) {
+    LedgerEntry e;
+    e.call_index = call_index;
+    e.program = program;
+    e.step = static_cast<uint32_t>(step);
+    e.tag = ledger_.CurrentTag();
+    e.vector = std::move(charge);
+    return e;
   }
 
   std::shared_ptr<const VectorCharge> ChargeVector(const VectorCall& call,
@@ -252,13 +262,8 @@ class TenetModuleObj : public ffi::ModuleObj {
       at += st.rank;
       if (st.operand) call.operand_elements = dims[at++];
       if (Numel(call.shape) == 0) continue;  // an empty operator: nothing to charge
-      LedgerEntry e;
-      e.call_index = call_index;
-      e.program = index;
-      e.step = static_cast<uint32_t>(s);
-      e.tag = ledger_.CurrentTag();
+      LedgerEntry e = VectorEntry(call_index, index, s, ChargeVector(call, vp.symbol, st.name));
       e.vector_step = true;
-      e.vector = ChargeVector(call, vp.symbol, st.name);
       entries.push_back(std::move(e));
     }
     Record(&entries);

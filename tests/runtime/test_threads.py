@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -63,10 +64,12 @@ def test_the_warning_is_one_line_saying_what_to_do():
 
 
 BIND_PROBE = """
-import json, os, threading
+import json, os, sys, threading
 import numpy as np
 import tenet_byoc, tvm
 from tvm import relax
+sys.path.insert(0, TESTS)
+from relax_testing import matmul_module
 
 def allowed():
     out = {}
@@ -78,14 +81,8 @@ def allowed():
     return out
 
 m = k = n = 256  # 2^24 multiply-adds: a two-thread GEMM
-x = relax.Var("x", relax.TensorType((m, k), "float32"))
-w = relax.Var("w", relax.TensorType((n, k), "float32"))
-bb = relax.BlockBuilder()
-with bb.function("main", [x, w]):
-    with bb.dataflow():
-        y = bb.emit_output(relax.op.matmul(x, bb.emit(relax.op.permute_dims(w))))
-    bb.emit_func_output(y)
-vm = relax.VirtualMachine(tenet_byoc.build(bb.get()), tvm.cpu())
+mod = matmul_module((m, k), (n, k), transposed=True)
+vm = relax.VirtualMachine(tenet_byoc.build(mod), tvm.cpu())
 a = np.ones((m, k), "float32")
 before = allowed()
 out = vm["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(a)).numpy()
@@ -112,7 +109,8 @@ def _cpus(spec: str) -> set[int]:
 def _bind_probe(cpus: set[int] | None = None, **env: str) -> dict:
     clean = {k: v for k, v in os.environ.items()
              if k not in ("OMP_NUM_THREADS", "TENET_BIND_THREADS")}
-    proc = subprocess.run([sys.executable, "-c", BIND_PROBE], check=False,
+    code = BIND_PROBE.replace("TESTS", repr(str(Path(__file__).resolve().parents[1])))
+    proc = subprocess.run([sys.executable, "-c", code], check=False,
                           env={**clean, "OMP_NUM_THREADS": "2", **env}, capture_output=True,
                           text=True, timeout=300,
                           preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
