@@ -96,6 +96,15 @@ def test_a_missing_file_and_a_fifo_are_told_apart(tmp_path):
         load_document(tmp_path / "pipe.json", "design space")
 
 
+def test_an_area_table_node_given_twice_is_refused(tmp_path):
+    # JSON keys are strings: "45" and "45.0" are two keys there but one node (nm).
+    path = tmp_path / "area.json"
+    path.write_text('{"sram_bitcell_um2": {"45": 0.346, "45.0": 99}}')
+    with pytest.raises(ValueError, match=r"area.json: sram_bitcell_um2 gives node 45 nm twice "
+                                         r"\(as '45' and '45.0'\)"):
+        AreaTable.load(path)
+
+
 def test_the_nan_names_its_field(tmp_path):
     form = json.loads(preset("os16").to_json())
     path = tmp_path / "design.yaml"

@@ -148,9 +148,14 @@ class AreaTable:
             if not isinstance(cells, Mapping):
                 raise ValueError(f"{_where}: sram_bitcell_um2 must map node (nm) to bit-cell "
                                  f"area (um2), got {cells!r}")
-            merged = dict(self.sram_bitcell_um2)
+            merged, spelt = dict(self.sram_bitcell_um2), {}
             for node, cell in cells.items():
-                merged[_positive(f"{_where}: sram_bitcell_um2 node", node, "node")] = cell
+                node_f = _positive(f"{_where}: sram_bitcell_um2 node", node, "node")
+                if node_f in spelt:  # "45" and "45.0": one node, and one would be lost
+                    raise ValueError(f"{_where}: sram_bitcell_um2 gives node {node_f:g} nm "
+                                     f"twice (as {spelt[node_f]!r} and {node!r})")
+                spelt[node_f] = node
+                merged[node_f] = cell
             changes["sram_bitcell_um2"] = merged
         try:
             return dataclasses.replace(self, **changes)
