@@ -34,7 +34,8 @@ from . import cost_model as cm
 from .codegen import GemmCharging, gemm_charging
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["LinkCall", "Plan", "PlannedCall", "Step", "StepSequence", "check_tensor_parallel",
+__all__ = ["LinkCall", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+           "check_tensor_parallel",
            "model_config", "plan", "shard_gemm", "shard_vector", "stage_layers"]
 
 
@@ -133,6 +134,15 @@ class Step:
 
 # ---- The calls ----------------------------------------------------------------------------
 
+class Sharding(NamedTuple):
+    """How a step is spread over chips (a ``tenet_byoc.system.System`` has the same three
+    fields): chips per layer, pipeline stages, micro-batches."""
+
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    micro_batches: int = 1
+
+
 class LinkCall(NamedTuple):
     """A collective over the links of a system (``tenet_byoc.system``'s formulas charge it):
     ``kind`` "all_reduce", "all_gather" or "p2p" of a tensor of ``nbytes`` bytes (the whole
@@ -193,6 +203,10 @@ class Plan:
         distinct GEMM with its fused epilogues, and each other call, with how many times it
         runs (names and layers of the first; order: first seen). Composing the tally gives
         the sum of composing each plan alone, on one stage and one micro-batch."""
+        plans = tuple(plans)
+        if plans and self.micro_batches > 1:
+            raise ValueError("Plan.tally: steps of several micro-batches overlap in the "
+                             "pipeline; compose them one by one")
         counts: dict[tuple, int] = {}
         first: dict[tuple, tuple[PlannedCall, ...]] = {}
         for p in (self, *plans):
@@ -344,7 +358,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         and K padding the quantize pass and codegen give it (``codegen.gemm_charging``);
         static schemes are charged as dynamic, as ``quantize`` without calibration data
         charges them.
-    system : tenet_byoc.system.System, optional
+    system : tenet_byoc.system.System or Sharding, optional
         Several chips: each call is the share of one chip of its stage (Megatron-LM tensor
         parallelism, :func:`shard_gemm`, :func:`shard_vector`), the row-parallel GEMMs and the
         head followed by their collectives, and with several stages the hand-overs between
