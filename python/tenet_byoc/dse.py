@@ -538,8 +538,8 @@ def _compose(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
     """Per phase, the time (cycles of one chip; seconds, the critical path, on several) and
     energy (pJ, all chips) of ``scheme`` on the point, by ``compose`` of its tallies: no
     entry is made, each distinct call is charged once per group of points (``gemm_charges``
-    by GemmCall for points of one ``_array_key``; ``vector_charges`` by VectorCall for
-    points of one ``_vector_key``). Or the reason it cannot run."""
+    for points of one ``_array_key``, ``vector_charges`` for points of one ``_vector_key``,
+    both by the call's plain key). Or the reason it cannot run."""
     from .compose import compose
     from .system import Link, collective_seconds
 
@@ -556,7 +556,7 @@ def _compose(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
         if pc.unit == "link":
             return collective_seconds(pc.call.kind, pc.call.nbytes, pc.call.chips, link), 0.0
         charges = gemm_charges if pc.unit == "array" else vector_charges
-        found = charges.get(pc.call)
+        found = charges.get(pc.key)
         if found is None:
             if pc.unit == "array":
                 c = cm.charge(pc.call, acc)
@@ -564,7 +564,7 @@ def _compose(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
             else:
                 c = cm.charge_vector(pc.call, acc)
                 found = (c.cycles, c.energy_pj)
-            charges[pc.call] = found
+            charges[pc.key] = found
         return found
 
     try:
