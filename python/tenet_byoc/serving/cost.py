@@ -13,7 +13,11 @@ sequence of the step. Two kinds of cost answer:
   together, whatever sequences they come from; the attention GEMMs, softmax and KV reads
   are per sequence. With ``context_granularity`` G > 1, contexts are rounded up to a
   multiple of G before the attention term is asked for (a paged kernel reads whole blocks
-  of G tokens), which bounds the distinct terms.
+  of G tokens), and with ``token_granularity`` a step's tokens likewise (rows padded to a
+  tile), which bounds the distinct terms.
+
+:func:`model_step_cost` builds the split cost of a model under a scheme on an accelerator
+from :func:`tenet_byoc.estimate` (see there).
 
 Thread safety: the caches are plain dicts (one cost per simulation thread). Errors: a
 negative or non-finite cost raises ``ValueError`` naming the step.
@@ -28,7 +32,7 @@ from typing import Any
 
 from ..plan import Step, StepSequence
 
-__all__ = ["CachedStepCost", "SplitStepCost", "as_step_cost"]
+__all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost", "model_step_cost"]
 
 
 def _checked(seconds: float, what: object) -> float:
@@ -72,11 +76,12 @@ class SplitStepCost:
     (see the module)."""
 
     def __init__(self, dense: Callable[[int], float], attention: Callable[[int, int], float],
-                 context_granularity: int = 1):
-        if isinstance(context_granularity, bool) or not isinstance(context_granularity, int) \
-                or context_granularity < 1:
-            raise ValueError(f"context_granularity={context_granularity!r} must be an "
-                             "integer >= 1")
+                 context_granularity: int = 1, token_granularity: int = 1):
+        for name, value in (("context_granularity", context_granularity),
+                            ("token_granularity", token_granularity)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+        self.token_granularity = token_granularity
         self.dense = dense
         self.attention = attention
         self.granularity = context_granularity
@@ -90,6 +95,9 @@ class SplitStepCost:
         return len(self._dense) + len(self._attention)
 
     def _dense_s(self, tokens: int) -> float:
+        g = self.token_granularity
+        if g > 1:
+            tokens = -(-tokens // g) * g
         found = self._dense.get(tokens)
         if found is None:
             found = self._dense[tokens] = _checked(self.dense(tokens), f"{tokens} tokens' "
@@ -134,3 +142,83 @@ def as_step_cost(cost: object) -> Any:
     if all(hasattr(cost, a) for a in ("seconds_of", "calls", "misses")):
         return cost
     return CachedStepCost(cost)
+
+
+#: The entries of a ledger that belong to one sequence's attention (the rest of a step's
+#: entries take all its tokens' rows together): the two GEMMs over the cache, the score
+#: scaling, mask and softmax.
+ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked")
+
+
+def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
+                    token_granularity: int = 16, mapping: str | None = None) -> SplitStepCost:
+    """The split cost of ``model`` under ``scheme`` on ``accelerator``, from estimate's ledgers.
+
+    * ``dense(T)``: the entries of a ``T``-token prefill other than :data:`ATTENTION_PARTS`
+      (weight GEMMs, norms, activations, KV writes, the head), in seconds;
+    * ``attention(n, 0)``: the attention entries of an ``n``-token prefill;
+      ``attention(1, L)``: those of a decode step after ``L`` tokens;
+      ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``): those of a
+      ``W``-token prefill times ``n / W``, the chunk's share of the score rows, ``W`` being
+      ``n + L`` rounded up to ``context_granularity``.
+
+    Entries run one after another (a ledger's latency is their sum). The head is charged on
+    every token of a prefill, as the model runs it (an engine computes only the logits it
+    samples: an overestimate of long prefills by the head's share).
+
+    Raises
+    ------
+    ValueError
+        For an unknown model, scheme or preset (as :func:`tenet_byoc.estimate`).
+    """
+    import dataclasses
+
+    from ..estimate import _config, estimate
+    from ..hardware import resolve
+
+    acc = resolve(accelerator, mapping=mapping)
+    config = _config(model)
+    # Every decoder layer is charged alike: a model of one layer and one of two give the
+    # embedding and head (c1 - layer) and a layer (c2 - c1), and L layers cost
+    # c1 + (L - 1)(c2 - c1), as estimate's whole ledger would (without building 32 layers
+    # of entries per term: ~16x faster).
+    field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
+    layers = getattr(config, field)
+    small = [dataclasses.replace(config, **{field: n}) for n in (1, 2)]
+
+    def parts(ledger: Any) -> tuple[float, float]:
+        att = dense = 0.0
+        for e in ledger.entries:
+            if e.name.endswith(ATTENTION_PARTS):
+                att += e.latency_us
+            else:
+                dense += e.latency_us
+        return dense * 1e-6, att * 1e-6
+
+    def scaled(**lengths: int) -> tuple[float, float]:
+        (d1, a1), (d2, a2) = (parts(estimate(c, scheme, acc, **lengths)) for c in small)
+        return d1 + (layers - 1) * (d2 - d1), a1 + (layers - 1) * (a2 - a1)
+
+    prefills: dict[int, tuple[float, float]] = {}
+
+    def prefill(tokens: int) -> tuple[float, float]:
+        found = prefills.get(tokens)
+        if found is None:
+            found = prefills[tokens] = scaled(prompt_len=tokens, decode_steps=0)
+        return found
+
+    def dense(tokens: int) -> float:
+        return prefill(tokens)[0]
+
+    def attention(new: int, context: int) -> float:
+        if context == 0:
+            return prefill(new)[1]
+        if new == 1:
+            return scaled(prompt_len=0, context_len=context, decode_steps=1)[1]
+        # A chunk's share of a whole prefill's attention, the prefill's length rounded up
+        # like contexts (a chunk's own length is free: chunks end where budgets do).
+        whole = -(-(new + context) // context_granularity) * context_granularity
+        return prefill(whole)[1] * new / whole
+
+    estimate(small[0], scheme, acc, prompt_len=1, decode_steps=0)  # a bad name fails here
+    return SplitStepCost(dense, attention, context_granularity, token_granularity)

@@ -130,34 +130,43 @@ class Scheduler:
         Empty when nothing can run."""
         budget = self.config.token_budget
         chunked = self.config.policy == "vllm"
+        cache = self.cache
+        bs = cache.block_size
         step: list[tuple[Sequence, int, int]] = []
+        append = step.append
         preempted = False
         running = self.running
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
-            pending = seq.pending
-            if pending > budget and not chunked and step:
-                i += 1
-                continue
-            k = min(pending, budget) if chunked else pending
-            while not self._grow(seq, k):
-                victim = running.pop()  # the latest admitted
-                self._preempt(victim)
-                preempted = True
-                if victim is seq:
-                    break
+            computed = seq.computed
+            pending = seq.prompt + seq.generated - computed
+            if pending > budget:
+                if not chunked and step:
+                    i += 1
+                    continue
+                k = budget if chunked else pending
             else:
-                step.append((seq, k, seq.computed))
-                budget -= k
-                i += 1
+                k = pending
+            # Inline of _grow: the blocks to hold computed + k tokens past the shared ones.
+            need = -(-(computed + k - seq.shared) // bs) - seq.own_blocks
+            if need > 0:
+                if need > cache.blocks - cache.used:
+                    preempted = True
+                    if not self._make_room(seq, need):
+                        break  # seq itself was preempted: it was the last running
+                cache.used += need
+                seq.own_blocks += need
+            append((seq, k, computed))
+            budget -= k
+            i += 1
         if preempted:
             return step
         waiting = self.waiting
         while waiting and budget > 0 and len(running) < self.config.max_seqs:
             seq = waiting[0]
             if seq.prefix is not None:
-                seq.shared = self.cache.attach(seq.prefix, seq, seq.prompt + seq.generated - 1)
+                seq.shared = cache.attach(seq.prefix, seq, seq.prompt + seq.generated - 1)
                 seq.attached = True
                 seq.computed = seq.shared
             pending = seq.pending
@@ -169,22 +178,35 @@ class Scheduler:
                 break
             waiting.popleft()
             running.append(seq)
-            step.append((seq, k, seq.computed))
+            append((seq, k, seq.computed))
             budget -= k
         return step
+
+    def _make_room(self, seq: Sequence, need: int) -> bool:
+        """Preempt the latest admitted running sequences until ``need`` blocks are free;
+        False when ``seq`` itself had to go."""
+        running = self.running
+        cache = self.cache
+        while need > cache.blocks - cache.used:
+            victim = running.pop()
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        return True
 
     def finish_step(self, step: list[tuple[Sequence, int, int]]) -> list[tuple[Sequence, bool]]:
         """Advance each sequence of ``step``; return those that emitted a token, each with
         whether it is done (a done sequence leaves and frees its blocks)."""
         emitted = []
         done_any = False
-        for seq, k, _ in step:
-            seq.computed += k
-            if seq.attached and seq.computed - k < seq.prefix_tokens:
-                seq.shared = self.cache.publish(seq.prefix, seq, seq.shared, seq.computed,
+        for seq, k, computed in step:
+            computed += k
+            seq.computed = computed
+            if seq.attached and computed - k < seq.prefix_tokens:
+                seq.shared = self.cache.publish(seq.prefix, seq, seq.shared, computed,
                                                 seq.prefix_tokens)
-                seq.own_blocks = self.cache.blocks_for(seq.computed - seq.shared)
-            if seq.computed == seq.prompt + seq.generated:
+                seq.own_blocks = self.cache.blocks_for(computed - seq.shared)
+            if computed == seq.prompt + seq.generated:
                 seq.generated += 1
                 done = seq.generated == seq.output
                 if done:
