@@ -60,10 +60,9 @@ class Charges:
     def fields(self, pc: PlannedCall) -> dict[str, Any]:
         """The ledger fields of ``pc``'s charge (the cost model's one table,
         ``Charge.ledger_fields``), with its scheme and recipe."""
-        key = pc.call if pc.unit == "array" else (pc.call, pc.scheme)
-        found = self._seen.get(key)
+        found = self._seen.get(pc.key)
         if found is None:
-            found = self._seen[key] = self._charge(pc)
+            found = self._seen[pc.key] = self._charge(pc)
         return found
 
     def cost(self, pc: PlannedCall) -> tuple[float, float]:

@@ -34,7 +34,8 @@ from . import cost_model as cm
 from .codegen import GemmCharging, gemm_charging
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["LinkCall", "Plan", "PlannedCall", "Step", "StepSequence", "check_tensor_parallel",
+__all__ = ["LinkCall", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+           "check_tensor_parallel",
            "model_config", "plan", "shard_gemm", "shard_vector", "stage_layers"]
 
 
@@ -133,6 +134,15 @@ class Step:
 
 # ---- The calls ----------------------------------------------------------------------------
 
+class Sharding(NamedTuple):
+    """How a step is spread over chips (a ``tenet_byoc.system.System`` has the same three
+    fields): chips per layer, pipeline stages, micro-batches."""
+
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    micro_batches: int = 1
+
+
 class LinkCall(NamedTuple):
     """A collective over the links of a system (``tenet_byoc.system``'s formulas charge it):
     ``kind`` "all_reduce", "all_gather" or "p2p" of a tensor of ``nbytes`` bytes (the whole
@@ -164,6 +174,9 @@ class PlannedCall(NamedTuple):
     fused_with: str = ""
     scheme: str = "none"
     count: int = 1
+    #: The call as plain values (unit, sizes, widths, scheme): what charges are cached and
+    #: calls tallied by (hashing a cost-model value costs more than its charge's look-up).
+    key: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -193,6 +206,10 @@ class Plan:
         distinct GEMM with its fused epilogues, and each other call, with how many times it
         runs (names and layers of the first; order: first seen). Composing the tally gives
         the sum of composing each plan alone, on one stage and one micro-batch."""
+        plans = tuple(plans)
+        if plans and self.micro_batches > 1:
+            raise ValueError("Plan.tally: steps of several micro-batches overlap in the "
+                             "pipeline; compose them one by one")
         counts: dict[tuple, int] = {}
         first: dict[tuple, tuple[PlannedCall, ...]] = {}
         for p in (self, *plans):
@@ -206,7 +223,7 @@ class Plan:
                 while j < len(calls) and calls[j].fused_with:
                     j += 1
                 group = calls[i:j]
-                key = tuple((c.call, c.stage, c.scheme, c.unit) for c in group)
+                key = tuple((c.key, c.stage) for c in group)
                 counts[key] = counts.get(key, 0) + group[0].count
                 first.setdefault(key, group)
                 i = j
@@ -241,6 +258,7 @@ def _layers(config: Any) -> int:
     return getattr(config, "n_layer", None) or config.num_hidden_layers
 
 
+@lru_cache(maxsize=1 << 16)
 def _layer_of(name: str) -> int | None:
     """The decoder layer of a call named ``h.3.…`` / ``layers.3.…``; None outside them."""
     head, _, rest = name.partition(".")
@@ -329,6 +347,21 @@ def _merge_token_ops(lists: list[list[Any]]) -> list[Any]:
     return out
 
 
+#: Calls made so far by their plain key: plans of many steps share their call values (a
+#: decode step repeats most of the last one's), made once. Cleared when it grows large.
+_CALLS: dict[tuple, Any] = {}
+_CALLS_LIMIT = 1 << 18
+
+
+def _interned(key: tuple, make: Any) -> Any:
+    found = _CALLS.get(key)
+    if found is None:
+        if len(_CALLS) >= _CALLS_LIMIT:
+            _CALLS.clear()
+        found = _CALLS[key] = make()
+    return found
+
+
 def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
          system: Any = None) -> Plan:
     """Every call of ``step`` of the model ``config`` under ``scheme``.
@@ -344,7 +377,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         and K padding the quantize pass and codegen give it (``codegen.gemm_charging``);
         static schemes are charged as dynamic, as ``quantize`` without calibration data
         charges them.
-    system : tenet_byoc.system.System, optional
+    system : tenet_byoc.system.System or Sharding, optional
         Several chips: each call is the share of one chip of its stage (Megatron-LM tensor
         parallelism, :func:`shard_gemm`, :func:`shard_vector`), the row-parallel GEMMs and the
         head followed by their collectives, and with several stages the hand-overs between
@@ -406,8 +439,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
             return 0
         return stage_of[layer]
 
-    def gemm(name: str, b: int, m: int, n: int, k: int, how: GemmCharging, count: int,
-             ph: str) -> None:
+    def gemm(name: str, b: int, m: int, n: int, k: int, how: GemmCharging, role: str,
+             count: int, ph: str) -> None:
         layer = _layer_of(name)
         st = stage(name, layer)
         collective = None
@@ -417,33 +450,41 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         k = -(-k // how.k_multiple) * how.k_multiple
         _check_sizes(name, ph, count, b, m, n, k)
         sharded_k[name] = k
-        call = cm.GemmCall(m=m, n=n, k=k, batch=b, bits_a=how.bits[0], bits_b=how.bits[1],
-                           bits_c=how.bits[2], scheme=how.scheme, recipe=how.recipe)
-        calls.append(PlannedCall(call, name, "array", layer, st, "", how.scheme))
+        key = ("array", b, m, n, k, how.scheme, role, how.bits)
+        call = _interned(key, lambda: cm.GemmCall(
+            m=m, n=n, k=k, batch=b, bits_a=how.bits[0], bits_b=how.bits[1],
+            bits_c=how.bits[2], scheme=how.scheme, recipe=how.recipe))
+        calls.append(PlannedCall(call, name, "array", layer, st, "", how.scheme, 1, key))
         ops = epilogues.get(name)
         if ops is None:
             ops = epilogues[name] = gemm_epilogues(config, name, fuse_phase, fuse_batch,
                                                    float_gemm)
         for op in ops:
-            v = cm.VectorCall(op, [b * m, n], operand_elements=n if op == "add" else None)
-            calls.append(PlannedCall(v, f"{name}.{op}", "vector", layer, st, name))
+            operand = n if op == "add" else 0
+            vkey = ("vector", op, (b * m, n), 32, operand, "none")
+            v = _interned(vkey, lambda op=op, operand=operand: cm.VectorCall(
+                op, [b * m, n], operand_elements=operand or None))
+            calls.append(PlannedCall(v, f"{name}.{op}", "vector", layer, st, name, "none", 1,
+                                     vkey))
         if collective is not None:
             # The [m, n] result at the call's output width: all-reduced whole, or the logits
             # gathered whole from each chip's slice of the vocabulary.
             size = m * (full_n if collective == "all_gather" else n) * how.bits[2] / 8
-            calls.append(PlannedCall(LinkCall(collective, size, tp), f"{name}.{collective}",
-                                     "link", layer, st))
+            link = LinkCall(collective, size, tp)
+            calls.append(PlannedCall(link, f"{name}.{collective}", "link", layer, st, "",
+                                     "none", 1, ("link", *link)))
 
     for i, g in enumerate(gemm_lists[0]):
         if g.weight is None:  # attention: one product per sequence and head, per group
-            how = hows["key" if g.name.endswith("attn.qk") else "value"]
+            role = "key" if g.name.endswith("attn.qk") else "value"
             for (_, n, ph, _), gemms in zip(groups, gemm_lists, strict=True):
                 a = gemms[i]
-                gemm(a.name, a.batch * n, a.m, a.n, a.k, how, n, ph)
+                gemm(a.name, a.batch * n, a.m, a.n, a.k, hows[role], role, n, ph)
         else:  # a weight GEMM: every new token of the step shares the weight
             rows = sum(gemms[i].m * n for (_, n, _, _), gemms in zip(groups, gemm_lists,
                                                                      strict=True))
-            gemm(g.name, g.batch, rows, g.n, g.k, weights, step.sequences, groups[0][2])
+            gemm(g.name, g.batch, rows, g.n, g.k, weights, "weight", step.sequences,
+                 groups[0][2])
 
     if uniform:
         _, n, ph, tokens = groups[0]
@@ -457,17 +498,20 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         shape, operand = tuple(v.shape), v.operand
         if tp > 1:
             shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)
-        call = cm.VectorCall(v.op, list(shape), bits_in=32, bits_out=v.bits_out,
-                             operand_elements=operand if operand else
-                             (None if v.op not in _BINARY else 0))
+        label = quant.name if v.quantize else "none"
+        key = ("vector", v.op, shape, v.bits_out, operand, label)
+        call = _interned(key, lambda: cm.VectorCall(
+            v.op, list(shape), bits_in=32, bits_out=v.bits_out,
+            operand_elements=operand if operand else (None if v.op not in _BINARY else 0)))
         layer = _layer_of(v.name)
         calls.append(PlannedCall(call, v.name, "vector", layer, stage(v.name, layer), "",
-                                 quant.name if v.quantize else "none"))
+                                 label, 1, key))
     if pp > 1:
         hidden = getattr(config, "n_embd", None) or config.hidden_size
         size = step.tokens * hidden * weights.bits[2] / 8
-        calls += [PlannedCall(LinkCall("p2p", size, 2), f"stage{s}.p2p", "link", None, s)
-                  for s in range(pp - 1)]
+        link = LinkCall("p2p", size, 2)
+        calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
+                              ("link", *link)) for s in range(pp - 1)]
     return Plan(whole, phase, tuple(calls), tp, pp, mu)
 
 
