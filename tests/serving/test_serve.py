@@ -18,15 +18,41 @@ def test_unbatched_run_is_estimates_summed():
     # decode steps as estimate charges them (a whole ledger per request), summed.
     lengths = [(12, 5), (30, 1), (7, 9)]
     trace = [TraceRequest(0.0, p, o) for p, o in lengths]
-    cost = model_step_cost("gpt2", "w8a8_per_tensor+kv8", "os16", context_granularity=1,
+    cost = model_step_cost("gpt2", "w8a8_per_tensor", "os16", context_granularity=1,
                            token_granularity=1)
     run = simulate(trace, cost, scheduler=SchedulerConfig("orca", max_seqs=1))
     per_request = [1e-6 * sum(e.latency_us for e in estimate(
-        "gpt2", "w8a8_per_tensor+kv8", "os16", prompt_len=p, decode_steps=o - 1).entries)
+        "gpt2", "w8a8_per_tensor", "os16", prompt_len=p, decode_steps=o - 1).entries)
         for p, o in lengths]
     assert run.finish_s == pytest.approx(np.cumsum(per_request), rel=1e-9)
     m = serving_metrics(run)
     assert m.tokens_per_s == pytest.approx(sum(o for _, o in lengths) / sum(per_request))
+
+
+@pytest.mark.parametrize("kv, row", [("kv8", 768), ("kv4/head", 64), ("kv8/group32", 32)])
+def test_kv_quantization_is_charged(kv, row):
+    # GPT-2 small: 12 layers, 12 heads of 64. Per layer and new token, the cache's keys and
+    # values are written at the cache's width (estimate writes float32) and quantized on
+    # the vector unit, one row per scale.
+    from tenet_byoc import cost_model as cm
+    from tenet_byoc.hardware import resolve
+
+    acc = resolve("os16")
+    plain = model_step_cost("gpt2", "w8a8_per_tensor", acc, token_granularity=1)
+    quant = model_step_cost("gpt2", f"w8a8_per_tensor+{kv}", acc, token_granularity=1)
+    bits = int(kv[2])
+    tokens = 24
+
+    def us(call):
+        return cm.charge_vector(call, acc).latency_us
+
+    float_write = us(cm.VectorCall("kv_write", [1, 12, tokens, 64], bits_in=32, bits_out=32))
+    write = us(cm.VectorCall("kv_write", [1, 12, tokens, 64], bits_in=32, bits_out=bits))
+    quantize = us(cm.VectorCall("quantize", [tokens * 768 // row, row], bits_in=32,
+                                bits_out=bits))
+    extra = 12 * 2 * (write + quantize - float_write) * 1e-6
+    assert quant.dense(tokens) - plain.dense(tokens) == pytest.approx(extra, rel=1e-9)
+    assert quantize > 0
 
 
 def _read(path):

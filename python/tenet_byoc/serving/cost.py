@@ -32,7 +32,8 @@ from typing import Any
 
 from ..plan import Step, StepSequence
 
-__all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost", "model_step_cost"]
+__all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost", "kv_cache_calls",
+           "model_step_cost"]
 
 
 def _checked(seconds: float, what: object) -> float:
@@ -150,17 +151,45 @@ def as_step_cost(cost: object) -> Any:
 ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked")
 
 
+def kv_cache_calls(config: Any, scheme: Any, tokens: int) -> list[Any]:
+    """The vector calls that put ``tokens`` new tokens' keys and values into the cache, for
+    one layer: the writes at the cache's stored width and, for an int cache (``+kv8``,
+    ``+kv4``), their quantization (one row per scale: a token's keys, or values, over all
+    KV heads, one head, or one group of a head's channels).
+
+    The shapes are those estimate charges its writes with (``[1, kv_heads, tokens,
+    head_dim]``); only the width written differs (estimate writes float32 whatever the
+    cache)."""
+    from .. import cost_model as cm
+    from ..quantization import get_scheme
+    from .kv_cache import _layers_heads_dim
+
+    s = get_scheme(scheme)
+    _, heads, dim = _layers_heads_dim(config)
+    stored = min(s.kv_bits, 32)
+    calls = [cm.VectorCall("kv_write", [1, heads, tokens, dim], bits_in=32, bits_out=stored)
+             for _ in ("key", "value")]
+    if s.kv_bits < 16:
+        row = {"token": heads * dim, "head": dim, "group": s.kv_group}[s.kv_granularity]
+        calls += [cm.VectorCall("quantize", [tokens * heads * dim // row, row], bits_in=32,
+                                bits_out=s.kv_bits) for _ in ("key", "value")]
+    return calls
+
+
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
                     token_granularity: int = 16, mapping: str | None = None) -> SplitStepCost:
     """The split cost of ``model`` under ``scheme`` on ``accelerator``, from estimate's ledgers.
 
     * ``dense(T)``: the entries of a ``T``-token prefill other than :data:`ATTENTION_PARTS`
-      (weight GEMMs, norms, activations, KV writes, the head), in seconds;
+      (weight GEMMs, norms, activations, the head), in seconds, with the KV cache's writes
+      charged at the cache's width and, for an int cache, its quantization on the vector
+      unit (:func:`kv_cache_calls`, per layer);
     * ``attention(n, 0)``: the attention entries of an ``n``-token prefill;
       ``attention(1, L)``: those of a decode step after ``L`` tokens;
       ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``): those of a
       ``W``-token prefill times ``n / W``, the chunk's share of the score rows, ``W`` being
-      ``n + L`` rounded up to ``context_granularity``.
+      ``n + L`` rounded up to ``context_granularity``. Attention reads K and V at the
+      cache's width with their scales (estimate's attention scheme).
 
     Entries run one after another (a ledger's latency is their sum). The head is charged on
     every token of a prefill, as the model runs it (an engine computes only the logits it
@@ -173,6 +202,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     """
     import dataclasses
 
+    from .. import cost_model as cm
     from ..estimate import _config, estimate
     from ..hardware import resolve
 
@@ -185,13 +215,14 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
     layers = getattr(config, field)
     small = [dataclasses.replace(config, **{field: n}) for n in (1, 2)]
+    writes = ("k_cache", "v_cache")
 
     def parts(ledger: Any) -> tuple[float, float]:
         att = dense = 0.0
         for e in ledger.entries:
             if e.name.endswith(ATTENTION_PARTS):
                 att += e.latency_us
-            else:
+            elif not e.name.endswith(writes):  # charged at the cache's width below
                 dense += e.latency_us
         return dense * 1e-6, att * 1e-6
 
@@ -208,7 +239,9 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         return found
 
     def dense(tokens: int) -> float:
-        return prefill(tokens)[0]
+        cache = sum(cm.charge_vector(c, acc).latency_us
+                    for c in kv_cache_calls(config, scheme, tokens))
+        return prefill(tokens)[0] + layers * cache * 1e-6
 
     def attention(new: int, context: int) -> float:
         if context == 0:
