@@ -14,6 +14,7 @@ from tvm import relax
 
 from . import _cost_model as _core
 from ._cost_model import GemmCall, QuantRecipe
+from .compose import chain_cycles
 
 # The ledger's fields are the cost model's one table (src/cost_model/charge.h,
 # ChargeLedgerFields), which the runtime's ledger JSON and Charge.ledger_fields() both
@@ -293,30 +294,11 @@ def pe_utilization(entries: Iterable[LedgerEntry]) -> float:
 
 
 def step_cycles(entries: Iterable[LedgerEntry]) -> int:
-    """The one rule of how a run's calls add up to its latency, in cycles.
-
-    Array and link entries run one after another. A vector entry adds its cycles, except
-    under the vector unit's ``pipelined`` schedule when it is a GEMM's fused epilogue
-    (``fused``: bias, activation): its input streams straight out of the array, so the GEMM
-    and its epilogues take max(GEMM cycles, sum of the epilogues' cycles). Under ``serial``
-    every vector entry adds. (Norms, softmax, residuals and the rest need a whole row, or
-    operands from several producers, and add under both.)
-    """
-    total, gemm, hidden = 0, None, 0
-    for e in entries:
-        if e.unit == "vector" and e.fused and e.schedule == "pipelined" and gemm is not None:
-            hidden += e.cycles
-            continue
-        if gemm is not None:
-            total += max(gemm, hidden)
-            gemm, hidden = None, 0
-        if e.unit == "array":
-            gemm = e.cycles
-        else:
-            total += e.cycles
-    if gemm is not None:
-        total += max(gemm, hidden)
-    return total
+    """How a run's calls add up to its latency, in cycles: ``tenet_byoc.compose``'s one rule
+    (a GEMM's fused epilogues hidden behind it under a ``pipelined`` vector unit, every other
+    call adding) applied to entries in their order."""
+    return chain_cycles((e.unit, e.fused and e.schedule == "pipelined", e.cycles, 1)
+                        for e in entries)
 
 
 def totals(entries: Iterable[LedgerEntry]) -> Totals:

@@ -17,8 +17,8 @@ __all__ = ["BUILTIN_MODELS", "CLASSIC_SCHEMES", "DEFAULT_ACCELERATORS", "DEFAULT
            "did_you_mean"]
 
 #: Accelerator presets, in ``tenet_byoc.hardware.PRESETS``'s order.
-PRESETS = ("os16", "ws16", "is16", "os16_mp", "os128", "ws128", "tpu_v1", "tpu_v5e",
-           "tenet_os8", "tenet_ws8")
+PRESETS = ("os16", "ws16", "is16", "os16_mp", "os128", "ws128", "tpu_v1", "tpu_v5e", "a100",
+           "h100_sxm", "h200", "tenet_os8", "tenet_ws8")
 #: ``tenet_byoc.hardware.DEFAULT_PRESET``.
 DEFAULT_PRESET = "os16"
 #: Quantization schemes, in ``tenet_byoc.quantization.SCHEMES``'s order.

@@ -84,7 +84,7 @@ def _unknown(kind: str, bad: Sequence[str], known: Sequence[str], text: str, man
     hints = [f"{t!r}{did_you_mean(t, known)}" for t in bad]
     if all("did you mean" in h for h in hints):
         return f"unknown {kind} " + ", ".join(hints)
-    choices = ("run `tenet-byoc presets` for the list" if len(known) > 12
+    choices = ("run `tenet-byoc presets` for the list" if len(known) > 16
                else "available: " + ", ".join(known))
     return (f"unknown {kind} " + ", ".join(hints) + f"; {choices}"
             + (" (or all)" if many else ""))
