@@ -8,22 +8,27 @@ import json
 import numpy as np
 import pytest
 
-from tenet_byoc.estimate import estimate
+from tenet_byoc.estimate import estimate_step
+from tenet_byoc.plan import Step
 from tenet_byoc.serving import SchedulerConfig, TraceRequest, serving_metrics, simulate
 from tenet_byoc.serving.cost import model_step_cost
 
 
 def test_unbatched_run_is_estimates_summed():
     # One sequence at a time, all waiting at 0: the run lasts each request's prefill and
-    # decode steps as estimate charges them (a whole ledger per request), summed.
+    # decode steps as estimate_step composes each whole step (every layer planned), summed.
     lengths = [(12, 5), (30, 1), (7, 9)]
     trace = [TraceRequest(0.0, p, o) for p, o in lengths]
     cost = model_step_cost("gpt2", "w8a8_per_tensor", "os16", context_granularity=1,
                            token_granularity=1)
     run = simulate(trace, cost, scheduler=SchedulerConfig("orca", max_seqs=1))
-    per_request = [1e-6 * sum(e.latency_us for e in estimate(
-        "gpt2", "w8a8_per_tensor", "os16", prompt_len=p, decode_steps=o - 1).entries)
-        for p, o in lengths]
+
+    def seconds(step):
+        return estimate_step("gpt2", step, "w8a8_per_tensor", "os16", entries=False)[0].seconds
+
+    per_request = [seconds(Step.prefill(p)) + sum(seconds(Step.decode(p + i))
+                                                  for i in range(o - 1))
+                   for p, o in lengths]
     assert run.finish_s == pytest.approx(np.cumsum(per_request), rel=1e-9)
     m = serving_metrics(run)
     assert m.tokens_per_s == pytest.approx(sum(o for _, o in lengths) / sum(per_request))

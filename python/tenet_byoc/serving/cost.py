@@ -178,22 +178,31 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int) -> list[Any]:
 
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
                     token_granularity: int = 16, mapping: str | None = None) -> SplitStepCost:
-    """The split cost of ``model`` under ``scheme`` on ``accelerator``, from estimate's ledgers.
+    """The split cost of ``model`` under ``scheme`` on ``accelerator``, from the call plan.
 
-    * ``dense(T)``: the entries of a ``T``-token prefill other than :data:`ATTENTION_PARTS`
-      (weight GEMMs, norms, activations, the head), in seconds, with the KV cache's writes
-      charged at the cache's width and, for an int cache, its quantization on the vector
-      unit (:func:`kv_cache_calls`, per layer);
-    * ``attention(n, 0)``: the attention entries of an ``n``-token prefill;
+    Each term is a :func:`tenet_byoc.plan.plan` of a one-kind step, its calls charged once
+    each (``estimate.Charges``, shared by every term) and composed by the one step rule
+    (:func:`tenet_byoc.compose.compose`), on the part of its calls the term stands for:
+
+    * ``dense(T)``: the calls of a ``T``-token prefill other than :data:`ATTENTION_PARTS`
+      (weight GEMMs with their fused epilogues, norms, activations, the head), with the KV
+      cache's writes charged at the cache's width and, for an int cache, its quantization on
+      the vector unit (:func:`kv_cache_calls`, per layer);
+    * ``attention(n, 0)``: the attention calls of an ``n``-token prefill;
       ``attention(1, L)``: those of a decode step after ``L`` tokens;
-      ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``): those of a
-      ``W``-token prefill times ``n / W``, the chunk's share of the score rows, ``W`` being
-      ``n + L`` rounded up to ``context_granularity``. Attention reads K and V at the
-      cache's width with their scales (estimate's attention scheme).
+      ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``, which the plan
+      does not cover yet): those of a ``W``-token prefill times ``n / W``, the chunk's share
+      of the score rows, ``W`` being ``n + L`` rounded up to ``context_granularity``.
+      Attention reads K and V at the cache's width with their scales (the plan's attention
+      scheme).
 
-    Entries run one after another (a ledger's latency is their sum). The head is charged on
-    every token of a prefill, as the model runs it (an engine computes only the logits it
-    samples: an overestimate of long prefills by the head's share).
+    Splitting a step's chain of calls into these parts keeps every GEMM with its epilogues,
+    so the parts add up to the composed step. Every decoder layer is planned alike, so a
+    model of one layer and one of two give the rest (c1 - layer) and a layer (c2 - c1), and
+    L layers cost c1 + (L - 1)(c2 - c1), as the whole plan composes (without planning 32
+    layers per term). The head runs on every token of a prefill, as the model runs it (an
+    engine computes only the logits it samples: an overestimate of long prefills by the
+    head's share). One chip: tensor or pipeline parallel serving is not split here yet.
 
     Raises
     ------
@@ -203,31 +212,33 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     import dataclasses
 
     from .. import cost_model as cm
-    from ..estimate import _config, estimate
+    from ..compose import compose
+    from ..estimate import Charges
     from ..hardware import resolve
+    from ..plan import Plan, model_config, plan
 
     acc = resolve(accelerator, mapping=mapping)
-    config = _config(model)
-    # Every decoder layer is charged alike: a model of one layer and one of two give the
-    # embedding and head (c1 - layer) and a layer (c2 - c1), and L layers cost
-    # c1 + (L - 1)(c2 - c1), as estimate's whole ledger would (without building 32 layers
-    # of entries per term: ~16x faster).
+    config = model_config(model)
+    charges = Charges(acc)
+    clock = acc.hardware.clock_ghz
     field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
     layers = getattr(config, field)
     small = [dataclasses.replace(config, **{field: n}) for n in (1, 2)]
     writes = ("k_cache", "v_cache")
 
-    def parts(ledger: Any) -> tuple[float, float]:
-        att = dense = 0.0
-        for e in ledger.entries:
-            if e.name.endswith(ATTENTION_PARTS):
-                att += e.latency_us
-            elif not e.name.endswith(writes):  # charged at the cache's width below
-                dense += e.latency_us
-        return dense * 1e-6, att * 1e-6
+    def parts(p: Plan) -> tuple[float, float]:
+        att, dense = [], []
+        for pc in p.calls:
+            owner = pc.fused_with or pc.name
+            if owner.endswith(ATTENTION_PARTS):
+                att.append(pc)
+            elif not pc.name.endswith(writes):  # charged at the cache's width below
+                dense.append(pc)
+        return tuple(compose(Plan(p.step, p.phase, tuple(calls)), charges.cost,
+                             charges.schedule, clock).seconds for calls in (dense, att))
 
-    def scaled(**lengths: int) -> tuple[float, float]:
-        (d1, a1), (d2, a2) = (parts(estimate(c, scheme, acc, **lengths)) for c in small)
+    def scaled(step: Step) -> tuple[float, float]:
+        (d1, a1), (d2, a2) = (parts(plan(c, step, scheme)) for c in small)
         return d1 + (layers - 1) * (d2 - d1), a1 + (layers - 1) * (a2 - a1)
 
     prefills: dict[int, tuple[float, float]] = {}
@@ -235,7 +246,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     def prefill(tokens: int) -> tuple[float, float]:
         found = prefills.get(tokens)
         if found is None:
-            found = prefills[tokens] = scaled(prompt_len=tokens, decode_steps=0)
+            found = prefills[tokens] = scaled(Step.prefill(tokens))
         return found
 
     def dense(tokens: int) -> float:
@@ -247,11 +258,11 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         if context == 0:
             return prefill(new)[1]
         if new == 1:
-            return scaled(prompt_len=0, context_len=context, decode_steps=1)[1]
+            return scaled(Step.decode(context))[1]
         # A chunk's share of a whole prefill's attention, the prefill's length rounded up
         # like contexts (a chunk's own length is free: chunks end where budgets do).
         whole = -(-(new + context) // context_granularity) * context_granularity
         return prefill(whole)[1] * new / whole
 
-    estimate(small[0], scheme, acc, prompt_len=1, decode_steps=0)  # a bad name fails here
+    prefill(1)  # a bad scheme or a call the accelerator cannot cost fails here
     return SplitStepCost(dense, attention, context_granularity, token_granularity)
