@@ -197,10 +197,9 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       scheme).
 
     Splitting a step's chain of calls into these parts keeps every GEMM with its epilogues,
-    so the parts add up to the composed step. Every decoder layer is planned alike, so a
-    model of one layer and one of two give the rest (c1 - layer) and a layer (c2 - c1), and
-    L layers cost c1 + (L - 1)(c2 - c1), as the whole plan composes (without planning 32
-    layers per term). The head runs on every token of a prefill, as the model runs it (an
+    so the parts add up to the composed step. Every decoder layer is planned alike, so the
+    plan of a one-layer model gives the calls outside the layers (once) and a layer's (L
+    times), as the whole plan composes (without planning 32 layers per term). The head runs on every token of a prefill, as the model runs it (an
     engine computes only the logits it samples: an overestimate of long prefills by the
     head's share). One chip: tensor or pipeline parallel serving is not split here yet.
 
@@ -223,23 +222,29 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     clock = acc.hardware.clock_ghz
     field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
     layers = getattr(config, field)
-    small = [dataclasses.replace(config, **{field: n}) for n in (1, 2)]
+    one_layer = dataclasses.replace(config, **{field: 1})
     writes = ("k_cache", "v_cache")
 
-    def parts(p: Plan) -> tuple[float, float]:
-        att, dense = [], []
-        for pc in p.calls:
-            owner = pc.fused_with or pc.name
-            if owner.endswith(ATTENTION_PARTS):
-                att.append(pc)
-            elif not pc.name.endswith(writes):  # charged at the cache's width below
-                dense.append(pc)
-        return tuple(compose(Plan(p.step, p.phase, tuple(calls)), charges.cost,
-                             charges.schedule, clock).seconds for calls in (dense, att))
+    def seconds(p: Plan, calls: list) -> float:
+        return compose(Plan(p.step, p.phase, tuple(calls)), charges.cost, charges.schedule,
+                       clock).seconds
 
     def scaled(step: Step) -> tuple[float, float]:
-        (d1, a1), (d2, a2) = (parts(plan(c, step, scheme)) for c in small)
-        return d1 + (layers - 1) * (d2 - d1), a1 + (layers - 1) * (a2 - a1)
+        # The calls of a one-layer model: those outside the layers (embedding, final norm,
+        # head: layer None) once, the layer's L times. A GEMM and its epilogues share a
+        # layer, so each part is a chain of whole groups and the parts add up.
+        p = plan(one_layer, step, scheme)
+        parts: dict[tuple[bool, bool], list] = {}
+        for pc in p.calls:
+            if pc.name.endswith(writes):  # charged at the cache's width below
+                continue
+            owner = pc.fused_with or pc.name
+            parts.setdefault((owner.endswith(ATTENTION_PARTS), pc.layer is None),
+                             []).append(pc)
+        total = {key: seconds(p, calls) * (1 if key[1] else layers)
+                 for key, calls in parts.items()}
+        return (total.get((False, False), 0.0) + total.get((False, True), 0.0),
+                total.get((True, False), 0.0) + total.get((True, True), 0.0))
 
     prefills: dict[int, tuple[float, float]] = {}
 
