@@ -51,12 +51,26 @@ _LLAMA_FIELDS = (
     "num_attention_heads", "num_key_value_heads", "max_position_embeddings", "rms_norm_eps",
     "rope_theta", "tie_word_embeddings",
 )
+
+
+def _LLAMA3_ROPE(factor: float) -> dict[str, Any]:  # noqa: N802 (reads as a constant)
+    # Llama 3.1 / 3.2's rope_scaling: only the factor differs between them.
+    return {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
 _LLAMAS = (
     # name, Hugging Face repo, then _LLAMA_FIELDS, then other fields
     ("llama-2-7b", "meta-llama/Llama-2-7b-hf",
      ("llama", 32000, 4096, 11008, 32, 32, 32, 4096, 1e-5, 10000.0, False), {}),
     ("llama-3-8b", "meta-llama/Meta-Llama-3-8B",
      ("llama", 128256, 4096, 14336, 32, 32, 8, 8192, 1e-5, 500000.0, False), {}),
+    ("llama-3.1-8b", "meta-llama/Llama-3.1-8B",
+     ("llama", 128256, 4096, 14336, 32, 32, 8, 131072, 1e-5, 500000.0, False),
+     {"rope_scaling": _LLAMA3_ROPE(8.0)}),
+    ("llama-3.2-1b", "meta-llama/Llama-3.2-1B",
+     ("llama", 128256, 2048, 8192, 16, 32, 8, 131072, 1e-5, 500000.0, True),
+     {"head_dim": 64, "rope_scaling": _LLAMA3_ROPE(32.0)}),
     ("llama-3-70b", "meta-llama/Meta-Llama-3-70B",
      ("llama", 128256, 8192, 28672, 80, 64, 8, 8192, 1e-5, 500000.0, False), {}),
     ("mistral-7b", "mistralai/Mistral-7B-v0.1",
