@@ -235,7 +235,8 @@ def estimate(
     Returns
     -------
     Ledger
-        One :class:`LedgerEntry` per GEMM in execution order, tagged ``phase`` "prefill"
+        Its entries made when first read. One :class:`LedgerEntry` per call in execution
+        order, tagged ``phase`` "prefill"
         then "decode", with pattern :data:`ESTIMATE_PATTERN` and the model's name as
         symbol; with ``batch=1`` each entry's charge equals the real run's
         (``tests/estimate``). ``Ledger.reset`` does nothing (no runtime module).
@@ -261,19 +262,31 @@ def estimate(
         steps = tqdm(steps, desc=f"estimate {config.name} {quant.name}", unit="call",
                      leave=False)
     charges = Charges(acc, system.link if system is not None else None)
-    entries: list[LedgerEntry] = []
+    plans: list[Plan] = []
     times = []
+    count = 0
     for step in steps:
         p = plan(config, step, quant, system)
-        _add_entries(entries, p, charges, config.name)
+        for pc in p.written:  # every distinct call charged now: a refusal is raised here
+            charges.fields(pc)
+        plans.append(p)
+        count += p.size * p.micro_batches * (p.tensor_parallel if system is not None else 1)
         if system is not None:
             times.append(_step_time(p, compose(p, charges.cost, charges.schedule,
                                                acc.hardware.clock_ghz)))
+
+    def entries() -> list[LedgerEntry]:
+        book: list[LedgerEntry] = []
+        for p in plans:
+            _add_entries(book, p, charges, config.name)
+        return book
+
     if system is None:
-        return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
+        return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [],
+                      count=count)
     from .system import SystemLedger
 
-    return SystemLedger(entries, system, times)
+    return SystemLedger(entries, system, times, count=count)
 
 
 def _accelerator(accelerator: Any, mapping: str | None, system: Any) -> Accelerator:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -329,17 +329,38 @@ class Ledger:
     Get one with :func:`tenet_byoc.ledger`. ``entries`` is a list of :class:`LedgerEntry`;
     ``totals()`` and ``group_by()`` sum them; ``to_csv``, ``to_json`` and ``to_dataframe``
     export them; ``reset()`` clears the runtime's ledger (not this snapshot).
+
+    ``entries`` may also be given as a function that makes the list and ``count`` its
+    length: the entries are then made when first read (an estimate of 10^5 calls returns
+    before it has made them).
     """
 
-    def __init__(self, entries: list[LedgerEntry], accelerator: str, dataflow: str,
-                 clock_ghz: float, modules: list[tvm.runtime.Module]):
-        self.entries = entries
+    def __init__(self, entries: list[LedgerEntry] | Callable[[], list[LedgerEntry]],
+                 accelerator: str, dataflow: str, clock_ghz: float,
+                 modules: list[tvm.runtime.Module], *, count: int | None = None):
+        self._make = entries if callable(entries) else None
+        self._entries = None if callable(entries) else entries
+        self._count = count
         self.accelerator = accelerator
         self.dataflow = dataflow
         self.clock_ghz = clock_ghz
         self._modules = modules
 
+    @property
+    def entries(self) -> list[LedgerEntry]:
+        """The entries, in call order (made now if they were not yet)."""
+        if self._entries is None:
+            self._entries = self._make()
+            self._make = None
+        return self._entries
+
+    @entries.setter
+    def entries(self, value: list[LedgerEntry]) -> None:
+        self._entries, self._make = value, None
+
     def __len__(self) -> int:
+        if self._entries is None and self._count is not None:
+            return self._count
         return len(self.entries)
 
     def __iter__(self) -> Iterator[LedgerEntry]:

@@ -24,10 +24,11 @@ planned raises ``ValueError`` naming it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, NamedTuple
 
 from . import cost_model as cm
@@ -187,14 +188,61 @@ class Plan:
 
     A step of ``micro_batches`` runs these calls that many times on every chip of each
     stage; chip ``stage x tensor_parallel + rank`` is rank ``rank`` of ``stage``.
+
+    ``written`` holds the calls as planned: all of them, or (``layers`` > 0) those of a
+    model cut to two decoder layers, the second standing for every layer after the first
+    (a decoder's layers 1 .. layers-1 run the same calls; layer 0 can differ, as a batch's
+    mask built there). :attr:`calls` is the whole list either way, made when first read.
     """
 
     step: Step
     phase: str  #: "prefill", "decode" or "mixed" (the ledger's tag)
-    calls: tuple[PlannedCall, ...]
+    written: tuple[PlannedCall, ...]
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     micro_batches: int = 1
+    layers: int = 0  #: > 0: ``written`` is two layers' plan of a model of this many
+    prefix: str = ""  #: the layers' name prefix ("h." or "layers.") when ``layers`` > 0
+
+    @property
+    def size(self) -> int:
+        """How many calls :attr:`calls` holds (without making them)."""
+        if not self.layers:
+            return len(self.written)
+        return len(self.written) + (self.layers - 2) * sum(c.layer == 1 for c in self.written)
+
+    @cached_property
+    def calls(self) -> tuple[PlannedCall, ...]:
+        """Every call of the step (one micro-batch, one chip of each stage), in order."""
+        if not self.layers:
+            return self.written
+        stage_of = {}
+        for s, layers in enumerate(stage_layers(self.layers, self.pipeline_parallel)):
+            stage_of.update(dict.fromkeys(layers, s))
+        first = f"{self.prefix}1."
+        cut = len(first)
+        out: list[PlannedCall] = []
+        block: list[PlannedCall] = []
+
+        def expand() -> None:
+            out.extend(block)
+            for i in range(2, self.layers):
+                head, st = f"{self.prefix}{i}.", stage_of[i]
+                out.extend(c._replace(name=head + c.name[cut:], layer=i, stage=st,
+                                      fused_with=head + c.fused_with[cut:] if c.fused_with
+                                      else "") for c in block)
+            block.clear()
+
+        for c in self.written:
+            if c.layer == 1:
+                block.append(c)
+                continue
+            if block:
+                expand()
+            out.append(c)
+        if block:
+            expand()
+        return tuple(out)
 
     def chips(self, call: PlannedCall) -> range:
         """The chips that run ``call``."""
@@ -256,6 +304,16 @@ def model_config(model: Any) -> Any:
 
 def _layers(config: Any) -> int:
     return getattr(config, "n_layer", None) or config.num_hidden_layers
+
+
+@lru_cache(maxsize=64)
+def _two_layers(config: Any) -> Any:
+    """``config`` cut to two decoder layers, or None for a config whose layers may differ
+    (one that says ``uniform_layers = False``)."""
+    if not getattr(config, "uniform_layers", True):
+        return None
+    field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
+    return dataclasses.replace(config, **{field: 2})
 
 
 @lru_cache(maxsize=1 << 16)
@@ -418,6 +476,11 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     stage_of: dict[int | None, int] = {None: pp - 1}
     for s, layers in enumerate(stage_layers(_layers(config), pp)):
         stage_of.update(dict.fromkeys(layers, s))
+    # Walk two layers and let the second stand for the rest (Plan.calls makes them).
+    layers = _layers(config)
+    cut = _two_layers(config) if layers > 2 else None
+    if cut is not None:
+        config = cut
 
     hows = _charging(quant)
     weights = hows["weight"]
@@ -512,7 +575,10 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         link = LinkCall("p2p", size, 2)
         calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
                               ("link", *link)) for s in range(pp - 1)]
-    return Plan(whole, phase, tuple(calls), tp, pp, mu)
+    if cut is None:
+        return Plan(whole, phase, tuple(calls), tp, pp, mu)
+    return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,
+                "h." if hasattr(cut, "n_layer") else "layers.")
 
 
 # ---- Sharding --------------------------------------------------------------------------------
