@@ -208,15 +208,43 @@ def phase_table(rows: Sequence[PhaseFigures]) -> str:
 
 
 def _system(args: argparse.Namespace) -> System | None:
-    """The System the flags describe, or None for one chip with no system flag given."""
+    """The System the flags describe, or None for one chip with no system flag given.
+
+    Every bad multi-chip flag is reported at once, in one ``ValueError`` naming the flags.
+    """
     tp, pp = args.tp, args.pp
     chips = args.chips if args.chips is not None else tp * pp
     if chips == 1 and args.micro_batches == 1:
         return None
     from ..hardware import resolve
-    from ..system import Link, System
+    from ..models.configs import resolve_config
+    from ..system import Link, System, check_tensor_parallel, stage_layers
 
-    link = Link(args.link_gbps, args.link_latency_us, args.topology)
+    problems = []
+    if chips != tp * pp:
+        problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp} = {tp * pp}")
+    if args.batch % args.micro_batches:
+        problems.append(f"--micro-batches {args.micro_batches} must divide --batch {args.batch}"
+                        " (each micro-batch takes batch / micro-batches sequences)")
+    link = None
+    try:
+        link = Link(args.link_gbps, args.link_latency_us, args.topology)
+    except ValueError as err:
+        problems.append(str(err).replace("Link.bandwidth_gbps", "--link-gbps")
+                        .replace("Link.latency_us", "--link-latency-us")
+                        .replace("Link.topology", "--topology"))
+    config = resolve_config(args.model)  # an unknown model is its own error, reported alone
+    n_layers = getattr(config, "n_layer", None) or config.num_hidden_layers
+    for check in (lambda: check_tensor_parallel(config, tp),
+                  lambda: stage_layers(n_layers, pp)):
+        try:
+            check()
+        except ValueError as err:
+            problems.append(str(err).replace("tensor_parallel=", "--tp ")
+                            .replace("pipeline_parallel=", "--pp "))
+    if problems:
+        raise ValueError(f"{len(problems)} bad multi-chip option(s) for {args.model}:\n  "
+                         + "\n  ".join(problems))
     return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link)
 
 
