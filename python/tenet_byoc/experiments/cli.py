@@ -307,9 +307,10 @@ def _cmd_eval(args) -> int:
 def _show_preset(name: str, fmt: str) -> int:
     import json
 
+    from ..design_file import design_form
     from ..hardware import preset
 
-    form = json.loads(preset(name).to_json())
+    form = design_form(preset(name))  # each quantity once: the file a user edits
     if fmt == "yaml":
         import yaml
 
