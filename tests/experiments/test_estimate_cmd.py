@@ -41,3 +41,64 @@ def test_the_readme_multi_chip_line_fits_its_model():
         args = _args(line)
         assert system.chips == args.tp * args.pp == (args.chips or args.tp * args.pp)
         assert args.batch % args.micro_batches == 0
+
+
+def _exit(argv, capsys) -> tuple[int, str]:
+    from tenet_byoc.experiments.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr()
+
+
+def test_serve_refuses_the_lengths_it_would_ignore(capsys):
+    # the requests bring their own lengths; an abbreviation is the same flag to argparse
+    for argv in (["--serve", "128:4", "--decode-steps", "8", "--prompt-len", "64"],
+                 ["--serve", "128:4", "--decode-st=8", "--prompt", "64"]):
+        code, out = _exit(["estimate", *argv], capsys)
+        assert code == 2
+        assert "--prompt-len and --decode-steps would be ignored" in out.err, out.err
+
+
+def test_an_out_folder_of_another_command_is_refused(tmp_path, capsys):
+    import json
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    manifest = {"command": "sweep", "command_line": "tenet-byoc sweep --out results"}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (folder / "sweep.csv").write_text("model\ngpt2\n")
+    code, out = _exit(["estimate", "--prompt-len", "4", "--out", str(folder)], capsys)
+    assert code == 2
+    assert "holds the results of `tenet-byoc sweep --out results`" in out.err, out.err
+    # nothing of the estimate was written beside the sweep's files
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "sweep.csv"]
+
+
+def test_several_chips_in_the_header_and_manifest(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "mc"
+    code, printed = _exit(["estimate", "--model", "gpt2", "--batch", "2", "--tp", "2", "--pp",
+                           "2", "--micro-batches", "2", "--link-gbps", "50", "--prompt-len",
+                           "4", "--decode-steps", "1", "--out", str(out)], capsys)
+    assert code == 0
+    assert ("4 chips (TP 2 x PP 2, 2 micro-batch(es); ring link 50 GB/s, 1 us a hop)"
+            in printed.out)
+    assert "The whole model: GEMMs on the array, the vector unit's steps and the links" \
+        in printed.out
+    system = json.loads((out / "manifest.json").read_text())["system"]
+    assert system == {"chips": 4, "tensor_parallel": 2, "pipeline_parallel": 2,
+                      "micro_batches": 2, "link": {"bandwidth_gbps": 50.0, "latency_us": 1.0,
+                                                   "topology": "ring"}}
+
+
+def test_dse_refuses_a_checkpoint_of_another_model():
+    from tenet_byoc.experiments.dse_cmd import _check_same_model
+
+    _check_same_model("gpt2", "gpt2")
+    with pytest.raises(ValueError, match="--checkpoint 'gpt2' is not llama-3-8b .*"
+                       "--other-model-accuracy"):
+        _check_same_model("llama-3-8b", "gpt2")

@@ -248,6 +248,29 @@ def _system(args: argparse.Namespace) -> System | None:
     return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link)
 
 
+def system_entry(system: System | None) -> dict:
+    """The chips, parallelism and link of an estimate, as the manifest and header give them."""
+    if system is None:
+        return {"chips": 1}
+    link = system.link
+    return {"chips": system.chips, "tensor_parallel": system.tensor_parallel,
+            "pipeline_parallel": system.pipeline_parallel,
+            "micro_batches": system.micro_batches,
+            "link": {"bandwidth_gbps": link.bandwidth_gbps, "latency_us": link.latency_us,
+                     "topology": link.topology}}
+
+
+def system_line(system: System | None) -> str:
+    """``one chip`` or ``16 chips (TP 8 x PP 2, 4 micro-batches; ring link 100 GB/s, 1 us a
+    hop)``."""
+    if system is None:
+        return "one chip"
+    link = system.link
+    return (f"{system.chips} chips (TP {system.tensor_parallel} x PP "
+            f"{system.pipeline_parallel}, {system.micro_batches} micro-batch(es); "
+            f"{link.topology} link {link.bandwidth_gbps:g} GB/s, {link.latency_us:g} us a hop)")
+
+
 def run_estimate(args: argparse.Namespace) -> int:
     """The ``estimate`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
     import sys
@@ -284,9 +307,13 @@ def run_estimate(args: argparse.Namespace) -> int:
                 if args.sweep_batches else [])
     wall = time.perf_counter() - start
     first = next(iter(ledgers.values()))
-    print(f"{args.model} on {first.accelerator} ({first.dataflow}): prompt {args.prompt_len}, "
-          f"context {context_len}, {args.decode_steps} decode step(s), batch {args.batch}; "
-          f"{sum(len(v) for v in ledgers.values()):,} calls estimated in {wall:.2f} s\n")
+    print(f"{args.model} on {first.accelerator} ({first.dataflow}), {system_line(system)}: "
+          f"prompt {args.prompt_len}, context {context_len}, {args.decode_steps} decode "
+          f"step(s), batch {args.batch}; {sum(len(v) for v in ledgers.values()):,} calls "
+          f"estimated in {wall:.2f} s")
+    print("The whole model: GEMMs on the array, the vector unit's steps"
+          f"{' and the links' if system is not None else ''}; TTFT is the prefill, TPOT the "
+          "mean decode step.\n")
     print(phase_table(rows))
     for title, points in (("decode step vs context length", by_context),
                           ("decode step vs batch", by_batch)):
@@ -347,7 +374,8 @@ def run_serving(args: argparse.Namespace, out: Path | None) -> int:
     prompts = sum(r.prompt_len for r in requests) / len(requests)
     outputs = sum(r.output_len for r in requests) / len(requests)
     print(f"{args.model} serving {len(requests)} requests (mean prompt {prompts:,.1f}, mean "
-          f"output {outputs:,.1f} tokens) on {args.accelerator}, static batching\n")
+          f"output {outputs:,.1f} tokens) on {args.accelerator}, {system_line(system)}, "
+          "static batching; the whole model (GEMMs, vector unit, links)\n")
     print(serving_table(figures, args.ttft_ms, args.tpot_ms))
     for scheme in args.schemes:
         mine = [f for f in figures if f.scheme == scheme]

@@ -229,7 +229,7 @@ def _accelerator_entry(acc) -> dict:
 
 def write_manifest(out_dir: str | Path, *, command: str, argv: Sequence[str],
                    models: Sequence[str], schemes: Sequence[str],
-                   accelerators: Sequence) -> Path:
+                   accelerators: Sequence, system: dict | None = None) -> Path:
     """Write :data:`MANIFEST` into ``out_dir``: what ran, where and when.
 
     Parameters
@@ -244,6 +244,9 @@ def write_manifest(out_dir: str | Path, *, command: str, argv: Sequence[str],
         What was run or estimated.
     accelerators : sequence of tenet_byoc.Accelerator
         Each is recorded with its JSON (:meth:`~tenet_byoc.Accelerator.to_json`).
+    system : dict, optional
+        Several chips: ``chips``, ``tensor_parallel``, ``pipeline_parallel``,
+        ``micro_batches`` and the ``link`` (one chip when absent).
     """
     import datetime
     import platform
@@ -264,6 +267,7 @@ def write_manifest(out_dir: str | Path, *, command: str, argv: Sequence[str],
         "models": list(models),
         "schemes": list(schemes),
         "accelerators": [_accelerator_entry(a) for a in accelerators],
+        "system": system or {"chips": 1},
         "cpu": asdict(cpu_info()),
         "platform": platform.platform(),
         "versions": versions,
