@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .results import markdown_table, write_csv
+from .results import markdown_table, si, write_csv
 
 if TYPE_CHECKING:  # the ledger module imports TVM; `tenet-byoc --help` must not wait for it
     from ..ledger import Ledger
@@ -138,14 +138,14 @@ def batch_sweep(model, schemes: Sequence[str], accelerator, batches: Sequence[in
 
 
 _SWEEP_HEADER = ["scheme", "context", "batch", "TPOT (ms)", "tokens/s", "energy/token (mJ)",
-                 "DRAM MB/token", "PE util"]
+                 "DRAM bytes/token", "PE util"]
 
 
 def sweep_table(points: Sequence[SweepPoint]) -> str:
     """A markdown table of sweep points."""
     return markdown_table(_SWEEP_HEADER, [
         [p.scheme, p.context_len, p.batch, f"{p.tpot_ms:,.3f}", f"{p.tokens_per_s:,.1f}",
-         f"{p.energy_per_token_mj:,.3f}", f"{p.dram_bytes_per_token / 1e6:,.1f}",
+         f"{p.energy_per_token_mj:,.3f}", si(p.dram_bytes_per_token, "B"),
          f"{100 * p.pe_utilization:.2f}%"] for p in points
     ])
 
@@ -155,12 +155,14 @@ def _csv(items: Sequence, kind: type, path: Path) -> Path:
     return path
 
 
-def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint],
-                path: str | Path, title: str) -> Path:
-    """One figure: TPOT and energy per token against context (left) and batch (right)."""
+def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint],
+                 title: str):
+    """The figure of :func:`plot_sweeps`: TPOT and energy per token against context (left)
+    and batch (right); an axis is log only where its values span two decades (the swept
+    lengths and batches, powers of two, from 8x), ticks at the swept values."""
     from matplotlib.figure import Figure
 
-    from .plots import decade_limits
+    from .plots import scale_axis
 
     fig = Figure(figsize=(10, 6.5), layout="constrained")
     axes = fig.subplots(2, 2)
@@ -170,23 +172,35 @@ def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint]
         for row, (metric, ylabel) in enumerate((("tpot_ms", "TPOT (ms)"),
                                                 ("energy_per_token_mj", "energy / token (mJ)"))):
             ax = axes[row][col]
+            # one unit for the quantity in the whole figure: J once any panel reaches 1,000 mJ
+            scale = (1e-3 if metric == "energy_per_token_mj" and max(
+                p.energy_per_token_mj for p in [*by_context, *by_batch]) >= 1e3 else 1.0)
+            if scale != 1.0:
+                ylabel = "energy / token (J)"
             for scheme in dict.fromkeys(p.scheme for p in points):
                 mine = [p for p in points if p.scheme == scheme]
-                ax.plot([getattr(p, key) for p in mine], [getattr(p, metric) for p in mine],
-                        marker="o", label=scheme)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            # whole decades: the top lines sit below a labelled tick, not above the last one
-            ax.set_ylim(*decade_limits([getattr(p, metric) for p in points]))
+                ax.plot([getattr(p, key) for p in mine],
+                        [scale * getattr(p, metric) for p in mine],
+                        marker="os^Dv"[list(dict.fromkeys(q.scheme for q in points))
+                                       .index(scheme) % 5], label=scheme)
+            swept = sorted({getattr(p, key) for p in points})
+            scale_axis(ax, "x", swept, ticks=swept, ratio=8)
+            scale_axis(ax, "y", [scale * getattr(p, metric) for p in points])
             ax.set_ylabel(ylabel)
             ax.grid(True, which="both", alpha=0.3)
             if row == 1:
                 ax.set_xlabel(label)
     axes[0][0].legend(title="scheme")
     fig.suptitle(title)
+    return fig
+
+
+def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint],
+                path: str | Path, title: str) -> Path:
+    """One PNG: TPOT and energy per token against context (left) and batch (right)."""
     from .plots import save_figure
 
-    return save_figure(fig, path, dpi=110)
+    return save_figure(sweep_figure(by_context, by_batch, title), path, dpi=110)
 
 
 # ----------------------------------------------------------------------------------------
@@ -195,14 +209,14 @@ def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint]
 
 
 _PHASE_HEADER = ["scheme", "phase", "tokens", "TTFT / TPOT (ms)", "tokens/s",
-                 "energy/token (mJ)", "MACs", "DRAM MB", "PE util", "/ roofline"]
+                 "energy/token (mJ)", "MACs", "DRAM bytes", "PE util", "/ roofline"]
 
 
 def phase_table(rows: Sequence[PhaseFigures]) -> str:
     """A markdown table of per-phase figures."""
     return markdown_table(_PHASE_HEADER, [
         [f.scheme, f.phase, f.tokens, f"{f.latency_ms:,.3f}", f"{f.tokens_per_s:,.1f}",
-         f"{f.energy_per_token_mj:,.3f}", f"{f.macs:,}", f"{f.dram_bytes / 1e6:,.1f}",
+         f"{f.energy_per_token_mj:,.3f}", si(f.macs, digits=4), si(f.dram_bytes, "B"),
          f"{100 * f.pe_utilization:.1f}%", f"{f.roofline_ratio:.2f}x"] for f in rows
     ])
 

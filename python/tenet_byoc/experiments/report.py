@@ -149,6 +149,29 @@ class _Figure:
     data: list[dict]
     layout: dict
 
+    def __post_init__(self) -> None:
+        honest_axes(self.data, self.layout)
+
+
+def honest_axes(data: Sequence[dict], layout: dict) -> None:
+    """Keep a log axis only where a reader is helped by one: never under bars (a 7.5x ratio
+    must not look 20x), and only for values spanning two decades
+    (:data:`~tenet_byoc.experiments.plots.LOG_SPAN`); elsewhere the axis is linear, a value
+    axis from zero. Changes ``layout`` in place."""
+    from .plots import spans_decades
+
+    bars = any(t.get("type") == "bar" for t in data)
+    for axis, key in (("xaxis", "x"), ("yaxis", "y")):
+        spec = layout.get(axis)
+        if not isinstance(spec, dict) or spec.get("type") != "log":
+            continue
+        values = [v for t in data for v in (t.get(key) or [])
+                  if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if bars or not spans_decades(values):
+            spec["type"] = "-"
+            if key == "y" or bars:
+                spec["rangemode"] = "tozero"
+
 
 @dataclass
 class _Section:
@@ -236,7 +259,7 @@ def _summary_section(summary: _Csv) -> _Section:
             })
         sec.parts.append(_Figure("prefill-decode", data, _layout(
             "Prefill vs decode: est. latency per scheme", "scheme", "est. latency (µs)",
-            ylog=True, barmode="group")))
+            barmode="group")))
     if all("rel_error" in r for r in rows[:1]):
         sec.parts += _cost_vs_error(rows, "cost-error", "latency_us", "est. latency (µs)", 1.0)
         sec.parts += _cost_vs_error(rows, "energy-error", "energy_pj", "energy (µJ)", 1e-6)
