@@ -15,7 +15,7 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
-from .area import accelerator_area, load_table_file
+from .area import accelerator_area
 from .mapping import OBJECTIVES
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
@@ -156,13 +156,10 @@ class Accelerator(cm.Accelerator):
         FileNotFoundError
             For a missing file.
         """
-        import json
+        # Each quantity once, every problem in one message: tenet_byoc.design_file.
+        from .design_file import read_design
 
-        data = load_table_file(path, "accelerator file")
-        try:
-            return cls.from_json(json.dumps(data))
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"accelerator file {str(path)!r}: {err}") from None
+        return read_design(path)
 
     @classmethod
     def systolic(
