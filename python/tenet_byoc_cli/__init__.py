@@ -28,9 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    if (mistake := refusal(args)) is not None:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if (mistake := refusal(args, given)) is not None:
         parser.exit(2, f"tenet-byoc {args.command}: error: {mistake}\n")
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the run manifest records it
+    args.argv = given  # the run manifest records it
     if args.command is None:
         parser.print_help()
         return 0
