@@ -7,18 +7,29 @@ also replaces attention by multi-head latent attention (MLA: queries and keys/va
 compressed to low ranks, then expanded per head). :class:`MoEConfig` holds the dense part as
 a :class:`~tenet_byoc.models.llama.LlamaConfig` (``attention``) beside the experts
 (:class:`Experts`) and, for MLA, its ranks (:class:`LatentAttention`); :func:`param_counts`
-counts total and active parameters from them in closed form.
+counts total and active parameters from them in closed form, :func:`touched_experts` the
+distinct experts a batch reaches (so the weights a step reads, :func:`weights_read`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .llama import LlamaConfig
 
-__all__ = ["MOE_FAMILIES", "Experts", "LatentAttention", "MoEConfig", "param_counts"]
+__all__ = [
+    "MOE_FAMILIES",
+    "Experts",
+    "LatentAttention",
+    "MoEConfig",
+    "param_counts",
+    "touched_experts",
+    "weights_read",
+]
 
 #: The ``model_type`` values of mixture-of-experts ``config.json`` files this module reads,
 #: and the Llama family each one's attention and norms follow.
@@ -331,3 +342,72 @@ def param_counts(config: MoEConfig) -> tuple[int, int]:
     common = attention + dense_mlp + outside + moe * (router + shared)
     return (common + moe * e.num_experts * expert,
             common + moe * e.experts_per_token * expert)
+
+
+def touched_experts(num_experts: int, experts_per_token: int, tokens: int,
+                    load: Sequence[float] | None = None) -> float:
+    """The expected number of distinct experts ``tokens`` tokens are routed to.
+
+    Each token is sent to ``k = experts_per_token`` distinct experts, tokens independently.
+    Under uniform routing each expert is among a token's k with probability k / E, so the
+    expected count is ``E x (1 - (1 - k/E) ** tokens)``. With a skew, ``load`` gives each
+    expert's share of the routed tokens (any non-negative weights, scaled to sum to k):
+    expert e is among a token's k with probability ``p_e = k x load_e / sum(load)``, and the
+    count is ``sum_e (1 - (1 - p_e) ** tokens)``.
+
+    Parameters
+    ----------
+    num_experts : int
+        E, the routed experts.
+    experts_per_token : int
+        k.
+    tokens : int
+        Tokens routed in one step (a decode step's batch; a prefill's prompt tokens).
+    load : sequence of float, optional
+        E weights; None for uniform routing.
+
+    Raises
+    ------
+    ValueError
+        If a count is out of range, ``load`` has another length than E, a weight is
+        negative or not finite, or a share exceeds one token's worth (``p_e > 1``: an
+        expert cannot be chosen twice by one token).
+    """
+    _positive("touched_experts", "num_experts", num_experts)
+    _positive("touched_experts", "experts_per_token", experts_per_token)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise ValueError(f"touched_experts: tokens={tokens!r} must be an integer >= 0")
+    e, k = num_experts, experts_per_token
+    if k > e:
+        raise ValueError(f"touched_experts: experts_per_token={k} exceeds num_experts={e}")
+    if load is None:
+        return e * (1.0 - (1.0 - k / e) ** tokens)
+    weights = np.asarray(load, dtype=np.float64)
+    if weights.shape != (e,):
+        raise ValueError(f"touched_experts: load has {weights.size} weights, expected {e}")
+    if not np.all(np.isfinite(weights)) or np.any(weights < 0) or weights.sum() <= 0:
+        raise ValueError("touched_experts: load must be finite, non-negative, not all zero")
+    p = k * weights / weights.sum()
+    if p.max() > 1 + 1e-12:
+        raise ValueError(
+            f"touched_experts: expert {int(p.argmax())} would take {p.max():.3g} of a token's "
+            f"{k} choices; a token picks an expert at most once, so no share may exceed "
+            f"1/{k} of the load"
+        )
+    return float(np.sum(1.0 - (1.0 - np.minimum(p, 1.0)) ** tokens))
+
+
+def weights_read(config: MoEConfig, tokens: int, load: Sequence[float] | None = None) -> float:
+    """Expected weights (elements) one step of ``tokens`` routed tokens reads.
+
+    Everything but the routed experts, plus, in each mixture layer, the expected number of
+    distinct experts the tokens touch (:func:`touched_experts`) times one expert's weights.
+    One token reads the active weights of :func:`param_counts`; many read close to all.
+    """
+    e, d = config.experts, config.hidden_size
+    total, active = param_counts(config)
+    expert = 3 * d * e.intermediate_size
+    moe = len(e.moe_layers)
+    outside = active - moe * e.experts_per_token * expert
+    touched = touched_experts(e.num_experts, e.experts_per_token, tokens, load)
+    return outside + moe * touched * expert
