@@ -14,7 +14,7 @@ distinct experts a batch reaches (so the weights a step reads, :func:`weights_re
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -152,8 +152,6 @@ class MoEConfig:
     experts : Experts
     latent : LatentAttention or None
         Multi-head latent attention in place of grouped-query attention.
-    qk_norm : bool
-        An RMSNorm over each query and key head before RoPE (Qwen3).
     model_type : str
         One of :data:`MOE_FAMILIES`.
     name : str
@@ -163,7 +161,6 @@ class MoEConfig:
     attention: LlamaConfig
     experts: Experts
     latent: LatentAttention | None = None
-    qk_norm: bool = False
     model_type: str = "mixtral"
     name: str = field(default="custom")
 
@@ -287,6 +284,8 @@ class MoEConfig:
             dense["num_key_value_heads"] = values.get("num_attention_heads")
         dense["model_type"] = MOE_FAMILIES[model_type]
         base = LlamaConfig.from_hf_dict(dense, name=name)
+        if qk_norm:
+            base = replace(base, qk_norm=True)
         try:
             parts = Experts(
                 num_experts=experts, experts_per_token=need("num_experts_per_tok"),
@@ -297,7 +296,7 @@ class MoEConfig:
             )
         except ValueError as err:
             raise ValueError(f"config.json ({model_type}): {err}") from None
-        return cls(base, parts, latent, qk_norm, model_type, name)
+        return cls(base, parts, latent, model_type, name)
 
 
 def _attention_params(config: MoEConfig) -> int:
@@ -308,7 +307,7 @@ def _attention_params(config: MoEConfig) -> int:
     if m is None:
         q, kv = heads * a.dim_per_head, a.num_key_value_heads * a.dim_per_head
         out = 2 * d * q + 2 * d * kv + (q + 2 * kv) * a.qkv_bias + d * a.o_bias
-        if config.qk_norm:
+        if a.qk_norm:
             out += 2 * a.dim_per_head
         return out + 2 * d
     qk = m.qk_nope_head_dim + m.qk_rope_head_dim
