@@ -7,18 +7,29 @@ also replaces attention by multi-head latent attention (MLA: queries and keys/va
 compressed to low ranks, then expanded per head). :class:`MoEConfig` holds the dense part as
 a :class:`~tenet_byoc.models.llama.LlamaConfig` (``attention``) beside the experts
 (:class:`Experts`) and, for MLA, its ranks (:class:`LatentAttention`); :func:`param_counts`
-counts total and active parameters from them in closed form.
+counts total and active parameters from them in closed form, :func:`touched_experts` the
+distinct experts a batch reaches (so the weights a step reads, :func:`weights_read`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from .llama import LlamaConfig
 
-__all__ = ["MOE_FAMILIES", "Experts", "LatentAttention", "MoEConfig", "param_counts"]
+__all__ = [
+    "MOE_FAMILIES",
+    "Experts",
+    "LatentAttention",
+    "MoEConfig",
+    "param_counts",
+    "touched_experts",
+    "weights_read",
+]
 
 #: The ``model_type`` values of mixture-of-experts ``config.json`` files this module reads,
 #: and the Llama family each one's attention and norms follow.
@@ -141,8 +152,6 @@ class MoEConfig:
     experts : Experts
     latent : LatentAttention or None
         Multi-head latent attention in place of grouped-query attention.
-    qk_norm : bool
-        An RMSNorm over each query and key head before RoPE (Qwen3).
     model_type : str
         One of :data:`MOE_FAMILIES`.
     name : str
@@ -152,7 +161,6 @@ class MoEConfig:
     attention: LlamaConfig
     experts: Experts
     latent: LatentAttention | None = None
-    qk_norm: bool = False
     model_type: str = "mixtral"
     name: str = field(default="custom")
 
@@ -276,6 +284,8 @@ class MoEConfig:
             dense["num_key_value_heads"] = values.get("num_attention_heads")
         dense["model_type"] = MOE_FAMILIES[model_type]
         base = LlamaConfig.from_hf_dict(dense, name=name)
+        if qk_norm:
+            base = replace(base, qk_norm=True)
         try:
             parts = Experts(
                 num_experts=experts, experts_per_token=need("num_experts_per_tok"),
@@ -286,7 +296,7 @@ class MoEConfig:
             )
         except ValueError as err:
             raise ValueError(f"config.json ({model_type}): {err}") from None
-        return cls(base, parts, latent, qk_norm, model_type, name)
+        return cls(base, parts, latent, model_type, name)
 
 
 def _attention_params(config: MoEConfig) -> int:
@@ -297,7 +307,7 @@ def _attention_params(config: MoEConfig) -> int:
     if m is None:
         q, kv = heads * a.dim_per_head, a.num_key_value_heads * a.dim_per_head
         out = 2 * d * q + 2 * d * kv + (q + 2 * kv) * a.qkv_bias + d * a.o_bias
-        if config.qk_norm:
+        if a.qk_norm:
             out += 2 * a.dim_per_head
         return out + 2 * d
     qk = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -331,3 +341,72 @@ def param_counts(config: MoEConfig) -> tuple[int, int]:
     common = attention + dense_mlp + outside + moe * (router + shared)
     return (common + moe * e.num_experts * expert,
             common + moe * e.experts_per_token * expert)
+
+
+def touched_experts(num_experts: int, experts_per_token: int, tokens: int,
+                    load: Sequence[float] | None = None) -> float:
+    """The expected number of distinct experts ``tokens`` tokens are routed to.
+
+    Each token is sent to ``k = experts_per_token`` distinct experts, tokens independently.
+    Under uniform routing each expert is among a token's k with probability k / E, so the
+    expected count is ``E x (1 - (1 - k/E) ** tokens)``. With a skew, ``load`` gives each
+    expert's share of the routed tokens (any non-negative weights, scaled to sum to k):
+    expert e is among a token's k with probability ``p_e = k x load_e / sum(load)``, and the
+    count is ``sum_e (1 - (1 - p_e) ** tokens)``.
+
+    Parameters
+    ----------
+    num_experts : int
+        E, the routed experts.
+    experts_per_token : int
+        k.
+    tokens : int
+        Tokens routed in one step (a decode step's batch; a prefill's prompt tokens).
+    load : sequence of float, optional
+        E weights; None for uniform routing.
+
+    Raises
+    ------
+    ValueError
+        If a count is out of range, ``load`` has another length than E, a weight is
+        negative or not finite, or a share exceeds one token's worth (``p_e > 1``: an
+        expert cannot be chosen twice by one token).
+    """
+    _positive("touched_experts", "num_experts", num_experts)
+    _positive("touched_experts", "experts_per_token", experts_per_token)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise ValueError(f"touched_experts: tokens={tokens!r} must be an integer >= 0")
+    e, k = num_experts, experts_per_token
+    if k > e:
+        raise ValueError(f"touched_experts: experts_per_token={k} exceeds num_experts={e}")
+    if load is None:
+        return e * (1.0 - (1.0 - k / e) ** tokens)
+    weights = np.asarray(load, dtype=np.float64)
+    if weights.shape != (e,):
+        raise ValueError(f"touched_experts: load has {weights.size} weights, expected {e}")
+    if not np.all(np.isfinite(weights)) or np.any(weights < 0) or weights.sum() <= 0:
+        raise ValueError("touched_experts: load must be finite, non-negative, not all zero")
+    p = k * weights / weights.sum()
+    if p.max() > 1 + 1e-12:
+        raise ValueError(
+            f"touched_experts: expert {int(p.argmax())} would take {p.max():.3g} of a token's "
+            f"{k} choices; a token picks an expert at most once, so no share may exceed "
+            f"1/{k} of the load"
+        )
+    return float(np.sum(1.0 - (1.0 - np.minimum(p, 1.0)) ** tokens))
+
+
+def weights_read(config: MoEConfig, tokens: int, load: Sequence[float] | None = None) -> float:
+    """Expected weights (elements) one step of ``tokens`` routed tokens reads.
+
+    Everything but the routed experts, plus, in each mixture layer, the expected number of
+    distinct experts the tokens touch (:func:`touched_experts`) times one expert's weights.
+    One token reads the active weights of :func:`param_counts`; many read close to all.
+    """
+    e, d = config.experts, config.hidden_size
+    total, active = param_counts(config)
+    expert = 3 * d * e.intermediate_size
+    moe = len(e.moe_layers)
+    outside = active - moe * e.experts_per_token * expert
+    touched = touched_experts(e.num_experts, e.experts_per_token, tokens, load)
+    return outside + moe * touched * expert
