@@ -120,8 +120,10 @@ LAYERS = (
     ("cost-model face", ("memory", "mapping", "cost_model")),
     ("accelerators", ("area", "design_file", "hardware")),
     ("quantization", ("quantization",)),
-    ("backend", ("ledger", "vector_plan", "partition", "codegen", "profiling", "system")),
+    ("backend", ("compose", "ledger", "vector_plan", "partition", "codegen", "profiling",
+                 "system")),
     ("models", ("models",)),
+    ("plan", ("plan",)),
     ("estimate", ("estimate", "dse")),
     ("experiments", ("experiments",)),
 )

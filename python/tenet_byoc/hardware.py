@@ -433,6 +433,89 @@ def _tpu_v5e() -> Accelerator:
     )
 
 
+def _gpu_clock_rates(tensor_cores_per_sm: int, fma_16: int, fma_8: int, fp32_lanes: int,
+                     pes_per_tensor_core: int) -> dict[int, int]:
+    # MACs per PE per cycle by operand width when a tensor core is `pes_per_tensor_core`
+    # PEs, each a dot-product unit: fma_16 (fma_8) dense FMAs per tensor core per clock at
+    # 16 (8) bits; float32 runs on the SM's fp32_lanes CUDA cores instead, spread over the
+    # same PEs.
+    rates = {16: fma_16 // pes_per_tensor_core, 8: fma_8 // pes_per_tensor_core}
+    rates[32] = fp32_lanes // (tensor_cores_per_sm * pes_per_tensor_core)
+    if any(r * pes_per_tensor_core != f for r, f in ((rates[16], fma_16), (rates[8], fma_8))):
+        raise ValueError("tensor core FMAs must split evenly over its PEs")
+    return rates
+
+
+def _hopper(name: str, *, hbm_gbps: float, l2_bytes: int) -> Accelerator:
+    # An NVIDIA Hopper GPU (GH100, SXM5) as one output-stationary array of its tensor cores.
+    # Sources:
+    # [wp] NVIDIA, "NVIDIA H100 Tensor Core GPU Architecture" whitepaper (2022), Table 3
+    #   (H100 SXM5): 132 SMs, 4 fourth-generation tensor cores per SM (528), 128 FP32 cores
+    #   per SM, 50 MB L2, 228 KB shared memory per SM; peak dense FP16/BF16 tensor 989.4
+    #   TFLOP/s, FP8 1,978.9, INT8 1,978.9 TOPS, FP32 66.9 TFLOP/s.
+    # [ds] NVIDIA H100 data sheet: H100 SXM 3.35 TB/s HBM3; NVIDIA H200 data sheet: the
+    #   same compute figures, 141 GB HBM3e at 4.8 TB/s.
+    # Derived: 989.4e12 / (528 tensor cores x 2 x 1.83 GHz) = 512 dense bf16 FMAs per tensor
+    # core per clock (1,024 at fp8 / int8): the clock is 1.83 GHz (the boost clock the
+    # whitepaper's tensor peaks are given at). A tensor core is taken as 8 x 4 PEs, each a
+    # 16-wide bf16 (32-wide 8-bit) dot product (an 8 x 4 x 16 MMA per clock, the shape of
+    # the published per-clock figure). float32 GEMMs (TF32 off) run on the 128 CUDA cores
+    # per SM: 32 per tensor core's 32 PEs, one FMA per PE per clock: 61.8 TFLOP/s at
+    # 1.83 GHz (the whitepaper's 66.9 is at 1.98 GHz).
+    # Assumed (not published): the L2's bandwidth, taken as the A100's 5,120 B/clock
+    # (LLMCompass's A100 description); the L2 as the buffer every tile goes through.
+    clock_ghz = 1.83
+    sms, tcs_per_sm, pes_per_tc = 132, 4, 32
+    rates = _gpu_clock_rates(tcs_per_sm, 512, 1024, 128, pes_per_tc)
+    rows, cols = 128, sms * tcs_per_sm * pes_per_tc // 128  # 128 x 132 = 16,896 PEs
+    dram_bits = hbm_gbps * 1e9 * 8 / (clock_ghz * 1e9)
+    memory = cm.MemoryHierarchy(
+        dram_bandwidth_bits=dram_bits, buffer_bytes=l2_bytes,
+        buffer_bandwidth_bits=5120 * 8, register_bytes=256,
+        buffer_double_buffered=True,
+    )
+    precision = cm.PrecisionTable([
+        cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8], pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
+        cm.MacSpec(16, 16, macs_per_pe_per_cycle=rates[16], pj_per_mac=1.1 + 0.4),
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=3.7 + 0.9),
+    ])
+    return Accelerator.systolic(
+        "os", rows, cols, name=name, bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
+        l1_bytes=256, l2_bytes=l2_bytes, memory=memory, precision=precision,
+        macs_per_pe_per_cycle=rates,
+        # The CUDA cores: 128 FP32 lanes per SM.
+        vector=cm.VectorUnit(lanes=sms * 128, schedule="serial"),
+    )
+
+
+def _a100() -> Accelerator:
+    # An NVIDIA A100 (SXM4 40 GB) as LLMCompass describes it (Zhang et al., "LLMCompass: Enabling
+    # Efficient Hardware Design for Large Language Model Inference", ISCA 2024, and its
+    # repository's configs/GA100.json): 108 SMs x 4 sub-cores x one 16 x 16 fp16 systolic
+    # array, 1.41 GHz, 192 KB SRAM per SM, 40 MiB L2 at 5,120 B per cycle, HBM 2,039 GB/s.
+    # Here the 432 arrays are one 256 x 432 output-stationary array (110,592 PEs: 312 TFLOP/s
+    # fp16, NVIDIA's A100 figure); 8-bit at twice the rate (624 TOPS int8, NVIDIA's A100 data
+    # sheet); float32 at the fp16 rate (a stand-in: TF32 is half of it, the CUDA cores 1/16).
+    clock_ghz = 1.41
+    dram_bits = 2039e9 * 8 / (clock_ghz * 1e9)
+    memory = cm.MemoryHierarchy(
+        dram_bandwidth_bits=dram_bits, buffer_bytes=40 << 20,
+        buffer_bandwidth_bits=5120 * 8, register_bytes=256, buffer_double_buffered=True,
+    )
+    rates = {32: 1, 16: 1, 8: 2}
+    precision = cm.PrecisionTable([
+        cm.MacSpec(8, 8, macs_per_pe_per_cycle=2, pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
+        cm.MacSpec(16, 16, macs_per_pe_per_cycle=1, pj_per_mac=1.1 + 0.4),
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=1, pj_per_mac=3.7 + 0.9),
+    ])
+    return Accelerator.systolic(
+        "os", 256, 432, name="a100", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
+        l1_bytes=256, l2_bytes=40 << 20, memory=memory, precision=precision,
+        macs_per_pe_per_cycle=rates,
+        vector=cm.VectorUnit(lanes=108 * 64, schedule="serial"),  # 64 FP32 lanes per SM
+    )
+
+
 #: Shipped presets by name. Bandwidth is off-chip bits per cycle at ``clock_ghz``.
 PRESETS: dict[str, Callable[[], Accelerator]] = {
     "os16": lambda: _array16("os", "os16"),
@@ -445,6 +528,11 @@ PRESETS: dict[str, Callable[[], Accelerator]] = {
     "ws128": lambda: _array128("ws"),
     "tpu_v1": _tpu_v1,
     "tpu_v5e": _tpu_v5e,
+    "a100": _a100,
+    # H100 SXM: 3.35 TB/s, 50 MB L2 [wp, ds]. H200: the same GH100 compute, 4.8 TB/s HBM3e
+    # [ds]; its L2 60 MB as the measured device reports it (../shared/silicon/h200/README).
+    "h100_sxm": lambda: _hopper("h100_sxm", hbm_gbps=3350.0, l2_bytes=50_000_000),
+    "h200": lambda: _hopper("h200", hbm_gbps=4800.0, l2_bytes=60_000_000),
     "tenet_os8": _tenet_paper("os"),
     "tenet_ws8": _tenet_paper("ws"),
 }

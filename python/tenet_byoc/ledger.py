@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from tvm import relax
 
 from . import _cost_model as _core
 from ._cost_model import GemmCall, QuantRecipe
+from .compose import chain_cycles
 
 # The ledger's fields are the cost model's one table (src/cost_model/charge.h,
 # ChargeLedgerFields), which the runtime's ledger JSON and Charge.ledger_fields() both
@@ -293,30 +294,11 @@ def pe_utilization(entries: Iterable[LedgerEntry]) -> float:
 
 
 def step_cycles(entries: Iterable[LedgerEntry]) -> int:
-    """The one rule of how a run's calls add up to its latency, in cycles.
-
-    Array and link entries run one after another. A vector entry adds its cycles, except
-    under the vector unit's ``pipelined`` schedule when it is a GEMM's fused epilogue
-    (``fused``: bias, activation): its input streams straight out of the array, so the GEMM
-    and its epilogues take max(GEMM cycles, sum of the epilogues' cycles). Under ``serial``
-    every vector entry adds. (Norms, softmax, residuals and the rest need a whole row, or
-    operands from several producers, and add under both.)
-    """
-    total, gemm, hidden = 0, None, 0
-    for e in entries:
-        if e.unit == "vector" and e.fused and e.schedule == "pipelined" and gemm is not None:
-            hidden += e.cycles
-            continue
-        if gemm is not None:
-            total += max(gemm, hidden)
-            gemm, hidden = None, 0
-        if e.unit == "array":
-            gemm = e.cycles
-        else:
-            total += e.cycles
-    if gemm is not None:
-        total += max(gemm, hidden)
-    return total
+    """How a run's calls add up to its latency, in cycles: ``tenet_byoc.compose``'s one rule
+    (a GEMM's fused epilogues hidden behind it under a ``pipelined`` vector unit, every other
+    call adding) applied to entries in their order."""
+    return chain_cycles((e.unit, e.fused and e.schedule == "pipelined", e.cycles, 1)
+                        for e in entries)
 
 
 def totals(entries: Iterable[LedgerEntry]) -> Totals:
@@ -347,17 +329,38 @@ class Ledger:
     Get one with :func:`tenet_byoc.ledger`. ``entries`` is a list of :class:`LedgerEntry`;
     ``totals()`` and ``group_by()`` sum them; ``to_csv``, ``to_json`` and ``to_dataframe``
     export them; ``reset()`` clears the runtime's ledger (not this snapshot).
+
+    ``entries`` may also be given as a function that makes the list and ``count`` its
+    length: the entries are then made when first read (an estimate of 10^5 calls returns
+    before it has made them).
     """
 
-    def __init__(self, entries: list[LedgerEntry], accelerator: str, dataflow: str,
-                 clock_ghz: float, modules: list[tvm.runtime.Module]):
-        self.entries = entries
+    def __init__(self, entries: list[LedgerEntry] | Callable[[], list[LedgerEntry]],
+                 accelerator: str, dataflow: str, clock_ghz: float,
+                 modules: list[tvm.runtime.Module], *, count: int | None = None):
+        self._make = entries if callable(entries) else None
+        self._entries = None if callable(entries) else entries
+        self._count = count
         self.accelerator = accelerator
         self.dataflow = dataflow
         self.clock_ghz = clock_ghz
         self._modules = modules
 
+    @property
+    def entries(self) -> list[LedgerEntry]:
+        """The entries, in call order (made now if they were not yet)."""
+        if self._entries is None:
+            self._entries = self._make()
+            self._make = None
+        return self._entries
+
+    @entries.setter
+    def entries(self, value: list[LedgerEntry]) -> None:
+        self._entries, self._make = value, None
+
     def __len__(self) -> int:
+        if self._entries is None and self._count is not None:
+            return self._count
         return len(self.entries)
 
     def __iter__(self) -> Iterator[LedgerEntry]:

@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -280,20 +282,65 @@ void DequantizeInt8(const Int8Dequant& d, const int32_t* acc, int64_t lda, int64
   }
 }
 
+namespace {
+
+// A cached primitive and the scratchpad it asks for. Primitives are made in oneDNN's user
+// scratchpad mode: in the library mode a primitive may not run on a thread other than the
+// one that made it (the library keeps its scratchpad per creating thread, so two threads
+// running one primitive wrote over each other's partial sums: wrong outputs and crashes in
+// brgemm), while in the user mode each call passes scratch memory of its own.
+struct CachedMatmul {
+  dnnl::matmul prim;
+  memory::desc scratchpad;
+  explicit operator bool() const { return static_cast<bool>(prim); }
+};
+
+// The calling thread's scratchpad, grown to the largest a primitive it ran has asked for:
+// a thread runs one primitive at a time, and its OpenMP team works inside that call.
+void* ThreadScratchpad(size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<void, void (*)(void*)> data{nullptr, std::free};
+    size_t bytes = 0;
+  };
+  thread_local Buffer buffer;
+  if (bytes > buffer.bytes) {
+    // 4 KiB aligned, as oneDNN aligns the scratchpads it allocates itself.
+    const size_t rounded = (bytes + 4095) / 4096 * 4096;
+    buffer.data.reset(std::aligned_alloc(4096, rounded));
+    if (!buffer.data) throw std::bad_alloc();
+    buffer.bytes = rounded;
+  }
+  return buffer.data.get();
+}
+
+// Runs a cached primitive on the calling thread with its own scratchpad.
+void Execute(const CachedMatmul& m, const dnnl::engine& engine,
+             std::unordered_map<int, memory> args) {
+  const size_t bytes = m.scratchpad.get_size();
+  if (bytes > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(m.scratchpad, engine, ThreadScratchpad(bytes)));
+  }
+  dnnl::stream stream(engine);
+  m.prim.execute(stream, args);
+  stream.wait();
+}
+
+}  // namespace
+
 struct GemmEngine::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   std::mutex mutex;
-  std::unordered_map<std::string, dnnl::matmul> cache;
+  std::unordered_map<std::string, CachedMatmul> cache;
 
-  dnnl::matmul Find(const std::string& key) {
+  CachedMatmul Find(const std::string& key) {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
-    return it == cache.end() ? dnnl::matmul() : it->second;
+    return it == cache.end() ? CachedMatmul() : it->second;
   }
 
-  dnnl::matmul Get(const std::string& key, const memory::desc& a, const memory::desc& b,
+  CachedMatmul Get(const std::string& key, const memory::desc& a, const memory::desc& b,
                    const memory::desc* bias, const memory::desc& c, Epilogue epilogue) {
-    if (dnnl::matmul found = Find(key)) return found;
+    if (CachedMatmul found = Find(key)) return found;
     dnnl::post_ops ops;
     switch (epilogue) {
       case Epilogue::kRelu: ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f); break;
@@ -305,16 +352,18 @@ struct GemmEngine::Impl {
     }
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     auto pd = bias ? dnnl::matmul::primitive_desc(engine, a, b, *bias, c, attr)
                    : dnnl::matmul::primitive_desc(engine, a, b, c, attr);
-    return Insert(key, dnnl::matmul(pd));
+    return Insert(key, pd);
   }
 
-  dnnl::matmul Insert(const std::string& key, dnnl::matmul prim) {
+  CachedMatmul Insert(const std::string& key, const dnnl::matmul::primitive_desc& pd) {
+    CachedMatmul made{dnnl::matmul(pd), pd.scratchpad_desc()};
     std::lock_guard<std::mutex> lock(mutex);
     if (cache.size() >= kMaxCachedPrimitives) cache.clear();
-    cache.emplace(key, prim);
-    return prim;
+    cache.emplace(key, made);
+    return made;
   }
 
   // c[rows, n] = a[rows, k] @ b[n, k]^T in one oneDNN s8s8s32 call: the BLAS-style kernel
@@ -340,16 +389,16 @@ struct GemmEngine::Impl {
     const memory::desc c_md({rows, n}, memory::data_type::s32, {n, 1});
     const std::string key = "s8|" + std::to_string(rows) + "|" + std::to_string(n) + "|" +
                             std::to_string(k) + "|t" + std::to_string(threads);
-    dnnl::matmul prim = Find(key);
+    CachedMatmul prim = Find(key);
     if (!prim) {
-      prim = Insert(key, dnnl::matmul(dnnl::matmul::primitive_desc(engine, a_md, b_md, c_md)));
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      prim = Insert(key, dnnl::matmul::primitive_desc(engine, a_md, b_md, c_md, attr));
     }
     memory a_mem(a_md, engine, const_cast<int8_t*>(a));
     memory b_mem(b_md, engine, const_cast<int8_t*>(b));
     memory c_mem(c_md, engine, c);
-    dnnl::stream stream(engine);
-    prim.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-    stream.wait();
+    Execute(prim, engine, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
   }
 
   // Whether the native kernels give numpy's exact sums on operands that saturate vpmaddubsw
@@ -489,7 +538,7 @@ void GemmEngine::Run(const GemmArgs& g) {
   for (auto d : c_dims) key << d << ',';
   key << '|' << (g.bias != nullptr) << '|' << static_cast<int>(g.epilogue) << "|t" << threads;
 
-  dnnl::matmul prim =
+  const CachedMatmul prim =
       impl_->Get(key.str(), a_md, b_md, g.bias ? &bias_md : nullptr, c_md, g.epilogue);
   auto& eng = impl_->engine;
   memory a_mem(a_md, eng, const_cast<float*>(g.a));
@@ -498,9 +547,7 @@ void GemmEngine::Run(const GemmArgs& g) {
   std::unordered_map<int, memory> exec_args = {
       {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
   if (g.bias) exec_args.emplace(DNNL_ARG_BIAS, memory(bias_md, eng, const_cast<float*>(g.bias)));
-  dnnl::stream stream(eng);
-  prim.execute(stream, exec_args);
-  stream.wait();
+  Execute(prim, eng, std::move(exec_args));
 }
 
 }  // namespace runtime

@@ -162,7 +162,9 @@ int TeamThreads();
  * \brief Runs GemmArgs with oneDNN's matmul primitive, keeping the primitives it has built,
  *  one per distinct shape and epilogue, so that a warm call only executes.
  *
- * Thread-safe: the primitive cache is guarded, and oneDNN primitives execute concurrently.
+ * Thread-safe: the primitive cache is guarded, and each call gives its primitive the calling
+ * thread's own scratchpad (oneDNN's user scratchpad mode), so threads may run one primitive
+ * at once.
  */
 class GemmEngine {
  public:

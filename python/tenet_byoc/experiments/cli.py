@@ -155,7 +155,7 @@ def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerator
 
     write_manifest(args.out, command=args.command, argv=args.argv, models=models,
                    schemes=schemes, accelerators=accelerators, system=system)
-    if args.report:
+    if getattr(args, "report", False):  # serve has no page yet
         from .report import write_report
 
         print(f"wrote {write_report(args.out)}")
@@ -409,6 +409,15 @@ def _cmd_dse(args) -> int:
     return code
 
 
+def _cmd_serve(args) -> int:
+    from .serve_cmd import run_serve
+
+    with _input_checks():  # a bad trace, length, name or memory size is the user's
+        code = run_serve(args)
+    _finish_out(args, [args.model], args.schemes, [])
+    return code
+
+
 def _cmd_report(args) -> int:
     from .report import write_report
 
@@ -419,7 +428,7 @@ def _cmd_report(args) -> int:
 
 _COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
              "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_estimate,
-             "dse": _cmd_dse, "report": _cmd_report}
+             "dse": _cmd_dse, "serve": _cmd_serve, "report": _cmd_report}
 
 
 def _checked_inputs(args: argparse.Namespace) -> None:

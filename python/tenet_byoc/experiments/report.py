@@ -127,8 +127,65 @@ def _read_csv(path: Path) -> _Csv:
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         raise ValueError(f"{str(path)!r} is not a JSON file: {err}") from None
+
+
+def _positive_number(value: Any, integer: bool = False) -> bool:
+    kinds = int if integer else int | float
+    return (isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
+            and value > 0)
+
+
+def _check_manifest(path: Path, doc: Any) -> dict:
+    """``doc``, the manifest read from ``path``, with every field the page shows checked for
+    its type (the file may have been edited by hand, or made to inject script into the page).
+
+    Raises
+    ------
+    ValueError
+        Naming the file, the field (as the file spells it) and what it should hold.
+    """
+    def bad(where: str, value: Any, want: str) -> ValueError:
+        return ValueError(f"{str(path)!r}: {where} is {value!r:.80}; expected {want}")
+
+    if not isinstance(doc, dict):
+        raise ValueError(f"{str(path)!r} should hold a JSON object")
+    for key in ("command", "command_line", "platform", "date"):
+        if key in doc and not isinstance(doc[key], str):
+            raise bad(key, doc[key], "a string")
+    for key in ("models", "schemes"):
+        if key in doc and not (isinstance(doc[key], list)
+                               and all(isinstance(v, str) for v in doc[key])):
+            raise bad(key, doc[key], "a list of strings")
+    for key in ("cpu", "versions"):
+        if key in doc and not (isinstance(doc[key], dict) and all(
+                isinstance(v, str | int | float | bool) or v is None for v in doc[key].values())):
+            raise bad(key, doc[key], "an object of strings, numbers or booleans")
+    accelerators = doc.get("accelerators", [])
+    if not isinstance(accelerators, list):
+        raise bad("accelerators", accelerators, "a list of objects")
+    for i, acc in enumerate(accelerators):
+        where = f"accelerators[{i}]"
+        if not isinstance(acc, dict):
+            raise bad(where, acc, "an object")
+        for key in ("name", "num_pes", "macs_per_pe_per_cycle", "dram_bytes_per_cycle",
+                    "clock_ghz"):
+            if key not in acc:
+                raise ValueError(f"{str(path)!r}: {where} has no {key!r}")
+        if not isinstance(acc["name"], str):
+            raise bad(f"{where}.name", acc["name"], "a string")
+        if not _positive_number(acc["num_pes"], integer=True):
+            raise bad(f"{where}.num_pes", acc["num_pes"], "a positive integer")
+        for key in ("dram_bytes_per_cycle", "clock_ghz"):
+            if not _positive_number(acc[key]):
+                raise bad(f"{where}.{key}", acc[key], "a positive finite number")
+        rates = acc["macs_per_pe_per_cycle"]
+        if not (isinstance(rates, dict) and rates and all(
+                (k == "all" or k.isdigit()) and _positive_number(v) for k, v in rates.items())):
+            raise bad(f"{where}.macs_per_pe_per_cycle", rates, "an object of positive finite "
+                      "numbers keyed by operand bits (or 'all')")
+    return doc
 
 
 # ----------------------------------------------------------------------------------------
@@ -573,9 +630,11 @@ def _serving_section(serving: _Csv) -> _Section:
 
 
 def _script_json(value: Any) -> str:
-    """JSON safe inside a <script> element (no "</" can close it early)."""
+    """JSON safe inside a <script> element: every ``<``, ``>`` and ``&`` (which only occur
+    inside strings) written as a JSON escape, so no ``</script>`` can close the element and
+    no ``<!--`` can open a comment, while the text stays valid JSON."""
     text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def _round(x: float) -> float:
@@ -621,9 +680,10 @@ def _header(folder: Path, manifest: dict | None, notes: list[str],
             rates = a.get("macs_per_pe_per_cycle") or {}
             rate = (f"{rates['all']} MAC/PE/cycle" if list(rates) == ["all"] else
                     ", ".join(f"{r} MAC/PE/cycle at {b} bits" for b, r in rates.items()))
-            accs.append(f"<details><summary>{e(str(a.get('name')))}: {a.get('num_pes')} PEs, "
-                        f"{e(rate)}, {a.get('dram_bytes_per_cycle')} DRAM B/cycle, "
-                        f"{a.get('clock_ghz')} GHz (JSON)</summary><pre>"
+            accs.append(f"<details><summary>{e(str(a.get('name')))}: "
+                        f"{e(str(a.get('num_pes')))} PEs, {e(rate)}, "
+                        f"{e(str(a.get('dram_bytes_per_cycle')))} DRAM B/cycle, "
+                        f"{e(str(a.get('clock_ghz')))} GHz (JSON)</summary><pre>"
                         f"{e(json.dumps(a.get('json'), indent=1))}</pre></details>")
         rows.append(("accelerators", "".join(accs)))
         cpu = manifest.get("cpu", {})
@@ -665,9 +725,8 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     def csv_of(name: str) -> _Csv | None:
         return _read_csv(path / name) if (path / name).is_file() else None
 
-    manifest = _read_json(path / MANIFEST) if (path / MANIFEST).is_file() else None
-    if manifest is not None and not isinstance(manifest, dict):
-        raise ValueError(f"{str(path / MANIFEST)!r} should hold a JSON object")
+    manifest = (_check_manifest(path / MANIFEST, _read_json(path / MANIFEST))
+                if (path / MANIFEST).is_file() else None)
     notes: list[str] = []
     for name in ("sweep.json", "run.json", "eval.json"):
         if (path / name).is_file():

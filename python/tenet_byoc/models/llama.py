@@ -1,6 +1,6 @@
 """Llama-family decoders (Llama, Mistral, Qwen2) in ``tvm.relax.frontend.nn``, with a runner.
 
-RMSNorm, rotary position embeddings (plain RoPE), grouped-query attention and a SwiGLU MLP,
+RMSNorm, rotary position embeddings (plain or scaled, :mod:`tenet_byoc.models.rope`), grouped-query attention and a SwiGLU MLP,
 configured from a Hugging Face ``config.json``; prefill and decode with a key/value cache,
 as :mod:`tenet_byoc.models.gpt2`. Every matmul stays an ``R.matmul`` (the projections as
 ``R.matmul(x, R.permute_dims(W))``), so ``tenet_byoc.build`` offloads all of them and
@@ -34,6 +34,7 @@ from .decoder import (
     prefill_layout,
     take_rows,
 )
+from .rope import RopeScaling, rope_from_config
 from .runner import DecoderRunner, KVCache, check_ids
 
 __all__ = [
@@ -94,6 +95,9 @@ class LlamaConfig:
         Epsilon of every RMSNorm.
     rope_theta : float
         Base of the rotary embedding's frequencies.
+    rope_scaling : RopeScaling or None
+        How the frequencies are scaled for a longer context (Llama 3.1's ``llama3``, YaRN,
+        ...); None for plain RoPE.
     qkv_bias : bool
         The q, k and v projections have biases (Qwen2; Llama's ``attention_bias``).
     o_bias : bool
@@ -121,6 +125,7 @@ class LlamaConfig:
     head_dim: int | None = None
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
@@ -171,6 +176,10 @@ class LlamaConfig:
         for field in ("qkv_bias", "o_bias", "mlp_bias", "tie_word_embeddings"):
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"LlamaConfig.{field}={getattr(self, field)!r} must be a bool")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+            raise TypeError(
+                f"LlamaConfig.rope_scaling={self.rope_scaling!r} must be a RopeScaling or None"
+            )
         if self.model_type not in FAMILIES:
             raise ValueError(f"LlamaConfig.model_type={self.model_type!r}; known: {FAMILIES}")
         if not isinstance(self.name, str):
@@ -201,8 +210,8 @@ class LlamaConfig:
         """Build a configuration from the contents of a Hugging Face ``config.json``.
 
         Reads ``rope_parameters`` (transformers 5) or the older top-level ``rope_theta``
-        and ``rope_scaling``; only plain RoPE (``rope_type`` ``default``) is implemented,
-        any scaling type is refused naming the field. Unknown keys are ignored.
+        and ``rope_scaling`` (:func:`tenet_byoc.models.rope.rope_from_config`: plain RoPE,
+        ``linear``, ``dynamic``, ``llama3`` and ``yarn``). Unknown keys are ignored.
 
         Raises
         ------
@@ -242,7 +251,7 @@ class LlamaConfig:
         for key in ("max_position_embeddings", "head_dim", "rms_norm_eps", "tie_word_embeddings"):
             if values.get(key) is not None:
                 kwargs[key] = values[key]
-        kwargs["rope_theta"] = _rope_theta(values)
+        kwargs["rope_theta"], kwargs["rope_scaling"] = rope_from_config(values)
         if model_type == "qwen2":
             kwargs["qkv_bias"] = True
             if values.get("use_sliding_window"):
@@ -264,33 +273,6 @@ def _check_dim(field: str, value: Any) -> None:
         raise TypeError(f"LlamaConfig.{field}={value!r} must be a positive integer")
     if not 0 < value <= _MAX_DIM:
         raise ValueError(f"LlamaConfig.{field}={value} must be in [1, {_MAX_DIM}]")
-
-
-def _rope_theta(values: Mapping[str, Any]) -> float:
-    # transformers 5 writes rope_parameters; older versions rope_theta and rope_scaling.
-    factor = values.get("partial_rotary_factor", 1.0)
-    if factor != 1.0:
-        raise ValueError(f"config.json partial_rotary_factor={factor!r} is not supported (only 1)")
-    for field in ("rope_parameters", "rope_scaling"):
-        rope = values.get(field)
-        if rope is None:
-            continue
-        if not isinstance(rope, Mapping):
-            raise TypeError(f"config.json {field}={rope!r} must be an object")
-        kind = rope.get("rope_type", rope.get("type", "default"))
-        if kind != "default":
-            raise ValueError(
-                f"config.json {field}.rope_type={kind!r} is not supported; only plain RoPE "
-                "('default') is implemented"
-            )
-        factor = rope.get("partial_rotary_factor", 1.0)
-        if factor != 1.0:
-            raise ValueError(
-                f"config.json {field}.partial_rotary_factor={factor!r} is not supported (only 1)"
-            )
-        if "rope_theta" in rope:
-            return rope["rope_theta"]
-    return values.get("rope_theta", 10000.0)
 
 
 # ----------------------------------------------------------------------------------------
@@ -450,31 +432,36 @@ class LlamaForCausalLM(nn.Module):
         # cos/sin of positions [begin, begin + length), computed in float32 as HF does:
         # angle = position * inv_freq, the half-width table repeated twice.
         hd = self.config.dim_per_head
-        theta = float(self.config.rope_theta)
-        inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
         pos = op.wrap_nested(
             relax.op.arange(begin, begin + length, 1, dtype=_DTYPE), name="rope_positions"
         )
-        freq = op.wrap_nested(relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq")
-        angle = op.reshape(pos, [length, 1]) * op.reshape(freq, [1, hd // 2])
-        angle = op.reshape(op.concat([angle, angle], dim=-1), [1, length, 1, hd])
+        angle = op.reshape(pos, [length, 1]) * op.reshape(self._inv_freq(), [1, hd // 2])
+        return self._cos_sin(op.reshape(op.concat([angle, angle], dim=-1), [1, length, 1, hd]))
+
+    def _inv_freq(self) -> nn.Tensor:
+        # The frequencies, scaled as the config says, rounded to float32 as HF keeps them.
+        c = self.config
+        scaling = c.rope_scaling or RopeScaling()
+        inv_freq = scaling.inv_freq(c.dim_per_head, float(c.rope_theta))
+        return op.wrap_nested(relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq")
+
+    def _cos_sin(self, angle: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
+        # cos and sin of the angles, times YaRN's attention factor where there is one.
         cos = op.wrap_nested(relax.op.cos(angle._expr), name="rope_cos")
         sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
+        scaling = self.config.rope_scaling
+        scale = 1.0 if scaling is None else scaling.attention_scale()
+        if scale != 1.0:
+            cos, sin = cos * scale, sin * scale
         return cos, sin
 
     def _rope_batch(self, positions: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
         # As _rope, for each sequence's own positions: [B, S] int32 -> [B, S, 1, hd] tables.
         b, s = positions.shape
         hd = self.config.dim_per_head
-        theta = float(self.config.rope_theta)
-        inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
         pos = op.wrap_nested(relax.op.astype(positions._expr, _DTYPE), name="rope_positions")
-        freq = op.wrap_nested(relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq")
-        angle = op.reshape(pos, [b, s, 1]) * op.reshape(freq, [1, 1, hd // 2])
-        angle = op.reshape(op.concat([angle, angle], dim=-1), [b, s, 1, hd])
-        cos = op.wrap_nested(relax.op.cos(angle._expr), name="rope_cos")
-        sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
-        return cos, sin
+        angle = op.reshape(pos, [b, s, 1]) * op.reshape(self._inv_freq(), [1, 1, hd // 2])
+        return self._cos_sin(op.reshape(op.concat([angle, angle], dim=-1), [b, s, 1, hd]))
 
     def _run(
         self, ids: nn.Tensor, begin: Any, past: Sequence[nn.Tensor] | None,
