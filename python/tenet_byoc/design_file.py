@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +120,13 @@ def _preset_relations(form: dict) -> dict | None:
     flow = form.get("dataflow", {})
     if array is None or flow.get("tiling") not in ({}, None):
         return None
-    from .hardware import Accelerator
+    from . import cost_model as cm
 
     try:
-        return json.loads(Accelerator.systolic(flow["preset"], *array).to_json())["dataflow"]
+        ref = cm.Dataflow.preset(flow["preset"], *array)
     except (ValueError, TypeError, KeyError):
         return None  # an unknown preset name is the cost model's to report
+    return {"name": ref.name, "space": ref.space, "time": ref.time}
 
 
 def _check_relations(form: dict, problems: list[str]) -> None:
@@ -164,13 +165,11 @@ def _unknown_keys(form: dict, schema: dict, problems: list[str], where: str = ""
             _unknown_keys(value, schema[key], problems, f"{path}.")
 
 
-def _schema() -> dict:
+def _schema(presets: Mapping[str, Any]) -> dict:
     """Every field the one form has, from the presets (their union: optional units too)."""
-    from .hardware import PRESETS, preset
-
     schema: dict = {}
-    for name in PRESETS:
-        _merge(schema, json.loads(preset(name).to_json()))
+    for accelerator in presets.values():
+        _merge(schema, json.loads(accelerator.to_json()))
     return schema
 
 
@@ -217,12 +216,11 @@ def _get(form: dict, path: str) -> Any:
     return node
 
 
-def _parse_all(form: dict, parse: Callable[[str], Any], problems: list[str]) -> Any:
+def _parse_all(form: dict, parse: Callable[[str], Any], good_design: Any,
+               problems: list[str]) -> Any:
     """Parse the form; on a refusal naming a field, note it, put a good value there (the
-    ``os16`` preset's) and parse again, so that every bad value is reported at once."""
-    from .hardware import preset
-
-    good = design_form(preset("os16"))
+    ``good_design``'s) and parse again, so that every bad value is reported at once."""
+    good = design_form(good_design)
     _fill_pairs(good, [])
     for _ in range(64):
         try:
@@ -244,15 +242,19 @@ def _parse_all(form: dict, parse: Callable[[str], Any], problems: list[str]) -> 
     return None
 
 
-def read_design(path: str | Path, data: dict | None = None) -> Any:
-    """The :class:`~tenet_byoc.hardware.Accelerator` a design file holds.
+def read_design(path: str | Path, parse: Callable[[str], Any],
+                presets: Mapping[str, Any]) -> Any:
+    """The accelerator a design file holds (``Accelerator.from_file`` calls this).
 
     Parameters
     ----------
     path : str or Path
         A ``.json``, ``.yaml`` or ``.yml`` file of the accelerator's form.
-    data : dict, optional
-        The file's content when already read (``path`` then only names it in messages).
+    parse : callable
+        The accelerator from the form's JSON text (``Accelerator.from_json``).
+    presets : mapping of str to Accelerator
+        The presets: their forms are the fields a file may hold, and ``os16``'s values
+        stand in for a bad one while the rest of the file is checked.
 
     Raises
     ------
@@ -265,19 +267,17 @@ def read_design(path: str | Path, data: dict | None = None) -> Any:
         For a missing file.
     """
     from .area import load_table_file
-    from .hardware import Accelerator
 
-    if data is None:
-        data = load_table_file(path, "accelerator file")
+    data = load_table_file(path, "accelerator file")
     if not isinstance(data, dict):
         raise ValueError(f"accelerator file {str(path)!r} must hold an object of the "
                          f"accelerator's fields, got {type(data).__name__}")
     form = copy.deepcopy(data)
     problems: list[str] = []
-    _unknown_keys(form, _schema(), problems)
+    _unknown_keys(form, _schema(presets), problems)
     _fill_pairs(form, problems)
     _check_relations(form, problems)
-    accelerator = _parse_all(form, Accelerator.from_json, problems)
+    accelerator = _parse_all(form, parse, presets["os16"], problems)
     if problems:
         count = f"{len(problems)} problems" if len(problems) > 1 else "1 problem"
         raise ValueError(f"accelerator file {str(path)!r}: {count}:\n  " + "\n  ".join(problems))

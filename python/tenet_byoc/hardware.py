@@ -159,7 +159,7 @@ class Accelerator(cm.Accelerator):
         # Each quantity once, every problem in one message: tenet_byoc.design_file.
         from .design_file import read_design
 
-        return read_design(path)
+        return read_design(path, cls.from_json, {name: preset(name) for name in PRESETS})
 
     @classmethod
     def systolic(

@@ -37,4 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from tenet_byoc.experiments.cli import run_command
 
-    return run_command(parser, args)
+    try:
+        return run_command(parser, args)
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, no traceback; the files already written stay (dse's points.jsonl
+        # resumes from them), a half-written table is not started.
+        out = getattr(args, "out", None)
+        kept = f"; what was written into {out!r} is kept" if out else ""
+        sys.stderr.write(f"\ntenet-byoc {args.command}: interrupted{kept}\n")
+        return 130

@@ -305,6 +305,12 @@ def run_estimate(args: argparse.Namespace) -> int:
     rows: list[PhaseFigures] = []
     ledgers: dict[str, Ledger] = {}
     start = time.perf_counter()
+    # Into a pipe or a log, a line per scheme estimated (a terminal has estimate()'s bar).
+    from ..progress import LineProgress
+
+    piped = (LineProgress(total=len(args.schemes), desc=f"estimate {args.model}",
+                          unit="scheme", interval=0.0)
+             if not args.no_progress and not progress else None)
     for scheme in args.schemes:
         ledger = estimate(args.model, scheme, args.accelerator, prompt_len=args.prompt_len,
                           context_len=context_len, decode_steps=args.decode_steps,
@@ -313,6 +319,9 @@ def run_estimate(args: argparse.Namespace) -> int:
         ledgers[scheme] = ledger
         rows += phase_figures(ledger, scheme, args.prompt_len, args.decode_steps,
                               args.batch)
+        if piped is not None:
+            piped.set_description(f"estimate {args.model} {scheme} done")
+            piped.update()
     by_context = (context_sweep(args.model, args.schemes, args.accelerator,
                                 args.sweep_contexts, args.batch, args.mapping)
                   if args.sweep_contexts else [])

@@ -47,7 +47,7 @@ SOURCES = ("sweep.csv", "run.csv", "layers.csv", "sweep.json", "run.json", "eval
 _LABELS = {
     "latency_us": "est. latency (µs)", "latency_ms": "TTFT / TPOT (ms)", "tpot_ms": "TPOT (ms)",
     "cycles": "est. cycles", "roofline_cycles": "roofline cycles", "macs": "MACs",
-    "pe_utilization": "PE util (0-1)", "weight_bytes": "weight bytes (B)",
+    "pe_utilization": "PE util (%)", "weight_bytes": "weight bytes (B)",
     "offchip_bytes": "buffer↔array bytes (B)", "dram_bytes": "DRAM bytes (B)",
     "energy_pj": "energy (pJ)", "bandwidth_gbps": "bandwidth (GB/s)",
     "max_abs_error": "max abs error", "rel_error": "rel. error", "top1_agreement": "top-1 agree (0-1)",
@@ -239,6 +239,18 @@ class _Section:
 
 def _label(column: str) -> str:
     return _LABELS.get(column, column)
+
+
+#: Columns the files keep as fractions and the page shows in percent, as the command line
+#: prints them (PE utilization in one unit everywhere).
+_PERCENT = ("pe_utilization",)
+
+
+def _shown(column: str, value: Any) -> Any:
+    """A cell as the page shows it: ``_PERCENT`` columns times 100."""
+    if column in _PERCENT and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return 100.0 * value
+    return value
 
 
 def _layout(title: str, x: str, y: str, *, xlog: bool = False, ylog: bool = False,
@@ -503,9 +515,10 @@ def _sweeps_section(by_context: _Csv | None, by_batch: _Csv | None) -> _Section:
             data = [{
                 "type": "scatter", "mode": "lines+markers", "name": str(scheme),
                 "x": [p[key] for p in pts], "y": [p[metric] for p in pts],
-                "customdata": [[p["tokens_per_s"], p["pe_utilization"]] for p in pts],
+                "customdata": [[p["tokens_per_s"], _shown("pe_utilization",
+                                                           p["pe_utilization"])] for p in pts],
                 "hovertemplate": f"{label} %{{x}}<br>{ylabel} %{{y:.4g}}<br>tokens/s "
-                "%{customdata[0]:.4g}<br>PE util %{customdata[1]:.3f}"
+                "%{customdata[0]:.4g}<br>PE util %{customdata[1]:.2f}%"
                 "<extra>%{fullData.name}</extra>",
             } for (scheme,), pts in _groups(sweep.rows, "scheme").items()]
             sec.parts.append(_Figure(f"sweep-{key}-{metric}", data, _layout(
@@ -779,7 +792,8 @@ def build_report(folder: str | os.PathLike[str]) -> str:
                     "source": part.source.name,
                     "columns": list(part.columns),
                     "labels": [_label(c) for c in part.columns],
-                    "rows": _clean([[r.get(c) for c in part.columns] for r in part.source.rows]),
+                    "rows": _clean([[_shown(c, r.get(c)) for c in part.columns]
+                                    for r in part.source.rows]),
                 }
                 body.append(f"<div class='table' id='table-{html.escape(part.key)}'></div>")
         body.append("</section>")
