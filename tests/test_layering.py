@@ -116,12 +116,14 @@ def test_the_circle_finder_finds_circles(tmp_path):
 #: imports from its own layer or below, never from a layer above it.
 LAYERS = (
     ("core", ("_cost_model", "_gemm_call", "_names", "_loader", "library", "patterns",
-              "documents")),
+              "documents", "progress")),
     ("cost-model face", ("memory", "mapping", "cost_model")),
-    ("accelerators", ("area", "hardware")),
+    ("accelerators", ("area", "design_file", "hardware")),
     ("quantization", ("quantization",)),
-    ("backend", ("ledger", "vector_plan", "partition", "codegen", "profiling", "system")),
+    ("backend", ("compose", "ledger", "vector_plan", "partition", "codegen", "profiling",
+                 "system")),
     ("models", ("models",)),
+    ("plan", ("plan",)),
     ("estimate", ("estimate", "dse")),
     ("experiments", ("experiments",)),
 )

@@ -319,10 +319,38 @@ def default_formats(accelerator: Any) -> dict[int, str]:
 # The accelerator's area
 # ----------------------------------------------------------------------------------------
 
+def vector_unit_mm2(accelerator: Any, table: AreaTable, logic_scale: float) -> float | None:
+    """The vector unit's area (mm2): per float32 lane an fp32 adder and an fp32 multiplier
+    (its exponential, reciprocal and tanh run as their multiply-adds, ``cost_model``'s
+    vector model), and the buffer banks its port needs (one per ``sram_bank_width_bits`` of
+    its bits per cycle, each ``sram_bank_overhead_um2``), as the array's port is counted."""
+    unit = getattr(accelerator, "vector", None)
+    if unit is None:
+        return None
+    lanes = unit.lanes * (table.fp32_add_um2 + table.fp32_mult_um2)
+    banks = math.ceil(unit.buffer_bandwidth_bits / table.sram_bank_width_bits)
+    return (lanes + banks * table.sram_bank_overhead_um2) * logic_scale / 1e6
+
+
+def edge_dequantizer_mm2(accelerator: Any, table: AreaTable,
+                         logic_scale: float) -> float | None:
+    """The edge dequantizer's area (mm2): per weight element converted a cycle an fp16
+    multiplier (the scale) and an fp16 adder (the zero point), the figures its energy per
+    element is made of; None when the accelerator has none."""
+    edge = getattr(accelerator, "edge_dequantizer", None)
+    if edge is None or edge.elements_per_cycle == 0:
+        return None
+    return (edge.elements_per_cycle * (table.fp16_mult_um2 + table.fp16_add_um2) * logic_scale
+            / 1e6)
+
+
 #: Further components by name: ``f(accelerator, table, logic_scale) -> mm2 or None`` (None:
-#: the accelerator has no such part). The vector unit and the edge dequantizer register
-#: here when the accelerator value holds them, so ``area()`` grows without a new signature.
-AREA_HOOKS: dict[str, Callable[[Any, AreaTable, float], float | None]] = {}
+#: the accelerator has no such part), so ``area()`` grows without a new signature: the
+#: vector unit and the edge dequantizer, every component with an energy having an area.
+AREA_HOOKS: dict[str, Callable[[Any, AreaTable, float], float | None]] = {
+    "vector_unit": vector_unit_mm2,
+    "edge_dequantizer": edge_dequantizer_mm2,
+}
 
 
 def load_table_file(path: str | Path, what: str) -> dict:

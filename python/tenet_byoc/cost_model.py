@@ -18,6 +18,8 @@ Every bad input raises ``ValueError`` with a message naming what is wrong.
 
 from __future__ import annotations
 
+import copyreg
+
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,6 +28,7 @@ from ._cost_model import (
     MAX_ENUMERATED_INSTANCES,
     Accelerator,
     Charge,
+    Cores,  # an accelerator of cores (src/cost_model/core.h)
     Dataflow,
     EdgeDequantizer,  # the units beside the array (src/cost_model/vector.h)
     GemmCall,
@@ -80,6 +83,7 @@ __all__ = [
     "MAX_ENUMERATED_INSTANCES",
     "Accelerator",
     "Charge",
+    "Cores",
     "Dataflow",
     "EdgeDequantizer",
     "EnergyBreakdown",
@@ -228,6 +232,17 @@ class TenetProblem(NamedTuple):
     statement: Statement
     hardware: Hardware
     dataflow: Dataflow
+
+
+def _vector_call(op: str, shape: tuple[int, ...], bits_in: int, bits_out: int,
+                 operand_elements: int) -> VectorCall:
+    return VectorCall(op, list(shape), bits_in=bits_in, bits_out=bits_out,
+                      operand_elements=operand_elements)
+
+
+# A VectorCall crosses to worker processes (dse, serving) by its fields, as GemmCall does.
+copyreg.pickle(VectorCall, lambda v: (_vector_call, (v.op, tuple(v.shape), v.bits_in,
+                                                      v.bits_out, v.operand_elements)))
 
 
 def load_tenet(p_file: str | Path, m_file: str | Path, s_file: str | Path) -> TenetProblem:

@@ -1,15 +1,18 @@
 """The ledger a model's run would give, charged from its shapes alone (no weights, no GEMMs).
 
-:func:`estimate` lists every GEMM of a prefill and of each decode step from the model's
-config (``tenet_byoc.models.gemms.model_gemms``, the list a real run's ledger follows call for
-call), gives each call the widths, quantization recipe and K padding the quantize pass and
-codegen would give it, and charges it with ``cost_model.charge``: the same C++ rule the
-runtime applies per call, its fields from the same table. Identical calls are charged once (the runtime caches per shape the
-same way), so Llama-3-70B with a long decode costs seconds, not hours.
+:func:`estimate` is plan -> charge each distinct call once -> compose -> ledger: each step's
+calls come from :func:`tenet_byoc.plan.plan` (the one walk over a model's structure, the list
+a real run's ledger follows call for call, with the widths, quantization recipe and K padding
+the quantize pass and codegen give each GEMM), each distinct call is charged once with
+``cost_model.charge`` / ``charge_vector`` (the C++ rule the runtime applies per call, its
+fields from the same table; :class:`Charges`) and the step's time is
+``tenet_byoc.compose.compose``'s. On a :class:`~tenet_byoc.system.System` the same calls are
+each chip's share, with the collectives as entries of ``unit="link"``.
+:func:`estimate_step` does the same for one :class:`~tenet_byoc.plan.Step`.
 
-Thread safety: :func:`estimate` keeps no state between calls. Errors: a bad model, scheme,
-accelerator or length raises ``ValueError`` (``TypeError`` for a wrong type) naming the
-argument and what is accepted.
+Thread safety: :func:`estimate` keeps no state between calls; a :class:`Charges` is not
+shared between threads. Errors: a bad model, scheme, accelerator or length raises
+``ValueError`` (``TypeError`` for a wrong type) naming the argument and what is accepted.
 """
 
 from __future__ import annotations
@@ -19,43 +22,92 @@ from types import MappingProxyType
 from typing import Any
 
 from . import cost_model as cm
-from .codegen import GemmCharging, gemm_charging
+from .compose import StepCost, compose
 from .hardware import Accelerator, resolve
 from .ledger import Ledger, LedgerEntry, TensorTraffic
+from .plan import LinkCall, Plan, PlannedCall, Step, model_config, plan
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["ESTIMATE_PATTERN", "estimate"]
+__all__ = ["ESTIMATE_PATTERN", "Charges", "estimate", "estimate_step"]
 
 #: The ``pattern`` of an estimated entry: no composite function was matched, the call is
 #: charged from its shape (a real run's entry names its matched pattern instead).
 ESTIMATE_PATTERN = "estimate"
 
+_FLOAT_RECIPE = cm.QuantRecipe()
 
-class _Charges:
-    """Charges per distinct call on one accelerator: the C++ model runs once per
-    (shape, widths, recipe), as the runtime's per-shape cost cache does."""
 
-    def __init__(self, accelerator: Accelerator, how: GemmCharging):
-        self._acc = accelerator
-        self.how = how
-        self._seen: dict[tuple[int, int, int, int], dict[str, Any]] = {}
+class Charges:
+    """The charge of each distinct planned call on one accelerator (and a system's links),
+    made once, as the runtime's per-shape cost cache makes it.
 
-    def fields(self, batch: int, m: int, n: int, k: int) -> dict[str, Any]:
-        """The ledger fields of ``batch`` products ``[m, k] x [k, n]`` (K as given): the
-        cost model's one table (``Charge.ledger_fields``), as the runtime writes them."""
-        found = self._seen.get((batch, m, n, k))
+    Parameters
+    ----------
+    accelerator : Accelerator
+        The chip every array and vector call is charged on.
+    link : tenet_byoc.system.Link, optional
+        The links link calls cross (needed only for plans of several chips).
+    """
+
+    def __init__(self, accelerator: Accelerator, link: Any = None):
+        self.accelerator = accelerator
+        self.link = link
+        self.clock_hz = accelerator.hardware.clock_ghz * 1e9
+        self.schedule = accelerator.vector.schedule
+        self._seen: dict[Any, dict[str, Any]] = {}
+        self._link_template: dict[str, Any] | None = None
+
+    def fields(self, pc: PlannedCall) -> dict[str, Any]:
+        """The ledger fields of ``pc``'s charge (the cost model's one table,
+        ``Charge.ledger_fields``), with its scheme and recipe."""
+        found = self._seen.get(pc.key)
         if found is None:
-            how = self.how
-            call = cm.GemmCall(m=m, n=n, k=k, batch=batch, bits_a=how.bits[0],
-                               bits_b=how.bits[1], bits_c=how.bits[2], scheme=how.scheme,
-                               recipe=how.recipe)
-            found = cm.charge(call, self._acc).ledger_fields()
+            found = self._seen[pc.key] = self._charge(pc)
+        return found
+
+    def cost(self, pc: PlannedCall) -> tuple[float, float]:
+        """``compose``'s charge of ``pc``: (cycles, pJ), or (seconds, pJ) for a link call."""
+        f = self.fields(pc)
+        if pc.unit == "link":
+            return f["latency_us"] * 1e-6, 0.0
+        return f["cycles"], f["energy_pj"]
+
+    def _charge(self, pc: PlannedCall) -> dict[str, Any]:
+        acc, call = self.accelerator, pc.call
+        if pc.unit == "array":
+            acc.check_gemm(call.m, call.n, call.k, f"GEMM {pc.name!r}")
+            found = cm.charge(call, acc).ledger_fields()
             found["tensors"] = MappingProxyType(
                 {name: TensorTraffic(**t) for name, t in found["tensors"].items()})
-            found["scheme"] = how.scheme
+            found["scheme"] = call.scheme
             found["recipe"] = call.recipe
-            self._seen[(batch, m, n, k)] = found
-        return found
+            return found
+        if pc.unit == "vector":
+            found = cm.charge_vector(call, acc).ledger_fields()
+            found["tensors"] = MappingProxyType({})
+            found["scheme"] = pc.scheme
+            found["recipe"] = _FLOAT_RECIPE
+            return found
+        return self._link_fields(call)
+
+    def _link_fields(self, call: LinkCall) -> dict[str, Any]:
+        from .system import collective_link_bytes, collective_seconds
+
+        if self.link is None:
+            raise ValueError(f"a {call.kind} link call needs a system's link: give Charges "
+                             "a link")
+        if self._link_template is None:
+            probe = cm.charge_vector(cm.VectorCall("relu", [1, 1]), self.accelerator)
+            self._link_template = {
+                k: (v if isinstance(v, str) else type(v)())
+                for k, v in probe.ledger_fields().items() if k != "tensors"}
+        seconds = collective_seconds(call.kind, call.nbytes, call.chips, self.link)
+        return {**self._link_template, "unit": "link", "op": call.kind, "schedule": "",
+                "cycles": round(seconds * self.clock_hz), "latency_us": seconds * 1e6,
+                "mapping": f"{call.kind} {self.link.topology} x{call.chips}",
+                "dequant_place": "none", "tensors": MappingProxyType({}), "scheme": "none",
+                "recipe": _FLOAT_RECIPE,
+                "link_bytes": collective_link_bytes(call.kind, call.nbytes, call.chips)}
 
 
 # LedgerEntry is a frozen dataclass with neither __post_init__ nor slots: filling its
@@ -73,21 +125,48 @@ def _entry(fields: dict[str, Any], **call: Any) -> LedgerEntry:
     return entry
 
 
-def _config(model: Any) -> Any:
-    # The backend reaches the models' shape tables only here, when asked to estimate one,
-    # so importing tenet_byoc still loads no model code (tests/test_layering.py).
-    from .models.configs import resolve_config
-    from .models.gpt2 import GPT2Config
-    from .models.llama import LlamaConfig
+def _add_entries(entries: list[LedgerEntry], p: Plan, charges: Charges, symbol: str) -> None:
+    """Append the entries of plan ``p``: each call on every chip of its stage, for every
+    micro-batch, in the plan's order."""
+    phase, tp = p.phase, p.tensor_parallel
+    chips = tp * p.pipeline_parallel > 1
+    fields = charges.fields
+    for _ in range(p.micro_batches):
+        for pc in p.calls:
+            f = fields(pc)
+            if not chips:
+                entries.append(_entry(f, call_index=len(entries), symbol=symbol,
+                                      pattern=ESTIMATE_PATTERN, name=pc.name, phase=phase,
+                                      fused=bool(pc.fused_with)))
+                continue
+            for chip in p.chips(pc):
+                entries.append(_entry(f, call_index=len(entries), symbol=symbol,
+                                      pattern=ESTIMATE_PATTERN, name=pc.name, phase=phase,
+                                      fused=bool(pc.fused_with), chip=chip))
 
-    if isinstance(model, GPT2Config | LlamaConfig):
-        return model
-    if not isinstance(model, str | os.PathLike):
-        raise TypeError(
-            f"model must be a built-in name, a config.json or checkpoint folder path, or a "
-            f"GPT2Config / LlamaConfig; got {type(model).__name__}"
-        )
-    return resolve_config(model)
+
+def _sums(plans: list[Plan], charges: Charges, phase: str | None) -> Any:
+    """``totals()`` of the one-chip entries of ``plans`` (those of ``phase``; None: all)
+    without making them: each GEMM with its epilogues, and each other call, once with how
+    many times it runs (a plan's second layer stands for its layers after the first)."""
+    from .ledger import counted_totals
+
+    rows: list[tuple[dict[str, Any], int]] = []
+    for p in plans:
+        if phase is not None and p.phase != phase:
+            continue
+        rest = p.layers - 1 if p.layers else 1
+        fields = charges.fields
+        for c in p.written:
+            f = fields(c)
+            if c.fused_with:
+                f = {**f, "fused": True}
+            rows.append((f, rest if c.layer == 1 and p.layers else 1))
+    return counted_totals(rows)
+
+
+#: The config of a model name, path or config object (kept for the CLI and benchmarks).
+_config = model_config
 
 
 def _context(config: Any) -> tuple[int, str]:
@@ -118,22 +197,6 @@ def _check_lengths(config: Any, prompt_len: Any, context_len: Any, decode_steps:
             f"{config.name}'s context {field}={limit}: the last step would attend to "
             f"{context_len + decode_steps} keys"
         )
-
-
-# The cost model's GEMM sizes are 32-bit signed integers (GemmWorkload).
-_SIZE_LIMIT = 2**31 - 1
-
-
-def _check_sizes(name: str, phase: str, batch: int, b: int, m: int, n: int, k: int) -> None:
-    """Refuse a GEMM the cost model cannot size, naming ``batch`` when it is the cause."""
-    for dim, value in (("batch", b), ("M", m), ("N", n), ("K", k)):
-        if value > _SIZE_LIMIT:
-            cause = f"batch={batch} makes " if batch > 1 and value // batch <= _SIZE_LIMIT else ""
-            raise ValueError(
-                f"{cause}{phase} GEMM {name!r} {dim} = {value:,}, above the cost model's "
-                f"limit of {_SIZE_LIMIT:,} (2^31 - 1) per dimension; use a smaller batch or "
-                f"shorter lengths"
-            )
 
 
 def estimate(
@@ -192,7 +255,8 @@ def estimate(
     Returns
     -------
     Ledger
-        One :class:`LedgerEntry` per GEMM in execution order, tagged ``phase`` "prefill"
+        Its entries made when first read. One :class:`LedgerEntry` per call in execution
+        order, tagged ``phase`` "prefill"
         then "decode", with pattern :data:`ESTIMATE_PATTERN` and the model's name as
         symbol; with ``batch=1`` each entry's charge equals the real run's
         (``tests/estimate``). ``Ledger.reset`` does nothing (no runtime module).
@@ -205,120 +269,52 @@ def estimate(
     TypeError
         For a non-integer length or a model of the wrong type.
     """
-    from .models.gemms import model_gemms
-    from .models.vector_ops import gemm_epilogues, model_vector_ops
-
-    config = _config(model)
+    config = model_config(model)
     context_len = prompt_len if context_len is None else context_len
     _check_lengths(config, prompt_len, context_len, decode_steps, batch)
-    if system is not None:
-        return _estimate_on_system(config, get_scheme(scheme), system, accelerator, mapping,
-                                   prompt_len, context_len, decode_steps, batch)
-    acc = resolve(accelerator, mapping=mapping)
     quant = get_scheme(scheme)
-    # What the codegen charges each class of GEMM with under this scheme (its own rule).
-    weights = _Charges(acc, gemm_charging(quant, "weight"))
-    attention = {role: _Charges(acc, gemm_charging(quant, role)) for role in ("key", "value")}
-    calls = ([("prefill", prompt_len)] if prompt_len else []) + [
-        ("decode", context_len + i) for i in range(decode_steps)
-    ]
-
-    def charged(phase: str, tokens: int):
-        """Each GEMM of one call with its charger, batch, rows and (padded) K."""
-        for g in model_gemms(config, phase, tokens):
-            if g.weight is None:  # attention: one product per sequence and head
-                role = "key" if g.name.endswith("attn.qk") else "value"
-                charges, b, m = attention[role], g.batch * batch, g.m
-            else:  # a weight GEMM: the batch's rows share the weight
-                charges, b, m = weights, g.batch, g.m * batch
-            multiple = charges.how.k_multiple
-            yield g, charges, b, m, -(-g.k // multiple) * multiple
-
-    # Refuse a call the accelerator cannot cost before charging any, as tenet_byoc.build
-    # does at build time; the first and last calls hold the largest shapes.
-    for phase, tokens in dict.fromkeys((calls[0], calls[-1])):
-        for g, _, b, m, k in charged(phase, tokens):
-            _check_sizes(g.name, phase, batch, b, m, g.n, k)
-            acc.check_gemm(m, g.n, k, f"GEMM {g.name!r}")
+    acc = _accelerator(accelerator, mapping, system)
+    steps = ([Step.prefill(prompt_len, batch)] if prompt_len else []) + [
+        Step.decode(context_len + i, batch) for i in range(decode_steps)]
     if progress:
         from tqdm.auto import tqdm
 
-        calls = tqdm(calls, desc=f"estimate {config.name} {quant.name}", unit="call",
+        steps = tqdm(steps, desc=f"estimate {config.name} {quant.name}", unit="call",
                      leave=False)
-    vector = _VectorCharges(acc)
-    activation_bits = min(32, weights.how.bits[0])
-    float_gemm = weights.how.scheme == "none"
-    entries: list[LedgerEntry] = []
-    for phase, tokens in calls:
-        for g, charges, b, m, k in charged(phase, tokens):
-            entries.append(_entry(charges.fields(b, m, g.n, k), call_index=len(entries),
-                                  symbol=config.name, pattern=ESTIMATE_PATTERN, name=g.name,
-                                  phase=phase))
-            # The GEMM's fused epilogue, charged by the runtime right after it.
-            for op in gemm_epilogues(config, g.name, phase, batch, float_gemm):
-                call = cm.VectorCall(op, [b * m, g.n], operand_elements=g.n if op == "add" else None)
-                entries.append(_entry(vector.fields(call, "none"), call_index=len(entries),
-                                      symbol=config.name, pattern=ESTIMATE_PATTERN,
-                                      name=f"{g.name}.{op}", phase=phase, fused=True))
-        # The operators left on TVM's path, charged once per call after its GEMMs.
-        for v in model_vector_ops(config, phase, tokens, activation_bits,
-                                  weights.how.k_multiple, batch, float_gemm):
-            call = cm.VectorCall(v.op, list(v.shape), bits_in=32, bits_out=v.bits_out,
-                                 operand_elements=v.operand if v.operand else
-                                 (None if v.op not in ("add", "multiply", "divide") else 0))
-            entries.append(_entry(vector.fields(call, quant.name if v.quantize else "none"),
-                                  call_index=len(entries), symbol=config.name,
-                                  pattern=ESTIMATE_PATTERN, name=v.name, phase=phase))
-    return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
+    charges = Charges(acc, system.link if system is not None else None)
+    plans: list[Plan] = []
+    times = []
+    count = 0
+    for step in steps:
+        p = plan(config, step, quant, system)
+        for pc in p.written:  # every distinct call charged now: a refusal is raised here
+            charges.fields(pc)
+        plans.append(p)
+        count += p.size * p.micro_batches * (p.tensor_parallel if system is not None else 1)
+        if system is not None:
+            times.append(_step_time(p, compose(p, charges.cost, charges.schedule,
+                                               acc.hardware.clock_ghz)))
+
+    def entries() -> list[LedgerEntry]:
+        book: list[LedgerEntry] = []
+        for p in plans:
+            _add_entries(book, p, charges, config.name)
+        return book
+
+    if system is None:
+        return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [],
+                      count=count, sums=lambda phase: _sums(plans, charges, phase),
+                      phases=list(dict.fromkeys(p.phase for p in plans)))
+    from .system import SystemLedger
+
+    return SystemLedger(entries, system, times, count=count)
 
 
-class _VectorCharges:
-    """Vector charges per distinct call on one accelerator, as the runtime caches them."""
-
-    def __init__(self, accelerator: Accelerator):
-        self._acc = accelerator
-        self._seen: dict[tuple, dict[str, Any]] = {}
-
-    def fields(self, call: Any, scheme: str) -> dict[str, Any]:
-        key = (call, scheme)
-        found = self._seen.get(key)
-        if found is None:
-            found = cm.charge_vector(call, self._acc).ledger_fields()
-            found["tensors"] = MappingProxyType({})
-            found["scheme"] = scheme
-            found["recipe"] = _FLOAT_RECIPE
-            self._seen[key] = found
-        return found
-
-
-_FLOAT_RECIPE = cm.QuantRecipe()
-
-
-
-def _layer_of(name: str) -> int | None:
-    """The decoder layer a GEMM belongs to (``h.3.`` / ``layers.3.``), None for the head."""
-    head, _, rest = name.partition(".")
-    if head in ("h", "layers"):
-        return int(rest.split(".", 1)[0])
-    return None
-
-
-def _estimate_on_system(config: Any, quant: QuantScheme, system: Any, accelerator: Any,
-                        mapping: str | None, prompt_len: int, context_len: int,
-                        decode_steps: int, batch: int) -> Any:
-    """:func:`estimate` on a :class:`~tenet_byoc.system.System` (see its ``system``)."""
-    from .models.gemms import model_gemms
-    from .system import (
-        StepTime,
-        System,
-        SystemLedger,
-        check_tensor_parallel,
-        collective_link_bytes,
-        collective_seconds,
-        pipeline_seconds,
-        shard_gemm,
-        stage_layers,
-    )
+def _accelerator(accelerator: Any, mapping: str | None, system: Any) -> Accelerator:
+    """The accelerator charged: ``accelerator`` alone, or the system's."""
+    if system is None:
+        return resolve(accelerator, mapping=mapping)
+    from .system import System
 
     if not isinstance(system, System):
         raise TypeError(f"system must be a tenet_byoc.system.System, got {type(system).__name__}")
@@ -326,82 +322,61 @@ def _estimate_on_system(config: Any, quant: QuantScheme, system: Any, accelerato
     if accelerator not in (None, "os16", own.name) and accelerator != own:
         raise ValueError(f"accelerator={getattr(accelerator, 'name', accelerator)!r} differs from "
                          f"the system's {own.name!r}: give it as System(accelerator=...)")
-    acc = resolve(own, mapping=mapping)
-    tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
-    check_tensor_parallel(config, tp)
-    if batch % mu:
-        raise ValueError(f"System.micro_batches={mu} must divide batch={batch}")
-    micro = batch // mu
-    n_layers = getattr(config, "n_layer", None) or config.num_hidden_layers
-    stage_of = {}
-    for s, layers in enumerate(stage_layers(n_layers, pp)):
-        stage_of.update(dict.fromkeys(layers, s))
-    weights = _Charges(acc, gemm_charging(quant, "weight"))
-    attention = {role: _Charges(acc, gemm_charging(quant, role)) for role in ("key", "value")}
-    hidden = getattr(config, "n_embd", None) or config.hidden_size
-    link, clock_hz = system.link, acc.hardware.clock_ghz * 1e9
-    calls = ([("prefill", prompt_len)] if prompt_len else []) + [
-        ("decode", context_len + i) for i in range(decode_steps)]
-    entries: list[LedgerEntry] = []
-    steps: list[StepTime] = []
+    return resolve(own, mapping=mapping)
 
-    def add(fields: dict[str, Any], name: str, phase: str, stage: int, unit: str = "array",
-            link_bytes: float = 0.0) -> None:
-        if fields.get("unit") != unit:
-            fields = {**fields, "unit": unit}
-        for rank in range(tp):
-            entries.append(_entry(fields, call_index=len(entries), symbol=config.name,
-                                  pattern=ESTIMATE_PATTERN, name=name, phase=phase,
-                                  chip=system.chip(stage, rank), link_bytes=link_bytes))
 
-    def link_fields(template: dict[str, Any], kind: str, seconds: float,
-                    chips: int) -> dict[str, Any]:
-        fields = {k: (0 if isinstance(v, int | float) and not isinstance(v, bool) else v)
-                  for k, v in template.items()}
-        fields.update(cycles=round(seconds * clock_hz), latency_us=seconds * 1e6,
-                      mapping=f"{kind} {link.topology} x{chips}", dequant_place="none",
-                      tensors=MappingProxyType({}))
-        return fields
+def _step_time(p: Plan, cost: StepCost) -> Any:
+    from .system import StepTime
 
-    for phase, tokens in calls:
-        stage_seconds = [0.0] * pp
-        rows = (tokens if phase == "prefill" else 1) * micro
-        for mb in range(mu):
-            template = None
-            for g in model_gemms(config, phase, tokens):
-                layer = _layer_of(g.name)
-                stage = pp - 1 if layer is None else stage_of[layer]
-                (b, m, n, k), collective = shard_gemm(g.name, g.batch, g.m, g.n, g.k, config, tp)
-                if g.weight is None:
-                    role = "key" if g.name.endswith("attn.qk") else "value"
-                    charges, b = attention[role], b * micro
-                else:
-                    charges, m = weights, m * micro
-                multiple = charges.how.k_multiple
-                k = -(-k // multiple) * multiple
-                acc.check_gemm(m, n, k, f"GEMM {g.name!r}")
-                fields = charges.fields(b, m, n, k)
-                template = template or fields
-                add(fields, g.name, phase, stage)
-                if mb == 0:
-                    stage_seconds[stage] += fields["cycles"] / clock_hz
-                if collective is not None:
-                    # The [m, n] result at the call's output width: all-reduced whole, or the
-                    # logits gathered whole from each chip's slice of the vocabulary.
-                    full_n = g.n if collective == "all_gather" else n
-                    size = m * full_n * charges.how.bits[2] / 8
-                    seconds = collective_seconds(collective, size, tp, link)
-                    add(link_fields(fields, collective, seconds, tp), f"{g.name}.{collective}",
-                        phase, stage, "link", collective_link_bytes(collective, size, tp))
-                    if mb == 0:
-                        stage_seconds[stage] += seconds
-            p2p = 0.0
-            if pp > 1:
-                size = rows * hidden * weights.how.bits[2] / 8
-                p2p = collective_seconds("p2p", size, 2, link)
-                for s in range(pp - 1):
-                    add(link_fields(template, "p2p", p2p, 2), f"stage{s}.p2p", phase, s,
-                        "link", collective_link_bytes("p2p", size, 2))
-        critical, bubble = pipeline_seconds(stage_seconds, p2p, mu)
-        steps.append(StepTime(phase, tokens, critical, bubble, tuple(stage_seconds), p2p))
-    return SystemLedger(entries, system, steps)
+    seq = p.step.uniform()
+    if seq is not None:
+        tokens = seq[0].new_tokens if p.phase == "prefill" else seq[0].context
+    else:
+        tokens = p.step.tokens
+    return StepTime(p.phase, tokens, cost.seconds, cost.bubble_seconds, cost.stage_seconds,
+                    cost.p2p_seconds)
+
+
+def estimate_step(model: Any, step: Step, scheme: str | QuantScheme = "none",
+                  accelerator: str | Accelerator | None = "os16", *, system: Any = None,
+                  mapping: str | None = None, charges: Charges | None = None,
+                  entries: bool = True) -> tuple[StepCost, Ledger | None]:
+    """One step's time, energy and ledger: plan -> charge each distinct call once -> compose.
+
+    Parameters
+    ----------
+    model : str, PathLike or config
+        As :func:`estimate` takes it.
+    step : Step
+        The sequences of the forward pass (any mix of prefills and decodes).
+    scheme, accelerator, system, mapping
+        As :func:`estimate`.
+    charges : Charges, optional
+        Charges to reuse across calls (each distinct call is charged once per
+        :class:`Charges`: a serving loop keeps one per accelerator); it must be of the
+        accelerator charged.
+    entries : bool
+        Also make the step's ledger (False: None, faster).
+
+    Returns
+    -------
+    (StepCost, Ledger or None)
+        The step's critical path (``seconds``) and energy over every chip (``energy_pj``),
+        and its entries (a :class:`~tenet_byoc.system.SystemLedger` on a system).
+    """
+    config = model_config(model)
+    if charges is None:
+        acc = _accelerator(accelerator, mapping, system)
+        charges = Charges(acc, system.link if system is not None else None)
+    acc = charges.accelerator
+    p = plan(config, step, scheme, system)
+    cost = compose(p, charges.cost, charges.schedule, acc.hardware.clock_ghz)
+    if not entries:
+        return cost, None
+    book: list[LedgerEntry] = []
+    _add_entries(book, p, charges, config.name)
+    if system is None:
+        return cost, Ledger(book, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
+    from .system import SystemLedger
+
+    return cost, SystemLedger(book, system, [_step_time(p, cost)])

@@ -1,4 +1,5 @@
-"""The sequences of one forward pass (:class:`Step`), the value every path plans a model's calls from.
+"""The calls of one forward pass: the :class:`Step` (its sequences) and :func:`plan`, the one
+place that walks a model's structure into the calls it runs.
 
 A step is what one engine iteration runs: each sequence brings some new tokens and has some
 tokens already in its KV cache. A prefill of P tokens is ``Step.prefill(P)``; a decode step at
@@ -6,16 +7,37 @@ context L is ``Step.decode(L)``; a batch of equal sequences is ``batch=``; conti
 and chunked prefill put sequences of different kinds in one step
 (``Step([StepSequence(512, 0)] + [StepSequence(1, L) for L in contexts])``).
 
-Thread safety: values are immutable. Errors: a bad count raises ``TypeError`` (not an
-integer) or ``ValueError`` (out of range), naming the field and the value.
+``plan(config, step, scheme, system)`` lists every call of that step as values a charge takes
+(:class:`PlannedCall`: a ``cost_model.GemmCall``, a ``cost_model.VectorCall`` or a
+:class:`LinkCall`, with its name, layer, pipeline stage, the GEMM a fused epilogue runs behind,
+and a count). The linear layers take every new token of the step as rows, once; attention is
+per group of equal sequences at its own context. Tensor parallelism (Megatron-LM) and pipeline
+stages are transformations of each call (:func:`shard_gemm`, :func:`shard_vector`,
+:func:`stage_layers`) with the collectives they need added as link calls.
+``tenet_byoc.compose.compose`` turns a plan and a charge per call into the step's time.
+
+Thread safety: values are immutable; functions keep no state but a cache of the scheme's
+charging rules. Errors: a bad count raises ``TypeError`` (not an integer) or ``ValueError``
+(out of range), naming the field and the value; a model, scheme or sharding that cannot be
+planned raises ``ValueError`` naming it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from typing import Any, NamedTuple
 
-__all__ = ["Step", "StepSequence"]
+from . import cost_model as cm
+from .codegen import GemmCharging, gemm_charging
+from .quantization import QuantScheme, get_scheme
+
+__all__ = ["LinkCall", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+           "check_tensor_parallel",
+           "model_config", "plan", "shard_gemm", "shard_vector", "stage_layers"]
 
 
 def _count(owner: str, name: str, value: object, low: int) -> None:
@@ -109,3 +131,577 @@ class Step:
     def uniform(self) -> tuple[StepSequence, int] | None:
         """The one sequence shape and its count when every sequence is alike, else None."""
         return self.groups[0] if len(self.groups) == 1 else None
+
+
+# ---- The calls ----------------------------------------------------------------------------
+
+class Sharding(NamedTuple):
+    """How a step is spread over chips (a ``tenet_byoc.system.System`` has the same three
+    fields): chips per layer, pipeline stages, micro-batches."""
+
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    micro_batches: int = 1
+
+
+class LinkCall(NamedTuple):
+    """A collective over the links of a system (``tenet_byoc.system``'s formulas charge it):
+    ``kind`` "all_reduce", "all_gather" or "p2p" of a tensor of ``nbytes`` bytes (the whole
+    result each chip ends with) among ``chips`` chips."""
+
+    kind: str
+    nbytes: float
+    chips: int
+
+
+class PlannedCall(NamedTuple):
+    """One call of a step, as a charge takes it, and where it runs.
+
+    ``call`` is a ``cost_model.GemmCall`` (``unit="array"``), a ``cost_model.VectorCall``
+    (``"vector"``) or a :class:`LinkCall` (``"link"``). ``layer`` is the decoder layer
+    (None: the embedding before the layers, the final norm and head after them); ``stage``
+    the pipeline stage whose chips run it (each of its ``tensor_parallel`` chips runs it
+    alike); ``fused_with`` the GEMM a fused epilogue (bias, activation) runs behind ("" for
+    any other call: an epilogue follows its GEMM in a plan); ``scheme`` the scheme a ledger
+    entry records ("none" but for activation quantization and quantized GEMMs); ``count``
+    how many times it runs on each chip (1 in a plan; more in :meth:`Plan.tally`).
+    """
+
+    call: Any
+    name: str
+    unit: str
+    layer: int | None = None
+    stage: int = 0
+    fused_with: str = ""
+    scheme: str = "none"
+    count: int = 1
+    #: The call as plain values (unit, sizes, widths, scheme): what charges are cached and
+    #: calls tallied by (hashing a cost-model value costs more than its charge's look-up).
+    key: tuple = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every call of one step: one micro-batch on one chip of each pipeline stage, in the
+    order a run charges them (each GEMM with its fused epilogues after it; the vector unit's
+    other calls after the GEMMs; the stages' hand-overs last).
+
+    A step of ``micro_batches`` runs these calls that many times on every chip of each
+    stage; chip ``stage x tensor_parallel + rank`` is rank ``rank`` of ``stage``.
+
+    ``written`` holds the calls as planned: all of them, or (``layers`` > 0) those of a
+    model cut to two decoder layers, the second standing for every layer after the first
+    (a decoder's layers 1 .. layers-1 run the same calls; layer 0 can differ, as a batch's
+    mask built there). :attr:`calls` is the whole list either way, made when first read.
+    """
+
+    step: Step
+    phase: str  #: "prefill", "decode" or "mixed" (the ledger's tag)
+    written: tuple[PlannedCall, ...]
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    micro_batches: int = 1
+    layers: int = 0  #: > 0: ``written`` is two layers' plan of a model of this many
+    prefix: str = ""  #: the layers' name prefix ("h." or "layers.") when ``layers`` > 0
+
+    @property
+    def size(self) -> int:
+        """How many calls :attr:`calls` holds (without making them)."""
+        if not self.layers:
+            return len(self.written)
+        return len(self.written) + (self.layers - 2) * sum(c.layer == 1 for c in self.written)
+
+    @cached_property
+    def calls(self) -> tuple[PlannedCall, ...]:
+        """Every call of the step (one micro-batch, one chip of each stage), in order."""
+        if not self.layers:
+            return self.written
+        stage_of = {}
+        for s, layers in enumerate(stage_layers(self.layers, self.pipeline_parallel)):
+            stage_of.update(dict.fromkeys(layers, s))
+        first = f"{self.prefix}1."
+        cut = len(first)
+        out: list[PlannedCall] = []
+        block: list[PlannedCall] = []
+
+        def expand() -> None:
+            out.extend(block)
+            for i in range(2, self.layers):
+                head, st = f"{self.prefix}{i}.", stage_of[i]
+                out.extend(c._replace(name=head + c.name[cut:], layer=i, stage=st,
+                                      fused_with=head + c.fused_with[cut:] if c.fused_with
+                                      else "") for c in block)
+            block.clear()
+
+        for c in self.written:
+            if c.layer == 1:
+                block.append(c)
+                continue
+            if block:
+                expand()
+            out.append(c)
+        if block:
+            expand()
+        return tuple(out)
+
+    def chips(self, call: PlannedCall) -> range:
+        """The chips that run ``call``."""
+        tp = self.tensor_parallel
+        return range(call.stage * tp, (call.stage + 1) * tp)
+
+    def tally(self, plans: Iterable[Plan] = ()) -> Plan:
+        """This plan (and ``plans`` of the same sharding) with equal calls counted once: each
+        distinct GEMM with its fused epilogues, and each other call, with how many times it
+        runs (names and layers of the first; order: first seen). Composing the tally gives
+        the sum of composing each plan alone, on one stage and one micro-batch."""
+        plans = tuple(plans)
+        if plans and self.micro_batches > 1:
+            raise ValueError("Plan.tally: steps of several micro-batches overlap in the "
+                             "pipeline; compose them one by one")
+        counts: dict[tuple, int] = {}
+        first: dict[tuple, tuple[PlannedCall, ...]] = {}
+        for p in (self, *plans):
+            if (p.tensor_parallel, p.pipeline_parallel, p.micro_batches) != (
+                    self.tensor_parallel, self.pipeline_parallel, self.micro_batches):
+                raise ValueError("Plan.tally: plans of different shardings do not add up")
+            calls = p.calls
+            i = 0
+            while i < len(calls):
+                j = i + 1
+                while j < len(calls) and calls[j].fused_with:
+                    j += 1
+                group = calls[i:j]
+                key = tuple((c.key, c.stage) for c in group)
+                counts[key] = counts.get(key, 0) + group[0].count
+                first.setdefault(key, group)
+                i = j
+        out = tuple(c._replace(count=counts[key]) for key, group in first.items()
+                    for c in group)
+        return Plan(self.step, self.phase, out, self.tensor_parallel, self.pipeline_parallel,
+                    self.micro_batches)
+
+
+# ---- The model -----------------------------------------------------------------------------
+
+def model_config(model: Any) -> Any:
+    """The config of ``model``: a built-in name, a ``config.json`` or checkpoint folder path,
+    or a ``GPT2Config`` / ``LlamaConfig`` as is."""
+    # The backend reaches the models' shape tables only here, when asked to plan one, so
+    # importing tenet_byoc still loads no model code (tests/test_layering.py).
+    from .models.configs import resolve_config
+    from .models.gpt2 import GPT2Config
+    from .models.llama import LlamaConfig
+
+    if isinstance(model, GPT2Config | LlamaConfig):
+        return model
+    if not isinstance(model, str | os.PathLike):
+        raise TypeError(
+            f"model must be a built-in name, a config.json or checkpoint folder path, or a "
+            f"GPT2Config / LlamaConfig; got {type(model).__name__}"
+        )
+    return resolve_config(model)
+
+
+def _layers(config: Any) -> int:
+    return getattr(config, "n_layer", None) or config.num_hidden_layers
+
+
+@lru_cache(maxsize=64)
+def _two_layers(config: Any) -> Any:
+    """``config`` cut to two decoder layers, or None for a config whose layers may differ
+    (one that says ``uniform_layers = False``)."""
+    if not getattr(config, "uniform_layers", True):
+        return None
+    field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
+    return dataclasses.replace(config, **{field: 2})
+
+
+@lru_cache(maxsize=1 << 16)
+def _layer_of(name: str) -> int | None:
+    """The decoder layer of a call named ``h.3.…`` / ``layers.3.…``; None outside them."""
+    head, _, rest = name.partition(".")
+    if head in ("h", "layers"):
+        return int(rest.split(".", 1)[0])
+    return None
+
+
+#: Calls before the first layer (their stage is the first; other calls outside the layers,
+#: the final norm and the head, run on the last).
+_BEFORE_LAYERS = ("wte", "wpe", "embed_tokens", "positions")
+
+# The cost model's GEMM sizes are 32-bit signed integers (GemmWorkload).
+_SIZE_LIMIT = 2**31 - 1
+
+
+def _check_sizes(name: str, phase: str, batch: int, b: int, m: int, n: int, k: int) -> None:
+    """Refuse a GEMM the cost model cannot size, naming ``batch`` when it is the cause."""
+    for dim, value in (("batch", b), ("M", m), ("N", n), ("K", k)):
+        if value > _SIZE_LIMIT:
+            cause = f"batch={batch} makes " if batch > 1 and value // batch <= _SIZE_LIMIT else ""
+            raise ValueError(
+                f"{cause}{phase} GEMM {name!r} {dim} = {value:,}, above the cost model's "
+                f"limit of {_SIZE_LIMIT:,} (2^31 - 1) per dimension; use a smaller batch or "
+                f"shorter lengths"
+            )
+
+
+@lru_cache(maxsize=64)
+def _charging(quant: QuantScheme) -> dict[str, GemmCharging]:
+    """What the codegen charges each class of GEMM with under ``quant`` (its own rule)."""
+    return {role: gemm_charging(quant, role) for role in ("weight", "key", "value")}
+
+
+#: Vector kinds that take a second operand (its element count 0 when there is none).
+_BINARY = ("add", "multiply", "divide")
+#: Vector calls of one sequence's attention (per group in a mixed step); every other vector
+#: call works token by token and takes all of a step's new tokens at once.
+_PER_SEQUENCE_OPS = ("kv_write", "softmax", "mask")
+_PER_SEQUENCE_NAMES = ("attn.scale", "attn.masked")
+
+
+def _phase_tokens(seq: StepSequence) -> tuple[str, int]:
+    """The (phase, tokens) the models' shape tables take for one sequence."""
+    if seq.phase == "prefill":
+        return "prefill", seq.new_tokens
+    if seq.phase == "decode":
+        return "decode", seq.context
+    raise ValueError(f"StepSequence(new_tokens={seq.new_tokens}, context={seq.context}): a "
+                     "later chunk of a prompt (context and several new tokens) is not planned "
+                     "yet; plan a whole prompt (context 0) or one new token")
+
+
+def _merge_token_ops(lists: list[list[Any]]) -> list[Any]:
+    """The vector calls of a mixed step from each group's own list (batched form): a
+    per-sequence call once per group, a token-wise one once over all groups' tokens (shape
+    ``(1, tokens, ...)``, second operands summed); names in the order first seen."""
+    from .models.vector_ops import VectorOpShape
+
+    order: list[str] = []
+    where: dict[str, int] = {}
+    by_name: dict[str, list[Any]] = {}
+    for ops in lists:
+        last = -1
+        for v in ops:
+            if v.name not in where:
+                if last + 1 == len(order):
+                    where[v.name] = len(order)
+                    order.append(v.name)
+                else:  # a call only this group has (a prefill's mask, say): after its forerunner
+                    order.insert(last + 1, v.name)
+                    where = {n: i for i, n in enumerate(order)}
+            last = where[v.name]
+            by_name.setdefault(v.name, []).append(v)
+    out = []
+    for name in order:
+        ops = by_name[name]
+        first = ops[0]
+        if first.op in _PER_SEQUENCE_OPS or name.endswith(_PER_SEQUENCE_NAMES):
+            out.extend(ops)
+            continue
+        rows = sum(v.shape[0] * v.shape[1] for v in ops)
+        operand = sum(v.operand for v in ops) if first.operand > 1 else first.operand
+        out.append(VectorOpShape(name, first.op, (1, rows, *first.shape[2:]), operand,
+                                 first.bits_out, first.quantize))
+    return out
+
+
+#: Calls made so far by their plain key: plans of many steps share their call values (a
+#: decode step repeats most of the last one's), made once. Cleared when it grows large.
+_CALLS: dict[tuple, Any] = {}
+_CALLS_LIMIT = 1 << 18
+
+
+def _interned(key: tuple, make: Any) -> Any:
+    found = _CALLS.get(key)
+    if found is None:
+        if len(_CALLS) >= _CALLS_LIMIT:
+            _CALLS.clear()
+        found = _CALLS[key] = make()
+    return found
+
+
+def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
+         system: Any = None) -> Plan:
+    """Every call of ``step`` of the model ``config`` under ``scheme``.
+
+    Parameters
+    ----------
+    config : GPT2Config, LlamaConfig, str or PathLike
+        The model (a name or path is resolved by :func:`model_config`).
+    step : Step
+        The sequences of the forward pass.
+    scheme : str or QuantScheme
+        The quantization scheme of the linear layers: each GEMM carries the widths, recipe
+        and K padding the quantize pass and codegen give it (``codegen.gemm_charging``);
+        static schemes are charged as dynamic, as ``quantize`` without calibration data
+        charges them.
+    system : tenet_byoc.system.System or Sharding, optional
+        Several chips: each call is the share of one chip of its stage (Megatron-LM tensor
+        parallelism, :func:`shard_gemm`, :func:`shard_vector`), the row-parallel GEMMs and the
+        head followed by their collectives, and with several stages the hand-overs between
+        them; ``micro_batches`` must divide every group of equal sequences.
+
+    Returns
+    -------
+    Plan
+        For a step of one kind of sequence, the calls a real run charges, in its order
+        (``tests/estimate`` checks them against a run's ledger).
+
+    Raises
+    ------
+    ValueError
+        For a sharding the model does not split into, a GEMM the cost model cannot size, or a
+        sequence this plan does not cover.
+    """
+    from .models.gemms import model_gemms
+    from .models.vector_ops import gemm_epilogues, model_vector_ops
+
+    config = model_config(config)
+    if not isinstance(step, Step):
+        raise TypeError(f"step must be a tenet_byoc.plan.Step, got {type(step).__name__}")
+    quant = get_scheme(scheme)
+    tp = pp = mu = 1
+    if system is not None:
+        tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
+        if tp > 1:
+            check_tensor_parallel(config, tp)
+        if mu > 1:
+            if any(n % mu for _, n in step.groups):
+                raise ValueError(f"System.micro_batches={mu} must divide batch="
+                                 f"{step.sequences}" + ("" if step.uniform() else
+                                                        " (every group of equal sequences)"))
+    whole = step
+    if mu > 1:
+        step = Step([(seq, n // mu) for seq, n in step.groups])
+    stage_of: dict[int | None, int] = {None: pp - 1}
+    for s, layers in enumerate(stage_layers(_layers(config), pp)):
+        stage_of.update(dict.fromkeys(layers, s))
+    # Walk two layers and let the second stand for the rest (Plan.calls makes them).
+    layers = _layers(config)
+    cut = _two_layers(config) if layers > 2 else None
+    if cut is not None:
+        config = cut
+
+    hows = _charging(quant)
+    weights = hows["weight"]
+    activation_bits = min(32, weights.bits[0])
+    float_gemm = weights.scheme == "none"
+    groups = [(seq, n, *_phase_tokens(seq)) for seq, n in step.groups]
+    uniform = len(groups) == 1
+    phase = step.phase
+    # With one kind of sequence the calls are those of the runners' functions (batched when
+    # there are several sequences); a mixed step packs all new tokens into one batch.
+    fuse_phase, fuse_batch = (groups[0][2], groups[0][1]) if uniform else (groups[0][2], 2)
+    gemm_lists = [model_gemms(config, ph, tokens) for _, _, ph, tokens in groups]
+    calls: list[PlannedCall] = []
+    epilogues: dict[str, list[str]] = {}
+    sharded_k: dict[str, int] = {}
+
+    def stage(name: str, layer: int | None) -> int:
+        if layer is None and name.startswith(_BEFORE_LAYERS):
+            return 0
+        return stage_of[layer]
+
+    def gemm(name: str, b: int, m: int, n: int, k: int, how: GemmCharging, role: str,
+             count: int, ph: str) -> None:
+        layer = _layer_of(name)
+        st = stage(name, layer)
+        collective = None
+        full_n = n
+        if tp > 1:
+            (b, m, n, k), collective = shard_gemm(name, b, m, n, k, config, tp)
+        k = -(-k // how.k_multiple) * how.k_multiple
+        _check_sizes(name, ph, count, b, m, n, k)
+        sharded_k[name] = k
+        key = ("array", b, m, n, k, how.scheme, role, how.bits)
+        call = _interned(key, lambda: cm.GemmCall(
+            m=m, n=n, k=k, batch=b, bits_a=how.bits[0], bits_b=how.bits[1],
+            bits_c=how.bits[2], scheme=how.scheme, recipe=how.recipe))
+        calls.append(PlannedCall(call, name, "array", layer, st, "", how.scheme, 1, key))
+        ops = epilogues.get(name)
+        if ops is None:
+            ops = epilogues[name] = gemm_epilogues(config, name, fuse_phase, fuse_batch,
+                                                   float_gemm)
+        for op in ops:
+            operand = n if op == "add" else 0
+            vkey = ("vector", op, (b * m, n), 32, operand, "none")
+            v = _interned(vkey, lambda op=op, operand=operand: cm.VectorCall(
+                op, [b * m, n], operand_elements=operand or None))
+            calls.append(PlannedCall(v, f"{name}.{op}", "vector", layer, st, name, "none", 1,
+                                     vkey))
+        if collective is not None:
+            # The [m, n] result at the call's output width: all-reduced whole, or the logits
+            # gathered whole from each chip's slice of the vocabulary.
+            size = m * (full_n if collective == "all_gather" else n) * how.bits[2] / 8
+            link = LinkCall(collective, size, tp)
+            calls.append(PlannedCall(link, f"{name}.{collective}", "link", layer, st, "",
+                                     "none", 1, ("link", *link)))
+
+    for i, g in enumerate(gemm_lists[0]):
+        if g.weight is None:  # attention: one product per sequence and head, per group
+            role = "key" if g.name.endswith("attn.qk") else "value"
+            for (_, n, ph, _), gemms in zip(groups, gemm_lists, strict=True):
+                a = gemms[i]
+                gemm(a.name, a.batch * n, a.m, a.n, a.k, hows[role], role, n, ph)
+        else:  # a weight GEMM: every new token of the step shares the weight
+            rows = sum(gemms[i].m * n for (_, n, _, _), gemms in zip(groups, gemm_lists,
+                                                                     strict=True))
+            gemm(g.name, g.batch, rows, g.n, g.k, weights, "weight", step.sequences,
+                 groups[0][2])
+
+    if uniform:
+        _, n, ph, tokens = groups[0]
+        shapes = model_vector_ops(config, ph, tokens, activation_bits, weights.k_multiple, n,
+                                  float_gemm)
+    else:
+        shapes = _merge_token_ops([
+            model_vector_ops(config, ph, tokens, activation_bits, weights.k_multiple, n,
+                             float_gemm, batched=True) for _, n, ph, tokens in groups])
+    for v in shapes:
+        shape, operand = tuple(v.shape), v.operand
+        if tp > 1:
+            shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)
+        label = quant.name if v.quantize else "none"
+        key = ("vector", v.op, shape, v.bits_out, operand, label)
+        call = _interned(key, lambda: cm.VectorCall(
+            v.op, list(shape), bits_in=32, bits_out=v.bits_out,
+            operand_elements=operand if operand else (None if v.op not in _BINARY else 0)))
+        layer = _layer_of(v.name)
+        calls.append(PlannedCall(call, v.name, "vector", layer, stage(v.name, layer), "",
+                                 label, 1, key))
+    if pp > 1:
+        hidden = getattr(config, "n_embd", None) or config.hidden_size
+        size = step.tokens * hidden * weights.bits[2] / 8
+        link = LinkCall("p2p", size, 2)
+        calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
+                              ("link", *link)) for s in range(pp - 1)]
+    if cut is None:
+        return Plan(whole, phase, tuple(calls), tp, pp, mu)
+    return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,
+                "h." if hasattr(cut, "n_layer") else "layers.")
+
+
+# ---- Sharding --------------------------------------------------------------------------------
+
+# GEMM name endings by Megatron-LM role (GPT-2 and Llama names of models.gemms).
+_COLUMN = ("attn.c_attn", "q_proj", "mlp.c_fc", "gate_proj", "up_proj")
+_KV = ("k_proj", "v_proj")
+_ROW = ("attn.c_proj", "o_proj", "mlp.c_proj", "down_proj")
+_ATTENTION = ("attn.qk", "attn.pv")
+
+
+def _heads(config: Any) -> tuple[int, int]:
+    if hasattr(config, "n_head"):
+        return config.n_head, config.n_head
+    return config.num_attention_heads, config.num_key_value_heads
+
+
+def check_tensor_parallel(config: Any, tp: int) -> None:
+    """Refuse a tensor-parallel degree the model's heads or widths do not split into."""
+    heads, kv = _heads(config)
+    inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) \
+        or 4 * getattr(config, "n_embd", 0)
+    if heads % tp:
+        raise ValueError(f"tensor_parallel={tp} must divide {config.name}'s {heads} attention "
+                         "heads (Megatron-LM splits heads across chips)")
+    if kv % tp and tp % kv:
+        raise ValueError(f"tensor_parallel={tp} must divide {config.name}'s {kv} key/value heads "
+                         "or be a multiple of them (then each chip holds one, replicated)")
+    if inner % tp:
+        raise ValueError(f"tensor_parallel={tp} must divide {config.name}'s MLP width {inner}")
+
+
+def shard_gemm(name: str, batch: int, m: int, n: int, k: int, config: Any,
+               tp: int) -> tuple[tuple[int, int, int, int], str | None]:
+    """One chip's share of a GEMM under tensor parallelism ``tp``, and the collective after it.
+
+    Column-parallel (QKV, Q, up, gate, GPT-2's c_attn and c_fc): N / tp. Key/value
+    projections: N / tp while tp divides the key/value heads, else one head per chip
+    (replicated). Row-parallel (attention output, down, GPT-2's c_proj): K / tp, followed by
+    an all-reduce of the ``[m, n]`` output. Attention: heads / tp per chip (query heads of a
+    group split when tp exceeds the key/value heads). The head (``lm_head``): the vocabulary
+    split, ceil(N / tp) per chip, followed by an all-gather of the logits.
+
+    Returns ``((batch, m, n, k), collective)`` with collective None, "all_reduce" or
+    "all_gather".
+    """
+    if tp == 1:
+        return (batch, m, n, k), None
+    heads, kv = _heads(config)
+    if name.endswith(_ATTENTION):
+        if heads == kv:  # GPT-2 and MHA: batch = heads
+            return (batch // tp, m, n, k), None
+        # Llama: batch = key/value heads, rows = query heads per group x tokens.
+        group = heads // kv
+        kv_here = max(1, kv // tp)
+        q_here = heads // tp
+        rows = m // group * (q_here // kv_here)
+        return (batch // kv * kv_here, rows, n, k), None
+    if name.endswith(_KV):
+        head_dim = n // kv
+        return (batch, m, head_dim * max(1, kv // tp), k), None
+    if name.endswith(_COLUMN):
+        return (batch, m, n // tp, k), None
+    if name.endswith(_ROW):
+        return (batch, m, n, k // tp), "all_reduce"
+    if name == "lm_head":
+        return (batch, m, -(-n // tp), k), "all_gather"
+    raise ValueError(f"no Megatron-LM sharding rule for GEMM {name!r}")
+
+
+def shard_vector(name: str, op: str, shape: tuple[int, ...], operand: int, config: Any,
+                 tp: int, gemm_k: dict[str, int] | None = None
+                 ) -> tuple[tuple[int, ...], int]:
+    """One chip's share of a vector call under tensor parallelism ``tp``: its shape and
+    second operand's elements.
+
+    Split by heads (the chip's query or key/value heads, as :func:`shard_gemm` splits
+    attention): the KV-cache writes, rotary embeddings, the attention scale, masked scores
+    and softmax. Split by the MLP width: SiLU and SwiGLU's product. The activation quantized
+    before a row-parallel GEMM: that GEMM's K on the chip (``gemm_k``, by GEMM name, padded
+    as the GEMM is). Every other call (embedding, norms, residual adds, masks, positions,
+    quantization before the other GEMMs) runs whole on every chip.
+    """
+    if tp == 1:
+        return shape, operand
+    heads, kv = _heads(config)
+    kv_here, q_here = max(1, kv // tp), heads // tp
+    if op == "quantize":
+        gemm = name.removesuffix(".quantize")
+        if gemm.endswith(_ROW):
+            k = (gemm_k or {}).get(gemm, shape[-1] // tp)
+            return (*shape[:-1], k), operand
+        return shape, operand
+    if op == "kv_write":  # (b, kv heads, rows, head dim)
+        return (shape[0], kv_here, *shape[2:]), operand
+    if op == "rotary":  # (b, rows, heads, head dim): query or key heads
+        here = kv_here if name.endswith("k_rotary") else q_here
+        if heads == kv:
+            here = q_here
+        return (*shape[:2], here, shape[3]), operand
+    if op in ("softmax", "multiply", "add") and name.endswith(
+            ("attn.scale", "attn.softmax", "attn.masked")):
+        if heads == kv or len(shape) == 4 and shape[1] == heads:  # (b, heads, rows, keys)
+            return (shape[0], q_here, *shape[2:]), operand
+        group = heads // kv
+        if len(shape) == 5:  # (b, kv heads, group, rows, keys)
+            return (shape[0], kv_here, q_here // kv_here, *shape[3:]), operand
+        # (b, kv heads, group x rows, keys)
+        return (shape[0], kv_here, shape[2] // group * (q_here // kv_here), shape[3]), operand
+    if name.endswith(("mlp.silu", "mlp.gate_x_up")):
+        return (*shape[:-1], shape[-1] // tp), operand // tp if operand > 1 else operand
+    return shape, operand
+
+
+def stage_layers(n_layers: int, stages: int) -> list[range]:
+    """Consecutive layers per pipeline stage, the first stages taking one more when the
+    layers do not split evenly."""
+    if stages > n_layers:
+        raise ValueError(f"pipeline_parallel={stages} exceeds the model's {n_layers} layers")
+    base, extra = divmod(n_layers, stages)
+    out, start = [], 0
+    for s in range(stages):
+        size = base + (1 if s < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out

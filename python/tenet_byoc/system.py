@@ -2,10 +2,10 @@
 
 A :class:`System` is an accelerator repeated over ``chips = tensor_parallel x
 pipeline_parallel`` chips joined by one kind of :class:`Link`. ``estimate(..., system=...)``
-shards every GEMM of the model as Megatron-LM shards it (:func:`shard_gemm`), charges each
-chip's share on the accelerator, adds the collectives the sharding needs as ledger entries of
-``unit="link"`` (:func:`collective_seconds`) and takes the step latency as the critical path
-over chips and pipeline stages (:func:`pipeline_seconds`), not a sum.
+plans every call of the model as Megatron-LM shards it (``tenet_byoc.plan``), charges each
+chip's share on the accelerator, the collectives the sharding needs as ledger entries of
+``unit="link"`` (:func:`collective_seconds`), and takes the step latency as the critical path
+over chips and pipeline stages (``tenet_byoc.compose``), not a sum.
 
 Collective formulas (``S`` bytes of the tensor each chip holds, ``T`` chips taking part, link
 bandwidth ``bw`` bytes/s per chip and direction, per-hop latency ``a`` s):
@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._names import did_you_mean
+from .compose import pipeline_seconds  # the pipeline's rule, re-exported here
 from .hardware import Accelerator, resolve
 from .ledger import Ledger, LedgerEntry
 
@@ -47,12 +48,9 @@ __all__ = [
     "StepTime",
     "System",
     "SystemLedger",
-    "check_tensor_parallel",
     "collective_link_bytes",
     "collective_seconds",
     "pipeline_seconds",
-    "shard_gemm",
-    "stage_layers",
 ]
 
 #: Link topologies :func:`collective_seconds` has a formula for.
@@ -222,113 +220,12 @@ def collective_link_bytes(kind: str, nbytes: float, chips: int) -> float:
     return 2 * share if kind == "all_reduce" else share
 
 
-# ---- Sharding ------------------------------------------------------------------------------
-
-# GEMM name endings by Megatron-LM role (GPT-2 and Llama names of models.gemms).
-_COLUMN = ("attn.c_attn", "q_proj", "mlp.c_fc", "gate_proj", "up_proj")
-_KV = ("k_proj", "v_proj")
-_ROW = ("attn.c_proj", "o_proj", "mlp.c_proj", "down_proj")
-_ATTENTION = ("attn.qk", "attn.pv")
-
-
-def _heads(config: Any) -> tuple[int, int]:
-    if hasattr(config, "n_head"):
-        return config.n_head, config.n_head
-    return config.num_attention_heads, config.num_key_value_heads
-
-
-def check_tensor_parallel(config: Any, tp: int) -> None:
-    """Refuse a tensor-parallel degree the model's heads or widths do not split into."""
-    heads, kv = _heads(config)
-    inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) \
-        or 4 * getattr(config, "n_embd", 0)
-    if heads % tp:
-        raise ValueError(f"tensor_parallel={tp} must divide {config.name}'s {heads} attention "
-                         "heads (Megatron-LM splits heads across chips)")
-    if kv % tp and tp % kv:
-        raise ValueError(f"tensor_parallel={tp} must divide {config.name}'s {kv} key/value heads "
-                         "or be a multiple of them (then each chip holds one, replicated)")
-    if inner % tp:
-        raise ValueError(f"tensor_parallel={tp} must divide {config.name}'s MLP width {inner}")
-
-
-def shard_gemm(name: str, batch: int, m: int, n: int, k: int, config: Any,
-               tp: int) -> tuple[tuple[int, int, int, int], str | None]:
-    """One chip's share of a GEMM under tensor parallelism ``tp``, and the collective after it.
-
-    Column-parallel (QKV, Q, up, gate, GPT-2's c_attn and c_fc): N / tp. Key/value
-    projections: N / tp while tp divides the key/value heads, else one head per chip
-    (replicated). Row-parallel (attention output, down, GPT-2's c_proj): K / tp, followed by
-    an all-reduce of the ``[m, n]`` output. Attention: heads / tp per chip (query heads of a
-    group split when tp exceeds the key/value heads). The head (``lm_head``): the vocabulary
-    split, ceil(N / tp) per chip, followed by an all-gather of the logits.
-
-    Returns ``((batch, m, n, k), collective)`` with collective None, "all_reduce" or
-    "all_gather".
-    """
-    if tp == 1:
-        return (batch, m, n, k), None
-    heads, kv = _heads(config)
-    if name.endswith(_ATTENTION):
-        if heads == kv:  # GPT-2 and MHA: batch = heads
-            return (batch // tp, m, n, k), None
-        # Llama: batch = key/value heads, rows = query heads per group x tokens.
-        group = heads // kv
-        kv_here = max(1, kv // tp)
-        q_here = heads // tp
-        rows = m // group * (q_here // kv_here)
-        return (batch // kv * kv_here, rows, n, k), None
-    if name.endswith(_KV):
-        head_dim = n // kv
-        return (batch, m, head_dim * max(1, kv // tp), k), None
-    if name.endswith(_COLUMN):
-        return (batch, m, n // tp, k), None
-    if name.endswith(_ROW):
-        return (batch, m, n, k // tp), "all_reduce"
-    if name == "lm_head":
-        return (batch, m, -(-n // tp), k), "all_gather"
-    raise ValueError(f"no Megatron-LM sharding rule for GEMM {name!r}")
-
-
-def stage_layers(n_layers: int, stages: int) -> list[range]:
-    """Consecutive layers per pipeline stage, the first stages taking one more when the
-    layers do not split evenly."""
-    if stages > n_layers:
-        raise ValueError(f"pipeline_parallel={stages} exceeds the model's {n_layers} layers")
-    base, extra = divmod(n_layers, stages)
-    out, start = [], 0
-    for s in range(stages):
-        size = base + (1 if s < extra else 0)
-        out.append(range(start, start + size))
-        start += size
-    return out
-
-
-def pipeline_seconds(stage_seconds: list[float], p2p_seconds: float,
-                     micro_batches: int) -> tuple[float, float]:
-    """Critical path and bubble of one step through the pipeline.
-
-    Each of ``micro_batches`` passes every stage in order (``stage_seconds`` per micro-batch,
-    ``p2p_seconds`` between consecutive stages); a stage starts a micro-batch when it is free
-    and the previous stage has handed it over. Returns (critical path, bubble), the bubble
-    being the critical path less the busiest stage's own work (``micro_batches x max``).
-    """
-    finish = [0.0] * len(stage_seconds)
-    for _ in range(micro_batches):
-        ready = 0.0
-        for s, t in enumerate(stage_seconds):
-            start = max(finish[s], ready)
-            finish[s] = start + t
-            ready = finish[s] + p2p_seconds
-    critical = finish[-1]
-    return critical, critical - micro_batches * max(stage_seconds)
-
-
 # ---- What an estimate on a system gives ----------------------------------------------------
 
 @dataclass(frozen=True)
 class StepTime:
-    """One prefill or decode step on a system: its critical path and how it was made."""
+    """One step on a system: its critical path and how it was made (``tokens``: the prompt of
+    a prefill, the context of a decode step, the new tokens of a mixed step)."""
 
     phase: str
     tokens: int
@@ -343,15 +240,18 @@ class SystemLedger(Ledger):
     set, ``unit="array"``) and collectives (``unit="link"``), plus the critical path of each
     step (``steps``). ``totals()`` sums work over all chips; :meth:`latency_s` is the time."""
 
-    def __init__(self, entries: list[LedgerEntry], system: System, steps: list[StepTime]):
+    def __init__(self, entries: list[LedgerEntry] | Any, system: System,
+                 steps: list[StepTime], *, count: int | None = None):
         acc = system.accelerator
-        super().__init__(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
+        super().__init__(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [],
+                         count=count)
         self.system = system
         self.steps = steps
 
     def latency_s(self, phase: str | None = None) -> float:
         """Seconds of the steps of ``phase`` ("prefill", "decode"; None: all), each its
         critical path."""
-        if phase is not None and phase not in ("prefill", "decode"):
-            raise ValueError(f"phase must be 'prefill', 'decode' or None, got {phase!r}")
+        if phase is not None and phase not in ("prefill", "decode", "mixed"):
+            raise ValueError(f"phase must be 'prefill', 'decode', 'mixed' or None, got "
+                             f"{phase!r}")
         return sum(s.seconds for s in self.steps if phase is None or s.phase == phase)

@@ -17,6 +17,8 @@ Examples
     tenet-byoc estimate --model llama-3-70b --schemes none,q4f16_1 --accelerator os128
     tenet-byoc report results                # results/report.html, one self-contained page
     tenet-byoc dse --model llama-3-8b --schemes none,per_token --space space.yaml --out dse
+    tenet-byoc serve --model llama-3-8b --accelerator tpu_v5e --schemes q4f16_1+kv8 \
+        --rate 2 --requests 500 --ttft-ms 500 --tpot-ms 50 --out serve
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def _unknown(kind: str, bad: Sequence[str], known: Sequence[str], text: str, man
     hints = [f"{t!r}{did_you_mean(t, known)}" for t in bad]
     if all("did you mean" in h for h in hints):
         return f"unknown {kind} " + ", ".join(hints)
-    choices = ("run `tenet-byoc presets` for the list" if len(known) > 12
+    choices = ("run `tenet-byoc presets` for the list" if len(known) > 16
                else "available: " + ", ".join(known))
     return (f"unknown {kind} " + ", ".join(hints) + f"; {choices}"
             + (" (or all)" if many else ""))
@@ -237,21 +239,63 @@ def _output_file_refusal(path: str) -> str | None:
     return None
 
 
-def refusal(args: argparse.Namespace) -> str | None:
+#: ``estimate`` options that ``--serve`` does not use: each request brings its own lengths.
+SERVE_IGNORES = ("--prompt-len", "--context-len", "--decode-steps")
+
+
+def _given(flag: str, argv: Sequence[str]) -> bool:
+    """Whether ``flag`` is on the command line, as written or abbreviated (argparse takes a
+    unique prefix), with or without ``=VALUE``."""
+    for token in argv:
+        if token == "--":
+            break
+        name = token.split("=", 1)[0]
+        if name.startswith("--") and len(name) > 2 and flag.startswith(name):
+            return True
+    return False
+
+
+def _mixed_out_refusal(out: str, command: str) -> str | None:
+    """Why ``out`` must not take ``command``'s results: it holds another command's
+    (its ``manifest.json`` says which), and a report page of the folder would mix them."""
+    import json
+
+    try:
+        with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+            before = json.load(f)
+    except (OSError, ValueError):
+        return None  # no manifest (a fresh folder), or one the report will refuse itself
+    if not isinstance(before, dict) or before.get("command") in (None, command):
+        return None
+    return (f"--out {out!r} holds the results of `{before.get('command_line') or before['command']}` "
+            f"(its manifest.json): one folder per command, so that a report page of it shows "
+            f"one command's results; give {command} another folder "
+            f"(e.g. {os.path.join(out, command)!r})")
+
+
+def refusal(args: argparse.Namespace, argv: Sequence[str] | None = None) -> str | None:
     """A mistake in parsed options that argparse's types do not see, in one line, or None.
 
     Outputs are checked here, before any work and before TVM is loaded: ``--report``
-    without ``--out``, an ``--out`` folder that cannot be made or written into (it is made),
-    ``profile``'s ``--csv`` / ``--json`` files. ``dse --objective`` is refused here rather
-    than by a type so that its message is one line, as ``run_dse`` gives it."""
+    without ``--out``, an ``--out`` folder that cannot be made or written into (it is made)
+    or that holds another command's results, ``profile``'s ``--csv`` / ``--json`` files.
+    ``dse --objective`` is refused here rather than by a type so that its message is one
+    line, as ``run_dse`` gives it; so are ``estimate --serve``'s options it would ignore
+    (``argv``, the command line, says which were given)."""
     if args.command == "dse" and args.objective not in DSE_FIELDS:
         return (f"--objective {args.objective!r}{did_you_mean(args.objective, DSE_FIELDS)}; "
                 "e.g. tpot_ms, ttft_ms, energy_per_token_mj, area_mm2")
+    if args.command == "estimate" and args.serve is not None and argv is not None:
+        ignored = [flag for flag in SERVE_IGNORES if _given(flag, argv)]
+        if ignored:
+            return (f"--serve takes each request's prompt and output lengths from REQUESTS, so "
+                    f"{' and '.join(ignored)} would be ignored: drop "
+                    f"{'it' if len(ignored) == 1 else 'them'}")
     out = getattr(args, "out", None)
     if getattr(args, "report", False) and not out:
         return "--report needs --out DIR (the page is made from the files written there)"
     if out:
-        return _output_dir_refusal(out)
+        return _mixed_out_refusal(out, args.command) or _output_dir_refusal(out)
     for path in (getattr(args, "csv", None), getattr(args, "json", None)):
         if path and (why := _output_file_refusal(path)) is not None:
             return why
@@ -439,10 +483,95 @@ def _add_dse(sub) -> None:
                    help="with --text: a local checkpoint whose per-scheme perplexity and top-1 "
                    "agreement join the points (the eval path, once per scheme)")
     p.add_argument("--text", metavar="FILE", help="with --checkpoint: a UTF-8 text file")
+    p.add_argument("--other-model-accuracy", action="store_true",
+                   help="accept a --checkpoint of another model than --model (its accuracy "
+                   "only shows the wiring); refused otherwise")
     p.add_argument("--window", type=_count(2), metavar="N",
                    help="eval tokens per window (default: the model's context)")
     p.add_argument("--max-tokens", type=_count(2), metavar="N",
                    help="evaluate only the text's first N tokens")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _rate(text: str) -> float:
+    """An argparse type: a positive, finite rate (or size)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _share(text: str) -> float:
+    value = _rate(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {text!r}")
+    return value
+
+
+def _add_serve(sub) -> None:
+    p = sub.add_parser(
+        "serve", help="serving by iterations (continuous batching, paged KV cache): latency "
+        "percentiles, throughput, goodput and the largest rate meeting p90 targets",
+        description="Simulate an engine serving requests iteration by iteration: each "
+        "iteration's sequences (decodes first, then prompt chunks up to a token budget: "
+        "vLLM-style; or whole prompts: Orca-style) is charged by the cost model; the KV cache "
+        "holds what the chip's memory leaves after the scheme's weights. Writes "
+        "requests.csv, timeline.csv, summary.json and plots into --out. Static batching "
+        "is `estimate --serve`.")
+    presets = ", ".join(sorted(PRESETS))
+    p.add_argument("--model", default="gpt2", type=_model, metavar="NAME|DIR",
+                   help=f"built-in name ({', '.join(BUILTIN_MODELS)}), a config.json or a "
+                   "checkpoint folder (default: gpt2)")
+    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
+                   metavar="LIST", help="comma-separated schemes, with +kvN for a quantized "
+                   f"KV cache (default: none); available: {', '.join(SCHEMES)}")
+    p.add_argument("--accelerator", "--hardware", dest="accelerator", default=DEFAULT_PRESET,
+                   type=_accelerators(many=False), metavar="PRESET|FILE",
+                   help=f"a preset or a design file; default: {DEFAULT_PRESET}; available: "
+                   f"{presets}")
+    p.add_argument("--mapping", choices=["auto", "fixed"],
+                   help="tile mapping: searched per call or the preset's (default: the "
+                   "accelerator's own)")
+    g = p.add_argument_group("requests")
+    g.add_argument("--rate", type=_rate, metavar="R", help="Poisson arrivals, requests/s")
+    g.add_argument("--requests", type=_count(1), default=1000, metavar="N",
+                   help="requests drawn with --rate (default 1000)")
+    g.add_argument("--prompt-len", type=_count(1), metavar="P",
+                   help="with --output-len: every request's prompt tokens")
+    g.add_argument("--output-len", type=_count(1), metavar="O",
+                   help="with --prompt-len: every request's output tokens")
+    g.add_argument("--lengths", choices=["sharegpt"],
+                   help="drawn lengths (the default without --prompt-len): sharegpt, "
+                   "log-normal of means 161 / 338 tokens, sigma 1")
+    g.add_argument("--trace", metavar="FILE",
+                   help="a CSV of arrival_s,prompt_tokens,output_tokens[,prefix,"
+                   "prefix_tokens] instead of --rate")
+    g.add_argument("--seed", type=int, default=0, help="of the drawn arrivals and lengths")
+    g = p.add_argument_group("targets (p90)")
+    g.add_argument("--ttft-ms", type=_milliseconds, metavar="MS",
+                   help="p90 time-to-first-token target; with a target the largest rate "
+                   "meeting it is searched")
+    g.add_argument("--tpot-ms", type=_milliseconds, metavar="MS",
+                   help="p90 time-per-output-token target")
+    g = p.add_argument_group("engine")
+    g.add_argument("--policy", choices=["vllm", "orca"], default="vllm",
+                   help="vllm: decodes first, prompts cut to the token budget (default); "
+                   "orca: whole prompts")
+    g.add_argument("--token-budget", type=_count(1), default=2048, metavar="T",
+                   help="new tokens per iteration (default 2048)")
+    g.add_argument("--max-seqs", type=_count(1), default=256, metavar="S",
+                   help="sequences per iteration (default 256)")
+    g.add_argument("--block-size", type=_count(1), default=16, metavar="B",
+                   help="tokens per KV block (default 16)")
+    g.add_argument("--memory-gb", type=_rate, metavar="GB",
+                   help="the chip's memory (default: what the accelerator states)")
+    g.add_argument("--memory-utilization", type=_share, default=0.9, metavar="F",
+                   help="share of the memory the engine uses (default 0.9)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="write requests.csv, timeline.csv, summary.json and plots here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -541,6 +670,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_estimate(sub)
     _add_dse(sub)
+    _add_serve(sub)
 
     p = sub.add_parser("report", help="write DIR/report.html: one self-contained page of a run",
                        description="Read what sweep, run, estimate, eval or dse wrote into DIR "

@@ -148,13 +148,14 @@ def _cases(args, models: Sequence[str], quick: bool = False) -> list:
     return cases
 
 
-def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerators) -> None:
+def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerators,
+                system: dict | None = None) -> None:
     """Write the run's manifest into --out and, with --report, the page."""
     from .results import write_manifest
 
     write_manifest(args.out, command=args.command, argv=args.argv, models=models,
-                   schemes=schemes, accelerators=accelerators)
-    if args.report:
+                   schemes=schemes, accelerators=accelerators, system=system)
+    if getattr(args, "report", False):  # serve has no page yet
         from .report import write_report
 
         print(f"wrote {write_report(args.out)}")
@@ -168,6 +169,8 @@ def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerator
 def _print_sweep(result) -> None:
     for note in result.notes:
         print(f"- {note}")
+    print("Costs are the offloaded GEMMs only, as run and charged (`tenet-byoc estimate` adds "
+          "the vector unit: the whole model).")
     for model in dict.fromkeys(r.model for r in result.rows):
         print()
         print(result.table(model))
@@ -307,9 +310,10 @@ def _cmd_eval(args) -> int:
 def _show_preset(name: str, fmt: str) -> int:
     import json
 
+    from ..design_file import design_form
     from ..hardware import preset
 
-    form = json.loads(preset(name).to_json())
+    form = design_form(preset(name))  # each quantity once: the file a user edits
     if fmt == "yaml":
         import yaml
 
@@ -389,9 +393,10 @@ def _cmd_estimate(args) -> int:
         code = run_estimate(args)
     if args.out:
         from ..hardware import resolve
+        from .estimate_cmd import _system, system_entry
 
         _finish_out(args, [args.model], args.schemes,
-                    [resolve(args.accelerator, args.mapping)])
+                    [resolve(args.accelerator, args.mapping)], system_entry(_system(args)))
     return code
 
 
@@ -401,6 +406,15 @@ def _cmd_dse(args) -> int:
     with _input_checks():  # a bad space, model, length or checkpoint is the user's
         code = run_dse(args)
     _finish_out(args, [args.model], args.schemes, [])  # the designs are in dse.csv
+    return code
+
+
+def _cmd_serve(args) -> int:
+    from .serve_cmd import run_serve
+
+    with _input_checks():  # a bad trace, length, name or memory size is the user's
+        code = run_serve(args)
+    _finish_out(args, [args.model], args.schemes, [])
     return code
 
 
@@ -414,7 +428,7 @@ def _cmd_report(args) -> int:
 
 _COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
              "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_estimate,
-             "dse": _cmd_dse, "report": _cmd_report}
+             "dse": _cmd_dse, "serve": _cmd_serve, "report": _cmd_report}
 
 
 def _checked_inputs(args: argparse.Namespace) -> None:

@@ -124,6 +124,29 @@ def _check_same_run(out: Path, settings: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(dict(settings), indent=1), encoding="utf-8")
 
 
+def _shape(config) -> tuple:
+    """What makes two configs one model here: family, width, depth, heads and vocabulary."""
+    get = lambda *names: next((getattr(config, n) for n in names if hasattr(config, n)), None)  # noqa: E731
+    return (type(config).__name__, get("n_embd", "hidden_size"),
+            get("n_layer", "num_hidden_layers"), get("n_head", "num_attention_heads"),
+            get("vocab_size"))
+
+
+def _check_same_model(model: str, checkpoint: str) -> None:
+    """Refuse a checkpoint whose model is not ``model``: its perplexity would be reported
+    beside another model's costs as if it were theirs."""
+    from ..models.configs import resolve_config
+
+    a, b = _shape(resolve_config(model)), _shape(resolve_config(checkpoint))
+    if a != b:
+        names = ("family", "width", "layers", "heads", "vocabulary")
+        differ = ", ".join(f"{n} {x} vs {y}" for n, x, y in zip(names, a, b) if x != y)
+        raise ValueError(
+            f"--checkpoint {checkpoint!r} is not {model} ({differ}): its perplexity would be "
+            f"another model's beside {model}'s costs; give a checkpoint of {model}, or "
+            "--other-model-accuracy to take it anyway (the wiring only)")
+
+
 def check_ray_address(address: str | None, timeout_s: float = 10.0) -> None:
     """Refuse a Ray cluster address nothing answers at: ``ray.init`` would wait for it for
     ever. ``None``, ``auto`` and ``local`` are Ray's own to resolve.
@@ -161,6 +184,8 @@ def run_dse(args: argparse.Namespace) -> int:
 
     if (args.checkpoint is None) != (args.text is None):
         raise ValueError("--checkpoint and --text go together (the accuracy of each scheme)")
+    if args.checkpoint is not None and not args.other_model_accuracy:
+        _check_same_model(args.model, args.checkpoint)
     space = DesignSpace.from_file(args.space)
     if args.executor == "ray":
         check_ray_address(args.ray_address)

@@ -282,6 +282,8 @@ def plot_serving(figures: Sequence[ServingFigures], path: str | Path, title: str
     targets drawn; the largest batch meeting them is marked."""
     from matplotlib.figure import Figure
 
+    from .plots import scale_axis
+
     fig = Figure(figsize=(12, 4), layout="constrained")
     axes = fig.subplots(1, 3)
     for ax, (metric, label, target) in zip(axes, (
@@ -298,8 +300,10 @@ def plot_serving(figures: Sequence[ServingFigures], path: str | Path, title: str
                         color="black", linestyle="none")
         if target is not None:
             ax.axhline(target, color="red", linestyle="--", label="target")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        batches = sorted({f.batch for f in figures})
+        scale_axis(ax, "x", batches, ticks=batches, ratio=8)
+        scale_axis(ax, "y", [getattr(f, metric) for f in figures]
+                   + ([target] if target is not None else []))
         ax.set_xlabel("batch (requests per static batch)")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)

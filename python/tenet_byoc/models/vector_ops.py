@@ -62,8 +62,8 @@ def gemm_epilogues(config: Any, name: str, phase: str = "prefill", batch: int = 
 
 
 def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int = 32,
-                     k_multiple: int = 1, batch: int = 1, float_gemm: bool = True
-                     ) -> list[VectorOpShape]:
+                     k_multiple: int = 1, batch: int = 1, float_gemm: bool = True,
+                     batched: bool | None = None) -> list[VectorOpShape]:
     """The non-GEMM operators of one call in the order a run charges them.
 
     ``tokens`` as for :func:`tenet_byoc.models.gemms.model_gemms`; ``activation_bits`` < 32
@@ -71,12 +71,16 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
     ``batch`` > 1 lists the batched functions (``prefill_batch``/``decode_batch``): their
     positions per sequence (prefill: slot minus pad, clamped at 0), the position rows
     gathered per sequence, one per-sequence mask (pads and causality, built at the first
-    layer and reused) added to every layer's scores, decode included.
+    layer and reused) added to every layer's scores, decode included. ``batched`` forces
+    that form (and no residual fused into a GEMM) for any ``batch``: a group of sequences
+    inside a larger step (default: ``batch > 1``).
     """
     prefill = phase == "prefill"
     rows = tokens if prefill else 1
     b = batch
-    batched = batch > 1
+    if batched is None:
+        batched = batch > 1
+    fuse_batch = 2 if batched else batch  # a step of several sequences fuses no residual
     out: list[VectorOpShape] = []
 
     def q(name: str, k: int) -> None:
@@ -176,7 +180,7 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
             kept = min(window, rows)
             add(p + "self_attn.k_cache", "kv_write", (b, nkv, kept, hd))
             add(p + "self_attn.v_cache", "kv_write", (b, nkv, kept, hd))
-        if not _residual_fused(config, phase, batch, config.o_bias, activation_bits == 32
+        if not _residual_fused(config, phase, fuse_batch, config.o_bias, activation_bits == 32
                                and float_gemm):
             add(p + "attn_residual", "add", act, b * rows * d)
         add(p + "post_attention_layernorm", "rms_norm", act)
@@ -185,7 +189,7 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
         q(p + "mlp.up_proj", d)
         add(p + "mlp.gate_x_up", "multiply", (b, rows, ff), b * rows * ff)
         q(p + "mlp.down_proj", ff)
-        if not _residual_fused(config, phase, batch, config.mlp_bias, activation_bits == 32
+        if not _residual_fused(config, phase, fuse_batch, config.mlp_bias, activation_bits == 32
                                and float_gemm):
             add(p + "mlp_residual", "add", act, b * rows * d)
     add("norm", "rms_norm", act)

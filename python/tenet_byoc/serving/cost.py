@@ -1,0 +1,273 @@
+"""What one serving iteration costs in seconds: a caller's ``step_cost(step)``, cached per step shape, or a cost split into a dense part (by the step's tokens) and an attention part (per sequence), each cached.
+
+The simulator asks for the seconds of a list of ``(new_tokens, context)`` pairs, one per
+sequence of the step. Two kinds of cost answer:
+
+* :class:`CachedStepCost` wraps any ``step_cost(step: Step) -> float`` and caches it per
+  step shape (the multiset of sequences: a :class:`~tenet_byoc.plan.Step` groups equal
+  sequences, and the order of groups does not change the cost). Exact, but a continuous
+  batch rarely repeats a shape: for synthetic costs and small runs.
+* :class:`SplitStepCost`: ``dense(tokens) + sum of attention(new_tokens, context)`` over the
+  sequences, each term cached. This is the form of a step's cost when its calls run one
+  after another: the weight GEMMs, norms and activations of a step take its tokens' rows
+  together, whatever sequences they come from; the attention GEMMs, softmax and KV reads
+  are per sequence. With ``context_granularity`` G > 1, contexts are rounded up to a
+  multiple of G before the attention term is asked for (a paged kernel reads whole blocks
+  of G tokens), and with ``token_granularity`` a step's tokens likewise (rows padded to a
+  tile), which bounds the distinct terms.
+
+:func:`model_step_cost` builds the split cost of a model under a scheme on an accelerator
+from :func:`tenet_byoc.estimate` (see there).
+
+Thread safety: the caches are plain dicts (one cost per simulation thread). Errors: a
+negative or non-finite cost raises ``ValueError`` naming the step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..plan import Step, StepSequence
+
+__all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost", "kv_cache_calls",
+           "model_step_cost"]
+
+
+def _checked(seconds: float, what: object) -> float:
+    seconds = float(seconds)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"the cost of {what} is {seconds!r} s; a step costs a finite number "
+                         "of seconds >= 0")
+    return seconds
+
+
+class CachedStepCost:
+    """``step_cost`` cached per step shape."""
+
+    def __init__(self, step_cost: Callable[[Step], float]):
+        if not callable(step_cost):
+            raise TypeError(f"step_cost must be callable (Step -> seconds), got "
+                            f"{type(step_cost).__name__}")
+        self.step_cost = step_cost
+        self._seen: dict[tuple, float] = {}
+        self.misses = 0
+        self.calls = 0
+
+    def seconds_of(self, items: Iterable[tuple[int, int]]) -> float:
+        """Seconds of the step of these ``(new_tokens, context)`` sequences."""
+        self.calls += 1
+        key = tuple(sorted(Counter(items).items()))
+        found = self._seen.get(key)
+        if found is None:
+            self.misses += 1
+            step = Step([(StepSequence(k, c), n) for (k, c), n in key])
+            found = self._seen[key] = _checked(self.step_cost(step), step)
+        return found
+
+    def __call__(self, step: Step) -> float:
+        return self.seconds_of(s_key for s, n in step.groups
+                               for s_key in [(s.new_tokens, s.context)] * n)
+
+
+class SplitStepCost:
+    """``dense(tokens) + sum over sequences of attention(new_tokens, context)``, each cached
+    (see the module)."""
+
+    def __init__(self, dense: Callable[[int], float], attention: Callable[[int, int], float],
+                 context_granularity: int = 1, token_granularity: int = 1):
+        for name, value in (("context_granularity", context_granularity),
+                            ("token_granularity", token_granularity)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+        self.token_granularity = token_granularity
+        self.dense = dense
+        self.attention = attention
+        self.granularity = context_granularity
+        self._dense: dict[int, float] = {}
+        self._attention: dict[tuple[int, int], float] = {}
+        self.calls = 0
+
+    @property
+    def misses(self) -> int:
+        """Distinct terms computed."""
+        return len(self._dense) + len(self._attention)
+
+    def _dense_s(self, tokens: int) -> float:
+        g = self.token_granularity
+        if g > 1:
+            tokens = -(-tokens // g) * g
+        found = self._dense.get(tokens)
+        if found is None:
+            found = self._dense[tokens] = _checked(self.dense(tokens), f"{tokens} tokens' "
+                                                   "dense part")
+        return found
+
+    def _attention_s(self, new: int, context: int) -> float:
+        g = self.granularity
+        if g > 1:
+            context = -(-context // g) * g
+        key = (new, context)
+        found = self._attention.get(key)
+        if found is None:
+            found = self._attention[key] = _checked(
+                self.attention(new, context), f"attention of {new} tokens after {context}")
+        return found
+
+    def seconds_of(self, items: Iterable[tuple[int, int]]) -> float:
+        """Seconds of the step of these ``(new_tokens, context)`` sequences."""
+        self.calls += 1
+        tokens = 0
+        total = 0.0
+        att = self._attention
+        g = self.granularity
+        for new, context in items:
+            tokens += new
+            if g > 1:
+                context = -(-context // g) * g
+            found = att.get((new, context))
+            total += found if found is not None else self._attention_s(new, context)
+        return total + self._dense_s(tokens)
+
+    def __call__(self, step: Step) -> float:
+        return self.seconds_of(s_key for s, n in step.groups
+                               for s_key in [(s.new_tokens, s.context)] * n)
+
+
+def as_step_cost(cost: object) -> Any:
+    """A cost the simulator can ask per step: an object with ``seconds_of(items)``,
+    ``calls`` and ``misses`` (:class:`SplitStepCost`, :class:`CachedStepCost`) as is, any
+    other callable ``Step -> seconds`` cached per step shape."""
+    if all(hasattr(cost, a) for a in ("seconds_of", "calls", "misses")):
+        return cost
+    return CachedStepCost(cost)
+
+
+#: The entries of a ledger that belong to one sequence's attention (the rest of a step's
+#: entries take all its tokens' rows together): the two GEMMs over the cache, the score
+#: scaling, mask and softmax.
+ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked")
+
+
+def kv_cache_calls(config: Any, scheme: Any, tokens: int) -> list[Any]:
+    """The vector calls that put ``tokens`` new tokens' keys and values into the cache, for
+    one layer: the writes at the cache's stored width and, for an int cache (``+kv8``,
+    ``+kv4``), their quantization (one row per scale: a token's keys, or values, over all
+    KV heads, one head, or one group of a head's channels).
+
+    The shapes are those estimate charges its writes with (``[1, kv_heads, tokens,
+    head_dim]``); only the width written differs (estimate writes float32 whatever the
+    cache)."""
+    from .. import cost_model as cm
+    from ..quantization import get_scheme
+    from .kv_cache import _layers_heads_dim
+
+    s = get_scheme(scheme)
+    _, heads, dim = _layers_heads_dim(config)
+    stored = min(s.kv_bits, 32)
+    calls = [cm.VectorCall("kv_write", [1, heads, tokens, dim], bits_in=32, bits_out=stored)
+             for _ in ("key", "value")]
+    if s.kv_bits < 16:
+        row = {"token": heads * dim, "head": dim, "group": s.kv_group}[s.kv_granularity]
+        calls += [cm.VectorCall("quantize", [tokens * heads * dim // row, row], bits_in=32,
+                                bits_out=s.kv_bits) for _ in ("key", "value")]
+    return calls
+
+
+def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
+                    token_granularity: int = 16, mapping: str | None = None) -> SplitStepCost:
+    """The split cost of ``model`` under ``scheme`` on ``accelerator``, from the call plan.
+
+    Each term is a :func:`tenet_byoc.plan.plan` of a one-kind step, its calls charged once
+    each (``estimate.Charges``, shared by every term) and composed by the one step rule
+    (:func:`tenet_byoc.compose.compose`), on the part of its calls the term stands for:
+
+    * ``dense(T)``: the calls of a ``T``-token prefill other than :data:`ATTENTION_PARTS`
+      (weight GEMMs with their fused epilogues, norms, activations, the head), with the KV
+      cache's writes charged at the cache's width and, for an int cache, its quantization on
+      the vector unit (:func:`kv_cache_calls`, per layer);
+    * ``attention(n, 0)``: the attention calls of an ``n``-token prefill;
+      ``attention(1, L)``: those of a decode step after ``L`` tokens;
+      ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``, which the plan
+      does not cover yet): those of a ``W``-token prefill times ``n / W``, the chunk's share
+      of the score rows, ``W`` being ``n + L`` rounded up to ``context_granularity``.
+      Attention reads K and V at the cache's width with their scales (the plan's attention
+      scheme).
+
+    Splitting a step's chain of calls into these parts keeps every GEMM with its epilogues,
+    so the parts add up to the composed step. Every decoder layer is planned alike, so the
+    plan of a one-layer model gives the calls outside the layers (once) and a layer's (L
+    times), as the whole plan composes (without planning 32 layers per term). The head runs on every token of a prefill, as the model runs it (an
+    engine computes only the logits it samples: an overestimate of long prefills by the
+    head's share). One chip: tensor or pipeline parallel serving is not split here yet.
+
+    Raises
+    ------
+    ValueError
+        For an unknown model, scheme or preset (as :func:`tenet_byoc.estimate`).
+    """
+    import dataclasses
+
+    from .. import cost_model as cm
+    from ..compose import compose
+    from ..estimate import Charges
+    from ..hardware import resolve
+    from ..plan import Plan, model_config, plan
+
+    acc = resolve(accelerator, mapping=mapping)
+    config = model_config(model)
+    charges = Charges(acc)
+    clock = acc.hardware.clock_ghz
+    field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
+    layers = getattr(config, field)
+    one_layer = dataclasses.replace(config, **{field: 1})
+    writes = ("k_cache", "v_cache")
+
+    def seconds(p: Plan, calls: list) -> float:
+        return compose(Plan(p.step, p.phase, tuple(calls)), charges.cost, charges.schedule,
+                       clock).seconds
+
+    def scaled(step: Step) -> tuple[float, float]:
+        # The calls of a one-layer model: those outside the layers (embedding, final norm,
+        # head: layer None) once, the layer's L times. A GEMM and its epilogues share a
+        # layer, so each part is a chain of whole groups and the parts add up.
+        p = plan(one_layer, step, scheme)
+        parts: dict[tuple[bool, bool], list] = {}
+        for pc in p.calls:
+            if pc.name.endswith(writes):  # charged at the cache's width below
+                continue
+            owner = pc.fused_with or pc.name
+            parts.setdefault((owner.endswith(ATTENTION_PARTS), pc.layer is None),
+                             []).append(pc)
+        total = {key: seconds(p, calls) * (1 if key[1] else layers)
+                 for key, calls in parts.items()}
+        return (total.get((False, False), 0.0) + total.get((False, True), 0.0),
+                total.get((True, False), 0.0) + total.get((True, True), 0.0))
+
+    prefills: dict[int, tuple[float, float]] = {}
+
+    def prefill(tokens: int) -> tuple[float, float]:
+        found = prefills.get(tokens)
+        if found is None:
+            found = prefills[tokens] = scaled(Step.prefill(tokens))
+        return found
+
+    def dense(tokens: int) -> float:
+        cache = sum(cm.charge_vector(c, acc).latency_us
+                    for c in kv_cache_calls(config, scheme, tokens))
+        return prefill(tokens)[0] + layers * cache * 1e-6
+
+    def attention(new: int, context: int) -> float:
+        if context == 0:
+            return prefill(new)[1]
+        if new == 1:
+            return scaled(Step.decode(context))[1]
+        # A chunk's share of a whole prefill's attention, the prefill's length rounded up
+        # like contexts (a chunk's own length is free: chunks end where budgets do).
+        whole = -(-(new + context) // context_granularity) * context_granularity
+        return prefill(whole)[1] * new / whole
+
+    prefill(1)  # a bad scheme or a call the accelerator cannot cost fails here
+    return SplitStepCost(dense, attention, context_granularity, token_granularity)

@@ -1,0 +1,226 @@
+"""The iteration scheduler: which sequences run in the next forward pass, and how many tokens each, under a token budget and the KV cache's blocks.
+
+A sequence of prompt ``P`` that has emitted ``g`` tokens and holds ``c`` tokens in the cache
+computes ``k <= P + g - c`` new tokens in a step; when ``c`` reaches ``P + g`` it emits a
+token. The prefill (``c = 0``, ``k = P``), a prompt's later chunks and a decode (``k = 1``) are
+all this one rule, and so is a recompute after preemption (``c`` back to 0, ``P + g`` tokens
+to compute again; the tokens emitted stay emitted).
+
+Policies (:class:`SchedulerConfig`):
+
+* ``"vllm"`` (vLLM's scheduler with chunked prefill, Sarathi-Serve's stall-free batching):
+  the running sequences first, oldest first, each its pending tokens up to the budget left
+  (a decode takes 1, a prompt in progress its next chunk); then waiting requests in arrival
+  order while the budget, ``max_seqs`` and the free blocks allow, the last one's prompt cut
+  to what the budget leaves;
+* ``"orca"`` (Orca's iteration-level scheduling, no chunking): the same order, but a prompt
+  is never cut: it joins when all of it fits in the budget left, or alone when it is longer
+  than the whole budget.
+
+When the blocks for a running sequence's tokens are not free, the most recently admitted
+running sequence is preempted (its blocks freed, recomputed later: vLLM's recompute), and no
+new request is admitted in that step. A waiting request is admitted only when the blocks for
+its first tokens are free.
+
+Thread safety: a :class:`Scheduler` is mutable (one per simulation). Errors: a bad
+configuration raises ``ValueError`` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from .kv_cache import PagedKVCache
+
+__all__ = ["POLICIES", "Scheduler", "SchedulerConfig", "Sequence"]
+
+POLICIES = ("vllm", "orca")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How iterations are formed.
+
+    Attributes
+    ----------
+    policy : str
+        ``"vllm"`` (chunked prefill) or ``"orca"`` (whole prompts); see the module.
+    token_budget : int
+        New tokens one step may compute (vLLM's ``max_num_batched_tokens``).
+    max_seqs : int
+        Sequences one step may hold (vLLM's ``max_num_seqs``).
+    """
+
+    policy: str = "vllm"
+    token_budget: int = 2048
+    max_seqs: int = 256
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"SchedulerConfig.policy={self.policy!r}; expected one of {POLICIES}")
+        for name in ("token_budget", "max_seqs"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"SchedulerConfig.{name}={v!r} must be an integer >= 1")
+
+
+class Sequence:
+    """One request's state in the engine."""
+
+    __slots__ = ("index", "prompt", "output", "generated", "computed", "own_blocks", "prefix",
+                 "prefix_tokens", "shared", "attached", "preemptions")
+
+    def __init__(self, index: int, prompt: int, output: int, prefix: str | None = None,
+                 prefix_tokens: int = 0):
+        self.index = index
+        self.prompt = prompt
+        self.output = output
+        self.generated = 0
+        self.computed = 0
+        self.own_blocks = 0
+        self.prefix = prefix
+        self.prefix_tokens = prefix_tokens
+        self.shared = 0  # tokens in the prefix's blocks this sequence references
+        self.attached = False
+        self.preemptions = 0
+
+    @property
+    def pending(self) -> int:
+        """Tokens to compute before the next token is emitted."""
+        return self.prompt + self.generated - self.computed
+
+
+class Scheduler:
+    """Forms each step from the running and waiting sequences (see the module)."""
+
+    def __init__(self, config: SchedulerConfig, cache: PagedKVCache):
+        self.config = config
+        self.cache = cache
+        self.running: list[Sequence] = []
+        self.waiting: deque[Sequence] = deque()
+        self.preemptions = 0
+
+    def _release(self, seq: Sequence) -> None:
+        self.cache.give(seq.own_blocks)
+        seq.own_blocks = 0
+        if seq.attached:
+            self.cache.detach(seq.prefix, seq)
+            seq.attached = False
+        seq.shared = 0
+
+    def _grow(self, seq: Sequence, k: int) -> bool:
+        """Take the blocks ``seq`` needs to hold ``k`` more tokens, if free."""
+        need = self.cache.blocks_for(seq.computed + k - seq.shared) - seq.own_blocks
+        if need > self.cache.blocks - self.cache.used:
+            return False
+        self.cache.used += need
+        seq.own_blocks += need
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        self._release(seq)
+        seq.computed = 0
+        seq.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def schedule(self) -> list[tuple[Sequence, int, int]]:
+        """The next step: ``(sequence, new tokens, context)`` per sequence, blocks taken.
+        Empty when nothing can run."""
+        budget = self.config.token_budget
+        chunked = self.config.policy == "vllm"
+        cache = self.cache
+        bs = cache.block_size
+        step: list[tuple[Sequence, int, int]] = []
+        append = step.append
+        preempted = False
+        running = self.running
+        i = 0
+        n = len(running)
+        blocks = cache.blocks
+        while i < n and budget > 0:
+            seq = running[i]
+            computed = seq.computed
+            pending = seq.prompt + seq.generated - computed
+            if pending > budget:
+                if not chunked and step:
+                    i += 1
+                    continue
+                k = budget if chunked else pending
+            else:
+                k = pending
+            # Inline of _grow: the blocks to hold computed + k tokens past the shared ones.
+            over = computed + k - seq.shared - seq.own_blocks * bs
+            if over > 0:
+                need = -(-over // bs)
+                if need > blocks - cache.used:
+                    preempted = True
+                    if not self._make_room(seq, need):
+                        break  # seq itself was preempted: it was the last running
+                    n = len(running)
+                cache.used += need
+                seq.own_blocks += need
+            append((seq, k, computed))
+            budget -= k
+            i += 1
+        if preempted:
+            return step
+        waiting = self.waiting
+        while waiting and budget > 0 and len(running) < self.config.max_seqs:
+            seq = waiting[0]
+            if seq.prefix is not None:
+                seq.shared = cache.attach(seq.prefix, seq, seq.prompt + seq.generated - 1)
+                seq.attached = True
+                seq.computed = seq.shared
+            pending = seq.pending
+            k = min(pending, budget) if chunked else pending
+            if (not chunked and pending > budget and step) or not self._grow(seq, k):
+                if seq.attached:  # a waiting sequence holds no reference
+                    self._release(seq)
+                    seq.computed = 0
+                break
+            waiting.popleft()
+            running.append(seq)
+            append((seq, k, seq.computed))
+            budget -= k
+        return step
+
+    def _make_room(self, seq: Sequence, need: int) -> bool:
+        """Preempt the latest admitted running sequences until ``need`` blocks are free;
+        False when ``seq`` itself had to go."""
+        running = self.running
+        cache = self.cache
+        while need > cache.blocks - cache.used:
+            victim = running.pop()
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def finish_step(self, step: list[tuple[Sequence, int, int]]) -> list[tuple[Sequence, bool]]:
+        """Advance each sequence of ``step``; return those that emitted a token, each with
+        whether it is done (a done sequence leaves and frees its blocks)."""
+        emitted = []
+        done_any = False
+        cache = self.cache
+        for seq, k, computed in step:
+            computed += k
+            seq.computed = computed
+            if seq.attached and computed - k < seq.prefix_tokens:
+                seq.shared = cache.publish(seq.prefix, seq, seq.shared, computed,
+                                           seq.prefix_tokens)
+                seq.own_blocks = cache.blocks_for(computed - seq.shared)
+            generated = seq.generated
+            if computed == seq.prompt + generated:
+                generated += 1
+                seq.generated = generated
+                if generated == seq.output:
+                    self._release(seq)
+                    done_any = True
+                    emitted.append((seq, True))
+                else:
+                    emitted.append((seq, False))
+        if done_any:
+            self.running = [s for s in self.running if s.generated < s.output]
+        return emitted

@@ -1,0 +1,162 @@
+"""The serving simulator: requests arrive, the scheduler forms each iteration's step, the step's cost advances the clock (discrete-event, one engine).
+
+Events are arrivals (the trace, in order) and the end of each iteration. The engine runs
+iterations back to back while it has work: at the start of an iteration the requests that
+have arrived join the waiting queue, the :class:`~tenet_byoc.serving.scheduler.Scheduler`
+forms the step, the step's cost (:mod:`tenet_byoc.serving.cost`) is its duration, and at its
+end every sequence whose pending tokens are computed emits a token (a request's first token
+gives its TTFT, its last its finish). An idle engine waits for the next arrival. A request
+arriving during an iteration waits for its end, as in a real engine.
+
+Thread safety: :func:`simulate` keeps no state between calls (the cost object keeps its
+cache). Errors: a request that can never fit the cache, or a bad option, raises
+``ValueError`` naming the request or option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost import as_step_cost
+from .kv_cache import PagedKVCache
+from .requests import TraceRequest
+from .scheduler import Scheduler, SchedulerConfig
+from .scheduler import Sequence as EngineSequence
+
+__all__ = ["ServingRun", "simulate"]
+
+
+@dataclass(frozen=True)
+class ServingRun:
+    """What one simulation gives: per request and per iteration (arrays)."""
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    preemptions: np.ndarray  #: per request
+    step_start_s: np.ndarray  #: per iteration
+    step_seconds: np.ndarray
+    step_sequences: np.ndarray  #: sequences in the step (the batch size)
+    step_tokens: np.ndarray  #: new tokens computed in the step
+    step_kv_blocks: np.ndarray  #: blocks in use during the step
+    kv_blocks: int  #: the cache's capacity in blocks
+    block_size: int
+    cost_calls: int = 0
+    cost_misses: int = 0
+
+    @property
+    def requests(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def iterations(self) -> int:
+        return len(self.step_seconds)
+
+
+def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
+             scheduler: SchedulerConfig | None = None, kv_blocks: int = 1 << 30,
+             block_size: int = 16, progress: Callable[[int], None] | None = None) -> ServingRun:
+    """Serve ``requests`` on one engine.
+
+    Parameters
+    ----------
+    requests : sequence of TraceRequest
+        In arrival order.
+    step_cost : callable or cost object
+        ``step_cost(step: Step) -> seconds`` (cached per step shape here), or a
+        :class:`~tenet_byoc.serving.cost.SplitStepCost` / ``CachedStepCost``.
+    scheduler : SchedulerConfig, optional
+        The policy, token budget and sequence limit (default vLLM-style, 2048 tokens, 256
+        sequences).
+    kv_blocks, block_size : int
+        The KV cache (default: unbounded in practice).
+    progress : callable, optional
+        Called with the number of requests finished since the last call.
+
+    Raises
+    ------
+    ValueError
+        For requests out of arrival order, or one whose prompt and output need more blocks
+        than the cache has (naming it).
+    """
+    config = scheduler or SchedulerConfig()
+    cache = PagedKVCache(kv_blocks, block_size)
+    sched = Scheduler(config, cache)
+    cost = as_step_cost(step_cost)
+    n = len(requests)
+    if n == 0:
+        raise ValueError("requests is empty: nothing to serve")
+    arrival = np.array([r.arrival_s for r in requests], dtype=np.float64)
+    if np.any(np.diff(arrival) < 0):
+        bad = int(np.argmax(np.diff(arrival) < 0)) + 1
+        raise ValueError(f"request {bad} arrives at {arrival[bad]} s, before request "
+                         f"{bad - 1} ({arrival[bad - 1]} s): give requests in arrival order")
+    seqs = []
+    for i, r in enumerate(requests):
+        # The last token emitted is never written to the cache.
+        need = cache.blocks_for(r.prompt_tokens + r.output_tokens - 1)
+        if need > kv_blocks:
+            raise ValueError(f"request {i} (prompt {r.prompt_tokens}, output "
+                             f"{r.output_tokens} tokens) needs {need} KV blocks of "
+                             f"{block_size} tokens; the cache has {kv_blocks}")
+        seqs.append(EngineSequence(i, r.prompt_tokens, r.output_tokens, r.prefix,
+                                   r.prefix_tokens))
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    starts: list[float] = []
+    durations: list[float] = []
+    batch: list[int] = []
+    tokens: list[int] = []
+    blocks: list[int] = []
+    now = 0.0
+    arrived = 0
+    done = 0
+    reported = 0
+    waiting = sched.waiting
+    seconds_of = cost.seconds_of
+    while done < n:
+        while arrived < n and arrival[arrived] <= now:
+            waiting.append(seqs[arrived])
+            arrived += 1
+        step = sched.schedule()
+        if not step and not waiting and not sched.running:
+            now = float(arrival[arrived])  # idle until the next arrival
+            continue
+        if not step:  # every running sequence was preempted: the next try admits
+            step = sched.schedule()
+        if not step:
+            raise RuntimeError(f"the scheduler formed an empty step with {len(sched.running)} "
+                               f"running and {len(waiting)} waiting sequences at {now} s")
+        items = [(k, c) for _, k, c in step]
+        seconds = seconds_of(items)
+        starts.append(now)
+        durations.append(seconds)
+        batch.append(len(step))
+        tokens.append(sum([k for k, _ in items]))
+        blocks.append(cache.used)
+        now += seconds
+        for seq, finished in sched.finish_step(step):
+            if seq.generated == 1:
+                first[seq.index] = now
+            if finished:
+                finish[seq.index] = now
+                done += 1
+        if progress is not None and done - reported >= 64:
+            progress(done - reported)
+            reported = done
+    if progress is not None and done > reported:
+        progress(done - reported)
+    return ServingRun(
+        arrival, first, finish,
+        np.array([r.prompt_tokens for r in requests], dtype=np.int64),
+        np.array([r.output_tokens for r in requests], dtype=np.int64),
+        np.array([s.preemptions for s in seqs], dtype=np.int64),
+        np.array(starts), np.array(durations), np.array(batch, dtype=np.int64),
+        np.array(tokens, dtype=np.int64), np.array(blocks, dtype=np.int64),
+        kv_blocks, block_size, cost.calls, cost.misses,
+    )

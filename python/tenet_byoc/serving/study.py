@@ -1,0 +1,143 @@
+"""A model served on one chip per quantization scheme: the scheme's KV capacity, its step cost, a simulation of a trace, and the largest rate meeting the latency targets.
+
+:func:`serve` is the Python face of ``tenet-byoc serve``. Per scheme it sizes the paged cache
+(:func:`~tenet_byoc.serving.kv_cache.cache_sizing`: the chip's memory less the scheme's weights,
+KV at the scheme's width), builds the step cost (:func:`~tenet_byoc.serving.cost.model_step_cost`
+unless a cost is given), simulates the trace (a file's, or Poisson arrivals at ``rate``) and,
+with targets, searches the largest Poisson rate whose p90 TTFT and TPOT meet them (the same
+requests at scaled arrival times).
+
+Thread safety: no state is kept between calls. Errors: bad arguments raise ``ValueError``
+naming them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .kv_cache import CacheSizing, cache_sizing
+from .metrics import ServingMetrics, serving_metrics
+from .rate_search import RateSearch, max_rate
+from .requests import SHAREGPT_LIKE, FixedLengths, LognormalLengths, TraceRequest, poisson_trace
+from .scheduler import SchedulerConfig
+from .simulator import ServingRun, simulate
+
+__all__ = ["ServedScheme", "memory_bytes_of", "serve"]
+
+
+@dataclass(frozen=True)
+class ServedScheme:
+    """One scheme's answer."""
+
+    scheme: str
+    sizing: CacheSizing
+    run: ServingRun  #: the trace as given (or at ``rate``)
+    metrics: ServingMetrics
+    search: RateSearch | None  #: the largest rate meeting the targets, when targets are given
+    cost: Any  #: the step cost (its cache filled)
+
+
+def memory_bytes_of(accelerator: Any) -> float | None:
+    """The chip memory an accelerator states (``memory_bytes`` / ``dram_bytes`` /
+    ``hbm_bytes`` on it, its hardware or its memory hierarchy), or None."""
+    for owner in (accelerator, getattr(accelerator, "hardware", None),
+                  getattr(accelerator, "memory", None)):
+        for name in ("memory_bytes", "dram_bytes", "hbm_bytes", "dram_capacity_bytes"):
+            value = getattr(owner, name, None)
+            if isinstance(value, int | float) and value > 0:
+                return float(value)
+    return None
+
+
+def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
+          trace: Sequence[TraceRequest] | None = None, rate: float | None = None,
+          requests: int = 1000, lengths: FixedLengths | LognormalLengths = SHAREGPT_LIKE,
+          seed: int = 0, ttft_ms: float | None = None, tpot_ms: float | None = None,
+          scheduler: SchedulerConfig | None = None, block_size: int = 16,
+          memory_bytes: float | None = None, utilization: float = 0.9,
+          step_cost: Callable[[str], Any] | None = None, rel_tol: float = 0.02,
+          progress: Callable[[str, int], Callable[[int], None] | None] | None = None,
+          ) -> list[ServedScheme]:
+    """Serve ``model`` on ``accelerator`` under each scheme (see the module).
+
+    Parameters
+    ----------
+    trace : sequence of TraceRequest, optional
+        The requests; else ``requests`` Poisson arrivals at ``rate`` with ``lengths``, seeded.
+    ttft_ms, tpot_ms : float, optional
+        p90 targets: goodput counts requests meeting both, and the rate search runs (over
+        Poisson arrivals of the trace's lengths, or of ``lengths``).
+    memory_bytes : float, optional
+        The chip's memory (default: what the accelerator states; required when it states
+        none).
+    step_cost : callable, optional
+        ``step_cost(scheme) -> cost`` (a cost object or ``Step -> seconds``); default
+        :func:`~tenet_byoc.serving.cost.model_step_cost`.
+    progress : callable, optional
+        ``progress(label, total)`` returns a callback taking the requests finished.
+
+    Raises
+    ------
+    ValueError
+        For neither or both of ``trace`` and ``rate``, no memory size, a scheme whose weights
+        do not fit, or a request longer than the cache or the model's context.
+    """
+    from ..estimate import _config, _context
+    from .cost import model_step_cost
+
+    if (trace is None) == (rate is None):
+        raise ValueError("give either trace= (a list of requests) or rate= (Poisson arrivals)")
+    if not schemes:
+        raise ValueError("schemes is empty: name at least one quantization scheme")
+    config = _config(model)
+    memory = memory_bytes if memory_bytes is not None else memory_bytes_of(accelerator)
+    if memory is None:
+        name = getattr(accelerator, "name", accelerator)
+        raise ValueError(f"accelerator {name!r} states no memory size: give memory_bytes "
+                         "(--memory-gb)")
+    requests_list = list(trace) if trace is not None else poisson_trace(rate, requests, lengths,
+                                                                        seed)
+    limit, field = _context(config)
+    for i, r in enumerate(requests_list):
+        if r.prompt_tokens + r.output_tokens - 1 > limit:
+            raise ValueError(f"request {i} (prompt {r.prompt_tokens}, output "
+                             f"{r.output_tokens} tokens) outruns {config.name}'s context "
+                             f"{field}={limit}")
+    config_sched = scheduler or SchedulerConfig()
+    out = []
+    for scheme in schemes:
+        sizing = cache_sizing(config, scheme, memory, block_size, utilization)
+        cost = (step_cost or (lambda s: model_step_cost(config, s, accelerator)))(scheme)
+
+        def run_of(reqs: Sequence[TraceRequest], label: str, cost=cost,
+                   sizing=sizing) -> ServingRun:
+            callback = progress(label, len(reqs)) if progress else None
+            return simulate(reqs, cost, scheduler=config_sched, kv_blocks=sizing.blocks,
+                            block_size=block_size, progress=callback)
+
+        run = run_of(requests_list, f"{scheme}")
+        metrics = serving_metrics(run, ttft_ms, tpot_ms)
+        search = None
+        if ttft_ms is not None or tpot_ms is not None:
+            if trace is not None:
+                # The trace's own lengths at Poisson arrivals of each rate tried.
+                base = poisson_trace(1.0, len(requests_list), FixedLengths(1, 1), seed)
+                lengths_of = [(r.prompt_tokens, r.output_tokens) for r in requests_list]
+
+                def at(rate_: float, base=base, lengths_of=lengths_of) -> list[TraceRequest]:
+                    return [TraceRequest(b.arrival_s / rate_, p, o)
+                            for b, (p, o) in zip(base, lengths_of, strict=True)]
+                start = len(requests_list) / max(requests_list[-1].arrival_s, 1e-9)
+            else:
+                def at(rate_: float) -> list[TraceRequest]:
+                    return poisson_trace(rate_, requests, lengths, seed)
+                start = rate
+
+            def metrics_at(rate_: float, at=at, run_of=run_of) -> ServingMetrics:
+                return serving_metrics(run_of(at(rate_), f"{scheme} @ {rate_:.3g}/s"),
+                                       ttft_ms, tpot_ms)
+            search = max_rate(metrics_at, ttft_ms, tpot_ms, start=start, rel_tol=rel_tol)
+        out.append(ServedScheme(scheme, sizing, run, metrics, search, cost))
+    return out

@@ -1,0 +1,120 @@
+"""plan(): a mixed step (a prompt beside decoding sequences) by hand count, tallies, pickling.
+
+References: Llama-3-8B's published shapes (32 layers, 32 query and 8 key/value heads of 128,
+hidden 4096, MLP 14336, vocabulary 128256) counted by hand; the plan of a plain prefill of
+the same rows (a linear layer's call does not depend on which sequences its rows came from).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+
+import pytest
+
+from tenet_byoc.compose import compose
+from tenet_byoc.estimate import Charges, estimate, estimate_step
+from tenet_byoc.hardware import preset
+from tenet_byoc.plan import Step, StepSequence, plan
+
+LLAMA = "llama-3-8b"
+CONTEXTS = (100, 250, 500, 1000, 2000, 3000, 4000)
+D, FF, HD, KV, G, VOCAB, LAYERS = 4096, 14336, 128, 8, 4, 128256, 32
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    return Step([StepSequence(512, 0)] + [StepSequence(1, c) for c in CONTEXTS])
+
+
+def test_a_mixed_step_by_hand(mixed):
+    assert (mixed.tokens, mixed.sequences, mixed.phase) == (519, 8, "mixed")
+    p = plan(LLAMA, mixed, "none")
+    gemms = [c for c in p.calls if c.unit == "array"]
+    by_name = Counter(c.name for c in gemms)
+    # The linear layers: once each per layer, over all 519 new tokens.
+    linear = {"self_attn.q_proj": (D, D), "self_attn.k_proj": (KV * HD, D),
+              "self_attn.v_proj": (KV * HD, D), "self_attn.o_proj": (D, D),
+              "mlp.gate_proj": (FF, D), "mlp.up_proj": (FF, D), "mlp.down_proj": (D, FF)}
+    for i in range(LAYERS):
+        for name, (n, k) in linear.items():
+            (call,) = [c.call for c in gemms if c.name == f"layers.{i}.{name}"]
+            assert (call.batch, call.m, call.n, call.k) == (1, 519, n, k)
+    (head,) = [c.call for c in gemms if c.name == "lm_head"]
+    assert (head.m, head.n, head.k) == (519, VOCAB, D)
+    # Attention: one product per sequence, at its own keys (KV heads x query rows).
+    assert by_name["layers.0.attn.qk"] == by_name["layers.0.attn.pv"] == 8
+    qk = [c.call for c in gemms if c.name == "layers.0.attn.qk"]
+    pv = [c.call for c in gemms if c.name == "layers.0.attn.pv"]
+    keys = [512] + [c + 1 for c in CONTEXTS]
+    rows = [G * 512] + [G] * 7
+    assert [(c.batch, c.m, c.n, c.k) for c in qk] == [(KV, r, n, HD) for r, n in
+                                                       zip(rows, keys, strict=True)]
+    assert [(c.batch, c.m, c.n, c.k) for c in pv] == [(KV, r, HD, n) for r, n in
+                                                       zip(rows, keys, strict=True)]
+    assert len(gemms) == LAYERS * (7 + 16) + 1
+    macs = sum(c.call.batch * c.call.m * c.call.n * c.call.k for c in gemms)
+    per_token = LAYERS * sum(n * k for n, k in linear.values()) + VOCAB * D
+    attention = LAYERS * 2 * sum(KV * r * HD * n for r, n in zip(rows, keys, strict=True))
+    assert macs == 519 * per_token + attention
+    # The vector unit: token-wise calls over the 519 rows once, softmax per sequence.
+    vectors = [c for c in p.calls if c.unit == "vector"]
+    (norm,) = [c.call for c in vectors if c.name == "layers.0.input_layernorm"]
+    assert tuple(norm.shape) == (1, 519, D)
+    soft = [tuple(c.call.shape) for c in vectors if c.name == "layers.0.self_attn.softmax"]
+    assert soft == [(1, KV, r, n) for r, n in zip(rows, keys, strict=True)]
+    writes = [tuple(c.call.shape) for c in vectors if c.name == "layers.0.self_attn.k_cache"]
+    assert sorted(writes) == sorted([(1, KV, 512, HD)] + [(1, KV, 1, HD)] * 7)
+
+
+def test_a_mixed_steps_linear_layers_cost_as_a_prefill_of_its_rows(mixed):
+    cost, book = estimate_step(LLAMA, mixed)
+    assert cost.seconds > 0 and len(book) == len(plan(LLAMA, mixed).calls)
+    rows = {e.name: e for e in estimate("llama-3-8b", prompt_len=519, decode_steps=0)
+            if e.unit == "array"}
+    for e in book:
+        if e.unit == "array" and e.name.endswith(("proj", "lm_head")):
+            assert e.cycles == rows[e.name].cycles and e.energy_pj == rows[e.name].energy_pj
+    assert cost.energy_pj == pytest.approx(book.totals().energy_pj, rel=1e-12)
+    assert cost.stage_cycles == (book.totals().cycles,)
+
+
+def test_a_later_chunk_of_a_prompt_is_refused_by_name():
+    with pytest.raises(ValueError, match="later chunk of a prompt"):
+        plan(LLAMA, Step([StepSequence(64, 100)]))
+
+
+def test_a_tally_composes_to_the_sum_and_a_plan_pickles():
+    steps = [plan("gpt2", Step.decode(c)) for c in range(10, 14)]
+    tally = steps[0].tally(steps[1:])
+    assert sum(c.count for c in tally.calls if c.unit == "array") == sum(
+        1 for s in steps for c in s.calls if c.unit == "array")
+    assert len(tally.calls) < sum(len(s.calls) for s in steps)
+    charges = Charges(preset("os16"))
+    one = [compose(s, charges.cost) for s in steps]
+    both = compose(tally, charges.cost)
+    assert both.stage_cycles[0] == sum(c.stage_cycles[0] for c in one)
+    assert both.energy_pj == pytest.approx(sum(c.energy_pj for c in one), rel=1e-12)
+    assert pickle.loads(pickle.dumps(steps[0])) == steps[0]
+
+
+@pytest.mark.parametrize(("model", "kwargs"), [
+    ("gpt2", {"scheme": "none", "prompt_len": 32, "decode_steps": 3}),
+    ("llama-3-8b", {"scheme": "per_token", "prompt_len": 16, "decode_steps": 2, "batch": 2}),
+])
+def test_totals_before_the_entries_are_made_equal_their_sums(model, kwargs):
+    # estimate's ledger sums its plans' distinct calls until the entries are read; the sums
+    # over the entries themselves (ledger.totals, step_cycles) are the reference.
+    from tenet_byoc.ledger import totals
+
+    book = estimate(model, **kwargs)
+    fast, phases = book.totals(), book.group_by("phase")
+    assert len(book) == len(book.entries)  # the count given before, the entries made now
+    slow = totals(book.entries)
+    assert (fast.calls, fast.macs, fast.cycles, fast.roofline_cycles) == (
+        slow.calls, slow.macs, slow.cycles, slow.roofline_cycles)
+    for name in ("latency_us", "energy_pj", "offchip_bytes", "dram_bytes", "pe_utilization"):
+        assert getattr(fast, name) == pytest.approx(getattr(slow, name), rel=1e-12)
+    for phase, t in book.group_by("phase").items():
+        assert (phases[phase].calls, phases[phase].cycles) == (t.calls, t.cycles)
+        assert phases[phase].energy_pj == pytest.approx(t.energy_pj, rel=1e-12)
