@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 
 from tenet_byoc import Accelerator
 from tenet_byoc import _cost_model as cm
+from tenet_byoc.design_file import design_form
 from tenet_byoc.experiments.serving import parse_requests
 from tenet_byoc.hardware import PRESETS, preset
 
-FORMS = {name: json.loads(preset(name).to_json()) for name in sorted(PRESETS)}
+# Design files write each quantity once (tenet_byoc.design_file.design_form).
+FORMS = {name: design_form(preset(name)) for name in sorted(PRESETS)}
 
 LEAVES = st.one_of(
     st.none(), st.booleans(),
@@ -51,7 +53,7 @@ def _paths(node, prefix=()):
 
 @st.composite
 def design_files(draw):
-    """(a preset's form with 1-3 changes, 'yaml' or 'json')."""
+    """(a preset's design form with 1-3 changes, 'yaml' or 'json')."""
     form = json.loads(json.dumps(FORMS[draw(st.sampled_from(sorted(FORMS)))]))
     for _ in range(draw(st.integers(1, 3))):
         paths = [p for p in _paths(form) if p]
