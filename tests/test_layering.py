@@ -116,7 +116,7 @@ def test_the_circle_finder_finds_circles(tmp_path):
 #: imports from its own layer or below, never from a layer above it.
 LAYERS = (
     ("core", ("_cost_model", "_gemm_call", "_names", "_loader", "library", "patterns",
-              "progress")),
+              "documents", "progress")),
     ("cost-model face", ("memory", "mapping", "cost_model")),
     ("accelerators", ("area", "design_file", "hardware")),
     ("quantization", ("quantization",)),
