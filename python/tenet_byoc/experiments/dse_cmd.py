@@ -18,6 +18,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ..documents import read_text
+
 __all__ = ["plot_fronts", "run_dse", "scheme_accuracy"]
 
 RESULTS_FILE = "points.jsonl"  #: the command's options (tenet_byoc_cli.parser) name it too
@@ -122,6 +124,56 @@ def _check_same_run(out: Path, settings: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(dict(settings), indent=1), encoding="utf-8")
 
 
+def _shape(config) -> tuple:
+    """What makes two configs one model here: family, width, depth, heads and vocabulary."""
+    get = lambda *names: next((getattr(config, n) for n in names if hasattr(config, n)), None)  # noqa: E731
+    return (type(config).__name__, get("n_embd", "hidden_size"),
+            get("n_layer", "num_hidden_layers"), get("n_head", "num_attention_heads"),
+            get("vocab_size"))
+
+
+def _check_same_model(model: str, checkpoint: str) -> None:
+    """Refuse a checkpoint whose model is not ``model``: its perplexity would be reported
+    beside another model's costs as if it were theirs."""
+    from ..models.configs import resolve_config
+
+    a, b = _shape(resolve_config(model)), _shape(resolve_config(checkpoint))
+    if a != b:
+        names = ("family", "width", "layers", "heads", "vocabulary")
+        differ = ", ".join(f"{n} {x} vs {y}" for n, x, y in zip(names, a, b) if x != y)
+        raise ValueError(
+            f"--checkpoint {checkpoint!r} is not {model} ({differ}): its perplexity would be "
+            f"another model's beside {model}'s costs; give a checkpoint of {model}, or "
+            "--other-model-accuracy to take it anyway (the wiring only)")
+
+
+def check_ray_address(address: str | None, timeout_s: float = 10.0) -> None:
+    """Refuse a Ray cluster address nothing answers at: ``ray.init`` would wait for it for
+    ever. ``None``, ``auto`` and ``local`` are Ray's own to resolve.
+
+    Raises
+    ------
+    ValueError
+        Naming the address and what the connection attempt said.
+    """
+    import socket
+
+    if address is None or address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--ray-address {address!r}: expected HOST:PORT (or ray://HOST:PORT, "
+                         "auto, local)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise ValueError(f"--ray-address {address!r}: nothing answers there ({err}); start "
+                         "the cluster's head (ray start --head) or leave --ray-address out "
+                         "for a Ray on this machine") from None
+
+
 def run_dse(args: argparse.Namespace) -> int:
     """The ``dse`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
     import sys
@@ -132,7 +184,11 @@ def run_dse(args: argparse.Namespace) -> int:
 
     if (args.checkpoint is None) != (args.text is None):
         raise ValueError("--checkpoint and --text go together (the accuracy of each scheme)")
+    if args.checkpoint is not None and not args.other_model_accuracy:
+        _check_same_model(args.model, args.checkpoint)
     space = DesignSpace.from_file(args.space)
+    if args.executor == "ray":
+        check_ray_address(args.ray_address)
     _check_lengths(_config(args.model), args.prompt_len, args.prompt_len, args.decode_steps,
                    args.batch)
     names = [f.name for f in fields(PointResult)]
@@ -143,7 +199,7 @@ def run_dse(args: argparse.Namespace) -> int:
                          "; e.g. tpot_ms, ttft_ms, energy_per_token_mj, area_mm2")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    _check_same_run(out, _settings(args, Path(args.space).read_text(encoding="utf-8")))
+    _check_same_run(out, _settings(args, read_text(args.space, "design space")))
     accuracy = None
     if args.checkpoint is not None:
         accuracy = scheme_accuracy(args.checkpoint, args.text, args.schemes,

@@ -17,6 +17,7 @@ from .._names import did_you_mean
 from .checkpoint import CONFIG_FILE, read_config
 from .gpt2 import GPT2Config
 from .llama import FAMILIES, LlamaConfig
+from .moe import MOE_FAMILIES, MoEConfig
 
 __all__ = ["BUILTIN", "BuiltinModel", "config_from_dict", "resolve_config"]
 
@@ -51,12 +52,26 @@ _LLAMA_FIELDS = (
     "num_attention_heads", "num_key_value_heads", "max_position_embeddings", "rms_norm_eps",
     "rope_theta", "tie_word_embeddings",
 )
+
+
+def _LLAMA3_ROPE(factor: float) -> dict[str, Any]:  # noqa: N802 (reads as a constant)
+    # Llama 3.1 / 3.2's rope_scaling: only the factor differs between them.
+    return {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
 _LLAMAS = (
     # name, Hugging Face repo, then _LLAMA_FIELDS, then other fields
     ("llama-2-7b", "meta-llama/Llama-2-7b-hf",
      ("llama", 32000, 4096, 11008, 32, 32, 32, 4096, 1e-5, 10000.0, False), {}),
     ("llama-3-8b", "meta-llama/Meta-Llama-3-8B",
      ("llama", 128256, 4096, 14336, 32, 32, 8, 8192, 1e-5, 500000.0, False), {}),
+    ("llama-3.1-8b", "meta-llama/Llama-3.1-8B",
+     ("llama", 128256, 4096, 14336, 32, 32, 8, 131072, 1e-5, 500000.0, False),
+     {"rope_scaling": _LLAMA3_ROPE(8.0)}),
+    ("llama-3.2-1b", "meta-llama/Llama-3.2-1B",
+     ("llama", 128256, 2048, 8192, 16, 32, 8, 131072, 1e-5, 500000.0, True),
+     {"head_dim": 64, "rope_scaling": _LLAMA3_ROPE(32.0)}),
     ("llama-3-70b", "meta-llama/Meta-Llama-3-70B",
      ("llama", 128256, 8192, 28672, 80, 64, 8, 8192, 1e-5, 500000.0, False), {}),
     ("mistral-7b", "mistralai/Mistral-7B-v0.1",
@@ -91,6 +106,43 @@ _GPTJ = BuiltinModel(
           "layer where this stand-in charges two."),
 )
 
+# Mixture-of-experts models, their config.json fields as published (the fields that do not
+# change shapes, such as dropout or initializer ranges, left out).
+_MOES = (
+    BuiltinModel(
+        "mixtral-8x7b", "https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json",
+        {"model_type": "mixtral", "vocab_size": 32000, "hidden_size": 4096,
+         "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5,
+         "rope_theta": 1e6, "num_local_experts": 8, "num_experts_per_tok": 2,
+         "sliding_window": None, "tie_word_embeddings": False, "hidden_act": "silu"}),
+    BuiltinModel(
+        "qwen3-30b-a3b", "https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json",
+        {"model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
+         "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48,
+         "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+         "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True,
+         "max_position_embeddings": 40960, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
+         "tie_word_embeddings": False, "decoder_sparse_step": 1, "mlp_only_layers": [],
+         "hidden_act": "silu", "use_sliding_window": False}),
+    BuiltinModel(
+        "deepseek-v3", "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json",
+        {"model_type": "deepseek_v3", "vocab_size": 129280, "hidden_size": 7168,
+         "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+         "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1,
+         "n_routed_experts": 256, "routed_scaling_factor": 2.5, "kv_lora_rank": 512,
+         "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
+         "qk_nope_head_dim": 128, "topk_method": "noaux_tc", "n_group": 8, "topk_group": 4,
+         "num_experts_per_tok": 8, "moe_layer_freq": 1, "first_k_dense_replace": 3,
+         "norm_topk_prob": True, "scoring_func": "sigmoid", "max_position_embeddings": 163840,
+         "rms_norm_eps": 1e-6, "rope_theta": 10000,
+         "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                          "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                          "type": "yarn"},
+         "tie_word_embeddings": False, "num_nextn_predict_layers": 1, "hidden_act": "silu"},
+        note="the multi-token-prediction layer (num_nextn_predict_layers) is not modelled"),
+)
+
 _ENTRIES = (
     _gpt2("gpt2", "openai-community/gpt2", 12, 768, 12),
     _gpt2("gpt2-medium", "openai-community/gpt2-medium", 24, 1024, 16),
@@ -98,6 +150,7 @@ _ENTRIES = (
     _gpt2("gpt2-xl", "openai-community/gpt2-xl", 48, 1600, 25),
     *(_llama(*row) for row in _LLAMAS),
     _GPTJ,
+    *_MOES,
 )
 
 #: Built-in models by name.
@@ -105,19 +158,22 @@ BUILTIN: Mapping[str, BuiltinModel] = MappingProxyType({e.name: e for e in _ENTR
 
 
 def config_from_dict(values: Mapping[str, Any], name: str = "custom") -> Any:
-    """The family's config (``GPT2Config`` or ``LlamaConfig``) for ``config.json`` contents.
+    """The family's config (``GPT2Config``, ``LlamaConfig`` or ``MoEConfig``) for ``config.json``.
 
     Raises
     ------
     ValueError
-        If ``model_type`` is missing or not one of ``gpt2``, ``llama``, ``mistral``, ``qwen2``.
+        If ``model_type`` is missing or not one of ``gpt2``, ``llama``, ``mistral``,
+        ``qwen2``, ``mixtral``, ``qwen2_moe``, ``qwen3_moe``, ``deepseek_v3``.
     """
     model_type = values.get("model_type")
     if model_type == "gpt2":
         return GPT2Config.from_hf_dict(values, name=name)
     if model_type in FAMILIES:
         return LlamaConfig.from_hf_dict(values, name=name)
-    known = ["gpt2", *FAMILIES]
+    if model_type in MOE_FAMILIES:
+        return MoEConfig.from_hf_dict(values, name=name)
+    known = ["gpt2", *FAMILIES, *MOE_FAMILIES]
     raise ValueError(
         f"model_type={model_type!r} is not supported{did_you_mean(model_type, known)}; "
         f"known: {known}"
@@ -134,7 +190,7 @@ def resolve_config(model: str | os.PathLike[str]) -> Any:
 
     Returns
     -------
-    GPT2Config or LlamaConfig
+    GPT2Config, LlamaConfig or MoEConfig
 
     Raises
     ------

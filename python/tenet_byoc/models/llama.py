@@ -1,6 +1,6 @@
 """Llama-family decoders (Llama, Mistral, Qwen2) in ``tvm.relax.frontend.nn``, with a runner.
 
-RMSNorm, rotary position embeddings (plain RoPE), grouped-query attention and a SwiGLU MLP,
+RMSNorm, rotary position embeddings (plain or scaled, :mod:`tenet_byoc.models.rope`), grouped-query attention and a SwiGLU MLP,
 configured from a Hugging Face ``config.json``; prefill and decode with a key/value cache,
 as :mod:`tenet_byoc.models.gpt2`. Every matmul stays an ``R.matmul`` (the projections as
 ``R.matmul(x, R.permute_dims(W))``), so ``tenet_byoc.build`` offloads all of them and
@@ -34,6 +34,7 @@ from .decoder import (
     prefill_layout,
     take_rows,
 )
+from .rope import RopeScaling, rope_from_config
 from .runner import DecoderRunner, KVCache, check_ids
 
 __all__ = [
@@ -94,6 +95,9 @@ class LlamaConfig:
         Epsilon of every RMSNorm.
     rope_theta : float
         Base of the rotary embedding's frequencies.
+    rope_scaling : RopeScaling or None
+        How the frequencies are scaled for a longer context (Llama 3.1's ``llama3``, YaRN,
+        ...); None for plain RoPE.
     qkv_bias : bool
         The q, k and v projections have biases (Qwen2; Llama's ``attention_bias``).
     o_bias : bool
@@ -102,6 +106,9 @@ class LlamaConfig:
         The MLP's projections have biases (Llama's ``mlp_bias``).
     tie_word_embeddings : bool
         The head reuses the embedding matrix (no ``lm_head.weight``).
+    qk_norm : bool
+        An RMSNorm over each query and key head before RoPE (Qwen3's ``q_norm`` /
+        ``k_norm``); set by the mixture-of-experts configs that have it.
     sliding_window : int or None
         Mistral's attention window W: a token attends to itself and the W - 1 tokens
         before it, and the cache keeps only the last W tokens (a rolling buffer).
@@ -121,10 +128,12 @@ class LlamaConfig:
     head_dim: int | None = None
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
+    qk_norm: bool = False
     sliding_window: int | None = None
     model_type: str = "llama"
     name: str = "custom"
@@ -168,9 +177,13 @@ class LlamaConfig:
                 raise ValueError(f"LlamaConfig.{field}={value!r} must be a positive number")
         if not self.rms_norm_eps < 1:
             raise ValueError(f"LlamaConfig.rms_norm_eps={self.rms_norm_eps!r} must be < 1")
-        for field in ("qkv_bias", "o_bias", "mlp_bias", "tie_word_embeddings"):
+        for field in ("qkv_bias", "o_bias", "mlp_bias", "tie_word_embeddings", "qk_norm"):
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"LlamaConfig.{field}={getattr(self, field)!r} must be a bool")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
+            raise TypeError(
+                f"LlamaConfig.rope_scaling={self.rope_scaling!r} must be a RopeScaling or None"
+            )
         if self.model_type not in FAMILIES:
             raise ValueError(f"LlamaConfig.model_type={self.model_type!r}; known: {FAMILIES}")
         if not isinstance(self.name, str):
@@ -201,8 +214,8 @@ class LlamaConfig:
         """Build a configuration from the contents of a Hugging Face ``config.json``.
 
         Reads ``rope_parameters`` (transformers 5) or the older top-level ``rope_theta``
-        and ``rope_scaling``; only plain RoPE (``rope_type`` ``default``) is implemented,
-        any scaling type is refused naming the field. Unknown keys are ignored.
+        and ``rope_scaling`` (:func:`tenet_byoc.models.rope.rope_from_config`: plain RoPE,
+        ``linear``, ``dynamic``, ``llama3`` and ``yarn``). Unknown keys are ignored.
 
         Raises
         ------
@@ -242,7 +255,7 @@ class LlamaConfig:
         for key in ("max_position_embeddings", "head_dim", "rms_norm_eps", "tie_word_embeddings"):
             if values.get(key) is not None:
                 kwargs[key] = values[key]
-        kwargs["rope_theta"] = _rope_theta(values)
+        kwargs["rope_theta"], kwargs["rope_scaling"] = rope_from_config(values)
         if model_type == "qwen2":
             kwargs["qkv_bias"] = True
             if values.get("use_sliding_window"):
@@ -264,33 +277,6 @@ def _check_dim(field: str, value: Any) -> None:
         raise TypeError(f"LlamaConfig.{field}={value!r} must be a positive integer")
     if not 0 < value <= _MAX_DIM:
         raise ValueError(f"LlamaConfig.{field}={value} must be in [1, {_MAX_DIM}]")
-
-
-def _rope_theta(values: Mapping[str, Any]) -> float:
-    # transformers 5 writes rope_parameters; older versions rope_theta and rope_scaling.
-    factor = values.get("partial_rotary_factor", 1.0)
-    if factor != 1.0:
-        raise ValueError(f"config.json partial_rotary_factor={factor!r} is not supported (only 1)")
-    for field in ("rope_parameters", "rope_scaling"):
-        rope = values.get(field)
-        if rope is None:
-            continue
-        if not isinstance(rope, Mapping):
-            raise TypeError(f"config.json {field}={rope!r} must be an object")
-        kind = rope.get("rope_type", rope.get("type", "default"))
-        if kind != "default":
-            raise ValueError(
-                f"config.json {field}.rope_type={kind!r} is not supported; only plain RoPE "
-                "('default') is implemented"
-            )
-        factor = rope.get("partial_rotary_factor", 1.0)
-        if factor != 1.0:
-            raise ValueError(
-                f"config.json {field}.partial_rotary_factor={factor!r} is not supported (only 1)"
-            )
-        if "rope_theta" in rope:
-            return rope["rope_theta"]
-    return values.get("rope_theta", 10000.0)
 
 
 # ----------------------------------------------------------------------------------------
@@ -326,6 +312,11 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(d, self.n_kv * hd, bias=config.qkv_bias)
         self.v_proj = nn.Linear(d, self.n_kv * hd, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.n_head * hd, d, bias=config.o_bias)
+        if config.qk_norm:
+            eps = config.rms_norm_eps
+            self.q_norm = nn.RMSNorm(hd, axes=-1, epsilon=eps, bias=False)
+            self.k_norm = nn.RMSNorm(hd, axes=-1, epsilon=eps, bias=False)
+        self.qk_norm = config.qk_norm
 
     def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None,
                 batch: BatchLayout | None = None) -> _Triple:
@@ -347,15 +338,17 @@ class LlamaAttention(nn.Module):
         hd, g = self.head_dim, self.n_head // self.n_kv
         cos, sin = rope
 
-        def heads(t: nn.Tensor, n: int, rotate: bool) -> nn.Tensor:
-            # [b, s, n * hd] (or [1, b * s, n * hd]) -> [b, n, s, hd], rotated if asked
+        def heads(t: nn.Tensor, n: int, rotate: bool, norm: Any = None) -> nn.Tensor:
+            # [b, s, n * hd] (or [1, b * s, n * hd]) -> [b, n, s, hd], normed and rotated
             t = op.reshape(t, [b, s, n, hd])
+            if norm is not None:
+                t = norm(t)
             if rotate:
                 t = t * cos + _rotate_half(t) * sin
             return op.permute_dims(t, [0, 2, 1, 3])
 
-        q = heads(self.q_proj(x), self.n_head, True)
-        k = heads(self.k_proj(x), self.n_kv, True)
+        q = heads(self.q_proj(x), self.n_head, True, self.q_norm if self.qk_norm else None)
+        k = heads(self.k_proj(x), self.n_kv, True, self.k_norm if self.qk_norm else None)
         v = heads(self.v_proj(x), self.n_kv, False)
         if past is not None:  # with a window, the new token sees the W - 1 before it
             keep = None if self.window is None else self.window - 1
@@ -450,31 +443,36 @@ class LlamaForCausalLM(nn.Module):
         # cos/sin of positions [begin, begin + length), computed in float32 as HF does:
         # angle = position * inv_freq, the half-width table repeated twice.
         hd = self.config.dim_per_head
-        theta = float(self.config.rope_theta)
-        inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
         pos = op.wrap_nested(
             relax.op.arange(begin, begin + length, 1, dtype=_DTYPE), name="rope_positions"
         )
-        freq = op.wrap_nested(relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq")
-        angle = op.reshape(pos, [length, 1]) * op.reshape(freq, [1, hd // 2])
-        angle = op.reshape(op.concat([angle, angle], dim=-1), [1, length, 1, hd])
+        angle = op.reshape(pos, [length, 1]) * op.reshape(self._inv_freq(), [1, hd // 2])
+        return self._cos_sin(op.reshape(op.concat([angle, angle], dim=-1), [1, length, 1, hd]))
+
+    def _inv_freq(self) -> nn.Tensor:
+        # The frequencies, scaled as the config says, rounded to float32 as HF keeps them.
+        c = self.config
+        scaling = c.rope_scaling or RopeScaling()
+        inv_freq = scaling.inv_freq(c.dim_per_head, float(c.rope_theta))
+        return op.wrap_nested(relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq")
+
+    def _cos_sin(self, angle: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
+        # cos and sin of the angles, times YaRN's attention factor where there is one.
         cos = op.wrap_nested(relax.op.cos(angle._expr), name="rope_cos")
         sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
+        scaling = self.config.rope_scaling
+        scale = 1.0 if scaling is None else scaling.attention_scale()
+        if scale != 1.0:
+            cos, sin = cos * scale, sin * scale
         return cos, sin
 
     def _rope_batch(self, positions: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
         # As _rope, for each sequence's own positions: [B, S] int32 -> [B, S, 1, hd] tables.
         b, s = positions.shape
         hd = self.config.dim_per_head
-        theta = float(self.config.rope_theta)
-        inv_freq = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
         pos = op.wrap_nested(relax.op.astype(positions._expr, _DTYPE), name="rope_positions")
-        freq = op.wrap_nested(relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq")
-        angle = op.reshape(pos, [b, s, 1]) * op.reshape(freq, [1, 1, hd // 2])
-        angle = op.reshape(op.concat([angle, angle], dim=-1), [b, s, 1, hd])
-        cos = op.wrap_nested(relax.op.cos(angle._expr), name="rope_cos")
-        sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
-        return cos, sin
+        angle = op.reshape(pos, [b, s, 1]) * op.reshape(self._inv_freq(), [1, 1, hd // 2])
+        return self._cos_sin(op.reshape(op.concat([angle, angle], dim=-1), [b, s, 1, hd]))
 
     def _run(
         self, ids: nn.Tensor, begin: Any, past: Sequence[nn.Tensor] | None,
@@ -609,6 +607,9 @@ def _iter_param_shapes(config: LlamaConfig) -> Iterator[tuple[str, tuple[int, ..
             yield f"{p}self_attn.{proj}.weight", (rows, q if proj == "o_proj" else d)
             if bias:
                 yield f"{p}self_attn.{proj}.bias", (rows,)
+        if config.qk_norm:
+            yield p + "self_attn.q_norm.weight", (config.dim_per_head,)
+            yield p + "self_attn.k_norm.weight", (config.dim_per_head,)
         yield p + "post_attention_layernorm.weight", (d,)
         for proj, shape in (("gate_proj", (inner, d)), ("up_proj", (inner, d)),
                             ("down_proj", (d, inner))):
@@ -630,8 +631,9 @@ def param_count(config: LlamaConfig) -> tuple[int, int]:
     kv = config.num_key_value_heads * config.dim_per_head
     per_layer = 2 * d + 2 * d * q + 2 * d * kv + 3 * d * inner
     per_layer += (q + 2 * kv) * config.qkv_bias + d * config.o_bias
-    per_layer += (2 * inner + d) * config.mlp_bias
-    tensors_per_layer = 9 + 3 * config.qkv_bias + config.o_bias + 3 * config.mlp_bias
+    per_layer += (2 * inner + d) * config.mlp_bias + 2 * config.dim_per_head * config.qk_norm
+    tensors_per_layer = (9 + 3 * config.qkv_bias + config.o_bias + 3 * config.mlp_bias
+                         + 2 * config.qk_norm)
     head = 0 if config.tie_word_embeddings else 1
     n = config.num_hidden_layers
     return n * tensors_per_layer + 2 + head, n * per_layer + v * d * (1 + head) + d

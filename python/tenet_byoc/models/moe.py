@@ -1,0 +1,412 @@
+"""Mixture-of-experts decoders' shapes (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3) from config.json.
+
+A mixture-of-experts decoder is a Llama-family decoder whose MLP, in some or all layers, is
+a router (a ``[experts, d]`` GEMM), the top-k experts of each token (each a SwiGLU MLP of
+its own width) and, in some families, shared experts every token passes through; DeepSeek-V3
+also replaces attention by multi-head latent attention (MLA: queries and keys/values
+compressed to low ranks, then expanded per head). :class:`MoEConfig` holds the dense part as
+a :class:`~tenet_byoc.models.llama.LlamaConfig` (``attention``) beside the experts
+(:class:`Experts`) and, for MLA, its ranks (:class:`LatentAttention`); :func:`param_counts`
+counts total and active parameters from them in closed form, :func:`touched_experts` the
+distinct experts a batch reaches (so the weights a step reads, :func:`weights_read`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .llama import LlamaConfig
+
+__all__ = [
+    "MOE_FAMILIES",
+    "Experts",
+    "LatentAttention",
+    "MoEConfig",
+    "param_counts",
+    "touched_experts",
+    "weights_read",
+]
+
+#: The ``model_type`` values of mixture-of-experts ``config.json`` files this module reads,
+#: and the Llama family each one's attention and norms follow.
+MOE_FAMILIES = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "llama",
+                "deepseek_v3": "llama"}
+
+_SCORINGS = ("softmax", "sigmoid")
+
+
+def _positive(owner: str, name: str, value: Any, low: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 1 << 24:
+        raise ValueError(f"{owner}.{name}={value!r} must be an integer in [{low}, {1 << 24}]")
+
+
+@dataclass(frozen=True)
+class Experts:
+    """The mixture-of-experts MLP of a layer.
+
+    Parameters
+    ----------
+    num_experts : int
+        Routed experts E.
+    experts_per_token : int
+        k: the experts each token is sent to (top-k of the router's scores).
+    intermediate_size : int
+        Width of one routed expert's SwiGLU hidden layer.
+    shared_intermediate_size : int
+        Width of the shared experts' SwiGLU (all of them as one MLP; DeepSeek's
+        ``n_shared_experts x moe_intermediate_size``); 0 without shared experts.
+    shared_gate : bool
+        A sigmoid gate ``[1, d]`` scales the shared experts' output (Qwen2-MoE).
+    scoring : str
+        ``softmax`` (Mixtral, Qwen) or ``sigmoid`` (DeepSeek-V3) over the router's logits.
+    normalize_top_k : bool
+        The chosen experts' weights are renormalized to sum to one.
+    router_bias : bool
+        The router has a per-expert bias used only to choose (DeepSeek-V3's
+        ``e_score_correction_bias``).
+    groups, top_groups : int
+        DeepSeek-V3's group-limited routing: experts in ``groups`` groups, a token's
+        experts taken from its best ``top_groups`` groups (1 and 1: no limit).
+    scale : float
+        The routed experts' output is multiplied by it (``routed_scaling_factor``).
+    moe_layers : tuple of int
+        The layers whose MLP is the mixture; the others are dense SwiGLU MLPs of the
+        config's ``intermediate_size``.
+    """
+
+    num_experts: int
+    experts_per_token: int
+    intermediate_size: int
+    moe_layers: tuple[int, ...]
+    shared_intermediate_size: int = 0
+    shared_gate: bool = False
+    scoring: str = "softmax"
+    normalize_top_k: bool = True
+    router_bias: bool = False
+    groups: int = 1
+    top_groups: int = 1
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("num_experts", "experts_per_token", "intermediate_size", "groups",
+                     "top_groups"):
+            _positive("Experts", name, getattr(self, name))
+        _positive("Experts", "shared_intermediate_size", self.shared_intermediate_size, 0)
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(
+                f"Experts.experts_per_token={self.experts_per_token} exceeds "
+                f"num_experts={self.num_experts}"
+            )
+        if self.num_experts % self.groups or self.top_groups > self.groups:
+            raise ValueError(
+                f"Experts.groups={self.groups} must divide num_experts={self.num_experts} and "
+                f"be at least top_groups={self.top_groups}"
+            )
+        if self.scoring not in _SCORINGS:
+            raise ValueError(f"Experts.scoring={self.scoring!r}; known: {_SCORINGS}")
+        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not (
+                self.scale > 0):
+            raise ValueError(f"Experts.scale={self.scale!r} must be a positive number")
+        if not isinstance(self.moe_layers, tuple) or any(
+                isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in self.moe_layers):
+            raise ValueError(f"Experts.moe_layers={self.moe_layers!r} must be a tuple of layers")
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention's ranks and head widths (DeepSeek-V2 / V3).
+
+    Queries are ``x -> [q_lora_rank] -> RMSNorm -> heads x (nope + rope)`` (or one
+    ``[d, heads x (nope + rope)]`` GEMM when ``q_lora_rank`` is None); keys and values are
+    ``x -> [kv_lora_rank + rope]``, the first part normed and expanded to ``heads x (nope +
+    v_head_dim)``, the rope part one key shared by all heads.
+    """
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            _positive("LatentAttention", name, getattr(self, name))
+        if self.q_lora_rank is not None:
+            _positive("LatentAttention", "q_lora_rank", self.q_lora_rank)
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """A mixture-of-experts decoder: its dense part, its experts and, for MLA, its ranks.
+
+    Parameters
+    ----------
+    attention : LlamaConfig
+        Everything but the experts: width, layers, heads, vocabulary, RoPE, norms, the
+        dense layers' ``intermediate_size`` (for MLA models the heads' fields only count
+        heads; :class:`LatentAttention` gives their widths).
+    experts : Experts
+    latent : LatentAttention or None
+        Multi-head latent attention in place of grouped-query attention.
+    model_type : str
+        One of :data:`MOE_FAMILIES`.
+    name : str
+        A label for reports.
+    """
+
+    attention: LlamaConfig
+    experts: Experts
+    latent: LatentAttention | None = None
+    model_type: str = "mixtral"
+    name: str = field(default="custom")
+
+    def __post_init__(self) -> None:
+        if self.model_type not in MOE_FAMILIES:
+            raise ValueError(
+                f"MoEConfig.model_type={self.model_type!r}; known: {sorted(MOE_FAMILIES)}"
+            )
+        layers = self.attention.num_hidden_layers
+        bad = [i for i in self.experts.moe_layers if i >= layers]
+        if bad:
+            raise ValueError(
+                f"MoEConfig: expert layers {bad} are beyond num_hidden_layers={layers}"
+            )
+
+    @property
+    def num_hidden_layers(self) -> int:
+        """Decoder layers."""
+        return self.attention.num_hidden_layers
+
+    @property
+    def hidden_size(self) -> int:
+        """Model width d."""
+        return self.attention.hidden_size
+
+    @property
+    def max_position_embeddings(self) -> int:
+        """The most tokens a sequence may hold."""
+        return self.attention.max_position_embeddings
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of tokens."""
+        return self.attention.vocab_size
+
+    @classmethod
+    def from_hf_dict(cls, values: Mapping[str, Any], name: str = "custom") -> MoEConfig:
+        """Build a configuration from the contents of a Hugging Face ``config.json``.
+
+        Raises
+        ------
+        ValueError
+            If ``model_type`` is not one of :data:`MOE_FAMILIES`, a field is missing or of
+            the wrong type, or an option this package lacks is set (naming the field).
+        """
+        model_type = values.get("model_type")
+        if model_type not in MOE_FAMILIES:
+            raise ValueError(
+                f"config.json model_type={model_type!r} is not one of {sorted(MOE_FAMILIES)}"
+            )
+        layers = values.get("num_hidden_layers")
+
+        def need(*keys: str) -> Any:
+            for key in keys:
+                if values.get(key) is not None:
+                    return values[key]
+            raise ValueError(f"config.json ({model_type}) lacks {keys[0]!r}")
+
+        def layer_list(key: str) -> list[int]:
+            got = values.get(key) or []
+            if not isinstance(got, list) or any(
+                    isinstance(i, bool) or not isinstance(i, int) for i in got):
+                raise ValueError(f"config.json {key}={got!r} must be a list of layer indices")
+            return got
+
+        dense = dict(values)
+        latent = None
+        qk_norm = False
+        shared, shared_gate, scoring, bias, groups, top_groups, scale = 0, False, "softmax", \
+            False, 1, 1, 1.0
+        if model_type == "mixtral":
+            experts = need("num_local_experts")
+            inner = need("intermediate_size")
+            moe_layers = list(range(layers)) if isinstance(layers, int) else []
+            normalize = True
+            dense["intermediate_size"] = inner  # no dense layer: nothing else uses it
+        elif model_type in ("qwen2_moe", "qwen3_moe"):
+            experts = need("num_experts", "num_local_experts")
+            inner = need("moe_intermediate_size")
+            step = values.get("decoder_sparse_step", 1)
+            if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+                raise ValueError(f"config.json decoder_sparse_step={step!r} must be >= 1")
+            skip = set(layer_list("mlp_only_layers"))
+            moe_layers = [i for i in range(layers if isinstance(layers, int) else 0)
+                          if i not in skip and (i + 1) % step == 0]
+            normalize = bool(values.get("norm_topk_prob", model_type == "qwen3_moe"))
+            if model_type == "qwen2_moe":
+                shared = values.get("shared_expert_intermediate_size") or 0
+                shared_gate = isinstance(shared, int) and shared > 0
+            else:
+                qk_norm = True
+            if values.get("use_sliding_window"):
+                raise ValueError(f"config.json use_sliding_window=true is not supported for "
+                                 f"{model_type}")
+        else:  # deepseek_v3
+            experts = need("n_routed_experts")
+            inner = need("moe_intermediate_size")
+            first = values.get("first_k_dense_replace", 0)
+            freq = values.get("moe_layer_freq", 1)
+            for key, value in (("first_k_dense_replace", first), ("moe_layer_freq", freq)):
+                if isinstance(value, bool) or not isinstance(value, int) or value < (key[0] == "m"):
+                    raise ValueError(f"config.json {key}={value!r} must be a count")
+            moe_layers = [i for i in range(layers if isinstance(layers, int) else 0)
+                          if i >= first and i % freq == 0]
+            shared_count = values.get("n_shared_experts") or 0
+            shared = shared_count * inner if isinstance(shared_count, int) else shared_count
+            normalize = bool(values.get("norm_topk_prob", True))
+            scoring = values.get("scoring_func", "sigmoid")
+            bias = values.get("topk_method", "noaux_tc") == "noaux_tc"
+            groups, top_groups = values.get("n_group", 1), values.get("topk_group", 1)
+            scale = values.get("routed_scaling_factor", 1.0)
+            latent = LatentAttention(
+                kv_lora_rank=need("kv_lora_rank"),
+                qk_nope_head_dim=need("qk_nope_head_dim"),
+                qk_rope_head_dim=need("qk_rope_head_dim"),
+                v_head_dim=need("v_head_dim"),
+                q_lora_rank=values.get("q_lora_rank"),
+            )
+            # The dense part's head_dim is the rotated width (what RoPE scales).
+            dense["head_dim"] = latent.qk_rope_head_dim
+            dense["num_key_value_heads"] = values.get("num_attention_heads")
+        dense["model_type"] = MOE_FAMILIES[model_type]
+        base = LlamaConfig.from_hf_dict(dense, name=name)
+        if qk_norm:
+            base = replace(base, qk_norm=True)
+        try:
+            parts = Experts(
+                num_experts=experts, experts_per_token=need("num_experts_per_tok"),
+                intermediate_size=inner, moe_layers=tuple(moe_layers),
+                shared_intermediate_size=shared, shared_gate=shared_gate, scoring=scoring,
+                normalize_top_k=normalize, router_bias=bias, groups=groups,
+                top_groups=top_groups, scale=scale,
+            )
+        except ValueError as err:
+            raise ValueError(f"config.json ({model_type}): {err}") from None
+        return cls(base, parts, latent, model_type, name)
+
+
+def _attention_params(config: MoEConfig) -> int:
+    # One layer's attention weights, with its norms (input and post-attention RMSNorm).
+    a, d = config.attention, config.hidden_size
+    heads = a.num_attention_heads
+    m = config.latent
+    if m is None:
+        q, kv = heads * a.dim_per_head, a.num_key_value_heads * a.dim_per_head
+        out = 2 * d * q + 2 * d * kv + (q + 2 * kv) * a.qkv_bias + d * a.o_bias
+        if a.qk_norm:
+            out += 2 * a.dim_per_head
+        return out + 2 * d
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    if m.q_lora_rank is None:
+        query = d * heads * qk
+    else:  # down, its RMSNorm, up
+        query = d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * qk
+    kv = d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+    kv += m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+    return query + kv + heads * m.v_head_dim * d + 2 * d
+
+
+def param_counts(config: MoEConfig) -> tuple[int, int]:
+    """``(total, active)`` weights: all of them, and those one token's forward pass reads.
+
+    Active counts the router, the ``experts_per_token`` chosen experts and the shared ones
+    in each mixture layer, and everything else (embeddings and head included, as the
+    published counts of Mixtral and DeepSeek-V3 do). DeepSeek-V3's multi-token-prediction
+    module (``num_nextn_predict_layers``), used for training and speculative decoding, is
+    not part of the model counted.
+    """
+    a, e, d = config.attention, config.experts, config.hidden_size
+    moe = len(e.moe_layers)
+    dense = config.num_hidden_layers - moe
+    attention = config.num_hidden_layers * _attention_params(config)
+    router = e.num_experts * d + e.num_experts * e.router_bias
+    expert = 3 * d * e.intermediate_size
+    shared = 3 * d * e.shared_intermediate_size + d * e.shared_gate
+    dense_mlp = dense * 3 * d * a.intermediate_size
+    outside = a.vocab_size * d * (1 + (not a.tie_word_embeddings)) + d  # embeddings, head, norm
+    common = attention + dense_mlp + outside + moe * (router + shared)
+    return (common + moe * e.num_experts * expert,
+            common + moe * e.experts_per_token * expert)
+
+
+def touched_experts(num_experts: int, experts_per_token: int, tokens: int,
+                    load: Sequence[float] | None = None) -> float:
+    """The expected number of distinct experts ``tokens`` tokens are routed to.
+
+    Each token is sent to ``k = experts_per_token`` distinct experts, tokens independently.
+    Under uniform routing each expert is among a token's k with probability k / E, so the
+    expected count is ``E x (1 - (1 - k/E) ** tokens)``. With a skew, ``load`` gives each
+    expert's share of the routed tokens (any non-negative weights, scaled to sum to k):
+    expert e is among a token's k with probability ``p_e = k x load_e / sum(load)``, and the
+    count is ``sum_e (1 - (1 - p_e) ** tokens)``.
+
+    Parameters
+    ----------
+    num_experts : int
+        E, the routed experts.
+    experts_per_token : int
+        k.
+    tokens : int
+        Tokens routed in one step (a decode step's batch; a prefill's prompt tokens).
+    load : sequence of float, optional
+        E weights; None for uniform routing.
+
+    Raises
+    ------
+    ValueError
+        If a count is out of range, ``load`` has another length than E, a weight is
+        negative or not finite, or a share exceeds one token's worth (``p_e > 1``: an
+        expert cannot be chosen twice by one token).
+    """
+    _positive("touched_experts", "num_experts", num_experts)
+    _positive("touched_experts", "experts_per_token", experts_per_token)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise ValueError(f"touched_experts: tokens={tokens!r} must be an integer >= 0")
+    e, k = num_experts, experts_per_token
+    if k > e:
+        raise ValueError(f"touched_experts: experts_per_token={k} exceeds num_experts={e}")
+    if load is None:
+        return e * (1.0 - (1.0 - k / e) ** tokens)
+    weights = np.asarray(load, dtype=np.float64)
+    if weights.shape != (e,):
+        raise ValueError(f"touched_experts: load has {weights.size} weights, expected {e}")
+    if not np.all(np.isfinite(weights)) or np.any(weights < 0) or weights.sum() <= 0:
+        raise ValueError("touched_experts: load must be finite, non-negative, not all zero")
+    p = k * weights / weights.sum()
+    if p.max() > 1 + 1e-12:
+        raise ValueError(
+            f"touched_experts: expert {int(p.argmax())} would take {p.max():.3g} of a token's "
+            f"{k} choices; a token picks an expert at most once, so no share may exceed "
+            f"1/{k} of the load"
+        )
+    return float(np.sum(1.0 - (1.0 - np.minimum(p, 1.0)) ** tokens))
+
+
+def weights_read(config: MoEConfig, tokens: int, load: Sequence[float] | None = None) -> float:
+    """Expected weights (elements) one step of ``tokens`` routed tokens reads.
+
+    Everything but the routed experts, plus, in each mixture layer, the expected number of
+    distinct experts the tokens touch (:func:`touched_experts`) times one expert's weights.
+    One token reads the active weights of :func:`param_counts`; many read close to all.
+    """
+    e, d = config.experts, config.hidden_size
+    total, active = param_counts(config)
+    expert = 3 * d * e.intermediate_size
+    moe = len(e.moe_layers)
+    outside = active - moe * e.experts_per_token * expert
+    touched = touched_experts(e.num_experts, e.experts_per_token, tokens, load)
+    return outside + moe * touched * expert
