@@ -131,8 +131,12 @@ class LatentAttention:
     qk_rope_head_dim: int
     v_head_dim: int
     q_lora_rank: int | None = None
+    rope_interleave: bool = True  #: rotary pairs are (x0, x1), (x2, x3), ... not halves
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rope_interleave, bool):
+            raise ValueError(f"LatentAttention.rope_interleave={self.rope_interleave!r} must be "
+                             "a bool")
         for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             _positive("LatentAttention", name, getattr(self, name))
         if self.q_lora_rank is not None:
@@ -268,8 +272,9 @@ class MoEConfig:
             shared_count = values.get("n_shared_experts") or 0
             shared = shared_count * inner if isinstance(shared_count, int) else shared_count
             normalize = bool(values.get("norm_topk_prob", True))
-            scoring = values.get("scoring_func", "sigmoid")
-            bias = values.get("topk_method", "noaux_tc") == "noaux_tc"
+            # transformers writes null for both: its model is always sigmoid and noaux_tc.
+            scoring = values.get("scoring_func") or "sigmoid"
+            bias = (values.get("topk_method") or "noaux_tc") == "noaux_tc"
             groups, top_groups = values.get("n_group", 1), values.get("topk_group", 1)
             scale = values.get("routed_scaling_factor", 1.0)
             latent = LatentAttention(
@@ -278,6 +283,7 @@ class MoEConfig:
                 qk_rope_head_dim=need("qk_rope_head_dim"),
                 v_head_dim=need("v_head_dim"),
                 q_lora_rank=values.get("q_lora_rank"),
+                rope_interleave=values.get("rope_interleave", True),
             )
             # The dense part's head_dim is the rotated width (what RoPE scales).
             dense["head_dim"] = latent.qk_rope_head_dim
