@@ -118,3 +118,19 @@ def test_a_mixtral_config_is_read_not_answered_did_you_mean_mistral(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(TINY["mixtral"]))
     config = resolve_config(tmp_path)
     assert config.model_type == "mixtral" and config.experts.num_experts == 4
+
+
+def test_moe_matmuls_default_routing_and_bad_counts():
+    from tenet_byoc.models.moe import moe_matmuls
+
+    config = resolve_config("mixtral-8x7b")
+    # One decode token: its 2 experts' 3 GEMMs of one row per layer, 14336 wide.
+    calls = moe_matmuls(config, 100, "decode")
+    experts = [g for g in calls if ".experts." in g.name]
+    assert len(experts) == 32 * 2 * 3 and {g.m for g in experts} == {1}
+    # Weight MACs of one token equal the active weights less the embedding table and norms.
+    _, active = param_counts(config)
+    weights = sum(g.macs for g in calls if not g.name.endswith(("attn.qk", "attn.pv")))
+    assert weights == active - 32000 * 4096 - (2 * 32 + 1) * 4096
+    with pytest.raises(ValueError, match=r"tokens_per_expert must give 32 layers of 8 counts"):
+        moe_matmuls(config, 4, "prefill", [[2] * 8] * 32)  # 16 rows, not 4 x 2

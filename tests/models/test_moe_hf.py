@@ -1,8 +1,9 @@
 """Tiny Mixtral, Qwen2-MoE, Qwen3-MoE and DeepSeek-V3 made and saved by transformers run through tenet.
 
 Prefill and decode logits must equal transformers' within 1e-4, each layer's chosen experts
-those of transformers' router, and each expert's GEMMs must be charged with exactly the rows
-(tokens) routed to it.
+those of transformers' router, each expert's GEMMs must be charged with exactly the rows
+(tokens) routed to it, and the ledger's GEMMs must be those ``moe_matmuls`` lists from the
+config and the run's routing, entry for entry.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 import tenet_byoc
 from tenet_byoc.models import from_pretrained
+from tenet_byoc.models.moe import moe_matmuls
 from tenet_byoc.models.moe_model import MoERunner
 
 pytestmark = pytest.mark.skipif(
@@ -121,6 +123,16 @@ def test_logits_routing_and_expert_rows_match_transformers(moe):
     want_rows = Counter(int(n) for _, layers in runner.routing for route in layers
                         if route is not None for n in route.tokens_per_expert(experts) if n)
     assert rows == want_rows
+
+    # The calls an estimate lists from the config and the run's routing are the run's GEMMs,
+    # entry for entry, in order.
+    counts = [[route.tokens_per_expert(experts) for route in layers if route is not None]
+              for _, layers in runner.routing]
+    listed = (moe_matmuls(runner.config, len(PROMPT) - 1, "prefill", counts[0])
+              + moe_matmuls(runner.config, len(PROMPT) - 1, "decode", counts[1]))
+    ran = [(e.batch, e.m, e.n, e.k) for e in tenet_byoc.ledger(runner.vm).entries
+           if "matmul" in e.pattern]
+    assert ran == [(g.batch, g.m, g.n, g.k) for g in listed]
 
 
 def test_unsupported_moe_runs_are_refused(tmp_path):
