@@ -134,3 +134,20 @@ def test_moe_matmuls_default_routing_and_bad_counts():
     assert weights == active - 32000 * 4096 - (2 * 32 + 1) * 4096
     with pytest.raises(ValueError, match=r"tokens_per_expert must give 32 layers of 8 counts"):
         moe_matmuls(config, 4, "prefill", [[2] * 8] * 32)  # 16 rows, not 4 x 2
+
+
+@pytest.mark.parametrize("command", ["estimate", "dse", "serve"])
+def test_the_command_line_refuses_to_charge_experts_by_name(command, tmp_path, capsys):
+    from tenet_byoc.experiments.cli import main
+
+    space = tmp_path / "space.yaml"
+    space.write_text("rows: [8]\ncols: [8]\ndataflows: [os]\npe_formats: [[int8]]\n"
+                     "buffer_bytes: [262144]\ndram_gbps: [32]\nnode_nm: 28\n")
+    extra = {"estimate": [], "dse": ["--space", str(space), "--out", str(tmp_path / "d")],
+             "serve": ["--out", str(tmp_path / "s")]}[command]
+    with pytest.raises(SystemExit) as exc:  # one line and exit code 2, as argparse does
+        main([command, "--model", "mixtral-8x7b", *extra])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "'mixtral-8x7b' is a mixture of experts (mixtral)" in err
+    assert "Traceback" not in err
