@@ -101,13 +101,23 @@ def test_deepseek_v3_fields():
     assert config.attention.rope_scaling.rope_type == "yarn"
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"num_experts_per_tok": 5}, r"experts_per_token=5 exceeds num_experts=4"),
-    ({"num_local_experts": None}, r"\(mixtral\) lacks 'num_local_experts'"),
-    ({"num_local_experts": "8"}, r"num_experts=.8. must be an integer"),
+@pytest.mark.parametrize("family,changes,message", [
+    ("mixtral", {"num_experts_per_tok": 5}, r"experts_per_token=5 exceeds num_experts=4"),
+    ("mixtral", {"num_local_experts": None}, r"\(mixtral\) lacks 'num_local_experts'"),
+    ("mixtral", {"num_local_experts": "8"}, r"num_experts=.8. must be an integer"),
+    ("mixtral", {"num_local_experts": 2**30}, r"num_experts=1073741824 must be an integer in"),
+    ("qwen2_moe", {"mlp_only_layers": ["1"]}, r"mlp_only_layers=\['1'\] must be a list"),
+    ("qwen2_moe", {"decoder_sparse_step": 0}, r"decoder_sparse_step=0 must be >= 1"),
+    ("qwen3_moe", {"use_sliding_window": True}, r"use_sliding_window=true"),
+    ("deepseek_v3", {"n_group": 3}, r"groups=3 must divide num_experts=8"),
+    ("deepseek_v3", {"topk_group": 5}, r"be at least top_groups=5"),
+    ("deepseek_v3", {"kv_lora_rank": "12"}, r"kv_lora_rank='12' must be an integer"),
+    ("deepseek_v3", {"first_k_dense_replace": -1}, r"first_k_dense_replace=-1"),
+    ("deepseek_v3", {"routed_scaling_factor": "2.5"}, r"scale='2.5' must be a positive"),
+    ("deepseek_v3", {"rope_interleave": "yes"}, r"rope_interleave='yes' must be a bool"),
 ])
-def test_bad_moe_fields_are_named(changes, message):
-    values = {**TINY["mixtral"], **changes}
+def test_bad_moe_fields_are_named(family, changes, message):
+    values = {**TINY[family], **changes}
     with pytest.raises(ValueError, match=message):
         config_from_dict(values)
 
