@@ -159,13 +159,20 @@ Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMetho
   const Split& sp = best.split;
   Accelerator core = CoreAccelerator(acc, sp.active);
   const GemmCall sub = CoreCall(call, sp);
-  if (core.mapping.kind == "default") {
-    TileMapping tiles;
-    CoreTiles(sub, core.memory, &tiles);
-    core.mapping.kind = "given";
-    core.mapping.tiles = tiles;
+  Accelerator whole_tile = core;  // the core's output tile kept whole (CoreTiles)
+  TileMapping tiles;
+  CoreTiles(sub, core.memory, &tiles);
+  whole_tile.mapping.kind = "given";
+  whole_tile.mapping.tiles = tiles;
+  Charge charge = ChargeGemm(sub, whole_tile, method);
+  if (core.mapping.kind == "auto") {
+    // The search's choice of the core's tiles, unless the whole-tile tiling (outside its
+    // space) is faster: "auto" is never slower than "default".
+    Charge searched = ChargeGemm(sub, core, method);
+    if (searched.memory.cycles < charge.memory.cycles) charge = std::move(searched);
+  } else if (core.mapping.kind == "given") {
+    charge = ChargeGemm(sub, core, method);  // the user's own tiles for every core
   }
-  Charge charge = ChargeGemm(sub, core, method);
   const double f = static_cast<double>(sp.units) / static_cast<double>(sp.waves);
   MemoryMetrics& m = charge.memory;
   for (auto& [name, t] : m.tensors) {

@@ -50,8 +50,9 @@ bool operator==(const Cores& a, const Cores& b);
 bool IsOneCore(const Cores& cores);
 
 // The call charged on an accelerator of cores (the model above); `accelerator.cores` must
-// not be IsOneCore. Mapping "auto": the split is chosen with each core's default mapping,
-// then the chosen core's work is searched (one search per call).
+// not be IsOneCore. Mapping "auto": the split is chosen with each core's default tiling,
+// then the chosen core's work is searched (one search per call) and the faster of the two
+// kept. Mapping "given": those tiles for each core's work.
 Charge ChargeOnCores(const GemmCall& call, const Accelerator& accelerator, AnalysisMethod method);
 
 namespace detail {

@@ -119,3 +119,13 @@ def test_h200_decode_streams_its_weights_at_the_hbm_bandwidth():
     c = cm.charge(cm.GemmCall(m=m, n=n, k=k, bits_a=16, bits_b=16, bits_c=16), preset("h200"))
     seconds = (m * k + k * n + m * n) * 2 / 4.8e12
     assert c.memory.latency_us * 1e-6 == pytest.approx(seconds, rel=0.01)
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 64, 256), (24, 40, 96), (64, 64, 512)])
+def test_auto_is_never_slower_than_the_default_on_cores(m, n, k):
+    cores = cm.Cores(count=3, shared_bandwidth_bits=96, launch_cycles=5, max_split_k=4)
+    acc = _acc(cores, dram_bits=64)
+    call = cm.GemmCall(m=m, n=n, k=k)
+    fixed = cm.charge(call, acc).memory.cycles
+    auto = cm.charge(call, acc.replace(mapping="auto")).memory.cycles
+    assert auto <= fixed
