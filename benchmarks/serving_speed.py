@@ -5,12 +5,13 @@ vLLM-style scheduling (2,048-token budget, 256 sequences, blocks of 16). Per sch
 simulation starts with a cold cost (the split cost's dense and attention terms are charged
 as they first occur) and is timed whole (cost terms included). The peer is the same
 simulator asking ``estimate_step`` (plan -> charge -> compose of every whole step, cached per
-exact step shape) on the first ``--peer-requests`` requests: its time per iteration against
-the split cost's, and how far the two costs' finish times are apart on those requests
-(Orca-style there: the plan does not cover a later chunk of a prompt yet).
+exact step shape) on ``--peer-requests`` requests of 128 prompt and 32 output tokens at the
+same rate: its time per iteration against the split cost's, and how far the two costs'
+finish times are apart (Orca-style there: the plan does not cover a later chunk of a prompt
+yet).
 Prints the CPU, the load average and markdown tables; asserts nothing.
 
-Run: python benchmarks/serving_speed.py [--requests 10000] [--peer-requests 60]
+Run: python benchmarks/serving_speed.py [--requests 10000] [--peer-requests 40]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tenet_byoc.hardware import resolve
 from tenet_byoc.serving import (
     SHAREGPT_LIKE,
     CachedStepCost,
+    FixedLengths,
     SchedulerConfig,
     cache_sizing,
     poisson_trace,
@@ -54,7 +56,8 @@ def _cpu() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=10_000)
-    ap.add_argument("--peer-requests", type=int, default=60)
+    ap.add_argument("--peer-requests", type=int, default=40)
+    ap.add_argument("--peer-only", action="store_true")
     args = ap.parse_args()
     rate = args.requests / 600.0
     trace = poisson_trace(rate, args.requests, SHAREGPT_LIKE, seed=0)
@@ -67,7 +70,7 @@ def main() -> None:
     print("| scheme | wall (s) | CPU (s) | iterations | cost terms charged | mean batch | "
           "tokens/s simulated | p90 TTFT (ms) | p90 TPOT (ms) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for scheme in SCHEMES:
+    for scheme in [] if args.peer_only else SCHEMES:
         start, cpu = time.perf_counter(), time.process_time()
         cost = model_step_cost(MODEL, scheme, acc)
         sizing = cache_sizing(cost_config(), scheme, MEMORY)
@@ -78,11 +81,11 @@ def main() -> None:
               f"{m.batch_mean:.1f} | {m.tokens_per_s:,.0f} | {m.ttft_ms_p90:,.1f} | "
               f"{m.tpot_ms_p90:.2f} |")
     # The plan does not cover a later chunk of a prompt yet: the peer runs Orca-style (whole
-    # prompts), and so does the split cost beside it.
+    # prompts), and so does the split cost beside it; fixed lengths keep the peer to minutes.
     sched = SchedulerConfig("orca", 8192, 256)
-    print(f"\nPeer on the first {args.peer_requests} requests (same arrivals), "
+    few = poisson_trace(rate, args.peer_requests, FixedLengths(128, 32), seed=0)
+    print(f"\nPeer: {args.peer_requests} requests of 128 + 32 tokens at {rate:.2f}/s, "
           f"{SCHEMES[0]}, Orca-style (whole prompts: the plan does not cover chunks yet):\n")
-    few = trace[:args.peer_requests]
     sizing = cache_sizing(cost_config(), SCHEMES[0], MEMORY)
     charges = Charges(acc)
     peer_cost = CachedStepCost(lambda step: estimate_step(

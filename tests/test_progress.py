@@ -100,3 +100,14 @@ def test_import_tenet_byoc_leaves_torch_alone():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_slow_unit_reads_as_seconds_each(monkeypatch):
+    import tenet_byoc.progress as progress
+
+    clock = iter([0.0, 60.0])  # made at 0 s, 2 runs done at 60 s
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    out = io.StringIO()
+    bar = LineProgress(total=14, desc="sweep", unit="run", interval=5.0, file=out)
+    bar.update(2)
+    assert out.getvalue() == "sweep: 2/14 runs (30.0 s/run, 60 s)\n"

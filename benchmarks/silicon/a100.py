@@ -74,4 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (OSError, ValueError) as err:  # a missing or malformed file: say which, no trace
+        sys.exit(f"{Path(__file__).name}: {err}")

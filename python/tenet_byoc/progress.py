@@ -20,8 +20,8 @@ LINE_INTERVAL_S = 5.0
 
 class LineProgress:
     """tqdm's interface (``update``, ``set_description``, ``close``, iteration), printing
-    ``desc: n/total unit (rate unit/s, elapsed s)`` every ``interval`` seconds and at the
-    end, one line each.
+    ``desc: n/total units (rate units/s, or s/unit below one a second; elapsed s)`` every
+    ``interval`` seconds and at the end, one line each.
 
     Parameters
     ----------
@@ -81,8 +81,10 @@ class LineProgress:
         of = f"/{self.total:,}" if self.total is not None else ""
         head = f"{self.desc}: " if self.desc else ""
         self._shown = self.n
-        self.file.write(f"{head}{self.n:,}{of} {self.unit}s ({rate:,.1f} {self.unit}s/s, "
-                        f"{elapsed:,.0f} s)\n")
+        # slow units read as seconds each (27.4 s/run), fast ones as a rate (12.5 steps/s)
+        pace = (f"{rate:,.1f} {self.unit}s/s" if rate >= 1 or rate == 0
+                else f"{1 / rate:,.1f} s/{self.unit}")
+        self.file.write(f"{head}{self.n:,}{of} {self.unit}s ({pace}, {elapsed:,.0f} s)\n")
         self.file.flush()
 
     def close(self) -> None:

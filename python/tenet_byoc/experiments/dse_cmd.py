@@ -70,8 +70,11 @@ def scheme_accuracy(checkpoint: str, text: str, schemes: Sequence[str], *,
 
 def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
     """TPOT, TTFT and energy per token against area: every feasible point faint, each
-    scheme's front drawn as a line (log axes)."""
+    scheme's front drawn as a line with its own marker (log axes only where the values span
+    two decades, ticks as plain numbers)."""
     from matplotlib.figure import Figure
+
+    from .plots import scale_axis
 
     panels = (("tpot_ms", "TPOT (ms)", "tpot_area"), ("ttft_ms", "TTFT (ms)", "ttft_area"),
               ("energy_per_token_mj", "energy / token (mJ)", "energy_area"))
@@ -79,7 +82,10 @@ def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
     axes = fig.subplots(1, 3)
     schemes = list(dict.fromkeys(r.scheme for r in rows))
     colors = {s: f"C{i % 10}" for i, s in enumerate(schemes)}
+    markers = {s: "os^Dv<>PX*"[i % 10] for i, s in enumerate(schemes)}
     for ax, (metric, label, front) in zip(axes, panels, strict=True):
+        xs: list[float] = []
+        ys: list[float] = []
         for s in schemes:
             mine = [r for r in rows if r.scheme == s and r.feasible
                     and not math.isnan(getattr(r, metric))]
@@ -87,11 +93,13 @@ def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
                 continue
             ax.scatter([r.area_mm2 for r in mine], [getattr(r, metric) for r in mine], s=6,
                        alpha=0.25, color=colors[s], linewidths=0)
+            xs += [r.area_mm2 for r in mine]
+            ys += [getattr(r, metric) for r in mine]
             on = sorted((r for r in mine if front in r.fronts), key=lambda r: r.area_mm2)
-            ax.plot([r.area_mm2 for r in on], [getattr(r, metric) for r in on], marker="o",
-                    ms=4, color=colors[s], label=s, drawstyle="steps-post")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+            ax.plot([r.area_mm2 for r in on], [getattr(r, metric) for r in on],
+                    marker=markers[s], ms=5, color=colors[s], label=s, drawstyle="steps-post")
+        scale_axis(ax, "x", xs)
+        scale_axis(ax, "y", ys)
         ax.set_xlabel("area (mm2)")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)

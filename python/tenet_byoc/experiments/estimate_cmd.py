@@ -232,7 +232,8 @@ def _system(args: argparse.Namespace) -> System | None:
         return None
     from ..hardware import resolve
     from ..models.configs import resolve_config
-    from ..system import Link, System, check_tensor_parallel, stage_layers
+    from ..plan import check_tensor_parallel, stage_layers
+    from ..system import Link, System
 
     problems = []
     if chips != tp * pp:

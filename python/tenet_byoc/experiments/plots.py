@@ -170,7 +170,7 @@ def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
         ax.bar(names, values, bottom=bottom, label=part, color=cmap(i % 10), width=0.75)
         bottom += values
     ax.set_ylabel(f"{label} ({unit})" if unit else label)
-    ax.set_title(f"{model} {phase}: {label} per layer, {scheme} on {hardware}\n"
+    ax.set_title(f"{model} {phase}: {label} per layer (offloaded GEMMs), {scheme} on {hardware}\n"
                  f"total {bottom.sum():,.3g} {unit}".rstrip())
     ax.tick_params(axis="x", rotation=60 if len(names) > 8 else 0)
     ax.grid(axis="y", alpha=0.3)
@@ -210,7 +210,8 @@ def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: st
         ax.set_axisbelow(True)
     axes[0][-1].legend(title="hardware", fontsize=8, loc="upper left",
                        bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"{model}: {label} per quantization scheme, prefill vs decode")
+    fig.suptitle(f"{model}: {label} per quantization scheme, prefill vs decode "
+                 "(offloaded GEMMs only)")
     fig.tight_layout()
     return save_figure(fig, path)
 
@@ -252,7 +253,8 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
     handles += [Line2D([], [], marker="o", linestyle="", color=cmap(i % 10), label=h)
                 for i, h in enumerate(hardware)]
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    fig.suptitle("accelerator cost against output error across quantization schemes")
+    fig.suptitle("accelerator cost (offloaded GEMMs only) against output error across "
+                 "quantization schemes")
     fig.tight_layout()
     return save_figure(fig, path)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .decoder import MatmulShape, call_rows_and_keys
 from .llama import LlamaConfig
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Experts",
     "LatentAttention",
     "MoEConfig",
+    "moe_matmuls",
     "param_counts",
     "touched_experts",
     "weights_read",
@@ -131,8 +133,12 @@ class LatentAttention:
     qk_rope_head_dim: int
     v_head_dim: int
     q_lora_rank: int | None = None
+    rope_interleave: bool = True  #: rotary pairs are (x0, x1), (x2, x3), ... not halves
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rope_interleave, bool):
+            raise ValueError(f"LatentAttention.rope_interleave={self.rope_interleave!r} must be "
+                             "a bool")
         for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             _positive("LatentAttention", name, getattr(self, name))
         if self.q_lora_rank is not None:
@@ -268,8 +274,9 @@ class MoEConfig:
             shared_count = values.get("n_shared_experts") or 0
             shared = shared_count * inner if isinstance(shared_count, int) else shared_count
             normalize = bool(values.get("norm_topk_prob", True))
-            scoring = values.get("scoring_func", "sigmoid")
-            bias = values.get("topk_method", "noaux_tc") == "noaux_tc"
+            # transformers writes null for both: its model is always sigmoid and noaux_tc.
+            scoring = values.get("scoring_func") or "sigmoid"
+            bias = (values.get("topk_method") or "noaux_tc") == "noaux_tc"
             groups, top_groups = values.get("n_group", 1), values.get("topk_group", 1)
             scale = values.get("routed_scaling_factor", 1.0)
             latent = LatentAttention(
@@ -278,6 +285,7 @@ class MoEConfig:
                 qk_rope_head_dim=need("qk_rope_head_dim"),
                 v_head_dim=need("v_head_dim"),
                 q_lora_rank=values.get("q_lora_rank"),
+                rope_interleave=values.get("rope_interleave", True),
             )
             # The dense part's head_dim is the rotated width (what RoPE scales).
             dense["head_dim"] = latent.qk_rope_head_dim
@@ -410,3 +418,105 @@ def weights_read(config: MoEConfig, tokens: int, load: Sequence[float] | None = 
     outside = active - moe * e.experts_per_token * expert
     touched = touched_experts(e.num_experts, e.experts_per_token, tokens, load)
     return outside + moe * touched * expert
+
+
+def moe_matmuls(config: MoEConfig, seq_len: int, phase: str = "prefill",
+                tokens_per_expert: Sequence[Sequence[int]] | None = None) -> list[MatmulShape]:
+    """The matmuls of one call, in the order a run executes them (see ``moe_model``).
+
+    Per layer: the attention's (grouped-query: ``q_proj``, ``k_proj``, ``v_proj``,
+    ``attn.qk``, ``attn.pv``, ``o_proj``; latent: ``q_a_proj``, ``q_b_proj`` (or
+    ``q_proj``), ``kv_a_proj_with_mqa``, ``kv_b_proj`` over every cached and new token,
+    ``attn.qk`` and ``attn.pv`` per head, ``o_proj``); then a dense layer's ``gate_proj``,
+    ``up_proj``, ``down_proj``, or a mixture layer's shared experts (``shared.*``), its
+    router (``router``) and each expert that received tokens, in expert order, with as many
+    rows as tokens it received (``experts.{j}.gate_proj``, ...); then ``lm_head``.
+
+    Parameters
+    ----------
+    config : MoEConfig
+    seq_len : int
+        The prompt length of a prefill, or the cache length before a decode step.
+    phase : str
+        ``prefill`` or ``decode``.
+    tokens_per_expert : sequence of sequences of int, optional
+        Per mixture layer, the tokens each expert received (a run's routing:
+        ``LayerRouting.tokens_per_expert``). By default the call's ``tokens x k`` rows are
+        spread as evenly as possible, experts in order (one token: its k experts first).
+
+    Raises
+    ------
+    ValueError
+        If ``phase`` is unknown, ``seq_len`` out of range, or ``tokens_per_expert`` has
+        another number of layers or experts, or rows that are not ``tokens x k``.
+    """
+    rows, keys = call_rows_and_keys(phase, seq_len, config.max_position_embeddings,
+                                    "max_position_embeddings")
+    if phase == "decode":
+        keys = seq_len + 1
+    a, e, d = config.attention, config.experts, config.hidden_size
+    layers = e.moe_layers
+    if tokens_per_expert is None:
+        share, extra = divmod(rows * e.experts_per_token, e.num_experts)
+        even = [share + (j < extra) for j in range(e.num_experts)]
+        tokens_per_expert = [even] * len(layers)
+    counts = [list(c) for c in tokens_per_expert]
+    if len(counts) != len(layers) or any(
+            len(c) != e.num_experts or sum(c) != rows * e.experts_per_token or min(c) < 0
+            for c in counts):
+        raise ValueError(
+            f"tokens_per_expert must give {len(layers)} layers of {e.num_experts} counts, each "
+            f"summing to {rows} tokens x {e.experts_per_token} experts"
+        )
+    by_layer = dict(zip(layers, counts, strict=True))
+    out: list[MatmulShape] = []
+    for i in range(config.num_hidden_layers):
+        p = f"layers.{i}."
+        m = config.latent
+        if m is None:
+            hd, h, kv, g = a.dim_per_head, a.num_attention_heads, a.num_key_value_heads, \
+                a.group_size
+            out += [MatmulShape(p + "self_attn.q_proj", 1, rows, h * hd, d),
+                    MatmulShape(p + "self_attn.k_proj", 1, rows, kv * hd, d),
+                    MatmulShape(p + "self_attn.v_proj", 1, rows, kv * hd, d),
+                    MatmulShape(p + "attn.qk", kv, g * rows, keys, hd),
+                    MatmulShape(p + "attn.pv", kv, g * rows, hd, keys),
+                    MatmulShape(p + "self_attn.o_proj", 1, rows, d, h * hd)]
+        else:
+            h = a.num_attention_heads
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank is None:
+                out.append(MatmulShape(p + "self_attn.q_proj", 1, rows, h * qk, d))
+            else:
+                out += [MatmulShape(p + "self_attn.q_a_proj", 1, rows, m.q_lora_rank, d),
+                        MatmulShape(p + "self_attn.q_b_proj", 1, rows, h * qk, m.q_lora_rank)]
+            out += [MatmulShape(p + "self_attn.kv_a_proj_with_mqa", 1, rows,
+                                m.kv_lora_rank + m.qk_rope_head_dim, d),
+                    MatmulShape(p + "self_attn.kv_b_proj", 1, keys,
+                                h * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
+                    MatmulShape(p + "attn.qk", h, rows, keys, qk),
+                    MatmulShape(p + "attn.pv", h, rows, m.v_head_dim, keys),
+                    MatmulShape(p + "self_attn.o_proj", 1, rows, d, h * m.v_head_dim)]
+        if i not in by_layer:
+            inner = a.intermediate_size
+            out += [MatmulShape(p + "mlp.gate_proj", 1, rows, inner, d),
+                    MatmulShape(p + "mlp.up_proj", 1, rows, inner, d),
+                    MatmulShape(p + "mlp.down_proj", 1, rows, d, inner)]
+            continue
+        if e.shared_intermediate_size:
+            width = e.shared_intermediate_size
+            out += [MatmulShape(p + "shared.gate_proj", 1, rows, width, d),
+                    MatmulShape(p + "shared.up_proj", 1, rows, width, d),
+                    MatmulShape(p + "shared.down_proj", 1, rows, d, width)]
+            if e.shared_gate:
+                out.append(MatmulShape(p + "shared.gate", 1, rows, 1, d))
+        out.append(MatmulShape(p + "router", 1, rows, e.num_experts, d))
+        inner = e.intermediate_size
+        for j, n in enumerate(by_layer[i]):
+            if n:
+                q = f"{p}experts.{j}."
+                out += [MatmulShape(q + "gate_proj", 1, n, inner, d),
+                        MatmulShape(q + "up_proj", 1, n, inner, d),
+                        MatmulShape(q + "down_proj", 1, n, d, inner)]
+    out.append(MatmulShape("lm_head", 1, rows, a.vocab_size, d))
+    return out
