@@ -4,6 +4,7 @@
 #include "cost_model/json.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -221,6 +222,18 @@ Charge ChargeWith(const GemmCall& call, const Accelerator& accelerator, Analysis
     }
     charge.energy.total_pj += charge.edge_pj;
   }
+  // Each energy figure is finite, but its product with a call's counts can overflow (a
+  // pj_per_mac of 5.5e303): refuse the call rather than charge it an infinite energy.
+  if (!std::isfinite(charge.energy.total_pj))
+    throw std::invalid_argument(
+        "accelerator '" + accelerator.name + "': the energy of a " + std::to_string(call.workload.m) +
+        " x " + std::to_string(call.workload.n) + " x " + std::to_string(call.workload.k) +
+        " GEMM overflows a double (MACs " + std::to_string(charge.energy.mac_pj) +
+        " pJ, registers " + std::to_string(charge.energy.register_pj) + ", buffer " +
+        std::to_string(charge.energy.buffer_pj) + ", DRAM " +
+        std::to_string(charge.energy.dram_pj) + ", edge dequantizer " +
+        std::to_string(charge.edge_pj) + "): precision pj_per_mac, memory *_pj_per_bit or "
+        "edge_dequantizer.pj_per_element is too large");
   return charge;
 }
 

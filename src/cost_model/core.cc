@@ -213,6 +213,12 @@ Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMetho
   for (double* x : {&e.mac_pj, &e.register_pj, &e.buffer_pj, &e.dram_pj, &e.total_pj}) *x *= f;
   charge.edge_cycles = Scale(charge.edge_cycles, f);
   charge.edge_pj *= f;
+  if (!std::isfinite(e.total_pj))  // finite figures whose products overflow (see charge.cc)
+    throw std::invalid_argument(
+        "accelerator '" + acc.name + "': the energy of a " + Str(w.m) + " x " + Str(w.n) +
+        " x " + Str(w.k) + " GEMM on its " + Str(cores.count) +
+        " cores overflows a double: precision pj_per_mac, memory *_pj_per_bit or "
+        "edge_dequantizer.pj_per_element is too large");
   charge.call = call;
   return charge;
 }

@@ -244,6 +244,11 @@ VectorCharge ChargeVectorCall(const VectorCall& call, const VectorUnit& unit,
   ch.buffer_pj = double(ch.buffer_read_bits + ch.buffer_write_bits) * mem.buffer_pj_per_bit;
   ch.dram_pj = double(ch.dram_read_bits + ch.dram_write_bits) * mem.dram_pj_per_bit;
   ch.total_pj = ch.op_pj + ch.buffer_pj + ch.dram_pj;
+  if (!std::isfinite(ch.total_pj))  // finite figures whose products overflow
+    throw std::invalid_argument(
+        "vector unit: the energy of a call overflows a double (ops " +
+        std::to_string(ch.op_pj) + " pJ, buffer " + std::to_string(ch.buffer_pj) + ", DRAM " +
+        std::to_string(ch.dram_pj) + "): vector.pj_per_op or memory *_pj_per_bit is too large");
   return ch;
 }
 

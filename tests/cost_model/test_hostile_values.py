@@ -82,3 +82,20 @@ def test_every_value_pickles_or_is_refused_at_every_protocol(protocol):
     recipe = values()["call"].recipe
     if recipe is not None:
         assert pickle.loads(pickle.dumps(recipe, protocol=protocol)) == recipe
+
+
+@pytest.mark.parametrize("name", ["os16", "a100"])  # one array; 108 cores
+def test_energy_figures_whose_products_overflow_are_refused_at_the_call(name):
+    # Each figure is finite (and accepted), but 5.5e303 pJ x 64^3 MACs is not: the call is
+    # refused naming the figures, never charged an infinite energy.
+    from tenet_byoc.hardware import preset
+
+    form = json.loads(preset(name).to_json())
+    unit = next(u for u in form["precision"] if u["bits_a"] == 32)
+    unit["pj_per_mac"] = 5.5e303
+    acc = tenet_byoc.Accelerator.from_json(json.dumps(form))
+    with pytest.raises(ValueError, match=r"x 64 x 64 GEMM .*overflows a double.*pj_per_mac"):
+        cm.charge(cm.GemmCall(m=64, n=64, k=64), acc)
+    # 16 x 17 x 40 MACs at that figure are 5.98e307 pJ: finite, and charged as such.
+    small = cm.charge(cm.GemmCall(m=16, n=17, k=40), acc).energy.mac_pj
+    assert small == pytest.approx(16 * 17 * 40 * 5.5e303)
