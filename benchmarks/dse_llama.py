@@ -129,9 +129,8 @@ def _subset(points, args):
     from tenet_byoc.estimate import _config
 
     config = _config("llama-3-8b")
-    job = dse._Job({s: dse._plan(config, s, **RUN) for s in SCHEMES},
-                   {s: dse._operands(s) for s in SCHEMES}, RUN["prompt_len"],
-                   RUN["decode_steps"], RUN["batch"], 28.0, dse.AreaTable(), None)
+    job = dse._job(config, list(SCHEMES), points, RUN["prompt_len"], RUN["decode_steps"],
+                   RUN["batch"], 28.0, dse.AreaTable(), None)
     chunks = dse._chunks(points, 64)
     with ProcessPoolExecutor(args.workers, mp_context=mp.get_context("spawn")) as pool:
         out = [r for rs in pool.map(dse._evaluate, [job] * len(chunks), chunks) for r in rs]

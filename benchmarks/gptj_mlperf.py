@@ -145,6 +145,8 @@ def table() -> str:
         (f"GPT-J 6B, MLPerf CNN/DailyMail Offline, 4 x tpu_v5e (TP=4), batch {BATCH} x "
         f"{BEAMS} beams; MLPerf v4.0 measured {MLPERF_SAMPLES_PER_S} samples/s."),
         "",
+        "## settings",
+        "",
         ("| setting | prefill s / batch | decode s / batch | samples/s model | vs MLPerf | "
         "KV GiB per chip (of 16) |"),
         "|---|---|---|---|---|---|",
@@ -158,12 +160,40 @@ def table() -> str:
     return "\n".join(lines)
 
 
+def decode_split() -> str:
+    """Where the main setting's decode time goes on one chip: attention, the linear layers and
+    the links; and one attention call's cycles beside its DRAM roofline (the KV reads)."""
+    s = SETTINGS[0]
+    book = tenet_byoc.estimate(MODEL, s.scheme, system=tpu_v5e_x4(), mapping="auto",
+                               prompt_len=0, context_len=s.prompt_len,
+                               decode_steps=s.decode_steps, batch=BATCH * BEAMS)
+    parts: dict[str, float] = {}
+    for e in book.entries:
+        if e.chip != 0 or e.fused:
+            continue
+        kind = ("attention (qk, pv)" if e.name.endswith(("attn.qk", "attn.pv"))
+                else "linear layers" if e.unit == "array" else f"{e.unit} unit")
+        parts[kind] = parts.get(kind, 0.0) + e.cycles
+    total = sum(parts.values())
+    qk = next(e for e in book.entries if e.chip == 0 and e.name == "h.0.attn.qk")
+    lines = ["## decode split", "",
+             "| chip 0, main setting, 128 decode steps | cycles | share |", "|---|---:|---:|"]
+    lines += [f"| {k} | {v:,.0f} | {v / total:.1%} |" for k, v in parts.items()]
+    lines += ["", (f"One attention call (`h.0.attn.qk` at the first step: {qk.batch} products of "
+                   f"{qk.m} x {qk.n} x {qk.k}): {qk.cycles:,} cycles, {qk.folds:,} folds of the "
+                   f"128 x 128 array ({qk.array_cycles / qk.folds:,.0f} array cycles a fold for "
+                   f"one row of work); its DRAM roofline (reading its keys, "
+                   f"{qk.dram_read_bytes / 1e6:,.0f} MB) is {qk.roofline_cycles:,} cycles, "
+                   f"{qk.roofline_cycles / qk.cycles:.0%} of it.")]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the markdown table to this file")
     args = parser.parse_args()
     machine, start = describe(), time.process_time()
-    text = table()
+    text = table() + "\n\n" + decode_split()
     text += (f"\n\nEstimated in {time.process_time() - start:.1f} s of CPU, "
              f"{machine.line()}.")
     print(text)

@@ -36,6 +36,7 @@ def main() -> None:
     print(f"prefill {args.prompt} tokens (TTFT), one decode step at context {args.prompt} "
           "(TPOT); vector share = vector cycles / step cycles; speedup over `none` with all "
           "entries (GEMMs alone)\n")
+    print("## shares\n")  # the headings name the tables README.md takes (docs/readme_tables.py)
     print("| model | preset | scheme | TTFT (us) | vector share | speedup | TPOT (us) "
           "| vector share | speedup |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")
@@ -62,7 +63,8 @@ def main() -> None:
                 if name == "os16" and scheme.startswith("w4a16"):
                     _, gemm, _ = cells[1]
                     roofline.append((model, scheme, gemm.cycles, gemm.roofline_cycles))
-    print("\nw4a16 decode on os16, the GEMMs against their roofline (edge dequantizer on):\n")
+    print("\n## gemm-roofline\n")
+    print("w4a16 decode on os16, the GEMMs against their roofline (edge dequantizer on):\n")
     print("| model | scheme | GEMM cycles | roofline cycles | ratio |")
     print("|---|---|---:|---:|---:|")
     for model, scheme, cycles, roof in roofline:

@@ -146,3 +146,63 @@ def test_tiny_checkpoint_failing_halfway_leaves_no_folder(tmp_path, monkeypatch)
     with pytest.raises(RuntimeError, match="disk full"):
         tiny.main([str(tmp_path / "ckpt"), "--text", str(text), "--vocab", "300"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt"]
+
+
+def _readme_tables():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_tables",
+                                                  ROOT / "docs" / "readme_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("readme_tables", module)  # its dataclass looks itself up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_tables_equal_their_source_files():
+    tables = _readme_tables()
+    marked = tables.marked_tables(README)
+    # the Llama-3-70B estimate, the main job's GPT-2 and MLP tables, the speed against GenZ
+    assert len(marked) >= 6, [f"{t.path}#{t.name}" for t in marked]
+    for t in marked:
+        source = tables.source_table(t.path, t.name)
+        assert t.body == source, (f"README's table from {t.path}#{t.name} differs from the file: "
+                                  "run `python docs/readme_tables.py write`")
+        text = (ROOT / t.path).read_text()
+        # each source says when it was measured, and on what
+        assert re.search(r"20\d\d-\d\d-\d\d", text) and "CPU" in text, t.path
+
+
+def test_a_changed_source_figure_is_caught(tmp_path):
+    tables = _readme_tables()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "t.md").write_text("## a\n\n| x | y |\n|---|---:|\n| p | 1.50 |\n")
+    readme = ("text\n<!-- table: docs/t.md#a -->\n| x | y |\n|---|---:|\n| p | 1.50 |\n"
+              "<!-- end table -->\nmore\n")
+    assert tables.differing(readme, tmp_path) == []
+    stale = readme.replace("1.50", "1.70")
+    assert tables.differing(stale, tmp_path) == ["docs/t.md#a"]
+    assert tables.regenerate(stale, tmp_path) == readme
+    with pytest.raises(ValueError, match="no heading '## b'"):
+        tables.differing(readme.replace("#a", "#b"), tmp_path)
+    with pytest.raises(ValueError, match="under docs/ or benchmarks/results/"):
+        tables.source_table("README.md", "a", tmp_path)
+
+
+def test_estimate_tables_written_from_the_csv_files(tmp_path):
+    tables = _readme_tables()
+    (tmp_path / "estimate.csv").write_text(
+        "scheme,phase,tokens,latency_ms,tokens_per_s,energy_per_token_mj,macs,dram_bytes,"
+        "pe_utilization,roofline_ratio\n"
+        "none,prefill,2048,22009.04,93.05,1461.6,1,1,0.49,1.6998\n"
+        "none,decode,128,1108.95,0.90,84308.0,1,1,0.004,1.0146\n")
+    (tmp_path / "sweep_batch.csv").write_text(
+        "scheme,context_len,batch,tpot_ms,tokens_per_s,energy_per_token_mj,"
+        "dram_bytes_per_token,pe_utilization\n"
+        "none,2048,1,1108.8,0.902,84293.8,1,1\nnone,2048,16,1254.7,12.75,6483.3,1,1\n"
+        "none,2048,64,1776.2,36.03,2654.0,1,1\n")
+    text = tables.estimate_source(tmp_path, "tenet-byoc estimate ...")
+    # figures by hand: 22009.04 ms = 22.01 s; 84308.0 mJ = 84.3 J; 6483.3 mJ = 6.48 J
+    assert "| none | 22.01 | 1.70x | 1,109 | 1.01x | 84.3 |" in text
+    assert ("| none | 1 / 16 / 64 | 1,109 / 1,255 / 1,776 | 0.9 / 12.8 / 36.0 | "
+            "84.3 / 6.48 / 2.65 |") in text

@@ -53,7 +53,28 @@ def _passive_openmp_threads() -> None:
 # libgomp.so.1, which oneDNN then shares; libgomp reads the wait policy when it loads.
 _passive_openmp_threads()
 
-import tvm
+
+def _import_tvm_without_torch():
+    """``import tvm`` without the ``import torch`` tvm-ffi attempts when torch is installed
+    (about 5 CPU s, paid by every process and dse worker); torch stays importable afterwards
+    and is loaded as usual when the user, or a module of ours that needs it, imports it.
+    When torch is already imported, tvm-ffi sees it as before."""
+    import sys
+
+    if "torch" in sys.modules:
+        import tvm
+
+        return tvm
+    sys.modules["torch"] = None  # tvm-ffi's `import torch` raises ImportError: torch absent
+    try:
+        import tvm
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+    return tvm
+
+
+tvm = _import_tvm_without_torch()
 
 _LIBRARY = "libtenet_runtime.so"
 _handle: ctypes.CDLL | None = None

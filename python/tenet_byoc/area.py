@@ -36,7 +36,6 @@ field, format or node raises ``ValueError`` naming it and what is accepted.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -149,9 +148,14 @@ class AreaTable:
             if not isinstance(cells, Mapping):
                 raise ValueError(f"{_where}: sram_bitcell_um2 must map node (nm) to bit-cell "
                                  f"area (um2), got {cells!r}")
-            merged = dict(self.sram_bitcell_um2)
+            merged, spelt = dict(self.sram_bitcell_um2), {}
             for node, cell in cells.items():
-                merged[_positive(f"{_where}: sram_bitcell_um2 node", node, "node")] = cell
+                node_f = _positive(f"{_where}: sram_bitcell_um2 node", node, "node")
+                if node_f in spelt:  # "45" and "45.0": one node, and one would be lost
+                    raise ValueError(f"{_where}: sram_bitcell_um2 gives node {node_f:g} nm "
+                                     f"twice (as {spelt[node_f]!r} and {node!r})")
+                spelt[node_f] = node
+                merged[node_f] = cell
             changes["sram_bitcell_um2"] = merged
         try:
             return dataclasses.replace(self, **changes)
@@ -315,40 +319,46 @@ def default_formats(accelerator: Any) -> dict[int, str]:
 # The accelerator's area
 # ----------------------------------------------------------------------------------------
 
+def vector_unit_mm2(accelerator: Any, table: AreaTable, logic_scale: float) -> float | None:
+    """The vector unit's area (mm2): per float32 lane an fp32 adder and an fp32 multiplier
+    (its exponential, reciprocal and tanh run as their multiply-adds, ``cost_model``'s
+    vector model), and the buffer banks its port needs (one per ``sram_bank_width_bits`` of
+    its bits per cycle, each ``sram_bank_overhead_um2``), as the array's port is counted."""
+    unit = getattr(accelerator, "vector", None)
+    if unit is None:
+        return None
+    lanes = unit.lanes * (table.fp32_add_um2 + table.fp32_mult_um2)
+    banks = math.ceil(unit.buffer_bandwidth_bits / table.sram_bank_width_bits)
+    return (lanes + banks * table.sram_bank_overhead_um2) * logic_scale / 1e6
+
+
+def edge_dequantizer_mm2(accelerator: Any, table: AreaTable,
+                         logic_scale: float) -> float | None:
+    """The edge dequantizer's area (mm2): per weight element converted a cycle an fp16
+    multiplier (the scale) and an fp16 adder (the zero point), the figures its energy per
+    element is made of; None when the accelerator has none."""
+    edge = getattr(accelerator, "edge_dequantizer", None)
+    if edge is None or edge.elements_per_cycle == 0:
+        return None
+    return (edge.elements_per_cycle * (table.fp16_mult_um2 + table.fp16_add_um2) * logic_scale
+            / 1e6)
+
+
 #: Further components by name: ``f(accelerator, table, logic_scale) -> mm2 or None`` (None:
-#: the accelerator has no such part). The vector unit and the edge dequantizer register
-#: here when the accelerator value holds them, so ``area()`` grows without a new signature.
-AREA_HOOKS: dict[str, Callable[[Any, AreaTable, float], float | None]] = {}
+#: the accelerator has no such part), so ``area()`` grows without a new signature: the
+#: vector unit and the edge dequantizer, every component with an energy having an area.
+AREA_HOOKS: dict[str, Callable[[Any, AreaTable, float], float | None]] = {
+    "vector_unit": vector_unit_mm2,
+    "edge_dequantizer": edge_dequantizer_mm2,
+}
 
 
 def load_table_file(path: str | Path, what: str) -> dict:
-    """A JSON or YAML file's top-level mapping (by suffix; ``.yaml``/``.yml`` is YAML)."""
-    p = Path(path)
-    if p.is_dir():
-        raise ValueError(f"{what} {str(path)!r} is a directory, not a file")
-    if not p.is_file():
-        raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{what} {str(path)!r} is not UTF-8 text (byte at offset "
-                         f"{err.start})") from None
-    if p.suffix.lower() in (".yaml", ".yml"):
-        import yaml
+    """A JSON or YAML file's top-level mapping (by suffix; ``.yaml``/``.yml`` is YAML), read
+    by the guarded reader (:func:`tenet_byoc.documents.load_mapping`)."""
+    from .documents import load_mapping
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ValueError(f"{what} {str(path)!r} is not valid YAML: {err}") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{what} {str(path)!r} is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(  # noqa: TRY004 (a file's content)
-            f"{what} {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
-    return data
+    return load_mapping(path, what)
 
 
 def dram_interface_mm2(gbps: float, table: AreaTable, logic_scale: float) -> float:

@@ -98,7 +98,8 @@ def compose(plan: Any, cost: Callable[[Any], tuple[float, float]],
     Parameters
     ----------
     plan : tenet_byoc.plan.Plan
-        The step's calls (one micro-batch, on one chip of each stage), in order or tallied.
+        The step's calls (one micro-batch, on one chip of each stage), in order, or a tally
+        of several steps' (``Plan.tally``; of one micro-batch only).
     cost : callable
         ``cost(planned_call) -> (time, pj)``: cycles for an array or vector call, seconds for
         a link call; ``pj`` the call's energy on one chip.
@@ -113,7 +114,7 @@ def compose(plan: Any, cost: Callable[[Any], tuple[float, float]],
     stages = plan.pipeline_parallel
     chains: list[list[tuple[str, bool, float, int]]] = [[] for _ in range(stages)]
     links = [0.0] * stages
-    p2p = 0.0
+    p2p = p2p_all = 0.0
     energy = 0.0
     for pc in plan.calls:
         time, pj = cost(pc)
@@ -121,6 +122,7 @@ def compose(plan: Any, cost: Callable[[Any], tuple[float, float]],
         if pc.unit == "link":
             if pc.call.kind == "p2p":
                 p2p = time
+                p2p_all += pc.count * time
             else:
                 links[pc.stage] += pc.count * time
             continue
@@ -128,6 +130,13 @@ def compose(plan: Any, cost: Callable[[Any], tuple[float, float]],
     cycles = tuple(chain_cycles(c) for c in chains)
     hz = clock_ghz * 1e9
     stage_seconds = tuple(c / hz + s for c, s in zip(cycles, links, strict=True))
-    critical, bubble = pipeline_seconds(list(stage_seconds), p2p, plan.micro_batches)
+    if plan.micro_batches == 1:
+        # One micro-batch passes the stages one after another: the stages and hand-overs
+        # add (pipeline_seconds with one micro-batch), so a tally of several steps composes
+        # to the sum of theirs.
+        critical = sum(stage_seconds) + p2p_all
+        bubble = critical - max(stage_seconds)
+    else:
+        critical, bubble = pipeline_seconds(list(stage_seconds), p2p, plan.micro_batches)
     return StepCost(critical, energy * plan.tensor_parallel * plan.micro_batches, cycles,
                     stage_seconds, p2p, bubble)

@@ -8,13 +8,14 @@ stages) and optional budgets; :func:`explore` estimates every point under every 
 alone: TTFT, TPOT, tokens/s, energy per token) beside its area at the space's node
 (:mod:`tenet_byoc.area`) and average power, and marks the Pareto fronts.
 
-Speed: a one-chip point's figures are sums over the model's distinct calls, its GEMMs and
-the vector unit's calls (each charged once, in a few microseconds: the accelerator value
-keeps its relations parsed), added by ``ledger.step_cycles``'s rule; a GEMM is charged once
-per set of points whose array, memory and precision agree, a vector call once per set whose
-vector unit and memory agree, and the sums are made once per set that differs only in the
-clock (cycles and energy do not depend on it), never a ledger of entries; a point of
-several chips runs ``estimate(..., system=...)`` (GEMMs and links). Points run in a local process pool
+Speed: the model is planned once per (scheme, sharding) (``tenet_byoc.plan``: every call of
+each step, tallied per phase into distinct calls with counts), then per design each
+distinct call is charged once (a few microseconds: the accelerator value keeps its
+relations parsed) and the tallies composed (``tenet_byoc.compose``, the rule ``estimate``
+times a step by), never a ledger of entries. A GEMM is charged once per set of points whose
+array, memory and precision agree, a vector call once per set whose vector unit and memory
+agree, and one chip's sums are made once per set that differs only in the clock (cycles and
+energy do not depend on it). Points run in a local process pool
 (``executor="local"``), in this process (``"serial"``) or as Ray tasks (``"ray"``, the
 optional extra ``tenet-byoc[ray]``). Results are appended to a JSON-lines file as they
 finish, so an interrupted run resumes where it stopped.
@@ -35,7 +36,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
@@ -389,71 +390,35 @@ class PointResult:
                            self.link_gbps)
 
 
-def _plan(config: Any, scheme: str, prompt_len: int, decode_steps: int,
-          batch: int) -> _Plan:
-    """The distinct calls of an estimate with how often each occurs, per phase: the GEMMs
-    with their fused epilogues, and the other vector calls, as ``tenet_byoc.estimate``
-    charges them (tests/dse checks the sums equal its ledger's)."""
-    from .codegen import gemm_charging
-    from .models.gemms import model_gemms
-    from .models.vector_ops import gemm_epilogues, model_vector_ops
-    from .quantization import get_scheme
+def _plans(config: Any, scheme: str, prompt_len: int, decode_steps: int, batch: int,
+           tp: int, pp: int) -> dict[str, Any] | str:
+    """Per phase, the tally of every step's calls (``tenet_byoc.plan``) on ``tp x pp`` chips:
+    each distinct call once with how often it runs; or why the model cannot be planned so.
+    One micro-batch, so a phase's time is the composition of its tally
+    (``tenet_byoc.compose``: every step's critical path is the sum over its stages)."""
+    from .plan import Sharding, Step, plan
 
-    quant = get_scheme(scheme)
-    hows = {"weight": gemm_charging(quant, "weight"), "key": gemm_charging(quant, "key"),
-            "value": gemm_charging(quant, "value")}
-    weights = hows["weight"]
-    activation_bits = min(32, weights.bits[0])
-    float_gemm = weights.scheme == "none"
-    gemms: dict[tuple, int] = {}
-    vectors: dict[tuple[str, tuple], int] = {}
-    epilogues: dict[tuple[str, str], list[str]] = {}  # by (phase, GEMM name): one look-up
-    calls = ([("prefill", prompt_len)] if prompt_len else []) + [
-        ("decode", prompt_len + i) for i in range(decode_steps)]
-    for phase, tokens in calls:
-        for g in model_gemms(config, phase, tokens):
-            if g.weight is None:
-                how = hows["key" if g.name.endswith("attn.qk") else "value"]
-                b, m = g.batch * batch, g.m
-            else:
-                how, b, m = weights, g.batch, g.m * batch
-            k = -(-g.k // how.k_multiple) * how.k_multiple
-            call = cm.GemmCall(m=m, n=g.n, k=k, batch=b, bits_a=how.bits[0],
-                               bits_b=how.bits[1], bits_c=how.bits[2], scheme=how.scheme,
-                               recipe=how.recipe)
-            ops = epilogues.get((phase, g.name))
-            if ops is None:
-                ops = epilogues[(phase, g.name)] = gemm_epilogues(config, g.name, phase, batch,
-                                                                  float_gemm)
-            fused = tuple((op, (b * m, g.n), (("operand_elements", g.n if op == "add"
-                                                else None),)) for op in ops)
-            gemms[(phase, call, fused)] = gemms.get((phase, call, fused), 0) + 1
-        for v in model_vector_ops(config, phase, tokens, activation_bits, weights.k_multiple,
-                                  batch, float_gemm):
-            call = (v.op, tuple(v.shape), (
-                ("bits_in", 32), ("bits_out", v.bits_out),
-                ("operand_elements", v.operand if v.operand else
-                 (None if v.op not in ("add", "multiply", "divide") else 0))))
-            vectors[(phase, call)] = vectors.get((phase, call), 0) + 1
-    return _Plan([(phase, call, fused, n) for (phase, call, fused), n in gemms.items()],
-                 [(phase, call, n) for (phase, call), n in vectors.items()])
-
-
-class _Plan(NamedTuple):
-    """One scheme's distinct calls with their counts: ``gemms`` as (phase, GemmCall, its
-    fused epilogues, count), ``vectors`` (the rest) as (phase, vector call, count). A vector
-    call is kept as ``(op, shape, keyword items)`` of its ``cm.VectorCall`` (which does not
-    pickle; the plan goes to worker processes)."""
-
-    gemms: list[tuple[str, cm.GemmCall, tuple, int]]
-    vectors: list[tuple[str, tuple, int]]
+    sharding = Sharding(tp, pp, 1)
+    out: dict[str, Any] = {}
+    try:
+        if prompt_len:
+            out["prefill"] = plan(config, Step.prefill(prompt_len, batch), scheme,
+                                  sharding).tally()
+        if decode_steps:
+            steps = [plan(config, Step.decode(prompt_len + i, batch), scheme, sharding)
+                     for i in range(decode_steps)]
+            out["decode"] = steps[0].tally(steps[1:])
+    except ValueError as err:
+        return f"{scheme} cannot run: {err}"
+    return out
 
 
 @dataclass
 class _Job:
-    """What every worker needs: the model's call plans per scheme and the run's settings."""
+    """What every worker needs: the model's call tallies per (scheme, tensor parallel,
+    pipeline stages) and the run's settings."""
 
-    plans: dict[str, _Plan]
+    plans: dict[tuple[str, int, int], dict[str, Any] | str]
     operands: dict[str, tuple[int, str]]  #: per scheme: its weight GEMMs' width and kind
     prompt_len: int
     decode_steps: int
@@ -461,15 +426,29 @@ class _Job:
     node_nm: float
     table: AreaTable
     power_budget_w: float | None
-    config: Any = None  #: the model's config (points of several chips run estimate on it)
+
+    @property
+    def schemes(self) -> list[str]:
+        return list(self.operands)
+
+
+def _job(config: Any, schemes: Sequence[str], points: Iterable[DesignPoint], prompt_len: int,
+         decode_steps: int, batch: int, node_nm: float, table: AreaTable,
+         power_budget_w: float | None) -> _Job:
+    """The job of ``points``: the model planned once per (scheme, sharding) they use."""
+    shardings = sorted({(p.tensor_parallel, p.pipeline_parallel) for p in points})
+    plans = {(s, tp, pp): _plans(config, s, prompt_len, decode_steps, batch, tp, pp)
+             for s in schemes for tp, pp in shardings}
+    return _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
+                node_nm, table, power_budget_w)
 
 
 def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
-    """Every scheme on every point. Points of one ``charge_key`` (they differ only in the
-    clock) share one accelerator value, their per-phase totals of cycles and energy and their
-    area but for the DRAM interface, which follows the point's GB/s. The GEMMs' charges are
-    shared by points of one ``_array_key`` and the vector calls' by points of one
-    ``_vector_key``."""
+    """Every scheme on every point: its plans composed with the point's charges. Points of
+    one ``charge_key`` (they differ only in the clock) share one accelerator value, their
+    one-chip cycles and energy per phase and their area but for the DRAM interface, which
+    follows the point's GB/s. The GEMMs' charges are shared by points of one ``_array_key``
+    and the vector calls' by points of one ``_vector_key``."""
     shared: dict[tuple, tuple] = {}
     arrays: dict[tuple, dict] = {}
     vectors: dict[tuple, dict] = {}
@@ -480,16 +459,8 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
         if found is None:
             acc = point.accelerator()
             parts = accelerator_area(acc, job.node_nm, job.table, point.formats_by_width)
-            totals = {}
-            if point.chips == 1:
-                gemm_charges = arrays.setdefault(_array_key(point), {})
-                vector_charges = vectors.setdefault(_vector_key(point), {})
-                pipelined = acc.vector.schedule == "pipelined"
-                totals = {scheme: _totals(job, point, acc, scheme, plan, gemm_charges,
-                                          vector_charges, pipelined)
-                          for scheme, plan in job.plans.items()}
-            found = shared[point.charge_key()] = (parts, totals)
-        parts, totals = found
+            found = shared[point.charge_key()] = (parts, acc, {})
+        parts, acc, composed = found
         area = 0.0
         for name, value in parts.items():  # accelerator_area's order and sum
             if name == "dram_interface":
@@ -498,13 +469,23 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
                 area += value
         if point.chips > 1:
             area *= point.chips
-        for scheme in job.plans:
-            if point.chips == 1:
-                cycles, energy, reason = totals[scheme]
-                clock = point.clock_ghz
-                latency_us = {phase: n / (clock * 1e3) for phase, n in cycles.items()}
+        for scheme in job.schemes:
+            key = (scheme, point.tensor_parallel, point.pipeline_parallel)
+            if point.chips == 1:  # the sums of one chip do not depend on the clock
+                got = composed.get(scheme)
+                if got is None:
+                    got = composed[scheme] = _compose(job, point, acc, scheme, job.plans[key],
+                                                      arrays.setdefault(_array_key(point), {}),
+                                                      vectors.setdefault(_vector_key(point),
+                                                                         {}))
+                cycles, energy, reason = got
+                latency_us = {ph: c / (point.clock_ghz * 1e3) for ph, c in cycles.items()}
             else:
-                latency_us, energy, reason = _system_totals(job, point, scheme)
+                times, energy, reason = _compose(
+                    job, point, acc, scheme, job.plans[key],
+                    arrays.setdefault(_array_key(point), {}),
+                    vectors.setdefault(_vector_key(point), {}))
+                latency_us = {ph: t * 1e6 for ph, t in times.items()}
             out.append(_result(job, point, area, scheme, latency_us, energy, reason))
     return out
 
@@ -551,75 +532,49 @@ def _format_mismatch(point: DesignPoint, scheme: str, needs: tuple[int, str]) ->
     return ""
 
 
-def _totals(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str, plan: _Plan,
-            gemm_charges: dict, vector_charges: dict,
-            pipelined: bool) -> tuple[dict[str, int], dict[str, float], str]:
-    """Cycles and energy (pJ) per phase of ``scheme`` on the point's accelerator, or the
-    reason it cannot run: ``estimate``'s ledger summed by ``ledger.step_cycles``'s rule (a
-    GEMM and its fused epilogues take max(GEMM, epilogues) under the ``pipelined`` vector
-    schedule, their sum under ``serial``; every other vector call adds; energy adds),
-    over the plan's distinct calls times their counts. No entry is made; each distinct
-    call is charged once per group (``gemm_charges``: its (cycles, pJ) by GemmCall and
-    scheme, for points of one ``_array_key``; ``vector_charges``: by the plan's vector call,
-    for points of one ``_vector_key``)."""
-    cycles = {"prefill": 0, "decode": 0}
+def _compose(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
+             plans: dict[str, Any] | str, gemm_charges: dict,
+             vector_charges: dict) -> tuple[dict[str, float], dict[str, float], str]:
+    """Per phase, the time (cycles of one chip; seconds, the critical path, on several) and
+    energy (pJ, all chips) of ``scheme`` on the point, by ``compose`` of its tallies: no
+    entry is made, each distinct call is charged once per group of points (``gemm_charges``
+    for points of one ``_array_key``, ``vector_charges`` for points of one ``_vector_key``,
+    both by the call's plain key). Or the reason it cannot run."""
+    from .compose import compose
+    from .system import Link, collective_seconds
+
+    times = {"prefill": 0.0, "decode": 0.0}
     energy = {"prefill": 0.0, "decode": 0.0}
     reason = _format_mismatch(point, scheme, job.operands[scheme])
+    if not reason and isinstance(plans, str):
+        reason = plans
     if reason:
-        return cycles, energy, reason
+        return times, energy, reason
+    link = Link(bandwidth_gbps=point.link_gbps)
 
-    def vector(call: tuple) -> tuple[int, float]:
-        found = vector_charges.get(call)
+    def cost(pc: Any) -> tuple[float, float]:
+        if pc.unit == "link":
+            return collective_seconds(pc.call.kind, pc.call.nbytes, pc.call.chips, link), 0.0
+        charges = gemm_charges if pc.unit == "array" else vector_charges
+        found = charges.get(pc.key)
         if found is None:
-            op, shape, kwargs = call
-            c = cm.charge_vector(cm.VectorCall(op, list(shape), **dict(kwargs)), acc)
-            found = vector_charges[call] = (c.cycles, c.energy_pj)
+            if pc.unit == "array":
+                c = cm.charge(pc.call, acc)
+                found = (c.memory.cycles, c.energy.total_pj)
+            else:
+                c = cm.charge_vector(pc.call, acc)
+                found = (c.cycles, c.energy_pj)
+            charges[pc.key] = found
         return found
 
     try:
-        for phase, call, fused, n in plan.gemms:
-            found = gemm_charges.get(call)
-            if found is None:
-                c = cm.charge(call, acc)
-                found = gemm_charges[call] = (c.memory.cycles, c.energy.total_pj)
-            gemm, pj = found
-            hidden = 0
-            for v in fused:
-                v_cycles, v_pj = vector(v)
-                hidden += v_cycles
-                pj += v_pj
-            cycles[phase] += n * (max(gemm, hidden) if pipelined else gemm + hidden)
-            energy[phase] += n * pj
-        for phase, call, n in plan.vectors:
-            v_cycles, v_pj = vector(call)
-            cycles[phase] += n * v_cycles
-            energy[phase] += n * v_pj
+        for phase, p in plans.items():
+            step = compose(p, cost, acc.vector.schedule, point.clock_ghz)
+            times[phase] = step.stage_cycles[0] if point.chips == 1 else step.seconds
+            energy[phase] = step.energy_pj
     except ValueError as err:
-        return cycles, energy, f"{scheme} cannot run: {err}"
-    return cycles, energy, ""
-
-
-def _system_totals(job: _Job, point: DesignPoint,
-                   scheme: str) -> tuple[dict[str, float], dict[str, float], str]:
-    """Latency (us, each step's critical path) and energy (pJ, all chips) per phase of
-    ``scheme`` on the point's system: what ``estimate(..., system=...)`` gives, or the reason
-    it cannot run."""
-    from .estimate import estimate
-
-    latency = {"prefill": 0.0, "decode": 0.0}
-    energy = {"prefill": 0.0, "decode": 0.0}
-    reason = _format_mismatch(point, scheme, job.operands[scheme])
-    if reason:
-        return latency, energy, reason
-    try:
-        ledger = estimate(job.config, scheme, prompt_len=job.prompt_len,
-                          decode_steps=job.decode_steps, batch=job.batch, system=point.system())
-    except ValueError as err:
-        return latency, energy, f"{scheme} cannot run: {err}"
-    for phase, t in ledger.group_by("phase").items():
-        latency[phase] = ledger.latency_s(phase) * 1e6
-        energy[phase] = t.energy_pj
-    return latency, energy, ""
+        return times, energy, f"{scheme} cannot run: {err}"
+    return times, energy, ""
 
 
 def _result(job: _Job, point: DesignPoint, area: float, scheme: str,
@@ -852,9 +807,6 @@ def explore(
                          f"accepted: a figure of PointResult such as tpot_ms, area_mm2")
     config = _config(model)
     _check_lengths(config, prompt_len, prompt_len, decode_steps, batch)
-    plans = {s: _plan(config, s, prompt_len, decode_steps, batch) for s in schemes}
-    job = _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
-               space.node_nm, space.table, space.power_budget_w, config)
 
     points = space.all_points()
     if space.area_budget_mm2 is not None:
@@ -864,6 +816,8 @@ def explore(
     results: dict[str, list[PointResult]] = {p.key: done[p.key] for p in points
                                              if p.key in done}
     todo = [p for p in points if p.key not in results]
+    job = _job(config, schemes, todo, prompt_len, decode_steps, batch, space.node_nm,
+               space.table, space.power_budget_w)
     chunks = _chunks(todo, max(1, chunk_size))
     if executor == "serial" or not chunks:
         runs: Iterable[list[PointResult]] = (_evaluate(job, c) for c in chunks)

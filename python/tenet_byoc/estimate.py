@@ -60,10 +60,9 @@ class Charges:
     def fields(self, pc: PlannedCall) -> dict[str, Any]:
         """The ledger fields of ``pc``'s charge (the cost model's one table,
         ``Charge.ledger_fields``), with its scheme and recipe."""
-        key = pc.call if pc.unit == "array" else (pc.call, pc.scheme)
-        found = self._seen.get(key)
+        found = self._seen.get(pc.key)
         if found is None:
-            found = self._seen[key] = self._charge(pc)
+            found = self._seen[pc.key] = self._charge(pc)
         return found
 
     def cost(self, pc: PlannedCall) -> tuple[float, float]:
@@ -144,6 +143,26 @@ def _add_entries(entries: list[LedgerEntry], p: Plan, charges: Charges, symbol: 
                 entries.append(_entry(f, call_index=len(entries), symbol=symbol,
                                       pattern=ESTIMATE_PATTERN, name=pc.name, phase=phase,
                                       fused=bool(pc.fused_with), chip=chip))
+
+
+def _sums(plans: list[Plan], charges: Charges, phase: str | None) -> Any:
+    """``totals()`` of the one-chip entries of ``plans`` (those of ``phase``; None: all)
+    without making them: each GEMM with its epilogues, and each other call, once with how
+    many times it runs (a plan's second layer stands for its layers after the first)."""
+    from .ledger import counted_totals
+
+    rows: list[tuple[dict[str, Any], int]] = []
+    for p in plans:
+        if phase is not None and p.phase != phase:
+            continue
+        rest = p.layers - 1 if p.layers else 1
+        fields = charges.fields
+        for c in p.written:
+            f = fields(c)
+            if c.fused_with:
+                f = {**f, "fused": True}
+            rows.append((f, rest if c.layer == 1 and p.layers else 1))
+    return counted_totals(rows)
 
 
 #: The config of a model name, path or config object (kept for the CLI and benchmarks).
@@ -236,7 +255,8 @@ def estimate(
     Returns
     -------
     Ledger
-        One :class:`LedgerEntry` per GEMM in execution order, tagged ``phase`` "prefill"
+        Its entries made when first read. One :class:`LedgerEntry` per call in execution
+        order, tagged ``phase`` "prefill"
         then "decode", with pattern :data:`ESTIMATE_PATTERN` and the model's name as
         symbol; with ``batch=1`` each entry's charge equals the real run's
         (``tests/estimate``). ``Ledger.reset`` does nothing (no runtime module).
@@ -262,19 +282,32 @@ def estimate(
         steps = tqdm(steps, desc=f"estimate {config.name} {quant.name}", unit="call",
                      leave=False)
     charges = Charges(acc, system.link if system is not None else None)
-    entries: list[LedgerEntry] = []
+    plans: list[Plan] = []
     times = []
+    count = 0
     for step in steps:
         p = plan(config, step, quant, system)
-        _add_entries(entries, p, charges, config.name)
+        for pc in p.written:  # every distinct call charged now: a refusal is raised here
+            charges.fields(pc)
+        plans.append(p)
+        count += p.size * p.micro_batches * (p.tensor_parallel if system is not None else 1)
         if system is not None:
             times.append(_step_time(p, compose(p, charges.cost, charges.schedule,
                                                acc.hardware.clock_ghz)))
+
+    def entries() -> list[LedgerEntry]:
+        book: list[LedgerEntry] = []
+        for p in plans:
+            _add_entries(book, p, charges, config.name)
+        return book
+
     if system is None:
-        return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
+        return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [],
+                      count=count, sums=lambda phase: _sums(plans, charges, phase),
+                      phases=list(dict.fromkeys(p.phase for p in plans)))
     from .system import SystemLedger
 
-    return SystemLedger(entries, system, times)
+    return SystemLedger(entries, system, times, count=count)
 
 
 def _accelerator(accelerator: Any, mapping: str | None, system: Any) -> Accelerator:

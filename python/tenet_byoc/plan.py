@@ -24,17 +24,19 @@ planned raises ``ValueError`` naming it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, NamedTuple
 
 from . import cost_model as cm
 from .codegen import GemmCharging, gemm_charging
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["LinkCall", "Plan", "PlannedCall", "Step", "StepSequence", "check_tensor_parallel",
+__all__ = ["LinkCall", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+           "check_tensor_parallel",
            "model_config", "plan", "shard_gemm", "shard_vector", "stage_layers"]
 
 
@@ -133,6 +135,15 @@ class Step:
 
 # ---- The calls ----------------------------------------------------------------------------
 
+class Sharding(NamedTuple):
+    """How a step is spread over chips (a ``tenet_byoc.system.System`` has the same three
+    fields): chips per layer, pipeline stages, micro-batches."""
+
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    micro_batches: int = 1
+
+
 class LinkCall(NamedTuple):
     """A collective over the links of a system (``tenet_byoc.system``'s formulas charge it):
     ``kind`` "all_reduce", "all_gather" or "p2p" of a tensor of ``nbytes`` bytes (the whole
@@ -164,6 +175,9 @@ class PlannedCall(NamedTuple):
     fused_with: str = ""
     scheme: str = "none"
     count: int = 1
+    #: The call as plain values (unit, sizes, widths, scheme): what charges are cached and
+    #: calls tallied by (hashing a cost-model value costs more than its charge's look-up).
+    key: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -174,14 +188,61 @@ class Plan:
 
     A step of ``micro_batches`` runs these calls that many times on every chip of each
     stage; chip ``stage x tensor_parallel + rank`` is rank ``rank`` of ``stage``.
+
+    ``written`` holds the calls as planned: all of them, or (``layers`` > 0) those of a
+    model cut to two decoder layers, the second standing for every layer after the first
+    (a decoder's layers 1 .. layers-1 run the same calls; layer 0 can differ, as a batch's
+    mask built there). :attr:`calls` is the whole list either way, made when first read.
     """
 
     step: Step
     phase: str  #: "prefill", "decode" or "mixed" (the ledger's tag)
-    calls: tuple[PlannedCall, ...]
+    written: tuple[PlannedCall, ...]
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     micro_batches: int = 1
+    layers: int = 0  #: > 0: ``written`` is two layers' plan of a model of this many
+    prefix: str = ""  #: the layers' name prefix ("h." or "layers.") when ``layers`` > 0
+
+    @property
+    def size(self) -> int:
+        """How many calls :attr:`calls` holds (without making them)."""
+        if not self.layers:
+            return len(self.written)
+        return len(self.written) + (self.layers - 2) * sum(c.layer == 1 for c in self.written)
+
+    @cached_property
+    def calls(self) -> tuple[PlannedCall, ...]:
+        """Every call of the step (one micro-batch, one chip of each stage), in order."""
+        if not self.layers:
+            return self.written
+        stage_of = {}
+        for s, layers in enumerate(stage_layers(self.layers, self.pipeline_parallel)):
+            stage_of.update(dict.fromkeys(layers, s))
+        first = f"{self.prefix}1."
+        cut = len(first)
+        out: list[PlannedCall] = []
+        block: list[PlannedCall] = []
+
+        def expand() -> None:
+            out.extend(block)
+            for i in range(2, self.layers):
+                head, st = f"{self.prefix}{i}.", stage_of[i]
+                out.extend(c._replace(name=head + c.name[cut:], layer=i, stage=st,
+                                      fused_with=head + c.fused_with[cut:] if c.fused_with
+                                      else "") for c in block)
+            block.clear()
+
+        for c in self.written:
+            if c.layer == 1:
+                block.append(c)
+                continue
+            if block:
+                expand()
+            out.append(c)
+        if block:
+            expand()
+        return tuple(out)
 
     def chips(self, call: PlannedCall) -> range:
         """The chips that run ``call``."""
@@ -193,6 +254,10 @@ class Plan:
         distinct GEMM with its fused epilogues, and each other call, with how many times it
         runs (names and layers of the first; order: first seen). Composing the tally gives
         the sum of composing each plan alone, on one stage and one micro-batch."""
+        plans = tuple(plans)
+        if plans and self.micro_batches > 1:
+            raise ValueError("Plan.tally: steps of several micro-batches overlap in the "
+                             "pipeline; compose them one by one")
         counts: dict[tuple, int] = {}
         first: dict[tuple, tuple[PlannedCall, ...]] = {}
         for p in (self, *plans):
@@ -206,7 +271,7 @@ class Plan:
                 while j < len(calls) and calls[j].fused_with:
                     j += 1
                 group = calls[i:j]
-                key = tuple((c.call, c.stage, c.scheme, c.unit) for c in group)
+                key = tuple((c.key, c.stage) for c in group)
                 counts[key] = counts.get(key, 0) + group[0].count
                 first.setdefault(key, group)
                 i = j
@@ -241,6 +306,17 @@ def _layers(config: Any) -> int:
     return getattr(config, "n_layer", None) or config.num_hidden_layers
 
 
+@lru_cache(maxsize=64)
+def _two_layers(config: Any) -> Any:
+    """``config`` cut to two decoder layers, or None for a config whose layers may differ
+    (one that says ``uniform_layers = False``)."""
+    if not getattr(config, "uniform_layers", True):
+        return None
+    field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
+    return dataclasses.replace(config, **{field: 2})
+
+
+@lru_cache(maxsize=1 << 16)
 def _layer_of(name: str) -> int | None:
     """The decoder layer of a call named ``h.3.…`` / ``layers.3.…``; None outside them."""
     head, _, rest = name.partition(".")
@@ -329,6 +405,21 @@ def _merge_token_ops(lists: list[list[Any]]) -> list[Any]:
     return out
 
 
+#: Calls made so far by their plain key: plans of many steps share their call values (a
+#: decode step repeats most of the last one's), made once. Cleared when it grows large.
+_CALLS: dict[tuple, Any] = {}
+_CALLS_LIMIT = 1 << 18
+
+
+def _interned(key: tuple, make: Any) -> Any:
+    found = _CALLS.get(key)
+    if found is None:
+        if len(_CALLS) >= _CALLS_LIMIT:
+            _CALLS.clear()
+        found = _CALLS[key] = make()
+    return found
+
+
 def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
          system: Any = None) -> Plan:
     """Every call of ``step`` of the model ``config`` under ``scheme``.
@@ -344,7 +435,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         and K padding the quantize pass and codegen give it (``codegen.gemm_charging``);
         static schemes are charged as dynamic, as ``quantize`` without calibration data
         charges them.
-    system : tenet_byoc.system.System, optional
+    system : tenet_byoc.system.System or Sharding, optional
         Several chips: each call is the share of one chip of its stage (Megatron-LM tensor
         parallelism, :func:`shard_gemm`, :func:`shard_vector`), the row-parallel GEMMs and the
         head followed by their collectives, and with several stages the hand-overs between
@@ -385,6 +476,11 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     stage_of: dict[int | None, int] = {None: pp - 1}
     for s, layers in enumerate(stage_layers(_layers(config), pp)):
         stage_of.update(dict.fromkeys(layers, s))
+    # Walk two layers and let the second stand for the rest (Plan.calls makes them).
+    layers = _layers(config)
+    cut = _two_layers(config) if layers > 2 else None
+    if cut is not None:
+        config = cut
 
     hows = _charging(quant)
     weights = hows["weight"]
@@ -406,8 +502,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
             return 0
         return stage_of[layer]
 
-    def gemm(name: str, b: int, m: int, n: int, k: int, how: GemmCharging, count: int,
-             ph: str) -> None:
+    def gemm(name: str, b: int, m: int, n: int, k: int, how: GemmCharging, role: str,
+             count: int, ph: str) -> None:
         layer = _layer_of(name)
         st = stage(name, layer)
         collective = None
@@ -417,33 +513,41 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         k = -(-k // how.k_multiple) * how.k_multiple
         _check_sizes(name, ph, count, b, m, n, k)
         sharded_k[name] = k
-        call = cm.GemmCall(m=m, n=n, k=k, batch=b, bits_a=how.bits[0], bits_b=how.bits[1],
-                           bits_c=how.bits[2], scheme=how.scheme, recipe=how.recipe)
-        calls.append(PlannedCall(call, name, "array", layer, st, "", how.scheme))
+        key = ("array", b, m, n, k, how.scheme, role, how.bits)
+        call = _interned(key, lambda: cm.GemmCall(
+            m=m, n=n, k=k, batch=b, bits_a=how.bits[0], bits_b=how.bits[1],
+            bits_c=how.bits[2], scheme=how.scheme, recipe=how.recipe))
+        calls.append(PlannedCall(call, name, "array", layer, st, "", how.scheme, 1, key))
         ops = epilogues.get(name)
         if ops is None:
             ops = epilogues[name] = gemm_epilogues(config, name, fuse_phase, fuse_batch,
                                                    float_gemm)
         for op in ops:
-            v = cm.VectorCall(op, [b * m, n], operand_elements=n if op == "add" else None)
-            calls.append(PlannedCall(v, f"{name}.{op}", "vector", layer, st, name))
+            operand = n if op == "add" else 0
+            vkey = ("vector", op, (b * m, n), 32, operand, "none")
+            v = _interned(vkey, lambda op=op, operand=operand: cm.VectorCall(
+                op, [b * m, n], operand_elements=operand or None))
+            calls.append(PlannedCall(v, f"{name}.{op}", "vector", layer, st, name, "none", 1,
+                                     vkey))
         if collective is not None:
             # The [m, n] result at the call's output width: all-reduced whole, or the logits
             # gathered whole from each chip's slice of the vocabulary.
             size = m * (full_n if collective == "all_gather" else n) * how.bits[2] / 8
-            calls.append(PlannedCall(LinkCall(collective, size, tp), f"{name}.{collective}",
-                                     "link", layer, st))
+            link = LinkCall(collective, size, tp)
+            calls.append(PlannedCall(link, f"{name}.{collective}", "link", layer, st, "",
+                                     "none", 1, ("link", *link)))
 
     for i, g in enumerate(gemm_lists[0]):
         if g.weight is None:  # attention: one product per sequence and head, per group
-            how = hows["key" if g.name.endswith("attn.qk") else "value"]
+            role = "key" if g.name.endswith("attn.qk") else "value"
             for (_, n, ph, _), gemms in zip(groups, gemm_lists, strict=True):
                 a = gemms[i]
-                gemm(a.name, a.batch * n, a.m, a.n, a.k, how, n, ph)
+                gemm(a.name, a.batch * n, a.m, a.n, a.k, hows[role], role, n, ph)
         else:  # a weight GEMM: every new token of the step shares the weight
             rows = sum(gemms[i].m * n for (_, n, _, _), gemms in zip(groups, gemm_lists,
                                                                      strict=True))
-            gemm(g.name, g.batch, rows, g.n, g.k, weights, step.sequences, groups[0][2])
+            gemm(g.name, g.batch, rows, g.n, g.k, weights, "weight", step.sequences,
+                 groups[0][2])
 
     if uniform:
         _, n, ph, tokens = groups[0]
@@ -457,18 +561,24 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         shape, operand = tuple(v.shape), v.operand
         if tp > 1:
             shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)
-        call = cm.VectorCall(v.op, list(shape), bits_in=32, bits_out=v.bits_out,
-                             operand_elements=operand if operand else
-                             (None if v.op not in _BINARY else 0))
+        label = quant.name if v.quantize else "none"
+        key = ("vector", v.op, shape, v.bits_out, operand, label)
+        call = _interned(key, lambda: cm.VectorCall(
+            v.op, list(shape), bits_in=32, bits_out=v.bits_out,
+            operand_elements=operand if operand else (None if v.op not in _BINARY else 0)))
         layer = _layer_of(v.name)
         calls.append(PlannedCall(call, v.name, "vector", layer, stage(v.name, layer), "",
-                                 quant.name if v.quantize else "none"))
+                                 label, 1, key))
     if pp > 1:
         hidden = getattr(config, "n_embd", None) or config.hidden_size
         size = step.tokens * hidden * weights.bits[2] / 8
-        calls += [PlannedCall(LinkCall("p2p", size, 2), f"stage{s}.p2p", "link", None, s)
-                  for s in range(pp - 1)]
-    return Plan(whole, phase, tuple(calls), tp, pp, mu)
+        link = LinkCall("p2p", size, 2)
+        calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
+                              ("link", *link)) for s in range(pp - 1)]
+    if cut is None:
+        return Plan(whole, phase, tuple(calls), tp, pp, mu)
+    return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,
+                "h." if hasattr(cut, "n_layer") else "layers.")
 
 
 # ---- Sharding --------------------------------------------------------------------------------

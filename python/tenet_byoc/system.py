@@ -240,9 +240,11 @@ class SystemLedger(Ledger):
     set, ``unit="array"``) and collectives (``unit="link"``), plus the critical path of each
     step (``steps``). ``totals()`` sums work over all chips; :meth:`latency_s` is the time."""
 
-    def __init__(self, entries: list[LedgerEntry], system: System, steps: list[StepTime]):
+    def __init__(self, entries: list[LedgerEntry] | Any, system: System,
+                 steps: list[StepTime], *, count: int | None = None):
         acc = system.accelerator
-        super().__init__(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
+        super().__init__(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [],
+                         count=count)
         self.system = system
         self.steps = steps
 

@@ -28,12 +28,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    if (mistake := refusal(args)) is not None:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if (mistake := refusal(args, given)) is not None:
         parser.exit(2, f"tenet-byoc {args.command}: error: {mistake}\n")
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the run manifest records it
+    args.argv = given  # the run manifest records it
     if args.command is None:
         parser.print_help()
         return 0
     from tenet_byoc.experiments.cli import run_command
 
-    return run_command(parser, args)
+    try:
+        return run_command(parser, args)
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, no traceback; the files already written stay (dse's points.jsonl
+        # resumes from them), a half-written table is not started.
+        out = getattr(args, "out", None)
+        kept = f"; what was written into {out!r} is kept" if out else ""
+        sys.stderr.write(f"\ntenet-byoc {args.command}: interrupted{kept}\n")
+        return 130

@@ -170,6 +170,21 @@ def _milliseconds(text: str) -> float:
     return value
 
 
+def _quantity(unit: str, allow_zero: bool = False):
+    """An argparse type: a finite number of ``unit``, > 0 (>= 0 with ``allow_zero``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {unit}, got {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(
+                f"expected {unit} {'>=' if allow_zero else '>'} 0, got {text!r}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
 def _counts(text: str) -> list[int]:
     one = _count(1)
     return [one(t.strip()) for t in text.split(",") if t.strip()] or [one(text)]
@@ -224,21 +239,63 @@ def _output_file_refusal(path: str) -> str | None:
     return None
 
 
-def refusal(args: argparse.Namespace) -> str | None:
+#: ``estimate`` options that ``--serve`` does not use: each request brings its own lengths.
+SERVE_IGNORES = ("--prompt-len", "--context-len", "--decode-steps")
+
+
+def _given(flag: str, argv: Sequence[str]) -> bool:
+    """Whether ``flag`` is on the command line, as written or abbreviated (argparse takes a
+    unique prefix), with or without ``=VALUE``."""
+    for token in argv:
+        if token == "--":
+            break
+        name = token.split("=", 1)[0]
+        if name.startswith("--") and len(name) > 2 and flag.startswith(name):
+            return True
+    return False
+
+
+def _mixed_out_refusal(out: str, command: str) -> str | None:
+    """Why ``out`` must not take ``command``'s results: it holds another command's
+    (its ``manifest.json`` says which), and a report page of the folder would mix them."""
+    import json
+
+    try:
+        with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+            before = json.load(f)
+    except (OSError, ValueError):
+        return None  # no manifest (a fresh folder), or one the report will refuse itself
+    if not isinstance(before, dict) or before.get("command") in (None, command):
+        return None
+    return (f"--out {out!r} holds the results of `{before.get('command_line') or before['command']}` "
+            f"(its manifest.json): one folder per command, so that a report page of it shows "
+            f"one command's results; give {command} another folder "
+            f"(e.g. {os.path.join(out, command)!r})")
+
+
+def refusal(args: argparse.Namespace, argv: Sequence[str] | None = None) -> str | None:
     """A mistake in parsed options that argparse's types do not see, in one line, or None.
 
     Outputs are checked here, before any work and before TVM is loaded: ``--report``
-    without ``--out``, an ``--out`` folder that cannot be made or written into (it is made),
-    ``profile``'s ``--csv`` / ``--json`` files. ``dse --objective`` is refused here rather
-    than by a type so that its message is one line, as ``run_dse`` gives it."""
+    without ``--out``, an ``--out`` folder that cannot be made or written into (it is made)
+    or that holds another command's results, ``profile``'s ``--csv`` / ``--json`` files.
+    ``dse --objective`` is refused here rather than by a type so that its message is one
+    line, as ``run_dse`` gives it; so are ``estimate --serve``'s options it would ignore
+    (``argv``, the command line, says which were given)."""
     if args.command == "dse" and args.objective not in DSE_FIELDS:
         return (f"--objective {args.objective!r}{did_you_mean(args.objective, DSE_FIELDS)}; "
                 "e.g. tpot_ms, ttft_ms, energy_per_token_mj, area_mm2")
+    if args.command == "estimate" and args.serve is not None and argv is not None:
+        ignored = [flag for flag in SERVE_IGNORES if _given(flag, argv)]
+        if ignored:
+            return (f"--serve takes each request's prompt and output lengths from REQUESTS, so "
+                    f"{' and '.join(ignored)} would be ignored: drop "
+                    f"{'it' if len(ignored) == 1 else 'them'}")
     out = getattr(args, "out", None)
     if getattr(args, "report", False) and not out:
         return "--report needs --out DIR (the page is made from the files written there)"
     if out:
-        return _output_dir_refusal(out)
+        return _mixed_out_refusal(out, args.command) or _output_dir_refusal(out)
     for path in (getattr(args, "csv", None), getattr(args, "json", None)):
         if path and (why := _output_file_refusal(path)) is not None:
             return why
@@ -361,9 +418,10 @@ def _add_estimate(sub) -> None:
                    help="chips in the system; must equal tp x pp (default tp x pp)")
     p.add_argument("--micro-batches", type=_count(1), default=1, metavar="U",
                    help="micro-batches through the pipeline; must divide --batch (default 1)")
-    p.add_argument("--link-gbps", type=float, default=100.0, metavar="GB/s",
+    p.add_argument("--link-gbps", type=_quantity("GB/s"), default=100.0, metavar="GB/s",
                    help="link bandwidth per chip and direction, GB/s (default 100)")
-    p.add_argument("--link-latency-us", type=float, default=1.0, metavar="US",
+    p.add_argument("--link-latency-us", type=_quantity("microseconds", allow_zero=True),
+                   default=1.0, metavar="US",
                    help="link latency per hop, microseconds (default 1)")
     p.add_argument("--topology", default="ring", choices=TOPOLOGIES,
                    help="how collectives travel (default ring)")
@@ -425,6 +483,9 @@ def _add_dse(sub) -> None:
                    help="with --text: a local checkpoint whose per-scheme perplexity and top-1 "
                    "agreement join the points (the eval path, once per scheme)")
     p.add_argument("--text", metavar="FILE", help="with --checkpoint: a UTF-8 text file")
+    p.add_argument("--other-model-accuracy", action="store_true",
+                   help="accept a --checkpoint of another model than --model (its accuracy "
+                   "only shows the wiring); refused otherwise")
     p.add_argument("--window", type=_count(2), metavar="N",
                    help="eval tokens per window (default: the model's context)")
     p.add_argument("--max-tokens", type=_count(2), metavar="N",

@@ -664,6 +664,14 @@ Metrics Run(const Statement* st, const GemmMatch* gemm, int64_t batch, int64_t e
     throw std::invalid_argument("the fast method does not apply: " + why_not +
                                 "; use method 'enumerate' or 'auto'");
   const bool pack = is_preset && rate > 1;
+  // A preset packs the rate's MACs into one element of rate x width bits, and elements are
+  // at most 1024 bits (TensorAccess.bits): past that the packed widths would overflow.
+  if (pack && rate > 1024 / std::max(width, 1))
+    throw std::invalid_argument(
+        "Hardware.macs_per_pe_per_cycle gives " + Str(rate) + " MACs per cycle at " +
+        Str(width) + "-bit operands: a preset dataflow packs them into one element of " +
+        Str(width) + " x " + Str(rate) + " bits, at most 1024 (a rate of at most " +
+        Str(1024 / std::max(width, 1)) + " at " + Str(width) + " bits)");
   const GemmMatch g = pack ? Packed(*gemm, rate) : gemm ? *gemm : GemmMatch{};
   Core core;
   if (fast_ok && method != AnalysisMethod::kEnumerate) {

@@ -162,6 +162,7 @@ struct FoldBound {
   bool applies = false;
   char preset = 'o';
   int64_t rows = 1, cols = 1, stream_tile = 0, load = 0;
+  bool steady = false;  // folds in steady state (memory.h SteadyFoldCycles)
 
   // (SP, SQ, SL) of a tile in the preset's canonical form.
   void Canon(int64_t m, int64_t n, int64_t k, int64_t* sp, int64_t* sq, int64_t* sl) const {
@@ -170,6 +171,7 @@ struct FoldBound {
     else { *sp = k; *sq = m; *sl = n; }
   }
   int64_t Cycles(int64_t m, int64_t n, int64_t k) const {
+    if (steady) return SteadyFoldCycles(preset, rows, cols, stream_tile, 1, m, n, k);
     int64_t sp, sq, sl;
     Canon(m, n, k, &sp, &sq, &sl);
     const int64_t folds_pq = CheckedMul(CeilDiv(sp, rows), CeilDiv(sq, cols), kCount);
@@ -197,6 +199,7 @@ FoldBound MakeFoldBound(const Dataflow& df, const ArrayModel& am, const MemoryHi
   f.cols = df.cols;
   if (!df.tiling.empty()) f.stream_tile = df.tiling.begin()->second;
   f.load = (df.preset != "os" && !mem.stationary_double_buffered) ? df.rows : 0;
+  f.steady = mem.stationary_double_buffered;
   return f;
 }
 

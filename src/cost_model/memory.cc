@@ -332,6 +332,22 @@ std::shared_ptr<const PreparedArray> PrepareTileArray(const Hardware& hw, const 
   return PrepareArray(tile_hw, df);
 }
 
+int64_t SteadyFoldCycles(char preset, int64_t rows, int64_t cols, int64_t stream_tile,
+                         int64_t rate, int64_t m, int64_t n, int64_t k) {
+  // The preset's canonical fold plan (analysis.cc FoldPlan) of the tile, K packed by the
+  // MAC rate (an r-wide dot product per PE): SP x SQ on the array, SL streamed in chunks.
+  const int64_t kp = CeilDiv(k, std::max<int64_t>(1, rate));
+  int64_t sp = m, sq = n, sl = kp;
+  if (preset == 'w') { sp = kp; sq = n; sl = m; }
+  else if (preset == 'i') { sp = kp; sq = m; sl = n; }
+  const int64_t folds_pq = CheckedMul(CeilDiv(sp, rows), CeilDiv(sq, cols), "folds");
+  const int64_t t = stream_tile > 0 ? std::min(stream_tile, sl) : sl;
+  const int64_t full = sl / t, rem = sl % t;
+  int64_t c = CheckedMul(CheckedMul(folds_pq, full, "folds"), std::max(t, rows), "cycles");
+  if (rem) c = CheckedAdd(c, CheckedMul(folds_pq, std::max(rem, rows), "cycles"), "cycles");
+  return c;
+}
+
 ArrayModel ExactArrayModel(const GemmWorkload& w, std::shared_ptr<const PreparedArray> tiles,
                            const MemoryHierarchy& mem) {
   Validate(w);
@@ -356,13 +372,25 @@ ArrayModel ExactArrayModel(const GemmWorkload& w, std::shared_ptr<const Prepared
     if (it != df.tiling.end()) a.k_pass = it->second;
   }
   a.stationary_bits = ws ? w.bits_b : is ? w.bits_a : df.preset == "os" ? mem.psum_bits : 0;
-  const bool hide_load = mem.stationary_double_buffered && (ws || is) && df.rows > 0;
-  if (hide_load) a.prologue_cycles = df.rows;
+  // Folds in steady state (README "Folds in steady state"): with the stationary operand
+  // double-buffered (ws: B, is: A, os: the accumulators of C), the next fold's stationary
+  // operand shifts in (os: the last fold's sums shift out) while the current fold streams,
+  // so consecutive folds overlap their fill and drain: a fold holds the array for max(L, R)
+  // cycles (its stream of L, or the R-cycle load / drain beside it when longer), and the
+  // call pays once the first load (ws / is: R) and one fill and drain (R + C - 2), as
+  // prologue_cycles.
+  const bool steady = mem.stationary_double_buffered && (ws || is || df.preset == "os") &&
+                      df.rows > 0 && df.cols > 0;
+  if (steady)
+    a.prologue_cycles = CheckedAdd((ws || is) ? df.rows : 0, df.rows + df.cols - 2, "cycles");
   const double buffer_bw = mem.buffer_bandwidth_bits;
-  const int64_t rows = df.rows;
+  const int64_t rows = df.rows, cols = df.cols;
+  const char preset = df.preset.empty() ? ' ' : df.preset[0];
+  const int64_t stream_tile = df.tiling.empty() ? 0 : df.tiling.begin()->second;
+  const int64_t rate = hw.macs_per_pe_per_cycle.AtBits(std::max(w.bits_a, w.bits_b));
   const int bits_a = w.bits_a, bits_b = w.bits_b, bits_c = w.bits_c;
-  a.tile_cost = [tiles, buffer_bw, rows, hide_load, bits_a, bits_b,
-                 bits_c](int64_t m, int64_t n, int64_t k) {
+  a.tile_cost = [tiles, buffer_bw, rows, cols, preset, stream_tile, rate, steady, bits_a,
+                 bits_b, bits_c](int64_t m, int64_t n, int64_t k) {
     GemmWorkload tw;
     tw.m = m; tw.n = n; tw.k = k;
     tw.bits_a = bits_a; tw.bits_b = bits_b; tw.bits_c = bits_c;
@@ -370,11 +398,9 @@ ArrayModel ExactArrayModel(const GemmWorkload& w, std::shared_ptr<const Prepared
     TileCost c;
     c.cycles = x.cycles;
     c.active_pes = x.active_pes;
-    if (hide_load) {
-      // The next fold's stationary operand loads during this fold: the per-fold load is
-      // hidden (paid once per call, as prologue_cycles); the buffer stall is recomputed.
-      const int64_t compute = x.compute_cycles - x.folds * rows;
-      c.cycles = std::max(compute, CeilCycles(x.offchip_read_bits + x.offchip_write_bits, buffer_bw));
+    if (steady) {
+      c.cycles = std::max(SteadyFoldCycles(preset, rows, cols, stream_tile, rate, m, n, k),
+                          CeilCycles(x.offchip_read_bits + x.offchip_write_bits, buffer_bw));
     }
     for (const auto& kv : x.tensors) {
       if (kv.first == "A") c.buffer_read_bits_a = kv.second.offchip_bits;

@@ -67,9 +67,10 @@ struct MemoryHierarchy {
   // stationary_double_buffered), at their widths, must fit.
   int64_t register_bytes = 64;           // per PE, > 0
   double register_pj_per_bit = SramPjPerBit(64);  // >= 0
-  // The next fold's stationary operand (ws: B, is: A) shifts in while the current fold
-  // computes (the TPU's weight FIFO): the per-fold load of the ws/is presets is paid once
-  // per call instead of once per fold.
+  // The next fold's stationary operand (ws: B, is: A; os: C's accumulators) shifts in (os:
+  // out) while the current fold computes (the TPU's weight FIFO): folds run in steady state,
+  // each max(stream length, rows) cycles, and the load, fill and drain are paid once per
+  // call (SteadyFoldCycles, ExactArrayModel).
   bool stationary_double_buffered = false;
   // Width of partial sums of C (the accumulator) when they are stored and moved, bits.
   int psum_bits = 32;
@@ -201,9 +202,21 @@ struct ArrayModel {
   std::string name = "array";  // dataflow, for MemoryMetrics::mapping
 };
 
+// The array cycles of one buffer tile (m x n x k) with folds in steady state: each fold of
+// the preset ('o', 'w', 'i': os / ws / is on a `rows`-row array, the streamed dimension cut
+// into `stream_tile` chunks, 0 = uncut, K packed by the MAC `rate`) holds the array for
+// max(L, rows) cycles, L its stream length: the next fold's stationary operand shifts in (os:
+// the last fold's sums shift out) beside the current fold's stream. The call's first load
+// and its one fill and drain are not in it (ExactArrayModel's prologue_cycles).
+int64_t SteadyFoldCycles(char preset, int64_t rows, int64_t cols, int64_t stream_tile,
+                         int64_t rate, int64_t m, int64_t n, int64_t k);
+
 // The existing exact analysis as an ArrayModel: AnalyzeGemm of each tile with `df` on `hw`,
-// the buffer <-> array bandwidth as its bandwidth (today's stall model), the ws/is per-fold
-// stationary load hidden when mem.stationary_double_buffered.
+// the buffer <-> array bandwidth as its bandwidth (today's stall model). With
+// mem.stationary_double_buffered (os, ws, is presets) folds run in steady state
+// (SteadyFoldCycles): a tile costs max(its folds' steady cycles, its buffer transfer), and
+// prologue_cycles is the first stationary load (ws / is: rows) plus one fill and drain
+// (rows + cols - 2).
 ArrayModel ExactArrayModel(const GemmWorkload& w, const Hardware& hw, const Dataflow& df,
                            const MemoryHierarchy& mem);
 // The array every tile of a call on (hw, df) runs on: hw at the buffer <-> array bandwidth,

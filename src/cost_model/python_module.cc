@@ -1,6 +1,7 @@
 // pybind11 binding of the cost model (tenet_byoc._cost_model); the Python-facing API is
 // re-exported with keyword conveniences by tenet_byoc/cost_model.py.
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -418,4 +419,22 @@ PYBIND11_MODULE(_cost_model, m) {
       py::arg("text"), py::arg("point"), py::arg("params") = std::map<std::string, int64_t>{});
   BindVector(m);  // before BindValues: the Accelerator returns its units
   BindValues(m);  // after Hardware, Dataflow and Metrics, which its values return
+
+  // Pickle protocols 0 and 1 reduce an object through copyreg._reduce_ex, which makes an
+  // instance of its pybind11 base class: pybind11 then throws where nothing can catch it
+  // and the process aborts. Every class here takes protocol 2's reduction at any protocol
+  // instead: a value with a pickled form round-trips, any other is refused with pickle's
+  // TypeError ("cannot pickle ... object"), as at protocol 2.
+  const py::object object_reduce_ex = py::module_::import("builtins").attr("object").attr(
+      "__reduce_ex__");
+  for (const auto& item : m.attr("__dict__").cast<py::dict>()) {
+    if (!py::isinstance<py::type>(item.second)) continue;
+    const py::object cls = py::reinterpret_borrow<py::object>(item.second);
+    py::setattr(cls, "__reduce_ex__",
+                py::cpp_function(
+                    [object_reduce_ex](const py::object& self, int protocol) {
+                      return object_reduce_ex(self, std::max(protocol, 2));
+                    },
+                    py::name("__reduce_ex__"), py::is_method(cls), py::arg("protocol")));
+  }
 }

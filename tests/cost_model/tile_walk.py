@@ -83,8 +83,9 @@ def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=
         if shape not in cache:
             r = cm.analyze_gemm(*shape, tile_hw, df, bits_a=bits_a, bits_b=bits_b, bits_c=bits_c)
             cycles = r.cycles
-            if mem.stationary_double_buffered and df.preset_name in ("ws", "is"):
-                cycles = max(r.compute_cycles - r.folds * df.rows,
+            if mem.stationary_double_buffered and df.preset_name in ("os", "ws", "is"):
+                # Folds in steady state: each holds the array for max(stream, rows) cycles.
+                cycles = max(_steady_folds(df, hw, bits_a, bits_b, *shape),
                              _ceil_cycles(r.offchip_read_bits + r.offchip_write_bits,
                                           mem.buffer_bandwidth_bits))
             cache[shape] = cycles
@@ -153,8 +154,25 @@ def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=
             total += max(a, time(x))
         else:
             total += a + (time(fetch[n]) if n else 0) + (time(wb[n]) if n + 1 < S else 0)
-    if mem.stationary_double_buffered and df.preset_name in ("ws", "is"):
-        res.array_cycles += df.rows
-        total += df.rows
+    if mem.stationary_double_buffered and df.preset_name in ("os", "ws", "is"):
+        # once per call: the first stationary load (ws / is) and one fill and drain
+        once = (df.rows if df.preset_name != "os" else 0) + df.rows + df.cols - 2
+        res.array_cycles += once
+        total += once
     res.cycles = total
     return res
+
+
+def _steady_folds(df, hw, bits_a, bits_b, m, n, k):
+    """Sum over the tile's folds, walked one by one, of max(stream length, rows)."""
+    rates = hw.macs_per_pe_per_cycle
+    rate = rates if isinstance(rates, int) else rates.get(max(bits_a, bits_b), 1)
+    kp = -(-k // rate)
+    sp, sq, sl = {"os": (m, n, kp), "ws": (kp, n, m), "is": (kp, m, n)}[df.preset_name]
+    t = min(df.tiling.get({"os": "k", "ws": "m", "is": "n"}[df.preset_name], sl), sl)
+    total = 0
+    for _p in range(0, sp, df.rows):
+        for _q in range(0, sq, df.cols):
+            for start in range(0, sl, t):
+                total += max(min(t, sl - start), df.rows)
+    return total

@@ -283,6 +283,18 @@ def test_vector_lanes_change_ttft_as_estimate_says():
     assert (narrow.ttft_ms, wide.ttft_ms) == pytest.approx((ttft[16], ttft[64]), rel=1e-12)
 
 
+def test_vector_lanes_have_an_area():
+    # 1,024 lanes against 16 at 45 nm: 1,008 more fp32 adders (4184 um2) and multipliers
+    # (7700 um2), and a buffer port of 1,024 x 64 bits against 16 x 64: 512 - 8 more banks of
+    # 128 bits at 5000 um2 (the area table's figures)
+    space = {"rows": [8], "cols": [16], "pe_formats": [["int8", "fp16", "fp32"]],
+             "vector_lanes": [16, 1024]}
+    narrow, wide = dse.explore("gpt2", ["none"], space, executor="serial", prompt_len=4,
+                               decode_steps=1)
+    by_hand = (1008 * (4184 + 7700) + (512 - 8) * 5000) / 1e6
+    assert wide.area_mm2 - narrow.area_mm2 == pytest.approx(by_hand, rel=1e-9)
+
+
 def test_tensor_parallel_that_does_not_divide_the_heads_is_refused_on_its_point():
     rows = dse.explore("gpt2", ["none"], {**SYSTEMS, "tensor_parallel": [5],
                                           "pipeline_parallel": [1], "vector_lanes": [16]},

@@ -105,7 +105,7 @@ def test_accuracy_joins_each_scheme_from_the_eval_path(tmp_path, capsys):
     space.write_text("rows: [8, 16]\ncols: [16]\n")
     argv = ["dse", *ARGS, "--space", str(space), "--out", str(tmp_path / "out"),
             "--checkpoint", str(ckpt), "--text", str(tmp_path / "text.txt"), "--window", "16",
-            "--max-tokens", "48"]
+            "--max-tokens", "48", "--other-model-accuracy"]  # a tiny GPT-2 beside gpt2's shapes
     assert main(argv) == 0
     assert "perplexity" in capsys.readouterr().out
     ref = {r.scheme: r for r in evaluate(ckpt, tmp_path / "text.txt", ["none", "per_token"],

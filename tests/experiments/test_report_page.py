@@ -363,3 +363,17 @@ def test_a_page_without_a_self_check_times_out_clearly(tmp_path):
     page.write_text("<!DOCTYPE html><p>no self-check here</p>")
     with pytest.raises(RuntimeError, match=r"page.html'.*self-check did not finish in 10 s"):
         browser_check(page, timeout=10)
+
+
+def test_pe_utilization_in_percent_as_the_command_line_prints_it(tmp_path):
+    # one unit everywhere: the CLI prints 50.00%, the page shows 50 under "PE util (%)"
+    (tmp_path / "sweep_batch.csv").write_text("scheme,context_len,batch,tpot_ms,tokens_per_s,"
+                                              "energy_per_token_mj,dram_bytes_per_token,"
+                                              "pe_utilization\nnone,16,1,2.5,400,1.5,100,0.5\n")
+    text = Path(write_report(tmp_path)).read_text()
+    tables = json.loads(re.search(r'<script type="application/json" id="tables">(.*?)</script>',
+                                  text, re.S).group(1))
+    table = tables["sweep-batch"]
+    column = table["columns"].index("pe_utilization")
+    assert table["labels"][column] == "PE util (%)"
+    assert table["rows"][0][column] == 50.0

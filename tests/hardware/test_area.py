@@ -27,10 +27,16 @@ def test_os16_at_45nm_equals_horowitz_summed_by_hand():
                                           rel=1e-12)
     # 256 bits/cycle at 1 GHz = 32 GB/s, 0.05 mm2 per GB/s
     assert got["dram_interface"] == pytest.approx(32 * 0.05, rel=1e-12)
+    # 16 float32 lanes, an fp32 add and multiply each, and their 16 x 64 = 1024-bit buffer
+    # port: 8 banks of 128 bits
+    assert got["vector_unit"] == pytest.approx((16 * (4184 + 7700) + 8 * 5000) / 1e6,
+                                               rel=1e-12)
+    # 16 weight elements a cycle at the edge, an fp16 multiply and add each
+    assert got["edge_dequantizer"] == pytest.approx(16 * (1640 + 1360) / 1e6, rel=1e-12)
     parts = [v for k, v in got.items() if k != "total"]
     assert got["total"] == pytest.approx(sum(parts), rel=1e-12)
     assert set(got) == {"mac:fp32", "mac:fp16", "mac:int8", "registers", "buffer",
-                        "dram_interface", "total"}
+                        "dram_interface", "vector_unit", "edge_dequantizer", "total"}
 
 
 def test_node_scaling_follows_the_bitcell_ratio():

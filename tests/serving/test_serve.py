@@ -8,25 +8,71 @@ import json
 import numpy as np
 import pytest
 
-from tenet_byoc.estimate import estimate
+from tenet_byoc.estimate import estimate_step
+from tenet_byoc.plan import Step, StepSequence
 from tenet_byoc.serving import SchedulerConfig, TraceRequest, serving_metrics, simulate
 from tenet_byoc.serving.cost import model_step_cost
 
 
 def test_unbatched_run_is_estimates_summed():
     # One sequence at a time, all waiting at 0: the run lasts each request's prefill and
-    # decode steps as estimate charges them (a whole ledger per request), summed.
+    # decode steps as estimate_step composes each whole step (every layer planned), summed.
     lengths = [(12, 5), (30, 1), (7, 9)]
     trace = [TraceRequest(0.0, p, o) for p, o in lengths]
-    cost = model_step_cost("gpt2", "w8a8_per_tensor+kv8", "os16", context_granularity=1,
+    cost = model_step_cost("gpt2", "w8a8_per_tensor", "os16", context_granularity=1,
                            token_granularity=1)
     run = simulate(trace, cost, scheduler=SchedulerConfig("orca", max_seqs=1))
-    per_request = [1e-6 * sum(e.latency_us for e in estimate(
-        "gpt2", "w8a8_per_tensor+kv8", "os16", prompt_len=p, decode_steps=o - 1).entries)
-        for p, o in lengths]
+
+    def seconds(step):
+        return estimate_step("gpt2", step, "w8a8_per_tensor", "os16", entries=False)[0].seconds
+
+    per_request = [seconds(Step.prefill(p)) + sum(seconds(Step.decode(p + i))
+                                                  for i in range(o - 1))
+                   for p, o in lengths]
     assert run.finish_s == pytest.approx(np.cumsum(per_request), rel=1e-9)
     m = serving_metrics(run)
     assert m.tokens_per_s == pytest.approx(sum(o for _, o in lengths) / sum(per_request))
+
+
+@pytest.mark.parametrize("step", [
+    Step.decode(100, batch=8),
+    Step([StepSequence(1, 40)] * 5 + [StepSequence(30, 0)]),
+    Step([StepSequence(1, c) for c in range(10, 30)]),
+    Step([StepSequence(20, 0), StepSequence(7, 0)]),
+], ids=["decode-batch", "decodes+prefill", "decodes-apart", "two-prefills"])
+def test_split_cost_matches_the_whole_step(step):
+    # The split cost (a T-token prefill's dense calls + each sequence's attention) against
+    # the plan of the whole mixed step: the per-sequence vector calls (mask, positions) and
+    # the epilogues of a batched step differ a little; measured <= 0.5%.
+    cost = model_step_cost("gpt2", "none", "os16", context_granularity=1, token_granularity=1)
+    whole = estimate_step("gpt2", step, "none", "os16", entries=False)[0].seconds
+    assert cost(step) == pytest.approx(whole, rel=0.01)
+
+
+@pytest.mark.parametrize("kv, row", [("kv8", 768), ("kv4/head", 64), ("kv8/group32", 32)])
+def test_kv_quantization_is_charged(kv, row):
+    # GPT-2 small: 12 layers, 12 heads of 64. Per layer and new token, the cache's keys and
+    # values are written at the cache's width (estimate writes float32) and quantized on
+    # the vector unit, one row per scale.
+    from tenet_byoc import cost_model as cm
+    from tenet_byoc.hardware import resolve
+
+    acc = resolve("os16")
+    plain = model_step_cost("gpt2", "w8a8_per_tensor", acc, token_granularity=1)
+    quant = model_step_cost("gpt2", f"w8a8_per_tensor+{kv}", acc, token_granularity=1)
+    bits = int(kv[2])
+    tokens = 24
+
+    def us(call):
+        return cm.charge_vector(call, acc).latency_us
+
+    float_write = us(cm.VectorCall("kv_write", [1, 12, tokens, 64], bits_in=32, bits_out=32))
+    write = us(cm.VectorCall("kv_write", [1, 12, tokens, 64], bits_in=32, bits_out=bits))
+    quantize = us(cm.VectorCall("quantize", [tokens * 768 // row, row], bits_in=32,
+                                bits_out=bits))
+    extra = 12 * 2 * (write + quantize - float_write) * 1e-6
+    assert quant.dense(tokens) - plain.dense(tokens) == pytest.approx(extra, rel=1e-9)
+    assert quantize > 0
 
 
 def _read(path):

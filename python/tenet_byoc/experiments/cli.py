@@ -148,12 +148,13 @@ def _cases(args, models: Sequence[str], quick: bool = False) -> list:
     return cases
 
 
-def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerators) -> None:
+def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerators,
+                system: dict | None = None) -> None:
     """Write the run's manifest into --out and, with --report, the page."""
     from .results import write_manifest
 
     write_manifest(args.out, command=args.command, argv=args.argv, models=models,
-                   schemes=schemes, accelerators=accelerators)
+                   schemes=schemes, accelerators=accelerators, system=system)
     if getattr(args, "report", False):  # serve has no page yet
         from .report import write_report
 
@@ -168,6 +169,8 @@ def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerator
 def _print_sweep(result) -> None:
     for note in result.notes:
         print(f"- {note}")
+    print("Costs are the offloaded GEMMs only, as run and charged (`tenet-byoc estimate` adds "
+          "the vector unit: the whole model).")
     for model in dict.fromkeys(r.model for r in result.rows):
         print()
         print(result.table(model))
@@ -307,9 +310,10 @@ def _cmd_eval(args) -> int:
 def _show_preset(name: str, fmt: str) -> int:
     import json
 
+    from ..design_file import design_form
     from ..hardware import preset
 
-    form = json.loads(preset(name).to_json())
+    form = design_form(preset(name))  # each quantity once: the file a user edits
     if fmt == "yaml":
         import yaml
 
@@ -405,9 +409,10 @@ def _cmd_estimate(args) -> int:
         code = run_estimate(args)
     if args.out:
         from ..hardware import resolve
+        from .estimate_cmd import _system, system_entry
 
         _finish_out(args, [args.model], args.schemes,
-                    [resolve(args.accelerator, args.mapping)])
+                    [resolve(args.accelerator, args.mapping)], system_entry(_system(args)))
     return code
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ..documents import read_text
+
 __all__ = ["plot_fronts", "run_dse", "scheme_accuracy"]
 
 RESULTS_FILE = "points.jsonl"  #: the command's options (tenet_byoc_cli.parser) name it too
@@ -68,8 +70,11 @@ def scheme_accuracy(checkpoint: str, text: str, schemes: Sequence[str], *,
 
 def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
     """TPOT, TTFT and energy per token against area: every feasible point faint, each
-    scheme's front drawn as a line (log axes)."""
+    scheme's front drawn as a line with its own marker (log axes only where the values span
+    two decades, ticks as plain numbers)."""
     from matplotlib.figure import Figure
+
+    from .plots import scale_axis
 
     panels = (("tpot_ms", "TPOT (ms)", "tpot_area"), ("ttft_ms", "TTFT (ms)", "ttft_area"),
               ("energy_per_token_mj", "energy / token (mJ)", "energy_area"))
@@ -77,7 +82,10 @@ def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
     axes = fig.subplots(1, 3)
     schemes = list(dict.fromkeys(r.scheme for r in rows))
     colors = {s: f"C{i % 10}" for i, s in enumerate(schemes)}
+    markers = {s: "os^Dv<>PX*"[i % 10] for i, s in enumerate(schemes)}
     for ax, (metric, label, front) in zip(axes, panels, strict=True):
+        xs: list[float] = []
+        ys: list[float] = []
         for s in schemes:
             mine = [r for r in rows if r.scheme == s and r.feasible
                     and not math.isnan(getattr(r, metric))]
@@ -85,11 +93,13 @@ def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
                 continue
             ax.scatter([r.area_mm2 for r in mine], [getattr(r, metric) for r in mine], s=6,
                        alpha=0.25, color=colors[s], linewidths=0)
+            xs += [r.area_mm2 for r in mine]
+            ys += [getattr(r, metric) for r in mine]
             on = sorted((r for r in mine if front in r.fronts), key=lambda r: r.area_mm2)
-            ax.plot([r.area_mm2 for r in on], [getattr(r, metric) for r in on], marker="o",
-                    ms=4, color=colors[s], label=s, drawstyle="steps-post")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+            ax.plot([r.area_mm2 for r in on], [getattr(r, metric) for r in on],
+                    marker=markers[s], ms=5, color=colors[s], label=s, drawstyle="steps-post")
+        scale_axis(ax, "x", xs)
+        scale_axis(ax, "y", ys)
         ax.set_xlabel("area (mm2)")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
@@ -122,6 +132,56 @@ def _check_same_run(out: Path, settings: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(dict(settings), indent=1), encoding="utf-8")
 
 
+def _shape(config) -> tuple:
+    """What makes two configs one model here: family, width, depth, heads and vocabulary."""
+    get = lambda *names: next((getattr(config, n) for n in names if hasattr(config, n)), None)  # noqa: E731
+    return (type(config).__name__, get("n_embd", "hidden_size"),
+            get("n_layer", "num_hidden_layers"), get("n_head", "num_attention_heads"),
+            get("vocab_size"))
+
+
+def _check_same_model(model: str, checkpoint: str) -> None:
+    """Refuse a checkpoint whose model is not ``model``: its perplexity would be reported
+    beside another model's costs as if it were theirs."""
+    from ..models.configs import resolve_config
+
+    a, b = _shape(resolve_config(model)), _shape(resolve_config(checkpoint))
+    if a != b:
+        names = ("family", "width", "layers", "heads", "vocabulary")
+        differ = ", ".join(f"{n} {x} vs {y}" for n, x, y in zip(names, a, b) if x != y)
+        raise ValueError(
+            f"--checkpoint {checkpoint!r} is not {model} ({differ}): its perplexity would be "
+            f"another model's beside {model}'s costs; give a checkpoint of {model}, or "
+            "--other-model-accuracy to take it anyway (the wiring only)")
+
+
+def check_ray_address(address: str | None, timeout_s: float = 10.0) -> None:
+    """Refuse a Ray cluster address nothing answers at: ``ray.init`` would wait for it for
+    ever. ``None``, ``auto`` and ``local`` are Ray's own to resolve.
+
+    Raises
+    ------
+    ValueError
+        Naming the address and what the connection attempt said.
+    """
+    import socket
+
+    if address is None or address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--ray-address {address!r}: expected HOST:PORT (or ray://HOST:PORT, "
+                         "auto, local)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise ValueError(f"--ray-address {address!r}: nothing answers there ({err}); start "
+                         "the cluster's head (ray start --head) or leave --ray-address out "
+                         "for a Ray on this machine") from None
+
+
 def run_dse(args: argparse.Namespace) -> int:
     """The ``dse`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
     import sys
@@ -132,7 +192,11 @@ def run_dse(args: argparse.Namespace) -> int:
 
     if (args.checkpoint is None) != (args.text is None):
         raise ValueError("--checkpoint and --text go together (the accuracy of each scheme)")
+    if args.checkpoint is not None and not args.other_model_accuracy:
+        _check_same_model(args.model, args.checkpoint)
     space = DesignSpace.from_file(args.space)
+    if args.executor == "ray":
+        check_ray_address(args.ray_address)
     _check_lengths(_config(args.model), args.prompt_len, args.prompt_len, args.decode_steps,
                    args.batch)
     names = [f.name for f in fields(PointResult)]
@@ -143,7 +207,7 @@ def run_dse(args: argparse.Namespace) -> int:
                          "; e.g. tpot_ms, ttft_ms, energy_per_token_mj, area_mm2")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    _check_same_run(out, _settings(args, Path(args.space).read_text(encoding="utf-8")))
+    _check_same_run(out, _settings(args, read_text(args.space, "design space")))
     accuracy = None
     if args.checkpoint is not None:
         accuracy = scheme_accuracy(args.checkpoint, args.text, args.schemes,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .results import markdown_table, write_csv
+from .results import markdown_table, si, write_csv
 
 if TYPE_CHECKING:  # the ledger module imports TVM; `tenet-byoc --help` must not wait for it
     from ..ledger import Ledger
@@ -138,14 +138,14 @@ def batch_sweep(model, schemes: Sequence[str], accelerator, batches: Sequence[in
 
 
 _SWEEP_HEADER = ["scheme", "context", "batch", "TPOT (ms)", "tokens/s", "energy/token (mJ)",
-                 "DRAM MB/token", "PE util"]
+                 "DRAM bytes/token", "PE util"]
 
 
 def sweep_table(points: Sequence[SweepPoint]) -> str:
     """A markdown table of sweep points."""
     return markdown_table(_SWEEP_HEADER, [
         [p.scheme, p.context_len, p.batch, f"{p.tpot_ms:,.3f}", f"{p.tokens_per_s:,.1f}",
-         f"{p.energy_per_token_mj:,.3f}", f"{p.dram_bytes_per_token / 1e6:,.1f}",
+         f"{p.energy_per_token_mj:,.3f}", si(p.dram_bytes_per_token, "B"),
          f"{100 * p.pe_utilization:.2f}%"] for p in points
     ])
 
@@ -155,12 +155,14 @@ def _csv(items: Sequence, kind: type, path: Path) -> Path:
     return path
 
 
-def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint],
-                path: str | Path, title: str) -> Path:
-    """One figure: TPOT and energy per token against context (left) and batch (right)."""
+def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint],
+                 title: str):
+    """The figure of :func:`plot_sweeps`: TPOT and energy per token against context (left)
+    and batch (right); an axis is log only where its values span two decades (the swept
+    lengths and batches, powers of two, from 8x), ticks at the swept values."""
     from matplotlib.figure import Figure
 
-    from .plots import decade_limits
+    from .plots import scale_axis
 
     fig = Figure(figsize=(10, 6.5), layout="constrained")
     axes = fig.subplots(2, 2)
@@ -170,23 +172,35 @@ def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint]
         for row, (metric, ylabel) in enumerate((("tpot_ms", "TPOT (ms)"),
                                                 ("energy_per_token_mj", "energy / token (mJ)"))):
             ax = axes[row][col]
+            # one unit for the quantity in the whole figure: J once any panel reaches 1,000 mJ
+            scale = (1e-3 if metric == "energy_per_token_mj" and max(
+                p.energy_per_token_mj for p in [*by_context, *by_batch]) >= 1e3 else 1.0)
+            if scale != 1.0:
+                ylabel = "energy / token (J)"
             for scheme in dict.fromkeys(p.scheme for p in points):
                 mine = [p for p in points if p.scheme == scheme]
-                ax.plot([getattr(p, key) for p in mine], [getattr(p, metric) for p in mine],
-                        marker="o", label=scheme)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            # whole decades: the top lines sit below a labelled tick, not above the last one
-            ax.set_ylim(*decade_limits([getattr(p, metric) for p in points]))
+                ax.plot([getattr(p, key) for p in mine],
+                        [scale * getattr(p, metric) for p in mine],
+                        marker="os^Dv"[list(dict.fromkeys(q.scheme for q in points))
+                                       .index(scheme) % 5], label=scheme)
+            swept = sorted({getattr(p, key) for p in points})
+            scale_axis(ax, "x", swept, ticks=swept, ratio=8)
+            scale_axis(ax, "y", [scale * getattr(p, metric) for p in points])
             ax.set_ylabel(ylabel)
             ax.grid(True, which="both", alpha=0.3)
             if row == 1:
                 ax.set_xlabel(label)
     axes[0][0].legend(title="scheme")
     fig.suptitle(title)
+    return fig
+
+
+def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint],
+                path: str | Path, title: str) -> Path:
+    """One PNG: TPOT and energy per token against context (left) and batch (right)."""
     from .plots import save_figure
 
-    return save_figure(fig, path, dpi=110)
+    return save_figure(sweep_figure(by_context, by_batch, title), path, dpi=110)
 
 
 # ----------------------------------------------------------------------------------------
@@ -195,29 +209,81 @@ def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint]
 
 
 _PHASE_HEADER = ["scheme", "phase", "tokens", "TTFT / TPOT (ms)", "tokens/s",
-                 "energy/token (mJ)", "MACs", "DRAM MB", "PE util", "/ roofline"]
+                 "energy/token (mJ)", "MACs", "DRAM bytes", "PE util", "/ roofline"]
 
 
 def phase_table(rows: Sequence[PhaseFigures]) -> str:
     """A markdown table of per-phase figures."""
     return markdown_table(_PHASE_HEADER, [
         [f.scheme, f.phase, f.tokens, f"{f.latency_ms:,.3f}", f"{f.tokens_per_s:,.1f}",
-         f"{f.energy_per_token_mj:,.3f}", f"{f.macs:,}", f"{f.dram_bytes / 1e6:,.1f}",
+         f"{f.energy_per_token_mj:,.3f}", si(f.macs, digits=4), si(f.dram_bytes, "B"),
          f"{100 * f.pe_utilization:.1f}%", f"{f.roofline_ratio:.2f}x"] for f in rows
     ])
 
 
 def _system(args: argparse.Namespace) -> System | None:
-    """The System the flags describe, or None for one chip with no system flag given."""
+    """The System the flags describe, or None for one chip with no system flag given.
+
+    Every bad multi-chip flag is reported at once, in one ``ValueError`` naming the flags.
+    """
     tp, pp = args.tp, args.pp
     chips = args.chips if args.chips is not None else tp * pp
     if chips == 1 and args.micro_batches == 1:
         return None
     from ..hardware import resolve
+    from ..models.configs import resolve_config
+    from ..plan import check_tensor_parallel, stage_layers
     from ..system import Link, System
 
-    link = Link(args.link_gbps, args.link_latency_us, args.topology)
+    problems = []
+    if chips != tp * pp:
+        problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp} = {tp * pp}")
+    if args.batch % args.micro_batches:
+        problems.append(f"--micro-batches {args.micro_batches} must divide --batch {args.batch}"
+                        " (each micro-batch takes batch / micro-batches sequences)")
+    link = None
+    try:
+        link = Link(args.link_gbps, args.link_latency_us, args.topology)
+    except ValueError as err:
+        problems.append(str(err).replace("Link.bandwidth_gbps", "--link-gbps")
+                        .replace("Link.latency_us", "--link-latency-us")
+                        .replace("Link.topology", "--topology"))
+    config = resolve_config(args.model)  # an unknown model is its own error, reported alone
+    n_layers = getattr(config, "n_layer", None) or config.num_hidden_layers
+    for check in (lambda: check_tensor_parallel(config, tp),
+                  lambda: stage_layers(n_layers, pp)):
+        try:
+            check()
+        except ValueError as err:
+            problems.append(str(err).replace("tensor_parallel=", "--tp ")
+                            .replace("pipeline_parallel=", "--pp "))
+    if problems:
+        raise ValueError(f"{len(problems)} bad multi-chip option(s) for {args.model}:\n  "
+                         + "\n  ".join(problems))
     return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link)
+
+
+def system_entry(system: System | None) -> dict:
+    """The chips, parallelism and link of an estimate, as the manifest and header give them."""
+    if system is None:
+        return {"chips": 1}
+    link = system.link
+    return {"chips": system.chips, "tensor_parallel": system.tensor_parallel,
+            "pipeline_parallel": system.pipeline_parallel,
+            "micro_batches": system.micro_batches,
+            "link": {"bandwidth_gbps": link.bandwidth_gbps, "latency_us": link.latency_us,
+                     "topology": link.topology}}
+
+
+def system_line(system: System | None) -> str:
+    """``one chip`` or ``16 chips (TP 8 x PP 2, 4 micro-batches; ring link 100 GB/s, 1 us a
+    hop)``."""
+    if system is None:
+        return "one chip"
+    link = system.link
+    return (f"{system.chips} chips (TP {system.tensor_parallel} x PP "
+            f"{system.pipeline_parallel}, {system.micro_batches} micro-batch(es); "
+            f"{link.topology} link {link.bandwidth_gbps:g} GB/s, {link.latency_us:g} us a hop)")
 
 
 def run_estimate(args: argparse.Namespace) -> int:
@@ -240,6 +306,12 @@ def run_estimate(args: argparse.Namespace) -> int:
     rows: list[PhaseFigures] = []
     ledgers: dict[str, Ledger] = {}
     start = time.perf_counter()
+    # Into a pipe or a log, a line per scheme estimated (a terminal has estimate()'s bar).
+    from ..progress import LineProgress
+
+    piped = (LineProgress(total=len(args.schemes), desc=f"estimate {args.model}",
+                          unit="scheme", interval=0.0)
+             if not args.no_progress and not progress else None)
     for scheme in args.schemes:
         ledger = estimate(args.model, scheme, args.accelerator, prompt_len=args.prompt_len,
                           context_len=context_len, decode_steps=args.decode_steps,
@@ -248,6 +320,9 @@ def run_estimate(args: argparse.Namespace) -> int:
         ledgers[scheme] = ledger
         rows += phase_figures(ledger, scheme, args.prompt_len, args.decode_steps,
                               args.batch)
+        if piped is not None:
+            piped.set_description(f"estimate {args.model} {scheme} done")
+            piped.update()
     by_context = (context_sweep(args.model, args.schemes, args.accelerator,
                                 args.sweep_contexts, args.batch, args.mapping)
                   if args.sweep_contexts else [])
@@ -256,9 +331,13 @@ def run_estimate(args: argparse.Namespace) -> int:
                 if args.sweep_batches else [])
     wall = time.perf_counter() - start
     first = next(iter(ledgers.values()))
-    print(f"{args.model} on {first.accelerator} ({first.dataflow}): prompt {args.prompt_len}, "
-          f"context {context_len}, {args.decode_steps} decode step(s), batch {args.batch}; "
-          f"{sum(len(v) for v in ledgers.values()):,} calls estimated in {wall:.2f} s\n")
+    print(f"{args.model} on {first.accelerator} ({first.dataflow}), {system_line(system)}: "
+          f"prompt {args.prompt_len}, context {context_len}, {args.decode_steps} decode "
+          f"step(s), batch {args.batch}; {sum(len(v) for v in ledgers.values()):,} calls "
+          f"estimated in {wall:.2f} s")
+    print("The whole model: GEMMs on the array, the vector unit's steps"
+          f"{' and the links' if system is not None else ''}; TTFT is the prefill, TPOT the "
+          "mean decode step.\n")
     print(phase_table(rows))
     for title, points in (("decode step vs context length", by_context),
                           ("decode step vs batch", by_batch)):
@@ -319,7 +398,8 @@ def run_serving(args: argparse.Namespace, out: Path | None) -> int:
     prompts = sum(r.prompt_len for r in requests) / len(requests)
     outputs = sum(r.output_len for r in requests) / len(requests)
     print(f"{args.model} serving {len(requests)} requests (mean prompt {prompts:,.1f}, mean "
-          f"output {outputs:,.1f} tokens) on {args.accelerator}, static batching\n")
+          f"output {outputs:,.1f} tokens) on {args.accelerator}, {system_line(system)}, "
+          "static batching; the whole model (GEMMs, vector unit, links)\n")
     print(serving_table(figures, args.ttft_ms, args.tpot_ms))
     for scheme in args.schemes:
         mine = [f for f in figures if f.scheme == scheme]

@@ -394,16 +394,15 @@ def _score(runner: Any, job: EvalJob, bar: Any) -> tuple[np.ndarray, np.ndarray,
 def run_eval(job: EvalJob, progress: bool = True) -> EvalResult:
     """Score every scheme of ``job`` on its windows; float32 first, as the reference.
 
-    A tqdm bar (on stderr) counts windows over all schemes unless ``progress`` is False.
+    A progress bar (on stderr, ``tenet_byoc.progress``) counts windows over all schemes unless ``progress`` is False.
     """
-    from tqdm.auto import tqdm
-
     from ..ledger import ledger, totals
+    from ..progress import progress_bar
 
     order = ["none"] + [s for s in job.schemes if s != "none"]
     bounds = job.bounds
-    bar = tqdm(total=len(order) * len(bounds), disable=not progress, unit="window",
-               dynamic_ncols=True)
+    bar = progress_bar(total=len(order) * len(bounds), enabled=progress, unit="window",
+                       dynamic_ncols=True)
     rows: list[PerplexityRow] = []
     ref_nll = ref_top1 = None
     try:

@@ -11,13 +11,14 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .results import LayerCost, SweepResult, SweepRow
+from .results import LayerCost, SweepResult, SweepRow, si
 
 # Figures are made with matplotlib's object API, not pyplot: no global backend or figure
 # state is touched, and PNGs are drawn with Agg whatever backend the caller's pyplot uses.
 
-__all__ = ["decade_limits", "panel_unit", "plot_cost_vs_error", "plot_layer_breakdown",
-           "plot_prefill_decode", "save_plots"]
+__all__ = ["LOG_SPAN", "decade_limits", "panel_unit", "plot_cost_vs_error",
+           "plot_layer_breakdown", "plot_prefill_decode", "save_plots", "scale_axis", "si",
+           "spans_decades"]
 
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 _BLOCK = re.compile(r"^(h\.\d+)\.(.+)$")
@@ -62,6 +63,46 @@ def decade_limits(values: Sequence[float]) -> tuple[float, float]:
     if not positive:
         return 0.1, 10.0
     return 10.0 ** np.floor(np.log10(min(positive))), 10.0 ** np.ceil(np.log10(max(positive)))
+
+
+#: A log axis only where the values span at least this ratio (two decades): over less, a
+#: log axis flattens the differences a reader is looking for.
+LOG_SPAN = 100.0
+
+def spans_decades(values: Sequence[float], ratio: float = LOG_SPAN) -> bool:
+    """Whether positive ``values`` span ``ratio`` or more, the one case a log axis is for."""
+    positive = [float(v) for v in values if v is not None and float(v) > 0]
+    return bool(positive) and max(positive) / min(positive) >= ratio and \
+        len(positive) == len([v for v in values if v is not None])
+
+
+def scale_axis(ax, axis: str, values: Sequence[float], *, ticks: Sequence[float] | None = None,
+               bars: bool = False, ratio: float = LOG_SPAN) -> str:
+    """Set one axis of a line or point plot: log only when ``values`` span ``ratio`` (two
+    decades by default; a swept variable's powers of two may take 8), never for bars, with
+    plain numbers as tick labels (``ticks``, e.g. the swept values, or the axis's own); a
+    linear value axis starts at zero. Returns the scale set."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    log = not bars and spans_decades(values, ratio)
+    setter = ax.set_xscale if axis == "x" else ax.set_yscale
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    setter("log" if log else "linear")
+    if log:
+        target.set_major_formatter(FuncFormatter(lambda v, _: si(v)))
+        target.set_minor_formatter(NullFormatter())
+    if ticks is not None:
+        (ax.set_xticks if axis == "x" else ax.set_yticks)(list(ticks))
+        # the swept values as written (2,048, not 2.05 k)
+        target.set_major_formatter(FuncFormatter(
+            lambda v, _: f"{v:,.0f}" if float(v).is_integer() else f"{v:g}"))
+        target.set_minor_formatter(NullFormatter())
+    elif not log and axis == "y":
+        finite = [float(v) for v in values if v is not None and np.isfinite(v)]
+        top = max(finite, default=0.0)
+        # from zero, with room above the highest point (a marker on it stays whole)
+        ax.set_ylim(0, top * 1.08 if top > 0 else None)
+    return "log" if log else "linear"
 
 
 def _short(scheme: str) -> str:
@@ -129,7 +170,7 @@ def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
         ax.bar(names, values, bottom=bottom, label=part, color=cmap(i % 10), width=0.75)
         bottom += values
     ax.set_ylabel(f"{label} ({unit})" if unit else label)
-    ax.set_title(f"{model} {phase}: {label} per layer, {scheme} on {hardware}\n"
+    ax.set_title(f"{model} {phase}: {label} per layer (offloaded GEMMs), {scheme} on {hardware}\n"
                  f"total {bottom.sum():,.3g} {unit}".rstrip())
     ax.tick_params(axis="x", rotation=60 if len(names) > 8 else 0)
     ax.grid(axis="y", alpha=0.3)
@@ -169,7 +210,8 @@ def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: st
         ax.set_axisbelow(True)
     axes[0][-1].legend(title="hardware", fontsize=8, loc="upper left",
                        bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"{model}: {label} per quantization scheme, prefill vs decode")
+    fig.suptitle(f"{model}: {label} per quantization scheme, prefill vs decode "
+                 "(offloaded GEMMs only)")
     fig.tight_layout()
     return save_figure(fig, path)
 
@@ -211,7 +253,8 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
     handles += [Line2D([], [], marker="o", linestyle="", color=cmap(i % 10), label=h)
                 for i, h in enumerate(hardware)]
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    fig.suptitle("accelerator cost against output error across quantization schemes")
+    fig.suptitle("accelerator cost (offloaded GEMMs only) against output error across "
+                 "quantization schemes")
     fig.tight_layout()
     return save_figure(fig, path)
 

@@ -47,7 +47,7 @@ SOURCES = ("sweep.csv", "run.csv", "layers.csv", "sweep.json", "run.json", "eval
 _LABELS = {
     "latency_us": "est. latency (µs)", "latency_ms": "TTFT / TPOT (ms)", "tpot_ms": "TPOT (ms)",
     "cycles": "est. cycles", "roofline_cycles": "roofline cycles", "macs": "MACs",
-    "pe_utilization": "PE util (0-1)", "weight_bytes": "weight bytes (B)",
+    "pe_utilization": "PE util (%)", "weight_bytes": "weight bytes (B)",
     "offchip_bytes": "buffer↔array bytes (B)", "dram_bytes": "DRAM bytes (B)",
     "energy_pj": "energy (pJ)", "bandwidth_gbps": "bandwidth (GB/s)",
     "max_abs_error": "max abs error", "rel_error": "rel. error", "top1_agreement": "top-1 agree (0-1)",
@@ -206,6 +206,29 @@ class _Figure:
     data: list[dict]
     layout: dict
 
+    def __post_init__(self) -> None:
+        honest_axes(self.data, self.layout)
+
+
+def honest_axes(data: Sequence[dict], layout: dict) -> None:
+    """Keep a log axis only where a reader is helped by one: never under bars (a 7.5x ratio
+    must not look 20x), and only for values spanning two decades
+    (:data:`~tenet_byoc.experiments.plots.LOG_SPAN`); elsewhere the axis is linear, a value
+    axis from zero. Changes ``layout`` in place."""
+    from .plots import spans_decades
+
+    bars = any(t.get("type") == "bar" for t in data)
+    for axis, key in (("xaxis", "x"), ("yaxis", "y")):
+        spec = layout.get(axis)
+        if not isinstance(spec, dict) or spec.get("type") != "log":
+            continue
+        values = [v for t in data for v in (t.get(key) or [])
+                  if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if bars or not spans_decades(values):
+            spec["type"] = "-"
+            if key == "y" or bars:
+                spec["rangemode"] = "tozero"
+
 
 @dataclass
 class _Section:
@@ -216,6 +239,18 @@ class _Section:
 
 def _label(column: str) -> str:
     return _LABELS.get(column, column)
+
+
+#: Columns the files keep as fractions and the page shows in percent, as the command line
+#: prints them (PE utilization in one unit everywhere).
+_PERCENT = ("pe_utilization",)
+
+
+def _shown(column: str, value: Any) -> Any:
+    """A cell as the page shows it: ``_PERCENT`` columns times 100."""
+    if column in _PERCENT and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return 100.0 * value
+    return value
 
 
 def _layout(title: str, x: str, y: str, *, xlog: bool = False, ylog: bool = False,
@@ -275,7 +310,9 @@ def _summary_section(summary: _Csv) -> _Section:
     rows = summary.rows
     sec = _Section("Summary", f"One row per model, scheme, accelerator and phase "
                    f"(<code>{summary.name}</code>). Costs are sums over the phase's offloaded "
-                   "calls; errors compare the output with the float32 build's.")
+                   "calls: the GEMMs only, not the vector unit (an <code>estimate</code> "
+                   "gives the whole model); errors compare the output with the float32 "
+                   "build's.")
     sec.parts.append(_Table("summary", summary, summary.columns))
     gpt2 = [r for r in rows if r.get("phase") in ("prefill", "decode")]
     phases = {r["phase"] for r in gpt2}
@@ -291,7 +328,7 @@ def _summary_section(summary: _Csv) -> _Section:
             })
         sec.parts.append(_Figure("prefill-decode", data, _layout(
             "Prefill vs decode: est. latency per scheme", "scheme", "est. latency (µs)",
-            ylog=True, barmode="group")))
+            barmode="group")))
     if all("rel_error" in r for r in rows[:1]):
         sec.parts += _cost_vs_error(rows, "cost-error", "latency_us", "est. latency (µs)", 1.0)
         sec.parts += _cost_vs_error(rows, "energy-error", "energy_pj", "energy (µJ)", 1e-6)
@@ -405,7 +442,9 @@ def _scheme_of(source: _Csv, prefix: str) -> str:
 
 def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_Csv],
                       manifest: dict | None) -> _Section:
-    sec = _Section("Estimate", "Per phase (<code>estimate.csv</code>): TTFT for the prefill, "
+    sec = _Section("Estimate", "The whole model: GEMMs on the array, the vector unit's "
+                   "steps and, on several chips, the links. "
+                   "Per phase (<code>estimate.csv</code>): TTFT for the prefill, "
                    "TPOT (mean per step) for decode; per layer (<code>layers_SCHEME.csv</code>"
                    "): each layer's calls summed over the phase; with <code>--ledger</code>, "
                    "each scheme's ledger, one row per call, with its mapping and its DRAM / "
@@ -476,9 +515,10 @@ def _sweeps_section(by_context: _Csv | None, by_batch: _Csv | None) -> _Section:
             data = [{
                 "type": "scatter", "mode": "lines+markers", "name": str(scheme),
                 "x": [p[key] for p in pts], "y": [p[metric] for p in pts],
-                "customdata": [[p["tokens_per_s"], p["pe_utilization"]] for p in pts],
+                "customdata": [[p["tokens_per_s"], _shown("pe_utilization",
+                                                           p["pe_utilization"])] for p in pts],
                 "hovertemplate": f"{label} %{{x}}<br>{ylabel} %{{y:.4g}}<br>tokens/s "
-                "%{customdata[0]:.4g}<br>PE util %{customdata[1]:.3f}"
+                "%{customdata[0]:.4g}<br>PE util %{customdata[1]:.2f}%"
                 "<extra>%{fullData.name}</extra>",
             } for (scheme,), pts in _groups(sweep.rows, "scheme").items()]
             sec.parts.append(_Figure(f"sweep-{key}-{metric}", data, _layout(
@@ -627,6 +667,14 @@ def _header(folder: Path, manifest: dict | None, notes: list[str],
         rows.append(("command line", f"<code>{e(manifest.get('command_line', ''))}</code>"))
         rows.append(("models", e(", ".join(map(str, manifest.get("models", []))))))
         rows.append(("schemes", e(", ".join(map(str, manifest.get("schemes", []))))))
+        system = manifest.get("system")
+        if isinstance(system, dict) and system.get("chips", 1) != 1:
+            link = system.get("link") or {}
+            rows.append(("system", e(
+                f"{system.get('chips')} chips: TP {system.get('tensor_parallel')} x PP "
+                f"{system.get('pipeline_parallel')}, {system.get('micro_batches')} "
+                f"micro-batch(es); {link.get('topology')} link {link.get('bandwidth_gbps')} "
+                f"GB/s, {link.get('latency_us')} us a hop")))
         accs = []
         for a in manifest.get("accelerators", []):
             rates = a.get("macs_per_pe_per_cycle") or {}
@@ -649,6 +697,20 @@ def _header(folder: Path, manifest: dict | None, notes: list[str],
         rows.append(("note", e(note)))
     return "<table class='head'>" + "".join(
         f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _section(make, sources: Sequence[_Csv | None], *args: Any) -> _Section:
+    """``make(*args)``, a file's missing column or a value of the wrong kind (a folder
+    edited by hand) refused naming the files and the column, not as a bare KeyError."""
+    names = ", ".join(repr(c.name) for c in sources if c is not None)
+    try:
+        return make(*args)
+    except KeyError as err:
+        raise ValueError(f"{names}: no column {err.args[0]!r}, which its section needs "
+                         "(was the file edited by hand?)") from None
+    except (TypeError, ValueError, ZeroDivisionError, AttributeError) as err:
+        raise ValueError(f"{names}: a value its section cannot use ({err}); was the file "
+                         "edited by hand?") from None
 
 
 def build_report(folder: str | os.PathLike[str]) -> str:
@@ -689,27 +751,29 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     for name in ("sweep.csv", "run.csv"):
         summary = csv_of(name)
         if summary is not None and summary.rows:
-            sections.append(_summary_section(summary))
+            sections.append(_section(_summary_section, [summary], summary))
     layers = csv_of("layers.csv")
     if layers is not None and layers.rows:
-        sections.append(_layers_section(layers, manifest))
+        sections.append(_section(_layers_section, [layers], layers, manifest))
     ev = csv_of("eval.csv")
     if ev is not None:
-        sections.append(_eval_section(ev))
+        sections.append(_section(_eval_section, [ev], ev))
     est = csv_of("estimate.csv")
     layer_sums = [_read_csv(path / n) for n in found if n.startswith("layers_")]
     ledgers = [_read_csv(path / n) for n in found if n.startswith("ledger_")]
     if est is not None or layer_sums or ledgers:
-        sections.append(_estimate_section(est, layer_sums, ledgers, manifest))
+        sections.append(_section(_estimate_section, [est, *layer_sums, *ledgers], est,
+                                         layer_sums, ledgers, manifest))
     by_context, by_batch = csv_of("sweep_context.csv"), csv_of("sweep_batch.csv")
     if by_context is not None or by_batch is not None:
-        sections.append(_sweeps_section(by_context, by_batch))
+        sections.append(_section(_sweeps_section, [by_context, by_batch], by_context,
+                                         by_batch))
     points = csv_of("dse.csv")
     if points is not None and points.rows:
-        sections.append(_dse_section(points))
+        sections.append(_section(_dse_section, [points], points))
     serving = csv_of("serving.csv")
     if serving is not None and serving.rows:
-        sections.append(_serving_section(serving))
+        sections.append(_section(_serving_section, [serving], serving))
 
     title = "tenet-byoc report"
     if manifest is not None:
@@ -728,7 +792,8 @@ def build_report(folder: str | os.PathLike[str]) -> str:
                     "source": part.source.name,
                     "columns": list(part.columns),
                     "labels": [_label(c) for c in part.columns],
-                    "rows": _clean([[r.get(c) for c in part.columns] for r in part.source.rows]),
+                    "rows": _clean([[_shown(c, r.get(c)) for c in part.columns]
+                                    for r in part.source.rows]),
                 }
                 body.append(f"<div class='table' id='table-{html.escape(part.key)}'></div>")
         body.append("</section>")

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 __all__ = ["LAYER_COLUMNS", "MANIFEST", "ROW_COLUMNS", "LayerCost", "SweepResult", "SweepRow",
-           "markdown_table", "write_manifest"]
+           "markdown_table", "si", "write_manifest"]
 
 #: The file naming a run (command line, models, schemes, accelerators, CPU, versions, date)
 #: that each command writes beside its outputs; ``tenet-byoc report`` reads it.
@@ -30,6 +30,24 @@ def _as_declared(item) -> None:
         if f.type in ("float", "float | None") and isinstance(value, int) \
                 and not isinstance(value, bool):
             object.__setattr__(item, f.name, float(value))
+
+
+_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def si(value: float, unit: str = "", digits: int = 3) -> str:
+    """``value`` with an SI prefix and ``digits`` significant figures: ``147.8 T`` for
+    147,837,069,295,616, ``35.8 TB`` for 35,829,318,811,648 bytes, ``4.6`` for
+    4.6000000000000005; below 1,000 no prefix."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return f"{value}{' ' + unit if unit else ''}"
+    for scale, prefix in _PREFIXES:
+        if abs(value) >= scale * (1 - 0.5 * 10 ** (1 - digits)):
+            text, sep = f"{value / scale:.{digits}g}", " "
+            return f"{text}{sep}{prefix}{unit}"
+    text = f"{value:.{digits}g}" if value else "0"
+    return f"{text} {unit}" if unit else text
+
 
 
 @dataclass(frozen=True)
@@ -229,7 +247,7 @@ def _accelerator_entry(acc) -> dict:
 
 def write_manifest(out_dir: str | Path, *, command: str, argv: Sequence[str],
                    models: Sequence[str], schemes: Sequence[str],
-                   accelerators: Sequence) -> Path:
+                   accelerators: Sequence, system: dict | None = None) -> Path:
     """Write :data:`MANIFEST` into ``out_dir``: what ran, where and when.
 
     Parameters
@@ -244,6 +262,9 @@ def write_manifest(out_dir: str | Path, *, command: str, argv: Sequence[str],
         What was run or estimated.
     accelerators : sequence of tenet_byoc.Accelerator
         Each is recorded with its JSON (:meth:`~tenet_byoc.Accelerator.to_json`).
+    system : dict, optional
+        Several chips: ``chips``, ``tensor_parallel``, ``pipeline_parallel``,
+        ``micro_batches`` and the ``link`` (one chip when absent).
     """
     import datetime
     import platform
@@ -264,6 +285,7 @@ def write_manifest(out_dir: str | Path, *, command: str, argv: Sequence[str],
         "models": list(models),
         "schemes": list(schemes),
         "accelerators": [_accelerator_entry(a) for a in accelerators],
+        "system": system or {"chips": 1},
         "cpu": asdict(cpu_info()),
         "platform": platform.platform(),
         "versions": versions,

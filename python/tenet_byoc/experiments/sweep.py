@@ -96,7 +96,7 @@ def sweep(
         by default: each further run of GPT-2 small's prefill only refines a CPU time the
         charged run already measures, and costs the main job about 0.3 s per build.
     progress : bool
-        Show a tqdm progress bar (on stderr) over the builds and runs.
+        Show progress on stderr over the builds and runs (``tenet_byoc.progress``).
 
     Returns
     -------
@@ -107,7 +107,7 @@ def sweep(
         (case, scheme) before it runs, so ``build_s`` (wall time) includes what that run
         took of the cores.
     """
-    from tqdm.auto import tqdm
+    from ..progress import progress_bar
 
     start = time.perf_counter()
     names = list(CLASSIC_SCHEMES) if schemes is None else list(dict.fromkeys(schemes))
@@ -122,7 +122,9 @@ def sweep(
     # The float32 build goes first: its outputs are the reference for the other schemes.
     order = ["none"] + [s for s in names if s != "none"]
     jobs = [(case, scheme) for case in cases for scheme in order]
-    bar = tqdm(total=len(jobs), disable=not progress, unit="run", dynamic_ncols=True)
+    # a bar on a terminal, a line every few seconds into a pipe or a log file
+    bar = progress_bar(total=len(jobs), enabled=progress, unit="run", desc="sweep",
+                       dynamic_ncols=True)
     # A pipeline on two threads. The worker builds and loads (case, scheme) k + 1 while the
     # main thread runs k and then quantizes k + 2 (TVM's passes, LLVM, numpy's large
     # operations and the weights' drawing release the GIL, so a 2-core machine does both at

@@ -32,7 +32,8 @@ from typing import Any
 
 from ..plan import Step, StepSequence
 
-__all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost", "model_step_cost"]
+__all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost", "kv_cache_calls",
+           "model_step_cost"]
 
 
 def _checked(seconds: float, what: object) -> float:
@@ -150,21 +151,57 @@ def as_step_cost(cost: object) -> Any:
 ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked")
 
 
+def kv_cache_calls(config: Any, scheme: Any, tokens: int) -> list[Any]:
+    """The vector calls that put ``tokens`` new tokens' keys and values into the cache, for
+    one layer: the writes at the cache's stored width and, for an int cache (``+kv8``,
+    ``+kv4``), their quantization (one row per scale: a token's keys, or values, over all
+    KV heads, one head, or one group of a head's channels).
+
+    The shapes are those estimate charges its writes with (``[1, kv_heads, tokens,
+    head_dim]``); only the width written differs (estimate writes float32 whatever the
+    cache)."""
+    from .. import cost_model as cm
+    from ..quantization import get_scheme
+    from .kv_cache import _layers_heads_dim
+
+    s = get_scheme(scheme)
+    _, heads, dim = _layers_heads_dim(config)
+    stored = min(s.kv_bits, 32)
+    calls = [cm.VectorCall("kv_write", [1, heads, tokens, dim], bits_in=32, bits_out=stored)
+             for _ in ("key", "value")]
+    if s.kv_bits < 16:
+        row = {"token": heads * dim, "head": dim, "group": s.kv_group}[s.kv_granularity]
+        calls += [cm.VectorCall("quantize", [tokens * heads * dim // row, row], bits_in=32,
+                                bits_out=s.kv_bits) for _ in ("key", "value")]
+    return calls
+
+
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
                     token_granularity: int = 16, mapping: str | None = None) -> SplitStepCost:
-    """The split cost of ``model`` under ``scheme`` on ``accelerator``, from estimate's ledgers.
+    """The split cost of ``model`` under ``scheme`` on ``accelerator``, from the call plan.
 
-    * ``dense(T)``: the entries of a ``T``-token prefill other than :data:`ATTENTION_PARTS`
-      (weight GEMMs, norms, activations, KV writes, the head), in seconds;
-    * ``attention(n, 0)``: the attention entries of an ``n``-token prefill;
+    Each term is a :func:`tenet_byoc.plan.plan` of a one-kind step, its calls charged once
+    each (``estimate.Charges``, shared by every term) and composed by the one step rule
+    (:func:`tenet_byoc.compose.compose`), on the part of its calls the term stands for:
+
+    * ``dense(T)``: the calls of a ``T``-token prefill other than :data:`ATTENTION_PARTS`
+      (weight GEMMs with their fused epilogues, norms, activations, the head), with the KV
+      cache's writes charged at the cache's width and, for an int cache, its quantization on
+      the vector unit (:func:`kv_cache_calls`, per layer);
+    * ``attention(n, 0)``: the attention calls of an ``n``-token prefill;
       ``attention(1, L)``: those of a decode step after ``L`` tokens;
-      ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``): those of a
-      ``W``-token prefill times ``n / W``, the chunk's share of the score rows, ``W`` being
-      ``n + L`` rounded up to ``context_granularity``.
+      ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``, which the plan
+      does not cover yet): those of a ``W``-token prefill times ``n / W``, the chunk's share
+      of the score rows, ``W`` being ``n + L`` rounded up to ``context_granularity``.
+      Attention reads K and V at the cache's width with their scales (the plan's attention
+      scheme).
 
-    Entries run one after another (a ledger's latency is their sum). The head is charged on
-    every token of a prefill, as the model runs it (an engine computes only the logits it
-    samples: an overestimate of long prefills by the head's share).
+    Splitting a step's chain of calls into these parts keeps every GEMM with its epilogues,
+    so the parts add up to the composed step. Every decoder layer is planned alike, so the
+    plan of a one-layer model gives the calls outside the layers (once) and a layer's (L
+    times), as the whole plan composes (without planning 32 layers per term). The head runs on every token of a prefill, as the model runs it (an
+    engine computes only the logits it samples: an overestimate of long prefills by the
+    head's share). One chip: tensor or pipeline parallel serving is not split here yet.
 
     Raises
     ------
@@ -173,52 +210,64 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     """
     import dataclasses
 
-    from ..estimate import _config, estimate
+    from .. import cost_model as cm
+    from ..compose import compose
+    from ..estimate import Charges
     from ..hardware import resolve
+    from ..plan import Plan, model_config, plan
 
     acc = resolve(accelerator, mapping=mapping)
-    config = _config(model)
-    # Every decoder layer is charged alike: a model of one layer and one of two give the
-    # embedding and head (c1 - layer) and a layer (c2 - c1), and L layers cost
-    # c1 + (L - 1)(c2 - c1), as estimate's whole ledger would (without building 32 layers
-    # of entries per term: ~16x faster).
+    config = model_config(model)
+    charges = Charges(acc)
+    clock = acc.hardware.clock_ghz
     field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
     layers = getattr(config, field)
-    small = [dataclasses.replace(config, **{field: n}) for n in (1, 2)]
+    one_layer = dataclasses.replace(config, **{field: 1})
+    writes = ("k_cache", "v_cache")
 
-    def parts(ledger: Any) -> tuple[float, float]:
-        att = dense = 0.0
-        for e in ledger.entries:
-            if e.name.endswith(ATTENTION_PARTS):
-                att += e.latency_us
-            else:
-                dense += e.latency_us
-        return dense * 1e-6, att * 1e-6
+    def seconds(p: Plan, calls: list) -> float:
+        return compose(Plan(p.step, p.phase, tuple(calls)), charges.cost, charges.schedule,
+                       clock).seconds
 
-    def scaled(**lengths: int) -> tuple[float, float]:
-        (d1, a1), (d2, a2) = (parts(estimate(c, scheme, acc, **lengths)) for c in small)
-        return d1 + (layers - 1) * (d2 - d1), a1 + (layers - 1) * (a2 - a1)
+    def scaled(step: Step) -> tuple[float, float]:
+        # The calls of a one-layer model: those outside the layers (embedding, final norm,
+        # head: layer None) once, the layer's L times. A GEMM and its epilogues share a
+        # layer, so each part is a chain of whole groups and the parts add up.
+        p = plan(one_layer, step, scheme)
+        parts: dict[tuple[bool, bool], list] = {}
+        for pc in p.calls:
+            if pc.name.endswith(writes):  # charged at the cache's width below
+                continue
+            owner = pc.fused_with or pc.name
+            parts.setdefault((owner.endswith(ATTENTION_PARTS), pc.layer is None),
+                             []).append(pc)
+        total = {key: seconds(p, calls) * (1 if key[1] else layers)
+                 for key, calls in parts.items()}
+        return (total.get((False, False), 0.0) + total.get((False, True), 0.0),
+                total.get((True, False), 0.0) + total.get((True, True), 0.0))
 
     prefills: dict[int, tuple[float, float]] = {}
 
     def prefill(tokens: int) -> tuple[float, float]:
         found = prefills.get(tokens)
         if found is None:
-            found = prefills[tokens] = scaled(prompt_len=tokens, decode_steps=0)
+            found = prefills[tokens] = scaled(Step.prefill(tokens))
         return found
 
     def dense(tokens: int) -> float:
-        return prefill(tokens)[0]
+        cache = sum(cm.charge_vector(c, acc).latency_us
+                    for c in kv_cache_calls(config, scheme, tokens))
+        return prefill(tokens)[0] + layers * cache * 1e-6
 
     def attention(new: int, context: int) -> float:
         if context == 0:
             return prefill(new)[1]
         if new == 1:
-            return scaled(prompt_len=0, context_len=context, decode_steps=1)[1]
+            return scaled(Step.decode(context))[1]
         # A chunk's share of a whole prefill's attention, the prefill's length rounded up
         # like contexts (a chunk's own length is free: chunks end where budgets do).
         whole = -(-(new + context) // context_granularity) * context_granularity
         return prefill(whole)[1] * new / whole
 
-    estimate(small[0], scheme, acc, prompt_len=1, decode_steps=0)  # a bad name fails here
+    prefill(1)  # a bad scheme or a call the accelerator cannot cost fails here
     return SplitStepCost(dense, attention, context_granularity, token_granularity)

@@ -137,7 +137,9 @@ class Scheduler:
         preempted = False
         running = self.running
         i = 0
-        while i < len(running) and budget > 0:
+        n = len(running)
+        blocks = cache.blocks
+        while i < n and budget > 0:
             seq = running[i]
             computed = seq.computed
             pending = seq.prompt + seq.generated - computed
@@ -149,12 +151,14 @@ class Scheduler:
             else:
                 k = pending
             # Inline of _grow: the blocks to hold computed + k tokens past the shared ones.
-            need = -(-(computed + k - seq.shared) // bs) - seq.own_blocks
-            if need > 0:
-                if need > cache.blocks - cache.used:
+            over = computed + k - seq.shared - seq.own_blocks * bs
+            if over > 0:
+                need = -(-over // bs)
+                if need > blocks - cache.used:
                     preempted = True
                     if not self._make_room(seq, need):
                         break  # seq itself was preempted: it was the last running
+                    n = len(running)
                 cache.used += need
                 seq.own_blocks += need
             append((seq, k, computed))
@@ -199,20 +203,24 @@ class Scheduler:
         whether it is done (a done sequence leaves and frees its blocks)."""
         emitted = []
         done_any = False
+        cache = self.cache
         for seq, k, computed in step:
             computed += k
             seq.computed = computed
             if seq.attached and computed - k < seq.prefix_tokens:
-                seq.shared = self.cache.publish(seq.prefix, seq, seq.shared, computed,
-                                                seq.prefix_tokens)
-                seq.own_blocks = self.cache.blocks_for(computed - seq.shared)
-            if computed == seq.prompt + seq.generated:
-                seq.generated += 1
-                done = seq.generated == seq.output
-                if done:
+                seq.shared = cache.publish(seq.prefix, seq, seq.shared, computed,
+                                           seq.prefix_tokens)
+                seq.own_blocks = cache.blocks_for(computed - seq.shared)
+            generated = seq.generated
+            if computed == seq.prompt + generated:
+                generated += 1
+                seq.generated = generated
+                if generated == seq.output:
                     self._release(seq)
                     done_any = True
-                emitted.append((seq, done))
+                    emitted.append((seq, True))
+                else:
+                    emitted.append((seq, False))
         if done_any:
             self.running = [s for s in self.running if s.generated < s.output]
         return emitted

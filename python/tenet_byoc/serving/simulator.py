@@ -132,11 +132,12 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
         if not step:
             raise RuntimeError(f"the scheduler formed an empty step with {len(sched.running)} "
                                f"running and {len(waiting)} waiting sequences at {now} s")
-        seconds = seconds_of([(k, c) for _, k, c in step])
+        items = [(k, c) for _, k, c in step]
+        seconds = seconds_of(items)
         starts.append(now)
         durations.append(seconds)
         batch.append(len(step))
-        tokens.append(sum(k for _, k, _ in step))
+        tokens.append(sum([k for k, _ in items]))
         blocks.append(cache.used)
         now += seconds
         for seq, finished in sched.finish_step(step):

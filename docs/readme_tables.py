@@ -1,0 +1,259 @@
+"""Keep README.md's figure tables equal to the files they come from, and write those files
+from the runs that measure them.
+
+Each figure-bearing table of README.md sits between two markers::
+
+    <!-- table: docs/tables/llama_70b_os128.md#phases -->
+    | scheme | ... |
+    |---|...|
+    <!-- end table -->
+
+naming a markdown file (under ``docs/`` or ``benchmarks/results/``, which says the machine
+and date it was measured on) and a ``## NAME`` heading in it; the first table under that
+heading is the README's. ``python docs/readme_tables.py`` rewrites every marked table from
+its file; ``--check`` only reports the tables that differ (exit 1), as
+``tests/test_readme.py`` does.
+
+The source files are written from runs by the subcommands:
+
+- ``estimate DIR``: from ``tenet-byoc estimate --model llama-3-70b --schemes
+  none,per_token,q4f16_1 --accelerator os128 --prompt-len 2048 --decode-steps 128
+  --sweep-contexts 128,512,2048,8000 --sweep-batches 1,4,16,64 --out DIR``;
+- ``sweep DIR``: from ``tenet-byoc sweep --out DIR`` (GPT-2 small and the MLP).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import math
+import os
+import platform
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+MARKER = re.compile(r"^<!-- table: (?P<path>[^#\s]+)#(?P<name>[\w-]+) -->\n"
+                    r"(?P<body>.*?)^<!-- end table -->$", re.MULTILINE | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Marked:
+    """One marked table of the README: where its figures come from and what it holds now."""
+
+    path: str  #: the source file, relative to the repository root
+    name: str  #: the ``## NAME`` heading in it
+    body: str  #: the README's table as written, with its final newline
+    span: tuple[int, int]  #: where ``body`` sits in the README text
+
+
+def marked_tables(readme: str) -> list[Marked]:
+    """Every marked table of ``readme``, in order."""
+    return [Marked(m["path"], m["name"], m["body"], m.span("body"))
+            for m in MARKER.finditer(readme)]
+
+
+def source_table(path: str, name: str, root: Path = ROOT) -> str:
+    """The first markdown table under ``## name`` in ``root / path``.
+
+    Raises
+    ------
+    ValueError
+        When the file does not exist, lies outside ``docs/`` and ``benchmarks/results/``, or
+        has no such heading or no table under it.
+    """
+    if not (path.startswith("docs/") or path.startswith("benchmarks/results/")):
+        raise ValueError(f"README table source {path!r}: sources live under docs/ or "
+                         "benchmarks/results/")
+    file = root / path
+    if not file.is_file():
+        raise ValueError(f"README table source {path!r} does not exist")
+    lines = file.read_text().splitlines()
+    try:
+        start = lines.index(f"## {name}")
+    except ValueError:
+        raise ValueError(f"{path} has no heading '## {name}' for a README table") from None
+    table = []
+    for line in lines[start + 1:]:
+        if line.startswith("## "):
+            break
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            break
+    if not table:
+        raise ValueError(f"{path}: no table under '## {name}'")
+    return "\n".join(table) + "\n"
+
+
+def regenerate(readme: str, root: Path = ROOT) -> str:
+    """``readme`` with every marked table replaced by its source's."""
+    out, last = [], 0
+    for t in marked_tables(readme):
+        out += [readme[last:t.span[0]], source_table(t.path, t.name, root)]
+        last = t.span[1]
+    return "".join(out) + readme[last:]
+
+
+def differing(readme: str, root: Path = ROOT) -> list[str]:
+    """A line per marked table whose README body differs from its source."""
+    return [f"{t.path}#{t.name}" for t in marked_tables(readme)
+            if t.body != source_table(t.path, t.name, root)]
+
+
+# --- writing the source files from runs ------------------------------------------------------
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def sig(x: float, digits: int = 3) -> str:
+    """``x`` to ``digits`` significant figures, thousands separated, no exponent."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}"
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f
+                       if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"{date} on {cpu} ({os.cpu_count()} logical CPUs), load average {load}"
+
+
+def _table(header: list[str], align: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def estimate_source(folder: Path, command: str) -> str:
+    """The source file of the README's Llama-3-70B tables, from an ``estimate --out``
+    folder (``estimate.csv`` and ``sweep_batch.csv``)."""
+    phases = _rows(folder / "estimate.csv")
+    by = {(r["scheme"], r["phase"]): r for r in phases}
+    schemes = list(dict.fromkeys(r["scheme"] for r in phases))
+    prompt = int(by[schemes[0], "prefill"]["tokens"])
+    rows = []
+    for s in schemes:
+        p, d = by[s, "prefill"], by[s, "decode"]
+        rows.append([s, f"{float(p['latency_ms']) / 1e3:.2f}", f"{float(p['roofline_ratio']):.2f}x",
+                     f"{float(d['latency_ms']):,.0f}", f"{float(d['roofline_ratio']):.2f}x",
+                     sig(float(d["energy_per_token_mj"]) / 1e3)])
+    phase_table = _table(["scheme", f"TTFT, {prompt:,} tokens (s)", "prefill / roofline",
+                          "TPOT (ms)", "decode / roofline", "decode energy / token (J)"],
+                         ["---", "---:", "---:", "---:", "---:", "---:"], rows)
+    batch = _rows(folder / "sweep_batch.csv")
+    context = batch[0]["context_len"]
+    shown = [b for b in ("1", "16", "64") if any(r["batch"] == b for r in batch)]
+    rows = []
+    for s in schemes:
+        at = {r["batch"]: r for r in batch if r["scheme"] == s}
+        rows.append([s, " / ".join(shown),
+                     " / ".join(f"{float(at[b]['tpot_ms']):,.0f}" for b in shown),
+                     " / ".join(f"{float(at[b]['tokens_per_s']):,.1f}" for b in shown),
+                     " / ".join(sig(float(at[b]["energy_per_token_mj"]) / 1e3) for b in shown)])
+    batch_table = _table(["scheme", "batch", f"TPOT at context {int(context):,} (ms)",
+                          "tokens/s", "energy / token (J)"],
+                         ["---", "---:", "---:", "---:", "---:"], rows)
+    return (f"# Llama-3-70B estimated on os128 (README tables)\n\n"
+            f"Written by `python docs/readme_tables.py estimate DIR` after `{command}`; "
+            f"{_machine()}. Estimates depend on the code, not on the machine.\n\n"
+            f"TTFT is the whole prefill; TPOT the mean decode step; both are GEMMs and the "
+            f"vector unit (the whole model), batch 1.\n\n"
+            f"## phases\n\n{phase_table}\n## batch\n\n{batch_table}")
+
+
+def sweep_source(folder: Path, command: str) -> str:
+    """The source file of the README's main-job tables, from a ``sweep --out`` folder
+    (``sweep.csv``)."""
+    rows = _rows(folder / "sweep.csv")
+    gpt2 = [r for r in rows if r["model"] == "gpt2"]
+    main = []
+    for r in gpt2:
+        if r["hardware"] != "os16":
+            continue
+        main.append([r["scheme"], r["phase"], f"{int(r['macs']) / 1e9:.3f} G",
+                     f"{int(r['cycles']) / 1e6:.2f} M", f"{float(r['latency_us']) / 1e3:.1f}",
+                     f"{100 * float(r['pe_utilization']):.1f}%",
+                     f"{float(r['weight_bytes']) / 1e6:,.1f}",
+                     f"{float(r['dram_bytes']) / 1e6:,.0f}",
+                     f"{float(r['energy_pj']) / 1e9:,.2f}",
+                     f"{int(r['cycles']) / int(r['roofline_cycles']):.2f}x",
+                     f"{float(r['rel_error']):.3f}", f"{100 * float(r['top1_agreement']):.0f}%"])
+    main_table = _table(["scheme", "phase", "MACs", "est. cycles", "est. latency (ms)",
+                         "PE util", "weight MB", "DRAM MB", "energy (mJ)", "/ roofline",
+                         "rel. error", "top-1"],
+                        ["---", "---"] + ["---:"] * 10, main)
+    ws = {}
+    for r in gpt2:
+        if r["hardware"] == "ws16":
+            ws.setdefault(r["scheme"], {})[r["phase"]] = r
+    ws_table = _table(["scheme (ws16)", "prefill latency (ms)", "prefill PE util",
+                       "decode latency (ms)", "decode PE util"], ["---"] + ["---:"] * 4,
+                      [[s, f"{float(p['prefill']['latency_us']) / 1e3:.1f}",
+                        f"{100 * float(p['prefill']['pe_utilization']):.1f}%",
+                        f"{float(p['decode']['latency_us']) / 1e3:.1f}",
+                        f"{100 * float(p['decode']['pe_utilization']):.1f}%"]
+                       for s, p in ws.items()])
+    mlp = [r for r in rows if r["model"] == "mlp" and r["hardware"] == "os16"]
+    mlp_table = _table(["MLP scheme (os16, 360 digit images)", "est. latency (ms)", "PE util",
+                        "weight kB", "energy (uJ)", "rel. error", "test accuracy"],
+                       ["---"] + ["---:"] * 6,
+                       [[r["scheme"], f"{float(r['latency_us']) / 1e3:.3f}",
+                         f"{100 * float(r['pe_utilization']):.1f}%",
+                         f"{float(r['weight_bytes']) / 1e3:.1f}",
+                         f"{float(r['energy_pj']) / 1e6:.1f}", f"{float(r['rel_error']):.3f}",
+                         f"{100 * float(r['accuracy']):.2f}%"] for r in mlp])
+    return (f"# The main job, `tenet-byoc sweep` (README tables)\n\n"
+            f"Written by `python docs/readme_tables.py sweep DIR` after `{command}`; "
+            f"{_machine()}. The cost columns depend on the code, not on the machine; the "
+            f"errors on the seeded weights.\n\n"
+            f"Latency, cycles and energy are the GEMMs only (the offloaded calls the sweep runs "
+            f"and charges), not the vector unit that `estimate` adds.\n\n"
+            f"## gpt2-os16\n\n{main_table}\n## gpt2-ws16\n\n{ws_table}\n"
+            f"## mlp-os16\n\n{mlp_table}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what")
+    sub.add_parser("check", help="report the README tables that differ from their files")
+    sub.add_parser("write", help="rewrite the README's marked tables from their files")
+    for name in ("estimate", "sweep"):
+        p = sub.add_parser(name, help=f"write the source file from a `{name} --out` folder")
+        p.add_argument("folder", type=Path)
+        p.add_argument("--command", required=True, help="the command line that made it")
+        p.add_argument("--to", type=Path, required=True, help="the source file to write")
+    args = parser.parse_args(argv)
+    if args.what in ("estimate", "sweep"):
+        make = estimate_source if args.what == "estimate" else sweep_source
+        args.to.write_text(make(args.folder, args.command))
+        print(f"wrote {args.to}")
+        return 0
+    text = README.read_text()
+    if args.what == "write":
+        README.write_text(regenerate(text))
+        return 0
+    stale = differing(text)
+    for line in stale:
+        print(f"README table differs from its source: {line}", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
