@@ -567,9 +567,24 @@ def _add_serve(sub) -> None:
     g.add_argument("--block-size", type=_count(1), default=16, metavar="B",
                    help="tokens per KV block (default 16)")
     g.add_argument("--memory-gb", type=_rate, metavar="GB",
-                   help="the chip's memory (default: what the accelerator states)")
+                   help="each chip's memory (default: what the accelerator states)")
     g.add_argument("--memory-utilization", type=_share, default=0.9, metavar="F",
                    help="share of the memory the engine uses (default 0.9)")
+    g = p.add_argument_group("several chips (one batch in flight: iterations cost the "
+                             "critical path over the chips)")
+    g.add_argument("--tp", type=_count(1), default=1, metavar="T",
+                   help="tensor-parallel chips per layer (Megatron-LM sharding; default 1)")
+    g.add_argument("--pp", type=_count(1), default=1, metavar="P",
+                   help="pipeline stages (default 1)")
+    g.add_argument("--chips", type=_count(1), metavar="C",
+                   help="chips in the system; must equal tp x pp (default tp x pp)")
+    g.add_argument("--link-gbps", type=_quantity("GB/s"), default=100.0, metavar="GB/s",
+                   help="link bandwidth per chip and direction, GB/s (default 100)")
+    g.add_argument("--link-latency-us", type=_quantity("microseconds", allow_zero=True),
+                   default=1.0, metavar="US",
+                   help="link latency per hop, microseconds (default 1)")
+    g.add_argument("--topology", default="ring", choices=TOPOLOGIES,
+                   help="how collectives travel (default ring)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="write requests.csv, timeline.csv, summary.json and plots here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -43,6 +43,44 @@ def _lengths(args: argparse.Namespace) -> Any:
     return SHAREGPT_LIKE
 
 
+def _system(args: argparse.Namespace, acc: Any) -> Any:
+    """The System of ``--tp / --pp / --chips / --link-*``, or None for one chip.
+
+    Every bad multi-chip flag is reported at once, in one ``ValueError`` naming the flags.
+    """
+    tp, pp = args.tp, args.pp
+    chips = args.chips if args.chips is not None else tp * pp
+    if chips == 1 and tp == 1 and pp == 1:
+        return None
+    from ..models.configs import resolve_config
+    from ..plan import check_tensor_parallel, stage_layers
+    from ..system import Link, System
+
+    problems = []
+    if chips != tp * pp:
+        problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp} = {tp * pp}")
+    link = None
+    try:
+        link = Link(args.link_gbps, args.link_latency_us, args.topology)
+    except ValueError as err:
+        problems.append(str(err).replace("Link.bandwidth_gbps", "--link-gbps")
+                        .replace("Link.latency_us", "--link-latency-us")
+                        .replace("Link.topology", "--topology"))
+    config = resolve_config(args.model)
+    n_layers = getattr(config, "n_layer", None) or config.num_hidden_layers
+    for check in (lambda: check_tensor_parallel(config, tp),
+                  lambda: stage_layers(n_layers, pp)):
+        try:
+            check()
+        except ValueError as err:
+            problems.append(str(err).replace("tensor_parallel=", "--tp ")
+                            .replace("pipeline_parallel=", "--pp "))
+    if problems:
+        raise ValueError(f"{len(problems)} bad multi-chip option(s) for {args.model}:\n  "
+                         + "\n  ".join(problems))
+    return System(acc, chips, tp, pp, 1, link)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """Run ``tenet-byoc serve`` as parsed (see the module); return the exit code."""
     from ..hardware import resolve
@@ -54,6 +92,7 @@ def run_serve(args: argparse.Namespace) -> int:
     acc = resolve(args.accelerator, args.mapping)
     memory = args.memory_gb * 1e9 if args.memory_gb is not None else None
     scheduler = SchedulerConfig(args.policy, args.token_budget, args.max_seqs)
+    system = _system(args, acc)
 
     def progress(label: str, total: int):
         if args.no_progress:
@@ -72,7 +111,7 @@ def run_serve(args: argparse.Namespace) -> int:
                    requests=args.requests, lengths=lengths, seed=args.seed,
                    ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, scheduler=scheduler,
                    block_size=args.block_size, memory_bytes=memory,
-                   utilization=args.memory_utilization, progress=progress)
+                   utilization=args.memory_utilization, progress=progress, system=system)
     print(serve_table(served, args.ttft_ms, args.tpot_ms))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -152,7 +191,13 @@ def write_summary(served: Sequence[Any], path: Path, args: argparse.Namespace, l
         "lengths": None if lengths is None else lengths.describe(),
         "policy": args.policy, "token_budget": args.token_budget, "max_seqs": args.max_seqs,
         "block_size": args.block_size, "ttft_ms_target_p90": args.ttft_ms,
-        "tpot_ms_target_p90": args.tpot_ms, "schemes": {},
+        "tpot_ms_target_p90": args.tpot_ms,
+        "chips": {"tensor_parallel": getattr(args, "tp", 1),
+                  "pipeline_parallel": getattr(args, "pp", 1),
+                  "link_gbps": getattr(args, "link_gbps", None),
+                  "link_latency_us": getattr(args, "link_latency_us", None),
+                  "topology": getattr(args, "topology", None)},
+        "schemes": {},
     }
     for s in served:
         entry = s.metrics.as_dict()

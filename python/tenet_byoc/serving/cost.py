@@ -151,7 +151,14 @@ def as_step_cost(cost: object) -> Any:
 ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked")
 
 
-def kv_cache_calls(config: Any, scheme: Any, tokens: int) -> list[Any]:
+def _layers_heads_dim_of(config: Any) -> int:
+    from .kv_cache import _layers_heads_dim
+
+    return _layers_heads_dim(config)[0]
+
+
+def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int = 1
+                   ) -> list[Any]:
     """The vector calls that put ``tokens`` new tokens' keys and values into the cache, for
     one layer: the writes at the cache's stored width and, for an int cache (``+kv8``,
     ``+kv4``), their quantization (one row per scale: a token's keys, or values, over all
@@ -159,13 +166,15 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int) -> list[Any]:
 
     The shapes are those estimate charges its writes with (``[1, kv_heads, tokens,
     head_dim]``); only the width written differs (estimate writes float32 whatever the
-    cache)."""
+    cache). With ``tensor_parallel`` chips each writes its ``kv_heads / tensor_parallel``
+    heads."""
     from .. import cost_model as cm
     from ..quantization import get_scheme
     from .kv_cache import _layers_heads_dim
 
     s = get_scheme(scheme)
     _, heads, dim = _layers_heads_dim(config)
+    heads //= tensor_parallel
     stored = min(s.kv_bits, 32)
     calls = [cm.VectorCall("kv_write", [1, heads, tokens, dim], bits_in=32, bits_out=stored)
              for _ in ("key", "value")]
@@ -177,7 +186,8 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int) -> list[Any]:
 
 
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
-                    token_granularity: int = 16, mapping: str | None = None) -> SplitStepCost:
+                    token_granularity: int = 16, mapping: str | None = None,
+                    system: Any = None) -> SplitStepCost:
     """The split cost of ``model`` under ``scheme`` on ``accelerator``, from the call plan.
 
     Each term is a :func:`tenet_byoc.plan.plan` of a one-kind step, its calls charged once
@@ -201,12 +211,23 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     plan of a one-layer model gives the calls outside the layers (once) and a layer's (L
     times), as the whole plan composes (without planning 32 layers per term). The head runs on every token of a prefill, as the model runs it (an
     engine computes only the logits it samples: an overestimate of long prefills by the
-    head's share). One chip: tensor or pipeline parallel serving is not split here yet.
+    head's share).
+
+    Several chips (``system``, a :class:`tenet_byoc.system.System`): each term is planned
+    Megatron-LM sharded over the system's ``tensor_parallel`` chips (each chip's share of
+    every GEMM and vector call, the all-reduces of the row-parallel GEMMs over the links in
+    the dense part), and with ``pipeline_parallel`` stages the dense part adds the
+    ``pipeline_parallel - 1`` hand-overs of the step's activations between stages (the
+    plan's ``p2p`` calls). An iteration is one batch (one micro-batch) passing the stages in
+    turn, so its seconds are the critical path ``sum of stages + hand-overs``: the layers'
+    calls once each, as on one chip, plus the hand-overs (pipeline stages add memory, not
+    speed, to one batch in flight). ``System(acc)`` costs what ``acc`` alone does.
 
     Raises
     ------
     ValueError
-        For an unknown model, scheme or preset (as :func:`tenet_byoc.estimate`).
+        For an unknown model, scheme or preset (as :func:`tenet_byoc.estimate`), a system of
+        several micro-batches, or a sharding the model does not split into.
     """
     import dataclasses
 
@@ -214,11 +235,22 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     from ..compose import compose
     from ..estimate import Charges
     from ..hardware import resolve
-    from ..plan import Plan, model_config, plan
+    from ..plan import Plan, Sharding, check_tensor_parallel, model_config, plan, stage_layers
 
-    acc = resolve(accelerator, mapping=mapping)
     config = model_config(model)
-    charges = Charges(acc)
+    tp = pp = 1
+    link = None
+    if system is not None:
+        if system.micro_batches != 1:
+            raise ValueError(f"System.micro_batches={system.micro_batches}: a serving "
+                             "iteration is one batch; give micro_batches=1")
+        tp, pp, link = system.tensor_parallel, system.pipeline_parallel, system.link
+        accelerator = system.accelerator
+        check_tensor_parallel(config, tp)
+        stage_layers(_layers_heads_dim_of(config), pp)
+    sharding = Sharding(tp, 1, 1)
+    acc = resolve(accelerator, mapping=mapping)
+    charges = Charges(acc, link)
     clock = acc.hardware.clock_ghz
     field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
     layers = getattr(config, field)
@@ -233,7 +265,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         # The calls of a one-layer model: those outside the layers (embedding, final norm,
         # head: layer None) once, the layer's L times. A GEMM and its epilogues share a
         # layer, so each part is a chain of whole groups and the parts add up.
-        p = plan(one_layer, step, scheme)
+        p = plan(one_layer, step, scheme, sharding)
         parts: dict[tuple[bool, bool], list] = {}
         for pc in p.calls:
             if pc.name.endswith(writes):  # charged at the cache's width below
@@ -254,10 +286,20 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
             found = prefills[tokens] = scaled(Step.prefill(tokens))
         return found
 
+    two_layers = dataclasses.replace(config, **{field: 2})
+
+    def handovers(tokens: int) -> float:
+        # The plan's hand-over of this many tokens' activations between two stages.
+        if pp == 1:
+            return 0.0
+        p = plan(two_layers, Step.prefill(tokens), scheme, Sharding(tp, 2, 1))
+        return (pp - 1) * sum(charges.cost(pc)[0] for pc in p.calls
+                              if pc.unit == "link" and pc.call.kind == "p2p")
+
     def dense(tokens: int) -> float:
         cache = sum(cm.charge_vector(c, acc).latency_us
-                    for c in kv_cache_calls(config, scheme, tokens))
-        return prefill(tokens)[0] + layers * cache * 1e-6
+                    for c in kv_cache_calls(config, scheme, tokens, tp))
+        return prefill(tokens)[0] + layers * cache * 1e-6 + handovers(tokens)
 
     def attention(new: int, context: int) -> float:
         if context == 0:

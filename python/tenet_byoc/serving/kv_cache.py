@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CacheSizing", "PagedKVCache", "cache_sizing", "kv_bytes_per_token",
+__all__ = ["CacheSizing", "PagedKVCache", "cache_sizing", "chip_share", "kv_bytes_per_token",
            "weight_bytes"]
 
 
@@ -96,9 +96,36 @@ class CacheSizing:
         return self.blocks * self.block_size
 
 
+def chip_share(config: Any, scheme: Any, tensor_parallel: int = 1,
+               pipeline_parallel: int = 1) -> tuple[float, float]:
+    """The weight bytes and KV bytes per token the fullest chip of a Megatron-LM sharded
+    system holds: the layers' weights and KV split over ``tensor_parallel`` chips (by
+    columns, rows and heads) and ``pipeline_parallel`` stages (the largest stage's layers,
+    :func:`tenet_byoc.plan.stage_layers`), the embedding split by vocabulary rows over the
+    ``tensor_parallel`` chips of a stage (counted on the fullest stage: with tied
+    embeddings the first and last stage both hold it). ``(1, 1)``: :func:`weight_bytes` and
+    :func:`kv_bytes_per_token`."""
+    from ..plan import stage_layers
+    from ..quantization import get_scheme
+
+    layers, _, _ = _layers_heads_dim(config)
+    most = max(len(r) for r in stage_layers(layers, pipeline_parallel))
+    s = get_scheme(scheme)
+    vocab = config.vocab_size
+    hidden = getattr(config, "n_embd", None) or config.hidden_size
+    embedding = vocab * hidden * (32 if s.weight_bits == 32 else 16) / 8
+    in_layers = weight_bytes(config, scheme) - embedding
+    weights = (in_layers * most / layers + embedding) / tensor_parallel
+    kv = kv_bytes_per_token(config, scheme) * most / layers / tensor_parallel
+    return weights, kv
+
+
 def cache_sizing(config: Any, scheme: Any, memory_bytes: float, block_size: int = 16,
-                 utilization: float = 0.9) -> CacheSizing:
-    """The KV blocks that fit on a chip of ``memory_bytes`` under ``scheme``.
+                 utilization: float = 0.9, system: Any = None) -> CacheSizing:
+    """The KV blocks that fit on a chip of ``memory_bytes`` under ``scheme``; with a
+    ``system`` (a :class:`tenet_byoc.system.System`), on its fullest chip after that chip's
+    share of the weights (:func:`chip_share`): a block then holds ``block_size`` tokens of
+    that chip's heads and layers, and every chip holds as many blocks.
 
     Raises
     ------
@@ -111,8 +138,12 @@ def cache_sizing(config: Any, scheme: Any, memory_bytes: float, block_size: int 
         raise ValueError(f"utilization={utilization!r} must be in (0, 1]")
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size={block_size!r} must be an integer >= 1")
-    weights = weight_bytes(config, scheme)
-    per_token = kv_bytes_per_token(config, scheme)
+    if system is None:
+        weights = weight_bytes(config, scheme)
+        per_token = kv_bytes_per_token(config, scheme)
+    else:
+        weights, per_token = chip_share(config, scheme, system.tensor_parallel,
+                                        system.pipeline_parallel)
     left = memory_bytes * utilization - weights
     if left < block_size * per_token:
         raise ValueError(

@@ -59,7 +59,7 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
           memory_bytes: float | None = None, utilization: float = 0.9,
           step_cost: Callable[[str], Any] | None = None, rel_tol: float = 0.02,
           progress: Callable[[str, int], Callable[[int], None] | None] | None = None,
-          ) -> list[ServedScheme]:
+          system: Any = None) -> list[ServedScheme]:
     """Serve ``model`` on ``accelerator`` under each scheme (see the module).
 
     Parameters
@@ -77,6 +77,10 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
         :func:`~tenet_byoc.serving.cost.model_step_cost`.
     progress : callable, optional
         ``progress(label, total)`` returns a callback taking the requests finished.
+    system : tenet_byoc.system.System, optional
+        Several chips of ``accelerator`` (tensor and pipeline parallel, one micro-batch):
+        each iteration costs its critical path over the chips and ``memory_bytes`` is each
+        chip's, the cache sized on the fullest chip after its weight share.
 
     Raises
     ------
@@ -108,8 +112,9 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
     config_sched = scheduler or SchedulerConfig()
     out = []
     for scheme in schemes:
-        sizing = cache_sizing(config, scheme, memory, block_size, utilization)
-        cost = (step_cost or (lambda s: model_step_cost(config, s, accelerator)))(scheme)
+        sizing = cache_sizing(config, scheme, memory, block_size, utilization, system)
+        cost = (step_cost or (lambda s: model_step_cost(config, s, accelerator,
+                                                        system=system)))(scheme)
 
         def run_of(reqs: Sequence[TraceRequest], label: str, cost=cost,
                    sizing=sizing) -> ServingRun:
