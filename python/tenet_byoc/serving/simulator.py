@@ -60,7 +60,8 @@ class ServingRun:
 
 def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
              scheduler: SchedulerConfig | None = None, kv_blocks: int = 1 << 30,
-             block_size: int = 16, progress: Callable[[int], None] | None = None) -> ServingRun:
+             block_size: int = 16, progress: Callable[[int], None] | None = None,
+             transferred: bool = False) -> ServingRun:
     """Serve ``requests`` on one engine.
 
     Parameters
@@ -77,6 +78,13 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
         The KV cache (default: unbounded in practice).
     progress : callable, optional
         Called with the number of requests finished since the last call.
+    transferred : bool
+        The requests arrive with their prompt's keys and values computed elsewhere and their
+        first token emitted (the decode pool of disaggregated serving,
+        :mod:`tenet_byoc.serving.disaggregated`): each joins with its prompt in the cache
+        (the blocks taken when it is admitted) and decodes from there; a preempted one
+        recomputes its prompt here. Its first token is not this run's (``first_token_s``
+        stays NaN); prefixes are not shared.
 
     Raises
     ------
@@ -104,6 +112,14 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
             raise ValueError(f"request {i} (prompt {r.prompt_tokens}, output "
                              f"{r.output_tokens} tokens) needs {need} KV blocks of "
                              f"{block_size} tokens; the cache has {kv_blocks}")
+        if transferred:
+            seq = EngineSequence(i, r.prompt_tokens, r.output_tokens)
+            seq.generated, seq.computed = 1, r.prompt_tokens
+            if r.output_tokens < 2:
+                raise ValueError(f"request {i} has {r.output_tokens} output token: a "
+                                 "transferred request has a token left to decode")
+            seqs.append(seq)
+            continue
         seqs.append(EngineSequence(i, r.prompt_tokens, r.output_tokens, r.prefix,
                                    r.prefix_tokens))
     first = np.full(n, np.nan)
