@@ -585,6 +585,10 @@ def _add_serve(sub) -> None:
                    help="link latency per hop, microseconds (default 1)")
     g.add_argument("--topology", default="ring", choices=TOPOLOGIES,
                    help="how collectives travel (default ring)")
+    g.add_argument("--disaggregate", metavar="P:D",
+                   help="disaggregated serving: prompts on P tensor-parallel chips, their KV "
+                   "cache sent over the link, the other tokens on D others (e.g. 1:1); "
+                   "excludes --tp / --pp / --chips")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="write requests.csv, timeline.csv, summary.json and plots here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -113,6 +113,9 @@ def kv_bits(scheme):
     (["--tp", "5"], "--tp 5"),
     (["--tp", "2", "--chips", "3"], "--chips 3 must equal --tp 2 x --pp 1 = 2"),
     (["--pp", "13"], "--pp 13"),
+    (["--disaggregate", "1:5"], "the decode pool's 5 chips"),
+    (["--disaggregate", "2"], "expected P:D"),
+    (["--disaggregate", "1:1", "--tp", "2"], "exclude each other"),
 ])
 def test_serve_command_refuses_bad_chips(tmp_path, capsys, extra, message):
     from tenet_byoc.experiments.cli import main
@@ -123,3 +126,30 @@ def test_serve_command_refuses_bad_chips(tmp_path, capsys, extra, message):
               "--no-progress", *extra])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_serve_command_disaggregated(tmp_path):
+    # Wiring: each request's first token comes from the prefill pool alone (a one-token
+    # run of the same arrivals on one chip), its finish no earlier than the transfer of
+    # its 24-token prompt (24 x 36,864 bytes over 100 GB/s, 1 us) and one decode step.
+    import csv
+    import json
+
+    from tenet_byoc.experiments.cli import main
+    from tenet_byoc.serving import poisson_trace
+    from tenet_byoc.serving.requests import FixedLengths
+
+    out = tmp_path / "o"
+    assert main(["serve", "--model", "gpt2", "--accelerator", "os16", "--rate", "20",
+                 "--requests", "30", "--prompt-len", "24", "--output-len", "4",
+                 "--memory-gb", "1", "--disaggregate", "1:1", "--out", str(out),
+                 "--no-progress"]) == 0
+    rows = list(csv.DictReader(open(out / "requests.csv", newline="")))
+    trace = [TraceRequest(r.arrival_s, 24, 1)
+             for r in poisson_trace(20.0, 30, FixedLengths(24, 4), 0)]
+    alone = simulate(trace, model_step_cost("gpt2", "none", "os16"))
+    first = [float(r["first_token_s"]) for r in rows]
+    assert first == pytest.approx(list(alone.finish_s), rel=1e-8)  # 9 digits in the CSV
+    transfer = 24 * 36864 / 100e9 + 1e-6
+    assert all(float(r["finish_s"]) > float(r["first_token_s"]) + transfer for r in rows)
+    assert json.loads((out / "summary.json").read_text())["chips"]["disaggregate"] == "1:1"

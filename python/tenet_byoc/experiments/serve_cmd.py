@@ -81,6 +81,35 @@ def _system(args: argparse.Namespace, acc: Any) -> Any:
     return System(acc, chips, tp, pp, 1, link)
 
 
+def _pools(args: argparse.Namespace, acc: Any) -> tuple[Any, Any] | None:
+    """The (prefill, decode) Systems of ``--disaggregate P:D``, or None."""
+    text = getattr(args, "disaggregate", None)
+    if text is None:
+        return None
+    if args.tp != 1 or args.pp != 1 or args.chips is not None:
+        raise ValueError("--disaggregate P:D and --tp / --pp / --chips exclude each other "
+                         "(P and D are each pool's tensor-parallel chips)")
+    parts = text.split(":")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(f"--disaggregate {text!r}: expected P:D, two integers >= 1 (the "
+                         "prefill and the decode pool's chips), e.g. 1:2")
+    from ..models.configs import resolve_config
+    from ..plan import check_tensor_parallel
+    from ..system import Link, System
+
+    config = resolve_config(args.model)
+    link = Link(args.link_gbps, args.link_latency_us, args.topology)
+    out = []
+    for name, n in zip(("prefill", "decode"), (int(p) for p in parts), strict=True):
+        try:
+            check_tensor_parallel(config, n)
+        except ValueError as err:
+            raise ValueError(f"--disaggregate {text}: the {name} pool's {n} chips: "
+                             f"{err}") from None
+        out.append(System(acc, n, n, 1, 1, link))
+    return out[0], out[1]
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """Run ``tenet-byoc serve`` as parsed (see the module); return the exit code."""
     from ..hardware import resolve
@@ -92,7 +121,8 @@ def run_serve(args: argparse.Namespace) -> int:
     acc = resolve(args.accelerator, args.mapping)
     memory = args.memory_gb * 1e9 if args.memory_gb is not None else None
     scheduler = SchedulerConfig(args.policy, args.token_budget, args.max_seqs)
-    system = _system(args, acc)
+    pools = _pools(args, acc)
+    system = None if pools else _system(args, acc)
 
     def progress(label: str, total: int):
         if args.no_progress:
@@ -111,7 +141,8 @@ def run_serve(args: argparse.Namespace) -> int:
                    requests=args.requests, lengths=lengths, seed=args.seed,
                    ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, scheduler=scheduler,
                    block_size=args.block_size, memory_bytes=memory,
-                   utilization=args.memory_utilization, progress=progress, system=system)
+                   utilization=args.memory_utilization, progress=progress, system=system,
+                   pools=pools)
     print(serve_table(served, args.ttft_ms, args.tpot_ms))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -196,7 +227,8 @@ def write_summary(served: Sequence[Any], path: Path, args: argparse.Namespace, l
                   "pipeline_parallel": getattr(args, "pp", 1),
                   "link_gbps": getattr(args, "link_gbps", None),
                   "link_latency_us": getattr(args, "link_latency_us", None),
-                  "topology": getattr(args, "topology", None)},
+                  "topology": getattr(args, "topology", None),
+                  "disaggregate": getattr(args, "disaggregate", None)},
         "schemes": {},
     }
     for s in served:

@@ -59,7 +59,7 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
           memory_bytes: float | None = None, utilization: float = 0.9,
           step_cost: Callable[[str], Any] | None = None, rel_tol: float = 0.02,
           progress: Callable[[str, int], Callable[[int], None] | None] | None = None,
-          system: Any = None) -> list[ServedScheme]:
+          system: Any = None, pools: tuple[Any, Any] | None = None) -> list[ServedScheme]:
     """Serve ``model`` on ``accelerator`` under each scheme (see the module).
 
     Parameters
@@ -81,6 +81,11 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
         Several chips of ``accelerator`` (tensor and pipeline parallel, one micro-batch):
         each iteration costs its critical path over the chips and ``memory_bytes`` is each
         chip's, the cache sized on the fullest chip after its weight share.
+    pools : (System, System), optional
+        Disaggregated serving (:mod:`tenet_byoc.serving.disaggregated`): prompts on the
+        first system, their KV cache sent over its link (all its chips sending their
+        share at once), the other tokens on the second; each pool's cache sized as ``system``'s.
+        The result's sizing is the decode pool's. Excludes ``system`` and ``step_cost``.
 
     Raises
     ------
@@ -110,17 +115,41 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
                              f"{r.output_tokens} tokens) outruns {config.name}'s context "
                              f"{field}={limit}")
     config_sched = scheduler or SchedulerConfig()
+    if pools is not None and (system is not None or step_cost is not None):
+        raise ValueError("pools (disaggregated serving) excludes system and step_cost")
     out = []
     for scheme in schemes:
-        sizing = cache_sizing(config, scheme, memory, block_size, utilization, system)
-        cost = (step_cost or (lambda s: model_step_cost(config, s, accelerator,
-                                                        system=system)))(scheme)
+        if pools is not None:
+            from .disaggregated import kv_transfer_seconds, simulate_disaggregated
+            from .kv_cache import chip_share
 
-        def run_of(reqs: Sequence[TraceRequest], label: str, cost=cost,
-                   sizing=sizing) -> ServingRun:
-            callback = progress(label, len(reqs)) if progress else None
-            return simulate(reqs, cost, scheduler=config_sched, kv_blocks=sizing.blocks,
-                            block_size=block_size, progress=callback)
+            first, second = pools
+            sizing = cache_sizing(config, scheme, memory, block_size, utilization, second)
+            pre_sizing = cache_sizing(config, scheme, memory, block_size, utilization, first)
+            pre_cost = model_step_cost(config, scheme, accelerator, system=first)
+            cost = model_step_cost(config, scheme, accelerator, system=second)
+            # Every prefill chip sends its share at once: the fullest chip's bytes decide.
+            transfer = kv_transfer_seconds(
+                chip_share(config, scheme, first.tensor_parallel, first.pipeline_parallel)[1],
+                first.link)
+
+            def run_of(reqs: Sequence[TraceRequest], label: str, cost=cost, sizing=sizing,
+                       pre_cost=pre_cost, pre_sizing=pre_sizing,
+                       transfer=transfer) -> ServingRun:
+                return simulate_disaggregated(
+                    reqs, pre_cost, cost, transfer, prefill_scheduler=config_sched,
+                    decode_scheduler=config_sched, prefill_kv_blocks=pre_sizing.blocks,
+                    decode_kv_blocks=sizing.blocks, block_size=block_size).run
+        else:
+            sizing = cache_sizing(config, scheme, memory, block_size, utilization, system)
+            cost = (step_cost or (lambda s: model_step_cost(config, s, accelerator,
+                                                            system=system)))(scheme)
+
+            def run_of(reqs: Sequence[TraceRequest], label: str, cost=cost,
+                       sizing=sizing) -> ServingRun:
+                callback = progress(label, len(reqs)) if progress else None
+                return simulate(reqs, cost, scheduler=config_sched, kv_blocks=sizing.blocks,
+                                block_size=block_size, progress=callback)
 
         run = run_of(requests_list, f"{scheme}")
         metrics = serving_metrics(run, ttft_ms, tpot_ms)
