@@ -592,6 +592,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR",
                    help="write requests.csv, timeline.csv, summary.json and plots here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _report_option(p)
 
 
 def build_parser() -> argparse.ArgumentParser:

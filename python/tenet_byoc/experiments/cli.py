@@ -155,7 +155,7 @@ def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerator
 
     write_manifest(args.out, command=args.command, argv=args.argv, models=models,
                    schemes=schemes, accelerators=accelerators, system=system)
-    if getattr(args, "report", False):  # serve has no page yet
+    if getattr(args, "report", False):
         from .report import write_report
 
         print(f"wrote {write_report(args.out)}")

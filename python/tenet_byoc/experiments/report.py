@@ -41,7 +41,7 @@ REPORT = "report.html"
 #: scheme, per layer and per call).
 SOURCES = ("sweep.csv", "run.csv", "layers.csv", "sweep.json", "run.json", "eval.csv",
            "eval.json", "estimate.csv", "layers_*.csv", "ledger_*.csv", "sweep_context.csv",
-           "sweep_batch.csv", "dse.csv", "serving.csv", MANIFEST)
+           "sweep_batch.csv", "dse.csv", "serving.csv", "timeline.csv", MANIFEST)
 
 # Column labels with units, for every column the commands write; others show their own name.
 _LABELS = {
@@ -63,6 +63,11 @@ _LABELS = {
     "requests_per_s": "requests/s", "ttft_ms_mean": "TTFT mean (ms)",
     "ttft_ms_max": "TTFT worst (ms)", "tpot_ms_mean": "TPOT mean (ms)",
     "tpot_ms_max": "TPOT worst (ms)", "padded_share": "padded slots (0-1)",
+    "ttft_ms_p50": "TTFT p50 (ms)", "ttft_ms_p90": "TTFT p90 (ms)", "ttft_ms_p99": "TTFT p99 (ms)",
+    "tpot_ms_p50": "TPOT p50 (ms)", "tpot_ms_p90": "TPOT p90 (ms)", "tpot_ms_p99": "TPOT p99 (ms)",
+    "e2e_ms_p90": "end-to-end p90 (ms)", "goodput_rps": "goodput (req/s)",
+    "batch_mean": "mean batch", "batch_max": "max batch", "kv_use_mean": "mean KV use (0-1)",
+    "kv_tokens": "KV cache (tokens)", "max_rate": "max rate at targets (req/s)",
 }
 
 # The per-call columns of a ledger shown on the page: the call, its mapping and its DRAM /
@@ -624,6 +629,87 @@ def _serving_section(serving: _Csv) -> _Section:
     return sec
 
 
+#: The summary.json figures of a ``serve`` run shown in its table, per scheme.
+_SERVE_COLUMNS = ("scheme", "requests", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99",
+                  "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99", "e2e_ms_p90", "tokens_per_s",
+                  "requests_per_s", "goodput_rps", "batch_mean", "batch_max", "kv_use_mean",
+                  "preemptions", "kv_tokens", "max_rate")
+#: Points per scheme a timeline plot keeps (every n-th iteration past that).
+_TIMELINE_POINTS = 4000
+
+
+def _serve_section(doc: dict, timeline: _Csv) -> _Section:
+    """``tenet-byoc serve --out``: latency percentiles against load per scheme, the batch and
+    KV use over time, and the summary table (``summary.json``, ``timeline.csv``)."""
+    schemes = doc["schemes"]
+    if not isinstance(schemes, dict) or not schemes:
+        raise ValueError("summary.json: 'schemes' must be an object of one entry per scheme")
+    chips = doc.get("chips") or {}
+    where = ""
+    if chips.get("disaggregate"):
+        where = f"; disaggregated, prefill:decode chips {chips['disaggregate']}"
+    elif chips.get("tensor_parallel", 1) * chips.get("pipeline_parallel", 1) > 1:
+        where = (f"; TP {chips['tensor_parallel']} x PP {chips['pipeline_parallel']}, "
+                 f"{chips.get('link_gbps')} GB/s links")
+    sec = _Section("Serving (continuous batching)", html.escape(
+        f"{doc.get('model')} on {doc.get('accelerator')}{where}: {doc.get('arrivals')}, "
+        f"{doc.get('policy')} scheduler, {doc.get('token_budget')} tokens and "
+        f"{doc.get('max_seqs')} sequences per iteration (summary.json, timeline.csv). Each "
+        "scheme's run at its measured load (p50 / p90 / p99), and the p90 at each rate the "
+        "search tried when targets were given."))
+    targets = {"ttft": doc.get("ttft_ms_target_p90"), "tpot": doc.get("tpot_ms_target_p90")}
+    for metric, name in (("ttft", "TTFT"), ("tpot", "TPOT")):
+        data = []
+        for scheme, e in schemes.items():
+            for q, dash in (("p50", "dot"), ("p90", "solid"), ("p99", "dash")):
+                data.append({"type": "scatter", "mode": "markers", "name": f"{scheme} {q}",
+                             "x": [e["requests_per_s"]], "y": [e[f"{metric}_ms_{q}"]],
+                             "marker": {"size": 10, "symbol": {"p50": "circle", "p90":
+                                                               "diamond", "p99": "x"}[q]},
+                             "hovertemplate": f"{scheme} {q}<br>%{{x:.4g}} req/s<br>"
+                             f"{name} %{{y:.4g}} ms<extra></extra>"})
+            tried = sorted(e.get("rates_tried") or [], key=lambda t: t["rate"])
+            if tried:
+                data.append({"type": "scatter", "mode": "lines+markers",
+                             "name": f"{scheme} p90 (rates tried)",
+                             "x": [t["rate"] for t in tried],
+                             "y": [t[f"{metric}_ms_p90"] for t in tried],
+                             "hovertemplate": f"{scheme}<br>%{{x:.4g}} req/s offered<br>"
+                             f"p90 {name} %{{y:.4g}} ms<extra></extra>"})
+        shapes = []
+        if targets[metric] is not None:
+            shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1,
+                           "y0": targets[metric], "y1": targets[metric],
+                           "line": {"dash": "dash", "color": "#888"}})
+        sec.parts.append(_Figure(f"serve-{metric}", data, _layout(
+            f"{name} percentiles vs load" + (f" (p90 target {targets[metric]} ms dashed)"
+                                              if targets[metric] is not None else ""),
+            "load (requests/s)", f"{name} (ms)", shapes=shapes)))
+    by_scheme = _groups(timeline.rows, "scheme")
+    for column, label in (("sequences", "batch (sequences per iteration)"),
+                          ("kv_use", "KV cache in use (share of blocks)")):
+        data = []
+        for (scheme,), rows in by_scheme.items():
+            stride = max(1, -(-len(rows) // _TIMELINE_POINTS))
+            rows = rows[::stride]
+            data.append({"type": "scatter", "mode": "lines", "name": str(scheme),
+                         "line": {"shape": "hv"},
+                         "x": [r["start_s"] for r in rows], "y": [r[column] for r in rows],
+                         "hovertemplate": f"%{{x:.4g}} s<br>{label} %{{y:.4g}}"
+                         "<extra>%{fullData.name}</extra>"})
+        sec.parts.append(_Figure(f"serve-{column}", data, _layout(
+            f"{label} over time (the run as given)", "time (s)", label)))
+    rows = []
+    for scheme, e in schemes.items():
+        row = {c: e.get(c) for c in _SERVE_COLUMNS}
+        row["scheme"] = scheme
+        row["kv_tokens"] = (e.get("cache") or {}).get("tokens")
+        rows.append(row)
+    sec.parts.append(_Table("serve-summary", _Csv("summary.json", list(_SERVE_COLUMNS), rows),
+                            _SERVE_COLUMNS))
+    return sec
+
+
 # ----------------------------------------------------------------------------------------
 # The page
 # ----------------------------------------------------------------------------------------
@@ -774,6 +860,17 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     serving = csv_of("serving.csv")
     if serving is not None and serving.rows:
         sections.append(_section(_serving_section, [serving], serving))
+    timeline = csv_of("timeline.csv")
+    if timeline is not None:
+        if not (path / "summary.json").is_file():
+            raise FileNotFoundError(f"report folder {str(folder)!r} has timeline.csv (tenet-byoc "
+                                    "serve) but no summary.json beside it")
+        doc = _read_json(path / "summary.json")
+        if not isinstance(doc, dict) or "schemes" not in doc:
+            raise ValueError(f"{str(path / 'summary.json')!r}: expected tenet-byoc serve's "
+                             "summary (an object with 'schemes')")
+        summary_json = _Csv("summary.json", [], [])
+        sections.append(_section(_serve_section, [timeline, summary_json], doc, timeline))
 
     title = "tenet-byoc report"
     if manifest is not None:
