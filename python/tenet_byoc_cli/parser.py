@@ -567,7 +567,8 @@ def _add_serve(sub) -> None:
     g.add_argument("--block-size", type=_count(1), default=16, metavar="B",
                    help="tokens per KV block (default 16)")
     g.add_argument("--memory-gb", type=_rate, metavar="GB",
-                   help="each chip's memory (default: what the accelerator states)")
+                   help="each chip's memory (default: the data sheet's for a100, h100_sxm, "
+                   "h200, tpu_v5e, tpu_v1; required for other accelerators)")
     g.add_argument("--memory-utilization", type=_share, default=0.9, metavar="F",
                    help="share of the memory the engine uses (default 0.9)")
     g = p.add_argument_group("several chips (one batch in flight: iterations cost the "

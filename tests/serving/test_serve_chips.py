@@ -153,3 +153,11 @@ def test_serve_command_disaggregated(tmp_path):
     transfer = 24 * 36864 / 100e9 + 1e-6
     assert all(float(r["finish_s"]) > float(r["first_token_s"]) + transfer for r in rows)
     assert json.loads((out / "summary.json").read_text())["chips"]["disaggregate"] == "1:1"
+
+
+def test_preset_memory_defaults_are_the_data_sheets():
+    from tenet_byoc.serving.study import memory_bytes_of
+
+    assert memory_bytes_of(resolve("h100_sxm")) == 80e9  # NVIDIA H100 SXM: 80 GB
+    assert memory_bytes_of(resolve("h200")) == 141e9  # NVIDIA H200: 141 GB
+    assert memory_bytes_of(resolve("os16")) is None  # an abstract design states none

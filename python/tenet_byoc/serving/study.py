@@ -24,7 +24,7 @@ from .requests import SHAREGPT_LIKE, FixedLengths, LognormalLengths, TraceReques
 from .scheduler import SchedulerConfig
 from .simulator import ServingRun, simulate
 
-__all__ = ["ServedScheme", "memory_bytes_of", "serve"]
+__all__ = ["PRESET_MEMORY_BYTES", "ServedScheme", "memory_bytes_of", "serve"]
 
 
 @dataclass(frozen=True)
@@ -39,16 +39,35 @@ class ServedScheme:
     cost: Any  #: the step cost (its cache filled)
 
 
+#: Device memory of the presets modelled on real chips, in bytes (vendors' GB as 10^9 bytes;
+#: the runtime reports a little more, an H100 81,559 MiB): used when ``--memory-gb`` is left
+#: out. Sources: NVIDIA A100 Tensor Core GPU data sheet (SXM4 40 GB, the preset's variant);
+#: NVIDIA H100 Tensor Core GPU data sheet (SXM, 80 GB HBM3); NVIDIA H200 Tensor Core GPU data
+#: sheet (141 GB HBM3e); Google Cloud, "TPU v5e" (16 GB HBM2 per chip); Jouppi et al.,
+#: "In-Datacenter Performance Analysis of a Tensor Processing Unit", ISCA 2017 (TPU v1:
+#: 8 GiB of DDR3).
+PRESET_MEMORY_BYTES = {
+    "a100": 40e9,
+    "h100_sxm": 80e9,
+    "h200": 141e9,
+    "tpu_v5e": 16e9,
+    "tpu_v1": 8 * 2**30,
+}
+
+
 def memory_bytes_of(accelerator: Any) -> float | None:
     """The chip memory an accelerator states (``memory_bytes`` / ``dram_bytes`` /
-    ``hbm_bytes`` on it, its hardware or its memory hierarchy), or None."""
+    ``hbm_bytes`` on it, its hardware or its memory hierarchy), else that of the preset of
+    its name (:data:`PRESET_MEMORY_BYTES`), or None."""
+    preset = getattr(accelerator, "name", accelerator)
     for owner in (accelerator, getattr(accelerator, "hardware", None),
                   getattr(accelerator, "memory", None)):
         for name in ("memory_bytes", "dram_bytes", "hbm_bytes", "dram_capacity_bytes"):
             value = getattr(owner, name, None)
             if isinstance(value, int | float) and value > 0:
                 return float(value)
-    return None
+    found = PRESET_MEMORY_BYTES.get(preset) if isinstance(preset, str) else None
+    return None if found is None else float(found)
 
 
 def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
