@@ -56,27 +56,31 @@ def kv_bytes_per_token(config: Any, scheme: Any) -> float:
     return (codes + scales) / 8
 
 
-def weight_bytes(config: Any, scheme: Any) -> float:
-    """Bytes the model's weights take stored under ``scheme`` (see the module's sizing)."""
+def _weight_parts(config: Any, scheme: Any) -> tuple[float, float]:
+    """Bytes of the decoder layers' weights and of those outside them (head, embedding)."""
     from ..models.gemms import model_gemms
     from ..quantization import SCALE_DTYPES, get_scheme
 
     s = get_scheme(scheme)
-    bits = 0
+    bits = [0, 0]
     multiple = s.k_multiple()
     scale_bits = SCALE_DTYPES[s.scale_dtype] + (s.weight_bits if s.weight_format == "uint" else 0)
     for g in model_gemms(config, "decode", 1):
         if g.weight is None:
             continue
         k = -(-g.k // multiple) * multiple
-        bits += g.batch * k * g.n * s.weight_bits
         scales = {"none": 0, "tensor": 1, "channel": g.n,
                   "group": g.n * (k // max(1, s.group_size))}[s.weight_granularity]
-        bits += g.batch * scales * scale_bits
+        bits[g.name == "lm_head"] += g.batch * k * g.n * s.weight_bits + g.batch * scales * scale_bits
     vocab = config.vocab_size
     hidden = getattr(config, "n_embd", None) or config.hidden_size
-    bits += vocab * hidden * (32 if s.weight_bits == 32 else 16)
-    return bits / 8
+    bits[1] += vocab * hidden * (32 if s.weight_bits == 32 else 16)
+    return bits[0] / 8, bits[1] / 8
+
+
+def weight_bytes(config: Any, scheme: Any) -> float:
+    """Bytes the model's weights take stored under ``scheme`` (see the module's sizing)."""
+    return sum(_weight_parts(config, scheme))
 
 
 @dataclass(frozen=True)
@@ -101,21 +105,16 @@ def chip_share(config: Any, scheme: Any, tensor_parallel: int = 1,
     """The weight bytes and KV bytes per token the fullest chip of a Megatron-LM sharded
     system holds: the layers' weights and KV split over ``tensor_parallel`` chips (by
     columns, rows and heads) and ``pipeline_parallel`` stages (the largest stage's layers,
-    :func:`tenet_byoc.plan.stage_layers`), the embedding split by vocabulary rows over the
-    ``tensor_parallel`` chips of a stage (counted on the fullest stage: with tied
-    embeddings the first and last stage both hold it). ``(1, 1)``: :func:`weight_bytes` and
-    :func:`kv_bytes_per_token`."""
+    :func:`tenet_byoc.plan.stage_layers`), the embedding and the head split by vocabulary
+    rows over the ``tensor_parallel`` chips of a stage, both counted on the fullest stage
+    (an upper bound: with several stages the first holds the embedding, the last the head).
+    ``(1, 1)``: :func:`weight_bytes` and :func:`kv_bytes_per_token`."""
     from ..plan import stage_layers
-    from ..quantization import get_scheme
 
     layers, _, _ = _layers_heads_dim(config)
     most = max(len(r) for r in stage_layers(layers, pipeline_parallel))
-    s = get_scheme(scheme)
-    vocab = config.vocab_size
-    hidden = getattr(config, "n_embd", None) or config.hidden_size
-    embedding = vocab * hidden * (32 if s.weight_bits == 32 else 16) / 8
-    in_layers = weight_bytes(config, scheme) - embedding
-    weights = (in_layers * most / layers + embedding) / tensor_parallel
+    in_layers, outside = _weight_parts(config, scheme)
+    weights = (in_layers * most / layers + outside) / tensor_parallel
     kv = kv_bytes_per_token(config, scheme) * most / layers / tensor_parallel
     return weights, kv
 
