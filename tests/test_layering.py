@@ -124,7 +124,7 @@ LAYERS = (
                  "system")),
     ("models", ("models",)),
     ("plan", ("plan",)),
-    ("estimate", ("estimate", "dse")),
+    ("estimate", ("estimate", "dse", "serving")),
     ("experiments", ("experiments",)),
 )
 

@@ -36,7 +36,6 @@ field, format or node raises ``ValueError`` naming it and what is accepted.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -149,9 +148,14 @@ class AreaTable:
             if not isinstance(cells, Mapping):
                 raise ValueError(f"{_where}: sram_bitcell_um2 must map node (nm) to bit-cell "
                                  f"area (um2), got {cells!r}")
-            merged = dict(self.sram_bitcell_um2)
+            merged, spelt = dict(self.sram_bitcell_um2), {}
             for node, cell in cells.items():
-                merged[_positive(f"{_where}: sram_bitcell_um2 node", node, "node")] = cell
+                node_f = _positive(f"{_where}: sram_bitcell_um2 node", node, "node")
+                if node_f in spelt:  # "45" and "45.0": one node, and one would be lost
+                    raise ValueError(f"{_where}: sram_bitcell_um2 gives node {node_f:g} nm "
+                                     f"twice (as {spelt[node_f]!r} and {node!r})")
+                spelt[node_f] = node
+                merged[node_f] = cell
             changes["sram_bitcell_um2"] = merged
         try:
             return dataclasses.replace(self, **changes)
@@ -350,33 +354,11 @@ AREA_HOOKS: dict[str, Callable[[Any, AreaTable, float], float | None]] = {
 
 
 def load_table_file(path: str | Path, what: str) -> dict:
-    """A JSON or YAML file's top-level mapping (by suffix; ``.yaml``/``.yml`` is YAML)."""
-    p = Path(path)
-    if p.is_dir():
-        raise ValueError(f"{what} {str(path)!r} is a directory, not a file")
-    if not p.is_file():
-        raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{what} {str(path)!r} is not UTF-8 text (byte at offset "
-                         f"{err.start})") from None
-    if p.suffix.lower() in (".yaml", ".yml"):
-        import yaml
+    """A JSON or YAML file's top-level mapping (by suffix; ``.yaml``/``.yml`` is YAML), read
+    by the guarded reader (:func:`tenet_byoc.documents.load_mapping`)."""
+    from .documents import load_mapping
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ValueError(f"{what} {str(path)!r} is not valid YAML: {err}") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{what} {str(path)!r} is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(  # noqa: TRY004 (a file's content)
-            f"{what} {str(path)!r} must hold a mapping of fields, got {type(data).__name__}")
-    return data
+    return load_mapping(path, what)
 
 
 def dram_interface_mm2(gbps: float, table: AreaTable, logic_scale: float) -> float:

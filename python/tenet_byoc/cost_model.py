@@ -28,6 +28,7 @@ from ._cost_model import (
     MAX_ENUMERATED_INSTANCES,
     Accelerator,
     Charge,
+    Cores,  # an accelerator of cores (src/cost_model/core.h)
     Dataflow,
     EdgeDequantizer,  # the units beside the array (src/cost_model/vector.h)
     GemmCall,
@@ -82,6 +83,7 @@ __all__ = [
     "MAX_ENUMERATED_INSTANCES",
     "Accelerator",
     "Charge",
+    "Cores",
     "Dataflow",
     "EdgeDequantizer",
     "EnergyBreakdown",

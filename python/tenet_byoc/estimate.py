@@ -145,6 +145,26 @@ def _add_entries(entries: list[LedgerEntry], p: Plan, charges: Charges, symbol: 
                                       fused=bool(pc.fused_with), chip=chip))
 
 
+def _sums(plans: list[Plan], charges: Charges, phase: str | None) -> Any:
+    """``totals()`` of the one-chip entries of ``plans`` (those of ``phase``; None: all)
+    without making them: each GEMM with its epilogues, and each other call, once with how
+    many times it runs (a plan's second layer stands for its layers after the first)."""
+    from .ledger import counted_totals
+
+    rows: list[tuple[dict[str, Any], int]] = []
+    for p in plans:
+        if phase is not None and p.phase != phase:
+            continue
+        rest = p.layers - 1 if p.layers else 1
+        fields = charges.fields
+        for c in p.written:
+            f = fields(c)
+            if c.fused_with:
+                f = {**f, "fused": True}
+            rows.append((f, rest if c.layer == 1 and p.layers else 1))
+    return counted_totals(rows)
+
+
 #: The config of a model name, path or config object (kept for the CLI and benchmarks).
 _config = model_config
 
@@ -283,7 +303,8 @@ def estimate(
 
     if system is None:
         return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [],
-                      count=count)
+                      count=count, sums=lambda phase: _sums(plans, charges, phase),
+                      phases=list(dict.fromkeys(p.phase for p in plans)))
     from .system import SystemLedger
 
     return SystemLedger(entries, system, times, count=count)

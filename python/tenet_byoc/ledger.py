@@ -304,21 +304,39 @@ def step_cycles(entries: Iterable[LedgerEntry]) -> int:
 def totals(entries: Iterable[LedgerEntry]) -> Totals:
     """Sums over ``entries`` (see :class:`Totals`); ``cycles`` and ``latency_us`` follow
     :func:`step_cycles` (fused epilogues hidden under a pipelined vector unit)."""
-    entries = list(entries)
-    cycles = step_cycles(entries)
-    summed = sum(e.cycles for e in entries)
-    latency = sum(e.latency_us for e in entries) * (cycles / summed if summed else 1.0)
-    offchip = sum(e.offchip_bytes for e in entries)
+    return counted_totals((e.__dict__ if _PLAIN else asdict(e), 1) for e in entries)
+
+
+# An entry's fields are its __dict__ (a dataclass without slots); read by name below.
+_PLAIN = not hasattr(LedgerEntry, "__slots__")
+
+
+def counted_totals(rows: Iterable[tuple[Mapping, int]]) -> Totals:
+    """:func:`totals` of calls in order, each given once as its fields (an entry's, or a
+    charge's ledger fields with ``fused``) and how many times it runs in a row (a GEMM's
+    count covers the fused epilogues after it)."""
+    calls = macs = roofline = summed = capacity = 0
+    latency = offchip = dram = energy = 0.0
+    chain = []
+    for f, n in rows:
+        cycles = f["cycles"]
+        chain.append((f["unit"], bool(f.get("fused", False)) and f["schedule"] == "pipelined",
+                      cycles, n))
+        calls += n
+        macs += n * f["macs"]
+        roofline += n * f["roofline_cycles"]
+        summed += n * cycles
+        capacity += n * cycles * f["num_pes"] * f["macs_per_pe_per_cycle"]
+        latency += n * f["latency_us"]
+        offchip += n * (f["offchip_read_bytes"] + f["offchip_write_bytes"])
+        dram += n * (f["dram_read_bytes"] + f["dram_write_bytes"])
+        energy += n * f["energy_pj"]
+    cycles = chain_cycles(chain)
+    latency *= cycles / summed if summed else 1.0
     return Totals(
-        calls=len(entries),
-        macs=sum(e.macs for e in entries),
-        cycles=cycles,
-        roofline_cycles=sum(e.roofline_cycles for e in entries),
-        latency_us=latency,
-        offchip_bytes=offchip,
-        dram_bytes=sum(e.dram_bytes for e in entries),
-        energy_pj=sum(e.energy_pj for e in entries),
-        pe_utilization=pe_utilization(entries),
+        calls=calls, macs=macs, cycles=cycles, roofline_cycles=roofline, latency_us=latency,
+        offchip_bytes=offchip, dram_bytes=dram, energy_pj=energy,
+        pe_utilization=macs / capacity if capacity else 0.0,
         bandwidth_gbps=offchip / (latency * 1e3) if latency else 0.0,
     )
 
@@ -332,15 +350,20 @@ class Ledger:
 
     ``entries`` may also be given as a function that makes the list and ``count`` its
     length: the entries are then made when first read (an estimate of 10^5 calls returns
-    before it has made them).
+    before it has made them); ``sums`` then gives ``totals()`` and ``group_by("phase")``
+    without making them (its totals per phase, in ``phases``' order).
     """
 
     def __init__(self, entries: list[LedgerEntry] | Callable[[], list[LedgerEntry]],
                  accelerator: str, dataflow: str, clock_ghz: float,
-                 modules: list[tvm.runtime.Module], *, count: int | None = None):
+                 modules: list[tvm.runtime.Module], *, count: int | None = None,
+                 sums: Callable[[str | None], Totals] | None = None,
+                 phases: Sequence[str] = ()):
         self._make = entries if callable(entries) else None
         self._entries = None if callable(entries) else entries
         self._count = count
+        # Totals per phase (None: all) without making the entries, and the phases in order.
+        self._sums, self._phases = sums, tuple(phases)
         self.accelerator = accelerator
         self.dataflow = dataflow
         self.clock_ghz = clock_ghz
@@ -368,6 +391,8 @@ class Ledger:
 
     def totals(self) -> Totals:
         """Totals over all entries."""
+        if self._entries is None and self._sums is not None:
+            return self._sums(None)
         return totals(self.entries)
 
     @property
@@ -432,6 +457,8 @@ class Ledger:
                 f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase, scheme, "
                 "chip or unit"
             )
+        if key == "phase" and self._entries is None and self._sums is not None:
+            return GroupedTotals(key, {phase: self._sums(phase) for phase in self._phases})
         groups: dict[str, list[LedgerEntry]] = {}
         for e in self.entries:
             groups.setdefault(getattr(e, key), []).append(e)

@@ -170,6 +170,21 @@ def _milliseconds(text: str) -> float:
     return value
 
 
+def _quantity(unit: str, allow_zero: bool = False):
+    """An argparse type: a finite number of ``unit``, > 0 (>= 0 with ``allow_zero``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {unit}, got {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(
+                f"expected {unit} {'>=' if allow_zero else '>'} 0, got {text!r}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
 def _counts(text: str) -> list[int]:
     one = _count(1)
     return [one(t.strip()) for t in text.split(",") if t.strip()] or [one(text)]
@@ -403,9 +418,10 @@ def _add_estimate(sub) -> None:
                    help="chips in the system; must equal tp x pp (default tp x pp)")
     p.add_argument("--micro-batches", type=_count(1), default=1, metavar="U",
                    help="micro-batches through the pipeline; must divide --batch (default 1)")
-    p.add_argument("--link-gbps", type=float, default=100.0, metavar="GB/s",
+    p.add_argument("--link-gbps", type=_quantity("GB/s"), default=100.0, metavar="GB/s",
                    help="link bandwidth per chip and direction, GB/s (default 100)")
-    p.add_argument("--link-latency-us", type=float, default=1.0, metavar="US",
+    p.add_argument("--link-latency-us", type=_quantity("microseconds", allow_zero=True),
+                   default=1.0, metavar="US",
                    help="link latency per hop, microseconds (default 1)")
     p.add_argument("--topology", default="ring", choices=TOPOLOGIES,
                    help="how collectives travel (default ring)")

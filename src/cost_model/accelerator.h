@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cost_model/core.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/energy.h"
 #include "cost_model/mapping.h"
@@ -56,6 +57,12 @@ struct Accelerator {
   VectorUnit vector;
   EdgeDequantizer edge_dequantizer;
 
+  // How many of this (hardware, dataflow, memory) core there are, the on-chip level they
+  // share and the launch cost (core.h). The default, one core without a launch cost, is
+  // charged exactly as an accelerator of one array. With several, `memory`'s buffer and
+  // registers are one core's and its dram_bandwidth_bits the whole accelerator's.
+  Cores cores;
+
   // `energies`'s units with their rates set from `rate` at max(bits_a, bits_b).
   static PrecisionTable WithMacRates(PrecisionTable energies, const MacRate& rate);
 };
@@ -87,8 +94,10 @@ MemoryHierarchy MemoryFromTenet(const Hardware& hw);
 //    "supported_dataflows": ["os" | "ws" | "is", ...]   (absent: SupportedDataflowsFor),
 //    "vector": {"lanes", "cycles_per_op": {"add", "mul", "exp", "recip", "tanh"},
 //               "pj_per_op": {same keys}, "buffer_bandwidth_bits", "schedule"},
-//    "edge_dequantizer": {"elements_per_cycle", "bits": [int, ...], "pj_per_element"}}
-//   (vector, edge_dequantizer absent: their defaults, no dequantizer)
+//    "edge_dequantizer": {"elements_per_cycle", "bits": [int, ...], "pj_per_element"},
+//    "cores": {"count", "shared_bandwidth_bits", "shared_bytes", "launch_cycles",
+//              "max_split_k"}}
+//   (vector, edge_dequantizer, cores absent: their defaults, no dequantizer, one core)
 // ParseAccelerator(SerializeAccelerator(a)) == a; it validates (Validate(Accelerator)) and
 // names the key of any bad or missing field.
 std::string SerializeAccelerator(const Accelerator& acc);

@@ -173,6 +173,8 @@ namespace {
 Charge ChargeWith(const GemmCall& call, const Accelerator& accelerator, AnalysisMethod method,
                   MappingSearch* search, const PreparedArray* array,
                   const std::shared_ptr<const PreparedArray>& tiles) {
+  // An accelerator of cores spreads the call over them (core.h); one core is charged here.
+  if (!IsOneCore(accelerator.cores)) return ChargeOnCores(call, accelerator, method);
   Charge charge;
   charge.call = call;
   const Hardware& hw = accelerator.hardware;

@@ -464,6 +464,7 @@ void Validate(const Accelerator& acc) {
   Validate(acc.mapping);
   Validate(acc.vector);
   Validate(acc.edge_dequantizer);
+  Validate(acc.cores);
   ValidateSupportedDataflows(acc);
   // The MAC rate has one setting, the hardware's: a table whose rates differ would charge
   // two different speeds for one call.
@@ -583,7 +584,9 @@ std::string SerializeAccelerator(const Accelerator& acc) {
                   {"mapping", mapping},       {"supported_dataflows", supported},
                   {"vector", detail::VectorUnitJson(acc.vector)},
                   {"edge_dequantizer", detail::EdgeDequantizerJson(acc.edge_dequantizer)}};
-  return detail::Dump(root, "accelerator '" + acc.name + "'");
+  J full = root;
+  if (!(acc.cores == Cores{})) full["cores"] = detail::CoresJson(acc.cores);  // core.h
+  return detail::Dump(full, "accelerator '" + acc.name + "'");
 }
 
 Accelerator ParseAccelerator(const std::string& json) {
@@ -600,7 +603,7 @@ Accelerator ParseAccelerator(const std::string& json) {
                                 Str(detail::kMaxRelationChars) + ")");
   const JsonValue root = detail::ParseJson(json, "accelerator");
   detail::ExpectKeys(root, {"name", "hardware", "dataflow", "memory", "precision", "mapping",
-                            "supported_dataflows", "vector", "edge_dequantizer"},
+                            "supported_dataflows", "vector", "edge_dequantizer", "cores"},
                      "accelerator");
   Accelerator acc;
   acc.name = StringMember(root, "name", "accelerator");
@@ -742,6 +745,9 @@ Accelerator ParseAccelerator(const std::string& json) {
   if (root.contains("edge_dequantizer"))
     acc.edge_dequantizer = detail::ParseEdgeDequantizerJson(
         detail::Member(root, "edge_dequantizer", "accelerator"), "accelerator.edge_dequantizer");
+  if (root.contains("cores"))
+    acc.cores = detail::ParseCoresJson(detail::Member(root, "cores", "accelerator"),
+                                       "accelerator.cores");
   Validate(acc);
   return acc;
 }

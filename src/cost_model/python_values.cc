@@ -394,7 +394,7 @@ void BindValues(py::module_& m) {
                        const py::object& memory, const py::object& precision,
                        const py::object& mapping, const py::object& objective,
                        const py::object& supported_dataflows, const py::object& vector,
-                       const py::object& edge_dequantizer) {
+                       const py::object& edge_dequantizer, const py::object& cores) {
              if (name.empty())
                throw std::invalid_argument("Accelerator.name must be a non-empty string, got ''");
              Accelerator a = MakeAccelerator(name, hw, df, memory, precision, mapping, objective);
@@ -403,13 +403,14 @@ void BindValues(py::module_& m) {
              if (!vector.is_none()) a.vector = vector.cast<VectorUnit>();
              if (!edge_dequantizer.is_none())
                a.edge_dequantizer = edge_dequantizer.cast<EdgeDequantizer>();
+             if (!cores.is_none()) a.cores = cores.cast<Cores>();  // core.h
              return Bind(std::move(a));
            }),
            py::arg("name"), py::arg("hardware"), py::arg("dataflow"),
            py::arg("memory") = py::none(), py::arg("precision") = py::none(),
            py::arg("mapping") = py::none(), py::arg("objective") = py::none(),
            py::arg("supported_dataflows") = py::none(), py::arg("vector") = py::none(),
-           py::arg("edge_dequantizer") = py::none())
+           py::arg("edge_dequantizer") = py::none(), py::arg("cores") = py::none())
       .def(py::init([](const BoundAccelerator& other) { return other; }), py::arg("accelerator"),
            "A copy of an accelerator value (shares its mapping search).")
       .def_static(
@@ -437,6 +438,8 @@ void BindValues(py::module_& m) {
       .def_property_readonly(
           "edge_dequantizer", [](const BoundAccelerator& a) { return a.value.edge_dequantizer; },
           "The dequantizer at the array edge (elements_per_cycle 0: none).")
+      .def_property_readonly("cores", [](const BoundAccelerator& a) { return a.value.cores; },
+                             "The cores and what they share (core.h); Cores(): one array.")
       .def_property_readonly("mapping", [](const BoundAccelerator& a) { return MappingOf(a.value); },
                              "'default', 'auto' or the TileMapping every call uses.")
       .def_property_readonly(

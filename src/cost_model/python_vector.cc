@@ -144,6 +144,33 @@ void BindVector(py::module_& m) {
                Repr(e.pj_per_element) + ")";
       });
 
+  py::class_<Cores>(
+      m, "Cores",
+      "An accelerator of cores (core.h): count cores of the accelerator's array, local buffer "
+      "and registers, sharing an on-chip level of shared_bandwidth_bits per cycle (and "
+      "shared_bytes), launch_cycles per kernel launch, K split at most max_split_k ways. "
+      "Cores() (one core, no launch cost) is charged as an accelerator of one array.")
+      .def(py::init([](int64_t count, double shared_bw, int64_t shared_bytes, int64_t launch,
+                       int64_t max_split_k) {
+             Cores c{count, shared_bw, shared_bytes, launch, max_split_k};
+             Validate(c);
+             return c;
+           }),
+           py::arg("count") = 1, py::arg("shared_bandwidth_bits") = 0.0,
+           py::arg("shared_bytes") = 0, py::arg("launch_cycles") = 0, py::arg("max_split_k") = 1)
+      .def_readonly("count", &Cores::count)
+      .def_readonly("shared_bandwidth_bits", &Cores::shared_bandwidth_bits)
+      .def_readonly("shared_bytes", &Cores::shared_bytes)
+      .def_readonly("launch_cycles", &Cores::launch_cycles)
+      .def_readonly("max_split_k", &Cores::max_split_k)
+      .def("__eq__", [](const Cores& a, const Cores& b) { return a == b; }, py::is_operator())
+      .def("__repr__", [](const Cores& c) {
+        return "Cores(count=" + std::to_string(c.count) + ", shared_bandwidth_bits=" +
+               Repr(c.shared_bandwidth_bits) + ", shared_bytes=" + std::to_string(c.shared_bytes) +
+               ", launch_cycles=" + std::to_string(c.launch_cycles) + ", max_split_k=" +
+               std::to_string(c.max_split_k) + ")";
+      });
+
   py::class_<VectorCall>(
       m, "VectorCall",
       "One non-GEMM operator call (vector.h): op (layer_norm, rms_norm, softmax, gelu_tanh, "

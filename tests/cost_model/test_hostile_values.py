@@ -10,6 +10,7 @@ import pytest
 
 import tenet_byoc
 from tenet_byoc import _cost_model as cm
+from tenet_byoc.design_file import design_form
 
 PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
 
@@ -25,9 +26,11 @@ def test_a_mac_rate_past_a_1024_bit_packed_element_is_refused(rate, tmp_path):
     doc["hardware"]["macs_per_pe_per_cycle"] = rate
     with pytest.raises(ValueError, match=match):
         tenet_byoc.Accelerator.from_json(json.dumps(doc))
+    form = design_form(tenet_byoc.Accelerator.systolic("ws", 8, 8))  # each quantity once
+    form["hardware"]["macs_per_pe_per_cycle"] = rate
     design = tmp_path / "design.yaml"
-    design.write_text(json.dumps(doc))  # JSON is YAML
-    with pytest.raises(ValueError, match=rf"{design.name}'.*{match}"):
+    design.write_text(json.dumps(form))  # JSON is YAML
+    with pytest.raises(ValueError, match=rf"(?s){design.name}'.*{match}"):
         tenet_byoc.Accelerator.from_file(design)
     # A pickle carries the same JSON form (protocol 0: as text), checked when loaded.
     good = pickle.dumps(tenet_byoc.Accelerator.systolic("ws", 8, 8), protocol=0)

@@ -28,11 +28,13 @@ def test_estimate_prints_phases_and_writes_files(tmp_path, capsys):
     linear = 12 * 12 * d * d
     prefill = 2 * (16 * linear + 12 * 2 * 16 * 16 * d + 16 * d * vocab)
     decode = 2 * sum(linear + 12 * 2 * (16 + i + 1) * d + d * vocab for i in range(2))
-    assert "| none | prefill | 16 |" in out and f"| {prefill:,} |" in out
-    assert "| q4f16_1 | decode | 2 |" in out and f"| {decode:,} |" in out
+    # The printed table rounds to 4 significant figures with an SI prefix; the CSV is exact.
+    assert "| none | prefill | 16 |" in out and f"| {prefill / 1e9:.3f} G |" in out
+    assert "| q4f16_1 | decode | 2 |" in out and f"| {decode / 1e6:.1f} M |" in out
     rows = list(csv.DictReader((tmp_path / "estimate.csv").open()))
     assert [(r["scheme"], r["phase"]) for r in rows] == [
         ("none", "prefill"), ("none", "decode"), ("q4f16_1", "prefill"), ("q4f16_1", "decode")]
+    assert [int(r["macs"]) for r in rows] == [prefill, decode, prefill, decode]
     # TPOT is the mean decode step of the API's own ledger; tokens/s the batch's rate.
     ledger = tenet_byoc.estimate("gpt2", "q4f16_1", "os16", prompt_len=16, decode_steps=2,
                                  batch=2)

@@ -96,3 +96,25 @@ def test_a_tally_composes_to_the_sum_and_a_plan_pickles():
     assert both.stage_cycles[0] == sum(c.stage_cycles[0] for c in one)
     assert both.energy_pj == pytest.approx(sum(c.energy_pj for c in one), rel=1e-12)
     assert pickle.loads(pickle.dumps(steps[0])) == steps[0]
+
+
+@pytest.mark.parametrize(("model", "kwargs"), [
+    ("gpt2", {"scheme": "none", "prompt_len": 32, "decode_steps": 3}),
+    ("llama-3-8b", {"scheme": "per_token", "prompt_len": 16, "decode_steps": 2, "batch": 2}),
+])
+def test_totals_before_the_entries_are_made_equal_their_sums(model, kwargs):
+    # estimate's ledger sums its plans' distinct calls until the entries are read; the sums
+    # over the entries themselves (ledger.totals, step_cycles) are the reference.
+    from tenet_byoc.ledger import totals
+
+    book = estimate(model, **kwargs)
+    fast, phases = book.totals(), book.group_by("phase")
+    assert len(book) == len(book.entries)  # the count given before, the entries made now
+    slow = totals(book.entries)
+    assert (fast.calls, fast.macs, fast.cycles, fast.roofline_cycles) == (
+        slow.calls, slow.macs, slow.cycles, slow.roofline_cycles)
+    for name in ("latency_us", "energy_pj", "offchip_bytes", "dram_bytes", "pe_utilization"):
+        assert getattr(fast, name) == pytest.approx(getattr(slow, name), rel=1e-12)
+    for phase, t in book.group_by("phase").items():
+        assert (phases[phase].calls, phases[phase].cycles) == (t.calls, t.cycles)
+        assert phases[phase].energy_pj == pytest.approx(t.energy_pj, rel=1e-12)

@@ -135,3 +135,18 @@ def test_other_manifest_fields_are_checked(tmp_path, doc, field):
     (folder / MANIFEST).write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=rf"manifest.json'.*{re.escape(field)}"):
         build_report(folder)
+
+
+def test_a_hand_edited_csv_is_refused_naming_the_file_and_column(tmp_path):
+    folder = hostile_folder(tmp_path / "run")
+    rows = list(csv.DictReader(open(folder / "sweep.csv", newline="")))
+    write_csv(folder / "sweep.csv", [c for c in SUMMARY_COLUMNS if c != "latency_us"], [
+        {k: v for k, v in r.items() if k != "latency_us"} for r in rows])
+    with pytest.raises(ValueError, match="'sweep.csv': no column 'latency_us'"):
+        build_report(folder)
+    folder = hostile_folder(tmp_path / "again")
+    rows = list(csv.DictReader(open(folder / "layers.csv", newline="")))
+    rows[0]["energy_pj"] = "lots"
+    write_csv(folder / "layers.csv", LAYER_COLUMNS, rows)
+    with pytest.raises(ValueError, match="'layers.csv': a value its section cannot use"):
+        build_report(folder)

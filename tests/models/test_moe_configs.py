@@ -101,13 +101,23 @@ def test_deepseek_v3_fields():
     assert config.attention.rope_scaling.rope_type == "yarn"
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"num_experts_per_tok": 5}, r"experts_per_token=5 exceeds num_experts=4"),
-    ({"num_local_experts": None}, r"\(mixtral\) lacks 'num_local_experts'"),
-    ({"num_local_experts": "8"}, r"num_experts=.8. must be an integer"),
+@pytest.mark.parametrize("family,changes,message", [
+    ("mixtral", {"num_experts_per_tok": 5}, r"experts_per_token=5 exceeds num_experts=4"),
+    ("mixtral", {"num_local_experts": None}, r"\(mixtral\) lacks 'num_local_experts'"),
+    ("mixtral", {"num_local_experts": "8"}, r"num_experts=.8. must be an integer"),
+    ("mixtral", {"num_local_experts": 2**30}, r"num_experts=1073741824 must be an integer in"),
+    ("qwen2_moe", {"mlp_only_layers": ["1"]}, r"mlp_only_layers=\['1'\] must be a list"),
+    ("qwen2_moe", {"decoder_sparse_step": 0}, r"decoder_sparse_step=0 must be >= 1"),
+    ("qwen3_moe", {"use_sliding_window": True}, r"use_sliding_window=true"),
+    ("deepseek_v3", {"n_group": 3}, r"groups=3 must divide num_experts=8"),
+    ("deepseek_v3", {"topk_group": 5}, r"be at least top_groups=5"),
+    ("deepseek_v3", {"kv_lora_rank": "12"}, r"kv_lora_rank='12' must be an integer"),
+    ("deepseek_v3", {"first_k_dense_replace": -1}, r"first_k_dense_replace=-1"),
+    ("deepseek_v3", {"routed_scaling_factor": "2.5"}, r"scale='2.5' must be a positive"),
+    ("deepseek_v3", {"rope_interleave": "yes"}, r"rope_interleave='yes' must be a bool"),
 ])
-def test_bad_moe_fields_are_named(changes, message):
-    values = {**TINY["mixtral"], **changes}
+def test_bad_moe_fields_are_named(family, changes, message):
+    values = {**TINY[family], **changes}
     with pytest.raises(ValueError, match=message):
         config_from_dict(values)
 
@@ -118,3 +128,36 @@ def test_a_mixtral_config_is_read_not_answered_did_you_mean_mistral(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(TINY["mixtral"]))
     config = resolve_config(tmp_path)
     assert config.model_type == "mixtral" and config.experts.num_experts == 4
+
+
+def test_moe_matmuls_default_routing_and_bad_counts():
+    from tenet_byoc.models.moe import moe_matmuls
+
+    config = resolve_config("mixtral-8x7b")
+    # One decode token: its 2 experts' 3 GEMMs of one row per layer, 14336 wide.
+    calls = moe_matmuls(config, 100, "decode")
+    experts = [g for g in calls if ".experts." in g.name]
+    assert len(experts) == 32 * 2 * 3 and {g.m for g in experts} == {1}
+    # Weight MACs of one token equal the active weights less the embedding table and norms.
+    _, active = param_counts(config)
+    weights = sum(g.macs for g in calls if not g.name.endswith(("attn.qk", "attn.pv")))
+    assert weights == active - 32000 * 4096 - (2 * 32 + 1) * 4096
+    with pytest.raises(ValueError, match=r"tokens_per_expert must give 32 layers of 8 counts"):
+        moe_matmuls(config, 4, "prefill", [[2] * 8] * 32)  # 16 rows, not 4 x 2
+
+
+@pytest.mark.parametrize("command", ["estimate", "dse", "serve"])
+def test_the_command_line_refuses_to_charge_experts_by_name(command, tmp_path, capsys):
+    from tenet_byoc.experiments.cli import main
+
+    space = tmp_path / "space.yaml"
+    space.write_text("rows: [8]\ncols: [8]\ndataflows: [os]\npe_formats: [[int8]]\n"
+                     "buffer_bytes: [262144]\ndram_gbps: [32]\nnode_nm: 28\n")
+    extra = {"estimate": [], "dse": ["--space", str(space), "--out", str(tmp_path / "d")],
+             "serve": ["--out", str(tmp_path / "s")]}[command]
+    with pytest.raises(SystemExit) as exc:  # one line and exit code 2, as argparse does
+        main([command, "--model", "mixtral-8x7b", *extra])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "'mixtral-8x7b' is a mixture of experts (mixtral)" in err
+    assert "Traceback" not in err

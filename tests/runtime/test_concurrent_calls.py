@@ -73,7 +73,8 @@ SCRIPT = textwrap.dedent(
     # ... and four sharing one tenet_byoc.VirtualMachine (its calls serialized) beside two
     # more with their own VMs, all at once.
     shared = tenet_byoc.VirtualMachine(ex, tvm.cpu())
-    run_all([shared["main"]] * 4 + [relax.VirtualMachine(ex, tvm.cpu())["main"]] * 2, runs // 4)
+    own = [relax.VirtualMachine(ex, tvm.cpu())["main"] for _ in range(2)]
+    run_all([shared["main"]] * 4 + own, runs // 4)
     want_ledger = Counter()
     for j, n in calls.items():
         for k, v in charged[j].items():

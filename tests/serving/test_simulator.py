@@ -130,3 +130,30 @@ def test_request_larger_than_the_cache_is_refused():
     with pytest.raises(ValueError, match=r"request 1 .*needs 3 KV blocks.*has 2"):
         simulate([TraceRequest(0.0, 4, 1), TraceRequest(0.0, 30, 4)], lambda s: 1.0,
                  kv_blocks=2, block_size=16)
+
+
+@pytest.mark.parametrize("policy", ["vllm", "orca"])
+def test_tight_cache_with_prefixes_finishes_every_request(policy):
+    # 300 requests, a third sharing one of two prompt prefixes, in a cache of 40 blocks of 8
+    # tokens: many preemptions; every request still finishes, in order of its own events,
+    # and the blocks in use never pass the cache.
+    rng = np.random.default_rng(3)
+    trace, t = [], 0.0
+    for i in range(300):
+        t += float(rng.exponential(0.05))
+        p, o = int(rng.integers(4, 120)), int(rng.integers(1, 60))
+        if i % 3 == 0:
+            trace.append(TraceRequest(t, max(p, 40), o, f"sys{i % 2}", 40))
+        else:
+            trace.append(TraceRequest(t, p, o))
+    run = simulate(trace, lambda step: 1e-3 * (1 + step.tokens / 64), kv_blocks=40,
+                   block_size=8, scheduler=SchedulerConfig(policy, token_budget=96,
+                                                           max_seqs=16))
+    assert not np.isnan(run.finish_s).any()
+    assert (run.arrival_s <= run.first_token_s).all()
+    assert (run.first_token_s <= run.finish_s).all()
+    assert run.step_kv_blocks.max() <= 40
+    assert run.preemptions.sum() > 0
+    assert run.step_sequences.max() <= 16
+    if policy == "vllm":  # Orca runs a prompt above the budget alone, whole
+        assert run.step_tokens.max() <= 96

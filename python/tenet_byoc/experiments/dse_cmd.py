@@ -18,6 +18,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ..documents import read_text
+
 __all__ = ["plot_fronts", "run_dse", "scheme_accuracy"]
 
 RESULTS_FILE = "points.jsonl"  #: the command's options (tenet_byoc_cli.parser) name it too
@@ -153,6 +155,33 @@ def _check_same_model(model: str, checkpoint: str) -> None:
             "--other-model-accuracy to take it anyway (the wiring only)")
 
 
+def check_ray_address(address: str | None, timeout_s: float = 10.0) -> None:
+    """Refuse a Ray cluster address nothing answers at: ``ray.init`` would wait for it for
+    ever. ``None``, ``auto`` and ``local`` are Ray's own to resolve.
+
+    Raises
+    ------
+    ValueError
+        Naming the address and what the connection attempt said.
+    """
+    import socket
+
+    if address is None or address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--ray-address {address!r}: expected HOST:PORT (or ray://HOST:PORT, "
+                         "auto, local)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise ValueError(f"--ray-address {address!r}: nothing answers there ({err}); start "
+                         "the cluster's head (ray start --head) or leave --ray-address out "
+                         "for a Ray on this machine") from None
+
+
 def run_dse(args: argparse.Namespace) -> int:
     """The ``dse`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
     import sys
@@ -166,6 +195,8 @@ def run_dse(args: argparse.Namespace) -> int:
     if args.checkpoint is not None and not args.other_model_accuracy:
         _check_same_model(args.model, args.checkpoint)
     space = DesignSpace.from_file(args.space)
+    if args.executor == "ray":
+        check_ray_address(args.ray_address)
     _check_lengths(_config(args.model), args.prompt_len, args.prompt_len, args.decode_steps,
                    args.batch)
     names = [f.name for f in fields(PointResult)]
@@ -176,7 +207,7 @@ def run_dse(args: argparse.Namespace) -> int:
                          "; e.g. tpot_ms, ttft_ms, energy_per_token_mj, area_mm2")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    _check_same_run(out, _settings(args, Path(args.space).read_text(encoding="utf-8")))
+    _check_same_run(out, _settings(args, read_text(args.space, "design space")))
     accuracy = None
     if args.checkpoint is not None:
         accuracy = scheme_accuracy(args.checkpoint, args.text, args.schemes,

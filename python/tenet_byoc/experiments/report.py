@@ -699,6 +699,20 @@ def _header(folder: Path, manifest: dict | None, notes: list[str],
         f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
 
 
+def _section(make, sources: Sequence[_Csv | None], *args: Any) -> _Section:
+    """``make(*args)``, a file's missing column or a value of the wrong kind (a folder
+    edited by hand) refused naming the files and the column, not as a bare KeyError."""
+    names = ", ".join(repr(c.name) for c in sources if c is not None)
+    try:
+        return make(*args)
+    except KeyError as err:
+        raise ValueError(f"{names}: no column {err.args[0]!r}, which its section needs "
+                         "(was the file edited by hand?)") from None
+    except (TypeError, ValueError, ZeroDivisionError, AttributeError) as err:
+        raise ValueError(f"{names}: a value its section cannot use ({err}); was the file "
+                         "edited by hand?") from None
+
+
 def build_report(folder: str | os.PathLike[str]) -> str:
     """The page of the run in ``folder``, as HTML text.
 
@@ -737,27 +751,29 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     for name in ("sweep.csv", "run.csv"):
         summary = csv_of(name)
         if summary is not None and summary.rows:
-            sections.append(_summary_section(summary))
+            sections.append(_section(_summary_section, [summary], summary))
     layers = csv_of("layers.csv")
     if layers is not None and layers.rows:
-        sections.append(_layers_section(layers, manifest))
+        sections.append(_section(_layers_section, [layers], layers, manifest))
     ev = csv_of("eval.csv")
     if ev is not None:
-        sections.append(_eval_section(ev))
+        sections.append(_section(_eval_section, [ev], ev))
     est = csv_of("estimate.csv")
     layer_sums = [_read_csv(path / n) for n in found if n.startswith("layers_")]
     ledgers = [_read_csv(path / n) for n in found if n.startswith("ledger_")]
     if est is not None or layer_sums or ledgers:
-        sections.append(_estimate_section(est, layer_sums, ledgers, manifest))
+        sections.append(_section(_estimate_section, [est, *layer_sums, *ledgers], est,
+                                         layer_sums, ledgers, manifest))
     by_context, by_batch = csv_of("sweep_context.csv"), csv_of("sweep_batch.csv")
     if by_context is not None or by_batch is not None:
-        sections.append(_sweeps_section(by_context, by_batch))
+        sections.append(_section(_sweeps_section, [by_context, by_batch], by_context,
+                                         by_batch))
     points = csv_of("dse.csv")
     if points is not None and points.rows:
-        sections.append(_dse_section(points))
+        sections.append(_section(_dse_section, [points], points))
     serving = csv_of("serving.csv")
     if serving is not None and serving.rows:
-        sections.append(_serving_section(serving))
+        sections.append(_section(_serving_section, [serving], serving))
 
     title = "tenet-byoc report"
     if manifest is not None:

@@ -58,10 +58,15 @@ def run_serve(args: argparse.Namespace) -> int:
     def progress(label: str, total: int):
         if args.no_progress:
             return None
-        from tqdm.auto import tqdm
+        from ..progress import progress_bar
 
-        bar = tqdm(total=total, desc=f"serve {label}", unit="req", leave=False)
-        return bar.update
+        bar = progress_bar(total=total, desc=f"serve {label}", unit="request", leave=False)
+
+        def update(n: int) -> None:
+            bar.update(n)
+            if bar.n >= total:
+                bar.close()
+        return update
 
     served = serve(args.model, acc, args.schemes, trace=trace, rate=args.rate,
                    requests=args.requests, lengths=lengths, seed=args.seed,

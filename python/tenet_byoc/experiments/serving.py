@@ -24,15 +24,20 @@ Errors: a bad request, file or batch raises ``ValueError`` naming it and what is
 from __future__ import annotations
 
 import csv
-import json
+import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..documents import load_document, read_text
+
 __all__ = ["BatchTime", "Request", "ServingFigures", "batch_times", "largest_batch",
            "meets", "parse_requests", "plot_serving", "serve", "serving_table"]
+
+#: The largest request file read: a mix of a few hundred thousand requests.
+MAX_REQUEST_FILE_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -49,18 +54,32 @@ class Request:
                 raise ValueError(f"Request.{name}={value!r} must be an integer >= 1")
 
 
+def _length(value: Any, name: str) -> int:
+    """A token count as a file or the command line writes it: an integer, or its digits
+    (never a fraction cut to an integer: [12.7, 3.9] is no 12:3 request)."""
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise ValueError(f"{name} {value!r} is not a whole number of tokens") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} {value!r} is not a whole number of tokens")
+    return value
+
+
 def _request(item: Any, where: str) -> Request:
     try:
         if isinstance(item, dict):
             missing = {"prompt_len", "output_len"} - set(item)
             if missing:
                 raise ValueError(f"lacks {sorted(missing)}")
-            return Request(int(item["prompt_len"]), int(item["output_len"]))
+            return Request(_length(item["prompt_len"], "prompt_len"),
+                           _length(item["output_len"], "output_len"))
         if isinstance(item, (list, tuple)) and len(item) == 2:
-            return Request(int(item[0]), int(item[1]))
+            return Request(_length(item[0], "prompt_len"), _length(item[1], "output_len"))
         if isinstance(item, str) and item.count(":") == 1:
             p, o = item.split(":")
-            return Request(int(p), int(o))
+            return Request(_length(p, "prompt_len"), _length(o, "output_len"))
     except (TypeError, ValueError) as err:
         raise ValueError(f"request {where} ({item!r}): {err}") from None
     raise ValueError(f"request {where} is {item!r}; expected PROMPT:OUTPUT, [prompt, output] "
@@ -85,24 +104,25 @@ def parse_requests(spec: str | os.PathLike[str]) -> list[Request]:
     text = os.fspath(spec)
     path = Path(text)
     if path.suffix.lower() in (".csv", ".json"):
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise ValueError(f"request file {text!r} does not exist")
         if path.suffix.lower() == ".json":
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as err:
-                raise ValueError(f"request file {text!r} is not JSON: {err}") from None
+            data = load_document(path, "request file", MAX_REQUEST_FILE_BYTES)
             if not isinstance(data, list):
                 raise ValueError(f"request file {text!r} must hold a JSON list of requests")
             out = [_request(item, f"{i} of {text!r}") for i, item in enumerate(data)]
         else:
-            with open(path, newline="", encoding="utf-8") as f:
-                reader = csv.DictReader(f)
+            rows = read_text(path, "request file", MAX_REQUEST_FILE_BYTES)
+            reader = csv.DictReader(io.StringIO(rows, newline=""))
+            try:
                 if not {"prompt_len", "output_len"} <= set(reader.fieldnames or ()):
                     raise ValueError(f"request file {text!r} needs the columns prompt_len and "
                                      f"output_len; it has {reader.fieldnames}")
-                out = [_request(row, f"on line {i + 2} of {text!r}")
-                       for i, row in enumerate(reader)]
+                out = [_request(row, f"on line {reader.line_num} of {text!r}")
+                       for row in reader]
+            except csv.Error as err:
+                raise ValueError(f"request file {text!r} line {reader.line_num}: {err}"
+                                 ) from None
     else:
         out = [_request(item.strip(), f"{i} of {text!r}")
                for i, item in enumerate(text.split(",")) if item.strip()]

@@ -1,4 +1,4 @@
-"""Models for tenet-byoc: GPT-2 and Llama-family decoders (prefill and decode) and the MLP.
+"""Models for tenet-byoc: GPT-2, Llama-family and Mixtral decoders (prefill and decode), the MLP.
 
 :func:`from_pretrained` is the one way in for a local Hugging Face checkpoint folder.
 """
@@ -15,6 +15,7 @@ from .checkpoint import SINGLE_FILE, read_config
 from .configs import config_from_dict
 from .gpt2 import GPT2Runner, load_hf_checkpoint
 from .llama import LlamaConfig, LlamaRunner, load_checkpoint
+from .moe import MoEConfig
 from .runner import DecoderRunner
 
 __all__ = ["from_pretrained"]
@@ -32,7 +33,8 @@ def from_pretrained(
 
     The family is picked from ``config.json``'s ``model_type``: ``gpt2``
     (:class:`~tenet_byoc.models.gpt2.GPT2Runner`), ``llama``, ``mistral`` or ``qwen2``
-    (:class:`~tenet_byoc.models.llama.LlamaRunner`). The config is checked, then the
+    (:class:`~tenet_byoc.models.llama.LlamaRunner`), ``mixtral``
+    (:class:`~tenet_byoc.models.moe_model.MoERunner`, unbatched). The config is checked, then the
     weights' headers against it, before any weight is read or anything is built.
     Nothing is downloaded.
 
@@ -85,6 +87,17 @@ def from_pretrained(
         config = config_from_dict(values, name=name)
     except (TypeError, ValueError) as err:
         raise type(err)(f"{os.path.join(folder, 'config.json')!r}: {err}") from None
+    if isinstance(config, MoEConfig):
+        if batched or bind_params:
+            raise ValueError(
+                f"{folder!r}: a mixture-of-experts model ({config.model_type}) runs unbatched "
+                "with its weights as parameters (batched and bind_params are not supported)"
+            )
+        from .moe_model import MoERunner
+        from .moe_model import load_checkpoint as load_moe_checkpoint
+
+        config, params = load_moe_checkpoint(folder, config)
+        return MoERunner(config, params, build=build, device=device)
     if isinstance(config, LlamaConfig):
         config, params = load_checkpoint(folder, config)
         runner: type[DecoderRunner] = LlamaRunner

@@ -106,6 +106,9 @@ class LlamaConfig:
         The MLP's projections have biases (Llama's ``mlp_bias``).
     tie_word_embeddings : bool
         The head reuses the embedding matrix (no ``lm_head.weight``).
+    qk_norm : bool
+        An RMSNorm over each query and key head before RoPE (Qwen3's ``q_norm`` /
+        ``k_norm``); set by the mixture-of-experts configs that have it.
     sliding_window : int or None
         Mistral's attention window W: a token attends to itself and the W - 1 tokens
         before it, and the cache keeps only the last W tokens (a rolling buffer).
@@ -130,6 +133,7 @@ class LlamaConfig:
     o_bias: bool = False
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
+    qk_norm: bool = False
     sliding_window: int | None = None
     model_type: str = "llama"
     name: str = "custom"
@@ -173,7 +177,7 @@ class LlamaConfig:
                 raise ValueError(f"LlamaConfig.{field}={value!r} must be a positive number")
         if not self.rms_norm_eps < 1:
             raise ValueError(f"LlamaConfig.rms_norm_eps={self.rms_norm_eps!r} must be < 1")
-        for field in ("qkv_bias", "o_bias", "mlp_bias", "tie_word_embeddings"):
+        for field in ("qkv_bias", "o_bias", "mlp_bias", "tie_word_embeddings", "qk_norm"):
             if not isinstance(getattr(self, field), bool):
                 raise TypeError(f"LlamaConfig.{field}={getattr(self, field)!r} must be a bool")
         if self.rope_scaling is not None and not isinstance(self.rope_scaling, RopeScaling):
@@ -308,6 +312,11 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(d, self.n_kv * hd, bias=config.qkv_bias)
         self.v_proj = nn.Linear(d, self.n_kv * hd, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.n_head * hd, d, bias=config.o_bias)
+        if config.qk_norm:
+            eps = config.rms_norm_eps
+            self.q_norm = nn.RMSNorm(hd, axes=-1, epsilon=eps, bias=False)
+            self.k_norm = nn.RMSNorm(hd, axes=-1, epsilon=eps, bias=False)
+        self.qk_norm = config.qk_norm
 
     def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None,
                 batch: BatchLayout | None = None) -> _Triple:
@@ -329,15 +338,17 @@ class LlamaAttention(nn.Module):
         hd, g = self.head_dim, self.n_head // self.n_kv
         cos, sin = rope
 
-        def heads(t: nn.Tensor, n: int, rotate: bool) -> nn.Tensor:
-            # [b, s, n * hd] (or [1, b * s, n * hd]) -> [b, n, s, hd], rotated if asked
+        def heads(t: nn.Tensor, n: int, rotate: bool, norm: Any = None) -> nn.Tensor:
+            # [b, s, n * hd] (or [1, b * s, n * hd]) -> [b, n, s, hd], normed and rotated
             t = op.reshape(t, [b, s, n, hd])
+            if norm is not None:
+                t = norm(t)
             if rotate:
                 t = t * cos + _rotate_half(t) * sin
             return op.permute_dims(t, [0, 2, 1, 3])
 
-        q = heads(self.q_proj(x), self.n_head, True)
-        k = heads(self.k_proj(x), self.n_kv, True)
+        q = heads(self.q_proj(x), self.n_head, True, self.q_norm if self.qk_norm else None)
+        k = heads(self.k_proj(x), self.n_kv, True, self.k_norm if self.qk_norm else None)
         v = heads(self.v_proj(x), self.n_kv, False)
         if past is not None:  # with a window, the new token sees the W - 1 before it
             keep = None if self.window is None else self.window - 1
@@ -596,6 +607,9 @@ def _iter_param_shapes(config: LlamaConfig) -> Iterator[tuple[str, tuple[int, ..
             yield f"{p}self_attn.{proj}.weight", (rows, q if proj == "o_proj" else d)
             if bias:
                 yield f"{p}self_attn.{proj}.bias", (rows,)
+        if config.qk_norm:
+            yield p + "self_attn.q_norm.weight", (config.dim_per_head,)
+            yield p + "self_attn.k_norm.weight", (config.dim_per_head,)
         yield p + "post_attention_layernorm.weight", (d,)
         for proj, shape in (("gate_proj", (inner, d)), ("up_proj", (inner, d)),
                             ("down_proj", (d, inner))):
@@ -617,8 +631,9 @@ def param_count(config: LlamaConfig) -> tuple[int, int]:
     kv = config.num_key_value_heads * config.dim_per_head
     per_layer = 2 * d + 2 * d * q + 2 * d * kv + 3 * d * inner
     per_layer += (q + 2 * kv) * config.qkv_bias + d * config.o_bias
-    per_layer += (2 * inner + d) * config.mlp_bias
-    tensors_per_layer = 9 + 3 * config.qkv_bias + config.o_bias + 3 * config.mlp_bias
+    per_layer += (2 * inner + d) * config.mlp_bias + 2 * config.dim_per_head * config.qk_norm
+    tensors_per_layer = (9 + 3 * config.qkv_bias + config.o_bias + 3 * config.mlp_bias
+                         + 2 * config.qk_norm)
     head = 0 if config.tie_word_embeddings else 1
     n = config.num_hidden_layers
     return n * tensors_per_layer + 2 + head, n * per_layer + v * d * (1 + head) + d

@@ -7,18 +7,31 @@ also replaces attention by multi-head latent attention (MLA: queries and keys/va
 compressed to low ranks, then expanded per head). :class:`MoEConfig` holds the dense part as
 a :class:`~tenet_byoc.models.llama.LlamaConfig` (``attention``) beside the experts
 (:class:`Experts`) and, for MLA, its ranks (:class:`LatentAttention`); :func:`param_counts`
-counts total and active parameters from them in closed form.
+counts total and active parameters from them in closed form, :func:`touched_experts` the
+distinct experts a batch reaches (so the weights a step reads, :func:`weights_read`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
+from .decoder import MatmulShape, call_rows_and_keys
 from .llama import LlamaConfig
 
-__all__ = ["MOE_FAMILIES", "Experts", "LatentAttention", "MoEConfig", "param_counts"]
+__all__ = [
+    "MOE_FAMILIES",
+    "Experts",
+    "LatentAttention",
+    "MoEConfig",
+    "moe_matmuls",
+    "param_counts",
+    "touched_experts",
+    "weights_read",
+]
 
 #: The ``model_type`` values of mixture-of-experts ``config.json`` files this module reads,
 #: and the Llama family each one's attention and norms follow.
@@ -120,8 +133,12 @@ class LatentAttention:
     qk_rope_head_dim: int
     v_head_dim: int
     q_lora_rank: int | None = None
+    rope_interleave: bool = True  #: rotary pairs are (x0, x1), (x2, x3), ... not halves
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rope_interleave, bool):
+            raise ValueError(f"LatentAttention.rope_interleave={self.rope_interleave!r} must be "
+                             "a bool")
         for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             _positive("LatentAttention", name, getattr(self, name))
         if self.q_lora_rank is not None:
@@ -141,8 +158,6 @@ class MoEConfig:
     experts : Experts
     latent : LatentAttention or None
         Multi-head latent attention in place of grouped-query attention.
-    qk_norm : bool
-        An RMSNorm over each query and key head before RoPE (Qwen3).
     model_type : str
         One of :data:`MOE_FAMILIES`.
     name : str
@@ -152,7 +167,6 @@ class MoEConfig:
     attention: LlamaConfig
     experts: Experts
     latent: LatentAttention | None = None
-    qk_norm: bool = False
     model_type: str = "mixtral"
     name: str = field(default="custom")
 
@@ -260,8 +274,9 @@ class MoEConfig:
             shared_count = values.get("n_shared_experts") or 0
             shared = shared_count * inner if isinstance(shared_count, int) else shared_count
             normalize = bool(values.get("norm_topk_prob", True))
-            scoring = values.get("scoring_func", "sigmoid")
-            bias = values.get("topk_method", "noaux_tc") == "noaux_tc"
+            # transformers writes null for both: its model is always sigmoid and noaux_tc.
+            scoring = values.get("scoring_func") or "sigmoid"
+            bias = (values.get("topk_method") or "noaux_tc") == "noaux_tc"
             groups, top_groups = values.get("n_group", 1), values.get("topk_group", 1)
             scale = values.get("routed_scaling_factor", 1.0)
             latent = LatentAttention(
@@ -270,12 +285,15 @@ class MoEConfig:
                 qk_rope_head_dim=need("qk_rope_head_dim"),
                 v_head_dim=need("v_head_dim"),
                 q_lora_rank=values.get("q_lora_rank"),
+                rope_interleave=values.get("rope_interleave", True),
             )
             # The dense part's head_dim is the rotated width (what RoPE scales).
             dense["head_dim"] = latent.qk_rope_head_dim
             dense["num_key_value_heads"] = values.get("num_attention_heads")
         dense["model_type"] = MOE_FAMILIES[model_type]
         base = LlamaConfig.from_hf_dict(dense, name=name)
+        if qk_norm:
+            base = replace(base, qk_norm=True)
         try:
             parts = Experts(
                 num_experts=experts, experts_per_token=need("num_experts_per_tok"),
@@ -286,7 +304,7 @@ class MoEConfig:
             )
         except ValueError as err:
             raise ValueError(f"config.json ({model_type}): {err}") from None
-        return cls(base, parts, latent, qk_norm, model_type, name)
+        return cls(base, parts, latent, model_type, name)
 
 
 def _attention_params(config: MoEConfig) -> int:
@@ -297,7 +315,7 @@ def _attention_params(config: MoEConfig) -> int:
     if m is None:
         q, kv = heads * a.dim_per_head, a.num_key_value_heads * a.dim_per_head
         out = 2 * d * q + 2 * d * kv + (q + 2 * kv) * a.qkv_bias + d * a.o_bias
-        if config.qk_norm:
+        if a.qk_norm:
             out += 2 * a.dim_per_head
         return out + 2 * d
     qk = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -331,3 +349,174 @@ def param_counts(config: MoEConfig) -> tuple[int, int]:
     common = attention + dense_mlp + outside + moe * (router + shared)
     return (common + moe * e.num_experts * expert,
             common + moe * e.experts_per_token * expert)
+
+
+def touched_experts(num_experts: int, experts_per_token: int, tokens: int,
+                    load: Sequence[float] | None = None) -> float:
+    """The expected number of distinct experts ``tokens`` tokens are routed to.
+
+    Each token is sent to ``k = experts_per_token`` distinct experts, tokens independently.
+    Under uniform routing each expert is among a token's k with probability k / E, so the
+    expected count is ``E x (1 - (1 - k/E) ** tokens)``. With a skew, ``load`` gives each
+    expert's share of the routed tokens (any non-negative weights, scaled to sum to k):
+    expert e is among a token's k with probability ``p_e = k x load_e / sum(load)``, and the
+    count is ``sum_e (1 - (1 - p_e) ** tokens)``.
+
+    Parameters
+    ----------
+    num_experts : int
+        E, the routed experts.
+    experts_per_token : int
+        k.
+    tokens : int
+        Tokens routed in one step (a decode step's batch; a prefill's prompt tokens).
+    load : sequence of float, optional
+        E weights; None for uniform routing.
+
+    Raises
+    ------
+    ValueError
+        If a count is out of range, ``load`` has another length than E, a weight is
+        negative or not finite, or a share exceeds one token's worth (``p_e > 1``: an
+        expert cannot be chosen twice by one token).
+    """
+    _positive("touched_experts", "num_experts", num_experts)
+    _positive("touched_experts", "experts_per_token", experts_per_token)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise ValueError(f"touched_experts: tokens={tokens!r} must be an integer >= 0")
+    e, k = num_experts, experts_per_token
+    if k > e:
+        raise ValueError(f"touched_experts: experts_per_token={k} exceeds num_experts={e}")
+    if load is None:
+        return e * (1.0 - (1.0 - k / e) ** tokens)
+    weights = np.asarray(load, dtype=np.float64)
+    if weights.shape != (e,):
+        raise ValueError(f"touched_experts: load has {weights.size} weights, expected {e}")
+    if not np.all(np.isfinite(weights)) or np.any(weights < 0) or weights.sum() <= 0:
+        raise ValueError("touched_experts: load must be finite, non-negative, not all zero")
+    p = k * weights / weights.sum()
+    if p.max() > 1 + 1e-12:
+        raise ValueError(
+            f"touched_experts: expert {int(p.argmax())} would take {p.max():.3g} of a token's "
+            f"{k} choices; a token picks an expert at most once, so no share may exceed "
+            f"1/{k} of the load"
+        )
+    return float(np.sum(1.0 - (1.0 - np.minimum(p, 1.0)) ** tokens))
+
+
+def weights_read(config: MoEConfig, tokens: int, load: Sequence[float] | None = None) -> float:
+    """Expected weights (elements) one step of ``tokens`` routed tokens reads.
+
+    Everything but the routed experts, plus, in each mixture layer, the expected number of
+    distinct experts the tokens touch (:func:`touched_experts`) times one expert's weights.
+    One token reads the active weights of :func:`param_counts`; many read close to all.
+    """
+    e, d = config.experts, config.hidden_size
+    total, active = param_counts(config)
+    expert = 3 * d * e.intermediate_size
+    moe = len(e.moe_layers)
+    outside = active - moe * e.experts_per_token * expert
+    touched = touched_experts(e.num_experts, e.experts_per_token, tokens, load)
+    return outside + moe * touched * expert
+
+
+def moe_matmuls(config: MoEConfig, seq_len: int, phase: str = "prefill",
+                tokens_per_expert: Sequence[Sequence[int]] | None = None) -> list[MatmulShape]:
+    """The matmuls of one call, in the order a run executes them (see ``moe_model``).
+
+    Per layer: the attention's (grouped-query: ``q_proj``, ``k_proj``, ``v_proj``,
+    ``attn.qk``, ``attn.pv``, ``o_proj``; latent: ``q_a_proj``, ``q_b_proj`` (or
+    ``q_proj``), ``kv_a_proj_with_mqa``, ``kv_b_proj`` over every cached and new token,
+    ``attn.qk`` and ``attn.pv`` per head, ``o_proj``); then a dense layer's ``gate_proj``,
+    ``up_proj``, ``down_proj``, or a mixture layer's shared experts (``shared.*``), its
+    router (``router``) and each expert that received tokens, in expert order, with as many
+    rows as tokens it received (``experts.{j}.gate_proj``, ...); then ``lm_head``.
+
+    Parameters
+    ----------
+    config : MoEConfig
+    seq_len : int
+        The prompt length of a prefill, or the cache length before a decode step.
+    phase : str
+        ``prefill`` or ``decode``.
+    tokens_per_expert : sequence of sequences of int, optional
+        Per mixture layer, the tokens each expert received (a run's routing:
+        ``LayerRouting.tokens_per_expert``). By default the call's ``tokens x k`` rows are
+        spread as evenly as possible, experts in order (one token: its k experts first).
+
+    Raises
+    ------
+    ValueError
+        If ``phase`` is unknown, ``seq_len`` out of range, or ``tokens_per_expert`` has
+        another number of layers or experts, or rows that are not ``tokens x k``.
+    """
+    rows, keys = call_rows_and_keys(phase, seq_len, config.max_position_embeddings,
+                                    "max_position_embeddings")
+    if phase == "decode":
+        keys = seq_len + 1
+    a, e, d = config.attention, config.experts, config.hidden_size
+    layers = e.moe_layers
+    if tokens_per_expert is None:
+        share, extra = divmod(rows * e.experts_per_token, e.num_experts)
+        even = [share + (j < extra) for j in range(e.num_experts)]
+        tokens_per_expert = [even] * len(layers)
+    counts = [list(c) for c in tokens_per_expert]
+    if len(counts) != len(layers) or any(
+            len(c) != e.num_experts or sum(c) != rows * e.experts_per_token or min(c) < 0
+            for c in counts):
+        raise ValueError(
+            f"tokens_per_expert must give {len(layers)} layers of {e.num_experts} counts, each "
+            f"summing to {rows} tokens x {e.experts_per_token} experts"
+        )
+    by_layer = dict(zip(layers, counts, strict=True))
+    out: list[MatmulShape] = []
+    for i in range(config.num_hidden_layers):
+        p = f"layers.{i}."
+        m = config.latent
+        if m is None:
+            hd, h, kv, g = a.dim_per_head, a.num_attention_heads, a.num_key_value_heads, \
+                a.group_size
+            out += [MatmulShape(p + "self_attn.q_proj", 1, rows, h * hd, d),
+                    MatmulShape(p + "self_attn.k_proj", 1, rows, kv * hd, d),
+                    MatmulShape(p + "self_attn.v_proj", 1, rows, kv * hd, d),
+                    MatmulShape(p + "attn.qk", kv, g * rows, keys, hd),
+                    MatmulShape(p + "attn.pv", kv, g * rows, hd, keys),
+                    MatmulShape(p + "self_attn.o_proj", 1, rows, d, h * hd)]
+        else:
+            h = a.num_attention_heads
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank is None:
+                out.append(MatmulShape(p + "self_attn.q_proj", 1, rows, h * qk, d))
+            else:
+                out += [MatmulShape(p + "self_attn.q_a_proj", 1, rows, m.q_lora_rank, d),
+                        MatmulShape(p + "self_attn.q_b_proj", 1, rows, h * qk, m.q_lora_rank)]
+            out += [MatmulShape(p + "self_attn.kv_a_proj_with_mqa", 1, rows,
+                                m.kv_lora_rank + m.qk_rope_head_dim, d),
+                    MatmulShape(p + "self_attn.kv_b_proj", 1, keys,
+                                h * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
+                    MatmulShape(p + "attn.qk", h, rows, keys, qk),
+                    MatmulShape(p + "attn.pv", h, rows, m.v_head_dim, keys),
+                    MatmulShape(p + "self_attn.o_proj", 1, rows, d, h * m.v_head_dim)]
+        if i not in by_layer:
+            inner = a.intermediate_size
+            out += [MatmulShape(p + "mlp.gate_proj", 1, rows, inner, d),
+                    MatmulShape(p + "mlp.up_proj", 1, rows, inner, d),
+                    MatmulShape(p + "mlp.down_proj", 1, rows, d, inner)]
+            continue
+        if e.shared_intermediate_size:
+            width = e.shared_intermediate_size
+            out += [MatmulShape(p + "shared.gate_proj", 1, rows, width, d),
+                    MatmulShape(p + "shared.up_proj", 1, rows, width, d),
+                    MatmulShape(p + "shared.down_proj", 1, rows, d, width)]
+            if e.shared_gate:
+                out.append(MatmulShape(p + "shared.gate", 1, rows, 1, d))
+        out.append(MatmulShape(p + "router", 1, rows, e.num_experts, d))
+        inner = e.intermediate_size
+        for j, n in enumerate(by_layer[i]):
+            if n:
+                q = f"{p}experts.{j}."
+                out += [MatmulShape(q + "gate_proj", 1, n, inner, d),
+                        MatmulShape(q + "up_proj", 1, n, inner, d),
+                        MatmulShape(q + "down_proj", 1, n, d, inner)]
+    out.append(MatmulShape("lm_head", 1, rows, a.vocab_size, d))
+    return out

@@ -1,0 +1,119 @@
+"""Wall time of the serving simulator: 10^4 requests over 10 minutes of Poisson arrivals, per scheme, against the whole-step plan cost in the same run.
+
+Llama-3-8B on ``h100_sxm`` with 80 GB, ShareGPT-like lengths (``serving.SHAREGPT_LIKE``),
+vLLM-style scheduling (2,048-token budget, 256 sequences, blocks of 16). Per scheme the
+simulation starts with a cold cost (the split cost's dense and attention terms are charged
+as they first occur) and is timed whole (cost terms included). The peer is the same
+simulator asking ``estimate_step`` (plan -> charge -> compose of every whole step, cached per
+exact step shape) on ``--peer-requests`` requests of 128 prompt and 32 output tokens at the
+same rate: its time per iteration against the split cost's, and how far the two costs'
+finish times are apart (Orca-style there: the plan does not cover a later chunk of a prompt
+yet).
+Prints the CPU, the load average and markdown tables; asserts nothing.
+
+Run: python benchmarks/serving_speed.py [--requests 10000] [--peer-requests 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import numpy as np
+
+from tenet_byoc.estimate import Charges, estimate_step
+from tenet_byoc.hardware import resolve
+from tenet_byoc.serving import (
+    SHAREGPT_LIKE,
+    CachedStepCost,
+    FixedLengths,
+    SchedulerConfig,
+    cache_sizing,
+    poisson_trace,
+    serving_metrics,
+    simulate,
+)
+from tenet_byoc.serving.cost import model_step_cost
+
+MODEL, ACC, MEMORY = "llama-3-8b", "h100_sxm", 80e9
+SCHEMES = ["q0f16+kv16", "w8a8_per_channel_per_token+kv16", "w4a16_group128+kv16",
+           "w4a16_group128+kv4"]
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=10_000)
+    ap.add_argument("--peer-requests", type=int, default=40)
+    ap.add_argument("--peer-only", action="store_true")
+    args = ap.parse_args()
+    rate = args.requests / 600.0
+    trace = poisson_trace(rate, args.requests, SHAREGPT_LIKE, seed=0)
+    sched = SchedulerConfig("vllm", 2048, 256)
+    acc = resolve(ACC)
+    print(f"CPU: {_cpu()}, {os.cpu_count()} logical CPUs, load average "
+          f"{os.getloadavg()[0]:.1f} at start")
+    print(f"{MODEL} on {ACC} ({MEMORY / 1e9:.0f} GB), {args.requests} requests at "
+          f"{rate:.2f}/s (10 minutes), {SHAREGPT_LIKE.describe()}\n")
+    print("| scheme | wall (s) | CPU (s) | iterations | cost terms charged | mean batch | "
+          "tokens/s simulated | p90 TTFT (ms) | p90 TPOT (ms) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for scheme in [] if args.peer_only else SCHEMES:
+        start, cpu = time.perf_counter(), time.process_time()
+        cost = model_step_cost(MODEL, scheme, acc)
+        sizing = cache_sizing(cost_config(), scheme, MEMORY)
+        run = simulate(trace, cost, scheduler=sched, kv_blocks=sizing.blocks)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        m = serving_metrics(run)
+        print(f"| {scheme} | {wall:.2f} | {cpu:.2f} | {run.iterations:,} | {cost.misses:,} | "
+              f"{m.batch_mean:.1f} | {m.tokens_per_s:,.0f} | {m.ttft_ms_p90:,.1f} | "
+              f"{m.tpot_ms_p90:.2f} |")
+    # The plan does not cover a later chunk of a prompt yet: the peer runs Orca-style (whole
+    # prompts), and so does the split cost beside it; fixed lengths keep the peer to minutes.
+    sched = SchedulerConfig("orca", 8192, 256)
+    few = poisson_trace(rate, args.peer_requests, FixedLengths(128, 32), seed=0)
+    print(f"\nPeer: {args.peer_requests} requests of 128 + 32 tokens at {rate:.2f}/s, "
+          f"{SCHEMES[0]}, Orca-style (whole prompts: the plan does not cover chunks yet):\n")
+    sizing = cache_sizing(cost_config(), SCHEMES[0], MEMORY)
+    charges = Charges(acc)
+    peer_cost = CachedStepCost(lambda step: estimate_step(
+        MODEL, step, SCHEMES[0], acc, charges=charges, entries=False)[0].seconds)
+    t = time.perf_counter()
+    peer = simulate(few, peer_cost, scheduler=sched, kv_blocks=sizing.blocks)
+    peer_s = time.perf_counter() - t
+    t = time.perf_counter()
+    mine = simulate(few, model_step_cost(MODEL, SCHEMES[0], acc), scheduler=sched,
+                    kv_blocks=sizing.blocks)
+    mine_s = time.perf_counter() - t
+    gap = np.abs(mine.finish_s - peer.finish_s) / (peer.finish_s - peer.arrival_s)
+    print("| cost | wall (s) | iterations | ms per iteration | distinct shapes charged |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| estimate_step per whole step (peer) | {peer_s:.2f} | {peer.iterations:,} | "
+          f"{1e3 * peer_s / peer.iterations:.2f} | {peer_cost.misses:,} |")
+    print(f"| split cost (serving default) | {mine_s:.2f} | {mine.iterations:,} | "
+          f"{1e3 * mine_s / mine.iterations:.3f} | {0:,} |".replace("| 0 |", "| - |"))
+    print(f"\nspeed-up per iteration: {peer_s / peer.iterations / (mine_s / mine.iterations):.0f}x; "
+          f"finish times apart by {100 * np.median(gap):.2f}% of e2e latency (median), "
+          f"{100 * gap.max():.2f}% (max); load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def cost_config():
+    from tenet_byoc.plan import model_config
+
+    return model_config(MODEL)
+
+
+if __name__ == "__main__":
+    main()

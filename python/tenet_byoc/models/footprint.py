@@ -1,0 +1,265 @@
+"""How many bytes a model needs on each chip: weights, KV cache and activations, and whether they fit.
+
+Weights are counted at their stored widths under a quantization scheme: every GEMM weight
+(projections, experts, routers, an untied head) at ``weight_bits`` with its side data (one
+scale of ``scale_dtype`` per tensor, output channel or group; with ``uint`` weights a zero
+point per scale at the weight's width), everything else (embeddings, norms, biases) in
+float32, as the Relax models hold them. A tied head under a weight-quantizing scheme is a
+quantized copy beside the float embedding table. The KV cache holds each sequence's keys and
+values at ``kv_bits`` with fp16 scales as the scheme's KV granularity says. Activations'
+peak is the residual stream plus the largest set of intermediates one layer holds at once
+(q/k/v, attention scores and probabilities, the MLP's gate, up and product, the logits), at
+16 bits when the scheme's activations are 16 bits or fewer (quantized activations are made
+from a 16-bit stream), else float32. Under tensor parallelism ``tp`` GEMM weights, heads and
+the MLP width are split over the chips (key/value heads replicated when fewer than ``tp``),
+under pipeline parallelism ``pp`` the layers; the embedding table sits on the first stage,
+the head on the last (the larger of the two stages is counted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Footprint", "footprint"]
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes one chip holds, by kind.
+
+    Attributes
+    ----------
+    weights : int
+    kv_cache : int
+    activations : int
+    """
+
+    weights: int
+    kv_cache: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        """All three, in bytes."""
+        return self.weights + self.kv_cache + self.activations
+
+    def fits(self, capacity: float) -> bool:
+        """Whether the footprint fits ``capacity`` bytes."""
+        return self.total <= capacity
+
+    def shortfall(self, capacity: float) -> str:
+        """Why the footprint does not fit ``capacity`` bytes; empty where it fits."""
+        if self.fits(capacity):
+            return ""
+        return (
+            f"needs {_gb(self.total)} per chip (weights {_gb(self.weights)}, KV cache "
+            f"{_gb(self.kv_cache)}, activations {_gb(self.activations)}), more than its "
+            f"{_gb(capacity)} of DRAM"
+        )
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.1f} GB"
+
+
+def _count(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"footprint: {name}={value!r} must be an integer >= {low}")
+
+
+def _gemm_weights(config: Any, layers: int, tp: int) -> Iterator[tuple[int, int, int]]:
+    # (count, rows, columns) of each GEMM weight of ``layers`` layers, split over tp chips.
+    from .gpt2 import GPT2Config
+    from .moe import MoEConfig
+
+    if isinstance(config, GPT2Config):
+        d, inner = config.n_embd, config.n_inner or 4 * config.n_embd
+        yield layers, 3 * d // tp, d
+        yield layers, d, d // tp
+        yield layers, inner // tp, d
+        yield layers, d, inner // tp
+        return
+    moe = config if isinstance(config, MoEConfig) else None
+    a = config.attention if moe else config
+    d, heads = a.hidden_size, a.num_attention_heads
+    h = math.ceil(heads / tp)
+    latent = moe.latent if moe else None
+    if latent is None:
+        hd = a.dim_per_head
+        kv = math.ceil(a.num_key_value_heads / tp)
+        yield layers, h * hd, d
+        yield 2 * layers, kv * hd, d
+        yield layers, d, h * hd
+    else:  # the down-projections are replicated, the per-head up-projections split
+        qk = latent.qk_nope_head_dim + latent.qk_rope_head_dim
+        if latent.q_lora_rank is None:
+            yield layers, h * qk, d
+        else:
+            yield layers, latent.q_lora_rank, d
+            yield layers, h * qk, latent.q_lora_rank
+        yield layers, latent.kv_lora_rank + latent.qk_rope_head_dim, d
+        yield layers, h * (latent.qk_nope_head_dim + latent.v_head_dim), latent.kv_lora_rank
+        yield layers, d, h * latent.v_head_dim
+    if moe is None:
+        yield 2 * layers, a.intermediate_size // tp, d
+        yield layers, d, a.intermediate_size // tp
+        return
+    e = moe.experts
+    share = layers / moe.num_hidden_layers  # this stage's part of the layers, either kind
+    experts_layers = round(len(e.moe_layers) * share)
+    dense_layers = layers - experts_layers
+    yield 2 * dense_layers, a.intermediate_size // tp, d
+    yield dense_layers, d, a.intermediate_size // tp
+    yield experts_layers, e.num_experts, d  # the router
+    yield 2 * experts_layers * e.num_experts, e.intermediate_size // tp, d
+    yield experts_layers * e.num_experts, d, e.intermediate_size // tp
+    if e.shared_intermediate_size:
+        yield 2 * experts_layers, e.shared_intermediate_size // tp, d
+        yield experts_layers, d, e.shared_intermediate_size // tp
+
+
+def _weight_bytes(rows: int, cols: int, scheme: Any) -> float:
+    bits = scheme.weight_bits
+    if bits >= 32 or scheme.weight_granularity == "none":
+        return rows * cols * bits / 8
+    scales = {"tensor": 1, "channel": rows,
+              "group": rows * math.ceil(cols / max(scheme.group_size, 1))}[
+        scheme.weight_granularity]
+    from ..quantization.scheme import SCALE_DTYPES
+
+    side = scales * SCALE_DTYPES[scheme.scale_dtype]
+    if scheme.weight_format == "uint":
+        side += scales * bits
+    return (rows * cols * bits + side) / 8
+
+
+def _shape(config: Any) -> dict[str, Any]:
+    # The fields the cache and activations need, for every family.
+    from .gpt2 import GPT2Config
+    from .moe import MoEConfig
+
+    if isinstance(config, GPT2Config):
+        d = config.n_embd
+        return {"d": d, "layers": config.n_layer, "heads": config.n_head,
+                "kv": config.n_head, "k_width": d // config.n_head,
+                "v_width": d // config.n_head, "inner": config.n_inner or 4 * d,
+                "vocab": config.vocab_size, "tied": True, "context": config.n_positions}
+    moe = config if isinstance(config, MoEConfig) else None
+    a = config.attention if moe else config
+    d = a.hidden_size
+    inner = a.intermediate_size
+    if moe is not None:
+        inner = max(inner, moe.experts.experts_per_token * moe.experts.intermediate_size
+                    + moe.experts.shared_intermediate_size)
+    if moe is not None and moe.latent is not None:
+        # MLA caches the compressed KV and the shared rope key per token, for all heads.
+        m = moe.latent
+        k_width, v_width, kv = m.kv_lora_rank + m.qk_rope_head_dim, 0, 1
+    else:
+        k_width = v_width = a.dim_per_head
+        kv = a.num_key_value_heads
+    return {"d": d, "layers": a.num_hidden_layers, "heads": a.num_attention_heads, "kv": kv,
+            "k_width": k_width, "v_width": v_width, "inner": inner, "vocab": a.vocab_size,
+            "tied": a.tie_word_embeddings, "context": a.max_position_embeddings}
+
+
+def _elements(config: Any) -> int:
+    # All weights of the model, by its family's own count.
+    from .gpt2 import GPT2Config
+    from .llama import LlamaConfig, param_count
+    from .moe import param_counts
+
+    if isinstance(config, GPT2Config):
+        from .gpt2 import param_shapes
+
+        return sum(math.prod(shape) for shape in param_shapes(config).values())
+    if isinstance(config, LlamaConfig):
+        return param_count(config)[1]
+    return param_counts(config)[0]
+
+
+def footprint(config: Any, scheme: Any = "none", sequences: int = 1, context: int = 0,
+              step_tokens: int | None = None, tp: int = 1, pp: int = 1) -> Footprint:
+    """Bytes one chip holds to run ``sequences`` sequences of ``context`` tokens each.
+
+    Parameters
+    ----------
+    config : GPT2Config, LlamaConfig, MoEConfig or str
+        The model (a built-in name or path is resolved).
+    scheme : str or QuantScheme
+        The quantization scheme: weights', KV cache's and activations' widths.
+    sequences : int
+        Sequences whose KV caches the chip holds.
+    context : int
+        Tokens each sequence's cache holds before the step (at most the model's context).
+    step_tokens : int, optional
+        Tokens one step computes, which sets the activations' peak: a prefill's prompt
+        tokens, or a decode step's batch; default ``sequences`` (a decode step).
+    tp, pp : int
+        Tensor- and pipeline-parallel degrees.
+
+    Raises
+    ------
+    ValueError
+        Naming the argument: a count out of range, a context beyond the model's, or an
+        unknown scheme.
+    """
+    from ..quantization import get_scheme
+    from .configs import resolve_config
+
+    if isinstance(config, str):
+        config = resolve_config(config)
+    quant = get_scheme(scheme)
+    _count("sequences", sequences, 0)
+    _count("context", context, 0)
+    _count("tp", tp, 1)
+    _count("pp", pp, 1)
+    tokens = sequences if step_tokens is None else step_tokens
+    _count("step_tokens", tokens, 0)
+    s = _shape(config)
+    if context > s["context"]:
+        raise ValueError(f"footprint: context={context} is longer than the model's "
+                         f"{s['context']}")
+    if pp > s["layers"]:
+        raise ValueError(f"footprint: pp={pp} exceeds the {s['layers']} layers")
+    layers = math.ceil(s["layers"] / pp)
+    d, vocab = s["d"], s["vocab"]
+
+    gemm = sum(n * _weight_bytes(rows, cols, quant)
+               for n, rows, cols in _gemm_weights(config, layers, tp) if n and rows and cols)
+    embed = vocab * d * 4 / tp
+    if s["tied"] and quant.weight_bits >= 32:
+        head = 0.0  # the head reads the embedding table
+    else:
+        head = _weight_bytes(vocab // tp, d, quant)
+    # Everything else (norms, biases, position table, router biases): float32, replicated,
+    # the layers' part split over the stages.
+    gemm_all = sum(n * rows * cols for n, rows, cols in
+                   _gemm_weights(config, s["layers"], 1))
+    small = (_elements(config) - gemm_all - vocab * d * (2 - s["tied"])) * 4 / pp
+    stage_ends = embed if pp == 1 else max(embed, head)
+    weights = gemm + small + (embed + head if pp == 1 else stage_ends)
+
+    kv_heads = math.ceil(s["kv"] / tp) if s["v_width"] else s["kv"]
+    elements = layers * kv_heads * (s["k_width"] + s["v_width"]) * context * sequences
+    cache = elements * quant.kv_bits / 8
+    if quant.kv_bits < 16:  # fp16 scales, written with each token
+        per_token = {"token": 2, "head": 2 * kv_heads,
+                     "group": kv_heads * (s["k_width"] + s["v_width"])
+                     // max(quant.kv_group, 1)}.get(quant.kv_granularity, 0)
+        cache += layers * context * sequences * per_token * 2
+
+    width = 4 if quant.activation_bits > 16 else 2
+    heads = math.ceil(s["heads"] / tp)
+    keys = context + tokens  # the step's tokens attend to the cache and to themselves
+    widest = max(
+        tokens * (heads + 2 * kv_heads) * max(s["k_width"], 1),  # q, k, v
+        2 * heads * tokens * keys,  # scores and probabilities
+        3 * tokens * math.ceil(s["inner"] / tp),  # gate, up and their product
+        tokens * math.ceil(vocab / tp),  # logits
+    )
+    activations = (2 * tokens * d + widest) * width
+    return Footprint(int(math.ceil(weights)), int(math.ceil(cache)), int(activations))

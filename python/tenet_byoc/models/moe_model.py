@@ -1,0 +1,542 @@
+"""Running mixture-of-experts decoders (Mixtral, Qwen-MoE, DeepSeek-V3): Relax GEMMs, host routing.
+
+A layer runs as two kinds of Relax calls: ``attention_prefill`` / ``attention_decode`` (RMSNorm,
+attention with RoPE, the residual, the second RMSNorm, the shared experts (gated or not) and
+the router GEMM, returning the router's logits) and ``expert`` (one expert's SwiGLU over the
+rows routed to it, with a symbolic row count); layers with a dense MLP are one
+``dense_prefill`` / ``dense_decode`` call. The host scores the router's logits (softmax, or
+DeepSeek's sigmoid with its choice bias and group limit), takes each token's top-k experts
+and their weights, groups the tokens by expert, calls ``expert`` once per chosen expert with
+exactly its tokens (so each expert's GEMMs are charged with the rows it receives, as a
+grouped-GEMM kernel would run them), and adds the weighted outputs to the residual. Every
+call's routing is kept (:attr:`MoERunner.routing`) for estimates that charge the experts a
+real run chose.
+
+DeepSeek-V3's multi-head latent attention runs in its prefill form: the cache holds the
+compressed KV and the shared rotated key per token (``kv_lora_rank + qk_rope_head_dim``
+values), expanded to every head's keys and values by ``kv_b_proj`` in each call; the decode
+form that absorbs ``kv_b_proj`` into the query and output projections is not implemented.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir import IRModule
+from tvm.relax.frontend import nn
+
+from .checkpoint import Layout, load_weights, read_config
+from .decoder import MASK_VALUE, build_with_tvm, take_rows
+from .llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP
+from .moe import MoEConfig
+from .runner import check_ids
+
+__all__ = ["LayerRouting", "MoERunner", "load_checkpoint"]
+
+_DTYPE = "float32"
+
+
+class _LatentAttention(nn.Module):
+    """Multi-head latent attention (DeepSeek-V3) as computed in prefill: the cached latents
+    are expanded to every head's keys and values each call.
+
+    The cache holds per token the normed compressed KV ``[1, 1, L, kv_lora_rank]`` and the
+    rotated shared key ``[1, 1, L, qk_rope_head_dim]`` (in the "K" and "V" slots).
+    """
+
+    def __init__(self, config: MoEConfig) -> None:
+        a, m = config.attention, config.latent
+        d, eps = a.hidden_size, a.rms_norm_eps
+        self.m, self.heads = m, a.num_attention_heads
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank is None:
+            self.q_proj = nn.Linear(d, self.heads * qk, bias=False)
+        else:
+            self.q_a_proj = nn.Linear(d, m.q_lora_rank, bias=False)
+            self.q_a_layernorm = nn.RMSNorm(m.q_lora_rank, axes=-1, epsilon=eps, bias=False)
+            self.q_b_proj = nn.Linear(m.q_lora_rank, self.heads * qk, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(d, m.kv_lora_rank + m.qk_rope_head_dim, bias=False)
+        self.kv_a_layernorm = nn.RMSNorm(m.kv_lora_rank, axes=-1, epsilon=eps, bias=False)
+        self.kv_b_proj = nn.Linear(m.kv_lora_rank,
+                                   self.heads * (m.qk_nope_head_dim + m.v_head_dim), bias=False)
+        self.o_proj = nn.Linear(self.heads * m.v_head_dim, d, bias=False)
+        # YaRN's mscale enters the softmax scale squared (the DeepSeek-V2 paper's rule).
+        scaling = qk ** -0.5
+        r = a.rope_scaling
+        if r is not None and r.rope_type == "yarn" and r.mscale_all_dim:
+            mscale = 0.1 * r.mscale_all_dim * np.log(r.factor) + 1.0 if r.factor > 1 else 1.0
+            scaling *= mscale * mscale
+        self.scaling = float(scaling)
+
+    def _rotate(self, t: nn.Tensor, rope: Any) -> nn.Tensor:
+        # Interleaved pairs are de-interleaved first: q and k alike, so scores are unchanged.
+        cos, sin = rope
+        if self.m.rope_interleave:
+            *lead, width = t.shape
+            t = nn.op.reshape(t, [*lead, width // 2, 2])
+            t = nn.op.reshape(nn.op.permute_dims(t, [0, 1, 2, 4, 3]), [*lead, width])
+        first, second = nn.op.split(t, 2, axis=-1)
+        return t * cos + nn.op.concat([nn.op.negative(second), first], dim=-1) * sin
+
+    def forward(self, x: nn.Tensor, rope: Any, past: Any, batch: Any = None
+                ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
+        """Attend over the cached latents and ``x``'s own; return output and the cache."""
+        op, m, h = nn.op, self.m, self.heads
+        b, s, _ = x.shape
+        nope, rot = m.qk_nope_head_dim, m.qk_rope_head_dim
+        q = (self.q_proj(x) if m.q_lora_rank is None
+             else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))))
+        q_pass, q_rot = op.split(op.reshape(q, [b, s, h, nope + rot]), [nope], axis=-1)
+        q_rot = self._rotate(q_rot, rope)
+        latent, k_rot = op.split(self.kv_a_proj_with_mqa(x), [m.kv_lora_rank], axis=-1)
+        latent = op.reshape(self.kv_a_layernorm(latent), [b, 1, s, m.kv_lora_rank])
+        k_rot = op.permute_dims(self._rotate(op.reshape(k_rot, [b, s, 1, rot]), rope),
+                                [0, 2, 1, 3])  # [b, 1, s, rot]
+        if past is not None:
+            latent = op.concat([past[0], latent], dim=2)
+            k_rot = op.concat([past[1], k_rot], dim=2)
+        keys = latent.shape[2]
+        kv = self.kv_b_proj(op.reshape(latent, [b, keys, m.kv_lora_rank]))
+        kv = op.permute_dims(op.reshape(kv, [b, keys, h, nope + m.v_head_dim]), [0, 2, 1, 3])
+        k_nope, v = op.split(kv, [nope], axis=-1)
+        k = op.concat([k_nope, op.broadcast_to(k_rot, [b, h, keys, rot])], dim=-1)
+        q = op.permute_dims(op.concat([q_pass, q_rot], dim=-1), [0, 2, 1, 3])
+        scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * self.scaling
+        if past is None:
+            scores = scores + op.triu(op.full([s, s], MASK_VALUE, dtype=_DTYPE), diagonal=1)
+        out = op.matmul(op.softmax(scores, axis=-1), v)  # [b, h, s, v]
+        out = op.reshape(op.permute_dims(out, [0, 2, 1, 3]), [b, s, h * m.v_head_dim])
+        return self.o_proj(out), latent, k_rot
+
+
+class _Block(nn.Module):
+    """One layer's attention, its residual, the second RMSNorm and the router GEMM."""
+
+    # The rotary tables are computed as the Llama model computes them (from ``config``).
+    _rope = LlamaForCausalLM._rope
+    _inv_freq = LlamaForCausalLM._inv_freq
+    _cos_sin = LlamaForCausalLM._cos_sin
+
+    def __init__(self, config: MoEConfig) -> None:
+        a = config.attention
+        self.config = a
+        d, eps = a.hidden_size, a.rms_norm_eps
+        self.input_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
+        self.self_attn = (LlamaAttention(a) if config.latent is None
+                          else _LatentAttention(config))
+        self.post_attention_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
+        e = config.experts
+        self.gate = nn.Linear(d, e.num_experts, bias=False)  # the bias only chooses: host
+        self.shared = e.shared_intermediate_size > 0
+        if self.shared:
+            self.shared_expert = LlamaMLP(replace(a, intermediate_size=e.shared_intermediate_size))
+        self.gated = e.shared_gate
+        if self.gated:
+            self.shared_expert_gate = nn.Linear(d, 1, bias=False)
+
+    def _run(self, x: nn.Tensor, rope: Any, past: Any) -> tuple[nn.Tensor, ...]:
+        # The residual plus the shared experts (gated by a sigmoid where there is a gate);
+        # the routed experts are added on the host.
+        attn, k, v = self.self_attn(self.input_layernorm(x), rope, past)
+        h = x + attn
+        normed = self.post_attention_layernorm(h)
+        if self.shared:
+            shared = self.shared_expert(normed)
+            if self.gated:
+                shared = nn.op.sigmoid(self.shared_expert_gate(normed)) * shared
+            h = h + shared
+        return h, normed, self.gate(normed), k, v
+
+    def attention_prefill(self, x: nn.Tensor) -> tuple[nn.Tensor, ...]:
+        """``x [1, s, d]`` from position 0: ``(h, normed h, router logits, K, V)``."""
+        return self._run(x, self._rope(0, x.shape[1]), None)
+
+    def attention_decode(self, x: nn.Tensor, k: nn.Tensor, v: nn.Tensor) -> tuple[nn.Tensor, ...]:
+        """One token after the layer's cache ``K, V [1, kv, past, hd]``."""
+        return self._run(x, self._rope(k.shape[2], 1), (k, v))
+
+
+class _Dense(LlamaDecoderLayer):
+    """A layer whose MLP is dense (DeepSeek's first layers, Qwen's ``mlp_only_layers``)."""
+
+    _rope = LlamaForCausalLM._rope
+    _inv_freq = LlamaForCausalLM._inv_freq
+    _cos_sin = LlamaForCausalLM._cos_sin
+
+    def __init__(self, config: MoEConfig) -> None:
+        super().__init__(config.attention)
+        self.config = config.attention
+        if config.latent is not None:
+            self.self_attn = _LatentAttention(config)
+
+    def dense_prefill(self, x: nn.Tensor) -> tuple[nn.Tensor, ...]:
+        """``x [1, s, d]`` from position 0: ``(x out, K, V)``."""
+        return self.forward(x, self._rope(0, x.shape[1]), None)
+
+    def dense_decode(self, x: nn.Tensor, k: nn.Tensor, v: nn.Tensor) -> tuple[nn.Tensor, ...]:
+        """One token after the layer's cache."""
+        return self.forward(x, self._rope(k.shape[2], 1), (k, v))
+
+
+class _Expert(nn.Module):
+    """One expert's SwiGLU over the rows routed to it."""
+
+    def __init__(self, config: MoEConfig) -> None:
+        self.mlp = LlamaMLP(replace(config.attention,
+                                    intermediate_size=config.experts.intermediate_size))
+
+    def expert(self, x: nn.Tensor) -> nn.Tensor:
+        """``x [1, rows, d] -> [1, rows, d]``."""
+        return self.mlp(x)
+
+
+class _Ends(nn.Module):
+    """The embedding lookup and the final RMSNorm with the head."""
+
+    def __init__(self, config: MoEConfig) -> None:
+        a = config.attention
+        self.tied = a.tie_word_embeddings
+        self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size)
+        self.norm = nn.RMSNorm(a.hidden_size, axes=-1, epsilon=a.rms_norm_eps, bias=False)
+        if not self.tied:
+            self.lm_head = nn.Linear(a.hidden_size, a.vocab_size, bias=False)
+
+    def embed(self, ids: nn.Tensor) -> nn.Tensor:
+        """``ids [1, s]`` int32 -> ``[1, s, d]``."""
+        return take_rows(self.embed_tokens.weight, ids)
+
+    def head(self, x: nn.Tensor) -> nn.Tensor:
+        """``x [1, s, d]`` -> logits ``[1, s, vocab]``."""
+        x = self.norm(x)
+        if self.tied:
+            return nn.op.matmul(x, nn.op.permute_dims(self.embed_tokens.weight))
+        return self.lm_head(x)
+
+
+# Where each family keeps a mixture layer's weights: the prefix of the router and the
+# experts, and the names of one expert's gate, up and down projections.
+_MOE_PREFIX = {"mixtral": "block_sparse_moe.", "qwen2_moe": "mlp.", "qwen3_moe": "mlp.",
+               "deepseek_v3": "mlp."}
+# The shared experts' name in each family's checkpoints.
+_SHARED = {"qwen2_moe": "shared_expert.", "deepseek_v3": "shared_experts."}
+_EXPERT_NAMES = {
+    "mixtral": {"mlp.gate_proj.weight": "w1.weight", "mlp.up_proj.weight": "w3.weight",
+                "mlp.down_proj.weight": "w2.weight"},
+    "qwen2_moe": {f"mlp.{n}.weight": f"{n}.weight" for n in ("gate_proj", "up_proj",
+                                                             "down_proj")},
+}
+_EXPERT_NAMES["qwen3_moe"] = _EXPERT_NAMES["deepseek_v3"] = _EXPERT_NAMES["qwen2_moe"]
+
+
+def _check_supported(config: MoEConfig) -> None:
+    if config.model_type not in _MOE_PREFIX:
+        raise ValueError(
+            f"running {config.model_type} is not implemented yet (only {sorted(_MOE_PREFIX)}); "
+            "its config is read and counted, see tenet_byoc.models.moe"
+        )
+    if config.attention.window is not None:
+        raise ValueError(
+            f"{config.model_type} with sliding_window={config.attention.sliding_window} is "
+            "not run yet"
+        )
+
+
+def export_moe(config: MoEConfig) -> tuple[IRModule, dict[str, list[str]]]:
+    """The module of a mixture-of-experts decoder's calls, and each function's weight names.
+
+    Functions: ``embed``, ``attention_prefill``, ``attention_decode``, ``expert``, ``head``
+    and, where some layers' MLPs are dense, ``dense_prefill`` and ``dense_decode``;
+    each takes its inputs, then the weights of one layer / one expert / the ends (named in
+    the returned dict, as ``layers.{i}.`` / ``experts.{j}.`` less their prefix).
+    """
+    _check_supported(config)
+    d, a = config.hidden_size, config.attention
+    x = nn.spec.Tensor([1, "seq_len", d], _DTYPE)
+    if config.latent is None:
+        kv = nn.spec.Tensor([1, a.num_key_value_heads, "past_len", a.dim_per_head], _DTYPE)
+        k_spec = v_spec = kv
+    else:  # MLA's cache: the compressed KV and the shared rotated key
+        k_spec = nn.spec.Tensor([1, 1, "past_len", config.latent.kv_lora_rank], _DTYPE)
+        v_spec = nn.spec.Tensor([1, 1, "past_len", config.latent.qk_rope_head_dim], _DTYPE)
+    parts = (
+        (_Ends(config), {"embed": {"ids": nn.spec.Tensor([1, "seq_len"], "int32")},
+                         "head": {"x": x}}),
+        (_Block(config), {"attention_prefill": {"x": x},
+                          "attention_decode": {"x": nn.spec.Tensor([1, 1, d], _DTYPE),
+                                               "k": k_spec, "v": v_spec}}),
+        (_Expert(config), {"expert": {"x": nn.spec.Tensor([1, "rows", d], _DTYPE)}}),
+    )
+    if len(config.experts.moe_layers) < config.num_hidden_layers:
+        parts += ((_Dense(config), {"dense_prefill": {"x": x},
+                                    "dense_decode": {"x": nn.spec.Tensor([1, 1, d], _DTYPE),
+                                                     "k": k_spec, "v": v_spec}}),)
+    functions: dict[str, Any] = {}
+    names: dict[str, list[str]] = {}
+    for module, spec in parts:
+        mod, params = module.export_tvm(spec=spec)
+        for gv, func in mod.functions_items():
+            functions[gv.name_hint] = func
+        for name in spec:
+            names[name] = [n for n, _ in params]
+    return IRModule(functions), names
+
+
+@dataclass(frozen=True)
+class LayerRouting:
+    """One layer's routing in one call.
+
+    Attributes
+    ----------
+    experts : numpy.ndarray
+        ``[tokens, k]`` int: each token's chosen experts, best first.
+    weights : numpy.ndarray
+        ``[tokens, k]`` float32: their weights in the combine.
+    """
+
+    experts: np.ndarray
+    weights: np.ndarray
+
+    def tokens_per_expert(self, num_experts: int) -> np.ndarray:
+        """``[num_experts]``: how many tokens each expert received."""
+        return np.bincount(self.experts.ravel(), minlength=num_experts)
+
+
+class MoERunner:
+    """Build a mixture-of-experts model once; run prefill and decode, recording the routing.
+
+    Parameters
+    ----------
+    config : MoEConfig
+    params : mapping of str to numpy.ndarray
+        By Hugging Face's names less ``model.`` (Mixtral's
+        ``layers.0.block_sparse_moe.experts.1.w1.weight``, Qwen's ``layers.0.mlp.experts.1.
+        gate_proj.weight``).
+    build : callable, optional
+        ``IRModule -> executable``; TVM's own CPU build by default.
+
+    Attributes
+    ----------
+    routing : list of (str, list of LayerRouting or None)
+        Per call, its phase and each layer's routing (None for a dense layer), in call
+        order.
+    """
+
+    def __init__(self, config: MoEConfig, params: dict[str, np.ndarray],
+                 build: Callable[[IRModule], Any] | None = None, device: Any = None) -> None:
+        self.config = config
+        self.mod, self._names = export_moe(config)
+        self.device = tvm.cpu() if device is None else device
+        self.executable = (build or build_with_tvm)(self.mod)
+        self.vm = relax.VirtualMachine(self.executable, self.device)
+        self.routing: list[tuple[str, list[LayerRouting]]] = []
+        put = self._put
+        missing = [n for n, _ in _expected(config) if n not in params]
+        if missing:
+            raise KeyError(f"{config.model_type} weights lack {missing[:5]}")
+        moe, expert_names = _MOE_PREFIX[config.model_type], _EXPERT_NAMES[config.model_type]
+        self._ends = [put(params[n]) for n in self._names["embed"]]
+        self._layers = []
+        self._experts: list[list[list[Any]]] = []
+        self._bias: list[np.ndarray] = []
+        routed = set(config.experts.moe_layers)
+        for i in range(config.num_hidden_layers):
+            p = f"layers.{i}."
+            if i not in routed:
+                self._layers.append([put(params[p + n]) for n in self._names["dense_prefill"]])
+                self._experts.append([])
+                self._bias.append(None)
+                continue
+            shared = _SHARED.get(config.model_type, "")
+            self._layers.append([
+                put(params[p + moe + n if n.startswith(("gate.", "shared_expert_gate"))
+                           else p + moe + shared + n.split(".", 1)[1]
+                           if n.startswith("shared_expert.") else p + n])
+                for n in self._names["attention_prefill"]])
+            self._bias.append(params[p + moe + "gate.e_score_correction_bias"]
+                              if config.experts.router_bias else None)
+            self._experts.append([
+                [put(params[f"{p}{moe}experts.{j}.{expert_names[n]}"])
+                 for n in self._names["expert"]]
+                for j in range(config.experts.num_experts)])
+
+    def _put(self, value: np.ndarray) -> tvm.runtime.Tensor:
+        return tvm.runtime.tensor(np.ascontiguousarray(value, dtype=np.float32), self.device)
+
+    def _tensor(self, value: np.ndarray) -> tvm.runtime.Tensor:
+        return tvm.runtime.tensor(value, self.device)
+
+    def _route(self, logits: np.ndarray, bias: np.ndarray | None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        # Each token's top-k experts and their weights, as the family's router picks them.
+        e = self.config.experts
+        if e.scoring == "softmax":  # Mixtral, Qwen: over all experts
+            scores = np.exp(logits.astype(np.float64) - logits.max(axis=-1, keepdims=True))
+            probs = (scores / scores.sum(axis=-1, keepdims=True)).astype(np.float32)
+            choice = probs
+        else:  # DeepSeek-V3: sigmoid; the bias and the best groups only choose
+            probs = (1.0 / (1.0 + np.exp(-logits.astype(np.float64)))).astype(np.float32)
+            choice = probs + (0 if bias is None else bias)
+            if e.groups > 1:
+                grouped = choice.reshape(len(choice), e.groups, -1)
+                best_two = -np.sort(-grouped, axis=-1)[..., :2].sum(axis=-1)
+                keep = np.argsort(-best_two, axis=-1, kind="stable")[:, :e.top_groups]
+                mask = np.zeros_like(best_two, dtype=bool)
+                np.put_along_axis(mask, keep, True, axis=-1)
+                choice = np.where(np.repeat(mask, e.num_experts // e.groups, axis=-1),
+                                  choice, -np.inf)
+        chosen = np.argsort(-choice, axis=-1, kind="stable")[:, :e.experts_per_token]
+        weights = np.take_along_axis(probs, chosen, axis=-1)
+        if e.normalize_top_k:
+            weights = weights / (weights.sum(axis=-1, keepdims=True)
+                                 + (1e-20 if e.scoring == "sigmoid" else 0))
+        return chosen, (weights * np.float32(e.scale)).astype(np.float32)
+
+    def _moe(self, h: np.ndarray, normed: Any, logits: Any, experts: list[list[Any]],
+             bias: np.ndarray | None) -> tuple[np.ndarray, LayerRouting]:
+        # Softmax over all experts, the top k, their weights renormalized (Mixtral's rule),
+        # then each chosen expert once over the tokens routed to it.
+        chosen, weights = self._route(logits.numpy()[0], bias)
+        x = normed.numpy()[0]
+        out = np.zeros_like(x)
+        for expert in np.unique(chosen):
+            rows, slot = np.nonzero(chosen == expert)
+            y = self.vm["expert"](self._tensor(x[rows][None]), *experts[expert])
+            out[rows] += weights[rows, slot, None] * y.numpy()[0]
+        return h + out, LayerRouting(chosen, weights)
+
+    def _forward(self, ids: np.ndarray, cache: Sequence[Any] | None, phase: str
+                 ) -> tuple[np.ndarray, list[Any]]:
+        x = self.vm["embed"](self._tensor(ids), *self._ends).numpy()
+        new_cache: list[Any] = []
+        routing = []
+        for i in range(self.config.num_hidden_layers):
+            if not self._experts[i]:  # a dense layer
+                if cache is None:
+                    out, k, v = self.vm["dense_prefill"](self._tensor(x), *self._layers[i])
+                else:
+                    out, k, v = self.vm["dense_decode"](
+                        self._tensor(x), cache[2 * i], cache[2 * i + 1], *self._layers[i])
+                x = out.numpy()
+                routing.append(None)
+                new_cache += [k, v]
+                continue
+            if cache is None:
+                h, normed, logits, k, v = self.vm["attention_prefill"](
+                    self._tensor(x), *self._layers[i])
+            else:
+                h, normed, logits, k, v = self.vm["attention_decode"](
+                    self._tensor(x), cache[2 * i], cache[2 * i + 1], *self._layers[i])
+            x, route = self._moe(h.numpy()[0], normed, logits, self._experts[i],
+                                 self._bias[i])
+            x = x[None]
+            routing.append(route)
+            new_cache += [k, v]
+        self.routing.append((phase, routing))
+        logits = self.vm["head"](self._tensor(x.astype(np.float32)), *self._ends)
+        return logits.numpy()[0], new_cache
+
+    def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, list[Any]]:
+        """Run a prompt from position 0: logits ``[P, vocab]`` and the cache (K, V a layer)."""
+        a = self.config.attention
+        ids = check_ids(token_ids, a.vocab_size, a.max_position_embeddings,
+                        "max_position_embeddings")
+        return self._forward(ids, None, "prefill")
+
+    def decode(self, token_id: int, cache: list[Any]) -> tuple[np.ndarray, list[Any]]:
+        """Run one token after ``cache``: its logits ``[vocab]`` and the cache one longer."""
+        a = self.config.attention
+        past = int(cache[0].shape[2])
+        ids = check_ids([token_id], a.vocab_size, a.max_position_embeddings,
+                        "max_position_embeddings", past)
+        logits, new = self._forward(ids, cache, "decode")
+        return logits[0], new
+
+
+def _expected(config: MoEConfig):
+    # The checkpoint's tensors (less "model.") and shapes, layer by layer.
+    a, e = config.attention, config.experts
+    d, hd = a.hidden_size, a.dim_per_head
+    q, kv = a.num_attention_heads * hd, a.num_key_value_heads * hd
+    moe, names = _MOE_PREFIX[config.model_type], _EXPERT_NAMES[config.model_type]
+    gate, up, down = (names[f"mlp.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj"))
+    routed = set(e.moe_layers)
+    yield "embed_tokens.weight", (a.vocab_size, d)
+    for i in range(a.num_hidden_layers):
+        p = f"layers.{i}."
+        yield p + "input_layernorm.weight", (d,)
+        if config.latent is not None:
+            yield from _latent_expected(config, p + "self_attn.")
+        else:
+            for proj, shape in (("q_proj", (q, d)), ("k_proj", (kv, d)), ("v_proj", (kv, d))):
+                yield f"{p}self_attn.{proj}.weight", shape
+                if a.qkv_bias:
+                    yield f"{p}self_attn.{proj}.bias", shape[:1]
+            yield p + "self_attn.o_proj.weight", (d, q)
+        if a.qk_norm:
+            yield p + "self_attn.q_norm.weight", (hd,)
+            yield p + "self_attn.k_norm.weight", (hd,)
+        yield p + "post_attention_layernorm.weight", (d,)
+        if i not in routed:
+            for name, shape in (("gate_proj", (a.intermediate_size, d)),
+                                ("up_proj", (a.intermediate_size, d)),
+                                ("down_proj", (d, a.intermediate_size))):
+                yield f"{p}mlp.{name}.weight", shape
+            continue
+        yield p + moe + "gate.weight", (e.num_experts, d)
+        if e.router_bias:
+            yield p + moe + "gate.e_score_correction_bias", (e.num_experts,)
+        for j in range(e.num_experts):
+            m = f"{p}{moe}experts.{j}."
+            yield m + gate, (e.intermediate_size, d)
+            yield m + up, (e.intermediate_size, d)
+            yield m + down, (d, e.intermediate_size)
+        if e.shared_intermediate_size:
+            width = e.shared_intermediate_size
+            for name, shape in (("gate_proj", (width, d)), ("up_proj", (width, d)),
+                                ("down_proj", (d, width))):
+                yield f"{p}{moe}{_SHARED[config.model_type]}{name}.weight", shape
+        if e.shared_gate:
+            yield p + moe + "shared_expert_gate.weight", (1, d)
+    yield "norm.weight", (d,)
+    if not a.tie_word_embeddings:
+        yield "lm_head.weight", (a.vocab_size, d)
+
+
+def _latent_expected(config: MoEConfig, p: str):
+    # MLA's weights in one layer, as DeepSeek names them.
+    m, d, h = config.latent, config.hidden_size, config.attention.num_attention_heads
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    if m.q_lora_rank is None:
+        yield p + "q_proj.weight", (h * qk, d)
+    else:
+        yield p + "q_a_proj.weight", (m.q_lora_rank, d)
+        yield p + "q_a_layernorm.weight", (m.q_lora_rank,)
+        yield p + "q_b_proj.weight", (h * qk, m.q_lora_rank)
+    yield p + "kv_a_proj_with_mqa.weight", (m.kv_lora_rank + m.qk_rope_head_dim, d)
+    yield p + "kv_a_layernorm.weight", (m.kv_lora_rank,)
+    yield p + "kv_b_proj.weight", (h * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank)
+    yield p + "o_proj.weight", (d, h * m.v_head_dim)
+
+
+def load_checkpoint(folder: str | os.PathLike[str], config: MoEConfig | None = None
+                    ) -> tuple[MoEConfig, dict[str, np.ndarray]]:
+    """Read a local Mixtral, Qwen2/3-MoE or DeepSeek-V3 checkpoint folder (config + safetensors).
+
+    Shapes are checked against the config from the headers before anything is read; errors
+    name the file and tensor (see :func:`tenet_byoc.models.checkpoint.load_weights`).
+    """
+    if config is None:
+        values = read_config(folder)
+        config = MoEConfig.from_hf_dict(values,
+                                        name=os.path.basename(os.path.normpath(folder)))
+    _check_supported(config)
+    layout = Layout(config.model_type, "model.", "layers.", "num_hidden_layers",
+                    unprefixed=("lm_head.weight",))
+    params = load_weights(folder, layout, config.num_hidden_layers, _expected(config))
+    return config, params
