@@ -40,7 +40,8 @@ FAMILIES = {
                                "norm_topk_prob": False}, 24),
     # QK norm, an explicit head_dim, renormalized top-k
     "qwen3_moe": ("Qwen3Moe", {**_QWEN, "head_dim": 16, "norm_topk_prob": True}, 24),
-    # multi-head latent attention (interleaved RoPE, YaRN with mscale), sigmoid routing with
+    # multi-head latent attention (expanded in prefill, absorbed in decode; interleaved RoPE,
+    # YaRN with mscale), sigmoid routing with
     # a bias, 2 of 4 expert groups, two shared experts, a dense first layer
     "deepseek_v3": ("DeepseekV3", {
         **{k: v for k, v in _QWEN.items() if k not in ("num_experts", "mlp_only_layers")},

@@ -426,8 +426,10 @@ def moe_matmuls(config: MoEConfig, seq_len: int, phase: str = "prefill",
 
     Per layer: the attention's (grouped-query: ``q_proj``, ``k_proj``, ``v_proj``,
     ``attn.qk``, ``attn.pv``, ``o_proj``; latent: ``q_a_proj``, ``q_b_proj`` (or
-    ``q_proj``), ``kv_a_proj_with_mqa``, ``kv_b_proj`` over every cached and new token,
-    ``attn.qk`` and ``attn.pv`` per head, ``o_proj``); then a dense layer's ``gate_proj``,
+    ``q_proj``), ``kv_a_proj_with_mqa``, then in a prefill ``kv_b_proj`` over every token
+    and ``attn.qk`` and ``attn.pv`` per head, in a decode step the absorbed form
+    (``attn.q_absorb`` and ``attn.v_absorb`` per head, ``attn.qk_latent``, ``attn.qk_rope``
+    and ``attn.pv_latent`` with all heads' rows over the shared latents), ``o_proj``); then a dense layer's ``gate_proj``,
     ``up_proj``, ``down_proj``, or a mixture layer's shared experts (``shared.*``), its
     router (``router``) and each expert that received tokens, in expert order, with as many
     rows as tokens it received (``experts.{j}.gate_proj``, ...); then ``lm_head``.
@@ -490,13 +492,21 @@ def moe_matmuls(config: MoEConfig, seq_len: int, phase: str = "prefill",
             else:
                 out += [MatmulShape(p + "self_attn.q_a_proj", 1, rows, m.q_lora_rank, d),
                         MatmulShape(p + "self_attn.q_b_proj", 1, rows, h * qk, m.q_lora_rank)]
-            out += [MatmulShape(p + "self_attn.kv_a_proj_with_mqa", 1, rows,
-                                m.kv_lora_rank + m.qk_rope_head_dim, d),
-                    MatmulShape(p + "self_attn.kv_b_proj", 1, keys,
-                                h * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
-                    MatmulShape(p + "attn.qk", h, rows, keys, qk),
-                    MatmulShape(p + "attn.pv", h, rows, m.v_head_dim, keys),
-                    MatmulShape(p + "self_attn.o_proj", 1, rows, d, h * m.v_head_dim)]
+            out.append(MatmulShape(p + "self_attn.kv_a_proj_with_mqa", 1, rows,
+                                   m.kv_lora_rank + m.qk_rope_head_dim, d))
+            rank = m.kv_lora_rank
+            if phase == "prefill":
+                out += [MatmulShape(p + "self_attn.kv_b_proj", 1, keys,
+                                    h * (m.qk_nope_head_dim + m.v_head_dim), rank),
+                        MatmulShape(p + "attn.qk", h, rows, keys, qk),
+                        MatmulShape(p + "attn.pv", h, rows, m.v_head_dim, keys)]
+            else:  # kv_b_proj absorbed: all heads attend to the shared latents
+                out += [MatmulShape(p + "attn.q_absorb", h, rows, rank, m.qk_nope_head_dim),
+                        MatmulShape(p + "attn.qk_latent", 1, h * rows, keys, rank),
+                        MatmulShape(p + "attn.qk_rope", 1, h * rows, keys, m.qk_rope_head_dim),
+                        MatmulShape(p + "attn.pv_latent", 1, h * rows, rank, keys),
+                        MatmulShape(p + "attn.v_absorb", h, rows, m.v_head_dim, rank)]
+            out.append(MatmulShape(p + "self_attn.o_proj", 1, rows, d, h * m.v_head_dim))
         if i not in by_layer:
             inner = a.intermediate_size
             out += [MatmulShape(p + "mlp.gate_proj", 1, rows, inner, d),

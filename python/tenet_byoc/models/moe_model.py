@@ -12,10 +12,11 @@ grouped-GEMM kernel would run them), and adds the weighted outputs to the residu
 call's routing is kept (:attr:`MoERunner.routing`) for estimates that charge the experts a
 real run chose.
 
-DeepSeek-V3's multi-head latent attention runs in its prefill form: the cache holds the
-compressed KV and the shared rotated key per token (``kv_lora_rank + qk_rope_head_dim``
-values), expanded to every head's keys and values by ``kv_b_proj`` in each call; the decode
-form that absorbs ``kv_b_proj`` into the query and output projections is not implemented.
+DeepSeek-V3's multi-head latent attention caches the compressed KV and the shared rotated
+key per token (``kv_lora_rank + qk_rope_head_dim`` values). A prefill expands them to every
+head's keys and values with ``kv_b_proj``; a decode step absorbs ``kv_b_proj`` instead (each
+head's query into the latent space, all heads over the shared latents as one GEMM of
+heads x tokens rows, the latent context out through each head's value matrix).
 """
 
 from __future__ import annotations
@@ -43,8 +44,7 @@ _DTYPE = "float32"
 
 
 class _LatentAttention(nn.Module):
-    """Multi-head latent attention (DeepSeek-V3) as computed in prefill: the cached latents
-    are expanded to every head's keys and values each call.
+    """Multi-head latent attention (DeepSeek-V3): expanded in prefill, absorbed in decode.
 
     The cache holds per token the normed compressed KV ``[1, 1, L, kv_lora_rank]`` and the
     rotated shared key ``[1, 1, L, qk_rope_head_dim]`` (in the "K" and "V" slots).
@@ -101,6 +101,7 @@ class _LatentAttention(nn.Module):
         if past is not None:
             latent = op.concat([past[0], latent], dim=2)
             k_rot = op.concat([past[1], k_rot], dim=2)
+            return self._absorbed(x, q_pass, q_rot, latent, k_rot), latent, k_rot
         keys = latent.shape[2]
         kv = self.kv_b_proj(op.reshape(latent, [b, keys, m.kv_lora_rank]))
         kv = op.permute_dims(op.reshape(kv, [b, keys, h, nope + m.v_head_dim]), [0, 2, 1, 3])
@@ -113,6 +114,35 @@ class _LatentAttention(nn.Module):
         out = op.matmul(op.softmax(scores, axis=-1), v)  # [b, h, s, v]
         out = op.reshape(op.permute_dims(out, [0, 2, 1, 3]), [b, s, h * m.v_head_dim])
         return self.o_proj(out), latent, k_rot
+
+
+    def _absorbed(self, x: nn.Tensor, q_pass: nn.Tensor, q_rot: nn.Tensor, latent: nn.Tensor,
+                  k_rot: nn.Tensor) -> nn.Tensor:
+        # Decode with kv_b_proj absorbed: each head's query is taken into the latent space
+        # (q_nope W_UK), all heads attend to the shared latents and rotated keys as one
+        # GEMM of heads x tokens rows, and the latent context leaves through W_UV; no
+        # per-head key or value is ever expanded.
+        op, m, h = nn.op, self.m, self.heads
+        b, s, _ = x.shape
+        nope, rank, rot, vd = m.qk_nope_head_dim, m.kv_lora_rank, m.qk_rope_head_dim, m.v_head_dim
+        keys = latent.shape[2]
+        w = op.reshape(self.kv_b_proj.weight, [h, nope + vd, rank])
+        w_uk, w_uv = op.split(w, [nope], axis=1)  # [h, nope, rank], [h, v, rank]
+        q = op.reshape(op.permute_dims(q_pass, [2, 0, 1, 3]), [h, b * s, nope])
+        q_lat = op.matmul(q, w_uk)  # [h, b * s, rank]
+        q_lat = op.reshape(op.permute_dims(op.reshape(q_lat, [h, b, s, rank]), [1, 0, 2, 3]),
+                           [b, h * s, rank])
+        q_rot = op.reshape(op.permute_dims(q_rot, [0, 2, 1, 3]), [b, h * s, rot])
+        lat = op.reshape(latent, [b, keys, rank])
+        rope_keys = op.reshape(k_rot, [b, keys, rot])
+        scores = (op.matmul(q_lat, op.permute_dims(lat, [0, 2, 1]))
+                  + op.matmul(q_rot, op.permute_dims(rope_keys, [0, 2, 1]))) * self.scaling
+        context = op.matmul(op.softmax(scores, axis=-1), lat)  # [b, h * s, rank]
+        context = op.reshape(op.permute_dims(op.reshape(context, [b, h, s, rank]),
+                                             [1, 0, 2, 3]), [h, b * s, rank])
+        out = op.matmul(context, op.permute_dims(w_uv, [0, 2, 1]))  # [h, b * s, v]
+        out = op.permute_dims(op.reshape(out, [h, b, s, vd]), [1, 2, 0, 3])
+        return self.o_proj(op.reshape(out, [b, s, h * vd]))
 
 
 class _Block(nn.Module):
