@@ -19,18 +19,21 @@ def _args(line: str):
 
 
 def test_every_bad_multi_chip_flag_in_one_message():
+    # (a negative --link-gbps is refused by the parser itself, before this)
     args = _args("tenet-byoc estimate --model gpt2 --tp 8 --pp 20 --chips 12 --micro-batches 4 "
-                 "--link-gbps -5")
+                 "--prompt-len 1000 --decode-steps 100")
     with pytest.raises(ValueError) as err:
         _system(args)
     text = str(err.value)
     # by hand: 8 x 20 = 160 chips; batch 1; gpt2 has 12 heads and 12 layers
     for part in ("--chips 12 must equal --tp 8 x --pp 20 = 160",
-                 "--micro-batches 4 must divide --batch 1", "--link-gbps must be > 0",
+                 "--micro-batches 4 must divide --batch 1",
                  "--tp 8 must divide gpt2's 12 attention heads",
-                 "--pp 20 exceeds the model's 12 layers"):
+                 "--pp 20 exceeds the model's 12 layers",
+                 # gpt2's context is 1,024 tokens: 1,000 cached + 100 steps do not fit
+                 "--context-len (= --prompt-len) 1000 + --decode-steps 100"):
         assert part in text, text
-    assert text.startswith("5 bad multi-chip option(s) for gpt2")
+    assert text.startswith("5 bad option(s) for gpt2")
 
 
 def test_the_readme_multi_chip_line_fits_its_model():

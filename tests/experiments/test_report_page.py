@@ -130,13 +130,15 @@ def check_page(folder: Path, **actions) -> dict:
 
 def shown_as_csv(shown: list[list[str]], rows: list[dict[str, str]]) -> list[list[str]]:
     """The page's rows in the CSV's spelling: a number cell (the page gives its exact value)
-    as the CSV's text when they are the same number."""
+    as the CSV's text when they are the same number (PE utilization: the page shows the
+    CSV's fraction in percent)."""
     out = []
     for cells, row in zip(shown, rows):
         line = []
-        for cell, csv_text in zip(cells, row.values()):
+        for cell, (column, csv_text) in zip(cells, row.items()):
             try:
-                same = cell != "" and float(cell) == float(csv_text)
+                want = float(csv_text) * (100 if column == "pe_utilization" else 1)
+                same = cell != "" and float(cell) == pytest.approx(want, rel=1e-12)
             except ValueError:
                 same = False
             line.append(csv_text if same else cell)

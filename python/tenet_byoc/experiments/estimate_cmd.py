@@ -224,18 +224,34 @@ def phase_table(rows: Sequence[PhaseFigures]) -> str:
 def _system(args: argparse.Namespace) -> System | None:
     """The System the flags describe, or None for one chip with no system flag given.
 
-    Every bad multi-chip flag is reported at once, in one ``ValueError`` naming the flags.
+    Every bad length and multi-chip flag is reported at once, in one ``ValueError`` naming
+    the flags.
     """
+    from ..estimate import _check_lengths, _config
+
+    problems = []
+    context_len = args.prompt_len if args.context_len is None else args.context_len
+    try:  # the lengths against the model's context, beside the chips' problems
+        _check_lengths(_config(args.model), args.prompt_len, context_len, args.decode_steps,
+                       args.batch)
+    except ValueError as err:
+        text = str(err)
+        for name in ("prompt_len", "context_len", "decode_steps", "batch"):
+            text = text.replace(f"{name}=", f"--{name.replace('_', '-')} ")
+        if args.context_len is None:  # not given: the context is the prompt
+            text = text.replace("--context-len ", "--context-len (= --prompt-len) ")
+        problems.append(text)
     tp, pp = args.tp, args.pp
     chips = args.chips if args.chips is not None else tp * pp
     if chips == 1 and args.micro_batches == 1:
+        if problems:
+            raise ValueError(problems[0])
         return None
     from ..hardware import resolve
     from ..models.configs import resolve_config
     from ..plan import check_tensor_parallel, stage_layers
     from ..system import Link, System
 
-    problems = []
     if chips != tp * pp:
         problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp} = {tp * pp}")
     if args.batch % args.micro_batches:
@@ -258,7 +274,7 @@ def _system(args: argparse.Namespace) -> System | None:
             problems.append(str(err).replace("tensor_parallel=", "--tp ")
                             .replace("pipeline_parallel=", "--pp "))
     if problems:
-        raise ValueError(f"{len(problems)} bad multi-chip option(s) for {args.model}:\n  "
+        raise ValueError(f"{len(problems)} bad option(s) for {args.model}:\n  "
                          + "\n  ".join(problems))
     return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link)
 

@@ -1,0 +1,218 @@
+"""The cost model's vector, attention and whole-model times against an NVIDIA H200's measured ones.
+
+Reads ``data/h200/vector.csv``, ``attention.csv`` and ``model.csv`` (beside this file; how
+they were measured: that folder's README), charges each row on the ``h200`` preset and prints
+ours, measured and the relative error row by row, then one line of JSON per file: per
+operator the median and 90th percentile of the absolute relative errors and the row count.
+
+How each row is charged (the kernels ``measure.py`` timed, eager PyTorch, bf16 unless said):
+
+* ``layer_norm``, ``rms_norm``, ``gelu_tanh``: one :class:`VectorCall` of that op on
+  ``[tokens, width]``; ``residual_add``: ``add`` of two ``[tokens, width]`` tensors;
+  ``silu_mul`` (``F.silu(x) * y``, two kernels): ``silu`` then ``multiply``;
+  ``softmax``: ``softmax`` on ``[heads, S, S]``.
+* ``bmm_qk`` / ``bmm_pv`` (``torch.bmm``, one product per sequence and head): a
+  :class:`GemmCall` with ``batch = B x heads``, ``S x ctx x head_dim`` and
+  ``S x head_dim x ctx``, at the row's width (fp32 or bf16).
+* ``sdpa_flash`` (cuDNN's fused kernel, causal prefill or one-token decode, GQA): the same two
+  products at bf16 (``batch = B x heads``, all ``ctx`` keys, no causal skipping) and nothing
+  for the softmax, whose scores never leave the chip in a fused kernel: the cost model has
+  no fused attention, so this is the nearest charge it can state.
+* ``model.csv``: Llama-3-8B prefill (batch 1 and 8) from :func:`tenet_byoc.estimate` on
+  ``h200`` with a bf16 scheme (16-bit weights, activations and KV cache), its array entries
+  against the measured GEMM + attention kernels and its vector entries against the "other"
+  kernels; the total against the measured sum.
+
+``--calibrate`` charges on ``h200.py --calibrate``'s accelerator instead (clock and HBM from
+``peaks.csv``, launch cost and L2 bandwidth fitted on GEMM rows of ``gemm.csv``): nothing is
+fitted on the rows reported here.
+
+Usage::
+
+    python benchmarks/silicon/h200_ops.py [--calibrate] [--only vector|attention|model]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from tenet_byoc import cost_model as cm
+from tenet_byoc.hardware import preset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200 import calibrated, read_rows, summary  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "h200"
+
+
+def _rows(path: Path, columns: tuple[str, ...]) -> list[tuple[int, dict]]:
+    """(line, row) of a CSV, checking its columns (the message names the file)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {missing}")
+        return list(enumerate(reader, start=2))
+
+
+def _int(path: Path, line: int, row: dict, col: str) -> int:
+    try:
+        v = int(row[col])
+    except ValueError:
+        raise ValueError(f"{path}:{line}: {col} {row[col]!r} is not an integer") from None
+    if v < 1:
+        raise ValueError(f"{path}:{line}: {col} must be positive, got {v}")
+    return v
+
+
+def _ms(path: Path, line: int, row: dict, col: str = "ms") -> float:
+    try:
+        v = float(row[col])
+    except ValueError:
+        raise ValueError(f"{path}:{line}: {col} {row[col]!r} is not a number") from None
+    if not v > 0:
+        raise ValueError(f"{path}:{line}: {col} must be positive, got {v}")
+    return v
+
+
+def vec_us(acc: cm.Accelerator, op: str, shape: list[int], bits: int = 16) -> float:
+    """One vector kernel's time, microseconds."""
+    return cm.charge_vector(cm.VectorCall(op, shape, bits_in=bits),
+                            acc).ledger_fields()["latency_us"]
+
+
+def gemm_us(acc: cm.Accelerator, batch: int, m: int, n: int, k: int, bits: int) -> float:
+    """One (batched) GEMM's time, microseconds."""
+    call = cm.GemmCall(m=m, n=n, k=k, batch=batch, bits_a=bits, bits_b=bits, bits_c=bits)
+    return cm.charge(call, acc).ledger_fields()["latency_us"]
+
+
+VECTOR_OPS = {"layer_norm": ["layer_norm"], "rms_norm": ["rms_norm"], "residual_add": ["add"],
+              "gelu_tanh": ["gelu_tanh"], "silu_mul": ["silu", "multiply"],
+              "softmax": ["softmax"]}
+
+
+def vector(acc: cm.Accelerator, path: Path = DATA / "vector.csv") -> dict:
+    """Print vector.csv row by row; return {op: [errors]}."""
+    errors: dict[str, list[float]] = defaultdict(list)
+    print(f"{'op':<13} {'shape':<18} {'ours us':>9} {'meas us':>9} {'error':>8} "
+          f"{'meas GB/s':>9}")
+    for line, r in _rows(path, ("op", "tokens", "width", "heads", "S", "ms")):
+        op = r["op"]
+        if op not in VECTOR_OPS:
+            raise ValueError(f"{path}:{line}: op {op!r} is not one of {sorted(VECTOR_OPS)}")
+        if op == "softmax":
+            shape = [_int(path, line, r, "heads"), _int(path, line, r, "S"),
+                     _int(path, line, r, "S")]
+        else:
+            shape = [_int(path, line, r, "tokens"), _int(path, line, r, "width")]
+        ours = sum(vec_us(acc, o, shape) for o in VECTOR_OPS[op])
+        meas = _ms(path, line, r) * 1e3
+        elements = 1
+        for s in shape:
+            elements *= s
+        # compulsory bytes: read and write each element once (two inputs for add / silu_mul)
+        moved = elements * 2 * (3 if op in ("residual_add", "silu_mul") else 2)
+        errors[op].append(ours / meas - 1)
+        print(f"{op:<13} {'x'.join(map(str, shape)):<18} {ours:>9.2f} {meas:>9.2f} "
+              f"{errors[op][-1]:>+8.1%} {moved / meas / 1e3:>9.0f}")
+    return errors
+
+
+def attention(acc: cm.Accelerator, path: Path = DATA / "attention.csv") -> dict:
+    """Print attention.csv row by row; return {kernel dtype: [errors]}."""
+    errors: dict[str, list[float]] = defaultdict(list)
+    cols = ("kernel", "phase", "dtype", "B", "heads", "kv_heads", "S", "ctx", "head_dim", "ms")
+    print(f"{'kernel':<18} {'phase':<8} {'dtype':<5} {'B':>3} {'H':>3} {'S':>5} {'ctx':>5} "
+          f"{'D':>4} {'ours us':>9} {'meas us':>9} {'error':>8}")
+    for line, r in _rows(path, cols):
+        b, h, s, ctx, d = (_int(path, line, r, c) for c in ("B", "heads", "S", "ctx",
+                                                             "head_dim"))
+        bits = {"bf16": 16, "fp32": 32}.get(r["dtype"])
+        if bits is None:
+            raise ValueError(f"{path}:{line}: dtype {r['dtype']!r} is not bf16 or fp32")
+        kernel = r["kernel"]
+        if kernel == "bmm_qk":
+            ours = gemm_us(acc, b * h, s, ctx, d, bits)
+        elif kernel == "bmm_pv":
+            ours = gemm_us(acc, b * h, s, d, ctx, bits)
+        elif kernel.startswith("sdpa"):
+            ours = gemm_us(acc, b * h, s, ctx, d, bits) + gemm_us(acc, b * h, s, d, ctx, bits)
+        else:
+            raise ValueError(f"{path}:{line}: kernel {kernel!r} is not bmm_qk, bmm_pv or "
+                             "sdpa_*")
+        meas = _ms(path, line, r) * 1e3
+        key = f"{kernel.split('(')[0]} {r['dtype']}"
+        errors[key].append(ours / meas - 1)
+        print(f"{kernel:<18} {r['phase']:<8} {r['dtype']:<5} {b:>3} {h:>3} {s:>5} {ctx:>5} "
+              f"{d:>4} {ours:>9.2f} {meas:>9.2f} {errors[key][-1]:>+8.1%}")
+    return errors
+
+
+def model(acc: cm.Accelerator, path: Path = DATA / "model.csv") -> dict:
+    """Print Llama-3-8B bf16 prefill rows of model.csv against tenet_byoc.estimate."""
+    import tenet_byoc as tb
+    from tenet_byoc.quantization.scheme import QuantScheme
+
+    bf16 = QuantScheme("bf16", 16, "none", 16, "none", kv_bits=16)
+    errors: dict[str, list[float]] = defaultdict(list)
+    cols = ("model", "dtype", "phase", "batch", "tokens_or_context", "kernel_gemm_ms",
+            "kernel_attention_ms", "kernel_other_ms")
+    for line, r in _rows(path, cols):
+        if (r["model"], r["dtype"], r["phase"]) != ("llama-3-8b", "bfloat16", "prefill"):
+            continue
+        batch, tokens = (_int(path, line, r, c) for c in ("batch", "tokens_or_context"))
+        gemm, attn, other = (_ms(path, line, r, c) for c in
+                             ("kernel_gemm_ms", "kernel_attention_ms", "kernel_other_ms"))
+        ledger = tb.estimate("llama-3-8b", bf16, acc, prompt_len=tokens, decode_steps=0,
+                             batch=batch)
+        parts: dict[str, float] = defaultdict(float)
+        for e in ledger.entries:
+            parts[e.unit if e.unit != "array" or e.name.split(".")[-1] not in ("qk", "pv")
+                  else "attention"] += e.latency_us / 1e3
+        ours = {"gemm": parts["array"], "attention": parts["attention"],
+                "other": parts["vector"]}
+        ours["total"] = sum(ours.values())
+        meas = {"gemm": gemm, "attention": attn, "other": other, "total": gemm + attn + other}
+        print(f"llama-3-8b bf16 prefill batch {batch} x {tokens} tokens:")
+        for k in ("gemm", "attention", "other", "total"):
+            err = ours[k] / meas[k] - 1
+            errors[k].append(err)
+            print(f"  {k:<10} ours {ours[k]:>9.3f} ms  measured {meas[k]:>9.3f} ms  "
+                  f"{err:>+8.1%}")
+        ops: dict[str, float] = defaultdict(float)
+        for e in ledger.entries:
+            if e.unit == "vector":
+                ops[e.op] += e.latency_us / 1e3
+        print("  ours, other by op (ms): " + ", ".join(
+            f"{k} {v:.3f}" for k, v in sorted(ops.items(), key=lambda x: -x[1])))
+    return errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calibrate", action="store_true",
+                    help="charge on h200.py --calibrate's accelerator (fitted on gemm.csv)")
+    ap.add_argument("--only", choices=["vector", "attention", "model"], default=None)
+    args = ap.parse_args(argv)
+    acc = preset("h200")
+    if args.calibrate:
+        acc, line = calibrated("h200", DATA / "peaks.csv", read_rows(DATA / "gemm.csv"))
+        print(line)
+    for name, fn in (("vector", vector), ("attention", attention), ("model", model)):
+        if args.only in (None, name):
+            print(f"== {name}.csv")
+            print(json.dumps({name: summary(fn(acc))}))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (OSError, ValueError) as err:  # a missing or malformed file: say which, no trace
+        sys.exit(f"{Path(__file__).name}: {err}")
