@@ -391,6 +391,11 @@ def accelerator_area(
         ``mac:<format>`` per precision unit (PEs x MACs per PE per cycle at that width x the
         format's MAC), ``registers``, ``buffer``, ``dram_interface``, each hook of
         :data:`AREA_HOOKS` that applies, and ``total``.
+
+    Raises
+    ------
+    ValueError
+        When a figure overflows (e.g. ``clock_ghz=1.7e308``), naming the accelerator's fields.
     """
     t = table if isinstance(table, AreaTable) else (
         AreaTable() if table is None else AreaTable.load(table))
@@ -421,4 +426,10 @@ def accelerator_area(
         if value is not None:
             out[name] = value
     out["total"] = sum(out.values())  # in this order: dse.py sums its points' the same way
+    if not math.isfinite(out["total"]):  # e.g. a clock_ghz of 1.7e308 times the DRAM width
+        bad = [k for k, v in out.items() if k != "total" and not math.isfinite(v)]
+        raise ValueError(
+            f"accelerator {accelerator.name!r}: area is not finite ({', '.join(bad) or 'total'}"
+            f" overflows; clock_ghz={hw.clock_ghz:g}, num_pes={hw.num_pes}, buffer_bytes="
+            f"{mem.buffer_bytes}, dram_bandwidth_bits={mem.dram_bandwidth_bits})")
     return out

@@ -252,9 +252,10 @@ class DesignSpace:
             value = getattr(self, name)
             if value is None and name != "node_nm":
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ValueError(f"design space field {name} must be a positive number, got "
-                                 f"{value!r}")
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not math.isfinite(value) or value <= 0):
+                raise ValueError(f"design space field {name} must be a finite positive number, "
+                                 f"got {value!r}")
             object.__setattr__(self, name, float(value))
         table = self.area_table
         if table is not None and not isinstance(table, AreaTable):

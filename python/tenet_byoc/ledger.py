@@ -420,12 +420,17 @@ class Ledger:
 
         Raises
         ------
+        TypeError
+            For ``accelerator=None`` (no silent default preset).
         ValueError
             For an unknown preset or a call the accelerator refuses (an operand width its
             PEs do not take, tiles that do not fit), naming it.
         """
         from .hardware import resolve
 
+        if accelerator is None:  # resolve(None) is the default preset: refuse, not guess
+            raise TypeError("charged_on needs an accelerator (a preset name or an Accelerator), "
+                            "got None")
         acc = resolve(accelerator)
         charged: dict = {}
         entries = []
