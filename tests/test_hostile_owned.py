@@ -35,3 +35,43 @@ def test_charged_on_refuses_none():
     with pytest.raises(TypeError, match="None"):
         book.charged_on(None)
     assert len(book.charged_on("os16").entries) == 0
+
+
+def test_system_unpickling_runs_the_checks():
+    import pickle
+
+    from tenet_byoc.hardware import preset
+    from tenet_byoc.system import Link, System
+
+    good = System(preset("os16"), chips=2, tensor_parallel=2)
+    assert pickle.loads(pickle.dumps(good)) == good
+    data = pickle.dumps(good).replace(b"K\x02", b"K\x05", 1)  # chips: protocol 2+ BININT1 2 -> 5
+    assert data != pickle.dumps(good)
+    with pytest.raises(ValueError, match="System.chips=5"):
+        pickle.loads(data)
+    bad_link = Link()
+    object.__setattr__(bad_link, "bandwidth_gbps", -5.0)
+    with pytest.raises(ValueError, match="bandwidth_gbps"):
+        pickle.loads(pickle.dumps(bad_link))
+
+
+def test_read_trace_uses_the_guarded_reader(tmp_path):
+    import os
+
+    from tenet_byoc.serving.requests import read_trace
+
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("arrival_s,prompt_tokens,output_tokens,prefix\n0,4,2,caf\xe9\n"
+                      .encode("latin-1"))
+    with pytest.raises(ValueError, match="latin.csv"):
+        read_trace(latin)
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="fifo.csv"):  # refused, not a read that blocks
+        read_trace(fifo)
+    with pytest.raises(ValueError, match="does not exist"):
+        read_trace(tmp_path / "none.csv")
+    good = tmp_path / "good.csv"
+    good.write_text("arrival_s,prompt_tokens,output_tokens\n0.5,4,2\n", encoding="utf-8")
+    (req,) = read_trace(good)
+    assert (req.arrival_s, req.prompt_tokens, req.output_tokens) == (0.5, 4, 2)

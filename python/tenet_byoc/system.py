@@ -96,6 +96,11 @@ class Link:
                 f"{self.topology!r}{did_you_mean(str(self.topology), TOPOLOGIES)}"
             )
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling runs the constructor's checks, so an edited pickle is refused by field."""
+        self.__dict__.update(state)
+        self.__post_init__()
+
 
 @dataclass(frozen=True)
 class System:
@@ -130,6 +135,11 @@ class System:
                 f"{self.tensor_parallel} x {self.pipeline_parallel} = "
                 f"{self.tensor_parallel * self.pipeline_parallel}"
             )
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling runs the constructor's checks, so an edited pickle is refused by field."""
+        self.__dict__.update(state)
+        self.__post_init__()
 
     def chip(self, stage: int, rank: int) -> int:
         """The chip number of tensor-parallel ``rank`` in pipeline ``stage``."""

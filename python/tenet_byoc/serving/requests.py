@@ -15,6 +15,7 @@ raises ``ValueError`` naming the field (and, for a file, the file and line).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from collections.abc import Sequence
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ..documents import read_text
 
 __all__ = ["SHAREGPT_LIKE", "FixedLengths", "LognormalLengths", "TraceRequest",
            "poisson_trace", "read_trace", "write_trace"]
@@ -163,11 +166,12 @@ def read_trace(path: str | os.PathLike[str]) -> list[TraceRequest]:
         Naming the file, the line and the field that is wrong, or the missing columns.
     """
     text = os.fspath(path)
-    file = Path(text)
-    if not file.is_file():
-        raise ValueError(f"trace file {text!r} does not exist")
+    try:  # the guarded reader: size limit, FIFOs and directories, non-UTF-8 named
+        body = read_text(text, "trace file")
+    except FileNotFoundError:
+        raise ValueError(f"trace file {text!r} does not exist") from None
     out: list[TraceRequest] = []
-    with open(file, newline="", encoding="utf-8") as f:
+    with io.StringIO(body, newline="") as f:
         reader = csv.DictReader(f)
         names = [n.strip() for n in reader.fieldnames or ()]
         missing = [c for c in _COLUMNS if c not in names]
