@@ -75,3 +75,15 @@ def test_read_trace_uses_the_guarded_reader(tmp_path):
     good.write_text("arrival_s,prompt_tokens,output_tokens\n0.5,4,2\n", encoding="utf-8")
     (req,) = read_trace(good)
     assert (req.arrival_s, req.prompt_tokens, req.output_tokens) == (0.5, 4, 2)
+
+
+@pytest.mark.parametrize("fields", [{"bandwidth_gbps": 1e-320}, {"latency_us": 1e308}])
+def test_link_refuses_figures_whose_collective_time_overflows(fields):
+    from tenet_byoc.system import Link, collective_seconds
+
+    with pytest.raises(ValueError, match="Link.bandwidth_gbps=.*Link.latency_us="):
+        Link(**fields)
+    # the slowest figures still accepted give finite times: 1 MB/s, 1 s per hop
+    slow = Link(bandwidth_gbps=1e-3, latency_us=1e6)
+    assert collective_seconds("all_reduce", 2.0**30, 2, slow) == pytest.approx(
+        2 * 1 / 2 * 2.0**30 / 1e6 + 2 * 1 * 1.0)

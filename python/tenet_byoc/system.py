@@ -90,6 +90,14 @@ class Link:
     def __post_init__(self) -> None:
         _positive("Link", "bandwidth_gbps", self.bandwidth_gbps)
         _positive("Link", "latency_us", self.latency_us, allow_zero=True)
+        # 2^50 bytes over 4,096 hops, in picoseconds, must stay a finite double: a bandwidth of
+        # 1e-320 GB/s or a latency of 1e308 us gave inf seconds (OverflowError in cycles)
+        worst = (2.0**50 / (self.bandwidth_gbps * 1e9) + 4096 * self.latency_us * 1e-6) * 1e12
+        if not math.isfinite(worst):
+            raise ValueError(
+                f"Link.bandwidth_gbps={self.bandwidth_gbps!r} / Link.latency_us="
+                f"{self.latency_us!r}: a collective's time over this link is not finite "
+                f"(2^50 bytes over 4,096 hops overflows a double in picoseconds)")
         if self.topology not in TOPOLOGIES:
             raise ValueError(
                 f"Link.topology must be one of {', '.join(TOPOLOGIES)}, got "
