@@ -87,3 +87,19 @@ def test_link_refuses_figures_whose_collective_time_overflows(fields):
     slow = Link(bandwidth_gbps=1e-3, latency_us=1e6)
     assert collective_seconds("all_reduce", 2.0**30, 2, slow) == pytest.approx(
         2 * 1 / 2 * 2.0**30 / 1e6 + 2 * 1 * 1.0)
+
+
+def test_explore_on_ray_refuses_an_address_nothing_answers_at():
+    import socket
+
+    from tenet_byoc import dse
+
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'tenet-byoc[ray]')")
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    space = {"rows": [8], "cols": [8], "dataflows": ["os"]}
+    with pytest.raises(ValueError, match=f"127.0.0.1:{port}.*nothing answers"):
+        dse.explore("gpt2", ["none"], space, executor="ray", ray_address=f"127.0.0.1:{port}",
+                    prompt_len=8, decode_steps=1, batch=1)
+    assert not ray.is_initialized()

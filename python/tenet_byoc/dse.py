@@ -690,6 +690,33 @@ def _run_local(job: _Job, chunks: list, workers: int | None) -> Iterable[list[Po
             yield f.result()
 
 
+def check_ray_address(address: str | None, timeout_s: float = 10.0) -> None:
+    """Refuse a Ray cluster address nothing answers at: ``ray.init`` would wait for it for
+    ever. ``None``, ``auto`` and ``local`` are Ray's own to resolve.
+
+    Raises
+    ------
+    ValueError
+        Naming the address and what the connection attempt said.
+    """
+    import socket
+
+    if address is None or address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"ray_address / --ray-address {address!r}: expected HOST:PORT (or "
+                         "ray://HOST:PORT, auto, local)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise ValueError(f"ray_address / --ray-address {address!r}: nothing answers there "
+                         f"({err}); start the cluster's head (ray start --head) or leave "
+                         "--ray-address out for a Ray on this machine") from None
+
+
 def _run_ray(job: _Job, chunks: list, address: str | None,
              workers: int | None) -> Iterable[list[PointResult]]:
     try:
@@ -698,6 +725,7 @@ def _run_ray(job: _Job, chunks: list, address: str | None,
         raise ValueError("executor='ray' needs Ray: pip install 'tenet-byoc[ray]'") from None
     started = not ray.is_initialized()
     if started:
+        check_ray_address(address)  # ray.init waits for ever for an address nothing answers
         ray.init(address=address, num_cpus=None if address else (workers or os.cpu_count()),
                  include_dashboard=False, log_to_driver=False)
     try:

@@ -156,30 +156,11 @@ def _check_same_model(model: str, checkpoint: str) -> None:
 
 
 def check_ray_address(address: str | None, timeout_s: float = 10.0) -> None:
-    """Refuse a Ray cluster address nothing answers at: ``ray.init`` would wait for it for
-    ever. ``None``, ``auto`` and ``local`` are Ray's own to resolve.
+    """Refuse a Ray cluster address nothing answers at (:func:`tenet_byoc.dse.check_ray_address`,
+    which ``explore(executor="ray")`` runs too)."""
+    from ..dse import check_ray_address as check
 
-    Raises
-    ------
-    ValueError
-        Naming the address and what the connection attempt said.
-    """
-    import socket
-
-    if address is None or address in ("auto", "local"):
-        return
-    hostport = address.split("://", 1)[-1].rstrip("/")
-    host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--ray-address {address!r}: expected HOST:PORT (or ray://HOST:PORT, "
-                         "auto, local)")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            pass
-    except OSError as err:
-        raise ValueError(f"--ray-address {address!r}: nothing answers there ({err}); start "
-                         "the cluster's head (ray start --head) or leave --ray-address out "
-                         "for a Ray on this machine") from None
+    check(address, timeout_s)
 
 
 def run_dse(args: argparse.Namespace) -> int:
