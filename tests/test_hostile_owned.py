@@ -103,3 +103,34 @@ def test_explore_on_ray_refuses_an_address_nothing_answers_at():
         dse.explore("gpt2", ["none"], space, executor="ray", ray_address=f"127.0.0.1:{port}",
                     prompt_len=8, decode_steps=1, batch=1)
     assert not ray.is_initialized()
+
+
+def test_design_space_refuses_more_points_than_the_limit():
+    from tenet_byoc.dse import MAX_DESIGN_POINTS
+
+    rows = list(range(1, 1001))
+    with pytest.raises(ValueError, match=r"2,000,000 points \(rows 1000, cols 1000, dataflows "
+                                         r"2\), over the limit of 1,000,000"):
+        DesignSpace(rows=rows, cols=rows, dataflows=["os", "ws"])
+    assert MAX_DESIGN_POINTS == 1_000_000
+    assert len(DesignSpace(rows=rows, cols=[8], dataflows=["os"]).all_points()) == 1000
+
+
+def test_estimate_refuses_a_ledger_over_the_entry_limit(monkeypatch):
+    import tenet_byoc
+    import importlib
+
+    est = importlib.import_module("tenet_byoc.estimate")
+    from tenet_byoc.hardware import preset
+    from tenet_byoc.system import System
+
+    system = System(preset("os16"), chips=2, pipeline_parallel=2, micro_batches=4)
+    run = {"batch": 4, "prompt_len": 8, "decode_steps": 1, "system": system}
+    n = len(tenet_byoc.estimate("gpt2", **run).entries)
+    monkeypatch.setattr(est, "MAX_LEDGER_ENTRIES", n)
+    assert len(tenet_byoc.estimate("gpt2", **run).entries) == n
+    monkeypatch.setattr(est, "MAX_LEDGER_ENTRIES", n - 1)
+    book = tenet_byoc.estimate("gpt2", **run)
+    with pytest.raises(ValueError, match=f"{n:,} entries, over the limit of {n - 1:,}.*"
+                                         "micro_batches=4"):
+        book.entries  # noqa: B018 (the entries are listed on first use)

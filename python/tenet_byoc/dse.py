@@ -54,6 +54,9 @@ from .hardware import Accelerator
 __all__ = ["OBJECTIVE_PAIRS", "DesignPoint", "DesignSpace", "PointResult", "explore",
            "mark_fronts", "pareto_front"]
 
+#: The most points a :class:`DesignSpace` may hold (each is built before any runs).
+MAX_DESIGN_POINTS = 1_000_000
+
 #: The fronts :func:`mark_fronts` marks, per scheme: (name, objectives to minimise).
 OBJECTIVE_PAIRS: dict[str, tuple[str, ...]] = {
     "tpot_area": ("tpot_ms", "area_mm2"),
@@ -257,6 +260,12 @@ class DesignSpace:
                 raise ValueError(f"design space field {name} must be a finite positive number, "
                                  f"got {value!r}")
             object.__setattr__(self, name, float(value))
+        size = math.prod(len(getattr(self, name)) for name in _LIST_FIELDS)
+        if size > MAX_DESIGN_POINTS:  # all_points builds every point before anything runs
+            counts = ", ".join(f"{name} {len(getattr(self, name))}" for name in _LIST_FIELDS
+                               if len(getattr(self, name)) > 1)
+            raise ValueError(f"design space has {size:,} points ({counts}), over the limit of "
+                             f"{MAX_DESIGN_POINTS:,}: split it into smaller spaces")
         table = self.area_table
         if table is not None and not isinstance(table, AreaTable):
             object.__setattr__(self, "area_table", AreaTable.load(table))

@@ -125,6 +125,10 @@ def _entry(fields: dict[str, Any], **call: Any) -> LedgerEntry:
     return entry
 
 
+#: The most entries an estimate's ledger lists (each is an object of ~1 KB).
+MAX_LEDGER_ENTRIES = 5_000_000
+
+
 def _add_entries(entries: list[LedgerEntry], p: Plan, charges: Charges, symbol: str) -> None:
     """Append the entries of plan ``p``: each call on every chip of its stage, for every
     micro-batch, in the plan's order."""
@@ -296,6 +300,13 @@ def estimate(
                                                acc.hardware.clock_ghz)))
 
     def entries() -> list[LedgerEntry]:
+        if count > MAX_LEDGER_ENTRIES:  # ~1 KB each: micro_batches=10**6 ran into MemoryError
+            raise ValueError(
+                f"the ledger would hold {count:,} entries, over the limit of "
+                f"{MAX_LEDGER_ENTRIES:,} (batch={batch}, decode_steps={decode_steps}, "
+                f"micro_batches={system.micro_batches if system is not None else 1}): its "
+                "totals and step times are kept; lower micro_batches or decode_steps for "
+                "the entries")
         book: list[LedgerEntry] = []
         for p in plans:
             _add_entries(book, p, charges, config.name)
