@@ -134,3 +134,28 @@ def test_estimate_refuses_a_ledger_over_the_entry_limit(monkeypatch):
     with pytest.raises(ValueError, match=f"{n:,} entries, over the limit of {n - 1:,}.*"
                                          "micro_batches=4"):
         book.entries  # noqa: B018 (the entries are listed on first use)
+
+
+def test_results_file_rows_are_read_back_only_for_the_same_run(tmp_path, monkeypatch):
+    from tenet_byoc import dse
+
+    space = {"rows": [8], "cols": [8], "dataflows": ["os", "ws"]}
+    first = {"prompt_len": 8, "decode_steps": 1, "batch": 1}
+    other = {"prompt_len": 16, "decode_steps": 2, "batch": 2}
+    path = tmp_path / "points.jsonl"
+
+    def figures(rows):
+        return [(r.key, r.scheme, r.ttft_ms, r.tpot_ms) for r in rows]
+
+    dse.explore("gpt2", ["none"], space, executor="serial", results_file=path, **first)
+    fresh = dse.explore("gpt2", ["none"], space, executor="serial", **other)
+    again = dse.explore("gpt2", ["none"], space, executor="serial", results_file=path, **other)
+    assert figures(again) == figures(fresh)  # not the first run's rows for the same points
+    # a file whose rows are all repeated (two interrupted copies) resumes without running
+    path.write_text(path.read_text() * 2)
+    ran = []
+    real = dse._evaluate
+    monkeypatch.setattr(dse, "_evaluate", lambda job, pts: ran.extend(pts) or real(job, pts))
+    assert figures(dse.explore("gpt2", ["none"], space, executor="serial", results_file=path,
+                               **other)) == figures(fresh)
+    assert ran == []

@@ -749,12 +749,25 @@ def _run_ray(job: _Job, chunks: list, address: str | None,
             ray.shutdown()
 
 
-def _read_done(path: Path, schemes: Sequence[str]) -> dict[str, list[PointResult]]:
-    """Results already in the file, by point key (points with every scheme only)."""
-    by_key: dict[str, list[PointResult]] = {}
+def _run_settings(config: Any, schemes: Sequence[str], prompt_len: int, decode_steps: int,
+                  batch: int, space: DesignSpace) -> str:
+    """A hash of what a point's rows depend on besides the point: the results file's rows
+    are read back only under a ``{"run_settings": ..}`` line of the same run's hash."""
+    text = json.dumps([repr(config), list(schemes), prompt_len, decode_steps, batch,
+                       space.node_nm, space.power_budget_w, repr(space.table)])
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _read_done(path: Path, schemes: Sequence[str],
+               settings: str | None = None) -> dict[str, list[PointResult]]:
+    """Results already in the file, by point key (points with every scheme only), from the
+    rows under a ``run_settings`` line equal to ``settings`` (or before any such line: a file
+    an older release wrote); a row repeated keeps its last copy."""
+    by_key: dict[str, dict[str, PointResult]] = {}
     if not path.exists():
-        return by_key
+        return {}
     names = {f.name for f in dataclasses.fields(PointResult)}
+    current = None
     with path.open(encoding="utf-8") as fh:
         for line in fh:
             try:
@@ -763,14 +776,18 @@ def _read_done(path: Path, schemes: Sequence[str]) -> dict[str, list[PointResult
                 continue  # a line cut by the interruption: its point runs again
             if not isinstance(row, dict):
                 continue
+            if set(row) == {"run_settings"}:
+                current = row["run_settings"]
+                continue
+            if current is not None and current != settings:
+                continue  # another run's rows (another model, lengths, batch or schemes)
             for name, value in _LATER_DEFAULTS.items():
                 row.setdefault(name, value)  # a row an older release wrote
             if set(row) != names:
                 continue
             row["fronts"] = ()
-            by_key.setdefault(row["key"], []).append(PointResult(**row))
-    return {k: v for k, v in by_key.items()
-            if sorted(r.scheme for r in v) == sorted(schemes)}
+            by_key.setdefault(row["key"], {})[row["scheme"]] = PointResult(**row)
+    return {k: [v[s] for s in schemes] for k, v in by_key.items() if set(v) == set(schemes)}
 
 
 def _json_row(r: PointResult) -> str:
@@ -850,7 +867,8 @@ def explore(
     if space.area_budget_mm2 is not None:
         points = [p for p in points if space.area(p)["total"] <= space.area_budget_mm2]
     path = Path(results_file) if results_file is not None else None
-    done = _read_done(path, schemes) if path else {}
+    settings = _run_settings(config, schemes, prompt_len, decode_steps, batch, space)
+    done = _read_done(path, schemes, settings) if path else {}
     results: dict[str, list[PointResult]] = {p.key: done[p.key] for p in points
                                              if p.key in done}
     todo = [p for p in points if p.key not in results]
@@ -872,6 +890,8 @@ def explore(
     fh = path.open("a", encoding="utf-8") if path else None
     if fh and fh.tell() and not path.read_bytes().endswith(b"\n"):
         fh.write("\n")  # end a line the interruption cut, so the next one starts clean
+    if fh and todo:
+        fh.write(json.dumps({"run_settings": settings}) + "\n")  # the rows below are this run's
     try:
         for batch_results in runs:
             for r in batch_results:

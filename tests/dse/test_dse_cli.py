@@ -43,7 +43,8 @@ def test_dse_writes_points_fronts_and_plots_and_resumes(tmp_path, capsys):
         assert got["fronts"] == ";".join(want.fronts)
     assert (out / "dse_fronts.png").read_bytes()[:4] == b"\x89PNG"
     lines = (out / "points.jsonl").read_text().splitlines()
-    assert len(lines) == 16
+    # one row per (point, scheme) below the run's settings line
+    assert [json.loads(line).keys() == {"run_settings"} for line in lines] == [True] + [False] * 16
     # the same command again reads every point back and appends nothing
     assert main(["dse", *ARGS, "--space", str(space), "--out", str(out)]) == 0
     assert (out / "points.jsonl").read_text().splitlines() == lines
