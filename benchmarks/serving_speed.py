@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 
 import numpy as np
 
+from tenet_byoc._loader import _cpu_model
 from tenet_byoc.estimate import Charges, estimate_step
 from tenet_byoc.hardware import resolve
 from tenet_byoc.serving import (
@@ -42,15 +42,6 @@ SCHEMES = ["q0f16+kv16", "w8a8_per_channel_per_token+kv16", "w4a16_group128+kv16
            "w4a16_group128+kv4"]
 
 
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main() -> None:
@@ -63,7 +54,7 @@ def main() -> None:
     trace = poisson_trace(rate, args.requests, SHAREGPT_LIKE, seed=0)
     sched = SchedulerConfig("vllm", 2048, 256)
     acc = resolve(ACC)
-    print(f"CPU: {_cpu()}, {os.cpu_count()} logical CPUs, load average "
+    print(f"CPU: {_cpu_model()}, {os.cpu_count()} logical CPUs, load average "
           f"{os.getloadavg()[0]:.1f} at start")
     print(f"{MODEL} on {ACC} ({MEMORY / 1e9:.0f} GB), {args.requests} requests at "
           f"{rate:.2f}/s (10 minutes), {SHAREGPT_LIKE.describe()}\n")

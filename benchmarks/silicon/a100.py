@@ -23,7 +23,7 @@ from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import PRESETS, preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200 import summary  # noqa: E402  (the same summary of errors)
+from h200 import run_main, summary  # noqa: E402  (the same summary of errors)
 
 DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "llmcompass_a100" / "matmul_A100.csv"
 
@@ -74,7 +74,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (OSError, ValueError) as err:  # a missing or malformed file: say which, no trace
-        sys.exit(f"{Path(__file__).name}: {err}")
+    run_main(main, __file__)

@@ -41,7 +41,7 @@ from tenet_byoc.hardware import PRESETS, preset
 from tenet_byoc.system import Link, System, collective_seconds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200 import summary  # noqa: E402
+from h200 import run_main, summary  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "llmcompass_a100"
 CATEGORIES = ("Q_K_V", "Q_mul_K", "A_mul_V", "Wo_proj", "W1_proj", "W2_proj", "Softmax",
@@ -166,7 +166,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (OSError, ValueError) as err:  # a missing or malformed file: say which, no trace
-        sys.exit(f"{Path(__file__).name}: {err}")
+    run_main(main, __file__)

@@ -215,8 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def run_main(main, script: str) -> None:
+    """Exit with ``main()``'s code; a missing or malformed file ends with one line naming it
+    (``script: error``), not a traceback. Every script of this folder ends with it."""
     try:
         sys.exit(main())
-    except (OSError, ValueError) as err:  # a missing or malformed file: say which, no trace
-        sys.exit(f"{Path(__file__).name}: {err}")
+    except (OSError, ValueError) as err:
+        sys.exit(f"{Path(script).name}: {err}")
+
+
+if __name__ == "__main__":
+    run_main(main, __file__)

@@ -45,7 +45,7 @@ from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200 import calibrated, read_rows, summary  # noqa: E402
+from h200 import calibrated, read_rows, run_main, summary  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "h200"
 
@@ -212,7 +212,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (OSError, ValueError) as err:  # a missing or malformed file: say which, no trace
-        sys.exit(f"{Path(__file__).name}: {err}")
+    run_main(main, __file__)

@@ -302,6 +302,28 @@ def refusal(args: argparse.Namespace, argv: Sequence[str] | None = None) -> str 
     return None
 
 
+def _system_options(p, micro_batches: bool = False) -> None:
+    """The several-chip flags ``estimate`` and ``serve`` share (``--micro-batches``:
+    estimate's pipeline only; serve keeps one batch in flight)."""
+    p.add_argument("--tp", type=_count(1), default=1, metavar="T",
+                   help="tensor-parallel chips per layer (Megatron-LM sharding; default 1)")
+    p.add_argument("--pp", type=_count(1), default=1, metavar="P",
+                   help="pipeline stages (default 1)")
+    p.add_argument("--chips", type=_count(1), metavar="C",
+                   help="chips in the system; must equal tp x pp (default tp x pp)")
+    if micro_batches:
+        p.add_argument("--micro-batches", type=_count(1), default=1, metavar="U",
+                       help="micro-batches through the pipeline; must divide --batch "
+                       "(default 1)")
+    p.add_argument("--link-gbps", type=_quantity("GB/s"), default=100.0, metavar="GB/s",
+                   help="link bandwidth per chip and direction, GB/s (default 100)")
+    p.add_argument("--link-latency-us", type=_quantity("microseconds", allow_zero=True),
+                   default=1.0, metavar="US",
+                   help="link latency per hop, microseconds (default 1)")
+    p.add_argument("--topology", default="ring", choices=TOPOLOGIES,
+                   help="how collectives travel (default ring)")
+
+
 def _report_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report", action="store_true",
                    help="also write report.html into --out (see `tenet-byoc report`)")
@@ -410,21 +432,7 @@ def _add_estimate(sub) -> None:
                    "prompt and 128 decode steps)")
     _report_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--tp", type=_count(1), default=1, metavar="T",
-                   help="tensor-parallel chips per layer (Megatron-LM sharding; default 1)")
-    p.add_argument("--pp", type=_count(1), default=1, metavar="P",
-                   help="pipeline stages (default 1)")
-    p.add_argument("--chips", type=_count(1), metavar="C",
-                   help="chips in the system; must equal tp x pp (default tp x pp)")
-    p.add_argument("--micro-batches", type=_count(1), default=1, metavar="U",
-                   help="micro-batches through the pipeline; must divide --batch (default 1)")
-    p.add_argument("--link-gbps", type=_quantity("GB/s"), default=100.0, metavar="GB/s",
-                   help="link bandwidth per chip and direction, GB/s (default 100)")
-    p.add_argument("--link-latency-us", type=_quantity("microseconds", allow_zero=True),
-                   default=1.0, metavar="US",
-                   help="link latency per hop, microseconds (default 1)")
-    p.add_argument("--topology", default="ring", choices=TOPOLOGIES,
-                   help="how collectives travel (default ring)")
+    _system_options(p, micro_batches=True)
     p.add_argument("--serve", metavar="REQUESTS",
                    help="serving figures of a request mix instead of one prefill and its "
                    "decode steps: prompt:output pairs (e.g. 128:64,512:32) or a .csv "
@@ -573,19 +581,7 @@ def _add_serve(sub) -> None:
                    help="share of the memory the engine uses (default 0.9)")
     g = p.add_argument_group("several chips (one batch in flight: iterations cost the "
                              "critical path over the chips)")
-    g.add_argument("--tp", type=_count(1), default=1, metavar="T",
-                   help="tensor-parallel chips per layer (Megatron-LM sharding; default 1)")
-    g.add_argument("--pp", type=_count(1), default=1, metavar="P",
-                   help="pipeline stages (default 1)")
-    g.add_argument("--chips", type=_count(1), metavar="C",
-                   help="chips in the system; must equal tp x pp (default tp x pp)")
-    g.add_argument("--link-gbps", type=_quantity("GB/s"), default=100.0, metavar="GB/s",
-                   help="link bandwidth per chip and direction, GB/s (default 100)")
-    g.add_argument("--link-latency-us", type=_quantity("microseconds", allow_zero=True),
-                   default=1.0, metavar="US",
-                   help="link latency per hop, microseconds (default 1)")
-    g.add_argument("--topology", default="ring", choices=TOPOLOGIES,
-                   help="how collectives travel (default ring)")
+    _system_options(g)
     g.add_argument("--disaggregate", metavar="P:D",
                    help="disaggregated serving: prompts on P tensor-parallel chips, their KV "
                    "cache sent over the link, the other tokens on D others (e.g. 1:1); "

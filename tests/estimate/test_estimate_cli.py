@@ -53,7 +53,7 @@ def test_estimate_prints_phases_and_writes_files(tmp_path, capsys):
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--model", "gpt5"], "'gpt5' is neither a built-in name"),
-    (["--prompt-len", "2000"], "prompt_len=2000 is longer"),
+    (["--prompt-len", "2000"], "--prompt-len 2000 is longer"),
     (["--schemes", "w9"], "unknown scheme 'w9'"),
     (["--batch", "0"], "expected an integer >= 1"),
     (["--batch", str(10**12)], "batch=1000000000000 makes prefill GEMM 'h.0.attn.c_attn'"),

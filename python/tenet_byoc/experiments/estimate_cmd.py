@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .results import markdown_table, si, write_csv
 
@@ -248,15 +248,31 @@ def _system(args: argparse.Namespace) -> System | None:
             raise ValueError(problems[0])
         return None
     from ..hardware import resolve
-    from ..models.configs import resolve_config
-    from ..plan import check_tensor_parallel, stage_layers
-    from ..system import Link, System
+    from ..system import System
 
-    if chips != tp * pp:
-        problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp} = {tp * pp}")
     if args.batch % args.micro_batches:
         problems.append(f"--micro-batches {args.micro_batches} must divide --batch {args.batch}"
                         " (each micro-batch takes batch / micro-batches sequences)")
+    link, chip_problems = chip_flag_problems(args, chips)
+    problems += chip_problems
+    if problems:
+        raise ValueError(f"{len(problems)} bad option(s) for {args.model}:\n  "
+                         + "\n  ".join(problems))
+    return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link)
+
+
+def chip_flag_problems(args: argparse.Namespace, chips: int) -> tuple[Any, list[str]]:
+    """The ``Link`` of ``--link-gbps / --link-latency-us / --topology`` (None when bad) and
+    what is wrong with ``--chips / --tp / --pp / --link-*`` for ``args.model``, each problem
+    named by its flag (``estimate`` and ``serve`` report them with their own)."""
+    from ..models.configs import resolve_config
+    from ..plan import check_tensor_parallel, stage_layers
+    from ..system import Link
+
+    tp, pp = args.tp, args.pp
+    problems = []
+    if chips != tp * pp:
+        problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp} = {tp * pp}")
     link = None
     try:
         link = Link(args.link_gbps, args.link_latency_us, args.topology)
@@ -273,10 +289,7 @@ def _system(args: argparse.Namespace) -> System | None:
         except ValueError as err:
             problems.append(str(err).replace("tensor_parallel=", "--tp ")
                             .replace("pipeline_parallel=", "--pp "))
-    if problems:
-        raise ValueError(f"{len(problems)} bad option(s) for {args.model}:\n  "
-                         + "\n  ".join(problems))
-    return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link)
+    return link, problems
 
 
 def system_entry(system: System | None) -> dict:

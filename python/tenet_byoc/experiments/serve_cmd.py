@@ -52,29 +52,10 @@ def _system(args: argparse.Namespace, acc: Any) -> Any:
     chips = args.chips if args.chips is not None else tp * pp
     if chips == 1 and tp == 1 and pp == 1:
         return None
-    from ..models.configs import resolve_config
-    from ..plan import check_tensor_parallel, stage_layers
-    from ..system import Link, System
+    from ..system import System
+    from .estimate_cmd import chip_flag_problems
 
-    problems = []
-    if chips != tp * pp:
-        problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp} = {tp * pp}")
-    link = None
-    try:
-        link = Link(args.link_gbps, args.link_latency_us, args.topology)
-    except ValueError as err:
-        problems.append(str(err).replace("Link.bandwidth_gbps", "--link-gbps")
-                        .replace("Link.latency_us", "--link-latency-us")
-                        .replace("Link.topology", "--topology"))
-    config = resolve_config(args.model)
-    n_layers = getattr(config, "n_layer", None) or config.num_hidden_layers
-    for check in (lambda: check_tensor_parallel(config, tp),
-                  lambda: stage_layers(n_layers, pp)):
-        try:
-            check()
-        except ValueError as err:
-            problems.append(str(err).replace("tensor_parallel=", "--tp ")
-                            .replace("pipeline_parallel=", "--pp "))
+    link, problems = chip_flag_problems(args, chips)
     if problems:
         raise ValueError(f"{len(problems)} bad multi-chip option(s) for {args.model}:\n  "
                          + "\n  ".join(problems))
