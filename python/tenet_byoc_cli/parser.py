@@ -159,15 +159,6 @@ def _count(low: int):
     return parse
 
 
-def _milliseconds(text: str) -> float:
-    """An argparse type: a positive, finite number of milliseconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected milliseconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected milliseconds > 0, got {text!r}")
-    return value
 
 
 def _quantity(unit: str, allow_zero: bool = False):
@@ -183,6 +174,11 @@ def _quantity(unit: str, allow_zero: bool = False):
         return value
     parse.__name__ = "number"
     return parse
+
+
+#: Positive, finite numbers: a rate or size, and a time in milliseconds.
+_rate = _quantity("a number")
+_milliseconds = _quantity("milliseconds")
 
 
 def _counts(text: str) -> list[int]:
@@ -501,15 +497,6 @@ def _add_dse(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _rate(text: str) -> float:
-    """An argparse type: a positive, finite rate (or size)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
 
 
 def _share(text: str) -> float:
