@@ -340,7 +340,7 @@ def _step_time(p: Plan, cost: StepCost) -> Any:
     from .system import StepTime
 
     seq = p.step.uniform()
-    if seq is not None:
+    if seq is not None and p.phase != "mixed":  # a later chunk of a prompt: its new tokens
         tokens = seq[0].new_tokens if p.phase == "prefill" else seq[0].context
     else:
         tokens = p.step.tokens
