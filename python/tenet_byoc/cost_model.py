@@ -2,7 +2,9 @@
 
 A call (:class:`GemmCall`) and an accelerator (:class:`Accelerator`) cross into C++ as one
 value each; every entry point takes them: :func:`charge`, :func:`analyze_array`,
-:func:`analyze_memory`, :func:`roofline`, :func:`search_mapping`.
+:func:`analyze_memory`, :func:`roofline`, :func:`search_mapping`. A non-GEMM operator is a
+:class:`VectorCall` (:func:`charge_vector`), a collective between chips a :class:`LinkCall`
+on a :class:`Link` (:func:`charge_link`).
 
 Example
 -------
@@ -26,6 +28,7 @@ from typing import Any, NamedTuple
 from . import _cost_model as _core
 from ._cost_model import (
     MAX_ENUMERATED_INSTANCES,
+    NVLINK_C2C_PJ_PER_BIT,
     Accelerator,
     Charge,
     Cores,  # an accelerator of cores (src/cost_model/core.h)
@@ -33,6 +36,9 @@ from ._cost_model import (
     EdgeDequantizer,  # the units beside the array (src/cost_model/vector.h)
     GemmCall,
     Hardware,
+    Link,  # collectives over links (src/cost_model/link.h)
+    LinkCall,
+    LinkCharge,
     Metrics,
     QuantRecipe,
     Statement,
@@ -43,6 +49,7 @@ from ._cost_model import (
     VectorUnit,
     analyze_array,
     charge,
+    charge_link,
     charge_vector,
     format_tenet_hardware,
     format_tenet_mapping,
@@ -81,6 +88,7 @@ from .memory import (  # the buffer level, roofline and energy (memory.py)
 
 __all__ = [
     "MAX_ENUMERATED_INSTANCES",
+    "NVLINK_C2C_PJ_PER_BIT",
     "Accelerator",
     "Charge",
     "Cores",
@@ -89,6 +97,9 @@ __all__ = [
     "EnergyBreakdown",
     "GemmCall",
     "Hardware",
+    "Link",
+    "LinkCall",
+    "LinkCharge",
     "MacSpec",
     "MappingChoice",
     "MappingSearch",
@@ -116,6 +127,7 @@ __all__ = [
     "call_energy",
     "charge",
     "charge_gemm",
+    "charge_link",
     "charge_vector",
     "default_tile_mapping",
     "format_tenet_hardware",

@@ -165,14 +165,15 @@ class Sharding(NamedTuple):
     micro_batches: int = 1
 
 
-class LinkCall(NamedTuple):
-    """A collective over the links of a system (``tenet_byoc.system``'s formulas charge it):
-    ``kind`` "all_reduce", "all_gather" or "p2p" of a tensor of ``nbytes`` bytes (the whole
-    result each chip ends with) among ``chips`` chips."""
+#: A collective over the links of a system, charged by the cost model
+#: (``cost_model.charge_link``): ``kind`` "all_reduce", "all_gather", "all_to_all" or "p2p"
+#: of a tensor of ``nbytes`` bytes (the whole result each chip ends with; for an all-to-all
+#: what each chip holds before the exchange) among ``chips`` chips.
+LinkCall = cm.LinkCall
 
-    kind: str
-    nbytes: float
-    chips: int
+
+def _link_key(link: Any) -> tuple:
+    return ("link", link.kind, link.nbytes, link.chips)
 
 
 class PlannedCall(NamedTuple):
@@ -610,7 +611,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
             size = m * (full_n if collective == "all_gather" else n) * how.bits[2] / 8
             link = LinkCall(collective, size, tp)
             calls.append(PlannedCall(link, f"{name}.{collective}", "link", layer, st, "",
-                                     "none", 1, ("link", *link)))
+                                     "none", 1, _link_key(link)))
 
     for i, g in enumerate(gemm_lists[0]):
         if g.weight is None:  # attention: one product per sequence and head, per group
@@ -651,7 +652,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         size = step.tokens * hidden * weights.bits[2] / 8
         link = LinkCall("p2p", size, 2)
         calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
-                              ("link", *link)) for s in range(pp - 1)]
+                              _link_key(link)) for s in range(pp - 1)]
     if cut is None:
         return Plan(whole, phase, tuple(calls), tp, pp, mu)
     return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,
