@@ -12,8 +12,10 @@ With ``stages`` pipeline stages (pipeline parallelism) up to ``stages`` steps ar
 a step's cost (its critical path through every stage, as
 :func:`~tenet_byoc.serving.cost.model_step_cost` gives it on a ``System``) is split into
 ``stages`` equal stage times; the next step is formed when the first stage is free, from the
-running sequences not in flight and the waiting requests; a step enters a stage when the step
-before it has left that stage, and its sequences emit their tokens when it leaves the last.
+running sequences not in flight and the waiting requests (the token budget is a step's, the
+sequence limit counts every running sequence, in flight or not); a step enters a stage when
+the step before it has left that stage, and its sequences emit their tokens when it leaves
+the last.
 One stage (the default) is the loop above: each step starts when the last one ends.
 
 Thread safety: :func:`simulate` keeps no state between calls (the cost object keeps its
