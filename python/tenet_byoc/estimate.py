@@ -18,7 +18,6 @@ shared between threads. Errors: a bad model, scheme, accelerator or length raise
 from __future__ import annotations
 
 import os
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ import numpy as np
 from . import cost_model as cm
 from .compose import StepCost, compose
 from .hardware import Accelerator, resolve
-from .ledger import ColumnsBuilder, Ledger, LedgerColumns, TensorTraffic, charge_row
+from .ledger import ColumnsBuilder, Ledger, LedgerColumns, TensorMap, charge_row, tensor_map
 from .plan import LinkCall, Plan, PlannedCall, Step, model_config, plan, stage_layers
 from .quantization import QuantScheme, get_scheme
 
@@ -79,14 +78,13 @@ class Charges:
         if pc.unit == "array":
             acc.check_gemm(call.m, call.n, call.k, f"GEMM {pc.name!r}")
             found = cm.charge(call, acc).ledger_fields()
-            found["tensors"] = MappingProxyType(
-                {name: TensorTraffic(**t) for name, t in found["tensors"].items()})
+            found["tensors"] = tensor_map(found["tensors"])
             found["scheme"] = call.scheme
             found["recipe"] = call.recipe
             return found
         if pc.unit == "vector":
             found = cm.charge_vector(call, acc).ledger_fields()
-            found["tensors"] = MappingProxyType({})
+            found["tensors"] = TensorMap()
             found["scheme"] = pc.scheme
             found["recipe"] = _FLOAT_RECIPE
             return found
@@ -107,7 +105,7 @@ class Charges:
         return {**self._link_template, "unit": "link", "op": call.kind, "schedule": "",
                 "cycles": round(seconds * self.clock_hz), "latency_us": seconds * 1e6,
                 "mapping": f"{call.kind} {self.link.topology} x{call.chips}",
-                "dequant_place": "none", "tensors": MappingProxyType({}), "scheme": "none",
+                "dequant_place": "none", "tensors": TensorMap(), "scheme": "none",
                 "recipe": _FLOAT_RECIPE,
                 "link_bytes": collective_link_bytes(call.kind, call.nbytes, call.chips)}
 

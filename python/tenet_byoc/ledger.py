@@ -11,7 +11,6 @@ from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -45,6 +44,27 @@ class TensorTraffic:
     dram_write_bytes: float  #: written from the buffer to DRAM (C only)
     buffer_read_bytes: float  #: read from the buffer by the array
     buffer_write_bytes: float  #: written into the buffer by the array (C)
+
+
+class TensorMap(dict):
+    """A GEMM entry's ``tensors``: A, B, C -> :class:`TensorTraffic`, read-only (the entries
+    of one charge share it) and picklable (a ``MappingProxyType`` is not)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a ledger entry's tensors are read-only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
+
+    def __reduce__(self) -> tuple:
+        return (TensorMap, (dict(self),))
+
+
+def tensor_map(tensors: Mapping[str, Mapping[str, Any]]) -> TensorMap:
+    """The ``tensors`` of a charge's ledger fields as an entry holds them."""
+    return TensorMap({name: TensorTraffic(**t) for name, t in tensors.items()})
 
 
 # An entry is a named tuple: ~10^5 of them are made when a model's ledger is read, and a
@@ -821,8 +841,7 @@ class Ledger:
                     name = old.strings[old.name[at]]
                     raise ValueError(f"accelerator {acc.name!r} cannot charge entry {name!r} "
                                      f"({call!r}): {err}") from None
-                fields["tensors"] = MappingProxyType(
-                    {k: TensorTraffic(**t) for k, t in fields["tensors"].items()})
+                fields["tensors"] = tensor_map(fields["tensors"])
                 fields["recipe"] = getattr(probe, "recipe", None)
                 fields["fused"] = key[1]
                 charged[key] = fields
@@ -964,8 +983,7 @@ def _parse(doc: dict) -> list[LedgerEntry]:
         if e["charge"] is None:
             continue  # an empty GEMM (a zero dim): nothing to charge
         charge = dict(charges[e["charge"]])
-        charge["tensors"] = MappingProxyType(
-            {name: TensorTraffic(**t) for name, t in charge["tensors"].items()})
+        charge["tensors"] = tensor_map(charge["tensors"])
         charge["recipe"] = QuantRecipe.from_dict(charge["recipe"])
         func = funcs[e["program"]]
         step = func["steps"][e["step"]]
