@@ -189,3 +189,50 @@ def test_totals_before_the_entries_are_made_equal_their_sums(model, kwargs):
     for phase, t in book.group_by("phase").items():
         assert (phases[phase].calls, phases[phase].cycles) == (t.calls, t.cycles)
         assert phases[phase].energy_pj == pytest.approx(t.energy_pj, rel=1e-12)
+
+
+def test_micro_batches_through_stages_by_hand():
+    # Three stages of 1 s, 3 s and 2 s (one GEMM each at 1 GHz), 0.5 s hand-overs, four
+    # micro-batches: the first passes everything, 6 + 2 x 0.5 s; each other follows 3 s
+    # (the slowest stage) later: 7 + 3 x 3 = 16 s, of which 16 - 4 x 3 = 4 s is bubble.
+    from tenet_byoc.plan import LinkCall, Plan, PlannedCall
+
+    seconds = {"a": 1.0, "b": 3.0, "c": 2.0, "stage0.p2p": 0.5, "stage1.p2p": 0.5}
+    gemm = plan("gpt2", Step.decode(4)).calls[0].call
+    calls = [PlannedCall(gemm, n, "array", None, s, key=(n,)) for s, n in enumerate("abc")]
+    calls += [PlannedCall(LinkCall("p2p", 8.0, 2), f"stage{s}.p2p", "link", None, s,
+                          key=("p2p",)) for s in range(2)]
+    p = Plan(Step.decode(4, batch=8), "decode", tuple(calls), tensor_parallel=2,
+             pipeline_parallel=3, micro_batches=4)
+
+    def cost(pc):
+        t = seconds[pc.name]
+        return (t if pc.unit == "link" else t * 1e9), 10.0
+
+    c = compose(p, cost, clock_ghz=1.0)
+    assert c.seconds == pytest.approx(16.0) and c.bubble_seconds == pytest.approx(4.0)
+    assert c.stage_seconds == pytest.approx((1.0, 3.0, 2.0))
+    assert c.energy_pj == pytest.approx(5 * 10.0 * 2 * 4)  # every call, chip, micro-batch
+    # A tally of micro-batched steps: each step's stages summed, the same rule.
+    both = p.tally([p])
+    assert compose(both, cost).seconds == pytest.approx(2 * 7 + 3 * 6)
+
+
+def test_a_tally_of_micro_batched_steps_is_the_sum_of_the_steps():
+    # GPT-2 on 2 stages x 2 chips, 2 micro-batches of a batch of 4 decoding: the last stage
+    # (with the head) is the slowest in every step, so the tally composes to the steps' sum,
+    # which is what estimate gives step by step.
+    from tenet_byoc.system import Link, System
+
+    system = System(preset("os16"), chips=4, tensor_parallel=2, pipeline_parallel=2,
+                    micro_batches=2, link=Link(50.0, 2.0))
+    steps = [plan("gpt2", Step.decode(c, batch=4), "none", system) for c in (20, 21, 22)]
+    charges = Charges(preset("os16"), system.link)
+    alone = [compose(s, charges.cost) for s in steps]
+    assert all(max(a.stage_seconds) == a.stage_seconds[-1] for a in alone)
+    tally = compose(steps[0].tally(steps[1:]), charges.cost)
+    assert tally.seconds == pytest.approx(sum(a.seconds for a in alone), rel=1e-12)
+    assert tally.energy_pj == pytest.approx(sum(a.energy_pj for a in alone), rel=1e-12)
+    book = estimate("gpt2", prompt_len=0, context_len=20, decode_steps=3, batch=4,
+                    system=system)
+    assert book.latency_s() == pytest.approx(tally.seconds, rel=1e-12)
