@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from tenet_byoc.compose import compose
+from tenet_byoc.compose import compose, pipeline_seconds
 from tenet_byoc.estimate import Charges, estimate, estimate_step
 from tenet_byoc.hardware import preset
 from tenet_byoc.plan import Step, StepSequence, plan
@@ -211,6 +211,8 @@ def test_micro_batches_through_stages_by_hand():
 
     c = compose(p, cost, clock_ghz=1.0)
     assert c.seconds == pytest.approx(16.0) and c.bubble_seconds == pytest.approx(4.0)
+    # pipeline_seconds walks the same schedule micro-batch by micro-batch.
+    assert (c.seconds, c.bubble_seconds) == pytest.approx(pipeline_seconds([1, 3, 2], 0.5, 4))
     assert c.stage_seconds == pytest.approx((1.0, 3.0, 2.0))
     assert c.energy_pj == pytest.approx(5 * 10.0 * 2 * 4)  # every call, chip, micro-batch
     # A tally of micro-batched steps: each step's stages summed, the same rule.
