@@ -95,7 +95,8 @@ class Link:
         How collectives travel (the module's formulas).
     pj_per_bit : float
         Energy of a bit sent over a link (default NVLink-C2C's 1.3 pJ/bit, NVIDIA Grace Hopper
-        Superchip Architecture whitepaper, 2022; a link off the package costs more).
+        Superchip Architecture whitepaper, 2022, and NVIDIA blog "What Is NVLink?", 2023; a link
+        off the package costs more).
     """
 
     bandwidth_gbps: float = 100.0

@@ -43,7 +43,8 @@ const char* LinkTopologyName(LinkTopology topology);  // "ring", "torus2d", "swi
 LinkTopology ParseLinkTopology(const std::string& name);
 
 // Energy per bit sent over a chip-to-chip link: NVIDIA's NVLink-C2C, 1.3 pJ/bit (NVIDIA
-// Grace Hopper Superchip Architecture whitepaper, 2022; "NVLink-C2C", Hot Chips 34). A link
+// Grace Hopper Superchip Architecture whitepaper, 2022; NVIDIA blog "What Is NVLink?", 2023:
+// "consumes just 1.3 picojoules per bit"). A link
 // off the package (NVLink over a board, PCIe) costs several times more.
 constexpr double kNvlinkC2cPjPerBit = 1.3;
 
