@@ -122,7 +122,7 @@ def _phase_ratio(acc, scheme_name: str, phase: str, tokens: int = 128) -> float:
         extra_read = q["weight_side_bits"] + q["activation_side_bits"]
         # Weight dequantization the edge dequantizer converts runs beside the array, not on
         # the PEs (its cycles bound the call separately, in edge_cycles).
-        on_edge = (scheme.recipe()["place"] == "weight"
+        on_edge = (scheme.recipe().place == "weight"
                    and acc.edge_dequantizer.converts(bits[1])) if quantized else False
         extra_ops = q["quantize_ops"] + (0 if on_edge else q["dequant_ops"])
         expected_roof = _roofline(acc, g, bits, extra_read, extra_ops)

@@ -164,7 +164,7 @@ def test_attention_calls_charged_at_kv_width_by_hand(tiny, mod, bits, scales_per
 
 def test_without_kv_modifier_attention_stays_float(tiny):
     att = attention_scheme("per_token")
-    assert att.bits() == (32, 32, 32) and att.recipe("key")["place"] == "none"
+    assert att.bits() == (32, 32, 32) and att.recipe("key").place == "none"
     config, params = tiny
     runner = _runner(config, params, "q4f16_1")
     runner.prefill(PROMPT)
@@ -246,3 +246,19 @@ def test_kv_modifiers_compose_with_any_scheme():
 def test_bad_kv_modifiers_name_the_problem(spec, message):
     with pytest.raises(ValueError, match=message):
         get_scheme(spec)
+
+
+def test_the_recipe_stamp_reads_back_what_quantize_wrote():
+    # the module attribute is written and read by one pair, each recipe the cost model's
+    # value: the linear layers' and, under a KV scheme, attention's per role
+    from tenet_byoc.quantization import RecipeStamp
+
+    s = get_scheme("q4f16_1+kv4/group32")
+    stamp = RecipeStamp.read(RecipeStamp.of(s).text())
+    assert stamp.bits == tuple(s.bits()) and stamp.recipe == s.recipe()
+    att = attention_scheme(s)
+    assert stamp.attention == {role: (tuple(att.bits()), att.recipe(role))
+                               for role in ("key", "value")}
+    assert stamp.attention["value"][1].weight == "group_n"  # V's groups run along N
+    plain = RecipeStamp.read(RecipeStamp.of(get_scheme("per_token")).text())
+    assert plain.attention is None and plain.recipe.activation == "channel"

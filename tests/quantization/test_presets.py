@@ -331,7 +331,7 @@ def test_bad_specs_name_the_field(spec, message):
 
 def test_recipe_validated_by_the_charge_unit():
     acc = preset("os16")
-    bad = dict(SCHEMES["group32"].recipe(), k_group=0)
+    bad = {**SCHEMES["group32"].recipe().as_dict(), "k_group": 0}
     with pytest.raises(ValueError, match="k_group"):
         cm.charge_gemm(4, 4, 64, acc.hardware, acc.dataflow, recipe=bad)
     with pytest.raises(ValueError, match="either a quantization recipe or extra_read_bits"):
