@@ -9,7 +9,7 @@ import math
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import PRESETS, preset
+from tenet_byoc.hardware import PRESETS, Accelerator, preset
 
 # GPT-2 small prefill of 128 tokens: (M, N, K, batch, times). 12 layers of qkv, attention
 # projection, MLP up and down, and attention's QK^T and PV per head (12 heads as the batch);
@@ -97,8 +97,8 @@ def test_precision_rates_are_the_hardwares_one_setting():
     hw = cm.Hardware.systolic(4, 4, macs_per_pe_per_cycle={8: 4})
     df = cm.Dataflow.preset("os", 4, 4)
     table = cm.PrecisionTable([cm.MacSpec(8, 8, 1, 0.3)])  # a rate of 1 is overridden: 4
-    (_, _, _, _, parsed, _, _) = cm.parse_accelerator(
-        cm.serialize_accelerator("a", hw, df, precision=table))
-    assert [u.macs_per_pe_per_cycle for u in parsed.units] == [4]
+    parsed = Accelerator.from_json(
+        cm.Accelerator("a", hw, df, precision=table).to_json())
+    assert [u.macs_per_pe_per_cycle for u in parsed.precision.units] == [4]
     c = cm.charge_gemm(64, 64, 64, hw, df, 8, precision=table)
     assert c.memory.roofline_cycles >= math.ceil(64**3 / (16 * 4))

@@ -129,6 +129,40 @@ def test_deprecated_keyword_functions_warn_and_equal_the_new_api():
         cm.charge(call, acc)
 
 
+def test_each_kept_deprecated_function_warns_once_naming_itself():
+    # the keyword forms kept one release (the accelerator JSON wrappers are gone: the
+    # Accelerator value writes and reads itself); each call warns once, naming the new form
+    acc = preset("os16")
+    call = cm.GemmCall(m=9, n=64, k=96, bits_a=8, bits_b=8, bits_c=32)
+    keywords = {"bits_a": 8, "bits_b": 8, "bits_c": 32}
+    tiles = cm.default_tile_mapping(9, 64, 96, acc.memory, 16, 16, **keywords)
+    search = cm.MappingSearch(acc.hardware, acc.memory, rows=16, cols=16)
+    old_forms = {
+        "charge_gemm": lambda: cm.charge_gemm(9, 64, 96, acc.hardware, acc.dataflow, **keywords),
+        "analyze_gemm": lambda: cm.analyze_gemm(9, 64, 96, acc.hardware, acc.dataflow,
+                                                **keywords),
+        "analyze_memory": lambda: cm.analyze_memory(9, 64, 96, acc.hardware, acc.dataflow,
+                                                    acc.memory, tiles, **keywords),
+        "roofline_cycles": lambda: cm.roofline_cycles(
+            9, 64, 96, 256, acc.hardware.macs_per_pe_per_cycle_at(8), acc.memory, **keywords),
+        "search_mapping": lambda: cm.search_mapping(9, 64, 96, acc.hardware, acc.memory,
+                                                    rows=16, cols=16, **keywords),
+        "MappingSearch.best": lambda: search.best(9, 64, 96, **keywords),
+    }
+    got = {}
+    for name, old in old_forms.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got[name] = old()
+        messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
+        assert len(messages) == 1 and f"{name}" in messages[0] and "use " in messages[0], name
+    assert got["roofline_cycles"] == cm.roofline(call, acc)
+    assert got["MappingSearch.best"].mapping == search.best(call).mapping
+    for name in ("accelerator_parts", "validate_accelerator", "serialize_accelerator",
+                 "parse_accelerator", "accelerator_mapping_search"):
+        assert not hasattr(cm, name), name
+
+
 def test_accelerator_json_bad_text_is_a_value_error():
     with pytest.raises(ValueError, match="lone surrogate"):
         Accelerator.from_json('{"name": "\ud800"}')
