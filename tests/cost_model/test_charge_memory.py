@@ -31,7 +31,7 @@ def test_gpt2_small_float32_prefill_on_os16_is_within_1_5x_of_the_roofline():
     acc = preset("os16")
     cycles = roofline = 0
     for m, n, k, batch, times in PREFILL:
-        c = cm.charge_gemm(m, n, k, acc.hardware, acc.dataflow, batch=batch, **acc.charge_parts)
+        c = cm.charge(cm.GemmCall(m=m, n=n, k=k, batch=batch), acc)
         ref = _plain_roofline(m, n, k, batch, 256, 32, 256)
         assert c.memory.roofline_cycles == ref  # the charge's roofline is the plain one
         assert c.memory.cycles >= ref
@@ -90,7 +90,7 @@ def test_a_given_mapping_is_charged_and_a_misfit_refused():
 def test_unsupported_widths_are_refused_with_their_names():
     acc = preset("tpu_v1")
     with pytest.raises(ValueError, match="64-bit A x 64-bit B"):
-        cm.charge_gemm(8, 8, 8, acc.hardware, acc.dataflow, 64, **acc.charge_parts)
+        cm.charge(cm.GemmCall(m=8, n=8, k=8, bits_a=64, bits_b=64, bits_c=64), acc)
 
 
 def test_precision_rates_are_the_hardwares_one_setting():

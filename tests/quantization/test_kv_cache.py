@@ -155,9 +155,9 @@ def test_attention_calls_charged_at_kv_width_by_hand(tiny, mod, bits, scales_per
     att = attention_scheme(scheme)
     acc = preset("os16")
     for e, role in ((qk[0], "key"), (pv[0], "value")):
-        c = cm.charge_gemm(e.m, e.n, e.k, acc.hardware, acc.dataflow, batch=e.batch,
-                           bits_a=att.bits()[0], bits_b=att.bits()[1], bits_c=att.bits()[2],
-                           recipe=att.recipe(role), scheme=scheme, **acc.charge_parts)
+        c = cm.charge(cm.GemmCall(m=e.m, n=e.n, k=e.k, batch=e.batch, bits_a=att.bits()[0],
+                                  bits_b=att.bits()[1], bits_c=att.bits()[2],
+                                  recipe=att.recipe(role), scheme=scheme), acc)
         assert c.quant["weight_side_bits"] == side
         assert (c.array.cycles, c.memory.cycles) == (e.array_cycles, e.cycles)
 
@@ -168,7 +168,8 @@ def test_without_kv_modifier_attention_stays_float(tiny):
     config, params = tiny
     runner = _runner(config, params, "q4f16_1")
     runner.prefill(PROMPT)
-    att_calls = [e for e in tenet_byoc.ledger(runner.vm).entries if e.batch == config.n_head]
+    att_calls = [e for e in tenet_byoc.ledger(runner.vm).entries
+                 if e.unit == "array" and e.batch == config.n_head]
     assert att_calls and all((e.scheme, e.bits_b, e.weight_side_bits) == ("none", 32, 0)
                              for e in att_calls)
 
