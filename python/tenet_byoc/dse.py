@@ -31,6 +31,7 @@ import hashlib
 import itertools
 import json
 import math
+import operator
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -169,7 +170,7 @@ class DesignPoint:
         Fields added after the first release are left out at their defaults, so the keys
         of older results files stay valid."""
         fields_ = {name: value for name, value in dataclasses.asdict(self).items()
-                   if not (AXES[name].later and value == _DEFAULTS[name])}
+                   if name not in _LATER or _LATER[name] != value}
         text = json.dumps(fields_, sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
@@ -224,8 +225,12 @@ class DesignPoint:
     def charged_as(self, *charges: str) -> tuple:
         """What the charges of the fields of ``charges`` (:attr:`Axis.charges` values) see of
         the point: equal for two points whose those charges are equal."""
-        return tuple(a.charged_as(self) if a.charged_as else getattr(self, name)
-                     for name, a in AXES.items() if a.charges in charges)
+        readers = _KEY_READERS.get(charges)
+        if readers is None:  # once per set of charges: the keys are asked per point
+            readers = _KEY_READERS[charges] = tuple(
+                a.charged_as or operator.attrgetter(name) for name, a in AXES.items()
+                if a.charges in charges)
+        return tuple(read(self) for read in readers)
 
     def charge_key(self) -> tuple:
         """What the charges (and the area but for the DRAM interface) depend on: all but the
@@ -248,6 +253,9 @@ for _name, _a in AXES.items():  # a field's name is its space name unless given
     if not _a.space:
         object.__setattr__(_a, "space", _name)
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(DesignPoint)}
+#: The fields added after the first release, at their defaults (see DesignPoint.key).
+_LATER = {name: _DEFAULTS[name] for name, a in AXES.items() if a.later}
+_KEY_READERS: dict[tuple[str, ...], tuple[Callable[[DesignPoint], Any], ...]] = {}
 #: The order a space's points come in: the chips and the vector unit vary slowest, the clock
 #: fastest, so that consecutive points share their charges.
 _VARIES = {"system": 0, "vector": 1, "array": 2, "memory": 2, "clock": 3}
@@ -829,9 +837,8 @@ def _read_done(path: Path, schemes: Sequence[str],
                 continue
             if current is not None and current != settings:
                 continue  # another run's rows (another model, lengths, batch or schemes)
-            for name, a in AXES.items():
-                if a.later:
-                    row.setdefault(name, _DEFAULTS[name])  # a row an older release wrote
+            for name, value in _LATER.items():
+                row.setdefault(name, value)  # a row an older release wrote
             if set(row) != names:
                 continue
             row["fronts"] = ()
