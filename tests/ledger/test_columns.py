@@ -11,7 +11,6 @@ import pytest
 from tenet_byoc.estimate import estimate
 from tenet_byoc.hardware import preset
 from tenet_byoc.ledger import (
-    ENTRY_NAMES,
     GemmEntry,
     Ledger,
     LedgerEntry,
@@ -64,7 +63,7 @@ def test_a_system_groups_by_chip_and_keeps_its_links():
     # Chips of one stage run the same calls: the per-chip plan repeated, in plan order.
     chip0 = [e for e in entries if e.chip == 0]
     chip1 = [e for e in entries if e.chip == 1]
-    assert [e[len(ENTRY_NAMES):] for e in chip0] == [e[len(ENTRY_NAMES):] for e in chip1]
+    assert [e.charge for e in chip0] == [e.charge for e in chip1]
 
 
 def test_entries_are_made_when_read_one_or_all():
