@@ -563,9 +563,29 @@ class LedgerColumns:
 
     # -- sums ------------------------------------------------------------------------------
 
-    def codes(self, key: str) -> tuple[np.ndarray, list]:
+    def codes(self, key: str | tuple[str, ...]) -> tuple[np.ndarray, list]:
         """Each call's group under ``key`` (0, 1, ...) and the groups' values, in order of
-        first appearance."""
+        first appearance; a tuple of keys groups by their values together."""
+        if isinstance(key, tuple):
+            combined = np.zeros(len(self), dtype=np.int64)
+            parts = []
+            for k in key:
+                code, values = self.codes(k)
+                combined = combined * max(len(values), 1) + code
+                parts.append(values)
+            uniq, first, inverse = np.unique(combined, return_index=True,
+                                             return_inverse=True)
+            order = np.argsort(first, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            out = []
+            for c in uniq[order].tolist():
+                value = []
+                for values in reversed(parts):
+                    c, i = divmod(c, max(len(values), 1))
+                    value.append(values[i])
+                out.append(tuple(reversed(value)))
+            return rank[inverse.reshape(-1)], out
         if key in _STRING_KEYS:
             col = getattr(self, key)
             if not isinstance(col, np.ndarray):  # one value for every call
@@ -897,22 +917,25 @@ class Ledger:
                             symbol=old.symbol, pattern=old.pattern, scheme=old.scheme)
         return Ledger(new, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 
-    def group_by(self, key: str) -> GroupedTotals:
+    def group_by(self, key: str | tuple[str, ...]) -> GroupedTotals:
         """Totals per value of ``key``: symbol, pattern, name, phase, scheme, chip, unit
-        (array, vector, link), layer (None: outside the decoder layers) or op.
+        (array, vector, link), layer (None: outside the decoder layers) or op; or per
+        tuple of values of a tuple of them, e.g. ``("phase", "name")``.
 
         A ``dict`` (:class:`GroupedTotals`) that prints as a table with units; groups in
         order of their first call. Numpy sums over the columns: no entry is made.
         """
-        if key not in GROUP_KEYS:
+        keys = key if isinstance(key, tuple) else (key,)
+        if not keys or any(k not in GROUP_KEYS for k in keys):
             raise ValueError(
                 f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase, scheme, "
                 "chip, unit, layer or op"
             )
         columns = self.columns
         codes, values = columns.codes(key)
-        return GroupedTotals(key, dict(zip(values, columns.totals(codes, len(values)),
-                                           strict=True)))
+        return GroupedTotals(key if isinstance(key, str) else ", ".join(key),
+                             dict(zip(values, columns.totals(codes, len(values)),
+                                      strict=True)))
 
     def rows(self) -> tuple[list[str], list[list]]:
         """Column names and one row per entry (per-tensor traffic flattened; a field the

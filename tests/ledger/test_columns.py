@@ -104,3 +104,16 @@ def test_weight_bytes_are_on_gemm_entries_only_and_sum_to_the_parameters():
     weights = [e for e in gpt2 if e.unit == "array" and not e.name.endswith(_ATTENTION)]
     hand = 12 * (768 * 2304 + 768 * 768 + 2 * 768 * 3072) + 768 * 50257
     assert sum(e.weight_bytes for e in weights) == 4 * hand
+
+
+def test_group_by_several_keys_groups_their_values_together():
+    book = estimate("gpt2", prompt_len=4, decode_steps=2)
+    groups = book.group_by(("phase", "name"))
+    want: dict = {}
+    for e in book.entries:
+        want.setdefault((e.phase, e.name), []).append(e)
+    assert list(groups) == list(want)
+    for value, group in want.items():
+        _same(groups[value], totals(group))
+    with pytest.raises(ValueError, match="cannot group a ledger by"):
+        book.group_by(("phase", "colour"))
