@@ -168,7 +168,8 @@ def test_without_kv_modifier_attention_stays_float(tiny):
     config, params = tiny
     runner = _runner(config, params, "q4f16_1")
     runner.prefill(PROMPT)
-    att_calls = [e for e in tenet_byoc.ledger(runner.vm).entries if e.batch == config.n_head]
+    att_calls = [e for e in tenet_byoc.ledger(runner.vm).entries
+                 if e.unit == "array" and e.batch == config.n_head]
     assert att_calls and all((e.scheme, e.bits_b, e.weight_side_bits) == ("none", 32, 0)
                              for e in att_calls)
 
