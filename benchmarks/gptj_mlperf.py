@@ -169,7 +169,7 @@ def decode_split() -> str:
                                decode_steps=s.decode_steps, batch=BATCH * BEAMS)
     parts: dict[str, float] = {}
     for e in book.entries:
-        if e.chip != 0 or e.fused:
+        if e.chip != 0 or (e.unit == "vector" and e.fused):
             continue
         kind = ("attention (qk, pv)" if e.name.endswith(("attn.qk", "attn.pv"))
                 else "linear layers" if e.unit == "array" else f"{e.unit} unit")

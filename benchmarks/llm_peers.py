@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import time
 import warnings
 
 import tenet_byoc
@@ -239,31 +238,11 @@ def tensor_parallel(prompt: int) -> list[str]:
 
 
 def timing() -> list[str]:
-    """The issue's case: 70B, prompt 2048, 128 decode steps, os128, per scheme: our estimate
-    with its per-phase figures read (``group_by("phase")``), then with every entry made too,
-    against GenZ's time for the same 129 calls."""
-    model = genz_model("llama-3-70b")
-    rows = [("| Llama-3-70B, prompt 2048 + 128 decode steps, os128 | calls | ours: estimate + "
-             "phase totals (s) | ours + every entry made (s) | GenZ 0.0.16, 129 modellings "
-             "(s) | GenZ / ours | GenZ / ours with entries |"),
-            "|---|---:|---:|---:|---:|---:|---:|"]
-    for scheme, bits in SCHEMES.items():
-        start = time.perf_counter()
-        book = tenet_byoc.estimate("llama-3-70b", scheme, "os128", prompt_len=2048,
-                                   decode_steps=128)
-        book.group_by("phase")
-        ours = time.perf_counter() - start
-        len(book.entries)
-        with_entries = time.perf_counter() - start
-        start = time.perf_counter()
-        genz_ms(model, "os128", bits, 2048, "prefill")
-        for i in range(128):
-            genz_ms(model, "os128", bits, 2048 + i, "decode")
-        genz = time.perf_counter() - start
-        rows.append(f"| {scheme} (GenZ {bits}) | {len(book):,} | {ours:.2f} | "
-                    f"{with_entries:.2f} | {genz:.2f} | {genz / ours:.1f}x | "
-                    f"{genz / with_entries:.2f}x |")
-    return rows
+    """The issue's case, 70B, prompt 2048, 128 decode steps, os128, per scheme against
+    GenZ's time for the same 129 calls: ``benchmarks/estimate_speed.py``'s table."""
+    from estimate_speed import timing as speed
+
+    return speed()
 
 
 def main() -> None:

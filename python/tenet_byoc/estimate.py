@@ -111,7 +111,7 @@ class Charges:
 #: The most entries an estimate's ledger makes when read (each a tuple of ~0.6 KB).
 MAX_LEDGER_ENTRIES = 5_000_000
 #: The most calls an estimate's ledger stores by columns (16 bytes each).
-MAX_LEDGER_CALLS = 50_000_000
+MAX_LEDGER_CALLS = 20_000_000
 
 
 class _Book:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import gc
 import io
+import itertools
 import json
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -80,10 +81,11 @@ def tensor_map(tensors: Mapping[str, Mapping[str, Any]]) -> TensorMap:
     return TensorMap({name: TensorTraffic(**t) for name, t in tensors.items()})
 
 
-# An entry is a named tuple: ~10^5 of them are made when a model's ledger is read, and a
-# tuple is made from the stored charge in one step (tuple.__new__), 3x faster than filling
-# a dataclass. Each unit has its own type with only its own fields; all share the fields
-# of LedgerEntry (the call's names, where it ran, its time and energy).
+# An entry is a named tuple of the call's names and its charge, itself a named tuple that
+# the entries of one distinct call share: ~10^5 entries are made when a model's ledger is
+# read, each a 9-tuple (tuple.__new__), 10x faster than filling a dataclass of 60 fields.
+# Each unit has its own charge type with only its own fields, read on the entry by name;
+# all share the fields of LedgerEntry (the call's names, where it ran, its time, energy).
 
 #: Every entry's names: made per call (the charge fields follow, stored once per charge).
 ENTRY_NAMES = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "layer", "chip")
@@ -141,11 +143,45 @@ class LedgerEntry:
     mapping : str
         How it was mapped: "os 16x16 | tiles ...", "vector softmax", "all_reduce ring x4".
 
-    Entries are named tuples: fields by name, ``_asdict()``, ``_replace()``; equal when
-    their fields are.
+    Entries are named tuples ``(call_index, symbol, pattern, name, phase, scheme, layer,
+    chip, charge)``, ``charge`` the unit's charge (:class:`GemmCharge`, ...: one value that
+    every call of it shares), whose fields the entry reads by name too; ``FIELDS`` names
+    them all, ``_asdict()`` gives them all, ``_replace()`` takes any. Equal when their
+    fields are; they pickle.
     """
 
     __slots__ = ()
+    FIELDS: tuple[str, ...] = ()
+
+    def _asdict(self) -> dict[str, Any]:
+        return {**dict(zip(ENTRY_NAMES, self)), **self[-1]._asdict()}
+
+    def _replace(self, **changes: Any) -> LedgerEntry:
+        names = [changes.pop(n, v) for n, v in zip(ENTRY_NAMES, self)]
+        charge = self[-1]._replace(**changes) if changes else self[-1]
+        return tuple.__new__(type(self), (*names, charge))
+
+
+class GemmCharge(namedtuple("GemmCharge", COMMON_FIELDS + GEMM_FIELDS)):
+    """What a GEMM is charged (the cost model's ``Charge.ledger_fields``, a GEMM's part)."""
+
+    __slots__ = ()
+
+
+class VectorCharge(namedtuple("VectorCharge", COMMON_FIELDS + VECTOR_FIELDS)):
+    """What a vector call is charged (``charge_vector``'s ledger fields, its own part), and
+    whether it is a GEMM's fused epilogue."""
+
+    __slots__ = ()
+
+
+class LinkCharge(namedtuple("LinkCharge", COMMON_FIELDS + LINK_FIELDS)):
+    """What a collective is charged (``tenet_byoc.system``'s formulas)."""
+
+    __slots__ = ()
+
+
+_CALL = ENTRY_NAMES + ("charge",)
 
 
 class _Traffic:
@@ -167,8 +203,7 @@ class _Traffic:
         return self.cycles / self.roofline_cycles if self.roofline_cycles else 1.0
 
 
-class GemmEntry(namedtuple("GemmEntry", ENTRY_NAMES + COMMON_FIELDS + GEMM_FIELDS),
-                _Traffic, LedgerEntry):
+class GemmEntry(LedgerEntry, _Traffic, namedtuple("GemmEntry", _CALL)):
     """One GEMM on the PE array and what it costs (``unit="array"``).
 
     Its fields are charge.h's table (``Charge.ledger_fields``): shape ``batch, m, n, k``,
@@ -200,8 +235,7 @@ class GemmEntry(namedtuple("GemmEntry", ENTRY_NAMES + COMMON_FIELDS + GEMM_FIELD
         return (self.batch * self.k * self.n * self.bits_b + self.weight_side_bits) / 8
 
 
-class VectorEntry(namedtuple("VectorEntry", ENTRY_NAMES + COMMON_FIELDS + VECTOR_FIELDS),
-                  _Traffic, LedgerEntry):
+class VectorEntry(LedgerEntry, _Traffic, namedtuple("VectorEntry", _CALL)):
     """One call of the vector unit (``unit="vector"``): ``m`` rows of ``n`` elements,
     ``k`` elements of a second operand (0: none; its width ``bits_b``), widths in
     ``bits_a`` / out ``bits_c``; its output ``elements``, its ops by class
@@ -219,8 +253,7 @@ class VectorEntry(namedtuple("VectorEntry", ENTRY_NAMES + COMMON_FIELDS + VECTOR
                            bits_out=self.bits_c, operand_elements=self.k)
 
 
-class LinkEntry(namedtuple("LinkEntry", ENTRY_NAMES + COMMON_FIELDS + LINK_FIELDS),
-                LedgerEntry):
+class LinkEntry(LedgerEntry, namedtuple("LinkEntry", _CALL)):
     """One collective over a system's links (``unit="link"``, ``op`` its kind), timed by
     ``tenet_byoc.system``'s formulas; ``link_bytes`` what its chip sent."""
 
@@ -230,8 +263,20 @@ class LinkEntry(namedtuple("LinkEntry", ENTRY_NAMES + COMMON_FIELDS + LINK_FIELD
 #: The entry type of each unit.
 ENTRY_TYPES: dict[str, type] = {"array": GemmEntry, "vector": VectorEntry, "link": LinkEntry}
 _UNITS = tuple(ENTRY_TYPES)
-_OWN = {unit: COMMON_FIELDS + cls._fields[len(ENTRY_NAMES) + len(COMMON_FIELDS):]
-        for unit, cls in ENTRY_TYPES.items()}
+#: The charge type of each unit.
+CHARGE_TYPES: dict[str, type] = {"array": GemmCharge, "vector": VectorCharge,
+                                 "link": LinkCharge}
+_OWN = {unit: cls._fields for unit, cls in CHARGE_TYPES.items()}
+
+
+def _read_charge(i: int) -> property:
+    return property(lambda self: self[-1][i])
+
+
+for _unit, _entry in ENTRY_TYPES.items():
+    _entry.FIELDS = ENTRY_NAMES + _OWN[_unit]
+    for _i, _field in enumerate(_OWN[_unit]):
+        setattr(_entry, _field, _read_charge(_i))
 
 
 def layer_of(name: str) -> int | None:
@@ -247,8 +292,8 @@ def layer_of(name: str) -> int | None:
 def charge_row(fields: Mapping[str, Any]) -> tuple:
     """The charge part of an entry, from a charge's ledger fields (with ``recipe`` and
     ``fused`` where the unit has them): what a ledger stores once per distinct call."""
-    own = _OWN[fields["unit"]]
-    return tuple(fields[f] for f in own)
+    unit = fields["unit"]
+    return tuple.__new__(CHARGE_TYPES[unit], [fields[f] for f in _OWN[unit]])
 
 
 def make_entry(fields: Mapping[str, Any], *, call_index: int, symbol: str, pattern: str,
@@ -259,14 +304,14 @@ def make_entry(fields: Mapping[str, Any], *, call_index: int, symbol: str, patte
     cls = ENTRY_TYPES[fields["unit"]]
     if layer is None:
         layer = layer_of(name)
-    return tuple.__new__(cls, (call_index, symbol, pattern, name, phase, scheme, layer, chip)
-                         + charge_row(fields))
+    return tuple.__new__(cls, (call_index, symbol, pattern, name, phase, scheme, layer, chip,
+                               charge_row(fields)))
 
 
 #: The scalar columns of a ledger table, in order (per-tensor traffic is flattened after
 #: them); a column an entry's unit lacks is empty in its row.
 COLUMNS = list(dict.fromkeys(
-    f for cls in ENTRY_TYPES.values() for f in cls._fields if f not in ("tensors", "recipe")))
+    f for cls in ENTRY_TYPES.values() for f in cls.FIELDS if f not in ("tensors", "recipe")))
 
 #: The fields every charge has, from the cost model's one table (charge.h).
 CHARGE_FIELDS = tuple(_ledger_field_names())
@@ -487,52 +532,73 @@ class LedgerColumns:
         for e in entries:
             b.add(len(b.charges), e.name, e.phase, e.chip, call_index=e.call_index,
                   symbol=e.symbol, pattern=e.pattern, scheme=e.scheme)
-            b.charges.append(tuple(e[len(ENTRY_NAMES):]))
+            b.charges.append(e.charge)
         return b.columns()
 
     # -- entries ---------------------------------------------------------------------------
 
-    def _lists(self, rows: Any = slice(None)) -> list[list]:
-        s = self.strings
-        n = len(self.charge[rows])
-
-        def strings(col: Any, const: str) -> list:
-            return [s[i] for i in col[rows].tolist()] if isinstance(col, np.ndarray) else (
-                [const] * n)
-
-        index = (self.call_index[rows].tolist() if self.call_index is not None
-                 else np.arange(len(self))[rows].tolist())
-        charge = self.charge[rows].tolist()
-        scheme = strings(self.scheme, "")
-        names = self.name[rows].tolist()
-        layers = [None if x < 0 else x for x in self.layer_of[self.name[rows]].tolist()]
-        return [index, strings(self.symbol, self.symbol), strings(self.pattern, self.pattern),
-                [s[i] for i in names], strings(self.phase, ""), scheme, layers,
-                self.chip[rows].tolist(), charge]
-
     def entries(self, rows: Any = slice(None)) -> list[LedgerEntry]:
         """The entries of the calls ``rows`` (all by default), made now."""
-        types = [ENTRY_TYPES[u] for u in _UNITS]
-        unit_of = self.unit_of.tolist()
-        charges = self.charges
-        new = tuple.__new__
-        columns = self._lists(rows)
-        # ~10^5 tuples made at once: the cyclic collector would walk them again and again
-        # (3x the time); none of them can form a cycle.
+
+        def objects(values: Sequence) -> np.ndarray:
+            out = np.empty(len(values), dtype=object)
+            out[:] = values
+            return out
+
+        def column(col: Any, table: np.ndarray) -> Any:
+            if isinstance(col, np.ndarray):
+                return table[col[rows]].tolist()
+            return itertools.repeat(col)  # one symbol / pattern for every call
+
+        strings = objects(self.strings)
+        charge = self.charge[rows]
+        n = len(charge)
+        layers = objects([None if x < 0 else x for x in self.layer_of.tolist()])
+        types = objects([ENTRY_TYPES[_UNITS[u]] for u in self.unit_of.tolist()])
+        index = (self.call_index[rows] if self.call_index is not None
+                 else np.arange(len(self))[rows]).tolist()
+        names = self.name[rows]
+        calls = zip(index, column(self.symbol, strings), column(self.pattern, strings),
+                    strings[names].tolist(), column(self.phase, strings),
+                    column(self.scheme, strings), layers[names].tolist(),
+                    self.chip[rows].tolist(), objects(self.charges)[charge].tolist())
+        # ~10^5 tuples made at once, in C loops: the cyclic collector would walk them again
+        # and again as they are made (3x the time); none of them can form a cycle.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return [new(types[unit_of[c]], (i, sy, pa, na, ph, sc, ly, ch) + charges[c])
-                    for i, sy, pa, na, ph, sc, ly, ch, c in zip(*columns)]
+            out = list(map(tuple.__new__, types[charge].tolist(), calls))
         finally:
             if collecting:
                 gc.enable()
+        assert len(out) == n
+        return out
 
     # -- sums ------------------------------------------------------------------------------
 
-    def codes(self, key: str) -> tuple[np.ndarray, list]:
+    def codes(self, key: str | tuple[str, ...]) -> tuple[np.ndarray, list]:
         """Each call's group under ``key`` (0, 1, ...) and the groups' values, in order of
-        first appearance."""
+        first appearance; a tuple of keys groups by their values together."""
+        if isinstance(key, tuple):
+            combined = np.zeros(len(self), dtype=np.int64)
+            parts = []
+            for k in key:
+                code, values = self.codes(k)
+                combined = combined * max(len(values), 1) + code
+                parts.append(values)
+            uniq, first, inverse = np.unique(combined, return_index=True,
+                                             return_inverse=True)
+            order = np.argsort(first, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            out = []
+            for c in uniq[order].tolist():
+                value = []
+                for values in reversed(parts):
+                    c, i = divmod(c, max(len(values), 1))
+                    value.append(values[i])
+                out.append(tuple(reversed(value)))
+            return rank[inverse.reshape(-1)], out
         if key in _STRING_KEYS:
             col = getattr(self, key)
             if not isinstance(col, np.ndarray):  # one value for every call
@@ -838,7 +904,7 @@ class Ledger:
                 rows.append(row)
                 continue
             scheme = old.strings[old.scheme[at]]
-            probe = tuple.__new__(ENTRY_TYPES[unit], (0, "", "", "", "", scheme, None, 0) + row)
+            probe = tuple.__new__(ENTRY_TYPES[unit], (0, "", "", "", "", scheme, None, 0, row))
             if unit == "link":
                 raise ValueError("charged_on: a system's ledger has link entries (collectives "
                                  "over its links): estimate it again with "
@@ -864,22 +930,25 @@ class Ledger:
                             symbol=old.symbol, pattern=old.pattern, scheme=old.scheme)
         return Ledger(new, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 
-    def group_by(self, key: str) -> GroupedTotals:
+    def group_by(self, key: str | tuple[str, ...]) -> GroupedTotals:
         """Totals per value of ``key``: symbol, pattern, name, phase, scheme, chip, unit
-        (array, vector, link), layer (None: outside the decoder layers) or op.
+        (array, vector, link), layer (None: outside the decoder layers) or op; or per
+        tuple of values of a tuple of them, e.g. ``("phase", "name")``.
 
         A ``dict`` (:class:`GroupedTotals`) that prints as a table with units; groups in
         order of their first call. Numpy sums over the columns: no entry is made.
         """
-        if key not in GROUP_KEYS:
+        keys = key if isinstance(key, tuple) else (key,)
+        if not keys or any(k not in GROUP_KEYS for k in keys):
             raise ValueError(
                 f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase, scheme, "
                 "chip, unit, layer or op"
             )
         columns = self.columns
         codes, values = columns.codes(key)
-        return GroupedTotals(key, dict(zip(values, columns.totals(codes, len(values)),
-                                           strict=True)))
+        return GroupedTotals(key if isinstance(key, str) else ", ".join(key),
+                             dict(zip(values, columns.totals(codes, len(values)),
+                                      strict=True)))
 
     def rows(self) -> tuple[list[str], list[list]]:
         """Column names and one row per entry (per-tensor traffic flattened; a field the

@@ -79,13 +79,13 @@ def test_charge_of_entry_call_equals_every_entry(accelerator, scheme, tmp_path):
     for e in book:
         if e.unit == "vector":  # the vector unit's entries: cost_model.charge_vector
             fields = cm.charge_vector(e.vector_call, again).ledger_fields()
-            own = [n for n in CHARGE_FIELDS if n in e._fields]  # a vector entry's own
+            own = [n for n in CHARGE_FIELDS if n in e.FIELDS]  # a vector entry's own
             assert {n: fields[n] for n in own} == {n: getattr(e, n) for n in own}
             assert fields["tensors"] == {} and not hasattr(e, "tensors")
             continue
         assert e.call.scheme == e.scheme and e.call.recipe == e.recipe
         fields = cm.charge(e.call, again).ledger_fields()
-        own = [n for n in CHARGE_FIELDS if n in e._fields]  # a GEMM entry's own
+        own = [n for n in CHARGE_FIELDS if n in e.FIELDS]  # a GEMM entry's own
         got = {name: fields[name] for name in own}
         want = {name: getattr(e, name) for name in own}
         assert got == want, (e.name, {f for f in own if got[f] != want[f]})
@@ -97,7 +97,7 @@ def test_entry_types_declare_the_cost_models_fields():
     # names (``link_bytes`` is a system's, ``fused`` the runtime's, ``recipe`` and
     # ``tensors`` the charge's values), each unit only its own: a field a unit's charge
     # never sets (the C++ table writes it as 0, "", "none" or False) is not on its entries.
-    own = {cls: set(cls._fields) - set(ENTRY_NAMES) for cls in (GemmEntry, VectorEntry,
+    own = {cls: set(cls.FIELDS) - set(ENTRY_NAMES) for cls in (GemmEntry, VectorEntry,
                                                                  LinkEntry)}
     extra = {"recipe", "tensors", "fused", "link_bytes"}
     assert set().union(*own.values()) - extra == set(CHARGE_FIELDS)
@@ -168,7 +168,7 @@ def test_charged_on_every_preset_equals_a_run_built_for_it(scheme):
             assert (m.call if m.unit == "array" else m.vector_call) == (
                 r.call if r.unit == "array" else r.vector_call)
             assert type(m) is type(r)
-            own = [f for f in CHARGE_FIELDS if f in r._fields]
+            own = [f for f in CHARGE_FIELDS if f in r.FIELDS]
             assert {f: getattr(m, f) for f in own} == {
                 f: getattr(r, f) for f in own}, (acc.name, acc.mapping, r.name)
             assert getattr(m, "tensors", None) == getattr(r, "tensors", None)

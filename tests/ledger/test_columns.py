@@ -11,7 +11,6 @@ import pytest
 from tenet_byoc.estimate import estimate
 from tenet_byoc.hardware import preset
 from tenet_byoc.ledger import (
-    ENTRY_NAMES,
     GemmEntry,
     Ledger,
     LedgerEntry,
@@ -64,7 +63,7 @@ def test_a_system_groups_by_chip_and_keeps_its_links():
     # Chips of one stage run the same calls: the per-chip plan repeated, in plan order.
     chip0 = [e for e in entries if e.chip == 0]
     chip1 = [e for e in entries if e.chip == 1]
-    assert [e[len(ENTRY_NAMES):] for e in chip0] == [e[len(ENTRY_NAMES):] for e in chip1]
+    assert [e.charge for e in chip0] == [e.charge for e in chip1]
 
 
 def test_entries_are_made_when_read_one_or_all():
@@ -105,3 +104,16 @@ def test_weight_bytes_are_on_gemm_entries_only_and_sum_to_the_parameters():
     weights = [e for e in gpt2 if e.unit == "array" and not e.name.endswith(_ATTENTION)]
     hand = 12 * (768 * 2304 + 768 * 768 + 2 * 768 * 3072) + 768 * 50257
     assert sum(e.weight_bytes for e in weights) == 4 * hand
+
+
+def test_group_by_several_keys_groups_their_values_together():
+    book = estimate("gpt2", prompt_len=4, decode_steps=2)
+    groups = book.group_by(("phase", "name"))
+    want: dict = {}
+    for e in book.entries:
+        want.setdefault((e.phase, e.name), []).append(e)
+    assert list(groups) == list(want)
+    for value, group in want.items():
+        _same(groups[value], totals(group))
+    with pytest.raises(ValueError, match="cannot group a ledger by"):
+        book.group_by(("phase", "colour"))

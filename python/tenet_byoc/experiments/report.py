@@ -499,8 +499,9 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
                 f"{scheme} {phase}: energy per layer by where it is spent", "layer",
                 "energy (µJ)", barmode="stack",
                 xaxis={"title": {"text": "layer"}, "automargin": True, "tickangle": -60})))
+        # The GEMMs (a vector or link entry has no MACs: its cell is empty).
         rows = [dict(r, dram_bytes=(r["dram_read_bytes"] or 0) + (r["dram_write_bytes"] or 0))
-                for r in led.rows]
+                for r in led.rows if r.get("macs") is not None]
         sec.parts.append(_roofline(f"roofline-{scheme}", f"{scheme}: roofline, each call a "
                                    "point", rows, "phase", hardware, manifest))
         sec.parts.append(_Table(f"ledger-{scheme}", led,
