@@ -18,6 +18,7 @@ import tenet_byoc
 from tenet_byoc.models import from_pretrained
 from tenet_byoc.models.moe import moe_matmuls
 from tenet_byoc.models.moe_model import MoERunner
+from moe_testing import FAMILIES, PROMPT, TINY, make_moe
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "transformers")),
@@ -25,33 +26,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 ATOL = 1e-4
-PROMPT = [3, 17, 0, 8, 42, 42, 9, 33, 1, 50, 11, 4]
-TINY = {"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
-        "num_experts_per_tok": 2, "max_position_embeddings": 64, "rope_theta": 1000.0}
-_QWEN = {**{k: v for k, v in TINY.items() if k != "num_local_experts"}, "num_hidden_layers": 3,
-         "num_experts": 6, "moe_intermediate_size": 24, "mlp_only_layers": [1]}
-# family: (transformers' class prefix, config, the routed experts' width)
-FAMILIES = {
-    "mixtral": ("Mixtral", TINY, 40),
-    # shared expert with its sigmoid gate, q/k/v biases, top-k weights not renormalized,
-    # a dense layer between two mixture ones
-    "qwen2_moe": ("Qwen2Moe", {**_QWEN, "shared_expert_intermediate_size": 56,
-                               "norm_topk_prob": False}, 24),
-    # QK norm, an explicit head_dim, renormalized top-k
-    "qwen3_moe": ("Qwen3Moe", {**_QWEN, "head_dim": 16, "norm_topk_prob": True}, 24),
-    # multi-head latent attention (expanded in prefill, absorbed in decode; interleaved RoPE,
-    # YaRN with mscale), sigmoid routing with
-    # a bias, 2 of 4 expert groups, two shared experts, a dense first layer
-    "deepseek_v3": ("DeepseekV3", {
-        **{k: v for k, v in _QWEN.items() if k not in ("num_experts", "mlp_only_layers")},
-        "num_key_value_heads": 4, "n_routed_experts": 8, "n_shared_experts": 2,
-        "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1, "q_lora_rank": 20,
-        "kv_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 5,
-        "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0,
-                            "original_max_position_embeddings": 8, "mscale": 1.0,
-                            "mscale_all_dim": 1.0}}, 24),
-}
 
 
 @pytest.fixture(scope="module", params=["mixtral",
@@ -60,20 +34,7 @@ FAMILIES = {
                                         pytest.param("deepseek_v3", marks=pytest.mark.slow)])
 def moe(request, tmp_path_factory):
     """``(family, transformers' model, tenet's runner of its saved checkpoint)``."""
-    import torch
-    import transformers
-
-    kind, values, _ = FAMILIES[request.param]
-    config = getattr(transformers, kind + "Config")(**values, attn_implementation="eager")
-    model = getattr(transformers, kind + "ForCausalLM")(config).eval()
-    torch.manual_seed(0)
-    with torch.no_grad():  # weights large enough that every one shows in the logits
-        for _, p in model.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if p.ndim == 1
-                    else torch.randn_like(p) * p.shape[-1] ** -0.5)
-        for name, b in model.named_buffers():  # DeepSeek's router bias, saved with the weights
-            if name.endswith("e_score_correction_bias"):
-                b.copy_(0.1 * torch.randn_like(b))
+    model = make_moe(request.param)
     folder = tmp_path_factory.mktemp(request.param)
     model.save_pretrained(folder)
     return request.param, model, from_pretrained(folder, build=tenet_byoc.build)

@@ -396,15 +396,14 @@ def _refuse_experts(model: str) -> None:
     if isinstance(config, MoEConfig):
         raise _UserError(
             f"model {model!r} is a mixture of experts ({config.model_type}): its config is "
-            "read and its weights counted (tenet_byoc.models.moe), but estimate, dse and "
-            "serve do not charge experts yet"
+            "read and its weights counted (tenet_byoc.models.moe), and `estimate` charges "
+            "it, but dse and serve do not charge experts yet"
         )
 
 
 def _cmd_estimate(args) -> int:
     from .estimate_cmd import run_estimate
 
-    _refuse_experts(args.model)
     with _input_checks():  # nothing runs: every error is about the input
         code = run_estimate(args)
     if args.out:
