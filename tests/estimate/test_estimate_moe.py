@@ -1,72 +1,20 @@
-"""estimate() of mixture-of-experts models: against a real run's ledger, and by formula.
+"""estimate() of mixture-of-experts models by formula: the weights a decode step reads.
 
-The run's reference is the runtime's own ledger of tiny Mixtral, Qwen2-MoE, Qwen3-MoE and
-DeepSeek-V3 checkpoints made by transformers; the estimate is given the run's routing
-(tokens per expert, per layer, per call) and must charge the same calls, entry for entry,
-less the routing work a run does on the host (``plan.HOST_CALLS``), which only an estimate
-charges. The formula tests check the weights a decode step reads against the closed forms
-of ``models.moe`` (``param_counts``, ``touched_experts``).
+The weights the plan's GEMMs read are checked against the closed forms of ``models.moe``
+(``param_counts``, ``touched_experts``); the estimate against a real run's ledger, entry
+for entry, is ``tests/models/test_moe_hf.py`` (tiny checkpoints made by transformers).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 
 import numpy as np
 import pytest
-from moe_testing import PROMPT, make_moe
-from test_estimate_vs_run import assert_same_charges
 
 import tenet_byoc
-from tenet_byoc.ledger import Ledger
-from tenet_byoc.models import from_pretrained
 from tenet_byoc.models.configs import resolve_config
 from tenet_byoc.models.moe import param_counts, touched_experts
-from tenet_byoc.plan import HOST_CALLS, Step, plan
-
-needs_hf = pytest.mark.skipif(
-    not all(importlib.util.find_spec(m) for m in ("torch", "transformers")),
-    reason="torch and transformers are not installed",
-)
-
-
-@pytest.fixture(scope="module", params=["mixtral",
-                                        pytest.param("qwen2_moe", marks=pytest.mark.slow),
-                                        pytest.param("qwen3_moe", marks=pytest.mark.slow),
-                                        pytest.param("deepseek_v3", marks=pytest.mark.slow)])
-def moe_run(request, tmp_path_factory):
-    """``(checkpoint folder, the run's ledger, its routing)``: a prefill and two decode steps."""
-    folder = tmp_path_factory.mktemp(request.param)
-    make_moe(request.param).save_pretrained(folder)
-    runner = from_pretrained(folder, build=lambda mod: tenet_byoc.build(mod, accelerator="ws16"))
-    vm = runner.vm
-    tenet_byoc.set_phase(vm, "prefill")
-    _, cache = runner.prefill(PROMPT[:-2])
-    tenet_byoc.set_phase(vm, "decode")
-    for token in PROMPT[-2:]:
-        _, cache = runner.decode(token, cache)
-    return folder, tenet_byoc.ledger(vm), runner.tokens_per_expert()
-
-
-@needs_hf
-def test_moe_estimate_with_the_runs_routing_equals_its_ledger(moe_run):
-    folder, real, routing = moe_run
-    est = tenet_byoc.estimate(folder, "none", "ws16", prompt_len=len(PROMPT) - 2,
-                              decode_steps=2, routing=routing)
-    host = [e for e in est.entries if e.name.endswith(HOST_CALLS)]
-    layers = sum(len(step) for step in routing)
-    assert len(host) == 4 * layers  # scores, top-k, scale, combine per mixture layer and call
-    kept = [e for e in est.entries if not e.name.endswith(HOST_CALLS)]
-    ran = Ledger([dataclasses.replace(e, call_index=i) for i, e in enumerate(kept)],
-                 est.accelerator, est.dataflow, est.clock_ghz, [])
-    assert_same_charges(real, ran)
-    # The experts' rows are the run's: another routing charges other GEMMs.
-    uniform = tenet_byoc.estimate(folder, "none", "ws16", prompt_len=len(PROMPT) - 2,
-                                  decode_steps=2)
-    assert [e.m for e in uniform.entries if e.unit == "array"] != [
-        e.m for e in est.entries if e.unit == "array"]
-
+from tenet_byoc.plan import Step, plan
 
 def _weights_read(model: str, batch: int) -> float:
     # Elements of the weights a decode step's GEMMs read (N x K per product: the linear

@@ -51,3 +51,26 @@ def make_moe(family: str):
             if name.endswith("e_score_correction_bias"):
                 b.copy_(0.1 * torch.randn_like(b))
     return model
+
+
+def assert_estimate_equals_run(real, config, routing, prompt_len: int, decode_steps: int):
+    """``tenet_byoc.estimate`` of ``config`` given a run's ``routing`` charges what the run's
+    ledger ``real`` charged, entry for entry, less the routing work a run does on the host
+    (``plan.HOST_CALLS``: four calls per mixture layer and call), which only an estimate
+    charges."""
+    import tenet_byoc
+    from tenet_byoc.ledger import _CHARGE_FIELDS
+    from tenet_byoc.plan import HOST_CALLS
+
+    est = tenet_byoc.estimate(config, "none", real.accelerator, prompt_len=prompt_len,
+                              decode_steps=decode_steps, routing=routing)
+    host = [e for e in est.entries if e.name.endswith(HOST_CALLS)]
+    assert len(host) == 4 * sum(len(step) for step in routing)
+    kept = [e for e in est.entries if not e.name.endswith(HOST_CALLS)]
+    assert len(kept) == len(real.entries)
+    fields = sorted(_CHARGE_FIELDS)
+    for i, (r, e) in enumerate(zip(real.entries, kept, strict=True)):
+        want = {f: getattr(r, f) for f in ("phase", "scheme", *fields)}
+        got = {f: getattr(e, f) for f in ("phase", "scheme", *fields)}
+        assert got == want, (i, r.name, e.name, {f for f in want if got[f] != want[f]})
+    return est

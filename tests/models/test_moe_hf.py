@@ -2,8 +2,9 @@
 
 Prefill and decode logits must equal transformers' within 1e-4, each layer's chosen experts
 those of transformers' router, each expert's GEMMs must be charged with exactly the rows
-(tokens) routed to it, and the ledger's GEMMs must be those ``moe_matmuls`` lists from the
-config and the run's routing, entry for entry.
+(tokens) routed to it, the ledger's GEMMs must be those ``moe_matmuls`` lists from the
+config and the run's routing, and ``tenet_byoc.estimate`` given the run's routing must
+charge what the run charged, entry for entry (the host's routing work aside).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tenet_byoc
 from tenet_byoc.models import from_pretrained
 from tenet_byoc.models.moe import moe_matmuls
 from tenet_byoc.models.moe_model import MoERunner
-from moe_testing import FAMILIES, PROMPT, TINY, make_moe
+from moe_testing import FAMILIES, PROMPT, TINY, assert_estimate_equals_run, make_moe
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "transformers")),
@@ -54,7 +55,9 @@ def test_logits_routing_and_expert_rows_match_transformers(moe):
     want_prefill, want_step = out.logits[0].numpy(), step.logits[0, -1].numpy()
     assert np.abs(want_prefill).max() > 1.0  # not a comparison of near-zeros
 
+    tenet_byoc.set_phase(runner.vm, "prefill")
     logits, cache = runner.prefill(PROMPT[:-1])
+    tenet_byoc.set_phase(runner.vm, "decode")
     logits_step, cache = runner.decode(PROMPT[-1], cache)
     np.testing.assert_allclose(logits, want_prefill, rtol=0, atol=ATOL)
     np.testing.assert_allclose(logits_step, want_step, rtol=0, atol=ATOL)
@@ -95,6 +98,20 @@ def test_logits_routing_and_expert_rows_match_transformers(moe):
     ran = [(e.batch, e.m, e.n, e.k) for e in tenet_byoc.ledger(runner.vm).entries
            if "matmul" in e.pattern]
     assert ran == [(g.batch, g.m, g.n, g.k) for g in listed]
+
+    # estimate() given the run's routing charges every call of the run (vector work too).
+    real = tenet_byoc.ledger(runner.vm)
+    assert_estimate_equals_run(real, runner.config, runner.tokens_per_expert(),
+                               len(PROMPT) - 1, 1)
+    # The experts' rows are the run's: the expected uniform routing charges other GEMMs.
+    uniform = tenet_byoc.estimate(runner.config, "none", real.accelerator,
+                                  prompt_len=len(PROMPT) - 1, decode_steps=1)
+    assert [e.m for e in uniform.entries if e.unit == "array"] != ran_rows(real)
+
+
+def ran_rows(ledger) -> list[int]:
+    """The rows of each GEMM a ledger charged."""
+    return [e.m for e in ledger.entries if e.unit == "array"]
 
 
 def test_unsupported_moe_runs_are_refused(tmp_path):
