@@ -35,7 +35,7 @@ from . import cost_model as cm
 from .codegen import GemmCharging, gemm_charging
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["HOST_CALLS", "LinkCall", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+__all__ = ["HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
            "check_tensor_parallel",
            "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "stage_layers"]
 
@@ -635,7 +635,7 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
         if tp > 1:
             raise ValueError(f"tensor_parallel={tp}: {config.name}'s experts are not split by "
                              "Megatron-LM's rules here; spread them over chips with "
-                             "expert_parallel (tenet_byoc.plan.expert_parallel)")
+                             "tenet_byoc.plan.expert_parallel")
         if mu > 1 and one[1] % mu:
             raise ValueError(f"System.micro_batches={mu} must divide batch={one[1]}")
     seq, n = one
@@ -687,6 +687,100 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
         calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
                               ("link", *link)) for s in range(pp - 1)]
     return Plan(step, step.phase, tuple(calls), tp, pp, mu)
+
+
+def all_to_all(nbytes: float, chips: int) -> LinkCall:
+    """The link call of an all-to-all among ``chips`` chips in which each chip holds
+    ``nbytes`` bytes and sends the ``(chips - 1) / chips`` of them bound for the others.
+
+    Until the system's formulas charge an all-to-all of their own, it is charged as the
+    all-gather that moves the same bytes per chip: on a switch the same time (each chip's
+    port sends ``(chips - 1) / chips x nbytes``, one latency); on a ring or torus an
+    all-to-all crosses the bisection and takes longer, so this under-charges it there.
+    """
+    return LinkCall("all_gather", float(nbytes), chips)
+
+
+def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantScheme = "none",
+                    routing: Any = None) -> Plan:
+    """The plan of ``step`` of a mixture-of-experts model on ``chips`` chips by expert
+    parallelism: the busiest chip's calls, every chip charged as it.
+
+    Expert ``j`` lives on chip ``j mod chips`` (round-robin: the first experts, which the
+    expected routing fills first, land on different chips). The rest of each layer
+    (attention, shared experts, router, the host's routing work) is data-parallel: each chip
+    runs it for ``1 / chips`` of the sequences (the plan of that smaller step). Between the
+    router and the experts each chip sends its tokens' hidden states to their experts'
+    chips (``experts.dispatch``: an all-to-all of ``tokens x k x d`` values per chip, at the
+    activations' width) and gets the outputs back after them (``experts.gather``, the same
+    size at the output width), both by :func:`all_to_all`. The experts' calls are those of
+    the chip whose experts receive the most rows in the whole step (``routing``: as
+    :func:`plan` takes it, for the whole step; default the expected uniform routing).
+
+    Returns
+    -------
+    Plan
+        ``tensor_parallel = chips`` (so composing it charges each chip as the busiest).
+
+    Raises
+    ------
+    ValueError
+        If ``config`` has no experts, ``chips`` does not divide the routed experts or the
+        step's sequences, or the step mixes kinds of sequence.
+    """
+    from .models.moe import MoEConfig
+
+    config = model_config(config)
+    if not isinstance(config, MoEConfig):
+        raise ValueError(f"expert_parallel: {config.name} has no experts to spread")
+    _count("expert_parallel", "chips", chips, 1)
+    e = config.experts
+    one = step.uniform()
+    if one is None:
+        raise ValueError("expert_parallel: a step of several kinds of sequence is not planned "
+                         "for mixture-of-experts models yet")
+    seq, n = one
+    if e.num_experts % chips or n % chips:
+        raise ValueError(f"expert_parallel: chips={chips} must divide {config.name}'s "
+                         f"{e.num_experts} routed experts and the step's {n} sequences")
+    quant = get_scheme(scheme)
+    whole = plan_moe(config, step, quant, None, routing)
+    local = plan_moe(config, Step([(seq, n // chips)]), quant, None, None)
+
+    def expert_of(name: str) -> int | None:
+        head, sep, rest = name.partition(".experts.")
+        if not sep or name.endswith(HOST_CALLS):
+            return None
+        return int(rest.split(".", 1)[0])
+
+    rows = [0] * chips
+    for c in whole.calls:
+        j = expert_of(c.name)
+        if j is not None and c.unit == "array" and c.name.endswith("gate_proj"):
+            rows[j % chips] += c.call.m
+    busiest = rows.index(max(rows))
+    held: dict[int | None, list[PlannedCall]] = {}
+    for c in whole.calls:
+        j = expert_of(c.name)
+        if j is not None and j % chips == busiest:
+            held.setdefault(c.layer, []).append(c)
+    weights = _charging(quant)["weight"]
+    values = step.tokens // chips * e.experts_per_token * config.hidden_size
+    calls: list[PlannedCall] = []
+    for c in local.calls:
+        if expert_of(c.name) is not None:
+            continue
+        calls.append(c)
+        if c.name.endswith(".router.top_k"):
+            prefix = c.name.removesuffix("router.top_k")
+            for what, bits in (("dispatch", min(32, weights.bits[0])),
+                               ("gather", weights.bits[2])):
+                link = all_to_all(values * bits / 8, chips)
+                if what == "gather":
+                    calls += held.get(c.layer, [])
+                calls.append(PlannedCall(link, f"{prefix}experts.{what}", "link", c.layer,
+                                         c.stage, "", "none", 1, ("link", *link)))
+    return Plan(step, step.phase, tuple(calls), chips)
 
 
 # ---- Sharding --------------------------------------------------------------------------------

@@ -76,3 +76,63 @@ def test_moe_routing_errors_name_the_problem():
     with pytest.raises(ValueError, match="several kinds of sequence"):
         from tenet_byoc.plan import StepSequence
         plan("mixtral-8x7b", Step([StepSequence(4), StepSequence(1, 9)]))
+
+
+def _tiny_mixtral():
+    from moe_testing import TINY
+
+    from tenet_byoc.models.moe import MoEConfig
+
+    return MoEConfig.from_hf_dict({**TINY, "model_type": "mixtral"}, name="tiny-mixtral")
+
+
+def test_expert_parallel_by_hand():
+    from tenet_byoc.compose import compose
+    from tenet_byoc.estimate import Charges
+    from tenet_byoc.hardware import resolve
+    from tenet_byoc.plan import LinkCall, expert_parallel
+    from tenet_byoc.system import Link, collective_seconds
+
+    config = _tiny_mixtral()  # d = 32, 2 layers, 4 experts of width 40, k = 2
+    # Decode, 4 sequences on 2 chips; a skewed routing per layer: experts 0 and 2 live on
+    # chip 0 (4 + 1 and 3 + 0 rows: chip 0 takes 5, chip 1 takes 3 in layer 0).
+    routing = [[4, 3, 1, 0], [1, 2, 2, 3]]
+    p = expert_parallel(config, Step.decode(10, 4), 2, routing=routing)
+    assert p.tensor_parallel == 2
+    experts = [(c.name, c.call.m) for c in p.calls
+               if c.unit == "array" and ".experts." in c.name and c.name.endswith("gate_proj")]
+    # Chip 0: 5 + 3 = 8 rows over both layers; chip 1: 3 + 5 = 8: a tie goes to chip 0.
+    assert experts == [("layers.0.experts.0.gate_proj", 4), ("layers.0.experts.2.gate_proj", 1),
+                       ("layers.1.experts.0.gate_proj", 1), ("layers.1.experts.2.gate_proj", 2)]
+    # The rest of the layer is each chip's 2 sequences: q_proj of 2 rows, 2 x 2 kv heads.
+    q = [c.call for c in p.calls if c.name.endswith("q_proj")]
+    assert [(g.m, g.n, g.k) for g in q] == [(2, 32, 32)] * 2
+    links = [(c.name, c.call) for c in p.calls if c.unit == "link"]
+    # Each chip sends its 2 tokens x 2 experts x 32 values of 4 bytes, and gets them back.
+    size = 2 * 2 * 32 * 4
+    assert links == [(f"layers.{i}.experts.{w}", LinkCall("all_gather", size, 2))
+                     for i in range(2) for w in ("dispatch", "gather")]
+    # Placed between the router's top-k and the combine.
+    names = [c.name for c in p.calls]
+    assert names.index("layers.0.router.top_k") + 1 == names.index("layers.0.experts.dispatch")
+    assert names.index("layers.0.experts.gather") + 1 == names.index("layers.0.experts.scale")
+    # Charged on a switch: the all-to-all's time is (t - 1) / t x bytes / bandwidth + latency.
+    link = Link(bandwidth_gbps=50.0, latency_us=2.0, topology="switch")
+    assert collective_seconds("all_gather", size, 2, link) == pytest.approx(
+        size / 2 / 50e9 + 2e-6)
+    acc = resolve("os16")
+    charges = Charges(acc, link)
+    cost = compose(p, charges.cost, charges.schedule, acc.hardware.clock_ghz)
+    alone = compose(expert_parallel(config, Step.decode(10, 4), 1, routing=routing),
+                    charges.cost, charges.schedule, acc.hardware.clock_ghz)
+    assert cost.seconds > 4 * (size / 2 / 50e9 + 2e-6)  # the four all-to-alls at least
+    assert cost.seconds - 4 * (size / 2 / 50e9 + 2e-6) < alone.seconds  # the rest is less
+
+
+def test_expert_parallel_refusals():
+    from tenet_byoc.plan import expert_parallel
+
+    with pytest.raises(ValueError, match="chips=3 must divide tiny-mixtral's 4 routed experts"):
+        expert_parallel(_tiny_mixtral(), Step.decode(10, 6), 3)
+    with pytest.raises(ValueError, match="has no experts"):
+        expert_parallel("llama-3-8b", Step.decode(10, 2), 2)
