@@ -136,3 +136,26 @@ def test_expert_parallel_refusals():
         expert_parallel(_tiny_mixtral(), Step.decode(10, 6), 3)
     with pytest.raises(ValueError, match="has no experts"):
         expert_parallel("llama-3-8b", Step.decode(10, 2), 2)
+
+
+@pytest.mark.slow  # a build (~15 s)
+def test_qk_norm_of_a_dense_llama_is_charged_as_its_run_charges_it():
+    # Qwen3's per-head query and key RMSNorm in the dense decoder (the runner's own
+    # LlamaAttention): the estimate's calls equal the run's ledger, entry for entry.
+    import dataclasses as dc
+
+    from llama_testing import TINY_LLAMA
+    from test_estimate_vs_run import assert_same_charges, real_ledger
+
+    import tenet_byoc
+    from tenet_byoc.models.llama import LlamaConfig, LlamaRunner, random_params
+
+    config = dc.replace(LlamaConfig.from_hf_dict(TINY_LLAMA, name="tiny-qk-norm"),
+                        qk_norm=True)
+    runner = LlamaRunner(config, random_params(config, seed=0), bind_params=True,
+                         build=lambda mod: tenet_byoc.build(mod, accelerator="os16"))
+    real = real_ledger(runner, [5, 17, 0, 88], 4, 1)
+    est = tenet_byoc.estimate(config, "none", "os16", prompt_len=4, decode_steps=1)
+    assert_same_charges(real, est)
+    norms = [e for e in est.entries if e.name.endswith(("q_norm", "k_norm"))]
+    assert len(norms) == 2 * 2 * config.num_hidden_layers  # both phases
