@@ -40,3 +40,18 @@ def test_a_bad_capacity_is_refused():
     with pytest.raises(ValueError, match="dram_capacity_bytes=-1 must be a positive"):
         dse.explore("gpt2", ["none"], SPACE, executor="serial", prompt_len=8, decode_steps=1,
                     dram_capacity_bytes=-1)
+
+
+def test_the_command_line_reports_what_does_not_fit(tmp_path, capsys):
+    from tenet_byoc.experiments.cli import main
+
+    space = tmp_path / "space.yaml"
+    space.write_text("rows: [8]\ncols: [16]\ntensor_parallel: [1, 2]\nnode_nm: 28\n")
+    argv = ["dse", "--model", "gpt2", "--schemes", "none", "--space", str(space), "--out",
+            str(tmp_path / "out"), "--prompt-len", "8", "--decode-steps", "1", "--executor",
+            "serial", "--memory-gb", "0.3", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "- some points: none does not fit" in out
+    rows = (tmp_path / "out" / "dse.csv").read_text().splitlines()
+    assert sum("needs 0.5 GB per chip" in r for r in rows) == 1  # TP = 1 only
