@@ -55,3 +55,15 @@ def test_the_command_line_reports_what_does_not_fit(tmp_path, capsys):
     assert "- some points: none does not fit" in out
     rows = (tmp_path / "out" / "dse.csv").read_text().splitlines()
     assert sum("needs 0.5 GB per chip" in r for r in rows) == 1  # TP = 1 only
+
+
+def test_a_mixture_of_experts_is_explored_and_its_fit_checked():
+    # Mixtral 8x7B holds 46.70 B parameters (Mistral's announcement: 46.7 B): 186.8 GB at
+    # float32, not on an 80 GB chip; under q4f16_1 (4-bit GEMM weights and their fp16
+    # scales, the float32 embedding table) it fits and is charged.
+    rows = dse.explore("mixtral-8x7b", ["none", "q4f16_1"], {"rows": [16], "cols": [16]},
+                       executor="serial", prompt_len=8, decode_steps=1,
+                       dram_capacity_bytes=80e9)
+    none, q4 = rows
+    assert not none.feasible and "needs 186.8 GB per chip" in none.reason
+    assert q4.feasible and q4.tpot_ms > 0 and q4.fronts
