@@ -135,7 +135,8 @@ def main() -> None:
     from tenet_byoc._loader import _cpu_model
 
     head = [f"# Mixture-of-experts estimates beside GenZ ({CHIP}, float32)", "",
-            f"{datetime.date.today()}, {_cpu_model()} ({os.cpu_count()} CPUs); "
+            f"{datetime.date.today()}, {_cpu_model()} ({os.cpu_count()} vCPUs; the estimates' "
+            "speed only: the figures are the models', not this machine's); "
             f"prompt / context {args.prompt}; `python benchmarks/moe_peers.py --prompt "
             f"{args.prompt} --batch {args.batch}`.", ""]
     text = "\n".join(head + comparison(args.prompt, args.batch) + ["", EXPLANATION])

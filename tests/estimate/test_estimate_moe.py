@@ -159,3 +159,16 @@ def test_qk_norm_of_a_dense_llama_is_charged_as_its_run_charges_it():
     assert_same_charges(real, est)
     norms = [e for e in est.entries if e.name.endswith(("q_norm", "k_norm"))]
     assert len(norms) == 2 * 2 * config.num_hidden_layers  # both phases
+
+
+def test_pipeline_stages_split_a_mixture_of_experts_by_layer():
+    from tenet_byoc.plan import LinkCall, Sharding
+
+    config = resolve_config("mixtral-8x7b")  # 32 layers: 16 a stage
+    p = plan(config, Step.decode(10, 2), "none", Sharding(1, 2, 1))
+    stages = {c.layer: c.stage for c in p.calls if c.layer is not None}
+    assert [stages[i] for i in (0, 15, 16, 31)] == [0, 0, 1, 1]
+    assert {c.stage for c in p.calls if c.name.endswith("experts.0.gate_proj")} == {0, 1}
+    assert [c.stage for c in p.calls if c.name in ("embed_tokens", "lm_head")] == [0, 1]
+    # One hand-over: 2 tokens x d = 4096 at float32.
+    assert [c.call for c in p.calls if c.unit == "link"] == [LinkCall("p2p", 2 * 4096 * 4, 2)]
