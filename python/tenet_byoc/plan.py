@@ -761,20 +761,15 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
         size = step.tokens // mu * config.hidden_size * weights.bits[2] / 8
         link = LinkCall("p2p", size, 2)
         calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
-                              ("link", *link)) for s in range(pp - 1)]
+                              _link_key(link)) for s in range(pp - 1)]
     return Plan(step, step.phase, tuple(calls), tp, pp, mu)
 
 
 def all_to_all(nbytes: float, chips: int) -> LinkCall:
     """The link call of an all-to-all among ``chips`` chips in which each chip holds
-    ``nbytes`` bytes and sends the ``(chips - 1) / chips`` of them bound for the others.
-
-    Until the system's formulas charge an all-to-all of their own, it is charged as the
-    all-gather that moves the same bytes per chip: on a switch the same time (each chip's
-    port sends ``(chips - 1) / chips x nbytes``, one latency); on a ring or torus an
-    all-to-all crosses the bisection and takes longer, so this under-charges it there.
-    """
-    return LinkCall("all_gather", float(nbytes), chips)
+    ``nbytes`` bytes, ``nbytes / chips`` for each chip (the system's formulas charge it:
+    ``tenet_byoc.system``)."""
+    return LinkCall("all_to_all", float(nbytes), chips)
 
 
 def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantScheme = "none",
@@ -789,7 +784,7 @@ def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantSche
     router and the experts each chip sends its tokens' hidden states to their experts'
     chips (``experts.dispatch``: an all-to-all of ``tokens x k x d`` values per chip, at the
     activations' width) and gets the outputs back after them (``experts.gather``, the same
-    size at the output width), both by :func:`all_to_all`. The experts' calls are those of
+    size at the output width), both :func:`all_to_all` link calls. The experts' calls are those of
     the chip whose experts receive the most rows in the whole step (``routing``: as
     :func:`plan` takes it, for the whole step; default the expected uniform routing).
 
@@ -855,7 +850,7 @@ def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantSche
                 if what == "gather":
                     calls += held.get(c.layer, [])
                 calls.append(PlannedCall(link, f"{prefix}experts.{what}", "link", c.layer,
-                                         c.stage, "", "none", 1, ("link", *link)))
+                                         c.stage, "", "none", 1, _link_key(link)))
     return Plan(step, step.phase, tuple(calls), chips)
 
 

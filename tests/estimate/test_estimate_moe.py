@@ -110,7 +110,7 @@ def test_expert_parallel_by_hand():
     links = [(c.name, c.call) for c in p.calls if c.unit == "link"]
     # Each chip sends its 2 tokens x 2 experts x 32 values of 4 bytes, and gets them back.
     size = 2 * 2 * 32 * 4
-    assert links == [(f"layers.{i}.experts.{w}", LinkCall("all_gather", size, 2))
+    assert links == [(f"layers.{i}.experts.{w}", LinkCall("all_to_all", size, 2))
                      for i in range(2) for w in ("dispatch", "gather")]
     # Placed between the router's top-k and the combine.
     names = [c.name for c in p.calls]
@@ -118,7 +118,7 @@ def test_expert_parallel_by_hand():
     assert names.index("layers.0.experts.gather") + 1 == names.index("layers.0.experts.scale")
     # Charged on a switch: the all-to-all's time is (t - 1) / t x bytes / bandwidth + latency.
     link = Link(bandwidth_gbps=50.0, latency_us=2.0, topology="switch")
-    assert collective_seconds("all_gather", size, 2, link) == pytest.approx(
+    assert collective_seconds("all_to_all", size, 2, link) == pytest.approx(
         size / 2 / 50e9 + 2e-6)
     acc = resolve("os16")
     charges = Charges(acc, link)
