@@ -123,8 +123,6 @@ __all__ = [
     "VectorCall",
     "VectorCharge",
     "VectorUnit",
-    "accelerator_mapping_search",
-    "accelerator_parts",
     "analyze",
     "analyze_array",
     "analyze_gemm",
@@ -142,7 +140,6 @@ __all__ = [
     "integer_mac_pj",
     "load_tenet",
     "memory_from_tenet",
-    "parse_accelerator",
     "parse_tenet_hardware",
     "parse_tenet_mapping",
     "parse_tenet_statement",
@@ -152,17 +149,9 @@ __all__ = [
     "scalesim_equivalent",
     "scalesim_mapping",
     "search_mapping",
-    "serialize_accelerator",
     "sram_pj_per_bit",
     "tile_size_candidates",
-    "validate_accelerator",
 ]
-
-
-def _accelerator_of(hardware: Hardware, dataflow: Dataflow, memory: Any = None,
-                    precision: Any = None, mapping: Any = None,
-                    objective: Any = None, name: str = "analysis") -> Accelerator:
-    return Accelerator(name, hardware, dataflow, memory, precision, mapping, objective)
 
 
 def charge_gemm(M: int, N: int, K: int, hardware: Hardware, dataflow: Dataflow,
@@ -181,16 +170,6 @@ def charge_gemm(M: int, N: int, K: int, hardware: Hardware, dataflow: Dataflow,
     return charge(_call_from_keywords(M, N, K, bits, **call), acc, method)
 
 
-def accelerator_mapping_search(hardware: Hardware, dataflow: Dataflow, memory: Any = None,
-                               precision: Any = None, mapping: Any = "auto",
-                               objective: Any = None) -> Any:
-    """Deprecated (one release): ``Accelerator(...).mapping_search`` (None unless
-    ``mapping="auto"``)."""
-    _deprecated("accelerator_mapping_search", "tenet_byoc.Accelerator(...).mapping_search")
-    acc = _accelerator_of(hardware, dataflow, memory, precision, mapping, objective)
-    return acc._mapping_search
-
-
 def analyze_gemm(M: int, N: int, K: int, hardware: Hardware, dataflow: Dataflow,
                  bits: int = 32, *, method: str = "auto", **call: Any) -> Metrics:
     """Deprecated (one release): ``analyze_array(GemmCall(...), accelerator, method)``.
@@ -200,41 +179,6 @@ def analyze_gemm(M: int, N: int, K: int, hardware: Hardware, dataflow: Dataflow,
     _deprecated("analyze_gemm", "analyze_array(GemmCall(...), accelerator)")
     return _analyze_array(_call_from_keywords(M, N, K, bits, **call), hardware, dataflow,
                           method)
-
-
-def accelerator_parts(name: str, hardware: Hardware, dataflow: Dataflow, memory: Any = None,
-                      precision: Any = None, mapping: Any = None,
-                      objective: Any = None) -> tuple:
-    """Deprecated (one release): an :class:`Accelerator`'s ``memory``, ``precision``,
-    ``mapping`` and ``objective`` with the defaults filled in."""
-    _deprecated("accelerator_parts", "Accelerator(...).memory / .precision / ...")
-    a = _accelerator_of(hardware, dataflow, memory, precision, mapping, objective, name)
-    return a.memory, a.precision, a.mapping, a.objective
-
-
-def validate_accelerator(name: str, hardware: Hardware, dataflow: Dataflow, memory: Any = None,
-                         precision: Any = None, mapping: Any = None,
-                         objective: Any = None) -> None:
-    """Deprecated (one release): ``Accelerator(...)`` validates when made."""
-    _deprecated("validate_accelerator", "Accelerator(...)")
-    _accelerator_of(hardware, dataflow, memory, precision, mapping, objective, name)
-
-
-def serialize_accelerator(name: str, hardware: Hardware, dataflow: Dataflow, memory: Any = None,
-                          precision: Any = None, mapping: Any = None,
-                          objective: Any = None) -> str:
-    """Deprecated (one release): ``Accelerator(...).to_json()``."""
-    _deprecated("serialize_accelerator", "Accelerator(...).to_json()")
-    return _accelerator_of(hardware, dataflow, memory, precision, mapping, objective,
-                           name).to_json()
-
-
-def parse_accelerator(text: str) -> tuple:
-    """Deprecated (one release): ``Accelerator.from_json(text)``; (name, hardware,
-    dataflow, memory, precision, mapping, objective)."""
-    _deprecated("parse_accelerator", "Accelerator.from_json(text)")
-    a = Accelerator._parse_json(text)
-    return a.name, a.hardware, a.dataflow, a.memory, a.precision, a.mapping, a.objective
 
 
 def analyze(

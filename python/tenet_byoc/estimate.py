@@ -274,7 +274,7 @@ def estimate(
         lengths are left-padded there: charge them at the longest).
     mapping : str, optional
         ``"auto"`` (each distinct call's searched mapping, as a build with
-        ``preset(name, mapping="auto")`` charges it), ``"fixed"`` (the preset's own
+        ``preset(name, mapping="auto")`` charges it), ``"default"`` (the preset's own
         mapping) or None (the accelerator as given); see ``hardware.resolve``.
     progress : bool
         Show a progress bar over the decode steps (tqdm, on stderr).

@@ -332,10 +332,6 @@ PYBIND11_MODULE(_cost_model, m) {
   py::class_<Metrics> metrics(m, "Metrics");
   kMetricsFields.DefineOn(metrics)
       .def_readonly("tensors", &Metrics::tensors)
-      .def_property_readonly(
-          "pe_utilization", [](const Metrics& x) { return x.array_utilization; },
-          "The old name of array_utilization (kept one release): MACs over the array level's "
-          "cycles; a ledger entry's pe_utilization is over the call's cycles instead.")
       .def("as_dict", [](const Metrics& x) {
         py::dict d = kMetricsFields.AsDict(x);
         py::dict tensors;
