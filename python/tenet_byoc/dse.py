@@ -512,6 +512,9 @@ class _Job:
     node_nm: float
     table: AreaTable
     power_budget_w: float | None
+    #: per (scheme, tensor parallel, pipeline stages): why the model does not fit each
+    #: chip's DRAM, or "" (:func:`_memory_reasons`)
+    memory: dict[tuple[str, int, int], str] = field(default_factory=dict)
 
     @property
     def schemes(self) -> list[str]:
@@ -527,6 +530,33 @@ def _job(config: Any, schemes: Sequence[str], points: Iterable[DesignPoint], pro
              for s in schemes for tp, pp in shardings}
     return _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
                 node_nm, table, power_budget_w)
+
+
+def _memory_reasons(config: Any, schemes: Sequence[str], points: Iterable[DesignPoint],
+                    prompt_len: int, decode_steps: int, batch: int,
+                    capacity: float | None) -> dict[tuple[str, int, int], str]:
+    """Per (scheme, sharding) the points use: why the footprint per chip
+    (``models.footprint``: weights at their stored widths, the KV cache, activations' peak;
+    the larger of the prefill's and the last decode step's) exceeds ``capacity`` bytes, or
+    "". Empty without a capacity."""
+    if capacity is None:
+        return {}
+    from .models.footprint import footprint
+
+    out = {}
+    for tp, pp in sorted({(p.tensor_parallel, p.pipeline_parallel) for p in points}):
+        for scheme in schemes:
+            phases = []
+            if prompt_len:
+                phases.append(footprint(config, scheme, batch, prompt_len, batch * prompt_len,
+                                        tp, pp))
+            if decode_steps:
+                phases.append(footprint(config, scheme, batch, prompt_len + decode_steps,
+                                        batch, tp, pp))
+            worst = max(phases, key=lambda f: f.total)
+            short = worst.shortfall(capacity)
+            out[scheme, tp, pp] = f"{scheme} does not fit: it {short}" if short else ""
+    return out
 
 
 def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
@@ -572,6 +602,7 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
                     arrays.setdefault(point.array_key(), {}),
                     vectors.setdefault(point.vector_key(), {}))
                 latency_us = {ph: t * 1e6 for ph, t in times.items()}
+            reason = reason or job.memory.get(key, "")
             out.append(_result(job, point, area, scheme, latency_us, energy, reason))
     return out
 
@@ -807,11 +838,14 @@ def _run_ray(job: _Job, chunks: list, address: str | None,
 
 
 def _run_settings(config: Any, schemes: Sequence[str], prompt_len: int, decode_steps: int,
-                  batch: int, space: DesignSpace) -> str:
+                  batch: int, space: DesignSpace, capacity: float | None = None) -> str:
     """A hash of what a point's rows depend on besides the point: the results file's rows
     are read back only under a ``{"run_settings": ..}`` line of the same run's hash."""
-    text = json.dumps([repr(config), list(schemes), prompt_len, decode_steps, batch,
-                       space.node_nm, space.power_budget_w, repr(space.table)])
+    values = [repr(config), list(schemes), prompt_len, decode_steps, batch,
+              space.node_nm, space.power_budget_w, repr(space.table)]
+    if capacity is not None:  # (absent, the hash of earlier runs' files is unchanged)
+        values.append(capacity)
+    text = json.dumps(values)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -867,6 +901,7 @@ def explore(
     accuracy: Mapping[str, Mapping[str, float]] | None = None,
     progress: bool = False,
     chunk_size: int = 64,
+    dram_capacity_bytes: float | None = None,
 ) -> list[PointResult]:
     """Estimate every point of ``space`` under every scheme and mark the Pareto fronts.
 
@@ -893,6 +928,9 @@ def explore(
         independent of the design): joined to its points, and the accuracy front marked.
     progress : bool
         A tqdm bar of points with points per second.
+    dram_capacity_bytes : float, optional
+        Each chip's DRAM: a (point, scheme) whose footprint per chip exceeds it is
+        infeasible (``reason`` says what it needs), so off the fronts.
 
     Returns
     -------
@@ -924,13 +962,21 @@ def explore(
     if space.area_budget_mm2 is not None:
         points = [p for p in points if space.area(p)["total"] <= space.area_budget_mm2]
     path = Path(results_file) if results_file is not None else None
-    settings = _run_settings(config, schemes, prompt_len, decode_steps, batch, space)
+    settings = _run_settings(config, schemes, prompt_len, decode_steps, batch, space,
+                             dram_capacity_bytes)
     done = _read_done(path, schemes, settings) if path else {}
     results: dict[str, list[PointResult]] = {p.key: done[p.key] for p in points
                                              if p.key in done}
     todo = [p for p in points if p.key not in results]
+    if dram_capacity_bytes is not None and (isinstance(dram_capacity_bytes, bool) or not
+                                            isinstance(dram_capacity_bytes, int | float)
+                                            or not 0 < dram_capacity_bytes < math.inf):
+        raise ValueError(f"dram_capacity_bytes={dram_capacity_bytes!r} must be a positive "
+                         "number of bytes")
     job = _job(config, schemes, todo, prompt_len, decode_steps, batch, space.node_nm,
                space.table, space.power_budget_w)
+    job.memory = _memory_reasons(config, schemes, todo, prompt_len, decode_steps, batch,
+                                 dram_capacity_bytes)
     chunks = _chunks(todo, max(1, chunk_size))
     if executor == "serial" or not chunks:
         runs: Iterable[list[PointResult]] = (_evaluate(job, c) for c in chunks)

@@ -243,6 +243,7 @@ def estimate(
     *,
     progress: bool = False,
     system: Any = None,
+    routing: Any = None,
 ) -> Ledger:
     """The ledger of a prefill and ``decode_steps`` decode steps, from shapes alone.
 
@@ -283,6 +284,10 @@ def estimate(
         ``unit="link"``, and a :class:`~tenet_byoc.system.SystemLedger` is returned, its
         ``steps`` the critical path of each step. ``accelerator`` must then be left at its
         default or name the system's accelerator (the system's is charged).
+    routing : sequence, optional
+        A mixture-of-experts model only: per step (the prefill, then each decode step), per
+        mixture layer, the tokens each expert receives, as ``MoERunner.tokens_per_expert()``
+        gives a run's; default the expected uniform routing (``tenet_byoc.plan.plan_moe``).
 
     Returns
     -------
@@ -314,11 +319,17 @@ def estimate(
         steps = tqdm(steps, desc=f"estimate {config.name} {quant.name}", unit="call",
                      leave=False)
     charges = Charges(acc, system.link if system is not None else None)
+    if routing is not None:
+        routing = list(routing)
+        if len(routing) != len(steps):
+            raise ValueError(f"routing gives {len(routing)} steps' tokens per expert; the "
+                             f"estimate runs {len(steps)} steps (the prefill, then each "
+                             "decode step)")
     plans: list[Plan] = []
     times = []
     count = 0
-    for step in steps:
-        p = plan(config, step, quant, system)
+    for i, step in enumerate(steps):
+        p = plan(config, step, quant, system, None if routing is None else routing[i])
         for pc in p.written:  # every distinct call charged now: a refusal is raised here
             charges.fields(pc)
         plans.append(p)

@@ -96,7 +96,37 @@ class Accelerator(cm.Accelerator):
         parts.update(changes)
         if parts["mapping"] != "auto" and "objective" not in changes:
             parts["objective"] = None
-        return type(self)(**parts)
+        out = type(self)(**parts)
+        if "_dram_capacity" in self.__dict__:
+            out._dram_capacity = self._dram_capacity
+        return out
+
+    @property
+    def dram_capacity_bytes(self) -> float | None:
+        """Bytes of DRAM (HBM) the chip holds: what :meth:`with_dram_capacity` set, else the
+        data-sheet figure of the preset of this name (:data:`DRAM_CAPACITY_BYTES`), else
+        None (unknown: nothing is refused for not fitting)."""
+        own = self.__dict__.get("_dram_capacity")
+        return own if own is not None else DRAM_CAPACITY_BYTES.get(self.name)
+
+    def with_dram_capacity(self, nbytes: float | None) -> Accelerator:
+        """This accelerator holding ``nbytes`` bytes of DRAM (None: the figure of the preset of
+        its name, if any). The capacity
+        changes no charge (only whether a model fits); it is kept by :meth:`replace` but
+        not written by :meth:`to_json`.
+
+        Raises
+        ------
+        ValueError
+            For a capacity that is not a positive finite number.
+        """
+        if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(
+                nbytes, int | float) or not 0 < nbytes < float("inf")):
+            raise ValueError(f"dram_capacity_bytes={nbytes!r} must be a positive number of "
+                             "bytes (or None)")
+        out = self.replace()
+        out._dram_capacity = None if nbytes is None else float(nbytes)
+        return out
 
     @property
     def charge_parts(self) -> dict:
@@ -566,6 +596,21 @@ PRESETS: dict[str, Callable[[], Accelerator]] = {
 
 DEFAULT_PRESET = "os16"
 
+#: DRAM capacity of the presets modelled on real chips, bytes (vendors' GB as 10^9 bytes).
+#: Sources: NVIDIA A100 Tensor Core GPU data sheet: the SXM4 80 GB part is the one of the
+#: preset's 2,039 GB/s (the 40 GB part has 1,555 GB/s), and LLMCompass (Zhang et al., ISCA
+#: 2024) models its A100 with 80 GB; NVIDIA H100 Tensor Core GPU data sheet (SXM, 80 GB
+#: HBM3); NVIDIA H200 Tensor Core GPU data sheet (141 GB HBM3e); Google Cloud, "TPU v5e"
+#: (16 GB of HBM2 per chip); Jouppi et al., ISCA 2017 (TPU v1: 8 GiB of DDR3). The
+#: research arrays (os16, ws128, tenet_*) state none.
+DRAM_CAPACITY_BYTES: dict[str, float] = {
+    "a100": 80e9,
+    "h100_sxm": 80e9,
+    "h200": 141e9,
+    "tpu_v5e": 16e9,
+    "tpu_v1": float(8 * 2**30),
+}
+
 
 def _check_choice(mapping: Any, objective: Any) -> str | None:
     """``mapping`` in its one spelling (the old "fixed" is "default", with a warning)."""
@@ -658,6 +703,7 @@ def resolve(
 
 __all__ = [
     "DEFAULT_PRESET",
+    "DRAM_CAPACITY_BYTES",
     "MAPPING_CHOICES",
     "PRESETS",
     "Accelerator",

@@ -47,9 +47,9 @@ from . import cost_model as cm
 from .codegen import GemmCharging, gemm_charging
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["LinkCall", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+__all__ = ["HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
            "check_tensor_parallel",
-           "model_config", "plan", "shard_gemm", "shard_vector", "stage_layers"]
+           "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "stage_layers"]
 
 
 def _count(owner: str, name: str, value: object, low: int) -> None:
@@ -305,19 +305,20 @@ class Plan:
 
 def model_config(model: Any) -> Any:
     """The config of ``model``: a built-in name, a ``config.json`` or checkpoint folder path,
-    or a ``GPT2Config`` / ``LlamaConfig`` as is."""
+    or a ``GPT2Config`` / ``LlamaConfig`` / ``MoEConfig`` as is."""
     # The backend reaches the models' shape tables only here, when asked to plan one, so
     # importing tenet_byoc still loads no model code (tests/test_layering.py).
     from .models.configs import resolve_config
     from .models.gpt2 import GPT2Config
     from .models.llama import LlamaConfig
+    from .models.moe import MoEConfig
 
-    if isinstance(model, GPT2Config | LlamaConfig):
+    if isinstance(model, GPT2Config | LlamaConfig | MoEConfig):
         return model
     if not isinstance(model, str | os.PathLike):
         raise TypeError(
             f"model must be a built-in name, a config.json or checkpoint folder path, or a "
-            f"GPT2Config / LlamaConfig; got {type(model).__name__}"
+            f"GPT2Config / LlamaConfig / MoEConfig; got {type(model).__name__}"
         )
     return resolve_config(model)
 
@@ -493,7 +494,7 @@ def _interned(key: tuple, make: Any) -> Any:
 
 
 def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
-         system: Any = None) -> Plan:
+         system: Any = None, routing: Any = None) -> Plan:
     """Every call of ``step`` of the model ``config`` under ``scheme``.
 
     Parameters
@@ -512,6 +513,10 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         parallelism, :func:`shard_gemm`, :func:`shard_vector`), the row-parallel GEMMs and the
         head followed by their collectives, and with several stages the hand-overs between
         them; ``micro_batches`` must divide every group of equal sequences.
+    routing : sequence of sequences of int, optional
+        A mixture-of-experts model only: per mixture layer, the tokens each expert receives
+        in this step (a run's router's choices, ``MoERunner.tokens_per_expert``); default
+        the expected uniform routing (:func:`plan_moe`).
 
     Returns
     -------
@@ -528,10 +533,16 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     from .models.gemms import model_gemms
     from .models.vector_ops import gemm_epilogues, model_vector_ops
 
+    from .models.moe import MoEConfig
+
     config = model_config(config)
     if not isinstance(step, Step):
         raise TypeError(f"step must be a tenet_byoc.plan.Step, got {type(step).__name__}")
     quant = get_scheme(scheme)
+    if isinstance(config, MoEConfig):
+        return plan_moe(config, step, quant, system, routing)
+    if routing is not None:
+        raise ValueError(f"routing is given, but {config.name} has no experts to route to")
     tp = pp = mu = 1
     if system is not None:
         tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
@@ -655,6 +666,192 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         return Plan(whole, phase, tuple(calls), tp, pp, mu)
     return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,
                 "h." if hasattr(cut, "n_layer") else "layers.")
+
+
+# ---- Mixture of experts ---------------------------------------------------------------------
+
+#: Name endings of the calls a mixture-of-experts run does on the host (the router's scores
+#: and top-k, the weighted combine): an estimate charges them on the vector unit, a run's
+#: ledger does not list them.
+HOST_CALLS = ("router.scores", "router.top_k", "experts.scale", "experts.combine")
+
+
+def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system: Any = None,
+             routing: Any = None) -> Plan:
+    """Every call of ``step`` of the mixture-of-experts model ``config`` (a ``MoEConfig``).
+
+    The calls are those of ``models.moe.moe_call_groups``, in a run's order: per Relax
+    function call its GEMMs (with their fused epilogues), then its other vector work. Per
+    mixture layer: attention (grouped-query, or DeepSeek's latent attention, expanded in a
+    prefill and absorbed in a decode step), the shared experts, the router GEMM, the
+    host's scores and top-k (:data:`HOST_CALLS`), each expert that receives tokens over
+    exactly those rows, and the combine. By default the routing is the expected uniform
+    one: ``tokens x k`` rows spread evenly over ``E x (1 - (1 - k/E) ** tokens)`` distinct
+    experts (rounded; ``models.moe.expected_routing``), so a decode step of one sequence
+    reads its k experts' weights and a large batch nearly all of them. ``routing`` gives
+    the tokens per expert of each mixture layer instead (a run's, or a skew).
+
+    Raises
+    ------
+    ValueError
+        For a step of several kinds of sequence (not planned for these models yet), tensor
+        parallelism (the experts are spread by expert parallelism instead), a sharding or
+        routing that does not fit, or a GEMM the cost model cannot size.
+    """
+    from .models.moe import moe_call_groups
+
+    quant = get_scheme(scheme)
+    one = step.uniform()
+    if one is None:
+        raise ValueError(f"{config.name}: a step of several kinds of sequence is not planned "
+                         "for mixture-of-experts models yet; plan each kind alone")
+    tp = pp = mu = 1
+    if system is not None:
+        tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
+        if tp > 1:
+            raise ValueError(f"tensor_parallel={tp}: {config.name}'s experts are not split by "
+                             "Megatron-LM's rules here; spread them over chips with "
+                             "tenet_byoc.plan.expert_parallel")
+        if mu > 1 and one[1] % mu:
+            raise ValueError(f"System.micro_batches={mu} must divide batch={one[1]}")
+    seq, n = one
+    n //= mu
+    ph, tokens = _phase_tokens(seq)
+    hows = _charging(quant)
+    weights = hows["weight"]
+    hows = {**hows, "absorbed": _charging(get_scheme("none"))["weight"]}
+    float_gemm = weights.scheme == "none"
+    stage_of: dict[int | None, int] = {None: pp - 1}
+    for s, layers in enumerate(stage_layers(config.num_hidden_layers, pp)):
+        stage_of.update(dict.fromkeys(layers, s))
+    groups = moe_call_groups(config, tokens, ph, routing, n, min(32, weights.bits[0]),
+                             weights.k_multiple, float_gemm)
+    calls: list[PlannedCall] = []
+    for group in groups:
+        for g, role in group.gemms:
+            how = hows[role]
+            layer = _layer_of(g.name)
+            st = 0 if layer is None and g.name.startswith(_BEFORE_LAYERS) else stage_of[layer]
+            k = -(-g.k // how.k_multiple) * how.k_multiple
+            _check_sizes(g.name, ph, n, g.batch, g.m, g.n, k)
+            key = ("array", g.batch, g.m, g.n, k, how.scheme, role, how.bits)
+            call = _interned(key, lambda g=g, k=k, how=how: cm.GemmCall(
+                m=g.m, n=g.n, k=k, batch=g.batch, bits_a=how.bits[0], bits_b=how.bits[1],
+                bits_c=how.bits[2], scheme=how.scheme, recipe=how.recipe))
+            calls.append(PlannedCall(call, g.name, "array", layer, st, "", how.scheme, 1, key))
+            for op in group.epilogues.get(g.name, ()):
+                rows, width = g.batch * g.m, g.n
+                vkey = ("vector", op, (rows, width), 32, width, "none")
+                v = _interned(vkey, lambda op=op, rows=rows, width=width: cm.VectorCall(
+                    op, [rows, width], operand_elements=width))
+                calls.append(PlannedCall(v, f"{g.name}.{op}", "vector", layer, st, g.name,
+                                         "none", 1, vkey))
+        for v in group.vectors:
+            shape, operand = tuple(v.shape), v.operand
+            label = quant.name if v.quantize else "none"
+            key = ("vector", v.op, shape, v.bits_out, operand, label)
+            call = _interned(key, lambda v=v, shape=shape, operand=operand: cm.VectorCall(
+                v.op, list(shape), bits_in=32, bits_out=v.bits_out,
+                operand_elements=operand if operand else (None if v.op not in _BINARY
+                                                          else 0)))
+            layer = _layer_of(v.name)
+            st = 0 if layer is None and v.name.startswith(_BEFORE_LAYERS) else stage_of[layer]
+            calls.append(PlannedCall(call, v.name, "vector", layer, st, "", label, 1, key))
+    if pp > 1:
+        size = step.tokens // mu * config.hidden_size * weights.bits[2] / 8
+        link = LinkCall("p2p", size, 2)
+        calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
+                              _link_key(link)) for s in range(pp - 1)]
+    return Plan(step, step.phase, tuple(calls), tp, pp, mu)
+
+
+def all_to_all(nbytes: float, chips: int) -> LinkCall:
+    """The link call of an all-to-all among ``chips`` chips in which each chip holds
+    ``nbytes`` bytes, ``nbytes / chips`` for each chip (the system's formulas charge it:
+    ``tenet_byoc.system``)."""
+    return LinkCall("all_to_all", float(nbytes), chips)
+
+
+def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantScheme = "none",
+                    routing: Any = None) -> Plan:
+    """The plan of ``step`` of a mixture-of-experts model on ``chips`` chips by expert
+    parallelism: the busiest chip's calls, every chip charged as it.
+
+    Expert ``j`` lives on chip ``j mod chips`` (round-robin: the first experts, which the
+    expected routing fills first, land on different chips). The rest of each layer
+    (attention, shared experts, router, the host's routing work) is data-parallel: each chip
+    runs it for ``1 / chips`` of the sequences (the plan of that smaller step). Between the
+    router and the experts each chip sends its tokens' hidden states to their experts'
+    chips (``experts.dispatch``: an all-to-all of ``tokens x k x d`` values per chip, at the
+    activations' width) and gets the outputs back after them (``experts.gather``, the same
+    size at the output width), both :func:`all_to_all` link calls. The experts' calls are those of
+    the chip whose experts receive the most rows in the whole step (``routing``: as
+    :func:`plan` takes it, for the whole step; default the expected uniform routing).
+
+    Returns
+    -------
+    Plan
+        ``tensor_parallel = chips`` (so composing it charges each chip as the busiest).
+
+    Raises
+    ------
+    ValueError
+        If ``config`` has no experts, ``chips`` does not divide the routed experts or the
+        step's sequences, or the step mixes kinds of sequence.
+    """
+    from .models.moe import MoEConfig
+
+    config = model_config(config)
+    if not isinstance(config, MoEConfig):
+        raise ValueError(f"expert_parallel: {config.name} has no experts to spread")
+    _count("expert_parallel", "chips", chips, 1)
+    e = config.experts
+    one = step.uniform()
+    if one is None:
+        raise ValueError("expert_parallel: a step of several kinds of sequence is not planned "
+                         "for mixture-of-experts models yet")
+    seq, n = one
+    if e.num_experts % chips or n % chips:
+        raise ValueError(f"expert_parallel: chips={chips} must divide {config.name}'s "
+                         f"{e.num_experts} routed experts and the step's {n} sequences")
+    quant = get_scheme(scheme)
+    whole = plan_moe(config, step, quant, None, routing)
+    local = plan_moe(config, Step([(seq, n // chips)]), quant, None, None)
+
+    def expert_of(name: str) -> int | None:
+        head, sep, rest = name.partition(".experts.")
+        if not sep or name.endswith(HOST_CALLS):
+            return None
+        return int(rest.split(".", 1)[0])
+
+    rows = [0] * chips
+    for c in whole.calls:
+        j = expert_of(c.name)
+        if j is not None and c.unit == "array" and c.name.endswith("gate_proj"):
+            rows[j % chips] += c.call.m
+    busiest = rows.index(max(rows))
+    held: dict[int | None, list[PlannedCall]] = {}
+    for c in whole.calls:
+        j = expert_of(c.name)
+        if j is not None and j % chips == busiest:
+            held.setdefault(c.layer, []).append(c)
+    weights = _charging(quant)["weight"]
+    values = step.tokens // chips * e.experts_per_token * config.hidden_size
+    calls: list[PlannedCall] = []
+    for c in local.calls:
+        if expert_of(c.name) is not None:
+            continue
+        calls.append(c)
+        if c.name.endswith(".router.top_k"):
+            prefix = c.name.removesuffix("router.top_k")
+            for what, bits in (("dispatch", min(32, weights.bits[0])),
+                               ("gather", weights.bits[2])):
+                link = all_to_all(values * bits / 8, chips)
+                if what == "gather":
+                    calls += held.get(c.layer, [])
+                calls.append(PlannedCall(link, f"{prefix}experts.{what}", "link", c.layer,
+                                         c.stage, "", "none", 1, _link_key(link)))
+    return Plan(step, step.phase, tuple(calls), chips)
 
 
 # ---- Sharding --------------------------------------------------------------------------------

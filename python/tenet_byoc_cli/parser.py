@@ -491,6 +491,10 @@ def _add_dse(sub) -> None:
     p.add_argument("--batch", type=_count(1), default=1, metavar="B", help="default 1")
     p.add_argument("--objective", default="tpot_ms", metavar="FIELD",
                    help="sort dse.csv and the printed fronts by this figure (default tpot_ms)")
+    p.add_argument("--memory-gb", type=_rate, metavar="GB",
+                   help="each chip's DRAM: a point whose model (weights at their stored "
+                   "widths, KV cache, activations' peak per chip) does not fit is infeasible, "
+                   "with the reason, and off the fronts (default: not checked)")
     p.add_argument("--executor", choices=DSE_EXECUTORS, default="local",
                    help="local process pool (default), this process, or Ray tasks "
                    "(pip install 'tenet-byoc[ray]')")

@@ -102,3 +102,33 @@ def test_out_writes_a_layer_summary_and_every_call_only_with_ledger(tmp_path, ca
 
     gemms = {g.name for g in model_gemms(resolve_config("gpt2"), "prefill", 16)}
     assert sum(r["layer"] in gemms for r in layers) == 2 * (12 * 6 + 1)  # and vector rows
+
+
+def test_estimate_charges_a_mixture_of_experts(tmp_path, capsys):
+    argv = ["estimate", "--model", "mixtral-8x7b", "--schemes", "none", "--prompt-len", "16",
+            "--decode-steps", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    rows = list(csv.DictReader((tmp_path / "estimate.csv").open()))
+    # Mixtral 8x7B by hand: d = 4096, 32 layers, 32 query / 8 key-value heads of 128, a
+    # router of 8 experts, each token's 2 experts of width 14336, head of 32000. A decode
+    # step at context 16 attends to 17 keys; its token reaches exactly 2 experts.
+    d, layers, inner, vocab = 4096, 32, 14336, 32000
+    decode = layers * (2 * d * d + 2 * d * 1024 + 2 * 32 * 17 * 128 + 8 * d
+                       + 2 * 3 * d * inner) + d * vocab
+    assert [(r["phase"], int(r["macs"])) for r in rows][1] == ("decode", decode)
+
+
+def test_estimate_says_whether_the_model_fits_the_chips_dram(capsys):
+    # Llama-3-70B holds 70.55 B parameters (Meta's model card: 70 B; 80 layers of d = 8192,
+    # MLP 28672, 8 kv heads, untied vocabulary of 128256): 282.2 GB at float32.
+    params = 80 * (2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192) \
+        + 2 * 128256 * 8192 + 8192
+    argv = ["estimate", "--model", "llama-3-70b", "--schemes", "none", "--prompt-len", "8",
+            "--decode-steps", "1"]
+    assert main([*argv, "--accelerator", "tpu_v5e"]) == 0
+    out = capsys.readouterr().out
+    assert f"weights {params * 4 / 1e9:,.1f} GB" in out and "282.2 GB" in out
+    assert "does NOT fit tpu_v5e's 16.0 GB of DRAM" in out
+    assert main([*argv, "--accelerator", "h100_sxm", "--tp", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "fits h100_sxm's 80.0 GB of DRAM" in out and "NOT" not in out

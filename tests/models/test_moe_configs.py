@@ -146,7 +146,7 @@ def test_moe_matmuls_default_routing_and_bad_counts():
         moe_matmuls(config, 4, "prefill", [[2] * 8] * 32)  # 16 rows, not 4 x 2
 
 
-@pytest.mark.parametrize("command", ["estimate", "dse", "serve"])
+@pytest.mark.parametrize("command", ["serve"])
 def test_the_command_line_refuses_to_charge_experts_by_name(command, tmp_path, capsys):
     from tenet_byoc.experiments.cli import main
 

@@ -2,8 +2,9 @@
 
 Prefill and decode logits must equal transformers' within 1e-4, each layer's chosen experts
 those of transformers' router, each expert's GEMMs must be charged with exactly the rows
-(tokens) routed to it, and the ledger's GEMMs must be those ``moe_matmuls`` lists from the
-config and the run's routing, entry for entry.
+(tokens) routed to it, the ledger's GEMMs must be those ``moe_matmuls`` lists from the
+config and the run's routing, and ``tenet_byoc.estimate`` given the run's routing must
+charge what the run charged, entry for entry (the host's routing work aside).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tenet_byoc
 from tenet_byoc.models import from_pretrained
 from tenet_byoc.models.moe import moe_matmuls
 from tenet_byoc.models.moe_model import MoERunner
+from moe_testing import FAMILIES, PROMPT, TINY, assert_estimate_equals_run, make_moe
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "transformers")),
@@ -25,33 +27,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 ATOL = 1e-4
-PROMPT = [3, 17, 0, 8, 42, 42, 9, 33, 1, 50, 11, 4]
-TINY = {"vocab_size": 61, "hidden_size": 32, "intermediate_size": 40, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
-        "num_experts_per_tok": 2, "max_position_embeddings": 64, "rope_theta": 1000.0}
-_QWEN = {**{k: v for k, v in TINY.items() if k != "num_local_experts"}, "num_hidden_layers": 3,
-         "num_experts": 6, "moe_intermediate_size": 24, "mlp_only_layers": [1]}
-# family: (transformers' class prefix, config, the routed experts' width)
-FAMILIES = {
-    "mixtral": ("Mixtral", TINY, 40),
-    # shared expert with its sigmoid gate, q/k/v biases, top-k weights not renormalized,
-    # a dense layer between two mixture ones
-    "qwen2_moe": ("Qwen2Moe", {**_QWEN, "shared_expert_intermediate_size": 56,
-                               "norm_topk_prob": False}, 24),
-    # QK norm, an explicit head_dim, renormalized top-k
-    "qwen3_moe": ("Qwen3Moe", {**_QWEN, "head_dim": 16, "norm_topk_prob": True}, 24),
-    # multi-head latent attention (expanded in prefill, absorbed in decode; interleaved RoPE,
-    # YaRN with mscale), sigmoid routing with
-    # a bias, 2 of 4 expert groups, two shared experts, a dense first layer
-    "deepseek_v3": ("DeepseekV3", {
-        **{k: v for k, v in _QWEN.items() if k not in ("num_experts", "mlp_only_layers")},
-        "num_key_value_heads": 4, "n_routed_experts": 8, "n_shared_experts": 2,
-        "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1, "q_lora_rank": 20,
-        "kv_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 5,
-        "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0,
-                            "original_max_position_embeddings": 8, "mscale": 1.0,
-                            "mscale_all_dim": 1.0}}, 24),
-}
 
 
 @pytest.fixture(scope="module", params=["mixtral",
@@ -60,20 +35,7 @@ FAMILIES = {
                                         pytest.param("deepseek_v3", marks=pytest.mark.slow)])
 def moe(request, tmp_path_factory):
     """``(family, transformers' model, tenet's runner of its saved checkpoint)``."""
-    import torch
-    import transformers
-
-    kind, values, _ = FAMILIES[request.param]
-    config = getattr(transformers, kind + "Config")(**values, attn_implementation="eager")
-    model = getattr(transformers, kind + "ForCausalLM")(config).eval()
-    torch.manual_seed(0)
-    with torch.no_grad():  # weights large enough that every one shows in the logits
-        for _, p in model.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if p.ndim == 1
-                    else torch.randn_like(p) * p.shape[-1] ** -0.5)
-        for name, b in model.named_buffers():  # DeepSeek's router bias, saved with the weights
-            if name.endswith("e_score_correction_bias"):
-                b.copy_(0.1 * torch.randn_like(b))
+    model = make_moe(request.param)
     folder = tmp_path_factory.mktemp(request.param)
     model.save_pretrained(folder)
     return request.param, model, from_pretrained(folder, build=tenet_byoc.build)
@@ -93,7 +55,9 @@ def test_logits_routing_and_expert_rows_match_transformers(moe):
     want_prefill, want_step = out.logits[0].numpy(), step.logits[0, -1].numpy()
     assert np.abs(want_prefill).max() > 1.0  # not a comparison of near-zeros
 
+    tenet_byoc.set_phase(runner.vm, "prefill")
     logits, cache = runner.prefill(PROMPT[:-1])
+    tenet_byoc.set_phase(runner.vm, "decode")
     logits_step, cache = runner.decode(PROMPT[-1], cache)
     np.testing.assert_allclose(logits, want_prefill, rtol=0, atol=ATOL)
     np.testing.assert_allclose(logits_step, want_step, rtol=0, atol=ATOL)
@@ -134,6 +98,20 @@ def test_logits_routing_and_expert_rows_match_transformers(moe):
     ran = [(e.batch, e.m, e.n, e.k) for e in tenet_byoc.ledger(runner.vm).entries
            if "matmul" in e.pattern]
     assert ran == [(g.batch, g.m, g.n, g.k) for g in listed]
+
+    # estimate() given the run's routing charges every call of the run (vector work too).
+    real = tenet_byoc.ledger(runner.vm)
+    assert_estimate_equals_run(real, runner.config, runner.tokens_per_expert(),
+                               len(PROMPT) - 1, 1)
+    # The experts' rows are the run's: the expected uniform routing charges other GEMMs.
+    uniform = tenet_byoc.estimate(runner.config, "none", real.accelerator,
+                                  prompt_len=len(PROMPT) - 1, decode_steps=1)
+    assert [e.m for e in uniform.entries if e.unit == "array"] != ran_rows(real)
+
+
+def ran_rows(ledger) -> list[int]:
+    """The rows of each GEMM a ledger charged."""
+    return [e.m for e in ledger.entries if e.unit == "array"]
 
 
 def test_unsupported_moe_runs_are_refused(tmp_path):

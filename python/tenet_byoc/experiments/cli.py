@@ -387,7 +387,7 @@ def _cmd_presets(args) -> int:
 
 
 def _refuse_experts(model: str) -> None:
-    """A mixture-of-experts model is read and counted but not yet charged: say so."""
+    """A mixture-of-experts model is not yet served (estimate and dse charge it): say so."""
     from ..models.configs import resolve_config
     from ..models.moe import MoEConfig
 
@@ -396,15 +396,14 @@ def _refuse_experts(model: str) -> None:
     if isinstance(config, MoEConfig):
         raise _UserError(
             f"model {model!r} is a mixture of experts ({config.model_type}): its config is "
-            "read and its weights counted (tenet_byoc.models.moe), but estimate, dse and "
-            "serve do not charge experts yet"
+            "read and its weights counted (tenet_byoc.models.moe), and `estimate` and `dse` "
+            "charge it, but serve does not charge experts yet"
         )
 
 
 def _cmd_estimate(args) -> int:
     from .estimate_cmd import run_estimate
 
-    _refuse_experts(args.model)
     with _input_checks():  # nothing runs: every error is about the input
         code = run_estimate(args)
     if args.out:
@@ -419,7 +418,6 @@ def _cmd_estimate(args) -> int:
 def _cmd_dse(args) -> int:
     from .dse_cmd import run_dse
 
-    _refuse_experts(args.model)
     with _input_checks():  # a bad space, model, length or checkpoint is the user's
         code = run_dse(args)
     _finish_out(args, [args.model], args.schemes, [])  # the designs are in dse.csv

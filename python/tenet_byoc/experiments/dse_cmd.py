@@ -200,7 +200,8 @@ def run_dse(args: argparse.Namespace) -> int:
     rows = explore(args.model, args.schemes, space, prompt_len=args.prompt_len,
                    decode_steps=args.decode_steps, batch=args.batch, objective=args.objective,
                    executor=args.executor, workers=args.workers, ray_address=args.ray_address,
-                   results_file=out / RESULTS_FILE, accuracy=accuracy, progress=progress)
+                   results_file=out / RESULTS_FILE, accuracy=accuracy, progress=progress,
+                   dram_capacity_bytes=None if args.memory_gb is None else args.memory_gb * 1e9)
     wall = time.perf_counter() - start
     kept = len({r.key for r in rows})
     print(f"{args.model}: {kept:,} design points (of {n_points:,}; area budget "

@@ -362,6 +362,15 @@ def run_estimate(args: argparse.Namespace) -> int:
           f"{' and the links' if system is not None else ''}; TTFT is the prefill, TPOT the "
           "mean decode step.\n")
     print(phase_table(rows))
+    from ..models.footprint import fit
+
+    chip = system.accelerator if system is not None else args.accelerator
+    tp, pp = (system.tensor_parallel, system.pipeline_parallel) if system is not None else (1, 1)
+    print("\nDRAM per chip (weights at their stored widths, KV cache, activations' peak):")
+    for scheme in args.schemes:
+        check = fit(args.model, scheme, chip, args.prompt_len, context_len, args.decode_steps,
+                    args.batch, tp, pp)
+        print(f"  {scheme}: {check.message}")
     for title, points in (("decode step vs context length", by_context),
                           ("decode step vs batch", by_batch)):
         if points:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Footprint", "footprint"]
+__all__ = ["Fit", "Footprint", "fit", "footprint"]
 
 
 @dataclass(frozen=True)
@@ -263,3 +263,56 @@ def footprint(config: Any, scheme: Any = "none", sequences: int = 1, context: in
     )
     activations = (2 * tokens * d + widest) * width
     return Footprint(int(math.ceil(weights)), int(math.ceil(cache)), int(activations))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Whether a model's estimate fits each chip's DRAM.
+
+    Attributes
+    ----------
+    footprint : Footprint
+        The larger of the prefill's (the prompt's KV written, its tokens' activations) and
+        the last decode step's (the longest cache).
+    capacity : float or None
+        The chip's DRAM in bytes (``Accelerator.dram_capacity_bytes``); None: unknown.
+    chip : str
+        The accelerator's name, for messages.
+    """
+
+    footprint: Footprint
+    capacity: float | None
+    chip: str
+
+    @property
+    def fits(self) -> bool | None:
+        """True or False; None when the chip's capacity is unknown."""
+        return None if self.capacity is None else self.footprint.fits(self.capacity)
+
+    @property
+    def message(self) -> str:
+        """One line: the footprint per chip and whether it fits."""
+        f = self.footprint
+        line = (f"weights {_gb(f.weights)} + KV cache {_gb(f.kv_cache)} + activations "
+                f"{_gb(f.activations)} = {_gb(f.total)} per chip")
+        if self.capacity is None:
+            return f"{line} ({self.chip}'s DRAM capacity is not known)"
+        verdict = "fits" if self.fits else "does NOT fit"
+        return f"{line}: {verdict} {self.chip}'s {_gb(self.capacity)} of DRAM"
+
+
+def fit(config: Any, scheme: Any, accelerator: Any, prompt_len: int, context_len: int,
+        decode_steps: int, batch: int = 1, tp: int = 1, pp: int = 1) -> Fit:
+    """Whether ``estimate``'s run of ``config`` fits the DRAM of each chip of ``accelerator``
+    (the arguments as :func:`tenet_byoc.estimate` takes them; ``tp`` and ``pp`` a system's)."""
+    from ..hardware import resolve
+
+    acc = resolve(accelerator)
+    phases = []
+    if prompt_len:
+        phases.append(footprint(config, scheme, batch, prompt_len, batch * prompt_len, tp, pp))
+    if decode_steps:
+        phases.append(footprint(config, scheme, batch, context_len + decode_steps, batch,
+                                tp, pp))
+    worst = max(phases, key=lambda f: f.total)
+    return Fit(worst, acc.dram_capacity_bytes, acc.name)

@@ -15,18 +15,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .decoder import MatmulShape, call_rows_and_keys
 from .llama import LlamaConfig
+from .vector_ops import VectorOpShape
 
 __all__ = [
     "MOE_FAMILIES",
     "Experts",
     "LatentAttention",
+    "MoECallGroup",
     "MoEConfig",
+    "expected_routing",
+    "moe_call_groups",
     "moe_matmuls",
     "param_counts",
     "touched_experts",
@@ -420,19 +424,70 @@ def weights_read(config: MoEConfig, tokens: int, load: Sequence[float] | None = 
     return outside + moe * touched * expert
 
 
-def moe_matmuls(config: MoEConfig, seq_len: int, phase: str = "prefill",
-                tokens_per_expert: Sequence[Sequence[int]] | None = None) -> list[MatmulShape]:
-    """The matmuls of one call, in the order a run executes them (see ``moe_model``).
+def expected_routing(num_experts: int, experts_per_token: int, tokens: int) -> list[int]:
+    """Tokens per expert under uniform routing, as a plan charges it by default.
 
-    Per layer: the attention's (grouped-query: ``q_proj``, ``k_proj``, ``v_proj``,
-    ``attn.qk``, ``attn.pv``, ``o_proj``; latent: ``q_a_proj``, ``q_b_proj`` (or
-    ``q_proj``), ``kv_a_proj_with_mqa``, then in a prefill ``kv_b_proj`` over every token
-    and ``attn.qk`` and ``attn.pv`` per head, in a decode step the absorbed form
-    (``attn.q_absorb`` and ``attn.v_absorb`` per head, ``attn.qk_latent``, ``attn.qk_rope``
-    and ``attn.pv_latent`` with all heads' rows over the shared latents), ``o_proj``); then a dense layer's ``gate_proj``,
-    ``up_proj``, ``down_proj``, or a mixture layer's shared experts (``shared.*``), its
-    router (``router``) and each expert that received tokens, in expert order, with as many
-    rows as tokens it received (``experts.{j}.gate_proj``, ...); then ``lm_head``.
+    ``tokens x k`` rows go to ``round(E x (1 - (1 - k/E) ** tokens))`` distinct experts (the
+    expected count of :func:`touched_experts`, at least ``k`` and at most ``min(E, tokens x
+    k)``), spread as evenly as possible, experts in order: one token reaches exactly its k
+    experts, a large batch nearly all E, each with ``tokens x k / E`` rows.
+    """
+    e, k = num_experts, experts_per_token
+    if tokens == 0:
+        return [0] * e
+    touched = round(touched_experts(e, k, tokens))
+    touched = max(k, min(e, tokens * k, touched))
+    share, extra = divmod(tokens * k, touched)
+    return [share + (j < extra) if j < touched else 0 for j in range(e)]
+
+
+class MoECallGroup(NamedTuple):
+    """The calls of one Relax function call of a run (or the host's routing work).
+
+    ``gemms`` in the order the function runs them, each with ``role``: ``"weight"`` (a
+    linear layer's weight as the rhs), ``"key"`` / ``"value"`` (attention over the cache),
+    or ``"absorbed"`` (MLA's per-head product with a slice of ``kv_b_proj``, a plain float
+    matmul the quantize pass leaves alone); ``epilogues`` the vector kinds fused behind
+    each GEMM, by name; ``vectors`` the function's other charged operators, after its
+    GEMMs (the runtime charges a function's vector work after its offloaded calls).
+    ``host`` marks the routing work a run does on the host (scores, top-k, the weighted
+    combine): charged by an estimate, absent from a run's ledger.
+    """
+
+    function: str
+    gemms: list[tuple[MatmulShape, str]]
+    epilogues: dict[str, list[str]]
+    vectors: list[VectorOpShape]
+    host: bool = False
+
+
+# Roles of the attention GEMMs that are not linear layers.
+_ATTENTION_ROLES = {"attn.qk": "key", "attn.pv": "value", "attn.qk_latent": "key",
+                    "attn.qk_rope": "key", "attn.pv_latent": "value",
+                    "attn.q_absorb": "absorbed", "attn.v_absorb": "absorbed"}
+
+
+def _role(name: str) -> str:
+    tail = name.split(".", 2)[-1] if name.startswith("layers.") else name
+    return _ATTENTION_ROLES.get(tail, "weight")
+
+
+def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
+                    tokens_per_expert: Sequence[Sequence[int]] | None = None, batch: int = 1,
+                    activation_bits: int = 32, k_multiple: int = 1,
+                    float_gemm: bool = True) -> list[MoECallGroup]:
+    """Every call of one prefill or decode step of ``batch`` equal sequences, grouped by
+    the function of a run (:mod:`tenet_byoc.models.moe_model`) that makes it.
+
+    Groups, in order: ``embed``; per layer the attention function (attention, for a
+    mixture layer the shared experts and the router GEMM, for a dense layer its MLP), then
+    for a mixture layer the host's routing (``router.scores``: the softmax, or DeepSeek's
+    sigmoid, over ``[tokens, E]`` logits, charged as a softmax; ``router.top_k``: k passes
+    of compare-and-keep over the E scores against each token's best so far, charged as an
+    add of ``tokens x k x E`` elements, the vector unit having no comparison of its own), each expert that receives
+    tokens (its SwiGLU over exactly those rows), and the combine (each chosen expert's
+    output scaled by its weight, ``tokens x k x d`` products, and summed into the residual,
+    as many adds); then ``head``.
 
     Parameters
     ----------
@@ -442,9 +497,16 @@ def moe_matmuls(config: MoEConfig, seq_len: int, phase: str = "prefill",
     phase : str
         ``prefill`` or ``decode``.
     tokens_per_expert : sequence of sequences of int, optional
-        Per mixture layer, the tokens each expert received (a run's routing:
-        ``LayerRouting.tokens_per_expert``). By default the call's ``tokens x k`` rows are
-        spread as evenly as possible, experts in order (one token: its k experts first).
+        Per mixture layer, the tokens each expert received (a run's routing); default
+        :func:`expected_routing` of the step's tokens in every layer.
+    batch : int
+        Equal sequences in the step: the linear layers and experts take all their tokens,
+        attention stays per sequence.
+    activation_bits, k_multiple, float_gemm
+        The scheme's activation width (< 32: a quantize entry before each linear layer,
+        its K padded to ``k_multiple``) and whether the linear layers run as float GEMMs
+        (a decode step of one sequence then fuses a residual add into ``o_proj`` and a
+        dense or ungated shared ``down_proj``).
 
     Raises
     ------
@@ -454,79 +516,180 @@ def moe_matmuls(config: MoEConfig, seq_len: int, phase: str = "prefill",
     """
     rows, keys = call_rows_and_keys(phase, seq_len, config.max_position_embeddings,
                                     "max_position_embeddings")
-    if phase == "decode":
-        keys = seq_len + 1
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch={batch!r} must be an integer >= 1")
     a, e, d = config.attention, config.experts, config.hidden_size
+    b, m, prefill = batch, config.latent, phase == "prefill"
+    tokens = b * rows
     layers = e.moe_layers
     if tokens_per_expert is None:
-        share, extra = divmod(rows * e.experts_per_token, e.num_experts)
-        even = [share + (j < extra) for j in range(e.num_experts)]
+        even = expected_routing(e.num_experts, e.experts_per_token, tokens)
         tokens_per_expert = [even] * len(layers)
-    counts = [list(c) for c in tokens_per_expert]
+    counts = [[int(n) for n in c] for c in tokens_per_expert]
     if len(counts) != len(layers) or any(
-            len(c) != e.num_experts or sum(c) != rows * e.experts_per_token or min(c) < 0
-            for c in counts):
+            len(c) != e.num_experts or sum(c) != tokens * e.experts_per_token or min(c) < 0
+            or max(c) > tokens for c in counts):
         raise ValueError(
             f"tokens_per_expert must give {len(layers)} layers of {e.num_experts} counts, each "
-            f"summing to {rows} tokens x {e.experts_per_token} experts"
+            f"summing to {tokens} tokens x {e.experts_per_token} experts (none above {tokens})"
         )
     by_layer = dict(zip(layers, counts, strict=True))
-    out: list[MatmulShape] = []
+    fuse = phase == "decode" and b == 1 and float_gemm and activation_bits == 32
+    act = (b, rows, d)
+    groups = [MoECallGroup("embed", [], {}, [VectorOpShape("embed_tokens", "take", act)])]
+
+    def linear(out: list, vec: list, name: str, mm: int, n: int, k: int) -> None:
+        if activation_bits < 32:
+            kp = -(-k // k_multiple) * k_multiple
+            vec.append(VectorOpShape(name + ".quantize", "quantize", (1, mm, kp), 0,
+                                     activation_bits, True))
+        out.append((MatmulShape(name, 1, mm, n, k), "weight"))
+
     for i in range(config.num_hidden_layers):
         p = f"layers.{i}."
-        m = config.latent
+        gemms: list[tuple[MatmulShape, str]] = []
+        epi: dict[str, list[str]] = {}
+        vec: list[VectorOpShape] = [VectorOpShape(p + "input_layernorm", "rms_norm", act)]
         if m is None:
             hd, h, kv, g = a.dim_per_head, a.num_attention_heads, a.num_key_value_heads, \
                 a.group_size
-            out += [MatmulShape(p + "self_attn.q_proj", 1, rows, h * hd, d),
-                    MatmulShape(p + "self_attn.k_proj", 1, rows, kv * hd, d),
-                    MatmulShape(p + "self_attn.v_proj", 1, rows, kv * hd, d),
-                    MatmulShape(p + "attn.qk", kv, g * rows, keys, hd),
-                    MatmulShape(p + "attn.pv", kv, g * rows, hd, keys),
-                    MatmulShape(p + "self_attn.o_proj", 1, rows, d, h * hd)]
+            for proj, n in (("q_proj", h * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+                linear(gemms, vec, p + "self_attn." + proj, tokens, n, d)
+                if a.qkv_bias:
+                    epi[p + "self_attn." + proj] = ["add"]
+            gemms += [(MatmulShape(p + "attn.qk", b * kv, g * rows, keys, hd), "key"),
+                      (MatmulShape(p + "attn.pv", b * kv, g * rows, hd, keys), "value")]
+            linear(gemms, vec, p + "self_attn.o_proj", tokens, d, h * hd)
+            rope = 2 * rows * hd * b
+            if a.qk_norm:
+                vec.append(VectorOpShape(p + "self_attn.q_norm", "rms_norm", (b, rows, h, hd)))
+            vec.append(VectorOpShape(p + "self_attn.q_rotary", "rotary", (b, rows, h, hd), rope))
+            if a.qk_norm:
+                vec.append(VectorOpShape(p + "self_attn.k_norm", "rms_norm", (b, rows, kv, hd)))
+            vec.append(VectorOpShape(p + "self_attn.k_rotary", "rotary", (b, rows, kv, hd),
+                                     rope))
+            vec.append(VectorOpShape(p + "self_attn.scale", "multiply",
+                                     (b, kv, g * rows, keys), 1))
+            if prefill:
+                vec += [VectorOpShape(p + "self_attn.mask", "mask", (rows, rows)),
+                        VectorOpShape(p + "self_attn.masked", "add", (b, kv, g, rows, rows),
+                                      rows * rows)]
+            vec.append(VectorOpShape(p + "self_attn.softmax", "softmax",
+                                     (b, kv, g * rows, keys)))
         else:
-            h = a.num_attention_heads
-            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            h, rank, rot = a.num_attention_heads, m.kv_lora_rank, m.qk_rope_head_dim
+            nope, vd = m.qk_nope_head_dim, m.v_head_dim
+            qk = nope + rot
             if m.q_lora_rank is None:
-                out.append(MatmulShape(p + "self_attn.q_proj", 1, rows, h * qk, d))
+                linear(gemms, vec, p + "self_attn.q_proj", tokens, h * qk, d)
             else:
-                out += [MatmulShape(p + "self_attn.q_a_proj", 1, rows, m.q_lora_rank, d),
-                        MatmulShape(p + "self_attn.q_b_proj", 1, rows, h * qk, m.q_lora_rank)]
-            out.append(MatmulShape(p + "self_attn.kv_a_proj_with_mqa", 1, rows,
-                                   m.kv_lora_rank + m.qk_rope_head_dim, d))
-            rank = m.kv_lora_rank
-            if phase == "prefill":
-                out += [MatmulShape(p + "self_attn.kv_b_proj", 1, keys,
-                                    h * (m.qk_nope_head_dim + m.v_head_dim), rank),
-                        MatmulShape(p + "attn.qk", h, rows, keys, qk),
-                        MatmulShape(p + "attn.pv", h, rows, m.v_head_dim, keys)]
-            else:  # kv_b_proj absorbed: all heads attend to the shared latents
-                out += [MatmulShape(p + "attn.q_absorb", h, rows, rank, m.qk_nope_head_dim),
-                        MatmulShape(p + "attn.qk_latent", 1, h * rows, keys, rank),
-                        MatmulShape(p + "attn.qk_rope", 1, h * rows, keys, m.qk_rope_head_dim),
-                        MatmulShape(p + "attn.pv_latent", 1, h * rows, rank, keys),
-                        MatmulShape(p + "attn.v_absorb", h, rows, m.v_head_dim, rank)]
-            out.append(MatmulShape(p + "self_attn.o_proj", 1, rows, d, h * m.v_head_dim))
+                linear(gemms, vec, p + "self_attn.q_a_proj", tokens, m.q_lora_rank, d)
+                linear(gemms, vec, p + "self_attn.q_b_proj", tokens, h * qk, m.q_lora_rank)
+            linear(gemms, vec, p + "self_attn.kv_a_proj_with_mqa", tokens, rank + rot, d)
+            if prefill:
+                linear(gemms, vec, p + "self_attn.kv_b_proj", b * keys, h * (nope + vd), rank)
+                gemms += [(MatmulShape(p + "attn.qk", b * h, rows, keys, qk), "key"),
+                          (MatmulShape(p + "attn.pv", b * h, rows, vd, keys), "value")]
+            else:
+                gemms += [
+                    (MatmulShape(p + "attn.q_absorb", h, b * rows, rank, nope), "absorbed"),
+                    (MatmulShape(p + "attn.qk_latent", b, h * rows, keys, rank), "key"),
+                    (MatmulShape(p + "attn.qk_rope", b, h * rows, keys, rot), "key"),
+                    (MatmulShape(p + "attn.pv_latent", b, h * rows, rank, keys), "value"),
+                    (MatmulShape(p + "attn.v_absorb", h, b * rows, vd, rank), "absorbed")]
+            linear(gemms, vec, p + "self_attn.o_proj", tokens, d, h * vd)
+            rope = 2 * rows * rot * b
+            if m.q_lora_rank is not None:
+                vec.append(VectorOpShape(p + "self_attn.q_a_layernorm", "rms_norm",
+                                         (b, rows, m.q_lora_rank)))
+            vec += [VectorOpShape(p + "self_attn.q_rotary", "rotary", (b, rows, h, rot), rope),
+                    VectorOpShape(p + "self_attn.kv_a_layernorm", "rms_norm", (b, rows, rank)),
+                    VectorOpShape(p + "self_attn.k_rotary", "rotary", (b, rows, 1, rot), rope)]
+            if prefill:
+                vec += [VectorOpShape(p + "self_attn.scale", "multiply", (b, h, rows, keys), 1),
+                        VectorOpShape(p + "self_attn.mask", "mask", (rows, rows)),
+                        VectorOpShape(p + "self_attn.masked", "add", (b, h, rows, rows),
+                                      rows * rows),
+                        VectorOpShape(p + "self_attn.softmax", "softmax", (b, h, rows, keys))]
+            else:  # the latent and rotary scores summed, scaled, normalized
+                scores = (b, h * rows, keys)
+                vec += [VectorOpShape(p + "self_attn.scores", "add", scores, b * h * rows * keys),
+                        VectorOpShape(p + "self_attn.scale", "multiply", scores, 1),
+                        VectorOpShape(p + "self_attn.softmax", "softmax", scores)]
+        if fuse and not a.o_bias:
+            epi.setdefault(p + "self_attn.o_proj", []).append("add")
+        else:
+            vec.append(VectorOpShape(p + "attn_residual", "add", act, b * rows * d))
+        vec.append(VectorOpShape(p + "post_attention_layernorm", "rms_norm", act))
+
+        def swiglu(prefix: str, width: int, residual: bool, gated: bool = False) -> None:
+            # gate, up, down over all tokens, SiLU and the product; the residual add fused
+            # into down in a float decode step of one sequence, else after it
+            linear(gemms, vec, prefix + "gate_proj", tokens, width, d)
+            vec.append(VectorOpShape(prefix + "silu", "silu", (b, rows, width)))
+            linear(gemms, vec, prefix + "up_proj", tokens, width, d)
+            vec.append(VectorOpShape(prefix + "gate_x_up", "multiply", (b, rows, width),
+                                     b * rows * width))
+            linear(gemms, vec, prefix + "down_proj", tokens, d, width)
+            if gated:
+                linear(gemms, vec, prefix + "gate", tokens, 1, d)
+                vec.append(VectorOpShape(prefix + "gated", "multiply", act, b * rows))
+            if residual:
+                if fuse and not gated:
+                    epi[prefix + "down_proj"] = ["add"]
+                else:
+                    vec.append(VectorOpShape(prefix + "residual", "add", act, b * rows * d))
+
         if i not in by_layer:
-            inner = a.intermediate_size
-            out += [MatmulShape(p + "mlp.gate_proj", 1, rows, inner, d),
-                    MatmulShape(p + "mlp.up_proj", 1, rows, inner, d),
-                    MatmulShape(p + "mlp.down_proj", 1, rows, d, inner)]
+            swiglu(p + "mlp.", a.intermediate_size, True)
+            groups.append(MoECallGroup(f"layers.{i}.dense", gemms, epi, vec))
             continue
         if e.shared_intermediate_size:
-            width = e.shared_intermediate_size
-            out += [MatmulShape(p + "shared.gate_proj", 1, rows, width, d),
-                    MatmulShape(p + "shared.up_proj", 1, rows, width, d),
-                    MatmulShape(p + "shared.down_proj", 1, rows, d, width)]
-            if e.shared_gate:
-                out.append(MatmulShape(p + "shared.gate", 1, rows, 1, d))
-        out.append(MatmulShape(p + "router", 1, rows, e.num_experts, d))
+            swiglu(p + "shared.", e.shared_intermediate_size, True, e.shared_gate)
+        linear(gemms, vec, p + "router", tokens, e.num_experts, d)
+        groups.append(MoECallGroup(f"layers.{i}.attention", gemms, epi, vec))
+        k = e.experts_per_token
+        groups.append(MoECallGroup(f"layers.{i}.route", [], {}, [
+            VectorOpShape(p + "router.scores", "softmax", (1, tokens, e.num_experts)),
+            VectorOpShape(p + "router.top_k", "add", (1, tokens, k, e.num_experts),
+                          tokens * k)], True))
         inner = e.intermediate_size
         for j, n in enumerate(by_layer[i]):
-            if n:
-                q = f"{p}experts.{j}."
-                out += [MatmulShape(q + "gate_proj", 1, n, inner, d),
-                        MatmulShape(q + "up_proj", 1, n, inner, d),
-                        MatmulShape(q + "down_proj", 1, n, d, inner)]
-    out.append(MatmulShape("lm_head", 1, rows, a.vocab_size, d))
-    return out
+            if not n:
+                continue
+            q = f"{p}experts.{j}."
+            gemms, vec = [], []
+            linear(gemms, vec, q + "gate_proj", n, inner, d)
+            vec.append(VectorOpShape(q + "silu", "silu", (1, n, inner)))
+            linear(gemms, vec, q + "up_proj", n, inner, d)
+            vec.append(VectorOpShape(q + "gate_x_up", "multiply", (1, n, inner), n * inner))
+            linear(gemms, vec, q + "down_proj", n, d, inner)
+            groups.append(MoECallGroup(f"{q}expert", gemms, {}, vec))
+        groups.append(MoECallGroup(f"layers.{i}.combine", [], {}, [
+            VectorOpShape(p + "experts.scale", "multiply", (1, tokens * k, d), tokens * k),
+            VectorOpShape(p + "experts.combine", "add", (1, tokens * k, d), tokens * k * d)],
+            True))
+    gemms, vec = [], [VectorOpShape("norm", "rms_norm", act)]
+    linear(gemms, vec, "lm_head", tokens, a.vocab_size, d)
+    groups.append(MoECallGroup("head", gemms, {}, vec))
+    return groups
+
+
+def moe_matmuls(config: MoEConfig, seq_len: int, phase: str = "prefill",
+                tokens_per_expert: Sequence[Sequence[int]] | None = None) -> list[MatmulShape]:
+    """The matmuls of one call of one sequence, in the order a run executes them.
+
+    Per layer: the attention's (grouped-query: ``q_proj``, ``k_proj``, ``v_proj``,
+    ``attn.qk``, ``attn.pv``, ``o_proj``; latent: ``q_a_proj``, ``q_b_proj`` (or
+    ``q_proj``), ``kv_a_proj_with_mqa``, then in a prefill ``kv_b_proj`` over every token
+    and ``attn.qk`` and ``attn.pv`` per head, in a decode step the absorbed form
+    (``attn.q_absorb`` and ``attn.v_absorb`` per head, ``attn.qk_latent``, ``attn.qk_rope``
+    and ``attn.pv_latent`` with all heads' rows over the shared latents), ``o_proj``); then
+    a dense layer's ``gate_proj``, ``up_proj``, ``down_proj``, or a mixture layer's shared
+    experts (``shared.*``), its router (``router``) and each expert that received tokens,
+    in expert order, with as many rows as tokens it received (``experts.{j}.gate_proj``,
+    ...); then ``lm_head``. The GEMMs of :func:`moe_call_groups` (which see for the
+    parameters and the default routing, :func:`expected_routing`).
+    """
+    return [g for group in moe_call_groups(config, seq_len, phase, tokens_per_expert)
+            for g, _ in group.gemms]

@@ -395,6 +395,13 @@ class MoERunner:
                  for n in self._names["expert"]]
                 for j in range(config.experts.num_experts)])
 
+    def tokens_per_expert(self) -> list[list[np.ndarray]]:
+        """Per call so far, per mixture layer, the tokens each expert received: the
+        ``routing`` ``tenet_byoc.estimate`` takes to charge the experts this run chose."""
+        e = self.config.experts.num_experts
+        return [[route.tokens_per_expert(e) for route in layers if route is not None]
+                for _, layers in self.routing]
+
     def _put(self, value: np.ndarray) -> tvm.runtime.Tensor:
         return tvm.runtime.tensor(np.ascontiguousarray(value, dtype=np.float32), self.device)
 

@@ -2,7 +2,7 @@
 
 The list the vector unit is charged for in a real run (``tenet_byoc.vector_plan`` classifies
 the built module's operators; the runtime charges them once per call, in binding order):
-embedding lookup, norms, rotary embeddings, KV-cache writes, the attention scale, the causal
+embedding lookup, norms (Qwen3's per-head QK norms too), rotary embeddings, KV-cache writes, the attention scale, the causal
 mask, softmax, residual adds, SwiGLU's product, activation quantization; the GEMMs' fused
 epilogues (bias, GELU) are listed with the GEMMs (:func:`gemm_epilogues`).
 ``tests/estimate`` checks the list against a run's ledger entry for entry.
@@ -153,8 +153,12 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
         p = f"layers.{i}."
         add(p + "input_layernorm", "rms_norm", act)
         q(p + "self_attn.q_proj", d)
+        if config.qk_norm:  # Qwen3: each head's query and key RMS-normed before RoPE
+            add(p + "self_attn.q_norm", "rms_norm", (b, rows, nh, hd))
         add(p + "self_attn.q_rotary", "rotary", (b, rows, nh, hd), rope)
         q(p + "self_attn.k_proj", d)
+        if config.qk_norm:
+            add(p + "self_attn.k_norm", "rms_norm", (b, rows, nkv, hd))
         add(p + "self_attn.k_rotary", "rotary", (b, rows, nkv, hd), rope)
         if prefill and not window:
             add(p + "self_attn.k_cache", "kv_write", (b, nkv, rows, hd))

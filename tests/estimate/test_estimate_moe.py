@@ -1,0 +1,174 @@
+"""estimate() of mixture-of-experts models by formula: the weights a decode step reads.
+
+The weights the plan's GEMMs read are checked against the closed forms of ``models.moe``
+(``param_counts``, ``touched_experts``); the estimate against a real run's ledger, entry
+for entry, is ``tests/models/test_moe_hf.py`` (tiny checkpoints made by transformers).
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+
+import tenet_byoc
+from tenet_byoc.models.configs import resolve_config
+from tenet_byoc.models.moe import param_counts, touched_experts
+from tenet_byoc.plan import Step, plan
+
+def _weights_read(model: str, batch: int) -> float:
+    # Elements of the weights a decode step's GEMMs read (N x K per product: the linear
+    # layers, and MLA's per-head slices of kv_b_proj, absorbed), not attention over the
+    # cache; the embedding's rows aside (a lookup, not a GEMM).
+    p = plan(model, Step.decode(100, batch))
+    return sum(c.call.batch * c.call.n * c.call.k for c in p.calls
+               if c.unit == "array" and not c.name.endswith(
+                   ("attn.qk", "attn.pv", "qk_latent", "qk_rope", "pv_latent")))
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b"])
+def test_decode_reads_the_active_experts_at_batch_1_and_nearly_all_at_64(model):
+    config = resolve_config(model)
+    a, e, d = config.attention, config.experts, config.hidden_size
+    total, active = param_counts(config)
+    embedding = a.vocab_size * d
+    layers, moe = config.num_hidden_layers, len(e.moe_layers)
+    # Norm weights are read by the vector unit, not by a GEMM: two per layer and the final
+    # one (and MLA's two latent norms, Qwen3's QK norms).
+    norm = d * (2 * layers + 1)
+    if config.latent is not None:
+        norm += layers * (config.latent.kv_lora_rank + (config.latent.q_lora_rank or 0))
+    if a.qk_norm:  # Qwen3's per-head query and key norms
+        norm += layers * 2 * a.dim_per_head
+    bias = moe * e.num_experts * e.router_bias
+    expert = 3 * d * e.intermediate_size
+    one = _weights_read(model, 1)
+    assert one == active - embedding - norm - bias
+    # Batch 64: E (1 - (1 - k/E)^64) distinct experts per layer (rounded), each read once.
+    many = _weights_read(model, 64)
+    touched = round(touched_experts(e.num_experts, e.experts_per_token, 64))
+    assert many == one + moe * (touched - e.experts_per_token) * expert
+    if e.num_experts <= 8:
+        assert many == total - embedding - norm - bias  # Mixtral: every expert
+    assert many / (total - embedding) > 0.85 * (one / (active - embedding))
+
+
+def test_expected_routing_spreads_rows_over_the_expected_experts():
+    from tenet_byoc.models.moe import expected_routing
+
+    assert expected_routing(8, 2, 1) == [1, 1, 0, 0, 0, 0, 0, 0]
+    # 3 tokens x 2: 8 (1 - (3/4)^3) = 4.625 -> 5 experts, 6 rows
+    assert expected_routing(8, 2, 3) == [2, 1, 1, 1, 1, 0, 0, 0]
+    counts = expected_routing(256, 8, 64)
+    assert sum(counts) == 64 * 8 and sum(c > 0 for c in counts) == round(
+        256 * (1 - (1 - 8 / 256) ** 64))
+    assert np.ptp([c for c in counts if c]) <= 1
+
+
+def test_moe_routing_errors_name_the_problem():
+    with pytest.raises(ValueError, match="tokens_per_expert must give 32 layers of 8"):
+        plan("mixtral-8x7b", Step.decode(10), routing=[[1, 1] + [0] * 6])
+    with pytest.raises(ValueError, match="routing gives 1 steps"):
+        tenet_byoc.estimate("mixtral-8x7b", prompt_len=4, decode_steps=1,
+                            routing=[[[1] * 8] * 32])
+    with pytest.raises(ValueError, match="has no experts"):
+        plan("llama-3-8b", Step.decode(10), routing=[[1]])
+    with pytest.raises(ValueError, match="several kinds of sequence"):
+        from tenet_byoc.plan import StepSequence
+        plan("mixtral-8x7b", Step([StepSequence(4), StepSequence(1, 9)]))
+
+
+def _tiny_mixtral():
+    from moe_testing import TINY
+
+    from tenet_byoc.models.moe import MoEConfig
+
+    return MoEConfig.from_hf_dict({**TINY, "model_type": "mixtral"}, name="tiny-mixtral")
+
+
+def test_expert_parallel_by_hand():
+    from tenet_byoc.compose import compose
+    from tenet_byoc.estimate import Charges
+    from tenet_byoc.hardware import resolve
+    from tenet_byoc.plan import LinkCall, expert_parallel
+    from tenet_byoc.system import Link, collective_seconds
+
+    config = _tiny_mixtral()  # d = 32, 2 layers, 4 experts of width 40, k = 2
+    # Decode, 4 sequences on 2 chips; a skewed routing per layer: experts 0 and 2 live on
+    # chip 0 (4 + 1 and 3 + 0 rows: chip 0 takes 5, chip 1 takes 3 in layer 0).
+    routing = [[4, 3, 1, 0], [1, 2, 2, 3]]
+    p = expert_parallel(config, Step.decode(10, 4), 2, routing=routing)
+    assert p.tensor_parallel == 2
+    experts = [(c.name, c.call.m) for c in p.calls
+               if c.unit == "array" and ".experts." in c.name and c.name.endswith("gate_proj")]
+    # Chip 0: 5 + 3 = 8 rows over both layers; chip 1: 3 + 5 = 8: a tie goes to chip 0.
+    assert experts == [("layers.0.experts.0.gate_proj", 4), ("layers.0.experts.2.gate_proj", 1),
+                       ("layers.1.experts.0.gate_proj", 1), ("layers.1.experts.2.gate_proj", 2)]
+    # The rest of the layer is each chip's 2 sequences: q_proj of 2 rows, 2 x 2 kv heads.
+    q = [c.call for c in p.calls if c.name.endswith("q_proj")]
+    assert [(g.m, g.n, g.k) for g in q] == [(2, 32, 32)] * 2
+    links = [(c.name, c.call) for c in p.calls if c.unit == "link"]
+    # Each chip sends its 2 tokens x 2 experts x 32 values of 4 bytes, and gets them back.
+    size = 2 * 2 * 32 * 4
+    assert links == [(f"layers.{i}.experts.{w}", LinkCall("all_to_all", size, 2))
+                     for i in range(2) for w in ("dispatch", "gather")]
+    # Placed between the router's top-k and the combine.
+    names = [c.name for c in p.calls]
+    assert names.index("layers.0.router.top_k") + 1 == names.index("layers.0.experts.dispatch")
+    assert names.index("layers.0.experts.gather") + 1 == names.index("layers.0.experts.scale")
+    # Charged on a switch: the all-to-all's time is (t - 1) / t x bytes / bandwidth + latency.
+    link = Link(bandwidth_gbps=50.0, latency_us=2.0, topology="switch")
+    assert collective_seconds("all_to_all", size, 2, link) == pytest.approx(
+        size / 2 / 50e9 + 2e-6)
+    acc = resolve("os16")
+    charges = Charges(acc, link)
+    cost = compose(p, charges.cost, charges.schedule, acc.hardware.clock_ghz)
+    alone = compose(expert_parallel(config, Step.decode(10, 4), 1, routing=routing),
+                    charges.cost, charges.schedule, acc.hardware.clock_ghz)
+    assert cost.seconds > 4 * (size / 2 / 50e9 + 2e-6)  # the four all-to-alls at least
+    assert cost.seconds - 4 * (size / 2 / 50e9 + 2e-6) < alone.seconds  # the rest is less
+
+
+def test_expert_parallel_refusals():
+    from tenet_byoc.plan import expert_parallel
+
+    with pytest.raises(ValueError, match="chips=3 must divide tiny-mixtral's 4 routed experts"):
+        expert_parallel(_tiny_mixtral(), Step.decode(10, 6), 3)
+    with pytest.raises(ValueError, match="has no experts"):
+        expert_parallel("llama-3-8b", Step.decode(10, 2), 2)
+
+
+@pytest.mark.slow  # a build (~15 s)
+def test_qk_norm_of_a_dense_llama_is_charged_as_its_run_charges_it():
+    # Qwen3's per-head query and key RMSNorm in the dense decoder (the runner's own
+    # LlamaAttention): the estimate's calls equal the run's ledger, entry for entry.
+    import dataclasses as dc
+
+    from llama_testing import TINY_LLAMA
+    from test_estimate_vs_run import assert_same_charges, real_ledger
+
+    import tenet_byoc
+    from tenet_byoc.models.llama import LlamaConfig, LlamaRunner, random_params
+
+    config = dc.replace(LlamaConfig.from_hf_dict(TINY_LLAMA, name="tiny-qk-norm"),
+                        qk_norm=True)
+    runner = LlamaRunner(config, random_params(config, seed=0), bind_params=True,
+                         build=lambda mod: tenet_byoc.build(mod, accelerator="os16"))
+    real = real_ledger(runner, [5, 17, 0, 88], 4, 1)
+    est = tenet_byoc.estimate(config, "none", "os16", prompt_len=4, decode_steps=1)
+    assert_same_charges(real, est)
+    norms = [e for e in est.entries if e.name.endswith(("q_norm", "k_norm"))]
+    assert len(norms) == 2 * 2 * config.num_hidden_layers  # both phases
+
+
+def test_pipeline_stages_split_a_mixture_of_experts_by_layer():
+    from tenet_byoc.plan import LinkCall, Sharding
+
+    config = resolve_config("mixtral-8x7b")  # 32 layers: 16 a stage
+    p = plan(config, Step.decode(10, 2), "none", Sharding(1, 2, 1))
+    stages = {c.layer: c.stage for c in p.calls if c.layer is not None}
+    assert [stages[i] for i in (0, 15, 16, 31)] == [0, 0, 1, 1]
+    assert {c.stage for c in p.calls if c.name.endswith("experts.0.gate_proj")} == {0, 1}
+    assert [c.stage for c in p.calls if c.name in ("embed_tokens", "lm_head")] == [0, 1]
+    # One hand-over: 2 tokens x d = 4096 at float32.
+    assert [c.call for c in p.calls if c.unit == "link"] == [LinkCall("p2p", 2 * 4096 * 4, 2)]
