@@ -131,11 +131,13 @@ L2_SUBSET = {("llama-3-8b", "o", "bf16", m) for m in (1024, 4096)}
 HOPPER = {"h200": (4800.0, 60_000_000), "h100_sxm": (3350.0, 50_000_000)}
 
 
-def calibrated(name: str, peaks: Path, rows: list[dict]) -> tuple[cm.Accelerator, str]:
+def calibrated(name: str, peaks: Path, rows: list[dict],
+               **vector: float) -> tuple[cm.Accelerator, str]:
     """The preset with the sustained clock and HBM bandwidth of ``peaks`` (its bf16 8192^3
     rate over the data sheet's 989.4 TFLOP/s scales the 1.83 GHz clock; its device-to-device
     copy is the HBM bandwidth) and a launch cost fitted on :data:`LAUNCH_SUBSET`: the median
-    of measured minus ours there. Returns it and a line saying what was fitted."""
+    of measured minus ours there; ``vector`` (``vector_launch_us``, ``row_bits_per_cycle``)
+    goes to :func:`hardware.hopper` as is. Returns it and a line saying what was fitted."""
     if name not in HOPPER:
         raise ValueError(f"--calibrate applies to {sorted(HOPPER)}, not {name!r}")
     with open(peaks, newline="", encoding="utf-8") as f:
@@ -146,7 +148,7 @@ def calibrated(name: str, peaks: Path, rows: list[dict]) -> tuple[cm.Accelerator
     except KeyError as err:
         raise ValueError(f"{peaks}: no row {err} (the bf16 peak and the d2d copy)") from None
     _, l2 = HOPPER[name]
-    acc = hopper(name, hbm_gbps=hbm, l2_bytes=l2, clock_ghz=clock)
+    acc = hopper(name, hbm_gbps=hbm, l2_bytes=l2, clock_ghz=clock, **vector)
     gaps = [r["ms"] * 1e3 - charge_us(acc, r["format"], r["M"], r["N"], r["K"])
             for r in rows if (r["model"], r["layer"], r["format"], r["M"]) in LAUNCH_SUBSET]
     if not gaps:
@@ -157,13 +159,13 @@ def calibrated(name: str, peaks: Path, rows: list[dict]) -> tuple[cm.Accelerator
 
     def l2_error(per_clock: int) -> float:
         a = hopper(name, hbm_gbps=hbm, l2_bytes=l2, clock_ghz=clock, launch_us=launch,
-                   l2_bytes_per_clock=per_clock)
+                   l2_bytes_per_clock=per_clock, **vector)
         return statistics.median(abs(charge_us(a, r["format"], r["M"], r["N"], r["K"])
                                      / (r["ms"] * 1e3) - 1) for r in fit)
 
     per_clock = min(range(5120, 16384 + 1, 512), key=l2_error) if fit else 5120
     acc = hopper(name, hbm_gbps=hbm, l2_bytes=l2, clock_ghz=clock, launch_us=launch,
-                 l2_bytes_per_clock=per_clock)
+                 l2_bytes_per_clock=per_clock, **vector)
     return acc, (f"calibrated: clock {clock:.3f} GHz and HBM {hbm:.0f} GB/s from {peaks.name}; "
                  f"launch {launch:.2f} us fitted on {len(gaps)} rows (GPT-2 attn_out bf16, "
                  f"M <= 64); L2 {per_clock} B/clock fitted on {len(fit)} rows (Llama-3-8B o "

@@ -23,9 +23,14 @@ How each row is charged (the kernels ``measure.py`` timed, eager PyTorch, bf16 u
   against the measured GEMM + attention kernels and its vector entries against the "other"
   kernels; the total against the measured sum.
 
+The ``h200`` preset's vector unit runs kernels as PyTorch's eager CUDA kernels do
+(``hardware.py``): through HBM, softmax reading its input 3 times and the norms twice.
 ``--calibrate`` charges on ``h200.py --calibrate``'s accelerator instead (clock and HBM from
-``peaks.csv``, launch cost and L2 bandwidth fitted on GEMM rows of ``gemm.csv``): nothing is
-fitted on the rows reported here.
+``peaks.csv``, launch cost and L2 bandwidth fitted on GEMM rows of ``gemm.csv``) with two
+vector figures fitted on named rows of ``vector.csv`` and left out of its summary:
+the vector launch cost on :data:`VECTOR_LAUNCH_SUBSET` (the median of measured minus ours)
+and the per-row bound on :data:`ROW_SUBSET` (the median of the bits per cycle one row's
+passes take in the measured time less that launch).
 
 Usage::
 
@@ -37,6 +42,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -80,10 +86,12 @@ def _ms(path: Path, line: int, row: dict, col: str = "ms") -> float:
     return v
 
 
-def vec_us(acc: cm.Accelerator, op: str, shape: list[int], bits: int = 16) -> float:
-    """One vector kernel's time, microseconds."""
-    return cm.charge_vector(cm.VectorCall(op, shape, bits_in=bits),
-                            acc).ledger_fields()["latency_us"]
+def vec_us(acc: cm.Accelerator, op: str, shape: list[int], bits: int = 16,
+           operand: int = 0) -> float:
+    """One vector kernel's time at ``bits`` in and out (``operand``: a binary operator's
+    second input's elements), microseconds."""
+    call = cm.VectorCall(op, shape, bits_in=bits, bits_out=bits, operand_elements=operand)
+    return cm.charge_vector(call, acc).ledger_fields()["latency_us"]
 
 
 def gemm_us(acc: cm.Accelerator, batch: int, m: int, n: int, k: int, bits: int) -> float:
@@ -92,35 +100,101 @@ def gemm_us(acc: cm.Accelerator, batch: int, m: int, n: int, k: int, bits: int) 
     return cm.charge(call, acc).ledger_fields()["latency_us"]
 
 
+#: Rows the vector launch cost is fitted on (--calibrate): one-token residual adds and GELUs,
+#: whose few kilobytes stream in nanoseconds: their time is the kernel's fixed cost.
+VECTOR_LAUNCH_SUBSET = {(op, 1, w) for op, ws in (("residual_add", (768, 4096, 8192)),
+                                                   ("gelu_tanh", (3072, 14336, 28672)))
+                        for w in ws}
+#: Rows the per-row bound is fitted on (--calibrate): one-token layer and RMS norms, one row
+#: reduced by one core.
+ROW_SUBSET = {(op, 1, w) for op in ("layer_norm", "rms_norm") for w in (768, 4096, 8192)}
+
+
+def _vector_key(path: Path, line: int, r: dict) -> tuple[str, int, int]:
+    if r["op"] == "softmax":
+        return ("softmax", _int(path, line, r, "heads"), _int(path, line, r, "S"))
+    return (r["op"], _int(path, line, r, "tokens"), _int(path, line, r, "width"))
+
+
+def calibrated_vector(peaks: Path, gemm_rows: list[dict],
+                      path: Path = DATA / "vector.csv") -> tuple[cm.Accelerator, str]:
+    """``h200.py --calibrate``'s accelerator with the vector launch cost fitted on
+    :data:`VECTOR_LAUNCH_SUBSET` and the per-row bound on :data:`ROW_SUBSET` of ``path``."""
+    acc, line = calibrated("h200", peaks, gemm_rows)
+    rows = [(_vector_key(path, n, r), r, n) for n, r in
+            _rows(path, ("op", "tokens", "width", "heads", "S", "ms"))]
+    gaps = [_ms(path, n, r) * 1e3 - vector_row_us(acc, r, path, n)
+            for k, r, n in rows if k in VECTOR_LAUNCH_SUBSET]
+    if not gaps:
+        raise ValueError(f"{path}: none of the launch-fit rows {sorted(VECTOR_LAUNCH_SUBSET)}")
+    launch = max(0.0, statistics.median(gaps))
+    clock = acc.hardware.clock_ghz
+    per_row = []
+    for (op, _, width), r, n in rows:
+        if (op, 1, width) in ROW_SUBSET and int(r["tokens"]) == 1:
+            passes = acc.vector.norm_passes
+            spare_us = _ms(path, n, r) * 1e3 - launch
+            if spare_us > 0:
+                per_row.append(passes * width * 16 / (spare_us * 1e3 * clock))
+    if not per_row:
+        raise ValueError(f"{path}: none of the row-fit rows {sorted(ROW_SUBSET)}")
+    row_bits = statistics.median(per_row)
+    acc, line = calibrated("h200", peaks, gemm_rows, vector_launch_us=launch,
+                           row_bits_per_cycle=row_bits)
+    return acc, (f"{line}; vector launch {launch:.2f} us fitted on {len(gaps)} rows "
+                 f"(one-token residual_add, gelu_tanh); one row's passes at {row_bits:.1f} "
+                 f"bits/cycle fitted on {len(per_row)} rows (one-token layer_norm, rms_norm); "
+                 "these rows are left out of vector.csv's summary")
+
+
 VECTOR_OPS = {"layer_norm": ["layer_norm"], "rms_norm": ["rms_norm"], "residual_add": ["add"],
               "gelu_tanh": ["gelu_tanh"], "silu_mul": ["silu", "multiply"],
               "softmax": ["softmax"]}
 
 
-def vector(acc: cm.Accelerator, path: Path = DATA / "vector.csv") -> dict:
-    """Print vector.csv row by row; return {op: [errors]}."""
+def _vector_shape(path: Path, line: int, r: dict) -> list[int]:
+    if r["op"] not in VECTOR_OPS:
+        raise ValueError(f"{path}:{line}: op {r['op']!r} is not one of {sorted(VECTOR_OPS)}")
+    if r["op"] == "softmax":
+        return [_int(path, line, r, "heads"), _int(path, line, r, "S"), _int(path, line, r, "S")]
+    return [_int(path, line, r, "tokens"), _int(path, line, r, "width")]
+
+
+def vector_row_us(acc: cm.Accelerator, r: dict, path: Path, line: int) -> float:
+    """Our time of one vector.csv row (its kernels one after another), microseconds."""
+    shape = _vector_shape(path, line, r)
+    ops = VECTOR_OPS[r["op"]]
+    if r["op"] == "residual_add":
+        return vec_us(acc, "add", shape, operand=shape[0] * shape[1])
+    if r["op"] == "silu_mul":
+        return vec_us(acc, "silu", shape) + vec_us(acc, "multiply", shape,
+                                                     operand=shape[0] * shape[1])
+    return sum(vec_us(acc, o, shape) for o in ops)
+
+
+def vector(acc: cm.Accelerator, path: Path = DATA / "vector.csv",
+           fitted: frozenset = frozenset()) -> dict:
+    """Print vector.csv row by row; return {op: [errors]} (rows whose key is in ``fitted``
+    printed, marked, and left out)."""
     errors: dict[str, list[float]] = defaultdict(list)
     print(f"{'op':<13} {'shape':<18} {'ours us':>9} {'meas us':>9} {'error':>8} "
           f"{'meas GB/s':>9}")
     for line, r in _rows(path, ("op", "tokens", "width", "heads", "S", "ms")):
         op = r["op"]
-        if op not in VECTOR_OPS:
-            raise ValueError(f"{path}:{line}: op {op!r} is not one of {sorted(VECTOR_OPS)}")
-        if op == "softmax":
-            shape = [_int(path, line, r, "heads"), _int(path, line, r, "S"),
-                     _int(path, line, r, "S")]
-        else:
-            shape = [_int(path, line, r, "tokens"), _int(path, line, r, "width")]
-        ours = sum(vec_us(acc, o, shape) for o in VECTOR_OPS[op])
+        shape = _vector_shape(path, line, r)
+        ours = vector_row_us(acc, r, path, line)
         meas = _ms(path, line, r) * 1e3
         elements = 1
         for s in shape:
             elements *= s
         # compulsory bytes: read and write each element once (two inputs for add / silu_mul)
         moved = elements * 2 * (3 if op in ("residual_add", "silu_mul") else 2)
-        errors[op].append(ours / meas - 1)
+        err = ours / meas - 1
+        mark = " (fitted)" if _vector_key(path, line, r) in fitted else ""
+        if not mark:
+            errors[op].append(err)
         print(f"{op:<13} {'x'.join(map(str, shape)):<18} {ours:>9.2f} {meas:>9.2f} "
-              f"{errors[op][-1]:>+8.1%} {moved / meas / 1e3:>9.0f}")
+              f"{err:>+8.1%} {moved / meas / 1e3:>9.0f}{mark}")
     return errors
 
 
@@ -201,10 +275,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=["vector", "attention", "model"], default=None)
     args = ap.parse_args(argv)
     acc = preset("h200")
+    fitted: frozenset = frozenset()
     if args.calibrate:
-        acc, line = calibrated("h200", DATA / "peaks.csv", read_rows(DATA / "gemm.csv"))
+        acc, line = calibrated_vector(DATA / "peaks.csv", read_rows(DATA / "gemm.csv"))
         print(line)
-    for name, fn in (("vector", vector), ("attention", attention), ("model", model)):
+        fitted = frozenset(VECTOR_LAUNCH_SUBSET | ROW_SUBSET)
+    for name, fn in (("vector", lambda a: vector(a, fitted=fitted)), ("attention", attention),
+                     ("model", model)):
         if args.only in (None, name):
             print(f"== {name}.csv")
             print(json.dumps({name: summary(fn(acc))}))
