@@ -35,6 +35,7 @@ passes take in the measured time less that launch).
 Usage::
 
     python benchmarks/silicon/h200_ops.py [--calibrate] [--only vector|attention|model]
+        [--data DIR]
 """
 
 from __future__ import annotations
@@ -273,18 +274,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibrate", action="store_true",
                     help="charge on h200.py --calibrate's accelerator (fitted on gemm.csv)")
     ap.add_argument("--only", choices=["vector", "attention", "model"], default=None)
+    ap.add_argument("--data", type=Path, default=DATA,
+                    help="a folder with vector.csv / attention.csv / model.csv measured the "
+                    "same way (e.g. data/h200_holdout): charged with what was fitted on "
+                    "data/h200, nothing fitted on it")
     args = ap.parse_args(argv)
     acc = preset("h200")
     fitted: frozenset = frozenset()
     if args.calibrate:
         acc, line = calibrated_vector(DATA / "peaks.csv", read_rows(DATA / "gemm.csv"))
         print(line)
-        fitted = frozenset(VECTOR_LAUNCH_SUBSET | ROW_SUBSET)
-    for name, fn in (("vector", lambda a: vector(a, fitted=fitted)), ("attention", attention),
-                     ("model", model)):
-        if args.only in (None, name):
-            print(f"== {name}.csv")
-            print(json.dumps({name: summary(fn(acc))}))
+        if args.data.resolve() == DATA.resolve():
+            fitted = frozenset(VECTOR_LAUNCH_SUBSET | ROW_SUBSET)
+    for name, fn in (("vector", lambda a, p: vector(a, p, fitted=fitted)),
+                     ("attention", attention), ("model", model)):
+        path = args.data / f"{name}.csv"
+        if args.only in (None, name) and (args.only == name or path.exists()):
+            print(f"== {path}")
+            print(json.dumps({name: summary(fn(acc, path))}))
     return 0
 
 
