@@ -117,11 +117,11 @@ def _vector_key(path: Path, line: int, r: dict) -> tuple[str, int, int]:
     return (r["op"], _int(path, line, r, "tokens"), _int(path, line, r, "width"))
 
 
-def calibrated_vector(peaks: Path, gemm_rows: list[dict],
-                      path: Path = DATA / "vector.csv") -> tuple[cm.Accelerator, str]:
-    """``h200.py --calibrate``'s accelerator with the vector launch cost fitted on
-    :data:`VECTOR_LAUNCH_SUBSET` and the per-row bound on :data:`ROW_SUBSET` of ``path``."""
-    acc, line = calibrated("h200", peaks, gemm_rows)
+def fit_vector(acc: cm.Accelerator, path: Path = DATA / "vector.csv") -> tuple[dict, str]:
+    """The vector launch cost fitted on :data:`VECTOR_LAUNCH_SUBSET` of ``path`` (the median
+    of measured minus ours on ``acc``) and the per-row rate on :data:`ROW_SUBSET` (the median
+    of the bits per cycle one row's passes take in the measured time less that launch), as
+    :func:`hardware.hopper`'s keywords, and a line saying so."""
     rows = [(_vector_key(path, n, r), r, n) for n, r in
             _rows(path, ("op", "tokens", "width", "heads", "S", "ms"))]
     gaps = [_ms(path, n, r) * 1e3 - vector_row_us(acc, r, path, n)
@@ -131,21 +131,27 @@ def calibrated_vector(peaks: Path, gemm_rows: list[dict],
     launch = max(0.0, statistics.median(gaps))
     clock = acc.hardware.clock_ghz
     per_row = []
-    for (op, _, width), r, n in rows:
-        if (op, 1, width) in ROW_SUBSET and int(r["tokens"]) == 1:
-            passes = acc.vector.norm_passes
-            spare_us = _ms(path, n, r) * 1e3 - launch
-            if spare_us > 0:
-                per_row.append(passes * width * 16 / (spare_us * 1e3 * clock))
+    for (op, tokens, width), r, n in rows:
+        spare_us = _ms(path, n, r) * 1e3 - launch
+        if (op, tokens, width) in ROW_SUBSET and spare_us > 0:
+            per_row.append(acc.vector.norm_passes * width * 16 / (spare_us * 1e3 * clock))
     if not per_row:
         raise ValueError(f"{path}: none of the row-fit rows {sorted(ROW_SUBSET)}")
     row_bits = statistics.median(per_row)
-    acc, line = calibrated("h200", peaks, gemm_rows, vector_launch_us=launch,
-                           row_bits_per_cycle=row_bits)
-    return acc, (f"{line}; vector launch {launch:.2f} us fitted on {len(gaps)} rows "
-                 f"(one-token residual_add, gelu_tanh); one row's passes at {row_bits:.1f} "
-                 f"bits/cycle fitted on {len(per_row)} rows (one-token layer_norm, rms_norm); "
-                 "these rows are left out of vector.csv's summary")
+    return ({"vector_launch_us": launch, "row_bits_per_cycle": row_bits},
+            f"vector launch {launch:.2f} us fitted on {len(gaps)} rows of {path.name} "
+            f"(one-token residual_add, gelu_tanh); one row's passes at {row_bits:.1f} "
+            f"bits/cycle fitted on {len(per_row)} rows (one-token layer_norm, rms_norm); "
+            "these rows are left out of vector.csv's summary")
+
+
+def calibrated_vector(peaks: Path, gemm_rows: list[dict],
+                      path: Path = DATA / "vector.csv") -> tuple[cm.Accelerator, str]:
+    """``h200.py --calibrate``'s accelerator with :func:`fit_vector`'s figures."""
+    acc, _ = calibrated("h200", peaks, gemm_rows)
+    vector, vline = fit_vector(acc, path)
+    acc, line = calibrated("h200", peaks, gemm_rows, **vector)
+    return acc, f"{line}; {vline}"
 
 
 VECTOR_OPS = {"layer_norm": ["layer_norm"], "rms_norm": ["rms_norm"], "residual_add": ["add"],

@@ -451,13 +451,16 @@ def _gpu_clock_rates(tensor_cores_per_sm: int, fma_16: int, fma_8: int, fp32_lan
 
 def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83,
            launch_us: float = 0.0, l2_bytes_per_clock: int = 5120,
-           vector_launch_us: float = 0.0, row_bits_per_cycle: float = 0.0) -> Accelerator:
+           vector_launch_us: float = 0.0, row_bits_per_cycle: float = 0.0,
+           dequant_per_clock: int = 32, rate_8bit: int | None = None) -> Accelerator:
     """An NVIDIA Hopper GPU (GH100 SXM5) as an accelerator of 132 SM cores, the presets
     ``h100_sxm`` and ``h200`` (sources in the code); ``clock_ghz``, ``launch_us`` and
     ``l2_bytes_per_clock`` replace the data sheet's boost clock, the (unpublished, 0) launch
     cost and the assumed L2 bandwidth, ``vector_launch_us`` and ``row_bits_per_cycle`` the
-    vector kernels' (unpublished, 0) launch cost and per-row bound, e.g. by figures measured
-    on one device (``benchmarks/silicon/h200.py --calibrate``,
+    vector kernels' (unpublished, 0) launch cost and per-row bound, ``dequant_per_clock``
+    the int4 weight elements an SM's CUDA cores dequantize per clock (assumed 32), and
+    ``rate_8bit`` the 8-bit MACs per PE per clock (the data sheet's 32), e.g. by figures
+    measured on one device (``benchmarks/silicon/h200.py --calibrate``,
     ``benchmarks/silicon/h200_ops.py --calibrate``)."""
     # An NVIDIA Hopper GPU (GH100, SXM5) as an accelerator of cores: one core per SM.
     # Sources:
@@ -483,6 +486,8 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     # --calibrate fits one on a named subset of the measured rows).
     sms, tcs_per_sm, pes_per_tc = 132, 4, 32
     rates = _gpu_clock_rates(tcs_per_sm, 512, 1024, 128, pes_per_tc)
+    if rate_8bit is not None:
+        rates[8] = rate_8bit
     rows, cols = 8, 16  # 4 tensor cores of 8 x 4 PEs side by side
     dram_bits = hbm_gbps * 1e9 * 8 / (clock_ghz * 1e9)
     memory = cm.MemoryHierarchy(
@@ -512,6 +517,11 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
                              softmax_passes=3, norm_passes=2,
                              launch_cycles=round(vector_launch_us * 1e3 * clock_ghz),
                              row_bits_per_cycle=row_bits_per_cycle),
+        # int4 weights are dequantized on each SM's CUDA cores beside its tensor cores (no
+        # int4 tensor-core path on Hopper [wp]): assumed 4 lane ops per element (unpack:
+        # shift and mask, convert, one FMA with scale and zero) on the 128 lanes = 32
+        # elements per SM per clock, overlapping the MMAs.
+        edge_dequantizer=cm.EdgeDequantizer(dequant_per_clock, bits=[4]),
     )
 
 

@@ -80,6 +80,10 @@ void Validate(const QuantRecipe& r) {
           r.zero_point_bits, "0 (symmetric) to 32");
   Require(r.accumulator_bits >= 1 && r.accumulator_bits <= 64, "accumulator_bits",
           r.accumulator_bits, "1 to 64");
+  Require(r.dequant_rows >= 0, "dequant_rows", r.dequant_rows,
+          ">= 0 (0: once per weight; R: again for every R output rows)");
+  Require(r.dequant_rows == 0 || r.place == Dequantization::kWeight, "dequant_rows",
+          r.dequant_rows, "0 unless place is 'weight' (only weights are dequantized per tile)");
 }
 
 std::string SerializeQuantRecipe(const QuantRecipe& r) {
@@ -94,7 +98,9 @@ std::string SerializeQuantRecipe(const QuantRecipe& r) {
      << ",\"k_group\":" << r.k_group << ",\"scale_bits\":" << r.scale_bits
      << ",\"zero_point_bits\":" << r.zero_point_bits
      << ",\"accumulator_bits\":" << r.accumulator_bits
-     << ",\"weight_batched\":" << (r.weight_batched ? "true" : "false") << '}';
+     << ",\"weight_batched\":" << (r.weight_batched ? "true" : "false");
+  if (r.dequant_rows > 0) os << ",\"dequant_rows\":" << r.dequant_rows;
+  os << '}';
   return os.str();
 }
 
@@ -103,7 +109,7 @@ QuantRecipe ParseQuantRecipe(const std::string& json, const std::string& where) 
   detail::ExpectKeys(obj,
                      {"place", "weight", "weight_group", "activation", "activation_group",
                       "activation_static", "k_group", "scale_bits", "zero_point_bits",
-                      "accumulator_bits", "weight_batched"},
+                      "accumulator_bits", "weight_batched", "dequant_rows"},
                      where);
   auto boolean = [&](const std::string& key, bool fallback, bool required) {
     if (!required && !obj.contains(key)) return fallback;
@@ -132,6 +138,8 @@ QuantRecipe ParseQuantRecipe(const std::string& json, const std::string& where) 
   r.zero_point_bits = small("zero_point_bits");
   r.accumulator_bits = small("accumulator_bits");
   r.weight_batched = boolean("weight_batched", false, false);
+  if (obj.contains("dequant_rows"))
+    r.dequant_rows = detail::IntegerMember(obj, "dequant_rows", where);
   Validate(r);
   return r;
 }
@@ -155,7 +163,12 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
     q.quantize_ops = batch * m * k * (recipe.activation_static ? 1 : 2);
   switch (recipe.place) {
     case Dequantization::kNone: break;
-    case Dequantization::kWeight: q.dequant_ops = n * k * b_copies; break;
+    case Dequantization::kWeight:
+      q.dequant_ops = n * k * b_copies;
+      if (recipe.dequant_rows > 0)  // again per output tile of dequant_rows rows
+        q.dequant_ops = CheckedMul(CheckedMul(n * k, batch, "dequant ops"),
+                                   CeilDiv(m, recipe.dequant_rows), "dequant ops");
+      break;
     case Dequantization::kKGroup:
       q.dequant_ops = batch * m * n * CeilDiv(k, recipe.k_group);
       q.accumulator_traffic_bits = 2 * q.dequant_ops * recipe.accumulator_bits;
@@ -434,7 +447,8 @@ bool operator==(const QuantRecipe& a, const QuantRecipe& b) {
          a.activation == b.activation && a.activation_group == b.activation_group &&
          a.activation_static == b.activation_static && a.k_group == b.k_group &&
          a.scale_bits == b.scale_bits && a.zero_point_bits == b.zero_point_bits &&
-         a.accumulator_bits == b.accumulator_bits && a.weight_batched == b.weight_batched;
+         a.accumulator_bits == b.accumulator_bits && a.weight_batched == b.weight_batched &&
+         a.dequant_rows == b.dequant_rows;
 }
 
 bool operator==(const GemmCall& a, const GemmCall& b) {
@@ -454,7 +468,7 @@ size_t GemmCallHash::operator()(const GemmCall& call) const {
                     int64_t(r.place), int64_t(r.weight), r.weight_group,
                     int64_t(r.activation), r.activation_group, int64_t(r.activation_static),
                     r.k_group, int64_t(r.scale_bits), int64_t(r.zero_point_bits),
-                    int64_t(r.accumulator_bits), int64_t(r.weight_batched)})
+                    int64_t(r.accumulator_bits), int64_t(r.weight_batched), r.dequant_rows})
     h = (h ^ std::hash<int64_t>()(v)) * 1099511628211ull;
   return h;
 }

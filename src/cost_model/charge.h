@@ -75,6 +75,11 @@ struct QuantRecipe {
   bool weight_batched = false;     // B is an activation with one tensor per batch element
                                    // (attention's K or V cache, one per head): its scales
                                    // and its dequantization count once per batch element
+  // Dequantization::kWeight: 0, the weight is dequantized once per call (N x K ops); R > 0,
+  // again for every R rows of the output (per M-tile: N x K x ceil(M / R) per batch
+  // element), as a kernel that dequantizes inside each output tile does (PyTorch's tinygemm
+  // int4 kernel: 16-row tiles). Optional in the JSON form (written when > 0).
+  int64_t dequant_rows = 0;
 };
 void Validate(const QuantRecipe& recipe);
 bool operator==(const QuantRecipe& a, const QuantRecipe& b);

@@ -223,6 +223,7 @@ std::string RecipeRepr(const QuantRecipe& r) {
   if (r.zero_point_bits) s += ", zero_point_bits=" + std::to_string(r.zero_point_bits);
   s += ", accumulator_bits=" + std::to_string(r.accumulator_bits);
   if (r.weight_batched) s += ", weight_batched=True";
+  if (r.dequant_rows) s += ", dequant_rows=" + std::to_string(r.dequant_rows);
   return s + ")";
 }
 
@@ -272,7 +273,8 @@ void BindValues(py::module_& m) {
       .def(py::init([](const std::string& place, const std::string& weight, int64_t weight_group,
                        const std::string& activation, int64_t activation_group,
                        bool activation_static, int64_t k_group, int scale_bits,
-                       int zero_point_bits, int accumulator_bits, bool weight_batched) {
+                       int zero_point_bits, int accumulator_bits, bool weight_batched,
+                       int64_t dequant_rows) {
              QuantRecipe r;
              r.place = ParseDequantization(place);
              r.weight = ParseGranularity(weight);
@@ -285,6 +287,7 @@ void BindValues(py::module_& m) {
              r.zero_point_bits = zero_point_bits;
              r.accumulator_bits = accumulator_bits;
              r.weight_batched = weight_batched;
+             r.dequant_rows = dequant_rows;
              Validate(r);
              return r;
            }),
@@ -293,7 +296,7 @@ void BindValues(py::module_& m) {
            py::arg("activation_group") = 0, py::arg("activation_static") = false,
            py::arg("k_group") = 0, py::arg("scale_bits") = kScaleBits,
            py::arg("zero_point_bits") = 0, py::arg("accumulator_bits") = 32,
-           py::arg("weight_batched") = false)
+           py::arg("weight_batched") = false, py::arg("dequant_rows") = 0)
       .def_static("from_dict", [](const py::dict& d) { return ToRecipe(d); }, py::arg("recipe"),
                   "The recipe of its dict form (QuantScheme.recipe(); weight_batched optional).")
       .def_static(
@@ -316,6 +319,7 @@ void BindValues(py::module_& m) {
       .def_readonly("zero_point_bits", &QuantRecipe::zero_point_bits)
       .def_readonly("accumulator_bits", &QuantRecipe::accumulator_bits)
       .def_readonly("weight_batched", &QuantRecipe::weight_batched)
+      .def_readonly("dequant_rows", &QuantRecipe::dequant_rows)
       .def("__eq__", [](const QuantRecipe& a, const QuantRecipe& b) { return a == b; },
            py::is_operator())
       .def("__hash__", [](const QuantRecipe& r) { return py::hash(py::str(SerializeQuantRecipe(r))); })
