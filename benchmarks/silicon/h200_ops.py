@@ -14,10 +14,10 @@ How each row is charged (the kernels ``measure.py`` timed, eager PyTorch, bf16 u
 * ``bmm_qk`` / ``bmm_pv`` (``torch.bmm``, one product per sequence and head): a
   :class:`GemmCall` with ``batch = B x heads``, ``S x ctx x head_dim`` and
   ``S x head_dim x ctx``, at the row's width (fp32 or bf16).
-* ``sdpa_flash`` (cuDNN's fused kernel, causal prefill or one-token decode, GQA): the same two
-  products at bf16 (``batch = B x heads``, all ``ctx`` keys, no causal skipping) and nothing
-  for the softmax, whose scores never leave the chip in a fused kernel: the cost model has
-  no fused attention, so this is the nearest charge it can state.
+* ``sdpa_flash`` (cuDNN's fused kernel, causal prefill or one-token decode, GQA): one
+  :class:`AttentionCall` (``cost_model.charge_attention``: 128-row query tiles of each KV
+  head's stacked query heads, causal prefill skipping the upper triangle, K and V read once
+  per KV head, the scores' softmax on the core's lanes between the MMAs).
 * ``model.csv``: Llama-3-8B prefill (batch 1 and 8) from :func:`tenet_byoc.estimate` on
   ``h200`` with a bf16 scheme (16-bit weights, activations and KV cache), its array entries
   against the measured GEMM + attention kernels and its vector entries against the "other"
@@ -223,7 +223,12 @@ def attention(acc: cm.Accelerator, path: Path = DATA / "attention.csv") -> dict:
         elif kernel == "bmm_pv":
             ours = gemm_us(acc, b * h, s, d, ctx, bits)
         elif kernel.startswith("sdpa"):
-            ours = gemm_us(acc, b * h, s, ctx, d, bits) + gemm_us(acc, b * h, s, d, ctx, bits)
+            kv = _int(path, line, r, "kv_heads")
+            if h % kv:
+                raise ValueError(f"{path}:{line}: kv_heads {kv} does not divide heads {h}")
+            call = cm.AttentionCall(batch=b, heads=h, kv_heads=kv, queries=s, keys=ctx,
+                                    head_dim=d, bits=bits, causal=r["phase"] == "prefill")
+            ours = cm.charge_attention(call, acc).latency_us
         else:
             raise ValueError(f"{path}:{line}: kernel {kernel!r} is not bmm_qk, bmm_pv or "
                              "sdpa_*")

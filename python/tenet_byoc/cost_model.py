@@ -27,6 +27,8 @@ from . import _cost_model as _core
 from ._cost_model import (
     MAX_ENUMERATED_INSTANCES,
     Accelerator,
+    AttentionCall,  # fused attention (src/cost_model/attention.h)
+    AttentionCharge,
     Charge,
     Cores,  # an accelerator of cores (src/cost_model/core.h)
     Dataflow,
@@ -43,6 +45,7 @@ from ._cost_model import (
     VectorUnit,
     analyze_array,
     charge,
+    charge_attention,
     charge_vector,
     format_tenet_hardware,
     format_tenet_mapping,
@@ -82,6 +85,8 @@ from .memory import (  # the buffer level, roofline and energy (memory.py)
 __all__ = [
     "MAX_ENUMERATED_INSTANCES",
     "Accelerator",
+    "AttentionCall",
+    "AttentionCharge",
     "Charge",
     "Cores",
     "Dataflow",
@@ -115,6 +120,7 @@ __all__ = [
     "buffer_bytes_needed",
     "call_energy",
     "charge",
+    "charge_attention",
     "charge_gemm",
     "charge_vector",
     "default_tile_mapping",
