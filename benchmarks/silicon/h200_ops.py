@@ -21,7 +21,10 @@ How each row is charged (the kernels ``measure.py`` timed, eager PyTorch, bf16 u
 * ``model.csv``: Llama-3-8B prefill (batch 1 and 8) from :func:`tenet_byoc.estimate` on
   ``h200`` with a bf16 scheme (16-bit weights, activations and KV cache), its array entries
   against the measured GEMM + attention kernels and its vector entries against the "other"
-  kernels; the total against the measured sum.
+  kernels; the total against the measured sum. Then "fused": the same GEMMs, one
+  :class:`AttentionCall` per layer in place of the plan's ``qk`` / ``pv`` products, and the
+  vector entries without the plan's S x S work (:data:`FUSED_AWAY`) and its ``quantize``
+  entries, as the measured model runs (the plan itself still charges attention unfused).
 
 The ``h200`` preset's vector unit runs kernels as PyTorch's eager CUDA kernels do
 (``hardware.py``): through HBM, softmax reading its input 3 times and the norms twice.
@@ -240,6 +243,12 @@ def attention(acc: cm.Accelerator, path: Path = DATA / "attention.csv") -> dict:
     return errors
 
 
+#: Llama-3-8B's attention (its config.json): 32 layers of 32 query heads over 8 KV heads of 128.
+LLAMA3_8B = {"layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128}
+#: The plan's vector entries a fused attention kernel does inside (its scores never leave it).
+FUSED_AWAY = ("self_attn.softmax", "self_attn.masked", "self_attn.scale", "self_attn.mask")
+
+
 def model(acc: cm.Accelerator, path: Path = DATA / "model.csv") -> dict:
     """Print Llama-3-8B bf16 prefill rows of model.csv against tenet_byoc.estimate."""
     import tenet_byoc as tb
@@ -277,6 +286,23 @@ def model(acc: cm.Accelerator, path: Path = DATA / "model.csv") -> dict:
                 ops[e.op] += e.latency_us / 1e3
         print("  ours, other by op (ms): " + ", ".join(
             f"{k} {v:.3f}" for k, v in sorted(ops.items(), key=lambda x: -x[1])))
+        # As the measured model runs: one fused attention kernel per layer, without the
+        # plan's S x S vector work and its quantize entries (a bf16 model converts nothing).
+        fused = {"gemm": ours["gemm"], "attention": LLAMA3_8B["layers"] * cm.charge_attention(
+            cm.AttentionCall(batch=batch, heads=LLAMA3_8B["heads"],
+                             kv_heads=LLAMA3_8B["kv_heads"], queries=tokens, keys=tokens,
+                             head_dim=LLAMA3_8B["head_dim"], causal=True), acc).latency_us / 1e3,
+                 "other": sum(e.latency_us for e in ledger.entries if e.unit == "vector"
+                              and e.op != "quantize"
+                              and not e.name.endswith(FUSED_AWAY)) / 1e3}
+        fused["total"] = sum(fused.values())
+        print("  with fused attention (one AttentionCall per layer; no S x S vector work, no "
+              "quantize):")
+        for k in ("gemm", "attention", "other", "total"):
+            err = fused[k] / meas[k] - 1
+            errors[f"fused {k}"].append(err)
+            print(f"  {k:<10} ours {fused[k]:>9.3f} ms  measured {meas[k]:>9.3f} ms  "
+                  f"{err:>+8.1%}")
     return errors
 
 
