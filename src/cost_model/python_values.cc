@@ -546,6 +546,22 @@ void BindValues(py::module_& m) {
       .def_readonly("causal", &AttentionCall::causal)
       .def_readonly("q_tile", &AttentionCall::q_tile)
       .def("to_json", &SerializeAttentionCall)
+      .def("__eq__", [](const AttentionCall& a, const AttentionCall& b) {
+        return SerializeAttentionCall(a) == SerializeAttentionCall(b);
+      }, py::is_operator())
+      .def(py::pickle(
+          [](const AttentionCall& c) {
+            return py::make_tuple(c.batch, c.heads, c.kv_heads, c.queries, c.keys, c.head_dim,
+                                  c.bits, c.causal, c.q_tile);
+          },
+          [](const py::tuple& t) {
+            if (t.size() != 9) throw std::invalid_argument("AttentionCall: a pickle of 9 fields");
+            AttentionCall c{t[0].cast<int64_t>(), t[1].cast<int64_t>(), t[2].cast<int64_t>(),
+                            t[3].cast<int64_t>(), t[4].cast<int64_t>(), t[5].cast<int64_t>(),
+                            t[6].cast<int>(),     t[7].cast<bool>(),    t[8].cast<int64_t>()};
+            Validate(c);
+            return c;
+          }))
       .def("__repr__", [](const AttentionCall& c) {
         return "AttentionCall(" + SerializeAttentionCall(c) + ")";
       });

@@ -5,6 +5,7 @@ call's cycles against hand formulas; bad calls refused by field."""
 from __future__ import annotations
 
 import math
+import pickle
 
 import pytest
 
@@ -81,3 +82,10 @@ def test_bad_calls_are_refused_by_field(kwargs, message):
     base = {"queries": 4, "keys": 8, "head_dim": 16}
     with pytest.raises(ValueError, match=message):
         cm.AttentionCall(**{**base, **kwargs})
+
+
+def test_a_call_pickles_to_an_equal_call():
+    call = cm.AttentionCall(batch=2, heads=8, kv_heads=2, queries=5, keys=9, head_dim=16,
+                            causal=True, q_tile=64)
+    back = pickle.loads(pickle.dumps(call))
+    assert back == call and back.to_json() == call.to_json()
