@@ -17,16 +17,28 @@ How each format is charged (the kernels ``measure.py`` timed, its README):
   floats) are left out: the recipe's per-token activation scales are dynamic ones, computed
   on chip, which the timed kernel does not do.
 * ``int8_mm``: int8 x int8 -> int32, nothing else.
-* ``int8_mm_dequant``: ``int8_mm``, then a separate elementwise pass on the vector unit
-  reading the int32 product and writing bf16 (a multiply per element): two kernels.
+* ``int8_mm_dequant``: ``int8_mm``, then the four elementwise kernels of
+  ``(y.float() * sa * sb).to(bfloat16)`` on the vector unit (:func:`dequant_kernels`).
 * ``w4a16_g32`` / ``w4a16_g128``: bf16 activations x int4 weights in groups of 32 / 128
-  along K, a bf16 scale and zero per group, dequantized once per weight element (place
-  "weight").
+  along K, a bf16 scale and zero per group, dequantized by the SMs' CUDA cores (the
+  preset's edge dequantizer for 4-bit codes) again for every 16 output rows (place
+  "weight", ``dequant_rows=16``): tinygemm (``_weight_int4pack_mm``) computes 16-row tiles
+  with ``mma.sync`` and unpacks the weight in registers inside each tile.
+
+Kernel structure of the integer rows: ``int8_mm`` is one cuBLASLt int8 product with int32
+output; ``int8_mm_dequant`` is that product then four eager elementwise kernels (cast to float32,
+x per-token scale, x per-channel scale, cast to bf16), each through HBM with its launch;
+tinygemm as above.
+With ``--calibrate`` each 8-bit kernel runs at the rate ``peaks.csv`` measured for it
+(:data:`KERNEL_PEAKS`: its 8192^3 row over the bf16 row, x the bf16 MACs per PE: int8 18
+and fp8 29 where the data sheet says 32 for both; both share one 8-bit MAC unit in the
+preset, so each is charged on its own variant), and the CUDA cores' dequantization rate is
+fitted on :data:`DEQUANT_SUBSET`.
 
 Usage::
 
     python benchmarks/silicon/h200.py [--csv FILE] [--accelerator NAME] [--mapping auto]
-        [--calibrate [PEAKS_CSV]]
+        [--calibrate [PEAKS_CSV]] [--fit-csv FILE]
 """
 
 from __future__ import annotations
@@ -58,10 +70,14 @@ FORMATS = {
     "int8_mm": (8, 8, 32, None, False),
     "int8_mm_dequant": (8, 8, 32, None, True),
     "w4a16_g32": (16, 4, 16, dict(place="weight", weight="group", weight_group=32,
-                                  zero_point_bits=16), False),
+                                  zero_point_bits=16, dequant_rows=16), False),
     "w4a16_g128": (16, 4, 16, dict(place="weight", weight="group", weight_group=128,
-                                   zero_point_bits=16), False),
+                                   zero_point_bits=16, dequant_rows=16), False),
 }
+#: The 8-bit kernels by the peaks.csv row that measured each at 8192^3: torch._int_mm
+#: (cuBLASLt's int8 product) and torch._scaled_mm (fp8).
+KERNEL_PEAKS = {"int8_mm": "int8 8192^3", "int8_mm_dequant": "int8 8192^3",
+                "fp8_tensor": "fp8 8192^3", "fp8_row": "fp8 8192^3"}
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -96,16 +112,29 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
-def charge_us(acc: cm.Accelerator, fmt: str, m: int, n: int, k: int) -> float:
-    """Our time of one measured row, microseconds (how: the module's docstring)."""
+def dequant_kernels(m: int, n: int) -> list[cm.VectorCall]:
+    """The four eager kernels ``int8_mm_dequant`` runs after the product
+    (``(y.float() * sa * sb).to(bfloat16)``): the int32 -> float32 cast, the per-token and the
+    per-channel multiply, the float32 -> bf16 cast; a cast is charged as a multiply by one
+    scalar (one read and one write of each element)."""
+    return [cm.VectorCall("multiply", [m, n], bits_in=32, bits_out=32, operand_elements=1),
+            cm.VectorCall("multiply", [m, n], bits_in=32, bits_out=32, operand_elements=m),
+            cm.VectorCall("multiply", [m, n], bits_in=32, bits_out=32, operand_elements=n),
+            cm.VectorCall("multiply", [m, n], bits_in=32, bits_out=16, operand_elements=1)]
+
+
+def charge_us(acc: cm.Accelerator, fmt: str, m: int, n: int, k: int,
+              kernels: dict[str, cm.Accelerator] | None = None) -> float:
+    """Our time of one measured row, microseconds (how: the module's docstring);
+    ``kernels`` (format -> accelerator) charges those formats' rows on their own."""
+    acc = (kernels or {}).get(fmt, acc)
     bits_a, bits_b, bits_c, recipe, dequant_pass = FORMATS[fmt]
     call = cm.GemmCall(m=m, n=n, k=k, bits_a=bits_a, bits_b=bits_b, bits_c=bits_c,
                        scheme=fmt, recipe=_recipe(**recipe) if recipe else None)
     us = cm.charge(call, acc).ledger_fields()["latency_us"]
     if dequant_pass:
-        pass_call = cm.VectorCall("multiply", [m, n], bits_in=32, bits_out=16,
-                                  operand_elements=n)
-        us += cm.charge_vector(pass_call, acc).ledger_fields()["latency_us"]
+        us += sum(cm.charge_vector(c, acc).ledger_fields()["latency_us"]
+                  for c in dequant_kernels(m, n))
     return us
 
 
@@ -131,11 +160,23 @@ L2_SUBSET = {("llama-3-8b", "o", "bf16", m) for m in (1024, 4096)}
 HOPPER = {"h200": (4800.0, 60_000_000), "h100_sxm": (3350.0, 50_000_000)}
 
 
-def calibrated(name: str, peaks: Path, rows: list[dict]) -> tuple[cm.Accelerator, str]:
-    """The preset with the sustained clock and HBM bandwidth of ``peaks`` (its bf16 8192^3
-    rate over the data sheet's 989.4 TFLOP/s scales the 1.83 GHz clock; its device-to-device
-    copy is the HBM bandwidth) and a launch cost fitted on :data:`LAUNCH_SUBSET`: the median
-    of measured minus ours there. Returns it and a line saying what was fitted."""
+#: The rows the CUDA cores' int4 dequantization rate is fitted on with --calibrate (left out
+#: of the summary): Llama-3-8B's attention output projection in w4a16 g128 at 256 and 1,024
+#: rows, 16 and 64 tiles of 16 rows each re-dequantizing the whole weight.
+DEQUANT_SUBSET = {("llama-3-8b", "o", "w4a16_g128", m) for m in (256, 1024)}
+
+
+def calibrated_parts(name: str, peaks: Path, rows: list[dict],
+                     **vector: float) -> tuple[dict, dict[str, int], str]:
+    """:func:`hardware.hopper`'s keywords for the preset with the sustained clock and HBM
+    bandwidth of ``peaks`` (its bf16 8192^3 rate over the data sheet's 989.4 TFLOP/s scales
+    the 1.83 GHz clock; its device-to-device copy is the HBM bandwidth), a launch cost fitted
+    on :data:`LAUNCH_SUBSET` (the median of measured minus ours there), the L2 bandwidth on
+    :data:`L2_SUBSET` and the int4 dequantization rate on :data:`DEQUANT_SUBSET` (each the
+    candidate with the least median error there); ``vector`` (``vector_launch_us``,
+    ``row_bits_per_cycle``) goes in as is. Also each 8-bit kernel's MACs per PE per clock
+    by format (:data:`KERNEL_PEAKS`: its ``peaks`` 8192^3 rate over the bf16 rate x the bf16
+    MACs) and a line saying what was fitted."""
     if name not in HOPPER:
         raise ValueError(f"--calibrate applies to {sorted(HOPPER)}, not {name!r}")
     with open(peaks, newline="", encoding="utf-8") as f:
@@ -143,31 +184,50 @@ def calibrated(name: str, peaks: Path, rows: list[dict]) -> tuple[cm.Accelerator
     try:
         clock = 1.83 * got["bf16 8192^3"] / 989.4
         hbm = got["d2d copy 1 GiB"]
+        rate_8bit = {fmt: round(16 * got[row] / got["bf16 8192^3"])
+                     for fmt, row in KERNEL_PEAKS.items()}
     except KeyError as err:
-        raise ValueError(f"{peaks}: no row {err} (the bf16 peak and the d2d copy)") from None
+        raise ValueError(f"{peaks}: no row {err} (the bf16, int8 and fp8 peaks and the d2d "
+                         "copy)") from None
     _, l2 = HOPPER[name]
-    acc = hopper(name, hbm_gbps=hbm, l2_bytes=l2, clock_ghz=clock)
+    kw = dict(hbm_gbps=hbm, l2_bytes=l2, clock_ghz=clock, **vector)
+    acc = hopper(name, **kw)
     gaps = [r["ms"] * 1e3 - charge_us(acc, r["format"], r["M"], r["N"], r["K"])
             for r in rows if (r["model"], r["layer"], r["format"], r["M"]) in LAUNCH_SUBSET]
     if not gaps:
         raise ValueError("--calibrate: the CSV has none of the launch-fit rows "
                          f"{sorted(LAUNCH_SUBSET)}")
-    launch = max(0.0, statistics.median(gaps))
-    fit = [r for r in rows if (r["model"], r["layer"], r["format"], r["M"]) in L2_SUBSET]
+    kw["launch_us"] = max(0.0, statistics.median(gaps))
 
-    def l2_error(per_clock: int) -> float:
-        a = hopper(name, hbm_gbps=hbm, l2_bytes=l2, clock_ghz=clock, launch_us=launch,
-                   l2_bytes_per_clock=per_clock)
-        return statistics.median(abs(charge_us(a, r["format"], r["M"], r["N"], r["K"])
-                                     / (r["ms"] * 1e3) - 1) for r in fit)
+    def best(field: str, subset: set, candidates: range, default: int) -> tuple[int, int]:
+        fit = [r for r in rows if (r["model"], r["layer"], r["format"], r["M"]) in subset]
 
-    per_clock = min(range(5120, 16384 + 1, 512), key=l2_error) if fit else 5120
-    acc = hopper(name, hbm_gbps=hbm, l2_bytes=l2, clock_ghz=clock, launch_us=launch,
-                 l2_bytes_per_clock=per_clock)
-    return acc, (f"calibrated: clock {clock:.3f} GHz and HBM {hbm:.0f} GB/s from {peaks.name}; "
-                 f"launch {launch:.2f} us fitted on {len(gaps)} rows (GPT-2 attn_out bf16, "
-                 f"M <= 64); L2 {per_clock} B/clock fitted on {len(fit)} rows (Llama-3-8B o "
-                 "bf16, M >= 1024); the fitted rows are left out of the summary")
+        def error(value: int) -> float:
+            a = hopper(name, **{**kw, field: value})
+            return statistics.median(abs(charge_us(a, r["format"], r["M"], r["N"], r["K"])
+                                         / (r["ms"] * 1e3) - 1) for r in fit)
+
+        return (min(candidates, key=error) if fit else default), len(fit)
+
+    kw["l2_bytes_per_clock"], n_l2 = best("l2_bytes_per_clock", L2_SUBSET,
+                                          range(5120, 16384 + 1, 512), 5120)
+    kw["dequant_per_clock"], n_dq = best("dequant_per_clock", DEQUANT_SUBSET, range(1, 33), 32)
+    return kw, rate_8bit, (
+        f"calibrated: clock {clock:.3f} GHz and HBM {hbm:.0f} GB/s from {peaks.name}; "
+        f"8-bit kernels' MACs/PE/clock from their 8192^3 rows over bf16's: int8 "
+        f"{rate_8bit['int8_mm']}, fp8 {rate_8bit['fp8_tensor']}; launch "
+        f"{kw['launch_us']:.2f} us fitted on {len(gaps)} rows (GPT-2 attn_out bf16, M <= 64); "
+        f"L2 {kw['l2_bytes_per_clock']} B/clock fitted on {n_l2} rows (Llama-3-8B o bf16, "
+        f"M >= 1024); int4 dequantization {kw['dequant_per_clock']} elements/SM/clock fitted "
+        f"on {n_dq} rows (Llama-3-8B o w4a16_g128, M 256 and 1024); the fitted rows are left "
+        "out of the summary")
+
+
+def calibrated(name: str, peaks: Path, rows: list[dict],
+               **vector: float) -> tuple[cm.Accelerator, str]:
+    """The accelerator of :func:`calibrated_parts` and its line."""
+    kw, _, line = calibrated_parts(name, peaks, rows, **vector)
+    return hopper(name, **kw), line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,23 +236,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--accelerator", default="h200", choices=sorted(PRESETS))
     ap.add_argument("--mapping", default=None, choices=["auto", "default"])
     ap.add_argument("--calibrate", type=Path, nargs="?", const=True, default=None,
-                    help="fit the clock and HBM on a peaks.csv (default: beside --csv) and "
-                    "the launch cost on LAUNCH_SUBSET")
+                    help="fit the clock and HBM on a peaks.csv (default: beside --fit-csv) "
+                    "and the launch cost, L2 and int4 dequantization on named rows of "
+                    "--fit-csv")
+    ap.add_argument("--fit-csv", type=Path, default=None,
+                    help="the gemm.csv --calibrate fits on (default: --csv); another file "
+                    "than --csv is then charged out of sample")
     args = ap.parse_args(argv)
     rows = read_rows(args.csv)
     acc = preset(args.accelerator, mapping=args.mapping)
-    fitted = set()
+    kernels: dict[str, cm.Accelerator] = {}
+    fitted: set = set()
     if args.calibrate:
-        peaks = args.csv.parent / "peaks.csv" if args.calibrate is True else args.calibrate
-        acc, line = calibrated(args.accelerator, peaks, rows)
+        fit_csv = args.fit_csv or args.csv
+        fit_rows = rows if fit_csv == args.csv else read_rows(fit_csv)
+        peaks = fit_csv.parent / "peaks.csv" if args.calibrate is True else args.calibrate
+        vector = {}
+        if args.accelerator == "h200":  # the vector launch (int8_mm_dequant's second kernel)
+            from h200_ops import fit_vector  # noqa: PLC0415 (h200_ops imports this module)
+
+            vector, vline = fit_vector(calibrated(args.accelerator, peaks, fit_rows)[0])
+            print(vline)
+        kw, rate_8bit, line = calibrated_parts(args.accelerator, peaks, fit_rows, **vector)
+        acc = hopper(args.accelerator, **kw)
+        kernels = {fmt: hopper(args.accelerator, **kw, rate_8bit=rate)
+                   for fmt, rate in rate_8bit.items()}
         print(line)
-        fitted = LAUNCH_SUBSET | L2_SUBSET
+        if fit_csv == args.csv:
+            fitted = LAUNCH_SUBSET | L2_SUBSET | DEQUANT_SUBSET
     errors: dict[str, list[float]] = {}
     speed: dict[tuple, dict[str, tuple[float, float]]] = {}
     print(f"{'model':<12} {'layer':<9} {'M':>5} {'N':>6} {'K':>6} {'format':<16} "
           f"{'ours us':>10} {'meas us':>10} {'error':>8}")
     for r in rows:
-        ours = charge_us(acc, r["format"], r["M"], r["N"], r["K"])
+        ours = charge_us(acc, r["format"], r["M"], r["N"], r["K"], kernels)
         meas = r["ms"] * 1e3
         err = ours / meas - 1
         if (r["model"], r["layer"], r["format"], r["M"]) not in fitted:

@@ -28,6 +28,8 @@ from ._cost_model import (
     MAX_ENUMERATED_INSTANCES,
     NVLINK_C2C_PJ_PER_BIT,
     Accelerator,
+    AttentionCall,  # fused attention (src/cost_model/attention.h)
+    AttentionCharge,
     Charge,
     Cores,  # an accelerator of cores (src/cost_model/core.h)
     Dataflow,
@@ -48,6 +50,7 @@ from ._cost_model import (
     _analyze_array,
     analyze_array,
     charge,
+    charge_attention,
     charge_link,
     charge_vector,
     format_tenet_hardware,
@@ -96,6 +99,8 @@ __all__ = [
     "MAX_ENUMERATED_INSTANCES",
     "NVLINK_C2C_PJ_PER_BIT",
     "Accelerator",
+    "AttentionCall",
+    "AttentionCharge",
     "Charge",
     "Cores",
     "Dataflow",
@@ -130,6 +135,7 @@ __all__ = [
     "buffer_bytes_needed",
     "call_energy",
     "charge",
+    "charge_attention",
     "charge_gemm",
     "charge_link",
     "charge_vector",

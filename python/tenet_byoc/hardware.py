@@ -483,12 +483,18 @@ def _gpu_clock_rates(tensor_cores_per_sm: int, fma_16: int, fma_8: int, fp32_lan
 
 
 def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83,
-           launch_us: float = 0.0, l2_bytes_per_clock: int = 5120) -> Accelerator:
+           launch_us: float = 0.0, l2_bytes_per_clock: int = 5120,
+           vector_launch_us: float = 0.0, row_bits_per_cycle: float = 0.0,
+           dequant_per_clock: int = 32, rate_8bit: int | None = None) -> Accelerator:
     """An NVIDIA Hopper GPU (GH100 SXM5) as an accelerator of 132 SM cores, the presets
     ``h100_sxm`` and ``h200`` (sources in the code); ``clock_ghz``, ``launch_us`` and
     ``l2_bytes_per_clock`` replace the data sheet's boost clock, the (unpublished, 0) launch
-    cost and the assumed L2 bandwidth, e.g. by figures measured on one device
-    (``benchmarks/silicon/h200.py --calibrate``)."""
+    cost and the assumed L2 bandwidth, ``vector_launch_us`` and ``row_bits_per_cycle`` the
+    vector kernels' (unpublished, 0) launch cost and per-row bound, ``dequant_per_clock``
+    the int4 weight elements an SM's CUDA cores dequantize per clock (assumed 32), and
+    ``rate_8bit`` the 8-bit MACs per PE per clock (the data sheet's 32), e.g. by figures
+    measured on one device (``benchmarks/silicon/h200.py --calibrate``,
+    ``benchmarks/silicon/h200_ops.py --calibrate``)."""
     # An NVIDIA Hopper GPU (GH100, SXM5) as an accelerator of cores: one core per SM.
     # Sources:
     # [wp] NVIDIA, "NVIDIA H100 Tensor Core GPU Architecture" whitepaper (2022), Table 3
@@ -513,6 +519,8 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     # --calibrate fits one on a named subset of the measured rows).
     sms, tcs_per_sm, pes_per_tc = 132, 4, 32
     rates = _gpu_clock_rates(tcs_per_sm, 512, 1024, 128, pes_per_tc)
+    if rate_8bit is not None:
+        rates[8] = rate_8bit
     rows, cols = 8, 16  # 4 tensor cores of 8 x 4 PEs side by side
     dram_bits = hbm_gbps * 1e9 * 8 / (clock_ghz * 1e9)
     memory = cm.MemoryHierarchy(
@@ -533,8 +541,20 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
         "os", rows, cols, name=name, bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
         l1_bytes=256, l2_bytes=l2_bytes, memory=memory, precision=precision,
         macs_per_pe_per_cycle=rates, cores=cores,
-        # The CUDA cores: 128 FP32 lanes per SM.
-        vector=cm.VectorUnit(lanes=sms * 128, schedule="serial"),
+        # The CUDA cores: 128 FP32 lanes per SM. Vector kernels as PyTorch's eager CUDA
+        # kernels run them (aten/src/ATen/native/cuda: SoftMax.cu's cunn_SoftMaxForward
+        # reads a row for its max, its sum and its output; layer_norm_kernel.cu /
+        # RMS norm read it for the moments, then to normalize): through global memory
+        # (HBM), 3 / 2 reads of the input. Launch cost and per-row bound unpublished: 0.
+        vector=cm.VectorUnit(lanes=sms * 128, schedule="serial", streams_from_dram=True,
+                             softmax_passes=3, norm_passes=2,
+                             launch_cycles=round(vector_launch_us * 1e3 * clock_ghz),
+                             row_bits_per_cycle=row_bits_per_cycle),
+        # int4 weights are dequantized on each SM's CUDA cores beside its tensor cores (no
+        # int4 tensor-core path on Hopper [wp]): assumed 4 lane ops per element (unpack:
+        # shift and mask, convert, one FMA with scale and zero) on the 128 lanes = 32
+        # elements per SM per clock, overlapping the MMAs.
+        edge_dequantizer=cm.EdgeDequantizer(dequant_per_clock, bits=[4]),
     )
 
 
@@ -569,7 +589,13 @@ def _a100() -> Accelerator:
         "os", rows, cols, name="a100", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
         l1_bytes=256, l2_bytes=40 << 20, memory=memory, precision=precision,
         macs_per_pe_per_cycle=rates, cores=cores,
-        vector=cm.VectorUnit(lanes=sms * 64, schedule="serial"),  # 64 FP32 lanes per SM
+        # 64 FP32 lanes per SM. Vector kernels through global memory (HBM) as LLMCompass
+        # models them (software_model/layernorm.py, gelu.py: one read and one write of each
+        # element from DRAM; its A100 layer norm and GELU are torch.compile'd, one fused
+        # kernel); softmax as PyTorch's eager CUDA kernel (SoftMax.cu: 3 reads of the input).
+        # Launch cost unpublished: 0.
+        vector=cm.VectorUnit(lanes=sms * 64, schedule="serial", streams_from_dram=True,
+                             softmax_passes=3, norm_passes=1),
     )
 
 

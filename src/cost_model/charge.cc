@@ -80,6 +80,10 @@ void Validate(const QuantRecipe& r) {
           r.zero_point_bits, "0 (symmetric) to 32");
   Require(r.accumulator_bits >= 1 && r.accumulator_bits <= 64, "accumulator_bits",
           r.accumulator_bits, "1 to 64");
+  Require(r.dequant_rows >= 0, "dequant_rows", r.dequant_rows,
+          ">= 0 (0: once per weight; R: again for every R output rows)");
+  Require(r.dequant_rows == 0 || r.place == Dequantization::kWeight, "dequant_rows",
+          r.dequant_rows, "0 unless place is 'weight' (only weights are dequantized per tile)");
 }
 
 namespace {
@@ -169,7 +173,12 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
     q.quantize_ops = batch * m * k * (recipe.activation_static ? 1 : 2);
   switch (recipe.place) {
     case Dequantization::kNone: break;
-    case Dequantization::kWeight: q.dequant_ops = n * k * b_copies; break;
+    case Dequantization::kWeight:
+      q.dequant_ops = n * k * b_copies;
+      if (recipe.dequant_rows > 0)  // again per output tile of dequant_rows rows
+        q.dequant_ops = CheckedMul(CheckedMul(n * k, batch, "dequant ops"),
+                                   CeilDiv(m, recipe.dequant_rows), "dequant ops");
+      break;
     case Dequantization::kKGroup:
       q.dequant_ops = batch * m * n * CeilDiv(k, recipe.k_group);
       q.accumulator_traffic_bits = 2 * q.dequant_ops * recipe.accumulator_bits;

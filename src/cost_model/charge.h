@@ -81,7 +81,12 @@ constexpr int64_t kScaleBits = 16;
   /* B is an activation with one tensor per batch element (attention's K or V cache, one */ \
   /* per head): its scales and its dequantization count once per batch element. Optional */ \
   /* in the JSON form (only attention's KV operand sets it). */                             \
-  X(bool, weight_batched, false, false)
+  X(bool, weight_batched, false, false)                                                     \
+  /* Dequantization::kWeight: 0, the weight is dequantized once per call (N x K ops); R > */ \
+  /* 0, again for every R rows of the output (per M-tile: N x K x ceil(M / R) per batch */   \
+  /* element), as a kernel that dequantizes inside each output tile does (PyTorch's */       \
+  /* tinygemm int4 kernel: 16-row tiles). Optional in the JSON form. */                      \
+  X(int64_t, dequant_rows, 0, false)
 
 struct QuantRecipe {
 #define TENET_RECIPE_MEMBER(type, name, init, required) type name = init;

@@ -14,6 +14,7 @@
 #include <pybind11/stl.h>
 
 #include "cost_model/accelerator.h"
+#include "cost_model/attention.h"
 #include "cost_model/charge.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/json.h"
@@ -502,6 +503,78 @@ void BindValues(py::module_& m) {
       "What the runtime's ledger charges `call` on `accelerator` (the one rule, charge.h): "
       ".array (PE array), .memory (buffer level; .cycles is the call's latency), .energy. "
       "With mapping 'auto' each distinct call is searched once per accelerator.");
+  py::class_<AttentionCall>(
+      m, "AttentionCall",
+      "One fused attention kernel (attention.h): batch sequences, heads query heads over "
+      "kv_heads key/value heads, queries x keys of head_dim, operands of bits, causal (the "
+      "queries are the last positions), q_tile query rows per work unit.")
+      .def(py::init([](int64_t batch, int64_t heads, int64_t kv_heads, int64_t queries,
+                       int64_t keys, int64_t head_dim, int bits, bool causal, int64_t q_tile) {
+             AttentionCall c{batch, heads, kv_heads == 0 ? heads : kv_heads, queries, keys,
+                             head_dim, bits, causal, q_tile};
+             Validate(c);
+             return c;
+           }),
+           py::kw_only(), py::arg("batch") = 1, py::arg("heads"), py::arg("kv_heads") = 0,
+           py::arg("queries"), py::arg("keys"), py::arg("head_dim"), py::arg("bits") = 16,
+           py::arg("causal") = false, py::arg("q_tile") = 128)
+      .def_readonly("batch", &AttentionCall::batch)
+      .def_readonly("heads", &AttentionCall::heads)
+      .def_readonly("kv_heads", &AttentionCall::kv_heads)
+      .def_readonly("queries", &AttentionCall::queries)
+      .def_readonly("keys", &AttentionCall::keys)
+      .def_readonly("head_dim", &AttentionCall::head_dim)
+      .def_readonly("bits", &AttentionCall::bits)
+      .def_readonly("causal", &AttentionCall::causal)
+      .def_readonly("q_tile", &AttentionCall::q_tile)
+      .def("to_json", &SerializeAttentionCall)
+      .def("__eq__", [](const AttentionCall& a, const AttentionCall& b) {
+        return SerializeAttentionCall(a) == SerializeAttentionCall(b);
+      }, py::is_operator())
+      .def(py::pickle(
+          [](const AttentionCall& c) {
+            return py::make_tuple(c.batch, c.heads, c.kv_heads, c.queries, c.keys, c.head_dim,
+                                  c.bits, c.causal, c.q_tile);
+          },
+          [](const py::tuple& t) {
+            if (t.size() != 9) throw std::invalid_argument("AttentionCall: a pickle of 9 fields");
+            AttentionCall c{t[0].cast<int64_t>(), t[1].cast<int64_t>(), t[2].cast<int64_t>(),
+                            t[3].cast<int64_t>(), t[4].cast<int64_t>(), t[5].cast<int64_t>(),
+                            t[6].cast<int>(),     t[7].cast<bool>(),    t[8].cast<int64_t>()};
+            Validate(c);
+            return c;
+          }))
+      .def("__repr__", [](const AttentionCall& c) {
+        return "AttentionCall(" + SerializeAttentionCall(c) + ")";
+      });
+  py::class_<AttentionCharge>(m, "AttentionCharge",
+                              "What a fused attention kernel costs (attention.h): work units, "
+                              "waves, one unit's MMA, softmax and stream cycles, DRAM, cycles.")
+      .def_readonly("call", &AttentionCharge::call)
+      .def_readonly("units", &AttentionCharge::units)
+      .def_readonly("active_cores", &AttentionCharge::active_cores)
+      .def_readonly("waves", &AttentionCharge::waves)
+      .def_readonly("macs", &AttentionCharge::macs)
+      .def_readonly("scores", &AttentionCharge::scores)
+      .def_readonly("mma_cycles", &AttentionCharge::mma_cycles)
+      .def_readonly("softmax_cycles", &AttentionCharge::softmax_cycles)
+      .def_readonly("stream_cycles", &AttentionCharge::stream_cycles)
+      .def_property_readonly("dram_read_bytes",
+                             [](const AttentionCharge& c) { return c.dram_read_bits / 8.0; })
+      .def_property_readonly("dram_write_bytes",
+                             [](const AttentionCharge& c) { return c.dram_write_bits / 8.0; })
+      .def_readonly("dram_cycles", &AttentionCharge::dram_cycles)
+      .def_readonly("launch_cycles", &AttentionCharge::launch_cycles)
+      .def_readonly("cycles", &AttentionCharge::cycles)
+      .def_readonly("latency_us", &AttentionCharge::latency_us);
+  m.def(
+      "charge_attention",
+      [](const AttentionCall& call, const BoundAccelerator& acc) {
+        py::gil_scoped_release release;
+        return ChargeAttention(call, acc.value);
+      },
+      py::arg("call"), py::arg("accelerator"),
+      "What one fused attention kernel costs on the accelerator (attention.h).");
   m.def(
       "charge_vector",
       [](const VectorCall& call, const BoundAccelerator& acc) {

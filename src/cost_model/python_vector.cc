@@ -75,9 +75,15 @@ void BindVector(py::module_& m) {
       "45 nm float32 energies: add 0.9 pJ, multiply 3.7 pJ, the rest as the multiply-adds of "
       "their approximations). buffer_bandwidth_bits None: lanes x 64 (one float32 in and one "
       "out per lane per cycle). schedule: 'pipelined' (overlaps the array, behind the GEMM that "
-      "produces its input) or 'serial' (after it).")
+      "produces its input) or 'serial' (after it). A vector kernel as a GPU runs it: "
+      "launch_cycles (fixed per kernel), dram_efficiency (the share of DRAM bandwidth its "
+      "streams reach), streams_from_dram (activations read from and output written to DRAM "
+      "every kernel), softmax_passes / norm_passes (reads of the input), row_bits_per_cycle "
+      "(> 0: one row's passes on one core bound a row-reducing kernel).")
       .def(py::init([](int64_t lanes, const py::object& cycles, const py::object& pj,
-                       const py::object& bandwidth, const std::string& schedule) {
+                       const py::object& bandwidth, const std::string& schedule,
+                       int64_t launch_cycles, double dram_efficiency, bool streams_from_dram,
+                       int64_t softmax_passes, int64_t norm_passes, double row_bits_per_cycle) {
              VectorUnit u;
              u.lanes = lanes;
              u.cycles_per_op = ClassFigures(cycles, kVectorCyclesPerOp, "cycles_per_op");
@@ -89,13 +95,28 @@ void BindVector(py::module_& m) {
              } catch (const std::invalid_argument& e) {
                throw std::invalid_argument(std::string("VectorUnit.schedule: ") + e.what());
              }
+             u.launch_cycles = launch_cycles;
+             u.dram_efficiency = dram_efficiency;
+             u.streams_from_dram = streams_from_dram;
+             u.softmax_passes = softmax_passes;
+             u.norm_passes = norm_passes;
+             u.row_bits_per_cycle = row_bits_per_cycle;
              Validate(u);
              return u;
            }),
            py::arg("lanes") = 16, py::arg("cycles_per_op") = py::none(),
            py::arg("pj_per_op") = py::none(), py::arg("buffer_bandwidth_bits") = py::none(),
-           py::arg("schedule") = "pipelined")
+           py::arg("schedule") = "pipelined", py::arg("launch_cycles") = 0,
+           py::arg("dram_efficiency") = 1.0, py::arg("streams_from_dram") = false,
+           py::arg("softmax_passes") = 1, py::arg("norm_passes") = 1,
+           py::arg("row_bits_per_cycle") = 0.0)
       .def_readonly("lanes", &VectorUnit::lanes)
+      .def_readonly("launch_cycles", &VectorUnit::launch_cycles)
+      .def_readonly("dram_efficiency", &VectorUnit::dram_efficiency)
+      .def_readonly("streams_from_dram", &VectorUnit::streams_from_dram)
+      .def_readonly("softmax_passes", &VectorUnit::softmax_passes)
+      .def_readonly("norm_passes", &VectorUnit::norm_passes)
+      .def_readonly("row_bits_per_cycle", &VectorUnit::row_bits_per_cycle)
       .def_property_readonly("cycles_per_op",
                              [](const VectorUnit& u) { return ClassDict(u.cycles_per_op); })
       .def_property_readonly("pj_per_op", [](const VectorUnit& u) { return ClassDict(u.pj_per_op); })
@@ -105,12 +126,22 @@ void BindVector(py::module_& m) {
       .def("__eq__", [](const VectorUnit& a, const VectorUnit& b) {
         return a.lanes == b.lanes && a.cycles_per_op == b.cycles_per_op &&
                a.pj_per_op == b.pj_per_op && a.buffer_bandwidth_bits == b.buffer_bandwidth_bits &&
-               a.schedule == b.schedule;
+               a.schedule == b.schedule && a.launch_cycles == b.launch_cycles &&
+               a.dram_efficiency == b.dram_efficiency &&
+               a.streams_from_dram == b.streams_from_dram &&
+               a.softmax_passes == b.softmax_passes && a.norm_passes == b.norm_passes &&
+               a.row_bits_per_cycle == b.row_bits_per_cycle;
       }, py::is_operator())
       .def("__repr__", [](const VectorUnit& u) {
         return "VectorUnit(lanes=" + std::to_string(u.lanes) + ", buffer_bandwidth_bits=" +
                Repr(u.buffer_bandwidth_bits) + ", schedule='" + VectorScheduleName(u.schedule) +
-               "')";
+               "'" + (u.launch_cycles ? ", launch_cycles=" + std::to_string(u.launch_cycles) : "") +
+               (u.dram_efficiency != 1 ? ", dram_efficiency=" + Repr(u.dram_efficiency) : "") +
+               (u.streams_from_dram ? ", streams_from_dram=True" : "") +
+               (u.softmax_passes != 1 ? ", softmax_passes=" + std::to_string(u.softmax_passes) : "") +
+               (u.norm_passes != 1 ? ", norm_passes=" + std::to_string(u.norm_passes) : "") +
+               (u.row_bits_per_cycle ? ", row_bits_per_cycle=" + Repr(u.row_bits_per_cycle) : "") +
+               ")";
       });
 
   py::class_<EdgeDequantizer>(
@@ -243,6 +274,9 @@ void BindVector(py::module_& m) {
       .def_readonly("compute_cycles", &VectorCharge::compute_cycles)
       .def_readonly("buffer_cycles", &VectorCharge::buffer_cycles)
       .def_readonly("dram_cycles", &VectorCharge::dram_cycles)
+      .def_readonly("passes", &VectorCharge::passes)
+      .def_readonly("row_cycles", &VectorCharge::row_cycles)
+      .def_readonly("launch_cycles", &VectorCharge::launch_cycles)
       .def_readonly("cycles", &VectorCharge::cycles)
       .def_readonly("latency_us", &VectorCharge::latency_us)
       .def_property_readonly("schedule",

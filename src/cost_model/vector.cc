@@ -73,6 +73,27 @@ void Validate(const VectorUnit& u) {
   if (!(u.buffer_bandwidth_bits > 0) || !std::isfinite(u.buffer_bandwidth_bits))
     throw std::invalid_argument("VectorUnit.buffer_bandwidth_bits must be a positive number of "
                                 "bits per cycle, got " + Num(u.buffer_bandwidth_bits));
+  if (u.launch_cycles < 0)
+    throw std::invalid_argument("VectorUnit.launch_cycles must be >= 0 cycles, got " +
+                                Str(u.launch_cycles));
+  if (!(u.dram_efficiency > 0 && u.dram_efficiency <= 1))
+    throw std::invalid_argument("VectorUnit.dram_efficiency must be in (0, 1] (the share of "
+                                "DRAM bandwidth a vector kernel reaches), got " +
+                                Num(u.dram_efficiency));
+  for (auto [name, p] : {std::pair{"softmax_passes", u.softmax_passes},
+                         {"norm_passes", u.norm_passes}})
+    if (p < 1 || p > 64)
+      throw std::invalid_argument(std::string("VectorUnit.") + name + " must be 1..64 reads of "
+                                  "the input, got " + Str(p));
+  if (!(u.row_bits_per_cycle >= 0) || !std::isfinite(u.row_bits_per_cycle))
+    throw std::invalid_argument("VectorUnit.row_bits_per_cycle must be a finite number >= 0 "
+                                "(0: no per-row bound), got " + Num(u.row_bits_per_cycle));
+}
+
+int64_t VectorInputPasses(VectorOp op, const VectorUnit& u) {
+  if (op == VectorOp::kSoftmax) return u.softmax_passes;
+  if (op == VectorOp::kLayerNorm || op == VectorOp::kRmsNorm) return u.norm_passes;
+  return 1;
 }
 
 bool EdgeDequantizer::Converts(int code_bits) const {
@@ -222,11 +243,14 @@ VectorCharge ChargeVectorCall(const VectorCall& call, const VectorUnit& unit,
     default: act_bits = n * in; break;
   }
   const int64_t out_bits = n * out;
+  ch.passes = VectorInputPasses(call.op, unit);
+  const int64_t act_reads = CheckedMul(act_bits, ch.passes, "VectorCall bits");
   ch.spilled = act_bits + out_bits > mem.buffer_bytes * 8;
-  ch.buffer_read_bits = act_bits + param_bits;
+  const bool in_dram = ch.spilled || unit.streams_from_dram;
+  ch.buffer_read_bits = act_reads + param_bits;
   ch.buffer_write_bits = call.op == VectorOp::kKvWrite ? 0 : out_bits;
-  ch.dram_read_bits = param_bits + (ch.spilled ? act_bits : 0);
-  ch.dram_write_bits = (ch.spilled || call.op == VectorOp::kKvWrite) ? out_bits : 0;
+  ch.dram_read_bits = param_bits + (in_dram ? act_reads : 0);
+  ch.dram_write_bits = (in_dram || call.op == VectorOp::kKvWrite) ? out_bits : 0;
 
   double lane_cycles = 0, op_pj = 0;
   for (int c = 0; c < kVectorOpClasses; ++c) {
@@ -236,8 +260,18 @@ VectorCharge ChargeVectorCall(const VectorCall& call, const VectorUnit& unit,
   ch.compute_cycles = static_cast<int64_t>(std::ceil(lane_cycles / double(unit.lanes)));
   ch.buffer_cycles =
       CeilCycles(ch.buffer_read_bits + ch.buffer_write_bits, unit.buffer_bandwidth_bits);
-  ch.dram_cycles = CeilCycles(ch.dram_read_bits + ch.dram_write_bits, mem.dram_bandwidth_bits);
-  ch.cycles = std::max({ch.compute_cycles, ch.buffer_cycles, ch.dram_cycles});
+  ch.dram_cycles = CeilCycles(ch.dram_read_bits + ch.dram_write_bits,
+                              mem.dram_bandwidth_bits * unit.dram_efficiency);
+  const bool reduces_rows = call.op == VectorOp::kSoftmax || call.op == VectorOp::kLayerNorm ||
+                            call.op == VectorOp::kRmsNorm;
+  if (reduces_rows && unit.row_bits_per_cycle > 0)
+    ch.row_cycles = CeilCycles(CheckedMul(ch.passes, h * in, "VectorCall bits"),
+                               unit.row_bits_per_cycle);
+  ch.launch_cycles = unit.launch_cycles;
+  ch.cycles = CheckedAdd(unit.launch_cycles,
+                         std::max({ch.compute_cycles, ch.buffer_cycles, ch.dram_cycles,
+                                   ch.row_cycles}),
+                         "vector unit: cycles");
   ch.latency_us = double(ch.cycles) / (clock_ghz * 1e3);
   ch.schedule = unit.schedule;
   ch.op_pj = op_pj;
@@ -264,11 +298,19 @@ OrderedJson VectorUnitJson(const VectorUnit& u) {
           {"cycles_per_op", cycles},
           {"pj_per_op", pj},
           {"buffer_bandwidth_bits", u.buffer_bandwidth_bits},
-          {"schedule", VectorScheduleName(u.schedule)}};
+          {"schedule", VectorScheduleName(u.schedule)},
+          {"launch_cycles", u.launch_cycles},
+          {"dram_efficiency", u.dram_efficiency},
+          {"streams_from_dram", u.streams_from_dram},
+          {"softmax_passes", u.softmax_passes},
+          {"norm_passes", u.norm_passes},
+          {"row_bits_per_cycle", u.row_bits_per_cycle}};
 }
 
 VectorUnit ParseVectorUnitJson(const JsonValue& v, const std::string& where) {
-  ExpectKeys(v, {"lanes", "cycles_per_op", "pj_per_op", "buffer_bandwidth_bits", "schedule"},
+  ExpectKeys(v, {"lanes", "cycles_per_op", "pj_per_op", "buffer_bandwidth_bits", "schedule",
+                 "launch_cycles", "dram_efficiency", "streams_from_dram", "softmax_passes",
+                 "norm_passes", "row_bits_per_cycle"},
              where);
   VectorUnit u;
   u.lanes = IntegerMember(v, "lanes", where);
@@ -287,6 +329,16 @@ VectorUnit ParseVectorUnitJson(const JsonValue& v, const std::string& where) {
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(where + ".schedule: " + e.what());
   }
+  // The kernel fields came later: a file without them keeps the defaults.
+  if (v.contains("launch_cycles")) u.launch_cycles = IntegerMember(v, "launch_cycles", where);
+  if (v.contains("dram_efficiency"))
+    u.dram_efficiency = NumberMember(v, "dram_efficiency", where);
+  if (v.contains("streams_from_dram"))
+    u.streams_from_dram = BoolMember(v, "streams_from_dram", where);
+  if (v.contains("softmax_passes")) u.softmax_passes = IntegerMember(v, "softmax_passes", where);
+  if (v.contains("norm_passes")) u.norm_passes = IntegerMember(v, "norm_passes", where);
+  if (v.contains("row_bits_per_cycle"))
+    u.row_bits_per_cycle = NumberMember(v, "row_bits_per_cycle", where);
   return u;
 }
 

@@ -14,7 +14,11 @@
 // embedding rows) come from DRAM; when the operator's activations and output do not fit the
 // buffer together they spill (inputs read from, output written to DRAM); a KV-cache write's
 // output always goes to DRAM. Transfers overlap compute (streamed), so the call takes the
-// largest of the compute, buffer and DRAM cycles.
+// largest of the compute, buffer and DRAM cycles. A unit that runs kernels as a GPU does
+// (VectorUnit: streams_from_dram, passes, dram_efficiency, row_bits_per_cycle,
+// launch_cycles) reads its activations from DRAM once per pass of its kernel and writes the
+// output there, at dram_efficiency of the bandwidth, no faster than one row's passes on one
+// core, and pays a fixed launch per kernel: launch + max(compute, buffer, DRAM, row).
 #pragma once
 
 #include <array>
@@ -67,7 +71,20 @@ struct VectorUnit {
   // out per lane per cycle (lanes x 64).
   double buffer_bandwidth_bits = 16 * 64;
   VectorSchedule schedule = VectorSchedule::kPipelined;
+  // A vector kernel as a GPU runs it (all 0 / 1 / false: the unit above, charged as before).
+  int64_t launch_cycles = 0;      // >= 0: fixed cost of each vector kernel (launch, tail)
+  double dram_efficiency = 1.0;   // (0, 1]: the share of DRAM bandwidth its streams reach
+  // true: every kernel reads its activations from DRAM and writes its output there (a GPU's
+  // kernels work through global memory), whatever fits the buffer.
+  bool streams_from_dram = false;
+  // Reads of its input a softmax / a layer or RMS norm kernel makes (the max, the sum and
+  // the output; the moments and the output), >= 1; every other operator reads it once.
+  int64_t softmax_passes = 1, norm_passes = 1;
+  // > 0: a row-reducing kernel (softmax, norms) takes at least one row's passes at this many
+  // bits per cycle (one core on one row, bound by its memory round trips); 0: no such bound.
+  double row_bits_per_cycle = 0;
 };
+
 void Validate(const VectorUnit& unit);
 
 // A dequantizer between the buffer and the array edge that turns weight codes of the widths
@@ -94,6 +111,8 @@ enum class VectorOp {
 constexpr int kVectorOps = 15;
 const char* VectorOpName(VectorOp op);  // "layer_norm", ..., "kv_write", "relu"
 VectorOp ParseVectorOp(const std::string& name);
+// The reads of its input `op`'s kernel makes on `unit` (softmax_passes, norm_passes or 1).
+int64_t VectorInputPasses(VectorOp op, const VectorUnit& unit);
 
 // One non-GEMM operator call as the cost model sees it.
 struct VectorCall {
@@ -125,7 +144,10 @@ struct VectorCharge {
   int64_t dram_read_bits = 0, dram_write_bits = 0;
   bool spilled = false;  // activations and output did not fit the buffer together
   int64_t compute_cycles = 0, buffer_cycles = 0, dram_cycles = 0;
-  int64_t cycles = 0;    // max of the three: the call's latency on the unit
+  int64_t cycles = 0;    // launch + max of compute, buffer, DRAM and row: the call's latency
+  int64_t passes = 1;        // reads of the input (VectorInputPasses)
+  int64_t row_cycles = 0;    // one row's passes at row_bits_per_cycle (0: no such bound)
+  int64_t launch_cycles = 0; // the unit's launch_cycles
   double latency_us = 0;
   VectorSchedule schedule = VectorSchedule::kPipelined;
   double op_pj = 0, buffer_pj = 0, dram_pj = 0, total_pj = 0;
