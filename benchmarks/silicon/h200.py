@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--accelerator", default="h200", choices=sorted(PRESETS))
-    ap.add_argument("--mapping", default=None, choices=["auto", "fixed"])
+    ap.add_argument("--mapping", default=None, choices=["auto", "default"])
     ap.add_argument("--calibrate", type=Path, nargs="?", const=True, default=None,
                     help="fit the clock and HBM on a peaks.csv (default: beside --csv) and "
                     "the launch cost on LAUNCH_SUBSET")

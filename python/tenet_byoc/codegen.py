@@ -17,17 +17,20 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.backend.pattern_registry import get_pattern
 
+from .cost_model import QuantRecipe
 from .patterns import KIND_BITS, PATTERN_INFO, PatternInfo
 from .quantization import (
     RECIPE_ATTR,
     SCHEME_ATTR,
     QuantScheme,
+    RecipeStamp,
     attention_scheme,
     is_attention_gemm,
 )
 
-#: Bumped with the runtime's ``kDescriptorVersion`` on any incompatible change.
-DESCRIPTOR_VERSION = 6
+#: The descriptor version the runtime reads (``src/runtime/program.h``'s
+#: ``kDescriptorVersion``, the one place it is written; the package loads the runtime first).
+DESCRIPTOR_VERSION: int = tvm_ffi.get_global_func("tenet_byoc.runtime.descriptor_version")()
 
 #: The scheme of a quantized call in a module :func:`tenet_byoc.quantize` did not stamp.
 UNNAMED_SCHEME = "unnamed"
@@ -114,11 +117,7 @@ def _step_name(result: relax.Var, rhs: relax.Expr) -> str:
 
 
 #: The recipe of a float call: nothing quantized.
-FLOAT_RECIPE = {
-    "place": "none", "weight": "none", "weight_group": 0, "activation": "none",
-    "activation_group": 0, "activation_static": False, "k_group": 0, "scale_bits": 16,
-    "zero_point_bits": 0, "accumulator_bits": 32, "weight_batched": False,
-}
+FLOAT_RECIPE = QuantRecipe()
 
 
 @dataclass(frozen=True)
@@ -128,7 +127,7 @@ class GemmCharging:
 
     scheme: str
     bits: tuple[int, int, int]
-    recipe: dict
+    recipe: QuantRecipe
     k_multiple: int
 
 
@@ -173,24 +172,24 @@ def _shape_of(ty) -> list[int] | None:
         return None
 
 
-def unstamped_recipe(kind: str, scale_a_ty, scale_b_ty, rhs_ty) -> dict:
+def unstamped_recipe(kind: str, scale_a_ty, scale_b_ty, rhs_ty) -> QuantRecipe:
     """The recipe of a quantized call in a module :func:`tenet_byoc.quantize` did not stamp
     (a hand-written form): read from its operands' shapes, as the classic schemes charge."""
     if kind == "float":
-        return dict(FLOAT_RECIPE)
+        return FLOAT_RECIPE
     sb = _shape_of(scale_b_ty) or []
-    recipe = dict(FLOAT_RECIPE, place="weight")
+    recipe = FLOAT_RECIPE.replace(place="weight")
     if kind == "dequant_channel":
-        return dict(recipe, weight="channel")
+        return recipe.replace(weight="channel")
     if kind in ("dequant_group", "dequant_float"):
         k = (_shape_of(rhs_ty) or [0, 0])[1] * (2 if kind == "dequant_group" else 1)
         groups = sb[1] if len(sb) == 3 else 1
         if kind == "dequant_float":
             rhs = _shape_of(rhs_ty) or [0, 1, 1]
             k, groups = rhs[1] * rhs[2], rhs[1]
-        return dict(recipe, weight="group", weight_group=max(k // max(groups, 1), 1))
+        return recipe.replace(weight="group", weight_group=max(k // max(groups, 1), 1))
     sa = _shape_of(scale_a_ty) or []
-    return dict(recipe, place="output", weight="channel" if sb else "tensor",
+    return recipe.replace(place="output", weight="channel" if sb else "tensor",
                 activation="channel" if sa else "tensor")
 
 
@@ -214,7 +213,8 @@ def describe_function(func: relax.Function) -> dict:
     """
     symbol = str(func.attrs["global_symbol"])
     scheme = str(func.attrs[SCHEME_ATTR]) if SCHEME_ATTR in func.attrs else UNNAMED_SCHEME
-    stamped = json.loads(str(func.attrs[RECIPE_ATTR])) if RECIPE_ATTR in func.attrs else None
+    stamped = (RecipeStamp.read(str(func.attrs[RECIPE_ATTR])) if RECIPE_ATTR in func.attrs
+               else None)
     refs: dict[relax.Var, int] = {p: i for i, p in enumerate(func.params)}
     inputs = [_tensor_spec(p.ty, f"{symbol}: input {i}") for i, p in enumerate(func.params)]
     composites: dict[relax.Var, _Composite] = {}
@@ -250,18 +250,17 @@ def describe_function(func: relax.Function) -> dict:
         kind = comp.info.kind
         step_scheme = "none" if kind == "float" else scheme
         # The recipe is the one the quantize pass stamped: the codegen never guesses it.
-        attention = (stamped or {}).get("attention")
+        attention = stamped.attention if stamped is not None else None
         gemm_types = (args[comp.params["lhs"]].ty, args[comp.params["rhs"]].ty)
         if kind == "float" and attention and is_attention_gemm(*gemm_types):
             # Attention under a KV scheme: B is the K (transposed) or V cache, stored at
             # the KV width (quantization.attention_scheme).
-            role = attention["key" if comp.info.rhs_transposed else "value"]
-            bits, quant, step_scheme = role["bits"], dict(role["recipe"]), scheme
+            bits, quant = attention["key" if comp.info.rhs_transposed else "value"]
+            step_scheme = scheme
         elif kind == "float":
-            bits, quant = list(FLOAT_CHARGING.bits), dict(FLOAT_CHARGING.recipe)
+            bits, quant = FLOAT_CHARGING.bits, FLOAT_CHARGING.recipe
         elif stamped is not None:
-            bits = stamped["bits"]
-            quant = {k: v for k, v in stamped.items() if k not in ("bits", "attention")}
+            bits, quant = stamped.bits, stamped.recipe
         else:
             def ty(role, comp=comp, args=args):
                 index = comp.params.get(role)
@@ -278,8 +277,8 @@ def describe_function(func: relax.Function) -> dict:
                 "rhs_transposed": comp.info.rhs_transposed,
                 "epilogue": comp.info.epilogue,
                 "out_ndim": out["ndim"],
-                "bits": bits,
-                "quant": quant,
+                "bits": list(bits),
+                "quant": quant.as_dict(),
             }
         )
         refs[binding.var] = -len(steps)

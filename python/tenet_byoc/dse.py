@@ -31,9 +31,10 @@ import hashlib
 import itertools
 import json
 import math
+import operator
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ from .area import (
 )
 from .hardware import Accelerator
 
-__all__ = ["OBJECTIVE_PAIRS", "DesignPoint", "DesignSpace", "PointResult", "explore",
+__all__ = ["AXES", "OBJECTIVE_PAIRS", "Axis", "DesignPoint", "DesignSpace", "PointResult", "explore",
            "mark_fronts", "pareto_front"]
 
 #: The most points a :class:`DesignSpace` may hold (each is built before any runs).
@@ -67,42 +68,109 @@ OBJECTIVE_PAIRS: dict[str, tuple[str, ...]] = {
 ACCURACY_FRONT = ("perplexity", "energy_per_token_mj", "area_mm2")
 
 _DATAFLOWS = ("os", "ws", "is")
+_MAPPINGS = ("default", "auto")
 
 
 # ----------------------------------------------------------------------------------------
-# The space
+# The design point: each field written once, with what the rest is made from
 # ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Axis:
+    """What the schema says of one :class:`DesignPoint` field. The rest is made from it:
+    the :class:`DesignSpace` list of its values and their check, its column of
+    :class:`PointResult` (the results file, ``dse.csv`` and ``--objective``), its piece of
+    the point's name and the charge keys it enters.
+
+    Attributes
+    ----------
+    space : str
+        Its name in a :class:`DesignSpace` and a space file, where it is a list of values.
+    check : {"int", "float", "dataflow", "formats", "mapping"}
+        How a space checks a value: a positive integer or number, a dataflow, a set of PE
+        formats (written ``"+"``-joined in its column) or a mapping choice.
+    unit : str
+        What a value counts ("" for a name).
+    charges : {"array", "memory", "vector", "system", "clock"}
+        Whose charges depend on it: a GEMM's ("array"), a vector call's ("vector"), both
+        ("memory"), the composition over chips ("system"), or none ("clock": charges are
+        in cycles, and DRAM enters them as bits per cycle).
+    tag : callable, optional
+        ``tag(value, point)``: its piece of the point's name ("" leaves it out).
+    charged_as : callable, optional
+        ``charged_as(point)``: what the charges see of it (default: its value).
+    later : bool
+        Added after the first release: left out of the point's key at its default, so the
+        keys of older results files stay valid, and filled in from the default when an
+        older row is read.
+    """
+
+    space: str
+    check: str
+    unit: str
+    charges: str
+    tag: Callable[[Any, Any], str] | None = None
+    charged_as: Callable[[Any], Any] | None = None
+    later: bool = False
+
+
+def _axis(space: str = "", *, default: Any, **schema: Any) -> Any:
+    """A :class:`DesignPoint` field of ``default`` and its :class:`Axis` (``space`` defaults
+    to the field's own name)."""
+    return field(default=default, metadata={"axis": Axis(space, **schema)})
 
 
 @dataclass(frozen=True)
 class DesignPoint:
     """One design: a ``rows x cols`` systolic array of PEs with a MAC unit per format, a
-    global buffer, DRAM at ``dram_gbps`` and a clock. Energies are the cost model's 45 nm
-    figures (Horowitz; a format's MAC energy by :func:`tenet_byoc.area.mac_figure`)."""
+    global buffer, DRAM at ``dram_gbps``, a clock, a vector unit, and the chips it is one of.
+    Energies are the cost model's 45 nm figures (Horowitz; a format's MAC energy by
+    :func:`tenet_byoc.area.mac_figure`). The defaults are a :class:`DesignSpace`'s."""
 
-    rows: int
-    cols: int
-    dataflow: str
-    pe_formats: tuple[str, ...]
-    buffer_bytes: int
-    dram_gbps: float  #: GB/s (1e9 bytes per second)
-    clock_ghz: float
-    register_bytes: int = 16
+    rows: int = _axis(default=16, check="int", unit="PEs", charges="array",
+                      tag=lambda v, p: f"{p.dataflow}{v}x{p.cols}")
+    cols: int = _axis(default=16, check="int", unit="PEs", charges="array")  # rows' tag
+    dataflow: str = _axis("dataflows", default="os", check="dataflow", unit="",
+                          charges="array")  # rows' tag
+    pe_formats: tuple[str, ...] = _axis(
+        default=("int8", "fp16", "fp32"), check="formats", unit="", charges="array",
+        tag=lambda v, p: "+".join(v),
+        charged_as=lambda p: tuple(sorted(p.formats_by_width.items())))
+    buffer_bytes: int = _axis(default=1 << 20, check="int", unit="bytes", charges="memory",
+                              tag=lambda v, p: f"{v >> 10}KiB")
+    dram_gbps: float = _axis(default=32.0, check="float", unit="GB/s (1e9 bytes per second)",
+                             charges="memory", tag=lambda v, p: f"{v:g}GBps",
+                             charged_as=lambda p: p.dram_bits_per_cycle)
+    clock_ghz: float = _axis(default=1.0, check="float", unit="GHz", charges="clock",
+                             tag=lambda v, p: f"{v:g}GHz")
+    #: per-PE registers (a float32 operand pair, weight and sum)
+    register_bytes: int = _axis(default=16, check="int", unit="bytes", charges="memory")
     #: "default" (each call's default tiles) or "auto" (each distinct call's mapping searched
     #: for latency, about 16x the charging time; large prefills can need it)
-    mapping: str = "default"
-    vector_lanes: int = 16  #: the vector unit's float32 lanes (``cost_model.VectorUnit``)
-    tensor_parallel: int = 1  #: chips sharing each layer (``tenet_byoc.system.System``)
-    pipeline_parallel: int = 1  #: pipeline stages, each of ``tensor_parallel`` chips
-    link_gbps: float = 100.0  #: GB/s each chip sends per direction (with several chips)
+    mapping: str = _axis("mappings", default="default", check="mapping", unit="",
+                         charges="array", tag=lambda v, p: "auto" if v == "auto" else "")
+    #: the vector unit's float32 lanes (``cost_model.VectorUnit``)
+    vector_lanes: int = _axis(default=16, check="int", unit="lanes", charges="vector",
+                              tag=lambda v, p: f"v{v}" if v != 16 else "", later=True)
+    #: chips sharing each layer (``tenet_byoc.system.System``)
+    tensor_parallel: int = _axis(default=1, check="int", unit="chips", charges="system",
+                                 tag=lambda v, p: f"tp{v}" if v > 1 else "", later=True)
+    #: pipeline stages, each of ``tensor_parallel`` chips
+    pipeline_parallel: int = _axis(default=1, check="int", unit="stages", charges="system",
+                                   tag=lambda v, p: f"pp{v}" if v > 1 else "", later=True)
+    #: GB/s each chip sends per direction (with several chips)
+    link_gbps: float = _axis(default=100.0, check="float", unit="GB/s", charges="system",
+                             tag=lambda v, p: f"link{v:g}GBps" if p.chips > 1 else "",
+                             later=True)
 
     @property
     def key(self) -> str:
         """A short stable name of the point (its fields hashed): the results file's key.
         Fields added after the first release are left out at their defaults, so the keys
         of older results files stay valid."""
-        fields_ = {k: v for k, v in dataclasses.asdict(self).items()
-                   if k not in _LATER_DEFAULTS or _LATER_DEFAULTS[k] != v}
+        fields_ = {name: value for name, value in dataclasses.asdict(self).items()
+                   if name not in _LATER or _LATER[name] != value}
         text = json.dumps(fields_, sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
@@ -112,14 +180,9 @@ class DesignPoint:
 
     @property
     def name(self) -> str:
-        fmts = "+".join(self.pe_formats)
-        return (f"{self.dataflow}{self.rows}x{self.cols}_{fmts}_{self.buffer_bytes >> 10}KiB_"
-                f"{self.dram_gbps:g}GBps_{self.clock_ghz:g}GHz"
-                + ("_auto" if self.mapping == "auto" else "")
-                + (f"_v{self.vector_lanes}" if self.vector_lanes != 16 else "")
-                + (f"_tp{self.tensor_parallel}" if self.tensor_parallel > 1 else "")
-                + (f"_pp{self.pipeline_parallel}" if self.pipeline_parallel > 1 else "")
-                + (f"_link{self.link_gbps:g}GBps" if self.chips > 1 else ""))
+        """The point for people: each field's tag, ``_``-joined."""
+        tags = (a.tag(getattr(self, name), self) for name, a in AXES.items() if a.tag)
+        return "_".join(t for t in tags if t)
 
     @property
     def dram_bits_per_cycle(self) -> float:
@@ -159,60 +222,100 @@ class DesignPoint:
                       pipeline_parallel=self.pipeline_parallel,
                       link=Link(bandwidth_gbps=self.link_gbps))
 
+    def charged_as(self, *charges: str) -> tuple:
+        """What the charges of the fields of ``charges`` (:attr:`Axis.charges` values) see of
+        the point: equal for two points whose those charges are equal."""
+        readers = _KEY_READERS.get(charges)
+        if readers is None:  # once per set of charges: the keys are asked per point
+            readers = _KEY_READERS[charges] = tuple(
+                a.charged_as or operator.attrgetter(name) for name, a in AXES.items()
+                if a.charges in charges)
+        return tuple(read(self) for read in readers)
+
     def charge_key(self) -> tuple:
         """What the charges (and the area but for the DRAM interface) depend on: all but the
         clock (DRAM as bits per cycle)."""
-        return (self.rows, self.cols, self.dataflow, tuple(sorted(self.formats_by_width.items())),
-                self.buffer_bytes, self.dram_bits_per_cycle, self.register_bytes, self.mapping,
-                self.vector_lanes, self.tensor_parallel, self.pipeline_parallel, self.link_gbps)
+        return self.charged_as("array", "memory", "vector", "system")
+
+    def array_key(self) -> tuple:
+        """What a GEMM's charge depends on: the array and the memory."""
+        return self.charged_as("array", "memory")
+
+    def vector_key(self) -> tuple:
+        """What a vector call's charge depends on: the vector unit and the memory (buffer
+        size, DRAM bits per cycle, registers; src/cost_model/vector.cc), not the array."""
+        return self.charged_as("vector", "memory")
 
 
-#: DesignPoint fields added after the first release, at their defaults (see DesignPoint.key).
-_LATER_DEFAULTS = {"vector_lanes": 16, "tensor_parallel": 1, "pipeline_parallel": 1,
-                   "link_gbps": 100.0}
+#: The schema: each :class:`DesignPoint` field's :class:`Axis`, in the fields' order.
+AXES: dict[str, Axis] = {f.name: f.metadata["axis"] for f in dataclasses.fields(DesignPoint)}
+for _name, _a in AXES.items():  # a field's name is its space name unless given
+    if not _a.space:
+        object.__setattr__(_a, "space", _name)
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DesignPoint)}
+#: The fields added after the first release, at their defaults (see DesignPoint.key).
+_LATER = {name: _DEFAULTS[name] for name, a in AXES.items() if a.later}
+_KEY_READERS: dict[tuple[str, ...], tuple[Callable[[DesignPoint], Any], ...]] = {}
+#: The order a space's points come in: the chips and the vector unit vary slowest, the clock
+#: fastest, so that consecutive points share their charges.
+_VARIES = {"system": 0, "vector": 1, "array": 2, "memory": 2, "clock": 3}
 
 
-_LIST_FIELDS = {
-    "rows": int, "cols": int, "dataflows": str, "pe_formats": list, "buffer_bytes": int,
-    "dram_gbps": float, "clock_ghz": float, "register_bytes": int, "mappings": "mapping",
-    "vector_lanes": int, "tensor_parallel": int, "pipeline_parallel": int, "link_gbps": float,
-}
-_SCALAR_FIELDS = {"node_nm": float, "area_budget_mm2": float, "power_budget_w": float,
-                  "area_table": str}
+def _column(name: str, value: Any) -> Any:
+    """A point's field as its :class:`PointResult` column (a set of formats ``+``-joined)."""
+    return "+".join(value) if AXES[name].check == "formats" else value
+
+
+def _from_column(name: str, value: Any) -> Any:
+    return tuple(value.split("+")) if AXES[name].check == "formats" else value
+
+
+def _with_axes(cls: type) -> type:
+    """``cls`` (a dataclass to be) with a list of values per :data:`AXES` field, first, each
+    defaulting to the point's default alone."""
+    own = cls.__dict__.get("__annotations__", {})
+    axes = {}
+    for name, a in AXES.items():
+        axes[a.space] = f"tuple[{DesignPoint.__annotations__[name]}, ...]"
+        setattr(cls, a.space, (_DEFAULTS[name],))
+    cls.__annotations__ = {**axes, **own}
+    return cls
+
+
+def _with_point_columns(cls: type) -> type:
+    """``cls`` (a dataclass to be) with a column per :data:`AXES` field after ``scheme``."""
+    own = cls.__dict__["__annotations__"]
+    at = list(own).index("scheme") + 1
+    columns = {name: "str" if a.check == "formats" else DesignPoint.__annotations__[name]
+               for name, a in AXES.items()}
+    items = list(own.items())
+    cls.__annotations__ = dict(items[:at] + list(columns.items()) + items[at:])
+    return cls
 
 
 @dataclass(frozen=True)
+@_with_axes
 class DesignSpace:
-    """Values per field; the points are their product, less those over the area budget.
+    """Values per :class:`DesignPoint` field; the points are their product, less those over
+    the area budget.
 
     Parameters
     ----------
-    rows, cols : sequence of int
-        Array sizes (every pair is a point).
-    dataflows : sequence of {"os", "ws", "is"}
-    pe_formats : sequence of sequence of str
-        Each a set of PE formats (names of ``tenet_byoc.area.FORMATS``), at most one per
-        width: e.g. ``[["int8", "fp32"], ["fp8_e4m3", "fp16", "fp32"]]``. A scheme whose
-        calls need a width no unit takes is refused on that design (the point says why).
-    buffer_bytes : sequence of int
-    dram_gbps : sequence of float
-        DRAM bandwidth in GB/s.
-    clock_ghz : sequence of float
-    register_bytes : sequence of int
-        Per-PE registers (default 16: a float32 operand pair, weight and sum).
-    mappings : sequence of {"default", "auto"}
-        Each call's default buffer tiles, or its mapping searched for latency (slower to
-        charge; the default tiles of a large prefill on a small buffer can be far from it).
-    vector_lanes : sequence of int
-        The vector unit's float32 lanes (default 16, ``cost_model.VectorUnit``'s).
-    tensor_parallel, pipeline_parallel : sequence of int
-        Chips per layer and pipeline stages (default 1 each): a point of more than one chip
-        is a :class:`~tenet_byoc.system.System` of ``tensor_parallel x pipeline_parallel``
-        copies of its accelerator, estimated as ``estimate(..., system=...)`` estimates it
-        (collectives on the links, the critical path over chips), its area all chips'.
-        A model whose heads ``tensor_parallel`` does not divide is refused on that point.
-    link_gbps : sequence of float
-        GB/s each chip sends per direction on a ring (``system.Link``; default 100).
+    rows, cols, dataflows, pe_formats, buffer_bytes, dram_gbps, clock_ghz, register_bytes, \
+mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps : sequence
+        The values of each field (:data:`AXES` names them: a field's space name is its own
+        but ``dataflows`` and ``mappings``), default the point's default alone. Each set of
+        ``pe_formats`` has at most one format per width (names of
+        ``tenet_byoc.area.FORMATS``, e.g. ``[["int8", "fp32"], ["fp8_e4m3", "fp16",
+        "fp32"]]``); a scheme whose calls need a width no unit takes is refused on that
+        design (the point says why). ``mappings``: each call's default buffer tiles
+        ("default"), or its mapping searched for latency ("auto"; slower to charge, and
+        the default tiles of a large prefill on a small buffer can be far from it). A point
+        of ``tensor_parallel x pipeline_parallel`` chips is a
+        :class:`~tenet_byoc.system.System` of copies of its accelerator with ``link_gbps``
+        links (a ring), estimated as ``estimate(..., system=...)`` estimates it, its area
+        all chips'; a model whose heads ``tensor_parallel`` does not divide is refused on
+        that point.
     node_nm : float
         Process node of the area figures.
     area_budget_mm2, power_budget_w : float, optional
@@ -222,26 +325,14 @@ class DesignSpace:
         Figures replacing the published ones (see ``AreaTable.load``).
     """
 
-    rows: tuple[int, ...] = (16,)
-    cols: tuple[int, ...] = (16,)
-    dataflows: tuple[str, ...] = ("os",)
-    pe_formats: tuple[tuple[str, ...], ...] = (("int8", "fp16", "fp32"),)
-    buffer_bytes: tuple[int, ...] = (1 << 20,)
-    dram_gbps: tuple[float, ...] = (32.0,)
-    clock_ghz: tuple[float, ...] = (1.0,)
-    register_bytes: tuple[int, ...] = (16,)
-    mappings: tuple[str, ...] = ("default",)
-    vector_lanes: tuple[int, ...] = (16,)
-    tensor_parallel: tuple[int, ...] = (1,)
-    pipeline_parallel: tuple[int, ...] = (1,)
-    link_gbps: tuple[float, ...] = (100.0,)
     node_nm: float = 45.0
     area_budget_mm2: float | None = None
     power_budget_w: float | None = None
     area_table: AreaTable | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        for name, kind in _LIST_FIELDS.items():
+        for a in AXES.values():
+            name = a.space
             values = getattr(self, name)
             if isinstance(values, str | bytes) or not isinstance(values, Iterable):
                 raise ValueError(  # noqa: TRY004 (a bad field of a space file, like the others)
@@ -249,7 +340,7 @@ class DesignSpace:
             values = tuple(values)
             if not values:
                 raise ValueError(f"design space field {name} is empty: give at least one value")
-            clean = tuple(self._value(name, kind, v) for v in values)
+            clean = tuple(self._value(name, a.check, v) for v in values)
             object.__setattr__(self, name, tuple(dict.fromkeys(clean)))
         for name in ("node_nm", "area_budget_mm2", "power_budget_w"):
             value = getattr(self, name)
@@ -260,10 +351,10 @@ class DesignSpace:
                 raise ValueError(f"design space field {name} must be a finite positive number, "
                                  f"got {value!r}")
             object.__setattr__(self, name, float(value))
-        size = math.prod(len(getattr(self, name)) for name in _LIST_FIELDS)
+        size = math.prod(len(getattr(self, a.space)) for a in AXES.values())
         if size > MAX_DESIGN_POINTS:  # all_points builds every point before anything runs
-            counts = ", ".join(f"{name} {len(getattr(self, name))}" for name in _LIST_FIELDS
-                               if len(getattr(self, name)) > 1)
+            counts = ", ".join(f"{a.space} {len(getattr(self, a.space))}" for a in AXES.values()
+                               if len(getattr(self, a.space)) > 1)
             raise ValueError(f"design space has {size:,} points ({counts}), over the limit of "
                              f"{MAX_DESIGN_POINTS:,}: split it into smaller spaces")
         table = self.area_table
@@ -272,9 +363,9 @@ class DesignSpace:
         self.table.bitcell_um2(self.node_nm)  # refuse a node the table cannot scale to
 
     @staticmethod
-    def _value(name: str, kind: type, v: Any) -> Any:
+    def _value(name: str, check: str, v: Any) -> Any:
         where = f"design space field {name}: value {v!r}"
-        if kind is list:  # a set of PE formats
+        if check == "formats":
             if isinstance(v, str):
                 v = [v]
             if not isinstance(v, Sequence) or not v:
@@ -289,15 +380,16 @@ class DesignSpace:
                 raise ValueError(f"{where} has two formats of one width: a PE takes one "
                                  "format per operand width")
             return tuple(v)
-        if kind == "mapping":
-            if v not in ("default", "auto"):
-                raise ValueError(f"{where} is not a mapping; accepted: default, auto")
+        if check == "mapping":
+            if v not in _MAPPINGS:
+                raise ValueError(f"{where} is not a mapping; accepted: {', '.join(_MAPPINGS)}")
             return v
-        if kind is str:
+        if check == "dataflow":
             if v not in _DATAFLOWS:
                 raise ValueError(f"{where} is not a dataflow{did_you_mean(str(v), _DATAFLOWS)};"
                                  f" accepted: {', '.join(_DATAFLOWS)}")
             return v
+        kind = int if check == "int" else float
         if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0 or (
                 kind is int and v != int(v)):
             what = "a positive integer" if kind is int else "a positive number"
@@ -312,15 +404,16 @@ class DesignSpace:
     def from_dict(cls, data: Mapping[str, Any], where: str = "design space") -> DesignSpace:
         """A space from a mapping of the fields (a YAML/JSON file's content); a single value
         stands for a list of one."""
-        names = [*_LIST_FIELDS, *_SCALAR_FIELDS]
+        names = [f.name for f in dataclasses.fields(cls)]
         for key in data:
             if key not in names:
                 raise ValueError(f"{where}: unknown field {key!r}{did_you_mean(str(key), names)}"
                                  f"; fields: {', '.join(names)}")
+        checks = {a.space: a.check for a in AXES.values()}
         kwargs = {}
         for key, value in data.items():
-            if key in _LIST_FIELDS and (not isinstance(value, list) or (
-                    key == "pe_formats" and value and isinstance(value[0], str))):
+            if key in checks and (not isinstance(value, list) or (
+                    checks[key] == "formats" and value and isinstance(value[0], str))):
                 value = [value]
             kwargs[key] = value
         try:
@@ -334,14 +427,12 @@ class DesignSpace:
         return cls.from_dict(load_table_file(path, "design space"), f"design space {str(path)!r}")
 
     def all_points(self) -> list[DesignPoint]:
-        """Every combination of the fields' values."""
-        # the clock varies fastest: consecutive points share their charges
-        return [DesignPoint(r, c, d, f, b, g, k, reg, m, v, tp, pp, link)
-                for tp, pp, link, v, r, c, d, f, b, g, m, reg, k in itertools.product(
-                    self.tensor_parallel, self.pipeline_parallel, self.link_gbps,
-                    self.vector_lanes, self.rows, self.cols, self.dataflows, self.pe_formats,
-                    self.buffer_bytes, self.dram_gbps, self.mappings, self.register_bytes,
-                    self.clock_ghz)]
+        """Every combination of the fields' values (the chips and the vector unit varying
+        slowest, the clock fastest: consecutive points share their charges)."""
+        names = sorted(AXES, key=lambda name: _VARIES[AXES[name].charges])
+        return [DesignPoint(**dict(zip(names, values, strict=True)))
+                for values in itertools.product(*(getattr(self, AXES[n].space)
+                                                  for n in names))]
 
     def area(self, point: DesignPoint) -> dict[str, float]:
         """The point's area by component at the space's node: one chip's (``total`` is all
@@ -359,26 +450,15 @@ class DesignSpace:
 
 
 @dataclass(frozen=True)
+@_with_point_columns
 class PointResult:
-    """One design point under one scheme. Figures are NaN when the scheme cannot run on it
-    (``reason`` says why)."""
+    """One design point under one scheme: its key, name and scheme, a column per
+    :class:`DesignPoint` field (:data:`AXES`; a set of PE formats ``+``-joined), then its
+    figures. Figures are NaN when the scheme cannot run on it (``reason`` says why)."""
 
     key: str
     name: str
     scheme: str
-    rows: int
-    cols: int
-    dataflow: str
-    pe_formats: str  #: "+"-joined
-    buffer_bytes: int
-    dram_gbps: float
-    clock_ghz: float
-    register_bytes: int
-    mapping: str
-    vector_lanes: int
-    tensor_parallel: int
-    pipeline_parallel: int
-    link_gbps: float
     area_mm2: float  #: all chips'
     ttft_ms: float
     tpot_ms: float
@@ -393,11 +473,7 @@ class PointResult:
     fronts: tuple[str, ...] = ()  #: names of the fronts the point is on
 
     def point(self) -> DesignPoint:
-        return DesignPoint(self.rows, self.cols, self.dataflow,
-                           tuple(self.pe_formats.split("+")), self.buffer_bytes,
-                           self.dram_gbps, self.clock_ghz, self.register_bytes, self.mapping,
-                           self.vector_lanes, self.tensor_parallel, self.pipeline_parallel,
-                           self.link_gbps)
+        return DesignPoint(**{name: _from_column(name, getattr(self, name)) for name in AXES})
 
 
 def _plans(config: Any, scheme: str, prompt_len: int, decode_steps: int, batch: int,
@@ -457,8 +533,8 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
     """Every scheme on every point: its plans composed with the point's charges. Points of
     one ``charge_key`` (they differ only in the clock) share one accelerator value, their
     one-chip cycles and energy per phase and their area but for the DRAM interface, which
-    follows the point's GB/s. The GEMMs' charges are shared by points of one ``_array_key``
-    and the vector calls' by points of one ``_vector_key``."""
+    follows the point's GB/s. The GEMMs' charges are shared by points of one ``array_key``
+    and the vector calls' by points of one ``vector_key``."""
     shared: dict[tuple, tuple] = {}
     arrays: dict[tuple, dict] = {}
     vectors: dict[tuple, dict] = {}
@@ -485,33 +561,19 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
                 got = composed.get(scheme)
                 if got is None:
                     got = composed[scheme] = _compose(job, point, acc, scheme, job.plans[key],
-                                                      arrays.setdefault(_array_key(point), {}),
-                                                      vectors.setdefault(_vector_key(point),
+                                                      arrays.setdefault(point.array_key(), {}),
+                                                      vectors.setdefault(point.vector_key(),
                                                                          {}))
                 cycles, energy, reason = got
                 latency_us = {ph: c / (point.clock_ghz * 1e3) for ph, c in cycles.items()}
             else:
                 times, energy, reason = _compose(
                     job, point, acc, scheme, job.plans[key],
-                    arrays.setdefault(_array_key(point), {}),
-                    vectors.setdefault(_vector_key(point), {}))
+                    arrays.setdefault(point.array_key(), {}),
+                    vectors.setdefault(point.vector_key(), {}))
                 latency_us = {ph: t * 1e6 for ph, t in times.items()}
             out.append(_result(job, point, area, scheme, latency_us, energy, reason))
     return out
-
-
-def _array_key(point: DesignPoint) -> tuple:
-    """What a GEMM's charge depends on: the charge key but for the vector unit."""
-    return (point.rows, point.cols, point.dataflow,
-            tuple(sorted(point.formats_by_width.items())), point.buffer_bytes,
-            point.dram_bits_per_cycle, point.register_bytes, point.mapping)
-
-
-def _vector_key(point: DesignPoint) -> tuple:
-    """What a vector call's charge depends on: the vector unit and the memory (buffer size,
-    DRAM bits per cycle; src/cost_model/vector.cc), not the array."""
-    return (point.vector_lanes, point.buffer_bytes, point.dram_bits_per_cycle,
-            point.register_bytes)
 
 
 def _operands(scheme: str) -> tuple[int, str]:
@@ -548,10 +610,10 @@ def _compose(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
     """Per phase, the time (cycles of one chip; seconds, the critical path, on several) and
     energy (pJ, all chips) of ``scheme`` on the point, by ``compose`` of its tallies: no
     entry is made, each distinct call is charged once per group of points (``gemm_charges``
-    for points of one ``_array_key``, ``vector_charges`` for points of one ``_vector_key``,
+    for points of one ``array_key``, ``vector_charges`` for points of one ``vector_key``,
     both by the call's plain key). Or the reason it cannot run."""
     from .compose import compose
-    from .system import Link, collective_seconds
+    from .system import Link
 
     times = {"prefill": 0.0, "decode": 0.0}
     energy = {"prefill": 0.0, "decode": 0.0}
@@ -560,11 +622,12 @@ def _compose(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
         reason = plans
     if reason:
         return times, energy, reason
-    link = Link(bandwidth_gbps=point.link_gbps)
+    link = Link(bandwidth_gbps=point.link_gbps).charged()
 
     def cost(pc: Any) -> tuple[float, float]:
         if pc.unit == "link":
-            return collective_seconds(pc.call.kind, pc.call.nbytes, pc.call.chips, link), 0.0
+            c = cm.charge_link(pc.call, link)
+            return c.seconds, c.energy_pj
         charges = gemm_charges if pc.unit == "array" else vector_charges
         found = charges.get(pc.key)
         if found is None:
@@ -590,14 +653,8 @@ def _compose(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
 def _result(job: _Job, point: DesignPoint, area: float, scheme: str,
             latency_us: dict[str, float], energy: dict[str, float], reason: str) -> PointResult:
     nan = math.nan
-    base = {"key": point.key, "name": point.name, "scheme": scheme, "rows": point.rows,
-            "cols": point.cols, "dataflow": point.dataflow,
-            "pe_formats": "+".join(point.pe_formats), "buffer_bytes": point.buffer_bytes,
-            "dram_gbps": point.dram_gbps, "clock_ghz": point.clock_ghz,
-            "register_bytes": point.register_bytes, "mapping": point.mapping,
-            "vector_lanes": point.vector_lanes, "tensor_parallel": point.tensor_parallel,
-            "pipeline_parallel": point.pipeline_parallel, "link_gbps": point.link_gbps,
-            "area_mm2": area}
+    base = {"key": point.key, "name": point.name, "scheme": scheme,
+            **{name: _column(name, getattr(point, name)) for name in AXES}, "area_mm2": area}
     if reason:
         return PointResult(**base, ttft_ms=nan, tpot_ms=nan, tokens_per_s=nan,
                            energy_per_token_mj=nan, prefill_energy_per_token_mj=nan,
@@ -671,7 +728,7 @@ def _chunks(points: Sequence[DesignPoint], size: int) -> list[list[DesignPoint]]
     across vector units, and their sums across clocks), cut to ``size``."""
     by_array: dict[tuple, dict[tuple, list[DesignPoint]]] = {}
     for p in points:
-        by_array.setdefault(_array_key(p), {}).setdefault(p.charge_key(), []).append(p)
+        by_array.setdefault(p.array_key(), {}).setdefault(p.charge_key(), []).append(p)
     groups = [[p for same in array.values() for p in same] for array in by_array.values()]
     out, current = [], []
     for group in groups:
@@ -781,7 +838,7 @@ def _read_done(path: Path, schemes: Sequence[str],
                 continue
             if current is not None and current != settings:
                 continue  # another run's rows (another model, lengths, batch or schemes)
-            for name, value in _LATER_DEFAULTS.items():
+            for name, value in _LATER.items():
                 row.setdefault(name, value)  # a row an older release wrote
             if set(row) != names:
                 continue

@@ -9,6 +9,7 @@ and travels inside the runtime module in the cost model's one JSON form
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,11 @@ from .area import accelerator_area
 from .mapping import OBJECTIVES
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
-#: None keeps the accelerator's own, "auto" searches each distinct call, "fixed" is the
-#: preset's own default mapping (no search).
-MAPPING_CHOICES = (None, "auto", "fixed")
+#: None keeps the accelerator's own, "default" each call's default tiles (no search), "auto"
+#: searches each distinct call: the accelerator's own ``mapping`` values ("default",
+#: "auto", or a TileMapping, which no choice replaces). "fixed", the old name of "default",
+#: is accepted with a DeprecationWarning.
+MAPPING_CHOICES = (None, "default", "auto")
 
 
 class Accelerator(cm.Accelerator):
@@ -564,13 +567,19 @@ PRESETS: dict[str, Callable[[], Accelerator]] = {
 DEFAULT_PRESET = "os16"
 
 
-def _check_choice(mapping: Any, objective: Any) -> None:
+def _check_choice(mapping: Any, objective: Any) -> str | None:
+    """``mapping`` in its one spelling (the old "fixed" is "default", with a warning)."""
+    if mapping == "fixed":
+        warnings.warn("mapping='fixed' is deprecated: use mapping='default' (each call's "
+                      "default tiles, no search)", DeprecationWarning, stacklevel=3)
+        mapping = "default"
     if mapping not in MAPPING_CHOICES:
-        raise ValueError(f"mapping must be one of None, 'auto' or 'fixed', got {mapping!r}")
+        raise ValueError(f"mapping must be one of None, 'default' or 'auto', got {mapping!r}")
     if objective is not None and objective not in OBJECTIVES:
         raise ValueError(
             f"objective must be one of {', '.join(OBJECTIVES)} (or None), got {objective!r}"
         )
+    return mapping
 
 
 def with_mapping(
@@ -578,18 +587,18 @@ def with_mapping(
 ) -> Accelerator:
     """``accelerator`` with its mapping chosen as ``preset`` and ``resolve`` choose it.
 
-    ``mapping`` None keeps the accelerator's own; "fixed" drops a search ("auto" becomes the
-    default mapping); "auto" searches each distinct call minimising ``objective`` (None:
+    ``mapping`` None keeps the accelerator's own; "default" drops a search ("auto" becomes
+    the default mapping); "auto" searches each distinct call minimising ``objective`` (None:
     the accelerator's own objective, else "latency"). A user-given TileMapping is never
     replaced (and a TENET-file dataflow never is: "auto" searches only its tiles).
 
     Raises
     ------
     ValueError
-        ``mapping`` not in None / "auto" / "fixed", ``objective`` not in
+        ``mapping`` not in None / "default" / "auto", ``objective`` not in
         latency / energy / edp, or an objective without a search to apply it to.
     """
-    _check_choice(mapping, objective)
+    mapping = _check_choice(mapping, objective)
     if isinstance(accelerator.mapping, cm.TileMapping):
         return accelerator  # the user's own tiles win
     searched = mapping == "auto" or (mapping is None and accelerator.mapping == "auto")
@@ -598,7 +607,7 @@ def with_mapping(
             f"objective={objective!r} applies only with mapping='auto' (accelerator "
             f"{accelerator.name!r} has mapping {accelerator.mapping!r}, mapping={mapping!r})"
         )
-    if mapping == "fixed":
+    if mapping == "default":
         return accelerator.replace(mapping="default", objective=None)
     if searched:
         objective = objective or accelerator.objective or "latency"
@@ -610,9 +619,9 @@ def with_mapping(
 
 def preset(name: str, mapping: str | None = None, objective: str | None = None) -> Accelerator:
     """The shipped accelerator called ``name`` (see :data:`PRESETS`), its mapping chosen by
-    ``mapping`` (None or "fixed": the preset's own; "auto": searched per call minimising
+    ``mapping`` (None or "default": the preset's own; "auto": searched per call minimising
     ``objective``, default "latency"): see :func:`with_mapping`."""
-    _check_choice(mapping, objective)
+    mapping = _check_choice(mapping, objective)
     if not isinstance(name, str):
         raise TypeError(
             f"preset name must be a str, one of {', '.join(sorted(PRESETS))}; got "
@@ -632,7 +641,7 @@ def resolve(
     objective: str | None = None,
 ) -> Accelerator:
     """An :class:`Accelerator` from a preset name, an Accelerator, or None (the default),
-    with its mapping chosen by ``mapping`` in None / "auto" / "fixed" and ``objective``
+    with its mapping chosen by ``mapping`` in None / "default" / "auto" and ``objective``
     (see :func:`with_mapping`, which checks them)."""
     if accelerator is None:
         return preset(DEFAULT_PRESET, mapping, objective)

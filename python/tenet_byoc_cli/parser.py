@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Sequence
 
 from .names import (
@@ -269,6 +270,19 @@ def _mixed_out_refusal(out: str, command: str) -> str | None:
             f"(e.g. {os.path.join(out, command)!r})")
 
 
+#: ``--mapping``'s values (``tenet_byoc.hardware.MAPPING_CHOICES`` but None).
+MAPPING_CHOICES = ("default", "auto")
+
+
+def _mapping_choice(text: str) -> str:
+    """``--mapping`` in its one spelling: the old ``fixed`` is ``default`` (with a note)."""
+    if text == "fixed":
+        print("tenet-byoc: --mapping fixed is deprecated: use --mapping default",
+              file=sys.stderr)
+        return "default"
+    return text
+
+
 def refusal(args: argparse.Namespace, argv: Sequence[str] | None = None) -> str | None:
     """A mistake in parsed options that argparse's types do not see, in one line, or None.
 
@@ -376,10 +390,11 @@ def _hardware_options(p: argparse.ArgumentParser, *, many: bool, default: str = 
                    help="custom accelerator: TENET .p file (PE array, interconnect, memory)")
     g.add_argument("--tenet-m", metavar="FILE",
                    help="custom accelerator: TENET .m file (space and time maps of a GEMM)")
-    g.add_argument("--mapping", choices=["auto", "fixed"],
+    g.add_argument("--mapping", type=_mapping_choice, choices=MAPPING_CHOICES,
                    help="auto: search each distinct call's dataflow (os/ws/is), buffer tiles "
-                   "and loop order, once, cached; fixed: the preset's own mapping (default); "
-                   "a TENET .m dataflow stays, only its tiles are searched")
+                   "and loop order, once, cached; default: each call's default tiles (the "
+                   "default; 'fixed' is its old name); a TENET .m dataflow stays, only its "
+                   "tiles are searched")
     g.add_argument("--objective", choices=MAPPING_OBJECTIVES,
                    help="what --mapping auto minimises (default: latency)")
 
@@ -402,9 +417,9 @@ def _add_estimate(sub) -> None:
                    type=_accelerators(many=False), metavar="PRESET|FILE",
                    help=f"a preset or a design file (.json/.yaml, see `presets --show`); "
                    f"default: {DEFAULT_PRESET}; available: {presets}")
-    p.add_argument("--mapping", choices=["auto", "fixed"],
-                   help="tile mapping: searched per call or the preset's (default: the "
-                   "accelerator's own)")
+    p.add_argument("--mapping", type=_mapping_choice, choices=MAPPING_CHOICES,
+                   help="tile mapping: searched per call (auto) or each call's default tiles "
+                   "(default; 'fixed' is its old name); default: the accelerator's own")
     p.add_argument("--prompt-len", type=_count(0), default=128, metavar="P",
                    help="prefill tokens (default 128; 0: no prefill)")
     p.add_argument("--context-len", type=_count(0), metavar="L",
@@ -527,9 +542,9 @@ def _add_serve(sub) -> None:
                    type=_accelerators(many=False), metavar="PRESET|FILE",
                    help=f"a preset or a design file; default: {DEFAULT_PRESET}; available: "
                    f"{presets}")
-    p.add_argument("--mapping", choices=["auto", "fixed"],
-                   help="tile mapping: searched per call or the preset's (default: the "
-                   "accelerator's own)")
+    p.add_argument("--mapping", type=_mapping_choice, choices=MAPPING_CHOICES,
+                   help="tile mapping: searched per call (auto) or each call's default tiles "
+                   "(default; 'fixed' is its old name); default: the accelerator's own")
     g = p.add_argument_group("requests")
     g.add_argument("--rate", type=_rate, metavar="R", help="Poisson arrivals, requests/s")
     g.add_argument("--requests", type=_count(1), default=1000, metavar="N",

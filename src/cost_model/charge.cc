@@ -82,56 +82,70 @@ void Validate(const QuantRecipe& r) {
           r.accumulator_bits, "1 to 64");
 }
 
+namespace {
+
+// A recipe field's JSON text and its reading, by the field's type.
+std::string FieldJson(Dequantization v) { return detail::JsonQuote(DequantizationName(v)); }
+std::string FieldJson(Granularity v) { return detail::JsonQuote(GranularityName(v)); }
+std::string FieldJson(bool v) { return v ? "true" : "false"; }
+std::string FieldJson(int64_t v) { return std::to_string(v); }
+std::string FieldJson(int v) { return std::to_string(v); }
+
+void ReadField(const detail::JsonValue& obj, const std::string& key, const std::string& where,
+               Dequantization& out) {
+  try {
+    out = ParseDequantization(detail::StringMember(obj, key, where));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(where + ": " + e.what());
+  }
+}
+void ReadField(const detail::JsonValue& obj, const std::string& key, const std::string& where,
+               Granularity& out) {
+  try {
+    out = ParseGranularity(detail::StringMember(obj, key, where));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(where + ": " + e.what());
+  }
+}
+void ReadField(const detail::JsonValue& obj, const std::string& key, const std::string& where,
+               bool& out) {
+  out = detail::BoolMember(obj, key, where);
+}
+void ReadField(const detail::JsonValue& obj, const std::string& key, const std::string& where,
+               int64_t& out) {
+  out = detail::IntegerMember(obj, key, where);
+}
+void ReadField(const detail::JsonValue& obj, const std::string& key, const std::string& where,
+               int& out) {
+  const int64_t v = detail::IntegerMember(obj, key, where);
+  if (v < INT32_MIN || v > INT32_MAX)
+    throw std::invalid_argument(where + "." + key + " = " + std::to_string(v) +
+                                " is out of range");
+  out = static_cast<int>(v);
+}
+
+}  // namespace
+
 std::string SerializeQuantRecipe(const QuantRecipe& r) {
-  using detail::JsonQuote;
   std::ostringstream os;
-  os << "{\"place\":" << JsonQuote(DequantizationName(r.place))
-     << ",\"weight\":" << JsonQuote(GranularityName(r.weight))
-     << ",\"weight_group\":" << r.weight_group
-     << ",\"activation\":" << JsonQuote(GranularityName(r.activation))
-     << ",\"activation_group\":" << r.activation_group
-     << ",\"activation_static\":" << (r.activation_static ? "true" : "false")
-     << ",\"k_group\":" << r.k_group << ",\"scale_bits\":" << r.scale_bits
-     << ",\"zero_point_bits\":" << r.zero_point_bits
-     << ",\"accumulator_bits\":" << r.accumulator_bits
-     << ",\"weight_batched\":" << (r.weight_batched ? "true" : "false") << '}';
+  char sep = '{';
+  ForEachRecipeField([&](const char* name, auto member, bool) {
+    os << sep << detail::JsonQuote(name) << ':' << FieldJson(r.*member);
+    sep = ',';
+  });
+  os << '}';
   return os.str();
 }
 
 QuantRecipe ParseQuantRecipe(const std::string& json, const std::string& where) {
   const detail::JsonValue obj = detail::ParseJson(json, where);
-  detail::ExpectKeys(obj,
-                     {"place", "weight", "weight_group", "activation", "activation_group",
-                      "activation_static", "k_group", "scale_bits", "zero_point_bits",
-                      "accumulator_bits", "weight_batched"},
-                     where);
-  auto boolean = [&](const std::string& key, bool fallback, bool required) {
-    if (!required && !obj.contains(key)) return fallback;
-    return detail::BoolMember(obj, key, where);
-  };
-  auto small = [&](const std::string& key) {
-    const int64_t v = detail::IntegerMember(obj, key, where);
-    if (v < INT32_MIN || v > INT32_MAX)
-      throw std::invalid_argument(where + "." + key + " = " + std::to_string(v) +
-                                  " is out of range");
-    return static_cast<int>(v);
-  };
+  std::vector<std::string> names;
+  ForEachRecipeField([&](const char* name, auto, bool) { names.emplace_back(name); });
+  detail::ExpectKeys(obj, names, where);
   QuantRecipe r;
-  try {
-    r.place = ParseDequantization(detail::StringMember(obj, "place", where));
-    r.weight = ParseGranularity(detail::StringMember(obj, "weight", where));
-    r.activation = ParseGranularity(detail::StringMember(obj, "activation", where));
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(where + ": " + e.what());
-  }
-  r.weight_group = detail::IntegerMember(obj, "weight_group", where);
-  r.activation_group = detail::IntegerMember(obj, "activation_group", where);
-  r.activation_static = boolean("activation_static", false, true);
-  r.k_group = detail::IntegerMember(obj, "k_group", where);
-  r.scale_bits = small("scale_bits");
-  r.zero_point_bits = small("zero_point_bits");
-  r.accumulator_bits = small("accumulator_bits");
-  r.weight_batched = boolean("weight_batched", false, false);
+  ForEachRecipeField([&](const char* name, auto member, bool required) {
+    if (required || obj.contains(name)) ReadField(obj, name, where, r.*member);
+  });
   Validate(r);
   return r;
 }
@@ -430,11 +444,9 @@ std::vector<std::pair<std::string, LedgerFields>> ChargeTensorFields(const Charg
 }
 
 bool operator==(const QuantRecipe& a, const QuantRecipe& b) {
-  return a.place == b.place && a.weight == b.weight && a.weight_group == b.weight_group &&
-         a.activation == b.activation && a.activation_group == b.activation_group &&
-         a.activation_static == b.activation_static && a.k_group == b.k_group &&
-         a.scale_bits == b.scale_bits && a.zero_point_bits == b.zero_point_bits &&
-         a.accumulator_bits == b.accumulator_bits && a.weight_batched == b.weight_batched;
+  bool equal = true;
+  ForEachRecipeField([&](const char*, auto member, bool) { equal = equal && a.*member == b.*member; });
+  return equal;
 }
 
 bool operator==(const GemmCall& a, const GemmCall& b) {
@@ -450,12 +462,11 @@ size_t GemmCallHash::operator()(const GemmCall& call) const {
   size_t h = std::hash<std::string>()(call.scheme);
   const QuantRecipe& r = call.recipe;
   for (int64_t v : {g.batch, g.m, g.n, g.k, int64_t(g.bits_a), int64_t(g.bits_b),
-                    int64_t(g.bits_c), g.extra_read_bits, g.extra_ops, g.extra_register_bits,
-                    int64_t(r.place), int64_t(r.weight), r.weight_group,
-                    int64_t(r.activation), r.activation_group, int64_t(r.activation_static),
-                    r.k_group, int64_t(r.scale_bits), int64_t(r.zero_point_bits),
-                    int64_t(r.accumulator_bits), int64_t(r.weight_batched)})
+                    int64_t(g.bits_c), g.extra_read_bits, g.extra_ops, g.extra_register_bits})
     h = (h ^ std::hash<int64_t>()(v)) * 1099511628211ull;
+  ForEachRecipeField([&](const char*, auto member, bool) {
+    h = (h ^ std::hash<int64_t>()(static_cast<int64_t>(r.*member))) * 1099511628211ull;
+  });
   return h;
 }
 

@@ -60,31 +60,50 @@ constexpr int64_t kScaleBits = 16;
 
 // How the quantize pass stored and computes one call: everything its charge depends on
 // beyond the shape and the element widths. Stamped by the pass; the codegen copies it.
+//
+// The field list, written once: X(type, name, default, required in the JSON form). The
+// struct, ==, the hash, the JSON form (SerializeQuantRecipe / ParseQuantRecipe) and the
+// Python binding (its constructor's keywords, attributes and QuantRecipe.FIELDS) are all
+// made from it, so a new field is one line here (and what the charge does with it).
+#define TENET_QUANT_RECIPE_FIELDS(X)                                                          \
+  X(Dequantization, place, Dequantization::kNone, true)                                     \
+  X(Granularity, weight, Granularity::kNone, true)                                          \
+  X(int64_t, weight_group, 0, true)        /* G for Granularity::kGroup */                  \
+  X(Granularity, activation, Granularity::kNone, true)                                      \
+  X(int64_t, activation_group, 0, true)                                                     \
+  /* calibrated scales read off chip; dynamic ones are computed on chip (a max-abs pass) */ \
+  /* and never leave it */                                                                  \
+  X(bool, activation_static, false, true)                                                   \
+  X(int64_t, k_group, 0, true)             /* G of Dequantization::kKGroup */               \
+  X(int, scale_bits, kScaleBits, true)     /* 16 fp16, 32 fp32, 8 e8m0 (MX) */              \
+  X(int, zero_point_bits, 0, true)         /* 0: symmetric (no zero points stored) */       \
+  X(int, accumulator_bits, 32, true)       /* int32 or float32 partial sums */              \
+  /* B is an activation with one tensor per batch element (attention's K or V cache, one */ \
+  /* per head): its scales and its dequantization count once per batch element. Optional */ \
+  /* in the JSON form (only attention's KV operand sets it). */                             \
+  X(bool, weight_batched, false, false)
+
 struct QuantRecipe {
-  Dequantization place = Dequantization::kNone;
-  Granularity weight = Granularity::kNone;
-  int64_t weight_group = 0;  // G for Granularity::kGroup
-  Granularity activation = Granularity::kNone;
-  int64_t activation_group = 0;
-  bool activation_static = false;  // calibrated scales read off chip; dynamic ones are
-                                   // computed on chip (a max-abs pass) and never leave it
-  int64_t k_group = 0;             // G of Dequantization::kKGroup
-  int scale_bits = kScaleBits;     // 16 fp16, 32 fp32, 8 e8m0 (MX)
-  int zero_point_bits = 0;         // 0: symmetric (no zero points stored)
-  int accumulator_bits = 32;       // int32 or float32 partial sums
-  bool weight_batched = false;     // B is an activation with one tensor per batch element
-                                   // (attention's K or V cache, one per head): its scales
-                                   // and its dequantization count once per batch element
+#define TENET_RECIPE_MEMBER(type, name, init, required) type name = init;
+  TENET_QUANT_RECIPE_FIELDS(TENET_RECIPE_MEMBER)
+#undef TENET_RECIPE_MEMBER
 };
+
+// Calls f(name, member pointer, required) for each field of QuantRecipe, in order.
+template <typename F>
+void ForEachRecipeField(F&& f) {
+#define TENET_RECIPE_VISIT(type, name, init, required) f(#name, &QuantRecipe::name, required);
+  TENET_QUANT_RECIPE_FIELDS(TENET_RECIPE_VISIT)
+#undef TENET_RECIPE_VISIT
+}
+
 void Validate(const QuantRecipe& recipe);
 bool operator==(const QuantRecipe& a, const QuantRecipe& b);
 
-// The one JSON form of a recipe, every field by name (places and granularities by their
-// names): {"place", "weight", "weight_group", "activation", "activation_group",
-// "activation_static", "k_group", "scale_bits", "zero_point_bits", "accumulator_bits",
-// "weight_batched"}. The one parser of it (the runtime's descriptor and the binding both
-// call it): every field required but "weight_batched" (default false: only attention's KV
-// operand sets it); an unknown key is refused; `where` prefixes messages. Validated.
+// The one JSON form of a recipe, every field by name in the list's order (places and
+// granularities by their names). The one parser of it (the runtime's descriptor and the
+// binding both call it): every field required but those the list marks optional (their
+// default when absent); an unknown key is refused; `where` prefixes messages. Validated.
 std::string SerializeQuantRecipe(const QuantRecipe& recipe);
 QuantRecipe ParseQuantRecipe(const std::string& json, const std::string& where = "recipe");
 

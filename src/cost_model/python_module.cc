@@ -23,6 +23,7 @@ void BindMemory(py::module_& m);  // python_memory.cc
 void BindMapping(py::module_& m);  // python_mapping.cc
 void BindValues(py::module_& m);   // python_values.cc
 void BindVector(py::module_& m);   // python_vector.cc
+void BindLink(py::module_& m);     // python_link.cc
 
 AnalysisMethod ToMethod(const std::string& m) {
   if (m == "auto") return AnalysisMethod::kAuto;
@@ -331,10 +332,6 @@ PYBIND11_MODULE(_cost_model, m) {
   py::class_<Metrics> metrics(m, "Metrics");
   kMetricsFields.DefineOn(metrics)
       .def_readonly("tensors", &Metrics::tensors)
-      .def_property_readonly(
-          "pe_utilization", [](const Metrics& x) { return x.array_utilization; },
-          "The old name of array_utilization (kept one release): MACs over the array level's "
-          "cycles; a ledger entry's pe_utilization is over the call's cycles instead.")
       .def("as_dict", [](const Metrics& x) {
         py::dict d = kMetricsFields.AsDict(x);
         py::dict tensors;
@@ -418,6 +415,7 @@ PYBIND11_MODULE(_cost_model, m) {
       },
       py::arg("text"), py::arg("point"), py::arg("params") = std::map<std::string, int64_t>{});
   BindVector(m);  // before BindValues: the Accelerator returns its units
+  BindLink(m);
   BindValues(m);  // after Hardware, Dataflow and Metrics, which its values return
 
   // Pickle protocols 0 and 1 reduce an object through copyreg._reduce_ex, which makes an

@@ -210,20 +210,32 @@ GemmCall ParseCall(const std::string& text) {
 
 std::string Quote(const std::string& s) { return py::repr(py::str(s)).cast<std::string>(); }
 
+// A recipe field as Python sees it (places and granularities by their names).
+py::object FieldValue(Dequantization v) { return py::str(DequantizationName(v)); }
+py::object FieldValue(Granularity v) { return py::str(GranularityName(v)); }
+template <typename T>
+py::object FieldValue(T v) {
+  return py::cast(v);
+}
+
+// QuantRecipe(f=v, ...) of the fields off their defaults.
 std::string RecipeRepr(const QuantRecipe& r) {
-  if (r == QuantRecipe{}) return "QuantRecipe()";
-  std::string s = "QuantRecipe(place='" + std::string(DequantizationName(r.place)) +
-                  "', weight='" + GranularityName(r.weight) + "'";
-  if (r.weight_group) s += ", weight_group=" + std::to_string(r.weight_group);
-  s += std::string(", activation='") + GranularityName(r.activation) + "'";
-  if (r.activation_group) s += ", activation_group=" + std::to_string(r.activation_group);
-  if (r.activation_static) s += ", activation_static=True";
-  if (r.k_group) s += ", k_group=" + std::to_string(r.k_group);
-  s += ", scale_bits=" + std::to_string(r.scale_bits);
-  if (r.zero_point_bits) s += ", zero_point_bits=" + std::to_string(r.zero_point_bits);
-  s += ", accumulator_bits=" + std::to_string(r.accumulator_bits);
-  if (r.weight_batched) s += ", weight_batched=True";
-  return s + ")";
+  const QuantRecipe defaults;
+  std::string s;
+  ForEachRecipeField([&](const char* name, auto member, bool) {
+    if (r.*member == defaults.*member) return;
+    s += (s.empty() ? "" : ", ") + std::string(name) + "=" +
+         std::string(py::str(py::repr(FieldValue(r.*member))));
+  });
+  return "QuantRecipe(" + s + ")";
+}
+
+// `base` with the fields of `changes` replaced, read by the one parser (an unknown name or
+// a value of the wrong type is refused, naming it).
+QuantRecipe ReplaceFields(const QuantRecipe& base, const py::kwargs& changes) {
+  py::dict d = RecipeDict(base);
+  for (const auto& item : changes) d[item.first] = item.second;
+  return ToRecipe(d);
 }
 
 py::dict WorkloadDict(const GemmWorkload& w) {
@@ -265,37 +277,17 @@ py::dict FieldsDict(const LedgerFields& fields) {
 }  // namespace
 
 void BindValues(py::module_& m) {
-  py::class_<QuantRecipe>(m, "QuantRecipe",
-                          "How a call is quantized (charge.h QuantRecipe): where it dequantizes, "
-                          "the granularity of each operand's scales, widths of scales, zero "
-                          "points and partial sums.")
-      .def(py::init([](const std::string& place, const std::string& weight, int64_t weight_group,
-                       const std::string& activation, int64_t activation_group,
-                       bool activation_static, int64_t k_group, int scale_bits,
-                       int zero_point_bits, int accumulator_bits, bool weight_batched) {
-             QuantRecipe r;
-             r.place = ParseDequantization(place);
-             r.weight = ParseGranularity(weight);
-             r.weight_group = weight_group;
-             r.activation = ParseGranularity(activation);
-             r.activation_group = activation_group;
-             r.activation_static = activation_static;
-             r.k_group = k_group;
-             r.scale_bits = scale_bits;
-             r.zero_point_bits = zero_point_bits;
-             r.accumulator_bits = accumulator_bits;
-             r.weight_batched = weight_batched;
-             Validate(r);
-             return r;
-           }),
-           py::kw_only(), py::arg("place") = "none", py::arg("weight") = "none",
-           py::arg("weight_group") = 0, py::arg("activation") = "none",
-           py::arg("activation_group") = 0, py::arg("activation_static") = false,
-           py::arg("k_group") = 0, py::arg("scale_bits") = kScaleBits,
-           py::arg("zero_point_bits") = 0, py::arg("accumulator_bits") = 32,
-           py::arg("weight_batched") = false)
+  py::class_<QuantRecipe> recipe(
+      m, "QuantRecipe",
+      "How a call is quantized (charge.h QuantRecipe): where it dequantizes, the granularity "
+      "of each operand's scales, widths of scales, zero points and partial sums. Made by "
+      "keyword from the fields QuantRecipe.FIELDS names (charge.h's one field list; places "
+      "and granularities by name), the others at their defaults.");
+  recipe
+      .def(py::init([](const py::kwargs& fields) { return ReplaceFields(QuantRecipe{}, fields); }))
+      .def("replace", &ReplaceFields, "This recipe with the given fields replaced.")
       .def_static("from_dict", [](const py::dict& d) { return ToRecipe(d); }, py::arg("recipe"),
-                  "The recipe of its dict form (QuantScheme.recipe(); weight_batched optional).")
+                  "The recipe of its dict form (as_dict(); optional fields may be left out).")
       .def_static(
           "from_json",
           [](const py::object& text) {
@@ -304,24 +296,18 @@ void BindValues(py::module_& m) {
           py::arg("text"))
       .def("to_json", &SerializeQuantRecipe)
       .def("as_dict", &RecipeDict)
-      .def_property_readonly("place", [](const QuantRecipe& r) { return DequantizationName(r.place); })
-      .def_property_readonly("weight", [](const QuantRecipe& r) { return GranularityName(r.weight); })
-      .def_readonly("weight_group", &QuantRecipe::weight_group)
-      .def_property_readonly("activation",
-                             [](const QuantRecipe& r) { return GranularityName(r.activation); })
-      .def_readonly("activation_group", &QuantRecipe::activation_group)
-      .def_readonly("activation_static", &QuantRecipe::activation_static)
-      .def_readonly("k_group", &QuantRecipe::k_group)
-      .def_readonly("scale_bits", &QuantRecipe::scale_bits)
-      .def_readonly("zero_point_bits", &QuantRecipe::zero_point_bits)
-      .def_readonly("accumulator_bits", &QuantRecipe::accumulator_bits)
-      .def_readonly("weight_batched", &QuantRecipe::weight_batched)
       .def("__eq__", [](const QuantRecipe& a, const QuantRecipe& b) { return a == b; },
            py::is_operator())
       .def("__hash__", [](const QuantRecipe& r) { return py::hash(py::str(SerializeQuantRecipe(r))); })
       .def("__repr__", &RecipeRepr)
       .def(py::pickle([](const QuantRecipe& r) { return SerializeQuantRecipe(r); },
                       [](const std::string& s) { return ParseQuantRecipe(s); }));
+  py::list field_names;
+  ForEachRecipeField([&](const char* name, auto member, bool) {
+    recipe.def_property_readonly(name, [member](const QuantRecipe& r) { return FieldValue(r.*member); });
+    field_names.append(name);
+  });
+  recipe.attr("FIELDS") = py::tuple(field_names);
 
   py::class_<GemmCall>(m, "GemmCall",
                        "One GEMM call C[m, n] = A[m, k] @ B[k, n] (batch times) as the cost model "

@@ -703,7 +703,10 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("tenet_byoc.runtime.create_module",
            [](const ffi::String& descriptor) { return CreateTenetModule(descriptor); })
       .def("ffi.Module.load_from_bytes.tenet",
-           [](const ffi::Bytes& bytes) { return CreateTenetModule(std::string(bytes)); });
+           [](const ffi::Bytes& bytes) { return CreateTenetModule(std::string(bytes)); })
+      // The descriptor version this runtime reads (program.h): the codegen writes it from
+      // here, so the number is written once.
+      .def("tenet_byoc.runtime.descriptor_version", []() { return kDescriptorVersion; });
 }
 
 }  // namespace runtime

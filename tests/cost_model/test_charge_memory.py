@@ -9,7 +9,7 @@ import math
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import PRESETS, preset
+from tenet_byoc.hardware import PRESETS, Accelerator, preset
 
 # GPT-2 small prefill of 128 tokens: (M, N, K, batch, times). 12 layers of qkv, attention
 # projection, MLP up and down, and attention's QK^T and PV per head (12 heads as the batch);
@@ -31,7 +31,7 @@ def test_gpt2_small_float32_prefill_on_os16_is_within_1_5x_of_the_roofline():
     acc = preset("os16")
     cycles = roofline = 0
     for m, n, k, batch, times in PREFILL:
-        c = cm.charge_gemm(m, n, k, acc.hardware, acc.dataflow, batch=batch, **acc.charge_parts)
+        c = cm.charge(cm.GemmCall(m=m, n=n, k=k, batch=batch), acc)
         ref = _plain_roofline(m, n, k, batch, 256, 32, 256)
         assert c.memory.roofline_cycles == ref  # the charge's roofline is the plain one
         assert c.memory.cycles >= ref
@@ -90,15 +90,15 @@ def test_a_given_mapping_is_charged_and_a_misfit_refused():
 def test_unsupported_widths_are_refused_with_their_names():
     acc = preset("tpu_v1")
     with pytest.raises(ValueError, match="64-bit A x 64-bit B"):
-        cm.charge_gemm(8, 8, 8, acc.hardware, acc.dataflow, 64, **acc.charge_parts)
+        cm.charge(cm.GemmCall(m=8, n=8, k=8, bits_a=64, bits_b=64, bits_c=64), acc)
 
 
 def test_precision_rates_are_the_hardwares_one_setting():
     hw = cm.Hardware.systolic(4, 4, macs_per_pe_per_cycle={8: 4})
     df = cm.Dataflow.preset("os", 4, 4)
     table = cm.PrecisionTable([cm.MacSpec(8, 8, 1, 0.3)])  # a rate of 1 is overridden: 4
-    (_, _, _, _, parsed, _, _) = cm.parse_accelerator(
-        cm.serialize_accelerator("a", hw, df, precision=table))
-    assert [u.macs_per_pe_per_cycle for u in parsed.units] == [4]
+    parsed = Accelerator.from_json(
+        cm.Accelerator("a", hw, df, precision=table).to_json())
+    assert [u.macs_per_pe_per_cycle for u in parsed.precision.units] == [4]
     c = cm.charge_gemm(64, 64, 64, hw, df, 8, precision=table)
     assert c.memory.roofline_cycles >= math.ceil(64**3 / (16 * 4))

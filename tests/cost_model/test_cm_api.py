@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tenet_byoc import cost_model as cm
+from tenet_byoc.hardware import Accelerator
 from tenet_data import TENET_DATA
 
 
@@ -56,8 +57,10 @@ def test_accelerator_round_trip(rows, cols, bw, lat, clock, mpc, preset, tile, n
     precision = cm.PrecisionTable([cm.MacSpec(16, 8, 1, pj), cm.MacSpec(32, 32, 1, pj / 3)])
     mapping = "default" if tiles is None else cm.TileMapping(
         *tiles[:4], accumulate_in_buffer=tiles[4], span_a=tiles[5], a_align_m=tiles[5] + 1)
-    text = cm.serialize_accelerator(name or "acc", hw, df, memory, precision, mapping)
-    name2, hw2, df2, memory2, precision2, mapping2, objective2 = cm.parse_accelerator(text)
+    text = cm.Accelerator(name or "acc", hw, df, memory, precision, mapping).to_json()
+    a = Accelerator.from_json(text)
+    name2, hw2, df2, memory2, precision2, mapping2, objective2 = (
+        a.name, a.hardware, a.dataflow, a.memory, a.precision, a.mapping, a.objective)
     assert objective2 is None  # only a searched mapping has an objective
     assert name2 == (name or "acc")
     for f in ["dram_bandwidth_bits", "buffer_bytes", "dram_pj_per_bit", "buffer_double_buffered",
@@ -75,7 +78,7 @@ def test_accelerator_round_trip(rows, cols, bw, lat, clock, mpc, preset, tile, n
         assert getattr(hw2, f) == getattr(hw, f), f
     for f in ["name", "space", "time", "preset_name", "rows", "cols", "tiling"]:
         assert getattr(df2, f) == getattr(df, f), f
-    assert cm.serialize_accelerator(name2, hw2, df2, memory2, precision2, mapping2) == text
+    assert cm.Accelerator(name2, hw2, df2, memory2, precision2, mapping2).to_json() == text
 
 
 def test_threads_agree_with_serial():
@@ -102,7 +105,7 @@ def test_gpt2_sized_counts_are_exact():
     assert r.folds == 64 * 48 and r.time_steps == 64 * 48 * 3102 == r.cycles
     assert r.tensors["C"].unique == 1024 * 768
     assert r.tensors["A"].unique == 48 * 1024 * 3072
-    assert r.pe_utilization == r.macs / (r.cycles * 256)
+    assert r.array_utilization == r.macs / (r.cycles * 256)
     assert r.latency_us == r.cycles / 1e3
 
 
@@ -128,7 +131,8 @@ def test_accelerator_round_trip_keeps_subnormal_and_odd_values():
                      name='odd\nname="with\\escapes\u00e9')
     df = cm.Dataflow(space="{S[i,j,k]->PE[i%3]}", time="{S[i,j,k]->T[floor(i/3),j,k]}",
                      name="x=y")
-    _, hw2, df2, *_ = cm.parse_accelerator(cm.serialize_accelerator("a", hw, df))
+    a = Accelerator.from_json(cm.Accelerator("a", hw, df).to_json())
+    hw2, df2 = a.hardware, a.dataflow
     assert (hw2.avg_latency, hw2.bandwidth_bits, hw2.name) == (hw.avg_latency, 0.1, hw.name)
     assert (df2.name, df2.space, df2.time) == (df.name, df.space, df.time)
 

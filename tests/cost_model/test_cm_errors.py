@@ -8,6 +8,7 @@ import re
 import pytest
 
 from tenet_byoc import cost_model as cm
+from tenet_byoc.hardware import Accelerator
 
 HW = cm.Hardware.systolic(4, 4)
 OS = cm.Dataflow.preset("os", rows=4, cols=4)
@@ -127,16 +128,16 @@ def test_tenet_text_formats():
     with pytest.raises(ValueError, match="cannot read file"):
         cm.load_tenet("/nonexistent.p", "/nonexistent.m", "/nonexistent.s")
     with pytest.raises(ValueError, match="JSON at character 0: .*invalid literal; last read: 'h'"):
-        cm.parse_accelerator("hello")
+        Accelerator.from_json("hello")
 
 
 def test_accelerator_json_errors_name_the_field():
-    good = json.loads(cm.serialize_accelerator("a", HW, cm.Dataflow.preset("os", 4, 4)))
+    good = json.loads(cm.Accelerator("a", HW, cm.Dataflow.preset("os", 4, 4)).to_json())
 
     def parse(edit):
         doc = json.loads(json.dumps(good))
         edit(doc)
-        return cm.parse_accelerator(json.dumps(doc))
+        return Accelerator.from_json(json.dumps(doc))
 
     cases = [
         (lambda d: d["hardware"].pop("clock_ghz"), "accelerator.hardware has no field 'clock_ghz'"),
@@ -155,7 +156,7 @@ def test_accelerator_json_errors_name_the_field():
         with pytest.raises(ValueError, match=re.escape(message)):
             parse(edit)
     with pytest.raises(ValueError, match="JSON at character 7: .*expected string literal"):
-        cm.parse_accelerator('{"a":1,}')
+        Accelerator.from_json('{"a":1,}')
 
 
 def test_mac_rate_table_is_checked():

@@ -144,7 +144,7 @@ def test_mac_rate_by_width_is_a_packed_gemm(m, n, k, rows, cols, preset, rate, b
         assert got.tensors[t].unique == rate * packed.tensors[t].unique
         assert got.tensors[t].bits == bits
     assert got.tensors["C"].unique == packed.tensors["C"].unique
-    assert got.pe_utilization == pytest.approx(got.macs / (got.cycles * rows * cols * rate))
+    assert got.array_utilization == pytest.approx(got.macs / (got.cycles * rows * cols * rate))
     # A width the table does not list runs at 1 MAC per cycle; enumeration agrees.
     assert cm.analyze_gemm(m, n, k, table, df, bits=32).cycles == cm.analyze_gemm(
         m, n, k, one, df, bits=32).cycles

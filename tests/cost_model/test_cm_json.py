@@ -8,8 +8,7 @@ import json
 import pytest
 
 from tenet_byoc import _cost_model as core
-from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.hardware import Accelerator, preset
 
 LIMIT = 65536  # characters of one relation text (relation.h, kMaxRelationChars)
 
@@ -25,19 +24,19 @@ def test_a_repeated_key_is_refused_naming_the_object_and_key():
     dup = text.replace('"hardware":{"name":', '"hardware":{"name":"other","name":', 1)
     assert dup != text and json.loads(dup) == doc
     with pytest.raises(ValueError, match="accelerator.hardware has the key 'name' twice"):
-        cm.parse_accelerator(dup)
+        Accelerator.from_json(dup)
 
 
 @pytest.mark.parametrize("depth", [65, 100_000])
 def test_deep_nesting_is_refused_not_a_crash(depth):
     with pytest.raises(ValueError, match="nesting deeper than 64"):
-        cm.parse_accelerator("[" * depth + "]" * depth)
+        Accelerator.from_json("[" * depth + "]" * depth)
 
 
 def test_nesting_within_the_limit_reaches_the_field_check():
     # 64 levels parse; the value is then refused for what it is, not for its depth.
     with pytest.raises(ValueError, match="accelerator must be a JSON object"):
-        cm.parse_accelerator("[" * 64 + "]" * 64)
+        Accelerator.from_json("[" * 64 + "]" * 64)
 
 
 @pytest.mark.parametrize("section,key", [("hardware", "pe_domain"), ("hardware", "interconnect"),
@@ -50,11 +49,11 @@ def test_relation_text_over_the_limit_names_the_field(section, key):
     assert len(doc[section][key]) == LIMIT + 1
     with pytest.raises(ValueError, match=rf"accelerator\.{section}\.{key} is {LIMIT + 1} "
                                          rf"characters; at most {LIMIT} are accepted"):
-        cm.parse_accelerator(json.dumps(doc))
+        Accelerator.from_json(json.dumps(doc))
     # At the limit the same padded text is accepted and reads back as written.
     doc[section][key] = original + " " * (LIMIT - len(original))
-    parsed = cm.parse_accelerator(json.dumps(doc))
-    part = parsed[1] if section == "hardware" else parsed[2]
+    parsed = Accelerator.from_json(json.dumps(doc))
+    part = parsed.hardware if section == "hardware" else parsed.dataflow
     assert getattr(part, key) == doc[section][key]
 
 
@@ -65,7 +64,7 @@ def test_a_50_mb_accelerator_is_refused_before_parsing():
     # The binding checks the size too (in bytes); either check names the size and the limit.
     with pytest.raises(ValueError, match=rf"(?i)accelerator JSON is {len(text)} "
                                          rf"(characters|bytes); at most {2**20} are accepted"):
-        cm.parse_accelerator(text)
+        Accelerator.from_json(text)
 
 
 def test_the_relation_parser_itself_bounds_its_text():
@@ -83,15 +82,15 @@ def test_a_syntax_error_names_its_character(text, position):
     with pytest.raises(json.JSONDecodeError):
         json.loads(text)  # the reference agrees that the text is not JSON
     with pytest.raises(ValueError, match=f"JSON at character {position}: "):
-        cm.parse_accelerator(text)
+        Accelerator.from_json(text)
 
 
 def test_numbers_outside_their_type_are_refused_by_field():
     doc = json.loads(_good())
     doc["hardware"]["l1_bytes"] = 2**63  # one past int64
     with pytest.raises(ValueError, match=r"accelerator.hardware.l1_bytes must be an integer"):
-        cm.parse_accelerator(json.dumps(doc))
+        Accelerator.from_json(json.dumps(doc))
     text = json.dumps(json.loads(_good())).replace('"clock_ghz": 1.0', '"clock_ghz": 1e400')
     assert "1e400" in text
     with pytest.raises(ValueError, match="JSON at character .*number overflow"):
-        cm.parse_accelerator(text)
+        Accelerator.from_json(text)

@@ -6,6 +6,7 @@ JSON forms read back, and the deprecated keyword functions, which must equal the
 
 from __future__ import annotations
 
+import json
 import pickle
 import warnings
 
@@ -46,17 +47,48 @@ def test_values_round_trip_through_json_and_pickle():
 @pytest.mark.parametrize("scheme", ["w8a8_per_channel_per_token", "w4a16_group128", "mxfp4"])
 def test_recipe_of_a_scheme_dict_is_its_fields(scheme):
     s = get_scheme(scheme)
-    recipe = cm.QuantRecipe.from_dict(s.recipe())
-    assert recipe.as_dict() == {"weight_batched": False, **s.recipe()}
+    d = s.recipe().as_dict()
+    recipe = cm.QuantRecipe.from_dict(d)
+    assert recipe == s.recipe() and list(d) == list(cm.QuantRecipe.FIELDS)
     # GemmCall takes the dict, the QuantRecipe or the scheme itself: one call.
     calls = {cm.GemmCall(m=4, n=256, k=256, bits_a=s.bits()[0], bits_b=s.bits()[1],
                          bits_c=s.bits()[2], scheme=s.name, recipe=r)
-             for r in (s.recipe(), recipe, s)}
+             for r in (d, recipe, s)}
     assert len(calls) == 1
 
 
+def test_the_recipe_fields_are_written_once_in_charge_h():
+    # the field list as the header's text spells it (read here with a regex)
+    import re
+    from pathlib import Path
+
+    header = (Path(__file__).parents[2] / "src/cost_model/charge.h").read_text()
+    listed = re.findall(r"^\s*X\(\w+, (\w+),", header, flags=re.M)
+    assert tuple(listed) == cm.QuantRecipe.FIELDS and len(listed) == 11
+    # two valid recipes that set every field off its default, by keyword
+    a = {"place": "k_group", "k_group": 32, "weight": "group", "weight_group": 32,
+         "activation": "tensor", "activation_static": True, "scale_bits": 8,
+         "zero_point_bits": 4, "accumulator_bits": 16, "weight_batched": True}
+    b = {"place": "output", "weight": "group_n", "weight_group": 8, "activation": "group",
+         "activation_group": 64, "scale_bits": 32}
+    default = cm.QuantRecipe()
+    assert set(a) | set(b) == set(listed)
+    for fields in (a, b):
+        r = cm.QuantRecipe(**fields)
+        for name in listed:  # attribute, dict and JSON forms, replace: the same fields
+            want = fields.get(name, getattr(default, name))
+            assert getattr(r, name) == r.as_dict()[name] == want
+            assert json.loads(r.to_json())[name] == want
+        assert list(r.as_dict()) == listed
+        assert cm.QuantRecipe.from_json(r.to_json()) == r == pickle.loads(pickle.dumps(r))
+        assert default.replace(**fields) == r and r != default
+        assert eval(repr(r), {"QuantRecipe": cm.QuantRecipe}) == r  # noqa: S307
+    with pytest.raises(ValueError, match="weight_grup"):
+        cm.QuantRecipe(weight_grup=3)
+
+
 def test_recipe_weight_batched_is_optional_and_unknown_keys_are_refused():
-    d = dict(get_scheme("w8a16_per_channel").recipe())
+    d = get_scheme("w8a16_per_channel").recipe().as_dict()
     d.pop("weight_batched", None)
     assert cm.QuantRecipe.from_dict(d).weight_batched is False
     with pytest.raises(ValueError, match="weight_grup"):
@@ -95,6 +127,40 @@ def test_deprecated_keyword_functions_warn_and_equal_the_new_api():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the new API does not warn
         cm.charge(call, acc)
+
+
+def test_each_kept_deprecated_function_warns_once_naming_itself():
+    # the keyword forms kept one release (the accelerator JSON wrappers are gone: the
+    # Accelerator value writes and reads itself); each call warns once, naming the new form
+    acc = preset("os16")
+    call = cm.GemmCall(m=9, n=64, k=96, bits_a=8, bits_b=8, bits_c=32)
+    keywords = {"bits_a": 8, "bits_b": 8, "bits_c": 32}
+    tiles = cm.default_tile_mapping(9, 64, 96, acc.memory, 16, 16, **keywords)
+    search = cm.MappingSearch(acc.hardware, acc.memory, rows=16, cols=16)
+    old_forms = {
+        "charge_gemm": lambda: cm.charge_gemm(9, 64, 96, acc.hardware, acc.dataflow, **keywords),
+        "analyze_gemm": lambda: cm.analyze_gemm(9, 64, 96, acc.hardware, acc.dataflow,
+                                                **keywords),
+        "analyze_memory": lambda: cm.analyze_memory(9, 64, 96, acc.hardware, acc.dataflow,
+                                                    acc.memory, tiles, **keywords),
+        "roofline_cycles": lambda: cm.roofline_cycles(
+            9, 64, 96, 256, acc.hardware.macs_per_pe_per_cycle_at(8), acc.memory, **keywords),
+        "search_mapping": lambda: cm.search_mapping(9, 64, 96, acc.hardware, acc.memory,
+                                                    rows=16, cols=16, **keywords),
+        "MappingSearch.best": lambda: search.best(9, 64, 96, **keywords),
+    }
+    got = {}
+    for name, old in old_forms.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got[name] = old()
+        messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
+        assert len(messages) == 1 and f"{name}" in messages[0] and "use " in messages[0], name
+    assert got["roofline_cycles"] == cm.roofline(call, acc)
+    assert got["MappingSearch.best"].mapping == search.best(call).mapping
+    for name in ("accelerator_parts", "validate_accelerator", "serialize_accelerator",
+                 "parse_accelerator", "accelerator_mapping_search"):
+        assert not hasattr(cm, name), name
 
 
 def test_accelerator_json_bad_text_is_a_value_error():

@@ -340,3 +340,37 @@ def test_a_results_file_of_the_first_release_resumes(tmp_path, serial, monkeypat
     rows = dse.explore("gpt2", SCHEMES, SPACE, executor="serial", results_file=path, **RUN)
     assert ran == []
     assert rows_of(rows) == rows_of(serial)
+
+
+def test_the_schema_drives_the_columns_the_space_and_the_charge_keys():
+    # the results columns of the release before the schema was written once (hand-copied
+    # from that release's PointResult): files and CSVs written then stay readable
+    before = ("key name scheme rows cols dataflow pe_formats buffer_bytes dram_gbps clock_ghz "
+              "register_bytes mapping vector_lanes tensor_parallel pipeline_parallel link_gbps "
+              "area_mm2 ttft_ms tpot_ms tokens_per_s energy_per_token_mj "
+              "prefill_energy_per_token_mj power_w feasible reason perplexity top1_agreement "
+              "fronts").split()
+    assert [f.name for f in dataclasses.fields(dse.PointResult)] == before
+    space_fields = [f.name for f in dataclasses.fields(dse.DesignSpace)]
+    assert space_fields[:len(dse.AXES)] == [a.space for a in dse.AXES.values()]
+    assert {"dataflows", "mappings"} <= set(space_fields)
+    # the space's defaults are the point's: its one point is DesignPoint()
+    assert dse.DesignSpace().all_points() == [dse.DesignPoint()]
+    p = dse.DesignPoint(8, 16, "ws", ("int8", "fp32"), 1 << 20, 32.0, 1.0)
+    # 32 GB/s at 1 GHz and 64 GB/s at 2 GHz are both 256 DRAM bits a cycle: same charges
+    same_bits = dataclasses.replace(p, dram_gbps=64.0, clock_ghz=2.0)
+    assert same_bits.charge_key() == p.charge_key() and same_bits.key != p.key
+    assert dataclasses.replace(p, clock_ghz=2.0).charge_key() != p.charge_key()
+    lanes = dataclasses.replace(p, vector_lanes=64)
+    assert lanes.array_key() == p.array_key() and lanes.vector_key() != p.vector_key()
+    rows = dataclasses.replace(p, rows=16, mapping="auto")
+    assert rows.vector_key() == p.vector_key() and rows.array_key() != p.array_key()
+    buffer = dataclasses.replace(p, buffer_bytes=1 << 18)
+    assert buffer.vector_key() != p.vector_key() and buffer.array_key() != p.array_key()
+    chips = dataclasses.replace(p, tensor_parallel=2, link_gbps=50.0)
+    assert (chips.array_key(), chips.vector_key()) == (p.array_key(), p.vector_key())
+    assert chips.charge_key() != p.charge_key()
+    # a result's columns give its point back; the name as the first release wrote it
+    r = dse._result(None, chips, 1.0, "none", {}, {}, "refused")
+    assert r.pe_formats == "int8+fp32" and r.point() == chips
+    assert chips.name == "ws8x16_int8+fp32_1024KiB_32GBps_1GHz_tp2_link50GBps"

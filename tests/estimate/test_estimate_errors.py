@@ -52,8 +52,8 @@ def test_config_files(tmp_path):
 
 
 def test_mapping_choices():
-    # "fixed" on a preset is the preset as it is; an unknown choice names the field.
-    fixed = tenet_byoc.estimate("gpt2", prompt_len=4, mapping="fixed")
+    # "default" on a preset is the preset as it is; an unknown choice names the field.
+    fixed = tenet_byoc.estimate("gpt2", prompt_len=4, mapping="default")
     plain = tenet_byoc.estimate("gpt2", prompt_len=4)
     assert [e.cycles for e in fixed.entries] == [e.cycles for e in plain.entries]
     assert sum(e.unit == 'array' for e in plain) == 2 * (12 * 6 + 1)  # c_attn, qk, pv, c_proj, c_fc, mlp.c_proj; head

@@ -11,16 +11,16 @@ from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import Accelerator, preset, resolve
 
 
-def test_preset_and_resolve_choose_auto_and_fixed():
+def test_preset_and_resolve_choose_auto_and_default():
     auto = preset("os16", mapping="auto")
     assert (auto.mapping, auto.objective) == ("auto", "latency")
     assert preset("tpu_v1", mapping="auto", objective="edp").objective == "edp"
     assert (preset("os16").mapping, preset("os16").objective) == ("default", None)
-    assert preset("os16", mapping="fixed").mapping == "default"
+    assert preset("os16", mapping="default").mapping == "default"
     assert resolve(None, mapping="auto").name == "os16"
     assert resolve("ws16", mapping="auto", objective="energy").objective == "energy"
-    # "fixed" takes a searched accelerator back to its own default mapping.
-    fixed = resolve(auto, mapping="fixed")
+    # "default" takes a searched accelerator back to its own default mapping.
+    fixed = resolve(auto, mapping="default")
     assert (fixed.mapping, fixed.objective) == ("default", None)
     assert fixed.to_json() == preset("os16").to_json()
     # None keeps the accelerator's own choice; an objective alone retunes a search.
@@ -39,12 +39,13 @@ def test_accelerator_takes_auto_and_objective():
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda: preset("os16", mapping="search"), ["mapping", "'auto'", "'fixed'", "'search'"]),
-    (lambda: resolve("os16", mapping="default"), ["mapping", "'auto'", "'fixed'"]),
+    (lambda: preset("os16", mapping="search"), ["mapping", "'auto'", "'default'", "'search'"]),
+    (lambda: resolve("os16", mapping="given"), ["mapping", "'auto'", "'default'"]),
     (lambda: preset("os16", mapping="auto", objective="speed"),
      ["objective", "latency", "energy", "edp", "speed"]),
     (lambda: resolve("os16", objective="energy"), ["objective", "only with mapping='auto'"]),
-    (lambda: resolve("os16", mapping="fixed", objective="edp"), ["objective", "mapping='auto'"]),
+    (lambda: resolve("os16", mapping="default", objective="edp"),
+     ["objective", "mapping='auto'"]),
     (lambda: Accelerator.systolic("os", 8, 8, mapping="fixed"),
      ["Accelerator.mapping", "'auto'", "'default'", "TileMapping"]),
     (lambda: Accelerator.systolic("os", 8, 8, objective="edp"),
@@ -63,4 +64,33 @@ def test_user_given_mappings_are_never_replaced():
     tiles = cm.TileMapping(16, 32, 64, "mnk")
     given = Accelerator.systolic("os", 16, 16, mapping=tiles)
     assert resolve(given, mapping="auto") is given
-    assert resolve(given, mapping="fixed") is given
+    assert resolve(given, mapping="default") is given
+
+
+def test_the_old_name_fixed_warns_once_and_is_default():
+    import warnings
+
+    auto = preset("os16", mapping="auto")
+    for old in (lambda: preset("os16", mapping="fixed"),
+                lambda: resolve(auto, mapping="fixed")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            acc = old()
+        assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [
+            "mapping='fixed' is deprecated: use mapping='default' (each call's default tiles, "
+            "no search)"]
+        assert acc.to_json() == preset("os16", mapping="default").to_json()
+
+
+def test_the_command_line_takes_default_and_the_old_fixed_with_a_note(capsys):
+    from tenet_byoc_cli.parser import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["estimate", "--mapping", "default"])
+    assert args.mapping == "default" and capsys.readouterr().err == ""
+    args = parser.parse_args(["estimate", "--mapping", "fixed"])
+    assert args.mapping == "default"
+    assert "--mapping fixed is deprecated: use --mapping default" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["estimate", "--mapping", "best"])
+    assert "invalid choice: 'best'" in capsys.readouterr().err

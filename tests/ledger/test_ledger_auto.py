@@ -114,15 +114,15 @@ def _phase_ratio(acc, scheme_name: str, phase: str, tokens: int = 128) -> float:
     for g in model_gemms(GPT2Config.preset("small"), phase, tokens):
         quantized = g.weight is not None and scheme.kernel != "float"
         bits = scheme.bits() if quantized else (32, 32, 32)
-        charge = cm.charge_gemm(
-            g.m, g.n, g.k, acc.hardware, acc.dataflow, batch=g.batch, bits_a=bits[0],
-            bits_b=bits[1], bits_c=bits[2], scheme=scheme_name if quantized else "none",
-            recipe=scheme.recipe() if quantized else None, **acc.charge_parts)
+        charge = cm.charge(cm.GemmCall(
+            m=g.m, n=g.n, k=g.k, batch=g.batch, bits_a=bits[0], bits_b=bits[1],
+            bits_c=bits[2], scheme=scheme_name if quantized else "none",
+            recipe=scheme.recipe() if quantized else None), acc)
         q = charge.quant
         extra_read = q["weight_side_bits"] + q["activation_side_bits"]
         # Weight dequantization the edge dequantizer converts runs beside the array, not on
         # the PEs (its cycles bound the call separately, in edge_cycles).
-        on_edge = (scheme.recipe()["place"] == "weight"
+        on_edge = (scheme.recipe().place == "weight"
                    and acc.edge_dequantizer.converts(bits[1])) if quantized else False
         extra_ops = q["quantize_ops"] + (0 if on_edge else q["dequant_ops"])
         expected_roof = _roofline(acc, g, bits, extra_read, extra_ops)

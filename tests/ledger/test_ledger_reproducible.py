@@ -94,8 +94,7 @@ def test_every_entry_equals_analyze_gemm_of_its_fields(accelerator, scheme):
         assert e.pe_utilization == pytest.approx(
             e.macs / (e.cycles * e.num_pes * e.macs_per_pe_per_cycle))
         assert e.roofline_cycles <= e.cycles, e.name
-        charge = cm.charge_gemm(e.m, e.n, e.k, acc.hardware, acc.dataflow, scheme=e.scheme,
-                                **widths, **acc.charge_parts)
+        charge = cm.charge(cm.GemmCall(m=e.m, n=e.n, k=e.k, scheme=e.scheme, **widths), acc)
         assert (charge.scheme, charge.array.cycles, max(charge.memory.cycles, edge_cycles)) == (
             e.scheme, e.array_cycles, e.cycles)
     if scheme != "none":

@@ -155,20 +155,21 @@ def test_attention_calls_charged_at_kv_width_by_hand(tiny, mod, bits, scales_per
     att = attention_scheme(scheme)
     acc = preset("os16")
     for e, role in ((qk[0], "key"), (pv[0], "value")):
-        c = cm.charge_gemm(e.m, e.n, e.k, acc.hardware, acc.dataflow, batch=e.batch,
-                           bits_a=att.bits()[0], bits_b=att.bits()[1], bits_c=att.bits()[2],
-                           recipe=att.recipe(role), scheme=scheme, **acc.charge_parts)
+        c = cm.charge(cm.GemmCall(m=e.m, n=e.n, k=e.k, batch=e.batch, bits_a=att.bits()[0],
+                                  bits_b=att.bits()[1], bits_c=att.bits()[2],
+                                  recipe=att.recipe(role), scheme=scheme), acc)
         assert c.quant["weight_side_bits"] == side
         assert (c.array.cycles, c.memory.cycles) == (e.array_cycles, e.cycles)
 
 
 def test_without_kv_modifier_attention_stays_float(tiny):
     att = attention_scheme("per_token")
-    assert att.bits() == (32, 32, 32) and att.recipe("key")["place"] == "none"
+    assert att.bits() == (32, 32, 32) and att.recipe("key").place == "none"
     config, params = tiny
     runner = _runner(config, params, "q4f16_1")
     runner.prefill(PROMPT)
-    att_calls = [e for e in tenet_byoc.ledger(runner.vm).entries if e.batch == config.n_head]
+    att_calls = [e for e in tenet_byoc.ledger(runner.vm).entries
+                 if e.unit == "array" and e.batch == config.n_head]
     assert att_calls and all((e.scheme, e.bits_b, e.weight_side_bits) == ("none", 32, 0)
                              for e in att_calls)
 
@@ -246,3 +247,19 @@ def test_kv_modifiers_compose_with_any_scheme():
 def test_bad_kv_modifiers_name_the_problem(spec, message):
     with pytest.raises(ValueError, match=message):
         get_scheme(spec)
+
+
+def test_the_recipe_stamp_reads_back_what_quantize_wrote():
+    # the module attribute is written and read by one pair, each recipe the cost model's
+    # value: the linear layers' and, under a KV scheme, attention's per role
+    from tenet_byoc.quantization import RecipeStamp
+
+    s = get_scheme("q4f16_1+kv4/group32")
+    stamp = RecipeStamp.read(RecipeStamp.of(s).text())
+    assert stamp.bits == tuple(s.bits()) and stamp.recipe == s.recipe()
+    att = attention_scheme(s)
+    assert stamp.attention == {role: (tuple(att.bits()), att.recipe(role))
+                               for role in ("key", "value")}
+    assert stamp.attention["value"][1].weight == "group_n"  # V's groups run along N
+    plain = RecipeStamp.read(RecipeStamp.of(get_scheme("per_token")).text())
+    assert plain.attention is None and plain.recipe.activation == "channel"

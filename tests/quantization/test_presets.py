@@ -239,9 +239,8 @@ def test_side_data_and_dequantization_counted_by_hand(name, rng):
     assert e.weight_bytes * 8 == n * k * BITS[name][1] + wside
     # The cost model's Python face charges the same call from the recipe alone.
     acc = preset("os16")
-    charge = cm.charge_gemm(m, n, k, acc.hardware, acc.dataflow, bits_a=e.bits_a,
-                            bits_b=e.bits_b, bits_c=e.bits_c, recipe=s, scheme=name,
-                            **acc.charge_parts)
+    charge = cm.charge(cm.GemmCall(m=m, n=n, k=k, bits_a=e.bits_a, bits_b=e.bits_b,
+                                   bits_c=e.bits_c, recipe=s, scheme=name), acc)
     assert charge.quant["weight_side_bits"] == wside
     assert (charge.array.cycles, charge.memory.cycles) == (e.array_cycles, e.cycles)
 
@@ -331,7 +330,7 @@ def test_bad_specs_name_the_field(spec, message):
 
 def test_recipe_validated_by_the_charge_unit():
     acc = preset("os16")
-    bad = dict(SCHEMES["group32"].recipe(), k_group=0)
+    bad = {**SCHEMES["group32"].recipe().as_dict(), "k_group": 0}
     with pytest.raises(ValueError, match="k_group"):
         cm.charge_gemm(4, 4, 64, acc.hardware, acc.dataflow, recipe=bad)
     with pytest.raises(ValueError, match="either a quantization recipe or extra_read_bits"):

@@ -31,7 +31,7 @@ def test_quantized_steps_carry_the_stamped_scheme(scheme, rng):
     # The recipe and widths are the ones quantize stamped, not guessed from the pattern.
     # (Static schemes quantized without calibration data compute their scales per call.)
     s = dataclasses.replace(SCHEMES[scheme], activation_static=False)
-    assert step["quant"] == s.recipe()
+    assert step["quant"] == s.recipe().as_dict()
     assert step["bits"] == list(s.bits())
     info = PATTERN_INFO[step["pattern"]]
     assert (step["kind"], step["rhs_transposed"], step["epilogue"]) == (

@@ -90,7 +90,7 @@ def _descriptor(**overrides) -> str:
             "bias": None, "scale_a": None, "scale_b": None, "zero_point": None,
             "rhs_transposed": False,
             "epilogue": "none", "out_ndim": 2, "bits": [32, 32, 32],
-            "quant": dict(FLOAT_RECIPE)}
+            "quant": FLOAT_RECIPE.as_dict()}
     step.update(overrides.pop("step", {}))
     func = {"symbol": "f", "inputs": [{"dtype": "float32", "ndim": 2}] * 2, "steps": [step],
             "outputs": [{"dtype": "float32", "ndim": 2, "source": -1}]}
@@ -119,9 +119,9 @@ def _descriptor(**overrides) -> str:
         (lambda: _descriptor(step={"kind": "fp8"}), "unknown step kind 'fp8'"),
         (lambda: _descriptor(step={"kind": "int8"}), "has the wrong scales"),
         (lambda: _descriptor(step={"bits": [8, 0, 8]}), "bits must be integers in [1, 64]"),
-        (lambda: _descriptor(step={"quant": dict(FLOAT_RECIPE, place="k_group")}),
+        (lambda: _descriptor(step={"quant": {**FLOAT_RECIPE.as_dict(), "place": "k_group"}}),
          "QuantRecipe.k_group = 0; expected > 0 exactly when partial sums are rescaled"),
-        (lambda: _descriptor(step={"quant": dict(FLOAT_RECIPE, weight="row")}),
+        (lambda: _descriptor(step={"quant": {**FLOAT_RECIPE.as_dict(), "weight": "row"}}),
          "unknown quantization granularity 'row'"),
         (lambda: _descriptor(accelerator={"name": "x"}), "accelerator has no field 'hardware'"),
         (lambda: _descriptor(accelerator=preset("os16").to_json()),
@@ -177,3 +177,20 @@ def test_value_returned_twice_fills_both_outputs(rng):
     module["f"](tvm.runtime.tensor(a), tvm.runtime.tensor(b), *outs)
     for out in outs:
         np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_codegen_writes_the_version_the_runtime_reads():
+    # program.h's kDescriptorVersion is the one place the number is written: the codegen
+    # reads it from the runtime, and a descriptor one version off is refused, naming both
+    import re
+    from pathlib import Path
+
+    header = (Path(__file__).parents[2] / "src/runtime/program.h").read_text()
+    (written,) = re.findall(r"kDescriptorVersion = (\d+);", header)
+    assert DESCRIPTOR_VERSION == int(written)
+    create = tvm.get_global_func("tenet_byoc.runtime.create_module")
+    create(_descriptor())  # the codegen's version is accepted
+    for version in (DESCRIPTOR_VERSION - 1, DESCRIPTOR_VERSION + 1):
+        with pytest.raises(ValueError, match=f"version {version} is not supported by this "
+                           f"runtime \\(it reads version {DESCRIPTOR_VERSION}\\)"):
+            create(_descriptor(version=version))

@@ -11,7 +11,6 @@ recipe on the module; the module stays a normal Relax module that TVM's own buil
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -46,7 +45,7 @@ from .scheme import (
     WEIGHT_FORMATS,
     WEIGHT_GRANULARITIES,
     QuantScheme,
-    _attention_stamp,
+    RecipeStamp,
     attention_scheme,
     get_scheme,
     parse_spec,
@@ -143,11 +142,7 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
     if weights is not None and reuse is not None:
         reuse.clear()  # the earlier call's weights are no longer held for the next
         reuse.update(quantizer.stored_streamed())
-    stamp = {"bits": list(s.bits()), **s.recipe()}
-    if s.quantizes_kv:
-        stamp["attention"] = _attention_stamp(s)
-    recipe = json.dumps(stamp)
-    return out.with_attr(SCHEME_ATTR, s.name).with_attr(RECIPE_ATTR, recipe)
+    return out.with_attr(SCHEME_ATTR, s.name).with_attr(RECIPE_ATTR, RecipeStamp.of(s).text())
 
 
 __all__ = [
@@ -161,6 +156,7 @@ __all__ = [
     "MAX_GROUP",
     "MAX_KV_GROUP",
     "RECIPE_ATTR",
+    "RecipeStamp",
     "SCALE_DTYPES",
     "SCALE_RANGES",
     "SCHEMES",

@@ -13,18 +13,21 @@ the same schemes. This module knows no TVM: it is plain values.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import numbers
 import re
 from dataclasses import dataclass
 
 from .._names import did_you_mean
+from ..cost_model import QuantRecipe
 
 #: The module attribute naming the scheme :func:`quantize` applied; the partition step
 #: carries it to the codegen, which records it on every quantized call.
 SCHEME_ATTR = "tenet.quant_scheme"
-#: The module attribute holding the scheme's cost recipe (JSON of :meth:`QuantScheme.recipe`),
-#: carried like :data:`SCHEME_ATTR`; the codegen copies it into each quantized step.
+#: The module attribute holding the scheme's widths and cost recipe (the text of a
+#: :class:`RecipeStamp`), carried like :data:`SCHEME_ATTR`; the codegen copies it into each
+#: quantized step.
 RECIPE_ATTR = "tenet.quant_recipe"
 
 #: Element formats. ``int`` is symmetric; ``uint`` is asymmetric (codes in [0, 2^b - 1]
@@ -332,8 +335,9 @@ class QuantScheme:
             return "weight"  # per hidden channel scales multiply the dequantized weights
         return "output"
 
-    def recipe(self, operand: str = "weight") -> dict:
-        """The cost recipe (``src/cost_model/charge.h``'s QuantRecipe) as a dict.
+    def recipe(self, operand: str = "weight") -> QuantRecipe:
+        """The cost recipe: the cost model's ``QuantRecipe`` value (``src/cost_model/charge.h``
+        writes its fields once).
 
         Parameters
         ----------
@@ -351,21 +355,21 @@ class QuantScheme:
         weight = self.weight_granularity
         if operand == "value":  # V[L, d]: per token is per K index; groups run along N
             weight = {"channel": "embedding", "group": "group_n"}.get(weight, weight)
-        return {
-            "place": self.dequant_place(),
-            "weight": weight,
-            "weight_group": self.group_size,
-            "activation": act,
-            "activation_group": self.activation_group,
-            "activation_static": self.activation_static,
-            "k_group": self.k_group(),
-            "scale_bits": SCALE_DTYPES[self.scale_dtype],
-            "zero_point_bits": self.weight_bits if self.weight_format == "uint" else 0,
-            "accumulator_bits": 32,
+        return QuantRecipe(
+            place=self.dequant_place(),
+            weight=weight,
+            weight_group=self.group_size,
+            activation=act,
+            activation_group=self.activation_group,
+            activation_static=self.activation_static,
+            k_group=self.k_group(),
+            scale_bits=SCALE_DTYPES[self.scale_dtype],
+            zero_point_bits=self.weight_bits if self.weight_format == "uint" else 0,
+            accumulator_bits=32,
             # A KV cache is one tensor per batch element (head): scales and dequantization
             # are counted per head.
-            "weight_batched": self.attention and self.weight_granularity != "none",
-        }
+            weight_batched=self.attention and self.weight_granularity != "none",
+        )
 
     def describe(self) -> str:
         """A one-line definition in spec-string terms: ``w=uint4/group128 a=f16 scales=fp16``."""
@@ -608,10 +612,41 @@ def attention_scheme(scheme: str | QuantScheme) -> QuantScheme:
                        kv_group=s.kv_group, attention=True)
 
 
-def _attention_stamp(s: QuantScheme) -> dict:
-    """The widths and recipes of ``Q K^T`` and ``P V`` under ``s``, for the codegen."""
-    att = attention_scheme(s)
-    return {role: {"bits": list(att.bits()), "recipe": att.recipe(role)}
-            for role in ("key", "value")}
+@dataclass(frozen=True)
+class RecipeStamp:
+    """What :func:`~tenet_byoc.quantize` stamps on a module for the codegen (the text of
+    :data:`RECIPE_ATTR`): the linear layers' widths and recipe and, under a scheme that
+    quantizes the KV cache, attention's per role (``"key"``: ``Q K^T``, ``"value"``:
+    ``P V``). :meth:`text` writes it and :meth:`read` reads it, each recipe by the cost
+    model's one JSON form (``QuantRecipe.as_dict`` / ``QuantRecipe.from_dict``)."""
+
+    bits: tuple[int, int, int]
+    recipe: QuantRecipe
+    attention: dict[str, tuple[tuple[int, int, int], QuantRecipe]] | None = None
+
+    @classmethod
+    def of(cls, s: QuantScheme) -> RecipeStamp:
+        """The stamp of a module quantized by ``s``."""
+        attention = None
+        if s.quantizes_kv:
+            att = attention_scheme(s)
+            attention = {role: (tuple(att.bits()), att.recipe(role)) for role in ("key", "value")}
+        return cls(tuple(s.bits()), s.recipe(), attention)
+
+    def text(self) -> str:
+        stamp: dict = {"bits": list(self.bits), "recipe": self.recipe.as_dict()}
+        if self.attention is not None:
+            stamp["attention"] = {role: {"bits": list(bits), "recipe": recipe.as_dict()}
+                                  for role, (bits, recipe) in self.attention.items()}
+        return json.dumps(stamp)
+
+    @classmethod
+    def read(cls, text: str) -> RecipeStamp:
+        stamp = json.loads(text)
+        attention = stamp.get("attention")
+        return cls(tuple(stamp["bits"]), QuantRecipe.from_dict(stamp["recipe"]),
+                   None if attention is None else {
+                       role: (tuple(v["bits"]), QuantRecipe.from_dict(v["recipe"]))
+                       for role, v in attention.items()})
 
 
