@@ -314,7 +314,7 @@ def refusal(args: argparse.Namespace, argv: Sequence[str] | None = None) -> str 
 
 def _system_options(p, micro_batches: bool = False) -> None:
     """The several-chip flags ``estimate`` and ``serve`` share (``--micro-batches``:
-    estimate's pipeline only; serve keeps one batch in flight)."""
+    estimate's pipeline only; serve keeps a step in flight per pipeline stage)."""
     p.add_argument("--tp", type=_count(1), default=1, metavar="T",
                    help="tensor-parallel chips per layer (Megatron-LM sharding; default 1)")
     p.add_argument("--pp", type=_count(1), default=1, metavar="P",
@@ -585,8 +585,8 @@ def _add_serve(sub) -> None:
                    "h200, tpu_v5e, tpu_v1; required for other accelerators)")
     g.add_argument("--memory-utilization", type=_share, default=0.9, metavar="F",
                    help="share of the memory the engine uses (default 0.9)")
-    g = p.add_argument_group("several chips (one batch in flight: iterations cost the "
-                             "critical path over the chips)")
+    g = p.add_argument_group("several chips (a step costs its critical path over the "
+                             "chips; a step in flight per pipeline stage)")
     _system_options(g)
     g.add_argument("--disaggregate", metavar="P:D",
                    help="disaggregated serving: prompts on P tensor-parallel chips, their KV "
