@@ -334,14 +334,18 @@ class DesignSpace:
         return cls.from_dict(load_table_file(path, "design space"), f"design space {str(path)!r}")
 
     def all_points(self) -> list[DesignPoint]:
-        """Every combination of the fields' values."""
+        """Every combination of the fields' values, each design once: a point of mapping
+        "auto" searches every call's dataflow among os, ws and is whatever its own, so of
+        the points that differ only in the dataflow it is made once, under the first of
+        ``dataflows`` (the others would repeat its figures)."""
         # the clock varies fastest: consecutive points share their charges
         return [DesignPoint(r, c, d, f, b, g, k, reg, m, v, tp, pp, link)
                 for tp, pp, link, v, r, c, d, f, b, g, m, reg, k in itertools.product(
                     self.tensor_parallel, self.pipeline_parallel, self.link_gbps,
                     self.vector_lanes, self.rows, self.cols, self.dataflows, self.pe_formats,
                     self.buffer_bytes, self.dram_gbps, self.mappings, self.register_bytes,
-                    self.clock_ghz)]
+                    self.clock_ghz)
+                if m != "auto" or d == self.dataflows[0]]
 
     def area(self, point: DesignPoint) -> dict[str, float]:
         """The point's area by component at the space's node: one chip's (``total`` is all
@@ -688,12 +692,15 @@ def _chunks(points: Sequence[DesignPoint], size: int) -> list[list[DesignPoint]]
 
 
 def _run_local(job: _Job, chunks: list, workers: int | None) -> Iterable[list[PointResult]]:
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
 
-    # spawn: a forked child of a process that loaded TVM's thread pool can hang.
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
-                             mp_context=mp.get_context("spawn")) as pool:
+    # loky's workers are fresh interpreters (fork + exec: a forked child of a process that
+    # loaded TVM's thread pool can hang) that do not import the caller's __main__, so a
+    # plain script calling explore without an `if __name__ == "__main__":` guard is not run
+    # again in every worker (multiprocessing's spawn did, and the pool broke).
+    from joblib.externals.loky import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         futures = [pool.submit(_evaluate, job, chunk) for chunk in chunks]
         for f in as_completed(futures):
             yield f.result()
