@@ -842,7 +842,8 @@ def explore(
         Per scheme ``{"perplexity": .., "top1_agreement": ..}`` (the eval path's figures,
         independent of the design): joined to its points, and the accuracy front marked.
     progress : bool
-        A tqdm bar of points with points per second.
+        Show the points done on stderr: a bar on a terminal, a line every few seconds into
+        a pipe or a file (:func:`tenet_byoc.progress.progress_bar`).
 
     Returns
     -------
@@ -889,11 +890,11 @@ def explore(
     else:
         runs = _run_ray(job, chunks, ray_address, workers)
     bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    if progress:  # a bar on a terminal, a line every few seconds into a pipe or a log
+        from .progress import progress_bar
 
-        bar = tqdm(total=len(points), initial=len(results), unit="point", desc="dse",
-                   smoothing=0.1)
+        bar = progress_bar(total=len(points), initial=len(results), unit="point", desc="dse",
+                           smoothing=0.1)
     fh = path.open("a", encoding="utf-8") if path else None
     if fh and fh.tell() and not path.read_bytes().endswith(b"\n"):
         fh.write("\n")  # end a line the interruption cut, so the next one starts clean
