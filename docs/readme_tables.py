@@ -19,7 +19,15 @@ The source files are written from runs by the subcommands:
 - ``estimate DIR``: from ``tenet-byoc estimate --model llama-3-70b --schemes
   none,per_token,q4f16_1 --accelerator os128 --prompt-len 2048 --decode-steps 128
   --sweep-contexts 128,512,2048,8000 --sweep-batches 1,4,16,64 --out DIR``;
-- ``sweep DIR``: from ``tenet-byoc sweep --out DIR`` (GPT-2 small and the MLP).
+- ``sweep DIR``: from ``tenet-byoc sweep --out DIR`` (GPT-2 small and the MLP);
+- ``mlp DIR``: from ``tenet-byoc sweep --model mlp --schemes all --accelerator os16
+  --repeats 1 --out DIR``;
+- ``eval DIR``: from ``tenet-byoc eval --checkpoint tiny-gpt2 --text README.md --window 128
+  --max-tokens 1024 --schemes ... --out DIR``.
+
+Tables that record one-off measurements (the main job's CPU seconds step by step) live in
+``benchmarks/results/`` as measured, with their machine and date, and are checked the same
+way.
 """
 
 from __future__ import annotations
@@ -229,19 +237,67 @@ def sweep_source(folder: Path, command: str) -> str:
             f"## mlp-os16\n\n{mlp_table}")
 
 
+def mlp_source(folder: Path, command: str) -> str:
+    """The source file of the README's MLP-on-digits table, from a ``sweep --model mlp
+    --out`` folder (``sweep.csv``: one row per scheme on one accelerator)."""
+    rows = [r for r in _rows(folder / "sweep.csv") if r["model"] == "mlp"]
+    accelerators = sorted({r["hardware"] for r in rows})
+    table = _table(["scheme", "test accuracy", "top-1 vs float32", "max abs error", "weight kB",
+                    "est. latency (us)", "energy (uJ)"], ["---"] + ["---:"] * 6,
+                   [["none (float32)" if r["scheme"] == "none" else r["scheme"],
+                     f"{100 * float(r['accuracy']):.2f}%",
+                     f"{100 * float(r['top1_agreement']):.1f}%",
+                     sig(float(r["max_abs_error"])), f"{float(r['weight_bytes']) / 1e3:.2f}",
+                     f"{float(r['latency_us']):.1f}", f"{float(r['energy_pj']) / 1e6:.1f}"]
+                    for r in rows])
+    return (f"# The MLP on scikit-learn's digits under every scheme (README table)\n\n"
+            f"Written by `python docs/readme_tables.py mlp DIR` after `{command}`; "
+            f"{_machine()}; accelerator {', '.join(accelerators)}. The cost columns depend on "
+            f"the code, the accuracies on the seeded training, not on the machine. Latency and "
+            f"energy are the GEMMs only.\n\n## schemes\n\n{table}")
+
+
+def eval_source(folder: Path, command: str) -> str:
+    """The source file of the README's perplexity table, from an ``eval --out`` folder
+    (``eval.csv``: one row per scheme)."""
+    rows = _rows(folder / "eval.csv")
+    table = _table(["scheme", "perplexity", "Δ vs float32", "top-1 vs float32",
+                    "est. latency (ms)", "est. energy (mJ)"], ["---"] + ["---:"] * 5,
+                   [[_eval_label(r["scheme"]), f"{float(r['perplexity']):.2f}",
+                     _delta(float(r["delta_vs_float32"])),
+                     f"{100 * float(r['top1_agreement']):.2f}%",
+                     f"{float(r['latency_us']) / 1e3:.3f}",
+                     f"{float(r['energy_pj']) / 1e9:.3f}"] for r in rows])
+    return (f"# Perplexity of the tiny random GPT-2 under each scheme (README table)\n\n"
+            f"Written by `python docs/readme_tables.py eval DIR` after `{command}`; "
+            f"{_machine()}. `tiny-gpt2` is `examples/tiny_checkpoint.py`'s random model with "
+            f"a tokenizer trained on README.md, so the figures move a little with the README."
+            f"\n\n## perplexity\n\n{table}")
+
+
+def _eval_label(scheme: str) -> str:
+    return {"none": "none (float32)", "w4a16_group32": "w4a16_group32 (= q4f16_1)"}.get(
+        scheme, scheme)
+
+
+def _delta(x: float) -> str:
+    return "0" if x == 0 else f"{x:+.2f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what")
     sub.add_parser("check", help="report the README tables that differ from their files")
     sub.add_parser("write", help="rewrite the README's marked tables from their files")
-    for name in ("estimate", "sweep"):
+    for name in ("estimate", "sweep", "mlp", "eval"):
         p = sub.add_parser(name, help=f"write the source file from a `{name} --out` folder")
         p.add_argument("folder", type=Path)
         p.add_argument("--command", required=True, help="the command line that made it")
         p.add_argument("--to", type=Path, required=True, help="the source file to write")
     args = parser.parse_args(argv)
-    if args.what in ("estimate", "sweep"):
-        make = estimate_source if args.what == "estimate" else sweep_source
+    if args.what in ("estimate", "sweep", "mlp", "eval"):
+        make = {"estimate": estimate_source, "sweep": sweep_source, "mlp": mlp_source,
+                "eval": eval_source}[args.what]
         args.to.write_text(make(args.folder, args.command))
         print(f"wrote {args.to}")
         return 0

@@ -206,3 +206,24 @@ def test_estimate_tables_written_from_the_csv_files(tmp_path):
     assert "| none | 22.01 | 1.70x | 1,109 | 1.01x | 84.3 |" in text
     assert ("| none | 1 / 16 / 64 | 1,109 / 1,255 / 1,776 | 0.9 / 12.8 / 36.0 | "
             "84.3 / 6.48 / 2.65 |") in text
+
+
+def test_mlp_and_eval_tables_written_from_the_csv_files(tmp_path):
+    tables = _readme_tables()
+    (tmp_path / "sweep.csv").write_text(
+        "model,scheme,hardware,latency_us,weight_bytes,energy_pj,max_abs_error,top1_agreement,"
+        "accuracy\n"
+        "mlp,none,os16,36.964,37888.0,145259273.6,0.0,1.0,0.9777777777777777\n"
+        "mlp,w4a8,os16,27.31,5010.0,44712000.0,1.0137,0.99444,0.9777777777777777\n")
+    text = tables.mlp_source(tmp_path, "tenet-byoc sweep --model mlp ...")
+    # by hand: 37,888 B = 37.89 kB; 145,259,273.6 pJ = 145.3 uJ; 352 / 360 = 97.78%
+    assert "| none (float32) | 97.78% | 100.0% | 0 | 37.89 | 37.0 | 145.3 |" in text
+    assert "| w4a8 | 97.78% | 99.4% | 1.01 | 5.01 | 27.3 | 44.7 |" in text
+    (tmp_path / "eval.csv").write_text(
+        "scheme,perplexity,delta_vs_float32,top1_agreement,latency_us,energy_pj\n"
+        "none,926.054,0.0,1.0,1600.2,7142000000.0\n"
+        "mxfp4,892.31,-33.744,0.584645,1297.0,3662400000.0\n")
+    text = tables.eval_source(tmp_path, "tenet-byoc eval ...")
+    # 1,600.2 us = 1.600 ms; 7.1420e9 pJ = 7.142 mJ; 0.584645 = 58.46%
+    assert "| none (float32) | 926.05 | 0 | 100.00% | 1.600 | 7.142 |" in text
+    assert "| mxfp4 | 892.31 | -33.74 | 58.46% | 1.297 | 3.662 |" in text
