@@ -387,9 +387,11 @@ class PointResult:
     ttft_ms: float
     tpot_ms: float
     tokens_per_s: float  #: the batch's decode tokens per second
-    energy_per_token_mj: float  #: decode, per generated token of one sequence
-    prefill_energy_per_token_mj: float
-    power_w: float  #: average over the estimated run (prefill + decode)
+    #: decode, per generated token of one sequence; the calls' energy and the static power
+    #: (area x ``AreaTable.static_w_per_mm2``) over the decode time
+    energy_per_token_mj: float
+    prefill_energy_per_token_mj: float  #: the same for the prefill, per prompt token
+    power_w: float  #: average over the estimated run (prefill + decode), static included
     feasible: bool
     reason: str = ""
     perplexity: float = math.nan
@@ -608,6 +610,10 @@ def _result(job: _Job, point: DesignPoint, area: float, scheme: str,
                            power_w=nan, feasible=False, reason=reason)
     prefill_us, decode_us = latency_us["prefill"], latency_us["decode"]
     steps, batch, prompt = job.decode_steps, job.batch, job.prompt_len
+    # static power (all chips' area x the table's W per mm2) over each phase's time, in pJ
+    static_w = area * job.table.static_w_per_mm2
+    energy = {"prefill": energy["prefill"] + static_w * prefill_us * 1e6,
+              "decode": energy["decode"] + static_w * decode_us * 1e6}
     total_us = prefill_us + decode_us
     power = (energy["prefill"] + energy["decode"]) / total_us * 1e-6 if total_us else 0.0
     over = job.power_budget_w is not None and power > job.power_budget_w
