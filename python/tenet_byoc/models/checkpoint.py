@@ -13,6 +13,7 @@ This is the one reader of checkpoints: every family describes where its weights 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -156,14 +157,21 @@ def _read_header(path: str) -> dict[str, TensorInfo]:
             continue
         try:
             dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-            shape = tuple(int(d) for d in shape)
-            begin, end = int(begin), int(end)
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path!r}: header entry of {name!r} is malformed") from None
+        # JSON integers only, as safetensors writes them: 2.0, "8" or true are not sizes
+        if not isinstance(shape, list) or not all(_is_int(d) for d in (*shape, begin, end)):
+            raise CheckpointError(
+                f"{path!r}: header entry of {name!r} is malformed: shape {shape!r} and "
+                f"data_offsets {[begin, end]!r} must be integers")
+        shape = tuple(shape)
         if not isinstance(dtype, str) or dtype not in _ITEMSIZE:
             raise CheckpointError(f"{path!r}: tensor {name!r} has unknown dtype {dtype!r}")
+        if min(shape, default=0) < 0:
+            raise CheckpointError(f"{path!r}: tensor {name!r} has a negative dimension in its "
+                                  f"shape {list(shape)}")
         nbytes = math.prod(shape) * _ITEMSIZE[dtype]
-        if min(shape, default=0) < 0 or begin < 0 or end - begin != nbytes:
+        if begin < 0 or end - begin != nbytes:
             raise CheckpointError(
                 f"{path!r}: tensor {name!r} of shape {list(shape)} {dtype} spans bytes "
                 f"[{begin}, {end}), which is not its size {nbytes}"
@@ -174,7 +182,20 @@ def _read_header(path: str) -> dict[str, TensorInfo]:
                 f"the file has {size}"
             )
         out[name] = TensorInfo(path, dtype, shape, data_start + begin, data_start + end)
+    # two tensors on the same bytes (safetensors' own reader refuses it): one weight would
+    # silently be read as part of another
+    spans = sorted((t.begin, t.end, n) for n, t in out.items() if t.end > t.begin)
+    for (_, end_a, a), (begin_b, _, b) in itertools.pairwise(spans):
+        if begin_b < end_a:
+            raise CheckpointError(
+                f"{path!r}: tensors {a!r} [{out[a].begin - data_start}, "
+                f"{end_a - data_start}) and {b!r} [{begin_b - data_start}, "
+                f"{out[b].end - data_start}) overlap")
     return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class Checkpoint:
