@@ -275,6 +275,50 @@ def eval_source(folder: Path, command: str) -> str:
             f"\n\n## perplexity\n\n{table}")
 
 
+def _design(r: dict[str, str]) -> str:
+    """A dse.csv row's design in a few words: array (with its dataflow unless the mapping is
+    searched, which picks os / ws / is per call), the narrow PE formats, buffer, DRAM."""
+    units = [f for f in r["pe_formats"].split("+") if f not in ("fp16", "fp32")] or ["fp16"]
+    array = f"{r['rows']}x{r['cols']}"
+    if r["mapping"] != "auto":
+        array = r["dataflow"] + array
+    fmts = "+".join("fp8" if f.startswith("fp8") else f for f in units)
+    return (f"{array} {fmts}, {int(r['buffer_bytes']) >> 20} MiB, "
+            f"{float(r['dram_gbps']):g} GB/s")
+
+
+def dse_source(folders: list[Path], command: str) -> str:
+    """The source file of the README's design-space table, from ``dse --out`` folders (one
+    per batch; ``dse.csv``): per batch and scheme the fastest feasible design and the one of
+    least energy per token."""
+    rows_out = []
+    for folder in folders:
+        rows = [r for r in _rows(folder / "dse.csv") if r["feasible"] == "True"]
+        batch = folder.name.rsplit("b", 1)[-1]
+        for scheme in dict.fromkeys(r["scheme"] for r in rows):
+            mine = [r for r in rows if r["scheme"] == scheme]
+            fast = min(mine, key=lambda r: (float(r["tpot_ms"]), float(r["area_mm2"])))
+            frugal = min(mine, key=lambda r: (float(r["energy_per_token_mj"]),
+                                              float(r["area_mm2"])))
+            ppl = fast.get("perplexity", "nan")
+            accuracy = ("-" if ppl in ("", "nan") else
+                        f"{float(ppl):.1f} / {100 * float(fast['top1_agreement']):.1f}%")
+            rows_out.append([batch, scheme, _design(fast), f"{float(fast['area_mm2']):.1f}",
+                             f"{float(fast['tpot_ms']):,.1f}", f"{float(fast['ttft_ms']):,.0f}",
+                             f"{float(fast['energy_per_token_mj']):,.0f}",
+                             f"{float(frugal['energy_per_token_mj']):,.0f} ({_design(frugal)}; "
+                             f"{float(frugal['area_mm2']):.1f})", accuracy])
+    table = _table(["batch", "scheme", "fastest design", "mm2", "TPOT ms", "TTFT ms",
+                    "mJ/token", "least mJ/token (design, mm2)", "tiny ppl / top-1"],
+                   ["---", "---", "---", "---:", "---:", "---:", "---:", "---", "---"],
+                   rows_out)
+    return (f"# Llama-3-8B under 50 mm2 at 28 nm (README table)\n\n"
+            f"Written by `python docs/readme_tables.py dse DIR...` (folders named ...-bN for "
+            f"batch N) after `{command}`; {_machine()}. The figures depend on the code, not "
+            f"on the machine; energy includes the static power (area x the area table's "
+            f"W/mm2 over the run).\n\n## designs\n\n{table}")
+
+
 def _eval_label(scheme: str) -> str:
     return {"none": "none (float32)", "w4a16_group32": "w4a16_group32 (= q4f16_1)"}.get(
         scheme, scheme)
@@ -294,7 +338,15 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("folder", type=Path)
         p.add_argument("--command", required=True, help="the command line that made it")
         p.add_argument("--to", type=Path, required=True, help="the source file to write")
+    p = sub.add_parser("dse", help="write the source file from `dse --out` folders (-bN)")
+    p.add_argument("folders", type=Path, nargs="+")
+    p.add_argument("--command", required=True, help="the command line that made them")
+    p.add_argument("--to", type=Path, required=True, help="the source file to write")
     args = parser.parse_args(argv)
+    if args.what == "dse":
+        args.to.write_text(dse_source(args.folders, args.command))
+        print(f"wrote {args.to}")
+        return 0
     if args.what in ("estimate", "sweep", "mlp", "eval"):
         make = {"estimate": estimate_source, "sweep": sweep_source, "mlp": mlp_source,
                 "eval": eval_source}[args.what]

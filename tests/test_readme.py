@@ -227,3 +227,24 @@ def test_mlp_and_eval_tables_written_from_the_csv_files(tmp_path):
     # 1,600.2 us = 1.600 ms; 7.1420e9 pJ = 7.142 mJ; 0.584645 = 58.46%
     assert "| none (float32) | 926.05 | 0 | 100.00% | 1.600 | 7.142 |" in text
     assert "| mxfp4 | 892.31 | -33.74 | 58.46% | 1.297 | 3.662 |" in text
+
+
+def test_dse_table_written_from_the_csv_files(tmp_path):
+    tables = _readme_tables()
+    folder = tmp_path / "dse-b16"
+    folder.mkdir()
+    head = ("scheme,rows,cols,dataflow,pe_formats,buffer_bytes,dram_gbps,mapping,area_mm2,"
+            "ttft_ms,tpot_ms,energy_per_token_mj,feasible,perplexity,top1_agreement\n")
+    (folder / "dse.csv").write_text(
+        head
+        + "q4f16_1,16,128,os,int8+fp16+fp32,4194304,128.0,auto,20.5,40572.0,103.9,110.2,"
+          "True,908.0,0.72\n"
+        + "q4f16_1,128,16,os,int8+fp16+fp32,1048576,128.0,auto,15.9,41000.0,110.0,101.4,"
+          "True,908.0,0.72\n"
+        + "q4f16_1,8,8,ws,fp8_e4m3+fp16+fp32,1048576,64.0,default,1.0,1.0,1.0,1.0,"
+          "False,908.0,0.72\n")
+    text = tables.dse_source([folder], "tenet-byoc dse ...")
+    # by hand: fastest 103.9 ms (16x128, mapping searched: no dataflow named), least energy
+    # 101.4 mJ (128x16); the infeasible row is left out though it is faster
+    assert ("| 16 | q4f16_1 | 16x128 int8, 4 MiB, 128 GB/s | 20.5 | 103.9 | 40,572 | 110 | "
+            "101 (128x16 int8, 1 MiB, 128 GB/s; 15.9) | 908.0 / 72.0% |") in text
