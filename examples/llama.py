@@ -64,7 +64,7 @@ def main() -> None:
               f"{t.offchip_bytes / 1e6:.2f} MB off-chip")
     expected = total_macs(config, "prefill", len(prompt)) + sum(
         total_macs(config, "decode", len(prompt) + i) for i in range(args.new_tokens - 1))
-    print(f"ledger MACs {sum(e.macs for e in ledger.entries)}, from the config alone {expected}")
+    print(f"ledger MACs {sum(e.macs for e in ledger.entries if e.unit == 'array')}, from the config alone {expected}")
 
 
 if __name__ == "__main__":

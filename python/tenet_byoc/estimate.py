@@ -18,14 +18,15 @@ shared between threads. Errors: a bad model, scheme, accelerator or length raise
 from __future__ import annotations
 
 import os
-from types import MappingProxyType
 from typing import Any
+
+import numpy as np
 
 from . import cost_model as cm
 from .compose import StepCost, compose
 from .hardware import Accelerator, resolve
-from .ledger import Ledger, LedgerEntry, TensorTraffic
-from .plan import LinkCall, Plan, PlannedCall, Step, model_config, plan
+from .ledger import ColumnsBuilder, Ledger, LedgerColumns, TensorMap, charge_row, tensor_map
+from .plan import LinkCall, Plan, PlannedCall, Step, model_config, plan, stage_layers
 from .quantization import QuantScheme, get_scheme
 
 __all__ = ["ESTIMATE_PATTERN", "Charges", "estimate", "estimate_step"]
@@ -77,14 +78,13 @@ class Charges:
         if pc.unit == "array":
             acc.check_gemm(call.m, call.n, call.k, f"GEMM {pc.name!r}")
             found = cm.charge(call, acc).ledger_fields()
-            found["tensors"] = MappingProxyType(
-                {name: TensorTraffic(**t) for name, t in found["tensors"].items()})
+            found["tensors"] = tensor_map(found["tensors"])
             found["scheme"] = call.scheme
             found["recipe"] = call.recipe
             return found
         if pc.unit == "vector":
             found = cm.charge_vector(call, acc).ledger_fields()
-            found["tensors"] = MappingProxyType({})
+            found["tensors"] = TensorMap()
             found["scheme"] = pc.scheme
             found["recipe"] = _FLOAT_RECIPE
             return found
@@ -105,68 +105,98 @@ class Charges:
         return {**self._link_template, "unit": "link", "op": call.kind, "schedule": "",
                 "cycles": round(seconds * self.clock_hz), "latency_us": seconds * 1e6,
                 "mapping": f"{call.kind} {self.link.topology} x{call.chips}",
-                "dequant_place": "none", "tensors": MappingProxyType({}), "scheme": "none",
+                "dequant_place": "none", "tensors": TensorMap(), "scheme": "none",
                 "recipe": _FLOAT_RECIPE,
                 "link_bytes": collective_link_bytes(call.kind, call.nbytes, call.chips)}
 
 
-# LedgerEntry is a frozen dataclass with neither __post_init__ nor slots: filling its
-# __dict__ gives the object __init__ would, about 10x faster, which matters at ~10^5 entries
-# a model. Should it gain either, entries are made by __init__ again.
-_FILL_DICT = not hasattr(LedgerEntry, "__post_init__") and not hasattr(LedgerEntry, "__slots__")
-
-
-def _entry(fields: dict[str, Any], **call: Any) -> LedgerEntry:
-    if not _FILL_DICT:
-        return LedgerEntry(**fields, **call)
-    entry = object.__new__(LedgerEntry)
-    entry.__dict__.update(fields)
-    entry.__dict__.update(call)
-    return entry
-
-
-#: The most entries an estimate's ledger lists (each is an object of ~1 KB).
+#: The most entries an estimate's ledger makes when read (each a tuple of ~0.6 KB).
 MAX_LEDGER_ENTRIES = 5_000_000
+#: The most calls an estimate's ledger stores by columns (16 bytes each).
+MAX_LEDGER_CALLS = 50_000_000
 
 
-def _add_entries(entries: list[LedgerEntry], p: Plan, charges: Charges, symbol: str) -> None:
-    """Append the entries of plan ``p``: each call on every chip of its stage, for every
-    micro-batch, in the plan's order."""
-    phase, tp = p.phase, p.tensor_parallel
-    chips = tp * p.pipeline_parallel > 1
-    fields = charges.fields
-    for _ in range(p.micro_batches):
-        for pc in p.calls:
-            f = fields(pc)
-            if not chips:
-                entries.append(_entry(f, call_index=len(entries), symbol=symbol,
-                                      pattern=ESTIMATE_PATTERN, name=pc.name, phase=phase,
-                                      fused=bool(pc.fused_with)))
-                continue
-            for chip in p.chips(pc):
-                entries.append(_entry(f, call_index=len(entries), symbol=symbol,
-                                      pattern=ESTIMATE_PATTERN, name=pc.name, phase=phase,
-                                      fused=bool(pc.fused_with), chip=chip))
+class _Book:
+    """An estimate's ledger columns being written: each distinct charge once (with whether
+    it is a fused epilogue), each plan's calls as arrays of charge and name indices."""
 
+    def __init__(self, charges: Charges) -> None:
+        self.charges = charges
+        self.columns = ColumnsBuilder()
+        self.schemes: list[str] = []
+        self._layer_names: dict[tuple, np.ndarray] = {}
 
-def _sums(plans: list[Plan], charges: Charges, phase: str | None) -> Any:
-    """``totals()`` of the one-chip entries of ``plans`` (those of ``phase``; None: all)
-    without making them: each GEMM with its epilogues, and each other call, once with how
-    many times it runs (a plan's second layer stands for its layers after the first)."""
-    from .ledger import counted_totals
+    def charge(self, pc: PlannedCall) -> int:
+        fused = bool(pc.fused_with)
 
-    rows: list[tuple[dict[str, Any], int]] = []
-    for p in plans:
-        if phase is not None and p.phase != phase:
-            continue
-        rest = p.layers - 1 if p.layers else 1
-        fields = charges.fields
+        def row() -> tuple:
+            f = self.charges.fields(pc)
+            self.schemes.append(f["scheme"])
+            return charge_row({**f, "fused": fused})
+
+        return self.columns.charge((pc.key, fused), row)
+
+    def layers(self, block: list[PlannedCall], p: Plan) -> np.ndarray:
+        """Name indices of ``block`` (calls of layer 1) in layers 1 .. layers-1, [layer, call]."""
+        names = tuple(c.name for c in block)
+        key = (names, p.prefix, p.layers)
+        found = self._layer_names.get(key)
+        if found is None:
+            cut = len(f"{p.prefix}1.")
+            string = self.columns.string
+            found = self._layer_names[key] = np.array(
+                [[string(f"{p.prefix}{i}." + n[cut:]) for n in names]
+                 for i in range(1, p.layers)], dtype=np.int32).reshape(p.layers - 1, len(names))
+        return found
+
+    def add(self, p: Plan) -> None:
+        """Append plan ``p``'s calls: each on every chip of its stage, for every
+        micro-batch, in the plan's order (``Plan.calls``, its layers made here as arrays)."""
+        charge_parts, name_parts, stage_parts = [], [], []
+        stage_of = None
+        if p.layers:
+            stage_of = np.zeros(p.layers, dtype=np.int32)
+            for st, layers in enumerate(stage_layers(p.layers, p.pipeline_parallel)):
+                stage_of[list(layers)] = st
+        block: list[PlannedCall] = []
+
+        def flush() -> None:
+            ids = np.array([self.charge(c) for c in block], dtype=np.int32)
+            copies = p.layers - 1
+            charge_parts.append(np.tile(ids, copies))
+            name_parts.append(self.layers(block, p).reshape(-1))
+            stage_parts.append(np.repeat(stage_of[1:], len(block)))
+            block.clear()
+
+        string = self.columns.string
         for c in p.written:
-            f = fields(c)
-            if c.fused_with:
-                f = {**f, "fused": True}
-            rows.append((f, rest if c.layer == 1 and p.layers else 1))
-    return counted_totals(rows)
+            if p.layers and c.layer == 1:
+                block.append(c)
+                continue
+            if block:
+                flush()
+            charge_parts.append(np.array([self.charge(c)], dtype=np.int32))
+            name_parts.append(np.array([string(c.name)], dtype=np.int32))
+            stage_parts.append(np.array([c.stage], dtype=np.int32))
+        if block:
+            flush()
+        charge = np.concatenate(charge_parts)
+        name = np.concatenate(name_parts)
+        chip = np.concatenate(stage_parts)
+        tp = p.tensor_parallel
+        if tp * p.pipeline_parallel > 1:
+            charge, name = np.repeat(charge, tp), np.repeat(name, tp)
+            chip = (np.repeat(chip, tp) * tp + np.tile(np.arange(tp, dtype=np.int32),
+                                                       len(chip))).astype(np.int32)
+        else:
+            chip = np.zeros(len(charge), dtype=np.int32)
+        if p.micro_batches > 1:
+            charge, name, chip = (np.tile(a, p.micro_batches) for a in (charge, name, chip))
+        self.columns.block(charge, name, string(p.phase), chip)
+
+    def done(self, symbol: str) -> LedgerColumns:
+        return self.columns.columns(symbol=symbol, pattern=ESTIMATE_PATTERN,
+                                    charge_schemes=self.schemes)
 
 
 #: The config of a model name, path or config object (kept for the CLI and benchmarks).
@@ -301,26 +331,30 @@ def estimate(
             times.append(_step_time(p, compose(p, charges.cost, charges.schedule,
                                                acc.hardware.clock_ghz)))
 
-    def entries() -> list[LedgerEntry]:
-        if count > MAX_LEDGER_ENTRIES:  # ~1 KB each: micro_batches=10**6 ran into MemoryError
-            raise ValueError(
-                f"the ledger would hold {count:,} entries, over the limit of "
-                f"{MAX_LEDGER_ENTRIES:,} (batch={batch}, decode_steps={decode_steps}, "
-                f"micro_batches={system.micro_batches if system is not None else 1}): its "
-                "totals and step times are kept; lower micro_batches or decode_steps for "
-                "the entries")
-        book: list[LedgerEntry] = []
-        for p in plans:
-            _add_entries(book, p, charges, config.name)
-        return book
+    sizes = (f"(batch={batch}, decode_steps={decode_steps}, "
+             f"micro_batches={system.micro_batches if system is not None else 1})")
 
+    def columns() -> LedgerColumns:
+        if count > MAX_LEDGER_CALLS:  # micro_batches=10**6 ran into MemoryError
+            raise ValueError(
+                f"the ledger would hold {count:,} calls, over the limit of "
+                f"{MAX_LEDGER_CALLS:,} {sizes}: its step times are kept (latency_s); lower "
+                "micro_batches or decode_steps for its totals and entries")
+        book = _Book(charges)
+        for p in plans:
+            book.add(p)
+        return book.done(config.name)
+
+    limit = (MAX_LEDGER_ENTRIES,  # ~0.6 KB each
+             f"the ledger would hold {count:,} entries, over the limit of "
+             f"{MAX_LEDGER_ENTRIES:,} {sizes}: its totals, group_by and step times are kept; "
+             "lower micro_batches or decode_steps for the entries")
     if system is None:
-        return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [],
-                      count=count, sums=lambda phase: _sums(plans, charges, phase),
-                      phases=list(dict.fromkeys(p.phase for p in plans)))
+        return Ledger(columns, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [],
+                      count=count, max_entries=limit)
     from .system import SystemLedger
 
-    return SystemLedger(entries, system, times, count=count)
+    return SystemLedger(columns, system, times, count=count, max_entries=limit)
 
 
 def _accelerator(accelerator: Any, mapping: str | None, system: Any) -> Accelerator:
@@ -386,8 +420,9 @@ def estimate_step(model: Any, step: Step, scheme: str | QuantScheme = "none",
     cost = compose(p, charges.cost, charges.schedule, acc.hardware.clock_ghz)
     if not entries:
         return cost, None
-    book: list[LedgerEntry] = []
-    _add_entries(book, p, charges, config.name)
+    writer = _Book(charges)
+    writer.add(p)
+    book = writer.done(config.name)
     if system is None:
         return cost, Ledger(book, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
     from .system import SystemLedger

@@ -1,14 +1,19 @@
-"""Reading the runtime's cost ledger: entries, totals, groupings, and CSV / JSON / table output."""
+"""The cost ledger of a run or an estimate: stored by columns, typed entries made when read,
+totals and groupings by numpy, and CSV / JSON / table output."""
 
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import json
+from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -18,7 +23,8 @@ from .compose import chain_cycles
 
 # The ledger's fields are the cost model's one table (src/cost_model/charge.h,
 # ChargeLedgerFields), which the runtime's ledger JSON and Charge.ledger_fields() both
-# write; the dataclasses below declare the same names (checked when this module loads).
+# write; the entry types below declare the same names between them (checked when this
+# module loads).
 
 
 @dataclass(frozen=True)
@@ -40,113 +46,99 @@ class TensorTraffic:
     buffer_write_bytes: float  #: written into the buffer by the array (C)
 
 
-@dataclass(frozen=True)
+class TensorMap(dict):
+    """A GEMM entry's ``tensors``: A, B, C -> :class:`TensorTraffic`, read-only (the entries
+    of one charge share it) and picklable (a ``MappingProxyType`` is not)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a ledger entry's tensors are read-only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
+
+    def __reduce__(self) -> tuple:
+        return (TensorMap, (dict(self),))
+
+
+def tensor_map(tensors: Mapping[str, Mapping[str, Any]]) -> TensorMap:
+    """The ``tensors`` of a charge's ledger fields as an entry holds them."""
+    return TensorMap({name: TensorTraffic(**t) for name, t in tensors.items()})
+
+
+# An entry is a named tuple: ~10^5 of them are made when a model's ledger is read, and a
+# tuple is made from the stored charge in one step (tuple.__new__), 3x faster than filling
+# a dataclass. Each unit has its own type with only its own fields; all share the fields
+# of LedgerEntry (the call's names, where it ran, its time and energy).
+
+#: Every entry's names: made per call (the charge fields follow, stored once per charge).
+ENTRY_NAMES = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "layer", "chip")
+#: The charge fields every unit has.
+COMMON_FIELDS = ("unit", "op", "cycles", "latency_us", "energy_pj", "mapping")
+_TRAFFIC = ("offchip_read_bytes", "offchip_write_bytes", "dram_read_bytes", "dram_write_bytes",
+            "buffer_read_bytes", "buffer_write_bytes")
+#: A GEMM's own charge fields (charge.h's table, less the vector unit's).
+GEMM_FIELDS = (
+    "batch", "m", "n", "k", "bits_a", "bits_b", "bits_c", "extra_read_bits", "extra_ops",
+    "extra_register_bits", "dequant_place", "scale_bits", "accumulator_bits",
+    "weight_side_bits", "activation_side_bits", "quantize_ops", "dequant_ops",
+    "accumulator_traffic_bits", "macs", "roofline_cycles", "array_cycles",
+    "dram_stall_cycles", "edge_cycles", "compute_cycles", "stall_cycles", "tenet_delay",
+    "ingress_delay", "egress_delay", "compute_delay", "compute_delay_exact", "time_steps",
+    "folds", "active_pes", "num_pes", "macs_per_pe_per_cycle", "avg_active_pes",
+    "pe_utilization", "bandwidth_bits_per_cycle", *_TRAFFIC, "mac_pj", "register_pj",
+    "buffer_pj", "dram_pj", "edge_pj", "recipe", "tensors")
+#: A vector call's own charge fields (and ``fused``: it is a GEMM's epilogue).
+VECTOR_FIELDS = (
+    "m", "n", "k", "bits_a", "bits_b", "bits_c", "elements", "vector_add_ops",
+    "vector_mul_ops", "vector_exp_ops", "vector_recip_ops", "vector_tanh_ops", "spilled",
+    "schedule", "fused", "roofline_cycles", "compute_cycles", "stall_cycles", *_TRAFFIC,
+    "mac_pj", "buffer_pj", "dram_pj")
+#: A collective's own field: the bytes its chip sent over links.
+LINK_FIELDS = ("link_bytes",)
+
+
 class LedgerEntry:
-    """One offloaded GEMM call and what it would cost on the accelerator."""
+    """What every ledger entry has: a :class:`GemmEntry` (``unit="array"``), a
+    :class:`VectorEntry` (``"vector"``) or a :class:`LinkEntry` (``"link"``).
 
-    call_index: int  #: module-wide count of calls; the GEMMs of one merged call share it
-    symbol: str  #: the offloaded function the VM called
-    pattern: str  #: the composite pattern, e.g. ``tenet.matmul_transposed_bias``
-    name: str  #: the step's name in the partitioned module
-    phase: str  #: the tag set with :func:`set_phase` when the call ran ("" if none)
-    scheme: str  #: the quantization scheme of the call ("none" for float32)
-    batch: int
-    m: int
-    n: int
-    k: int
-    bits_a: int
-    bits_b: int
-    bits_c: int
-    extra_read_bits: int  #: side data read once per call: weight_side_bits + activation_side_bits
-    extra_ops: int  #: non-MAC work: quantize_ops + dequant_ops
-    extra_register_bits: int  #: register bits beyond the MACs' own: accumulator_traffic_bits
-    dequant_place: str  #: none, weight (before the array), k_group (in accumulation), output
-    scale_bits: int  #: width of a stored scale: 16 fp16, 32 fp32, 8 e8m0
-    accumulator_bits: int  #: width of the partial sums
-    weight_side_bits: int  #: weight scales and zero points, at their widths, per granularity
-    activation_side_bits: int  #: static (calibrated) activation scales
-    quantize_ops: int  #: activations quantized on chip: 1 op per element, 2 if dynamic
-    dequant_ops: int  #: by place: N*K (weight), M*N*K/G (k_group), M*N (output)
-    accumulator_traffic_bits: int  #: k_group: partial sums read and written per group
-    macs: int
-    cycles: int  #: the call's latency: tile steps with DRAM transfers overlapped (memory.h)
-    roofline_cycles: int  #: max(MACs / MAC rate of all PEs, compulsory DRAM bits / bandwidth)
-    array_cycles: int  #: the PE array alone, with one off-chip bandwidth (TENET's level)
-    dram_stall_cycles: int  #: cycles the array waits on DRAM
-    edge_cycles: int  #: weight dequantization on the edge dequantizer (overlapped); 0: none
-    compute_cycles: int  #: the array level's compute cycles
-    stall_cycles: int  #: the array level's bandwidth stall
-    tenet_delay: float  #: TENET's max(ingress, egress, compute) delay
-    ingress_delay: float
-    egress_delay: float
-    compute_delay: float  #: TENET's MACs / active PEs
-    compute_delay_exact: float
-    time_steps: int
-    folds: int  #: presets: folds of the array run one after another
-    active_pes: int
-    num_pes: int
-    macs_per_pe_per_cycle: int  #: the hardware's MAC rate at this call's operand width
-    avg_active_pes: float
-    pe_utilization: float  #: the call's: MACs / (cycles x PEs x MACs per PE per cycle)
-    bandwidth_bits_per_cycle: float  #: off-chip bits / compute cycles
-    latency_us: float  #: cycles at the configured clock
-    offchip_read_bytes: float  #: TENET's unique volume in (buffer -> array at the array level)
-    offchip_write_bytes: float
-    dram_read_bytes: float  #: DRAM -> buffer, all operands and side data
-    dram_write_bytes: float  #: buffer -> DRAM
-    buffer_read_bytes: float  #: buffer -> array
-    buffer_write_bytes: float  #: array -> buffer
-    energy_pj: float  #: mac_pj + register_pj + buffer_pj + dram_pj + edge_pj
-    mac_pj: float
-    register_pj: float
-    buffer_pj: float
-    dram_pj: float
-    edge_pj: float  #: the edge dequantizer's energy (in energy_pj)
-    mapping: str  #: dataflow, buffer tiles and tile-loop order, e.g. "os 16x16 | tiles ..."
-    recipe: QuantRecipe  #: how the call is quantized (with the widths, what it is charged for)
-    tensors: Mapping[str, TensorTraffic]
-    # Where the work ran: "array" (the PE array), "vector" (the vector unit) or "link" (a
-    # collective of a system of several chips, tenet_byoc.system); which chip did it, and the
-    # bytes that chip sent over links.
-    chip: int = 0
-    unit: str = "array"
-    link_bytes: float = 0.0
-    # The operator: "matmul" on the array, the vector kind (layer_norm, softmax, add, ...)
-    # on the vector unit; its output elements, its vector ops by class, whether its operands
-    # spilled to DRAM, and the vector unit's schedule ("" for the array).
-    op: str = "matmul"
-    elements: int = 0
-    vector_add_ops: int = 0
-    vector_mul_ops: int = 0
-    vector_exp_ops: int = 0
-    vector_recip_ops: int = 0
-    vector_tanh_ops: int = 0
-    spilled: bool = False
-    schedule: str = ""
-    #: A vector entry that is a GEMM's fused epilogue (bias, activation): its input comes
-    #: straight from the array (the ``pipelined`` schedule hides it behind that GEMM).
-    fused: bool = False
+    Attributes
+    ----------
+    call_index : int
+        Module-wide count of calls; the GEMMs of one merged call share it.
+    symbol, pattern, name : str
+        The offloaded function the VM called, its composite pattern (e.g.
+        ``tenet.matmul_transposed_bias``; ``estimate`` for an estimate) and the step's name.
+    phase : str
+        The tag set with :func:`set_phase` when the call ran ("" if none).
+    scheme : str
+        The quantization scheme of the call ("none" for float32).
+    layer : int or None
+        The decoder layer (from a name ``h.3.…`` / ``layers.3.…``); None outside them.
+    chip : int
+        The chip of a :class:`~tenet_byoc.system.System` that ran it (0 alone).
+    unit, op : str
+        Where it ran (array, vector, link) and what: "matmul", the vector kind
+        (layer_norm, softmax, add, ...) or the collective (all_reduce, all_gather, p2p).
+    cycles : int
+        The call's latency in cycles (memory.h: tile steps with DRAM overlapped).
+    latency_us, energy_pj : float
+        Its latency at the clock and its energy (0 for a collective).
+    mapping : str
+        How it was mapped: "os 16x16 | tiles ...", "vector softmax", "all_reduce ring x4".
 
-    @property
-    def call(self) -> GemmCall:
-        """The call as the cost model takes it: ``cost_model.charge(entry.call, accelerator)``
-        gives this entry's charge again (array entries; see :attr:`vector_call`)."""
-        if self.unit != "array":
-            raise ValueError(f"entry {self.name!r} is a {self.unit} entry, not a GEMM: use "
-                             "entry.vector_call for a vector entry")
-        return GemmCall(m=self.m, n=self.n, k=self.k, batch=self.batch, bits_a=self.bits_a,
-                        bits_b=self.bits_b, bits_c=self.bits_c, scheme=self.scheme,
-                        recipe=self.recipe)
+    Entries are named tuples: fields by name, ``_asdict()``, ``_replace()``; equal when
+    their fields are.
+    """
 
-    @property
-    def vector_call(self) -> _core.VectorCall:
-        """A vector entry's call: ``cost_model.charge_vector(entry.vector_call, accelerator)``
-        gives its charge again (its ``m`` rows of ``n``; ``k`` holds the second operand's
-        elements)."""
-        if self.unit != "vector":
-            raise ValueError(f"entry {self.name!r} is a {self.unit} entry, not a vector one")
-        return _core.VectorCall(self.op, [self.m, self.n], bits_in=self.bits_a,
-                                bits_out=self.bits_c, operand_elements=self.k)
+    __slots__ = ()
+
+
+class _Traffic:
+    """Traffic sums of an entry that moves data through the buffer (GEMM, vector)."""
+
+    __slots__ = ()
 
     @property
     def offchip_bytes(self) -> float:
@@ -158,8 +150,31 @@ class LedgerEntry:
 
     @property
     def roofline_ratio(self) -> float:
-        """cycles / roofline_cycles: how far this call's mapping is from the limit (>= 1)."""
+        """cycles / roofline_cycles: how far this call is from its limit (>= 1)."""
         return self.cycles / self.roofline_cycles if self.roofline_cycles else 1.0
+
+
+class GemmEntry(namedtuple("GemmEntry", ENTRY_NAMES + COMMON_FIELDS + GEMM_FIELDS),
+                _Traffic, LedgerEntry):
+    """One GEMM on the PE array and what it costs (``unit="array"``).
+
+    Its fields are charge.h's table (``Charge.ledger_fields``): shape ``batch, m, n, k``,
+    operand widths, the quantization work (``extra_*``, ``dequant_*``, side bits), MACs,
+    cycles and their parts (``array_cycles``, ``dram_stall_cycles``, ``edge_cycles``, TENET's
+    delays), the array's use (``active_pes``, ``pe_utilization``), bytes per level, energy
+    per level, ``recipe`` (a ``QuantRecipe``) and ``tensors`` (A, B, C ->
+    :class:`TensorTraffic`).
+    """
+
+    __slots__ = ()
+
+    @property
+    def call(self) -> GemmCall:
+        """The call as the cost model takes it: ``cost_model.charge(entry.call, accelerator)``
+        gives this entry's charge again."""
+        return GemmCall(m=self.m, n=self.n, k=self.k, batch=self.batch, bits_a=self.bits_a,
+                        bits_b=self.bits_b, bits_c=self.bits_c, scheme=self.scheme,
+                        recipe=self.recipe)
 
     @property
     def mac_capacity(self) -> int:
@@ -172,27 +187,91 @@ class LedgerEntry:
         return (self.batch * self.k * self.n * self.bits_b + self.weight_side_bits) / 8
 
 
-#: The scalar columns of a ledger table, in order (per-tensor traffic is flattened after them).
-COLUMNS = [f.name for f in fields(LedgerEntry) if f.name not in ("tensors", "recipe")]
+class VectorEntry(namedtuple("VectorEntry", ENTRY_NAMES + COMMON_FIELDS + VECTOR_FIELDS),
+                  _Traffic, LedgerEntry):
+    """One call of the vector unit (``unit="vector"``): ``m`` rows of ``n`` elements,
+    ``k`` elements of a second operand (0: none; its width ``bits_b``), widths in
+    ``bits_a`` / out ``bits_c``; its output ``elements``, its ops by class
+    (``vector_*_ops``), whether it ``spilled`` to DRAM, the unit's ``schedule`` and whether
+    it is a GEMM's ``fused`` epilogue (its input straight from the array: the pipelined
+    schedule hides it behind that GEMM); ``mac_pj`` is its arithmetic's energy."""
+
+    __slots__ = ()
+
+    @property
+    def vector_call(self) -> _core.VectorCall:
+        """The call: ``cost_model.charge_vector(entry.vector_call, accelerator)`` gives its
+        charge again."""
+        return _core.VectorCall(self.op, [self.m, self.n], bits_in=self.bits_a,
+                                bits_out=self.bits_c, operand_elements=self.k)
+
+
+class LinkEntry(namedtuple("LinkEntry", ENTRY_NAMES + COMMON_FIELDS + LINK_FIELDS),
+                LedgerEntry):
+    """One collective over a system's links (``unit="link"``, ``op`` its kind), timed by
+    ``tenet_byoc.system``'s formulas; ``link_bytes`` what its chip sent."""
+
+    __slots__ = ()
+
+
+#: The entry type of each unit.
+ENTRY_TYPES: dict[str, type] = {"array": GemmEntry, "vector": VectorEntry, "link": LinkEntry}
+_UNITS = tuple(ENTRY_TYPES)
+_OWN = {unit: COMMON_FIELDS + cls._fields[len(ENTRY_NAMES) + len(COMMON_FIELDS):]
+        for unit, cls in ENTRY_TYPES.items()}
+
+
+def layer_of(name: str) -> int | None:
+    """The decoder layer of a call named ``h.3.…`` / ``layers.3.…``; None outside them."""
+    head, _, rest = name.partition(".")
+    if head in ("h", "layers"):
+        index = rest.split(".", 1)[0]
+        if index.isdigit():
+            return int(index)
+    return None
+
+
+def charge_row(fields: Mapping[str, Any]) -> tuple:
+    """The charge part of an entry, from a charge's ledger fields (with ``recipe`` and
+    ``fused`` where the unit has them): what a ledger stores once per distinct call."""
+    own = _OWN[fields["unit"]]
+    return tuple(fields[f] for f in own)
+
+
+def make_entry(fields: Mapping[str, Any], *, call_index: int, symbol: str, pattern: str,
+               name: str, phase: str, scheme: str, chip: int = 0,
+               layer: int | None = None) -> LedgerEntry:
+    """The entry of one call: its names and its charge's ledger fields (the unit's own are
+    taken, the others left out). ``layer`` defaults to the one ``name`` says."""
+    cls = ENTRY_TYPES[fields["unit"]]
+    if layer is None:
+        layer = layer_of(name)
+    return tuple.__new__(cls, (call_index, symbol, pattern, name, phase, scheme, layer, chip)
+                         + charge_row(fields))
+
+
+#: The scalar columns of a ledger table, in order (per-tensor traffic is flattened after
+#: them); a column an entry's unit lacks is empty in its row.
+COLUMNS = list(dict.fromkeys(
+    f for cls in ENTRY_TYPES.values() for f in cls._fields if f not in ("tensors", "recipe")))
 
 #: The fields every charge has, from the cost model's one table (charge.h).
 CHARGE_FIELDS = tuple(_core._ledger_field_names())
 _TENSOR_FIELDS = tuple(_core._ledger_tensor_field_names())
-_ENTRY_CALL_FIELDS = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "recipe",
-                      "tensors", "chip", "link_bytes", "fused")
 
 
 def _check_schema() -> None:
-    """The dataclasses declare exactly the cost model's field names (one schema; ``unit``
-    comes last here, with a default, so that Python-made entries such as a system's link
-    collectives may leave it out)."""
-    declared = [f.name for f in fields(LedgerEntry) if f.name not in _ENTRY_CALL_FIELDS]
+    """The entry types declare between them exactly the cost model's field names (one
+    schema; ``fused`` is the runtime's, ``link_bytes`` a system's, ``recipe`` and
+    ``tensors`` the charge's values)."""
+    declared = {f for own in _OWN.values() for f in own} - {"fused", "link_bytes", "recipe",
+                                                             "tensors"}
     tensor = [f.name for f in fields(TensorTraffic)]
-    if sorted(declared) != sorted(CHARGE_FIELDS) or tensor != list(_TENSOR_FIELDS):
+    if declared != set(CHARGE_FIELDS) or tensor != list(_TENSOR_FIELDS):
         raise ImportError(
-            "tenet_byoc.ledger's LedgerEntry / TensorTraffic fields differ from the cost model's "
+            "tenet_byoc.ledger's entry / TensorTraffic fields differ from the cost model's "
             f"ledger table (charge.h ChargeLedgerFields): "
-            f"{sorted(set(declared) ^ set(CHARGE_FIELDS))} "
+            f"{sorted(declared ^ set(CHARGE_FIELDS))} "
             f"{sorted(set(tensor) ^ set(_TENSOR_FIELDS))}; rebuild the package so both agree"
         )
 
@@ -204,9 +283,10 @@ _TENSOR_COLUMNS = [f"{t}_{c}" for t in TENSORS for c in _PER_TENSOR]
 
 
 def _entry_row(e: LedgerEntry) -> list:
-    row = [getattr(e, c) for c in COLUMNS]
+    row = [getattr(e, c, "") for c in COLUMNS]
+    tensors = getattr(e, "tensors", {})
     for t in TENSORS:
-        tr = e.tensors.get(t)
+        tr = tensors.get(t)
         row += [getattr(tr, c) for c in _PER_TENSOR] if tr else [0] * len(_PER_TENSOR)
     return row
 
@@ -283,117 +363,416 @@ class GroupedTotals(dict):
 def pe_utilization(entries: Iterable[LedgerEntry]) -> float:
     """The one definition of PE utilization over several calls: MACs over MAC capacity.
 
-    ``sum(macs) / sum(cycles x num_pes x macs_per_pe_per_cycle)`` over the calls' cycles
+    ``sum(macs) / sum(cycles x num_pes x macs_per_pe_per_cycle)`` over the GEMMs' cycles
     (their latency, DRAM stalls included); for one entry this is its ``pe_utilization``.
-    The array level's ``Metrics.array_utilization`` divides by the array's cycles alone. Ledger totals and profile rows both use it, so a
-    PE doing several MACs per cycle at low precision counts at its real rate.
+    The array level's ``Metrics.array_utilization`` divides by the array's cycles alone.
+    Ledger totals and profile rows both use it, so a PE doing several MACs per cycle at low
+    precision counts at its real rate. Vector and link entries do no MACs on the array.
     """
-    entries = list(entries)
-    capacity = sum(e.mac_capacity for e in entries)
-    return sum(e.macs for e in entries) / capacity if capacity else 0.0
+    gemms = [e for e in entries if e.unit == "array"]
+    capacity = sum(e.mac_capacity for e in gemms)
+    return sum(e.macs for e in gemms) / capacity if capacity else 0.0
+
+
+def _hides(e: LedgerEntry) -> bool:
+    """Whether ``e`` is a fused epilogue hidden behind its GEMM (pipelined vector unit)."""
+    return e.unit == "vector" and e.fused and e.schedule == "pipelined"
 
 
 def step_cycles(entries: Iterable[LedgerEntry]) -> int:
     """How a run's calls add up to its latency, in cycles: ``tenet_byoc.compose``'s one rule
     (a GEMM's fused epilogues hidden behind it under a ``pipelined`` vector unit, every other
     call adding) applied to entries in their order."""
-    return chain_cycles((e.unit, e.fused and e.schedule == "pipelined", e.cycles, 1)
-                        for e in entries)
+    return chain_cycles((e.unit, _hides(e), e.cycles, 1) for e in entries)
 
 
 def totals(entries: Iterable[LedgerEntry]) -> Totals:
-    """Sums over ``entries`` (see :class:`Totals`); ``cycles`` and ``latency_us`` follow
-    :func:`step_cycles` (fused epilogues hidden under a pipelined vector unit)."""
-    return counted_totals((e.__dict__ if _PLAIN else asdict(e), 1) for e in entries)
-
-
-# An entry's fields are its __dict__ (a dataclass without slots); read by name below.
-_PLAIN = not hasattr(LedgerEntry, "__slots__")
-
-
-def counted_totals(rows: Iterable[tuple[Mapping, int]]) -> Totals:
-    """:func:`totals` of calls in order, each given once as its fields (an entry's, or a
-    charge's ledger fields with ``fused``) and how many times it runs in a row (a GEMM's
-    count covers the fused epilogues after it)."""
-    calls = macs = roofline = summed = capacity = 0
-    latency = offchip = dram = energy = 0.0
-    chain = []
-    for f, n in rows:
-        cycles = f["cycles"]
-        chain.append((f["unit"], bool(f.get("fused", False)) and f["schedule"] == "pipelined",
-                      cycles, n))
-        calls += n
-        macs += n * f["macs"]
-        roofline += n * f["roofline_cycles"]
-        summed += n * cycles
-        capacity += n * cycles * f["num_pes"] * f["macs_per_pe_per_cycle"]
-        latency += n * f["latency_us"]
-        offchip += n * (f["offchip_read_bytes"] + f["offchip_write_bytes"])
-        dram += n * (f["dram_read_bytes"] + f["dram_write_bytes"])
-        energy += n * f["energy_pj"]
-    cycles = chain_cycles(chain)
-    latency *= cycles / summed if summed else 1.0
+    """Sums over ``entries``, one by one (see :class:`Totals`); ``cycles`` and
+    ``latency_us`` follow :func:`step_cycles`. A :class:`Ledger` sums its columns instead
+    (:meth:`Ledger.totals`); this is the plain reference."""
+    entries = list(entries)
+    gemms = [e for e in entries if e.unit == "array"]
+    moving = [e for e in entries if e.unit != "link"]
+    summed = sum(e.cycles for e in entries)
+    cycles = step_cycles(entries)
+    latency = sum(e.latency_us for e in entries) * (cycles / summed if summed else 1.0)
+    offchip = sum(e.offchip_bytes for e in moving)
+    macs = sum(e.macs for e in gemms)
+    capacity = sum(e.mac_capacity for e in gemms)
     return Totals(
-        calls=calls, macs=macs, cycles=cycles, roofline_cycles=roofline, latency_us=latency,
-        offchip_bytes=offchip, dram_bytes=dram, energy_pj=energy,
+        calls=len(entries), macs=macs, cycles=cycles,
+        roofline_cycles=sum(e.roofline_cycles for e in moving), latency_us=latency,
+        offchip_bytes=offchip, dram_bytes=sum(e.dram_bytes for e in moving),
+        energy_pj=sum(e.energy_pj for e in entries),
         pe_utilization=macs / capacity if capacity else 0.0,
         bandwidth_gbps=offchip / (latency * 1e3) if latency else 0.0,
     )
 
 
-class Ledger:
-    """A snapshot of the charged calls of one executable or VM.
+# ---- The ledger stored by columns ----------------------------------------------------------
 
-    Get one with :func:`tenet_byoc.ledger`. ``entries`` is a list of :class:`LedgerEntry`;
-    ``totals()`` and ``group_by()`` sum them; ``to_csv``, ``to_json`` and ``to_dataframe``
-    export them; ``reset()`` clears the runtime's ledger (not this snapshot).
+#: What Ledger.group_by groups by.
+GROUP_KEYS = ("symbol", "pattern", "name", "phase", "scheme", "chip", "unit", "layer", "op")
+_STRING_KEYS = ("symbol", "pattern", "name", "phase", "scheme")
 
-    ``entries`` may also be given as a function that makes the list and ``count`` its
-    length: the entries are then made when first read (an estimate of 10^5 calls returns
-    before it has made them); ``sums`` then gives ``totals()`` and ``group_by("phase")``
-    without making them (its totals per phase, in ``phases``' order).
+
+class LedgerColumns:
+    """A ledger stored by columns: each distinct charge once, and per call where its
+    charge is and its names.
+
+    The charges are a table (one row per distinct (charge, fused) pair, of any unit):
+    ``charges[i]`` the charge part of an entry (:func:`charge_row`), with numpy columns of
+    what totals sum (unit, cycles, MACs, roofline, MAC capacity, latency, bytes, energy,
+    whether it hides behind its GEMM). Per call, in call order, numpy columns: ``charge``
+    (a row of that table), ``name`` and ``phase`` (indices into ``strings``), ``chip``;
+    ``scheme``; ``call_index``, ``symbol`` and ``pattern`` likewise, or None / one string
+    for all (the call's position; one symbol and pattern). An entry
+    is made from a call's columns when read; totals and group-bys are numpy sums over the
+    columns.
+
+    Make one with :class:`ColumnsBuilder` (or :meth:`from_entries`).
     """
 
-    def __init__(self, entries: list[LedgerEntry] | Callable[[], list[LedgerEntry]],
-                 accelerator: str, dataflow: str, clock_ghz: float,
+    def __init__(self, charges: list[tuple], strings: list[str], *, charge: np.ndarray,
+                 name: np.ndarray, phase: np.ndarray, chip: np.ndarray,
+                 call_index: np.ndarray | None = None, symbol: np.ndarray | str = "",
+                 pattern: np.ndarray | str = "", scheme: np.ndarray):
+        self.charges = charges
+        self.strings = strings
+        self.charge, self.name, self.phase, self.chip = charge, name, phase, chip
+        self.call_index, self.symbol, self.pattern, self.scheme = (call_index, symbol,
+                                                                   pattern, scheme)
+        units = [row[0] for row in charges]
+        self.unit_of = np.array([_UNITS.index(u) for u in units], dtype=np.int8)
+        self.layer_of = np.array([-1 if (x := layer_of(s)) is None else x for s in strings],
+                                 dtype=np.int64)
+        cols = _OWN_INDEX
+
+        def column(field: str, default: float = 0, dtype: Any = np.float64) -> np.ndarray:
+            return np.array([row[cols[u][field]] if field in cols[u] else default
+                             for u, row in zip(units, charges)], dtype=dtype)
+
+        self.cycles = column("cycles", dtype=np.int64)
+        self.macs = column("macs", dtype=np.int64)
+        self.roofline = column("roofline_cycles", dtype=np.int64)
+        self.capacity = (column("cycles") * column("num_pes") * column("macs_per_pe_per_cycle"))
+        self.latency = column("latency_us")
+        self.offchip = column("offchip_read_bytes") + column("offchip_write_bytes")
+        self.dram = column("dram_read_bytes") + column("dram_write_bytes")
+        self.energy = column("energy_pj")
+        self.hides = np.array([u == "vector" and row[cols[u]["fused"]]
+                               and row[cols[u]["schedule"]] == "pipelined"
+                               for u, row in zip(units, charges)], dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.charge)
+
+    @classmethod
+    def from_entries(cls, entries: Sequence[LedgerEntry]) -> LedgerColumns:
+        """The columns of a list of entries (each entry's charge a row of its own)."""
+        b = ColumnsBuilder()
+        for e in entries:
+            b.add(len(b.charges), e.name, e.phase, e.chip, call_index=e.call_index,
+                  symbol=e.symbol, pattern=e.pattern, scheme=e.scheme)
+            b.charges.append(tuple(e[len(ENTRY_NAMES):]))
+        return b.columns()
+
+    # -- entries ---------------------------------------------------------------------------
+
+    def _lists(self, rows: Any = slice(None)) -> list[list]:
+        s = self.strings
+        n = len(self.charge[rows])
+
+        def strings(col: Any, const: str) -> list:
+            return [s[i] for i in col[rows].tolist()] if isinstance(col, np.ndarray) else (
+                [const] * n)
+
+        index = (self.call_index[rows].tolist() if self.call_index is not None
+                 else np.arange(len(self))[rows].tolist())
+        charge = self.charge[rows].tolist()
+        scheme = strings(self.scheme, "")
+        names = self.name[rows].tolist()
+        layers = [None if x < 0 else x for x in self.layer_of[self.name[rows]].tolist()]
+        return [index, strings(self.symbol, self.symbol), strings(self.pattern, self.pattern),
+                [s[i] for i in names], strings(self.phase, ""), scheme, layers,
+                self.chip[rows].tolist(), charge]
+
+    def entries(self, rows: Any = slice(None)) -> list[LedgerEntry]:
+        """The entries of the calls ``rows`` (all by default), made now."""
+        types = [ENTRY_TYPES[u] for u in _UNITS]
+        unit_of = self.unit_of.tolist()
+        charges = self.charges
+        new = tuple.__new__
+        columns = self._lists(rows)
+        # ~10^5 tuples made at once: the cyclic collector would walk them again and again
+        # (3x the time); none of them can form a cycle.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return [new(types[unit_of[c]], (i, sy, pa, na, ph, sc, ly, ch) + charges[c])
+                    for i, sy, pa, na, ph, sc, ly, ch, c in zip(*columns)]
+        finally:
+            if collecting:
+                gc.enable()
+
+    # -- sums ------------------------------------------------------------------------------
+
+    def codes(self, key: str) -> tuple[np.ndarray, list]:
+        """Each call's group under ``key`` (0, 1, ...) and the groups' values, in order of
+        first appearance."""
+        if key in _STRING_KEYS:
+            col = getattr(self, key)
+            if not isinstance(col, np.ndarray):  # one value for every call
+                return np.zeros(len(self), dtype=np.int64), [col] if len(self) else []
+            values = None
+        elif key == "chip":
+            col, values = self.chip, None
+        elif key == "unit":
+            col, values = self.unit_of[self.charge], None
+        elif key == "layer":
+            col, values = self.layer_of[self.name], None
+        elif key == "op":
+            ops = [row[1] for row in self.charges]
+            table = list(dict.fromkeys(ops))
+            col = np.array([table.index(o) for o in ops], dtype=np.int64)[self.charge]
+            values = table
+        else:
+            raise ValueError(f"cannot group a ledger by {key!r}; use {', '.join(GROUP_KEYS)}")
+        uniq, first, inverse = np.unique(col, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        raw = uniq[order].tolist()
+        if key in _STRING_KEYS:
+            out = [self.strings[i] for i in raw]
+        elif key == "unit":
+            out = [_UNITS[i] for i in raw]
+        elif key == "layer":
+            out = [None if i < 0 else i for i in raw]
+        elif key == "op":
+            out = [values[i] for i in raw]
+        else:
+            out = raw
+        return rank[inverse.reshape(-1)], out
+
+    def totals(self, groups: np.ndarray | None = None, count: int = 1) -> list[Totals]:
+        """:class:`Totals` of each group (``groups``: each call's, 0 .. count-1; None: one
+        group of all), each a sum over its calls in order, by :func:`step_cycles`' rule."""
+        n = len(self)
+        g = np.zeros(n, dtype=np.int64) if groups is None else groups
+        c = self.charge
+        calls = np.bincount(g, minlength=count)
+        cycles = self.cycles[c]
+
+        def isum(values: np.ndarray) -> list[int]:
+            out = np.zeros(count, dtype=np.int64)
+            np.add.at(out, g, values)
+            return out.tolist()
+
+        def fsum(values: np.ndarray) -> list[float]:
+            return np.bincount(g, weights=values, minlength=count).tolist()
+
+        # The chain: within each group in call order, a GEMM and the epilogues hidden
+        # behind it take max(GEMM, their sum); every other call adds.
+        order = np.argsort(g, kind="stable")
+        go, hides, cyc = g[order], self.hides[c][order], cycles[order]
+        unit = self.unit_of[c][order]
+        starts = np.ones(n, dtype=bool)
+        starts[1:] = go[1:] != go[:-1]
+        lead = starts | ~hides
+        heads = np.flatnonzero(lead)
+        chain = np.zeros(count, dtype=np.int64)
+        if n:
+            seg = np.add.reduceat(cyc, heads)
+            head = cyc[heads]
+            gemm = unit[heads] == 0
+            part = np.where(gemm, np.maximum(head, seg - head), seg)
+            np.add.at(chain, go[heads], part)
+        summed = isum(cycles)
+        latency = fsum(self.latency[c])
+        macs, capacity = isum(self.macs[c]), fsum(self.capacity[c])
+        roofline, offchip = isum(self.roofline[c]), fsum(self.offchip[c])
+        dram, energy = fsum(self.dram[c]), fsum(self.energy[c])
+        out = []
+        for i, cyc_i in enumerate(chain.tolist()):
+            lat = latency[i] * (cyc_i / summed[i] if summed[i] else 1.0)
+            out.append(Totals(
+                calls=int(calls[i]), macs=macs[i], cycles=cyc_i, roofline_cycles=roofline[i],
+                latency_us=lat, offchip_bytes=offchip[i], dram_bytes=dram[i],
+                energy_pj=energy[i],
+                pe_utilization=macs[i] / capacity[i] if capacity[i] else 0.0,
+                bandwidth_gbps=offchip[i] / (lat * 1e3) if lat else 0.0))
+        return out
+
+
+_OWN_INDEX = {u: {f: i for i, f in enumerate(own)} for u, own in _OWN.items()}
+
+
+class ColumnsBuilder:
+    """Builds :class:`LedgerColumns`: intern strings and charges, append calls."""
+
+    def __init__(self) -> None:
+        self.charges: list[tuple] = []
+        self.strings: list[str] = []
+        self._string_ids: dict[str, int] = {}
+        self._charge_ids: dict[Any, int] = {}
+        self._parts: dict[str, list] = {k: [] for k in (
+            "charge", "name", "phase", "chip", "call_index", "symbol", "pattern", "scheme")}
+
+    def string(self, s: str) -> int:
+        """The index of ``s`` in the string table."""
+        found = self._string_ids.get(s)
+        if found is None:
+            found = self._string_ids[s] = len(self.strings)
+            self.strings.append(s)
+        return found
+
+    def charge(self, key: Any, make: Callable[[], tuple]) -> int:
+        """The index of the charge row known by ``key`` (made by ``make()`` the first time)."""
+        found = self._charge_ids.get(key)
+        if found is None:
+            found = self._charge_ids[key] = len(self.charges)
+            self.charges.append(make())
+        return found
+
+    def add(self, charge: int, name: str, phase: str, chip: int, *,
+            call_index: int, symbol: str, pattern: str, scheme: str) -> None:
+        """Append one call (the slow path: a list of entries, a run's ledger)."""
+        p = self._parts
+        p["charge"].append(charge)
+        p["name"].append(self.string(name))
+        p["phase"].append(self.string(phase))
+        p["chip"].append(chip)
+        p["call_index"].append(call_index)
+        p["symbol"].append(self.string(symbol))
+        p["pattern"].append(self.string(pattern))
+        p["scheme"].append(self.string(scheme))
+
+    def block(self, charge: np.ndarray, name: np.ndarray, phase: int, chip: np.ndarray) -> None:
+        """Append calls as arrays (the fast path: an estimate's plans)."""
+        p = self._parts
+        p["charge"].append(charge)
+        p["name"].append(name)
+        p["phase"].append(np.full(len(charge), phase, dtype=np.int32))
+        p["chip"].append(chip)
+
+    def columns(self, *, symbol: str = "", pattern: str = "",
+                charge_schemes: Sequence[str] = ()) -> LedgerColumns:
+        """The columns of the calls added (by :meth:`add`, or by :meth:`block` with one
+        ``symbol`` and ``pattern`` for all and ``charge_schemes[i]`` the scheme of charge
+        ``i``'s calls)."""
+        p = self._parts
+        if p["call_index"]:
+            arr = {k: np.asarray(v, dtype=np.int64) for k, v in p.items()}
+            return LedgerColumns(self.charges, self.strings, charge=arr["charge"],
+                                 name=arr["name"], phase=arr["phase"], chip=arr["chip"],
+                                 call_index=arr["call_index"], symbol=arr["symbol"],
+                                 pattern=arr["pattern"], scheme=arr["scheme"])
+
+        def cat(parts: list, dtype: Any) -> np.ndarray:
+            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(
+                0, dtype=dtype)
+
+        charge = cat(p["charge"], np.int32)
+        schemes = np.array([self.string(s) for s in charge_schemes], dtype=np.int32)
+        return LedgerColumns(self.charges, self.strings, charge=charge,
+                             name=cat(p["name"], np.int32), phase=cat(p["phase"], np.int32),
+                             chip=cat(p["chip"], np.int32), symbol=symbol, pattern=pattern,
+                             scheme=schemes[charge] if len(charge) else charge)
+
+
+class Ledger:
+    """A snapshot of the charged calls of one executable or VM, or of an estimate.
+
+    Get one with :func:`tenet_byoc.ledger` or ``tenet_byoc.estimate``. Its calls are stored
+    by columns (:class:`LedgerColumns`: each distinct charge once); ``entries`` (and
+    iterating, indexing) makes the :class:`GemmEntry` / :class:`VectorEntry` /
+    :class:`LinkEntry` of each call when first read; ``totals()`` and ``group_by()`` are
+    numpy sums over the columns and make none. ``to_csv``, ``to_json`` and ``to_dataframe``
+    export the entries; ``reset()`` clears the runtime's ledger (not this snapshot).
+
+    Parameters
+    ----------
+    entries : list of LedgerEntry, LedgerColumns, or a callable returning either
+        The calls in order (a callable: made when first needed).
+    accelerator, dataflow : str
+        The accelerator's and its dataflow's names.
+    clock_ghz : float
+        The accelerator's clock.
+    modules : list of runtime modules
+        The tenet modules read (empty for an estimate).
+    count : int, optional
+        How many calls a callable ``entries`` gives (``len`` without making them).
+    max_entries : (int, str), optional
+        The most entries that may be made, and what a ``ValueError`` over it says.
+    """
+
+    def __init__(self, entries: Any, accelerator: str, dataflow: str, clock_ghz: float,
                  modules: list[tvm.runtime.Module], *, count: int | None = None,
-                 sums: Callable[[str | None], Totals] | None = None,
-                 phases: Sequence[str] = ()):
+                 max_entries: tuple[int, str] | None = None):
         self._make = entries if callable(entries) else None
-        self._entries = None if callable(entries) else entries
+        self._columns = entries if isinstance(entries, LedgerColumns) else None
+        self._entries = list(entries) if isinstance(entries, (list, tuple)) else None
         self._count = count
-        # Totals per phase (None: all) without making the entries, and the phases in order.
-        self._sums, self._phases = sums, tuple(phases)
+        self._max_entries = max_entries
         self.accelerator = accelerator
         self.dataflow = dataflow
         self.clock_ghz = clock_ghz
         self._modules = modules
 
     @property
+    def columns(self) -> LedgerColumns:
+        """The calls by columns (made from the entries if they were given as a list)."""
+        if self._columns is None:
+            if self._make is not None:
+                made, self._make = self._make(), None
+                if isinstance(made, LedgerColumns):
+                    self._columns = made
+                    return made
+                self._entries = list(made)
+            self._columns = LedgerColumns.from_entries(self._entries)
+        return self._columns
+
+    @property
     def entries(self) -> list[LedgerEntry]:
         """The entries, in call order (made now if they were not yet)."""
         if self._entries is None:
-            self._entries = self._make()
-            self._make = None
+            columns = self.columns
+            if self._entries is None:
+                if self._max_entries is not None and len(columns) > self._max_entries[0]:
+                    raise ValueError(self._max_entries[1])
+                self._entries = columns.entries()
         return self._entries
 
     @entries.setter
     def entries(self, value: list[LedgerEntry]) -> None:
-        self._entries, self._make = value, None
+        self._entries, self._make, self._columns = list(value), None, None
 
     def __len__(self) -> int:
-        if self._entries is None and self._count is not None:
+        if self._entries is not None:
+            return len(self._entries)
+        if self._columns is None and self._count is not None:
             return self._count
-        return len(self.entries)
+        return len(self.columns)
 
     def __iter__(self) -> Iterator[LedgerEntry]:
         return iter(self.entries)
 
+    def __getitem__(self, index: int | slice) -> LedgerEntry | list[LedgerEntry]:
+        """Entry ``index`` (or a slice of them), made from the columns if not yet made."""
+        if self._entries is not None:
+            return self._entries[index]
+        columns = self.columns
+        if self._entries is not None:
+            return self._entries[index]
+        if isinstance(index, slice):
+            return columns.entries(np.arange(len(columns))[index])
+        i = range(len(columns))[index]  # IndexError as a list gives it
+        return columns.entries(slice(i, i + 1))[0]
+
     def totals(self) -> Totals:
-        """Totals over all entries."""
-        if self._entries is None and self._sums is not None:
-            return self._sums(None)
-        return totals(self.entries)
+        """Totals over all calls (numpy over the columns; :func:`totals` is the reference)."""
+        return self.columns.totals()[0]
 
     @property
     def mapping_searches(self) -> int:
@@ -424,7 +803,8 @@ class Ledger:
             For ``accelerator=None`` (no silent default preset).
         ValueError
             For an unknown preset or a call the accelerator refuses (an operand width its
-            PEs do not take, tiles that do not fit), naming it.
+            PEs do not take, tiles that do not fit), naming it; or a link entry (a system's
+            collective has no one-chip charge).
         """
         from .hardware import resolve
 
@@ -432,45 +812,65 @@ class Ledger:
             raise TypeError("charged_on needs an accelerator (a preset name or an Accelerator), "
                             "got None")
         acc = resolve(accelerator)
+        old = self.columns
         charged: dict = {}
-        entries = []
-        for e in self.entries:
-            call = e.vector_call if e.unit == "vector" else e.call
-            fields = charged.get(call)
+        rows = []
+        # Each distinct charge row once: its call (an entry made with placeholder names,
+        # which the call does not read), charged again; the calls' columns stay.
+        used, first = np.unique(old.charge, return_index=True)
+        first_call = dict(zip(used.tolist(), first.tolist()))
+        for i, row in enumerate(old.charges):
+            unit, at = row[0], first_call.get(i)
+            if at is None:  # a charge no call uses
+                rows.append(row)
+                continue
+            scheme = old.strings[old.scheme[at]]
+            probe = tuple.__new__(ENTRY_TYPES[unit], (0, "", "", "", "", scheme, None, 0) + row)
+            if unit == "link":
+                raise ValueError("charged_on: a system's ledger has link entries (collectives "
+                                 "over its links): estimate it again with "
+                                 "System(accelerator=...) instead")
+            call = probe.vector_call if unit == "vector" else probe.call
+            key = (call, getattr(probe, "fused", False))
+            fields = charged.get(key)
             if fields is None:
                 try:
-                    charge = _core.charge_vector if e.unit == "vector" else _core.charge
+                    charge = _core.charge_vector if unit == "vector" else _core.charge
                     fields = charge(call, acc).ledger_fields()
                 except ValueError as err:
-                    raise ValueError(f"accelerator {acc.name!r} cannot charge entry {e.name!r} "
+                    name = old.strings[old.name[at]]
+                    raise ValueError(f"accelerator {acc.name!r} cannot charge entry {name!r} "
                                      f"({call!r}): {err}") from None
-                fields["tensors"] = {k: TensorTraffic(**t) for k, t in fields["tensors"].items()}
-                charged[call] = fields
-            entries.append(LedgerEntry(
-                call_index=e.call_index, symbol=e.symbol, pattern=e.pattern, name=e.name,
-                phase=e.phase, scheme=e.scheme, recipe=e.recipe, fused=e.fused, **fields))
-        return Ledger(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
+                fields["tensors"] = tensor_map(fields["tensors"])
+                fields["recipe"] = getattr(probe, "recipe", None)
+                fields["fused"] = key[1]
+                charged[key] = fields
+            rows.append(charge_row(fields))
+        new = LedgerColumns(rows, old.strings, charge=old.charge, name=old.name,
+                            phase=old.phase, chip=old.chip, call_index=old.call_index,
+                            symbol=old.symbol, pattern=old.pattern, scheme=old.scheme)
+        return Ledger(new, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 
     def group_by(self, key: str) -> GroupedTotals:
-        """Totals per value of ``key``: symbol, pattern, name, phase, scheme or unit (array,
-        vector).
+        """Totals per value of ``key``: symbol, pattern, name, phase, scheme, chip, unit
+        (array, vector, link), layer (None: outside the decoder layers) or op.
 
-        A ``dict`` (:class:`GroupedTotals`) that prints as a table with units.
+        A ``dict`` (:class:`GroupedTotals`) that prints as a table with units; groups in
+        order of their first call. Numpy sums over the columns: no entry is made.
         """
-        if key not in ("symbol", "pattern", "name", "phase", "scheme", "chip", "unit"):
+        if key not in GROUP_KEYS:
             raise ValueError(
                 f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase, scheme, "
-                "chip or unit"
+                "chip, unit, layer or op"
             )
-        if key == "phase" and self._entries is None and self._sums is not None:
-            return GroupedTotals(key, {phase: self._sums(phase) for phase in self._phases})
-        groups: dict[str, list[LedgerEntry]] = {}
-        for e in self.entries:
-            groups.setdefault(getattr(e, key), []).append(e)
-        return GroupedTotals(key, {k: totals(v) for k, v in groups.items()})
+        columns = self.columns
+        codes, values = columns.codes(key)
+        return GroupedTotals(key, dict(zip(values, columns.totals(codes, len(values)),
+                                           strict=True)))
 
     def rows(self) -> tuple[list[str], list[list]]:
-        """Column names and one row per entry (per-tensor traffic flattened)."""
+        """Column names and one row per entry (per-tensor traffic flattened; a field the
+        entry's unit lacks is empty)."""
         return COLUMNS + _TENSOR_COLUMNS, [_entry_row(e) for e in self.entries]
 
     def to_csv(self, path: str | Path | None = None) -> str:
@@ -490,7 +890,7 @@ class Ledger:
             "dataflow": self.dataflow,
             "clock_ghz": self.clock_ghz,
             "totals": asdict(self.totals()),
-            "entries": [{**asdict(e), "recipe": e.recipe.as_dict()} for e in self.entries],
+            "entries": [_entry_json(e) for e in self.entries],
         }
         text = json.dumps(doc, indent=1)
         if path is not None:
@@ -520,6 +920,14 @@ class Ledger:
         )
 
     __repr__ = __str__
+
+
+def _entry_json(e: LedgerEntry) -> dict:
+    doc = e._asdict()
+    if "recipe" in doc:
+        doc["recipe"] = e.recipe.as_dict()
+        doc["tensors"] = {k: asdict(t) for k, t in e.tensors.items()}
+    return doc
 
 
 def tenet_modules(obj) -> list[tvm.runtime.Module]:
@@ -575,20 +983,16 @@ def _parse(doc: dict) -> list[LedgerEntry]:
         if e["charge"] is None:
             continue  # an empty GEMM (a zero dim): nothing to charge
         charge = dict(charges[e["charge"]])
-        tensors = {name: TensorTraffic(**t) for name, t in charge.pop("tensors").items()}
+        charge["tensors"] = tensor_map(charge["tensors"])
         charge["recipe"] = QuantRecipe.from_dict(charge["recipe"])
         func = funcs[e["program"]]
         step = func["steps"][e["step"]]
-        fused = e["epilogue"] >= 0
-        if fused:  # a GEMM step's fused epilogue (bias, activation)
+        charge["fused"] = e["epilogue"] >= 0
+        if charge["fused"]:  # a GEMM step's fused epilogue (bias, activation)
             step = step["epilogues"][e["epilogue"]]
-        entries.append(
-            LedgerEntry(
-                call_index=e["call_index"], symbol=func["symbol"], pattern=step["pattern"],
-                name=step["name"], phase=tags[e["tag"]], scheme=step["scheme"],
-                tensors=tensors, fused=fused, **charge,
-            )
-        )
+        entries.append(make_entry(
+            charge, call_index=e["call_index"], symbol=func["symbol"], pattern=step["pattern"],
+            name=step["name"], phase=tags[e["tag"]], scheme=step["scheme"]))
     return entries
 
 

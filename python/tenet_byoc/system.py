@@ -259,10 +259,11 @@ class SystemLedger(Ledger):
     step (``steps``). ``totals()`` sums work over all chips; :meth:`latency_s` is the time."""
 
     def __init__(self, entries: list[LedgerEntry] | Any, system: System,
-                 steps: list[StepTime], *, count: int | None = None):
+                 steps: list[StepTime], *, count: int | None = None,
+                 max_entries: tuple[int, str] | None = None):
         acc = system.accelerator
         super().__init__(entries, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [],
-                         count=count)
+                         count=count, max_entries=max_entries)
         self.system = system
         self.steps = steps
 

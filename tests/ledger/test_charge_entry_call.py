@@ -13,7 +13,15 @@ import pytest
 import tenet_byoc
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import PRESETS, Accelerator, preset
-from tenet_byoc.ledger import CHARGE_FIELDS, LedgerEntry, TensorTraffic
+from tenet_byoc.ledger import (
+    CHARGE_FIELDS,
+    ENTRY_NAMES,
+    GemmEntry,
+    LedgerEntry,
+    LinkEntry,
+    TensorTraffic,
+    VectorEntry,
+)
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, export_gpt2, random_params
 from tenet_byoc.quantization import quantize
 
@@ -71,27 +79,45 @@ def test_charge_of_entry_call_equals_every_entry(accelerator, scheme, tmp_path):
     for e in book:
         if e.unit == "vector":  # the vector unit's entries: cost_model.charge_vector
             fields = cm.charge_vector(e.vector_call, again).ledger_fields()
-            assert {n: fields[n] for n in CHARGE_FIELDS} == {n: getattr(e, n) for n in CHARGE_FIELDS}
-            assert fields["tensors"] == {} and not e.tensors
+            own = [n for n in CHARGE_FIELDS if n in e._fields]  # a vector entry's own
+            assert {n: fields[n] for n in own} == {n: getattr(e, n) for n in own}
+            assert fields["tensors"] == {} and not hasattr(e, "tensors")
             continue
         assert e.call.scheme == e.scheme and e.call.recipe == e.recipe
         fields = cm.charge(e.call, again).ledger_fields()
-        got = {name: fields[name] for name in CHARGE_FIELDS}
-        want = {name: getattr(e, name) for name in CHARGE_FIELDS}
-        assert got == want, (e.name, {f for f in CHARGE_FIELDS if got[f] != want[f]})
+        own = [n for n in CHARGE_FIELDS if n in e._fields]  # a GEMM entry's own
+        got = {name: fields[name] for name in own}
+        want = {name: getattr(e, name) for name in own}
+        assert got == want, (e.name, {f for f in own if got[f] != want[f]})
         assert {k: TensorTraffic(**t) for k, t in fields["tensors"].items()} == dict(e.tensors)
 
 
-def test_ledger_entry_declares_the_cost_models_fields():
-    # The one schema: LedgerEntry's charge fields are the C++ table's names, in its order,
-    # except ``unit``, declared with a default after the GEMM's fields (a system's link
-    # entries are made in Python), and the vector fields after it; ``chip`` and
-    # ``link_bytes`` are a system's, ``fused`` the runtime's, not a charge's.
-    declared = [f for f in LedgerEntry.__dataclass_fields__
-                if f not in ("call_index", "symbol", "pattern", "name", "phase", "scheme",
-                             "recipe", "tensors", "chip", "link_bytes", "fused")]
-    assert "unit" in declared and "unit" in CHARGE_FIELDS
-    assert [f for f in declared if f != "unit"] == [f for f in CHARGE_FIELDS if f != "unit"]
+def test_entry_types_declare_the_cost_models_fields():
+    # The one schema: the three entry types declare between them exactly the C++ table's
+    # names (``link_bytes`` is a system's, ``fused`` the runtime's, ``recipe`` and
+    # ``tensors`` the charge's values), each unit only its own: a field a unit's charge
+    # never sets (the C++ table writes it as 0, "", "none" or False) is not on its entries.
+    own = {cls: set(cls._fields) - set(ENTRY_NAMES) for cls in (GemmEntry, VectorEntry,
+                                                                 LinkEntry)}
+    extra = {"recipe", "tensors", "fused", "link_bytes"}
+    assert set().union(*own.values()) - extra == set(CHARGE_FIELDS)
+    assert all(issubclass(cls, LedgerEntry) for cls in own)
+    assert own[LinkEntry] == {"unit", "op", "cycles", "latency_us", "energy_pj", "mapping",
+                              "link_bytes"}
+    acc = preset("os16")
+    unset = (0, 0.0, "", "none", False)
+    for call in (cm.VectorCall("softmax", [4, 64]), cm.VectorCall("add", [4, 64],
+                                                                 operand_elements=256)):
+        fields = cm.charge_vector(call, acc).ledger_fields()
+        dropped = set(CHARGE_FIELDS) - own[VectorEntry]
+        # batch is always 1; dram_stall_cycles repeats the stall_cycles a vector entry has
+        assert {f for f in dropped if fields[f] not in unset} <= {"batch", "dram_stall_cycles"}
+        assert fields["batch"] == 1 and fields["dram_stall_cycles"] == fields["stall_cycles"]
+        assert "weight_side_bits" in dropped and "macs" in dropped
+    gemm = cm.charge(cm.GemmCall(m=4, n=64, k=64), acc).ledger_fields()
+    assert {f for f in set(CHARGE_FIELDS) - own[GemmEntry] if gemm[f] not in unset} == {
+        "elements"}  # a GEMM's output elements, which its m, n, batch say
+    assert gemm["elements"] == 4 * 64
     assert cm._core._vector_ledger_field_names() == list(CHARGE_FIELDS)
     assert list(TensorTraffic.__dataclass_fields__) == list(
         cm._core._ledger_tensor_field_names())
@@ -141,9 +167,11 @@ def test_charged_on_every_preset_equals_a_run_built_for_it(scheme):
             assert (m.name, m.phase, m.scheme, m.unit) == (r.name, r.phase, r.scheme, r.unit)
             assert (m.call if m.unit == "array" else m.vector_call) == (
                 r.call if r.unit == "array" else r.vector_call)
-            assert {f: getattr(m, f) for f in CHARGE_FIELDS} == {
-                f: getattr(r, f) for f in CHARGE_FIELDS}, (acc.name, acc.mapping, r.name)
-            assert m.tensors == r.tensors
+            assert type(m) is type(r)
+            own = [f for f in CHARGE_FIELDS if f in r._fields]
+            assert {f: getattr(m, f) for f in own} == {
+                f: getattr(r, f) for f in own}, (acc.name, acc.mapping, r.name)
+            assert getattr(m, "tensors", None) == getattr(r, "tensors", None)
     # Only TENET's 8x8 arrays (1 KiB of buffer) find no searched mapping that fits; every
     # preset's own mapping runs.
     assert all(name.startswith("tenet_") and mapping == "auto" for name, mapping in refused)

@@ -18,6 +18,12 @@ from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, gpt2_matmuls, random_
 THREADS, RUNS = 4, 100
 
 
+
+def _batch(e) -> int:
+    """A GEMM entry's batch; a vector entry has none (one call of its rows)."""
+    return getattr(e, "batch", 1)
+
+
 def test_four_threads_hundred_runs_each():
     _, ex = mlp_executable()
     x = tvm.runtime.tensor(np.ones((2, 784), "float32"))
@@ -54,9 +60,9 @@ def test_four_threads_hundred_runs_each():
     assert len(book) == n * len(single)
     assert len({e.call_index for e in book}) == n  # one call index per call, none reused
     assert sorted({e.call_index for e in book}) == list(range(n))
-    per_step = Counter((e.symbol, e.name, e.batch, e.m, e.n, e.k, e.cycles) for e in book)
+    per_step = Counter((e.symbol, e.name, _batch(e), e.m, e.n, e.k, e.cycles) for e in book)
     assert per_step == Counter(
-        {(e.symbol, e.name, e.batch, e.m, e.n, e.k, e.cycles): n for e in single}
+        {(e.symbol, e.name, _batch(e), e.m, e.n, e.k, e.cycles): n for e in single}
     )
     assert book.totals().macs == n * single.totals().macs
 
@@ -97,7 +103,7 @@ def test_threads_charging_new_shapes_at_once():
     # Every entry of one shape carries the same cost, whichever thread computed it first.
     cycles: dict[tuple, set] = {}
     for e in book:
-        cycles.setdefault((e.unit, e.op, e.batch, e.m, e.n, e.k), set()).add(
+        cycles.setdefault((e.unit, e.op, _batch(e), e.m, e.n, e.k), set()).add(
             (e.cycles, e.offchip_bytes))
     assert all(len(v) == 1 for v in cycles.values())
 
@@ -110,7 +116,7 @@ def test_profile_reports_only_its_own_thread_while_others_run():
     lone = relax.VirtualMachine(ex, tvm.cpu())
     tenet_byoc.ledger(lone).reset()
     lone["main"](x)
-    one_call = sorted((e.symbol, e.name, e.batch, e.m, e.n, e.k) for e in tenet_byoc.ledger(lone))
+    one_call = sorted((e.symbol, e.name, _batch(e), e.m, e.n, e.k) for e in tenet_byoc.ledger(lone))
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -130,7 +136,7 @@ def test_profile_reports_only_its_own_thread_while_others_run():
         vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
         for _ in range(10):
             report = vm.profile("main", x, warmup=0)
-            got = sorted((e.symbol, e.name, e.batch, e.m, e.n, e.k)
+            got = sorted((e.symbol, e.name, _batch(e), e.m, e.n, e.k)
                          for e in report.sum_row().entries)
             assert got == one_call
     finally:

@@ -74,8 +74,8 @@ def test_tp2_split_cost_matches_the_whole_step(acc, step):
 
 
 def test_pp2_adds_the_handover(acc):
-    # Two stages, one batch in flight: the layers' calls once each, as on one chip, plus one
-    # hand-over of T x 768 float32 activations, S / bw + a.
+    # Two stages, one step's critical path: the layers' calls once each, as on one chip, plus
+    # one hand-over of T x 768 float32 activations, S / bw + a.
     tokens = 32
     one = model_step_cost("gpt2", "none", acc)
     two = model_step_cost("gpt2", "none", acc, system=System(acc, 2, 1, 2, 1, Link(100.0, 1.0)))

@@ -218,10 +218,12 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     every GEMM and vector call, the all-reduces of the row-parallel GEMMs over the links in
     the dense part), and with ``pipeline_parallel`` stages the dense part adds the
     ``pipeline_parallel - 1`` hand-overs of the step's activations between stages (the
-    plan's ``p2p`` calls). An iteration is one batch (one micro-batch) passing the stages in
-    turn, so its seconds are the critical path ``sum of stages + hand-overs``: the layers'
-    calls once each, as on one chip, plus the hand-overs (pipeline stages add memory, not
-    speed, to one batch in flight). ``System(acc)`` costs what ``acc`` alone does.
+    plan's ``p2p`` calls). A step's seconds are one micro-batch's critical path through the
+    stages, ``sum of stages + hand-overs``: the layers' calls once each, as on one chip, plus
+    the hand-overs; the simulator keeps one step in flight per stage and splits this time
+    evenly over them (:func:`~tenet_byoc.serving.simulator.simulate`, ``stages``), which is
+    where pipeline stages add speed as well as memory. ``System(acc)`` costs what ``acc``
+    alone does.
 
     Raises
     ------

@@ -68,7 +68,8 @@ def simulate_disaggregated(requests: Sequence[TraceRequest], prefill_cost: Any, 
                            prefill_scheduler: SchedulerConfig | None = None,
                            decode_scheduler: SchedulerConfig | None = None,
                            prefill_kv_blocks: int = 1 << 30, decode_kv_blocks: int = 1 << 30,
-                           block_size: int = 16) -> DisaggregatedRun:
+                           block_size: int = 16, prefill_stages: int = 1,
+                           decode_stages: int = 1) -> DisaggregatedRun:
     """Serve ``requests`` on a prefill pool and a decode pool (see the module).
 
     Parameters
@@ -79,6 +80,8 @@ def simulate_disaggregated(requests: Sequence[TraceRequest], prefill_cost: Any, 
         Seconds to send a prompt's cache of ``prompt_tokens`` tokens.
     prefill_kv_blocks, decode_kv_blocks : int
         Each pool's cache, in blocks of ``block_size`` tokens.
+    prefill_stages, decode_stages : int
+        Each pool's pipeline stages, each holding a step in flight (``simulate(stages=)``).
 
     Raises
     ------
@@ -88,7 +91,7 @@ def simulate_disaggregated(requests: Sequence[TraceRequest], prefill_cost: Any, 
     requests = list(requests)
     first_pass = [replace(r, output_tokens=1) for r in requests]
     pre = simulate(first_pass, prefill_cost, scheduler=prefill_scheduler,
-                   kv_blocks=prefill_kv_blocks, block_size=block_size)
+                   kv_blocks=prefill_kv_blocks, block_size=block_size, stages=prefill_stages)
     n = len(requests)
     first = pre.finish_s.copy()
     finish = first.copy()
@@ -111,7 +114,7 @@ def simulate_disaggregated(requests: Sequence[TraceRequest], prefill_cost: Any, 
         dec = simulate([TraceRequest(float(end[i]), requests[i].prompt_tokens,
                                      requests[i].output_tokens) for i in movers],
                        decode_cost, scheduler=decode_scheduler, kv_blocks=decode_kv_blocks,
-                       block_size=block_size, transferred=True)
+                       block_size=block_size, transferred=True, stages=decode_stages)
         finish[movers] = dec.finish_s
         steps = dec
     run = ServingRun(

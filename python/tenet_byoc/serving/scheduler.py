@@ -22,6 +22,10 @@ running sequence is preempted (its blocks freed, recomputed later: vLLM's recomp
 new request is admitted in that step. A waiting request is admitted only when the blocks for
 its first tokens are free.
 
+With pipeline stages several steps are in flight at once: a running sequence whose step has
+not come out of the last stage (``Sequence.in_flight``) is left out of the next step and is
+never the one preempted (its blocks are being read).
+
 Thread safety: a :class:`Scheduler` is mutable (one per simulation). Errors: a bad
 configuration raises ``ValueError`` naming the field.
 """
@@ -69,7 +73,7 @@ class Sequence:
     """One request's state in the engine."""
 
     __slots__ = ("index", "prompt", "output", "generated", "computed", "own_blocks", "prefix",
-                 "prefix_tokens", "shared", "attached", "preemptions")
+                 "prefix_tokens", "shared", "attached", "preemptions", "in_flight")
 
     def __init__(self, index: int, prompt: int, output: int, prefix: str | None = None,
                  prefix_tokens: int = 0):
@@ -84,6 +88,7 @@ class Sequence:
         self.shared = 0  # tokens in the prefix's blocks this sequence references
         self.attached = False
         self.preemptions = 0
+        self.in_flight = False  # in a step not yet out of the last pipeline stage
 
     @property
     def pending(self) -> int:
@@ -141,6 +146,9 @@ class Scheduler:
         blocks = cache.blocks
         while i < n and budget > 0:
             seq = running[i]
+            if seq.in_flight:
+                i += 1
+                continue
             computed = seq.computed
             pending = seq.prompt + seq.generated - computed
             if pending > budget:
@@ -187,12 +195,15 @@ class Scheduler:
         return step
 
     def _make_room(self, seq: Sequence, need: int) -> bool:
-        """Preempt the latest admitted running sequences until ``need`` blocks are free;
-        False when ``seq`` itself had to go."""
+        """Preempt the latest admitted running sequences not in flight until ``need`` blocks
+        are free; False when ``seq`` itself had to go."""
         running = self.running
         cache = self.cache
         while need > cache.blocks - cache.used:
-            victim = running.pop()
+            j = len(running) - 1
+            while running[j].in_flight:  # seq itself is not in flight: j stops there at last
+                j -= 1
+            victim = running.pop(j)
             self._preempt(victim)
             if victim is seq:
                 return False

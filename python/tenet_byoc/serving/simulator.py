@@ -8,6 +8,16 @@ end every sequence whose pending tokens are computed emits a token (a request's 
 gives its TTFT, its last its finish). An idle engine waits for the next arrival. A request
 arriving during an iteration waits for its end, as in a real engine.
 
+With ``stages`` pipeline stages (pipeline parallelism) up to ``stages`` steps are in flight:
+a step's cost (its critical path through every stage, as
+:func:`~tenet_byoc.serving.cost.model_step_cost` gives it on a ``System``) is split into
+``stages`` equal stage times; the next step is formed when the first stage is free, from the
+running sequences not in flight and the waiting requests (the token budget is a step's, the
+sequence limit counts every running sequence, in flight or not); a step enters a stage when
+the step before it has left that stage, and its sequences emit their tokens when it leaves
+the last.
+One stage (the default) is the loop above: each step starts when the last one ends.
+
 Thread safety: :func:`simulate` keeps no state between calls (the cost object keeps its
 cache). Errors: a request that can never fit the cache, or a bad option, raises
 ``ValueError`` naming the request or option.
@@ -61,7 +71,7 @@ class ServingRun:
 def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
              scheduler: SchedulerConfig | None = None, kv_blocks: int = 1 << 30,
              block_size: int = 16, progress: Callable[[int], None] | None = None,
-             transferred: bool = False) -> ServingRun:
+             transferred: bool = False, stages: int = 1) -> ServingRun:
     """Serve ``requests`` on one engine.
 
     Parameters
@@ -85,6 +95,10 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
         (the blocks taken when it is admitted) and decodes from there; a preempted one
         recomputes its prompt here. Its first token is not this run's (``first_token_s``
         stays NaN); prefixes are not shared.
+    stages : int
+        Pipeline stages, each holding one step in flight (see the module). The step arrays
+        then record each step's start (entering the first stage) and its cost through all
+        stages; steps overlap in time.
 
     Raises
     ------
@@ -92,6 +106,8 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
         For requests out of arrival order, or one whose prompt and output need more blocks
         than the cache has (naming it).
     """
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
+        raise ValueError(f"stages={stages!r} must be an integer >= 1 (pipeline stages)")
     config = scheduler or SchedulerConfig()
     cache = PagedKVCache(kv_blocks, block_size)
     sched = Scheduler(config, cache)
@@ -135,38 +151,43 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
     reported = 0
     waiting = sched.waiting
     seconds_of = cost.seconds_of
-    while done < n:
-        while arrived < n and arrival[arrived] <= now:
-            waiting.append(seqs[arrived])
-            arrived += 1
-        step = sched.schedule()
-        if not step and not waiting and not sched.running:
-            now = float(arrival[arrived])  # idle until the next arrival
-            continue
-        if not step:  # every running sequence was preempted: the next try admits
+    if stages > 1:
+        _pipelined(sched, cost, seqs, arrival, stages, first, finish,
+                   (starts, durations, batch, tokens, blocks), progress)
+    else:
+        while done < n:
+            while arrived < n and arrival[arrived] <= now:
+                waiting.append(seqs[arrived])
+                arrived += 1
             step = sched.schedule()
-        if not step:
-            raise RuntimeError(f"the scheduler formed an empty step with {len(sched.running)} "
-                               f"running and {len(waiting)} waiting sequences at {now} s")
-        items = [(k, c) for _, k, c in step]
-        seconds = seconds_of(items)
-        starts.append(now)
-        durations.append(seconds)
-        batch.append(len(step))
-        tokens.append(sum([k for k, _ in items]))
-        blocks.append(cache.used)
-        now += seconds
-        for seq, finished in sched.finish_step(step):
-            if seq.generated == 1:
-                first[seq.index] = now
-            if finished:
-                finish[seq.index] = now
-                done += 1
-        if progress is not None and done - reported >= 64:
+            if not step and not waiting and not sched.running:
+                now = float(arrival[arrived])  # idle until the next arrival
+                continue
+            if not step:  # every running sequence was preempted: the next try admits
+                step = sched.schedule()
+            if not step:
+                raise RuntimeError(f"the scheduler formed an empty step with "
+                                   f"{len(sched.running)} running and {len(waiting)} waiting "
+                                   f"sequences at {now} s")
+            items = [(k, c) for _, k, c in step]
+            seconds = seconds_of(items)
+            starts.append(now)
+            durations.append(seconds)
+            batch.append(len(step))
+            tokens.append(sum([k for k, _ in items]))
+            blocks.append(cache.used)
+            now += seconds
+            for seq, finished in sched.finish_step(step):
+                if seq.generated == 1:
+                    first[seq.index] = now
+                if finished:
+                    finish[seq.index] = now
+                    done += 1
+            if progress is not None and done - reported >= 64:
+                progress(done - reported)
+                reported = done
+        if progress is not None and done > reported:
             progress(done - reported)
-            reported = done
-    if progress is not None and done > reported:
-        progress(done - reported)
     return ServingRun(
         arrival, first, finish,
         np.array([r.prompt_tokens for r in requests], dtype=np.int64),
@@ -176,3 +197,78 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
         np.array(tokens, dtype=np.int64), np.array(blocks, dtype=np.int64),
         kv_blocks, block_size, cost.calls, cost.misses,
     )
+
+
+def _pipelined(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: int,
+               first: np.ndarray, finish: np.ndarray, record: tuple,
+               progress: Callable | None) -> None:
+    """The iteration loop with up to ``stages`` steps in flight (see the module); fills
+    ``first``, ``finish`` and the per-step lists of ``record``."""
+    from collections import deque
+
+    starts, durations, batch, tokens, blocks = record
+
+    def emit(step: list, end: float) -> int:
+        finished_now = 0
+        for seq, finished in sched.finish_step(step):
+            if seq.generated == 1:
+                first[seq.index] = end
+            if finished:
+                finish[seq.index] = end
+                finished_now += 1
+        return finished_now
+
+    n = len(seqs)
+    waiting = sched.waiting
+    cache = sched.cache
+    free_at = [0.0] * stages  # when each stage has passed on its last step
+    flight: deque = deque()  # (time out of the last stage, step), in order
+    now = 0.0  # when the first stage is free
+    arrived = done = reported = 0
+    while done < n:
+        while flight and flight[0][0] <= now:
+            end, step = flight.popleft()
+            for seq, _, _ in step:
+                seq.in_flight = False
+            done += emit(step, end)
+        if done == n:
+            break
+        while arrived < n and arrival[arrived] <= now:
+            waiting.append(seqs[arrived])
+            arrived += 1
+        full = len(flight) == stages
+        step = [] if full else sched.schedule()
+        if not step and not full and not flight and (waiting or sched.running):
+            step = sched.schedule()  # every running sequence was preempted: admit again
+            if not step:
+                raise RuntimeError(f"the scheduler formed an empty step with "
+                                   f"{len(sched.running)} running and {len(waiting)} waiting "
+                                   f"sequences at {now} s")
+        if not step:
+            # Wait for the oldest step to come out, or (a stage being free) the next arrival.
+            events = [flight[0][0]] if flight else []
+            if arrived < n and not full:
+                events.append(float(arrival[arrived]))
+            now = max(now, min(events))
+            continue
+        items = [(k, c) for _, k, c in step]
+        seconds = cost.seconds_of(items)
+        stage = seconds / stages
+        t = now
+        for s_ in range(stages):
+            t = max(t, free_at[s_]) + stage
+            free_at[s_] = t
+        for seq, _, _ in step:
+            seq.in_flight = True
+        flight.append((t, step))
+        starts.append(now)
+        durations.append(seconds)
+        batch.append(len(step))
+        tokens.append(sum([k for k, _ in items]))
+        blocks.append(cache.used)
+        now = free_at[0]
+        if progress is not None and done - reported >= 64:
+            progress(done - reported)
+            reported = done
+    if progress is not None and done > reported:
+        progress(done - reported)

@@ -97,9 +97,10 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
     progress : callable, optional
         ``progress(label, total)`` returns a callback taking the requests finished.
     system : tenet_byoc.system.System, optional
-        Several chips of ``accelerator`` (tensor and pipeline parallel, one micro-batch):
-        each iteration costs its critical path over the chips and ``memory_bytes`` is each
-        chip's, the cache sized on the fullest chip after its weight share.
+        Several chips of ``accelerator`` (tensor and pipeline parallel): each iteration
+        costs its critical path over the chips, with one step in flight per pipeline stage
+        (``simulate(stages=)``), and ``memory_bytes`` is each chip's, the cache sized on the
+        fullest chip after its weight share.
     pools : (System, System), optional
         Disaggregated serving (:mod:`tenet_byoc.serving.disaggregated`): prompts on the
         first system, their KV cache sent over its link (all its chips sending their
@@ -158,17 +159,20 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
                 return simulate_disaggregated(
                     reqs, pre_cost, cost, transfer, prefill_scheduler=config_sched,
                     decode_scheduler=config_sched, prefill_kv_blocks=pre_sizing.blocks,
-                    decode_kv_blocks=sizing.blocks, block_size=block_size).run
+                    decode_kv_blocks=sizing.blocks, block_size=block_size,
+                    prefill_stages=first.pipeline_parallel,
+                    decode_stages=second.pipeline_parallel).run
         else:
             sizing = cache_sizing(config, scheme, memory, block_size, utilization, system)
+            stages = 1 if system is None else system.pipeline_parallel
             cost = (step_cost or (lambda s: model_step_cost(config, s, accelerator,
                                                             system=system)))(scheme)
 
             def run_of(reqs: Sequence[TraceRequest], label: str, cost=cost,
-                       sizing=sizing) -> ServingRun:
+                       sizing=sizing, stages=stages) -> ServingRun:
                 callback = progress(label, len(reqs)) if progress else None
                 return simulate(reqs, cost, scheduler=config_sched, kv_blocks=sizing.blocks,
-                                block_size=block_size, progress=callback)
+                                block_size=block_size, progress=callback, stages=stages)
 
         run = run_of(requests_list, f"{scheme}")
         metrics = serving_metrics(run, ttft_ms, tpot_ms)
