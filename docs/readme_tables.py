@@ -295,7 +295,13 @@ def dse_source(folders: list[Path], command: str) -> str:
     for folder in folders:
         rows = [r for r in _rows(folder / "dse.csv") if r["feasible"] == "True"]
         batch = folder.name.rsplit("b", 1)[-1]
-        for scheme in dict.fromkeys(r["scheme"] for r in rows):
+        order = list(dict.fromkeys(r["scheme"] for r in rows))
+        run = folder / "dse_run.json"
+        if run.is_file():  # the command's order of schemes
+            import json
+
+            order = [s for s in json.loads(run.read_text())["schemes"] if s in order]
+        for scheme in order:
             mine = [r for r in rows if r["scheme"] == scheme]
             fast = min(mine, key=lambda r: (float(r["tpot_ms"]), float(r["area_mm2"])))
             frugal = min(mine, key=lambda r: (float(r["energy_per_token_mj"]),
