@@ -325,6 +325,46 @@ def dse_source(folders: list[Path], command: str) -> str:
             f"W/mm2 over the run).\n\n## designs\n\n{table}")
 
 
+#: The README's groups of decode_schemes.md's rows: (schemes label, kernel, schemes).
+DECODE_GROUPS = (
+    ("`w8a8_*`, `per_tensor`, `per_token`, `w4a8`, `per_token+kv8`", "real int8",
+     ("w8a8_per_tensor", "w8a8_per_channel_per_token", "per_tensor", "per_token", "w4a8",
+      "per_token+kv8")),
+    ("`w8a16_per_channel`", "real int8 weight-only", ("w8a16_per_channel",)),
+    ("`w4a16_group*`, `q4f16_*`, `q4f16_awq`, `q4f16_1+kv4`", "real packed int4",
+     ("w4a16_group32", "w4a16_group64", "w4a16_group128", "q4f16_0", "q4f16_1", "q4f16_ft",
+      "q4f16_awq", "q4f16_1+kv4")),
+    ("`per_embedding`, `smoothquant` (uncalibrated), `group{32,64,128}`, `q0f16`", "emulated",
+     ("per_embedding", "smoothquant", "group32", "group64", "group128", "q0f16")),
+    ("`e4m3_e4m3_f16`, `mxint8`, `mxfp8`, `mxfp4`", "emulated",
+     ("e4m3_e4m3_f16", "mxint8", "mxfp8", "mxfp4")),
+)
+
+
+def decode_schemes_source(results: Path) -> str:
+    """The README's decode-time summary: per group of :data:`DECODE_GROUPS` the range of
+    ``/ float32`` in ``benchmarks/results/decode_schemes.md`` (its rows per scheme)."""
+    ratio = {}
+    for line in results.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[3].endswith("x") and cells[0] != "scheme":
+            ratio[cells[0]] = float(cells[3][:-1])
+    rows = []
+    for label, kernel, schemes in DECODE_GROUPS:
+        missing = [s for s in schemes if s not in ratio]
+        if missing:
+            raise ValueError(f"{results}: no row for {', '.join(missing)}")
+        low, high = min(ratio[s] for s in schemes), max(ratio[s] for s in schemes)
+        rows.append([label, kernel, f"{low:.2f}x" if low == high else f"{low:.2f}-{high:.2f}x"])
+    table = _table(["schemes", "kernel", "decode step / float32"], ["---", "---", "---:"], rows)
+    first = results.read_text().split("\n\n")[1].replace("\n", " ")
+    return (f"# GPT-2 small decode step per scheme, grouped (README table)\n\n"
+            f"Written by `python docs/readme_tables.py decode-schemes` from "
+            f"`{results.relative_to(ROOT) if results.is_relative_to(ROOT) else results}`, "
+            f"whose rows it groups (each range the lowest and highest ratio of its schemes). "
+            f"That file's machine (CPU, ISA, date, load): {first}\n\n## groups\n\n{table}")
+
+
 def _eval_label(scheme: str) -> str:
     return {"none": "none (float32)", "w4a16_group32": "w4a16_group32 (= q4f16_1)"}.get(
         scheme, scheme)
@@ -348,7 +388,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folders", type=Path, nargs="+")
     p.add_argument("--command", required=True, help="the command line that made them")
     p.add_argument("--to", type=Path, required=True, help="the source file to write")
+    p = sub.add_parser("decode-schemes", help="group benchmarks/results/decode_schemes.md")
+    p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "decode_schemes.md")
     args = parser.parse_args(argv)
+    if args.what == "decode-schemes":
+        args.to.write_text(decode_schemes_source(ROOT / "benchmarks" / "results" /
+                                                 "decode_schemes.md"))
+        print(f"wrote {args.to}")
+        return 0
     if args.what == "dse":
         args.to.write_text(dse_source(args.folders, args.command))
         print(f"wrote {args.to}")

@@ -248,3 +248,23 @@ def test_dse_table_written_from_the_csv_files(tmp_path):
     # 101.4 mJ (128x16); the infeasible row is left out though it is faster
     assert ("| 16 | q4f16_1 | 16x128 int8, 4 MiB, 128 GB/s | 20.5 | 103.9 | 40,572 | 110 | "
             "101 (128x16 int8, 1 MiB, 128 GB/s; 15.9) | 908.0 / 72.0% |") in text
+
+
+def test_decode_scheme_groups_are_the_ranges_of_their_rows(tmp_path):
+    tables = _readme_tables()
+    rows = {s: 0.5 for group in tables.DECODE_GROUPS for s in group[2]}
+    rows.update({s: 0.40 for s in tables.DECODE_GROUPS[0][2]})
+    rows.update({"w8a8_per_tensor": 0.39, "w4a8": 0.41, "mxfp4": 1.07})
+    path = tmp_path / "decode_schemes.md"
+    path.write_text("# t\n\nmachine line\n\n| scheme | kernel | decode step ms (median) | / "
+                    "float32 (same rounds) |\n|---|---|---:|---:|\n"
+                    + "".join(f"| {s} | k | 1.0 | {r:.2f}x |\n" for s, r in rows.items()))
+    text = tables.decode_schemes_source(path)
+    # by hand: the int8 group (0.40) spans 0.39 (w8a8_per_tensor) to 0.41 (w4a8); the
+    # others are 0.50 but mxfp4's 1.07
+    assert "| real int8 | 0.39-0.41x |" in text
+    assert "| `w8a16_per_channel` | real int8 weight-only | 0.50x |" in text
+    assert "| emulated | 0.50-1.07x |" in text
+    path.write_text(path.read_text().replace("| mxfp4 |", "| mxfp9 |"))
+    with pytest.raises(ValueError, match="no row for mxfp4"):
+        tables.decode_schemes_source(path)
