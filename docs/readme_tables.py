@@ -365,6 +365,45 @@ def decode_schemes_source(results: Path) -> str:
             f"That file's machine (CPU, ISA, date, load): {first}\n\n## groups\n\n{table}")
 
 
+def _half_up(x: float) -> int:
+    return math.floor(x + 0.5)
+
+
+def cost_model_source(results: Path) -> str:
+    """The README's cost-model speed summary: per GEMM shape, the range over arrays and
+    dataflows of ``benchmarks/results/cost_model.md``'s speed rows (ours C++ in us, isl +
+    barvinok in ms, their ratio), and whether every row was identical."""
+    text = results.read_text()
+    start = text.index("## Speed")
+    by: dict[str, list[list[str]]] = {}
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("## "):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 8 and cells[0][:1].isdigit():
+            by.setdefault(cells[0], []).append(cells)
+    if not by:
+        raise ValueError(f"{results}: no speed rows under '## Speed'")
+    rows = []
+    for shape, cells in by.items():
+        ours = [float(c[3]) for c in cells]
+        isl = [float(c[5]) for c in cells]
+        ratio = [float(c[6].rstrip("x").replace(",", "")) for c in cells]
+        if any(c[7] != "yes" for c in cells):
+            raise ValueError(f"{results}: {shape} has a row whose metrics differ from isl's")
+        rows.append([" x ".join(shape.split("x")),
+                     f"{_half_up(min(ours))}-{_half_up(max(ours))}",
+                     f"{_half_up(min(isl))}-{_half_up(max(isl))}",
+                     f"{_half_up(min(ratio)):,}-{_half_up(max(ratio)):,}x"])
+    table = _table(["GEMM (M x N x K)", "ours (us)", "isl + barvinok (ms)", "ratio"],
+                   ["---", "---:", "---:", "---:"], rows)
+    machine = text.split("\n\n")[1].split(". ")[0]
+    return (f"# Cost model speed against isl + barvinok, per shape (README table)\n\n"
+            f"Written by `python docs/readme_tables.py cost-model` from "
+            f"`benchmarks/results/cost_model.md` (each range over its arrays and dataflows). "
+            f"That file's machine (CPU, date): {machine}.\n\n## speed\n\n{table}")
+
+
 def _eval_label(scheme: str) -> str:
     return {"none": "none (float32)", "w4a16_group32": "w4a16_group32 (= q4f16_1)"}.get(
         scheme, scheme)
@@ -388,9 +427,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folders", type=Path, nargs="+")
     p.add_argument("--command", required=True, help="the command line that made them")
     p.add_argument("--to", type=Path, required=True, help="the source file to write")
+    p = sub.add_parser("cost-model", help="summarise benchmarks/results/cost_model.md")
+    p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "cost_model.md")
     p = sub.add_parser("decode-schemes", help="group benchmarks/results/decode_schemes.md")
     p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "decode_schemes.md")
     args = parser.parse_args(argv)
+    if args.what == "cost-model":
+        args.to.write_text(cost_model_source(ROOT / "benchmarks" / "results" / "cost_model.md"))
+        print(f"wrote {args.to}")
+        return 0
     if args.what == "decode-schemes":
         args.to.write_text(decode_schemes_source(ROOT / "benchmarks" / "results" /
                                                  "decode_schemes.md"))

@@ -268,3 +268,20 @@ def test_decode_scheme_groups_are_the_ranges_of_their_rows(tmp_path):
     path.write_text(path.read_text().replace("| mxfp4 |", "| mxfp9 |"))
     with pytest.raises(ValueError, match="no row for mxfp4"):
         tables.decode_schemes_source(path)
+
+
+def test_cost_model_ranges_are_those_of_their_rows(tmp_path):
+    tables = _readme_tables()
+    path = tmp_path / "cost_model.md"
+    head = ("# c\n\nMeasured 2026-11-22 on x86_64, 2 CPUs. More.\n\n## Speed: x\n\n| GEMM MxNxK "
+            "| array | dataflow | ours C++ (us) | py | isl (ms) | ratio | identical |\n"
+            "|---|---|---|---:|---:|---:|---:|---|\n")
+    path.write_text(head + "| 8x8x8 | 16x16 | os | 18.5 | 1 | 28.5 | 1,540x | yes |\n"
+                    "| 8x8x8 | 16x16 | ws | 20.4 | 1 | 40.0 | 1,960.8x | yes |\n"
+                    "## Next\n\n| 1x1x1 | a | b | 1 | 1 | 1 | 1x | yes |\n")
+    text = tables.cost_model_source(path)
+    # by hand: halves round up (18.5 -> 19, 28.5 -> 29), the next section's rows left out
+    assert text.endswith("| 8 x 8 x 8 | 19-20 | 29-40 | 1,540-1,961x |\n")
+    path.write_text(path.read_text().replace("40.0 | 1,960.8x | yes", "40.0 | 1,960.8x | no"))
+    with pytest.raises(ValueError, match="8x8x8 has a row whose metrics differ"):
+        tables.cost_model_source(path)
