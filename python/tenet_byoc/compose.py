@@ -7,7 +7,9 @@ so the GEMM and its epilogues take max(GEMM cycles, sum of the epilogues' cycles
 ``serial`` every vector call adds. (Norms, softmax, residuals and the rest need a whole row,
 or operands from several producers, and add under both.) Each pipeline stage is its chips'
 chain of calls; the micro-batches pass the stages in order (:func:`pipeline_seconds`), and the
-step takes the critical path over stages. Energy is the sum over every call on every chip.
+step takes the critical path over stages: the first micro-batch through every stage and
+hand-over, then one slowest stage for each other micro-batch (GPipe's ``(stages +
+micro_batches - 1) x`` the slowest stage when the stages are equal). Energy is the sum over every call on every chip.
 
 :func:`chain_cycles` is the chain (``ledger.step_cycles`` applies it to ledger entries);
 :func:`compose` applies it to a :class:`tenet_byoc.plan.Plan` with a charge per call, which
@@ -99,7 +101,10 @@ def compose(plan: Any, cost: Callable[[Any], tuple[float, float]],
     ----------
     plan : tenet_byoc.plan.Plan
         The step's calls (one micro-batch, on one chip of each stage), in order, or a tally
-        of several steps' (``Plan.tally``; of one micro-batch only).
+        of several steps' (``Plan.tally``): its stages' times are then the steps' summed, and
+        with several micro-batches the slowest stage is the slowest over the tally (the sum
+        of composing each step alone when one stage is the slowest in every step, as the last
+        stage, which runs the head, usually is; below it otherwise).
     cost : callable
         ``cost(planned_call) -> (time, pj)``: cycles for an array or vector call, seconds for
         a link call; ``pj`` the call's energy on one chip.
@@ -130,13 +135,11 @@ def compose(plan: Any, cost: Callable[[Any], tuple[float, float]],
     cycles = tuple(chain_cycles(c) for c in chains)
     hz = clock_ghz * 1e9
     stage_seconds = tuple(c / hz + s for c, s in zip(cycles, links, strict=True))
-    if plan.micro_batches == 1:
-        # One micro-batch passes the stages one after another: the stages and hand-overs
-        # add (pipeline_seconds with one micro-batch), so a tally of several steps composes
-        # to the sum of theirs.
-        critical = sum(stage_seconds) + p2p_all
-        bubble = critical - max(stage_seconds)
-    else:
-        critical, bubble = pipeline_seconds(list(stage_seconds), p2p, plan.micro_batches)
-    return StepCost(critical, energy * plan.tensor_parallel * plan.micro_batches, cycles,
-                    stage_seconds, p2p, bubble)
+    mu = plan.micro_batches
+    slowest = max(stage_seconds)
+    # The first micro-batch passes every stage and hand-over; each of the other mu - 1
+    # leaves the last stage one slowest stage later (pipeline_seconds's schedule in closed
+    # form; GPipe's (stages + mu - 1) x the slowest stage when the stages are equal).
+    critical = sum(stage_seconds) + p2p_all + (mu - 1) * slowest
+    return StepCost(critical, energy * plan.tensor_parallel * mu, cycles, stage_seconds, p2p,
+                    critical - mu * slowest)

@@ -2,7 +2,9 @@
 
 A call (:class:`GemmCall`) and an accelerator (:class:`Accelerator`) cross into C++ as one
 value each; every entry point takes them: :func:`charge`, :func:`analyze_array`,
-:func:`analyze_memory`, :func:`roofline`, :func:`search_mapping`.
+:func:`analyze_memory`, :func:`roofline`, :func:`search_mapping`. A non-GEMM operator is a
+:class:`VectorCall` (:func:`charge_vector`), a collective between chips a :class:`LinkCall`
+on a :class:`Link` (:func:`charge_link`).
 
 Example
 -------
@@ -19,13 +21,12 @@ Every bad input raises ``ValueError`` with a message naming what is wrong.
 from __future__ import annotations
 
 import copyreg
-
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import _cost_model as _core
 from ._cost_model import (
     MAX_ENUMERATED_INSTANCES,
+    NVLINK_C2C_PJ_PER_BIT,
     Accelerator,
     Charge,
     Cores,  # an accelerator of cores (src/cost_model/core.h)
@@ -33,6 +34,9 @@ from ._cost_model import (
     EdgeDequantizer,  # the units beside the array (src/cost_model/vector.h)
     GemmCall,
     Hardware,
+    Link,  # collectives over links (src/cost_model/link.h)
+    LinkCall,
+    LinkCharge,
     Metrics,
     QuantRecipe,
     Statement,
@@ -41,17 +45,26 @@ from ._cost_model import (
     VectorCall,
     VectorCharge,
     VectorUnit,
+    _analyze_array,
     analyze_array,
     charge,
+    charge_link,
     charge_vector,
     format_tenet_hardware,
     format_tenet_mapping,
     format_tenet_statement,
+    load_tenet_hardware,
+    load_tenet_mapping,
+    load_tenet_statement,
     memory_from_tenet,
     parse_tenet_hardware,
     parse_tenet_mapping,
     parse_tenet_statement,
     roofline,
+    save_text_file,
+)
+from ._cost_model import (
+    analyze as _core_analyze,
 )
 from ._gemm_call import _call_from_keywords, _deprecated
 from .mapping import (  # the mapping search (mapping.py)
@@ -81,6 +94,7 @@ from .memory import (  # the buffer level, roofline and energy (memory.py)
 
 __all__ = [
     "MAX_ENUMERATED_INSTANCES",
+    "NVLINK_C2C_PJ_PER_BIT",
     "Accelerator",
     "Charge",
     "Cores",
@@ -89,6 +103,9 @@ __all__ = [
     "EnergyBreakdown",
     "GemmCall",
     "Hardware",
+    "Link",
+    "LinkCall",
+    "LinkCharge",
     "MacSpec",
     "MappingChoice",
     "MappingSearch",
@@ -116,6 +133,7 @@ __all__ = [
     "call_energy",
     "charge",
     "charge_gemm",
+    "charge_link",
     "charge_vector",
     "default_tile_mapping",
     "format_tenet_hardware",
@@ -180,8 +198,8 @@ def analyze_gemm(M: int, N: int, K: int, hardware: Hardware, dataflow: Dataflow,
     The PE array's metrics of a call on ``dataflow`` (``charge(...).array`` under the default
     mapping); a ``recipe`` derives side data and extra ops as ``charge`` does."""
     _deprecated("analyze_gemm", "analyze_array(GemmCall(...), accelerator)")
-    return _core._analyze_array(_call_from_keywords(M, N, K, bits, **call), hardware, dataflow,
-                                method)
+    return _analyze_array(_call_from_keywords(M, N, K, bits, **call), hardware, dataflow,
+                          method)
 
 
 def accelerator_parts(name: str, hardware: Hardware, dataflow: Dataflow, memory: Any = None,
@@ -223,7 +241,7 @@ def analyze(
     statement: Statement, hardware: Hardware, dataflow: Dataflow, method: str = "auto"
 ) -> Metrics:
     """Cost of a general TENET statement (GEMMs on presets take the fast path)."""
-    return _core.analyze(statement, hardware, dataflow, method)
+    return _core_analyze(statement, hardware, dataflow, method)
 
 
 class TenetProblem(NamedTuple):
@@ -252,9 +270,9 @@ def load_tenet(p_file: str | Path, m_file: str | Path, s_file: str | Path) -> Te
     (the tuple is ordered statement, hardware, dataflow).
     """
     return TenetProblem(
-        _core.load_tenet_statement(str(s_file)),
-        _core.load_tenet_hardware(str(p_file)),
-        _core.load_tenet_mapping(str(m_file)),
+        load_tenet_statement(str(s_file)),
+        load_tenet_hardware(str(p_file)),
+        load_tenet_mapping(str(m_file)),
     )
 
 
@@ -269,8 +287,8 @@ def save_tenet(
 ) -> None:
     """Write any of the three inputs in TENET's file formats."""
     if p_file is not None and hardware is not None:
-        _core.save_text_file(str(p_file), format_tenet_hardware(hardware))
+        save_text_file(str(p_file), format_tenet_hardware(hardware))
     if m_file is not None and dataflow is not None:
-        _core.save_text_file(str(m_file), format_tenet_mapping(dataflow))
+        save_text_file(str(m_file), format_tenet_mapping(dataflow))
     if s_file is not None and statement is not None:
-        _core.save_text_file(str(s_file), format_tenet_statement(statement))
+        save_text_file(str(s_file), format_tenet_statement(statement))

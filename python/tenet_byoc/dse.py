@@ -557,7 +557,7 @@ def _compose(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
     for points of one ``_array_key``, ``vector_charges`` for points of one ``_vector_key``,
     both by the call's plain key). Or the reason it cannot run."""
     from .compose import compose
-    from .system import Link, collective_seconds
+    from .system import Link
 
     times = {"prefill": 0.0, "decode": 0.0}
     energy = {"prefill": 0.0, "decode": 0.0}
@@ -566,11 +566,12 @@ def _compose(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
         reason = plans
     if reason:
         return times, energy, reason
-    link = Link(bandwidth_gbps=point.link_gbps)
+    link = Link(bandwidth_gbps=point.link_gbps).charged()
 
     def cost(pc: Any) -> tuple[float, float]:
         if pc.unit == "link":
-            return collective_seconds(pc.call.kind, pc.call.nbytes, pc.call.chips, link), 0.0
+            c = cm.charge_link(pc.call, link)
+            return c.seconds, c.energy_pj
         charges = gemm_charges if pc.unit == "array" else vector_charges
         found = charges.get(pc.key)
         if found is None:

@@ -70,7 +70,7 @@ class Charges:
         """``compose``'s charge of ``pc``: (cycles, pJ), or (seconds, pJ) for a link call."""
         f = self.fields(pc)
         if pc.unit == "link":
-            return f["latency_us"] * 1e-6, 0.0
+            return f["latency_us"] * 1e-6, f["energy_pj"]
         return f["cycles"], f["energy_pj"]
 
     def _charge(self, pc: PlannedCall) -> dict[str, Any]:
@@ -91,8 +91,6 @@ class Charges:
         return self._link_fields(call)
 
     def _link_fields(self, call: LinkCall) -> dict[str, Any]:
-        from .system import collective_link_bytes, collective_seconds
-
         if self.link is None:
             raise ValueError(f"a {call.kind} link call needs a system's link: give Charges "
                              "a link")
@@ -101,13 +99,13 @@ class Charges:
             self._link_template = {
                 k: (v if isinstance(v, str) else type(v)())
                 for k, v in probe.ledger_fields().items() if k != "tensors"}
-        seconds = collective_seconds(call.kind, call.nbytes, call.chips, self.link)
+        c = cm.charge_link(call, self.link.charged())
         return {**self._link_template, "unit": "link", "op": call.kind, "schedule": "",
-                "cycles": round(seconds * self.clock_hz), "latency_us": seconds * 1e6,
+                "cycles": round(c.seconds * self.clock_hz), "latency_us": c.latency_us,
+                "energy_pj": c.energy_pj,
                 "mapping": f"{call.kind} {self.link.topology} x{call.chips}",
                 "dequant_place": "none", "tensors": TensorMap(), "scheme": "none",
-                "recipe": _FLOAT_RECIPE,
-                "link_bytes": collective_link_bytes(call.kind, call.nbytes, call.chips)}
+                "recipe": _FLOAT_RECIPE, "link_bytes": c.link_bytes}
 
 
 #: The most entries an estimate's ledger makes when read (each a tuple of ~0.6 KB).
@@ -376,7 +374,7 @@ def _step_time(p: Plan, cost: StepCost) -> Any:
     from .system import StepTime
 
     seq = p.step.uniform()
-    if seq is not None:
+    if seq is not None and p.phase != "mixed":  # a later chunk of a prompt: its new tokens
         tokens = seq[0].new_tokens if p.phase == "prefill" else seq[0].context
     else:
         tokens = p.step.tokens

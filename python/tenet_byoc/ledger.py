@@ -17,8 +17,21 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import _cost_model as _core
-from ._cost_model import GemmCall, QuantRecipe
+from ._cost_model import (
+    GemmCall,
+    QuantRecipe,
+    _ledger_field_names,
+    _ledger_tensor_field_names,
+)
+from ._cost_model import (
+    VectorCall as _VectorCall,
+)
+from ._cost_model import (
+    charge as _charge,
+)
+from ._cost_model import (
+    charge_vector as _charge_vector,
+)
 from .compose import chain_cycles
 
 # The ledger's fields are the cost model's one table (src/cost_model/charge.h,
@@ -199,11 +212,11 @@ class VectorEntry(namedtuple("VectorEntry", ENTRY_NAMES + COMMON_FIELDS + VECTOR
     __slots__ = ()
 
     @property
-    def vector_call(self) -> _core.VectorCall:
+    def vector_call(self) -> _VectorCall:
         """The call: ``cost_model.charge_vector(entry.vector_call, accelerator)`` gives its
         charge again."""
-        return _core.VectorCall(self.op, [self.m, self.n], bits_in=self.bits_a,
-                                bits_out=self.bits_c, operand_elements=self.k)
+        return _VectorCall(self.op, [self.m, self.n], bits_in=self.bits_a,
+                           bits_out=self.bits_c, operand_elements=self.k)
 
 
 class LinkEntry(namedtuple("LinkEntry", ENTRY_NAMES + COMMON_FIELDS + LINK_FIELDS),
@@ -256,8 +269,8 @@ COLUMNS = list(dict.fromkeys(
     f for cls in ENTRY_TYPES.values() for f in cls._fields if f not in ("tensors", "recipe")))
 
 #: The fields every charge has, from the cost model's one table (charge.h).
-CHARGE_FIELDS = tuple(_core._ledger_field_names())
-_TENSOR_FIELDS = tuple(_core._ledger_tensor_field_names())
+CHARGE_FIELDS = tuple(_ledger_field_names())
+_TENSOR_FIELDS = tuple(_ledger_tensor_field_names())
 
 
 def _check_schema() -> None:
@@ -835,7 +848,7 @@ class Ledger:
             fields = charged.get(key)
             if fields is None:
                 try:
-                    charge = _core.charge_vector if unit == "vector" else _core.charge
+                    charge = _charge_vector if unit == "vector" else _charge
                     fields = charge(call, acc).ledger_fields()
                 except ValueError as err:
                     name = old.strings[old.name[at]]

@@ -22,13 +22,19 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from . import _cost_model as _core
 from ._cost_model import (
     Dataflow,
     GemmCall,
     Hardware,
     MappingChoice,
+    _auto_mapping_dataflows,
+    _mapping_tile_orders,
+    _MappingSearch,
+    _search_mapping,
     tile_size_candidates,
+)
+from ._cost_model import (
+    search_mapping as _core_search_mapping,
 )
 from ._gemm_call import _call_from_keywords, _deprecated
 from .memory import MemoryHierarchy, PrecisionTable
@@ -48,7 +54,7 @@ __all__ = [
 
 OBJECTIVES = ("latency", "energy", "edp")
 PRESETS = ("os", "ws", "is")
-TILE_ORDERS = tuple(_core._mapping_tile_orders())
+TILE_ORDERS = tuple(_mapping_tile_orders())
 
 
 def array_edges(hardware: Hardware) -> tuple[int, int]:
@@ -91,7 +97,7 @@ def auto_mapping_dataflows(dataflow: Dataflow) -> list[Dataflow]:
     orders searched) when it is the user's own relations (TENET files): a user-given
     dataflow still wins.
     """
-    return list(_core._auto_mapping_dataflows(dataflow))
+    return list(_auto_mapping_dataflows(dataflow))
 
 
 def _objective(objective: str) -> str:
@@ -114,7 +120,7 @@ def search_mapping(*args, **kwargs) -> MappingChoice:
     (a declared space of its own) is deprecated (one release).
     """
     if (args and isinstance(args[0], GemmCall)) or "call" in kwargs:
-        return _core.search_mapping(*args, **kwargs)
+        return _core_search_mapping(*args, **kwargs)
     return _search_mapping_keywords(*args, **kwargs)
 
 
@@ -171,9 +177,9 @@ def _search_mapping_keywords(
                 "search_mapping(GemmCall(...), accelerator, objective=...)")
     dfs = searched_dataflows(dataflows, hardware, rows, cols)
     table = precision if precision is not None else PrecisionTable.horowitz_45nm()
-    return _core._search_mapping(_call_from_keywords(M, N, K, bits, **call), hardware, memory,
-                                 dfs, table, _objective(objective), list(stream_tiles), granule,
-                                 max_even_split, threads)
+    return _search_mapping(_call_from_keywords(M, N, K, bits, **call), hardware, memory,
+                           dfs, table, _objective(objective), list(stream_tiles), granule,
+                           max_even_split, threads)
 
 
 class MappingSearch:
@@ -191,8 +197,8 @@ class MappingSearch:
         dfs = searched_dataflows(dataflows, hardware, rows, cols)
         table = precision if precision is not None else PrecisionTable.horowitz_45nm()
         self.objective = _objective(objective)
-        self._search = _core._MappingSearch(hardware, memory, dfs, table, self.objective,
-                                            list(stream_tiles), granule, max_even_split, threads)
+        self._search = _MappingSearch(hardware, memory, dfs, table, self.objective,
+                                      list(stream_tiles), granule, max_even_split, threads)
 
     def best(self, call: GemmCall | int, *args: Any, **kwargs: Any) -> MappingChoice:
         """The cached best mapping of ``call`` (a ``GemmCall``; searched on the first

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _cost_model as _core
 from ._cost_model import (
     Dataflow,
     EnergyBreakdown,
@@ -35,8 +34,16 @@ from ._cost_model import (
     OperandTraffic,
     PrecisionTable,
     TileMapping,
+    _analyze_memory,
+    _buffer_bytes_needed,
+    _call_energy,
+    _default_tile_mapping,
+    _roofline_cycles,
     integer_mac_pj,
     sram_pj_per_bit,
+)
+from ._cost_model import (
+    analyze_memory as _core_analyze_memory,
 )
 from ._gemm_call import _call_from_keywords, _deprecated
 
@@ -86,7 +93,7 @@ def analyze_memory(*args: Any, **kwargs: Any) -> MemoryMetrics:
         A bad value, or tiles that do not fit the buffer (the message says how many bytes).
     """
     if (args and isinstance(args[0], GemmCall)) or "call" in kwargs:
-        return _core.analyze_memory(*args, **kwargs)
+        return _core_analyze_memory(*args, **kwargs)
     return _analyze_memory_keywords(*args, **kwargs)
 
 
@@ -95,8 +102,8 @@ def _analyze_memory_keywords(M: int, N: int, K: int, hardware: Hardware, dataflo
                              **call: Any) -> MemoryMetrics:
     _deprecated("analyze_memory(M, N, K, hardware, dataflow, memory, mapping, ...)",
                 "analyze_memory(GemmCall(...), accelerator, mapping)")
-    return _core._analyze_memory(_call_from_keywords(M, N, K, bits, **call), hardware, dataflow,
-                                 memory, mapping)
+    return _analyze_memory(_call_from_keywords(M, N, K, bits, **call), hardware, dataflow,
+                           memory, mapping)
 
 
 def roofline_cycles(M: int, N: int, K: int, num_pes: int, macs_per_pe_per_cycle: float,
@@ -108,14 +115,14 @@ def roofline_cycles(M: int, N: int, K: int, num_pes: int, macs_per_pe_per_cycle:
     ceil(compulsory DRAM bits / bandwidth))``; the ops rate (the hardware's base rate) defaults
     to the MAC rate."""
     _deprecated("roofline_cycles", "roofline(GemmCall(...), accelerator)")
-    return _core._roofline_cycles(_call_from_keywords(M, N, K, bits, **call), num_pes,
-                                  macs_per_pe_per_cycle, memory, ops_per_pe_per_cycle)
+    return _roofline_cycles(_call_from_keywords(M, N, K, bits, **call), num_pes,
+                            macs_per_pe_per_cycle, memory, ops_per_pe_per_cycle)
 
 
 def buffer_bytes_needed(M: int, N: int, K: int, memory: MemoryHierarchy, mapping: TileMapping,
                         bits_a: int = 32, bits_b: int = 32) -> int:
     """Bytes the buffer must hold: input tiles (x2 when double-buffered) + the C tile."""
-    return _core._buffer_bytes_needed(M, N, K, memory, mapping, bits_a, bits_b)
+    return _buffer_bytes_needed(M, N, K, memory, mapping, bits_a, bits_b)
 
 
 def default_tile_mapping(M: int, N: int, K: int, memory: MemoryHierarchy, rows: int, cols: int,
@@ -124,7 +131,7 @@ def default_tile_mapping(M: int, N: int, K: int, memory: MemoryHierarchy, rows: 
     """A mapping without search: C's tile stays in the buffer while K streams (order "mnk"),
     as large as half the buffer allows; K tiles fill the rest (double-buffered), >= 4 steps."""
     a, b, c = _widths(bits, bits_a, bits_b, bits_c)
-    return _core._default_tile_mapping(M, N, K, memory, rows, cols, batch, a, b, c)
+    return _default_tile_mapping(M, N, K, memory, rows, cols, batch, a, b, c)
 
 
 def call_energy(metrics: MemoryMetrics, memory: MemoryHierarchy, mac: MacSpec,
@@ -136,7 +143,7 @@ def call_energy(metrics: MemoryMetrics, memory: MemoryHierarchy, mac: MacSpec,
     MAC each and ``extra_register_bits`` (partial sums rescaled per K-group) at the register
     file's energy per bit.
     """
-    return _core._call_energy(metrics, memory, mac, extra_ops, extra_register_bits)
+    return _call_energy(metrics, memory, mac, extra_ops, extra_register_bits)
 
 
 def _fit(extent: int, step: int, words_per_unit: int, budget_words: int) -> int:
@@ -230,4 +237,4 @@ def scalesim_equivalent(
     mapping = scalesim_mapping(M, N, K, rows, cols, dataflow, ifmap_sram_kb, filter_sram_kb,
                                ofmap_sram_kb, word_bytes)
     call = GemmCall(m=M, n=N, k=K, bits_a=word_bits, bits_b=word_bits, bits_c=word_bits)
-    return _core._analyze_memory(call, hw, df, mem, mapping)
+    return _analyze_memory(call, hw, df, mem, mapping)

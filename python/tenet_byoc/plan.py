@@ -11,7 +11,19 @@ and chunked prefill put sequences of different kinds in one step
 (:class:`PlannedCall`: a ``cost_model.GemmCall``, a ``cost_model.VectorCall`` or a
 :class:`LinkCall`, with its name, layer, pipeline stage, the GEMM a fused epilogue runs behind,
 and a count). The linear layers take every new token of the step as rows, once; attention is
-per group of equal sequences at its own context. Tensor parallelism (Megatron-LM) and pipeline
+per group of equal sequences at its own context.
+
+A later chunk of a prompt (``StepSequence(n, c)``, ``n > 1`` new tokens after ``c`` cached)
+is planned as a prefill of its ``n`` tokens (linear layers, norms and KV writes over ``n``
+rows) whose attention is widened to the ``c + n`` keys (``cache_length(c) + n`` under a
+sliding window): per head Q x K^T of ``n x (c + n)`` and P x V over ``c + n``, and the score
+scale, mask and softmax over the ``n x (c + n)`` block. Like a whole prefill, which charges
+its full ``P x P`` block (the masked half included, as the runners compute it), a chunk is
+charged its full rectangular block, not the causal triangle: a prompt cut in chunks charges
+less attention than the whole prompt (the masked corners of the chunks not computed), the
+cache re-read by each later chunk included. The head runs over a sequence's new tokens only
+when it asks for logits (``StepSequence.logits``: a prompt's last chunk, not the ones
+before). Tensor parallelism (Megatron-LM) and pipeline
 stages are transformations of each call (:func:`shard_gemm`, :func:`shard_vector`,
 :func:`stage_layers`) with the collectives they need added as link calls.
 ``tenet_byoc.compose.compose`` turns a plan and a charge per call into the step's time.
@@ -51,14 +63,23 @@ def _count(owner: str, name: str, value: object, low: int) -> None:
 @dataclass(frozen=True)
 class StepSequence:
     """One sequence in a step: ``new_tokens`` it computes now, after ``context`` tokens
-    already in its KV cache (its queries attend to ``context + new_tokens`` keys, causally)."""
+    already in its KV cache (its queries attend to ``context + new_tokens`` keys, causally).
+
+    ``logits``: whether the step computes this sequence's logits (the head over its new
+    tokens). A prompt cut into chunks (chunked prefill) computes them only on its last chunk:
+    ``StepSequence(256, 0, logits=False)`` then ``StepSequence(256, 256)``.
+    """
 
     new_tokens: int
     context: int = 0
+    logits: bool = True
 
     def __post_init__(self) -> None:
         _count("StepSequence", "new_tokens", self.new_tokens, 1)
         _count("StepSequence", "context", self.context, 0)
+        if not isinstance(self.logits, bool):
+            raise TypeError(f"StepSequence.logits must be a bool, got "
+                            f"{type(self.logits).__name__} {self.logits!r}")
 
     @property
     def keys(self) -> int:
@@ -144,14 +165,15 @@ class Sharding(NamedTuple):
     micro_batches: int = 1
 
 
-class LinkCall(NamedTuple):
-    """A collective over the links of a system (``tenet_byoc.system``'s formulas charge it):
-    ``kind`` "all_reduce", "all_gather" or "p2p" of a tensor of ``nbytes`` bytes (the whole
-    result each chip ends with) among ``chips`` chips."""
+#: A collective over the links of a system, charged by the cost model
+#: (``cost_model.charge_link``): ``kind`` "all_reduce", "all_gather", "all_to_all" or "p2p"
+#: of a tensor of ``nbytes`` bytes (the whole result each chip ends with; for an all-to-all
+#: what each chip holds before the exchange) among ``chips`` chips.
+LinkCall = cm.LinkCall
 
-    kind: str
-    nbytes: float
-    chips: int
+
+def _link_key(link: Any) -> tuple:
+    return ("link", link.kind, link.nbytes, link.chips)
 
 
 class PlannedCall(NamedTuple):
@@ -253,11 +275,9 @@ class Plan:
         """This plan (and ``plans`` of the same sharding) with equal calls counted once: each
         distinct GEMM with its fused epilogues, and each other call, with how many times it
         runs (names and layers of the first; order: first seen). Composing the tally gives
-        the sum of composing each plan alone, on one stage and one micro-batch."""
+        the sum of composing each plan alone; with several micro-batches, when one stage is
+        the slowest in every plan (``tenet_byoc.compose.compose``)."""
         plans = tuple(plans)
-        if plans and self.micro_batches > 1:
-            raise ValueError("Plan.tally: steps of several micro-batches overlap in the "
-                             "pipeline; compose them one by one")
         counts: dict[tuple, int] = {}
         first: dict[tuple, tuple[PlannedCall, ...]] = {}
         for p in (self, *plans):
@@ -360,14 +380,66 @@ _PER_SEQUENCE_NAMES = ("attn.scale", "attn.masked")
 
 
 def _phase_tokens(seq: StepSequence) -> tuple[str, int]:
-    """The (phase, tokens) the models' shape tables take for one sequence."""
-    if seq.phase == "prefill":
-        return "prefill", seq.new_tokens
+    """The (phase, tokens) the models' shape tables take for one sequence: a later chunk of a
+    prompt is listed as a prefill of its new tokens, then widened to its keys
+    (:func:`_widen_to_keys`)."""
     if seq.phase == "decode":
         return "decode", seq.context
-    raise ValueError(f"StepSequence(new_tokens={seq.new_tokens}, context={seq.context}): a "
-                     "later chunk of a prompt (context and several new tokens) is not planned "
-                     "yet; plan a whole prompt (context 0) or one new token")
+    return "prefill", seq.new_tokens
+
+
+def _chunk_keys(config: Any, seq: StepSequence) -> int | None:
+    """Keys the queries of a later chunk of a prompt attend to (the tokens its cache holds,
+    with a sliding window the last ``window`` of them, and the chunk's own); None for a
+    sequence that is not such a chunk."""
+    if seq.phase != "chunk":
+        return None
+    if hasattr(config, "n_positions"):
+        limit, field = config.n_positions, "n_positions"
+    else:
+        limit, field = config.max_position_embeddings, "max_position_embeddings"
+    if seq.context + seq.new_tokens > limit:
+        raise ValueError(f"StepSequence(new_tokens={seq.new_tokens}, context={seq.context}): "
+                         f"{seq.context + seq.new_tokens} tokens exceed {config.name}'s "
+                         f"context {field}={limit}")
+    cached = config.cache_length(seq.context) if hasattr(config, "cache_length") \
+        else seq.context
+    return cached + seq.new_tokens
+
+
+#: Vector calls over a sequence's score block (rows x keys): scale, masks, softmax.
+_SCORE_OPS = ("attn.scale", "attn.mask", "attn.window_mask", "attn.batch_mask",
+              "attn.masked", "attn.softmax")
+
+
+def _widen_gemms(gemms: list[Any], keys: int | None) -> list[Any]:
+    """A later chunk's GEMMs from those of a prefill of its new tokens: Q x K^T's N and
+    P x V's K widened from the chunk's rows to its ``keys`` (None: as they are)."""
+    if keys is None:
+        return gemms
+    return [g._replace(n=keys) if g.name.endswith("attn.qk")
+            else g._replace(k=keys) if g.name.endswith("attn.pv") else g for g in gemms]
+
+
+def _widen_ops(ops: list[Any], rows: int, keys: int | None) -> list[Any]:
+    """A later chunk's vector calls from those of a prefill of its ``rows`` new tokens: the
+    score-wise calls' last axis (and a mask add's second operand) widened from ``rows`` to
+    ``keys`` (None: as they are); norms, activations and KV writes stay over the rows."""
+    if keys is None:
+        return ops
+    wide = []
+    for v in ops:
+        if v.name.endswith(_SCORE_OPS):
+            operand = v.operand // rows * keys if v.operand > 1 else v.operand
+            v = v._replace(shape=(*v.shape[:-1], keys), operand=operand)
+        wide.append(v)
+    return wide
+
+
+def _without_head(ops: list[Any]) -> list[Any]:
+    """Vector calls of a sequence whose logits the step does not compute (the head's input
+    quantization dropped with the head)."""
+    return [v for v in ops if not v.name.startswith("lm_head")]
 
 
 def _merge_token_ops(lists: list[list[Any]]) -> list[Any]:
@@ -451,7 +523,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     ------
     ValueError
         For a sharding the model does not split into, a GEMM the cost model cannot size, or a
-        sequence this plan does not cover.
+        sequence longer than the model's context.
     """
     from .models.gemms import model_gemms
     from .models.vector_ops import gemm_epilogues, model_vector_ops
@@ -492,7 +564,9 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     # With one kind of sequence the calls are those of the runners' functions (batched when
     # there are several sequences); a mixed step packs all new tokens into one batch.
     fuse_phase, fuse_batch = (groups[0][2], groups[0][1]) if uniform else (groups[0][2], 2)
-    gemm_lists = [model_gemms(config, ph, tokens) for _, _, ph, tokens in groups]
+    keys = [_chunk_keys(config, seq) for seq, _ in step.groups]
+    gemm_lists = [_widen_gemms(model_gemms(config, ph, tokens), k)
+                  for (_, _, ph, tokens), k in zip(groups, keys, strict=True)]
     calls: list[PlannedCall] = []
     epilogues: dict[str, list[str]] = {}
     sharded_k: dict[str, int] = {}
@@ -535,7 +609,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
             size = m * (full_n if collective == "all_gather" else n) * how.bits[2] / 8
             link = LinkCall(collective, size, tp)
             calls.append(PlannedCall(link, f"{name}.{collective}", "link", layer, st, "",
-                                     "none", 1, ("link", *link)))
+                                     "none", 1, _link_key(link)))
 
     for i, g in enumerate(gemm_lists[0]):
         if g.weight is None:  # attention: one product per sequence and head, per group
@@ -544,19 +618,21 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
                 a = gemms[i]
                 gemm(a.name, a.batch * n, a.m, a.n, a.k, hows[role], role, n, ph)
         else:  # a weight GEMM: every new token of the step shares the weight
-            rows = sum(gemms[i].m * n for (_, n, _, _), gemms in zip(groups, gemm_lists,
-                                                                     strict=True))
+            rows = sum(gemms[i].m * n for (seq, n, _, _), gemms in zip(groups, gemm_lists,
+                                                                       strict=True)
+                       if seq.logits or g.name != "lm_head")
+            if not rows:  # the head of a step that computes no logits
+                continue
             gemm(g.name, g.batch, rows, g.n, g.k, weights, "weight", step.sequences,
                  groups[0][2])
 
-    if uniform:
-        _, n, ph, tokens = groups[0]
-        shapes = model_vector_ops(config, ph, tokens, activation_bits, weights.k_multiple, n,
-                                  float_gemm)
-    else:
-        shapes = _merge_token_ops([
-            model_vector_ops(config, ph, tokens, activation_bits, weights.k_multiple, n,
-                             float_gemm, batched=True) for _, n, ph, tokens in groups])
+    lists = []
+    for (seq, n, ph, tokens), k in zip(groups, keys, strict=True):
+        ops = _widen_ops(model_vector_ops(config, ph, tokens, activation_bits,
+                                          weights.k_multiple, n, float_gemm,
+                                          batched=None if uniform else True), tokens, k)
+        lists.append(ops if seq.logits else _without_head(ops))
+    shapes = lists[0] if uniform else _merge_token_ops(lists)
     for v in shapes:
         shape, operand = tuple(v.shape), v.operand
         if tp > 1:
@@ -574,7 +650,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         size = step.tokens * hidden * weights.bits[2] / 8
         link = LinkCall("p2p", size, 2)
         calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
-                              ("link", *link)) for s in range(pp - 1)]
+                              _link_key(link)) for s in range(pp - 1)]
     if cut is None:
         return Plan(whole, phase, tuple(calls), tp, pp, mu)
     return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,

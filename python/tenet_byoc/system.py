@@ -7,8 +7,11 @@ chip's share on the accelerator, the collectives the sharding needs as ledger en
 ``unit="link"`` (:func:`collective_seconds`), and takes the step latency as the critical path
 over chips and pipeline stages (``tenet_byoc.compose``), not a sum.
 
-Collective formulas (``S`` bytes of the tensor each chip holds, ``T`` chips taking part, link
-bandwidth ``bw`` bytes/s per chip and direction, per-hop latency ``a`` s):
+Collectives are charged by the cost model (``cost_model.charge_link``, the formulas of
+``src/cost_model/link.h``, written once there): ``S`` bytes of the tensor each chip holds,
+``T`` chips taking part, link bandwidth ``bw`` bytes/s per chip and direction, per-hop
+latency ``a`` s. Each collective puts ``link_bytes`` on each chip's links in some hops and
+takes ``link_bytes / bw + hops x a``:
 
 * ring all-reduce (reduce-scatter then all-gather around the ring):
   ``2 (T-1)/T x S / bw + 2 (T-1) x a``;
@@ -20,10 +23,16 @@ bandwidth ``bw`` bytes/s per chip and direction, per-hop latency ``a`` s):
 * all-gather of a result of ``S`` bytes (each chip holds ``S/T``): ring
   ``(T-1)/T x S / bw + (T-1) a``; torus ``(r-1)/r x S / (c bw) + (c-1)/c x S / bw +
   (r-1 + c-1) a``; switch ``(T-1)/T x S / bw + a``;
+* all-to-all (expert parallelism) of ``S`` bytes each chip holds, ``S/T`` for each chip:
+  ring ``(T-1)/2 x S / bw + (T-1) a`` (block ``d`` travels ``d`` hops); torus a ring
+  all-to-all along rows then columns, ``((r-1) + (c-1))/2 x S / bw + (r-1 + c-1) a``;
+  switch ``(T-1)/T x S / bw + a``;
 * point-to-point between pipeline stages: ``S / bw + a``.
 
-``link_bytes`` of an entry is what each chip sends: ``2 (T-1)/T x S`` for an all-reduce,
-``(T-1)/T x S`` for an all-gather, ``S`` point to point.
+``link_bytes`` of an entry is what each chip puts on its links: ``2 (T-1)/T x S`` for an
+all-reduce, ``(T-1)/T x S`` for an all-gather (on every topology), ``S`` point to point, and
+for an all-to-all the bandwidth term's bytes above. Its energy is ``link_bytes x 8 x
+Link.pj_per_bit`` (default NVLink-C2C's 1.3 pJ/bit, NVIDIA's Grace Hopper whitepaper).
 
 Thread safety: values are immutable; functions keep no state. Errors: ``ValueError`` naming
 the field, the value and what is accepted (``TypeError`` for a wrong type).
@@ -34,8 +43,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
+from . import cost_model as cm
 from ._names import did_you_mean
 from .compose import pipeline_seconds  # the pipeline's rule, re-exported here
 from .hardware import Accelerator, resolve
@@ -48,6 +59,7 @@ __all__ = [
     "StepTime",
     "System",
     "SystemLedger",
+    "charge_collective",
     "collective_link_bytes",
     "collective_seconds",
     "pipeline_seconds",
@@ -56,7 +68,7 @@ __all__ = [
 #: Link topologies :func:`collective_seconds` has a formula for.
 TOPOLOGIES = ("ring", "torus2d", "switch")
 #: Collectives a system charges.
-COLLECTIVES = ("all_reduce", "all_gather", "p2p")
+COLLECTIVES = ("all_reduce", "all_gather", "all_to_all", "p2p")
 
 
 def _positive(owner: str, name: str, value: Any, *, integer: bool = False,
@@ -81,15 +93,21 @@ class Link:
         Microseconds per hop (per step of a ring, per pass through a switch).
     topology : {"ring", "torus2d", "switch"}
         How collectives travel (the module's formulas).
+    pj_per_bit : float
+        Energy of a bit sent over a link (default NVLink-C2C's 1.3 pJ/bit, NVIDIA Grace Hopper
+        Superchip Architecture whitepaper, 2022, and NVIDIA blog "What Is NVLink?", 2023; a link
+        off the package costs more).
     """
 
     bandwidth_gbps: float = 100.0
     latency_us: float = 1.0
     topology: str = "ring"
+    pj_per_bit: float = cm.NVLINK_C2C_PJ_PER_BIT
 
     def __post_init__(self) -> None:
         _positive("Link", "bandwidth_gbps", self.bandwidth_gbps)
         _positive("Link", "latency_us", self.latency_us, allow_zero=True)
+        _positive("Link", "pj_per_bit", self.pj_per_bit, allow_zero=True)
         # 2^50 bytes over 4,096 hops, in picoseconds, must stay a finite double: a bandwidth of
         # 1e-320 GB/s or a latency of 1e308 us gave inf seconds (OverflowError in cycles)
         worst = (2.0**50 / (self.bandwidth_gbps * 1e9) + 4096 * self.latency_us * 1e-6) * 1e12
@@ -106,8 +124,20 @@ class Link:
 
     def __setstate__(self, state: dict) -> None:
         """Unpickling runs the constructor's checks, so an edited pickle is refused by field."""
+        state.setdefault("pj_per_bit", cm.NVLINK_C2C_PJ_PER_BIT)  # pickled before it existed
         self.__dict__.update(state)
         self.__post_init__()
+
+    def charged(self) -> cm.Link:
+        """The link as the cost model charges collectives on it (``cost_model.Link``)."""
+        return _cost_model_link(self.bandwidth_gbps, self.latency_us, self.topology,
+                                self.pj_per_bit)
+
+
+@lru_cache(maxsize=256)
+def _cost_model_link(bandwidth_gbps: float, latency_us: float, topology: str,
+                     pj_per_bit: float) -> cm.Link:
+    return cm.Link(bandwidth_gbps, latency_us, topology, pj_per_bit)
 
 
 @dataclass(frozen=True)
@@ -160,7 +190,8 @@ class System:
             "chips": self.chips, "tensor_parallel": self.tensor_parallel,
             "pipeline_parallel": self.pipeline_parallel, "micro_batches": self.micro_batches,
             "link": {"bandwidth_gbps": self.link.bandwidth_gbps,
-                     "latency_us": self.link.latency_us, "topology": self.link.topology},
+                     "latency_us": self.link.latency_us, "topology": self.link.topology,
+                     "pj_per_bit": self.link.pj_per_bit},
         })
 
     @classmethod
@@ -183,9 +214,11 @@ class System:
             raise ValueError(f"System JSON must be an object with keys {sorted(keys)}, got {got}")
         link = data["link"]
         link_keys = {"bandwidth_gbps", "latency_us", "topology"}
-        if not isinstance(link, dict) or set(link) != link_keys:
+        # pj_per_bit may be left out (JSON written before links had an energy: the default).
+        if not isinstance(link, dict) or not link_keys <= set(link) <= link_keys | {
+                "pj_per_bit"}:
             raise ValueError(f"System JSON field 'link' must be an object with keys "
-                             f"{sorted(link_keys)}, got {link!r}")
+                             f"{sorted(link_keys)} and optionally 'pj_per_bit', got {link!r}")
         return cls(Accelerator.from_json(json.dumps(data["accelerator"])), data["chips"],
                    data["tensor_parallel"], data["pipeline_parallel"], data["micro_batches"],
                    Link(**link))
@@ -193,49 +226,31 @@ class System:
 
 # ---- Collectives ---------------------------------------------------------------------------
 
-def _torus_shape(chips: int) -> tuple[int, int]:
-    rows = max(d for d in range(1, math.isqrt(chips) + 1) if chips % d == 0)
-    return rows, chips // rows
+def charge_collective(kind: str, nbytes: float, chips: int, link: Link) -> cm.LinkCharge:
+    """What a collective costs on ``link`` (``cost_model.charge_link``: seconds, the bytes each
+    chip sends, one chip's energy).
 
-
-def _check_collective(kind: str, nbytes: float, chips: int) -> None:
-    if kind not in COLLECTIVES:
-        raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got {kind!r}")
-    _positive("collective", "bytes", nbytes, allow_zero=True)
-    _positive("collective", "chips", chips, integer=True)
+    Raises
+    ------
+    ValueError
+        For an unknown collective, negative or non-finite bytes, fewer than one chip (named);
+        ``TypeError`` for a wrong type.
+    """
+    if not isinstance(link, Link):
+        raise TypeError(f"link must be a tenet_byoc.system.Link, got {type(link).__name__}")
+    return cm.charge_link(cm.LinkCall(kind, nbytes, chips), link.charged())
 
 
 def collective_seconds(kind: str, nbytes: float, chips: int, link: Link) -> float:
     """Seconds a collective takes by the module's formulas (0 for one chip, except p2p)."""
-    _check_collective(kind, nbytes, chips)
-    bw, lat = link.bandwidth_gbps * 1e9, link.latency_us * 1e-6
-    if kind == "p2p":
-        return nbytes / bw + lat
-    t = chips
-    if t == 1:
-        return 0.0
-    if link.topology == "ring" or (link.topology == "torus2d" and _torus_shape(t)[0] == 1):
-        if kind == "all_reduce":
-            return 2 * (t - 1) / t * nbytes / bw + 2 * (t - 1) * lat
-        return (t - 1) / t * nbytes / bw + (t - 1) * lat
-    if link.topology == "switch":
-        if kind == "all_reduce":
-            return 2 * (t - 1) / t * nbytes / bw + 2 * lat
-        return (t - 1) / t * nbytes / bw + lat
-    r, c = _torus_shape(t)
-    if kind == "all_reduce":
-        return (2 * (r - 1) / r * nbytes / bw + 2 * (c - 1) / c * nbytes / (r * bw)
-                + 2 * (r - 1 + c - 1) * lat)
-    return (r - 1) / r * nbytes / (c * bw) + (c - 1) / c * nbytes / bw + (r - 1 + c - 1) * lat
+    return charge_collective(kind, nbytes, chips, link).seconds
 
 
-def collective_link_bytes(kind: str, nbytes: float, chips: int) -> float:
-    """Bytes each chip sends in a collective (the module's ``link_bytes``)."""
-    _check_collective(kind, nbytes, chips)
-    if kind == "p2p":
-        return float(nbytes)
-    share = (chips - 1) / chips * nbytes
-    return 2 * share if kind == "all_reduce" else share
+def collective_link_bytes(kind: str, nbytes: float, chips: int,
+                          topology: str = "ring") -> float:
+    """Bytes each chip sends in a collective (the module's ``link_bytes``; only an all-to-all's
+    depend on the ``topology``)."""
+    return charge_collective(kind, nbytes, chips, Link(topology=topology)).link_bytes
 
 
 # ---- What an estimate on a system gives ----------------------------------------------------

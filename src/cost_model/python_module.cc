@@ -23,6 +23,7 @@ void BindMemory(py::module_& m);  // python_memory.cc
 void BindMapping(py::module_& m);  // python_mapping.cc
 void BindValues(py::module_& m);   // python_values.cc
 void BindVector(py::module_& m);   // python_vector.cc
+void BindLink(py::module_& m);     // python_link.cc
 
 AnalysisMethod ToMethod(const std::string& m) {
   if (m == "auto") return AnalysisMethod::kAuto;
@@ -418,6 +419,7 @@ PYBIND11_MODULE(_cost_model, m) {
       },
       py::arg("text"), py::arg("point"), py::arg("params") = std::map<std::string, int64_t>{});
   BindVector(m);  // before BindValues: the Accelerator returns its units
+  BindLink(m);
   BindValues(m);  // after Hardware, Dataflow and Metrics, which its values return
 
   // Pickle protocols 0 and 1 reduce an object through copyreg._reduce_ex, which makes an

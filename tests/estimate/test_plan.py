@@ -1,4 +1,5 @@
-"""plan(): a mixed step (a prompt beside decoding sequences) by hand count, tallies, pickling.
+"""plan(): a mixed step (a prompt beside decoding sequences) and a prompt cut in chunks by hand
+count, tallies, pickling.
 
 References: Llama-3-8B's published shapes (32 layers, 32 query and 8 key/value heads of 128,
 hidden 4096, MLP 14336, vocabulary 128256) counted by hand; the plan of a plain prefill of
@@ -12,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from tenet_byoc.compose import compose
+from tenet_byoc.compose import compose, pipeline_seconds
 from tenet_byoc.estimate import Charges, estimate, estimate_step
 from tenet_byoc.hardware import preset
 from tenet_byoc.plan import Step, StepSequence, plan
@@ -79,9 +80,79 @@ def test_a_mixed_steps_linear_layers_cost_as_a_prefill_of_its_rows(mixed):
     assert cost.stage_cycles == (book.totals().cycles,)
 
 
-def test_a_later_chunk_of_a_prompt_is_refused_by_name():
-    with pytest.raises(ValueError, match="later chunk of a prompt"):
-        plan(LLAMA, Step([StepSequence(64, 100)]))
+def _macs(p):
+    return sum(c.call.batch * c.call.m * c.call.n * c.call.k for c in p.calls
+               if c.unit == "array")
+
+
+@pytest.mark.parametrize("model", ["gpt2", LLAMA])
+def test_a_whole_prompt_as_one_chunk_is_the_prefill_entry_for_entry(model):
+    # estimate's prefill is checked against real runs' ledgers (test_estimate_vs_run).
+    _, book = estimate_step(model, Step([StepSequence(512, 0, logits=True)]))
+    whole = estimate(model, prompt_len=512, decode_steps=0)
+    assert len(book) == len(whole)
+    for a, b in zip(book, whole.entries, strict=True):
+        assert a == b
+
+
+def test_a_prompt_cut_in_two_chunks_by_hand():
+    first = plan(LLAMA, Step([StepSequence(256, 0, logits=False)]))
+    second = plan(LLAMA, Step([StepSequence(256, 256)]))
+    whole = plan(LLAMA, Step.prefill(512))
+    # The first chunk is a 256-token prefill without the head (nor its input's quantize).
+    assert [c.name for c in first.calls] == [c.name for c in plan(
+        LLAMA, Step.prefill(256)).calls if c.name != "lm_head"]
+    gemms = {c.name: c.call for c in second.calls if c.unit == "array"}
+    # The second: linear layers over its 256 rows, attention over the 256 cached keys and
+    # its own 256 (the full 256 x 512 block, as a prefill charges its full P x P block).
+    assert (gemms["layers.5.self_attn.q_proj"].m, gemms["lm_head"].m) == (256, 256)
+    qk, pv = gemms["layers.5.attn.qk"], gemms["layers.5.attn.pv"]
+    assert (qk.batch, qk.m, qk.n, qk.k) == (KV, G * 256, 512, HD)
+    assert (pv.batch, pv.m, pv.n, pv.k) == (KV, G * 256, HD, 512)
+    vectors = {c.name: c.call for c in second.calls if c.unit == "vector"}
+    p = "layers.5.self_attn."
+    assert tuple(vectors[p + "softmax"].shape) == (1, KV, G * 256, 512)
+    assert tuple(vectors[p + "scale"].shape) == (1, KV, G * 256, 512)
+    assert tuple(vectors[p + "mask"].shape) == (256, 512)
+    assert tuple(vectors[p + "masked"].shape) == (1, KV, G, 256, 512)
+    assert vectors[p + "masked"].operand_elements == 256 * 512
+    assert tuple(vectors[p + "k_cache"].shape) == tuple(vectors[p + "v_cache"].shape) == (
+        1, KV, 256, HD)
+    assert tuple(vectors["norm"].shape) == (1, 256, D)
+    linear = D * D + 2 * KV * HD * D + D * D + 3 * FF * D  # q, k, v, o, gate, up, down
+    attention = 2 * KV * G * HD  # Q x K^T and P x V per query row and key
+    assert _macs(first) + _macs(second) == (
+        LAYERS * (512 * linear + attention * (256 * 256 + 256 * 512)) + 256 * VOCAB * D)
+    # Against the whole prompt: the head over 256 rows fewer, and the block 512 x 512 less
+    # the two chunks' 256 x 256 and 256 x 512 (the masked corner the whole prompt computes).
+    assert _macs(whole) - _macs(first) - _macs(second) == (
+        256 * VOCAB * D + LAYERS * attention * (512 * 512 - 256 * 256 - 256 * 512))
+
+
+def test_a_chunk_beside_decodes_and_its_refusals():
+    step = Step([StepSequence(100, 300, logits=False), StepSequence(1, 40), StepSequence(1, 7)])
+    p = plan("gpt2", step)
+    qk = [(c.call.batch, c.call.m, c.call.n) for c in p.calls if c.name == "h.3.attn.qk"]
+    assert qk == [(12, 100, 400), (12, 1, 41), (12, 1, 8)]
+    (fc,) = [c.call for c in p.calls if c.name == "h.3.mlp.c_fc"]
+    (head,) = [c.call for c in p.calls if c.name == "lm_head"]
+    assert (fc.m, head.m) == (102, 2)  # the chunk computes no logits
+    mask = [tuple(c.call.shape) for c in p.calls if c.name == "h.0.attn.batch_mask"]
+    assert mask == [(1, 1, 100, 400), (1, 1, 1, 41), (1, 1, 1, 8)]
+    with pytest.raises(ValueError, match="1025 tokens exceed gpt2's context n_positions=1024"):
+        plan("gpt2", Step([StepSequence(25, 1000)]))
+    with pytest.raises(TypeError, match="logits"):
+        StepSequence(8, 8, logits=1)
+    # A step that computes no logits has no head at all.
+    assert "lm_head" not in {c.name for c in plan("gpt2", Step(
+        [StepSequence(16, 16, logits=False)])).calls}
+
+
+def test_a_chunk_under_a_sliding_window_attends_to_what_the_cache_holds():
+    # Mistral-7B keeps the last 4,096 tokens: a chunk of 64 after 5,000 sees 4,096 + 64 keys.
+    p = plan("mistral-7b", Step([StepSequence(64, 5000)]))
+    (qk,) = {(c.call.m, c.call.n) for c in p.calls if c.name.endswith("attn.qk")}
+    assert qk == (4 * 64, 4096 + 64)
 
 
 def test_a_tally_composes_to_the_sum_and_a_plan_pickles():
@@ -118,3 +189,52 @@ def test_totals_before_the_entries_are_made_equal_their_sums(model, kwargs):
     for phase, t in book.group_by("phase").items():
         assert (phases[phase].calls, phases[phase].cycles) == (t.calls, t.cycles)
         assert phases[phase].energy_pj == pytest.approx(t.energy_pj, rel=1e-12)
+
+
+def test_micro_batches_through_stages_by_hand():
+    # Three stages of 1 s, 3 s and 2 s (one GEMM each at 1 GHz), 0.5 s hand-overs, four
+    # micro-batches: the first passes everything, 6 + 2 x 0.5 s; each other follows 3 s
+    # (the slowest stage) later: 7 + 3 x 3 = 16 s, of which 16 - 4 x 3 = 4 s is bubble.
+    from tenet_byoc.plan import LinkCall, Plan, PlannedCall
+
+    seconds = {"a": 1.0, "b": 3.0, "c": 2.0, "stage0.p2p": 0.5, "stage1.p2p": 0.5}
+    gemm = plan("gpt2", Step.decode(4)).calls[0].call
+    calls = [PlannedCall(gemm, n, "array", None, s, key=(n,)) for s, n in enumerate("abc")]
+    calls += [PlannedCall(LinkCall("p2p", 8.0, 2), f"stage{s}.p2p", "link", None, s,
+                          key=("p2p",)) for s in range(2)]
+    p = Plan(Step.decode(4, batch=8), "decode", tuple(calls), tensor_parallel=2,
+             pipeline_parallel=3, micro_batches=4)
+
+    def cost(pc):
+        t = seconds[pc.name]
+        return (t if pc.unit == "link" else t * 1e9), 10.0
+
+    c = compose(p, cost, clock_ghz=1.0)
+    assert c.seconds == pytest.approx(16.0) and c.bubble_seconds == pytest.approx(4.0)
+    # pipeline_seconds walks the same schedule micro-batch by micro-batch.
+    assert (c.seconds, c.bubble_seconds) == pytest.approx(pipeline_seconds([1, 3, 2], 0.5, 4))
+    assert c.stage_seconds == pytest.approx((1.0, 3.0, 2.0))
+    assert c.energy_pj == pytest.approx(5 * 10.0 * 2 * 4)  # every call, chip, micro-batch
+    # A tally of micro-batched steps: each step's stages summed, the same rule.
+    both = p.tally([p])
+    assert compose(both, cost).seconds == pytest.approx(2 * 7 + 3 * 6)
+
+
+def test_a_tally_of_micro_batched_steps_is_the_sum_of_the_steps():
+    # GPT-2 on 2 stages x 2 chips, 2 micro-batches of a batch of 4 decoding: the last stage
+    # (with the head) is the slowest in every step, so the tally composes to the steps' sum,
+    # which is what estimate gives step by step.
+    from tenet_byoc.system import Link, System
+
+    system = System(preset("os16"), chips=4, tensor_parallel=2, pipeline_parallel=2,
+                    micro_batches=2, link=Link(50.0, 2.0))
+    steps = [plan("gpt2", Step.decode(c, batch=4), "none", system) for c in (20, 21, 22)]
+    charges = Charges(preset("os16"), system.link)
+    alone = [compose(s, charges.cost) for s in steps]
+    assert all(max(a.stage_seconds) == a.stage_seconds[-1] for a in alone)
+    tally = compose(steps[0].tally(steps[1:]), charges.cost)
+    assert tally.seconds == pytest.approx(sum(a.seconds for a in alone), rel=1e-12)
+    assert tally.energy_pj == pytest.approx(sum(a.energy_pj for a in alone), rel=1e-12)
+    book = estimate("gpt2", prompt_len=0, context_len=20, decode_steps=3, batch=4,
+                    system=system)
+    assert book.latency_s() == pytest.approx(tally.seconds, rel=1e-12)

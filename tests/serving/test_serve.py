@@ -39,7 +39,10 @@ def test_unbatched_run_is_estimates_summed():
     Step([StepSequence(1, 40)] * 5 + [StepSequence(30, 0)]),
     Step([StepSequence(1, c) for c in range(10, 30)]),
     Step([StepSequence(20, 0), StepSequence(7, 0)]),
-], ids=["decode-batch", "decodes+prefill", "decodes-apart", "two-prefills"])
+    Step([StepSequence(1, 40)] * 3 + [StepSequence(24, 200)]),
+    Step([StepSequence(48, 300)]),
+], ids=["decode-batch", "decodes+prefill", "decodes-apart", "two-prefills",
+        "decodes+chunk", "chunk"])
 def test_split_cost_matches_the_whole_step(step):
     # The split cost (a T-token prefill's dense calls + each sequence's attention) against
     # the plan of the whole mixed step: the per-sequence vector calls (mask, positions) and

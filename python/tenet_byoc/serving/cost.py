@@ -200,9 +200,9 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       the vector unit (:func:`kv_cache_calls`, per layer);
     * ``attention(n, 0)``: the attention calls of an ``n``-token prefill;
       ``attention(1, L)``: those of a decode step after ``L`` tokens;
-      ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``, which the plan
-      does not cover yet): those of a ``W``-token prefill times ``n / W``, the chunk's share
-      of the score rows, ``W`` being ``n + L`` rounded up to ``context_granularity``.
+      ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``): those of the
+      plan of that chunk (``StepSequence(n, L)``: per head ``n x (L + n)`` scores, their
+      scale, mask and softmax; ``L`` rounded up to ``context_granularity``).
       Attention reads K and V at the cache's width with their scales (the plan's attention
       scheme).
 
@@ -303,15 +303,16 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
                     for c in kv_cache_calls(config, scheme, tokens, tp))
         return prefill(tokens)[0] + layers * cache * 1e-6 + handovers(tokens)
 
+    limit = getattr(config, "n_positions", None) or config.max_position_embeddings
+
     def attention(new: int, context: int) -> float:
+        # A context rounded up to the granularity stops at what the model can hold.
+        context = min(context, limit - new)
         if context == 0:
             return prefill(new)[1]
         if new == 1:
             return scaled(Step.decode(context))[1]
-        # A chunk's share of a whole prefill's attention, the prefill's length rounded up
-        # like contexts (a chunk's own length is free: chunks end where budgets do).
-        whole = -(-(new + context) // context_granularity) * context_granularity
-        return prefill(whole)[1] * new / whole
+        return scaled(Step([StepSequence(new, context)]))[1]
 
     prefill(1)  # a bad scheme or a call the accelerator cannot cost fails here
     return SplitStepCost(dense, attention, context_granularity, token_granularity)
