@@ -19,7 +19,15 @@ The source files are written from runs by the subcommands:
 - ``estimate DIR``: from ``tenet-byoc estimate --model llama-3-70b --schemes
   none,per_token,q4f16_1 --accelerator os128 --prompt-len 2048 --decode-steps 128
   --sweep-contexts 128,512,2048,8000 --sweep-batches 1,4,16,64 --out DIR``;
-- ``sweep DIR``: from ``tenet-byoc sweep --out DIR`` (GPT-2 small and the MLP).
+- ``sweep DIR``: from ``tenet-byoc sweep --out DIR`` (GPT-2 small and the MLP);
+- ``mlp DIR``: from ``tenet-byoc sweep --model mlp --schemes all --accelerator os16
+  --repeats 1 --out DIR``;
+- ``eval DIR``: from ``tenet-byoc eval --checkpoint tiny-gpt2 --text README.md --window 128
+  --max-tokens 1024 --schemes ... --out DIR``.
+
+Tables that record one-off measurements (the main job's CPU seconds step by step) live in
+``benchmarks/results/`` as measured, with their machine and date, and are checked the same
+way.
 """
 
 from __future__ import annotations
@@ -229,19 +237,217 @@ def sweep_source(folder: Path, command: str) -> str:
             f"## mlp-os16\n\n{mlp_table}")
 
 
+def mlp_source(folder: Path, command: str) -> str:
+    """The source file of the README's MLP-on-digits table, from a ``sweep --model mlp
+    --out`` folder (``sweep.csv``: one row per scheme on one accelerator)."""
+    rows = [r for r in _rows(folder / "sweep.csv") if r["model"] == "mlp"]
+    accelerators = sorted({r["hardware"] for r in rows})
+    table = _table(["scheme", "test accuracy", "top-1 vs float32", "max abs error", "weight kB",
+                    "est. latency (us)", "energy (uJ)"], ["---"] + ["---:"] * 6,
+                   [["none (float32)" if r["scheme"] == "none" else r["scheme"],
+                     f"{100 * float(r['accuracy']):.2f}%",
+                     f"{100 * float(r['top1_agreement']):.1f}%",
+                     sig(float(r["max_abs_error"])), f"{float(r['weight_bytes']) / 1e3:.2f}",
+                     f"{float(r['latency_us']):.1f}", f"{float(r['energy_pj']) / 1e6:.1f}"]
+                    for r in rows])
+    return (f"# The MLP on scikit-learn's digits under every scheme (README table)\n\n"
+            f"Written by `python docs/readme_tables.py mlp DIR` after `{command}`; "
+            f"{_machine()}; accelerator {', '.join(accelerators)}. The cost columns depend on "
+            f"the code, the accuracies on the seeded training, not on the machine. Latency and "
+            f"energy are the GEMMs only.\n\n## schemes\n\n{table}")
+
+
+def eval_source(folder: Path, command: str) -> str:
+    """The source file of the README's perplexity table, from an ``eval --out`` folder
+    (``eval.csv``: one row per scheme)."""
+    rows = _rows(folder / "eval.csv")
+    table = _table(["scheme", "perplexity", "Δ vs float32", "top-1 vs float32",
+                    "est. latency (ms)", "est. energy (mJ)"], ["---"] + ["---:"] * 5,
+                   [[_eval_label(r["scheme"]), f"{float(r['perplexity']):.2f}",
+                     _delta(float(r["delta_vs_float32"])),
+                     f"{100 * float(r['top1_agreement']):.2f}%",
+                     f"{float(r['latency_us']) / 1e3:.3f}",
+                     f"{float(r['energy_pj']) / 1e9:.3f}"] for r in rows])
+    return (f"# Perplexity of the tiny random GPT-2 under each scheme (README table)\n\n"
+            f"Written by `python docs/readme_tables.py eval DIR` after `{command}`; "
+            f"{_machine()}. `tiny-gpt2` is `examples/tiny_checkpoint.py`'s random model with "
+            f"a tokenizer trained on README.md, so the figures move a little with the README."
+            f"\n\n## perplexity\n\n{table}")
+
+
+def _design(r: dict[str, str]) -> str:
+    """A dse.csv row's design in a few words: array (with its dataflow unless the mapping is
+    searched, which picks os / ws / is per call), the narrow PE formats, buffer, DRAM."""
+    units = [f for f in r["pe_formats"].split("+") if f not in ("fp16", "fp32")] or ["fp16"]
+    array = f"{r['rows']}x{r['cols']}"
+    if r["mapping"] != "auto":
+        array = r["dataflow"] + array
+    fmts = "+".join("fp8" if f.startswith("fp8") else f for f in units)
+    return (f"{array} {fmts}, {int(r['buffer_bytes']) >> 20} MiB, "
+            f"{float(r['dram_gbps']):g} GB/s")
+
+
+def dse_source(folders: list[Path], command: str) -> str:
+    """The source file of the README's design-space table, from ``dse --out`` folders (one
+    per batch; ``dse.csv``): per batch and scheme the fastest feasible design and the one of
+    least energy per token."""
+    rows_out = []
+    for folder in folders:
+        rows = [r for r in _rows(folder / "dse.csv") if r["feasible"] == "True"]
+        batch = folder.name.rsplit("b", 1)[-1]
+        order = list(dict.fromkeys(r["scheme"] for r in rows))
+        run = folder / "dse_run.json"
+        if run.is_file():  # the command's order of schemes
+            import json
+
+            order = [s for s in json.loads(run.read_text())["schemes"] if s in order]
+        for scheme in order:
+            mine = [r for r in rows if r["scheme"] == scheme]
+            fast = min(mine, key=lambda r: (float(r["tpot_ms"]), float(r["area_mm2"])))
+            frugal = min(mine, key=lambda r: (float(r["energy_per_token_mj"]),
+                                              float(r["area_mm2"])))
+            ppl = fast.get("perplexity", "nan")
+            accuracy = ("-" if ppl in ("", "nan") else
+                        f"{float(ppl):.1f} / {100 * float(fast['top1_agreement']):.1f}%")
+            rows_out.append([batch, scheme, _design(fast), f"{float(fast['area_mm2']):.1f}",
+                             f"{float(fast['tpot_ms']):,.1f}", f"{float(fast['ttft_ms']):,.0f}",
+                             f"{float(fast['energy_per_token_mj']):,.0f}",
+                             f"{float(frugal['energy_per_token_mj']):,.0f} ({_design(frugal)}; "
+                             f"{float(frugal['area_mm2']):.1f})", accuracy])
+    table = _table(["batch", "scheme", "fastest design", "mm2", "TPOT ms", "TTFT ms",
+                    "mJ/token", "least mJ/token (design, mm2)", "tiny ppl / top-1"],
+                   ["---", "---", "---", "---:", "---:", "---:", "---:", "---", "---"],
+                   rows_out)
+    return (f"# Llama-3-8B under 50 mm2 at 28 nm (README table)\n\n"
+            f"Written by `python docs/readme_tables.py dse DIR...` (folders named ...-bN for "
+            f"batch N) after `{command}`; {_machine()}. The figures depend on the code, not "
+            f"on the machine; energy includes the static power (area x the area table's "
+            f"W/mm2 over the run).\n\n## designs\n\n{table}")
+
+
+#: The README's groups of decode_schemes.md's rows: (schemes label, kernel, schemes).
+DECODE_GROUPS = (
+    ("`w8a8_*`, `per_tensor`, `per_token`, `w4a8`, `per_token+kv8`", "real int8",
+     ("w8a8_per_tensor", "w8a8_per_channel_per_token", "per_tensor", "per_token", "w4a8",
+      "per_token+kv8")),
+    ("`w8a16_per_channel`", "real int8 weight-only", ("w8a16_per_channel",)),
+    ("`w4a16_group*`, `q4f16_*`, `q4f16_awq`, `q4f16_1+kv4`", "real packed int4",
+     ("w4a16_group32", "w4a16_group64", "w4a16_group128", "q4f16_0", "q4f16_1", "q4f16_ft",
+      "q4f16_awq", "q4f16_1+kv4")),
+    ("`per_embedding`, `smoothquant` (uncalibrated), `group{32,64,128}`, `q0f16`", "emulated",
+     ("per_embedding", "smoothquant", "group32", "group64", "group128", "q0f16")),
+    ("`e4m3_e4m3_f16`, `mxint8`, `mxfp8`, `mxfp4`", "emulated",
+     ("e4m3_e4m3_f16", "mxint8", "mxfp8", "mxfp4")),
+)
+
+
+def decode_schemes_source(results: Path) -> str:
+    """The README's decode-time summary: per group of :data:`DECODE_GROUPS` the range of
+    ``/ float32`` in ``benchmarks/results/decode_schemes.md`` (its rows per scheme)."""
+    ratio = {}
+    for line in results.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[3].endswith("x") and cells[0] != "scheme":
+            ratio[cells[0]] = float(cells[3][:-1])
+    rows = []
+    for label, kernel, schemes in DECODE_GROUPS:
+        missing = [s for s in schemes if s not in ratio]
+        if missing:
+            raise ValueError(f"{results}: no row for {', '.join(missing)}")
+        low, high = min(ratio[s] for s in schemes), max(ratio[s] for s in schemes)
+        rows.append([label, kernel, f"{low:.2f}x" if low == high else f"{low:.2f}-{high:.2f}x"])
+    table = _table(["schemes", "kernel", "decode step / float32"], ["---", "---", "---:"], rows)
+    first = results.read_text().split("\n\n")[1].replace("\n", " ")
+    return (f"# GPT-2 small decode step per scheme, grouped (README table)\n\n"
+            f"Written by `python docs/readme_tables.py decode-schemes` from "
+            f"`{results.relative_to(ROOT) if results.is_relative_to(ROOT) else results}`, "
+            f"whose rows it groups (each range the lowest and highest ratio of its schemes). "
+            f"That file's machine (CPU, ISA, date, load): {first}\n\n## groups\n\n{table}")
+
+
+def _half_up(x: float) -> int:
+    return math.floor(x + 0.5)
+
+
+def cost_model_source(results: Path) -> str:
+    """The README's cost-model speed summary: per GEMM shape, the range over arrays and
+    dataflows of ``benchmarks/results/cost_model.md``'s speed rows (ours C++ in us, isl +
+    barvinok in ms, their ratio), and whether every row was identical."""
+    text = results.read_text()
+    start = text.index("## Speed")
+    by: dict[str, list[list[str]]] = {}
+    for line in text[start:].splitlines()[1:]:
+        if line.startswith("## "):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 8 and cells[0][:1].isdigit():
+            by.setdefault(cells[0], []).append(cells)
+    if not by:
+        raise ValueError(f"{results}: no speed rows under '## Speed'")
+    rows = []
+    for shape, cells in by.items():
+        ours = [float(c[3]) for c in cells]
+        isl = [float(c[5]) for c in cells]
+        ratio = [float(c[6].rstrip("x").replace(",", "")) for c in cells]
+        if any(c[7] != "yes" for c in cells):
+            raise ValueError(f"{results}: {shape} has a row whose metrics differ from isl's")
+        rows.append([" x ".join(shape.split("x")),
+                     f"{_half_up(min(ours))}-{_half_up(max(ours))}",
+                     f"{_half_up(min(isl))}-{_half_up(max(isl))}",
+                     f"{_half_up(min(ratio)):,}-{_half_up(max(ratio)):,}x"])
+    table = _table(["GEMM (M x N x K)", "ours (us)", "isl + barvinok (ms)", "ratio"],
+                   ["---", "---:", "---:", "---:"], rows)
+    machine = text.split("\n\n")[1].split(". ")[0]
+    return (f"# Cost model speed against isl + barvinok, per shape (README table)\n\n"
+            f"Written by `python docs/readme_tables.py cost-model` from "
+            f"`benchmarks/results/cost_model.md` (each range over its arrays and dataflows). "
+            f"That file's machine (CPU, date): {machine}.\n\n## speed\n\n{table}")
+
+
+def _eval_label(scheme: str) -> str:
+    return {"none": "none (float32)", "w4a16_group32": "w4a16_group32 (= q4f16_1)"}.get(
+        scheme, scheme)
+
+
+def _delta(x: float) -> str:
+    return "0" if x == 0 else f"{x:+.2f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what")
     sub.add_parser("check", help="report the README tables that differ from their files")
     sub.add_parser("write", help="rewrite the README's marked tables from their files")
-    for name in ("estimate", "sweep"):
+    for name in ("estimate", "sweep", "mlp", "eval"):
         p = sub.add_parser(name, help=f"write the source file from a `{name} --out` folder")
         p.add_argument("folder", type=Path)
         p.add_argument("--command", required=True, help="the command line that made it")
         p.add_argument("--to", type=Path, required=True, help="the source file to write")
+    p = sub.add_parser("dse", help="write the source file from `dse --out` folders (-bN)")
+    p.add_argument("folders", type=Path, nargs="+")
+    p.add_argument("--command", required=True, help="the command line that made them")
+    p.add_argument("--to", type=Path, required=True, help="the source file to write")
+    p = sub.add_parser("cost-model", help="summarise benchmarks/results/cost_model.md")
+    p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "cost_model.md")
+    p = sub.add_parser("decode-schemes", help="group benchmarks/results/decode_schemes.md")
+    p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "decode_schemes.md")
     args = parser.parse_args(argv)
-    if args.what in ("estimate", "sweep"):
-        make = estimate_source if args.what == "estimate" else sweep_source
+    if args.what == "cost-model":
+        args.to.write_text(cost_model_source(ROOT / "benchmarks" / "results" / "cost_model.md"))
+        print(f"wrote {args.to}")
+        return 0
+    if args.what == "decode-schemes":
+        args.to.write_text(decode_schemes_source(ROOT / "benchmarks" / "results" /
+                                                 "decode_schemes.md"))
+        print(f"wrote {args.to}")
+        return 0
+    if args.what == "dse":
+        args.to.write_text(dse_source(args.folders, args.command))
+        print(f"wrote {args.to}")
+        return 0
+    if args.what in ("estimate", "sweep", "mlp", "eval"):
+        make = {"estimate": estimate_source, "sweep": sweep_source, "mlp": mlp_source,
+                "eval": eval_source}[args.what]
         args.to.write_text(make(args.folder, args.command))
         print(f"wrote {args.to}")
         return 0

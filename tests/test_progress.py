@@ -111,3 +111,49 @@ def test_a_slow_unit_reads_as_seconds_each(monkeypatch):
     bar = LineProgress(total=14, desc="sweep", unit="run", interval=5.0, file=out)
     bar.update(2)
     assert out.getvalue() == "sweep: 2/14 runs (30.0 s/run, 60 s)\n"
+
+
+def _ticking_clock(monkeypatch):
+    """Every read of the progress clock 10 s after the last: each update writes a line."""
+    import itertools
+
+    import tenet_byoc.progress as progress
+
+    ticks = itertools.count(0.0, 10.0)
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(ticks))
+
+
+def test_estimate_into_a_pipe_counts_steps(monkeypatch):
+    from tenet_byoc import estimate
+
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    _ticking_clock(monkeypatch)
+    estimate("gpt2", "none", "os16", prompt_len=8, decode_steps=3, progress=True)
+    # the prefill and 3 decode steps, in steps (the bar said "call" before)
+    assert [line.split(" (")[0] for line in err.getvalue().splitlines()] == [
+        f"estimate gpt2 none: {n}/4 steps" for n in range(1, 5)]
+
+
+def test_dse_into_a_pipe_counts_points(monkeypatch):
+    from tenet_byoc import dse
+
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    _ticking_clock(monkeypatch)
+    dse.explore("gpt2", ["none"], {"rows": [8, 16, 32], "cols": [16]}, prompt_len=8,
+                decode_steps=1, executor="serial", progress=True, chunk_size=1)
+    assert [line.split(" (")[0] for line in err.getvalue().splitlines()] == [
+        f"dse: {n}/3 points" for n in range(1, 4)]
+
+
+def test_the_dse_command_into_a_pipe_tells_its_points(tmp_path, capsys):
+    from tenet_byoc_cli import main
+
+    space = tmp_path / "space.yaml"
+    space.write_text("rows: [8, 16]\ncols: [16]\n")
+    assert main(["dse", "--model", "gpt2", "--schemes", "none", "--space", str(space),
+                 "--out", str(tmp_path / "out"), "--executor", "serial", "--prompt-len", "8",
+                 "--decode-steps", "1"]) == 0
+    # capsys's stderr is no terminal: the end line at least, whatever the interval
+    assert "dse: 2/2 points (" in capsys.readouterr().err

@@ -206,3 +206,82 @@ def test_estimate_tables_written_from_the_csv_files(tmp_path):
     assert "| none | 22.01 | 1.70x | 1,109 | 1.01x | 84.3 |" in text
     assert ("| none | 1 / 16 / 64 | 1,109 / 1,255 / 1,776 | 0.9 / 12.8 / 36.0 | "
             "84.3 / 6.48 / 2.65 |") in text
+
+
+def test_mlp_and_eval_tables_written_from_the_csv_files(tmp_path):
+    tables = _readme_tables()
+    (tmp_path / "sweep.csv").write_text(
+        "model,scheme,hardware,latency_us,weight_bytes,energy_pj,max_abs_error,top1_agreement,"
+        "accuracy\n"
+        "mlp,none,os16,36.964,37888.0,145259273.6,0.0,1.0,0.9777777777777777\n"
+        "mlp,w4a8,os16,27.31,5010.0,44712000.0,1.0137,0.99444,0.9777777777777777\n")
+    text = tables.mlp_source(tmp_path, "tenet-byoc sweep --model mlp ...")
+    # by hand: 37,888 B = 37.89 kB; 145,259,273.6 pJ = 145.3 uJ; 352 / 360 = 97.78%
+    assert "| none (float32) | 97.78% | 100.0% | 0 | 37.89 | 37.0 | 145.3 |" in text
+    assert "| w4a8 | 97.78% | 99.4% | 1.01 | 5.01 | 27.3 | 44.7 |" in text
+    (tmp_path / "eval.csv").write_text(
+        "scheme,perplexity,delta_vs_float32,top1_agreement,latency_us,energy_pj\n"
+        "none,926.054,0.0,1.0,1600.2,7142000000.0\n"
+        "mxfp4,892.31,-33.744,0.584645,1297.0,3662400000.0\n")
+    text = tables.eval_source(tmp_path, "tenet-byoc eval ...")
+    # 1,600.2 us = 1.600 ms; 7.1420e9 pJ = 7.142 mJ; 0.584645 = 58.46%
+    assert "| none (float32) | 926.05 | 0 | 100.00% | 1.600 | 7.142 |" in text
+    assert "| mxfp4 | 892.31 | -33.74 | 58.46% | 1.297 | 3.662 |" in text
+
+
+def test_dse_table_written_from_the_csv_files(tmp_path):
+    tables = _readme_tables()
+    folder = tmp_path / "dse-b16"
+    folder.mkdir()
+    head = ("scheme,rows,cols,dataflow,pe_formats,buffer_bytes,dram_gbps,mapping,area_mm2,"
+            "ttft_ms,tpot_ms,energy_per_token_mj,feasible,perplexity,top1_agreement\n")
+    (folder / "dse.csv").write_text(
+        head
+        + "q4f16_1,16,128,os,int8+fp16+fp32,4194304,128.0,auto,20.5,40572.0,103.9,110.2,"
+          "True,908.0,0.72\n"
+        + "q4f16_1,128,16,os,int8+fp16+fp32,1048576,128.0,auto,15.9,41000.0,110.0,101.4,"
+          "True,908.0,0.72\n"
+        + "q4f16_1,8,8,ws,fp8_e4m3+fp16+fp32,1048576,64.0,default,1.0,1.0,1.0,1.0,"
+          "False,908.0,0.72\n")
+    text = tables.dse_source([folder], "tenet-byoc dse ...")
+    # by hand: fastest 103.9 ms (16x128, mapping searched: no dataflow named), least energy
+    # 101.4 mJ (128x16); the infeasible row is left out though it is faster
+    assert ("| 16 | q4f16_1 | 16x128 int8, 4 MiB, 128 GB/s | 20.5 | 103.9 | 40,572 | 110 | "
+            "101 (128x16 int8, 1 MiB, 128 GB/s; 15.9) | 908.0 / 72.0% |") in text
+
+
+def test_decode_scheme_groups_are_the_ranges_of_their_rows(tmp_path):
+    tables = _readme_tables()
+    rows = {s: 0.5 for group in tables.DECODE_GROUPS for s in group[2]}
+    rows.update({s: 0.40 for s in tables.DECODE_GROUPS[0][2]})
+    rows.update({"w8a8_per_tensor": 0.39, "w4a8": 0.41, "mxfp4": 1.07})
+    path = tmp_path / "decode_schemes.md"
+    path.write_text("# t\n\nmachine line\n\n| scheme | kernel | decode step ms (median) | / "
+                    "float32 (same rounds) |\n|---|---|---:|---:|\n"
+                    + "".join(f"| {s} | k | 1.0 | {r:.2f}x |\n" for s, r in rows.items()))
+    text = tables.decode_schemes_source(path)
+    # by hand: the int8 group (0.40) spans 0.39 (w8a8_per_tensor) to 0.41 (w4a8); the
+    # others are 0.50 but mxfp4's 1.07
+    assert "| real int8 | 0.39-0.41x |" in text
+    assert "| `w8a16_per_channel` | real int8 weight-only | 0.50x |" in text
+    assert "| emulated | 0.50-1.07x |" in text
+    path.write_text(path.read_text().replace("| mxfp4 |", "| mxfp9 |"))
+    with pytest.raises(ValueError, match="no row for mxfp4"):
+        tables.decode_schemes_source(path)
+
+
+def test_cost_model_ranges_are_those_of_their_rows(tmp_path):
+    tables = _readme_tables()
+    path = tmp_path / "cost_model.md"
+    head = ("# c\n\nMeasured 2026-11-22 on x86_64, 2 CPUs. More.\n\n## Speed: x\n\n| GEMM MxNxK "
+            "| array | dataflow | ours C++ (us) | py | isl (ms) | ratio | identical |\n"
+            "|---|---|---|---:|---:|---:|---:|---|\n")
+    path.write_text(head + "| 8x8x8 | 16x16 | os | 18.5 | 1 | 28.5 | 1,540x | yes |\n"
+                    "| 8x8x8 | 16x16 | ws | 20.4 | 1 | 40.0 | 1,960.8x | yes |\n"
+                    "## Next\n\n| 1x1x1 | a | b | 1 | 1 | 1 | 1x | yes |\n")
+    text = tables.cost_model_source(path)
+    # by hand: halves round up (18.5 -> 19, 28.5 -> 29), the next section's rows left out
+    assert text.endswith("| 8 x 8 x 8 | 19-20 | 29-40 | 1,540-1,961x |\n")
+    path.write_text(path.read_text().replace("40.0 | 1,960.8x | yes", "40.0 | 1,960.8x | no"))
+    with pytest.raises(ValueError, match="8x8x8 has a row whose metrics differ"):
+        tables.cost_model_source(path)

@@ -88,6 +88,10 @@ class AreaTable:
     dram_interface_mm2_per_gbps: float = 0.05
     #: Elements that share one MX scale.
     mx_block: int = 32
+    #: Static power (leakage and the clock that runs while idle) per mm2 of the design, W:
+    #: TPU v1's measured idle die power over its die, 28 W / 331 mm2 at 28 nm. Charged as
+    #: power x time in the energy of every estimated run (``tenet_byoc.dse``); 0 turns it off.
+    static_w_per_mm2: float = 0.085
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -107,6 +111,9 @@ class AreaTable:
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                     raise ValueError(f"area table field mx_block must be an integer >= 1, got "
                                      f"{value!r}")
+                continue
+            if f.name == "static_w_per_mm2" and value == 0 and not isinstance(value, bool):
+                object.__setattr__(self, f.name, 0.0)  # static power left out
                 continue
             number = _positive(f.name, value)
             if f.name == "sram_array_efficiency" and number > 1:
@@ -225,6 +232,10 @@ SOURCES: Mapping[str, str] = MappingProxyType({
     "dram_interface_mm2_per_gbps": "assumption (no figure in the published table): a DRAM "
     "PHY + controller of about 0.05 mm2 per GB/s at 45 nm; replace with your PHY's figure",
     "mx_block": "OCP Microscaling Formats (MX) Specification v1.0 (2023): k = 32",
+    "static_w_per_mm2": "N. Jouppi et al., 'In-Datacenter Performance Analysis of a Tensor "
+    "Processing Unit', ISCA 2017, Table 2: the TPU die (< 331 mm2, 28 nm) measured 28 W idle "
+    "(40 W busy); 28 / 331 = 0.085 W per mm2, used at every node (an upper bound of leakage: "
+    "idle power includes the clock tree); replace with your library's leakage figure, or 0",
 })
 
 

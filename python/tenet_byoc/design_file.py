@@ -79,12 +79,56 @@ def design_form(accelerator: Any) -> dict:
     return form
 
 
-def _fill_pairs(form: dict, problems: list[str]) -> None:
+def _check_preset(form: dict, good: dict, problems: list[str]) -> None:
+    """A preset dataflow's own fields (``preset``, ``rows``, ``cols``, ``tiling``), checked
+    before anything is derived from them. A bad one (or no dataflow at all) is reported once,
+    and the ``good`` form's dataflow and PE domain stand in while the rest of the file is
+    checked, so that the fields derived from it (its relations, ``hardware.pe_domain``) add
+    no problem of their own ("dataflow has no field 'name'")."""
+    flow = form.get("dataflow")
+    found = []
+    if flow is None:
+        found.append("missing field 'dataflow' (the array's dataflow: preset, rows, cols and "
+                     "tiling, as `presets --show` prints them)")
+    elif not isinstance(flow, dict):
+        found.append("dataflow must be an object (preset, rows, cols and tiling), got "
+                     f"{type(flow).__name__} {flow!r:.60}")
+    elif not flow.get("preset"):
+        return  # the user's own relations
+    else:
+        for key in ("rows", "cols"):
+            value = flow.get(key)
+            if key not in flow:
+                found.append(f"dataflow.{key} is missing: a preset dataflow's array size")
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                found.append(f"dataflow.{key} must be a positive integer, got {value!r}")
+        tiling = flow.get("tiling") or {}
+        if not isinstance(tiling, dict):
+            found.append(f"dataflow.tiling must be an object of tiling factors, got {tiling!r}")
+        elif not found:
+            from . import cost_model as cm
+
+            try:
+                cm.Dataflow.preset(str(flow["preset"]), flow["rows"], flow["cols"], **tiling)
+            except (ValueError, TypeError) as err:
+                where = ("dataflow.preset" if "unknown dataflow preset" in str(err)
+                         else "dataflow.tiling")
+                found.append(f"{where}: {_as_written(str(err))}")
+    if found:
+        problems.extend(found)
+        form["dataflow"] = copy.deepcopy(good["dataflow"])
+        if isinstance(form.get("hardware"), dict):
+            form["hardware"]["pe_domain"] = good["hardware"]["pe_domain"]
+
+
+def _fill_pairs(form: dict, problems: list[str]) -> dict[str, str]:
     """Derive each pair's second field where the file leaves it out; refuse both given with
-    different values, naming both."""
+    different values, naming both. Returns the fields derived, each with the one it came
+    from (``{"hardware.l2_bytes": "memory.buffer_bytes"}``)."""
+    derived_from: dict[str, str] = {}
     hardware, memory = form.get("hardware"), form.get("memory")
     if not isinstance(hardware, dict) or not isinstance(memory, dict):
-        return
+        return derived_from
     for derived, source in (("l2_bytes", "buffer_bytes"), ("l1_bytes", "register_bytes"),
                             ("bandwidth_bits", "dram_bandwidth_bits")):
         if source not in memory:
@@ -93,6 +137,7 @@ def _fill_pairs(form: dict, problems: list[str]) -> None:
             continue
         if derived not in hardware:
             hardware[derived] = memory[source]
+            derived_from[f"hardware.{derived}"] = f"memory.{source}"
         elif hardware[derived] != memory[source]:
             problems.append(
                 f"hardware.{derived} = {hardware[derived]!r} and memory.{source} = "
@@ -100,18 +145,20 @@ def _fill_pairs(form: dict, problems: list[str]) -> None:
                 f"(hardware.{derived} is derived from it) or make them equal")
     array = _preset_array(form)
     if array is None:
-        return
+        return derived_from
     rows, cols = array
     domain = hardware.get("pe_domain")
     if domain is None:
         hardware["pe_domain"] = _domain(rows, cols)
-        return
+        derived_from["hardware.pe_domain"] = "dataflow.rows / dataflow.cols"
+        return derived_from
     match = _DOMAIN.match(str(domain))
     if match and (int(match[1]), int(match[2])) != (rows, cols):
         problems.append(
             f"hardware.pe_domain is a {match[1]}x{match[2]} array but dataflow.rows / "
             f"dataflow.cols say {rows}x{cols}: give dataflow.rows and dataflow.cols only "
             "(hardware.pe_domain is derived from them) or make them agree")
+    return derived_from
 
 
 def _preset_relations(form: dict) -> dict | None:
@@ -217,20 +264,39 @@ def _get(form: dict, path: str) -> Any:
 
 
 def _parse_all(form: dict, parse: Callable[[str], Any], good_design: Any,
-               problems: list[str]) -> Any:
+               problems: list[str], derived_from: Mapping[str, str] | None = None) -> Any:
     """Parse the form; on a refusal naming a field, note it, put a good value there (the
-    ``good_design``'s) and parse again, so that every bad value is reported at once."""
+    ``good_design``'s) and parse again, so that every bad value is reported at once. A
+    refusal of a field derived from another (``derived_from``) is told of the field the file
+    wrote, and only when that field's own check has not told it already."""
     good = design_form(good_design)
     _fill_pairs(good, [])
+    derived_from = derived_from or {}
+    of_derived: dict[str, str] = {}  # the field the file wrote -> the refusal of its twin
+    try:
+        return _parse_fixing(form, parse, good, problems, derived_from, of_derived)
+    finally:
+        for source, message in of_derived.items():
+            if not any(p.startswith(source) for p in problems):
+                problems.append(message)
+
+
+def _parse_fixing(form: dict, parse: Callable[[str], Any], good: dict, problems: list[str],
+                  derived_from: Mapping[str, str], of_derived: dict[str, str]) -> Any:
     for _ in range(64):
         try:
             return parse(json.dumps(form))
         except (TypeError, ValueError) as err:
             message = _as_written(str(err))
-            problems.append(message)
             missing = _MISSING.search(message)
             place = (f"{missing[1]}.{missing[2]}" if missing
                      else (_PATH.search(message) or [None, None])[1])
+            if place in derived_from:
+                source = derived_from[place]
+                of_derived[source.split(" ")[0]] = message.replace(
+                    place, f"{source} ({place}, derived from it)", 1)
+            else:
+                problems.append(message)
             if place is None:
                 return None
             try:
@@ -275,9 +341,10 @@ def read_design(path: str | Path, parse: Callable[[str], Any],
     form = copy.deepcopy(data)
     problems: list[str] = []
     _unknown_keys(form, _schema(presets), problems)
-    _fill_pairs(form, problems)
+    _check_preset(form, json.loads(presets["os16"].to_json()), problems)
+    derived_from = _fill_pairs(form, problems)
     _check_relations(form, problems)
-    accelerator = _parse_all(form, parse, presets["os16"], problems)
+    accelerator = _parse_all(form, parse, presets["os16"], problems, derived_from)
     if problems:
         count = f"{len(problems)} problems" if len(problems) > 1 else "1 problem"
         raise ValueError(f"accelerator file {str(path)!r}: {count}:\n  " + "\n  ".join(problems))

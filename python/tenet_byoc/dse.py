@@ -427,12 +427,16 @@ mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps : sequence
         return cls.from_dict(load_table_file(path, "design space"), f"design space {str(path)!r}")
 
     def all_points(self) -> list[DesignPoint]:
-        """Every combination of the fields' values (the chips and the vector unit varying
-        slowest, the clock fastest: consecutive points share their charges)."""
+        """Every combination of the fields' values, each design once (the chips and the
+        vector unit varying slowest, the clock fastest: consecutive points share their
+        charges). A point of mapping "auto" searches every call's dataflow among os, ws and
+        is whatever its own, so of the points that differ only in the dataflow it is made
+        once, under the first of ``dataflows`` (the others would repeat its figures)."""
         names = sorted(AXES, key=lambda name: _VARIES[AXES[name].charges])
-        return [DesignPoint(**dict(zip(names, values, strict=True)))
-                for values in itertools.product(*(getattr(self, AXES[n].space)
-                                                  for n in names))]
+        points = (DesignPoint(**dict(zip(names, values, strict=True)))
+                  for values in itertools.product(*(getattr(self, AXES[n].space)
+                                                    for n in names)))
+        return [p for p in points if p.mapping != "auto" or p.dataflow == self.dataflows[0]]
 
     def area(self, point: DesignPoint) -> dict[str, float]:
         """The point's area by component at the space's node: one chip's (``total`` is all
@@ -463,9 +467,11 @@ class PointResult:
     ttft_ms: float
     tpot_ms: float
     tokens_per_s: float  #: the batch's decode tokens per second
-    energy_per_token_mj: float  #: decode, per generated token of one sequence
-    prefill_energy_per_token_mj: float
-    power_w: float  #: average over the estimated run (prefill + decode)
+    #: decode, per generated token of one sequence; the calls' energy and the static power
+    #: (area x ``AreaTable.static_w_per_mm2``) over the decode time
+    energy_per_token_mj: float
+    prefill_energy_per_token_mj: float  #: the same for the prefill, per prompt token
+    power_w: float  #: average over the estimated run (prefill + decode), static included
     feasible: bool
     reason: str = ""
     perplexity: float = math.nan
@@ -692,6 +698,10 @@ def _result(job: _Job, point: DesignPoint, area: float, scheme: str,
                            power_w=nan, feasible=False, reason=reason)
     prefill_us, decode_us = latency_us["prefill"], latency_us["decode"]
     steps, batch, prompt = job.decode_steps, job.batch, job.prompt_len
+    # static power (all chips' area x the table's W per mm2) over each phase's time, in pJ
+    static_w = area * job.table.static_w_per_mm2
+    energy = {"prefill": energy["prefill"] + static_w * prefill_us * 1e6,
+              "decode": energy["decode"] + static_w * decode_us * 1e6}
     total_us = prefill_us + decode_us
     power = (energy["prefill"] + energy["decode"]) / total_us * 1e-6 if total_us else 0.0
     over = job.power_budget_w is not None and power > job.power_budget_w
@@ -776,12 +786,15 @@ def _chunks(points: Sequence[DesignPoint], size: int) -> list[list[DesignPoint]]
 
 
 def _run_local(job: _Job, chunks: list, workers: int | None) -> Iterable[list[PointResult]]:
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
 
-    # spawn: a forked child of a process that loaded TVM's thread pool can hang.
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
-                             mp_context=mp.get_context("spawn")) as pool:
+    # loky's workers are fresh interpreters (fork + exec: a forked child of a process that
+    # loaded TVM's thread pool can hang) that do not import the caller's __main__, so a
+    # plain script calling explore without an `if __name__ == "__main__":` guard is not run
+    # again in every worker (multiprocessing's spawn did, and the pool broke).
+    from joblib.externals.loky import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         futures = [pool.submit(_evaluate, job, chunk) for chunk in chunks]
         for f in as_completed(futures):
             yield f.result()
@@ -927,7 +940,8 @@ def explore(
         Per scheme ``{"perplexity": .., "top1_agreement": ..}`` (the eval path's figures,
         independent of the design): joined to its points, and the accuracy front marked.
     progress : bool
-        A tqdm bar of points with points per second.
+        Show the points done on stderr: a bar on a terminal, a line every few seconds into
+        a pipe or a file (:func:`tenet_byoc.progress.progress_bar`).
     dram_capacity_bytes : float, optional
         Each chip's DRAM: a (point, scheme) whose footprint per chip exceeds it is
         infeasible (``reason`` says what it needs), so off the fronts.
@@ -985,11 +999,11 @@ def explore(
     else:
         runs = _run_ray(job, chunks, ray_address, workers)
     bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    if progress:  # a bar on a terminal, a line every few seconds into a pipe or a log
+        from .progress import progress_bar
 
-        bar = tqdm(total=len(points), initial=len(results), unit="point", desc="dse",
-                   smoothing=0.1)
+        bar = progress_bar(total=len(points), initial=len(results), unit="point", desc="dse",
+                           smoothing=0.1)
     fh = path.open("a", encoding="utf-8") if path else None
     if fh and fh.tell() and not path.read_bytes().endswith(b"\n"):
         fh.write("\n")  # end a line the interruption cut, so the next one starts clean

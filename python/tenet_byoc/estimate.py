@@ -277,7 +277,9 @@ def estimate(
         ``preset(name, mapping="auto")`` charges it), ``"default"`` (the preset's own
         mapping) or None (the accelerator as given); see ``hardware.resolve``.
     progress : bool
-        Show a progress bar over the decode steps (tqdm, on stderr).
+        Show the progress over the steps (the prefill and each decode step) on stderr: a
+        bar on a terminal, a line every few seconds into a pipe or a file
+        (:func:`tenet_byoc.progress.progress_bar`).
     system : tenet_byoc.system.System, optional
         Several chips (tensor and pipeline parallel, links): every GEMM is sharded as
         Megatron-LM shards it and charged on each chip, collectives are added as entries of
@@ -313,11 +315,11 @@ def estimate(
     acc = _accelerator(accelerator, mapping, system)
     steps = ([Step.prefill(prompt_len, batch)] if prompt_len else []) + [
         Step.decode(context_len + i, batch) for i in range(decode_steps)]
-    if progress:
-        from tqdm.auto import tqdm
+    if progress:  # a bar on a terminal, a line every few seconds into a pipe or a log
+        from .progress import progress_bar
 
-        steps = tqdm(steps, desc=f"estimate {config.name} {quant.name}", unit="call",
-                     leave=False)
+        steps = progress_bar(steps, desc=f"estimate {config.name} {quant.name}", unit="step",
+                             leave=False)
     charges = Charges(acc, system.link if system is not None else None)
     if routing is not None:
         routing = list(routing)

@@ -376,6 +376,7 @@ def _tpu_v1() -> Accelerator:
     # weight memory of 34 GB/s (Table 2 / Sec. 2: 8 GiB DDR3 at 34 GB/s).
     clock_ghz = 0.7
     dram_bits = 34e9 * 8 / (clock_ghz * 1e9)  # 34 GB/s at 700 MHz: ~388.6 bits per cycle
+    buffer_bytes = (24 << 20) + (4 << 20)  # the unified buffer and the accumulators
     memory = cm.MemoryHierarchy(
         dram_bandwidth_bits=dram_bits,
         # The 34 GB/s weight memory feeds only the weight FIFO (B); activations come from and
@@ -386,8 +387,9 @@ def _tpu_v1() -> Accelerator:
         # theirs.
         dram_channel_per_operand=True,
         # One buffer holds A, B and C tiles here; the TPU's 24 MiB unified buffer and its
-        # 4 MiB accumulators together are what its tiles can occupy.
-        buffer_bytes=(24 << 20) + (4 << 20),
+        # 4 MiB accumulators together are what its tiles can occupy: this one field (28 MiB)
+        # is both, and hardware.l2_bytes below (TENET's name for it) is the same figure.
+        buffer_bytes=buffer_bytes,
         # Per cycle the array edge takes 256 8-bit activations and 256 weights and gives 256
         # 32-bit sums to the accumulators (Sec. 2): 256 x (8 + 8 + 32) bits. The model has
         # one buffer port for all three, so it carries the sum.
@@ -407,7 +409,8 @@ def _tpu_v1() -> Accelerator:
     # lets a whole model be charged, visible per entry (bits_a, bits_b, mac_pj).
     precision = cm.PrecisionTable([
         cm.MacSpec(8, 8, macs_per_pe_per_cycle=1, pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=1, pj_per_mac=3.7 + 0.9),
+        # Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=1, pj_per_mac=4.6),
     ])
     # The activation pipeline (Sec. 2: the Activation Unit applies ReLU, sigmoid, ... and
     # pooling to the 256-wide accumulator rows) is 256 lanes wide, one per matrix unit column,
@@ -416,7 +419,7 @@ def _tpu_v1() -> Accelerator:
     vector = cm.VectorUnit(lanes=256, schedule="pipelined")
     return Accelerator.systolic(
         "ws", 256, 256, name="tpu_v1", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
-        l1_bytes=16, l2_bytes=24 << 20, memory=memory, precision=precision,
+        l1_bytes=16, l2_bytes=buffer_bytes, memory=memory, precision=precision,
         # The matrix unit holds weights stationary and streams activations (Sec. 2): a
         # mapping search may not pick an output- or input-stationary dataflow.
         supported_dataflows=("ws",), vector=vector,
@@ -533,7 +536,8 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     precision = cm.PrecisionTable([
         cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8], pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
         cm.MacSpec(16, 16, macs_per_pe_per_cycle=rates[16], pj_per_mac=1.1 + 0.4),
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=3.7 + 0.9),
+        # Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=4.6),
     ])
     cores = cm.Cores(count=sms, shared_bandwidth_bits=l2_bytes_per_clock * 8, shared_bytes=l2_bytes,
                      launch_cycles=round(launch_us * 1e3 * clock_ghz), max_split_k=16)
@@ -581,7 +585,8 @@ def _a100() -> Accelerator:
     precision = cm.PrecisionTable([
         cm.MacSpec(8, 8, macs_per_pe_per_cycle=2, pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
         cm.MacSpec(16, 16, macs_per_pe_per_cycle=1, pj_per_mac=1.1 + 0.4),
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=1, pj_per_mac=3.7 + 0.9),
+        # Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=1, pj_per_mac=4.6),
     ])
     cores = cm.Cores(count=sms, shared_bandwidth_bits=5120 * 8, shared_bytes=40 << 20,
                      max_split_k=16)

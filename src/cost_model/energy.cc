@@ -15,22 +15,31 @@ namespace {
 constexpr double kInt8Mul = 0.2, kInt8Add = 0.03, kInt32Add = 0.1;
 constexpr double kFp16Mul = 1.1, kFp16Add = 0.4, kFp32Mul = 3.7, kFp32Add = 0.9;
 
+// A sum of published figures rounded to 12 significant digits, so that it prints as the
+// sum is written (3.7 + 0.9 is 4.6 in a design file, not 4.6000000000000005); the figures
+// themselves have two or three.
+double Figure(double pj) {
+  if (pj == 0 || !std::isfinite(pj)) return pj;
+  const double scale = std::pow(10.0, 11 - std::floor(std::log10(std::fabs(pj))));
+  return std::round(pj * scale) / scale;
+}
+
 }  // namespace
 
 double IntegerMacPj(int bits_a, int bits_b, int accumulator_bits) {
   if (bits_a < 1 || bits_b < 1 || accumulator_bits < 1)
     throw std::invalid_argument("IntegerMacPj: widths must be >= 1 bit, got " + Str(bits_a) +
                                 ", " + Str(bits_b) + ", " + Str(accumulator_bits));
-  return kInt8Mul * bits_a * bits_b / 64.0 + kInt8Add * accumulator_bits / 8.0;
+  return Figure(kInt8Mul * bits_a * bits_b / 64.0 + kInt8Add * accumulator_bits / 8.0);
 }
 
 PrecisionTable PrecisionTable::Horowitz45nm() {
   PrecisionTable t;
   t.units = {
-      {32, 32, 1, kFp32Mul + kFp32Add},
-      {16, 16, 1, kFp16Mul + kFp16Add},
+      {32, 32, 1, Figure(kFp32Mul + kFp32Add)},
+      {16, 16, 1, Figure(kFp16Mul + kFp16Add)},
       // int8 x int8 into a 32-bit accumulator: 0.2 + 0.1 (Horowitz's 32-bit add).
-      {8, 8, 1, kInt8Mul + kInt32Add},
+      {8, 8, 1, Figure(kInt8Mul + kInt32Add)},
   };
   return t;
 }
@@ -39,7 +48,7 @@ PrecisionTable PrecisionTable::Horowitz45nmPacked(double int8_rate, double int4_
   PrecisionTable t = Horowitz45nm();
   t.units[2].macs_per_pe_per_cycle = int8_rate;
   // A 4 x 4 multiply is a quarter of an 8 x 8 one; the 32-bit accumulate stays.
-  t.units.push_back({4, 4, int4_rate, kInt8Mul * 16.0 / 64.0 + kInt32Add});
+  t.units.push_back({4, 4, int4_rate, Figure(kInt8Mul * 16.0 / 64.0 + kInt32Add)});
   Validate(t);
   return t;
 }

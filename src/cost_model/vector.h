@@ -50,9 +50,9 @@ const char* VectorOpClassName(VectorOpClass c);  // "add", "mul", "exp", "recip"
 // polynomial (4 multiply-adds), reciprocal / rsqrt as a seed and two Newton steps (2 x (2
 // multiplies + 1 add) = 16.6 pJ), tanh / erf as a rational approximation (7 multiply-adds
 // and a reciprocal: 48.8 pJ). Cycles per op follow the same counts on a pipelined lane:
-// 1 for add and multiply, 4 for exp and reciprocal, 8 for tanh / erf.
-constexpr VectorOpFigures kVectorPjPerOp45nm = {0.9, 3.7, 4 * (3.7 + 0.9),
-                                                2 * (2 * 3.7 + 0.9), 7 * (3.7 + 0.9) + 16.6};
+// 1 for add and multiply, 4 for exp and reciprocal, 8 for tanh / erf. The sums are written
+// out (4 x 4.6 = 18.4, 7 x 4.6 + 16.6 = 48.8) so they print as written, not 18.400000000000002.
+constexpr VectorOpFigures kVectorPjPerOp45nm = {0.9, 3.7, 18.4, 16.6, 48.8};
 constexpr VectorOpFigures kVectorCyclesPerOp = {1, 1, 4, 4, 8};
 
 // Whether vector work overlaps the array's (pipelined behind the GEMM that produces its

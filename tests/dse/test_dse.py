@@ -60,10 +60,16 @@ def test_a_point_equals_estimate_of_its_accelerator_alone(serial, index):
         assert r.ttft_ms == pytest.approx(pre.latency_ms, rel=1e-9)
         assert r.tpot_ms == pytest.approx(dec.latency_ms, rel=1e-9)
         assert r.tokens_per_s == pytest.approx(dec.tokens_per_s, rel=1e-9)
-        assert r.energy_per_token_mj == pytest.approx(dec.energy_per_token_mj, rel=1e-9)
-        assert r.prefill_energy_per_token_mj == pytest.approx(pre.energy_per_token_mj, rel=1e-9)
+        # estimate's energy plus the static power (area x W/mm2) over each phase's time
+        static_w = r.area_mm2 * space.table.static_w_per_mm2
+        assert r.energy_per_token_mj == pytest.approx(
+            dec.energy_per_token_mj + static_w * dec.latency_ms / RUN["batch"], rel=1e-9)
+        assert r.prefill_energy_per_token_mj == pytest.approx(
+            pre.energy_per_token_mj
+            + static_w * pre.latency_ms / (RUN["prompt_len"] * RUN["batch"]), rel=1e-9)
         t = ledger.totals()
-        assert r.power_w == pytest.approx(t.energy_pj / t.latency_us * 1e-6, rel=1e-9)
+        assert r.power_w == pytest.approx(t.energy_pj / t.latency_us * 1e-6 + static_w,
+                                          rel=1e-9)
         assert r.area_mm2 == pytest.approx(
             acc.area(28, formats=point.formats_by_width)["total"], rel=1e-12)
         assert r.area_mm2 == space.area(point)["total"]
@@ -253,7 +259,9 @@ def test_vector_lanes_and_chips_equal_estimate_of_that_system_alone():
                                  RUN["batch"])
         assert r.ttft_ms == pytest.approx(pre.latency_ms, rel=1e-12)
         assert r.tpot_ms == pytest.approx(dec.latency_ms, rel=1e-12)
-        assert r.energy_per_token_mj == pytest.approx(dec.energy_per_token_mj, rel=1e-12)
+        static_w = r.area_mm2 * space.table.static_w_per_mm2  # all chips' area
+        assert r.energy_per_token_mj == pytest.approx(
+            dec.energy_per_token_mj + static_w * dec.latency_ms / RUN["batch"], rel=1e-12)
         one_chip = acc.area(28, formats=p.formats_by_width)["total"]
         assert r.area_mm2 == pytest.approx(chips * one_chip, rel=1e-12)
         assert r.area_mm2 == space.area(p)["total"]

@@ -165,7 +165,6 @@ def check_ray_address(address: str | None, timeout_s: float = 10.0) -> None:
 
 def run_dse(args: argparse.Namespace) -> int:
     """The ``dse`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
-    import sys
 
     from ..dse import DesignSpace, PointResult, explore
     from ..estimate import _check_lengths, _config
@@ -194,7 +193,7 @@ def run_dse(args: argparse.Namespace) -> int:
         accuracy = scheme_accuracy(args.checkpoint, args.text, args.schemes,
                                    executor=args.executor, ray_address=args.ray_address,
                                    window=args.window, max_tokens=args.max_tokens)
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = not args.no_progress  # into a pipe: a line every few seconds
     n_points = len(space.all_points())
     start = time.perf_counter()
     rows = explore(args.model, args.schemes, space, prompt_len=args.prompt_len,

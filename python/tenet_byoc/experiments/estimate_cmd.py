@@ -324,17 +324,17 @@ def run_estimate(args: argparse.Namespace) -> int:
     if args.ledger and out is None:
         raise ValueError("--ledger writes ledger_<scheme>.csv into the --out folder: give --out")
     context_len = args.prompt_len if args.context_len is None else args.context_len
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = not args.no_progress  # estimate's steps: a bar, or a line every few seconds
     system = _system(args)
     rows: list[PhaseFigures] = []
     ledgers: dict[str, Ledger] = {}
     start = time.perf_counter()
-    # Into a pipe or a log, a line per scheme estimated (a terminal has estimate()'s bar).
+    # Into a pipe or a log, also a line per scheme estimated (a terminal has estimate()'s bar).
     from ..progress import LineProgress
 
     piped = (LineProgress(total=len(args.schemes), desc=f"estimate {args.model}",
                           unit="scheme", interval=0.0)
-             if not args.no_progress and not progress else None)
+             if progress and not sys.stderr.isatty() else None)
     for scheme in args.schemes:
         ledger = estimate(args.model, scheme, args.accelerator, prompt_len=args.prompt_len,
                           context_len=context_len, decode_steps=args.decode_steps,

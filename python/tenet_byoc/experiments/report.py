@@ -376,7 +376,8 @@ def _roofline(key: str, title: str, rows: Sequence[dict], series: str, hardware:
     """Each call as a point: MACs per DRAM byte against attained MACs per cycle."""
     data = []
     for (name,), pts in _groups(rows, series).items():
-        pts = [p for p in pts if p["cycles"]]
+        # calls with MACs: a ledger's vector and link rows carry none (empty in the CSV)
+        pts = [p for p in pts if p["cycles"] and p["macs"] is not None]
         data.append({
             "type": "scatter", "mode": "markers", "name": str(name),
             "x": [p["macs"] / p["dram_bytes"] if p["dram_bytes"] else None for p in pts],

@@ -13,6 +13,7 @@ This is the one reader of checkpoints: every family describes where its weights 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -46,6 +47,10 @@ _ITEMSIZE = {
 _FLOATS = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8"}
 # A header larger than this is not a weights file's (safetensors itself caps it at 100 MB).
 _MAX_HEADER_BYTES = 100_000_000
+#: The largest config.json read (a model's is a few kB).
+MAX_CONFIG_BYTES = 1 << 20
+#: The largest safetensors index read (DeepSeek-V3's, of about 90,000 tensors, is ~9 MB).
+MAX_INDEX_BYTES = 64 << 20
 
 
 class CheckpointError(ValueError):
@@ -63,24 +68,31 @@ class TensorInfo:
     end: int
 
 
-def read_json(path: str, what: str = "a JSON object") -> dict[str, Any]:
-    """The JSON object in the file ``path``; CheckpointError naming the file otherwise.
+def read_json(path: str, what: str = "a JSON object",
+              max_bytes: int = MAX_CONFIG_BYTES) -> dict[str, Any]:
+    """The JSON object in the file ``path``, read through the guarded reader
+    (:func:`tenet_byoc.documents.read_text`: a regular file of at most ``max_bytes``, UTF-8);
+    CheckpointError naming the file otherwise.
 
-    A document nested too deeply for Python's parser (a hostile file) is refused the same
-    way, not with a RecursionError.
+    A document nested too deeply for Python's parser (a hostile file), a key written twice
+    or a NaN / Infinity is refused the same way, not with a RecursionError or the last value.
     """
+    from ..documents import read_text
+
     try:
-        with open(path, encoding="utf-8") as f:
-            return _json_object(f.read(), path, what)
-    except UnicodeDecodeError as err:
-        raise CheckpointError(f"{path!r} is not UTF-8 text (byte at offset {err.start})") from None
+        text = read_text(path, "checkpoint file", max_bytes)
+    except ValueError as err:  # a FIFO, a directory, too large, not UTF-8
+        raise CheckpointError(str(err)) from None
+    return _json_object(text, path, what)
 
 
 def _json_object(text: str | bytes, path: str, what: str, label: str = "") -> dict[str, Any]:
     # ``label`` goes between the file's name and the reason ("has a corrupt header: ").
+    from ..documents import _json_constant, _json_pairs
+
     where = f"{path!r} {label}"
     try:
-        values = json.loads(text)
+        values = json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_constant)
     except json.JSONDecodeError as err:
         raise CheckpointError(
             f"{where}is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
@@ -91,6 +103,8 @@ def _json_object(text: str | bytes, path: str, what: str, label: str = "") -> di
         raise CheckpointError(
             f"{where}is nested too deeply to be {what} (Python's JSON parser gave up)"
         ) from None
+    except ValueError as err:  # a key twice, NaN / Infinity (documents' hooks)
+        raise CheckpointError(f"{where}is not {what} we read: {err}") from None
     if not isinstance(values, dict):
         raise CheckpointError(f"{where}must hold {what}, got {type(values).__name__}")
     return values
@@ -110,9 +124,9 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, CONFIG_FILE)
-        if not os.path.isfile(path):
+        if not os.path.lexists(path):  # a FIFO or a folder of that name: read_json says so
             raise FileNotFoundError(f"{path!r} not found: a checkpoint folder needs a config.json")
-    elif not os.path.isfile(path):
+    elif not os.path.lexists(path):
         raise FileNotFoundError(f"checkpoint folder or config file {path!r} does not exist")
     elif path.endswith(".safetensors") or os.path.basename(path) == INDEX_FILE:
         raise CheckpointError(
@@ -143,14 +157,21 @@ def _read_header(path: str) -> dict[str, TensorInfo]:
             continue
         try:
             dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-            shape = tuple(int(d) for d in shape)
-            begin, end = int(begin), int(end)
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path!r}: header entry of {name!r} is malformed") from None
+        # JSON integers only, as safetensors writes them: 2.0, "8" or true are not sizes
+        if not isinstance(shape, list) or not all(_is_int(d) for d in (*shape, begin, end)):
+            raise CheckpointError(
+                f"{path!r}: header entry of {name!r} is malformed: shape {shape!r} and "
+                f"data_offsets {[begin, end]!r} must be integers")
+        shape = tuple(shape)
         if not isinstance(dtype, str) or dtype not in _ITEMSIZE:
             raise CheckpointError(f"{path!r}: tensor {name!r} has unknown dtype {dtype!r}")
+        if min(shape, default=0) < 0:
+            raise CheckpointError(f"{path!r}: tensor {name!r} has a negative dimension in its "
+                                  f"shape {list(shape)}")
         nbytes = math.prod(shape) * _ITEMSIZE[dtype]
-        if min(shape, default=0) < 0 or begin < 0 or end - begin != nbytes:
+        if begin < 0 or end - begin != nbytes:
             raise CheckpointError(
                 f"{path!r}: tensor {name!r} of shape {list(shape)} {dtype} spans bytes "
                 f"[{begin}, {end}), which is not its size {nbytes}"
@@ -161,7 +182,20 @@ def _read_header(path: str) -> dict[str, TensorInfo]:
                 f"the file has {size}"
             )
         out[name] = TensorInfo(path, dtype, shape, data_start + begin, data_start + end)
+    # two tensors on the same bytes (safetensors' own reader refuses it): one weight would
+    # silently be read as part of another
+    spans = sorted((t.begin, t.end, n) for n, t in out.items() if t.end > t.begin)
+    for (_, end_a, a), (begin_b, _, b) in itertools.pairwise(spans):
+        if begin_b < end_a:
+            raise CheckpointError(
+                f"{path!r}: tensors {a!r} [{out[a].begin - data_start}, "
+                f"{end_a - data_start}) and {b!r} [{begin_b - data_start}, "
+                f"{out[b].end - data_start}) overlap")
     return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class Checkpoint:
@@ -205,7 +239,7 @@ class Checkpoint:
 
     def _read_sharded(self, index: str) -> dict[str, TensorInfo]:
         try:
-            weight_map = read_json(index, "a safetensors index")["weight_map"]
+            weight_map = read_json(index, "a safetensors index", MAX_INDEX_BYTES)["weight_map"]
             files = {str(name): str(file) for name, file in weight_map.items()}
         except (CheckpointError, KeyError, TypeError, AttributeError):
             raise CheckpointError(

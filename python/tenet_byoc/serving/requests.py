@@ -37,6 +37,11 @@ def _check_int(owner: str, name: str, value: object, low: int) -> None:
         raise ValueError(f"{owner}.{name}={value} must be >= {low}")
 
 
+#: The latest arrival time a request may have, in seconds (31.7 years): up to it a double's
+#: spacing is under 0.12 us, finer than any step the simulator times.
+MAX_ARRIVAL_S = 1e9
+
+
 @dataclass(frozen=True)
 class TraceRequest:
     """One request: when it arrives, its prompt and output tokens (the first output token
@@ -52,6 +57,10 @@ class TraceRequest:
         a = self.arrival_s
         if isinstance(a, bool) or not isinstance(a, int | float) or not math.isfinite(a) or a < 0:
             raise ValueError(f"TraceRequest.arrival_s={a!r} must be a finite number >= 0")
+        if a > MAX_ARRIVAL_S:  # 1e308 + a 17 ms step is 1e308: every TTFT read 0
+            raise ValueError(f"TraceRequest.arrival_s={a!r} is over {MAX_ARRIVAL_S:g} s: a "
+                             f"double's spacing there is {math.ulp(float(a)):.3g} s, too coarse "
+                             "for the steps it would time")
         object.__setattr__(self, "arrival_s", float(a))
         _check_int("TraceRequest", "prompt_tokens", self.prompt_tokens, 1)
         _check_int("TraceRequest", "output_tokens", self.output_tokens, 1)
@@ -145,6 +154,10 @@ def poisson_trace(rate: float, requests: int, lengths: FixedLengths | LognormalL
     _check_int("poisson_trace", "requests", requests, 1)
     gaps = np.random.default_rng([seed, 0]).standard_exponential(requests)
     arrivals = np.cumsum(gaps) / rate
+    if arrivals[-1] > MAX_ARRIVAL_S:
+        raise ValueError(f"rate={rate!r} requests per second spreads {requests} requests over "
+                         f"{arrivals[-1]:.3g} s, past the latest arrival a trace may hold "
+                         f"({MAX_ARRIVAL_S:g} s): give a higher rate")
     prompts, outputs = lengths.sample(np.random.default_rng([seed, 1]), requests)
     return [TraceRequest(float(a), int(p), int(o))
             for a, p, o in zip(arrivals, prompts, outputs, strict=True)]
