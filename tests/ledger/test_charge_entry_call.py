@@ -12,6 +12,7 @@ import pytest
 
 import tenet_byoc
 from tenet_byoc import cost_model as cm
+from tenet_byoc import _cost_model
 from tenet_byoc.hardware import PRESETS, Accelerator, preset
 from tenet_byoc.ledger import (
     CHARGE_FIELDS,
@@ -118,9 +119,9 @@ def test_entry_types_declare_the_cost_models_fields():
     assert {f for f in set(CHARGE_FIELDS) - own[GemmEntry] if gemm[f] not in unset} == {
         "elements"}  # a GEMM's output elements, which its m, n, batch say
     assert gemm["elements"] == 4 * 64
-    assert cm._core._vector_ledger_field_names() == list(CHARGE_FIELDS)
+    assert _cost_model._vector_ledger_field_names() == list(CHARGE_FIELDS)
     assert list(TensorTraffic.__dataclass_fields__) == list(
-        cm._core._ledger_tensor_field_names())
+        _cost_model._ledger_tensor_field_names())
 
 
 #: The schemes the re-charge is checked under: float, int8 x int8 and int4 weights.
