@@ -30,7 +30,9 @@ SCRIPT = textwrap.dedent(
     inputs = [rng.standard_normal((rows, 784)).astype("float32") for rows in (16, 64, 3, 64, 16)]
 
     def key(e):
-        return (e.symbol, e.name, e.unit, e.op, e.batch, e.m, e.n, e.k, e.cycles, e.macs)
+        # a vector entry has no batch or MACs (typed entries): None in the key
+        return (e.symbol, e.name, e.unit, e.op, getattr(e, "batch", None), e.m, e.n, e.k,
+                e.cycles, getattr(e, "macs", None))
 
     # One thread alone: each input's output and ledger entries.
     lone = relax.VirtualMachine(ex, tvm.cpu())
