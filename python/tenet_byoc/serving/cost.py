@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from ..plan import Step, StepSequence
 
@@ -134,6 +136,35 @@ class SplitStepCost:
     def __call__(self, step: Step) -> float:
         return self.seconds_of(s_key for s, n in step.groups
                                for s_key in [(s.new_tokens, s.context)] * n)
+
+    def decode_seconds(self, contexts: Sequence[int], m: int) -> np.ndarray:
+        """Seconds of ``m`` consecutive decode steps of the same sequences: in step ``t``
+        sequence ``j`` decodes one token after ``contexts[j] + t``.
+
+        Each step's value is exactly what :meth:`seconds_of` gives for it: its attention
+        terms added in the sequences' order, starting from 0.0, then its dense term (a
+        vector add per sequence does every step's sum in that order). The caller counts
+        the steps it uses in :attr:`calls`.
+        """
+        g = self.granularity
+        att = self._attention
+        total = np.zeros(m)
+        steps = np.arange(m)
+        for c in contexts:
+            lo, hi = c, c + m - 1
+            if g > 1:
+                lo, hi = -(-lo // g) * g, -(-hi // g) * g
+            if lo == hi:
+                found = att.get((1, lo))
+                total += found if found is not None else self._attention_s(1, lo)
+                continue
+            rounded = c + steps
+            if g > 1:
+                rounded = -(-rounded // g) * g
+            values = np.array([self._attention_s(1, r) for r in range(lo, hi + 1, g)])
+            total += values[(rounded - lo) // g]
+        total += self._dense_s(len(contexts))
+        return total
 
 
 def as_step_cost(cost: object) -> Any:
