@@ -294,29 +294,29 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         return compose(Plan(p.step, p.phase, tuple(calls)), charges.cost, charges.schedule,
                        clock).seconds
 
-    def scaled(step: Step) -> tuple[float, float]:
+    def scaled(step: Step, attention: bool) -> float:
         # The calls of a one-layer model: those outside the layers (embedding, final norm,
         # head: layer None) once, the layer's L times. A GEMM and its epilogues share a
-        # layer, so each part is a chain of whole groups and the parts add up.
+        # layer, so each part is a chain of whole groups and the parts add up. Only the
+        # part asked for is charged and composed (a prompt's attention term charges no
+        # weight GEMMs of its unrounded length).
         p = plan(one_layer, step, scheme, sharding)
-        parts: dict[tuple[bool, bool], list] = {}
+        parts: dict[bool, list] = {}
         for pc in p.calls:
             if pc.name.endswith(writes):  # charged at the cache's width below
                 continue
             owner = pc.fused_with or pc.name
-            parts.setdefault((owner.endswith(ATTENTION_PARTS), pc.layer is None),
-                             []).append(pc)
-        total = {key: seconds(p, calls) * (1 if key[1] else layers)
-                 for key, calls in parts.items()}
-        return (total.get((False, False), 0.0) + total.get((False, True), 0.0),
-                total.get((True, False), 0.0) + total.get((True, True), 0.0))
+            if owner.endswith(ATTENTION_PARTS) == attention:
+                parts.setdefault(pc.layer is None, []).append(pc)
+        return sum(seconds(p, calls) * (1 if outside else layers)
+                   for outside, calls in sorted(parts.items()))
 
-    prefills: dict[int, tuple[float, float]] = {}
+    prefills: dict[tuple[int, bool], float] = {}
 
-    def prefill(tokens: int) -> tuple[float, float]:
-        found = prefills.get(tokens)
+    def prefill(tokens: int, attention: bool) -> float:
+        found = prefills.get((tokens, attention))
         if found is None:
-            found = prefills[tokens] = scaled(Step.prefill(tokens))
+            found = prefills[tokens, attention] = scaled(Step.prefill(tokens), attention)
         return found
 
     two_layers = dataclasses.replace(config, **{field: 2})
@@ -332,7 +332,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     def dense(tokens: int) -> float:
         cache = sum(cm.charge_vector(c, acc).latency_us
                     for c in kv_cache_calls(config, scheme, tokens, tp))
-        return prefill(tokens)[0] + layers * cache * 1e-6 + handovers(tokens)
+        return prefill(tokens, False) + layers * cache * 1e-6 + handovers(tokens)
 
     limit = getattr(config, "n_positions", None) or config.max_position_embeddings
 
@@ -340,10 +340,11 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         # A context rounded up to the granularity stops at what the model can hold.
         context = min(context, limit - new)
         if context == 0:
-            return prefill(new)[1]
+            return prefill(new, True)
         if new == 1:
-            return scaled(Step.decode(context))[1]
-        return scaled(Step([StepSequence(new, context)]))[1]
+            return scaled(Step.decode(context), True)
+        return scaled(Step([StepSequence(new, context)]), True)
 
-    prefill(1)  # a bad scheme or a call the accelerator cannot cost fails here
+    prefill(1, True)
+    prefill(1, False)  # a bad scheme or a call the accelerator cannot cost fails here
     return SplitStepCost(dense, attention, context_granularity, token_granularity)
