@@ -13,8 +13,10 @@ sequence of the step. Two kinds of cost answer:
   together, whatever sequences they come from; the attention GEMMs, softmax and KV reads
   are per sequence. With ``context_granularity`` G > 1, contexts are rounded up to a
   multiple of G before the attention term is asked for (a paged kernel reads whole blocks
-  of G tokens), and with ``token_granularity`` a step's tokens likewise (rows padded to a
-  tile), which bounds the distinct terms.
+  of G tokens), with ``token_granularity`` a step's tokens likewise (rows padded to a
+  tile), and with ``prompt_granularity`` the new tokens of a prompt's first chunk (context
+  0) in its attention term: these bound the distinct terms (a prompt's attention term
+  otherwise is charged anew for every distinct prompt length).
 
 :func:`model_step_cost` builds the split cost of a model under a scheme on an accelerator
 from :func:`tenet_byoc.estimate` (see there).
@@ -79,12 +81,15 @@ class SplitStepCost:
     (see the module)."""
 
     def __init__(self, dense: Callable[[int], float], attention: Callable[[int, int], float],
-                 context_granularity: int = 1, token_granularity: int = 1):
+                 context_granularity: int = 1, token_granularity: int = 1,
+                 prompt_granularity: int = 1):
         for name, value in (("context_granularity", context_granularity),
-                            ("token_granularity", token_granularity)):
+                            ("token_granularity", token_granularity),
+                            ("prompt_granularity", prompt_granularity)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
         self.token_granularity = token_granularity
+        self.prompt_granularity = prompt_granularity
         self.dense = dense
         self.attention = attention
         self.granularity = context_granularity
@@ -111,6 +116,8 @@ class SplitStepCost:
         g = self.granularity
         if g > 1:
             context = -(-context // g) * g
+        if context == 0 and self.prompt_granularity > 1:
+            new = -(-new // self.prompt_granularity) * self.prompt_granularity
         key = (new, context)
         found = self._attention.get(key)
         if found is None:
@@ -129,6 +136,9 @@ class SplitStepCost:
             tokens += new
             if g > 1:
                 context = -(-context // g) * g
+            if context == 0:  # a prompt's first chunk: _attention_s rounds it
+                total += self._attention_s(new, 0)
+                continue
             found = att.get((new, context))
             total += found if found is not None else self._attention_s(new, context)
         return total + self._dense_s(tokens)
@@ -218,7 +228,8 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int =
 
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
                     token_granularity: int = 16, mapping: str | None = None,
-                    system: Any = None) -> SplitStepCost:
+                    system: Any = None, prompt_granularity: int | None = None
+                    ) -> SplitStepCost:
     """The split cost of ``model`` under ``scheme`` on ``accelerator``, from the call plan.
 
     Each term is a :func:`tenet_byoc.plan.plan` of a one-kind step, its calls charged once
@@ -229,7 +240,10 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       (weight GEMMs with their fused epilogues, norms, activations, the head), with the KV
       cache's writes charged at the cache's width and, for an int cache, its quantization on
       the vector unit (:func:`kv_cache_calls`, per layer);
-    * ``attention(n, 0)``: the attention calls of an ``n``-token prefill;
+    * ``attention(n, 0)``: the attention calls of an ``n``-token prefill (``n`` rounded up
+      to ``prompt_granularity``, by default ``token_granularity``, as the dense part
+      rounds a step's tokens: an ``n x n`` score matrix charged up to ``g - 1`` rows and
+      columns larger);
       ``attention(1, L)``: those of a decode step after ``L`` tokens;
       ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``): those of the
       plan of that chunk (``StepSequence(n, L)``: per head ``n x (L + n)`` scores, their
@@ -340,11 +354,12 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         # A context rounded up to the granularity stops at what the model can hold.
         context = min(context, limit - new)
         if context == 0:
-            return prefill(new, True)
+            return prefill(min(new, limit), True)
         if new == 1:
             return scaled(Step.decode(context), True)
         return scaled(Step([StepSequence(new, context)]), True)
 
     prefill(1, True)
     prefill(1, False)  # a bad scheme or a call the accelerator cannot cost fails here
-    return SplitStepCost(dense, attention, context_granularity, token_granularity)
+    return SplitStepCost(dense, attention, context_granularity, token_granularity,
+                         token_granularity if prompt_granularity is None else prompt_granularity)
