@@ -95,6 +95,7 @@ class SplitStepCost:
         self.granularity = context_granularity
         self._dense: dict[int, float] = {}
         self._attention: dict[tuple[int, int], float] = {}
+        self._decode_table = np.full(0, np.nan)  # decode terms by context / granularity
         self.calls = 0
 
     @property
@@ -157,22 +158,23 @@ class SplitStepCost:
         the steps it uses in :attr:`calls`.
         """
         g = self.granularity
-        att = self._attention
+        rounded = np.asarray(contexts, dtype=np.int64)[:, None] + np.arange(m)
+        if g > 1:
+            rounded = -(-rounded // g)  # in units of g
+        table = self._decode_table
+        top = int(rounded.max())
+        if top >= len(table):
+            table = self._decode_table = np.concatenate(
+                (table, np.full(max(top + 1, 2 * len(table)) - len(table), np.nan)))
+        values = table[rounded]
+        missing = np.isnan(values)
+        if missing.any():  # charge the new terms (cached in the dict as seconds_of does)
+            for r in np.unique(rounded[missing]).tolist():
+                table[r] = self._attention_s(1, r * g)
+            values = table[rounded]
         total = np.zeros(m)
-        steps = np.arange(m)
-        for c in contexts:
-            lo, hi = c, c + m - 1
-            if g > 1:
-                lo, hi = -(-lo // g) * g, -(-hi // g) * g
-            if lo == hi:
-                found = att.get((1, lo))
-                total += found if found is not None else self._attention_s(1, lo)
-                continue
-            rounded = c + steps
-            if g > 1:
-                rounded = -(-rounded // g) * g
-            values = np.array([self._attention_s(1, r) for r in range(lo, hi + 1, g)])
-            total += values[(rounded - lo) // g]
+        for row in values:  # the sequences' terms in their order, as seconds_of adds them
+            total += row
         total += self._dense_s(len(contexts))
         return total
 

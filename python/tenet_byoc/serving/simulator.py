@@ -161,6 +161,7 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
     seconds_of = cost.seconds_of
     record = (starts, durations, batch, tokens, blocks)
     fast = fast_forward and isinstance(cost, SplitStepCost)
+    try_fast = True
     if stages > 1:
         _pipelined(sched, cost, seqs, arrival, stages, first, finish,
                    (starts, durations, batch, tokens, blocks), progress)
@@ -169,12 +170,17 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
             while arrived < n and arrival[arrived] <= now:
                 waiting.append(seqs[arrived])
                 arrived += 1
-            if fast and sched.running:
+            # A stretch is tried after a step of the loop and when the next arrival leaves
+            # room for three steps as long as the last (a guess that only saves vain tries).
+            if fast and try_fast and sched.running and (
+                    arrived == n or arrival[arrived] - now > 3 * durations[-1]):
                 ahead = _fast_forward(sched, cost, now, arrival[arrived] if arrived < n
                                       else math.inf, record)
                 if ahead is not None:
                     now = ahead
+                    try_fast = False
                     continue
+            try_fast = True
             step = sched.schedule()
             if not step and not waiting and not sched.running:
                 now = float(arrival[arrived])  # idle until the next arrival
