@@ -3,7 +3,9 @@
 Llama-3-8B on ``h100_sxm`` with 80 GB, ShareGPT-like lengths (``serving.SHAREGPT_LIKE``),
 vLLM-style scheduling (2,048-token budget, 256 sequences, blocks of 16). Per scheme the
 simulation starts with a cold cost (the split cost's dense and attention terms are charged
-as they first occur) and is timed whole (cost terms included). The peer is the same
+as they first occur) and is timed whole (cost terms included). For the first scheme the
+warm loop is then timed with and without fast-forward (the peer of the loop alone), its
+figures compared. The peer is the same
 simulator asking ``estimate_step`` (plan -> charge -> compose of every whole step, cached per
 exact step shape) on ``--peer-requests`` requests of 128 prompt and 32 output tokens at the
 same rate: its time per iteration against the split cost's, and how far the two costs'
@@ -71,6 +73,22 @@ def main() -> None:
         print(f"| {scheme} | {wall:.2f} | {cpu:.2f} | {run.iterations:,} | {cost.misses:,} | "
               f"{m.batch_mean:.1f} | {m.tokens_per_s:,.0f} | {m.ttft_ms_p90:,.1f} | "
               f"{m.tpot_ms_p90:.2f} |")
+        if scheme == SCHEMES[0]:
+            warm = cost  # every term charged: the loop alone, both ways, the same figures
+            loops = {}
+            for fast in (True, False):
+                cpu = time.process_time()
+                loops[fast] = simulate(trace, warm, scheduler=sched, kv_blocks=sizing.blocks,
+                                       fast_forward=fast)
+                loops[fast] = (loops[fast], time.process_time() - cpu)
+            same = all(np.array_equal(getattr(loops[True][0], f), getattr(loops[False][0], f),
+                                      equal_nan=True) for f in ("first_token_s", "finish_s"))
+            warm_line = (f"\nWarm loop ({scheme}, every term cached): fast-forward "
+                         f"{loops[True][1]:.2f} CPU s, iteration by iteration "
+                         f"{loops[False][1]:.2f} CPU s ({loops[False][1] / loops[True][1]:.1f}x); "
+                         f"first_token_s and finish_s {'equal' if same else 'DIFFER'}\n")
+    if not args.peer_only:
+        print(warm_line)
     # A 48-token budget cuts every 128-token prompt into chunks beside the decodes (chunked
     # prefill); fixed lengths keep the peer to minutes.
     sched = SchedulerConfig("vllm", 48, 256)

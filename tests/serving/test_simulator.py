@@ -157,3 +157,13 @@ def test_tight_cache_with_prefixes_finishes_every_request(policy):
     assert run.step_sequences.max() <= 16
     if policy == "vllm":  # Orca runs a prompt above the budget alone, whole
         assert run.step_tokens.max() <= 96
+
+
+def test_prompt_granularity_rounds_only_a_prompts_first_chunk():
+    cost = SplitStepCost(lambda t: 2.0 * t, lambda n, c: n * (c + n), context_granularity=4,
+                         prompt_granularity=8)
+    # dense 2 * 10 tokens on the real count; the prompt's 5 tokens charged as 8 (8 * 8), a
+    # later chunk's 3 tokens after 5 (-> 8) as they are (3 * 11), a decode after 5 (1 * 9).
+    assert cost.seconds_of([(5, 0), (3, 5), (1, 5), (1, 0)]) == 20 + 64 + 33 + 9 + 64
+    with pytest.raises(ValueError, match="prompt_granularity=0"):
+        SplitStepCost(lambda t: 0.0, lambda n, c: 0.0, prompt_granularity=0)

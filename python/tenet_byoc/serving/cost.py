@@ -13,8 +13,10 @@ sequence of the step. Two kinds of cost answer:
   together, whatever sequences they come from; the attention GEMMs, softmax and KV reads
   are per sequence. With ``context_granularity`` G > 1, contexts are rounded up to a
   multiple of G before the attention term is asked for (a paged kernel reads whole blocks
-  of G tokens), and with ``token_granularity`` a step's tokens likewise (rows padded to a
-  tile), which bounds the distinct terms.
+  of G tokens), with ``token_granularity`` a step's tokens likewise (rows padded to a
+  tile), and with ``prompt_granularity`` the new tokens of a prompt's first chunk (context
+  0) in its attention term: these bound the distinct terms (a prompt's attention term
+  otherwise is charged anew for every distinct prompt length).
 
 :func:`model_step_cost` builds the split cost of a model under a scheme on an accelerator
 from :func:`tenet_byoc.estimate` (see there).
@@ -27,8 +29,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from ..plan import Step, StepSequence
 
@@ -77,17 +81,21 @@ class SplitStepCost:
     (see the module)."""
 
     def __init__(self, dense: Callable[[int], float], attention: Callable[[int, int], float],
-                 context_granularity: int = 1, token_granularity: int = 1):
+                 context_granularity: int = 1, token_granularity: int = 1,
+                 prompt_granularity: int = 1):
         for name, value in (("context_granularity", context_granularity),
-                            ("token_granularity", token_granularity)):
+                            ("token_granularity", token_granularity),
+                            ("prompt_granularity", prompt_granularity)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
         self.token_granularity = token_granularity
+        self.prompt_granularity = prompt_granularity
         self.dense = dense
         self.attention = attention
         self.granularity = context_granularity
         self._dense: dict[int, float] = {}
         self._attention: dict[tuple[int, int], float] = {}
+        self._decode_table = np.full(0, np.nan)  # decode terms by context / granularity
         self.calls = 0
 
     @property
@@ -109,6 +117,8 @@ class SplitStepCost:
         g = self.granularity
         if g > 1:
             context = -(-context // g) * g
+        if context == 0 and self.prompt_granularity > 1:
+            new = -(-new // self.prompt_granularity) * self.prompt_granularity
         key = (new, context)
         found = self._attention.get(key)
         if found is None:
@@ -127,6 +137,9 @@ class SplitStepCost:
             tokens += new
             if g > 1:
                 context = -(-context // g) * g
+            if context == 0:  # a prompt's first chunk: _attention_s rounds it
+                total += self._attention_s(new, 0)
+                continue
             found = att.get((new, context))
             total += found if found is not None else self._attention_s(new, context)
         return total + self._dense_s(tokens)
@@ -134,6 +147,36 @@ class SplitStepCost:
     def __call__(self, step: Step) -> float:
         return self.seconds_of(s_key for s, n in step.groups
                                for s_key in [(s.new_tokens, s.context)] * n)
+
+    def decode_seconds(self, contexts: Sequence[int], m: int) -> np.ndarray:
+        """Seconds of ``m`` consecutive decode steps of the same sequences: in step ``t``
+        sequence ``j`` decodes one token after ``contexts[j] + t``.
+
+        Each step's value is exactly what :meth:`seconds_of` gives for it: its attention
+        terms added in the sequences' order, starting from 0.0, then its dense term (a
+        vector add per sequence does every step's sum in that order). The caller counts
+        the steps it uses in :attr:`calls`.
+        """
+        g = self.granularity
+        rounded = np.asarray(contexts, dtype=np.int64)[:, None] + np.arange(m)
+        if g > 1:
+            rounded = -(-rounded // g)  # in units of g
+        table = self._decode_table
+        top = int(rounded.max())
+        if top >= len(table):
+            table = self._decode_table = np.concatenate(
+                (table, np.full(max(top + 1, 2 * len(table)) - len(table), np.nan)))
+        values = table[rounded]
+        missing = np.isnan(values)
+        if missing.any():  # charge the new terms (cached in the dict as seconds_of does)
+            for r in np.unique(rounded[missing]).tolist():
+                table[r] = self._attention_s(1, r * g)
+            values = table[rounded]
+        total = np.zeros(m)
+        for row in values:  # the sequences' terms in their order, as seconds_of adds them
+            total += row
+        total += self._dense_s(len(contexts))
+        return total
 
 
 def as_step_cost(cost: object) -> Any:
@@ -187,7 +230,8 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int =
 
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
                     token_granularity: int = 16, mapping: str | None = None,
-                    system: Any = None) -> SplitStepCost:
+                    system: Any = None, prompt_granularity: int | None = None
+                    ) -> SplitStepCost:
     """The split cost of ``model`` under ``scheme`` on ``accelerator``, from the call plan.
 
     Each term is a :func:`tenet_byoc.plan.plan` of a one-kind step, its calls charged once
@@ -198,7 +242,10 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       (weight GEMMs with their fused epilogues, norms, activations, the head), with the KV
       cache's writes charged at the cache's width and, for an int cache, its quantization on
       the vector unit (:func:`kv_cache_calls`, per layer);
-    * ``attention(n, 0)``: the attention calls of an ``n``-token prefill;
+    * ``attention(n, 0)``: the attention calls of an ``n``-token prefill (``n`` rounded up
+      to ``prompt_granularity``, by default ``token_granularity``, as the dense part
+      rounds a step's tokens: an ``n x n`` score matrix charged up to ``g - 1`` rows and
+      columns larger);
       ``attention(1, L)``: those of a decode step after ``L`` tokens;
       ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``): those of the
       plan of that chunk (``StepSequence(n, L)``: per head ``n x (L + n)`` scores, their
@@ -263,29 +310,29 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         return compose(Plan(p.step, p.phase, tuple(calls)), charges.cost, charges.schedule,
                        clock).seconds
 
-    def scaled(step: Step) -> tuple[float, float]:
+    def scaled(step: Step, attention: bool) -> float:
         # The calls of a one-layer model: those outside the layers (embedding, final norm,
         # head: layer None) once, the layer's L times. A GEMM and its epilogues share a
-        # layer, so each part is a chain of whole groups and the parts add up.
+        # layer, so each part is a chain of whole groups and the parts add up. Only the
+        # part asked for is charged and composed (a prompt's attention term charges no
+        # weight GEMMs of its unrounded length).
         p = plan(one_layer, step, scheme, sharding)
-        parts: dict[tuple[bool, bool], list] = {}
+        parts: dict[bool, list] = {}
         for pc in p.calls:
             if pc.name.endswith(writes):  # charged at the cache's width below
                 continue
             owner = pc.fused_with or pc.name
-            parts.setdefault((owner.endswith(ATTENTION_PARTS), pc.layer is None),
-                             []).append(pc)
-        total = {key: seconds(p, calls) * (1 if key[1] else layers)
-                 for key, calls in parts.items()}
-        return (total.get((False, False), 0.0) + total.get((False, True), 0.0),
-                total.get((True, False), 0.0) + total.get((True, True), 0.0))
+            if owner.endswith(ATTENTION_PARTS) == attention:
+                parts.setdefault(pc.layer is None, []).append(pc)
+        return sum(seconds(p, calls) * (1 if outside else layers)
+                   for outside, calls in sorted(parts.items()))
 
-    prefills: dict[int, tuple[float, float]] = {}
+    prefills: dict[tuple[int, bool], float] = {}
 
-    def prefill(tokens: int) -> tuple[float, float]:
-        found = prefills.get(tokens)
+    def prefill(tokens: int, attention: bool) -> float:
+        found = prefills.get((tokens, attention))
         if found is None:
-            found = prefills[tokens] = scaled(Step.prefill(tokens))
+            found = prefills[tokens, attention] = scaled(Step.prefill(tokens), attention)
         return found
 
     two_layers = dataclasses.replace(config, **{field: 2})
@@ -301,7 +348,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     def dense(tokens: int) -> float:
         cache = sum(cm.charge_vector(c, acc).latency_us
                     for c in kv_cache_calls(config, scheme, tokens, tp))
-        return prefill(tokens)[0] + layers * cache * 1e-6 + handovers(tokens)
+        return prefill(tokens, False) + layers * cache * 1e-6 + handovers(tokens)
 
     limit = getattr(config, "n_positions", None) or config.max_position_embeddings
 
@@ -309,10 +356,12 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         # A context rounded up to the granularity stops at what the model can hold.
         context = min(context, limit - new)
         if context == 0:
-            return prefill(new)[1]
+            return prefill(min(new, limit), True)
         if new == 1:
-            return scaled(Step.decode(context))[1]
-        return scaled(Step([StepSequence(new, context)]))[1]
+            return scaled(Step.decode(context), True)
+        return scaled(Step([StepSequence(new, context)]), True)
 
-    prefill(1)  # a bad scheme or a call the accelerator cannot cost fails here
-    return SplitStepCost(dense, attention, context_granularity, token_granularity)
+    prefill(1, True)
+    prefill(1, False)  # a bad scheme or a call the accelerator cannot cost fails here
+    return SplitStepCost(dense, attention, context_granularity, token_granularity,
+                         token_granularity if prompt_granularity is None else prompt_granularity)

@@ -25,12 +25,13 @@ cache). Errors: a request that can never fit the cache, or a bad option, raises
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .cost import as_step_cost
+from .cost import SplitStepCost, as_step_cost
 from .kv_cache import PagedKVCache
 from .requests import TraceRequest
 from .scheduler import Scheduler, SchedulerConfig
@@ -71,7 +72,8 @@ class ServingRun:
 def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
              scheduler: SchedulerConfig | None = None, kv_blocks: int = 1 << 30,
              block_size: int = 16, progress: Callable[[int], None] | None = None,
-             transferred: bool = False, stages: int = 1) -> ServingRun:
+             transferred: bool = False, stages: int = 1, fast_forward: bool = True
+             ) -> ServingRun:
     """Serve ``requests`` on one engine.
 
     Parameters
@@ -99,6 +101,12 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
         Pipeline stages, each holding one step in flight (see the module). The step arrays
         then record each step's start (entering the first stage) and its cost through all
         stages; steps overlap in time.
+    fast_forward : bool
+        With one stage and a :class:`~tenet_byoc.serving.cost.SplitStepCost`, run a stretch
+        of iterations that only decode, and in which nothing can change the step (no
+        arrival, no sequence finishing, no preemption, nothing admitted), in one go (see
+        :func:`_fast_forward`): the same figures as the iteration-by-iteration loop
+        (``False``), to the last bit.
 
     Raises
     ------
@@ -151,6 +159,9 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
     reported = 0
     waiting = sched.waiting
     seconds_of = cost.seconds_of
+    record = (starts, durations, batch, tokens, blocks)
+    fast = fast_forward and isinstance(cost, SplitStepCost)
+    try_fast = True
     if stages > 1:
         _pipelined(sched, cost, seqs, arrival, stages, first, finish,
                    (starts, durations, batch, tokens, blocks), progress)
@@ -159,6 +170,17 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
             while arrived < n and arrival[arrived] <= now:
                 waiting.append(seqs[arrived])
                 arrived += 1
+            # A stretch is tried after a step of the loop and when the next arrival leaves
+            # room for three steps as long as the last (a guess that only saves vain tries).
+            if fast and try_fast and sched.running and (
+                    arrived == n or arrival[arrived] - now > 3 * durations[-1]):
+                ahead = _fast_forward(sched, cost, now, arrival[arrived] if arrived < n
+                                      else math.inf, record)
+                if ahead is not None:
+                    now = ahead
+                    try_fast = False
+                    continue
+            try_fast = True
             step = sched.schedule()
             if not step and not waiting and not sched.running:
                 now = float(arrival[arrived])  # idle until the next arrival
@@ -197,6 +219,68 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
         np.array(tokens, dtype=np.int64), np.array(blocks, dtype=np.int64),
         kv_blocks, block_size, cost.calls, cost.misses,
     )
+
+
+def _fast_forward(sched: Scheduler, cost: SplitStepCost, now: float, next_arrival: float,
+                  record: tuple) -> float | None:
+    """Run the coming stretch of decode-only iterations at once; the clock after it, or
+    None when there is no stretch of two or more.
+
+    A stretch starts when every running sequence decodes (one pending token after its
+    first), all of them fit the token budget and none can be admitted beside them (nothing
+    waits, or the sequence limit is reached). Its steps are then the same sequences, each
+    one token further, until the first of: a sequence's last token (that iteration is left
+    to the loop), the blocks running out (the iteration that would preempt is left to the
+    loop), an arrival (the iterations starting at or after it are left to the loop, where it
+    joins). Within the stretch each sequence takes its new blocks as the scheduler would.
+    The steps' seconds are :meth:`SplitStepCost.decode_seconds` (each summed as
+    ``seconds_of`` sums it) and the clock their running sum, so every time is the loop's.
+    """
+    running = sched.running
+    config = sched.config
+    nseq = len(running)
+    if nseq > config.token_budget or (sched.waiting and nseq < config.max_seqs):
+        return None
+    left = 1 << 62
+    for seq in running:
+        if (seq.generated < 1 or seq.prompt + seq.generated - seq.computed != 1
+                or (seq.attached and seq.computed < seq.prefix_tokens)):
+            return None
+        left = min(left, seq.output - seq.generated)
+    m = left - 1  # the iteration in which a sequence finishes is the loop's
+    if m < 2:
+        return None
+    cache = sched.cache
+    bs = cache.block_size
+    steps = np.arange(m)
+    computed = np.array([s.computed for s in running], dtype=np.int64)
+    shared = np.array([s.shared for s in running], dtype=np.int64)
+    own = np.array([s.own_blocks for s in running], dtype=np.int64)
+    # Blocks each sequence holds after step t (it takes one when its tokens cross a block).
+    held = np.maximum(own[:, None],
+                      -(-(computed[:, None] + steps[None, :] + 1 - shared[:, None]) // bs))
+    taken = (held - own[:, None]).sum(axis=0)  # new blocks in use after step t
+    m = min(m, int(np.searchsorted(taken, cache.blocks - cache.used, side="right")))
+    if m < 2:
+        return None
+    seconds = cost.decode_seconds(computed.tolist(), m)
+    clock = np.cumsum(np.concatenate(([now], seconds)))  # the loop's `now += seconds`
+    m = min(m, int(np.searchsorted(clock[:m], next_arrival, side="left")))
+    if m < 2:
+        return None
+    cost.calls += m
+    starts, durations, batch, tokens, blocks = record
+    starts.extend(clock[:m].tolist())
+    durations.extend(seconds[:m].tolist())
+    batch.extend([nseq] * m)
+    tokens.extend([nseq] * m)
+    blocks.extend((cache.used + taken[:m]).tolist())
+    cache.used += int(taken[m - 1])
+    for seq, blocks_now in zip(running, held[:, m - 1].tolist()):
+        seq.computed += m
+        seq.generated += m
+        seq.own_blocks = blocks_now
+    return float(clock[m])
 
 
 def _pipelined(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: int,
