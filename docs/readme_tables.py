@@ -9,8 +9,8 @@ Each figure-bearing table of README.md sits between two markers::
     <!-- end table -->
 
 naming a markdown file (under ``docs/`` or ``benchmarks/results/``, which says the machine
-and date it was measured on) and a ``## NAME`` heading in it; the first table under that
-heading is the README's. ``python docs/readme_tables.py`` rewrites every marked table from
+and date it was measured on) and a ``## NAME`` heading in it, written as it stands there
+(spaces and punctuation included); the first table under that heading is the README's. ``python docs/readme_tables.py`` rewrites every marked table from
 its file; ``--check`` only reports the tables that differ (exit 1), as
 ``tests/test_readme.py`` does.
 
@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
-MARKER = re.compile(r"^<!-- table: (?P<path>[^#\s]+)#(?P<name>[\w-]+) -->\n"
+MARKER = re.compile(r"^<!-- table: (?P<path>[^#\s]+)#(?P<name>[^\n]+?) -->\n"
                     r"(?P<body>.*?)^<!-- end table -->$", re.MULTILINE | re.DOTALL)
 
 
