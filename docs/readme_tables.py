@@ -365,6 +365,56 @@ def decode_schemes_source(results: Path) -> str:
             f"That file's machine (CPU, ISA, date, load): {first}\n\n## groups\n\n{table}")
 
 
+#: The README's GPT-2 end-to-end rows: the machine and ISA as the README names them, and the
+#: ``benchmarks/results/`` file each row's figures come from.
+GPT2_E2E_ROWS = (
+    ("Intel Xeon, `avx512_core_fp16`, int8 `native`", "gpt2_e2e_avx512_vnni.md"),
+    ("Intel Xeon, AVX2 kernels on both sides", "gpt2_e2e_avx2_on_avx512.md"),
+    ("AVX2-only AMD EPYC, 2026-11-25, load 17-21, code of that day", "gpt2_e2e_epyc_avx2.md"),
+)
+
+
+def gpt2_e2e_source(results: Path, rows: tuple[tuple[str, str], ...] = GPT2_E2E_ROWS) -> str:
+    """The README's GPT-2 prefill summary: per file of ``benchmarks/gpt2_e2e.py``'s results,
+    tenet's and PyTorch's prefill times, the file's tenet / PyTorch ratio and its GEMM floor.
+
+    Raises
+    ------
+    ValueError
+        When a file lacks the tenet or PyTorch row or the ratio line.
+    """
+    out, torch_version, stamps = [], None, []
+    for label, name in rows:
+        path = results / name
+        if not path.is_file():
+            raise ValueError(f"GPT-2 end-to-end results {path} do not exist")
+        text = path.read_text()
+        times = {}
+        for line in text.splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) >= 3 and cells[0].startswith(("tenet build", "PyTorch")):
+                times[cells[0].split()[0]] = float(cells[2].replace(",", ""))
+                version = re.match(r"PyTorch (\d+\.\d+)", cells[0])
+                torch_version = torch_version or (version and version[1])
+        ratio = re.search(r"tenet / PyTorch eager time at \d+ tokens: \*\*([\d.]+)\*\*", text)
+        if set(times) != {"tenet", "PyTorch"} or ratio is None:
+            raise ValueError(f"{path}: no tenet row, PyTorch row or 'tenet / PyTorch' line")
+        floor = re.search(r"\(([\d,.]+) GFLOP/s[^)]*\) they alone take ([\d,.]+) ms", text)
+        link = f"benchmarks/results/{name}"
+        out.append([f"{label} ([results]({link}))", f"{_half_up(times['tenet']):,}",
+                    f"{_half_up(times['PyTorch']):,}", ratio[1],
+                    f"{floor[2]} ({floor[1]} GFLOP/s)" if floor else "not measured"])
+        stamps.append(f"`{link}`: " + text.split("\n\n")[1].split(";")[0])
+    table = _table(["machine, ISA", "tenet prefill (ms)", f"PyTorch {torch_version} eager (ms)",
+                    "tenet / PyTorch time", "GEMM floor (ms)"],
+                   ["---", "---:", "---:", "---:", "---:"], out)
+    return ("# GPT-2 small prefill, end to end, per machine (README table)\n\n"
+            "Written by `python docs/readme_tables.py gpt2-e2e` from these files of "
+            "`benchmarks/gpt2_e2e.py` (times rounded to the ms; ratio and GEMM floor as each "
+            "file states them):\n\n" + "\n".join(f"- {s}" for s in stamps)
+            + f"\n\n## prefill\n\n{table}")
+
+
 def _half_up(x: float) -> int:
     return math.floor(x + 0.5)
 
@@ -431,7 +481,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "cost_model.md")
     p = sub.add_parser("decode-schemes", help="group benchmarks/results/decode_schemes.md")
     p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "decode_schemes.md")
+    p = sub.add_parser("gpt2-e2e", help="summarise benchmarks/results/gpt2_e2e_*.md")
+    p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "gpt2_e2e.md")
     args = parser.parse_args(argv)
+    if args.what == "gpt2-e2e":
+        args.to.write_text(gpt2_e2e_source(ROOT / "benchmarks" / "results"))
+        print(f"wrote {args.to}")
+        return 0
     if args.what == "cost-model":
         args.to.write_text(cost_model_source(ROOT / "benchmarks" / "results" / "cost_model.md"))
         print(f"wrote {args.to}")

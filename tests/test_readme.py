@@ -163,8 +163,8 @@ def test_readme_tables_equal_their_source_files():
     tables = _readme_tables()
     marked = tables.marked_tables(README)
     # the Llama-3-70B estimate, the main job's GPT-2 and MLP tables, the speed against GenZ,
-    # serving capacity
-    assert len(marked) >= 8, [f"{t.path}#{t.name}" for t in marked]
+    # serving capacity, GPT-2 end to end
+    assert len(marked) >= 9, [f"{t.path}#{t.name}" for t in marked]
     for t in marked:
         source = tables.source_table(t.path, t.name)
         assert t.body == source, (f"README's table from {t.path}#{t.name} differs from the file: "
@@ -293,3 +293,29 @@ def test_cost_model_ranges_are_those_of_their_rows(tmp_path):
     path.write_text(path.read_text().replace("40.0 | 1,960.8x | yes", "40.0 | 1,960.8x | no"))
     with pytest.raises(ValueError, match="8x8x8 has a row whose metrics differ"):
         tables.cost_model_source(path)
+
+
+def test_gpt2_e2e_rows_are_those_of_their_files(tmp_path):
+    tables = _readme_tables()
+    body = ("# g\n\nMeasured 2026-11-26 on X (2 logical CPUs); more.\n\n"
+            "| implementation | tokens | prefill time (ms) | time / tenet | notes |\n"
+            "|---|---:|---:|---:|---|\n"
+            "| tenet build (os16) | 128 | {t} | 1.00 | b |\n"
+            "| PyTorch 2.13.0+cpu eager | 128 | {p} | 1.07 | c |\n\n"
+            "- tenet / PyTorch eager time at 128 tokens: **{r}** (target <= 0.5)\n")
+    (tmp_path / "a.md").write_text(body.format(t="1,234.5", p="2000.0", r="0.62")
+                                   + "- GEMM floor: 32.2 GFLOP; at the best rate (99 GFLOP/s, "
+                                     "numpy) they alone take 325 ms, more\n")
+    (tmp_path / "b.md").write_text(body.format(t="10.4", p="9.6", r="1.08"))
+    text = tables.gpt2_e2e_source(tmp_path, (("A", "a.md"), ("B", "b.md")))
+    # by hand: 1,234.5 ms rounds half up to 1,235; b has no floor line
+    assert ("| A ([results](benchmarks/results/a.md)) | 1,235 | 2,000 | 0.62 | 325 (99 GFLOP/s) |"
+            in text)
+    assert text.endswith("| B ([results](benchmarks/results/b.md)) | 10 | 10 | 1.08 "
+                         "| not measured |\n")
+    assert "| PyTorch 2.13 eager (ms) |" in text
+    (tmp_path / "b.md").write_text(body.format(t="10.4", p="9.6", r="1.08").replace("**", ""))
+    with pytest.raises(ValueError, match="b.md: no tenet row, PyTorch row"):
+        tables.gpt2_e2e_source(tmp_path, (("A", "a.md"), ("B", "b.md")))
+    with pytest.raises(ValueError, match="c.md do not exist"):
+        tables.gpt2_e2e_source(tmp_path, (("C", "c.md"),))
