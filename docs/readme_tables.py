@@ -415,6 +415,81 @@ def gpt2_e2e_source(results: Path, rows: tuple[tuple[str, str], ...] = GPT2_E2E_
             + f"\n\n## prefill\n\n{table}")
 
 
+#: The README's GEMM summary rows: the machine, ISA and threads as the README names them, the
+#: ``benchmarks/results/`` file of ``benchmarks/gemm.py`` they come from, and its link text.
+GEMM_ROWS = (
+    ("Xeon, AVX2 kernels, 1 thread", "gemm_avx2_on_avx512_1thread.md", "1 thread"),
+    ("Xeon, AVX2 kernels, 2 threads", "gemm_avx2_on_avx512.md", "2 threads"),
+    ("Xeon, AVX-512 VNNI, 1 thread", "gemm_avx512_vnni_1thread.md", "1 thread"),
+    ("Xeon, AVX-512 VNNI, 2 threads", "gemm_avx512_vnni.md", "2 threads"),
+    ("AVX2-only AMD EPYC, 2 threads, 2026-11-25, load 19.5-20.2, back to back, code of that day",
+     "gemm_epyc_avx2.md", "EPYC"),
+    ("AMD EPYC AVX-512 VNNI/BF16, 1 thread, 2026-11-27, load 10",
+     "gemm_epyc_avx512_bf16_1thread.md", "1 thread"),
+    ("the same EPYC, oneDNN held to AVX2 (numpy not held), 1 thread, load 8-10",
+     "gemm_avx2_on_epyc_avx512_bf16_1thread.md", "1 thread"),
+    ("the same EPYC, 2 threads, AVX-512, load 8-13 (contention, not the kernels)",
+     "gemm_epyc_avx512_bf16.md", "AVX-512"),
+    ("the same EPYC, 2 threads, oneDNN held to AVX2, load 8-13 (contention, not the kernels)",
+     "gemm_avx2_on_epyc_avx512_bf16.md", "AVX2"),
+)
+
+_GEOMEAN = re.compile(r"^geometric mean (?P<what>[^:]+): all shapes [\d.]+x; prefill shapes "
+                      r"\(M >= 64\) (?P<mean>[\d.]+x), lowest (?P<low>[\d.]+x)$")
+
+
+def _gemm_cells(path: Path) -> list[str]:
+    """``path``'s float32 and int8 prefill cells: geomean (lowest, the shape holding it)."""
+    cells, ratios = [], {}
+    for line in path.read_text().splitlines():
+        row = [c.strip() for c in line.strip("|").split("|")]
+        # both tables hold a shape "M x K x N" first and the ratio fourth
+        if (line.startswith("|") and len(row) >= 4 and re.fullmatch(r"\d+ x \d+ x \d+", row[0])
+                and int(row[0].split(" x ")[0]) >= 64):
+            ratios.setdefault(row[3], []).append(row[0].replace(" ", ""))
+        found = _GEOMEAN.match(line)
+        if found:
+            shapes = ratios.get(found["low"], [])
+            where = f", {shapes[0]}" if len(shapes) == 1 else ""
+            cells.append(f"{found['mean']} ({found['low']}{where})")
+            ratios = {}
+    if len(cells) != 2:
+        raise ValueError(f"{path}: expected a float32 and an int8 'geometric mean' line, found "
+                         f"{len(cells)}")
+    return cells
+
+
+def gemm_source(results: Path, rows: tuple[tuple[str, str, str], ...] = GEMM_ROWS) -> str:
+    """The README's GEMM summary: per file of ``benchmarks/gemm.py``'s results, the prefill
+    shapes' geometric mean of tenet / numpy (float32) and int8 / numpy float32, each with its
+    lowest ratio and the shape that holds it (named when one shape does).
+
+    Raises
+    ------
+    ValueError
+        When a file does not exist or lacks its two geometric-mean lines.
+    """
+    out, stamps = [], []
+    for label, name, link_text in rows:
+        path = results / name
+        if not path.is_file():
+            raise ValueError(f"GEMM results {path} do not exist")
+        link = f"benchmarks/results/{name}"
+        out.append([label, *_gemm_cells(path), f"[{link_text}]({link})"])
+        measured = next((p for p in path.read_text().split("\n\n") if p.startswith("Measured")),
+                        "")
+        stamps.append(f"`{link}`: " + measured.split(";")[0])
+    table = _table(["machine, ISA, threads on each side",
+                    "float32 / numpy, prefill shapes: geomean (lowest)",
+                    "int8 / numpy float32, prefill shapes: geomean (lowest)", "results"],
+                   ["---", "---:", "---:", "---"], out)
+    return ("# GEMM kernels against numpy, per machine (README table)\n\n"
+            "Written by `python docs/readme_tables.py gemm` from these files of "
+            "`benchmarks/gemm.py` (each cell the file's geometric mean over the prefill shapes, "
+            "M >= 64, and its lowest ratio):\n\n" + "\n".join(f"- {s}" for s in stamps)
+            + f"\n\n## summary\n\n{table}")
+
+
 def _half_up(x: float) -> int:
     return math.floor(x + 0.5)
 
@@ -483,7 +558,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "decode_schemes.md")
     p = sub.add_parser("gpt2-e2e", help="summarise benchmarks/results/gpt2_e2e_*.md")
     p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "gpt2_e2e.md")
+    p = sub.add_parser("gemm", help="summarise benchmarks/results/gemm_*.md")
+    p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "gemm.md")
     args = parser.parse_args(argv)
+    if args.what == "gemm":
+        args.to.write_text(gemm_source(ROOT / "benchmarks" / "results"))
+        print(f"wrote {args.to}")
+        return 0
     if args.what == "gpt2-e2e":
         args.to.write_text(gpt2_e2e_source(ROOT / "benchmarks" / "results"))
         print(f"wrote {args.to}")

@@ -163,8 +163,8 @@ def test_readme_tables_equal_their_source_files():
     tables = _readme_tables()
     marked = tables.marked_tables(README)
     # the Llama-3-70B estimate, the main job's GPT-2 and MLP tables, the speed against GenZ,
-    # serving capacity, GPT-2 end to end
-    assert len(marked) >= 9, [f"{t.path}#{t.name}" for t in marked]
+    # serving capacity, GPT-2 end to end, GEMM kernels
+    assert len(marked) >= 10, [f"{t.path}#{t.name}" for t in marked]
     for t in marked:
         source = tables.source_table(t.path, t.name)
         assert t.body == source, (f"README's table from {t.path}#{t.name} differs from the file: "
@@ -319,3 +319,34 @@ def test_gpt2_e2e_rows_are_those_of_their_files(tmp_path):
         tables.gpt2_e2e_source(tmp_path, (("A", "a.md"), ("B", "b.md")))
     with pytest.raises(ValueError, match="c.md do not exist"):
         tables.gpt2_e2e_source(tmp_path, (("C", "c.md"),))
+
+
+def test_gemm_rows_are_those_of_their_files(tmp_path):
+    tables = _readme_tables()
+
+    def lines(kind, rows, mean, low):
+        head = ("| M x K x N | a | b | tenet / numpy | c | d |\n|---|---:|---:|---:|---:|---:|\n"
+                if kind == "f" else "| M x K x N | a | b | int8 / numpy f32 |\n|---|---:|---:|---:|\n")
+        body = "".join(f"| {shape} | 1 | 2 | {r} |" + (" 3 | 4 |\n" if kind == "f" else "\n")
+                       for shape, r in rows)
+        what = "tenet / numpy" if kind == "f" else "int8 / numpy f32"
+        return (f"{head}{body}\ngeometric mean {what}: all shapes 9.99x; prefill shapes "
+                f"(M >= 64) {mean}, lowest {low}\n\n")
+
+    # by hand: float32's lowest prefill ratio 0.90x is held by 128 x 768 x 768 alone (the
+    # 1-row GEMV's 0.50x is not a prefill shape); int8's 1.20x by two shapes, so none named
+    (tmp_path / "g.md").write_text(
+        "# g\n\nMeasured 2026-11-27 on X (2 logical CPUs); more.\n\n"
+        + lines("f", [("1 x 768 x 2304", "0.50x"), ("128 x 768 x 768", "0.90x"),
+                      ("256 x 1024 x 1024", "1.10x")], "0.99x", "0.90x")
+        + lines("i", [("128 x 768 x 768", "1.20x"), ("256 x 1024 x 1024", "1.20x")],
+                "1.20x", "1.20x"))
+    text = tables.gemm_source(tmp_path, (("G", "g.md", "g"),))
+    assert text.endswith("| G | 0.99x (0.90x, 128x768x768) | 1.20x (1.20x) "
+                         "| [g](benchmarks/results/g.md) |\n")
+    assert "`benchmarks/results/g.md`: Measured 2026-11-27 on X (2 logical CPUs)" in text
+    (tmp_path / "g.md").write_text("# g\n\nMeasured 2026-11-27.\n")
+    with pytest.raises(ValueError, match="g.md: expected a float32 and an int8"):
+        tables.gemm_source(tmp_path, (("G", "g.md", "g"),))
+    with pytest.raises(ValueError, match="h.md do not exist"):
+        tables.gemm_source(tmp_path, (("H", "h.md", "h"),))
