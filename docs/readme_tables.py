@@ -39,6 +39,7 @@ import math
 import os
 import platform
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -490,6 +491,60 @@ def gemm_source(results: Path, rows: tuple[tuple[str, str, str], ...] = GEMM_ROW
             + f"\n\n## summary\n\n{table}")
 
 
+def _section_rows(text: str, heading: str, path: Path) -> list[list[str]]:
+    """The cells of the rows of the first table under ``## heading...`` in ``text``."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"## {heading}")), None)
+    if start is None:
+        raise ValueError(f"{path}: no heading '## {heading}'")
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("## ") or (rows and not line.startswith("|")):
+            break
+        if line.startswith("|") and not line.startswith("|---"):
+            rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows[1:]
+
+
+def mapper_source(results: Path, date: str) -> str:
+    """The README's mapping-search summary from ``benchmarks/results/mapper.md``: per
+    accelerator the phase totals / roofline of the three schemes, and the median seconds of
+    the whole search over all three (empty cache) and again (lookups). ``date`` is when the
+    file was committed (it names none itself).
+
+    Raises
+    ------
+    ValueError
+        When a section, accelerator, phase or scheme is missing.
+    """
+    text = results.read_text()
+    schemes = ("none", "w8a8_per_channel_per_token", "w4a16_group128")
+    accs = ("os16", "tpu_v1")
+    ratio = {(r[0], r[1].split()[0], r[2]): r[5] for r in
+             _section_rows(text, "Phase totals", results)}
+    search = {r[0]: r for r in _section_rows(text, "The whole GPT-2 small search", results)
+              if r[1] == "all three"}
+    try:
+        rows = [[f"{phase} / roofline: " + (", ".join(schemes) if phase == "prefill"
+                                            else "same schemes"),
+                 *(", ".join(ratio[a, phase, s] for s in schemes) for a in accs)]
+                for phase in ("prefill", "decode")]
+        calls, searched = search[accs[0]][2], search[accs[0]][3]
+        rows.append([f"all {calls} calls of both phases in the three schemes, empty cache "
+                     f"({searched} searched)", *(f"{float(search[a][4]):.2f} s" for a in accs)])
+        rows.append([f"the same {calls} calls again (lookups)",
+                     *(f"{search[a][7]} s" for a in accs)])
+    except KeyError as e:
+        raise ValueError(f"{results}: no row for {e.args[0]}") from None
+    table = _table(["", *(f"{a} auto" for a in accs)], ["---", "---:", "---:"], rows)
+    machine = text.split("\n\n")[0].replace("\n", " ")
+    return ("# Mapping search on GPT-2 small (README table)\n\n"
+            "Written by `python docs/readme_tables.py mapper` from "
+            "`benchmarks/results/mapper.md` (its phase totals / roofline, and its whole-search "
+            f"medians over all three schemes). That file's machine: {machine}. It names no "
+            f"date; git has it committed on {date}.\n\n## search\n\n{table}")
+
+
 def _half_up(x: float) -> int:
     return math.floor(x + 0.5)
 
@@ -560,7 +615,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "gpt2_e2e.md")
     p = sub.add_parser("gemm", help="summarise benchmarks/results/gemm_*.md")
     p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "gemm.md")
+    p = sub.add_parser("mapper", help="summarise benchmarks/results/mapper.md")
+    p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "mapper.md")
     args = parser.parse_args(argv)
+    if args.what == "mapper":
+        date = subprocess.run(["git", "log", "-1", "--format=%cs", "--",
+                               "benchmarks/results/mapper.md"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        args.to.write_text(mapper_source(ROOT / "benchmarks" / "results" / "mapper.md", date))
+        print(f"wrote {args.to}")
+        return 0
     if args.what == "gemm":
         args.to.write_text(gemm_source(ROOT / "benchmarks" / "results"))
         print(f"wrote {args.to}")

@@ -163,8 +163,8 @@ def test_readme_tables_equal_their_source_files():
     tables = _readme_tables()
     marked = tables.marked_tables(README)
     # the Llama-3-70B estimate, the main job's GPT-2 and MLP tables, the speed against GenZ,
-    # serving capacity, GPT-2 end to end, GEMM kernels
-    assert len(marked) >= 10, [f"{t.path}#{t.name}" for t in marked]
+    # serving capacity, GPT-2 end to end, GEMM kernels, mapping search
+    assert len(marked) >= 11, [f"{t.path}#{t.name}" for t in marked]
     for t in marked:
         source = tables.source_table(t.path, t.name)
         assert t.body == source, (f"README's table from {t.path}#{t.name} differs from the file: "
@@ -350,3 +350,29 @@ def test_gemm_rows_are_those_of_their_files(tmp_path):
         tables.gemm_source(tmp_path, (("G", "g.md", "g"),))
     with pytest.raises(ValueError, match="h.md do not exist"):
         tables.gemm_source(tmp_path, (("H", "h.md", "h"),))
+
+
+def test_mapper_rows_are_those_of_its_file(tmp_path):
+    tables = _readme_tables()
+    phases = "".join(f"| {a} | {ph} 128 | {s} | 1 | 1 | {a[0]}{ph[0]}{s[1]} | w | h |\n"
+                     for a in ("os16", "tpu_v1") for ph in ("prefill", "decode")
+                     for s in ("none", "w8a8_per_channel_per_token", "w4a16_group128"))
+    path = tmp_path / "mapper.md"
+    path.write_text(
+        "CPU: X, 2 cores\n\n## The whole GPT-2 small search (x)\n\n| a | s | c | d | m | lo | hi "
+        "| again |\n|---|---|---:|---:|---:|---:|---:|---:|\n"
+        "| os16 | none | 9 | 9 | 9 | 9 | 9 | 9 |\n| os16 | all three | 438 | 34 | 0.225 | 0 | 0 "
+        "| 0.031 |\n| tpu_v1 | all three | 438 | 34 | 0.114 | 0 | 0 | 0.020 |\n\n"
+        "## Phase totals (y)\n\n| a | p | s | c | r | ratio | w | h |\n"
+        "|---|---|---|---:|---:|---:|---|---|\n" + phases)
+    text = tables.mapper_source(path, "2026-11-22")
+    # by hand: the ratio cells in scheme order; 0.225 s -> 0.23 s (two decimals), 0.114 -> 0.11
+    assert "| prefill / roofline: none, w8a8_per_channel_per_token, w4a16_group128 | opo, op8, " \
+           "op4 | tpo, tp8, tp4 |" in text
+    assert "| decode / roofline: same schemes | odo, od8, od4 | tdo, td8, td4 |" in text
+    assert "(34 searched) | 0.23 s | 0.11 s |" in text
+    assert text.endswith("| the same 438 calls again (lookups) | 0.031 s | 0.020 s |\n")
+    assert "committed on 2026-11-22" in text
+    path.write_text(path.read_text().replace("| tpu_v1 | all three |", "| tpu_v1 | none |"))
+    with pytest.raises(ValueError, match="mapper.md: no row for tpu_v1"):
+        tables.mapper_source(path, "2026-11-22")
