@@ -25,6 +25,10 @@ The source files are written from runs by the subcommands:
 - ``eval DIR``: from ``tenet-byoc eval --checkpoint tiny-gpt2 --text README.md --window 128
   --max-tokens 1024 --schemes ... --out DIR``.
 
+Summaries of several result files are written by ``cost-model``, ``decode-schemes``,
+``gemm`` (``benchmarks/results/gemm_*.md``), ``gpt2-e2e`` (``gpt2_e2e_*.md``) and ``mapper``
+into ``docs/tables/``.
+
 Tables that record one-off measurements (the main job's CPU seconds step by step) live in
 ``benchmarks/results/`` as measured, with their machine and date, and are checked the same
 way.
