@@ -32,6 +32,13 @@ from .quantization import (
 #: ``kDescriptorVersion``, the one place it is written; the package loads the runtime first).
 DESCRIPTOR_VERSION: int = tvm_ffi.get_global_func("tenet_byoc.runtime.descriptor_version")()
 
+#: The keys of a GEMM step, in the runtime's order, each mapped to whether it is required
+#: (``program.cc``'s ``StepFields``, the one place the list is written; the runtime refuses
+#: any other key).
+STEP_FIELDS: dict[str, bool] = dict(
+    json.loads(tvm_ffi.get_global_func("tenet_byoc.runtime.descriptor_step_fields")())
+)
+
 #: The scheme of a quantized call in a module :func:`tenet_byoc.quantize` did not stamp.
 UNNAMED_SCHEME = "unnamed"
 
@@ -197,6 +204,19 @@ def unstamped_recipe(kind: str, scale_a_ty, scale_b_ty, rhs_ty) -> QuantRecipe:
 _ROLES = ("lhs", "rhs", "bias", "scale_a", "scale_b", "zero_point")
 
 
+def _step_fields(symbol: str, values: dict) -> dict:
+    """A step's values as the runtime reads them: its keys checked against, and ordered as,
+    :data:`STEP_FIELDS`."""
+    unknown = sorted(values.keys() - STEP_FIELDS.keys())
+    missing = sorted(k for k, required in STEP_FIELDS.items() if required and k not in values)
+    if unknown or missing:
+        raise TenetCodegenError(
+            f"{symbol}: a step has fields the runtime does not read ({unknown}) or lacks "
+            f"fields it requires ({missing})"
+        )
+    return {key: values[key] for key in STEP_FIELDS if key in values}
+
+
 def describe_function(func: relax.Function) -> dict:
     """Turn one outer tenet function into its kernel descriptor (a JSON-ready dict).
 
@@ -268,7 +288,7 @@ def describe_function(func: relax.Function) -> dict:
             bits = list(KIND_BITS[kind])
             quant = unstamped_recipe(kind, ty("scale_a"), ty("scale_b"), ty("rhs"))
         steps.append(
-            {
+            _step_fields(symbol, {
                 "pattern": comp.pattern,
                 "name": _step_name(binding.var, args[comp.params["rhs"]]),
                 "kind": kind,
@@ -279,7 +299,7 @@ def describe_function(func: relax.Function) -> dict:
                 "out_ndim": out["ndim"],
                 "bits": list(bits),
                 "quant": quant.as_dict(),
-            }
+            })
         )
         refs[binding.var] = -len(steps)
     result = func.body.body

@@ -158,7 +158,29 @@ OrderedJson RecipeJson(const QuantRecipe& r) {
   return OrderedJson::parse(SerializeQuantRecipe(r));
 }
 
+// Refuses a step key that is not in StepFields(), naming it: a misspelt or newer field must
+// not be silently ignored.
+void CheckStepKeys(const Json& obj, const std::string& where) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    bool known = false;
+    for (const DescriptorField& f : StepFields()) known = known || it.key() == f.name;
+    if (!known) {
+      TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " has an unknown field '"
+                                << it.key() << "'";
+    }
+  }
+}
+
 }  // namespace
+
+const std::vector<DescriptorField>& StepFields() {
+  static const std::vector<DescriptorField> fields = {
+      {"pattern", true},   {"name", true},     {"lhs", true},         {"rhs", true},
+      {"kind", true},      {"scheme", true},   {"bias", true},        {"scale_a", true},
+      {"scale_b", true},   {"zero_point", true}, {"bits", true},      {"quant", true},
+      {"rhs_transposed", true}, {"epilogue", true}, {"out_ndim", true}};
+  return fields;
+}
 
 StepKind ParseStepKind(const std::string& name) {
   if (name == "float") return StepKind::kFloat;
@@ -254,6 +276,7 @@ Descriptor ParseDescriptor(const std::string& text) {
     for (size_t i = 0; i < steps.size(); ++i) {
       const std::string swhere = where + " step " + std::to_string(i);
       const Json& sobj = AsObject(steps[i], swhere);
+      CheckStepKeys(sobj, swhere);
       Step st;
       st.pattern = (Get<std::string>(sobj, "pattern", swhere));
       st.name = (Get<std::string>(sobj, "name", swhere));

@@ -42,6 +42,20 @@ enum class StepKind {
                     // their codes held exactly in float32 (exact emulation)
 };
 
+/*! \brief A key of a GEMM step object in the descriptor: its name and whether it must be
+ *  present (a required operand key may still hold null: "no such operand"). */
+struct DescriptorField {
+  const char* name;
+  bool required;
+};
+
+/*!
+ * \brief The keys of a GEMM step object, in the order SerializeDescriptor writes them: the one
+ *  list the runtime reads (ParseDescriptor refuses any other key) and the codegen writes
+ *  (exported as tenet_byoc.runtime.descriptor_step_fields).
+ */
+const std::vector<DescriptorField>& StepFields();
+
 StepKind ParseStepKind(const std::string& name);
 const char* StepKindName(StepKind kind);
 

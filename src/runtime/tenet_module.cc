@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cost_model/json.h"
 #include "runtime/gemm.h"
 #include "runtime/ledger.h"
 #include "runtime/program.h"
@@ -706,7 +707,14 @@ TVM_FFI_STATIC_INIT_BLOCK() {
            [](const ffi::Bytes& bytes) { return CreateTenetModule(std::string(bytes)); })
       // The descriptor version this runtime reads (program.h): the codegen writes it from
       // here, so the number is written once.
-      .def("tenet_byoc.runtime.descriptor_version", []() { return kDescriptorVersion; });
+      .def("tenet_byoc.runtime.descriptor_version", []() { return kDescriptorVersion; })
+      // The keys of a GEMM step (program.h StepFields) as JSON [[name, required], ...]: the
+      // codegen writes its steps' keys from here, so the field list is written once.
+      .def("tenet_byoc.runtime.descriptor_step_fields", []() {
+        detail::OrderedJson fields = detail::OrderedJson::array();
+        for (const DescriptorField& f : StepFields()) fields.push_back({f.name, f.required});
+        return ffi::String(fields.dump());
+      });
 }
 
 }  // namespace runtime

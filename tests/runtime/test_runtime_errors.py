@@ -118,6 +118,8 @@ def _descriptor(**overrides) -> str:
         (lambda: _descriptor(step={"epilogue": "swish"}), "unknown epilogue 'swish'"),
         (lambda: _descriptor(step={"kind": "fp8"}), "unknown step kind 'fp8'"),
         (lambda: _descriptor(step={"kind": "int8"}), "has the wrong scales"),
+        (lambda: _descriptor(step={"weight_layout": "nk"}),
+         "function 'f' step 0 has an unknown field 'weight_layout'"),
         (lambda: _descriptor(step={"bits": [8, 0, 8]}), "bits must be integers in [1, 64]"),
         (lambda: _descriptor(step={"quant": {**FLOAT_RECIPE.as_dict(), "place": "k_group"}}),
          "QuantRecipe.k_group = 0; expected > 0 exactly when partial sums are rescaled"),
@@ -154,6 +156,7 @@ def _descriptor(**overrides) -> str:
          "of kind dequant_channel needs a 2-D weight input (dequant_float: 3-D codes"),
     ],
     ids=["json", "duplicate-key", "version", "fields", "forward-ref", "self-ref", "epilogue", "kind", "scales",
+         "unknown-step-key",
          "bits", "recipe", "granularity", "accelerator", "nested-text", "rates", "rate-key",
          "rate-width", "ndim0", "ndim1", "out-ndim-huge", "out-ndim-1", "ndim-negative",
          "output-dtype", "output-rank", "dequant-3d"],
@@ -194,3 +197,28 @@ def test_the_codegen_writes_the_version_the_runtime_reads():
         with pytest.raises(ValueError, match=f"version {version} is not supported by this "
                            f"runtime \\(it reads version {DESCRIPTOR_VERSION}\\)"):
             create(_descriptor(version=version))
+
+
+def test_the_codegen_writes_the_step_fields_the_runtime_reads(linear):
+    # program.cc's StepFields is the one list of a step's keys: the runtime's own writer
+    # (SerializeDescriptor, inspect_source) writes exactly its keys, in its order (the
+    # codegen's are checked in tests/relax/test_codegen_roles.py); dropping any required key
+    # is refused naming it; a key outside it is refused by the codegen's own check.
+    from tenet_byoc.codegen import STEP_FIELDS, TenetCodegenError, _step_fields
+
+    module = next(m for m in linear[0].mod.imports if m.kind == "tenet")
+    (step,) = json.loads(module.inspect_source())["functions"][0]["steps"]
+    assert list(step) == list(STEP_FIELDS)
+    create = tvm.get_global_func("tenet_byoc.runtime.create_module")
+    base = json.loads(_descriptor())
+    assert set(base["functions"][0]["steps"][0]) == set(STEP_FIELDS)
+    for key, required in STEP_FIELDS.items():
+        doc = json.loads(_descriptor())
+        del doc["functions"][0]["steps"][0][key]
+        if required:
+            with pytest.raises(ValueError, match=f"step 0 has no field '{key}'"):
+                create(json.dumps(doc))
+    with pytest.raises(TenetCodegenError, match=r"does not read \(\['tile'\]\)"):
+        _step_fields("f", {**step, "tile": 4})
+    with pytest.raises(TenetCodegenError, match=r"requires \(\['out_ndim'\]\)"):
+        _step_fields("f", {k: v for k, v in step.items() if k != "out_ndim"})
