@@ -199,12 +199,7 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
             tokens.append(sum([k for k, _ in items]))
             blocks.append(cache.used)
             now += seconds
-            for seq, finished in sched.finish_step(step):
-                if seq.generated == 1:
-                    first[seq.index] = now
-                if finished:
-                    finish[seq.index] = now
-                    done += 1
+            done += _finish(sched, step, now, first, finish)
             if progress is not None and done - reported >= 64:
                 progress(done - reported)
                 reported = done
@@ -219,6 +214,19 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
         np.array(tokens, dtype=np.int64), np.array(blocks, dtype=np.int64),
         kv_blocks, block_size, cost.calls, cost.misses,
     )
+
+
+def _finish(sched: Scheduler, step: list, end: float, first: np.ndarray,
+            finish: np.ndarray) -> int:
+    """Close ``step`` at time ``end``: first tokens and finishes recorded; how many finished."""
+    finished_now = 0
+    for seq, finished in sched.finish_step(step):
+        if seq.generated == 1:
+            first[seq.index] = end
+        if finished:
+            finish[seq.index] = end
+            finished_now += 1
+    return finished_now
 
 
 def _fast_forward(sched: Scheduler, cost: SplitStepCost, now: float, next_arrival: float,
@@ -292,16 +300,6 @@ def _pipelined(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: 
 
     starts, durations, batch, tokens, blocks = record
 
-    def emit(step: list, end: float) -> int:
-        finished_now = 0
-        for seq, finished in sched.finish_step(step):
-            if seq.generated == 1:
-                first[seq.index] = end
-            if finished:
-                finish[seq.index] = end
-                finished_now += 1
-        return finished_now
-
     n = len(seqs)
     waiting = sched.waiting
     cache = sched.cache
@@ -314,7 +312,7 @@ def _pipelined(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: 
             end, step = flight.popleft()
             for seq, _, _ in step:
                 seq.in_flight = False
-            done += emit(step, end)
+            done += _finish(sched, step, end, first, finish)
         if done == n:
             break
         while arrived < n and arrival[arrived] <= now:
