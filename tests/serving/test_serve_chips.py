@@ -161,4 +161,7 @@ def test_preset_memory_defaults_are_the_data_sheets():
 
     assert memory_bytes_of(resolve("h100_sxm")) == 80e9  # NVIDIA H100 SXM: 80 GB
     assert memory_bytes_of(resolve("h200")) == 141e9  # NVIDIA H200: 141 GB
+    # the A100 of the preset's 2,039 GB/s is the SXM4 80 GB part (the 40 GB one has 1,555),
+    # by its name too (serving and the accelerator read one table)
+    assert memory_bytes_of(resolve("a100")) == memory_bytes_of("a100") == 80e9
     assert memory_bytes_of(resolve("os16")) is None  # an abstract design states none

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..hardware import DRAM_CAPACITY_BYTES
 from .kv_cache import CacheSizing, cache_sizing
 from .metrics import ServingMetrics, serving_metrics
 from .rate_search import RateSearch, max_rate
@@ -39,20 +40,10 @@ class ServedScheme:
     cost: Any  #: the step cost (its cache filled)
 
 
-#: Device memory of the presets modelled on real chips, in bytes (vendors' GB as 10^9 bytes;
-#: the runtime reports a little more, an H100 81,559 MiB): used when ``--memory-gb`` is left
-#: out. Sources: NVIDIA A100 Tensor Core GPU data sheet (SXM4 40 GB, the preset's variant);
-#: NVIDIA H100 Tensor Core GPU data sheet (SXM, 80 GB HBM3); NVIDIA H200 Tensor Core GPU data
-#: sheet (141 GB HBM3e); Google Cloud, "TPU v5e" (16 GB HBM2 per chip); Jouppi et al.,
-#: "In-Datacenter Performance Analysis of a Tensor Processing Unit", ISCA 2017 (TPU v1:
-#: 8 GiB of DDR3).
-PRESET_MEMORY_BYTES = {
-    "a100": 40e9,
-    "h100_sxm": 80e9,
-    "h200": 141e9,
-    "tpu_v5e": 16e9,
-    "tpu_v1": 8 * 2**30,
-}
+#: Device memory of the presets modelled on real chips, in bytes: the accelerators' own table
+#: (:data:`tenet_byoc.hardware.DRAM_CAPACITY_BYTES`, its sources named there), used when
+#: ``--memory-gb`` is left out.
+PRESET_MEMORY_BYTES = DRAM_CAPACITY_BYTES
 
 
 def memory_bytes_of(accelerator: Any) -> float | None:
