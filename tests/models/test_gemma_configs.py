@@ -1,0 +1,63 @@
+"""Gemma-2 / Gemma-3 configs: published parameter counts, transformers' layer mix, refusals."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tenet_byoc.models.configs import resolve_config
+from tenet_byoc.models.llama import LlamaConfig, param_count
+
+
+def test_parameter_counts_equal_the_published_ones():
+    # Gemma-2-9B: 9.24 B parameters (the model card's figure; its safetensors hold
+    # 9,241,705,984 with the embedding tied to the head).
+    _, total = param_count(resolve_config("gemma-2-9b"))
+    assert round(total / 1e9, 2) == 9.24
+    # Gemma-3-4B: 3,209 M non-embedding parameters in the text decoder (Gemma 3 Technical
+    # Report, Table 1; its embedding column also counts the vision projector).
+    config = resolve_config("gemma-3-4b")
+    _, total = param_count(config)
+    assert round((total - config.vocab_size * config.hidden_size) / 1e6) == 3209
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                    reason="transformers is not installed")
+@pytest.mark.parametrize("family, layers", [("gemma2", 7), ("gemma3_text", 13)])
+def test_default_layer_mix_is_transformers(family, layers):
+    import transformers
+
+    kind = {"gemma2": "Gemma2Config", "gemma3_text": "Gemma3TextConfig"}[family]
+    want = getattr(transformers, kind)(num_hidden_layers=layers).layer_types
+    values = {"model_type": family, "num_hidden_layers": layers, "hidden_size": 32,
+              "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 11,
+              "sliding_window": 4}
+    config = LlamaConfig.from_hf_dict(values)
+    assert list(config.layer_types) == list(want)
+    assert [config.layer_window(i) for i in range(layers)] == [
+        4 if t == "sliding_attention" else None for t in want]
+    assert config.window is None and not config.uniform_layers
+
+
+def test_gemma3_rope_as_older_files_write_it():
+    # The published Gemma-3-4B file: rope_theta and rope_scaling for the full layers,
+    # rope_local_base_freq for the sliding ones.
+    config = resolve_config("gemma-3-4b")
+    assert (config.rope_theta, config.rope_local_theta) == (1e6, 1e4)
+    assert (config.rope_scaling.rope_type, config.rope_scaling.factor) == ("linear", 8.0)
+    assert config.qk_norm and config.attn_logit_softcapping is None
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("layer_types", ["sliding_attention"], "must list num_hidden_layers=2"),
+    ("layer_types", ["full", "full"], "each one of"),
+    ("hidden_activation", "relu", "hidden_act='relu' is not supported"),
+    ("use_bidirectional_attention", True, "use_bidirectional_attention"),
+    ("attn_logit_softcapping", -1.0, "attn_logit_softcapping=-1.0 must be a positive"),
+])
+def test_bad_fields_are_refused_by_name(field, value, message):
+    values = {"model_type": "gemma2", "num_hidden_layers": 2, "hidden_size": 32,
+              "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 11, field: value}
+    with pytest.raises(ValueError, match=message):
+        LlamaConfig.from_hf_dict(values)
