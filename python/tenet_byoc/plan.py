@@ -377,7 +377,7 @@ _BINARY = ("add", "multiply", "divide")
 #: Vector calls of one sequence's attention (per group in a mixed step); every other vector
 #: call works token by token and takes all of a step's new tokens at once.
 _PER_SEQUENCE_OPS = ("kv_write", "softmax", "mask")
-_PER_SEQUENCE_NAMES = ("attn.scale", "attn.masked")
+_PER_SEQUENCE_NAMES = ("attn.scale", "attn.masked", "attn.softcap", "attn.softcap.scale")
 
 
 def _phase_tokens(seq: StepSequence) -> tuple[str, int]:
@@ -389,10 +389,10 @@ def _phase_tokens(seq: StepSequence) -> tuple[str, int]:
     return "prefill", seq.new_tokens
 
 
-def _chunk_keys(config: Any, seq: StepSequence) -> int | None:
-    """Keys the queries of a later chunk of a prompt attend to (the tokens its cache holds,
-    with a sliding window the last ``window`` of them, and the chunk's own); None for a
-    sequence that is not such a chunk."""
+def _chunk_keys(config: Any, seq: StepSequence) -> list[int] | None:
+    """Keys the queries of a later chunk of a prompt attend to, per decoder layer (the tokens
+    its cache holds, in a layer with a sliding window the last ``window`` of them, and the
+    chunk's own); None for a sequence that is not such a chunk."""
     if seq.phase != "chunk":
         return None
     if hasattr(config, "n_positions"):
@@ -403,36 +403,39 @@ def _chunk_keys(config: Any, seq: StepSequence) -> int | None:
         raise ValueError(f"StepSequence(new_tokens={seq.new_tokens}, context={seq.context}): "
                          f"{seq.context + seq.new_tokens} tokens exceed {config.name}'s "
                          f"context {field}={limit}")
-    cached = config.cache_length(seq.context) if hasattr(config, "cache_length") \
-        else seq.context
-    return cached + seq.new_tokens
+    windows = [getattr(config, "layer_window", lambda i: None)(i)
+               for i in range(_layers(config))]
+    return [min(seq.context, w or seq.context) + seq.new_tokens for w in windows]
 
 
 #: Vector calls over a sequence's score block (rows x keys): scale, masks, softmax.
 _SCORE_OPS = ("attn.scale", "attn.mask", "attn.window_mask", "attn.batch_mask",
-              "attn.masked", "attn.softmax")
+              "attn.masked", "attn.softmax", "attn.softcap", "attn.softcap.scale")
 
 
-def _widen_gemms(gemms: list[Any], keys: int | None) -> list[Any]:
+def _widen_gemms(gemms: list[Any], keys: list[int] | None) -> list[Any]:
     """A later chunk's GEMMs from those of a prefill of its new tokens: Q x K^T's N and
-    P x V's K widened from the chunk's rows to its ``keys`` (None: as they are)."""
+    P x V's K widened from the chunk's rows to its layer's ``keys`` (None: as they are)."""
     if keys is None:
         return gemms
-    return [g._replace(n=keys) if g.name.endswith("attn.qk")
-            else g._replace(k=keys) if g.name.endswith("attn.pv") else g for g in gemms]
+    return [g._replace(n=keys[_layer_of(g.name)]) if g.name.endswith("attn.qk")
+            else g._replace(k=keys[_layer_of(g.name)]) if g.name.endswith("attn.pv") else g
+            for g in gemms]
 
 
-def _widen_ops(ops: list[Any], rows: int, keys: int | None) -> list[Any]:
+def _widen_ops(ops: list[Any], rows: int, keys: list[int] | None) -> list[Any]:
     """A later chunk's vector calls from those of a prefill of its ``rows`` new tokens: the
     score-wise calls' last axis (and a mask add's second operand) widened from ``rows`` to
-    ``keys`` (None: as they are); norms, activations and KV writes stay over the rows."""
+    their layer's ``keys`` (None: as they are); norms, activations and KV writes stay over
+    the rows."""
     if keys is None:
         return ops
     wide = []
     for v in ops:
         if v.name.endswith(_SCORE_OPS):
-            operand = v.operand // rows * keys if v.operand > 1 else v.operand
-            v = v._replace(shape=(*v.shape[:-1], keys), operand=operand)
+            layer_keys = keys[_layer_of(v.name)]
+            operand = v.operand // rows * layer_keys if v.operand > 1 else v.operand
+            v = v._replace(shape=(*v.shape[:-1], layer_keys), operand=operand)
         wide.append(v)
     return wide
 
@@ -929,8 +932,9 @@ def shard_vector(name: str, op: str, shape: tuple[int, ...], operand: int, confi
     second operand's elements.
 
     Split by heads (the chip's query or key/value heads, as :func:`shard_gemm` splits
-    attention): the KV-cache writes, rotary embeddings, the attention scale, masked scores
-    and softmax. Split by the MLP width: SiLU and SwiGLU's product. The activation quantized
+    attention): the KV-cache writes, rotary embeddings, the attention scale and soft-capping,
+    masked scores and softmax. Split by the MLP width: SiLU and SwiGLU's product. The
+    activation quantized
     before a row-parallel GEMM: that GEMM's K on the chip (``gemm_k``, by GEMM name, padded
     as the GEMM is). Every other call (embedding, norms, residual adds, masks, positions,
     quantization before the other GEMMs) runs whole on every chip.
@@ -952,8 +956,8 @@ def shard_vector(name: str, op: str, shape: tuple[int, ...], operand: int, confi
         if heads == kv:
             here = q_here
         return (*shape[:2], here, shape[3]), operand
-    if op in ("softmax", "multiply", "add") and name.endswith(
-            ("attn.scale", "attn.softmax", "attn.masked")):
+    if op in ("softmax", "multiply", "add", "tanh") and name.endswith(
+            ("attn.scale", "attn.softmax", "attn.masked", "attn.softcap", "attn.softcap.scale")):
         if heads == kv or len(shape) == 4 and shape[1] == heads:  # (b, heads, rows, keys)
             return (shape[0], q_here, *shape[2:]), operand
         group = heads // kv

@@ -61,3 +61,30 @@ def test_bad_fields_are_refused_by_name(field, value, message):
               "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 11, field: value}
     with pytest.raises(ValueError, match=message):
         LlamaConfig.from_hf_dict(values)
+
+
+def test_plan_gives_each_layer_its_own_keys():
+    # A 4-token chunk after 20 cached tokens and a decode step at context 20, on the tiny
+    # Gemma-2 mix (sliding, full, sliding; window 5): by hand, a sliding layer's queries see
+    # min(20, 5) + 4 keys in the chunk and the last 5 in decode, a full layer's all of them.
+    from tenet_byoc.plan import Step, StepSequence, plan
+    from tenet_byoc.system import System
+
+    values = {"model_type": "gemma2", "num_hidden_layers": 3, "hidden_size": 32,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+              "intermediate_size": 8, "vocab_size": 11, "sliding_window": 5,
+              "max_position_embeddings": 64}
+    config = LlamaConfig.from_hf_dict(values)
+    for step, want in ((Step([StepSequence(4, 20)]), [9, 24, 9]),
+                       (Step.decode(20), [5, 21, 5])):
+        calls = plan(config, step).calls
+        assert [c.call.n for c in calls if c.name.endswith("attn.qk")] == want
+        assert [c.call.k for c in calls if c.name.endswith("attn.pv")] == want
+        caps = [c.call.shape for c in calls if c.name.endswith("attn.softcap")]
+        assert [shape[-1] for shape in caps] == want
+    # Under tensor parallelism the soft-capping splits by heads, as the scores do.
+    calls = plan(config, Step.decode(20), system=System("os16", chips=2, tensor_parallel=2)).calls
+    scores = {c.name: tuple(c.call.shape) for c in calls if c.name.endswith(("attn.scale",
+                                                                        "attn.softcap"))}
+    assert scores["layers.0.self_attn.softcap"] == scores["layers.0.self_attn.scale"] == (
+        1, 1, 2, 5)

@@ -318,7 +318,7 @@ class LlamaConfig:
         kwargs: dict[str, Any] = {k: values[k] for k in required}
         kwargs["hidden_act"] = act
         if gemma:  # transformers' defaults for fields a Gemma config.json may leave out
-            kwargs.update(head_dim=256, tie_word_embeddings=True, query_pre_attn_scalar=256,
+            kwargs.update(head_dim=256, tie_word_embeddings=True,
                           max_position_embeddings=8192 if model_type == "gemma2" else 131072)
         # Absent (or null) means one key/value head per query head; 0 is an error, not absent.
         kv_heads = values.get("num_key_value_heads")
@@ -341,12 +341,12 @@ class LlamaConfig:
             period = 2 if model_type == "gemma2" else values.get("sliding_window_pattern") or 6
             kwargs["layer_types"] = read_layer_types(values, period)
             kwargs["qk_norm"] = model_type == "gemma3_text"
-            # Gemma-3's attention takes no soft-capping, whatever its config says.
-            caps = ("final_logit_softcapping",) + (
-                ("attn_logit_softcapping",) if model_type == "gemma2" else ())
-            for key in (*caps, "query_pre_attn_scalar"):
-                if key in values:
-                    kwargs[key] = values[key]
+            # transformers' defaults when absent (null: none); Gemma-3's attention takes no
+            # soft-capping, whatever its config says.
+            caps = {"final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0} \
+                if model_type == "gemma2" else {"final_logit_softcapping": None}
+            for key, default in (*caps.items(), ("query_pre_attn_scalar", 256)):
+                kwargs[key] = values.get(key, default)
         elif model_type == "qwen2":
             kwargs["qkv_bias"] = True
             if values.get("use_sliding_window"):
