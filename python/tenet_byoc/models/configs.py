@@ -143,29 +143,26 @@ _MOES = (
         note="the multi-token-prediction layer (num_nextn_predict_layers) is not modelled"),
 )
 
-# Gemma-2 / Gemma-3 text decoders, their config.json fields as published. Gemma-3-4B's file
+# Gemma-2 / Gemma-3 text decoders, their config.json fields as published (Gemma-3-4B's file
 # is the multimodal one: its text_config lists only what differs from transformers'
-# Gemma3TextConfig defaults (4.50, the release's), written out here.
+# Gemma3TextConfig defaults of the release, 4.50, written out here).
+_GEMMA = {"head_dim": 256, "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256,
+          "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True}
 _GEMMAS = (
     BuiltinModel(
         "gemma-2-9b", "https://huggingface.co/google/gemma-2-9b/blob/main/config.json",
-        {"model_type": "gemma2", "vocab_size": 256000, "hidden_size": 3584,
+        {**_GEMMA, "model_type": "gemma2", "vocab_size": 256000, "hidden_size": 3584,
          "intermediate_size": 14336, "num_hidden_layers": 42, "num_attention_heads": 16,
-         "num_key_value_heads": 8, "head_dim": 256, "max_position_embeddings": 8192,
-         "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "sliding_window": 4096,
-         "query_pre_attn_scalar": 256, "attn_logit_softcapping": 50.0,
-         "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh",
-         "attention_bias": False, "tie_word_embeddings": True}),
+         "num_key_value_heads": 8, "max_position_embeddings": 8192, "rope_theta": 10000.0,
+         "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+         "final_logit_softcapping": 30.0}),
     BuiltinModel(
         "gemma-3-4b", "https://huggingface.co/google/gemma-3-4b-it/blob/main/config.json",
-        {"model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 2560,
+        {**_GEMMA, "model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 2560,
          "intermediate_size": 10240, "num_hidden_layers": 34, "num_attention_heads": 8,
-         "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131072,
-         "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
-         "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 1024,
-         "sliding_window_pattern": 6, "query_pre_attn_scalar": 256,
-         "final_logit_softcapping": None, "hidden_activation": "gelu_pytorch_tanh",
-         "tie_word_embeddings": True},
+         "num_key_value_heads": 4, "max_position_embeddings": 131072, "rope_theta": 1e6,
+         "rope_local_base_freq": 10000.0, "sliding_window": 1024, "sliding_window_pattern": 6,
+         "rope_scaling": {"rope_type": "linear", "factor": 8.0}},
         note="the text decoder (text_config) only: the SigLIP vision encoder and its "
              "projector are not modelled"),
 )

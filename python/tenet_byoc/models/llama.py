@@ -200,9 +200,14 @@ class LlamaConfig:
             )
         if self.dim_per_head % 2:
             raise ValueError(f"LlamaConfig.head_dim={self.dim_per_head} must be even (RoPE)")
-        for field in ("rms_norm_eps", "rope_theta"):
+        optional = ("attn_logit_softcapping", "final_logit_softcapping",
+                    "query_pre_attn_scalar", "rope_local_theta")
+        for field in ("rms_norm_eps", "rope_theta", *optional):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            if value is None and field in optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    0 < value < math.inf):
                 raise ValueError(f"LlamaConfig.{field}={value!r} must be a positive number")
         if not self.rms_norm_eps < 1:
             raise ValueError(f"LlamaConfig.rms_norm_eps={self.rms_norm_eps!r} must be < 1")
@@ -217,13 +222,6 @@ class LlamaConfig:
             raise ValueError(f"LlamaConfig.model_type={self.model_type!r}; known: {FAMILIES}")
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"LlamaConfig.hidden_act={self.hidden_act!r}; known: {ACTIVATIONS}")
-        for field in ("attn_logit_softcapping", "final_logit_softcapping",
-                      "query_pre_attn_scalar", "rope_local_theta"):
-            value = getattr(self, field)
-            if value is not None and (isinstance(value, bool) or not isinstance(
-                    value, (int, float)) or not 0 < value < math.inf):
-                raise ValueError(f"LlamaConfig.{field}={value!r} must be a positive number "
-                                 "or None")
         types = self.layer_types
         if types is not None and (not isinstance(types, tuple) or len(types) !=
                                   self.num_hidden_layers or not set(types) <= set(LAYER_TYPES)):
