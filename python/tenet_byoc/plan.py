@@ -334,7 +334,9 @@ def _two_layers(config: Any) -> Any:
     if not getattr(config, "uniform_layers", True):
         return None
     field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
-    return dataclasses.replace(config, **{field: 2})
+    types = getattr(config, "layer_types", None)
+    return dataclasses.replace(config, **{field: 2}, **({"layer_types": types[:2]} if types
+                                                        else {}))
 
 
 @lru_cache(maxsize=1 << 16)

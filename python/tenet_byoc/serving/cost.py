@@ -303,7 +303,10 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     clock = acc.hardware.clock_ghz
     field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
     layers = getattr(config, field)
-    one_layer = dataclasses.replace(config, **{field: 1})
+    # A one-layer model per kind of layer (Gemma's sliding and full ones) and its count.
+    types = getattr(config, "layer_types", None) or (None,)
+    kinds = [(dataclasses.replace(config, **{field: 1}, **({"layer_types": (t,)} if t else {})),
+              types.count(t) if t else layers) for t in dict.fromkeys(types)]
     writes = ("k_cache", "v_cache")
 
     def seconds(p: Plan, calls: list) -> float:
@@ -316,16 +319,19 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         # layer, so each part is a chain of whole groups and the parts add up. Only the
         # part asked for is charged and composed (a prompt's attention term charges no
         # weight GEMMs of its unrounded length).
-        p = plan(one_layer, step, scheme, sharding)
-        parts: dict[bool, list] = {}
-        for pc in p.calls:
-            if pc.name.endswith(writes):  # charged at the cache's width below
-                continue
-            owner = pc.fused_with or pc.name
-            if owner.endswith(ATTENTION_PARTS) == attention:
-                parts.setdefault(pc.layer is None, []).append(pc)
-        return sum(seconds(p, calls) * (1 if outside else layers)
-                   for outside, calls in sorted(parts.items()))
+        total = 0.0
+        for i, (one_layer, count) in enumerate(kinds):
+            p = plan(one_layer, step, scheme, sharding)
+            parts: dict[bool, list] = {}
+            for pc in p.calls:
+                if pc.name.endswith(writes):  # charged at the cache's width below
+                    continue
+                owner = pc.fused_with or pc.name
+                if owner.endswith(ATTENTION_PARTS) == attention:
+                    parts.setdefault(pc.layer is None, []).append(pc)
+            total += sum(seconds(p, calls) * (not i if outside else count)
+                         for outside, calls in sorted(parts.items()))
+        return total
 
     prefills: dict[tuple[int, bool], float] = {}
 
@@ -335,7 +341,8 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
             found = prefills[tokens, attention] = scaled(Step.prefill(tokens), attention)
         return found
 
-    two_layers = dataclasses.replace(config, **{field: 2})
+    two_layers = dataclasses.replace(config, **{field: 2}, **(
+        {"layer_types": types[:1] * 2} if types[0] else {}))
 
     def handovers(tokens: int) -> float:
         # The plan's hand-over of this many tokens' activations between two stages.
