@@ -212,9 +212,10 @@ class Plan:
     stage; chip ``stage x tensor_parallel + rank`` is rank ``rank`` of ``stage``.
 
     ``written`` holds the calls as planned: all of them, or (``layers`` > 0) those of a
-    model cut to two decoder layers, the second standing for every layer after the first
-    (a decoder's layers 1 .. layers-1 run the same calls; layer 0 can differ, as a batch's
-    mask built there). :attr:`calls` is the whole list either way, made when first read.
+    model cut to ``period + 1`` decoder layers, layers 1 .. period standing in turn for every
+    layer after the first (a decoder's later layers repeat the same calls, or Gemma's
+    sliding and full layers the same mix; layer 0 can differ, as a batch's mask built
+    there). :attr:`calls` is the whole list either way, made when first read.
     """
 
     step: Step
@@ -223,15 +224,18 @@ class Plan:
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     micro_batches: int = 1
-    layers: int = 0  #: > 0: ``written`` is two layers' plan of a model of this many
+    layers: int = 0  #: > 0: ``written`` is a cut plan of a model of this many layers
     prefix: str = ""  #: the layers' name prefix ("h." or "layers.") when ``layers`` > 0
+    period: int = 1  #: how many of ``written``'s layers after the first repeat in turn
 
     @property
     def size(self) -> int:
         """How many calls :attr:`calls` holds (without making them)."""
         if not self.layers:
             return len(self.written)
-        return len(self.written) + (self.layers - 2) * sum(c.layer == 1 for c in self.written)
+        per = [sum(c.layer == j for c in self.written) for j in range(self.period + 1)]
+        return len(self.written) + sum(per[(i - 1) % self.period + 1]
+                                       for i in range(self.period + 1, self.layers))
 
     @cached_property
     def calls(self) -> tuple[PlannedCall, ...]:
@@ -241,22 +245,22 @@ class Plan:
         stage_of = {}
         for s, layers in enumerate(stage_layers(self.layers, self.pipeline_parallel)):
             stage_of.update(dict.fromkeys(layers, s))
-        first = f"{self.prefix}1."
-        cut = len(first)
+        period = self.period
         out: list[PlannedCall] = []
         block: list[PlannedCall] = []
 
         def expand() -> None:
             out.extend(block)
-            for i in range(2, self.layers):
-                head, st = f"{self.prefix}{i}.", stage_of[i]
+            for i in range(period + 1, self.layers):
+                j = (i - 1) % period + 1
+                head, st, cut = f"{self.prefix}{i}.", stage_of[i], len(f"{self.prefix}{j}.")
                 out.extend(c._replace(name=head + c.name[cut:], layer=i, stage=st,
                                       fused_with=head + c.fused_with[cut:] if c.fused_with
-                                      else "") for c in block)
+                                      else "") for c in block if c.layer == j)
             block.clear()
 
         for c in self.written:
-            if c.layer == 1:
+            if c.layer:
                 block.append(c)
                 continue
             if block:
@@ -328,15 +332,23 @@ def _layers(config: Any) -> int:
 
 
 @lru_cache(maxsize=64)
-def _two_layers(config: Any) -> Any:
-    """``config`` cut to two decoder layers, or None for a config whose layers may differ
-    (one that says ``uniform_layers = False``)."""
-    if not getattr(config, "uniform_layers", True):
-        return None
+def _cut_layers(config: Any) -> tuple[Any, int]:
+    """``config`` cut to ``period + 1`` decoder layers whose layers 1 .. period repeat in
+    turn after them (the period of ``layer_types`` from layer 1 on; 1 where the layers are
+    alike), and the period; ``(None, 0)`` for a config whose layers may differ otherwise
+    (one that says ``uniform_layers = False`` and has no ``layer_types``)."""
     field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
-    types = getattr(config, "layer_types", None)
-    return dataclasses.replace(config, **{field: 2}, **({"layer_types": types[:2]} if types
-                                                        else {}))
+    n, types = getattr(config, field), getattr(config, "layer_types", None)
+    if types is None:
+        if not getattr(config, "uniform_layers", True):
+            return None, 0
+        types = ("",) * n
+    period = next((p for p in range(1, n - 1) if all(
+        types[i] == types[(i - 1) % p + 1] for i in range(p + 1, n))), 0)
+    if not period:
+        return None, 0
+    cut = {"layer_types": types[:period + 1]} if getattr(config, "layer_types", None) else {}
+    return dataclasses.replace(config, **{field: period + 1}, **cut), period
 
 
 @lru_cache(maxsize=1 << 16)
@@ -566,7 +578,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         stage_of.update(dict.fromkeys(layers, s))
     # Walk two layers and let the second stand for the rest (Plan.calls makes them).
     layers = _layers(config)
-    cut = _two_layers(config) if layers > 2 else None
+    cut, period = _cut_layers(config) if layers > 2 else (None, 0)
     if cut is not None:
         config = cut
 
@@ -670,7 +682,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     if cut is None:
         return Plan(whole, phase, tuple(calls), tp, pp, mu)
     return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,
-                "h." if hasattr(cut, "n_layer") else "layers.")
+                "h." if hasattr(cut, "n_layer") else "layers.", period)
 
 
 # ---- Mixture of experts ---------------------------------------------------------------------

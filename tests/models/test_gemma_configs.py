@@ -113,3 +113,24 @@ def test_serving_cost_of_a_layer_mix_matches_the_whole_step(context):
     assert full.window is None and full.uniform_layers
     if context > 8:  # the sliding layers read fewer keys than a model of full layers
         assert whole < estimate_step(full, step, "none", "os16", entries=False)[0].seconds
+
+
+@pytest.mark.parametrize("model, period", [("gemma-2-9b", 2), ("gemma-3-4b", 6),
+                                           ("llama-3-8b", 1)])
+def test_cut_plan_of_a_layer_mix_expands_to_the_whole_walk(model, period, monkeypatch):
+    # The plan walks layers 0 .. period and repeats 1 .. period in turn; the reference walks
+    # every layer (the cut switched off), over three pipeline stages, prefill and decode
+    # steps of two sequences.
+    from tenet_byoc import plan as planning
+    from tenet_byoc.plan import Sharding, Step, plan
+
+    config = resolve_config(model)
+    steps = (Step.prefill(16, batch=2), Step.decode(5000, batch=2))
+    cut = [plan(config, s, "w4a16_group128", Sharding(1, 3, 1)) for s in steps]
+    assert {p.period for p in cut} == {period}
+    monkeypatch.setattr(planning, "_cut_layers", lambda config: (None, 0))
+    whole = [plan(config, s, "w4a16_group128", Sharding(1, 3, 1)) for s in steps]
+    for a, b in zip(cut, whole, strict=True):
+        assert a.size == len(b.calls)
+        # names, layers, stages, epilogues, schemes and each call's plain key (its sizes)
+        assert [c[1:] for c in a.calls] == [c[1:] for c in b.calls]

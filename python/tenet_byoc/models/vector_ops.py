@@ -101,11 +101,14 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
             add("positions.clamp", "relu", (b, rows))
 
     def batch_mask(i: int, prefix: str, keys: int) -> None:
-        # Built at the first layer; a model of sliding and full layers builds one of each.
-        if i == 0 or i == first_sliding:
+        # Built at the first layer; a model of sliding and full layers builds one of each
+        # there (the other's over its own keys).
+        if i == 0:
             add(prefix + "batch_mask", "mask", (b, 1, rows, keys))
+            if other_keys is not None:
+                add(prefix + "batch_mask.other", "mask", (b, 1, rows, other_keys))
 
-    first_sliding = None
+    other_keys = None
     if isinstance(config, GPT2Config):
         d, h, hd, ff = config.n_embd, config.n_head, config.head_dim, config.inner_dim
         keys = tokens if prefill else tokens + 1
@@ -149,8 +152,13 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
     act = (b, rows, d)
     rope = 2 * rows * hd * (b if batched else 1)  # a batch reads each sequence's rows
     gemma = config.gemma
-    first_sliding = None if config.uniform_layers else next(  # the first of the other kind
-        i for i in range(config.num_hidden_layers)
+
+    def layer_keys(i: int) -> int:  # keys a query of layer i attends to (a window's last W)
+        window = config.layer_window(i)
+        return tokens if prefill else min(window - 1, tokens) + 1 if window else tokens + 1
+
+    other_keys = None if config.uniform_layers else next(  # those of the other kind of layer
+        layer_keys(i) for i in range(config.num_hidden_layers)
         if config.layer_window(i) != config.layer_window(0))
     if batched:
         positions(rows)
@@ -159,10 +167,7 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
         add("embed_tokens.scale", "multiply", act, 1)
     for i in range(config.num_hidden_layers):
         p = f"layers.{i}."
-        window = config.layer_window(i)
-        keys = tokens if prefill else tokens + 1
-        if window and not prefill:
-            keys = min(window - 1, tokens) + 1
+        window, keys = config.layer_window(i), layer_keys(i)
         add(p + "input_layernorm", "rms_norm", act)
         q(p + "self_attn.q_proj", d)
         if config.qk_norm:  # Qwen3: each head's query and key RMS-normed before RoPE
