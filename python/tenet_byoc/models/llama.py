@@ -470,7 +470,7 @@ class LlamaAttention(nn.Module):
             keep = None if self.rolling is None else self.rolling - 1
             k = op.concat([self._last(past[0], keep), k], dim=2)
             v = op.concat([self._last(past[1], keep), v], dim=2)
-        cache = self._last(k, self.rolling), self._last(v, self.rolling)
+        cache = k, v  # with a rolling buffer, its last W tokens (cut after the attention)
         if past is not None and self.rolling is None and self.window is not None:
             k, v = self._last(k, self.window), self._last(v, self.window)  # a view of the cache
         keys = k.shape[2]
@@ -494,7 +494,7 @@ class LlamaAttention(nn.Module):
         out = op.permute_dims(op.reshape(out, [b, self.n_head, s, hd]), [0, 2, 1, 3])
         rows = [b, s, self.n_head * hd] if batch is None else [1, b * s, self.n_head * hd]
         out = self.o_proj(op.reshape(out, rows))
-        return out, *cache
+        return out, self._last(cache[0], self.rolling), self._last(cache[1], self.rolling)
 
     @staticmethod
     def _last(t: nn.Tensor, n: int | None) -> nn.Tensor:
