@@ -33,7 +33,6 @@ import json
 import math
 import operator
 import os
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1039,12 +1038,3 @@ def _accuracy_of(accuracy: Mapping[str, Mapping[str, float]], scheme: str) -> di
         return {}
     return {"perplexity": float(got["perplexity"]),
             "top1_agreement": float(got.get("top1_agreement", math.nan))}
-
-
-def timed_explore(*args: Any, **kwargs: Any) -> tuple[list[PointResult], float]:
-    """:func:`explore` and its wall time in seconds (for benchmarks)."""
-    start = time.perf_counter()
-    rows = explore(*args, **kwargs)
-    return rows, time.perf_counter() - start
-
-
