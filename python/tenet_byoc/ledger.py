@@ -390,17 +390,20 @@ _TOTALS_COLUMNS = (
 )
 
 
+def text_table(lines: Sequence[Sequence[str]]) -> list[str]:
+    """``lines`` of cells aligned: the name column reads left to right, numbers align on
+    their last digit."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return ["  ".join([line[0].ljust(widths[0]),
+                       *(c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True))]).rstrip()
+            for line in lines]
+
+
 def _totals_table(groups: Sequence[tuple[str, Totals]], key: str) -> str:
     header = [key or "", *(title for title, _ in _TOTALS_COLUMNS)]
     rows = [[str(name), *(fmt(t) for _, fmt in _TOTALS_COLUMNS)] for name, t in groups]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        # The name column reads left to right; numbers align on their last digit.
-        return "  ".join([cells[0].ljust(widths[0]),
-                          *(c.rjust(w) for c, w in zip(cells[1:], widths[1:]))]).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+    return "\n".join(text_table([header, ["-" * w for w in widths], *rows]))
 
 
 class GroupedTotals(dict):
