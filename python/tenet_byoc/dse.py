@@ -590,23 +590,19 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
                 area += value
         if point.chips > 1:
             area *= point.chips
+        one_chip = point.chips == 1  # then its sums (cycles) do not depend on the clock
         for scheme in job.schemes:
             key = (scheme, point.tensor_parallel, point.pipeline_parallel)
-            if point.chips == 1:  # the sums of one chip do not depend on the clock
-                got = composed.get(scheme)
-                if got is None:
-                    got = composed[scheme] = _compose(job, point, acc, scheme, job.plans[key],
-                                                      arrays.setdefault(point.array_key(), {}),
-                                                      vectors.setdefault(point.vector_key(),
-                                                                         {}))
-                cycles, energy, reason = got
-                latency_us = {ph: c / (point.clock_ghz * 1e3) for ph, c in cycles.items()}
-            else:
-                times, energy, reason = _compose(
-                    job, point, acc, scheme, job.plans[key],
-                    arrays.setdefault(point.array_key(), {}),
-                    vectors.setdefault(point.vector_key(), {}))
-                latency_us = {ph: t * 1e6 for ph, t in times.items()}
+            got = composed.get(scheme) if one_chip else None
+            if got is None:
+                got = _compose(job, point, acc, scheme, job.plans[key],
+                               arrays.setdefault(point.array_key(), {}),
+                               vectors.setdefault(point.vector_key(), {}))
+                if one_chip:
+                    composed[scheme] = got
+            times, energy, reason = got
+            latency_us = {ph: t / (point.clock_ghz * 1e3) if one_chip else t * 1e6
+                          for ph, t in times.items()}
             reason = reason or job.memory.get(key, "")
             out.append(_result(job, point, area, scheme, latency_us, energy, reason))
     return out
