@@ -40,12 +40,12 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
+from .documents import load_mapping
 from .area import (
     FORMATS,
     AreaTable,
     accelerator_area,
     dram_interface_mm2,
-    load_table_file,
     mac_figure,
     number_format,
 )
@@ -423,7 +423,7 @@ mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps : sequence
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> DesignSpace:
         """A space from a YAML or JSON file of its fields."""
-        return cls.from_dict(load_table_file(path, "design space"), f"design space {str(path)!r}")
+        return cls.from_dict(load_mapping(path, "design space"), f"design space {str(path)!r}")
 
     def all_points(self) -> list[DesignPoint]:
         """Every combination of the fields' values, each design once (the chips and the
