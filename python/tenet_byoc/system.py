@@ -48,7 +48,7 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
-from .hardware import Accelerator, resolve
+from .accelerators import Accelerator, resolve
 from .ledger import Ledger, LedgerEntry
 
 __all__ = [

@@ -258,7 +258,7 @@ def _mixed_out_refusal(out: str, command: str) -> str | None:
             f"(e.g. {os.path.join(out, command)!r})")
 
 
-#: ``--mapping``'s values (``tenet_byoc.hardware.MAPPING_CHOICES`` but None).
+#: ``--mapping``'s values (``tenet_byoc.accelerators.MAPPING_CHOICES`` but None).
 MAPPING_CHOICES = ("default", "auto")
 
 
@@ -336,8 +336,8 @@ def _llm_option(p: argparse.ArgumentParser, default: str) -> None:
 
 def _accelerator_option(p: argparse.ArgumentParser, default: str | None = DEFAULT_PRESET
                         ) -> None:
-    """``--accelerator``: one preset or design file (``--hardware`` its deprecated name)."""
-    p.add_argument("--accelerator", "--hardware", dest="accelerator", default=default,
+    """``--accelerator``: one preset or design file."""
+    p.add_argument("--accelerator", dest="accelerator", default=default,
                    type=_accelerators(many=False), metavar="PRESET|FILE",
                    help=f"a preset or a design file (.json/.yaml, see `presets --show`); "
                    f"default: {DEFAULT_PRESET}; available: {', '.join(sorted(PRESETS))}")
@@ -383,16 +383,16 @@ def _model_options(p: argparse.ArgumentParser, *, sweep: bool) -> None:
     g.add_argument("--seed", type=int, default=0, help="weights and token ids (default 0)")
 
 
-def _hardware_options(p: argparse.ArgumentParser, *, many: bool, default: str = "") -> None:
+def _accelerator_options(p: argparse.ArgumentParser, *, many: bool, default: str = "") -> None:
     presets = ", ".join(sorted(PRESETS))
     g = p.add_argument_group("accelerator")
     if many:
-        g.add_argument("--accelerator", "--hardware", dest="accelerator",
+        g.add_argument("--accelerator", dest="accelerator",
                        type=_accelerators(many=True), metavar="LIST",
                        help=f"comma-separated presets, design files (.json/.yaml, see "
                        f"`presets --show`) or all (default: {default}; the model runs "
                        "once and each accelerator is charged from its ledger); "
-                       f"available: {presets}; --hardware is a deprecated name")
+                       f"available: {presets}")
     else:
         _accelerator_option(g, default=None)  # None: --tenet-p/-m may replace the preset
     g.add_argument("--tenet-p", metavar="FILE",
@@ -607,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated schemes or all (default: the classic "
                    f"{len(CLASSIC_SCHEMES)}, {','.join(CLASSIC_SCHEMES)}; three with --quick); "
                    f"available: {', '.join(SCHEMES)}")
-    _hardware_options(p, many=True, default=f"{','.join(DEFAULT_ACCELERATORS)}; "
+    _accelerator_options(p, many=True, default=f"{','.join(DEFAULT_ACCELERATORS)}; "
                       f"{','.join(QUICK_ACCELERATORS)} with --quick")
     p.add_argument("--quick", action="store_true",
                    help=f"prompt and context {QUICK_LENGTH}, schemes {','.join(QUICK_SCHEMES)}, "
@@ -624,7 +624,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(p, sweep=False)
     p.add_argument("--scheme", type=_one("scheme", SCHEMES), default="none",
                    help=f"default: none; available: {', '.join(SCHEMES)}")
-    _hardware_options(p, many=True, default=DEFAULT_PRESET)
+    _accelerator_options(p, many=True, default=DEFAULT_PRESET)
     p.add_argument("--out", metavar="DIR", help="write run.csv, run.json, layers.csv and a plot")
     _report_option(p)
     p.add_argument("--repeats", type=_count(1), default=3,
@@ -637,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(p, sweep=False)
     p.add_argument("--scheme", type=_one("scheme", SCHEMES), default="none",
                    help=f"default: none; available: {', '.join(SCHEMES)}")
-    _hardware_options(p, many=False)
+    _accelerator_options(p, many=False)
     p.add_argument("--phase", choices=["prefill", "decode"],
                    help="GPT-2 function to profile (default: prefill; not for the MLP)")
     p.add_argument("--csv", metavar="FILE", help="also write the report as CSV")
