@@ -129,15 +129,6 @@ class Accelerator(cm.Accelerator):
         return out
 
     @property
-    def charge_parts(self) -> dict:
-        """The keyword arguments that make ``cost_model.charge_gemm`` charge as this
-        accelerator does (with ``self.hardware`` and ``self.dataflow``). Deprecated with
-        ``charge_gemm``: ``cost_model.charge(call, accelerator)`` takes the value itself."""
-        return {"memory": self.memory, "precision": self.precision, "mapping": self.mapping,
-                "objective": self.objective, "vector": self.vector,
-                "edge_dequantizer": self.edge_dequantizer}
-
-    @property
     def mapping_search(self) -> Any:
         """The accelerator's one mapping search (``mapping="auto"``; else None): what
         ``cost_model.charge`` charges through, each distinct call searched once
