@@ -58,10 +58,8 @@ _DTYPE = "float32"
 
 #: The ``model_type`` values of ``config.json`` this module reads.
 FAMILIES = ("llama", "mistral", "qwen2", "gemma2", "gemma3_text")
-#: The Gemma families: (1 + w) RMSNorm, norms before and after attention and the MLP, the
-#: embedding scaled by sqrt(hidden_size), GeGLU, sliding-window layers among full ones.
+#: The Gemma families (see ``LlamaConfig.model_type``), and the MLP's gate activations.
 GEMMAS = ("gemma2", "gemma3_text")
-#: The MLP activations: SwiGLU's SiLU, GeGLU's tanh-approximated GELU.
 ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 
 # A dimension this large is a typo or an attack, not a model; refused before anything else.
@@ -121,22 +119,19 @@ class LlamaConfig:
         When every layer has it (Mistral) the cache keeps only the last W tokens (a
         rolling buffer); beside full layers it keeps them all.
     layer_types : tuple of str or None
-        Per layer ``"sliding_attention"`` (windowed) or ``"full_attention"``, as
-        ``config.json`` writes them (Gemma-2 / 3); None: every layer alike.
+        Per layer ``"sliding_attention"`` or ``"full_attention"`` (Gemma); None: all alike.
     hidden_act : str
-        The MLP's gate activation: ``"silu"`` (SwiGLU) or ``"gelu_pytorch_tanh"`` (GeGLU).
+        The MLP's gate: ``"silu"`` (SwiGLU) or ``"gelu_pytorch_tanh"`` (GeGLU).
     attn_logit_softcapping, final_logit_softcapping : float or None
-        Gemma-2's soft-capping ``c * tanh(x / c)`` of the scaled attention scores (before
-        the mask) and of the logits.
+        Gemma-2's ``c * tanh(x / c)`` of the scaled scores (before the mask), of the logits.
     query_pre_attn_scalar : float or None
-        The scores are scaled by its inverse square root instead of head_dim's (Gemma).
+        The scores are scaled by its inverse square root, not head_dim's (Gemma).
     rope_local_theta : float or None
-        Gemma-3's rotary base of the sliding layers (``rope_local_base_freq``), which take
-        no ``rope_scaling``; ``rope_theta`` and ``rope_scaling`` are the full layers'.
+        Gemma-3's rotary base of the sliding layers, unscaled (``rope_local_base_freq``).
     model_type : str
-        One of :data:`FAMILIES`; the Gemma ones (:data:`GEMMAS`) have four norms per layer
-        whose stored weight is the scale (Hugging Face's ``w``, loaded as ``1 + w``) and an
-        embedding scaled by sqrt(hidden_size).
+        One of :data:`FAMILIES`; Gemma's (:data:`GEMMAS`) have four norms per layer whose
+        weight is the scale (Hugging Face's ``w`` loaded as ``1 + w``), the embedding
+        scaled by sqrt(hidden_size).
     name : str
         A label for reports.
     """
@@ -328,13 +323,22 @@ class LlamaConfig:
             kwargs.update(_gemma3_rope(values))
         else:
             kwargs["rope_theta"], kwargs["rope_scaling"] = rope_from_config(values)
+        if model_type == "qwen2":
+            kwargs["qkv_bias"] = True
+            if values.get("use_sliding_window"):
+                raise ValueError(
+                    "config.json use_sliding_window=true is not supported for qwen2 "
+                    "(its window applies to some layers only)"
+                )
+        else:
+            kwargs["qkv_bias"] = kwargs["o_bias"] = values.get("attention_bias", False)
+            kwargs["mlp_bias"] = values.get("mlp_bias", False)
+            if model_type != "llama":
+                kwargs["sliding_window"] = values.get("sliding_window")
         if gemma:
             if values.get("use_bidirectional_attention"):
                 raise ValueError("config.json use_bidirectional_attention=true is not "
                                  "supported (a causal decoder only)")
-            bias = values.get("attention_bias", False)
-            kwargs["qkv_bias"] = kwargs["o_bias"] = bias
-            kwargs["sliding_window"] = values.get("sliding_window")
             # Gemma-2's default is every second layer full, Gemma-3's every sixth.
             period = 2 if model_type == "gemma2" else values.get("sliding_window_pattern") or 6
             kwargs["layer_types"] = read_layer_types(values, period)
@@ -345,19 +349,6 @@ class LlamaConfig:
                 if model_type == "gemma2" else {"final_logit_softcapping": None}
             for key, default in (*caps.items(), ("query_pre_attn_scalar", 256)):
                 kwargs[key] = values.get(key, default)
-        elif model_type == "qwen2":
-            kwargs["qkv_bias"] = True
-            if values.get("use_sliding_window"):
-                raise ValueError(
-                    "config.json use_sliding_window=true is not supported for qwen2 "
-                    "(its window applies to some layers only)"
-                )
-        else:
-            bias = values.get("attention_bias", False)
-            kwargs["qkv_bias"] = kwargs["o_bias"] = bias
-            kwargs["mlp_bias"] = values.get("mlp_bias", False)
-            if model_type == "mistral":
-                kwargs["sliding_window"] = values.get("sliding_window")
         return cls(model_type=model_type, name=name, **kwargs)
 
 

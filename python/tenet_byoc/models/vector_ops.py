@@ -49,8 +49,8 @@ def gemm_epilogues(config: Any, name: str, phase: str = "prefill", batch: int = 
             return ["add"]
         if name.endswith("down_proj") and fused and not config.mlp_bias:
             return ["add"]
-        if name.endswith("gate_proj") and config.hidden_act != "silu" and not config.mlp_bias:
-            return ["gelu_tanh"]  # GeGLU's GELU runs as gate_proj's epilogue
+        if name.endswith("gate_proj") and config.hidden_act != "silu":  # GeGLU's GELU
+            return ["add", "gelu_tanh"] if config.mlp_bias else ["gelu_tanh"]
     if isinstance(config, GPT2Config):
         if name.endswith(("attn.qk", "attn.pv", "lm_head")):
             return []
