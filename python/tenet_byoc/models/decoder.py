@@ -83,6 +83,12 @@ class MatmulShape(NamedTuple):
         """Multiply-accumulates of the matmul."""
         return self.batch * self.m * self.n * self.k
 
+    @property
+    def weight(self) -> str | None:
+        """The operand that is a weight (``"rhs"``), or None for attention's two products
+        of activations (the KV cache)."""
+        return None if self.name.endswith(("attn.qk", "attn.pv")) else "rhs"
+
 
 def call_rows_and_keys(phase: str, seq_len: int, context: int, field: str) -> tuple[int, int]:
     """Rows (new tokens) and keys (tokens attended to) of one call, after checking them.
