@@ -55,9 +55,12 @@ def test_gemma3_rope_as_older_files_write_it():
     ("hidden_activation", "relu", "hidden_act='relu' is not supported"),
     ("use_bidirectional_attention", True, "use_bidirectional_attention"),
     ("attn_logit_softcapping", -1.0, "attn_logit_softcapping=-1.0 must be a positive"),
+    ("sliding_window_pattern", 0, "sliding_window_pattern=0 must be a positive"),
+    ("sliding_window_pattern", "6", "sliding_window_pattern='6' must be an integer"),
 ])
 def test_bad_fields_are_refused_by_name(field, value, message):
-    values = {"model_type": "gemma2", "num_hidden_layers": 2, "hidden_size": 32,
+    family = "gemma3_text" if field == "sliding_window_pattern" else "gemma2"
+    values = {"model_type": family, "num_hidden_layers": 2, "hidden_size": 32,
               "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 11, field: value}
     with pytest.raises(ValueError, match=message):
         LlamaConfig.from_hf_dict(values)

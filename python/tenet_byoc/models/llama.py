@@ -340,7 +340,10 @@ class LlamaConfig:
                 raise ValueError("config.json use_bidirectional_attention=true is not "
                                  "supported (a causal decoder only)")
             # Gemma-2's default is every second layer full, Gemma-3's every sixth.
-            period = 2 if model_type == "gemma2" else values.get("sliding_window_pattern") or 6
+            period = 2 if model_type == "gemma2" else values.get("sliding_window_pattern", 6)
+            if period is None or period < 1:
+                raise ValueError(f"config.json sliding_window_pattern={period!r} must be a "
+                                 "positive integer (every how many layers one is full)")
             kwargs["layer_types"] = read_layer_types(values, period)
             kwargs["qk_norm"] = model_type == "gemma3_text"
             # transformers' defaults when absent (null: none); Gemma-3's attention takes no
