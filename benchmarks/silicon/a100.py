@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import PRESETS, preset
+from tenet_byoc.accelerators import PRESETS, preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from a100_ops import HARNESS_US  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 
 def _charge(acc, on_chip, **shape):
