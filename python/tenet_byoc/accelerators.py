@@ -562,9 +562,7 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     )
 
 
-def _a100(clock_ghz: float = 1.41) -> Accelerator:
-    # clock_ghz replaces the boost clock, e.g. by a sustained one measured on a device
-    # (benchmarks/silicon/a100_ops.py --calibrate); HBM stays 2,039 GB/s.
+def _a100(clock_ghz: float = 1.41) -> Accelerator:  # a sustained clock: a100_ops.py --calibrate
     # An NVIDIA A100 (SXM4 40 GB) as LLMCompass describes it (Zhang et al., "LLMCompass:
     # Enabling Efficient Hardware Design for Large Language Model Inference", ISCA 2024, and
     # its repository's configs/GA100.json): 108 SMs x 4 sub-cores x one 16 x 16 fp16 systolic
