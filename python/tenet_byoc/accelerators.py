@@ -554,7 +554,7 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     )
 
 
-def _a100() -> Accelerator:
+def _a100(clock_ghz: float = 1.41) -> Accelerator:  # a sustained clock: a100_ops.py --calibrate
     # An NVIDIA A100 (SXM4 40 GB) as LLMCompass describes it (Zhang et al., "LLMCompass:
     # Enabling Efficient Hardware Design for Large Language Model Inference", ISCA 2024, and
     # its repository's configs/GA100.json): 108 SMs x 4 sub-cores x one 16 x 16 fp16 systolic
@@ -565,7 +565,6 @@ def _a100() -> Accelerator:
     # at the fp16 rate (a stand-in: TF32 is half of it, the CUDA cores 1/16). Assumed: the
     # 192 KB as the core's one buffer, fed at both array edges every cycle; K split at most
     # 16 ways; no launch cost.
-    clock_ghz = 1.41
     sms, rows, cols = 108, 16, 64
     dram_bits = 2039e9 * 8 / (clock_ghz * 1e9)
     memory = cm.MemoryHierarchy(
