@@ -28,6 +28,13 @@ FAMILIES = {
         "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0,
                             "original_max_position_embeddings": 8, "mscale": 1.0,
                             "mscale_all_dim": 1.0}}, 24),
+    # attention sinks, biases everywhere, a SwiGLU clamped at 1 (so the clamps bite),
+    # sliding-window layers (window 4) around a full one, YaRN
+    "gpt_oss": ("GptOss", {
+        **TINY, "num_hidden_layers": 3, "head_dim": 8, "sliding_window": 4,
+        "swiglu_limit": 1.0, "rope_parameters": {
+            "rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "beta_fast": 32.0,
+            "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 8}}, 40),
 }
 
 
