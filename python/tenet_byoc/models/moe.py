@@ -614,23 +614,20 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         if m is None:
             hd, h, kv, g = a.dim_per_head, a.num_attention_heads, a.num_key_value_heads, \
                 a.group_size
-            for proj, n in (("q_proj", h * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
-                linear(gemms, vec, p + "self_attn." + proj, tokens, n, d)
+            rope = 2 * rows * hd * b
+            # in binding order: each projection's quantize, then its head's norm and rotary
+            for proj, n, heads in (("q", h * hd, h), ("k", kv * hd, kv), ("v", kv * hd, 0)):
+                linear(gemms, vec, p + f"self_attn.{proj}_proj", tokens, n, d)
                 if a.qkv_bias:
-                    epi[p + "self_attn." + proj] = ["add"]
+                    epi[p + f"self_attn.{proj}_proj"] = ["add"]
+                if heads and a.qk_norm:
+                    vec.append(VectorOpShape(p + f"self_attn.{proj}_norm", "rms_norm",
+                                             (b, rows, heads, hd)))
+                if heads:
+                    vec.append(VectorOpShape(p + f"self_attn.{proj}_rotary", "rotary",
+                                             (b, rows, heads, hd), rope))
             gemms += [(MatmulShape(p + "attn.qk", b * kv, g * rows, keys, hd), "key"),
                       (MatmulShape(p + "attn.pv", b * kv, g * rows, hd, keys), "value")]
-            linear(gemms, vec, p + "self_attn.o_proj", tokens, d, h * hd)
-            if a.o_bias:
-                epi[p + "self_attn.o_proj"] = ["add"]
-            rope = 2 * rows * hd * b
-            if a.qk_norm:
-                vec.append(VectorOpShape(p + "self_attn.q_norm", "rms_norm", (b, rows, h, hd)))
-            vec.append(VectorOpShape(p + "self_attn.q_rotary", "rotary", (b, rows, h, hd), rope))
-            if a.qk_norm:
-                vec.append(VectorOpShape(p + "self_attn.k_norm", "rms_norm", (b, rows, kv, hd)))
-            vec.append(VectorOpShape(p + "self_attn.k_rotary", "rotary", (b, rows, kv, hd),
-                                     rope))
             vec.append(VectorOpShape(p + "self_attn.scale", "multiply",
                                      (b, kv, g * rows, keys), 1))
             if prefill:
@@ -642,6 +639,9 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
             # gpt-oss's sinks: one more score column per row, normalized over and dropped
             vec.append(VectorOpShape(p + "self_attn.softmax", "softmax",
                                      (b, kv, g * rows, keys + config.sinks)))
+            linear(gemms, vec, p + "self_attn.o_proj", tokens, d, h * hd)
+            if a.o_bias:
+                epi[p + "self_attn.o_proj"] = ["add"]
         else:
             h, rank, rot = a.num_attention_heads, m.kv_lora_rank, m.qk_rope_head_dim
             nope, vd = m.qk_nope_head_dim, m.v_head_dim

@@ -408,6 +408,11 @@ class MoERunner:
         gate_proj.weight``).
     build : callable, optional
         ``IRModule -> executable``; TVM's own CPU build by default.
+    bind_params : bool
+        Bind each call's weights into its own copy of its function (one per layer, one
+        per expert: ``attention_prefill__layer0``, ``expert__layer0_expert3``, ...), so
+        that ``build`` may rewrite them (``tenet_byoc.quantize``); by default the shared
+        functions take the weights as parameters.
 
     Attributes
     ----------
@@ -417,45 +422,64 @@ class MoERunner:
     """
 
     def __init__(self, config: MoEConfig, params: dict[str, np.ndarray],
-                 build: Callable[[IRModule], Any] | None = None, device: Any = None) -> None:
+                 build: Callable[[IRModule], Any] | None = None, device: Any = None,
+                 bind_params: bool = False) -> None:
         self.config = config
         self.mod, self._names = export_moe(config)
         self.device = tvm.cpu() if device is None else device
-        self.executable = (build or build_with_tvm)(self.mod)
-        self.vm = relax.VirtualMachine(self.executable, self.device)
         self.routing: list[tuple[str, list[LayerRouting]]] = []
-        put = self._put
         missing = [n for n, _ in _expected(config) if n not in params]
         if missing:
             raise KeyError(f"{config.model_type} weights lack {missing[:5]}")
         params = _split_experts(config, params)
         moe, expert_names = _MOE_PREFIX[config.model_type], _EXPERT_NAMES[config.model_type]
-        self._ends = [put(params[n]) for n in self._names["embed"]]
-        self._layers = []
-        self._experts: list[list[list[Any]]] = []
+        # Each weight set: the functions that take it, and its arrays.
+        sets: dict[str, tuple[tuple[str, ...], list[np.ndarray]]] = {
+            "ends": (("embed", "head"), [params[n] for n in self._names["embed"]])}
         self._bias: list[np.ndarray] = []
+        self._kind: list[str] = []  # per layer: dense_, attention_ or sliding_
         routed = set(config.experts.moe_layers)
         for i in range(config.num_hidden_layers):
             p = f"layers.{i}."
             if i not in routed:
-                self._layers.append([put(params[p + n]) for n in self._names["dense_prefill"]])
-                self._experts.append([])
+                self._kind.append("dense_")
+                sets[f"layer{i}"] = (("dense_prefill", "dense_decode"),
+                                     [params[p + n] for n in self._names["dense_prefill"]])
                 self._bias.append(None)
                 continue
             shared = _SHARED.get(config.model_type, "")
             router = _ROUTER.get(config.model_type, "gate.")
-            self._layers.append([
-                put(params[p + moe + router + n[5:] if n.startswith("gate.")
-                           else p + moe + n if n.startswith("shared_expert_gate")
-                           else p + moe + shared + n.split(".", 1)[1]
-                           if n.startswith("shared_expert.") else p + n])
+            kind = "sliding_" if config.sliding_layers is not None and config.window(i) \
+                else "attention_"
+            self._kind.append(kind)
+            sets[f"layer{i}"] = ((kind + "prefill", kind + "decode"), [
+                params[p + moe + router + n[5:] if n.startswith("gate.")
+                       else p + moe + n if n.startswith("shared_expert_gate")
+                       else p + moe + shared + n.split(".", 1)[1]
+                       if n.startswith("shared_expert.") else p + n]
                 for n in self._names["attention_prefill"]])
             self._bias.append(params[p + moe + "gate.e_score_correction_bias"]
                               if config.experts.router_bias else None)
-            self._experts.append([
-                [put(params[f"{p}{moe}experts.{j}.{expert_names[n]}"])
-                 for n in self._names["expert"]]
-                for j in range(config.experts.num_experts)])
+            for j in range(config.experts.num_experts):
+                sets[f"layer{i}_expert{j}"] = (("expert",), [
+                    params[f"{p}{moe}experts.{j}.{expert_names[n]}"]
+                    for n in self._names["expert"]])
+        if bind_params:
+            self.mod = _bind_copies(config, self._names, sets)
+            self._weights: dict[str, list[Any]] = dict.fromkeys(sets, [])
+        else:
+            self._weights = {key: [self._put(w) for w in arrays]
+                             for key, (_, arrays) in sets.items()}
+        self._bound = bind_params
+        self.executable = (build or build_with_tvm)(self.mod)
+        self.vm = relax.VirtualMachine(self.executable, self.device)
+
+    def _call(self, function: str, key: str, *inputs: Any) -> Any:
+        # ``function`` on ``inputs`` with the weight set ``key``: its bound copy, or the
+        # shared function given the weights.
+        if self._bound:
+            return self.vm[f"{function}__{key}"](*inputs)
+        return self.vm[function](*inputs, *self._weights[key])
 
     def tokens_per_expert(self) -> list[list[np.ndarray]]:
         """Per call so far, per mixture layer, the tokens each expert received: the
@@ -496,7 +520,7 @@ class MoERunner:
                                  + (1e-20 if e.scoring == "sigmoid" else 0))
         return chosen, (weights * np.float32(e.scale)).astype(np.float32)
 
-    def _moe(self, h: np.ndarray, normed: Any, logits: Any, experts: list[list[Any]],
+    def _moe(self, h: np.ndarray, normed: Any, logits: Any, layer: int,
              bias: np.ndarray | None) -> tuple[np.ndarray, LayerRouting]:
         # Softmax over all experts, the top k, their weights renormalized (Mixtral's rule),
         # then each chosen expert once over the tokens routed to it.
@@ -505,46 +529,38 @@ class MoERunner:
         out = np.zeros_like(x)
         for expert in np.unique(chosen):
             rows, slot = np.nonzero(chosen == expert)
-            y = self.vm["expert"](self._tensor(x[rows][None]), *experts[expert])
+            y = self._call("expert", f"layer{layer}_expert{expert}",
+                           self._tensor(x[rows][None]))
             out[rows] += weights[rows, slot, None] * y.numpy()[0]
         return h + out, LayerRouting(chosen, weights)
 
     def _forward(self, ids: np.ndarray, cache: Sequence[Any] | None, phase: str
                  ) -> tuple[np.ndarray, list[Any]]:
-        x = self.vm["embed"](self._tensor(ids), *self._ends).numpy()
+        x = self._call("embed", "ends", self._tensor(ids)).numpy()
         new_cache: list[Any] = []
         routing = []
         position = None if cache is None else max(int(c.shape[2]) for c in cache[::2])
-        for i in range(self.config.num_hidden_layers):
-            if not self._experts[i]:  # a dense layer
-                if cache is None:
-                    out, k, v = self.vm["dense_prefill"](self._tensor(x), *self._layers[i])
-                else:
-                    out, k, v = self.vm["dense_decode"](
-                        self._tensor(x), cache[2 * i], cache[2 * i + 1], *self._layers[i])
+        for i, kind in enumerate(self._kind):
+            inputs = [self._tensor(x)]
+            if cache is not None:
+                inputs += [cache[2 * i], cache[2 * i + 1]]
+                if kind == "sliding_":
+                    inputs.append(tvm.runtime.ShapeTuple([position]))
+            out = self._call(kind + ("prefill" if cache is None else "decode"), f"layer{i}",
+                             *inputs)
+            if kind == "dense_":
+                out, k, v = out
                 x = out.numpy()
                 routing.append(None)
                 new_cache += [k, v]
                 continue
-            sliding = self.config.sliding_layers is not None and self.config.window(i)
-            if cache is None:
-                h, normed, logits, k, v = self.vm[
-                    "sliding_prefill" if sliding else "attention_prefill"](
-                    self._tensor(x), *self._layers[i])
-            elif sliding:
-                h, normed, logits, k, v = self.vm["sliding_decode"](
-                    self._tensor(x), cache[2 * i], cache[2 * i + 1],
-                    tvm.runtime.ShapeTuple([position]), *self._layers[i])
-            else:
-                h, normed, logits, k, v = self.vm["attention_decode"](
-                    self._tensor(x), cache[2 * i], cache[2 * i + 1], *self._layers[i])
-            x, route = self._moe(h.numpy()[0], normed, logits, self._experts[i],
-                                 self._bias[i])
+            h, normed, logits, k, v = out
+            x, route = self._moe(h.numpy()[0], normed, logits, i, self._bias[i])
             x = x[None]
             routing.append(route)
             new_cache += [k, v]
         self.routing.append((phase, routing))
-        logits = self.vm["head"](self._tensor(x.astype(np.float32)), *self._ends)
+        logits = self._call("head", "ends", self._tensor(x.astype(np.float32)))
         return logits.numpy()[0], new_cache
 
     def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, list[Any]]:
@@ -626,6 +642,25 @@ def _expected(config: MoEConfig):
     yield "norm.weight", (d,)
     if not a.tie_word_embeddings:
         yield "lm_head.weight", (a.vocab_size, d)
+
+
+def _bind_copies(config: MoEConfig, names: dict[str, list[str]],
+                 sets: dict[str, tuple[tuple[str, ...], list[np.ndarray]]]) -> IRModule:
+    # One copy of each function per weight set that calls it, its weights bound as
+    # constants (``{function}__{set}``); each set's copies come from an export of their
+    # own, as no object (a variable, a constant) may sit in two functions.
+    out = IRModule({})
+    for key, (functions, arrays) in sets.items():
+        mod, _ = export_moe(config)
+        for function in functions:
+            if function not in names:
+                continue
+            copy = f"{function}__{key}"
+            out[copy] = mod[function].with_attr("global_symbol", copy)
+            values = {n: np.ascontiguousarray(a, dtype=np.float32)
+                      for n, a in zip(names[function], arrays, strict=True)}
+            out = relax.transform.BindParams(copy, values)(out)
+    return out
 
 
 def _split_experts(config: MoEConfig, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
