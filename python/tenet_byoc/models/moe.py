@@ -26,6 +26,7 @@ from .vector_ops import VectorOpShape
 
 __all__ = [
     "MOE_FAMILIES",
+    "ExpertLoad",
     "Experts",
     "LatentAttention",
     "MoECallGroup",
@@ -443,15 +444,22 @@ def touched_experts(num_experts: int, experts_per_token: int, tokens: int,
         negative or not finite, or a share exceeds one token's worth (``p_e > 1``: an
         expert cannot be chosen twice by one token).
     """
-    _positive("touched_experts", "num_experts", num_experts)
-    _positive("touched_experts", "experts_per_token", experts_per_token)
+    p = _inclusion(num_experts, experts_per_token, load)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
         raise ValueError(f"touched_experts: tokens={tokens!r} must be an integer >= 0")
+    return float(np.sum(1.0 - (1.0 - p) ** tokens))
+
+
+def _inclusion(num_experts: int, experts_per_token: int,
+               load: Sequence[float] | None) -> np.ndarray:
+    # p_e: the chance expert e is among one token's k (k x its share of the load).
+    _positive("touched_experts", "num_experts", num_experts)
+    _positive("touched_experts", "experts_per_token", experts_per_token)
     e, k = num_experts, experts_per_token
     if k > e:
         raise ValueError(f"touched_experts: experts_per_token={k} exceeds num_experts={e}")
     if load is None:
-        return e * (1.0 - (1.0 - k / e) ** tokens)
+        return np.full(e, k / e)
     weights = np.asarray(load, dtype=np.float64)
     if weights.shape != (e,):
         raise ValueError(f"touched_experts: load has {weights.size} weights, expected {e}")
@@ -464,7 +472,34 @@ def touched_experts(num_experts: int, experts_per_token: int, tokens: int,
             f"{k} choices; a token picks an expert at most once, so no share may exceed "
             f"1/{k} of the load"
         )
-    return float(np.sum(1.0 - (1.0 - np.minimum(p, 1.0)) ** tokens))
+    return np.minimum(p, 1.0)
+
+
+@dataclass(frozen=True)
+class ExpertLoad:
+    """A user's expert popularity, for estimates of skewed routing.
+
+    Either ``weights`` (one non-negative weight per expert, any scale: each expert's share
+    of the routed tokens) or ``zipf`` s (expert j's weight ``1 / (j + 1) ** s``: expert 0
+    the busiest; 0 is uniform).
+    """
+
+    weights: tuple[float, ...] | None = None
+    zipf: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.weights is None) == (self.zipf is None):
+            raise ValueError("ExpertLoad takes weights or zipf, one of them")
+        z = self.zipf
+        if z is not None and (isinstance(z, bool) or not isinstance(z, (int, float))
+                              or not 0 <= z < float("inf")):
+            raise ValueError(f"ExpertLoad.zipf={z!r} must be a finite number >= 0")
+
+    def shares(self, num_experts: int) -> np.ndarray:
+        """The ``num_experts`` weights (checked by :func:`touched_experts`'s rules)."""
+        if self.zipf is not None:
+            return 1.0 / np.arange(1, num_experts + 1, dtype=np.float64) ** self.zipf
+        return np.asarray(self.weights, dtype=np.float64)
 
 
 def weights_read(config: MoEConfig, tokens: int, load: Sequence[float] | None = None) -> float:
@@ -483,21 +518,37 @@ def weights_read(config: MoEConfig, tokens: int, load: Sequence[float] | None = 
     return outside + moe * touched * expert
 
 
-def expected_routing(num_experts: int, experts_per_token: int, tokens: int) -> list[int]:
-    """Tokens per expert under uniform routing, as a plan charges it by default.
+def expected_routing(num_experts: int, experts_per_token: int, tokens: int,
+                     load: Sequence[float] | None = None) -> list[int]:
+    """Tokens per expert under uniform routing (or the popularity ``load``), as a plan
+    charges it by default.
 
-    ``tokens x k`` rows go to ``round(E x (1 - (1 - k/E) ** tokens))`` distinct experts (the
-    expected count of :func:`touched_experts`, at least ``k`` and at most ``min(E, tokens x
-    k)``), spread as evenly as possible, experts in order: one token reaches exactly its k
-    experts, a large batch nearly all E, each with ``tokens x k / E`` rows.
+    ``tokens x k`` rows go to the expected number of distinct experts of
+    :func:`touched_experts` (rounded, at least ``k`` and at most ``min(E, tokens x k)``),
+    the most popular ones (in order under uniform routing), in proportion to their
+    popularity (as evenly as possible under uniform routing), each at least one row and at
+    most ``tokens``, the rounding by the largest remainder: one token reaches exactly its k
+    experts, a large uniform batch nearly all E, each with ``tokens x k / E`` rows.
     """
     e, k = num_experts, experts_per_token
+    p = _inclusion(e, k, load)
     if tokens == 0:
         return [0] * e
-    touched = round(touched_experts(e, k, tokens))
-    touched = max(k, min(e, tokens * k, touched))
-    share, extra = divmod(tokens * k, touched)
-    return [share + (j < extra) if j < touched else 0 for j in range(e)]
+    touched = max(k, min(e, tokens * k, round(touched_experts(e, k, tokens, load))))
+    top = np.argsort(-p, kind="stable")[:touched]
+    want = tokens * k * p[top] / p[top].sum()
+    counts = np.clip(np.floor(want), 1, tokens).astype(int)
+    rest = tokens * k - int(counts.sum())
+    while rest:  # one row at a time where the remainder is largest (or smallest)
+        step = 1 if rest > 0 else -1
+        room = (counts < tokens) if step > 0 else (counts > 1)
+        gap = np.where(room, (want - counts) * step, -np.inf)
+        counts[int(np.argmax(gap))] += step
+        rest -= step
+    out = [0] * e
+    for j, n in zip(top, counts, strict=True):
+        out[int(j)] = int(n)
+    return out
 
 
 class MoECallGroup(NamedTuple):
@@ -555,9 +606,10 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         The prompt length of a prefill, or the cache length before a decode step.
     phase : str
         ``prefill`` or ``decode``.
-    tokens_per_expert : sequence of sequences of int, optional
+    tokens_per_expert : sequence of sequences of int, or ExpertLoad, optional
         Per mixture layer, the tokens each expert received (a run's routing); default
-        :func:`expected_routing` of the step's tokens in every layer.
+        :func:`expected_routing` of the step's tokens in every layer (under the
+        :class:`ExpertLoad` given in its place, if one is).
     batch : int
         Equal sequences in the step: the linear layers and experts take all their tokens,
         attention stays per sequence.
@@ -581,8 +633,9 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
     b, m, prefill = batch, config.latent, phase == "prefill"
     tokens = b * rows
     layers = e.moe_layers
-    if tokens_per_expert is None:
-        even = expected_routing(e.num_experts, e.experts_per_token, tokens)
+    if tokens_per_expert is None or isinstance(tokens_per_expert, ExpertLoad):
+        load = None if tokens_per_expert is None else tokens_per_expert.shares(e.num_experts)
+        even = expected_routing(e.num_experts, e.experts_per_token, tokens, load)
         tokens_per_expert = [even] * len(layers)
     counts = [[int(n) for n in c] for c in tokens_per_expert]
     if len(counts) != len(layers) or any(
