@@ -314,7 +314,7 @@ def fit(config: Any, scheme: Any, accelerator: Any, prompt_len: int, context_len
     """Whether ``estimate``'s run of ``config`` fits the DRAM of each chip of ``accelerator``
     (the arguments as :func:`tenet_byoc.estimate` takes them; ``tp``, ``pp`` and ``ep`` a
     system's)."""
-    from ..hardware import resolve
+    from ..accelerators import resolve
 
     acc = resolve(accelerator)
     phases = []
