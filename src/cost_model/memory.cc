@@ -143,6 +143,7 @@ void Validate(const MemoryHierarchy& mem) {
   if (mem.register_bytes <= 0)
     throw std::invalid_argument("MemoryHierarchy.register_bytes must be > 0, got " +
                                 Str(mem.register_bytes));
+  CheckRate(mem.dram_capacity_bytes, "dram_capacity_bytes (bytes; 0: not known)", true);
   if (mem.psum_bits < 1 || mem.psum_bits > 128)
     throw std::invalid_argument("MemoryHierarchy.psum_bits must be in 1..128, got " +
                                 Str(mem.psum_bits));

@@ -74,6 +74,9 @@ struct MemoryHierarchy {
   bool stationary_double_buffered = false;
   // Width of partial sums of C (the accumulator) when they are stored and moved, bits.
   int psum_bits = 32;
+  // DRAM (HBM) the chip holds, bytes; 0: not known. It changes no charge, only whether a
+  // model's weights, KV cache and activations fit the chip (>= 0, finite).
+  double dram_capacity_bytes = 0;
 };
 // Throws std::invalid_argument naming the bad field.
 void Validate(const MemoryHierarchy& mem);
