@@ -439,6 +439,14 @@ GEMM_ROWS = (
      "gemm_avx2_on_epyc_avx512_bf16.md", "AVX2"),
 )
 
+#: The README's int8-path table: each path, the machine of the ``benchmarks/gemm.py`` file
+#: that measured it (the same EPYC, oneDNN held to AVX2 for ``widened``) and that file.
+GEMM_INT8_ROWS = (
+    ("native", "AMD EPYC, AVX-512 VNNI/BF16, 1 thread", "gemm_epyc_avx512_bf16_1thread.md"),
+    ("widened", "the same EPYC, oneDNN held to AVX2, 1 thread",
+     "gemm_avx2_on_epyc_avx512_bf16_1thread.md"),
+)
+
 _GEOMEAN = re.compile(r"^geometric mean (?P<what>[^:]+): all shapes [\d.]+x; prefill shapes "
                       r"\(M >= 64\) (?P<mean>[\d.]+x), lowest (?P<low>[\d.]+x)$")
 
@@ -464,10 +472,12 @@ def _gemm_cells(path: Path) -> list[str]:
     return cells
 
 
-def gemm_source(results: Path, rows: tuple[tuple[str, str, str], ...] = GEMM_ROWS) -> str:
+def gemm_source(results: Path, rows: tuple[tuple[str, str, str], ...] = GEMM_ROWS,
+                int8_rows: tuple[tuple[str, str, str], ...] = GEMM_INT8_ROWS) -> str:
     """The README's GEMM summary: per file of ``benchmarks/gemm.py``'s results, the prefill
     shapes' geometric mean of tenet / numpy (float32) and int8 / numpy float32, each with its
-    lowest ratio and the shape that holds it (named when one shape does).
+    lowest ratio and the shape that holds it (named when one shape does); and the int8 figure
+    of each int8 path (``int8_rows``: path, machine, file).
 
     Raises
     ------
@@ -475,12 +485,15 @@ def gemm_source(results: Path, rows: tuple[tuple[str, str, str], ...] = GEMM_ROW
         When a file does not exist or lacks its two geometric-mean lines.
     """
     out, stamps = [], []
+    cells = {}
+    for name in dict.fromkeys([r[1] for r in rows] + [r[2] for r in int8_rows]):
+        if not (results / name).is_file():
+            raise ValueError(f"GEMM results {results / name} do not exist")
+        cells[name] = _gemm_cells(results / name)
     for label, name, link_text in rows:
         path = results / name
-        if not path.is_file():
-            raise ValueError(f"GEMM results {path} do not exist")
         link = f"benchmarks/results/{name}"
-        out.append([label, *_gemm_cells(path), f"[{link_text}]({link})"])
+        out.append([label, *cells[name], f"[{link_text}]({link})"])
         measured = next((p for p in path.read_text().split("\n\n") if p.startswith("Measured")),
                         "")
         stamps.append(f"`{link}`: " + measured.split(";")[0])
@@ -492,7 +505,12 @@ def gemm_source(results: Path, rows: tuple[tuple[str, str, str], ...] = GEMM_ROW
             "Written by `python docs/readme_tables.py gemm` from these files of "
             "`benchmarks/gemm.py` (each cell the file's geometric mean over the prefill shapes, "
             "M >= 64, and its lowest ratio):\n\n" + "\n".join(f"- {s}" for s in stamps)
-            + f"\n\n## summary\n\n{table}")
+            + f"\n\n## summary\n\n{table}\n## int8 paths\n\n"
+            + _table(["path", "measured on", "int8 / numpy float32, prefill shapes: geomean "
+                      "(lowest)", "results"], ["---", "---", "---:", "---"],
+                     [[f"`{path}`", where, cells[name][1],
+                       f"[results](benchmarks/results/{name})"]
+                      for path, where, name in int8_rows]))
 
 
 def _section_rows(text: str, heading: str, path: Path) -> list[list[str]]:

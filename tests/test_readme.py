@@ -341,15 +341,19 @@ def test_gemm_rows_are_those_of_their_files(tmp_path):
                       ("256 x 1024 x 1024", "1.10x")], "0.99x", "0.90x")
         + lines("i", [("128 x 768 x 768", "1.20x"), ("256 x 1024 x 1024", "1.20x")],
                 "1.20x", "1.20x"))
-    text = tables.gemm_source(tmp_path, (("G", "g.md", "g"),))
-    assert text.endswith("| G | 0.99x (0.90x, 128x768x768) | 1.20x (1.20x) "
-                         "| [g](benchmarks/results/g.md) |\n")
+    text = tables.gemm_source(tmp_path, (("G", "g.md", "g"),), (("native", "X", "g.md"),))
+    assert ("| G | 0.99x (0.90x, 128x768x768) | 1.20x (1.20x) "
+            "| [g](benchmarks/results/g.md) |\n") in text
+    # the int8-path table takes the file's int8 cell
+    assert text.endswith("## int8 paths\n\n| path | measured on | int8 / numpy float32, "
+                         "prefill shapes: geomean (lowest) | results |\n|---|---|---:|---|\n"
+                         "| `native` | X | 1.20x (1.20x) | [results](benchmarks/results/g.md) |\n")
     assert "`benchmarks/results/g.md`: Measured 2026-11-27 on X (2 logical CPUs)" in text
     (tmp_path / "g.md").write_text("# g\n\nMeasured 2026-11-27.\n")
     with pytest.raises(ValueError, match="g.md: expected a float32 and an int8"):
-        tables.gemm_source(tmp_path, (("G", "g.md", "g"),))
+        tables.gemm_source(tmp_path, (("G", "g.md", "g"),), ())
     with pytest.raises(ValueError, match="h.md do not exist"):
-        tables.gemm_source(tmp_path, (("H", "h.md", "h"),))
+        tables.gemm_source(tmp_path, (), (("native", "X", "h.md"),))
 
 
 def test_mapper_rows_are_those_of_its_file(tmp_path):
