@@ -52,6 +52,7 @@ _LABELS = {
     "max_abs_error": "max abs error", "rel_error": "rel. error", "top1_agreement": "top-1 agree (0-1)",
     "accuracy": "accuracy (0-1)", "build_s": "build (s)", "wall_s": "CPU wall (s)",
     "tokens_per_s": "tokens/s", "energy_per_token_mj": "energy/token (mJ)",
+    "static_mj_per_token": "of it static (mJ)",
     "dram_bytes_per_token": "DRAM bytes/token (B)", "roofline_ratio": "× roofline",
     "context_len": "context (tokens)", "delta_vs_float32": "Δ perplexity vs float32",
     "mean_nll": "mean NLL (nats)", "dram_read_bytes": "DRAM read (B)",
