@@ -27,6 +27,11 @@ Needs `pip install zigzag-dse==3.9.1 six` for part 1 (skipped with --no-zigzag).
 
 from __future__ import annotations
 
+# isort: off
+# First: it sets OMP_WAIT_POLICY before tvm loads libgomp (see machine.py).
+from machine import describe
+# isort: on
+
 import argparse
 import dataclasses
 import os
@@ -35,7 +40,6 @@ import sys
 import time
 from pathlib import Path
 
-import tenet_byoc
 from tenet_byoc import _cost_model as _core
 from tenet_byoc import cost_model as cm
 from tenet_byoc.hardware import preset
@@ -287,9 +291,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-zigzag", action="store_true")
     args = ap.parse_args()
-    head = [(f"CPU: {tenet_byoc.cpu_info().model}, {os.cpu_count()} cores; load average at "
-            f"start {os.getloadavg()[0]:.2f} (shared machine); search threads: automatic (1 here); "
-            f"repeats: {args.repeats} (medians)"), ""]
+    head = [(f"Measured {describe().line()}; search threads: automatic (1 here); repeats: "
+             f"{args.repeats} (medians). Produced by `benchmarks/mapper.py`."), ""]
     print("\n".join(head), flush=True)
     out = head + [('## Per GEMM: preset("os16", mapping="auto") vs ZigZag 3.9 LOMA '
                    "(8/8/32 bits)"), ""]

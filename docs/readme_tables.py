@@ -43,7 +43,6 @@ import math
 import os
 import platform
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -528,11 +527,10 @@ def _section_rows(text: str, heading: str, path: Path) -> list[list[str]]:
     return rows[1:]
 
 
-def mapper_source(results: Path, date: str) -> str:
+def mapper_source(results: Path) -> str:
     """The README's mapping-search summary from ``benchmarks/results/mapper.md``: per
     accelerator the phase totals / roofline of the three schemes, and the median seconds of
-    the whole search over all three (empty cache) and again (lookups). ``date`` is when the
-    file was committed (it names none itself).
+    the whole search over all three (empty cache) and again (lookups).
 
     Raises
     ------
@@ -559,12 +557,13 @@ def mapper_source(results: Path, date: str) -> str:
     except KeyError as e:
         raise ValueError(f"{results}: no row for {e.args[0]}") from None
     table = _table(["", *(f"{a} auto" for a in accs)], ["---", "---:", "---:"], rows)
-    machine = text.split("\n\n")[0].replace("\n", " ")
+    machine = text.split("\n\n")[0].replace("\n", " ").split(";")[0]
+    if not machine.startswith("Measured "):
+        raise ValueError(f"{results}: its first line names no 'Measured DATE on MACHINE'")
     return ("# Mapping search on GPT-2 small (README table)\n\n"
             "Written by `python docs/readme_tables.py mapper` from "
             "`benchmarks/results/mapper.md` (its phase totals / roofline, and its whole-search "
-            f"medians over all three schemes). That file's machine: {machine}. It names no "
-            f"date; git has it committed on {date}.\n\n## search\n\n{table}")
+            f"medians over all three schemes). {machine}.\n\n## search\n\n{table}")
 
 
 def _half_up(x: float) -> int:
@@ -641,10 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "mapper.md")
     args = parser.parse_args(argv)
     if args.what == "mapper":
-        date = subprocess.run(["git", "log", "-1", "--format=%cs", "--",
-                               "benchmarks/results/mapper.md"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        args.to.write_text(mapper_source(ROOT / "benchmarks" / "results" / "mapper.md", date))
+        args.to.write_text(mapper_source(ROOT / "benchmarks" / "results" / "mapper.md"))
         print(f"wrote {args.to}")
         return 0
     if args.what == "gemm":

@@ -363,20 +363,23 @@ def test_mapper_rows_are_those_of_its_file(tmp_path):
                      for s in ("none", "w8a8_per_channel_per_token", "w4a16_group128"))
     path = tmp_path / "mapper.md"
     path.write_text(
-        "CPU: X, 2 cores\n\n## The whole GPT-2 small search (x)\n\n| a | s | c | d | m | lo | hi "
+        "Measured 2026-11-28 00:30 UTC on X (2 logical CPUs); more\n\n## The whole GPT-2 small search (x)\n\n| a | s | c | d | m | lo | hi "
         "| again |\n|---|---|---:|---:|---:|---:|---:|---:|\n"
         "| os16 | none | 9 | 9 | 9 | 9 | 9 | 9 |\n| os16 | all three | 438 | 34 | 0.225 | 0 | 0 "
         "| 0.031 |\n| tpu_v1 | all three | 438 | 34 | 0.114 | 0 | 0 | 0.020 |\n\n"
         "## Phase totals (y)\n\n| a | p | s | c | r | ratio | w | h |\n"
         "|---|---|---|---:|---:|---:|---|---|\n" + phases)
-    text = tables.mapper_source(path, "2026-11-22")
+    text = tables.mapper_source(path)
     # by hand: the ratio cells in scheme order; 0.225 s -> 0.23 s (two decimals), 0.114 -> 0.11
     assert "| prefill / roofline: none, w8a8_per_channel_per_token, w4a16_group128 | opo, op8, " \
            "op4 | tpo, tp8, tp4 |" in text
     assert "| decode / roofline: same schemes | odo, od8, od4 | tdo, td8, td4 |" in text
     assert "(34 searched) | 0.23 s | 0.11 s |" in text
     assert text.endswith("| the same 438 calls again (lookups) | 0.031 s | 0.020 s |\n")
-    assert "committed on 2026-11-22" in text
+    assert "Measured 2026-11-28 00:30 UTC on X (2 logical CPUs)." in text
     path.write_text(path.read_text().replace("| tpu_v1 | all three |", "| tpu_v1 | none |"))
     with pytest.raises(ValueError, match="mapper.md: no row for tpu_v1"):
-        tables.mapper_source(path, "2026-11-22")
+        tables.mapper_source(path)
+    path.write_text(path.read_text().replace("Measured 2026-11-28 00:30 UTC on", "CPU:"))
+    with pytest.raises(ValueError, match="names no 'Measured DATE on MACHINE'"):
+        tables.mapper_source(path)

@@ -802,7 +802,8 @@ def _header(folder: Path, manifest: dict | None, notes: list[str],
                         f"{e(str(a.get('dram_bytes_per_cycle')))} DRAM B/cycle, "
                         f"{e(str(a.get('clock_ghz')))} GHz (JSON)</summary><pre>"
                         f"{e(json.dumps(a.get('json'), indent=1))}</pre></details>")
-        rows.append(("accelerators", "".join(accs)))
+        if accs:  # dse's designs and serve's chip are named in their sections
+            rows.append(("accelerators", "".join(accs)))
         cpu = manifest.get("cpu", {})
         rows.append(("CPU", e(", ".join(f"{k} {v}" for k, v in cpu.items())
                               + f"; {manifest.get('platform', '')}")))
@@ -865,16 +866,12 @@ def build_report(folder: str | os.PathLike[str]) -> str:
             if isinstance(doc, dict):
                 notes += [str(n) for n in doc.get("notes", [])]
     sections = []
-    for name in ("sweep.csv", "run.csv"):
-        summary = csv_of(name)
-        if summary is not None and summary.rows:
-            sections.append(_section(_summary_section, [summary], summary))
-    layers = csv_of("layers.csv")
-    if layers is not None and layers.rows:
-        sections.append(_section(_layers_section, [layers], layers, manifest))
-    ev = csv_of("eval.csv")
-    if ev is not None:
-        sections.append(_section(_eval_section, [ev], ev))
+    for name, make, *extra in (("sweep.csv", _summary_section), ("run.csv", _summary_section),
+                               ("layers.csv", _layers_section, manifest),
+                               ("eval.csv", _eval_section)):
+        source = csv_of(name)
+        if source is not None and source.rows:
+            sections.append(_section(make, [source], source, *extra))
     est = csv_of("estimate.csv")
     layer_sums = [_read_csv(path / n) for n in found if n.startswith("layers_")]
     ledgers = [_read_csv(path / n) for n in found if n.startswith("ledger_")]
@@ -885,12 +882,10 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     if by_context is not None or by_batch is not None:
         sections.append(_section(_sweeps_section, [by_context, by_batch], by_context,
                                          by_batch))
-    points = csv_of("dse.csv")
-    if points is not None and points.rows:
-        sections.append(_section(_dse_section, [points], points))
-    serving = csv_of("serving.csv")
-    if serving is not None and serving.rows:
-        sections.append(_section(_serving_section, [serving], serving))
+    for name, make in (("dse.csv", _dse_section), ("serving.csv", _serving_section)):
+        source = csv_of(name)
+        if source is not None and source.rows:
+            sections.append(_section(make, [source], source))
     timeline = csv_of("timeline.csv")
     if timeline is not None:
         if not (path / "summary.json").is_file():
