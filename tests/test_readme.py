@@ -219,7 +219,7 @@ def test_estimate_tables_written_from_the_csv_files(tmp_path):
 def test_mlp_and_eval_tables_written_from_the_csv_files(tmp_path):
     tables = _readme_tables()
     (tmp_path / "sweep.csv").write_text(
-        "model,scheme,hardware,latency_us,weight_bytes,energy_pj,max_abs_error,top1_agreement,"
+        "model,scheme,accelerator,latency_us,weight_bytes,energy_pj,max_abs_error,top1_agreement,"
         "accuracy\n"
         "mlp,none,os16,36.964,37888.0,145259273.6,0.0,1.0,0.9777777777777777\n"
         "mlp,w4a8,os16,27.31,5010.0,44712000.0,1.0137,0.99444,0.9777777777777777\n")
@@ -380,6 +380,7 @@ def test_mapper_rows_are_those_of_its_file(tmp_path):
     path.write_text(path.read_text().replace("| tpu_v1 | all three |", "| tpu_v1 | none |"))
     with pytest.raises(ValueError, match="mapper.md: no row for tpu_v1"):
         tables.mapper_source(path)
-    path.write_text(path.read_text().replace("Measured 2026-11-28 00:30 UTC on", "CPU:"))
+    path.write_text(path.read_text().replace("| tpu_v1 | none |", "| tpu_v1 | all three |")
+                    .replace("Measured 2026-11-28 00:30 UTC on", "CPU:"))
     with pytest.raises(ValueError, match="names no 'Measured DATE on MACHINE'"):
         tables.mapper_source(path)

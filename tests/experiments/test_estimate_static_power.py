@@ -12,7 +12,7 @@ import tenet_byoc
 from tenet_byoc import dse
 from tenet_byoc.area import AreaTable, static_watts
 from tenet_byoc.experiments.estimate_cmd import phase_figures
-from tenet_byoc.hardware import resolve
+from tenet_byoc.accelerators import resolve
 
 RUN = {"prompt_len": 16, "decode_steps": 3, "batch": 2}
 

@@ -248,7 +248,7 @@ def _system(args: argparse.Namespace) -> System | None:
         if problems:
             raise ValueError(problems[0])
         return None
-    from ..hardware import resolve
+    from ..accelerators import resolve
     from ..system import System
 
     if args.batch % args.micro_batches:
@@ -334,7 +334,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     progress = not args.no_progress  # estimate's steps: a bar, or a line every few seconds
     system = _system(args)
     from ..area import AreaTable, static_watts
-    from ..hardware import resolve
+    from ..accelerators import resolve
 
     chip = system.accelerator if system is not None else args.accelerator
     static_w = static_watts(resolve(chip), args.node_nm) * (system.chips if system else 1)
