@@ -40,7 +40,6 @@ import sys
 import time
 from pathlib import Path
 
-from tenet_byoc import _cost_model as _core
 from tenet_byoc import cost_model as cm
 from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gemms import model_gemms
@@ -63,9 +62,11 @@ ZIGZAG_BITS = {"bits_a": 8, "bits_b": 8, "bits_c": 32}
 
 
 def fresh_best(acc, M: int, N: int, K: int, **call) -> cm.MappingChoice:
-    """A new MappingSearch of ``acc`` (what its charges go through), asked for one call."""
-    return _core._accelerator_mapping_search(acc.to_json()).best(
-        M, N, K, **{"batch": 1, "extra_read_bits": 0, "extra_ops": 0, **call})
+    """The search ``acc`` (a preset with mapping 'auto') charges through, run afresh for one
+    call: the same preset with its default tiles keeps no search (accelerators made alike
+    share theirs), so each request searches the same space again."""
+    return cm.search_mapping(cm.GemmCall(m=M, n=N, k=K, **call), preset(acc.name),
+                             objective=acc.objective)
 
 
 def charge(acc, M: int, N: int, K: int, **call) -> cm.Charge:

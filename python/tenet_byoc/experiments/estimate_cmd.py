@@ -163,21 +163,18 @@ def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint
     lengths and batches, powers of two, from 8x), ticks at the swept values."""
     from matplotlib.figure import Figure
 
-    from .plots import scale_axis
+    from .plots import panel_unit, scale_axis
 
     fig = Figure(figsize=(10, 6.5), layout="constrained")
     axes = fig.subplots(2, 2)
     for col, (points, key, label) in enumerate((
             (by_context, "context_len", "context length (tokens in the KV cache)"),
             (by_batch, "batch", "batch (sequences per decode step)"))):
-        for row, (metric, ylabel) in enumerate((("tpot_ms", "TPOT (ms)"),
-                                                ("energy_per_token_mj", "energy / token (mJ)"))):
+        for row, metric in enumerate(("tpot_ms", "energy_per_token_mj")):
             ax = axes[row][col]
-            # one unit for the quantity in the whole figure: J once any panel reaches 1,000 mJ
-            scale = (1e-3 if metric == "energy_per_token_mj" and max(
-                p.energy_per_token_mj for p in [*by_context, *by_batch]) >= 1e3 else 1.0)
-            if scale != 1.0:
-                ylabel = "energy / token (J)"
+            # one unit for the quantity in the whole figure (J once a panel reaches 1,000 mJ)
+            scale, ylabel = panel_unit(metric, [getattr(p, metric)
+                                                for p in [*by_context, *by_batch]])
             for scheme in dict.fromkeys(p.scheme for p in points):
                 mine = [p for p in points if p.scheme == scheme]
                 ax.plot([getattr(p, key) for p in mine],

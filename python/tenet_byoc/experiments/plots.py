@@ -33,6 +33,8 @@ _UNITS = {
                                   ("pJ", 1.0))),
     "offchip_bytes": ("off-chip", (("GB", 1e-9), ("MB", 1e-6), ("kB", 1e-3), ("B", 1.0))),
     "dram_bytes": ("DRAM", (("GB", 1e-9), ("MB", 1e-6), ("kB", 1e-3), ("B", 1.0))),
+    "tpot_ms": ("TPOT", (("s", 1e-3), ("ms", 1.0))),
+    "energy_per_token_mj": ("energy / token", (("J", 1e-3), ("mJ", 1.0), ("µJ", 1e3))),
     "cycles": ("est. cycles", ()),
     "macs": ("MACs", ()),
 }
