@@ -172,7 +172,8 @@ def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: st
     phases = list(dict.fromkeys(r.phase for r in mine))
     schemes = list(dict.fromkeys(r.scheme for r in mine))
     accelerators = list(dict.fromkeys(r.accelerator for r in mine))
-    fig = Figure(figsize=(6.0 * len(phases), 4.2))
+    # an inch per scheme at least: two-line names ("per-channel") side by side stay apart
+    fig = Figure(figsize=(max(6.0, 1.0 * len(schemes)) * len(phases), 4.2))
     axes = fig.subplots(1, len(phases), squeeze=False)
     width = 0.8 / len(accelerators)
     x = np.arange(len(schemes))
