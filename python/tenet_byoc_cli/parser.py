@@ -429,6 +429,10 @@ def _add_estimate(sub) -> None:
                    help="decode steps; step i attends to L + i + 1 keys (default 1)")
     p.add_argument("--batch", type=_count(1), default=1, metavar="B",
                    help="sequences run together (default 1)")
+    p.add_argument("--node-nm", type=_quantity("nm"), default=45.0, metavar="NM",
+                   help="process node of the accelerator's area, whose static power (area x "
+                   "0.085 W/mm2, as dse charges it) is added to the energy over each phase's "
+                   "time (default 45, the area table's node)")
     p.add_argument("--sweep-contexts", type=_counts, metavar="LIST",
                    help="also sweep one decode step over these context lengths, e.g. "
                    "128,512,2048")
