@@ -47,7 +47,7 @@ from . import cost_model as cm
 from .codegen import GemmCharging, gemm_charging
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+__all__ = ["ATTENTION_CHOICES", "HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
            "check_tensor_parallel",
            "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "stage_layers"]
 
@@ -493,8 +493,25 @@ def _interned(key: tuple, make: Any) -> Any:
     return found
 
 
+#: How a plan may run attention (``plan(attention=)``).
+ATTENTION_CHOICES = ("unfused", "fused")
+
+
+def _fused_attention(a: Any, seq: StepSequence, n: int, config: Any, tp: int,
+                     bits: int) -> tuple[tuple, Any]:
+    """The key and ``cost_model.AttentionCall`` of one group's fused attention, from its
+    Q x K^T product ``a`` (``n`` equal sequences; its K is the head dim, its N the keys)."""
+    heads, kv = _heads(config)
+    here = heads // tp
+    kv_here = here if heads == kv else max(1, kv // tp)
+    key = ("attention", n, here, kv_here, seq.new_tokens, a.n, a.k, bits)
+    return key, _interned(key, lambda: cm.AttentionCall(
+        batch=n, heads=here, kv_heads=kv_here, queries=seq.new_tokens, keys=a.n,
+        head_dim=a.k, bits=bits, causal=True))
+
+
 def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
-         system: Any = None, routing: Any = None) -> Plan:
+         system: Any = None, routing: Any = None, *, attention: str = "unfused") -> Plan:
     """Every call of ``step`` of the model ``config`` under ``scheme``.
 
     Parameters
@@ -517,6 +534,14 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         A mixture-of-experts model only: per mixture layer, the tokens each expert receives
         in this step (a run's router's choices, ``MoERunner.tokens_per_expert``); default
         the expected uniform routing (:func:`plan_moe`).
+    attention : {"unfused", "fused"}
+        "unfused": attention as the Relax graph runs it (Q x K^T and P x V per sequence and
+        head, the scores scaled, masked and softmaxed on the vector unit: a run's ledger).
+        "fused": one ``cost_model.AttentionCall`` per layer and group of equal sequences in
+        their place (FlashAttention's structure, causal, K and V read once per KV head; named
+        ``….attn.fused``, ``unit="attention"``), at the wider of the activations' and the KV
+        cache's widths; rotary and the KV-cache writes stay. Mixture-of-experts models are
+        planned unfused either way.
 
     Returns
     -------
@@ -539,6 +564,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     if not isinstance(step, Step):
         raise TypeError(f"step must be a tenet_byoc.plan.Step, got {type(step).__name__}")
     quant = get_scheme(scheme)
+    if attention not in ATTENTION_CHOICES:
+        raise ValueError(f"attention={attention!r} must be one of {ATTENTION_CHOICES}")
     if isinstance(config, MoEConfig):
         return plan_moe(config, step, quant, system, routing)
     if routing is not None:
@@ -569,6 +596,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     weights = hows["weight"]
     activation_bits = min(32, weights.bits[0])
     float_gemm = weights.scheme == "none"
+    fused = attention == "fused"
+    fused_bits = max(activation_bits, hows["key"].bits[1])
     groups = [(seq, n, *_phase_tokens(seq)) for seq, n in step.groups]
     uniform = len(groups) == 1
     phase = step.phase
@@ -623,7 +652,15 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
                                      "none", 1, _link_key(link)))
 
     for i, g in enumerate(gemm_lists[0]):
-        if g.weight is None:  # attention: one product per sequence and head, per group
+        if g.weight is None and fused:  # one kernel per group in place of both products
+            if g.name.endswith("attn.qk"):
+                for (seq, n, _, _), gemms in zip(groups, gemm_lists, strict=True):
+                    key, call = _fused_attention(gemms[i], seq, n, config, tp, fused_bits)
+                    name = g.name.removesuffix("qk") + "fused"
+                    layer = _layer_of(name)
+                    calls.append(PlannedCall(call, name, "attention", layer,
+                                             stage(name, layer), "", "none", 1, key))
+        elif g.weight is None:  # attention: one product per sequence and head, per group
             role = "key" if g.name.endswith("attn.qk") else "value"
             for (_, n, ph, _), gemms in zip(groups, gemm_lists, strict=True):
                 a = gemms[i]
@@ -645,6 +682,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         lists.append(ops if seq.logits else _without_head(ops))
     shapes = lists[0] if uniform else _merge_token_ops(lists)
     for v in shapes:
+        if fused and v.name.endswith(_SCORE_OPS):  # inside the fused kernel
+            continue
         shape, operand = tuple(v.shape), v.operand
         if tp > 1:
             shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)

@@ -190,8 +190,9 @@ def as_step_cost(cost: object) -> Any:
 
 #: The entries of a ledger that belong to one sequence's attention (the rest of a step's
 #: entries take all its tokens' rows together): the two GEMMs over the cache, the score
-#: scaling, mask and softmax.
-ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked")
+#: scaling, mask and softmax, or the fused kernel in their place.
+ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked",
+                   "attn.fused")
 
 
 def _layers_heads_dim_of(config: Any) -> int:
@@ -230,8 +231,8 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int =
 
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
                     token_granularity: int = 16, mapping: str | None = None,
-                    system: Any = None, prompt_granularity: int | None = None
-                    ) -> SplitStepCost:
+                    system: Any = None, prompt_granularity: int | None = None,
+                    attention: str | None = None) -> SplitStepCost:
     """The split cost of ``model`` under ``scheme`` on ``accelerator``, from the call plan.
 
     Each term is a :func:`tenet_byoc.plan.plan` of a one-kind step, its calls charged once
@@ -251,7 +252,9 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       plan of that chunk (``StepSequence(n, L)``: per head ``n x (L + n)`` scores, their
       scale, mask and softmax; ``L`` rounded up to ``context_granularity``).
       Attention reads K and V at the cache's width with their scales (the plan's attention
-      scheme).
+      scheme); on an accelerator that runs it fused (``Accelerator.attention``, the GPU
+      presets; ``attention`` chooses otherwise, as ``estimate`` takes it) each term is the
+      plan's fused kernel (``cost_model.AttentionCall``).
 
     Splitting a step's chain of calls into these parts keeps every GEMM with its epilogues,
     so the parts add up to the composed step. Every decoder layer is planned alike, so the
@@ -299,6 +302,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         stage_layers(_layers_heads_dim_of(config), pp)
     sharding = Sharding(tp, 1, 1)
     acc = resolve(accelerator, mapping=mapping)
+    kernel = attention or acc.attention  # (the name is a term's function below)
     charges = Charges(acc, link)
     clock = acc.hardware.clock_ghz
     field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
@@ -316,7 +320,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         # layer, so each part is a chain of whole groups and the parts add up. Only the
         # part asked for is charged and composed (a prompt's attention term charges no
         # weight GEMMs of its unrounded length).
-        p = plan(one_layer, step, scheme, sharding)
+        p = plan(one_layer, step, scheme, sharding, attention=kernel)
         parts: dict[bool, list] = {}
         for pc in p.calls:
             if pc.name.endswith(writes):  # charged at the cache's width below
