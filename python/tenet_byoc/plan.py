@@ -23,7 +23,7 @@ charged its full rectangular block, not the causal triangle: a prompt cut in chu
 less attention than the whole prompt (the masked corners of the chunks not computed), the
 cache re-read by each later chunk included. The head runs over a sequence's new tokens only
 when it asks for logits (``StepSequence.logits``: a prompt's last chunk, not the ones
-before). Tensor parallelism (Megatron-LM) and pipeline
+before), over its last token only with ``logits="last"`` (a serving engine's sampling). Tensor parallelism (Megatron-LM) and pipeline
 stages are transformations of each call (:func:`shard_gemm`, :func:`shard_vector`,
 :func:`stage_layers`) with the collectives they need added as link calls.
 ``tenet_byoc.compose.compose`` turns a plan and a charge per call into the step's time.
@@ -65,21 +65,28 @@ class StepSequence:
     """One sequence in a step: ``new_tokens`` it computes now, after ``context`` tokens
     already in its KV cache (its queries attend to ``context + new_tokens`` keys, causally).
 
-    ``logits``: whether the step computes this sequence's logits (the head over its new
-    tokens). A prompt cut into chunks (chunked prefill) computes them only on its last chunk:
-    ``StepSequence(256, 0, logits=False)`` then ``StepSequence(256, 256)``.
+    ``logits``: which of its new tokens the step computes logits for (the head over them):
+    True all of them (as the runners compute a prompt), ``"last"`` its last one (what a
+    serving engine samples from), False none. A prompt cut into chunks (chunked prefill)
+    computes them only on its last chunk: ``StepSequence(256, 0, logits=False)`` then
+    ``StepSequence(256, 256)``.
     """
 
     new_tokens: int
     context: int = 0
-    logits: bool = True
+    logits: bool | str = True
 
     def __post_init__(self) -> None:
         _count("StepSequence", "new_tokens", self.new_tokens, 1)
         _count("StepSequence", "context", self.context, 0)
-        if not isinstance(self.logits, bool):
-            raise TypeError(f"StepSequence.logits must be a bool, got "
+        if not isinstance(self.logits, bool) and self.logits != "last":
+            raise TypeError(f"StepSequence.logits must be True, False or 'last', got "
                             f"{type(self.logits).__name__} {self.logits!r}")
+
+    @property
+    def logit_rows(self) -> int:
+        """Rows the head runs over for this sequence."""
+        return 1 if self.logits == "last" else self.new_tokens if self.logits else 0
 
     @property
     def keys(self) -> int:
@@ -437,10 +444,14 @@ def _widen_ops(ops: list[Any], rows: int, keys: int | None) -> list[Any]:
     return wide
 
 
-def _without_head(ops: list[Any]) -> list[Any]:
-    """Vector calls of a sequence whose logits the step does not compute (the head's input
-    quantization dropped with the head)."""
-    return [v for v in ops if not v.name.startswith("lm_head")]
+def _head_rows(ops: list[Any], rows: int) -> list[Any]:
+    """Vector calls of a sequence whose logits the step computes over ``rows`` of its new
+    tokens (0: none, the head's input quantization dropped with the head; else that
+    quantization over ``rows`` rows a sequence, shape ``(sequences, rows, width)``)."""
+    if not rows:
+        return [v for v in ops if not v.name.startswith("lm_head")]
+    return [v._replace(shape=(v.shape[0], rows, *v.shape[2:])) if v.name.startswith("lm_head")
+            else v for v in ops]
 
 
 def _merge_token_ops(lists: list[list[Any]]) -> list[Any]:
@@ -666,9 +677,9 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
                 a = gemms[i]
                 gemm(a.name, a.batch * n, a.m, a.n, a.k, hows[role], role, n, ph)
         else:  # a weight GEMM: every new token of the step shares the weight
-            rows = sum(gemms[i].m * n for (seq, n, _, _), gemms in zip(groups, gemm_lists,
-                                                                       strict=True)
-                       if seq.logits or g.name != "lm_head")
+            rows = sum((gemms[i].m if g.name != "lm_head" or seq.logits is True else
+                        seq.logit_rows) * n
+                       for (seq, n, _, _), gemms in zip(groups, gemm_lists, strict=True))
             if not rows:  # the head of a step that computes no logits
                 continue
             gemm(g.name, g.batch, rows, g.n, g.k, weights, "weight", step.sequences,
@@ -679,7 +690,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         ops = _widen_ops(model_vector_ops(config, ph, tokens, activation_bits,
                                           weights.k_multiple, n, float_gemm,
                                           batched=None if uniform else True), tokens, k)
-        lists.append(ops if seq.logits else _without_head(ops))
+        lists.append(ops if seq.logits is True else _head_rows(ops, seq.logit_rows))
     shapes = lists[0] if uniform else _merge_token_ops(lists)
     for v in shapes:
         if fused and v.name.endswith(_SCORE_OPS):  # inside the fused kernel

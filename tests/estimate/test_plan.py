@@ -276,3 +276,23 @@ def test_fused_attention_replaces_the_products_and_score_work_by_hand(mixed):
     hz = acc.hardware.clock_ghz * 1e9
     assert cost.seconds == pytest.approx(others.seconds + sum(e.cycles for e in entries) / hz)
     assert cost.seconds != plain.seconds
+
+
+def test_logits_on_the_last_token_by_hand():
+    # logits="last" (a serving engine's sampling): the head over one row per sequence, its
+    # input quantization likewise; True (the runners, estimate's default) over every new
+    # token; everything else alike. Three prompts of 512 and two decodes, w8a8.
+    scheme = "w8a8_per_channel_per_token"
+    seqs = [(StepSequence(512, 0), 3), (StepSequence(1, 40), 2)]
+    last = plan(LLAMA, Step([(StepSequence(s.new_tokens, s.context, logits="last"), n)
+                             for s, n in seqs]), scheme)
+    every = plan(LLAMA, Step(seqs), scheme)
+    (head,) = [c.call for c in last.calls if c.name == "lm_head"]
+    (full,) = [c.call for c in every.calls if c.name == "lm_head"]
+    assert (head.m, head.n, head.k, full.m) == (5, VOCAB, D, 3 * 512 + 2)
+    (q,) = [tuple(c.call.shape) for c in last.calls if c.name == "lm_head.quantize"]
+    assert q == (1, 5, D)
+    rest = [(c.name, c.key) for c in every.calls if not c.name.startswith("lm_head")]
+    assert [(c.name, c.key) for c in last.calls if not c.name.startswith("lm_head")] == rest
+    with pytest.raises(TypeError, match="logits"):
+        StepSequence(4, 0, logits="first")

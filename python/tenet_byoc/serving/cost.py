@@ -7,8 +7,9 @@ sequence of the step. Two kinds of cost answer:
   step shape (the multiset of sequences: a :class:`~tenet_byoc.plan.Step` groups equal
   sequences, and the order of groups does not change the cost). Exact, but a continuous
   batch rarely repeats a shape: for synthetic costs and small runs.
-* :class:`SplitStepCost`: ``dense(tokens) + sum of attention(new_tokens, context)`` over the
-  sequences, each term cached. This is the form of a step's cost when its calls run one
+* :class:`SplitStepCost`: ``dense(tokens) + head(sequences) + sum of attention(new_tokens,
+  context)`` over the sequences, each term cached (``head`` optional: the logits of each
+  sequence's last token, what an engine samples from). This is the form of a step's cost when its calls run one
   after another: the weight GEMMs, norms and activations of a step take its tokens' rows
   together, whatever sequences they come from; the attention GEMMs, softmax and KV reads
   are per sequence. With ``context_granularity`` G > 1, contexts are rounded up to a
@@ -67,7 +68,7 @@ class CachedStepCost:
         found = self._seen.get(key)
         if found is None:
             self.misses += 1
-            step = Step([(StepSequence(k, c), n) for (k, c), n in key])
+            step = Step([(StepSequence(k, c, logits="last"), n) for (k, c), n in key])
             found = self._seen[key] = _checked(self.step_cost(step), step)
         return found
 
@@ -77,12 +78,12 @@ class CachedStepCost:
 
 
 class SplitStepCost:
-    """``dense(tokens) + sum over sequences of attention(new_tokens, context)``, each cached
-    (see the module)."""
+    """``dense(tokens) + head(sequences) + sum over sequences of attention(new_tokens,
+    context)``, each cached (see the module; no ``head``: 0)."""
 
     def __init__(self, dense: Callable[[int], float], attention: Callable[[int, int], float],
                  context_granularity: int = 1, token_granularity: int = 1,
-                 prompt_granularity: int = 1):
+                 prompt_granularity: int = 1, head: Callable[[int], float] | None = None):
         for name, value in (("context_granularity", context_granularity),
                             ("token_granularity", token_granularity),
                             ("prompt_granularity", prompt_granularity)):
@@ -92,6 +93,8 @@ class SplitStepCost:
         self.prompt_granularity = prompt_granularity
         self.dense = dense
         self.attention = attention
+        self.head = head
+        self._head: dict[int, float] = {}
         self.granularity = context_granularity
         self._dense: dict[int, float] = {}
         self._attention: dict[tuple[int, int], float] = {}
@@ -101,7 +104,16 @@ class SplitStepCost:
     @property
     def misses(self) -> int:
         """Distinct terms computed."""
-        return len(self._dense) + len(self._attention)
+        return len(self._dense) + len(self._attention) + len(self._head)
+
+    def _head_s(self, sequences: int) -> float:
+        if self.head is None:
+            return 0.0
+        found = self._head.get(sequences)
+        if found is None:
+            found = self._head[sequences] = _checked(self.head(sequences), f"the head of "
+                                                     f"{sequences} sequences")
+        return found
 
     def _dense_s(self, tokens: int) -> float:
         g = self.token_granularity
@@ -129,12 +141,13 @@ class SplitStepCost:
     def seconds_of(self, items: Iterable[tuple[int, int]]) -> float:
         """Seconds of the step of these ``(new_tokens, context)`` sequences."""
         self.calls += 1
-        tokens = 0
+        tokens = sequences = 0
         total = 0.0
         att = self._attention
         g = self.granularity
         for new, context in items:
             tokens += new
+            sequences += 1
             if g > 1:
                 context = -(-context // g) * g
             if context == 0:  # a prompt's first chunk: _attention_s rounds it
@@ -142,7 +155,7 @@ class SplitStepCost:
                 continue
             found = att.get((new, context))
             total += found if found is not None else self._attention_s(new, context)
-        return total + self._dense_s(tokens)
+        return total + self._dense_s(tokens) + self._head_s(sequences)
 
     def __call__(self, step: Step) -> float:
         return self.seconds_of(s_key for s, n in step.groups
@@ -175,7 +188,7 @@ class SplitStepCost:
         total = np.zeros(m)
         for row in values:  # the sequences' terms in their order, as seconds_of adds them
             total += row
-        total += self._dense_s(len(contexts))
+        total += self._dense_s(len(contexts)) + self._head_s(len(contexts))
         return total
 
 
@@ -240,9 +253,13 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     (:func:`tenet_byoc.compose.compose`), on the part of its calls the term stands for:
 
     * ``dense(T)``: the calls of a ``T``-token prefill other than :data:`ATTENTION_PARTS`
-      (weight GEMMs with their fused epilogues, norms, activations, the head), with the KV
+      and the head (weight GEMMs with their fused epilogues, norms, activations), with the KV
       cache's writes charged at the cache's width and, for an int cache, its quantization on
       the vector unit (:func:`kv_cache_calls`, per layer);
+    * ``head(S)``: the head (and under tensor parallelism its all-gather) over the last
+      token of each of the step's ``S`` sequences (``StepSequence.logits="last"``), as a
+      serving engine computes only the logits it samples (a prompt's earlier chunks are
+      charged a row too);
     * ``attention(n, 0)``: the attention calls of an ``n``-token prefill (``n`` rounded up
       to ``prompt_granularity``, by default ``token_granularity``, as the dense part
       rounds a step's tokens: an ``n x n`` score matrix charged up to ``g - 1`` rows and
@@ -259,9 +276,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     Splitting a step's chain of calls into these parts keeps every GEMM with its epilogues,
     so the parts add up to the composed step. Every decoder layer is planned alike, so the
     plan of a one-layer model gives the calls outside the layers (once) and a layer's (L
-    times), as the whole plan composes (without planning 32 layers per term). The head runs on every token of a prefill, as the model runs it (an
-    engine computes only the logits it samples: an overestimate of long prefills by the
-    head's share).
+    times), as the whole plan composes (without planning 32 layers per term).
 
     Several chips (``system``, a :class:`tenet_byoc.system.System`): each term is planned
     Megatron-LM sharded over the system's ``tensor_parallel`` chips (each chip's share of
@@ -323,7 +338,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         p = plan(one_layer, step, scheme, sharding, attention=kernel)
         parts: dict[bool, list] = {}
         for pc in p.calls:
-            if pc.name.endswith(writes):  # charged at the cache's width below
+            if pc.name.endswith(writes) or pc.name.startswith("lm_head"):  # below
                 continue
             owner = pc.fused_with or pc.name
             if owner.endswith(ATTENTION_PARTS) == attention:
@@ -338,6 +353,11 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         if found is None:
             found = prefills[tokens, attention] = scaled(Step.prefill(tokens), attention)
         return found
+
+    def head(sequences: int) -> float:
+        p = plan(one_layer, Step([(StepSequence(1, 0, logits="last"), sequences)]), scheme,
+                 sharding, attention=kernel)
+        return seconds(p, [pc for pc in p.calls if pc.name.startswith("lm_head")])
 
     two_layers = dataclasses.replace(config, **{field: 2})
 
@@ -368,4 +388,5 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     prefill(1, True)
     prefill(1, False)  # a bad scheme or a call the accelerator cannot cost fails here
     return SplitStepCost(dense, attention, context_granularity, token_granularity,
-                         token_granularity if prompt_granularity is None else prompt_granularity)
+                         token_granularity if prompt_granularity is None else prompt_granularity,
+                         head)
