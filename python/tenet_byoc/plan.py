@@ -47,7 +47,7 @@ from . import cost_model as cm
 from .codegen import GemmCharging, gemm_charging
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["ATTENTION_CHOICES", "HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+__all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
            "check_tensor_parallel",
            "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "stage_layers"]
 
@@ -355,7 +355,7 @@ def _layer_of(name: str) -> int | None:
 
 #: Calls before the first layer (their stage is the first; other calls outside the layers,
 #: the final norm and the head, run on the last).
-_BEFORE_LAYERS = ("wte", "wpe", "embed_tokens", "positions")
+BEFORE_LAYERS = ("wte", "wpe", "embed_tokens", "positions")
 
 # The cost model's GEMM sizes are 32-bit signed integers (GemmWorkload).
 _SIZE_LIMIT = 2**31 - 1
@@ -623,7 +623,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     sharded_k: dict[str, int] = {}
 
     def stage(name: str, layer: int | None) -> int:
-        if layer is None and name.startswith(_BEFORE_LAYERS):
+        if layer is None and name.startswith(BEFORE_LAYERS):
             return 0
         return stage_of[layer]
 
@@ -781,7 +781,7 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
         for g, role in group.gemms:
             how = hows[role]
             layer = _layer_of(g.name)
-            st = 0 if layer is None and g.name.startswith(_BEFORE_LAYERS) else stage_of[layer]
+            st = 0 if layer is None and g.name.startswith(BEFORE_LAYERS) else stage_of[layer]
             k = -(-g.k // how.k_multiple) * how.k_multiple
             _check_sizes(g.name, ph, n, g.batch, g.m, g.n, k)
             key = ("array", g.batch, g.m, g.n, k, how.scheme, role, how.bits)
@@ -805,7 +805,7 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
                 operand_elements=operand if operand else (None if v.op not in _BINARY
                                                           else 0)))
             layer = _layer_of(v.name)
-            st = 0 if layer is None and v.name.startswith(_BEFORE_LAYERS) else stage_of[layer]
+            st = 0 if layer is None and v.name.startswith(BEFORE_LAYERS) else stage_of[layer]
             calls.append(PlannedCall(call, v.name, "vector", layer, st, "", label, 1, key))
     if pp > 1:
         size = step.tokens // mu * config.hidden_size * weights.bits[2] / 8

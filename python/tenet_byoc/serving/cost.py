@@ -83,7 +83,8 @@ class SplitStepCost:
 
     def __init__(self, dense: Callable[[int], float], attention: Callable[[int, int], float],
                  context_granularity: int = 1, token_granularity: int = 1,
-                 prompt_granularity: int = 1, head: Callable[[int], float] | None = None):
+                 prompt_granularity: int = 1, head: Callable[[int], float] | None = None,
+                 stage_split: Callable[[int, int, float], list[float]] | None = None):
         for name, value in (("context_granularity", context_granularity),
                             ("token_granularity", token_granularity),
                             ("prompt_granularity", prompt_granularity)):
@@ -95,6 +96,9 @@ class SplitStepCost:
         self.attention = attention
         self.head = head
         self._head: dict[int, float] = {}
+        #: ``stage_split(tokens, sequences, seconds)``: each pipeline stage's share of a step
+        #: of that many tokens and sequences costing ``seconds`` (None: equal shares).
+        self.stage_split = stage_split
         self.granularity = context_granularity
         self._dense: dict[int, float] = {}
         self._attention: dict[tuple[int, int], float] = {}
@@ -245,7 +249,7 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int =
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
                     token_granularity: int = 16, mapping: str | None = None,
                     system: Any = None, prompt_granularity: int | None = None,
-                    attention: str | None = None) -> SplitStepCost:
+                    attention: str = "unfused") -> SplitStepCost:
     """The split cost of ``model`` under ``scheme`` on ``accelerator``, from the call plan.
 
     Each term is a :func:`tenet_byoc.plan.plan` of a one-kind step, its calls charged once
@@ -269,9 +273,12 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       plan of that chunk (``StepSequence(n, L)``: per head ``n x (L + n)`` scores, their
       scale, mask and softmax; ``L`` rounded up to ``context_granularity``).
       Attention reads K and V at the cache's width with their scales (the plan's attention
-      scheme); on an accelerator that runs it fused (``Accelerator.attention``, the GPU
-      presets; ``attention`` chooses otherwise, as ``estimate`` takes it) each term is the
-      plan's fused kernel (``cost_model.AttentionCall``).
+      scheme). ``attention="fused"`` makes each term the plan's fused kernel
+      (``cost_model.AttentionCall``); the default is the unfused plan even on the GPU
+      presets that run it fused (``Accelerator.attention``): a term is one sequence's, and
+      a fused kernel per sequence would charge each decode a kernel over its KV heads'
+      few cores (Llama-3-8B: 8 of h100_sxm's 132), where engines run every decode of a
+      step in one kernel (TPOT 38 against 7 ms in ``benchmarks/serving_speed.py``).
 
     Splitting a step's chain of calls into these parts keeps every GEMM with its epilogues,
     so the parts add up to the composed step. Every decoder layer is planned alike, so the
@@ -302,7 +309,8 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     from ..compose import compose
     from ..estimate import Charges
     from ..hardware import resolve
-    from ..plan import Plan, Sharding, check_tensor_parallel, model_config, plan, stage_layers
+    from ..plan import (BEFORE_LAYERS, Plan, Sharding, check_tensor_parallel, model_config,
+                        plan, stage_layers)
 
     config = model_config(model)
     tp = pp = 1
@@ -317,7 +325,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         stage_layers(_layers_heads_dim_of(config), pp)
     sharding = Sharding(tp, 1, 1)
     acc = resolve(accelerator, mapping=mapping)
-    kernel = attention or acc.attention  # (the name is a term's function below)
+    kernel = attention  # (the name is a term's function below)
     charges = Charges(acc, link)
     clock = acc.hardware.clock_ghz
     field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
@@ -347,6 +355,37 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
                    for outside, calls in sorted(parts.items()))
 
     prefills: dict[tuple[int, bool], float] = {}
+
+    def ends(tokens: int) -> tuple[float, float]:
+        # The dense part's calls outside the layers: those before them (the embedding, on
+        # the first stage) and after them (the final norm, on the last).
+        p = plan(one_layer, Step([StepSequence(tokens, 0, logits=False)]), scheme, sharding,
+                 attention=kernel)
+        outside = [pc for pc in p.calls if pc.layer is None and not pc.name.startswith(
+            "lm_head") and not (pc.fused_with or pc.name).endswith(ATTENTION_PARTS)]
+        before = [pc for pc in outside if pc.name.startswith(BEFORE_LAYERS)]
+        return (seconds(p, before) if before else 0.0,
+                seconds(p, [pc for pc in outside if pc not in before]))
+
+    sizes = [len(r) for r in stage_layers(layers, pp)]
+    split_ends: dict[int, tuple[float, float]] = {}
+
+    def stage_split(tokens: int, sequences: int, total: float) -> list[float]:
+        # Stage s: its layers' share of the layer calls (every layer alike), the first the
+        # embedding, the last the final norm and the head; each stage but the last its
+        # hand-over to the next (busy until the next stage has it).
+        g = cost.token_granularity
+        tokens = -(-tokens // g) * g
+        if tokens not in split_ends:
+            split_ends[tokens] = ends(tokens)
+        first, last = split_ends[tokens]
+        last += cost._head_s(sequences)
+        hand = handovers(tokens) / (pp - 1)
+        per_layer = (total - first - last - (pp - 1) * hand) / layers
+        out = [n * per_layer + hand for n in sizes]
+        out[0] += first
+        out[-1] += last - hand
+        return out
 
     def prefill(tokens: int, attention: bool) -> float:
         found = prefills.get((tokens, attention))
@@ -387,6 +426,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
 
     prefill(1, True)
     prefill(1, False)  # a bad scheme or a call the accelerator cannot cost fails here
-    return SplitStepCost(dense, attention, context_granularity, token_granularity,
+    cost = SplitStepCost(dense, attention, context_granularity, token_granularity,
                          token_granularity if prompt_granularity is None else prompt_granularity,
-                         head)
+                         head, stage_split if pp > 1 else None)
+    return cost
