@@ -30,7 +30,7 @@ from tvm import relax
 
 import tenet_byoc
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gpt2 import GPT2Config, export_gpt2, random_params
 from tenet_byoc.models.mlp import PARAM_SHAPES, mlp_module
 

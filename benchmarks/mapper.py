@@ -38,7 +38,7 @@ from pathlib import Path
 import tenet_byoc
 from tenet_byoc import _cost_model as _core
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gemms import model_gemms
 from tenet_byoc.models.gpt2 import GPT2Config
 from tenet_byoc.quantization import get_scheme

@@ -50,7 +50,7 @@ from .area import (
     mac_figure,
     number_format,
 )
-from .hardware import Accelerator
+from .accelerators import Accelerator
 
 __all__ = ["AXES", "OBJECTIVE_PAIRS", "Axis", "DesignPoint", "DesignSpace", "PointResult", "explore",
            "mark_fronts", "pareto_front"]
@@ -200,7 +200,7 @@ class DesignPoint:
         memory = cm.MemoryHierarchy(
             dram_bandwidth_bits=self.dram_bits_per_cycle, buffer_bytes=self.buffer_bytes,
             # the buffer feeds an edge of A and of B and takes one of C at 32 bits a cycle,
-            # as the shipped presets do (hardware._edge_fed)
+            # as the shipped presets do (accelerators._edge_fed)
             buffer_bandwidth_bits=(self.rows + 2 * self.cols) * 32,
             register_bytes=self.register_bytes)
         return Accelerator.systolic(

@@ -905,7 +905,7 @@ class Ledger:
             PEs do not take, tiles that do not fit), naming it; or a link entry (a system's
             collective has no one-chip charge).
         """
-        from .hardware import resolve
+        from .accelerators import resolve
 
         if accelerator is None:  # resolve(None) is the default preset: refuse, not guess
             raise TypeError("charged_on needs an accelerator (a preset name or an Accelerator), "

@@ -9,7 +9,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import pattern as dpl
 
-from .hardware import Accelerator, resolve
+from .accelerators import Accelerator, resolve
 from .patterns import tenet_patterns
 from .quantization import RECIPE_ATTR, SCHEME_ATTR
 from .vector_plan import PLAN_ATTR, insert_charge_calls
@@ -81,7 +81,7 @@ def partition_for_tenet(
         A Relax module.
     accelerator : str, Accelerator or None
         The accelerator the offloaded calls are charged to: a preset name (see
-        ``tenet_byoc.hardware.PRESETS``), an :class:`Accelerator`, or None for the default.
+        ``tenet_byoc.accelerators.PRESETS``), an :class:`Accelerator`, or None for the default.
     hardware : str, Accelerator or None
         Deprecated name of ``accelerator``.
 

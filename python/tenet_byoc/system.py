@@ -49,7 +49,7 @@ from typing import Any
 from . import cost_model as cm
 from ._names import did_you_mean
 from .compose import pipeline_seconds  # the pipeline's rule, re-exported here
-from .hardware import Accelerator, resolve
+from .accelerators import Accelerator, resolve
 from .ledger import Ledger, LedgerEntry
 
 __all__ = [

@@ -270,7 +270,7 @@ def _mixed_out_refusal(out: str, command: str) -> str | None:
             f"(e.g. {os.path.join(out, command)!r})")
 
 
-#: ``--mapping``'s values (``tenet_byoc.hardware.MAPPING_CHOICES`` but None).
+#: ``--mapping``'s values (``tenet_byoc.accelerators.MAPPING_CHOICES`` but None).
 MAPPING_CHOICES = ("default", "auto")
 
 
@@ -371,18 +371,18 @@ def _model_options(p: argparse.ArgumentParser, *, sweep: bool) -> None:
     g.add_argument("--seed", type=int, default=0, help="weights and token ids (default 0)")
 
 
-def _hardware_options(p: argparse.ArgumentParser, *, many: bool, default: str = "") -> None:
+def _accelerator_options(p: argparse.ArgumentParser, *, many: bool, default: str = "") -> None:
     presets = ", ".join(sorted(PRESETS))
     g = p.add_argument_group("accelerator")
     if many:
-        g.add_argument("--accelerator", "--hardware", dest="accelerator",
+        g.add_argument("--accelerator", dest="accelerator",
                        type=_accelerators(many=True), metavar="LIST",
                        help=f"comma-separated presets, design files (.json/.yaml, see "
                        f"`presets --show`) or all (default: {default}; the model runs "
                        "once and each accelerator is charged from its ledger); "
-                       f"available: {presets}; --hardware is a deprecated name")
+                       f"available: {presets}")
     else:
-        g.add_argument("--accelerator", "--hardware", dest="accelerator",
+        g.add_argument("--accelerator", dest="accelerator",
                        type=_accelerators(many=False), metavar="PRESET|FILE",
                        help=f"a preset or a design file (.json/.yaml, see `presets "
                        f"--show`); default: {DEFAULT_PRESET}; available: {presets}")
@@ -413,7 +413,7 @@ def _add_estimate(sub) -> None:
     p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
                    metavar="LIST", help=f"comma-separated schemes or all (default: none); "
                    f"available: {', '.join(SCHEMES)}")
-    p.add_argument("--accelerator", "--hardware", dest="accelerator", default=DEFAULT_PRESET,
+    p.add_argument("--accelerator", dest="accelerator", default=DEFAULT_PRESET,
                    type=_accelerators(many=False), metavar="PRESET|FILE",
                    help=f"a preset or a design file (.json/.yaml, see `presets --show`); "
                    f"default: {DEFAULT_PRESET}; available: {presets}")
@@ -542,7 +542,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
                    metavar="LIST", help="comma-separated schemes, with +kvN for a quantized "
                    f"KV cache (default: none); available: {', '.join(SCHEMES)}")
-    p.add_argument("--accelerator", "--hardware", dest="accelerator", default=DEFAULT_PRESET,
+    p.add_argument("--accelerator", dest="accelerator", default=DEFAULT_PRESET,
                    type=_accelerators(many=False), metavar="PRESET|FILE",
                    help=f"a preset or a design file; default: {DEFAULT_PRESET}; available: "
                    f"{presets}")
@@ -622,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated schemes or all (default: the classic "
                    f"{len(CLASSIC_SCHEMES)}, {','.join(CLASSIC_SCHEMES)}; three with --quick); "
                    f"available: {', '.join(SCHEMES)}")
-    _hardware_options(p, many=True, default=f"{','.join(DEFAULT_ACCELERATORS)}; "
+    _accelerator_options(p, many=True, default=f"{','.join(DEFAULT_ACCELERATORS)}; "
                       f"{','.join(QUICK_ACCELERATORS)} with --quick")
     p.add_argument("--quick", action="store_true",
                    help=f"prompt and context {QUICK_LENGTH}, schemes {','.join(QUICK_SCHEMES)}, "
@@ -639,7 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(p, sweep=False)
     p.add_argument("--scheme", type=_one("scheme", SCHEMES), default="none",
                    help=f"default: none; available: {', '.join(SCHEMES)}")
-    _hardware_options(p, many=True, default=DEFAULT_PRESET)
+    _accelerator_options(p, many=True, default=DEFAULT_PRESET)
     p.add_argument("--out", metavar="DIR", help="write run.csv, run.json, layers.csv and a plot")
     _report_option(p)
     p.add_argument("--repeats", type=_positive, default=3,
@@ -652,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(p, sweep=False)
     p.add_argument("--scheme", type=_one("scheme", SCHEMES), default="none",
                    help=f"default: none; available: {', '.join(SCHEMES)}")
-    _hardware_options(p, many=False)
+    _accelerator_options(p, many=False)
     p.add_argument("--phase", choices=["prefill", "decode"],
                    help="GPT-2 function to profile (default: prefill; not for the MLP)")
     p.add_argument("--csv", metavar="FILE", help="also write the report as CSV")
@@ -671,7 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schemes", type=_names("scheme", SCHEMES), metavar="LIST",
                    help="comma-separated schemes or all (default: the classic seven); "
                    "float32 (none) always runs first as the reference")
-    p.add_argument("--accelerator", "--hardware", dest="accelerator",
+    p.add_argument("--accelerator", dest="accelerator",
                    type=_accelerators(many=False), default=DEFAULT_PRESET,
                    metavar="PRESET|FILE",
                    help=f"a preset or a design file (.json/.yaml, see `presets --show`); "

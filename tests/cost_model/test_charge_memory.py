@@ -9,7 +9,7 @@ import math
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import PRESETS, Accelerator, preset
+from tenet_byoc.accelerators import PRESETS, Accelerator, preset
 
 # GPT-2 small prefill of 128 tokens: (M, N, K, batch, times). 12 layers of qkv, attention
 # projection, MLP up and down, and attention's QK^T and PV per head (12 heads as the batch);

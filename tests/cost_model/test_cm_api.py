@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator
+from tenet_byoc.accelerators import Accelerator
 from tenet_data import TENET_DATA
 
 

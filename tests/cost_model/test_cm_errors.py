@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator
+from tenet_byoc.accelerators import Accelerator
 
 HW = cm.Hardware.systolic(4, 4)
 OS = cm.Dataflow.preset("os", rows=4, cols=4)

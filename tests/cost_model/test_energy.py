@@ -8,7 +8,7 @@ import math
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.quantization import get_scheme
 
 

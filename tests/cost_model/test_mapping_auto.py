@@ -13,7 +13,7 @@ import json
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 
 CALLS = [  # (M, N, K, batch, bits a/b/c, extra_read_bits, extra_ops)
     (128, 768, 768, 1, (32, 32, 32), 0, 0),
@@ -129,7 +129,7 @@ def test_a_repeated_call_is_a_lookup():
 
 
 def test_given_tiles_win_over_auto():
-    from tenet_byoc.hardware import resolve
+    from tenet_byoc.accelerators import resolve
 
     tiles = cm.TileMapping(16, 64, 128, "nmk")
     acc = Accelerator.systolic("os", 16, 16, name="given16", mapping=tiles)

@@ -13,7 +13,7 @@ import warnings
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 from tenet_byoc.quantization import get_scheme
 
 CALL = cm.GemmCall(m=128, n=768, k=768, bits_a=8, bits_b=8)

@@ -14,7 +14,7 @@ from collections import defaultdict
 import pytest
 
 from tenet_byoc.estimate import estimate
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.ledger import LinkEntry, totals
 from tenet_byoc.models.configs import resolve_config
 from tenet_byoc.models.gemms import total_macs

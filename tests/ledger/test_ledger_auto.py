@@ -20,7 +20,7 @@ from tvm import relax
 import tenet_byoc
 from ledger_testing import gemm_ledger, mlp_executable
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gemms import model_gemms
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 from tenet_byoc.quantization import get_scheme

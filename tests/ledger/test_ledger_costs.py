@@ -18,7 +18,7 @@ from ledger_testing import (
     mlp_params,
 )
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 
 

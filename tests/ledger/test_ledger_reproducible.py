@@ -16,7 +16,7 @@ import pytest
 import tenet_byoc
 from ledger_testing import gemm_ledger
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import PRESETS, Accelerator, preset
+from tenet_byoc.accelerators import PRESETS, Accelerator, preset
 from tenet_byoc.ledger import Ledger
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 from tenet_byoc.quantization import quantize

@@ -15,7 +15,7 @@ from tvm import relax
 import tenet_byoc
 from relax_testing import matmul_module, matmuls_left_on_tvm, offloaded_symbols, run
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.quantization import SCHEMES, QuantScheme, get_scheme, parse_spec, quantize
 
 FORM = {

@@ -200,7 +200,7 @@ def test_macs_per_cycle_follow_the_operand_bits(rng):
     ceil(64 / 4) = 16 packed steps, 16 + 16 + 16 - 2 = 46 cycles (64 + 30 = 94 at 1 MAC),
     plus the scheme's extra ops, 16 * (2 * 64 + 16) = 2304, over 256 PEs: 9 cycles."""
     from tenet_byoc import cost_model as cm
-    from tenet_byoc.hardware import preset
+    from tenet_byoc.accelerators import preset
 
     mod, _ = linear((16, 64), 16, rng, bias=False)
     qmod = quantize(mod, "w8a8_per_tensor")

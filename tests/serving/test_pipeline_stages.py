@@ -97,7 +97,7 @@ def test_steady_decodes_overlap():
 def test_serve_keeps_a_step_in_flight_per_stage():
     # serve(system=PP 2) runs the simulator with two stages: its run equals simulate(stages=2)
     # of the same cost, and differs from one step in flight.
-    from tenet_byoc.hardware import resolve
+    from tenet_byoc.accelerators import resolve
     from tenet_byoc.serving.study import serve
     from tenet_byoc.system import Link, System
 
@@ -123,7 +123,7 @@ def test_stages_hold_whole_layers_by_hand():
     import dataclasses
 
     from tenet_byoc.estimate import estimate_step
-    from tenet_byoc.hardware import preset
+    from tenet_byoc.accelerators import preset
     from tenet_byoc.plan import Step, StepSequence, model_config, stage_layers
     from tenet_byoc.serving.cost import model_step_cost
     from tenet_byoc.system import Link, System

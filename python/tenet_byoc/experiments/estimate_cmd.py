@@ -241,7 +241,7 @@ def _system(args: argparse.Namespace) -> System | None:
         if problems:
             raise ValueError(problems[0])
         return None
-    from ..hardware import resolve
+    from ..accelerators import resolve
     from ..system import System
 
     if args.batch % args.micro_batches:

@@ -216,7 +216,7 @@ class EvalJob:
     ids: np.ndarray
     window: int
     schemes: list[str]
-    accelerator: Any  #: a tenet_byoc.hardware.Accelerator
+    accelerator: Any  #: a tenet_byoc.accelerators.Accelerator
     config: Any  #: the checkpoint's GPT2Config or LlamaConfig
     reference: Any = field(repr=False)  #: the float32 runner, offloaded
     reference_build_s: float = 0.0
@@ -277,7 +277,7 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
         vocabulary does not have; a window longer than the context; an unknown scheme or
         accelerator.
     """
-    from ..hardware import resolve
+    from ..accelerators import resolve
     from ..models.checkpoint import read_config
     from ..models.configs import config_from_dict
     from ..quantization import get_scheme

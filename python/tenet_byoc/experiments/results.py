@@ -63,7 +63,7 @@ class SweepRow:
 
     model: str
     scheme: str
-    hardware: str
+    accelerator: str
     phase: str
     tokens: int  #: prefill: prompt length P; decode: context length L; MLP: images
     calls: int
@@ -94,7 +94,7 @@ class LayerCost:
 
     model: str
     scheme: str
-    hardware: str
+    accelerator: str
     phase: str
     layer: str  #: e.g. ``h.3.mlp.c_fc``, ``lm_head``, ``fc0``; the call's name if unknown
     pattern: str
@@ -206,7 +206,7 @@ class SweepResult:
 
     def table(self, model: str | None = None) -> str:
         """The rows (of ``model``, or all) as a markdown table with readable units."""
-        header = ["model", "scheme", "hardware", "phase", "tokens", "MACs", "est. cycles",
+        header = ["model", "scheme", "accelerator", "phase", "tokens", "MACs", "est. cycles",
                   "x roofline", "est. latency (us)", "PE util", "weight bytes",
                   "off-chip bytes", "DRAM bytes", "energy (uJ)", "bandwidth (GB/s)", "max abs err", "top-1 agree", "accuracy", "wall (ms)"]
         rows = []
@@ -214,7 +214,7 @@ class SweepResult:
             if model is not None and r.model != model:
                 continue
             rows.append([
-                r.model, r.scheme, r.hardware, r.phase, r.tokens, _fmt_count(r.macs),
+                r.model, r.scheme, r.accelerator, r.phase, r.tokens, _fmt_count(r.macs),
                 _fmt_count(r.cycles),
                 f"{r.cycles / r.roofline_cycles:.2f}" if r.roofline_cycles else "-",
                 f"{r.latency_us:,.1f}", f"{100 * r.pe_utilization:.1f}%",

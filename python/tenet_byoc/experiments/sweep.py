@@ -25,7 +25,7 @@ import tvm
 from tvm import relax
 from tvm.ir import IRModule
 
-from ..hardware import Accelerator, resolve
+from ..accelerators import Accelerator, resolve
 from ..ledger import LedgerEntry, ledger, totals
 from ..partition import build
 from ..quantization import CLASSIC_SCHEMES, get_scheme
@@ -90,7 +90,7 @@ def sweep(
         Names from :data:`tenet_byoc.quantization.SCHEMES` or spec strings; the classic
         seven (:data:`~tenet_byoc.quantization.CLASSIC_SCHEMES`) by default.
     accelerators : sequence of str or Accelerator
-        Preset names (:data:`tenet_byoc.hardware.PRESETS`) or accelerators.
+        Preset names (:data:`tenet_byoc.accelerators.PRESETS`) or accelerators.
     repeats : int
         Timed runs per phase (one charged, the rest not); ``wall_s`` is their median. One
         by default: each further run of GPT-2 small's prefill only refines a CPU time the
@@ -232,7 +232,7 @@ def _collect(result: SweepResult, case: Case, scheme: str, acc: Accelerator,
             wb = e.weight_bytes if case.is_weight(layer) else 0.0
             weight_bytes += wb
             result.layers.append(LayerCost(
-                model=case.model, scheme=scheme, hardware=acc.name, phase=phase, layer=layer,
+                model=case.model, scheme=scheme, accelerator=acc.name, phase=phase, layer=layer,
                 pattern=e.pattern, call_scheme=e.scheme, batch=e.batch, m=e.m, n=e.n, k=e.k,
                 macs=e.macs, cycles=e.cycles, roofline_cycles=e.roofline_cycles,
                 latency_us=e.latency_us, pe_utilization=e.pe_utilization,
@@ -243,7 +243,7 @@ def _collect(result: SweepResult, case: Case, scheme: str, acc: Accelerator,
         out = outputs[phase]
         err, rel, top1 = errors[phase]
         result.rows.append(SweepRow(
-            model=case.model, scheme=scheme, hardware=acc.name, phase=phase,
+            model=case.model, scheme=scheme, accelerator=acc.name, phase=phase,
             tokens=case.tokens(phase), calls=t.calls, macs=t.macs, cycles=t.cycles,
             roofline_cycles=t.roofline_cycles, latency_us=t.latency_us,
             pe_utilization=t.pe_utilization, weight_bytes=weight_bytes,

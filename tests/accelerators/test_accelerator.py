@@ -10,7 +10,7 @@ from tvm import relax
 import tenet_byoc
 from relax_testing import matmul_module
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator
+from tenet_byoc.accelerators import Accelerator
 from tenet_byoc.quantization import quantize
 from tenet_data import TENET_DATA
 

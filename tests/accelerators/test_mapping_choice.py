@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset, resolve
+from tenet_byoc.accelerators import Accelerator, preset, resolve
 
 
 def test_preset_and_resolve_choose_auto_and_default():

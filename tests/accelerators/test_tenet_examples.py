@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 from tenet_data import TENET_DATA
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tenet"

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 from tenet_data import TENET_DATA
 
 # Shapes where an unrestricted search picks os or is on the 16x16 and 256x256 arrays (M = 1
