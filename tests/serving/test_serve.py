@@ -12,7 +12,7 @@ import pytest
 from tenet_byoc.estimate import estimate_step
 from tenet_byoc.plan import Step, StepSequence
 from tenet_byoc.serving import SchedulerConfig, TraceRequest, serving_metrics, simulate
-from tenet_byoc.serving.cost import model_step_cost
+from tenet_byoc.serving.cost import SplitStepCost, model_step_cost
 
 
 def test_unbatched_run_is_estimates_summed():
@@ -140,3 +140,24 @@ def test_serve_command_refuses(tmp_path, capsys, extra, message):
               "--no-progress", *extra])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_dense_part_between_grid_counts_by_hand():
+    # dense_grid=256, 8 counts to a doubling rounded up to 16: 1,000 tokens (1,008 rounded)
+    # lie between ceil(256 x 2^(15/8)) = 944 and 256 x 2^2 = 1,024, interpolated linearly in
+    # a dense part of t^2; counts up to 256 and grid counts are charged as they are; the
+    # head's sequences are rounded up to 16 too.
+    charged = []
+
+    def dense(t):
+        charged.append(t)
+        return float(t * t)
+
+    cost = SplitStepCost(dense, lambda n, c: 0.0, token_granularity=16, dense_grid=256,
+                         head=lambda s: 0.5 * s)
+    assert cost.seconds_of([(200, 0)]) == 208.0**2 + 8.0
+    assert cost.seconds_of([(1000, 0)]) == pytest.approx(
+        944**2 + (1024**2 - 944**2) * (1008 - 944) / 80 + 8.0)
+    assert cost.seconds_of([(1024, 0)]) == 1024**2 + 8.0
+    assert sorted(charged) == [208, 944, 1024]
+    assert cost.misses == 3 + 3 + 1  # dense, attention (one per prompt), head terms

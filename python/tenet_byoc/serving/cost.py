@@ -84,10 +84,12 @@ class SplitStepCost:
     def __init__(self, dense: Callable[[int], float], attention: Callable[[int, int], float],
                  context_granularity: int = 1, token_granularity: int = 1,
                  prompt_granularity: int = 1, head: Callable[[int], float] | None = None,
-                 stage_split: Callable[[int, int, float], list[float]] | None = None):
+                 stage_split: Callable[[int, int, float], list[float]] | None = None,
+                 dense_grid: int | None = None):
         for name, value in (("context_granularity", context_granularity),
                             ("token_granularity", token_granularity),
-                            ("prompt_granularity", prompt_granularity)):
+                            ("prompt_granularity", prompt_granularity),
+                            ("dense_grid", 1 if dense_grid is None else dense_grid)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
         self.token_granularity = token_granularity
@@ -100,7 +102,12 @@ class SplitStepCost:
         #: of that many tokens and sequences costing ``seconds`` (None: equal shares).
         self.stage_split = stage_split
         self.granularity = context_granularity
-        self._dense: dict[int, float] = {}
+        #: Above this many tokens the dense part is interpolated linearly between charged
+        #: counts 8 to a doubling (``dense_grid x 2^(i/8)``, rounded up to the token
+        #: granularity); None: every count charged.
+        self.dense_grid = dense_grid
+        self._dense: dict[int, float] = {}  # charged
+        self._between: dict[int, float] = {}  # interpolated
         self._attention: dict[tuple[int, int], float] = {}
         self._decode_table = np.full(0, np.nan)  # decode terms by context / granularity
         self.calls = 0
@@ -113,6 +120,9 @@ class SplitStepCost:
     def _head_s(self, sequences: int) -> float:
         if self.head is None:
             return 0.0
+        g = self.token_granularity
+        if g > 1:  # the head's rows padded as a step's tokens are
+            sequences = -(-sequences // g) * g
         found = self._head.get(sequences)
         if found is None:
             found = self._head[sequences] = _checked(self.head(sequences), f"the head of "
@@ -123,6 +133,32 @@ class SplitStepCost:
         g = self.token_granularity
         if g > 1:
             tokens = -(-tokens // g) * g
+        found = self._dense.get(tokens)
+        if found is None:
+            found = self._between.get(tokens)
+        if found is None:
+            a = self.dense_grid
+            if a is None or tokens <= a:
+                return self._charged_dense(tokens)
+            i = int(8 * math.log2(tokens / a))
+            lo, hi = self._grid(i), self._grid(i + 1)
+            while lo > tokens:
+                i -= 1
+                lo, hi = self._grid(i), lo
+            while hi < tokens:
+                i += 1
+                lo, hi = hi, self._grid(i + 1)
+            if tokens in (lo, hi):
+                return self._charged_dense(tokens)
+            d_lo, d_hi = self._charged_dense(lo), self._charged_dense(hi)
+            found = self._between[tokens] = d_lo + (d_hi - d_lo) * (tokens - lo) / (hi - lo)
+        return found
+
+    def _grid(self, i: int) -> int:
+        g = self.token_granularity
+        return -(-math.ceil(self.dense_grid * 2 ** (i / 8)) // g) * g
+
+    def _charged_dense(self, tokens: int) -> float:
         found = self._dense.get(tokens)
         if found is None:
             found = self._dense[tokens] = _checked(self.dense(tokens), f"{tokens} tokens' "
@@ -249,7 +285,8 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int =
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
                     token_granularity: int = 16, mapping: str | None = None,
                     system: Any = None, prompt_granularity: int | None = None,
-                    attention: str = "unfused") -> SplitStepCost:
+                    attention: str = "unfused", dense_grid: int | None = 256
+                    ) -> SplitStepCost:
     """The split cost of ``model`` under ``scheme`` on ``accelerator``, from the call plan.
 
     Each term is a :func:`tenet_byoc.plan.plan` of a one-kind step, its calls charged once
@@ -260,10 +297,14 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       and the head (weight GEMMs with their fused epilogues, norms, activations), with the KV
       cache's writes charged at the cache's width and, for an int cache, its quantization on
       the vector unit (:func:`kv_cache_calls`, per layer);
+      above ``dense_grid`` tokens (default 256; None: never) interpolated linearly
+      between counts charged 8 to a doubling (``SplitStepCost.dense_grid``: a step of
+      1,000 tokens, 1,008 rounded, between 944 and 1,024; the weight GEMMs' time is near
+      linear in their rows there);
     * ``head(S)``: the head (and under tensor parallelism its all-gather) over the last
-      token of each of the step's ``S`` sequences (``StepSequence.logits="last"``), as a
-      serving engine computes only the logits it samples (a prompt's earlier chunks are
-      charged a row too);
+      token of each of the step's ``S`` sequences (``StepSequence.logits="last"``; ``S``
+      rounded up to ``token_granularity``), as a serving engine computes only the logits
+      it samples (a prompt's earlier chunks are charged a row too);
     * ``attention(n, 0)``: the attention calls of an ``n``-token prefill (``n`` rounded up
       to ``prompt_granularity``, by default ``token_granularity``, as the dense part
       rounds a step's tokens: an ``n x n`` score matrix charged up to ``g - 1`` rows and
@@ -328,9 +369,13 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     kernel = attention  # (the name is a term's function below)
     charges = Charges(acc, link)
     clock = acc.hardware.clock_ghz
-    field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
-    layers = getattr(config, field)
-    one_layer = dataclasses.replace(config, **{field: 1})
+    n_layers = _layers_heads_dim_of(config)
+    if getattr(config, "uniform_layers", True) and not hasattr(config, "experts"):
+        field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
+        layers, one_layer = n_layers, dataclasses.replace(config, **{field: 1})
+        two_layers = dataclasses.replace(config, **{field: 2})
+    else:  # layers that may differ (mixture-of-experts: dense and mixture layers): all
+        layers, one_layer, two_layers = 1, config, config
     writes = ("k_cache", "v_cache")
 
     def seconds(p: Plan, calls: list) -> float:
@@ -367,7 +412,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         return (seconds(p, before) if before else 0.0,
                 seconds(p, [pc for pc in outside if pc not in before]))
 
-    sizes = [len(r) for r in stage_layers(layers, pp)]
+    sizes = [len(r) for r in stage_layers(n_layers, pp)]
     split_ends: dict[int, tuple[float, float]] = {}
 
     def stage_split(tokens: int, sequences: int, total: float) -> list[float]:
@@ -381,7 +426,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         first, last = split_ends[tokens]
         last += cost._head_s(sequences)
         hand = handovers(tokens) / (pp - 1)
-        per_layer = (total - first - last - (pp - 1) * hand) / layers
+        per_layer = (total - first - last - (pp - 1) * hand) / n_layers
         out = [n * per_layer + hand for n in sizes]
         out[0] += first
         out[-1] += last - hand
@@ -398,8 +443,6 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
                  sharding, attention=kernel)
         return seconds(p, [pc for pc in p.calls if pc.name.startswith("lm_head")])
 
-    two_layers = dataclasses.replace(config, **{field: 2})
-
     def handovers(tokens: int) -> float:
         # The plan's hand-over of this many tokens' activations between two stages.
         if pp == 1:
@@ -411,7 +454,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     def dense(tokens: int) -> float:
         cache = sum(cm.charge_vector(c, acc).latency_us
                     for c in kv_cache_calls(config, scheme, tokens, tp))
-        return prefill(tokens, False) + layers * cache * 1e-6 + handovers(tokens)
+        return prefill(tokens, False) + n_layers * cache * 1e-6 + handovers(tokens)
 
     limit = getattr(config, "n_positions", None) or config.max_position_embeddings
 
@@ -428,5 +471,5 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     prefill(1, False)  # a bad scheme or a call the accelerator cannot cost fails here
     cost = SplitStepCost(dense, attention, context_granularity, token_granularity,
                          token_granularity if prompt_granularity is None else prompt_granularity,
-                         head, stage_split if pp > 1 else None)
+                         head, stage_split if pp > 1 else None, dense_grid)
     return cost
