@@ -362,6 +362,10 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
                              "iteration is one batch; give micro_batches=1")
         tp, pp, link = system.tensor_parallel, system.pipeline_parallel, system.link
         accelerator = system.accelerator
+        if tp > 1 and hasattr(config, "experts"):
+            raise ValueError(f"{config.name}: serving a mixture of experts over "
+                             f"tensor_parallel={tp} chips is not planned (its experts are "
+                             "spread by expert parallelism: tenet_byoc.plan.expert_parallel)")
         check_tensor_parallel(config, tp)
         stage_layers(_layers_heads_dim_of(config), pp)
     sharding = Sharding(tp, 1, 1)
