@@ -4,7 +4,6 @@ Llama-3-8B on ``h100_sxm`` with 80 GB, ShareGPT-like lengths (``serving.SHAREGPT
 vLLM-style scheduling (2,048-token budget, 256 sequences, blocks of 16). Per scheme the
 simulation starts with a cold cost (the split cost's dense and attention terms are charged
 as they first occur) and is timed whole (cost terms included). For the first scheme the
-dense part's interpolation (``dense_grid``) is compared with every count charged, and the
 warm loop is then timed with and without fast-forward (the peer of the loop alone), its
 figures compared. The peer is the same
 simulator asking ``estimate_step`` (plan -> charge -> compose of every whole step, cached per
@@ -84,17 +83,7 @@ def main() -> None:
                 loops[fast] = (loops[fast], time.process_time() - cpu)
             same = all(np.array_equal(getattr(loops[True][0], f), getattr(loops[False][0], f),
                                       equal_nan=True) for f in ("first_token_s", "finish_s"))
-            exact = simulate(trace, model_step_cost(MODEL, scheme, acc, dense_grid=None),
-                             scheduler=sched, kv_blocks=sizing.blocks)
-            e2e = np.abs(run.finish_s - exact.finish_s) / (exact.finish_s - exact.arrival_s)
-            ttft = np.abs(run.first_token_s - exact.first_token_s) / (
-                exact.first_token_s - exact.arrival_s)
-            grid_line = (f"\nDense part interpolated above 256 tokens (dense_grid=256, the "
-                         f"default) against every count charged (dense_grid=None), {scheme}: "
-                         f"per request end-to-end apart median {100 * np.median(e2e):.3f}% / "
-                         f"max {100 * e2e.max():.3f}%, TTFT median {100 * np.median(ttft):.3f}"
-                         f"% / max {100 * ttft.max():.3f}%\n")
-            warm_line = grid_line + (f"\nWarm loop ({scheme}, every term cached): fast-forward "
+            warm_line = (f"\nWarm loop ({scheme}, every term cached): fast-forward "
                          f"{loops[True][1]:.2f} CPU s, iteration by iteration "
                          f"{loops[False][1]:.2f} CPU s ({loops[False][1] / loops[True][1]:.1f}x); "
                          f"first_token_s and finish_s {'equal' if same else 'DIFFER'}\n")
@@ -108,8 +97,9 @@ def main() -> None:
           f"{SCHEMES[0]}, vLLM-style with a 48-token budget (prompts in chunks):\n")
     sizing = cache_sizing(cost_config(), SCHEMES[0], MEMORY)
     charges = Charges(acc)
-    peer_cost = CachedStepCost(lambda step: estimate_step(
-        MODEL, step, SCHEMES[0], acc, charges=charges, entries=False)[0].seconds)
+    peer_cost = CachedStepCost(lambda step: estimate_step(  # attention as serving plans it
+        MODEL, step, SCHEMES[0], acc, charges=charges, entries=False,
+        attention="unfused")[0].seconds)
     t = time.perf_counter()
     peer = simulate(few, peer_cost, scheduler=sched, kv_blocks=sizing.blocks)
     peer_s = time.perf_counter() - t
@@ -122,8 +112,7 @@ def main() -> None:
                          ("split cost, no rounding", 1)):
         t = time.perf_counter()
         mine = simulate(few, model_step_cost(MODEL, SCHEMES[0], acc, context_granularity=grain,
-                                             token_granularity=grain,
-                                             dense_grid=256 if grain > 1 else None),
+                                             token_granularity=grain),
                         scheduler=sched, kv_blocks=sizing.blocks)
         mine_s = time.perf_counter() - t
         gap = np.abs(mine.finish_s - peer.finish_s) / (peer.finish_s - peer.arrival_s)

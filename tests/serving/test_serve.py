@@ -142,22 +142,13 @@ def test_serve_command_refuses(tmp_path, capsys, extra, message):
     assert message in capsys.readouterr().err
 
 
-def test_dense_part_between_grid_counts_by_hand():
-    # dense_grid=256, 8 counts to a doubling rounded up to 16: 1,000 tokens (1,008 rounded)
-    # lie between ceil(256 x 2^(15/8)) = 944 and 256 x 2^2 = 1,024, interpolated linearly in
-    # a dense part of t^2; counts up to 256 and grid counts are charged as they are; the
-    # head's sequences are rounded up to 16 too.
-    charged = []
 
-    def dense(t):
-        charged.append(t)
-        return float(t * t)
-
-    cost = SplitStepCost(dense, lambda n, c: 0.0, token_granularity=16, dense_grid=256,
+def test_the_head_term_per_step_by_hand():
+    # dense(tokens) + head(sequences) + each sequence's attention; the head's rows (one a
+    # sequence) padded to the token granularity as a step's tokens are: 3 decodes and a
+    # 20-token prompt are 4 rows, charged as 16; 17 sequences as 32.
+    cost = SplitStepCost(lambda t: 1000.0 * t, lambda n, c: 0.0, token_granularity=16,
                          head=lambda s: 0.5 * s)
-    assert cost.seconds_of([(200, 0)]) == 208.0**2 + 8.0
-    assert cost.seconds_of([(1000, 0)]) == pytest.approx(
-        944**2 + (1024**2 - 944**2) * (1008 - 944) / 80 + 8.0)
-    assert cost.seconds_of([(1024, 0)]) == 1024**2 + 8.0
-    assert sorted(charged) == [208, 944, 1024]
-    assert cost.misses == 3 + 3 + 1  # dense, attention (one per prompt), head terms
+    assert cost.seconds_of([(1, 9)] * 3 + [(20, 0)]) == 1000.0 * 32 + 8.0
+    assert cost.seconds_of([(1, 9)] * 17) == 1000.0 * 32 + 16.0
+    assert cost.misses == 1 + 2 + 2  # dense 32; head 16, 32; attention (1, 9), (20, 0)

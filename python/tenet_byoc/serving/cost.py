@@ -84,12 +84,10 @@ class SplitStepCost:
     def __init__(self, dense: Callable[[int], float], attention: Callable[[int, int], float],
                  context_granularity: int = 1, token_granularity: int = 1,
                  prompt_granularity: int = 1, head: Callable[[int], float] | None = None,
-                 stage_split: Callable[[int, int, float], list[float]] | None = None,
-                 dense_grid: int | None = None):
+                 stage_split: Callable[[int, int, float], list[float]] | None = None):
         for name, value in (("context_granularity", context_granularity),
                             ("token_granularity", token_granularity),
-                            ("prompt_granularity", prompt_granularity),
-                            ("dense_grid", 1 if dense_grid is None else dense_grid)):
+                            ("prompt_granularity", prompt_granularity)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
         self.token_granularity = token_granularity
@@ -102,12 +100,7 @@ class SplitStepCost:
         #: of that many tokens and sequences costing ``seconds`` (None: equal shares).
         self.stage_split = stage_split
         self.granularity = context_granularity
-        #: Above this many tokens the dense part is interpolated linearly between charged
-        #: counts 8 to a doubling (``dense_grid x 2^(i/8)``, rounded up to the token
-        #: granularity); None: every count charged.
-        self.dense_grid = dense_grid
-        self._dense: dict[int, float] = {}  # charged
-        self._between: dict[int, float] = {}  # interpolated
+        self._dense: dict[int, float] = {}
         self._attention: dict[tuple[int, int], float] = {}
         self._decode_table = np.full(0, np.nan)  # decode terms by context / granularity
         self.calls = 0
@@ -133,32 +126,6 @@ class SplitStepCost:
         g = self.token_granularity
         if g > 1:
             tokens = -(-tokens // g) * g
-        found = self._dense.get(tokens)
-        if found is None:
-            found = self._between.get(tokens)
-        if found is None:
-            a = self.dense_grid
-            if a is None or tokens <= a:
-                return self._charged_dense(tokens)
-            i = int(8 * math.log2(tokens / a))
-            lo, hi = self._grid(i), self._grid(i + 1)
-            while lo > tokens:
-                i -= 1
-                lo, hi = self._grid(i), lo
-            while hi < tokens:
-                i += 1
-                lo, hi = hi, self._grid(i + 1)
-            if tokens in (lo, hi):
-                return self._charged_dense(tokens)
-            d_lo, d_hi = self._charged_dense(lo), self._charged_dense(hi)
-            found = self._between[tokens] = d_lo + (d_hi - d_lo) * (tokens - lo) / (hi - lo)
-        return found
-
-    def _grid(self, i: int) -> int:
-        g = self.token_granularity
-        return -(-math.ceil(self.dense_grid * 2 ** (i / 8)) // g) * g
-
-    def _charged_dense(self, tokens: int) -> float:
         found = self._dense.get(tokens)
         if found is None:
             found = self._dense[tokens] = _checked(self.dense(tokens), f"{tokens} tokens' "
@@ -282,11 +249,16 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int =
     return calls
 
 
+#: The charges of each accelerator (and link) the split costs made so far: the costs of
+#: several schemes share the calls they have alike (attention at the same KV width, the
+#: vector unit's calls), each charged once. Not shared between threads.
+_SHARED: dict[tuple, Any] = {}
+
+
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
                     token_granularity: int = 16, mapping: str | None = None,
                     system: Any = None, prompt_granularity: int | None = None,
-                    attention: str = "unfused", dense_grid: int | None = 256
-                    ) -> SplitStepCost:
+                    attention: str = "unfused") -> SplitStepCost:
     """The split cost of ``model`` under ``scheme`` on ``accelerator``, from the call plan.
 
     Each term is a :func:`tenet_byoc.plan.plan` of a one-kind step, its calls charged once
@@ -297,10 +269,6 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       and the head (weight GEMMs with their fused epilogues, norms, activations), with the KV
       cache's writes charged at the cache's width and, for an int cache, its quantization on
       the vector unit (:func:`kv_cache_calls`, per layer);
-      above ``dense_grid`` tokens (default 256; None: never) interpolated linearly
-      between counts charged 8 to a doubling (``SplitStepCost.dense_grid``: a step of
-      1,000 tokens, 1,008 rounded, between 944 and 1,024; the weight GEMMs' time is near
-      linear in their rows there);
     * ``head(S)``: the head (and under tensor parallelism its all-gather) over the last
       token of each of the step's ``S`` sequences (``StepSequence.logits="last"``; ``S``
       rounded up to ``token_granularity``), as a serving engine computes only the logits
@@ -371,7 +339,11 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     sharding = Sharding(tp, 1, 1)
     acc = resolve(accelerator, mapping=mapping)
     kernel = attention  # (the name is a term's function below)
-    charges = Charges(acc, link)
+    charges = _SHARED.get((acc, link))
+    if charges is None:
+        if len(_SHARED) >= 8:
+            _SHARED.clear()
+        charges = _SHARED[acc, link] = Charges(acc, link)
     clock = acc.hardware.clock_ghz
     n_layers = _layers_heads_dim_of(config)
     if getattr(config, "uniform_layers", True) and not hasattr(config, "experts"):
@@ -475,5 +447,5 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     prefill(1, False)  # a bad scheme or a call the accelerator cannot cost fails here
     cost = SplitStepCost(dense, attention, context_granularity, token_granularity,
                          token_granularity if prompt_granularity is None else prompt_granularity,
-                         head, stage_split if pp > 1 else None, dense_grid)
+                         head, stage_split if pp > 1 else None)
     return cost
