@@ -521,6 +521,21 @@ def _fused_attention(a: Any, seq: StepSequence, n: int, config: Any, tp: int,
         head_dim=a.k, bits=bits, causal=True))
 
 
+def _fused_groups(groups: list, gemm_lists: list, i: int) -> list[tuple[Any, Any, int]]:
+    """(Q x K^T product, sequence, count) of each fused kernel: one per group of equal
+    prompts or chunks; the decoding sequences together in one, at their mean keys rounded
+    up (the K and V they read; a paged kernel runs a step's decodes in one launch)."""
+    out, decodes = [], []
+    for (seq, n, _, _), gemms in zip(groups, gemm_lists, strict=True):
+        (decodes if seq.phase == "decode" else out).append((gemms[i], seq, n))
+    if decodes:
+        count = sum(n for _, _, n in decodes)
+        keys = -(-sum(a.n * n for a, _, n in decodes) // count)
+        a, seq, _ = decodes[0]
+        out.append((a._replace(n=keys), StepSequence(1, keys - 1), count))
+    return out
+
+
 def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
          system: Any = None, routing: Any = None, *, attention: str = "unfused") -> Plan:
     """Every call of ``step`` of the model ``config`` under ``scheme``.
@@ -548,7 +563,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     attention : {"unfused", "fused"}
         "unfused": attention as the Relax graph runs it (Q x K^T and P x V per sequence and
         head, the scores scaled, masked and softmaxed on the vector unit: a run's ledger).
-        "fused": one ``cost_model.AttentionCall`` per layer and group of equal sequences in
+        "fused": one ``cost_model.AttentionCall`` per layer and group of equal prompts or
+        chunks, and one for all decoding sequences at their mean keys (rounded up), in
         their place (FlashAttention's structure, causal, K and V read once per KV head; named
         ``….attn.fused``, ``unit="attention"``), at the wider of the activations' and the KV
         cache's widths; rotary and the KV-cache writes stay. Mixture-of-experts models are
@@ -663,12 +679,12 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
                                      "none", 1, _link_key(link)))
 
     for i, g in enumerate(gemm_lists[0]):
-        if g.weight is None and fused:  # one kernel per group in place of both products
+        if g.weight is None and fused:  # one kernel in place of both products
             if g.name.endswith("attn.qk"):
-                for (seq, n, _, _), gemms in zip(groups, gemm_lists, strict=True):
-                    key, call = _fused_attention(gemms[i], seq, n, config, tp, fused_bits)
-                    name = g.name.removesuffix("qk") + "fused"
-                    layer = _layer_of(name)
+                name = g.name.removesuffix("qk") + "fused"
+                layer = _layer_of(name)
+                for a, seq, n in _fused_groups(groups, gemm_lists, i):
+                    key, call = _fused_attention(a, seq, n, config, tp, fused_bits)
                     calls.append(PlannedCall(call, name, "attention", layer,
                                              stage(name, layer), "", "none", 1, key))
         elif g.weight is None:  # attention: one product per sequence and head, per group

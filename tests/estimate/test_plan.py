@@ -241,21 +241,23 @@ def test_a_tally_of_micro_batched_steps_is_the_sum_of_the_steps():
 
 
 def test_fused_attention_replaces_the_products_and_score_work_by_hand(mixed):
-    # plan(attention="fused"): per layer and group of equal sequences one AttentionCall of
-    # Llama-3-8B's 32 query / 8 KV heads of 128 at the group's own new tokens and keys, in
-    # place of Q x K^T, P x V and the scores' scale, masks and softmax; every other call
-    # as in the unfused plan. estimate on h200 (a preset that runs it fused) charges each
+    # plan(attention="fused"): per layer one AttentionCall of Llama-3-8B's 32 query / 8 KV
+    # heads of 128 for the prompt (512 x 512 keys) and one for the 7 decodes together, at
+    # their mean keys rounded up (ceil(10,857 / 7) = 1,551: the K and V they read), in place
+    # of Q x K^T, P x V and the scores' scale, masks and softmax; every other call as in the
+    # unfused plan. estimate on h200 (a preset that runs it fused) charges each
     # kernel what the cost model charges that call, and its step is the sum of the rest plus
     # the kernels (no fused epilogue behind them).
     import tenet_byoc.cost_model as cm
 
     unfused, fused = (plan(LLAMA, mixed, "none", attention=a) for a in ("unfused", "fused"))
     kernels = [c for c in fused.calls if c.unit == "attention"]
-    assert len(kernels) == LAYERS * 8  # the prompt and each decode at its own context
+    assert len(kernels) == LAYERS * 2
     layer0 = [c.call for c in kernels if c.layer == 0]
+    assert sum(c + 1 for c in CONTEXTS) == 10_857
     assert [(k.batch, k.heads, k.kv_heads, k.queries, k.keys, k.head_dim, k.causal)
-            for k in layer0] == [(1, 32, KV, 512, 512, HD, True)] + [
-        (1, 32, KV, 1, c + 1, HD, True) for c in CONTEXTS]
+            for k in layer0] == [(1, 32, KV, 512, 512, HD, True),
+                                 (7, 32, KV, 1, 1_551, HD, True)]
     score = ("attn.qk", "attn.pv", "attn.scale", "attn.mask", "attn.batch_mask",
              "attn.masked", "attn.softmax")
     rest = [(c.name, c.key) for c in unfused.calls if not c.name.endswith(score)]
