@@ -139,7 +139,7 @@ def test_the_circle_finder_finds_circles(tmp_path):
 #: The package's layers, lowest first (the README's "How it works" names them): a module
 #: imports from its own layer or below, never from a layer above it.
 LAYERS = (
-    ("core", ("_cost_model", "_gemm_call", "_names", "_loader", "library", "patterns",
+    ("core", ("_cost_model", "_names", "_loader", "library", "patterns",
               "documents", "progress")),
     ("cost-model face", ("memory", "mapping", "cost_model")),
     ("accelerators", ("accelerators", "area", "design_file")),

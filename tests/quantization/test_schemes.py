@@ -215,9 +215,19 @@ def test_macs_per_cycle_follow_the_operand_bits(rng):
     mp = entries["os16_mp"]
     assert mp.compute_cycles == 46 + 9
     acc = preset("os16_mp")
-    packed = cm.analyze_gemm(16, 16, 16, acc.hardware, acc.dataflow, bits_a=32, bits_b=32,
-                             bits_c=16, extra_read_bits=mp.extra_read_bits,
-                             extra_ops=mp.extra_ops)
+    packed = cm.analyze_array(
+        cm.GemmCall(
+            m=16,
+            n=16,
+            k=16,
+            bits_a=32,
+            bits_b=32,
+            bits_c=16,
+            extra_read_bits=mp.extra_read_bits,
+            extra_ops=mp.extra_ops,
+        ),
+        acc,
+    )
     assert mp.array_cycles == packed.cycles and mp.compute_cycles == packed.compute_cycles
     assert mp.macs == 16 * 16 * 64
     assert mp.pe_utilization == pytest.approx(mp.macs / (mp.cycles * 256 * 4))
