@@ -106,6 +106,15 @@ class Accelerator(cm.Accelerator):
         refused for not fitting)."""
         return self.memory.dram_capacity_bytes or None
 
+    @property
+    def attention(self) -> str:
+        """How the chip runs attention by default: ``"fused"`` (one kernel per layer, the
+        scores kept on chip: ``cost_model.AttentionCall``) for the presets of
+        :data:`FUSED_ATTENTION` by name, else ``"unfused"`` (the products and the vector
+        work on the scores, as the Relax graph runs them). ``estimate(attention=)`` chooses
+        otherwise for one estimate."""
+        return "fused" if self.name in FUSED_ATTENTION else "unfused"
+
     def with_dram_capacity(self, nbytes: float | None) -> Accelerator:
         """This accelerator holding ``nbytes`` bytes of DRAM (None: the figure of the preset of
         its name, if any). The capacity changes no charge, only whether a model fits.
@@ -622,6 +631,12 @@ DEFAULT_PRESET = "os16"
 #: HBM3); NVIDIA H200 Tensor Core GPU data sheet (141 GB HBM3e); Google Cloud, "TPU v5e"
 #: (16 GB of HBM2 per chip); Jouppi et al., ISCA 2017 (TPU v1: 8 GiB of DDR3). The
 #: research arrays (os16, ws128, tenet_*) state none.
+#: Presets whose chips run attention fused by default (:attr:`Accelerator.attention`): the
+#: GPUs, on which serving engines and PyTorch's ``scaled_dot_product_attention`` run
+#: FlashAttention-style kernels (cuDNN's or FlashAttention's; ``benchmarks/silicon``'s H200
+#: measurements ran cuDNN's).
+FUSED_ATTENTION = frozenset({"a100", "h100_sxm", "h200"})
+
 DRAM_CAPACITY_BYTES: dict[str, float] = {
     "a100": 80e9,
     "h100_sxm": 80e9,

@@ -23,7 +23,7 @@ charged its full rectangular block, not the causal triangle: a prompt cut in chu
 less attention than the whole prompt (the masked corners of the chunks not computed), the
 cache re-read by each later chunk included. The head runs over a sequence's new tokens only
 when it asks for logits (``StepSequence.logits``: a prompt's last chunk, not the ones
-before). Tensor parallelism (Megatron-LM) and pipeline
+before), over its last token only with ``logits="last"`` (a serving engine's sampling). Tensor parallelism (Megatron-LM) and pipeline
 stages are transformations of each call (:func:`shard_gemm`, :func:`shard_vector`,
 :func:`stage_layers`) with the collectives they need added as link calls.
 ``tenet_byoc.compose.compose`` turns a plan and a charge per call into the step's time.
@@ -47,7 +47,7 @@ from . import cost_model as cm
 from .codegen import GemmCharging, gemm_charging
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+__all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
            "check_tensor_parallel",
            "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "stage_layers"]
 
@@ -65,21 +65,28 @@ class StepSequence:
     """One sequence in a step: ``new_tokens`` it computes now, after ``context`` tokens
     already in its KV cache (its queries attend to ``context + new_tokens`` keys, causally).
 
-    ``logits``: whether the step computes this sequence's logits (the head over its new
-    tokens). A prompt cut into chunks (chunked prefill) computes them only on its last chunk:
-    ``StepSequence(256, 0, logits=False)`` then ``StepSequence(256, 256)``.
+    ``logits``: which of its new tokens the step computes logits for (the head over them):
+    True all of them (as the runners compute a prompt), ``"last"`` its last one (what a
+    serving engine samples from), False none. A prompt cut into chunks (chunked prefill)
+    computes them only on its last chunk: ``StepSequence(256, 0, logits=False)`` then
+    ``StepSequence(256, 256)``.
     """
 
     new_tokens: int
     context: int = 0
-    logits: bool = True
+    logits: bool | str = True
 
     def __post_init__(self) -> None:
         _count("StepSequence", "new_tokens", self.new_tokens, 1)
         _count("StepSequence", "context", self.context, 0)
-        if not isinstance(self.logits, bool):
-            raise TypeError(f"StepSequence.logits must be a bool, got "
+        if not isinstance(self.logits, bool) and self.logits != "last":
+            raise TypeError(f"StepSequence.logits must be True, False or 'last', got "
                             f"{type(self.logits).__name__} {self.logits!r}")
+
+    @property
+    def logit_rows(self) -> int:
+        """Rows the head runs over for this sequence."""
+        return 1 if self.logits == "last" else self.new_tokens if self.logits else 0
 
     @property
     def keys(self) -> int:
@@ -362,7 +369,7 @@ def _layer_of(name: str) -> int | None:
 
 #: Calls before the first layer (their stage is the first; other calls outside the layers,
 #: the final norm and the head, run on the last).
-_BEFORE_LAYERS = ("wte", "wpe", "embed_tokens", "positions")
+BEFORE_LAYERS = ("wte", "wpe", "embed_tokens", "positions")
 
 # The cost model's GEMM sizes are 32-bit signed integers (GemmWorkload).
 _SIZE_LIMIT = 2**31 - 1
@@ -454,10 +461,14 @@ def _widen_ops(ops: list[Any], rows: int, keys: list[int] | None) -> list[Any]:
     return wide
 
 
-def _without_head(ops: list[Any]) -> list[Any]:
-    """Vector calls of a sequence whose logits the step does not compute (the head's input
-    quantization dropped with the head)."""
-    return [v for v in ops if not v.name.startswith("lm_head")]
+def _head_rows(ops: list[Any], rows: int) -> list[Any]:
+    """Vector calls of a sequence whose logits the step computes over ``rows`` of its new
+    tokens (0: none, the head's input quantization dropped with the head; else that
+    quantization over ``rows`` rows a sequence, shape ``(sequences, rows, width)``)."""
+    if not rows:
+        return [v for v in ops if not v.name.startswith("lm_head")]
+    return [v._replace(shape=(v.shape[0], rows, *v.shape[2:])) if v.name.startswith("lm_head")
+            else v for v in ops]
 
 
 def _merge_token_ops(lists: list[list[Any]]) -> list[Any]:
@@ -510,8 +521,40 @@ def _interned(key: tuple, make: Any) -> Any:
     return found
 
 
+#: How a plan may run attention (``plan(attention=)``).
+ATTENTION_CHOICES = ("unfused", "fused")
+
+
+def _fused_attention(a: Any, seq: StepSequence, n: int, config: Any, tp: int,
+                     bits: int) -> tuple[tuple, Any]:
+    """The key and ``cost_model.AttentionCall`` of one group's fused attention, from its
+    Q x K^T product ``a`` (``n`` equal sequences; its K is the head dim, its N the keys)."""
+    heads, kv = _heads(config)
+    here = heads // tp
+    kv_here = here if heads == kv else max(1, kv // tp)
+    key = ("attention", n, here, kv_here, seq.new_tokens, a.n, a.k, bits)
+    return key, _interned(key, lambda: cm.AttentionCall(
+        batch=n, heads=here, kv_heads=kv_here, queries=seq.new_tokens, keys=a.n,
+        head_dim=a.k, bits=bits, causal=True))
+
+
+def _fused_groups(groups: list, gemm_lists: list, i: int) -> list[tuple[Any, Any, int]]:
+    """(Q x K^T product, sequence, count) of each fused kernel: one per group of equal
+    prompts or chunks; the decoding sequences together in one, at their mean keys rounded
+    up (the K and V they read; a paged kernel runs a step's decodes in one launch)."""
+    out, decodes = [], []
+    for (seq, n, _, _), gemms in zip(groups, gemm_lists, strict=True):
+        (decodes if seq.phase == "decode" else out).append((gemms[i], seq, n))
+    if decodes:
+        count = sum(n for _, _, n in decodes)
+        keys = -(-sum(a.n * n for a, _, n in decodes) // count)
+        a, seq, _ = decodes[0]
+        out.append((a._replace(n=keys), StepSequence(1, keys - 1), count))
+    return out
+
+
 def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
-         system: Any = None, routing: Any = None) -> Plan:
+         system: Any = None, routing: Any = None, *, attention: str = "unfused") -> Plan:
     """Every call of ``step`` of the model ``config`` under ``scheme``.
 
     Parameters
@@ -534,6 +577,15 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         A mixture-of-experts model only: per mixture layer, the tokens each expert receives
         in this step (a run's router's choices, ``MoERunner.tokens_per_expert``); default
         the expected uniform routing (:func:`plan_moe`).
+    attention : {"unfused", "fused"}
+        "unfused": attention as the Relax graph runs it (Q x K^T and P x V per sequence and
+        head, the scores scaled, masked and softmaxed on the vector unit: a run's ledger).
+        "fused": one ``cost_model.AttentionCall`` per layer and group of equal prompts or
+        chunks, and one for all decoding sequences at their mean keys (rounded up), in
+        their place (FlashAttention's structure, causal, K and V read once per KV head; named
+        ``….attn.fused``, ``unit="attention"``), at the wider of the activations' and the KV
+        cache's widths; rotary and the KV-cache writes stay. Mixture-of-experts models are
+        planned unfused either way.
 
     Returns
     -------
@@ -556,6 +608,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     if not isinstance(step, Step):
         raise TypeError(f"step must be a tenet_byoc.plan.Step, got {type(step).__name__}")
     quant = get_scheme(scheme)
+    if attention not in ATTENTION_CHOICES:
+        raise ValueError(f"attention={attention!r} must be one of {ATTENTION_CHOICES}")
     ep = getattr(system, "expert_parallel", 1)  # a System's; 1 for a Sharding or none
     if isinstance(config, MoEConfig):
         if ep > 1:
@@ -591,6 +645,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     weights = hows["weight"]
     activation_bits = min(32, weights.bits[0])
     float_gemm = weights.scheme == "none"
+    fused = attention == "fused"
+    fused_bits = max(activation_bits, hows["key"].bits[1])
     groups = [(seq, n, *_phase_tokens(seq)) for seq, n in step.groups]
     uniform = len(groups) == 1
     phase = step.phase
@@ -605,7 +661,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     sharded_k: dict[str, int] = {}
 
     def stage(name: str, layer: int | None) -> int:
-        if layer is None and name.startswith(_BEFORE_LAYERS):
+        if layer is None and name.startswith(BEFORE_LAYERS):
             return 0
         return stage_of[layer]
 
@@ -645,15 +701,23 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
                                      "none", 1, _link_key(link)))
 
     for i, g in enumerate(gemm_lists[0]):
-        if g.weight is None:  # attention: one product per sequence and head, per group
+        if g.weight is None and fused:  # one kernel in place of both products
+            if g.name.endswith("attn.qk"):
+                name = g.name.removesuffix("qk") + "fused"
+                layer = _layer_of(name)
+                for a, seq, n in _fused_groups(groups, gemm_lists, i):
+                    key, call = _fused_attention(a, seq, n, config, tp, fused_bits)
+                    calls.append(PlannedCall(call, name, "attention", layer,
+                                             stage(name, layer), "", "none", 1, key))
+        elif g.weight is None:  # attention: one product per sequence and head, per group
             role = "key" if g.name.endswith("attn.qk") else "value"
             for (_, n, ph, _), gemms in zip(groups, gemm_lists, strict=True):
                 a = gemms[i]
                 gemm(a.name, a.batch * n, a.m, a.n, a.k, hows[role], role, n, ph)
         else:  # a weight GEMM: every new token of the step shares the weight
-            rows = sum(gemms[i].m * n for (seq, n, _, _), gemms in zip(groups, gemm_lists,
-                                                                       strict=True)
-                       if seq.logits or g.name != "lm_head")
+            rows = sum((gemms[i].m if g.name != "lm_head" or seq.logits is True else
+                        seq.logit_rows) * n
+                       for (seq, n, _, _), gemms in zip(groups, gemm_lists, strict=True))
             if not rows:  # the head of a step that computes no logits
                 continue
             gemm(g.name, g.batch, rows, g.n, g.k, weights, "weight", step.sequences,
@@ -664,9 +728,11 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         ops = _widen_ops(model_vector_ops(config, ph, tokens, activation_bits,
                                           weights.k_multiple, n, float_gemm,
                                           batched=None if uniform else True), tokens, k)
-        lists.append(ops if seq.logits else _without_head(ops))
+        lists.append(ops if seq.logits is True else _head_rows(ops, seq.logit_rows))
     shapes = lists[0] if uniform else _merge_token_ops(lists)
     for v in shapes:
+        if fused and v.name.endswith(_SCORE_OPS):  # inside the fused kernel
+            continue
         shape, operand = tuple(v.shape), v.operand
         if tp > 1:
             shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)
@@ -753,7 +819,7 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
         for g, role in group.gemms:
             how = hows[role]
             layer = _layer_of(g.name)
-            st = 0 if layer is None and g.name.startswith(_BEFORE_LAYERS) else stage_of[layer]
+            st = 0 if layer is None and g.name.startswith(BEFORE_LAYERS) else stage_of[layer]
             k = -(-g.k // how.k_multiple) * how.k_multiple
             _check_sizes(g.name, ph, n, g.batch, g.m, g.n, k)
             key = ("array", g.batch, g.m, g.n, k, how.scheme, role, how.bits)
@@ -777,7 +843,7 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
                 operand_elements=operand if operand else (None if v.op not in _BINARY
                                                           else 0)))
             layer = _layer_of(v.name)
-            st = 0 if layer is None and v.name.startswith(_BEFORE_LAYERS) else stage_of[layer]
+            st = 0 if layer is None and v.name.startswith(BEFORE_LAYERS) else stage_of[layer]
             calls.append(PlannedCall(call, v.name, "vector", layer, st, "", label, 1, key))
     if pp > 1:
         size = step.tokens // mu * config.hidden_size * weights.bits[2] / 8
