@@ -448,12 +448,7 @@ def _tpu_v5e() -> Accelerator:
     # the bf16 rate: Saxml and XLA run them in bf16 on the MXUs; a stand-in that lets a
     # whole model be charged, visible per entry (bits_a, bits_b). Energies: Horowitz 45 nm.
     rates = {32: mxus, 16: mxus, 8: 2 * mxus}
-    precision = cm.PrecisionTable([
-        cm.MacSpec(8, 8, macs_per_pe_per_cycle=2 * mxus,
-                   pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
-        cm.MacSpec(16, 16, macs_per_pe_per_cycle=mxus, pj_per_mac=1.1 + 0.4),
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=mxus, pj_per_mac=1.1 + 0.4),
-    ])
+    precision = _int8_16_32(rates, pj_32=1.1 + 0.4)
     return Accelerator.systolic(
         "ws", edge, edge, name="tpu_v5e", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
         l1_bytes=256, l2_bytes=48 << 20, memory=memory, precision=precision,
@@ -461,6 +456,17 @@ def _tpu_v5e() -> Accelerator:
         vector=cm.VectorUnit(lanes=8 * 128, schedule="pipelined"),
         edge_dequantizer=cm.EdgeDequantizer(mxus * edge, bits=[4, 8]),
     )
+
+
+def _int8_16_32(rates: Mapping[int, int], pj_32: float = 4.6) -> cm.PrecisionTable:
+    # MAC units of 8-bit integers (an 8 x 8 multiply with a 32-bit accumulate), 16-bit
+    # floats (Horowitz's fp16 multiply and add, 1.1 + 0.4 pJ) and 32-bit floats (by default
+    # Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints) at `rates`
+    # MACs per PE per cycle by width.
+    return cm.PrecisionTable([
+        cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8], pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
+        cm.MacSpec(16, 16, macs_per_pe_per_cycle=rates[16], pj_per_mac=1.1 + 0.4),
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=pj_32)])
 
 
 def _gpu_clock_rates(tensor_cores_per_sm: int, fma_16: int, fma_8: int, fp32_lanes: int,
@@ -524,12 +530,7 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
         buffer_bandwidth_bits=(rows + cols) * 16 * 16 + cols * 32, register_bytes=256,
         buffer_double_buffered=True, stationary_double_buffered=True,
     )
-    precision = cm.PrecisionTable([
-        cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8], pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
-        cm.MacSpec(16, 16, macs_per_pe_per_cycle=rates[16], pj_per_mac=1.1 + 0.4),
-        # Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=4.6),
-    ])
+    precision = _int8_16_32(rates)
     cores = cm.Cores(count=sms, shared_bandwidth_bits=l2_bytes_per_clock * 8, shared_bytes=l2_bytes,
                      launch_cycles=round(launch_us * 1e3 * clock_ghz), max_split_k=16)
     return Accelerator.systolic(
@@ -573,12 +574,7 @@ def _a100() -> Accelerator:
         buffer_double_buffered=True, stationary_double_buffered=True,
     )
     rates = {32: 1, 16: 1, 8: 2}
-    precision = cm.PrecisionTable([
-        cm.MacSpec(8, 8, macs_per_pe_per_cycle=2, pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
-        cm.MacSpec(16, 16, macs_per_pe_per_cycle=1, pj_per_mac=1.1 + 0.4),
-        # Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=1, pj_per_mac=4.6),
-    ])
+    precision = _int8_16_32(rates)
     cores = cm.Cores(count=sms, shared_bandwidth_bits=5120 * 8, shared_bytes=40 << 20,
                      max_split_k=16)
     return Accelerator.systolic(

@@ -48,7 +48,6 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
-from .compose import pipeline_seconds  # the pipeline's rule, re-exported here
 from .accelerators import Accelerator, resolve
 from .ledger import Ledger, LedgerEntry
 
@@ -62,7 +61,6 @@ __all__ = [
     "charge_collective",
     "collective_link_bytes",
     "collective_seconds",
-    "pipeline_seconds",
 ]
 
 #: Link topologies :func:`collective_seconds` has a formula for.

@@ -12,6 +12,7 @@ import json
 from collections import defaultdict
 
 import pytest
+from pipeline_walk import pipeline_seconds
 
 from tenet_byoc.estimate import estimate
 from tenet_byoc.accelerators import preset
@@ -23,7 +24,6 @@ from tenet_byoc.system import (
     System,
     collective_link_bytes,
     collective_seconds,
-    pipeline_seconds,
 )
 
 ACC = preset("os16")

@@ -160,7 +160,7 @@ def _fashion_mnist_with_bad_magic(folder):
     (["sweep", "--accelerator", "os16,tpu"], "unknown preset 'tpu'"),
     (["run", "--scheme", "none,w8a8_per_tensor"], "give one scheme"),
     (["run", "--accelerator", "gpu"], "unknown preset 'gpu'"),
-    (["run", "--prompt-len", "0"], "expected a positive integer, got 0"),
+    (["run", "--prompt-len", "0"], "expected an integer >= 1, got 0"),
     (["run", "--gpt2-config", "tiny", "--prompt-len", "64"], "prompt_len=64"),
     (["run", "--checkpoint", "{tmp}/no-such-folder"], "checkpoint folder"),
     (["sweep", "--model", "mlp", "--data", "{tmp}/no-such-folder"], "FashionMNIST folder"),

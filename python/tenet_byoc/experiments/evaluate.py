@@ -226,10 +226,6 @@ class EvalJob:
         return window_bounds(len(self.ids), self.window)
 
 
-def _context(config: Any) -> int:
-    return int(getattr(config, "n_positions", None) or config.max_position_embeddings)
-
-
 def _checked_count(name: str, value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                               or value < 2):
@@ -278,6 +274,7 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
         accelerator.
     """
     from ..accelerators import resolve
+    from ..estimate import _context
     from ..models.checkpoint import read_config
     from ..models.configs import config_from_dict
     from ..quantization import get_scheme
@@ -301,7 +298,7 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
         config = config_from_dict(values, name=os.path.basename(os.path.normpath(folder)))
     except (TypeError, ValueError) as err:
         raise type(err)(f"{os.path.join(folder, 'config.json')!r}: {err}") from None
-    context = _context(config)
+    context, _ = _context(config)
     if window is not None and window > context:
         raise ValueError(f"window={window} is longer than the model's context ({context} "
                          f"tokens, config.json of {folder!r})")
