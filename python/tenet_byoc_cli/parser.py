@@ -29,13 +29,13 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .design_point import COLUMNS as DSE_COLUMNS
 from .names import (
     BUILTIN_MODELS,
     CLASSIC_SCHEMES,
     DEFAULT_ACCELERATORS,
     DEFAULT_PRESET,
     DSE_EXECUTORS,
-    DSE_FIELDS,
     DSE_RESULTS_FILE,
     GPT2_CONFIGS,
     MAPPING_OBJECTIVES,
@@ -280,8 +280,8 @@ def refusal(args: argparse.Namespace, argv: Sequence[str] | None = None) -> str 
     ``dse --objective`` is refused here rather than by a type so that its message is one
     line, as ``run_dse`` gives it; so are ``estimate --serve``'s options it would ignore
     (``argv``, the command line, says which were given)."""
-    if args.command == "dse" and args.objective not in DSE_FIELDS:
-        return (f"--objective {args.objective!r}{did_you_mean(args.objective, DSE_FIELDS)}; "
+    if args.command == "dse" and args.objective not in DSE_COLUMNS:
+        return (f"--objective {args.objective!r}{did_you_mean(args.objective, DSE_COLUMNS)}; "
                 "e.g. tpot_ms, ttft_ms, energy_per_token_mj, area_mm2")
     if args.command == "estimate" and args.serve is not None and argv is not None:
         ignored = [flag for flag in SERVE_IGNORES if _given(flag, argv)]
