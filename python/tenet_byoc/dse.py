@@ -115,15 +115,21 @@ class DesignPoint(DesignAxes):
             objective="latency" if self.mapping == "auto" else None,
             vector=cm.VectorUnit(lanes=self.vector_lanes))
 
+    @property
+    def alone(self) -> bool:
+        """One chip and one micro-batch: no System (its sums are one chip's cycles)."""
+        return self.chips == 1 and self.micro_batches == 1
+
     def system(self) -> Any:
         """The point's :class:`~tenet_byoc.system.System` (None on one chip)."""
-        if self.chips == 1:
+        if self.alone:
             return None
         from .system import Link, System
 
         return System(self.accelerator(), chips=self.chips,
                       tensor_parallel=self.tensor_parallel,
                       pipeline_parallel=self.pipeline_parallel,
+                      micro_batches=self.micro_batches,
                       link=Link(bandwidth_gbps=self.link_gbps))
 
     def charged_as(self, *charges: str) -> tuple:
@@ -187,7 +193,7 @@ class DesignSpace:
     Parameters
     ----------
     rows, cols, dataflows, pe_formats, buffer_bytes, dram_gbps, clock_ghz, register_bytes, \
-mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps : sequence
+mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps, micro_batches : sequence
         The values of each field (:data:`AXES` names them: a field's space name is its own
         but ``dataflows`` and ``mappings``), default the point's default alone. Each set of
         ``pe_formats`` has at most one format per width (names of
@@ -200,7 +206,8 @@ mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps : sequence
         :class:`~tenet_byoc.system.System` of copies of its accelerator with ``link_gbps``
         links (a ring), estimated as ``estimate(..., system=...)`` estimates it, its area
         all chips'; a model whose heads ``tensor_parallel`` does not divide is refused on
-        that point.
+        that point, and so is a batch ``micro_batches`` does not divide (several
+        micro-batches on one chip run one after another).
     node_nm : float
         Process node of the area figures.
     area_budget_mm2, power_budget_w : float, optional
@@ -348,14 +355,16 @@ class PointResult(PointColumns):
 
 
 def _plans(config: Any, scheme: str, prompt_len: int, decode_steps: int, batch: int,
-           tp: int, pp: int) -> dict[str, Any] | str:
-    """Per phase, the tally of every step's calls (``tenet_byoc.plan``) on ``tp x pp`` chips:
-    each distinct call once with how often it runs; or why the model cannot be planned so.
-    One micro-batch, so a phase's time is the composition of its tally
-    (``tenet_byoc.compose``: every step's critical path is the sum over its stages)."""
+           tp: int, pp: int, mu: int) -> dict[str, Any] | str:
+    """Per phase, the tally of every step's calls (``tenet_byoc.plan``) on ``tp x pp`` chips
+    with the batch in ``mu`` micro-batches: each distinct call once with how often it runs;
+    or why the model cannot be planned so. A phase's time is the composition of its tally
+    (``tenet_byoc.compose``; with several micro-batches and stages, a decode phase's
+    slowest stage is the slowest over its steps: what composing each step alone gives when
+    one stage is the slowest in every step)."""
     from .plan import Sharding, Step, plan
 
-    sharding = Sharding(tp, pp, 1)
+    sharding = Sharding(tp, pp, mu)
     out: dict[str, Any] = {}
     try:
         if prompt_len:
@@ -370,12 +379,17 @@ def _plans(config: Any, scheme: str, prompt_len: int, decode_steps: int, batch: 
     return out
 
 
+def _sharding(point: DesignPoint) -> tuple[int, int, int]:
+    """The (tensor parallel, pipeline stages, micro-batches) the model is planned for."""
+    return point.tensor_parallel, point.pipeline_parallel, point.micro_batches
+
+
 @dataclass
 class _Job:
     """What every worker needs: the model's call tallies per (scheme, tensor parallel,
     pipeline stages) and the run's settings."""
 
-    plans: dict[tuple[str, int, int], dict[str, Any] | str]
+    plans: dict[tuple[str, int, int, int], dict[str, Any] | str]
     operands: dict[str, tuple[int, str]]  #: per scheme: its weight GEMMs' width and kind
     prompt_len: int
     decode_steps: int
@@ -396,9 +410,9 @@ def _job(config: Any, schemes: Sequence[str], points: Iterable[DesignPoint], pro
          decode_steps: int, batch: int, node_nm: float, table: AreaTable,
          power_budget_w: float | None) -> _Job:
     """The job of ``points``: the model planned once per (scheme, sharding) they use."""
-    shardings = sorted({(p.tensor_parallel, p.pipeline_parallel) for p in points})
-    plans = {(s, tp, pp): _plans(config, s, prompt_len, decode_steps, batch, tp, pp)
-             for s in schemes for tp, pp in shardings}
+    shardings = sorted({_sharding(p) for p in points})
+    plans = {(s, *sharding): _plans(config, s, prompt_len, decode_steps, batch, *sharding)
+             for s in schemes for sharding in shardings}
     return _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
                 node_nm, table, power_budget_w)
 
@@ -456,12 +470,14 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
                 area += value
         if point.chips > 1:
             area *= point.chips
-        one_chip = point.chips == 1  # then its sums (cycles) do not depend on the clock
+        # one chip, one micro-batch: its sums (cycles) do not depend on the clock
+        one_chip = point.alone
         for scheme in job.schemes:
             key = (scheme, point.tensor_parallel, point.pipeline_parallel)
             got = composed.get(scheme) if one_chip else None
             if got is None:
-                got = _compose(job, point, acc, scheme, job.plans[key],
+                plans = job.plans[(scheme, *_sharding(point))]
+                got = _compose(job, point, acc, scheme, plans,
                                arrays.setdefault(point.array_key(), {}),
                                vectors.setdefault(point.vector_key(), {}))
                 if one_chip:
@@ -541,7 +557,7 @@ def _compose(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
     try:
         for phase, p in plans.items():
             step = compose(p, cost, acc.vector.schedule, point.clock_ghz)
-            times[phase] = step.stage_cycles[0] if point.chips == 1 else step.seconds
+            times[phase] = step.stage_cycles[0] if point.alone else step.seconds
             energy[phase] = step.energy_pj
     except ValueError as err:
         return times, energy, f"{scheme} cannot run: {err}"

@@ -107,6 +107,9 @@ class DesignAxes:
     link_gbps: float = _axis(default=100.0, check="float", unit="GB/s", charges="system",
                              tag=lambda v, p: f"link{v:g}GBps" if p.chips > 1 else "",
                              later=True)
+    #: micro-batches the batch is split into through the pipeline (each must divide it)
+    micro_batches: int = _axis(default=1, check="int", unit="micro-batches", charges="system",
+                               tag=lambda v, p: f"mb{v}" if v > 1 else "", later=True)
 
     @property
     def key(self) -> str:

@@ -29,6 +29,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .design_point import AXES as DSE_AXES
 from .design_point import COLUMNS as DSE_COLUMNS
 from .names import (
     BUILTIN_MODELS,
@@ -471,9 +472,8 @@ def _add_dse(sub) -> None:
     p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
                    metavar="LIST", help="comma-separated schemes (default: none)")
     p.add_argument("--space", required=True, metavar="FILE",
-                   help="YAML or JSON: lists per field (rows, cols, dataflows, pe_formats, "
-                   "buffer_bytes, dram_gbps, clock_ghz, register_bytes, mappings, "
-                   "vector_lanes, tensor_parallel, pipeline_parallel, link_gbps) and node_nm, "
+                   help="YAML or JSON: lists per field ("
+                   f"{', '.join(a.space for a in DSE_AXES.values())}) and node_nm, "
                    "area_budget_mm2, power_budget_w, area_table")
     p.add_argument("--out", required=True, metavar="DIR",
                    help=f"write {DSE_RESULTS_FILE} (appended; resumes), dse.csv and the front "
