@@ -28,7 +28,6 @@ Needs `pip install zigzag-dse==3.9.1 six` for part 1 (skipped with --no-zigzag).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import sys
@@ -36,7 +35,6 @@ import time
 from pathlib import Path
 
 import tenet_byoc
-from tenet_byoc import _cost_model as _core
 from tenet_byoc import cost_model as cm
 from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gemms import model_gemms
@@ -59,10 +57,11 @@ ZIGZAG_BITS = {"bits_a": 8, "bits_b": 8, "bits_c": 32}
 
 
 def fresh_best(acc, M: int, N: int, K: int, **call) -> cm.MappingChoice:
-    """A new MappingSearch of ``acc`` (what its charges go through), asked for one call."""
-    return _core._accelerator_mapping_search(acc.to_json()).best(
-        cm.GemmCall(m=M, n=N, k=K, **{"batch": 1, "extra_read_bits": 0, "extra_ops": 0, **call})
-    )
+    """A new search of ``acc``'s auto space (what its charges go through), asked for one
+    call: the same accelerator without "auto", so no search is cached."""
+    return cm.search_mapping(cm.GemmCall(m=M, n=N, k=K, **call),
+                             acc.replace(mapping=None, objective=None),
+                             objective=acc.objective or "latency")
 
 
 def charge(acc, M: int, N: int, K: int, **call) -> cm.Charge:
@@ -186,7 +185,7 @@ _MEMORY_FIELDS = ("dram_bandwidth_bits", "dram_channel_per_operand", "dram_pj_pe
 def with_memory(acc, name: str, **changes):
     """``acc`` with some fields of its memory hierarchy changed (energies per bit kept)."""
     fields = {f: getattr(acc.memory, f) for f in _MEMORY_FIELDS}
-    return dataclasses.replace(acc, name=name, memory=cm.MemoryHierarchy(**{**fields, **changes}))
+    return acc.replace(name=name, memory=cm.MemoryHierarchy(**{**fields, **changes}))
 
 
 def limit_of(r: cm.MappingChoice) -> str:
