@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 from collections.abc import Sequence
 
 from .design_point import AXES as DSE_AXES
@@ -263,15 +262,6 @@ def _mixed_out_refusal(out: str, command: str) -> str | None:
 MAPPING_CHOICES = ("default", "auto")
 
 
-def _mapping_choice(text: str) -> str:
-    """``--mapping`` in its one spelling: the old ``fixed`` is ``default`` (with a note)."""
-    if text == "fixed":
-        print("tenet-byoc: --mapping fixed is deprecated: use --mapping default",
-              file=sys.stderr)
-        return "default"
-    return text
-
-
 def refusal(args: argparse.Namespace, argv: Sequence[str] | None = None) -> str | None:
     """A mistake in parsed options that argparse's types do not see, in one line, or None.
 
@@ -346,10 +336,10 @@ def _accelerator_option(p: argparse.ArgumentParser, default: str | None = DEFAUL
 
 def _mapping_option(p: argparse.ArgumentParser,
                     what: str = "default: the accelerator's own") -> None:
-    p.add_argument("--mapping", type=_mapping_choice, choices=MAPPING_CHOICES,
+    p.add_argument("--mapping", choices=MAPPING_CHOICES,
                    help="tile mapping: searched per call (auto: each distinct call's dataflow, "
                    "buffer tiles and loop order, once, cached) or each call's default tiles "
-                   f"(default; 'fixed' is its old name); {what}")
+                   f"(default); {what}")
 
 
 def _model_options(p: argparse.ArgumentParser, *, sweep: bool) -> None:
