@@ -27,6 +27,11 @@ Needs `pip install zigzag-dse==3.9.1 six` for part 1 (skipped with --no-zigzag).
 
 from __future__ import annotations
 
+# isort: off
+# First: it sets OMP_WAIT_POLICY before tvm loads libgomp (see machine.py).
+from machine import describe
+# isort: on
+
 import argparse
 import os
 import statistics
@@ -34,7 +39,6 @@ import sys
 import time
 from pathlib import Path
 
-import tenet_byoc
 from tenet_byoc import cost_model as cm
 from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gemms import model_gemms
@@ -57,11 +61,11 @@ ZIGZAG_BITS = {"bits_a": 8, "bits_b": 8, "bits_c": 32}
 
 
 def fresh_best(acc, M: int, N: int, K: int, **call) -> cm.MappingChoice:
-    """A new search of ``acc``'s auto space (what its charges go through), asked for one
-    call: the same accelerator without "auto", so no search is cached."""
-    return cm.search_mapping(cm.GemmCall(m=M, n=N, k=K, **call),
-                             acc.replace(mapping=None, objective=None),
-                             objective=acc.objective or "latency")
+    """The search ``acc`` (a preset with mapping 'auto') charges through, run afresh for one
+    call: the same preset with its default tiles keeps no search (accelerators made alike
+    share theirs), so each request searches the same space again."""
+    return cm.search_mapping(cm.GemmCall(m=M, n=N, k=K, **call), preset(acc.name),
+                             objective=acc.objective)
 
 
 def charge(acc, M: int, N: int, K: int, **call) -> cm.Charge:
@@ -299,9 +303,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-zigzag", action="store_true")
     args = ap.parse_args()
-    head = [(f"CPU: {tenet_byoc.cpu_info().model}, {os.cpu_count()} cores; load average at "
-            f"start {os.getloadavg()[0]:.2f} (shared machine); search threads: automatic (1 here); "
-            f"repeats: {args.repeats} (medians)"), ""]
+    head = [(f"Measured {describe().line()}; search threads: automatic (1 here); repeats: "
+             f"{args.repeats} (medians). Produced by `benchmarks/mapper.py`."), ""]
     print("\n".join(head), flush=True)
     out = head + [('## Per GEMM: preset("os16", mapping="auto") vs ZigZag 3.9 LOMA '
                    "(8/8/32 bits)"), ""]

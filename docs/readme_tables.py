@@ -43,7 +43,6 @@ import math
 import os
 import platform
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -429,14 +428,24 @@ GEMM_ROWS = (
     ("Xeon, AVX-512 VNNI, 2 threads", "gemm_avx512_vnni.md", "2 threads"),
     ("AVX2-only AMD EPYC, 2 threads, 2026-11-25, load 19.5-20.2, back to back, code of that day",
      "gemm_epyc_avx2.md", "EPYC"),
-    ("AMD EPYC AVX-512 VNNI/BF16, 1 thread, 2026-11-27, load 10",
+    ("AMD EPYC AVX-512 VNNI/BF16, 1 thread, 2026-11-28, load 8-11, CPU time",
      "gemm_epyc_avx512_bf16_1thread.md", "1 thread"),
-    ("the same EPYC, oneDNN held to AVX2 (numpy not held), 1 thread, load 8-10",
+    ("the same EPYC, oneDNN held to AVX2 (numpy not held), 1 thread, CPU time",
      "gemm_avx2_on_epyc_avx512_bf16_1thread.md", "1 thread"),
+    ("the same EPYC, oneDNN and numpy held to AVX2, 1 thread, CPU time",
+     "gemm_avx2_both_on_epyc_avx512_bf16_1thread.md", "both AVX2"),
     ("the same EPYC, 2 threads, AVX-512, load 8-13 (contention, not the kernels)",
      "gemm_epyc_avx512_bf16.md", "AVX-512"),
     ("the same EPYC, 2 threads, oneDNN held to AVX2, load 8-13 (contention, not the kernels)",
      "gemm_avx2_on_epyc_avx512_bf16.md", "AVX2"),
+)
+
+#: The README's int8-path table: each path, the machine of the ``benchmarks/gemm.py`` file
+#: that measured it (the same EPYC, oneDNN held to AVX2 for ``widened``) and that file.
+GEMM_INT8_ROWS = (
+    ("native", "AMD EPYC, AVX-512 VNNI/BF16, 1 thread", "gemm_epyc_avx512_bf16_1thread.md"),
+    ("widened", "the same EPYC, oneDNN held to AVX2, 1 thread",
+     "gemm_avx2_on_epyc_avx512_bf16_1thread.md"),
 )
 
 _GEOMEAN = re.compile(r"^geometric mean (?P<what>[^:]+): all shapes [\d.]+x; prefill shapes "
@@ -464,10 +473,12 @@ def _gemm_cells(path: Path) -> list[str]:
     return cells
 
 
-def gemm_source(results: Path, rows: tuple[tuple[str, str, str], ...] = GEMM_ROWS) -> str:
+def gemm_source(results: Path, rows: tuple[tuple[str, str, str], ...] = GEMM_ROWS,
+                int8_rows: tuple[tuple[str, str, str], ...] = GEMM_INT8_ROWS) -> str:
     """The README's GEMM summary: per file of ``benchmarks/gemm.py``'s results, the prefill
     shapes' geometric mean of tenet / numpy (float32) and int8 / numpy float32, each with its
-    lowest ratio and the shape that holds it (named when one shape does).
+    lowest ratio and the shape that holds it (named when one shape does); and the int8 figure
+    of each int8 path (``int8_rows``: path, machine, file).
 
     Raises
     ------
@@ -475,12 +486,15 @@ def gemm_source(results: Path, rows: tuple[tuple[str, str, str], ...] = GEMM_ROW
         When a file does not exist or lacks its two geometric-mean lines.
     """
     out, stamps = [], []
+    cells = {}
+    for name in dict.fromkeys([r[1] for r in rows] + [r[2] for r in int8_rows]):
+        if not (results / name).is_file():
+            raise ValueError(f"GEMM results {results / name} do not exist")
+        cells[name] = _gemm_cells(results / name)
     for label, name, link_text in rows:
         path = results / name
-        if not path.is_file():
-            raise ValueError(f"GEMM results {path} do not exist")
         link = f"benchmarks/results/{name}"
-        out.append([label, *_gemm_cells(path), f"[{link_text}]({link})"])
+        out.append([label, *cells[name], f"[{link_text}]({link})"])
         measured = next((p for p in path.read_text().split("\n\n") if p.startswith("Measured")),
                         "")
         stamps.append(f"`{link}`: " + measured.split(";")[0])
@@ -492,7 +506,12 @@ def gemm_source(results: Path, rows: tuple[tuple[str, str, str], ...] = GEMM_ROW
             "Written by `python docs/readme_tables.py gemm` from these files of "
             "`benchmarks/gemm.py` (each cell the file's geometric mean over the prefill shapes, "
             "M >= 64, and its lowest ratio):\n\n" + "\n".join(f"- {s}" for s in stamps)
-            + f"\n\n## summary\n\n{table}")
+            + f"\n\n## summary\n\n{table}\n## int8 paths\n\n"
+            + _table(["path", "measured on", "int8 / numpy float32, prefill shapes: geomean "
+                      "(lowest)", "results"], ["---", "---", "---:", "---"],
+                     [[f"`{path}`", where, cells[name][1],
+                       f"[results](benchmarks/results/{name})"]
+                      for path, where, name in int8_rows]))
 
 
 def _section_rows(text: str, heading: str, path: Path) -> list[list[str]]:
@@ -510,11 +529,10 @@ def _section_rows(text: str, heading: str, path: Path) -> list[list[str]]:
     return rows[1:]
 
 
-def mapper_source(results: Path, date: str) -> str:
+def mapper_source(results: Path) -> str:
     """The README's mapping-search summary from ``benchmarks/results/mapper.md``: per
     accelerator the phase totals / roofline of the three schemes, and the median seconds of
-    the whole search over all three (empty cache) and again (lookups). ``date`` is when the
-    file was committed (it names none itself).
+    the whole search over all three (empty cache) and again (lookups).
 
     Raises
     ------
@@ -541,12 +559,13 @@ def mapper_source(results: Path, date: str) -> str:
     except KeyError as e:
         raise ValueError(f"{results}: no row for {e.args[0]}") from None
     table = _table(["", *(f"{a} auto" for a in accs)], ["---", "---:", "---:"], rows)
-    machine = text.split("\n\n")[0].replace("\n", " ")
+    machine = text.split("\n\n")[0].replace("\n", " ").split(";")[0]
+    if not machine.startswith("Measured "):
+        raise ValueError(f"{results}: its first line names no 'Measured DATE on MACHINE'")
     return ("# Mapping search on GPT-2 small (README table)\n\n"
             "Written by `python docs/readme_tables.py mapper` from "
             "`benchmarks/results/mapper.md` (its phase totals / roofline, and its whole-search "
-            f"medians over all three schemes). That file's machine: {machine}. It names no "
-            f"date; git has it committed on {date}.\n\n## search\n\n{table}")
+            f"medians over all three schemes). {machine}.\n\n## search\n\n{table}")
 
 
 def _half_up(x: float) -> int:
@@ -623,10 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", type=Path, default=ROOT / "docs" / "tables" / "mapper.md")
     args = parser.parse_args(argv)
     if args.what == "mapper":
-        date = subprocess.run(["git", "log", "-1", "--format=%cs", "--",
-                               "benchmarks/results/mapper.md"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        args.to.write_text(mapper_source(ROOT / "benchmarks" / "results" / "mapper.md", date))
+        args.to.write_text(mapper_source(ROOT / "benchmarks" / "results" / "mapper.md"))
         print(f"wrote {args.to}")
         return 0
     if args.what == "gemm":

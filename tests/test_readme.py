@@ -341,15 +341,19 @@ def test_gemm_rows_are_those_of_their_files(tmp_path):
                       ("256 x 1024 x 1024", "1.10x")], "0.99x", "0.90x")
         + lines("i", [("128 x 768 x 768", "1.20x"), ("256 x 1024 x 1024", "1.20x")],
                 "1.20x", "1.20x"))
-    text = tables.gemm_source(tmp_path, (("G", "g.md", "g"),))
-    assert text.endswith("| G | 0.99x (0.90x, 128x768x768) | 1.20x (1.20x) "
-                         "| [g](benchmarks/results/g.md) |\n")
+    text = tables.gemm_source(tmp_path, (("G", "g.md", "g"),), (("native", "X", "g.md"),))
+    assert ("| G | 0.99x (0.90x, 128x768x768) | 1.20x (1.20x) "
+            "| [g](benchmarks/results/g.md) |\n") in text
+    # the int8-path table takes the file's int8 cell
+    assert text.endswith("## int8 paths\n\n| path | measured on | int8 / numpy float32, "
+                         "prefill shapes: geomean (lowest) | results |\n|---|---|---:|---|\n"
+                         "| `native` | X | 1.20x (1.20x) | [results](benchmarks/results/g.md) |\n")
     assert "`benchmarks/results/g.md`: Measured 2026-11-27 on X (2 logical CPUs)" in text
     (tmp_path / "g.md").write_text("# g\n\nMeasured 2026-11-27.\n")
     with pytest.raises(ValueError, match="g.md: expected a float32 and an int8"):
-        tables.gemm_source(tmp_path, (("G", "g.md", "g"),))
+        tables.gemm_source(tmp_path, (("G", "g.md", "g"),), ())
     with pytest.raises(ValueError, match="h.md do not exist"):
-        tables.gemm_source(tmp_path, (("H", "h.md", "h"),))
+        tables.gemm_source(tmp_path, (), (("native", "X", "h.md"),))
 
 
 def test_mapper_rows_are_those_of_its_file(tmp_path):
@@ -359,20 +363,24 @@ def test_mapper_rows_are_those_of_its_file(tmp_path):
                      for s in ("none", "w8a8_per_channel_per_token", "w4a16_group128"))
     path = tmp_path / "mapper.md"
     path.write_text(
-        "CPU: X, 2 cores\n\n## The whole GPT-2 small search (x)\n\n| a | s | c | d | m | lo | hi "
+        "Measured 2026-11-28 00:30 UTC on X (2 logical CPUs); more\n\n## The whole GPT-2 small search (x)\n\n| a | s | c | d | m | lo | hi "
         "| again |\n|---|---|---:|---:|---:|---:|---:|---:|\n"
         "| os16 | none | 9 | 9 | 9 | 9 | 9 | 9 |\n| os16 | all three | 438 | 34 | 0.225 | 0 | 0 "
         "| 0.031 |\n| tpu_v1 | all three | 438 | 34 | 0.114 | 0 | 0 | 0.020 |\n\n"
         "## Phase totals (y)\n\n| a | p | s | c | r | ratio | w | h |\n"
         "|---|---|---|---:|---:|---:|---|---|\n" + phases)
-    text = tables.mapper_source(path, "2026-11-22")
+    text = tables.mapper_source(path)
     # by hand: the ratio cells in scheme order; 0.225 s -> 0.23 s (two decimals), 0.114 -> 0.11
     assert "| prefill / roofline: none, w8a8_per_channel_per_token, w4a16_group128 | opo, op8, " \
            "op4 | tpo, tp8, tp4 |" in text
     assert "| decode / roofline: same schemes | odo, od8, od4 | tdo, td8, td4 |" in text
     assert "(34 searched) | 0.23 s | 0.11 s |" in text
     assert text.endswith("| the same 438 calls again (lookups) | 0.031 s | 0.020 s |\n")
-    assert "committed on 2026-11-22" in text
+    assert "Measured 2026-11-28 00:30 UTC on X (2 logical CPUs)." in text
     path.write_text(path.read_text().replace("| tpu_v1 | all three |", "| tpu_v1 | none |"))
     with pytest.raises(ValueError, match="mapper.md: no row for tpu_v1"):
-        tables.mapper_source(path, "2026-11-22")
+        tables.mapper_source(path)
+    path.write_text(path.read_text().replace("| tpu_v1 | none |", "| tpu_v1 | all three |")
+                    .replace("Measured 2026-11-28 00:30 UTC on", "CPU:"))
+    with pytest.raises(ValueError, match="names no 'Measured DATE on MACHINE'"):
+        tables.mapper_source(path)

@@ -46,7 +46,7 @@ from typing import Any
 from ._names import did_you_mean
 
 __all__ = ["AREA_HOOKS", "FORMATS", "SOURCES", "AreaTable", "NumberFormat", "accelerator_area",
-           "default_formats"]
+           "default_formats", "static_watts"]
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,8 @@ class AreaTable:
     mx_block: int = 32
     #: Static power (leakage and the clock that runs while idle) per mm2 of the design, W:
     #: TPU v1's measured idle die power over its die, 28 W / 331 mm2 at 28 nm. Charged as
-    #: power x time in the energy of every estimated run (``tenet_byoc.dse``); 0 turns it off.
+    #: power x time in the energy of every estimated run (``tenet_byoc.dse``, ``estimate``'s
+    #: phase figures through :func:`static_watts`); 0 turns it off.
     static_w_per_mm2: float = 0.085
 
     def __post_init__(self) -> None:
@@ -369,6 +370,16 @@ AREA_HOOKS: dict[str, Callable[[Any, AreaTable, float], float | None]] = {
 def dram_interface_mm2(gbps: float, table: AreaTable, logic_scale: float) -> float:
     """The DRAM interface's area (mm2) for ``gbps`` GB/s at a node of ``logic_scale``."""
     return gbps * table.dram_interface_mm2_per_gbps * logic_scale
+
+
+def static_watts(accelerator: Any, node_nm: float = 45.0,
+                 table: AreaTable | str | Path | None = None) -> float:
+    """Static power of one ``accelerator`` in W: its area at ``node_nm``
+    (:func:`accelerator_area`) times the table's ``static_w_per_mm2``, as dse charges a
+    design over each phase's time."""
+    t = table if isinstance(table, AreaTable) else (
+        AreaTable() if table is None else AreaTable.load(table))
+    return accelerator_area(accelerator, node_nm, t)["total"] * t.static_w_per_mm2
 
 
 def accelerator_area(

@@ -103,8 +103,10 @@ def _check_preset(form: dict, good: dict, problems: list[str]) -> None:
             elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 found.append(f"dataflow.{key} must be a positive integer, got {value!r}")
         tiling = flow.get("tiling") or {}
-        if not isinstance(tiling, dict):
-            found.append(f"dataflow.tiling must be an object of tiling factors, got {tiling!r}")
+        if not isinstance(tiling, dict) or any(
+                isinstance(v, bool) or not isinstance(v, int) for v in tiling.values()):
+            found.append("dataflow.tiling must be an object of integer tiling factors, got "
+                         f"{tiling!r}")
         elif not found:
             from . import cost_model as cm
 

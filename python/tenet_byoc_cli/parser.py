@@ -299,11 +299,15 @@ def _system_options(p, micro_batches: bool = False) -> None:
     p.add_argument("--pp", type=_count(1), default=1, metavar="P",
                    help="pipeline stages (default 1)")
     p.add_argument("--chips", type=_count(1), metavar="C",
-                   help="chips in the system; must equal tp x pp (default tp x pp)")
+                   help="chips in the system; must equal tp x pp (x ep) (default that product)")
     if micro_batches:
         p.add_argument("--micro-batches", type=_count(1), default=1, metavar="U",
                        help="micro-batches through the pipeline; must divide --batch "
                        "(default 1)")
+        p.add_argument("--ep", type=_count(1), default=1, metavar="E",
+                       help="expert-parallel chips: a mixture of experts' routed experts "
+                       "round-robin over E chips, the rest data-parallel; alone, not with "
+                       "--tp / --pp / --micro-batches (default 1)")
     p.add_argument("--link-gbps", type=_quantity("GB/s"), default=100.0, metavar="GB/s",
                    help="link bandwidth per chip and direction, GB/s (default 100)")
     p.add_argument("--link-latency-us", type=_quantity("microseconds", allow_zero=True),
@@ -416,6 +420,10 @@ def _add_estimate(sub) -> None:
                    help="decode steps; step i attends to L + i + 1 keys (default 1)")
     p.add_argument("--batch", type=_count(1), default=1, metavar="B",
                    help="sequences run together (default 1)")
+    p.add_argument("--node-nm", type=_quantity("nm"), default=45.0, metavar="NM",
+                   help="process node of the accelerator's area, whose static power (area x "
+                   "0.085 W/mm2, as dse charges it) is added to the energy over each phase's "
+                   "time (default 45, the area table's node)")
     p.add_argument("--sweep-contexts", type=_counts, metavar="LIST",
                    help="also sweep one decode step over these context lengths, e.g. "
                    "128,512,2048")

@@ -126,6 +126,11 @@ struct GemmWorkload {
   // rescaled inside the accumulation (QuantWork::accumulator_traffic_bits). Charged in
   // energy only (register_pj); a register access costs no cycles in this model.
   int64_t extra_register_bits = 0;
+  // Operands that stay on chip between calls (the call plan knows a call's input is the
+  // previous call's output): a_on_chip, A is already in the accelerator's on-chip level (a
+  // unified buffer, an L2); c_on_chip, C stays there for the next call. When they fit (see
+  // memory.h, OnChipFits) they make no DRAM traffic; otherwise they are charged as usual.
+  bool a_on_chip = false, c_on_chip = false;
 };
 void Validate(const GemmWorkload& w);
 // A GemmWorkload from its fields, validated (the bindings' way in).

@@ -106,6 +106,9 @@ def test_sweep_mixes_presets_and_files(tmp_path):
     (lambda f: f["memory"].pop("buffer_bytes"), "has no field 'buffer_bytes'"),
     (lambda f: f.update(colour=1), "unknown field 'colour'"),
     (lambda f: f["hardware"].update(clock_ghz=-1), "clock_ghz"),
+    # found by the design-file fuzzer with 3,000 examples: a pybind RuntimeError before
+    (lambda f: f["dataflow"].update(preset="is", tiling={"": None}), "dataflow.tiling"),
+    (lambda f: f["dataflow"].update(tiling={"k": 2.5}), "integer tiling factors"),
 ])
 def test_a_bad_design_file_exits_2_naming_the_file_and_field(edit, message, tmp_path, capsys):
     form = json.loads(preset("os16").to_json())

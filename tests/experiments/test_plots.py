@@ -1,35 +1,25 @@
-"""Plot axes: each panel's unit fits its values, log axes end on labelled decades, and
-coincident schemes stay distinguishable (hand-derived expectations)."""
+"""Plot axes: one unit per figure that fits its values, linear bars, log only over decades,
+a bar per decoder block (hand-derived expectations)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tenet_byoc.experiments.plots import decade_limits, panel_unit
+from tenet_byoc.experiments.plots import panel_unit
 
 
 @pytest.mark.parametrize("metric,values,scale,label", [
-    ("latency_us", [37.0, 27.5], 1.0, "est. latency (us)"),      # the MLP: microseconds
+    ("latency_us", [37.0, 27.5], 1.0, "est. latency (µs)"),      # the MLP: microseconds
     ("latency_us", [71_670.0, 9_300.0], 1e-3, "est. latency (ms)"),  # GPT-2: milliseconds
     ("latency_us", [999.0, 1000.0], 1e-3, "est. latency (ms)"),  # one value reaches 1 ms
-    ("energy_pj", [145.3e6, 47.3e6], 1e-6, "est. energy (uJ)"),
+    ("energy_pj", [145.3e6, 47.3e6], 1e-6, "est. energy (µJ)"),
     ("energy_pj", [480.68e9], 1e-9, "est. energy (mJ)"),
+    ("latency_us", [37.0, 19_084.0], 1e-3, "est. latency (ms)"),  # MLP beside GPT-2: one unit
+    ("dram_bytes", [5.07e8, 1.3e8], 1e-6, "DRAM (MB)"),
     ("macs", [5.0], 1.0, "MACs"),
 ])
 def test_panel_unit(metric, values, scale, label):
     assert panel_unit(metric, values) == (scale, label)
-
-
-@pytest.mark.parametrize("values,limits", [
-    ([614.0, 1108.0, 1674.0], (100.0, 10_000.0)),
-    ([0.99, 12.3, 84.3], (0.1, 100.0)),
-    ([1.0, 100.0], (1.0, 100.0)),
-    ([0.0, 5.0], (1.0, 10.0)),
-])
-def test_decade_limits_enclose_every_value(values, limits):
-    low, high = decade_limits(values)
-    assert (low, high) == pytest.approx(limits)
-    assert all(low <= v <= high for v in values if v > 0)
 
 
 # --- rules a reader relies on: linear bars, log only over decades, one unit, short numbers ---
@@ -95,3 +85,18 @@ def test_si_numbers(value, unit, digits, text):
     from tenet_byoc.experiments.results import si
 
     assert si(value, unit, digits) == text
+
+
+def test_page_bars_sum_each_decoder_block():
+    from tenet_byoc.experiments.report import _block_bars
+
+    # two blocks of two calls and a head, in µs; by hand: h.0 = 1,500, h.1 = 2,500, head 4,000
+    rows = [{"layer": n, "latency_us": v, "energy_pj": 1e6, "dram_bytes": 10}
+            for n, v in (("h.0.attn", 1000.0), ("h.0.mlp.add", 500.0), ("h.1.attn", 2000.0),
+                         ("h.1.mlp", 500.0), ("lm_head", 4000.0))]
+    fig = _block_bars("k", "t", {"none": rows}, "layer")
+    (bars,) = fig.data
+    assert bars["x"] == ["h.0", "h.1", "lm_head"]
+    assert bars["y"] == pytest.approx([1.5, 2.5, 4.0])  # ms: the largest bar is 4,000 µs
+    assert fig.layout["yaxis"]["title"]["text"] == "est. latency (ms)"
+    assert [c[2] for c in bars["customdata"]] == [2, 2, 1]  # calls summed per bar

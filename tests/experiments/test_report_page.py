@@ -160,6 +160,12 @@ def test_manifest_records_the_run(sweep_dir):
     assert doc["versions"]["tenet-byoc"] == tenet_byoc.__version__
 
 
+def _block(name: str) -> str:
+    """The decoder block of a call ("h.3.mlp.c_fc" -> "h.3"); other calls stand alone."""
+    head, index, *rest = name.split(".") + [""]
+    return f"{head}.{index}" if head in ("h", "layers") and index.isdigit() else name
+
+
 @needs_chromium
 def test_sweep_page_in_chromium(sweep_dir):
     got = check_page(sweep_dir, sort_by=("layers", "latency_us"),
@@ -169,8 +175,9 @@ def test_sweep_page_in_chromium(sweep_dir):
     layers = csv_rows(sweep_dir / "layers.csv")
     for phase in ("prefill", "decode"):
         calls = [r for r in layers if r["phase"] == phase]
-        # every call of every run is a bar and a roofline point
-        assert check.plots[f"layers-gpt2-{phase}"][2] == len(calls)
+        # a bar per decoder block of every run, every call a roofline point
+        assert check.plots[f"layers-gpt2-{phase}"][2] == len(
+            {(r["scheme"], r["accelerator"], _block(r["layer"])) for r in calls})
         assert check.plots[f"roofline-gpt2-{phase}-os16"][2] == len(calls)
     rows = csv_rows(sweep_dir / "sweep.csv")
     assert check.plots["prefill-decode"][2] == len(rows)
@@ -225,12 +232,13 @@ def test_estimate_page_in_chromium(estimate_dir):
         calls = csv_rows(estimate_dir / f"ledger_{scheme}.csv")
         # a point per GEMM (a vector call has no MACs to place on a roofline)
         assert check.plots[f"roofline-{scheme}"][2] == sum(r["unit"] == "array" for r in calls)
-        prefill_layers = {r["name"] for r in calls if r["phase"] == "prefill"}
-        # four energy parts stacked per layer
+        prefill_layers = {_block(r["name"]) for r in calls if r["phase"] == "prefill"}
+        # four energy parts stacked per decoder block
         assert check.plots[f"energy-{scheme}-prefill"][2] == 4 * len(prefill_layers)
     decode = [r for s in ("none", "q4f16_1")
               for r in csv_rows(estimate_dir / f"layers_{s}.csv") if r["phase"] == "decode"]
-    assert check.plots["estimate-layers-decode"][2] == len(decode)
+    assert check.plots["estimate-layers-decode"][2] == len(
+        {(r["scheme"], _block(r["layer"])) for r in decode})
     by_context = csv_rows(estimate_dir / "sweep_context.csv")
     assert check.plots["sweep-context_len-tpot_ms"][2] == len(by_context)
 

@@ -32,16 +32,19 @@ class PhaseFigures:
     tokens: int  #: prompt tokens (prefill) or decode steps, per sequence
     latency_ms: float  #: TTFT for the prefill, TPOT (mean per step) for decode
     tokens_per_s: float  #: tokens of the whole batch per second of this phase
-    energy_per_token_mj: float  #: per token of one sequence
+    energy_per_token_mj: float  #: per token of one sequence, static energy included
     macs: int  #: the whole phase
     dram_bytes: float  #: the whole phase
     pe_utilization: float
     roofline_ratio: float  #: cycles over the sum of the calls' rooflines
+    static_mj_per_token: float = 0.0  #: the static power's part of ``energy_per_token_mj``
 
 
 def phase_figures(ledger: Ledger, scheme: str, prompt_len: int, decode_steps: int,
-                  batch: int = 1) -> list[PhaseFigures]:
-    """TTFT, TPOT, tokens/s, energy per token, MACs and DRAM bytes of each phase."""
+                  batch: int = 1, static_w: float = 0.0) -> list[PhaseFigures]:
+    """TTFT, TPOT, tokens/s, energy per token, MACs and DRAM bytes of each phase; the
+    energy is the calls' plus ``static_w`` (every chip's, :func:`tenet_byoc.area.static_watts`)
+    over the phase's time, as dse charges it."""
     out = []
     for phase, t in ledger.group_by("phase").items():
         tokens = prompt_len if phase == "prefill" else decode_steps
@@ -52,11 +55,12 @@ def phase_figures(ledger: Ledger, scheme: str, prompt_len: int, decode_steps: in
         latency_us = (ledger.latency_s(phase) * 1e6 if isinstance(ledger, SystemLedger)
                       else t.latency_us)
         latency_ms = latency_us / 1e3 / per
+        static_mj = static_w * latency_us / 1e3 / (tokens * batch)  # W x ms = mJ
         out.append(PhaseFigures(
             scheme, phase, tokens, latency_ms,
             batch * tokens / (latency_us / 1e6) if latency_us else 0.0,
-            t.energy_pj / 1e9 / (tokens * batch), t.macs, t.dram_bytes, t.pe_utilization,
-            t.roofline_ratio,
+            t.energy_pj / 1e9 / (tokens * batch) + static_mj, t.macs, t.dram_bytes,
+            t.pe_utilization, t.roofline_ratio, static_mj,
         ))
     return out
 
@@ -103,26 +107,29 @@ class SweepPoint:
 
 
 def _point(model, scheme: str, accelerator, context_len: int, batch: int,
-           mapping: str | None) -> SweepPoint:
+           mapping: str | None, static_w: float) -> SweepPoint:
     from ..estimate import estimate
 
     ledger = estimate(model, scheme, accelerator, prompt_len=0, context_len=context_len,
                       decode_steps=1, batch=batch, mapping=mapping)
-    (f,) = phase_figures(ledger, scheme, 0, 1, batch)
+    (f,) = phase_figures(ledger, scheme, 0, 1, batch, static_w)
     return SweepPoint(scheme, context_len, batch, f.latency_ms, f.tokens_per_s,
                       f.energy_per_token_mj, f.dram_bytes / batch, f.pe_utilization)
 
 
 def context_sweep(model, schemes: Sequence[str], accelerator, contexts: Sequence[int],
-                  batch: int = 1, mapping: str | None = None) -> list[SweepPoint]:
+                  batch: int = 1, mapping: str | None = None,
+                  static_w: float = 0.0) -> list[SweepPoint]:
     """A decode step's cost at each context length (tokens already cached), per scheme."""
-    return [_point(model, s, accelerator, c, batch, mapping) for s in schemes for c in contexts]
+    return [_point(model, s, accelerator, c, batch, mapping, static_w)
+            for s in schemes for c in contexts]
 
 
 def batch_sweep(model, schemes: Sequence[str], accelerator, batches: Sequence[int],
-                context_len: int, mapping: str | None = None) -> list[SweepPoint]:
+                context_len: int, mapping: str | None = None,
+                static_w: float = 0.0) -> list[SweepPoint]:
     """A decode step's cost at each batch size, all sequences at ``context_len``, per scheme."""
-    return [_point(model, s, accelerator, context_len, b, mapping)
+    return [_point(model, s, accelerator, context_len, b, mapping, static_w)
             for s in schemes for b in batches]
 
 
@@ -151,21 +158,18 @@ def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint
     lengths and batches, powers of two, from 8x), ticks at the swept values."""
     from matplotlib.figure import Figure
 
-    from .plots import scale_axis
+    from .plots import panel_unit, scale_axis
 
     fig = Figure(figsize=(10, 6.5), layout="constrained")
     axes = fig.subplots(2, 2)
     for col, (points, key, label) in enumerate((
             (by_context, "context_len", "context length (tokens in the KV cache)"),
             (by_batch, "batch", "batch (sequences per decode step)"))):
-        for row, (metric, ylabel) in enumerate((("tpot_ms", "TPOT (ms)"),
-                                                ("energy_per_token_mj", "energy / token (mJ)"))):
+        for row, metric in enumerate(("tpot_ms", "energy_per_token_mj")):
             ax = axes[row][col]
-            # one unit for the quantity in the whole figure: J once any panel reaches 1,000 mJ
-            scale = (1e-3 if metric == "energy_per_token_mj" and max(
-                p.energy_per_token_mj for p in [*by_context, *by_batch]) >= 1e3 else 1.0)
-            if scale != 1.0:
-                ylabel = "energy / token (J)"
+            # one unit for the quantity in the whole figure (J once a panel reaches 1,000 mJ)
+            scale, ylabel = panel_unit(metric, [getattr(p, metric)
+                                                for p in [*by_context, *by_batch]])
             for scheme in dict.fromkeys(p.scheme for p in points):
                 mine = [p for p in points if p.scheme == scheme]
                 ax.plot([getattr(p, key) for p in mine],
@@ -230,8 +234,8 @@ def _system(args: argparse.Namespace) -> System | None:
         if args.context_len is None:  # not given: the context is the prompt
             text = text.replace("--context-len ", "--context-len (= --prompt-len) ")
         problems.append(text)
-    tp, pp = args.tp, args.pp
-    chips = args.chips if args.chips is not None else tp * pp
+    tp, pp, ep = args.tp, args.pp, args.ep
+    chips = args.chips if args.chips is not None else tp * pp * ep
     if chips == 1 and args.micro_batches == 1:
         if problems:
             raise ValueError(problems[0])
@@ -247,7 +251,7 @@ def _system(args: argparse.Namespace) -> System | None:
     if problems:
         raise ValueError(f"{len(problems)} bad option(s) for {args.model}:\n  "
                          + "\n  ".join(problems))
-    return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link)
+    return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link, ep)
 
 
 def chip_flag_problems(args: argparse.Namespace, chips: int) -> tuple[Any, list[str]]:
@@ -258,10 +262,13 @@ def chip_flag_problems(args: argparse.Namespace, chips: int) -> tuple[Any, list[
     from ..plan import check_tensor_parallel, stage_layers
     from ..system import Link
 
-    tp, pp = args.tp, args.pp
+    from ..models.moe import MoEConfig
+
+    tp, pp, ep = args.tp, args.pp, getattr(args, "ep", 1)
     problems = []
-    if chips != tp * pp:
-        problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp} = {tp * pp}")
+    if chips != tp * pp * ep:
+        problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp}"
+                        + (f" x --ep {ep}" if ep > 1 else "") + f" = {tp * pp * ep}")
     link = None
     try:
         link = Link(args.link_gbps, args.link_latency_us, args.topology)
@@ -270,8 +277,23 @@ def chip_flag_problems(args: argparse.Namespace, chips: int) -> tuple[Any, list[
                         .replace("Link.latency_us", "--link-latency-us")
                         .replace("Link.topology", "--topology"))
     config = resolve_config(args.model)  # an unknown model is its own error, reported alone
+    if ep > 1:
+        if (tp, pp, getattr(args, "micro_batches", 1)) != (1, 1, 1):
+            problems.append(f"--ep {ep} is not combined with --tp / --pp / --micro-batches yet")
+        if not isinstance(config, MoEConfig):
+            problems.append(f"--ep {ep}: {config.name} has no experts to spread")
+        elif config.experts.num_experts % ep:
+            problems.append(f"--ep {ep} must divide {config.name}'s "
+                            f"{config.experts.num_experts} routed experts")
+        if getattr(args, "batch", 1) % ep:
+            problems.append(f"--ep {ep} must divide --batch {args.batch} (each chip takes "
+                            "batch / ep sequences through attention)")
     n_layers = getattr(config, "n_layer", None) or config.num_hidden_layers
-    for check in (lambda: check_tensor_parallel(config, tp),
+    if isinstance(config, MoEConfig) and tp > 1:
+        problems.append(f"--tp {tp}: {config.name}'s experts are not split by Megatron-LM's "
+                        "rules here; spread them with --ep")
+    for check in (lambda: tp > 1 and not isinstance(config, MoEConfig)
+                  and check_tensor_parallel(config, tp),
                   lambda: stage_layers(n_layers, pp)):
         try:
             check()
@@ -289,6 +311,8 @@ def system_entry(system: System | None) -> dict:
     return {"chips": system.chips, "tensor_parallel": system.tensor_parallel,
             "pipeline_parallel": system.pipeline_parallel,
             "micro_batches": system.micro_batches,
+            **({"expert_parallel": system.expert_parallel} if system.expert_parallel > 1
+               else {}),
             "link": {"bandwidth_gbps": link.bandwidth_gbps, "latency_us": link.latency_us,
                      "topology": link.topology}}
 
@@ -299,6 +323,10 @@ def system_line(system: System | None) -> str:
     if system is None:
         return "one chip"
     link = system.link
+    if system.expert_parallel > 1:
+        return (f"{system.chips} chips (EP {system.expert_parallel}: experts round-robin, the "
+                f"rest data-parallel; {link.topology} link {link.bandwidth_gbps:g} GB/s, "
+                f"{link.latency_us:g} us a hop)")
     return (f"{system.chips} chips (TP {system.tensor_parallel} x PP "
             f"{system.pipeline_parallel}, {system.micro_batches} micro-batch(es); "
             f"{link.topology} link {link.bandwidth_gbps:g} GB/s, {link.latency_us:g} us a hop)")
@@ -321,6 +349,11 @@ def run_estimate(args: argparse.Namespace) -> int:
     context_len = args.prompt_len if args.context_len is None else args.context_len
     progress = not args.no_progress  # estimate's steps: a bar, or a line every few seconds
     system = _system(args)
+    from ..area import AreaTable, static_watts
+    from ..accelerators import resolve
+
+    chip = system.accelerator if system is not None else args.accelerator
+    static_w = static_watts(resolve(chip), args.node_nm) * (system.chips if system else 1)
     rows: list[PhaseFigures] = []
     ledgers: dict[str, Ledger] = {}
     start = time.perf_counter()
@@ -337,15 +370,17 @@ def run_estimate(args: argparse.Namespace) -> int:
                           system=system)
         ledgers[scheme] = ledger
         rows += phase_figures(ledger, scheme, args.prompt_len, args.decode_steps,
-                              args.batch)
+                              args.batch, static_w)
         if piped is not None:
             piped.set_description(f"estimate {args.model} {scheme} done")
             piped.update()
     by_context = (context_sweep(args.model, args.schemes, args.accelerator,
-                                args.sweep_contexts, args.batch, args.mapping)
+                                args.sweep_contexts, args.batch, args.mapping,
+                                static_w / (system.chips if system is not None else 1))
                   if args.sweep_contexts else [])
     by_batch = (batch_sweep(args.model, args.schemes, args.accelerator, args.sweep_batches,
-                            context_len, args.mapping)
+                            context_len, args.mapping,
+                            static_w / (system.chips if system is not None else 1))
                 if args.sweep_batches else [])
     wall = time.perf_counter() - start
     first = next(iter(ledgers.values()))
@@ -355,16 +390,17 @@ def run_estimate(args: argparse.Namespace) -> int:
           f"estimated in {wall:.2f} s")
     print("The whole model: GEMMs on the array, the vector unit's steps"
           f"{' and the links' if system is not None else ''}; TTFT is the prefill, TPOT the "
-          "mean decode step.\n")
+          f"mean decode step; energy includes {static_w:,.3g} W of static power (area at "
+          f"{args.node_nm:g} nm x {AreaTable().static_w_per_mm2:g} W/mm2, as dse charges it) over each phase's time.\n")
     print(phase_table(rows))
     from ..models.footprint import fit
 
-    chip = system.accelerator if system is not None else args.accelerator
-    tp, pp = (system.tensor_parallel, system.pipeline_parallel) if system is not None else (1, 1)
+    tp, pp, ep = ((system.tensor_parallel, system.pipeline_parallel, system.expert_parallel)
+                  if system is not None else (1, 1, 1))
     print("\nDRAM per chip (weights at their stored widths, KV cache, activations' peak):")
     for scheme in args.schemes:
         check = fit(args.model, scheme, chip, args.prompt_len, context_len, args.decode_steps,
-                    args.batch, tp, pp)
+                    args.batch, tp, pp, ep)
         print(f"  {scheme}: {check.message}")
     for title, points in (("decode step vs context length", by_context),
                           ("decode step vs batch", by_batch)):

@@ -16,53 +16,40 @@ from .results import LayerCost, SweepResult, SweepRow, si
 # Figures are made with matplotlib's object API, not pyplot: no global backend or figure
 # state is touched, and PNGs are drawn with Agg whatever backend the caller's pyplot uses.
 
-__all__ = ["LOG_SPAN", "decade_limits", "panel_unit", "plot_cost_vs_error",
+__all__ = ["BLOCK", "LOG_SPAN", "panel_unit", "plot_cost_vs_error",
            "plot_layer_breakdown", "plot_prefill_decode", "save_plots", "scale_axis", "si",
            "spans_decades"]
 
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
-_BLOCK = re.compile(r"^(h\.\d+)\.(.+)$")
+#: A decoder block's calls ("h.3.mlp.c_fc", "layers.3.self_attn.q_proj"): block, part.
+BLOCK = re.compile(r"^((?:h|layers)\.\d+)\.(.+)$")
 
 
-# Costs as plotted: (field, scale, label). Latency reads best in ms at GPT-2's sizes.
-_COSTS = {
-    "latency_us": (1e-3, "est. latency (ms)"),
-    "cycles": (1.0, "est. cycles"),
-    "offchip_bytes": (1e-6, "off-chip MB"),
-    "dram_bytes": (1e-6, "DRAM MB"),
-    "energy_pj": (1e-9, "est. energy (mJ)"),
-    "macs": (1.0, "MACs"),
-}
-
-
-def _cost(metric: str) -> tuple[float, str]:
-    return _COSTS.get(metric, (1.0, metric))
-
-
-# A smaller unit for panels whose values are all below 1 of the default one (the MLP's
-# latencies are microseconds, its energies microjoules).
-_SMALL_UNITS = {
-    "latency_us": (1.0, "est. latency (us)"),
-    "energy_pj": (1e-6, "est. energy (uJ)"),
+# Costs as plotted: the metric's name and unit ladder (name, scale to the unit). A figure
+# shows each quantity in the one unit in which its largest value reads 1-999.
+_UNITS = {
+    "latency_us": ("est. latency", (("s", 1e-6), ("ms", 1e-3), ("µs", 1.0), ("ns", 1e3))),
+    "energy_pj": ("est. energy", (("J", 1e-12), ("mJ", 1e-9), ("µJ", 1e-6), ("nJ", 1e-3),
+                                  ("pJ", 1.0))),
+    "offchip_bytes": ("off-chip", (("GB", 1e-9), ("MB", 1e-6), ("kB", 1e-3), ("B", 1.0))),
+    "dram_bytes": ("DRAM", (("GB", 1e-9), ("MB", 1e-6), ("kB", 1e-3), ("B", 1.0))),
+    "tpot_ms": ("TPOT", (("s", 1e-3), ("ms", 1.0))),
+    "energy_per_token_mj": ("energy / token", (("J", 1e-3), ("mJ", 1.0), ("µJ", 1e3))),
+    "cycles": ("est. cycles", ()),
+    "macs": ("MACs", ()),
 }
 
 
 def panel_unit(metric: str, values: Sequence[float]) -> tuple[float, str]:
-    """The scale and axis label for one panel's ``metric`` values (in the metric's own
-    unit): the default unit (ms, mJ) unless every value is below one of it."""
-    scale, label = _cost(metric)
-    if metric in _SMALL_UNITS and values and max(abs(v) for v in values) * scale < 1.0:
-        return _SMALL_UNITS[metric]
-    return scale, label
-
-
-def decade_limits(values: Sequence[float]) -> tuple[float, float]:
-    """Log-axis limits on whole decades around positive ``values``, so the lowest and the
-    highest line both sit between two labelled ticks."""
-    positive = [v for v in values if v > 0]
-    if not positive:
-        return 0.1, 10.0
-    return 10.0 ** np.floor(np.log10(min(positive))), 10.0 ** np.ceil(np.log10(max(positive)))
+    """The scale and axis label for one figure's ``metric`` values (in the metric's own
+    unit, e.g. µs for ``latency_us``): the largest unit in which the largest value is at
+    least 1, so every panel of a figure reads in one unit."""
+    name, ladder = _UNITS.get(metric, (metric, ()))
+    top = max((abs(float(v)) for v in values), default=0.0)
+    for unit, scale in ladder:
+        if top * scale >= 1.0 or scale == ladder[-1][1]:
+            return scale, f"{name} ({unit})"
+    return 1.0, name
 
 
 #: A log axis only where the values span at least this ratio (two decades): over less, a
@@ -145,20 +132,14 @@ def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
     groups: dict[str, dict[str, float]] = {}
     parts: list[str] = []
     for c in layers:
-        m = _BLOCK.match(c.layer)
+        m = BLOCK.match(c.layer)
         group, part = (m.group(1), m.group(2)) if m else (c.layer, c.layer)
         if part not in parts:
             parts.append(part)
         groups.setdefault(group, {})
         groups[group][part] = groups[group].get(part, 0.0) + float(getattr(c, metric))
     names = list(groups)
-    stacks = {g: sum(groups[g].values()) for g in names}
-    label, unit, scale = {"latency_us": ("est. latency", "us", 1.0),
-                          "cycles": ("est. cycles", "", 1.0),
-                          "offchip_bytes": ("off-chip bytes", "MB", 1e-6),
-                          "macs": ("MACs", "", 1.0)}.get(metric, (metric, "", 1.0))
-    if metric == "latency_us" and max(stacks.values()) >= 1e3:
-        unit, scale = "ms", 1e-3  # GPT-2 small's blocks take milliseconds
+    scale, label = panel_unit(metric, [sum(groups[g].values()) for g in names])
     fig = Figure(figsize=(max(6.0, 0.5 * len(names) + 2.5), 4.2))
     ax = fig.subplots()
     bottom = np.zeros(len(names))
@@ -169,9 +150,11 @@ def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
             continue
         ax.bar(names, values, bottom=bottom, label=part, color=cmap(i % 10), width=0.75)
         bottom += values
-    ax.set_ylabel(f"{label} ({unit})" if unit else label)
-    ax.set_title(f"{model} {phase}: {label} per layer (offloaded GEMMs), {scheme} on {accelerator}\n"
-                 f"total {bottom.sum():,.3g} {unit}".rstrip())
+    ax.set_ylabel(label)
+    ax.set_ylim(0, 1.08 * bottom.max())  # room above the tallest stack
+    name, _, unit = label.partition(" (")
+    ax.set_title(f"{model} {phase}: {name} per layer (offloaded GEMMs), {scheme} on "
+                 f"{accelerator}\ntotal {bottom.sum():,.3g} {unit.rstrip(')')}".rstrip())
     ax.tick_params(axis="x", rotation=60 if len(names) > 8 else 0)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
@@ -189,11 +172,12 @@ def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: st
     phases = list(dict.fromkeys(r.phase for r in mine))
     schemes = list(dict.fromkeys(r.scheme for r in mine))
     accelerators = list(dict.fromkeys(r.accelerator for r in mine))
-    fig = Figure(figsize=(6.0 * len(phases), 4.2))
+    # an inch per scheme at least: two-line names ("per-channel") side by side stay apart
+    fig = Figure(figsize=(max(6.0, 1.0 * len(schemes)) * len(phases), 4.2))
     axes = fig.subplots(1, len(phases), squeeze=False)
     width = 0.8 / len(accelerators)
     x = np.arange(len(schemes))
-    scale, label = _cost(metric)
+    scale, label = panel_unit(metric, [float(getattr(r, metric)) for r in mine])
     for ax, phase in zip(axes[0], phases):
         for i, hw in enumerate(accelerators):
             values = []
@@ -235,15 +219,17 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
     # markers are hollow and sized by scheme, larger first, so a coincident pair shows as
     # two nested outlines of different shapes rather than one hiding the other.
     sizes = {s: 30 + 22 * (len(schemes) - 1 - i) for i, s in enumerate(schemes)}
+    scale, cost_label = panel_unit(cost, [float(getattr(r, cost)) for r in rows])
     for ax, (model, phase) in zip(axes[0], panels):
         mine = [r for r in rows if (r.model, r.phase) == (model, phase)]
-        scale, cost_label = panel_unit(cost, [float(getattr(r, cost)) for r in mine])
         for r in sorted(mine, key=lambda r: -sizes[r.scheme]):
             ax.scatter(scale * float(getattr(r, cost)), float(getattr(r, error)),
                        marker=_MARKERS[schemes.index(r.scheme) % len(_MARKERS)],
                        facecolors="none", s=sizes[r.scheme],
                        edgecolors=cmap(accelerators.index(r.accelerator) % 10), linewidths=1.3)
         ax.set_title(f"{model} {phase}")
+        # from zero: a 10% saving must not look like a factor of ten
+        ax.set_xlim(0, 1.08 * scale * max(float(getattr(r, cost)) for r in mine))
         ax.set_xlabel(cost_label)
         ax.set_ylabel(error_label)
         ax.grid(alpha=0.3)

@@ -19,7 +19,6 @@ import html
 import json
 import math
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -53,6 +52,7 @@ _LABELS = {
     "max_abs_error": "max abs error", "rel_error": "rel. error", "top1_agreement": "top-1 agree (0-1)",
     "accuracy": "accuracy (0-1)", "build_s": "build (s)", "wall_s": "CPU wall (s)",
     "tokens_per_s": "tokens/s", "energy_per_token_mj": "energy/token (mJ)",
+    "static_mj_per_token": "of it static (mJ)",
     "dram_bytes_per_token": "DRAM bytes/token (B)", "roofline_ratio": "× roofline",
     "context_len": "context (tokens)", "delta_vs_float32": "Δ perplexity vs float32",
     "mean_nll": "mean NLL (nats)", "dram_read_bytes": "DRAM read (B)",
@@ -78,7 +78,6 @@ _LEDGER_COLUMNS = ("call_index", "name", "phase", "scheme", "batch", "m", "n", "
                    "buffer_read_bytes", "buffer_write_bytes", "energy_pj", "mac_pj",
                    "register_pj", "buffer_pj", "dram_pj")
 _ENERGY_PARTS = ("mac_pj", "register_pj", "buffer_pj", "dram_pj")
-_BLOCK = re.compile(r"^(?:h|layers|model\.layers)\.(\d+)\.")
 
 
 # ----------------------------------------------------------------------------------------
@@ -235,6 +234,8 @@ def honest_axes(data: Sequence[dict], layout: dict) -> None:
             spec["type"] = "-"
             if key == "y" or bars:
                 spec["rangemode"] = "tozero"
+        else:
+            spec["dtick"] = 1  # a label per decade, none on the minor ticks (2, 3, ... 9)
 
 
 @dataclass
@@ -287,10 +288,53 @@ def _run_name(r: dict) -> str:
     return f"{r['scheme']} @ {r['accelerator']}"
 
 
-def _cost_vs_error(rows: Sequence[dict], key: str, cost: str, cost_label: str,
-                   scale: float) -> list[_Figure]:
+def _per_block(rows: Sequence[dict], name: str, columns: Sequence[str]) -> dict[str, dict]:
+    """``columns`` of ``rows`` summed per decoder block ("h.3": its GEMMs, vector steps and
+    links; a call outside the blocks, such as the head, stands alone), in the order met, with
+    the number of rows summed as ``rows``: a bar per block stays readable where one per call
+    (hundreds) does not."""
+    from .plots import BLOCK
+
+    out: dict[str, dict] = {}
+    for r in rows:
+        m = BLOCK.match(str(r[name]))
+        sums = out.setdefault(m.group(1) if m else str(r[name]), dict.fromkeys(columns, 0.0))
+        for c in columns:
+            sums[c] += r.get(c) or 0.0
+        sums["rows"] = sums.get("rows", 0) + 1
+    return out
+
+
+def _block_bars(key: str, title: str, runs: dict[str, Sequence[dict]], name: str,
+                metric: str = "latency_us", **layout: Any) -> _Figure:
+    """Grouped bars of ``metric`` per decoder block, a trace per run (hover: energy, DRAM
+    bytes, calls), in one unit that suits the largest bar."""
+    from .plots import panel_unit
+
+    sums = {run: _per_block(rows, name, (metric, "energy_pj", "dram_bytes"))
+            for run, rows in runs.items()}
+    scale, label = panel_unit(metric, [v[metric] for b in sums.values() for v in b.values()])
+    data = [{
+        "type": "bar", "name": str(run), "x": list(blocks),
+        "y": [v[metric] * scale for v in blocks.values()],
+        "customdata": [[v["energy_pj"] / 1e6, v["dram_bytes"], v["rows"]]
+                       for v in blocks.values()],
+        "hovertemplate": "%{x}<br>" + label + " %{y:.4g}<br>energy %{customdata[0]:.4g} µJ"
+        "<br>DRAM %{customdata[1]:,} B<br>%{customdata[2]} row(s) summed"
+        "<extra>%{fullData.name}</extra>",
+        "visible": True if i < 2 else "legendonly",
+    } for i, (run, blocks) in enumerate(sums.items())]
+    return _Figure(key, data, _layout(title, "decoder block (its calls summed)", label,
+                                      barmode="group", **layout))
+
+
+def _cost_vs_error(rows: Sequence[dict], key: str, cost: str) -> list[_Figure]:
     """One scatter per (model, phase): each scheme's cost against its output error, a
-    colour per scheme and a marker per accelerator."""
+    colour per scheme and a marker per accelerator; the cost in one unit for every plot,
+    from zero (a 10% saving must not look like a factor of ten)."""
+    from .plots import panel_unit
+
+    scale, cost_label = panel_unit(cost, [r[cost] for r in rows])
     symbols = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon"]
     figures = []
     for (model, phase), mine in _groups(rows, "model", "phase").items():
@@ -309,7 +353,9 @@ def _cost_vs_error(rows: Sequence[dict], key: str, cost: str, cost_label: str,
         marks = ", ".join(f"{h}: {symbols[i % len(symbols)]}" for i, h in enumerate(hws))
         figures.append(_Figure(f"{key}-{model}-{phase}", data, _layout(
             f"{model} {phase}: {cost_label} vs output error ({marks})", "rel. error of the "
-            "output (max |err| / max |float32|)", cost_label)))
+            "output (max |err| / max |float32|)", cost_label,
+            yaxis={"title": {"text": cost_label}, "rangemode": "tozero",
+                   "automargin": True})))
     return figures
 
 
@@ -324,21 +370,24 @@ def _summary_section(summary: _Csv) -> _Section:
     gpt2 = [r for r in rows if r.get("phase") in ("prefill", "decode")]
     phases = {r["phase"] for r in gpt2}
     if {"prefill", "decode"} <= phases:
+        from .plots import panel_unit
+
+        scale, label = panel_unit("latency_us", [p["latency_us"] for p in gpt2])
         data = []
         for (model, phase, hw), pts in _groups(gpt2, "model", "phase", "accelerator").items():
             data.append({
                 "type": "bar", "name": f"{model} {phase} @ {hw}",
-                "x": [p["scheme"] for p in pts], "y": [p["latency_us"] for p in pts],
+                "x": [p["scheme"] for p in pts], "y": [p["latency_us"] * scale for p in pts],
                 "customdata": [[p["energy_pj"] / 1e6, p["tokens"]] for p in pts],
-                "hovertemplate": "%{x}<br>latency %{y:.4g} µs<br>energy %{customdata[0]:.4g} "
-                "µJ<br>tokens %{customdata[1]}<extra>%{fullData.name}</extra>",
+                "hovertemplate": "%{x}<br>" + label + " %{y:.4g}<br>energy "
+                "%{customdata[0]:.4g} µJ<br>tokens %{customdata[1]}"
+                "<extra>%{fullData.name}</extra>",
             })
         sec.parts.append(_Figure("prefill-decode", data, _layout(
-            "Prefill vs decode: est. latency per scheme", "scheme", "est. latency (µs)",
-            barmode="group")))
+            "Prefill vs decode: est. latency per scheme", "scheme", label, barmode="group")))
     if all("rel_error" in r for r in rows[:1]):
-        sec.parts += _cost_vs_error(rows, "cost-error", "latency_us", "est. latency (µs)", 1.0)
-        sec.parts += _cost_vs_error(rows, "energy-error", "energy_pj", "energy (µJ)", 1e-6)
+        sec.parts += _cost_vs_error(rows, "cost-error", "latency_us")
+        sec.parts += _cost_vs_error(rows, "energy-error", "energy_pj")
     return sec
 
 
@@ -402,22 +451,10 @@ def _layers_section(layers: _Csv, manifest: dict | None) -> _Section:
                    "and buffer↔array traffic and energy. In the plots, click a legend entry "
                    "to show or hide a run.")
     for (model, phase), calls in _groups(layers.rows, "model", "phase").items():
-        data = []
-        for i, (_, mine) in enumerate(_groups(calls, "scheme", "accelerator").items()):
-            data.append({
-                "type": "bar", "name": _run_name(mine[0]),
-                "x": [c["layer"] for c in mine], "y": [c["latency_us"] for c in mine],
-                "customdata": [[c["energy_pj"] / 1e6, c["dram_bytes"], c["mapping"]]
-                               for c in mine],
-                "hovertemplate": "%{x}<br>latency %{y:.4g} µs<br>energy %{customdata[0]:.4g} "
-                "µJ<br>DRAM %{customdata[1]:,} B<br>%{customdata[2]}"
-                "<extra>%{fullData.name}</extra>",
-                "visible": True if i < 2 else "legendonly",
-            })
-        sec.parts.append(_Figure(f"layers-{model}-{phase}", data, _layout(
-            f"{model} {phase}: est. latency per layer", "layer (call)", "est. latency (µs)",
-            barmode="group", xaxis={"title": {"text": "layer (call)"}, "automargin": True,
-                                    "tickangle": -60})))
+        sec.parts.append(_block_bars(
+            f"layers-{model}-{phase}", f"{model} {phase}: est. latency per layer",
+            {_run_name(mine[0]): mine
+             for mine in _groups(calls, "scheme", "accelerator").values()}, "layer"))
         for (hw,), mine in _groups(calls, "accelerator").items():
             sec.parts.append(_roofline(
                 f"roofline-{model}-{phase}-{hw}", f"{model} {phase} on {hw}: roofline, each "
@@ -457,6 +494,8 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
                    "): each layer's calls summed over the phase; with <code>--ledger</code>, "
                    "each scheme's ledger, one row per call, with its mapping and its DRAM / "
                    "buffer / energy split.")
+    from .plots import panel_unit
+
     if est is not None:
         sec.parts.append(_Table("estimate", est, est.columns))
     accelerator = None
@@ -464,18 +503,9 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
         accelerator = manifest["accelerators"][0].get("name")
     per_layer = [r for src in layer_sums for r in src.rows]
     for (phase,), rows in _groups(per_layer, "phase").items():
-        data = [{
-            "type": "bar", "name": str(scheme), "x": [r["layer"] for r in mine],
-            "y": [r["latency_us"] for r in mine],
-            "customdata": [[r["calls"], r["energy_pj"] / 1e6, r["dram_bytes"]] for r in mine],
-            "hovertemplate": "%{x}<br>latency %{y:.4g} µs over %{customdata[0]} call(s)"
-            "<br>energy %{customdata[1]:.4g} µJ<br>DRAM %{customdata[2]:,} B"
-            "<extra>%{fullData.name}</extra>",
-        } for (scheme,), mine in _groups(rows, "scheme").items()]
-        sec.parts.append(_Figure(f"estimate-layers-{phase}", data, _layout(
-            f"{phase}: est. latency per layer (its calls summed)", "layer",
-            "est. latency (µs)", barmode="group",
-            xaxis={"title": {"text": "layer"}, "automargin": True, "tickangle": -60})))
+        sec.parts.append(_block_bars(
+            f"estimate-layers-{phase}", f"{phase}: est. latency per layer (its calls summed)",
+            {scheme: mine for (scheme,), mine in _groups(rows, "scheme").items()}, "layer"))
     with_ledger = {_scheme_of(led, "ledger_") for led in ledgers}
     for src in layer_sums:
         scheme = _scheme_of(src, "layers_")
@@ -488,20 +518,17 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
     for led in ledgers:
         scheme = _scheme_of(led, "ledger_")
         for (phase,), calls in _groups(led.rows, "phase").items():
-            by_name: dict[str, dict[str, float]] = {}
-            for c in calls:  # decode steps repeat each layer: summed per layer
-                parts = by_name.setdefault(c["name"], dict.fromkeys(_ENERGY_PARTS, 0.0))
-                for p in _ENERGY_PARTS:
-                    parts[p] += c[p] or 0.0
-            names = list(by_name)
-            data = [{"type": "bar", "name": _label(p), "x": names,
-                     "y": [by_name[n][p] / 1e6 for n in names],
-                     "hovertemplate": "%{x}<br>%{y:.4g} µJ<extra>%{fullData.name}</extra>"}
+            blocks = _per_block(calls, "name", _ENERGY_PARTS)  # decode steps summed too
+            scale, label = panel_unit("energy_pj", [sum(b[p] for p in _ENERGY_PARTS)
+                                                    for b in blocks.values()])
+            data = [{"type": "bar", "name": _label(p).removesuffix(" (pJ)"), "x": list(blocks),
+                     "y": [b[p] * scale for b in blocks.values()],
+                     "hovertemplate": "%{x}<br>%{y:.4g} " + label.split("(")[-1].rstrip(")")
+                     + "<extra>%{fullData.name}</extra>"}
                     for p in _ENERGY_PARTS]
             sec.parts.append(_Figure(f"energy-{scheme}-{phase}", data, _layout(
-                f"{scheme} {phase}: energy per layer by where it is spent", "layer",
-                "energy (µJ)", barmode="stack",
-                xaxis={"title": {"text": "layer"}, "automargin": True, "tickangle": -60})))
+                f"{scheme} {phase}: energy per layer by where it is spent",
+                "decoder block (its calls summed)", label, barmode="stack")))
         # The GEMMs (a vector or link entry has no MACs: its cell is empty).
         rows = [dict(r, dram_bytes=(r["dram_read_bytes"] or 0) + (r["dram_write_bytes"] or 0))
                 for r in led.rows if r.get("macs") is not None]
@@ -664,18 +691,20 @@ def _serve_section(doc: dict, timeline: _Csv) -> _Section:
     targets = {"ttft": doc.get("ttft_ms_target_p90"), "tpot": doc.get("tpot_ms_target_p90")}
     for metric, name in (("ttft", "TTFT"), ("tpot", "TPOT")):
         data = []
-        for scheme, e in schemes.items():
-            for q, dash in (("p50", "dot"), ("p90", "solid"), ("p99", "dash")):
+        for i, (scheme, e) in enumerate(schemes.items()):
+            color = _COLORS[i % len(_COLORS)]  # one colour per scheme, a symbol per percentile
+            for q in ("p50", "p90", "p99"):
                 data.append({"type": "scatter", "mode": "markers", "name": f"{scheme} {q}",
                              "x": [e["requests_per_s"]], "y": [e[f"{metric}_ms_{q}"]],
-                             "marker": {"size": 10, "symbol": {"p50": "circle", "p90":
-                                                               "diamond", "p99": "x"}[q]},
+                             "marker": {"size": 10, "color": color, "symbol": {
+                                 "p50": "circle", "p90": "diamond", "p99": "x"}[q]},
                              "hovertemplate": f"{scheme} {q}<br>%{{x:.4g}} req/s<br>"
                              f"{name} %{{y:.4g}} ms<extra></extra>"})
             tried = sorted(e.get("rates_tried") or [], key=lambda t: t["rate"])
             if tried:
                 data.append({"type": "scatter", "mode": "lines+markers",
                              "name": f"{scheme} p90 (rates tried)",
+                             "line": {"color": color}, "marker": {"color": color},
                              "x": [t["rate"] for t in tried],
                              "y": [t[f"{metric}_ms_p90"] for t in tried],
                              "hovertemplate": f"{scheme}<br>%{{x:.4g}} req/s offered<br>"
@@ -775,7 +804,8 @@ def _header(folder: Path, manifest: dict | None, notes: list[str],
                         f"{e(str(a.get('dram_bytes_per_cycle')))} DRAM B/cycle, "
                         f"{e(str(a.get('clock_ghz')))} GHz (JSON)</summary><pre>"
                         f"{e(json.dumps(a.get('json'), indent=1))}</pre></details>")
-        rows.append(("accelerators", "".join(accs)))
+        if accs:  # dse's designs and serve's chip are named in their sections
+            rows.append(("accelerators", "".join(accs)))
         cpu = manifest.get("cpu", {})
         rows.append(("CPU", e(", ".join(f"{k} {v}" for k, v in cpu.items())
                               + f"; {manifest.get('platform', '')}")))
@@ -838,16 +868,12 @@ def build_report(folder: str | os.PathLike[str]) -> str:
             if isinstance(doc, dict):
                 notes += [str(n) for n in doc.get("notes", [])]
     sections = []
-    for name in ("sweep.csv", "run.csv"):
-        summary = csv_of(name)
-        if summary is not None and summary.rows:
-            sections.append(_section(_summary_section, [summary], summary))
-    layers = csv_of("layers.csv")
-    if layers is not None and layers.rows:
-        sections.append(_section(_layers_section, [layers], layers, manifest))
-    ev = csv_of("eval.csv")
-    if ev is not None:
-        sections.append(_section(_eval_section, [ev], ev))
+    for name, make, *extra in (("sweep.csv", _summary_section), ("run.csv", _summary_section),
+                               ("layers.csv", _layers_section, manifest),
+                               ("eval.csv", _eval_section)):
+        source = csv_of(name)
+        if source is not None and source.rows:
+            sections.append(_section(make, [source], source, *extra))
     est = csv_of("estimate.csv")
     layer_sums = [_read_csv(path / n) for n in found if n.startswith("layers_")]
     ledgers = [_read_csv(path / n) for n in found if n.startswith("ledger_")]
@@ -858,12 +884,10 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     if by_context is not None or by_batch is not None:
         sections.append(_section(_sweeps_section, [by_context, by_batch], by_context,
                                          by_batch))
-    points = csv_of("dse.csv")
-    if points is not None and points.rows:
-        sections.append(_section(_dse_section, [points], points))
-    serving = csv_of("serving.csv")
-    if serving is not None and serving.rows:
-        sections.append(_section(_serving_section, [serving], serving))
+    for name, make in (("dse.csv", _dse_section), ("serving.csv", _serving_section)):
+        source = csv_of(name)
+        if source is not None and source.rows:
+            sections.append(_section(make, [source], source))
     timeline = csv_of("timeline.csv")
     if timeline is not None:
         if not (path / "summary.json").is_file():

@@ -243,15 +243,18 @@ def plot_latency_vs_load(served: Sequence[Any], path: Path, ttft_ms: float | Non
     rates the search tried; without targets, the one run at its achieved rate)."""
     from matplotlib.figure import Figure
 
-    from .plots import save_figure
+    from .plots import save_figure, scale_axis
 
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     axes = fig.subplots(1, 2)
     styles = {50: ":", 90: "-", 99: "--"}
     for ax, metric, target in ((axes[0], "ttft", ttft_ms), (axes[1], "tpot", tpot_ms)):
+        xs, ys = [], [] if target is None else [target]
         for i, s in enumerate(served):
             pts = _points(s)
             for q, style in styles.items():
+                xs += [r for r, _ in pts]
+                ys += [getattr(m, f"{metric}_ms_p{q}") for _, m in pts]
                 ax.plot([r for r, _ in pts], [getattr(m, f"{metric}_ms_p{q}") for _, m in pts],
                         linestyle=style, marker="o", markersize=3, color=f"C{i}",
                         label=f"{s.scheme} p{q}")
@@ -259,8 +262,8 @@ def plot_latency_vs_load(served: Sequence[Any], path: Path, ttft_ms: float | Non
                 ax.axvline(s.search.rate, color=f"C{i}", alpha=0.4)
         if target is not None:
             ax.axhline(target, color="red", linestyle="--", label="p90 target")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        scale_axis(ax, "x", xs)  # log only where the rates or latencies span two decades
+        scale_axis(ax, "y", ys)
         ax.set_xlabel("arrival rate (requests/s)")
         ax.set_ylabel(f"{metric.upper()} (ms)")
         ax.grid(True, which="both", alpha=0.3)
@@ -296,6 +299,7 @@ def plot_timeline(served: Sequence[Any], path: Path, title: str) -> Path:
     axes[0].set_ylabel("sequences per iteration")
     axes[1].set_ylabel("KV blocks in use (%)")
     for ax in axes:
+        ax.set_ylim(bottom=0)  # from zero: a batch of 3 against 1, not a spike from nothing
         ax.set_xlabel("time (s)")
         ax.grid(True, alpha=0.3)
     axes[0].legend()
