@@ -33,7 +33,6 @@ from machine import describe
 # isort: on
 
 import argparse
-import dataclasses
 import os
 import statistics
 import sys
@@ -190,7 +189,7 @@ _MEMORY_FIELDS = ("dram_bandwidth_bits", "dram_channel_per_operand", "dram_pj_pe
 def with_memory(acc, name: str, **changes):
     """``acc`` with some fields of its memory hierarchy changed (energies per bit kept)."""
     fields = {f: getattr(acc.memory, f) for f in _MEMORY_FIELDS}
-    return dataclasses.replace(acc, name=name, memory=cm.MemoryHierarchy(**{**fields, **changes}))
+    return acc.replace(name=name, memory=cm.MemoryHierarchy(**{**fields, **changes}))
 
 
 def limit_of(r: cm.MappingChoice) -> str:

@@ -9,7 +9,6 @@ and travels inside the runtime module in the cost model's one JSON form
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,7 @@ from .mapping import OBJECTIVES
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
 #: None keeps the accelerator's own, "default" each call's default tiles (no search), "auto"
 #: searches each distinct call: the accelerator's own ``mapping`` values ("default",
-#: "auto", or a TileMapping, which no choice replaces). "fixed", the old name of "default",
-#: is accepted with a DeprecationWarning.
+#: "auto", or a TileMapping, which no choice replaces).
 MAPPING_CHOICES = (None, "default", "auto")
 
 
@@ -647,11 +645,7 @@ DRAM_CAPACITY_BYTES: dict[str, float] = {
 
 
 def _check_choice(mapping: Any, objective: Any) -> str | None:
-    """``mapping`` in its one spelling (the old "fixed" is "default", with a warning)."""
-    if mapping == "fixed":
-        warnings.warn("mapping='fixed' is deprecated: use mapping='default' (each call's "
-                      "default tiles, no search)", DeprecationWarning, stacklevel=3)
-        mapping = "default"
+    """``mapping``, checked (and ``objective``)."""
     if mapping not in MAPPING_CHOICES:
         raise ValueError(f"mapping must be one of None, 'default' or 'auto', got {mapping!r}")
     if objective is not None and objective not in OBJECTIVES:

@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Iterable
 
 __all__ = ["BUILTIN_MODELS", "CLASSIC_SCHEMES", "DEFAULT_ACCELERATORS", "DEFAULT_PRESET",
-           "DSE_EXECUTORS", "DSE_FIELDS", "DSE_RESULTS_FILE", "GPT2_CONFIGS", "MAPPING_OBJECTIVES", "PRESETS",
+           "DSE_EXECUTORS", "DSE_RESULTS_FILE", "GPT2_CONFIGS", "MAPPING_OBJECTIVES", "PRESETS",
            "QUICK_ACCELERATORS", "QUICK_LENGTH", "QUICK_SCHEMES", "SCHEMES", "TOPOLOGIES",
            "did_you_mean"]
 
@@ -50,13 +50,6 @@ TOPOLOGIES = ("ring", "torus2d", "switch")
 DSE_EXECUTORS = ("local", "serial", "ray")
 #: The file dse appends its points to (``tenet_byoc.experiments.dse_cmd.RESULTS_FILE``).
 DSE_RESULTS_FILE = "points.jsonl"
-#: The figures of a design point, any of which dse may sort by
-#: (``tenet_byoc.dse.PointResult``'s fields).
-DSE_FIELDS = ("key", "name", "scheme", "rows", "cols", "dataflow", "pe_formats", "buffer_bytes",
-              "dram_gbps", "clock_ghz", "register_bytes", "mapping", "vector_lanes",
-              "tensor_parallel", "pipeline_parallel", "link_gbps", "area_mm2", "ttft_ms", "tpot_ms",
-              "tokens_per_s", "energy_per_token_mj", "prefill_energy_per_token_mj", "power_w",
-              "feasible", "reason", "perplexity", "top1_agreement", "fronts")
 
 
 def did_you_mean(value: object, choices: Iterable[str], *, limit: int = 3) -> str:
