@@ -45,3 +45,17 @@ def test_cache_sizing(llama):
     assert s.blocks == int(left // (16 * 131072))
     with pytest.raises(ValueError, match="no room for one KV block"):
         cache_sizing(llama, "none", 16e9)
+
+
+def test_a_tied_head_is_the_embedding_table_unless_quantized():
+    # GPT-2 small (tied): 12 layers of c_attn 768x2304, c_proj 768x768, c_fc and its
+    # projection 768x3072; vocabulary 50,257. The head reads the embedding table, so a float
+    # scheme holds that table once; int4 weights add a quantized copy of the head beside it.
+    gpt2 = resolve_config("gpt2")
+    layers = 12 * (768 * 2304 + 768 * 768 + 2 * 768 * 3072)
+    table = 50257 * 768
+    assert weight_bytes(gpt2, "none") == 4 * (layers + table)
+    assert weight_bytes(gpt2, "q0f16") == 2 * (layers + table)
+    head_int4 = table / 2 + table / 128 * 2  # 768 divides by 128
+    assert weight_bytes(gpt2, "w4a16_group128") == layers / 2 + layers / 128 * 2 + head_int4 \
+        + 2 * table

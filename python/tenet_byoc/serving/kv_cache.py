@@ -5,7 +5,8 @@ Sizing (per scheme, at the stored widths and with side data):
 * weights: every linear layer's ``[K, N]`` weight of :func:`tenet_byoc.models.gemms.model_gemms`
   (K padded as ``quantize`` pads it) at the scheme's weight bits, plus its scales (and zero
   points for ``uint`` weights) at ``scale_dtype``: one per tensor, per output channel, or per
-  group of K; the embedding table at 16 bits (32 for a float32 scheme, ``none``). Norm
+  group of K; the embedding table at 16 bits (32 for a float32 scheme, ``none``), a tied head
+  counted once with it unless the scheme quantizes weights. Norm
   weights and biases (under 0.1% of a 7B model) are left out;
 * a token's KV: keys and values of every layer and KV head at ``kv_bits`` (32 without a
   ``+kvN`` modifier), plus the fp16 scales of a quantized cache (one per token and layer for
@@ -77,8 +78,11 @@ def _weight_parts(config: Any, scheme: Any) -> tuple[float, float]:
     bits = [0, 0]
     multiple = s.k_multiple()
     scale_bits = SCALE_DTYPES[s.scale_dtype] + (s.weight_bits if s.weight_format == "uint" else 0)
+    # A tied head reads the embedding table unless its weights are quantized (then a
+    # quantized copy sits beside the 16-bit table).
+    tied = getattr(config, "tie_word_embeddings", not hasattr(config, "hidden_size"))
     for g in model_gemms(config, "decode", 1):
-        if g.weight is None:
+        if g.weight is None or (g.name == "lm_head" and tied and s.weight_bits >= 16):
             continue
         k = -(-g.k // multiple) * multiple
         scales = {"none": 0, "tensor": 1, "channel": g.n,
