@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .decoder import MatmulShape, call_rows_and_keys
+from .decoder import MatmulShape, call_rows_and_keys, read_layer_types
 from .llama import LlamaConfig
 from .vector_ops import VectorOpShape
 
@@ -306,12 +306,7 @@ class MoEConfig:
             moe_layers = list(range(layers)) if isinstance(layers, int) else []
             normalize = True  # a softmax over the top k logits: the renormalized softmax
             dense["attention_bias"] = values.get("attention_bias", True)
-            kinds = values.get("layer_types") or [
-                ("full_attention", "sliding_attention")[i % 2 == 0] for i in moe_layers]
-            if not isinstance(kinds, list) or len(kinds) != len(moe_layers) or any(
-                    k not in ("full_attention", "sliding_attention") for k in kinds):
-                raise ValueError(f"config.json layer_types={kinds!r} must give each of the "
-                                 f"{layers} layers 'full_attention' or 'sliding_attention'")
+            kinds = read_layer_types(values, period=2)  # even layers slide by default
             sliding = tuple(i for i, k in enumerate(kinds) if k == "sliding_attention")
         else:  # deepseek_v3
             experts = need("n_routed_experts")
