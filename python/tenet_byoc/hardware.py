@@ -695,8 +695,12 @@ def with_mapping(
 
 def preset(name: str, mapping: str | None = None, objective: str | None = None) -> Accelerator:
     """The shipped accelerator called ``name`` (see :data:`PRESETS`), its mapping chosen by
-    ``mapping`` (None or "default": the preset's own; "auto": searched per call minimising
-    ``objective``, default "latency"): see :func:`with_mapping`."""
+    ``mapping``: "auto" (None: the presets' own but TENET's) searches each distinct call
+    minimising ``objective`` (default "latency"); "default" uses each call's default tiles,
+    no search (up to 3x slower than the search: ``benchmarks/results/default_vs_auto.md``).
+    TENET's 8x8 arrays (``tenet_os8``, ``tenet_ws8``) keep their paper's dataflow and the
+    default tiles: in their 1 KiB buffer no searched mapping fits most calls. See
+    :func:`with_mapping`."""
     mapping = _check_choice(mapping, objective)
     if not isinstance(name, str):
         raise TypeError(
@@ -708,6 +712,8 @@ def preset(name: str, mapping: str | None = None, objective: str | None = None) 
             f"unknown accelerator preset {name!r}{did_you_mean(name, PRESETS)}; available: "
             f"{', '.join(sorted(PRESETS))}"
         )
+    if mapping is None and not name.startswith("tenet_"):
+        mapping = "auto"
     return with_mapping(PRESETS[name](), mapping, objective)
 
 
