@@ -16,7 +16,7 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
-from .area import accelerator_area
+from .area import accelerator_area, mac_figure
 from .mapping import OBJECTIVES
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
@@ -457,11 +457,13 @@ def _tpu_v5e() -> Accelerator:
     # the bf16 rate: Saxml and XLA run them in bf16 on the MXUs; a stand-in that lets a
     # whole model be charged, visible per entry (bits_a, bits_b). Energies: Horowitz 45 nm.
     rates = {32: mxus, 16: mxus, 8: 2 * mxus}
+    # MAC units by format: [docs] gives bf16 and int8 peaks only, so fp8 / fp4 codes run
+    # emulated on the bf16 unit, at its rate (half the int8 one).
     precision = cm.PrecisionTable([
         cm.MacSpec(8, 8, macs_per_pe_per_cycle=2 * mxus,
-                   pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
-        cm.MacSpec(16, 16, macs_per_pe_per_cycle=mxus, pj_per_mac=1.1 + 0.4),
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=mxus, pj_per_mac=1.1 + 0.4),
+                   pj_per_mac=cm.integer_mac_pj(8, 8, 32), format="int"),
+        cm.MacSpec(16, 16, macs_per_pe_per_cycle=mxus, pj_per_mac=1.1 + 0.4, format="float"),
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=mxus, pj_per_mac=1.1 + 0.4, format="float"),
     ])
     return Accelerator.systolic(
         "ws", edge, edge, name="tpu_v5e", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
@@ -533,11 +535,16 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
         buffer_bandwidth_bits=(rows + cols) * 16 * 16 + cols * 32, register_bytes=256,
         buffer_double_buffered=True, stationary_double_buffered=True,
     )
+    # MAC units by format: [wp] gives FP8 and INT8 the same dense peak (1,978.9), two units
+    # of 8 bits at one rate; the fp8 MAC's energy by area.py's 45 nm float rules.
     precision = cm.PrecisionTable([
-        cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8], pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
-        cm.MacSpec(16, 16, macs_per_pe_per_cycle=rates[16], pj_per_mac=1.1 + 0.4),
+        cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8], pj_per_mac=cm.integer_mac_pj(8, 8, 32),
+                   format="int"),
+        cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8],
+                   pj_per_mac=mac_figure("fp8_e4m3", key="pj"), format="float"),
+        cm.MacSpec(16, 16, macs_per_pe_per_cycle=rates[16], pj_per_mac=1.1 + 0.4, format="float"),
         # Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=4.6),
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=4.6, format="float"),
     ])
     cores = cm.Cores(count=sms, shared_bandwidth_bits=l2_bytes_per_clock * 8, shared_bytes=l2_bytes,
                      launch_cycles=round(launch_us * 1e3 * clock_ghz), max_split_k=16)
@@ -582,11 +589,14 @@ def _a100() -> Accelerator:
         buffer_double_buffered=True, stationary_double_buffered=True,
     )
     rates = {32: 1, 16: 1, 8: 2}
+    # MAC units by format: the data sheet lists INT8 (624 TOPS) and no FP8 (Hopper's tensor
+    # cores are the first with it): fp8 / fp4 codes run emulated on the fp16 unit, at its rate.
     precision = cm.PrecisionTable([
-        cm.MacSpec(8, 8, macs_per_pe_per_cycle=2, pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
-        cm.MacSpec(16, 16, macs_per_pe_per_cycle=1, pj_per_mac=1.1 + 0.4),
+        cm.MacSpec(8, 8, macs_per_pe_per_cycle=2, pj_per_mac=cm.integer_mac_pj(8, 8, 32),
+                   format="int"),
+        cm.MacSpec(16, 16, macs_per_pe_per_cycle=1, pj_per_mac=1.1 + 0.4, format="float"),
         # Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=1, pj_per_mac=4.6),
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=1, pj_per_mac=4.6, format="float"),
     ])
     cores = cm.Cores(count=sms, shared_bandwidth_bits=5120 * 8, shared_bytes=40 << 20,
                      max_split_k=16)

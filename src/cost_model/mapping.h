@@ -127,7 +127,8 @@ class MappingSearch {
 
  private:
   using Key =
-      std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int, int64_t, int64_t, int64_t>;
+      std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int, int64_t, int64_t, int64_t,
+                 bool, int>;
   Hardware hw_;
   MappingSpace space_;
   MemoryHierarchy mem_;

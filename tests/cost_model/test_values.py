@@ -64,14 +64,14 @@ def test_the_recipe_fields_are_written_once_in_charge_h():
 
     header = (Path(__file__).parents[2] / "src/cost_model/charge.h").read_text()
     listed = re.findall(r"^\s*X\(\w+, (\w+),", header, flags=re.M)
-    assert tuple(listed) == cm.QuantRecipe.FIELDS and len(listed) == 12
+    assert tuple(listed) == cm.QuantRecipe.FIELDS and len(listed) == 13
     # three valid recipes that set every field off its default, by keyword
     a = {"place": "k_group", "k_group": 32, "weight": "group", "weight_group": 32,
          "activation": "tensor", "activation_static": True, "scale_bits": 8,
          "zero_point_bits": 4, "accumulator_bits": 16, "weight_batched": True}
     b = {"place": "output", "weight": "group_n", "weight_group": 8, "activation": "group",
          "activation_group": 64, "scale_bits": 32}
-    c = {"place": "weight", "weight": "channel", "dequant_rows": 16}
+    c = {"place": "weight", "weight": "channel", "dequant_rows": 16, "float_codes": True}
     default = cm.QuantRecipe()
     assert set(a) | set(b) | set(c) == set(listed)
     for fields in (a, b, c):
@@ -106,7 +106,7 @@ def test_call_refuses_a_recipe_and_explicit_extra_work_together():
 
 
 def test_deprecated_keyword_functions_warn_and_equal_the_new_api():
-    acc = preset("os16_mp")
+    acc = preset("os16_mp", mapping="default")  # the default tiles, as analyze_memory
     s = get_scheme("w8a8_per_channel_per_token")
     keywords = {"bits_a": 8, "bits_b": 8, "bits_c": 32, "scheme": s.name, "recipe": s.recipe()}
     call = cm.GemmCall(m=9, n=64, k=96, **keywords)
