@@ -57,7 +57,7 @@ def speed(reps: int) -> str:
                 py_times = []
                 for _ in range(reps):
                     t0 = time.perf_counter()
-                    ours = cm.analyze_gemm(m, n, k, hw, df)
+                    ours = cm.analyze(cm.Statement.gemm(m, n, k), hw, df)
                     py_times.append(time.perf_counter() - t0)
                 isl_times = []
                 for _ in range(max(3, reps // 100)):
@@ -91,8 +91,10 @@ def scalesim() -> str:
             for preset in ["os", "ws", "is"]:
                 ref = scalesim_ref.run_gemm(m, n, k, rows, cols, preset)
                 hw = cm.Hardware.systolic(rows, cols, bandwidth_bits=1e12)
-                ours = cm.analyze_gemm(m, n, k, hw, cm.Dataflow.preset(preset, rows=rows,
-                                                                       cols=cols))
+                ours = cm.analyze_array(
+                    cm.GemmCall(m=m, n=n, k=k),
+                    cm.Accelerator("t", hw, cm.Dataflow.preset(preset, rows=rows, cols=cols)),
+                )
                 a, b = ours.tensors["A"].offchip_elements, ours.tensors["B"].offchip_elements
                 ok = (ours.cycles, a, b) == (ref.cycles, ref.ifmap_reads, ref.filter_reads)
                 lines.append(f"| {m}x{n}x{k} | {rows}x{cols} | {preset} | {ref.cycles} | "

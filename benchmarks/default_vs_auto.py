@@ -19,7 +19,7 @@ import time
 
 import tenet_byoc
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 #: (name, N, K) of Llama-3-8B's and Llama-3-70B's linear layers.
 LAYERS = [("8b.qkv", 6144, 4096), ("8b.o", 4096, 4096), ("8b.gate_up", 28672, 4096),

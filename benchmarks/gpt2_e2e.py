@@ -156,8 +156,7 @@ def main() -> None:
     parser.add_argument("--tvm-tokens", type=int, default=32,
                         help="prefill length for TVM's own build (default 32)")
     parser.add_argument("--skip-tvm", action="store_true", help="leave out TVM's own build")
-    parser.add_argument("--accelerator", "--hardware", default="os16",
-                        help="accelerator preset charged (--hardware: deprecated name)")
+    parser.add_argument("--accelerator", default="os16", help="accelerator preset charged")
     parser.add_argument("--rounds", type=int, default=7,
                         help="timed rounds of tenet and PyTorch, alternating (default 7)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="markdown file to write")

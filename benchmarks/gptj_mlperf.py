@@ -52,7 +52,7 @@ from machine import describe
 import tenet_byoc
 from tenet_byoc import cost_model as cm
 from tenet_byoc.codegen import gemm_charging
-from tenet_byoc.hardware import preset, resolve
+from tenet_byoc.accelerators import preset, resolve
 from tenet_byoc.quantization import get_scheme
 from tenet_byoc.system import Link, System
 

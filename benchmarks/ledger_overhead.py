@@ -7,7 +7,7 @@ Two figures per model, both printed as a markdown table and saved to
   (target: under 2% extra time). On and off alternate in blocks so drift hits both alike.
 * first call of a new shape: a call whose GEMM shapes the module has run before (so oneDNN's
   primitives exist) but never charged, minus a warm charged call (target: under 1 ms), next
-  to the cost model alone (``cost_model.analyze_gemm`` for the same shapes, no cache).
+  to the cost model alone (``cost_model.analyze_array`` for the same shapes, no cache).
 
 Run: python benchmarks/ledger_overhead.py [--quick]; with OMP_NUM_THREADS=1 the GEMMs run on
 one thread, which keeps a busy machine's scheduling stalls out of the figures.
@@ -30,7 +30,7 @@ from tvm import relax
 
 import tenet_byoc
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gpt2 import GPT2Config, export_gpt2, random_params
 from tenet_byoc.models.mlp import PARAM_SHAPES, mlp_module
 
@@ -194,7 +194,7 @@ def first_call_overhead(case: Case) -> tuple[float, float, int]:
         distinct = len(shapes)
         t0 = time.perf_counter()
         for b, m, n, k in shapes:
-            cm.analyze_gemm(m, n, k, hw.hardware, hw.dataflow, batch=b)
+            cm.analyze_array(cm.GemmCall(m=m, n=n, k=k, batch=b), hw)
         model.append(time.perf_counter() - t0)
     return min(extra), min(model), distinct
 
@@ -228,7 +228,7 @@ def main() -> None:
         "runs once the cost cache is warm (target < 2%); the 8x8x8 matmul row shows the "
         "absolute cost of charging one GEMM.\nfirst call of new shapes = a call whose shapes "
         "oneDNN has seen but the ledger has not charged, minus the fastest warm charged call, "
-        "least over 5 new sizes (target < 1 ms); cost model alone = analyze_gemm for the same "
+        "least over 5 new sizes (target < 1 ms); cost model alone = analyze_array for the same "
         "distinct shapes from Python."
     )
     print(note)

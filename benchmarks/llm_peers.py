@@ -30,7 +30,7 @@ import os
 import warnings
 
 import tenet_byoc
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.models.configs import resolve_config
 from tenet_byoc.models.gpt2 import GPT2Config
 

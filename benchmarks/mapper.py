@@ -6,12 +6,12 @@ Parts (all printed as markdown, written with --out):
 1. Per GEMM (prefill 128 tokens, decode at context 128; attention for one head), 8-bit A and
    B, 32-bit C, on ``preset("os16", mapping="auto")``: the time of a fresh search of the call
    by the accelerator's own MappingSearch (median of --repeats, a new search object each
-   time, no cache), the charged cycles and mapping (``cost_model.charge_gemm``), the same
+   time, no cache), the charged cycles and mapping (``cost_model.charge``), the same
    search restricted to os alone, ZigZag's search time and latency
    (`get_hardware_performance_zigzag`, LOMA at the API's default depth, on
    tests/cost_model/zigzag_ref.py's os16 equivalent), the roofline.
 2. The whole GPT-2 small search: every call of prefill 128 and decode at 128 (12 layers +
-   lm_head, from ``model_gemms``) charged through ``charge_gemm`` with each scheme's recipe,
+   lm_head, from ``model_gemms``) charged through ``charge`` with each scheme's recipe,
    starting from an empty search cache: its wall time (median of --repeats), the distinct
    calls searched, and the time of charging them all again (every call a cache lookup).
 3. Phase totals with the searched mappings against the roofline, per scheme (none,
@@ -38,7 +38,7 @@ from pathlib import Path
 import tenet_byoc
 from tenet_byoc import _cost_model as _core
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gemms import model_gemms
 from tenet_byoc.models.gpt2 import GPT2Config
 from tenet_byoc.quantization import get_scheme
@@ -61,18 +61,24 @@ ZIGZAG_BITS = {"bits_a": 8, "bits_b": 8, "bits_c": 32}
 def fresh_best(acc, M: int, N: int, K: int, **call) -> cm.MappingChoice:
     """A new MappingSearch of ``acc`` (what its charges go through), asked for one call."""
     return _core._accelerator_mapping_search(acc.to_json()).best(
-        M, N, K, **{"batch": 1, "extra_read_bits": 0, "extra_ops": 0, **call})
+        cm.GemmCall(m=M, n=N, k=K, **{"batch": 1, "extra_read_bits": 0, "extra_ops": 0, **call})
+    )
 
 
 def charge(acc, M: int, N: int, K: int, **call) -> cm.Charge:
-    return cm.charge_gemm(M, N, K, acc.hardware, acc.dataflow, **call, **acc.charge_parts)
+    return cm.charge(cm.GemmCall(m=M, n=N, k=K, **call), acc)
 
 
 def os_only(acc, M: int, N: int, K: int, **call) -> cm.MappingChoice:
     """The same space with os alone (the preset's own dataflow, its tiles searched)."""
     edge = acc.dataflow.rows
-    return cm.search_mapping(M, N, K, acc.hardware, acc.memory, dataflows=("os",),
-                             precision=acc.precision, stream_tiles=(edge, 4 * edge), **call)
+    return cm.MappingSearch(
+        acc.hardware,
+        acc.memory,
+        dataflows=("os",),
+        precision=acc.precision,
+        stream_tiles=(edge, 4 * edge),
+    ).best(cm.GemmCall(m=M, n=N, k=K, **call))
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -123,7 +129,7 @@ def part_zigzag(repeats: int, run_zigzag: bool) -> tuple[list[str], dict]:
 
 def scheme_calls(scheme_name: str, phase: str) -> list[tuple[str, int, int, int, int, dict]]:
     """GPT-2 small's calls of one phase as the charge unit sees them: (name, batch, M, N, K,
-    charge_gemm keywords). Attention (activation x activation) stays float in every scheme."""
+    GemmCall keywords). Attention (activation x activation) stays float in every scheme."""
     scheme = get_scheme(scheme_name)
     out = []
     for g in model_gemms(GPT2Config.preset("small"), phase, TOKENS):
@@ -219,7 +225,9 @@ def part_phases() -> tuple[list[str], dict]:
                     assert c.memory.cycles >= c.memory.roofline_cycles, (name, scheme)
                     ratio = c.memory.cycles / c.memory.roofline_cycles
                     if ratio > worst[0]:
-                        choice = acc.mapping_search.best(M, N, K, **searched_call(kw, c))
+                        choice = acc.mapping_search.best(
+                            cm.GemmCall(m=M, n=N, k=K, **searched_call(kw, c))
+                        )
                         worst = (ratio, name, choice, (M, N, K, kw))
                 if acc_name == "os16" and phase == "decode" and scheme != "none":
                     worst_decode[scheme] = worst
@@ -243,8 +251,13 @@ def part_limits(worst_decode: dict) -> list[str]:
         call = searched_call(kw, charge(base, M, N, K, **kw))
         cells = []
         for df in ("os", "ws", "is"):
-            r = cm.search_mapping(M, N, K, base.hardware, base.memory, dataflows=(df,),
-                                  precision=base.precision, stream_tiles=(16, 64), **call)
+            r = cm.MappingSearch(
+                base.hardware,
+                base.memory,
+                dataflows=(df,),
+                precision=base.precision,
+                stream_tiles=(16, 64),
+            ).best(cm.GemmCall(m=M, n=N, k=K, **call))
             cells.append(f"{r.metrics.cycles / r.metrics.roofline_cycles:.2f}")
         for acc in variants:
             r = charge(acc, M, N, K, **kw)
@@ -257,7 +270,7 @@ def part_limits(worst_decode: dict) -> list[str]:
 
 NOTES = """Notes
 - "our search ms" is a fresh search of the call by the accelerator's own MappingSearch (the
-  object the runtime's cost cache and `charge_gemm` hold), one thread (the automatic choice:
+  object the runtime's cost cache and `charge` hold), one thread (the automatic choice:
   after pruning a call is milliseconds of work). Its space is os, ws and is on the 16 x 16
   array, each also with its streamed dimension cut into 16 and 64 (1 and 4 array edges),
   which none of these calls chose and which make the search about 4x longer than with the

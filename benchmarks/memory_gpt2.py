@@ -41,8 +41,11 @@ def phase(gemms, bits) -> dict:
     for name, M, N, K, batch in gemms:
         t = cm.default_tile_mapping(M, N, K, mem, 16, 16, batch=batch, bits_a=a, bits_b=b,
                                     bits_c=c)
-        r = cm.analyze_memory(M, N, K, hw, df, mem, t, batch=batch, bits_a=a, bits_b=b,
-                              bits_c=c)
+        r = cm.analyze_memory(
+            cm.GemmCall(m=M, n=N, k=K, batch=batch, bits_a=a, bits_b=b, bits_c=c),
+            cm.Accelerator("t", hw, df, memory=mem),
+            t,
+        )
         e = cm.call_energy(r, mem, mac)
         times = 1 if name == "lm_head" else LAYERS
         total["cycles"] += times * r.cycles

@@ -49,14 +49,19 @@ def compare(M: int, N: int, K: int, rows: int = 16, cols: int = 16, buffer_bytes
     kw = {"bits_a": zigzag_ref.BITS_IN, "bits_b": zigzag_ref.BITS_IN, "bits_c": zigzag_ref.BITS_OUT}
     fits = True
     try:
-        ours = cm.analyze_memory(M, N, K, hw, df, mem, mapping, **kw)
+        ours = cm.analyze_memory(
+            cm.GemmCall(m=M, n=N, k=K, **kw), cm.Accelerator("t", hw, df, memory=mem), mapping
+        )
     except ValueError:
         # ZigZag does not double-buffer here: its tiles may need more than our double-buffered
         # capacity check allows. Traffic does not depend on capacity; say so in the table.
         fits = False
-        big = cm.MemoryHierarchy(dram_bandwidth_bits=dram_bits, buffer_bytes=1 << 40,
-                                 psum_bits=zigzag_ref.BITS_OUT)
-        ours = cm.analyze_memory(M, N, K, hw, df, big, mapping, **kw)
+        big = cm.MemoryHierarchy(
+            dram_bandwidth_bits=dram_bits, buffer_bytes=1 << 40, psum_bits=zigzag_ref.BITS_OUT
+        )
+        ours = cm.analyze_memory(
+            cm.GemmCall(m=M, n=N, k=K, **kw), cm.Accelerator("t", hw, df, memory=big), mapping
+        )
     t = ours.tensors
     return {
         "zigzag": z, "mapping": mapping, "exact_order": exact_order, "fits": fits, "ours": ours,

@@ -26,7 +26,7 @@ import numpy as np
 
 from tenet_byoc._loader import _cpu_model
 from tenet_byoc.estimate import Charges, estimate_step
-from tenet_byoc.hardware import resolve
+from tenet_byoc.accelerators import resolve
 from tenet_byoc.serving import (
     SHAREGPT_LIKE,
     CachedStepCost,

@@ -34,7 +34,7 @@ import argparse
 from dataclasses import dataclass
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 
 
 @dataclass(frozen=True)

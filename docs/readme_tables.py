@@ -198,7 +198,7 @@ def sweep_source(folder: Path, command: str) -> str:
     gpt2 = [r for r in rows if r["model"] == "gpt2"]
     main = []
     for r in gpt2:
-        if r["hardware"] != "os16":
+        if r["accelerator"] != "os16":
             continue
         main.append([r["scheme"], r["phase"], f"{int(r['macs']) / 1e9:.3f} G",
                      f"{int(r['cycles']) / 1e6:.2f} M", f"{float(r['latency_us']) / 1e3:.1f}",
@@ -214,7 +214,7 @@ def sweep_source(folder: Path, command: str) -> str:
                         ["---", "---"] + ["---:"] * 10, main)
     ws = {}
     for r in gpt2:
-        if r["hardware"] == "ws16":
+        if r["accelerator"] == "ws16":
             ws.setdefault(r["scheme"], {})[r["phase"]] = r
     ws_table = _table(["scheme (ws16)", "prefill latency (ms)", "prefill PE util",
                        "decode latency (ms)", "decode PE util"], ["---"] + ["---:"] * 4,
@@ -223,7 +223,7 @@ def sweep_source(folder: Path, command: str) -> str:
                         f"{float(p['decode']['latency_us']) / 1e3:.1f}",
                         f"{100 * float(p['decode']['pe_utilization']):.1f}%"]
                        for s, p in ws.items()])
-    mlp = [r for r in rows if r["model"] == "mlp" and r["hardware"] == "os16"]
+    mlp = [r for r in rows if r["model"] == "mlp" and r["accelerator"] == "os16"]
     mlp_table = _table(["MLP scheme (os16, 360 digit images)", "est. latency (ms)", "PE util",
                         "weight kB", "energy (uJ)", "rel. error", "test accuracy"],
                        ["---"] + ["---:"] * 6,
@@ -246,7 +246,7 @@ def mlp_source(folder: Path, command: str) -> str:
     """The source file of the README's MLP-on-digits table, from a ``sweep --model mlp
     --out`` folder (``sweep.csv``: one row per scheme on one accelerator)."""
     rows = [r for r in _rows(folder / "sweep.csv") if r["model"] == "mlp"]
-    accelerators = sorted({r["hardware"] for r in rows})
+    accelerators = sorted({r["accelerator"] for r in rows})
     table = _table(["scheme", "test accuracy", "top-1 vs float32", "max abs error", "weight kB",
                     "est. latency (us)", "energy (uJ)"], ["---"] + ["---:"] * 6,
                    [["none (float32)" if r["scheme"] == "none" else r["scheme"],

@@ -17,7 +17,7 @@ from tvm import relax
 
 import tenet_byoc
 from tenet_byoc.experiments.data import prepare_mlp
-from tenet_byoc.hardware import PRESETS
+from tenet_byoc.accelerators import PRESETS
 from tenet_byoc.models.mlp import mlp_module
 
 CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
@@ -27,7 +27,7 @@ CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shi
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", help="folder with the FashionMNIST IDX files (.gz or not)")
-    parser.add_argument("--hardware", default="os16", choices=sorted(PRESETS))
+    parser.add_argument("--accelerator", default="os16", choices=sorted(PRESETS))
     parser.add_argument("--epochs", type=int,
                         help="default: 5 on FashionMNIST, 60 on the digits")
     parser.add_argument("--index", type=int, default=0, help="which test image to classify")
@@ -41,7 +41,7 @@ def main() -> None:
     label = int(setup.data.test_labels[args.index])
 
     mod = mlp_module(setup.params)  # weights bound as constants: main(x)
-    ex = tenet_byoc.build(mod, accelerator=args.hardware)
+    ex = tenet_byoc.build(mod, accelerator=args.accelerator)
     vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
     logits = vm["main"](tvm.runtime.tensor(image)).numpy()
     reference = relax.VirtualMachine(tenet_byoc.build(mod, offload=False), tvm.cpu())

@@ -16,7 +16,7 @@ from tenet_byoc.experiments.cases import gpt2_case, mlp_case
 from tenet_byoc.experiments.plots import plot_cost_vs_error
 from tenet_byoc.experiments.results import markdown_table
 from tenet_byoc.experiments.sweep import sweep
-from tenet_byoc.hardware import PRESETS
+from tenet_byoc.accelerators import PRESETS
 from tenet_byoc.models.gpt2 import PRESETS as GPT2_PRESETS
 from tenet_byoc.quantization import SCHEMES
 
@@ -28,14 +28,14 @@ def main() -> None:
     parser.add_argument("--gpt2-config", default="small", choices=list(GPT2_PRESETS))
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--context-len", type=int, default=128)
-    parser.add_argument("--hardware", default="os16", choices=sorted(PRESETS))
+    parser.add_argument("--accelerator", default="os16", choices=sorted(PRESETS))
     parser.add_argument("--plot", default="quantization_sweep.png", help="PNG to write")
     args = parser.parse_args()
 
     cases = [mlp_case(args.data),
              gpt2_case(args.gpt2_config, prompt_len=args.prompt_len,
                        context_len=args.context_len)]
-    result = sweep(cases, list(SCHEMES), [args.hardware])
+    result = sweep(cases, list(SCHEMES), [args.accelerator])
     for note in result.notes:
         print(note)
     header = ["scheme", "weight bytes", "off-chip bytes", "est. cycles", "est. latency (us)",
@@ -43,7 +43,7 @@ def main() -> None:
     for model, phase in dict.fromkeys((r.model, r.phase) for r in result.rows):
         rows = [r for r in result.rows if (r.model, r.phase) == (model, phase)]
         print(f"\n{model} {phase} ({rows[0].tokens} {'images' if model == 'mlp' else 'tokens'})"
-              f" on {args.hardware}")
+              f" on {args.accelerator}")
         print(markdown_table(header, [
             [r.scheme, f"{r.weight_bytes:,.0f}", f"{r.offchip_bytes:,.0f}", f"{r.cycles:,}",
              f"{r.latency_us:,.1f}", f"{100 * r.pe_utilization:.1f}%", f"{r.max_abs_error:.4g}",

@@ -22,7 +22,7 @@ def mlp_executable(hardware: str = "os16"):
     """The FashionMNIST MLP with random weights bound: ``main(x [batch, 784])``, built for
     ``hardware`` (a preset name: with each call's default tiles, as the references here walk
     them; or an Accelerator as it is)."""
-    from tenet_byoc.hardware import preset
+    from tenet_byoc.accelerators import preset
 
     mod = mlp_module(mlp_params())
     acc = preset(hardware, mapping="default") if isinstance(hardware, str) else hardware
@@ -71,8 +71,13 @@ def memory_reference(e, accelerator):
     widths = {"batch": e.batch, "bits_a": e.bits_a, "bits_b": e.bits_b, "bits_c": e.bits_c}
     rows, cols = acc.dataflow.rows or 1, acc.dataflow.cols or acc.hardware.num_pes
     tiles = cm.default_tile_mapping(e.m, e.n, e.k, acc.memory, rows, cols, **widths)
-    mm = cm.analyze_memory(e.m, e.n, e.k, acc.hardware, acc.dataflow, acc.memory, tiles,
-                           extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops, **widths)
+    mm = cm.analyze_memory(
+        cm.GemmCall(
+            m=e.m, n=e.n, k=e.k, extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops, **widths
+        ),
+        acc,
+        tiles,
+    )
     energy = cm.call_energy(mm, acc.memory, acc.precision.lookup(e.bits_a, e.bits_b),
                             e.extra_ops, e.extra_register_bits)
     return mm, energy

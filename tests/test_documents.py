@@ -18,7 +18,7 @@ from tenet_byoc.dse import DesignSpace
 from tenet_byoc.experiments.cli import main
 from tenet_byoc.experiments.dse_cmd import check_ray_address
 from tenet_byoc.experiments.serving import parse_requests
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 READERS = {
     "accelerator file": Accelerator.from_file,

@@ -21,7 +21,7 @@ from tenet_byoc import Accelerator
 from tenet_byoc import _cost_model as cm
 from tenet_byoc.design_file import design_form
 from tenet_byoc.experiments.serving import parse_requests
-from tenet_byoc.hardware import PRESETS, preset
+from tenet_byoc.accelerators import PRESETS, preset
 
 # Design files write each quantity once (tenet_byoc.design_file.design_form).
 FORMS = {name: design_form(preset(name)) for name in sorted(PRESETS)}

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from tenet_byoc.dse import DesignSpace
-from tenet_byoc.hardware import Accelerator
+from tenet_byoc.accelerators import Accelerator
 from tenet_byoc.ledger import Ledger
 
 
@@ -40,7 +40,7 @@ def test_charged_on_refuses_none():
 def test_system_unpickling_runs_the_checks():
     import pickle
 
-    from tenet_byoc.hardware import preset
+    from tenet_byoc.accelerators import preset
     from tenet_byoc.system import Link, System
 
     good = System(preset("os16"), chips=2, tensor_parallel=2)
@@ -121,7 +121,7 @@ def test_estimate_refuses_a_ledger_over_the_entry_limit(monkeypatch):
     import importlib
 
     est = importlib.import_module("tenet_byoc.estimate")
-    from tenet_byoc.hardware import preset
+    from tenet_byoc.accelerators import preset
     from tenet_byoc.system import System
 
     system = System(preset("os16"), chips=2, pipeline_parallel=2, micro_batches=4)

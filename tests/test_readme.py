@@ -219,7 +219,7 @@ def test_estimate_tables_written_from_the_csv_files(tmp_path):
 def test_mlp_and_eval_tables_written_from_the_csv_files(tmp_path):
     tables = _readme_tables()
     (tmp_path / "sweep.csv").write_text(
-        "model,scheme,hardware,latency_us,weight_bytes,energy_pj,max_abs_error,top1_agreement,"
+        "model,scheme,accelerator,latency_us,weight_bytes,energy_pj,max_abs_error,top1_agreement,"
         "accuracy\n"
         "mlp,none,os16,36.964,37888.0,145259273.6,0.0,1.0,0.9777777777777777\n"
         "mlp,w4a8,os16,27.31,5010.0,44712000.0,1.0137,0.99444,0.9777777777777777\n")

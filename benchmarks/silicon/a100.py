@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import PRESETS, preset
+from tenet_byoc.accelerators import PRESETS, preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h200 import run_main, summary  # noqa: E402  (the same summary of errors)

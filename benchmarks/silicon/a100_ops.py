@@ -23,7 +23,7 @@ the absolute relative errors and the row count.
   per link, all four GPUs connected to each other: ``Link(300, 8.92, "switch")``).
 
 Nothing is fitted. The preset's vector unit works through HBM (one read of the input for
-layer norm and GELU, three for softmax: ``hardware.py``); LLMCompass timed each operator
+layer norm and GELU, three for softmax: ``accelerators.py``); LLMCompass timed each operator
 from the host (``time.time()`` around the call and ``torch.cuda.synchronize()``), so each
 measured row carries the harness's fixed cost, which LLMCompass's own model adds as the
 constants of its ``ae/figure5`` test scripts (:data:`HARNESS_US`: softmax 12 us, layer norm
@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import PRESETS, preset
+from tenet_byoc.accelerators import PRESETS, preset
 from tenet_byoc.system import Link, System, collective_seconds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

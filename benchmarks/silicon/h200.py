@@ -51,7 +51,7 @@ import sys
 from pathlib import Path
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import PRESETS, hopper, preset
+from tenet_byoc.accelerators import PRESETS, hopper, preset
 
 DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "h200" / "gemm.csv"
 COLUMNS = ("model", "layer", "M", "N", "K", "format", "ms", "tflops", "error")
@@ -168,7 +168,7 @@ DEQUANT_SUBSET = {("llama-3-8b", "o", "w4a16_g128", m) for m in (256, 1024)}
 
 def calibrated_parts(name: str, peaks: Path, rows: list[dict],
                      **vector: float) -> tuple[dict, dict[str, int], str]:
-    """:func:`hardware.hopper`'s keywords for the preset with the sustained clock and HBM
+    """:func:`accelerators.hopper`'s keywords for the preset with the sustained clock and HBM
     bandwidth of ``peaks`` (its bf16 8192^3 rate over the data sheet's 989.4 TFLOP/s scales
     the 1.83 GHz clock; its device-to-device copy is the HBM bandwidth), a launch cost fitted
     on :data:`LAUNCH_SUBSET` (the median of measured minus ours there), the L2 bandwidth on

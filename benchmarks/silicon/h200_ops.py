@@ -27,7 +27,7 @@ How each row is charged (the kernels ``measure.py`` timed, eager PyTorch, bf16 u
   entries, as the measured model runs (the plan itself still charges attention unfused).
 
 The ``h200`` preset's vector unit runs kernels as PyTorch's eager CUDA kernels do
-(``hardware.py``): through HBM, softmax reading its input 3 times and the norms twice.
+(``accelerators.py``): through HBM, softmax reading its input 3 times and the norms twice.
 ``--calibrate`` charges on ``h200.py --calibrate``'s accelerator instead (clock and HBM from
 ``peaks.csv``, launch cost and L2 bandwidth fitted on GEMM rows of ``gemm.csv``) with two
 vector figures fitted on named rows of ``vector.csv`` and left out of its summary:
@@ -52,7 +52,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h200 import calibrated, read_rows, run_main, summary  # noqa: E402
@@ -124,7 +124,7 @@ def fit_vector(acc: cm.Accelerator, path: Path = DATA / "vector.csv") -> tuple[d
     """The vector launch cost fitted on :data:`VECTOR_LAUNCH_SUBSET` of ``path`` (the median
     of measured minus ours on ``acc``) and the per-row rate on :data:`ROW_SUBSET` (the median
     of the bits per cycle one row's passes take in the measured time less that launch), as
-    :func:`hardware.hopper`'s keywords, and a line saying so."""
+    :func:`accelerators.hopper`'s keywords, and a line saying so."""
     rows = [(_vector_key(path, n, r), r, n) for n, r in
             _rows(path, ("op", "tokens", "width", "heads", "S", "ms"))]
     gaps = [_ms(path, n, r) * 1e3 - vector_row_us(acc, r, path, n)

@@ -13,7 +13,7 @@ load_runtime_library()
 
 from .codegen import TenetCodegenError
 from .estimate import estimate
-from .hardware import Accelerator
+from .accelerators import Accelerator
 from .ledger import Ledger, LedgerEntry, ledger, set_charging, set_phase
 from .library import load_module
 from .partition import build, partition_for_tenet

@@ -46,7 +46,7 @@ from typing import Any
 from ._names import did_you_mean
 
 __all__ = ["AREA_HOOKS", "FORMATS", "SOURCES", "AreaTable", "NumberFormat", "accelerator_area",
-           "default_formats", "load_table_file"]
+           "default_formats"]
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,9 @@ class AreaTable:
         FileNotFoundError
             For a missing file.
         """
-        data = load_table_file(path, "area table")
+        from .documents import load_mapping
+
+        data = load_mapping(path, "area table")
         return (base or cls()).replace(**data, _where=str(path))
 
     def replace(self, _where: str = "area table", **changes: Any) -> AreaTable:
@@ -362,14 +364,6 @@ AREA_HOOKS: dict[str, Callable[[Any, AreaTable, float], float | None]] = {
     "vector_unit": vector_unit_mm2,
     "edge_dequantizer": edge_dequantizer_mm2,
 }
-
-
-def load_table_file(path: str | Path, what: str) -> dict:
-    """A JSON or YAML file's top-level mapping (by suffix; ``.yaml``/``.yml`` is YAML), read
-    by the guarded reader (:func:`tenet_byoc.documents.load_mapping`)."""
-    from .documents import load_mapping
-
-    return load_mapping(path, what)
 
 
 def dram_interface_mm2(gbps: float, table: AreaTable, logic_scale: float) -> float:

@@ -313,7 +313,7 @@ def describe_function(func: relax.Function) -> dict:
 
 
 def _accelerator(functions) -> dict:
-    from .hardware import resolve
+    from .accelerators import resolve
     from .partition import ACCELERATOR_ATTR
 
     texts = {str(f.attrs[ACCELERATOR_ATTR]) for f in functions if ACCELERATOR_ATTR in f.attrs}
@@ -331,7 +331,7 @@ def _check_enumeration_limit(described: list[dict], functions, accelerator: dict
     """Refuse at build time a static GEMM the accelerator could only cost by enumerating
     more instances than the cost model allows (it would fail at the first VM call)."""
     from .cost_model import Accelerator
-    from .hardware import check_gemm_size
+    from .accelerators import check_gemm_size
 
     acc = Accelerator._parse_json(json.dumps(accelerator))
     hw, df = acc.hardware, acc.dataflow

@@ -6,10 +6,10 @@ under the vector unit's ``pipelined`` schedule: its input streams straight out o
 so the GEMM and its epilogues take max(GEMM cycles, sum of the epilogues' cycles); under
 ``serial`` every vector call adds. (Norms, softmax, residuals and the rest need a whole row,
 or operands from several producers, and add under both.) Each pipeline stage is its chips'
-chain of calls; the micro-batches pass the stages in order (:func:`pipeline_seconds`), and the
-step takes the critical path over stages: the first micro-batch through every stage and
-hand-over, then one slowest stage for each other micro-batch (GPipe's ``(stages +
-micro_batches - 1) x`` the slowest stage when the stages are equal). Energy is the sum over every call on every chip.
+chain of calls; the micro-batches pass the stages in order, and the step takes the critical
+path over stages: the first micro-batch through every stage and hand-over, then one slowest
+stage for each other micro-batch (GPipe's ``(stages + micro_batches - 1) x`` the slowest
+stage when the stages are equal). Energy is the sum over every call on every chip.
 
 :func:`chain_cycles` is the chain (``ledger.step_cycles`` applies it to ledger entries);
 :func:`compose` applies it to a :class:`tenet_byoc.plan.Plan` with a charge per call, which
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["StepCost", "chain_cycles", "compose", "pipeline_seconds"]
+__all__ = ["StepCost", "chain_cycles", "compose"]
 
 _SCHEDULES = ("pipelined", "serial")
 
@@ -59,26 +59,6 @@ def chain_cycles(items: Iterable[tuple[str, bool, float, int]]) -> float:
     if gemm is not None:
         total += times * max(gemm, hidden)
     return total
-
-
-def pipeline_seconds(stage_seconds: list[float], p2p_seconds: float,
-                     micro_batches: int) -> tuple[float, float]:
-    """Critical path and bubble of one step through the pipeline.
-
-    Each of ``micro_batches`` passes every stage in order (``stage_seconds`` per micro-batch,
-    ``p2p_seconds`` between consecutive stages); a stage starts a micro-batch when it is free
-    and the previous stage has handed it over. Returns (critical path, bubble), the bubble
-    being the critical path less the busiest stage's own work (``micro_batches x max``).
-    """
-    finish = [0.0] * len(stage_seconds)
-    for _ in range(micro_batches):
-        ready = 0.0
-        for s, t in enumerate(stage_seconds):
-            start = max(finish[s], ready)
-            finish[s] = start + t
-            ready = finish[s] + p2p_seconds
-    critical = finish[-1]
-    return critical, critical - micro_batches * max(stage_seconds)
 
 
 @dataclass(frozen=True)
@@ -138,8 +118,8 @@ def compose(plan: Any, cost: Callable[[Any], tuple[float, float]],
     mu = plan.micro_batches
     slowest = max(stage_seconds)
     # The first micro-batch passes every stage and hand-over; each of the other mu - 1
-    # leaves the last stage one slowest stage later (pipeline_seconds's schedule in closed
-    # form; GPipe's (stages + mu - 1) x the slowest stage when the stages are equal).
+    # leaves the last stage one slowest stage later (the schedule a stage-by-stage walk
+    # gives, in closed form; GPipe's (stages + mu - 1) x the slowest stage when the stages are equal).
     critical = sum(stage_seconds) + p2p_all + (mu - 1) * slowest
     return StepCost(critical, energy * plan.tensor_parallel * mu, cycles, stage_seconds, p2p,
                     critical - mu * slowest)

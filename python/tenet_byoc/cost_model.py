@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copyreg
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ._cost_model import (
     MAX_ENUMERATED_INSTANCES,
@@ -47,8 +47,8 @@ from ._cost_model import (
     VectorCall,
     VectorCharge,
     VectorUnit,
-    _analyze_array,
     analyze_array,
+    analyze_memory,
     charge,
     charge_attention,
     charge_link,
@@ -69,7 +69,6 @@ from ._cost_model import (
 from ._cost_model import (
     analyze as _core_analyze,
 )
-from ._gemm_call import _call_from_keywords, _deprecated
 from .mapping import (  # the mapping search (mapping.py)
     MappingChoice,
     MappingSearch,
@@ -84,12 +83,10 @@ from .memory import (  # the buffer level, roofline and energy (memory.py)
     OperandTraffic,
     PrecisionTable,
     TileMapping,
-    analyze_memory,
     buffer_bytes_needed,
     call_energy,
     default_tile_mapping,
     integer_mac_pj,
-    roofline_cycles,
     scalesim_equivalent,
     scalesim_mapping,
     sram_pj_per_bit,
@@ -130,13 +127,11 @@ __all__ = [
     "VectorUnit",
     "analyze",
     "analyze_array",
-    "analyze_gemm",
     "analyze_memory",
     "buffer_bytes_needed",
     "call_energy",
     "charge",
     "charge_attention",
-    "charge_gemm",
     "charge_link",
     "charge_vector",
     "default_tile_mapping",
@@ -150,7 +145,6 @@ __all__ = [
     "parse_tenet_mapping",
     "parse_tenet_statement",
     "roofline",
-    "roofline_cycles",
     "save_tenet",
     "scalesim_equivalent",
     "scalesim_mapping",
@@ -158,33 +152,6 @@ __all__ = [
     "sram_pj_per_bit",
     "tile_size_candidates",
 ]
-
-
-def charge_gemm(M: int, N: int, K: int, hardware: Hardware, dataflow: Dataflow,
-                bits: int = 32, *, method: str = "auto", memory: Any = None,
-                precision: Any = None, mapping: Any = None, objective: Any = None,
-                vector: Any = None, edge_dequantizer: Any = None, **call: Any) -> Charge:
-    """Deprecated (one release): ``charge(GemmCall(...), Accelerator(...), method)``.
-
-    The call keywords are ``GemmCall``'s (``bits`` for every width not given apart); the
-    accelerator is made of ``hardware``, ``dataflow``, ``memory``, ``precision``, ``mapping``,
-    ``objective``, ``vector`` and ``edge_dequantizer`` as :class:`Accelerator` takes them.
-    """
-    _deprecated("charge_gemm", "charge(GemmCall(...), accelerator)")
-    acc = Accelerator("analysis", hardware, dataflow, memory, precision, mapping, objective,
-                      vector=vector, edge_dequantizer=edge_dequantizer)
-    return charge(_call_from_keywords(M, N, K, bits, **call), acc, method)
-
-
-def analyze_gemm(M: int, N: int, K: int, hardware: Hardware, dataflow: Dataflow,
-                 bits: int = 32, *, method: str = "auto", **call: Any) -> Metrics:
-    """Deprecated (one release): ``analyze_array(GemmCall(...), accelerator, method)``.
-
-    The PE array's metrics of a call on ``dataflow`` (``charge(...).array`` under the default
-    mapping); a ``recipe`` derives side data and extra ops as ``charge`` does."""
-    _deprecated("analyze_gemm", "analyze_array(GemmCall(...), accelerator)")
-    return _analyze_array(_call_from_keywords(M, N, K, bits, **call), hardware, dataflow,
-                          method)
 
 
 def analyze(

@@ -332,13 +332,9 @@ def read_design(path: str | Path, parse: Callable[[str], Any],
     FileNotFoundError
         For a missing file.
     """
-    from .area import load_table_file
+    from .documents import load_mapping
 
-    data = load_table_file(path, "accelerator file")
-    if not isinstance(data, dict):
-        raise ValueError(f"accelerator file {str(path)!r} must hold an object of the "
-                         f"accelerator's fields, got {type(data).__name__}")
-    form = copy.deepcopy(data)
+    form = load_mapping(path, "accelerator file")
     problems: list[str] = []
     _unknown_keys(form, _schema(presets), problems)
     _check_preset(form, json.loads(presets["os16"].to_json()), problems)

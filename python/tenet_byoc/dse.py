@@ -33,7 +33,6 @@ import json
 import math
 import operator
 import os
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,16 +40,16 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
+from .documents import load_mapping
 from .area import (
     FORMATS,
     AreaTable,
     accelerator_area,
     dram_interface_mm2,
-    load_table_file,
     mac_figure,
     number_format,
 )
-from .hardware import Accelerator
+from .accelerators import Accelerator
 
 __all__ = ["AXES", "OBJECTIVE_PAIRS", "Axis", "DesignPoint", "DesignSpace", "PointResult", "explore",
            "mark_fronts", "pareto_front"]
@@ -200,7 +199,7 @@ class DesignPoint:
         memory = cm.MemoryHierarchy(
             dram_bandwidth_bits=self.dram_bits_per_cycle, buffer_bytes=self.buffer_bytes,
             # the buffer feeds an edge of A and of B and takes one of C at 32 bits a cycle,
-            # as the shipped presets do (hardware._edge_fed)
+            # as the shipped presets do (accelerators._edge_fed)
             buffer_bandwidth_bits=(self.rows + 2 * self.cols) * 32,
             register_bytes=self.register_bytes)
         return Accelerator.systolic(
@@ -424,7 +423,7 @@ mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps : sequence
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> DesignSpace:
         """A space from a YAML or JSON file of its fields."""
-        return cls.from_dict(load_table_file(path, "design space"), f"design space {str(path)!r}")
+        return cls.from_dict(load_mapping(path, "design space"), f"design space {str(path)!r}")
 
     def all_points(self) -> list[DesignPoint]:
         """Every combination of the fields' values, each design once (the chips and the
@@ -591,23 +590,19 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
                 area += value
         if point.chips > 1:
             area *= point.chips
+        one_chip = point.chips == 1  # then its sums (cycles) do not depend on the clock
         for scheme in job.schemes:
             key = (scheme, point.tensor_parallel, point.pipeline_parallel)
-            if point.chips == 1:  # the sums of one chip do not depend on the clock
-                got = composed.get(scheme)
-                if got is None:
-                    got = composed[scheme] = _compose(job, point, acc, scheme, job.plans[key],
-                                                      arrays.setdefault(point.array_key(), {}),
-                                                      vectors.setdefault(point.vector_key(),
-                                                                         {}))
-                cycles, energy, reason = got
-                latency_us = {ph: c / (point.clock_ghz * 1e3) for ph, c in cycles.items()}
-            else:
-                times, energy, reason = _compose(
-                    job, point, acc, scheme, job.plans[key],
-                    arrays.setdefault(point.array_key(), {}),
-                    vectors.setdefault(point.vector_key(), {}))
-                latency_us = {ph: t * 1e6 for ph, t in times.items()}
+            got = composed.get(scheme) if one_chip else None
+            if got is None:
+                got = _compose(job, point, acc, scheme, job.plans[key],
+                               arrays.setdefault(point.array_key(), {}),
+                               vectors.setdefault(point.vector_key(), {}))
+                if one_chip:
+                    composed[scheme] = got
+            times, energy, reason = got
+            latency_us = {ph: t / (point.clock_ghz * 1e3) if one_chip else t * 1e6
+                          for ph, t in times.items()}
             reason = reason or job.memory.get(key, "")
             out.append(_result(job, point, area, scheme, latency_us, energy, reason))
     return out
@@ -1039,12 +1034,3 @@ def _accuracy_of(accuracy: Mapping[str, Mapping[str, float]], scheme: str) -> di
         return {}
     return {"perplexity": float(got["perplexity"]),
             "top1_agreement": float(got.get("top1_agreement", math.nan))}
-
-
-def timed_explore(*args: Any, **kwargs: Any) -> tuple[list[PointResult], float]:
-    """:func:`explore` and its wall time in seconds (for benchmarks)."""
-    start = time.perf_counter()
-    rows = explore(*args, **kwargs)
-    return rows, time.perf_counter() - start
-
-

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import cost_model as cm
 from .compose import StepCost, compose
-from .hardware import Accelerator, resolve
+from .accelerators import Accelerator, resolve
 from .ledger import ColumnsBuilder, Ledger, LedgerColumns, TensorMap, charge_row, tensor_map
 from .plan import LinkCall, Plan, PlannedCall, Step, model_config, plan, stage_layers
 from .quantization import QuantScheme, get_scheme
@@ -275,7 +275,7 @@ def estimate(
     mapping : str, optional
         ``"auto"`` (each distinct call's searched mapping, as a build with
         ``preset(name, mapping="auto")`` charges it), ``"default"`` (the preset's own
-        mapping) or None (the accelerator as given); see ``hardware.resolve``.
+        mapping) or None (the accelerator as given); see ``accelerators.resolve``.
     progress : bool
         Show the progress over the steps (the prefill and each decode step) on stderr: a
         bar on a terminal, a line every few seconds into a pipe or a file

@@ -361,6 +361,8 @@ class Totals:
     offchip_bytes: float  #: TENET's unique volume (the array level's traffic)
     dram_bytes: float  #: DRAM reads + writes of the buffer level
     energy_pj: float
+    #: MACs over MAC capacity (cycles x PEs x MACs per PE per cycle) of the GEMMs, so a PE
+    #: doing several MACs a cycle at low precision counts at its real rate
     pe_utilization: float
     bandwidth_gbps: float  #: off-chip bytes / latency: the average bandwidth the calls need
 
@@ -388,17 +390,20 @@ _TOTALS_COLUMNS = (
 )
 
 
+def text_table(lines: Sequence[Sequence[str]]) -> list[str]:
+    """``lines`` of cells aligned: the name column reads left to right, numbers align on
+    their last digit."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return ["  ".join([line[0].ljust(widths[0]),
+                       *(c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True))]).rstrip()
+            for line in lines]
+
+
 def _totals_table(groups: Sequence[tuple[str, Totals]], key: str) -> str:
     header = [key or "", *(title for title, _ in _TOTALS_COLUMNS)]
     rows = [[str(name), *(fmt(t) for _, fmt in _TOTALS_COLUMNS)] for name, t in groups]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        # The name column reads left to right; numbers align on their last digit.
-        return "  ".join([cells[0].ljust(widths[0]),
-                          *(c.rjust(w) for c, w in zip(cells[1:], widths[1:]))]).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+    return "\n".join(text_table([header, ["-" * w for w in widths], *rows]))
 
 
 class GroupedTotals(dict):
@@ -416,20 +421,6 @@ class GroupedTotals(dict):
 
     __str__ = table
     __repr__ = table
-
-
-def pe_utilization(entries: Iterable[LedgerEntry]) -> float:
-    """The one definition of PE utilization over several calls: MACs over MAC capacity.
-
-    ``sum(macs) / sum(cycles x num_pes x macs_per_pe_per_cycle)`` over the GEMMs' cycles
-    (their latency, DRAM stalls included); for one entry this is its ``pe_utilization``.
-    The array level's ``Metrics.array_utilization`` divides by the array's cycles alone.
-    Ledger totals and profile rows both use it, so a PE doing several MACs per cycle at low
-    precision counts at its real rate. Vector and link entries do no MACs on the array.
-    """
-    gemms = [e for e in entries if e.unit == "array"]
-    capacity = sum(e.mac_capacity for e in gemms)
-    return sum(e.macs for e in gemms) / capacity if capacity else 0.0
 
 
 def _hides(e: LedgerEntry) -> bool:
@@ -586,53 +577,35 @@ class LedgerColumns:
                 code, values = self.codes(k)
                 combined = combined * max(len(values), 1) + code
                 parts.append(values)
-            uniq, first, inverse = np.unique(combined, return_index=True,
-                                             return_inverse=True)
-            order = np.argsort(first, kind="stable")
-            rank = np.empty_like(order)
-            rank[order] = np.arange(len(order))
+            code, combos = _first_seen(combined)
             out = []
-            for c in uniq[order].tolist():
+            for c in combos:
                 value = []
                 for values in reversed(parts):
                     c, i = divmod(c, max(len(values), 1))
                     value.append(values[i])
                 out.append(tuple(reversed(value)))
-            return rank[inverse.reshape(-1)], out
+            return code, out
         if key in _STRING_KEYS:
             col = getattr(self, key)
             if not isinstance(col, np.ndarray):  # one value for every call
                 return np.zeros(len(self), dtype=np.int64), [col] if len(self) else []
-            values = None
+            value = self.strings.__getitem__
         elif key == "chip":
-            col, values = self.chip, None
+            col, value = self.chip, int
         elif key == "unit":
-            col, values = self.unit_of[self.charge], None
+            col, value = self.unit_of[self.charge], _UNITS.__getitem__
         elif key == "layer":
-            col, values = self.layer_of[self.name], None
+            col, value = self.layer_of[self.name], lambda i: None if i < 0 else i
         elif key == "op":
-            ops = [row[1] for row in self.charges]
-            table = list(dict.fromkeys(ops))
-            col = np.array([table.index(o) for o in ops], dtype=np.int64)[self.charge]
-            values = table
+            ops = list(dict.fromkeys(row[1] for row in self.charges))
+            col = np.array([ops.index(row[1]) for row in self.charges],
+                           dtype=np.int64)[self.charge]
+            value = ops.__getitem__
         else:
             raise ValueError(f"cannot group a ledger by {key!r}; use {', '.join(GROUP_KEYS)}")
-        uniq, first, inverse = np.unique(col, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(len(order))
-        raw = uniq[order].tolist()
-        if key in _STRING_KEYS:
-            out = [self.strings[i] for i in raw]
-        elif key == "unit":
-            out = [_UNITS[i] for i in raw]
-        elif key == "layer":
-            out = [None if i < 0 else i for i in raw]
-        elif key == "op":
-            out = [values[i] for i in raw]
-        else:
-            out = raw
-        return rank[inverse.reshape(-1)], out
+        code, raw = _first_seen(col)
+        return code, [value(i) for i in raw]
 
     def totals(self, groups: np.ndarray | None = None, count: int = 1) -> list[Totals]:
         """:class:`Totals` of each group (``groups``: each call's, 0 .. count-1; None: one
@@ -685,6 +658,15 @@ class LedgerColumns:
 
 
 _OWN_INDEX = {u: {f: i for i, f in enumerate(own)} for u, own in _OWN.items()}
+
+
+def _first_seen(col: np.ndarray) -> tuple[np.ndarray, list]:
+    """Each value's rank in order of first appearance in ``col``, and the values in it."""
+    uniq, first, inverse = np.unique(col, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return rank[inverse.reshape(-1)], uniq[order].tolist()
 
 
 class ColumnsBuilder:
@@ -767,7 +749,7 @@ class Ledger:
     by columns (:class:`LedgerColumns`: each distinct charge once); ``entries`` (and
     iterating, indexing) makes the :class:`GemmEntry` / :class:`VectorEntry` /
     :class:`LinkEntry` of each call when first read; ``totals()`` and ``group_by()`` are
-    numpy sums over the columns and make none. ``to_csv``, ``to_json`` and ``to_dataframe``
+    numpy sums over the columns and make none. ``to_csv`` and ``to_json``
     export the entries; ``reset()`` clears the runtime's ledger (not this snapshot).
 
     Parameters
@@ -885,7 +867,7 @@ class Ledger:
             PEs do not take, tiles that do not fit), naming it; or a link entry (a system's
             collective has no one-chip charge).
         """
-        from .hardware import resolve
+        from .accelerators import resolve
 
         if accelerator is None:  # resolve(None) is the default preset: refuse, not guess
             raise TypeError("charged_on needs an accelerator (a preset name or an Accelerator), "
@@ -978,15 +960,6 @@ class Ledger:
         if path is not None:
             Path(path).write_text(text)
         return text
-
-    def to_dataframe(self):
-        """The entries as a pandas DataFrame (pandas is optional and imported here)."""
-        try:
-            import pandas as pd
-        except ImportError as err:
-            raise ImportError("Ledger.to_dataframe needs pandas: pip install pandas") from err
-        header, rows = self.rows()
-        return pd.DataFrame(rows, columns=header)
 
     def reset(self) -> None:
         """Clear the runtime ledger this snapshot was read from."""

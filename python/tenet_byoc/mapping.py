@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from ._cost_model import (
     Dataflow,
@@ -30,13 +29,9 @@ from ._cost_model import (
     _auto_mapping_dataflows,
     _mapping_tile_orders,
     _MappingSearch,
-    _search_mapping,
+    search_mapping,
     tile_size_candidates,
 )
-from ._cost_model import (
-    search_mapping as _core_search_mapping,
-)
-from ._gemm_call import _call_from_keywords, _deprecated
 from .memory import MemoryHierarchy, PrecisionTable
 
 __all__ = [
@@ -106,44 +101,12 @@ def _objective(objective: str) -> str:
     return objective
 
 
-def search_mapping(*args, **kwargs) -> MappingChoice:
-    """The mapping ``mapping="auto"`` would choose for a call.
+class MappingSearch:
+    """The best mapping of each distinct call over a declared space (``search_mapping``
+    searches an accelerator's own auto space instead).
 
-    ``search_mapping(call, accelerator, objective=None, threads=0)``: ``call`` (a
-    ``GemmCall``) over the accelerator's auto space (os, ws and is on its array, each also
-    with its streamed dimension tiled, for a preset dataflow; the user's relations alone
-    otherwise), minimising ``objective`` (None: the accelerator's own, else "latency"). An
-    accelerator with ``mapping="auto"`` answers from its cached search.
-
-    The old form ``search_mapping(M, N, K, hardware, memory, *, dataflows, rows, cols,
-    objective, precision, stream_tiles, granule, max_even_split, threads, batch, bits, ...)``
-    (a declared space of its own) is deprecated (one release).
-    """
-    if (args and isinstance(args[0], GemmCall)) or "call" in kwargs:
-        return _core_search_mapping(*args, **kwargs)
-    return _search_mapping_keywords(*args, **kwargs)
-
-
-def _search_mapping_keywords(
-    M: int,
-    N: int,
-    K: int,
-    hardware: Hardware,
-    memory: MemoryHierarchy,
-    *,
-    dataflows: Sequence[str | Dataflow] = PRESETS,
-    rows: int | None = None,
-    cols: int | None = None,
-    objective: str = "latency",
-    precision: PrecisionTable | None = None,
-    stream_tiles: Sequence[int] = (),
-    granule: int = 0,
-    max_even_split: int = 8,
-    threads: int = 0,
-    bits: int = 32,
-    **call: Any,
-) -> MappingChoice:
-    """The best mapping of ``C[M,N] = A[M,K] @ B[K,N]`` over the declared space.
+    Thread-safe; a call (shape, batch, widths, side data, extra ops, extra register bits) is
+    searched once.
 
     Parameters
     ----------
@@ -162,31 +125,6 @@ def _search_mapping_keywords(
     threads : int
         Worker threads (0 = 1, or 2 on spaces of 50,000+ tile-size items: after pruning a
         call is milliseconds of work); the result does not depend on it.
-    extra_read_bits, extra_ops, extra_register_bits : int
-        The call's side data, non-MAC ops and register bits beyond the MACs' own (as
-        ``cost_model.charge_gemm`` takes them); register bits weigh in the energy and EDP
-        objectives only.
-
-    Returns
-    -------
-    MappingChoice
-        ``dataflow``, ``tiles``, ``metrics`` (AnalyzeMemory), ``energy``, ``mapping`` (a
-        readable string) and the search's counts (candidates, evaluated, pruned, unfit).
-    """
-    _deprecated("search_mapping(M, N, K, hardware, memory, ...)",
-                "search_mapping(GemmCall(...), accelerator, objective=...)")
-    dfs = searched_dataflows(dataflows, hardware, rows, cols)
-    table = precision if precision is not None else PrecisionTable.horowitz_45nm()
-    return _search_mapping(_call_from_keywords(M, N, K, bits, **call), hardware, memory,
-                           dfs, table, _objective(objective), list(stream_tiles), granule,
-                           max_even_split, threads)
-
-
-class MappingSearch:
-    """``search_mapping`` remembered per distinct call: build one per accelerator.
-
-    Thread-safe; a call (shape, batch, widths, side data, extra ops, extra register bits) is
-    searched once.
     """
 
     def __init__(self, hardware: Hardware, memory: MemoryHierarchy, *,
@@ -200,15 +138,10 @@ class MappingSearch:
         self._search = _MappingSearch(hardware, memory, dfs, table, self.objective,
                                       list(stream_tiles), granule, max_even_split, threads)
 
-    def best(self, call: GemmCall | int, *args: Any, **kwargs: Any) -> MappingChoice:
-        """The cached best mapping of ``call`` (a ``GemmCall``; searched on the first
-        request). The old form ``best(M, N, K, *, batch, bits, bits_a, ...)`` is deprecated
-        (one release)."""
-        if not isinstance(call, GemmCall):
-            _deprecated("MappingSearch.best(M, N, K, ...)", "MappingSearch.best(GemmCall(...))")
-            call = _call_from_keywords(call, *args, **kwargs)
-        elif args or kwargs:
-            raise TypeError("MappingSearch.best(call) takes one GemmCall")
+    def best(self, call: GemmCall) -> MappingChoice:
+        """The cached best mapping of ``call`` (searched on the first request): its
+        ``dataflow``, ``tiles``, ``metrics``, ``energy``, ``mapping`` (a readable string) and
+        the search's counts (candidates, evaluated, pruned, unfit)."""
         return self._search.best(call)
 
     @property

@@ -21,8 +21,6 @@ Example
 
 from __future__ import annotations
 
-from typing import Any
-
 from ._cost_model import (
     Dataflow,
     EnergyBreakdown,
@@ -38,14 +36,9 @@ from ._cost_model import (
     _buffer_bytes_needed,
     _call_energy,
     _default_tile_mapping,
-    _roofline_cycles,
     integer_mac_pj,
     sram_pj_per_bit,
 )
-from ._cost_model import (
-    analyze_memory as _core_analyze_memory,
-)
-from ._gemm_call import _call_from_keywords, _deprecated
 
 __all__ = [
     "EnergyBreakdown",
@@ -55,12 +48,10 @@ __all__ = [
     "OperandTraffic",
     "PrecisionTable",
     "TileMapping",
-    "analyze_memory",
     "buffer_bytes_needed",
     "call_energy",
     "default_tile_mapping",
     "integer_mac_pj",
-    "roofline_cycles",
     "scalesim_equivalent",
     "scalesim_mapping",
     "sram_pj_per_bit",
@@ -74,49 +65,6 @@ _UNLIMITED_BITS_PER_CYCLE = float(2**62)
 def _widths(bits: int, bits_a: int | None, bits_b: int | None, bits_c: int | None):
     return (bits if bits_a is None else bits_a, bits if bits_b is None else bits_b,
             bits if bits_c is None else bits_c)
-
-
-def analyze_memory(*args: Any, **kwargs: Any) -> MemoryMetrics:
-    """DRAM traffic, buffer traffic and latency of a call cut into buffer tiles.
-
-    ``analyze_memory(call, accelerator, mapping=None)``: ``call`` (a ``GemmCall``) on the
-    accelerator's dataflow and memory hierarchy, cut into ``mapping``'s tiles (a
-    ``TileMapping``; None: the accelerator's own choice, what
-    ``charge(call, accelerator).memory`` holds).
-
-    The old form ``analyze_memory(M, N, K, hardware, dataflow, memory, mapping, bits=32, *,
-    batch, bits_a, bits_b, bits_c, extra_read_bits, extra_ops)`` is deprecated (one release).
-
-    Raises
-    ------
-    ValueError
-        A bad value, or tiles that do not fit the buffer (the message says how many bytes).
-    """
-    if (args and isinstance(args[0], GemmCall)) or "call" in kwargs:
-        return _core_analyze_memory(*args, **kwargs)
-    return _analyze_memory_keywords(*args, **kwargs)
-
-
-def _analyze_memory_keywords(M: int, N: int, K: int, hardware: Hardware, dataflow: Dataflow,
-                             memory: MemoryHierarchy, mapping: TileMapping, bits: int = 32,
-                             **call: Any) -> MemoryMetrics:
-    _deprecated("analyze_memory(M, N, K, hardware, dataflow, memory, mapping, ...)",
-                "analyze_memory(GemmCall(...), accelerator, mapping)")
-    return _analyze_memory(_call_from_keywords(M, N, K, bits, **call), hardware, dataflow,
-                           memory, mapping)
-
-
-def roofline_cycles(M: int, N: int, K: int, num_pes: int, macs_per_pe_per_cycle: float,
-                    memory: MemoryHierarchy, bits: int = 32, *,
-                    ops_per_pe_per_cycle: float = 0, **call: Any) -> int:
-    """Deprecated (one release): ``cost_model.roofline(call, accelerator)``.
-
-    ``max(ceil(MACs / (PEs x rate) + extra_ops / (PEs x ops rate)),
-    ceil(compulsory DRAM bits / bandwidth))``; the ops rate (the hardware's base rate) defaults
-    to the MAC rate."""
-    _deprecated("roofline_cycles", "roofline(GemmCall(...), accelerator)")
-    return _roofline_cycles(_call_from_keywords(M, N, K, bits, **call), num_pes,
-                            macs_per_pe_per_cycle, memory, ops_per_pe_per_cycle)
 
 
 def buffer_bytes_needed(M: int, N: int, K: int, memory: MemoryHierarchy, mapping: TileMapping,

@@ -3,32 +3,18 @@
 from __future__ import annotations
 
 import json
-import warnings
 
 import tvm
 from tvm import relax
 from tvm.relax.dpl import pattern as dpl
 
-from .hardware import Accelerator, resolve
+from .accelerators import Accelerator, resolve
 from .patterns import tenet_patterns
 from .quantization import RECIPE_ATTR, SCHEME_ATTR
 from .vector_plan import PLAN_ATTR, insert_charge_calls
 
 #: The function attribute that carries the accelerator (its JSON form) to the codegen.
 ACCELERATOR_ATTR = "tenet.accelerator"
-
-
-def _accelerator_argument(accelerator, hardware, where: str):
-    """The ``accelerator=`` argument, or the deprecated ``hardware=`` one."""
-    if hardware is None:
-        return accelerator
-    if accelerator is not None:
-        raise TypeError(f"{where}: pass accelerator= only (hardware= is its deprecated name)")
-    warnings.warn(
-        f"{where}(hardware=...) is deprecated; pass accelerator=... (the same value)",
-        DeprecationWarning, stacklevel=3,
-    )
-    return hardware
 
 
 def _ops_in(mod: tvm.IRModule) -> set[str]:
@@ -70,8 +56,6 @@ def _required_ops(pattern) -> set[str]:
 def partition_for_tenet(
     mod: tvm.IRModule,
     accelerator: str | Accelerator | None = None,
-    *,
-    hardware: str | Accelerator | None = None,
 ) -> tvm.IRModule:
     """Group the matmuls the tenet runtime can run into functions for the ``tenet`` codegen.
 
@@ -81,9 +65,7 @@ def partition_for_tenet(
         A Relax module.
     accelerator : str, Accelerator or None
         The accelerator the offloaded calls are charged to: a preset name (see
-        ``tenet_byoc.hardware.PRESETS``), an :class:`Accelerator`, or None for the default.
-    hardware : str, Accelerator or None
-        Deprecated name of ``accelerator``.
+        ``tenet_byoc.accelerators.PRESETS``), an :class:`Accelerator`, or None for the default.
 
     Returns
     -------
@@ -94,7 +76,6 @@ def partition_for_tenet(
         quantization scheme and its cost recipe :func:`~tenet_byoc.quantize` stamped on the
         module (attrs ``tenet.quant_scheme``, ``tenet.quant_recipe``).
     """
-    accelerator = _accelerator_argument(accelerator, hardware, "partition_for_tenet")
     stamps = {ACCELERATOR_ATTR: resolve(accelerator).to_json()}
     for attr in (SCHEME_ATTR, RECIPE_ATTR):
         if mod.attrs is not None and attr in mod.attrs:
@@ -137,7 +118,6 @@ def build(
     *,
     accelerator: str | Accelerator | None = None,
     offload: bool = True,
-    hardware: str | Accelerator | None = None,
 ) -> tvm.runtime.Executable:
     """Partition, run the tenet codegen and build with ``relax.build``.
 
@@ -152,15 +132,12 @@ def build(
         The accelerator the offloaded calls are charged to (see :func:`partition_for_tenet`).
     offload : bool
         False builds the same module entirely with TVM (the reference the tests compare to).
-    hardware : str, Accelerator or None
-        Deprecated name of ``accelerator`` (a ``DeprecationWarning``).
 
     Returns
     -------
     tvm.runtime.Executable
         Load it with ``relax.VirtualMachine(ex, tvm.cpu())``.
     """
-    accelerator = _accelerator_argument(accelerator, hardware, "build")
     if not isinstance(target, tvm.target.Target):
         target = tvm.target.Target(target)
     if offload:

@@ -19,7 +19,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .ledger import LedgerEntry, Totals, _parse, tenet_modules, totals
+from .ledger import LedgerEntry, Totals, _parse, tenet_modules, text_table, totals
 
 #: The timing columns, in the order TVM's old profiler report had them (Count before shapes).
 TIMING_COLUMNS = ("Name", "Duration (us)", "Percent", "Count", "Argument Shapes", "Device")
@@ -115,20 +115,16 @@ def _merge_layers(layers: Sequence[str]) -> str:
     return starred[0] if len(starred) == 1 else ", ".join(names)
 
 
+#: How a column's values print (the others as ``str``).
+_FORMATS = {"Duration (us)": "{:,.2f}", "Est. latency (us)": "{:,.2f}", "Percent": "{:.2f}",
+            "PE util (%)": "{:.2f}", "Bandwidth (GB/s)": "{:.2f}", "x Roofline": "{:.2f}",
+            "Energy (uJ)": "{:,.3f}", "MACs": "{:,}", "Est. cycles": "{:,}",
+            "Roofline cycles": "{:,}", "Count": "{:,}", "Off-chip bytes": "{:,.0f}",
+            "DRAM bytes": "{:,.0f}"}
+
+
 def _format(column: str, value: object) -> str:
-    if value is None:
-        return ""
-    if column in ("Duration (us)", "Est. latency (us)"):
-        return f"{value:,.2f}"
-    if column in ("Percent", "PE util (%)", "Bandwidth (GB/s)", "x Roofline"):
-        return f"{value:.2f}"
-    if column == "Energy (uJ)":
-        return f"{value:,.3f}"
-    if column in ("MACs", "Est. cycles", "Roofline cycles", "Count"):
-        return f"{value:,}"
-    if column in ("Off-chip bytes", "DRAM bytes"):
-        return f"{value:,.0f}"
-    return str(value)
+    return "" if value is None else _FORMATS.get(column, "{}").format(value)
 
 
 class Report:
@@ -204,13 +200,7 @@ class Report:
         s = self.sum_row().values()
         lines.append([_format(c, s[c]) for c in columns])
         lines.append([_format(c, total[c]) for c in columns])
-        widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
-        out = []
-        for line in lines:
-            cells = [line[0].ljust(widths[0])]
-            cells += [cell.rjust(w) for cell, w in zip(line[1:], widths[1:], strict=True)]
-            out.append("  ".join(cells).rstrip())
-        out += ["", "Configuration", "-------------"]
+        out = text_table(lines) + ["", "Configuration", "-------------"]
         out += [f"{k}: {v}" for k, v in self.configuration.items()]
         return "\n".join(out) + "\n"
 

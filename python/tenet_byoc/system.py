@@ -48,8 +48,7 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
-from .compose import pipeline_seconds  # the pipeline's rule, re-exported here
-from .hardware import Accelerator, resolve
+from .accelerators import Accelerator, resolve
 from .ledger import Ledger, LedgerEntry
 
 __all__ = [
@@ -62,7 +61,6 @@ __all__ = [
     "charge_collective",
     "collective_link_bytes",
     "collective_seconds",
-    "pipeline_seconds",
 ]
 
 #: Link topologies :func:`collective_seconds` has a formula for.

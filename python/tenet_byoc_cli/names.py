@@ -16,10 +16,10 @@ __all__ = ["BUILTIN_MODELS", "CLASSIC_SCHEMES", "DEFAULT_ACCELERATORS", "DEFAULT
            "QUICK_ACCELERATORS", "QUICK_LENGTH", "QUICK_SCHEMES", "SCHEMES", "TOPOLOGIES",
            "did_you_mean"]
 
-#: Accelerator presets, in ``tenet_byoc.hardware.PRESETS``'s order.
+#: Accelerator presets, in ``tenet_byoc.accelerators.PRESETS``'s order.
 PRESETS = ("os16", "ws16", "is16", "os16_mp", "os128", "ws128", "tpu_v1", "tpu_v5e", "a100",
            "h100_sxm", "h200", "tenet_os8", "tenet_ws8")
-#: ``tenet_byoc.hardware.DEFAULT_PRESET``.
+#: ``tenet_byoc.accelerators.DEFAULT_PRESET``.
 DEFAULT_PRESET = "os16"
 #: Quantization schemes, in ``tenet_byoc.quantization.SCHEMES``'s order.
 SCHEMES = ("none", "w8a8_per_tensor", "w8a8_per_channel_per_token", "w8a16_per_channel",

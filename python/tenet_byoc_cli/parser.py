@@ -160,8 +160,6 @@ def _count(low: int):
     return parse
 
 
-
-
 def _quantity(unit: str, allow_zero: bool = False):
     """An argparse type: a finite number of ``unit``, > 0 (>= 0 with ``allow_zero``)."""
     def parse(text: str) -> float:
@@ -185,16 +183,6 @@ _milliseconds = _quantity("milliseconds")
 def _counts(text: str) -> list[int]:
     one = _count(1)
     return [one(t.strip()) for t in text.split(",") if t.strip()] or [one(text)]
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _model(text: str) -> str:
@@ -270,7 +258,7 @@ def _mixed_out_refusal(out: str, command: str) -> str | None:
             f"(e.g. {os.path.join(out, command)!r})")
 
 
-#: ``--mapping``'s values (``tenet_byoc.hardware.MAPPING_CHOICES`` but None).
+#: ``--mapping``'s values (``tenet_byoc.accelerators.MAPPING_CHOICES`` but None).
 MAPPING_CHOICES = ("default", "auto")
 
 
@@ -339,6 +327,30 @@ def _report_option(p: argparse.ArgumentParser) -> None:
                    help="also write report.html into --out (see `tenet-byoc report`)")
 
 
+def _llm_option(p: argparse.ArgumentParser, default: str) -> None:
+    """``--model`` of the commands that take any LLM from its config alone."""
+    p.add_argument("--model", default=default, type=_model, metavar="NAME|DIR",
+                   help=f"built-in name ({', '.join(BUILTIN_MODELS)}), a config.json or a "
+                   f"checkpoint folder (default: {default})")
+
+
+def _accelerator_option(p: argparse.ArgumentParser, default: str | None = DEFAULT_PRESET
+                        ) -> None:
+    """``--accelerator``: one preset or design file."""
+    p.add_argument("--accelerator", dest="accelerator", default=default,
+                   type=_accelerators(many=False), metavar="PRESET|FILE",
+                   help=f"a preset or a design file (.json/.yaml, see `presets --show`); "
+                   f"default: {DEFAULT_PRESET}; available: {', '.join(sorted(PRESETS))}")
+
+
+def _mapping_option(p: argparse.ArgumentParser,
+                    what: str = "default: the accelerator's own") -> None:
+    p.add_argument("--mapping", type=_mapping_choice, choices=MAPPING_CHOICES,
+                   help="tile mapping: searched per call (auto: each distinct call's dataflow, "
+                   "buffer tiles and loop order, once, cached) or each call's default tiles "
+                   f"(default; 'fixed' is its old name); {what}")
+
+
 def _model_options(p: argparse.ArgumentParser, *, sweep: bool) -> None:
     g = p.add_argument_group("model")
     if sweep:
@@ -355,46 +367,39 @@ def _model_options(p: argparse.ArgumentParser, *, sweep: bool) -> None:
                    help="local Hugging Face GPT-2 folder (config.json + model.safetensors); "
                    "replaces --gpt2-config")
     quick = f"; {QUICK_LENGTH} with --quick" if sweep else ""
-    g.add_argument("--prompt-len", type=_positive, metavar="P",
+    g.add_argument("--prompt-len", type=_count(1), metavar="P",
                    help=f"GPT-2 prefill tokens (default: 128{quick}, at most the model's "
                    "n_positions)")
-    g.add_argument("--context-len", type=_positive, metavar="L",
+    g.add_argument("--context-len", type=_count(1), metavar="L",
                    help=f"GPT-2 decode step's cache length (default: 128{quick}, at most "
                    "n_positions - 1)")
     g.add_argument("--data", metavar="DIR",
                    help="folder with the FashionMNIST IDX files; the MLP is trained on "
                    "them (about 10 s). Without it: scikit-learn's handwritten digits "
                    "(8x8, bundled; a seeded 1437/360 train/test split)")
-    g.add_argument("--epochs", type=_positive,
+    g.add_argument("--epochs", type=_count(1),
                    help="MLP training epochs (default: 5 on FashionMNIST, 60 on the "
                    "digits)")
     g.add_argument("--seed", type=int, default=0, help="weights and token ids (default 0)")
 
 
-def _hardware_options(p: argparse.ArgumentParser, *, many: bool, default: str = "") -> None:
+def _accelerator_options(p: argparse.ArgumentParser, *, many: bool, default: str = "") -> None:
     presets = ", ".join(sorted(PRESETS))
     g = p.add_argument_group("accelerator")
     if many:
-        g.add_argument("--accelerator", "--hardware", dest="accelerator",
+        g.add_argument("--accelerator", dest="accelerator",
                        type=_accelerators(many=True), metavar="LIST",
                        help=f"comma-separated presets, design files (.json/.yaml, see "
                        f"`presets --show`) or all (default: {default}; the model runs "
                        "once and each accelerator is charged from its ledger); "
-                       f"available: {presets}; --hardware is a deprecated name")
+                       f"available: {presets}")
     else:
-        g.add_argument("--accelerator", "--hardware", dest="accelerator",
-                       type=_accelerators(many=False), metavar="PRESET|FILE",
-                       help=f"a preset or a design file (.json/.yaml, see `presets "
-                       f"--show`); default: {DEFAULT_PRESET}; available: {presets}")
+        _accelerator_option(g, default=None)  # None: --tenet-p/-m may replace the preset
     g.add_argument("--tenet-p", metavar="FILE",
                    help="custom accelerator: TENET .p file (PE array, interconnect, memory)")
     g.add_argument("--tenet-m", metavar="FILE",
                    help="custom accelerator: TENET .m file (space and time maps of a GEMM)")
-    g.add_argument("--mapping", type=_mapping_choice, choices=MAPPING_CHOICES,
-                   help="auto: search each distinct call's dataflow (os/ws/is), buffer tiles "
-                   "and loop order, once, cached; default: each call's default tiles (the "
-                   "default; 'fixed' is its old name); a TENET .m dataflow stays, only its "
-                   "tiles are searched")
+    _mapping_option(g, "a TENET .m dataflow stays, only its tiles are searched")
     g.add_argument("--objective", choices=MAPPING_OBJECTIVES,
                    help="what --mapping auto minimises (default: latency)")
 
@@ -406,20 +411,12 @@ def _add_estimate(sub) -> None:
         "model from the model's config alone: TTFT, TPOT, tokens/s, energy per token, MACs "
         "and DRAM bytes per phase and scheme. Optionally sweep a decode step over context "
         "lengths and batch sizes.")
-    presets = ", ".join(sorted(PRESETS))
-    p.add_argument("--model", default="gpt2", type=_model, metavar="NAME|DIR",
-                   help=f"built-in name ({', '.join(BUILTIN_MODELS)}), a config.json or a "
-                   "checkpoint folder (default: gpt2)")
+    _llm_option(p, "gpt2")
     p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
                    metavar="LIST", help=f"comma-separated schemes or all (default: none); "
                    f"available: {', '.join(SCHEMES)}")
-    p.add_argument("--accelerator", "--hardware", dest="accelerator", default=DEFAULT_PRESET,
-                   type=_accelerators(many=False), metavar="PRESET|FILE",
-                   help=f"a preset or a design file (.json/.yaml, see `presets --show`); "
-                   f"default: {DEFAULT_PRESET}; available: {presets}")
-    p.add_argument("--mapping", type=_mapping_choice, choices=MAPPING_CHOICES,
-                   help="tile mapping: searched per call (auto) or each call's default tiles "
-                   "(default; 'fixed' is its old name); default: the accelerator's own")
+    _accelerator_option(p)
+    _mapping_option(p)
     p.add_argument("--prompt-len", type=_count(0), default=128, metavar="P",
                    help="prefill tokens (default 128; 0: no prefill)")
     p.add_argument("--context-len", type=_count(0), metavar="L",
@@ -470,9 +467,7 @@ def _add_dse(sub) -> None:
         f"appended to DIR/{DSE_RESULTS_FILE} as they finish: run the same command again to "
         "resume. With --checkpoint and --text, each scheme's perplexity and top-1 agreement "
         "join its points.")
-    p.add_argument("--model", default="llama-3-8b", type=_model, metavar="NAME|DIR",
-                   help=f"built-in name ({', '.join(BUILTIN_MODELS)}) or a config.json / "
-                   "checkpoint folder (default: llama-3-8b)")
+    _llm_option(p, "llama-3-8b")
     p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
                    metavar="LIST", help="comma-separated schemes (default: none)")
     p.add_argument("--space", required=True, metavar="FILE",
@@ -516,8 +511,6 @@ def _add_dse(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-
-
 def _share(text: str) -> float:
     value = _rate(text)
     if value > 1:
@@ -535,20 +528,12 @@ def _add_serve(sub) -> None:
         "holds what the chip's memory leaves after the scheme's weights. Writes "
         "requests.csv, timeline.csv, summary.json and plots into --out. Static batching "
         "is `estimate --serve`.")
-    presets = ", ".join(sorted(PRESETS))
-    p.add_argument("--model", default="gpt2", type=_model, metavar="NAME|DIR",
-                   help=f"built-in name ({', '.join(BUILTIN_MODELS)}), a config.json or a "
-                   "checkpoint folder (default: gpt2)")
+    _llm_option(p, "gpt2")
     p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
                    metavar="LIST", help="comma-separated schemes, with +kvN for a quantized "
                    f"KV cache (default: none); available: {', '.join(SCHEMES)}")
-    p.add_argument("--accelerator", "--hardware", dest="accelerator", default=DEFAULT_PRESET,
-                   type=_accelerators(many=False), metavar="PRESET|FILE",
-                   help=f"a preset or a design file; default: {DEFAULT_PRESET}; available: "
-                   f"{presets}")
-    p.add_argument("--mapping", type=_mapping_choice, choices=MAPPING_CHOICES,
-                   help="tile mapping: searched per call (auto) or each call's default tiles "
-                   "(default; 'fixed' is its old name); default: the accelerator's own")
+    _accelerator_option(p)
+    _mapping_option(p)
     g = p.add_argument_group("requests")
     g.add_argument("--rate", type=_rate, metavar="R", help="Poisson arrivals, requests/s")
     g.add_argument("--requests", type=_count(1), default=1000, metavar="N",
@@ -622,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated schemes or all (default: the classic "
                    f"{len(CLASSIC_SCHEMES)}, {','.join(CLASSIC_SCHEMES)}; three with --quick); "
                    f"available: {', '.join(SCHEMES)}")
-    _hardware_options(p, many=True, default=f"{','.join(DEFAULT_ACCELERATORS)}; "
+    _accelerator_options(p, many=True, default=f"{','.join(DEFAULT_ACCELERATORS)}; "
                       f"{','.join(QUICK_ACCELERATORS)} with --quick")
     p.add_argument("--quick", action="store_true",
                    help=f"prompt and context {QUICK_LENGTH}, schemes {','.join(QUICK_SCHEMES)}, "
@@ -630,7 +615,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json, layers.csv and "
                    "PNG plots here")
     _report_option(p)
-    p.add_argument("--repeats", type=_positive, default=1,
+    p.add_argument("--repeats", type=_count(1), default=1,
                    help="timed CPU runs per phase; the wall column is their median (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -639,10 +624,10 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(p, sweep=False)
     p.add_argument("--scheme", type=_one("scheme", SCHEMES), default="none",
                    help=f"default: none; available: {', '.join(SCHEMES)}")
-    _hardware_options(p, many=True, default=DEFAULT_PRESET)
+    _accelerator_options(p, many=True, default=DEFAULT_PRESET)
     p.add_argument("--out", metavar="DIR", help="write run.csv, run.json, layers.csv and a plot")
     _report_option(p)
-    p.add_argument("--repeats", type=_positive, default=3,
+    p.add_argument("--repeats", type=_count(1), default=3,
                    help="timed CPU runs per phase; the wall column is their median (default 3)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -652,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_options(p, sweep=False)
     p.add_argument("--scheme", type=_one("scheme", SCHEMES), default="none",
                    help=f"default: none; available: {', '.join(SCHEMES)}")
-    _hardware_options(p, many=False)
+    _accelerator_options(p, many=False)
     p.add_argument("--phase", choices=["prefill", "decode"],
                    help="GPT-2 function to profile (default: prefill; not for the MLP)")
     p.add_argument("--csv", metavar="FILE", help="also write the report as CSV")
@@ -671,14 +656,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schemes", type=_names("scheme", SCHEMES), metavar="LIST",
                    help="comma-separated schemes or all (default: the classic seven); "
                    "float32 (none) always runs first as the reference")
-    p.add_argument("--accelerator", "--hardware", dest="accelerator",
-                   type=_accelerators(many=False), default=DEFAULT_PRESET,
-                   metavar="PRESET|FILE",
-                   help=f"a preset or a design file (.json/.yaml, see `presets --show`); "
-                   f"default: {DEFAULT_PRESET}; available: {', '.join(presets)}")
-    p.add_argument("--window", type=_positive, metavar="N",
+    _accelerator_option(p)
+    p.add_argument("--window", type=_count(1), metavar="N",
                    help="tokens per window, at least 2 (default: the model's context)")
-    p.add_argument("--max-tokens", type=_positive, metavar="N",
+    p.add_argument("--max-tokens", type=_count(1), metavar="N",
                    help="evaluate only the text's first N tokens (default: all)")
     p.add_argument("--out", metavar="DIR", help="write eval.csv and eval.json here")
     _report_option(p)

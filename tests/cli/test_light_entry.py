@@ -18,13 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_name_lists_equal_the_registries():
-    from tenet_byoc import dse, hardware, mapping, system
+    from tenet_byoc import accelerators, dse, mapping, system
     from tenet_byoc.experiments import dse_cmd, sweep
     from tenet_byoc.models import configs, gpt2
     from tenet_byoc.quantization import CLASSIC_SCHEMES, SCHEMES
 
-    assert names.PRESETS == tuple(hardware.PRESETS)
-    assert names.DEFAULT_PRESET == hardware.DEFAULT_PRESET
+    assert names.PRESETS == tuple(accelerators.PRESETS)
+    assert names.DEFAULT_PRESET == accelerators.DEFAULT_PRESET
     assert names.SCHEMES == tuple(SCHEMES)
     assert names.CLASSIC_SCHEMES == tuple(CLASSIC_SCHEMES)
     assert names.GPT2_CONFIGS == tuple(gpt2.PRESETS)

@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 
 def _hand(acc, b, h, kv, s, n, d, causal, bits=16, q_tile=128):

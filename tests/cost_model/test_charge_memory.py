@@ -9,7 +9,7 @@ import math
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import PRESETS, Accelerator, preset
+from tenet_byoc.accelerators import PRESETS, Accelerator, preset
 
 # GPT-2 small prefill of 128 tokens: (M, N, K, batch, times). 12 layers of qkv, attention
 # projection, MLP up and down, and attention's QK^T and PV per head (12 heads as the batch);
@@ -46,21 +46,29 @@ def test_gpt2_small_float32_prefill_on_os16_is_within_1_5x_of_the_roofline():
 @pytest.mark.parametrize(("m", "n", "k", "bits"), [(7, 96, 32, 32), (33, 50, 70, 8),
                                                    (1, 200, 64, 16)])
 def test_charge_parts_equal_the_memory_core(name, m, n, k, bits):
-    acc = preset(name, mapping="default")  # each call's default tiles, as the core below
+    # one core, each call's default tiles: the buffer level is the memory core's
+    acc = preset(name, mapping="default").replace(cores=None)
     try:
         mac = acc.precision.lookup(bits, bits)
     except ValueError:
         with pytest.raises(ValueError, match="not support"):
-            cm.charge_gemm(m, n, k, acc.hardware, acc.dataflow, bits, **acc.charge_parts)
+            cm.charge(cm.GemmCall(m=m, n=n, k=k, bits_a=bits, bits_b=bits, bits_c=bits), acc)
         return
-    c = cm.charge_gemm(m, n, k, acc.hardware, acc.dataflow, bits, **acc.charge_parts)
+    c = cm.charge(cm.GemmCall(m=m, n=n, k=k, bits_a=bits, bits_b=bits, bits_c=bits), acc)
     rows, cols = acc.dataflow.rows or 1, acc.dataflow.cols or acc.hardware.num_pes
     tiles = cm.default_tile_mapping(m, n, k, acc.memory, rows, cols, bits)
-    mm = cm.analyze_memory(m, n, k, acc.hardware, acc.dataflow, acc.memory, tiles, bits)
+    mm = cm.analyze_memory(
+        cm.GemmCall(m=m, n=n, k=k, bits_a=bits, bits_b=bits, bits_c=bits), acc, tiles
+    )
     assert (c.memory.cycles, c.memory.dram_read_bits, c.memory.dram_write_bits,
             c.memory.mapping) == (mm.cycles, mm.dram_read_bits, mm.dram_write_bits, mm.mapping)
     assert c.energy.total_pj == pytest.approx(cm.call_energy(mm, acc.memory, mac).total_pj)
-    assert c.array.cycles == cm.analyze_gemm(m, n, k, acc.hardware, acc.dataflow, bits).cycles
+    assert (
+        c.array.cycles
+        == cm.analyze_array(
+            cm.GemmCall(m=m, n=n, k=k, bits_a=bits, bits_b=bits, bits_c=bits), acc
+        ).cycles
+    )
     # The roofline by hand at the hardware's rate for these widths.
     rate = acc.hardware.macs_per_pe_per_cycle_at(bits)
     pes = acc.hardware.num_pes
@@ -77,14 +85,19 @@ def test_charge_parts_equal_the_memory_core(name, m, n, k, bits):
 def test_a_given_mapping_is_charged_and_a_misfit_refused():
     base = preset("os16")
     tiles = cm.TileMapping(32, 32, 64, "kmn")
-    c = cm.charge_gemm(64, 64, 128, base.hardware, base.dataflow, memory=base.memory,
-                       mapping=tiles)
+    c = cm.charge(
+        cm.GemmCall(m=64, n=64, k=128),
+        cm.Accelerator("analysis", base.hardware, base.dataflow, memory=base.memory, mapping=tiles),
+    )
     assert c.memory.mapping.endswith(tiles.describe())
     # K outermost: C's partial sums leave for every K tile but the first... and come back.
     assert c.memory.tensors["C"].dram_read_bits > 0
     small = cm.MemoryHierarchy(buffer_bytes=1024)
     with pytest.raises(ValueError, match="buffer"):
-        cm.charge_gemm(64, 64, 128, base.hardware, base.dataflow, memory=small, mapping=tiles)
+        cm.charge(
+            cm.GemmCall(m=64, n=64, k=128),
+            cm.Accelerator("analysis", base.hardware, base.dataflow, memory=small, mapping=tiles),
+        )
 
 
 def test_unsupported_widths_are_refused_with_their_names():
@@ -100,5 +113,8 @@ def test_precision_rates_are_the_hardwares_one_setting():
     parsed = Accelerator.from_json(
         cm.Accelerator("a", hw, df, precision=table).to_json())
     assert [u.macs_per_pe_per_cycle for u in parsed.precision.units] == [4]
-    c = cm.charge_gemm(64, 64, 64, hw, df, 8, precision=table)
+    c = cm.charge(
+        cm.GemmCall(m=64, n=64, k=64, bits_a=8, bits_b=8, bits_c=8),
+        cm.Accelerator("analysis", hw, df, precision=table),
+    )
     assert c.memory.roofline_cycles >= math.ceil(64**3 / (16 * 4))

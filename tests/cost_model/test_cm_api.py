@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator
+from tenet_byoc.accelerators import Accelerator
 from tenet_data import TENET_DATA
 
 
@@ -87,7 +87,10 @@ def test_threads_agree_with_serial():
               for p in ("os", "ws", "is")]
 
     def run(s):
-        r = cm.analyze_gemm(s[0], s[1], s[2], hw, cm.Dataflow.preset(s[3], rows=16, cols=16))
+        r = cm.analyze_array(
+            cm.GemmCall(m=s[0], n=s[1], k=s[2]),
+            cm.Accelerator("t", hw, cm.Dataflow.preset(s[3], rows=16, cols=16)),
+        )
         return (r.cycles, r.time_steps, tuple(r.tensors[t].unique for t in "ABC"))
 
     serial = [run(s) for s in shapes]
@@ -99,7 +102,10 @@ def test_threads_agree_with_serial():
 def test_gpt2_sized_counts_are_exact():
     # 1024x768x3072 = 2,415,919,104 MACs (above 2^31, where TENET's int overflows).
     hw = cm.Hardware.systolic(16, 16)
-    r = cm.analyze_gemm(1024, 768, 3072, hw, cm.Dataflow.preset("os", rows=16, cols=16))
+    r = cm.analyze_array(
+        cm.GemmCall(m=1024, n=768, k=3072),
+        cm.Accelerator("t", hw, cm.Dataflow.preset("os", rows=16, cols=16)),
+    )
     assert r.macs == 1024 * 768 * 3072
     # OS, 64x48 full folds of 3072+16+16-2 stamps and cycles each.
     assert r.folds == 64 * 48 and r.time_steps == 64 * 48 * 3102 == r.cycles
@@ -138,8 +144,10 @@ def test_accelerator_round_trip_keeps_subnormal_and_odd_values():
 
 
 def test_as_dict_carries_every_field():
-    r = cm.analyze_gemm(9, 5, 7, cm.Hardware.systolic(4, 4), cm.Dataflow.preset("is", rows=4,
-                                                                               cols=4))
+    r = cm.analyze_array(
+        cm.GemmCall(m=9, n=5, k=7),
+        cm.Accelerator("t", cm.Hardware.systolic(4, 4), cm.Dataflow.preset("is", rows=4, cols=4)),
+    )
     d = r.as_dict()
     for key, value in d.items():
         if key != "tensors":

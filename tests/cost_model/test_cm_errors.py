@@ -8,10 +8,11 @@ import re
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator
+from tenet_byoc.accelerators import Accelerator
 
 HW = cm.Hardware.systolic(4, 4)
 OS = cm.Dataflow.preset("os", rows=4, cols=4)
+ACC = cm.Accelerator("os4", HW, OS)
 
 
 @pytest.mark.parametrize("text,match", [
@@ -59,40 +60,40 @@ def test_hardware_fields():
 @pytest.mark.parametrize("m,n,k,field", [(0, 4, 4, "m"), (4, -1, 4, "n"), (4, 4, 0, "k")])
 def test_sizes(m, n, k, field):
     with pytest.raises(ValueError, match=f"GemmWorkload.{field} must be a positive integer"):
-        cm.analyze_gemm(m, n, k, HW, OS)
+        cm.analyze_array(cm.GemmCall(m=m, n=n, k=k), ACC)
 
 
 def test_other_workload_fields():
     with pytest.raises(ValueError, match="batch must be a positive"):
-        cm.analyze_gemm(4, 4, 4, HW, OS, batch=0)
+        cm.analyze_array(cm.GemmCall(m=4, n=4, k=4, batch=0), ACC)
     with pytest.raises(ValueError, match="bits_b must be in 1..1024, got 0"):
-        cm.analyze_gemm(4, 4, 4, HW, OS, bits_b=0)
+        cm.analyze_array(cm.GemmCall(m=4, n=4, k=4, bits_b=0), ACC)
     with pytest.raises(ValueError, match="extra_ops must be >= 0"):
-        cm.analyze_gemm(4, 4, 4, HW, OS, extra_ops=-5)
+        cm.analyze_array(cm.GemmCall(m=4, n=4, k=4, extra_ops=-5), ACC)
     with pytest.raises(ValueError, match="method must be 'auto', 'fast' or 'enumerate'"):
-        cm.analyze_gemm(4, 4, 4, HW, OS, method="magic")
+        cm.analyze_array(cm.GemmCall(m=4, n=4, k=4), ACC, "magic")
     with pytest.raises(ValueError, match="exceeds 2"):
-        cm.analyze_gemm(2**30, 2**30, 2**30, HW, OS)
+        cm.analyze_array(cm.GemmCall(m=2**30, n=2**30, k=2**30), ACC)
 
 
 def test_space_map_leaving_the_pe_domain():
     df8 = cm.Dataflow.preset("os", rows=8, cols=8)
     # Fast path: the used 8x8 rectangle does not fit the 4x4 array.
     with pytest.raises(ValueError, match=r"PE\[4,0\], outside Hardware.pe_domain"):
-        cm.analyze_gemm(16, 16, 4, HW, df8)
+        cm.analyze(cm.Statement.gemm(16, 16, 4), HW, df8)
     # Small shapes that stay in the first 4x4 corner are fine.
-    assert cm.analyze_gemm(4, 3, 4, HW, df8).macs == 48
+    assert cm.analyze(cm.Statement.gemm(4, 3, 4), HW, df8).macs == 48
     with pytest.raises(ValueError, match=r"sends instance S\[0,4,0\] to PE\[0,4\], outside"):
-        cm.analyze_gemm(4, 5, 4, HW, df8, method="enumerate")
+        cm.analyze(cm.Statement.gemm(4, 5, 4), HW, df8, "enumerate")
 
 
 def test_time_conflicts():
     # Every k of one (i, j) at the same stamp on the same PE.
     df = cm.Dataflow(space="{S[i,j,k]->PE[i%4,j%4]}", time="{S[i,j,k]->T[floor(i/4),floor(j/4)]}")
     with pytest.raises(ValueError, match=r"puts 3 instances on PE\[0,0\] at T\[0,0\].*allows 1"):
-        cm.analyze_gemm(4, 4, 3, HW, df)
+        cm.analyze(cm.Statement.gemm(4, 4, 3), HW, df)
     hw3 = cm.Hardware.systolic(4, 4, macs_per_pe_per_cycle=3)
-    r = cm.analyze_gemm(4, 4, 3, hw3, df)
+    r = cm.analyze(cm.Statement.gemm(4, 4, 3), hw3, df)
     # one stamp, 16 PEs x 3 instances: exact compute delay ceil(3/3) = 1 cycle.
     assert (r.time_steps, r.compute_delay_exact, r.macs) == (1, 1, 48)
 
@@ -100,13 +101,13 @@ def test_time_conflicts():
 def test_mismatched_arities_and_methods():
     df = cm.Dataflow(space="{S[i,j,k]->PE[i%4]}", time="{S[i,j,k]->T[i,j,k]}")
     with pytest.raises(ValueError, match="1-D PE coordinates but Hardware.pe_domain is 2-D"):
-        cm.analyze_gemm(2, 2, 2, HW, df)
+        cm.analyze(cm.Statement.gemm(2, 2, 2), HW, df)
     with pytest.raises(ValueError, match="fast method does not apply: the dataflow is not"):
-        cm.analyze_gemm(2, 2, 2, HW, df, method="fast")
+        cm.analyze(cm.Statement.gemm(2, 2, 2), HW, df, "fast")
     with pytest.raises(ValueError, match="take different numbers of iteration variables"):
         cm.Dataflow(space="{S[i,j]->PE[i,j]}", time="{S[i,j,k]->T[k]}")
     with pytest.raises(ValueError, match="limited to 4000000"):
-        cm.analyze_gemm(200, 200, 200, HW, df)
+        cm.analyze(cm.Statement.gemm(200, 200, 200), HW, df)
 
 
 def test_presets():
@@ -178,35 +179,47 @@ def _systolic(**kw):
 def test_derived_counts_that_leave_int64_are_refused(kwargs, hw_kwargs, what):
     # Each of these used to come back as a negative or wrapped count.
     with pytest.raises(ValueError, match=f"cost model: {what}.* overflows int64"):
-        cm.analyze_gemm(64, 64, 64, _systolic(**hw_kwargs), OS, **kwargs)
+        cm.analyze_array(
+            cm.GemmCall(m=64, n=64, k=64, **kwargs), cm.Accelerator("t", _systolic(**hw_kwargs), OS)
+        )
 
 
 def test_a_huge_call_at_wide_bits_is_refused_not_zero():
     # 2^60 MACs are allowed; their off-chip bits at 1024 bits per element (2^57 unique
     # elements x 2^10) are not representable, and used to wrap to 0.
     with pytest.raises(ValueError, match="off-chip bits overflows int64"):
-        cm.analyze_gemm(2**20, 2**20, 2**20, HW, OS, bits=1024)
+        cm.analyze_array(
+            cm.GemmCall(m=2**20, n=2**20, k=2**20, bits_a=1024, bits_b=1024, bits_c=1024),
+            ACC,
+        )
 
 
 def test_int64_max_extra_ops_give_their_exact_cycles():
     # ceil((2^63 - 1) / lanes) used to overflow inside (a + b - 1) / b and go negative.
-    base = cm.analyze_gemm(64, 64, 64, HW, OS)
-    r = cm.analyze_gemm(64, 64, 64, HW, OS, extra_ops=2**63 - 1)
+    base = cm.analyze_array(cm.GemmCall(m=64, n=64, k=64), ACC)
+    r = cm.analyze_array(
+        cm.GemmCall(m=64, n=64, k=64, extra_ops=2**63 - 1), ACC
+    )
     assert r.compute_cycles == base.compute_cycles + -(-(2**63 - 1) // base.active_pes)
 
 
 def test_large_side_data_below_the_limit_is_counted_exactly():
     # The reference is the same call without side data: extra bits add to the reads, extra
     # ops add ceil(ops / active PEs) cycles (Python integers, no overflow).
-    base = cm.analyze_gemm(64, 64, 64, HW, OS)
-    r = cm.analyze_gemm(64, 64, 64, HW, OS, extra_ops=2**40 + 3, extra_read_bits=2**50)
+    base = cm.analyze_array(cm.GemmCall(m=64, n=64, k=64), ACC)
+    r = cm.analyze_array(
+        cm.GemmCall(m=64, n=64, k=64, extra_ops=2**40 + 3, extra_read_bits=2**50),
+        ACC,
+    )
     assert r.offchip_read_bits == base.offchip_read_bits + 2**50
     assert r.compute_cycles == base.compute_cycles + -(-(2**40 + 3) // base.active_pes)
 
 
 def test_a_clock_so_slow_that_latency_is_infinite_is_refused():
     with pytest.raises(ValueError, match="latency_us .* is not finite"):
-        cm.analyze_gemm(64, 64, 64, _systolic(clock_ghz=1e-310), OS)
+        cm.analyze_array(
+            cm.GemmCall(m=64, n=64, k=64), cm.Accelerator("t", _systolic(clock_ghz=1e-310), OS)
+        )
 
 
 def test_tenet_hardware_file_line_3():

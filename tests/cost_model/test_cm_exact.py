@@ -35,8 +35,10 @@ def compare(m, n, k, rows, cols, preset, tile=None, bw=64.0, bits=(8, 8, 32)):
     tiling = {STREAM_KEY[preset]: tile} if tile else {}
     df = cm.Dataflow.preset(preset, rows=rows, cols=cols, **tiling)
     kw = {"bits_a": bits[0], "bits_b": bits[1], "bits_c": bits[2]}
-    fast = cm.analyze_gemm(m, n, k, hw, df, method="fast", **kw)
-    ref = cm.analyze_gemm(m, n, k, hw, df, method="enumerate", **kw)
+    fast = cm.analyze_array(cm.GemmCall(m=m, n=n, k=k, **kw), cm.Accelerator("t", hw, df), "fast")
+    ref = cm.analyze_array(
+        cm.GemmCall(m=m, n=n, k=k, **kw), cm.Accelerator("t", hw, df), "enumerate"
+    )
     assert_same(fast, ref, f"{m}x{n}x{k} {preset} {rows}x{cols} tile={tile}")
 
 
@@ -71,8 +73,8 @@ def test_larger_sweep(preset):
 def test_batch_is_independent_gemms():
     hw = cm.Hardware.systolic(4, 4, bandwidth_bits=32)
     df = cm.Dataflow.preset("ws", rows=4, cols=4)
-    one = cm.analyze_gemm(6, 5, 7, hw, df)
-    three = cm.analyze_gemm(6, 5, 7, hw, df, batch=3)
+    one = cm.analyze(cm.Statement.gemm(6, 5, 7), hw, df)
+    three = cm.analyze_array(cm.GemmCall(m=6, n=5, k=7, batch=3), cm.Accelerator("t", hw, df))
     for f in ["macs", "time_steps", "compute_delay_exact", "cycles", "folds",
               "offchip_read_bits", "offchip_write_bits"]:
         assert getattr(three, f) == 3 * getattr(one, f), f
@@ -94,7 +96,9 @@ def test_enumeration_of_a_non_preset_dataflow_counts_by_hand():
     hw = cm.Hardware(pe_domain="{PE[p]: 0<=p<4}", interconnect="{PE[p]->PE[p-1]}",
                      bandwidth_bits=8)
     df = cm.Dataflow(space="{S[i,j,k]->PE[j%4]}", time="{S[i,j,k]->T[floor(j/4),i,k]}")
-    r = cm.analyze_gemm(2, 4, 3, hw, df, bits=8)
+    r = cm.analyze_array(
+        cm.GemmCall(m=2, n=4, k=3, bits_a=8, bits_b=8, bits_c=8), cm.Accelerator("t", hw, df)
+    )
     assert r.method == "enumerate"
     assert (r.macs, r.time_steps, r.active_pes, r.avg_active_pes) == (24, 6, 4, 4.0)
     assert (r.tensors["A"].unique, r.tensors["B"].unique, r.tensors["C"].unique) == (6, 24, 8)
@@ -113,12 +117,12 @@ def test_exact_compute_delay_with_unequal_work_by_hand():
     hw = cm.Hardware(pe_domain="{PE[p]: 0<=p<2}", interconnect="{PE[p]->PE[p-1]}",
                      macs_per_pe_per_cycle=2)
     df = cm.Dataflow(space="{S[i,j,k]->PE[floor(i/2)]}", time="{S[i,j,k]->T[k]}")
-    r = cm.analyze_gemm(3, 1, 2, hw, df)
+    r = cm.analyze(cm.Statement.gemm(3, 1, 2), hw, df)
     assert (r.compute_delay, r.compute_delay_exact, r.compute_cycles) == (1.5, 2.0, 2)
     # With 1 MAC per PE per cycle the same map is a conflict.
     hw1 = cm.Hardware(pe_domain="{PE[p]: 0<=p<2}", interconnect="{PE[p]->PE[p-1]}")
     with pytest.raises(ValueError, match=r"puts 2 instances on PE\[0\] at T\[0\]"):
-        cm.analyze_gemm(3, 1, 2, hw1, df)
+        cm.analyze(cm.Statement.gemm(3, 1, 2), hw1, df)
 
 
 @settings(max_examples=40, deadline=None)
@@ -133,9 +137,16 @@ def test_mac_rate_by_width_is_a_packed_gemm(m, n, k, rows, cols, preset, rate, b
     one = cm.Hardware.systolic(rows, cols, bandwidth_bits=64)
     df = cm.Dataflow.preset(preset, rows=rows, cols=cols)
     kp = -(-k // rate)
-    got = cm.analyze_gemm(m, n, k, table, df, bits=bits, extra_ops=7)
-    packed = cm.analyze_gemm(m, n, kp, one, df, bits_a=bits * rate, bits_b=bits * rate,
-                             bits_c=bits, extra_ops=7)
+    got = cm.analyze_array(
+        cm.GemmCall(m=m, n=n, k=k, bits_a=bits, bits_b=bits, bits_c=bits, extra_ops=7),
+        cm.Accelerator("t", table, df),
+    )
+    packed = cm.analyze_array(
+        cm.GemmCall(
+            m=m, n=n, k=kp, bits_a=bits * rate, bits_b=bits * rate, bits_c=bits, extra_ops=7
+        ),
+        cm.Accelerator("t", one, df),
+    )
     assert got.macs == m * n * k and got.macs_per_pe_per_cycle == rate
     for f in ("cycles", "compute_cycles", "stall_cycles", "time_steps", "folds",
               "offchip_read_bits", "offchip_write_bits"):
@@ -146,7 +157,22 @@ def test_mac_rate_by_width_is_a_packed_gemm(m, n, k, rows, cols, preset, rate, b
     assert got.tensors["C"].unique == packed.tensors["C"].unique
     assert got.array_utilization == pytest.approx(got.macs / (got.cycles * rows * cols * rate))
     # A width the table does not list runs at 1 MAC per cycle; enumeration agrees.
-    assert cm.analyze_gemm(m, n, k, table, df, bits=32).cycles == cm.analyze_gemm(
-        m, n, k, one, df, bits=32).cycles
-    assert_same(got, cm.analyze_gemm(m, n, k, table, df, bits=bits, extra_ops=7,
-                                     method="enumerate"), "rate table")
+    assert (
+        cm.analyze_array(
+            cm.GemmCall(m=m, n=n, k=k, bits_a=32, bits_b=32, bits_c=32),
+            cm.Accelerator("t", table, df),
+        ).cycles
+        == cm.analyze_array(
+            cm.GemmCall(m=m, n=n, k=k, bits_a=32, bits_b=32, bits_c=32),
+            cm.Accelerator("t", one, df),
+        ).cycles
+    )
+    assert_same(
+        got,
+        cm.analyze_array(
+            cm.GemmCall(m=m, n=n, k=k, bits_a=bits, bits_b=bits, bits_c=bits, extra_ops=7),
+            cm.Accelerator("t", table, df),
+            "enumerate",
+        ),
+        "rate table",
+    )

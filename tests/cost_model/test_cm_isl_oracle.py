@@ -49,7 +49,7 @@ def check_case(m, n, k, rows, cols, preset, tile):
     hw = cm.Hardware.systolic(rows, cols)
     df = cm.Dataflow.preset(preset, rows=rows, cols=cols,
                             **({STREAM_KEY[preset]: tile} if tile else {}))
-    got = cm.analyze_gemm(m, n, k, hw, df)
+    got = cm.analyze(cm.Statement.gemm(m, n, k), hw, df)
     assert got.method == "fast"
     ref = isl_oracle.gemm(m, n, k, hw.pe_domain, hw.interconnect, df.space, df.time)
     assert_matches_oracle(got, ref, f"{m}x{n}x{k} {preset} {rows}x{cols} tile={tile}")
@@ -101,6 +101,6 @@ def test_enumeration_against_isl_on_general_relations(pe, ic, space, time):
     hw = cm.Hardware(pe_domain=pe, interconnect=ic)
     df = cm.Dataflow(space=space, time=time)
     for m, n, k in [(5, 7, 3), (9, 4, 6), (1, 10, 2)]:
-        got = cm.analyze_gemm(m, n, k, hw, df, method="enumerate")
+        got = cm.analyze(cm.Statement.gemm(m, n, k), hw, df, "enumerate")
         ref = isl_oracle.gemm(m, n, k, pe, ic, space, time)
         assert_matches_oracle(got, ref, f"{m}x{n}x{k} {space} {time}")

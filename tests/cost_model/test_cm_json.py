@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tenet_byoc import _cost_model as core
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 
 LIMIT = 65536  # characters of one relation text (relation.h, kMaxRelationChars)
 

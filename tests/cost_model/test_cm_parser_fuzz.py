@@ -120,7 +120,7 @@ def test_random_dataflows_analyse_or_raise(space, time):
                      macs_per_pe_per_cycle=4)
     try:
         df = cm.Dataflow(space=f"{{S[i,j,k]->PE[{space}]}}", time=f"{{S[i,j,k]->T[{time}]}}")
-        r = cm.analyze_gemm(3, 4, 2, hw, df)
+        r = cm.analyze(cm.Statement.gemm(3, 4, 2), hw, df)
     except ValueError:
         return
     assert r.macs == 24 and r.method == "enumerate"

@@ -14,7 +14,7 @@ import math
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 
 
 def _acc(cores: cm.Cores | None, *, dram_bits: float = 1 << 20) -> Accelerator:

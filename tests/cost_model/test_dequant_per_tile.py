@@ -10,7 +10,7 @@ import math
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 
 def _call(m: int, rows: int, n: int = 64, k: int = 128, batch: int = 1) -> cm.GemmCall:

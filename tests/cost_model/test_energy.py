@@ -8,7 +8,7 @@ import math
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.quantization import get_scheme
 
 
@@ -53,8 +53,11 @@ def test_call_energy_by_hand():
     hw = cm.Hardware.systolic(4, 4)
     df = cm.Dataflow.preset("os", rows=4, cols=4)
     mem = cm.MemoryHierarchy(dram_pj_per_bit=10.0, buffer_pj_per_bit=1.0, register_pj_per_bit=0.5)
-    mm = cm.analyze_memory(16, 16, 16, hw, df, mem, cm.TileMapping(16, 16, 16),
-                           bits_a=8, bits_b=8, bits_c=32)
+    mm = cm.analyze_memory(
+        cm.GemmCall(m=16, n=16, k=16, bits_a=8, bits_b=8, bits_c=32),
+        cm.Accelerator("t", hw, df, memory=mem),
+        cm.TileMapping(16, 16, 16),
+    )
     mac = cm.MacSpec(8, 8, 1, 0.3)
     e = cm.call_energy(mm, mem, mac, extra_ops=100)
     macs = 16 ** 3
@@ -82,13 +85,24 @@ def test_k_group_rescaling_is_charged_in_register_energy(spec, group, batch):
     acc = preset("os16")
     m, n, k = 8, 48, 200
     a, b, _ = scheme.bits()
-    common = {"batch": batch, "bits_a": a, "bits_b": b, "bits_c": 16, **acc.charge_parts}
-    grouped = cm.charge_gemm(m, n, k, acc.hardware, acc.dataflow, recipe=scheme, **common)
+    common = {"batch": batch, "bits_a": a, "bits_b": b, "bits_c": 16}
+    grouped = cm.charge(
+        cm.GemmCall(m=m, n=n, k=k, recipe=scheme, **common),
+        acc,
+    )
     q = grouped.quant
     # The same call with no K-group rescaling: the recipe's side data and ops, nothing more.
-    plain = cm.charge_gemm(m, n, k, acc.hardware, acc.dataflow,
-                           extra_read_bits=q["weight_side_bits"] + q["activation_side_bits"],
-                           extra_ops=q["quantize_ops"] + q["dequant_ops"], **common)
+    plain = cm.charge(
+        cm.GemmCall(
+            m=m,
+            n=n,
+            k=k,
+            extra_read_bits=q["weight_side_bits"] + q["activation_side_bits"],
+            extra_ops=q["quantize_ops"] + q["dequant_ops"],
+            **common,
+        ),
+        acc,
+    )
     per_bit = acc.memory.register_pj_per_bit
     rescale_bits = 2 * batch * m * n * math.ceil(k / group) * 32
     assert q["accumulator_traffic_bits"] == rescale_bits
@@ -105,10 +119,18 @@ def test_k_group_rescaling_is_charged_in_register_energy(spec, group, batch):
     assert (grouped.memory.cycles, grouped.memory.mapping) == (plain.memory.cycles,
                                                                plain.memory.mapping)
     # Given as a workload field, the bits are charged the same way.
-    direct = cm.charge_gemm(m, n, k, acc.hardware, acc.dataflow,
-                            extra_read_bits=q["weight_side_bits"] + q["activation_side_bits"],
-                            extra_ops=q["quantize_ops"] + q["dequant_ops"],
-                            extra_register_bits=rescale_bits, **common)
+    direct = cm.charge(
+        cm.GemmCall(
+            m=m,
+            n=n,
+            k=k,
+            extra_read_bits=q["weight_side_bits"] + q["activation_side_bits"],
+            extra_ops=q["quantize_ops"] + q["dequant_ops"],
+            extra_register_bits=rescale_bits,
+            **common,
+        ),
+        acc,
+    )
     assert direct.energy.register_pj == pytest.approx(grouped.energy.register_pj, rel=1e-12)
 
 
@@ -117,8 +139,9 @@ def test_recipes_without_k_groups_add_no_register_bits():
     for spec in ("per_token", "q4f16_1", "per_embedding"):
         scheme = get_scheme(spec)
         a, b, c = scheme.bits()
-        ch = cm.charge_gemm(8, 48, 200, acc.hardware, acc.dataflow, bits_a=a, bits_b=b,
-                            bits_c=c, recipe=scheme, **acc.charge_parts)
+        ch = cm.charge(
+            cm.GemmCall(m=8, n=48, k=200, bits_a=a, bits_b=b, bits_c=c, recipe=scheme), acc
+        )
         assert ch.quant["accumulator_traffic_bits"] == 0
         assert ch.energy.register_pj == pytest.approx(
             8 * 48 * 200 * (a + b + 2 * acc.memory.psum_bits) * acc.memory.register_pj_per_bit,
@@ -129,9 +152,14 @@ def test_extra_register_bits_are_validated():
     hw = cm.Hardware.systolic(4, 4)
     df = cm.Dataflow.preset("os", rows=4, cols=4)
     with pytest.raises(ValueError, match="GemmWorkload.extra_register_bits must be >= 0, got -8"):
-        cm.charge_gemm(4, 4, 4, hw, df, extra_register_bits=-8)
+        cm.charge(
+            cm.GemmCall(m=4, n=4, k=4, extra_register_bits=-8), cm.Accelerator("analysis", hw, df)
+        )
     with pytest.raises(ValueError, match="extra_register_bits, not both"):
-        cm.charge_gemm(4, 4, 64, hw, df, recipe=get_scheme("group32"), extra_register_bits=64)
+        cm.charge(
+            cm.GemmCall(m=4, n=4, k=64, recipe=get_scheme("group32"), extra_register_bits=64),
+            cm.Accelerator("analysis", hw, df),
+        )
 
 
 def test_precision_table_repr_shows_each_unit():

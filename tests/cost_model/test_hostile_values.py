@@ -88,7 +88,7 @@ def test_every_value_pickles_or_is_refused_at_every_protocol(protocol):
 def test_energy_figures_whose_products_overflow_are_refused_at_the_call(name):
     # Each figure is finite (and accepted), but 5.5e303 pJ x 64^3 MACs is not: the call is
     # refused naming the figures, never charged an infinite energy.
-    from tenet_byoc.hardware import preset
+    from tenet_byoc.accelerators import preset
 
     form = json.loads(preset(name).to_json())
     unit = next(u for u in form["precision"] if u["bits_a"] == 32)

@@ -10,7 +10,7 @@ import pytest
 
 from tenet_byoc import cost_model as cm
 from tenet_byoc.area import mac_figure
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 from tenet_byoc.quantization import get_scheme
 
 # Compute-bound on every chip below: 4096^3 MACs against 3 x 4096^2 bytes.

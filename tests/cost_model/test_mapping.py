@@ -66,10 +66,20 @@ def brute_force(case, objective):
                             t = cm.TileMapping(tm, tn, tk, order, accumulate_in_buffer=acc)
                             try:
                                 mm = cm.analyze_memory(
-                                    M, N, K, case["hw"], df, case["mem"], t, batch=case["batch"],
-                                    bits_a=a, bits_b=b, bits_c=c,
-                                    extra_read_bits=case["extra_read_bits"],
-                                    extra_ops=case["extra_ops"])
+                                    cm.GemmCall(
+                                        m=M,
+                                        n=N,
+                                        k=K,
+                                        batch=case["batch"],
+                                        bits_a=a,
+                                        bits_b=b,
+                                        bits_c=c,
+                                        extra_read_bits=case["extra_read_bits"],
+                                        extra_ops=case["extra_ops"],
+                                    ),
+                                    cm.Accelerator("t", case["hw"], df, memory=case["mem"]),
+                                    t,
+                                )
                             except ValueError:
                                 index += 1
                                 continue
@@ -116,13 +126,30 @@ def random_case(rng: random.Random) -> dict:
 
 def search(case, objective, threads=0):
     a, b, c = case["bits"]
-    return cm.search_mapping(
-        case["M"], case["N"], case["K"], case["hw"], case["mem"], dataflows=case["presets"],
-        rows=case["rows"], cols=case["cols"], objective=objective,
-        stream_tiles=case["stream_tiles"], max_even_split=case["splits"], threads=threads,
-        batch=case["batch"], bits_a=a, bits_b=b, bits_c=c,
-        extra_read_bits=case["extra_read_bits"], extra_ops=case["extra_ops"],
-        extra_register_bits=case["extra_register_bits"])
+    return cm.MappingSearch(
+        case["hw"],
+        case["mem"],
+        dataflows=case["presets"],
+        rows=case["rows"],
+        cols=case["cols"],
+        objective=objective,
+        stream_tiles=case["stream_tiles"],
+        max_even_split=case["splits"],
+        threads=threads,
+    ).best(
+        cm.GemmCall(
+            m=case["M"],
+            n=case["N"],
+            k=case["K"],
+            batch=case["batch"],
+            bits_a=a,
+            bits_b=b,
+            bits_c=c,
+            extra_read_bits=case["extra_read_bits"],
+            extra_ops=case["extra_ops"],
+            extra_register_bits=case["extra_register_bits"],
+        )
+    )
 
 
 @pytest.mark.parametrize("i", range(8))
@@ -159,8 +186,10 @@ def _k_group_case(with_rescaling: bool) -> dict:
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, buffer_bytes=4096,
                              buffer_bandwidth_bits=1024, register_pj_per_bit=10.0,
                              dram_pj_per_bit=20.0)
-    q = cm.charge_gemm(m, n, k, hw, cm.Dataflow.preset("os", rows=4, cols=2), bits_a=4,
-                       bits_b=4, bits_c=16, recipe=get_scheme("mxfp4"), memory=mem).quant
+    q = cm.charge(
+        cm.GemmCall(m=m, n=n, k=k, bits_a=4, bits_b=4, bits_c=16, recipe=get_scheme("mxfp4")),
+        cm.Accelerator("analysis", hw, cm.Dataflow.preset("os", rows=4, cols=2), memory=mem),
+    ).quant
     groups = math.ceil(k / 32)
     # By hand: e8m0 weight scales N x ceil(K/32) x 8 bits; dynamic activations 2 ops per
     # element; one rescale per output and group, each reading and writing 32 bits.
@@ -208,8 +237,12 @@ def test_relations_are_searched_like_the_preset_they_equal():
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, buffer_bytes=2048)
     rel = cm.parse_tenet_mapping("{S[i,j,k]->PE[i%4, j%4]}\n"
                                  "{S[i,j,k]->T[floor(i/4), floor(j/4), i%4+j%4+k]}\n", "os_rel")
-    by_rel = cm.search_mapping(9, 10, 11, hw, mem, dataflows=[rel], granule=4, bits=8)
-    by_preset = cm.search_mapping(9, 10, 11, hw, mem, dataflows=["os"], rows=4, cols=4, bits=8)
+    by_rel = cm.MappingSearch(hw, mem, dataflows=[rel], granule=4).best(
+        cm.GemmCall(m=9, n=10, k=11, bits_a=8, bits_b=8, bits_c=8)
+    )
+    by_preset = cm.MappingSearch(hw, mem, dataflows=["os"], rows=4, cols=4).best(
+        cm.GemmCall(m=9, n=10, k=11, bits_a=8, bits_b=8, bits_c=8)
+    )
     assert by_rel.metrics.cycles == by_preset.metrics.cycles
     assert by_rel.tiles.describe() == by_preset.tiles.describe()
 
@@ -217,8 +250,12 @@ def test_relations_are_searched_like_the_preset_they_equal():
 def test_deterministic_across_threads_and_runs():
     hw = cm.Hardware.systolic(16, 16)
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=256, buffer_bytes=1 << 20)
-    runs = [cm.search_mapping(128, 768, 768, hw, mem, bits_a=8, bits_b=8, bits_c=32, threads=t)
-            for t in (1, 2, 2, 3)]
+    runs = [
+        cm.MappingSearch(hw, mem, threads=t).best(
+            cm.GemmCall(m=128, n=768, k=768, bits_a=8, bits_b=8, bits_c=32)
+        )
+        for t in (1, 2, 2, 3)
+    ]
     assert len({(r.index, r.mapping, r.metrics.cycles, r.energy.total_pj) for r in runs}) == 1
 
 
@@ -233,8 +270,12 @@ def test_never_below_roofline(seed):
     M, N, K = rng.choice([1, 7, 64, 128]), rng.randint(1, 900), rng.randint(1, 900)
     a, b = rng.choice([(8, 8), (32, 32), (16, 4)])
     for objective in ("latency", "energy", "edp"):
-        r = cm.search_mapping(M, N, K, hw, mem, objective=objective, bits_a=a, bits_b=b, bits_c=32)
-        roof = cm.roofline_cycles(M, N, K, rows * cols, 1, mem, bits_a=a, bits_b=b, bits_c=32)
+        r = cm.MappingSearch(hw, mem, objective=objective).best(
+            cm.GemmCall(m=M, n=N, k=K, bits_a=a, bits_b=b, bits_c=32)
+        )
+        roof = cm.roofline(cm.GemmCall(m=M, n=N, k=K, bits_a=a, bits_b=b, bits_c=32),
+                           cm.Accelerator("t", hw, cm.Dataflow.preset("os", rows, cols),
+                                          memory=mem))
         assert r.metrics.roofline_cycles == roof
         assert r.metrics.cycles >= roof, (seed, objective, r.mapping)
 
@@ -242,8 +283,12 @@ def test_never_below_roofline(seed):
 def test_objectives_order_their_own_figure():
     hw = cm.Hardware.systolic(8, 8)
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, buffer_bytes=1 << 16)
-    r = {o: cm.search_mapping(64, 200, 300, hw, mem, objective=o, bits=8, bits_c=32)
-         for o in ("latency", "energy", "edp")}
+    r = {
+        o: cm.MappingSearch(hw, mem, objective=o).best(
+            cm.GemmCall(m=64, n=200, k=300, bits_a=8, bits_b=8, bits_c=32)
+        )
+        for o in ("latency", "energy", "edp")
+    }
     assert r["latency"].metrics.cycles <= min(x.metrics.cycles for x in r.values())
     assert r["energy"].energy.total_pj <= min(x.energy.total_pj for x in r.values())
     edp = {o: x.metrics.cycles * x.energy.total_pj for o, x in r.items()}
@@ -255,12 +300,14 @@ def test_cache_searches_each_distinct_call_once():
     hw = cm.Hardware.systolic(8, 8)
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, buffer_bytes=1 << 16)
     s = cm.MappingSearch(hw, mem, objective="latency")
-    first = s.best(16, 40, 24, bits=8)
-    again = s.best(16, 40, 24, bits=8)
-    other = s.best(16, 40, 24, bits=8, extra_ops=10)
+    first = s.best(cm.GemmCall(m=16, n=40, k=24, bits_a=8, bits_b=8, bits_c=8))
+    again = s.best(cm.GemmCall(m=16, n=40, k=24, bits_a=8, bits_b=8, bits_c=8))
+    other = s.best(cm.GemmCall(m=16, n=40, k=24, bits_a=8, bits_b=8, bits_c=8, extra_ops=10))
     assert s.searches == 2
     assert first.mapping == again.mapping and first.index == again.index
-    direct = cm.search_mapping(16, 40, 24, hw, mem, bits=8, extra_ops=10)
+    direct = cm.MappingSearch(hw, mem).best(
+        cm.GemmCall(m=16, n=40, k=24, bits_a=8, bits_b=8, bits_c=8, extra_ops=10)
+    )
     assert other.index == direct.index and other.metrics.cycles == direct.metrics.cycles
 
 
@@ -270,14 +317,21 @@ def test_cache_keys_on_extra_register_bits():
     hw = cm.Hardware.systolic(8, 8)
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, buffer_bytes=1 << 16)
     s = cm.MappingSearch(hw, mem, objective="energy")
-    plain = s.best(16, 40, 24, bits=8)
-    grouped = s.best(16, 40, 24, bits=8, extra_register_bits=4096)
+    plain = s.best(cm.GemmCall(m=16, n=40, k=24, bits_a=8, bits_b=8, bits_c=8))
+    grouped = s.best(
+        cm.GemmCall(m=16, n=40, k=24, bits_a=8, bits_b=8, bits_c=8, extra_register_bits=4096)
+    )
     assert s.searches == 2
     assert grouped.energy.register_pj - plain.energy.register_pj == pytest.approx(
         4096 * mem.register_pj_per_bit, rel=1e-9)
-    direct = cm.search_mapping(16, 40, 24, hw, mem, objective="energy", bits=8,
-                               extra_register_bits=4096)
+    direct = cm.MappingSearch(hw, mem, objective="energy").best(
+        cm.GemmCall(m=16, n=40, k=24, bits_a=8, bits_b=8, bits_c=8, extra_register_bits=4096)
+    )
     assert (grouped.index, grouped.energy.total_pj) == (direct.index, direct.energy.total_pj)
+
+
+SPACE_KEYWORDS = ("objective", "dataflows", "stream_tiles", "granule", "max_even_split",
+                  "threads")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -294,15 +348,17 @@ def test_cache_keys_on_extra_register_bits():
 def test_bad_input_refused_with_message(kwargs, message):
     hw = cm.Hardware.systolic(4, 4)
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, buffer_bytes=4096)
+    space = {k: v for k, v in kwargs.items() if k in SPACE_KEYWORDS}
+    call = {k: v for k, v in kwargs.items() if k not in SPACE_KEYWORDS}
     with pytest.raises(ValueError, match=message):
-        cm.search_mapping(8, 8, 8, hw, mem, **kwargs)
+        cm.MappingSearch(hw, mem, **space).best(cm.GemmCall(m=8, n=8, k=8, **call))
 
 
 def test_nothing_fits_is_refused_with_the_reason():
     hw = cm.Hardware.systolic(4, 4)
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, buffer_bytes=4)
     with pytest.raises(ValueError, match="no candidate of the space fits.*bytes of buffer"):
-        cm.search_mapping(8, 8, 8, hw, mem, bits=32)
+        cm.MappingSearch(hw, mem).best(cm.GemmCall(m=8, n=8, k=8, bits_a=32, bits_b=32, bits_c=32))
 
 
 def test_rows_and_cols_are_read_from_a_rectangular_array():

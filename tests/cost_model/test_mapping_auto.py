@@ -13,7 +13,7 @@ import json
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 
 CALLS = [  # (M, N, K, batch, bits a/b/c, extra_read_bits, extra_ops)
     (128, 768, 768, 1, (32, 32, 32), 0, 0),
@@ -30,18 +30,36 @@ def _objective_value(cycles: float, pj: float, objective: str) -> float:
 def _direct_search(acc: Accelerator, call, objective: str) -> cm.MappingChoice:
     M, N, K, batch, (a, b, c), extra_bits, extra_ops = call
     edge = max(acc.dataflow.rows, acc.dataflow.cols)
-    return cm.search_mapping(M, N, K, acc.hardware, acc.memory, dataflows=("os", "ws", "is"),
-                             rows=acc.dataflow.rows, cols=acc.dataflow.cols,
-                             objective=objective, precision=acc.precision,
-                             stream_tiles=(edge, 4 * edge), batch=batch, bits_a=a, bits_b=b,
-                             bits_c=c, extra_read_bits=extra_bits, extra_ops=extra_ops)
+    return cm.MappingSearch(
+        acc.hardware,
+        acc.memory,
+        dataflows=("os", "ws", "is"),
+        rows=acc.dataflow.rows,
+        cols=acc.dataflow.cols,
+        objective=objective,
+        precision=acc.precision,
+        stream_tiles=(edge, 4 * edge),
+    ).best(
+        cm.GemmCall(
+            m=M,
+            n=N,
+            k=K,
+            batch=batch,
+            bits_a=a,
+            bits_b=b,
+            bits_c=c,
+            extra_read_bits=extra_bits,
+            extra_ops=extra_ops,
+        )
+    )
 
 
-def _charge(acc: Accelerator, call, **parts) -> cm.Charge:
+def _charge(acc: Accelerator, call, scheme: str = "none", **changes) -> cm.Charge:
+    """``call`` charged on ``acc`` (with ``changes`` to its fields, e.g. its mapping)."""
     M, N, K, batch, (a, b, c), extra_bits, extra_ops = call
-    kw = {**acc.charge_parts, **parts}
-    return cm.charge_gemm(M, N, K, acc.hardware, acc.dataflow, batch=batch, bits_a=a, bits_b=b,
-                          bits_c=c, extra_read_bits=extra_bits, extra_ops=extra_ops, **kw)
+    return cm.charge(cm.GemmCall(m=M, n=N, k=K, batch=batch, bits_a=a, bits_b=b, bits_c=c,
+                                 scheme=scheme, extra_read_bits=extra_bits, extra_ops=extra_ops),
+                     acc.replace(**changes) if changes else acc)
 
 
 @pytest.mark.parametrize("objective", ["latency", "energy", "edp"])
@@ -89,8 +107,20 @@ def test_auto_charge_is_the_direct_search_best_and_never_worse_than_default(call
     assert charge.energy.total_pj == pytest.approx(best.energy.total_pj, rel=1e-12)
     # The array level is the chosen dataflow's own (TENET's figures of that dataflow).
     M, N, K, batch, (a, b, c), extra_bits, extra_ops = call
-    array = cm.analyze_gemm(M, N, K, acc.hardware, best.dataflow, batch=batch, bits_a=a,
-                            bits_b=b, bits_c=c, extra_read_bits=extra_bits, extra_ops=extra_ops)
+    array = cm.analyze_array(
+        cm.GemmCall(
+            m=M,
+            n=N,
+            k=K,
+            batch=batch,
+            bits_a=a,
+            bits_b=b,
+            bits_c=c,
+            extra_read_bits=extra_bits,
+            extra_ops=extra_ops,
+        ),
+        cm.Accelerator("t", acc.hardware, best.dataflow),
+    )
     assert (charge.array.cycles, charge.array.active_pes) == (array.cycles, array.active_pes)
     default = _charge(acc, call, mapping="default", objective=None)
     assert charge.memory.cycles >= charge.memory.roofline_cycles
@@ -129,7 +159,7 @@ def test_a_repeated_call_is_a_lookup():
 
 
 def test_given_tiles_win_over_auto():
-    from tenet_byoc.hardware import resolve
+    from tenet_byoc.accelerators import resolve
 
     tiles = cm.TileMapping(16, 64, 128, "nmk")
     acc = Accelerator.systolic("os", 16, 16, name="given16", mapping=tiles)
@@ -150,8 +180,9 @@ def test_relations_dataflow_stays_under_auto():
     acc = Accelerator("swapped", hw, df, mapping="auto")
     call = (12, 10, 8, 1, (8, 8, 32), 0, 0)
     charge = _charge(acc, call)
-    best = cm.search_mapping(12, 10, 8, hw, acc.memory, dataflows=[df],
-                             precision=acc.precision, bits_a=8, bits_b=8, bits_c=32)
+    best = cm.MappingSearch(hw, acc.memory, dataflows=[df], precision=acc.precision).best(
+        cm.GemmCall(m=12, n=10, k=8, bits_a=8, bits_b=8, bits_c=32)
+    )
     assert charge.memory.mapping == best.mapping
     assert charge.memory.mapping.startswith("os_swapped")
     assert charge.memory.cycles == best.metrics.cycles

@@ -57,9 +57,20 @@ def _check(case):
                              b_align_k=align["B"].get("k", 1), b_align_n=align["B"].get("n", 1),
                              span_a=span.get("A", 0), span_b=span.get("B", 0),
                              span_c=span.get("C", 0))
-    got = cm.analyze_memory(M, N, K, case["hw"], case["df"], case["mem"], mapping,
-                            batch=case["batch"], bits_a=a, bits_b=b, bits_c=c,
-                            extra_read_bits=case["extra"])
+    got = cm.analyze_memory(
+        cm.GemmCall(
+            m=M,
+            n=N,
+            k=K,
+            batch=case["batch"],
+            bits_a=a,
+            bits_b=b,
+            bits_c=c,
+            extra_read_bits=case["extra"],
+        ),
+        cm.Accelerator("t", case["hw"], case["df"], memory=case["mem"]),
+        mapping,
+    )
     ref = tile_walk.walk(M, N, K, case["hw"], case["df"], case["mem"], tm, tn, tk,
                          case["order"], batch=case["batch"], bits_a=a, bits_b=b, bits_c=c,
                          accumulate=case["accumulate"], extra_read_bits=case["extra"],
@@ -107,8 +118,11 @@ def test_traffic_by_hand():
     hw = cm.Hardware.systolic(8, 8)
     df = cm.Dataflow.preset("os", rows=8, cols=8)
     mem = cm.MemoryHierarchy()
-    got = cm.analyze_memory(64, 64, 64, hw, df, mem, cm.TileMapping(16, 32, 64, "mnk"),
-                            bits_a=8, bits_b=8, bits_c=32)
+    got = cm.analyze_memory(
+        cm.GemmCall(m=64, n=64, k=64, bits_a=8, bits_b=8, bits_c=32),
+        cm.Accelerator("t", hw, df, memory=mem),
+        cm.TileMapping(16, 32, 64, "mnk"),
+    )
     assert got.tensors["A"].dram_read_bits == 64 * 64 * 8
     assert got.tensors["B"].dram_read_bits == 4 * 64 * 64 * 8
     assert got.tensors["C"].dram_write_bits == 64 * 64 * 32
@@ -116,8 +130,11 @@ def test_traffic_by_hand():
     # K outermost (kmn) with 4 K tiles of 16: C goes out 4 times (3 partial at 32 bits,
     # 1 final) and comes back 3 times; A once; B (k, n) again for each of the 4 m tiles
     # (the m loop sits outside the n loop).
-    got = cm.analyze_memory(64, 64, 64, hw, df, mem, cm.TileMapping(16, 32, 16, "kmn"),
-                            bits_a=8, bits_b=8, bits_c=16)
+    got = cm.analyze_memory(
+        cm.GemmCall(m=64, n=64, k=64, bits_a=8, bits_b=8, bits_c=16),
+        cm.Accelerator("t", hw, df, memory=mem),
+        cm.TileMapping(16, 32, 16, "kmn"),
+    )
     assert got.tensors["A"].dram_read_bits == 64 * 64 * 8
     assert got.tensors["B"].dram_read_bits == 4 * 64 * 64 * 8
     assert got.tensors["C"].dram_write_bits == 64 * 64 * (3 * 32 + 16)
@@ -125,8 +142,16 @@ def test_traffic_by_hand():
     # Spans: in order mnk with 4 m tiles, 2 n tiles and 4 k tiles, A (m, k) goes around
     # again for each n tile (2x); when A's tile spans the k loop it stays for both n tiles.
     t = {"tm": 16, "tn": 32, "tk": 16, "order": "mnk"}
-    plain = cm.analyze_memory(64, 64, 64, hw, df, mem, cm.TileMapping(**t), bits=8)
-    spanned = cm.analyze_memory(64, 64, 64, hw, df, mem, cm.TileMapping(**t, span_a=1), bits=8)
+    plain = cm.analyze_memory(
+        cm.GemmCall(m=64, n=64, k=64, bits_a=8, bits_b=8, bits_c=8),
+        cm.Accelerator("t", hw, df, memory=mem),
+        cm.TileMapping(**t),
+    )
+    spanned = cm.analyze_memory(
+        cm.GemmCall(m=64, n=64, k=64, bits_a=8, bits_b=8, bits_c=8),
+        cm.Accelerator("t", hw, df, memory=mem),
+        cm.TileMapping(**t, span_a=1),
+    )
     assert plain.tensors["A"].dram_read_bits == 2 * 64 * 64 * 8
     assert spanned.tensors["A"].dram_read_bits == 64 * 64 * 8
     assert spanned.buffer_bytes_used - plain.buffer_bytes_used == 2 * 16 * (64 - 16)
@@ -161,28 +186,29 @@ def test_roofline_never_beaten_random_hardware():
                                  span_c=rng.choice([0, 1]) if accumulate else 0)
         kw = {"batch": rng.choice([1, 4]), "bits_a": bits_a, "bits_b": bits_b, "bits_c": bits_c,
                   "extra_read_bits": rng.choice([0, 4096]), "extra_ops": rng.choice([0, 10000])}
+        call, acc = cm.GemmCall(m=M, n=N, k=K, **kw), cm.Accelerator("t", hw, df, memory=mem)
         try:
-            got = cm.analyze_memory(M, N, K, hw, df, mem, mapping, **kw)
+            got = cm.analyze_memory(call, acc, mapping)
         except ValueError as e:
             assert "use smaller tiles" in str(e)
             continue
-        rate = hw.macs_per_pe_per_cycle_at(max(bits_a, bits_b))
-        base = 1 if isinstance(mpc, dict) else mpc
-        roof = cm.roofline_cycles(M, N, K, rows * cols, rate, mem, ops_per_pe_per_cycle=base, **kw)
+        roof = cm.roofline(call, acc)
         assert got.roofline_cycles == roof
         assert got.cycles >= roof, (SEED, M, N, K, rows, cols, name, mapping, mem)
         assert got.dram_read_bits + got.dram_write_bits >= got.compulsory_dram_bits
 
 
 def test_roofline_by_hand():
-    mem = cm.MemoryHierarchy(dram_bandwidth_bits=256)
+    hw, df = cm.Hardware.systolic(16, 16), cm.Dataflow.preset("os", rows=16, cols=16)
+    acc = cm.Accelerator("os16", hw, df, memory=cm.MemoryHierarchy(dram_bandwidth_bits=256))
     # 128 x 768 x 768 float32 on 256 PEs: compute 128*768*768/256 = 294,912 cycles; DRAM
     # (128*768 + 768*768 + 128*768) * 32 / 256 = 86,016 cycles -> compute-bound.
-    assert cm.roofline_cycles(128, 768, 768, 256, 1, mem) == 294_912
+    assert cm.roofline(cm.GemmCall(m=128, n=768, k=768), acc) == 294_912
     # Decode (M=1): DRAM (768 + 589,824 + 768) * 32 / 256 = 73,920 > 768*768/256 = 2,304.
-    assert cm.roofline_cycles(1, 768, 768, 256, 1, mem) == 73_920
-    split = cm.MemoryHierarchy(dram_bandwidth_bits=256, dram_channel_per_operand=True)
-    assert cm.roofline_cycles(1, 768, 768, 256, 1, split) == 768 * 768 * 32 // 256
+    assert cm.roofline(cm.GemmCall(m=1, n=768, k=768), acc) == 73_920
+    split = cm.Accelerator("os16", hw, df, memory=cm.MemoryHierarchy(
+        dram_bandwidth_bits=256, dram_channel_per_operand=True))
+    assert cm.roofline(cm.GemmCall(m=1, n=768, k=768), split) == 768 * 768 * 32 // 256
 
 
 def test_capacity_refused_with_message():
@@ -193,13 +219,21 @@ def test_capacity_refused_with_message():
     mapping = cm.TileMapping(32, 32, 32)
     assert cm.buffer_bytes_needed(64, 64, 64, mem, mapping, 8, 8) == 8192
     with pytest.raises(ValueError, match=r"needs 8192 bytes of buffer .*buffer_bytes is 4096"):
-        cm.analyze_memory(64, 64, 64, hw, df, mem, mapping, bits_a=8, bits_b=8)
+        cm.analyze_memory(
+            cm.GemmCall(m=64, n=64, k=64, bits_a=8, bits_b=8),
+            cm.Accelerator("t", hw, df, memory=mem),
+            mapping,
+        )
     single = cm.MemoryHierarchy(buffer_bytes=4096, buffer_double_buffered=False)
     assert cm.buffer_bytes_needed(64, 64, 64, single, mapping, 8, 8) == 6144
     # A tile larger than the call is clamped to it.
     assert cm.buffer_bytes_needed(8, 8, 8, mem, mapping, 8, 8) == 2 * 128 + 256
     with pytest.raises(ValueError, match="register_bytes is 2"):
-        cm.analyze_memory(8, 8, 8, hw, df, cm.MemoryHierarchy(register_bytes=2), mapping)
+        cm.analyze_memory(
+            cm.GemmCall(m=8, n=8, k=8),
+            cm.Accelerator("t", hw, df, memory=cm.MemoryHierarchy(register_bytes=2)),
+            mapping,
+        )
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -228,7 +262,11 @@ def test_overflow_is_refused():
     mem = cm.MemoryHierarchy(buffer_bytes=1 << 40)
     # 2^59 MACs pass the workload's check; their register traffic (x 128 bits) does not fit.
     with pytest.raises(ValueError, match="register bits overflows int64"):
-        cm.analyze_memory(1 << 20, 1 << 20, 1 << 19, hw, df, mem, cm.TileMapping(4096, 4096, 4096))
+        cm.analyze_memory(
+            cm.GemmCall(m=1 << 20, n=1 << 20, k=1 << 19),
+            cm.Accelerator("t", hw, df, memory=mem),
+            cm.TileMapping(4096, 4096, 4096),
+        )
 
 
 def test_defaults_follow_horowitz():
@@ -273,7 +311,9 @@ def test_gpt2_float32_default_mapping_near_roofline(gemms, limit):
     cycles = roof = 0
     for M, N, K, batch in gemms:
         t = cm.default_tile_mapping(M, N, K, mem, 16, 16, batch=batch)
-        r = cm.analyze_memory(M, N, K, hw, df, mem, t, batch=batch)
+        r = cm.analyze_memory(
+            cm.GemmCall(m=M, n=N, k=K, batch=batch), cm.Accelerator("t", hw, df, memory=mem), t
+        )
         assert r.cycles >= r.roofline_cycles
         cycles += r.cycles
         roof += r.roofline_cycles
@@ -287,7 +327,11 @@ def test_readme_worked_example():
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=64, buffer_bytes=1024,
                              buffer_bandwidth_bits=1 << 20)
     t = cm.TileMapping(8, 4, 8, "mnk")
-    r = cm.analyze_memory(8, 12, 16, hw, df, mem, t, bits_a=8, bits_b=8, bits_c=32)
+    r = cm.analyze_memory(
+        cm.GemmCall(m=8, n=12, k=16, bits_a=8, bits_b=8, bits_c=32),
+        cm.Accelerator("t", hw, df, memory=mem),
+        t,
+    )
     assert r.buffer_bytes_used == 320
     assert (r.tensors["A"].dram_read_bits, r.tensors["B"].dram_read_bits) == (3072, 1536)
     assert (r.tensors["C"].dram_write_bits, r.tensors["C"].dram_read_bits) == (3072, 0)
@@ -314,7 +358,11 @@ def test_cached_array_model_gives_the_same_metrics():
                 for tk in (7, 64) for order in ("mnk", "kmn", "nkm")]
     many = core._analyze_memory_many(100, 70, 90, hw, df, mem, mappings, 2, 8, 8, 32)
     for t, got in zip(mappings, many):
-        one = cm.analyze_memory(100, 70, 90, hw, df, mem, t, batch=2, bits_a=8, bits_b=8)
+        one = cm.analyze_memory(
+            cm.GemmCall(m=100, n=70, k=90, batch=2, bits_a=8, bits_b=8),
+            cm.Accelerator("t", hw, df, memory=mem),
+            t,
+        )
         assert got.as_dict() == one.as_dict()
 
 
@@ -327,9 +375,16 @@ def test_stationary_double_buffering_by_hand():
     df = cm.Dataflow.preset("ws", rows=4, cols=4)
     t = cm.TileMapping(8, 4, 8)
     kw = {"dram_bandwidth_bits": 1 << 20, "buffer_bandwidth_bits": 1 << 20}
-    plain = cm.analyze_memory(8, 4, 8, hw, df, cm.MemoryHierarchy(**kw), t)
-    fifo = cm.analyze_memory(8, 4, 8, hw, df,
-                             cm.MemoryHierarchy(**kw, stationary_double_buffered=True), t)
+    plain = cm.analyze_memory(
+        cm.GemmCall(m=8, n=4, k=8), cm.Accelerator("t", hw, df, memory=cm.MemoryHierarchy(**kw)), t
+    )
+    fifo = cm.analyze_memory(
+        cm.GemmCall(m=8, n=4, k=8),
+        cm.Accelerator(
+            "t", hw, df, memory=cm.MemoryHierarchy(**kw, stationary_double_buffered=True)
+        ),
+        t,
+    )
     assert (plain.array_cycles, fifo.array_cycles) == (36, 26)
     # one cycle each for the first fetch and the last write-back at this bandwidth
     assert (plain.cycles, fifo.cycles) == (38, 28)
@@ -360,7 +415,9 @@ def test_steady_state_folds_equal_an_event_schedule(m, n, k, rows, cols):
     df = cm.Dataflow.preset("ws", rows=rows, cols=cols)
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=1 << 20, buffer_bandwidth_bits=1 << 20,
                              stationary_double_buffered=True)
-    got = cm.analyze_memory(m, n, k, hw, df, mem, cm.TileMapping(m, n, k)).array_cycles
+    got = cm.analyze_memory(
+        cm.GemmCall(m=m, n=n, k=k), cm.Accelerator("t", hw, df, memory=mem), cm.TileMapping(m, n, k)
+    ).array_cycles
     folds = [m] * (-(-k // rows) * -(-n // cols))  # ws: each fold streams all M rows
     ref = _fold_schedule(folds, rows, cols)
     assert got == ref + max(0, rows - folds[-1])

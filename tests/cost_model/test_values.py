@@ -13,7 +13,7 @@ import warnings
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 from tenet_byoc.quantization import get_scheme
 
 CALL = cm.GemmCall(m=128, n=768, k=768, bits_a=8, bits_b=8)
@@ -105,63 +105,24 @@ def test_call_refuses_a_recipe_and_explicit_extra_work_together():
                     extra_ops=3)
 
 
-def test_deprecated_keyword_functions_warn_and_equal_the_new_api():
-    acc = preset("os16_mp", mapping="default")  # the default tiles, as analyze_memory
-    s = get_scheme("w8a8_per_channel_per_token")
-    keywords = {"bits_a": 8, "bits_b": 8, "bits_c": 32, "scheme": s.name, "recipe": s.recipe()}
-    call = cm.GemmCall(m=9, n=64, k=96, **keywords)
-    with pytest.warns(DeprecationWarning, match="charge_gemm is deprecated"):
-        old = cm.charge_gemm(9, 64, 96, acc.hardware, acc.dataflow, **keywords,
-                             **acc.charge_parts)
-    assert old.ledger_fields() == cm.charge(call, acc).ledger_fields()
-    with pytest.warns(DeprecationWarning, match="analyze_gemm is deprecated"):
-        array = cm.analyze_gemm(9, 64, 96, acc.hardware, acc.dataflow, **keywords)
-    assert array.as_dict() == cm.analyze_array(call, acc).as_dict()
-    tiles = cm.default_tile_mapping(9, 64, 96, acc.memory, 16, 16, bits_a=8, bits_b=8,
-                                    bits_c=32)
-    with pytest.warns(DeprecationWarning):
-        memory = cm.analyze_memory(9, 64, 96, acc.hardware, acc.dataflow, acc.memory, tiles,
-                                   **keywords)
-    new = cm.analyze_memory(call, acc, tiles)
-    assert (memory.cycles, memory.mapping) == (new.cycles, new.mapping)
-    assert new.cycles == cm.analyze_memory(call, acc).cycles  # the default mapping's tiles
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new API does not warn
-        cm.charge(call, acc)
-
-
-def test_each_kept_deprecated_function_warns_once_naming_itself():
-    # the keyword forms kept one release (the accelerator JSON wrappers are gone: the
-    # Accelerator value writes and reads itself); each call warns once, naming the new form
+def test_the_old_keyword_functions_are_gone():
+    # the keyword forms kept one release are deleted: each call crosses as a GemmCall, and
+    # the keyword form of a kept name is refused as a TypeError naming the expected value
     acc = preset("os16")
-    call = cm.GemmCall(m=9, n=64, k=96, bits_a=8, bits_b=8, bits_c=32)
-    keywords = {"bits_a": 8, "bits_b": 8, "bits_c": 32}
-    tiles = cm.default_tile_mapping(9, 64, 96, acc.memory, 16, 16, **keywords)
-    search = cm.MappingSearch(acc.hardware, acc.memory, rows=16, cols=16)
-    old_forms = {
-        "charge_gemm": lambda: cm.charge_gemm(9, 64, 96, acc.hardware, acc.dataflow, **keywords),
-        "analyze_gemm": lambda: cm.analyze_gemm(9, 64, 96, acc.hardware, acc.dataflow,
-                                                **keywords),
-        "analyze_memory": lambda: cm.analyze_memory(9, 64, 96, acc.hardware, acc.dataflow,
-                                                    acc.memory, tiles, **keywords),
-        "roofline_cycles": lambda: cm.roofline_cycles(
-            9, 64, 96, 256, acc.hardware.macs_per_pe_per_cycle_at(8), acc.memory, **keywords),
-        "search_mapping": lambda: cm.search_mapping(9, 64, 96, acc.hardware, acc.memory,
-                                                    rows=16, cols=16, **keywords),
-        "MappingSearch.best": lambda: search.best(9, 64, 96, **keywords),
-    }
-    got = {}
-    for name, old in old_forms.items():
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            got[name] = old()
-        messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
-        assert len(messages) == 1 and f"{name}" in messages[0] and "use " in messages[0], name
-    assert got["roofline_cycles"] == cm.roofline(call, acc)
-    assert got["MappingSearch.best"].mapping == search.best(call).mapping
-    for name in ("accelerator_parts", "validate_accelerator", "serialize_accelerator",
-                 "parse_accelerator", "accelerator_mapping_search"):
+    for name in ("charge_gemm", "analyze_gemm", "roofline_cycles", "accelerator_parts",
+                 "validate_accelerator", "serialize_accelerator", "parse_accelerator",
+                 "accelerator_mapping_search"):
         assert not hasattr(cm, name), name
+    with pytest.raises(TypeError, match="GemmCall"):
+        cm.analyze_memory(9, 64, 96, acc.hardware, acc.dataflow, acc.memory)
+    with pytest.raises(TypeError, match="GemmCall"):
+        cm.search_mapping(9, 64, 96, acc.hardware, acc.memory)
+    with pytest.raises(TypeError, match="takes 2 positional arguments"):
+        cm.MappingSearch(acc.hardware, acc.memory).best(9, 64, 96)
+    call = cm.GemmCall(m=9, n=64, k=96, bits_a=8, bits_b=8, bits_c=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the API that stays does not warn
+        cm.charge(call, acc)
 
 
 def test_accelerator_json_bad_text_is_a_value_error():

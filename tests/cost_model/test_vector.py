@@ -10,7 +10,7 @@ import math
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 
 CLASSES = ("add", "mul", "exp", "recip", "tanh")
 

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 
 GPU_UNIT = dict(lanes=64, streams_from_dram=True, softmax_passes=3, norm_passes=2,
                 launch_cycles=900, dram_efficiency=0.8, row_bits_per_cycle=10.0)

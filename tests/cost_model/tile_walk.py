@@ -76,12 +76,15 @@ def walk(M, N, K, hw, df, mem, tm, tn, tk, order, *, batch=1, bits_a=32, bits_b=
 
     tile_hw = cm.Hardware(hw.pe_domain, hw.interconnect, bandwidth_bits=mem.buffer_bandwidth_bits,
                           macs_per_pe_per_cycle=hw.macs_per_pe_per_cycle)
+    tile_acc = cm.Accelerator("tile", tile_hw, df)
     cache = {}
 
     def array(s):
         shape = (size("m", s[1]), size("n", s[2]), size("k", s[3]))
         if shape not in cache:
-            r = cm.analyze_gemm(*shape, tile_hw, df, bits_a=bits_a, bits_b=bits_b, bits_c=bits_c)
+            m, n, k = shape
+            r = cm.analyze_array(cm.GemmCall(m=m, n=n, k=k, bits_a=bits_a, bits_b=bits_b,
+                                             bits_c=bits_c), tile_acc)
             cycles = r.cycles
             if mem.stationary_double_buffered and df.preset_name in ("os", "ws", "is"):
                 # Folds in steady state: each holds the array for max(stream, rows) cycles.

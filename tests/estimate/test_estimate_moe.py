@@ -89,7 +89,7 @@ def _tiny_mixtral():
 def test_expert_parallel_by_hand():
     from tenet_byoc.compose import compose
     from tenet_byoc.estimate import Charges
-    from tenet_byoc.hardware import resolve
+    from tenet_byoc.accelerators import resolve
     from tenet_byoc.plan import LinkCall, expert_parallel
     from tenet_byoc.system import Link, collective_seconds
 

@@ -122,7 +122,7 @@ def test_searched_mappings_equal_the_runs(checkpoint):
         folder, bind_params=True,
         build=lambda mod: tenet_byoc.build(
             tenet_byoc.quantize(mod, scheme),
-            accelerator=tenet_byoc.hardware.preset("os16", mapping="auto")),
+            accelerator=tenet_byoc.accelerators.preset("os16", mapping="auto")),
     )
     real = real_ledger(runner, [5, 17, 0, 88, 42], 9, 2)
     est = tenet_byoc.estimate(folder, scheme, "os16", prompt_len=5, context_len=9,

@@ -15,7 +15,7 @@ import pytest
 
 from tenet_byoc import cost_model as cm
 from tenet_byoc.estimate import estimate, estimate_step
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.plan import LinkCall, Step, plan
 from tenet_byoc.system import Link, System, charge_collective, collective_seconds
 

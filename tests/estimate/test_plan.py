@@ -12,10 +12,11 @@ import pickle
 from collections import Counter
 
 import pytest
+from pipeline_walk import pipeline_seconds
 
-from tenet_byoc.compose import compose, pipeline_seconds
+from tenet_byoc.compose import compose
 from tenet_byoc.estimate import Charges, estimate, estimate_step
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.plan import Step, StepSequence, plan
 
 LLAMA = "llama-3-8b"

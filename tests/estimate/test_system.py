@@ -12,9 +12,10 @@ import json
 from collections import defaultdict
 
 import pytest
+from pipeline_walk import pipeline_seconds
 
 from tenet_byoc.estimate import estimate
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.ledger import LinkEntry, totals
 from tenet_byoc.models.configs import resolve_config
 from tenet_byoc.models.gemms import total_macs
@@ -23,7 +24,6 @@ from tenet_byoc.system import (
     System,
     collective_link_bytes,
     collective_seconds,
-    pipeline_seconds,
 )
 
 ACC = preset("os16")

@@ -11,7 +11,7 @@ import pytest
 
 import tenet_byoc
 from tenet_byoc.experiments.cli import main
-from tenet_byoc.hardware import PRESETS
+from tenet_byoc.accelerators import PRESETS
 from tenet_byoc.quantization import SCHEMES
 
 TINY = ["--gpt2-config", "tiny", "--prompt-len", "6", "--context-len", "7", "--no-progress"]
@@ -34,7 +34,7 @@ def test_no_arguments_prints_help(capsys):
     assert "usage: tenet-byoc" in out and "sweep" in out and "presets" in out
 
 
-def test_presets_lists_hardware_and_schemes(capsys):
+def test_presets_lists_accelerators_and_schemes(capsys):
     assert main(["presets"]) == 0
     out = capsys.readouterr().out
     for name in [*PRESETS, *SCHEMES]:
@@ -43,7 +43,7 @@ def test_presets_lists_hardware_and_schemes(capsys):
 
 def test_sweep_writes_tables_and_plots(tmp_path, capsys):
     out_dir = tmp_path / "results"
-    argv = ["sweep", *TINY, "--schemes", "none,w8a8_per_tensor", "--hardware", "os16",
+    argv = ["sweep", *TINY, "--schemes", "none,w8a8_per_tensor", "--accelerator", "os16",
             "--out", str(out_dir)]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -78,7 +78,7 @@ def test_run_on_a_custom_tenet_accelerator(tmp_path, capsys):
 
 
 def test_run_gpt2_prints_per_layer_costs(capsys):
-    assert main(["run", *TINY, "--scheme", "w4a16_group32", "--hardware", "ws16"]) == 0
+    assert main(["run", *TINY, "--scheme", "w4a16_group32", "--accelerator", "ws16"]) == 0
     out = capsys.readouterr().out
     assert "gpt2 prefill, w4a16_group32 on ws16: per layer" in out
     assert "| h.1.mlp.c_fc | tenet.dequantize_matmul_group_bias_gelu_tanh |" in out
@@ -157,10 +157,10 @@ def _fashion_mnist_with_bad_magic(folder):
     (["sweep", "--schemes", "w3a3"], "unknown scheme 'w3a3'"),
     (["sweep", "--schemes", "none,per_token+kv9"], "scheme 'per_token+kv9'"),
     (["run", "--scheme", "w=int9"], "scheme 'w=int9'"),
-    (["sweep", "--hardware", "os16,tpu"], "unknown preset 'tpu'"),
+    (["sweep", "--accelerator", "os16,tpu"], "unknown preset 'tpu'"),
     (["run", "--scheme", "none,w8a8_per_tensor"], "give one scheme"),
     (["run", "--accelerator", "gpu"], "unknown preset 'gpu'"),
-    (["run", "--prompt-len", "0"], "expected a positive integer, got 0"),
+    (["run", "--prompt-len", "0"], "expected an integer >= 1, got 0"),
     (["run", "--gpt2-config", "tiny", "--prompt-len", "64"], "prompt_len=64"),
     (["run", "--checkpoint", "{tmp}/no-such-folder"], "checkpoint folder"),
     (["sweep", "--model", "mlp", "--data", "{tmp}/no-such-folder"], "FashionMNIST folder"),

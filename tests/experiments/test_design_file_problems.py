@@ -11,7 +11,7 @@ import yaml
 
 from tenet_byoc.design_file import design_form
 from tenet_byoc.experiments.cli import main
-from tenet_byoc.hardware import PRESETS, Accelerator, preset
+from tenet_byoc.accelerators import PRESETS, Accelerator, preset
 
 
 def _problems(form, tmp_path) -> str:

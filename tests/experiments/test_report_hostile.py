@@ -31,9 +31,9 @@ HOSTILE = [
     f"<!--<script>{RUN}//",
     f"<svg onload=\"{RUN}\"></svg> & &amp; ]]> \u2028 \"quoted\" 'single'",
 ]
-ACC = HOSTILE[2]  # the accelerator's name: the hardware column of the CSVs, and the manifest's
+ACC = HOSTILE[2]  # the accelerator's name: the accelerator column of the CSVs, and the manifest's
 
-SUMMARY_COLUMNS = ["model", "scheme", "hardware", "phase", "tokens", "calls", "macs", "cycles",
+SUMMARY_COLUMNS = ["model", "scheme", "accelerator", "phase", "tokens", "calls", "macs", "cycles",
                    "latency_us", "energy_pj", "dram_bytes"]
 
 
@@ -62,12 +62,12 @@ def hostile_folder(folder: Path, **acc) -> Path:
     summary, layers = [], []
     for i, name in enumerate(HOSTILE):
         for phase in ("prefill", "decode"):
-            summary.append({"model": HOSTILE[i - 1], "scheme": name, "hardware": ACC,
+            summary.append({"model": HOSTILE[i - 1], "scheme": name, "accelerator": ACC,
                             "phase": phase, "tokens": 8, "calls": 2, "macs": 4096 * (i + 1),
                             "cycles": 100 + i, "latency_us": 0.1 + i, "energy_pj": 1e6,
                             "dram_bytes": 512})
             layers.append({c: 1 for c in LAYER_COLUMNS} | {
-                "model": HOSTILE[0], "scheme": name, "hardware": ACC, "phase": phase,
+                "model": HOSTILE[0], "scheme": name, "accelerator": ACC, "phase": phase,
                 "layer": HOSTILE[(i + 1) % len(HOSTILE)], "pattern": HOSTILE[1],
                 "call_scheme": name, "mapping": HOSTILE[3], "macs": 4096, "dram_bytes": 512,
                 "latency_us": 1.5, "energy_pj": 1e6, "cycles": 1500, "roofline_cycles": 1000})

@@ -25,7 +25,7 @@ from tenet_byoc.experiments.report import (
     write_report,
 )
 from tenet_byoc.experiments.results import MANIFEST
-from tenet_byoc.hardware import resolve
+from tenet_byoc.accelerators import resolve
 
 needs_chromium = pytest.mark.skipif(
     chromium_path() is None,
@@ -188,6 +188,23 @@ def test_sweep_page_in_chromium(sweep_dir):
                                        for w in ("w8a8", "prefill"))]
     assert 0 < len(kept) < len(layers)
     assert shown_as_csv(check.filtered_rows, kept) == [list(r.values()) for r in kept]
+
+
+def test_a_folder_written_with_the_old_hardware_column_gives_the_same_page(sweep_dir, tmp_path):
+    # sweep.csv and layers.csv called the accelerator column "hardware" before it was renamed
+    new, old = tmp_path / "new", tmp_path / "old"
+    for folder in (new, old):
+        folder.mkdir()
+    for name in ("sweep.csv", "layers.csv"):
+        text = (sweep_dir / name).read_text()
+        header, rest = text.split("\n", 1)
+        assert header.split(",")[2] == "accelerator"
+        (new / name).write_text(text)
+        (old / name).write_text(header.replace(",accelerator,", ",hardware,") + "\n" + rest)
+    pages = [build_report(folder) for folder in (new, old)]
+    assert "hardware" not in pages[0].replace(plotly.offline.get_plotlyjs(), "")
+    assert page_figures(pages[1]) == page_figures(pages[0])
+    assert pages[1].replace(str(old), str(new)) == pages[0]
 
 
 @pytest.mark.parametrize("bad", [("layers",), ("layers:x", "latency_us"), ("", "x"),

@@ -52,7 +52,7 @@ def gpt2_expected_macs(scheme: str, phase: str) -> int:
 
 
 def test_rows_cover_every_run_and_phase(result):
-    keys = [(r.model, r.scheme, r.hardware, r.phase) for r in result.rows]
+    keys = [(r.model, r.scheme, r.accelerator, r.phase) for r in result.rows]
     expected = [("gpt2", s, h, ph) for s in SCHEMES_SWEPT for h in HARDWARE
                 for ph in ("prefill", "decode")]
     expected += [("mlp", s, h, "inference") for s in SCHEMES_SWEPT for h in HARDWARE]
@@ -82,18 +82,18 @@ def test_mlp_macs_equal_the_analytical_count(result):
 def test_layers_are_named_and_tagged_with_their_phase(result):
     for phase, tokens in (("prefill", P), ("decode", L)):
         calls = [c for c in result.layers
-                 if (c.model, c.scheme, c.hardware, c.phase) == ("gpt2", "none", "os16", phase)]
+                 if (c.model, c.scheme, c.accelerator, c.phase) == ("gpt2", "none", "os16", phase)]
         want = gpt2_matmuls(TINY, tokens, phase)
         assert [c.layer for c in calls] == [m.name for m in want]
         assert [(c.batch, c.m, c.n, c.k) for c in calls] == [(m.batch, m.m, m.n, m.k)
                                                              for m in want]
-    mlp = [c for c in result.layers if (c.model, c.scheme, c.hardware) == ("mlp", "none", "ws16")]
+    mlp = [c for c in result.layers if (c.model, c.scheme, c.accelerator) == ("mlp", "none", "ws16")]
     assert [c.layer for c in mlp] == ["fc0", "fc1"] and {c.phase for c in mlp} == {"inference"}
     # Per-row sums of the per-call costs are the row's totals.
     for r in result.rows:
         calls = [c for c in result.layers
-                 if (c.model, c.scheme, c.hardware, c.phase) ==
-                 (r.model, r.scheme, r.hardware, r.phase)]
+                 if (c.model, c.scheme, c.accelerator, c.phase) ==
+                 (r.model, r.scheme, r.accelerator, r.phase)]
         assert sum(c.macs for c in calls) == r.macs
         assert sum(c.cycles for c in calls) == r.cycles
         assert sum(c.energy_pj for c in calls) == pytest.approx(r.energy_pj)
@@ -130,7 +130,7 @@ def test_digits_accuracy_per_scheme(result):
     data = case.setup.data
     numpy_pred = np.argmax(mlp_numpy(data.test_images, case.setup.params), axis=1)
     want = float(np.mean(numpy_pred == data.test_labels))
-    rows = {(r.scheme, r.hardware): r for r in result.rows if r.model == "mlp"}
+    rows = {(r.scheme, r.accelerator): r for r in result.rows if r.model == "mlp"}
     assert want == case.setup.test_accuracy > 0.93
     for hw in HARDWARE:
         assert rows["none", hw].accuracy == want
@@ -139,19 +139,19 @@ def test_digits_accuracy_per_scheme(result):
 
 
 def test_accelerators_change_cost_not_work(result):
-    by = {(r.model, r.scheme, r.hardware, r.phase): r for r in result.rows}
+    by = {(r.model, r.scheme, r.accelerator, r.phase): r for r in result.rows}
     for (model, scheme, hw, phase), r in by.items():
         if hw == "os16":
             other = by[(model, scheme, "ws16", phase)]
             assert r.macs == other.macs and r.max_abs_error == other.max_abs_error
     assert any(r.cycles != by[(r.model, r.scheme, "ws16", r.phase)].cycles
-               for r in result.rows if r.hardware == "os16")
+               for r in result.rows if r.accelerator == "os16")
 
 
 def test_reference_without_the_float_scheme():
     res = sweep([gpt2_case("tiny", prompt_len=4, context_len=4)], ["w8a16_per_channel"],
                 ["tenet_os8"], progress=False)
-    assert [(r.scheme, r.hardware, r.phase) for r in res.rows] == [
+    assert [(r.scheme, r.accelerator, r.phase) for r in res.rows] == [
         ("w8a16_per_channel", "tenet_os8", "prefill"), ("w8a16_per_channel", "tenet_os8",
                                                         "decode")]
     assert all(0 < r.rel_error < 0.1 for r in res.rows)
@@ -187,7 +187,7 @@ def test_plots_are_written(result, tmp_path):
         "energy_vs_error.png"])
     for p in paths:
         _png(p)
-    one_run = [c for c in result.layers if (c.scheme, c.hardware, c.phase) ==
+    one_run = [c for c in result.layers if (c.scheme, c.accelerator, c.phase) ==
                ("w4a16_group128", "ws16", "decode")]
     _png(plot_layer_breakdown(one_run, tmp_path / "a.png", metric="offchip_bytes"))
     _png(plot_prefill_decode(result.rows, tmp_path / "b.png", metric="cycles"))

@@ -14,7 +14,7 @@ import pytest
 
 from tenet_byoc.experiments.cases import gpt2_case, mlp_case
 from tenet_byoc.experiments.sweep import sweep
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 SCHEMES = ["none", "w8a8_per_channel_per_token", "w4a16_group128"]
 TIMINGS = ("build_s", "wall_s")
@@ -45,11 +45,11 @@ def together(accelerators):
 def test_recharged_rows_equal_a_sweep_built_for_the_accelerator(together, accelerators, index):
     acc = accelerators[index]
     alone = sweep(_cases(), SCHEMES, [acc], progress=False)
-    mine = [r for r in together.rows if r.hardware == acc.name]
+    mine = [r for r in together.rows if r.accelerator == acc.name]
     assert len(mine) == len(alone.rows) == 2 * len(SCHEMES) + len(SCHEMES)
     for got, want in zip(mine, alone.rows, strict=True):
         assert _without_timings(got) == _without_timings(want), (got.scheme, got.phase)
-    layers = [c for c in together.layers if c.hardware == acc.name]
+    layers = [c for c in together.layers if c.accelerator == acc.name]
     assert [_without_timings(c) for c in layers] == [_without_timings(c) for c in alone.layers]
 
 
@@ -61,7 +61,7 @@ def test_accelerators_of_one_run_share_its_build_and_outputs(together, accelerat
         by_key.setdefault((r.model, r.scheme, r.phase), []).append(r)
     assert len(by_key) == 3 * len(SCHEMES)
     for rows in by_key.values():
-        assert [r.hardware for r in rows] == [a.name for a in accelerators]
+        assert [r.accelerator for r in rows] == [a.name for a in accelerators]
         assert len({(r.build_s, r.wall_s, r.max_abs_error, r.top1_agreement, r.macs)
                     for r in rows}) == 1
     prefill = by_key[("gpt2", "w8a8_per_channel_per_token", "prefill")]
@@ -96,7 +96,7 @@ def test_run_on_several_accelerators_equals_one_run_per_accelerator(tmp_path, ca
         assert (tmp_path / "all" / f"layers_mlp_inference_w8a8_per_channel_per_token_{name}.png"
                 ).stat().st_size > 1000
     together = _rows(tmp_path / "all")
-    assert [r["hardware"] for r in together] == names
+    assert [r["accelerator"] for r in together] == names
     for name, row in zip(names, together, strict=True):
         assert _exit_code([*argv, "--accelerator", name, "--out", str(tmp_path / name)]) == 0
         assert _rows(tmp_path / name) == [row]

@@ -63,9 +63,6 @@ def test_profile_on_a_vm_made_without_profile():
         vm.profile("main", None)
 
 
-def test_hardware_argument_is_the_deprecated_name_of_accelerator():
-    mod = mlp_module()
-    with pytest.warns(DeprecationWarning, match=r"build\(hardware=...\) is deprecated"):
-        tenet_byoc.build(mod, hardware="os16_mp")
-    with pytest.raises(TypeError, match="pass accelerator= only"):
-        tenet_byoc.build(mod, accelerator="os16", hardware="os16")
+def test_the_old_hardware_argument_is_refused_by_name():
+    with pytest.raises(TypeError, match="hardware"):
+        tenet_byoc.build(mlp_module(), hardware="os16")

@@ -13,7 +13,7 @@ import pytest
 import tenet_byoc
 from tenet_byoc import cost_model as cm
 from tenet_byoc import _cost_model
-from tenet_byoc.hardware import PRESETS, Accelerator, preset
+from tenet_byoc.accelerators import PRESETS, Accelerator, preset
 from tenet_byoc.ledger import (
     CHARGE_FIELDS,
     ENTRY_NAMES,

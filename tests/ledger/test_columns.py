@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from tenet_byoc.estimate import estimate
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.ledger import (
     GemmEntry,
     Ledger,

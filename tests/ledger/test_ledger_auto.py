@@ -20,7 +20,7 @@ from tvm import relax
 import tenet_byoc
 from ledger_testing import gemm_ledger, mlp_executable
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gemms import model_gemms
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 from tenet_byoc.quantization import get_scheme
@@ -28,13 +28,29 @@ from tenet_byoc.quantization import get_scheme
 
 def _direct_best(acc, e) -> cm.MappingChoice:
     edge = max(acc.dataflow.rows, acc.dataflow.cols)
-    return cm.search_mapping(e.m, e.n, e.k, acc.hardware, acc.memory, dataflows=("os", "ws", "is"),
-                             rows=acc.dataflow.rows, cols=acc.dataflow.cols,
-                             objective=acc.objective, precision=acc.precision,
-                             stream_tiles=(edge, 4 * edge), batch=e.batch, bits_a=e.bits_a,
-                             bits_b=e.bits_b, bits_c=e.bits_c,
-                             extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops,
-                             extra_register_bits=e.extra_register_bits)
+    return cm.MappingSearch(
+        acc.hardware,
+        acc.memory,
+        dataflows=("os", "ws", "is"),
+        rows=acc.dataflow.rows,
+        cols=acc.dataflow.cols,
+        objective=acc.objective,
+        precision=acc.precision,
+        stream_tiles=(edge, 4 * edge),
+    ).best(
+        cm.GemmCall(
+            m=e.m,
+            n=e.n,
+            k=e.k,
+            batch=e.batch,
+            bits_a=e.bits_a,
+            bits_b=e.bits_b,
+            bits_c=e.bits_c,
+            extra_read_bits=e.extra_read_bits,
+            extra_ops=e.extra_ops,
+            extra_register_bits=e.extra_register_bits,
+        )
+    )
 
 
 def _assert_ledger_is_the_search(book, acc) -> None:
@@ -77,8 +93,7 @@ def test_fixed_mapping_searches_nothing():
 
 def _default_mapping(acc, e) -> str:
     tiles = cm.default_tile_mapping(e.m, e.n, e.k, acc.memory, 16, 16, batch=e.batch)
-    return cm.analyze_memory(e.m, e.n, e.k, acc.hardware, acc.dataflow, acc.memory, tiles,
-                             batch=e.batch).mapping
+    return cm.analyze_memory(cm.GemmCall(m=e.m, n=e.n, k=e.k, batch=e.batch), acc, tiles).mapping
 
 
 def test_tiny_gpt2_decode_ledger_records_the_searched_mapping():

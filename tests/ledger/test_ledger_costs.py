@@ -18,7 +18,7 @@ from ledger_testing import (
     mlp_params,
 )
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 
 # The references below walk each call's default tiles (a preset otherwise searches them).
@@ -38,8 +38,18 @@ def _assert_entries_match_cost_model(ledger, accelerator) -> None:
     hw, df = accelerator.hardware, accelerator.dataflow
     assert (ledger.accelerator, ledger.dataflow) == (hw.name, df.name)
     for e in ledger:
-        m = cm.analyze_gemm(e.m, e.n, e.k, hw, df, batch=e.batch, bits_a=e.bits_a,
-                            bits_b=e.bits_b, bits_c=e.bits_c)
+        m = cm.analyze_array(
+            cm.GemmCall(
+                m=e.m,
+                n=e.n,
+                k=e.k,
+                batch=e.batch,
+                bits_a=e.bits_a,
+                bits_b=e.bits_b,
+                bits_c=e.bits_c,
+            ),
+            cm.Accelerator("t", hw, df),
+        )
         assert e.macs == m.macs == e.batch * e.m * e.n * e.k
         assert (e.array_cycles, e.compute_cycles, e.stall_cycles, e.time_steps, e.active_pes,
                 e.num_pes) == (m.cycles, m.compute_cycles, m.stall_cycles, m.time_steps,

@@ -16,7 +16,7 @@ from tvm import relax
 
 import tenet_byoc
 from ledger_testing import gemm_ledger, mlp_executable
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.quantization import quantize
 
 

@@ -16,7 +16,7 @@ import pytest
 import tenet_byoc
 from ledger_testing import gemm_ledger
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import PRESETS, Accelerator, preset
+from tenet_byoc.accelerators import PRESETS, Accelerator, preset
 from tenet_byoc.ledger import Ledger
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 from tenet_byoc.quantization import quantize
@@ -68,7 +68,7 @@ def test_every_entry_equals_analyze_gemm_of_its_fields(accelerator, scheme):
         widths = {"batch": e.batch, "bits_a": e.bits_a, "bits_b": e.bits_b,
                   "bits_c": e.bits_c, "extra_read_bits": e.extra_read_bits,
                   "extra_ops": e.extra_ops - edge_ops}
-        m = cm.analyze_gemm(e.m, e.n, e.k, acc.hardware, acc.dataflow, **widths)
+        m = cm.analyze_array(cm.GemmCall(m=e.m, n=e.n, k=e.k, **widths), acc)
         assert (e.macs, e.array_cycles, e.offchip_read_bytes, e.offchip_write_bytes) == (
             m.macs, m.cycles, m.offchip_read_bits / 8, m.offchip_write_bits / 8), e.name
         assert {k: t.offchip_bytes for k, t in e.tensors.items()} == {
@@ -79,8 +79,7 @@ def test_every_entry_equals_analyze_gemm_of_its_fields(accelerator, scheme):
         tiles = cm.default_tile_mapping(
             e.m, e.n, e.k, acc.memory, rows, cols, batch=e.batch, bits_a=e.bits_a,
             bits_b=e.bits_b, bits_c=e.bits_c)
-        mm = cm.analyze_memory(e.m, e.n, e.k, acc.hardware, acc.dataflow, acc.memory, tiles,
-                               **widths)
+        mm = cm.analyze_memory(cm.GemmCall(m=e.m, n=e.n, k=e.k, **widths), acc, tiles)
         energy = cm.call_energy(mm, acc.memory, acc.precision.lookup(e.bits_a, e.bits_b),
                                 e.extra_ops - edge_ops)
         assert (e.cycles, e.roofline_cycles, e.mapping) == (

@@ -12,7 +12,7 @@ import pytest
 import tenet_byoc
 from relax_testing import matmuls_left_on_tvm
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 from tenet_byoc.models.runner import build_with_tvm
 from tenet_byoc.quantization import attention_scheme, get_scheme, quantize

@@ -15,7 +15,7 @@ from tvm import relax
 import tenet_byoc
 from relax_testing import matmul_module, matmuls_left_on_tvm, offloaded_symbols, run
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 from tenet_byoc.quantization import SCHEMES, QuantScheme, get_scheme, parse_spec, quantize
 
 FORM = {
@@ -249,8 +249,10 @@ def test_mxfp4_side_data_on_a_weight():
     """The issue's example: mxfp4 on [N, K]: N*K*4 bits of elements + N*K/32*8 of scales."""
     n, k = 64, 512
     acc = preset("os16")
-    c = cm.charge_gemm(1, n, k, acc.hardware, acc.dataflow, bits_a=4, bits_b=4, bits_c=16,
-                       recipe=SCHEMES["mxfp4"])
+    c = cm.charge(
+        cm.GemmCall(m=1, n=n, k=k, bits_a=4, bits_b=4, bits_c=16, recipe=SCHEMES["mxfp4"]),
+        cm.Accelerator("analysis", acc.hardware, acc.dataflow),
+    )
     assert c.quant["weight_side_bits"] == n * k // 32 * 8
     assert c.array.tensors["B"].offchip_bits + c.quant["weight_side_bits"] == n * k * 4 + n * k // 32 * 8
 
@@ -332,10 +334,15 @@ def test_recipe_validated_by_the_charge_unit():
     acc = preset("os16")
     bad = {**SCHEMES["group32"].recipe().as_dict(), "k_group": 0}
     with pytest.raises(ValueError, match="k_group"):
-        cm.charge_gemm(4, 4, 64, acc.hardware, acc.dataflow, recipe=bad)
+        cm.charge(
+            cm.GemmCall(m=4, n=4, k=64, recipe=bad),
+            cm.Accelerator("analysis", acc.hardware, acc.dataflow),
+        )
     with pytest.raises(ValueError, match="either a quantization recipe or extra_read_bits"):
-        cm.charge_gemm(4, 4, 64, acc.hardware, acc.dataflow, recipe=SCHEMES["group32"],
-                       extra_ops=3)
+        cm.charge(
+            cm.GemmCall(m=4, n=4, k=64, recipe=SCHEMES["group32"], extra_ops=3),
+            cm.Accelerator("analysis", acc.hardware, acc.dataflow),
+        )
 
 
 # ---------------------------------------------------------------------------------------

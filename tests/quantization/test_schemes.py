@@ -200,7 +200,7 @@ def test_macs_per_cycle_follow_the_operand_bits(rng):
     ceil(64 / 4) = 16 packed steps, 16 + 16 + 16 - 2 = 46 cycles (64 + 30 = 94 at 1 MAC),
     plus the scheme's extra ops, 16 * (2 * 64 + 16) = 2304, over 256 PEs: 9 cycles."""
     from tenet_byoc import cost_model as cm
-    from tenet_byoc.hardware import preset
+    from tenet_byoc.accelerators import preset
 
     mod, _ = linear((16, 64), 16, rng, bias=False)
     qmod = quantize(mod, "w8a8_per_tensor")
@@ -215,9 +215,19 @@ def test_macs_per_cycle_follow_the_operand_bits(rng):
     mp = entries["os16_mp"]
     assert mp.compute_cycles == 46 + 9
     acc = preset("os16_mp")
-    packed = cm.analyze_gemm(16, 16, 16, acc.hardware, acc.dataflow, bits_a=32, bits_b=32,
-                             bits_c=16, extra_read_bits=mp.extra_read_bits,
-                             extra_ops=mp.extra_ops)
+    packed = cm.analyze_array(
+        cm.GemmCall(
+            m=16,
+            n=16,
+            k=16,
+            bits_a=32,
+            bits_b=32,
+            bits_c=16,
+            extra_read_bits=mp.extra_read_bits,
+            extra_ops=mp.extra_ops,
+        ),
+        acc,
+    )
     assert mp.array_cycles == packed.cycles and mp.compute_cycles == packed.compute_cycles
     assert mp.macs == 16 * 16 * 64
     assert mp.pe_utilization == pytest.approx(mp.macs / (mp.cycles * 256 * 4))

@@ -11,7 +11,7 @@ import pytest
 
 import tenet_byoc
 from relax_testing import matmul_module
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 
 @pytest.fixture(scope="module")

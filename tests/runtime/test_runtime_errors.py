@@ -13,7 +13,7 @@ from tvm import relax
 import tenet_byoc
 from relax_testing import matmul_module
 from tenet_byoc.codegen import DESCRIPTOR_VERSION, FLOAT_RECIPE
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 
 @pytest.fixture(scope="module")

@@ -97,7 +97,7 @@ def test_steady_decodes_overlap():
 def test_serve_keeps_a_step_in_flight_per_stage():
     # serve(system=PP 2) runs the simulator with two stages: its run equals simulate(stages=2)
     # of the same cost, and differs from one step in flight.
-    from tenet_byoc.hardware import resolve
+    from tenet_byoc.accelerators import resolve
     from tenet_byoc.serving.study import serve
     from tenet_byoc.system import Link, System
 

@@ -58,7 +58,7 @@ def test_kv_quantization_is_charged(kv, row):
     # values are written at the cache's width (estimate writes float32) and quantized on
     # the vector unit, one row per scale.
     from tenet_byoc import cost_model as cm
-    from tenet_byoc.hardware import resolve
+    from tenet_byoc.accelerators import resolve
 
     acc = resolve("os16")
     plain = model_step_cost("gpt2", "w8a8_per_tensor", acc, token_granularity=1)

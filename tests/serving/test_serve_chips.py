@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tenet_byoc.estimate import estimate_step
-from tenet_byoc.hardware import resolve
+from tenet_byoc.accelerators import resolve
 from tenet_byoc.plan import Step, StepSequence
 from tenet_byoc.serving import SchedulerConfig, TraceRequest, simulate
 from tenet_byoc.serving.cost import model_step_cost

@@ -48,15 +48,15 @@ def _input_checks():
 
 
 def _tenet_accelerator(p_file: str, m_file: str):
-    from ..hardware import Accelerator
+    from ..accelerators import Accelerator
 
     return Accelerator.from_tenet_files(p_file, m_file)
 
 
-def _hardware(args, quick: bool = False) -> list:
-    from ..hardware import resolve
+def _accelerators(args, quick: bool = False) -> list:
+    from ..accelerators import resolve
 
-    accs = [resolve(h, args.mapping, args.objective) for h in _chosen_hardware(args, quick)]
+    accs = [resolve(h, args.mapping, args.objective) for h in _chosen_accelerators(args, quick)]
     names = [a.name for a in accs]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -65,8 +65,8 @@ def _hardware(args, quick: bool = False) -> list:
     return accs
 
 
-def _chosen_hardware(args, quick: bool) -> list:
-    from ..hardware import DEFAULT_PRESET
+def _chosen_accelerators(args, quick: bool) -> list:
+    from ..accelerators import DEFAULT_PRESET
     from .sweep import DEFAULT_ACCELERATORS, QUICK
 
     if (args.tenet_p is None) != (args.tenet_m is None):
@@ -193,15 +193,15 @@ def _cmd_sweep(args) -> int:
     models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
     schemes = args.schemes or list(QUICK.schemes if args.quick else CLASSIC_SCHEMES)
     with _input_checks():
-        hardware = _hardware(args, quick=args.quick)
+        accelerators = _accelerators(args, quick=args.quick)
         cases = _cases(args, models, quick=args.quick)
-    result = sweep(cases, schemes, hardware, repeats=args.repeats,
+    result = sweep(cases, schemes, accelerators, repeats=args.repeats,
                    progress=not args.no_progress)
     _print_sweep(result)
     if args.out:
         paths = _save(result, args.out)
         print("wrote " + ", ".join(str(p) for p in paths))
-        _finish_out(args, [c.model for c in cases], schemes, hardware)
+        _finish_out(args, [c.model for c in cases], schemes, accelerators)
     return 0
 
 
@@ -210,16 +210,16 @@ def _cmd_run(args) -> int:
     from .sweep import sweep
 
     with _input_checks():
-        hardware = _hardware(args)
+        accelerators = _accelerators(args)
         cases = _cases(args, [args.model])
-    result = sweep(cases, [args.scheme], hardware, repeats=args.repeats,
+    result = sweep(cases, [args.scheme], accelerators, repeats=args.repeats,
                    progress=not args.no_progress)
     _print_sweep(result)
-    by_name = {a.name: a for a in hardware}
+    by_name = {a.name: a for a in accelerators}
     # One per-layer table (and plot) per phase and accelerator, in the rows' order.
-    groups = dict.fromkeys((c.phase, c.hardware) for c in result.layers)
+    groups = dict.fromkeys((c.phase, c.accelerator) for c in result.layers)
     for phase, name in groups:
-        calls = [c for c in result.layers if c.phase == phase and c.hardware == name]
+        calls = [c for c in result.layers if c.phase == phase and c.accelerator == name]
         print(f"\n{calls[0].model} {phase}, {args.scheme} on {name}: per layer")
         header = ["layer", "pattern", "scheme", "batch", "M", "N", "K", "MACs", "est. cycles",
                   "est. latency (us)", "PE util", "off-chip bytes"]
@@ -247,12 +247,12 @@ def _cmd_run(args) -> int:
         result.to_json(paths[1])
         result.layers_to_csv(paths[2])
         for phase, name in groups:
-            calls = [c for c in result.layers if c.phase == phase and c.hardware == name]
+            calls = [c for c in result.layers if c.phase == phase and c.accelerator == name]
             paths.append(plot_layer_breakdown(
                 calls, out / f"layers_{calls[0].model}_{phase}_{args.scheme}_"
-                f"{calls[0].hardware}.png"))
+                f"{calls[0].accelerator}.png"))
         print("wrote " + ", ".join(str(p) for p in paths))
-        _finish_out(args, [c.model for c in cases], [args.scheme], hardware)
+        _finish_out(args, [c.model for c in cases], [args.scheme], accelerators)
     return 0
 
 
@@ -265,11 +265,11 @@ def _cmd_profile(args) -> int:
     from ..quantization import quantize
 
     with _input_checks():
-        hardware = _hardware(args)
-        if len(hardware) != 1:
+        accelerators = _accelerators(args)
+        if len(accelerators) != 1:
             raise _UserError("profile takes one accelerator: give --accelerator or --tenet-p/-m")
         (case,) = _cases(args, [args.model])
-    ex = build(quantize(case.module(), args.scheme), accelerator=hardware[0])
+    ex = build(quantize(case.module(), args.scheme), accelerator=accelerators[0])
     vm = tenet_byoc.VirtualMachine(ex, tvm.cpu(), profile=True)
     phase = "inference" if args.model == "mlp" else (args.phase or "prefill")
     func, fargs = case.inputs(vm, phase)
@@ -311,7 +311,7 @@ def _show_preset(name: str, fmt: str) -> int:
     import json
 
     from ..design_file import design_form
-    from ..hardware import preset
+    from ..accelerators import preset
 
     form = design_form(preset(name))  # each quantity once: the file a user edits
     if fmt == "yaml":
@@ -329,7 +329,7 @@ def _cmd_presets(args) -> int:
     if args.show:
         return _show_preset(args.show, args.format)
 
-    from ..hardware import DEFAULT_PRESET, PRESETS
+    from ..accelerators import DEFAULT_PRESET, PRESETS
     from ..quantization import KV_HELP, SCHEMES, SPEC_HELP
     from .results import markdown_table
 
@@ -407,7 +407,7 @@ def _cmd_estimate(args) -> int:
     with _input_checks():  # nothing runs: every error is about the input
         code = run_estimate(args)
     if args.out:
-        from ..hardware import resolve
+        from ..accelerators import resolve
         from .estimate_cmd import _system, system_entry
 
         _finish_out(args, [args.model], args.schemes,
@@ -468,7 +468,7 @@ def _checked_inputs(args: argparse.Namespace) -> None:
     def design(item):
         if not isinstance(item, str) or not is_design_file(item):
             return item
-        from ..hardware import Accelerator
+        from ..accelerators import Accelerator
 
         try:
             return Accelerator.from_file(item)

@@ -23,11 +23,6 @@ __all__ = ["LayerFigures", "PhaseFigures", "SweepPoint", "batch_sweep",
            "context_sweep", "layer_figures", "phase_figures", "plot_sweeps", "run_estimate",
            "sweep_table"]
 
-#: The schemes a sweep compares by default: float32, int8 weights and activations, int4
-#: weights in groups of 32 (MLC-LLM's q4f16_1).
-SWEEP_SCHEMES = ("none", "per_token", "q4f16_1")
-
-
 @dataclass(frozen=True)
 class PhaseFigures:
     """One phase of an estimate, per sequence where it says so."""
@@ -241,7 +236,7 @@ def _system(args: argparse.Namespace) -> System | None:
         if problems:
             raise ValueError(problems[0])
         return None
-    from ..hardware import resolve
+    from ..accelerators import resolve
     from ..system import System
 
     if args.batch % args.micro_batches:

@@ -216,7 +216,7 @@ class EvalJob:
     ids: np.ndarray
     window: int
     schemes: list[str]
-    accelerator: Any  #: a tenet_byoc.hardware.Accelerator
+    accelerator: Any  #: a tenet_byoc.accelerators.Accelerator
     config: Any  #: the checkpoint's GPT2Config or LlamaConfig
     reference: Any = field(repr=False)  #: the float32 runner, offloaded
     reference_build_s: float = 0.0
@@ -224,10 +224,6 @@ class EvalJob:
     @property
     def bounds(self) -> list[tuple[int, int]]:
         return window_bounds(len(self.ids), self.window)
-
-
-def _context(config: Any) -> int:
-    return int(getattr(config, "n_positions", None) or config.max_position_embeddings)
 
 
 def _checked_count(name: str, value: int | None) -> None:
@@ -277,7 +273,8 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
         vocabulary does not have; a window longer than the context; an unknown scheme or
         accelerator.
     """
-    from ..hardware import resolve
+    from ..accelerators import resolve
+    from ..estimate import _context
     from ..models.checkpoint import read_config
     from ..models.configs import config_from_dict
     from ..quantization import get_scheme
@@ -301,7 +298,7 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
         config = config_from_dict(values, name=os.path.basename(os.path.normpath(folder)))
     except (TypeError, ValueError) as err:
         raise type(err)(f"{os.path.join(folder, 'config.json')!r}: {err}") from None
-    context = _context(config)
+    context, _ = _context(config)
     if window is not None and window > context:
         raise ValueError(f"window={window} is longer than the model's context ({context} "
                          f"tokens, config.json of {folder!r})")

@@ -137,10 +137,10 @@ def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
     """
     if not layers:
         raise ValueError("plot_layer_breakdown needs the calls of one run, got none")
-    runs = {(c.model, c.scheme, c.hardware, c.phase) for c in layers}
+    runs = {(c.model, c.scheme, c.accelerator, c.phase) for c in layers}
     if len(runs) != 1:
         raise ValueError(f"plot_layer_breakdown takes one run's calls, got {sorted(runs)}")
-    model, scheme, hardware, phase = runs.pop()
+    model, scheme, accelerator, phase = runs.pop()
     # Group GPT-2's calls into blocks ("h.3") stacked by matmul ("mlp.c_fc"); others stand alone.
     groups: dict[str, dict[str, float]] = {}
     parts: list[str] = []
@@ -170,7 +170,7 @@ def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
         ax.bar(names, values, bottom=bottom, label=part, color=cmap(i % 10), width=0.75)
         bottom += values
     ax.set_ylabel(f"{label} ({unit})" if unit else label)
-    ax.set_title(f"{model} {phase}: {label} per layer (offloaded GEMMs), {scheme} on {hardware}\n"
+    ax.set_title(f"{model} {phase}: {label} per layer (offloaded GEMMs), {scheme} on {accelerator}\n"
                  f"total {bottom.sum():,.3g} {unit}".rstrip())
     ax.tick_params(axis="x", rotation=60 if len(names) > 8 else 0)
     ax.grid(axis="y", alpha=0.3)
@@ -188,19 +188,19 @@ def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: st
         raise ValueError(f"plot_prefill_decode: no rows of model {model!r}")
     phases = list(dict.fromkeys(r.phase for r in mine))
     schemes = list(dict.fromkeys(r.scheme for r in mine))
-    hardware = list(dict.fromkeys(r.hardware for r in mine))
+    accelerators = list(dict.fromkeys(r.accelerator for r in mine))
     fig = Figure(figsize=(6.0 * len(phases), 4.2))
     axes = fig.subplots(1, len(phases), squeeze=False)
-    width = 0.8 / len(hardware)
+    width = 0.8 / len(accelerators)
     x = np.arange(len(schemes))
     scale, label = _cost(metric)
     for ax, phase in zip(axes[0], phases):
-        for i, hw in enumerate(hardware):
+        for i, hw in enumerate(accelerators):
             values = []
             for s in schemes:
-                match = [r for r in mine if (r.phase, r.scheme, r.hardware) == (phase, s, hw)]
+                match = [r for r in mine if (r.phase, r.scheme, r.accelerator) == (phase, s, hw)]
                 values.append(scale * float(getattr(match[0], metric)) if match else 0.0)
-            ax.bar(x + (i - (len(hardware) - 1) / 2) * width, values, width, label=hw)
+            ax.bar(x + (i - (len(accelerators) - 1) / 2) * width, values, width, label=hw)
         tokens = next(r.tokens for r in mine if r.phase == phase)
         what = {"prefill": f"prefill of {tokens} tokens", "decode": f"decode at L={tokens}"}
         ax.set_title(f"{model} {what.get(phase, phase)}")
@@ -208,7 +208,7 @@ def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: st
         ax.set_ylabel(label)
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
-    axes[0][-1].legend(title="hardware", fontsize=8, loc="upper left",
+    axes[0][-1].legend(title="accelerator", fontsize=8, loc="upper left",
                        bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{model}: {label} per quantization scheme, prefill vs decode "
                  "(offloaded GEMMs only)")
@@ -224,7 +224,7 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
         raise ValueError("plot_cost_vs_error needs sweep rows, got none")
     panels = list(dict.fromkeys((r.model, r.phase) for r in rows))
     schemes = list(dict.fromkeys(r.scheme for r in rows))
-    hardware = list(dict.fromkeys(r.hardware for r in rows))
+    accelerators = list(dict.fromkeys(r.accelerator for r in rows))
     cmap = colormaps["tab10"]
     fig = Figure(figsize=(4.8 * len(panels), 4.2))
     axes = fig.subplots(1, len(panels), squeeze=False)
@@ -242,7 +242,7 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
             ax.scatter(scale * float(getattr(r, cost)), float(getattr(r, error)),
                        marker=_MARKERS[schemes.index(r.scheme) % len(_MARKERS)],
                        facecolors="none", s=sizes[r.scheme],
-                       edgecolors=cmap(hardware.index(r.hardware) % 10), linewidths=1.3)
+                       edgecolors=cmap(accelerators.index(r.accelerator) % 10), linewidths=1.3)
         ax.set_title(f"{model} {phase}")
         ax.set_xlabel(cost_label)
         ax.set_ylabel(error_label)
@@ -251,7 +251,7 @@ def plot_cost_vs_error(rows: Sequence[SweepRow], path: str | Path, *,
                       markerfacecolor="none", markeredgecolor="black", label=s)
                for i, s in enumerate(schemes)]
     handles += [Line2D([], [], marker="o", linestyle="", color=cmap(i % 10), label=h)
-                for i, h in enumerate(hardware)]
+                for i, h in enumerate(accelerators)]
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     fig.suptitle("accelerator cost (offloaded GEMMs only) against output error across "
                  "quantization schemes")
@@ -269,12 +269,12 @@ def save_plots(result: SweepResult, out_dir: str | Path) -> list[Path]:
     paths: list[Path] = []
     if not result.rows:
         return paths
-    first_hw = result.rows[0].hardware
+    first_hw = result.rows[0].accelerator
     for model, phase in dict.fromkeys((r.model, r.phase) for r in result.rows):
         schemes = [r.scheme for r in result.rows if r.model == model]
         scheme = "none" if "none" in schemes else schemes[0]
         calls = [c for c in result.layers
-                 if (c.model, c.scheme, c.hardware, c.phase) == (model, scheme, first_hw, phase)]
+                 if (c.model, c.scheme, c.accelerator, c.phase) == (model, scheme, first_hw, phase)]
         if calls:
             paths.append(plot_layer_breakdown(
                 calls, out / f"layers_{model}_{phase}_{scheme}_{first_hw}.png"))

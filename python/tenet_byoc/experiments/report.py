@@ -118,6 +118,8 @@ def _read_csv(path: Path) -> _Csv:
             header = next(reader, None)
             if header is None:
                 raise ValueError(f"{str(path)!r} is empty (expected a header line)")
+            # folders written before the column was renamed call it "hardware"
+            header = ["accelerator" if c == "hardware" else c for c in header]
             rows = []
             for i, line in enumerate(reader, start=2):
                 if len(line) != len(header):
@@ -282,7 +284,7 @@ def _groups(rows: Sequence[dict], *keys: str) -> dict[tuple, list[dict]]:
 
 
 def _run_name(r: dict) -> str:
-    return f"{r['scheme']} @ {r['hardware']}"
+    return f"{r['scheme']} @ {r['accelerator']}"
 
 
 def _cost_vs_error(rows: Sequence[dict], key: str, cost: str, cost_label: str,
@@ -292,15 +294,15 @@ def _cost_vs_error(rows: Sequence[dict], key: str, cost: str, cost_label: str,
     symbols = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon"]
     figures = []
     for (model, phase), mine in _groups(rows, "model", "phase").items():
-        hws = list(dict.fromkeys(p["hardware"] for p in mine))
+        hws = list(dict.fromkeys(p["accelerator"] for p in mine))
         data = []
         for (scheme,), pts in _groups(mine, "scheme").items():
             data.append({
                 "type": "scatter", "mode": "markers", "name": str(scheme),
                 "x": [p["rel_error"] for p in pts], "y": [p[cost] * scale for p in pts],
-                "text": [p["hardware"] for p in pts],
+                "text": [p["accelerator"] for p in pts],
                 "marker": {"size": 11, "opacity": 0.85, "symbol": [
-                    symbols[hws.index(p["hardware"]) % len(symbols)] for p in pts]},
+                    symbols[hws.index(p["accelerator"]) % len(symbols)] for p in pts]},
                 "hovertemplate": "%{fullData.name} @ %{text}<br>rel. error %{x:.4g}<br>"
                 + cost_label + " %{y:.4g}<extra></extra>",
             })
@@ -323,7 +325,7 @@ def _summary_section(summary: _Csv) -> _Section:
     phases = {r["phase"] for r in gpt2}
     if {"prefill", "decode"} <= phases:
         data = []
-        for (model, phase, hw), pts in _groups(gpt2, "model", "phase", "hardware").items():
+        for (model, phase, hw), pts in _groups(gpt2, "model", "phase", "accelerator").items():
             data.append({
                 "type": "bar", "name": f"{model} {phase} @ {hw}",
                 "x": [p["scheme"] for p in pts], "y": [p["latency_us"] for p in pts],
@@ -340,11 +342,11 @@ def _summary_section(summary: _Csv) -> _Section:
     return sec
 
 
-def _roofs(manifest: dict | None, hardware: str, macs: Sequence[float],
+def _roofs(manifest: dict | None, accelerator: str, macs: Sequence[float],
            intensity: Sequence[float]) -> list[dict]:
     """The accelerator's roofs (one per MAC rate) over the points' intensity range."""
     accs = {a.get("name"): a for a in (manifest or {}).get("accelerators", [])}
-    acc = accs.get(hardware)
+    acc = accs.get(accelerator)
     xs = [x for x in intensity if x and x > 0]
     if acc is None or not xs or not macs:
         return []
@@ -356,7 +358,7 @@ def _roofs(manifest: dict | None, hardware: str, macs: Sequence[float],
         knee = peak / bw
         xr = sorted({_round(x) for x in (lo, hi, min(max(knee, lo), hi))})
         out.append({
-            "type": "scatter", "mode": "lines", "name": f"roof {hardware}"
+            "type": "scatter", "mode": "lines", "name": f"roof {accelerator}"
             + ("" if bits == "all" else f" ({bits}-bit)"),
             "x": xr, "y": [min(peak, bw * x) for x in xr],
             "line": {"dash": "dot", "width": 1.5},
@@ -371,7 +373,7 @@ def _shape(call: dict) -> str:
     return f" {call['batch']}×{call['m']}×{call['n']}×{call['k']}"
 
 
-def _roofline(key: str, title: str, rows: Sequence[dict], series: str, hardware: str | None,
+def _roofline(key: str, title: str, rows: Sequence[dict], series: str, accelerator: str | None,
               manifest: dict | None, label: str = "name") -> _Figure:
     """Each call as a point: MACs per DRAM byte against attained MACs per cycle."""
     data = []
@@ -387,9 +389,9 @@ def _roofline(key: str, title: str, rows: Sequence[dict], series: str, hardware:
             "hovertemplate": "%{text}<br>%{x:.3g} MACs/DRAM byte<br>%{y:.4g} MACs/cycle"
             "<extra>%{fullData.name}</extra>",
         })
-    if hardware is not None:
+    if accelerator is not None:
         all_x = [x for t in data for x in t["x"]]
-        data += _roofs(manifest, hardware, [y for t in data for y in t["y"]], all_x)
+        data += _roofs(manifest, accelerator, [y for t in data for y in t["y"]], all_x)
     return _Figure(key, data, _layout(title, "arithmetic intensity (MACs / DRAM byte)",
                                       "attained MACs / cycle", xlog=True, ylog=True))
 
@@ -401,7 +403,7 @@ def _layers_section(layers: _Csv, manifest: dict | None) -> _Section:
                    "to show or hide a run.")
     for (model, phase), calls in _groups(layers.rows, "model", "phase").items():
         data = []
-        for i, (_, mine) in enumerate(_groups(calls, "scheme", "hardware").items()):
+        for i, (_, mine) in enumerate(_groups(calls, "scheme", "accelerator").items()):
             data.append({
                 "type": "bar", "name": _run_name(mine[0]),
                 "x": [c["layer"] for c in mine], "y": [c["latency_us"] for c in mine],
@@ -416,7 +418,7 @@ def _layers_section(layers: _Csv, manifest: dict | None) -> _Section:
             f"{model} {phase}: est. latency per layer", "layer (call)", "est. latency (µs)",
             barmode="group", xaxis={"title": {"text": "layer (call)"}, "automargin": True,
                                     "tickangle": -60})))
-        for (hw,), mine in _groups(calls, "hardware").items():
+        for (hw,), mine in _groups(calls, "accelerator").items():
             sec.parts.append(_roofline(
                 f"roofline-{model}-{phase}-{hw}", f"{model} {phase} on {hw}: roofline, each "
                 "call a point", mine, "scheme", hw, manifest, label="layer"))
@@ -457,9 +459,9 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
                    "buffer / energy split.")
     if est is not None:
         sec.parts.append(_Table("estimate", est, est.columns))
-    hardware = None
+    accelerator = None
     if manifest and manifest.get("accelerators"):
-        hardware = manifest["accelerators"][0].get("name")
+        accelerator = manifest["accelerators"][0].get("name")
     per_layer = [r for src in layer_sums for r in src.rows]
     for (phase,), rows in _groups(per_layer, "phase").items():
         data = [{
@@ -481,7 +483,7 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
             rows = [dict(r, mapping=f"{r['calls']} call(s)") for r in src.rows]
             sec.parts.append(_roofline(f"roofline-{scheme}", f"{scheme}: roofline, each "
                                        "layer (its calls summed) a point", rows, "phase",
-                                       hardware, manifest, label="layer"))
+                                       accelerator, manifest, label="layer"))
         sec.parts.append(_Table(f"layers-{scheme}", src, src.columns))
     for led in ledgers:
         scheme = _scheme_of(led, "ledger_")
@@ -504,7 +506,7 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
         rows = [dict(r, dram_bytes=(r["dram_read_bytes"] or 0) + (r["dram_write_bytes"] or 0))
                 for r in led.rows if r.get("macs") is not None]
         sec.parts.append(_roofline(f"roofline-{scheme}", f"{scheme}: roofline, each call a "
-                                   "point", rows, "phase", hardware, manifest))
+                                   "point", rows, "phase", accelerator, manifest))
         sec.parts.append(_Table(f"ledger-{scheme}", led,
                                 [c for c in _LEDGER_COLUMNS if c in led.columns]))
     return sec

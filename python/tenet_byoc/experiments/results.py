@@ -49,7 +49,6 @@ def si(value: float, unit: str = "", digits: int = 3) -> str:
     return f"{text} {unit}" if unit else text
 
 
-
 @dataclass(frozen=True)
 class SweepRow:
     """What one phase of one case costs under one scheme on one accelerator.
@@ -63,7 +62,7 @@ class SweepRow:
 
     model: str
     scheme: str
-    hardware: str
+    accelerator: str
     phase: str
     tokens: int  #: prefill: prompt length P; decode: context length L; MLP: images
     calls: int
@@ -94,7 +93,7 @@ class LayerCost:
 
     model: str
     scheme: str
-    hardware: str
+    accelerator: str
     phase: str
     layer: str  #: e.g. ``h.3.mlp.c_fc``, ``lm_head``, ``fc0``; the call's name if unknown
     pattern: str
@@ -134,20 +133,6 @@ def write_csv(columns: Sequence[str], items: Sequence, path: str | Path | None) 
     if path is not None:
         Path(path).write_text(text)
     return text
-
-
-def _fmt_bytes(value: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value:.0f} B"
-
-
-def _fmt_count(value: float) -> str:
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.2f}{unit}"
-    return f"{value:.0f}"
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -206,27 +191,26 @@ class SweepResult:
 
     def table(self, model: str | None = None) -> str:
         """The rows (of ``model``, or all) as a markdown table with readable units."""
-        header = ["model", "scheme", "hardware", "phase", "tokens", "MACs", "est. cycles",
+        header = ["model", "scheme", "accelerator", "phase", "tokens", "MACs", "est. cycles",
                   "x roofline", "est. latency (us)", "PE util", "weight bytes",
-                  "off-chip bytes", "DRAM bytes", "energy (uJ)", "bandwidth (GB/s)", "max abs err", "top-1 agree", "accuracy", "wall (ms)"]
+                  "off-chip bytes", "DRAM bytes", "energy (uJ)", "bandwidth (GB/s)", "max abs err",
+                  "top-1 agree", "accuracy", "wall (ms)"]
         rows = []
         for r in self.rows:
             if model is not None and r.model != model:
                 continue
             rows.append([
-                r.model, r.scheme, r.hardware, r.phase, r.tokens, _fmt_count(r.macs),
-                _fmt_count(r.cycles),
+                r.model, r.scheme, r.accelerator, r.phase, r.tokens, si(r.macs),
+                si(r.cycles),
                 f"{r.cycles / r.roofline_cycles:.2f}" if r.roofline_cycles else "-",
                 f"{r.latency_us:,.1f}", f"{100 * r.pe_utilization:.1f}%",
-                _fmt_bytes(r.weight_bytes), _fmt_bytes(r.offchip_bytes),
-                _fmt_bytes(r.dram_bytes), f"{r.energy_pj / 1e6:,.2f}",
+                si(r.weight_bytes, "B"), si(r.offchip_bytes, "B"),
+                si(r.dram_bytes, "B"), f"{r.energy_pj / 1e6:,.2f}",
                 f"{r.bandwidth_gbps:.1f}", f"{r.max_abs_error:.3g}",
                 f"{100 * r.top1_agreement:.1f}%",
                 "-" if r.accuracy is None else f"{100 * r.accuracy:.2f}%", f"{1e3 * r.wall_s:.1f}",
             ])
         return markdown_table(header, rows)
-
-
 
 
 def _accelerator_entry(acc) -> dict:

@@ -93,7 +93,7 @@ def _pools(args: argparse.Namespace, acc: Any) -> tuple[Any, Any] | None:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Run ``tenet-byoc serve`` as parsed (see the module); return the exit code."""
-    from ..hardware import resolve
+    from ..accelerators import resolve
     from ..serving import SchedulerConfig, read_trace
     from ..serving.study import serve
 

@@ -18,14 +18,14 @@ import math
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir import IRModule
 
-from ..hardware import Accelerator, resolve
+from ..accelerators import Accelerator, resolve
 from ..ledger import LedgerEntry, ledger, totals
 from ..partition import build
 from ..quantization import CLASSIC_SCHEMES, get_scheme
@@ -90,7 +90,7 @@ def sweep(
         Names from :data:`tenet_byoc.quantization.SCHEMES` or spec strings; the classic
         seven (:data:`~tenet_byoc.quantization.CLASSIC_SCHEMES`) by default.
     accelerators : sequence of str or Accelerator
-        Preset names (:data:`tenet_byoc.hardware.PRESETS`) or accelerators.
+        Preset names (:data:`tenet_byoc.accelerators.PRESETS`) or accelerators.
     repeats : int
         Timed runs per phase (one charged, the rest not); ``wall_s`` is their median. One
         by default: each further run of GPT-2 small's prefill only refines a CPU time the
@@ -219,6 +219,12 @@ def _build(mod: IRModule, acc: Accelerator) -> tuple[relax.VirtualMachine, float
     return relax.VirtualMachine(ex, tvm.cpu()), build_s
 
 
+#: The columns of a LayerCost that its GEMM entry has under the same name.
+_OF_ENTRY = ("pattern", "batch", "m", "n", "k", "macs", "cycles", "roofline_cycles",
+             "latency_us", "pe_utilization", "offchip_bytes", "dram_bytes", "energy_pj",
+             "mapping")
+
+
 def _collect(result: SweepResult, case: Case, scheme: str, acc: Accelerator,
              entries: list[LedgerEntry], outputs: dict[str, PhaseOutput],
              errors: dict[str, tuple[float, float, float]], build_s: float) -> None:
@@ -232,23 +238,13 @@ def _collect(result: SweepResult, case: Case, scheme: str, acc: Accelerator,
             wb = e.weight_bytes if case.is_weight(layer) else 0.0
             weight_bytes += wb
             result.layers.append(LayerCost(
-                model=case.model, scheme=scheme, hardware=acc.name, phase=phase, layer=layer,
-                pattern=e.pattern, call_scheme=e.scheme, batch=e.batch, m=e.m, n=e.n, k=e.k,
-                macs=e.macs, cycles=e.cycles, roofline_cycles=e.roofline_cycles,
-                latency_us=e.latency_us, pe_utilization=e.pe_utilization,
-                offchip_bytes=e.offchip_bytes, dram_bytes=e.dram_bytes, energy_pj=e.energy_pj,
-                mapping=e.mapping, weight_bytes=wb,
-            ))
-        t = totals(mine)
+                model=case.model, scheme=scheme, accelerator=acc.name, phase=phase, layer=layer,
+                call_scheme=e.scheme, weight_bytes=wb, **{f: getattr(e, f) for f in _OF_ENTRY}))
         out = outputs[phase]
         err, rel, top1 = errors[phase]
         result.rows.append(SweepRow(
-            model=case.model, scheme=scheme, hardware=acc.name, phase=phase,
-            tokens=case.tokens(phase), calls=t.calls, macs=t.macs, cycles=t.cycles,
-            roofline_cycles=t.roofline_cycles, latency_us=t.latency_us,
-            pe_utilization=t.pe_utilization, weight_bytes=weight_bytes,
-            offchip_bytes=t.offchip_bytes, dram_bytes=t.dram_bytes, energy_pj=t.energy_pj,
-            bandwidth_gbps=t.bandwidth_gbps,
+            model=case.model, scheme=scheme, accelerator=acc.name, phase=phase,
+            tokens=case.tokens(phase), weight_bytes=weight_bytes, **asdict(totals(mine)),
             max_abs_error=err, rel_error=rel, top1_agreement=top1,
             accuracy=case.accuracy(phase, out.output), build_s=build_s, wall_s=out.wall_s,
         ))

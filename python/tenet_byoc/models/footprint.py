@@ -305,7 +305,7 @@ def fit(config: Any, scheme: Any, accelerator: Any, prompt_len: int, context_len
         decode_steps: int, batch: int = 1, tp: int = 1, pp: int = 1) -> Fit:
     """Whether ``estimate``'s run of ``config`` fits the DRAM of each chip of ``accelerator``
     (the arguments as :func:`tenet_byoc.estimate` takes them; ``tp`` and ``pp`` a system's)."""
-    from ..hardware import resolve
+    from ..accelerators import resolve
 
     acc = resolve(accelerator)
     phases = []

@@ -16,34 +16,18 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import tvm
 
-from .calibration import ActivationRanges, _sample_inputs, calibrate
-from .numerics import (
-    FLOAT_FORMATS,
-    INT4_ZERO_POINT,
-    SCALE_RANGES,
-    FloatFormat,
-    int_range,
-    pack_int4,
-    quantize_weight,
-    smoothing_factors,
-    weight_codes,
-)
+from .calibration import _sample_inputs, calibrate
+from .numerics import pack_int4, quantize_weight, weight_codes
 from .rewrite import _LinearQuantizer, _run_pass, is_attention_gemm
 from .scheme import (
-    ACTIVATION_FORMATS,
-    ACTIVATION_GRANULARITIES,
     CLASSIC_SCHEMES,
-    KV_GRANULARITIES,
     KV_HELP,
     MAX_GROUP,
-    MAX_KV_GROUP,
     RECIPE_ATTR,
     SCALE_DTYPES,
     SCHEME_ATTR,
     SCHEMES,
     SPEC_HELP,
-    WEIGHT_FORMATS,
-    WEIGHT_GRANULARITIES,
     QuantScheme,
     RecipeStamp,
     attention_scheme,
@@ -146,36 +130,23 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
 
 
 __all__ = [
-    "ACTIVATION_FORMATS",
-    "ACTIVATION_GRANULARITIES",
     "CLASSIC_SCHEMES",
-    "FLOAT_FORMATS",
-    "INT4_ZERO_POINT",
-    "KV_GRANULARITIES",
     "KV_HELP",
     "MAX_GROUP",
-    "MAX_KV_GROUP",
     "RECIPE_ATTR",
     "RecipeStamp",
     "SCALE_DTYPES",
-    "SCALE_RANGES",
     "SCHEMES",
     "SCHEME_ATTR",
     "SPEC_HELP",
-    "WEIGHT_FORMATS",
-    "WEIGHT_GRANULARITIES",
-    "ActivationRanges",
-    "FloatFormat",
     "QuantScheme",
     "attention_scheme",
     "calibrate",
     "get_scheme",
-    "int_range",
     "is_attention_gemm",
     "pack_int4",
     "parse_spec",
     "quantize",
     "quantize_weight",
-    "smoothing_factors",
     "weight_codes",
 ]

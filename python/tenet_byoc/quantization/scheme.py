@@ -55,12 +55,11 @@ MAX_GROUP = 4096
 #: dimension, then refuses what :func:`tenet_byoc.quantize` would.
 MAX_KV_GROUP = 256
 
-_INT_FIELDS = ("weight_bits", "activation_bits", "group_size", "activation_group", "kv_bits",
-               "kv_group")
-_STR_FIELDS = ("name", "weight_granularity", "activation_granularity", "weight_format",
-               "activation_format", "scale_dtype", "kv_granularity")
-_BOOL_FIELDS = ("activation_static", "attention")
-
+#: Each field type of :class:`QuantScheme`: the values it takes, what a message says of it
+#: and what a value becomes (a numpy int a plain int).
+_FIELD_TYPES = {"int": (numbers.Integral, "an int", int), "str": (str, "a str", str),
+                "bool": (bool, "True or False", bool),
+                "float": (numbers.Real, "a number in [0, 1]", float)}
 
 
 def _group_size_matches(field: str, size: int, granularity: str, what: str) -> None:
@@ -242,26 +241,13 @@ class QuantScheme:
     def _check_types(self) -> None:
         """Refuse a field of the wrong type (``weight_bits=8.0``, ``activation_static=1``)
         before the checks of values, which would let ``8.0 == 8`` through."""
-        for field in _INT_FIELDS:
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError(f"QuantScheme.{field}={value!r} ({type(value).__name__}); "
-                                "expected an int")
-            object.__setattr__(self, field, int(value))  # numpy ints become plain ints
-        for field in _STR_FIELDS:
-            value = getattr(self, field)
-            if not isinstance(value, str):
-                raise TypeError(f"QuantScheme.{field}={value!r} ({type(value).__name__}); "
-                                "expected a str")
-        for field in _BOOL_FIELDS:
-            value = getattr(self, field)
-            if not isinstance(value, bool):
-                raise TypeError(f"QuantScheme.{field}={value!r} ({type(value).__name__}); "
-                                "expected True or False")
-        if isinstance(self.smoothing, bool) or not isinstance(self.smoothing, numbers.Real):
-            raise TypeError(f"QuantScheme.smoothing={self.smoothing!r} "
-                            f"({type(self.smoothing).__name__}); expected a number in [0, 1]")
-        object.__setattr__(self, "smoothing", float(self.smoothing))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            kind, expected, plain = _FIELD_TYPES[f.type]
+            if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+                raise TypeError(f"QuantScheme.{f.name}={value!r} ({type(value).__name__}); "
+                                f"expected {expected}")
+            object.__setattr__(self, f.name, plain(value))
 
     @property
     def quantizes_activations(self) -> bool:
@@ -394,41 +380,37 @@ class QuantScheme:
         return f"w={w} a={a} scales={self.scale_dtype}{extra}"
 
 
-def _legacy(name, wb, wg, ab, ag, g=0):
-    return QuantScheme(name, wb, wg, ab, ag, g)
-
-
 #: The named schemes (``tenet-byoc presets`` lists them with their definitions). The first
 #: seven are the original names, with their original numbers.
 SCHEMES: dict[str, QuantScheme] = {
     s.name: s
     for s in [
         QuantScheme("none"),
-        _legacy("w8a8_per_tensor", 8, "tensor", 8, "tensor"),
-        _legacy("w8a8_per_channel_per_token", 8, "channel", 8, "token"),
-        _legacy("w8a16_per_channel", 8, "channel", 16, "none"),
-        _legacy("w4a16_group32", 4, "group", 16, "none", 32),
-        _legacy("w4a16_group64", 4, "group", 16, "none", 64),
-        _legacy("w4a16_group128", 4, "group", 16, "none", 128),
+        QuantScheme("w8a8_per_tensor", 8, "tensor", 8, "tensor"),
+        QuantScheme("w8a8_per_channel_per_token", 8, "channel", 8, "token"),
+        QuantScheme("w8a16_per_channel", 8, "channel", 16, "none"),
+        QuantScheme("w4a16_group32", 4, "group", 16, "none", 32),
+        QuantScheme("w4a16_group64", 4, "group", 16, "none", 64),
+        QuantScheme("w4a16_group128", 4, "group", 16, "none", 128),
         # The four granularities of the question, W8A8 int.
-        _legacy("per_tensor", 8, "tensor", 8, "tensor"),
-        _legacy("per_token", 8, "channel", 8, "token"),
+        QuantScheme("per_tensor", 8, "tensor", 8, "tensor"),
+        QuantScheme("per_token", 8, "channel", 8, "token"),
         QuantScheme("per_embedding", 8, "channel", 8, "embedding", activation_static=True),
         *[QuantScheme(f"group{g}", 8, "group", 8, "group", g, activation_group=g)
           for g in (32, 64, 128)],
         # MLC-LLM's formats (q4f16_0 and q4f16_1 differ only in MLC's memory layout).
         QuantScheme("q0f32"),
         QuantScheme("q0f16", 16, "none", 16, "none"),
-        _legacy("q4f16_0", 4, "group", 16, "none", 32),
-        _legacy("q4f16_1", 4, "group", 16, "none", 32),
-        _legacy("q4f16_ft", 4, "channel", 16, "none"),
+        QuantScheme("q4f16_0", 4, "group", 16, "none", 32),
+        QuantScheme("q4f16_1", 4, "group", 16, "none", 32),
+        QuantScheme("q4f16_ft", 4, "channel", 16, "none"),
         QuantScheme("q4f16_awq", 4, "group", 16, "none", 128, weight_format="uint"),
         QuantScheme("e4m3_e4m3_f16", 8, "tensor", 8, "tensor", weight_format="e4m3",
                     activation_format="e4m3", scale_dtype="fp32"),
         # Outlier handling and mixed precision.
         QuantScheme("smoothquant", 8, "channel", 8, "tensor", activation_static=True,
                     smoothing=0.5),
-        _legacy("w4a8", 4, "channel", 8, "token"),
+        QuantScheme("w4a8", 4, "channel", 8, "token"),
         # OCP Microscaling: blocks of 32 along K, e8m0 scales, both operands.
         QuantScheme("mxint8", 8, "group", 8, "group", 32, activation_group=32,
                     scale_dtype="e8m0"),

@@ -283,7 +283,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     from .. import cost_model as cm
     from ..compose import compose
     from ..estimate import Charges
-    from ..hardware import resolve
+    from ..accelerators import resolve
     from ..plan import Plan, Sharding, check_tensor_parallel, model_config, plan, stage_layers
 
     config = model_config(model)

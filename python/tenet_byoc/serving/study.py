@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..hardware import DRAM_CAPACITY_BYTES
+from ..accelerators import DRAM_CAPACITY_BYTES
 from .kv_cache import CacheSizing, cache_sizing
 from .metrics import ServingMetrics, serving_metrics
 from .rate_search import RateSearch, max_rate
@@ -41,7 +41,7 @@ class ServedScheme:
 
 
 #: Device memory of the presets modelled on real chips, in bytes: the accelerators' own table
-#: (:data:`tenet_byoc.hardware.DRAM_CAPACITY_BYTES`, its sources named there), used when
+#: (:data:`tenet_byoc.accelerators.DRAM_CAPACITY_BYTES`, its sources named there), used when
 #: ``--memory-gb`` is left out.
 PRESET_MEMORY_BYTES = DRAM_CAPACITY_BYTES
 

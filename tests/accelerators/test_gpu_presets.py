@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 
 def _roofline_seconds(name: str, bits: tuple[int, int, int], m: int, n: int, k: int) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 
 @pytest.mark.parametrize("name,gb", [("h100_sxm", 80), ("h200", 141), ("a100", 80),

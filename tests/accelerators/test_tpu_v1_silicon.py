@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from tpu_v1_silicon import APPLICATIONS, model_figures

@@ -10,7 +10,7 @@ from tvm import relax
 import tenet_byoc
 from relax_testing import matmul_module
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator
+from tenet_byoc.accelerators import Accelerator
 from tenet_byoc.quantization import quantize
 from tenet_data import TENET_DATA
 
@@ -29,7 +29,7 @@ def test_from_tenet_files_charges_as_the_cost_model(rng):
     vm["main"](*[tvm.runtime.tensor(rng.standard_normal(s).astype("float32"))
                  for s in [(20, 12), (12, 9)]])
     (entry,) = [x for x in tenet_byoc.ledger(vm).entries if x.unit == "array"]
-    ref = cm.analyze_gemm(20, 9, 12, hw, df)
+    ref = cm.analyze(cm.Statement.gemm(20, 9, 12), hw, df)
     assert (entry.array_cycles, entry.time_steps, entry.tenet_delay) == (
         ref.cycles, ref.time_steps, ref.delay)
     # The .p line "L1 L2 bandwidth latency" is the memory hierarchy: L1 the per-PE
@@ -115,5 +115,5 @@ def test_a_gemm_too_large_to_enumerate_fails_at_build_time():
     vm["main"](tvm.runtime.tensor(np.ones((16, 32), "float32")),
                tvm.runtime.tensor(np.ones((32, 8), "float32")))
     (entry,) = [x for x in tenet_byoc.ledger(vm).entries if x.unit == "array"]
-    want = cm.analyze_gemm(16, 8, 32, acc.hardware, acc.dataflow, method="enumerate")
+    want = cm.analyze_array(cm.GemmCall(m=16, n=8, k=32), acc, "enumerate")
     assert (entry.macs, entry.array_cycles) == (want.macs, want.cycles)

@@ -129,15 +129,6 @@ class Accelerator(cm.Accelerator):
         return out
 
     @property
-    def charge_parts(self) -> dict:
-        """The keyword arguments that make ``cost_model.charge_gemm`` charge as this
-        accelerator does (with ``self.hardware`` and ``self.dataflow``). Deprecated with
-        ``charge_gemm``: ``cost_model.charge(call, accelerator)`` takes the value itself."""
-        return {"memory": self.memory, "precision": self.precision, "mapping": self.mapping,
-                "objective": self.objective, "vector": self.vector,
-                "edge_dequantizer": self.edge_dequantizer}
-
-    @property
     def mapping_search(self) -> Any:
         """The accelerator's one mapping search (``mapping="auto"``; else None): what
         ``cost_model.charge`` charges through, each distinct call searched once
@@ -459,12 +450,7 @@ def _tpu_v5e() -> Accelerator:
     rates = {32: mxus, 16: mxus, 8: 2 * mxus}
     # MAC units by format: [docs] gives bf16 and int8 peaks only, so fp8 / fp4 codes run
     # emulated on the bf16 unit, at its rate (half the int8 one).
-    precision = cm.PrecisionTable([
-        cm.MacSpec(8, 8, macs_per_pe_per_cycle=2 * mxus,
-                   pj_per_mac=cm.integer_mac_pj(8, 8, 32), format="int"),
-        cm.MacSpec(16, 16, macs_per_pe_per_cycle=mxus, pj_per_mac=1.1 + 0.4, format="float"),
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=mxus, pj_per_mac=1.1 + 0.4, format="float"),
-    ])
+    precision = _int8_16_32(rates, pj_32=1.1 + 0.4)
     return Accelerator.systolic(
         "ws", edge, edge, name="tpu_v5e", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
         l1_bytes=256, l2_bytes=48 << 20, memory=memory, precision=precision,
@@ -472,6 +458,23 @@ def _tpu_v5e() -> Accelerator:
         vector=cm.VectorUnit(lanes=8 * 128, schedule="pipelined"),
         edge_dequantizer=cm.EdgeDequantizer(mxus * edge, bits=[4, 8]),
     )
+
+
+def _int8_16_32(rates: Mapping[int, int], pj_32: float = 4.6,
+                fp8: bool = False) -> cm.PrecisionTable:
+    # MAC units by format: 8-bit integers (an 8 x 8 multiply with a 32-bit accumulate),
+    # 16-bit floats (Horowitz's fp16 multiply and add, 1.1 + 0.4 pJ) and 32-bit floats (by
+    # default Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints) at
+    # `rates` MACs per PE per cycle by width; with `fp8` an 8-bit float unit at the int8
+    # rate (its energy by area.py's 45 nm float rules). Without it fp8 / fp4 codes run
+    # emulated on the 16-bit float unit, at its rate.
+    return cm.PrecisionTable([
+        cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8], pj_per_mac=cm.integer_mac_pj(8, 8, 32),
+                   format="int"),
+        *([cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8],
+                      pj_per_mac=mac_figure("fp8_e4m3", key="pj"), format="float")] if fp8 else []),
+        cm.MacSpec(16, 16, macs_per_pe_per_cycle=rates[16], pj_per_mac=1.1 + 0.4, format="float"),
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=pj_32, format="float")])
 
 
 def _gpu_clock_rates(tensor_cores_per_sm: int, fma_16: int, fma_8: int, fp32_lanes: int,
@@ -535,17 +538,9 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
         buffer_bandwidth_bits=(rows + cols) * 16 * 16 + cols * 32, register_bytes=256,
         buffer_double_buffered=True, stationary_double_buffered=True,
     )
-    # MAC units by format: [wp] gives FP8 and INT8 the same dense peak (1,978.9), two units
-    # of 8 bits at one rate; the fp8 MAC's energy by area.py's 45 nm float rules.
-    precision = cm.PrecisionTable([
-        cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8], pj_per_mac=cm.integer_mac_pj(8, 8, 32),
-                   format="int"),
-        cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8],
-                   pj_per_mac=mac_figure("fp8_e4m3", key="pj"), format="float"),
-        cm.MacSpec(16, 16, macs_per_pe_per_cycle=rates[16], pj_per_mac=1.1 + 0.4, format="float"),
-        # Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=4.6, format="float"),
-    ])
+    # MAC units by format: [wp] gives FP8 and INT8 the same dense peak (1,978.9): two
+    # units of 8 bits at one rate.
+    precision = _int8_16_32(rates, fp8=True)
     cores = cm.Cores(count=sms, shared_bandwidth_bits=l2_bytes_per_clock * 8, shared_bytes=l2_bytes,
                      launch_cycles=round(launch_us * 1e3 * clock_ghz), max_split_k=16)
     return Accelerator.systolic(
@@ -589,15 +584,9 @@ def _a100() -> Accelerator:
         buffer_double_buffered=True, stationary_double_buffered=True,
     )
     rates = {32: 1, 16: 1, 8: 2}
-    # MAC units by format: the data sheet lists INT8 (624 TOPS) and no FP8 (Hopper's tensor
-    # cores are the first with it): fp8 / fp4 codes run emulated on the fp16 unit, at its rate.
-    precision = cm.PrecisionTable([
-        cm.MacSpec(8, 8, macs_per_pe_per_cycle=2, pj_per_mac=cm.integer_mac_pj(8, 8, 32),
-                   format="int"),
-        cm.MacSpec(16, 16, macs_per_pe_per_cycle=1, pj_per_mac=1.1 + 0.4, format="float"),
-        # Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=1, pj_per_mac=4.6, format="float"),
-    ])
+    # MAC units by format: the data sheet lists INT8 (624 TOPS) and no FP8 (Hopper's
+    # tensor cores are the first with it): fp8 / fp4 codes run emulated on the fp16 unit.
+    precision = _int8_16_32(rates)
     cores = cm.Cores(count=sms, shared_bandwidth_bits=5120 * 8, shared_bytes=40 << 20,
                      max_split_k=16)
     return Accelerator.systolic(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 CLOCK_HZ = 1.5e9
 

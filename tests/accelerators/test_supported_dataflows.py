@@ -13,7 +13,7 @@ import json
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 from tenet_data import TENET_DATA
 
 # Shapes where an unrestricted search picks os or is on the 16x16 and 256x256 arrays (M = 1
@@ -28,11 +28,16 @@ def _call(m: int, n: int, k: int, bits: int) -> cm.GemmCall:
 def _direct(acc: Accelerator, presets: tuple[str, ...], m: int, n: int, k: int,
             bits: int) -> cm.MappingChoice:
     edge = max(acc.dataflow.rows, acc.dataflow.cols)
-    return cm.search_mapping(m, n, k, acc.hardware, acc.memory, dataflows=presets,
-                             rows=acc.dataflow.rows, cols=acc.dataflow.cols,
-                             objective="latency", precision=acc.precision,
-                             stream_tiles=(edge, 4 * edge), bits_a=bits, bits_b=bits,
-                             bits_c=32)
+    return cm.MappingSearch(
+        acc.hardware,
+        acc.memory,
+        dataflows=presets,
+        rows=acc.dataflow.rows,
+        cols=acc.dataflow.cols,
+        objective="latency",
+        precision=acc.precision,
+        stream_tiles=(edge, 4 * edge),
+    ).best(cm.GemmCall(m=m, n=n, k=k, bits_a=bits, bits_b=bits, bits_c=32))
 
 
 def test_presets_say_what_their_arrays_run():

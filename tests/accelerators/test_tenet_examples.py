@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.hardware import Accelerator, preset
+from tenet_byoc.accelerators import Accelerator, preset
 from tenet_data import TENET_DATA
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tenet"
@@ -24,8 +24,8 @@ def test_example_files_cost_as_the_preset(dataflow):
     assert (acc.hardware.bandwidth_bits, acc.hardware.avg_latency) == (64, 16)
     assert (acc.memory.register_bytes, acc.memory.buffer_bytes) == (256, 1024)
     for m, n, k in [(1, 8, 8), (20, 9, 12), (33, 70, 17)]:
-        got = cm.analyze_gemm(m, n, k, acc.hardware, acc.dataflow)
-        want = cm.analyze_gemm(m, n, k, ref.hardware, ref.dataflow)
+        got = cm.analyze_array(cm.GemmCall(m=m, n=n, k=k), acc)
+        want = cm.analyze_array(cm.GemmCall(m=m, n=n, k=k), ref)
         assert (got.macs, got.cycles, got.time_steps, got.active_pes) == (
             want.macs, want.cycles, want.time_steps, want.active_pes), (m, n, k)
         assert got.macs == m * n * k

@@ -10,7 +10,7 @@ import pytest
 
 from tenet_byoc import cost_model as cm
 from tenet_byoc.experiments.cli import main
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 TINY = ["--gpt2-config", "tiny", "--prompt-len", "6", "--context-len", "7", "--no-progress",
         "--repeats", "1"]
@@ -33,9 +33,13 @@ def test_run_with_mapping_auto_prints_the_searched_mappings(capsys):
     assert len(rows) == 6 * 2 + 1  # tiny GPT-2: 2 layers of 6 GEMMs, and the head
     acc = preset("os16")
     for layer, batch, m, n, k, mapping, cycles, _ in rows:
-        best = cm.search_mapping(int(m), int(n), int(k), acc.hardware, acc.memory,
-                                 precision=acc.precision, stream_tiles=(16, 64),
-                                 batch=int(batch), bits=32)
+        best = cm.MappingSearch(
+            acc.hardware, acc.memory, precision=acc.precision, stream_tiles=(16, 64)
+        ).best(
+            cm.GemmCall(
+                m=int(m), n=int(n), k=int(k), batch=int(batch), bits_a=32, bits_b=32, bits_c=32
+            )
+        )
         assert mapping == best.mapping.replace("|", "/"), layer
         assert int(cycles.replace(",", "")) == best.metrics.cycles, layer
 

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from tenet_byoc import area
-from tenet_byoc.hardware import preset
+from tenet_byoc.accelerators import preset
 
 
 def test_os16_at_45nm_equals_horowitz_summed_by_hand():
