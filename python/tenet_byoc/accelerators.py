@@ -96,24 +96,19 @@ class Accelerator(cm.Accelerator):
         parts.update(changes)
         if parts["mapping"] != "auto" and "objective" not in changes:
             parts["objective"] = None
-        out = type(self)(**parts)
-        if "_dram_capacity" in self.__dict__:
-            out._dram_capacity = self._dram_capacity
-        return out
+        return type(self)(**parts)
 
     @property
     def dram_capacity_bytes(self) -> float | None:
-        """Bytes of DRAM (HBM) the chip holds: what :meth:`with_dram_capacity` set, else the
-        data-sheet figure of the preset of this name (:data:`DRAM_CAPACITY_BYTES`), else
-        None (unknown: nothing is refused for not fitting)."""
-        own = self.__dict__.get("_dram_capacity")
-        return own if own is not None else DRAM_CAPACITY_BYTES.get(self.name)
+        """Bytes of DRAM (HBM) the chip holds: its memory's ``dram_capacity_bytes`` (in its
+        JSON; the presets modelled on real chips hold their data sheets',
+        :data:`DRAM_CAPACITY_BYTES`), or None where that is 0 (not known: nothing is
+        refused for not fitting)."""
+        return self.memory.dram_capacity_bytes or None
 
     def with_dram_capacity(self, nbytes: float | None) -> Accelerator:
         """This accelerator holding ``nbytes`` bytes of DRAM (None: the figure of the preset of
-        its name, if any). The capacity
-        changes no charge (only whether a model fits); it is kept by :meth:`replace` but
-        not written by :meth:`to_json`.
+        its name, if any). The capacity changes no charge, only whether a model fits.
 
         Raises
         ------
@@ -124,9 +119,16 @@ class Accelerator(cm.Accelerator):
                 nbytes, int | float) or not 0 < nbytes < float("inf")):
             raise ValueError(f"dram_capacity_bytes={nbytes!r} must be a positive number of "
                              "bytes (or None)")
-        out = self.replace()
-        out._dram_capacity = None if nbytes is None else float(nbytes)
-        return out
+        if nbytes is None:
+            nbytes = DRAM_CAPACITY_BYTES.get(self.name, 0.0)
+        m = self.memory
+        fields = ("dram_bandwidth_bits", "dram_channel_per_operand", "dram_pj_per_bit",
+                  "buffer_bytes", "buffer_bandwidth_bits", "buffer_pj_per_bit",
+                  "buffer_double_buffered", "register_bytes", "register_pj_per_bit",
+                  "stationary_double_buffered", "psum_bits")
+        memory = cm.MemoryHierarchy(**{f: getattr(m, f) for f in fields},
+                                    dram_capacity_bytes=float(nbytes))
+        return self.replace(memory=memory)
 
     @property
     def mapping_search(self) -> Any:
@@ -564,7 +566,7 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     )
 
 
-def _a100() -> Accelerator:
+def _a100(clock_ghz: float = 1.41) -> Accelerator:  # a sustained clock: a100_ops.py --calibrate
     # An NVIDIA A100 (SXM4 40 GB) as LLMCompass describes it (Zhang et al., "LLMCompass:
     # Enabling Efficient Hardware Design for Large Language Model Inference", ISCA 2024, and
     # its repository's configs/GA100.json): 108 SMs x 4 sub-cores x one 16 x 16 fp16 systolic
@@ -575,7 +577,6 @@ def _a100() -> Accelerator:
     # at the fp16 rate (a stand-in: TF32 is half of it, the CUDA cores 1/16). Assumed: the
     # 192 KB as the core's one buffer, fed at both array edges every cycle; K split at most
     # 16 ways; no launch cost.
-    clock_ghz = 1.41
     sms, rows, cols = 108, 16, 64
     dram_bits = 2039e9 * 8 / (clock_ghz * 1e9)
     memory = cm.MemoryHierarchy(
@@ -713,7 +714,10 @@ def preset(name: str, mapping: str | None = None, objective: str | None = None) 
         )
     if mapping is None and not name.startswith("tenet_"):
         mapping = "auto"
-    return with_mapping(PRESETS[name](), mapping, objective)
+    acc = PRESETS[name]()
+    if name in DRAM_CAPACITY_BYTES:
+        acc = acc.with_dram_capacity(DRAM_CAPACITY_BYTES[name])
+    return with_mapping(acc, mapping, objective)
 
 
 def resolve(

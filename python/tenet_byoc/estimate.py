@@ -289,7 +289,9 @@ def estimate(
     routing : sequence, optional
         A mixture-of-experts model only: per step (the prefill, then each decode step), per
         mixture layer, the tokens each expert receives, as ``MoERunner.tokens_per_expert()``
-        gives a run's; default the expected uniform routing (``tenet_byoc.plan.plan_moe``).
+        gives a run's, or a ``tenet_byoc.models.moe.ExpertLoad`` (a popularity per expert or
+        a Zipf exponent: every step's expected routing under it); default the expected
+        uniform routing (``tenet_byoc.plan.plan_moe``).
 
     Returns
     -------
@@ -321,6 +323,10 @@ def estimate(
         steps = progress_bar(steps, desc=f"estimate {config.name} {quant.name}", unit="step",
                              leave=False)
     charges = Charges(acc, system.link if system is not None else None)
+    from .models.moe import ExpertLoad
+
+    if isinstance(routing, ExpertLoad):
+        routing = [routing] * len(steps)
     if routing is not None:
         routing = list(routing)
         if len(routing) != len(steps):

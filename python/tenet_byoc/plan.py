@@ -539,8 +539,13 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     if not isinstance(step, Step):
         raise TypeError(f"step must be a tenet_byoc.plan.Step, got {type(step).__name__}")
     quant = get_scheme(scheme)
+    ep = getattr(system, "expert_parallel", 1)  # a System's; 1 for a Sharding or none
     if isinstance(config, MoEConfig):
+        if ep > 1:
+            return expert_parallel(config, step, ep, quant, routing)
         return plan_moe(config, step, quant, system, routing)
+    if ep > 1:
+        raise ValueError(f"System.expert_parallel={ep}: {config.name} has no experts to spread")
     if routing is not None:
         raise ValueError(f"routing is given, but {config.name} has no experts to route to")
     tp = pp = mu = 1

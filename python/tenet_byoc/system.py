@@ -142,10 +142,14 @@ def _cost_model_link(bandwidth_gbps: float, latency_us: float, topology: str,
 class System:
     """An accelerator on ``chips`` chips: ``tensor_parallel`` chips share each layer
     (Megatron-LM), ``pipeline_parallel`` stages take consecutive layers, ``micro_batches``
-    split a batch through the pipeline.
+    split a batch through the pipeline, or ``expert_parallel`` chips hold a mixture of
+    experts' routed experts round-robin, the rest of each layer data-parallel over them
+    (``tenet_byoc.plan.expert_parallel``: the all-to-all dispatch and gather as link calls).
 
-    ``chips`` must equal ``tensor_parallel x pipeline_parallel`` (no data parallelism: every
-    chip serves the same batch). ``System(acc)`` (one chip) estimates what ``acc`` alone does.
+    ``chips`` must equal ``tensor_parallel x pipeline_parallel x expert_parallel`` (no other
+    data parallelism: every chip serves the same batch); expert parallelism is not combined
+    with the other two, nor with micro-batches. ``System(acc)`` (one chip) estimates what
+    ``acc`` alone does.
     """
 
     accelerator: Accelerator
@@ -154,6 +158,7 @@ class System:
     pipeline_parallel: int = 1
     micro_batches: int = 1
     link: Link = field(default_factory=Link)
+    expert_parallel: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.accelerator, str):
@@ -161,15 +166,24 @@ class System:
         if not isinstance(self.accelerator, Accelerator):
             raise TypeError(f"System.accelerator must be a tenet_byoc.Accelerator or a preset "
                             f"name, got {type(self.accelerator).__name__}")
-        for name in ("chips", "tensor_parallel", "pipeline_parallel", "micro_batches"):
+        for name in ("chips", "tensor_parallel", "pipeline_parallel", "micro_batches",
+                     "expert_parallel"):
             _positive("System", name, getattr(self, name), integer=True)
         if not isinstance(self.link, Link):
             raise TypeError(f"System.link must be a Link, got {type(self.link).__name__}")
-        if self.chips != self.tensor_parallel * self.pipeline_parallel:
+        ep = self.expert_parallel
+        if ep > 1 and (self.tensor_parallel, self.pipeline_parallel, self.micro_batches) != (
+                1, 1, 1):
             raise ValueError(
-                f"System.chips={self.chips} must equal tensor_parallel x pipeline_parallel = "
-                f"{self.tensor_parallel} x {self.pipeline_parallel} = "
-                f"{self.tensor_parallel * self.pipeline_parallel}"
+                f"System.expert_parallel={ep} is not combined with tensor_parallel="
+                f"{self.tensor_parallel}, pipeline_parallel={self.pipeline_parallel} or "
+                f"micro_batches={self.micro_batches} yet; give expert parallelism alone"
+            )
+        if self.chips != self.tensor_parallel * self.pipeline_parallel * ep:
+            raise ValueError(
+                f"System.chips={self.chips} must equal tensor_parallel x pipeline_parallel x "
+                f"expert_parallel = {self.tensor_parallel} x {self.pipeline_parallel} x {ep} = "
+                f"{self.tensor_parallel * self.pipeline_parallel * ep}"
             )
 
     def __setstate__(self, state: dict) -> None:
@@ -187,6 +201,7 @@ class System:
             "accelerator": json.loads(self.accelerator.to_json()),
             "chips": self.chips, "tensor_parallel": self.tensor_parallel,
             "pipeline_parallel": self.pipeline_parallel, "micro_batches": self.micro_batches,
+            "expert_parallel": self.expert_parallel,
             "link": {"bandwidth_gbps": self.link.bandwidth_gbps,
                      "latency_us": self.link.latency_us, "topology": self.link.topology,
                      "pj_per_bit": self.link.pj_per_bit},
@@ -207,9 +222,11 @@ class System:
             raise ValueError(f"System JSON is not valid JSON: {err}") from None
         keys = {"accelerator", "chips", "tensor_parallel", "pipeline_parallel",
                 "micro_batches", "link"}
-        if not isinstance(data, dict) or set(data) != keys:
+        # expert_parallel may be left out (JSON written before it: 1).
+        if not isinstance(data, dict) or not keys <= set(data) <= keys | {"expert_parallel"}:
             got = sorted(data) if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f"System JSON must be an object with keys {sorted(keys)}, got {got}")
+            raise ValueError(f"System JSON must be an object with keys {sorted(keys)} and "
+                             f"optionally 'expert_parallel', got {got}")
         link = data["link"]
         link_keys = {"bandwidth_gbps", "latency_us", "topology"}
         # pj_per_bit may be left out (JSON written before links had an energy: the default).
@@ -219,7 +236,7 @@ class System:
                              f"{sorted(link_keys)} and optionally 'pj_per_bit', got {link!r}")
         return cls(Accelerator.from_json(json.dumps(data["accelerator"])), data["chips"],
                    data["tensor_parallel"], data["pipeline_parallel"], data["micro_batches"],
-                   Link(**link))
+                   Link(**link), data.get("expert_parallel", 1))
 
 
 # ---- Collectives ---------------------------------------------------------------------------

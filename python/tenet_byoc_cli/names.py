@@ -34,7 +34,8 @@ GPT2_CONFIGS = ("tiny", "small", "medium", "large", "xl")
 #: Built-in model configs of estimate and dse (``tenet_byoc.models.configs.BUILTIN``).
 BUILTIN_MODELS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b", "llama-3-8b",
                   "llama-3.1-8b", "llama-3.2-1b", "llama-3-70b", "mistral-7b", "qwen2.5-0.5b",
-                  "gpt-j-6b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3")
+                  "gpt-j-6b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b",
+                  "gpt-oss-20b")
 #: What ``--mapping auto`` may minimise (``tenet_byoc.mapping.OBJECTIVES``).
 MAPPING_OBJECTIVES = ("latency", "energy", "edp")
 #: Accelerators of the default sweep (``tenet_byoc.experiments.sweep.DEFAULT_ACCELERATORS``).

@@ -308,11 +308,15 @@ def _system_options(p, micro_batches: bool = False) -> None:
     p.add_argument("--pp", type=_count(1), default=1, metavar="P",
                    help="pipeline stages (default 1)")
     p.add_argument("--chips", type=_count(1), metavar="C",
-                   help="chips in the system; must equal tp x pp (default tp x pp)")
+                   help="chips in the system; must equal tp x pp (x ep) (default that product)")
     if micro_batches:
         p.add_argument("--micro-batches", type=_count(1), default=1, metavar="U",
                        help="micro-batches through the pipeline; must divide --batch "
                        "(default 1)")
+        p.add_argument("--ep", type=_count(1), default=1, metavar="E",
+                       help="expert-parallel chips: a mixture of experts' routed experts "
+                       "round-robin over E chips, the rest data-parallel; alone, not with "
+                       "--tp / --pp / --micro-batches (default 1)")
     p.add_argument("--link-gbps", type=_quantity("GB/s"), default=100.0, metavar="GB/s",
                    help="link bandwidth per chip and direction, GB/s (default 100)")
     p.add_argument("--link-latency-us", type=_quantity("microseconds", allow_zero=True),

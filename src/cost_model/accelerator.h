@@ -87,7 +87,7 @@ MemoryHierarchy MemoryFromTenet(const Hardware& hw);
 //    "avg_latency", "clock_ghz", "l1_bytes", "l2_bytes",
 //    "macs_per_pe_per_cycle": int | {"<bits>": int, ...}},
 //    "dataflow": {"name", "space", "time", "preset", "rows", "cols", "tiling": {str: int}},
-//    "memory": {every MemoryHierarchy field by name},
+//    "memory": {every MemoryHierarchy field by name; dram_capacity_bytes only when > 0},
 //    "precision": [{"bits_a", "bits_b", "pj_per_mac"}, ...]   (rates: the hardware's),
 //    "mapping": {"kind": "default"} | {"kind": "given", every TileMapping field by name}
 //               | {"kind": "auto", "objective": "latency" | "energy" | "edp"},

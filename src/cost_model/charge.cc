@@ -466,7 +466,8 @@ bool operator==(const GemmCall& a, const GemmCall& b) {
   return x.batch == y.batch && x.m == y.m && x.n == y.n && x.k == y.k &&
          x.bits_a == y.bits_a && x.bits_b == y.bits_b && x.bits_c == y.bits_c &&
          x.extra_read_bits == y.extra_read_bits && x.extra_ops == y.extra_ops &&
-         x.extra_register_bits == y.extra_register_bits && a.scheme == b.scheme && a.recipe == b.recipe;
+         x.extra_register_bits == y.extra_register_bits && x.a_on_chip == y.a_on_chip &&
+         x.c_on_chip == y.c_on_chip && a.scheme == b.scheme && a.recipe == b.recipe;
 }
 
 size_t GemmCallHash::operator()(const GemmCall& call) const {
@@ -474,7 +475,8 @@ size_t GemmCallHash::operator()(const GemmCall& call) const {
   size_t h = std::hash<std::string>()(call.scheme);
   const QuantRecipe& r = call.recipe;
   for (int64_t v : {g.batch, g.m, g.n, g.k, int64_t(g.bits_a), int64_t(g.bits_b),
-                    int64_t(g.bits_c), g.extra_read_bits, g.extra_ops, g.extra_register_bits})
+                    int64_t(g.bits_c), g.extra_read_bits, g.extra_ops, g.extra_register_bits,
+                    int64_t(g.a_on_chip) + 2 * int64_t(g.c_on_chip)})
     h = (h ^ std::hash<int64_t>()(v)) * 1099511628211ull;
   ForEachRecipeField([&](const char*, auto member, bool) {
     h = (h ^ std::hash<int64_t>()(static_cast<int64_t>(r.*member))) * 1099511628211ull;

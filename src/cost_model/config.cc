@@ -562,6 +562,8 @@ std::string SerializeAccelerator(const Accelerator& acc) {
                 {"rows", df.rows}, {"cols", df.cols}, {"tiling", tiling}};
   J memory = {{"psum_bits", acc.memory.psum_bits}};
   for (const auto& [key, field] : kMemoryNumbers) memory[key] = acc.memory.*field;
+  if (acc.memory.dram_capacity_bytes > 0)  // absent: not known
+    memory["dram_capacity_bytes"] = acc.memory.dram_capacity_bytes;
   for (const auto& [key, field] : kMemoryIntegers) memory[key] = acc.memory.*field;
   for (const auto& [key, field] : kMemoryBools) memory[key] = acc.memory.*field;
   J precision = J::array();
@@ -662,7 +664,7 @@ Accelerator ParseAccelerator(const std::string& json) {
 
   const std::string mem_where = "accelerator.memory";
   const JsonValue& m = detail::Member(root, "memory", "accelerator");
-  std::vector<std::string> mem_keys{"psum_bits"};
+  std::vector<std::string> mem_keys{"psum_bits", "dram_capacity_bytes"};
   for (const auto& kv : kMemoryNumbers) mem_keys.push_back(kv.first);
   for (const auto& kv : kMemoryIntegers) mem_keys.push_back(kv.first);
   for (const auto& kv : kMemoryBools) mem_keys.push_back(kv.first);
@@ -674,6 +676,14 @@ Accelerator ParseAccelerator(const std::string& json) {
   for (const auto& [key, field] : kMemoryNumbers) acc.memory.*field = NumberMember(m, key, mem_where);
   for (const auto& [key, field] : kMemoryIntegers) acc.memory.*field = IntegerMember(m, key, mem_where);
   for (const auto& [key, field] : kMemoryBools) acc.memory.*field = BoolMember(m, key, mem_where);
+  if (m.contains("dram_capacity_bytes")) {
+    const double capacity = NumberMember(m, "dram_capacity_bytes", mem_where);
+    if (!(capacity >= 0) || !std::isfinite(capacity))
+      throw std::invalid_argument(mem_where + ".dram_capacity_bytes must be a finite number " +
+                                  "of bytes >= 0 (0 or absent: not known), got " +
+                                  detail::Dump(detail::OrderedJson(capacity), mem_where));
+    acc.memory.dram_capacity_bytes = capacity;
+  }
 
   const std::string prec_where = "accelerator.precision";
   const JsonValue& p = detail::Member(root, "precision", "accelerator");

@@ -32,6 +32,8 @@ GemmCall CoreCall(const GemmCall& call, const Split& sp) {
   c.workload.n = std::min(sp.tn, w.n);
   c.workload.k = CeilDiv(w.k, sp.s);
   c.workload.batch = sp.waves;
+  // A core reads an on-chip operand from the shared level, its "DRAM" side here.
+  c.workload.a_on_chip = c.workload.c_on_chip = false;
   const double share = static_cast<double>(sp.waves) / static_cast<double>(sp.units);
   auto part = [share](int64_t x) { return static_cast<int64_t>(std::ceil(x * share)); };
   c.workload.extra_read_bits = part(w.extra_read_bits);
@@ -109,7 +111,8 @@ bool IsOneCore(const Cores& c) { return c.count == 1 && c.launch_cycles == 0; }
 
 Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMethod method) {
   Validate(acc.cores);
-  const GemmWorkload& w = call.workload;
+  // Operands kept on chip live in the shared level: no DRAM (HBM) traffic when they fit.
+  const GemmWorkload w = OnChipFitted(call.workload, acc.cores.shared_bytes);
   const int64_t rows = std::max<int64_t>(1, acc.dataflow.rows);
   const int64_t cols = std::max<int64_t>(1, acc.dataflow.cols);
   const Cores& cores = acc.cores;

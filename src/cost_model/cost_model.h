@@ -132,6 +132,11 @@ struct GemmWorkload {
   // The width whose MAC rate the call runs at when its codes run emulated on a wider unit
   // (EmulatedMacBits, set by the charge); 0: the wider operand's.
   int mac_bits = 0;
+  // Operands that stay on chip between calls (the call plan knows a call's input is the
+  // previous call's output): a_on_chip, A is already in the accelerator's on-chip level (a
+  // unified buffer, an L2); c_on_chip, C stays there for the next call. When they fit (see
+  // memory.h, OnChipFits) they make no DRAM traffic; otherwise they are charged as usual.
+  bool a_on_chip = false, c_on_chip = false;
 };
 void Validate(const GemmWorkload& w);
 // The width the hardware's MAC rate is read at for `w` (Hardware::macs_per_pe_per_cycle).

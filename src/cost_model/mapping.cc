@@ -97,20 +97,23 @@ std::array<int64_t, 3> DramBits(const GemmWorkload& w, const MemoryHierarchy& me
   const int64_t a_elems = CheckedMul(CheckedMul(w.m, w.k, kCount), w.batch, kCount),
                 b_elems = CheckedMul(CheckedMul(w.k, w.n, kCount), w.batch, kCount),
                 c_elems = CheckedMul(CheckedMul(w.m, w.n, kCount), w.batch, kCount);
+  // Operands kept on chip (when they fit: AnalyzeMemory) move no DRAM bits: counted as 0
+  // here, a lower bound either way.
+  const int bits_a = w.a_on_chip ? 0 : w.bits_a, bits_c = w.c_on_chip ? 0 : w.bits_c;
   std::array<int64_t, 3> bits{};
-  bits[0] = CheckedAdd(CheckedMul(CheckedMul(a_elems, revisits(0), kCount), w.bits_a, kCount),
+  bits[0] = CheckedAdd(CheckedMul(CheckedMul(a_elems, revisits(0), kCount), bits_a, kCount),
                        w.extra_read_bits, kCount);
   bits[1] = CheckedMul(CheckedMul(b_elems, revisits(1), kCount), w.bits_b, kCount);
   int64_t partial;
   if (accumulate) {
     partial = CheckedMul(c_elems, revisits(2) - 1, kCount);
-    bits[2] = CheckedAdd(CheckedMul(c_elems, w.bits_c, kCount),
+    bits[2] = CheckedAdd(CheckedMul(c_elems, bits_c, kCount),
                          CheckedMul(CheckedMul(partial, mem.psum_bits, kCount), 2, kCount), kCount);
   } else {
     const int64_t passes = CheckedAdd(CheckedMul(dk.count - 1, CeilDiv(dk.tile, chunk), kCount),
                                       CeilDiv(dk.last, chunk), kCount);
     partial = CheckedMul(c_elems, passes - 1, kCount);
-    bits[2] = CheckedAdd(CheckedMul(c_elems, w.bits_c, kCount),
+    bits[2] = CheckedAdd(CheckedMul(c_elems, bits_c, kCount),
                          CheckedMul(partial, mem.psum_bits, kCount), kCount);
   }
   return bits;
@@ -136,12 +139,13 @@ std::pair<int64_t, double> CandidateCycles(const GemmWorkload& w, const MemoryHi
                                            int64_t outside_cycles) {
   const auto bits = DramBits(w, mem, dm, dn, dk, order, accumulate, chunk);
   const int64_t last_c = CheckedMul(dm.last, dn.last, kCount);
+  const int bits_c = w.c_on_chip ? 0 : w.bits_c;  // as in DramBits
   const int64_t lw_bits =
       accumulate
-          ? CheckedMul(last_c, w.bits_c, kCount)
+          ? CheckedMul(last_c, bits_c, kCount)
           : CheckedMul(last_c,
                        CheckedAdd(CheckedMul(CeilDiv(dk.last, chunk) - 1, mem.psum_bits, kCount),
-                                  w.bits_c, kCount),
+                                  bits_c, kCount),
                        kCount);
   const int64_t lw = TimeOf(mem, {0, 0, lw_bits});
   const int64_t cycles =
@@ -435,7 +439,8 @@ void ForEachTileClass(const GemmWorkload& w, const ItemNest& x, Fn fn) {
 // The first fetch of an item: its first A (with side data) and B tiles.
 int64_t FirstFetch(const GemmWorkload& w, const MemoryHierarchy& mem, const ItemNest& x) {
   return TimeOf(mem,
-                {CheckedAdd(CheckedMul(CheckedMul(x.dm.tile, x.dk.tile, kCount), w.bits_a, kCount),
+                {CheckedAdd(CheckedMul(CheckedMul(x.dm.tile, x.dk.tile, kCount),
+                                       w.a_on_chip ? 0 : w.bits_a, kCount),
                             w.extra_read_bits, kCount),
                  CheckedMul(CheckedMul(x.dk.tile, x.dn.tile, kCount), w.bits_b, kCount), 0});
 }
@@ -788,7 +793,7 @@ MappingChoice MappingSearch::Best(const GemmWorkload& w) {
   Validate(w);
   const Key key{w.batch, w.m, w.n, w.k, w.bits_a, w.bits_b, w.bits_c,
                 w.extra_read_bits, w.extra_ops, w.extra_register_bits, w.float_codes,
-                w.mac_bits};
+                w.mac_bits, w.a_on_chip, w.c_on_chip};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = done_.find(key);

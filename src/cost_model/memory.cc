@@ -143,6 +143,7 @@ void Validate(const MemoryHierarchy& mem) {
   if (mem.register_bytes <= 0)
     throw std::invalid_argument("MemoryHierarchy.register_bytes must be > 0, got " +
                                 Str(mem.register_bytes));
+  CheckRate(mem.dram_capacity_bytes, "dram_capacity_bytes (bytes; 0: not known)", true);
   if (mem.psum_bits < 1 || mem.psum_bits > 128)
     throw std::invalid_argument("MemoryHierarchy.psum_bits must be in 1..128, got " +
                                 Str(mem.psum_bits));
@@ -205,14 +206,31 @@ std::array<int64_t, 3> BufferTileElems(const GemmWorkload& w, const TileMapping&
 }
 }  // namespace
 
+int64_t OnChipBytes(const GemmWorkload& w) {
+  int64_t bits = 0;
+  if (w.a_on_chip) bits = CheckedMul(CheckedMul(w.m, w.k, "A elements"), w.bits_a, "A bits");
+  if (w.c_on_chip)
+    bits = CheckedAdd(bits, CheckedMul(CheckedMul(w.m, w.n, "C elements"), w.bits_c, "C bits"),
+                      "on-chip bits");
+  return CeilDiv(CheckedMul(bits, w.batch, "on-chip bits"), 8);
+}
+
+GemmWorkload OnChipFitted(const GemmWorkload& w, int64_t capacity_bytes) {
+  GemmWorkload out = w;
+  if (OnChipBytes(w) > capacity_bytes) out.a_on_chip = out.c_on_chip = false;
+  return out;
+}
+
 int64_t CompulsoryDramBits(const GemmWorkload& w) {
   int64_t per = 0;
-  per = CheckedAdd(per, CheckedMul(CheckedMul(w.m, w.k, "A elements"), w.bits_a, "A bits"),
-                   "compulsory bits");
+  if (!w.a_on_chip)
+    per = CheckedAdd(per, CheckedMul(CheckedMul(w.m, w.k, "A elements"), w.bits_a, "A bits"),
+                     "compulsory bits");
   per = CheckedAdd(per, CheckedMul(CheckedMul(w.k, w.n, "B elements"), w.bits_b, "B bits"),
                    "compulsory bits");
-  per = CheckedAdd(per, CheckedMul(CheckedMul(w.m, w.n, "C elements"), w.bits_c, "C bits"),
-                   "compulsory bits");
+  if (!w.c_on_chip)
+    per = CheckedAdd(per, CheckedMul(CheckedMul(w.m, w.n, "C elements"), w.bits_c, "C bits"),
+                     "compulsory bits");
   return CheckedAdd(CheckedMul(per, w.batch, "compulsory bits"), w.extra_read_bits,
                     "compulsory bits");
 }
@@ -244,13 +262,14 @@ int64_t RooflineCycles(const GemmWorkload& w, int64_t num_pes, double rate,
   }
   int64_t memory;
   if (mem.dram_channel_per_operand) {
-    const int64_t a =
-        CheckedAdd(CheckedMul(CheckedMul(CheckedMul(w.m, w.k, "A"), w.bits_a, "A"), w.batch, "A"),
-                   w.extra_read_bits, "A");
+    const int64_t a = CheckedAdd(
+        w.a_on_chip ? 0
+                    : CheckedMul(CheckedMul(CheckedMul(w.m, w.k, "A"), w.bits_a, "A"), w.batch, "A"),
+        w.extra_read_bits, "A");
     const int64_t b =
         CheckedMul(CheckedMul(CheckedMul(w.k, w.n, "B"), w.bits_b, "B"), w.batch, "B");
-    const int64_t c =
-        CheckedMul(CheckedMul(CheckedMul(w.m, w.n, "C"), w.bits_c, "C"), w.batch, "C");
+    const int64_t c = w.c_on_chip ? 0
+        : CheckedMul(CheckedMul(CheckedMul(w.m, w.n, "C"), w.bits_c, "C"), w.batch, "C");
     memory = CeilCycles(std::max({a, b, c}), mem.dram_bandwidth_bits);
   } else {
     memory = CeilCycles(CompulsoryDramBits(w), mem.dram_bandwidth_bits);
@@ -439,9 +458,9 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const Hardware& hw, const Dat
   return AnalyzeMemory(w, ExactArrayModel(w, hw, df, mem), mem, t);
 }
 
-MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
+MemoryMetrics AnalyzeMemory(const GemmWorkload& asked, const ArrayModel& array,
                             const MemoryHierarchy& mem, const TileMapping& t) {
-  Validate(w);
+  Validate(asked);
   Validate(mem);
   Validate(t);
   if (!array.tile_cost) throw std::invalid_argument("ArrayModel.tile_cost is empty");
@@ -451,10 +470,13 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
     throw std::invalid_argument("ArrayModel '" + array.name + "': num_pes, the MAC and op rates "
                                 "and clock_ghz must be > 0, k_pass and prologue_cycles >= 0");
   MemoryMetrics mm;
-  const int64_t tm = std::min(t.tm, w.m), tn = std::min(t.tn, w.n), tk = std::min(t.tk, w.k);
 
-  // Capacity: the buffer, then the registers of one PE.
-  mm.buffer_bytes_used = BufferBytesNeeded(w, mem, t);
+  // Capacity: the buffer, then the registers of one PE. Operands kept on chip take their
+  // whole size beside the tiles, when that fits.
+  mm.buffer_bytes_used = BufferBytesNeeded(asked, mem, t);
+  const GemmWorkload w = OnChipFitted(asked, mem.buffer_bytes - mm.buffer_bytes_used);
+  mm.buffer_bytes_used += OnChipBytes(w);
+  const int64_t tm = std::min(t.tm, w.m), tn = std::min(t.tn, w.n), tk = std::min(t.tk, w.k);
   if (mm.buffer_bytes_used > mem.buffer_bytes) {
     const int64_t copies = mem.buffer_double_buffered ? 2 : 1;
     const auto e = BufferTileElems(w, t);
@@ -519,9 +541,10 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
   OperandTraffic& A = mm.tensors["A"];
   OperandTraffic& B = mm.tensors["B"];
   OperandTraffic& C = mm.tensors["C"];
-  A.dram_read_bits =
-      CheckedMul(CheckedMul(a_elems, nest.Revisits(kA), "A traffic"), w.bits_a, "A bits");
-  A.dram_fetches = nest.Runs(kA);
+  A.dram_read_bits = w.a_on_chip ? 0
+      : CheckedMul(CheckedMul(a_elems, nest.Revisits(kA), "A traffic"), w.bits_a, "A bits");
+  A.dram_fetches = w.a_on_chip ? 0 : nest.Runs(kA);
+  const int64_t c_final_bits = w.c_on_chip ? 0 : w.bits_c;  // C's last values stay on chip
   B.dram_read_bits =
       CheckedMul(CheckedMul(b_elems, nest.Revisits(kB), "B traffic"), w.bits_b, "B bits");
   B.dram_fetches = nest.Runs(kB);
@@ -529,7 +552,7 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
   if (t.accumulate_in_buffer) {
     const int64_t visits = nest.Revisits(kC);  // visits of each C tile
     const int64_t partial = CheckedMul(c_elems, visits - 1, "C partial sums");
-    C.dram_write_bits = CheckedAdd(CheckedMul(c_elems, w.bits_c, "C bits"),
+    C.dram_write_bits = CheckedAdd(CheckedMul(c_elems, c_final_bits, "C bits"),
                                    CheckedMul(partial, mem.psum_bits, "C partial bits"), "C bits");
     C.dram_read_bits = CheckedMul(partial, mem.psum_bits, "C partial bits");
     C.dram_fetches = nest.Runs(kC);
@@ -538,7 +561,7 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
     const int64_t passes = CheckedAdd(CheckedMul(dk.count - 1, CeilDiv(dk.tile, chunk), "K passes"),
                                       CeilDiv(dk.last, chunk), "K passes");
     const int64_t partial = CheckedMul(c_elems, passes - 1, "C partial sums");
-    C.dram_write_bits = CheckedAdd(CheckedMul(c_elems, w.bits_c, "C bits"),
+    C.dram_write_bits = CheckedAdd(CheckedMul(c_elems, c_final_bits, "C bits"),
                                    CheckedMul(partial, mem.psum_bits, "C partial bits"), "C bits");
     C.dram_fetches = CheckedMul(mm.tile_steps, 1, "C write-backs");
   }
@@ -590,7 +613,7 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
     Idx p = s;
     const bool has_prev = nest.Prev(p);
     const char* what = "transfer bits";
-    if (!has_prev || !nest.SameTile(kA, s, p))
+    if (!w.a_on_chip && (!has_prev || !nest.SameTile(kA, s, p)))
       ch[0] = CheckedAdd(ch[0], CheckedMul(nest.PaddedElems(kA, s), w.bits_a, what), what);
     if (!has_prev || !nest.SameTile(kB, s, p))
       ch[1] = CheckedAdd(ch[1], CheckedMul(nest.PaddedElems(kB, s), w.bits_b, what), what);
@@ -605,12 +628,12 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
     if (t.accumulate_in_buffer) {
       Idx nx = s;
       if (nest.Next(nx) && nest.SameTile(kC, s, nx)) return;
-      ch[2] = CheckedAdd(ch[2], CheckedMul(e, final_k ? w.bits_c : mem.psum_bits, "write bits"),
+      ch[2] = CheckedAdd(ch[2], CheckedMul(e, final_k ? c_final_bits : mem.psum_bits, "write bits"),
                          "write bits");
     } else {
       const int64_t passes = CeilDiv(dk.Size(ik_of(s)), chunk);
       const int64_t bits = CheckedAdd(CheckedMul(passes - 1, mem.psum_bits, "write bits"),
-                                      final_k ? w.bits_c : mem.psum_bits, "write bits");
+                                      final_k ? c_final_bits : mem.psum_bits, "write bits");
       ch[2] = CheckedAdd(ch[2], CheckedMul(e, bits, "write bits"), "write bits");
     }
   };

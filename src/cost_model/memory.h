@@ -74,6 +74,9 @@ struct MemoryHierarchy {
   bool stationary_double_buffered = false;
   // Width of partial sums of C (the accumulator) when they are stored and moved, bits.
   int psum_bits = 32;
+  // DRAM (HBM) the chip holds, bytes; 0: not known. It changes no charge, only whether a
+  // model's weights, KV cache and activations fit the chip (>= 0, finite).
+  double dram_capacity_bytes = 0;
 };
 // Throws std::invalid_argument naming the bad field.
 void Validate(const MemoryHierarchy& mem);
@@ -154,8 +157,17 @@ int64_t RooflineCycles(const GemmWorkload& w, int64_t num_pes, double macs_per_p
                        const MemoryHierarchy& mem, double ops_per_pe_per_cycle = 0);
 
 // Compulsory DRAM bits: A, B and C once each at their widths (times batch), plus
-// extra_read_bits.
+// extra_read_bits; an operand kept on chip (GemmWorkload::a_on_chip, c_on_chip) counts 0.
 int64_t CompulsoryDramBits(const GemmWorkload& w);
+
+// Operands kept on chip between calls. OnChipBytes: what the on-chip operands of `w` take
+// (all of A at bits_a when a_on_chip, all of C at bits_c when c_on_chip, times batch).
+// OnChipFitted: `w` as charged on an on-chip level of `capacity_bytes`: its flags kept when
+// its on-chip operands fit there, both cleared (charged through DRAM) when they do not.
+// The level is the accelerator's shared one (Cores::shared_bytes) on an accelerator of
+// cores, else its buffer, where AnalyzeMemory counts them beside the mapping's tiles.
+int64_t OnChipBytes(const GemmWorkload& w);
+GemmWorkload OnChipFitted(const GemmWorkload& w, int64_t capacity_bytes);
 
 // Bytes the buffer must hold for `mapping`: input tiles (x2 when double-buffered) plus the
 // accumulator tile at psum_bits.
@@ -232,7 +244,10 @@ ArrayModel ExactArrayModel(const GemmWorkload& w, std::shared_ptr<const Prepared
 ArrayModel CachedArrayModel(ArrayModel model);
 
 // The whole buffer level of one call. Refuses (std::invalid_argument) a mapping whose tiles
-// do not fit the buffer or registers.
+// do not fit the buffer or registers. Operands kept on chip (a_on_chip, c_on_chip) are held
+// whole in the buffer beside the mapping's tiles when both fit (OnChipFitted with the buffer
+// left by the tiles): no DRAM traffic for A, none for C's final values (partial sums that
+// leave still do); else they are charged through DRAM.
 MemoryMetrics AnalyzeMemory(const GemmWorkload& w, const ArrayModel& array,
                             const MemoryHierarchy& mem, const TileMapping& mapping);
 // = AnalyzeMemory(w, ExactArrayModel(w, hw, df, mem), mem, mapping). `df` is the array

@@ -48,7 +48,8 @@ void BindMemory(py::module_& m) {
                        double dram_pj_per_bit, int64_t buffer_bytes, double buffer_bandwidth_bits,
                        std::optional<double> buffer_pj_per_bit, bool buffer_double_buffered,
                        int64_t register_bytes, std::optional<double> register_pj_per_bit,
-                       bool stationary_double_buffered, int psum_bits) {
+                       bool stationary_double_buffered, int psum_bits,
+                       double dram_capacity_bytes) {
              MemoryHierarchy h;
              h.dram_bandwidth_bits = dram_bandwidth_bits;
              h.dram_channel_per_operand = dram_channel_per_operand;
@@ -59,6 +60,7 @@ void BindMemory(py::module_& m) {
              h.register_bytes = register_bytes;
              h.stationary_double_buffered = stationary_double_buffered;
              h.psum_bits = psum_bits;
+             h.dram_capacity_bytes = dram_capacity_bytes;
              Validate(h);  // before the capacities feed the energy defaults
              h.buffer_pj_per_bit = buffer_pj_per_bit ? *buffer_pj_per_bit : SramPjPerBit(buffer_bytes);
              h.register_pj_per_bit =
@@ -71,7 +73,8 @@ void BindMemory(py::module_& m) {
            py::arg("buffer_bandwidth_bits") = 2048.0, py::arg("buffer_pj_per_bit") = py::none(),
            py::arg("buffer_double_buffered") = true, py::arg("register_bytes") = 64,
            py::arg("register_pj_per_bit") = py::none(),
-           py::arg("stationary_double_buffered") = false, py::arg("psum_bits") = 32)
+           py::arg("stationary_double_buffered") = false, py::arg("psum_bits") = 32,
+           py::arg("dram_capacity_bytes") = 0.0)
       .def_readonly("dram_bandwidth_bits", &MemoryHierarchy::dram_bandwidth_bits)
       .def_readonly("dram_channel_per_operand", &MemoryHierarchy::dram_channel_per_operand)
       .def_readonly("dram_pj_per_bit", &MemoryHierarchy::dram_pj_per_bit)
@@ -83,6 +86,7 @@ void BindMemory(py::module_& m) {
       .def_readonly("register_pj_per_bit", &MemoryHierarchy::register_pj_per_bit)
       .def_readonly("stationary_double_buffered", &MemoryHierarchy::stationary_double_buffered)
       .def_readonly("psum_bits", &MemoryHierarchy::psum_bits)
+      .def_readonly("dram_capacity_bytes", &MemoryHierarchy::dram_capacity_bytes)
       .def("__repr__", [](const MemoryHierarchy& h) {
         return "MemoryHierarchy(dram_bandwidth_bits=" + std::to_string(h.dram_bandwidth_bits) +
                ", buffer_bytes=" + std::to_string(h.buffer_bytes) + ", buffer_bandwidth_bits=" +

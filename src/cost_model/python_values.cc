@@ -150,9 +150,15 @@ py::object RecipeDict(const QuantRecipe& r) {
 // derived from it, DescribeGemmCall) or, for a float call, explicit extra work.
 GemmCall MakeCall(int64_t m, int64_t n, int64_t k, int64_t batch, int bits_a, int bits_b,
                   int bits_c, const std::string& scheme, const QuantRecipe& recipe,
-                  int64_t extra_read_bits, int64_t extra_ops, int64_t extra_register_bits) {
+                  int64_t extra_read_bits, int64_t extra_ops, int64_t extra_register_bits,
+                  bool a_on_chip, bool c_on_chip) {
   const bool extras = extra_read_bits != 0 || extra_ops != 0 || extra_register_bits != 0;
-  if (!extras) return DescribeGemmCall(batch, m, n, k, bits_a, bits_b, bits_c, recipe, scheme);
+  if (!extras) {
+    GemmCall call = DescribeGemmCall(batch, m, n, k, bits_a, bits_b, bits_c, recipe, scheme);
+    call.workload.a_on_chip = a_on_chip;
+    call.workload.c_on_chip = c_on_chip;
+    return call;
+  }
   if (!(recipe == QuantRecipe{}))
     throw std::invalid_argument(
         "GemmCall: give either a quantization recipe or extra_read_bits / extra_ops / "
@@ -160,6 +166,8 @@ GemmCall MakeCall(int64_t m, int64_t n, int64_t k, int64_t batch, int bits_a, in
   GemmCall call;
   call.workload = MakeWorkload(m, n, k, batch, bits_a, bits_b, bits_c, extra_read_bits,
                                extra_ops, extra_register_bits);
+  call.workload.a_on_chip = a_on_chip;
+  call.workload.c_on_chip = c_on_chip;
   call.scheme = scheme;
   return call;
 }
@@ -178,6 +186,8 @@ std::string CallJson(const GemmCall& c) {
     s += ",\"extra_read_bits\":" + std::to_string(w.extra_read_bits) +
          ",\"extra_ops\":" + std::to_string(w.extra_ops) +
          ",\"extra_register_bits\":" + std::to_string(w.extra_register_bits);
+  if (w.a_on_chip) s += ",\"a_on_chip\":true";
+  if (w.c_on_chip) s += ",\"c_on_chip\":true";
   return s + "}";
 }
 
@@ -185,8 +195,10 @@ GemmCall ParseCall(const std::string& text) {
   const std::string where = "GemmCall";
   const detail::JsonValue v = detail::ParseJson(text, where);
   detail::ExpectKeys(v, {"m", "n", "k", "batch", "bits_a", "bits_b", "bits_c", "scheme", "recipe",
-                         "extra_read_bits", "extra_ops", "extra_register_bits"},
+                         "extra_read_bits", "extra_ops", "extra_register_bits", "a_on_chip",
+                         "c_on_chip"},
                      where);
+  auto flag = [&](const char* key) { return v.contains(key) && detail::BoolMember(v, key, where); };
   auto integer = [&](const char* key, int64_t fallback) {
     return v.contains(key) ? detail::IntegerMember(v, key, where) : fallback;
   };
@@ -206,7 +218,8 @@ GemmCall ParseCall(const std::string& text) {
                   width("bits_a"), width("bits_b"), width("bits_c"),
                   detail::StringMember(v, "scheme", where),
                   ParseQuantRecipe(recipe_json, where + ".recipe"), integer("extra_read_bits", 0),
-                  integer("extra_ops", 0), integer("extra_register_bits", 0));
+                  integer("extra_ops", 0), integer("extra_register_bits", 0),
+                  flag("a_on_chip"), flag("c_on_chip"));
 }
 
 std::string Quote(const std::string& s) { return py::repr(py::str(s)).cast<std::string>(); }
@@ -245,6 +258,7 @@ py::dict WorkloadDict(const GemmWorkload& w) {
   d["bits_a"] = w.bits_a; d["bits_b"] = w.bits_b; d["bits_c"] = w.bits_c;
   d["extra_read_bits"] = w.extra_read_bits; d["extra_ops"] = w.extra_ops;
   d["extra_register_bits"] = w.extra_register_bits;
+  d["a_on_chip"] = w.a_on_chip; d["c_on_chip"] = w.c_on_chip;
   return d;
 }
 
@@ -316,19 +330,23 @@ void BindValues(py::module_& m) {
                        "side data and extra work follow from the recipe.")
       .def(py::init([](int64_t m_, int64_t n, int64_t k, int64_t batch, int bits_a, int bits_b,
                        int bits_c, const std::string& scheme, const py::object& recipe,
-                       int64_t extra_read_bits, int64_t extra_ops, int64_t extra_register_bits) {
+                       int64_t extra_read_bits, int64_t extra_ops, int64_t extra_register_bits,
+                       bool a_on_chip, bool c_on_chip) {
              const QuantRecipe r = recipe.is_none() ? QuantRecipe{} : ToRecipe(recipe);
              return MakeCall(m_, n, k, batch, bits_a, bits_b, bits_c, scheme, r,
-                             extra_read_bits, extra_ops, extra_register_bits);
+                             extra_read_bits, extra_ops, extra_register_bits, a_on_chip,
+                             c_on_chip);
            }),
            py::kw_only(), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("batch") = 1,
            py::arg("bits_a") = 32, py::arg("bits_b") = 32, py::arg("bits_c") = 32,
            py::arg("scheme") = "none", py::arg("recipe") = py::none(),
            py::arg("extra_read_bits") = 0, py::arg("extra_ops") = 0,
-           py::arg("extra_register_bits") = 0,
+           py::arg("extra_register_bits") = 0, py::arg("a_on_chip") = false,
+           py::arg("c_on_chip") = false,
            "recipe: a QuantRecipe, its dict form or a QuantScheme (side data and extra work "
            "derived from it); extra_read_bits / extra_ops / extra_register_bits only without "
-           "one.")
+           "one. a_on_chip: A is the previous call's output, already in the on-chip level; "
+           "c_on_chip: C stays there for the next call (no DRAM traffic when they fit).")
       .def_static("from_json", [](const py::object& text) {
         return ParseCall(CheckedText(text, "GemmCall JSON", 1 << 16));
       }, py::arg("text"))
@@ -340,6 +358,8 @@ void BindValues(py::module_& m) {
       .def_property_readonly("bits_a", [](const GemmCall& c) { return c.workload.bits_a; })
       .def_property_readonly("bits_b", [](const GemmCall& c) { return c.workload.bits_b; })
       .def_property_readonly("bits_c", [](const GemmCall& c) { return c.workload.bits_c; })
+      .def_property_readonly("a_on_chip", [](const GemmCall& c) { return c.workload.a_on_chip; })
+      .def_property_readonly("c_on_chip", [](const GemmCall& c) { return c.workload.c_on_chip; })
       .def_readonly("scheme", &GemmCall::scheme)
       .def_readonly("recipe", &GemmCall::recipe)
       .def_property_readonly("workload", [](const GemmCall& c) { return WorkloadDict(c.workload); },
@@ -363,6 +383,8 @@ void BindValues(py::module_& m) {
           s += ", extra_read_bits=" + std::to_string(w.extra_read_bits) + ", extra_ops=" +
                std::to_string(w.extra_ops) + ", extra_register_bits=" +
                std::to_string(w.extra_register_bits);
+        if (w.a_on_chip) s += ", a_on_chip=True";
+        if (w.c_on_chip) s += ", c_on_chip=True";
         return s + ")";
       })
       .def(py::pickle([](const GemmCall& c) { return CallJson(c); },

@@ -36,6 +36,12 @@ def test_preset_and_resolve_choose_auto_and_default():
 def test_accelerator_takes_auto_and_objective():
     acc = Accelerator.systolic("ws", 8, 8, mapping="auto", objective="energy")
     assert (acc.mapping, acc.objective) == ("auto", "energy")
+    # The objective reaches the charge: the energy search trades cycles for energy.
+    call = cm.GemmCall(m=100, n=300, k=200)
+    latency = cm.charge(call, Accelerator.systolic("ws", 8, 8, mapping="auto")).ledger_fields()
+    energy = cm.charge(call, acc).ledger_fields()
+    assert energy["energy_pj"] < latency["energy_pj"]
+    assert energy["cycles"] >= latency["cycles"]
     back = Accelerator.from_json(acc.to_json())
     assert (back.mapping, back.objective, back.to_json()) == ("auto", "energy", acc.to_json())
     assert Accelerator.systolic("ws", 8, 8, mapping="auto").objective == "latency"

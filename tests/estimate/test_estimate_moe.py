@@ -129,6 +129,41 @@ def test_expert_parallel_by_hand():
     assert cost.seconds - 4 * (size / 2 / 50e9 + 2e-6) < alone.seconds  # the rest is less
 
 
+def test_expert_parallel_as_a_system_option():
+    # System(acc, chips=2, expert_parallel=2): estimate charges the plan of the hand count
+    # above (tenet_byoc.plan.expert_parallel), and its step's time composes that plan.
+    from tenet_byoc.compose import compose
+    from tenet_byoc.estimate import Charges
+    from tenet_byoc.accelerators import resolve
+    from tenet_byoc.plan import expert_parallel
+    from tenet_byoc.system import Link, System
+
+    config, routing = _tiny_mixtral(), [[4, 3, 1, 0], [1, 2, 2, 3]]
+    acc, link = resolve("os16"), Link(bandwidth_gbps=50.0, latency_us=2.0, topology="switch")
+    system = System(acc, chips=2, link=link, expert_parallel=2)
+    est = tenet_byoc.estimate(config, "none", acc, prompt_len=0, context_len=10,
+                              decode_steps=1, batch=4, system=system, routing=[routing])
+    # Each chip holds 2 tokens x 2 experts x 32 values of 4 bytes and sends the half bound
+    # for the other chip's experts: 256 bytes over the link, both ways, per layer.
+    # every chip is charged as the busiest: two copies of chip 0's entries
+    assert sorted(e.chip for e in est.entries) == [0] * (len(est.entries) // 2) + [1] * (
+        len(est.entries) // 2)
+    entries = [e for e in est.entries if e.chip == 0]
+    links = [(e.name, e.op, e.link_bytes) for e in entries if e.unit == "link"]
+    assert links == [(f"layers.{i}.experts.{w}", "all_to_all", 2 * 2 * 32 * 4 / 2)
+                     for i in range(2) for w in ("dispatch", "gather")]
+    # chip 0 holds experts 0 and 2: their rows, 4 + 1 in layer 0 and 1 + 2 in layer 1
+    rows = [e.m for e in entries if e.name.endswith(("experts.0.gate_proj",
+                                                     "experts.2.gate_proj"))]
+    assert rows == [4, 1, 1, 2]
+    assert not [e for e in entries if ".experts.1." in e.name or ".experts.3." in e.name]
+    charges = Charges(acc, link)
+    want = compose(expert_parallel(config, Step.decode(10, 4), 2, routing=routing),
+                   charges.cost, charges.schedule, acc.hardware.clock_ghz)
+    assert est.latency_s("decode") == pytest.approx(want.seconds)
+    assert System.from_json(system.to_json()) == system
+
+
 def test_expert_parallel_refusals():
     from tenet_byoc.plan import expert_parallel
 
@@ -136,6 +171,17 @@ def test_expert_parallel_refusals():
         expert_parallel(_tiny_mixtral(), Step.decode(10, 6), 3)
     with pytest.raises(ValueError, match="has no experts"):
         expert_parallel("llama-3-8b", Step.decode(10, 2), 2)
+    from tenet_byoc.system import System
+
+    with pytest.raises(ValueError, match="expert_parallel=2 is not combined with "
+                                         "tensor_parallel=2"):
+        System("os16", chips=4, tensor_parallel=2, expert_parallel=2)
+    with pytest.raises(ValueError, match="must equal tensor_parallel x pipeline_parallel x "
+                                         "expert_parallel = 1 x 1 x 2 = 2"):
+        System("os16", chips=4, expert_parallel=2)
+    with pytest.raises(ValueError, match="has no experts to spread"):
+        tenet_byoc.estimate("llama-3-8b", system=System("os16", chips=2, expert_parallel=2),
+                            prompt_len=4, batch=2)
 
 
 @pytest.mark.slow  # a build (~15 s)
@@ -172,3 +218,36 @@ def test_pipeline_stages_split_a_mixture_of_experts_by_layer():
     assert [c.stage for c in p.calls if c.name in ("embed_tokens", "lm_head")] == [0, 1]
     # One hand-over: 2 tokens x d = 4096 at float32.
     assert [c.call for c in p.calls if c.unit == "link"] == [LinkCall("p2p", 2 * 4096 * 4, 2)]
+
+
+def test_cli_ep_flag(tmp_path, capsys):
+    import csv
+    import json
+
+    from tenet_byoc.experiments.cli import main
+    from tenet_byoc.system import System
+
+    config = tmp_path / "config.json"
+    from moe_testing import TINY
+
+    config.write_text(json.dumps({**TINY, "model_type": "mixtral"}))
+    out = tmp_path / "out"
+    assert main(["estimate", "--model", str(config), "--prompt-len", "4", "--batch", "2",
+                 "--decode-steps", "1", "--ep", "2", "--out", str(out)]) == 0
+    assert "2 chips (EP 2" in capsys.readouterr().out
+    rows = {r["phase"]: r for r in csv.DictReader((out / "estimate.csv").open())}
+    book = tenet_byoc.estimate(str(config), prompt_len=4, decode_steps=1, batch=2,
+                               system=System("os16", chips=2, expert_parallel=2))
+    assert float(rows["decode"]["latency_ms"]) == pytest.approx(
+        book.latency_s("decode") * 1e3, rel=1e-12)
+    try:
+        code = main(["estimate", "--model", "mixtral-8x7b", "--ep", "3", "--tp", "2",
+                     "--chips", "4", "--batch", "4"])
+    except SystemExit as exc:
+        code = exc.code
+    assert code != 0
+    err = capsys.readouterr().err
+    for problem in ("--chips 4 must equal --tp 2 x --pp 1 x --ep 3 = 6",
+                    "--ep 3 is not combined with --tp", "--ep 3 must divide mixtral-8x7b's 8",
+                    "--ep 3 must divide --batch 4", "--tp 2: mixtral-8x7b's experts are not"):
+        assert problem in err, problem

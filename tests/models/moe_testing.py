@@ -28,6 +28,13 @@ FAMILIES = {
         "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0,
                             "original_max_position_embeddings": 8, "mscale": 1.0,
                             "mscale_all_dim": 1.0}}, 24),
+    # attention sinks, biases everywhere, a SwiGLU clamped at 1 (so the clamps bite),
+    # sliding-window layers (window 4) around a full one, YaRN
+    "gpt_oss": ("GptOss", {
+        **TINY, "num_hidden_layers": 3, "head_dim": 8, "sliding_window": 4,
+        "swiglu_limit": 1.0, "rope_parameters": {
+            "rope_type": "yarn", "rope_theta": 1000.0, "factor": 4.0, "beta_fast": 32.0,
+            "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 8}}, 40),
 }
 
 
@@ -53,7 +60,8 @@ def make_moe(family: str):
     return model
 
 
-def assert_estimate_equals_run(real, config, routing, prompt_len: int, decode_steps: int):
+def assert_estimate_equals_run(real, config, routing, prompt_len: int, decode_steps: int,
+                               scheme: str = "none"):
     """``tenet_byoc.estimate`` of ``config`` given a run's ``routing`` charges what the run's
     ledger ``real`` charged, entry for entry, less the routing work a run does on the host
     (``plan.HOST_CALLS``: four calls per mixture layer and call), which only an estimate
@@ -62,7 +70,7 @@ def assert_estimate_equals_run(real, config, routing, prompt_len: int, decode_st
     from tenet_byoc.ledger import _CHARGE_FIELDS
     from tenet_byoc.plan import HOST_CALLS
 
-    est = tenet_byoc.estimate(config, "none", real.accelerator, prompt_len=prompt_len,
+    est = tenet_byoc.estimate(config, scheme, real.accelerator, prompt_len=prompt_len,
                               decode_steps=decode_steps, routing=routing)
     host = [e for e in est.entries if e.name.endswith(HOST_CALLS)]
     assert len(host) == 4 * sum(len(step) for step in routing)
@@ -76,3 +84,59 @@ def assert_estimate_equals_run(real, config, routing, prompt_len: int, decode_st
         got = {f: getattr(e, f) for f in fields}
         assert got == want, (i, r.name, e.name, {f for f in want if got[f] != want[f]})
     return est
+
+
+def fake_quant(v, bits: int, block: int | None, stored: bool):
+    """``v`` rounded to symmetric ``bits``-bit integers and back, by definition: one scale
+    per row (``block`` None) or per ``block`` values along the last axis (zero-padded to a
+    multiple of it), ``amax / (2^(bits-1) - 1)``; a stored (weight) scale is rounded to
+    float16, a zero one taken as 1; an activation's is kept in float32, at least 1e-12."""
+    import numpy as np
+
+    v = np.asarray(v, dtype=np.float32)
+    k = v.shape[-1]
+    if block:
+        pad = (-k) % block
+        v = np.concatenate([v, np.zeros((*v.shape[:-1], pad), np.float32)], axis=-1)
+        b = v.reshape(*v.shape[:-1], v.shape[-1] // block, block)
+    else:
+        b = v
+    top = 2 ** (bits - 1) - 1
+    amax = np.abs(b).max(axis=-1, keepdims=True)
+    if stored:
+        scale = (amax / np.float32(top)).astype(np.float16).astype(np.float32)
+        scale = np.where(scale > 0, scale, np.float32(1))
+    else:
+        scale = np.maximum(amax, np.float32(1e-12)) / np.float32(top)
+    q = np.clip(np.rint(b / scale), -top if bits == 8 else -top - 1, top)
+    return (q * scale).astype(np.float32).reshape(v.shape)[..., :k]
+
+
+def fake_quantized_linears(scheme: str):
+    """A context in which ``torch.nn.functional.linear`` (every linear layer of a
+    transformers model: attention's projections, the router, each expert's, the head) is
+    ``scheme`` by definition (:func:`fake_quant`): weights per channel or per group,
+    activations per token in int8 or rounded to float16, the product in float64."""
+    from unittest import mock
+
+    import numpy as np
+    import torch
+
+    from tenet_byoc.quantization import get_scheme
+
+    s = get_scheme(scheme)
+    block = s.group_size if s.weight_granularity == "group" else None
+    assert s.weight_format == s.activation_format == "int" or s.activation_bits == 16, scheme
+
+    def linear(x, w, b=None):
+        rows = x.detach().numpy().reshape(-1, x.shape[-1])
+        if s.activation_bits == 16:
+            xq = rows.astype(np.float16).astype(np.float32)
+        else:
+            xq = fake_quant(rows, s.activation_bits, None, stored=False)
+        wq = fake_quant(w.detach().numpy(), s.weight_bits, block, stored=True)
+        y = torch.from_numpy((xq.astype(np.float64) @ wq.T.astype(np.float64))
+                             .astype(np.float32)).reshape(*x.shape[:-1], w.shape[0])
+        return y if b is None else y + b
+
+    return mock.patch.object(torch.nn.functional, "linear", linear)

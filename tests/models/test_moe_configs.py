@@ -1,10 +1,11 @@
 """Mixture-of-experts configs read from config.json, and their parameter counts.
 
 Totals of tiny configs are checked against the tensors transformers makes and saves for the
-same config.json (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3), active counts against those
+same config.json (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3, gpt-oss), active counts against those
 parameters less the experts a token does not use, and the built-ins against the figures their
 publishers give (Mixtral 8x7B 46.7 B / 12.9 B, DeepSeek-V3 671 B / 37 B, Qwen3-30B-A3B
-30.5 B / 3.3 B, Llama-3.1-8B 8.03 B).
+30.5 B / 3.3 B, gpt-oss-120b 116.8 B / 5.1 B and gpt-oss-20b 20.9 B / 3.6 B, Llama-3.1-8B
+8.03 B).
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ TINY = {
                     "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1,
                     "q_lora_rank": 20, "kv_lora_rank": 12, "qk_nope_head_dim": 8,
                     "qk_rope_head_dim": 4, "v_head_dim": 6, "routed_scaling_factor": 2.5},
+    "gpt_oss": {**_COMMON, "model_type": "gpt_oss", "intermediate_size": 24, "head_dim": 8,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 8},
 }
 _HF = {"mixtral": "Mixtral", "qwen2_moe": "Qwen2Moe", "qwen3_moe": "Qwen3Moe",
-       "deepseek_v3": "DeepseekV3"}
+       "deepseek_v3": "DeepseekV3", "gpt_oss": "GptOss"}
 
 
 @pytest.mark.skipif(not importlib.util.find_spec("transformers"),
@@ -84,6 +87,36 @@ def test_builtin_counts_equal_the_published_ones(name, total, active, digits, tr
         assert active <= got_active / 1e9 < active + unit
     else:
         assert round(got_active / 1e9, digits) == active
+
+
+# OpenAI's model card (gpt-oss-120b & gpt-oss-20b, 2025, table 1): 116.83 B / 5.13 B and
+# 20.91 B / 3.61 B; its active count leaves out the embedding table (a lookup) and keeps
+# the unembedding.
+@pytest.mark.parametrize("name,total,active", [("gpt-oss-120b", 116.8, 5.1),
+                                               ("gpt-oss-20b", 20.9, 3.6)])
+def test_gpt_oss_counts_equal_openai_model_card(name, total, active):
+    config = resolve_config(name)
+    got_total, got_active = param_counts(config)
+    assert round(got_total / 1e9, 1) == total
+    embedding = config.vocab_size * config.hidden_size
+    assert round((got_active - embedding) / 1e9, 1) == active
+
+
+def test_gpt_oss_fields():
+    config = resolve_config("gpt-oss-120b")
+    e = config.experts
+    assert (e.num_experts, e.experts_per_token, e.biased, e.swiglu_limit) == (128, 4, True, 7.0)
+    assert config.sinks and config.sliding_layers == tuple(range(0, 36, 2))
+    assert [config.window(i) for i in (0, 1)] == [128, None]
+    a = config.attention
+    assert (a.qkv_bias, a.o_bias, a.rope_scaling.rope_type, a.rope_scaling.truncate) == (
+        True, True, "yarn", False)
+
+
+def test_gpt_oss_bad_layer_types_are_refused():
+    values = {**TINY["gpt_oss"], "layer_types": ["sliding_attention", "local"]}
+    with pytest.raises(ValueError, match="layer_types"):
+        config_from_dict(values)
 
 
 def test_llama_3_1_8b_has_8_03_billion_parameters():

@@ -1,4 +1,4 @@
-"""Tiny Mixtral, Qwen2-MoE, Qwen3-MoE and DeepSeek-V3 made and saved by transformers run through tenet.
+"""Tiny Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 and gpt-oss made and saved by transformers run through tenet.
 
 Prefill and decode logits must equal transformers' within 1e-4, each layer's chosen experts
 those of transformers' router, each expert's GEMMs must be charged with exactly the rows
@@ -32,7 +32,8 @@ ATOL = 1e-4
 @pytest.fixture(scope="module", params=["mixtral",
                                         pytest.param("qwen2_moe", marks=pytest.mark.slow),
                                         pytest.param("qwen3_moe", marks=pytest.mark.slow),
-                                        pytest.param("deepseek_v3", marks=pytest.mark.slow)])
+                                        pytest.param("deepseek_v3", marks=pytest.mark.slow),
+                                        pytest.param("gpt_oss", marks=pytest.mark.slow)])
 def moe(request, tmp_path_factory):
     """``(family, transformers' model, tenet's runner of its saved checkpoint)``."""
     model = make_moe(request.param)
@@ -61,7 +62,10 @@ def test_logits_routing_and_expert_rows_match_transformers(moe):
     logits_step, cache = runner.decode(PROMPT[-1], cache)
     np.testing.assert_allclose(logits, want_prefill, rtol=0, atol=ATOL)
     np.testing.assert_allclose(logits_step, want_step, rtol=0, atol=ATOL)
-    assert int(cache[0].shape[2]) == len(PROMPT)
+    # a full layer's cache holds every token, a sliding one's (gpt-oss) the last window
+    for i in range(runner.config.num_hidden_layers):
+        window = runner.config.window(i) or len(PROMPT)
+        assert int(cache[2 * i].shape[2]) == min(window, len(PROMPT))
 
     # The experts each token was sent to: transformers' router's top 2, layer by layer
     # (transformers reports the layers with experts only).
@@ -124,3 +128,31 @@ def test_unsupported_moe_runs_are_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**TINY, "model_type": "mixtral"}))
     with pytest.raises(ValueError, match=r"runs unbatched"):
         from_pretrained(tmp_path, batched=True)
+
+
+@pytest.mark.slow
+def test_gpt_oss_particulars_change_transformers_logits():
+    """The tiny gpt-oss of these tests exercises its clamps, sinks and window: transformers'
+    own logits move when each is lifted (so matching them checks each)."""
+    import torch
+
+    model = make_moe("gpt_oss")
+    prompt = torch.tensor([PROMPT])
+    with torch.no_grad():
+        want = model(prompt).logits
+        layers = model.model.layers
+        for lift in ("limit", "sinks", "window"):
+            saved = [(m.mlp.experts.limit, m.self_attn.sinks.clone()) for m in layers]
+            for m in layers:
+                if lift == "limit":
+                    m.mlp.experts.limit = 1e9
+                elif lift == "sinks":
+                    m.self_attn.sinks.fill_(-1e9)
+            if lift == "window":
+                model.config.sliding_window = len(PROMPT)
+            got = model(prompt).logits
+            assert (got - want).abs().max() > 1e-2, lift
+            model.config.sliding_window = FAMILIES["gpt_oss"][1]["sliding_window"]
+            for m, (limit, sinks) in zip(layers, saved, strict=True):
+                m.mlp.experts.limit = limit
+                m.self_attn.sinks.copy_(sinks)

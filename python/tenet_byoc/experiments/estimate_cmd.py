@@ -230,8 +230,8 @@ def _system(args: argparse.Namespace) -> System | None:
         if args.context_len is None:  # not given: the context is the prompt
             text = text.replace("--context-len ", "--context-len (= --prompt-len) ")
         problems.append(text)
-    tp, pp = args.tp, args.pp
-    chips = args.chips if args.chips is not None else tp * pp
+    tp, pp, ep = args.tp, args.pp, args.ep
+    chips = args.chips if args.chips is not None else tp * pp * ep
     if chips == 1 and args.micro_batches == 1:
         if problems:
             raise ValueError(problems[0])
@@ -247,7 +247,7 @@ def _system(args: argparse.Namespace) -> System | None:
     if problems:
         raise ValueError(f"{len(problems)} bad option(s) for {args.model}:\n  "
                          + "\n  ".join(problems))
-    return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link)
+    return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link, ep)
 
 
 def chip_flag_problems(args: argparse.Namespace, chips: int) -> tuple[Any, list[str]]:
@@ -258,10 +258,13 @@ def chip_flag_problems(args: argparse.Namespace, chips: int) -> tuple[Any, list[
     from ..plan import check_tensor_parallel, stage_layers
     from ..system import Link
 
-    tp, pp = args.tp, args.pp
+    from ..models.moe import MoEConfig
+
+    tp, pp, ep = args.tp, args.pp, getattr(args, "ep", 1)
     problems = []
-    if chips != tp * pp:
-        problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp} = {tp * pp}")
+    if chips != tp * pp * ep:
+        problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp}"
+                        + (f" x --ep {ep}" if ep > 1 else "") + f" = {tp * pp * ep}")
     link = None
     try:
         link = Link(args.link_gbps, args.link_latency_us, args.topology)
@@ -270,8 +273,23 @@ def chip_flag_problems(args: argparse.Namespace, chips: int) -> tuple[Any, list[
                         .replace("Link.latency_us", "--link-latency-us")
                         .replace("Link.topology", "--topology"))
     config = resolve_config(args.model)  # an unknown model is its own error, reported alone
+    if ep > 1:
+        if (tp, pp, getattr(args, "micro_batches", 1)) != (1, 1, 1):
+            problems.append(f"--ep {ep} is not combined with --tp / --pp / --micro-batches yet")
+        if not isinstance(config, MoEConfig):
+            problems.append(f"--ep {ep}: {config.name} has no experts to spread")
+        elif config.experts.num_experts % ep:
+            problems.append(f"--ep {ep} must divide {config.name}'s "
+                            f"{config.experts.num_experts} routed experts")
+        if getattr(args, "batch", 1) % ep:
+            problems.append(f"--ep {ep} must divide --batch {args.batch} (each chip takes "
+                            "batch / ep sequences through attention)")
     n_layers = getattr(config, "n_layer", None) or config.num_hidden_layers
-    for check in (lambda: check_tensor_parallel(config, tp),
+    if isinstance(config, MoEConfig) and tp > 1:
+        problems.append(f"--tp {tp}: {config.name}'s experts are not split by Megatron-LM's "
+                        "rules here; spread them with --ep")
+    for check in (lambda: tp > 1 and not isinstance(config, MoEConfig)
+                  and check_tensor_parallel(config, tp),
                   lambda: stage_layers(n_layers, pp)):
         try:
             check()
@@ -289,6 +307,8 @@ def system_entry(system: System | None) -> dict:
     return {"chips": system.chips, "tensor_parallel": system.tensor_parallel,
             "pipeline_parallel": system.pipeline_parallel,
             "micro_batches": system.micro_batches,
+            **({"expert_parallel": system.expert_parallel} if system.expert_parallel > 1
+               else {}),
             "link": {"bandwidth_gbps": link.bandwidth_gbps, "latency_us": link.latency_us,
                      "topology": link.topology}}
 
@@ -299,6 +319,10 @@ def system_line(system: System | None) -> str:
     if system is None:
         return "one chip"
     link = system.link
+    if system.expert_parallel > 1:
+        return (f"{system.chips} chips (EP {system.expert_parallel}: experts round-robin, the "
+                f"rest data-parallel; {link.topology} link {link.bandwidth_gbps:g} GB/s, "
+                f"{link.latency_us:g} us a hop)")
     return (f"{system.chips} chips (TP {system.tensor_parallel} x PP "
             f"{system.pipeline_parallel}, {system.micro_batches} micro-batch(es); "
             f"{link.topology} link {link.bandwidth_gbps:g} GB/s, {link.latency_us:g} us a hop)")
@@ -360,11 +384,12 @@ def run_estimate(args: argparse.Namespace) -> int:
     from ..models.footprint import fit
 
     chip = system.accelerator if system is not None else args.accelerator
-    tp, pp = (system.tensor_parallel, system.pipeline_parallel) if system is not None else (1, 1)
+    tp, pp, ep = ((system.tensor_parallel, system.pipeline_parallel, system.expert_parallel)
+                  if system is not None else (1, 1, 1))
     print("\nDRAM per chip (weights at their stored widths, KV cache, activations' peak):")
     for scheme in args.schemes:
         check = fit(args.model, scheme, chip, args.prompt_len, context_len, args.decode_steps,
-                    args.batch, tp, pp)
+                    args.batch, tp, pp, ep)
         print(f"  {scheme}: {check.message}")
     for title, points in (("decode step vs context length", by_context),
                           ("decode step vs batch", by_batch)):

@@ -88,16 +88,16 @@ def from_pretrained(
     except (TypeError, ValueError) as err:
         raise type(err)(f"{os.path.join(folder, 'config.json')!r}: {err}") from None
     if isinstance(config, MoEConfig):
-        if batched or bind_params:
+        if batched:
             raise ValueError(
                 f"{folder!r}: a mixture-of-experts model ({config.model_type}) runs unbatched "
-                "with its weights as parameters (batched and bind_params are not supported)"
+                "(batched is not supported)"
             )
         from .moe_model import MoERunner
         from .moe_model import load_checkpoint as load_moe_checkpoint
 
         config, params = load_moe_checkpoint(folder, config)
-        return MoERunner(config, params, build=build, device=device)
+        return MoERunner(config, params, build=build, device=device, bind_params=bind_params)
     if isinstance(config, LlamaConfig):
         config, params = load_checkpoint(folder, config)
         runner: type[DecoderRunner] = LlamaRunner

@@ -141,6 +141,21 @@ _MOES = (
                           "type": "yarn"},
          "tie_word_embeddings": False, "num_nextn_predict_layers": 1, "hidden_act": "silu"},
         note="the multi-token-prediction layer (num_nextn_predict_layers) is not modelled"),
+    *(BuiltinModel(
+        f"gpt-oss-{size}", f"https://huggingface.co/openai/gpt-oss-{size}/blob/main/config.json",
+        {"model_type": "gpt_oss", "vocab_size": 201088, "hidden_size": 2880,
+         "intermediate_size": 2880, "num_hidden_layers": layers, "num_attention_heads": 64,
+         "num_key_value_heads": 8, "head_dim": 64, "num_local_experts": experts,
+         "num_experts_per_tok": 4, "experts_per_token": 4, "attention_bias": True,
+         "layer_types": ["sliding_attention", "full_attention"] * (layers // 2),
+         "sliding_window": 128, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+         "rope_theta": 150000, "rope_scaling": {
+             "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+             "truncate": False, "original_max_position_embeddings": 4096},
+         "swiglu_limit": 7.0, "tie_word_embeddings": False, "hidden_act": "silu"},
+        note="the experts are stored in MXFP4 (quantization_config quant_method mxfp4); "
+             "this entry is their shapes")
+      for size, layers, experts in (("120b", 36, 128), ("20b", 24, 32))),
 )
 
 _ENTRIES = (

@@ -70,7 +70,8 @@ def _count(name: str, value: Any, low: int) -> None:
         raise ValueError(f"footprint: {name}={value!r} must be an integer >= {low}")
 
 
-def _gemm_weights(config: Any, layers: int, tp: int) -> Iterator[tuple[int, int, int]]:
+def _gemm_weights(config: Any, layers: int, tp: int, ep: int = 1
+                  ) -> Iterator[tuple[int, int, int]]:
     # (count, rows, columns) of each GEMM weight of ``layers`` layers, split over tp chips.
     from .gpt2 import GPT2Config
     from .moe import MoEConfig
@@ -114,8 +115,9 @@ def _gemm_weights(config: Any, layers: int, tp: int) -> Iterator[tuple[int, int,
     yield 2 * dense_layers, a.intermediate_size // tp, d
     yield dense_layers, d, a.intermediate_size // tp
     yield experts_layers, e.num_experts, d  # the router
-    yield 2 * experts_layers * e.num_experts, e.intermediate_size // tp, d
-    yield experts_layers * e.num_experts, d, e.intermediate_size // tp
+    held = e.num_experts // ep  # expert parallelism: the chip's share of the experts
+    yield 2 * experts_layers * held, e.intermediate_size // tp, d
+    yield experts_layers * held, d, e.intermediate_size // tp
     if e.shared_intermediate_size:
         yield 2 * experts_layers, e.shared_intermediate_size // tp, d
         yield experts_layers, d, e.shared_intermediate_size // tp
@@ -182,7 +184,8 @@ def _elements(config: Any) -> int:
 
 
 def footprint(config: Any, scheme: Any = "none", sequences: int = 1, context: int = 0,
-              step_tokens: int | None = None, tp: int = 1, pp: int = 1) -> Footprint:
+              step_tokens: int | None = None, tp: int = 1, pp: int = 1, ep: int = 1
+              ) -> Footprint:
     """Bytes one chip holds to run ``sequences`` sequences of ``context`` tokens each.
 
     Parameters
@@ -200,6 +203,9 @@ def footprint(config: Any, scheme: Any = "none", sequences: int = 1, context: in
         tokens, or a decode step's batch; default ``sequences`` (a decode step).
     tp, pp : int
         Tensor- and pipeline-parallel degrees.
+    ep : int
+        Expert-parallel chips: each holds ``1 / ep`` of the routed experts and of the
+        sequences (and of the step's tokens).
 
     Raises
     ------
@@ -217,8 +223,10 @@ def footprint(config: Any, scheme: Any = "none", sequences: int = 1, context: in
     _count("context", context, 0)
     _count("tp", tp, 1)
     _count("pp", pp, 1)
+    _count("ep", ep, 1)
     tokens = sequences if step_tokens is None else step_tokens
     _count("step_tokens", tokens, 0)
+    sequences, tokens = -(-sequences // ep), -(-tokens // ep)
     s = _shape(config)
     if context > s["context"]:
         raise ValueError(f"footprint: context={context} is longer than the model's "
@@ -229,7 +237,7 @@ def footprint(config: Any, scheme: Any = "none", sequences: int = 1, context: in
     d, vocab = s["d"], s["vocab"]
 
     gemm = sum(n * _weight_bytes(rows, cols, quant)
-               for n, rows, cols in _gemm_weights(config, layers, tp) if n and rows and cols)
+               for n, rows, cols in _gemm_weights(config, layers, tp, ep) if n and rows and cols)
     embed = vocab * d * 4 / tp
     if s["tied"] and quant.weight_bits >= 32:
         head = 0.0  # the head reads the embedding table
@@ -302,17 +310,19 @@ class Fit:
 
 
 def fit(config: Any, scheme: Any, accelerator: Any, prompt_len: int, context_len: int,
-        decode_steps: int, batch: int = 1, tp: int = 1, pp: int = 1) -> Fit:
+        decode_steps: int, batch: int = 1, tp: int = 1, pp: int = 1, ep: int = 1) -> Fit:
     """Whether ``estimate``'s run of ``config`` fits the DRAM of each chip of ``accelerator``
-    (the arguments as :func:`tenet_byoc.estimate` takes them; ``tp`` and ``pp`` a system's)."""
+    (the arguments as :func:`tenet_byoc.estimate` takes them; ``tp``, ``pp`` and ``ep`` a
+    system's)."""
     from ..accelerators import resolve
 
     acc = resolve(accelerator)
     phases = []
     if prompt_len:
-        phases.append(footprint(config, scheme, batch, prompt_len, batch * prompt_len, tp, pp))
+        phases.append(footprint(config, scheme, batch, prompt_len, batch * prompt_len, tp, pp,
+                                ep))
     if decode_steps:
         phases.append(footprint(config, scheme, batch, context_len + decode_steps, batch,
-                                tp, pp))
+                                tp, pp, ep))
     worst = max(phases, key=lambda f: f.total)
     return Fit(worst, acc.dram_capacity_bytes, acc.name)

@@ -369,11 +369,15 @@ class LlamaAttention(nn.Module):
                 mask = mask + op.wrap_nested(band, name="window_mask")
             scores = op.reshape(op.reshape(scores, [b, self.n_kv, g, s, keys]) + mask,
                                 [b, self.n_kv, g * s, keys])
-        out = op.matmul(op.softmax(scores, axis=-1), v)  # [b, kv, g * s, hd]
+        out = op.matmul(self._probs(scores, b, s), v)  # [b, kv, g * s, hd]
         out = op.permute_dims(op.reshape(out, [b, self.n_head, s, hd]), [0, 2, 1, 3])
         rows = [b, s, self.n_head * hd] if batch is None else [1, b * s, self.n_head * hd]
         out = self.o_proj(op.reshape(out, rows))
         return out, self._last(k, self.window), self._last(v, self.window)
+
+    def _probs(self, scores: nn.Tensor, b: Any, s: Any) -> nn.Tensor:
+        # The attention weights of scores [b, kv, g * s, keys] (a sink's column in gpt-oss).
+        return op.softmax(scores, axis=-1)
 
     @staticmethod
     def _last(t: nn.Tensor, n: int | None) -> nn.Tensor:

@@ -1,10 +1,11 @@
-"""Mixture-of-experts decoders' shapes (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3) from config.json.
+"""Mixture-of-experts decoders' shapes (Mixtral, Qwen2/3-MoE, DeepSeek-V3, gpt-oss) from config.json.
 
 A mixture-of-experts decoder is a Llama-family decoder whose MLP, in some or all layers, is
 a router (a ``[experts, d]`` GEMM), the top-k experts of each token (each a SwiGLU MLP of
 its own width) and, in some families, shared experts every token passes through; DeepSeek-V3
 also replaces attention by multi-head latent attention (MLA: queries and keys/values
-compressed to low ranks, then expanded per head). :class:`MoEConfig` holds the dense part as
+compressed to low ranks, then expanded per head); gpt-oss has biases everywhere, a clamped
+SwiGLU, a learned sink logit per attention head and sliding-window layers between full ones. :class:`MoEConfig` holds the dense part as
 a :class:`~tenet_byoc.models.llama.LlamaConfig` (``attention``) beside the experts
 (:class:`Experts`) and, for MLA, its ranks (:class:`LatentAttention`); :func:`param_counts`
 counts total and active parameters from them in closed form, :func:`touched_experts` the
@@ -25,6 +26,7 @@ from .vector_ops import VectorOpShape
 
 __all__ = [
     "MOE_FAMILIES",
+    "ExpertLoad",
     "Experts",
     "LatentAttention",
     "MoECallGroup",
@@ -40,7 +42,7 @@ __all__ = [
 #: The ``model_type`` values of mixture-of-experts ``config.json`` files this module reads,
 #: and the Llama family each one's attention and norms follow.
 MOE_FAMILIES = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "llama",
-                "deepseek_v3": "llama"}
+                "deepseek_v3": "llama", "gpt_oss": "llama"}
 
 _SCORINGS = ("softmax", "sigmoid")
 
@@ -79,6 +81,13 @@ class Experts:
         experts taken from its best ``top_groups`` groups (1 and 1: no limit).
     scale : float
         The routed experts' output is multiplied by it (``routed_scaling_factor``).
+    biased : bool
+        The router and every expert projection have biases (gpt-oss).
+    swiglu_limit : float or None
+        gpt-oss's clamped SwiGLU: ``(clip(up, -L, L) + 1) * g * sigmoid(alpha * g)`` with
+        ``g = min(gate, L)``; None for the plain ``silu(gate) * up``.
+    swiglu_alpha : float
+        alpha of the clamped SwiGLU.
     moe_layers : tuple of int
         The layers whose MLP is the mixture; the others are dense SwiGLU MLPs of the
         config's ``intermediate_size``.
@@ -96,6 +105,9 @@ class Experts:
     groups: int = 1
     top_groups: int = 1
     scale: float = 1.0
+    biased: bool = False
+    swiglu_limit: float | None = None
+    swiglu_alpha: float = 1.702
 
     def __post_init__(self) -> None:
         for name in ("num_experts", "experts_per_token", "intermediate_size", "groups",
@@ -114,9 +126,13 @@ class Experts:
             )
         if self.scoring not in _SCORINGS:
             raise ValueError(f"Experts.scoring={self.scoring!r}; known: {_SCORINGS}")
-        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not (
-                self.scale > 0):
-            raise ValueError(f"Experts.scale={self.scale!r} must be a positive number")
+        for name in ("scale", "swiglu_alpha", "swiglu_limit"):
+            value = getattr(self, name)
+            if (value is not None or name != "swiglu_limit") and (isinstance(value, bool) or (
+                    not isinstance(value, (int, float))) or not 0 < value < float("inf")):
+                raise ValueError(f"Experts.{name}={value!r} must be a positive number")
+        if not isinstance(self.biased, bool):
+            raise ValueError(f"Experts.biased={self.biased!r} must be a bool")
         if not isinstance(self.moe_layers, tuple) or any(
                 isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in self.moe_layers):
             raise ValueError(f"Experts.moe_layers={self.moe_layers!r} must be a tuple of layers")
@@ -166,6 +182,13 @@ class MoEConfig:
         One of :data:`MOE_FAMILIES`.
     name : str
         A label for reports.
+    sinks : bool
+        Each attention head has a learned sink logit: a score column its softmax
+        normalizes over and drops (gpt-oss).
+    sliding_layers : tuple of int or None
+        The layers whose attention keeps to ``attention.sliding_window``, the others
+        seeing every key (gpt-oss's ``layer_types``); None: every layer as ``attention``
+        says.
     """
 
     attention: LlamaConfig
@@ -173,6 +196,8 @@ class MoEConfig:
     latent: LatentAttention | None = None
     model_type: str = "mixtral"
     name: str = field(default="custom")
+    sinks: bool = False
+    sliding_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.model_type not in MOE_FAMILIES:
@@ -180,11 +205,22 @@ class MoEConfig:
                 f"MoEConfig.model_type={self.model_type!r}; known: {sorted(MOE_FAMILIES)}"
             )
         layers = self.attention.num_hidden_layers
-        bad = [i for i in self.experts.moe_layers if i >= layers]
-        if bad:
-            raise ValueError(
-                f"MoEConfig: expert layers {bad} are beyond num_hidden_layers={layers}"
-            )
+        for what, listed in (("expert", self.experts.moe_layers),
+                             ("sliding", self.sliding_layers or ())):
+            bad = [i for i in listed if isinstance(i, bool) or not isinstance(i, int)
+                   or not 0 <= i < layers]
+            if bad:
+                raise ValueError(
+                    f"MoEConfig: {what} layers {bad} are not layers of num_hidden_layers={layers}"
+                )
+        if not isinstance(self.sinks, bool):
+            raise ValueError(f"MoEConfig.sinks={self.sinks!r} must be a bool")
+
+    def window(self, layer: int) -> int | None:
+        """Layer ``layer``'s attention window, or None where it sees every key."""
+        if self.sliding_layers is None or layer in self.sliding_layers:
+            return self.attention.window
+        return None
 
     @property
     def num_hidden_layers(self) -> int:
@@ -265,6 +301,18 @@ class MoEConfig:
             if values.get("use_sliding_window"):
                 raise ValueError(f"config.json use_sliding_window=true is not supported for "
                                  f"{model_type}")
+        elif model_type == "gpt_oss":
+            experts, inner = need("num_local_experts"), need("intermediate_size")
+            moe_layers = list(range(layers)) if isinstance(layers, int) else []
+            normalize = True  # a softmax over the top k logits: the renormalized softmax
+            dense["attention_bias"] = values.get("attention_bias", True)
+            kinds = values.get("layer_types") or [
+                ("full_attention", "sliding_attention")[i % 2 == 0] for i in moe_layers]
+            if not isinstance(kinds, list) or len(kinds) != len(moe_layers) or any(
+                    k not in ("full_attention", "sliding_attention") for k in kinds):
+                raise ValueError(f"config.json layer_types={kinds!r} must give each of the "
+                                 f"{layers} layers 'full_attention' or 'sliding_attention'")
+            sliding = tuple(i for i, k in enumerate(kinds) if k == "sliding_attention")
         else:  # deepseek_v3
             experts = need("n_routed_experts")
             inner = need("moe_intermediate_size")
@@ -298,17 +346,24 @@ class MoEConfig:
         base = LlamaConfig.from_hf_dict(dense, name=name)
         if qk_norm:
             base = replace(base, qk_norm=True)
+        extra: dict[str, Any] = {}
+        if model_type == "gpt_oss":
+            base = replace(base, sliding_window=values.get("sliding_window"))
+            extra = {"sinks": True, "sliding_layers": sliding}
         try:
             parts = Experts(
                 num_experts=experts, experts_per_token=need("num_experts_per_tok"),
                 intermediate_size=inner, moe_layers=tuple(moe_layers),
                 shared_intermediate_size=shared, shared_gate=shared_gate, scoring=scoring,
                 normalize_top_k=normalize, router_bias=bias, groups=groups,
-                top_groups=top_groups, scale=scale,
+                top_groups=top_groups, scale=scale, biased=model_type == "gpt_oss",
+                **({"swiglu_limit": values.get("swiglu_limit", 7.0),
+                    "swiglu_alpha": values.get("swiglu_alpha", 1.702)}
+                   if model_type == "gpt_oss" else {}),
             )
         except ValueError as err:
             raise ValueError(f"config.json ({model_type}): {err}") from None
-        return cls(base, parts, latent, model_type, name)
+        return cls(base, parts, latent, model_type, name, **extra)
 
 
 def _attention_params(config: MoEConfig) -> int:
@@ -321,7 +376,7 @@ def _attention_params(config: MoEConfig) -> int:
         out = 2 * d * q + 2 * d * kv + (q + 2 * kv) * a.qkv_bias + d * a.o_bias
         if a.qk_norm:
             out += 2 * a.dim_per_head
-        return out + 2 * d
+        return out + 2 * d + heads * config.sinks
     qk = m.qk_nope_head_dim + m.qk_rope_head_dim
     if m.q_lora_rank is None:
         query = d * heads * qk
@@ -345,14 +400,19 @@ def param_counts(config: MoEConfig) -> tuple[int, int]:
     moe = len(e.moe_layers)
     dense = config.num_hidden_layers - moe
     attention = config.num_hidden_layers * _attention_params(config)
-    router = e.num_experts * d + e.num_experts * e.router_bias
-    expert = 3 * d * e.intermediate_size
+    router = e.num_experts * (d + e.router_bias + e.biased)
+    expert = _expert_params(e, d)
     shared = 3 * d * e.shared_intermediate_size + d * e.shared_gate
     dense_mlp = dense * 3 * d * a.intermediate_size
     outside = a.vocab_size * d * (1 + (not a.tie_word_embeddings)) + d  # embeddings, head, norm
     common = attention + dense_mlp + outside + moe * (router + shared)
     return (common + moe * e.num_experts * expert,
             common + moe * e.experts_per_token * expert)
+
+
+def _expert_params(e: Experts, d: int) -> int:
+    # One routed expert's weights: gate, up and down (with their biases where biased).
+    return 3 * d * e.intermediate_size + (2 * e.intermediate_size + d) * e.biased
 
 
 def touched_experts(num_experts: int, experts_per_token: int, tokens: int,
@@ -384,15 +444,22 @@ def touched_experts(num_experts: int, experts_per_token: int, tokens: int,
         negative or not finite, or a share exceeds one token's worth (``p_e > 1``: an
         expert cannot be chosen twice by one token).
     """
-    _positive("touched_experts", "num_experts", num_experts)
-    _positive("touched_experts", "experts_per_token", experts_per_token)
+    p = _inclusion(num_experts, experts_per_token, load)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
         raise ValueError(f"touched_experts: tokens={tokens!r} must be an integer >= 0")
+    return float(np.sum(1.0 - (1.0 - p) ** tokens))
+
+
+def _inclusion(num_experts: int, experts_per_token: int,
+               load: Sequence[float] | None) -> np.ndarray:
+    # p_e: the chance expert e is among one token's k (k x its share of the load).
+    _positive("touched_experts", "num_experts", num_experts)
+    _positive("touched_experts", "experts_per_token", experts_per_token)
     e, k = num_experts, experts_per_token
     if k > e:
         raise ValueError(f"touched_experts: experts_per_token={k} exceeds num_experts={e}")
     if load is None:
-        return e * (1.0 - (1.0 - k / e) ** tokens)
+        return np.full(e, k / e)
     weights = np.asarray(load, dtype=np.float64)
     if weights.shape != (e,):
         raise ValueError(f"touched_experts: load has {weights.size} weights, expected {e}")
@@ -405,7 +472,34 @@ def touched_experts(num_experts: int, experts_per_token: int, tokens: int,
             f"{k} choices; a token picks an expert at most once, so no share may exceed "
             f"1/{k} of the load"
         )
-    return float(np.sum(1.0 - (1.0 - np.minimum(p, 1.0)) ** tokens))
+    return np.minimum(p, 1.0)
+
+
+@dataclass(frozen=True)
+class ExpertLoad:
+    """A user's expert popularity, for estimates of skewed routing.
+
+    Either ``weights`` (one non-negative weight per expert, any scale: each expert's share
+    of the routed tokens) or ``zipf`` s (expert j's weight ``1 / (j + 1) ** s``: expert 0
+    the busiest; 0 is uniform).
+    """
+
+    weights: tuple[float, ...] | None = None
+    zipf: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.weights is None) == (self.zipf is None):
+            raise ValueError("ExpertLoad takes weights or zipf, one of them")
+        z = self.zipf
+        if z is not None and (isinstance(z, bool) or not isinstance(z, (int, float))
+                              or not 0 <= z < float("inf")):
+            raise ValueError(f"ExpertLoad.zipf={z!r} must be a finite number >= 0")
+
+    def shares(self, num_experts: int) -> np.ndarray:
+        """The ``num_experts`` weights (checked by :func:`touched_experts`'s rules)."""
+        if self.zipf is not None:
+            return 1.0 / np.arange(1, num_experts + 1, dtype=np.float64) ** self.zipf
+        return np.asarray(self.weights, dtype=np.float64)
 
 
 def weights_read(config: MoEConfig, tokens: int, load: Sequence[float] | None = None) -> float:
@@ -417,28 +511,44 @@ def weights_read(config: MoEConfig, tokens: int, load: Sequence[float] | None = 
     """
     e, d = config.experts, config.hidden_size
     total, active = param_counts(config)
-    expert = 3 * d * e.intermediate_size
+    expert = _expert_params(e, d)
     moe = len(e.moe_layers)
     outside = active - moe * e.experts_per_token * expert
     touched = touched_experts(e.num_experts, e.experts_per_token, tokens, load)
     return outside + moe * touched * expert
 
 
-def expected_routing(num_experts: int, experts_per_token: int, tokens: int) -> list[int]:
-    """Tokens per expert under uniform routing, as a plan charges it by default.
+def expected_routing(num_experts: int, experts_per_token: int, tokens: int,
+                     load: Sequence[float] | None = None) -> list[int]:
+    """Tokens per expert under uniform routing (or the popularity ``load``), as a plan
+    charges it by default.
 
-    ``tokens x k`` rows go to ``round(E x (1 - (1 - k/E) ** tokens))`` distinct experts (the
-    expected count of :func:`touched_experts`, at least ``k`` and at most ``min(E, tokens x
-    k)``), spread as evenly as possible, experts in order: one token reaches exactly its k
-    experts, a large batch nearly all E, each with ``tokens x k / E`` rows.
+    ``tokens x k`` rows go to the expected number of distinct experts of
+    :func:`touched_experts` (rounded, at least ``k`` and at most ``min(E, tokens x k)``),
+    the most popular ones (in order under uniform routing), in proportion to their
+    popularity (as evenly as possible under uniform routing), each at least one row and at
+    most ``tokens``, the rounding by the largest remainder: one token reaches exactly its k
+    experts, a large uniform batch nearly all E, each with ``tokens x k / E`` rows.
     """
     e, k = num_experts, experts_per_token
+    p = _inclusion(e, k, load)
     if tokens == 0:
         return [0] * e
-    touched = round(touched_experts(e, k, tokens))
-    touched = max(k, min(e, tokens * k, touched))
-    share, extra = divmod(tokens * k, touched)
-    return [share + (j < extra) if j < touched else 0 for j in range(e)]
+    touched = max(k, min(e, tokens * k, round(touched_experts(e, k, tokens, load))))
+    top = np.argsort(-p, kind="stable")[:touched]
+    want = tokens * k * p[top] / p[top].sum()
+    counts = np.clip(np.floor(want), 1, tokens).astype(int)
+    rest = tokens * k - int(counts.sum())
+    while rest:  # one row at a time where the remainder is largest (or smallest)
+        step = 1 if rest > 0 else -1
+        room = (counts < tokens) if step > 0 else (counts > 1)
+        gap = np.where(room, (want - counts) * step, -np.inf)
+        counts[int(np.argmax(gap))] += step
+        rest -= step
+    out = [0] * e
+    for j, n in zip(top, counts, strict=True):
+        out[int(j)] = int(n)
+    return out
 
 
 class MoECallGroup(NamedTuple):
@@ -496,9 +606,10 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         The prompt length of a prefill, or the cache length before a decode step.
     phase : str
         ``prefill`` or ``decode``.
-    tokens_per_expert : sequence of sequences of int, optional
+    tokens_per_expert : sequence of sequences of int, or ExpertLoad, optional
         Per mixture layer, the tokens each expert received (a run's routing); default
-        :func:`expected_routing` of the step's tokens in every layer.
+        :func:`expected_routing` of the step's tokens in every layer (under the
+        :class:`ExpertLoad` given in its place, if one is).
     batch : int
         Equal sequences in the step: the linear layers and experts take all their tokens,
         attention stays per sequence.
@@ -514,16 +625,17 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         If ``phase`` is unknown, ``seq_len`` out of range, or ``tokens_per_expert`` has
         another number of layers or experts, or rows that are not ``tokens x k``.
     """
-    rows, keys = call_rows_and_keys(phase, seq_len, config.max_position_embeddings,
-                                    "max_position_embeddings")
+    rows, keys_all = call_rows_and_keys(phase, seq_len, config.max_position_embeddings,
+                                        "max_position_embeddings")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch={batch!r} must be an integer >= 1")
     a, e, d = config.attention, config.experts, config.hidden_size
     b, m, prefill = batch, config.latent, phase == "prefill"
     tokens = b * rows
     layers = e.moe_layers
-    if tokens_per_expert is None:
-        even = expected_routing(e.num_experts, e.experts_per_token, tokens)
+    if tokens_per_expert is None or isinstance(tokens_per_expert, ExpertLoad):
+        load = None if tokens_per_expert is None else tokens_per_expert.shares(e.num_experts)
+        even = expected_routing(e.num_experts, e.experts_per_token, tokens, load)
         tokens_per_expert = [even] * len(layers)
     counts = [[int(n) for n in c] for c in tokens_per_expert]
     if len(counts) != len(layers) or any(
@@ -550,32 +662,39 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         gemms: list[tuple[MatmulShape, str]] = []
         epi: dict[str, list[str]] = {}
         vec: list[VectorOpShape] = [VectorOpShape(p + "input_layernorm", "rms_norm", act)]
+        window = config.window(i)
+        keys = keys_all if prefill or not window else min(window - 1, seq_len) + 1
         if m is None:
             hd, h, kv, g = a.dim_per_head, a.num_attention_heads, a.num_key_value_heads, \
                 a.group_size
-            for proj, n in (("q_proj", h * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
-                linear(gemms, vec, p + "self_attn." + proj, tokens, n, d)
+            rope = 2 * rows * hd * b
+            # in binding order: each projection's quantize, then its head's norm and rotary
+            for proj, n, heads in (("q", h * hd, h), ("k", kv * hd, kv), ("v", kv * hd, 0)):
+                linear(gemms, vec, p + f"self_attn.{proj}_proj", tokens, n, d)
                 if a.qkv_bias:
-                    epi[p + "self_attn." + proj] = ["add"]
+                    epi[p + f"self_attn.{proj}_proj"] = ["add"]
+                if heads and a.qk_norm:
+                    vec.append(VectorOpShape(p + f"self_attn.{proj}_norm", "rms_norm",
+                                             (b, rows, heads, hd)))
+                if heads:
+                    vec.append(VectorOpShape(p + f"self_attn.{proj}_rotary", "rotary",
+                                             (b, rows, heads, hd), rope))
             gemms += [(MatmulShape(p + "attn.qk", b * kv, g * rows, keys, hd), "key"),
                       (MatmulShape(p + "attn.pv", b * kv, g * rows, hd, keys), "value")]
-            linear(gemms, vec, p + "self_attn.o_proj", tokens, d, h * hd)
-            rope = 2 * rows * hd * b
-            if a.qk_norm:
-                vec.append(VectorOpShape(p + "self_attn.q_norm", "rms_norm", (b, rows, h, hd)))
-            vec.append(VectorOpShape(p + "self_attn.q_rotary", "rotary", (b, rows, h, hd), rope))
-            if a.qk_norm:
-                vec.append(VectorOpShape(p + "self_attn.k_norm", "rms_norm", (b, rows, kv, hd)))
-            vec.append(VectorOpShape(p + "self_attn.k_rotary", "rotary", (b, rows, kv, hd),
-                                     rope))
             vec.append(VectorOpShape(p + "self_attn.scale", "multiply",
                                      (b, kv, g * rows, keys), 1))
             if prefill:
-                vec += [VectorOpShape(p + "self_attn.mask", "mask", (rows, rows)),
-                        VectorOpShape(p + "self_attn.masked", "add", (b, kv, g, rows, rows),
-                                      rows * rows)]
+                vec.append(VectorOpShape(p + "self_attn.mask", "mask", (rows, rows)))
+                if window:
+                    vec.append(VectorOpShape(p + "self_attn.window_mask", "mask", (rows, rows)))
+                vec.append(VectorOpShape(p + "self_attn.masked", "add", (b, kv, g, rows, rows),
+                                         rows * rows))
+            # gpt-oss's sinks: one more score column per row, normalized over and dropped
             vec.append(VectorOpShape(p + "self_attn.softmax", "softmax",
-                                     (b, kv, g * rows, keys)))
+                                     (b, kv, g * rows, keys + config.sinks)))
+            linear(gemms, vec, p + "self_attn.o_proj", tokens, d, h * hd)
+            if a.o_bias:
+                epi[p + "self_attn.o_proj"] = ["add"]
         else:
             h, rank, rot = a.num_attention_heads, m.kv_lora_rank, m.qk_rope_head_dim
             nope, vd = m.qk_nope_head_dim, m.v_head_dim
@@ -647,6 +766,8 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         if e.shared_intermediate_size:
             swiglu(p + "shared.", e.shared_intermediate_size, True, e.shared_gate)
         linear(gemms, vec, p + "router", tokens, e.num_experts, d)
+        if e.biased:
+            epi[p + "router"] = ["add"]
         groups.append(MoECallGroup(f"layers.{i}.attention", gemms, epi, vec))
         k = e.experts_per_token
         groups.append(MoECallGroup(f"layers.{i}.route", [], {}, [
@@ -659,12 +780,21 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
                 continue
             q = f"{p}experts.{j}."
             gemms, vec = [], []
+            width = (1, n, inner)
             linear(gemms, vec, q + "gate_proj", n, inner, d)
-            vec.append(VectorOpShape(q + "silu", "silu", (1, n, inner)))
+            if e.swiglu_limit is None:
+                vec.append(VectorOpShape(q + "silu", "silu", width))
+            else:  # silu(alpha min(gate, L)) / alpha x (clip(up) + 1); the clamps uncharged
+                vec += [VectorOpShape(q + "alpha", "multiply", width, 1),
+                        VectorOpShape(q + "silu", "silu", width),
+                        VectorOpShape(q + "over_alpha", "multiply", width, 1)]
             linear(gemms, vec, q + "up_proj", n, inner, d)
-            vec.append(VectorOpShape(q + "gate_x_up", "multiply", (1, n, inner), n * inner))
+            if e.swiglu_limit is not None:
+                vec.append(VectorOpShape(q + "up_plus_one", "add", width, 1))
+            vec.append(VectorOpShape(q + "gate_x_up", "multiply", width, n * inner))
             linear(gemms, vec, q + "down_proj", n, d, inner)
-            groups.append(MoECallGroup(f"{q}expert", gemms, {}, vec))
+            biases = {g.name: ["add"] for g, _ in gemms} if e.biased else {}
+            groups.append(MoECallGroup(f"{q}expert", gemms, biases, vec))
         groups.append(MoECallGroup(f"layers.{i}.combine", [], {}, [
             VectorOpShape(p + "experts.scale", "multiply", (1, tokens * k, d), tokens * k),
             VectorOpShape(p + "experts.combine", "add", (1, tokens * k, d), tokens * k * d)],

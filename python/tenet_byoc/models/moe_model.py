@@ -1,4 +1,4 @@
-"""Running mixture-of-experts decoders (Mixtral, Qwen-MoE, DeepSeek-V3): Relax GEMMs, host routing.
+"""Running mixture-of-experts decoders (Mixtral, Qwen-MoE, DeepSeek-V3, gpt-oss): Relax GEMMs, host routing.
 
 A layer runs as two kinds of Relax calls: ``attention_prefill`` / ``attention_decode`` (RMSNorm,
 attention with RoPE, the residual, the second RMSNorm, the shared experts (gated or not) and
@@ -17,6 +17,12 @@ key per token (``kv_lora_rank + qk_rope_head_dim`` values). A prefill expands th
 head's keys and values with ``kv_b_proj``; a decode step absorbs ``kv_b_proj`` instead (each
 head's query into the latent space, all heads over the shared latents as one GEMM of
 heads x tokens rows, the latent context out through each head's value matrix).
+
+gpt-oss's sliding-window layers are ``sliding_prefill`` / ``sliding_decode`` calls (the latter
+given the new token's position, as their cache keeps the last ``sliding_window`` tokens); its
+attention adds each head's sink logit to the softmax, and its experts (stored stacked, gate
+and up interleaved in one ``[d, 2 x inner]`` matrix) are split into each expert's three
+biased projections when bound, their SwiGLU clamped.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from tvm.relax.frontend import nn
 
 from .checkpoint import Layout, load_weights, read_config
 from .decoder import MASK_VALUE, build_with_tvm, take_rows
-from .llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP
+from .llama import LlamaAttention, LlamaConfig, LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP
 from .moe import MoEConfig
 from .runner import check_ids
 
@@ -145,6 +151,30 @@ class _LatentAttention(nn.Module):
         return self.o_proj(op.reshape(out, [b, s, h * vd]))
 
 
+class _SinkAttention(LlamaAttention):
+    """Grouped-query attention whose softmax also spans each head's learned sink logit
+    (gpt-oss): the sink's column takes its share of the weights and is dropped."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__(config)
+        self.sinks = nn.Parameter((config.num_attention_heads,), _DTYPE)
+
+    def _probs(self, scores: nn.Tensor, b: Any, s: Any) -> nn.Tensor:
+        kv, rows, keys = scores.shape[1], scores.shape[2], scores.shape[3]
+        sink = nn.op.broadcast_to(nn.op.reshape(self.sinks, [1, kv, -1, 1, 1]),
+                                  [b, kv, self.n_head // self.n_kv, s, 1])
+        probs = nn.op.softmax(
+            nn.op.concat([scores, nn.op.reshape(sink, [b, kv, rows, 1])], dim=-1), axis=-1)
+        return nn.op.wrap_nested(relax.op.strided_slice(
+            probs._expr, axes=[3], begin=[0], end=[keys], assume_inbound=True), name="probs")
+
+
+def _layer_attention(config: MoEConfig, window: bool) -> LlamaConfig:
+    # The dense part of a full layer (no window), or of a sliding-window one.
+    a = config.attention
+    return a if window or config.sliding_layers is None else replace(a, sliding_window=None)
+
+
 class _Block(nn.Module):
     """One layer's attention, its residual, the second RMSNorm and the router GEMM."""
 
@@ -153,16 +183,17 @@ class _Block(nn.Module):
     _inv_freq = LlamaForCausalLM._inv_freq
     _cos_sin = LlamaForCausalLM._cos_sin
 
-    def __init__(self, config: MoEConfig) -> None:
-        a = config.attention
+    def __init__(self, config: MoEConfig, window: bool = False) -> None:
+        a = _layer_attention(config, window)
         self.config = a
         d, eps = a.hidden_size, a.rms_norm_eps
         self.input_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
-        self.self_attn = (LlamaAttention(a) if config.latent is None
-                          else _LatentAttention(config))
+        self.self_attn = (_LatentAttention(config) if config.latent is not None
+                          else _SinkAttention(a) if config.sinks else LlamaAttention(a))
         self.post_attention_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
         e = config.experts
-        self.gate = nn.Linear(d, e.num_experts, bias=False)  # the bias only chooses: host
+        # DeepSeek's router bias only chooses (on the host); gpt-oss's is the GEMM's.
+        self.gate = nn.Linear(d, e.num_experts, bias=e.biased)
         self.shared = e.shared_intermediate_size > 0
         if self.shared:
             self.shared_expert = LlamaMLP(replace(a, intermediate_size=e.shared_intermediate_size))
@@ -191,6 +222,13 @@ class _Block(nn.Module):
         """One token after the layer's cache ``K, V [1, kv, past, hd]``."""
         return self._run(x, self._rope(k.shape[2], 1), (k, v))
 
+    sliding_prefill = attention_prefill
+
+    def sliding_decode(self, x: nn.Tensor, k: nn.Tensor, v: nn.Tensor, position: Any
+                       ) -> tuple[nn.Tensor, ...]:
+        """One token at ``position`` after a sliding-window layer's cache (its last tokens)."""
+        return self._run(x, self._rope(position, 1), (k, v))
+
 
 class _Dense(LlamaDecoderLayer):
     """A layer whose MLP is dense (DeepSeek's first layers, Qwen's ``mlp_only_layers``)."""
@@ -215,15 +253,27 @@ class _Dense(LlamaDecoderLayer):
 
 
 class _Expert(nn.Module):
-    """One expert's SwiGLU over the rows routed to it."""
+    """One expert's SwiGLU over the rows routed to it (gpt-oss's clamped, biased one)."""
 
     def __init__(self, config: MoEConfig) -> None:
-        self.mlp = LlamaMLP(replace(config.attention,
-                                    intermediate_size=config.experts.intermediate_size))
+        e = config.experts
+        self.mlp = LlamaMLP(replace(config.attention, intermediate_size=e.intermediate_size,
+                                    mlp_bias=e.biased))
+        self.limit, self.alpha = e.swiglu_limit, e.swiglu_alpha
 
     def expert(self, x: nn.Tensor) -> nn.Tensor:
         """``x [1, rows, d] -> [1, rows, d]``."""
-        return self.mlp(x)
+        if self.limit is None:
+            return self.mlp(x)
+        op, m = nn.op, self.mlp
+        limit, low = (op.wrap_nested(relax.const(v, _DTYPE), n)
+                      for v, n in ((self.limit, "limit"), (-self.limit, "low")))
+        # min / max, not clip: a clip is the mark of an activation quantization
+        gate = op.minimum(m.gate_proj(x), limit)
+        up = op.maximum(op.minimum(m.up_proj(x), limit), low)
+        # g * sigmoid(alpha g) written as silu(alpha g) / alpha: the vector unit's SiLU
+        glu = op.silu(gate * self.alpha) * (1.0 / self.alpha)
+        return m.down_proj((up + 1.0) * glu)
 
 
 class _Ends(nn.Module):
@@ -252,16 +302,19 @@ class _Ends(nn.Module):
 # Where each family keeps a mixture layer's weights: the prefix of the router and the
 # experts, and the names of one expert's gate, up and down projections.
 _MOE_PREFIX = {"mixtral": "block_sparse_moe.", "qwen2_moe": "mlp.", "qwen3_moe": "mlp.",
-               "deepseek_v3": "mlp."}
+               "deepseek_v3": "mlp.", "gpt_oss": "mlp."}
 # The shared experts' name in each family's checkpoints.
 _SHARED = {"qwen2_moe": "shared_expert.", "deepseek_v3": "shared_experts."}
 _EXPERT_NAMES = {
     "mixtral": {"mlp.gate_proj.weight": "w1.weight", "mlp.up_proj.weight": "w3.weight",
                 "mlp.down_proj.weight": "w2.weight"},
-    "qwen2_moe": {f"mlp.{n}.weight": f"{n}.weight" for n in ("gate_proj", "up_proj",
-                                                             "down_proj")},
+    "qwen2_moe": {f"mlp.{n}.{w}": f"{n}.{w}" for n in ("gate_proj", "up_proj", "down_proj")
+                  for w in ("weight", "bias")},
 }
 _EXPERT_NAMES["qwen3_moe"] = _EXPERT_NAMES["deepseek_v3"] = _EXPERT_NAMES["qwen2_moe"]
+_EXPERT_NAMES["gpt_oss"] = _EXPERT_NAMES["qwen2_moe"]
+# The router's name where it is not ``gate``.
+_ROUTER = {"gpt_oss": "router."}
 
 
 def _check_supported(config: MoEConfig) -> None:
@@ -270,7 +323,8 @@ def _check_supported(config: MoEConfig) -> None:
             f"running {config.model_type} is not implemented yet (only {sorted(_MOE_PREFIX)}); "
             "its config is read and counted, see tenet_byoc.models.moe"
         )
-    if config.attention.window is not None:
+    if config.window(0) is not None and all(
+            config.window(i) for i in range(config.num_hidden_layers)):
         raise ValueError(
             f"{config.model_type} with sliding_window={config.attention.sliding_window} is "
             "not run yet"
@@ -302,6 +356,11 @@ def export_moe(config: MoEConfig) -> tuple[IRModule, dict[str, list[str]]]:
                                                "k": k_spec, "v": v_spec}}),
         (_Expert(config), {"expert": {"x": nn.spec.Tensor([1, "rows", d], _DTYPE)}}),
     )
+    if config.sliding_layers:
+        parts += ((_Block(config, window=True), {
+            "sliding_prefill": {"x": x},
+            "sliding_decode": {"x": nn.spec.Tensor([1, 1, d], _DTYPE), "k": k_spec,
+                               "v": v_spec, "position": nn.spec.Int()}}),)
     if len(config.experts.moe_layers) < config.num_hidden_layers:
         parts += ((_Dense(config), {"dense_prefill": {"x": x},
                                     "dense_decode": {"x": nn.spec.Tensor([1, 1, d], _DTYPE),
@@ -349,6 +408,11 @@ class MoERunner:
         gate_proj.weight``).
     build : callable, optional
         ``IRModule -> executable``; TVM's own CPU build by default.
+    bind_params : bool
+        Bind each call's weights into its own copy of its function (one per layer, one
+        per expert: ``attention_prefill__layer0``, ``expert__layer0_expert3``, ...), so
+        that ``build`` may rewrite them (``tenet_byoc.quantize``); by default the shared
+        functions take the weights as parameters.
 
     Attributes
     ----------
@@ -358,42 +422,64 @@ class MoERunner:
     """
 
     def __init__(self, config: MoEConfig, params: dict[str, np.ndarray],
-                 build: Callable[[IRModule], Any] | None = None, device: Any = None) -> None:
+                 build: Callable[[IRModule], Any] | None = None, device: Any = None,
+                 bind_params: bool = False) -> None:
         self.config = config
         self.mod, self._names = export_moe(config)
         self.device = tvm.cpu() if device is None else device
-        self.executable = (build or build_with_tvm)(self.mod)
-        self.vm = relax.VirtualMachine(self.executable, self.device)
         self.routing: list[tuple[str, list[LayerRouting]]] = []
-        put = self._put
         missing = [n for n, _ in _expected(config) if n not in params]
         if missing:
             raise KeyError(f"{config.model_type} weights lack {missing[:5]}")
+        params = _split_experts(config, params)
         moe, expert_names = _MOE_PREFIX[config.model_type], _EXPERT_NAMES[config.model_type]
-        self._ends = [put(params[n]) for n in self._names["embed"]]
-        self._layers = []
-        self._experts: list[list[list[Any]]] = []
+        # Each weight set: the functions that take it, and its arrays.
+        sets: dict[str, tuple[tuple[str, ...], list[np.ndarray]]] = {
+            "ends": (("embed", "head"), [params[n] for n in self._names["embed"]])}
         self._bias: list[np.ndarray] = []
+        self._kind: list[str] = []  # per layer: dense_, attention_ or sliding_
         routed = set(config.experts.moe_layers)
         for i in range(config.num_hidden_layers):
             p = f"layers.{i}."
             if i not in routed:
-                self._layers.append([put(params[p + n]) for n in self._names["dense_prefill"]])
-                self._experts.append([])
+                self._kind.append("dense_")
+                sets[f"layer{i}"] = (("dense_prefill", "dense_decode"),
+                                     [params[p + n] for n in self._names["dense_prefill"]])
                 self._bias.append(None)
                 continue
             shared = _SHARED.get(config.model_type, "")
-            self._layers.append([
-                put(params[p + moe + n if n.startswith(("gate.", "shared_expert_gate"))
-                           else p + moe + shared + n.split(".", 1)[1]
-                           if n.startswith("shared_expert.") else p + n])
+            router = _ROUTER.get(config.model_type, "gate.")
+            kind = "sliding_" if config.sliding_layers is not None and config.window(i) \
+                else "attention_"
+            self._kind.append(kind)
+            sets[f"layer{i}"] = ((kind + "prefill", kind + "decode"), [
+                params[p + moe + router + n[5:] if n.startswith("gate.")
+                       else p + moe + n if n.startswith("shared_expert_gate")
+                       else p + moe + shared + n.split(".", 1)[1]
+                       if n.startswith("shared_expert.") else p + n]
                 for n in self._names["attention_prefill"]])
             self._bias.append(params[p + moe + "gate.e_score_correction_bias"]
                               if config.experts.router_bias else None)
-            self._experts.append([
-                [put(params[f"{p}{moe}experts.{j}.{expert_names[n]}"])
-                 for n in self._names["expert"]]
-                for j in range(config.experts.num_experts)])
+            for j in range(config.experts.num_experts):
+                sets[f"layer{i}_expert{j}"] = (("expert",), [
+                    params[f"{p}{moe}experts.{j}.{expert_names[n]}"]
+                    for n in self._names["expert"]])
+        if bind_params:
+            self.mod = _bind_copies(config, self._names, sets)
+            self._weights: dict[str, list[Any]] = dict.fromkeys(sets, [])
+        else:
+            self._weights = {key: [self._put(w) for w in arrays]
+                             for key, (_, arrays) in sets.items()}
+        self._bound = bind_params
+        self.executable = (build or build_with_tvm)(self.mod)
+        self.vm = relax.VirtualMachine(self.executable, self.device)
+
+    def _call(self, function: str, key: str, *inputs: Any) -> Any:
+        # ``function`` on ``inputs`` with the weight set ``key``: its bound copy, or the
+        # shared function given the weights.
+        if self._bound:
+            return self.vm[f"{function}__{key}"](*inputs)
+        return self.vm[function](*inputs, *self._weights[key])
 
     def tokens_per_expert(self) -> list[list[np.ndarray]]:
         """Per call so far, per mixture layer, the tokens each expert received: the
@@ -434,7 +520,7 @@ class MoERunner:
                                  + (1e-20 if e.scoring == "sigmoid" else 0))
         return chosen, (weights * np.float32(e.scale)).astype(np.float32)
 
-    def _moe(self, h: np.ndarray, normed: Any, logits: Any, experts: list[list[Any]],
+    def _moe(self, h: np.ndarray, normed: Any, logits: Any, layer: int,
              bias: np.ndarray | None) -> tuple[np.ndarray, LayerRouting]:
         # Softmax over all experts, the top k, their weights renormalized (Mixtral's rule),
         # then each chosen expert once over the tokens routed to it.
@@ -443,39 +529,38 @@ class MoERunner:
         out = np.zeros_like(x)
         for expert in np.unique(chosen):
             rows, slot = np.nonzero(chosen == expert)
-            y = self.vm["expert"](self._tensor(x[rows][None]), *experts[expert])
+            y = self._call("expert", f"layer{layer}_expert{expert}",
+                           self._tensor(x[rows][None]))
             out[rows] += weights[rows, slot, None] * y.numpy()[0]
         return h + out, LayerRouting(chosen, weights)
 
     def _forward(self, ids: np.ndarray, cache: Sequence[Any] | None, phase: str
                  ) -> tuple[np.ndarray, list[Any]]:
-        x = self.vm["embed"](self._tensor(ids), *self._ends).numpy()
+        x = self._call("embed", "ends", self._tensor(ids)).numpy()
         new_cache: list[Any] = []
         routing = []
-        for i in range(self.config.num_hidden_layers):
-            if not self._experts[i]:  # a dense layer
-                if cache is None:
-                    out, k, v = self.vm["dense_prefill"](self._tensor(x), *self._layers[i])
-                else:
-                    out, k, v = self.vm["dense_decode"](
-                        self._tensor(x), cache[2 * i], cache[2 * i + 1], *self._layers[i])
+        position = None if cache is None else max(int(c.shape[2]) for c in cache[::2])
+        for i, kind in enumerate(self._kind):
+            inputs = [self._tensor(x)]
+            if cache is not None:
+                inputs += [cache[2 * i], cache[2 * i + 1]]
+                if kind == "sliding_":
+                    inputs.append(tvm.runtime.ShapeTuple([position]))
+            out = self._call(kind + ("prefill" if cache is None else "decode"), f"layer{i}",
+                             *inputs)
+            if kind == "dense_":
+                out, k, v = out
                 x = out.numpy()
                 routing.append(None)
                 new_cache += [k, v]
                 continue
-            if cache is None:
-                h, normed, logits, k, v = self.vm["attention_prefill"](
-                    self._tensor(x), *self._layers[i])
-            else:
-                h, normed, logits, k, v = self.vm["attention_decode"](
-                    self._tensor(x), cache[2 * i], cache[2 * i + 1], *self._layers[i])
-            x, route = self._moe(h.numpy()[0], normed, logits, self._experts[i],
-                                 self._bias[i])
+            h, normed, logits, k, v = out
+            x, route = self._moe(h.numpy()[0], normed, logits, i, self._bias[i])
             x = x[None]
             routing.append(route)
             new_cache += [k, v]
         self.routing.append((phase, routing))
-        logits = self.vm["head"](self._tensor(x.astype(np.float32)), *self._ends)
+        logits = self._call("head", "ends", self._tensor(x.astype(np.float32)))
         return logits.numpy()[0], new_cache
 
     def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, list[Any]]:
@@ -488,7 +573,7 @@ class MoERunner:
     def decode(self, token_id: int, cache: list[Any]) -> tuple[np.ndarray, list[Any]]:
         """Run one token after ``cache``: its logits ``[vocab]`` and the cache one longer."""
         a = self.config.attention
-        past = int(cache[0].shape[2])
+        past = max(int(c.shape[2]) for c in cache[::2])  # a full layer's, where some slide
         ids = check_ids([token_id], a.vocab_size, a.max_position_embeddings,
                         "max_position_embeddings", past)
         logits, new = self._forward(ids, cache, "decode")
@@ -515,6 +600,10 @@ def _expected(config: MoEConfig):
                 if a.qkv_bias:
                     yield f"{p}self_attn.{proj}.bias", shape[:1]
             yield p + "self_attn.o_proj.weight", (d, q)
+            if a.o_bias:
+                yield p + "self_attn.o_proj.bias", (d,)
+            if config.sinks:
+                yield p + "self_attn.sinks", (a.num_attention_heads,)
         if a.qk_norm:
             yield p + "self_attn.q_norm.weight", (hd,)
             yield p + "self_attn.k_norm.weight", (hd,)
@@ -525,9 +614,19 @@ def _expected(config: MoEConfig):
                                 ("down_proj", (d, a.intermediate_size))):
                 yield f"{p}mlp.{name}.weight", shape
             continue
-        yield p + moe + "gate.weight", (e.num_experts, d)
+        router = p + moe + _ROUTER.get(config.model_type, "gate.")
+        yield router + "weight", (e.num_experts, d)
         if e.router_bias:
-            yield p + moe + "gate.e_score_correction_bias", (e.num_experts,)
+            yield router + "e_score_correction_bias", (e.num_experts,)
+        if e.biased:
+            yield router + "bias", (e.num_experts,)
+        if config.model_type == "gpt_oss":  # stacked, gate and up interleaved
+            m, inner = f"{p}{moe}experts.", e.intermediate_size
+            yield m + "gate_up_proj", (e.num_experts, d, 2 * inner)
+            yield m + "gate_up_proj_bias", (e.num_experts, 2 * inner)
+            yield m + "down_proj", (e.num_experts, inner, d)
+            yield m + "down_proj_bias", (e.num_experts, d)
+            continue
         for j in range(e.num_experts):
             m = f"{p}{moe}experts.{j}."
             yield m + gate, (e.intermediate_size, d)
@@ -543,6 +642,45 @@ def _expected(config: MoEConfig):
     yield "norm.weight", (d,)
     if not a.tie_word_embeddings:
         yield "lm_head.weight", (a.vocab_size, d)
+
+
+def _bind_copies(config: MoEConfig, names: dict[str, list[str]],
+                 sets: dict[str, tuple[tuple[str, ...], list[np.ndarray]]]) -> IRModule:
+    # One copy of each function per weight set that calls it, its weights bound as
+    # constants (``{function}__{set}``); each set's copies come from an export of their
+    # own, as no object (a variable, a constant) may sit in two functions.
+    out = IRModule({})
+    for key, (functions, arrays) in sets.items():
+        mod, _ = export_moe(config)
+        for function in functions:
+            if function not in names:
+                continue
+            copy = f"{function}__{key}"
+            out[copy] = mod[function].with_attr("global_symbol", copy)
+            values = {n: np.ascontiguousarray(a, dtype=np.float32)
+                      for n, a in zip(names[function], arrays, strict=True)}
+            out = relax.transform.BindParams(copy, values)(out)
+    return out
+
+
+def _split_experts(config: MoEConfig, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    # gpt-oss's stacked experts as each expert's gate, up and down projections ([out, in]
+    # weights and biases, as the other families store them); other families as they are.
+    if config.model_type != "gpt_oss":
+        return params
+    out = dict(params)
+    for i in config.experts.moe_layers:
+        m = f"layers.{i}.mlp.experts."
+        gate_up, bias = params[m + "gate_up_proj"], params[m + "gate_up_proj_bias"]
+        for j in range(config.experts.num_experts):
+            q = f"{m}{j}."
+            out[q + "gate_proj.weight"] = gate_up[j][:, ::2].T
+            out[q + "gate_proj.bias"] = bias[j][::2]
+            out[q + "up_proj.weight"] = gate_up[j][:, 1::2].T
+            out[q + "up_proj.bias"] = bias[j][1::2]
+            out[q + "down_proj.weight"] = params[m + "down_proj"][j].T
+            out[q + "down_proj.bias"] = params[m + "down_proj_bias"][j]
+    return out
 
 
 def _latent_expected(config: MoEConfig, p: str):
