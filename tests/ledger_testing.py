@@ -19,9 +19,14 @@ def mlp_params(seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def mlp_executable(hardware: str = "os16"):
-    """The FashionMNIST MLP with random weights bound: ``main(x [batch, 784])``."""
+    """The FashionMNIST MLP with random weights bound: ``main(x [batch, 784])``, built for
+    ``hardware`` (a preset name: with each call's default tiles, as the references here walk
+    them; or an Accelerator as it is)."""
+    from tenet_byoc.accelerators import preset
+
     mod = mlp_module(mlp_params())
-    return mod, tenet_byoc.build(mod, accelerator=hardware)
+    acc = preset(hardware, mapping="default") if isinstance(hardware, str) else hardware
+    return mod, tenet_byoc.build(mod, accelerator=acc)
 
 
 def ir_matmul_shapes(mod: tvm.IRModule, func_name: str, sym: dict[str, int]) -> list[tuple]:

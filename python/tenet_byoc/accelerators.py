@@ -15,7 +15,7 @@ from typing import Any
 
 from . import cost_model as cm
 from ._names import did_you_mean
-from .area import accelerator_area
+from .area import accelerator_area, mac_figure
 from .mapping import OBJECTIVES
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
@@ -457,6 +457,8 @@ def _tpu_v5e() -> Accelerator:
     # the bf16 rate: Saxml and XLA run them in bf16 on the MXUs; a stand-in that lets a
     # whole model be charged, visible per entry (bits_a, bits_b). Energies: Horowitz 45 nm.
     rates = {32: mxus, 16: mxus, 8: 2 * mxus}
+    # MAC units by format: [docs] gives bf16 and int8 peaks only, so fp8 / fp4 codes run
+    # emulated on the bf16 unit, at its rate (half the int8 one).
     precision = _int8_16_32(rates, pj_32=1.1 + 0.4)
     return Accelerator.systolic(
         "ws", edge, edge, name="tpu_v5e", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
@@ -467,15 +469,21 @@ def _tpu_v5e() -> Accelerator:
     )
 
 
-def _int8_16_32(rates: Mapping[int, int], pj_32: float = 4.6) -> cm.PrecisionTable:
-    # MAC units of 8-bit integers (an 8 x 8 multiply with a 32-bit accumulate), 16-bit
-    # floats (Horowitz's fp16 multiply and add, 1.1 + 0.4 pJ) and 32-bit floats (by default
-    # Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints) at `rates`
-    # MACs per PE per cycle by width.
+def _int8_16_32(rates: Mapping[int, int], pj_32: float = 4.6,
+                fp8: bool = False) -> cm.PrecisionTable:
+    # MAC units by format: 8-bit integers (an 8 x 8 multiply with a 32-bit accumulate),
+    # 16-bit floats (Horowitz's fp16 multiply and add, 1.1 + 0.4 pJ) and 32-bit floats (by
+    # default Horowitz's float32 multiply and add, 3.7 + 0.9 pJ, written as it prints) at
+    # `rates` MACs per PE per cycle by width; with `fp8` an 8-bit float unit at the int8
+    # rate (its energy by area.py's 45 nm float rules). Without it fp8 / fp4 codes run
+    # emulated on the 16-bit float unit, at its rate.
     return cm.PrecisionTable([
-        cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8], pj_per_mac=cm.integer_mac_pj(8, 8, 32)),
-        cm.MacSpec(16, 16, macs_per_pe_per_cycle=rates[16], pj_per_mac=1.1 + 0.4),
-        cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=pj_32)])
+        cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8], pj_per_mac=cm.integer_mac_pj(8, 8, 32),
+                   format="int"),
+        *([cm.MacSpec(8, 8, macs_per_pe_per_cycle=rates[8],
+                      pj_per_mac=mac_figure("fp8_e4m3", key="pj"), format="float")] if fp8 else []),
+        cm.MacSpec(16, 16, macs_per_pe_per_cycle=rates[16], pj_per_mac=1.1 + 0.4, format="float"),
+        cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=pj_32, format="float")])
 
 
 def _gpu_clock_rates(tensor_cores_per_sm: int, fma_16: int, fma_8: int, fp32_lanes: int,
@@ -539,7 +547,9 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
         buffer_bandwidth_bits=(rows + cols) * 16 * 16 + cols * 32, register_bytes=256,
         buffer_double_buffered=True, stationary_double_buffered=True,
     )
-    precision = _int8_16_32(rates)
+    # MAC units by format: [wp] gives FP8 and INT8 the same dense peak (1,978.9): two
+    # units of 8 bits at one rate.
+    precision = _int8_16_32(rates, fp8=True)
     cores = cm.Cores(count=sms, shared_bandwidth_bits=l2_bytes_per_clock * 8, shared_bytes=l2_bytes,
                      launch_cycles=round(launch_us * 1e3 * clock_ghz), max_split_k=16)
     return Accelerator.systolic(
@@ -582,6 +592,8 @@ def _a100(clock_ghz: float = 1.41) -> Accelerator:  # a sustained clock: a100_op
         buffer_double_buffered=True, stationary_double_buffered=True,
     )
     rates = {32: 1, 16: 1, 8: 2}
+    # MAC units by format: the data sheet lists INT8 (624 TOPS) and no FP8 (Hopper's
+    # tensor cores are the first with it): fp8 / fp4 codes run emulated on the fp16 unit.
     precision = _int8_16_32(rates)
     cores = cm.Cores(count=sms, shared_bandwidth_bits=5120 * 8, shared_bytes=40 << 20,
                      max_split_k=16)
@@ -692,8 +704,12 @@ def with_mapping(
 
 def preset(name: str, mapping: str | None = None, objective: str | None = None) -> Accelerator:
     """The shipped accelerator called ``name`` (see :data:`PRESETS`), its mapping chosen by
-    ``mapping`` (None or "default": the preset's own; "auto": searched per call minimising
-    ``objective``, default "latency"): see :func:`with_mapping`."""
+    ``mapping``: "auto" (None: the presets' own but TENET's) searches each distinct call
+    minimising ``objective`` (default "latency"); "default" uses each call's default tiles,
+    no search (up to 3x slower than the search: ``benchmarks/results/default_vs_auto.md``).
+    TENET's 8x8 arrays (``tenet_os8``, ``tenet_ws8``) keep their paper's dataflow and the
+    default tiles: in their 1 KiB buffer no searched mapping fits most calls. See
+    :func:`with_mapping`."""
     mapping = _check_choice(mapping, objective)
     if not isinstance(name, str):
         raise TypeError(
@@ -705,6 +721,8 @@ def preset(name: str, mapping: str | None = None, objective: str | None = None) 
             f"unknown accelerator preset {name!r}{did_you_mean(name, PRESETS)}; available: "
             f"{', '.join(sorted(PRESETS))}"
         )
+    if mapping is None and not name.startswith("tenet_"):
+        mapping = "auto"
     acc = PRESETS[name]()
     if name in DRAM_CAPACITY_BYTES:
         acc = acc.with_dram_capacity(DRAM_CAPACITY_BYTES[name])

@@ -103,6 +103,7 @@ struct GemmMatch {
   int64_t m = 0, n = 0, k = 0;
   std::string name_a = "A", name_b = "B", name_c = "C";
   int bits_a = 32, bits_b = 32, bits_c = 32;
+  int rate_bits = 0;  // GemmWorkload::mac_bits: the width the MAC rate is read at (0: A's, B's)
 };
 
 bool IsVarTuple(const Relation& r, int v0, int v1) {
@@ -644,7 +645,8 @@ Metrics Run(const Statement* st, const GemmMatch* gemm, int64_t batch, int64_t e
     for (const auto& a : st->accesses)
       if (!a.is_write) width = std::max(width, a.bits);
   } else {
-    width = std::max(gemm->bits_a, gemm->bits_b);  // the reads of Statement::Gemm
+    width = gemm->rate_bits > 0 ? gemm->rate_bits  // codes emulated on a wider unit
+                                : std::max(gemm->bits_a, gemm->bits_b);  // Statement::Gemm's reads
   }
   const int64_t rate = hw.macs_per_pe_per_cycle.AtBits(width);
   if (gemm && !pa.preset_error.empty()) throw std::invalid_argument(pa.preset_error);
@@ -742,6 +744,7 @@ Metrics AnalyzeGemm(const GemmWorkload& w, const PreparedArray& array, AnalysisM
   g.bits_a = w.bits_a;
   g.bits_b = w.bits_b;
   g.bits_c = w.bits_c;
+  g.rate_bits = w.mac_bits;
   return Run(nullptr, &g, w.batch, w.extra_read_bits, w.extra_ops, array, method);
 }
 

@@ -163,6 +163,7 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
   Validate(recipe);
   GemmCall call{{batch, m, n, k, bits_a, bits_b, bits_c}, scheme, recipe, {}};
   GemmWorkload& w = call.workload;
+  w.float_codes = recipe.float_codes;
   Validate(w);  // before the products below, which it bounds
   QuantWork& q = call.quant;
   // A batched B (a KV cache) has its own scales in every batch element.
@@ -213,8 +214,10 @@ Charge ChargeWith(const GemmCall& call, const Accelerator& accelerator, Analysis
   const bool on_edge = call.recipe.place == Dequantization::kWeight && call.quant.dequant_ops > 0 &&
                        edge.Converts(w.bits_b);
   if (on_edge) w.extra_ops -= call.quant.dequant_ops;
-  // First, so an unsupported width is refused before any counting.
-  const MacSpec& mac = accelerator.precision.Lookup(w.bits_a, w.bits_b);
+  // First, so an unsupported width is refused before any counting. Codes without a unit
+  // of their own run emulated on a wider one, at its rate.
+  const MacSpec& mac = accelerator.precision.Lookup(w.bits_a, w.bits_b, w.float_codes);
+  w.mac_bits = EmulatedMacBits(w, accelerator.precision);
   if (accelerator.mapping.kind == "auto") {
     const MappingChoice choice =
         search != nullptr ? search->Best(w)

@@ -86,7 +86,10 @@ constexpr int64_t kScaleBits = 16;
   /* 0, again for every R rows of the output (per M-tile: N x K x ceil(M / R) per batch */   \
   /* element), as a kernel that dequantizes inside each output tile does (PyTorch's */       \
   /* tinygemm int4 kernel: 16-row tiles). Optional in the JSON form. */                      \
-  X(int64_t, dequant_rows, 0, false)
+  X(int64_t, dequant_rows, 0, false)                                                        \
+  /* The 8-bit-or-narrower codes are floats (fp8 e4m3 / e5m2, fp4 e2m1), not integers: */   \
+  /* they need a float MAC unit (GemmWorkload::float_codes). Optional in the JSON form. */   \
+  X(bool, float_codes, false, false)
 
 struct QuantRecipe {
 #define TENET_RECIPE_MEMBER(type, name, init, required) type name = init;

@@ -567,8 +567,11 @@ std::string SerializeAccelerator(const Accelerator& acc) {
   for (const auto& [key, field] : kMemoryIntegers) memory[key] = acc.memory.*field;
   for (const auto& [key, field] : kMemoryBools) memory[key] = acc.memory.*field;
   J precision = J::array();
-  for (const MacSpec& u : acc.precision.units)
-    precision.push_back({{"bits_a", u.bits_a}, {"bits_b", u.bits_b}, {"pj_per_mac", u.pj_per_mac}});
+  for (const MacSpec& u : acc.precision.units) {
+    J unit = {{"bits_a", u.bits_a}, {"bits_b", u.bits_b}, {"pj_per_mac", u.pj_per_mac}};
+    if (!u.format.empty()) unit["format"] = u.format;  // absent: any codes of its width
+    precision.push_back(std::move(unit));
+  }
   J mapping = {{"kind", acc.mapping.kind}};
   if (acc.mapping.kind == "given") {
     const TileMapping& t = acc.mapping.tiles;
@@ -689,7 +692,7 @@ Accelerator ParseAccelerator(const std::string& json) {
   PrecisionTable energies;
   for (size_t i = 0; i < p.size(); ++i) {
     const std::string at = prec_where + "[" + Str(static_cast<int64_t>(i)) + "]";
-    detail::ExpectKeys(p[i], {"bits_a", "bits_b", "pj_per_mac"}, at);
+    detail::ExpectKeys(p[i], {"bits_a", "bits_b", "pj_per_mac", "format"}, at);
     MacSpec u;
     for (auto [key, field] : {std::pair{"bits_a", &MacSpec::bits_a}, {"bits_b", &MacSpec::bits_b}}) {
       const int64_t bits = IntegerMember(p[i], key, at);
@@ -698,6 +701,7 @@ Accelerator ParseAccelerator(const std::string& json) {
       u.*field = static_cast<int>(bits);
     }
     u.pj_per_mac = NumberMember(p[i], "pj_per_mac", at);
+    if (p[i].contains("format")) u.format = StringMember(p[i], "format", at);
     energies.units.push_back(u);
   }
   acc.precision = Accelerator::WithMacRates(std::move(energies), hw.macs_per_pe_per_cycle);

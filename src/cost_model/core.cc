@@ -203,7 +203,9 @@ Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMetho
   m.dram_stall_cycles = std::max<int64_t>(0, m.cycles - m.array_cycles - m.extra_op_cycles);
   const int64_t num_pes = CheckedMul(PrepareArray(acc.hardware, acc.dataflow)->num_pes,
                                      cores.count, "cores: PEs");
-  const int64_t rate = acc.hardware.macs_per_pe_per_cycle.AtBits(std::max(w.bits_a, w.bits_b));
+  GemmWorkload rated = w;  // codes emulated on a wider unit run at its rate
+  rated.mac_bits = EmulatedMacBits(w, acc.precision);
+  const int64_t rate = acc.hardware.macs_per_pe_per_cycle.AtBits(RateBits(rated));
   m.roofline_cycles = std::max<int64_t>(
       cores.launch_cycles,
       RooflineCycles(w, num_pes, static_cast<double>(rate), acc.memory,

@@ -126,6 +126,12 @@ struct GemmWorkload {
   // rescaled inside the accumulation (QuantWork::accumulator_traffic_bits). Charged in
   // energy only (register_pj); a register access costs no cycles in this model.
   int64_t extra_register_bits = 0;
+  // Operands of 8 bits or fewer hold float codes (fp8, fp4), not integers: they run on a
+  // float MAC unit (energy.h, PrecisionTable::Lookup). From QuantRecipe::float_codes.
+  bool float_codes = false;
+  // The width whose MAC rate the call runs at when its codes run emulated on a wider unit
+  // (EmulatedMacBits, set by the charge); 0: the wider operand's.
+  int mac_bits = 0;
   // Operands that stay on chip between calls (the call plan knows a call's input is the
   // previous call's output): a_on_chip, A is already in the accelerator's on-chip level (a
   // unified buffer, an L2); c_on_chip, C stays there for the next call. When they fit (see
@@ -133,6 +139,10 @@ struct GemmWorkload {
   bool a_on_chip = false, c_on_chip = false;
 };
 void Validate(const GemmWorkload& w);
+// The width the hardware's MAC rate is read at for `w` (Hardware::macs_per_pe_per_cycle).
+inline int RateBits(const GemmWorkload& w) {
+  return w.mac_bits > 0 ? w.mac_bits : (w.bits_a > w.bits_b ? w.bits_a : w.bits_b);
+}
 // A GemmWorkload from its fields, validated (the bindings' way in).
 GemmWorkload MakeWorkload(int64_t m, int64_t n, int64_t k, int64_t batch, int bits_a, int bits_b,
                           int bits_c, int64_t extra_read_bits, int64_t extra_ops,

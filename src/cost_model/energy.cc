@@ -1,6 +1,7 @@
 // Precision-aware MAC units and the energy of one call by component.
 #include "cost_model/energy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -69,14 +70,26 @@ void Validate(const PrecisionTable& table) {
     if (!std::isfinite(u.pj_per_mac) || u.pj_per_mac < 0)
       throw std::invalid_argument(at + ".pj_per_mac must be >= 0, got " +
                                   std::to_string(u.pj_per_mac));
+    if (!u.format.empty() && u.format != "int" && u.format != "float")
+      throw std::invalid_argument(at + ".format must be \"int\", \"float\" or \"\" (any codes "
+                                  "of its width), got \"" + u.format + "\"");
   }
 }
 
-const MacSpec& PrecisionTable::Lookup(int bits_a, int bits_b) const {
+namespace {
+// Whether unit `u` multiplies codes of these widths and kind (MacSpec::format).
+bool TakesCodes(const MacSpec& u, bool float_codes) {
+  if (u.format == "int") return !float_codes;
+  if (u.format == "float") return float_codes || std::max(u.bits_a, u.bits_b) > 8;
+  return true;
+}
+}  // namespace
+
+const MacSpec& PrecisionTable::Lookup(int bits_a, int bits_b, bool float_codes) const {
   Validate(*this);
   const MacSpec* best = nullptr;
   for (const MacSpec& u : units) {
-    if (u.bits_a < bits_a || u.bits_b < bits_b) continue;
+    if (u.bits_a < bits_a || u.bits_b < bits_b || !TakesCodes(u, float_codes)) continue;
     if (!best || u.macs_per_pe_per_cycle > best->macs_per_pe_per_cycle ||
         (u.macs_per_pe_per_cycle == best->macs_per_pe_per_cycle && u.pj_per_mac < best->pj_per_mac))
       best = &u;
@@ -85,12 +98,20 @@ const MacSpec& PrecisionTable::Lookup(int bits_a, int bits_b) const {
     std::string have;
     for (const MacSpec& u : units)
       have += (have.empty() ? "" : ", ") + std::string("(") + Str(u.bits_a) + ", " +
-              Str(u.bits_b) + ")";
+              Str(u.bits_b) + (u.format.empty() ? "" : ", " + u.format) + ")";
     throw std::invalid_argument("the PEs do not support " + Str(bits_a) + "-bit A x " +
-                                Str(bits_b) + "-bit B: no MAC unit is that wide (units: " +
+                                Str(bits_b) + "-bit B" + (float_codes ? " float codes" : "") +
+                                ": no MAC unit is that wide" +
+                                (float_codes ? " and takes float codes" : "") + " (units: " +
                                 have + ")");
   }
   return *best;
+}
+
+int EmulatedMacBits(const GemmWorkload& w, const PrecisionTable& table) {
+  const MacSpec& u = table.Lookup(w.bits_a, w.bits_b, w.float_codes);
+  const int unit = std::max(u.bits_a, u.bits_b);
+  return u.format == "float" && unit > std::max(w.bits_a, w.bits_b) ? unit : 0;
 }
 
 EnergyBreakdown CallEnergy(const GemmWorkload& w, const MemoryMetrics& mm,

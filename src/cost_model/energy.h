@@ -20,17 +20,23 @@
 
 namespace tenet {
 
-// What a PE does at one pair of operand widths.
+// What a PE does at one pair of operand widths, in one number format.
 struct MacSpec {
   int bits_a = 32, bits_b = 32;       // operand widths this MAC unit takes, 1..64
   double macs_per_pe_per_cycle = 1;   // > 0
   double pj_per_mac = 0;              // multiply + accumulate, >= 0
+  // The codes it multiplies: "" any of its width (integers and floats alike); "int" integer
+  // codes only; "float" float codes (fp8, fp4) and, when wider than 8 bits, any narrower
+  // operand widened to it. A data sheet's int8 and fp8 peaks are two units of 8 bits.
+  std::string format;
 };
 
-// MAC units of a PE by operand widths. Operands narrower than a unit run on it (a 4-bit
-// weight on an 8-bit multiplier); Lookup picks, among the units at least as wide as both
-// operands, the one with the most MACs per cycle, then the least energy. No such unit:
-// the widths are not supported (refused with a message).
+// MAC units of a PE by operand widths and format. Operands narrower than a unit run on it (a
+// 4-bit weight on an 8-bit multiplier); Lookup picks, among the units at least as wide as
+// both operands that take their codes (MacSpec::format), the one with the most MACs per
+// cycle, then the least energy. No such unit: the widths are not supported (refused with a
+// message). Float codes of 8 bits or fewer on a chip without a float unit of their width run
+// emulated on its narrowest wider float unit, at that unit's rate (MacBits).
 struct PrecisionTable {
   std::vector<MacSpec> units;
 
@@ -43,8 +49,13 @@ struct PrecisionTable {
   // int8's energy (integer multiply energy grows with the product of the widths).
   static PrecisionTable Horowitz45nmPacked(double int8_rate, double int4_rate);
 
-  const MacSpec& Lookup(int bits_a, int bits_b) const;
+  const MacSpec& Lookup(int bits_a, int bits_b, bool float_codes = false) const;
 };
+
+// The operand width whose MAC rate (Hardware::macs_per_pe_per_cycle) the call runs at on
+// `table`'s unit for it: the unit's width when the unit is a wider "float" unit than the
+// call's operands (codes emulated on it), else 0 (the wider operand's: RateBits).
+int EmulatedMacBits(const GemmWorkload& w, const PrecisionTable& table);
 void Validate(const PrecisionTable& table);
 
 // Integer MAC energy in pJ at these widths, scaled from Horowitz's 8-bit figures: multiply

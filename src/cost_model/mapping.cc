@@ -718,7 +718,7 @@ MappingChoice SearchMapping(const GemmWorkload& w, const Hardware& hw, const Map
   if (options.threads < 0)
     throw std::invalid_argument("MappingSearchOptions.threads must be >= 0 (0 = automatic), got " +
                                 Str(options.threads));
-  const MacSpec mac = table.Lookup(w.bits_a, w.bits_b);
+  const MacSpec mac = table.Lookup(w.bits_a, w.bits_b, w.float_codes);
   const MapSpace ms(space, w);
 
   // The array model of each dataflow, its tile costs cached across the call's candidates.
@@ -792,8 +792,8 @@ MappingSearch::MappingSearch(Hardware hw, MappingSpace space, MemoryHierarchy me
 MappingChoice MappingSearch::Best(const GemmWorkload& w) {
   Validate(w);
   const Key key{w.batch, w.m, w.n, w.k, w.bits_a, w.bits_b, w.bits_c,
-                w.extra_read_bits, w.extra_ops, w.extra_register_bits, w.a_on_chip,
-                w.c_on_chip};
+                w.extra_read_bits, w.extra_ops, w.extra_register_bits, w.float_codes,
+                w.mac_bits, w.a_on_chip, w.c_on_chip};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = done_.find(key);

@@ -128,7 +128,7 @@ class MappingSearch {
  private:
   using Key =
       std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int, int64_t, int64_t, int64_t,
-                 bool, bool>;
+                 bool, int, bool, bool>;
   Hardware hw_;
   MappingSpace space_;
   MemoryHierarchy mem_;

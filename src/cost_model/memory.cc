@@ -379,7 +379,7 @@ ArrayModel ExactArrayModel(const GemmWorkload& w, std::shared_ptr<const Prepared
   ArrayModel a;
   a.num_pes = tiles->num_pes;
   a.macs_per_pe_per_cycle =
-      static_cast<double>(hw.macs_per_pe_per_cycle.AtBits(std::max(w.bits_a, w.bits_b)));
+      static_cast<double>(hw.macs_per_pe_per_cycle.AtBits(RateBits(w)));
   a.ops_per_pe_per_cycle = static_cast<double>(hw.macs_per_pe_per_cycle.base);
   a.clock_ghz = hw.clock_ghz;
   a.name = df.preset.empty() ? df.name
@@ -406,7 +406,7 @@ ArrayModel ExactArrayModel(const GemmWorkload& w, std::shared_ptr<const Prepared
   const int64_t rows = df.rows, cols = df.cols;
   const char preset = df.preset.empty() ? ' ' : df.preset[0];
   const int64_t stream_tile = df.tiling.empty() ? 0 : df.tiling.begin()->second;
-  const int64_t rate = hw.macs_per_pe_per_cycle.AtBits(std::max(w.bits_a, w.bits_b));
+  const int64_t rate = hw.macs_per_pe_per_cycle.AtBits(RateBits(w));
   const int bits_a = w.bits_a, bits_b = w.bits_b, bits_c = w.bits_c;
   a.tile_cost = [tiles, buffer_bw, rows, cols, preset, stream_tile, rate, steady, bits_a,
                  bits_b, bits_c](int64_t m, int64_t n, int64_t k) {

@@ -22,7 +22,8 @@ std::string PyFloat(double v) { return py::repr(py::float_(v)).cast<std::string>
 std::string MacSpecRepr(const MacSpec& u) {
   return "MacSpec(bits_a=" + std::to_string(u.bits_a) + ", bits_b=" + std::to_string(u.bits_b) +
          ", macs_per_pe_per_cycle=" + PyFloat(u.macs_per_pe_per_cycle) +
-         ", pj_per_mac=" + PyFloat(u.pj_per_mac) + ")";
+         ", pj_per_mac=" + PyFloat(u.pj_per_mac) +
+         (u.format.empty() ? "" : ", format='" + u.format + "'") + ")";
 }
 
 py::dict TrafficDict(const OperandTraffic& t) {
@@ -247,15 +248,16 @@ void BindMemory(py::module_& m) {
       py::arg("cols"), py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"));
 
   py::class_<MacSpec>(m, "MacSpec")
-      .def(py::init([](int bits_a, int bits_b, double rate, double pj) {
-             return MacSpec{bits_a, bits_b, rate, pj};
+      .def(py::init([](int bits_a, int bits_b, double rate, double pj, std::string format) {
+             return MacSpec{bits_a, bits_b, rate, pj, std::move(format)};
            }),
            py::arg("bits_a"), py::arg("bits_b"), py::arg("macs_per_pe_per_cycle"),
-           py::arg("pj_per_mac"))
+           py::arg("pj_per_mac"), py::arg("format") = "")
       .def_readonly("bits_a", &MacSpec::bits_a)
       .def_readonly("bits_b", &MacSpec::bits_b)
       .def_readonly("macs_per_pe_per_cycle", &MacSpec::macs_per_pe_per_cycle)
       .def_readonly("pj_per_mac", &MacSpec::pj_per_mac)
+      .def_readonly("format", &MacSpec::format)
       .def("__repr__", &MacSpecRepr);
 
   py::class_<PrecisionTable>(m, "PrecisionTable")
@@ -270,7 +272,7 @@ void BindMemory(py::module_& m) {
                   py::arg("int8_rate"), py::arg("int4_rate"))
       .def_readonly("units", &PrecisionTable::units)
       .def("lookup", &PrecisionTable::Lookup, py::arg("bits_a"), py::arg("bits_b"),
-           py::return_value_policy::copy)
+           py::arg("float_codes") = false, py::return_value_policy::copy)
       // One unit a line, in the constructor's own spelling (eval gives the table back).
       .def("__repr__", [](const PrecisionTable& t) {
         std::string s = "PrecisionTable(units=[";

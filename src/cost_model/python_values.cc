@@ -637,7 +637,7 @@ void BindValues(py::module_& m) {
       [](const GemmCall& call, const BoundAccelerator& acc) {
         const Hardware& hw = acc.value.hardware;
         const GemmWorkload& w = call.workload;
-        const int64_t rate = hw.macs_per_pe_per_cycle.AtBits(std::max(w.bits_a, w.bits_b));
+        const int64_t rate = hw.macs_per_pe_per_cycle.AtBits(RateBits(w));
         return RooflineCycles(w, hw.NumPEs(), static_cast<double>(rate), acc.value.memory,
                               static_cast<double>(hw.macs_per_pe_per_cycle.base));
       },

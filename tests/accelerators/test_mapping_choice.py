@@ -15,14 +15,18 @@ def test_preset_and_resolve_choose_auto_and_default():
     auto = preset("os16", mapping="auto")
     assert (auto.mapping, auto.objective) == ("auto", "latency")
     assert preset("tpu_v1", mapping="auto", objective="edp").objective == "edp"
-    assert (preset("os16").mapping, preset("os16").objective) == ("default", None)
+    # A preset searches by default (issue 31); "default" is each call's default tiles.
+    assert (preset("os16").mapping, preset("os16").objective) == ("auto", "latency")
     assert preset("os16", mapping="default").mapping == "default"
+    assert resolve("os16", objective="energy").objective == "energy"
+    # TENET's 8x8 arrays keep their paper's dataflow (1 KiB buffer: few searched tiles fit).
+    assert preset("tenet_os8").mapping == "default"
     assert resolve(None, mapping="auto").name == "os16"
     assert resolve("ws16", mapping="auto", objective="energy").objective == "energy"
     # "default" takes a searched accelerator back to its own default mapping.
     fixed = resolve(auto, mapping="default")
     assert (fixed.mapping, fixed.objective) == ("default", None)
-    assert fixed.to_json() == preset("os16").to_json()
+    assert fixed.to_json() == preset("os16", mapping="default").to_json()
     # None keeps the accelerator's own choice; an objective alone retunes a search.
     assert resolve(auto) is auto
     assert resolve(auto, objective="edp").objective == "edp"
@@ -48,7 +52,8 @@ def test_accelerator_takes_auto_and_objective():
     (lambda: resolve("os16", mapping="given"), ["mapping", "'auto'", "'default'"]),
     (lambda: preset("os16", mapping="auto", objective="speed"),
      ["objective", "latency", "energy", "edp", "speed"]),
-    (lambda: resolve("os16", objective="energy"), ["objective", "only with mapping='auto'"]),
+    (lambda: resolve(preset("os16", mapping="default"), objective="energy"),
+     ["objective", "only with mapping='auto'"]),
     (lambda: resolve("os16", mapping="default", objective="edp"),
      ["objective", "mapping='auto'"]),
     (lambda: Accelerator.systolic("os", 8, 8, mapping="fixed"),

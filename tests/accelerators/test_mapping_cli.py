@@ -50,7 +50,8 @@ def test_run_without_mapping_prints_no_mapping_table(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["run", "--objective", "energy"], "objective='energy' applies only with mapping='auto'"),
+    (["run", "--mapping", "default", "--objective", "energy"],
+     "objective='energy' applies only with mapping='auto'"),
     (["run", "--mapping", "search"], "invalid choice: 'search'"),
     (["sweep", "--objective", "speed"], "invalid choice: 'speed'"),
 ])

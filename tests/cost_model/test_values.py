@@ -64,14 +64,14 @@ def test_the_recipe_fields_are_written_once_in_charge_h():
 
     header = (Path(__file__).parents[2] / "src/cost_model/charge.h").read_text()
     listed = re.findall(r"^\s*X\(\w+, (\w+),", header, flags=re.M)
-    assert tuple(listed) == cm.QuantRecipe.FIELDS and len(listed) == 12
+    assert tuple(listed) == cm.QuantRecipe.FIELDS and len(listed) == 13
     # three valid recipes that set every field off its default, by keyword
     a = {"place": "k_group", "k_group": 32, "weight": "group", "weight_group": 32,
          "activation": "tensor", "activation_static": True, "scale_bits": 8,
          "zero_point_bits": 4, "accumulator_bits": 16, "weight_batched": True}
     b = {"place": "output", "weight": "group_n", "weight_group": 8, "activation": "group",
          "activation_group": 64, "scale_bits": 32}
-    c = {"place": "weight", "weight": "channel", "dequant_rows": 16}
+    c = {"place": "weight", "weight": "channel", "dequant_rows": 16, "float_codes": True}
     default = cm.QuantRecipe()
     assert set(a) | set(b) | set(c) == set(listed)
     for fields in (a, b, c):

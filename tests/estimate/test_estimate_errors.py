@@ -52,10 +52,14 @@ def test_config_files(tmp_path):
 
 
 def test_mapping_choices():
-    # "default" on a preset is the preset as it is; an unknown choice names the field.
+    # A preset searches each call's mapping unless told "default" (each call's default
+    # tiles), which the latency search never loses to; an unknown choice names the field.
     fixed = tenet_byoc.estimate("gpt2", prompt_len=4, mapping="default")
     plain = tenet_byoc.estimate("gpt2", prompt_len=4)
-    assert [e.cycles for e in fixed.entries] == [e.cycles for e in plain.entries]
+    auto = tenet_byoc.estimate("gpt2", prompt_len=4, mapping="auto")
+    assert [e.cycles for e in auto.entries] == [e.cycles for e in plain.entries]
+    assert all(a.cycles <= f.cycles for a, f in zip(plain.entries, fixed.entries, strict=True))
+    assert sum(e.cycles for e in plain) < sum(e.cycles for e in fixed)
     assert sum(e.unit == 'array' for e in plain) == 2 * (12 * 6 + 1)  # c_attn, qk, pv, c_proj, c_fc, mlp.c_proj; head
     with pytest.raises(ValueError, match="mapping"):
         tenet_byoc.estimate("gpt2", prompt_len=4, mapping="best")

@@ -63,7 +63,8 @@ def _custom_design(tmp_path, suffix: str):
                                   buffer_pj_per_bit=old.buffer_pj_per_bit,
                                   register_pj_per_bit=old.register_pj_per_bit),
         # os16's units beside the array (16 vector lanes, a 16-per-cycle edge dequantizer).
-        vector=cm.VectorUnit(lanes=16), edge_dequantizer=cm.EdgeDequantizer(16, bits=[4, 8]))
+        vector=cm.VectorUnit(lanes=16), edge_dequantizer=cm.EdgeDequantizer(16, bits=[4, 8]),
+        mapping="auto")  # the preset's own mapping, which its printed form carries
     assert (ref.vector, ref.edge_dequantizer) == (os16.vector, os16.edge_dequantizer)
     return path, ref
 

@@ -134,11 +134,11 @@ _CORES_COVERED_BY_H200 = ("a100", "h100_sxm")
 
 
 def _every_accelerator() -> list[Accelerator]:
-    """Every preset with its own mapping, and each one-core preset again with the mapping
-    searched."""
+    """Every preset with the mapping searched, and each one-core preset again with each
+    call's default tiles."""
     names = [n for n in PRESETS if n not in _CORES_COVERED_BY_H200]
-    return [preset(name) for name in names] + [
-        preset(name, mapping="auto") for name in names if preset(name).cores.count == 1]
+    return [preset(name, mapping=m) for name in names for m in ("auto", "default")
+            if m == "auto" or preset(name).cores.count == 1]
 
 
 @pytest.mark.parametrize("scheme", RECHARGE_SCHEMES)
@@ -174,5 +174,5 @@ def test_charged_on_every_preset_equals_a_run_built_for_it(scheme):
                 f: getattr(r, f) for f in own}, (acc.name, acc.mapping, r.name)
             assert getattr(m, "tensors", None) == getattr(r, "tensors", None)
     # Only TENET's 8x8 arrays (1 KiB of buffer) find no searched mapping that fits; every
-    # preset's own mapping runs.
+    # preset's own mapping runs (theirs is the default tiles).
     assert all(name.startswith("tenet_") and mapping == "auto" for name, mapping in refused)

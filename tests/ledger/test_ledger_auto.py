@@ -83,12 +83,12 @@ def test_mlp_ledger_records_the_searched_mapping(objective):
 
 
 def test_fixed_mapping_searches_nothing():
-    _, ex = mlp_executable(preset("os16"))
+    _, ex = mlp_executable(preset("os16", mapping="default"))
     vm = relax.VirtualMachine(ex, tvm.cpu())
     vm["main"](tvm.runtime.tensor(np.zeros((3, 784), "float32")))
     book = gemm_ledger(vm)
     assert len(book) == 2 and book.mapping_searches == 0
-    assert book.entries[0].mapping == _default_mapping(preset("os16"), book.entries[0])
+    assert book.entries[0].mapping == _default_mapping(preset("os16", mapping="default"), book.entries[0])
 
 
 def _default_mapping(acc, e) -> str:

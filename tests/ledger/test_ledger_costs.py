@@ -21,6 +21,13 @@ from tenet_byoc import cost_model as cm
 from tenet_byoc.accelerators import preset
 from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 
+# The references below walk each call's default tiles (a preset otherwise searches them).
+DEFAULT_TILES = preset("os16", mapping="default")
+
+
+def _build(mod):
+    return tenet_byoc.build(mod, accelerator=DEFAULT_TILES)
+
 
 def _shapes(ledger) -> Counter:
     return Counter((e.batch, e.m, e.n, e.k) for e in ledger)
@@ -80,7 +87,7 @@ def test_mlp_ledger_matches_ir_and_cost_model(hardware):
     assert expected == [(1, 3, 128, 784), (1, 3, 10, 128)]  # the reference itself, by hand
     assert _shapes(book) == Counter(expected)
     assert book.totals().macs == sum(b * m * n * k for b, m, n, k in expected)
-    _assert_entries_match_cost_model(book, preset(hardware))
+    _assert_entries_match_cost_model(book, preset(hardware, mapping="default"))
 
 
 @pytest.mark.parametrize("scheme", ["mxfp4", "w=int8/channel,a=int8/group64"])
@@ -90,7 +97,7 @@ def test_k_group_entries_match_the_memory_core(scheme):
     from tenet_byoc.models.mlp import mlp_module
 
     mod = tenet_byoc.quantize(mlp_module(mlp_params()), scheme)
-    vm = relax.VirtualMachine(tenet_byoc.build(mod, accelerator="os16"), tvm.cpu())
+    vm = relax.VirtualMachine(tenet_byoc.build(mod, accelerator=DEFAULT_TILES), tvm.cpu())
     rng = np.random.default_rng(0)
     vm["main"](tvm.runtime.tensor(rng.standard_normal((3, 784)).astype("float32")))
     book = gemm_ledger(vm)
@@ -98,7 +105,7 @@ def test_k_group_entries_match_the_memory_core(scheme):
     group = 32 if scheme == "mxfp4" else 64
     for e in book:
         assert e.extra_register_bits == 2 * e.batch * e.m * e.n * -(-e.k // group) * 32
-        _, energy = memory_reference(e, preset("os16"))
+        _, energy = memory_reference(e, DEFAULT_TILES)
         assert e.register_pj == pytest.approx(energy.register_pj, rel=1e-12)
         assert e.energy_pj == pytest.approx(energy.total_pj, rel=1e-12)
 
@@ -106,7 +113,7 @@ def test_k_group_entries_match_the_memory_core(scheme):
 @pytest.fixture(scope="module")
 def tiny_gpt2():
     config = GPT2Config.preset("tiny")
-    return GPT2Runner(config, random_params(config), build=tenet_byoc.build)
+    return GPT2Runner(config, random_params(config), build=_build)
 
 
 @pytest.mark.parametrize("seq_len", [1, 7])
@@ -119,7 +126,7 @@ def test_gpt2_prefill_ledger_matches_ir_and_cost_model(tiny_gpt2, seq_len):
     assert len(expected) == 6 * tiny_gpt2.config.n_layer + 1
     assert _shapes(book) == Counter(expected)
     assert book.totals().macs == sum(b * m * n * k for b, m, n, k in expected)
-    _assert_entries_match_cost_model(book, preset("os16"))
+    _assert_entries_match_cost_model(book, DEFAULT_TILES)
 
 
 def test_totals_and_groups_add_up():
@@ -142,7 +149,7 @@ def test_totals_and_groups_add_up():
 @pytest.mark.slow
 def test_gpt2_small_prefill_ledger_matches_ir_and_cost_model():
     config = GPT2Config.preset("small")
-    runner = GPT2Runner(config, random_params(config), build=tenet_byoc.build)
+    runner = GPT2Runner(config, random_params(config), build=_build)
     seq_len = 8
     runner.prefill(list(range(seq_len)))
     book = gemm_ledger(runner.vm)
@@ -150,4 +157,4 @@ def test_gpt2_small_prefill_ledger_matches_ir_and_cost_model():
     assert len(expected) == 6 * config.n_layer + 1
     assert _shapes(book) == Counter(expected)
     assert book.totals().macs == sum(b * m * n * k for b, m, n, k in expected)
-    _assert_entries_match_cost_model(book, preset("os16"))
+    _assert_entries_match_cost_model(book, DEFAULT_TILES)

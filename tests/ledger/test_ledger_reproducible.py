@@ -51,7 +51,8 @@ CASES = [(name, "none") for name in ONE_CORE] + [("os16_mp", s) for s in QUANTIZ
 
 @pytest.mark.parametrize(("accelerator", "scheme"), CASES)
 def test_every_entry_equals_analyze_gemm_of_its_fields(accelerator, scheme):
-    acc = _tenet_files() if accelerator == "tenet_files" else preset(accelerator)
+    acc = (_tenet_files() if accelerator == "tenet_files"
+           else preset(accelerator, mapping="default"))  # the preset dataflow, as below
     _, book = _prefill_ledger(acc, scheme)
     assert book.accelerator == acc.name
     assert len(book) == 6 * 2 + 1
@@ -132,7 +133,7 @@ def _fold_model(e, acc: Accelerator) -> tuple[int, int]:
 
 @pytest.mark.parametrize("accelerator", [n for n in PRESETS if n.startswith(("os", "ws", "is"))])
 def test_float_preset_ledger_equals_the_fold_model_by_hand(accelerator):
-    acc = preset(accelerator)
+    acc = preset(accelerator, mapping="default")  # the preset's own dataflow
     _, book = _prefill_ledger(acc, "none")
     for e in book:
         # A 1x1 last fold is the one case where folds interact; these shapes have none.

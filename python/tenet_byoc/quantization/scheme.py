@@ -355,6 +355,8 @@ class QuantScheme:
             # A KV cache is one tensor per batch element (head): scales and dequantization
             # are counted per head.
             weight_batched=self.attention and self.weight_granularity != "none",
+            # fp8 / fp4 codes need a float MAC unit (an int8 one does not take them)
+            float_codes=bool({self.weight_format, self.activation_format} & _FORMAT_BITS.keys()),
         )
 
     def describe(self) -> str:
