@@ -33,7 +33,6 @@ from machine import describe
 # isort: on
 
 import argparse
-import dataclasses
 import os
 import statistics
 import sys
@@ -151,12 +150,12 @@ def part_whole(repeats: int) -> list[str]:
               "(empty cache) | min s | max s | all calls again (cached) s |"),
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for acc_name in ("os16", "tpu_v1"):
-        acc = preset(acc_name, mapping="auto")
         for label, schemes in [(s, (s,)) for s in SCHEMES] + [("all three", SCHEMES)]:
             calls = [c for s in schemes for ph in ("prefill", "decode") for c in scheme_calls(s, ph)]
             times = []
             for _ in range(repeats):
-                cm._search_of.cache_clear()  # a new MappingSearch: every distinct call searched
+                cm.clear_mapping_searches()  # the preset made next searches every distinct call
+                acc = preset(acc_name, mapping="auto")
                 t0 = time.perf_counter()
                 for _, _, M, N, K, kw in calls:
                     charge(acc, M, N, K, **kw)
@@ -166,7 +165,7 @@ def part_whole(repeats: int) -> list[str]:
                 charge(acc, M, N, K, **kw)
             again = time.perf_counter() - t0
             lines.append(f"| {acc_name} | {label} | {len(calls)} | "
-                         f"{acc.mapping_search.searches} | {statistics.median(times):.3f} | "
+                         f"{acc.mapping_searches} | {statistics.median(times):.3f} | "
                          f"{min(times):.3f} | {max(times):.3f} | {again:.3f} |")
             print(lines[-1], flush=True)
     return lines
@@ -181,8 +180,8 @@ def searched_call(kw: dict, c: cm.Charge) -> dict:
             "extra_ops": q["quantize_ops"] + q["dequant_ops"]}
 
 
-_MEMORY_FIELDS = ("dram_bandwidth_bits", "dram_channel_per_operand", "dram_pj_per_bit",
-                  "buffer_bytes", "buffer_bandwidth_bits", "buffer_pj_per_bit",
+_MEMORY_FIELDS = ("dram_bandwidth_bits", "dram_capacity_bytes", "dram_channel_per_operand",
+                  "dram_pj_per_bit", "buffer_bytes", "buffer_bandwidth_bits", "buffer_pj_per_bit",
                   "buffer_double_buffered", "register_bytes", "register_pj_per_bit",
                   "stationary_double_buffered", "psum_bits")
 
@@ -190,7 +189,7 @@ _MEMORY_FIELDS = ("dram_bandwidth_bits", "dram_channel_per_operand", "dram_pj_pe
 def with_memory(acc, name: str, **changes):
     """``acc`` with some fields of its memory hierarchy changed (energies per bit kept)."""
     fields = {f: getattr(acc.memory, f) for f in _MEMORY_FIELDS}
-    return dataclasses.replace(acc, name=name, memory=cm.MemoryHierarchy(**{**fields, **changes}))
+    return acc.replace(name=name, memory=cm.MemoryHierarchy(**{**fields, **changes}))
 
 
 def limit_of(r: cm.MappingChoice) -> str:
