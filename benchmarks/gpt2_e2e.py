@@ -31,11 +31,11 @@ import tvm
 from tvm import relax
 
 import tenet_byoc
+from tenet_byoc.models.gemms import total_macs
 from tenet_byoc.models.gpt2 import (
     GPT2Config,
     build_with_tvm,
     export_gpt2,
-    gpt2_matmul_macs,
     random_params,
 )
 
@@ -208,7 +208,7 @@ def main() -> None:
         notes.append(f"tenet / PyTorch eager time at {args.tokens} tokens: "
                      f"**{tenet_s / torch_s:.2f}** (target <= 0.5)")
     rate, rate_what = gemm_rate()
-    gemm_flop = 2.0 * gpt2_matmul_macs(config, args.tokens)
+    gemm_flop = 2.0 * total_macs(config, "prefill", args.tokens)
     floor_s = gemm_flop / rate
     floor = (f"GEMM floor: the prefill's matmuls are {gemm_flop / 1e9:.1f} GFLOP; at the best "
              f"float32 GEMM rate measured in this run ({rate / 1e9:.0f} GFLOP/s, {rate_what}) "
@@ -241,8 +241,8 @@ def main() -> None:
         notes.insert(0, f"tenet vs TVM's own build at {args.tvm_tokens} tokens: "
                      f"**{tvm_s / short_s:.0f}x faster** (target >= 50x)")
         if args.tvm_tokens != args.tokens:
-            scale = gpt2_matmul_macs(config, args.tokens) / gpt2_matmul_macs(
-                config, args.tvm_tokens)
+            scale = total_macs(config, "prefill", args.tokens) / total_macs(
+                config, "prefill", args.tvm_tokens)
             notes.insert(1, (
                 f"TVM's own build was timed at {args.tvm_tokens} tokens, not {args.tokens}; "
                 f"scaled by MACs ({scale:.2f}x) it would take about {tvm_s * scale:.0f} s at "

@@ -35,6 +35,7 @@ def phase(gemms, bits) -> dict:
     df = cm.Dataflow.preset("os", rows=16, cols=16)
     mem = cm.MemoryHierarchy(dram_bandwidth_bits=256, buffer_bytes=1 << 20,
                              buffer_bandwidth_bits=16 * (a + b + c))
+    acc = cm.Accelerator("os16", hw, df, memory=mem)
     mac = cm.PrecisionTable.horowitz_45nm().lookup(a, b)
     total = {"cycles": 0, "roofline": 0, "dram_bytes": 0.0, "pj": 0.0}
     worst = (0.0, "")
@@ -42,10 +43,7 @@ def phase(gemms, bits) -> dict:
         t = cm.default_tile_mapping(M, N, K, mem, 16, 16, batch=batch, bits_a=a, bits_b=b,
                                     bits_c=c)
         r = cm.analyze_memory(
-            cm.GemmCall(m=M, n=N, k=K, batch=batch, bits_a=a, bits_b=b, bits_c=c),
-            cm.Accelerator("t", hw, df, memory=mem),
-            t,
-        )
+            cm.GemmCall(m=M, n=N, k=K, batch=batch, bits_a=a, bits_b=b, bits_c=c), acc, t)
         e = cm.call_energy(r, mem, mac)
         times = 1 if name == "lm_head" else LAYERS
         total["cycles"] += times * r.cycles

@@ -97,8 +97,9 @@ def main() -> None:
           f"{SCHEMES[0]}, vLLM-style with a 48-token budget (prompts in chunks):\n")
     sizing = cache_sizing(cost_config(), SCHEMES[0], MEMORY)
     charges = Charges(acc)
-    peer_cost = CachedStepCost(lambda step: estimate_step(
-        MODEL, step, SCHEMES[0], acc, charges=charges, entries=False)[0].seconds)
+    peer_cost = CachedStepCost(lambda step: estimate_step(  # attention as serving plans it
+        MODEL, step, SCHEMES[0], acc, charges=charges, entries=False,
+        attention="unfused")[0].seconds)
     t = time.perf_counter()
     peer = simulate(few, peer_cost, scheduler=sched, kv_blocks=sizing.blocks)
     peer_s = time.perf_counter() - t

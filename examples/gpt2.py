@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import time
 
+from tenet_byoc.models.gemms import total_macs
 from tenet_byoc.models.gpt2 import (
     PRESETS,
     GPT2Config,
     GPT2Runner,
-    gpt2_matmul_macs,
     load_hf_checkpoint,
     random_params,
 )
@@ -44,7 +44,7 @@ def main() -> None:
     start = time.perf_counter()
     logits, cache = runner.prefill(prompt)
     prefill_s = time.perf_counter() - start
-    macs = gpt2_matmul_macs(config, len(prompt), phase="prefill")
+    macs = total_macs(config, "prefill", len(prompt))
     print(f"prefill {len(prompt)} tokens: {prefill_s * 1e3:.1f} ms, {macs / 1e6:.1f} M MACs")
 
     tokens = [int(logits[-1].argmax())]
@@ -52,7 +52,7 @@ def main() -> None:
         start = time.perf_counter()
         past = cache.length
         step, cache = runner.decode(tokens[-1], cache)
-        macs = gpt2_matmul_macs(config, past, phase="decode")
+        macs = total_macs(config, "decode", past)
         print(
             f"decode at L={past}: {(time.perf_counter() - start) * 1e3:.1f} ms, "
             f"{macs / 1e6:.1f} M MACs"

@@ -216,15 +216,17 @@ def test_the_console_entry_is_reached_only_for_its_names():
     # tenet_byoc_cli must answer --help without TVM, so the near-miss names live there; the
     # backend may take them (the core's _names) because that module imports nothing but the
     # standard library: no arrow runs back from it into the package or the parser.
+    # The same for the design point's schema, which dse builds on and the parser reads.
     cli = PACKAGE_DIR.parent / "tenet_byoc_cli"
-    names_module = cli / "names.py"
-    outside = sorted({stem.split(".")[0] for stem, _ in _imports("tenet_byoc_cli.names",
-                                                                  names_module)}
-                     - set(sys.stdlib_module_names) - {"__future__"})
-    assert outside == []
+    for module in ("names", "design_point"):
+        outside = sorted({stem.split(".")[0] for stem, _ in _imports(
+            f"tenet_byoc_cli.{module}", cli / f"{module}.py")}
+            - set(sys.stdlib_module_names) - {"__future__"})
+        assert outside == [], module
     reached = {}
     for name, path in _sources(PACKAGE_DIR).items():
         for stem, _ in _imports(name, path):
             if stem.split(".")[0] == "tenet_byoc_cli" and _layer_of(name) < len(LAYERS) - 1:
                 reached.setdefault(name, set()).add(stem)
-    assert reached == {"tenet_byoc._names": {"tenet_byoc_cli.names"}}
+    assert reached == {"tenet_byoc._names": {"tenet_byoc_cli.names"},
+                       "tenet_byoc.dse": {"tenet_byoc_cli.design_point"}}

@@ -9,7 +9,6 @@ and travels inside the runtime module in the cost model's one JSON form
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,7 @@ from .mapping import OBJECTIVES
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
 #: None keeps the accelerator's own, "default" each call's default tiles (no search), "auto"
 #: searches each distinct call: the accelerator's own ``mapping`` values ("default",
-#: "auto", or a TileMapping, which no choice replaces). "fixed", the old name of "default",
-#: is accepted with a DeprecationWarning.
+#: "auto", or a TileMapping, which no choice replaces).
 MAPPING_CHOICES = (None, "default", "auto")
 
 
@@ -105,6 +103,15 @@ class Accelerator(cm.Accelerator):
         :data:`DRAM_CAPACITY_BYTES`), or None where that is 0 (not known: nothing is
         refused for not fitting)."""
         return self.memory.dram_capacity_bytes or None
+
+    @property
+    def attention(self) -> str:
+        """How the chip runs attention by default: ``"fused"`` (one kernel per layer, the
+        scores kept on chip: ``cost_model.AttentionCall``) for the presets of
+        :data:`FUSED_ATTENTION` by name, else ``"unfused"`` (the products and the vector
+        work on the scores, as the Relax graph runs them). ``estimate(attention=)`` chooses
+        otherwise for one estimate."""
+        return "fused" if self.name in FUSED_ATTENTION else "unfused"
 
     def with_dram_capacity(self, nbytes: float | None) -> Accelerator:
         """This accelerator holding ``nbytes`` bytes of DRAM (None: the figure of the preset of
@@ -622,6 +629,12 @@ DEFAULT_PRESET = "os16"
 #: HBM3); NVIDIA H200 Tensor Core GPU data sheet (141 GB HBM3e); Google Cloud, "TPU v5e"
 #: (16 GB of HBM2 per chip); Jouppi et al., ISCA 2017 (TPU v1: 8 GiB of DDR3). The
 #: research arrays (os16, ws128, tenet_*) state none.
+#: Presets whose chips run attention fused by default (:attr:`Accelerator.attention`): the
+#: GPUs, on which serving engines and PyTorch's ``scaled_dot_product_attention`` run
+#: FlashAttention-style kernels (cuDNN's or FlashAttention's; ``benchmarks/silicon``'s H200
+#: measurements ran cuDNN's).
+FUSED_ATTENTION = frozenset({"a100", "h100_sxm", "h200"})
+
 DRAM_CAPACITY_BYTES: dict[str, float] = {
     "a100": 80e9,
     "h100_sxm": 80e9,
@@ -632,11 +645,7 @@ DRAM_CAPACITY_BYTES: dict[str, float] = {
 
 
 def _check_choice(mapping: Any, objective: Any) -> str | None:
-    """``mapping`` in its one spelling (the old "fixed" is "default", with a warning)."""
-    if mapping == "fixed":
-        warnings.warn("mapping='fixed' is deprecated: use mapping='default' (each call's "
-                      "default tiles, no search)", DeprecationWarning, stacklevel=3)
-        mapping = "default"
+    """``mapping``, checked (and ``objective``)."""
     if mapping not in MAPPING_CHOICES:
         raise ValueError(f"mapping must be one of None, 'default' or 'auto', got {mapping!r}")
     if objective is not None and objective not in OBJECTIVES:

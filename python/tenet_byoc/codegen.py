@@ -32,12 +32,14 @@ from .quantization import (
 #: ``kDescriptorVersion``, the one place it is written; the package loads the runtime first).
 DESCRIPTOR_VERSION: int = tvm_ffi.get_global_func("tenet_byoc.runtime.descriptor_version")()
 
-#: The keys of a GEMM step, in the runtime's order, each mapped to whether it is required
-#: (``program.cc``'s ``StepFields``, the one place the list is written; the runtime refuses
-#: any other key).
-STEP_FIELDS: dict[str, bool] = dict(
-    json.loads(tvm_ffi.get_global_func("tenet_byoc.runtime.descriptor_step_fields")())
-)
+#: The keys of each object of the descriptor ("descriptor", the top level; "function";
+#: "step"; "vector_function"; "vector_step"), in the runtime's order, each mapped to whether
+#: it is required (``program.cc``'s ``DescriptorObjects``, the one place they are written; the
+#: runtime refuses any other key).
+DESCRIPTOR_FIELDS: dict[str, dict[str, bool]] = {
+    name: dict(fields) for name, fields in
+    json.loads(tvm_ffi.get_global_func("tenet_byoc.runtime.descriptor_fields")()).items()
+}
 
 #: The scheme of a quantized call in a module :func:`tenet_byoc.quantize` did not stamp.
 UNNAMED_SCHEME = "unnamed"
@@ -204,17 +206,18 @@ def unstamped_recipe(kind: str, scale_a_ty, scale_b_ty, rhs_ty) -> QuantRecipe:
 _ROLES = ("lhs", "rhs", "bias", "scale_a", "scale_b", "zero_point")
 
 
-def _step_fields(symbol: str, values: dict) -> dict:
-    """A step's values as the runtime reads them: its keys checked against, and ordered as,
-    :data:`STEP_FIELDS`."""
-    unknown = sorted(values.keys() - STEP_FIELDS.keys())
-    missing = sorted(k for k, required in STEP_FIELDS.items() if required and k not in values)
+def _fields(kind: str, where: str, values: dict) -> dict:
+    """An object's values as the runtime reads them: its keys checked against, and ordered
+    as, :data:`DESCRIPTOR_FIELDS` ``[kind]``."""
+    fields = DESCRIPTOR_FIELDS[kind]
+    unknown = sorted(values.keys() - fields.keys())
+    missing = sorted(k for k, required in fields.items() if required and k not in values)
     if unknown or missing:
         raise TenetCodegenError(
-            f"{symbol}: a step has fields the runtime does not read ({unknown}) or lacks "
+            f"{where}: a {kind} has fields the runtime does not read ({unknown}) or lacks "
             f"fields it requires ({missing})"
         )
-    return {key: values[key] for key in STEP_FIELDS if key in values}
+    return {key: values[key] for key in fields if key in values}
 
 
 def describe_function(func: relax.Function) -> dict:
@@ -288,7 +291,7 @@ def describe_function(func: relax.Function) -> dict:
             bits = list(KIND_BITS[kind])
             quant = unstamped_recipe(kind, ty("scale_a"), ty("scale_b"), ty("rhs"))
         steps.append(
-            _step_fields(symbol, {
+            _fields("step", symbol, {
                 "pattern": comp.pattern,
                 "name": _step_name(binding.var, args[comp.params["rhs"]]),
                 "kind": kind,
@@ -309,7 +312,8 @@ def describe_function(func: relax.Function) -> dict:
         if r not in refs or refs[r] >= 0:
             raise TenetCodegenError(f"{symbol}: an output is not computed by a tenet step")
         outputs.append({**_tensor_spec(r.ty, f"{symbol}: output"), "source": refs[r]})
-    return {"symbol": symbol, "inputs": inputs, "steps": steps, "outputs": outputs}
+    return _fields("function", symbol,
+                   {"symbol": symbol, "inputs": inputs, "steps": steps, "outputs": outputs})
 
 
 def _accelerator(functions) -> dict:
@@ -354,10 +358,9 @@ def make_descriptor(functions) -> str:
     described = [describe_function(f) for f in functions]
     accelerator = _accelerator(functions)
     _check_enumeration_limit(described, functions, accelerator)
-    return json.dumps(
-        {"version": DESCRIPTOR_VERSION, "accelerator": accelerator, "functions": described,
-         "vector_functions": _vector_functions(functions)}
-    )
+    return json.dumps(_fields("descriptor", "the module", {
+        "version": DESCRIPTOR_VERSION, "accelerator": accelerator, "functions": described,
+        "vector_functions": _vector_functions(functions)}))
 
 
 def _vector_functions(functions) -> list[dict]:
@@ -368,7 +371,9 @@ def _vector_functions(functions) -> list[dict]:
     if len(texts) > 1:
         raise TenetCodegenError("the tenet functions of one module carry different vector "
                                 "plans; partition the module once")
-    return json.loads(texts.pop()) if texts else []
+    return [_fields("vector_function", f["symbol"], {
+        **f, "steps": [_fields("vector_step", f["symbol"], step) for step in f["steps"]]})
+        for f in (json.loads(texts.pop()) if texts else [])]
 
 
 @tvm_ffi.register_global_func("relax.ext.tenet")

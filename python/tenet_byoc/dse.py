@@ -38,6 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The design point's schema lives beside the light console entry, which reads its columns.
+from tenet_byoc_cli.design_point import (
+    AXES,
+    DEFAULTS,
+    LATER,
+    Axis,
+    DesignAxes,
+    PointColumns,
+)
+
 from . import cost_model as cm
 from ._names import did_you_mean
 from .documents import load_mapping
@@ -76,116 +86,11 @@ _MAPPINGS = ("default", "auto")
 
 
 @dataclass(frozen=True)
-class Axis:
-    """What the schema says of one :class:`DesignPoint` field. The rest is made from it:
-    the :class:`DesignSpace` list of its values and their check, its column of
-    :class:`PointResult` (the results file, ``dse.csv`` and ``--objective``), its piece of
-    the point's name and the charge keys it enters.
-
-    Attributes
-    ----------
-    space : str
-        Its name in a :class:`DesignSpace` and a space file, where it is a list of values.
-    check : {"int", "float", "dataflow", "formats", "mapping"}
-        How a space checks a value: a positive integer or number, a dataflow, a set of PE
-        formats (written ``"+"``-joined in its column) or a mapping choice.
-    unit : str
-        What a value counts ("" for a name).
-    charges : {"array", "memory", "vector", "system", "clock"}
-        Whose charges depend on it: a GEMM's ("array"), a vector call's ("vector"), both
-        ("memory"), the composition over chips ("system"), or none ("clock": charges are
-        in cycles, and DRAM enters them as bits per cycle).
-    tag : callable, optional
-        ``tag(value, point)``: its piece of the point's name ("" leaves it out).
-    charged_as : callable, optional
-        ``charged_as(point)``: what the charges see of it (default: its value).
-    later : bool
-        Added after the first release: left out of the point's key at its default, so the
-        keys of older results files stay valid, and filled in from the default when an
-        older row is read.
-    """
-
-    space: str
-    check: str
-    unit: str
-    charges: str
-    tag: Callable[[Any, Any], str] | None = None
-    charged_as: Callable[[Any], Any] | None = None
-    later: bool = False
-
-
-def _axis(space: str = "", *, default: Any, **schema: Any) -> Any:
-    """A :class:`DesignPoint` field of ``default`` and its :class:`Axis` (``space`` defaults
-    to the field's own name)."""
-    return field(default=default, metadata={"axis": Axis(space, **schema)})
-
-
-@dataclass(frozen=True)
-class DesignPoint:
-    """One design: a ``rows x cols`` systolic array of PEs with a MAC unit per format, a
-    global buffer, DRAM at ``dram_gbps``, a clock, a vector unit, and the chips it is one of.
-    Energies are the cost model's 45 nm figures (Horowitz; a format's MAC energy by
-    :func:`tenet_byoc.area.mac_figure`). The defaults are a :class:`DesignSpace`'s."""
-
-    rows: int = _axis(default=16, check="int", unit="PEs", charges="array",
-                      tag=lambda v, p: f"{p.dataflow}{v}x{p.cols}")
-    cols: int = _axis(default=16, check="int", unit="PEs", charges="array")  # rows' tag
-    dataflow: str = _axis("dataflows", default="os", check="dataflow", unit="",
-                          charges="array")  # rows' tag
-    pe_formats: tuple[str, ...] = _axis(
-        default=("int8", "fp16", "fp32"), check="formats", unit="", charges="array",
-        tag=lambda v, p: "+".join(v),
-        charged_as=lambda p: tuple(sorted(p.formats_by_width.items())))
-    buffer_bytes: int = _axis(default=1 << 20, check="int", unit="bytes", charges="memory",
-                              tag=lambda v, p: f"{v >> 10}KiB")
-    dram_gbps: float = _axis(default=32.0, check="float", unit="GB/s (1e9 bytes per second)",
-                             charges="memory", tag=lambda v, p: f"{v:g}GBps",
-                             charged_as=lambda p: p.dram_bits_per_cycle)
-    clock_ghz: float = _axis(default=1.0, check="float", unit="GHz", charges="clock",
-                             tag=lambda v, p: f"{v:g}GHz")
-    #: per-PE registers (a float32 operand pair, weight and sum)
-    register_bytes: int = _axis(default=16, check="int", unit="bytes", charges="memory")
-    #: "default" (each call's default tiles) or "auto" (each distinct call's mapping searched
-    #: for latency, about 16x the charging time; large prefills can need it)
-    mapping: str = _axis("mappings", default="default", check="mapping", unit="",
-                         charges="array", tag=lambda v, p: "auto" if v == "auto" else "")
-    #: the vector unit's float32 lanes (``cost_model.VectorUnit``)
-    vector_lanes: int = _axis(default=16, check="int", unit="lanes", charges="vector",
-                              tag=lambda v, p: f"v{v}" if v != 16 else "", later=True)
-    #: chips sharing each layer (``tenet_byoc.system.System``)
-    tensor_parallel: int = _axis(default=1, check="int", unit="chips", charges="system",
-                                 tag=lambda v, p: f"tp{v}" if v > 1 else "", later=True)
-    #: pipeline stages, each of ``tensor_parallel`` chips
-    pipeline_parallel: int = _axis(default=1, check="int", unit="stages", charges="system",
-                                   tag=lambda v, p: f"pp{v}" if v > 1 else "", later=True)
-    #: GB/s each chip sends per direction (with several chips)
-    link_gbps: float = _axis(default=100.0, check="float", unit="GB/s", charges="system",
-                             tag=lambda v, p: f"link{v:g}GBps" if p.chips > 1 else "",
-                             later=True)
-
-    @property
-    def key(self) -> str:
-        """A short stable name of the point (its fields hashed): the results file's key.
-        Fields added after the first release are left out at their defaults, so the keys
-        of older results files stay valid."""
-        fields_ = {name: value for name, value in dataclasses.asdict(self).items()
-                   if name not in _LATER or _LATER[name] != value}
-        text = json.dumps(fields_, sort_keys=True)
-        return hashlib.sha1(text.encode()).hexdigest()[:16]
-
-    @property
-    def chips(self) -> int:
-        return self.tensor_parallel * self.pipeline_parallel
-
-    @property
-    def name(self) -> str:
-        """The point for people: each field's tag, ``_``-joined."""
-        tags = (a.tag(getattr(self, name), self) for name, a in AXES.items() if a.tag)
-        return "_".join(t for t in tags if t)
-
-    @property
-    def dram_bits_per_cycle(self) -> float:
-        return self.dram_gbps * 8 / self.clock_ghz
+class DesignPoint(DesignAxes):
+    """One design (:class:`~tenet_byoc_cli.design_point.DesignAxes`, where each field is
+    written once with its schema): a ``rows x cols`` systolic array of PEs with a MAC unit
+    per format, a global buffer, DRAM at ``dram_gbps``, a clock, a vector unit, and the chips
+    it is one of, with the accelerator, system and charge keys made from them."""
 
     @property
     def formats_by_width(self) -> dict[int, str]:
@@ -210,15 +115,21 @@ class DesignPoint:
             objective="latency" if self.mapping == "auto" else None,
             vector=cm.VectorUnit(lanes=self.vector_lanes))
 
+    @property
+    def alone(self) -> bool:
+        """One chip and one micro-batch: no System (its sums are one chip's cycles)."""
+        return self.chips == 1 and self.micro_batches == 1
+
     def system(self) -> Any:
         """The point's :class:`~tenet_byoc.system.System` (None on one chip)."""
-        if self.chips == 1:
+        if self.alone:
             return None
         from .system import Link, System
 
         return System(self.accelerator(), chips=self.chips,
                       tensor_parallel=self.tensor_parallel,
                       pipeline_parallel=self.pipeline_parallel,
+                      micro_batches=self.micro_batches,
                       link=Link(bandwidth_gbps=self.link_gbps))
 
     def charged_as(self, *charges: str) -> tuple:
@@ -246,14 +157,6 @@ class DesignPoint:
         return self.charged_as("vector", "memory")
 
 
-#: The schema: each :class:`DesignPoint` field's :class:`Axis`, in the fields' order.
-AXES: dict[str, Axis] = {f.name: f.metadata["axis"] for f in dataclasses.fields(DesignPoint)}
-for _name, _a in AXES.items():  # a field's name is its space name unless given
-    if not _a.space:
-        object.__setattr__(_a, "space", _name)
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DesignPoint)}
-#: The fields added after the first release, at their defaults (see DesignPoint.key).
-_LATER = {name: _DEFAULTS[name] for name, a in AXES.items() if a.later}
 _KEY_READERS: dict[tuple[str, ...], tuple[Callable[[DesignPoint], Any], ...]] = {}
 #: The order a space's points come in: the chips and the vector unit vary slowest, the clock
 #: fastest, so that consecutive points share their charges.
@@ -275,20 +178,9 @@ def _with_axes(cls: type) -> type:
     own = cls.__dict__.get("__annotations__", {})
     axes = {}
     for name, a in AXES.items():
-        axes[a.space] = f"tuple[{DesignPoint.__annotations__[name]}, ...]"
-        setattr(cls, a.space, (_DEFAULTS[name],))
+        axes[a.space] = f"tuple[{DesignAxes.__annotations__[name]}, ...]"
+        setattr(cls, a.space, (DEFAULTS[name],))
     cls.__annotations__ = {**axes, **own}
-    return cls
-
-
-def _with_point_columns(cls: type) -> type:
-    """``cls`` (a dataclass to be) with a column per :data:`AXES` field after ``scheme``."""
-    own = cls.__dict__["__annotations__"]
-    at = list(own).index("scheme") + 1
-    columns = {name: "str" if a.check == "formats" else DesignPoint.__annotations__[name]
-               for name, a in AXES.items()}
-    items = list(own.items())
-    cls.__annotations__ = dict(items[:at] + list(columns.items()) + items[at:])
     return cls
 
 
@@ -301,7 +193,7 @@ class DesignSpace:
     Parameters
     ----------
     rows, cols, dataflows, pe_formats, buffer_bytes, dram_gbps, clock_ghz, register_bytes, \
-mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps : sequence
+mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps, micro_batches : sequence
         The values of each field (:data:`AXES` names them: a field's space name is its own
         but ``dataflows`` and ``mappings``), default the point's default alone. Each set of
         ``pe_formats`` has at most one format per width (names of
@@ -314,7 +206,8 @@ mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps : sequence
         :class:`~tenet_byoc.system.System` of copies of its accelerator with ``link_gbps``
         links (a ring), estimated as ``estimate(..., system=...)`` estimates it, its area
         all chips'; a model whose heads ``tensor_parallel`` does not divide is refused on
-        that point.
+        that point, and so is a batch ``micro_batches`` does not divide (several
+        micro-batches on one chip run one after another).
     node_nm : float
         Process node of the area figures.
     area_budget_mm2, power_budget_w : float, optional
@@ -453,43 +346,25 @@ mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps : sequence
 
 
 @dataclass(frozen=True)
-@_with_point_columns
-class PointResult:
-    """One design point under one scheme: its key, name and scheme, a column per
-    :class:`DesignPoint` field (:data:`AXES`; a set of PE formats ``+``-joined), then its
-    figures. Figures are NaN when the scheme cannot run on it (``reason`` says why)."""
-
-    key: str
-    name: str
-    scheme: str
-    area_mm2: float  #: all chips'
-    ttft_ms: float
-    tpot_ms: float
-    tokens_per_s: float  #: the batch's decode tokens per second
-    #: decode, per generated token of one sequence; the calls' energy and the static power
-    #: (area x ``AreaTable.static_w_per_mm2``) over the decode time
-    energy_per_token_mj: float
-    prefill_energy_per_token_mj: float  #: the same for the prefill, per prompt token
-    power_w: float  #: average over the estimated run (prefill + decode), static included
-    feasible: bool
-    reason: str = ""
-    perplexity: float = math.nan
-    top1_agreement: float = math.nan
-    fronts: tuple[str, ...] = ()  #: names of the fronts the point is on
+class PointResult(PointColumns):
+    """One design point under one scheme (:class:`~tenet_byoc_cli.design_point.PointColumns`:
+    its key, name and scheme, a column per :class:`DesignPoint` field, then its figures)."""
 
     def point(self) -> DesignPoint:
         return DesignPoint(**{name: _from_column(name, getattr(self, name)) for name in AXES})
 
 
 def _plans(config: Any, scheme: str, prompt_len: int, decode_steps: int, batch: int,
-           tp: int, pp: int) -> dict[str, Any] | str:
-    """Per phase, the tally of every step's calls (``tenet_byoc.plan``) on ``tp x pp`` chips:
-    each distinct call once with how often it runs; or why the model cannot be planned so.
-    One micro-batch, so a phase's time is the composition of its tally
-    (``tenet_byoc.compose``: every step's critical path is the sum over its stages)."""
+           tp: int, pp: int, mu: int) -> dict[str, Any] | str:
+    """Per phase, the tally of every step's calls (``tenet_byoc.plan``) on ``tp x pp`` chips
+    with the batch in ``mu`` micro-batches: each distinct call once with how often it runs;
+    or why the model cannot be planned so. A phase's time is the composition of its tally
+    (``tenet_byoc.compose``; with several micro-batches and stages, a decode phase's
+    slowest stage is the slowest over its steps: what composing each step alone gives when
+    one stage is the slowest in every step)."""
     from .plan import Sharding, Step, plan
 
-    sharding = Sharding(tp, pp, 1)
+    sharding = Sharding(tp, pp, mu)
     out: dict[str, Any] = {}
     try:
         if prompt_len:
@@ -504,12 +379,17 @@ def _plans(config: Any, scheme: str, prompt_len: int, decode_steps: int, batch: 
     return out
 
 
+def _sharding(point: DesignPoint) -> tuple[int, int, int]:
+    """The (tensor parallel, pipeline stages, micro-batches) the model is planned for."""
+    return point.tensor_parallel, point.pipeline_parallel, point.micro_batches
+
+
 @dataclass
 class _Job:
     """What every worker needs: the model's call tallies per (scheme, tensor parallel,
     pipeline stages) and the run's settings."""
 
-    plans: dict[tuple[str, int, int], dict[str, Any] | str]
+    plans: dict[tuple[str, int, int, int], dict[str, Any] | str]
     operands: dict[str, tuple[int, str]]  #: per scheme: its weight GEMMs' width and kind
     prompt_len: int
     decode_steps: int
@@ -530,9 +410,9 @@ def _job(config: Any, schemes: Sequence[str], points: Iterable[DesignPoint], pro
          decode_steps: int, batch: int, node_nm: float, table: AreaTable,
          power_budget_w: float | None) -> _Job:
     """The job of ``points``: the model planned once per (scheme, sharding) they use."""
-    shardings = sorted({(p.tensor_parallel, p.pipeline_parallel) for p in points})
-    plans = {(s, tp, pp): _plans(config, s, prompt_len, decode_steps, batch, tp, pp)
-             for s in schemes for tp, pp in shardings}
+    shardings = sorted({_sharding(p) for p in points})
+    plans = {(s, *sharding): _plans(config, s, prompt_len, decode_steps, batch, *sharding)
+             for s in schemes for sharding in shardings}
     return _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
                 node_nm, table, power_budget_w)
 
@@ -590,12 +470,14 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
                 area += value
         if point.chips > 1:
             area *= point.chips
-        one_chip = point.chips == 1  # then its sums (cycles) do not depend on the clock
+        # one chip, one micro-batch: its sums (cycles) do not depend on the clock
+        one_chip = point.alone
         for scheme in job.schemes:
             key = (scheme, point.tensor_parallel, point.pipeline_parallel)
             got = composed.get(scheme) if one_chip else None
             if got is None:
-                got = _compose(job, point, acc, scheme, job.plans[key],
+                plans = job.plans[(scheme, *_sharding(point))]
+                got = _compose(job, point, acc, scheme, plans,
                                arrays.setdefault(point.array_key(), {}),
                                vectors.setdefault(point.vector_key(), {}))
                 if one_chip:
@@ -675,7 +557,7 @@ def _compose(job: _Job, point: DesignPoint, acc: Accelerator, scheme: str,
     try:
         for phase, p in plans.items():
             step = compose(p, cost, acc.vector.schedule, point.clock_ghz)
-            times[phase] = step.stage_cycles[0] if point.chips == 1 else step.seconds
+            times[phase] = step.stage_cycles[0] if point.alone else step.seconds
             energy[phase] = step.energy_pj
     except ValueError as err:
         return times, energy, f"{scheme} cannot run: {err}"
@@ -880,7 +762,7 @@ def _read_done(path: Path, schemes: Sequence[str],
                 continue
             if current is not None and current != settings:
                 continue  # another run's rows (another model, lengths, batch or schemes)
-            for name, value in _LATER.items():
+            for name, value in LATER.items():
                 row.setdefault(name, value)  # a row an older release wrote
             if set(row) != names:
                 continue

@@ -88,7 +88,24 @@ class Charges:
             found["scheme"] = pc.scheme
             found["recipe"] = _FLOAT_RECIPE
             return found
+        if pc.unit == "attention":
+            return self._attention_fields(call)
         return self._link_fields(call)
+
+    def _attention_fields(self, call: Any) -> dict[str, Any]:
+        # The kernel's time is the cost model's (cost_model.charge_attention); its energy
+        # the MACs at the PEs' rate for its width and its DRAM bits (its on-chip traffic
+        # is not modelled: a lower bound).
+        acc = self.accelerator
+        c = cm.charge_attention(call, acc)
+        bits = c.dram_read_bytes * 8 + c.dram_write_bytes * 8
+        pj = (c.macs * acc.precision.lookup(call.bits, call.bits).pj_per_mac
+              + bits * acc.memory.dram_pj_per_bit)
+        return {"unit": "attention", "op": "attention", "cycles": c.cycles,
+                "latency_us": c.latency_us, "energy_pj": pj,
+                "mapping": f"fused attention: {c.units} tiles in {c.waves} waves",
+                "macs": c.macs, "dram_read_bytes": c.dram_read_bytes,
+                "dram_write_bytes": c.dram_write_bytes, "scheme": "none"}
 
     def _link_fields(self, call: LinkCall) -> dict[str, Any]:
         if self.link is None:
@@ -244,6 +261,7 @@ def estimate(
     progress: bool = False,
     system: Any = None,
     routing: Any = None,
+    attention: str | None = None,
 ) -> Ledger:
     """The ledger of a prefill and ``decode_steps`` decode steps, from shapes alone.
 
@@ -292,6 +310,10 @@ def estimate(
         gives a run's, or a ``tenet_byoc.models.moe.ExpertLoad`` (a popularity per expert or
         a Zipf exponent: every step's expected routing under it); default the expected
         uniform routing (``tenet_byoc.plan.plan_moe``).
+    attention : {"unfused", "fused"}, optional
+        How attention runs (``tenet_byoc.plan.plan``'s ``attention``); None: as the
+        accelerator runs it (``Accelerator.attention``: fused on the GPU presets). A real
+        run charges it unfused.
 
     Returns
     -------
@@ -337,7 +359,8 @@ def estimate(
     times = []
     count = 0
     for i, step in enumerate(steps):
-        p = plan(config, step, quant, system, None if routing is None else routing[i])
+        p = plan(config, step, quant, system, None if routing is None else routing[i],
+                 attention=attention or acc.attention)
         for pc in p.written:  # every distinct call charged now: a refusal is raised here
             charges.fields(pc)
         plans.append(p)
@@ -402,7 +425,8 @@ def _step_time(p: Plan, cost: StepCost) -> Any:
 def estimate_step(model: Any, step: Step, scheme: str | QuantScheme = "none",
                   accelerator: str | Accelerator | None = "os16", *, system: Any = None,
                   mapping: str | None = None, charges: Charges | None = None,
-                  entries: bool = True) -> tuple[StepCost, Ledger | None]:
+                  entries: bool = True, attention: str | None = None
+                  ) -> tuple[StepCost, Ledger | None]:
     """One step's time, energy and ledger: plan -> charge each distinct call once -> compose.
 
     Parameters
@@ -411,7 +435,7 @@ def estimate_step(model: Any, step: Step, scheme: str | QuantScheme = "none",
         As :func:`estimate` takes it.
     step : Step
         The sequences of the forward pass (any mix of prefills and decodes).
-    scheme, accelerator, system, mapping
+    scheme, accelerator, system, mapping, attention
         As :func:`estimate`.
     charges : Charges, optional
         Charges to reuse across calls (each distinct call is charged once per
@@ -431,7 +455,7 @@ def estimate_step(model: Any, step: Step, scheme: str | QuantScheme = "none",
         acc = _accelerator(accelerator, mapping, system)
         charges = Charges(acc, system.link if system is not None else None)
     acc = charges.accelerator
-    p = plan(config, step, scheme, system)
+    p = plan(config, step, scheme, system, attention=attention or acc.attention)
     cost = compose(p, charges.cost, charges.schedule, acc.hardware.clock_ghz)
     if not entries:
         return cost, None

@@ -112,6 +112,8 @@ VECTOR_FIELDS = (
     "mac_pj", "buffer_pj", "dram_pj")
 #: A collective's own field: the bytes its chip sent over links.
 LINK_FIELDS = ("link_bytes",)
+#: A fused attention kernel's own fields (``cost_model.charge_attention``).
+ATTENTION_FIELDS = ("macs", "dram_read_bytes", "dram_write_bytes")
 
 
 class LedgerEntry:
@@ -177,6 +179,12 @@ class VectorCharge(namedtuple("VectorCharge", COMMON_FIELDS + VECTOR_FIELDS)):
 
 class LinkCharge(namedtuple("LinkCharge", COMMON_FIELDS + LINK_FIELDS)):
     """What a collective is charged (``tenet_byoc.system``'s formulas)."""
+
+    __slots__ = ()
+
+
+class AttentionCharge(namedtuple("AttentionCharge", COMMON_FIELDS + ATTENTION_FIELDS)):
+    """What a fused attention kernel is charged (``cost_model.charge_attention``)."""
 
     __slots__ = ()
 
@@ -260,12 +268,24 @@ class LinkEntry(LedgerEntry, namedtuple("LinkEntry", _CALL)):
     __slots__ = ()
 
 
+class AttentionEntry(LedgerEntry, namedtuple("AttentionEntry", _CALL)):
+    """One fused attention kernel (``unit="attention"``): a plan's ``….attn.fused`` call in
+    place of a layer's attention products and score work (``plan(attention="fused")``)."""
+
+    __slots__ = ()
+
+    @property
+    def dram_bytes(self) -> float:
+        return self.dram_read_bytes + self.dram_write_bytes
+
+
 #: The entry type of each unit.
-ENTRY_TYPES: dict[str, type] = {"array": GemmEntry, "vector": VectorEntry, "link": LinkEntry}
+ENTRY_TYPES: dict[str, type] = {"array": GemmEntry, "vector": VectorEntry, "link": LinkEntry,
+                                "attention": AttentionEntry}
 _UNITS = tuple(ENTRY_TYPES)
 #: The charge type of each unit.
 CHARGE_TYPES: dict[str, type] = {"array": GemmCharge, "vector": VectorCharge,
-                                 "link": LinkCharge}
+                                 "link": LinkCharge, "attention": AttentionCharge}
 _OWN = {unit: cls._fields for unit, cls in CHARGE_TYPES.items()}
 
 
@@ -887,10 +907,10 @@ class Ledger:
                 continue
             scheme = old.strings[old.scheme[at]]
             probe = tuple.__new__(ENTRY_TYPES[unit], (0, "", "", "", "", scheme, None, 0, row))
-            if unit == "link":
-                raise ValueError("charged_on: a system's ledger has link entries (collectives "
-                                 "over its links): estimate it again with "
-                                 "System(accelerator=...) instead")
+            if unit in ("link", "attention"):
+                raise ValueError(f"charged_on: the ledger has {unit} entries (a system's "
+                                 "collectives or fused attention, which a run does not "
+                                 "charge): estimate it again on that accelerator instead")
             call = probe.vector_call if unit == "vector" else probe.call
             key = (call, getattr(probe, "fused", False))
             fields = charged.get(key)

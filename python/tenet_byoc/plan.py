@@ -23,7 +23,7 @@ charged its full rectangular block, not the causal triangle: a prompt cut in chu
 less attention than the whole prompt (the masked corners of the chunks not computed), the
 cache re-read by each later chunk included. The head runs over a sequence's new tokens only
 when it asks for logits (``StepSequence.logits``: a prompt's last chunk, not the ones
-before). Tensor parallelism (Megatron-LM) and pipeline
+before), over its last token only with ``logits="last"`` (a serving engine's sampling). Tensor parallelism (Megatron-LM) and pipeline
 stages are transformations of each call (:func:`shard_gemm`, :func:`shard_vector`,
 :func:`stage_layers`) with the collectives they need added as link calls.
 ``tenet_byoc.compose.compose`` turns a plan and a charge per call into the step's time.
@@ -47,7 +47,7 @@ from . import cost_model as cm
 from .codegen import GemmCharging, gemm_charging
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+__all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
            "check_tensor_parallel",
            "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "stage_layers"]
 
@@ -65,21 +65,28 @@ class StepSequence:
     """One sequence in a step: ``new_tokens`` it computes now, after ``context`` tokens
     already in its KV cache (its queries attend to ``context + new_tokens`` keys, causally).
 
-    ``logits``: whether the step computes this sequence's logits (the head over its new
-    tokens). A prompt cut into chunks (chunked prefill) computes them only on its last chunk:
-    ``StepSequence(256, 0, logits=False)`` then ``StepSequence(256, 256)``.
+    ``logits``: which of its new tokens the step computes logits for (the head over them):
+    True all of them (as the runners compute a prompt), ``"last"`` its last one (what a
+    serving engine samples from), False none. A prompt cut into chunks (chunked prefill)
+    computes them only on its last chunk: ``StepSequence(256, 0, logits=False)`` then
+    ``StepSequence(256, 256)``.
     """
 
     new_tokens: int
     context: int = 0
-    logits: bool = True
+    logits: bool | str = True
 
     def __post_init__(self) -> None:
         _count("StepSequence", "new_tokens", self.new_tokens, 1)
         _count("StepSequence", "context", self.context, 0)
-        if not isinstance(self.logits, bool):
-            raise TypeError(f"StepSequence.logits must be a bool, got "
+        if not isinstance(self.logits, bool) and self.logits != "last":
+            raise TypeError(f"StepSequence.logits must be True, False or 'last', got "
                             f"{type(self.logits).__name__} {self.logits!r}")
+
+    @property
+    def logit_rows(self) -> int:
+        """Rows the head runs over for this sequence."""
+        return 1 if self.logits == "last" else self.new_tokens if self.logits else 0
 
     @property
     def keys(self) -> int:
@@ -212,9 +219,10 @@ class Plan:
     stage; chip ``stage x tensor_parallel + rank`` is rank ``rank`` of ``stage``.
 
     ``written`` holds the calls as planned: all of them, or (``layers`` > 0) those of a
-    model cut to two decoder layers, the second standing for every layer after the first
-    (a decoder's layers 1 .. layers-1 run the same calls; layer 0 can differ, as a batch's
-    mask built there). :attr:`calls` is the whole list either way, made when first read.
+    model cut to ``period + 1`` decoder layers, layers 1 .. period standing in turn for every
+    layer after the first (a decoder's later layers repeat the same calls, or Gemma's
+    sliding and full layers the same mix; layer 0 can differ, as a batch's mask built
+    there). :attr:`calls` is the whole list either way, made when first read.
     """
 
     step: Step
@@ -223,15 +231,18 @@ class Plan:
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     micro_batches: int = 1
-    layers: int = 0  #: > 0: ``written`` is two layers' plan of a model of this many
+    layers: int = 0  #: > 0: ``written`` is a cut plan of a model of this many layers
     prefix: str = ""  #: the layers' name prefix ("h." or "layers.") when ``layers`` > 0
+    period: int = 1  #: how many of ``written``'s layers after the first repeat in turn
 
     @property
     def size(self) -> int:
         """How many calls :attr:`calls` holds (without making them)."""
         if not self.layers:
             return len(self.written)
-        return len(self.written) + (self.layers - 2) * sum(c.layer == 1 for c in self.written)
+        per = [sum(c.layer == j for c in self.written) for j in range(self.period + 1)]
+        return len(self.written) + sum(per[(i - 1) % self.period + 1]
+                                       for i in range(self.period + 1, self.layers))
 
     @cached_property
     def calls(self) -> tuple[PlannedCall, ...]:
@@ -241,22 +252,22 @@ class Plan:
         stage_of = {}
         for s, layers in enumerate(stage_layers(self.layers, self.pipeline_parallel)):
             stage_of.update(dict.fromkeys(layers, s))
-        first = f"{self.prefix}1."
-        cut = len(first)
+        period = self.period
         out: list[PlannedCall] = []
         block: list[PlannedCall] = []
 
         def expand() -> None:
             out.extend(block)
-            for i in range(2, self.layers):
-                head, st = f"{self.prefix}{i}.", stage_of[i]
+            for i in range(period + 1, self.layers):
+                j = (i - 1) % period + 1
+                head, st, cut = f"{self.prefix}{i}.", stage_of[i], len(f"{self.prefix}{j}.")
                 out.extend(c._replace(name=head + c.name[cut:], layer=i, stage=st,
                                       fused_with=head + c.fused_with[cut:] if c.fused_with
-                                      else "") for c in block)
+                                      else "") for c in block if c.layer == j)
             block.clear()
 
         for c in self.written:
-            if c.layer == 1:
+            if c.layer:
                 block.append(c)
                 continue
             if block:
@@ -328,13 +339,23 @@ def _layers(config: Any) -> int:
 
 
 @lru_cache(maxsize=64)
-def _two_layers(config: Any) -> Any:
-    """``config`` cut to two decoder layers, or None for a config whose layers may differ
-    (one that says ``uniform_layers = False``)."""
-    if not getattr(config, "uniform_layers", True):
-        return None
+def _cut_layers(config: Any) -> tuple[Any, int]:
+    """``config`` cut to ``period + 1`` decoder layers whose layers 1 .. period repeat in
+    turn after them (the period of ``layer_types`` from layer 1 on; 1 where the layers are
+    alike), and the period; ``(None, 0)`` for a config whose layers may differ otherwise
+    (one that says ``uniform_layers = False`` and has no ``layer_types``)."""
     field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
-    return dataclasses.replace(config, **{field: 2})
+    n, types = getattr(config, field), getattr(config, "layer_types", None)
+    if types is None:
+        if not getattr(config, "uniform_layers", True):
+            return None, 0
+        types = ("",) * n
+    period = next((p for p in range(1, n - 1) if all(
+        types[i] == types[(i - 1) % p + 1] for i in range(p + 1, n))), 0)
+    if not period:
+        return None, 0
+    cut = {"layer_types": types[:period + 1]} if getattr(config, "layer_types", None) else {}
+    return dataclasses.replace(config, **{field: period + 1}, **cut), period
 
 
 @lru_cache(maxsize=1 << 16)
@@ -348,7 +369,7 @@ def _layer_of(name: str) -> int | None:
 
 #: Calls before the first layer (their stage is the first; other calls outside the layers,
 #: the final norm and the head, run on the last).
-_BEFORE_LAYERS = ("wte", "wpe", "embed_tokens", "positions")
+BEFORE_LAYERS = ("wte", "wpe", "embed_tokens", "positions")
 
 # The cost model's GEMM sizes are 32-bit signed integers (GemmWorkload).
 _SIZE_LIMIT = 2**31 - 1
@@ -377,7 +398,7 @@ _BINARY = ("add", "multiply", "divide")
 #: Vector calls of one sequence's attention (per group in a mixed step); every other vector
 #: call works token by token and takes all of a step's new tokens at once.
 _PER_SEQUENCE_OPS = ("kv_write", "softmax", "mask")
-_PER_SEQUENCE_NAMES = ("attn.scale", "attn.masked")
+_PER_SEQUENCE_NAMES = ("attn.scale", "attn.masked", "attn.softcap", "attn.softcap.scale")
 
 
 def _phase_tokens(seq: StepSequence) -> tuple[str, int]:
@@ -389,10 +410,10 @@ def _phase_tokens(seq: StepSequence) -> tuple[str, int]:
     return "prefill", seq.new_tokens
 
 
-def _chunk_keys(config: Any, seq: StepSequence) -> int | None:
-    """Keys the queries of a later chunk of a prompt attend to (the tokens its cache holds,
-    with a sliding window the last ``window`` of them, and the chunk's own); None for a
-    sequence that is not such a chunk."""
+def _chunk_keys(config: Any, seq: StepSequence) -> list[int] | None:
+    """Keys the queries of a later chunk of a prompt attend to, per decoder layer (the tokens
+    its cache holds, in a layer with a sliding window the last ``window`` of them, and the
+    chunk's own); None for a sequence that is not such a chunk."""
     if seq.phase != "chunk":
         return None
     if hasattr(config, "n_positions"):
@@ -403,44 +424,51 @@ def _chunk_keys(config: Any, seq: StepSequence) -> int | None:
         raise ValueError(f"StepSequence(new_tokens={seq.new_tokens}, context={seq.context}): "
                          f"{seq.context + seq.new_tokens} tokens exceed {config.name}'s "
                          f"context {field}={limit}")
-    cached = config.cache_length(seq.context) if hasattr(config, "cache_length") \
-        else seq.context
-    return cached + seq.new_tokens
+    windows = [getattr(config, "layer_window", lambda i: None)(i)
+               for i in range(_layers(config))]
+    return [min(seq.context, w or seq.context) + seq.new_tokens for w in windows]
 
 
 #: Vector calls over a sequence's score block (rows x keys): scale, masks, softmax.
 _SCORE_OPS = ("attn.scale", "attn.mask", "attn.window_mask", "attn.batch_mask",
-              "attn.masked", "attn.softmax")
+              "attn.masked", "attn.softmax", "attn.softcap", "attn.softcap.scale")
 
 
-def _widen_gemms(gemms: list[Any], keys: int | None) -> list[Any]:
+def _widen_gemms(gemms: list[Any], keys: list[int] | None) -> list[Any]:
     """A later chunk's GEMMs from those of a prefill of its new tokens: Q x K^T's N and
-    P x V's K widened from the chunk's rows to its ``keys`` (None: as they are)."""
+    P x V's K widened from the chunk's rows to its layer's ``keys`` (None: as they are)."""
     if keys is None:
         return gemms
-    return [g._replace(n=keys) if g.name.endswith("attn.qk")
-            else g._replace(k=keys) if g.name.endswith("attn.pv") else g for g in gemms]
+    return [g._replace(n=keys[_layer_of(g.name)]) if g.name.endswith("attn.qk")
+            else g._replace(k=keys[_layer_of(g.name)]) if g.name.endswith("attn.pv") else g
+            for g in gemms]
 
 
-def _widen_ops(ops: list[Any], rows: int, keys: int | None) -> list[Any]:
+def _widen_ops(ops: list[Any], rows: int, keys: list[int] | None) -> list[Any]:
     """A later chunk's vector calls from those of a prefill of its ``rows`` new tokens: the
     score-wise calls' last axis (and a mask add's second operand) widened from ``rows`` to
-    ``keys`` (None: as they are); norms, activations and KV writes stay over the rows."""
+    their layer's ``keys`` (None: as they are); norms, activations and KV writes stay over
+    the rows."""
     if keys is None:
         return ops
     wide = []
     for v in ops:
         if v.name.endswith(_SCORE_OPS):
-            operand = v.operand // rows * keys if v.operand > 1 else v.operand
-            v = v._replace(shape=(*v.shape[:-1], keys), operand=operand)
+            layer_keys = keys[_layer_of(v.name)]
+            operand = v.operand // rows * layer_keys if v.operand > 1 else v.operand
+            v = v._replace(shape=(*v.shape[:-1], layer_keys), operand=operand)
         wide.append(v)
     return wide
 
 
-def _without_head(ops: list[Any]) -> list[Any]:
-    """Vector calls of a sequence whose logits the step does not compute (the head's input
-    quantization dropped with the head)."""
-    return [v for v in ops if not v.name.startswith("lm_head")]
+def _head_rows(ops: list[Any], rows: int) -> list[Any]:
+    """Vector calls of a sequence whose logits the step computes over ``rows`` of its new
+    tokens (0: none, the head's input quantization dropped with the head; else that
+    quantization over ``rows`` rows a sequence, shape ``(sequences, rows, width)``)."""
+    if not rows:
+        return [v for v in ops if not v.name.startswith("lm_head")]
+    return [v._replace(shape=(v.shape[0], rows, *v.shape[2:])) if v.name.startswith("lm_head")
+            else v for v in ops]
 
 
 def _merge_token_ops(lists: list[list[Any]]) -> list[Any]:
@@ -493,8 +521,40 @@ def _interned(key: tuple, make: Any) -> Any:
     return found
 
 
+#: How a plan may run attention (``plan(attention=)``).
+ATTENTION_CHOICES = ("unfused", "fused")
+
+
+def _fused_attention(a: Any, seq: StepSequence, n: int, config: Any, tp: int,
+                     bits: int) -> tuple[tuple, Any]:
+    """The key and ``cost_model.AttentionCall`` of one group's fused attention, from its
+    Q x K^T product ``a`` (``n`` equal sequences; its K is the head dim, its N the keys)."""
+    heads, kv = _heads(config)
+    here = heads // tp
+    kv_here = here if heads == kv else max(1, kv // tp)
+    key = ("attention", n, here, kv_here, seq.new_tokens, a.n, a.k, bits)
+    return key, _interned(key, lambda: cm.AttentionCall(
+        batch=n, heads=here, kv_heads=kv_here, queries=seq.new_tokens, keys=a.n,
+        head_dim=a.k, bits=bits, causal=True))
+
+
+def _fused_groups(groups: list, gemm_lists: list, i: int) -> list[tuple[Any, Any, int]]:
+    """(Q x K^T product, sequence, count) of each fused kernel: one per group of equal
+    prompts or chunks; the decoding sequences together in one, at their mean keys rounded
+    up (the K and V they read; a paged kernel runs a step's decodes in one launch)."""
+    out, decodes = [], []
+    for (seq, n, _, _), gemms in zip(groups, gemm_lists, strict=True):
+        (decodes if seq.phase == "decode" else out).append((gemms[i], seq, n))
+    if decodes:
+        count = sum(n for _, _, n in decodes)
+        keys = -(-sum(a.n * n for a, _, n in decodes) // count)
+        a, seq, _ = decodes[0]
+        out.append((a._replace(n=keys), StepSequence(1, keys - 1), count))
+    return out
+
+
 def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
-         system: Any = None, routing: Any = None) -> Plan:
+         system: Any = None, routing: Any = None, *, attention: str = "unfused") -> Plan:
     """Every call of ``step`` of the model ``config`` under ``scheme``.
 
     Parameters
@@ -517,6 +577,15 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         A mixture-of-experts model only: per mixture layer, the tokens each expert receives
         in this step (a run's router's choices, ``MoERunner.tokens_per_expert``); default
         the expected uniform routing (:func:`plan_moe`).
+    attention : {"unfused", "fused"}
+        "unfused": attention as the Relax graph runs it (Q x K^T and P x V per sequence and
+        head, the scores scaled, masked and softmaxed on the vector unit: a run's ledger).
+        "fused": one ``cost_model.AttentionCall`` per layer and group of equal prompts or
+        chunks, and one for all decoding sequences at their mean keys (rounded up), in
+        their place (FlashAttention's structure, causal, K and V read once per KV head; named
+        ``….attn.fused``, ``unit="attention"``), at the wider of the activations' and the KV
+        cache's widths; rotary and the KV-cache writes stay. Mixture-of-experts models are
+        planned unfused either way.
 
     Returns
     -------
@@ -539,6 +608,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     if not isinstance(step, Step):
         raise TypeError(f"step must be a tenet_byoc.plan.Step, got {type(step).__name__}")
     quant = get_scheme(scheme)
+    if attention not in ATTENTION_CHOICES:
+        raise ValueError(f"attention={attention!r} must be one of {ATTENTION_CHOICES}")
     ep = getattr(system, "expert_parallel", 1)  # a System's; 1 for a Sharding or none
     if isinstance(config, MoEConfig):
         if ep > 1:
@@ -566,7 +637,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         stage_of.update(dict.fromkeys(layers, s))
     # Walk two layers and let the second stand for the rest (Plan.calls makes them).
     layers = _layers(config)
-    cut = _two_layers(config) if layers > 2 else None
+    cut, period = _cut_layers(config) if layers > 2 else (None, 0)
     if cut is not None:
         config = cut
 
@@ -574,6 +645,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     weights = hows["weight"]
     activation_bits = min(32, weights.bits[0])
     float_gemm = weights.scheme == "none"
+    fused = attention == "fused"
+    fused_bits = max(activation_bits, hows["key"].bits[1])
     groups = [(seq, n, *_phase_tokens(seq)) for seq, n in step.groups]
     uniform = len(groups) == 1
     phase = step.phase
@@ -588,7 +661,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     sharded_k: dict[str, int] = {}
 
     def stage(name: str, layer: int | None) -> int:
-        if layer is None and name.startswith(_BEFORE_LAYERS):
+        if layer is None and name.startswith(BEFORE_LAYERS):
             return 0
         return stage_of[layer]
 
@@ -628,15 +701,23 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
                                      "none", 1, _link_key(link)))
 
     for i, g in enumerate(gemm_lists[0]):
-        if g.weight is None:  # attention: one product per sequence and head, per group
+        if g.weight is None and fused:  # one kernel in place of both products
+            if g.name.endswith("attn.qk"):
+                name = g.name.removesuffix("qk") + "fused"
+                layer = _layer_of(name)
+                for a, seq, n in _fused_groups(groups, gemm_lists, i):
+                    key, call = _fused_attention(a, seq, n, config, tp, fused_bits)
+                    calls.append(PlannedCall(call, name, "attention", layer,
+                                             stage(name, layer), "", "none", 1, key))
+        elif g.weight is None:  # attention: one product per sequence and head, per group
             role = "key" if g.name.endswith("attn.qk") else "value"
             for (_, n, ph, _), gemms in zip(groups, gemm_lists, strict=True):
                 a = gemms[i]
                 gemm(a.name, a.batch * n, a.m, a.n, a.k, hows[role], role, n, ph)
         else:  # a weight GEMM: every new token of the step shares the weight
-            rows = sum(gemms[i].m * n for (seq, n, _, _), gemms in zip(groups, gemm_lists,
-                                                                       strict=True)
-                       if seq.logits or g.name != "lm_head")
+            rows = sum((gemms[i].m if g.name != "lm_head" or seq.logits is True else
+                        seq.logit_rows) * n
+                       for (seq, n, _, _), gemms in zip(groups, gemm_lists, strict=True))
             if not rows:  # the head of a step that computes no logits
                 continue
             gemm(g.name, g.batch, rows, g.n, g.k, weights, "weight", step.sequences,
@@ -647,9 +728,11 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         ops = _widen_ops(model_vector_ops(config, ph, tokens, activation_bits,
                                           weights.k_multiple, n, float_gemm,
                                           batched=None if uniform else True), tokens, k)
-        lists.append(ops if seq.logits else _without_head(ops))
+        lists.append(ops if seq.logits is True else _head_rows(ops, seq.logit_rows))
     shapes = lists[0] if uniform else _merge_token_ops(lists)
     for v in shapes:
+        if fused and v.name.endswith(_SCORE_OPS):  # inside the fused kernel
+            continue
         shape, operand = tuple(v.shape), v.operand
         if tp > 1:
             shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)
@@ -670,7 +753,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     if cut is None:
         return Plan(whole, phase, tuple(calls), tp, pp, mu)
     return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,
-                "h." if hasattr(cut, "n_layer") else "layers.")
+                "h." if hasattr(cut, "n_layer") else "layers.", period)
 
 
 # ---- Mixture of experts ---------------------------------------------------------------------
@@ -736,7 +819,7 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
         for g, role in group.gemms:
             how = hows[role]
             layer = _layer_of(g.name)
-            st = 0 if layer is None and g.name.startswith(_BEFORE_LAYERS) else stage_of[layer]
+            st = 0 if layer is None and g.name.startswith(BEFORE_LAYERS) else stage_of[layer]
             k = -(-g.k // how.k_multiple) * how.k_multiple
             _check_sizes(g.name, ph, n, g.batch, g.m, g.n, k)
             key = ("array", g.batch, g.m, g.n, k, how.scheme, role, how.bits)
@@ -760,7 +843,7 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
                 operand_elements=operand if operand else (None if v.op not in _BINARY
                                                           else 0)))
             layer = _layer_of(v.name)
-            st = 0 if layer is None and v.name.startswith(_BEFORE_LAYERS) else stage_of[layer]
+            st = 0 if layer is None and v.name.startswith(BEFORE_LAYERS) else stage_of[layer]
             calls.append(PlannedCall(call, v.name, "vector", layer, st, "", label, 1, key))
     if pp > 1:
         size = step.tokens // mu * config.hidden_size * weights.bits[2] / 8
@@ -934,8 +1017,9 @@ def shard_vector(name: str, op: str, shape: tuple[int, ...], operand: int, confi
     second operand's elements.
 
     Split by heads (the chip's query or key/value heads, as :func:`shard_gemm` splits
-    attention): the KV-cache writes, rotary embeddings, the attention scale, masked scores
-    and softmax. Split by the MLP width: SiLU and SwiGLU's product. The activation quantized
+    attention): the KV-cache writes, rotary embeddings, the attention scale and soft-capping,
+    masked scores and softmax. Split by the MLP width: SiLU and SwiGLU's product. The
+    activation quantized
     before a row-parallel GEMM: that GEMM's K on the chip (``gemm_k``, by GEMM name, padded
     as the GEMM is). Every other call (embedding, norms, residual adds, masks, positions,
     quantization before the other GEMMs) runs whole on every chip.
@@ -957,8 +1041,8 @@ def shard_vector(name: str, op: str, shape: tuple[int, ...], operand: int, confi
         if heads == kv:
             here = q_here
         return (*shape[:2], here, shape[3]), operand
-    if op in ("softmax", "multiply", "add") and name.endswith(
-            ("attn.scale", "attn.softmax", "attn.masked")):
+    if op in ("softmax", "multiply", "add", "tanh") and name.endswith(
+            ("attn.scale", "attn.softmax", "attn.masked", "attn.softcap", "attn.softcap.scale")):
         if heads == kv or len(shape) == 4 and shape[1] == heads:  # (b, heads, rows, keys)
             return (shape[0], q_here, *shape[2:]), operand
         group = heads // kv

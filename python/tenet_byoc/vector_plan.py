@@ -69,6 +69,7 @@ _KINDS = {
     "relax.nn.gelu": "gelu_erf",
     "relax.nn.silu": "silu",
     "relax.nn.relu": "relu",
+    "relax.tanh": "tanh",
     "relax.add": "add",
     "relax.subtract": "add",
     "relax.multiply": "multiply",

@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Iterable
 
 __all__ = ["BUILTIN_MODELS", "CLASSIC_SCHEMES", "DEFAULT_ACCELERATORS", "DEFAULT_PRESET",
-           "DSE_EXECUTORS", "DSE_FIELDS", "DSE_RESULTS_FILE", "GPT2_CONFIGS", "MAPPING_OBJECTIVES", "PRESETS",
+           "DSE_EXECUTORS", "DSE_RESULTS_FILE", "GPT2_CONFIGS", "MAPPING_OBJECTIVES", "PRESETS",
            "QUICK_ACCELERATORS", "QUICK_LENGTH", "QUICK_SCHEMES", "SCHEMES", "TOPOLOGIES",
            "did_you_mean"]
 
@@ -35,7 +35,7 @@ GPT2_CONFIGS = ("tiny", "small", "medium", "large", "xl")
 BUILTIN_MODELS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b", "llama-3-8b",
                   "llama-3.1-8b", "llama-3.2-1b", "llama-3-70b", "mistral-7b", "qwen2.5-0.5b",
                   "gpt-j-6b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b",
-                  "gpt-oss-20b")
+                  "gpt-oss-20b", "gemma-2-9b", "gemma-3-4b")
 #: What ``--mapping auto`` may minimise (``tenet_byoc.mapping.OBJECTIVES``).
 MAPPING_OBJECTIVES = ("latency", "energy", "edp")
 #: Accelerators of the default sweep (``tenet_byoc.experiments.sweep.DEFAULT_ACCELERATORS``).
@@ -50,13 +50,6 @@ TOPOLOGIES = ("ring", "torus2d", "switch")
 DSE_EXECUTORS = ("local", "serial", "ray")
 #: The file dse appends its points to (``tenet_byoc.experiments.dse_cmd.RESULTS_FILE``).
 DSE_RESULTS_FILE = "points.jsonl"
-#: The figures of a design point, any of which dse may sort by
-#: (``tenet_byoc.dse.PointResult``'s fields).
-DSE_FIELDS = ("key", "name", "scheme", "rows", "cols", "dataflow", "pe_formats", "buffer_bytes",
-              "dram_gbps", "clock_ghz", "register_bytes", "mapping", "vector_lanes",
-              "tensor_parallel", "pipeline_parallel", "link_gbps", "area_mm2", "ttft_ms", "tpot_ms",
-              "tokens_per_s", "energy_per_token_mj", "prefill_energy_per_token_mj", "power_w",
-              "feasible", "reason", "perplexity", "top1_agreement", "fronts")
 
 
 def did_you_mean(value: object, choices: Iterable[str], *, limit: int = 3) -> str:

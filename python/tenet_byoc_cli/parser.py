@@ -26,16 +26,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 from collections.abc import Sequence
 
+from .design_point import AXES as DSE_AXES
+from .design_point import COLUMNS as DSE_COLUMNS
 from .names import (
     BUILTIN_MODELS,
     CLASSIC_SCHEMES,
     DEFAULT_ACCELERATORS,
     DEFAULT_PRESET,
     DSE_EXECUTORS,
-    DSE_FIELDS,
     DSE_RESULTS_FILE,
     GPT2_CONFIGS,
     MAPPING_OBJECTIVES,
@@ -262,15 +262,6 @@ def _mixed_out_refusal(out: str, command: str) -> str | None:
 MAPPING_CHOICES = ("default", "auto")
 
 
-def _mapping_choice(text: str) -> str:
-    """``--mapping`` in its one spelling: the old ``fixed`` is ``default`` (with a note)."""
-    if text == "fixed":
-        print("tenet-byoc: --mapping fixed is deprecated: use --mapping default",
-              file=sys.stderr)
-        return "default"
-    return text
-
-
 def refusal(args: argparse.Namespace, argv: Sequence[str] | None = None) -> str | None:
     """A mistake in parsed options that argparse's types do not see, in one line, or None.
 
@@ -280,8 +271,8 @@ def refusal(args: argparse.Namespace, argv: Sequence[str] | None = None) -> str 
     ``dse --objective`` is refused here rather than by a type so that its message is one
     line, as ``run_dse`` gives it; so are ``estimate --serve``'s options it would ignore
     (``argv``, the command line, says which were given)."""
-    if args.command == "dse" and args.objective not in DSE_FIELDS:
-        return (f"--objective {args.objective!r}{did_you_mean(args.objective, DSE_FIELDS)}; "
+    if args.command == "dse" and args.objective not in DSE_COLUMNS:
+        return (f"--objective {args.objective!r}{did_you_mean(args.objective, DSE_COLUMNS)}; "
                 "e.g. tpot_ms, ttft_ms, energy_per_token_mj, area_mm2")
     if args.command == "estimate" and args.serve is not None and argv is not None:
         ignored = [flag for flag in SERVE_IGNORES if _given(flag, argv)]
@@ -349,10 +340,10 @@ def _accelerator_option(p: argparse.ArgumentParser, default: str | None = DEFAUL
 
 def _mapping_option(p: argparse.ArgumentParser,
                     what: str = "default: the accelerator's own") -> None:
-    p.add_argument("--mapping", type=_mapping_choice, choices=MAPPING_CHOICES,
+    p.add_argument("--mapping", choices=MAPPING_CHOICES,
                    help="tile mapping: searched per call (auto: each distinct call's dataflow, "
                    "buffer tiles and loop order, once, cached) or each call's default tiles "
-                   f"(default; 'fixed' is its old name); {what}")
+                   f"(default); {what}")
 
 
 def _model_options(p: argparse.ArgumentParser, *, sweep: bool) -> None:
@@ -479,9 +470,8 @@ def _add_dse(sub) -> None:
     p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
                    metavar="LIST", help="comma-separated schemes (default: none)")
     p.add_argument("--space", required=True, metavar="FILE",
-                   help="YAML or JSON: lists per field (rows, cols, dataflows, pe_formats, "
-                   "buffer_bytes, dram_gbps, clock_ghz, register_bytes, mappings, "
-                   "vector_lanes, tensor_parallel, pipeline_parallel, link_gbps) and node_nm, "
+                   help="YAML or JSON: lists per field ("
+                   f"{', '.join(a.space for a in DSE_AXES.values())}) and node_nm, "
                    "area_budget_mm2, power_budget_w, area_table")
     p.add_argument("--out", required=True, metavar="DIR",
                    help=f"write {DSE_RESULTS_FILE} (appended; resumes), dse.csv and the front "

@@ -8,6 +8,8 @@
 #include <functional>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "cost_model/checked.h"
@@ -95,18 +97,19 @@ std::string FieldJson(bool v) { return v ? "true" : "false"; }
 std::string FieldJson(int64_t v) { return std::to_string(v); }
 std::string FieldJson(int v) { return std::to_string(v); }
 
+// The recipe's enumerations (Dequantization, Granularity), read from their names by each
+// one's parser.
+template <typename Enum, typename = std::enable_if_t<std::is_enum_v<Enum>>>
 void ReadField(const detail::JsonValue& obj, const std::string& key, const std::string& where,
-               Dequantization& out) {
+               Enum& out) {
   try {
-    out = ParseDequantization(detail::StringMember(obj, key, where));
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(where + ": " + e.what());
-  }
-}
-void ReadField(const detail::JsonValue& obj, const std::string& key, const std::string& where,
-               Granularity& out) {
-  try {
-    out = ParseGranularity(detail::StringMember(obj, key, where));
+    const std::string name = detail::StringMember(obj, key, where);
+    if constexpr (std::is_same_v<Enum, Dequantization>) {
+      out = ParseDequantization(name);
+    } else {
+      static_assert(std::is_same_v<Enum, Granularity>, "a recipe enumeration without a parser");
+      out = ParseGranularity(name);
+    }
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(where + ": " + e.what());
   }

@@ -205,7 +205,7 @@ void BindVector(py::module_& m) {
   py::class_<VectorCall>(
       m, "VectorCall",
       "One non-GEMM operator call (vector.h): op (layer_norm, rms_norm, softmax, gelu_tanh, "
-      "gelu_erf, silu, add, multiply, divide, rotary, take, mask, quantize, kv_write, relu), the "
+      "gelu_erf, silu, add, multiply, divide, rotary, take, mask, quantize, kv_write, relu, tanh), the "
       "output's shape (its last axis is the row), bits_in (activations and parameters read), "
       "bits_out (None: bits_in), operand_elements (add / multiply / divide: the second "
       "operand's elements, None: the output's; rotary: the cos and sin tables' elements, "

@@ -19,7 +19,7 @@ constexpr const char* kClassNames[kVectorOpClasses] = {"add", "mul", "exp", "rec
 constexpr const char* kOpNames[kVectorOps] = {
     "layer_norm", "rms_norm", "softmax", "gelu_tanh", "gelu_erf", "silu",     "add",
     "multiply",   "divide",   "rotary",  "take",      "mask",     "quantize", "kv_write",
-    "relu"};
+    "relu",       "tanh"};
 constexpr const char* kScheduleNames[] = {"pipelined", "serial"};
 
 std::string Joined(const char* const* names, int count) {
@@ -214,6 +214,8 @@ VectorOpCounts VectorOps(const VectorCall& c) {
     case VectorOp::kQuantize: return {3 * n, n, 0, 0, 0};
     // max(x, 0): one compare-select per element.
     case VectorOp::kRelu: return {n, 0, 0, 0, 0};
+    // tanh alone (Gemma-2's soft-capping of attention and final logits): one approximation.
+    case VectorOp::kTanh: return {0, 0, 0, 0, n};
   }
   return {};
 }

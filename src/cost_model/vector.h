@@ -106,10 +106,10 @@ void Validate(const EdgeDequantizer& edge);
 // The operator kinds the vector unit is charged for.
 enum class VectorOp {
   kLayerNorm, kRmsNorm, kSoftmax, kGeluTanh, kGeluErf, kSilu, kAdd, kMultiply, kDivide,
-  kRotary, kTake, kMask, kQuantize, kKvWrite, kRelu,
+  kRotary, kTake, kMask, kQuantize, kKvWrite, kRelu, kTanh,
 };
-constexpr int kVectorOps = 15;
-const char* VectorOpName(VectorOp op);  // "layer_norm", ..., "kv_write", "relu"
+constexpr int kVectorOps = 16;
+const char* VectorOpName(VectorOp op);  // "layer_norm", ..., "kv_write", "relu", "tanh"
 VectorOp ParseVectorOp(const std::string& name);
 // The reads of its input `op`'s kernel makes on `unit` (softmax_passes, norm_passes or 1).
 int64_t VectorInputPasses(VectorOp op, const VectorUnit& unit);

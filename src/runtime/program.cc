@@ -158,12 +158,13 @@ OrderedJson RecipeJson(const QuantRecipe& r) {
   return OrderedJson::parse(SerializeQuantRecipe(r));
 }
 
-// Refuses a step key that is not in StepFields(), naming it: a misspelt or newer field must
-// not be silently ignored.
-void CheckStepKeys(const Json& obj, const std::string& where) {
+// Refuses a key that is not among the object's DescriptorFields, naming it: a misspelt or
+// newer field must not be silently ignored.
+void CheckKeys(const Json& obj, const char* object, const std::string& where) {
+  const std::vector<DescriptorField>& fields = DescriptorFields(object);
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     bool known = false;
-    for (const DescriptorField& f : StepFields()) known = known || it.key() == f.name;
+    for (const DescriptorField& f : fields) known = known || it.key() == f.name;
     if (!known) {
       TVM_FFI_THROW(ValueError) << "tenet descriptor: " << where << " has an unknown field '"
                                 << it.key() << "'";
@@ -173,13 +174,30 @@ void CheckStepKeys(const Json& obj, const std::string& where) {
 
 }  // namespace
 
-const std::vector<DescriptorField>& StepFields() {
-  static const std::vector<DescriptorField> fields = {
-      {"pattern", true},   {"name", true},     {"lhs", true},         {"rhs", true},
-      {"kind", true},      {"scheme", true},   {"bias", true},        {"scale_a", true},
-      {"scale_b", true},   {"zero_point", true}, {"bits", true},      {"quant", true},
-      {"rhs_transposed", true}, {"epilogue", true}, {"out_ndim", true}};
-  return fields;
+const std::vector<DescriptorObject>& DescriptorObjects() {
+  static const std::vector<DescriptorObject> objects = {
+      {"descriptor",
+       {{"version", true}, {"functions", true}, {"vector_functions", false},
+        {"accelerator", true}}},
+      {"function", {{"symbol", true}, {"inputs", true}, {"outputs", true}, {"steps", true}}},
+      {"step",
+       {{"pattern", true}, {"name", true}, {"lhs", true}, {"rhs", true}, {"kind", true},
+        {"scheme", true}, {"bias", true}, {"scale_a", true}, {"scale_b", true},
+        {"zero_point", true}, {"bits", true}, {"quant", true}, {"rhs_transposed", true},
+        {"epilogue", true}, {"out_ndim", true}}},
+      {"vector_function", {{"symbol", true}, {"steps", true}}},
+      {"vector_step",
+       {{"name", true}, {"scheme", true}, {"op", true}, {"rank", true}, {"operand", true},
+        {"bits_in", true}, {"bits_out", true}}}};
+  return objects;
+}
+
+const std::vector<DescriptorField>& DescriptorFields(const std::string& name) {
+  for (const DescriptorObject& o : DescriptorObjects()) {
+    if (name == o.name) return o.fields;
+  }
+  TVM_FFI_THROW(InternalError) << "no descriptor object '" << name << "'";
+  TVM_FFI_UNREACHABLE();
 }
 
 StepKind ParseStepKind(const std::string& name) {
@@ -212,6 +230,7 @@ Descriptor ParseDescriptor(const std::string& text) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: invalid JSON: " << e.what();
   }
   const Json& top = AsObject(root, "the descriptor");
+  CheckKeys(top, "descriptor", "the descriptor");
   const int64_t version = Get<int64_t>(top, "version", "the descriptor");
   if (version != kDescriptorVersion) {
     TVM_FFI_THROW(ValueError) << "tenet descriptor: version " << version
@@ -236,10 +255,12 @@ Descriptor ParseDescriptor(const std::string& text) {
     VectorProgram vp;
     vp.symbol = Get<std::string>(fobj, "symbol", "a vector function");
     const std::string where = "vector function '" + vp.symbol + "'";
+    CheckKeys(fobj, "vector_function", where);
     const Json steps = Get<Json>(fobj, "steps", where, true);
     for (size_t i = 0; i < steps.size(); ++i) {
       const std::string swhere = where + " step " + std::to_string(i);
       const Json& sobj = AsObject(steps[i], swhere);
+      CheckKeys(sobj, "vector_step", swhere);
       VectorStep st;
       st.name = Get<std::string>(sobj, "name", swhere);
       st.scheme = Get<std::string>(sobj, "scheme", swhere);
@@ -269,6 +290,7 @@ Descriptor ParseDescriptor(const std::string& text) {
     Program p;
     p.symbol = (Get<std::string>(fobj, "symbol", "a function"));
     const std::string where = "function '" + p.symbol + "'";
+    CheckKeys(fobj, "function", where);
     for (const Json& s : Get<Json>(fobj, "inputs", where, true)) {
       p.inputs.push_back(ParseSpec(AsObject(s, where + " input"), where + " input", false));
     }
@@ -276,7 +298,7 @@ Descriptor ParseDescriptor(const std::string& text) {
     for (size_t i = 0; i < steps.size(); ++i) {
       const std::string swhere = where + " step " + std::to_string(i);
       const Json& sobj = AsObject(steps[i], swhere);
-      CheckStepKeys(sobj, swhere);
+      CheckKeys(sobj, "step", swhere);
       Step st;
       st.pattern = (Get<std::string>(sobj, "pattern", swhere));
       st.name = (Get<std::string>(sobj, "name", swhere));

@@ -49,12 +49,23 @@ struct DescriptorField {
   bool required;
 };
 
+/*! \brief The keys of one kind of object in the descriptor, in the order SerializeDescriptor
+ *  writes them. */
+struct DescriptorObject {
+  const char* name;  // "descriptor" (the top level), "function", "step", "vector_function",
+                     // "vector_step"
+  std::vector<DescriptorField> fields;
+};
+
 /*!
- * \brief The keys of a GEMM step object, in the order SerializeDescriptor writes them: the one
- *  list the runtime reads (ParseDescriptor refuses any other key) and the codegen writes
- *  (exported as tenet_byoc.runtime.descriptor_step_fields).
+ * \brief Every object of the descriptor and its keys: the one definition the runtime reads
+ *  (ParseDescriptor refuses any other key, naming it) and the codegen writes (exported as
+ *  tenet_byoc.runtime.descriptor_fields).
  */
-const std::vector<DescriptorField>& StepFields();
+const std::vector<DescriptorObject>& DescriptorObjects();
+
+/*! \brief The keys of the object called `name` in DescriptorObjects(). */
+const std::vector<DescriptorField>& DescriptorFields(const std::string& name);
 
 StepKind ParseStepKind(const std::string& name);
 const char* StepKindName(StepKind kind);

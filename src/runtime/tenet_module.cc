@@ -708,12 +708,17 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       // The descriptor version this runtime reads (program.h): the codegen writes it from
       // here, so the number is written once.
       .def("tenet_byoc.runtime.descriptor_version", []() { return kDescriptorVersion; })
-      // The keys of a GEMM step (program.h StepFields) as JSON [[name, required], ...]: the
-      // codegen writes its steps' keys from here, so the field list is written once.
-      .def("tenet_byoc.runtime.descriptor_step_fields", []() {
-        detail::OrderedJson fields = detail::OrderedJson::array();
-        for (const DescriptorField& f : StepFields()) fields.push_back({f.name, f.required});
-        return ffi::String(fields.dump());
+      // Every descriptor object's keys (program.h DescriptorObjects) as JSON
+      // {object: [[name, required], ...]}: the codegen writes its objects' keys from here,
+      // so each list is written once.
+      .def("tenet_byoc.runtime.descriptor_fields", []() {
+        detail::OrderedJson objects = detail::OrderedJson::object();
+        for (const DescriptorObject& o : DescriptorObjects()) {
+          detail::OrderedJson fields = detail::OrderedJson::array();
+          for (const DescriptorField& f : o.fields) fields.push_back({f.name, f.required});
+          objects[o.name] = fields;
+        }
+        return ffi::String(objects.dump());
       });
 }
 

@@ -72,30 +72,21 @@ def test_user_given_mappings_are_never_replaced():
     assert resolve(given, mapping="default") is given
 
 
-def test_the_old_name_fixed_warns_once_and_is_default():
-    import warnings
-
-    auto = preset("os16", mapping="auto")
+def test_the_old_name_fixed_is_refused_naming_the_choices():
     for old in (lambda: preset("os16", mapping="fixed"),
-                lambda: resolve(auto, mapping="fixed")):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            acc = old()
-        assert [str(w.message) for w in caught if w.category is DeprecationWarning] == [
-            "mapping='fixed' is deprecated: use mapping='default' (each call's default tiles, "
-            "no search)"]
-        assert acc.to_json() == preset("os16", mapping="default").to_json()
+                lambda: resolve(preset("os16", mapping="auto"), mapping="fixed")):
+        with pytest.raises(ValueError, match="mapping must be one of None, 'default' or "
+                           "'auto', got 'fixed'"):
+            old()
 
 
-def test_the_command_line_takes_default_and_the_old_fixed_with_a_note(capsys):
+def test_the_command_line_takes_default_and_refuses_the_old_fixed(capsys):
     from tenet_byoc_cli.parser import build_parser
 
     parser = build_parser()
     args = parser.parse_args(["estimate", "--mapping", "default"])
     assert args.mapping == "default" and capsys.readouterr().err == ""
-    args = parser.parse_args(["estimate", "--mapping", "fixed"])
-    assert args.mapping == "default"
-    assert "--mapping fixed is deprecated: use --mapping default" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        parser.parse_args(["estimate", "--mapping", "best"])
-    assert "invalid choice: 'best'" in capsys.readouterr().err
+    for old in ("fixed", "best"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["estimate", "--mapping", old])
+        assert f"invalid choice: '{old}'" in capsys.readouterr().err

@@ -1,9 +1,9 @@
 """mapping="auto" on an accelerator: its JSON form, and charges against a direct mapping search.
 
-The reference for a charge is ``cm.search_mapping`` called directly with the space the
+The reference for a charge is ``cm.MappingSearch`` asked directly over the space the
 accelerator's README declares for "auto" (os, ws and is on its array, streamed dimension also
 cut into 1 and 4 array edges; written out here by hand, not read from the charge path), and
-``charge_gemm`` with the default mapping for "never worse".
+``cm.charge`` with the default mapping for "never worse".
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ def _hand_ops(op: str, n: int, h: int, e: int) -> dict:
         "quantize": {"mul": n, "add": 3 * n},
         "kv_write": {},
         "relu": {"add": n},  # max(x, 0): one compare-select per element
+        "tanh": {"tanh": n},  # soft-capping's tanh alone
     }[op]
     return {c: ops.get(c, 0) for c in CLASSES}
 
@@ -60,7 +61,7 @@ def _hand_bits(op: str, n: int, h: int, e: int, bits_in: int, bits_out: int, buf
 
 
 OPS = ("layer_norm", "rms_norm", "softmax", "gelu_tanh", "gelu_erf", "silu", "add", "multiply",
-       "divide", "rotary", "take", "mask", "quantize", "kv_write", "relu")
+       "divide", "rotary", "take", "mask", "quantize", "kv_write", "relu", "tanh")
 
 
 def _operand(op: str, n: int, h: int) -> int | None:

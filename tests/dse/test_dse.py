@@ -273,6 +273,40 @@ def test_vector_lanes_and_chips_equal_estimate_of_that_system_alone():
     assert all(two[s].tpot_ms > one[s].tpot_ms / 2 for s in one)
 
 
+# Micro-batches: a point splits its batch through the pipeline as System(micro_batches=)
+# does; on one chip the micro-batches run one after another.
+MICRO = {"rows": [8], "cols": [16], "pe_formats": [["int8", "fp16", "fp32"]],
+         "pipeline_parallel": [1, 2], "micro_batches": [1, 2], "link_gbps": [50], "node_nm": 28}
+
+
+def test_micro_batches_equal_estimate_at_the_same_micro_batches():
+    from tenet_byoc.system import Link, System
+
+    rows = dse.explore("gpt2", ["none"], MICRO, executor="serial", **RUN)
+    assert sorted((r.pipeline_parallel, r.micro_batches) for r in rows) == [
+        (1, 1), (1, 2), (2, 1), (2, 2)]
+    by = {}
+    for r in rows:
+        assert r.feasible, r.reason
+        acc = r.point().accelerator()
+        system = System(acc, chips=r.pipeline_parallel, pipeline_parallel=r.pipeline_parallel,
+                        micro_batches=r.micro_batches, link=Link(bandwidth_gbps=50.0))
+        ledger = tenet_byoc.estimate("gpt2", r.scheme, system=system, **RUN)
+        pre, dec = phase_figures(ledger, r.scheme, RUN["prompt_len"], RUN["decode_steps"],
+                                 RUN["batch"])
+        assert r.ttft_ms == pytest.approx(pre.latency_ms, rel=1e-12)
+        assert r.tpot_ms == pytest.approx(dec.latency_ms, rel=1e-12)
+        by[r.pipeline_parallel, r.micro_batches] = r
+    # two micro-batches overlap on two stages, and only run one after another on one chip
+    assert by[2, 2].ttft_ms < by[2, 1].ttft_ms
+    assert by[1, 2].ttft_ms > by[1, 1].ttft_ms
+    assert "mb2" in by[2, 2].name and "mb" not in by[2, 1].name
+    # a batch the micro-batches do not divide is refused on that point, saying why
+    (odd,) = dse.explore("gpt2", ["none"], {**MICRO, "pipeline_parallel": [2],
+                                            "micro_batches": [3]}, executor="serial", **RUN)
+    assert not odd.feasible and "micro_batches=3 must divide batch" in odd.reason
+
+
 def test_vector_lanes_change_ttft_as_estimate_says():
     # one chip, two points that differ only in the vector unit's lanes: the norms, softmax,
     # residuals and epilogues run faster on 64 lanes, and by what estimate's ledgers say
@@ -338,7 +372,8 @@ def test_a_bad_system_field_names_it(space, message):
 def test_a_results_file_of_the_first_release_resumes(tmp_path, serial, monkeypatch):
     # rows written before vector_lanes and the system fields existed: same keys, read back
     path = tmp_path / "points.jsonl"
-    later = ("vector_lanes", "tensor_parallel", "pipeline_parallel", "link_gbps")
+    later = ("vector_lanes", "tensor_parallel", "pipeline_parallel", "link_gbps",
+             "micro_batches")
     old = [{k: v for k, v in dataclasses.asdict(dataclasses.replace(r, fronts=())).items()
             if k not in later} for r in serial]
     path.write_text("".join(json.dumps(row) + "\n" for row in old))
@@ -352,10 +387,11 @@ def test_a_results_file_of_the_first_release_resumes(tmp_path, serial, monkeypat
 
 def test_the_schema_drives_the_columns_the_space_and_the_charge_keys():
     # the results columns of the release before the schema was written once (hand-copied
-    # from that release's PointResult): files and CSVs written then stay readable
+    # from that release's PointResult), with micro_batches added since: files and CSVs
+    # written then stay readable
     before = ("key name scheme rows cols dataflow pe_formats buffer_bytes dram_gbps clock_ghz "
               "register_bytes mapping vector_lanes tensor_parallel pipeline_parallel link_gbps "
-              "area_mm2 ttft_ms tpot_ms tokens_per_s energy_per_token_mj "
+              "micro_batches area_mm2 ttft_ms tpot_ms tokens_per_s energy_per_token_mj "
               "prefill_energy_per_token_mj power_w feasible reason perplexity top1_agreement "
               "fronts").split()
     assert [f.name for f in dataclasses.fields(dse.PointResult)] == before

@@ -239,3 +239,63 @@ def test_a_tally_of_micro_batched_steps_is_the_sum_of_the_steps():
     book = estimate("gpt2", prompt_len=0, context_len=20, decode_steps=3, batch=4,
                     system=system)
     assert book.latency_s() == pytest.approx(tally.seconds, rel=1e-12)
+
+
+def test_fused_attention_replaces_the_products_and_score_work_by_hand(mixed):
+    # plan(attention="fused"): per layer one AttentionCall of Llama-3-8B's 32 query / 8 KV
+    # heads of 128 for the prompt (512 x 512 keys) and one for the 7 decodes together, at
+    # their mean keys rounded up (ceil(10,857 / 7) = 1,551: the K and V they read), in place
+    # of Q x K^T, P x V and the scores' scale, masks and softmax; every other call as in the
+    # unfused plan. estimate on h200 (a preset that runs it fused) charges each
+    # kernel what the cost model charges that call, and its step is the sum of the rest plus
+    # the kernels (no fused epilogue behind them).
+    import tenet_byoc.cost_model as cm
+
+    unfused, fused = (plan(LLAMA, mixed, "none", attention=a) for a in ("unfused", "fused"))
+    kernels = [c for c in fused.calls if c.unit == "attention"]
+    assert len(kernels) == LAYERS * 2
+    layer0 = [c.call for c in kernels if c.layer == 0]
+    assert sum(c + 1 for c in CONTEXTS) == 10_857
+    assert [(k.batch, k.heads, k.kv_heads, k.queries, k.keys, k.head_dim, k.causal)
+            for k in layer0] == [(1, 32, KV, 512, 512, HD, True),
+                                 (7, 32, KV, 1, 1_551, HD, True)]
+    score = ("attn.qk", "attn.pv", "attn.scale", "attn.mask", "attn.batch_mask",
+             "attn.masked", "attn.softmax")
+    rest = [(c.name, c.key) for c in unfused.calls if not c.name.endswith(score)]
+    assert [(c.name, c.key) for c in fused.calls if c.unit != "attention"] == rest
+    with pytest.raises(ValueError, match="attention='flash'"):
+        plan(LLAMA, mixed, "none", attention="flash")
+    acc = preset("h200")
+    assert (acc.attention, preset("os16").attention) == ("fused", "unfused")
+    cost, book = estimate_step(LLAMA, mixed, "none", acc)
+    entries = [e for e in book.entries if e.unit == "attention"]
+    assert [e.cycles for e in entries] == [cm.charge_attention(c.call, acc).cycles
+                                           for c in kernels]
+    plain, _ = estimate_step(LLAMA, mixed, "none", acc, attention="unfused", entries=False)
+    charges = Charges(acc)
+    others = compose(type(fused)(fused.step, fused.phase, tuple(
+        c for c in fused.calls if c.unit != "attention")), charges.cost, charges.schedule,
+        acc.hardware.clock_ghz)
+    hz = acc.hardware.clock_ghz * 1e9
+    assert cost.seconds == pytest.approx(others.seconds + sum(e.cycles for e in entries) / hz)
+    assert cost.seconds != plain.seconds
+
+
+def test_logits_on_the_last_token_by_hand():
+    # logits="last" (a serving engine's sampling): the head over one row per sequence, its
+    # input quantization likewise; True (the runners, estimate's default) over every new
+    # token; everything else alike. Three prompts of 512 and two decodes, w8a8.
+    scheme = "w8a8_per_channel_per_token"
+    seqs = [(StepSequence(512, 0), 3), (StepSequence(1, 40), 2)]
+    last = plan(LLAMA, Step([(StepSequence(s.new_tokens, s.context, logits="last"), n)
+                             for s, n in seqs]), scheme)
+    every = plan(LLAMA, Step(seqs), scheme)
+    (head,) = [c.call for c in last.calls if c.name == "lm_head"]
+    (full,) = [c.call for c in every.calls if c.name == "lm_head"]
+    assert (head.m, head.n, head.k, full.m) == (5, VOCAB, D, 3 * 512 + 2)
+    (q,) = [tuple(c.call.shape) for c in last.calls if c.name == "lm_head.quantize"]
+    assert q == (1, 5, D)
+    rest = [(c.name, c.key) for c in every.calls if not c.name.startswith("lm_head")]
+    assert [(c.name, c.key) for c in last.calls if not c.name.startswith("lm_head")] == rest
+    with pytest.raises(TypeError, match="logits"):
+        StepSequence(4, 0, logits="first")

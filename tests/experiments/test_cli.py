@@ -206,7 +206,8 @@ def test_module_entry_point_exit_codes():
 @pytest.mark.slow
 def test_quick_sweep_on_gpt2_small(tmp_path):
     """The README's job in its --quick form: GPT-2 small's MACs are the analytical count."""
-    from tenet_byoc.models.gpt2 import GPT2Config, gpt2_matmul_macs
+    from tenet_byoc.models.gemms import total_macs
+    from tenet_byoc.models.gpt2 import GPT2Config
 
     assert main(["sweep", "--quick", "--model", "gpt2", "--no-progress", "--repeats", "1",
                  "--out", str(tmp_path)]) == 0
@@ -214,7 +215,7 @@ def test_quick_sweep_on_gpt2_small(tmp_path):
     small = GPT2Config.preset("small")
     assert len(rows) == 6
     for r in rows:
-        assert r["macs"] == gpt2_matmul_macs(small, 32, r["phase"])
+        assert r["macs"] == total_macs(small, r["phase"], 32)
         assert r["calls"] == 73
 
 

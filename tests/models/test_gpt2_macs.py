@@ -9,10 +9,10 @@ import tvm
 from tvm import relax
 from tvm.sym import Analyzer
 
+from tenet_byoc.models.gemms import total_macs
 from tenet_byoc.models.gpt2 import (
     GPT2Config,
     export_gpt2,
-    gpt2_matmul_macs,
     gpt2_matmuls,
     param_shapes,
 )
@@ -78,7 +78,7 @@ def test_prefill_macs_match_ir(exported, seq_len):
     expected = gpt2_matmuls(config, seq_len, phase="prefill")
     assert len(got) == len(expected) == 6 * config.n_layer + 1
     assert got == [m.macs for m in expected]
-    assert sum(got) == gpt2_matmul_macs(config, seq_len, phase="prefill")
+    assert sum(got) == total_macs(config, "prefill", seq_len)
 
 
 @pytest.mark.parametrize("past_len", [0, 5, 31])
@@ -87,15 +87,15 @@ def test_decode_macs_match_ir(exported, past_len):
     got = ir_matmul_macs(mod, "decode", {"past_len": past_len})
     expected = gpt2_matmuls(config, past_len, phase="decode")
     assert got == [m.macs for m in expected]
-    assert sum(got) == gpt2_matmul_macs(config, past_len, phase="decode")
+    assert sum(got) == total_macs(config, "decode", past_len)
 
 
 def test_closed_form_gpt2_small():
     c = GPT2Config.preset("small")
     d, v, n = 768, 50257, 12
     p = 128
-    assert gpt2_matmul_macs(c, p) == n * (12 * p * d * d + 2 * p * p * d) + p * d * v
-    assert gpt2_matmul_macs(c, p, phase="decode") == n * (12 * d * d + 2 * (p + 1) * d) + d * v
+    assert total_macs(c, "prefill", p) == n * (12 * p * d * d + 2 * p * p * d) + p * d * v
+    assert total_macs(c, "decode", p) == n * (12 * d * d + 2 * (p + 1) * d) + d * v
 
 
 def test_decode_linear_macs_equal_weight_count():
@@ -107,7 +107,7 @@ def test_decode_linear_macs_equal_weight_count():
         if len(shape) == 2 and name != "wpe.weight"
     )
     attention = c.n_layer * 2 * (9 + 1) * c.n_embd
-    assert gpt2_matmul_macs(c, 9, phase="decode") == weights + attention
+    assert total_macs(c, "decode", 9) == weights + attention
     # GPT-2 small's well-known 124,439,808 parameters: these, wpe, and 121,344 vector ones
     # (per layer 2 LayerNorms of 2 * 768, biases 3 * 768 + 768 + 3072 + 768; ln_f 2 * 768).
     vectors = 12 * (4 * 768 + 3 * 768 + 768 + 3072 + 768) + 2 * 768
@@ -118,10 +118,10 @@ def test_decode_linear_macs_equal_weight_count():
 def test_mac_count_rejects_bad_arguments():
     c = GPT2Config.preset("tiny")
     with pytest.raises(ValueError, match="phase='train'"):
-        gpt2_matmul_macs(c, 4, phase="train")
+        total_macs(c, "train", 4)
     with pytest.raises(ValueError, match="seq_len=33"):
-        gpt2_matmul_macs(c, 33)
+        total_macs(c, "prefill", 33)
     with pytest.raises(ValueError, match="seq_len=32"):
-        gpt2_matmul_macs(c, 32, phase="decode")
+        total_macs(c, "decode", 32)
     with pytest.raises(TypeError, match="seq_len=2.0"):
-        gpt2_matmul_macs(c, 2.0)
+        total_macs(c, "prefill", 2.0)

@@ -179,18 +179,17 @@ def test_moe_matmuls_default_routing_and_bad_counts():
         moe_matmuls(config, 4, "prefill", [[2] * 8] * 32)  # 16 rows, not 4 x 2
 
 
-@pytest.mark.parametrize("command", ["serve"])
-def test_the_command_line_refuses_to_charge_experts_by_name(command, tmp_path, capsys):
+def test_serve_refuses_latent_attention_by_name(tmp_path, capsys):
+    # serve charges grouped-query mixtures (tests/serving/test_serve_moe.py); DeepSeek-V3's
+    # latent attention caches one compressed latent a token, which its KV cache does not
+    # model: one line naming it and exit code 2, as argparse does.
     from tenet_byoc.experiments.cli import main
 
-    space = tmp_path / "space.yaml"
-    space.write_text("rows: [8]\ncols: [8]\ndataflows: [os]\npe_formats: [[int8]]\n"
-                     "buffer_bytes: [262144]\ndram_gbps: [32]\nnode_nm: 28\n")
-    extra = {"estimate": [], "dse": ["--space", str(space), "--out", str(tmp_path / "d")],
-             "serve": ["--out", str(tmp_path / "s")]}[command]
-    with pytest.raises(SystemExit) as exc:  # one line and exit code 2, as argparse does
-        main([command, "--model", "mixtral-8x7b", *extra])
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--model", "deepseek-v3", "--accelerator", "h200", "--rate", "1",
+              "--requests", "2", "--out",
+              str(tmp_path / "s"), "--no-progress"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "'mixtral-8x7b' is a mixture of experts (mixtral)" in err
+    assert "deepseek-v3: serving's KV cache of multi-head latent attention" in err
     assert "Traceback" not in err

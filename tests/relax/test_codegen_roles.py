@@ -9,7 +9,7 @@ from tvm import relax
 
 import tenet_byoc
 from relax_testing import matmul_module
-from tenet_byoc.codegen import STEP_FIELDS, UNNAMED_SCHEME, describe_function
+from tenet_byoc.codegen import DESCRIPTOR_FIELDS, UNNAMED_SCHEME, describe_function
 from tenet_byoc.patterns import PATTERN_INFO
 from tenet_byoc.quantization import RECIPE_ATTR, SCHEME_ATTR, SCHEMES, quantize
 
@@ -28,8 +28,8 @@ def test_quantized_steps_carry_the_stamped_scheme(scheme, rng):
     (func,) = _tenet_functions(tenet_byoc.partition_for_tenet(qmod))
     (step,) = describe_function(func)["steps"]
     assert step["scheme"] == scheme
-    # The codegen writes exactly the keys the runtime reads (program.cc StepFields), in order.
-    assert list(step) == list(STEP_FIELDS)
+    # The codegen writes exactly the keys the runtime reads (program.cc DescriptorObjects), in order.
+    assert list(step) == list(DESCRIPTOR_FIELDS["step"])
     # The recipe and widths are the ones quantize stamped, not guessed from the pattern.
     # (Static schemes quantized without calibration data compute their scales per call.)
     s = dataclasses.replace(SCHEMES[scheme], activation_static=False)
@@ -51,6 +51,6 @@ def test_a_module_quantize_did_not_stamp_is_unnamed(rng):
     (func,) = _tenet_functions(tenet_byoc.partition_for_tenet(qmod))
     (step,) = describe_function(func)["steps"]
     assert step["scheme"] == UNNAMED_SCHEME
-    assert list(step) == list(STEP_FIELDS)
+    assert list(step) == list(DESCRIPTOR_FIELDS["step"])
     # A hand-written form is charged as its operands say: int8 weights per channel.
     assert (step["quant"]["weight"], step["quant"]["place"]) == ("channel", "weight")

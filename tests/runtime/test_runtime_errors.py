@@ -12,7 +12,7 @@ from tvm import relax
 
 import tenet_byoc
 from relax_testing import matmul_module
-from tenet_byoc.codegen import DESCRIPTOR_VERSION, FLOAT_RECIPE
+from tenet_byoc.codegen import DESCRIPTOR_FIELDS, DESCRIPTOR_VERSION, FLOAT_RECIPE
 from tenet_byoc.accelerators import preset
 
 
@@ -199,26 +199,59 @@ def test_the_codegen_writes_the_version_the_runtime_reads():
             create(_descriptor(version=version))
 
 
-def test_the_codegen_writes_the_step_fields_the_runtime_reads(linear):
-    # program.cc's StepFields is the one list of a step's keys: the runtime's own writer
-    # (SerializeDescriptor, inspect_source) writes exactly its keys, in its order (the
-    # codegen's are checked in tests/relax/test_codegen_roles.py); dropping any required key
-    # is refused naming it; a key outside it is refused by the codegen's own check.
-    from tenet_byoc.codegen import STEP_FIELDS, TenetCodegenError, _step_fields
+def _objects(doc: dict) -> dict[str, list[dict]]:
+    """Every object of a descriptor, by the runtime's name for its kind."""
+    functions, vector_functions = doc["functions"], doc.get("vector_functions", [])
+    return {"descriptor": [doc], "function": functions,
+            "step": [s for f in functions for s in f["steps"]],
+            "vector_function": vector_functions,
+            "vector_step": [s for f in vector_functions for s in f["steps"]]}
 
-    module = next(m for m in linear[0].mod.imports if m.kind == "tenet")
-    (step,) = json.loads(module.inspect_source())["functions"][0]["steps"]
-    assert list(step) == list(STEP_FIELDS)
+
+def _softmax_descriptor() -> str:
+    """A built module's descriptor with a GEMM step and a vector step (the softmax)."""
+    bb = relax.BlockBuilder()
+    x, w = relax.Var("x", relax.TensorType((4, 8), "float32")), relax.Var(
+        "w", relax.TensorType((3, 8), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, bb.emit(relax.op.permute_dims(w))))
+            out = bb.emit_output(relax.op.nn.softmax(y))
+        bb.emit_func_output(out)
+    ex = tenet_byoc.build(bb.get())
+    return next(m for m in ex.mod.imports if m.kind == "tenet").inspect_source()
+
+
+def test_the_codegen_writes_the_objects_the_runtime_reads():
+    # program.cc's DescriptorObjects is the one list of each object's keys: the codegen
+    # writes exactly its keys, in its order, for every object of a built module; dropping a
+    # required key is refused by the runtime naming it, and so is a key outside the list.
+    from tenet_byoc.codegen import TenetCodegenError, _fields
+
+    assert set(DESCRIPTOR_FIELDS) == {"descriptor", "function", "step", "vector_function",
+                                      "vector_step"}
+    text = _softmax_descriptor()
+    objects = _objects(json.loads(text))
     create = tvm.get_global_func("tenet_byoc.runtime.create_module")
-    base = json.loads(_descriptor())
-    assert set(base["functions"][0]["steps"][0]) == set(STEP_FIELDS)
-    for key, required in STEP_FIELDS.items():
-        doc = json.loads(_descriptor())
-        del doc["functions"][0]["steps"][0][key]
-        if required:
-            with pytest.raises(ValueError, match=f"step 0 has no field '{key}'"):
+    for kind, fields in DESCRIPTOR_FIELDS.items():
+        assert objects[kind], kind  # the module has one of each
+        for obj in objects[kind]:
+            assert list(obj) == list(fields), kind
+        for key, required in fields.items():
+            doc = json.loads(text)
+            del _objects(doc)[kind][0][key]
+            if required:
+                with pytest.raises(ValueError, match=f"has no field '{key}'"):
+                    create(json.dumps(doc))
+            else:
                 create(json.dumps(doc))
-    with pytest.raises(TenetCodegenError, match=r"does not read \(\['tile'\]\)"):
-        _step_fields("f", {**step, "tile": 4})
+        doc = json.loads(text)
+        _objects(doc)[kind][0]["colour"] = 1
+        with pytest.raises(ValueError, match="has an unknown field 'colour'"):
+            create(json.dumps(doc))
+    step = objects["step"][0]
+    with pytest.raises(TenetCodegenError, match=r"a step has fields the runtime does not "
+                       r"read \(\['tile'\]\)"):
+        _fields("step", "f", {**step, "tile": 4})
     with pytest.raises(TenetCodegenError, match=r"requires \(\['out_ndim'\]\)"):
-        _step_fields("f", {k: v for k, v in step.items() if k != "out_ndim"})
+        _fields("step", "f", {k: v for k, v in step.items() if k != "out_ndim"})

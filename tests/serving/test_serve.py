@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import numpy as np
@@ -11,12 +12,13 @@ import pytest
 from tenet_byoc.estimate import estimate_step
 from tenet_byoc.plan import Step, StepSequence
 from tenet_byoc.serving import SchedulerConfig, TraceRequest, serving_metrics, simulate
-from tenet_byoc.serving.cost import model_step_cost
+from tenet_byoc.serving.cost import SplitStepCost, model_step_cost
 
 
 def test_unbatched_run_is_estimates_summed():
     # One sequence at a time, all waiting at 0: the run lasts each request's prefill and
-    # decode steps as estimate_step composes each whole step (every layer planned), summed.
+    # decode steps as estimate_step composes each whole step (every layer planned), summed;
+    # the head over each step's last token (an engine samples from it: logits="last").
     lengths = [(12, 5), (30, 1), (7, 9)]
     trace = [TraceRequest(0.0, p, o) for p, o in lengths]
     cost = model_step_cost("gpt2", "w8a8_per_tensor", "os16", context_granularity=1,
@@ -26,7 +28,7 @@ def test_unbatched_run_is_estimates_summed():
     def seconds(step):
         return estimate_step("gpt2", step, "w8a8_per_tensor", "os16", entries=False)[0].seconds
 
-    per_request = [seconds(Step.prefill(p)) + sum(seconds(Step.decode(p + i))
+    per_request = [seconds(Step([StepSequence(p, 0, logits="last")])) + sum(seconds(Step.decode(p + i))
                                                   for i in range(o - 1))
                    for p, o in lengths]
     assert run.finish_s == pytest.approx(np.cumsum(per_request), rel=1e-9)
@@ -45,9 +47,11 @@ def test_unbatched_run_is_estimates_summed():
         "decodes+chunk", "chunk"])
 def test_split_cost_matches_the_whole_step(step):
     # The split cost (a T-token prefill's dense calls + each sequence's attention) against
-    # the plan of the whole mixed step: the per-sequence vector calls (mask, positions) and
-    # the epilogues of a batched step differ a little; measured <= 0.5%.
+    # the plan of the whole mixed step, each sequence's logits on its last token: the
+    # per-sequence vector calls (mask, positions) and the epilogues of a batched step differ
+    # a little; measured <= 0.5%.
     cost = model_step_cost("gpt2", "none", "os16", context_granularity=1, token_granularity=1)
+    step = Step([(dataclasses.replace(s, logits="last"), n) for s, n in step.groups])
     whole = estimate_step("gpt2", step, "none", "os16", entries=False)[0].seconds
     assert cost(step) == pytest.approx(whole, rel=0.01)
 
@@ -136,3 +140,15 @@ def test_serve_command_refuses(tmp_path, capsys, extra, message):
               "--no-progress", *extra])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+
+def test_the_head_term_per_step_by_hand():
+    # dense(tokens) + head(sequences) + each sequence's attention; the head's rows (one a
+    # sequence) padded to the token granularity as a step's tokens are: 3 decodes and a
+    # 20-token prompt are 4 rows, charged as 16; 17 sequences as 32.
+    cost = SplitStepCost(lambda t: 1000.0 * t, lambda n, c: 0.0, token_granularity=16,
+                         head=lambda s: 0.5 * s)
+    assert cost.seconds_of([(1, 9)] * 3 + [(20, 0)]) == 1000.0 * 32 + 8.0
+    assert cost.seconds_of([(1, 9)] * 17) == 1000.0 * 32 + 16.0
+    assert cost.misses == 1 + 2 + 2  # dense 32; head 16, 32; attention (1, 9), (20, 0)

@@ -42,8 +42,9 @@ def resolve_config():
 def test_tp2_links_by_hand(acc):
     # TP = 2 on a ring: per layer two all-reduces (attention and MLP output projections) of
     # the step's float32 activations S = T x 768 x 4 bytes, each 2 (T-1)/T S / bw + 2 a with
-    # T = 2 chips; the head's logits all-gathered, (T-1)/T x T x 50257 x 4 / bw + a. Halving
-    # the bandwidth adds the bandwidth terms once more.
+    # T = 2 chips (the dense part); the head's logits of S sequences' last tokens
+    # all-gathered, (T-1)/T x S x 50257 x 4 / bw + a (the head part). Halving the bandwidth
+    # adds the bandwidth terms once more.
     tokens = 16
     fast, slow = (model_step_cost("gpt2", "none", acc,
                                   system=System(acc, 2, 2, 1, 1, Link(gbps, 1.0)))
@@ -51,8 +52,10 @@ def test_tp2_links_by_hand(acc):
     activations = tokens * HIDDEN * 4
     logits = tokens * VOCAB * 4
     per_byte = 1 / 50e9 - 1 / 100e9
-    extra = (LAYERS * 2 * activations + logits / 2) * per_byte
-    assert slow.dense(tokens) - fast.dense(tokens) == pytest.approx(extra, rel=1e-9)
+    assert slow.dense(tokens) - fast.dense(tokens) == pytest.approx(
+        LAYERS * 2 * activations * per_byte, rel=1e-9)
+    assert slow.head(tokens) - fast.head(tokens) == pytest.approx(logits / 2 * per_byte,
+                                                                  rel=1e-9)
     assert slow.attention(tokens, 0) == fast.attention(tokens, 0)
 
 
@@ -62,8 +65,11 @@ def test_tp2_links_by_hand(acc):
 ], ids=["prefill", "decodes+prefill"])
 def test_tp2_split_cost_matches_the_whole_step(acc, step):
     # Against estimate_step's plan of the whole step on the same system (every layer, the
-    # collectives charged as link entries, the critical path over chips); <= 1% as on one
-    # chip (the split's per-sequence vector calls differ a little).
+    # collectives charged as link entries, the critical path over chips; the logits of each
+    # sequence's last token); <= 1% as on one chip (the split's per-sequence vector calls
+    # differ a little).
+    step = Step([(StepSequence(s.new_tokens, s.context, logits="last"), n)
+                 for s, n in step.groups])
     system = System(acc, 2, 2, 1, 1, Link(100.0, 1.0))
     cost = model_step_cost("gpt2", "none", acc, context_granularity=1, token_granularity=1,
                            system=system)

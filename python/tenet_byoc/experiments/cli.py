@@ -386,21 +386,6 @@ def _cmd_presets(args) -> int:
     return 0
 
 
-def _refuse_experts(model: str) -> None:
-    """A mixture-of-experts model is not yet served (estimate and dse charge it): say so."""
-    from ..models.configs import resolve_config
-    from ..models.moe import MoEConfig
-
-    with _input_checks():
-        config = resolve_config(model)
-    if isinstance(config, MoEConfig):
-        raise _UserError(
-            f"model {model!r} is a mixture of experts ({config.model_type}): its config is "
-            "read and its weights counted (tenet_byoc.models.moe), and `estimate` and `dse` "
-            "charge it, but serve does not charge experts yet"
-        )
-
-
 def _cmd_estimate(args) -> int:
     from .estimate_cmd import run_estimate
 
@@ -427,7 +412,6 @@ def _cmd_dse(args) -> int:
 def _cmd_serve(args) -> int:
     from .serve_cmd import run_serve
 
-    _refuse_experts(args.model)
     with _input_checks():  # a bad trace, length, name or memory size is the user's
         code = run_serve(args)
     _finish_out(args, [args.model], args.schemes, [])

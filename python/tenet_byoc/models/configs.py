@@ -158,6 +158,30 @@ _MOES = (
       for size, layers, experts in (("120b", 36, 128), ("20b", 24, 32))),
 )
 
+# Gemma-2 / Gemma-3 text decoders, their config.json fields as published (Gemma-3-4B's file
+# is the multimodal one: its text_config lists only what differs from transformers'
+# Gemma3TextConfig defaults of the release, 4.50, written out here).
+_GEMMA = {"head_dim": 256, "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256,
+          "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True}
+_GEMMAS = (
+    BuiltinModel(
+        "gemma-2-9b", "https://huggingface.co/google/gemma-2-9b/blob/main/config.json",
+        {**_GEMMA, "model_type": "gemma2", "vocab_size": 256000, "hidden_size": 3584,
+         "intermediate_size": 14336, "num_hidden_layers": 42, "num_attention_heads": 16,
+         "num_key_value_heads": 8, "max_position_embeddings": 8192, "rope_theta": 10000.0,
+         "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+         "final_logit_softcapping": 30.0}),
+    BuiltinModel(
+        "gemma-3-4b", "https://huggingface.co/google/gemma-3-4b-it/blob/main/config.json",
+        {**_GEMMA, "model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 2560,
+         "intermediate_size": 10240, "num_hidden_layers": 34, "num_attention_heads": 8,
+         "num_key_value_heads": 4, "max_position_embeddings": 131072, "rope_theta": 1e6,
+         "rope_local_base_freq": 10000.0, "sliding_window": 1024, "sliding_window_pattern": 6,
+         "rope_scaling": {"rope_type": "linear", "factor": 8.0}},
+        note="the text decoder (text_config) only: the SigLIP vision encoder and its "
+             "projector are not modelled"),
+)
+
 _ENTRIES = (
     _gpt2("gpt2", "openai-community/gpt2", 12, 768, 12),
     _gpt2("gpt2-medium", "openai-community/gpt2-medium", 24, 1024, 16),
@@ -166,6 +190,7 @@ _ENTRIES = (
     *(_llama(*row) for row in _LLAMAS),
     _GPTJ,
     *_MOES,
+    *_GEMMAS,
 )
 
 #: Built-in models by name.
@@ -179,7 +204,7 @@ def config_from_dict(values: Mapping[str, Any], name: str = "custom") -> Any:
     ------
     ValueError
         If ``model_type`` is missing or not one of ``gpt2``, ``llama``, ``mistral``,
-        ``qwen2``, ``mixtral``, ``qwen2_moe``, ``qwen3_moe``, ``deepseek_v3``.
+        ``qwen2``, ``gemma2``, ``gemma3_text``, ``mixtral``, ``qwen2_moe``, ``qwen3_moe``, ``deepseek_v3``.
     """
     model_type = values.get("model_type")
     if model_type == "gpt2":

@@ -21,6 +21,7 @@ __all__ = [
     "BATCH_FUNCTIONS",
     "MASK_VALUE",
     "PHASES",
+    "LAYER_TYPES",
     "BatchLayout",
     "MatmulShape",
     "build_with_tvm",
@@ -28,6 +29,7 @@ __all__ = [
     "decode_layout",
     "export_decoder",
     "prefill_layout",
+    "read_layer_types",
     "take_rows",
 ]
 
@@ -40,6 +42,31 @@ BATCH_FUNCTIONS = {"prefill": "prefill_batch", "decode": "decode_batch"}
 #: Added to attention scores a query must not see; exp() of it underflows to exactly 0 in
 #: float32, so a masked key gets no weight at all.
 MASK_VALUE = -1.0e9
+
+
+#: A layer's attention as ``config.json``'s ``layer_types`` names it: every key, or a window.
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def read_layer_types(values: Mapping[str, Any], period: int | None = None
+                     ) -> tuple[str, ...] | None:
+    """``config.json``'s ``layer_types`` (one of :data:`LAYER_TYPES` per layer), checked.
+
+    Absent, every ``period``-th layer is full and the others sliding (Gemma's default), or
+    None (every layer alike) without a ``period``. ``num_hidden_layers`` must be checked
+    before.
+    """
+    n = values["num_hidden_layers"]
+    types = values.get("layer_types")
+    if types is None:
+        if period is None:
+            return None
+        return tuple(LAYER_TYPES[(i + 1) % period != 0] for i in range(n))
+    if (not isinstance(types, list | tuple) or len(types) != n
+            or any(t not in LAYER_TYPES for t in types)):
+        raise ValueError(f"config.json layer_types must list num_hidden_layers={n} values, "
+                         f"each one of {list(LAYER_TYPES)}; got {types!r}")
+    return tuple(types)
 
 
 class MatmulShape(NamedTuple):
@@ -55,6 +82,12 @@ class MatmulShape(NamedTuple):
     def macs(self) -> int:
         """Multiply-accumulates of the matmul."""
         return self.batch * self.m * self.n * self.k
+
+    @property
+    def weight(self) -> str | None:
+        """The operand that is a weight (``"rhs"``), or None for attention's two products
+        of activations (the KV cache)."""
+        return None if self.name.endswith(("attn.qk", "attn.pv")) else "rhs"
 
 
 def call_rows_and_keys(phase: str, seq_len: int, context: int, field: str) -> tuple[int, int]:

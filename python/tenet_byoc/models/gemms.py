@@ -7,33 +7,17 @@ GPT-2 tiny; it is the same list, in the same order, as the ledger of a real offl
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
-from .decoder import PHASES
+from .decoder import PHASES, MatmulShape
 from .gpt2 import GPT2Config, gpt2_matmuls
 from .llama import LlamaConfig, llama_matmuls
 
 __all__ = ["PHASES", "Gemm", "model_gemms", "total_macs"]
 
-# Attention's two GEMMs multiply activations by activations (the KV cache); every other
-# GEMM's rhs is a weight matrix.
-_ACTIVATION_ONLY = ("attn.qk", "attn.pv")
-
-
-class Gemm(NamedTuple):
-    """``batch`` independent ``[m, k] x [k, n]`` products, as one offloaded call."""
-
-    name: str
-    batch: int
-    m: int
-    n: int
-    k: int
-    weight: str | None  #: the operand that is a weight (``"rhs"``), or None for attention
-
-    @property
-    def macs(self) -> int:
-        """Multiply-accumulates of the call."""
-        return self.batch * self.m * self.n * self.k
+#: One GEMM of a call: a :class:`~tenet_byoc.models.decoder.MatmulShape` (its ``weight``
+#: says which operand is a weight).
+Gemm = MatmulShape
 
 
 def model_gemms(config: Any, phase: str, tokens: int) -> list[Gemm]:
@@ -62,10 +46,7 @@ def model_gemms(config: Any, phase: str, tokens: int) -> list[Gemm]:
         shapes = llama_matmuls(config, tokens, phase)
     else:
         raise TypeError(f"config must be a GPT2Config or LlamaConfig, got {type(config).__name__}")
-    return [
-        Gemm(s.name, s.batch, s.m, s.n, s.k, None if s.name.endswith(_ACTIVATION_ONLY) else "rhs")
-        for s in shapes
-    ]
+    return shapes
 
 
 def total_macs(config: Any, phase: str, tokens: int) -> int:

@@ -43,7 +43,6 @@ __all__ = [
     "check_params",
     "check_token_ids",
     "export_gpt2",
-    "gpt2_matmul_macs",
     "gpt2_matmuls",
     "load_hf_checkpoint",
     "param_shapes",
@@ -307,43 +306,17 @@ class GPT2LMHeadModel(nn.Module):
         return logits, tuple(cache)
 
     def prefill(self, input_ids: nn.Tensor) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        """Run a prompt of ``seq_len`` tokens from position 0.
-
-        Parameters
-        ----------
-        input_ids : nn.Tensor
-            ``[1, seq_len]`` int32 token ids.
-
-        Returns
-        -------
-        logits : nn.Tensor
-            ``[1, seq_len, vocab_size]`` float32.
-        cache : tuple of nn.Tensor
-            ``2 * n_layer`` tensors ``K_0, V_0, K_1, V_1, ...``, each
-            ``[1, n_head, seq_len, head_dim]``.
-        """
+        """Run ``[1, seq_len]`` int32 token ids from position 0; return ``[1, seq_len,
+        vocab_size]`` logits and ``2 * n_layer`` cache tensors ``K_0, V_0, ...``, each
+        ``[1, n_head, seq_len, head_dim]``."""
         return self._run(input_ids, self._positions(0, input_ids.shape[1]), None)
 
     def decode(
         self, input_id: nn.Tensor, past: Sequence[nn.Tensor]
     ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        """Run one token at position ``past_len`` given the cache of the ones before it.
-
-        Parameters
-        ----------
-        input_id : nn.Tensor
-            ``[1, 1]`` int32 token id.
-        past : sequence of nn.Tensor
-            ``2 * n_layer`` tensors ``K_0, V_0, ...``, each ``[1, n_head, past_len, head_dim]``;
-            ``past_len`` is also the new token's position.
-
-        Returns
-        -------
-        logits : nn.Tensor
-            ``[1, 1, vocab_size]`` float32.
-        cache : tuple of nn.Tensor
-            The cache extended by this token: each ``[1, n_head, past_len + 1, head_dim]``.
-        """
+        """Run one ``[1, 1]`` token at position ``past_len`` after ``past`` (``2 * n_layer``
+        tensors ``[1, n_head, past_len, head_dim]``); return ``[1, 1, vocab_size]`` logits and
+        the cache one token longer."""
         past_len = past[0].shape[2]
         return self._run(input_id, self._positions(past_len, past_len + 1), past)
 
@@ -354,23 +327,10 @@ class GPT2LMHeadModel(nn.Module):
     def prefill_batch(
         self, input_ids: nn.Tensor, pad: nn.Tensor
     ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        """Run ``batch`` left-padded prompts of ``seq_len`` slots at once.
-
-        Parameters
-        ----------
-        input_ids : nn.Tensor
-            ``[batch, seq_len]`` int32; sequence ``b``'s tokens fill slots ``pad[b]`` on
-            (the ids in the pad slots are any valid ids: nothing attends to them).
-        pad : nn.Tensor
-            ``[batch]`` int32 pad slots before each sequence's first token.
-
-        Returns
-        -------
-        logits : nn.Tensor
-            ``[batch, seq_len, vocab_size]`` float32 (rows of pad slots are meaningless).
-        cache : tuple of nn.Tensor
-            ``2 * n_layer`` tensors, each ``[batch, n_head, seq_len, head_dim]``.
-        """
+        """Run ``batch`` left-padded prompts: ``input_ids`` ``[batch, seq_len]`` int32,
+        sequence ``b``'s tokens from slot ``pad[b]`` on (``pad`` ``[batch]`` int32); return
+        ``[batch, seq_len, vocab_size]`` logits (rows of pad slots meaningless) and the
+        cache tensors, each ``[batch, n_head, seq_len, head_dim]``."""
         return self._run_batch(input_ids, None, prefill_layout(input_ids, pad))
 
     def decode_batch(
@@ -673,17 +633,6 @@ def gpt2_matmuls(config: GPT2Config, seq_len: int, phase: str = "prefill") -> li
         ]
     out.append(MatmulShape("lm_head", 1, rows, config.vocab_size, d))
     return out
-
-
-def gpt2_matmul_macs(config: GPT2Config, seq_len: int, phase: str = "prefill") -> int:
-    """Return the multiply-accumulates of all matmuls of one prefill or decode call.
-
-    For a prompt of P tokens this is ``n_layer * (P * (8 d^2 + 2 d * inner) + 2 P^2 d)
-    + P * d * vocab``; a decode step at cache length L is
-    ``n_layer * (8 d^2 + 2 d * inner + 2 (L + 1) d) + d * vocab``.
-    See :func:`gpt2_matmuls` for the parameters.
-    """
-    return sum(m.macs for m in gpt2_matmuls(config, seq_len, phase))
 
 
 # ----------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from tvm.relax.frontend.nn import op
 from ._params import check_named_arrays
 from .checkpoint import Layout, load_weights, read_config
 from .decoder import (
+    LAYER_TYPES,
     MASK_VALUE,
     BatchLayout,
     MatmulShape,
@@ -32,6 +33,7 @@ from .decoder import (
     decode_layout,
     export_decoder,
     prefill_layout,
+    read_layer_types,
     take_rows,
 )
 from .rope import RopeScaling, rope_from_config
@@ -55,7 +57,10 @@ __all__ = [
 _DTYPE = "float32"
 
 #: The ``model_type`` values of ``config.json`` this module reads.
-FAMILIES = ("llama", "mistral", "qwen2")
+FAMILIES = ("llama", "mistral", "qwen2", "gemma2", "gemma3_text")
+#: The Gemma families (see ``LlamaConfig.model_type``), and the MLP's gate activations.
+GEMMAS = ("gemma2", "gemma3_text")
+ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
 
 # A dimension this large is a typo or an attack, not a model; refused before anything else.
 _MAX_DIM = 1 << 24
@@ -110,10 +115,23 @@ class LlamaConfig:
         An RMSNorm over each query and key head before RoPE (Qwen3's ``q_norm`` /
         ``k_norm``); set by the mixture-of-experts configs that have it.
     sliding_window : int or None
-        Mistral's attention window W: a token attends to itself and the W - 1 tokens
-        before it, and the cache keeps only the last W tokens (a rolling buffer).
+        The attention window W: a token attends to itself and the W - 1 tokens before it.
+        When every layer has it (Mistral) the cache keeps only the last W tokens (a
+        rolling buffer); beside full layers it keeps them all.
+    layer_types : tuple of str or None
+        Per layer ``"sliding_attention"`` or ``"full_attention"`` (Gemma); None: all alike.
+    hidden_act : str
+        The MLP's gate: ``"silu"`` (SwiGLU) or ``"gelu_pytorch_tanh"`` (GeGLU).
+    attn_logit_softcapping, final_logit_softcapping : float or None
+        Gemma-2's ``c * tanh(x / c)`` of the scaled scores (before the mask), of the logits.
+    query_pre_attn_scalar : float or None
+        The scores are scaled by its inverse square root, not head_dim's (Gemma).
+    rope_local_theta : float or None
+        Gemma-3's rotary base of the sliding layers, unscaled (``rope_local_base_freq``).
     model_type : str
-        ``llama``, ``mistral`` or ``qwen2``.
+        One of :data:`FAMILIES`; Gemma's (:data:`GEMMAS`) have four norms per layer whose
+        weight is the scale (Hugging Face's ``w`` loaded as ``1 + w``), the embedding
+        scaled by sqrt(hidden_size).
     name : str
         A label for reports.
     """
@@ -135,6 +153,12 @@ class LlamaConfig:
     tie_word_embeddings: bool = False
     qk_norm: bool = False
     sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
+    hidden_act: str = "silu"
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    query_pre_attn_scalar: float | None = None
+    rope_local_theta: float | None = None
     model_type: str = "llama"
     name: str = "custom"
 
@@ -171,9 +195,14 @@ class LlamaConfig:
             )
         if self.dim_per_head % 2:
             raise ValueError(f"LlamaConfig.head_dim={self.dim_per_head} must be even (RoPE)")
-        for field in ("rms_norm_eps", "rope_theta"):
+        optional = ("attn_logit_softcapping", "final_logit_softcapping",
+                    "query_pre_attn_scalar", "rope_local_theta")
+        for field in ("rms_norm_eps", "rope_theta", *optional):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            if value is None and field in optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    0 < value < math.inf):
                 raise ValueError(f"LlamaConfig.{field}={value!r} must be a positive number")
         if not self.rms_norm_eps < 1:
             raise ValueError(f"LlamaConfig.rms_norm_eps={self.rms_norm_eps!r} must be < 1")
@@ -186,6 +215,13 @@ class LlamaConfig:
             )
         if self.model_type not in FAMILIES:
             raise ValueError(f"LlamaConfig.model_type={self.model_type!r}; known: {FAMILIES}")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"LlamaConfig.hidden_act={self.hidden_act!r}; known: {ACTIVATIONS}")
+        types = self.layer_types
+        if types is not None and (not isinstance(types, tuple) or len(types) !=
+                                  self.num_hidden_layers or not set(types) <= set(LAYER_TYPES)):
+            raise ValueError(f"LlamaConfig.layer_types={types!r} must be a tuple of "
+                             f"num_hidden_layers={self.num_hidden_layers} values of {LAYER_TYPES}")
         if not isinstance(self.name, str):
             raise TypeError(f"LlamaConfig.name={self.name!r} must be a string")
 
@@ -200,10 +236,30 @@ class LlamaConfig:
         return self.num_attention_heads // self.num_key_value_heads
 
     @property
+    def gemma(self) -> bool:
+        """Gemma-2 / 3: sandwich (1 + w) norms, a scaled embedding (see ``model_type``)."""
+        return self.model_type in GEMMAS
+
+    @property
     def window(self) -> int | None:
-        """The sliding window, or None where it does not limit attention."""
+        """The window of every layer (the cache a rolling buffer of it), or None where some
+        layer attends to every token."""
+        if self.layer_types is not None and "full_attention" in self.layer_types:
+            return None
+        return self.layer_window(0)
+
+    def layer_window(self, layer: int) -> int | None:
+        """The attention window of decoder layer ``layer``, or None where it sees every
+        token (a full layer, or a window no shorter than the context)."""
         w = self.sliding_window
+        if self.layer_types is not None and self.layer_types[layer] != "sliding_attention":
+            return None
         return w if w is not None and w < self.max_position_embeddings else None
+
+    @property
+    def uniform_layers(self) -> bool:
+        """Whether every decoder layer runs the same calls (the plan walks two of them)."""
+        return len({self.layer_window(i) for i in range(self.num_hidden_layers)}) == 1
 
     def cache_length(self, tokens: int) -> int:
         """Tokens the cache holds after ``tokens`` tokens: all, or the last ``window``."""
@@ -236,12 +292,16 @@ class LlamaConfig:
         missing = [k for k in required if values.get(k) is None]
         if missing:
             raise ValueError(f"config.json ({model_type}) lacks {missing}")
-        act = values.get("hidden_act", "silu")
-        if act != "silu":
-            raise ValueError(f"config.json hidden_act={act!r} is not supported (only 'silu')")
+        gemma = model_type in GEMMAS
+        # Gemma writes hidden_activation (and may keep an older hidden_act beside it).
+        act = values.get("hidden_activation") if gemma else None
+        act = act or values.get("hidden_act") or ("gelu_pytorch_tanh" if gemma else "silu")
+        if act not in ACTIVATIONS:
+            raise ValueError(f"config.json hidden_act={act!r} is not supported; known: "
+                             f"{list(ACTIVATIONS)}")
         # JSON gives any type; a count written as a string ("96") is refused by name here.
         for key in (*required, "num_key_value_heads", "max_position_embeddings", "head_dim",
-                    "sliding_window"):
+                    "sliding_window", "sliding_window_pattern"):
             value = values.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ValueError(
@@ -249,13 +309,20 @@ class LlamaConfig:
                     f"{type(value).__name__}"
                 )
         kwargs: dict[str, Any] = {k: values[k] for k in required}
+        kwargs["hidden_act"] = act
+        if gemma:  # transformers' defaults for fields a Gemma config.json may leave out
+            kwargs.update(head_dim=256, tie_word_embeddings=True,
+                          max_position_embeddings=8192 if model_type == "gemma2" else 131072)
         # Absent (or null) means one key/value head per query head; 0 is an error, not absent.
         kv_heads = values.get("num_key_value_heads")
         kwargs["num_key_value_heads"] = values["num_attention_heads"] if kv_heads is None else kv_heads
         for key in ("max_position_embeddings", "head_dim", "rms_norm_eps", "tie_word_embeddings"):
             if values.get(key) is not None:
                 kwargs[key] = values[key]
-        kwargs["rope_theta"], kwargs["rope_scaling"] = rope_from_config(values)
+        if model_type == "gemma3_text":
+            kwargs.update(_gemma3_rope(values))
+        else:
+            kwargs["rope_theta"], kwargs["rope_scaling"] = rope_from_config(values)
         if model_type == "qwen2":
             kwargs["qkv_bias"] = True
             if values.get("use_sliding_window"):
@@ -264,12 +331,50 @@ class LlamaConfig:
                     "(its window applies to some layers only)"
                 )
         else:
-            bias = values.get("attention_bias", False)
-            kwargs["qkv_bias"] = kwargs["o_bias"] = bias
+            kwargs["qkv_bias"] = kwargs["o_bias"] = values.get("attention_bias", False)
             kwargs["mlp_bias"] = values.get("mlp_bias", False)
-            if model_type == "mistral":
+            if model_type != "llama":
                 kwargs["sliding_window"] = values.get("sliding_window")
+        if gemma:
+            if values.get("use_bidirectional_attention"):
+                raise ValueError("config.json use_bidirectional_attention=true is not "
+                                 "supported (a causal decoder only)")
+            # Gemma-2's default is every second layer full, Gemma-3's every sixth.
+            period = 2 if model_type == "gemma2" else values.get("sliding_window_pattern", 6)
+            if period is None or period < 1:
+                raise ValueError(f"config.json sliding_window_pattern={period!r} must be a "
+                                 "positive integer (every how many layers one is full)")
+            kwargs["layer_types"] = read_layer_types(values, period)
+            kwargs["qk_norm"] = model_type == "gemma3_text"
+            # transformers' defaults when absent (null: none); Gemma-3's attention takes no
+            # soft-capping, whatever its config says.
+            caps = {"final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0} \
+                if model_type == "gemma2" else {"final_logit_softcapping": None}
+            for key, default in (*caps.items(), ("query_pre_attn_scalar", 256)):
+                kwargs[key] = values.get(key, default)
         return cls(model_type=model_type, name=name, **kwargs)
+
+
+def _gemma3_rope(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Gemma-3's two rotary embeddings: the full layers' base and scaling, the sliding
+    layers' plain base; from ``rope_parameters`` by layer type (transformers 5) or the
+    older ``rope_theta`` / ``rope_scaling`` / ``rope_local_base_freq``."""
+    by_type = values.get("rope_parameters")
+    if isinstance(by_type, Mapping) and "full_attention" in by_type:
+        full, local = by_type.get("full_attention"), by_type.get("sliding_attention") or {}
+        if not isinstance(full, Mapping) or not isinstance(local, Mapping):
+            raise ValueError(f"config.json rope_parameters={by_type!r}: the full_attention and "
+                             "sliding_attention entries must be objects")
+        theta, scaling = rope_from_config({"rope_parameters": {"rope_theta": 1e6, **full}})
+        local_theta, local_scaling = rope_from_config(
+            {"rope_parameters": {"rope_theta": 1e4, **local}})
+        if local_scaling is not None:
+            raise ValueError("config.json rope_parameters.sliding_attention: a scaled rotary "
+                             "embedding on the sliding layers is not supported")
+    else:
+        theta, scaling = rope_from_config({"rope_theta": 1e6, **values})
+        local_theta = values.get("rope_local_base_freq", 1e4)
+    return {"rope_theta": theta, "rope_scaling": scaling, "rope_local_theta": local_theta}
 
 
 def _check_dim(field: str, value: Any) -> None:
@@ -302,9 +407,14 @@ class LlamaAttention(nn.Module):
     Keys and values are never repeated, as a GQA kernel would not repeat them.
     """
 
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, config: LlamaConfig, layer: int = 0) -> None:
         d, hd = config.hidden_size, config.dim_per_head
-        self.window = config.window
+        self.window = config.layer_window(layer)
+        self.rolling = config.window  # the cache keeps only the last W tokens
+        scalar = config.query_pre_attn_scalar or hd
+        self.cap = config.attn_logit_softcapping
+        # With soft-capping, the score scale and the 1 / cap before tanh are one multiply.
+        self.scale = scalar**-0.5 / (self.cap or 1.0)
         self.n_head = config.num_attention_heads
         self.n_kv = config.num_key_value_heads
         self.head_dim = hd
@@ -351,12 +461,17 @@ class LlamaAttention(nn.Module):
         k = heads(self.k_proj(x), self.n_kv, True, self.k_norm if self.qk_norm else None)
         v = heads(self.v_proj(x), self.n_kv, False)
         if past is not None:  # with a window, the new token sees the W - 1 before it
-            keep = None if self.window is None else self.window - 1
+            keep = None if self.rolling is None else self.rolling - 1
             k = op.concat([self._last(past[0], keep), k], dim=2)
             v = op.concat([self._last(past[1], keep), v], dim=2)
+        cache = k, v  # with a rolling buffer, its last W tokens (cut after the attention)
+        if past is not None and self.rolling is None and self.window is not None:
+            k, v = self._last(k, self.window), self._last(v, self.window)  # a view of the cache
         keys = k.shape[2]
         q = op.reshape(q, [b, self.n_kv, g * s, hd])
-        scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * (1.0 / math.sqrt(hd))
+        scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * self.scale
+        if self.cap:  # soft-capping: cap * tanh(scaled score / cap), before the mask
+            scores = op.tanh(scores) * self.cap
         if batch is not None:
             mask = op.reshape(batch.mask(keys), [b, 1, 1, s, keys])
             scores = op.reshape(op.reshape(scores, [b, self.n_kv, g, s, keys]) + mask,
@@ -373,7 +488,7 @@ class LlamaAttention(nn.Module):
         out = op.permute_dims(op.reshape(out, [b, self.n_head, s, hd]), [0, 2, 1, 3])
         rows = [b, s, self.n_head * hd] if batch is None else [1, b * s, self.n_head * hd]
         out = self.o_proj(op.reshape(out, rows))
-        return out, self._last(k, self.window), self._last(v, self.window)
+        return out, self._last(cache[0], self.rolling), self._last(cache[1], self.rolling)
 
     def _probs(self, scores: nn.Tensor, b: Any, s: Any) -> nn.Tensor:
         # The attention weights of scores [b, kv, g * s, keys] (a sink's column in gpt-oss).
@@ -393,33 +508,46 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    """SwiGLU: ``down_proj(silu(gate_proj(x)) * up_proj(x))``."""
+    """SwiGLU: ``down_proj(silu(gate_proj(x)) * up_proj(x))``; GeGLU with GELU (tanh)."""
 
     def __init__(self, config: LlamaConfig) -> None:
         d, inner, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        self.geglu = config.hidden_act == "gelu_pytorch_tanh"
         self.gate_proj = nn.Linear(d, inner, bias=bias)
         self.up_proj = nn.Linear(d, inner, bias=bias)
         self.down_proj = nn.Linear(inner, d, bias=bias)
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
         """Apply the MLP."""
-        return self.down_proj(op.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate = self.gate_proj(x)
+        gate = op.gelu(gate, approximate="tanh") if self.geglu else op.silu(gate)
+        return self.down_proj(gate * self.up_proj(x))
 
 
 class LlamaDecoderLayer(nn.Module):
-    """A pre-RMSNorm decoder layer."""
+    """A pre-RMSNorm decoder layer; Gemma's also norms the attention's and the MLP's outputs
+    (its ``post_attention_layernorm`` is the attention's, ``pre_feedforward_layernorm``
+    the MLP's input norm)."""
 
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, config: LlamaConfig, layer: int = 0) -> None:
         d, eps = config.hidden_size, config.rms_norm_eps
         self.input_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
-        self.self_attn = LlamaAttention(config)
+        self.self_attn = LlamaAttention(config, layer)
         self.post_attention_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
+        self.gemma = config.gemma
+        if self.gemma:
+            self.pre_feedforward_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
+            self.post_feedforward_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
         self.mlp = LlamaMLP(config)
 
     def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None,
                 batch: BatchLayout | None = None) -> _Triple:
         """Apply the layer; return the new hidden state and this layer's K and V."""
         attn, k, v = self.self_attn(self.input_layernorm(x), rope, past, batch)
+        if self.gemma:
+            x = x + self.post_attention_layernorm(attn)
+            return x + self.post_feedforward_layernorm(
+                self.mlp(self.pre_feedforward_layernorm(x))), k, v
         x = x + attn
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, k, v
@@ -437,34 +565,38 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
-            [LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers)]
+            [LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers)]
         )
         self.norm = nn.RMSNorm(config.hidden_size, axes=-1, epsilon=config.rms_norm_eps, bias=False)
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
-    def _rope(self, begin: Any, length: Any) -> tuple[nn.Tensor, nn.Tensor]:
+    def _rope(self, begin: Any, length: Any, local: bool = False
+              ) -> tuple[nn.Tensor, nn.Tensor]:
         # cos/sin of positions [begin, begin + length), computed in float32 as HF does:
         # angle = position * inv_freq, the half-width table repeated twice.
         hd = self.config.dim_per_head
         pos = op.wrap_nested(
             relax.op.arange(begin, begin + length, 1, dtype=_DTYPE), name="rope_positions"
         )
-        angle = op.reshape(pos, [length, 1]) * op.reshape(self._inv_freq(), [1, hd // 2])
-        return self._cos_sin(op.reshape(op.concat([angle, angle], dim=-1), [1, length, 1, hd]))
+        angle = op.reshape(pos, [length, 1]) * op.reshape(self._inv_freq(local), [1, hd // 2])
+        return self._cos_sin(op.reshape(op.concat([angle, angle], dim=-1), [1, length, 1, hd]),
+                             local)
 
-    def _inv_freq(self) -> nn.Tensor:
-        # The frequencies, scaled as the config says, rounded to float32 as HF keeps them.
+    def _inv_freq(self, local: bool = False) -> nn.Tensor:
+        # The frequencies, scaled as the config says, rounded to float32 as HF keeps them
+        # (Gemma-3's sliding layers: their own base, unscaled).
         c = self.config
-        scaling = c.rope_scaling or RopeScaling()
-        inv_freq = scaling.inv_freq(c.dim_per_head, float(c.rope_theta))
+        scaling = RopeScaling() if local else c.rope_scaling or RopeScaling()
+        theta = c.rope_local_theta if local else c.rope_theta
+        inv_freq = scaling.inv_freq(c.dim_per_head, float(theta))
         return op.wrap_nested(relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq")
 
-    def _cos_sin(self, angle: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
+    def _cos_sin(self, angle: nn.Tensor, local: bool = False) -> tuple[nn.Tensor, nn.Tensor]:
         # cos and sin of the angles, times YaRN's attention factor where there is one.
         cos = op.wrap_nested(relax.op.cos(angle._expr), name="rope_cos")
         sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
-        scaling = self.config.rope_scaling
+        scaling = None if local else self.config.rope_scaling
         scale = 1.0 if scaling is None else scaling.attention_scale()
         if scale != 1.0:
             cos, sin = cos * scale, sin * scale
@@ -482,22 +614,32 @@ class LlamaForCausalLM(nn.Module):
         self, ids: nn.Tensor, begin: Any, past: Sequence[nn.Tensor] | None,
         batch: BatchLayout | None = None,
     ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+        c = self.config
         x = take_rows(self.embed_tokens.weight, ids)
+        if c.gemma:  # sqrt(d) rounded to float32, as Hugging Face scales it
+            x = x * float(np.float32(math.sqrt(c.hidden_size)))
         if batch is None:
             rope = self._rope(begin, ids.shape[1])
         else:  # one row axis: each linear layer is one GEMM of B * S rows
             rope = self._rope_batch(batch.positions)
-            x = op.reshape(x, [1, batch.size * batch.length, self.config.hidden_size])
+            x = op.reshape(x, [1, batch.size * batch.length, c.hidden_size])
+        local = rope
+        if c.rope_local_theta is not None:  # Gemma-3's sliding layers rotate by their own base
+            local = self._rope(begin, ids.shape[1], local=True)
         cache: list[nn.Tensor] = []
         for i, layer in enumerate(self.layers):
             layer_past = None if past is None else (past[2 * i], past[2 * i + 1])
-            x, k, v = layer(x, rope, layer_past, batch)
+            sliding = c.layer_types is not None and c.layer_types[i] == "sliding_attention"
+            x, k, v = layer(x, local if sliding else rope, layer_past, batch)
             cache += [k, v]
         x = self.norm(x)
-        if self.config.tie_word_embeddings:
+        if c.tie_word_embeddings:
             logits = op.matmul(x, op.permute_dims(self.embed_tokens.weight))
         else:
             logits = self.lm_head(x)
+        if c.final_logit_softcapping:  # cap * tanh(logits / cap)
+            cap = c.final_logit_softcapping
+            logits = op.tanh(logits * (1.0 / cap)) * cap
         if batch is not None:
             logits = op.reshape(logits, [batch.size, batch.length, self.config.vocab_size])
         return logits, tuple(cache)
@@ -579,6 +721,9 @@ def export_llama(
     """
     checked = None if params is None else check_params(config, params)
     c = config
+    if batched and not c.uniform_layers:
+        raise ValueError(f"{c.name}: the batched functions are not built for a model whose "
+                         "layers have different attention windows (layer_types)")
     model = LlamaForCausalLM(c)
     return export_decoder(model, c.num_hidden_layers, c.num_key_value_heads, c.dim_per_head,
                           checked, position=c.window is not None, batched=batched)
@@ -615,6 +760,9 @@ def _iter_param_shapes(config: LlamaConfig) -> Iterator[tuple[str, tuple[int, ..
             yield p + "self_attn.q_norm.weight", (config.dim_per_head,)
             yield p + "self_attn.k_norm.weight", (config.dim_per_head,)
         yield p + "post_attention_layernorm.weight", (d,)
+        if config.gemma:
+            yield p + "pre_feedforward_layernorm.weight", (d,)
+            yield p + "post_feedforward_layernorm.weight", (d,)
         for proj, shape in (("gate_proj", (inner, d)), ("up_proj", (inner, d)),
                             ("down_proj", (d, inner))):
             yield f"{p}mlp.{proj}.weight", shape
@@ -633,10 +781,10 @@ def param_count(config: LlamaConfig) -> tuple[int, int]:
     d, v, inner = config.hidden_size, config.vocab_size, config.intermediate_size
     q = config.num_attention_heads * config.dim_per_head
     kv = config.num_key_value_heads * config.dim_per_head
-    per_layer = 2 * d + 2 * d * q + 2 * d * kv + 3 * d * inner
+    per_layer = (2 + 2 * config.gemma) * d + 2 * d * q + 2 * d * kv + 3 * d * inner
     per_layer += (q + 2 * kv) * config.qkv_bias + d * config.o_bias
     per_layer += (2 * inner + d) * config.mlp_bias + 2 * config.dim_per_head * config.qk_norm
-    tensors_per_layer = (9 + 3 * config.qkv_bias + config.o_bias + 3 * config.mlp_bias
+    tensors_per_layer = (9 + 2 * config.gemma + 3 * config.qkv_bias + config.o_bias + 3 * config.mlp_bias
                          + 2 * config.qk_norm)
     head = 0 if config.tie_word_embeddings else 1
     n = config.num_hidden_layers
@@ -716,6 +864,9 @@ def load_checkpoint(
     tensors, _ = param_count(config)
     params = load_weights(folder, layout, config.num_hidden_layers, _iter_param_shapes(config),
                           note=f"the config needs {tensors} tensors")
+    if config.gemma:  # Gemma stores w of the scale 1 + w, added in float32 as it does
+        params = {n: np.float32(1) + w if n.endswith("norm.weight") else w
+                  for n, w in params.items()}
     return config, params
 
 
@@ -737,13 +888,14 @@ def llama_matmuls(config: LlamaConfig, seq_len: int, phase: str = "prefill") -> 
     rows, keys = call_rows_and_keys(
         phase, seq_len, config.max_position_embeddings, "max_position_embeddings"
     )
-    if phase == "decode":  # the new token attends to the cache and itself
-        keys = config.cache_length(seq_len + 1)
     d, hd, inner = config.hidden_size, config.dim_per_head, config.intermediate_size
     h, kv, g = config.num_attention_heads, config.num_key_value_heads, config.group_size
     out: list[MatmulShape] = []
     for i in range(config.num_hidden_layers):
         p = f"layers.{i}."
+        window = config.layer_window(i)
+        if phase == "decode":  # the new token attends to the cache and itself
+            keys = seq_len + 1 if window is None else min(seq_len + 1, window)
         out += [
             MatmulShape(p + "self_attn.q_proj", 1, rows, h * hd, d),
             MatmulShape(p + "self_attn.k_proj", 1, rows, kv * hd, d),

@@ -43,11 +43,14 @@ def gemm_epilogues(config: Any, name: str, phase: str = "prefill", batch: int = 
     """The fused epilogue operators of the GEMM ``name`` (bias add, activation), in order
     (``float_gemm``: the linear layers run as float GEMMs, not quantized patterns)."""
     if isinstance(config, LlamaConfig):
-        fused = _residual_fused(config, phase, batch, False, float_gemm)
+        # Gemma norms the outputs of o_proj and down_proj before their residual adds.
+        fused = _residual_fused(config, phase, batch, False, float_gemm) and not config.gemma
         if name.endswith("o_proj") and fused and not config.o_bias:
             return ["add"]
         if name.endswith("down_proj") and fused and not config.mlp_bias:
             return ["add"]
+        if name.endswith("gate_proj") and config.hidden_act != "silu":  # GeGLU's GELU
+            return ["add", "gelu_tanh"] if config.mlp_bias else ["gelu_tanh"]
     if isinstance(config, GPT2Config):
         if name.endswith(("attn.qk", "attn.pv", "lm_head")):
             return []
@@ -98,9 +101,14 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
             add("positions.clamp", "relu", (b, rows))
 
     def batch_mask(i: int, prefix: str, keys: int) -> None:
+        # Built at the first layer; a model of sliding and full layers builds one of each
+        # there (the other's over its own keys).
         if i == 0:
             add(prefix + "batch_mask", "mask", (b, 1, rows, keys))
+            if other_keys is not None:
+                add(prefix + "batch_mask.other", "mask", (b, 1, rows, other_keys))
 
+    other_keys = None
     if isinstance(config, GPT2Config):
         d, h, hd, ff = config.n_embd, config.n_head, config.head_dim, config.inner_dim
         keys = tokens if prefill else tokens + 1
@@ -140,17 +148,26 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
         raise TypeError(f"config must be a GPT2Config or LlamaConfig, got {type(config).__name__}")
     d, hd, ff = config.hidden_size, config.dim_per_head, config.intermediate_size
     nh, nkv = config.num_attention_heads, config.num_key_value_heads
-    g, window = nh // nkv, config.window
-    keys = tokens if prefill else tokens + 1
-    if window and not prefill:
-        keys = min(window - 1, tokens) + 1
+    g, rolling = nh // nkv, config.window
     act = (b, rows, d)
     rope = 2 * rows * hd * (b if batched else 1)  # a batch reads each sequence's rows
+    gemma = config.gemma
+
+    def layer_keys(i: int) -> int:  # keys a query of layer i attends to (a window's last W)
+        window = config.layer_window(i)
+        return tokens if prefill else min(window - 1, tokens) + 1 if window else tokens + 1
+
+    other_keys = None if config.uniform_layers else next(  # those of the other kind of layer
+        layer_keys(i) for i in range(config.num_hidden_layers)
+        if config.layer_window(i) != config.layer_window(0))
     if batched:
         positions(rows)
     add("embed_tokens", "take", act)
+    if gemma:
+        add("embed_tokens.scale", "multiply", act, 1)
     for i in range(config.num_hidden_layers):
         p = f"layers.{i}."
+        window, keys = config.layer_window(i), layer_keys(i)
         add(p + "input_layernorm", "rms_norm", act)
         q(p + "self_attn.q_proj", d)
         if config.qk_norm:  # Qwen3: each head's query and key RMS-normed before RoPE
@@ -160,7 +177,7 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
         if config.qk_norm:
             add(p + "self_attn.k_norm", "rms_norm", (b, rows, nkv, hd))
         add(p + "self_attn.k_rotary", "rotary", (b, rows, nkv, hd), rope)
-        if prefill and not window:
+        if prefill and not rolling:
             add(p + "self_attn.k_cache", "kv_write", (b, nkv, rows, hd))
             q(p + "self_attn.v_proj", d)
             add(p + "self_attn.v_cache", "kv_write", (b, nkv, rows, hd))
@@ -170,6 +187,9 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
                 add(p + "self_attn.k_cache", "kv_write", (b, nkv, 1, hd))
                 add(p + "self_attn.v_cache", "kv_write", (b, nkv, 1, hd))
         add(p + "self_attn.scale", "multiply", (b, nkv, g * rows, keys), 1)
+        if config.attn_logit_softcapping:  # cap * tanh(score / cap), the 1 / cap in the scale
+            add(p + "self_attn.softcap", "tanh", (b, nkv, g * rows, keys))
+            add(p + "self_attn.softcap.scale", "multiply", (b, nkv, g * rows, keys), 1)
         if batched:
             batch_mask(i, p + "self_attn.", keys)
             add(p + "self_attn.masked", "add", (b, nkv, g, rows, keys), b * rows * keys)
@@ -180,22 +200,32 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
             add(p + "self_attn.masked", "add", (b, nkv, g, rows, rows), rows * rows)
         add(p + "self_attn.softmax", "softmax", (b, nkv, g * rows, keys))
         q(p + "self_attn.o_proj", nh * hd)
-        if prefill and window:
-            kept = min(window, rows)
+        if prefill and rolling:
+            kept = min(rolling, rows)
             add(p + "self_attn.k_cache", "kv_write", (b, nkv, kept, hd))
             add(p + "self_attn.v_cache", "kv_write", (b, nkv, kept, hd))
-        if not _residual_fused(config, phase, fuse_batch, config.o_bias, activation_bits == 32
-                               and float_gemm):
+        float_run = activation_bits == 32 and float_gemm
+        if gemma:
+            add(p + "post_attention_layernorm", "rms_norm", act)
+        if gemma or not _residual_fused(config, phase, fuse_batch, config.o_bias, float_run):
             add(p + "attn_residual", "add", act, b * rows * d)
-        add(p + "post_attention_layernorm", "rms_norm", act)
+        add(p + ("pre_feedforward_layernorm" if gemma else "post_attention_layernorm"),
+            "rms_norm", act)
         q(p + "mlp.gate_proj", d)
-        add(p + "mlp.silu", "silu", (b, rows, ff))
+        if config.hidden_act == "silu":  # GeGLU's GELU is gate_proj's epilogue
+            add(p + "mlp.silu", "silu", (b, rows, ff))
         q(p + "mlp.up_proj", d)
         add(p + "mlp.gate_x_up", "multiply", (b, rows, ff), b * rows * ff)
         q(p + "mlp.down_proj", ff)
-        if not _residual_fused(config, phase, fuse_batch, config.mlp_bias, activation_bits == 32
-                               and float_gemm):
+        if gemma:
+            add(p + "post_feedforward_layernorm", "rms_norm", act)
+        if gemma or not _residual_fused(config, phase, fuse_batch, config.mlp_bias, float_run):
             add(p + "mlp_residual", "add", act, b * rows * d)
     add("norm", "rms_norm", act)
     q("lm_head", d)
+    if config.final_logit_softcapping:  # cap * tanh(logits / cap)
+        logits = (b, rows, config.vocab_size)
+        add("lm_head.softcap.scale", "multiply", logits, 1)
+        add("lm_head.softcap", "tanh", logits)
+        add("lm_head.softcap.unscale", "multiply", logits, 1)
     return out

@@ -38,6 +38,7 @@ from .scheme import QuantScheme
 _MATMUL = tvm.ir.Op.get("relax.matmul")
 _PERMUTE = tvm.ir.Op.get("relax.permute_dims")
 _CONCAT = tvm.ir.Op.get("relax.concat")
+_SLICE = tvm.ir.Op.get("relax.strided_slice")
 
 
 def is_attention_gemm(lhs_ty, rhs_ty) -> bool:
@@ -52,7 +53,8 @@ def _kv_writes(func: relax.Function) -> set:
     """The bindings whose values enter the KV cache: the keys and values of the new tokens.
 
     Each 4-D attention matmul's cache operand (the input of ``permute_dims`` for Q K^T, the
-    rhs for P V) is either the new tokens' tensor or ``concat([past, new], axis=2)``; the
+    rhs for P V) is either the new tokens' tensor or ``concat([past, new], axis=2)`` (or a
+    window's slice of it: Gemma's sliding layers beside full ones); the
     new one is quantized once, where it is bound, so that the cache returned and the
     attention that reads it see the same stored values and a past already stored is
     never quantized again.
@@ -77,6 +79,10 @@ def _kv_writes(func: relax.Function) -> set:
         if (isinstance(cache_value, relax.Call) and cache_value.op.same_as(_PERMUTE)
                 and [int(a) for a in cache_value.attrs.axes or []] == [0, 1, 3, 2]):
             cache, cache_value = bound(cache_value.args[0])  # K^T: the keys are its input
+        if isinstance(cache_value, relax.Call) and cache_value.op.same_as(_SLICE):
+            sliced = bound(cache_value.args[0])  # a window's view of the cache
+            if isinstance(sliced[1], relax.Call) and sliced[1].op.same_as(_CONCAT):
+                cache, cache_value = sliced
         if isinstance(cache_value, relax.Call) and cache_value.op.same_as(_CONCAT):
             parts = cache_value.args[0]
             if isinstance(parts, relax.Var):

@@ -7,8 +7,9 @@ sequence of the step. Two kinds of cost answer:
   step shape (the multiset of sequences: a :class:`~tenet_byoc.plan.Step` groups equal
   sequences, and the order of groups does not change the cost). Exact, but a continuous
   batch rarely repeats a shape: for synthetic costs and small runs.
-* :class:`SplitStepCost`: ``dense(tokens) + sum of attention(new_tokens, context)`` over the
-  sequences, each term cached. This is the form of a step's cost when its calls run one
+* :class:`SplitStepCost`: ``dense(tokens) + head(sequences) + sum of attention(new_tokens,
+  context)`` over the sequences, each term cached (``head`` optional: the logits of each
+  sequence's last token, what an engine samples from). This is the form of a step's cost when its calls run one
   after another: the weight GEMMs, norms and activations of a step take its tokens' rows
   together, whatever sequences they come from; the attention GEMMs, softmax and KV reads
   are per sequence. With ``context_granularity`` G > 1, contexts are rounded up to a
@@ -67,7 +68,7 @@ class CachedStepCost:
         found = self._seen.get(key)
         if found is None:
             self.misses += 1
-            step = Step([(StepSequence(k, c), n) for (k, c), n in key])
+            step = Step([(StepSequence(k, c, logits="last"), n) for (k, c), n in key])
             found = self._seen[key] = _checked(self.step_cost(step), step)
         return found
 
@@ -77,12 +78,13 @@ class CachedStepCost:
 
 
 class SplitStepCost:
-    """``dense(tokens) + sum over sequences of attention(new_tokens, context)``, each cached
-    (see the module)."""
+    """``dense(tokens) + head(sequences) + sum over sequences of attention(new_tokens,
+    context)``, each cached (see the module; no ``head``: 0)."""
 
     def __init__(self, dense: Callable[[int], float], attention: Callable[[int, int], float],
                  context_granularity: int = 1, token_granularity: int = 1,
-                 prompt_granularity: int = 1):
+                 prompt_granularity: int = 1, head: Callable[[int], float] | None = None,
+                 stage_split: Callable[[int, int, float], list[float]] | None = None):
         for name, value in (("context_granularity", context_granularity),
                             ("token_granularity", token_granularity),
                             ("prompt_granularity", prompt_granularity)):
@@ -92,6 +94,11 @@ class SplitStepCost:
         self.prompt_granularity = prompt_granularity
         self.dense = dense
         self.attention = attention
+        self.head = head
+        self._head: dict[int, float] = {}
+        #: ``stage_split(tokens, sequences, seconds)``: each pipeline stage's share of a step
+        #: of that many tokens and sequences costing ``seconds`` (None: equal shares).
+        self.stage_split = stage_split
         self.granularity = context_granularity
         self._dense: dict[int, float] = {}
         self._attention: dict[tuple[int, int], float] = {}
@@ -101,7 +108,19 @@ class SplitStepCost:
     @property
     def misses(self) -> int:
         """Distinct terms computed."""
-        return len(self._dense) + len(self._attention)
+        return len(self._dense) + len(self._attention) + len(self._head)
+
+    def _head_s(self, sequences: int) -> float:
+        if self.head is None:
+            return 0.0
+        g = self.token_granularity
+        if g > 1:  # the head's rows padded as a step's tokens are
+            sequences = -(-sequences // g) * g
+        found = self._head.get(sequences)
+        if found is None:
+            found = self._head[sequences] = _checked(self.head(sequences), f"the head of "
+                                                     f"{sequences} sequences")
+        return found
 
     def _dense_s(self, tokens: int) -> float:
         g = self.token_granularity
@@ -129,12 +148,13 @@ class SplitStepCost:
     def seconds_of(self, items: Iterable[tuple[int, int]]) -> float:
         """Seconds of the step of these ``(new_tokens, context)`` sequences."""
         self.calls += 1
-        tokens = 0
+        tokens = sequences = 0
         total = 0.0
         att = self._attention
         g = self.granularity
         for new, context in items:
             tokens += new
+            sequences += 1
             if g > 1:
                 context = -(-context // g) * g
             if context == 0:  # a prompt's first chunk: _attention_s rounds it
@@ -142,7 +162,7 @@ class SplitStepCost:
                 continue
             found = att.get((new, context))
             total += found if found is not None else self._attention_s(new, context)
-        return total + self._dense_s(tokens)
+        return total + self._dense_s(tokens) + self._head_s(sequences)
 
     def __call__(self, step: Step) -> float:
         return self.seconds_of(s_key for s, n in step.groups
@@ -175,7 +195,7 @@ class SplitStepCost:
         total = np.zeros(m)
         for row in values:  # the sequences' terms in their order, as seconds_of adds them
             total += row
-        total += self._dense_s(len(contexts))
+        total += self._dense_s(len(contexts)) + self._head_s(len(contexts))
         return total
 
 
@@ -190,8 +210,9 @@ def as_step_cost(cost: object) -> Any:
 
 #: The entries of a ledger that belong to one sequence's attention (the rest of a step's
 #: entries take all its tokens' rows together): the two GEMMs over the cache, the score
-#: scaling, mask and softmax.
-ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked")
+#: scaling, mask and softmax, or the fused kernel in their place.
+ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked",
+                   "attn.fused")
 
 
 def _layers_heads_dim_of(config: Any) -> int:
@@ -228,10 +249,16 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int =
     return calls
 
 
+#: The charges of each accelerator (and link) the split costs made so far: the costs of
+#: several schemes share the calls they have alike (attention at the same KV width, the
+#: vector unit's calls), each charged once. Not shared between threads.
+_SHARED: dict[tuple, Any] = {}
+
+
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
                     token_granularity: int = 16, mapping: str | None = None,
-                    system: Any = None, prompt_granularity: int | None = None
-                    ) -> SplitStepCost:
+                    system: Any = None, prompt_granularity: int | None = None,
+                    attention: str = "unfused") -> SplitStepCost:
     """The split cost of ``model`` under ``scheme`` on ``accelerator``, from the call plan.
 
     Each term is a :func:`tenet_byoc.plan.plan` of a one-kind step, its calls charged once
@@ -239,9 +266,13 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     (:func:`tenet_byoc.compose.compose`), on the part of its calls the term stands for:
 
     * ``dense(T)``: the calls of a ``T``-token prefill other than :data:`ATTENTION_PARTS`
-      (weight GEMMs with their fused epilogues, norms, activations, the head), with the KV
+      and the head (weight GEMMs with their fused epilogues, norms, activations), with the KV
       cache's writes charged at the cache's width and, for an int cache, its quantization on
       the vector unit (:func:`kv_cache_calls`, per layer);
+    * ``head(S)``: the head (and under tensor parallelism its all-gather) over the last
+      token of each of the step's ``S`` sequences (``StepSequence.logits="last"``; ``S``
+      rounded up to ``token_granularity``), as a serving engine computes only the logits
+      it samples (a prompt's earlier chunks are charged a row too);
     * ``attention(n, 0)``: the attention calls of an ``n``-token prefill (``n`` rounded up
       to ``prompt_granularity``, by default ``token_granularity``, as the dense part
       rounds a step's tokens: an ``n x n`` score matrix charged up to ``g - 1`` rows and
@@ -251,14 +282,17 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       plan of that chunk (``StepSequence(n, L)``: per head ``n x (L + n)`` scores, their
       scale, mask and softmax; ``L`` rounded up to ``context_granularity``).
       Attention reads K and V at the cache's width with their scales (the plan's attention
-      scheme).
+      scheme). ``attention="fused"`` makes each term the plan's fused kernel
+      (``cost_model.AttentionCall``); the default is the unfused plan even on the GPU
+      presets that run it fused (``Accelerator.attention``): a term is one sequence's, and
+      a fused kernel per sequence would charge each decode a kernel over its KV heads'
+      few cores (Llama-3-8B: 8 of h100_sxm's 132), where engines run every decode of a
+      step in one kernel (TPOT 38 against 7 ms in ``benchmarks/serving_speed.py``).
 
     Splitting a step's chain of calls into these parts keeps every GEMM with its epilogues,
     so the parts add up to the composed step. Every decoder layer is planned alike, so the
     plan of a one-layer model gives the calls outside the layers (once) and a layer's (L
-    times), as the whole plan composes (without planning 32 layers per term). The head runs on every token of a prefill, as the model runs it (an
-    engine computes only the logits it samples: an overestimate of long prefills by the
-    head's share).
+    times), as the whole plan composes (without planning 32 layers per term).
 
     Several chips (``system``, a :class:`tenet_byoc.system.System`): each term is planned
     Megatron-LM sharded over the system's ``tensor_parallel`` chips (each chip's share of
@@ -284,7 +318,8 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     from ..compose import compose
     from ..estimate import Charges
     from ..accelerators import resolve
-    from ..plan import Plan, Sharding, check_tensor_parallel, model_config, plan, stage_layers
+    from ..plan import (BEFORE_LAYERS, Plan, Sharding, check_tensor_parallel, model_config,
+                        plan, stage_layers)
 
     config = model_config(model)
     tp = pp = 1
@@ -295,15 +330,33 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
                              "iteration is one batch; give micro_batches=1")
         tp, pp, link = system.tensor_parallel, system.pipeline_parallel, system.link
         accelerator = system.accelerator
+        if tp > 1 and hasattr(config, "experts"):
+            raise ValueError(f"{config.name}: serving a mixture of experts over "
+                             f"tensor_parallel={tp} chips is not planned (its experts are "
+                             "spread by expert parallelism: tenet_byoc.plan.expert_parallel)")
         check_tensor_parallel(config, tp)
         stage_layers(_layers_heads_dim_of(config), pp)
     sharding = Sharding(tp, 1, 1)
     acc = resolve(accelerator, mapping=mapping)
-    charges = Charges(acc, link)
+    kernel = attention  # (the name is a term's function below)
+    charges = _SHARED.get((acc, link))
+    if charges is None:
+        if len(_SHARED) >= 8:
+            _SHARED.clear()
+        charges = _SHARED[acc, link] = Charges(acc, link)
     clock = acc.hardware.clock_ghz
-    field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
-    layers = getattr(config, field)
-    one_layer = dataclasses.replace(config, **{field: 1})
+    n_layers = _layers_heads_dim_of(config)
+    if getattr(config, "uniform_layers", True) and not hasattr(config, "experts"):
+        # A one-layer model per kind of layer (Gemma's sliding and full ones) and its count.
+        field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
+        types = getattr(config, "layer_types", None) or (None,)
+        kinds = [(dataclasses.replace(config, **{field: 1}, **({"layer_types": (t,)} if t else {})),
+                  types.count(t) if t else n_layers) for t in dict.fromkeys(types)]
+        two_layers = dataclasses.replace(config, **{field: 2}, **(
+            {"layer_types": types[:1] * 2} if types[0] else {}))
+    else:  # layers that may differ (mixture-of-experts: dense and mixture layers): all
+        kinds, two_layers = [(config, 1)], config
+    one_layer = kinds[0][0]
     writes = ("k_cache", "v_cache")
 
     def seconds(p: Plan, calls: list) -> float:
@@ -316,18 +369,52 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         # layer, so each part is a chain of whole groups and the parts add up. Only the
         # part asked for is charged and composed (a prompt's attention term charges no
         # weight GEMMs of its unrounded length).
-        p = plan(one_layer, step, scheme, sharding)
-        parts: dict[bool, list] = {}
-        for pc in p.calls:
-            if pc.name.endswith(writes):  # charged at the cache's width below
-                continue
-            owner = pc.fused_with or pc.name
-            if owner.endswith(ATTENTION_PARTS) == attention:
-                parts.setdefault(pc.layer is None, []).append(pc)
-        return sum(seconds(p, calls) * (1 if outside else layers)
-                   for outside, calls in sorted(parts.items()))
+        total = 0.0
+        for i, (one, count) in enumerate(kinds):
+            p = plan(one, step, scheme, sharding, attention=kernel)
+            parts: dict[bool, list] = {}
+            for pc in p.calls:
+                if pc.name.endswith(writes) or pc.name.startswith("lm_head"):  # below
+                    continue
+                owner = pc.fused_with or pc.name
+                if owner.endswith(ATTENTION_PARTS) == attention:
+                    parts.setdefault(pc.layer is None, []).append(pc)
+            total += sum(seconds(p, calls) * (not i if outside else count)
+                         for outside, calls in sorted(parts.items()))
+        return total
 
     prefills: dict[tuple[int, bool], float] = {}
+
+    def ends(tokens: int) -> tuple[float, float]:
+        # The dense part's calls outside the layers: those before them (the embedding, on
+        # the first stage) and after them (the final norm, on the last).
+        p = plan(one_layer, Step([StepSequence(tokens, 0, logits=False)]), scheme, sharding,
+                 attention=kernel)
+        outside = [pc for pc in p.calls if pc.layer is None and not pc.name.startswith(
+            "lm_head") and not (pc.fused_with or pc.name).endswith(ATTENTION_PARTS)]
+        before = [pc for pc in outside if pc.name.startswith(BEFORE_LAYERS)]
+        return (seconds(p, before) if before else 0.0,
+                seconds(p, [pc for pc in outside if pc not in before]))
+
+    sizes = [len(r) for r in stage_layers(n_layers, pp)]
+    split_ends: dict[int, tuple[float, float]] = {}
+
+    def stage_split(tokens: int, sequences: int, total: float) -> list[float]:
+        # Stage s: its layers' share of the layer calls (every layer alike), the first the
+        # embedding, the last the final norm and the head; each stage but the last its
+        # hand-over to the next (busy until the next stage has it).
+        g = cost.token_granularity
+        tokens = -(-tokens // g) * g
+        if tokens not in split_ends:
+            split_ends[tokens] = ends(tokens)
+        first, last = split_ends[tokens]
+        last += cost._head_s(sequences)
+        hand = handovers(tokens) / (pp - 1)
+        per_layer = (total - first - last - (pp - 1) * hand) / n_layers
+        out = [n * per_layer + hand for n in sizes]
+        out[0] += first
+        out[-1] += last - hand
+        return out
 
     def prefill(tokens: int, attention: bool) -> float:
         found = prefills.get((tokens, attention))
@@ -335,7 +422,10 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
             found = prefills[tokens, attention] = scaled(Step.prefill(tokens), attention)
         return found
 
-    two_layers = dataclasses.replace(config, **{field: 2})
+    def head(sequences: int) -> float:
+        p = plan(one_layer, Step([(StepSequence(1, 0, logits="last"), sequences)]), scheme,
+                 sharding, attention=kernel)
+        return seconds(p, [pc for pc in p.calls if pc.name.startswith("lm_head")])
 
     def handovers(tokens: int) -> float:
         # The plan's hand-over of this many tokens' activations between two stages.
@@ -348,7 +438,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     def dense(tokens: int) -> float:
         cache = sum(cm.charge_vector(c, acc).latency_us
                     for c in kv_cache_calls(config, scheme, tokens, tp))
-        return prefill(tokens, False) + layers * cache * 1e-6 + handovers(tokens)
+        return prefill(tokens, False) + n_layers * cache * 1e-6 + handovers(tokens)
 
     limit = getattr(config, "n_positions", None) or config.max_position_embeddings
 
@@ -363,5 +453,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
 
     prefill(1, True)
     prefill(1, False)  # a bad scheme or a call the accelerator cannot cost fails here
-    return SplitStepCost(dense, attention, context_granularity, token_granularity,
-                         token_granularity if prompt_granularity is None else prompt_granularity)
+    cost = SplitStepCost(dense, attention, context_granularity, token_granularity,
+                         token_granularity if prompt_granularity is None else prompt_granularity,
+                         head, stage_split if pp > 1 else None)
+    return cost

@@ -33,7 +33,13 @@ __all__ = ["CacheSizing", "PagedKVCache", "cache_sizing", "chip_share", "kv_byte
 
 
 def _layers_heads_dim(config: Any) -> tuple[int, int, int]:
-    """Decoder layers, KV heads and head width of a GPT-2 or Llama config."""
+    """Decoder layers, KV heads and head width of a GPT-2, Llama or (grouped-query)
+    mixture-of-experts config."""
+    if hasattr(config, "experts"):  # a MoEConfig: its attention is a LlamaConfig's
+        if config.latent is not None:
+            raise ValueError(f"{config.name}: serving's KV cache of multi-head latent "
+                             "attention (one compressed latent a token) is not modelled")
+        config = config.attention
     if hasattr(config, "n_layer"):
         return config.n_layer, config.n_head, config.n_embd // config.n_head
     head_dim = config.head_dim or config.hidden_size // config.num_attention_heads
@@ -62,6 +68,12 @@ def _weight_parts(config: Any, scheme: Any) -> tuple[float, float]:
     from ..quantization import SCALE_DTYPES, get_scheme
 
     s = get_scheme(scheme)
+    if hasattr(config, "experts"):  # mixture of experts: every weight, by the footprint's count
+        from ..models.footprint import footprint
+
+        whole = footprint(config, s, 0, 0, step_tokens=0).weights
+        outside = config.vocab_size * config.hidden_size * (4 + s.weight_bits / 8)
+        return whole - outside, outside  # the embedding (float32) and the head apart
     bits = [0, 0]
     multiple = s.k_multiple()
     scale_bits = SCALE_DTYPES[s.scale_dtype] + (s.weight_bits if s.weight_format == "uint" else 0)

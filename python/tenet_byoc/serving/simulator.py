@@ -11,7 +11,8 @@ arriving during an iteration waits for its end, as in a real engine.
 With ``stages`` pipeline stages (pipeline parallelism) up to ``stages`` steps are in flight:
 a step's cost (its critical path through every stage, as
 :func:`~tenet_byoc.serving.cost.model_step_cost` gives it on a ``System``) is split into
-``stages`` equal stage times; the next step is formed when the first stage is free, from the
+stage times by the cost's ``stage_split`` (each stage's whole layers, the embedding on the
+first, the final norm and the head on the last), or equally for a cost without one; the next step is formed when the first stage is free, from the
 running sequences not in flight and the waiting requests (the token budget is a step's, the
 sequence limit counts every running sequence, in flight or not); a step enters a stage when
 the step before it has left that stage, and its sequences emit their tokens when it leaves
@@ -304,6 +305,7 @@ def _pipelined(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: 
     waiting = sched.waiting
     cache = sched.cache
     free_at = [0.0] * stages  # when each stage has passed on its last step
+    split = getattr(cost, "stage_split", None)  # each stage's share (None: equal)
     flight: deque = deque()  # (time out of the last stage, step), in order
     now = 0.0  # when the first stage is free
     arrived = done = reported = 0
@@ -335,10 +337,12 @@ def _pipelined(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: 
             continue
         items = [(k, c) for _, k, c in step]
         seconds = cost.seconds_of(items)
-        stage = seconds / stages
+        new_tokens = sum([k for k, _ in items])
+        parts = ([seconds / stages] * stages if split is None
+                 else split(new_tokens, len(items), seconds))
         t = now
         for s_ in range(stages):
-            t = max(t, free_at[s_]) + stage
+            t = max(t, free_at[s_]) + parts[s_]
             free_at[s_] = t
         for seq, _, _ in step:
             seq.in_flight = True
@@ -346,7 +350,7 @@ def _pipelined(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: 
         starts.append(now)
         durations.append(seconds)
         batch.append(len(step))
-        tokens.append(sum([k for k, _ in items]))
+        tokens.append(new_tokens)
         blocks.append(cache.used)
         now = free_at[0]
         if progress is not None and done - reported >= 64:
