@@ -53,6 +53,7 @@ from ._cost_model import (
     charge_attention,
     charge_link,
     charge_vector,
+    clear_mapping_searches,  # a search timed from empty (benchmarks/mapper.py)
     format_tenet_hardware,
     format_tenet_mapping,
     format_tenet_statement,
@@ -134,6 +135,7 @@ __all__ = [
     "charge_attention",
     "charge_link",
     "charge_vector",
+    "clear_mapping_searches",
     "default_tile_mapping",
     "format_tenet_hardware",
     "format_tenet_mapping",

@@ -53,21 +53,23 @@ struct BoundAccelerator {
 // Searches by accelerator JSON, so the same accelerator made twice (a preset asked for
 // again) shares its searched calls, as the runtime's one ChargeCache per module does.
 // Bounded: the oldest accelerator's search is dropped past kKeptSearches.
+std::mutex kept_searches_mutex;
+// The searches SharedSearch keeps, newest first (clear_mapping_searches empties it).
+std::list<std::pair<std::string, std::shared_ptr<MappingSearch>>> kept_searches;
+
 std::shared_ptr<MappingSearch> SharedSearch(const Accelerator& acc, const std::string& json) {
   if (acc.mapping.kind != "auto") return nullptr;
   constexpr size_t kKeptSearches = 64;
-  static std::mutex mutex;
-  static std::list<std::pair<std::string, std::shared_ptr<MappingSearch>>> kept;
-  std::lock_guard<std::mutex> lock(mutex);
-  for (auto it = kept.begin(); it != kept.end(); ++it) {
+  std::lock_guard<std::mutex> lock(kept_searches_mutex);
+  for (auto it = kept_searches.begin(); it != kept_searches.end(); ++it) {
     if (it->first == json) {
-      kept.splice(kept.begin(), kept, it);
+      kept_searches.splice(kept_searches.begin(), kept_searches, it);
       return it->second;
     }
   }
-  kept.emplace_front(json, MakeMappingSearch(acc));
-  if (kept.size() > kKeptSearches) kept.pop_back();
-  return kept.front().second;
+  kept_searches.emplace_front(json, MakeMappingSearch(acc));
+  if (kept_searches.size() > kKeptSearches) kept_searches.pop_back();
+  return kept_searches.front().second;
 }
 
 BoundAccelerator Bind(Accelerator acc) {
@@ -500,6 +502,14 @@ void BindValues(py::module_& m) {
         return d;
       }, "The charge as the ledger's named fields (the runtime's ledger JSON writes the same), "
          "tensors as {name: fields}.");
+  m.def(
+      "clear_mapping_searches",
+      []() {
+        std::lock_guard<std::mutex> lock(kept_searches_mutex);
+        kept_searches.clear();
+      },
+      "Forget the shared mapping searches: an accelerator made afterwards searches every "
+      "distinct call again (one made before keeps its own). For timing a search from empty.");
   m.def("_ledger_field_names", []() {
     std::vector<std::string> names;
     for (const auto& f : ChargeLedgerFields(Charge{})) names.push_back(f.first);

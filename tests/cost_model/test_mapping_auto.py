@@ -156,6 +156,13 @@ def test_a_repeated_call_is_a_lookup():
                                 mapping="auto")
     assert twin.mapping_search.searches == 2
     assert preset("os16", mapping="default").mapping_search is None
+    # Cleared, the next one made searches from empty (same mapping); the old ones keep theirs.
+    cm.clear_mapping_searches()
+    fresh = Accelerator.systolic("os", 8, 8, name="cache8", l2_bytes=(1 << 16) + 64,
+                                 mapping="auto")
+    assert fresh.mapping_searches == 0
+    assert _charge(fresh, CALLS[0]).memory.mapping == first.memory.mapping
+    assert (fresh.mapping_searches, acc.mapping_searches) == (1, 2)
 
 
 def test_given_tiles_win_over_auto():

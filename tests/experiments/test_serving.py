@@ -64,6 +64,25 @@ def test_batch_of_two_by_hand():
     assert f.padded_share == pytest.approx(1 - 43 / 54)
 
 
+def test_energy_per_token_adds_static_power_over_the_mix_time():
+    # One batch (7:3, 5:2) -> prompt 7, 2 decode steps, 2 rows; 5 output tokens. Energy:
+    # the calls' pJ (each step estimated alone) plus 2 W x the mix's seconds, per token.
+    def step_pj(prompt, context):
+        ledger = tenet_byoc.estimate("gpt2", "none", "os16", prompt_len=prompt,
+                                     context_len=context, decode_steps=0 if prompt else 1,
+                                     batch=2)
+        return sum(e.energy_pj for e in ledger.entries)
+
+    pj = step_pj(7, None) + step_pj(0, 7) + step_pj(0, 8)
+    mix = [Request(7, 3), Request(5, 2)]
+    dynamic, with_static = serve("gpt2", mix, 2), serve("gpt2", mix, 2, static_w=2.0)
+    assert dynamic.static_mj_per_token == 0
+    assert dynamic.energy_per_token_mj == pytest.approx(pj / 1e9 / 5, rel=1e-9)
+    static_mj = 2.0 * with_static.seconds * 1e3 / 5
+    assert with_static.static_mj_per_token == pytest.approx(static_mj, rel=1e-12)
+    assert with_static.energy_per_token_mj == pytest.approx(pj / 1e9 / 5 + static_mj, rel=1e-9)
+
+
 def test_batch_of_one_has_no_padding_and_a_request_without_decode_has_no_tpot():
     f = serve("gpt2", [Request(4, 1)], 1)
     assert f.padded_share == 0 and f.tpot_ms_max == 0 and f.tpot_ms_mean == 0
@@ -148,6 +167,16 @@ def test_cli_serve_prints_writes_and_finds_the_largest_batch(tmp_path, capsys):
     rows = list(csv.DictReader((tmp_path / "o" / "serving.csv").open()))
     assert [int(r["batch"]) for r in rows] == [1, 2, 4]
     assert float(rows[1]["tokens_per_s"]) == pytest.approx(figures[2].tokens_per_s, rel=1e-12)
+    # Static power: os16's area at 45 nm x 0.085 W/mm2 (the area table's figure), over the
+    # mix's seconds, per output token (12 of them).
+    from tenet_byoc.accelerators import preset
+    from tenet_byoc.area import accelerator_area
+
+    watts = accelerator_area(preset("os16"), 45.0)["total"] * 0.085
+    assert float(rows[1]["static_mj_per_token"]) == pytest.approx(
+        watts * figures[2].seconds * 1e3 / 12, rel=1e-9)
+    assert float(rows[1]["energy_per_token_mj"]) == pytest.approx(
+        figures[2].energy_per_token_mj + float(rows[1]["static_mj_per_token"]), rel=1e-9)
     assert (tmp_path / "o" / "serving.png").stat().st_size > 10_000
 
 

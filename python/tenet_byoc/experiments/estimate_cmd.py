@@ -332,6 +332,15 @@ def system_line(system: System | None) -> str:
             f"{link.topology} link {link.bandwidth_gbps:g} GB/s, {link.latency_us:g} us a hop)")
 
 
+def _static_w(args: argparse.Namespace, system: System | None) -> float:
+    """Static power of every chip in W: area at ``--node-nm`` x the area table's W/mm2."""
+    from ..accelerators import resolve
+    from ..area import static_watts
+
+    chip = system.accelerator if system is not None else args.accelerator
+    return static_watts(resolve(chip), args.node_nm) * (system.chips if system else 1)
+
+
 def run_estimate(args: argparse.Namespace) -> int:
     """The ``estimate`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
     import sys
@@ -349,11 +358,10 @@ def run_estimate(args: argparse.Namespace) -> int:
     context_len = args.prompt_len if args.context_len is None else args.context_len
     progress = not args.no_progress  # estimate's steps: a bar, or a line every few seconds
     system = _system(args)
-    from ..area import AreaTable, static_watts
-    from ..accelerators import resolve
+    from ..area import AreaTable
 
     chip = system.accelerator if system is not None else args.accelerator
-    static_w = static_watts(resolve(chip), args.node_nm) * (system.chips if system else 1)
+    static_w = _static_w(args, system)
     rows: list[PhaseFigures] = []
     ledgers: dict[str, Ledger] = {}
     start = time.perf_counter()
@@ -450,11 +458,12 @@ def run_serving(args: argparse.Namespace, out: Path | None) -> int:
                                      if b <= len(requests)]
     batches = sorted(set(batches) | {args.batch})
     system = _system(args)
+    static_w = _static_w(args, system)
     figures: list[ServingFigures] = []
     for scheme in args.schemes:
         cache: dict = {}
         figures += [serve(args.model, requests, b, scheme, args.accelerator, args.mapping,
-                          system, cache) for b in batches]
+                          system, cache, static_w) for b in batches]
     targets = f"TTFT <= {args.ttft_ms} ms" if args.ttft_ms is not None else ""
     if args.tpot_ms is not None:
         targets += (" and " if targets else "") + f"TPOT <= {args.tpot_ms} ms"
@@ -462,7 +471,9 @@ def run_serving(args: argparse.Namespace, out: Path | None) -> int:
     outputs = sum(r.output_len for r in requests) / len(requests)
     print(f"{args.model} serving {len(requests)} requests (mean prompt {prompts:,.1f}, mean "
           f"output {outputs:,.1f} tokens) on {args.accelerator}, {system_line(system)}, "
-          "static batching; the whole model (GEMMs, vector unit, links)\n")
+          "static batching; the whole model (GEMMs, vector unit, links); energy per output "
+          f"token includes {static_w:,.3g} W of static power (area at {args.node_nm:g} nm) "
+          "over the mix's time\n")
     print(serving_table(figures, args.ttft_ms, args.tpot_ms))
     for scheme in args.schemes:
         mine = [f for f in figures if f.scheme == scheme]

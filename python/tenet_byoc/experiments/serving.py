@@ -15,7 +15,9 @@ The serving model (static batching, as the batched runners run a batch):
 Figures: TTFT of a request = its batch's prefill (from the batch's start: no queueing is
 modelled); TPOT = its batch's mean decode step (0 when the batch has no decode step);
 throughput = the requests' own output tokens (not the padded rows) and the requests, over
-the sum of the batches' times. Step latencies are those of :func:`tenet_byoc.estimate` (on a
+the sum of the batches' times; energy per output token = the batches' charged energy plus
+``static_w`` (:func:`tenet_byoc.area.static_watts`, every chip's) over the mix's time, as
+``estimate`` and dse charge it. Step latencies are those of :func:`tenet_byoc.estimate` (on a
 :class:`~tenet_byoc.system.System`, each step's critical path).
 
 Errors: a bad request, file or batch raises ``ValueError`` naming it and what is accepted.
@@ -142,6 +144,7 @@ class BatchTime:
     prefill_s: float
     decode_s: float  #: all its decode steps
     output_tokens: int  #: its requests' own output tokens
+    energy_pj: float = 0.0  #: its calls' charged energy (prefill and decode, no static)
 
     @property
     def seconds(self) -> float:
@@ -196,10 +199,11 @@ def batch_times(model: Any, requests: Sequence[Request], batch: int, scheme: str
                 raise ValueError(f"requests {first}..{first + len(group) - 1} at batch "
                                  f"{batch} (longest prompt {p}, longest output {steps + 1}): "
                                  f"{err}") from None
-            cache[key] = (_phase_seconds(ledger, "prefill"), _phase_seconds(ledger, "decode"))
-        prefill_s, decode_s = cache[key]
+            cache[key] = (_phase_seconds(ledger, "prefill"), _phase_seconds(ledger, "decode"),
+                          sum(t.energy_pj for t in ledger.group_by("phase").values()))
+        prefill_s, decode_s, energy_pj = cache[key]
         out.append(BatchTime(first, len(group), p, steps, prefill_s, decode_s,
-                             sum(r.output_len for r in group)))
+                             sum(r.output_len for r in group), energy_pj))
     return out
 
 
@@ -219,24 +223,30 @@ class ServingFigures:
     tpot_ms_mean: float  #: over requests with a decode step
     tpot_ms_max: float
     padded_share: float  #: of the rows' prompt and output tokens, the share that is padding
+    energy_per_token_mj: float = 0.0  #: per output token, static energy included
+    static_mj_per_token: float = 0.0  #: the static power's part of ``energy_per_token_mj``
 
 
 def serve(model: Any, requests: Sequence[Request], batch: int, scheme: str = "none",
           accelerator: Any = "os16", mapping: str | None = None, system: Any = None,
-          cache: dict | None = None) -> ServingFigures:
-    """Serve ``requests`` at ``batch``: throughput, TTFT and TPOT (the module's model)."""
+          cache: dict | None = None, static_w: float = 0.0) -> ServingFigures:
+    """Serve ``requests`` at ``batch``: throughput, TTFT, TPOT and energy per output token
+    with ``static_w`` watts of static power over the mix's time (the module's model)."""
     times = batch_times(model, requests, batch, scheme, accelerator, mapping, system, cache)
     total = sum(t.seconds for t in times)
     ttft = [t.prefill_s for t in times for _ in range(t.size)]
     tpot = [t.tpot_s for t in times for _ in range(t.size) if t.decode_steps]
     useful = sum(r.prompt_len + r.output_len for r in requests)
     rows = sum(t.size * (t.prompt_len + t.decode_steps + 1) for t in times)
+    tokens = sum(t.output_tokens for t in times)
+    static_mj = static_w * total * 1e3 / tokens  # W x s = J
     return ServingFigures(
         scheme, batch, len(requests), len(times), total, len(requests) / total,
         sum(t.output_tokens for t in times) / total,
         1e3 * sum(ttft) / len(ttft), 1e3 * max(ttft),
         1e3 * sum(tpot) / len(tpot) if tpot else 0.0, 1e3 * max(tpot, default=0.0),
         1 - useful / rows,
+        sum(t.energy_pj for t in times) / 1e9 / tokens + static_mj, static_mj,
     )
 
 
@@ -258,7 +268,7 @@ def largest_batch(figures: Sequence[ServingFigures], ttft_ms: float | None,
 
 
 _HEADER = ["scheme", "batch", "batches", "requests/s", "tokens/s", "TTFT mean / max (ms)",
-           "TPOT mean / max (ms)", "padding", "meets target"]
+           "TPOT mean / max (ms)", "energy/token (mJ)", "padding", "meets target"]
 
 
 def serving_table(figures: Sequence[ServingFigures], ttft_ms: float | None = None,
@@ -270,7 +280,8 @@ def serving_table(figures: Sequence[ServingFigures], ttft_ms: float | None = Non
     return markdown_table(_HEADER, [
         [f.scheme, f.batch, f.batches, f"{f.requests_per_s:,.3f}", f"{f.tokens_per_s:,.1f}",
          f"{f.ttft_ms_mean:,.3f} / {f.ttft_ms_max:,.3f}",
-         f"{f.tpot_ms_mean:,.3f} / {f.tpot_ms_max:,.3f}", f"{100 * f.padded_share:.1f}%",
+         f"{f.tpot_ms_mean:,.3f} / {f.tpot_ms_max:,.3f}", f"{f.energy_per_token_mj:,.3f}",
+         f"{100 * f.padded_share:.1f}%",
          ("yes" if meets(f, ttft_ms, tpot_ms) else "no") if targets else "-"]
         for f in figures
     ])
