@@ -24,7 +24,8 @@ class CountingCost(SplitStepCost):
     def __init__(self, granularity: int):
         super().__init__(lambda t: 1e-3 * (1.0 + math.sqrt(t) / 7.0),
                          lambda n, c: 1.1e-5 * math.sqrt(n * (c + n)) + 1e-7 / (c + 3),
-                         context_granularity=granularity, token_granularity=granularity)
+                         context_granularity=granularity, token_granularity=granularity,
+                         head=lambda s: 3e-4 * (1.0 + math.sqrt(s) / 5.0))
         self.one_by_one = 0
 
     def seconds_of(self, items):

@@ -195,7 +195,8 @@ class SplitStepCost:
         total = np.zeros(m)
         for row in values:  # the sequences' terms in their order, as seconds_of adds them
             total += row
-        total += self._dense_s(len(contexts)) + self._head_s(len(contexts))
+        total += self._dense_s(len(contexts))  # then the head: seconds_of's order of adds
+        total += self._head_s(len(contexts))
         return total
 
 
