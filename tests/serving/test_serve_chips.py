@@ -93,10 +93,11 @@ def test_pp2_adds_the_handover(acc):
 @pytest.mark.parametrize("tp, pp, most", [(2, 1, 12), (1, 2, 6), (2, 5, 3), (3, 4, 3)])
 def test_cache_per_chip_by_hand(acc, tp, pp, most):
     # The fullest chip: the largest stage's layers (12 over 5 stages: 3,3,2,2,2) of the
-    # layers' weights and KV, split over tp; the embedding and the head (each 50257 x 768,
-    # float32 under "none") split over tp on it too.
+    # layers' weights and KV, split over tp; GPT-2's tied embedding table (50257 x 768,
+    # float32 under "none": the head reads it, so one copy wherever a stage holds either)
+    # split over tp on it too.
     config = resolve_config()
-    outside = 2 * VOCAB * HIDDEN * 4
+    outside = VOCAB * HIDDEN * 4
     layer_weights = weight_bytes(config, "none") - outside
     assert layer_weights == LAYERS * 4 * (768 * 2304 + 768 * 768 + 2 * 768 * 3072)
     weights = (layer_weights * most / LAYERS + outside) / tp
