@@ -123,7 +123,8 @@ def chip_share(config: Any, scheme: Any, tensor_parallel: int = 1,
     columns, rows and heads) and ``pipeline_parallel`` stages (the largest stage's layers,
     :func:`tenet_byoc.plan.stage_layers`), the embedding and the head split by vocabulary
     rows over the ``tensor_parallel`` chips of a stage, both counted on the fullest stage
-    (an upper bound: with several stages the first holds the embedding, the last the head).
+    (an upper bound: with several stages the first holds the embedding, the last the head; a
+    tied head reads the embedding table, one table).
     ``(1, 1)``: :func:`weight_bytes` and :func:`kv_bytes_per_token`."""
     from ..plan import stage_layers
 
