@@ -27,8 +27,13 @@ def _objective_value(cycles: float, pj: float, objective: str) -> float:
     return {"latency": cycles, "energy": pj, "edp": cycles * pj}[objective]
 
 
-def _direct_search(acc: Accelerator, call, objective: str) -> cm.MappingChoice:
+def _gemm(call, scheme: str = "none") -> cm.GemmCall:
     M, N, K, batch, (a, b, c), extra_bits, extra_ops = call
+    return cm.GemmCall(m=M, n=N, k=K, batch=batch, bits_a=a, bits_b=b, bits_c=c,
+                       scheme=scheme, extra_read_bits=extra_bits, extra_ops=extra_ops)
+
+
+def _direct_search(acc: Accelerator, call, objective: str) -> cm.MappingChoice:
     edge = max(acc.dataflow.rows, acc.dataflow.cols)
     return cm.MappingSearch(
         acc.hardware,
@@ -39,27 +44,12 @@ def _direct_search(acc: Accelerator, call, objective: str) -> cm.MappingChoice:
         objective=objective,
         precision=acc.precision,
         stream_tiles=(edge, 4 * edge),
-    ).best(
-        cm.GemmCall(
-            m=M,
-            n=N,
-            k=K,
-            batch=batch,
-            bits_a=a,
-            bits_b=b,
-            bits_c=c,
-            extra_read_bits=extra_bits,
-            extra_ops=extra_ops,
-        )
-    )
+    ).best(_gemm(call))
 
 
 def _charge(acc: Accelerator, call, scheme: str = "none", **changes) -> cm.Charge:
     """``call`` charged on ``acc`` (with ``changes`` to its fields, e.g. its mapping)."""
-    M, N, K, batch, (a, b, c), extra_bits, extra_ops = call
-    return cm.charge(cm.GemmCall(m=M, n=N, k=K, batch=batch, bits_a=a, bits_b=b, bits_c=c,
-                                 scheme=scheme, extra_read_bits=extra_bits, extra_ops=extra_ops),
-                     acc.replace(**changes) if changes else acc)
+    return cm.charge(_gemm(call, scheme), acc.replace(**changes) if changes else acc)
 
 
 @pytest.mark.parametrize("objective", ["latency", "energy", "edp"])
@@ -106,19 +96,8 @@ def test_auto_charge_is_the_direct_search_best_and_never_worse_than_default(call
     assert charge.memory.roofline_cycles == best.metrics.roofline_cycles
     assert charge.energy.total_pj == pytest.approx(best.energy.total_pj, rel=1e-12)
     # The array level is the chosen dataflow's own (TENET's figures of that dataflow).
-    M, N, K, batch, (a, b, c), extra_bits, extra_ops = call
     array = cm.analyze_array(
-        cm.GemmCall(
-            m=M,
-            n=N,
-            k=K,
-            batch=batch,
-            bits_a=a,
-            bits_b=b,
-            bits_c=c,
-            extra_read_bits=extra_bits,
-            extra_ops=extra_ops,
-        ),
+        _gemm(call),
         cm.Accelerator("t", acc.hardware, best.dataflow),
     )
     assert (charge.array.cycles, charge.array.active_pes) == (array.cycles, array.active_pes)
