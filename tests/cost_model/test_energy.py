@@ -92,17 +92,9 @@ def test_k_group_rescaling_is_charged_in_register_energy(spec, group, batch):
     )
     q = grouped.quant
     # The same call with no K-group rescaling: the recipe's side data and ops, nothing more.
-    plain = cm.charge(
-        cm.GemmCall(
-            m=m,
-            n=n,
-            k=k,
-            extra_read_bits=q["weight_side_bits"] + q["activation_side_bits"],
-            extra_ops=q["quantize_ops"] + q["dequant_ops"],
-            **common,
-        ),
-        acc,
-    )
+    side = {"extra_read_bits": q["weight_side_bits"] + q["activation_side_bits"],
+            "extra_ops": q["quantize_ops"] + q["dequant_ops"]}
+    plain = cm.charge(cm.GemmCall(m=m, n=n, k=k, **side, **common), acc)
     per_bit = acc.memory.register_pj_per_bit
     rescale_bits = 2 * batch * m * n * math.ceil(k / group) * 32
     assert q["accumulator_traffic_bits"] == rescale_bits
@@ -124,9 +116,8 @@ def test_k_group_rescaling_is_charged_in_register_energy(spec, group, batch):
             m=m,
             n=n,
             k=k,
-            extra_read_bits=q["weight_side_bits"] + q["activation_side_bits"],
-            extra_ops=q["quantize_ops"] + q["dequant_ops"],
             extra_register_bits=rescale_bits,
+            **side,
             **common,
         ),
         acc,

@@ -48,6 +48,14 @@ def declared_dataflows(presets, rows, cols, stream_tiles, extents):
     return dfs
 
 
+def case_call(case, **more) -> cm.GemmCall:
+    """The case's GEMM (shape, batch, widths, extra reads and ops; ``more`` fields beside)."""
+    a, b, c = case["bits"]
+    return cm.GemmCall(m=case["M"], n=case["N"], k=case["K"], batch=case["batch"], bits_a=a,
+                       bits_b=b, bits_c=c, extra_read_bits=case["extra_read_bits"],
+                       extra_ops=case["extra_ops"], **more)
+
+
 def brute_force(case, objective):
     M, N, K = case["M"], case["N"], case["K"]
     a, b, c = case["bits"]
@@ -66,17 +74,7 @@ def brute_force(case, objective):
                             t = cm.TileMapping(tm, tn, tk, order, accumulate_in_buffer=acc)
                             try:
                                 mm = cm.analyze_memory(
-                                    cm.GemmCall(
-                                        m=M,
-                                        n=N,
-                                        k=K,
-                                        batch=case["batch"],
-                                        bits_a=a,
-                                        bits_b=b,
-                                        bits_c=c,
-                                        extra_read_bits=case["extra_read_bits"],
-                                        extra_ops=case["extra_ops"],
-                                    ),
+                                    case_call(case),
                                     cm.Accelerator("t", case["hw"], df, memory=case["mem"]),
                                     t,
                                 )
@@ -137,18 +135,7 @@ def search(case, objective, threads=0):
         max_even_split=case["splits"],
         threads=threads,
     ).best(
-        cm.GemmCall(
-            m=case["M"],
-            n=case["N"],
-            k=case["K"],
-            batch=case["batch"],
-            bits_a=a,
-            bits_b=b,
-            bits_c=c,
-            extra_read_bits=case["extra_read_bits"],
-            extra_ops=case["extra_ops"],
-            extra_register_bits=case["extra_register_bits"],
-        )
+        case_call(case, extra_register_bits=case["extra_register_bits"])
     )
 
 
