@@ -195,6 +195,21 @@ GemmCall DescribeGemmCall(int64_t batch, int64_t m, int64_t n, int64_t k, int bi
   return call;
 }
 
+bool OnEdge(const GemmCall& call, const Accelerator& accelerator) {
+  return call.recipe.place == Dequantization::kWeight && call.quant.dequant_ops > 0 &&
+         accelerator.edge_dequantizer.Converts(call.workload.bits_b);
+}
+
+GemmWorkload PeWorkload(const GemmCall& call, const Accelerator& accelerator) {
+  GemmWorkload w = call.workload;
+  if (OnEdge(call, accelerator)) w.extra_ops -= call.quant.dequant_ops;
+  // First, so an unsupported width is refused before any counting. Codes without a unit
+  // of their own run emulated on a wider one, at its rate.
+  accelerator.precision.Lookup(w.bits_a, w.bits_b, w.float_codes);
+  w.mac_bits = EmulatedMacBits(w, accelerator.precision);
+  return w;
+}
+
 namespace {
 
 // ChargeGemm with the arrays prepared (`array` and `tiles` both set) or not (both null).
@@ -207,17 +222,8 @@ Charge ChargeWith(const GemmCall& call, const Accelerator& accelerator, Analysis
   charge.call = call;
   const Hardware& hw = accelerator.hardware;
   const MemoryHierarchy& mem = accelerator.memory;
-  // Weight dequantization the edge dequantizer converts leaves the PEs' work (vector.h); it
-  // runs beside the array and is added back below as its own cycles and energy.
-  GemmWorkload w = call.workload;
-  const EdgeDequantizer& edge = accelerator.edge_dequantizer;
-  const bool on_edge = call.recipe.place == Dequantization::kWeight && call.quant.dequant_ops > 0 &&
-                       edge.Converts(w.bits_b);
-  if (on_edge) w.extra_ops -= call.quant.dequant_ops;
-  // First, so an unsupported width is refused before any counting. Codes without a unit
-  // of their own run emulated on a wider one, at its rate.
+  const GemmWorkload w = PeWorkload(call, accelerator);
   const MacSpec& mac = accelerator.precision.Lookup(w.bits_a, w.bits_b, w.float_codes);
-  w.mac_bits = EmulatedMacBits(w, accelerator.precision);
   if (accelerator.mapping.kind == "auto") {
     const MappingChoice choice =
         search != nullptr ? search->Best(w)
@@ -240,9 +246,10 @@ Charge ChargeWith(const GemmCall& call, const Accelerator& accelerator, Analysis
     }
     charge.energy = CallEnergy(w, charge.memory, mem, mac);
   }
-  if (on_edge) {
+  if (OnEdge(call, accelerator)) {
     // The dequantizer streams the weights in as the array consumes them (overlapped): the
     // call takes the longer of the two.
+    const EdgeDequantizer& edge = accelerator.edge_dequantizer;
     charge.edge_cycles = CeilDiv(call.quant.dequant_ops, edge.elements_per_cycle);
     charge.edge_pj = static_cast<double>(call.quant.dequant_ops) * edge.pj_per_element;
     if (charge.edge_cycles > charge.memory.cycles) {

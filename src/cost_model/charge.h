@@ -168,6 +168,15 @@ struct Charge {
   double edge_pj = 0;
 };
 
+// Whether the accelerator's edge dequantizer converts the call's weights (place kWeight, a
+// width it converts): that work then leaves the PEs and runs beside the array (vector.h).
+bool OnEdge(const GemmCall& call, const Accelerator& accelerator);
+// What of the call the PEs run, as ChargeGemm charges it: the workload less the weight
+// dequantization on the edge (OnEdge), at the MAC width it runs at (codes without a unit of
+// their own emulated on a wider one: EmulatedMacBits). Refuses (std::invalid_argument)
+// operand widths the PEs do not take.
+GemmWorkload PeWorkload(const GemmCall& call, const Accelerator& accelerator);
+
 // Operand widths the accelerator's PEs do not take, and tiles that do not fit, are refused
 // (std::invalid_argument naming them). `method` is the array level's (AnalyzeGemm).
 // With mapping kind "auto" the call's dataflow and tiles are `search`->Best(call) (`search`

@@ -109,7 +109,8 @@ bool operator==(const Cores& a, const Cores& b) {
 
 bool IsOneCore(const Cores& c) { return c.count == 1 && c.launch_cycles == 0; }
 
-Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMethod method) {
+Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMethod method,
+                     bool prune) {
   Validate(acc.cores);
   // Operands kept on chip live in the shared level: no DRAM (HBM) traffic when they fit.
   const GemmWorkload w = OnChipFitted(call.workload, acc.cores.shared_bytes);
@@ -117,8 +118,13 @@ Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMetho
   const int64_t cols = std::max<int64_t>(1, acc.dataflow.cols);
   const Cores& cores = acc.cores;
   const int64_t dram = CeilCycles(CompulsoryDramBits(w), acc.memory.dram_bandwidth_bits);
-  Accelerator fixed = acc;  // the split is chosen with each core's default mapping
-  if (fixed.mapping.kind == "auto") fixed.mapping = MappingPolicy{};
+  // The split is chosen with each core's default tiles (or the user's given ones), comparing
+  // latencies alone: ChargeGemm's memory.cycles under those tiles, with the call's edge
+  // dequantization beside it. Every split's core work has the call's widths, so one array
+  // model, its tile costs remembered, serves them all.
+  const bool given = acc.mapping.kind == "given";
+  const ArrayModel array = CachedArrayModel(
+      ExactArrayModel(PeWorkload(call, acc), acc.hardware, acc.dataflow, acc.memory));
   Costed best;
   for (int64_t tm = rows;; tm *= 2) {
     for (int64_t tn = cols;; tn *= 2) {
@@ -131,14 +137,9 @@ Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMetho
         sp.active = std::min(sp.units, cores.count);
         sp.waves = CeilDiv(sp.units, cores.count);
         const GemmCall sub = CoreCall(call, sp);
-        Accelerator core = CoreAccelerator(fixed, sp.active);
-        if (core.mapping.kind == "default") {
-          TileMapping tiles;
-          if (!CoreTiles(sub, core.memory, &tiles)) continue;
-          core.mapping.kind = "given";
-          core.mapping.tiles = tiles;
-        }
-        const Charge c = ChargeGemm(sub, core, method);
+        const Accelerator core = CoreAccelerator(acc, sp.active);
+        TileMapping tiles = acc.mapping.tiles;
+        if (!given && !CoreTiles(sub, core.memory, &tiles)) continue;
         int64_t reduction = 0;
         if (s > 1) {
           const int64_t psum = CheckedMul(CheckedMul(CheckedMul(w.batch, w.m, "cores"), w.n, "cores"),
@@ -146,9 +147,24 @@ Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMetho
           reduction = CheckedAdd(cores.launch_cycles, CeilCycles(psum, cores.shared_bandwidth_bits),
                                  "cores: cycles");
         }
-        const int64_t cycles = CheckedAdd(CheckedAdd(cores.launch_cycles, std::max(c.memory.cycles, dram),
-                                                     "cores: cycles"),
-                                          reduction, "cores: cycles");
+        auto total = [&](int64_t core_cycles) {
+          return CheckedAdd(CheckedAdd(cores.launch_cycles, std::max(core_cycles, dram),
+                                       "cores: cycles"),
+                            reduction, "cores: cycles");
+        };
+        const GemmWorkload pe = PeWorkload(sub, core);
+        // No tiling of a core's work beats its roofline (AnalyzeMemory's cycles are at least
+        // its roofline_cycles: every tile's folds hold the array for its MACs at the full
+        // rate, every operand crosses the core's DRAM side once): a split that cannot go
+        // below the best so far is not charged. The choice is the exhaustive one's (strict <).
+        if (prune && total(RooflineCycles(pe, array.num_pes, array.macs_per_pe_per_cycle,
+                                          core.memory, array.ops_per_pe_per_cycle)) >= best.cycles)
+          continue;
+        int64_t core_cycles = AnalyzeMemory(pe, array, core.memory, tiles).cycles;
+        if (OnEdge(sub, core))
+          core_cycles = std::max(core_cycles, CeilDiv(sub.quant.dequant_ops,
+                                                      acc.edge_dequantizer.elements_per_cycle));
+        const int64_t cycles = total(core_cycles);
         if (cycles < best.cycles) best = Costed{sp, cycles, reduction};
       }
       if (tn >= w.n || tn >= cols * 32) break;
@@ -167,14 +183,25 @@ Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMetho
   CoreTiles(sub, core.memory, &tiles);
   whole_tile.mapping.kind = "given";
   whole_tile.mapping.tiles = tiles;
-  Charge charge = ChargeGemm(sub, whole_tile, method);
+  // The split was chosen on latencies alone: a refusal of the chosen core's work (an energy
+  // that overflows) names the call it is a share of.
+  auto charged = [&](const Accelerator& on) {
+    try {
+      return ChargeGemm(sub, on, method);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("a " + Str(w.m) + " x " + Str(w.n) + " x " + Str(w.k) +
+                                  " GEMM on " + Str(sp.active) + " cores, one core's share: " +
+                                  e.what());
+    }
+  };
+  Charge charge = charged(whole_tile);
   if (core.mapping.kind == "auto") {
     // The search's choice of the core's tiles, unless the whole-tile tiling (outside its
     // space) is faster: "auto" is never slower than "default".
-    Charge searched = ChargeGemm(sub, core, method);
+    Charge searched = charged(core);
     if (searched.memory.cycles < charge.memory.cycles) charge = std::move(searched);
   } else if (core.mapping.kind == "given") {
-    charge = ChargeGemm(sub, core, method);  // the user's own tiles for every core
+    charge = charged(core);  // the user's own tiles for every core
   }
   const double f = static_cast<double>(sp.units) / static_cast<double>(sp.waves);
   MemoryMetrics& m = charge.memory;

@@ -52,8 +52,11 @@ bool IsOneCore(const Cores& cores);
 // The call charged on an accelerator of cores (the model above); `accelerator.cores` must
 // not be IsOneCore. Mapping "auto": the split is chosen with each core's default tiling,
 // then the chosen core's work is searched (one search per call) and the faster of the two
-// kept. Mapping "given": those tiles for each core's work.
-Charge ChargeOnCores(const GemmCall& call, const Accelerator& accelerator, AnalysisMethod method);
+// kept. Mapping "given": those tiles for each core's work. `prune`: a split whose lower bound
+// (its core's roofline) is not below the best so far is skipped uncharged; the choice and
+// the charge are the exhaustive search's (prune false) to the bit.
+Charge ChargeOnCores(const GemmCall& call, const Accelerator& accelerator, AnalysisMethod method,
+                     bool prune = true);
 
 namespace detail {
 // The JSON object of the "cores" member: {"count", "shared_bandwidth_bits", "shared_bytes",

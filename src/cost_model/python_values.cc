@@ -16,6 +16,7 @@
 #include "cost_model/accelerator.h"
 #include "cost_model/attention.h"
 #include "cost_model/charge.h"
+#include "cost_model/core.h"
 #include "cost_model/cost_model.h"
 #include "cost_model/json.h"
 #include "cost_model/mapping.h"
@@ -526,15 +527,21 @@ void BindValues(py::module_& m) {
 
   m.def(
       "charge",
-      [](const GemmCall& call, const BoundAccelerator& acc, const std::string& method) {
+      [](const GemmCall& call, const BoundAccelerator& acc, const std::string& method,
+         bool exhaustive_splits) {
         const AnalysisMethod how = ToMethod(method);
         py::gil_scoped_release release;
+        if (exhaustive_splits && !IsOneCore(acc.value.cores))
+          return ChargeOnCores(call, acc.value, how, /*prune=*/false);
         return ChargeGemm(call, *acc.prepared, how);
       },
       py::arg("call"), py::arg("accelerator"), py::arg("method") = "auto",
+      py::arg("exhaustive_splits") = false,
       "What the runtime's ledger charges `call` on `accelerator` (the one rule, charge.h): "
       ".array (PE array), .memory (buffer level; .cycles is the call's latency), .energy. "
-      "With mapping 'auto' each distinct call is searched once per accelerator.");
+      "With mapping 'auto' each distinct call is searched once per accelerator. "
+      "exhaustive_splits: on an accelerator of cores, charge every split of the call over "
+      "them (no pruning by the lower bound; the same charge, slower: for tests).");
   py::class_<AttentionCall>(
       m, "AttentionCall",
       "One fused attention kernel (attention.h): batch sequences, heads query heads over "

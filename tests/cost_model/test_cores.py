@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from tenet_byoc import cost_model as cm
@@ -129,3 +130,31 @@ def test_auto_is_never_slower_than_the_default_on_cores(m, n, k):
     fixed = cm.charge(call, acc).memory.cycles
     auto = cm.charge(call, acc.replace(mapping="auto")).memory.cycles
     assert auto <= fixed
+
+
+# The split search prunes by a lower bound (each split's core roofline); the exhaustive
+# search, every split charged (exhaustive_splits=True), is the reference it must equal to
+# the bit: the chosen split and every field of the charge. Calls drawn at random over the
+# core presets (tpu_v5e given cores, so its ws array and int8 edge dequantizer are split
+# too), mapping "auto" and "default", float and quantized widths, batches, long K.
+_SCHEMES = ("none", "w8a8_per_channel_per_token", "w4a16_group128", "w8a16_per_channel")
+_TPU_CORES = cm.Cores(count=4, shared_bandwidth_bits=8192, launch_cycles=300, max_split_k=8)
+
+
+@pytest.mark.parametrize("name", ["a100", "h100_sxm", "h200", "tpu_v5e"])
+def test_pruned_split_search_equals_the_exhaustive_one(name):
+    from tenet_byoc.quantization import get_scheme
+
+    base = preset(name) if name != "tpu_v5e" else preset(name).replace(cores=_TPU_CORES)
+    rng = np.random.default_rng(sum(map(ord, name)))
+    for i in range(24):
+        acc = base.replace(mapping="auto" if i % 2 else "default")
+        scheme = get_scheme(_SCHEMES[i % len(_SCHEMES)])
+        m, n, k = (int(x) for x in np.exp(rng.uniform(0, np.log([4096, 16384, 16384]))))
+        bits_a, bits_b = (min(16, b) for b in (scheme.activation_bits, scheme.weight_bits))
+        call = cm.GemmCall(m=m, n=n, k=k, batch=int(rng.choice([1, 1, 4, 32])), bits_a=bits_a,
+                           bits_b=bits_b, bits_c=16, scheme=scheme.name,
+                           recipe=None if scheme.name == "none" else scheme)
+        pruned = cm.charge(call, acc)
+        assert pruned.ledger_fields() == cm.charge(call, acc, exhaustive_splits=True).ledger_fields(), (
+            name, acc.mapping, call)
