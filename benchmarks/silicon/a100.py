@@ -8,11 +8,13 @@ row to the ``a100`` preset (LLMCompass's own description of the A100, as 108 SM 
 ``{"fp16": {"median": ..., "p90": ..., "n": ...}}`` (absolute relative errors). Each
 measured row carries LLMCompass's host cost per matmul call, 21 us on its A100 (its
 ``overhead_dict["A100"]``, which its own ae/figure5/ab/test_matmul.py adds to every simulated
-row): added to ours (``--harness-us`` replaces it; 0 for the kernel alone).
+row): added to ours (``--harness-us`` replaces it; 0 for the kernel alone). The ``a100`` is
+charged at the HBM rate it sustains (``a100_ops.SUSTAINED_HBM_GBPS``, its source there), or at
+the data sheet's with ``--nominal``.
 
 Usage::
 
-    python benchmarks/silicon/a100.py [--csv FILE] [--accelerator NAME]
+    python benchmarks/silicon/a100.py [--csv FILE] [--accelerator NAME] [--nominal]
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tenet_byoc import cost_model as cm
 from tenet_byoc.accelerators import PRESETS, preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from a100_ops import HARNESS_US  # noqa: E402
+from a100_ops import HARNESS_US, SUSTAINED_HBM_GBPS, a100  # noqa: E402
 from h200 import run_main, summary  # noqa: E402  (the same summary of errors)
 
 DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "llmcompass_a100" / "matmul_A100.csv"
@@ -64,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--accelerator", default="a100", choices=sorted(PRESETS))
     ap.add_argument("--harness-us", type=float, default=HARNESS_US["matmul"])
+    ap.add_argument("--nominal", action="store_true",
+                    help="the a100 at the data sheet's HBM, not a100_ops.SUSTAINED_HBM_GBPS")
     args = ap.parse_args(argv)
-    acc = preset(args.accelerator)
+    acc = (a100(hbm_gbps=SUSTAINED_HBM_GBPS) if args.accelerator == "a100" and not args.nominal
+           else preset(args.accelerator))
     errors = []
     print(f"{'M':>6} {'N':>6} {'K':>6} {'ours us':>10} {'meas us':>10} {'error':>8}  mapping")
     for m, n, k, ms in read_rows(args.csv):

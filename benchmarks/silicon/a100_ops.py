@@ -20,7 +20,10 @@ the absolute relative errors and the row count.
   ``charge_vector``) and the two all-reduces of ``8 x tokens x 12,288`` fp16 by
   ``tenet_byoc.system.collective_seconds`` on a :class:`System` of 4 ``a100`` chips, TP = 4,
   joined by NVLink as LLMCompass describes it (12 links x 25 GB/s per direction, 8.92 us
-  per link, all four GPUs connected to each other: ``Link(300, 8.92, "switch")``).
+  per link, all four GPUs connected to each other: ``Link(300, 8.92, "switch")``). By
+  default the HBM and NVLink rates are what an A100 sustains by public measurements
+  (:data:`SUSTAINED_HBM_GBPS`, :data:`SUSTAINED_NVLINK`, sources there); ``--nominal`` keeps
+  the data sheet's 2,039 GB/s and the links' 300 GB/s line rate.
 
 Nothing is fitted. The preset's vector unit works through HBM (one read of the input for
 layer norm and GELU, three for softmax: ``accelerators.py``); LLMCompass timed each operator
@@ -37,7 +40,7 @@ sustained clock of a long tensor-core run. Nothing else is fitted.
 
 Usage::
 
-    python benchmarks/silicon/a100_ops.py [--accelerator NAME] [--calibrate]
+    python benchmarks/silicon/a100_ops.py [--accelerator NAME] [--calibrate] [--nominal]
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ import sys
 from pathlib import Path
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.accelerators import PRESETS, _a100, preset
+from tenet_byoc.accelerators import PRESETS, _a100, preset, with_mapping
 from tenet_byoc.system import Link, System, collective_seconds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,6 +63,17 @@ CATEGORIES = ("Q_K_V", "Q_mul_K", "A_mul_V", "Wo_proj", "W1_proj", "W2_proj", "S
 #: LLMCompass's NVLink among 4 A100s (hardware_model/interconnect.py: NVLinkV3, 25 GB/s per
 #: direction and 8.92 us per link, 12 links per GPU, fully connected).
 NVLINK = Link(bandwidth_gbps=12 * 25.0, latency_us=8.92, topology="switch")
+#: What an A100 sustains, from public measurements (none from LLMCompass's files), used in
+#: place of the nominal figures unless ``--nominal``:
+#: * HBM 1,800 GB/s: a read kernel on an A100 80GB SXM reaches 1.80 TB/s, 88% of the data
+#:   sheet's 2,039 by Nsight Compute's count (NVIDIA Developer Forums, "Trouble to Reach Peak
+#:   Bandwidth of A100", 2025; the thread cites a GTC talk whose best kernel reached ~90%);
+#: * NVLink 230 GB/s: NCCL's all-reduce bus bandwidth on an A100 as NCCL's maintainer states
+#:   it (NVIDIA/nccl-tests issue #149, 2023-07-05: 12 NVLinks x 25 GB/s line rate, ~20 GB/s
+#:   each at the SMs' 128 B payloads, 240 GB/s, ~230 reached). nccl-tests' bus bandwidth is
+#:   2 (n - 1) / n x S / t (its doc/PERFORMANCE.md), the rate a "switch" all-reduce charges.
+SUSTAINED_HBM_GBPS = 1800.0
+SUSTAINED_NVLINK = Link(bandwidth_gbps=230.0, latency_us=8.92, topology="switch")
 
 
 def _numbers(path: Path, width: int) -> list[list[float]]:
@@ -181,15 +195,22 @@ def layer(system: System) -> dict[str, list[float]]:
 CALIBRATION_ROW = (32768, 12288, 12288, 35440.7)
 
 
-def calibrated_a100() -> cm.Accelerator:
-    """The a100 preset at the clock where it takes :data:`CALIBRATION_ROW`'s measured time
-    (a compute-bound product: its time goes as 1 / clock; the harness's 21 us left out)."""
+def calibrated_a100(hbm_gbps: float = 2039.0) -> cm.Accelerator:
+    """The a100 preset (at ``hbm_gbps``) at the clock where it takes :data:`CALIBRATION_ROW`'s
+    measured time (a compute-bound product: its time goes as 1 / clock; the harness's 21 us
+    left out)."""
     m, n, k, meas = CALIBRATION_ROW
-    ours = gemm_us(preset("a100"), m, n, k) - HARNESS_US["matmul"]
+    ours = gemm_us(a100(hbm_gbps=hbm_gbps), m, n, k) - HARNESS_US["matmul"]
     clock = 1.41 * ours / (meas - HARNESS_US["matmul"])
     print(f"calibrated: clock {clock:.3f} GHz from matmul_A100.csv's {m} x {n} x {k} row "
           f"({meas:.1f} us; ours at 1.41 GHz {ours:.1f} us)")
-    return _a100(clock)
+    return a100(clock, hbm_gbps)
+
+
+def a100(clock_ghz: float = 1.41, hbm_gbps: float = 2039.0) -> cm.Accelerator:
+    """The ``a100`` preset (its mapping searched, as ``preset("a100")``) at another clock or
+    HBM rate."""
+    return with_mapping(_a100(clock_ghz, hbm_gbps), "auto")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,12 +218,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--accelerator", default="a100", choices=sorted(PRESETS))
     ap.add_argument("--calibrate", action="store_true",
                     help="the a100's clock fitted on matmul_A100.csv's largest row")
+    ap.add_argument("--nominal", action="store_true",
+                    help="the a100's data-sheet HBM and NVLink's line rate, not the sustained "
+                         "SUSTAINED_HBM_GBPS and SUSTAINED_NVLINK")
     args = ap.parse_args(argv)
     if args.calibrate and args.accelerator != "a100":
         ap.error("--calibrate fits the a100 preset only")
-    acc = calibrated_a100() if args.calibrate else preset(args.accelerator)
+    sustained = args.accelerator == "a100" and not args.nominal
+    hbm = SUSTAINED_HBM_GBPS if sustained else 2039.0
+    print(f"a100: HBM {hbm:.0f} GB/s, NVLink {'sustained' if sustained else 'nominal'}")
+    acc = (calibrated_a100(hbm) if args.calibrate else
+           a100(hbm_gbps=hbm) if args.accelerator == "a100" else preset(args.accelerator))
     print(json.dumps({"vector": summary(vector_files(acc))}))
-    system = System(acc, chips=4, tensor_parallel=4, link=NVLINK)
+    system = System(acc, chips=4, tensor_parallel=4,
+                    link=SUSTAINED_NVLINK if sustained else NVLINK)
     print(json.dumps({"layer": summary(layer(system))}))
     return 0
 

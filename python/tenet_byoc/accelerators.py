@@ -573,7 +573,8 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     )
 
 
-def _a100(clock_ghz: float = 1.41) -> Accelerator:  # a sustained clock: a100_ops.py --calibrate
+def _a100(clock_ghz: float = 1.41, hbm_gbps: float = 2039.0) -> Accelerator:
+    # clock_ghz / hbm_gbps: a sustained clock or HBM rate (benchmarks/silicon/a100_ops.py).
     # An NVIDIA A100 (SXM4 40 GB) as LLMCompass describes it (Zhang et al., "LLMCompass:
     # Enabling Efficient Hardware Design for Large Language Model Inference", ISCA 2024, and
     # its repository's configs/GA100.json): 108 SMs x 4 sub-cores x one 16 x 16 fp16 systolic
@@ -585,7 +586,7 @@ def _a100(clock_ghz: float = 1.41) -> Accelerator:  # a sustained clock: a100_op
     # 192 KB as the core's one buffer, fed at both array edges every cycle; K split at most
     # 16 ways; no launch cost.
     sms, rows, cols = 108, 16, 64
-    dram_bits = 2039e9 * 8 / (clock_ghz * 1e9)
+    dram_bits = hbm_gbps * 1e9 * 8 / (clock_ghz * 1e9)
     memory = cm.MemoryHierarchy(
         dram_bandwidth_bits=dram_bits, buffer_bytes=192 * 1024,
         buffer_bandwidth_bits=(rows + 2 * cols) * 32, register_bytes=256,

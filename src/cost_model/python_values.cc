@@ -619,7 +619,7 @@ void BindValues(py::module_& m) {
       [](const VectorCall& call, const BoundAccelerator& acc) {
         py::gil_scoped_release release;
         return ChargeVectorCall(call, acc.value.vector, acc.value.memory,
-                                acc.value.hardware.clock_ghz);
+                                acc.value.hardware.clock_ghz, acc.value.cores);
       },
       py::arg("call"), py::arg("accelerator"),
       "What a non-GEMM operator call costs on the accelerator's vector unit (vector.h): "

@@ -274,6 +274,8 @@ void BindVector(py::module_& m) {
       .def_readonly("compute_cycles", &VectorCharge::compute_cycles)
       .def_readonly("buffer_cycles", &VectorCharge::buffer_cycles)
       .def_readonly("dram_cycles", &VectorCharge::dram_cycles)
+      .def_readonly("cores", &VectorCharge::cores)
+      .def_readonly("shared_cycles", &VectorCharge::shared_cycles)
       .def_readonly("passes", &VectorCharge::passes)
       .def_readonly("row_cycles", &VectorCharge::row_cycles)
       .def_readonly("launch_cycles", &VectorCharge::launch_cycles)

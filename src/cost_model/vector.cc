@@ -221,8 +221,13 @@ VectorOpCounts VectorOps(const VectorCall& c) {
 }
 
 VectorCharge ChargeVectorCall(const VectorCall& call, const VectorUnit& unit,
-                              const MemoryHierarchy& mem, double clock_ghz) {
+                              const MemoryHierarchy& mem, double clock_ghz, const Cores& cores) {
   Validate(unit);
+  Validate(cores);
+  if (unit.lanes % cores.count != 0)
+    throw std::invalid_argument("vector.lanes (" + std::to_string(unit.lanes) +
+                                ") must be a multiple of cores.count (" +
+                                std::to_string(cores.count) + "): each core has its own lanes");
   VectorCharge ch;
   ch.call = call;
   ch.ops = VectorOps(call);  // validates the call
@@ -259,20 +264,32 @@ VectorCharge ChargeVectorCall(const VectorCall& call, const VectorUnit& unit,
     lane_cycles += double(ch.ops[c]) * unit.cycles_per_op[c];
     op_pj += double(ch.ops[c]) * unit.pj_per_op[c];
   }
-  ch.compute_cycles = static_cast<int64_t>(std::ceil(lane_cycles / double(unit.lanes)));
-  ch.buffer_cycles =
-      CeilCycles(ch.buffer_read_bits + ch.buffer_write_bits, unit.buffer_bandwidth_bits);
-  ch.dram_cycles = CeilCycles(ch.dram_read_bits + ch.dram_write_bits,
-                              mem.dram_bandwidth_bits * unit.dram_efficiency);
   const bool reduces_rows = call.op == VectorOp::kSoftmax || call.op == VectorOp::kLayerNorm ||
                             call.op == VectorOp::kRmsNorm;
+  const int64_t buffer_bits = ch.buffer_read_bits + ch.buffer_write_bits;
+  const int64_t dram_bits = ch.dram_read_bits + ch.dram_write_bits;
+  if (cores.count == 1) {
+    ch.compute_cycles = static_cast<int64_t>(std::ceil(lane_cycles / double(unit.lanes)));
+    ch.buffer_cycles = CeilCycles(buffer_bits, unit.buffer_bandwidth_bits);
+  } else {  // one core's share: ceil(units / count) of the rows or elements, in waves
+    const int64_t units = reduces_rows ? r : n;
+    const int64_t waves = CeilDiv(units, cores.count);
+    const double share = double(waves) / double(units);
+    ch.cores = std::min(units, cores.count);
+    ch.compute_cycles = static_cast<int64_t>(
+        std::ceil(lane_cycles * share / double(unit.lanes / cores.count)));
+    ch.buffer_cycles = static_cast<int64_t>(std::ceil(
+        double(buffer_bits) * share / (unit.buffer_bandwidth_bits / double(cores.count))));
+    ch.shared_cycles = CeilCycles(dram_bits, cores.shared_bandwidth_bits);
+  }
+  ch.dram_cycles = CeilCycles(dram_bits, mem.dram_bandwidth_bits * unit.dram_efficiency);
   if (reduces_rows && unit.row_bits_per_cycle > 0)
     ch.row_cycles = CeilCycles(CheckedMul(ch.passes, h * in, "VectorCall bits"),
                                unit.row_bits_per_cycle);
   ch.launch_cycles = unit.launch_cycles;
   ch.cycles = CheckedAdd(unit.launch_cycles,
                          std::max({ch.compute_cycles, ch.buffer_cycles, ch.dram_cycles,
-                                   ch.row_cycles}),
+                                   ch.shared_cycles, ch.row_cycles}),
                          "vector unit: cycles");
   ch.latency_us = double(ch.cycles) / (clock_ghz * 1e3);
   ch.schedule = unit.schedule;

@@ -19,6 +19,12 @@
 // launch_cycles) reads its activations from DRAM once per pass of its kernel and writes the
 // output there, at dram_efficiency of the bandwidth, no faster than one row's passes on one
 // core, and pays a fixed launch per kernel: launch + max(compute, buffer, DRAM, row).
+// On an accelerator of cores (core.h, count > 1) each core has its share of the unit (lanes /
+// count lanes, buffer_bandwidth_bits / count): a call's rows (softmax and norms: a row is one
+// core's) or elements (every other kind) go to the cores in waves, so compute and buffer
+// cycles are one core's share, ceil(units / count) units; DRAM stays the chip's, and the
+// DRAM traffic also crosses the shared level at cores.shared_bandwidth_bits. One core is
+// charged exactly as above.
 #pragma once
 
 #include <array>
@@ -26,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "cost_model/core.h"
 #include "cost_model/json.h"
 #include "cost_model/memory.h"
 
@@ -144,7 +151,9 @@ struct VectorCharge {
   int64_t dram_read_bits = 0, dram_write_bits = 0;
   bool spilled = false;  // activations and output did not fit the buffer together
   int64_t compute_cycles = 0, buffer_cycles = 0, dram_cycles = 0;
-  int64_t cycles = 0;    // launch + max of compute, buffer, DRAM and row: the call's latency
+  int64_t cores = 1;          // cores the call runs on: min(units, cores.count)
+  int64_t shared_cycles = 0;  // its DRAM traffic through the cores' shared level (0: one core)
+  int64_t cycles = 0;  // launch + max of compute, buffer, DRAM, shared and row: the latency
   int64_t passes = 1;        // reads of the input (VectorInputPasses)
   int64_t row_cycles = 0;    // one row's passes at row_bits_per_cycle (0: no such bound)
   int64_t launch_cycles = 0; // the unit's launch_cycles
@@ -156,8 +165,10 @@ struct VectorCharge {
 struct VectorCallHash {
   size_t operator()(const VectorCall& call) const;
 };
+// `cores`: the accelerator's (its count > 1 spreads the call, lanes a multiple of the count).
 VectorCharge ChargeVectorCall(const VectorCall& call, const VectorUnit& unit,
-                              const MemoryHierarchy& memory, double clock_ghz);
+                              const MemoryHierarchy& memory, double clock_ghz,
+                              const Cores& cores = Cores{});
 
 namespace detail {
 // The two units' parts of the accelerator's JSON form (accelerator.h), every field by name;

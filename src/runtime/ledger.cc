@@ -49,7 +49,8 @@ std::shared_ptr<const VectorCharge> VectorChargeCache::Get(const VectorCall& cal
     if (it != cache_.end()) return it->second;
   }
   auto charge = std::make_shared<const VectorCharge>(ChargeVectorCall(
-      call, accelerator_.vector, accelerator_.memory, accelerator_.hardware.clock_ghz));
+      call, accelerator_.vector, accelerator_.memory, accelerator_.hardware.clock_ghz,
+      accelerator_.cores));
   std::unique_lock<std::shared_mutex> lock(mutex_);
   return cache_.emplace(call, std::move(charge)).first->second;
 }

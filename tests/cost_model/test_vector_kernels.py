@@ -111,3 +111,43 @@ def test_bad_kernel_fields_are_refused_by_name(field, value, message):
         doc["vector"][field] = value
         with pytest.raises(ValueError, match=message):
             Accelerator.from_json(json.dumps(doc))
+
+
+def _four_cores(**unit) -> Accelerator:
+    # 4 cores of 8 lanes each (32 in all), a shared level of 100 bits per cycle.
+    return _acc(lanes=32, **unit).replace(cores=cm.Cores(count=4, shared_bandwidth_bits=100))
+
+
+def test_a_call_spreads_its_rows_over_the_cores_in_waves_by_hand():
+    # Softmax over 5 rows of 64 float32 on 4 cores: a row is one core's, so one core runs
+    # ceil(5 / 4) = 2 rows. Per row: 3 x 64 adds, 64 multiplies (1 cycle each), 64 exps and
+    # one reciprocal (4 cycles each) = 516 lane cycles; 2 rows on a core's 8 lanes: 129
+    # cycles (one core of 32 lanes: ceil(5 x 516 / 32) = 81). The buffer (32 x 64 bits per
+    # cycle, a quarter per core) moves the core's 2 rows in and out: 2 x 2 x 64 x 32 / 512 = 16.
+    call = cm.VectorCall("softmax", (5, 64))
+    ch = cm.charge_vector(call, _four_cores())
+    assert (ch.cores, ch.compute_cycles, ch.buffer_cycles) == (4, 129, 16)
+    assert ch.shared_cycles == 0 and ch.cycles == 129  # kept on chip: nothing crosses it
+    assert cm.charge_vector(call, _acc(lanes=32)).compute_cycles == 81
+    # Streamed through DRAM (one read, one write of 320 floats): the shared level carries
+    # the 20,480 bits at 100 per cycle; DRAM is the chip's, as on one core.
+    st = cm.charge_vector(call, _four_cores(streams_from_dram=True))
+    assert st.shared_cycles == 205
+    assert st.dram_cycles == math.ceil(20_480 / _acc().memory.dram_bandwidth_bits)
+    assert st.cycles == max(129, 16, 205, st.dram_cycles)
+
+
+def test_elementwise_work_splits_by_elements_and_few_rows_leave_cores_idle():
+    # 100 adds of a (2, 50) tensor: 25 per core on 8 lanes, ceil(25 / 8) = 4 cycles.
+    add = cm.charge_vector(cm.VectorCall("add", (2, 50), operand_elements=100), _four_cores())
+    assert (add.cores, add.compute_cycles) == (4, 4)
+    # A layer norm of 2 rows of 64 runs on 2 of the 4 cores: one row each, 4 x 64 + 1 adds,
+    # 3 x 64 + 2 multiplies and one reciprocal (4 cycles) = 455 lane cycles / 8 -> 57.
+    ln = cm.charge_vector(cm.VectorCall("layer_norm", (2, 64)), _four_cores())
+    assert (ln.cores, ln.compute_cycles) == (2, 57)
+
+
+def test_lanes_must_split_evenly_over_the_cores():
+    with pytest.raises(ValueError, match=r"vector.lanes \(30\) must be a multiple of cores.count"):
+        cm.charge_vector(cm.VectorCall("add", (4,), operand_elements=4),
+                         _acc(lanes=30).replace(cores=cm.Cores(count=4, shared_bandwidth_bits=8)))
