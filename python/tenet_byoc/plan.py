@@ -183,6 +183,13 @@ def _link_key(link: Any) -> tuple:
     return ("link", link.kind, link.nbytes, link.chips)
 
 
+def _hand_overs(nbytes: float, stages: int) -> list[PlannedCall]:
+    """The point-to-point sends of ``nbytes`` from each pipeline stage to the next."""
+    link = LinkCall("p2p", nbytes, 2)
+    return [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1, _link_key(link))
+            for s in range(stages - 1)]
+
+
 class PlannedCall(NamedTuple):
     """One call of a step, as a charge takes it, and where it runs.
 
@@ -772,12 +779,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
             shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)
         calls.append(_vector_call(v, shape, operand, quant.name if v.quantize else "none",
                                   stage))
-    if pp > 1:
-        hidden = getattr(config, "n_embd", None) or config.hidden_size
-        size = step.tokens * hidden * weights.bits[2] / 8
-        link = LinkCall("p2p", size, 2)
-        calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
-                              _link_key(link)) for s in range(pp - 1)]
+    hidden = getattr(config, "n_embd", None) or config.hidden_size
+    calls += _hand_overs(step.tokens * hidden * weights.bits[2] / 8, pp)
     if cut is None:
         return Plan(whole, phase, tuple(calls), tp, pp, mu)
     return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,
@@ -860,11 +863,7 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
         calls += [_vector_call(v, tuple(v.shape), v.operand,
                                quant.name if v.quantize else "none", stage)
                   for v in group.vectors]
-    if pp > 1:
-        size = step.tokens // mu * config.hidden_size * weights.bits[2] / 8
-        link = LinkCall("p2p", size, 2)
-        calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
-                              _link_key(link)) for s in range(pp - 1)]
+    calls += _hand_overs(step.tokens // mu * config.hidden_size * weights.bits[2] / 8, pp)
     return Plan(step, step.phase, tuple(calls), tp, pp, mu)
 
 
