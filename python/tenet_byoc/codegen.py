@@ -317,14 +317,11 @@ def describe_function(func: relax.Function) -> dict:
         if r not in refs or refs[r] >= 0:
             raise TenetCodegenError(f"{symbol}: an output is not computed by a tenet step")
         outputs.append({**_tensor_spec(r.ty, f"{symbol}: output"), "source": refs[r]})
-    if host_io is not None:
-        returned = {outputs[o]["source"] for o in range(len(outputs))
-                    if -1 in host_io["outputs"] or o in host_io["outputs"]}
-        for s, step in enumerate(steps):
-            if step["lhs"] not in host_io["inputs"]:
-                step["a_on_chip"] = True
-            if -(s + 1) not in returned:
-                step["c_on_chip"] = True
+    returned = {outputs[o]["source"] for o in range(len(outputs)) if host_io is not None
+                and (-1 in host_io["outputs"] or o in host_io["outputs"])}
+    for s, step in enumerate(steps):  # the descriptor's last two keys
+        step["a_on_chip"] = host_io is not None and step["lhs"] not in host_io["inputs"]
+        step["c_on_chip"] = host_io is not None and -(s + 1) not in returned
     return _fields("function", symbol,
                    {"symbol": symbol, "inputs": inputs, "steps": steps, "outputs": outputs})
 

@@ -125,7 +125,8 @@ def partition_for_tenet(
         adjacent ones merged into outer functions with attr ``Codegen="tenet"`` that also
         carry the accelerator (attr ``tenet.accelerator``, its JSON form) and the
         quantization scheme and its cost recipe :func:`~tenet_byoc.quantize` stamped on the
-        module (attrs ``tenet.quant_scheme``, ``tenet.quant_recipe``).
+        module (attrs ``tenet.quant_scheme``, ``tenet.quant_recipe``), and which of their
+        inputs and outputs cross to the caller's host (attr ``tenet.host_io``).
     """
     stamps = {ACCELERATOR_ATTR: resolve(accelerator).to_json()}
     for attr in (SCHEME_ATTR, RECIPE_ATTR):

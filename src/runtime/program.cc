@@ -387,7 +387,7 @@ std::string SerializeDescriptor(const Descriptor& descriptor) {
     for (const auto& s : p.outputs) outputs.push_back(spec_json(s, true));
     for (const Step& st : p.steps) {
       auto ref = [](bool has, ValueRef r) { return has ? OrderedJson(r) : OrderedJson(nullptr); };
-      OrderedJson step = {{"pattern", st.pattern},
+      steps.push_back({{"pattern", st.pattern},
                        {"name", st.name},
                        {"lhs", st.lhs},
                        {"rhs", st.rhs},
@@ -401,10 +401,9 @@ std::string SerializeDescriptor(const Descriptor& descriptor) {
                        {"quant", RecipeJson(st.recipe)},
                        {"rhs_transposed", st.rhs_transposed},
                        {"epilogue", EpilogueName(st.epilogue)},
-                       {"out_ndim", st.out_ndim}};
-      if (st.a_on_chip) step["a_on_chip"] = true;
-      if (st.c_on_chip) step["c_on_chip"] = true;
-      steps.push_back(std::move(step));
+                       {"out_ndim", st.out_ndim},
+                       {"a_on_chip", st.a_on_chip},
+                       {"c_on_chip", st.c_on_chip}});
     }
     functions.push_back(
         {{"symbol", p.symbol}, {"inputs", inputs}, {"outputs", outputs}, {"steps", steps}});
