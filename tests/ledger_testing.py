@@ -73,7 +73,8 @@ def memory_reference(e, accelerator):
     tiles = cm.default_tile_mapping(e.m, e.n, e.k, acc.memory, rows, cols, **widths)
     mm = cm.analyze_memory(
         cm.GemmCall(
-            m=e.m, n=e.n, k=e.k, extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops, **widths
+            m=e.m, n=e.n, k=e.k, extra_read_bits=e.extra_read_bits, extra_ops=e.extra_ops,
+            a_on_chip=e.a_on_chip, c_on_chip=e.c_on_chip, **widths
         ),
         acc,
         tiles,

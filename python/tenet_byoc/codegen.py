@@ -238,6 +238,11 @@ def describe_function(func: relax.Function) -> dict:
     scheme = str(func.attrs[SCHEME_ATTR]) if SCHEME_ATTR in func.attrs else UNNAMED_SCHEME
     stamped = (RecipeStamp.read(str(func.attrs[RECIPE_ATTR])) if RECIPE_ATTR in func.attrs
                else None)
+    from .partition import HOST_IO_ATTR
+
+    # The call plan's rule (tenet_byoc.plan._gemm_call): A on chip unless the caller passed
+    # it in, C unless the caller returns it; a function no caller was seen for keeps neither.
+    host_io = json.loads(str(func.attrs[HOST_IO_ATTR])) if HOST_IO_ATTR in func.attrs else None
     refs: dict[relax.Var, int] = {p: i for i, p in enumerate(func.params)}
     inputs = [_tensor_spec(p.ty, f"{symbol}: input {i}") for i, p in enumerate(func.params)]
     composites: dict[relax.Var, _Composite] = {}
@@ -312,6 +317,11 @@ def describe_function(func: relax.Function) -> dict:
         if r not in refs or refs[r] >= 0:
             raise TenetCodegenError(f"{symbol}: an output is not computed by a tenet step")
         outputs.append({**_tensor_spec(r.ty, f"{symbol}: output"), "source": refs[r]})
+    returned = {outputs[o]["source"] for o in range(len(outputs)) if host_io is not None
+                and (-1 in host_io["outputs"] or o in host_io["outputs"])}
+    for s, step in enumerate(steps):  # the descriptor's last two keys
+        step["a_on_chip"] = host_io is not None and step["lhs"] not in host_io["inputs"]
+        step["c_on_chip"] = host_io is not None and -(s + 1) not in returned
     return _fields("function", symbol,
                    {"symbol": symbol, "inputs": inputs, "steps": steps, "outputs": outputs})
 

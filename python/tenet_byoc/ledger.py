@@ -96,7 +96,7 @@ _TRAFFIC = ("offchip_read_bytes", "offchip_write_bytes", "dram_read_bytes", "dra
 #: A GEMM's own charge fields (charge.h's table, less the vector unit's).
 GEMM_FIELDS = (
     "batch", "m", "n", "k", "bits_a", "bits_b", "bits_c", "extra_read_bits", "extra_ops",
-    "extra_register_bits", "dequant_place", "scale_bits", "accumulator_bits",
+    "extra_register_bits", "a_on_chip", "c_on_chip", "dequant_place", "scale_bits", "accumulator_bits",
     "weight_side_bits", "activation_side_bits", "quantize_ops", "dequant_ops",
     "accumulator_traffic_bits", "macs", "roofline_cycles", "array_cycles",
     "dram_stall_cycles", "edge_cycles", "compute_cycles", "stall_cycles", "tenet_delay",
@@ -230,7 +230,7 @@ class GemmEntry(LedgerEntry, _Traffic, namedtuple("GemmEntry", _CALL)):
         gives this entry's charge again."""
         return GemmCall(m=self.m, n=self.n, k=self.k, batch=self.batch, bits_a=self.bits_a,
                         bits_b=self.bits_b, bits_c=self.bits_c, scheme=self.scheme,
-                        recipe=self.recipe)
+                        recipe=self.recipe, a_on_chip=self.a_on_chip, c_on_chip=self.c_on_chip)
 
     @property
     def mac_capacity(self) -> int:

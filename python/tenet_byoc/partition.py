@@ -11,10 +11,61 @@ from tvm.relax.dpl import pattern as dpl
 from .accelerators import Accelerator, resolve
 from .patterns import tenet_patterns
 from .quantization import RECIPE_ATTR, SCHEME_ATTR
-from .vector_plan import PLAN_ATTR, insert_charge_calls
+from .vector_plan import PLAN_ATTR, _callers, insert_charge_calls
 
 #: The function attribute that carries the accelerator (its JSON form) to the codegen.
 ACCELERATOR_ATTR = "tenet.accelerator"
+#: The function attribute that tells the codegen which of a tenet function's inputs its
+#: callers pass from their own inputs and which of its outputs they return (JSON
+#: ``{"inputs": [...], "outputs": [...]}``): the operands the call plan's rule leaves off chip
+#: (``tenet_byoc.plan._gemm_call``).
+HOST_IO_ATTR = "tenet.host_io"
+
+
+def _host_io(mod: tvm.IRModule) -> dict[str, dict[str, list[int]]]:
+    """Per tenet function called from the module: the indices of the inputs its callers pass
+    from their own parameters (or a reshape or transpose of one: the same values), and of the
+    outputs they return (or return a reshape of: the same bytes)."""
+    tenet = {gv.name_hint for gv, f in mod.functions.items() if isinstance(f, relax.Function)
+             and f.attrs and str(f.attrs.get("Codegen", "")) == "tenet"}
+    found: dict[str, tuple[set[int], set[int]]] = {}
+
+    def source(value, ops: tuple[str, ...]):
+        if isinstance(value, relax.Var):
+            return value
+        if isinstance(value, relax.Call) and str(getattr(value.op, "name", "")) in ops:
+            return value.args[0]
+        return None
+
+    for _, func in _callers(mod):
+        bindings = [b for block in func.body.blocks for b in block.bindings]
+        host = set(func.params)
+        for b in bindings:
+            if source(b.value, ("relax.reshape", "relax.permute_dims")) in host:
+                host.add(b.var)
+        result = func.body.body
+        returned = set(result.fields) if isinstance(result, relax.Tuple) else {result}
+        for b in reversed(bindings):
+            if b.var in returned:
+                value = b.value
+                returned.update(value.fields if isinstance(value, relax.Tuple)
+                                else [source(value, ("relax.reshape",))])
+        calls = {}
+        for b in bindings:
+            value = b.value
+            if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar) and (
+                    value.op.name_hint in tenet):
+                name = value.op.name_hint
+                calls[b.var] = name
+                ins, outs = found.setdefault(name, (set(), set()))
+                ins.update(i for i, a in enumerate(value.args) if a in host)
+                if b.var in returned:
+                    outs.add(-1)  # every output
+            elif isinstance(value, relax.TupleGetItem) and value.tuple_value in calls and (
+                    b.var in returned):
+                found[calls[value.tuple_value]][1].add(value.index)
+    return {name: {"inputs": sorted(ins), "outputs": sorted(outs)}
+            for name, (ins, outs) in found.items()}
 
 
 def _ops_in(mod: tvm.IRModule) -> set[str]:
@@ -74,7 +125,8 @@ def partition_for_tenet(
         adjacent ones merged into outer functions with attr ``Codegen="tenet"`` that also
         carry the accelerator (attr ``tenet.accelerator``, its JSON form) and the
         quantization scheme and its cost recipe :func:`~tenet_byoc.quantize` stamped on the
-        module (attrs ``tenet.quant_scheme``, ``tenet.quant_recipe``).
+        module (attrs ``tenet.quant_scheme``, ``tenet.quant_recipe``), and which of their
+        inputs and outputs cross to the caller's host (attr ``tenet.host_io``).
     """
     stamps = {ACCELERATOR_ATTR: resolve(accelerator).to_json()}
     for attr in (SCHEME_ATTR, RECIPE_ATTR):
@@ -103,11 +155,14 @@ def partition_for_tenet(
         scheme = stamps.get(SCHEME_ATTR, "unnamed")
         bits = json.loads(stamps[RECIPE_ATTR])["bits"][0] if RECIPE_ATTR in stamps else None
         mod, stamps[PLAN_ATTR] = insert_charge_calls(mod, scheme, bits)
+    host_io = _host_io(mod)
     for gv, func in list(mod.functions.items()):
         codegen = func.attrs.get("Codegen") if isinstance(func, relax.Function) and func.attrs else None
         if codegen is not None and str(codegen) == "tenet":
             for key, value in stamps.items():
                 func = func.with_attr(key, value)
+            if gv.name_hint in host_io:
+                func = func.with_attr(HOST_IO_ATTR, json.dumps(host_io[gv.name_hint]))
             mod[gv] = func
     return mod
 

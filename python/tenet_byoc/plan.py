@@ -183,6 +183,13 @@ def _link_key(link: Any) -> tuple:
     return ("link", link.kind, link.nbytes, link.chips)
 
 
+def _hand_overs(nbytes: float, stages: int) -> list[PlannedCall]:
+    """The point-to-point sends of ``nbytes`` from each pipeline stage to the next."""
+    link = LinkCall("p2p", nbytes, 2)
+    return [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1, _link_key(link))
+            for s in range(stages - 1)]
+
+
 class PlannedCall(NamedTuple):
     """One call of a step, as a charge takes it, and where it runs.
 
@@ -391,6 +398,50 @@ def _check_sizes(name: str, phase: str, batch: int, b: int, m: int, n: int, k: i
 def _charging(quant: QuantScheme) -> dict[str, GemmCharging]:
     """What the codegen charges each class of GEMM with under ``quant`` (its own rule)."""
     return {role: gemm_charging(quant, role) for role in ("weight", "key", "value")}
+
+
+#: The GEMM whose output is the step's result (the logits, handed to the host).
+HEAD = "lm_head"
+
+
+def _gemm_call(name: str, b: int, m: int, n: int, k: int, how: GemmCharging,
+               role: str) -> tuple[tuple, Any]:
+    """The key and ``cost_model.GemmCall`` of a planned GEMM, its operands kept on chip by the
+    plan's one rule: every GEMM's A is an activation the step made on chip (a norm, rotary,
+    softmax, an activation or the GEMM before it; the first hidden state is the embedding
+    lookup's) and stays there, and its C stays for the calls that use it (an epilogue, a
+    residual add, rotary, a KV-cache write, the next GEMM), but for the head's logits, the
+    step's result. The cost model decides whether they fit: both together beside the
+    mapping's tiles in a one-core buffer, or in the shared level (``Cores.shared_bytes``) of
+    an accelerator of cores; what does not fit goes through DRAM as if unflagged. A run
+    applies the same rule to its graph (``partition``: A not an input of the caller, C not
+    its result)."""
+    c_on_chip = name != HEAD
+    key = ("array", b, m, n, k, how.scheme, role, how.bits, c_on_chip)
+    return key, _interned(key, lambda: cm.GemmCall(
+        m=m, n=n, k=k, batch=b, bits_a=how.bits[0], bits_b=how.bits[1], bits_c=how.bits[2],
+        scheme=how.scheme, recipe=how.recipe, a_on_chip=True, c_on_chip=c_on_chip))
+
+
+def _stages(n_layers: int, pp: int) -> Any:
+    """``stage(name, layer)``: the pipeline stage of ``pp`` that runs a call (the calls before
+    the layers, :data:`BEFORE_LAYERS`, on the first; the others outside them on the last)."""
+    stage_of: dict[int | None, int] = {None: pp - 1}
+    for s, layers in enumerate(stage_layers(n_layers, pp)):
+        stage_of.update(dict.fromkeys(layers, s))
+    return lambda name, layer: (0 if layer is None and name.startswith(BEFORE_LAYERS)
+                                else stage_of[layer])
+
+
+def _vector_call(v: Any, shape: tuple, operand: int, label: str, stage: Any) -> PlannedCall:
+    """The planned call of the vector operator ``v`` (a ``VectorOpShape``) over ``shape``,
+    with ``operand`` elements of a second operand, its ledger scheme ``label``."""
+    key = ("vector", v.op, shape, v.bits_out, operand, label)
+    call = _interned(key, lambda: cm.VectorCall(
+        v.op, list(shape), bits_in=32, bits_out=v.bits_out,
+        operand_elements=operand if operand else (None if v.op not in _BINARY else 0)))
+    layer = _layer_of(v.name)
+    return PlannedCall(call, v.name, "vector", layer, stage(v.name, layer), "", label, 1, key)
 
 
 #: Vector kinds that take a second operand (its element count 0 when there is none).
@@ -632,9 +683,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     whole = step
     if mu > 1:
         step = Step([(seq, n // mu) for seq, n in step.groups])
-    stage_of: dict[int | None, int] = {None: pp - 1}
-    for s, layers in enumerate(stage_layers(_layers(config), pp)):
-        stage_of.update(dict.fromkeys(layers, s))
+    stage = _stages(_layers(config), pp)
     # Walk two layers and let the second stand for the rest (Plan.calls makes them).
     layers = _layers(config)
     cut, period = _cut_layers(config) if layers > 2 else (None, 0)
@@ -660,11 +709,6 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     epilogues: dict[str, list[str]] = {}
     sharded_k: dict[str, int] = {}
 
-    def stage(name: str, layer: int | None) -> int:
-        if layer is None and name.startswith(BEFORE_LAYERS):
-            return 0
-        return stage_of[layer]
-
     def gemm(name: str, b: int, m: int, n: int, k: int, how: GemmCharging, role: str,
              count: int, ph: str) -> None:
         layer = _layer_of(name)
@@ -676,10 +720,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         k = -(-k // how.k_multiple) * how.k_multiple
         _check_sizes(name, ph, count, b, m, n, k)
         sharded_k[name] = k
-        key = ("array", b, m, n, k, how.scheme, role, how.bits)
-        call = _interned(key, lambda: cm.GemmCall(
-            m=m, n=n, k=k, batch=b, bits_a=how.bits[0], bits_b=how.bits[1],
-            bits_c=how.bits[2], scheme=how.scheme, recipe=how.recipe))
+        key, call = _gemm_call(name, b, m, n, k, how, role)
         calls.append(PlannedCall(call, name, "array", layer, st, "", how.scheme, 1, key))
         ops = epilogues.get(name)
         if ops is None:
@@ -736,20 +777,10 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         shape, operand = tuple(v.shape), v.operand
         if tp > 1:
             shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)
-        label = quant.name if v.quantize else "none"
-        key = ("vector", v.op, shape, v.bits_out, operand, label)
-        call = _interned(key, lambda: cm.VectorCall(
-            v.op, list(shape), bits_in=32, bits_out=v.bits_out,
-            operand_elements=operand if operand else (None if v.op not in _BINARY else 0)))
-        layer = _layer_of(v.name)
-        calls.append(PlannedCall(call, v.name, "vector", layer, stage(v.name, layer), "",
-                                 label, 1, key))
-    if pp > 1:
-        hidden = getattr(config, "n_embd", None) or config.hidden_size
-        size = step.tokens * hidden * weights.bits[2] / 8
-        link = LinkCall("p2p", size, 2)
-        calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
-                              _link_key(link)) for s in range(pp - 1)]
+        calls.append(_vector_call(v, shape, operand, quant.name if v.quantize else "none",
+                                  stage))
+    hidden = getattr(config, "n_embd", None) or config.hidden_size
+    calls += _hand_overs(step.tokens * hidden * weights.bits[2] / 8, pp)
     if cut is None:
         return Plan(whole, phase, tuple(calls), tp, pp, mu)
     return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,
@@ -809,9 +840,7 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
     weights = hows["weight"]
     hows = {**hows, "absorbed": _charging(get_scheme("none"))["weight"]}
     float_gemm = weights.scheme == "none"
-    stage_of: dict[int | None, int] = {None: pp - 1}
-    for s, layers in enumerate(stage_layers(config.num_hidden_layers, pp)):
-        stage_of.update(dict.fromkeys(layers, s))
+    stage = _stages(config.num_hidden_layers, pp)
     groups = moe_call_groups(config, tokens, ph, routing, n, min(32, weights.bits[0]),
                              weights.k_multiple, float_gemm)
     calls: list[PlannedCall] = []
@@ -819,13 +848,10 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
         for g, role in group.gemms:
             how = hows[role]
             layer = _layer_of(g.name)
-            st = 0 if layer is None and g.name.startswith(BEFORE_LAYERS) else stage_of[layer]
+            st = stage(g.name, layer)
             k = -(-g.k // how.k_multiple) * how.k_multiple
             _check_sizes(g.name, ph, n, g.batch, g.m, g.n, k)
-            key = ("array", g.batch, g.m, g.n, k, how.scheme, role, how.bits)
-            call = _interned(key, lambda g=g, k=k, how=how: cm.GemmCall(
-                m=g.m, n=g.n, k=k, batch=g.batch, bits_a=how.bits[0], bits_b=how.bits[1],
-                bits_c=how.bits[2], scheme=how.scheme, recipe=how.recipe))
+            key, call = _gemm_call(g.name, g.batch, g.m, g.n, k, how, role)
             calls.append(PlannedCall(call, g.name, "array", layer, st, "", how.scheme, 1, key))
             for op in group.epilogues.get(g.name, ()):
                 rows, width = g.batch * g.m, g.n
@@ -834,22 +860,10 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
                     op, [rows, width], operand_elements=width))
                 calls.append(PlannedCall(v, f"{g.name}.{op}", "vector", layer, st, g.name,
                                          "none", 1, vkey))
-        for v in group.vectors:
-            shape, operand = tuple(v.shape), v.operand
-            label = quant.name if v.quantize else "none"
-            key = ("vector", v.op, shape, v.bits_out, operand, label)
-            call = _interned(key, lambda v=v, shape=shape, operand=operand: cm.VectorCall(
-                v.op, list(shape), bits_in=32, bits_out=v.bits_out,
-                operand_elements=operand if operand else (None if v.op not in _BINARY
-                                                          else 0)))
-            layer = _layer_of(v.name)
-            st = 0 if layer is None and v.name.startswith(BEFORE_LAYERS) else stage_of[layer]
-            calls.append(PlannedCall(call, v.name, "vector", layer, st, "", label, 1, key))
-    if pp > 1:
-        size = step.tokens // mu * config.hidden_size * weights.bits[2] / 8
-        link = LinkCall("p2p", size, 2)
-        calls += [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1,
-                              _link_key(link)) for s in range(pp - 1)]
+        calls += [_vector_call(v, tuple(v.shape), v.operand,
+                               quant.name if v.quantize else "none", stage)
+                  for v in group.vectors]
+    calls += _hand_overs(step.tokens // mu * config.hidden_size * weights.bits[2] / 8, pp)
     return Plan(step, step.phase, tuple(calls), tp, pp, mu)
 
 

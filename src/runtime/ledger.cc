@@ -13,8 +13,12 @@ using detail::JsonQuote;
 GemmCall StepCall(const Step& step, const std::vector<int64_t>& c_shape, int64_t k) {
   int64_t batch = 1;
   for (size_t i = 0; i + 2 < c_shape.size(); ++i) batch *= c_shape[i];
-  return DescribeGemmCall(batch, c_shape[c_shape.size() - 2], c_shape.back(), k, step.bits_a,
-                          step.bits_b, step.bits_c, step.recipe, step.scheme);
+  GemmCall call = DescribeGemmCall(batch, c_shape[c_shape.size() - 2], c_shape.back(), k,
+                                   step.bits_a, step.bits_b, step.bits_c, step.recipe,
+                                   step.scheme);
+  call.workload.a_on_chip = step.a_on_chip;
+  call.workload.c_on_chip = step.c_on_chip;
+  return call;
 }
 
 int EpilogueCount(const Step& step) {

@@ -184,7 +184,7 @@ const std::vector<DescriptorObject>& DescriptorObjects() {
        {{"pattern", true}, {"name", true}, {"lhs", true}, {"rhs", true}, {"kind", true},
         {"scheme", true}, {"bias", true}, {"scale_a", true}, {"scale_b", true},
         {"zero_point", true}, {"bits", true}, {"quant", true}, {"rhs_transposed", true},
-        {"epilogue", true}, {"out_ndim", true}}},
+        {"epilogue", true}, {"out_ndim", true}, {"a_on_chip", false}, {"c_on_chip", false}}},
       {"vector_function", {{"symbol", true}, {"steps", true}}},
       {"vector_step",
        {{"name", true}, {"scheme", true}, {"op", true}, {"rank", true}, {"operand", true},
@@ -342,6 +342,8 @@ Descriptor ParseDescriptor(const std::string& text) {
         TVM_FFI_THROW(ValueError) << "tenet descriptor: " << swhere << ": " << e.what();
       }
       st.out_ndim = Get<int64_t>(sobj, "out_ndim", swhere);
+      st.a_on_chip = sobj.contains("a_on_chip") && Get<bool>(sobj, "a_on_chip", swhere);
+      st.c_on_chip = sobj.contains("c_on_chip") && Get<bool>(sobj, "c_on_chip", swhere);
       CheckStepRanks(st, p, swhere);
       p.steps.push_back(std::move(st));
     }
@@ -399,7 +401,9 @@ std::string SerializeDescriptor(const Descriptor& descriptor) {
                        {"quant", RecipeJson(st.recipe)},
                        {"rhs_transposed", st.rhs_transposed},
                        {"epilogue", EpilogueName(st.epilogue)},
-                       {"out_ndim", st.out_ndim}});
+                       {"out_ndim", st.out_ndim},
+                       {"a_on_chip", st.a_on_chip},
+                       {"c_on_chip", st.c_on_chip}});
     }
     functions.push_back(
         {{"symbol", p.symbol}, {"inputs", inputs}, {"outputs", outputs}, {"steps", steps}});

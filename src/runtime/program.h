@@ -83,6 +83,9 @@ struct Step {
   bool rhs_transposed = false;
   Epilogue epilogue = Epilogue::kNone;
   int64_t out_ndim = 0;
+  // The operands the call plan's rule keeps on chip (GemmWorkload::a_on_chip, c_on_chip):
+  // A made in the step (not an input of the caller), C used in it (not its result).
+  bool a_on_chip = false, c_on_chip = false;
 };
 
 /*! \brief An offloaded function: its signature and the GEMMs it runs in order. */

@@ -36,8 +36,10 @@ def test_run_with_mapping_auto_prints_the_searched_mappings(capsys):
         best = cm.MappingSearch(
             acc.hardware, acc.memory, precision=acc.precision, stream_tiles=(16, 64)
         ).best(
+            # Activations stay on chip between calls; the head's logits leave (the plan's rule).
             cm.GemmCall(
-                m=int(m), n=int(n), k=int(k), batch=int(batch), bits_a=32, bits_b=32, bits_c=32
+                m=int(m), n=int(n), k=int(k), batch=int(batch), bits_a=32, bits_b=32, bits_c=32,
+                a_on_chip=True, c_on_chip=layer != "lm_head",
             )
         )
         assert mapping == best.mapping.replace("|", "/"), layer

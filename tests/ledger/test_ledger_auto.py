@@ -49,6 +49,8 @@ def _direct_best(acc, e) -> cm.MappingChoice:
             extra_read_bits=e.extra_read_bits,
             extra_ops=e.extra_ops,
             extra_register_bits=e.extra_register_bits,
+            a_on_chip=e.a_on_chip,
+            c_on_chip=e.c_on_chip,
         )
     )
 

@@ -28,14 +28,21 @@ def test_memory_fields_in_csv_and_json(hardware):
     vm["main"](tvm.runtime.tensor(np.ones((4, 784), "float32")))
     book = gemm_ledger(vm)
     assert len(book) == 2
+    # Layer 1 reads the host's x and keeps its output on chip for layer 2, which returns the
+    # logits; both fit the buffer (4 rows of 784 + 128 and 128 + 10 floats).
+    assert [(e.a_on_chip, e.c_on_chip) for e in book] == [(False, True), (True, False)]
     for e in book:
         assert e.roofline_cycles <= e.cycles
         assert e.mapping.startswith(("os 16x16 | tiles", "ws 256x256 | tiles"))
         for field in ("dram_read_bytes", "dram_write_bytes"):
             assert getattr(e, field) == sum(getattr(t, field) for t in e.tensors.values())
-        # C is written once (K innermost in the default mapping), A and B read at least once.
-        assert e.tensors["C"].dram_write_bytes == e.batch * e.m * e.n * e.bits_c / 8
-        assert e.tensors["A"].dram_read_bytes >= e.batch * e.m * e.k * e.bits_a / 8
+        # C is written once (K innermost in the default mapping), A and B read at least once,
+        # but for what stays on chip.
+        c_bits = 0 if e.c_on_chip else e.batch * e.m * e.n * e.bits_c
+        assert e.tensors["C"].dram_write_bytes == c_bits / 8
+        a_bits = 0 if e.a_on_chip else e.batch * e.m * e.k * e.bits_a
+        assert e.tensors["A"].dram_read_bytes >= a_bits / 8
+        assert e.tensors["A"].dram_read_bytes == 0 or not e.a_on_chip
         # DRAM energy is its bits at the hierarchy's pJ per bit.
         assert e.dram_pj == pytest.approx(8 * e.dram_bytes * acc.memory.dram_pj_per_bit)
         assert e.energy_pj == pytest.approx(e.mac_pj + e.register_pj + e.buffer_pj + e.dram_pj)

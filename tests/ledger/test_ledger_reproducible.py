@@ -67,7 +67,8 @@ def test_every_entry_equals_analyze_gemm_of_its_fields(accelerator, scheme):
         assert (e.edge_cycles, e.edge_pj) == (edge_cycles, edge_ops * edge.pj_per_element)
         widths = {"batch": e.batch, "bits_a": e.bits_a, "bits_b": e.bits_b,
                   "bits_c": e.bits_c, "extra_read_bits": e.extra_read_bits,
-                  "extra_ops": e.extra_ops - edge_ops}
+                  "extra_ops": e.extra_ops - edge_ops, "a_on_chip": e.a_on_chip,
+                  "c_on_chip": e.c_on_chip}
         m = cm.analyze_array(cm.GemmCall(m=e.m, n=e.n, k=e.k, **widths), acc)
         assert (e.macs, e.array_cycles, e.offchip_read_bytes, e.offchip_write_bytes) == (
             m.macs, m.cycles, m.offchip_read_bits / 8, m.offchip_write_bits / 8), e.name

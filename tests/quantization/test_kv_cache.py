@@ -154,10 +154,12 @@ def test_attention_calls_charged_at_kv_width_by_hand(tiny, mod, bits, scales_per
     # The Python face of the cost model charges the same calls from attention_scheme.
     att = attention_scheme(scheme)
     acc = preset("os16")
+    # Q (or P) and the product stay on chip between calls (the plan's rule); K and V do not.
     for e, role in ((qk[0], "key"), (pv[0], "value")):
         c = cm.charge(cm.GemmCall(m=e.m, n=e.n, k=e.k, batch=e.batch, bits_a=att.bits()[0],
                                   bits_b=att.bits()[1], bits_c=att.bits()[2],
-                                  recipe=att.recipe(role), scheme=scheme), acc)
+                                  recipe=att.recipe(role), scheme=scheme, a_on_chip=True,
+                                  c_on_chip=True), acc)
         assert c.quant["weight_side_bits"] == side
         assert (c.array.cycles, c.memory.cycles) == (e.array_cycles, e.cycles)
 

@@ -237,10 +237,14 @@ def test_side_data_and_dequantization_counted_by_hand(name, rng):
     assert e.accumulator_traffic_bits == (2 * deq * 32 if place == "k_group" else 0)
     # The weight crosses the chip once at its width, plus its side data.
     assert e.weight_bytes * 8 == n * k * BITS[name][1] + wside
+    # A is the activation as the function quantized (or cast) it: made on chip, kept; C is
+    # the function's result: it leaves.
+    assert (e.a_on_chip, e.c_on_chip) == (True, False)
     # The cost model's Python face charges the same call from the recipe alone.
     acc = preset("os16")
     charge = cm.charge(cm.GemmCall(m=m, n=n, k=k, bits_a=e.bits_a, bits_b=e.bits_b,
-                                   bits_c=e.bits_c, recipe=s, scheme=name), acc)
+                                   bits_c=e.bits_c, recipe=s, scheme=name, a_on_chip=True),
+                       acc)
     assert charge.quant["weight_side_bits"] == wside
     assert (charge.array.cycles, charge.memory.cycles) == (e.array_cycles, e.cycles)
 
