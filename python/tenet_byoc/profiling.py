@@ -8,8 +8,6 @@ calls' rows are joined with the ledger entries charged during the same run.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import threading
 from collections.abc import Sequence
@@ -19,7 +17,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .ledger import LedgerEntry, Totals, _parse, tenet_modules, text_table, totals
+from .ledger import LedgerEntry, Totals, _parse, csv_text, tenet_modules, text_table, totals
 
 #: The timing columns, in the order TVM's old profiler report had them (Count before shapes).
 TIMING_COLUMNS = ("Name", "Duration (us)", "Percent", "Count", "Argument Shapes", "Device")
@@ -206,13 +204,9 @@ class Report:
 
     def csv(self, aggregate: bool = True) -> str:
         """The rows (no Sum/Total) as CSV with the column names of :data:`COLUMNS`."""
-        buf = io.StringIO()
-        writer = csv.writer(buf)
-        writer.writerow(COLUMNS)
-        for r in self.rows(aggregate):
-            v = r.values()
-            writer.writerow(["" if v[c] is None else v[c] for c in COLUMNS])
-        return buf.getvalue()
+        values = [r.values() for r in self.rows(aggregate)]
+        return csv_text(COLUMNS, [["" if v[c] is None else v[c] for c in COLUMNS]
+                                  for v in values])
 
     def json(self, aggregate: bool = False) -> str:
         """``{"function", "wall_us", "configuration", "calls": [{column: value}, ...]}``."""
