@@ -122,12 +122,8 @@ class Accelerator(cm.Accelerator):
         ValueError
             For a capacity that is not a positive finite number.
         """
-        if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(
-                nbytes, int | float) or not 0 < nbytes < float("inf")):
-            raise ValueError(f"dram_capacity_bytes={nbytes!r} must be a positive number of "
-                             "bytes (or None)")
-        if nbytes is None:
-            nbytes = DRAM_CAPACITY_BYTES.get(self.name, 0.0)
+        nbytes = (DRAM_CAPACITY_BYTES.get(self.name, 0.0) if nbytes is None
+                  else check_dram_capacity(nbytes))
         m = self.memory
         fields = ("dram_bandwidth_bits", "dram_channel_per_operand", "dram_pj_per_bit",
                   "buffer_bytes", "buffer_bandwidth_bits", "buffer_pj_per_bit",
@@ -271,12 +267,18 @@ class Accelerator(cm.Accelerator):
         return cls(name, hw, df, mapping=mapping, objective=objective)
 
 
+# The constructor's fields; then the units beside the array (src/cost_model/vector.h) and how
+# many of the array there are and what they share (src/cost_model/core.h), keywords.
 _FIELDS = ("name", "hardware", "dataflow", "memory", "precision", "mapping", "objective",
-           "supported_dataflows")
-# The units beside the array (src/cost_model/vector.h), constructor keywords.
-_FIELDS += ("vector", "edge_dequantizer")
-# How many of the array there are and what they share (src/cost_model/core.h).
-_FIELDS += ("cores",)
+           "supported_dataflows", "vector", "edge_dequantizer", "cores")
+
+
+def check_dram_capacity(nbytes: Any) -> float:
+    """``nbytes`` as bytes of DRAM; ``ValueError`` naming it unless a positive finite number."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int | float) or not (
+            0 < nbytes < float("inf")):
+        raise ValueError(f"dram_capacity_bytes={nbytes!r} must be a positive number of bytes")
+    return float(nbytes)
 
 
 def _fast_path(hardware: cm.Hardware, dataflow: cm.Dataflow) -> bool:
@@ -325,46 +327,39 @@ def _tenet_paper(dataflow: str) -> Callable[[], Accelerator]:
     )
 
 
-def _edge_fed(rows: int, cols: int, *, buffer_bytes: int, dram_bits: float) -> cm.MemoryHierarchy:
-    # The hierarchy the peers model for these arrays (issue 12: ZigZag's os16 equivalent):
-    # a global buffer of `buffer_bytes`, DRAM of `dram_bits` per cycle, and a buffer that
-    # feeds an array edge of A and one of B and takes one of C every cycle at float32 width,
-    # (rows + 2 cols) x 32 bits, so the buffer never starves a float32 stream (the figure
-    # benchmarks/memory_gpt2.py uses). The rest are MemoryHierarchy's
-    # defaults (Horowitz's energies, SRAM energy growing with capacity).
-    return cm.MemoryHierarchy(
-        dram_bandwidth_bits=dram_bits, buffer_bytes=buffer_bytes,
-        buffer_bandwidth_bits=(rows + 2 * cols) * 32, register_bytes=256,
-    )
-
-
-def _beside_array(edge: int) -> dict:
-    # The units beside an array with an edge of `edge` PEs (issue 20): a vector unit of one
-    # float32 lane per array column, so the array's output row is normalised or activated at
-    # the rate it leaves the array, pipelined behind it; and an edge dequantizer converting
-    # int4 and int8 weight codes at one element per column per cycle, the rate the array
-    # takes weights in at its edge. Energies: Horowitz 45 nm (cost_model.VectorUnit).
-    return {"vector": cm.VectorUnit(lanes=edge, schedule="pipelined"),
-            "edge_dequantizer": cm.EdgeDequantizer(edge, bits=[4, 8])}
-
-
-def _array16(dataflow: str, name: str, **kwargs) -> Accelerator:
-    # 16x16 at 1 GHz with a 1 MiB buffer and 256 bit/cycle DRAM (32 GB/s): the os16
-    # equivalent issue 12 compares against ZigZag 3.9 on.
+def _research_array(dataflow: str, edge: int, *, buffer_bytes: int, dram_bits: int,
+                    name: str | None = None, **kwargs) -> Accelerator:
+    # An edge x edge array at 1 GHz in the hierarchy the peers model for these arrays (issue
+    # 12: ZigZag's os16 equivalent): a global buffer of `buffer_bytes`, DRAM of `dram_bits`
+    # per cycle, and a buffer that feeds an array edge of A and one of B and takes one of C
+    # every cycle at float32 width, (rows + 2 cols) x 32 bits, so the buffer never starves a
+    # float32 stream (the figure benchmarks/memory_gpt2.py uses). The rest are
+    # MemoryHierarchy's defaults (Horowitz's energies, SRAM energy growing with capacity).
+    # Beside the array (issue 20): a vector unit of one float32 lane per array column, so
+    # the array's output row is normalised or activated at the rate it leaves the array,
+    # pipelined behind it; and an edge dequantizer converting int4 and int8 weight codes at
+    # one element per column per cycle, the rate the array takes weights in at its edge.
+    # Energies: Horowitz 45 nm (cost_model.VectorUnit).
+    memory = cm.MemoryHierarchy(dram_bandwidth_bits=dram_bits, buffer_bytes=buffer_bytes,
+                                buffer_bandwidth_bits=3 * edge * 32, register_bytes=256)
     return Accelerator.systolic(
-        dataflow, 16, 16, name=name, bandwidth_bits=256, l2_bytes=1 << 20,
-        memory=_edge_fed(16, 16, buffer_bytes=1 << 20, dram_bits=256), **_beside_array(16),
-        **kwargs,
-    )
+        dataflow, edge, edge, name=name or f"{dataflow}{edge}", bandwidth_bits=dram_bits,
+        l2_bytes=buffer_bytes, memory=memory,
+        vector=cm.VectorUnit(lanes=edge, schedule="pipelined"),
+        edge_dequantizer=cm.EdgeDequantizer(edge, bits=[4, 8]), **kwargs)
+
+
+def _array16(dataflow: str, name: str | None = None, **kwargs) -> Accelerator:
+    # 16x16 with a 1 MiB buffer and 256 bit/cycle DRAM (32 GB/s): the os16 equivalent issue
+    # 12 compares against ZigZag 3.9 on.
+    return _research_array(dataflow, 16, buffer_bytes=1 << 20, dram_bits=256, name=name,
+                           **kwargs)
 
 
 def _array128(dataflow: str) -> Accelerator:
     # 128x128 with 24 MiB of buffer and 2048 bit/cycle DRAM (256 GB/s at 1 GHz): a TPU-class
     # array and buffer (TPU v1's unified buffer is 24 MiB, Jouppi et al., ISCA 2017).
-    return Accelerator.systolic(
-        dataflow, 128, 128, name=f"{dataflow}128", bandwidth_bits=2048, l2_bytes=24 << 20,
-        memory=_edge_fed(128, 128, buffer_bytes=24 << 20, dram_bits=2048), **_beside_array(128),
-    )
+    return _research_array(dataflow, 128, buffer_bytes=24 << 20, dram_bits=2048)
 
 
 def _tpu_v1() -> Accelerator:
@@ -613,9 +608,9 @@ def _a100(clock_ghz: float = 1.41) -> Accelerator:  # a sustained clock: a100_op
 
 #: Shipped presets by name. Bandwidth is off-chip bits per cycle at ``clock_ghz``.
 PRESETS: dict[str, Callable[[], Accelerator]] = {
-    "os16": lambda: _array16("os", "os16"),
-    "ws16": lambda: _array16("ws", "ws16"),
-    "is16": lambda: _array16("is", "is16"),
+    "os16": lambda: _array16("os"),
+    "ws16": lambda: _array16("ws"),
+    "is16": lambda: _array16("is"),
     # A 16x16 output-stationary array whose PEs are dot-product units that do more MACs per
     # cycle at lower precision (2 at 16 bits, 4 at 8, 8 at 4): compute follows the bits.
     "os16_mp": lambda: _array16("os", "os16_mp", macs_per_pe_per_cycle={16: 2, 8: 4, 4: 8}),

@@ -26,7 +26,7 @@ from ._cost_model import (
     GemmCall,
     Hardware,
     MappingChoice,
-    _auto_mapping_dataflows,
+    auto_mapping_dataflows,
     _mapping_tile_orders,
     _MappingSearch,
     search_mapping,
@@ -83,16 +83,6 @@ def searched_dataflows(dataflows: Sequence[str | Dataflow], hardware: Hardware,
             rows, cols = array_edges(hardware)
         out.append(Dataflow.preset(d, rows=rows, cols=cols))
     return out
-
-
-def auto_mapping_dataflows(dataflow: Dataflow) -> list[Dataflow]:
-    """What ``mapping="auto"`` searches for an accelerator with ``dataflow``.
-
-    os, ws and is on its array when it is a preset; the dataflow alone (its tiles and tile
-    orders searched) when it is the user's own relations (TENET files): a user-given
-    dataflow still wins.
-    """
-    return list(_auto_mapping_dataflows(dataflow))
 
 
 def _objective(objective: str) -> str:

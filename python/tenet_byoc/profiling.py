@@ -76,19 +76,12 @@ class ReportRow:
 
     def values(self) -> dict[str, object]:
         """The row as column name -> value (cost columns None for non-tenet calls)."""
-        out: dict[str, object] = {
-            "Name": self.name, "Duration (us)": self.duration_us, "Percent": self.percent,
-            "Count": self.count, "Argument Shapes": self.argument_shapes, "Device": self.device,
-        }
         t = self.cost
-        cost = (
-            [t.macs, t.cycles, t.roofline_cycles, t.roofline_ratio, t.latency_us,
-             100 * t.pe_utilization, t.offchip_bytes, t.dram_bytes, t.energy_pj / 1e6,
-             t.bandwidth_gbps]
-            if self.is_tenet else [None] * len(COST_COLUMNS)
-        )
-        out.update(zip(COST_COLUMNS, cost, strict=True))
-        return out
+        cost = ([t.macs, t.cycles, t.roofline_cycles, t.roofline_ratio, t.latency_us,
+                 100 * t.pe_utilization, t.offchip_bytes, t.dram_bytes, t.energy_pj / 1e6,
+                 t.bandwidth_gbps] if self.is_tenet else [None] * len(COST_COLUMNS))
+        return dict(zip(COLUMNS, [self.name, self.duration_us, self.percent, self.count,
+                                  self.argument_shapes, self.device, *cost], strict=True))
 
 
 def _merge(rows: Sequence[ReportRow]) -> ReportRow:
@@ -190,8 +183,7 @@ class Report:
         if not full:
             for v, r in zip(body, rows, strict=True):
                 v["Name"] = r.label
-        total = {c: None for c in COLUMNS}
-        total.update({"Name": "Total", "Duration (us)": self.wall_us})
+        total = {**dict.fromkeys(COLUMNS), "Name": "Total", "Duration (us)": self.wall_us}
         lines = [list(columns)]
         lines += [[_format(c, v[c]) for c in columns] for v in body]
         lines.append(["----------"] + [""] * (len(columns) - 1))
