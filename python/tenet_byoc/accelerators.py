@@ -16,7 +16,7 @@ from typing import Any
 from . import cost_model as cm
 from ._names import did_you_mean
 from .area import accelerator_area, mac_figure
-from .mapping import OBJECTIVES
+from .mapping import check_objective
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
 #: None keeps the accelerator's own, "default" each call's default tiles (no search), "auto"
@@ -655,10 +655,8 @@ def _check_choice(mapping: Any, objective: Any) -> str | None:
     """``mapping``, checked (and ``objective``)."""
     if mapping not in MAPPING_CHOICES:
         raise ValueError(f"mapping must be one of None, 'default' or 'auto', got {mapping!r}")
-    if objective is not None and objective not in OBJECTIVES:
-        raise ValueError(
-            f"objective must be one of {', '.join(OBJECTIVES)} (or None), got {objective!r}"
-        )
+    if objective is not None:
+        check_objective(objective)
     return mapping
 
 

@@ -33,30 +33,42 @@ from ._cost_model import (  # noqa: F401 (the face's names: __all__ below)
     Cores,  # an accelerator of cores (src/cost_model/core.h)
     Dataflow,
     EdgeDequantizer,  # the units beside the array (src/cost_model/vector.h)
+    EnergyBreakdown,
     GemmCall,
     Hardware,
     Link,  # collectives over links (src/cost_model/link.h)
     LinkCall,
     LinkCharge,
+    MacSpec,
+    MappingChoice,
+    MemoryHierarchy,
+    MemoryMetrics,
     Metrics,
+    OperandTraffic,
+    PrecisionTable,
     QuantRecipe,
     Statement,
     TensorAccess,
     TensorMetrics,
+    TileMapping,
     VectorCall,
     VectorCharge,
     VectorUnit,
     analyze,
     analyze_array,
     analyze_memory,
+    buffer_bytes_needed,
+    call_energy,
     charge,
     charge_attention,
     charge_link,
     charge_vector,
     clear_mapping_searches,  # a search timed from empty (benchmarks/mapper.py)
+    default_tile_mapping,
     format_tenet_hardware,
     format_tenet_mapping,
     format_tenet_statement,
+    integer_mac_pj,
     load_tenet_hardware,
     load_tenet_mapping,
     load_tenet_statement,
@@ -66,29 +78,13 @@ from ._cost_model import (  # noqa: F401 (the face's names: __all__ below)
     parse_tenet_statement,
     roofline,
     save_text_file,
-)
-from .mapping import (  # noqa: F401 (the mapping search, mapping.py)
-    MappingChoice,
-    MappingSearch,
     search_mapping,
+    sram_pj_per_bit,
     tile_size_candidates,
 )
-from .memory import (  # noqa: F401 (the buffer level, roofline and energy, memory.py)
-    EnergyBreakdown,
-    MacSpec,
-    MemoryHierarchy,
-    MemoryMetrics,
-    OperandTraffic,
-    PrecisionTable,
-    TileMapping,
-    buffer_bytes_needed,
-    call_energy,
-    default_tile_mapping,
-    integer_mac_pj,
-    scalesim_equivalent,
-    scalesim_mapping,
-    sram_pj_per_bit,
-)
+from .mapping import MappingSearch  # noqa: F401 (the mapping search over a declared space)
+from .memory import scalesim_equivalent, scalesim_mapping  # noqa: F401 (SCALE-Sim's tiles)
+
 
 class TenetProblem(NamedTuple):
     """The three inputs read from TENET's files."""

@@ -415,7 +415,8 @@ class GroupedTotals(dict):
 
 
 def _hides(e: LedgerEntry) -> bool:
-    """Whether ``e`` is a fused epilogue hidden behind its GEMM (pipelined vector unit)."""
+    """Whether ``e`` (an entry or its charge) is a fused epilogue hidden behind its GEMM
+    (pipelined vector unit)."""
     return e.unit == "vector" and e.fused and e.schedule == "pipelined"
 
 
@@ -486,11 +487,9 @@ class LedgerColumns:
         self.unit_of = np.array([_UNITS.index(u) for u in units], dtype=np.int8)
         self.layer_of = np.array([-1 if (x := layer_of(s)) is None else x for s in strings],
                                  dtype=np.int64)
-        cols = _OWN_INDEX
 
-        def column(field: str, default: float = 0, dtype: Any = np.float64) -> np.ndarray:
-            return np.array([row[cols[u][field]] if field in cols[u] else default
-                             for u, row in zip(units, charges)], dtype=dtype)
+        def column(field: str, dtype: Any = np.float64) -> np.ndarray:  # 0 where a unit lacks it
+            return np.array([getattr(row, field, 0) for row in charges], dtype=dtype)
 
         self.cycles = column("cycles", dtype=np.int64)
         self.macs = column("macs", dtype=np.int64)
@@ -500,9 +499,7 @@ class LedgerColumns:
         self.offchip = column("offchip_read_bytes") + column("offchip_write_bytes")
         self.dram = column("dram_read_bytes") + column("dram_write_bytes")
         self.energy = column("energy_pj")
-        self.hides = np.array([u == "vector" and row[cols[u]["fused"]]
-                               and row[cols[u]["schedule"]] == "pipelined"
-                               for u, row in zip(units, charges)], dtype=bool)
+        self.hides = np.array([_hides(row) for row in charges], dtype=bool)
 
     def __len__(self) -> int:
         return len(self.charge)
@@ -635,9 +632,6 @@ class LedgerColumns:
                 pe_utilization=macs[i] / capacity[i] if capacity[i] else 0.0,
                 bandwidth_gbps=offchip[i] / (lat * 1e3) if lat else 0.0))
         return out
-
-
-_OWN_INDEX = {u: {f: i for i, f in enumerate(own)} for u, own in _OWN.items()}
 
 
 def _first_seen(col: np.ndarray) -> tuple[np.ndarray, list]:

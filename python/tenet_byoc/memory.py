@@ -1,10 +1,12 @@
 """The buffer level of a GEMM call: memory hierarchy, tile mapping, DRAM traffic, roofline, energy.
 
-Python face of ``src/cost_model/memory.h`` and ``energy.h`` (model and worked example in
-``src/cost_model/README.md``, "The memory hierarchy"). Every bad input raises ``ValueError``
-with a message naming the field, the value and what is accepted, and so does an exact count
-that would overflow int64. Every function is a pure function of its
-arguments (thread-safe; the C++ work releases the GIL).
+Its values and entry points are the C++ core's (``src/cost_model/memory.h`` and
+``energy.h``; model and worked example in ``src/cost_model/README.md``, "The memory
+hierarchy"), all in :mod:`tenet_byoc.cost_model`; this module adds the hierarchy and tiles a
+SCALE-Sim configuration describes. Every bad input raises ``ValueError`` with a message
+naming the field, the value and what is accepted, and so does an exact count that would
+overflow int64. Every function is a pure function of its arguments (thread-safe; the C++
+work releases the GIL).
 
 Example
 -------
@@ -23,39 +25,15 @@ from __future__ import annotations
 
 from ._cost_model import (
     Dataflow,
-    EnergyBreakdown,
     GemmCall,
     Hardware,
-    MacSpec,
     MemoryHierarchy,
     MemoryMetrics,
-    OperandTraffic,
-    PrecisionTable,
     TileMapping,
     _analyze_memory,
-    buffer_bytes_needed,
-    call_energy,
-    default_tile_mapping,
-    integer_mac_pj,
-    sram_pj_per_bit,
 )
 
-__all__ = [
-    "EnergyBreakdown",
-    "MacSpec",
-    "MemoryHierarchy",
-    "MemoryMetrics",
-    "OperandTraffic",
-    "PrecisionTable",
-    "TileMapping",
-    "buffer_bytes_needed",
-    "call_energy",
-    "default_tile_mapping",
-    "integer_mac_pj",
-    "scalesim_equivalent",
-    "scalesim_mapping",
-    "sram_pj_per_bit",
-]
+__all__ = ["scalesim_equivalent", "scalesim_mapping"]
 
 # SCALE-Sim's compute model assumes its SRAMs feed the array every cycle: an SRAM <-> array
 # bandwidth so large that any tile's transfer takes one cycle, below every fold's length.
