@@ -9,6 +9,7 @@ and travels inside the runtime module in the cost model's one JSON form
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -124,14 +125,9 @@ class Accelerator(cm.Accelerator):
         """
         nbytes = (DRAM_CAPACITY_BYTES.get(self.name, 0.0) if nbytes is None
                   else check_dram_capacity(nbytes))
-        m = self.memory
-        fields = ("dram_bandwidth_bits", "dram_channel_per_operand", "dram_pj_per_bit",
-                  "buffer_bytes", "buffer_bandwidth_bits", "buffer_pj_per_bit",
-                  "buffer_double_buffered", "register_bytes", "register_pj_per_bit",
-                  "stationary_double_buffered", "psum_bits")
-        memory = cm.MemoryHierarchy(**{f: getattr(m, f) for f in fields},
-                                    dram_capacity_bytes=float(nbytes))
-        return self.replace(memory=memory)
+        fields = json.loads(self.to_json())["memory"]  # the memory's fields, by name
+        return self.replace(memory=cm.MemoryHierarchy(**{**fields,
+                                                         "dram_capacity_bytes": nbytes}))
 
     @property
     def mapping_search(self) -> Any:
