@@ -417,6 +417,24 @@ def _tpu_v1() -> Accelerator:
     )
 
 
+def _chip(dataflow: str, rows: int, cols: int, name: str, *, clock_ghz: float,
+          dram_gbps: float, buffer_bytes: int, buffer_bits: float, l2_bytes: int,
+          rates: dict[int, int], precision: cm.PrecisionTable, **units: Any) -> Accelerator:
+    # A chip from its data sheet: DRAM of `dram_gbps` GB/s at the clock (as bits per cycle),
+    # a double-buffered buffer of `buffer_bytes` fed at `buffer_bits` a cycle whose
+    # stationary operand is double-buffered too, 256 B of registers per PE, `l2_bytes` the
+    # shared level (TENET's L2), MACs per PE per cycle by width; `units` the units beside.
+    dram_bits = dram_gbps * 1e9 * 8 / (clock_ghz * 1e9)
+    memory = cm.MemoryHierarchy(
+        dram_bandwidth_bits=dram_bits, buffer_bytes=buffer_bytes,
+        buffer_bandwidth_bits=buffer_bits, register_bytes=256, buffer_double_buffered=True,
+        stationary_double_buffered=True)
+    return Accelerator.systolic(
+        dataflow, rows, cols, name=name, bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
+        l1_bytes=256, l2_bytes=l2_bytes, memory=memory, precision=precision,
+        macs_per_pe_per_cycle=rates, **units)
+
+
 def _tpu_v5e() -> Accelerator:
     # One TPU v5e chip from public figures. Sources:
     # [docs] Google Cloud, "TPU v5e" (cloud.google.com/tpu/docs/v5e): one TensorCore per chip
@@ -434,15 +452,7 @@ def _tpu_v5e() -> Accelerator:
     # tile buffer; a buffer port feeding every MXU edge each cycle; the vector unit 8 x 128
     # lanes (TPU v4's layout); int8 weights widened to bf16 beside the MXUs at one element
     # per MXU column per cycle (an edge dequantizer); weight-stationary MXUs, as every TPU's.
-    clock_ghz = 1.5
     mxus, edge = 4, 128
-    dram_bits = 819e9 * 8 / (clock_ghz * 1e9)  # 819 GB/s at 1.5 GHz: 4,368 bits per cycle
-    memory = cm.MemoryHierarchy(
-        dram_bandwidth_bits=dram_bits, buffer_bytes=48 << 20,
-        # Each cycle every MXU takes a 128-wide edge of A and of B and gives one of C.
-        buffer_bandwidth_bits=mxus * (edge + 2 * edge) * 32, register_bytes=256,
-        buffer_double_buffered=True, stationary_double_buffered=True,
-    )
     # MACs per PE per cycle by operand width: bf16 4 (one per MXU), int8 8 (393 TOPs is
     # twice 197 TFLOPs). The float32 GEMMs a model keeps (attention's activations) run at
     # the bf16 rate: Saxml and XLA run them in bf16 on the MXUs; a stand-in that lets a
@@ -450,14 +460,14 @@ def _tpu_v5e() -> Accelerator:
     rates = {32: mxus, 16: mxus, 8: 2 * mxus}
     # MAC units by format: [docs] gives bf16 and int8 peaks only, so fp8 / fp4 codes run
     # emulated on the bf16 unit, at its rate (half the int8 one).
-    precision = _int8_16_32(rates, pj_32=1.1 + 0.4)
-    return Accelerator.systolic(
-        "ws", edge, edge, name="tpu_v5e", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
-        l1_bytes=256, l2_bytes=48 << 20, memory=memory, precision=precision,
-        macs_per_pe_per_cycle=rates, supported_dataflows=("ws",),
+    # 819 GB/s at 1.5 GHz: 4,368 bits per cycle. Each cycle every MXU takes a 128-wide edge
+    # of A and of B and gives one of C.
+    return _chip(
+        "ws", edge, edge, "tpu_v5e", clock_ghz=1.5, dram_gbps=819.0, buffer_bytes=48 << 20,
+        buffer_bits=mxus * (edge + 2 * edge) * 32, l2_bytes=48 << 20, rates=rates,
+        precision=_int8_16_32(rates, pj_32=1.1 + 0.4), supported_dataflows=("ws",),
         vector=cm.VectorUnit(lanes=8 * 128, schedule="pipelined"),
-        edge_dequantizer=cm.EdgeDequantizer(mxus * edge, bits=[4, 8]),
-    )
+        edge_dequantizer=cm.EdgeDequantizer(mxus * edge, bits=[4, 8]))
 
 
 def _int8_16_32(rates: Mapping[int, int], pj_32: float = 4.6,
@@ -530,23 +540,17 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     if rate_8bit is not None:
         rates[8] = rate_8bit
     rows, cols = 8, 16  # 4 tensor cores of 8 x 4 PEs side by side
-    dram_bits = hbm_gbps * 1e9 * 8 / (clock_ghz * 1e9)
-    memory = cm.MemoryHierarchy(
-        # The SM's buffer: its 228 KB of shared memory (A and B stages) and its 256 KB
-        # register file (C's accumulators) [wp].
-        dram_bandwidth_bits=dram_bits, buffer_bytes=(228 + 256) * 1024,
-        buffer_bandwidth_bits=(rows + cols) * 16 * 16 + cols * 32, register_bytes=256,
-        buffer_double_buffered=True, stationary_double_buffered=True,
-    )
-    # MAC units by format: [wp] gives FP8 and INT8 the same dense peak (1,978.9): two
-    # units of 8 bits at one rate.
-    precision = _int8_16_32(rates, fp8=True)
     cores = cm.Cores(count=sms, shared_bandwidth_bits=l2_bytes_per_clock * 8, shared_bytes=l2_bytes,
                      launch_cycles=round(launch_us * 1e3 * clock_ghz), max_split_k=16)
-    return Accelerator.systolic(
-        "os", rows, cols, name=name, bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
-        l1_bytes=256, l2_bytes=l2_bytes, memory=memory, precision=precision,
-        macs_per_pe_per_cycle=rates, cores=cores,
+    return _chip(
+        # The SM's buffer: its 228 KB of shared memory (A and B stages) and its 256 KB
+        # register file (C's accumulators) [wp].
+        "os", rows, cols, name, clock_ghz=clock_ghz, dram_gbps=hbm_gbps,
+        buffer_bytes=(228 + 256) * 1024, buffer_bits=(rows + cols) * 16 * 16 + cols * 32,
+        l2_bytes=l2_bytes, rates=rates, cores=cores,
+        # MAC units by format: [wp] gives FP8 and INT8 the same dense peak (1,978.9): two
+        # units of 8 bits at one rate.
+        precision=_int8_16_32(rates, fp8=True),
         # The CUDA cores: 128 FP32 lanes per SM. Vector kernels as PyTorch's eager CUDA
         # kernels run them (aten/src/ATen/native/cuda: SoftMax.cu's cunn_SoftMaxForward
         # reads a row for its max, its sum and its output; layer_norm_kernel.cu /
@@ -576,22 +580,16 @@ def _a100(clock_ghz: float = 1.41) -> Accelerator:  # a sustained clock: a100_op
     # 192 KB as the core's one buffer, fed at both array edges every cycle; K split at most
     # 16 ways; no launch cost.
     sms, rows, cols = 108, 16, 64
-    dram_bits = 2039e9 * 8 / (clock_ghz * 1e9)
-    memory = cm.MemoryHierarchy(
-        dram_bandwidth_bits=dram_bits, buffer_bytes=192 * 1024,
-        buffer_bandwidth_bits=(rows + 2 * cols) * 32, register_bytes=256,
-        buffer_double_buffered=True, stationary_double_buffered=True,
-    )
     rates = {32: 1, 16: 1, 8: 2}
-    # MAC units by format: the data sheet lists INT8 (624 TOPS) and no FP8 (Hopper's
-    # tensor cores are the first with it): fp8 / fp4 codes run emulated on the fp16 unit.
-    precision = _int8_16_32(rates)
     cores = cm.Cores(count=sms, shared_bandwidth_bits=5120 * 8, shared_bytes=40 << 20,
                      max_split_k=16)
-    return Accelerator.systolic(
-        "os", rows, cols, name="a100", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
-        l1_bytes=256, l2_bytes=40 << 20, memory=memory, precision=precision,
-        macs_per_pe_per_cycle=rates, cores=cores,
+    return _chip(
+        "os", rows, cols, "a100", clock_ghz=clock_ghz, dram_gbps=2039.0,
+        buffer_bytes=192 * 1024, buffer_bits=(rows + 2 * cols) * 32, l2_bytes=40 << 20,
+        rates=rates, cores=cores,
+        # MAC units by format: the data sheet lists INT8 (624 TOPS) and no FP8 (Hopper's
+        # tensor cores are the first with it): fp8 / fp4 codes run emulated on the fp16 unit.
+        precision=_int8_16_32(rates),
         # 64 FP32 lanes per SM. Vector kernels through global memory (HBM) as LLMCompass
         # models them (software_model/layernorm.py, gelu.py: one read and one write of each
         # element from DRAM; its A100 layer norm and GELU are torch.compile'd, one fused
