@@ -455,6 +455,8 @@ def totals(entries: Iterable[LedgerEntry]) -> Totals:
 #: What Ledger.group_by groups by.
 GROUP_KEYS = ("symbol", "pattern", "name", "phase", "scheme", "chip", "unit", "layer", "op")
 _STRING_KEYS = ("symbol", "pattern", "name", "phase", "scheme")
+#: A ledger's columns per call (:class:`LedgerColumns`' keyword arguments).
+_CALL_COLUMNS = ("charge", "name", "phase", "chip", "call_index", "symbol", "pattern", "scheme")
 
 
 class LedgerColumns:
@@ -653,8 +655,7 @@ class ColumnsBuilder:
         self.strings: list[str] = []
         self._string_ids: dict[str, int] = {}
         self._charge_ids: dict[Any, int] = {}
-        self._parts: dict[str, list] = {k: [] for k in (
-            "charge", "name", "phase", "chip", "call_index", "symbol", "pattern", "scheme")}
+        self._parts: dict[str, list] = {k: [] for k in _CALL_COLUMNS}
 
     def string(self, s: str) -> int:
         """The index of ``s`` in the string table."""
@@ -695,11 +696,8 @@ class ColumnsBuilder:
         ``i``'s calls)."""
         p = self._parts
         if p["call_index"]:
-            arr = {k: np.asarray(v, dtype=np.int64) for k, v in p.items()}
-            return LedgerColumns(self.charges, self.strings, charge=arr["charge"],
-                                 name=arr["name"], phase=arr["phase"], chip=arr["chip"],
-                                 call_index=arr["call_index"], symbol=arr["symbol"],
-                                 pattern=arr["pattern"], scheme=arr["scheme"])
+            return LedgerColumns(self.charges, self.strings, **{
+                k: np.asarray(v, dtype=np.int64) for k, v in p.items()})
 
         def cat(parts: list, dtype: Any) -> np.ndarray:
             return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(
@@ -878,9 +876,7 @@ class Ledger:
                 fields["fused"] = key[1]
                 charged[key] = fields
             rows.append(charge_row(fields))
-        new = LedgerColumns(rows, old.strings, charge=old.charge, name=old.name,
-                            phase=old.phase, chip=old.chip, call_index=old.call_index,
-                            symbol=old.symbol, pattern=old.pattern, scheme=old.scheme)
+        new = LedgerColumns(rows, old.strings, **{k: getattr(old, k) for k in _CALL_COLUMNS})
         return Ledger(new, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 
     def group_by(self, key: str | tuple[str, ...]) -> GroupedTotals:
