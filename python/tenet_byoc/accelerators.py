@@ -9,6 +9,7 @@ and travels inside the runtime module in the cost model's one JSON form
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from . import cost_model as cm
 from ._names import did_you_mean
 from .area import accelerator_area, mac_figure
-from .mapping import OBJECTIVES
+from .mapping import check_objective
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
 #: None keeps the accelerator's own, "default" each call's default tiles (no search), "auto"
@@ -122,20 +123,11 @@ class Accelerator(cm.Accelerator):
         ValueError
             For a capacity that is not a positive finite number.
         """
-        if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(
-                nbytes, int | float) or not 0 < nbytes < float("inf")):
-            raise ValueError(f"dram_capacity_bytes={nbytes!r} must be a positive number of "
-                             "bytes (or None)")
-        if nbytes is None:
-            nbytes = DRAM_CAPACITY_BYTES.get(self.name, 0.0)
-        m = self.memory
-        fields = ("dram_bandwidth_bits", "dram_channel_per_operand", "dram_pj_per_bit",
-                  "buffer_bytes", "buffer_bandwidth_bits", "buffer_pj_per_bit",
-                  "buffer_double_buffered", "register_bytes", "register_pj_per_bit",
-                  "stationary_double_buffered", "psum_bits")
-        memory = cm.MemoryHierarchy(**{f: getattr(m, f) for f in fields},
-                                    dram_capacity_bytes=float(nbytes))
-        return self.replace(memory=memory)
+        nbytes = (DRAM_CAPACITY_BYTES.get(self.name, 0.0) if nbytes is None
+                  else check_dram_capacity(nbytes))
+        fields = json.loads(self.to_json())["memory"]  # the memory's fields, by name
+        return self.replace(memory=cm.MemoryHierarchy(**{**fields,
+                                                         "dram_capacity_bytes": nbytes}))
 
     @property
     def mapping_search(self) -> Any:
@@ -271,12 +263,18 @@ class Accelerator(cm.Accelerator):
         return cls(name, hw, df, mapping=mapping, objective=objective)
 
 
+# The constructor's fields; then the units beside the array (src/cost_model/vector.h) and how
+# many of the array there are and what they share (src/cost_model/core.h), keywords.
 _FIELDS = ("name", "hardware", "dataflow", "memory", "precision", "mapping", "objective",
-           "supported_dataflows")
-# The units beside the array (src/cost_model/vector.h), constructor keywords.
-_FIELDS += ("vector", "edge_dequantizer")
-# How many of the array there are and what they share (src/cost_model/core.h).
-_FIELDS += ("cores",)
+           "supported_dataflows", "vector", "edge_dequantizer", "cores")
+
+
+def check_dram_capacity(nbytes: Any) -> float:
+    """``nbytes`` as bytes of DRAM; ``ValueError`` naming it unless a positive finite number."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int | float) or not (
+            0 < nbytes < float("inf")):
+        raise ValueError(f"dram_capacity_bytes={nbytes!r} must be a positive number of bytes")
+    return float(nbytes)
 
 
 def _fast_path(hardware: cm.Hardware, dataflow: cm.Dataflow) -> bool:
@@ -325,46 +323,39 @@ def _tenet_paper(dataflow: str) -> Callable[[], Accelerator]:
     )
 
 
-def _edge_fed(rows: int, cols: int, *, buffer_bytes: int, dram_bits: float) -> cm.MemoryHierarchy:
-    # The hierarchy the peers model for these arrays (issue 12: ZigZag's os16 equivalent):
-    # a global buffer of `buffer_bytes`, DRAM of `dram_bits` per cycle, and a buffer that
-    # feeds an array edge of A and one of B and takes one of C every cycle at float32 width,
-    # (rows + 2 cols) x 32 bits, so the buffer never starves a float32 stream (the figure
-    # benchmarks/memory_gpt2.py uses). The rest are MemoryHierarchy's
-    # defaults (Horowitz's energies, SRAM energy growing with capacity).
-    return cm.MemoryHierarchy(
-        dram_bandwidth_bits=dram_bits, buffer_bytes=buffer_bytes,
-        buffer_bandwidth_bits=(rows + 2 * cols) * 32, register_bytes=256,
-    )
-
-
-def _beside_array(edge: int) -> dict:
-    # The units beside an array with an edge of `edge` PEs (issue 20): a vector unit of one
-    # float32 lane per array column, so the array's output row is normalised or activated at
-    # the rate it leaves the array, pipelined behind it; and an edge dequantizer converting
-    # int4 and int8 weight codes at one element per column per cycle, the rate the array
-    # takes weights in at its edge. Energies: Horowitz 45 nm (cost_model.VectorUnit).
-    return {"vector": cm.VectorUnit(lanes=edge, schedule="pipelined"),
-            "edge_dequantizer": cm.EdgeDequantizer(edge, bits=[4, 8])}
-
-
-def _array16(dataflow: str, name: str, **kwargs) -> Accelerator:
-    # 16x16 at 1 GHz with a 1 MiB buffer and 256 bit/cycle DRAM (32 GB/s): the os16
-    # equivalent issue 12 compares against ZigZag 3.9 on.
+def _research_array(dataflow: str, edge: int, *, buffer_bytes: int, dram_bits: int,
+                    name: str | None = None, **kwargs) -> Accelerator:
+    # An edge x edge array at 1 GHz in the hierarchy the peers model for these arrays (issue
+    # 12: ZigZag's os16 equivalent): a global buffer of `buffer_bytes`, DRAM of `dram_bits`
+    # per cycle, and a buffer that feeds an array edge of A and one of B and takes one of C
+    # every cycle at float32 width, (rows + 2 cols) x 32 bits, so the buffer never starves a
+    # float32 stream (the figure benchmarks/memory_gpt2.py uses). The rest are
+    # MemoryHierarchy's defaults (Horowitz's energies, SRAM energy growing with capacity).
+    # Beside the array (issue 20): a vector unit of one float32 lane per array column, so
+    # the array's output row is normalised or activated at the rate it leaves the array,
+    # pipelined behind it; and an edge dequantizer converting int4 and int8 weight codes at
+    # one element per column per cycle, the rate the array takes weights in at its edge.
+    # Energies: Horowitz 45 nm (cost_model.VectorUnit).
+    memory = cm.MemoryHierarchy(dram_bandwidth_bits=dram_bits, buffer_bytes=buffer_bytes,
+                                buffer_bandwidth_bits=3 * edge * 32, register_bytes=256)
     return Accelerator.systolic(
-        dataflow, 16, 16, name=name, bandwidth_bits=256, l2_bytes=1 << 20,
-        memory=_edge_fed(16, 16, buffer_bytes=1 << 20, dram_bits=256), **_beside_array(16),
-        **kwargs,
-    )
+        dataflow, edge, edge, name=name or f"{dataflow}{edge}", bandwidth_bits=dram_bits,
+        l2_bytes=buffer_bytes, memory=memory,
+        vector=cm.VectorUnit(lanes=edge, schedule="pipelined"),
+        edge_dequantizer=cm.EdgeDequantizer(edge, bits=[4, 8]), **kwargs)
+
+
+def _array16(dataflow: str, name: str | None = None, **kwargs) -> Accelerator:
+    # 16x16 with a 1 MiB buffer and 256 bit/cycle DRAM (32 GB/s): the os16 equivalent issue
+    # 12 compares against ZigZag 3.9 on.
+    return _research_array(dataflow, 16, buffer_bytes=1 << 20, dram_bits=256, name=name,
+                           **kwargs)
 
 
 def _array128(dataflow: str) -> Accelerator:
     # 128x128 with 24 MiB of buffer and 2048 bit/cycle DRAM (256 GB/s at 1 GHz): a TPU-class
     # array and buffer (TPU v1's unified buffer is 24 MiB, Jouppi et al., ISCA 2017).
-    return Accelerator.systolic(
-        dataflow, 128, 128, name=f"{dataflow}128", bandwidth_bits=2048, l2_bytes=24 << 20,
-        memory=_edge_fed(128, 128, buffer_bytes=24 << 20, dram_bits=2048), **_beside_array(128),
-    )
+    return _research_array(dataflow, 128, buffer_bytes=24 << 20, dram_bits=2048)
 
 
 def _tpu_v1() -> Accelerator:
@@ -426,6 +417,24 @@ def _tpu_v1() -> Accelerator:
     )
 
 
+def _chip(dataflow: str, rows: int, cols: int, name: str, *, clock_ghz: float,
+          dram_gbps: float, buffer_bytes: int, buffer_bits: float, l2_bytes: int,
+          rates: dict[int, int], precision: cm.PrecisionTable, **units: Any) -> Accelerator:
+    # A chip from its data sheet: DRAM of `dram_gbps` GB/s at the clock (as bits per cycle),
+    # a double-buffered buffer of `buffer_bytes` fed at `buffer_bits` a cycle whose
+    # stationary operand is double-buffered too, 256 B of registers per PE, `l2_bytes` the
+    # shared level (TENET's L2), MACs per PE per cycle by width; `units` the units beside.
+    dram_bits = dram_gbps * 1e9 * 8 / (clock_ghz * 1e9)
+    memory = cm.MemoryHierarchy(
+        dram_bandwidth_bits=dram_bits, buffer_bytes=buffer_bytes,
+        buffer_bandwidth_bits=buffer_bits, register_bytes=256, buffer_double_buffered=True,
+        stationary_double_buffered=True)
+    return Accelerator.systolic(
+        dataflow, rows, cols, name=name, bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
+        l1_bytes=256, l2_bytes=l2_bytes, memory=memory, precision=precision,
+        macs_per_pe_per_cycle=rates, **units)
+
+
 def _tpu_v5e() -> Accelerator:
     # One TPU v5e chip from public figures. Sources:
     # [docs] Google Cloud, "TPU v5e" (cloud.google.com/tpu/docs/v5e): one TensorCore per chip
@@ -443,15 +452,7 @@ def _tpu_v5e() -> Accelerator:
     # tile buffer; a buffer port feeding every MXU edge each cycle; the vector unit 8 x 128
     # lanes (TPU v4's layout); int8 weights widened to bf16 beside the MXUs at one element
     # per MXU column per cycle (an edge dequantizer); weight-stationary MXUs, as every TPU's.
-    clock_ghz = 1.5
     mxus, edge = 4, 128
-    dram_bits = 819e9 * 8 / (clock_ghz * 1e9)  # 819 GB/s at 1.5 GHz: 4,368 bits per cycle
-    memory = cm.MemoryHierarchy(
-        dram_bandwidth_bits=dram_bits, buffer_bytes=48 << 20,
-        # Each cycle every MXU takes a 128-wide edge of A and of B and gives one of C.
-        buffer_bandwidth_bits=mxus * (edge + 2 * edge) * 32, register_bytes=256,
-        buffer_double_buffered=True, stationary_double_buffered=True,
-    )
     # MACs per PE per cycle by operand width: bf16 4 (one per MXU), int8 8 (393 TOPs is
     # twice 197 TFLOPs). The float32 GEMMs a model keeps (attention's activations) run at
     # the bf16 rate: Saxml and XLA run them in bf16 on the MXUs; a stand-in that lets a
@@ -459,14 +460,14 @@ def _tpu_v5e() -> Accelerator:
     rates = {32: mxus, 16: mxus, 8: 2 * mxus}
     # MAC units by format: [docs] gives bf16 and int8 peaks only, so fp8 / fp4 codes run
     # emulated on the bf16 unit, at its rate (half the int8 one).
-    precision = _int8_16_32(rates, pj_32=1.1 + 0.4)
-    return Accelerator.systolic(
-        "ws", edge, edge, name="tpu_v5e", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
-        l1_bytes=256, l2_bytes=48 << 20, memory=memory, precision=precision,
-        macs_per_pe_per_cycle=rates, supported_dataflows=("ws",),
+    # 819 GB/s at 1.5 GHz: 4,368 bits per cycle. Each cycle every MXU takes a 128-wide edge
+    # of A and of B and gives one of C.
+    return _chip(
+        "ws", edge, edge, "tpu_v5e", clock_ghz=1.5, dram_gbps=819.0, buffer_bytes=48 << 20,
+        buffer_bits=mxus * (edge + 2 * edge) * 32, l2_bytes=48 << 20, rates=rates,
+        precision=_int8_16_32(rates, pj_32=1.1 + 0.4), supported_dataflows=("ws",),
         vector=cm.VectorUnit(lanes=8 * 128, schedule="pipelined"),
-        edge_dequantizer=cm.EdgeDequantizer(mxus * edge, bits=[4, 8]),
-    )
+        edge_dequantizer=cm.EdgeDequantizer(mxus * edge, bits=[4, 8]))
 
 
 def _int8_16_32(rates: Mapping[int, int], pj_32: float = 4.6,
@@ -539,23 +540,17 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     if rate_8bit is not None:
         rates[8] = rate_8bit
     rows, cols = 8, 16  # 4 tensor cores of 8 x 4 PEs side by side
-    dram_bits = hbm_gbps * 1e9 * 8 / (clock_ghz * 1e9)
-    memory = cm.MemoryHierarchy(
-        # The SM's buffer: its 228 KB of shared memory (A and B stages) and its 256 KB
-        # register file (C's accumulators) [wp].
-        dram_bandwidth_bits=dram_bits, buffer_bytes=(228 + 256) * 1024,
-        buffer_bandwidth_bits=(rows + cols) * 16 * 16 + cols * 32, register_bytes=256,
-        buffer_double_buffered=True, stationary_double_buffered=True,
-    )
-    # MAC units by format: [wp] gives FP8 and INT8 the same dense peak (1,978.9): two
-    # units of 8 bits at one rate.
-    precision = _int8_16_32(rates, fp8=True)
     cores = cm.Cores(count=sms, shared_bandwidth_bits=l2_bytes_per_clock * 8, shared_bytes=l2_bytes,
                      launch_cycles=round(launch_us * 1e3 * clock_ghz), max_split_k=16)
-    return Accelerator.systolic(
-        "os", rows, cols, name=name, bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
-        l1_bytes=256, l2_bytes=l2_bytes, memory=memory, precision=precision,
-        macs_per_pe_per_cycle=rates, cores=cores,
+    return _chip(
+        # The SM's buffer: its 228 KB of shared memory (A and B stages) and its 256 KB
+        # register file (C's accumulators) [wp].
+        "os", rows, cols, name, clock_ghz=clock_ghz, dram_gbps=hbm_gbps,
+        buffer_bytes=(228 + 256) * 1024, buffer_bits=(rows + cols) * 16 * 16 + cols * 32,
+        l2_bytes=l2_bytes, rates=rates, cores=cores,
+        # MAC units by format: [wp] gives FP8 and INT8 the same dense peak (1,978.9): two
+        # units of 8 bits at one rate.
+        precision=_int8_16_32(rates, fp8=True),
         # The CUDA cores: 128 FP32 lanes per SM. Vector kernels as PyTorch's eager CUDA
         # kernels run them (aten/src/ATen/native/cuda: SoftMax.cu's cunn_SoftMaxForward
         # reads a row for its max, its sum and its output; layer_norm_kernel.cu /
@@ -586,22 +581,16 @@ def _a100(clock_ghz: float = 1.41, hbm_gbps: float = 2039.0) -> Accelerator:
     # 192 KB as the core's one buffer, fed at both array edges every cycle; K split at most
     # 16 ways; no launch cost.
     sms, rows, cols = 108, 16, 64
-    dram_bits = hbm_gbps * 1e9 * 8 / (clock_ghz * 1e9)
-    memory = cm.MemoryHierarchy(
-        dram_bandwidth_bits=dram_bits, buffer_bytes=192 * 1024,
-        buffer_bandwidth_bits=(rows + 2 * cols) * 32, register_bytes=256,
-        buffer_double_buffered=True, stationary_double_buffered=True,
-    )
     rates = {32: 1, 16: 1, 8: 2}
-    # MAC units by format: the data sheet lists INT8 (624 TOPS) and no FP8 (Hopper's
-    # tensor cores are the first with it): fp8 / fp4 codes run emulated on the fp16 unit.
-    precision = _int8_16_32(rates)
     cores = cm.Cores(count=sms, shared_bandwidth_bits=5120 * 8, shared_bytes=40 << 20,
                      max_split_k=16)
-    return Accelerator.systolic(
-        "os", rows, cols, name="a100", bandwidth_bits=dram_bits, clock_ghz=clock_ghz,
-        l1_bytes=256, l2_bytes=40 << 20, memory=memory, precision=precision,
-        macs_per_pe_per_cycle=rates, cores=cores,
+    return _chip(
+        "os", rows, cols, "a100", clock_ghz=clock_ghz, dram_gbps=hbm_gbps,
+        buffer_bytes=192 * 1024, buffer_bits=(rows + 2 * cols) * 32, l2_bytes=40 << 20,
+        rates=rates, cores=cores,
+        # MAC units by format: the data sheet lists INT8 (624 TOPS) and no FP8 (Hopper's
+        # tensor cores are the first with it): fp8 / fp4 codes run emulated on the fp16 unit.
+        precision=_int8_16_32(rates),
         # 64 FP32 lanes per SM. Vector kernels through global memory (HBM) as LLMCompass
         # models them (software_model/layernorm.py, gelu.py: one read and one write of each
         # element from DRAM; its A100 layer norm and GELU are torch.compile'd, one fused
@@ -614,9 +603,9 @@ def _a100(clock_ghz: float = 1.41, hbm_gbps: float = 2039.0) -> Accelerator:
 
 #: Shipped presets by name. Bandwidth is off-chip bits per cycle at ``clock_ghz``.
 PRESETS: dict[str, Callable[[], Accelerator]] = {
-    "os16": lambda: _array16("os", "os16"),
-    "ws16": lambda: _array16("ws", "ws16"),
-    "is16": lambda: _array16("is", "is16"),
+    "os16": lambda: _array16("os"),
+    "ws16": lambda: _array16("ws"),
+    "is16": lambda: _array16("is"),
     # A 16x16 output-stationary array whose PEs are dot-product units that do more MACs per
     # cycle at lower precision (2 at 16 bits, 4 at 8, 8 at 4): compute follows the bits.
     "os16_mp": lambda: _array16("os", "os16_mp", macs_per_pe_per_cycle={16: 2, 8: 4, 4: 8}),
@@ -661,10 +650,8 @@ def _check_choice(mapping: Any, objective: Any) -> str | None:
     """``mapping``, checked (and ``objective``)."""
     if mapping not in MAPPING_CHOICES:
         raise ValueError(f"mapping must be one of None, 'default' or 'auto', got {mapping!r}")
-    if objective is not None and objective not in OBJECTIVES:
-        raise ValueError(
-            f"objective must be one of {', '.join(OBJECTIVES)} (or None), got {objective!r}"
-        )
+    if objective is not None:
+        check_objective(objective)
     return mapping
 
 

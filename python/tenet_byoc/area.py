@@ -39,6 +39,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -101,11 +102,9 @@ class AreaTable:
                 if not isinstance(value, Mapping) or len(value) < 1:
                     raise ValueError(f"area table field sram_bitcell_um2 must map node (nm) to "
                                      f"bit-cell area (um2), got {value!r}")
-                clean = {}
-                for node, cell in value.items():
-                    node_f, cell_f = _positive(f"sram_bitcell_um2[{node!r}]", node, "node"), \
-                        _positive(f"sram_bitcell_um2[{node!r}]", cell)
-                    clean[node_f] = cell_f
+                clean = {_positive(f"sram_bitcell_um2[{node!r}]", node, "node"):
+                         _positive(f"sram_bitcell_um2[{node!r}]", cell)
+                         for node, cell in value.items()}
                 object.__setattr__(self, f.name, MappingProxyType(dict(sorted(clean.items()))))
                 continue
             if f.name == "mx_block":
@@ -126,7 +125,7 @@ class AreaTable:
         # the bit-cell map is a read-only view, which pickle cannot copy: send a dict
         state = {f.name: getattr(self, f.name) for f in fields(self)}
         state["sram_bitcell_um2"] = dict(self.sram_bitcell_um2)
-        return (_table_from_fields, (state,))
+        return (partial(AreaTable, **state), ())
 
     @classmethod
     def load(cls, path: str | Path, base: AreaTable | None = None) -> AreaTable:
@@ -192,10 +191,6 @@ class AreaTable:
     def logic_scale(self, node_nm: float) -> float:
         """Logic area at ``node_nm`` over its area at 45 nm (the bit-cell ratio)."""
         return self.bitcell_um2(node_nm) / self.bitcell_um2(45.0)
-
-
-def _table_from_fields(state: dict) -> AreaTable:
-    return AreaTable(**state)
 
 
 def _positive(name: str, value: Any, what: str = "figure") -> float:
@@ -377,9 +372,14 @@ def static_watts(accelerator: Any, node_nm: float = 45.0,
     """Static power of one ``accelerator`` in W: its area at ``node_nm``
     (:func:`accelerator_area`) times the table's ``static_w_per_mm2``, as dse charges a
     design over each phase's time."""
-    t = table if isinstance(table, AreaTable) else (
-        AreaTable() if table is None else AreaTable.load(table))
+    t = _table(table)
     return accelerator_area(accelerator, node_nm, t)["total"] * t.static_w_per_mm2
+
+
+def _table(table: AreaTable | str | Path | None) -> AreaTable:
+    """The figures: ``table``, the published ones (None) or a file's (a path)."""
+    return table if isinstance(table, AreaTable) else (
+        AreaTable() if table is None else AreaTable.load(table))
 
 
 def accelerator_area(
@@ -413,8 +413,7 @@ def accelerator_area(
     ValueError
         When a figure overflows (e.g. ``clock_ghz=1.7e308``), naming the accelerator's fields.
     """
-    t = table if isinstance(table, AreaTable) else (
-        AreaTable() if table is None else AreaTable.load(table))
+    t = _table(table)
     scale = t.logic_scale(node_nm)
     chosen = default_formats(accelerator)
     for bits, name in (formats or {}).items():

@@ -330,15 +330,20 @@ def _accelerator(functions) -> dict:
     from .accelerators import resolve
     from .partition import ACCELERATOR_ATTR
 
-    texts = {str(f.attrs[ACCELERATOR_ATTR]) for f in functions if ACCELERATOR_ATTR in f.attrs}
-    if len(texts) > 1:
-        raise TenetCodegenError(
-            "the tenet functions of one module carry different accelerators; "
-            "partition the module once, with one accelerator"
-        )
+    text = _one_attr(functions, ACCELERATOR_ATTR, "accelerators; partition the module once, "
+                     "with one accelerator")
     # Functions partitioned without partition_for_tenet are charged to the default preset.
     # The accelerator's JSON form is embedded as an object; the runtime's cost model parses it.
-    return json.loads(texts.pop() if texts else resolve(None).to_json())
+    return json.loads(text if text is not None else resolve(None).to_json())
+
+
+def _one_attr(functions, attr: str, what: str) -> str | None:
+    """The value of ``attr`` the functions carry (None: none does); refused when they differ
+    (``what``: what differs, and what to do)."""
+    texts = {str(f.attrs[attr]) for f in functions if attr in f.attrs}
+    if len(texts) > 1:
+        raise TenetCodegenError(f"the tenet functions of one module carry different {what}")
+    return texts.pop() if texts else None
 
 
 def _check_enumeration_limit(described: list[dict], functions, accelerator: dict) -> None:
@@ -377,13 +382,10 @@ def _vector_functions(functions) -> list[dict]:
     """The charge calls' steps partition_for_tenet stamped (attr ``tenet.vector_plan``)."""
     from .vector_plan import PLAN_ATTR
 
-    texts = {str(f.attrs[PLAN_ATTR]) for f in functions if PLAN_ATTR in f.attrs}
-    if len(texts) > 1:
-        raise TenetCodegenError("the tenet functions of one module carry different vector "
-                                "plans; partition the module once")
+    text = _one_attr(functions, PLAN_ATTR, "vector plans; partition the module once")
     return [_fields("vector_function", f["symbol"], {
         **f, "steps": [_fields("vector_step", f["symbol"], step) for step in f["steps"]]})
-        for f in (json.loads(texts.pop()) if texts else [])]
+        for f in (json.loads(text) if text is not None else [])]
 
 
 @tvm_ffi.register_global_func("relax.ext.tenet")

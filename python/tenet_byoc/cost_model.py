@@ -20,11 +20,10 @@ Every bad input raises ``ValueError`` with a message naming what is wrong.
 
 from __future__ import annotations
 
-import copyreg
 from pathlib import Path
 from typing import NamedTuple
 
-from ._cost_model import (
+from ._cost_model import (  # noqa: F401 (the face's names: __all__ below)
     MAX_ENUMERATED_INSTANCES,
     NVLINK_C2C_PJ_PER_BIT,
     Accelerator,
@@ -34,29 +33,42 @@ from ._cost_model import (
     Cores,  # an accelerator of cores (src/cost_model/core.h)
     Dataflow,
     EdgeDequantizer,  # the units beside the array (src/cost_model/vector.h)
+    EnergyBreakdown,
     GemmCall,
     Hardware,
     Link,  # collectives over links (src/cost_model/link.h)
     LinkCall,
     LinkCharge,
+    MacSpec,
+    MappingChoice,
+    MemoryHierarchy,
+    MemoryMetrics,
     Metrics,
+    OperandTraffic,
+    PrecisionTable,
     QuantRecipe,
     Statement,
     TensorAccess,
     TensorMetrics,
+    TileMapping,
     VectorCall,
     VectorCharge,
     VectorUnit,
+    analyze,
     analyze_array,
     analyze_memory,
+    buffer_bytes_needed,
+    call_energy,
     charge,
     charge_attention,
     charge_link,
     charge_vector,
     clear_mapping_searches,  # a search timed from empty (benchmarks/mapper.py)
+    default_tile_mapping,
     format_tenet_hardware,
     format_tenet_mapping,
     format_tenet_statement,
+    integer_mac_pj,
     load_tenet_hardware,
     load_tenet_mapping,
     load_tenet_statement,
@@ -66,101 +78,12 @@ from ._cost_model import (
     parse_tenet_statement,
     roofline,
     save_text_file,
-)
-from ._cost_model import (
-    analyze as _core_analyze,
-)
-from .mapping import (  # the mapping search (mapping.py)
-    MappingChoice,
-    MappingSearch,
     search_mapping,
+    sram_pj_per_bit,
     tile_size_candidates,
 )
-from .memory import (  # the buffer level, roofline and energy (memory.py)
-    EnergyBreakdown,
-    MacSpec,
-    MemoryHierarchy,
-    MemoryMetrics,
-    OperandTraffic,
-    PrecisionTable,
-    TileMapping,
-    buffer_bytes_needed,
-    call_energy,
-    default_tile_mapping,
-    integer_mac_pj,
-    scalesim_equivalent,
-    scalesim_mapping,
-    sram_pj_per_bit,
-)
-
-__all__ = [
-    "MAX_ENUMERATED_INSTANCES",
-    "NVLINK_C2C_PJ_PER_BIT",
-    "Accelerator",
-    "AttentionCall",
-    "AttentionCharge",
-    "Charge",
-    "Cores",
-    "Dataflow",
-    "EdgeDequantizer",
-    "EnergyBreakdown",
-    "GemmCall",
-    "Hardware",
-    "Link",
-    "LinkCall",
-    "LinkCharge",
-    "MacSpec",
-    "MappingChoice",
-    "MappingSearch",
-    "MemoryHierarchy",
-    "MemoryMetrics",
-    "Metrics",
-    "OperandTraffic",
-    "PrecisionTable",
-    "QuantRecipe",
-    "Statement",
-    "TenetProblem",
-    "TensorAccess",
-    "TensorMetrics",
-    "TileMapping",
-    "VectorCall",
-    "VectorCharge",
-    "VectorUnit",
-    "analyze",
-    "analyze_array",
-    "analyze_memory",
-    "buffer_bytes_needed",
-    "call_energy",
-    "charge",
-    "charge_attention",
-    "charge_link",
-    "charge_vector",
-    "clear_mapping_searches",
-    "default_tile_mapping",
-    "format_tenet_hardware",
-    "format_tenet_mapping",
-    "format_tenet_statement",
-    "integer_mac_pj",
-    "load_tenet",
-    "memory_from_tenet",
-    "parse_tenet_hardware",
-    "parse_tenet_mapping",
-    "parse_tenet_statement",
-    "roofline",
-    "save_tenet",
-    "scalesim_equivalent",
-    "scalesim_mapping",
-    "search_mapping",
-    "sram_pj_per_bit",
-    "tile_size_candidates",
-]
-
-
-def analyze(
-    statement: Statement, hardware: Hardware, dataflow: Dataflow, method: str = "auto"
-) -> Metrics:
-    """Cost of a general TENET statement (GEMMs on presets take the fast path)."""
-    return _core_analyze(statement, hardware, dataflow, method)
+from .mapping import MappingSearch  # noqa: F401 (the mapping search over a declared space)
+from .memory import scalesim_equivalent, scalesim_mapping  # noqa: F401 (SCALE-Sim's tiles)
 
 
 class TenetProblem(NamedTuple):
@@ -169,17 +92,6 @@ class TenetProblem(NamedTuple):
     statement: Statement
     hardware: Hardware
     dataflow: Dataflow
-
-
-def _vector_call(op: str, shape: tuple[int, ...], bits_in: int, bits_out: int,
-                 operand_elements: int) -> VectorCall:
-    return VectorCall(op, list(shape), bits_in=bits_in, bits_out=bits_out,
-                      operand_elements=operand_elements)
-
-
-# A VectorCall crosses to worker processes (dse, serving) by its fields, as GemmCall does.
-copyreg.pickle(VectorCall, lambda v: (_vector_call, (v.op, tuple(v.shape), v.bits_in,
-                                                      v.bits_out, v.operand_elements)))
 
 
 def load_tenet(p_file: str | Path, m_file: str | Path, s_file: str | Path) -> TenetProblem:
@@ -211,3 +123,9 @@ def save_tenet(
         save_text_file(str(m_file), format_tenet_mapping(dataflow))
     if s_file is not None and statement is not None:
         save_text_file(str(s_file), format_tenet_statement(statement))
+
+
+#: The face's names: every public name above (the cost model's C++ values and entry points,
+#: the buffer level's and the mapping search's, and this module's), less what it reads.
+__all__ = sorted(n for n in dir() if not n.startswith("_")
+                 and n not in ("annotations", "NamedTuple", "Path"))

@@ -238,31 +238,29 @@ def _as_written(message: str) -> str:
     return message.replace(" .", " ")
 
 
-def _set(form: dict, path: str, value: Any, add: bool = False) -> bool:
-    """Put ``value`` at a dotted ``path`` (``precision[0].pj_per_mac``); False if there is no
-    such place in the form."""
-    parts = re.findall(r"\w+|\[\d+\]", path)
-    node: Any = form
-    for i, part in enumerate(parts):
-        key: Any = int(part[1:-1]) if part.startswith("[") else part
-        last = i == len(parts) - 1
-        try:
-            if last:
-                if isinstance(node, dict) and key not in node and not add:
-                    return False
-                node[key] = value
-                return True
-            node = node[key]
-        except (KeyError, IndexError, TypeError):
-            return False
-    return False
+def _parts(path: str) -> list:
+    """The keys of a dotted ``path`` (``precision[0].pj_per_mac``): names and list indices."""
+    return [int(p[1:-1]) if p.startswith("[") else p for p in re.findall(r"\w+|\[\d+\]", path)]
 
 
-def _get(form: dict, path: str) -> Any:
+def _get(form: dict, parts: list) -> Any:
     node: Any = form
-    for part in re.findall(r"\w+|\[\d+\]", path):
-        node = node[int(part[1:-1])] if part.startswith("[") else node[part]
+    for part in parts:
+        node = node[part]
     return node
+
+
+def _set(form: dict, path: str, value: Any, add: bool = False) -> bool:
+    """Put ``value`` at a dotted ``path``; False if there is no such place in the form."""
+    *parents, last = _parts(path)
+    try:
+        node = _get(form, parents)
+        if isinstance(node, dict) and last not in node and not add:
+            return False
+        node[last] = value
+    except (KeyError, IndexError, TypeError):
+        return False
+    return True
 
 
 def _parse_all(form: dict, parse: Callable[[str], Any], good_design: Any,
@@ -276,20 +274,11 @@ def _parse_all(form: dict, parse: Callable[[str], Any], good_design: Any,
     derived_from = derived_from or {}
     of_derived: dict[str, str] = {}  # the field the file wrote -> the refusal of its twin
     try:
-        return _parse_fixing(form, parse, good, problems, derived_from, of_derived)
-    finally:
-        for source, message in of_derived.items():
-            if not any(p.startswith(source) for p in problems):
-                problems.append(message)
-
-
-def _parse_fixing(form: dict, parse: Callable[[str], Any], good: dict, problems: list[str],
-                  derived_from: Mapping[str, str], of_derived: dict[str, str]) -> Any:
-    for _ in range(64):
-        try:
-            return parse(json.dumps(form))
-        except (TypeError, ValueError) as err:
-            message = _as_written(str(err))
+        for _ in range(64):
+            try:
+                return parse(json.dumps(form))
+            except (TypeError, ValueError) as err:
+                message = _as_written(str(err))
             missing = _MISSING.search(message)
             place = (f"{missing[1]}.{missing[2]}" if missing
                      else (_PATH.search(message) or [None, None])[1])
@@ -302,12 +291,16 @@ def _parse_fixing(form: dict, parse: Callable[[str], Any], good: dict, problems:
             if place is None:
                 return None
             try:
-                fix = _get(good, place)
+                fix = _get(good, _parts(place))
             except (KeyError, IndexError, TypeError):
                 return None
             if not _set(form, place, copy.deepcopy(fix), add=bool(missing)):
                 return None
-    return None
+        return None
+    finally:
+        for source, message in of_derived.items():
+            if not any(p.startswith(source) for p in problems):
+                problems.append(message)
 
 
 def read_design(path: str | Path, parse: Callable[[str], Any],

@@ -59,7 +59,7 @@ from .area import (
     mac_figure,
     number_format,
 )
-from .accelerators import Accelerator
+from .accelerators import Accelerator, check_dram_capacity
 
 __all__ = ["AXES", "OBJECTIVE_PAIRS", "Axis", "DesignPoint", "DesignSpace", "PointResult", "explore",
            "mark_fronts", "pareto_front"]
@@ -104,7 +104,7 @@ class DesignPoint(DesignAxes):
         memory = cm.MemoryHierarchy(
             dram_bandwidth_bits=self.dram_bits_per_cycle, buffer_bytes=self.buffer_bytes,
             # the buffer feeds an edge of A and of B and takes one of C at 32 bits a cycle,
-            # as the shipped presets do (accelerators._edge_fed)
+            # as the shipped presets do (accelerators._research_array)
             buffer_bandwidth_bits=(self.rows + 2 * self.cols) * 32,
             register_bytes=self.register_bytes)
         return Accelerator.systolic(
@@ -620,19 +620,17 @@ def mark_fronts(results: Sequence[PointResult]) -> list[PointResult]:
     """``results`` with ``fronts`` set: per scheme, each pair of :data:`OBJECTIVE_PAIRS`
     among its feasible points; with accuracy, :data:`ACCURACY_FRONT` across schemes."""
     fronts: dict[int, list[str]] = {i: [] for i in range(len(results))}
-    for scheme in dict.fromkeys(r.scheme for r in results):
-        idx = [i for i, r in enumerate(results) if r.scheme == scheme and r.feasible]
-        for name, objectives in OBJECTIVE_PAIRS.items():
-            on = pareto_front([[getattr(results[i], o) for o in objectives] for i in idx])
-            for i, flag in zip(idx, on, strict=True):
-                if flag:
-                    fronts[i].append(name)
-    idx = [i for i, r in enumerate(results) if r.feasible and not math.isnan(r.perplexity)]
-    if idx:
-        on = pareto_front([[getattr(results[i], o) for o in ACCURACY_FRONT] for i in idx])
+    sets = [(name, objectives, [i for i, r in enumerate(results)
+                                if r.scheme == scheme and r.feasible])
+            for scheme in dict.fromkeys(r.scheme for r in results)
+            for name, objectives in OBJECTIVE_PAIRS.items()]
+    sets.append(("accuracy", ACCURACY_FRONT, [i for i, r in enumerate(results)
+                                              if r.feasible and not math.isnan(r.perplexity)]))
+    for name, objectives, idx in sets:
+        on = pareto_front([[getattr(results[i], o) for o in objectives] for i in idx])
         for i, flag in zip(idx, on, strict=True):
             if flag:
-                fronts[i].append("accuracy")
+                fronts[i].append(name)
     return [dataclasses.replace(r, fronts=tuple(fronts[i])) for i, r in enumerate(results)]
 
 
@@ -859,11 +857,8 @@ def explore(
     results: dict[str, list[PointResult]] = {p.key: done[p.key] for p in points
                                              if p.key in done}
     todo = [p for p in points if p.key not in results]
-    if dram_capacity_bytes is not None and (isinstance(dram_capacity_bytes, bool) or not
-                                            isinstance(dram_capacity_bytes, int | float)
-                                            or not 0 < dram_capacity_bytes < math.inf):
-        raise ValueError(f"dram_capacity_bytes={dram_capacity_bytes!r} must be a positive "
-                         "number of bytes")
+    if dram_capacity_bytes is not None:
+        check_dram_capacity(dram_capacity_bytes)
     job = _job(config, schemes, todo, prompt_len, decode_steps, batch, space.node_nm,
                space.table, space.power_budget_w)
     job.memory = _memory_reasons(config, schemes, todo, prompt_len, decode_steps, batch,

@@ -25,7 +25,7 @@ import numpy as np
 from . import cost_model as cm
 from .compose import StepCost, compose
 from .accelerators import Accelerator, resolve
-from .ledger import ColumnsBuilder, Ledger, LedgerColumns, TensorMap, charge_row, tensor_map
+from .ledger import ColumnsBuilder, Ledger, LedgerColumns, charge_row, tensor_map
 from .plan import LinkCall, Plan, PlannedCall, Step, model_config, plan, stage_layers
 from .quantization import QuantScheme, get_scheme
 
@@ -34,9 +34,6 @@ __all__ = ["ESTIMATE_PATTERN", "Charges", "estimate", "estimate_step"]
 #: The ``pattern`` of an estimated entry: no composite function was matched, the call is
 #: charged from its shape (a real run's entry names its matched pattern instead).
 ESTIMATE_PATTERN = "estimate"
-
-_FLOAT_RECIPE = cm.QuantRecipe()
-
 
 class Charges:
     """The charge of each distinct planned call on one accelerator (and a system's links),
@@ -56,7 +53,6 @@ class Charges:
         self.clock_hz = accelerator.hardware.clock_ghz * 1e9
         self.schedule = accelerator.vector.schedule
         self._seen: dict[Any, dict[str, Any]] = {}
-        self._link_template: dict[str, Any] | None = None
 
     def fields(self, pc: PlannedCall) -> dict[str, Any]:
         """The ledger fields of ``pc``'s charge (the cost model's one table,
@@ -78,16 +74,11 @@ class Charges:
         if pc.unit == "array":
             acc.check_gemm(call.m, call.n, call.k, f"GEMM {pc.name!r}")
             found = cm.charge(call, acc).ledger_fields()
-            found["tensors"] = tensor_map(found["tensors"])
-            found["scheme"] = call.scheme
-            found["recipe"] = call.recipe
+            found.update(tensors=tensor_map(found["tensors"]), scheme=call.scheme,
+                         recipe=call.recipe)
             return found
         if pc.unit == "vector":
-            found = cm.charge_vector(call, acc).ledger_fields()
-            found["tensors"] = TensorMap()
-            found["scheme"] = pc.scheme
-            found["recipe"] = _FLOAT_RECIPE
-            return found
+            return {**cm.charge_vector(call, acc).ledger_fields(), "scheme": pc.scheme}
         if pc.unit == "attention":
             return self._attention_fields(call)
         return self._link_fields(call)
@@ -111,18 +102,11 @@ class Charges:
         if self.link is None:
             raise ValueError(f"a {call.kind} link call needs a system's link: give Charges "
                              "a link")
-        if self._link_template is None:
-            probe = cm.charge_vector(cm.VectorCall("relu", [1, 1]), self.accelerator)
-            self._link_template = {
-                k: (v if isinstance(v, str) else type(v)())
-                for k, v in probe.ledger_fields().items() if k != "tensors"}
         c = cm.charge_link(call, self.link.charged())
-        return {**self._link_template, "unit": "link", "op": call.kind, "schedule": "",
-                "cycles": round(c.seconds * self.clock_hz), "latency_us": c.latency_us,
-                "energy_pj": c.energy_pj,
+        return {"unit": "link", "op": call.kind, "cycles": round(c.seconds * self.clock_hz),
+                "latency_us": c.latency_us, "energy_pj": c.energy_pj,
                 "mapping": f"{call.kind} {self.link.topology} x{call.chips}",
-                "dequant_place": "none", "tensors": TensorMap(), "scheme": "none",
-                "recipe": _FLOAT_RECIPE, "link_bytes": c.link_bytes}
+                "scheme": "none", "link_bytes": c.link_bytes}
 
 
 #: The most entries an estimate's ledger makes when read (each a tuple of ~0.6 KB).
@@ -336,7 +320,8 @@ def estimate(
     context_len = prompt_len if context_len is None else context_len
     _check_lengths(config, prompt_len, context_len, decode_steps, batch)
     quant = get_scheme(scheme)
-    acc = _accelerator(accelerator, mapping, system)
+    charges = _charges(accelerator, mapping, system)
+    acc = charges.accelerator
     steps = ([Step.prefill(prompt_len, batch)] if prompt_len else []) + [
         Step.decode(context_len + i, batch) for i in range(decode_steps)]
     if progress:  # a bar on a terminal, a line every few seconds into a pipe or a log
@@ -344,7 +329,6 @@ def estimate(
 
         steps = progress_bar(steps, desc=f"estimate {config.name} {quant.name}", unit="step",
                              leave=False)
-    charges = Charges(acc, system.link if system is not None else None)
     from .models.moe import ExpertLoad
 
     if isinstance(routing, ExpertLoad):
@@ -387,18 +371,22 @@ def estimate(
              f"the ledger would hold {count:,} entries, over the limit of "
              f"{MAX_LEDGER_ENTRIES:,} {sizes}: its totals, group_by and step times are kept; "
              "lower micro_batches or decode_steps for the entries")
+    return _ledger(columns, acc, system, times, count=count, max_entries=limit)
+
+
+def _ledger(columns: Any, acc: Accelerator, system: Any, times: list, **sizes: Any) -> Ledger:
+    """The ledger of an estimate: of ``acc`` alone, or a system's with its step ``times``."""
     if system is None:
-        return Ledger(columns, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [],
-                      count=count, max_entries=limit)
+        return Ledger(columns, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [], **sizes)
     from .system import SystemLedger
 
-    return SystemLedger(columns, system, times, count=count, max_entries=limit)
+    return SystemLedger(columns, system, times, **sizes)
 
 
-def _accelerator(accelerator: Any, mapping: str | None, system: Any) -> Accelerator:
-    """The accelerator charged: ``accelerator`` alone, or the system's."""
+def _charges(accelerator: Any, mapping: str | None, system: Any) -> Charges:
+    """The charges of the accelerator charged: ``accelerator`` alone, or the system's."""
     if system is None:
-        return resolve(accelerator, mapping=mapping)
+        return Charges(resolve(accelerator, mapping=mapping))
     from .system import System
 
     if not isinstance(system, System):
@@ -407,7 +395,7 @@ def _accelerator(accelerator: Any, mapping: str | None, system: Any) -> Accelera
     if accelerator not in (None, "os16", own.name) and accelerator != own:
         raise ValueError(f"accelerator={getattr(accelerator, 'name', accelerator)!r} differs from "
                          f"the system's {own.name!r}: give it as System(accelerator=...)")
-    return resolve(own, mapping=mapping)
+    return Charges(resolve(own, mapping=mapping), system.link)
 
 
 def _step_time(p: Plan, cost: StepCost) -> Any:
@@ -451,9 +439,7 @@ def estimate_step(model: Any, step: Step, scheme: str | QuantScheme = "none",
         and its entries (a :class:`~tenet_byoc.system.SystemLedger` on a system).
     """
     config = model_config(model)
-    if charges is None:
-        acc = _accelerator(accelerator, mapping, system)
-        charges = Charges(acc, system.link if system is not None else None)
+    charges = charges or _charges(accelerator, mapping, system)
     acc = charges.accelerator
     p = plan(config, step, scheme, system, attention=attention or acc.attention)
     cost = compose(p, charges.cost, charges.schedule, acc.hardware.clock_ghz)
@@ -461,9 +447,4 @@ def estimate_step(model: Any, step: Step, scheme: str | QuantScheme = "none",
         return cost, None
     writer = _Book(charges)
     writer.add(p)
-    book = writer.done(config.name)
-    if system is None:
-        return cost, Ledger(book, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
-    from .system import SystemLedger
-
-    return cost, SystemLedger(book, system, [_step_time(p, cost)])
+    return cost, _ledger(writer.done(config.name), acc, system, [_step_time(p, cost)])

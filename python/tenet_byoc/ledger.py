@@ -18,21 +18,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ._cost_model import (
-    GemmCall,
-    QuantRecipe,
-    _ledger_field_names,
-    _ledger_tensor_field_names,
-)
-from ._cost_model import (
-    VectorCall as _VectorCall,
-)
-from ._cost_model import (
-    charge as _charge,
-)
-from ._cost_model import (
-    charge_vector as _charge_vector,
-)
+from . import cost_model as cm
+from ._cost_model import _ledger_field_names, _ledger_tensor_field_names
 from .compose import chain_cycles
 
 # The ledger's fields are the cost model's one table (src/cost_model/charge.h,
@@ -164,30 +151,14 @@ class LedgerEntry:
         return tuple.__new__(type(self), (*names, charge))
 
 
-class GemmCharge(namedtuple("GemmCharge", COMMON_FIELDS + GEMM_FIELDS)):
-    """What a GEMM is charged (the cost model's ``Charge.ledger_fields``, a GEMM's part)."""
-
-    __slots__ = ()
-
-
-class VectorCharge(namedtuple("VectorCharge", COMMON_FIELDS + VECTOR_FIELDS)):
-    """What a vector call is charged (``charge_vector``'s ledger fields, its own part), and
-    whether it is a GEMM's fused epilogue."""
-
-    __slots__ = ()
-
-
-class LinkCharge(namedtuple("LinkCharge", COMMON_FIELDS + LINK_FIELDS)):
-    """What a collective is charged (``tenet_byoc.system``'s formulas)."""
-
-    __slots__ = ()
-
-
-class AttentionCharge(namedtuple("AttentionCharge", COMMON_FIELDS + ATTENTION_FIELDS)):
-    """What a fused attention kernel is charged (``cost_model.charge_attention``)."""
-
-    __slots__ = ()
-
+# The charge type of each unit, only its own fields: what a GEMM is charged (the cost model's
+# ``Charge.ledger_fields``, a GEMM's part), a vector call (``charge_vector``'s ledger fields,
+# its own part, and whether it is a GEMM's fused epilogue), a collective
+# (``tenet_byoc.system``'s formulas) and a fused attention kernel (``charge_attention``).
+GemmCharge = namedtuple("GemmCharge", COMMON_FIELDS + GEMM_FIELDS)
+VectorCharge = namedtuple("VectorCharge", COMMON_FIELDS + VECTOR_FIELDS)
+LinkCharge = namedtuple("LinkCharge", COMMON_FIELDS + LINK_FIELDS)
+AttentionCharge = namedtuple("AttentionCharge", COMMON_FIELDS + ATTENTION_FIELDS)
 
 _CALL = ENTRY_NAMES + ("charge",)
 
@@ -225,10 +196,10 @@ class GemmEntry(LedgerEntry, _Traffic, namedtuple("GemmEntry", _CALL)):
     __slots__ = ()
 
     @property
-    def call(self) -> GemmCall:
+    def call(self) -> cm.GemmCall:
         """The call as the cost model takes it: ``cost_model.charge(entry.call, accelerator)``
         gives this entry's charge again."""
-        return GemmCall(m=self.m, n=self.n, k=self.k, batch=self.batch, bits_a=self.bits_a,
+        return cm.GemmCall(m=self.m, n=self.n, k=self.k, batch=self.batch, bits_a=self.bits_a,
                         bits_b=self.bits_b, bits_c=self.bits_c, scheme=self.scheme,
                         recipe=self.recipe, a_on_chip=self.a_on_chip, c_on_chip=self.c_on_chip)
 
@@ -254,10 +225,10 @@ class VectorEntry(LedgerEntry, _Traffic, namedtuple("VectorEntry", _CALL)):
     __slots__ = ()
 
     @property
-    def vector_call(self) -> _VectorCall:
+    def vector_call(self) -> cm.VectorCall:
         """The call: ``cost_model.charge_vector(entry.vector_call, accelerator)`` gives its
         charge again."""
-        return _VectorCall(self.op, [self.m, self.n], bits_in=self.bits_a,
+        return cm.VectorCall(self.op, [self.m, self.n], bits_in=self.bits_a,
                            bits_out=self.bits_c, operand_elements=self.k)
 
 
@@ -444,7 +415,8 @@ class GroupedTotals(dict):
 
 
 def _hides(e: LedgerEntry) -> bool:
-    """Whether ``e`` is a fused epilogue hidden behind its GEMM (pipelined vector unit)."""
+    """Whether ``e`` (an entry or its charge) is a fused epilogue hidden behind its GEMM
+    (pipelined vector unit)."""
     return e.unit == "vector" and e.fused and e.schedule == "pipelined"
 
 
@@ -483,6 +455,8 @@ def totals(entries: Iterable[LedgerEntry]) -> Totals:
 #: What Ledger.group_by groups by.
 GROUP_KEYS = ("symbol", "pattern", "name", "phase", "scheme", "chip", "unit", "layer", "op")
 _STRING_KEYS = ("symbol", "pattern", "name", "phase", "scheme")
+#: A ledger's columns per call (:class:`LedgerColumns`' keyword arguments).
+_CALL_COLUMNS = ("charge", "name", "phase", "chip", "call_index", "symbol", "pattern", "scheme")
 
 
 class LedgerColumns:
@@ -515,11 +489,9 @@ class LedgerColumns:
         self.unit_of = np.array([_UNITS.index(u) for u in units], dtype=np.int8)
         self.layer_of = np.array([-1 if (x := layer_of(s)) is None else x for s in strings],
                                  dtype=np.int64)
-        cols = _OWN_INDEX
 
-        def column(field: str, default: float = 0, dtype: Any = np.float64) -> np.ndarray:
-            return np.array([row[cols[u][field]] if field in cols[u] else default
-                             for u, row in zip(units, charges)], dtype=dtype)
+        def column(field: str, dtype: Any = np.float64) -> np.ndarray:  # 0 where a unit lacks it
+            return np.array([getattr(row, field, 0) for row in charges], dtype=dtype)
 
         self.cycles = column("cycles", dtype=np.int64)
         self.macs = column("macs", dtype=np.int64)
@@ -529,9 +501,7 @@ class LedgerColumns:
         self.offchip = column("offchip_read_bytes") + column("offchip_write_bytes")
         self.dram = column("dram_read_bytes") + column("dram_write_bytes")
         self.energy = column("energy_pj")
-        self.hides = np.array([u == "vector" and row[cols[u]["fused"]]
-                               and row[cols[u]["schedule"]] == "pipelined"
-                               for u, row in zip(units, charges)], dtype=bool)
+        self.hides = np.array([_hides(row) for row in charges], dtype=bool)
 
     def __len__(self) -> int:
         return len(self.charge)
@@ -591,21 +561,10 @@ class LedgerColumns:
         """Each call's group under ``key`` (0, 1, ...) and the groups' values, in order of
         first appearance; a tuple of keys groups by their values together."""
         if isinstance(key, tuple):
-            combined = np.zeros(len(self), dtype=np.int64)
-            parts = []
-            for k in key:
-                code, values = self.codes(k)
-                combined = combined * max(len(values), 1) + code
-                parts.append(values)
-            code, combos = _first_seen(combined)
-            out = []
-            for c in combos:
-                value = []
-                for values in reversed(parts):
-                    c, i = divmod(c, max(len(values), 1))
-                    value.append(values[i])
-                out.append(tuple(reversed(value)))
-            return code, out
+            parts = [self.codes(k) for k in key]
+            code, combos = _first_seen(np.stack([c for c, _ in parts], axis=1))
+            return code, [tuple(values[i] for (_, values), i in zip(parts, combo, strict=True))
+                          for combo in combos]
         if key in _STRING_KEYS:
             col = getattr(self, key)
             if not isinstance(col, np.ndarray):  # one value for every call
@@ -677,12 +636,11 @@ class LedgerColumns:
         return out
 
 
-_OWN_INDEX = {u: {f: i for i, f in enumerate(own)} for u, own in _OWN.items()}
-
-
 def _first_seen(col: np.ndarray) -> tuple[np.ndarray, list]:
-    """Each value's rank in order of first appearance in ``col``, and the values in it."""
-    uniq, first, inverse = np.unique(col, return_index=True, return_inverse=True)
+    """Each value's rank in order of first appearance in ``col``, and the values in it (rows
+    of a 2-D ``col``)."""
+    uniq, first, inverse = np.unique(col, return_index=True, return_inverse=True,
+                                     axis=0 if col.ndim > 1 else None)
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
@@ -697,8 +655,7 @@ class ColumnsBuilder:
         self.strings: list[str] = []
         self._string_ids: dict[str, int] = {}
         self._charge_ids: dict[Any, int] = {}
-        self._parts: dict[str, list] = {k: [] for k in (
-            "charge", "name", "phase", "chip", "call_index", "symbol", "pattern", "scheme")}
+        self._parts: dict[str, list] = {k: [] for k in _CALL_COLUMNS}
 
     def string(self, s: str) -> int:
         """The index of ``s`` in the string table."""
@@ -719,15 +676,10 @@ class ColumnsBuilder:
     def add(self, charge: int, name: str, phase: str, chip: int, *,
             call_index: int, symbol: str, pattern: str, scheme: str) -> None:
         """Append one call (the slow path: a list of entries, a run's ledger)."""
-        p = self._parts
-        p["charge"].append(charge)
-        p["name"].append(self.string(name))
-        p["phase"].append(self.string(phase))
-        p["chip"].append(chip)
-        p["call_index"].append(call_index)
-        p["symbol"].append(self.string(symbol))
-        p["pattern"].append(self.string(pattern))
-        p["scheme"].append(self.string(scheme))
+        row = {"charge": charge, "chip": chip, "call_index": call_index, "name": name,
+               "phase": phase, "symbol": symbol, "pattern": pattern, "scheme": scheme}
+        for k, v in row.items():
+            self._parts[k].append(self.string(v) if isinstance(v, str) else v)
 
     def block(self, charge: np.ndarray, name: np.ndarray, phase: int, chip: np.ndarray) -> None:
         """Append calls as arrays (the fast path: an estimate's plans)."""
@@ -744,11 +696,8 @@ class ColumnsBuilder:
         ``i``'s calls)."""
         p = self._parts
         if p["call_index"]:
-            arr = {k: np.asarray(v, dtype=np.int64) for k, v in p.items()}
-            return LedgerColumns(self.charges, self.strings, charge=arr["charge"],
-                                 name=arr["name"], phase=arr["phase"], chip=arr["chip"],
-                                 call_index=arr["call_index"], symbol=arr["symbol"],
-                                 pattern=arr["pattern"], scheme=arr["scheme"])
+            return LedgerColumns(self.charges, self.strings, **{
+                k: np.asarray(v, dtype=np.int64) for k, v in p.items()})
 
         def cat(parts: list, dtype: Any) -> np.ndarray:
             return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(
@@ -916,7 +865,7 @@ class Ledger:
             fields = charged.get(key)
             if fields is None:
                 try:
-                    charge = _charge_vector if unit == "vector" else _charge
+                    charge = cm.charge_vector if unit == "vector" else cm.charge
                     fields = charge(call, acc).ledger_fields()
                 except ValueError as err:
                     name = old.strings[old.name[at]]
@@ -927,9 +876,7 @@ class Ledger:
                 fields["fused"] = key[1]
                 charged[key] = fields
             rows.append(charge_row(fields))
-        new = LedgerColumns(rows, old.strings, charge=old.charge, name=old.name,
-                            phase=old.phase, chip=old.chip, call_index=old.call_index,
-                            symbol=old.symbol, pattern=old.pattern, scheme=old.scheme)
+        new = LedgerColumns(rows, old.strings, **{k: getattr(old, k) for k in _CALL_COLUMNS})
         return Ledger(new, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 
     def group_by(self, key: str | tuple[str, ...]) -> GroupedTotals:
@@ -959,27 +906,13 @@ class Ledger:
 
     def to_csv(self, path: str | Path | None = None) -> str:
         header, rows = self.rows()
-        buf = io.StringIO()
-        writer = csv.writer(buf)
-        writer.writerow(header)
-        writer.writerows(rows)
-        text = buf.getvalue()
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return _written(csv_text(header, rows), path)
 
     def to_json(self, path: str | Path | None = None) -> str:
-        doc = {
-            "accelerator": self.accelerator,
-            "dataflow": self.dataflow,
-            "clock_ghz": self.clock_ghz,
-            "totals": asdict(self.totals()),
-            "entries": [_entry_json(e) for e in self.entries],
-        }
-        text = json.dumps(doc, indent=1)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        doc = {"accelerator": self.accelerator, "dataflow": self.dataflow,
+               "clock_ghz": self.clock_ghz, "totals": asdict(self.totals()),
+               "entries": [_entry_json(e) for e in self.entries]}
+        return _written(json.dumps(doc, indent=1), path)
 
     def reset(self) -> None:
         """Clear the runtime ledger this snapshot was read from."""
@@ -995,6 +928,21 @@ class Ledger:
         )
 
     __repr__ = __str__
+
+
+def csv_text(header: Sequence[str], rows: Iterable[Sequence]) -> str:
+    """``header`` and ``rows`` as CSV text."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def _written(text: str, path: str | Path | None) -> str:
+    if path is not None:
+        Path(path).write_text(text)
+    return text
 
 
 def _entry_json(e: LedgerEntry) -> dict:
@@ -1059,7 +1007,7 @@ def _parse(doc: dict) -> list[LedgerEntry]:
             continue  # an empty GEMM (a zero dim): nothing to charge
         charge = dict(charges[e["charge"]])
         charge["tensors"] = tensor_map(charge["tensors"])
-        charge["recipe"] = QuantRecipe.from_dict(charge["recipe"])
+        charge["recipe"] = cm.QuantRecipe.from_dict(charge["recipe"])
         func = funcs[e["program"]]
         step = func["steps"][e["step"]]
         charge["fused"] = e["epilogue"] >= 0

@@ -26,25 +26,21 @@ from ._cost_model import (
     GemmCall,
     Hardware,
     MappingChoice,
-    _auto_mapping_dataflows,
+    MemoryHierarchy,
+    PrecisionTable,
     _mapping_tile_orders,
     _MappingSearch,
-    search_mapping,
-    tile_size_candidates,
+    auto_mapping_dataflows,
 )
-from .memory import MemoryHierarchy, PrecisionTable
 
 __all__ = [
     "OBJECTIVES",
     "PRESETS",
     "TILE_ORDERS",
-    "MappingChoice",
     "MappingSearch",
     "array_edges",
     "auto_mapping_dataflows",
-    "search_mapping",
     "searched_dataflows",
-    "tile_size_candidates",
 ]
 
 OBJECTIVES = ("latency", "energy", "edp")
@@ -85,17 +81,8 @@ def searched_dataflows(dataflows: Sequence[str | Dataflow], hardware: Hardware,
     return out
 
 
-def auto_mapping_dataflows(dataflow: Dataflow) -> list[Dataflow]:
-    """What ``mapping="auto"`` searches for an accelerator with ``dataflow``.
-
-    os, ws and is on its array when it is a preset; the dataflow alone (its tiles and tile
-    orders searched) when it is the user's own relations (TENET files): a user-given
-    dataflow still wins.
-    """
-    return list(_auto_mapping_dataflows(dataflow))
-
-
-def _objective(objective: str) -> str:
+def check_objective(objective: str) -> str:
+    """``objective``, refused unless one of :data:`OBJECTIVES`."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     return objective
@@ -134,7 +121,7 @@ class MappingSearch:
                  granule: int = 0, max_even_split: int = 8, threads: int = 0) -> None:
         dfs = searched_dataflows(dataflows, hardware, rows, cols)
         table = precision if precision is not None else PrecisionTable.horowitz_45nm()
-        self.objective = _objective(objective)
+        self.objective = check_objective(objective)
         self._search = _MappingSearch(hardware, memory, dfs, table, self.objective,
                                       list(stream_tiles), granule, max_even_split, threads)
 

@@ -1,10 +1,12 @@
 """The buffer level of a GEMM call: memory hierarchy, tile mapping, DRAM traffic, roofline, energy.
 
-Python face of ``src/cost_model/memory.h`` and ``energy.h`` (model and worked example in
-``src/cost_model/README.md``, "The memory hierarchy"). Every bad input raises ``ValueError``
-with a message naming the field, the value and what is accepted, and so does an exact count
-that would overflow int64. Every function is a pure function of its
-arguments (thread-safe; the C++ work releases the GIL).
+Its values and entry points are the C++ core's (``src/cost_model/memory.h`` and
+``energy.h``; model and worked example in ``src/cost_model/README.md``, "The memory
+hierarchy"), all in :mod:`tenet_byoc.cost_model`; this module adds the hierarchy and tiles a
+SCALE-Sim configuration describes. Every bad input raises ``ValueError`` with a message
+naming the field, the value and what is accepted, and so does an exact count that would
+overflow int64. Every function is a pure function of its arguments (thread-safe; the C++
+work releases the GIL).
 
 Example
 -------
@@ -23,75 +25,19 @@ from __future__ import annotations
 
 from ._cost_model import (
     Dataflow,
-    EnergyBreakdown,
     GemmCall,
     Hardware,
-    MacSpec,
     MemoryHierarchy,
     MemoryMetrics,
-    OperandTraffic,
-    PrecisionTable,
     TileMapping,
     _analyze_memory,
-    _buffer_bytes_needed,
-    _call_energy,
-    _default_tile_mapping,
-    integer_mac_pj,
-    sram_pj_per_bit,
 )
 
-__all__ = [
-    "EnergyBreakdown",
-    "MacSpec",
-    "MemoryHierarchy",
-    "MemoryMetrics",
-    "OperandTraffic",
-    "PrecisionTable",
-    "TileMapping",
-    "buffer_bytes_needed",
-    "call_energy",
-    "default_tile_mapping",
-    "integer_mac_pj",
-    "scalesim_equivalent",
-    "scalesim_mapping",
-    "sram_pj_per_bit",
-]
+__all__ = ["scalesim_equivalent", "scalesim_mapping"]
 
 # SCALE-Sim's compute model assumes its SRAMs feed the array every cycle: an SRAM <-> array
 # bandwidth so large that any tile's transfer takes one cycle, below every fold's length.
 _UNLIMITED_BITS_PER_CYCLE = float(2**62)
-
-
-def _widths(bits: int, bits_a: int | None, bits_b: int | None, bits_c: int | None):
-    return (bits if bits_a is None else bits_a, bits if bits_b is None else bits_b,
-            bits if bits_c is None else bits_c)
-
-
-def buffer_bytes_needed(M: int, N: int, K: int, memory: MemoryHierarchy, mapping: TileMapping,
-                        bits_a: int = 32, bits_b: int = 32) -> int:
-    """Bytes the buffer must hold: input tiles (x2 when double-buffered) + the C tile."""
-    return _buffer_bytes_needed(M, N, K, memory, mapping, bits_a, bits_b)
-
-
-def default_tile_mapping(M: int, N: int, K: int, memory: MemoryHierarchy, rows: int, cols: int,
-                         bits: int = 32, *, batch: int = 1, bits_a: int | None = None,
-                         bits_b: int | None = None, bits_c: int | None = None) -> TileMapping:
-    """A mapping without search: C's tile stays in the buffer while K streams (order "mnk"),
-    as large as half the buffer allows; K tiles fill the rest (double-buffered), >= 4 steps."""
-    a, b, c = _widths(bits, bits_a, bits_b, bits_c)
-    return _default_tile_mapping(M, N, K, memory, rows, cols, batch, a, b, c)
-
-
-def call_energy(metrics: MemoryMetrics, memory: MemoryHierarchy, mac: MacSpec,
-                extra_ops: int = 0, extra_register_bits: int = 0) -> EnergyBreakdown:
-    """Energy of one call by component (MACs, registers, buffer, DRAM), in pJ.
-
-    ``mac`` is the MAC unit the call runs on, e.g.
-    ``PrecisionTable.horowitz_45nm().lookup(bits_a, bits_b)``; ``extra_ops`` are charged one
-    MAC each and ``extra_register_bits`` (partial sums rescaled per K-group) at the register
-    file's energy per bit.
-    """
-    return _call_energy(metrics, memory, mac, extra_ops, extra_register_bits)
 
 
 def _fit(extent: int, step: int, words_per_unit: int, budget_words: int) -> int:
@@ -118,7 +64,6 @@ def scalesim_mapping(M: int, N: int, K: int, rows: int, cols: int, dataflow: str
     """
     half = {name: kb * 1024 // 2 // word_bytes for name, kb in
             (("A", ifmap_sram_kb), ("B", filter_sram_kb), ("C", ofmap_sram_kb))}
-    folds_k = lambda tk: -(-tk // rows)
     if dataflow == "os":   # C stationary: M blocks outside N blocks, K streams
         tk = K if rows * K <= half["A"] and cols * K <= half["B"] else max(
             1, min(half["A"] // rows, half["B"] // cols, K))
@@ -131,14 +76,14 @@ def scalesim_mapping(M: int, N: int, K: int, rows: int, cols: int, dataflow: str
         tk = _fit(K, rows, min(N, cols), half["B"])
         tn = _fit(N, cols, tk, half["B"])
         tm = _fit(M, 1, tk, half["A"])
-        tn = _fit(tn, cols, tm * folds_k(tk), half["C"])
+        tn = _fit(tn, cols, tm * -(-tk // rows), half["C"])
         return TileMapping(tm, tn, tk, "nkm", accumulate_in_buffer=False,
                            a_align_k=rows, b_align_n=cols)
     if dataflow == "is":   # A stationary: M blocks outside K blocks, N streams
         tk = _fit(K, rows, min(M, cols), half["A"])
         tm = _fit(M, cols, tk, half["A"])
         tn = _fit(N, 1, tk, half["B"])
-        tm = _fit(tm, cols, tn * folds_k(tk), half["C"])
+        tm = _fit(tm, cols, tn * -(-tk // rows), half["C"])
         return TileMapping(tm, tn, tk, "mkn", accumulate_in_buffer=False,
                            a_align_m=cols, b_align_k=rows)
     raise ValueError(f"dataflow must be 'os', 'ws' or 'is', got {dataflow!r}")

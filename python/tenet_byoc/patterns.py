@@ -348,15 +348,13 @@ def _quant_check(context: PatternCheckContext) -> bool:
 
 #: The kind of step each quantized form runs, and its operands' annotations.
 _QUANT_KINDS = {
-    "dequantize_matmul_float": ("dequant_float", {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b"}),
-    "dequantize_matmul_channel": ("dequant_channel", {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b"}),
-    "dequantize_matmul_group": (
-        "dequant_group", {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b", "zero_point": "zp"}
-    ),
-    "int8_matmul_dequantize": (
-        "int8", {"lhs": "lhs", "rhs": "wq", "scale_a": "scale_a", "scale_b": "scale_b"}
-    ),
+    "dequantize_matmul_float": ("dequant_float", {}),
+    "dequantize_matmul_channel": ("dequant_channel", {}),
+    "dequantize_matmul_group": ("dequant_group", {"zero_point": "zp"}),
+    "int8_matmul_dequantize": ("int8", {"scale_a": "scale_a"}),
 }
+#: The operands' annotations every quantized form has.
+_QUANT_ROLES = {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b"}
 
 
 def _register(table: list, name: str, pattern, annotations, check, info: PatternInfo) -> None:
@@ -383,7 +381,8 @@ def _pattern_table():
             for form in QUANT_FORMS:
                 pattern, annotations = make_quant_pattern(form, with_bias, activation)
                 kind, roles = _QUANT_KINDS[form]
-                info = PatternInfo(kind, True, EPILOGUES.get(activation, "none"), roles)
+                info = PatternInfo(kind, True, EPILOGUES.get(activation, "none"),
+                                   {**_QUANT_ROLES, **roles})
                 _register(table, quant_pattern_name(form, with_bias, activation), pattern,
                           annotations, _quant_check, info)
     return table

@@ -8,8 +8,6 @@ calls' rows are joined with the ledger entries charged during the same run.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import threading
 from collections.abc import Sequence
@@ -19,7 +17,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .ledger import LedgerEntry, Totals, _parse, tenet_modules, text_table, totals
+from .ledger import LedgerEntry, Totals, _parse, csv_text, tenet_modules, text_table, totals
 
 #: The timing columns, in the order TVM's old profiler report had them (Count before shapes).
 TIMING_COLUMNS = ("Name", "Duration (us)", "Percent", "Count", "Argument Shapes", "Device")
@@ -78,19 +76,12 @@ class ReportRow:
 
     def values(self) -> dict[str, object]:
         """The row as column name -> value (cost columns None for non-tenet calls)."""
-        out: dict[str, object] = {
-            "Name": self.name, "Duration (us)": self.duration_us, "Percent": self.percent,
-            "Count": self.count, "Argument Shapes": self.argument_shapes, "Device": self.device,
-        }
         t = self.cost
-        cost = (
-            [t.macs, t.cycles, t.roofline_cycles, t.roofline_ratio, t.latency_us,
-             100 * t.pe_utilization, t.offchip_bytes, t.dram_bytes, t.energy_pj / 1e6,
-             t.bandwidth_gbps]
-            if self.is_tenet else [None] * len(COST_COLUMNS)
-        )
-        out.update(zip(COST_COLUMNS, cost, strict=True))
-        return out
+        cost = ([t.macs, t.cycles, t.roofline_cycles, t.roofline_ratio, t.latency_us,
+                 100 * t.pe_utilization, t.offchip_bytes, t.dram_bytes, t.energy_pj / 1e6,
+                 t.bandwidth_gbps] if self.is_tenet else [None] * len(COST_COLUMNS))
+        return dict(zip(COLUMNS, [self.name, self.duration_us, self.percent, self.count,
+                                  self.argument_shapes, self.device, *cost], strict=True))
 
 
 def _merge(rows: Sequence[ReportRow]) -> ReportRow:
@@ -192,8 +183,7 @@ class Report:
         if not full:
             for v, r in zip(body, rows, strict=True):
                 v["Name"] = r.label
-        total = {c: None for c in COLUMNS}
-        total.update({"Name": "Total", "Duration (us)": self.wall_us})
+        total = {**dict.fromkeys(COLUMNS), "Name": "Total", "Duration (us)": self.wall_us}
         lines = [list(columns)]
         lines += [[_format(c, v[c]) for c in columns] for v in body]
         lines.append(["----------"] + [""] * (len(columns) - 1))
@@ -206,13 +196,9 @@ class Report:
 
     def csv(self, aggregate: bool = True) -> str:
         """The rows (no Sum/Total) as CSV with the column names of :data:`COLUMNS`."""
-        buf = io.StringIO()
-        writer = csv.writer(buf)
-        writer.writerow(COLUMNS)
-        for r in self.rows(aggregate):
-            v = r.values()
-            writer.writerow(["" if v[c] is None else v[c] for c in COLUMNS])
-        return buf.getvalue()
+        values = [r.values() for r in self.rows(aggregate)]
+        return csv_text(COLUMNS, [["" if v[c] is None else v[c] for c in COLUMNS]
+                                  for v in values])
 
     def json(self, aggregate: bool = False) -> str:
         """``{"function", "wall_us", "configuration", "calls": [{column: value}, ...]}``."""

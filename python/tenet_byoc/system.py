@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
@@ -197,15 +197,10 @@ class System:
 
     def to_json(self) -> str:
         """The system's one serialized form: its fields, the accelerator in its own JSON."""
-        return json.dumps({
-            "accelerator": json.loads(self.accelerator.to_json()),
-            "chips": self.chips, "tensor_parallel": self.tensor_parallel,
-            "pipeline_parallel": self.pipeline_parallel, "micro_batches": self.micro_batches,
-            "expert_parallel": self.expert_parallel,
-            "link": {"bandwidth_gbps": self.link.bandwidth_gbps,
-                     "latency_us": self.link.latency_us, "topology": self.link.topology,
-                     "pj_per_bit": self.link.pj_per_bit},
-        })
+        sizes = {f.name: getattr(self, f.name) for f in fields(self)
+                 if f.name not in ("accelerator", "link")}
+        return json.dumps({"accelerator": json.loads(self.accelerator.to_json()), **sizes,
+                           "link": asdict(self.link)})
 
     @classmethod
     def from_json(cls, text: str) -> System:
@@ -220,23 +215,21 @@ class System:
             data = json.loads(text)
         except (TypeError, json.JSONDecodeError) as err:
             raise ValueError(f"System JSON is not valid JSON: {err}") from None
-        keys = {"accelerator", "chips", "tensor_parallel", "pipeline_parallel",
-                "micro_batches", "link"}
-        # expert_parallel may be left out (JSON written before it: 1).
+        # The fields' names; expert_parallel may be left out (JSON written before it: 1).
+        keys = {f.name for f in fields(cls)} - {"expert_parallel"}
         if not isinstance(data, dict) or not keys <= set(data) <= keys | {"expert_parallel"}:
             got = sorted(data) if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"System JSON must be an object with keys {sorted(keys)} and "
                              f"optionally 'expert_parallel', got {got}")
         link = data["link"]
-        link_keys = {"bandwidth_gbps", "latency_us", "topology"}
         # pj_per_bit may be left out (JSON written before links had an energy: the default).
+        link_keys = {f.name for f in fields(Link)} - {"pj_per_bit"}
         if not isinstance(link, dict) or not link_keys <= set(link) <= link_keys | {
                 "pj_per_bit"}:
             raise ValueError(f"System JSON field 'link' must be an object with keys "
                              f"{sorted(link_keys)} and optionally 'pj_per_bit', got {link!r}")
-        return cls(Accelerator.from_json(json.dumps(data["accelerator"])), data["chips"],
-                   data["tensor_parallel"], data["pipeline_parallel"], data["micro_batches"],
-                   Link(**link), data.get("expert_parallel", 1))
+        return cls(**{**data, "accelerator": Accelerator.from_json(json.dumps(
+            data["accelerator"])), "link": Link(**link)})
 
 
 # ---- Collectives ---------------------------------------------------------------------------

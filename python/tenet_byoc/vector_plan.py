@@ -97,7 +97,6 @@ _QUANT_OPS = {
 }
 _QUANT_MARKS = {"relax.round", "relax.clip", "relax.astype"}
 _CHAIN_OWN = {"relax.reshape", "relax.nn.pad", "relax.clip", "relax.round", "relax.astype"}
-_VIEWS = ("relax.reshape", "relax.permute_dims", "relax.strided_slice")
 
 
 @dataclass(frozen=True)
@@ -227,11 +226,13 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
 
     # KV-cache writes: the tensors a decoder returns as its cache ((logits, (K0, V0, ...))).
     kv: dict[relax.Var, object] = {}
-    result = func.body.body
-    result = value_of.get(result, result) if isinstance(result, relax.Var) else result
+
+    def bound(x):  # a var's bound value, else ``x`` itself
+        return value_of.get(x, x) if isinstance(x, relax.Var) else x
+
+    result = bound(func.body.body)
     if isinstance(result, relax.Tuple) and len(result.fields) == 2:
-        caches = result.fields[1]
-        caches = value_of.get(caches, caches) if isinstance(caches, relax.Var) else caches
+        caches = bound(result.fields[1])
         if isinstance(caches, relax.Tuple):
             for c in caches.fields:
                 v = c
@@ -242,9 +243,7 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
                     covered[v] = "kv_write"
                     v = nxt
                 if v in value_of and _op_name(value_of[v]) == "relax.concat":
-                    parts = value_of[v].args[0]
-                    parts = value_of.get(parts, parts) if isinstance(parts, relax.Var) else parts
-                    kv[v] = parts.fields[-1]
+                    kv[v] = bound(value_of[v].args[0]).fields[-1]
                 elif v in value_of:
                     kv[v] = v
     # A KV cache's own quantization (schemes "+kvN") is not charged yet: FREE says so.
@@ -285,8 +284,7 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
             continue
         half = value_of[c].args[0]
         if half in value_of and _op_name(value_of[half]) == "relax.concat":
-            parts = value_of[half].args[0]
-            parts = value_of.get(parts, parts) if isinstance(parts, relax.Var) else parts
+            parts = bound(value_of[half].args[0])
             neg = parts.fields[0] if isinstance(parts, relax.Tuple) else None
             if neg in value_of and _op_name(value_of[neg]) == "relax.negative":
                 tables = _numel(_shape(value_of[a].args[1])) + _numel(_shape(value_of[c].args[1]))

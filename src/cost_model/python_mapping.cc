@@ -56,9 +56,12 @@ void BindMapping(py::module_& m) {
                ", roofline_cycles=" + std::to_string(c.metrics.roofline_cycles) + ")";
       });
 
-  m.def("_auto_mapping_dataflows", [](const Dataflow& df) {
+  m.def("auto_mapping_dataflows", [](const Dataflow& df) {
     return MappingSpace::ForDataflow(df).dataflows;
-  }, py::arg("dataflow"));
+  }, "What ``mapping=\"auto\"`` searches for an accelerator with ``dataflow``: os, ws and is\n"
+     "on its array when it is a preset; the dataflow alone (its tiles and tile orders\n"
+     "searched) when it is the user's own relations (TENET files): a user-given dataflow\n"
+     "still wins.", py::arg("dataflow"));
   m.def("tile_size_candidates", &TileSizeCandidates, py::arg("extent"), py::arg("granule"),
         py::arg("max_even_split"));
   m.def("_mapping_tile_orders", []() {

@@ -229,23 +229,31 @@ void BindMemory(py::module_& m) {
       py::arg("call"), py::arg("num_pes"), py::arg("macs_per_pe_per_cycle"), py::arg("memory"),
       py::arg("ops_per_pe_per_cycle") = 0.0);
   m.def(
-      "_buffer_bytes_needed",
+      "buffer_bytes_needed",
       [](int64_t m_, int64_t n, int64_t k, const MemoryHierarchy& mem, const TileMapping& t,
          int bits_a, int bits_b) {
         return BufferBytesNeeded(MakeWorkload(m_, n, k, 1, bits_a, bits_b, 32, 0, 0), mem, t);
       },
+      "Bytes the buffer must hold: input tiles (x2 when double-buffered) + the C tile.",
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("memory"), py::arg("mapping"),
-      py::arg("bits_a"), py::arg("bits_b"));
+      py::arg("bits_a") = 32, py::arg("bits_b") = 32);
 
   m.def(
-      "_default_tile_mapping",
+      "default_tile_mapping",
       [](int64_t m_, int64_t n, int64_t k, const MemoryHierarchy& mem, int64_t rows, int64_t cols,
-         int64_t batch, int bits_a, int bits_b, int bits_c) {
-        return DefaultTileMapping(MakeWorkload(m_, n, k, batch, bits_a, bits_b, bits_c, 0, 0), mem,
-                                  rows, cols);
+         int bits, int64_t batch, std::optional<int> bits_a, std::optional<int> bits_b,
+         std::optional<int> bits_c) {
+        GemmWorkload w = MakeWorkload(m_, n, k, batch, bits_a.value_or(bits),
+                                      bits_b.value_or(bits), bits_c.value_or(bits), 0, 0);
+        return DefaultTileMapping(w, mem, rows, cols);
       },
+      "A mapping without search: C's tile stays in the buffer while K streams (order \"mnk\"),\n"
+      "as large as half the buffer allows; K tiles fill the rest (double-buffered), >= 4 steps.\n"
+      "``bits`` is each operand's width unless ``bits_a`` / ``bits_b`` / ``bits_c`` say.",
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("memory"), py::arg("rows"),
-      py::arg("cols"), py::arg("batch"), py::arg("bits_a"), py::arg("bits_b"), py::arg("bits_c"));
+      py::arg("cols"), py::arg("bits") = 32, py::kw_only(), py::arg("batch") = 1,
+      py::arg("bits_a") = py::none(), py::arg("bits_b") = py::none(),
+      py::arg("bits_c") = py::none());
 
   py::class_<MacSpec>(m, "MacSpec")
       .def(py::init([](int bits_a, int bits_b, double rate, double pj, std::string format) {
@@ -297,7 +305,7 @@ void BindMemory(py::module_& m) {
       });
 
   m.def(
-      "_call_energy",
+      "call_energy",
       [](const MemoryMetrics& mm, const MemoryHierarchy& mem, const MacSpec& mac,
          int64_t extra_ops, int64_t extra_register_bits) {
         GemmWorkload w;
@@ -305,6 +313,11 @@ void BindMemory(py::module_& m) {
         w.extra_register_bits = extra_register_bits;
         return CallEnergy(w, mm, mem, mac);
       },
-      py::arg("metrics"), py::arg("memory"), py::arg("mac"), py::arg("extra_ops"),
+      "Energy of one call by component (MACs, registers, buffer, DRAM), in pJ.\n\n"
+      "``mac`` is the MAC unit the call runs on, e.g.\n"
+      "``PrecisionTable.horowitz_45nm().lookup(bits_a, bits_b)``; ``extra_ops`` are charged one\n"
+      "MAC each and ``extra_register_bits`` (partial sums rescaled per K-group) at the register\n"
+      "file's energy per bit.",
+      py::arg("metrics"), py::arg("memory"), py::arg("mac"), py::arg("extra_ops") = 0,
       py::arg("extra_register_bits") = 0);
 }

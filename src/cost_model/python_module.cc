@@ -358,6 +358,7 @@ PYBIND11_MODULE(_cost_model, m) {
       [](const Statement& st, const Hardware& hw, const Dataflow& df, const std::string& method) {
         return Analyze(st, hw, df, ToMethod(method));
       },
+      "Cost of a general TENET statement (GEMMs on presets take the fast path).",
       py::arg("statement"), py::arg("hardware"), py::arg("dataflow"), py::arg("method") = "auto",
       py::call_guard<py::gil_scoped_release>());
 

@@ -242,6 +242,23 @@ void BindVector(py::module_& m) {
       .def_property_readonly("ops", [](const VectorCall& c) { return CountDict(VectorOps(c)); },
                              "Operations by class (add, mul, exp, recip, tanh).")
       .def("to_json", &SerializeVectorCall)
+      // Crosses to worker processes (dse, serving) by its fields, checked again on arrival.
+      .def(py::pickle(
+          [](const VectorCall& c) {
+            return py::make_tuple(VectorOpName(c.op), c.shape, c.bits_in, c.bits_out,
+                                  c.operand_elements);
+          },
+          [](const py::tuple& t) {
+            if (t.size() != 5) throw std::invalid_argument("VectorCall: a pickled VectorCall has 5 fields");
+            VectorCall c;
+            c.op = ParseVectorOp(t[0].cast<std::string>());
+            c.shape = t[1].cast<std::vector<int64_t>>();
+            c.bits_in = t[2].cast<int>();
+            c.bits_out = t[3].cast<int>();
+            c.operand_elements = t[4].cast<int64_t>();
+            Validate(c);
+            return c;
+          }))
       .def("__eq__", [](const VectorCall& a, const VectorCall& b) { return a == b; },
            py::is_operator())
       .def("__hash__", [](const VectorCall& c) { return py::hash(py::str(SerializeVectorCall(c))); })

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 
 import pytest
 
@@ -239,3 +240,22 @@ def test_bad_unit_values_are_refused_by_name():
         cm.EdgeDequantizer(16)
     with pytest.raises(ValueError, match="EdgeDequantizer.bits"):
         cm.EdgeDequantizer(0, bits=[4])
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_a_vector_call_pickles_to_an_equal_call_and_is_checked_again(protocol):
+    # dse and serving send vector calls to worker processes: the call that arrives is the
+    # one sent, field for field, and charges the same.
+    call = cm.VectorCall("add", [3, 5], bits_in=16, bits_out=8, operand_elements=5)
+    back = pickle.loads(pickle.dumps(call, protocol=protocol))
+    assert back == call
+    assert (back.op, back.shape, back.bits_in, back.bits_out, back.operand_elements) == (
+        "add", (3, 5), 16, 8, 5)
+    acc = preset("os16")
+    assert cm.charge_vector(back, acc).cycles == cm.charge_vector(call, acc).cycles
+    # A pickle edited in transit is refused as the constructor refuses it, by field.
+    for state, message in ((("nope", [1], 32, 32, 0), "unknown vector operator 'nope'"),
+                           (("add", [1, -3], 32, 32, 0), r"shape\[1\] = -3")):
+        with pytest.raises(ValueError, match=message):
+            cm.VectorCall.__new__(cm.VectorCall).__setstate__(state)
+
