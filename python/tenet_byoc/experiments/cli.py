@@ -47,12 +47,6 @@ def _input_checks():
 # ----------------------------------------------------------------------------------------
 
 
-def _tenet_accelerator(p_file: str, m_file: str):
-    from ..accelerators import Accelerator
-
-    return Accelerator.from_tenet_files(p_file, m_file)
-
-
 def _accelerators(args, quick: bool = False) -> list:
     from ..accelerators import resolve
 
@@ -74,7 +68,10 @@ def _chosen_accelerators(args, quick: bool) -> list:
     chosen = args.accelerator
     if chosen is not None and not isinstance(chosen, list):
         chosen = [chosen]  # one preset name or design file's accelerator
-    custom = [] if args.tenet_p is None else [_tenet_accelerator(args.tenet_p, args.tenet_m)]
+    from ..accelerators import Accelerator
+
+    custom = ([] if args.tenet_p is None
+              else [Accelerator.from_tenet_files(args.tenet_p, args.tenet_m)])
     if chosen is None:
         if custom:
             return custom  # only the custom array unless presets are asked for too
@@ -177,15 +174,6 @@ def _print_sweep(result) -> None:
     print(f"\nwall time {result.wall_s:.1f} s")
 
 
-def _save(result, out: str, plots: bool = True) -> list[Path]:
-    paths = result.save(out)
-    if plots:
-        from .plots import save_plots
-
-        paths += save_plots(result, out)
-    return paths
-
-
 def _cmd_sweep(args) -> int:
     from ..quantization import CLASSIC_SCHEMES
     from .sweep import QUICK, sweep
@@ -199,7 +187,9 @@ def _cmd_sweep(args) -> int:
                    progress=not args.no_progress)
     _print_sweep(result)
     if args.out:
-        paths = _save(result, args.out)
+        from .plots import save_plots
+
+        paths = result.save(args.out) + save_plots(result, args.out)
         print("wrote " + ", ".join(str(p) for p in paths))
         _finish_out(args, [c.model for c in cases], schemes, accelerators)
     return 0
@@ -241,11 +231,7 @@ def _cmd_run(args) -> int:
         from .plots import plot_layer_breakdown
 
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = [out / "run.csv", out / "run.json", out / "layers.csv"]
-        result.to_csv(paths[0])
-        result.to_json(paths[1])
-        result.layers_to_csv(paths[2])
+        paths = result.save(out, "run")
         for phase, name in groups:
             calls = [c for c in result.layers if c.phase == phase and c.accelerator == name]
             paths.append(plot_layer_breakdown(

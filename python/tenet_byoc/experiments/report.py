@@ -284,6 +284,17 @@ def _groups(rows: Sequence[dict], *keys: str) -> dict[tuple, list[dict]]:
     return out
 
 
+def _lines(rows: Sequence[dict], x: str, y: str, hover: str, **trace: Any) -> list[dict]:
+    """A line per scheme of ``rows``: ``y`` against ``x``, ``hover`` its points' text
+    (the scheme's name added); ``trace``, further keys of each line (a callable is given
+    the scheme's rows)."""
+    return [{"type": "scatter", "mode": "lines+markers", "name": str(scheme),
+             "x": [p[x] for p in pts], "y": [p[y] for p in pts],
+             "hovertemplate": hover + "<extra>%{fullData.name}</extra>",
+             **{k: v(pts) if callable(v) else v for k, v in trace.items()}}
+            for (scheme,), pts in _groups(rows, "scheme").items()]
+
+
 def _run_name(r: dict) -> str:
     return f"{r['scheme']} @ {r['accelerator']}"
 
@@ -548,15 +559,10 @@ def _sweeps_section(by_context: _Csv | None, by_batch: _Csv | None) -> _Section:
             continue
         for metric, ylabel in (("tpot_ms", "TPOT (ms)"),
                                ("energy_per_token_mj", "energy / token (mJ)")):
-            data = [{
-                "type": "scatter", "mode": "lines+markers", "name": str(scheme),
-                "x": [p[key] for p in pts], "y": [p[metric] for p in pts],
-                "customdata": [[p["tokens_per_s"], _shown("pe_utilization",
-                                                           p["pe_utilization"])] for p in pts],
-                "hovertemplate": f"{label} %{{x}}<br>{ylabel} %{{y:.4g}}<br>tokens/s "
-                "%{customdata[0]:.4g}<br>PE util %{customdata[1]:.2f}%"
-                "<extra>%{fullData.name}</extra>",
-            } for (scheme,), pts in _groups(sweep.rows, "scheme").items()]
+            data = _lines(sweep.rows, key, metric, f"{label} %{{x}}<br>{ylabel} %{{y:.4g}}"
+                          "<br>tokens/s %{customdata[0]:.4g}<br>PE util %{customdata[1]:.2f}%",
+                          customdata=lambda pts: [[p["tokens_per_s"], _shown(
+                              "pe_utilization", p["pe_utilization"])] for p in pts])
             sec.parts.append(_Figure(f"sweep-{key}-{metric}", data, _layout(
                 f"{ylabel} vs {label}", label, ylabel, xlog=True, ylog=True)))
         sec.parts.append(_Table(f"sweep-{key}", sweep, sweep.columns))
@@ -647,12 +653,8 @@ def _serving_section(serving: _Csv) -> _Section:
                    "prefilled padded to its longest prompt, then decoded to its longest "
                    "output; TTFT is a request's batch's prefill, TPOT its mean decode step.")
     for metric in ("tokens_per_s", "ttft_ms_max", "tpot_ms_max"):
-        data = [{
-            "type": "scatter", "mode": "lines+markers", "name": str(scheme),
-            "x": [p["batch"] for p in pts], "y": [p[metric] for p in pts],
-            "hovertemplate": f"batch %{{x}}<br>{_label(metric)} %{{y:.4g}}"
-            "<extra>%{fullData.name}</extra>",
-        } for (scheme,), pts in _groups(serving.rows, "scheme").items()]
+        data = _lines(serving.rows, "batch", metric,
+                      f"batch %{{x}}<br>{_label(metric)} %{{y:.4g}}")
         sec.parts.append(_Figure(f"serving-{metric}", data, _layout(
             f"{_label(metric)} vs batch", "batch (requests per static batch)", _label(metric),
             xlog=True, ylog=True)))
@@ -718,18 +720,12 @@ def _serve_section(doc: dict, timeline: _Csv) -> _Section:
             f"{name} percentiles vs load" + (f" (p90 target {targets[metric]} ms dashed)"
                                               if targets[metric] is not None else ""),
             "load (requests/s)", f"{name} (ms)", shapes=shapes)))
-    by_scheme = _groups(timeline.rows, "scheme")
+    thinned = [r for rows in _groups(timeline.rows, "scheme").values()
+               for r in rows[::max(1, -(-len(rows) // _TIMELINE_POINTS))]]
     for column, label in (("sequences", "batch (sequences per iteration)"),
                           ("kv_use", "KV cache in use (share of blocks)")):
-        data = []
-        for (scheme,), rows in by_scheme.items():
-            stride = max(1, -(-len(rows) // _TIMELINE_POINTS))
-            rows = rows[::stride]
-            data.append({"type": "scatter", "mode": "lines", "name": str(scheme),
-                         "line": {"shape": "hv"},
-                         "x": [r["start_s"] for r in rows], "y": [r[column] for r in rows],
-                         "hovertemplate": f"%{{x:.4g}} s<br>{label} %{{y:.4g}}"
-                         "<extra>%{fullData.name}</extra>"})
+        data = _lines(thinned, "start_s", column, f"%{{x:.4g}} s<br>{label} %{{y:.4g}}",
+                      mode="lines", line={"shape": "hv"})
         sec.parts.append(_Figure(f"serve-{column}", data, _layout(
             f"{label} over time (the run as given)", "time (s)", label)))
     rows = []
