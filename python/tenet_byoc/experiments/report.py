@@ -21,7 +21,9 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -88,14 +90,12 @@ _ENERGY_PARTS = ("mac_pj", "register_pj", "buffer_pj", "dram_pj")
 def _value(text: str) -> int | float | str | None:
     if text == "":
         return None
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 @dataclass(frozen=True)
@@ -981,11 +981,8 @@ class PageCheck:
 
 def chromium_path() -> str | None:
     """Debian's ``chromium`` (or ``chromium-browser``, ``google-chrome``) on PATH, if any."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
+                                                "google-chrome"))), None)
 
 
 class _DevTools:
@@ -993,12 +990,7 @@ class _DevTools:
     commands in on fd 3, replies and events out on fd 4, each ended by a NUL byte)."""
 
     def __init__(self, exe: str, flags: list[str], deadline: float, log: Path) -> None:
-        import time
-
-        self._time = time
         self.deadline = deadline
-        import sys
-
         to_chrome, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome = os.pipe()
         # A small Python puts Chromium's pipe ends at fds 3 and 4, where it looks for them,
@@ -1032,7 +1024,7 @@ class _DevTools:
         os.write(self._to_chrome, json.dumps(message).encode() + b"\0")
         while True:
             while b"\0" not in self._buffer:
-                left = self.deadline - self._time.monotonic()
+                left = self.deadline - time.monotonic()
                 ready, _, _ = select.select([self._from_chrome], [], [], max(left, 0))
                 if not ready:
                     raise TimeoutError(f"chromium: no reply to {method} in time")
@@ -1111,7 +1103,6 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
     RuntimeError
         If Chromium fails or the page never finished its self-check in time.
     """
-    import time
 
     query = [("tenet-check", "")]
     for name, action in (("sort_by", sort_by), ("filter_by", filter_by)):
