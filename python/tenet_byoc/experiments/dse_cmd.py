@@ -74,7 +74,7 @@ def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
     two decades, ticks as plain numbers)."""
     from matplotlib.figure import Figure
 
-    from .plots import scale_axis
+    from .plots import label_axes, save_figure
 
     panels = (("tpot_ms", "TPOT (ms)", "tpot_area"), ("ttft_ms", "TTFT (ms)", "ttft_area"),
               ("energy_per_token_mj", "energy / token (mJ)", "energy_area"))
@@ -98,15 +98,9 @@ def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
             on = sorted((r for r in mine if front in r.fronts), key=lambda r: r.area_mm2)
             ax.plot([r.area_mm2 for r in on], [getattr(r, metric) for r in on],
                     marker=markers[s], ms=5, color=colors[s], label=s, drawstyle="steps-post")
-        scale_axis(ax, "x", xs)
-        scale_axis(ax, "y", ys)
-        ax.set_xlabel("area (mm2)")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
+        label_axes(ax, xs, ys, "area (mm2)", label)
     axes[0].legend(title="scheme (front)")
     fig.suptitle(title)
-    from .plots import save_figure
-
     return save_figure(fig, path, dpi=110)
 
 

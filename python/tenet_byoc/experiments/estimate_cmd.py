@@ -84,11 +84,9 @@ def layer_figures(ledger: Ledger, scheme: str) -> list[LayerFigures]:
     """Per phase and layer, the sums of its calls: the ``--out`` summary, a few hundred rows
     where the ledger holds one row per call (about 54 MB of CSV per scheme for a 70B model
     with 128 decode steps)."""
-    out = []
-    for (phase, layer), t in ledger.group_by(("phase", "name")).items():
-        out.append(LayerFigures(scheme, phase, layer, t.calls, t.macs, t.cycles, t.latency_us,
-                                t.dram_bytes, t.energy_pj, t.pe_utilization))
-    return out
+    return [LayerFigures(scheme, phase, layer, t.calls, t.macs, t.cycles, t.latency_us,
+                         t.dram_bytes, t.energy_pj, t.pe_utilization)
+            for (phase, layer), t in ledger.group_by(("phase", "name")).items()]
 
 
 @dataclass(frozen=True)
@@ -132,7 +130,7 @@ def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint
     lengths and batches, powers of two, from 8x), ticks at the swept values."""
     from matplotlib.figure import Figure
 
-    from .plots import panel_unit, scale_axis
+    from .plots import label_axes, panel_unit
 
     fig = Figure(figsize=(10, 6.5), layout="constrained")
     axes = fig.subplots(2, 2)
@@ -150,13 +148,9 @@ def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint
                         [scale * getattr(p, metric) for p in mine],
                         marker="os^Dv"[list(dict.fromkeys(q.scheme for q in points))
                                        .index(scheme) % 5], label=scheme)
-            swept = sorted({getattr(p, key) for p in points})
-            scale_axis(ax, "x", swept, ticks=swept, ratio=8)
-            scale_axis(ax, "y", [scale * getattr(p, metric) for p in points])
-            ax.set_ylabel(ylabel)
-            ax.grid(True, which="both", alpha=0.3)
-            if row == 1:
-                ax.set_xlabel(label)
+            label_axes(ax, [getattr(p, key) for p in points],
+                       [scale * getattr(p, metric) for p in points], label if row else "",
+                       ylabel, swept=True)
     axes[0][0].legend(title="scheme")
     fig.suptitle(title)
     return fig

@@ -215,7 +215,7 @@ def plot_latency_vs_load(served: Sequence[Any], path: Path, ttft_ms: float | Non
     rates the search tried; without targets, the one run at its achieved rate)."""
     from matplotlib.figure import Figure
 
-    from .plots import save_figure, scale_axis
+    from .plots import label_axes, save_figure
 
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     axes = fig.subplots(1, 2)
@@ -234,11 +234,8 @@ def plot_latency_vs_load(served: Sequence[Any], path: Path, ttft_ms: float | Non
                 ax.axvline(s.search.rate, color=f"C{i}", alpha=0.4)
         if target is not None:
             ax.axhline(target, color="red", linestyle="--", label="p90 target")
-        scale_axis(ax, "x", xs)  # log only where the rates or latencies span two decades
-        scale_axis(ax, "y", ys)
-        ax.set_xlabel("arrival rate (requests/s)")
-        ax.set_ylabel(f"{metric.upper()} (ms)")
-        ax.grid(True, which="both", alpha=0.3)
+        # log only where the rates or latencies span two decades
+        label_axes(ax, xs, ys, "arrival rate (requests/s)", f"{metric.upper()} (ms)")
     axes[1].legend(fontsize=7, ncol=2)
     fig.suptitle(f"{title}: latency percentiles against load (vertical: largest rate "
                  "meeting the p90 targets)")
