@@ -325,25 +325,6 @@ def _out_options(p: argparse.ArgumentParser, writes: str, required: bool = False
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _schemes_option(p, default: str = "none", note: str = "") -> None:
-    """``--schemes``: names (or all), names with a KV modifier and spec strings."""
-    p.add_argument("--schemes", type=_names("scheme", SCHEMES), metavar="LIST",
-                   default=["none"] if default == "none" else None,
-                   help=f"comma-separated schemes or all{note} (default: {default}); "
-                   f"available: {', '.join(SCHEMES)}")
-
-
-def _step_options(p: argparse.ArgumentParser, prompt_len: int, decode_steps: int) -> None:
-    """``--prompt-len``, ``--decode-steps`` and ``--batch`` of the steps estimated."""
-    p.add_argument("--prompt-len", type=_count(0), default=prompt_len, metavar="P",
-                   help=f"prefill tokens (default {prompt_len}; 0: no prefill)")
-    p.add_argument("--decode-steps", type=_count(0), default=decode_steps, metavar="S",
-                   help="decode steps; step i attends to the context's keys and i + 1 more "
-                   f"(default {decode_steps})")
-    p.add_argument("--batch", type=_count(1), default=1, metavar="B",
-                   help="sequences run together (default 1)")
-
-
 def _llm_option(p: argparse.ArgumentParser, default: str) -> None:
     """``--model`` of the commands that take any LLM from its config alone."""
     p.add_argument("--model", default=default, type=_model, metavar="NAME|DIR",
@@ -429,12 +410,19 @@ def _add_estimate(sub) -> None:
         "and DRAM bytes per phase and scheme. Optionally sweep a decode step over context "
         "lengths and batch sizes.")
     _llm_option(p, "gpt2")
-    _schemes_option(p)
+    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
+                   metavar="LIST", help=f"comma-separated schemes or all (default: none); "
+                   f"available: {', '.join(SCHEMES)}")
     _accelerator_option(p)
     _mapping_option(p)
-    _step_options(p, prompt_len=128, decode_steps=1)
+    p.add_argument("--prompt-len", type=_count(0), default=128, metavar="P",
+                   help="prefill tokens (default 128; 0: no prefill)")
     p.add_argument("--context-len", type=_count(0), metavar="L",
                    help="tokens in the KV cache at the first decode step (default: P)")
+    p.add_argument("--decode-steps", type=_count(0), default=1, metavar="S",
+                   help="decode steps; step i attends to L + i + 1 keys (default 1)")
+    p.add_argument("--batch", type=_count(1), default=1, metavar="B",
+                   help="sequences run together (default 1)")
     p.add_argument("--node-nm", type=_quantity("nm"), default=45.0, metavar="NM",
                    help="process node of the accelerator's area, whose static power (area x "
                    "0.085 W/mm2, as dse charges it) is added to the energy over each phase's "
@@ -479,14 +467,19 @@ def _add_dse(sub) -> None:
         "resume. With --checkpoint and --text, each scheme's perplexity and top-1 agreement "
         "join its points.")
     _llm_option(p, "llama-3-8b")
-    _schemes_option(p)
+    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
+                   metavar="LIST", help="comma-separated schemes (default: none)")
     p.add_argument("--space", required=True, metavar="FILE",
                    help="YAML or JSON: lists per field ("
                    f"{', '.join(a.space for a in DSE_AXES.values())}) and node_nm, "
                    "area_budget_mm2, power_budget_w, area_table")
     _out_options(p, f"write {DSE_RESULTS_FILE} (appended; resumes), dse.csv and the front "
                  "plots", required=True)
-    _step_options(p, prompt_len=512, decode_steps=16)
+    p.add_argument("--prompt-len", type=_count(0), default=512, metavar="P",
+                   help="prefill tokens (default 512)")
+    p.add_argument("--decode-steps", type=_count(0), default=16, metavar="S",
+                   help="decode steps (default 16)")
+    p.add_argument("--batch", type=_count(1), default=1, metavar="B", help="default 1")
     p.add_argument("--objective", default="tpot_ms", metavar="FIELD",
                    help="sort dse.csv and the printed fronts by this figure (default tpot_ms)")
     p.add_argument("--memory-gb", type=_rate, metavar="GB",
@@ -531,7 +524,9 @@ def _add_serve(sub) -> None:
         "requests.csv, timeline.csv, summary.json and plots into --out. Static batching "
         "is `estimate --serve`.")
     _llm_option(p, "gpt2")
-    _schemes_option(p, note=", with +kvN for a quantized KV cache")
+    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
+                   metavar="LIST", help="comma-separated schemes, with +kvN for a quantized "
+                   f"KV cache (default: none); available: {', '.join(SCHEMES)}")
     _accelerator_option(p)
     _mapping_option(p)
     g = p.add_argument_group("requests")
@@ -601,8 +596,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "once, and charge the run on each accelerator; GPT-2 as a prefill and "
                        "one decode step.")
     _model_options(p, sweep=True)
-    _schemes_option(p, f"the classic {len(CLASSIC_SCHEMES)}, {','.join(CLASSIC_SCHEMES)}; "
-                    "three with --quick")
+    p.add_argument("--schemes", type=_names("scheme", SCHEMES), metavar="LIST",
+                   help=f"comma-separated schemes or all (default: the classic "
+                   f"{len(CLASSIC_SCHEMES)}, {','.join(CLASSIC_SCHEMES)}; three with --quick); "
+                   f"available: {', '.join(SCHEMES)}")
     _accelerator_options(p, many=True, default=f"{','.join(DEFAULT_ACCELERATORS)}; "
                       f"{','.join(QUICK_ACCELERATORS)} with --quick")
     p.add_argument("--quick", action="store_true",
@@ -644,8 +641,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local Hugging Face folder: config.json, model.safetensors, "
                    "tokenizer.json (GPT-2, Llama, Mistral, Qwen2)")
     p.add_argument("--text", required=True, metavar="FILE", help="UTF-8 text file")
-    _schemes_option(p, "the classic seven; float32 (none) always runs first as the "
-                    "reference")
+    p.add_argument("--schemes", type=_names("scheme", SCHEMES), metavar="LIST",
+                   help="comma-separated schemes or all (default: the classic seven); "
+                   "float32 (none) always runs first as the reference")
     _accelerator_option(p)
     p.add_argument("--window", type=_count(1), metavar="N",
                    help="tokens per window, at least 2 (default: the model's context)")
