@@ -82,19 +82,15 @@ def _chosen_accelerators(args, quick: bool) -> list:
     return chosen + custom
 
 
-_GPT2_OPTIONS = ("gpt2_config", "checkpoint", "prompt_len", "context_len", "phase")
-_MLP_OPTIONS = ("data", "epochs")
+#: The options that apply to one model only.
+_OPTIONS_OF = {"gpt2": ("gpt2_config", "checkpoint", "prompt_len", "context_len", "phase"),
+               "mlp": ("data", "epochs")}
 
 
 def _check_applicable(args, models: Sequence[str]) -> None:
     """Refuse options that would be silently ignored by the chosen model(s)."""
-    given = {name for name in (*_GPT2_OPTIONS, *_MLP_OPTIONS)
-             if getattr(args, name, None) is not None}
-    unused = []
-    if "gpt2" not in models:
-        unused += [n for n in _GPT2_OPTIONS if n in given]
-    if "mlp" not in models:
-        unused += [n for n in _MLP_OPTIONS if n in given]
+    unused = [n for model, names in _OPTIONS_OF.items() if model not in models
+              for n in names if getattr(args, n, None) is not None]
     if args.checkpoint is not None and args.gpt2_config is not None:
         unused.append("gpt2_config")  # the checkpoint's config.json gives the shape
     if unused:

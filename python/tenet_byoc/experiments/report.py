@@ -728,12 +728,8 @@ def _serve_section(doc: dict, timeline: _Csv) -> _Section:
                       mode="lines", line={"shape": "hv"})
         sec.parts.append(_Figure(f"serve-{column}", data, _layout(
             f"{label} over time (the run as given)", "time (s)", label)))
-    rows = []
-    for scheme, e in schemes.items():
-        row = {c: e.get(c) for c in _SERVE_COLUMNS}
-        row["scheme"] = scheme
-        row["kv_tokens"] = (e.get("cache") or {}).get("tokens")
-        rows.append(row)
+    rows = [{**{c: e.get(c) for c in _SERVE_COLUMNS}, "scheme": scheme,
+             "kv_tokens": (e.get("cache") or {}).get("tokens")} for scheme, e in schemes.items()]
     sec.parts.append(_Table("serve-summary", _Csv("summary.json", list(_SERVE_COLUMNS), rows),
                             _SERVE_COLUMNS))
     return sec
@@ -1379,7 +1375,6 @@ _APP = r"""
   Object.keys(tables).forEach(function (key) {
     scrollers[key] = makeTable(document.getElementById('table-' + key), tables[key]);
   });
-  check.tables_ms = performance.now();
 
   var parsed = new Promise(function (r) {
     if (document.readyState !== 'loading') r();
@@ -1515,9 +1510,7 @@ _APP = r"""
     var paint = performance.getEntriesByName('first-contentful-paint');
     check.paint_ms = paint.length ? paint[0].startTime : null;
     // The browser may present the frame after our task ran: open is the later of the two.
-    check.frame_ms = check.open_ms;
     check.open_ms = Math.max(check.open_ms, check.paint_ms || 0);
-    check.drawn_ms = drawn;
     check.errors = window.__tenetErrors;
     check.resources = performance.getEntriesByType('resource').map(function (e) {
       return e.name;
