@@ -368,35 +368,24 @@ def _cmd_presets(args) -> int:
     return 0
 
 
-def _cmd_estimate(args) -> int:
+def _cmd_planned(args) -> int:
+    """``estimate``, ``dse`` and ``serve``: costs from configs, nothing built or run, so every
+    error is about the input (a bad space, trace, model, length, name, memory size or
+    checkpoint)."""
+    from .dse_cmd import run_dse
     from .estimate_cmd import run_estimate
+    from .serve_cmd import run_serve
 
-    with _input_checks():  # nothing runs: every error is about the input
-        code = run_estimate(args)
-    if args.out:
+    with _input_checks():
+        code = {"estimate": run_estimate, "dse": run_dse, "serve": run_serve}[args.command](args)
+    if args.command != "estimate":  # dse's designs are in dse.csv, serve's chip in summary.json
+        _finish_out(args, [args.model], args.schemes, [])
+    elif args.out:
         from ..accelerators import resolve
         from .estimate_cmd import _system, system_entry
 
         _finish_out(args, [args.model], args.schemes,
                     [resolve(args.accelerator, args.mapping)], system_entry(_system(args)))
-    return code
-
-
-def _cmd_dse(args) -> int:
-    from .dse_cmd import run_dse
-
-    with _input_checks():  # a bad space, model, length or checkpoint is the user's
-        code = run_dse(args)
-    _finish_out(args, [args.model], args.schemes, [])  # the designs are in dse.csv
-    return code
-
-
-def _cmd_serve(args) -> int:
-    from .serve_cmd import run_serve
-
-    with _input_checks():  # a bad trace, length, name or memory size is the user's
-        code = run_serve(args)
-    _finish_out(args, [args.model], args.schemes, [])
     return code
 
 
@@ -409,8 +398,8 @@ def _cmd_report(args) -> int:
 
 
 _COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
-             "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_estimate,
-             "dse": _cmd_dse, "serve": _cmd_serve, "report": _cmd_report}
+             "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_planned,
+             "dse": _cmd_planned, "serve": _cmd_planned, "report": _cmd_report}
 
 
 def _checked_inputs(args: argparse.Namespace) -> None:
