@@ -159,7 +159,21 @@ def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerator
 # ----------------------------------------------------------------------------------------
 
 
-def _print_sweep(result) -> None:
+def _cmd_sweep(args) -> int:
+    """``sweep`` (schemes x accelerators) and ``run`` (one scheme, with per-layer tables)."""
+    from ..quantization import CLASSIC_SCHEMES
+    from .results import markdown_table
+    from .sweep import QUICK, sweep
+
+    run, quick = args.command == "run", getattr(args, "quick", False)
+    models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
+    schemes = ([args.scheme] if run
+               else args.schemes or list(QUICK.schemes if quick else CLASSIC_SCHEMES))
+    with _input_checks():
+        accelerators = _accelerators(args, quick=quick)
+        cases = _cases(args, models, quick=quick)
+    result = sweep(cases, schemes, accelerators, repeats=args.repeats,
+                   progress=not args.no_progress)
     for note in result.notes:
         print(f"- {note}")
     print("Costs are the offloaded GEMMs only, as run and charged (`tenet-byoc estimate` adds "
@@ -168,44 +182,12 @@ def _print_sweep(result) -> None:
         print()
         print(result.table(model))
     print(f"\nwall time {result.wall_s:.1f} s")
-
-
-def _cmd_sweep(args) -> int:
-    from ..quantization import CLASSIC_SCHEMES
-    from .sweep import QUICK, sweep
-
-    models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
-    schemes = args.schemes or list(QUICK.schemes if args.quick else CLASSIC_SCHEMES)
-    with _input_checks():
-        accelerators = _accelerators(args, quick=args.quick)
-        cases = _cases(args, models, quick=args.quick)
-    result = sweep(cases, schemes, accelerators, repeats=args.repeats,
-                   progress=not args.no_progress)
-    _print_sweep(result)
-    if args.out:
-        from .plots import save_plots
-
-        paths = result.save(args.out) + save_plots(result, args.out)
-        print("wrote " + ", ".join(str(p) for p in paths))
-        _finish_out(args, [c.model for c in cases], schemes, accelerators)
-    return 0
-
-
-def _cmd_run(args) -> int:
-    from .results import markdown_table
-    from .sweep import sweep
-
-    with _input_checks():
-        accelerators = _accelerators(args)
-        cases = _cases(args, [args.model])
-    result = sweep(cases, [args.scheme], accelerators, repeats=args.repeats,
-                   progress=not args.no_progress)
-    _print_sweep(result)
     by_name = {a.name: a for a in accelerators}
-    # One per-layer table (and plot) per phase and accelerator, in the rows' order.
-    groups = dict.fromkeys((c.phase, c.accelerator) for c in result.layers)
-    for phase, name in groups:
-        calls = [c for c in result.layers if c.phase == phase and c.accelerator == name]
+    # run: one per-layer table (and plot) per phase and accelerator, in the rows' order
+    runs: dict[tuple[str, str], list] = {}
+    for c in result.layers if run else ():
+        runs.setdefault((c.phase, c.accelerator), []).append(c)
+    for (phase, name), calls in runs.items():
         print(f"\n{calls[0].model} {phase}, {args.scheme} on {name}: per layer")
         header = ["layer", "pattern", "scheme", "batch", "M", "N", "K", "MACs", "est. cycles",
                   "est. latency (us)", "PE util", "off-chip bytes"]
@@ -224,17 +206,16 @@ def _cmd_run(args) -> int:
                 for c in calls
             ]))
     if args.out:
-        from .plots import plot_layer_breakdown
+        from .plots import plot_layer_breakdown, save_plots
 
-        out = Path(args.out)
-        paths = result.save(out, "run")
-        for phase, name in groups:
-            calls = [c for c in result.layers if c.phase == phase and c.accelerator == name]
-            paths.append(plot_layer_breakdown(
-                calls, out / f"layers_{calls[0].model}_{phase}_{args.scheme}_"
-                f"{calls[0].accelerator}.png"))
+        paths = result.save(args.out, args.command)
+        if not run:
+            paths += save_plots(result, args.out)
+        for (phase, name), calls in runs.items():
+            paths.append(plot_layer_breakdown(calls, Path(args.out) / f"layers_{calls[0].model}_"
+                                              f"{phase}_{args.scheme}_{name}.png"))
         print("wrote " + ", ".join(str(p) for p in paths))
-        _finish_out(args, [c.model for c in cases], [args.scheme], accelerators)
+        _finish_out(args, [c.model for c in cases], schemes, accelerators)
     return 0
 
 
@@ -397,7 +378,7 @@ def _cmd_report(args) -> int:
     return 0
 
 
-_COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
+_COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_sweep, "profile": _cmd_profile,
              "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_planned,
              "dse": _cmd_planned, "serve": _cmd_planned, "report": _cmd_report}
 
