@@ -295,10 +295,6 @@ def _lines(rows: Sequence[dict], x: str, y: str, hover: str, **trace: Any) -> li
             for (scheme,), pts in _groups(rows, "scheme").items()]
 
 
-def _run_name(r: dict) -> str:
-    return f"{r['scheme']} @ {r['accelerator']}"
-
-
 def _per_block(rows: Sequence[dict], name: str, columns: Sequence[str]) -> dict[str, dict]:
     """``columns`` of ``rows`` summed per decoder block ("h.3": its GEMMs, vector steps and
     links; a call outside the blocks, such as the head, stands alone), in the order met, with
@@ -464,8 +460,9 @@ def _layers_section(layers: _Csv, manifest: dict | None) -> _Section:
     for (model, phase), calls in _groups(layers.rows, "model", "phase").items():
         sec.parts.append(_block_bars(
             f"layers-{model}-{phase}", f"{model} {phase}: est. latency per layer",
-            {_run_name(mine[0]): mine
-             for mine in _groups(calls, "scheme", "accelerator").values()}, "layer"))
+            {f"{scheme} @ {hw}": mine
+             for (scheme, hw), mine in _groups(calls, "scheme", "accelerator").items()},
+            "layer"))
         for (hw,), mine in _groups(calls, "accelerator").items():
             sec.parts.append(_roofline(
                 f"roofline-{model}-{phase}-{hw}", f"{model} {phase} on {hw}: roofline, each "
