@@ -270,27 +270,21 @@ def _cmd_eval(args) -> int:
     return 0
 
 
-def _show_preset(name: str, fmt: str) -> int:
-    import json
-
-    from ..design_file import design_form
-    from ..accelerators import preset
-
-    form = design_form(preset(name))  # each quantity once: the file a user edits
-    if fmt == "yaml":
-        import yaml
-
-        print(yaml.safe_dump(form, sort_keys=False, width=100), end="")
-    else:
-        print(json.dumps(form, indent=2))
-    return 0
-
-
 def _cmd_presets(args) -> int:
     from dataclasses import replace
 
     if args.show:
-        return _show_preset(args.show, args.format)
+        import json
+
+        import yaml
+
+        from ..accelerators import preset
+        from ..design_file import design_form
+
+        form = design_form(preset(args.show))  # each quantity once: the file a user edits
+        print(yaml.safe_dump(form, sort_keys=False, width=100) if args.format == "yaml"
+              else json.dumps(form, indent=2) + "\n", end="")
+        return 0
 
     from ..accelerators import DEFAULT_PRESET, PRESETS
     from ..quantization import KV_HELP, SCHEMES, SPEC_HELP
