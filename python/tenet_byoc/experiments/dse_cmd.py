@@ -75,15 +75,14 @@ def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
     from matplotlib.figure import Figure
 
     from .plots import label_axes, save_figure
+    from .report import DSE_FRONTS
 
-    panels = (("tpot_ms", "TPOT (ms)", "tpot_area"), ("ttft_ms", "TTFT (ms)", "ttft_area"),
-              ("energy_per_token_mj", "energy / token (mJ)", "energy_area"))
     fig = Figure(figsize=(15, 4.8), layout="constrained")
     axes = fig.subplots(1, 3)
     schemes = list(dict.fromkeys(r.scheme for r in rows))
     colors = {s: f"C{i % 10}" for i, s in enumerate(schemes)}
     markers = {s: "os^Dv<>PX*"[i % 10] for i, s in enumerate(schemes)}
-    for ax, (metric, label, front) in zip(axes, panels, strict=True):
+    for ax, (front, metric, label) in zip(axes, DSE_FRONTS, strict=True):
         xs: list[float] = []
         ys: list[float] = []
         for s in schemes:

@@ -32,8 +32,8 @@ from typing import Any
 
 from .results import MANIFEST
 
-__all__ = ["REPORT", "SOURCES", "PageCheck", "browser_check", "build_report", "chromium_path",
-           "write_report"]
+__all__ = ["DSE_FRONTS", "REPORT", "SOURCES", "PageCheck", "browser_check", "build_report",
+           "chromium_path", "write_report"]
 
 #: The page's file name inside the run folder.
 REPORT = "report.html"
@@ -566,8 +566,9 @@ def _sweeps_section(by_context: _Csv | None, by_batch: _Csv | None) -> _Section:
     return sec
 
 
-#: The fronts dse marks against area (``tenet_byoc.dse.OBJECTIVE_PAIRS``), with their figure.
-_DSE_FRONTS = (("tpot_area", "tpot_ms", "TPOT (ms)"), ("ttft_area", "ttft_ms", "TTFT (ms)"),
+#: The fronts dse marks against area (``tenet_byoc.dse.OBJECTIVE_PAIRS``), with their figure
+#: (the page's and ``dse_fronts.png``'s).
+DSE_FRONTS = (("tpot_area", "tpot_ms", "TPOT (ms)"), ("ttft_area", "ttft_ms", "TTFT (ms)"),
                ("energy_area", "energy_per_token_mj", "energy / token (mJ)"))
 #: Off-front points drawn per scheme and plot; more are thinned evenly (fronts stay whole).
 _DSE_CLOUD = 1500
@@ -596,7 +597,7 @@ def _dse_section(points: _Csv) -> _Section:
                    "design. Designs refused (over a budget, or a dataflow the array cannot "
                    "run) stay in the table with their reason.")
     feasible = [r for r in points.rows if str(r.get("feasible")) == "True"]
-    for front, metric, label in _DSE_FRONTS:
+    for front, metric, label in DSE_FRONTS:
         data = []
         for i, ((scheme,), mine) in enumerate(_groups(feasible, "scheme").items()):
             mine = [r for r in mine if _finite(r.get(metric)) and _finite(r.get("area_mm2"))]
