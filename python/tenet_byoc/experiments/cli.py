@@ -128,17 +128,11 @@ def _cases(args, models: Sequence[str], quick: bool = False) -> list:
     from .cases import gpt2_case, mlp_case
 
     _check_applicable(args, models)
-    cases = []
-    for model in models:
-        if model == "gpt2":
-            prompt_len, context_len = _gpt2_lengths(args, quick)
-            cases.append(gpt2_case(
-                args.gpt2_config or "small", checkpoint=args.checkpoint,
-                prompt_len=prompt_len, context_len=context_len, seed=args.seed,
-            ))
-        else:
-            cases.append(mlp_case(args.data, epochs=args.epochs, seed=args.seed))
-    return cases
+    prompt_len, context_len = _gpt2_lengths(args, quick) if "gpt2" in models else (0, 0)
+    return [gpt2_case(args.gpt2_config or "small", checkpoint=args.checkpoint,
+                      prompt_len=prompt_len, context_len=context_len, seed=args.seed)
+            if model == "gpt2" else mlp_case(args.data, epochs=args.epochs, seed=args.seed)
+            for model in models]
 
 
 def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerators,

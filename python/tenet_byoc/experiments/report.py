@@ -380,16 +380,13 @@ def _summary_section(summary: _Csv) -> _Section:
         from .plots import panel_unit
 
         scale, label = panel_unit("latency_us", [p["latency_us"] for p in gpt2])
-        data = []
-        for (model, phase, hw), pts in _groups(gpt2, "model", "phase", "accelerator").items():
-            data.append({
-                "type": "bar", "name": f"{model} {phase} @ {hw}",
-                "x": [p["scheme"] for p in pts], "y": [p["latency_us"] * scale for p in pts],
-                "customdata": [[p["energy_pj"] / 1e6, p["tokens"]] for p in pts],
-                "hovertemplate": "%{x}<br>" + label + " %{y:.4g}<br>energy "
-                "%{customdata[0]:.4g} µJ<br>tokens %{customdata[1]}"
-                "<extra>%{fullData.name}</extra>",
-            })
+        data = [{
+            "type": "bar", "name": f"{model} {phase} @ {hw}",
+            "x": [p["scheme"] for p in pts], "y": [p["latency_us"] * scale for p in pts],
+            "customdata": [[p["energy_pj"] / 1e6, p["tokens"]] for p in pts],
+            "hovertemplate": "%{x}<br>" + label + " %{y:.4g}<br>energy "
+            "%{customdata[0]:.4g} µJ<br>tokens %{customdata[1]}<extra>%{fullData.name}</extra>",
+        } for (model, phase, hw), pts in _groups(gpt2, "model", "phase", "accelerator").items()]
         sec.parts.append(_Figure("prefill-decode", data, _layout(
             "Prefill vs decode: est. latency per scheme", "scheme", label, barmode="group")))
     if all("rel_error" in r for r in rows[:1]):
@@ -709,11 +706,9 @@ def _serve_section(doc: dict, timeline: _Csv) -> _Section:
                              "y": [t[f"{metric}_ms_p90"] for t in tried],
                              "hovertemplate": f"{scheme}<br>%{{x:.4g}} req/s offered<br>"
                              f"p90 {name} %{{y:.4g}} ms<extra></extra>"})
-        shapes = []
-        if targets[metric] is not None:
-            shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1,
-                           "y0": targets[metric], "y1": targets[metric],
-                           "line": {"dash": "dash", "color": "#888"}})
+        shapes = [] if targets[metric] is None else [
+            {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": targets[metric],
+             "y1": targets[metric], "line": {"dash": "dash", "color": "#888"}}]
         sec.parts.append(_Figure(f"serve-{metric}", data, _layout(
             f"{name} percentiles vs load" + (f" (p90 target {targets[metric]} ms dashed)"
                                               if targets[metric] is not None else ""),
