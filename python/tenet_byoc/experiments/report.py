@@ -346,17 +346,15 @@ def _cost_vs_error(rows: Sequence[dict], key: str, cost: str) -> list[_Figure]:
     figures = []
     for (model, phase), mine in _groups(rows, "model", "phase").items():
         hws = list(dict.fromkeys(p["accelerator"] for p in mine))
-        data = []
-        for (scheme,), pts in _groups(mine, "scheme").items():
-            data.append({
-                "type": "scatter", "mode": "markers", "name": str(scheme),
-                "x": [p["rel_error"] for p in pts], "y": [p[cost] * scale for p in pts],
-                "text": [p["accelerator"] for p in pts],
-                "marker": {"size": 11, "opacity": 0.85, "symbol": [
-                    symbols[hws.index(p["accelerator"]) % len(symbols)] for p in pts]},
-                "hovertemplate": "%{fullData.name} @ %{text}<br>rel. error %{x:.4g}<br>"
-                + cost_label + " %{y:.4g}<extra></extra>",
-            })
+        data = [{
+            "type": "scatter", "mode": "markers", "name": str(scheme),
+            "x": [p["rel_error"] for p in pts], "y": [p[cost] * scale for p in pts],
+            "text": [p["accelerator"] for p in pts],
+            "marker": {"size": 11, "opacity": 0.85, "symbol": [
+                symbols[hws.index(p["accelerator"]) % len(symbols)] for p in pts]},
+            "hovertemplate": "%{fullData.name} @ %{text}<br>rel. error %{x:.4g}<br>"
+            + cost_label + " %{y:.4g}<extra></extra>",
+        } for (scheme,), pts in _groups(mine, "scheme").items()]
         marks = ", ".join(f"{h}: {symbols[i % len(symbols)]}" for i, h in enumerate(hws))
         figures.append(_Figure(f"{key}-{model}-{phase}", data, _layout(
             f"{model} {phase}: {cost_label} vs output error ({marks})", "rel. error of the "

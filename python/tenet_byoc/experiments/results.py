@@ -211,22 +211,16 @@ class SweepResult:
                   "x roofline", "est. latency (us)", "PE util", "weight bytes",
                   "off-chip bytes", "DRAM bytes", "energy (uJ)", "bandwidth (GB/s)", "max abs err",
                   "top-1 agree", "accuracy", "wall (ms)"]
-        rows = []
-        for r in self.rows:
-            if model is not None and r.model != model:
-                continue
-            rows.append([
-                r.model, r.scheme, r.accelerator, r.phase, r.tokens, si(r.macs),
-                si(r.cycles),
-                f"{r.cycles / r.roofline_cycles:.2f}" if r.roofline_cycles else "-",
-                f"{r.latency_us:,.1f}", f"{100 * r.pe_utilization:.1f}%",
-                si(r.weight_bytes, "B"), si(r.offchip_bytes, "B"),
-                si(r.dram_bytes, "B"), f"{r.energy_pj / 1e6:,.2f}",
-                f"{r.bandwidth_gbps:.1f}", f"{r.max_abs_error:.3g}",
-                f"{100 * r.top1_agreement:.1f}%",
-                "-" if r.accuracy is None else f"{100 * r.accuracy:.2f}%", f"{1e3 * r.wall_s:.1f}",
-            ])
-        return markdown_table(header, rows)
+        return markdown_table(header, [[
+            r.model, r.scheme, r.accelerator, r.phase, r.tokens, si(r.macs), si(r.cycles),
+            f"{r.cycles / r.roofline_cycles:.2f}" if r.roofline_cycles else "-",
+            f"{r.latency_us:,.1f}", f"{100 * r.pe_utilization:.1f}%",
+            si(r.weight_bytes, "B"), si(r.offchip_bytes, "B"),
+            si(r.dram_bytes, "B"), f"{r.energy_pj / 1e6:,.2f}",
+            f"{r.bandwidth_gbps:.1f}", f"{r.max_abs_error:.3g}",
+            f"{100 * r.top1_agreement:.1f}%",
+            "-" if r.accuracy is None else f"{100 * r.accuracy:.2f}%", f"{1e3 * r.wall_s:.1f}",
+        ] for r in self.rows if model is None or r.model == model])
 
 
 def _accelerator_entry(acc) -> dict:
