@@ -190,12 +190,11 @@ def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: st
     width = 0.8 / len(accelerators)
     x = np.arange(len(schemes))
     scale, label = panel_unit(metric, [float(getattr(r, metric)) for r in mine])
+    value = {(r.phase, r.scheme, r.accelerator): scale * float(getattr(r, metric))
+             for r in reversed(mine)}  # the first row of each, as the sweep has one
     for ax, phase in zip(axes[0], phases):
         for i, hw in enumerate(accelerators):
-            values = []
-            for s in schemes:
-                match = [r for r in mine if (r.phase, r.scheme, r.accelerator) == (phase, s, hw)]
-                values.append(scale * float(getattr(match[0], metric)) if match else 0.0)
+            values = [value.get((phase, s, hw), 0.0) for s in schemes]
             ax.bar(x + (i - (len(accelerators) - 1) / 2) * width, values, width, label=hw)
         tokens = next(r.tokens for r in mine if r.phase == phase)
         what = {"prefill": f"prefill of {tokens} tokens", "decode": f"decode at L={tokens}"}
