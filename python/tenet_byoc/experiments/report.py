@@ -1148,10 +1148,9 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
         tables={k: (v["rows"], v["source"]) for k, v in doc["tables"].items()},
         errors=list(doc["errors"]), resources=list(doc["resources"]),
         paint_ms=None if doc.get("paint_ms") is None else float(doc["paint_ms"]),
-        open_ms=float(doc["open_ms"]), plotly_ms=float(doc["plotly_ms"]),
-        first_ms=float(doc["first_ms"]), plots_ms=float(doc["plots_ms"]),
-        ready_ms=float(doc["ready_ms"]), wall_s=wall,
-        cpu_s=cpu, sorted_rows=doc["sort"]["rows"] if "sort" in doc else None,
+        **{k: float(doc[k]) for k in ("open_ms", "plotly_ms", "first_ms", "plots_ms",
+                                      "ready_ms")},
+        wall_s=wall, cpu_s=cpu, sorted_rows=doc["sort"]["rows"] if "sort" in doc else None,
         filtered_rows=doc["filter"]["rows"] if "filter" in doc else None,
     )
 
