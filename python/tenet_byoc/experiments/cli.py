@@ -237,12 +237,10 @@ def _cmd_profile(args) -> int:
     entries = [e for r in report.calls for e in r.entries if e.unit == "array"]
     report.name_layers(case.layer_names(phase, entries))
     print(report)
-    if args.csv:
-        Path(args.csv).write_text(report.csv())
-        print(f"wrote {args.csv}")
-    if args.json:
-        Path(args.json).write_text(report.json())
-        print(f"wrote {args.json}")
+    for path, text in ((args.csv, report.csv), (args.json, report.json)):
+        if path:
+            Path(path).write_text(text())
+            print(f"wrote {path}")
     return 0
 
 
