@@ -386,10 +386,8 @@ def run_estimate(args: argparse.Namespace) -> int:
             if args.ledger:
                 paths.append(out / f"ledger_{safe}.csv")
                 ledger.to_csv(paths[-1])
-        if by_context:
-            paths.append(_csv(by_context, SweepPoint, out / "sweep_context.csv"))
-        if by_batch:
-            paths.append(_csv(by_batch, SweepPoint, out / "sweep_batch.csv"))
+        paths += [_csv(points, SweepPoint, out / f"sweep_{name}.csv")
+                  for name, points in (("context", by_context), ("batch", by_batch)) if points]
         if by_context and by_batch:
             from .plots import save_figure
 
