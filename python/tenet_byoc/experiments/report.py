@@ -501,9 +501,7 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
 
     if est is not None:
         sec.parts.append(_Table("estimate", est, est.columns))
-    accelerator = None
-    if manifest and manifest.get("accelerators"):
-        accelerator = manifest["accelerators"][0].get("name")
+    accelerator = ((manifest or {}).get("accelerators") or [{}])[0].get("name")  # the first
     per_layer = [r for src in layer_sums for r in src.rows]
     for (phase,), rows in _groups(per_layer, "phase").items():
         sec.parts.append(_block_bars(
