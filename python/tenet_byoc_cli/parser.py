@@ -317,9 +317,12 @@ def _system_options(p, micro_batches: bool = False) -> None:
                    help="how collectives travel (default ring)")
 
 
-def _report_option(p: argparse.ArgumentParser) -> None:
+def _out_options(p: argparse.ArgumentParser, writes: str, required: bool = False) -> None:
+    """``--out DIR`` (``writes``: what goes there), ``--report`` and ``--no-progress``."""
+    p.add_argument("--out", required=required, metavar="DIR", help=writes)
     p.add_argument("--report", action="store_true",
                    help="also write report.html into --out (see `tenet-byoc report`)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _llm_option(p: argparse.ArgumentParser, default: str) -> None:
@@ -429,16 +432,13 @@ def _add_estimate(sub) -> None:
                    "128,512,2048")
     p.add_argument("--sweep-batches", type=_counts, metavar="LIST",
                    help="also sweep one decode step (at context L) over these batch sizes")
-    p.add_argument("--out", metavar="DIR",
-                   help="write estimate.csv (per phase), layers_<scheme>.csv (per phase and "
-                   "layer, summed over calls) and, with sweeps, sweep_context.csv, "
-                   "sweep_batch.csv, estimate_sweep.png")
+    _out_options(p, "write estimate.csv (per phase), layers_<scheme>.csv (per phase and "
+                 "layer, summed over calls) and, with sweeps, sweep_context.csv, "
+                 "sweep_batch.csv, estimate_sweep.png")
     p.add_argument("--ledger", action="store_true",
                    help="with --out, also write ledger_<scheme>.csv: every call, one row each "
                    "(about 200 bytes a call: 54 MB per scheme for llama-3-70b with a 2048-token "
                    "prompt and 128 decode steps)")
-    _report_option(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _system_options(p, micro_batches=True)
     p.add_argument("--serve", metavar="REQUESTS",
                    help="serving figures of a request mix instead of one prefill and its "
@@ -473,10 +473,8 @@ def _add_dse(sub) -> None:
                    help="YAML or JSON: lists per field ("
                    f"{', '.join(a.space for a in DSE_AXES.values())}) and node_nm, "
                    "area_budget_mm2, power_budget_w, area_table")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help=f"write {DSE_RESULTS_FILE} (appended; resumes), dse.csv and the front "
-                   "plots")
-    _report_option(p)
+    _out_options(p, f"write {DSE_RESULTS_FILE} (appended; resumes), dse.csv and the front "
+                 "plots", required=True)
     p.add_argument("--prompt-len", type=_count(0), default=512, metavar="P",
                    help="prefill tokens (default 512)")
     p.add_argument("--decode-steps", type=_count(0), default=16, metavar="S",
@@ -506,7 +504,6 @@ def _add_dse(sub) -> None:
                    help="eval tokens per window (default: the model's context)")
     p.add_argument("--max-tokens", type=_count(2), metavar="N",
                    help="evaluate only the text's first N tokens")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _share(text: str) -> float:
@@ -575,10 +572,8 @@ def _add_serve(sub) -> None:
                    help="disaggregated serving: prompts on P tensor-parallel chips, their KV "
                    "cache sent over the link, the other tokens on D others (e.g. 1:1); "
                    "excludes --tp / --pp / --chips")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="write requests.csv, timeline.csv, summary.json and plots here")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _report_option(p)
+    _out_options(p, "write requests.csv, timeline.csv, summary.json and plots here",
+                 required=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -610,12 +605,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help=f"prompt and context {QUICK_LENGTH}, schemes {','.join(QUICK_SCHEMES)}, "
                    f"accelerator {','.join(QUICK_ACCELERATORS)} (explicit options win)")
-    p.add_argument("--out", metavar="DIR", help="write sweep.csv, sweep.json, layers.csv and "
-                   "PNG plots here")
-    _report_option(p)
+    _out_options(p, "write sweep.csv, sweep.json, layers.csv and PNG plots here")
     p.add_argument("--repeats", type=_count(1), default=1,
                    help="timed CPU runs per phase; the wall column is their median (default 1)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("run", help="one model and scheme, run once, charged on one or more "
                        "accelerators: totals and per-layer costs")
@@ -623,11 +615,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheme", type=_one("scheme", SCHEMES), default="none",
                    help=f"default: none; available: {', '.join(SCHEMES)}")
     _accelerator_options(p, many=True, default=DEFAULT_PRESET)
-    p.add_argument("--out", metavar="DIR", help="write run.csv, run.json, layers.csv and a plot")
-    _report_option(p)
+    _out_options(p, "write run.csv, run.json, layers.csv and a plot")
     p.add_argument("--repeats", type=_count(1), default=3,
                    help="timed CPU runs per phase; the wall column is their median (default 3)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("profile", help="a vm.profile-style report of one call",
                        description="Time every VM call of one run and show each offloaded "
@@ -659,9 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens per window, at least 2 (default: the model's context)")
     p.add_argument("--max-tokens", type=_count(1), metavar="N",
                    help="evaluate only the text's first N tokens (default: all)")
-    p.add_argument("--out", metavar="DIR", help="write eval.csv and eval.json here")
-    _report_option(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _out_options(p, "write eval.csv and eval.json here")
 
     p = sub.add_parser("presets", help="list accelerator presets and quantization schemes")
     p.add_argument("--show", type=_one("preset", presets), metavar="NAME",

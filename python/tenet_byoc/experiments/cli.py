@@ -47,12 +47,6 @@ def _input_checks():
 # ----------------------------------------------------------------------------------------
 
 
-def _tenet_accelerator(p_file: str, m_file: str):
-    from ..accelerators import Accelerator
-
-    return Accelerator.from_tenet_files(p_file, m_file)
-
-
 def _accelerators(args, quick: bool = False) -> list:
     from ..accelerators import resolve
 
@@ -74,7 +68,10 @@ def _chosen_accelerators(args, quick: bool) -> list:
     chosen = args.accelerator
     if chosen is not None and not isinstance(chosen, list):
         chosen = [chosen]  # one preset name or design file's accelerator
-    custom = [] if args.tenet_p is None else [_tenet_accelerator(args.tenet_p, args.tenet_m)]
+    from ..accelerators import Accelerator
+
+    custom = ([] if args.tenet_p is None
+              else [Accelerator.from_tenet_files(args.tenet_p, args.tenet_m)])
     if chosen is None:
         if custom:
             return custom  # only the custom array unless presets are asked for too
@@ -85,19 +82,15 @@ def _chosen_accelerators(args, quick: bool) -> list:
     return chosen + custom
 
 
-_GPT2_OPTIONS = ("gpt2_config", "checkpoint", "prompt_len", "context_len", "phase")
-_MLP_OPTIONS = ("data", "epochs")
+#: The options that apply to one model only.
+_OPTIONS_OF = {"gpt2": ("gpt2_config", "checkpoint", "prompt_len", "context_len", "phase"),
+               "mlp": ("data", "epochs")}
 
 
 def _check_applicable(args, models: Sequence[str]) -> None:
     """Refuse options that would be silently ignored by the chosen model(s)."""
-    given = {name for name in (*_GPT2_OPTIONS, *_MLP_OPTIONS)
-             if getattr(args, name, None) is not None}
-    unused = []
-    if "gpt2" not in models:
-        unused += [n for n in _GPT2_OPTIONS if n in given]
-    if "mlp" not in models:
-        unused += [n for n in _MLP_OPTIONS if n in given]
+    unused = [n for model, names in _OPTIONS_OF.items() if model not in models
+              for n in names if getattr(args, n, None) is not None]
     if args.checkpoint is not None and args.gpt2_config is not None:
         unused.append("gpt2_config")  # the checkpoint's config.json gives the shape
     if unused:
@@ -135,17 +128,11 @@ def _cases(args, models: Sequence[str], quick: bool = False) -> list:
     from .cases import gpt2_case, mlp_case
 
     _check_applicable(args, models)
-    cases = []
-    for model in models:
-        if model == "gpt2":
-            prompt_len, context_len = _gpt2_lengths(args, quick)
-            cases.append(gpt2_case(
-                args.gpt2_config or "small", checkpoint=args.checkpoint,
-                prompt_len=prompt_len, context_len=context_len, seed=args.seed,
-            ))
-        else:
-            cases.append(mlp_case(args.data, epochs=args.epochs, seed=args.seed))
-    return cases
+    prompt_len, context_len = _gpt2_lengths(args, quick) if "gpt2" in models else (0, 0)
+    return [gpt2_case(args.gpt2_config or "small", checkpoint=args.checkpoint,
+                      prompt_len=prompt_len, context_len=context_len, seed=args.seed)
+            if model == "gpt2" else mlp_case(args.data, epochs=args.epochs, seed=args.seed)
+            for model in models]
 
 
 def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerators,
@@ -166,7 +153,21 @@ def _finish_out(args, models: Sequence[str], schemes: Sequence[str], accelerator
 # ----------------------------------------------------------------------------------------
 
 
-def _print_sweep(result) -> None:
+def _cmd_sweep(args) -> int:
+    """``sweep`` (schemes x accelerators) and ``run`` (one scheme, with per-layer tables)."""
+    from ..quantization import CLASSIC_SCHEMES
+    from .results import markdown_table
+    from .sweep import QUICK, sweep
+
+    run, quick = args.command == "run", getattr(args, "quick", False)
+    models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
+    schemes = ([args.scheme] if run
+               else args.schemes or list(QUICK.schemes if quick else CLASSIC_SCHEMES))
+    with _input_checks():
+        accelerators = _accelerators(args, quick=quick)
+        cases = _cases(args, models, quick=quick)
+    result = sweep(cases, schemes, accelerators, repeats=args.repeats,
+                   progress=not args.no_progress)
     for note in result.notes:
         print(f"- {note}")
     print("Costs are the offloaded GEMMs only, as run and charged (`tenet-byoc estimate` adds "
@@ -175,51 +176,12 @@ def _print_sweep(result) -> None:
         print()
         print(result.table(model))
     print(f"\nwall time {result.wall_s:.1f} s")
-
-
-def _save(result, out: str, plots: bool = True) -> list[Path]:
-    paths = result.save(out)
-    if plots:
-        from .plots import save_plots
-
-        paths += save_plots(result, out)
-    return paths
-
-
-def _cmd_sweep(args) -> int:
-    from ..quantization import CLASSIC_SCHEMES
-    from .sweep import QUICK, sweep
-
-    models = ["gpt2", "mlp"] if args.model == "all" else [args.model]
-    schemes = args.schemes or list(QUICK.schemes if args.quick else CLASSIC_SCHEMES)
-    with _input_checks():
-        accelerators = _accelerators(args, quick=args.quick)
-        cases = _cases(args, models, quick=args.quick)
-    result = sweep(cases, schemes, accelerators, repeats=args.repeats,
-                   progress=not args.no_progress)
-    _print_sweep(result)
-    if args.out:
-        paths = _save(result, args.out)
-        print("wrote " + ", ".join(str(p) for p in paths))
-        _finish_out(args, [c.model for c in cases], schemes, accelerators)
-    return 0
-
-
-def _cmd_run(args) -> int:
-    from .results import markdown_table
-    from .sweep import sweep
-
-    with _input_checks():
-        accelerators = _accelerators(args)
-        cases = _cases(args, [args.model])
-    result = sweep(cases, [args.scheme], accelerators, repeats=args.repeats,
-                   progress=not args.no_progress)
-    _print_sweep(result)
     by_name = {a.name: a for a in accelerators}
-    # One per-layer table (and plot) per phase and accelerator, in the rows' order.
-    groups = dict.fromkeys((c.phase, c.accelerator) for c in result.layers)
-    for phase, name in groups:
-        calls = [c for c in result.layers if c.phase == phase and c.accelerator == name]
+    # run: one per-layer table (and plot) per phase and accelerator, in the rows' order
+    runs: dict[tuple[str, str], list] = {}
+    for c in result.layers if run else ():
+        runs.setdefault((c.phase, c.accelerator), []).append(c)
+    for (phase, name), calls in runs.items():
         print(f"\n{calls[0].model} {phase}, {args.scheme} on {name}: per layer")
         header = ["layer", "pattern", "scheme", "batch", "M", "N", "K", "MACs", "est. cycles",
                   "est. latency (us)", "PE util", "off-chip bytes"]
@@ -238,21 +200,16 @@ def _cmd_run(args) -> int:
                 for c in calls
             ]))
     if args.out:
-        from .plots import plot_layer_breakdown
+        from .plots import plot_layer_breakdown, save_plots
 
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = [out / "run.csv", out / "run.json", out / "layers.csv"]
-        result.to_csv(paths[0])
-        result.to_json(paths[1])
-        result.layers_to_csv(paths[2])
-        for phase, name in groups:
-            calls = [c for c in result.layers if c.phase == phase and c.accelerator == name]
-            paths.append(plot_layer_breakdown(
-                calls, out / f"layers_{calls[0].model}_{phase}_{args.scheme}_"
-                f"{calls[0].accelerator}.png"))
+        paths = result.save(args.out, args.command)
+        if not run:
+            paths += save_plots(result, args.out)
+        for (phase, name), calls in runs.items():
+            paths.append(plot_layer_breakdown(calls, Path(args.out) / f"layers_{calls[0].model}_"
+                                              f"{phase}_{args.scheme}_{name}.png"))
         print("wrote " + ", ".join(str(p) for p in paths))
-        _finish_out(args, [c.model for c in cases], [args.scheme], accelerators)
+        _finish_out(args, [c.model for c in cases], schemes, accelerators)
     return 0
 
 
@@ -280,12 +237,10 @@ def _cmd_profile(args) -> int:
     entries = [e for r in report.calls for e in r.entries if e.unit == "array"]
     report.name_layers(case.layer_names(phase, entries))
     print(report)
-    if args.csv:
-        Path(args.csv).write_text(report.csv())
-        print(f"wrote {args.csv}")
-    if args.json:
-        Path(args.json).write_text(report.json())
-        print(f"wrote {args.json}")
+    for path, text in ((args.csv, report.csv), (args.json, report.json)):
+        if path:
+            Path(path).write_text(text())
+            print(f"wrote {path}")
     return 0
 
 
@@ -307,27 +262,21 @@ def _cmd_eval(args) -> int:
     return 0
 
 
-def _show_preset(name: str, fmt: str) -> int:
-    import json
-
-    from ..design_file import design_form
-    from ..accelerators import preset
-
-    form = design_form(preset(name))  # each quantity once: the file a user edits
-    if fmt == "yaml":
-        import yaml
-
-        print(yaml.safe_dump(form, sort_keys=False, width=100), end="")
-    else:
-        print(json.dumps(form, indent=2))
-    return 0
-
-
 def _cmd_presets(args) -> int:
     from dataclasses import replace
 
     if args.show:
-        return _show_preset(args.show, args.format)
+        import json
+
+        import yaml
+
+        from ..accelerators import preset
+        from ..design_file import design_form
+
+        form = design_form(preset(args.show))  # each quantity once: the file a user edits
+        print(yaml.safe_dump(form, sort_keys=False, width=100) if args.format == "yaml"
+              else json.dumps(form, indent=2) + "\n", end="")
+        return 0
 
     from ..accelerators import DEFAULT_PRESET, PRESETS
     from ..quantization import KV_HELP, SCHEMES, SPEC_HELP
@@ -386,35 +335,24 @@ def _cmd_presets(args) -> int:
     return 0
 
 
-def _cmd_estimate(args) -> int:
+def _cmd_planned(args) -> int:
+    """``estimate``, ``dse`` and ``serve``: costs from configs, nothing built or run, so every
+    error is about the input (a bad space, trace, model, length, name, memory size or
+    checkpoint)."""
+    from .dse_cmd import run_dse
     from .estimate_cmd import run_estimate
+    from .serve_cmd import run_serve
 
-    with _input_checks():  # nothing runs: every error is about the input
-        code = run_estimate(args)
-    if args.out:
+    with _input_checks():
+        code = {"estimate": run_estimate, "dse": run_dse, "serve": run_serve}[args.command](args)
+    if args.command != "estimate":  # dse's designs are in dse.csv, serve's chip in summary.json
+        _finish_out(args, [args.model], args.schemes, [])
+    elif args.out:
         from ..accelerators import resolve
         from .estimate_cmd import _system, system_entry
 
         _finish_out(args, [args.model], args.schemes,
                     [resolve(args.accelerator, args.mapping)], system_entry(_system(args)))
-    return code
-
-
-def _cmd_dse(args) -> int:
-    from .dse_cmd import run_dse
-
-    with _input_checks():  # a bad space, model, length or checkpoint is the user's
-        code = run_dse(args)
-    _finish_out(args, [args.model], args.schemes, [])  # the designs are in dse.csv
-    return code
-
-
-def _cmd_serve(args) -> int:
-    from .serve_cmd import run_serve
-
-    with _input_checks():  # a bad trace, length, name or memory size is the user's
-        code = run_serve(args)
-    _finish_out(args, [args.model], args.schemes, [])
     return code
 
 
@@ -426,9 +364,9 @@ def _cmd_report(args) -> int:
     return 0
 
 
-_COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_run, "profile": _cmd_profile,
-             "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_estimate,
-             "dse": _cmd_dse, "serve": _cmd_serve, "report": _cmd_report}
+_COMMANDS = {"sweep": _cmd_sweep, "run": _cmd_sweep, "profile": _cmd_profile,
+             "eval": _cmd_eval, "presets": _cmd_presets, "estimate": _cmd_planned,
+             "dse": _cmd_planned, "serve": _cmd_planned, "report": _cmd_report}
 
 
 def _checked_inputs(args: argparse.Namespace) -> None:

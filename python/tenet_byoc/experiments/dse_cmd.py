@@ -74,16 +74,15 @@ def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
     two decades, ticks as plain numbers)."""
     from matplotlib.figure import Figure
 
-    from .plots import scale_axis
+    from .plots import label_axes, save_figure
+    from .report import DSE_FRONTS
 
-    panels = (("tpot_ms", "TPOT (ms)", "tpot_area"), ("ttft_ms", "TTFT (ms)", "ttft_area"),
-              ("energy_per_token_mj", "energy / token (mJ)", "energy_area"))
     fig = Figure(figsize=(15, 4.8), layout="constrained")
     axes = fig.subplots(1, 3)
     schemes = list(dict.fromkeys(r.scheme for r in rows))
     colors = {s: f"C{i % 10}" for i, s in enumerate(schemes)}
     markers = {s: "os^Dv<>PX*"[i % 10] for i, s in enumerate(schemes)}
-    for ax, (metric, label, front) in zip(axes, panels, strict=True):
+    for ax, (front, metric, label) in zip(axes, DSE_FRONTS, strict=True):
         xs: list[float] = []
         ys: list[float] = []
         for s in schemes:
@@ -98,21 +97,10 @@ def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
             on = sorted((r for r in mine if front in r.fronts), key=lambda r: r.area_mm2)
             ax.plot([r.area_mm2 for r in on], [getattr(r, metric) for r in on],
                     marker=markers[s], ms=5, color=colors[s], label=s, drawstyle="steps-post")
-        scale_axis(ax, "x", xs)
-        scale_axis(ax, "y", ys)
-        ax.set_xlabel("area (mm2)")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
+        label_axes(ax, xs, ys, "area (mm2)", label)
     axes[0].legend(title="scheme (front)")
     fig.suptitle(title)
-    from .plots import save_figure
-
     return save_figure(fig, path, dpi=110)
-
-
-def _settings(args: argparse.Namespace, space_text: str) -> dict:
-    return {"model": args.model, "schemes": list(args.schemes), "prompt_len": args.prompt_len,
-            "decode_steps": args.decode_steps, "batch": args.batch, "space": space_text}
 
 
 def _check_same_run(out: Path, settings: Mapping[str, Any]) -> None:
@@ -155,18 +143,10 @@ def _check_same_model(model: str, checkpoint: str) -> None:
             "--other-model-accuracy to take it anyway (the wiring only)")
 
 
-def check_ray_address(address: str | None, timeout_s: float = 10.0) -> None:
-    """Refuse a Ray cluster address nothing answers at (:func:`tenet_byoc.dse.check_ray_address`,
-    which ``explore(executor="ray")`` runs too)."""
-    from ..dse import check_ray_address as check
-
-    check(address, timeout_s)
-
-
 def run_dse(args: argparse.Namespace) -> int:
     """The ``dse`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
 
-    from ..dse import DesignSpace, PointResult, explore
+    from ..dse import DesignSpace, PointResult, check_ray_address, explore
     from ..estimate import _check_lengths, _config
     from .results import markdown_table, write_csv
 
@@ -179,15 +159,11 @@ def run_dse(args: argparse.Namespace) -> int:
         check_ray_address(args.ray_address)
     _check_lengths(_config(args.model), args.prompt_len, args.prompt_len, args.decode_steps,
                    args.batch)
-    names = [f.name for f in fields(PointResult)]
-    if args.objective not in names:
-        from .._names import did_you_mean
-
-        raise ValueError(f"--objective {args.objective!r}{did_you_mean(args.objective, names)}"
-                         "; e.g. tpot_ms, ttft_ms, energy_per_token_mj, area_mm2")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    _check_same_run(out, _settings(args, read_text(args.space, "design space")))
+    _check_same_run(out, {"model": args.model, "schemes": list(args.schemes),
+                          "prompt_len": args.prompt_len, "decode_steps": args.decode_steps,
+                          "batch": args.batch, "space": read_text(args.space, "design space")})
     accuracy = None
     if args.checkpoint is not None:
         accuracy = scheme_accuracy(args.checkpoint, args.text, args.schemes,
@@ -221,8 +197,7 @@ def run_dse(args: argparse.Namespace) -> int:
     for reason in sorted(refused):
         print(f"- some points: {reason}")
     csv_path = out / "dse.csv"
-    columns = [f.name for f in fields(PointResult)]
-    write_csv(columns, [SimpleNamespace(**{**asdict(r), "fronts": ";".join(r.fronts)})
+    write_csv([f.name for f in fields(PointResult)], [SimpleNamespace(**{**asdict(r), "fronts": ";".join(r.fronts)})
                         for r in rows], csv_path)
     plot = plot_fronts(rows, out / "dse_fronts.png",
                        f"{args.model}: prompt {args.prompt_len}, {args.decode_steps} decode, "

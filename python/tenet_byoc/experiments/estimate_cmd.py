@@ -19,9 +19,8 @@ if TYPE_CHECKING:  # the ledger module imports TVM; `tenet-byoc --help` must not
     from ..ledger import Ledger
     from ..system import System
 
-__all__ = ["LayerFigures", "PhaseFigures", "SweepPoint", "batch_sweep",
-           "context_sweep", "layer_figures", "phase_figures", "plot_sweeps", "run_estimate",
-           "sweep_table"]
+__all__ = ["LayerFigures", "PhaseFigures", "SweepPoint", "layer_figures", "phase_figures",
+           "run_estimate", "sweep_figure"]
 
 @dataclass(frozen=True)
 class PhaseFigures:
@@ -85,11 +84,9 @@ def layer_figures(ledger: Ledger, scheme: str) -> list[LayerFigures]:
     """Per phase and layer, the sums of its calls: the ``--out`` summary, a few hundred rows
     where the ledger holds one row per call (about 54 MB of CSV per scheme for a 70B model
     with 128 decode steps)."""
-    out = []
-    for (phase, layer), t in ledger.group_by(("phase", "name")).items():
-        out.append(LayerFigures(scheme, phase, layer, t.calls, t.macs, t.cycles, t.latency_us,
-                                t.dram_bytes, t.energy_pj, t.pe_utilization))
-    return out
+    return [LayerFigures(scheme, phase, layer, t.calls, t.macs, t.cycles, t.latency_us,
+                         t.dram_bytes, t.energy_pj, t.pe_utilization)
+            for (phase, layer), t in ledger.group_by(("phase", "name")).items()]
 
 
 @dataclass(frozen=True)
@@ -117,33 +114,8 @@ def _point(model, scheme: str, accelerator, context_len: int, batch: int,
                       f.energy_per_token_mj, f.dram_bytes / batch, f.pe_utilization)
 
 
-def context_sweep(model, schemes: Sequence[str], accelerator, contexts: Sequence[int],
-                  batch: int = 1, mapping: str | None = None,
-                  static_w: float = 0.0) -> list[SweepPoint]:
-    """A decode step's cost at each context length (tokens already cached), per scheme."""
-    return [_point(model, s, accelerator, c, batch, mapping, static_w)
-            for s in schemes for c in contexts]
-
-
-def batch_sweep(model, schemes: Sequence[str], accelerator, batches: Sequence[int],
-                context_len: int, mapping: str | None = None,
-                static_w: float = 0.0) -> list[SweepPoint]:
-    """A decode step's cost at each batch size, all sequences at ``context_len``, per scheme."""
-    return [_point(model, s, accelerator, context_len, b, mapping, static_w)
-            for s in schemes for b in batches]
-
-
 _SWEEP_HEADER = ["scheme", "context", "batch", "TPOT (ms)", "tokens/s", "energy/token (mJ)",
                  "DRAM bytes/token", "PE util"]
-
-
-def sweep_table(points: Sequence[SweepPoint]) -> str:
-    """A markdown table of sweep points."""
-    return markdown_table(_SWEEP_HEADER, [
-        [p.scheme, p.context_len, p.batch, f"{p.tpot_ms:,.3f}", f"{p.tokens_per_s:,.1f}",
-         f"{p.energy_per_token_mj:,.3f}", si(p.dram_bytes_per_token, "B"),
-         f"{100 * p.pe_utilization:.2f}%"] for p in points
-    ])
 
 
 def _csv(items: Sequence, kind: type, path: Path) -> Path:
@@ -153,12 +125,12 @@ def _csv(items: Sequence, kind: type, path: Path) -> Path:
 
 def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint],
                  title: str):
-    """The figure of :func:`plot_sweeps`: TPOT and energy per token against context (left)
+    """``estimate_sweep.png``'s figure: TPOT and energy per token against context (left)
     and batch (right); an axis is log only where its values span two decades (the swept
     lengths and batches, powers of two, from 8x), ticks at the swept values."""
     from matplotlib.figure import Figure
 
-    from .plots import panel_unit, scale_axis
+    from .plots import label_axes, panel_unit
 
     fig = Figure(figsize=(10, 6.5), layout="constrained")
     axes = fig.subplots(2, 2)
@@ -176,24 +148,12 @@ def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint
                         [scale * getattr(p, metric) for p in mine],
                         marker="os^Dv"[list(dict.fromkeys(q.scheme for q in points))
                                        .index(scheme) % 5], label=scheme)
-            swept = sorted({getattr(p, key) for p in points})
-            scale_axis(ax, "x", swept, ticks=swept, ratio=8)
-            scale_axis(ax, "y", [scale * getattr(p, metric) for p in points])
-            ax.set_ylabel(ylabel)
-            ax.grid(True, which="both", alpha=0.3)
-            if row == 1:
-                ax.set_xlabel(label)
+            label_axes(ax, [getattr(p, key) for p in points],
+                       [scale * getattr(p, metric) for p in points], label if row else "",
+                       ylabel, swept=True)
     axes[0][0].legend(title="scheme")
     fig.suptitle(title)
     return fig
-
-
-def plot_sweeps(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint],
-                path: str | Path, title: str) -> Path:
-    """One PNG: TPOT and energy per token against context (left) and batch (right)."""
-    from .plots import save_figure
-
-    return save_figure(sweep_figure(by_context, by_batch, title), path, dpi=110)
 
 
 # ----------------------------------------------------------------------------------------
@@ -234,38 +194,35 @@ def _system(args: argparse.Namespace) -> System | None:
         if args.context_len is None:  # not given: the context is the prompt
             text = text.replace("--context-len ", "--context-len (= --prompt-len) ")
         problems.append(text)
-    tp, pp, ep = args.tp, args.pp, args.ep
+    from ..accelerators import resolve
+
+    return chip_system(args, resolve(args.accelerator), problems)
+
+
+def chip_system(args: argparse.Namespace, accelerator: Any, problems: Sequence[str] = ()
+                ) -> System | None:
+    """The System of ``--chips / --tp / --pp / --ep / --micro-batches / --link-*`` on
+    ``accelerator`` for ``args.model``, or None for one chip (``estimate`` and ``serve``).
+
+    ``problems``, the command's own, and every bad multi-chip flag are reported at once, in
+    one ``ValueError`` naming the flags.
+    """
+    from ..models.configs import resolve_config
+    from ..models.moe import MoEConfig
+    from ..plan import check_tensor_parallel, stage_layers
+    from ..system import Link, System
+
+    problems = list(problems)
+    tp, pp, ep = args.tp, args.pp, getattr(args, "ep", 1)
+    micro_batches, batch = getattr(args, "micro_batches", 1), getattr(args, "batch", 1)
     chips = args.chips if args.chips is not None else tp * pp * ep
-    if chips == 1 and args.micro_batches == 1:
+    if chips == tp * pp * ep == 1 and micro_batches == 1:
         if problems:
             raise ValueError(problems[0])
         return None
-    from ..accelerators import resolve
-    from ..system import System
-
-    if args.batch % args.micro_batches:
-        problems.append(f"--micro-batches {args.micro_batches} must divide --batch {args.batch}"
+    if batch % micro_batches:
+        problems.append(f"--micro-batches {micro_batches} must divide --batch {batch}"
                         " (each micro-batch takes batch / micro-batches sequences)")
-    link, chip_problems = chip_flag_problems(args, chips)
-    problems += chip_problems
-    if problems:
-        raise ValueError(f"{len(problems)} bad option(s) for {args.model}:\n  "
-                         + "\n  ".join(problems))
-    return System(resolve(args.accelerator), chips, tp, pp, args.micro_batches, link, ep)
-
-
-def chip_flag_problems(args: argparse.Namespace, chips: int) -> tuple[Any, list[str]]:
-    """The ``Link`` of ``--link-gbps / --link-latency-us / --topology`` (None when bad) and
-    what is wrong with ``--chips / --tp / --pp / --link-*`` for ``args.model``, each problem
-    named by its flag (``estimate`` and ``serve`` report them with their own)."""
-    from ..models.configs import resolve_config
-    from ..plan import check_tensor_parallel, stage_layers
-    from ..system import Link
-
-    from ..models.moe import MoEConfig
-
-    tp, pp, ep = args.tp, args.pp, getattr(args, "ep", 1)
-    problems = []
     if chips != tp * pp * ep:
         problems.append(f"--chips {chips} must equal --tp {tp} x --pp {pp}"
                         + (f" x --ep {ep}" if ep > 1 else "") + f" = {tp * pp * ep}")
@@ -278,15 +235,15 @@ def chip_flag_problems(args: argparse.Namespace, chips: int) -> tuple[Any, list[
                         .replace("Link.topology", "--topology"))
     config = resolve_config(args.model)  # an unknown model is its own error, reported alone
     if ep > 1:
-        if (tp, pp, getattr(args, "micro_batches", 1)) != (1, 1, 1):
+        if (tp, pp, micro_batches) != (1, 1, 1):
             problems.append(f"--ep {ep} is not combined with --tp / --pp / --micro-batches yet")
         if not isinstance(config, MoEConfig):
             problems.append(f"--ep {ep}: {config.name} has no experts to spread")
         elif config.experts.num_experts % ep:
             problems.append(f"--ep {ep} must divide {config.name}'s "
                             f"{config.experts.num_experts} routed experts")
-        if getattr(args, "batch", 1) % ep:
-            problems.append(f"--ep {ep} must divide --batch {args.batch} (each chip takes "
+        if batch % ep:
+            problems.append(f"--ep {ep} must divide --batch {batch} (each chip takes "
                             "batch / ep sequences through attention)")
     n_layers = getattr(config, "n_layer", None) or config.num_hidden_layers
     if isinstance(config, MoEConfig) and tp > 1:
@@ -300,7 +257,10 @@ def chip_flag_problems(args: argparse.Namespace, chips: int) -> tuple[Any, list[
         except ValueError as err:
             problems.append(str(err).replace("tensor_parallel=", "--tp ")
                             .replace("pipeline_parallel=", "--pp "))
-    return link, problems
+    if problems:
+        raise ValueError(f"{len(problems)} bad option(s) for {args.model}:\n  "
+                         + "\n  ".join(problems))
+    return System(accelerator, chips, tp, pp, micro_batches, link, ep)
 
 
 def system_entry(system: System | None) -> dict:
@@ -382,14 +342,12 @@ def run_estimate(args: argparse.Namespace) -> int:
         if piped is not None:
             piped.set_description(f"estimate {args.model} {scheme} done")
             piped.update()
-    by_context = (context_sweep(args.model, args.schemes, args.accelerator,
-                                args.sweep_contexts, args.batch, args.mapping,
-                                static_w / (system.chips if system is not None else 1))
-                  if args.sweep_contexts else [])
-    by_batch = (batch_sweep(args.model, args.schemes, args.accelerator, args.sweep_batches,
-                            context_len, args.mapping,
-                            static_w / (system.chips if system is not None else 1))
-                if args.sweep_batches else [])
+    # a decode step of one chip at each context length (tokens cached) and each batch size
+    chip_w = static_w / (system.chips if system is not None else 1)
+    by_context, by_batch = ([_point(args.model, s, args.accelerator, c, b, args.mapping, chip_w)
+                             for s in args.schemes for c, b in points]
+                            for points in ([(c, args.batch) for c in args.sweep_contexts or ()],
+                                           [(context_len, b) for b in args.sweep_batches or ()]))
     wall = time.perf_counter() - start
     first = next(iter(ledgers.values()))
     print(f"{args.model} on {first.accelerator} ({first.dataflow}), {system_line(system)}: "
@@ -414,7 +372,10 @@ def run_estimate(args: argparse.Namespace) -> int:
                           ("decode step vs batch", by_batch)):
         if points:
             print(f"\n{title}:\n")
-            print(sweep_table(points))
+            print(markdown_table(_SWEEP_HEADER, [
+                [p.scheme, p.context_len, p.batch, f"{p.tpot_ms:,.3f}", f"{p.tokens_per_s:,.1f}",
+                 f"{p.energy_per_token_mj:,.3f}", si(p.dram_bytes_per_token, "B"),
+                 f"{100 * p.pe_utilization:.2f}%"] for p in points]))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         paths = [_csv(rows, PhaseFigures, out / "estimate.csv")]
@@ -425,15 +386,15 @@ def run_estimate(args: argparse.Namespace) -> int:
             if args.ledger:
                 paths.append(out / f"ledger_{safe}.csv")
                 ledger.to_csv(paths[-1])
-        if by_context:
-            paths.append(_csv(by_context, SweepPoint, out / "sweep_context.csv"))
-        if by_batch:
-            paths.append(_csv(by_batch, SweepPoint, out / "sweep_batch.csv"))
+        paths += [_csv(points, SweepPoint, out / f"sweep_{name}.csv")
+                  for name, points in (("context", by_context), ("batch", by_batch)) if points]
         if by_context and by_batch:
-            paths.append(plot_sweeps(
-                by_context, by_batch, out / "estimate_sweep.png",
-                f"{args.model} decode step on {first.accelerator} (batch {args.batch} vs "
-                f"context; context {context_len} vs batch)"))
+            from .plots import save_figure
+
+            paths.append(save_figure(sweep_figure(
+                by_context, by_batch, f"{args.model} decode step on {first.accelerator} (batch "
+                f"{args.batch} vs context; context {context_len} vs batch)"),
+                out / "estimate_sweep.png", dpi=110))
         print("\nwrote " + ", ".join(str(p) for p in paths))
     return 0
 

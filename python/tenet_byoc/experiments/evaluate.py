@@ -16,7 +16,6 @@ agreement.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .results import markdown_table, save_files, write_csv, write_json
 
 __all__ = [
     "EvalJob",
@@ -341,8 +342,6 @@ class EvalResult:
 
     def table(self) -> str:
         """A markdown table: scheme, perplexity, delta, top-1, accelerator cost."""
-        from .results import markdown_table
-
         return markdown_table(
             ["scheme", "perplexity", "Δ vs float32", "top-1 vs float32", "predicted tokens",
              "est. latency (ms)", "est. energy (mJ)", "CPU (s)"],
@@ -352,25 +351,14 @@ class EvalResult:
         )
 
     def to_csv(self, path: str | Path | None = None) -> str:
-        from .results import write_csv
-
         return write_csv(_COLUMNS, self.rows, path)
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps({"notes": self.notes, "rows": [asdict(r) for r in self.rows]},
-                          indent=1)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return write_json({"notes": self.notes, "rows": [asdict(r) for r in self.rows]}, path)
 
     def save(self, out: str | Path) -> list[Path]:
         """Write ``eval.csv`` and ``eval.json`` into ``out`` (made if needed)."""
-        folder = Path(out)
-        folder.mkdir(parents=True, exist_ok=True)
-        paths = [folder / "eval.csv", folder / "eval.json"]
-        self.to_csv(paths[0])
-        self.to_json(paths[1])
-        return paths
+        return save_files(out, {"eval.csv": self.to_csv, "eval.json": self.to_json})
 
 
 def _score(runner: Any, job: EvalJob, bar: Any) -> tuple[np.ndarray, np.ndarray, float]:

@@ -16,7 +16,7 @@ from .results import LayerCost, SweepResult, SweepRow, si
 # Figures are made with matplotlib's object API, not pyplot: no global backend or figure
 # state is touched, and PNGs are drawn with Agg whatever backend the caller's pyplot uses.
 
-__all__ = ["BLOCK", "LOG_SPAN", "panel_unit", "plot_cost_vs_error",
+__all__ = ["BLOCK", "LOG_SPAN", "label_axes", "panel_unit", "plot_cost_vs_error",
            "plot_layer_breakdown", "plot_prefill_decode", "save_plots", "scale_axis", "si",
            "spans_decades"]
 
@@ -90,6 +90,18 @@ def scale_axis(ax, axis: str, values: Sequence[float], *, ticks: Sequence[float]
         # from zero, with room above the highest point (a marker on it stays whole)
         ax.set_ylim(0, top * 1.08 if top > 0 else None)
     return "log" if log else "linear"
+
+
+def label_axes(ax, xs: Sequence[float], ys: Sequence[float], xlabel: str, ylabel: str, *,
+               swept: bool = False) -> None:
+    """Scale both axes of a line or point plot (:func:`scale_axis`; ``swept``: ``xs`` are a
+    swept variable's values, each a tick, log from 8x), label them and draw the grid."""
+    xs = sorted(set(xs)) if swept else xs
+    scale_axis(ax, "x", xs, ticks=xs if swept else None, ratio=8 if swept else LOG_SPAN)
+    scale_axis(ax, "y", ys)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
 
 
 def _short(scheme: str) -> str:
@@ -178,12 +190,11 @@ def plot_prefill_decode(rows: Sequence[SweepRow], path: str | Path, *, model: st
     width = 0.8 / len(accelerators)
     x = np.arange(len(schemes))
     scale, label = panel_unit(metric, [float(getattr(r, metric)) for r in mine])
+    value = {(r.phase, r.scheme, r.accelerator): scale * float(getattr(r, metric))
+             for r in reversed(mine)}  # the first row of each, as the sweep has one
     for ax, phase in zip(axes[0], phases):
         for i, hw in enumerate(accelerators):
-            values = []
-            for s in schemes:
-                match = [r for r in mine if (r.phase, r.scheme, r.accelerator) == (phase, s, hw)]
-                values.append(scale * float(getattr(match[0], metric)) if match else 0.0)
+            values = [value.get((phase, s, hw), 0.0) for s in schemes]
             ax.bar(x + (i - (len(accelerators) - 1) / 2) * width, values, width, label=hw)
         tokens = next(r.tokens for r in mine if r.phase == phase)
         what = {"prefill": f"prefill of {tokens} tokens", "decode": f"decode at L={tokens}"}

@@ -21,7 +21,9 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,8 +32,8 @@ from typing import Any
 
 from .results import MANIFEST
 
-__all__ = ["REPORT", "SOURCES", "PageCheck", "browser_check", "build_report", "chromium_path",
-           "write_report"]
+__all__ = ["DSE_FRONTS", "REPORT", "SOURCES", "PageCheck", "browser_check", "build_report",
+           "chromium_path", "write_report"]
 
 #: The page's file name inside the run folder.
 REPORT = "report.html"
@@ -88,14 +90,12 @@ _ENERGY_PARTS = ("mac_pj", "register_pj", "buffer_pj", "dram_pj")
 def _value(text: str) -> int | float | str | None:
     if text == "":
         return None
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 @dataclass(frozen=True)
@@ -284,8 +284,15 @@ def _groups(rows: Sequence[dict], *keys: str) -> dict[tuple, list[dict]]:
     return out
 
 
-def _run_name(r: dict) -> str:
-    return f"{r['scheme']} @ {r['accelerator']}"
+def _lines(rows: Sequence[dict], x: str, y: str, hover: str, **trace: Any) -> list[dict]:
+    """A line per scheme of ``rows``: ``y`` against ``x``, ``hover`` its points' text
+    (the scheme's name added); ``trace``, further keys of each line (a callable is given
+    the scheme's rows)."""
+    return [{"type": "scatter", "mode": "lines+markers", "name": str(scheme),
+             "x": [p[x] for p in pts], "y": [p[y] for p in pts],
+             "hovertemplate": hover + "<extra>%{fullData.name}</extra>",
+             **{k: v(pts) if callable(v) else v for k, v in trace.items()}}
+            for (scheme,), pts in _groups(rows, "scheme").items()]
 
 
 def _per_block(rows: Sequence[dict], name: str, columns: Sequence[str]) -> dict[str, dict]:
@@ -339,17 +346,15 @@ def _cost_vs_error(rows: Sequence[dict], key: str, cost: str) -> list[_Figure]:
     figures = []
     for (model, phase), mine in _groups(rows, "model", "phase").items():
         hws = list(dict.fromkeys(p["accelerator"] for p in mine))
-        data = []
-        for (scheme,), pts in _groups(mine, "scheme").items():
-            data.append({
-                "type": "scatter", "mode": "markers", "name": str(scheme),
-                "x": [p["rel_error"] for p in pts], "y": [p[cost] * scale for p in pts],
-                "text": [p["accelerator"] for p in pts],
-                "marker": {"size": 11, "opacity": 0.85, "symbol": [
-                    symbols[hws.index(p["accelerator"]) % len(symbols)] for p in pts]},
-                "hovertemplate": "%{fullData.name} @ %{text}<br>rel. error %{x:.4g}<br>"
-                + cost_label + " %{y:.4g}<extra></extra>",
-            })
+        data = [{
+            "type": "scatter", "mode": "markers", "name": str(scheme),
+            "x": [p["rel_error"] for p in pts], "y": [p[cost] * scale for p in pts],
+            "text": [p["accelerator"] for p in pts],
+            "marker": {"size": 11, "opacity": 0.85, "symbol": [
+                symbols[hws.index(p["accelerator"]) % len(symbols)] for p in pts]},
+            "hovertemplate": "%{fullData.name} @ %{text}<br>rel. error %{x:.4g}<br>"
+            + cost_label + " %{y:.4g}<extra></extra>",
+        } for (scheme,), pts in _groups(mine, "scheme").items()]
         marks = ", ".join(f"{h}: {symbols[i % len(symbols)]}" for i, h in enumerate(hws))
         figures.append(_Figure(f"{key}-{model}-{phase}", data, _layout(
             f"{model} {phase}: {cost_label} vs output error ({marks})", "rel. error of the "
@@ -373,16 +378,13 @@ def _summary_section(summary: _Csv) -> _Section:
         from .plots import panel_unit
 
         scale, label = panel_unit("latency_us", [p["latency_us"] for p in gpt2])
-        data = []
-        for (model, phase, hw), pts in _groups(gpt2, "model", "phase", "accelerator").items():
-            data.append({
-                "type": "bar", "name": f"{model} {phase} @ {hw}",
-                "x": [p["scheme"] for p in pts], "y": [p["latency_us"] * scale for p in pts],
-                "customdata": [[p["energy_pj"] / 1e6, p["tokens"]] for p in pts],
-                "hovertemplate": "%{x}<br>" + label + " %{y:.4g}<br>energy "
-                "%{customdata[0]:.4g} µJ<br>tokens %{customdata[1]}"
-                "<extra>%{fullData.name}</extra>",
-            })
+        data = [{
+            "type": "bar", "name": f"{model} {phase} @ {hw}",
+            "x": [p["scheme"] for p in pts], "y": [p["latency_us"] * scale for p in pts],
+            "customdata": [[p["energy_pj"] / 1e6, p["tokens"]] for p in pts],
+            "hovertemplate": "%{x}<br>" + label + " %{y:.4g}<br>energy "
+            "%{customdata[0]:.4g} µJ<br>tokens %{customdata[1]}<extra>%{fullData.name}</extra>",
+        } for (model, phase, hw), pts in _groups(gpt2, "model", "phase", "accelerator").items()]
         sec.parts.append(_Figure("prefill-decode", data, _layout(
             "Prefill vs decode: est. latency per scheme", "scheme", label, barmode="group")))
     if all("rel_error" in r for r in rows[:1]):
@@ -453,8 +455,9 @@ def _layers_section(layers: _Csv, manifest: dict | None) -> _Section:
     for (model, phase), calls in _groups(layers.rows, "model", "phase").items():
         sec.parts.append(_block_bars(
             f"layers-{model}-{phase}", f"{model} {phase}: est. latency per layer",
-            {_run_name(mine[0]): mine
-             for mine in _groups(calls, "scheme", "accelerator").values()}, "layer"))
+            {f"{scheme} @ {hw}": mine
+             for (scheme, hw), mine in _groups(calls, "scheme", "accelerator").items()},
+            "layer"))
         for (hw,), mine in _groups(calls, "accelerator").items():
             sec.parts.append(_roofline(
                 f"roofline-{model}-{phase}-{hw}", f"{model} {phase} on {hw}: roofline, each "
@@ -498,9 +501,7 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
 
     if est is not None:
         sec.parts.append(_Table("estimate", est, est.columns))
-    accelerator = None
-    if manifest and manifest.get("accelerators"):
-        accelerator = manifest["accelerators"][0].get("name")
+    accelerator = ((manifest or {}).get("accelerators") or [{}])[0].get("name")  # the first
     per_layer = [r for src in layer_sums for r in src.rows]
     for (phase,), rows in _groups(per_layer, "phase").items():
         sec.parts.append(_block_bars(
@@ -548,23 +549,19 @@ def _sweeps_section(by_context: _Csv | None, by_batch: _Csv | None) -> _Section:
             continue
         for metric, ylabel in (("tpot_ms", "TPOT (ms)"),
                                ("energy_per_token_mj", "energy / token (mJ)")):
-            data = [{
-                "type": "scatter", "mode": "lines+markers", "name": str(scheme),
-                "x": [p[key] for p in pts], "y": [p[metric] for p in pts],
-                "customdata": [[p["tokens_per_s"], _shown("pe_utilization",
-                                                           p["pe_utilization"])] for p in pts],
-                "hovertemplate": f"{label} %{{x}}<br>{ylabel} %{{y:.4g}}<br>tokens/s "
-                "%{customdata[0]:.4g}<br>PE util %{customdata[1]:.2f}%"
-                "<extra>%{fullData.name}</extra>",
-            } for (scheme,), pts in _groups(sweep.rows, "scheme").items()]
+            data = _lines(sweep.rows, key, metric, f"{label} %{{x}}<br>{ylabel} %{{y:.4g}}"
+                          "<br>tokens/s %{customdata[0]:.4g}<br>PE util %{customdata[1]:.2f}%",
+                          customdata=lambda pts: [[p["tokens_per_s"], _shown(
+                              "pe_utilization", p["pe_utilization"])] for p in pts])
             sec.parts.append(_Figure(f"sweep-{key}-{metric}", data, _layout(
                 f"{ylabel} vs {label}", label, ylabel, xlog=True, ylog=True)))
         sec.parts.append(_Table(f"sweep-{key}", sweep, sweep.columns))
     return sec
 
 
-#: The fronts dse marks against area (``tenet_byoc.dse.OBJECTIVE_PAIRS``), with their figure.
-_DSE_FRONTS = (("tpot_area", "tpot_ms", "TPOT (ms)"), ("ttft_area", "ttft_ms", "TTFT (ms)"),
+#: The fronts dse marks against area (``tenet_byoc.dse.OBJECTIVE_PAIRS``), with their figure
+#: (the page's and ``dse_fronts.png``'s).
+DSE_FRONTS = (("tpot_area", "tpot_ms", "TPOT (ms)"), ("ttft_area", "ttft_ms", "TTFT (ms)"),
                ("energy_area", "energy_per_token_mj", "energy / token (mJ)"))
 #: Off-front points drawn per scheme and plot; more are thinned evenly (fronts stay whole).
 _DSE_CLOUD = 1500
@@ -593,7 +590,7 @@ def _dse_section(points: _Csv) -> _Section:
                    "design. Designs refused (over a budget, or a dataflow the array cannot "
                    "run) stay in the table with their reason.")
     feasible = [r for r in points.rows if str(r.get("feasible")) == "True"]
-    for front, metric, label in _DSE_FRONTS:
+    for front, metric, label in DSE_FRONTS:
         data = []
         for i, ((scheme,), mine) in enumerate(_groups(feasible, "scheme").items()):
             mine = [r for r in mine if _finite(r.get(metric)) and _finite(r.get("area_mm2"))]
@@ -647,12 +644,8 @@ def _serving_section(serving: _Csv) -> _Section:
                    "prefilled padded to its longest prompt, then decoded to its longest "
                    "output; TTFT is a request's batch's prefill, TPOT its mean decode step.")
     for metric in ("tokens_per_s", "ttft_ms_max", "tpot_ms_max"):
-        data = [{
-            "type": "scatter", "mode": "lines+markers", "name": str(scheme),
-            "x": [p["batch"] for p in pts], "y": [p[metric] for p in pts],
-            "hovertemplate": f"batch %{{x}}<br>{_label(metric)} %{{y:.4g}}"
-            "<extra>%{fullData.name}</extra>",
-        } for (scheme,), pts in _groups(serving.rows, "scheme").items()]
+        data = _lines(serving.rows, "batch", metric,
+                      f"batch %{{x}}<br>{_label(metric)} %{{y:.4g}}")
         sec.parts.append(_Figure(f"serving-{metric}", data, _layout(
             f"{_label(metric)} vs batch", "batch (requests per static batch)", _label(metric),
             xlog=True, ylog=True)))
@@ -709,35 +702,23 @@ def _serve_section(doc: dict, timeline: _Csv) -> _Section:
                              "y": [t[f"{metric}_ms_p90"] for t in tried],
                              "hovertemplate": f"{scheme}<br>%{{x:.4g}} req/s offered<br>"
                              f"p90 {name} %{{y:.4g}} ms<extra></extra>"})
-        shapes = []
-        if targets[metric] is not None:
-            shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1,
-                           "y0": targets[metric], "y1": targets[metric],
-                           "line": {"dash": "dash", "color": "#888"}})
+        shapes = [] if targets[metric] is None else [
+            {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": targets[metric],
+             "y1": targets[metric], "line": {"dash": "dash", "color": "#888"}}]
         sec.parts.append(_Figure(f"serve-{metric}", data, _layout(
             f"{name} percentiles vs load" + (f" (p90 target {targets[metric]} ms dashed)"
                                               if targets[metric] is not None else ""),
             "load (requests/s)", f"{name} (ms)", shapes=shapes)))
-    by_scheme = _groups(timeline.rows, "scheme")
+    thinned = [r for rows in _groups(timeline.rows, "scheme").values()
+               for r in rows[::max(1, -(-len(rows) // _TIMELINE_POINTS))]]
     for column, label in (("sequences", "batch (sequences per iteration)"),
                           ("kv_use", "KV cache in use (share of blocks)")):
-        data = []
-        for (scheme,), rows in by_scheme.items():
-            stride = max(1, -(-len(rows) // _TIMELINE_POINTS))
-            rows = rows[::stride]
-            data.append({"type": "scatter", "mode": "lines", "name": str(scheme),
-                         "line": {"shape": "hv"},
-                         "x": [r["start_s"] for r in rows], "y": [r[column] for r in rows],
-                         "hovertemplate": f"%{{x:.4g}} s<br>{label} %{{y:.4g}}"
-                         "<extra>%{fullData.name}</extra>"})
+        data = _lines(thinned, "start_s", column, f"%{{x:.4g}} s<br>{label} %{{y:.4g}}",
+                      mode="lines", line={"shape": "hv"})
         sec.parts.append(_Figure(f"serve-{column}", data, _layout(
             f"{label} over time (the run as given)", "time (s)", label)))
-    rows = []
-    for scheme, e in schemes.items():
-        row = {c: e.get(c) for c in _SERVE_COLUMNS}
-        row["scheme"] = scheme
-        row["kv_tokens"] = (e.get("cache") or {}).get("tokens")
-        rows.append(row)
+    rows = [{**{c: e.get(c) for c in _SERVE_COLUMNS}, "scheme": scheme,
+             "kv_tokens": (e.get("cache") or {}).get("tokens")} for scheme, e in schemes.items()]
     sec.parts.append(_Table("serve-summary", _Csv("summary.json", list(_SERVE_COLUMNS), rows),
                             _SERVE_COLUMNS))
     return sec
@@ -985,11 +966,8 @@ class PageCheck:
 
 def chromium_path() -> str | None:
     """Debian's ``chromium`` (or ``chromium-browser``, ``google-chrome``) on PATH, if any."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
+                                                "google-chrome"))), None)
 
 
 class _DevTools:
@@ -997,12 +975,7 @@ class _DevTools:
     commands in on fd 3, replies and events out on fd 4, each ended by a NUL byte)."""
 
     def __init__(self, exe: str, flags: list[str], deadline: float, log: Path) -> None:
-        import time
-
-        self._time = time
         self.deadline = deadline
-        import sys
-
         to_chrome, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome = os.pipe()
         # A small Python puts Chromium's pipe ends at fds 3 and 4, where it looks for them,
@@ -1036,7 +1009,7 @@ class _DevTools:
         os.write(self._to_chrome, json.dumps(message).encode() + b"\0")
         while True:
             while b"\0" not in self._buffer:
-                left = self.deadline - self._time.monotonic()
+                left = self.deadline - time.monotonic()
                 ready, _, _ = select.select([self._from_chrome], [], [], max(left, 0))
                 if not ready:
                     raise TimeoutError(f"chromium: no reply to {method} in time")
@@ -1115,7 +1088,6 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
     RuntimeError
         If Chromium fails or the page never finished its self-check in time.
     """
-    import time
 
     query = [("tenet-check", "")]
     for name, action in (("sort_by", sort_by), ("filter_by", filter_by)):
@@ -1174,10 +1146,9 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
         tables={k: (v["rows"], v["source"]) for k, v in doc["tables"].items()},
         errors=list(doc["errors"]), resources=list(doc["resources"]),
         paint_ms=None if doc.get("paint_ms") is None else float(doc["paint_ms"]),
-        open_ms=float(doc["open_ms"]), plotly_ms=float(doc["plotly_ms"]),
-        first_ms=float(doc["first_ms"]), plots_ms=float(doc["plots_ms"]),
-        ready_ms=float(doc["ready_ms"]), wall_s=wall,
-        cpu_s=cpu, sorted_rows=doc["sort"]["rows"] if "sort" in doc else None,
+        **{k: float(doc[k]) for k in ("open_ms", "plotly_ms", "first_ms", "plots_ms",
+                                      "ready_ms")},
+        wall_s=wall, cpu_s=cpu, sorted_rows=doc["sort"]["rows"] if "sort" in doc else None,
         filtered_rows=doc["filter"]["rows"] if "filter" in doc else None,
     )
 
@@ -1392,7 +1363,6 @@ _APP = r"""
   Object.keys(tables).forEach(function (key) {
     scrollers[key] = makeTable(document.getElementById('table-' + key), tables[key]);
   });
-  check.tables_ms = performance.now();
 
   var parsed = new Promise(function (r) {
     if (document.readyState !== 'loading') r();
@@ -1528,9 +1498,7 @@ _APP = r"""
     var paint = performance.getEntriesByName('first-contentful-paint');
     check.paint_ms = paint.length ? paint[0].startTime : null;
     // The browser may present the frame after our task ran: open is the later of the two.
-    check.frame_ms = check.open_ms;
     check.open_ms = Math.max(check.open_ms, check.paint_ms || 0);
-    check.drawn_ms = drawn;
     check.errors = window.__tenetErrors;
     check.resources = performance.getEntriesByType('resource').map(function (e) {
       return e.name;

@@ -6,9 +6,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 __all__ = ["LAYER_COLUMNS", "MANIFEST", "ROW_COLUMNS", "LayerCost", "SweepResult", "SweepRow",
            "markdown_table", "si", "write_manifest"]
@@ -121,18 +122,44 @@ ROW_COLUMNS = [f.name for f in fields(SweepRow)]
 LAYER_COLUMNS = [f.name for f in fields(LayerCost)]
 
 
-def write_csv(columns: Sequence[str], items: Sequence, path: str | Path | None) -> str:
-    """CSV text of ``items``' attributes ``columns`` (None as empty), written to ``path``
+def _written(text: str, path: str | Path | None) -> str:
+    """``text``, written to ``path`` (UTF-8) when given."""
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
+def write_rows(header: Sequence[str], rows: Iterable[Sequence], path: str | Path | None
+               ) -> str:
+    """CSV text of ``rows`` (each a list of cells) under ``header``, written to ``path``
     when given."""
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(columns)
-    for item in items:
-        writer.writerow(["" if getattr(item, c) is None else getattr(item, c) for c in columns])
-    text = buf.getvalue()
-    if path is not None:
-        Path(path).write_text(text)
-    return text
+    writer.writerow(header)
+    writer.writerows(rows)
+    return _written(buf.getvalue(), path)
+
+
+def write_csv(columns: Sequence[str], items: Sequence, path: str | Path | None) -> str:
+    """CSV text of ``items``' attributes ``columns`` (None as empty), written to ``path``
+    when given."""
+    return write_rows(columns, (["" if getattr(item, c) is None else getattr(item, c)
+                                 for c in columns] for item in items), path)
+
+
+def write_json(doc: Any, path: str | Path | None) -> str:
+    """``doc`` as indented JSON text, written to ``path`` when given."""
+    return _written(json.dumps(doc, indent=1), path)
+
+
+def save_files(out_dir: str | Path, writers: dict[str, Callable[[Path], Any]]) -> list[Path]:
+    """Write each file ``name`` of ``writers`` into ``out_dir`` (made if needed) with
+    ``writers[name](path)``; return the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, write in writers.items():
+        write(out / name)
+    return [out / name for name in writers]
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -169,25 +196,14 @@ class SweepResult:
 
     def to_json(self, path: str | Path | None = None) -> str:
         """Rows, notes and total wall time (per-call costs are in :meth:`layers_to_csv`)."""
-        doc = {
-            "wall_s": self.wall_s,
-            "notes": self.notes,
-            "rows": [asdict(r) for r in self.rows],
-        }
-        text = json.dumps(doc, indent=1)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return write_json({"wall_s": self.wall_s, "notes": self.notes,
+                           "rows": [asdict(r) for r in self.rows]}, path)
 
-    def save(self, out_dir: str | Path) -> list[Path]:
-        """Write ``sweep.csv``, ``sweep.json`` and ``layers.csv`` into ``out_dir``."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = [out / "sweep.csv", out / "sweep.json", out / "layers.csv"]
-        self.to_csv(paths[0])
-        self.to_json(paths[1])
-        self.layers_to_csv(paths[2])
-        return paths
+    def save(self, out_dir: str | Path, prefix: str = "sweep") -> list[Path]:
+        """Write ``sweep.csv``, ``sweep.json`` and ``layers.csv`` into ``out_dir`` (``prefix``
+        names the first two: ``run`` for ``tenet-byoc run``)."""
+        return save_files(out_dir, {f"{prefix}.csv": self.to_csv, f"{prefix}.json": self.to_json,
+                                    "layers.csv": self.layers_to_csv})
 
     def table(self, model: str | None = None) -> str:
         """The rows (of ``model``, or all) as a markdown table with readable units."""
@@ -195,22 +211,16 @@ class SweepResult:
                   "x roofline", "est. latency (us)", "PE util", "weight bytes",
                   "off-chip bytes", "DRAM bytes", "energy (uJ)", "bandwidth (GB/s)", "max abs err",
                   "top-1 agree", "accuracy", "wall (ms)"]
-        rows = []
-        for r in self.rows:
-            if model is not None and r.model != model:
-                continue
-            rows.append([
-                r.model, r.scheme, r.accelerator, r.phase, r.tokens, si(r.macs),
-                si(r.cycles),
-                f"{r.cycles / r.roofline_cycles:.2f}" if r.roofline_cycles else "-",
-                f"{r.latency_us:,.1f}", f"{100 * r.pe_utilization:.1f}%",
-                si(r.weight_bytes, "B"), si(r.offchip_bytes, "B"),
-                si(r.dram_bytes, "B"), f"{r.energy_pj / 1e6:,.2f}",
-                f"{r.bandwidth_gbps:.1f}", f"{r.max_abs_error:.3g}",
-                f"{100 * r.top1_agreement:.1f}%",
-                "-" if r.accuracy is None else f"{100 * r.accuracy:.2f}%", f"{1e3 * r.wall_s:.1f}",
-            ])
-        return markdown_table(header, rows)
+        return markdown_table(header, [[
+            r.model, r.scheme, r.accelerator, r.phase, r.tokens, si(r.macs), si(r.cycles),
+            f"{r.cycles / r.roofline_cycles:.2f}" if r.roofline_cycles else "-",
+            f"{r.latency_us:,.1f}", f"{100 * r.pe_utilization:.1f}%",
+            si(r.weight_bytes, "B"), si(r.offchip_bytes, "B"),
+            si(r.dram_bytes, "B"), f"{r.energy_pj / 1e6:,.2f}",
+            f"{r.bandwidth_gbps:.1f}", f"{r.max_abs_error:.3g}",
+            f"{100 * r.top1_agreement:.1f}%",
+            "-" if r.accuracy is None else f"{100 * r.accuracy:.2f}%", f"{1e3 * r.wall_s:.1f}",
+        ] for r in self.rows if model is None or r.model == model])
 
 
 def _accelerator_entry(acc) -> dict:
@@ -275,8 +285,4 @@ def write_manifest(out_dir: str | Path, *, command: str, argv: Sequence[str],
         "versions": versions,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / MANIFEST
-    path.write_text(json.dumps(doc, indent=1))
-    return path
+    return save_files(out_dir, {MANIFEST: lambda path: write_json(doc, path)})[0]

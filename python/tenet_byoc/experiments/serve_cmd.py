@@ -11,13 +11,14 @@ load and of the batch and KV use over time. Static batching stays ``estimate --s
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .results import markdown_table, write_rows
 
 __all__ = ["plot_latency_vs_load", "plot_timeline", "run_serve"]
 
@@ -41,25 +42,6 @@ def _lengths(args: argparse.Namespace) -> Any:
             raise ValueError("--lengths and --prompt-len / --output-len exclude each other")
         return FixedLengths(args.prompt_len, args.output_len)
     return SHAREGPT_LIKE
-
-
-def _system(args: argparse.Namespace, acc: Any) -> Any:
-    """The System of ``--tp / --pp / --chips / --link-*``, or None for one chip.
-
-    Every bad multi-chip flag is reported at once, in one ``ValueError`` naming the flags.
-    """
-    tp, pp = args.tp, args.pp
-    chips = args.chips if args.chips is not None else tp * pp
-    if chips == 1 and tp == 1 and pp == 1:
-        return None
-    from ..system import System
-    from .estimate_cmd import chip_flag_problems
-
-    link, problems = chip_flag_problems(args, chips)
-    if problems:
-        raise ValueError(f"{len(problems)} bad multi-chip option(s) for {args.model}:\n  "
-                         + "\n  ".join(problems))
-    return System(acc, chips, tp, pp, 1, link)
 
 
 def _pools(args: argparse.Namespace, acc: Any) -> tuple[Any, Any] | None:
@@ -96,6 +78,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from ..accelerators import resolve
     from ..serving import SchedulerConfig, read_trace
     from ..serving.study import serve
+    from .estimate_cmd import chip_system
 
     lengths = _lengths(args)
     trace = read_trace(args.trace) if args.trace is not None else None
@@ -103,7 +86,7 @@ def run_serve(args: argparse.Namespace) -> int:
     memory = args.memory_gb * 1e9 if args.memory_gb is not None else None
     scheduler = SchedulerConfig(args.policy, args.token_budget, args.max_seqs)
     pools = _pools(args, acc)
-    system = None if pools else _system(args, acc)
+    system = None if pools else chip_system(args, acc)
 
     def progress(label: str, total: int):
         if args.no_progress:
@@ -146,8 +129,6 @@ _HEADER = ["scheme", "KV tokens", "weights (GB)", "TTFT p50 / p90 / p99 (ms)",
 
 def serve_table(served: Sequence[Any], ttft_ms: float | None, tpot_ms: float | None) -> str:
     """A markdown table, one row per scheme."""
-    from .results import markdown_table
-
     rows = []
     for s in served:
         m = s.metrics
@@ -165,31 +146,22 @@ def serve_table(served: Sequence[Any], ttft_ms: float | None, tpot_ms: float | N
 
 def write_requests(served: Sequence[Any], path: Path) -> Path:
     """``requests.csv``: one row per request and scheme."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["scheme", "request", "arrival_s", "first_token_s", "finish_s",
-                    "prompt_tokens", "output_tokens", "preemptions"])
-        for s in served:
-            r = s.run
-            for i in range(r.requests):
-                w.writerow([s.scheme, i, f"{r.arrival_s[i]:.9g}", f"{r.first_token_s[i]:.9g}",
-                            f"{r.finish_s[i]:.9g}", int(r.prompt_tokens[i]),
-                            int(r.output_tokens[i]), int(r.preemptions[i])])
+    write_rows(["scheme", "request", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
+                "output_tokens", "preemptions"],
+               ([s.scheme, i, f"{r.arrival_s[i]:.9g}", f"{r.first_token_s[i]:.9g}",
+                 f"{r.finish_s[i]:.9g}", int(r.prompt_tokens[i]), int(r.output_tokens[i]),
+                 int(r.preemptions[i])] for s in served for r in [s.run]
+                for i in range(r.requests)), path)
     return path
 
 
 def write_timeline(served: Sequence[Any], path: Path) -> Path:
     """``timeline.csv``: one row per iteration and scheme."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["scheme", "start_s", "seconds", "sequences", "tokens", "kv_blocks",
-                    "kv_use"])
-        for s in served:
-            r = s.run
-            for i in range(r.iterations):
-                w.writerow([s.scheme, f"{r.step_start_s[i]:.9g}", f"{r.step_seconds[i]:.6g}",
-                            int(r.step_sequences[i]), int(r.step_tokens[i]),
-                            int(r.step_kv_blocks[i]), f"{r.step_kv_blocks[i] / r.kv_blocks:.4f}"])
+    write_rows(["scheme", "start_s", "seconds", "sequences", "tokens", "kv_blocks", "kv_use"],
+               ([s.scheme, f"{r.step_start_s[i]:.9g}", f"{r.step_seconds[i]:.6g}",
+                 int(r.step_sequences[i]), int(r.step_tokens[i]), int(r.step_kv_blocks[i]),
+                 f"{r.step_kv_blocks[i] / r.kv_blocks:.4f}"] for s in served for r in [s.run]
+                for i in range(r.iterations)), path)
     return path
 
 
@@ -243,7 +215,7 @@ def plot_latency_vs_load(served: Sequence[Any], path: Path, ttft_ms: float | Non
     rates the search tried; without targets, the one run at its achieved rate)."""
     from matplotlib.figure import Figure
 
-    from .plots import save_figure, scale_axis
+    from .plots import label_axes, save_figure
 
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     axes = fig.subplots(1, 2)
@@ -262,11 +234,8 @@ def plot_latency_vs_load(served: Sequence[Any], path: Path, ttft_ms: float | Non
                 ax.axvline(s.search.rate, color=f"C{i}", alpha=0.4)
         if target is not None:
             ax.axhline(target, color="red", linestyle="--", label="p90 target")
-        scale_axis(ax, "x", xs)  # log only where the rates or latencies span two decades
-        scale_axis(ax, "y", ys)
-        ax.set_xlabel("arrival rate (requests/s)")
-        ax.set_ylabel(f"{metric.upper()} (ms)")
-        ax.grid(True, which="both", alpha=0.3)
+        # log only where the rates or latencies span two decades
+        label_axes(ax, xs, ys, "arrival rate (requests/s)", f"{metric.upper()} (ms)")
     axes[1].legend(fontsize=7, ncol=2)
     fig.suptitle(f"{title}: latency percentiles against load (vertical: largest rate "
                  "meeting the p90 targets)")

@@ -241,8 +241,7 @@ def serve(model: Any, requests: Sequence[Request], batch: int, scheme: str = "no
     tokens = sum(t.output_tokens for t in times)
     static_mj = static_w * total * 1e3 / tokens  # W x s = J
     return ServingFigures(
-        scheme, batch, len(requests), len(times), total, len(requests) / total,
-        sum(t.output_tokens for t in times) / total,
+        scheme, batch, len(requests), len(times), total, len(requests) / total, tokens / total,
         1e3 * sum(ttft) / len(ttft), 1e3 * max(ttft),
         1e3 * sum(tpot) / len(tpot) if tpot else 0.0, 1e3 * max(tpot, default=0.0),
         1 - useful / rows,
@@ -293,7 +292,7 @@ def plot_serving(figures: Sequence[ServingFigures], path: str | Path, title: str
     targets drawn; the largest batch meeting them is marked."""
     from matplotlib.figure import Figure
 
-    from .plots import scale_axis
+    from .plots import label_axes, save_figure
 
     fig = Figure(figsize=(12, 4), layout="constrained")
     axes = fig.subplots(1, 3)
@@ -311,15 +310,9 @@ def plot_serving(figures: Sequence[ServingFigures], path: str | Path, title: str
                         color="black", linestyle="none")
         if target is not None:
             ax.axhline(target, color="red", linestyle="--", label="target")
-        batches = sorted({f.batch for f in figures})
-        scale_axis(ax, "x", batches, ticks=batches, ratio=8)
-        scale_axis(ax, "y", [getattr(f, metric) for f in figures]
-                   + ([target] if target is not None else []))
-        ax.set_xlabel("batch (requests per static batch)")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
+        label_axes(ax, [f.batch for f in figures], [getattr(f, metric) for f in figures]
+                   + ([target] if target is not None else []),
+                   "batch (requests per static batch)", label, swept=True)
     axes[0].legend(title="scheme (* largest batch meeting the targets)")
     fig.suptitle(title)
-    from .plots import save_figure
-
     return save_figure(fig, path, dpi=110)
