@@ -566,17 +566,6 @@ class MoECallGroup(NamedTuple):
     host: bool = False
 
 
-# Roles of the attention GEMMs that are not linear layers.
-_ATTENTION_ROLES = {"attn.qk": "key", "attn.pv": "value", "attn.qk_latent": "key",
-                    "attn.qk_rope": "key", "attn.pv_latent": "value",
-                    "attn.q_absorb": "absorbed", "attn.v_absorb": "absorbed"}
-
-
-def _role(name: str) -> str:
-    tail = name.split(".", 2)[-1] if name.startswith("layers.") else name
-    return _ATTENTION_ROLES.get(tail, "weight")
-
-
 def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
                     tokens_per_expert: Sequence[Sequence[int]] | None = None, batch: int = 1,
                     activation_bits: int = 32, k_multiple: int = 1,
