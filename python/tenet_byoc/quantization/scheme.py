@@ -13,6 +13,7 @@ the same schemes. This module knows no TVM: it is plain values.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import numbers
@@ -547,6 +548,12 @@ def get_scheme(scheme: str | QuantScheme) -> QuantScheme:
         raise TypeError(f"scheme={scheme!r} ({type(scheme).__name__}); expected a preset name "
                         "(tenet_byoc.quantization.SCHEMES), a spec string such as "
                         "'w=int4/group32,a=f16', or a QuantScheme")
+    return _named_scheme(scheme)
+
+
+@functools.lru_cache(maxsize=256)
+def _named_scheme(scheme: str) -> QuantScheme:
+    """:func:`get_scheme` of a name or spec (schemes are immutable: each made once)."""
     if scheme in SCHEMES:
         return SCHEMES[scheme]
     if "+" in scheme:

@@ -361,19 +361,21 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         return compose(Plan(p.step, p.phase, tuple(calls)), charges.cost, charges.schedule,
                        clock).seconds
 
-    def scaled(step: Step, attention: bool) -> float:
+    def scaled(step: Step | Plan, attention: bool) -> float:
         # The plan's written calls (a plan cut to its repeating layers: Plan.calls), each
         # counted as many times as its layer stands for: a GEMM and its epilogues share a
         # layer, so each part is a chain of whole groups and the parts add up. Only the
         # part asked for is charged and composed (a prompt's attention term charges no
         # weight GEMMs of its unrounded length).
-        p = plan(config, step, scheme, sharding, attention=kernel)
+        p = step if isinstance(step, Plan) else plan(config, step, scheme, sharding,
+                                                     attention=kernel)
         calls = [pc._replace(count=_repeats(p, pc.layer)) for pc in p.written
                  if not (pc.name.endswith(writes) or pc.name.startswith("lm_head"))  # below
                  and (pc.fused_with or pc.name).endswith(ATTENTION_PARTS) == attention]
         return seconds(p, calls)
 
     prefills: dict[tuple[int, bool], float] = {}
+    prefill_plans: dict[int, Plan] = {}
 
     def ends(tokens: int) -> tuple[float, float]:
         # The dense part's calls outside the layers: those before them (the embedding, on
@@ -409,7 +411,10 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     def prefill(tokens: int, attention: bool) -> float:
         found = prefills.get((tokens, attention))
         if found is None:
-            found = prefills[tokens, attention] = scaled(Step.prefill(tokens), attention)
+            # The other part's term of this prefill takes the plan made here (once).
+            p = prefill_plans.pop(tokens, None) or prefill_plans.setdefault(tokens, plan(
+                config, Step.prefill(tokens), scheme, sharding, attention=kernel))
+            found = prefills[tokens, attention] = scaled(p, attention)
         return found
 
     def head(sequences: int) -> float:
