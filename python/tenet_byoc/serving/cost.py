@@ -49,7 +49,15 @@ def _checked(seconds: float, what: object) -> float:
     return seconds
 
 
-class CachedStepCost:
+class _StepCost:
+    """A cost asked per step: the seconds of its ``(new_tokens, context)`` sequences."""
+
+    def __call__(self, step: Step) -> float:
+        return self.seconds_of(s_key for s, n in step.groups
+                               for s_key in [(s.new_tokens, s.context)] * n)
+
+
+class CachedStepCost(_StepCost):
     """``step_cost`` cached per step shape."""
 
     def __init__(self, step_cost: Callable[[Step], float]):
@@ -72,12 +80,8 @@ class CachedStepCost:
             found = self._seen[key] = _checked(self.step_cost(step), step)
         return found
 
-    def __call__(self, step: Step) -> float:
-        return self.seconds_of(s_key for s, n in step.groups
-                               for s_key in [(s.new_tokens, s.context)] * n)
 
-
-class SplitStepCost:
+class SplitStepCost(_StepCost):
     """``dense(tokens) + head(sequences) + sum over sequences of attention(new_tokens,
     context)``, each cached (see the module; no ``head``: 0)."""
 
@@ -163,10 +167,6 @@ class SplitStepCost:
             found = att.get((new, context))
             total += found if found is not None else self._attention_s(new, context)
         return total + self._dense_s(tokens) + self._head_s(sequences)
-
-    def __call__(self, step: Step) -> float:
-        return self.seconds_of(s_key for s, n in step.groups
-                               for s_key in [(s.new_tokens, s.context)] * n)
 
     def decode_seconds(self, contexts: Sequence[int], m: int) -> np.ndarray:
         """Seconds of ``m`` consecutive decode steps of the same sequences: in step ``t``
