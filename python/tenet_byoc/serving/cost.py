@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..plan import Step, StepSequence
+from .kv_cache import _layers_heads_dim
 
 __all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost", "kv_cache_calls",
            "model_step_cost"]
@@ -225,12 +226,6 @@ def _repeats(p: Any, layer: int | None) -> int:
     return len(range(layer, p.layers, p.period))
 
 
-def _layers_heads_dim_of(config: Any) -> int:
-    from .kv_cache import _layers_heads_dim
-
-    return _layers_heads_dim(config)[0]
-
-
 def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int = 1
                    ) -> list[Any]:
     """The vector calls that put ``tokens`` new tokens' keys and values into the cache, for
@@ -244,8 +239,6 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int =
     heads."""
     from .. import cost_model as cm
     from ..quantization import get_scheme
-    from .kv_cache import _layers_heads_dim
-
     s = get_scheme(scheme)
     _, heads, dim = _layers_heads_dim(config)
     heads //= tensor_parallel
@@ -344,7 +337,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
                              f"tensor_parallel={tp} chips is not planned (its experts are "
                              "spread by expert parallelism: tenet_byoc.plan.expert_parallel)")
         check_tensor_parallel(config, tp)
-        stage_layers(_layers_heads_dim_of(config), pp)
+        stage_layers(_layers_heads_dim(config)[0], pp)
     sharding = Sharding(tp, 1, 1)
     acc = resolve(accelerator, mapping=mapping)
     kernel = attention  # (the name is a term's function below)
@@ -354,7 +347,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
             _SHARED.clear()
         charges = _SHARED[acc, link] = Charges(acc, link)
     clock = acc.hardware.clock_ghz
-    n_layers = _layers_heads_dim_of(config)
+    n_layers = _layers_heads_dim(config)[0]
     writes = ("k_cache", "v_cache")
 
     def seconds(p: Plan, calls: list) -> float:
