@@ -16,8 +16,9 @@ that computes them (the prefix's owner) as it fills them, and kept while any seq
 references them (counted references; no cache of freed prefixes is kept).
 
 Thread safety: a :class:`PagedKVCache` is mutable and not thread-safe (one per simulation).
-Errors: bad sizes raise ``ValueError`` naming the field; taking more blocks than are free
-raises ``RuntimeError`` (a scheduler bug, never a user error).
+Errors: bad sizes raise ``ValueError`` naming the field; giving back more blocks than are in
+use raises ``RuntimeError`` (a scheduler bug, never a user error). The scheduler takes blocks
+by adding to :attr:`PagedKVCache.used` after checking they are free (its hot path).
 """
 
 from __future__ import annotations
@@ -131,20 +132,9 @@ class PagedKVCache:
         self.used = 0
         self._prefixes: dict[str, _Prefix] = {}
 
-    @property
-    def free(self) -> int:
-        """Blocks not in use."""
-        return self.blocks - self.used
-
     def blocks_for(self, tokens: int) -> int:
         """Blocks that hold ``tokens`` tokens."""
         return -(-tokens // self.block_size)
-
-    def take(self, n: int) -> None:
-        """Use ``n`` more blocks."""
-        if n > self.blocks - self.used:
-            raise RuntimeError(f"PagedKVCache: {n} blocks asked for, {self.free} free")
-        self.used += n
 
     def give(self, n: int) -> None:
         """Return ``n`` blocks."""
