@@ -3,9 +3,11 @@
 Weights are counted at their stored widths under a quantization scheme: every GEMM weight
 (projections, experts, routers, an untied head) at ``weight_bits`` with its side data (one
 scale of ``scale_dtype`` per tensor, output channel or group; with ``uint`` weights a zero
-point per scale at the weight's width), everything else (embeddings, norms, biases) in
-float32, as the Relax models hold them. A tied head under a weight-quantizing scheme is a
-quantized copy beside the float embedding table. The KV cache holds each sequence's keys and
+point per scale at the weight's width), K padded as ``quantize`` pads it, everything else
+(embeddings, norms, biases) in float32, as the Relax models hold them. A tied head under a
+weight-quantizing scheme is a quantized copy beside the float embedding table.
+:func:`weight_bytes` is this count, the one the serving KV cache also sizes with (there in a
+serving engine's convention, ``engine=True``: a 16-bit table, no norms or biases). The KV cache holds each sequence's keys and
 values at ``kv_bits`` with fp16 scales as the scheme's KV granularity says. Activations'
 peak is the residual stream plus the largest set of intermediates one layer holds at once
 (q/k/v, attention scores and probabilities, the MLP's gate, up and product, the logits), at
