@@ -304,11 +304,9 @@ def footprint(config: Any, scheme: Any = "none", sequences: int = 1, context: in
     if isinstance(config, str):
         config = resolve_config(config)
     quant = get_scheme(scheme)
-    _count("sequences", sequences, 0)
-    _count("context", context, 0)
-    _count("tp", tp, 1)
-    _count("pp", pp, 1)
-    _count("ep", ep, 1)
+    for name, value, low in (("sequences", sequences, 0), ("context", context, 0),
+                             ("tp", tp, 1), ("pp", pp, 1), ("ep", ep, 1)):
+        _count(name, value, low)
     tokens = sequences if step_tokens is None else step_tokens
     _count("step_tokens", tokens, 0)
     sequences, tokens = -(-sequences // ep), -(-tokens // ep)
