@@ -88,3 +88,24 @@ def test_gpt2_counts_its_124_million_weights():
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         footprint("llama-3-8b", **kwargs)
+
+
+def test_one_weight_count_in_both_conventions_pads_k_by_hand():
+    # GPT-2 small under int4 weights in groups of 512: K = 768 is padded to 1024 (as
+    # quantize pads it), 3072 is a multiple. c_attn [2304, 768], attn c_proj [768, 768],
+    # c_fc [3072, 768], mlp c_proj [768, 3072]; the tied head gets a quantized copy
+    # [50257, 768 -> 1024] beside the table. Relax holds the table and the rest of the
+    # 124,439,808 weights (norms, biases, positions) in float32; an engine the table at 16
+    # bits and nothing else.
+    from tenet_byoc.models.footprint import weight_bytes
+
+    scheme = "w=int4/group512,a=f16"
+    rows_k = [(2304, 1024), (768, 1024), (3072, 1024), (768, 3072)]
+    codes = 12 * sum(r * k for r, k in rows_k) * 4 + 50257 * 1024 * 4
+    scales = (12 * sum(r * k // 512 for r, k in rows_k) + 50257 * 2) * 16
+    table = 50257 * 768
+    gemms = 12 * (2304 * 768 + 768 * 768 + 2 * 3072 * 768)
+    rest = 124_439_808 - gemms - table
+    assert footprint("gpt2", scheme).weights == (codes + scales) / 8 + 4 * (table + rest)
+    assert weight_bytes(resolve_config("gpt2"), scheme, engine=True) == \
+        (codes + scales) / 8 + 2 * table

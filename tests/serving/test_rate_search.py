@@ -33,3 +33,9 @@ def test_tpot_alone_binds_and_none_is_reported():
     assert never.rate is None and never.metrics is None
     with pytest.raises(ValueError, match="needs a target"):
         max_rate(_curve, None, None)
+
+
+def test_a_rate_met_up_to_the_highest_stops_there():
+    # Every rate meets the targets: doubling from 1 stops at the bound, 1, 2, 4, then 5.
+    found = max_rate(lambda rate: _BASE, 500, 50, start=1.0, highest=5.0)
+    assert [r for r, _, _ in found.tried] == [1.0, 2.0, 4.0, 5.0] and found.rate == 5.0

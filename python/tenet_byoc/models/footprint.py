@@ -3,9 +3,11 @@
 Weights are counted at their stored widths under a quantization scheme: every GEMM weight
 (projections, experts, routers, an untied head) at ``weight_bits`` with its side data (one
 scale of ``scale_dtype`` per tensor, output channel or group; with ``uint`` weights a zero
-point per scale at the weight's width), everything else (embeddings, norms, biases) in
-float32, as the Relax models hold them. A tied head under a weight-quantizing scheme is a
-quantized copy beside the float embedding table. The KV cache holds each sequence's keys and
+point per scale at the weight's width), K padded as ``quantize`` pads it, everything else
+(embeddings, norms, biases) in float32, as the Relax models hold them. A tied head under a
+weight-quantizing scheme is a quantized copy beside the float embedding table.
+:func:`weight_bytes` is this count, the one the serving KV cache also sizes with (there in a
+serving engine's convention, ``engine=True``: a 16-bit table, no norms or biases). The KV cache holds each sequence's keys and
 values at ``kv_bits`` with fp16 scales as the scheme's KV granularity says. Activations'
 peak is the residual stream plus the largest set of intermediates one layer holds at once
 (q/k/v, attention scores and probabilities, the MLP's gate, up and product, the logits), at
@@ -23,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Fit", "Footprint", "fit", "footprint"]
+__all__ = ["Fit", "Footprint", "fit", "footprint", "kv_bytes_per_token", "weight_bytes"]
 
 
 @dataclass(frozen=True)
@@ -123,8 +125,11 @@ def _gemm_weights(config: Any, layers: int, tp: int, ep: int = 1
         yield experts_layers, d, e.shared_intermediate_size // tp
 
 
-def _weight_bytes(rows: int, cols: int, scheme: Any) -> float:
+def _gemm_bytes(rows: int, cols: int, scheme: Any) -> float:
+    # A [rows, cols] weight at its stored width, K (cols) padded as ``quantize`` pads it.
     bits = scheme.weight_bits
+    multiple = scheme.k_multiple()
+    cols = -(-cols // multiple) * multiple
     if bits >= 32 or scheme.weight_granularity == "none":
         return rows * cols * bits / 8
     scales = {"tensor": 1, "channel": rows,
@@ -183,6 +188,86 @@ def _elements(config: Any) -> int:
     return param_counts(config)[0]
 
 
+def _layers_per_stage(s: dict[str, Any], pp: int) -> int:
+    # The largest pipeline stage's layers (tenet_byoc.plan.stage_layers gives the first
+    # stages one more).
+    if pp > s["layers"]:
+        raise ValueError(f"footprint: pp={pp} exceeds the {s['layers']} layers")
+    return math.ceil(s["layers"] / pp)
+
+
+def _kv_heads(s: dict[str, Any], tp: int) -> int:
+    # Key/value heads per chip: split over tp, replicated when fewer; MLA's one latent whole.
+    return math.ceil(s["kv"] / tp) if s["v_width"] else s["kv"]
+
+
+def weight_bytes(config: Any, scheme: Any = "none", tp: int = 1, pp: int = 1, ep: int = 1,
+                 engine: bool = False) -> float:
+    """Bytes of the weights one chip holds, stored under ``scheme``: the one count of a
+    model's weights (:func:`footprint` and serving's KV cache both use it).
+
+    Every GEMM weight at the scheme's width with its side data (the module's rule), K padded
+    to ``QuantScheme.k_multiple`` as ``quantize`` pads it; under ``tp`` the GEMMs, the
+    embedding table and the head split over the chips, under ``pp`` the layers (the largest
+    stage's) with the embedding on the first stage and the head on the last (the larger of
+    the two counted), under ``ep`` the routed experts.
+
+    Parameters
+    ----------
+    config : GPT2Config, LlamaConfig or MoEConfig
+    scheme : str or QuantScheme
+    tp, pp, ep : int
+        Tensor-, pipeline- and expert-parallel degrees.
+    engine : bool
+        How the weights outside the GEMMs are held. False (the Relax models): the embedding
+        table, norms, biases and position table in float32. True (a serving engine): the
+        embedding table at 16 bits (32 under a float32 scheme), norms and biases left out
+        (under 0.1% of a 7B model). Either way a tied head reads the embedding table when
+        the scheme's weights are as wide as the table, else a quantized copy of it sits
+        beside the table.
+    """
+    from ..quantization import get_scheme
+
+    quant = get_scheme(scheme)
+    s = _shape(config)
+    layers = _layers_per_stage(s, pp)
+    d, vocab = s["d"], s["vocab"]
+    gemm = sum(n * _gemm_bytes(rows, cols, quant)
+               for n, rows, cols in _gemm_weights(config, layers, tp, ep) if n and rows and cols)
+    table_bits = 16 if engine and quant.weight_bits < 32 else 32
+    embed = vocab * d * table_bits / 8 / tp
+    head = 0.0 if s["tied"] and quant.weight_bits >= table_bits else _gemm_bytes(
+        vocab // tp, d, quant)
+    small = 0.0
+    if not engine:
+        # Everything else (norms, biases, position table, router biases): float32,
+        # replicated, the layers' part split over the stages.
+        gemm_all = sum(n * rows * cols for n, rows, cols in
+                       _gemm_weights(config, s["layers"], 1))
+        small = (_elements(config) - gemm_all - vocab * d * (2 - s["tied"])) * 4 / pp
+    return gemm + small + (embed + head if pp == 1 else max(embed, head))
+
+
+def kv_bytes_per_token(config: Any, scheme: Any = "none", tp: int = 1, pp: int = 1) -> float:
+    """Bytes one token's keys and values take in one chip's cache under ``scheme``: codes
+    at ``kv_bits`` and, for an int cache, the fp16 scales written with them (one per
+    token, layer and K / V; per head; or per group of a head's channels), for the largest
+    stage's layers and the chip's key/value heads (split over ``tp``, replicated when
+    fewer; multi-head latent attention's latent whole on every chip)."""
+    from ..quantization import SCALE_DTYPES, get_scheme
+
+    quant = get_scheme(scheme)
+    s = _shape(config)
+    kv_heads = _kv_heads(s, tp)
+    width = kv_heads * (s["k_width"] + s["v_width"])
+    bits = width * quant.kv_bits
+    if quant.kv_bits < 16:
+        scales = {"token": 2, "head": 2 * kv_heads,
+                  "group": width // max(quant.kv_group, 1)}[quant.kv_granularity]
+        bits += scales * SCALE_DTYPES["fp16"]
+    return _layers_per_stage(s, pp) * bits / 8
+
+
 def footprint(config: Any, scheme: Any = "none", sequences: int = 1, context: int = 0,
               step_tokens: int | None = None, tp: int = 1, pp: int = 1, ep: int = 1
               ) -> Footprint:
@@ -219,11 +304,9 @@ def footprint(config: Any, scheme: Any = "none", sequences: int = 1, context: in
     if isinstance(config, str):
         config = resolve_config(config)
     quant = get_scheme(scheme)
-    _count("sequences", sequences, 0)
-    _count("context", context, 0)
-    _count("tp", tp, 1)
-    _count("pp", pp, 1)
-    _count("ep", ep, 1)
+    for name, value, low in (("sequences", sequences, 0), ("context", context, 0),
+                             ("tp", tp, 1), ("pp", pp, 1), ("ep", ep, 1)):
+        _count(name, value, low)
     tokens = sequences if step_tokens is None else step_tokens
     _count("step_tokens", tokens, 0)
     sequences, tokens = -(-sequences // ep), -(-tokens // ep)
@@ -231,34 +314,10 @@ def footprint(config: Any, scheme: Any = "none", sequences: int = 1, context: in
     if context > s["context"]:
         raise ValueError(f"footprint: context={context} is longer than the model's "
                          f"{s['context']}")
-    if pp > s["layers"]:
-        raise ValueError(f"footprint: pp={pp} exceeds the {s['layers']} layers")
-    layers = math.ceil(s["layers"] / pp)
+    weights = weight_bytes(config, quant, tp, pp, ep)
+    cache = kv_bytes_per_token(config, quant, tp, pp) * context * sequences
     d, vocab = s["d"], s["vocab"]
-
-    gemm = sum(n * _weight_bytes(rows, cols, quant)
-               for n, rows, cols in _gemm_weights(config, layers, tp, ep) if n and rows and cols)
-    embed = vocab * d * 4 / tp
-    if s["tied"] and quant.weight_bits >= 32:
-        head = 0.0  # the head reads the embedding table
-    else:
-        head = _weight_bytes(vocab // tp, d, quant)
-    # Everything else (norms, biases, position table, router biases): float32, replicated,
-    # the layers' part split over the stages.
-    gemm_all = sum(n * rows * cols for n, rows, cols in
-                   _gemm_weights(config, s["layers"], 1))
-    small = (_elements(config) - gemm_all - vocab * d * (2 - s["tied"])) * 4 / pp
-    stage_ends = embed if pp == 1 else max(embed, head)
-    weights = gemm + small + (embed + head if pp == 1 else stage_ends)
-
-    kv_heads = math.ceil(s["kv"] / tp) if s["v_width"] else s["kv"]
-    elements = layers * kv_heads * (s["k_width"] + s["v_width"]) * context * sequences
-    cache = elements * quant.kv_bits / 8
-    if quant.kv_bits < 16:  # fp16 scales, written with each token
-        per_token = {"token": 2, "head": 2 * kv_heads,
-                     "group": kv_heads * (s["k_width"] + s["v_width"])
-                     // max(quant.kv_group, 1)}.get(quant.kv_granularity, 0)
-        cache += layers * context * sequences * per_token * 2
+    kv_heads = _kv_heads(s, tp)
 
     width = 4 if quant.activation_bits > 16 else 2
     heads = math.ceil(s["heads"] / tp)

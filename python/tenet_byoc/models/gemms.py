@@ -41,12 +41,10 @@ def model_gemms(config: Any, phase: str, tokens: int) -> list[Gemm]:
         query heads per group x tokens), and the head last.
     """
     if isinstance(config, GPT2Config):
-        shapes = gpt2_matmuls(config, tokens, phase)
-    elif isinstance(config, LlamaConfig):
-        shapes = llama_matmuls(config, tokens, phase)
-    else:
-        raise TypeError(f"config must be a GPT2Config or LlamaConfig, got {type(config).__name__}")
-    return shapes
+        return gpt2_matmuls(config, tokens, phase)
+    if isinstance(config, LlamaConfig):
+        return llama_matmuls(config, tokens, phase)
+    raise TypeError(f"config must be a GPT2Config or LlamaConfig, got {type(config).__name__}")
 
 
 def total_macs(config: Any, phase: str, tokens: int) -> int:

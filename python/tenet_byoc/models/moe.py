@@ -277,12 +277,21 @@ class MoEConfig:
         qk_norm = False
         shared, shared_gate, scoring, bias, groups, top_groups, scale = 0, False, "softmax", \
             False, 1, 1, 1.0
-        if model_type == "mixtral":
-            experts = need("num_local_experts")
-            inner = need("intermediate_size")
+        extra: dict[str, Any] = {}
+        swiglu: dict[str, Any] = {}
+        if model_type in ("mixtral", "gpt_oss"):  # every layer a mixture
+            experts, inner = need("num_local_experts"), need("intermediate_size")
             moe_layers = list(range(layers)) if isinstance(layers, int) else []
-            normalize = True
-            dense["intermediate_size"] = inner  # no dense layer: nothing else uses it
+            normalize = True  # gpt-oss: a softmax over the top k logits, renormalized
+            if model_type == "mixtral":
+                dense["intermediate_size"] = inner  # no dense layer: nothing else uses it
+            else:
+                dense["attention_bias"] = values.get("attention_bias", True)
+                kinds = read_layer_types(values, period=2)  # even layers slide by default
+                extra = {"sinks": True, "sliding_layers": tuple(
+                    i for i, k in enumerate(kinds) if k == "sliding_attention")}
+                swiglu = {"swiglu_limit": values.get("swiglu_limit", 7.0),
+                          "swiglu_alpha": values.get("swiglu_alpha", 1.702)}
         elif model_type in ("qwen2_moe", "qwen3_moe"):
             experts = need("num_experts", "num_local_experts")
             inner = need("moe_intermediate_size")
@@ -301,13 +310,6 @@ class MoEConfig:
             if values.get("use_sliding_window"):
                 raise ValueError(f"config.json use_sliding_window=true is not supported for "
                                  f"{model_type}")
-        elif model_type == "gpt_oss":
-            experts, inner = need("num_local_experts"), need("intermediate_size")
-            moe_layers = list(range(layers)) if isinstance(layers, int) else []
-            normalize = True  # a softmax over the top k logits: the renormalized softmax
-            dense["attention_bias"] = values.get("attention_bias", True)
-            kinds = read_layer_types(values, period=2)  # even layers slide by default
-            sliding = tuple(i for i, k in enumerate(kinds) if k == "sliding_attention")
         else:  # deepseek_v3
             experts = need("n_routed_experts")
             inner = need("moe_intermediate_size")
@@ -341,20 +343,15 @@ class MoEConfig:
         base = LlamaConfig.from_hf_dict(dense, name=name)
         if qk_norm:
             base = replace(base, qk_norm=True)
-        extra: dict[str, Any] = {}
         if model_type == "gpt_oss":
             base = replace(base, sliding_window=values.get("sliding_window"))
-            extra = {"sinks": True, "sliding_layers": sliding}
         try:
             parts = Experts(
                 num_experts=experts, experts_per_token=need("num_experts_per_tok"),
                 intermediate_size=inner, moe_layers=tuple(moe_layers),
                 shared_intermediate_size=shared, shared_gate=shared_gate, scoring=scoring,
                 normalize_top_k=normalize, router_bias=bias, groups=groups,
-                top_groups=top_groups, scale=scale, biased=model_type == "gpt_oss",
-                **({"swiglu_limit": values.get("swiglu_limit", 7.0),
-                    "swiglu_alpha": values.get("swiglu_alpha", 1.702)}
-                   if model_type == "gpt_oss" else {}),
+                top_groups=top_groups, scale=scale, biased=model_type == "gpt_oss", **swiglu,
             )
         except ValueError as err:
             raise ValueError(f"config.json ({model_type}): {err}") from None
@@ -564,17 +561,6 @@ class MoECallGroup(NamedTuple):
     epilogues: dict[str, list[str]]
     vectors: list[VectorOpShape]
     host: bool = False
-
-
-# Roles of the attention GEMMs that are not linear layers.
-_ATTENTION_ROLES = {"attn.qk": "key", "attn.pv": "value", "attn.qk_latent": "key",
-                    "attn.qk_rope": "key", "attn.pv_latent": "value",
-                    "attn.q_absorb": "absorbed", "attn.v_absorb": "absorbed"}
-
-
-def _role(name: str) -> str:
-    tail = name.split(".", 2)[-1] if name.startswith("layers.") else name
-    return _ATTENTION_ROLES.get(tail, "weight")
 
 
 def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",

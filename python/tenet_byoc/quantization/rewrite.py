@@ -320,13 +320,13 @@ class _LinearQuantizer(relax.PyExprMutator):
         kernel = s.kernel
         if s.quantizes_activations and s.activation_static and amax_x is None:
             raise ValueError(f"quantize({s.name}): static activation scales need calibration")
+        if s.activation_bits == 16:
+            # float16 activations on the accelerator: round them, compute in float32.
+            x = bb.emit(op.astype(bb.emit(op.astype(x, "float16")), "float32"))
         if kernel == "emulated":
             return self._emulated(x, w, amax_x)
         if kernel == "int8":
             return self._int8(x, w, amax_x)
-        if s.activation_bits == 16:
-            # float16 activations on the accelerator: round them, compute in float32.
-            x = bb.emit(op.astype(bb.emit(op.astype(x, "float16")), "float32"))
         if kernel == "dequant_channel":
             q, scale = self._int8_weight(w)
             deq = op.dequantize(q, scale, _const(0, "int8"), axis=0, out_dtype="float32")
@@ -357,9 +357,7 @@ class _LinearQuantizer(relax.PyExprMutator):
     def _emulated(self, x, w, amax_x):
         s, bb, op = self.scheme, self.builder_, relax.op
         n, k = w.shape
-        if s.activation_bits == 16:
-            x = bb.emit(op.astype(bb.emit(op.astype(x, "float16")), "float32"))
-        elif s.quantizes_activations:
+        if s.quantizes_activations:
             static = None
             if s.activation_granularity == "embedding" or (s.smoothing and amax_x is None):
                 # Per hidden channel: each channel's own scale (calibrated, or this call's).

@@ -13,6 +13,7 @@ the same schemes. This module knows no TVM: it is plain values.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import numbers
@@ -446,17 +447,22 @@ def _parse_operand(text: str, role: str) -> tuple[int, str, str, int]:
         fmt, bits = int_format.group(1), int(int_format.group(2))
     else:
         raise ValueError(f"spec {role}={text!r}: unknown format {fmt_text!r}; {SPEC_HELP}")
-    group = 0
     if slash and not gran:
         raise ValueError(f"spec {role}={text!r}: nothing after '/'; name a granularity "
                          "(tensor, channel, token, embedding or groupG) or drop the '/'")
-    if gran.startswith("group"):
-        if not gran[5:].isdigit() or int(gran[5:]) < 1:
-            raise ValueError(f"spec {role}={text!r}: groupG needs a positive integer G")
-        gran, group = "group", int(gran[5:])
-    elif gran == "":
+    gran, group = _group(gran, f"spec {role}={text!r}")
+    if gran == "":
         gran = "none" if fmt == "float" else "tensor"
     return bits, fmt, gran, group
+
+
+def _group(granularity: str, where: str) -> tuple[str, int]:
+    """``("group", G)`` for ``groupG``, else the granularity as given and 0."""
+    if not granularity.startswith("group"):
+        return granularity, 0
+    if not granularity[5:].isdigit() or int(granularity[5:]) < 1:
+        raise ValueError(f"{where}: groupG needs a positive integer G")
+    return "group", int(granularity[5:])
 
 
 def parse_spec(spec: str) -> QuantScheme:
@@ -526,13 +532,8 @@ def _parse_kv(text: str, scheme: str) -> dict:
             raise ValueError(f"quantization scheme {scheme!r}: +kv16 is a float16 cache "
                              "without scales; it takes no granularity")
         return {"kv_bits": 16}
-    group = 0
-    if gran.startswith("group"):
-        if not gran[5:].isdigit() or int(gran[5:]) < 1:
-            raise ValueError(f"quantization scheme {scheme!r}: +{text}: groupG needs a "
-                             "positive integer G")
-        gran, group = "group", int(gran[5:])
-    elif gran not in ("", "token", "head"):
+    gran, group = _group(gran, f"quantization scheme {scheme!r}: +{text}")
+    if gran not in ("", "token", "head", "group"):
         raise ValueError(f"quantization scheme {scheme!r}: +{text}: unknown KV granularity "
                          f"{gran!r}; {KV_HELP}")
     return {"kv_bits": bits, "kv_granularity": gran or "token", "kv_group": group}
@@ -547,6 +548,12 @@ def get_scheme(scheme: str | QuantScheme) -> QuantScheme:
         raise TypeError(f"scheme={scheme!r} ({type(scheme).__name__}); expected a preset name "
                         "(tenet_byoc.quantization.SCHEMES), a spec string such as "
                         "'w=int4/group32,a=f16', or a QuantScheme")
+    return _named_scheme(scheme)
+
+
+@functools.lru_cache(maxsize=256)
+def _named_scheme(scheme: str) -> QuantScheme:
+    """:func:`get_scheme` of a name or spec (schemes are immutable: each made once)."""
     if scheme in SCHEMES:
         return SCHEMES[scheme]
     if "+" in scheme:

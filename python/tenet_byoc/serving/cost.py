@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..plan import Step, StepSequence
+from .kv_cache import _layers_heads_dim
 
 __all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost", "kv_cache_calls",
            "model_step_cost"]
@@ -49,7 +50,15 @@ def _checked(seconds: float, what: object) -> float:
     return seconds
 
 
-class CachedStepCost:
+class _StepCost:
+    """A cost asked per step: the seconds of its ``(new_tokens, context)`` sequences."""
+
+    def __call__(self, step: Step) -> float:
+        return self.seconds_of(s_key for s, n in step.groups
+                               for s_key in [(s.new_tokens, s.context)] * n)
+
+
+class CachedStepCost(_StepCost):
     """``step_cost`` cached per step shape."""
 
     def __init__(self, step_cost: Callable[[Step], float]):
@@ -72,12 +81,8 @@ class CachedStepCost:
             found = self._seen[key] = _checked(self.step_cost(step), step)
         return found
 
-    def __call__(self, step: Step) -> float:
-        return self.seconds_of(s_key for s, n in step.groups
-                               for s_key in [(s.new_tokens, s.context)] * n)
 
-
-class SplitStepCost:
+class SplitStepCost(_StepCost):
     """``dense(tokens) + head(sequences) + sum over sequences of attention(new_tokens,
     context)``, each cached (see the module; no ``head``: 0)."""
 
@@ -164,10 +169,6 @@ class SplitStepCost:
             total += found if found is not None else self._attention_s(new, context)
         return total + self._dense_s(tokens) + self._head_s(sequences)
 
-    def __call__(self, step: Step) -> float:
-        return self.seconds_of(s_key for s, n in step.groups
-                               for s_key in [(s.new_tokens, s.context)] * n)
-
     def decode_seconds(self, contexts: Sequence[int], m: int) -> np.ndarray:
         """Seconds of ``m`` consecutive decode steps of the same sequences: in step ``t``
         sequence ``j`` decodes one token after ``contexts[j] + t``.
@@ -216,10 +217,13 @@ ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked
                    "attn.fused")
 
 
-def _layers_heads_dim_of(config: Any) -> int:
-    from .kv_cache import _layers_heads_dim
-
-    return _layers_heads_dim(config)[0]
+def _repeats(p: Any, layer: int | None) -> int:
+    """How many layers of the model the written calls of ``layer`` stand for in the plan
+    ``p`` (:attr:`tenet_byoc.plan.Plan.calls`: layer ``j`` of a cut plan's repeating
+    ``period`` stands for layers ``j, j + period, ...``)."""
+    if not p.layers or not layer:
+        return 1
+    return len(range(layer, p.layers, p.period))
 
 
 def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int = 1
@@ -235,8 +239,6 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int =
     heads."""
     from .. import cost_model as cm
     from ..quantization import get_scheme
-    from .kv_cache import _layers_heads_dim
-
     s = get_scheme(scheme)
     _, heads, dim = _layers_heads_dim(config)
     heads //= tensor_parallel
@@ -291,9 +293,10 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       step in one kernel (TPOT 38 against 7 ms in ``benchmarks/serving_speed.py``).
 
     Splitting a step's chain of calls into these parts keeps every GEMM with its epilogues,
-    so the parts add up to the composed step. Every decoder layer is planned alike, so the
-    plan of a one-layer model gives the calls outside the layers (once) and a layer's (L
-    times), as the whole plan composes (without planning 32 layers per term).
+    so the parts add up to the composed step. Each term composes the plan's written calls
+    (the plan cut to its repeating layers, ``Plan.period``), each counted as many times as
+    its layer stands for, which is what the whole plan composes (without making 32
+    layers' calls per term).
 
     Several chips (``system``, a :class:`tenet_byoc.system.System`): each term is planned
     Megatron-LM sharded over the system's ``tensor_parallel`` chips (each chip's share of
@@ -313,8 +316,6 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         For an unknown model, scheme or preset (as :func:`tenet_byoc.estimate`), a system of
         several micro-batches, or a sharding the model does not split into.
     """
-    import dataclasses
-
     from .. import cost_model as cm
     from ..compose import compose
     from ..estimate import Charges
@@ -336,7 +337,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
                              f"tensor_parallel={tp} chips is not planned (its experts are "
                              "spread by expert parallelism: tenet_byoc.plan.expert_parallel)")
         check_tensor_parallel(config, tp)
-        stage_layers(_layers_heads_dim_of(config), pp)
+        stage_layers(_layers_heads_dim(config)[0], pp)
     sharding = Sharding(tp, 1, 1)
     acc = resolve(accelerator, mapping=mapping)
     kernel = attention  # (the name is a term's function below)
@@ -346,52 +347,35 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
             _SHARED.clear()
         charges = _SHARED[acc, link] = Charges(acc, link)
     clock = acc.hardware.clock_ghz
-    n_layers = _layers_heads_dim_of(config)
-    if getattr(config, "uniform_layers", True) and not hasattr(config, "experts"):
-        # A one-layer model per kind of layer (Gemma's sliding and full ones) and its count.
-        field = "n_layer" if hasattr(config, "n_layer") else "num_hidden_layers"
-        types = getattr(config, "layer_types", None) or (None,)
-        kinds = [(dataclasses.replace(config, **{field: 1}, **({"layer_types": (t,)} if t else {})),
-                  types.count(t) if t else n_layers) for t in dict.fromkeys(types)]
-        two_layers = dataclasses.replace(config, **{field: 2}, **(
-            {"layer_types": types[:1] * 2} if types[0] else {}))
-    else:  # layers that may differ (mixture-of-experts: dense and mixture layers): all
-        kinds, two_layers = [(config, 1)], config
-    one_layer = kinds[0][0]
+    n_layers = _layers_heads_dim(config)[0]
     writes = ("k_cache", "v_cache")
 
     def seconds(p: Plan, calls: list) -> float:
         return compose(Plan(p.step, p.phase, tuple(calls)), charges.cost, charges.schedule,
                        clock).seconds
 
-    def scaled(step: Step, attention: bool) -> float:
-        # The calls of a one-layer model: those outside the layers (embedding, final norm,
-        # head: layer None) once, the layer's L times. A GEMM and its epilogues share a
+    def scaled(step: Step | Plan, attention: bool) -> float:
+        # The plan's written calls (a plan cut to its repeating layers: Plan.calls), each
+        # counted as many times as its layer stands for: a GEMM and its epilogues share a
         # layer, so each part is a chain of whole groups and the parts add up. Only the
         # part asked for is charged and composed (a prompt's attention term charges no
         # weight GEMMs of its unrounded length).
-        total = 0.0
-        for i, (one, count) in enumerate(kinds):
-            p = plan(one, step, scheme, sharding, attention=kernel)
-            parts: dict[bool, list] = {}
-            for pc in p.calls:
-                if pc.name.endswith(writes) or pc.name.startswith("lm_head"):  # below
-                    continue
-                owner = pc.fused_with or pc.name
-                if owner.endswith(ATTENTION_PARTS) == attention:
-                    parts.setdefault(pc.layer is None, []).append(pc)
-            total += sum(seconds(p, calls) * (not i if outside else count)
-                         for outside, calls in sorted(parts.items()))
-        return total
+        p = step if isinstance(step, Plan) else plan(config, step, scheme, sharding,
+                                                     attention=kernel)
+        calls = [pc._replace(count=_repeats(p, pc.layer)) for pc in p.written
+                 if not (pc.name.endswith(writes) or pc.name.startswith("lm_head"))  # below
+                 and (pc.fused_with or pc.name).endswith(ATTENTION_PARTS) == attention]
+        return seconds(p, calls)
 
     prefills: dict[tuple[int, bool], float] = {}
+    prefill_plans: dict[int, Plan] = {}
 
     def ends(tokens: int) -> tuple[float, float]:
         # The dense part's calls outside the layers: those before them (the embedding, on
         # the first stage) and after them (the final norm, on the last).
-        p = plan(one_layer, Step([StepSequence(tokens, 0, logits=False)]), scheme, sharding,
+        p = plan(config, Step([StepSequence(tokens, 0, logits=False)]), scheme, sharding,
                  attention=kernel)
-        outside = [pc for pc in p.calls if pc.layer is None and not pc.name.startswith(
+        outside = [pc for pc in p.written if pc.layer is None and not pc.name.startswith(
             "lm_head") and not (pc.fused_with or pc.name).endswith(ATTENTION_PARTS)]
         before = [pc for pc in outside if pc.name.startswith(BEFORE_LAYERS)]
         return (seconds(p, before) if before else 0.0,
@@ -420,20 +404,23 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     def prefill(tokens: int, attention: bool) -> float:
         found = prefills.get((tokens, attention))
         if found is None:
-            found = prefills[tokens, attention] = scaled(Step.prefill(tokens), attention)
+            # The other part's term of this prefill takes the plan made here (once).
+            p = prefill_plans.pop(tokens, None) or prefill_plans.setdefault(tokens, plan(
+                config, Step.prefill(tokens), scheme, sharding, attention=kernel))
+            found = prefills[tokens, attention] = scaled(p, attention)
         return found
 
     def head(sequences: int) -> float:
-        p = plan(one_layer, Step([(StepSequence(1, 0, logits="last"), sequences)]), scheme,
+        p = plan(config, Step([(StepSequence(1, 0, logits="last"), sequences)]), scheme,
                  sharding, attention=kernel)
-        return seconds(p, [pc for pc in p.calls if pc.name.startswith("lm_head")])
+        return seconds(p, [pc for pc in p.written if pc.name.startswith("lm_head")])
 
     def handovers(tokens: int) -> float:
         # The plan's hand-over of this many tokens' activations between two stages.
         if pp == 1:
             return 0.0
-        p = plan(two_layers, Step.prefill(tokens), scheme, Sharding(tp, 2, 1))
-        return (pp - 1) * sum(charges.cost(pc)[0] for pc in p.calls
+        p = plan(config, Step.prefill(tokens), scheme, Sharding(tp, 2, 1))
+        return (pp - 1) * sum(charges.cost(pc)[0] for pc in p.written
                               if pc.unit == "link" and pc.call.kind == "p2p")
 
     def dense(tokens: int) -> float:

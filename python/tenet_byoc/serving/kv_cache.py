@@ -1,16 +1,12 @@
 """The paged KV cache a serving engine allocates from: blocks of ``block_size`` tokens, how many fit in a chip's memory after the weights, and prompt prefixes shared between requests.
 
-Sizing (per scheme, at the stored widths and with side data):
-
-* weights: every linear layer's ``[K, N]`` weight of :func:`tenet_byoc.models.gemms.model_gemms`
-  (K padded as ``quantize`` pads it) at the scheme's weight bits, plus its scales (and zero
-  points for ``uint`` weights) at ``scale_dtype``: one per tensor, per output channel, or per
-  group of K; the embedding table at 16 bits (32 for a float32 scheme, ``none``), a tied head
-  counted once with it unless the scheme quantizes weights. Norm
-  weights and biases (under 0.1% of a 7B model) are left out;
-* a token's KV: keys and values of every layer and KV head at ``kv_bits`` (32 without a
-  ``+kvN`` modifier), plus the fp16 scales of a quantized cache (one per token and layer for
-  keys and for values, per head, or per group of a head's channels);
+Sizing (per scheme, at the stored widths and with side data): the model's weights by
+:func:`tenet_byoc.models.footprint.weight_bytes` in a serving engine's convention (every
+linear layer's weight with its scales, K padded as ``quantize`` pads it; the embedding table
+at 16 bits, 32 under ``none``; a tied head counted once with it unless the scheme quantizes
+weights; norms and biases left out), a token's KV by
+:func:`tenet_byoc.models.footprint.kv_bytes_per_token` (keys and values at ``kv_bits`` with
+the fp16 scales of an int cache);
 * blocks = floor((memory x utilization - weights) / (block_size x KV bytes per token)).
 
 Allocation (:class:`PagedKVCache`) counts blocks, not addresses: a sequence holding ``t``
@@ -20,8 +16,9 @@ that computes them (the prefix's owner) as it fills them, and kept while any seq
 references them (counted references; no cache of freed prefixes is kept).
 
 Thread safety: a :class:`PagedKVCache` is mutable and not thread-safe (one per simulation).
-Errors: bad sizes raise ``ValueError`` naming the field; taking more blocks than are free
-raises ``RuntimeError`` (a scheduler bug, never a user error).
+Errors: bad sizes raise ``ValueError`` naming the field; giving back more blocks than are in
+use raises ``RuntimeError`` (a scheduler bug, never a user error). The scheduler takes blocks
+by adding to :attr:`PagedKVCache.used` after checking they are free (its hot path).
 """
 
 from __future__ import annotations
@@ -29,74 +26,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CacheSizing", "PagedKVCache", "cache_sizing", "chip_share", "kv_bytes_per_token",
-           "weight_bytes"]
+__all__ = ["CacheSizing", "PagedKVCache", "cache_sizing", "kv_bytes_per_token", "weight_bytes"]
 
 
 def _layers_heads_dim(config: Any) -> tuple[int, int, int]:
     """Decoder layers, KV heads and head width of a GPT-2, Llama or (grouped-query)
     mixture-of-experts config."""
-    if hasattr(config, "experts"):  # a MoEConfig: its attention is a LlamaConfig's
-        if config.latent is not None:
-            raise ValueError(f"{config.name}: serving's KV cache of multi-head latent "
-                             "attention (one compressed latent a token) is not modelled")
-        config = config.attention
-    if hasattr(config, "n_layer"):
-        return config.n_layer, config.n_head, config.n_embd // config.n_head
-    head_dim = config.head_dim or config.hidden_size // config.num_attention_heads
-    return config.num_hidden_layers, config.num_key_value_heads, head_dim
+    from ..models.footprint import _shape
+
+    s = _shape(config)
+    if not s["v_width"]:
+        raise ValueError(f"{config.name}: serving's KV cache of multi-head latent "
+                         "attention (one compressed latent a token) is not modelled")
+    return s["layers"], s["kv"], s["k_width"]
 
 
-def kv_bytes_per_token(config: Any, scheme: Any) -> float:
-    """Bytes one token's keys and values take in the cache under ``scheme`` (codes and
-    scales over all layers)."""
-    from ..quantization import SCALE_DTYPES, get_scheme
+def kv_bytes_per_token(config: Any, scheme: Any, tp: int = 1, pp: int = 1) -> float:
+    """Bytes one token's keys and values take in a chip's cache under ``scheme``:
+    :func:`tenet_byoc.models.footprint.kv_bytes_per_token`."""
+    from ..models.footprint import kv_bytes_per_token as count
 
-    s = get_scheme(scheme)
-    layers, heads, dim = _layers_heads_dim(config)
-    codes = 2 * layers * heads * dim * s.kv_bits
-    scales = 0
-    if s.kv_bits < 16:
-        per_layer = {"token": 1, "head": heads,
-                     "group": heads * dim // max(1, s.kv_group)}[s.kv_granularity]
-        scales = 2 * layers * per_layer * SCALE_DTYPES["fp16"]
-    return (codes + scales) / 8
-
-
-def _weight_parts(config: Any, scheme: Any) -> tuple[float, float]:
-    """Bytes of the decoder layers' weights and of those outside them (head, embedding)."""
-    from ..models.gemms import model_gemms
-    from ..quantization import SCALE_DTYPES, get_scheme
-
-    s = get_scheme(scheme)
-    if hasattr(config, "experts"):  # mixture of experts: every weight, by the footprint's count
-        from ..models.footprint import footprint
-
-        whole = footprint(config, s, 0, 0, step_tokens=0).weights
-        outside = config.vocab_size * config.hidden_size * (4 + s.weight_bits / 8)
-        return whole - outside, outside  # the embedding (float32) and the head apart
-    bits = [0, 0]
-    multiple = s.k_multiple()
-    scale_bits = SCALE_DTYPES[s.scale_dtype] + (s.weight_bits if s.weight_format == "uint" else 0)
-    # A tied head reads the embedding table unless its weights are quantized (then a
-    # quantized copy sits beside the 16-bit table).
-    tied = getattr(config, "tie_word_embeddings", not hasattr(config, "hidden_size"))
-    for g in model_gemms(config, "decode", 1):
-        if g.weight is None or (g.name == "lm_head" and tied and s.weight_bits >= 16):
-            continue
-        k = -(-g.k // multiple) * multiple
-        scales = {"none": 0, "tensor": 1, "channel": g.n,
-                  "group": g.n * (k // max(1, s.group_size))}[s.weight_granularity]
-        bits[g.name == "lm_head"] += g.batch * k * g.n * s.weight_bits + g.batch * scales * scale_bits
-    vocab = config.vocab_size
-    hidden = getattr(config, "n_embd", None) or config.hidden_size
-    bits[1] += vocab * hidden * (32 if s.weight_bits == 32 else 16)
-    return bits[0] / 8, bits[1] / 8
+    return count(config, scheme, tp, pp)
 
 
 def weight_bytes(config: Any, scheme: Any) -> float:
-    """Bytes the model's weights take stored under ``scheme`` (see the module's sizing)."""
-    return sum(_weight_parts(config, scheme))
+    """Bytes the model's weights take stored under ``scheme`` (see the module's sizing):
+    :func:`tenet_byoc.models.footprint.weight_bytes` in a serving engine's convention."""
+    from ..models.footprint import weight_bytes as count
+
+    return count(config, scheme, engine=True)
 
 
 @dataclass(frozen=True)
@@ -116,32 +74,14 @@ class CacheSizing:
         return self.blocks * self.block_size
 
 
-def chip_share(config: Any, scheme: Any, tensor_parallel: int = 1,
-               pipeline_parallel: int = 1) -> tuple[float, float]:
-    """The weight bytes and KV bytes per token the fullest chip of a Megatron-LM sharded
-    system holds: the layers' weights and KV split over ``tensor_parallel`` chips (by
-    columns, rows and heads) and ``pipeline_parallel`` stages (the largest stage's layers,
-    :func:`tenet_byoc.plan.stage_layers`), the embedding and the head split by vocabulary
-    rows over the ``tensor_parallel`` chips of a stage, both counted on the fullest stage
-    (an upper bound: with several stages the first holds the embedding, the last the head; a
-    tied head reads the embedding table, one table).
-    ``(1, 1)``: :func:`weight_bytes` and :func:`kv_bytes_per_token`."""
-    from ..plan import stage_layers
-
-    layers, _, _ = _layers_heads_dim(config)
-    most = max(len(r) for r in stage_layers(layers, pipeline_parallel))
-    in_layers, outside = _weight_parts(config, scheme)
-    weights = (in_layers * most / layers + outside) / tensor_parallel
-    kv = kv_bytes_per_token(config, scheme) * most / layers / tensor_parallel
-    return weights, kv
-
-
 def cache_sizing(config: Any, scheme: Any, memory_bytes: float, block_size: int = 16,
                  utilization: float = 0.9, system: Any = None) -> CacheSizing:
     """The KV blocks that fit on a chip of ``memory_bytes`` under ``scheme``; with a
     ``system`` (a :class:`tenet_byoc.system.System`), on its fullest chip after that chip's
-    share of the weights (:func:`chip_share`): a block then holds ``block_size`` tokens of
-    that chip's heads and layers, and every chip holds as many blocks.
+    share of the weights (Megatron-LM sharded: :func:`tenet_byoc.models.footprint.weight_bytes`
+    over its ``tensor_parallel`` chips and ``pipeline_parallel`` stages): a block then
+    holds ``block_size`` tokens of that chip's heads and layers, and every chip holds as
+    many blocks.
 
     Raises
     ------
@@ -154,12 +94,12 @@ def cache_sizing(config: Any, scheme: Any, memory_bytes: float, block_size: int 
         raise ValueError(f"utilization={utilization!r} must be in (0, 1]")
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size={block_size!r} must be an integer >= 1")
-    if system is None:
-        weights = weight_bytes(config, scheme)
-        per_token = kv_bytes_per_token(config, scheme)
-    else:
-        weights, per_token = chip_share(config, scheme, system.tensor_parallel,
-                                        system.pipeline_parallel)
+    from ..models.footprint import weight_bytes as count
+
+    tp, pp = (1, 1) if system is None else (system.tensor_parallel, system.pipeline_parallel)
+    _layers_heads_dim(config)  # a latent cache is refused
+    weights = count(config, scheme, tp, pp, engine=True)
+    per_token = kv_bytes_per_token(config, scheme, tp, pp)
     left = memory_bytes * utilization - weights
     if left < block_size * per_token:
         raise ValueError(
@@ -192,20 +132,9 @@ class PagedKVCache:
         self.used = 0
         self._prefixes: dict[str, _Prefix] = {}
 
-    @property
-    def free(self) -> int:
-        """Blocks not in use."""
-        return self.blocks - self.used
-
     def blocks_for(self, tokens: int) -> int:
         """Blocks that hold ``tokens`` tokens."""
         return -(-tokens // self.block_size)
-
-    def take(self, n: int) -> None:
-        """Use ``n`` more blocks."""
-        if n > self.blocks - self.used:
-            raise RuntimeError(f"PagedKVCache: {n} blocks asked for, {self.free} free")
-        self.used += n
 
     def give(self, n: int) -> None:
         """Return ``n`` blocks."""

@@ -60,27 +60,17 @@ def max_rate(metrics_at: Callable[[float], ServingMetrics], ttft_ms: float | Non
         tried.append((rate, m, ok))
         return ok
 
+    # Double from a rate that meets the targets, halve from one that does not, until the
+    # answer flips (or the bound is reached: every rate tried agrees).
     rate = start
-    if run(rate):
-        lo = rate
-        while True:
-            if rate >= highest:
-                return _answer(tried)
-            rate = min(2 * rate, highest)
-            if not run(rate):
-                hi = rate
-                break
-            lo = rate
-    else:
-        hi = rate
-        while True:
-            if rate <= lowest:
-                return _answer(tried)
-            rate = max(rate / 2, lowest)
-            if run(rate):
-                lo = rate
-                break
-            hi = rate
+    first = run(rate)
+    while True:
+        if rate == (highest if first else lowest):
+            return _answer(tried)
+        prev, rate = rate, min(2 * rate, highest) if first else max(rate / 2, lowest)
+        if run(rate) != first:
+            break
+    lo, hi = min(prev, rate), max(prev, rate)
     while hi / lo > 1 + rel_tol:
         mid = (lo * hi) ** 0.5
         if run(mid):

@@ -149,63 +149,10 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
                                    r.prefix_tokens))
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
-    starts: list[float] = []
-    durations: list[float] = []
-    batch: list[int] = []
-    tokens: list[int] = []
-    blocks: list[int] = []
-    now = 0.0
-    arrived = 0
-    done = 0
-    reported = 0
-    waiting = sched.waiting
-    seconds_of = cost.seconds_of
-    record = (starts, durations, batch, tokens, blocks)
-    fast = fast_forward and isinstance(cost, SplitStepCost)
-    try_fast = True
-    if stages > 1:
-        _pipelined(sched, cost, seqs, arrival, stages, first, finish,
-                   (starts, durations, batch, tokens, blocks), progress)
-    else:
-        while done < n:
-            while arrived < n and arrival[arrived] <= now:
-                waiting.append(seqs[arrived])
-                arrived += 1
-            # A stretch is tried after a step of the loop and when the next arrival leaves
-            # room for three steps as long as the last (a guess that only saves vain tries).
-            if fast and try_fast and sched.running and (
-                    arrived == n or arrival[arrived] - now > 3 * durations[-1]):
-                ahead = _fast_forward(sched, cost, now, arrival[arrived] if arrived < n
-                                      else math.inf, record)
-                if ahead is not None:
-                    now = ahead
-                    try_fast = False
-                    continue
-            try_fast = True
-            step = sched.schedule()
-            if not step and not waiting and not sched.running:
-                now = float(arrival[arrived])  # idle until the next arrival
-                continue
-            if not step:  # every running sequence was preempted: the next try admits
-                step = sched.schedule()
-            if not step:
-                raise RuntimeError(f"the scheduler formed an empty step with "
-                                   f"{len(sched.running)} running and {len(waiting)} waiting "
-                                   f"sequences at {now} s")
-            items = [(k, c) for _, k, c in step]
-            seconds = seconds_of(items)
-            starts.append(now)
-            durations.append(seconds)
-            batch.append(len(step))
-            tokens.append(sum([k for k, _ in items]))
-            blocks.append(cache.used)
-            now += seconds
-            done += _finish(sched, step, now, first, finish)
-            if progress is not None and done - reported >= 64:
-                progress(done - reported)
-                reported = done
-        if progress is not None and done > reported:
-            progress(done - reported)
+    record: tuple[list, ...] = ([], [], [], [], [])  # starts, durations, batch, tokens, blocks
+    _loop(sched, cost, seqs, arrival, stages, first, finish, record, progress,
+          fast_forward and stages == 1 and isinstance(cost, SplitStepCost))
+    starts, durations, batch, tokens, blocks = record
     return ServingRun(
         arrival, first, finish,
         np.array([r.prompt_tokens for r in requests], dtype=np.int64),
@@ -292,23 +239,25 @@ def _fast_forward(sched: Scheduler, cost: SplitStepCost, now: float, next_arriva
     return float(clock[m])
 
 
-def _pipelined(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: int,
-               first: np.ndarray, finish: np.ndarray, record: tuple,
-               progress: Callable | None) -> None:
-    """The iteration loop with up to ``stages`` steps in flight (see the module); fills
-    ``first``, ``finish`` and the per-step lists of ``record``."""
+def _loop(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: int,
+          first: np.ndarray, finish: np.ndarray, record: tuple, progress: Callable | None,
+          fast: bool) -> None:
+    """The iteration loop with up to ``stages`` steps in flight (see the module; one stage:
+    each step starts when the last one ends), stretches of decoding run at once where
+    ``fast`` (:func:`_fast_forward`); fills ``first``, ``finish`` and the per-step lists of
+    ``record``."""
     from collections import deque
 
     starts, durations, batch, tokens, blocks = record
-
     n = len(seqs)
     waiting = sched.waiting
     cache = sched.cache
     free_at = [0.0] * stages  # when each stage has passed on its last step
-    split = getattr(cost, "stage_split", None)  # each stage's share (None: equal)
+    split = getattr(cost, "stage_split", None) if stages > 1 else None  # None: equal shares
     flight: deque = deque()  # (time out of the last stage, step), in order
     now = 0.0  # when the first stage is free
     arrived = done = reported = 0
+    try_fast = True
     while done < n:
         while flight and flight[0][0] <= now:
             end, step = flight.popleft()
@@ -320,6 +269,17 @@ def _pipelined(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: 
         while arrived < n and arrival[arrived] <= now:
             waiting.append(seqs[arrived])
             arrived += 1
+        # A stretch is tried after a step of the loop and when the next arrival leaves
+        # room for three steps as long as the last (a guess that only saves vain tries).
+        if fast and try_fast and sched.running and (
+                arrived == n or arrival[arrived] - now > 3 * durations[-1]):
+            ahead = _fast_forward(sched, cost, now, arrival[arrived] if arrived < n
+                                  else math.inf, record)
+            if ahead is not None:
+                now = free_at[0] = ahead
+                try_fast = False
+                continue
+        try_fast = True
         full = len(flight) == stages
         step = [] if full else sched.schedule()
         if not step and not full and not flight and (waiting or sched.running):
@@ -340,7 +300,7 @@ def _pipelined(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: 
         new_tokens = sum([k for k, _ in items])
         parts = ([seconds / stages] * stages if split is None
                  else split(new_tokens, len(items), seconds))
-        t = now
+        t = now  # one stage: now + seconds, the step's end
         for s_ in range(stages):
             t = max(t, free_at[s_]) + parts[s_]
             free_at[s_] = t

@@ -132,7 +132,7 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
     for scheme in schemes:
         if pools is not None:
             from .disaggregated import kv_transfer_seconds, simulate_disaggregated
-            from .kv_cache import chip_share
+            from .kv_cache import kv_bytes_per_token
 
             first, second = pools
             sizing = cache_sizing(config, scheme, memory, block_size, utilization, second)
@@ -141,7 +141,8 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
             cost = model_step_cost(config, scheme, accelerator, system=second)
             # Every prefill chip sends its share at once: the fullest chip's bytes decide.
             transfer = kv_transfer_seconds(
-                chip_share(config, scheme, first.tensor_parallel, first.pipeline_parallel)[1],
+                kv_bytes_per_token(config, scheme, first.tensor_parallel,
+                                   first.pipeline_parallel),
                 first.link)
 
             def run_of(reqs: Sequence[TraceRequest], label: str, cost=cost, sizing=sizing,
