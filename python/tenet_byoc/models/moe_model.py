@@ -38,9 +38,18 @@ from tvm import relax
 from tvm.ir import IRModule
 from tvm.relax.frontend import nn
 
-from .checkpoint import Layout, load_weights, read_config
+from .checkpoint import load_family
 from .decoder import MASK_VALUE, build_with_tvm, take_rows
-from .llama import LlamaAttention, LlamaConfig, LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP
+from .llama import (
+    LlamaAttention,
+    LlamaConfig,
+    LlamaDecoderLayer,
+    LlamaForCausalLM,
+    LlamaMLP,
+    attention_shapes,
+    hf_layout,
+    mlp_shapes,
+)
 from .moe import MoEConfig
 from .runner import check_ids
 
@@ -584,7 +593,6 @@ def _expected(config: MoEConfig):
     # The checkpoint's tensors (less "model.") and shapes, layer by layer.
     a, e = config.attention, config.experts
     d, hd = a.hidden_size, a.dim_per_head
-    q, kv = a.num_attention_heads * hd, a.num_key_value_heads * hd
     moe, names = _MOE_PREFIX[config.model_type], _EXPERT_NAMES[config.model_type]
     gate, up, down = (names[f"mlp.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj"))
     routed = set(e.moe_layers)
@@ -595,13 +603,7 @@ def _expected(config: MoEConfig):
         if config.latent is not None:
             yield from _latent_expected(config, p + "self_attn.")
         else:
-            for proj, shape in (("q_proj", (q, d)), ("k_proj", (kv, d)), ("v_proj", (kv, d))):
-                yield f"{p}self_attn.{proj}.weight", shape
-                if a.qkv_bias:
-                    yield f"{p}self_attn.{proj}.bias", shape[:1]
-            yield p + "self_attn.o_proj.weight", (d, q)
-            if a.o_bias:
-                yield p + "self_attn.o_proj.bias", (d,)
+            yield from attention_shapes(a, p + "self_attn.")
             if config.sinks:
                 yield p + "self_attn.sinks", (a.num_attention_heads,)
         if a.qk_norm:
@@ -609,10 +611,7 @@ def _expected(config: MoEConfig):
             yield p + "self_attn.k_norm.weight", (hd,)
         yield p + "post_attention_layernorm.weight", (d,)
         if i not in routed:
-            for name, shape in (("gate_proj", (a.intermediate_size, d)),
-                                ("up_proj", (a.intermediate_size, d)),
-                                ("down_proj", (d, a.intermediate_size))):
-                yield f"{p}mlp.{name}.weight", shape
+            yield from mlp_shapes(p + "mlp.", d, a.intermediate_size)
             continue
         router = p + moe + _ROUTER.get(config.model_type, "gate.")
         yield router + "weight", (e.num_experts, d)
@@ -633,10 +632,8 @@ def _expected(config: MoEConfig):
             yield m + up, (e.intermediate_size, d)
             yield m + down, (d, e.intermediate_size)
         if e.shared_intermediate_size:
-            width = e.shared_intermediate_size
-            for name, shape in (("gate_proj", (width, d)), ("up_proj", (width, d)),
-                                ("down_proj", (d, width))):
-                yield f"{p}{moe}{_SHARED[config.model_type]}{name}.weight", shape
+            yield from mlp_shapes(p + moe + _SHARED[config.model_type], d,
+                                  e.shared_intermediate_size)
         if e.shared_gate:
             yield p + moe + "shared_expert_gate.weight", (1, d)
     yield "norm.weight", (d,)
@@ -706,12 +703,8 @@ def load_checkpoint(folder: str | os.PathLike[str], config: MoEConfig | None = N
     Shapes are checked against the config from the headers before anything is read; errors
     name the file and tensor (see :func:`tenet_byoc.models.checkpoint.load_weights`).
     """
-    if config is None:
-        values = read_config(folder)
-        config = MoEConfig.from_hf_dict(values,
-                                        name=os.path.basename(os.path.normpath(folder)))
-    _check_supported(config)
-    layout = Layout(config.model_type, "model.", "layers.", "num_hidden_layers",
-                    unprefixed=("lm_head.weight",))
-    params = load_weights(folder, layout, config.num_hidden_layers, _expected(config))
-    return config, params
+    def expected(config: MoEConfig):
+        _check_supported(config)
+        return _expected(config)
+
+    return load_family(folder, config, MoEConfig.from_hf_dict, hf_layout, expected)

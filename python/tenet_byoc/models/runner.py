@@ -18,7 +18,7 @@ from tvm import relax
 from tvm.ir import IRModule
 
 from ..ledger import tenet_modules
-from .decoder import build_with_tvm
+from .decoder import DecoderLM, build_with_tvm
 
 __all__ = [
     "BatchKVCache",
@@ -150,8 +150,9 @@ def check_cache_tensors(cache: KVCache, n_layer: int, shape: tuple[int, ...]) ->
 class DecoderRunner:
     """Build a decoder once and run prefill, decode and greedy generation on the Relax VM.
 
-    Subclasses supply the family: :meth:`check_params`, :meth:`export`, :meth:`check_ids`
-    and :meth:`cache_shape`.
+    Subclasses supply the family: its model class (:attr:`model`, whose ``fields`` name
+    the config's layer count, key/value heads, head width and context), :meth:`check_params`
+    and :meth:`export`.
 
     Parameters
     ----------
@@ -223,6 +224,9 @@ class DecoderRunner:
 
     # -- the family's hooks ------------------------------------------------------------
 
+    #: The family's model (a :class:`~tenet_byoc.models.decoder.DecoderLM` subclass).
+    model: type[DecoderLM]
+
     @staticmethod
     def check_params(config: Any, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Check weights against ``config``; return them as float32 in call order."""
@@ -235,21 +239,37 @@ class DecoderRunner:
         ``batched`` also ``prefill_batch`` and ``decode_batch``."""
         raise NotImplementedError
 
+    def _dims(self) -> tuple[int, int, int, int]:
+        # The config's layer count, key/value heads, head width and context.
+        return tuple(getattr(self.config, f) for f in self.model.fields)
+
+    def _cached(self, tokens: int) -> int:
+        # Tokens the cache holds after ``tokens``: all, or a rolling cache's last window.
+        window = getattr(self.config, "window", None)
+        return tokens if window is None else min(tokens, window)
+
     def check_ids(self, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
-        """``ids`` as ``[1, n]`` int32 after checking them; see :func:`check_ids`."""
-        raise NotImplementedError
+        """``ids`` as ``[1, n]`` int32, checked against the vocabulary and the context
+        (see :func:`check_ids`)."""
+        return check_ids(ids, self.config.vocab_size, self._dims()[3], self.model.fields[3],
+                         past_len)
 
     def cache_shape(self, length: int) -> tuple[int, ...]:
-        """The shape of each of the cache's tensors after ``length`` tokens."""
-        raise NotImplementedError
+        """``[1, kv_heads, cached tokens, head_dim]``, each cache tensor's shape after
+        ``length`` tokens (a rolling cache holds at most its window)."""
+        _, kv_heads, head_dim, _ = self._dims()
+        return (1, kv_heads, self._cached(length), head_dim)
 
     def decode_inputs(self, cache: KVCache) -> list[Any]:
-        """Inputs of ``decode`` after the cache (none unless the family needs them)."""
-        return []
+        """Inputs of ``decode`` after the cache: with a rolling cache (which holds fewer
+        tokens), the new token's position."""
+        rolling = getattr(self.config, "window", None) is not None
+        return [tvm.runtime.ShapeTuple([cache.length])] if rolling else []
 
     def decode_keys(self, length: int) -> int:
-        """Keys a decode step attends to after ``length`` tokens (itself included)."""
-        return length + 1
+        """Keys a decode step attends to after ``length`` tokens (itself included; with a
+        rolling cache, at most its window)."""
+        return self._cached(length + 1)
 
     # -- running -------------------------------------------------------------------------
 
@@ -268,8 +288,7 @@ class DecoderRunner:
             Naming the tensor, its dtype and shape and the expected ones, or the length.
         """
         length = cache_length(cache)
-        n_layer = len(self.mod["decode"].params[1].ty.fields) // 2
-        check_cache_tensors(cache, n_layer, self.cache_shape(length))
+        check_cache_tensors(cache, self._dims()[0], self.cache_shape(length))
 
     @contextmanager
     def _tagged(self, phase: str) -> Iterator[None]:
@@ -408,8 +427,7 @@ class DecoderRunner:
                 or not all(isinstance(p, int | np.integer) and 0 <= p < length for p in pad)):
             raise ValueError(f"BatchKVCache.pad={pad!r} must be a non-empty tuple of integers "
                              f"in [0, length={length})")
-        n_layer = len(self.mod["decode"].params[1].ty.fields) // 2
-        check_cache_tensors(cache, n_layer, (len(pad), *self.cache_shape(length)[1:]))
+        check_cache_tensors(cache, self._dims()[0], (len(pad), *self.cache_shape(length)[1:]))
 
     def decode_batch(self, token_ids: Sequence[int], cache: BatchKVCache
                      ) -> tuple[np.ndarray, BatchKVCache]:
