@@ -405,7 +405,7 @@ class DecoderLM(nn.Module):
 
     def _run(self, ids: nn.Tensor, begin: Any, past: Sequence[nn.Tensor] | None,
              batch: BatchLayout | None = None) -> _Out:
-        embed, blocks, norm = (getattr(self, n) for n in self.parts)
+        embed, blocks = getattr(self, self.parts[0]), getattr(self, self.parts[1])
         x, ropes = self._embed(ids, begin, batch)
         if batch is not None:  # one row axis: each linear layer is one GEMM of B * S rows
             x = op.reshape(x, [1, batch.size * batch.length, embed.weight.shape[1]])
@@ -414,14 +414,21 @@ class DecoderLM(nn.Module):
             layer_past = None if past is None else (past[2 * i], past[2 * i + 1])
             x, k, v = block(x, ropes[i], layer_past, batch)
             cache += [k, v]
-        x = norm(x)
-        head = getattr(self, "lm_head", None)
-        logits = op.matmul(x, op.permute_dims(embed.weight)) if head is None else head(x)
-        if self.final_cap:  # cap * tanh(logits / cap)
-            logits = op.tanh(logits * (1.0 / self.final_cap)) * self.final_cap
+        logits = self.head(x)
         if batch is not None:
             logits = op.reshape(logits, [batch.size, batch.length, embed.weight.shape[0]])
         return logits, tuple(cache)
+
+    def head(self, x: nn.Tensor) -> nn.Tensor:
+        """The logits of hidden states ``x``: the final norm, then the tied embedding or
+        ``lm_head``, soft-capped (``cap * tanh(logits / cap)``) where ``final_cap`` says."""
+        x = getattr(self, self.parts[2])(x)
+        head = getattr(self, "lm_head", None)
+        weight = getattr(self, self.parts[0]).weight
+        logits = op.matmul(x, op.permute_dims(weight)) if head is None else head(x)
+        if self.final_cap:
+            logits = op.tanh(logits * (1.0 / self.final_cap)) * self.final_cap
+        return logits
 
     def prefill(self, input_ids: nn.Tensor) -> _Out:
         """Run ``[1, seq_len]`` int32 token ids from position 0; return ``[1, seq_len,

@@ -388,6 +388,49 @@ def _check_dim(field: str, value: Any) -> None:
 # ----------------------------------------------------------------------------------------
 
 
+_Pair = tuple[nn.Tensor, nn.Tensor]  # (cos, sin)
+
+
+class Rotary:
+    """The rotary tables (cos, sin) of a module whose ``config`` is a :class:`LlamaConfig`:
+    computed in float32 as Hugging Face does, angle = position * inv_freq, the half-width
+    table repeated twice, times YaRN's attention factor where there is one."""
+
+    config: LlamaConfig
+
+    def _rope(self, begin: Any, length: Any, local: bool = False) -> _Pair:
+        # The tables [1, length, 1, hd] of positions [begin, begin + length) (local: Gemma-3's
+        # sliding layers, their own base, unscaled).
+        pos = op.wrap_nested(
+            relax.op.arange(begin, begin + length, 1, dtype=_DTYPE), name="rope_positions"
+        )
+        return self._tables(pos, [length], local)
+
+    def _rope_batch(self, positions: nn.Tensor) -> _Pair:
+        # As _rope, for each sequence's own positions: [B, S] int32 -> [B, S, 1, hd] tables.
+        pos = op.wrap_nested(relax.op.astype(positions._expr, _DTYPE), name="rope_positions")
+        return self._tables(pos, list(positions.shape))
+
+    def _tables(self, pos: nn.Tensor, lead: list[Any], local: bool = False) -> _Pair:
+        c, ones = self.config, [1] * len(lead)
+        hd = c.dim_per_head
+        # The frequencies, scaled as the config says, rounded to float32 as HF keeps them.
+        scaling = RopeScaling() if local else c.rope_scaling or RopeScaling()
+        inv_freq = scaling.inv_freq(hd, float(c.rope_local_theta if local else c.rope_theta))
+        angle = op.reshape(pos, [*lead, 1]) * op.reshape(op.wrap_nested(
+            relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq"), [*ones, hd // 2])
+        angle = op.reshape(op.concat([angle, angle], dim=-1), [1] * (2 - len(lead)) + [*lead, 1, hd])
+        cos = op.wrap_nested(relax.op.cos(angle._expr), name="rope_cos")
+        sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
+        scale = 1.0 if local or c.rope_scaling is None else c.rope_scaling.attention_scale()
+        if scale != 1.0:
+            cos, sin = cos * scale, sin * scale
+        return cos, sin
+
+
+_Pair = tuple[nn.Tensor, nn.Tensor]  # (cos, sin)
+
+
 class LlamaAttention(Attention):
     """Grouped-query attention with rotary embeddings on queries and keys (see
     :class:`tenet_byoc.models.decoder.Attention`), set from the config for layer ``layer``."""
@@ -439,7 +482,7 @@ class LlamaDecoderLayer(Block):
         self.mlp = LlamaMLP(config)
 
 
-class LlamaForCausalLM(DecoderLM):
+class LlamaForCausalLM(Rotary, DecoderLM):
     """A Llama-family decoder on :class:`~tenet_byoc.models.decoder.DecoderLM`'s entry points.
 
     Parameter names are those of Hugging Face's checkpoints without the ``model.`` prefix
@@ -457,45 +500,6 @@ class LlamaForCausalLM(DecoderLM):
         self.norm = nn.RMSNorm(config.hidden_size, axes=-1, epsilon=config.rms_norm_eps, bias=False)
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-
-    def _rope(self, begin: Any, length: Any, local: bool = False
-              ) -> tuple[nn.Tensor, nn.Tensor]:
-        # cos/sin of positions [begin, begin + length), computed in float32 as HF does:
-        # angle = position * inv_freq, the half-width table repeated twice.
-        hd = self.config.dim_per_head
-        pos = op.wrap_nested(
-            relax.op.arange(begin, begin + length, 1, dtype=_DTYPE), name="rope_positions"
-        )
-        angle = op.reshape(pos, [length, 1]) * op.reshape(self._inv_freq(local), [1, hd // 2])
-        return self._cos_sin(op.reshape(op.concat([angle, angle], dim=-1), [1, length, 1, hd]),
-                             local)
-
-    def _inv_freq(self, local: bool = False) -> nn.Tensor:
-        # The frequencies, scaled as the config says, rounded to float32 as HF keeps them
-        # (Gemma-3's sliding layers: their own base, unscaled).
-        c = self.config
-        scaling = RopeScaling() if local else c.rope_scaling or RopeScaling()
-        theta = c.rope_local_theta if local else c.rope_theta
-        inv_freq = scaling.inv_freq(c.dim_per_head, float(theta))
-        return op.wrap_nested(relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq")
-
-    def _cos_sin(self, angle: nn.Tensor, local: bool = False) -> tuple[nn.Tensor, nn.Tensor]:
-        # cos and sin of the angles, times YaRN's attention factor where there is one.
-        cos = op.wrap_nested(relax.op.cos(angle._expr), name="rope_cos")
-        sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
-        scaling = None if local else self.config.rope_scaling
-        scale = 1.0 if scaling is None else scaling.attention_scale()
-        if scale != 1.0:
-            cos, sin = cos * scale, sin * scale
-        return cos, sin
-
-    def _rope_batch(self, positions: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
-        # As _rope, for each sequence's own positions: [B, S] int32 -> [B, S, 1, hd] tables.
-        b, s = positions.shape
-        hd = self.config.dim_per_head
-        pos = op.wrap_nested(relax.op.astype(positions._expr, _DTYPE), name="rope_positions")
-        angle = op.reshape(pos, [b, s, 1]) * op.reshape(self._inv_freq(), [1, 1, hd // 2])
-        return self._cos_sin(op.reshape(op.concat([angle, angle], dim=-1), [b, s, 1, hd]))
 
     def _embed(self, ids: nn.Tensor, begin: Any, batch: BatchLayout | None
                ) -> tuple[nn.Tensor, list[tuple[nn.Tensor, nn.Tensor]]]:

@@ -106,9 +106,7 @@ class BatchKVCache:
     length: int
     pad: tuple[int, ...]
 
-    def numpy(self) -> list[np.ndarray]:
-        """Copy the tensors to numpy."""
-        return [t.numpy() for t in self.tensors]
+    numpy = KVCache.numpy
 
 
 def cache_length(cache: KVCache) -> int:
@@ -303,17 +301,23 @@ class DecoderRunner:
             for m, tag in zip(self._tenet_modules, before, strict=True):
                 m["__tenet_set_tag"](tag)
 
+    def _call(self, phase: str, function: str, *inputs: Any) -> tuple[np.ndarray, tuple]:
+        # The VM's ``function`` on ``inputs`` (numpy arrays put on the device) and the
+        # weights, its charges tagged ``phase``: the logits in numpy and the cache.
+        args = [tvm.runtime.tensor(x, self.device) if isinstance(x, np.ndarray) else x
+                for x in inputs]
+        with self._tagged(phase):
+            logits, cache = self.vm[function](*args, *self._weights)
+        return logits.numpy(), tuple(cache)
+
     def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
         """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens.
 
         The calls it charges are tagged ``"prefill"`` in the ledger.
         """
         ids = self.check_ids(token_ids)
-        with self._tagged("prefill"):
-            logits, cache = self.vm["prefill"](
-                tvm.runtime.tensor(ids, self.device), *self._weights
-            )
-        return logits.numpy()[0], KVCache(tuple(cache), ids.shape[1])
+        logits, cache = self._call("prefill", "prefill", ids)
+        return logits[0], KVCache(cache, ids.shape[1])
 
     def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
         """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache.
@@ -323,21 +327,13 @@ class DecoderRunner:
         # Ids first (their message is the more useful one), then the cache's tensors.
         ids = self.check_ids([token_id], past_len=cache_length(cache))
         self.check_cache(cache)
-        with self._tagged("decode"):
-            logits, new = self.vm["decode"](
-                tvm.runtime.tensor(ids, self.device),
-                list(cache.tensors),
-                *self.decode_inputs(cache),
-                *self._weights,
-            )
-        return logits.numpy()[0, 0], KVCache(tuple(new), cache.length + 1)
+        logits, new = self._call("decode", "decode", ids, list(cache.tensors),
+                                 *self.decode_inputs(cache))
+        return logits[0, 0], KVCache(new, cache.length + 1)
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
         """Greedily generate ``max_new_tokens`` tokens after ``prompt``; return only those."""
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+        _check_new_tokens(max_new_tokens)
         self.check_ids(prompt, past_len=max(max_new_tokens - 1, 0))
         if max_new_tokens == 0:
             return []
@@ -401,11 +397,8 @@ class DecoderRunner:
         ids = np.zeros((len(rows), length), np.int32)  # id 0 in the pad slots: never seen
         for b, r in enumerate(rows):
             ids[b, pad[b]:] = r
-        with self._tagged("prefill"):
-            logits, cache = self.vm["prefill_batch"](
-                tvm.runtime.tensor(ids, self.device),
-                tvm.runtime.tensor(np.array(pad, np.int32), self.device), *self._weights)
-        return logits.numpy(), BatchKVCache(tuple(cache), length, pad)
+        logits, cache = self._call("prefill", "prefill_batch", ids, np.array(pad, np.int32))
+        return logits, BatchKVCache(cache, length, pad)
 
     def check_batch_cache(self, cache: BatchKVCache) -> None:
         """Refuse a batch cache whose pads, length or tensors do not fit this model.
@@ -461,22 +454,14 @@ class DecoderRunner:
         # (if still among them) are hidden.
         key_begin = cache.length + 1 - self.decode_keys(cache.length)
         inputs = (cache.length - pad, np.maximum(pad - key_begin, 0))
-        with self._tagged("decode"):
-            logits, new = self.vm["decode_batch"](
-                tvm.runtime.tensor(ids.astype(np.int32).reshape(-1, 1), self.device),
-                list(cache.tensors),
-                *(tvm.runtime.tensor(x.astype(np.int32), self.device) for x in inputs),
-                *self._weights,
-            )
-        return logits.numpy()[:, 0], BatchKVCache(tuple(new), cache.length + 1, cache.pad)
+        logits, new = self._call("decode", "decode_batch", ids.astype(np.int32).reshape(-1, 1),
+                                 list(cache.tensors), *(x.astype(np.int32) for x in inputs))
+        return logits[:, 0], BatchKVCache(new, cache.length + 1, cache.pad)
 
     def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int
                        ) -> list[list[int]]:
         """Greedily generate ``max_new_tokens`` tokens after each prompt, all at once."""
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+        _check_new_tokens(max_new_tokens)
         for i, prompt in enumerate(prompts):
             try:
                 self.check_ids(prompt, past_len=max(max_new_tokens - 1, 0))
@@ -491,3 +476,10 @@ class DecoderRunner:
             for seq, t in zip(out, np.argmax(step, axis=-1), strict=True):
                 seq.append(int(t))
         return out
+
+
+def _check_new_tokens(max_new_tokens: int) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
