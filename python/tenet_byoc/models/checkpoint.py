@@ -18,7 +18,7 @@ import json
 import math
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ __all__ = [
     "CheckpointError",
     "Layout",
     "TensorInfo",
+    "load_family",
     "load_weights",
     "read_config",
     "read_json",
@@ -430,3 +431,39 @@ def load_weights(
         out[name] = np.ascontiguousarray(value.T) if value.ndim == 2 and (
             layout.transposed and name.endswith(layout.transposed)) else value
     return out
+
+
+def load_family(
+    folder: str | os.PathLike[str],
+    config: Any,
+    from_hf_dict: Callable[..., Any],
+    layout: Callable[[Any], Layout],
+    expected: Callable[[Any], Iterable[tuple[str, tuple[int, ...]]]],
+    note: Callable[[Any], str] = lambda config: "",
+) -> tuple[Any, dict[str, np.ndarray]]:
+    """Read a local Hugging Face checkpoint folder of one family: its config and weights.
+
+    Without ``config``, ``from_hf_dict(values, name=folder's name)`` reads ``config.json``
+    (its errors prefixed with the file's path); then :func:`load_weights` reads the weights
+    where ``layout(config)`` says, ``expected(config)`` (walked only once the layer count,
+    ``layout.layer_field``, matches the files) and ``note(config)`` as it takes them.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the folder, ``config.json`` (when ``config`` is not given) or the weights are
+        missing (naming them).
+    """
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"checkpoint folder {folder!r} does not exist")
+    if config is None:
+        values = read_config(folder)
+        try:
+            config = from_hf_dict(values, name=os.path.basename(os.path.normpath(folder)))
+        except (TypeError, ValueError) as err:
+            path = os.path.join(folder, CONFIG_FILE)
+            raise type(err)(f"{path!r}: {err}") from None
+    where = layout(config)
+    return config, load_weights(folder, where, getattr(config, where.layer_field),
+                                expected(config), note=note(config))

@@ -16,16 +16,16 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 from ._params import check_named_arrays
-from .checkpoint import Layout, load_weights, read_config
+from .checkpoint import Layout, load_family, read_config
 from .decoder import (
-    MASK_VALUE,
+    Attention,
     BatchLayout,
+    Block,
+    DecoderLM,
     MatmulShape,
     build_with_tvm,
     call_rows_and_keys,
-    decode_layout,
     export_decoder,
-    prefill_layout,
     take_rows,
 )
 from .runner import DecoderRunner, KVCache, cache_length, check_cache_tensors, check_ids
@@ -182,54 +182,6 @@ PRESETS: dict[str, GPT2Config] = {
 # ----------------------------------------------------------------------------------------
 
 
-class GPT2Attention(nn.Module):
-    """Causal multi-head self-attention with GPT-2's fused ``c_attn`` projection."""
-
-    def __init__(self, config: GPT2Config) -> None:
-        self.n_head = config.n_head
-        self.head_dim = config.head_dim
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
-
-    def _heads(self, x: nn.Tensor, b: Any, s: Any) -> nn.Tensor:
-        # [b, s, d] (or [1, b * s, d]) -> [b, h, s, hd]
-        return op.permute_dims(op.reshape(x, [b, s, self.n_head, self.head_dim]), [0, 2, 1, 3])
-
-    def forward(
-        self, x: nn.Tensor, past: tuple[nn.Tensor, nn.Tensor] | None,
-        batch: BatchLayout | None = None,
-    ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
-        """Attend over the past keys/values (if any) and ``x``'s own; return output, K, V.
-
-        Without ``past`` (prefill) a causal mask hides later positions; with it (decode,
-        one query at the end of the sequence) every key is visible. With ``batch`` the
-        rows of ``x`` are ``batch.size`` sequences of ``batch.length`` tokens and
-        ``batch.mask`` (padding and causality) replaces the causal mask.
-        """
-        if batch is None:
-            b, s, d = x.shape
-            rows = [b, s, d]
-        else:
-            b, s, d = batch.size, batch.length, x.shape[2]
-            rows = [1, b * s, d]
-        q, k, v = op.split(self.c_attn(x), 3, axis=2)
-        q, k, v = self._heads(q, b, s), self._heads(k, b, s), self._heads(v, b, s)
-        if past is not None:
-            k = op.concat([past[0], k], dim=2)
-            v = op.concat([past[1], v], dim=2)
-        scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2]))
-        scores = scores * (1.0 / math.sqrt(self.head_dim))
-        if batch is not None:
-            scores = scores + batch.mask(k.shape[2])
-        elif past is None:
-            mask = op.triu(op.full([s, s], MASK_VALUE, dtype=_DTYPE), diagonal=1)
-            scores = scores + mask
-        probs = op.softmax(scores, axis=-1)
-        out = op.matmul(probs, v)  # [b, h, s, hd]
-        out = op.reshape(op.permute_dims(out, [0, 2, 1, 3]), rows)
-        return self.c_proj(out), k, v
-
-
 class GPT2MLP(nn.Module):
     """The block's feed-forward part: ``c_fc``, tanh GELU, ``c_proj``."""
 
@@ -242,34 +194,29 @@ class GPT2MLP(nn.Module):
         return self.c_proj(op.gelu(self.c_fc(x), approximate="tanh"))
 
 
-class GPT2Block(nn.Module):
-    """A pre-LayerNorm transformer block."""
+class GPT2Block(Block):
+    """A pre-LayerNorm block; the attention's q, k and v are one fused ``c_attn`` GEMM."""
+
+    parts = ("ln_1", "attn", "ln_2", "mlp", None, None)
 
     def __init__(self, config: GPT2Config) -> None:
-        eps = config.layer_norm_epsilon
-        self.ln_1 = nn.LayerNorm(config.n_embd, eps=eps)
-        self.attn = GPT2Attention(config)
-        self.ln_2 = nn.LayerNorm(config.n_embd, eps=eps)
+        d, eps, h, hd = config.n_embd, config.layer_norm_epsilon, config.n_head, config.head_dim
+        self.ln_1 = nn.LayerNorm(d, eps=eps)
+        self.attn = Attention(d, h, h, hd, scale=1.0 / math.sqrt(hd), fused=True)
+        self.ln_2 = nn.LayerNorm(d, eps=eps)
         self.mlp = GPT2MLP(config)
 
-    def forward(
-        self, x: nn.Tensor, past: tuple[nn.Tensor, nn.Tensor] | None,
-        batch: BatchLayout | None = None,
-    ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
-        """Apply the block; return the new hidden state and this layer's K and V."""
-        attn, k, v = self.attn(self.ln_1(x), past, batch)
-        x = x + attn
-        x = x + self.mlp(self.ln_2(x))
-        return x, k, v
 
-
-class GPT2LMHeadModel(nn.Module):
-    """GPT-2 with a tied language-model head and two entry points, prefill and decode.
+class GPT2LMHeadModel(DecoderLM):
+    """GPT-2 with learned positions and a tied head on :class:`DecoderLM`'s entry points.
 
     Parameter names are those of Hugging Face's checkpoints without the ``transformer.``
     prefix (``wte.weight``, ``h.0.attn.c_attn.weight``, ...); linear weights are stored
     ``[out, in]`` as in ``torch.nn.Linear``.
     """
+
+    parts = ("wte", "h", "ln_f")
+    fields = ("n_layer", "n_head", "head_dim", "n_positions")
 
     def __init__(self, config: GPT2Config) -> None:
         self.config = config
@@ -278,74 +225,18 @@ class GPT2LMHeadModel(nn.Module):
         self.h = nn.ModuleList([GPT2Block(config) for _ in range(config.n_layer)])
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
 
-    def _positions(self, begin: Any, end: Any) -> nn.Tensor:
-        # Rows [begin, end) of wpe; begin/end may be symbolic, which op.take cannot express.
-        # assume_inbound keeps the shape exact (end - begin rather than a min() with
-        # n_positions); the runner checks the positions before calling the VM.
-        rows = relax.op.strided_slice(
-            self.wpe.weight._expr, axes=[0], begin=[begin], end=[end], assume_inbound=True
-        )
-        return op.wrap_nested(rows, name="wpe_rows")
-
-    def _run(
-        self, ids: nn.Tensor, pos: nn.Tensor, past: Sequence[nn.Tensor] | None,
-        batch: BatchLayout | None = None,
-    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        x = take_rows(self.wte.weight, ids) + pos
-        if batch is not None:  # one row axis: each linear layer is one GEMM of B * S rows
-            x = op.reshape(x, [1, batch.size * batch.length, self.config.n_embd])
-        cache: list[nn.Tensor] = []
-        for i, block in enumerate(self.h):
-            layer_past = None if past is None else (past[2 * i], past[2 * i + 1])
-            x, k, v = block(x, layer_past, batch)
-            cache += [k, v]
-        x = self.ln_f(x)
-        logits = op.matmul(x, op.permute_dims(self.wte.weight))
+    def _embed(self, ids: nn.Tensor, begin: Any, batch: BatchLayout | None
+               ) -> tuple[nn.Tensor, list[None]]:
         if batch is not None:
-            logits = op.reshape(logits, [batch.size, batch.length, self.config.vocab_size])
-        return logits, tuple(cache)
-
-    def prefill(self, input_ids: nn.Tensor) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        """Run ``[1, seq_len]`` int32 token ids from position 0; return ``[1, seq_len,
-        vocab_size]`` logits and ``2 * n_layer`` cache tensors ``K_0, V_0, ...``, each
-        ``[1, n_head, seq_len, head_dim]``."""
-        return self._run(input_ids, self._positions(0, input_ids.shape[1]), None)
-
-    def decode(
-        self, input_id: nn.Tensor, past: Sequence[nn.Tensor]
-    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        """Run one ``[1, 1]`` token at position ``past_len`` after ``past`` (``2 * n_layer``
-        tensors ``[1, n_head, past_len, head_dim]``); return ``[1, 1, vocab_size]`` logits and
-        the cache one token longer."""
-        past_len = past[0].shape[2]
-        return self._run(input_id, self._positions(past_len, past_len + 1), past)
-
-    def _run_batch(self, ids: nn.Tensor, past: Sequence[nn.Tensor] | None,
-                   layout: BatchLayout) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        return self._run(ids, take_rows(self.wpe.weight, layout.positions), past, layout)
-
-    def prefill_batch(
-        self, input_ids: nn.Tensor, pad: nn.Tensor
-    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        """Run ``batch`` left-padded prompts: ``input_ids`` ``[batch, seq_len]`` int32,
-        sequence ``b``'s tokens from slot ``pad[b]`` on (``pad`` ``[batch]`` int32); return
-        ``[batch, seq_len, vocab_size]`` logits (rows of pad slots meaningless) and the
-        cache tensors, each ``[batch, n_head, seq_len, head_dim]``."""
-        return self._run_batch(input_ids, None, prefill_layout(input_ids, pad))
-
-    def decode_batch(
-        self, input_id: nn.Tensor, past: Sequence[nn.Tensor], position: nn.Tensor,
-        first_key: nn.Tensor,
-    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        """Run one token per sequence at slot ``past_len`` after a batch's cache.
-
-        ``input_id`` is ``[batch, 1]``, ``past`` ``2 * n_layer`` tensors ``[batch, n_head,
-        past_len, head_dim]``; ``position`` ``[batch]`` int32 is each new token's position
-        (``past_len - pad[b]``) and ``first_key`` ``[batch]`` int32 each sequence's first
-        key that is not a pad slot (``pad[b]``). Returns ``[batch, 1, vocab_size]`` logits
-        and the cache one slot longer.
-        """
-        return self._run_batch(input_id, past, decode_layout(input_id, position, first_key))
+            pos = take_rows(self.wpe.weight, batch.positions)
+        else:
+            # Rows [begin, end) of wpe; begin/end may be symbolic, which op.take cannot
+            # express. assume_inbound keeps the shape exact (end - begin rather than a min()
+            # with n_positions); the runner checks the positions before calling the VM.
+            rows = relax.op.strided_slice(self.wpe.weight._expr, axes=[0], begin=[begin],
+                                          end=[begin + ids.shape[1]], assume_inbound=True)
+            pos = op.wrap_nested(rows, name="wpe_rows")
+        return take_rows(self.wte.weight, ids) + pos, [None] * self.config.n_layer
 
 
 def export_gpt2(
@@ -357,36 +248,16 @@ def export_gpt2(
     Every matmul stays an ``R.matmul``: the linear layers as
     ``R.matmul(x, R.permute_dims(W))`` + ``R.add(b)``, attention as 4-D
     ``R.matmul(Q, R.permute_dims(K))`` and ``R.matmul(P, V)``, the tied head as
-    ``R.matmul(x, R.permute_dims(wte))``.
-
-    Parameters
-    ----------
-    config : GPT2Config
-        The model's shape.
-    params : mapping of str to numpy.ndarray or tvm.runtime.Tensor, optional
-        Weights to bind into both functions as constants (a float32 tensor is bound as it
-        is, not copied); by default the weights are function parameters.
-    batched : bool
-        Also export ``prefill_batch`` and ``decode_batch``, which run several left-padded
-        sequences at once (see :func:`tenet_byoc.models.decoder.export_decoder`).
-
-    Returns
-    -------
-    IRModule
-        ``prefill(input_ids: [1, seq_len] int32, *weights)`` returns
-        ``(logits [1, seq_len, vocab], (K_0, V_0, ..., K_{n-1}, V_{n-1}))`` with each cache
-        tensor ``[1, n_head, seq_len, head_dim]``; ``decode(input_id: [1, 1] int32,
-        past: tuple of 2 * n_layer tensors [1, n_head, past_len, head_dim], *weights)``
-        returns ``(logits [1, 1, vocab], cache)`` with each cache tensor
-        ``[1, n_head, past_len + 1, head_dim]``; the new token's position is ``past_len``.
-        ``*weights`` are in :func:`param_shapes` order and absent when ``params`` is given.
-        Both functions carry the attribute ``num_input`` (1 and 2), the number of
-        arguments before the weights.
+    ``R.matmul(x, R.permute_dims(wte))``. The functions' inputs and outputs are
+    :func:`tenet_byoc.models.decoder.export_decoder`'s (cache tensors ``[1, n_head,
+    past_len, head_dim]``; the new token's position is ``past_len``); ``params`` (float32
+    tensors bound as they are, not copied) binds the weights as constants, otherwise they
+    follow the inputs in :func:`param_shapes` order; ``batched`` adds ``prefill_batch``
+    and ``decode_batch``.
     """
     checked = None if params is None else check_params(config, params)
     model = GPT2LMHeadModel(config)
-    return export_decoder(model, config.n_layer, config.n_head, config.head_dim, checked,
-                          batched=batched)
+    return export_decoder(model, checked, batched=batched)
 
 
 def check_params(config: GPT2Config, params: Mapping[str, np.ndarray | tvm.runtime.Tensor]
@@ -574,24 +445,11 @@ def load_hf_checkpoint(
         If the file is corrupt, holds another number of blocks, or a weight has the wrong
         shape (the message names it and both shapes).
     """
-    folder = os.fspath(folder)
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"GPT-2 checkpoint folder {folder!r} does not exist")
-    if config is None:
-        config_path = os.path.join(folder, "config.json")
-        if not os.path.isfile(config_path):
-            raise FileNotFoundError(f"{config_path!r} not found (pass config= to skip it)")
-        values = read_config(config_path)
-        try:
-            config = GPT2Config.from_hf_dict(values, name=os.path.basename(folder))
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"{config_path!r}: {err}") from None
-
-    def shapes():
+    def shapes(config: GPT2Config):
         # Builds the module, so only walked once the block count matches the file.
         yield from param_shapes(config).items()
 
-    return config, load_weights(folder, HF_LAYOUT, config.n_layer, shapes())
+    return load_family(folder, config, GPT2Config.from_hf_dict, lambda config: HF_LAYOUT, shapes)
 
 
 # ----------------------------------------------------------------------------------------
@@ -675,43 +533,14 @@ def check_kv_cache(config: GPT2Config, cache: KVCache) -> None:
 class GPT2Runner(DecoderRunner):
     """Build GPT-2 once and run prefill, decode and greedy generation on the Relax VM.
 
-    Parameters
-    ----------
-    config : GPT2Config
-        The model's shape.
-    params : mapping of str to numpy.ndarray
-        Weights as returned by :func:`random_params` or :func:`load_hf_checkpoint`.
-    build : callable, optional
-        ``IRModule -> executable`` (anything ``relax.VirtualMachine`` accepts); by default
-        :func:`build_with_tvm`. It receives :func:`export_gpt2`'s module.
-    device : tvm.runtime.Device, optional
-        Defaults to ``tvm.cpu()``.
-    bind_params : bool
-        Bind the weights into the module as constants (``export_gpt2(config, params)``)
-        instead of passing them to every call.
-
-    Attributes
-    ----------
-    mod : IRModule
-        The module handed to ``build``.
-    vm : relax.VirtualMachine
-        The VM running ``mod``'s functions ``prefill`` and ``decode``. Calling it directly
-        skips the runner's checks of token ids, positions and caches: an id outside
-        ``[0, vocab_size)`` then reads the nearest row of ``wte`` (take's "clip" mode)
-        and a cache longer than ``n_positions - 1`` is not refused.
+    See :class:`tenet_byoc.models.runner.DecoderRunner` for the parameters; ``params`` as
+    returned by :func:`random_params` or :func:`load_hf_checkpoint`, ``build`` receives
+    :func:`export_gpt2`'s module. Calling ``runner.vm`` directly skips the runner's checks
+    of token ids, positions and caches: an id outside ``[0, vocab_size)`` then reads the
+    nearest row of ``wte`` (take's "clip" mode) and a cache longer than ``n_positions - 1``
+    is not refused.
     """
 
+    model = GPT2LMHeadModel
     check_params = staticmethod(check_params)
     export = staticmethod(export_gpt2)
-
-    def check_ids(self, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
-        """``ids`` as ``[1, n]`` int32 after :func:`check_token_ids`."""
-        return check_token_ids(self.config, ids, past_len)
-
-    def cache_shape(self, length: int) -> tuple[int, ...]:
-        """``[1, n_head, length, head_dim]``."""
-        return (1, self.config.n_head, length, self.config.head_dim)
-
-    def check_cache(self, cache: KVCache) -> None:
-        """:func:`check_kv_cache`: the tensors, and a position left for the new token."""
-        check_kv_cache(self.config, cache)

@@ -11,33 +11,32 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tvm
-from tvm import relax, tirx
+from tvm import relax
 from tvm.ir import IRModule
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 from ._params import check_named_arrays
-from .checkpoint import Layout, load_weights, read_config
+from .checkpoint import Layout, load_family
 from .decoder import (
     LAYER_TYPES,
-    MASK_VALUE,
+    Attention,
     BatchLayout,
+    Block,
+    DecoderLM,
     MatmulShape,
     call_rows_and_keys,
-    decode_layout,
     export_decoder,
-    prefill_layout,
     read_layer_types,
     take_rows,
 )
 from .rope import RopeScaling, rope_from_config
-from .runner import DecoderRunner, KVCache, check_ids
+from .runner import DecoderRunner
 
 __all__ = [
     "FAMILIES",
@@ -389,122 +388,61 @@ def _check_dim(field: str, value: Any) -> None:
 # ----------------------------------------------------------------------------------------
 
 
-_Pair = tuple[nn.Tensor, nn.Tensor]  # (cos, sin) tables, or a layer's (K, V) cache
-_Triple = tuple[nn.Tensor, nn.Tensor, nn.Tensor]  # (output, K, V)
+_Pair = tuple[nn.Tensor, nn.Tensor]  # (cos, sin)
 
 
-def _rotate_half(x: nn.Tensor) -> nn.Tensor:
-    first, second = op.split(x, 2, axis=-1)
-    return op.concat([op.negative(second), first], dim=-1)
+class Rotary:
+    """The rotary tables (cos, sin) of a module whose ``config`` is a :class:`LlamaConfig`:
+    computed in float32 as Hugging Face does, angle = position * inv_freq, the half-width
+    table repeated twice, times YaRN's attention factor where there is one."""
+
+    config: LlamaConfig
+
+    def _rope(self, begin: Any, length: Any, local: bool = False) -> _Pair:
+        # The tables [1, length, 1, hd] of positions [begin, begin + length) (local: Gemma-3's
+        # sliding layers, their own base, unscaled).
+        pos = op.wrap_nested(
+            relax.op.arange(begin, begin + length, 1, dtype=_DTYPE), name="rope_positions"
+        )
+        return self._tables(pos, [length], local)
+
+    def _rope_batch(self, positions: nn.Tensor) -> _Pair:
+        # As _rope, for each sequence's own positions: [B, S] int32 -> [B, S, 1, hd] tables.
+        pos = op.wrap_nested(relax.op.astype(positions._expr, _DTYPE), name="rope_positions")
+        return self._tables(pos, list(positions.shape))
+
+    def _tables(self, pos: nn.Tensor, lead: list[Any], local: bool = False) -> _Pair:
+        c, ones = self.config, [1] * len(lead)
+        hd = c.dim_per_head
+        # The frequencies, scaled as the config says, rounded to float32 as HF keeps them.
+        scaling = RopeScaling() if local else c.rope_scaling or RopeScaling()
+        inv_freq = scaling.inv_freq(hd, float(c.rope_local_theta if local else c.rope_theta))
+        angle = op.reshape(pos, [*lead, 1]) * op.reshape(op.wrap_nested(
+            relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq"), [*ones, hd // 2])
+        angle = op.reshape(op.concat([angle, angle], dim=-1), [1] * (2 - len(lead)) + [*lead, 1, hd])
+        cos = op.wrap_nested(relax.op.cos(angle._expr), name="rope_cos")
+        sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
+        scale = 1.0 if local or c.rope_scaling is None else c.rope_scaling.attention_scale()
+        if scale != 1.0:
+            cos, sin = cos * scale, sin * scale
+        return cos, sin
 
 
-class LlamaAttention(nn.Module):
-    """Causal grouped-query self-attention with rotary embeddings on queries and keys.
+_Pair = tuple[nn.Tensor, nn.Tensor]  # (cos, sin)
 
-    The ``group_size`` query heads that share a key/value head are stacked into the rows
-    of one GEMM per key/value head: scores are ``R.matmul(Q[1, kv, g * s, hd],
-    K^T[1, kv, hd, L])``, the context ``R.matmul(P[1, kv, g * s, L], V[1, kv, L, hd])``.
-    Keys and values are never repeated, as a GQA kernel would not repeat them.
-    """
+
+class LlamaAttention(Attention):
+    """Grouped-query attention with rotary embeddings on queries and keys (see
+    :class:`tenet_byoc.models.decoder.Attention`), set from the config for layer ``layer``."""
 
     def __init__(self, config: LlamaConfig, layer: int = 0) -> None:
-        d, hd = config.hidden_size, config.dim_per_head
-        self.window = config.layer_window(layer)
-        self.rolling = config.window  # the cache keeps only the last W tokens
-        scalar = config.query_pre_attn_scalar or hd
-        self.cap = config.attn_logit_softcapping
-        # With soft-capping, the score scale and the 1 / cap before tanh are one multiply.
-        self.scale = scalar**-0.5 / (self.cap or 1.0)
-        self.n_head = config.num_attention_heads
-        self.n_kv = config.num_key_value_heads
-        self.head_dim = hd
-        self.q_proj = nn.Linear(d, self.n_head * hd, bias=config.qkv_bias)
-        self.k_proj = nn.Linear(d, self.n_kv * hd, bias=config.qkv_bias)
-        self.v_proj = nn.Linear(d, self.n_kv * hd, bias=config.qkv_bias)
-        self.o_proj = nn.Linear(self.n_head * hd, d, bias=config.o_bias)
-        if config.qk_norm:
-            eps = config.rms_norm_eps
-            self.q_norm = nn.RMSNorm(hd, axes=-1, epsilon=eps, bias=False)
-            self.k_norm = nn.RMSNorm(hd, axes=-1, epsilon=eps, bias=False)
-        self.qk_norm = config.qk_norm
-
-    def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None,
-                batch: BatchLayout | None = None) -> _Triple:
-        """Attend over the past keys/values (if any) and ``x``'s own; return output, K, V.
-
-        ``rope`` is ``(cos, sin)``, each ``[1, s, 1, head_dim]`` for ``x``'s positions.
-        Without ``past`` (prefill) a causal mask hides later positions (and, with a window
-        W, those W or more before); with it (decode, one query at the end of the sequence)
-        every key is visible, the past cut to its last W - 1 tokens. The returned K and V
-        are the cache to keep: with a window, its last W tokens. With ``batch`` the rows
-        of ``x`` are ``batch.size`` sequences of ``batch.length`` tokens, ``rope`` is
-        ``[size, length, 1, head_dim]`` (each sequence's own positions) and
-        ``batch.mask`` (padding, causality, window) replaces the masks above.
-        """
-        if batch is None:
-            b, s, _ = x.shape
-        else:
-            b, s = batch.size, batch.length
-        hd, g = self.head_dim, self.n_head // self.n_kv
-        cos, sin = rope
-
-        def heads(t: nn.Tensor, n: int, rotate: bool, norm: Any = None) -> nn.Tensor:
-            # [b, s, n * hd] (or [1, b * s, n * hd]) -> [b, n, s, hd], normed and rotated
-            t = op.reshape(t, [b, s, n, hd])
-            if norm is not None:
-                t = norm(t)
-            if rotate:
-                t = t * cos + _rotate_half(t) * sin
-            return op.permute_dims(t, [0, 2, 1, 3])
-
-        q = heads(self.q_proj(x), self.n_head, True, self.q_norm if self.qk_norm else None)
-        k = heads(self.k_proj(x), self.n_kv, True, self.k_norm if self.qk_norm else None)
-        v = heads(self.v_proj(x), self.n_kv, False)
-        if past is not None:  # with a window, the new token sees the W - 1 before it
-            keep = None if self.rolling is None else self.rolling - 1
-            k = op.concat([self._last(past[0], keep), k], dim=2)
-            v = op.concat([self._last(past[1], keep), v], dim=2)
-        cache = k, v  # with a rolling buffer, its last W tokens (cut after the attention)
-        if past is not None and self.rolling is None and self.window is not None:
-            k, v = self._last(k, self.window), self._last(v, self.window)  # a view of the cache
-        keys = k.shape[2]
-        q = op.reshape(q, [b, self.n_kv, g * s, hd])
-        scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * self.scale
-        if self.cap:  # soft-capping: cap * tanh(scaled score / cap), before the mask
-            scores = op.tanh(scores) * self.cap
-        if batch is not None:
-            mask = op.reshape(batch.mask(keys), [b, 1, 1, s, keys])
-            scores = op.reshape(op.reshape(scores, [b, self.n_kv, g, s, keys]) + mask,
-                                [b, self.n_kv, g * s, keys])
-        elif past is None:
-            mask = op.triu(op.full([s, s], MASK_VALUE, dtype=_DTYPE), diagonal=1)
-            if self.window:  # and the keys W or more tokens back
-                band = relax.op.tril(op.full([s, s], MASK_VALUE, dtype=_DTYPE)._expr,
-                                     -self.window)
-                mask = mask + op.wrap_nested(band, name="window_mask")
-            scores = op.reshape(op.reshape(scores, [b, self.n_kv, g, s, keys]) + mask,
-                                [b, self.n_kv, g * s, keys])
-        out = op.matmul(self._probs(scores, b, s), v)  # [b, kv, g * s, hd]
-        out = op.permute_dims(op.reshape(out, [b, self.n_head, s, hd]), [0, 2, 1, 3])
-        rows = [b, s, self.n_head * hd] if batch is None else [1, b * s, self.n_head * hd]
-        out = self.o_proj(op.reshape(out, rows))
-        return out, self._last(cache[0], self.rolling), self._last(cache[1], self.rolling)
-
-    def _probs(self, scores: nn.Tensor, b: Any, s: Any) -> nn.Tensor:
-        # The attention weights of scores [b, kv, g * s, keys] (a sink's column in gpt-oss).
-        return op.softmax(scores, axis=-1)
-
-    @staticmethod
-    def _last(t: nn.Tensor, n: int | None) -> nn.Tensor:
-        # The last n tokens (axis 2) of a cache tensor; all of them when n is None.
-        if n is None:
-            return t
-        length = t.shape[2]
-        begin = tirx.max(length - n, 0)
-        rows = relax.op.strided_slice(
-            t._expr, axes=[2], begin=[begin], end=[length], assume_inbound=True
-        )
-        return op.wrap_nested(rows, name="cache_window")
+        hd = config.dim_per_head
+        super().__init__(
+            config.hidden_size, config.num_attention_heads, config.num_key_value_heads, hd,
+            scale=(config.query_pre_attn_scalar or hd) ** -0.5, qkv_bias=config.qkv_bias,
+            o_bias=config.o_bias, qk_norm_eps=config.rms_norm_eps if config.qk_norm else None,
+            window=config.layer_window(layer), rolling=config.window,
+            cap=config.attn_logit_softcapping)
 
 
 class LlamaMLP(nn.Module):
@@ -524,7 +462,7 @@ class LlamaMLP(nn.Module):
         return self.down_proj(gate * self.up_proj(x))
 
 
-class LlamaDecoderLayer(nn.Module):
+class LlamaDecoderLayer(Block):
     """A pre-RMSNorm decoder layer; Gemma's also norms the attention's and the MLP's outputs
     (its ``post_attention_layernorm`` is the attention's, ``pre_feedforward_layernorm``
     the MLP's input norm)."""
@@ -534,27 +472,18 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
         self.self_attn = LlamaAttention(config, layer)
         self.post_attention_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
-        self.gemma = config.gemma
-        if self.gemma:
+        self.parts = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp",
+                      None, None)
+        if config.gemma:
             self.pre_feedforward_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
             self.post_feedforward_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
+            self.parts = ("input_layernorm", "self_attn", "pre_feedforward_layernorm", "mlp",
+                          "post_attention_layernorm", "post_feedforward_layernorm")
         self.mlp = LlamaMLP(config)
 
-    def forward(self, x: nn.Tensor, rope: _Pair, past: _Pair | None,
-                batch: BatchLayout | None = None) -> _Triple:
-        """Apply the layer; return the new hidden state and this layer's K and V."""
-        attn, k, v = self.self_attn(self.input_layernorm(x), rope, past, batch)
-        if self.gemma:
-            x = x + self.post_attention_layernorm(attn)
-            return x + self.post_feedforward_layernorm(
-                self.mlp(self.pre_feedforward_layernorm(x))), k, v
-        x = x + attn
-        x = x + self.mlp(self.post_attention_layernorm(x))
-        return x, k, v
 
-
-class LlamaForCausalLM(nn.Module):
-    """A Llama-family decoder with two entry points, prefill and decode.
+class LlamaForCausalLM(Rotary, DecoderLM):
+    """A Llama-family decoder on :class:`~tenet_byoc.models.decoder.DecoderLM`'s entry points.
 
     Parameter names are those of Hugging Face's checkpoints without the ``model.`` prefix
     (``embed_tokens.weight``, ``layers.0.self_attn.q_proj.weight``, ``norm.weight``,
@@ -563,6 +492,7 @@ class LlamaForCausalLM(nn.Module):
 
     def __init__(self, config: LlamaConfig) -> None:
         self.config = config
+        self.window, self.final_cap = config.window, config.final_logit_softcapping
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
             [LlamaDecoderLayer(config, i) for i in range(config.num_hidden_layers)]
@@ -571,126 +501,19 @@ class LlamaForCausalLM(nn.Module):
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
-    def _rope(self, begin: Any, length: Any, local: bool = False
-              ) -> tuple[nn.Tensor, nn.Tensor]:
-        # cos/sin of positions [begin, begin + length), computed in float32 as HF does:
-        # angle = position * inv_freq, the half-width table repeated twice.
-        hd = self.config.dim_per_head
-        pos = op.wrap_nested(
-            relax.op.arange(begin, begin + length, 1, dtype=_DTYPE), name="rope_positions"
-        )
-        angle = op.reshape(pos, [length, 1]) * op.reshape(self._inv_freq(local), [1, hd // 2])
-        return self._cos_sin(op.reshape(op.concat([angle, angle], dim=-1), [1, length, 1, hd]),
-                             local)
-
-    def _inv_freq(self, local: bool = False) -> nn.Tensor:
-        # The frequencies, scaled as the config says, rounded to float32 as HF keeps them
-        # (Gemma-3's sliding layers: their own base, unscaled).
-        c = self.config
-        scaling = RopeScaling() if local else c.rope_scaling or RopeScaling()
-        theta = c.rope_local_theta if local else c.rope_theta
-        inv_freq = scaling.inv_freq(c.dim_per_head, float(theta))
-        return op.wrap_nested(relax.const(inv_freq.astype(np.float32)), name="rope_inv_freq")
-
-    def _cos_sin(self, angle: nn.Tensor, local: bool = False) -> tuple[nn.Tensor, nn.Tensor]:
-        # cos and sin of the angles, times YaRN's attention factor where there is one.
-        cos = op.wrap_nested(relax.op.cos(angle._expr), name="rope_cos")
-        sin = op.wrap_nested(relax.op.sin(angle._expr), name="rope_sin")
-        scaling = None if local else self.config.rope_scaling
-        scale = 1.0 if scaling is None else scaling.attention_scale()
-        if scale != 1.0:
-            cos, sin = cos * scale, sin * scale
-        return cos, sin
-
-    def _rope_batch(self, positions: nn.Tensor) -> tuple[nn.Tensor, nn.Tensor]:
-        # As _rope, for each sequence's own positions: [B, S] int32 -> [B, S, 1, hd] tables.
-        b, s = positions.shape
-        hd = self.config.dim_per_head
-        pos = op.wrap_nested(relax.op.astype(positions._expr, _DTYPE), name="rope_positions")
-        angle = op.reshape(pos, [b, s, 1]) * op.reshape(self._inv_freq(), [1, 1, hd // 2])
-        return self._cos_sin(op.reshape(op.concat([angle, angle], dim=-1), [b, s, 1, hd]))
-
-    def _run(
-        self, ids: nn.Tensor, begin: Any, past: Sequence[nn.Tensor] | None,
-        batch: BatchLayout | None = None,
-    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
+    def _embed(self, ids: nn.Tensor, begin: Any, batch: BatchLayout | None
+               ) -> tuple[nn.Tensor, list[tuple[nn.Tensor, nn.Tensor]]]:
         c = self.config
         x = take_rows(self.embed_tokens.weight, ids)
         if c.gemma:  # sqrt(d) rounded to float32, as Hugging Face scales it
             x = x * float(np.float32(math.sqrt(c.hidden_size)))
-        if batch is None:
-            rope = self._rope(begin, ids.shape[1])
-        else:  # one row axis: each linear layer is one GEMM of B * S rows
-            rope = self._rope_batch(batch.positions)
-            x = op.reshape(x, [1, batch.size * batch.length, c.hidden_size])
+        rope = self._rope(begin, ids.shape[1]) if batch is None else self._rope_batch(
+            batch.positions)
         local = rope
         if c.rope_local_theta is not None:  # Gemma-3's sliding layers rotate by their own base
             local = self._rope(begin, ids.shape[1], local=True)
-        cache: list[nn.Tensor] = []
-        for i, layer in enumerate(self.layers):
-            layer_past = None if past is None else (past[2 * i], past[2 * i + 1])
-            sliding = c.layer_types is not None and c.layer_types[i] == "sliding_attention"
-            x, k, v = layer(x, local if sliding else rope, layer_past, batch)
-            cache += [k, v]
-        x = self.norm(x)
-        if c.tie_word_embeddings:
-            logits = op.matmul(x, op.permute_dims(self.embed_tokens.weight))
-        else:
-            logits = self.lm_head(x)
-        if c.final_logit_softcapping:  # cap * tanh(logits / cap)
-            cap = c.final_logit_softcapping
-            logits = op.tanh(logits * (1.0 / cap)) * cap
-        if batch is not None:
-            logits = op.reshape(logits, [batch.size, batch.length, self.config.vocab_size])
-        return logits, tuple(cache)
-
-    def prefill(self, input_ids: nn.Tensor) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        """Run a prompt of ``seq_len`` tokens from position 0.
-
-        Returns ``[1, seq_len, vocab_size]`` logits and ``2 * num_hidden_layers`` cache
-        tensors ``K_0, V_0, ...``, each ``[1, num_key_value_heads, seq_len, head_dim]``
-        (keys after RoPE).
-        """
-        return self._run(input_ids, 0, None)
-
-    def decode(
-        self, input_id: nn.Tensor, past: Sequence[nn.Tensor], position: Any = None
-    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        """Run one token at position ``past_len`` given the cache of the ones before it.
-
-        ``past`` holds ``2 * num_hidden_layers`` tensors, each ``[1, num_key_value_heads,
-        past_len, head_dim]``; returns ``[1, 1, vocab_size]`` logits and the cache extended
-        by this token. With a sliding window the cache holds only the last tokens, so the
-        new token's ``position`` is an input (a ``R.Shape([position])``).
-        """
-        return self._run(input_id, past[0].shape[2] if position is None else position, past)
-
-    def prefill_batch(
-        self, input_ids: nn.Tensor, pad: nn.Tensor
-    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        """Run ``batch`` left-padded prompts of ``seq_len`` slots at once.
-
-        ``input_ids`` is ``[batch, seq_len]`` int32, ``pad`` ``[batch]`` int32 the pad slots
-        before each sequence's first token. Returns ``[batch, seq_len, vocab_size]`` logits
-        (rows of pad slots are meaningless) and the cache tensors, each ``[batch,
-        num_key_value_heads, seq_len (or the last window), head_dim]``.
-        """
-        return self._run(input_ids, 0, None, prefill_layout(input_ids, pad, self.config.window))
-
-    def decode_batch(
-        self, input_id: nn.Tensor, past: Sequence[nn.Tensor], position: nn.Tensor,
-        first_key: nn.Tensor,
-    ) -> tuple[nn.Tensor, tuple[nn.Tensor, ...]]:
-        """Run one token per sequence after a batch's cache.
-
-        ``input_id`` is ``[batch, 1]``, ``past`` the cache tensors ``[batch,
-        num_key_value_heads, past_len, head_dim]`` (with a sliding window, the last W - 1
-        of them are attended to); ``position`` ``[batch]`` int32 is each new token's
-        position and ``first_key`` ``[batch]`` int32 each sequence's first attended key
-        that is not a pad slot. Returns ``[batch, 1, vocab_size]`` logits and the cache one
-        slot longer (or rolled by one).
-        """
-        return self._run(input_id, 0, past, decode_layout(input_id, position, first_key))
+        types = c.layer_types or ("full_attention",) * c.num_hidden_layers
+        return x, [local if t == "sliding_attention" else rope for t in types]
 
 
 def export_llama(
@@ -699,25 +522,10 @@ def export_llama(
     """Export the model to a Relax IRModule with the functions ``prefill`` and ``decode``.
 
     Every matmul is an ``R.matmul`` (projections and an untied head as
-    ``R.matmul(x, R.permute_dims(W))``), so all of them can be offloaded.
-
-    Parameters
-    ----------
-    config : LlamaConfig
-    params : mapping of str to numpy.ndarray, optional
-        Weights bound into both functions as constants. Without them the functions take
-        the weights as parameters after their inputs, in :func:`param_shapes` order.
-    batched : bool
-        Also export ``prefill_batch`` and ``decode_batch``, which run several left-padded
-        sequences at once (see :func:`tenet_byoc.models.decoder.export_decoder`).
-
-    Returns
-    -------
-    IRModule
-        ``prefill(input_ids: [1, seq_len] int32, *weights)`` returns ``(logits [1, seq_len,
-        vocab], (K_0, V_0, ...))``; ``decode(input_id: [1, 1] int32, past, *weights)``
-        returns ``(logits [1, 1, vocab], cache)`` with each cache tensor one longer. The
-        functions carry the attribute ``num_input`` (1 and 2).
+    ``R.matmul(x, R.permute_dims(W))``), so all of them can be offloaded. The functions'
+    inputs and outputs are :func:`tenet_byoc.models.decoder.export_decoder`'s; ``params``
+    binds the weights as constants, otherwise they follow the inputs in
+    :func:`param_shapes` order; ``batched`` adds ``prefill_batch`` and ``decode_batch``.
     """
     checked = None if params is None else check_params(config, params)
     c = config
@@ -725,8 +533,7 @@ def export_llama(
         raise ValueError(f"{c.name}: the batched functions are not built for a model whose "
                          "layers have different attention windows (layer_types)")
     model = LlamaForCausalLM(c)
-    return export_decoder(model, c.num_hidden_layers, c.num_key_value_heads, c.dim_per_head,
-                          checked, position=c.window is not None, batched=batched)
+    return export_decoder(model, checked, batched=batched)
 
 
 def param_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
@@ -739,23 +546,12 @@ def param_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
 
 
 def _iter_param_shapes(config: LlamaConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
-    d, v, inner = config.hidden_size, config.vocab_size, config.intermediate_size
-    q, kv = config.num_attention_heads * config.dim_per_head, (
-        config.num_key_value_heads * config.dim_per_head
-    )
+    d, v = config.hidden_size, config.vocab_size
     yield "embed_tokens.weight", (v, d)
     for i in range(config.num_hidden_layers):
         p = f"layers.{i}."
         yield p + "input_layernorm.weight", (d,)
-        for proj, rows, bias in (
-            ("q_proj", q, config.qkv_bias),
-            ("k_proj", kv, config.qkv_bias),
-            ("v_proj", kv, config.qkv_bias),
-            ("o_proj", d, config.o_bias),
-        ):
-            yield f"{p}self_attn.{proj}.weight", (rows, q if proj == "o_proj" else d)
-            if bias:
-                yield f"{p}self_attn.{proj}.bias", (rows,)
+        yield from attention_shapes(config, p + "self_attn.")
         if config.qk_norm:
             yield p + "self_attn.q_norm.weight", (config.dim_per_head,)
             yield p + "self_attn.k_norm.weight", (config.dim_per_head,)
@@ -763,14 +559,32 @@ def _iter_param_shapes(config: LlamaConfig) -> Iterator[tuple[str, tuple[int, ..
         if config.gemma:
             yield p + "pre_feedforward_layernorm.weight", (d,)
             yield p + "post_feedforward_layernorm.weight", (d,)
-        for proj, shape in (("gate_proj", (inner, d)), ("up_proj", (inner, d)),
-                            ("down_proj", (d, inner))):
-            yield f"{p}mlp.{proj}.weight", shape
-            if config.mlp_bias:
-                yield f"{p}mlp.{proj}.bias", (shape[0],)
+        yield from mlp_shapes(p + "mlp.", d, config.intermediate_size, config.mlp_bias)
     yield "norm.weight", (d,)
     if not config.tie_word_embeddings:
         yield "lm_head.weight", (v, d)
+
+
+def attention_shapes(config: LlamaConfig, p: str) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """The q, k, v and o projections' weights (and biases) named from prefix ``p``."""
+    d = config.hidden_size
+    q, kv = (n * config.dim_per_head for n in (config.num_attention_heads,
+                                               config.num_key_value_heads))
+    for proj, rows, bias in (("q_proj", q, config.qkv_bias), ("k_proj", kv, config.qkv_bias),
+                             ("v_proj", kv, config.qkv_bias), ("o_proj", d, config.o_bias)):
+        yield f"{p}{proj}.weight", (rows, q if proj == "o_proj" else d)
+        if bias:
+            yield f"{p}{proj}.bias", (rows,)
+
+
+def mlp_shapes(p: str, d: int, inner: int, bias: bool = False
+               ) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """A gated MLP's ``gate_proj``, ``up_proj`` and ``down_proj`` (and biases) from ``p``."""
+    for proj, shape in (("gate_proj", (inner, d)), ("up_proj", (inner, d)),
+                        ("down_proj", (d, inner))):
+        yield f"{p}{proj}.weight", shape
+        if bias:
+            yield f"{p}{proj}.bias", (shape[0],)
 
 
 def param_count(config: LlamaConfig) -> tuple[int, int]:
@@ -818,6 +632,12 @@ def random_params(config: LlamaConfig, seed: int = 0, std: float = 0.02) -> dict
 # ----------------------------------------------------------------------------------------
 
 
+def hf_layout(config: Any) -> Layout:
+    """Where a Llama-family (or mixture-of-experts) decoder's weights sit in its checkpoints."""
+    return Layout(config.model_type, "model.", "layers.", "num_hidden_layers",
+                  unprefixed=("lm_head.weight",))
+
+
 def load_checkpoint(
     folder: str | os.PathLike[str], config: LlamaConfig | None = None
 ) -> tuple[LlamaConfig, dict[str, np.ndarray]]:
@@ -854,16 +674,10 @@ def load_checkpoint(
         If a file is corrupt or truncated, holds another number of layers, or a tensor's
         shape is wrong (naming it).
     """
-    if config is None:
-        values = read_config(folder)
-        name = os.path.basename(os.path.normpath(os.fspath(folder)))
-        config = LlamaConfig.from_hf_dict(values, name=name)
     # Hugging Face writes the untied head at the top level, beside the "model." prefix.
-    layout = Layout(config.model_type, "model.", "layers.", "num_hidden_layers",
-                    unprefixed=("lm_head.weight",))
-    tensors, _ = param_count(config)
-    params = load_weights(folder, layout, config.num_hidden_layers, _iter_param_shapes(config),
-                          note=f"the config needs {tensors} tensors")
+    config, params = load_family(
+        folder, config, LlamaConfig.from_hf_dict, hf_layout, _iter_param_shapes,
+        note=lambda config: f"the config needs {param_count(config)[0]} tensors")
     if config.gemma:  # Gemma stores w of the scale 1 + w, added in float32 as it does
         params = {n: np.float32(1) + w if n.endswith("norm.weight") else w
                   for n, w in params.items()}
@@ -919,24 +733,6 @@ class LlamaRunner(DecoderRunner):
     :func:`export_llama`'s module.
     """
 
+    model = LlamaForCausalLM
     check_params = staticmethod(check_params)
     export = staticmethod(export_llama)
-
-    def check_ids(self, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
-        """``ids`` as ``[1, n]`` int32, checked against the vocabulary and the context."""
-        c = self.config
-        context = c.max_position_embeddings
-        return check_ids(ids, c.vocab_size, context, "max_position_embeddings", past_len)
-
-    def cache_shape(self, length: int) -> tuple[int, ...]:
-        """``[1, num_key_value_heads, cached tokens, head_dim]`` after ``length`` tokens."""
-        c = self.config
-        return (1, c.num_key_value_heads, c.cache_length(length), c.dim_per_head)
-
-    def decode_inputs(self, cache: KVCache) -> list[Any]:
-        """With a sliding window, the new token's position (the cache holds fewer)."""
-        return [] if self.config.window is None else [tvm.runtime.ShapeTuple([cache.length])]
-
-    def decode_keys(self, length: int) -> int:
-        """Keys a decode step attends to after ``length`` tokens: with a window, at most W."""
-        return self.config.cache_length(length + 1)

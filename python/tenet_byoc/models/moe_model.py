@@ -38,9 +38,18 @@ from tvm import relax
 from tvm.ir import IRModule
 from tvm.relax.frontend import nn
 
-from .checkpoint import Layout, load_weights, read_config
-from .decoder import MASK_VALUE, build_with_tvm, take_rows
-from .llama import LlamaAttention, LlamaConfig, LlamaDecoderLayer, LlamaForCausalLM, LlamaMLP
+from .checkpoint import load_family
+from .decoder import MASK_VALUE, DecoderLM, build_with_tvm, take_rows
+from .llama import (
+    LlamaAttention,
+    LlamaConfig,
+    LlamaDecoderLayer,
+    LlamaMLP,
+    Rotary,
+    attention_shapes,
+    hf_layout,
+    mlp_shapes,
+)
 from .moe import MoEConfig
 from .runner import check_ids
 
@@ -175,13 +184,24 @@ def _layer_attention(config: MoEConfig, window: bool) -> LlamaConfig:
     return a if window or config.sliding_layers is None else replace(a, sliding_window=None)
 
 
-class _Block(nn.Module):
-    """One layer's attention, its residual, the second RMSNorm and the router GEMM."""
+class _Layer(Rotary):
+    """A layer run as calls of its own: from position 0, or one token after its cache
+    ``K, V [1, kv, past, hd]`` (at ``position`` where the cache keeps only the last tokens)."""
 
-    # The rotary tables are computed as the Llama model computes them (from ``config``).
-    _rope = LlamaForCausalLM._rope
-    _inv_freq = LlamaForCausalLM._inv_freq
-    _cos_sin = LlamaForCausalLM._cos_sin
+    def prefill(self, x: nn.Tensor) -> tuple[nn.Tensor, ...]:
+        """``x [1, s, d]`` from position 0: the layer's outputs."""
+        return self.forward(x, self._rope(0, x.shape[1]), None)
+
+    def decode(self, x: nn.Tensor, k: nn.Tensor, v: nn.Tensor, position: Any = None
+               ) -> tuple[nn.Tensor, ...]:
+        """One token after the layer's cache."""
+        return self.forward(x, self._rope(k.shape[2] if position is None else position, 1),
+                            (k, v))
+
+
+class _Block(_Layer, nn.Module):
+    """One layer's attention, its residual, the second RMSNorm and the router GEMM: its
+    calls return ``(h, normed h, router logits, K, V)``."""
 
     def __init__(self, config: MoEConfig, window: bool = False) -> None:
         a = _layer_attention(config, window)
@@ -201,7 +221,8 @@ class _Block(nn.Module):
         if self.gated:
             self.shared_expert_gate = nn.Linear(d, 1, bias=False)
 
-    def _run(self, x: nn.Tensor, rope: Any, past: Any) -> tuple[nn.Tensor, ...]:
+    def forward(self, x: nn.Tensor, rope: Any, past: Any) -> tuple[nn.Tensor, ...]:
+        """The attention's residual, the norm, the shared experts and the router's logits."""
         # The residual plus the shared experts (gated by a sigmoid where there is a gate);
         # the routed experts are added on the host.
         attn, k, v = self.self_attn(self.input_layernorm(x), rope, past)
@@ -214,28 +235,12 @@ class _Block(nn.Module):
             h = h + shared
         return h, normed, self.gate(normed), k, v
 
-    def attention_prefill(self, x: nn.Tensor) -> tuple[nn.Tensor, ...]:
-        """``x [1, s, d]`` from position 0: ``(h, normed h, router logits, K, V)``."""
-        return self._run(x, self._rope(0, x.shape[1]), None)
-
-    def attention_decode(self, x: nn.Tensor, k: nn.Tensor, v: nn.Tensor) -> tuple[nn.Tensor, ...]:
-        """One token after the layer's cache ``K, V [1, kv, past, hd]``."""
-        return self._run(x, self._rope(k.shape[2], 1), (k, v))
-
-    sliding_prefill = attention_prefill
-
-    def sliding_decode(self, x: nn.Tensor, k: nn.Tensor, v: nn.Tensor, position: Any
-                       ) -> tuple[nn.Tensor, ...]:
-        """One token at ``position`` after a sliding-window layer's cache (its last tokens)."""
-        return self._run(x, self._rope(position, 1), (k, v))
+    attention_prefill = sliding_prefill = _Layer.prefill
+    attention_decode = sliding_decode = _Layer.decode
 
 
-class _Dense(LlamaDecoderLayer):
+class _Dense(_Layer, LlamaDecoderLayer):
     """A layer whose MLP is dense (DeepSeek's first layers, Qwen's ``mlp_only_layers``)."""
-
-    _rope = LlamaForCausalLM._rope
-    _inv_freq = LlamaForCausalLM._inv_freq
-    _cos_sin = LlamaForCausalLM._cos_sin
 
     def __init__(self, config: MoEConfig) -> None:
         super().__init__(config.attention)
@@ -243,13 +248,7 @@ class _Dense(LlamaDecoderLayer):
         if config.latent is not None:
             self.self_attn = _LatentAttention(config)
 
-    def dense_prefill(self, x: nn.Tensor) -> tuple[nn.Tensor, ...]:
-        """``x [1, s, d]`` from position 0: ``(x out, K, V)``."""
-        return self.forward(x, self._rope(0, x.shape[1]), None)
-
-    def dense_decode(self, x: nn.Tensor, k: nn.Tensor, v: nn.Tensor) -> tuple[nn.Tensor, ...]:
-        """One token after the layer's cache."""
-        return self.forward(x, self._rope(k.shape[2], 1), (k, v))
+    dense_prefill, dense_decode = _Layer.prefill, _Layer.decode
 
 
 class _Expert(nn.Module):
@@ -276,27 +275,19 @@ class _Expert(nn.Module):
         return m.down_proj((up + 1.0) * glu)
 
 
-class _Ends(nn.Module):
-    """The embedding lookup and the final RMSNorm with the head."""
+class _Ends(DecoderLM):
+    """The embedding lookup, and the final RMSNorm with the head (:meth:`DecoderLM.head`)."""
 
     def __init__(self, config: MoEConfig) -> None:
         a = config.attention
-        self.tied = a.tie_word_embeddings
         self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size)
         self.norm = nn.RMSNorm(a.hidden_size, axes=-1, epsilon=a.rms_norm_eps, bias=False)
-        if not self.tied:
+        if not a.tie_word_embeddings:
             self.lm_head = nn.Linear(a.hidden_size, a.vocab_size, bias=False)
 
     def embed(self, ids: nn.Tensor) -> nn.Tensor:
         """``ids [1, s]`` int32 -> ``[1, s, d]``."""
         return take_rows(self.embed_tokens.weight, ids)
-
-    def head(self, x: nn.Tensor) -> nn.Tensor:
-        """``x [1, s, d]`` -> logits ``[1, s, vocab]``."""
-        x = self.norm(x)
-        if self.tied:
-            return nn.op.matmul(x, nn.op.permute_dims(self.embed_tokens.weight))
-        return self.lm_head(x)
 
 
 # Where each family keeps a mixture layer's weights: the prefix of the router and the
@@ -584,7 +575,6 @@ def _expected(config: MoEConfig):
     # The checkpoint's tensors (less "model.") and shapes, layer by layer.
     a, e = config.attention, config.experts
     d, hd = a.hidden_size, a.dim_per_head
-    q, kv = a.num_attention_heads * hd, a.num_key_value_heads * hd
     moe, names = _MOE_PREFIX[config.model_type], _EXPERT_NAMES[config.model_type]
     gate, up, down = (names[f"mlp.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj"))
     routed = set(e.moe_layers)
@@ -595,13 +585,7 @@ def _expected(config: MoEConfig):
         if config.latent is not None:
             yield from _latent_expected(config, p + "self_attn.")
         else:
-            for proj, shape in (("q_proj", (q, d)), ("k_proj", (kv, d)), ("v_proj", (kv, d))):
-                yield f"{p}self_attn.{proj}.weight", shape
-                if a.qkv_bias:
-                    yield f"{p}self_attn.{proj}.bias", shape[:1]
-            yield p + "self_attn.o_proj.weight", (d, q)
-            if a.o_bias:
-                yield p + "self_attn.o_proj.bias", (d,)
+            yield from attention_shapes(a, p + "self_attn.")
             if config.sinks:
                 yield p + "self_attn.sinks", (a.num_attention_heads,)
         if a.qk_norm:
@@ -609,10 +593,7 @@ def _expected(config: MoEConfig):
             yield p + "self_attn.k_norm.weight", (hd,)
         yield p + "post_attention_layernorm.weight", (d,)
         if i not in routed:
-            for name, shape in (("gate_proj", (a.intermediate_size, d)),
-                                ("up_proj", (a.intermediate_size, d)),
-                                ("down_proj", (d, a.intermediate_size))):
-                yield f"{p}mlp.{name}.weight", shape
+            yield from mlp_shapes(p + "mlp.", d, a.intermediate_size)
             continue
         router = p + moe + _ROUTER.get(config.model_type, "gate.")
         yield router + "weight", (e.num_experts, d)
@@ -633,10 +614,8 @@ def _expected(config: MoEConfig):
             yield m + up, (e.intermediate_size, d)
             yield m + down, (d, e.intermediate_size)
         if e.shared_intermediate_size:
-            width = e.shared_intermediate_size
-            for name, shape in (("gate_proj", (width, d)), ("up_proj", (width, d)),
-                                ("down_proj", (d, width))):
-                yield f"{p}{moe}{_SHARED[config.model_type]}{name}.weight", shape
+            yield from mlp_shapes(p + moe + _SHARED[config.model_type], d,
+                                  e.shared_intermediate_size)
         if e.shared_gate:
             yield p + moe + "shared_expert_gate.weight", (1, d)
     yield "norm.weight", (d,)
@@ -706,12 +685,8 @@ def load_checkpoint(folder: str | os.PathLike[str], config: MoEConfig | None = N
     Shapes are checked against the config from the headers before anything is read; errors
     name the file and tensor (see :func:`tenet_byoc.models.checkpoint.load_weights`).
     """
-    if config is None:
-        values = read_config(folder)
-        config = MoEConfig.from_hf_dict(values,
-                                        name=os.path.basename(os.path.normpath(folder)))
-    _check_supported(config)
-    layout = Layout(config.model_type, "model.", "layers.", "num_hidden_layers",
-                    unprefixed=("lm_head.weight",))
-    params = load_weights(folder, layout, config.num_hidden_layers, _expected(config))
-    return config, params
+    def expected(config: MoEConfig):
+        _check_supported(config)
+        return _expected(config)
+
+    return load_family(folder, config, MoEConfig.from_hf_dict, hf_layout, expected)

@@ -18,7 +18,7 @@ from tvm import relax
 from tvm.ir import IRModule
 
 from ..ledger import tenet_modules
-from .decoder import build_with_tvm
+from .decoder import DecoderLM, build_with_tvm
 
 __all__ = [
     "BatchKVCache",
@@ -106,9 +106,7 @@ class BatchKVCache:
     length: int
     pad: tuple[int, ...]
 
-    def numpy(self) -> list[np.ndarray]:
-        """Copy the tensors to numpy."""
-        return [t.numpy() for t in self.tensors]
+    numpy = KVCache.numpy
 
 
 def cache_length(cache: KVCache) -> int:
@@ -150,8 +148,9 @@ def check_cache_tensors(cache: KVCache, n_layer: int, shape: tuple[int, ...]) ->
 class DecoderRunner:
     """Build a decoder once and run prefill, decode and greedy generation on the Relax VM.
 
-    Subclasses supply the family: :meth:`check_params`, :meth:`export`, :meth:`check_ids`
-    and :meth:`cache_shape`.
+    Subclasses supply the family: its model class (:attr:`model`, whose ``fields`` name
+    the config's layer count, key/value heads, head width and context), :meth:`check_params`
+    and :meth:`export`.
 
     Parameters
     ----------
@@ -223,6 +222,9 @@ class DecoderRunner:
 
     # -- the family's hooks ------------------------------------------------------------
 
+    #: The family's model (a :class:`~tenet_byoc.models.decoder.DecoderLM` subclass).
+    model: type[DecoderLM]
+
     @staticmethod
     def check_params(config: Any, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Check weights against ``config``; return them as float32 in call order."""
@@ -235,21 +237,37 @@ class DecoderRunner:
         ``batched`` also ``prefill_batch`` and ``decode_batch``."""
         raise NotImplementedError
 
+    def _dims(self) -> tuple[int, int, int, int]:
+        # The config's layer count, key/value heads, head width and context.
+        return tuple(getattr(self.config, f) for f in self.model.fields)
+
+    def _cached(self, tokens: int) -> int:
+        # Tokens the cache holds after ``tokens``: all, or a rolling cache's last window.
+        window = getattr(self.config, "window", None)
+        return tokens if window is None else min(tokens, window)
+
     def check_ids(self, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
-        """``ids`` as ``[1, n]`` int32 after checking them; see :func:`check_ids`."""
-        raise NotImplementedError
+        """``ids`` as ``[1, n]`` int32, checked against the vocabulary and the context
+        (see :func:`check_ids`)."""
+        return check_ids(ids, self.config.vocab_size, self._dims()[3], self.model.fields[3],
+                         past_len)
 
     def cache_shape(self, length: int) -> tuple[int, ...]:
-        """The shape of each of the cache's tensors after ``length`` tokens."""
-        raise NotImplementedError
+        """``[1, kv_heads, cached tokens, head_dim]``, each cache tensor's shape after
+        ``length`` tokens (a rolling cache holds at most its window)."""
+        _, kv_heads, head_dim, _ = self._dims()
+        return (1, kv_heads, self._cached(length), head_dim)
 
     def decode_inputs(self, cache: KVCache) -> list[Any]:
-        """Inputs of ``decode`` after the cache (none unless the family needs them)."""
-        return []
+        """Inputs of ``decode`` after the cache: with a rolling cache (which holds fewer
+        tokens), the new token's position."""
+        rolling = getattr(self.config, "window", None) is not None
+        return [tvm.runtime.ShapeTuple([cache.length])] if rolling else []
 
     def decode_keys(self, length: int) -> int:
-        """Keys a decode step attends to after ``length`` tokens (itself included)."""
-        return length + 1
+        """Keys a decode step attends to after ``length`` tokens (itself included; with a
+        rolling cache, at most its window)."""
+        return self._cached(length + 1)
 
     # -- running -------------------------------------------------------------------------
 
@@ -268,8 +286,7 @@ class DecoderRunner:
             Naming the tensor, its dtype and shape and the expected ones, or the length.
         """
         length = cache_length(cache)
-        n_layer = len(self.mod["decode"].params[1].ty.fields) // 2
-        check_cache_tensors(cache, n_layer, self.cache_shape(length))
+        check_cache_tensors(cache, self._dims()[0], self.cache_shape(length))
 
     @contextmanager
     def _tagged(self, phase: str) -> Iterator[None]:
@@ -284,17 +301,23 @@ class DecoderRunner:
             for m, tag in zip(self._tenet_modules, before, strict=True):
                 m["__tenet_set_tag"](tag)
 
+    def _call(self, phase: str, function: str, *inputs: Any) -> tuple[np.ndarray, tuple]:
+        # The VM's ``function`` on ``inputs`` (numpy arrays put on the device) and the
+        # weights, its charges tagged ``phase``: the logits in numpy and the cache.
+        args = [tvm.runtime.tensor(x, self.device) if isinstance(x, np.ndarray) else x
+                for x in inputs]
+        with self._tagged(phase):
+            logits, cache = self.vm[function](*args, *self._weights)
+        return logits.numpy(), tuple(cache)
+
     def prefill(self, token_ids: Sequence[int]) -> tuple[np.ndarray, KVCache]:
         """Run a prompt; return logits ``[P, vocab]`` and the cache of its P tokens.
 
         The calls it charges are tagged ``"prefill"`` in the ledger.
         """
         ids = self.check_ids(token_ids)
-        with self._tagged("prefill"):
-            logits, cache = self.vm["prefill"](
-                tvm.runtime.tensor(ids, self.device), *self._weights
-            )
-        return logits.numpy()[0], KVCache(tuple(cache), ids.shape[1])
+        logits, cache = self._call("prefill", "prefill", ids)
+        return logits[0], KVCache(cache, ids.shape[1])
 
     def decode(self, token_id: int, cache: KVCache) -> tuple[np.ndarray, KVCache]:
         """Run one token after ``cache``; return its logits ``[vocab]`` and the new cache.
@@ -304,21 +327,13 @@ class DecoderRunner:
         # Ids first (their message is the more useful one), then the cache's tensors.
         ids = self.check_ids([token_id], past_len=cache_length(cache))
         self.check_cache(cache)
-        with self._tagged("decode"):
-            logits, new = self.vm["decode"](
-                tvm.runtime.tensor(ids, self.device),
-                list(cache.tensors),
-                *self.decode_inputs(cache),
-                *self._weights,
-            )
-        return logits.numpy()[0, 0], KVCache(tuple(new), cache.length + 1)
+        logits, new = self._call("decode", "decode", ids, list(cache.tensors),
+                                 *self.decode_inputs(cache))
+        return logits[0, 0], KVCache(new, cache.length + 1)
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
         """Greedily generate ``max_new_tokens`` tokens after ``prompt``; return only those."""
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+        _check_new_tokens(max_new_tokens)
         self.check_ids(prompt, past_len=max(max_new_tokens - 1, 0))
         if max_new_tokens == 0:
             return []
@@ -382,11 +397,8 @@ class DecoderRunner:
         ids = np.zeros((len(rows), length), np.int32)  # id 0 in the pad slots: never seen
         for b, r in enumerate(rows):
             ids[b, pad[b]:] = r
-        with self._tagged("prefill"):
-            logits, cache = self.vm["prefill_batch"](
-                tvm.runtime.tensor(ids, self.device),
-                tvm.runtime.tensor(np.array(pad, np.int32), self.device), *self._weights)
-        return logits.numpy(), BatchKVCache(tuple(cache), length, pad)
+        logits, cache = self._call("prefill", "prefill_batch", ids, np.array(pad, np.int32))
+        return logits, BatchKVCache(cache, length, pad)
 
     def check_batch_cache(self, cache: BatchKVCache) -> None:
         """Refuse a batch cache whose pads, length or tensors do not fit this model.
@@ -408,8 +420,7 @@ class DecoderRunner:
                 or not all(isinstance(p, int | np.integer) and 0 <= p < length for p in pad)):
             raise ValueError(f"BatchKVCache.pad={pad!r} must be a non-empty tuple of integers "
                              f"in [0, length={length})")
-        n_layer = len(self.mod["decode"].params[1].ty.fields) // 2
-        check_cache_tensors(cache, n_layer, (len(pad), *self.cache_shape(length)[1:]))
+        check_cache_tensors(cache, self._dims()[0], (len(pad), *self.cache_shape(length)[1:]))
 
     def decode_batch(self, token_ids: Sequence[int], cache: BatchKVCache
                      ) -> tuple[np.ndarray, BatchKVCache]:
@@ -443,22 +454,14 @@ class DecoderRunner:
         # (if still among them) are hidden.
         key_begin = cache.length + 1 - self.decode_keys(cache.length)
         inputs = (cache.length - pad, np.maximum(pad - key_begin, 0))
-        with self._tagged("decode"):
-            logits, new = self.vm["decode_batch"](
-                tvm.runtime.tensor(ids.astype(np.int32).reshape(-1, 1), self.device),
-                list(cache.tensors),
-                *(tvm.runtime.tensor(x.astype(np.int32), self.device) for x in inputs),
-                *self._weights,
-            )
-        return logits.numpy()[:, 0], BatchKVCache(tuple(new), cache.length + 1, cache.pad)
+        logits, new = self._call("decode", "decode_batch", ids.astype(np.int32).reshape(-1, 1),
+                                 list(cache.tensors), *(x.astype(np.int32) for x in inputs))
+        return logits[:, 0], BatchKVCache(new, cache.length + 1, cache.pad)
 
     def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int
                        ) -> list[list[int]]:
         """Greedily generate ``max_new_tokens`` tokens after each prompt, all at once."""
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
+        _check_new_tokens(max_new_tokens)
         for i, prompt in enumerate(prompts):
             try:
                 self.check_ids(prompt, past_len=max(max_new_tokens - 1, 0))
@@ -473,3 +476,10 @@ class DecoderRunner:
             for seq, t in zip(out, np.argmax(step, axis=-1), strict=True):
                 seq.append(int(t))
         return out
+
+
+def _check_new_tokens(max_new_tokens: int) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise TypeError(f"max_new_tokens={max_new_tokens!r} must be an integer")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
