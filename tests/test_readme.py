@@ -3,8 +3,7 @@ parses with the CLI's own parser.
 
 Blocks run in a fresh process in a folder holding what the README tells a user to make (the
 tiny checkpoint of ``examples/tiny_checkpoint.py``, which needs torch and transformers) and
-the README's own files; a block whose first lines say ``# needs: WHAT`` needs something a
-user must bring and is skipped naming WHAT.
+the README's own files; no block is exempt.
 """
 
 from __future__ import annotations
@@ -22,9 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 BLOCKS = re.findall(r"^```(\w*)\n(.*?)^```", README, flags=re.DOTALL | re.MULTILINE)
 PYTHON = [code for lang, code in BLOCKS if lang == "python"]
-NEEDS = re.compile(r"^# needs: (.+)$", re.MULTILINE)
-
-
 def _commands() -> list[str]:
     """Every `tenet-byoc ...` command in the README's code blocks, continuation lines joined
     and comments dropped."""
@@ -66,9 +62,6 @@ def workdir(tmp_path_factory):
 
 @pytest.mark.parametrize("code", PYTHON, ids=[f"python-block-{i}" for i in range(len(PYTHON))])
 def test_python_block_runs(code, workdir):
-    needs = NEEDS.findall(code)
-    if needs:
-        pytest.skip(f"the README block needs {needs[0]}")
     proc = subprocess.run([sys.executable, "-c", code], cwd=workdir, capture_output=True,
                           text=True, timeout=900, check=False)
     assert proc.returncode == 0, f"{code}\n---\n{proc.stderr[-3000:]}"
