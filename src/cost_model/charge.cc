@@ -200,6 +200,12 @@ bool OnEdge(const GemmCall& call, const Accelerator& accelerator) {
          accelerator.edge_dequantizer.Converts(call.workload.bits_b);
 }
 
+int64_t EdgeCycles(const GemmCall& call, const Accelerator& accelerator) {
+  return OnEdge(call, accelerator)
+             ? CeilDiv(call.quant.dequant_ops, accelerator.edge_dequantizer.elements_per_cycle)
+             : 0;
+}
+
 GemmWorkload PeWorkload(const GemmCall& call, const Accelerator& accelerator) {
   GemmWorkload w = call.workload;
   if (OnEdge(call, accelerator)) w.extra_ops -= call.quant.dequant_ops;
@@ -250,7 +256,7 @@ Charge ChargeWith(const GemmCall& call, const Accelerator& accelerator, Analysis
     // The dequantizer streams the weights in as the array consumes them (overlapped): the
     // call takes the longer of the two.
     const EdgeDequantizer& edge = accelerator.edge_dequantizer;
-    charge.edge_cycles = CeilDiv(call.quant.dequant_ops, edge.elements_per_cycle);
+    charge.edge_cycles = EdgeCycles(call, accelerator);
     charge.edge_pj = static_cast<double>(call.quant.dequant_ops) * edge.pj_per_element;
     if (charge.edge_cycles > charge.memory.cycles) {
       charge.memory.cycles = charge.edge_cycles;

@@ -171,6 +171,8 @@ struct Charge {
 // Whether the accelerator's edge dequantizer converts the call's weights (place kWeight, a
 // width it converts): that work then leaves the PEs and runs beside the array (vector.h).
 bool OnEdge(const GemmCall& call, const Accelerator& accelerator);
+// The cycles the edge dequantizer takes for the call's weights (0 when not OnEdge).
+int64_t EdgeCycles(const GemmCall& call, const Accelerator& accelerator);
 // What of the call the PEs run, as ChargeGemm charges it: the workload less the weight
 // dequantization on the edge (OnEdge), at the MAC width it runs at (codes without a unit of
 // their own emulated on a wider one: EmulatedMacBits). Refuses (std::invalid_argument)

@@ -160,11 +160,8 @@ Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMetho
         if (prune && total(RooflineCycles(pe, array.num_pes, array.macs_per_pe_per_cycle,
                                           core.memory, array.ops_per_pe_per_cycle)) >= best.cycles)
           continue;
-        int64_t core_cycles = AnalyzeMemory(pe, array, core.memory, tiles).cycles;
-        if (OnEdge(sub, core))
-          core_cycles = std::max(core_cycles, CeilDiv(sub.quant.dequant_ops,
-                                                      acc.edge_dequantizer.elements_per_cycle));
-        const int64_t cycles = total(core_cycles);
+        const int64_t cycles = total(std::max(AnalyzeMemory(pe, array, core.memory, tiles).cycles,
+                                              EdgeCycles(sub, core)));
         if (cycles < best.cycles) best = Costed{sp, cycles, reduction};
       }
       if (tn >= w.n || tn >= cols * 32) break;
