@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 
 from . import cost_model as cm
 from .codegen import GemmCharging, gemm_charging
+from .partition import operands_on_chip
 from .quantization import QuantScheme, get_scheme
 
 __all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
@@ -406,21 +407,14 @@ HEAD = "lm_head"
 
 def _gemm_call(name: str, b: int, m: int, n: int, k: int, how: GemmCharging,
                role: str) -> tuple[tuple, Any]:
-    """The key and ``cost_model.GemmCall`` of a planned GEMM, its operands kept on chip by the
-    plan's one rule: every GEMM's A is an activation the step made on chip (a norm, rotary,
-    softmax, an activation or the GEMM before it; the first hidden state is the embedding
-    lookup's) and stays there, and its C stays for the calls that use it (an epilogue, a
-    residual add, rotary, a KV-cache write, the next GEMM), but for the head's logits, the
-    step's result. The cost model decides whether they fit: both together beside the
-    mapping's tiles in a one-core buffer, or in the shared level (``Cores.shared_bytes``) of
-    an accelerator of cores; what does not fit goes through DRAM as if unflagged. A run
-    applies the same rule to its graph (``partition``: A not an input of the caller, C not
-    its result)."""
-    c_on_chip = name != HEAD
-    key = ("array", b, m, n, k, how.scheme, role, how.bits, c_on_chip)
+    """The key and ``cost_model.GemmCall`` of a planned GEMM, its operands on chip by
+    ``partition.operands_on_chip``: a step's caller passes in no GEMM's A and gets back the
+    head's C (the logits)."""
+    on_chip = operands_on_chip(passed_in=False, returned=name == HEAD)
+    key = ("array", b, m, n, k, how.scheme, role, how.bits, on_chip["c_on_chip"])
     return key, _interned(key, lambda: cm.GemmCall(
         m=m, n=n, k=k, batch=b, bits_a=how.bits[0], bits_b=how.bits[1], bits_c=how.bits[2],
-        scheme=how.scheme, recipe=how.recipe, a_on_chip=True, c_on_chip=c_on_chip))
+        scheme=how.scheme, recipe=how.recipe, **on_chip))
 
 
 def _stages(n_layers: int, pp: int) -> Any:
