@@ -417,6 +417,18 @@ def _gemm_call(name: str, b: int, m: int, n: int, k: int, how: GemmCharging,
         scheme=how.scheme, recipe=how.recipe, **on_chip))
 
 
+def _epilogue(op: str, rows: int, width: int, gemm: PlannedCall) -> PlannedCall:
+    """The planned call of an epilogue fused behind ``gemm`` over its ``[rows, width]``
+    output, as a run's runtime charges it (``EpilogueCall``): a bias add reads one value per
+    column, an activation no second operand."""
+    operand = width if op == "add" else 0
+    key = ("vector", op, (rows, width), 32, operand, "none")
+    call = _interned(key, lambda: cm.VectorCall(op, [rows, width],
+                                                operand_elements=operand or None))
+    return PlannedCall(call, f"{gemm.name}.{op}", "vector", gemm.layer, gemm.stage, gemm.name,
+                       "none", 1, key)
+
+
 def _stages(n_layers: int, pp: int) -> Any:
     """``stage(name, layer)``: the pipeline stage of ``pp`` that runs a call (the calls before
     the layers, :data:`BEFORE_LAYERS`, on the first; the others outside them on the last)."""
@@ -715,18 +727,13 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         _check_sizes(name, ph, count, b, m, n, k)
         sharded_k[name] = k
         key, call = _gemm_call(name, b, m, n, k, how, role)
-        calls.append(PlannedCall(call, name, "array", layer, st, "", how.scheme, 1, key))
+        planned = PlannedCall(call, name, "array", layer, st, "", how.scheme, 1, key)
+        calls.append(planned)
         ops = epilogues.get(name)
         if ops is None:
             ops = epilogues[name] = gemm_epilogues(config, name, fuse_phase, fuse_batch,
                                                    float_gemm)
-        for op in ops:
-            operand = n if op == "add" else 0
-            vkey = ("vector", op, (b * m, n), 32, operand, "none")
-            v = _interned(vkey, lambda op=op, operand=operand: cm.VectorCall(
-                op, [b * m, n], operand_elements=operand or None))
-            calls.append(PlannedCall(v, f"{name}.{op}", "vector", layer, st, name, "none", 1,
-                                     vkey))
+        calls.extend(_epilogue(op, b * m, n, planned) for op in ops)
         if collective is not None:
             # The [m, n] result at the call's output width: all-reduced whole, or the logits
             # gathered whole from each chip's slice of the vocabulary.
@@ -846,14 +853,9 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
             k = -(-g.k // how.k_multiple) * how.k_multiple
             _check_sizes(g.name, ph, n, g.batch, g.m, g.n, k)
             key, call = _gemm_call(g.name, g.batch, g.m, g.n, k, how, role)
-            calls.append(PlannedCall(call, g.name, "array", layer, st, "", how.scheme, 1, key))
-            for op in group.epilogues.get(g.name, ()):
-                rows, width = g.batch * g.m, g.n
-                vkey = ("vector", op, (rows, width), 32, width, "none")
-                v = _interned(vkey, lambda op=op, rows=rows, width=width: cm.VectorCall(
-                    op, [rows, width], operand_elements=width))
-                calls.append(PlannedCall(v, f"{g.name}.{op}", "vector", layer, st, g.name,
-                                         "none", 1, vkey))
+            planned = PlannedCall(call, g.name, "array", layer, st, "", how.scheme, 1, key)
+            calls += [planned] + [_epilogue(op, g.batch * g.m, g.n, planned)
+                                  for op in group.epilogues.get(g.name, ())]
         calls += [_vector_call(v, tuple(v.shape), v.operand,
                                quant.name if v.quantize else "none", stage)
                   for v in group.vectors]
