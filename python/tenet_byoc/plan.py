@@ -48,9 +48,9 @@ from .codegen import GemmCharging, gemm_charging
 from .partition import operands_on_chip
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+__all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
            "check_tensor_parallel",
-           "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "stage_layers"]
+           "context_limit", "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "stage_layers"]
 
 
 def _count(owner: str, name: str, value: object, low: int) -> None:
@@ -285,11 +285,6 @@ class Plan:
             expand()
         return tuple(out)
 
-    def chips(self, call: PlannedCall) -> range:
-        """The chips that run ``call``."""
-        tp = self.tensor_parallel
-        return range(call.stage * tp, (call.stage + 1) * tp)
-
     def tally(self, plans: Iterable[Plan] = ()) -> Plan:
         """This plan (and ``plans`` of the same sharding) with equal calls counted once: each
         distinct GEMM with its fused epilogues, and each other call, with how many times it
@@ -344,6 +339,13 @@ def model_config(model: Any) -> Any:
 
 def _layers(config: Any) -> int:
     return getattr(config, "n_layer", None) or config.num_hidden_layers
+
+
+def context_limit(config: Any) -> tuple[int, str]:
+    """The most tokens a sequence of ``config`` may hold, and the config field that says so."""
+    if hasattr(config, "n_positions"):
+        return config.n_positions, "n_positions"
+    return config.max_position_embeddings, "max_position_embeddings"
 
 
 @lru_cache(maxsize=64)
@@ -473,10 +475,7 @@ def _chunk_keys(config: Any, seq: StepSequence) -> list[int] | None:
     chunk's own); None for a sequence that is not such a chunk."""
     if seq.phase != "chunk":
         return None
-    if hasattr(config, "n_positions"):
-        limit, field = config.n_positions, "n_positions"
-    else:
-        limit, field = config.max_position_embeddings, "max_position_embeddings"
+    limit, field = context_limit(config)
     if seq.context + seq.new_tokens > limit:
         raise ValueError(f"StepSequence(new_tokens={seq.new_tokens}, context={seq.context}): "
                          f"{seq.context + seq.new_tokens} tokens exceed {config.name}'s "
@@ -863,13 +862,6 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
     return Plan(step, step.phase, tuple(calls), tp, pp, mu)
 
 
-def all_to_all(nbytes: float, chips: int) -> LinkCall:
-    """The link call of an all-to-all among ``chips`` chips in which each chip holds
-    ``nbytes`` bytes, ``nbytes / chips`` for each chip (the system's formulas charge it:
-    ``tenet_byoc.system``)."""
-    return LinkCall("all_to_all", float(nbytes), chips)
-
-
 def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantScheme = "none",
                     routing: Any = None) -> Plan:
     """The plan of ``step`` of a mixture-of-experts model on ``chips`` chips by expert
@@ -882,7 +874,8 @@ def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantSche
     router and the experts each chip sends its tokens' hidden states to their experts'
     chips (``experts.dispatch``: an all-to-all of ``tokens x k x d`` values per chip, at the
     activations' width) and gets the outputs back after them (``experts.gather``, the same
-    size at the output width), both :func:`all_to_all` link calls. The experts' calls are those of
+    size at the output width), both all-to-all link calls (each chip holding ``tokens x k x d``
+values, ``1 / chips`` of them for each chip: ``tenet_byoc.system``'s formulas). The experts' calls are those of
     the chip whose experts receive the most rows in the whole step (``routing``: as
     :func:`plan` takes it, for the whole step; default the expected uniform routing).
 
@@ -944,7 +937,7 @@ def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantSche
             prefix = c.name.removesuffix("router.top_k")
             for what, bits in (("dispatch", min(32, weights.bits[0])),
                                ("gather", weights.bits[2])):
-                link = all_to_all(values * bits / 8, chips)
+                link = LinkCall("all_to_all", values * bits / 8, chips)
                 if what == "gather":
                     calls += held.get(c.layer, [])
                 calls.append(PlannedCall(link, f"{prefix}experts.{what}", "link", c.layer,

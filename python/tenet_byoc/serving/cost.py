@@ -320,8 +320,8 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     from ..compose import compose
     from ..estimate import Charges
     from ..accelerators import resolve
-    from ..plan import (BEFORE_LAYERS, Plan, Sharding, check_tensor_parallel, model_config,
-                        plan, stage_layers)
+    from ..plan import (BEFORE_LAYERS, Plan, Sharding, check_tensor_parallel, context_limit,
+                        model_config, plan, stage_layers)
 
     config = model_config(model)
     tp = pp = 1
@@ -428,7 +428,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
                     for c in kv_cache_calls(config, scheme, tokens, tp))
         return prefill(tokens, False) + n_layers * cache * 1e-6 + handovers(tokens)
 
-    limit = getattr(config, "n_positions", None) or config.max_position_embeddings
+    limit = context_limit(config)[0]
 
     def attention(new: int, context: int) -> float:
         # A context rounded up to the granularity stops at what the model can hold.
