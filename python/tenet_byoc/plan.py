@@ -49,7 +49,7 @@ from .partition import operands_on_chip
 from .quantization import QuantScheme, get_scheme
 
 __all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
-           "check_tensor_parallel",
+           "check_tensor_parallel", "hand_overs",
            "context_limit", "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "stage_layers"]
 
 
@@ -184,9 +184,11 @@ def _link_key(link: Any) -> tuple:
     return ("link", link.kind, link.nbytes, link.chips)
 
 
-def _hand_overs(nbytes: float, stages: int) -> list[PlannedCall]:
-    """The point-to-point sends of ``nbytes`` from each pipeline stage to the next."""
-    link = LinkCall("p2p", nbytes, 2)
+def hand_overs(config: Any, tokens: int, quant: QuantScheme, stages: int) -> list[PlannedCall]:
+    """The point-to-point sends of ``tokens`` tokens' hidden states, at the linear layers'
+    output width under ``quant``, from each of ``stages`` pipeline stages to the next."""
+    hidden = getattr(config, "n_embd", None) or config.hidden_size
+    link = LinkCall("p2p", tokens * hidden * _charging(quant)["weight"].bits[2] / 8, 2)
     return [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1, _link_key(link))
             for s in range(stages - 1)]
 
@@ -779,8 +781,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
             shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)
         calls.append(_vector_call(v, shape, operand, quant.name if v.quantize else "none",
                                   stage))
-    hidden = getattr(config, "n_embd", None) or config.hidden_size
-    calls += _hand_overs(step.tokens * hidden * weights.bits[2] / 8, pp)
+    calls += hand_overs(config, step.tokens, quant, pp)
     if cut is None:
         return Plan(whole, phase, tuple(calls), tp, pp, mu)
     return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,
@@ -858,7 +859,7 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
         calls += [_vector_call(v, tuple(v.shape), v.operand,
                                quant.name if v.quantize else "none", stage)
                   for v in group.vectors]
-    calls += _hand_overs(step.tokens // mu * config.hidden_size * weights.bits[2] / 8, pp)
+    calls += hand_overs(config, step.tokens // mu, quant, pp)
     return Plan(step, step.phase, tuple(calls), tp, pp, mu)
 
 

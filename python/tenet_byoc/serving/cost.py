@@ -321,7 +321,8 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     from ..estimate import Charges
     from ..accelerators import resolve
     from ..plan import (BEFORE_LAYERS, Plan, Sharding, check_tensor_parallel, context_limit,
-                        model_config, plan, stage_layers)
+                        hand_overs, model_config, plan, stage_layers)
+    from ..quantization import get_scheme
 
     config = model_config(model)
     tp = pp = 1
@@ -419,9 +420,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         # The plan's hand-over of this many tokens' activations between two stages.
         if pp == 1:
             return 0.0
-        p = plan(config, Step.prefill(tokens), scheme, Sharding(tp, 2, 1))
-        return (pp - 1) * sum(charges.cost(pc)[0] for pc in p.written
-                              if pc.unit == "link" and pc.call.kind == "p2p")
+        return (pp - 1) * charges.cost(hand_overs(config, tokens, get_scheme(scheme), 2)[0])[0]
 
     def dense(tokens: int) -> float:
         cache = sum(cm.charge_vector(c, acc).latency_us
