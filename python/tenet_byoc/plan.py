@@ -611,6 +611,18 @@ def _fused_groups(groups: list, gemm_lists: list, i: int) -> list[tuple[Any, Any
     return out
 
 
+def _sharding(system: Any, step: Step) -> tuple[int, int, int]:
+    """``system``'s (tensor_parallel, pipeline_parallel, micro_batches), (1, 1, 1) for none;
+    its micro-batches must divide every group of equal sequences of ``step``."""
+    if system is None:
+        return 1, 1, 1
+    tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
+    if any(n % mu for _, n in step.groups):
+        raise ValueError(f"System.micro_batches={mu} must divide batch={step.sequences}"
+                         + ("" if step.uniform() else " (every group of equal sequences)"))
+    return tp, pp, mu
+
+
 def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
          system: Any = None, routing: Any = None, *, attention: str = "unfused") -> Plan:
     """Every call of ``step`` of the model ``config`` under ``scheme``.
@@ -677,22 +689,15 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         raise ValueError(f"System.expert_parallel={ep}: {config.name} has no experts to spread")
     if routing is not None:
         raise ValueError(f"routing is given, but {config.name} has no experts to route to")
-    tp = pp = mu = 1
-    if system is not None:
-        tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
-        if tp > 1:
-            check_tensor_parallel(config, tp)
-        if mu > 1:
-            if any(n % mu for _, n in step.groups):
-                raise ValueError(f"System.micro_batches={mu} must divide batch="
-                                 f"{step.sequences}" + ("" if step.uniform() else
-                                                        " (every group of equal sequences)"))
+    tp, pp, mu = _sharding(system, step)
+    if tp > 1:
+        check_tensor_parallel(config, tp)
     whole = step
     if mu > 1:
         step = Step([(seq, n // mu) for seq, n in step.groups])
-    stage = _stages(_layers(config), pp)
-    # Walk two layers and let the second stand for the rest (Plan.calls makes them).
     layers = _layers(config)
+    stage = _stages(layers, pp)
+    # Walk two layers and let the second stand for the rest (Plan.calls makes them).
     cut, period = _cut_layers(config) if layers > 2 else (None, 0)
     if cut is not None:
         config = cut
@@ -825,15 +830,11 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
     if one is None:
         raise ValueError(f"{config.name}: a step of several kinds of sequence is not planned "
                          "for mixture-of-experts models yet; plan each kind alone")
-    tp = pp = mu = 1
-    if system is not None:
-        tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
-        if tp > 1:
-            raise ValueError(f"tensor_parallel={tp}: {config.name}'s experts are not split by "
-                             "Megatron-LM's rules here; spread them over chips with "
-                             "tenet_byoc.plan.expert_parallel")
-        if mu > 1 and one[1] % mu:
-            raise ValueError(f"System.micro_batches={mu} must divide batch={one[1]}")
+    tp, pp, mu = _sharding(system, step)
+    if tp > 1:
+        raise ValueError(f"tensor_parallel={tp}: {config.name}'s experts are not split by "
+                         "Megatron-LM's rules here; spread them over chips with "
+                         "tenet_byoc.plan.expert_parallel")
     seq, n = one
     n //= mu
     ph, tokens = _phase_tokens(seq)
