@@ -26,8 +26,8 @@ from . import cost_model as cm
 from .compose import StepCost, compose
 from .accelerators import Accelerator, resolve
 from .ledger import ColumnsBuilder, Ledger, LedgerColumns, charge_row, tensor_map
-from .plan import (LinkCall, Plan, PlannedCall, Step, context_limit, model_config, plan,
-                   stage_layers)
+from .plan import (LinkCall, Plan, PlannedCall, Step, context_limit, layer_stages, model_config,
+                   plan)
 from .quantization import QuantScheme, get_scheme
 
 __all__ = ["ESTIMATE_PATTERN", "Charges", "estimate", "estimate_step"]
@@ -153,11 +153,8 @@ class _Book:
         """Append plan ``p``'s calls: each on every chip of its stage, for every
         micro-batch, in the plan's order (``Plan.calls``, its layers made here as arrays)."""
         charge_parts, name_parts, stage_parts = [], [], []
-        stage_of = None
-        if p.layers:
-            stage_of = np.zeros(p.layers, dtype=np.int32)
-            for st, layers in enumerate(stage_layers(p.layers, p.pipeline_parallel)):
-                stage_of[list(layers)] = st
+        stage_of = (np.array(layer_stages(p.layers, p.pipeline_parallel), dtype=np.int32)
+                    if p.layers else None)
         block: list[PlannedCall] = []
 
         def flush() -> None:

@@ -50,7 +50,8 @@ from .quantization import QuantScheme, get_scheme
 
 __all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
            "check_tensor_parallel", "hand_overs",
-           "context_limit", "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "stage_layers"]
+           "context_limit", "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "layer_stages",
+           "stage_layers"]
 
 
 def _count(owner: str, name: str, value: object, low: int) -> None:
@@ -259,9 +260,7 @@ class Plan:
         """Every call of the step (one micro-batch, one chip of each stage), in order."""
         if not self.layers:
             return self.written
-        stage_of = {}
-        for s, layers in enumerate(stage_layers(self.layers, self.pipeline_parallel)):
-            stage_of.update(dict.fromkeys(layers, s))
+        stage_of = layer_stages(self.layers, self.pipeline_parallel)
         period = self.period
         out: list[PlannedCall] = []
         block: list[PlannedCall] = []
@@ -436,11 +435,9 @@ def _epilogue(op: str, rows: int, width: int, gemm: PlannedCall) -> PlannedCall:
 def _stages(n_layers: int, pp: int) -> Any:
     """``stage(name, layer)``: the pipeline stage of ``pp`` that runs a call (the calls before
     the layers, :data:`BEFORE_LAYERS`, on the first; the others outside them on the last)."""
-    stage_of: dict[int | None, int] = {None: pp - 1}
-    for s, layers in enumerate(stage_layers(n_layers, pp)):
-        stage_of.update(dict.fromkeys(layers, s))
-    return lambda name, layer: (0 if layer is None and name.startswith(BEFORE_LAYERS)
-                                else stage_of[layer])
+    stage_of = layer_stages(n_layers, pp)
+    return lambda name, layer: (stage_of[layer] if layer is not None else
+                                0 if name.startswith(BEFORE_LAYERS) else pp - 1)
 
 
 def _vector_call(v: Any, shape: tuple, operand: int, label: str, stage: Any) -> PlannedCall:
@@ -1058,6 +1055,11 @@ def shard_vector(name: str, op: str, shape: tuple[int, ...], operand: int, confi
     if name.endswith(("mlp.silu", "mlp.gate_x_up")):
         return (*shape[:-1], shape[-1] // tp), operand // tp if operand > 1 else operand
     return shape, operand
+
+
+def layer_stages(n_layers: int, stages: int) -> list[int]:
+    """The pipeline stage of each decoder layer (:func:`stage_layers`)."""
+    return [s for s, layers in enumerate(stage_layers(n_layers, stages)) for _ in layers]
 
 
 def stage_layers(n_layers: int, stages: int) -> list[range]:
