@@ -408,16 +408,19 @@ def _charging(quant: QuantScheme) -> dict[str, GemmCharging]:
 HEAD = "lm_head"
 
 
-def _gemm_call(name: str, b: int, m: int, n: int, k: int, how: GemmCharging,
-               role: str) -> tuple[tuple, Any]:
-    """The key and ``cost_model.GemmCall`` of a planned GEMM, its operands on chip by
-    ``partition.operands_on_chip``: a step's caller passes in no GEMM's A and gets back the
-    head's C (the logits)."""
+def _gemm_call(name: str, b: int, m: int, n: int, k: int, how: GemmCharging, role: str,
+               layer: int | None, stage: int, phase: str, batch: int) -> PlannedCall:
+    """The planned call of a GEMM (its K padded as ``how`` pads it; refused with
+    :func:`_check_sizes`), its operands on chip by ``partition.operands_on_chip``: a step's
+    caller passes in no GEMM's A and gets back the head's C (the logits)."""
+    k = -(-k // how.k_multiple) * how.k_multiple
+    _check_sizes(name, phase, batch, b, m, n, k)
     on_chip = operands_on_chip(passed_in=False, returned=name == HEAD)
     key = ("array", b, m, n, k, how.scheme, role, how.bits, on_chip["c_on_chip"])
-    return key, _interned(key, lambda: cm.GemmCall(
+    call = _interned(key, lambda: cm.GemmCall(
         m=m, n=n, k=k, batch=b, bits_a=how.bits[0], bits_b=how.bits[1], bits_c=how.bits[2],
         scheme=how.scheme, recipe=how.recipe, **on_chip))
+    return PlannedCall(call, name, "array", layer, stage, "", how.scheme, 1, key)
 
 
 def _epilogue(op: str, rows: int, width: int, gemm: PlannedCall) -> PlannedCall:
@@ -726,11 +729,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         full_n = n
         if tp > 1:
             (b, m, n, k), collective = shard_gemm(name, b, m, n, k, config, tp)
-        k = -(-k // how.k_multiple) * how.k_multiple
-        _check_sizes(name, ph, count, b, m, n, k)
-        sharded_k[name] = k
-        key, call = _gemm_call(name, b, m, n, k, how, role)
-        planned = PlannedCall(call, name, "array", layer, st, "", how.scheme, 1, key)
+        planned = _gemm_call(name, b, m, n, k, how, role, layer, st, ph, count)
+        sharded_k[name] = planned.call.k
         calls.append(planned)
         ops = epilogues.get(name)
         if ops is None:
@@ -845,13 +845,9 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
     calls: list[PlannedCall] = []
     for group in groups:
         for g, role in group.gemms:
-            how = hows[role]
             layer = _layer_of(g.name)
-            st = stage(g.name, layer)
-            k = -(-g.k // how.k_multiple) * how.k_multiple
-            _check_sizes(g.name, ph, n, g.batch, g.m, g.n, k)
-            key, call = _gemm_call(g.name, g.batch, g.m, g.n, k, how, role)
-            planned = PlannedCall(call, g.name, "array", layer, st, "", how.scheme, 1, key)
+            planned = _gemm_call(g.name, g.batch, g.m, g.n, g.k, hows[role], role, layer,
+                                 stage(g.name, layer), ph, n)
             calls += [planned] + [_epilogue(op, g.batch * g.m, g.n, planned)
                                   for op in group.epilogues.get(g.name, ())]
         calls += [_vector_call(v, tuple(v.shape), v.operand,
