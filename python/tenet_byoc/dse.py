@@ -426,19 +426,14 @@ def _memory_reasons(config: Any, schemes: Sequence[str], points: Iterable[Design
     "". Empty without a capacity."""
     if capacity is None:
         return {}
-    from .models.footprint import footprint
+    from .models.footprint import fit
 
     out = {}
     for tp, pp in sorted({(p.tensor_parallel, p.pipeline_parallel) for p in points}):
         for scheme in schemes:
-            phases = []
-            if prompt_len:
-                phases.append(footprint(config, scheme, batch, prompt_len, batch * prompt_len,
-                                        tp, pp))
-            if decode_steps:
-                phases.append(footprint(config, scheme, batch, prompt_len + decode_steps,
-                                        batch, tp, pp))
-            worst = max(phases, key=lambda f: f.total)
+            # fit()'s accelerator only names the chip; its capacity is ``capacity`` here
+            worst = fit(config, scheme, None, prompt_len, prompt_len, decode_steps, batch, tp,
+                        pp).footprint
             short = worst.shortfall(capacity)
             out[scheme, tp, pp] = f"{scheme} does not fit: it {short}" if short else ""
     return out
