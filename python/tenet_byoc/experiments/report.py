@@ -65,8 +65,8 @@ _LABELS = {
     "requests_per_s": "requests/s", "ttft_ms_mean": "TTFT mean (ms)",
     "ttft_ms_max": "TTFT worst (ms)", "tpot_ms_mean": "TPOT mean (ms)",
     "tpot_ms_max": "TPOT worst (ms)", "padded_share": "padded slots (0-1)",
-    "ttft_ms_p50": "TTFT p50 (ms)", "ttft_ms_p90": "TTFT p90 (ms)", "ttft_ms_p99": "TTFT p99 (ms)",
-    "tpot_ms_p50": "TPOT p50 (ms)", "tpot_ms_p90": "TPOT p90 (ms)", "tpot_ms_p99": "TPOT p99 (ms)",
+    **{f"{m}_ms_{q}": f"{m.upper()} {q} (ms)" for m in ("ttft", "tpot")
+       for q in ("p50", "p90", "p99")},
     "e2e_ms_p90": "end-to-end p90 (ms)", "goodput_rps": "goodput (req/s)",
     "batch_mean": "mean batch", "batch_max": "max batch", "kv_use_mean": "mean KV use (0-1)",
     "kv_tokens": "KV cache (tokens)", "max_rate": "max rate at targets (req/s)",
