@@ -457,14 +457,9 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
             parts = accelerator_area(acc, job.node_nm, job.table, point.formats_by_width)
             found = shared[point.charge_key()] = (parts, acc, {})
         parts, acc, composed = found
-        area = 0.0
-        for name, value in parts.items():  # accelerator_area's order and sum
-            if name == "dram_interface":
-                value = dram_interface_mm2(point.dram_gbps, job.table, scale)
-            if name != "total":
-                area += value
-        if point.chips > 1:
-            area *= point.chips
+        area = point.chips * sum(  # accelerator_area's order and sum, all chips'
+            dram_interface_mm2(point.dram_gbps, job.table, scale) if name == "dram_interface"
+            else value for name, value in parts.items() if name != "total")
         # one chip, one micro-batch: its sums (cycles) do not depend on the clock
         one_chip = point.alone
         for scheme in job.schemes:

@@ -142,12 +142,11 @@ def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint
             # one unit for the quantity in the whole figure (J once a panel reaches 1,000 mJ)
             scale, ylabel = panel_unit(metric, [getattr(p, metric)
                                                 for p in [*by_context, *by_batch]])
-            for scheme in dict.fromkeys(p.scheme for p in points):
+            for i, scheme in enumerate(dict.fromkeys(p.scheme for p in points)):
                 mine = [p for p in points if p.scheme == scheme]
                 ax.plot([getattr(p, key) for p in mine],
-                        [scale * getattr(p, metric) for p in mine],
-                        marker="os^Dv"[list(dict.fromkeys(q.scheme for q in points))
-                                       .index(scheme) % 5], label=scheme)
+                        [scale * getattr(p, metric) for p in mine], marker="os^Dv"[i % 5],
+                        label=scheme)
             label_axes(ax, [getattr(p, key) for p in points],
                        [scale * getattr(p, metric) for p in points], label if row else "",
                        ylabel, swept=True)
