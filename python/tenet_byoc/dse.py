@@ -90,7 +90,7 @@ class DesignPoint(DesignAxes):
     """One design (:class:`~tenet_byoc_cli.design_point.DesignAxes`, where each field is
     written once with its schema): a ``rows x cols`` systolic array of PEs with a MAC unit
     per format, a global buffer, DRAM at ``dram_gbps``, a clock, a vector unit, and the chips
-    it is one of, with the accelerator, system and charge keys made from them."""
+    it is one of, with the accelerator and charge keys made from them."""
 
     @property
     def formats_by_width(self) -> dict[int, str]:
@@ -119,18 +119,6 @@ class DesignPoint(DesignAxes):
     def alone(self) -> bool:
         """One chip and one micro-batch: no System (its sums are one chip's cycles)."""
         return self.chips == 1 and self.micro_batches == 1
-
-    def system(self) -> Any:
-        """The point's :class:`~tenet_byoc.system.System` (None on one chip)."""
-        if self.alone:
-            return None
-        from .system import Link, System
-
-        return System(self.accelerator(), chips=self.chips,
-                      tensor_parallel=self.tensor_parallel,
-                      pipeline_parallel=self.pipeline_parallel,
-                      micro_batches=self.micro_batches,
-                      link=Link(bandwidth_gbps=self.link_gbps))
 
     def charged_as(self, *charges: str) -> tuple:
         """What the charges of the fields of ``charges`` (:attr:`Axis.charges` values) see of
@@ -272,14 +260,11 @@ mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps, micro_bat
                 raise ValueError(f"{where} has two formats of one width: a PE takes one "
                                  "format per operand width")
             return tuple(v)
-        if check == "mapping":
-            if v not in _MAPPINGS:
-                raise ValueError(f"{where} is not a mapping; accepted: {', '.join(_MAPPINGS)}")
-            return v
-        if check == "dataflow":
-            if v not in _DATAFLOWS:
-                raise ValueError(f"{where} is not a dataflow{did_you_mean(str(v), _DATAFLOWS)};"
-                                 f" accepted: {', '.join(_DATAFLOWS)}")
+        choices = {"mapping": _MAPPINGS, "dataflow": _DATAFLOWS}.get(check)
+        if choices is not None:
+            if v not in choices:
+                raise ValueError(f"{where} is not a {check}{did_you_mean(str(v), choices)}; "
+                                 f"accepted: {', '.join(choices)}")
             return v
         kind = int if check == "int" else float
         if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0 or (
