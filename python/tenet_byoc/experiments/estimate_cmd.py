@@ -39,20 +39,28 @@ class PhaseFigures:
     static_mj_per_token: float = 0.0  #: the static power's part of ``energy_per_token_mj``
 
 
+def phase_latency_us(ledger: Ledger, phases: dict | None = None) -> dict[str, float]:
+    """Each phase's latency in µs (``phases``: ``ledger.group_by("phase")`` if made): its
+    calls composed by ``tenet_byoc.compose``'s rule (fused epilogues hidden behind their
+    GEMM on a pipelined vector unit); on several chips its critical path, not the sum of
+    every chip's work."""
+    from ..system import SystemLedger
+
+    return {phase: ledger.latency_s(phase) * 1e6 if isinstance(ledger, SystemLedger)
+            else t.latency_us for phase, t in (phases or ledger.group_by("phase")).items()}
+
+
 def phase_figures(ledger: Ledger, scheme: str, prompt_len: int, decode_steps: int,
                   batch: int = 1, static_w: float = 0.0) -> list[PhaseFigures]:
     """TTFT, TPOT, tokens/s, energy per token, MACs and DRAM bytes of each phase; the
     energy is the calls' plus ``static_w`` (every chip's, :func:`tenet_byoc.area.static_watts`)
     over the phase's time, as dse charges it."""
     out = []
-    for phase, t in ledger.group_by("phase").items():
+    phases = ledger.group_by("phase")
+    for phase, latency_us in phase_latency_us(ledger, phases).items():
+        t = phases[phase]
         tokens = prompt_len if phase == "prefill" else decode_steps
         per = 1 if phase == "prefill" else decode_steps  # TTFT is the whole prefill
-        # On several chips a phase takes its critical path, not the sum of every chip's work.
-        from ..system import SystemLedger
-
-        latency_us = (ledger.latency_s(phase) * 1e6 if isinstance(ledger, SystemLedger)
-                      else t.latency_us)
         latency_ms = latency_us / 1e3 / per
         static_mj = static_w * latency_us / 1e3 / (tokens * batch)  # W x ms = mJ
         out.append(PhaseFigures(
@@ -142,12 +150,11 @@ def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint
             # one unit for the quantity in the whole figure (J once a panel reaches 1,000 mJ)
             scale, ylabel = panel_unit(metric, [getattr(p, metric)
                                                 for p in [*by_context, *by_batch]])
-            for scheme in dict.fromkeys(p.scheme for p in points):
+            for i, scheme in enumerate(dict.fromkeys(p.scheme for p in points)):
                 mine = [p for p in points if p.scheme == scheme]
                 ax.plot([getattr(p, key) for p in mine],
-                        [scale * getattr(p, metric) for p in mine],
-                        marker="os^Dv"[list(dict.fromkeys(q.scheme for q in points))
-                                       .index(scheme) % 5], label=scheme)
+                        [scale * getattr(p, metric) for p in mine], marker="os^Dv"[i % 5],
+                        label=scheme)
             label_axes(ax, [getattr(p, key) for p in points],
                        [scale * getattr(p, metric) for p in points], label if row else "",
                        ylabel, swept=True)

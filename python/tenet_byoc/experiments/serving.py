@@ -157,14 +157,6 @@ class BatchTime:
         return self.decode_s / self.decode_steps if self.decode_steps else 0.0
 
 
-def _phase_seconds(ledger: Any, phase: str) -> float:
-    from ..system import SystemLedger
-
-    if isinstance(ledger, SystemLedger):
-        return ledger.latency_s(phase)
-    return sum(e.latency_us for e in ledger.entries if e.phase == phase) * 1e-6
-
-
 def batch_times(model: Any, requests: Sequence[Request], batch: int, scheme: str = "none",
                 accelerator: Any = "os16", mapping: str | None = None,
                 system: Any = None, cache: dict | None = None) -> list[BatchTime]:
@@ -179,6 +171,7 @@ def batch_times(model: Any, requests: Sequence[Request], batch: int, scheme: str
         the model's context (naming its requests).
     """
     from ..estimate import estimate
+    from .estimate_cmd import phase_latency_us
 
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch={batch!r} must be an integer >= 1")
@@ -199,8 +192,10 @@ def batch_times(model: Any, requests: Sequence[Request], batch: int, scheme: str
                 raise ValueError(f"requests {first}..{first + len(group) - 1} at batch "
                                  f"{batch} (longest prompt {p}, longest output {steps + 1}): "
                                  f"{err}") from None
-            cache[key] = (_phase_seconds(ledger, "prefill"), _phase_seconds(ledger, "decode"),
-                          sum(t.energy_pj for t in ledger.group_by("phase").values()))
+            phases = ledger.group_by("phase")
+            us = phase_latency_us(ledger, phases)  # as estimate times a phase
+            cache[key] = (us.get("prefill", 0.0) * 1e-6, us.get("decode", 0.0) * 1e-6,
+                          sum(t.energy_pj for t in phases.values()))
         prefill_s, decode_s, energy_pj = cache[key]
         out.append(BatchTime(first, len(group), p, steps, prefill_s, decode_s,
                              sum(r.output_len for r in group), energy_pj))
