@@ -323,8 +323,14 @@ def _tenet_paper(dataflow: str) -> Callable[[], Accelerator]:
     )
 
 
-def _research_array(dataflow: str, edge: int, *, buffer_bytes: int, dram_bits: int,
-                    name: str | None = None, **kwargs) -> Accelerator:
+#: The research arrays by edge: (global buffer bytes, DRAM bits per cycle). 16: 1 MiB and 256
+#: bits (32 GB/s), the os16 equivalent issue 12 compares against ZigZag 3.9 on. 128: 24 MiB and
+#: 2048 bits (256 GB/s at 1 GHz), a TPU-class array and buffer (TPU v1's unified buffer is
+#: 24 MiB, Jouppi et al., ISCA 2017).
+_RESEARCH_ARRAYS = {16: (1 << 20, 256), 128: (24 << 20, 2048)}
+
+
+def _research_array(dataflow: str, edge: int, name: str | None = None, **kwargs) -> Accelerator:
     # An edge x edge array at 1 GHz in the hierarchy the peers model for these arrays (issue
     # 12: ZigZag's os16 equivalent): a global buffer of `buffer_bytes`, DRAM of `dram_bits`
     # per cycle, and a buffer that feeds an array edge of A and one of B and takes one of C
@@ -336,6 +342,7 @@ def _research_array(dataflow: str, edge: int, *, buffer_bytes: int, dram_bits: i
     # pipelined behind it; and an edge dequantizer converting int4 and int8 weight codes at
     # one element per column per cycle, the rate the array takes weights in at its edge.
     # Energies: Horowitz 45 nm (cost_model.VectorUnit).
+    buffer_bytes, dram_bits = _RESEARCH_ARRAYS[edge]
     memory = cm.MemoryHierarchy(dram_bandwidth_bits=dram_bits, buffer_bytes=buffer_bytes,
                                 buffer_bandwidth_bits=3 * edge * 32, register_bytes=256)
     return Accelerator.systolic(
@@ -343,19 +350,6 @@ def _research_array(dataflow: str, edge: int, *, buffer_bytes: int, dram_bits: i
         l2_bytes=buffer_bytes, memory=memory,
         vector=cm.VectorUnit(lanes=edge, schedule="pipelined"),
         edge_dequantizer=cm.EdgeDequantizer(edge, bits=[4, 8]), **kwargs)
-
-
-def _array16(dataflow: str, name: str | None = None, **kwargs) -> Accelerator:
-    # 16x16 with a 1 MiB buffer and 256 bit/cycle DRAM (32 GB/s): the os16 equivalent issue
-    # 12 compares against ZigZag 3.9 on.
-    return _research_array(dataflow, 16, buffer_bytes=1 << 20, dram_bits=256, name=name,
-                           **kwargs)
-
-
-def _array128(dataflow: str) -> Accelerator:
-    # 128x128 with 24 MiB of buffer and 2048 bit/cycle DRAM (256 GB/s at 1 GHz): a TPU-class
-    # array and buffer (TPU v1's unified buffer is 24 MiB, Jouppi et al., ISCA 2017).
-    return _research_array(dataflow, 128, buffer_bytes=24 << 20, dram_bits=2048)
 
 
 def _tpu_v1() -> Accelerator:
@@ -603,14 +597,15 @@ def _a100(clock_ghz: float = 1.41, hbm_gbps: float = 2039.0) -> Accelerator:
 
 #: Shipped presets by name. Bandwidth is off-chip bits per cycle at ``clock_ghz``.
 PRESETS: dict[str, Callable[[], Accelerator]] = {
-    "os16": lambda: _array16("os"),
-    "ws16": lambda: _array16("ws"),
-    "is16": lambda: _array16("is"),
+    "os16": lambda: _research_array("os", 16),
+    "ws16": lambda: _research_array("ws", 16),
+    "is16": lambda: _research_array("is", 16),
     # A 16x16 output-stationary array whose PEs are dot-product units that do more MACs per
     # cycle at lower precision (2 at 16 bits, 4 at 8, 8 at 4): compute follows the bits.
-    "os16_mp": lambda: _array16("os", "os16_mp", macs_per_pe_per_cycle={16: 2, 8: 4, 4: 8}),
-    "os128": lambda: _array128("os"),
-    "ws128": lambda: _array128("ws"),
+    "os16_mp": lambda: _research_array("os", 16, "os16_mp",
+                                       macs_per_pe_per_cycle={16: 2, 8: 4, 4: 8}),
+    "os128": lambda: _research_array("os", 128),
+    "ws128": lambda: _research_array("ws", 128),
     "tpu_v1": _tpu_v1,
     "tpu_v5e": _tpu_v5e,
     "a100": _a100,

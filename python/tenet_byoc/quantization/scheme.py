@@ -285,10 +285,6 @@ class QuantScheme:
             return "int8"
         return "emulated"
 
-    @property
-    def emulated(self) -> bool:
-        return self.kernel == "emulated"
-
     def bits(self) -> tuple[int, int, int]:
         """Element widths charged for A, B and C (quantized outputs are 16-bit)."""
         if self.kernel == "float":
