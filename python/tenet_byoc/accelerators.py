@@ -481,19 +481,6 @@ def _int8_16_32(rates: Mapping[int, int], pj_32: float = 4.6,
         cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=pj_32, format="float")])
 
 
-def _gpu_clock_rates(tensor_cores_per_sm: int, fma_16: int, fma_8: int, fp32_lanes: int,
-                     pes_per_tensor_core: int) -> dict[int, int]:
-    # MACs per PE per cycle by operand width when a tensor core is `pes_per_tensor_core`
-    # PEs, each a dot-product unit: fma_16 (fma_8) dense FMAs per tensor core per clock at
-    # 16 (8) bits; float32 runs on the SM's fp32_lanes CUDA cores instead, spread over the
-    # same PEs.
-    rates = {16: fma_16 // pes_per_tensor_core, 8: fma_8 // pes_per_tensor_core}
-    rates[32] = fp32_lanes // (tensor_cores_per_sm * pes_per_tensor_core)
-    if any(r * pes_per_tensor_core != f for r, f in ((rates[16], fma_16), (rates[8], fma_8))):
-        raise ValueError("tensor core FMAs must split evenly over its PEs")
-    return rates
-
-
 def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83,
            launch_us: float = 0.0, l2_bytes_per_clock: int = 5120,
            vector_launch_us: float = 0.0, row_bits_per_cycle: float = 0.0,
@@ -530,9 +517,11 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     # most 16 ways. The launch cost is not published: 0 here (benchmarks/silicon/h200.py
     # --calibrate fits one on a named subset of the measured rows).
     sms, tcs_per_sm, pes_per_tc = 132, 4, 32
-    rates = _gpu_clock_rates(tcs_per_sm, 512, 1024, 128, pes_per_tc)
-    if rate_8bit is not None:
-        rates[8] = rate_8bit
+    # MACs per PE per cycle by operand width: a tensor core's 512 (1,024) dense FMAs per
+    # clock at 16 (8) bits over its PEs, each a dot-product unit; float32 on the SM's 128
+    # CUDA cores instead, spread over the same PEs.
+    rates = {16: 512 // pes_per_tc, 8: 1024 // pes_per_tc if rate_8bit is None else rate_8bit,
+             32: 128 // (tcs_per_sm * pes_per_tc)}
     rows, cols = 8, 16  # 4 tensor cores of 8 x 4 PEs side by side
     cores = cm.Cores(count=sms, shared_bandwidth_bits=l2_bytes_per_clock * 8, shared_bytes=l2_bytes,
                      launch_cycles=round(launch_us * 1e3 * clock_ghz), max_split_k=16)

@@ -178,10 +178,6 @@ def refusal_reason(context: PatternCheckContext) -> str | None:
     return None
 
 
-def _check(context: PatternCheckContext) -> bool:
-    return refusal_reason(context) is None
-
-
 # Quantized forms. Each is a matmul whose weight (B) is stored as integers, offloaded whole
 # with its dequantization; the quantize pass (tenet_byoc.quantization) writes these forms.
 # The emulated form comes first: registered first, it has the lowest priority, so the int4
@@ -342,10 +338,6 @@ def _emulated_refusal_reason(ann, wshape) -> str | None:
     return None
 
 
-def _quant_check(context: PatternCheckContext) -> bool:
-    return quant_refusal_reason(context) is None
-
-
 #: The kind of step each quantized form runs, and its operands' annotations.
 _QUANT_KINDS = {
     "dequantize_matmul_float": ("dequant_float", {}),
@@ -357,10 +349,11 @@ _QUANT_KINDS = {
 _QUANT_ROLES = {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b"}
 
 
-def _register(table: list, name: str, pattern, annotations, check, info: PatternInfo) -> None:
+def _register(table: list, name: str, pattern, annotations, refusal, info: PatternInfo) -> None:
+    """Register one pattern, accepted where ``refusal`` (its reason function) gives None."""
     roles = dict(info.roles, **({"bias": "bias"} if "bias" in annotations else {}))
     PATTERN_INFO[name] = PatternInfo(info.kind, info.rhs_transposed, info.epilogue, roles)
-    table.append((name, pattern, annotations, check))
+    table.append((name, pattern, annotations, lambda context: refusal(context) is None))
 
 
 def _pattern_table():
@@ -375,7 +368,7 @@ def _pattern_table():
                 info = PatternInfo("float", transposed, EPILOGUES.get(activation, "none"),
                                    {"lhs": "lhs", "rhs": "rhs"})
                 _register(table, pattern_name(transposed, with_bias, activation), pattern,
-                          annotations, _check, info)
+                          annotations, refusal_reason, info)
     for activation in (None, *EPILOGUES):
         for with_bias in (False, True):
             for form in QUANT_FORMS:
@@ -384,7 +377,7 @@ def _pattern_table():
                 info = PatternInfo(kind, True, EPILOGUES.get(activation, "none"),
                                    {**_QUANT_ROLES, **roles})
                 _register(table, quant_pattern_name(form, with_bias, activation), pattern,
-                          annotations, _quant_check, info)
+                          annotations, quant_refusal_reason, info)
     return table
 
 
