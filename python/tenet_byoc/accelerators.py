@@ -494,8 +494,7 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     ``rate_8bit`` the 8-bit MACs per PE per clock (the data sheet's 32), e.g. by figures
     measured on one device (``benchmarks/silicon/h200.py --calibrate``,
     ``benchmarks/silicon/h200_ops.py --calibrate``)."""
-    # An NVIDIA Hopper GPU (GH100, SXM5) as an accelerator of cores: one core per SM.
-    # Sources:
+    # One core per SM. Sources:
     # [wp] NVIDIA, "NVIDIA H100 Tensor Core GPU Architecture" whitepaper (2022), Table 3
     #   (H100 SXM5): 132 SMs, 4 fourth-generation tensor cores per SM (528), 128 FP32 cores
     #   per SM, 50 MB L2, 228 KB shared memory per SM, 256 KB register file per SM; peak

@@ -160,8 +160,7 @@ def refusal_reason(context: PatternCheckContext) -> str | None:
         elif [int(a) for a in axes] != swap_last:
             return f"permute_dims axes {[int(a) for a in axes]} do not swap the last two axes"
     if "bias" in ann:
-        bias = ann["bias"]
-        bty = bias.ty
+        bty = ann["bias"].ty
         if not isinstance(bty, relax.TensorType) or bty.shape is None:
             return "bias has no known shape"
         if bty.dtype not in FLOAT_DTYPES:

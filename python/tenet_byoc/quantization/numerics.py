@@ -179,11 +179,9 @@ def weight_codes(w: np.ndarray, scheme: QuantScheme,
         amax = np.concatenate([np.abs(b).max(axis=2, keepdims=True)
                                for b in _row_blocks(grouped)])
     fmt = FLOAT_FORMATS.get(s.weight_format)
-    if s.scale_dtype == "e8m0":
-        if fmt is not None:
-            scale = _pow2_floor_log2(amax, fmt.max_exponent, s, name)
-        else:  # MX int: the elements are fixed point 1.(b-2), emax_elem 0
-            scale = _pow2_floor_log2(amax, 0, s, name, shift=s.weight_bits - 2)
+    if s.scale_dtype == "e8m0":  # MX int elements are fixed point 1.(b-2), emax_elem 0
+        scale = (_pow2_floor_log2(amax, fmt.max_exponent, s, name) if fmt is not None
+                 else _pow2_floor_log2(amax, 0, s, name, shift=s.weight_bits - 2))
     elif fmt is not None:
         scale = _round_scale(amax, fmt.max_value, s, name)
     elif s.weight_format == "uint":
