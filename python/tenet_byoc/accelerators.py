@@ -614,12 +614,6 @@ DEFAULT_PRESET = "os16"
 #: HBM3); NVIDIA H200 Tensor Core GPU data sheet (141 GB HBM3e); Google Cloud, "TPU v5e"
 #: (16 GB of HBM2 per chip); Jouppi et al., ISCA 2017 (TPU v1: 8 GiB of DDR3). The
 #: research arrays (os16, ws128, tenet_*) state none.
-#: Presets whose chips run attention fused by default (:attr:`Accelerator.attention`): the
-#: GPUs, on which serving engines and PyTorch's ``scaled_dot_product_attention`` run
-#: FlashAttention-style kernels (cuDNN's or FlashAttention's; ``benchmarks/silicon``'s H200
-#: measurements ran cuDNN's).
-FUSED_ATTENTION = frozenset({"a100", "h100_sxm", "h200"})
-
 DRAM_CAPACITY_BYTES: dict[str, float] = {
     "a100": 80e9,
     "h100_sxm": 80e9,
@@ -627,6 +621,12 @@ DRAM_CAPACITY_BYTES: dict[str, float] = {
     "tpu_v5e": 16e9,
     "tpu_v1": float(8 * 2**30),
 }
+
+#: Presets whose chips run attention fused by default (:attr:`Accelerator.attention`): the
+#: GPUs, on which serving engines and PyTorch's ``scaled_dot_product_attention`` run
+#: FlashAttention-style kernels (cuDNN's or FlashAttention's; ``benchmarks/silicon``'s H200
+#: measurements ran cuDNN's).
+FUSED_ATTENTION = frozenset({"a100", "h100_sxm", "h200"})
 
 
 def _check_choice(mapping: Any, objective: Any) -> str | None:
