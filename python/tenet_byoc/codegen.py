@@ -191,7 +191,8 @@ def unstamped_recipe(kind: str, scale_a_ty, scale_b_ty, rhs_ty) -> QuantRecipe:
     if kind == "dequant_channel":
         return recipe.replace(weight="channel")
     if kind == "dequant_group":  # packed [N, K/2], scales [N, K/G, 1]
-        k, groups = (_shape_of(rhs_ty) or [0, 0])[1] * 2, (sb[1] if len(sb) == 3 else 1)
+        k = (_shape_of(rhs_ty) or [0, 0])[1] * 2
+        groups = sb[1] if len(sb) == 3 else 1
     elif kind == "dequant_float":  # codes [N, K/G, G]
         _, groups, g = _shape_of(rhs_ty) or [0, 1, 1]
         k = groups * g
