@@ -279,8 +279,6 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
             return "only a constant zero point of 0 (symmetric quantization) is supported"
         if _shape(scale) != [n] or _dtype(scale) != "float32":
             return f"the scale must be float32 [{n}]"
-        if _dtype(lhs) != "float32":
-            return "the activation must be float32"
     elif packed:
         gshape = _shape(ann["groups"])
         if len(wshape) != 2 or gshape is None or len(gshape) != 3:
@@ -297,8 +295,6 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
             return f"the zero point must be float32, a scalar or [{n}, {gshape[1]}, 1]"
         if _shape(ann["reshape"]) != [n, k]:
             return "the dequantized groups must be reshaped to [N, K]"
-        if _dtype(lhs) != "float32":
-            return "the activation must be float32"
     else:
         if len(wshape) != 2 or _dtype(lhs) != "int8" or _dtype(root) != "int32":
             return "an int8 GEMM needs int8 [.., M, K] x int8 [N, K]^T accumulating in int32"
@@ -309,6 +305,8 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
             return "the activation scale must be float32, per tensor [] or per token [.., M, 1]"
         if _dtype(scale) != "float32" or sb not in ([], [n]):
             return f"the weight scale must be float32, per tensor [] or per channel [{n}]"
+    if "to_float" not in ann and _dtype(lhs) != "float32":  # the dequantizing forms
+        return "the activation must be float32"
     return _bias_refusal(ann, wshape)
 
 
