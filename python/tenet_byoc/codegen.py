@@ -239,10 +239,9 @@ def describe_function(func: relax.Function) -> dict:
     scheme = str(func.attrs[SCHEME_ATTR]) if SCHEME_ATTR in func.attrs else UNNAMED_SCHEME
     stamped = (RecipeStamp.read(str(func.attrs[RECIPE_ATTR])) if RECIPE_ATTR in func.attrs
                else None)
-    from .partition import HOST_IO_ATTR
+    from .partition import HOST_IO_ATTR, operands_on_chip
 
-    # The call plan's rule (tenet_byoc.plan._gemm_call): A on chip unless the caller passed
-    # it in, C unless the caller returns it; a function no caller was seen for keeps neither.
+    # A function no caller was seen for keeps neither operand on chip.
     host_io = json.loads(str(func.attrs[HOST_IO_ATTR])) if HOST_IO_ATTR in func.attrs else None
     refs: dict[relax.Var, int] = {p: i for i, p in enumerate(func.params)}
     inputs = [_tensor_spec(p.ty, f"{symbol}: input {i}") for i, p in enumerate(func.params)]
@@ -319,8 +318,8 @@ def describe_function(func: relax.Function) -> dict:
     returned = {outputs[o]["source"] for o in range(len(outputs)) if host_io is not None
                 and (-1 in host_io["outputs"] or o in host_io["outputs"])}
     for s, step in enumerate(steps):  # the descriptor's last two keys
-        step["a_on_chip"] = host_io is not None and step["lhs"] not in host_io["inputs"]
-        step["c_on_chip"] = host_io is not None and -(s + 1) not in returned
+        step.update(operands_on_chip(host_io is None or step["lhs"] in host_io["inputs"],
+                                     host_io is None or -(s + 1) in returned))
     return _fields("function", symbol,
                    {"symbol": symbol, "inputs": inputs, "steps": steps, "outputs": outputs})
 

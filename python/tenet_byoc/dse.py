@@ -826,7 +826,8 @@ def explore(
     list of PointResult
         Every (point, scheme), fronts marked.
     """
-    from .estimate import _check_lengths, _config
+    from .estimate import _check_lengths
+    from .plan import model_config
     from .quantization import get_scheme
 
     if not isinstance(space, DesignSpace):
@@ -844,7 +845,7 @@ def explore(
     if objective is not None and objective not in names:
         raise ValueError(f"objective={objective!r}{did_you_mean(str(objective), names)}; "
                          f"accepted: a figure of PointResult such as tpot_ms, area_mm2")
-    config = _config(model)
+    config = model_config(model)
     _check_lengths(config, prompt_len, prompt_len, decode_steps, batch)
 
     points = space.all_points()

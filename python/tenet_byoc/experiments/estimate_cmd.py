@@ -180,12 +180,13 @@ def _system(args: argparse.Namespace) -> System | None:
     Every bad length and multi-chip flag is reported at once, in one ``ValueError`` naming
     the flags.
     """
-    from ..estimate import _check_lengths, _config
+    from ..estimate import _check_lengths
+    from ..plan import model_config
 
     problems = []
     context_len = args.prompt_len if args.context_len is None else args.context_len
     try:  # the lengths against the model's context, beside the chips' problems
-        _check_lengths(_config(args.model), args.prompt_len, context_len, args.decode_steps,
+        _check_lengths(model_config(args.model), args.prompt_len, context_len, args.decode_steps,
                        args.batch)
     except ValueError as err:
         text = str(err)
