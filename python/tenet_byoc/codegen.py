@@ -190,12 +190,13 @@ def unstamped_recipe(kind: str, scale_a_ty, scale_b_ty, rhs_ty) -> QuantRecipe:
     recipe = FLOAT_RECIPE.replace(place="weight")
     if kind == "dequant_channel":
         return recipe.replace(weight="channel")
-    if kind in ("dequant_group", "dequant_float"):
-        k = (_shape_of(rhs_ty) or [0, 0])[1] * (2 if kind == "dequant_group" else 1)
+    if kind == "dequant_group":  # packed [N, K/2], scales [N, K/G, 1]
+        k = (_shape_of(rhs_ty) or [0, 0])[1] * 2
         groups = sb[1] if len(sb) == 3 else 1
-        if kind == "dequant_float":
-            rhs = _shape_of(rhs_ty) or [0, 1, 1]
-            k, groups = rhs[1] * rhs[2], rhs[1]
+    elif kind == "dequant_float":  # codes [N, K/G, G]
+        _, groups, g = _shape_of(rhs_ty) or [0, 1, 1]
+        k = groups * g
+    if kind in ("dequant_group", "dequant_float"):
         return recipe.replace(weight="group", weight_group=max(k // max(groups, 1), 1))
     sa = _shape_of(scale_a_ty) or []
     return recipe.replace(place="output", weight="channel" if sb else "tensor",
@@ -278,8 +279,8 @@ def describe_function(func: relax.Function) -> dict:
         step_scheme = "none" if kind == "float" else scheme
         # The recipe is the one the quantize pass stamped: the codegen never guesses it.
         attention = stamped.attention if stamped is not None else None
-        gemm_types = (args[comp.params["lhs"]].ty, args[comp.params["rhs"]].ty)
-        if kind == "float" and attention and is_attention_gemm(*gemm_types):
+        types = {role: args[index].ty for role, index in comp.params.items()}
+        if kind == "float" and attention and is_attention_gemm(types["lhs"], types["rhs"]):
             # Attention under a KV scheme: B is the K (transposed) or V cache, stored at
             # the KV width (quantization.attention_scheme).
             bits, quant = attention["key" if comp.info.rhs_transposed else "value"]
@@ -289,11 +290,9 @@ def describe_function(func: relax.Function) -> dict:
         elif stamped is not None:
             bits, quant = stamped.bits, stamped.recipe
         else:
-            def ty(role, comp=comp, args=args):
-                index = comp.params.get(role)
-                return None if index is None else args[index].ty
             bits = list(KIND_BITS[kind])
-            quant = unstamped_recipe(kind, ty("scale_a"), ty("scale_b"), ty("rhs"))
+            quant = unstamped_recipe(kind, types.get("scale_a"), types.get("scale_b"),
+                                     types["rhs"])
         steps.append(
             _fields("step", symbol, {
                 "pattern": comp.pattern,
