@@ -31,47 +31,52 @@ widened by that measured fill: a fraction of the array's weights, i.e. of the la
 not of time. The column "whole tiles of the widths assumed" shows what the assumed square
 widths alone give (MLP1's 1118 fills 0.763 of its tiles where Table 3 measured 0.887).
 
-The model has no non-matrix work (activation functions, host synchronisation): the paper's
-non-matrix cycles happen while weights still stream in (both MLPs are weight-bound), so in
-the model they are weight stall. The weight-stall share is therefore compared with the
+For the MLPs the model has no non-matrix work (activation functions, synchronisation): the
+paper's non-matrix cycles happen while weights still stream in (both MLPs are weight-bound), so
+in the model they are weight stall. The weight-stall share is therefore compared with the
 paper's weight stall + non-matrix shares; the paper's own columns are printed beside it. The
 split follows the paper's account of weight shift: per tile, Table 3's active + shift + stall
-cycles come to at most one tile's fetch at 34 GB/s (1,349 cycles; MLP0 about 1,300, MLP1
-about 1,080, taking active = the batch), so the 256-cycle shift hides behind the next tile's
-fetch and is part of the weight-bound time, as here; the FIFO lets the fetch run ahead across
-layers, which the model's one fill and drain per call (about 1,000 cycles) slightly
-overstates.
+cycles come to at most one tile's fetch at 34 GB/s (1,349 cycles; MLP0 about 1,300, MLP1 about
+1,080, taking active = the batch), so the 256-cycle shift hides behind the next tile's fetch
+and is part of the weight-bound time, as here; the FIFO lets the fetch run ahead across layers,
+which the model's one fill and drain per call (about 1,000 cycles) slightly overstates.
 
 The LSTMs and CNN0 (Table 1: layers, weights, batch; Table 3: measured TOPS) are charged the
-same way, their fully connected or convolution layers only. Assumed, as the paper gives no
-widths: LSTM0's 24 fully connected layers equal and square, holding Table 1's 52 M weights;
-CNN0's 16 convolutions each one im2col GEMM of M = 2,888 rows (Table 1's 2,888 ops per weight
-byte is the MACs per int8 weight, i.e. M: batch 8 x 361 output positions), K = 2,048, N = 256
-(0.52 M weights a layer, 8.4 M in all against Table 1's 8 M). Activations live in the 24 MiB
-unified buffer and the sums in the 4 MiB accumulators (Sec. 2): every layer's input and output
-are operands kept on chip (``GemmCall(a_on_chip=True, c_on_chip=True)``), charged no DRAM
-traffic when they fit beside the layer's tiles, as they do for all five; the host's PCIe
-transfers in and out are not charged (Table 3 excludes host overhead; its row 8 puts the
-input stalls at 2-9%). The "through DRAM" column charges them as before, each over its own
-34 GB/s channel.
+same way. Assumed, as the paper gives no widths: LSTM0's 24 fully connected layers equal and
+square, holding Table 1's 52 M weights; CNN0's 16 convolutions each one im2col GEMM of M =
+2,888 rows (Table 1's 2,888 ops per weight byte is the MACs per int8 weight, i.e. M: batch 8 x
+361 output positions), K = 2,048, N = 256 (0.52 M weights a layer, 8.4 M in all against Table
+1's 8 M). Activations live in the 24 MiB unified buffer and the sums in the 4 MiB accumulators
+(Sec. 2): every layer's input and output are operands kept on chip (``GemmCall(a_on_chip=True,
+c_on_chip=True)``), charged no DRAM traffic when they fit beside the layer's tiles, as they do
+for all five; the host's PCIe transfers in and out are not charged (Table 3 excludes host
+overhead; its row 8 puts the input stalls at 2-9%). The "through DRAM" column charges them as
+before, each over its own 34 GB/s channel.
+
+The LSTMs' vector layers (Table 1: LSTM0 34, LSTM1 19) are charged on the preset's vector unit
+(``cm.charge_vector``, 256 lanes), each assumed one LSTM cell update (``CELL_UPDATE``: three
+multiplies, an add and a tanh over the batch x the layer width), their cycles added to the FC
+layers' as compose.py adds vector calls whose operands come from several producers. The
+preset's tanh takes 8 cycles an element a lane (vector.h's rational approximation); the paper
+gives no rate for its activation unit, and at 1 cycle LSTM1 would be +29% instead of +26%.
+Whether the TPU hides them behind the four-tile weight FIFO (5,400 cycles of fetch) the paper
+does not say.
 
 The last table holds each application to the roofline Table 1 itself gives (its MACs per
 weight byte x 2 ops x 34 GB/s, at most the 92 TOPS peak), and to that roofline for whole tiles
 (x the fill). The silicon reaches 85-96% of the whole-tile bound except LSTM1 (71%), the model
-92-99%. LSTM1's remaining gap (+31%) is not sized by anything the paper states: its 19 vector
-layers on the 256-wide activation unit take about 225 cycles each (96 x 600 elements), under
-1% of its time, and a layer's RAW "delay slot" (Sec. 2) hides behind the four-tile weight
-FIFO in a weight-bound run. Nothing is fitted to it. (The LSTMs' counters agree with their
-TOPS only if an active tile takes twice the batch in cycles, as 16-bit activations at half
-speed would, Sec. 2; the paper does not say, and a weight-bound run is not slowed by it.)
+86-99% (LSTM1 90%). LSTM1's remaining gap (+26%) is not sized by anything the paper states:
+a layer's RAW "delay slot" (Sec. 2) hides behind the weight FIFO in a weight-bound run.
+Nothing is fitted to it. (The LSTMs' counters agree with their TOPS only if an active tile
+takes twice the batch in cycles, as 16-bit activations at half speed would, Sec. 2; the paper
+does not say, and a weight-bound run is not slowed by it.)
 
 What a fitted factor would give is shown apart, in "a delay per layer, fitted" (nothing of it
 enters the other tables or the preset): the matrix unit's wait at each layer boundary for the
 previous layer's activations (Sec. 2's "delay slot", Table 3's RAW stalls) as one number of
 cycles per layer of Table 1 (vector layers included: LSTM0 58, LSTM1 56), fitted on a named
 subset by least squares of log TOPS and reported on the rest. Fitted on the MLPs it is 920
-cycles (1.3 us) and leaves LSTM1 at +26%; fitted on LSTM0, 2,820 cycles and LSTM1 +16%, MLP1
--8%, CNN0 -12%.
+cycles (1.3 us) and leaves LSTM1 at +21%; fitted on LSTM0, 230 cycles and LSTM1 +25%.
 
 Run: python benchmarks/tpu_v1_silicon.py [--out benchmarks/results/tpu_v1_silicon.md]
 """
@@ -105,6 +110,7 @@ class Application:
     table_weights: float = 0.0  # Table 1: weights, millions
     widths_given: bool = False  # the layers' widths are the paper's (LSTM1, Sec. 7)
     table_layers: int = 0       # Table 1: layers in all (FC, conv and vector); len(layers) if 0
+    vector_layers: int = 0      # Table 1: vector layers, each one LSTM cell update (CELL_UPDATE)
 
     @property
     def weights(self) -> int:
@@ -131,9 +137,11 @@ APPLICATIONS = (
 #: LSTM1's 600 x 600 matrices are the paper's own (Sec. 7).
 OTHERS = (
     Application("LSTM0", 64, ((1472, 1472),) * 24, tops=3.7, array_active=8.2, useful=8.2,
-                ops_per_weight_byte=64, table_weights=52, table_layers=58),
+                ops_per_weight_byte=64, table_weights=52, table_layers=58,
+                vector_layers=34),
     Application("LSTM1", 96, ((600, 600),) * 94, tops=2.8, array_active=10.5, useful=6.3,
-                ops_per_weight_byte=96, table_weights=34, widths_given=True, table_layers=56),
+                ops_per_weight_byte=96, table_weights=34, widths_given=True, table_layers=56,
+                vector_layers=19),
     Application("CNN0", 8, ((2048, 256),) * 16, tops=86.0, array_active=78.2, useful=78.2,
                 rows=2888, ops_per_weight_byte=2888, table_weights=8),
 )
@@ -166,6 +174,13 @@ class SiliconFigures:
     weight_shift: float
     cycles: int
     mappings: tuple[str, ...]
+    vector: float = 0.0         # the vector layers' share
+
+
+#: One vector layer as assumed: an LSTM cell's update, c = f * c + i * g and h = o * tanh(c),
+#: elementwise over the batch x the layer width (the gates' sigmoids and tanh run in the FC
+#: layers' Activate, pipelined behind the matrix unit).
+CELL_UPDATE = ("multiply", "multiply", "add", "tanh", "multiply")
 
 
 def model_figures(app: Application, accelerator: Accelerator | None = None,
@@ -191,11 +206,18 @@ def model_figures(app: Application, accelerator: Accelerator | None = None,
             shift += folds * rows
         ops += 2 * m * n * k
         mappings.append(charge.memory.mapping)
+    # The vector layers wait on the FC layers before them and the next FC layer on them, so
+    # their cycles add (the operands come from several producers: compose.py's rule).
+    vector = app.vector_layers * sum(
+        cm.charge_vector(cm.VectorCall(op, [m, app.layers[0][1]], bits_in=8), acc).cycles
+        for op in CELL_UPDATE)
+    cycles += vector
     seconds = cycles / (acc.hardware.clock_ghz * 1e9)
     return SiliconFigures(
         tops=ops / seconds / 1e12, array_active=100 * active / cycles,
-        weight_stall=100 * (cycles - active - shift) / cycles,
+        weight_stall=100 * (cycles - active - shift - vector) / cycles,
         weight_shift=100 * shift / cycles, cycles=cycles, mappings=tuple(mappings),
+        vector=100 * vector / cycles,
     )
 
 
