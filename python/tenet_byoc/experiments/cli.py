@@ -102,7 +102,8 @@ def _check_applicable(args, models: Sequence[str]) -> None:
 def _gpt2_lengths(args, quick: bool) -> tuple[int, int]:
     """--prompt-len and --context-len, by default 128 (32 with --quick) cut to fit the
     model's context, so the defaults work for every config (tiny has 32 positions)."""
-    from ..models.gpt2 import GPT2Config, read_config_json
+    from ..models.checkpoint import read_config
+    from ..models.gpt2 import GPT2Config
     from .sweep import QUICK
 
     if args.checkpoint is not None:
@@ -110,7 +111,7 @@ def _gpt2_lengths(args, quick: bool) -> tuple[int, int]:
             raise FileNotFoundError(f"GPT-2 checkpoint folder {args.checkpoint!r} does not exist")
         path = str(Path(args.checkpoint) / "config.json")
         try:
-            n_positions = GPT2Config.from_hf_dict(read_config_json(path)).n_positions
+            n_positions = GPT2Config.from_hf_dict(read_config(path)).n_positions
         except FileNotFoundError:
             raise FileNotFoundError(f"{path!r} not found") from None
         except (TypeError, ValueError) as err:

@@ -16,7 +16,7 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 from ._params import check_named_arrays
-from .checkpoint import Layout, load_family, read_config
+from .checkpoint import Layout, load_family
 from .decoder import (
     Attention,
     BatchLayout,
@@ -47,7 +47,6 @@ __all__ = [
     "load_hf_checkpoint",
     "param_shapes",
     "random_params",
-    "read_config_json",
 ]
 
 _DTYPE = "float32"
@@ -403,10 +402,6 @@ _CONV1D_WEIGHTS = (
 
 #: Where GPT-2's weights sit in a Hugging Face checkpoint.
 HF_LAYOUT = Layout("GPT-2", "transformer.", "h.", "n_layer", transposed=_CONV1D_WEIGHTS)
-
-#: The object in a ``config.json`` file (:func:`tenet_byoc.models.checkpoint.read_config`).
-read_config_json = read_config
-
 
 def load_hf_checkpoint(
     folder: str | os.PathLike[str], config: GPT2Config | None = None

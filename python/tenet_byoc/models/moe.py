@@ -14,14 +14,15 @@ distinct experts a batch reaches (so the weights a step reads, :func:`weights_re
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .decoder import MatmulShape, call_rows_and_keys, read_layer_types
-from .llama import LlamaConfig
+from .llama import LlamaConfig, attention_shapes
 from .vector_ops import VectorOpShape
 
 __all__ = [
@@ -358,25 +359,36 @@ class MoEConfig:
         return cls(base, parts, latent, model_type, name, **extra)
 
 
-def _attention_params(config: MoEConfig) -> int:
-    # One layer's attention weights, with its norms (input and post-attention RMSNorm).
-    a, d = config.attention, config.hidden_size
-    heads = a.num_attention_heads
+def attention_weights(config: MoEConfig, p: str) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """One layer's attention weights named from prefix ``p``, as the checkpoints name them:
+    the q, k, v and o projections (gpt-oss with its sinks) or MLA's, then the QK norms."""
+    a, d, h = config.attention, config.hidden_size, config.attention.num_attention_heads
     m = config.latent
     if m is None:
-        q, kv = heads * a.dim_per_head, a.num_key_value_heads * a.dim_per_head
-        out = 2 * d * q + 2 * d * kv + (q + 2 * kv) * a.qkv_bias + d * a.o_bias
-        if a.qk_norm:
-            out += 2 * a.dim_per_head
-        return out + 2 * d + heads * config.sinks
-    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-    if m.q_lora_rank is None:
-        query = d * heads * qk
-    else:  # down, its RMSNorm, up
-        query = d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * qk
-    kv = d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
-    kv += m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
-    return query + kv + heads * m.v_head_dim * d + 2 * d
+        yield from attention_shapes(a, p)
+        if config.sinks:
+            yield p + "sinks", (h,)
+    else:
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank is None:
+            yield p + "q_proj.weight", (h * qk, d)
+        else:  # down, its RMSNorm, up
+            yield p + "q_a_proj.weight", (m.q_lora_rank, d)
+            yield p + "q_a_layernorm.weight", (m.q_lora_rank,)
+            yield p + "q_b_proj.weight", (h * qk, m.q_lora_rank)
+        yield p + "kv_a_proj_with_mqa.weight", (m.kv_lora_rank + m.qk_rope_head_dim, d)
+        yield p + "kv_a_layernorm.weight", (m.kv_lora_rank,)
+        yield p + "kv_b_proj.weight", (h * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank)
+        yield p + "o_proj.weight", (d, h * m.v_head_dim)
+    if a.qk_norm:
+        yield p + "q_norm.weight", (a.dim_per_head,)
+        yield p + "k_norm.weight", (a.dim_per_head,)
+
+
+def _attention_params(config: MoEConfig) -> int:
+    # One layer's attention weights, with its norms (input and post-attention RMSNorm).
+    shapes = attention_weights(config, "")
+    return sum(math.prod(shape) for _, shape in shapes) + 2 * config.hidden_size
 
 
 def param_counts(config: MoEConfig) -> tuple[int, int]:

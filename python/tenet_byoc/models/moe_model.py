@@ -46,11 +46,10 @@ from .llama import (
     LlamaDecoderLayer,
     LlamaMLP,
     Rotary,
-    attention_shapes,
     hf_layout,
     mlp_shapes,
 )
-from .moe import MoEConfig
+from .moe import MoEConfig, attention_weights
 from .runner import check_ids
 
 __all__ = ["LayerRouting", "MoERunner", "load_checkpoint"]
@@ -574,7 +573,7 @@ class MoERunner:
 def _expected(config: MoEConfig):
     # The checkpoint's tensors (less "model.") and shapes, layer by layer.
     a, e = config.attention, config.experts
-    d, hd = a.hidden_size, a.dim_per_head
+    d = a.hidden_size
     moe, names = _MOE_PREFIX[config.model_type], _EXPERT_NAMES[config.model_type]
     gate, up, down = (names[f"mlp.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj"))
     routed = set(e.moe_layers)
@@ -582,15 +581,7 @@ def _expected(config: MoEConfig):
     for i in range(a.num_hidden_layers):
         p = f"layers.{i}."
         yield p + "input_layernorm.weight", (d,)
-        if config.latent is not None:
-            yield from _latent_expected(config, p + "self_attn.")
-        else:
-            yield from attention_shapes(a, p + "self_attn.")
-            if config.sinks:
-                yield p + "self_attn.sinks", (a.num_attention_heads,)
-        if a.qk_norm:
-            yield p + "self_attn.q_norm.weight", (hd,)
-            yield p + "self_attn.k_norm.weight", (hd,)
+        yield from attention_weights(config, p + "self_attn.")
         yield p + "post_attention_layernorm.weight", (d,)
         if i not in routed:
             yield from mlp_shapes(p + "mlp.", d, a.intermediate_size)
@@ -660,22 +651,6 @@ def _split_experts(config: MoEConfig, params: dict[str, np.ndarray]) -> dict[str
             out[q + "down_proj.weight"] = params[m + "down_proj"][j].T
             out[q + "down_proj.bias"] = params[m + "down_proj_bias"][j]
     return out
-
-
-def _latent_expected(config: MoEConfig, p: str):
-    # MLA's weights in one layer, as DeepSeek names them.
-    m, d, h = config.latent, config.hidden_size, config.attention.num_attention_heads
-    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-    if m.q_lora_rank is None:
-        yield p + "q_proj.weight", (h * qk, d)
-    else:
-        yield p + "q_a_proj.weight", (m.q_lora_rank, d)
-        yield p + "q_a_layernorm.weight", (m.q_lora_rank,)
-        yield p + "q_b_proj.weight", (h * qk, m.q_lora_rank)
-    yield p + "kv_a_proj_with_mqa.weight", (m.kv_lora_rank + m.qk_rope_head_dim, d)
-    yield p + "kv_a_layernorm.weight", (m.kv_lora_rank,)
-    yield p + "kv_b_proj.weight", (h * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank)
-    yield p + "o_proj.weight", (d, h * m.v_head_dim)
 
 
 def load_checkpoint(folder: str | os.PathLike[str], config: MoEConfig | None = None
