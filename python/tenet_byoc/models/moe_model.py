@@ -539,14 +539,12 @@ class MoERunner:
             out = self._call(kind + ("prefill" if cache is None else "decode"), f"layer{i}",
                              *inputs)
             if kind == "dense_":
-                out, k, v = out
-                x = out.numpy()
-                routing.append(None)
-                new_cache += [k, v]
-                continue
-            h, normed, logits, k, v = out
-            x, route = self._moe(h.numpy()[0], normed, logits, i, self._bias[i])
-            x = x[None]
+                (x, k, v), route = out, None
+                x = x.numpy()
+            else:
+                h, normed, logits, k, v = out
+                x, route = self._moe(h.numpy()[0], normed, logits, i, self._bias[i])
+                x = x[None]
             routing.append(route)
             new_cache += [k, v]
         self.routing.append((phase, routing))

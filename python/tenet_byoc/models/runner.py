@@ -109,13 +109,14 @@ class BatchKVCache:
     numpy = KVCache.numpy
 
 
-def cache_length(cache: KVCache) -> int:
-    """``cache.length`` after checking that ``cache`` is a KVCache with a positive length."""
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+def cache_length(cache: KVCache, kind: type = KVCache) -> int:
+    """``cache.length`` after checking that ``cache`` is a ``kind`` (:class:`KVCache` or
+    :class:`BatchKVCache`) with a positive length."""
+    if not isinstance(cache, kind):
+        raise TypeError(f"cache must be a {kind.__name__}, got {type(cache).__name__}")
     length = cache.length
     if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
-        raise ValueError(f"KVCache.length={length!r} must be a positive integer")
+        raise ValueError(f"{kind.__name__}.length={length!r} must be a positive integer")
     return int(length)
 
 
@@ -410,11 +411,7 @@ class DecoderRunner:
         ValueError
             Naming the field, or the tensor with its dtype and shape and the expected ones.
         """
-        if not isinstance(cache, BatchKVCache):
-            raise TypeError(f"cache must be a BatchKVCache, got {type(cache).__name__}")
-        length = cache.length
-        if isinstance(length, bool) or not isinstance(length, int | np.integer) or length < 1:
-            raise ValueError(f"BatchKVCache.length={length!r} must be a positive integer")
+        length = cache_length(cache, BatchKVCache)
         pad = cache.pad
         if (not isinstance(pad, tuple) or not pad
                 or not all(isinstance(p, int | np.integer) and 0 <= p < length for p in pad)):
