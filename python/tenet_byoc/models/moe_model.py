@@ -338,23 +338,18 @@ def export_moe(config: MoEConfig) -> tuple[IRModule, dict[str, list[str]]]:
     else:  # MLA's cache: the compressed KV and the shared rotated key
         k_spec = nn.spec.Tensor([1, 1, "past_len", config.latent.kv_lora_rank], _DTYPE)
         v_spec = nn.spec.Tensor([1, 1, "past_len", config.latent.qk_rope_head_dim], _DTYPE)
+    step = {"x": nn.spec.Tensor([1, 1, d], _DTYPE), "k": k_spec, "v": v_spec}  # decode's
     parts = (
         (_Ends(config), {"embed": {"ids": nn.spec.Tensor([1, "seq_len"], "int32")},
                          "head": {"x": x}}),
-        (_Block(config), {"attention_prefill": {"x": x},
-                          "attention_decode": {"x": nn.spec.Tensor([1, 1, d], _DTYPE),
-                                               "k": k_spec, "v": v_spec}}),
+        (_Block(config), {"attention_prefill": {"x": x}, "attention_decode": step}),
         (_Expert(config), {"expert": {"x": nn.spec.Tensor([1, "rows", d], _DTYPE)}}),
     )
     if config.sliding_layers:
         parts += ((_Block(config, window=True), {
-            "sliding_prefill": {"x": x},
-            "sliding_decode": {"x": nn.spec.Tensor([1, 1, d], _DTYPE), "k": k_spec,
-                               "v": v_spec, "position": nn.spec.Int()}}),)
+            "sliding_prefill": {"x": x}, "sliding_decode": {**step, "position": nn.spec.Int()}}),)
     if len(config.experts.moe_layers) < config.num_hidden_layers:
-        parts += ((_Dense(config), {"dense_prefill": {"x": x},
-                                    "dense_decode": {"x": nn.spec.Tensor([1, 1, d], _DTYPE),
-                                                     "k": k_spec, "v": v_spec}}),)
+        parts += ((_Dense(config), {"dense_prefill": {"x": x}, "dense_decode": step}),)
     functions: dict[str, Any] = {}
     names: dict[str, list[str]] = {}
     for module, spec in parts:
