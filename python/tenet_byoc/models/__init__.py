@@ -11,7 +11,7 @@ from typing import Any
 
 from tvm.ir import IRModule
 
-from .checkpoint import SINGLE_FILE, read_config
+from .checkpoint import SINGLE_FILE, read_folder_config
 from .configs import config_from_dict
 from .gpt2 import GPT2Runner, load_hf_checkpoint
 from .llama import LlamaConfig, LlamaRunner, load_checkpoint
@@ -81,12 +81,7 @@ def from_pretrained(
         )
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"checkpoint folder {folder!r} does not exist")
-    name = os.path.basename(os.path.normpath(folder))
-    values = read_config(folder)  # its errors name the file
-    try:
-        config = config_from_dict(values, name=name)
-    except (TypeError, ValueError) as err:
-        raise type(err)(f"{os.path.join(folder, 'config.json')!r}: {err}") from None
+    config = read_folder_config(folder, config_from_dict)
     if isinstance(config, MoEConfig):
         if batched:
             raise ValueError(

@@ -137,6 +137,16 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     return read_json(path, "a JSON object")
 
 
+def read_folder_config(folder: str, from_hf_dict: Callable[..., Any]) -> Any:
+    """``from_hf_dict(values, name=folder's name)`` of the folder's ``config.json``, its
+    errors (TypeError, ValueError) prefixed with the file's path."""
+    values = read_config(folder)  # its errors name the file
+    try:
+        return from_hf_dict(values, name=os.path.basename(os.path.normpath(folder)))
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{os.path.join(folder, CONFIG_FILE)!r}: {err}") from None
+
+
 def _read_header(path: str) -> dict[str, TensorInfo]:
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -458,12 +468,7 @@ def load_family(
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"checkpoint folder {folder!r} does not exist")
     if config is None:
-        values = read_config(folder)
-        try:
-            config = from_hf_dict(values, name=os.path.basename(os.path.normpath(folder)))
-        except (TypeError, ValueError) as err:
-            path = os.path.join(folder, CONFIG_FILE)
-            raise type(err)(f"{path!r}: {err}") from None
+        config = read_folder_config(folder, from_hf_dict)
     where = layout(config)
     return config, load_weights(folder, where, getattr(config, where.layer_field),
                                 expected(config), note=note(config))
