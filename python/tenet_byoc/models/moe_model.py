@@ -123,8 +123,7 @@ class _LatentAttention(nn.Module):
         k = op.concat([k_nope, op.broadcast_to(k_rot, [b, h, keys, rot])], dim=-1)
         q = op.permute_dims(op.concat([q_pass, q_rot], dim=-1), [0, 2, 1, 3])
         scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * self.scaling
-        if past is None:
-            scores = scores + op.triu(op.full([s, s], MASK_VALUE, dtype=_DTYPE), diagonal=1)
+        scores = scores + op.triu(op.full([s, s], MASK_VALUE, dtype=_DTYPE), diagonal=1)
         out = op.matmul(op.softmax(scores, axis=-1), v)  # [b, h, s, v]
         out = op.reshape(op.permute_dims(out, [0, 2, 1, 3]), [b, s, h * m.v_head_dim])
         return self.o_proj(out), latent, k_rot
