@@ -29,8 +29,7 @@ class VectorOpShape(NamedTuple):
     quantize: bool = False  #: an activation quantization (charged under the scheme's name)
 
 
-def _residual_fused(config: Any, phase: str, batch: int, bias: bool, float_gemm: bool = True
-                    ) -> bool:
+def _residual_fused(phase: str, batch: int, bias: bool, float_gemm: bool = True) -> bool:
     # A decode step of one sequence has static [1, 1, d] activations: the residual add after
     # a linear layer without a bias of its own passes the bias pattern's check and runs as
     # that GEMM's epilogue (patterns.py); a prefill's (symbolic rows) or a batch's does not.
@@ -44,7 +43,7 @@ def gemm_epilogues(config: Any, name: str, phase: str = "prefill", batch: int = 
     (``float_gemm``: the linear layers run as float GEMMs, not quantized patterns)."""
     if isinstance(config, LlamaConfig):
         # Gemma norms the outputs of o_proj and down_proj before their residual adds.
-        fused = _residual_fused(config, phase, batch, False, float_gemm) and not config.gemma
+        fused = _residual_fused(phase, batch, False, float_gemm) and not config.gemma
         if name.endswith("o_proj") and fused and not config.o_bias:
             return ["add"]
         if name.endswith("down_proj") and fused and not config.mlp_bias:
@@ -100,13 +99,21 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
             add("positions", "add", (b, rows), rows)
             add("positions.clamp", "relu", (b, rows))
 
-    def batch_mask(i: int, prefix: str, keys: int) -> None:
-        # Built at the first layer; a model of sliding and full layers builds one of each
-        # there (the other's over its own keys).
-        if i == 0:
-            add(prefix + "batch_mask", "mask", (b, 1, rows, keys))
-            if other_keys is not None:
-                add(prefix + "batch_mask.other", "mask", (b, 1, rows, other_keys))
+    def masks(i: int, p: str, heads: tuple[int, ...], keys: int, window: Any = None) -> None:
+        # A batch's per-sequence mask, built at the first layer (a model of sliding and
+        # full layers builds one of each there, the other's over its own keys), or a
+        # prefill's causal (and window) mask; added to the scores [b, *heads, rows, keys].
+        if batched:
+            if i == 0:
+                add(p + "batch_mask", "mask", (b, 1, rows, keys))
+                if other_keys is not None:
+                    add(p + "batch_mask.other", "mask", (b, 1, rows, other_keys))
+            add(p + "masked", "add", (b, *heads, rows, keys), b * rows * keys)
+        elif prefill:
+            add(p + "mask", "mask", (rows, rows))
+            if window:
+                add(p + "window_mask", "mask", (rows, rows))
+            add(p + "masked", "add", (b, *heads, rows, rows), rows * rows)
 
     other_keys = None
     if isinstance(config, GPT2Config):
@@ -128,12 +135,7 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
             add(p + "attn.k_cache", "kv_write", (b, h, rows, hd))
             add(p + "attn.v_cache", "kv_write", (b, h, rows, hd))
             add(p + "attn.scale", "multiply", (b, h, rows, keys), 1)
-            if batched:
-                batch_mask(i, p + "attn.", keys)
-                add(p + "attn.masked", "add", (b, h, rows, keys), b * rows * keys)
-            elif prefill:
-                add(p + "attn.mask", "mask", (rows, rows))
-                add(p + "attn.masked", "add", (b, h, rows, rows), rows * rows)
+            masks(i, p + "attn.", (h,), keys)
             add(p + "attn.softmax", "softmax", (b, h, rows, keys))
             q(p + "attn.c_proj", d)
             add(p + "attn.residual", "add", act, b * rows * d)
@@ -190,14 +192,7 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
         if config.attn_logit_softcapping:  # cap * tanh(score / cap), the 1 / cap in the scale
             add(p + "self_attn.softcap", "tanh", (b, nkv, g * rows, keys))
             add(p + "self_attn.softcap.scale", "multiply", (b, nkv, g * rows, keys), 1)
-        if batched:
-            batch_mask(i, p + "self_attn.", keys)
-            add(p + "self_attn.masked", "add", (b, nkv, g, rows, keys), b * rows * keys)
-        elif prefill:
-            add(p + "self_attn.mask", "mask", (rows, rows))
-            if window:
-                add(p + "self_attn.window_mask", "mask", (rows, rows))
-            add(p + "self_attn.masked", "add", (b, nkv, g, rows, rows), rows * rows)
+        masks(i, p + "self_attn.", (nkv, g), keys, window)
         add(p + "self_attn.softmax", "softmax", (b, nkv, g * rows, keys))
         q(p + "self_attn.o_proj", nh * hd)
         if prefill and rolling:
@@ -207,7 +202,7 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
         float_run = activation_bits == 32 and float_gemm
         if gemma:
             add(p + "post_attention_layernorm", "rms_norm", act)
-        if gemma or not _residual_fused(config, phase, fuse_batch, config.o_bias, float_run):
+        if gemma or not _residual_fused(phase, fuse_batch, config.o_bias, float_run):
             add(p + "attn_residual", "add", act, b * rows * d)
         add(p + ("pre_feedforward_layernorm" if gemma else "post_attention_layernorm"),
             "rms_norm", act)
@@ -219,7 +214,7 @@ def model_vector_ops(config: Any, phase: str, tokens: int, activation_bits: int 
         q(p + "mlp.down_proj", ff)
         if gemma:
             add(p + "post_feedforward_layernorm", "rms_norm", act)
-        if gemma or not _residual_fused(config, phase, fuse_batch, config.mlp_bias, float_run):
+        if gemma or not _residual_fused(phase, fuse_batch, config.mlp_bias, float_run):
             add(p + "mlp_residual", "add", act, b * rows * d)
     add("norm", "rms_norm", act)
     q("lm_head", d)
