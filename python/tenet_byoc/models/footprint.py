@@ -106,23 +106,25 @@ def _gemm_weights(config: Any, layers: int, tp: int, ep: int = 1
         yield layers, latent.kv_lora_rank + latent.qk_rope_head_dim, d
         yield layers, h * (latent.qk_nope_head_dim + latent.v_head_dim), latent.kv_lora_rank
         yield layers, d, h * latent.v_head_dim
+
+    def swiglu(count: int, width: int) -> Iterator[tuple[int, int, int]]:
+        # ``count`` gated MLPs of ``width``: gate and up, then down
+        yield 2 * count, width // tp, d
+        yield count, d, width // tp
+
+    experts_layers = 0
+    if moe is not None:
+        share = layers / moe.num_hidden_layers  # this stage's part of the layers, either kind
+        experts_layers = round(len(moe.experts.moe_layers) * share)
+    yield from swiglu(layers - experts_layers, a.intermediate_size)
     if moe is None:
-        yield 2 * layers, a.intermediate_size // tp, d
-        yield layers, d, a.intermediate_size // tp
         return
     e = moe.experts
-    share = layers / moe.num_hidden_layers  # this stage's part of the layers, either kind
-    experts_layers = round(len(e.moe_layers) * share)
-    dense_layers = layers - experts_layers
-    yield 2 * dense_layers, a.intermediate_size // tp, d
-    yield dense_layers, d, a.intermediate_size // tp
     yield experts_layers, e.num_experts, d  # the router
     held = e.num_experts // ep  # expert parallelism: the chip's share of the experts
-    yield 2 * experts_layers * held, e.intermediate_size // tp, d
-    yield experts_layers * held, d, e.intermediate_size // tp
+    yield from swiglu(experts_layers * held, e.intermediate_size)
     if e.shared_intermediate_size:
-        yield 2 * experts_layers, e.shared_intermediate_size // tp, d
-        yield experts_layers, d, e.shared_intermediate_size // tp
+        yield from swiglu(experts_layers, e.shared_intermediate_size)
 
 
 def _gemm_bytes(rows: int, cols: int, scheme: Any) -> float:
