@@ -112,10 +112,9 @@ def _gemm_weights(config: Any, layers: int, tp: int, ep: int = 1
         yield 2 * count, width // tp, d
         yield count, d, width // tp
 
-    experts_layers = 0
-    if moe is not None:
-        share = layers / moe.num_hidden_layers  # this stage's part of the layers, either kind
-        experts_layers = round(len(moe.experts.moe_layers) * share)
+    # The mixture layers among this stage's (its part of the layers, either kind).
+    experts_layers = 0 if moe is None else round(
+        len(moe.experts.moe_layers) * (layers / moe.num_hidden_layers))
     yield from swiglu(layers - experts_layers, a.intermediate_size)
     if moe is None:
         return
