@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .results import markdown_table, si, write_csv
+from .serving import phase_latency_us
 
 if TYPE_CHECKING:  # the ledger module imports TVM; `tenet-byoc --help` must not wait for it
     from ..ledger import Ledger
@@ -37,17 +38,6 @@ class PhaseFigures:
     pe_utilization: float
     roofline_ratio: float  #: cycles over the sum of the calls' rooflines
     static_mj_per_token: float = 0.0  #: the static power's part of ``energy_per_token_mj``
-
-
-def phase_latency_us(ledger: Ledger, phases: dict | None = None) -> dict[str, float]:
-    """Each phase's latency in µs (``phases``: ``ledger.group_by("phase")`` if made): its
-    calls composed by ``tenet_byoc.compose``'s rule (fused epilogues hidden behind their
-    GEMM on a pipelined vector unit); on several chips its critical path, not the sum of
-    every chip's work."""
-    from ..system import SystemLedger
-
-    return {phase: ledger.latency_s(phase) * 1e6 if isinstance(ledger, SystemLedger)
-            else t.latency_us for phase, t in (phases or ledger.group_by("phase")).items()}
 
 
 def phase_figures(ledger: Ledger, scheme: str, prompt_len: int, decode_steps: int,

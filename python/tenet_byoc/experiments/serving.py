@@ -31,15 +31,30 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..documents import load_document, read_text
 
+if TYPE_CHECKING:  # the ledger module imports TVM; `tenet-byoc --help` must not wait for it
+    from ..ledger import Ledger
+
 __all__ = ["BatchTime", "Request", "ServingFigures", "batch_times", "largest_batch",
-           "meets", "parse_requests", "plot_serving", "serve", "serving_table"]
+           "meets", "parse_requests", "phase_latency_us", "plot_serving", "serve",
+           "serving_table"]
 
 #: The largest request file read: a mix of a few hundred thousand requests.
 MAX_REQUEST_FILE_BYTES = 16 << 20
+
+
+def phase_latency_us(ledger: Ledger, phases: dict | None = None) -> dict[str, float]:
+    """Each phase's latency in µs (``phases``: ``ledger.group_by("phase")`` if made): its
+    calls composed by ``tenet_byoc.compose``'s rule (fused epilogues hidden behind their
+    GEMM on a pipelined vector unit); on several chips its critical path, not the sum of
+    every chip's work."""
+    from ..system import SystemLedger
+
+    return {phase: ledger.latency_s(phase) * 1e6 if isinstance(ledger, SystemLedger)
+            else t.latency_us for phase, t in (phases or ledger.group_by("phase")).items()}
 
 
 @dataclass(frozen=True)
@@ -171,7 +186,6 @@ def batch_times(model: Any, requests: Sequence[Request], batch: int, scheme: str
         the model's context (naming its requests).
     """
     from ..estimate import estimate
-    from .estimate_cmd import phase_latency_us
 
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch={batch!r} must be an integer >= 1")
