@@ -734,15 +734,24 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
             vec.append(VectorOpShape(p + "attn_residual", "add", act, b * rows * d))
         vec.append(VectorOpShape(p + "post_attention_layernorm", "rms_norm", act))
 
-        def swiglu(prefix: str, width: int, residual: bool, gated: bool = False) -> None:
-            # gate, up, down over all tokens, SiLU and the product; the residual add fused
-            # into down in a float decode step of one sequence, else after it
-            linear(gemms, vec, prefix + "gate_proj", tokens, width, d)
-            vec.append(VectorOpShape(prefix + "silu", "silu", (b, rows, width)))
-            linear(gemms, vec, prefix + "up_proj", tokens, width, d)
-            vec.append(VectorOpShape(prefix + "gate_x_up", "multiply", (b, rows, width),
-                                     b * rows * width))
-            linear(gemms, vec, prefix + "down_proj", tokens, d, width)
+        def swiglu(prefix: str, width: int, residual: bool, gated: bool = False,
+                   lead: tuple[int, int] = (b, rows), clamped: bool = False) -> None:
+            # gate, up, down over the lead's tokens, SiLU and the product (clamped, gpt-oss's
+            # experts: silu(alpha min(gate, L)) / alpha x (clip(up) + 1), the clamps
+            # uncharged); the residual add fused into down in a float decode step of one
+            # sequence, else after it
+            n, shape = lead[0] * lead[1], (*lead, width)
+            linear(gemms, vec, prefix + "gate_proj", n, width, d)
+            if clamped:
+                vec.append(VectorOpShape(prefix + "alpha", "multiply", shape, 1))
+            vec.append(VectorOpShape(prefix + "silu", "silu", shape))
+            if clamped:
+                vec.append(VectorOpShape(prefix + "over_alpha", "multiply", shape, 1))
+            linear(gemms, vec, prefix + "up_proj", n, width, d)
+            if clamped:
+                vec.append(VectorOpShape(prefix + "up_plus_one", "add", shape, 1))
+            vec.append(VectorOpShape(prefix + "gate_x_up", "multiply", shape, n * width))
+            linear(gemms, vec, prefix + "down_proj", n, d, width)
             if gated:
                 linear(gemms, vec, prefix + "gate", tokens, 1, d)
                 vec.append(VectorOpShape(prefix + "gated", "multiply", act, b * rows))
@@ -767,25 +776,12 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
             VectorOpShape(p + "router.scores", "softmax", (1, tokens, e.num_experts)),
             VectorOpShape(p + "router.top_k", "add", (1, tokens, k, e.num_experts),
                           tokens * k)], True))
-        inner = e.intermediate_size
         for j, n in enumerate(by_layer[i]):
             if not n:
                 continue
             q = f"{p}experts.{j}."
             gemms, vec = [], []
-            width = (1, n, inner)
-            linear(gemms, vec, q + "gate_proj", n, inner, d)
-            if e.swiglu_limit is None:
-                vec.append(VectorOpShape(q + "silu", "silu", width))
-            else:  # silu(alpha min(gate, L)) / alpha x (clip(up) + 1); the clamps uncharged
-                vec += [VectorOpShape(q + "alpha", "multiply", width, 1),
-                        VectorOpShape(q + "silu", "silu", width),
-                        VectorOpShape(q + "over_alpha", "multiply", width, 1)]
-            linear(gemms, vec, q + "up_proj", n, inner, d)
-            if e.swiglu_limit is not None:
-                vec.append(VectorOpShape(q + "up_plus_one", "add", width, 1))
-            vec.append(VectorOpShape(q + "gate_x_up", "multiply", width, n * inner))
-            linear(gemms, vec, q + "down_proj", n, d, inner)
+            swiglu(q, e.intermediate_size, False, lead=(1, n), clamped=e.swiglu_limit is not None)
             biases = {g.name: ["add"] for g, _ in gemms} if e.biased else {}
             groups.append(MoECallGroup(f"{q}expert", gemms, biases, vec))
         groups.append(MoECallGroup(f"layers.{i}.combine", [], {}, [
