@@ -424,7 +424,9 @@ def step_cycles(entries: Iterable[LedgerEntry]) -> int:
     """How a run's calls add up to its latency, in cycles: ``tenet_byoc.compose``'s one rule
     (a GEMM's fused epilogues hidden behind it under a ``pipelined`` vector unit, every other
     call adding) applied to entries in their order."""
-    return chain_cycles((e.unit, _hides(e), e.cycles, 1) for e in entries)
+    entries = list(entries)
+    return chain_cycles([e.unit == "array" for e in entries], list(map(_hides, entries)),
+                        [e.cycles for e in entries])[0]
 
 
 def totals(entries: Iterable[LedgerEntry]) -> Totals:
@@ -603,29 +605,15 @@ class LedgerColumns:
         def fsum(values: np.ndarray) -> list[float]:
             return np.bincount(g, weights=values, minlength=count).tolist()
 
-        # The chain: within each group in call order, a GEMM and the epilogues hidden
-        # behind it take max(GEMM, their sum); every other call adds.
-        order = np.argsort(g, kind="stable")
-        go, hides, cyc = g[order], self.hides[c][order], cycles[order]
-        unit = self.unit_of[c][order]
-        starts = np.ones(n, dtype=bool)
-        starts[1:] = go[1:] != go[:-1]
-        lead = starts | ~hides
-        heads = np.flatnonzero(lead)
-        chain = np.zeros(count, dtype=np.int64)
-        if n:
-            seg = np.add.reduceat(cyc, heads)
-            head = cyc[heads]
-            gemm = unit[heads] == 0
-            part = np.where(gemm, np.maximum(head, seg - head), seg)
-            np.add.at(chain, go[heads], part)
+        chain = chain_cycles(self.unit_of[c] == 0, self.hides[c], cycles, groups=g,
+                             n_groups=count)
         summed = isum(cycles)
         latency = fsum(self.latency[c])
         macs, capacity = isum(self.macs[c]), fsum(self.capacity[c])
         roofline, offchip = isum(self.roofline[c]), fsum(self.offchip[c])
         dram, energy = fsum(self.dram[c]), fsum(self.energy[c])
         out = []
-        for i, cyc_i in enumerate(chain.tolist()):
+        for i, cyc_i in enumerate(chain):
             lat = latency[i] * (cyc_i / summed[i] if summed[i] else 1.0)
             out.append(Totals(
                 calls=int(calls[i]), macs=macs[i], cycles=cyc_i, roofline_cycles=roofline[i],
