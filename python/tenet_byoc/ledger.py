@@ -3,9 +3,7 @@ totals and groupings by numpy, and CSV / JSON / table output."""
 
 from __future__ import annotations
 
-import csv
 import gc
-import io
 import itertools
 import json
 from collections import namedtuple
@@ -21,6 +19,7 @@ from tvm import relax
 from . import cost_model as cm
 from ._cost_model import _ledger_field_names, _ledger_tensor_field_names
 from .compose import chain_cycles
+from .documents import write_json, write_rows
 
 # The ledger's fields are the cost model's one table (src/cost_model/charge.h,
 # ChargeLedgerFields), which the runtime's ledger JSON and Charge.ledger_fields() both
@@ -894,13 +893,13 @@ class Ledger:
 
     def to_csv(self, path: str | Path | None = None) -> str:
         header, rows = self.rows()
-        return _written(csv_text(header, rows), path)
+        return write_rows(header, rows, path)
 
     def to_json(self, path: str | Path | None = None) -> str:
         doc = {"accelerator": self.accelerator, "dataflow": self.dataflow,
                "clock_ghz": self.clock_ghz, "totals": asdict(self.totals()),
                "entries": [_entry_json(e) for e in self.entries]}
-        return _written(json.dumps(doc, indent=1), path)
+        return write_json(doc, path)
 
     def reset(self) -> None:
         """Clear the runtime ledger this snapshot was read from."""
@@ -916,21 +915,6 @@ class Ledger:
         )
 
     __repr__ = __str__
-
-
-def csv_text(header: Sequence[str], rows: Iterable[Sequence]) -> str:
-    """``header`` and ``rows`` as CSV text."""
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buf.getvalue()
-
-
-def _written(text: str, path: str | Path | None) -> str:
-    if path is not None:
-        Path(path).write_text(text)
-    return text
 
 
 def _entry_json(e: LedgerEntry) -> dict:
