@@ -126,9 +126,9 @@ def _subset(points, args):
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from tenet_byoc.estimate import _config
+    from tenet_byoc.plan import model_config
 
-    config = _config("llama-3-8b")
+    config = model_config("llama-3-8b")
     job = dse._job(config, list(SCHEMES), points, RUN["prompt_len"], RUN["decode_steps"],
                    RUN["batch"], 28.0, dse.AreaTable(), None)
     chunks = dse._chunks(points, 64)

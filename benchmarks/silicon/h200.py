@@ -8,7 +8,10 @@ percentile of the absolute relative errors and the number of rows.
 
 How each format is charged (the kernels ``measure.py`` timed, its README):
 
-* ``fp32``: float32 x float32 -> float32 (cuBLAS SGEMM, the CUDA cores).
+* ``fp32``: float32 x float32 -> float32 (cuBLAS SGEMM, the CUDA cores); from 9 to 64 rows
+  M is padded to the rows of the kernel's thread-block tile (32 or 64, as ``kernels.py``
+  profiled it on the H200: :func:`sgemm_tile_rows`), and with ``--calibrate`` those tiles run
+  at a fraction of the FMA rate fitted on :data:`SGEMM_SUBSET`.
 * ``bf16``: bf16 x bf16 -> bf16.
 * ``fp8_tensor``: 8-bit x 8-bit -> bf16; the two per-tensor scales are one scalar in the
   GEMM's epilogue: no side data, no extra ops.
@@ -33,7 +36,7 @@ With ``--calibrate`` each 8-bit kernel runs at the rate ``peaks.csv`` measured f
 (:data:`KERNEL_PEAKS`: its 8192^3 row over the bf16 row, x the bf16 MACs per PE: int8 18
 and fp8 29 where the data sheet says 32 for both; both share one 8-bit MAC unit in the
 preset, so each is charged on its own variant), and the CUDA cores' dequantization rate is
-fitted on :data:`DEQUANT_SUBSET`.
+fitted on :data:`DEQUANT_SUBSET` and the SGEMM tiles' rates on :data:`SGEMM_SUBSET`.
 
 Usage::
 
@@ -123,15 +126,31 @@ def dequant_kernels(m: int, n: int) -> list[cm.VectorCall]:
             cm.VectorCall("multiply", [m, n], bits_in=32, bits_out=16, operand_elements=1)]
 
 
+def sgemm_tile_rows(m: int) -> int | None:
+    """The rows of C one thread block of cuBLAS's SGEMM computes for an ``m``-row call on the
+    H200, as ``kernels.py`` profiled it (``data/h200/kernels.jsonl``): 32-row tiles
+    (``sm80_xmma_gemm_f32..._tilesize32x128x8``, ``..._32x32x8``) for 9 to 32 rows, 64-row
+    tiles (``..._tilesize64x256x8``, ``..._64x64x8``) for 33 to 64; None where no rows are
+    padded (the GEMV-like kernels ``gemv2T``, ``gemmSN``, ``sgemm_largek`` at 1 to 8 rows, and
+    tiles of 128 rows or more from 65 rows on, charged as they are)."""
+    return 32 if 9 <= m <= 32 else 64 if 33 <= m <= 64 else None
+
+
 def charge_us(acc: cm.Accelerator, fmt: str, m: int, n: int, k: int,
-              kernels: dict[str, cm.Accelerator] | None = None) -> float:
+              kernels: dict[str, cm.Accelerator] | None = None,
+              sgemm_rate: dict[int, float] | None = None) -> float:
     """Our time of one measured row, microseconds (how: the module's docstring);
-    ``kernels`` (format -> accelerator) charges those formats' rows on their own."""
+    ``kernels`` (format -> accelerator) charges those formats' rows on their own. An fp32
+    row of 9 to 64 rows is charged as the kernel runs it: M padded to its thread block's
+    rows (:func:`sgemm_tile_rows`), at ``sgemm_rate[tile rows]`` of the CUDA cores' rate
+    (1 unless fitted: :func:`fit_sgemm`)."""
     acc = (kernels or {}).get(fmt, acc)
     bits_a, bits_b, bits_c, recipe, dequant_pass = FORMATS[fmt]
-    call = cm.GemmCall(m=m, n=n, k=k, bits_a=bits_a, bits_b=bits_b, bits_c=bits_c,
+    tile = sgemm_tile_rows(m) if fmt == "fp32" else None
+    rows = -(-m // tile) * tile if tile else m
+    call = cm.GemmCall(m=rows, n=n, k=k, bits_a=bits_a, bits_b=bits_b, bits_c=bits_c,
                        scheme=fmt, recipe=_recipe(**recipe) if recipe else None)
-    us = cm.charge(call, acc).ledger_fields()["latency_us"]
+    us = cm.charge(call, acc).ledger_fields()["latency_us"] / (sgemm_rate or {}).get(tile, 1.0)
     if dequant_pass:
         us += sum(cm.charge_vector(c, acc).ledger_fields()["latency_us"]
                   for c in dequant_kernels(m, n))
@@ -223,6 +242,28 @@ def calibrated_parts(name: str, peaks: Path, rows: list[dict],
         "out of the summary")
 
 
+#: The rows the SGEMM tiles' rates are fitted on with --calibrate (left out of the summary):
+#: Llama-3-8B's five layers in fp32 at 16 rows (32-row tiles) and 64 rows (64-row tiles).
+SGEMM_SUBSET = {("llama-3-8b", layer, "fp32", m) for layer in ("qkv", "o", "gate_up", "down",
+                                                                "lm_head") for m in (16, 64)}
+
+
+def fit_sgemm(acc: cm.Accelerator, rows: list[dict]) -> tuple[dict[int, float], str]:
+    """The fraction of the CUDA cores' FMA rate cuBLAS's SGEMM thread blocks of 32 and 64 rows
+    reach on their padded rows (one or two warps per SM sub-partition, too few to hide their
+    latencies), each the median of ours over measured on :data:`SGEMM_SUBSET`'s rows of that
+    tile; and a line saying so."""
+    rate = {}
+    for tile in (32, 64):
+        fit = [r for r in rows if (r["model"], r["layer"], r["format"], r["M"]) in SGEMM_SUBSET
+               and sgemm_tile_rows(r["M"]) == tile]
+        if fit:
+            rate[tile] = statistics.median(charge_us(acc, "fp32", r["M"], r["N"], r["K"])
+                                           / (r["ms"] * 1e3) for r in fit)
+    return rate, ("SGEMM tiles' rate fitted on Llama-3-8B fp32 at 16 / 64 rows: " + ", ".join(
+        f"{t}-row tiles {v:.2f} of the FMA rate" for t, v in sorted(rate.items())))
+
+
 def calibrated(name: str, peaks: Path, rows: list[dict],
                **vector: float) -> tuple[cm.Accelerator, str]:
     """The accelerator of :func:`calibrated_parts` and its line."""
@@ -261,15 +302,19 @@ def main(argv: list[str] | None = None) -> int:
         acc = hopper(args.accelerator, **kw)
         kernels = {fmt: hopper(args.accelerator, **kw, rate_8bit=rate)
                    for fmt, rate in rate_8bit.items()}
+        sgemm_rate, sline = fit_sgemm(acc, fit_rows)
         print(line)
+        print(sline)
         if fit_csv == args.csv:
-            fitted = LAUNCH_SUBSET | L2_SUBSET | DEQUANT_SUBSET
+            fitted = LAUNCH_SUBSET | L2_SUBSET | DEQUANT_SUBSET | SGEMM_SUBSET
+    else:
+        sgemm_rate = None
     errors: dict[str, list[float]] = {}
     speed: dict[tuple, dict[str, tuple[float, float]]] = {}
     print(f"{'model':<12} {'layer':<9} {'M':>5} {'N':>6} {'K':>6} {'format':<16} "
           f"{'ours us':>10} {'meas us':>10} {'error':>8}")
     for r in rows:
-        ours = charge_us(acc, r["format"], r["M"], r["N"], r["K"], kernels)
+        ours = charge_us(acc, r["format"], r["M"], r["N"], r["K"], kernels, sgemm_rate)
         meas = r["ms"] * 1e3
         err = ours / meas - 1
         if (r["model"], r["layer"], r["format"], r["M"]) not in fitted:

@@ -17,6 +17,9 @@ Run on a machine with an NVIDIA GPU and PyTorch with Triton::
     OUT=DIR python3 benchmarks/silicon/kernels.py [--budget-s 300] [--formats fp32,bf16]
 
 writes ``DIR/kernels.jsonl``; ``--dry`` rehearses the code on the CPU with tiny shapes.
+``--summary FILE`` (any machine) reads such a file and prints, per fp32 call, the kernel, its
+tile (rows x columns of C per thread block), its thread blocks per SM and the rate it reaches
+on the rows it computes (M padded to the tile), against ``peaks.csv``'s SGEMM peak beside it.
 """
 
 from __future__ import annotations
@@ -24,13 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import tempfile
 import time
-
-import torch
-import torch.nn.functional as F
 
 #: (model, layer, K, N): y[M, N] = x[M, K] @ W[N, K]^T, the layers of data/h200/gemm.csv
 SHAPES = [
@@ -61,12 +62,55 @@ MS = [1, 16, 64, 256, 1024, 4096]
 SWEEP_MS = [2, 4, 8, 12, 24, 32, 48, 96, 128, 192, 512]
 
 
+def tile(kernel: str) -> tuple[int, int] | None:
+    """The C tile (rows, columns) of an SGEMM kernel's thread block, read from its name
+    (``..._tilesize32x128x8_...`` or ``cutlass_80_simt_sgemm_64x64_...``); None for the
+    GEMV-like kernels (``gemv*``, ``gemmSN``, ``sgemm_largek``) that have no row tile."""
+    got = re.search(r"tilesize(\d+)x(\d+)x", kernel) or re.search(r"simt_sgemm_(\d+)x(\d+)_",
+                                                                    kernel)
+    return (int(got.group(1)), int(got.group(2))) if got else None
+
+
+def summary(path: str, sms: int = 132) -> None:
+    """Print :data:`MS`'s fp32 calls of ``path`` (a kernels.jsonl): kernel, tile, blocks per
+    SM and the rate on the padded rows, as a fraction of the peaks.csv beside it."""
+    peaks = os.path.join(os.path.dirname(path), "peaks.csv")
+    with open(peaks, encoding="utf-8") as f:
+        peak = next(float(line.split(",")[-1]) for line in f if line.startswith("fp32 8192"))
+    print(f"SGEMM peak {peak:.1f} TFLOP/s ({peaks})")
+    print(f"{'model':<14}{'layer':<15}{'M':>5}{'kernel':>15}{'tile':>9}{'blocks/SM':>10}"
+          f"{'us':>9}{'TFLOP/s on tile rows':>22}")
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    for r in rows:
+        if r.get("format") != "fp32" or "kernels" not in r or r["M"] not in MS:
+            continue
+        main_kernel = max(r["kernels"], key=lambda k: k["us"])
+        t = tile(main_kernel["name"])
+        rows_done = -(-r["M"] // t[0]) * t[0] if t else r["M"]
+        blocks = 1
+        for g in main_kernel["grid"] or [1]:
+            blocks *= g
+        us = sum(k["us"] for k in r["kernels"])
+        rate = 2 * rows_done * r["N"] * r["K"] / us / 1e6
+        name = re.sub(r"^(void |std::enable_if<!\(false\), void>::type )", "", main_kernel["name"])
+        print(f"{r['model']:<14}{r['layer']:<15}{r['M']:>5}{name[:14]:>15}"
+              f"{(f'{t[0]}x{t[1]}' if t else '-'):>9}{blocks / sms:>10.2f}{us:>9.1f}"
+              f"{rate:>12.1f} ({rate / peak:.0%})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--summary", metavar="FILE", help="print a kernels.jsonl's fp32 calls")
     ap.add_argument("--budget-s", type=float, default=300)
     ap.add_argument("--formats", default="fp32,bf16,fp8_tensor")
     ap.add_argument("--dry", action="store_true", help="rehearse on the CPU with tiny shapes")
     args = ap.parse_args()
+    if args.summary:
+        summary(args.summary)
+        return
+    import torch  # noqa: PLC0415 (the summary needs no torch)
+    import torch.nn.functional as F  # noqa: N812, PLC0415
     dev = "cpu" if args.dry else "cuda"
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
@@ -161,7 +205,7 @@ def main() -> None:
                     emit(section="kernels", model=model, layer=layer, M=m, N=n, K=k, format=fmt,
                          error=repr(err)[:300])
         print(f"{time.time() - t0:6.1f}s {model} {layer}", flush=True)
-        del w, w32, w8
+        w = w32 = w8 = None  # free the layer before the next one
         if not args.dry:
             torch.cuda.empty_cache()
 

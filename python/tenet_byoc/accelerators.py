@@ -323,8 +323,14 @@ def _tenet_paper(dataflow: str) -> Callable[[], Accelerator]:
     )
 
 
-def _research_array(dataflow: str, edge: int, *, buffer_bytes: int, dram_bits: int,
-                    name: str | None = None, **kwargs) -> Accelerator:
+#: The research arrays by edge: (global buffer bytes, DRAM bits per cycle). 16: 1 MiB and 256
+#: bits (32 GB/s), the os16 equivalent issue 12 compares against ZigZag 3.9 on. 128: 24 MiB and
+#: 2048 bits (256 GB/s at 1 GHz), a TPU-class array and buffer (TPU v1's unified buffer is
+#: 24 MiB, Jouppi et al., ISCA 2017).
+_RESEARCH_ARRAYS = {16: (1 << 20, 256), 128: (24 << 20, 2048)}
+
+
+def _research_array(dataflow: str, edge: int, name: str | None = None, **kwargs) -> Accelerator:
     # An edge x edge array at 1 GHz in the hierarchy the peers model for these arrays (issue
     # 12: ZigZag's os16 equivalent): a global buffer of `buffer_bytes`, DRAM of `dram_bits`
     # per cycle, and a buffer that feeds an array edge of A and one of B and takes one of C
@@ -336,6 +342,7 @@ def _research_array(dataflow: str, edge: int, *, buffer_bytes: int, dram_bits: i
     # pipelined behind it; and an edge dequantizer converting int4 and int8 weight codes at
     # one element per column per cycle, the rate the array takes weights in at its edge.
     # Energies: Horowitz 45 nm (cost_model.VectorUnit).
+    buffer_bytes, dram_bits = _RESEARCH_ARRAYS[edge]
     memory = cm.MemoryHierarchy(dram_bandwidth_bits=dram_bits, buffer_bytes=buffer_bytes,
                                 buffer_bandwidth_bits=3 * edge * 32, register_bytes=256)
     return Accelerator.systolic(
@@ -343,19 +350,6 @@ def _research_array(dataflow: str, edge: int, *, buffer_bytes: int, dram_bits: i
         l2_bytes=buffer_bytes, memory=memory,
         vector=cm.VectorUnit(lanes=edge, schedule="pipelined"),
         edge_dequantizer=cm.EdgeDequantizer(edge, bits=[4, 8]), **kwargs)
-
-
-def _array16(dataflow: str, name: str | None = None, **kwargs) -> Accelerator:
-    # 16x16 with a 1 MiB buffer and 256 bit/cycle DRAM (32 GB/s): the os16 equivalent issue
-    # 12 compares against ZigZag 3.9 on.
-    return _research_array(dataflow, 16, buffer_bytes=1 << 20, dram_bits=256, name=name,
-                           **kwargs)
-
-
-def _array128(dataflow: str) -> Accelerator:
-    # 128x128 with 24 MiB of buffer and 2048 bit/cycle DRAM (256 GB/s at 1 GHz): a TPU-class
-    # array and buffer (TPU v1's unified buffer is 24 MiB, Jouppi et al., ISCA 2017).
-    return _research_array(dataflow, 128, buffer_bytes=24 << 20, dram_bits=2048)
 
 
 def _tpu_v1() -> Accelerator:
@@ -487,19 +481,6 @@ def _int8_16_32(rates: Mapping[int, int], pj_32: float = 4.6,
         cm.MacSpec(32, 32, macs_per_pe_per_cycle=rates[32], pj_per_mac=pj_32, format="float")])
 
 
-def _gpu_clock_rates(tensor_cores_per_sm: int, fma_16: int, fma_8: int, fp32_lanes: int,
-                     pes_per_tensor_core: int) -> dict[int, int]:
-    # MACs per PE per cycle by operand width when a tensor core is `pes_per_tensor_core`
-    # PEs, each a dot-product unit: fma_16 (fma_8) dense FMAs per tensor core per clock at
-    # 16 (8) bits; float32 runs on the SM's fp32_lanes CUDA cores instead, spread over the
-    # same PEs.
-    rates = {16: fma_16 // pes_per_tensor_core, 8: fma_8 // pes_per_tensor_core}
-    rates[32] = fp32_lanes // (tensor_cores_per_sm * pes_per_tensor_core)
-    if any(r * pes_per_tensor_core != f for r, f in ((rates[16], fma_16), (rates[8], fma_8))):
-        raise ValueError("tensor core FMAs must split evenly over its PEs")
-    return rates
-
-
 def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83,
            launch_us: float = 0.0, l2_bytes_per_clock: int = 5120,
            vector_launch_us: float = 0.0, row_bits_per_cycle: float = 0.0,
@@ -513,8 +494,7 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     ``rate_8bit`` the 8-bit MACs per PE per clock (the data sheet's 32), e.g. by figures
     measured on one device (``benchmarks/silicon/h200.py --calibrate``,
     ``benchmarks/silicon/h200_ops.py --calibrate``)."""
-    # An NVIDIA Hopper GPU (GH100, SXM5) as an accelerator of cores: one core per SM.
-    # Sources:
+    # One core per SM. Sources:
     # [wp] NVIDIA, "NVIDIA H100 Tensor Core GPU Architecture" whitepaper (2022), Table 3
     #   (H100 SXM5): 132 SMs, 4 fourth-generation tensor cores per SM (528), 128 FP32 cores
     #   per SM, 50 MB L2, 228 KB shared memory per SM, 256 KB register file per SM; peak
@@ -536,9 +516,11 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     # most 16 ways. The launch cost is not published: 0 here (benchmarks/silicon/h200.py
     # --calibrate fits one on a named subset of the measured rows).
     sms, tcs_per_sm, pes_per_tc = 132, 4, 32
-    rates = _gpu_clock_rates(tcs_per_sm, 512, 1024, 128, pes_per_tc)
-    if rate_8bit is not None:
-        rates[8] = rate_8bit
+    # MACs per PE per cycle by operand width: a tensor core's 512 (1,024) dense FMAs per
+    # clock at 16 (8) bits over its PEs, each a dot-product unit; float32 on the SM's 128
+    # CUDA cores instead, spread over the same PEs.
+    rates = {16: 512 // pes_per_tc, 8: 1024 // pes_per_tc if rate_8bit is None else rate_8bit,
+             32: 128 // (tcs_per_sm * pes_per_tc)}
     rows, cols = 8, 16  # 4 tensor cores of 8 x 4 PEs side by side
     cores = cm.Cores(count=sms, shared_bandwidth_bits=l2_bytes_per_clock * 8, shared_bytes=l2_bytes,
                      launch_cycles=round(launch_us * 1e3 * clock_ghz), max_split_k=16)
@@ -603,14 +585,15 @@ def _a100(clock_ghz: float = 1.41, hbm_gbps: float = 2039.0) -> Accelerator:
 
 #: Shipped presets by name. Bandwidth is off-chip bits per cycle at ``clock_ghz``.
 PRESETS: dict[str, Callable[[], Accelerator]] = {
-    "os16": lambda: _array16("os"),
-    "ws16": lambda: _array16("ws"),
-    "is16": lambda: _array16("is"),
+    "os16": lambda: _research_array("os", 16),
+    "ws16": lambda: _research_array("ws", 16),
+    "is16": lambda: _research_array("is", 16),
     # A 16x16 output-stationary array whose PEs are dot-product units that do more MACs per
     # cycle at lower precision (2 at 16 bits, 4 at 8, 8 at 4): compute follows the bits.
-    "os16_mp": lambda: _array16("os", "os16_mp", macs_per_pe_per_cycle={16: 2, 8: 4, 4: 8}),
-    "os128": lambda: _array128("os"),
-    "ws128": lambda: _array128("ws"),
+    "os16_mp": lambda: _research_array("os", 16, "os16_mp",
+                                       macs_per_pe_per_cycle={16: 2, 8: 4, 4: 8}),
+    "os128": lambda: _research_array("os", 128),
+    "ws128": lambda: _research_array("ws", 128),
     "tpu_v1": _tpu_v1,
     "tpu_v5e": _tpu_v5e,
     "a100": _a100,
@@ -631,12 +614,6 @@ DEFAULT_PRESET = "os16"
 #: HBM3); NVIDIA H200 Tensor Core GPU data sheet (141 GB HBM3e); Google Cloud, "TPU v5e"
 #: (16 GB of HBM2 per chip); Jouppi et al., ISCA 2017 (TPU v1: 8 GiB of DDR3). The
 #: research arrays (os16, ws128, tenet_*) state none.
-#: Presets whose chips run attention fused by default (:attr:`Accelerator.attention`): the
-#: GPUs, on which serving engines and PyTorch's ``scaled_dot_product_attention`` run
-#: FlashAttention-style kernels (cuDNN's or FlashAttention's; ``benchmarks/silicon``'s H200
-#: measurements ran cuDNN's).
-FUSED_ATTENTION = frozenset({"a100", "h100_sxm", "h200"})
-
 DRAM_CAPACITY_BYTES: dict[str, float] = {
     "a100": 80e9,
     "h100_sxm": 80e9,
@@ -644,6 +621,12 @@ DRAM_CAPACITY_BYTES: dict[str, float] = {
     "tpu_v5e": 16e9,
     "tpu_v1": float(8 * 2**30),
 }
+
+#: Presets whose chips run attention fused by default (:attr:`Accelerator.attention`): the
+#: GPUs, on which serving engines and PyTorch's ``scaled_dot_product_attention`` run
+#: FlashAttention-style kernels (cuDNN's or FlashAttention's; ``benchmarks/silicon``'s H200
+#: measurements ran cuDNN's).
+FUSED_ATTENTION = frozenset({"a100", "h100_sxm", "h200"})
 
 
 def _check_choice(mapping: Any, objective: Any) -> str | None:

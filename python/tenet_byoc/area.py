@@ -152,11 +152,8 @@ class AreaTable:
             if key not in names:
                 raise ValueError(f"{_where}: unknown field {key!r}{did_you_mean(key, names)}; "
                                  f"fields: {', '.join(names)}")
-        if "sram_bitcell_um2" in changes:
-            cells = changes["sram_bitcell_um2"]
-            if not isinstance(cells, Mapping):
-                raise ValueError(f"{_where}: sram_bitcell_um2 must map node (nm) to bit-cell "
-                                 f"area (um2), got {cells!r}")
+        cells = changes.get("sram_bitcell_um2")
+        if isinstance(cells, Mapping):  # anything else is refused by __post_init__
             merged, spelt = dict(self.sram_bitcell_um2), {}
             for node, cell in cells.items():
                 node_f = _positive(f"{_where}: sram_bitcell_um2 node", node, "node")

@@ -190,12 +190,13 @@ def unstamped_recipe(kind: str, scale_a_ty, scale_b_ty, rhs_ty) -> QuantRecipe:
     recipe = FLOAT_RECIPE.replace(place="weight")
     if kind == "dequant_channel":
         return recipe.replace(weight="channel")
-    if kind in ("dequant_group", "dequant_float"):
-        k = (_shape_of(rhs_ty) or [0, 0])[1] * (2 if kind == "dequant_group" else 1)
+    if kind == "dequant_group":  # packed [N, K/2], scales [N, K/G, 1]
+        k = (_shape_of(rhs_ty) or [0, 0])[1] * 2
         groups = sb[1] if len(sb) == 3 else 1
-        if kind == "dequant_float":
-            rhs = _shape_of(rhs_ty) or [0, 1, 1]
-            k, groups = rhs[1] * rhs[2], rhs[1]
+    elif kind == "dequant_float":  # codes [N, K/G, G]
+        _, groups, g = _shape_of(rhs_ty) or [0, 1, 1]
+        k = groups * g
+    if kind in ("dequant_group", "dequant_float"):
         return recipe.replace(weight="group", weight_group=max(k // max(groups, 1), 1))
     sa = _shape_of(scale_a_ty) or []
     return recipe.replace(place="output", weight="channel" if sb else "tensor",
@@ -238,10 +239,9 @@ def describe_function(func: relax.Function) -> dict:
     scheme = str(func.attrs[SCHEME_ATTR]) if SCHEME_ATTR in func.attrs else UNNAMED_SCHEME
     stamped = (RecipeStamp.read(str(func.attrs[RECIPE_ATTR])) if RECIPE_ATTR in func.attrs
                else None)
-    from .partition import HOST_IO_ATTR
+    from .partition import HOST_IO_ATTR, operands_on_chip
 
-    # The call plan's rule (tenet_byoc.plan._gemm_call): A on chip unless the caller passed
-    # it in, C unless the caller returns it; a function no caller was seen for keeps neither.
+    # A function no caller was seen for keeps neither operand on chip.
     host_io = json.loads(str(func.attrs[HOST_IO_ATTR])) if HOST_IO_ATTR in func.attrs else None
     refs: dict[relax.Var, int] = {p: i for i, p in enumerate(func.params)}
     inputs = [_tensor_spec(p.ty, f"{symbol}: input {i}") for i, p in enumerate(func.params)]
@@ -279,8 +279,8 @@ def describe_function(func: relax.Function) -> dict:
         step_scheme = "none" if kind == "float" else scheme
         # The recipe is the one the quantize pass stamped: the codegen never guesses it.
         attention = stamped.attention if stamped is not None else None
-        gemm_types = (args[comp.params["lhs"]].ty, args[comp.params["rhs"]].ty)
-        if kind == "float" and attention and is_attention_gemm(*gemm_types):
+        types = {role: args[index].ty for role, index in comp.params.items()}
+        if kind == "float" and attention and is_attention_gemm(types["lhs"], types["rhs"]):
             # Attention under a KV scheme: B is the K (transposed) or V cache, stored at
             # the KV width (quantization.attention_scheme).
             bits, quant = attention["key" if comp.info.rhs_transposed else "value"]
@@ -290,11 +290,9 @@ def describe_function(func: relax.Function) -> dict:
         elif stamped is not None:
             bits, quant = stamped.bits, stamped.recipe
         else:
-            def ty(role, comp=comp, args=args):
-                index = comp.params.get(role)
-                return None if index is None else args[index].ty
             bits = list(KIND_BITS[kind])
-            quant = unstamped_recipe(kind, ty("scale_a"), ty("scale_b"), ty("rhs"))
+            quant = unstamped_recipe(kind, types.get("scale_a"), types.get("scale_b"),
+                                     types["rhs"])
         steps.append(
             _fields("step", symbol, {
                 "pattern": comp.pattern,
@@ -320,8 +318,8 @@ def describe_function(func: relax.Function) -> dict:
     returned = {outputs[o]["source"] for o in range(len(outputs)) if host_io is not None
                 and (-1 in host_io["outputs"] or o in host_io["outputs"])}
     for s, step in enumerate(steps):  # the descriptor's last two keys
-        step["a_on_chip"] = host_io is not None and step["lhs"] not in host_io["inputs"]
-        step["c_on_chip"] = host_io is not None and -(s + 1) not in returned
+        step.update(operands_on_chip(host_io is None or step["lhs"] in host_io["inputs"],
+                                     host_io is None or -(s + 1) in returned))
     return _fields("function", symbol,
                    {"symbol": symbol, "inputs": inputs, "steps": steps, "outputs": outputs})
 

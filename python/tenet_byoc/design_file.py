@@ -24,13 +24,13 @@ from ._names import did_you_mean
 
 __all__ = ["PAIRS", "design_form", "read_design"]
 
+#: TENET's hardware fields that repeat a memory field: ``hardware.<key>`` is ``memory.<value>``.
+_TWINS = {"l2_bytes": "buffer_bytes", "l1_bytes": "register_bytes",
+          "bandwidth_bits": "dram_bandwidth_bits"}
 #: (derived field, the field a design file writes) for each quantity the form holds twice.
 PAIRS: tuple[tuple[str, str], ...] = (
     ("hardware.pe_domain", "dataflow.rows / dataflow.cols"),
-    ("hardware.l2_bytes", "memory.buffer_bytes"),
-    ("hardware.l1_bytes", "memory.register_bytes"),
-    ("hardware.bandwidth_bits", "memory.dram_bandwidth_bits"),
-)
+    *((f"hardware.{derived}", f"memory.{source}") for derived, source in _TWINS.items()))
 
 _DOMAIN = re.compile(r"^\{\s*PE\[p,\s*q\]\s*:\s*0\s*<=\s*p\s*<\s*(\d+)\s+and\s+"
                      r"0\s*<=\s*q\s*<\s*(\d+)\s*\}$")
@@ -67,7 +67,7 @@ def design_form(accelerator: Any) -> dict:
     say the array's size)."""
     form = json.loads(accelerator.to_json())
     hardware = form["hardware"]
-    for key in ("l1_bytes", "l2_bytes", "bandwidth_bits"):
+    for key in _TWINS:
         hardware.pop(key, None)
     if _preset_array(form) is not None and _DOMAIN.match(str(hardware.get("pe_domain", ""))):
         hardware.pop("pe_domain")
@@ -131,8 +131,7 @@ def _fill_pairs(form: dict, problems: list[str]) -> dict[str, str]:
     hardware, memory = form.get("hardware"), form.get("memory")
     if not isinstance(hardware, dict) or not isinstance(memory, dict):
         return derived_from
-    for derived, source in (("l2_bytes", "buffer_bytes"), ("l1_bytes", "register_bytes"),
-                            ("bandwidth_bits", "dram_bandwidth_bits")):
+    for derived, source in _TWINS.items():
         if source not in memory:
             # the missing memory field is reported; its TENET twin is not the user's to write
             hardware.setdefault(derived, 1)

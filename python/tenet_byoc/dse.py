@@ -90,7 +90,7 @@ class DesignPoint(DesignAxes):
     """One design (:class:`~tenet_byoc_cli.design_point.DesignAxes`, where each field is
     written once with its schema): a ``rows x cols`` systolic array of PEs with a MAC unit
     per format, a global buffer, DRAM at ``dram_gbps``, a clock, a vector unit, and the chips
-    it is one of, with the accelerator, system and charge keys made from them."""
+    it is one of, with the accelerator and charge keys made from them."""
 
     @property
     def formats_by_width(self) -> dict[int, str]:
@@ -119,18 +119,6 @@ class DesignPoint(DesignAxes):
     def alone(self) -> bool:
         """One chip and one micro-batch: no System (its sums are one chip's cycles)."""
         return self.chips == 1 and self.micro_batches == 1
-
-    def system(self) -> Any:
-        """The point's :class:`~tenet_byoc.system.System` (None on one chip)."""
-        if self.alone:
-            return None
-        from .system import Link, System
-
-        return System(self.accelerator(), chips=self.chips,
-                      tensor_parallel=self.tensor_parallel,
-                      pipeline_parallel=self.pipeline_parallel,
-                      micro_batches=self.micro_batches,
-                      link=Link(bandwidth_gbps=self.link_gbps))
 
     def charged_as(self, *charges: str) -> tuple:
         """What the charges of the fields of ``charges`` (:attr:`Axis.charges` values) see of
@@ -272,14 +260,11 @@ mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps, micro_bat
                 raise ValueError(f"{where} has two formats of one width: a PE takes one "
                                  "format per operand width")
             return tuple(v)
-        if check == "mapping":
-            if v not in _MAPPINGS:
-                raise ValueError(f"{where} is not a mapping; accepted: {', '.join(_MAPPINGS)}")
-            return v
-        if check == "dataflow":
-            if v not in _DATAFLOWS:
-                raise ValueError(f"{where} is not a dataflow{did_you_mean(str(v), _DATAFLOWS)};"
-                                 f" accepted: {', '.join(_DATAFLOWS)}")
+        choices = {"mapping": _MAPPINGS, "dataflow": _DATAFLOWS}.get(check)
+        if choices is not None:
+            if v not in choices:
+                raise ValueError(f"{where} is not a {check}{did_you_mean(str(v), choices)}; "
+                                 f"accepted: {', '.join(choices)}")
             return v
         kind = int if check == "int" else float
         if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0 or (
@@ -426,19 +411,14 @@ def _memory_reasons(config: Any, schemes: Sequence[str], points: Iterable[Design
     "". Empty without a capacity."""
     if capacity is None:
         return {}
-    from .models.footprint import footprint
+    from .models.footprint import fit
 
     out = {}
     for tp, pp in sorted({(p.tensor_parallel, p.pipeline_parallel) for p in points}):
         for scheme in schemes:
-            phases = []
-            if prompt_len:
-                phases.append(footprint(config, scheme, batch, prompt_len, batch * prompt_len,
-                                        tp, pp))
-            if decode_steps:
-                phases.append(footprint(config, scheme, batch, prompt_len + decode_steps,
-                                        batch, tp, pp))
-            worst = max(phases, key=lambda f: f.total)
+            # fit()'s accelerator only names the chip; its capacity is ``capacity`` here
+            worst = fit(config, scheme, None, prompt_len, prompt_len, decode_steps, batch, tp,
+                        pp).footprint
             short = worst.shortfall(capacity)
             out[scheme, tp, pp] = f"{scheme} does not fit: it {short}" if short else ""
     return out
@@ -462,14 +442,9 @@ def _evaluate(job: _Job, points: Sequence[DesignPoint]) -> list[PointResult]:
             parts = accelerator_area(acc, job.node_nm, job.table, point.formats_by_width)
             found = shared[point.charge_key()] = (parts, acc, {})
         parts, acc, composed = found
-        area = 0.0
-        for name, value in parts.items():  # accelerator_area's order and sum
-            if name == "dram_interface":
-                value = dram_interface_mm2(point.dram_gbps, job.table, scale)
-            if name != "total":
-                area += value
-        if point.chips > 1:
-            area *= point.chips
+        area = point.chips * sum(  # accelerator_area's order and sum, all chips'
+            dram_interface_mm2(point.dram_gbps, job.table, scale) if name == "dram_interface"
+            else value for name, value in parts.items() if name != "total")
         # one chip, one micro-batch: its sums (cycles) do not depend on the clock
         one_chip = point.alone
         for scheme in job.schemes:
@@ -826,7 +801,8 @@ def explore(
     list of PointResult
         Every (point, scheme), fronts marked.
     """
-    from .estimate import _check_lengths, _config
+    from .estimate import _check_lengths
+    from .plan import model_config
     from .quantization import get_scheme
 
     if not isinstance(space, DesignSpace):
@@ -844,7 +820,7 @@ def explore(
     if objective is not None and objective not in names:
         raise ValueError(f"objective={objective!r}{did_you_mean(str(objective), names)}; "
                          f"accepted: a figure of PointResult such as tpot_ms, area_mm2")
-    config = _config(model)
+    config = model_config(model)
     _check_lengths(config, prompt_len, prompt_len, decode_steps, batch)
 
     points = space.all_points()

@@ -26,7 +26,8 @@ from . import cost_model as cm
 from .compose import StepCost, compose
 from .accelerators import Accelerator, resolve
 from .ledger import ColumnsBuilder, Ledger, LedgerColumns, charge_row, tensor_map
-from .plan import LinkCall, Plan, PlannedCall, Step, model_config, plan, stage_layers
+from .plan import (LinkCall, Plan, PlannedCall, Step, context_limit, layer_stages, model_config,
+                   plan)
 from .quantization import QuantScheme, get_scheme
 
 __all__ = ["ESTIMATE_PATTERN", "Charges", "estimate", "estimate_step"]
@@ -152,11 +153,8 @@ class _Book:
         """Append plan ``p``'s calls: each on every chip of its stage, for every
         micro-batch, in the plan's order (``Plan.calls``, its layers made here as arrays)."""
         charge_parts, name_parts, stage_parts = [], [], []
-        stage_of = None
-        if p.layers:
-            stage_of = np.zeros(p.layers, dtype=np.int32)
-            for st, layers in enumerate(stage_layers(p.layers, p.pipeline_parallel)):
-                stage_of[list(layers)] = st
+        stage_of = (np.array(layer_stages(p.layers, p.pipeline_parallel), dtype=np.int32)
+                    if p.layers else None)
         block: list[PlannedCall] = []
 
         def flush() -> None:
@@ -198,17 +196,6 @@ class _Book:
                                     charge_schemes=self.schemes)
 
 
-#: The config of a model name, path or config object (kept for the CLI and benchmarks).
-_config = model_config
-
-
-def _context(config: Any) -> tuple[int, str]:
-    """The most tokens a sequence may hold, and the config field that says so."""
-    if hasattr(config, "n_positions"):
-        return config.n_positions, "n_positions"
-    return config.max_position_embeddings, "max_position_embeddings"
-
-
 def _check_lengths(config: Any, prompt_len: Any, context_len: Any, decode_steps: Any,
                    batch: Any) -> None:
     for name, value, low in (("prompt_len", prompt_len, 0), ("context_len", context_len, 0),
@@ -219,7 +206,7 @@ def _check_lengths(config: Any, prompt_len: Any, context_len: Any, decode_steps:
             raise ValueError(f"{name}={value} must be >= {low}")
     if prompt_len == 0 and decode_steps == 0:
         raise ValueError("prompt_len=0 and decode_steps=0: nothing to estimate")
-    limit, field = _context(config)
+    limit, field = context_limit(config)
     if prompt_len > limit:
         raise ValueError(
             f"prompt_len={prompt_len} is longer than {config.name}'s context {field}={limit}"

@@ -53,13 +53,11 @@ def _check_elf(path: Path) -> None:
         f.seek(shoff)
         table = f.read(shentsize * shnum)
     # Segments are what dlopen maps: one past the end is the SIGBUS.
+    # p_offset and p_filesz: fields 2 and 5 of a 64-bit program header, 1 and 4 of a 32-bit
+    ph_fmt, offset_at, size_at = (end + "IIQQQQQQ", 2, 5) if is64 else (end + "IIIIIIII", 1, 4)
     for i in range(phnum):
-        if is64:
-            _, _, p_offset, _, _, p_filesz, _, _ = struct.unpack_from(end + "IIQQQQQQ",
-                                                                      programs, i * phentsize)
-        else:
-            _, p_offset, _, _, p_filesz, _, _, _ = struct.unpack_from(end + "IIIIIIII",
-                                                                      programs, i * phentsize)
+        fields = struct.unpack_from(ph_fmt, programs, i * phentsize)
+        p_offset, p_filesz = fields[offset_at], fields[size_at]
         if p_offset + p_filesz > size:
             raise bad(f"segment {i} ends at byte {p_offset + p_filesz:,}, past the end")
     sh_fmt = end + ("IIQQQQIIQQ" if is64 else "IIIIIIIIII")

@@ -28,7 +28,6 @@ from ._cost_model import (
     MappingChoice,
     MemoryHierarchy,
     PrecisionTable,
-    _mapping_tile_orders,
     _MappingSearch,
     auto_mapping_dataflows,
 )
@@ -36,7 +35,6 @@ from ._cost_model import (
 __all__ = [
     "OBJECTIVES",
     "PRESETS",
-    "TILE_ORDERS",
     "MappingSearch",
     "array_edges",
     "auto_mapping_dataflows",
@@ -45,7 +43,6 @@ __all__ = [
 
 OBJECTIVES = ("latency", "energy", "edp")
 PRESETS = ("os", "ws", "is")
-TILE_ORDERS = tuple(_mapping_tile_orders())
 
 
 def array_edges(hardware: Hardware) -> tuple[int, int]:

@@ -17,9 +17,25 @@ from .vector_plan import PLAN_ATTR, _callers, insert_charge_calls
 ACCELERATOR_ATTR = "tenet.accelerator"
 #: The function attribute that tells the codegen which of a tenet function's inputs its
 #: callers pass from their own inputs and which of its outputs they return (JSON
-#: ``{"inputs": [...], "outputs": [...]}``): the operands the call plan's rule leaves off chip
-#: (``tenet_byoc.plan._gemm_call``).
+#: ``{"inputs": [...], "outputs": [...]}``): the operands :func:`operands_on_chip` leaves off
+#: chip.
 HOST_IO_ATTR = "tenet.host_io"
+
+
+def operands_on_chip(passed_in: bool, returned: bool) -> dict[str, bool]:
+    """The one rule for which operands of a GEMM stay on chip (``GemmCall``'s ``a_on_chip``
+    and ``c_on_chip``): A, an activation made on chip (a norm, rotary, softmax, an activation
+    or the GEMM before it; the first hidden state is the embedding lookup's), unless the
+    caller passed it in from the host; C, kept for the calls that use it (an epilogue, a
+    residual add, rotary, a KV-cache write, the next GEMM), unless the caller returns it to
+    the host. The cost model decides whether they fit: both together beside the mapping's
+    tiles in a one-core buffer, or in the shared level (``Cores.shared_bytes``) of an
+    accelerator of cores; what does not fit goes through DRAM as if unflagged.
+
+    A plan applies it to a step, whose caller passes in token ids and gets back the head's
+    logits (``tenet_byoc.plan``); a run to its graph (:func:`_host_io`, read by the codegen).
+    """
+    return {"a_on_chip": not passed_in, "c_on_chip": not returned}
 
 
 def _host_io(mod: tvm.IRModule) -> dict[str, dict[str, list[int]]]:

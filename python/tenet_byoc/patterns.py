@@ -160,8 +160,7 @@ def refusal_reason(context: PatternCheckContext) -> str | None:
         elif [int(a) for a in axes] != swap_last:
             return f"permute_dims axes {[int(a) for a in axes]} do not swap the last two axes"
     if "bias" in ann:
-        bias = ann["bias"]
-        bty = bias.ty
+        bty = ann["bias"].ty
         if not isinstance(bty, relax.TensorType) or bty.shape is None:
             return "bias has no known shape"
         if bty.dtype not in FLOAT_DTYPES:
@@ -176,10 +175,6 @@ def refusal_reason(context: PatternCheckContext) -> str | None:
         if last is None or last != _static_int(n):
             return "bias length does not equal the static number of output columns"
     return None
-
-
-def _check(context: PatternCheckContext) -> bool:
-    return refusal_reason(context) is None
 
 
 # Quantized forms. Each is a matmul whose weight (B) is stored as integers, offloaded whole
@@ -284,8 +279,6 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
             return "only a constant zero point of 0 (symmetric quantization) is supported"
         if _shape(scale) != [n] or _dtype(scale) != "float32":
             return f"the scale must be float32 [{n}]"
-        if _dtype(lhs) != "float32":
-            return "the activation must be float32"
     elif packed:
         gshape = _shape(ann["groups"])
         if len(wshape) != 2 or gshape is None or len(gshape) != 3:
@@ -302,8 +295,6 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
             return f"the zero point must be float32, a scalar or [{n}, {gshape[1]}, 1]"
         if _shape(ann["reshape"]) != [n, k]:
             return "the dequantized groups must be reshaped to [N, K]"
-        if _dtype(lhs) != "float32":
-            return "the activation must be float32"
     else:
         if len(wshape) != 2 or _dtype(lhs) != "int8" or _dtype(root) != "int32":
             return "an int8 GEMM needs int8 [.., M, K] x int8 [N, K]^T accumulating in int32"
@@ -314,6 +305,8 @@ def quant_refusal_reason(context: PatternCheckContext) -> str | None:
             return "the activation scale must be float32, per tensor [] or per token [.., M, 1]"
         if _dtype(scale) != "float32" or sb not in ([], [n]):
             return f"the weight scale must be float32, per tensor [] or per channel [{n}]"
+    if "to_float" not in ann and _dtype(lhs) != "float32":  # the dequantizing forms
+        return "the activation must be float32"
     return _bias_refusal(ann, wshape)
 
 
@@ -342,10 +335,6 @@ def _emulated_refusal_reason(ann, wshape) -> str | None:
     return None
 
 
-def _quant_check(context: PatternCheckContext) -> bool:
-    return quant_refusal_reason(context) is None
-
-
 #: The kind of step each quantized form runs, and its operands' annotations.
 _QUANT_KINDS = {
     "dequantize_matmul_float": ("dequant_float", {}),
@@ -357,10 +346,11 @@ _QUANT_KINDS = {
 _QUANT_ROLES = {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b"}
 
 
-def _register(table: list, name: str, pattern, annotations, check, info: PatternInfo) -> None:
+def _register(table: list, name: str, pattern, annotations, refusal, info: PatternInfo) -> None:
+    """Register one pattern, accepted where ``refusal`` (its reason function) gives None."""
     roles = dict(info.roles, **({"bias": "bias"} if "bias" in annotations else {}))
     PATTERN_INFO[name] = PatternInfo(info.kind, info.rhs_transposed, info.epilogue, roles)
-    table.append((name, pattern, annotations, check))
+    table.append((name, pattern, annotations, lambda context: refusal(context) is None))
 
 
 def _pattern_table():
@@ -375,7 +365,7 @@ def _pattern_table():
                 info = PatternInfo("float", transposed, EPILOGUES.get(activation, "none"),
                                    {"lhs": "lhs", "rhs": "rhs"})
                 _register(table, pattern_name(transposed, with_bias, activation), pattern,
-                          annotations, _check, info)
+                          annotations, refusal_reason, info)
     for activation in (None, *EPILOGUES):
         for with_bias in (False, True):
             for form in QUANT_FORMS:
@@ -384,7 +374,7 @@ def _pattern_table():
                 info = PatternInfo(kind, True, EPILOGUES.get(activation, "none"),
                                    {**_QUANT_ROLES, **roles})
                 _register(table, quant_pattern_name(form, with_bias, activation), pattern,
-                          annotations, _quant_check, info)
+                          annotations, quant_refusal_reason, info)
     return table
 
 

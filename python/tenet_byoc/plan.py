@@ -45,11 +45,13 @@ from typing import Any, NamedTuple
 
 from . import cost_model as cm
 from .codegen import GemmCharging, gemm_charging
+from .partition import operands_on_chip
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "all_to_all", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
-           "check_tensor_parallel",
-           "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "stage_layers"]
+__all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+           "check_tensor_parallel", "hand_overs",
+           "context_limit", "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "layer_stages",
+           "stage_layers"]
 
 
 def _count(owner: str, name: str, value: object, low: int) -> None:
@@ -183,9 +185,11 @@ def _link_key(link: Any) -> tuple:
     return ("link", link.kind, link.nbytes, link.chips)
 
 
-def _hand_overs(nbytes: float, stages: int) -> list[PlannedCall]:
-    """The point-to-point sends of ``nbytes`` from each pipeline stage to the next."""
-    link = LinkCall("p2p", nbytes, 2)
+def hand_overs(config: Any, tokens: int, quant: QuantScheme, stages: int) -> list[PlannedCall]:
+    """The point-to-point sends of ``tokens`` tokens' hidden states, at the linear layers'
+    output width under ``quant``, from each of ``stages`` pipeline stages to the next."""
+    hidden = getattr(config, "n_embd", None) or config.hidden_size
+    link = LinkCall("p2p", tokens * hidden * _charging(quant)["weight"].bits[2] / 8, 2)
     return [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1, _link_key(link))
             for s in range(stages - 1)]
 
@@ -256,9 +260,7 @@ class Plan:
         """Every call of the step (one micro-batch, one chip of each stage), in order."""
         if not self.layers:
             return self.written
-        stage_of = {}
-        for s, layers in enumerate(stage_layers(self.layers, self.pipeline_parallel)):
-            stage_of.update(dict.fromkeys(layers, s))
+        stage_of = layer_stages(self.layers, self.pipeline_parallel)
         period = self.period
         out: list[PlannedCall] = []
         block: list[PlannedCall] = []
@@ -283,11 +285,6 @@ class Plan:
         if block:
             expand()
         return tuple(out)
-
-    def chips(self, call: PlannedCall) -> range:
-        """The chips that run ``call``."""
-        tp = self.tensor_parallel
-        return range(call.stage * tp, (call.stage + 1) * tp)
 
     def tally(self, plans: Iterable[Plan] = ()) -> Plan:
         """This plan (and ``plans`` of the same sharding) with equal calls counted once: each
@@ -343,6 +340,13 @@ def model_config(model: Any) -> Any:
 
 def _layers(config: Any) -> int:
     return getattr(config, "n_layer", None) or config.num_hidden_layers
+
+
+def context_limit(config: Any) -> tuple[int, str]:
+    """The most tokens a sequence of ``config`` may hold, and the config field that says so."""
+    if hasattr(config, "n_positions"):
+        return config.n_positions, "n_positions"
+    return config.max_position_embeddings, "max_position_embeddings"
 
 
 @lru_cache(maxsize=64)
@@ -404,33 +408,39 @@ def _charging(quant: QuantScheme) -> dict[str, GemmCharging]:
 HEAD = "lm_head"
 
 
-def _gemm_call(name: str, b: int, m: int, n: int, k: int, how: GemmCharging,
-               role: str) -> tuple[tuple, Any]:
-    """The key and ``cost_model.GemmCall`` of a planned GEMM, its operands kept on chip by the
-    plan's one rule: every GEMM's A is an activation the step made on chip (a norm, rotary,
-    softmax, an activation or the GEMM before it; the first hidden state is the embedding
-    lookup's) and stays there, and its C stays for the calls that use it (an epilogue, a
-    residual add, rotary, a KV-cache write, the next GEMM), but for the head's logits, the
-    step's result. The cost model decides whether they fit: both together beside the
-    mapping's tiles in a one-core buffer, or in the shared level (``Cores.shared_bytes``) of
-    an accelerator of cores; what does not fit goes through DRAM as if unflagged. A run
-    applies the same rule to its graph (``partition``: A not an input of the caller, C not
-    its result)."""
-    c_on_chip = name != HEAD
-    key = ("array", b, m, n, k, how.scheme, role, how.bits, c_on_chip)
-    return key, _interned(key, lambda: cm.GemmCall(
+def _gemm_call(name: str, b: int, m: int, n: int, k: int, how: GemmCharging, role: str,
+               layer: int | None, stage: int, phase: str, batch: int) -> PlannedCall:
+    """The planned call of a GEMM (its K padded as ``how`` pads it; refused with
+    :func:`_check_sizes`), its operands on chip by ``partition.operands_on_chip``: a step's
+    caller passes in no GEMM's A and gets back the head's C (the logits)."""
+    k = -(-k // how.k_multiple) * how.k_multiple
+    _check_sizes(name, phase, batch, b, m, n, k)
+    on_chip = operands_on_chip(passed_in=False, returned=name == HEAD)
+    key = ("array", b, m, n, k, how.scheme, role, how.bits, on_chip["c_on_chip"])
+    call = _interned(key, lambda: cm.GemmCall(
         m=m, n=n, k=k, batch=b, bits_a=how.bits[0], bits_b=how.bits[1], bits_c=how.bits[2],
-        scheme=how.scheme, recipe=how.recipe, a_on_chip=True, c_on_chip=c_on_chip))
+        scheme=how.scheme, recipe=how.recipe, **on_chip))
+    return PlannedCall(call, name, "array", layer, stage, "", how.scheme, 1, key)
+
+
+def _epilogue(op: str, rows: int, width: int, gemm: PlannedCall) -> PlannedCall:
+    """The planned call of an epilogue fused behind ``gemm`` over its ``[rows, width]``
+    output, as a run's runtime charges it (``EpilogueCall``): a bias add reads one value per
+    column, an activation no second operand."""
+    operand = width if op == "add" else 0
+    key = ("vector", op, (rows, width), 32, operand, "none")
+    call = _interned(key, lambda: cm.VectorCall(op, [rows, width],
+                                                operand_elements=operand or None))
+    return PlannedCall(call, f"{gemm.name}.{op}", "vector", gemm.layer, gemm.stage, gemm.name,
+                       "none", 1, key)
 
 
 def _stages(n_layers: int, pp: int) -> Any:
     """``stage(name, layer)``: the pipeline stage of ``pp`` that runs a call (the calls before
     the layers, :data:`BEFORE_LAYERS`, on the first; the others outside them on the last)."""
-    stage_of: dict[int | None, int] = {None: pp - 1}
-    for s, layers in enumerate(stage_layers(n_layers, pp)):
-        stage_of.update(dict.fromkeys(layers, s))
-    return lambda name, layer: (0 if layer is None and name.startswith(BEFORE_LAYERS)
-                                else stage_of[layer])
+    stage_of = layer_stages(n_layers, pp)
+    return lambda name, layer: (stage_of[layer] if layer is not None else
+                                0 if name.startswith(BEFORE_LAYERS) else pp - 1)
 
 
 def _vector_call(v: Any, shape: tuple, operand: int, label: str, stage: Any) -> PlannedCall:
@@ -467,10 +477,7 @@ def _chunk_keys(config: Any, seq: StepSequence) -> list[int] | None:
     chunk's own); None for a sequence that is not such a chunk."""
     if seq.phase != "chunk":
         return None
-    if hasattr(config, "n_positions"):
-        limit, field = config.n_positions, "n_positions"
-    else:
-        limit, field = config.max_position_embeddings, "max_position_embeddings"
+    limit, field = context_limit(config)
     if seq.context + seq.new_tokens > limit:
         raise ValueError(f"StepSequence(new_tokens={seq.new_tokens}, context={seq.context}): "
                          f"{seq.context + seq.new_tokens} tokens exceed {config.name}'s "
@@ -604,6 +611,18 @@ def _fused_groups(groups: list, gemm_lists: list, i: int) -> list[tuple[Any, Any
     return out
 
 
+def _sharding(system: Any, step: Step) -> tuple[int, int, int]:
+    """``system``'s (tensor_parallel, pipeline_parallel, micro_batches), (1, 1, 1) for none;
+    its micro-batches must divide every group of equal sequences of ``step``."""
+    if system is None:
+        return 1, 1, 1
+    tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
+    if any(n % mu for _, n in step.groups):
+        raise ValueError(f"System.micro_batches={mu} must divide batch={step.sequences}"
+                         + ("" if step.uniform() else " (every group of equal sequences)"))
+    return tp, pp, mu
+
+
 def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
          system: Any = None, routing: Any = None, *, attention: str = "unfused") -> Plan:
     """Every call of ``step`` of the model ``config`` under ``scheme``.
@@ -670,22 +689,15 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         raise ValueError(f"System.expert_parallel={ep}: {config.name} has no experts to spread")
     if routing is not None:
         raise ValueError(f"routing is given, but {config.name} has no experts to route to")
-    tp = pp = mu = 1
-    if system is not None:
-        tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
-        if tp > 1:
-            check_tensor_parallel(config, tp)
-        if mu > 1:
-            if any(n % mu for _, n in step.groups):
-                raise ValueError(f"System.micro_batches={mu} must divide batch="
-                                 f"{step.sequences}" + ("" if step.uniform() else
-                                                        " (every group of equal sequences)"))
+    tp, pp, mu = _sharding(system, step)
+    if tp > 1:
+        check_tensor_parallel(config, tp)
     whole = step
     if mu > 1:
         step = Step([(seq, n // mu) for seq, n in step.groups])
-    stage = _stages(_layers(config), pp)
-    # Walk two layers and let the second stand for the rest (Plan.calls makes them).
     layers = _layers(config)
+    stage = _stages(layers, pp)
+    # Walk two layers and let the second stand for the rest (Plan.calls makes them).
     cut, period = _cut_layers(config) if layers > 2 else (None, 0)
     if cut is not None:
         config = cut
@@ -717,22 +729,14 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         full_n = n
         if tp > 1:
             (b, m, n, k), collective = shard_gemm(name, b, m, n, k, config, tp)
-        k = -(-k // how.k_multiple) * how.k_multiple
-        _check_sizes(name, ph, count, b, m, n, k)
-        sharded_k[name] = k
-        key, call = _gemm_call(name, b, m, n, k, how, role)
-        calls.append(PlannedCall(call, name, "array", layer, st, "", how.scheme, 1, key))
+        planned = _gemm_call(name, b, m, n, k, how, role, layer, st, ph, count)
+        sharded_k[name] = planned.call.k
+        calls.append(planned)
         ops = epilogues.get(name)
         if ops is None:
             ops = epilogues[name] = gemm_epilogues(config, name, fuse_phase, fuse_batch,
                                                    float_gemm)
-        for op in ops:
-            operand = n if op == "add" else 0
-            vkey = ("vector", op, (b * m, n), 32, operand, "none")
-            v = _interned(vkey, lambda op=op, operand=operand: cm.VectorCall(
-                op, [b * m, n], operand_elements=operand or None))
-            calls.append(PlannedCall(v, f"{name}.{op}", "vector", layer, st, name, "none", 1,
-                                     vkey))
+        calls.extend(_epilogue(op, b * m, n, planned) for op in ops)
         if collective is not None:
             # The [m, n] result at the call's output width: all-reduced whole, or the logits
             # gathered whole from each chip's slice of the vocabulary.
@@ -779,8 +783,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
             shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)
         calls.append(_vector_call(v, shape, operand, quant.name if v.quantize else "none",
                                   stage))
-    hidden = getattr(config, "n_embd", None) or config.hidden_size
-    calls += _hand_overs(step.tokens * hidden * weights.bits[2] / 8, pp)
+    calls += hand_overs(config, step.tokens, quant, pp)
     if cut is None:
         return Plan(whole, phase, tuple(calls), tp, pp, mu)
     return Plan(whole, phase, tuple(calls), tp, pp, mu, layers,
@@ -824,15 +827,11 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
     if one is None:
         raise ValueError(f"{config.name}: a step of several kinds of sequence is not planned "
                          "for mixture-of-experts models yet; plan each kind alone")
-    tp = pp = mu = 1
-    if system is not None:
-        tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
-        if tp > 1:
-            raise ValueError(f"tensor_parallel={tp}: {config.name}'s experts are not split by "
-                             "Megatron-LM's rules here; spread them over chips with "
-                             "tenet_byoc.plan.expert_parallel")
-        if mu > 1 and one[1] % mu:
-            raise ValueError(f"System.micro_batches={mu} must divide batch={one[1]}")
+    tp, pp, mu = _sharding(system, step)
+    if tp > 1:
+        raise ValueError(f"tensor_parallel={tp}: {config.name}'s experts are not split by "
+                         "Megatron-LM's rules here; spread them over chips with "
+                         "tenet_byoc.plan.expert_parallel")
     seq, n = one
     n //= mu
     ph, tokens = _phase_tokens(seq)
@@ -846,32 +845,16 @@ def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system
     calls: list[PlannedCall] = []
     for group in groups:
         for g, role in group.gemms:
-            how = hows[role]
             layer = _layer_of(g.name)
-            st = stage(g.name, layer)
-            k = -(-g.k // how.k_multiple) * how.k_multiple
-            _check_sizes(g.name, ph, n, g.batch, g.m, g.n, k)
-            key, call = _gemm_call(g.name, g.batch, g.m, g.n, k, how, role)
-            calls.append(PlannedCall(call, g.name, "array", layer, st, "", how.scheme, 1, key))
-            for op in group.epilogues.get(g.name, ()):
-                rows, width = g.batch * g.m, g.n
-                vkey = ("vector", op, (rows, width), 32, width, "none")
-                v = _interned(vkey, lambda op=op, rows=rows, width=width: cm.VectorCall(
-                    op, [rows, width], operand_elements=width))
-                calls.append(PlannedCall(v, f"{g.name}.{op}", "vector", layer, st, g.name,
-                                         "none", 1, vkey))
+            planned = _gemm_call(g.name, g.batch, g.m, g.n, g.k, hows[role], role, layer,
+                                 stage(g.name, layer), ph, n)
+            calls += [planned] + [_epilogue(op, g.batch * g.m, g.n, planned)
+                                  for op in group.epilogues.get(g.name, ())]
         calls += [_vector_call(v, tuple(v.shape), v.operand,
                                quant.name if v.quantize else "none", stage)
                   for v in group.vectors]
-    calls += _hand_overs(step.tokens // mu * config.hidden_size * weights.bits[2] / 8, pp)
+    calls += hand_overs(config, step.tokens // mu, quant, pp)
     return Plan(step, step.phase, tuple(calls), tp, pp, mu)
-
-
-def all_to_all(nbytes: float, chips: int) -> LinkCall:
-    """The link call of an all-to-all among ``chips`` chips in which each chip holds
-    ``nbytes`` bytes, ``nbytes / chips`` for each chip (the system's formulas charge it:
-    ``tenet_byoc.system``)."""
-    return LinkCall("all_to_all", float(nbytes), chips)
 
 
 def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantScheme = "none",
@@ -886,7 +869,8 @@ def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantSche
     router and the experts each chip sends its tokens' hidden states to their experts'
     chips (``experts.dispatch``: an all-to-all of ``tokens x k x d`` values per chip, at the
     activations' width) and gets the outputs back after them (``experts.gather``, the same
-    size at the output width), both :func:`all_to_all` link calls. The experts' calls are those of
+    size at the output width), both all-to-all link calls (each chip holding ``tokens x k x d``
+values, ``1 / chips`` of them for each chip: ``tenet_byoc.system``'s formulas). The experts' calls are those of
     the chip whose experts receive the most rows in the whole step (``routing``: as
     :func:`plan` takes it, for the whole step; default the expected uniform routing).
 
@@ -948,7 +932,7 @@ def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantSche
             prefix = c.name.removesuffix("router.top_k")
             for what, bits in (("dispatch", min(32, weights.bits[0])),
                                ("gather", weights.bits[2])):
-                link = all_to_all(values * bits / 8, chips)
+                link = LinkCall("all_to_all", values * bits / 8, chips)
                 if what == "gather":
                     calls += held.get(c.layer, [])
                 calls.append(PlannedCall(link, f"{prefix}experts.{what}", "link", c.layer,
@@ -1067,6 +1051,11 @@ def shard_vector(name: str, op: str, shape: tuple[int, ...], operand: int, confi
     if name.endswith(("mlp.silu", "mlp.gate_x_up")):
         return (*shape[:-1], shape[-1] // tp), operand // tp if operand > 1 else operand
     return shape, operand
+
+
+def layer_stages(n_layers: int, stages: int) -> list[int]:
+    """The pipeline stage of each decoder layer (:func:`stage_layers`)."""
+    return [s for s, layers in enumerate(stage_layers(n_layers, stages)) for _ in layers]
 
 
 def stage_layers(n_layers: int, stages: int) -> list[range]:

@@ -52,7 +52,6 @@ from .accelerators import Accelerator, resolve
 from .ledger import Ledger, LedgerEntry
 
 __all__ = [
-    "COLLECTIVES",
     "TOPOLOGIES",
     "Link",
     "StepTime",
@@ -65,8 +64,6 @@ __all__ = [
 
 #: Link topologies :func:`collective_seconds` has a formula for.
 TOPOLOGIES = ("ring", "torus2d", "switch")
-#: Collectives a system charges.
-COLLECTIVES = ("all_reduce", "all_gather", "all_to_all", "p2p")
 
 
 def _positive(owner: str, name: str, value: Any, *, integer: bool = False,
@@ -190,10 +187,6 @@ class System:
         """Unpickling runs the constructor's checks, so an edited pickle is refused by field."""
         self.__dict__.update(state)
         self.__post_init__()
-
-    def chip(self, stage: int, rank: int) -> int:
-        """The chip number of tensor-parallel ``rank`` in pipeline ``stage``."""
-        return stage * self.tensor_parallel + rank
 
     def to_json(self) -> str:
         """The system's one serialized form: its fields, the accelerator in its own JSON."""

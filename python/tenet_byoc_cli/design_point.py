@@ -69,8 +69,8 @@ class DesignAxes:
     global buffer, DRAM at ``dram_gbps``, a clock, a vector unit, and the chips it is one of.
     Energies are the cost model's 45 nm figures (Horowitz; a format's MAC energy by
     :func:`tenet_byoc.area.mac_figure`). The defaults are a design space's.
-    ``tenet_byoc.dse.DesignPoint`` adds what is made from them (its accelerator, its
-    system of chips, its charge keys)."""
+    ``tenet_byoc.dse.DesignPoint`` adds what is made from them (its accelerator and its
+    charge keys)."""
 
     rows: int = _axis(default=16, check="int", unit="PEs", charges="array",
                       tag=lambda v, p: f"{p.dataflow}{v}x{p.cols}")

@@ -354,9 +354,11 @@ def _model_options(p: argparse.ArgumentParser, *, sweep: bool) -> None:
     if sweep:
         g.add_argument("--model", default="all", choices=["gpt2", "mlp", "all"],
                        help="which model(s) to sweep (default: all)")
-    else:
+    else:  # run and profile: one model, one scheme
         g.add_argument("--model", default="gpt2", choices=["gpt2", "mlp"],
                        help="default: gpt2")
+        p.add_argument("--scheme", type=_one("scheme", SCHEMES), default="none",
+                       help=f"default: none; available: {', '.join(SCHEMES)}")
     # Defaults of GPT-2-only and MLP-only options are None so that an option given for
     # the other model can be refused (see tenet_byoc.experiments.cli).
     g.add_argument("--gpt2-config", choices=GPT2_CONFIGS,
@@ -612,8 +614,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="one model and scheme, run once, charged on one or more "
                        "accelerators: totals and per-layer costs")
     _model_options(p, sweep=False)
-    p.add_argument("--scheme", type=_one("scheme", SCHEMES), default="none",
-                   help=f"default: none; available: {', '.join(SCHEMES)}")
     _accelerator_options(p, many=True, default=DEFAULT_PRESET)
     _out_options(p, "write run.csv, run.json, layers.csv and a plot")
     p.add_argument("--repeats", type=_count(1), default=3,
@@ -623,8 +623,6 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Time every VM call of one run and show each offloaded "
                        "call's accelerator cost beside it.")
     _model_options(p, sweep=False)
-    p.add_argument("--scheme", type=_one("scheme", SCHEMES), default="none",
-                   help=f"default: none; available: {', '.join(SCHEMES)}")
     _accelerator_options(p, many=False)
     p.add_argument("--phase", choices=["prefill", "decode"],
                    help="GPT-2 function to profile (default: prefill; not for the MLP)")

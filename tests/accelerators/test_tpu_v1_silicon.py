@@ -5,7 +5,9 @@ The reference is the paper's Table 3 (measured TOPS and cycle shares); the layer
 and the cycle split are stated in benchmarks/tpu_v1_silicon.py. The cycles spent waiting on
 weights (stall + shift) are held against the paper's weight stall + shift + non-matrix shares:
 the model has no non-matrix work, and in these weight-bound runs those cycles pass while
-weights stream in (the benchmark says why).
+weights stream in (the benchmark says why). Weights are fetched as whole 256 x 256 tiles (the
+paper's Sec. 2 and 7); LSTM1's 600 x 600 matrices are the paper's own (Sec. 7); the LSTMs'
+vector layers are charged on the preset's vector unit.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ import pytest
 from tenet_byoc.accelerators import preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from tpu_v1_silicon import APPLICATIONS, OTHERS, model_figures
+from tpu_v1_silicon import APPLICATIONS, OTHERS, fetched_shape, fit_layer_delay, model_figures
 
 
 @pytest.mark.parametrize("app", APPLICATIONS, ids=lambda a: a.name)
 def test_tpu_v1_matches_the_paper(app):
     f = model_figures(app)
-    assert abs(f.tops / app.tops - 1) <= 0.15, (f.tops, app.tops)
+    assert abs(f.tops / app.tops - 1) <= 0.10, (f.tops, app.tops)
     assert abs(f.array_active - app.array_active) <= 10, (f.array_active, app.array_active)
     waiting = f.weight_stall + f.weight_shift
     assert abs(waiting - (app.weight_stall + app.weight_shift + app.non_matrix)) <= 10, waiting
@@ -41,6 +43,23 @@ def test_weight_bound_ceiling():
         assert model_figures(app, acc).tops <= ceiling
 
 
+def test_lstm1_fetches_whole_tiles():
+    lstm1 = next(a for a in OTHERS if a.name == "LSTM1")
+    # Its 600 x 600 matrix takes 3 x 3 tiles of 256 x 256 (the paper's "9 steps"): 360,000 of
+    # 589,824 weights useful, the share Table 3 measured on its active cycles (6.3 / 10.5).
+    assert fetched_shape(lstm1, 600, 600) == (768, 768)
+    assert abs(600 * 600 / 768**2 - lstm1.useful / lstm1.array_active) < 0.02
+    # Fetching 9 x 64 KiB a matrix at 34 GB/s (by hand: 2 x 96 x 360,000 ops in 9 x 65,536
+    # bytes / 34 GB/s) bounds its FC layers at 3.98 TOPS; weights as stored would allow 6.53.
+    f = model_figures(lstm1)
+    fc_tops = f.tops / (1 - f.vector / 100)
+    assert 0.9 * 3.98 < fc_tops <= 3.98, fc_tops
+    # Its 19 vector layers, each 3 multiplies, an add and a tanh over 96 x 600 elements on the
+    # preset's 256 lanes, at 1 cycle an element for the first four and 8 for tanh (vector.h's
+    # rational approximation): 19 x (4 + 8) x 57,600 / 256 = 51,300 cycles, by hand.
+    assert round(f.vector / 100 * f.cycles) == 19 * 12 * 57_600 // 256
+
+
 @pytest.mark.parametrize("name", ["LSTM0", "CNN0"])
 def test_lstm0_and_cnn0_within_a_quarter(name):
     app = next(a for a in OTHERS if a.name == name)
@@ -52,3 +71,13 @@ def test_cnn0_needs_its_activations_on_chip():
     # 33 us of MACs (by hand: 2,888 x 2,048 bytes; 2,888 x 2,048 x 256 / 65,536 / 700 MHz).
     cnn0 = next(a for a in OTHERS if a.name == "CNN0")
     assert model_figures(cnn0, on_chip=False).tops < 0.25 * cnn0.tops
+
+
+def test_a_layer_delay_fitted_on_the_mlps_keeps_lstm0_and_cnn0_within_a_quarter():
+    delay = fit_layer_delay(("MLP0", "MLP1"))
+    # The MLPs alone ask for a delay: the model runs MLP0 7.5% fast, MLP1 0.8%.
+    assert delay > 0
+    for app, layers in ((OTHERS[0], 58), (OTHERS[2], 16)):
+        f = model_figures(app)
+        tops = f.tops * f.cycles / (f.cycles + delay * layers)
+        assert abs(tops / app.tops - 1) <= 0.25, (app.name, tops)

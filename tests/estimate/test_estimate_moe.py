@@ -251,3 +251,32 @@ def test_cli_ep_flag(tmp_path, capsys):
                     "--ep 3 is not combined with --tp", "--ep 3 must divide mixtral-8x7b's 8",
                     "--ep 3 must divide --batch 4", "--tp 2: mixtral-8x7b's experts are not"):
         assert problem in err, problem
+
+
+def test_a_unary_epilogue_is_charged_as_the_dense_plan_charges_it(monkeypatch):
+    # No built-in mixture model fuses an activation behind a GEMM (only bias adds), so one is
+    # given: the plan must charge a GELU behind the router as the runtime's EpilogueCall
+    # does (no second operand; before, a width's worth, which the cost model refuses), and a
+    # bias add with one value per column, as the dense plan charges GPT-2's.
+    import tenet_byoc.models.moe as moe
+
+    real = moe.moe_call_groups
+
+    def with_gelu(*args, **kwargs):
+        groups = real(*args, **kwargs)
+        for g in groups:
+            for name in g.epilogues:
+                if name.endswith("router"):
+                    g.epilogues[name] = ["add", "gelu_tanh"]
+        return groups
+
+    monkeypatch.setattr(moe, "moe_call_groups", with_gelu)
+    p = plan("gpt-oss-20b", Step.decode(10, 2))
+    router = next(c for c in p.calls if c.name.endswith("router"))
+    add, gelu = (c.call for c in p.calls if c.fused_with == router.name)
+    rows, width = 2, router.call.n  # a decode step of two sequences: two rows
+    assert (gelu.op, list(gelu.shape), gelu.operand_elements) == ("gelu_tanh", [rows, width], 0)
+    assert (add.op, list(add.shape), add.operand_elements) == ("add", [rows, width], width)
+    dense = plan("gpt2", Step.decode(10, 2))
+    fc = next(c.call for c in dense.calls if c.name == "h.0.mlp.c_fc.gelu_tanh")
+    assert fc.operand_elements == gelu.operand_elements

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tenet_byoc.models.configs import resolve_config
-from tenet_byoc.serving import cache_sizing, kv_bytes_per_token, weight_bytes
+from tenet_byoc.models.footprint import kv_bytes_per_token
+from tenet_byoc.serving import cache_sizing, weight_bytes
 
 # Llama-3-8B (config.json): 32 layers, hidden 4096, 32 heads, 8 KV heads of 128, MLP 14336,
 # vocabulary 128256, untied embeddings.

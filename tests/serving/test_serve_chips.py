@@ -9,7 +9,8 @@ from tenet_byoc.accelerators import resolve
 from tenet_byoc.plan import Step, StepSequence
 from tenet_byoc.serving import SchedulerConfig, TraceRequest, simulate
 from tenet_byoc.serving.cost import model_step_cost
-from tenet_byoc.serving.kv_cache import cache_sizing, kv_bytes_per_token, weight_bytes
+from tenet_byoc.models.footprint import kv_bytes_per_token
+from tenet_byoc.serving.kv_cache import cache_sizing, weight_bytes
 from tenet_byoc.system import Link, System
 
 # GPT-2 small: 12 layers of width 768, 12 heads of 64, 50257-token vocabulary.

@@ -60,7 +60,7 @@ def _accelerators(args, quick: bool = False) -> list:
 
 
 def _chosen_accelerators(args, quick: bool) -> list:
-    from ..accelerators import DEFAULT_PRESET
+    from ..accelerators import DEFAULT_PRESET, Accelerator
     from .sweep import DEFAULT_ACCELERATORS, QUICK
 
     if (args.tenet_p is None) != (args.tenet_m is None):
@@ -68,8 +68,6 @@ def _chosen_accelerators(args, quick: bool) -> list:
     chosen = args.accelerator
     if chosen is not None and not isinstance(chosen, list):
         chosen = [chosen]  # one preset name or design file's accelerator
-    from ..accelerators import Accelerator
-
     custom = ([] if args.tenet_p is None
               else [Accelerator.from_tenet_files(args.tenet_p, args.tenet_m)])
     if chosen is None:

@@ -147,7 +147,8 @@ def run_dse(args: argparse.Namespace) -> int:
     """The ``dse`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
 
     from ..dse import DesignSpace, PointResult, check_ray_address, explore
-    from ..estimate import _check_lengths, _config
+    from ..estimate import _check_lengths
+    from ..plan import model_config
     from .results import markdown_table, write_csv
 
     if (args.checkpoint is None) != (args.text is None):
@@ -157,7 +158,7 @@ def run_dse(args: argparse.Namespace) -> int:
     space = DesignSpace.from_file(args.space)
     if args.executor == "ray":
         check_ray_address(args.ray_address)
-    _check_lengths(_config(args.model), args.prompt_len, args.prompt_len, args.decode_steps,
+    _check_lengths(model_config(args.model), args.prompt_len, args.prompt_len, args.decode_steps,
                    args.batch)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .results import markdown_table, si, write_csv
+from .serving import phase_latency_us
 
 if TYPE_CHECKING:  # the ledger module imports TVM; `tenet-byoc --help` must not wait for it
     from ..ledger import Ledger
@@ -45,14 +46,11 @@ def phase_figures(ledger: Ledger, scheme: str, prompt_len: int, decode_steps: in
     energy is the calls' plus ``static_w`` (every chip's, :func:`tenet_byoc.area.static_watts`)
     over the phase's time, as dse charges it."""
     out = []
-    for phase, t in ledger.group_by("phase").items():
+    phases = ledger.group_by("phase")
+    for phase, latency_us in phase_latency_us(ledger, phases).items():
+        t = phases[phase]
         tokens = prompt_len if phase == "prefill" else decode_steps
         per = 1 if phase == "prefill" else decode_steps  # TTFT is the whole prefill
-        # On several chips a phase takes its critical path, not the sum of every chip's work.
-        from ..system import SystemLedger
-
-        latency_us = (ledger.latency_s(phase) * 1e6 if isinstance(ledger, SystemLedger)
-                      else t.latency_us)
         latency_ms = latency_us / 1e3 / per
         static_mj = static_w * latency_us / 1e3 / (tokens * batch)  # W x ms = mJ
         out.append(PhaseFigures(
@@ -142,12 +140,11 @@ def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint
             # one unit for the quantity in the whole figure (J once a panel reaches 1,000 mJ)
             scale, ylabel = panel_unit(metric, [getattr(p, metric)
                                                 for p in [*by_context, *by_batch]])
-            for scheme in dict.fromkeys(p.scheme for p in points):
+            for i, scheme in enumerate(dict.fromkeys(p.scheme for p in points)):
                 mine = [p for p in points if p.scheme == scheme]
                 ax.plot([getattr(p, key) for p in mine],
-                        [scale * getattr(p, metric) for p in mine],
-                        marker="os^Dv"[list(dict.fromkeys(q.scheme for q in points))
-                                       .index(scheme) % 5], label=scheme)
+                        [scale * getattr(p, metric) for p in mine], marker="os^Dv"[i % 5],
+                        label=scheme)
             label_axes(ax, [getattr(p, key) for p in points],
                        [scale * getattr(p, metric) for p in points], label if row else "",
                        ylabel, swept=True)
@@ -180,12 +177,13 @@ def _system(args: argparse.Namespace) -> System | None:
     Every bad length and multi-chip flag is reported at once, in one ``ValueError`` naming
     the flags.
     """
-    from ..estimate import _check_lengths, _config
+    from ..estimate import _check_lengths
+    from ..plan import model_config
 
     problems = []
     context_len = args.prompt_len if args.context_len is None else args.context_len
     try:  # the lengths against the model's context, beside the chips' problems
-        _check_lengths(_config(args.model), args.prompt_len, context_len, args.decode_steps,
+        _check_lengths(model_config(args.model), args.prompt_len, context_len, args.decode_steps,
                        args.batch)
     except ValueError as err:
         text = str(err)

@@ -276,7 +276,7 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
         accelerator.
     """
     from ..accelerators import resolve
-    from ..estimate import _context
+    from ..plan import context_limit
     from ..models.checkpoint import read_config
     from ..models.configs import config_from_dict
     from ..quantization import get_scheme
@@ -300,7 +300,7 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
         config = config_from_dict(values, name=os.path.basename(os.path.normpath(folder)))
     except (TypeError, ValueError) as err:
         raise type(err)(f"{os.path.join(folder, 'config.json')!r}: {err}") from None
-    context, _ = _context(config)
+    context, _ = context_limit(config)
     if window is not None and window > context:
         raise ValueError(f"window={window} is longer than the model's context ({context} "
                          f"tokens, config.json of {folder!r})")

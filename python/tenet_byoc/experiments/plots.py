@@ -64,14 +64,14 @@ def spans_decades(values: Sequence[float], ratio: float = LOG_SPAN) -> bool:
 
 
 def scale_axis(ax, axis: str, values: Sequence[float], *, ticks: Sequence[float] | None = None,
-               bars: bool = False, ratio: float = LOG_SPAN) -> str:
-    """Set one axis of a line or point plot: log only when ``values`` span ``ratio`` (two
-    decades by default; a swept variable's powers of two may take 8), never for bars, with
-    plain numbers as tick labels (``ticks``, e.g. the swept values, or the axis's own); a
-    linear value axis starts at zero. Returns the scale set."""
+               ratio: float = LOG_SPAN) -> str:
+    """Set one axis of a line or point plot (bars keep matplotlib's linear axis): log only
+    when ``values`` span ``ratio`` (two decades by default; a swept variable's powers of two
+    may take 8), with plain numbers as tick labels (``ticks``, e.g. the swept values, or the
+    axis's own); a linear value axis starts at zero. Returns the scale set."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    log = not bars and spans_decades(values, ratio)
+    log = spans_decades(values, ratio)
     setter = ax.set_xscale if axis == "x" else ax.set_yscale
     target = ax.xaxis if axis == "x" else ax.yaxis
     setter("log" if log else "linear")

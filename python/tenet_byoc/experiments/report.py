@@ -65,8 +65,8 @@ _LABELS = {
     "requests_per_s": "requests/s", "ttft_ms_mean": "TTFT mean (ms)",
     "ttft_ms_max": "TTFT worst (ms)", "tpot_ms_mean": "TPOT mean (ms)",
     "tpot_ms_max": "TPOT worst (ms)", "padded_share": "padded slots (0-1)",
-    "ttft_ms_p50": "TTFT p50 (ms)", "ttft_ms_p90": "TTFT p90 (ms)", "ttft_ms_p99": "TTFT p99 (ms)",
-    "tpot_ms_p50": "TPOT p50 (ms)", "tpot_ms_p90": "TPOT p90 (ms)", "tpot_ms_p99": "TPOT p99 (ms)",
+    **{f"{m}_ms_{q}": f"{m.upper()} {q} (ms)" for m in ("ttft", "tpot")
+       for q in ("p50", "p90", "p99")},
     "e2e_ms_p90": "end-to-end p90 (ms)", "goodput_rps": "goodput (req/s)",
     "batch_mean": "mean batch", "batch_max": "max batch", "kv_use_mean": "mean KV use (0-1)",
     "kv_tokens": "KV cache (tokens)", "max_rate": "max rate at targets (req/s)",
@@ -599,20 +599,18 @@ def _dse_section(points: _Csv) -> _Section:
             off = [r for r in mine if front not in str(r.get("fronts") or "").split(";")]
             shown = off[::math.ceil(len(off) / _DSE_CLOUD)] if len(off) > _DSE_CLOUD else off
             color = _COLORS[i % len(_COLORS)]
-            hover = "%{text}<extra>%{fullData.name}</extra>"
             name = str(scheme) + (f" ({len(shown):,} of {len(off):,} shown)"
                                   if len(shown) < len(off) else "")
-            data.append({"type": "scatter", "mode": "markers", "name": name,
-                         "legendgroup": str(scheme), "x": [r["area_mm2"] for r in shown],
-                         "y": [r[metric] for r in shown],
-                         "text": [_design(r) for r in shown], "hovertemplate": hover,
-                         "marker": {"size": 5, "opacity": 0.3, "color": color}})
-            data.append({"type": "scatter", "mode": "lines+markers",
-                         "name": f"{scheme}: front", "legendgroup": str(scheme),
-                         "x": [r["area_mm2"] for r in on], "y": [r[metric] for r in on],
-                         "text": [_design(r) for r in on], "hovertemplate": hover,
-                         "line": {"shape": "hv", "color": color},
-                         "marker": {"size": 8, "color": color}})
+            for rows, trace in (
+                    (shown, {"mode": "markers", "name": name,
+                             "marker": {"size": 5, "opacity": 0.3, "color": color}}),
+                    (on, {"mode": "lines+markers", "name": f"{scheme}: front",
+                          "line": {"shape": "hv", "color": color},
+                          "marker": {"size": 8, "color": color}})):
+                data.append({"type": "scatter", "legendgroup": str(scheme), **trace,
+                             "x": [r["area_mm2"] for r in rows], "y": [r[metric] for r in rows],
+                             "text": [_design(r) for r in rows],
+                             "hovertemplate": "%{text}<extra>%{fullData.name}</extra>"})
         sec.parts.append(_Figure(f"dse-{front}", data, _layout(
             f"{label} vs area: each scheme's Pareto front", "area (mm²)", label, xlog=True,
             ylog=True)))
@@ -764,9 +762,8 @@ def _header(folder: Path, manifest: dict | None, notes: list[str],
         rows.append(("run", (f"no <code>{MANIFEST}</code> in this folder (older tenet-byoc): "
                              "the command line, accelerators and CPU are unknown")))
     else:
-        rows.append(("command line", f"<code>{e(manifest.get('command_line', ''))}</code>"))
-        rows.append(("models", e(", ".join(map(str, manifest.get("models", []))))))
-        rows.append(("schemes", e(", ".join(map(str, manifest.get("schemes", []))))))
+        rows += [("command line", f"<code>{e(manifest.get('command_line', ''))}</code>"),
+                 *((k, e(", ".join(map(str, manifest.get(k, []))))) for k in ("models", "schemes"))]
         system = manifest.get("system")
         if isinstance(system, dict) and system.get("chips", 1) != 1:
             link = system.get("link") or {}
@@ -788,14 +785,13 @@ def _header(folder: Path, manifest: dict | None, notes: list[str],
         if accs:  # dse's designs and serve's chip are named in their sections
             rows.append(("accelerators", "".join(accs)))
         cpu = manifest.get("cpu", {})
-        rows.append(("CPU", e(", ".join(f"{k} {v}" for k, v in cpu.items())
-                              + f"; {manifest.get('platform', '')}")))
-        rows.append(("versions", e(", ".join(f"{k} {v}" for k, v in
-                                            manifest.get("versions", {}).items()))))
-        rows.append(("date", e(str(manifest.get("date", "")))))
-    rows.append(("folder", f"<code>{e(str(folder))}</code>: " + e(", ".join(found))))
-    for note in notes:
-        rows.append(("note", e(note)))
+        rows += [("CPU", e(", ".join(f"{k} {v}" for k, v in cpu.items())
+                           + f"; {manifest.get('platform', '')}")),
+                 ("versions", e(", ".join(f"{k} {v}" for k, v in
+                                          manifest.get("versions", {}).items()))),
+                 ("date", e(str(manifest.get("date", ""))))]
+    rows += [("folder", f"<code>{e(str(folder))}</code>: " + e(", ".join(found))),
+             *(("note", e(note)) for note in notes)]
     return "<table class='head'>" + "".join(
         f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
 

@@ -226,10 +226,9 @@ def plot_latency_vs_load(served: Sequence[Any], path: Path, ttft_ms: float | Non
         for i, s in enumerate(served):
             pts = _points(s)
             for q, style in styles.items():
-                xs += [r for r, _ in pts]
-                ys += [getattr(m, f"{metric}_ms_p{q}") for _, m in pts]
-                ax.plot([r for r, _ in pts], [getattr(m, f"{metric}_ms_p{q}") for _, m in pts],
-                        linestyle=style, marker="o", markersize=3, color=f"C{i}",
+                x, y = [r for r, _ in pts], [getattr(m, f"{metric}_ms_p{q}") for _, m in pts]
+                xs, ys = xs + x, ys + y
+                ax.plot(x, y, linestyle=style, marker="o", markersize=3, color=f"C{i}",
                         label=f"{s.scheme} p{q}")
             if s.search is not None and s.search.rate is not None:
                 ax.axvline(s.search.rate, color=f"C{i}", alpha=0.4)

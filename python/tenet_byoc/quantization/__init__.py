@@ -81,16 +81,14 @@ def quantize(mod: tvm.IRModule, scheme: str | QuantScheme, calibration: Sequence
 
     Raises
     ------
-    TypeError
-        If ``mod`` is not an IRModule.
     ValueError
         For an unknown scheme or bad spec, a module already quantized, a linear layer whose
         weight is a function parameter rather than a constant, a weight with NaN or infinite
         values or whose scales its scale dtype cannot hold (named), or calibration inputs
         with NaN or inf, or that leave a layer's input all zeros.
     TypeError
-        For a ``scheme`` that is not a str or QuantScheme, or ``calibration`` that is not a
-        list of arrays (or of tuples of arrays).
+        For a ``mod`` that is not an IRModule, a ``scheme`` that is not a str or
+        QuantScheme, or ``calibration`` that is not a list of arrays (or of tuples of arrays).
     """
     if not isinstance(mod, tvm.IRModule):
         raise TypeError(f"quantize takes a tvm.IRModule, got {type(mod).__name__}")

@@ -179,11 +179,9 @@ def weight_codes(w: np.ndarray, scheme: QuantScheme,
         amax = np.concatenate([np.abs(b).max(axis=2, keepdims=True)
                                for b in _row_blocks(grouped)])
     fmt = FLOAT_FORMATS.get(s.weight_format)
-    if s.scale_dtype == "e8m0":
-        if fmt is not None:
-            scale = _pow2_floor_log2(amax, fmt.max_exponent, s, name)
-        else:  # MX int: the elements are fixed point 1.(b-2), emax_elem 0
-            scale = _pow2_floor_log2(amax, 0, s, name, shift=s.weight_bits - 2)
+    if s.scale_dtype == "e8m0":  # MX int elements are fixed point 1.(b-2), emax_elem 0
+        scale = (_pow2_floor_log2(amax, fmt.max_exponent, s, name) if fmt is not None
+                 else _pow2_floor_log2(amax, 0, s, name, shift=s.weight_bits - 2))
     elif fmt is not None:
         scale = _round_scale(amax, fmt.max_value, s, name)
     elif s.weight_format == "uint":
@@ -278,40 +276,30 @@ def _f32(value: float) -> GenericConst:
     return _const(value, "float32")
 
 
-class _Graph:
-    """Emits the elementwise arithmetic of activation quantization."""
+def _floor_log2(bb: relax.BlockBuilder, a):
+    """floor(log2(a)) for a > 0, exact: log's estimate corrected by exact powers of 2."""
+    op = relax.op
+    e = bb.emit(op.floor(bb.emit(op.divide(bb.emit(op.log(a)), _f32(math.log(2.0))))))
+    up = bb.emit(op.astype(op.less_equal(bb.emit(op.power(_f32(2.0), op.add(e, _f32(1.0)))),
+                                         a), "float32"))
+    e = bb.emit(op.add(e, up))
+    down = bb.emit(op.astype(op.greater(bb.emit(op.power(_f32(2.0), e)), a), "float32"))
+    return bb.emit(op.subtract(e, down))
 
-    def __init__(self, bb: relax.BlockBuilder):
-        self.bb = bb
 
-    def emit(self, expr):
-        return self.bb.emit(expr)
-
-    def floor_log2(self, a):
-        """floor(log2(a)) for a > 0, exact: log's estimate corrected by exact powers of 2."""
-        op = relax.op
-        e = self.emit(op.floor(self.emit(op.divide(self.emit(op.log(a)),
-                                                   _f32(math.log(2.0))))))
-        up = self.emit(op.astype(op.less_equal(self.emit(op.power(_f32(2.0),
-                                                                 op.add(e, _f32(1.0)))), a),
-                                 "float32"))
-        e = self.emit(op.add(e, up))
-        down = self.emit(op.astype(op.greater(self.emit(op.power(_f32(2.0), e)), a), "float32"))
-        return self.emit(op.subtract(e, down))
-
-    def round_to_format(self, v, fmt: FloatFormat):
-        """v (already within +-max) rounded to nearest-even in the format, subnormals too."""
-        op = relax.op
-        a = self.emit(op.maximum(self.emit(op.abs(v)), _f32(2.0 ** -126)))
-        e = self.emit(op.maximum(self.floor_log2(a), _f32(fmt.min_exponent)))
-        ulp = self.emit(op.power(_f32(2.0), op.subtract(e, _f32(fmt.mantissa_bits))))
-        r = self.emit(op.multiply(self.emit(op.round(self.emit(op.divide(v, ulp)))), ulp))
-        return self.emit(op.clip(r, -fmt.max_value, fmt.max_value))
+def _round_to_format(bb: relax.BlockBuilder, v, fmt: FloatFormat):
+    """v (already within +-max) rounded to nearest-even in the format, subnormals too."""
+    op = relax.op
+    a = bb.emit(op.maximum(bb.emit(op.abs(v)), _f32(2.0 ** -126)))
+    e = bb.emit(op.maximum(_floor_log2(bb, a), _f32(fmt.min_exponent)))
+    ulp = bb.emit(op.power(_f32(2.0), op.subtract(e, _f32(fmt.mantissa_bits))))
+    r = bb.emit(op.multiply(bb.emit(op.round(bb.emit(op.divide(v, ulp)))), ulp))
+    return bb.emit(op.clip(r, -fmt.max_value, fmt.max_value))
 
 
 def _fake_quant_activation(bb: relax.BlockBuilder, x, s: QuantScheme, static_scale):
     """x rounded as the scheme stores activations, back in float32 (exact emulation)."""
-    op, g = relax.op, _Graph(bb)
+    op = relax.op
     gran = s.activation_granularity
     shape = list(x.ty.shape.values)  # leading dims may be symbolic (a sequence length)
     k = int(shape[-1])
@@ -328,7 +316,7 @@ def _fake_quant_activation(bb: relax.BlockBuilder, x, s: QuantScheme, static_sca
         if s.scale_dtype == "e8m0":
             emax = fmt.max_exponent if fmt else 0
             safe = bb.emit(op.maximum(amax, _f32(2.0 ** -126)))
-            exp = bb.emit(op.subtract(g.floor_log2(safe), _f32(emax)))
+            exp = bb.emit(op.subtract(_floor_log2(bb, safe), _f32(emax)))
             scale = bb.emit(op.power(_f32(2.0), exp))
             if fmt is None:
                 scale = bb.emit(op.divide(scale, _f32(2.0 ** (s.activation_bits - 2))))
@@ -337,7 +325,7 @@ def _fake_quant_activation(bb: relax.BlockBuilder, x, s: QuantScheme, static_sca
             scale = bb.emit(op.divide(bb.emit(op.maximum(amax, _f32(1e-12))), _f32(top)))
     if fmt is not None:
         v = bb.emit(op.clip(bb.emit(op.divide(xs, scale)), -fmt.max_value, fmt.max_value))
-        q = g.round_to_format(v, fmt)
+        q = _round_to_format(bb, v, fmt)
     else:
         qmin, qmax = int_range(s.activation_bits)
         q = bb.emit(op.clip(bb.emit(op.round(bb.emit(op.divide(xs, scale)))), qmin, qmax))

@@ -125,11 +125,9 @@ class _LinearQuantizer(relax.PyExprMutator):
         #: reads the float32 weight of a linear layer whose weight is a function parameter,
         #: by the parameter's name (see quantize's ``weights``)
         self.weights = weights
-        #: the names of the parameters whose weights were read through ``weights``
+        #: the names of the parameters whose weights were read through ``weights``: a second
+        #: function using one (GPT-2's decode after prefill) finds its stored forms made
         self.streamed: set[str] = set()
-        # Which stored forms (_once) each streamed weight has, so that a second function
-        # using it (GPT-2's decode after prefill) does not read it again.
-        self._made: dict[object, set[str]] = {}
         self.rewritten = 0
         self.params: set[relax.Var] = set()
         #: layer index -> calibrated per-hidden-channel max-abs of its input (static schemes)
@@ -144,7 +142,7 @@ class _LinearQuantizer(relax.PyExprMutator):
         self.kv_writes: set = set()  # bindings of new keys / values (KV schemes)
         # The functions of a module (GPT-2's prefill and decode) share their weight tensors:
         # each weight's stored form is computed once and its constants shared (see _once).
-        self._weight_key: int | None = None
+        self._weight_key: int | tuple[str, str] | None = None
         self._stored: dict[tuple[int, str], object] = {}
 
     def _binding_of(self, expr: relax.Expr) -> relax.Expr:
@@ -231,14 +229,13 @@ class _LinearQuantizer(relax.PyExprMutator):
         layer's calibration changes the weight (SmoothQuant), which reads it whole.
         """
         name = weight.name
-        self._weight_key = ("param", name)
+        self._weight_key = ("param", name)  # a streamed weight's key: see _once
+        made = name in self.streamed
         self.streamed.add(name)
         smoothing = self.scheme.smoothing and self.ranges is not None
-        made = self._weight_key in self._made
         if not smoothing and (made or any(k[0] == self._weight_key and k[2] == self._storage
                                           for k in self.reuse)):
             # Its stored forms are made (by this pass, or by the earlier one in reuse).
-            self._made.setdefault(self._weight_key, set())
             return np.broadcast_to(np.float32(0.0), shape)
         w = np.asarray(self.weights(name))
         if w.dtype != np.float32 or list(w.shape) != shape:
@@ -246,12 +243,11 @@ class _LinearQuantizer(relax.PyExprMutator):
                 f"quantize({self.scheme.name}): weights({name!r}) gave a {w.dtype} array of "
                 f"shape {list(w.shape)}; {self.where} takes float32 of shape {shape}"
             )
-        self._made.setdefault(self._weight_key, set())
         return w
 
     def stored_streamed(self) -> dict:
         """The stored forms of the weights read through ``weights`` (for ``reuse``)."""
-        return {k: v for k, v in self._stored.items() if k[0] in self._made}
+        return {k: v for k, v in self._stored.items() if isinstance(k[0], tuple)}
 
     def _once(self, what: str, make):
         """``make()`` for the weight being rewritten, made once per weight tensor."""
@@ -259,11 +255,9 @@ class _LinearQuantizer(relax.PyExprMutator):
             return make()
         key = (self._weight_key, what, self._storage)
         if key not in self._stored:
-            if self._weight_key in self._made:
-                self._made[self._weight_key].add(what)
-            # Only a streamed weight's (keyed by its parameter's name): a constant's key is
-            # its tensor's address, which a later tensor may reuse.
-            streamed = self._weight_key in self._made
+            # Only a streamed weight's (keyed ("param", its parameter's name)) is reused: a
+            # constant's key is its tensor's address, which a later tensor may reuse.
+            streamed = isinstance(self._weight_key, tuple)
             self._stored[key] = (self.reuse[key] if streamed and key in self.reuse
                                  else make())
         return self._stored[key]

@@ -63,13 +63,6 @@ _FIELD_TYPES = {"int": (numbers.Integral, "an int", int), "str": (str, "a str", 
                 "float": (numbers.Real, "a number in [0, 1]", float)}
 
 
-def _group_size_matches(field: str, size: int, granularity: str, what: str) -> None:
-    """Refuse a group size set without group granularity, or group granularity without one."""
-    if (granularity == "group") != (size > 0):
-        raise ValueError(
-            f"QuantScheme.{field}={size} must be > 0 exactly for group-wise {what}"
-        )
-
 def _choice(field: str, value, accepted) -> None:
     if value not in accepted:
         raise ValueError(f"QuantScheme.{field}={value!r}; expected one of {tuple(accepted)}")
@@ -165,7 +158,6 @@ class QuantScheme:
                 f"QuantScheme {self.name!r}: kv_granularity={self.kv_granularity!r} with "
                 f"kv_bits={self.kv_bits}; 'none' exactly for a float (32 or 16 bit) cache"
             )
-        _group_size_matches("kv_group", self.kv_group, self.kv_granularity, "KV scales")
         for op, fmt, bits, gran in (
             ("weight", self.weight_format, self.weight_bits, self.weight_granularity),
             ("activation", self.activation_format, self.activation_bits,
@@ -186,20 +178,23 @@ class QuantScheme:
                     f"QuantScheme {self.name!r}: {op}_granularity={gran!r} with a "
                     f"{fmt} {op}; 'none' exactly for float {op}s"
                 )
-        _group_size_matches("group_size", self.group_size, self.weight_granularity, "weights")
-        _group_size_matches("activation_group", self.activation_group,
-                            self.activation_granularity, "activations")
-        for field, bound in (("group_size", MAX_GROUP), ("activation_group", MAX_GROUP),
-                             ("kv_group", MAX_KV_GROUP)):
-            if getattr(self, field) < 0:
-                raise ValueError(f"QuantScheme.{field}={getattr(self, field)}; expected 0 "
+        for field, gran, what, bound in (
+                ("group_size", self.weight_granularity, "weights", MAX_GROUP),
+                ("activation_group", self.activation_granularity, "activations", MAX_GROUP),
+                ("kv_group", self.kv_granularity, "KV scales", MAX_KV_GROUP)):
+            size = getattr(self, field)  # exactly with group granularity, 1 to the bound
+            if (gran == "group") != (size > 0):
+                raise ValueError(f"QuantScheme.{field}={size} must be > 0 "
+                                 f"exactly for group-wise {what}")
+            if size < 0:
+                raise ValueError(f"QuantScheme.{field}={size}; expected 0 "
                                  f"(no groups) or a group of 1 to {bound} channels")
-            if getattr(self, field) > bound:
+            if size > bound:
                 why = ("a KV group lies within one head's channels" if field == "kv_group" else
                        "a group beyond K only pads K with zeros (one scale per row is "
                        "'channel' granularity)")
                 raise ValueError(
-                    f"QuantScheme {self.name!r}: {field}={getattr(self, field)} is above the "
+                    f"QuantScheme {self.name!r}: {field}={size} is above the "
                     f"largest group, {bound}; {why}"
                 )
         if self.kv_group & (self.kv_group - 1):
@@ -284,10 +279,6 @@ class QuantScheme:
                 and (not self.smoothing or self.activation_static)):
             return "int8"
         return "emulated"
-
-    @property
-    def emulated(self) -> bool:
-        return self.kernel == "emulated"
 
     def bits(self) -> tuple[int, int, int]:
         """Element widths charged for A, B and C (quantized outputs are 16-bit)."""

@@ -9,7 +9,7 @@ of a batch starts and ends together) stays in :mod:`tenet_byoc.experiments.servi
 
 from .cost import CachedStepCost, SplitStepCost, as_step_cost
 from .disaggregated import DisaggregatedRun, kv_transfer_seconds, simulate_disaggregated
-from .kv_cache import CacheSizing, PagedKVCache, cache_sizing, kv_bytes_per_token, weight_bytes
+from .kv_cache import CacheSizing, PagedKVCache, cache_sizing, weight_bytes
 from .metrics import ServingMetrics, request_latencies, serving_metrics
 from .requests import (
     SHAREGPT_LIKE,
@@ -28,6 +28,6 @@ __all__ = [
     "FixedLengths", "kv_transfer_seconds", "simulate_disaggregated",
     "LognormalLengths", "PagedKVCache", "Scheduler", "SchedulerConfig", "ServingMetrics",
     "ServingRun", "SplitStepCost", "TraceRequest", "as_step_cost", "cache_sizing",
-    "kv_bytes_per_token", "poisson_trace", "read_trace", "request_latencies",
+    "poisson_trace", "read_trace", "request_latencies",
     "serving_metrics", "simulate", "weight_bytes", "write_trace",
 ]

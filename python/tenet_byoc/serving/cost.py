@@ -320,8 +320,9 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     from ..compose import compose
     from ..estimate import Charges
     from ..accelerators import resolve
-    from ..plan import (BEFORE_LAYERS, Plan, Sharding, check_tensor_parallel, model_config,
-                        plan, stage_layers)
+    from ..plan import (BEFORE_LAYERS, Plan, Sharding, check_tensor_parallel, context_limit,
+                        hand_overs, model_config, plan, stage_layers)
+    from ..quantization import get_scheme
 
     config = model_config(model)
     tp = pp = 1
@@ -419,16 +420,14 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         # The plan's hand-over of this many tokens' activations between two stages.
         if pp == 1:
             return 0.0
-        p = plan(config, Step.prefill(tokens), scheme, Sharding(tp, 2, 1))
-        return (pp - 1) * sum(charges.cost(pc)[0] for pc in p.written
-                              if pc.unit == "link" and pc.call.kind == "p2p")
+        return (pp - 1) * charges.cost(hand_overs(config, tokens, get_scheme(scheme), 2)[0])[0]
 
     def dense(tokens: int) -> float:
         cache = sum(cm.charge_vector(c, acc).latency_us
                     for c in kv_cache_calls(config, scheme, tokens, tp))
         return prefill(tokens, False) + n_layers * cache * 1e-6 + handovers(tokens)
 
-    limit = getattr(config, "n_positions", None) or config.max_position_embeddings
+    limit = context_limit(config)[0]
 
     def attention(new: int, context: int) -> float:
         # A context rounded up to the granularity stops at what the model can hold.

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CacheSizing", "PagedKVCache", "cache_sizing", "kv_bytes_per_token", "weight_bytes"]
+__all__ = ["CacheSizing", "PagedKVCache", "cache_sizing", "weight_bytes"]
 
 
 def _layers_heads_dim(config: Any) -> tuple[int, int, int]:
@@ -39,14 +39,6 @@ def _layers_heads_dim(config: Any) -> tuple[int, int, int]:
         raise ValueError(f"{config.name}: serving's KV cache of multi-head latent "
                          "attention (one compressed latent a token) is not modelled")
     return s["layers"], s["kv"], s["k_width"]
-
-
-def kv_bytes_per_token(config: Any, scheme: Any, tp: int = 1, pp: int = 1) -> float:
-    """Bytes one token's keys and values take in a chip's cache under ``scheme``:
-    :func:`tenet_byoc.models.footprint.kv_bytes_per_token`."""
-    from ..models.footprint import kv_bytes_per_token as count
-
-    return count(config, scheme, tp, pp)
 
 
 def weight_bytes(config: Any, scheme: Any) -> float:
@@ -94,6 +86,7 @@ def cache_sizing(config: Any, scheme: Any, memory_bytes: float, block_size: int 
         raise ValueError(f"utilization={utilization!r} must be in (0, 1]")
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size={block_size!r} must be an integer >= 1")
+    from ..models.footprint import kv_bytes_per_token
     from ..models.footprint import weight_bytes as count
 
     tp, pp = (1, 1) if system is None else (system.tensor_parallel, system.pipeline_parallel)

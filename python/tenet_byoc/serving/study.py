@@ -104,14 +104,14 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
         For neither or both of ``trace`` and ``rate``, no memory size, a scheme whose weights
         do not fit, or a request longer than the cache or the model's context.
     """
-    from ..estimate import _config, _context
+    from ..plan import context_limit, model_config
     from .cost import model_step_cost
 
     if (trace is None) == (rate is None):
         raise ValueError("give either trace= (a list of requests) or rate= (Poisson arrivals)")
     if not schemes:
         raise ValueError("schemes is empty: name at least one quantization scheme")
-    config = _config(model)
+    config = model_config(model)
     memory = memory_bytes if memory_bytes is not None else memory_bytes_of(accelerator)
     if memory is None:
         name = getattr(accelerator, "name", accelerator)
@@ -119,7 +119,7 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
                          "(--memory-gb)")
     requests_list = list(trace) if trace is not None else poisson_trace(rate, requests, lengths,
                                                                         seed)
-    limit, field = _context(config)
+    limit, field = context_limit(config)
     for i, r in enumerate(requests_list):
         if r.prompt_tokens + r.output_tokens - 1 > limit:
             raise ValueError(f"request {i} (prompt {r.prompt_tokens}, output "
@@ -132,7 +132,7 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
     for scheme in schemes:
         if pools is not None:
             from .disaggregated import kv_transfer_seconds, simulate_disaggregated
-            from .kv_cache import kv_bytes_per_token
+            from ..models.footprint import kv_bytes_per_token
 
             first, second = pools
             sizing = cache_sizing(config, scheme, memory, block_size, utilization, second)
