@@ -11,7 +11,8 @@ path over stages: the first micro-batch through every stage and hand-over, then 
 stage for each other micro-batch (GPipe's ``(stages + micro_batches - 1) x`` the slowest
 stage when the stages are equal). Energy is the sum over every call on every chip.
 
-:func:`chain_cycles` is the chain (``ledger.step_cycles`` applies it to ledger entries);
+:func:`chain_cycles` is the chain (``ledger.step_cycles`` applies it to ledger entries and
+``LedgerColumns.totals`` to a ledger's columns, each group its own chain);
 :func:`compose` applies it to a :class:`tenet_byoc.plan.Plan` with a charge per call, which
 is how ``estimate``, ``dse`` and serving all time a step.
 
@@ -20,45 +21,62 @@ Thread safety: functions keep no state. Errors: a bad schedule raises ``ValueErr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 __all__ = ["StepCost", "chain_cycles", "compose"]
 
 _SCHEDULES = ("pipelined", "serial")
 
 
-def chain_cycles(items: Iterable[tuple[str, bool, float, int]]) -> float:
-    """Cycles of calls run in order on one chip, by the module's rule.
+def chain_cycles(gemm: Sequence[bool], hides: Sequence[bool], cycles: Sequence[float],
+                 count: Sequence[int] | int = 1, groups: np.ndarray | None = None,
+                 n_groups: int = 1) -> list:
+    """Cycles of each group's calls run in order on one chip, by the module's rule.
 
     Parameters
     ----------
-    items : iterable of (unit, hides, cycles, count)
-        Each call's unit ("array", "vector", "link"), whether it is a fused epilogue that
-        hides behind the GEMM before it (fused and ``pipelined``), its cycles, and how many
-        times it (with the epilogues after it) runs. A hidden epilogue's count is its GEMM's.
+    gemm, hides, cycles : sequences, one item per call
+        Whether the call is an array (GEMM) call; whether it is a fused epilogue that hides
+        behind the GEMM before it (fused and ``pipelined``); its cycles.
+    count : sequence of int or int
+        How many times each call (with the epilogues after it) runs; a hidden epilogue's
+        count is its GEMM's.
+    groups : array of int, optional
+        Each call's chain (0 .. n_groups-1), calls of one chain in order; None: one chain.
+    n_groups : int
+        How many chains.
 
     Returns
     -------
-    float
-        The sum; an int when every ``cycles`` is an int.
+    list
+        Each chain's sum; ints when every ``cycles`` is an int.
     """
-    total, gemm, hidden, times = 0, None, 0, 0
-    for unit, hides, cycles, count in items:
-        if hides and gemm is not None:
-            hidden += cycles
-            continue
-        if gemm is not None:
-            total += times * max(gemm, hidden)
-            gemm, hidden = None, 0
-        if unit == "array":
-            gemm, times = cycles, count
-        else:
-            total += count * cycles
-    if gemm is not None:
-        total += times * max(gemm, hidden)
-    return total
+    cyc = np.asarray(cycles)
+    n = len(cyc)
+    if not n:
+        return [0] * n_groups
+    g = np.zeros(n, dtype=np.int64) if groups is None else np.asarray(groups)
+    order = np.argsort(g, kind="stable")
+    g, cyc = g[order], cyc[order]
+    gemm, hides = np.asarray(gemm, dtype=bool)[order], np.asarray(hides, dtype=bool)[order]
+    times = np.broadcast_to(count, (n,))[order]
+    lead = ~hides
+    lead[0] = True
+    lead[1:] |= g[1:] != g[:-1]
+    # An epilogue hides only behind a GEMM (and the epilogues hidden after it) of its chain;
+    # behind any other call it adds as that call does.
+    lead |= ~gemm[np.maximum.accumulate(np.where(lead, np.arange(n), 0))]
+    heads = np.flatnonzero(lead)
+    head = cyc[heads]
+    hidden = np.add.reduceat(np.where(lead, 0, cyc), heads)
+    part = times[heads] * np.where(gemm[heads], np.maximum(head, hidden), head)
+    total = np.zeros(n_groups, dtype=part.dtype)
+    np.add.at(total, g[heads], part)  # in call order, as a loop adds
+    return total.tolist()
 
 
 @dataclass(frozen=True)
@@ -97,7 +115,7 @@ def compose(plan: Any, cost: Callable[[Any], tuple[float, float]],
         raise ValueError(f"schedule must be 'pipelined' or 'serial', got {schedule!r}")
     pipelined = schedule == "pipelined"
     stages = plan.pipeline_parallel
-    chains: list[list[tuple[str, bool, float, int]]] = [[] for _ in range(stages)]
+    chain: list[tuple[bool, bool, float, int, int]] = []  # (gemm, hides, time, count, stage)
     links = [0.0] * stages
     p2p = p2p_all = 0.0
     energy = 0.0
@@ -111,8 +129,11 @@ def compose(plan: Any, cost: Callable[[Any], tuple[float, float]],
             else:
                 links[pc.stage] += pc.count * time
             continue
-        chains[pc.stage].append((pc.unit, pipelined and bool(pc.fused_with), time, pc.count))
-    cycles = tuple(chain_cycles(c) for c in chains)
+        chain.append((pc.unit == "array", pipelined and bool(pc.fused_with), time, pc.count,
+                      pc.stage))
+    gemm, hides, times, counts, stage = zip(*chain) if chain else ((),) * 5
+    cycles = tuple(chain_cycles(gemm, hides, times, counts, np.array(stage, dtype=np.int64),
+                                stages))
     hz = clock_ghz * 1e9
     stage_seconds = tuple(c / hz + s for c, s in zip(cycles, links, strict=True))
     mu = plan.micro_batches

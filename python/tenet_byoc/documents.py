@@ -1,6 +1,8 @@
 """The one guarded reader of the small JSON / YAML / CSV files a user hands us (design files,
 design spaces, area tables, request mixes): bounded in size, depth and expansion, strict
-about what the file means, and every refusal a ValueError naming the file and the place.
+about what the file means, and every refusal a ValueError naming the file and the place;
+and the one writer of the CSV and JSON files we hand back (:func:`write_rows`,
+:func:`write_json`).
 
 What it refuses, and why each would otherwise go wrong:
 
@@ -16,15 +18,18 @@ What it refuses, and why each would otherwise go wrong:
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
 import stat
 from pathlib import Path
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = ["MAX_DEPTH", "MAX_DOCUMENT_BYTES", "MAX_NODES", "load_document", "load_mapping",
-           "read_text"]
+           "read_text", "write_json", "write_rows"]
 
 #: The largest file read (a design file or space is a few kB; the cost model's own JSON
 #: limit is the same 1 MiB).
@@ -209,3 +214,26 @@ def load_mapping(path: str | os.PathLike[str], what: str,
             f"{what} {os.fspath(path)!r} must hold a mapping of fields, got "
             f"{type(data).__name__}")
     return data
+
+
+def _written(text: str, path: str | Path | None) -> str:
+    """``text``, written to ``path`` (UTF-8) when given."""
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
+def write_rows(header: Sequence[str], rows: Iterable[Sequence], path: str | Path | None = None
+               ) -> str:
+    """CSV text of ``rows`` (each a list of cells) under ``header``, written to ``path``
+    when given."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return _written(buf.getvalue(), path)
+
+
+def write_json(doc: Any, path: str | Path | None = None) -> str:
+    """``doc`` as indented JSON text, written to ``path`` when given."""
+    return _written(json.dumps(doc, indent=1), path)

@@ -3,9 +3,7 @@ totals and groupings by numpy, and CSV / JSON / table output."""
 
 from __future__ import annotations
 
-import csv
 import gc
-import io
 import itertools
 import json
 from collections import namedtuple
@@ -21,6 +19,7 @@ from tvm import relax
 from . import cost_model as cm
 from ._cost_model import _ledger_field_names, _ledger_tensor_field_names
 from .compose import chain_cycles
+from .documents import write_json, write_rows
 
 # The ledger's fields are the cost model's one table (src/cost_model/charge.h,
 # ChargeLedgerFields), which the runtime's ledger JSON and Charge.ledger_fields() both
@@ -424,7 +423,9 @@ def step_cycles(entries: Iterable[LedgerEntry]) -> int:
     """How a run's calls add up to its latency, in cycles: ``tenet_byoc.compose``'s one rule
     (a GEMM's fused epilogues hidden behind it under a ``pipelined`` vector unit, every other
     call adding) applied to entries in their order."""
-    return chain_cycles((e.unit, _hides(e), e.cycles, 1) for e in entries)
+    entries = list(entries)
+    return chain_cycles([e.unit == "array" for e in entries], list(map(_hides, entries)),
+                        [e.cycles for e in entries])[0]
 
 
 def totals(entries: Iterable[LedgerEntry]) -> Totals:
@@ -603,29 +604,15 @@ class LedgerColumns:
         def fsum(values: np.ndarray) -> list[float]:
             return np.bincount(g, weights=values, minlength=count).tolist()
 
-        # The chain: within each group in call order, a GEMM and the epilogues hidden
-        # behind it take max(GEMM, their sum); every other call adds.
-        order = np.argsort(g, kind="stable")
-        go, hides, cyc = g[order], self.hides[c][order], cycles[order]
-        unit = self.unit_of[c][order]
-        starts = np.ones(n, dtype=bool)
-        starts[1:] = go[1:] != go[:-1]
-        lead = starts | ~hides
-        heads = np.flatnonzero(lead)
-        chain = np.zeros(count, dtype=np.int64)
-        if n:
-            seg = np.add.reduceat(cyc, heads)
-            head = cyc[heads]
-            gemm = unit[heads] == 0
-            part = np.where(gemm, np.maximum(head, seg - head), seg)
-            np.add.at(chain, go[heads], part)
+        chain = chain_cycles(self.unit_of[c] == 0, self.hides[c], cycles, groups=g,
+                             n_groups=count)
         summed = isum(cycles)
         latency = fsum(self.latency[c])
         macs, capacity = isum(self.macs[c]), fsum(self.capacity[c])
         roofline, offchip = isum(self.roofline[c]), fsum(self.offchip[c])
         dram, energy = fsum(self.dram[c]), fsum(self.energy[c])
         out = []
-        for i, cyc_i in enumerate(chain.tolist()):
+        for i, cyc_i in enumerate(chain):
             lat = latency[i] * (cyc_i / summed[i] if summed[i] else 1.0)
             out.append(Totals(
                 calls=int(calls[i]), macs=macs[i], cycles=cyc_i, roofline_cycles=roofline[i],
@@ -906,13 +893,13 @@ class Ledger:
 
     def to_csv(self, path: str | Path | None = None) -> str:
         header, rows = self.rows()
-        return _written(csv_text(header, rows), path)
+        return write_rows(header, rows, path)
 
     def to_json(self, path: str | Path | None = None) -> str:
         doc = {"accelerator": self.accelerator, "dataflow": self.dataflow,
                "clock_ghz": self.clock_ghz, "totals": asdict(self.totals()),
                "entries": [_entry_json(e) for e in self.entries]}
-        return _written(json.dumps(doc, indent=1), path)
+        return write_json(doc, path)
 
     def reset(self) -> None:
         """Clear the runtime ledger this snapshot was read from."""
@@ -928,21 +915,6 @@ class Ledger:
         )
 
     __repr__ = __str__
-
-
-def csv_text(header: Sequence[str], rows: Iterable[Sequence]) -> str:
-    """``header`` and ``rows`` as CSV text."""
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buf.getvalue()
-
-
-def _written(text: str, path: str | Path | None) -> str:
-    if path is not None:
-        Path(path).write_text(text)
-    return text
 
 
 def _entry_json(e: LedgerEntry) -> dict:

@@ -17,7 +17,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .ledger import LedgerEntry, Totals, _parse, csv_text, tenet_modules, text_table, totals
+from .documents import write_json, write_rows
+from .ledger import LedgerEntry, Totals, _parse, tenet_modules, text_table, totals
 
 #: The timing columns, in the order TVM's old profiler report had them (Count before shapes).
 TIMING_COLUMNS = ("Name", "Duration (us)", "Percent", "Count", "Argument Shapes", "Device")
@@ -197,7 +198,7 @@ class Report:
     def csv(self, aggregate: bool = True) -> str:
         """The rows (no Sum/Total) as CSV with the column names of :data:`COLUMNS`."""
         values = [r.values() for r in self.rows(aggregate)]
-        return csv_text(COLUMNS, [["" if v[c] is None else v[c] for c in COLUMNS]
+        return write_rows(COLUMNS, [["" if v[c] is None else v[c] for c in COLUMNS]
                                   for v in values])
 
     def json(self, aggregate: bool = False) -> str:
@@ -208,7 +209,7 @@ class Report:
             "configuration": self.configuration,
             "calls": [r.values() for r in self.rows(aggregate, sort=False)],
         }
-        return json.dumps(doc, indent=1)
+        return write_json(doc)
 
     def __str__(self) -> str:
         return self.table()

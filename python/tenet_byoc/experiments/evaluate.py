@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from .results import markdown_table, save_files, write_csv, write_json
+from ..documents import write_json
+from .results import markdown_table, save_files, write_csv
 
 __all__ = [
     "EvalJob",

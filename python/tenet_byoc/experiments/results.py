@@ -3,13 +3,13 @@ offloaded call, and their CSV, JSON and markdown forms."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from ..documents import write_json, write_rows
 
 __all__ = ["LAYER_COLUMNS", "MANIFEST", "ROW_COLUMNS", "LayerCost", "SweepResult", "SweepRow",
            "markdown_table", "si", "write_manifest"]
@@ -122,34 +122,11 @@ ROW_COLUMNS = [f.name for f in fields(SweepRow)]
 LAYER_COLUMNS = [f.name for f in fields(LayerCost)]
 
 
-def _written(text: str, path: str | Path | None) -> str:
-    """``text``, written to ``path`` (UTF-8) when given."""
-    if path is not None:
-        Path(path).write_text(text, encoding="utf-8")
-    return text
-
-
-def write_rows(header: Sequence[str], rows: Iterable[Sequence], path: str | Path | None
-               ) -> str:
-    """CSV text of ``rows`` (each a list of cells) under ``header``, written to ``path``
-    when given."""
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(header)
-    writer.writerows(rows)
-    return _written(buf.getvalue(), path)
-
-
 def write_csv(columns: Sequence[str], items: Sequence, path: str | Path | None) -> str:
     """CSV text of ``items``' attributes ``columns`` (None as empty), written to ``path``
     when given."""
     return write_rows(columns, (["" if getattr(item, c) is None else getattr(item, c)
                                  for c in columns] for item in items), path)
-
-
-def write_json(doc: Any, path: str | Path | None) -> str:
-    """``doc`` as indented JSON text, written to ``path`` when given."""
-    return _written(json.dumps(doc, indent=1), path)
 
 
 def save_files(out_dir: str | Path, writers: dict[str, Callable[[Path], Any]]) -> list[Path]:

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from .results import markdown_table, write_rows
+from ..documents import write_rows
+from .results import markdown_table
 
 __all__ = ["plot_latency_vs_load", "plot_timeline", "run_serve"]
 
