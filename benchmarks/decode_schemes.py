@@ -36,7 +36,9 @@ def decode_step(config, params, prompt, scheme):
                         build=lambda mod: tenet_byoc.build(quantize(mod, scheme)))
     logits, cache = runner.prefill(prompt)
     token = int(logits[-1].argmax())
-    step = lambda: runner.decode(token, cache)
+    def step():
+        return runner.decode(token, cache)
+
     step()  # warm-up: oneDNN primitives, thread team
     return step
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 from ._loader import CpuInfo, cpu_info, load_runtime_library
 
 load_runtime_library()
-
-from .codegen import TenetCodegenError
-from .estimate import estimate
-from .accelerators import Accelerator
-from .ledger import Ledger, LedgerEntry, ledger, set_charging, set_phase
-from .library import load_module
-from .partition import build, partition_for_tenet
-from .patterns import refusal_reason, tenet_patterns
-from .profiling import Report, VirtualMachine
-from .quantization import SCHEMES, QuantScheme, quantize
+# The imports below need the runtime library loaded first (E402 is intended here).
+from .codegen import TenetCodegenError  # noqa: E402
+from .estimate import estimate  # noqa: E402
+from .accelerators import Accelerator  # noqa: E402
+from .ledger import Ledger, LedgerEntry, ledger, set_charging, set_phase  # noqa: E402
+from .library import load_module  # noqa: E402
+from .partition import build, partition_for_tenet  # noqa: E402
+from .patterns import refusal_reason, tenet_patterns  # noqa: E402
+from .profiling import Report, VirtualMachine  # noqa: E402
+from .quantization import SCHEMES, QuantScheme, quantize  # noqa: E402
 
 __version__ = "0.1.0"
 
