@@ -288,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     acc = preset(args.accelerator, mapping=args.mapping)
     kernels: dict[str, cm.Accelerator] = {}
     fitted: set = set()
+    sgemm_rate: dict[int, float] | None = None
     if args.calibrate:
         fit_csv = args.fit_csv or args.csv
         fit_rows = rows if fit_csv == args.csv else read_rows(fit_csv)
@@ -307,8 +308,6 @@ def main(argv: list[str] | None = None) -> int:
         print(sline)
         if fit_csv == args.csv:
             fitted = LAUNCH_SUBSET | L2_SUBSET | DEQUANT_SUBSET | SGEMM_SUBSET
-    else:
-        sgemm_rate = None
     errors: dict[str, list[float]] = {}
     speed: dict[tuple, dict[str, tuple[float, float]]] = {}
     print(f"{'model':<12} {'layer':<9} {'M':>5} {'N':>6} {'K':>6} {'format':<16} "
