@@ -137,14 +137,19 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     return read_json(path, "a JSON object")
 
 
-def read_folder_config(folder: str, from_hf_dict: Callable[..., Any]) -> Any:
-    """``from_hf_dict(values, name=folder's name)`` of the folder's ``config.json``, its
-    errors (TypeError, ValueError) prefixed with the file's path."""
-    values = read_config(folder)  # its errors name the file
+def read_folder_config(path: str, from_hf_dict: Callable[..., Any],
+                       error: type[Exception] | None = None) -> Any:
+    """``from_hf_dict(values, name=the folder's name)`` of a folder's ``config.json`` or of
+    a config file (:func:`read_config`), its errors (TypeError, ValueError) prefixed with
+    the file's path and raised as ``error`` (by default as they are)."""
+    values = read_config(path)  # its errors name the file
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
     try:
-        return from_hf_dict(values, name=os.path.basename(os.path.normpath(folder)))
+        return from_hf_dict(values, name=os.path.basename(os.path.normpath(folder)) if folder
+                            else "custom")
     except (TypeError, ValueError) as err:
-        raise type(err)(f"{os.path.join(folder, CONFIG_FILE)!r}: {err}") from None
+        file = os.path.join(path, CONFIG_FILE) if folder == path else path
+        raise (error or type(err))(f"{file!r}: {err}") from None
 
 
 def _read_header(path: str) -> dict[str, TensorInfo]:
@@ -171,7 +176,8 @@ def _read_header(path: str) -> dict[str, TensorInfo]:
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path!r}: header entry of {name!r} is malformed") from None
         # JSON integers only, as safetensors writes them: 2.0, "8" or true are not sizes
-        if not isinstance(shape, list) or not all(_is_int(d) for d in (*shape, begin, end)):
+        if not isinstance(shape, list) or not all(
+                isinstance(d, int) and not isinstance(d, bool) for d in (*shape, begin, end)):
             raise CheckpointError(
                 f"{path!r}: header entry of {name!r} is malformed: shape {shape!r} and "
                 f"data_offsets {[begin, end]!r} must be integers")
@@ -205,24 +211,11 @@ def _read_header(path: str) -> dict[str, TensorInfo]:
     return out
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 class Checkpoint:
-    """The safetensors weights of a checkpoint folder, headers read, data not yet.
-
-    Parameters
-    ----------
-    folder : str or PathLike
-        Holds ``model.safetensors``, or ``model.safetensors.index.json`` and its shards.
-
-    Attributes
-    ----------
-    tensors : dict of str to TensorInfo
-        Every stored tensor by its name in the checkpoint.
-    source : str
-        The file the names come from: ``model.safetensors`` or the index.
+    """The safetensors weights of a checkpoint folder (``model.safetensors``, or
+    ``model.safetensors.index.json`` and its shards), headers read, data not yet:
+    ``tensors``, every stored tensor's :class:`TensorInfo` by its name, and ``source``, the
+    file the names come from.
 
     Raises
     ------
@@ -383,28 +376,12 @@ def load_weights(
 ) -> dict[str, np.ndarray]:
     """Read a checkpoint's weights as float32, after checking them against the model.
 
-    The stored layers must be exactly ``0 .. layers - 1`` and every expected tensor must be
+    The stored layers must be exactly ``0 .. layers - 1`` (the config's count) and every
+    ``expected`` tensor (the model's names without ``layout.prefix``, and shapes) must be
     stored with its shape and a float dtype; both are checked from the headers before any
-    weight is read.
-
-    Parameters
-    ----------
-    folder : str or PathLike
-        The checkpoint folder.
-    layout : Layout
-        Where the family's weights sit.
-    layers : int
-        The layer count of the config.
-    expected : iterable of (str, tuple of int)
-        The model's parameter names (without ``layout.prefix``) and shapes, in the order
-        of the returned dict.
-    note : str
-        Added to a missing-tensor message.
-
-    Returns
-    -------
-    dict of str to numpy.ndarray
-        By the model's parameter name, transposed where ``layout.transposed`` says.
+    weight is read. Returns the weights by the model's names in ``expected``'s order,
+    transposed where ``layout.transposed`` says; ``note`` is added to a missing-tensor
+    message.
 
     Raises
     ------

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .._names import did_you_mean
-from .checkpoint import CONFIG_FILE, read_config
+from .checkpoint import read_folder_config
 from .gpt2 import GPT2Config
 from .llama import FAMILIES, LlamaConfig
 from .moe import MOE_FAMILIES, MoEConfig
@@ -247,12 +247,5 @@ def resolve_config(model: str | os.PathLike[str]) -> Any:
             f"model {text!r} is neither a built-in name nor an existing config.json or "
             f"checkpoint folder{did_you_mean(text, BUILTIN)}; built-in: {sorted(BUILTIN)}"
         )
-    folder = text if os.path.isdir(text) else os.path.dirname(text)
-    name = os.path.basename(os.path.normpath(folder)) if folder else "custom"
-    values = read_config(text)  # its errors name the file
-    path = os.path.join(text, CONFIG_FILE) if os.path.isdir(text) else text
-    try:
-        return config_from_dict(values, name=name)
-    except (TypeError, ValueError) as err:
-        # A field of the wrong type is the file's fault, whatever Python calls it.
-        raise ValueError(f"{path!r}: {err}") from None
+    # A field of the wrong type is the file's fault, whatever Python calls it.
+    return read_folder_config(text, config_from_dict, ValueError)

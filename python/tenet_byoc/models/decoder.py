@@ -21,7 +21,6 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 __all__ = [
-    "BATCH_FUNCTIONS",
     "MASK_VALUE",
     "PHASES",
     "LAYER_TYPES",
@@ -36,14 +35,12 @@ __all__ = [
     "export_decoder",
     "prefill_layout",
     "read_layer_types",
+    "rotate_half",
     "take_rows",
 ]
 
 #: The entry points of an exported decoder, one per phase of generation.
 PHASES = ("prefill", "decode")
-
-#: The batched entry points (:func:`export_decoder` with ``batched=True``), by phase.
-BATCH_FUNCTIONS = {"prefill": "prefill_batch", "decode": "decode_batch"}
 
 #: Added to attention scores a query must not see; exp() of it underflows to exactly 0 in
 #: float32, so a masked key gets no weight at all.
@@ -216,7 +213,8 @@ _Triple = tuple[nn.Tensor, nn.Tensor, nn.Tensor]  # (output, K, V)
 _Out = tuple[nn.Tensor, tuple[nn.Tensor, ...]]  # (logits, cache)
 
 
-def _rotate_half(x: nn.Tensor) -> nn.Tensor:
+def rotate_half(x: nn.Tensor) -> nn.Tensor:
+    """``x``'s last axis as ``[-second half, first half]``: RoPE's rotation by 90 degrees."""
     first, second = op.split(x, 2, axis=-1)
     return op.concat([op.negative(second), first], dim=-1)
 
@@ -293,7 +291,7 @@ class Attention(nn.Module):
             if norm is not None:
                 t = norm(t)
             if rotate and rope is not None:
-                t = t * rope[0] + _rotate_half(t) * rope[1]
+                t = t * rope[0] + rotate_half(t) * rope[1]
             return op.permute_dims(t, [0, 2, 1, 3])
 
         fused = op.split(self.c_attn(x), 3, axis=2) if self.fused else None

@@ -21,7 +21,7 @@ from tvm.ir import IRModule
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
-from ._params import check_named_arrays
+from ._params import check_named_arrays, check_positive_numbers
 from .checkpoint import Layout, load_family
 from .decoder import (
     LAYER_TYPES,
@@ -194,15 +194,9 @@ class LlamaConfig:
             )
         if self.dim_per_head % 2:
             raise ValueError(f"LlamaConfig.head_dim={self.dim_per_head} must be even (RoPE)")
-        optional = ("attn_logit_softcapping", "final_logit_softcapping",
-                    "query_pre_attn_scalar", "rope_local_theta")
-        for field in ("rms_norm_eps", "rope_theta", *optional):
-            value = getattr(self, field)
-            if value is None and field in optional:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    0 < value < math.inf):
-                raise ValueError(f"LlamaConfig.{field}={value!r} must be a positive number")
+        check_positive_numbers(self, ("rms_norm_eps", "rope_theta"), (
+            "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
+            "rope_local_theta"))
         if not self.rms_norm_eps < 1:
             raise ValueError(f"LlamaConfig.rms_norm_eps={self.rms_norm_eps!r} must be < 1")
         for field in ("qkv_bias", "o_bias", "mlp_bias", "tie_word_embeddings", "qk_norm"):
