@@ -35,7 +35,6 @@ __all__ = [
     "export_decoder",
     "prefill_layout",
     "read_layer_types",
-    "rotate_half",
     "take_rows",
 ]
 
@@ -213,8 +212,7 @@ _Triple = tuple[nn.Tensor, nn.Tensor, nn.Tensor]  # (output, K, V)
 _Out = tuple[nn.Tensor, tuple[nn.Tensor, ...]]  # (logits, cache)
 
 
-def rotate_half(x: nn.Tensor) -> nn.Tensor:
-    """``x``'s last axis as ``[-second half, first half]``: RoPE's rotation by 90 degrees."""
+def _rotate_half(x: nn.Tensor) -> nn.Tensor:
     first, second = op.split(x, 2, axis=-1)
     return op.concat([op.negative(second), first], dim=-1)
 
@@ -291,7 +289,7 @@ class Attention(nn.Module):
             if norm is not None:
                 t = norm(t)
             if rotate and rope is not None:
-                t = t * rope[0] + rotate_half(t) * rope[1]
+                t = t * rope[0] + _rotate_half(t) * rope[1]
             return op.permute_dims(t, [0, 2, 1, 3])
 
         fused = op.split(self.c_attn(x), 3, axis=2) if self.fused else None
@@ -481,12 +479,9 @@ def export_decoder(model: DecoderLM,
     (checked, in the model's order) binds them into every function. Every function carries
     the attribute ``num_input``, the number of arguments before the weights.
 
-    With ``batched`` the module also has ``prefill_batch(input_ids [batch, seq_len], pad
-    [batch])`` and ``decode_batch(input_id [batch, 1], past, position [batch], first_key
-    [batch])``: ``batch`` left-padded sequences (``pad``: the slots before each one's first
-    token; ``position``: each new token's position; ``first_key``: each sequence's first
-    cached key that is not a pad slot; all int32), each cache tensor ``[batch, kv_heads,
-    past_len, head_dim]``.
+    With ``batched`` the module also has ``prefill_batch(input_ids, pad)`` and
+    ``decode_batch(input_id, past, position, first_key)`` (see
+    :meth:`DecoderLM.prefill_batch` and :meth:`DecoderLM.decode_batch`).
     """
     n_layer, kv_heads, head_dim = (getattr(model.config, f) for f in model.fields[:3])
     kv = nn.spec.Tensor([1, kv_heads, "past_len", head_dim], "float32")

@@ -255,8 +255,7 @@ def export_gpt2(
     and ``decode_batch``.
     """
     checked = None if params is None else check_params(config, params)
-    model = GPT2LMHeadModel(config)
-    return export_decoder(model, checked, batched=batched)
+    return export_decoder(GPT2LMHeadModel(config), checked, batched=batched)
 
 
 def check_params(config: GPT2Config, params: Mapping[str, np.ndarray | tvm.runtime.Tensor]
@@ -460,14 +459,9 @@ def check_kv_cache(config: GPT2Config, cache: KVCache) -> None:
 
     The decode function takes the new token's position from the tensors' length, and the
     position table has ``n_positions`` rows; a cache whose ``length`` disagrees with its
-    tensors, or that is already full, would make it read past the table.
-
-    Raises
-    ------
-    TypeError
-        If ``cache`` is not a :class:`KVCache`.
-    ValueError
-        Naming the tensor and both shapes, or the length and ``n_positions``.
+    tensors, or that is already full, would make it read past the table: TypeError if
+    ``cache`` is not a :class:`KVCache`, ValueError naming the tensor and both shapes, or
+    the length and ``n_positions``.
     """
     length = cache_length(cache)
     if length >= config.n_positions:

@@ -39,7 +39,7 @@ from tvm.ir import IRModule
 from tvm.relax.frontend import nn
 
 from .checkpoint import load_family
-from .decoder import MASK_VALUE, DecoderLM, build_with_tvm, rotate_half, take_rows
+from .decoder import MASK_VALUE, DecoderLM, build_with_tvm, take_rows
 from .llama import (
     LlamaAttention,
     LlamaConfig,
@@ -90,11 +90,13 @@ class _LatentAttention(nn.Module):
 
     def _rotate(self, t: nn.Tensor, rope: Any) -> nn.Tensor:
         # Interleaved pairs are de-interleaved first: q and k alike, so scores are unchanged.
+        cos, sin = rope
         if self.m.rope_interleave:
             *lead, width = t.shape
             t = nn.op.reshape(t, [*lead, width // 2, 2])
             t = nn.op.reshape(nn.op.permute_dims(t, [0, 1, 2, 4, 3]), [*lead, width])
-        return t * rope[0] + rotate_half(t) * rope[1]
+        first, second = nn.op.split(t, 2, axis=-1)
+        return t * cos + nn.op.concat([nn.op.negative(second), first], dim=-1) * sin
 
     def forward(self, x: nn.Tensor, rope: Any, past: Any, batch: Any = None
                 ) -> tuple[nn.Tensor, nn.Tensor, nn.Tensor]:
