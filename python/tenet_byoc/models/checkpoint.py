@@ -8,7 +8,7 @@ at a time and converted to float32 (float16 and bfloat16 widened exactly, float6
 Nothing is downloaded. Errors name the file, and the tensor where there is one.
 
 This is the one reader of checkpoints: every family describes where its weights sit
-(:class:`Layout`) and calls :func:`load_weights`.
+(:class:`Layout`) and calls :func:`load_family`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ __all__ = [
     "Layout",
     "TensorInfo",
     "load_family",
-    "load_weights",
     "read_config",
     "read_json",
 ]
@@ -367,59 +366,6 @@ def _layers(tensors: Iterable[str], layout: Layout) -> set[int]:
     return out
 
 
-def load_weights(
-    folder: str | os.PathLike[str],
-    layout: Layout,
-    layers: int,
-    expected: Iterable[tuple[str, tuple[int, ...]]],
-    note: str = "",
-) -> dict[str, np.ndarray]:
-    """Read a checkpoint's weights as float32, after checking them against the model.
-
-    The stored layers must be exactly ``0 .. layers - 1`` (the config's count) and every
-    ``expected`` tensor (the model's names without ``layout.prefix``, and shapes) must be
-    stored with its shape and a float dtype; both are checked from the headers before any
-    weight is read. Returns the weights by the model's names in ``expected``'s order,
-    transposed where ``layout.transposed`` says; ``note`` is added to a missing-tensor
-    message.
-
-    Raises
-    ------
-    FileNotFoundError
-        If the weights file, or a shard, is missing.
-    KeyError
-        Naming the missing tensors (as Hugging Face names them) and their shapes.
-    CheckpointError
-        If a file is corrupt or truncated, the layer count differs, or a tensor has the
-        wrong shape or dtype (naming it).
-    """
-    ckpt = Checkpoint(folder)
-    held = _layers(ckpt.tensors, layout)
-    if len(held) != layers or (held and max(held) != layers - 1):
-        where = ckpt.source
-        span = f"{layout.layer_prefix}0 - {layout.layer_prefix}{max(held)}" if held else "none"
-        raise CheckpointError(
-            f"{where!r} holds {len(held)} layers ({span}); the config has "
-            f"{layout.layer_field}={layers}"
-        )
-
-    # The layer count matches the files, so the list is no longer than what they hold.
-    expected = [(name, tuple(shape)) for name, shape in expected]
-    stored = [
-        (layout.stored_name(name, ckpt.tensors),
-         shape[::-1] if layout.transposed and name.endswith(layout.transposed) else shape)
-        for name, shape in expected
-    ]
-    held_note = f"the files hold {len(ckpt.tensors)}"
-    ckpt.check_shapes(layout.model, stored, f"{note}, {held_note}" if note else held_note)
-    out = {}
-    for (name, _), (stored_name, _) in zip(expected, stored, strict=True):
-        value = ckpt.read(stored_name)
-        out[name] = np.ascontiguousarray(value.T) if value.ndim == 2 and (
-            layout.transposed and name.endswith(layout.transposed)) else value
-    return out
-
-
 def load_family(
     folder: str | os.PathLike[str],
     config: Any,
@@ -428,18 +374,29 @@ def load_family(
     expected: Callable[[Any], Iterable[tuple[str, tuple[int, ...]]]],
     note: Callable[[Any], str] = lambda config: "",
 ) -> tuple[Any, dict[str, np.ndarray]]:
-    """Read a local Hugging Face checkpoint folder of one family: its config and weights.
+    """Read a local Hugging Face checkpoint folder of one family: its config and float32
+    weights, the weights checked against the model before any is read.
 
     Without ``config``, ``from_hf_dict(values, name=folder's name)`` reads ``config.json``
-    (its errors prefixed with the file's path); then :func:`load_weights` reads the weights
-    where ``layout(config)`` says, ``expected(config)`` (walked only once the layer count,
-    ``layout.layer_field``, matches the files) and ``note(config)`` as it takes them.
+    (its errors prefixed with the file's path). The weights sit where ``where =
+    layout(config)`` says: the stored layers must be exactly ``0 .. n - 1`` (``n`` the
+    config's ``where.layer_field``), then every tensor of ``expected(config)`` (the model's
+    names without ``where.prefix``, and shapes; walked only once the layer count matches
+    the files) must be stored with its shape and a float dtype, both checked from the
+    headers. Returns the config and the weights by the model's names in ``expected``'s
+    order, transposed where ``where.transposed`` says; ``note(config)`` is added to a
+    missing-tensor message.
 
     Raises
     ------
     FileNotFoundError
-        If the folder, ``config.json`` (when ``config`` is not given) or the weights are
-        missing (naming them).
+        If the folder, ``config.json`` (when ``config`` is not given), the weights file or
+        a shard is missing (naming it).
+    KeyError
+        Naming the missing tensors (as Hugging Face names them) and their shapes.
+    CheckpointError
+        If a file is corrupt or truncated, the layer count differs, or a tensor has the
+        wrong shape or dtype (naming it).
     """
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
@@ -447,5 +404,29 @@ def load_family(
     if config is None:
         config = read_folder_config(folder, from_hf_dict)
     where = layout(config)
-    return config, load_weights(folder, where, getattr(config, where.layer_field),
-                                expected(config), note=note(config))
+    layers = getattr(config, where.layer_field)
+    wanted, said = expected(config), note(config)
+    ckpt = Checkpoint(folder)
+    held = _layers(ckpt.tensors, where)
+    if len(held) != layers or (held and max(held) != layers - 1):
+        span = f"{where.layer_prefix}0 - {where.layer_prefix}{max(held)}" if held else "none"
+        raise CheckpointError(
+            f"{ckpt.source!r} holds {len(held)} layers ({span}); the config has "
+            f"{where.layer_field}={layers}"
+        )
+
+    # The layer count matches the files, so the list is no longer than what they hold.
+    wanted = [(name, tuple(shape)) for name, shape in wanted]
+    stored = [
+        (where.stored_name(name, ckpt.tensors),
+         shape[::-1] if where.transposed and name.endswith(where.transposed) else shape)
+        for name, shape in wanted
+    ]
+    held_note = f"the files hold {len(ckpt.tensors)}"
+    ckpt.check_shapes(where.model, stored, f"{said}, {held_note}" if said else held_note)
+    out = {}
+    for (name, _), (stored_name, _) in zip(wanted, stored, strict=True):
+        value = ckpt.read(stored_name)
+        out[name] = np.ascontiguousarray(value.T) if value.ndim == 2 and (
+            where.transposed and name.endswith(where.transposed)) else value
+    return config, out

@@ -383,7 +383,7 @@ def load_hf_checkpoint(
     (``lm_head.weight``, if present, is not read). Other tensors (e.g. the ``attn.bias``
     mask buffers of old checkpoints) are ignored. The block count and every shape are
     checked from the file's header before any weight is read
-    (:func:`tenet_byoc.models.checkpoint.load_weights`). The weights come keyed and
+    (:func:`tenet_byoc.models.checkpoint.load_family`). The weights come keyed and
     ordered as :func:`param_shapes`. Nothing is downloaded.
 
     Raises

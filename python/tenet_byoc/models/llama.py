@@ -637,7 +637,7 @@ def load_checkpoint(
     float64 ones narrowed to it. Names lose their ``model.`` prefix; ``config`` (optional)
     is the shape to expect instead of ``config.json``'s. The layer count and every tensor's
     shape are checked against the stored headers before any data is read
-    (:func:`tenet_byoc.models.checkpoint.load_weights`, whose errors name the file and the
+    (:func:`tenet_byoc.models.checkpoint.load_family`, whose errors name the file and the
     tensor as Hugging Face writes it); tensors the model does not use (e.g. a
     ``lm_head.weight`` next to tied embeddings, rotary buffers) are ignored. The weights
     come by :func:`param_shapes` name and in its order.

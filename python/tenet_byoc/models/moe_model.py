@@ -639,7 +639,7 @@ def load_checkpoint(folder: str | os.PathLike[str], config: MoEConfig | None = N
     """Read a local Mixtral, Qwen2/3-MoE or DeepSeek-V3 checkpoint folder (config + safetensors).
 
     Shapes are checked against the config from the headers before anything is read; errors
-    name the file and tensor (see :func:`tenet_byoc.models.checkpoint.load_weights`).
+    name the file and tensor (see :func:`tenet_byoc.models.checkpoint.load_family`).
     """
     def expected(config: MoEConfig):
         _check_supported(config)
