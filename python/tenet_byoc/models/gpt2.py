@@ -361,16 +361,11 @@ class RandomWeights:
 # Hugging Face checkpoints
 # ----------------------------------------------------------------------------------------
 
-# HF's GPT-2 uses Conv1D for these: weights stored [in, out], transposed to nn.Linear's [out, in].
-_CONV1D_WEIGHTS = (
-    "attn.c_attn.weight",
-    "attn.c_proj.weight",
-    "mlp.c_fc.weight",
-    "mlp.c_proj.weight",
-)
+#: Where GPT-2's weights sit in a Hugging Face checkpoint. HF's GPT-2 uses Conv1D for the
+#: transposed ones: weights stored [in, out], transposed to nn.Linear's [out, in].
+HF_LAYOUT = Layout("GPT-2", "transformer.", "h.", "n_layer", transposed=(
+    "attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"))
 
-#: Where GPT-2's weights sit in a Hugging Face checkpoint.
-HF_LAYOUT = Layout("GPT-2", "transformer.", "h.", "n_layer", transposed=_CONV1D_WEIGHTS)
 
 def load_hf_checkpoint(
     folder: str | os.PathLike[str], config: GPT2Config | None = None

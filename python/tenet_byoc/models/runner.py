@@ -102,15 +102,9 @@ def cache_length(cache: KVCache, kind: type = KVCache) -> int:
 
 
 def check_cache_tensors(cache: KVCache, n_layer: int, shape: tuple[int, ...]) -> None:
-    """Check that ``cache`` holds ``2 * n_layer`` float32 tensors of ``shape``.
-
-    Raises
-    ------
-    TypeError
-        If an item is not a tensor.
-    ValueError
-        Naming the tensor (K or V of which block), its dtype and shape and the expected ones.
-    """
+    """Check that ``cache`` holds ``2 * n_layer`` float32 tensors of ``shape``: TypeError if
+    an item is not a tensor, else ValueError naming the tensor (K or V of which block), its
+    dtype and shape and the expected ones."""
     if len(cache.tensors) != 2 * n_layer:
         raise ValueError(
             f"KVCache has {len(cache.tensors)} tensors; expected 2 * n_layer = "
