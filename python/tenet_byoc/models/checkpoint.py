@@ -354,18 +354,6 @@ class Layout:
         return name if full not in tensors and name in tensors else full
 
 
-def _layers(tensors: Iterable[str], layout: Layout) -> set[int]:
-    # Layer indices the stored names hold, with or without the family's prefix.
-    out = set()
-    for name in tensors:
-        rest = name.removeprefix(layout.prefix)
-        if rest.startswith(layout.layer_prefix):
-            index = rest[len(layout.layer_prefix):].split(".", 1)[0]
-            if index.isdigit():
-                out.add(int(index))
-    return out
-
-
 def load_family(
     folder: str | os.PathLike[str],
     config: Any,
@@ -407,7 +395,11 @@ def load_family(
     layers = getattr(config, where.layer_field)
     wanted, said = expected(config), note(config)
     ckpt = Checkpoint(folder)
-    held = _layers(ckpt.tensors, where)
+    # the layer indices the stored names hold, with or without the family's prefix
+    rests = (name.removeprefix(where.prefix) for name in ckpt.tensors)
+    indices = (rest.removeprefix(where.layer_prefix).split(".", 1)[0] for rest in rests
+               if rest.startswith(where.layer_prefix))
+    held = {int(index) for index in indices if index.isdigit()}
     if len(held) != layers or (held and max(held) != layers - 1):
         span = f"{where.layer_prefix}0 - {where.layer_prefix}{max(held)}" if held else "none"
         raise CheckpointError(

@@ -200,18 +200,13 @@ class DecoderRunner:
 
     #: The family's model (a :class:`~tenet_byoc.models.decoder.DecoderLM` subclass).
     model: type[DecoderLM]
-
-    @staticmethod
-    def check_params(config: Any, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Check weights against ``config``; return them as float32 in call order."""
-        raise NotImplementedError
-
-    @staticmethod
-    def export(config: Any, params: Mapping[str, np.ndarray] | None,
-               batched: bool = False) -> IRModule:
-        """The module with ``prefill`` and ``decode`` (weights bound when given), and with
-        ``batched`` also ``prefill_batch`` and ``decode_batch``."""
-        raise NotImplementedError
+    #: ``(config, params) -> params``: the weights checked against ``config``, float32 in
+    #: call order (a staticmethod).
+    check_params: Callable[[Any, Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+    #: ``(config, params or None, batched=False) -> IRModule``: the module with ``prefill``
+    #: and ``decode`` (weights bound when given), with ``batched`` also ``prefill_batch``
+    #: and ``decode_batch`` (a staticmethod).
+    export: Callable[..., IRModule]
 
     def _dims(self) -> tuple[int, int, int, int]:
         # The config's layer count, key/value heads, head width and context.
