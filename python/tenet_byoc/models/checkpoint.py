@@ -113,13 +113,9 @@ def _json_object(text: str | bytes, path: str, what: str, label: str = "") -> di
 def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Return the contents of a ``config.json``: the file itself, or the one in a folder.
 
-    Raises
-    ------
-    FileNotFoundError
-        If the path, or the folder's ``config.json``, does not exist.
-    CheckpointError
-        If the file is not JSON, or not a JSON object, or is a weights file (the message
-        says to pass the folder).
+    FileNotFoundError if the path, or the folder's ``config.json``, does not exist;
+    CheckpointError if the file is not JSON, or not a JSON object, or is a weights file
+    (the message says to pass the folder).
     """
     path = os.fspath(path)
     if os.path.isdir(path):

@@ -222,23 +222,12 @@ def config_from_dict(values: Mapping[str, Any], name: str = "custom") -> Any:
 
 
 def resolve_config(model: str | os.PathLike[str]) -> Any:
-    """A model's config from a built-in name, a ``config.json`` file or a checkpoint folder.
+    """A model's ``GPT2Config``, ``LlamaConfig`` or ``MoEConfig`` from a name in
+    :data:`BUILTIN`, a path to a ``config.json`` or a checkpoint folder holding one.
 
-    Parameters
-    ----------
-    model : str or PathLike
-        A name in :data:`BUILTIN`, a path to a ``config.json``, or a folder holding one.
-
-    Returns
-    -------
-    GPT2Config, LlamaConfig or MoEConfig
-
-    Raises
-    ------
-    ValueError
-        If ``model`` is neither a built-in name nor an existing path (the message suggests
-        near names and lists the built-in ones), or the config is not one this package
-        implements (naming the file and the field).
+    ValueError if ``model`` is neither a built-in name nor an existing path (the message
+    suggests near names and lists the built-in ones), or the config is not one this package
+    implements (naming the file and the field).
     """
     text = os.fspath(model)
     if text in BUILTIN:

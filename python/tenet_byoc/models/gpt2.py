@@ -49,8 +49,6 @@ __all__ = [
     "random_params",
 ]
 
-_DTYPE = "float32"
-
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -323,7 +321,7 @@ class RandomWeights:
         out: dict = {}
         for name, shape in self.shapes.items():
             if tensors:
-                tensor = tvm.runtime.empty(shape, _DTYPE, tvm.cpu())
+                tensor = tvm.runtime.empty(shape, "float32", tvm.cpu())
                 value = np.from_dlpack(tensor)
             else:
                 tensor = value = np.empty(shape, np.float32)

@@ -352,15 +352,8 @@ def export_moe(config: MoEConfig) -> tuple[IRModule, dict[str, list[str]]]:
 
 @dataclass(frozen=True)
 class LayerRouting:
-    """One layer's routing in one call.
-
-    Attributes
-    ----------
-    experts : numpy.ndarray
-        ``[tokens, k]`` int: each token's chosen experts, best first.
-    weights : numpy.ndarray
-        ``[tokens, k]`` float32: their weights in the combine.
-    """
+    """One layer's routing in one call: ``experts`` ``[tokens, k]`` int, each token's chosen
+    experts, best first, and ``weights`` ``[tokens, k]`` float32, theirs in the combine."""
 
     experts: np.ndarray
     weights: np.ndarray
