@@ -1,4 +1,4 @@
-"""Checking a model's weights against the shapes it expects, and a config's numbers, naming what is wrong."""
+"""Checking a model's weights and a config's numbers, naming what is wrong."""
 
 from __future__ import annotations
 
