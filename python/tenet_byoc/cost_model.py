@@ -63,6 +63,7 @@ from ._cost_model import (  # noqa: F401 (the face's names: __all__ below)
     charge_attention,
     charge_link,
     charge_vector,
+    computed_call,  # the call as an accelerator computes it (MacSpec.row_tiles, whole tiles)
     clear_mapping_searches,  # a search timed from empty (benchmarks/mapper.py)
     default_tile_mapping,
     format_tenet_hardware,
