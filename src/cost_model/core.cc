@@ -220,8 +220,9 @@ Charge ChargeOnCores(const GemmCall& asked, const Accelerator& acc, AnalysisMeth
   m.register_access_bits = Scale(m.register_access_bits, f);
   m.compulsory_dram_bits = CompulsoryDramBits(w);
   m.tile_steps = Scale(m.tile_steps, f);
-  m.macs = CheckedMul(CheckedMul(CheckedMul(w.batch, w.m, "cores: MACs"), w.n, "cores: MACs"),
-                      w.k, "cores: MACs");
+  const GemmWorkload& own = asked.workload;  // the call's own work (ComputedCall's padding idles)
+  m.macs = CheckedMul(CheckedMul(CheckedMul(own.batch, own.m, "cores: MACs"), own.n, "cores: MACs"),
+                      own.k, "cores: MACs");
   const int64_t core_cycles = m.cycles;
   m.cycles = CheckedAdd(CheckedAdd(cores.launch_cycles,
                                    std::max(core_cycles, CeilCycles(CompulsoryDramBits(w),

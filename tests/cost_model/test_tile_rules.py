@@ -49,8 +49,10 @@ def test_tpu_v1_fetches_weights_in_whole_tiles():
     call = cm.GemmCall(m=96, n=600, k=600, bits_a=8, bits_b=8, bits_c=32)
     assert (cm.computed_call(call, acc).k, cm.computed_call(call, acc).n) == (768, 768)
     # LSTM1's 600 x 600 int8 matrix: 3 x 3 tiles of 256 x 256 bytes (the paper's 9 steps).
-    b = cm.charge(call, acc).memory.tensors["B"]
-    assert b.dram_read_bits == 9 * 64 * 1024 * 8
+    charge = cm.charge(call, acc)
+    assert charge.memory.tensors["B"].dram_read_bits == 9 * 64 * 1024 * 8
+    # Its MACs stay the layer's own (the padding holds PEs idle).
+    assert charge.ledger_fields()["macs"] == 96 * 600 * 600 == charge.memory.macs
     # With the rule off, the weights as stored: 600 x 600 bytes.
     memory = {**json.loads(acc.to_json())["memory"], "whole_stationary_tiles": False}
     stored = acc.replace(memory=cm.MemoryHierarchy(**memory))
