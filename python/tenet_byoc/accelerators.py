@@ -385,8 +385,7 @@ def _tpu_v1() -> Accelerator:
         # so the float32 stand-in below fits too (its check counts 4 elements of 4 bytes).
         register_bytes=16,
         psum_bits=32,  # the 32-bit accumulators
-        # Weights come in whole 64 KiB 256 x 256 tiles (Sec. 2; Sec. 7 times a 600 x 600
-        # matrix as 9 tile steps): a layer is charged with K x N rounded up to whole tiles.
+        # Weights come in whole 64 KiB 256 x 256 tiles (Sec. 2; Sec. 7: 600 x 600 takes 9).
         whole_stationary_tiles=True,
     )
     # The matrix unit multiplies 8-bit operands (16-bit at half or quarter speed, which one
@@ -525,14 +524,6 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
     rates = {16: 512 // pes_per_tc, 8: 1024 // pes_per_tc if rate_8bit is None else rate_8bit,
              32: 128 // (tcs_per_sm * pes_per_tc)}
     rows, cols = 8, 16  # 4 tensor cores of 8 x 4 PEs side by side
-    # float32 GEMMs are cuBLAS's SGEMM, whose thread blocks compute 9 to 32 rows as 32 and 33
-    # to 64 as 64 (profiled on the H200, benchmarks/silicon/data/h200/kernels.jsonl: kernels
-    # ..._tilesize32x128x8 and ..._64x256x8; the H100 assumed alike, the same die and
-    # library); 1 to 8 rows run GEMV-like kernels and 65 on tiles of 128 rows or more.
-    precision = cm.PrecisionTable([
-        cm.MacSpec(32, 32, u.macs_per_pe_per_cycle, u.pj_per_mac, u.format,
-                   row_tiles=[(9, 32), (33, 64)]) if u.bits_a == 32 else u
-        for u in _int8_16_32(rates, fp8=True).units])
     cores = cm.Cores(count=sms, shared_bandwidth_bits=l2_bytes_per_clock * 8, shared_bytes=l2_bytes,
                      launch_cycles=round(launch_us * 1e3 * clock_ghz), max_split_k=16)
     return _chip(
@@ -542,8 +533,13 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
         buffer_bytes=(228 + 256) * 1024, buffer_bits=(rows + cols) * 16 * 16 + cols * 32,
         l2_bytes=l2_bytes, rates=rates, cores=cores,
         # MAC units by format: [wp] gives FP8 and INT8 the same dense peak (1,978.9): two
-        # units of 8 bits at one rate.
-        precision=precision,
+        # units of 8 bits at one rate. float32 runs as cuBLAS's SGEMM, whose thread blocks
+        # compute 9-32 rows as 32 and 33-64 as 64 (profiled on the H200: silicon/data/h200/
+        # kernels.jsonl; the H100 assumed alike, the same die and library).
+        precision=cm.PrecisionTable([
+            cm.MacSpec(32, 32, u.macs_per_pe_per_cycle, u.pj_per_mac, u.format,
+                       row_tiles=[(9, 32), (33, 64)]) if u.bits_a == 32 else u
+            for u in _int8_16_32(rates, fp8=True).units]),
         # The CUDA cores: 128 FP32 lanes per SM. Vector kernels as PyTorch's eager CUDA
         # kernels run them (aten/src/ATen/native/cuda: SoftMax.cu's cunn_SoftMaxForward
         # reads a row for its max, its sum and its output; layer_norm_kernel.cu /

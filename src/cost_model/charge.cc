@@ -242,9 +242,9 @@ namespace {
 Charge ChargeWith(const GemmCall& asked, const Accelerator& accelerator, AnalysisMethod method,
                   MappingSearch* search, const PreparedArray* array,
                   const std::shared_ptr<const PreparedArray>& tiles) {
-  const GemmCall call = ComputedCall(asked, accelerator);
   // An accelerator of cores spreads the call over them (core.h); one core is charged here.
   if (!IsOneCore(accelerator.cores)) return ChargeOnCores(asked, accelerator, method);
+  const GemmCall call = ComputedCall(asked, accelerator);
   Charge charge;
   charge.call = asked;
   const Hardware& hw = accelerator.hardware;
