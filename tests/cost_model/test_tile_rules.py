@@ -75,6 +75,10 @@ def test_rules_round_trip_and_refusals():
         cm.PrecisionTable([cm.MacSpec(32, 32, 1, 4.6, row_tiles=[(9, 32), (30, 64)])])
     with pytest.raises(ValueError, match="whole_stationary_tiles needs an array of one preset"):
         Accelerator.systolic("ws", 8, 8, memory=cm.MemoryHierarchy(whole_stationary_tiles=True))
+    bad = json.loads(preset("h200").to_json())
+    bad["precision"][3]["row_tiles"] = 32
+    with pytest.raises(ValueError, match=r"accelerator.precision\[3\].row_tiles must be a list"):
+        Accelerator.from_json(json.dumps(bad))
     # Files written before the rules (no such keys) load with them off.
     text = json.loads(preset("os16").to_json())
     assert "whole_stationary_tiles" not in text["memory"]
