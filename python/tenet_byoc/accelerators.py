@@ -187,45 +187,29 @@ class Accelerator(cm.Accelerator):
         return read_design(path, cls.from_json, {name: preset(name) for name in PRESETS})
 
     @classmethod
-    def systolic(
-        cls,
-        dataflow: str,
-        rows: int,
-        cols: int,
-        *,
-        name: str | None = None,
-        bandwidth_bits: float = 256.0,
-        avg_latency: float = 16.0,
-        clock_ghz: float = 1.0,
-        l1_bytes: int = 256,
-        l2_bytes: int = 1 << 20,
-        macs_per_pe_per_cycle: int | Mapping[int, int] = 1,
-        memory: cm.MemoryHierarchy | None = None,
-        precision: cm.PrecisionTable | None = None,
-        mapping: cm.TileMapping | str | None = None,
-        objective: str | None = None,
-        supported_dataflows: tuple[str, ...] | None = None,
-        vector: cm.VectorUnit | None = None,
-        edge_dequantizer: cm.EdgeDequantizer | None = None,
-        cores: cm.Cores | None = None,
-        **tiling: int,
-    ) -> Accelerator:
-        """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is").
+    def systolic(cls, dataflow: str, rows: int, cols: int, *, name: str | None = None,
+                 bandwidth_bits: float = 256.0, avg_latency: float = 16.0,
+                 clock_ghz: float = 1.0, l1_bytes: int = 256, l2_bytes: int = 1 << 20,
+                 macs_per_pe_per_cycle: int | Mapping[int, int] = 1,
+                 **fields_and_tiling: Any) -> Accelerator:
+        """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is"),
+        its streamed dimension tiled by ``k=`` (os), ``m=`` (ws) or ``n=`` (is).
 
-        ``memory``, ``precision``, ``mapping``, ``objective`` and ``supported_dataflows``
-        as in :class:`Accelerator`
-        (None: from ``l1_bytes``, ``l2_bytes`` and ``bandwidth_bits`` as TENET reads them,
-        Horowitz's 45 nm MAC units, the default mapping)."""
+        The other keywords are :class:`Accelerator`'s (``memory``, ``precision``,
+        ``mapping``, ``objective``, ``supported_dataflows``, ``vector``,
+        ``edge_dequantizer``, ``cores``; None: from ``l1_bytes``, ``l2_bytes`` and
+        ``bandwidth_bits`` as TENET reads them, Horowitz's 45 nm MAC units, the default
+        mapping)."""
         name = name or f"{dataflow}{rows}x{cols}"
+        fields = {f: fields_and_tiling.pop(f) for f in _FIELDS[3:] if f in fields_and_tiling}
         rate = macs_per_pe_per_cycle
         hw = cm.Hardware.systolic(
             rows, cols, bandwidth_bits=bandwidth_bits, avg_latency=avg_latency,
             clock_ghz=clock_ghz, l1_bytes=l1_bytes, l2_bytes=l2_bytes,
             macs_per_pe_per_cycle=dict(rate) if isinstance(rate, Mapping) else rate, name=name,
         )
-        df = cm.Dataflow.preset(dataflow, rows, cols, **tiling)
-        return cls(name, hw, df, memory, precision, mapping, objective, supported_dataflows,
-                   vector=vector, edge_dequantizer=edge_dequantizer, cores=cores)
+        df = cm.Dataflow.preset(dataflow, rows, cols, **fields_and_tiling)
+        return cls(name, hw, df, **fields)
 
     @classmethod
     def from_tenet_files(
