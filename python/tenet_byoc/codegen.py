@@ -77,18 +77,8 @@ def _bindings(func: relax.Function):
 
 
 def analyze_composite(func: relax.Function) -> _Composite:
-    """Find which parameter of a composite function plays which role.
-
-    Parameters
-    ----------
-    func : relax.Function
-        A function with attr ``Composite`` naming a tenet pattern.
-
-    Returns
-    -------
-    _Composite
-        The pattern's recorded facts and the parameter index of each of its roles.
-    """
+    """The recorded facts of the tenet pattern a composite function (attr ``Composite``)
+    names, and which of its parameters plays each of the pattern's roles."""
     pattern = str(func.attrs["Composite"])
     entry = get_pattern(pattern)
     info = PATTERN_INFO.get(pattern)
@@ -222,19 +212,10 @@ def _fields(kind: str, where: str, values: dict) -> dict:
 
 
 def describe_function(func: relax.Function) -> dict:
-    """Turn one outer tenet function into its kernel descriptor (a JSON-ready dict).
-
-    Parameters
-    ----------
-    func : relax.Function
-        A function with attrs ``Codegen="tenet"`` and ``global_symbol``.
-
-    Returns
-    -------
-    dict
-        ``symbol``, ``inputs`` (dtype, ndim), ``steps`` and ``outputs``; values are referred
-        to as input index (>= 0) or ``-(step + 1)``.
-    """
+    """The kernel descriptor (a JSON-ready dict) of one outer tenet function (attrs
+    ``Codegen="tenet"`` and ``global_symbol``): ``symbol``, ``inputs`` (dtype, ndim),
+    ``steps`` and ``outputs``; values are referred to as input index (>= 0) or
+    ``-(step + 1)``."""
     symbol = str(func.attrs["global_symbol"])
     scheme = str(func.attrs[SCHEME_ATTR]) if SCHEME_ATTR in func.attrs else UNNAMED_SCHEME
     stamped = (RecipeStamp.read(str(func.attrs[RECIPE_ATTR])) if RECIPE_ATTR in func.attrs
