@@ -162,13 +162,8 @@ def _runtime_library_path() -> Path:
 
 
 def load_runtime_library() -> ctypes.CDLL:
-    """Load ``libtenet_runtime.so`` from the package directory (idempotent).
-
-    Returns
-    -------
-    ctypes.CDLL
-        The loaded library; its static initialisers have registered the tenet globals.
-    """
+    """Load ``libtenet_runtime.so`` from the package directory (idempotent): once it is
+    loaded, its static initialisers have registered the tenet globals."""
     global _handle
     if _handle is None:
         path = _runtime_library_path()

@@ -341,12 +341,10 @@ def accelerator_area(
 ) -> dict[str, float]:
     """Area in mm2 by component of ``accelerator`` at ``node_nm``.
 
+    Between the table's nodes the figures are interpolated.
+
     Parameters
     ----------
-    accelerator : cost_model.Accelerator
-        The accelerator value.
-    node_nm : float
-        Process node; between the table's nodes the figures are interpolated.
     table : AreaTable, str or Path, optional
         The figures (default: the published :class:`AreaTable`); a path loads a JSON/YAML
         file whose fields replace the published ones.
