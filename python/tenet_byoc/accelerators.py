@@ -613,15 +613,6 @@ DRAM_CAPACITY_BYTES: dict[str, float] = {
 FUSED_ATTENTION = frozenset({"a100", "h100_sxm", "h200"})
 
 
-def _check_choice(mapping: Any, objective: Any) -> str | None:
-    """``mapping``, checked (and ``objective``)."""
-    if mapping not in MAPPING_CHOICES:
-        raise ValueError(f"mapping must be one of None, 'default' or 'auto', got {mapping!r}")
-    if objective is not None:
-        check_objective(objective)
-    return mapping
-
-
 def with_mapping(
     accelerator: Accelerator, mapping: str | None = None, objective: str | None = None
 ) -> Accelerator:
@@ -638,7 +629,10 @@ def with_mapping(
         ``mapping`` not in None / "default" / "auto", ``objective`` not in
         latency / energy / edp, or an objective without a search to apply it to.
     """
-    mapping = _check_choice(mapping, objective)
+    if mapping not in MAPPING_CHOICES:
+        raise ValueError(f"mapping must be one of None, 'default' or 'auto', got {mapping!r}")
+    if objective is not None:
+        check_objective(objective)
     if isinstance(accelerator.mapping, cm.TileMapping):
         return accelerator  # the user's own tiles win
     searched = mapping == "auto" or (mapping is None and accelerator.mapping == "auto")
@@ -664,8 +658,7 @@ def preset(name: str, mapping: str | None = None, objective: str | None = None) 
     no search (up to 3x slower than the search: ``benchmarks/results/default_vs_auto.md``).
     TENET's 8x8 arrays (``tenet_os8``, ``tenet_ws8``) keep their paper's dataflow and the
     default tiles: in their 1 KiB buffer no searched mapping fits most calls. See
-    :func:`with_mapping`."""
-    mapping = _check_choice(mapping, objective)
+    :func:`with_mapping`, which checks ``mapping`` and ``objective``."""
     if not isinstance(name, str):
         raise TypeError(
             f"preset name must be a str, one of {', '.join(sorted(PRESETS))}; got "
