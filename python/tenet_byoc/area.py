@@ -47,7 +47,7 @@ from typing import Any
 from ._names import did_you_mean
 
 __all__ = ["FORMATS", "SOURCES", "AreaTable", "NumberFormat", "accelerator_area",
-           "default_formats", "static_watts"]
+           "static_watts"]
 
 
 @dataclass(frozen=True)
@@ -301,16 +301,6 @@ def mac_figure(fmt: NumberFormat | str, table: AreaTable | None = None, *, psum_
     return value
 
 
-def default_formats(accelerator: Any) -> dict[int, str]:
-    """The format each precision unit is taken to be, by its wider operand width: 32 fp32,
-    16 fp16, other widths integers (the cost model's Horowitz table is fp32, fp16, int8)."""
-    out = {}
-    for unit in accelerator.precision.units:
-        bits = max(unit.bits_a, unit.bits_b)
-        out[bits] = {32: "fp32", 16: "fp16"}.get(bits, f"int{bits}")
-    return out
-
-
 # ----------------------------------------------------------------------------------------
 # The accelerator's area
 # ----------------------------------------------------------------------------------------
@@ -349,8 +339,10 @@ def accelerator_area(
         The figures (default: the published :class:`AreaTable`); a path loads a JSON/YAML
         file whose fields replace the published ones.
     formats : mapping of int to str, optional
-        The :data:`FORMATS` name of the precision unit of each width (default
-        :func:`default_formats`), e.g. ``{8: "fp8_e4m3"}`` for float8 PEs.
+        The :data:`FORMATS` name of the precision unit of each width, e.g. ``{8: "fp8_e4m3"}``
+        for float8 PEs. By default a unit is taken to be, by its wider operand width, fp32,
+        fp16, or an integer of that width (the cost model's Horowitz table is fp32, fp16,
+        int8).
 
     Returns
     -------
@@ -366,7 +358,10 @@ def accelerator_area(
     """
     t = _table(table)
     scale = t.logic_scale(node_nm)
-    chosen = default_formats(accelerator)
+    chosen = {}
+    for unit in accelerator.precision.units:
+        bits = max(unit.bits_a, unit.bits_b)
+        chosen[bits] = {32: "fp32", 16: "fp16"}.get(bits, f"int{bits}")
     for bits, name in (formats or {}).items():
         if bits not in chosen:
             raise ValueError(f"formats: accelerator {accelerator.name!r} has no {bits}-bit "
