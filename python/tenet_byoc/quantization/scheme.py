@@ -373,9 +373,7 @@ SCHEMES: dict[str, QuantScheme] = {
         QuantScheme("w8a8_per_tensor", 8, "tensor", 8, "tensor"),
         QuantScheme("w8a8_per_channel_per_token", 8, "channel", 8, "token"),
         QuantScheme("w8a16_per_channel", 8, "channel", 16, "none"),
-        QuantScheme("w4a16_group32", 4, "group", 16, "none", 32),
-        QuantScheme("w4a16_group64", 4, "group", 16, "none", 64),
-        QuantScheme("w4a16_group128", 4, "group", 16, "none", 128),
+        *[QuantScheme(f"w4a16_group{g}", 4, "group", 16, "none", g) for g in (32, 64, 128)],
         # The four granularities of the question, W8A8 int.
         QuantScheme("per_tensor", 8, "tensor", 8, "tensor"),
         QuantScheme("per_token", 8, "channel", 8, "token"),
@@ -385,8 +383,7 @@ SCHEMES: dict[str, QuantScheme] = {
         # MLC-LLM's formats (q4f16_0 and q4f16_1 differ only in MLC's memory layout).
         QuantScheme("q0f32"),
         QuantScheme("q0f16", 16, "none", 16, "none"),
-        QuantScheme("q4f16_0", 4, "group", 16, "none", 32),
-        QuantScheme("q4f16_1", 4, "group", 16, "none", 32),
+        *[QuantScheme(f"q4f16_{v}", 4, "group", 16, "none", 32) for v in (0, 1)],
         QuantScheme("q4f16_ft", 4, "channel", 16, "none"),
         QuantScheme("q4f16_awq", 4, "group", 16, "none", 128, weight_format="uint"),
         QuantScheme("e4m3_e4m3_f16", 8, "tensor", 8, "tensor", weight_format="e4m3",
