@@ -46,8 +46,7 @@ from typing import Any
 
 from ._names import did_you_mean
 
-__all__ = ["FORMATS", "SOURCES", "AreaTable", "NumberFormat", "accelerator_area",
-           "static_watts"]
+__all__ = ["FORMATS", "SOURCES", "AreaTable", "NumberFormat", "accelerator_area", "static_watts"]
 
 
 @dataclass(frozen=True)
