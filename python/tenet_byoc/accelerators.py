@@ -139,13 +139,39 @@ class Accelerator(cm.Accelerator):
     @property
     def fast_path(self) -> bool:
         """Whether every GEMM is costed in closed form, whatever its size (see
-        :func:`check_gemm_size`)."""
-        return _fast_path(self.hardware, self.dataflow)
+        :meth:`check_gemm`)."""
+        try:
+            cm.analyze(cm.Statement.gemm(2, 2, 2), self.hardware, self.dataflow, method="fast")
+        except ValueError:
+            return False
+        return True
 
     def check_gemm(self, m: int, n: int, k: int, where: str = "a GEMM") -> None:
-        """Refuse, before anything runs, a GEMM this accelerator could not cost (see
-        :func:`check_gemm_size`)."""
-        check_gemm_size(self.hardware, self.dataflow, m, n, k, where, self.name)
+        """Refuse, before anything runs, a GEMM the cost model could only cost by enumerating
+        too many instances.
+
+        Every GEMM size is costed in closed form (:attr:`fast_path`) for an os/ws/is preset
+        dataflow (``Dataflow.preset``, or TENET relations equal to one, such as TENET's
+        ``matmul_systolic_os.m`` / ``_ws.m``) on the systolic interconnect
+        ``{PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}``. Any other TENET file pair is costed by
+        enumerating each call's M x N x K instances, up to
+        ``cost_model.MAX_ENUMERATED_INSTANCES``.
+
+        Raises
+        ------
+        ValueError
+            When ``m * n * k`` is over that limit and the fast path does not apply; the
+            message names the GEMM and says what to do.
+        """
+        limit = cm.MAX_ENUMERATED_INSTANCES
+        if m * n * k > limit and not self.fast_path:
+            raise ValueError(
+                f"accelerator {self.name!r}: {where} of {m} x {n} x {k} = {m * n * k:,} "
+                f"instances cannot be costed: dataflow {self.dataflow.name!r} is not an "
+                f"os/ws/is preset on a systolic array, so each call is enumerated, up to "
+                f"{limit:,} instances. Use a preset dataflow (or TENET's matmul_systolic_os.m "
+                "/ _ws.m form) for large GEMMs, or smaller shapes"
+            )
 
     def area(self, node_nm: float = 45.0, table: Any = None,
              formats: Mapping[int, str] | None = None) -> dict[str, float]:
@@ -259,44 +285,6 @@ def check_dram_capacity(nbytes: Any) -> float:
             0 < nbytes < float("inf")):
         raise ValueError(f"dram_capacity_bytes={nbytes!r} must be a positive number of bytes")
     return float(nbytes)
-
-
-def _fast_path(hardware: cm.Hardware, dataflow: cm.Dataflow) -> bool:
-    try:
-        cm.analyze(cm.Statement.gemm(2, 2, 2), hardware, dataflow, method="fast")
-    except ValueError:
-        return False
-    return True
-
-
-def check_gemm_size(
-    hardware: cm.Hardware, dataflow: cm.Dataflow, m: int, n: int, k: int,
-    where: str = "a GEMM", name: str | None = None,
-) -> None:
-    """Refuse a GEMM the cost model could only cost by enumerating too many instances.
-
-    Every GEMM size is costed in closed form ("fast path") for an os/ws/is preset dataflow
-    (``Dataflow.preset``, or TENET relations equal to one, such as TENET's
-    ``matmul_systolic_os.m`` / ``_ws.m``) on the systolic interconnect
-    ``{PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}``. Any other TENET file pair is costed by
-    enumerating each call's M x N x K instances, up to
-    ``cost_model.MAX_ENUMERATED_INSTANCES``.
-
-    Raises
-    ------
-    ValueError
-        When ``m * n * k`` is over that limit and the fast path does not apply; the
-        message names the GEMM and says what to do.
-    """
-    limit = cm.MAX_ENUMERATED_INSTANCES
-    if m * n * k > limit and not _fast_path(hardware, dataflow):
-        raise ValueError(
-            f"accelerator {name or hardware.name!r}: {where} of {m} x {n} x {k} = "
-            f"{m * n * k:,} instances cannot be costed: dataflow {dataflow.name!r} is not an "
-            f"os/ws/is preset on a systolic array, so each call is enumerated, up to "
-            f"{limit:,} instances. Use a preset dataflow (or TENET's matmul_systolic_os.m / "
-            "_ws.m form) for large GEMMs, or smaller shapes"
-        )
 
 
 def _tenet_paper(dataflow: str) -> Callable[[], Accelerator]:
@@ -704,7 +692,6 @@ __all__ = [
     "MAPPING_CHOICES",
     "PRESETS",
     "Accelerator",
-    "check_gemm_size",
     "hopper",
     "preset",
     "resolve",

@@ -328,11 +328,9 @@ def _one_attr(functions, attr: str, what: str) -> str | None:
 def _check_enumeration_limit(described: list[dict], functions, accelerator: dict) -> None:
     """Refuse at build time a static GEMM the accelerator could only cost by enumerating
     more instances than the cost model allows (it would fail at the first VM call)."""
-    from .cost_model import Accelerator
-    from .accelerators import check_gemm_size
+    from .accelerators import Accelerator
 
-    acc = Accelerator._parse_json(json.dumps(accelerator))
-    hw, df = acc.hardware, acc.dataflow
+    acc = Accelerator.from_json(json.dumps(accelerator))
     for desc, func in zip(described, functions):
         params = list(func.params)
         for step in desc["steps"]:
@@ -344,7 +342,7 @@ def _check_enumeration_limit(described: list[dict], functions, accelerator: dict
                 n = int(b.shape.values[-2 if step["rhs_transposed"] else -1])
             except (TypeError, AttributeError):
                 continue  # a symbolic size: only the call can tell
-            check_gemm_size(hw, df, m, n, k, f"{desc['symbol']} step {step['name']!r}")
+            acc.check_gemm(m, n, k, f"{desc['symbol']} step {step['name']!r}")
 
 
 def make_descriptor(functions) -> str:
