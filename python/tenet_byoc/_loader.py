@@ -123,13 +123,16 @@ class CpuInfo:
     model: str = "unknown CPU"
 
 
+def _cpu_model() -> str:
+    line = _first_line("/proc/cpuinfo", lambda line: line.startswith("model name"))
+    return line.split(":", 1)[1].strip() if line else platform.processor() or "unknown CPU"
+
+
 def cpu_info() -> CpuInfo:
     """Return the CPU model, ISA, int8 path and thread count of the runtime's GEMM kernels."""
     load_runtime_library()
     fields = json.loads(tvm.get_global_func("tenet_byoc.runtime.cpu_info")())
-    model = _first_line("/proc/cpuinfo", lambda line: line.startswith("model name"))
-    return CpuInfo(**fields, model=model.split(":", 1)[1].strip() if model else
-                   platform.processor() or "unknown CPU")
+    return CpuInfo(**fields, model=_cpu_model())
 
 
 def _runtime_library_path() -> Path:
