@@ -68,14 +68,6 @@ def _tensor_spec(ty, what: str) -> dict:
     return {"dtype": str(ty.dtype), "ndim": int(ty.ndim)}
 
 
-def _bindings(func: relax.Function):
-    body = func.body
-    if not isinstance(body, relax.SeqExpr):
-        raise TenetCodegenError(f"function body is {type(body).__name__}, not a SeqExpr")
-    for block in body.blocks:
-        yield from block.bindings
-
-
 def analyze_composite(func: relax.Function) -> _Composite:
     """The recorded facts of the tenet pattern a composite function (attr ``Composite``)
     names, and which of its parameters plays each of the pattern's roles."""
@@ -228,7 +220,9 @@ def describe_function(func: relax.Function) -> dict:
     inputs = [_tensor_spec(p.ty, f"{symbol}: input {i}") for i, p in enumerate(func.params)]
     composites: dict[relax.Var, _Composite] = {}
     steps: list[dict] = []
-    for binding in _bindings(func):
+    if not isinstance(func.body, relax.SeqExpr):
+        raise TenetCodegenError(f"function body is {type(func.body).__name__}, not a SeqExpr")
+    for binding in (b for block in func.body.blocks for b in block.bindings):
         value = binding.value
         if isinstance(value, relax.Function):
             composites[binding.var] = analyze_composite(value)
