@@ -327,8 +327,8 @@ def _pattern_table():
     # forms (which contain a float matmul form) after all float ones. Each form: its kind,
     # whether its rhs is transposed, its operands' annotations.
     float_forms = {t: ("float", t, {"lhs": "lhs", "rhs": "rhs"}) for t in (False, True)}
-    quant_forms = {form: (kind, True, {**_QUANT_ROLES, **roles})
-                   for form, (kind, roles) in _QUANT_KINDS.items()}
+    quant_forms = {form: (_QUANT_KINDS[form][0], True, {**_QUANT_ROLES, **_QUANT_KINDS[form][1]})
+                   for form in QUANT_FORMS}  # in QUANT_FORMS' order: its first is matched last
     for forms, make, named, refusal in (
             (float_forms, make_matmul_pattern, pattern_name, refusal_reason),
             (quant_forms, make_quant_pattern, quant_pattern_name, quant_refusal_reason)):
