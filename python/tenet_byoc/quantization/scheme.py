@@ -207,8 +207,8 @@ class QuantScheme:
             (self.kernel == "dequant_group" and self.group_size % 2,
              f"QuantScheme.group_size={self.group_size} must be even: int4 values are "
              "packed two to a byte"),
-            (self.activation_static and self.activation_granularity not in ("tensor",
-                                                                            "embedding"),
+            (self.activation_static
+             and self.activation_granularity not in ("tensor", "embedding"),
              f"QuantScheme.activation_static=True with activation_granularity="
              f"{self.activation_granularity!r}; static scales are per tensor or embedding"),
             (not 0.0 <= self.smoothing <= 1.0 or (self.smoothing and (
