@@ -164,19 +164,6 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
     )
 
 
-def _finish(sched: Scheduler, step: list, end: float, first: np.ndarray,
-            finish: np.ndarray) -> int:
-    """Close ``step`` at time ``end``: first tokens and finishes recorded; how many finished."""
-    finished_now = 0
-    for seq, finished in sched.finish_step(step):
-        if seq.generated == 1:
-            first[seq.index] = end
-        if finished:
-            finish[seq.index] = end
-            finished_now += 1
-    return finished_now
-
-
 def _fast_forward(sched: Scheduler, cost: SplitStepCost, now: float, next_arrival: float,
                   record: tuple) -> float | None:
     """Run the coming stretch of decode-only iterations at once; the clock after it, or
@@ -263,7 +250,12 @@ def _loop(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: int,
             end, step = flight.popleft()
             for seq, _, _ in step:
                 seq.in_flight = False
-            done += _finish(sched, step, end, first, finish)
+            for seq, finished in sched.finish_step(step):
+                if seq.generated == 1:
+                    first[seq.index] = end
+                if finished:
+                    finish[seq.index] = end
+                    done += 1
         if done == n:
             break
         while arrived < n and arrival[arrived] <= now:
