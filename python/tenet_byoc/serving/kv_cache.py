@@ -103,13 +103,11 @@ def cache_sizing(config: Any, scheme: Any, memory_bytes: float, block_size: int 
                        int(left // (block_size * per_token)))
 
 
+@dataclass(slots=True)
 class _Prefix:
-    __slots__ = ("owner", "ready", "refs")
-
-    def __init__(self, owner: object):
-        self.owner = owner  # the sequence that publishes its blocks, or None
-        self.ready = 0  # full blocks published
-        self.refs = 0
+    owner: object  # the sequence that publishes its blocks, or None
+    ready: int = 0  # full blocks published
+    refs: int = 0
 
 
 class PagedKVCache:

@@ -195,24 +195,18 @@ def read_trace(path: str | os.PathLike[str]) -> list[TraceRequest]:
         reader.fieldnames = names
         previous = 0.0
         for row in reader:
-            line = reader.line_num
-            where = f"trace file {text!r}, line {line}"
-            values: dict = {}
+            where = f"trace file {text!r}, line {reader.line_num}"
+            values: dict = {"prefix": (row.get("prefix") or "").strip() or None}
             for field, kind in (("arrival_s", float), ("prompt_tokens", int),
                                 ("output_tokens", int), ("prefix_tokens", int)):
-                raw = (row.get(field) or "").strip()
-                if field == "prefix_tokens" and raw == "":
-                    values[field] = 0
-                    continue
+                raw = (row.get(field) or "").strip() or ("0" if field == "prefix_tokens" else "")
                 try:
                     values[field] = kind(raw)
                 except ValueError:
                     raise ValueError(f"{where}, field {field}: {raw!r} is not "
                                      f"{'a number' if kind is float else 'an integer'}") from None
-            prefix = (row.get("prefix") or "").strip() or None
             try:
-                req = TraceRequest(values["arrival_s"], values["prompt_tokens"],
-                                   values["output_tokens"], prefix, values["prefix_tokens"])
+                req = TraceRequest(**values)
             except ValueError as err:
                 raise ValueError(f"{where}: {err}") from None
             if req.arrival_s < previous:

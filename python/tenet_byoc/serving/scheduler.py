@@ -69,26 +69,22 @@ class SchedulerConfig:
                 raise ValueError(f"SchedulerConfig.{name}={v!r} must be an integer >= 1")
 
 
+@dataclass(slots=True, eq=False)
 class Sequence:
     """One request's state in the engine."""
 
-    __slots__ = ("index", "prompt", "output", "generated", "computed", "own_blocks", "prefix",
-                 "prefix_tokens", "shared", "attached", "preemptions", "in_flight")
-
-    def __init__(self, index: int, prompt: int, output: int, prefix: str | None = None,
-                 prefix_tokens: int = 0):
-        self.index = index
-        self.prompt = prompt
-        self.output = output
-        self.generated = 0
-        self.computed = 0
-        self.own_blocks = 0
-        self.prefix = prefix
-        self.prefix_tokens = prefix_tokens
-        self.shared = 0  # tokens in the prefix's blocks this sequence references
-        self.attached = False
-        self.preemptions = 0
-        self.in_flight = False  # in a step not yet out of the last pipeline stage
+    index: int
+    prompt: int
+    output: int
+    prefix: str | None = None
+    prefix_tokens: int = 0
+    generated: int = 0
+    computed: int = 0
+    own_blocks: int = 0
+    shared: int = 0  #: tokens in the prefix's blocks this sequence references
+    attached: bool = False
+    preemptions: int = 0
+    in_flight: bool = False  #: in a step not yet out of the last pipeline stage
 
     @property
     def pending(self) -> int:

@@ -25,7 +25,7 @@ from .requests import SHAREGPT_LIKE, FixedLengths, LognormalLengths, TraceReques
 from .scheduler import SchedulerConfig
 from .simulator import ServingRun, simulate
 
-__all__ = ["PRESET_MEMORY_BYTES", "ServedScheme", "memory_bytes_of", "serve"]
+__all__ = ["ServedScheme", "memory_bytes_of", "serve"]
 
 
 @dataclass(frozen=True)
@@ -40,24 +40,15 @@ class ServedScheme:
     cost: Any  #: the step cost (its cache filled)
 
 
-#: Device memory of the presets modelled on real chips, in bytes: the accelerators' own table
-#: (:data:`tenet_byoc.accelerators.DRAM_CAPACITY_BYTES`, its sources named there), used when
-#: ``--memory-gb`` is left out.
-PRESET_MEMORY_BYTES = DRAM_CAPACITY_BYTES
-
-
 def memory_bytes_of(accelerator: Any) -> float | None:
-    """The chip memory an accelerator states (``memory_bytes`` / ``dram_bytes`` /
-    ``hbm_bytes`` on it, its hardware or its memory hierarchy), else that of the preset of
-    its name (:data:`PRESET_MEMORY_BYTES`), or None."""
+    """The chip memory an accelerator states (its ``dram_capacity_bytes``), else that of the
+    preset of its name (:data:`tenet_byoc.accelerators.DRAM_CAPACITY_BYTES`, its sources
+    named there), or None."""
+    value = getattr(accelerator, "dram_capacity_bytes", None)
+    if isinstance(value, int | float) and value > 0:
+        return float(value)
     preset = getattr(accelerator, "name", accelerator)
-    for owner in (accelerator, getattr(accelerator, "hardware", None),
-                  getattr(accelerator, "memory", None)):
-        for name in ("memory_bytes", "dram_bytes", "hbm_bytes", "dram_capacity_bytes"):
-            value = getattr(owner, name, None)
-            if isinstance(value, int | float) and value > 0:
-                return float(value)
-    found = PRESET_MEMORY_BYTES.get(preset) if isinstance(preset, str) else None
+    found = DRAM_CAPACITY_BYTES.get(preset) if isinstance(preset, str) else None
     return None if found is None else float(found)
 
 
@@ -170,19 +161,15 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
         metrics = serving_metrics(run, ttft_ms, tpot_ms)
         search = None
         if ttft_ms is not None or tpot_ms is not None:
-            if trace is not None:
-                # The trace's own lengths at Poisson arrivals of each rate tried.
-                base = poisson_trace(1.0, len(requests_list), FixedLengths(1, 1), seed)
-                lengths_of = [(r.prompt_tokens, r.output_tokens) for r in requests_list]
+            # The requests' lengths at Poisson arrivals of each rate tried (one seed: a
+            # drawn trace's own arrivals at its rate).
+            base = poisson_trace(1.0, len(requests_list), FixedLengths(1, 1), seed)
 
-                def at(rate_: float, base=base, lengths_of=lengths_of) -> list[TraceRequest]:
-                    return [TraceRequest(b.arrival_s / rate_, p, o)
-                            for b, (p, o) in zip(base, lengths_of, strict=True)]
-                start = len(requests_list) / max(requests_list[-1].arrival_s, 1e-9)
-            else:
-                def at(rate_: float) -> list[TraceRequest]:
-                    return poisson_trace(rate_, requests, lengths, seed)
-                start = rate
+            def at(rate_: float, base=base) -> list[TraceRequest]:
+                return [TraceRequest(b.arrival_s / rate_, r.prompt_tokens, r.output_tokens)
+                        for b, r in zip(base, requests_list, strict=True)]
+            start = (rate if trace is None
+                     else len(requests_list) / max(requests_list[-1].arrival_s, 1e-9))
 
             def metrics_at(rate_: float, at=at, run_of=run_of) -> ServingMetrics:
                 return serving_metrics(run_of(at(rate_), f"{scheme} @ {rate_:.3g}/s"),
