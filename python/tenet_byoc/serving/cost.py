@@ -38,6 +38,7 @@ import numpy as np
 
 from ..plan import Step, StepSequence
 from .kv_cache import _layers_heads_dim
+from .requests import check_count
 
 __all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost", "kv_cache_calls",
            "model_step_cost"]
@@ -99,8 +100,7 @@ class SplitStepCost(_StepCost):
         for name, value in (("context_granularity", context_granularity),
                             ("token_granularity", token_granularity),
                             ("prompt_granularity", prompt_granularity)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+            check_count(name, value)
         self.granularity = context_granularity
         self.token_granularity = token_granularity
         self.prompt_granularity = prompt_granularity

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .requests import TraceRequest
+from .requests import TraceRequest, check_count
 from .scheduler import SchedulerConfig
 from .simulator import ServingRun, simulate
 
@@ -53,8 +53,7 @@ def kv_transfer_seconds(kv_bytes_per_token: float, link: Any, senders: int = 1
     one hop's latency."""
     if not kv_bytes_per_token > 0:
         raise ValueError(f"kv_bytes_per_token={kv_bytes_per_token!r} must be > 0")
-    if isinstance(senders, bool) or not isinstance(senders, int) or senders < 1:
-        raise ValueError(f"senders={senders!r} must be an integer >= 1")
+    check_count("senders", senders)
     bandwidth = link.bandwidth_gbps * 1e9 * senders
     latency = link.latency_us * 1e-6
 

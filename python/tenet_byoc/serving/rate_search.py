@@ -61,28 +61,20 @@ def max_rate(metrics_at: Callable[[float], ServingMetrics], ttft_ms: float | Non
         return ok
 
     # Double from a rate that meets the targets, halve from one that does not, until the
-    # answer flips (or the bound is reached: every rate tried agrees).
+    # answer flips (or the bound is reached: every rate tried agrees), then bisect.
     rate = start
     first = run(rate)
-    while True:
-        if rate == (highest if first else lowest):
-            return _answer(tried)
+    while rate != (highest if first else lowest):
         prev, rate = rate, min(2 * rate, highest) if first else max(rate / 2, lowest)
         if run(rate) != first:
+            lo, hi = min(prev, rate), max(prev, rate)
+            while hi / lo > 1 + rel_tol:
+                mid = (lo * hi) ** 0.5
+                if run(mid):
+                    lo = mid
+                else:
+                    hi = mid
             break
-    lo, hi = min(prev, rate), max(prev, rate)
-    while hi / lo > 1 + rel_tol:
-        mid = (lo * hi) ** 0.5
-        if run(mid):
-            lo = mid
-        else:
-            hi = mid
-    return _answer(tried)
-
-
-def _answer(tried: list[tuple[float, ServingMetrics, bool]]) -> RateSearch:
-    met = [(r, m) for r, m, ok in tried if ok]
-    if not met:
-        return RateSearch(None, None, tuple(tried))
-    rate, m = max(met, key=lambda x: x[0])
+    rate, m = max(((r, m) for r, m, ok in tried if ok), key=lambda x: x[0],
+                  default=(None, None))
     return RateSearch(rate, m, tuple(tried))

@@ -36,6 +36,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from .kv_cache import PagedKVCache
+from .requests import check_count
 
 __all__ = ["POLICIES", "Scheduler", "SchedulerConfig", "Sequence"]
 
@@ -63,10 +64,8 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"SchedulerConfig.policy={self.policy!r}; expected one of {POLICIES}")
-        for name in ("token_budget", "max_seqs"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"SchedulerConfig.{name}={v!r} must be an integer >= 1")
+        check_count("SchedulerConfig.token_budget", self.token_budget)
+        check_count("SchedulerConfig.max_seqs", self.max_seqs)
 
 
 @dataclass(slots=True, eq=False)

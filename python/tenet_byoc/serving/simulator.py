@@ -137,15 +137,12 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
             raise ValueError(f"request {i} (prompt {r.prompt_tokens}, output "
                              f"{r.output_tokens} tokens) needs {need} KV blocks of "
                              f"{block_size} tokens; the cache has {kv_blocks}")
-        if transferred:
-            seq = EngineSequence(i, r.prompt_tokens, r.output_tokens)
-            seq.generated, seq.computed = 1, r.prompt_tokens
-            if r.output_tokens < 2:
-                raise ValueError(f"request {i} has {r.output_tokens} output token: a "
-                                 "transferred request has a token left to decode")
-            seqs.append(seq)
-            continue
-        seqs.append(EngineSequence(i, r.prompt_tokens, r.output_tokens, r.prefix,
+        if transferred and r.output_tokens < 2:
+            raise ValueError(f"request {i} has {r.output_tokens} output token: a "
+                             "transferred request has a token left to decode")
+        seqs.append(EngineSequence(i, r.prompt_tokens, r.output_tokens, generated=1,
+                                   computed=r.prompt_tokens) if transferred else
+                    EngineSequence(i, r.prompt_tokens, r.output_tokens, r.prefix,
                                    r.prefix_tokens))
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
