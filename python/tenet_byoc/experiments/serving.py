@@ -85,22 +85,19 @@ def _length(value: Any, name: str) -> int:
 
 
 def _request(item: Any, where: str) -> Request:
+    names = ("prompt_len", "output_len")
+    pair = ([item.get(n) for n in names] if isinstance(item, dict)
+            else item if isinstance(item, (list, tuple)) and len(item) == 2
+            else item.split(":") if isinstance(item, str) and item.count(":") == 1 else None)
+    if pair is None:
+        raise ValueError(f"request {where} is {item!r}; expected PROMPT:OUTPUT, [prompt, "
+                         "output] or {\"prompt_len\": P, \"output_len\": O}")
     try:
-        if isinstance(item, dict):
-            missing = {"prompt_len", "output_len"} - set(item)
-            if missing:
-                raise ValueError(f"lacks {sorted(missing)}")
-            return Request(_length(item["prompt_len"], "prompt_len"),
-                           _length(item["output_len"], "output_len"))
-        if isinstance(item, (list, tuple)) and len(item) == 2:
-            return Request(_length(item[0], "prompt_len"), _length(item[1], "output_len"))
-        if isinstance(item, str) and item.count(":") == 1:
-            p, o = item.split(":")
-            return Request(_length(p, "prompt_len"), _length(o, "output_len"))
+        if isinstance(item, dict) and not set(names) <= set(item):
+            raise ValueError(f"lacks {sorted(set(names) - set(item))}")
+        return Request(*(_length(v, name) for v, name in zip(pair, names)))
     except (TypeError, ValueError) as err:
         raise ValueError(f"request {where} ({item!r}): {err}") from None
-    raise ValueError(f"request {where} is {item!r}; expected PROMPT:OUTPUT, [prompt, output] "
-                     "or {\"prompt_len\": P, \"output_len\": O}")
 
 
 def parse_requests(spec: str | os.PathLike[str]) -> list[Request]:

@@ -210,15 +210,6 @@ ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked
                    "attn.fused")
 
 
-def _repeats(p: Any, layer: int | None) -> int:
-    """How many layers of the model the written calls of ``layer`` stand for in the plan
-    ``p`` (:attr:`tenet_byoc.plan.Plan.calls`: layer ``j`` of a cut plan's repeating
-    ``period`` stands for layers ``j, j + period, ...``)."""
-    if not p.layers or not layer:
-        return 1
-    return len(range(layer, p.layers, p.period))
-
-
 def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int = 1
                    ) -> list[Any]:
     """The vector calls that put ``tokens`` new tokens' keys and values into the cache, for
@@ -349,18 +340,19 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
 
     def scaled(step: Step | Plan, part: bool) -> float:
         # The plan's written calls (a plan cut to its repeating layers: Plan.calls), each
-        # counted as many times as its layer stands for: a GEMM and its epilogues share a
+        # counted as many times as its layer stands for (layer j of a cut plan's repeating
+        # period: layers j, j + period, ...): a GEMM and its epilogues share a
         # layer, so each part is a chain of whole groups and the parts add up. Only the
         # part asked for is charged and composed (a prompt's attention term charges no
         # weight GEMMs of its unrounded length).
         p = step if isinstance(step, Plan) else plan(config, step, scheme, sharding,
                                                      attention=attention)
-        calls = [pc._replace(count=_repeats(p, pc.layer)) for pc in p.written
+        calls = [pc._replace(count=len(range(pc.layer, p.layers, p.period))
+                             if p.layers and pc.layer else 1) for pc in p.written
                  if not (pc.name.endswith(writes) or pc.name.startswith("lm_head"))  # below
                  and (pc.fused_with or pc.name).endswith(ATTENTION_PARTS) == part]
         return seconds(p, calls)
 
-    prefills: dict[tuple[int, bool], float] = {}
     prefill_plans: dict[int, Plan] = {}
 
     @functools.cache
@@ -389,14 +381,12 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         out[-1] += last - hand
         return out
 
+    @functools.cache
     def prefill(tokens: int, part: bool) -> float:
-        found = prefills.get((tokens, part))
-        if found is None:
-            # The other part's term of this prefill takes the plan made here (once).
-            p = prefill_plans.pop(tokens, None) or prefill_plans.setdefault(tokens, plan(
-                config, Step.prefill(tokens), scheme, sharding, attention=attention))
-            found = prefills[tokens, part] = scaled(p, part)
-        return found
+        # The other part's term of this prefill takes the plan made here (once).
+        p = prefill_plans.pop(tokens, None) or prefill_plans.setdefault(tokens, plan(
+            config, Step.prefill(tokens), scheme, sharding, attention=attention))
+        return scaled(p, part)
 
     def head(sequences: int) -> float:
         p = plan(config, Step([(StepSequence(1, 0, logits="last"), sequences)]), scheme,

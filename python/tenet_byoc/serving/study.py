@@ -119,6 +119,13 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
     config_sched = scheduler or SchedulerConfig()
     if pools is not None and (system is not None or step_cost is not None):
         raise ValueError("pools (disaggregated serving) excludes system and step_cost")
+    targets = ttft_ms is not None or tpot_ms is not None
+    if targets:
+        # The search runs the requests' lengths at Poisson arrivals of each rate it tries (one
+        # seed: a drawn trace's own arrivals at its rate).
+        base = poisson_trace(1.0, len(requests_list), FixedLengths(1, 1), seed)
+        start = (rate if trace is None
+                 else len(requests_list) / max(requests_list[-1].arrival_s, 1e-9))
     out = []
     for scheme in schemes:
         if pools is not None:
@@ -136,9 +143,7 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
                                    first.pipeline_parallel),
                 first.link)
 
-            def run_of(reqs: Sequence[TraceRequest], label: str, cost=cost, sizing=sizing,
-                       pre_cost=pre_cost, pre_sizing=pre_sizing,
-                       transfer=transfer) -> ServingRun:
+            def run_of(reqs: Sequence[TraceRequest], label: str) -> ServingRun:
                 return simulate_disaggregated(
                     reqs, pre_cost, cost, transfer, prefill_scheduler=config_sched,
                     decode_scheduler=config_sched, prefill_kv_blocks=pre_sizing.blocks,
@@ -151,29 +156,20 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
             cost = (step_cost or (lambda s: model_step_cost(config, s, accelerator,
                                                             system=system)))(scheme)
 
-            def run_of(reqs: Sequence[TraceRequest], label: str, cost=cost,
-                       sizing=sizing, stages=stages) -> ServingRun:
+            def run_of(reqs: Sequence[TraceRequest], label: str) -> ServingRun:
                 callback = progress(label, len(reqs)) if progress else None
                 return simulate(reqs, cost, scheduler=config_sched, kv_blocks=sizing.blocks,
                                 block_size=block_size, progress=callback, stages=stages)
 
         run = run_of(requests_list, f"{scheme}")
-        metrics = serving_metrics(run, ttft_ms, tpot_ms)
         search = None
-        if ttft_ms is not None or tpot_ms is not None:
-            # The requests' lengths at Poisson arrivals of each rate tried (one seed: a
-            # drawn trace's own arrivals at its rate).
-            base = poisson_trace(1.0, len(requests_list), FixedLengths(1, 1), seed)
-
-            def at(rate_: float, base=base) -> list[TraceRequest]:
-                return [TraceRequest(b.arrival_s / rate_, r.prompt_tokens, r.output_tokens)
-                        for b, r in zip(base, requests_list, strict=True)]
-            start = (rate if trace is None
-                     else len(requests_list) / max(requests_list[-1].arrival_s, 1e-9))
-
-            def metrics_at(rate_: float, at=at, run_of=run_of) -> ServingMetrics:
-                return serving_metrics(run_of(at(rate_), f"{scheme} @ {rate_:.3g}/s"),
-                                       ttft_ms, tpot_ms)
+        if targets:
+            def metrics_at(rate_: float) -> ServingMetrics:
+                at = [TraceRequest(b.arrival_s / rate_, r.prompt_tokens, r.output_tokens)
+                      for b, r in zip(base, requests_list, strict=True)]
+                return serving_metrics(run_of(at, f"{scheme} @ {rate_:.3g}/s"), ttft_ms,
+                                       tpot_ms)
             search = max_rate(metrics_at, ttft_ms, tpot_ms, start=start, rel_tol=rel_tol)
-        out.append(ServedScheme(scheme, sizing, run, metrics, search, cost))
+        out.append(ServedScheme(scheme, sizing, run, serving_metrics(run, ttft_ms, tpot_ms),
+                                search, cost))
     return out
