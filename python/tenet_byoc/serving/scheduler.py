@@ -85,11 +85,6 @@ class Sequence:
     preemptions: int = 0
     in_flight: bool = False  #: in a step not yet out of the last pipeline stage
 
-    @property
-    def pending(self) -> int:
-        """Tokens to compute before the next token is emitted."""
-        return self.prompt + self.generated - self.computed
-
 
 class Scheduler:
     """Forms each step from the running and waiting sequences (see the module)."""
@@ -99,7 +94,6 @@ class Scheduler:
         self.cache = cache
         self.running: list[Sequence] = []
         self.waiting: deque[Sequence] = deque()
-        self.preemptions = 0
 
     def _release(self, seq: Sequence) -> None:
         self.cache.give(seq.own_blocks)
@@ -108,22 +102,6 @@ class Scheduler:
             self.cache.detach(seq.prefix, seq)
             seq.attached = False
         seq.shared = 0
-
-    def _grow(self, seq: Sequence, k: int) -> bool:
-        """Take the blocks ``seq`` needs to hold ``k`` more tokens, if free."""
-        need = self.cache.blocks_for(seq.computed + k - seq.shared) - seq.own_blocks
-        if need > self.cache.blocks - self.cache.used:
-            return False
-        self.cache.used += need
-        seq.own_blocks += need
-        return True
-
-    def _preempt(self, seq: Sequence) -> None:
-        self._release(seq)
-        seq.computed = 0
-        seq.preemptions += 1
-        self.preemptions += 1
-        self.waiting.appendleft(seq)
 
     def schedule(self) -> list[tuple[Sequence, int, int]]:
         """The next step: ``(sequence, new tokens, context)`` per sequence, blocks taken.
@@ -153,7 +131,7 @@ class Scheduler:
                 k = budget if chunked else pending
             else:
                 k = pending
-            # Inline of _grow: the blocks to hold computed + k tokens past the shared ones.
+            # The blocks to hold computed + k tokens past the shared ones.
             over = computed + k - seq.shared - seq.own_blocks * bs
             if over > 0:
                 need = -(-over // bs)
@@ -176,13 +154,16 @@ class Scheduler:
                 seq.shared = cache.attach(seq.prefix, seq, seq.prompt + seq.generated - 1)
                 seq.attached = True
                 seq.computed = seq.shared
-            pending = seq.pending
+            pending = seq.prompt + seq.generated - seq.computed
             k = min(pending, budget) if chunked else pending
-            if (not chunked and pending > budget and step) or not self._grow(seq, k):
+            need = cache.blocks_for(seq.computed + k - seq.shared) - seq.own_blocks
+            if (not chunked and pending > budget and step) or need > blocks - cache.used:
                 if seq.attached:  # a waiting sequence holds no reference
                     self._release(seq)
                     seq.computed = 0
                 break
+            cache.used += need
+            seq.own_blocks += need
             waiting.popleft()
             running.append(seq)
             append((seq, k, seq.computed))
@@ -199,7 +180,10 @@ class Scheduler:
             while running[j].in_flight:  # seq itself is not in flight: j stops there at last
                 j -= 1
             victim = running.pop(j)
-            self._preempt(victim)
+            self._release(victim)  # recomputed when admitted again
+            victim.computed = 0
+            victim.preemptions += 1
+            self.waiting.appendleft(victim)
             if victim is seq:
                 return False
         return True
