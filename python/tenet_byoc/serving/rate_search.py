@@ -17,13 +17,7 @@ from dataclasses import dataclass
 
 from .metrics import ServingMetrics
 
-__all__ = ["RateSearch", "max_rate", "meets_targets"]
-
-
-def meets_targets(m: ServingMetrics, ttft_ms: float | None, tpot_ms: float | None) -> bool:
-    """Whether the p90 TTFT and p90 TPOT are within the targets (None: no target)."""
-    return ((ttft_ms is None or m.ttft_ms_p90 <= ttft_ms)
-            and (tpot_ms is None or m.tpot_ms_p90 <= tpot_ms))
+__all__ = ["RateSearch", "max_rate"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +50,8 @@ def max_rate(metrics_at: Callable[[float], ServingMetrics], ttft_ms: float | Non
 
     def run(rate: float) -> bool:
         m = metrics_at(rate)
-        ok = meets_targets(m, ttft_ms, tpot_ms)
+        ok = ((ttft_ms is None or m.ttft_ms_p90 <= ttft_ms)
+              and (tpot_ms is None or m.tpot_ms_p90 <= tpot_ms))
         tried.append((rate, m, ok))
         return ok
 

@@ -45,21 +45,11 @@ POLICIES = ("vllm", "orca")
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """How iterations are formed.
+    """How iterations are formed."""
 
-    Attributes
-    ----------
-    policy : str
-        ``"vllm"`` (chunked prefill) or ``"orca"`` (whole prompts); see the module.
-    token_budget : int
-        New tokens one step may compute (vLLM's ``max_num_batched_tokens``).
-    max_seqs : int
-        Sequences one step may hold (vLLM's ``max_num_seqs``).
-    """
-
-    policy: str = "vllm"
-    token_budget: int = 2048
-    max_seqs: int = 256
+    policy: str = "vllm"  #: "vllm" (chunked prefill) or "orca" (whole prompts); see the module
+    token_budget: int = 2048  #: new tokens one step may compute (vLLM's ``max_num_batched_tokens``)
+    max_seqs: int = 256  #: sequences one step may hold (vLLM's ``max_num_seqs``)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
