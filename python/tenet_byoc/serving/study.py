@@ -116,7 +116,6 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
             raise ValueError(f"request {i} (prompt {r.prompt_tokens}, output "
                              f"{r.output_tokens} tokens) outruns {config.name}'s context "
                              f"{field}={limit}")
-    config_sched = scheduler or SchedulerConfig()
     if pools is not None and (system is not None or step_cost is not None):
         raise ValueError("pools (disaggregated serving) excludes system and step_cost")
     targets = ttft_ms is not None or tpot_ms is not None
@@ -145,8 +144,8 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
 
             def run_of(reqs: Sequence[TraceRequest], label: str) -> ServingRun:
                 return simulate_disaggregated(
-                    reqs, pre_cost, cost, transfer, prefill_scheduler=config_sched,
-                    decode_scheduler=config_sched, prefill_kv_blocks=pre_sizing.blocks,
+                    reqs, pre_cost, cost, transfer, prefill_scheduler=scheduler,
+                    decode_scheduler=scheduler, prefill_kv_blocks=pre_sizing.blocks,
                     decode_kv_blocks=sizing.blocks, block_size=block_size,
                     prefill_stages=first.pipeline_parallel,
                     decode_stages=second.pipeline_parallel).run
@@ -158,7 +157,7 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
 
             def run_of(reqs: Sequence[TraceRequest], label: str) -> ServingRun:
                 callback = progress(label, len(reqs)) if progress else None
-                return simulate(reqs, cost, scheduler=config_sched, kv_blocks=sizing.blocks,
+                return simulate(reqs, cost, scheduler=scheduler, kv_blocks=sizing.blocks,
                                 block_size=block_size, progress=callback, stages=stages)
 
         run = run_of(requests_list, f"{scheme}")
