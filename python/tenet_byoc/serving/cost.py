@@ -236,10 +236,14 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int =
     return calls
 
 
-#: The charges of each accelerator (and link) the split costs made so far: the costs of
-#: several schemes share the calls they have alike (attention at the same KV width, the
-#: vector unit's calls), each charged once. Not shared between threads.
-_SHARED: dict[tuple, Any] = {}
+@functools.lru_cache(maxsize=8)
+def _charges(accelerator: Any, link: Any) -> Any:
+    """The charges of an accelerator (and link) shared by the split costs made on it: the
+    costs of several schemes share the calls they have alike (attention at the same KV
+    width, the vector unit's calls), each charged once. Not shared between threads."""
+    from ..estimate import Charges
+
+    return Charges(accelerator, link)
 
 
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
@@ -302,7 +306,6 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     """
     from .. import cost_model as cm
     from ..compose import compose
-    from ..estimate import Charges
     from ..accelerators import resolve
     from ..plan import (BEFORE_LAYERS, Plan, Sharding, check_tensor_parallel, context_limit,
                         hand_overs, model_config, plan, stage_layers)
@@ -326,11 +329,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     sizes = [len(r) for r in stage_layers(n_layers, pp)]
     sharding = Sharding(tp, 1, 1)
     acc = resolve(accelerator, mapping=mapping)
-    charges = _SHARED.get((acc, link))
-    if charges is None:
-        if len(_SHARED) >= 8:
-            _SHARED.clear()
-        charges = _SHARED[acc, link] = Charges(acc, link)
+    charges = _charges(acc, link)
     clock = acc.hardware.clock_ghz
     writes = ("k_cache", "v_cache")
 
