@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..accelerators import DRAM_CAPACITY_BYTES
+from .disaggregated import kv_transfer_seconds, simulate_disaggregated
 from .kv_cache import CacheSizing, cache_sizing
 from .metrics import ServingMetrics, serving_metrics
 from .rate_search import RateSearch, max_rate
@@ -95,6 +96,7 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
         For neither or both of ``trace`` and ``rate``, no memory size, a scheme whose weights
         do not fit, or a request longer than the cache or the model's context.
     """
+    from ..models.footprint import kv_bytes_per_token
     from ..plan import context_limit, model_config
     from .cost import model_step_cost
 
@@ -128,9 +130,6 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
     out = []
     for scheme in schemes:
         if pools is not None:
-            from .disaggregated import kv_transfer_seconds, simulate_disaggregated
-            from ..models.footprint import kv_bytes_per_token
-
             first, second = pools
             sizing = cache_sizing(config, scheme, memory, block_size, utilization, second)
             pre_sizing = cache_sizing(config, scheme, memory, block_size, utilization, first)
