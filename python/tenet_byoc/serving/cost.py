@@ -294,8 +294,8 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     plan's ``p2p`` calls). A step's seconds are one micro-batch's critical path through the
     stages, ``sum of stages + hand-overs``: the layers' calls once each, as on one chip, plus
     the hand-overs; the simulator keeps one step in flight per stage and splits this time
-    evenly over them (:func:`~tenet_byoc.serving.simulator.simulate`, ``stages``), which is
-    where pipeline stages add speed as well as memory. ``System(acc)`` costs what ``acc``
+    over them by the cost's ``stage_split`` (:func:`~tenet_byoc.serving.simulator.simulate`,
+    ``stages``), which is where pipeline stages add speed as well as memory. ``System(acc)`` costs what ``acc``
     alone does.
 
     Raises
@@ -338,12 +338,9 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
                        clock).seconds
 
     def scaled(step: Step | Plan, part: bool) -> float:
-        # The plan's written calls (a plan cut to its repeating layers: Plan.calls), each
-        # counted as many times as its layer stands for (layer j of a cut plan's repeating
-        # period: layers j, j + period, ...): a GEMM and its epilogues share a
-        # layer, so each part is a chain of whole groups and the parts add up. Only the
-        # part asked for is charged and composed (a prompt's attention term charges no
-        # weight GEMMs of its unrounded length).
+        # The written calls of the part asked for (see the docstring), layer j of a cut
+        # plan's period counted for layers j, j + period, ...: a prompt's attention term
+        # charges no weight GEMMs of its unrounded length.
         p = step if isinstance(step, Plan) else plan(config, step, scheme, sharding,
                                                      attention=attention)
         calls = [pc._replace(count=len(range(pc.layer, p.layers, p.period))
