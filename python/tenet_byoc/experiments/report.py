@@ -8,20 +8,21 @@ before plotly.js is compiled, plots are drawn as they near the screen and table 
 are scrolled to. Sections follow the files found; a missing file leaves its section out.
 Opened with ``#tenet-check`` at the end of its address, the page scrolls itself through every
 plot and table and records every plot's size, every table's row count, the errors it caught,
-the URLs it fetched and its timings, in a hidden element that :func:`browser_check` reads back
-from headless Chromium.
+the URLs it fetched and its timings, and logs them to the console, where :func:`browser_check`
+reads them back from headless Chromium's log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import html
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.parse
@@ -966,97 +967,34 @@ def chromium_path() -> str | None:
                                                 "google-chrome"))), None)
 
 
-class _DevTools:
-    """Headless Chromium driven over its DevTools pipe (``--remote-debugging-pipe``: JSON
-    commands in on fd 3, replies and events out on fd 4, each ended by a NUL byte)."""
-
-    def __init__(self, exe: str, flags: list[str], deadline: float, log: Path) -> None:
-        self.deadline = deadline
-        to_chrome, self._to_chrome = os.pipe()
-        self._from_chrome, from_chrome = os.pipe()
-        # A small Python puts Chromium's pipe ends at fds 3 and 4, where it looks for them,
-        # and execs it (same pid, so the session id below is Chromium's).
-        shim = ("import fcntl, os, sys; old = [int(a) for a in sys.argv[1:3]]; "
-                "r, w = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in old]; "
-                "os.dup2(r, 3); os.dup2(w, 4); "
-                "[os.close(fd) for fd in {r, w, *old} - {3, 4}]; "
-                "os.execvp(sys.argv[3], sys.argv[3:])")
-        with open(log, "wb") as err:  # Chromium's own messages, quoted if it fails
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", shim, str(to_chrome), str(from_chrome), exe, *flags,
-                 "--remote-debugging-pipe"],
-                pass_fds=(to_chrome, from_chrome), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-        self.log = log
-        os.close(to_chrome)
-        os.close(from_chrome)
-        self._buffer = b""
-        self._next_id = 0
-
-    def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
-        """Send one command and wait for its reply (events met on the way are dropped)."""
-        import select
-
-        self._next_id += 1
-        message: dict[str, Any] = {"id": self._next_id, "method": method,
-                                   "params": params or {}}
-        if session is not None:
-            message["sessionId"] = session
-        os.write(self._to_chrome, json.dumps(message).encode() + b"\0")
-        while True:
-            while b"\0" not in self._buffer:
-                left = self.deadline - time.monotonic()
-                ready, _, _ = select.select([self._from_chrome], [], [], max(left, 0))
-                if not ready:
-                    raise TimeoutError(f"chromium: no reply to {method} in time")
-                chunk = os.read(self._from_chrome, 1 << 20)
-                if not chunk:
-                    try:  # it closed the pipe: it is exiting
-                        self.proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        pass
-                    raise RuntimeError(f"chromium closed its pipe (exit {self.proc.poll()}); "
-                                       f"stderr tail: {self._stderr()!r}")
-                self._buffer += chunk
-            raw, self._buffer = self._buffer.split(b"\0", 1)
-            reply = json.loads(raw)
-            if reply.get("id") == self._next_id:
-                if "error" in reply:
-                    raise RuntimeError(f"chromium: {method} failed: {reply['error']}")
-                return reply.get("result", {})
-
-    def cpu_s(self) -> float:
-        """CPU time (user + system) of every live process of the browser's session."""
-        ticks = os.sysconf("SC_CLK_TCK")
-        total = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # gone meanwhile
-            if int(fields[3]) == self.proc.pid:  # session id (field 6 of stat)
-                total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / ticks
-
-    def _stderr(self) -> str:
-        return self.log.read_bytes()[-2000:].decode(errors="replace")
-
-    def close(self) -> None:
+def _session_cpu_s(session: int) -> float:
+    """CPU time (user + system) of every live process of ``session`` (Chromium's renderer and
+    GPU processes too)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            if self.proc.poll() is None:
-                self.call("Browser.close")
-        except (OSError, RuntimeError, TimeoutError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, 9)
-            self.proc.wait()
-        for fd in (self._to_chrome, self._from_chrome):
-            os.close(fd)
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[3]) == session:  # session id (field 6 of stat)
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def _logged_check(log: Path) -> str | None:
+    """The JSON the page's self-check logged (``console.log``) into Chromium's ``log``, once
+    its line is whole."""
+    mark = b'"tenet-self-check '  # Chromium writes `"MESSAGE", source: URL (LINE)`
+    text = log.read_bytes()
+    at = text.find(mark)
+    if at < 0 or b"\n" not in text[at:]:
+        return None
+    line = text[at + len(mark):].split(b"\n", 1)[0].decode(errors="replace")
+    return line.rsplit('", source: ', 1)[0]
 
 
 def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
@@ -1066,14 +1004,15 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
     """Open ``page`` in headless Chromium with every network route blocked, wait (real time,
     up to ``timeout`` seconds) for the page's self-check and read it back.
 
-    Chromium is driven over its DevTools pipe, so the page runs in real time (the
-    ``--dump-dom --virtual-time-budget`` way stops the page's clock while a task runs, and its
-    timings mean nothing). ``window`` is the page's (width, height): what the first screen
-    holds. After its checks the page does what a reader would: ``sort_by=(table, column)``
-    clicks that column's header once (ascending), then ``filter_by=(table, words)`` types
-    those words in that table's filter; each scrolls the table to its end, and the rows it
-    then shows are in :attr:`PageCheck.sorted_rows` / :attr:`PageCheck.filtered_rows`. A table
-    is named by its key (``summary``, ``layers``, ...).
+    The page logs its self-check to the console, which Chromium writes into its log
+    (``--enable-logging=stderr``), so the page runs in real time (the ``--dump-dom
+    --virtual-time-budget`` way stops the page's clock while a task runs, and its timings
+    mean nothing). ``window`` is the page's (width, height): what the first screen holds.
+    After its checks the page does what a reader would: ``sort_by=(table, column)`` clicks
+    that column's header once (ascending), then ``filter_by=(table, words)`` types those
+    words in that table's filter; each scrolls the table to its end, and the rows it then
+    shows are in :attr:`PageCheck.sorted_rows` / :attr:`PageCheck.filtered_rows`. A table is
+    named by its key (``summary``, ``layers``, ...).
 
     Raises
     ------
@@ -1101,41 +1040,39 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
     if not page.is_file():
         raise FileNotFoundError(f"page {str(page)!r} does not exist")
     url = page.as_uri() + "#" + urllib.parse.urlencode(query)
-    read = ("(function () { var e = document.getElementById('tenet-self-check');"
-            " return e ? e.textContent : ''; })()")
-    with tempfile.TemporaryDirectory(prefix="tenet-chromium-") as profile:
+    with tempfile.TemporaryDirectory(prefix="tenet-chromium-",
+                                     ignore_cleanup_errors=True) as profile:
         flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                  "--disable-extensions", "--disable-background-networking", "--disable-sync",
                  "--disable-component-update", "--disable-default-apps",
                  f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
                  "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-                 f"--window-size={int(window[0])},{int(window[1])}", "about:blank"]
+                 f"--window-size={int(window[0])},{int(window[1])}", "--enable-logging=stderr",
+                 "--log-level=0", url]
+        log = Path(profile) / "stderr.txt"
         start = time.perf_counter()
-        browser = _DevTools(exe, flags, time.monotonic() + timeout,
-                            Path(profile) / "stderr.txt")
+        # A file in append mode, not a pipe: each process's line is written whole, so no
+        # other process's message can land inside the self-check's (long) line.
+        with open(log, "ab") as err:
+            proc = subprocess.Popen([exe, *flags], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=err,
+                                    start_new_session=True)
         try:
-            target = browser.call("Target.createTarget", {
-                "url": "about:blank", "newWindow": True, "width": int(window[0]),
-                "height": int(window[1])})
-            session = browser.call("Target.attachToTarget", {
-                "targetId": target["targetId"], "flatten": True})["sessionId"]
-            browser.call("Page.navigate", {"url": url}, session)
-            text = ""
-            while not text:
+            while (text := _logged_check(log)) is None:
+                if proc.poll() is not None:
+                    tail = log.read_bytes()[-2000:].decode(errors="replace")
+                    raise RuntimeError(f"chromium closed its pipe (exit {proc.returncode}) "
+                                       f"before the page's self-check; stderr tail: {tail!r}")
+                if time.perf_counter() - start > timeout:
+                    raise RuntimeError(f"chromium on {str(page)!r}: the page's self-check "
+                                       f"did not finish in {timeout:g} s")
                 time.sleep(0.1)
-                if time.monotonic() > browser.deadline:
-                    raise RuntimeError(f"chromium on {str(page)!r}: the page's self-check did "
-                                       f"not finish in {timeout:g} s")
-                text = browser.call("Runtime.evaluate", {
-                    "expression": read, "returnByValue": True}, session)["result"].get(
-                        "value") or ""
             wall = time.perf_counter() - start
-            cpu = browser.cpu_s()
-        except TimeoutError as err:
-            raise RuntimeError(f"chromium on {str(page)!r}: the page's self-check did not "
-                               f"finish in {timeout:g} s ({err})") from None
+            cpu = _session_cpu_s(proc.pid)
         finally:
-            browser.close()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # its whole session: renderer too
+            proc.wait()
     doc = json.loads(text)
     return PageCheck(
         plots={k: (v["width"], v["height"], v["points"]) for k, v in doc["plots"].items()},
@@ -1499,7 +1436,7 @@ _APP = r"""
     check.resources = performance.getEntriesByType('resource').map(function (e) {
       return e.name;
     });
-    document.getElementById('tenet-self-check').textContent = JSON.stringify(check);
+    console.log('tenet-self-check ' + JSON.stringify(check));
   }
 })();
 """
@@ -1518,7 +1455,6 @@ _PAGE = """<!DOCTYPE html>
 {header}
 <nav>{toc}</nav>
 {body}
-<pre id="tenet-self-check" hidden></pre>
 <script type="application/json" id="tables">{tables}</script>
 <script>{app}</script>
 <script type="application/json" id="figures">{figures}</script>
