@@ -3,14 +3,12 @@ they are absent, and a numpy trainer for the MLP."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import importlib.util
 import math
 import os
 import time
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,21 +237,6 @@ def load_digits(seed: int = 0, test_size: int = DIGITS_TEST_SIZE) -> ImageDatase
 # ----------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    # A training step's GEMMs are tiny (128 x 784 x 128 at most); OpenBLAS's threads cost
-    # more than they save there, and on a busy 2-core machine their spinning made training
-    # 20x slower (10.5 CPU s against 0.4 s for 60 epochs on the digits). One thread also
-    # makes the trained weights the same on every machine, whatever its core count.
-    try:
-        from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
-    except ImportError:
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
 @dataclass(frozen=True)
 class TrainResult:
     """Trained weights, their test accuracy and how long training took."""
@@ -297,55 +280,52 @@ def train_mlp(
             raise ValueError(f"train_mlp {field}={value!r} must be a positive integer")
     if not learning_rate > 0:
         raise ValueError(f"train_mlp learning_rate={learning_rate!r} must be > 0")
+    from threadpoolctl import threadpool_limits  # scikit-learn's dependency, as ours
+
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     params = random_mlp_params(seed, inputs=data.inputs)
     moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in params.items()}
     x_all, y_all = data.train_images, data.train_labels
-    with _one_blas_thread():
-        params = _train_epochs(params, moments, x_all, y_all, rng, epochs, batch_size,
-                               learning_rate)
-    accuracy = mlp_accuracy(data.test_images, data.test_labels, params)
-    return TrainResult(params, accuracy, epochs, time.perf_counter() - start)
-
-
-def _train_epochs(params: dict[str, np.ndarray], moments: dict, x_all: np.ndarray,
-                  y_all: np.ndarray, rng: np.random.Generator, epochs: int, batch_size: int,
-                  learning_rate: float) -> dict[str, np.ndarray]:
-    """Minibatch Adam steps over ``epochs`` shuffled passes; updates ``params`` in place."""
     beta1, beta2, eps = 0.9, 0.999, 1e-8
     n = len(x_all)
     step = 0
-    for _ in range(epochs):
-        order = rng.permutation(n)
-        for first in range(0, n, batch_size):
-            idx = order[first : first + batch_size]
-            x, y = x_all[idx], y_all[idx]
-            pre = x @ params["w0"].T + params["b0"]
-            h = np.maximum(pre, 0)
-            logits = h @ params["w1"].T + params["b1"]
-            logits -= logits.max(axis=1, keepdims=True)
-            prob = np.exp(logits)
-            prob /= prob.sum(axis=1, keepdims=True)
-            prob[np.arange(len(y)), y] -= 1  # d(mean cross-entropy)/d(logits) * batch
-            dlogits = prob / np.float32(len(y))
-            dh = (dlogits @ params["w1"]) * (pre > 0)
-            grads = {
-                "w1": dlogits.T @ h,
-                "b1": dlogits.sum(axis=0),
-                "w0": dh.T @ x,
-                "b0": dh.sum(axis=0),
-            }
-            step += 1
-            lr = float(learning_rate * np.sqrt(1 - beta2**step) / (1 - beta1**step))
-            for k, g in grads.items():
-                m, v = moments[k]
-                m *= beta1
-                m += (1 - beta1) * g
-                v *= beta2
-                v += (1 - beta2) * g * g
-                params[k] -= (lr * m / (np.sqrt(v) + eps)).astype(np.float32)
-    return params
+    # A training step's GEMMs are tiny (128 x 784 x 128 at most); OpenBLAS's threads cost
+    # more than they save there, and on a busy 2-core machine their spinning made training
+    # 20x slower (10.5 CPU s against 0.4 s for 60 epochs on the digits). One thread also
+    # makes the trained weights the same on every machine, whatever its core count.
+    with threadpool_limits(limits=1, user_api="blas"):
+        for _ in range(epochs):
+            order = rng.permutation(n)
+            for first in range(0, n, batch_size):
+                idx = order[first : first + batch_size]
+                x, y = x_all[idx], y_all[idx]
+                pre = x @ params["w0"].T + params["b0"]
+                h = np.maximum(pre, 0)
+                logits = h @ params["w1"].T + params["b1"]
+                logits -= logits.max(axis=1, keepdims=True)
+                prob = np.exp(logits)
+                prob /= prob.sum(axis=1, keepdims=True)
+                prob[np.arange(len(y)), y] -= 1  # d(mean cross-entropy)/d(logits) * batch
+                dlogits = prob / np.float32(len(y))
+                dh = (dlogits @ params["w1"]) * (pre > 0)
+                grads = {
+                    "w1": dlogits.T @ h,
+                    "b1": dlogits.sum(axis=0),
+                    "w0": dh.T @ x,
+                    "b0": dh.sum(axis=0),
+                }
+                step += 1
+                lr = float(learning_rate * np.sqrt(1 - beta2**step) / (1 - beta1**step))
+                for k, g in grads.items():
+                    m, v = moments[k]
+                    m *= beta1
+                    m += (1 - beta1) * g
+                    v *= beta2
+                    v += (1 - beta2) * g * g
+                    params[k] -= (lr * m / (np.sqrt(v) + eps)).astype(np.float32)
+    accuracy = mlp_accuracy(data.test_images, data.test_labels, params)
+    return TrainResult(params, accuracy, epochs, time.perf_counter() - start)
 
 
 @dataclass(frozen=True)
