@@ -407,8 +407,7 @@ def mlp_case(data: str | os.PathLike | None = None, *, epochs: int | None = None
 
     if data is not None and not os.path.isdir(data):
         raise FileNotFoundError(f"FashionMNIST folder {os.fspath(data)!r} does not exist")
-    if data is not None:
-        # A folder was named, so a missing file is an error (named by the loader), not a
-        # reason to fall back to the digits.
-        return MLPCase(prepare_mlp(load_fashion_mnist(data), epochs=epochs, seed=seed))
-    return MLPCase(prepare_mlp(None, epochs=epochs, seed=seed))
+    # A folder was named, so a missing file is an error (named by the loader), not a reason
+    # to fall back to the digits.
+    data = None if data is None else load_fashion_mnist(data)
+    return MLPCase(prepare_mlp(data, epochs=epochs, seed=seed))

@@ -137,7 +137,7 @@ def sweep(
     pending = None  # the build of the (case, scheme) at hand
     try:
         if jobs:
-            pending = pool.submit(_build, _quantized(jobs[0]), accs[0])
+            pending = pool.submit(_build, _take(None, jobs[0]), accs[0])
         following = None  # the next (case, scheme), quantized and not yet building
         reference: dict[str, np.ndarray] = {}
         for i, (case, scheme) in enumerate(jobs):
@@ -171,7 +171,7 @@ def sweep(
                 following = None
             after = jobs[i + 2] if i + 2 < len(jobs) else None
             if after and upcoming[1] != "none":
-                following = _quantized(after)  # while the worker builds the next
+                following = _take(None, after)  # while the worker builds the next
             bar.update()
     finally:
         if pending is not None:
@@ -196,14 +196,9 @@ def _clear_pool() -> None:
         pass
 
 
-def _quantized(job: tuple[Case, str]) -> IRModule:
-    case, scheme = job
-    return case.quantized(scheme)
-
-
 def _take(ready: IRModule | None, job: tuple[Case, str]) -> IRModule:
     """``job``'s module: ``ready`` if it was quantized ahead, else quantized now."""
-    return ready if ready is not None else _quantized(job)
+    return ready if ready is not None else job[0].quantized(job[1])
 
 
 def _build(mod: IRModule, acc: Accelerator) -> tuple[relax.VirtualMachine, float]:
