@@ -73,8 +73,7 @@ def read_idx(path: str | os.PathLike[str], expected_magic: int | None = None) ->
         the data is shorter or longer than the header's dimensions say.
     """
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = Path(path).read_bytes()
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
@@ -162,17 +161,10 @@ def load_fashion_mnist(folder: str | os.PathLike[str]) -> ImageDataset:
             raise ValueError(f"{ipath!r} has {len(images)} images but {lpath!r} {len(labels)}")
         if labels.size and labels.max() >= OUTPUT:
             raise ValueError(f"{lpath!r} has label {int(labels.max())}, expected 0..9")
-
-    def images(key: str) -> np.ndarray:
-        data = arrays[key][1]
-        return (data.reshape(len(data), -1) / np.float32(255)).astype(np.float32)
-
-    return ImageDataset(
-        train_images=images("train_images"),
-        train_labels=arrays["train_labels"][1].astype(np.int64),
-        test_images=images("test_images"),
-        test_labels=arrays["test_labels"][1].astype(np.int64),
-    )
+    # images flattened, pixels scaled to [0, 1]; labels as int64
+    return ImageDataset(**{
+        key: (a.reshape(len(a), -1) / np.float32(255)).astype(np.float32)
+        if key.endswith("images") else a.astype(np.int64) for key, (_, a) in arrays.items()})
 
 
 def _digits_table() -> tuple[np.ndarray, np.ndarray]:

@@ -51,16 +51,6 @@ class QuickSettings:
 QUICK = QuickSettings()
 
 
-def _accelerators(accelerators: Sequence[str | Accelerator]) -> list[Accelerator]:
-    accs = [resolve(a) for a in accelerators]
-    if not accs:
-        raise ValueError("the sweep needs at least one accelerator")
-    names = [a.name for a in accs]
-    if len(set(names)) != len(names):
-        raise ValueError(f"accelerator names must be distinct, got {names}")
-    return accs
-
-
 def _compare(output: np.ndarray, reference: np.ndarray) -> tuple[float, float, float]:
     # In place: one float64 temporary (GPT-2 small's prefill logits: 51 MB), not three.
     diff = output.astype(np.float64)
@@ -115,7 +105,11 @@ def sweep(
         get_scheme(s)
     if not names:
         raise ValueError("the sweep needs at least one scheme")
-    accs = _accelerators(accelerators)
+    accs = [resolve(a) for a in accelerators]
+    if not accs:
+        raise ValueError("the sweep needs at least one accelerator")
+    if len({a.name for a in accs}) != len(accs):
+        raise ValueError(f"accelerator names must be distinct, got {[a.name for a in accs]}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats={repeats!r} must be a positive integer")
     result = SweepResult(notes=[c.describe() for c in cases])
