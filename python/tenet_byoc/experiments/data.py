@@ -252,20 +252,8 @@ def train_mlp(
     trained so typically reaches 85-88 % FashionMNIST test accuracy. The MLP's input size
     is the data's.
 
-    Parameters
-    ----------
-    data : ImageDataset
-        Training and test images and labels.
-    epochs, batch_size : int
-        Passes over the training set and images per step.
-    learning_rate : float
-        Adam's step size.
-    seed : int
-        Seeds the initial weights and the shuffling.
-
-    Returns
-    -------
-    TrainResult
+    ``epochs``: passes over the training set; ``batch_size``: images per step;
+    ``learning_rate``: Adam's step size; ``seed`` seeds the initial weights and the shuffling.
     """
     for field, value in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -90,26 +90,12 @@ def _tokenizer(checkpoint: str | os.PathLike[str], vocab_size: int | None) -> An
 
 def tokenize_text(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str],
                   max_tokens: int | None = None, vocab_size: int | None = None) -> np.ndarray:
-    """Token ids of a UTF-8 text file under the checkpoint's tokenizer.
+    """Token ids (int64, at least two: one prediction) of a UTF-8 text file under the
+    ``tokenizer.json`` of the ``checkpoint`` folder, the first ``max_tokens`` of them if given.
+    The tokenizer is checked against the model's ``vocab_size`` first, if given.
 
     Special tokens are added as the tokenizer's post-processor defines them (e.g. a
     Llama tokenizer's BOS at the start), as ``tokenizer(text)`` does in transformers.
-
-    Parameters
-    ----------
-    checkpoint : str or PathLike
-        The folder holding ``tokenizer.json``.
-    text : str or PathLike
-        The text file.
-    max_tokens : int, optional
-        Keep only the first ``max_tokens`` ids.
-    vocab_size : int, optional
-        The model's: the tokenizer is checked against it first.
-
-    Returns
-    -------
-    numpy.ndarray
-        int64 ids, at least two (one prediction).
 
     Raises
     ------

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .plots import BLOCK, panel_unit, spans_decades
 from .results import MANIFEST
 
 __all__ = ["DSE_FRONTS", "REPORT", "SOURCES", "PageCheck", "browser_check", "build_report",
@@ -222,8 +223,6 @@ def honest_axes(data: Sequence[dict], layout: dict) -> None:
     must not look 20x), and only for values spanning two decades
     (:data:`~tenet_byoc.experiments.plots.LOG_SPAN`); elsewhere the axis is linear, a value
     axis from zero. Changes ``layout`` in place."""
-    from .plots import spans_decades
-
     bars = any(t.get("type") == "bar" for t in data)
     for axis, key in (("xaxis", "x"), ("yaxis", "y")):
         spec = layout.get(axis)
@@ -301,8 +300,6 @@ def _per_block(rows: Sequence[dict], name: str, columns: Sequence[str]) -> dict[
     links; a call outside the blocks, such as the head, stands alone), in the order met, with
     the number of rows summed as ``rows``: a bar per block stays readable where one per call
     (hundreds) does not."""
-    from .plots import BLOCK
-
     out: dict[str, dict] = {}
     for r in rows:
         m = BLOCK.match(str(r[name]))
@@ -317,8 +314,6 @@ def _block_bars(key: str, title: str, runs: dict[str, Sequence[dict]], name: str
                 metric: str = "latency_us", **layout: Any) -> _Figure:
     """Grouped bars of ``metric`` per decoder block, a trace per run (hover: energy, DRAM
     bytes, calls), in one unit that suits the largest bar."""
-    from .plots import panel_unit
-
     sums = {run: _per_block(rows, name, (metric, "energy_pj", "dram_bytes"))
             for run, rows in runs.items()}
     scale, label = panel_unit(metric, [v[metric] for b in sums.values() for v in b.values()])
@@ -340,8 +335,6 @@ def _cost_vs_error(rows: Sequence[dict], key: str, cost: str) -> list[_Figure]:
     """One scatter per (model, phase): each scheme's cost against its output error, a
     colour per scheme and a marker per accelerator; the cost in one unit for every plot,
     from zero (a 10% saving must not look like a factor of ten)."""
-    from .plots import panel_unit
-
     scale, cost_label = panel_unit(cost, [r[cost] for r in rows])
     symbols = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon"]
     figures = []
@@ -374,10 +367,7 @@ def _summary_section(summary: _Csv) -> _Section:
                    "build's.")
     sec.parts.append(_Table("summary", summary, summary.columns))
     gpt2 = [r for r in rows if r.get("phase") in ("prefill", "decode")]
-    phases = {r["phase"] for r in gpt2}
-    if {"prefill", "decode"} <= phases:
-        from .plots import panel_unit
-
+    if {"prefill", "decode"} <= {r["phase"] for r in gpt2}:
         scale, label = panel_unit("latency_us", [p["latency_us"] for p in gpt2])
         data = [{
             "type": "bar", "name": f"{model} {phase} @ {hw}",
@@ -498,8 +488,6 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
                    "): each layer's calls summed over the phase; with <code>--ledger</code>, "
                    "each scheme's ledger, one row per call, with its mapping and its DRAM / "
                    "buffer / energy split.")
-    from .plots import panel_unit
-
     if est is not None:
         sec.parts.append(_Table("estimate", est, est.columns))
     accelerator = ((manifest or {}).get("accelerators") or [{}])[0].get("name")  # the first
@@ -913,12 +901,10 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     )
 
 
-def write_report(folder: str | os.PathLike[str], path: str | os.PathLike[str] | None = None
-                 ) -> Path:
-    """Write :func:`build_report`'s page to ``path`` (default ``folder/report.html``)."""
-    text = build_report(folder)
-    target = Path(folder) / REPORT if path is None else Path(path)
-    target.write_text(text, encoding="utf-8")
+def write_report(folder: str | os.PathLike[str]) -> Path:
+    """Write :func:`build_report`'s page to ``folder/report.html``."""
+    target = Path(folder) / REPORT
+    target.write_text(build_report(folder), encoding="utf-8")
     return target
 
 
@@ -998,8 +984,7 @@ def _logged_check(log: Path) -> str | None:
 
 
 def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
-                  timeout: float = 180.0, window: tuple[int, int] = (1280, 1600),
-                  sort_by: tuple[str, str] | None = None,
+                  timeout: float = 180.0, sort_by: tuple[str, str] | None = None,
                   filter_by: tuple[str, str] | None = None) -> PageCheck:
     """Open ``page`` in headless Chromium with every network route blocked, wait (real time,
     up to ``timeout`` seconds) for the page's self-check and read it back.
@@ -1007,7 +992,7 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
     The page logs its self-check to the console, which Chromium writes into its log
     (``--enable-logging=stderr``), so the page runs in real time (the ``--dump-dom
     --virtual-time-budget`` way stops the page's clock while a task runs, and its timings
-    mean nothing). ``window`` is the page's (width, height): what the first screen holds.
+    mean nothing). The window, 1280 x 1600, is what the first screen holds.
     After its checks the page does what a reader would: ``sort_by=(table, column)`` clicks
     that column's header once (ascending), then ``filter_by=(table, words)`` types those
     words in that table's filter; each scrolls the table to its end, and the rows it then
@@ -1023,7 +1008,6 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
     RuntimeError
         If Chromium fails or the page never finished its self-check in time.
     """
-
     query = [("tenet-check", "")]
     for name, action in (("sort_by", sort_by), ("filter_by", filter_by)):
         if action is None:
@@ -1047,8 +1031,7 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
                  "--disable-component-update", "--disable-default-apps",
                  f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
                  "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-                 f"--window-size={int(window[0])},{int(window[1])}", "--enable-logging=stderr",
-                 "--log-level=0", url]
+                 "--window-size=1280,1600", "--enable-logging=stderr", url]
         log = Path(profile) / "stderr.txt"
         start = time.perf_counter()
         # A file in append mode, not a pipe: each process's line is written whole, so no
@@ -1169,8 +1152,7 @@ _APP = r"""
     var input = document.createElement('input');
     input.type = 'search'; input.placeholder = 'filter rows (all words must match)';
     var count = document.createElement('span');
-    bar.appendChild(input); bar.appendChild(document.createTextNode(' ')); bar.appendChild(count);
-    bar.appendChild(document.createTextNode(' · from ' + spec.source + ' · click a header to sort'));
+    bar.append(input, ' ', count, ' · from ' + spec.source + ' · click a header to sort');
     var scroll = document.createElement('div'); scroll.className = 'scroll';
     var table = document.createElement('table');
     var head = table.createTHead().insertRow();
