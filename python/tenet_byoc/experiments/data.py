@@ -9,7 +9,7 @@ import math
 import os
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,6 @@ from ..models.mlp import OUTPUT, mlp_accuracy, random_mlp_params
 __all__ = [
     "DIGITS_TEST_SIZE",
     "ImageDataset",
-    "MLPSetup",
     "TrainResult",
     "load_digits",
     "load_fashion_mnist",
@@ -231,12 +230,15 @@ def load_digits(seed: int = 0, test_size: int = DIGITS_TEST_SIZE) -> ImageDatase
 
 @dataclass(frozen=True)
 class TrainResult:
-    """Trained weights, their test accuracy and how long training took."""
+    """Trained weights, the data they were trained on, their numpy test accuracy, and how
+    long training took (``note``: the training in words, set by :func:`prepare_mlp`)."""
 
     params: dict[str, np.ndarray]
+    data: ImageDataset
     test_accuracy: float
     epochs: int
     seconds: float
+    note: str = ""
 
 
 def train_mlp(
@@ -305,21 +307,11 @@ def train_mlp(
                     v += (1 - beta2) * g * g
                     params[k] -= (lr * m / (np.sqrt(v) + eps)).astype(np.float32)
     accuracy = mlp_accuracy(data.test_images, data.test_labels, params)
-    return TrainResult(params, accuracy, epochs, time.perf_counter() - start)
-
-
-@dataclass(frozen=True)
-class MLPSetup:
-    """Trained weights, the data they were trained on and their numpy test accuracy."""
-
-    params: dict[str, np.ndarray]
-    data: ImageDataset
-    test_accuracy: float
-    note: str
+    return TrainResult(params, data, accuracy, epochs, time.perf_counter() - start)
 
 
 def prepare_mlp(folder: str | os.PathLike[str] | ImageDataset | None,
-                epochs: int | None = None, seed: int = 0) -> MLPSetup:
+                epochs: int | None = None, seed: int = 0) -> TrainResult:
     """Train the MLP on FashionMNIST from ``folder``, or on scikit-learn's digits without it.
 
     Parameters
@@ -347,6 +339,5 @@ def prepare_mlp(folder: str | os.PathLike[str] | ImageDataset | None,
         where = f" ({where}; seeded split {seed})"
     epochs = DEFAULT_EPOCHS.get(data.name, 5) if epochs is None else epochs
     result = train_mlp(data, epochs=epochs, seed=seed)
-    note = (f"trained {epochs} epochs on {len(data.train_labels)} {data.name} images"
-            f"{where} in {result.seconds:.1f} s")
-    return MLPSetup(result.params, data, result.test_accuracy, note)
+    return replace(result, note=f"trained {epochs} epochs on {len(data.train_labels)} "
+                   f"{data.name} images{where} in {result.seconds:.1f} s")

@@ -17,7 +17,7 @@ from .results import LayerCost, SweepResult, SweepRow, si
 # state is touched, and PNGs are drawn with Agg whatever backend the caller's pyplot uses.
 
 __all__ = ["BLOCK", "LOG_SPAN", "label_axes", "panel_unit", "plot_cost_vs_error",
-           "plot_layer_breakdown", "plot_prefill_decode", "save_plots", "si",
+           "plot_layer_breakdown", "plot_prefill_decode", "save_figure", "save_plots",
            "spans_decades"]
 
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
@@ -115,18 +115,10 @@ def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:
 
 def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
                          metric: str = "latency_us") -> Path:
-    """Stacked bars of one run's est. cost per layer (GPT-2: per block, by matmul).
-
-    Parameters
-    ----------
-    layers : sequence of LayerCost
-        The calls of one run and phase (one model, scheme, accelerator, phase).
-    path : path
-        The PNG to write.
-    metric : str
-        A numeric :class:`LayerCost` field: ``latency_us`` (default), ``cycles``,
-        ``offchip_bytes``, ``macs``.
-    """
+    """Stacked bars of one run's est. cost per layer (GPT-2: per block, by matmul), written to
+    the PNG ``path``. ``layers``: the calls of one run and phase (one model, scheme,
+    accelerator, phase); ``metric``: a numeric :class:`LayerCost` field (``latency_us``,
+    ``cycles``, ``offchip_bytes``, ``macs``)."""
     if not layers:
         raise ValueError("plot_layer_breakdown needs the calls of one run, got none")
     runs = {(c.model, c.scheme, c.accelerator, c.phase) for c in layers}

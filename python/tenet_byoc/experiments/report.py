@@ -863,8 +863,8 @@ def build_report(folder: str | os.PathLike[str]) -> str:
         if not isinstance(doc, dict) or "schemes" not in doc:
             raise ValueError(f"{str(path / 'summary.json')!r}: expected tenet-byoc serve's "
                              "summary (an object with 'schemes')")
-        summary_json = _Csv("summary.json", [], [])
-        sections.append(_section(_serve_section, [timeline, summary_json], doc, timeline))
+        sections.append(_section(_serve_section, [timeline, _Csv("summary.json", [], [])], doc,
+                                 timeline))
 
     title = "tenet-byoc report"
     if manifest is not None:
