@@ -310,15 +310,12 @@ class EvalResult:
               f"{r.energy_pj / 1e9:,.4f}", f"{r.wall_s:.2f}"] for r in self.rows],
         )
 
-    def to_csv(self, path: str | Path | None = None) -> str:
-        return write_csv([f.name for f in fields(PerplexityRow)], self.rows, path)
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        return write_json({"notes": self.notes, "rows": [asdict(r) for r in self.rows]}, path)
-
     def save(self, out: str | Path) -> list[Path]:
         """Write ``eval.csv`` and ``eval.json`` into ``out`` (made if needed)."""
-        return save_files(out, {"eval.csv": self.to_csv, "eval.json": self.to_json})
+        return save_files(out, {
+            "eval.csv": lambda p: write_csv([f.name for f in fields(PerplexityRow)], self.rows, p),
+            "eval.json": lambda p: write_json({"notes": self.notes,
+                                              "rows": [asdict(r) for r in self.rows]}, p)})
 
 
 def _score(runner: Any, job: EvalJob, bar: Any) -> tuple[np.ndarray, np.ndarray, float]:

@@ -1125,7 +1125,6 @@ _APP = r"""
   var FIRST_ROWS = 50, MORE_ROWS = 200;  // rows made at once; more as a table is scrolled
   var tables = JSON.parse(document.getElementById('tables').textContent);
   var check = {plots: {}, tables: {}, errors: [], resources: []};
-  window.__tenetCheck = check;
 
   function fmt(v) {
     if (v === null || v === undefined) return '';
