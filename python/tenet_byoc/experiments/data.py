@@ -51,19 +51,9 @@ _FILES = {
 
 
 def read_idx(path: str | os.PathLike[str], expected_magic: int | None = None) -> np.ndarray:
-    """Read an IDX file of unsigned bytes, gzipped or not.
-
-    Parameters
-    ----------
-    path : str or PathLike
-        The file; gzip is recognised by its content, not its name.
-    expected_magic : int, optional
-        ``0x803`` for images, ``0x801`` for labels; by default any unsigned-byte IDX.
-
-    Returns
-    -------
-    numpy.ndarray
-        uint8 array of the shape the header gives.
+    """An IDX file of unsigned bytes, gzipped or not (gzip is recognised by its content, not
+    its name), as a uint8 array of the shape its header gives. ``expected_magic``: ``0x803``
+    for images, ``0x801`` for labels; by default any unsigned-byte IDX.
 
     Raises
     ------

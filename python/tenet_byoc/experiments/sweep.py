@@ -13,6 +13,8 @@ case on the same inputs.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import math
 import time
@@ -182,12 +184,8 @@ def _clear_pool() -> None:
     # glibc keeps what the threads freed in their own arenas (a scheme's quantize
     # temporaries, a build's IR): 0.05-0.1 GB that would otherwise sit on the next peak.
     # Elsewhere (no glibc) nothing to do.
-    try:
-        import ctypes
-
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _take(ready: IRModule | None, job: tuple[Case, str]) -> IRModule:
