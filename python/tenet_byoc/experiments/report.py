@@ -956,19 +956,15 @@ def chromium_path() -> str | None:
 def _session_cpu_s(session: int) -> float:
     """CPU time (user + system) of every live process of ``session`` (Chromium's renderer and
     GPU processes too)."""
-    ticks = os.sysconf("SC_CLK_TCK")
     total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # gone meanwhile
         if int(fields[3]) == session:  # session id (field 6 of stat)
             total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / ticks
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _logged_check(log: Path) -> str | None:
