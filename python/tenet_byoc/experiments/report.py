@@ -108,9 +108,6 @@ class _Csv:
     columns: list[str]
     rows: list[dict[str, Any]]
 
-    def col(self, name: str) -> list[Any]:
-        return [r.get(name) for r in self.rows]
-
 
 def _read_csv(path: Path) -> _Csv:
     try:
@@ -463,8 +460,9 @@ def _eval_section(ev: _Csv) -> _Section:
     sec.parts.append(_Table("eval", ev, ev.columns))
     data = [{
         "type": "scatter", "mode": "markers+text", "name": name,
-        "x": ev.col("delta_vs_float32"), "y": [v * scale for v in ev.col(col)],
-        "text": ev.col("scheme"), "textposition": "top center", "marker": {"size": 10},
+        "x": [r.get("delta_vs_float32") for r in ev.rows],
+        "y": [r.get(col) * scale for r in ev.rows], "text": [r.get("scheme") for r in ev.rows],
+        "textposition": "top center", "marker": {"size": 10},
         "hovertemplate": "%{text}<br>Δ perplexity %{x:.4g}<br>" + name + " %{y:.4g}"
         "<extra></extra>", "yaxis": axis,
     } for name, col, scale, axis in (("est. latency (ms)", "latency_us", 1e-3, "y"),
