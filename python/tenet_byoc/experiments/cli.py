@@ -10,12 +10,11 @@ The commands and an example of each: :mod:`tenet_byoc_cli.parser`'s docstring, o
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["main", "run_command"]
+__all__ = ["run_command"]
 
 # User mistakes (bad names, missing or broken files, lengths out of range) surface as these;
 # they become a one-line message and exit code 2, never a traceback.
@@ -415,14 +414,3 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     except _UserError as err:
         parser.exit(2, f"tenet-byoc {args.command}: error: {err}\n")
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``tenet-byoc`` command line; return the exit code (the console entry is
-    :func:`tenet_byoc_cli.main`, which parses without loading TVM; this is the same)."""
-    from tenet_byoc_cli import main as entry
-
-    return entry(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
