@@ -33,7 +33,8 @@ import json
 import math
 import operator
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -391,17 +392,6 @@ class _Job:
         return list(self.operands)
 
 
-def _job(config: Any, schemes: Sequence[str], points: Iterable[DesignPoint], prompt_len: int,
-         decode_steps: int, batch: int, node_nm: float, table: AreaTable,
-         power_budget_w: float | None) -> _Job:
-    """The job of ``points``: the model planned once per (scheme, sharding) they use."""
-    shardings = sorted({_sharding(p) for p in points})
-    plans = {(s, *sharding): _plans(config, s, prompt_len, decode_steps, batch, *sharding)
-             for s in schemes for sharding in shardings}
-    return _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
-                node_nm, table, power_budget_w)
-
-
 def _memory_reasons(config: Any, schemes: Sequence[str], points: Iterable[DesignPoint],
                     prompt_len: int, decode_steps: int, batch: int,
                     capacity: float | None) -> dict[tuple[str, int, int], str]:
@@ -677,8 +667,10 @@ def check_ray_address(address: str | None, timeout_s: float = 10.0) -> None:
                          "--ray-address out for a Ray on this machine") from None
 
 
-def _run_ray(job: _Job, chunks: list, address: str | None,
-             workers: int | None) -> Iterable[list[PointResult]]:
+@contextmanager
+def ray_session(address: str | None, num_cpus: int | None = None) -> Iterator[Any]:
+    """The ``ray`` module, initialised on ``address`` (or a local Ray of ``num_cpus``) for
+    the block and shut down after it, unless Ray was running already (then left so)."""
     try:
         import ray
     except ImportError:
@@ -686,18 +678,24 @@ def _run_ray(job: _Job, chunks: list, address: str | None,
     started = not ray.is_initialized()
     if started:
         check_ray_address(address)  # ray.init waits for ever for an address nothing answers
-        ray.init(address=address, num_cpus=None if address else (workers or os.cpu_count()),
-                 include_dashboard=False, log_to_driver=False)
+        ray.init(address=address, num_cpus=num_cpus, include_dashboard=False,
+                 log_to_driver=False)
     try:
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _run_ray(job: _Job, chunks: list, address: str | None,
+             workers: int | None) -> Iterable[list[PointResult]]:
+    with ray_session(address, None if address else (workers or os.cpu_count())) as ray:
         remote = ray.remote(_evaluate)
         job_ref = ray.put(job)
         pending = [remote.remote(job_ref, chunk) for chunk in chunks]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             yield ray.get(done[0])
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def _run_settings(config: Any, schemes: Sequence[str], prompt_len: int, decode_steps: int,
@@ -835,10 +833,13 @@ def explore(
     todo = [p for p in points if p.key not in results]
     if dram_capacity_bytes is not None:
         check_dram_capacity(dram_capacity_bytes)
-    job = _job(config, schemes, todo, prompt_len, decode_steps, batch, space.node_nm,
-               space.table, space.power_budget_w)
-    job.memory = _memory_reasons(config, schemes, todo, prompt_len, decode_steps, batch,
-                                 dram_capacity_bytes)
+    # the model planned once per (scheme, sharding) the points to run use
+    plans = {(s, *sharding): _plans(config, s, prompt_len, decode_steps, batch, *sharding)
+             for s in schemes for sharding in sorted({_sharding(p) for p in todo})}
+    job = _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
+               space.node_nm, space.table, space.power_budget_w,
+               _memory_reasons(config, schemes, todo, prompt_len, decode_steps, batch,
+                               dram_capacity_bytes))
     chunks = _chunks(todo, max(1, chunk_size))
     if executor == "serial" or not chunks:
         runs: Iterable[list[PointResult]] = (_evaluate(job, c) for c in chunks)

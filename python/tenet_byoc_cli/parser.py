@@ -325,11 +325,18 @@ def _out_options(p: argparse.ArgumentParser, writes: str, required: bool = False
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _llm_option(p: argparse.ArgumentParser, default: str) -> None:
-    """``--model`` of the commands that take any LLM from its config alone."""
+def _llm_options(p: argparse.ArgumentParser, default: str, chip: bool = True) -> None:
+    """``--model`` and ``--schemes`` of the commands that take any LLM from its config alone,
+    and with ``chip`` the chip's ``--accelerator`` and ``--mapping``."""
     p.add_argument("--model", default=default, type=_model, metavar="NAME|DIR",
                    help=f"built-in name ({', '.join(BUILTIN_MODELS)}), a config.json or a "
                    f"checkpoint folder (default: {default})")
+    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
+                   metavar="LIST", help="comma-separated schemes or all, each with +kvN for a "
+                   f"quantized KV cache if wanted (default: none); available: {', '.join(SCHEMES)}")
+    if chip:
+        _accelerator_option(p)
+        _mapping_option(p)
 
 
 def _accelerator_option(p: argparse.ArgumentParser, default: str | None = DEFAULT_PRESET
@@ -411,12 +418,7 @@ def _add_estimate(sub) -> None:
         "model from the model's config alone: TTFT, TPOT, tokens/s, energy per token, MACs "
         "and DRAM bytes per phase and scheme. Optionally sweep a decode step over context "
         "lengths and batch sizes.")
-    _llm_option(p, "gpt2")
-    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
-                   metavar="LIST", help=f"comma-separated schemes or all (default: none); "
-                   f"available: {', '.join(SCHEMES)}")
-    _accelerator_option(p)
-    _mapping_option(p)
+    _llm_options(p, "gpt2")
     p.add_argument("--prompt-len", type=_count(0), default=128, metavar="P",
                    help="prefill tokens (default 128; 0: no prefill)")
     p.add_argument("--context-len", type=_count(0), metavar="L",
@@ -468,9 +470,7 @@ def _add_dse(sub) -> None:
         f"appended to DIR/{DSE_RESULTS_FILE} as they finish: run the same command again to "
         "resume. With --checkpoint and --text, each scheme's perplexity and top-1 agreement "
         "join its points.")
-    _llm_option(p, "llama-3-8b")
-    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
-                   metavar="LIST", help="comma-separated schemes (default: none)")
+    _llm_options(p, "llama-3-8b", chip=False)
     p.add_argument("--space", required=True, metavar="FILE",
                    help="YAML or JSON: lists per field ("
                    f"{', '.join(a.space for a in DSE_AXES.values())}) and node_nm, "
@@ -525,12 +525,7 @@ def _add_serve(sub) -> None:
         "holds what the chip's memory leaves after the scheme's weights. Writes "
         "requests.csv, timeline.csv, summary.json and plots into --out. Static batching "
         "is `estimate --serve`.")
-    _llm_option(p, "gpt2")
-    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
-                   metavar="LIST", help="comma-separated schemes, with +kvN for a quantized "
-                   f"KV cache (default: none); available: {', '.join(SCHEMES)}")
-    _accelerator_option(p)
-    _mapping_option(p)
+    _llm_options(p, "gpt2")
     g = p.add_argument_group("requests")
     g.add_argument("--rate", type=_rate, metavar="R", help="Poisson arrivals, requests/s")
     g.add_argument("--requests", type=_count(1), default=1000, metavar="N",

@@ -375,7 +375,6 @@ def run_estimate(args: argparse.Namespace) -> int:
                  f"{p.energy_per_token_mj:,.3f}", si(p.dram_bytes_per_token, "B"),
                  f"{100 * p.pe_utilization:.2f}%"] for p in points]))
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
         paths = [_csv(rows, PhaseFigures, out / "estimate.csv")]
         for scheme, ledger in ledgers.items():
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in scheme)
@@ -445,7 +444,6 @@ def run_serving(args: argparse.Namespace, out: Path | None) -> int:
                   + (f"{best.batch} ({best.tokens_per_s:,.1f} tokens/s)" if best else
                      f"none of {batches}"))
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
         paths = [_csv(figures, ServingFigures, out / "serving.csv"),
                  plot_serving(figures, out / "serving.png",
                               f"{args.model} serving {len(requests)} requests on "

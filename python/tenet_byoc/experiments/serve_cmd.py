@@ -110,7 +110,6 @@ def run_serve(args: argparse.Namespace) -> int:
                    pools=pools)
     print(serve_table(served, args.ttft_ms, args.tpot_ms))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     written = [write_requests(served, out / "requests.csv"),
                write_timeline(served, out / "timeline.csv"),
                write_summary(served, out / "summary.json", args, lengths, acc.name),
