@@ -27,6 +27,7 @@ length raises ``ValueError`` naming the field, value and what is accepted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -124,12 +125,7 @@ class DesignPoint(DesignAxes):
     def charged_as(self, *charges: str) -> tuple:
         """What the charges of the fields of ``charges`` (:attr:`Axis.charges` values) see of
         the point: equal for two points whose those charges are equal."""
-        readers = _KEY_READERS.get(charges)
-        if readers is None:  # once per set of charges: the keys are asked per point
-            readers = _KEY_READERS[charges] = tuple(
-                a.charged_as or operator.attrgetter(name) for name, a in AXES.items()
-                if a.charges in charges)
-        return tuple(read(self) for read in readers)
+        return tuple(read(self) for read in _key_readers(charges))
 
     def charge_key(self) -> tuple:
         """What the charges (and the area but for the DRAM interface) depend on: all but the
@@ -146,7 +142,12 @@ class DesignPoint(DesignAxes):
         return self.charged_as("vector", "memory")
 
 
-_KEY_READERS: dict[tuple[str, ...], tuple[Callable[[DesignPoint], Any], ...]] = {}
+@functools.cache  # once per set of charges: the keys are asked per point
+def _key_readers(charges: tuple[str, ...]) -> tuple[Callable[[DesignPoint], Any], ...]:
+    return tuple(a.charged_as or operator.attrgetter(name) for name, a in AXES.items()
+                 if a.charges in charges)
+
+
 #: The order a space's points come in: the chips and the vector unit vary slowest, the clock
 #: fastest, so that consecutive points share their charges.
 _VARIES = {"system": 0, "vector": 1, "array": 2, "memory": 2, "clock": 3}
@@ -534,10 +535,8 @@ def _result(job: _Job, point: DesignPoint, area: float, scheme: str,
     nan = math.nan
     base = {"key": point.key, "name": point.name, "scheme": scheme,
             **{name: _column(name, getattr(point, name)) for name in AXES}, "area_mm2": area}
-    if reason:
-        return PointResult(**base, ttft_ms=nan, tpot_ms=nan, tokens_per_s=nan,
-                           energy_per_token_mj=nan, prefill_energy_per_token_mj=nan,
-                           power_w=nan, feasible=False, reason=reason)
+    if reason:  # every figure NaN
+        return PointResult(**base, feasible=False, reason=reason)
     prefill_us, decode_us = latency_us["prefill"], latency_us["decode"]
     steps, batch, prompt = job.decode_steps, job.batch, job.prompt_len
     # static power (all chips' area x the table's W per mm2) over each phase's time, in pJ
@@ -874,17 +873,13 @@ def explore(
             bar.close()
     rows = [r for p in points for r in sorted(results[p.key],
                                               key=lambda r: schemes.index(r.scheme))]
-    if accuracy:
-        rows = [dataclasses.replace(r, **_accuracy_of(accuracy, r.scheme)) for r in rows]
+    nan = math.nan
+    for i, r in enumerate(rows if accuracy else ()):  # a scheme's figures join its points
+        if (got := accuracy.get(r.scheme)) is not None:
+            rows[i] = dataclasses.replace(r, perplexity=float(got["perplexity"]),
+                                          top1_agreement=float(got.get("top1_agreement", nan)))
     rows = mark_fronts(rows)
     if objective is not None:
         rows.sort(key=lambda r: (math.isnan(v := getattr(r, objective)), v))
     return rows
 
-
-def _accuracy_of(accuracy: Mapping[str, Mapping[str, float]], scheme: str) -> dict:
-    got = accuracy.get(scheme)
-    if got is None:
-        return {}
-    return {"perplexity": float(got["perplexity"]),
-            "top1_agreement": float(got.get("top1_agreement", math.nan))}

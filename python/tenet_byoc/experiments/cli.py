@@ -47,19 +47,7 @@ def _input_checks():
 
 
 def _accelerators(args, quick: bool = False) -> list:
-    from ..accelerators import resolve
-
-    accs = [resolve(h, args.mapping, args.objective) for h in _chosen_accelerators(args, quick)]
-    names = [a.name for a in accs]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ValueError(f"accelerator {', '.join(map(repr, twice))} given twice in "
-                         f"{','.join(names)}: each accelerator is charged once")
-    return accs
-
-
-def _chosen_accelerators(args, quick: bool) -> list:
-    from ..accelerators import DEFAULT_PRESET, Accelerator
+    from ..accelerators import DEFAULT_PRESET, Accelerator, resolve
     from .sweep import DEFAULT_ACCELERATORS, QUICK
 
     if (args.tenet_p is None) != (args.tenet_m is None):
@@ -69,14 +57,16 @@ def _chosen_accelerators(args, quick: bool) -> list:
         chosen = [chosen]  # one preset name or design file's accelerator
     custom = ([] if args.tenet_p is None
               else [Accelerator.from_tenet_files(args.tenet_p, args.tenet_m)])
-    if chosen is None:
-        if custom:
-            return custom  # only the custom array unless presets are asked for too
-        if args.command == "sweep":
-            chosen = list(QUICK.accelerators if quick else DEFAULT_ACCELERATORS)
-        else:
-            chosen = [DEFAULT_PRESET]
-    return chosen + custom
+    if chosen is None:  # only the custom array unless presets are asked for too
+        chosen = [] if custom else (list(QUICK.accelerators if quick else DEFAULT_ACCELERATORS)
+                                    if args.command == "sweep" else [DEFAULT_PRESET])
+    accs = [resolve(h, args.mapping, args.objective) for h in chosen + custom]
+    names = [a.name for a in accs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"accelerator {', '.join(map(repr, twice))} given twice in "
+                         f"{','.join(names)}: each accelerator is charged once")
+    return accs
 
 
 #: The options that apply to one model only.

@@ -281,13 +281,11 @@ def system_line(system: System | None) -> str:
     if system is None:
         return "one chip"
     link = system.link
-    if system.expert_parallel > 1:
-        return (f"{system.chips} chips (EP {system.expert_parallel}: experts round-robin, the "
-                f"rest data-parallel; {link.topology} link {link.bandwidth_gbps:g} GB/s, "
-                f"{link.latency_us:g} us a hop)")
-    return (f"{system.chips} chips (TP {system.tensor_parallel} x PP "
-            f"{system.pipeline_parallel}, {system.micro_batches} micro-batch(es); "
-            f"{link.topology} link {link.bandwidth_gbps:g} GB/s, {link.latency_us:g} us a hop)")
+    how = (f"EP {system.expert_parallel}: experts round-robin, the rest data-parallel"
+           if system.expert_parallel > 1 else f"TP {system.tensor_parallel} x PP "
+           f"{system.pipeline_parallel}, {system.micro_batches} micro-batch(es)")
+    return (f"{system.chips} chips ({how}; {link.topology} link {link.bandwidth_gbps:g} GB/s, "
+            f"{link.latency_us:g} us a hop)")
 
 
 def _static_w(args: argparse.Namespace, system: System | None) -> float:

@@ -110,13 +110,23 @@ def run_serve(args: argparse.Namespace) -> int:
                    pools=pools)
     print(serve_table(served, args.ttft_ms, args.tpot_ms))
     out = Path(args.out)
-    written = [write_requests(served, out / "requests.csv"),
-               write_timeline(served, out / "timeline.csv"),
-               write_summary(served, out / "summary.json", args, lengths, acc.name),
-               plot_latency_vs_load(served, out / "serve_latency.png", args.ttft_ms,
-                                    args.tpot_ms, f"{args.model} on {acc.name}"),
-               plot_timeline(served, out / "serve_timeline.png",
-                             f"{args.model} on {acc.name}: the run as given")]
+    written = [out / "requests.csv", out / "timeline.csv"]  # a row per request, iteration
+    write_rows(["scheme", "request", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
+                "output_tokens", "preemptions"],
+               ([s.scheme, i, f"{r.arrival_s[i]:.9g}", f"{r.first_token_s[i]:.9g}",
+                 f"{r.finish_s[i]:.9g}", int(r.prompt_tokens[i]), int(r.output_tokens[i]),
+                 int(r.preemptions[i])] for s in served for r in [s.run]
+                for i in range(r.requests)), written[0])
+    write_rows(["scheme", "start_s", "seconds", "sequences", "tokens", "kv_blocks", "kv_use"],
+               ([s.scheme, f"{r.step_start_s[i]:.9g}", f"{r.step_seconds[i]:.6g}",
+                 int(r.step_sequences[i]), int(r.step_tokens[i]), int(r.step_kv_blocks[i]),
+                 f"{r.step_kv_blocks[i] / r.kv_blocks:.4f}"] for s in served for r in [s.run]
+                for i in range(r.iterations)), written[1])
+    written += [write_summary(served, out / "summary.json", args, lengths, acc.name),
+                plot_latency_vs_load(served, out / "serve_latency.png", args.ttft_ms,
+                                     args.tpot_ms, f"{args.model} on {acc.name}"),
+                plot_timeline(served, out / "serve_timeline.png",
+                              f"{args.model} on {acc.name}: the run as given")]
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -144,27 +154,6 @@ def serve_table(served: Sequence[Any], ttft_ms: float | None, tpot_ms: float | N
     return markdown_table(_HEADER, rows)
 
 
-def write_requests(served: Sequence[Any], path: Path) -> Path:
-    """``requests.csv``: one row per request and scheme."""
-    write_rows(["scheme", "request", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
-                "output_tokens", "preemptions"],
-               ([s.scheme, i, f"{r.arrival_s[i]:.9g}", f"{r.first_token_s[i]:.9g}",
-                 f"{r.finish_s[i]:.9g}", int(r.prompt_tokens[i]), int(r.output_tokens[i]),
-                 int(r.preemptions[i])] for s in served for r in [s.run]
-                for i in range(r.requests)), path)
-    return path
-
-
-def write_timeline(served: Sequence[Any], path: Path) -> Path:
-    """``timeline.csv``: one row per iteration and scheme."""
-    write_rows(["scheme", "start_s", "seconds", "sequences", "tokens", "kv_blocks", "kv_use"],
-               ([s.scheme, f"{r.step_start_s[i]:.9g}", f"{r.step_seconds[i]:.6g}",
-                 int(r.step_sequences[i]), int(r.step_tokens[i]), int(r.step_kv_blocks[i]),
-                 f"{r.step_kv_blocks[i] / r.kv_blocks:.4f}"] for s in served for r in [s.run]
-                for i in range(r.iterations)), path)
-    return path
-
-
 def write_summary(served: Sequence[Any], path: Path, args: argparse.Namespace, lengths: Any,
                   accelerator: str) -> Path:
     """``summary.json``: per scheme the figures, the cache and the rate search."""
@@ -176,12 +165,9 @@ def write_summary(served: Sequence[Any], path: Path, args: argparse.Namespace, l
         "policy": args.policy, "token_budget": args.token_budget, "max_seqs": args.max_seqs,
         "block_size": args.block_size, "ttft_ms_target_p90": args.ttft_ms,
         "tpot_ms_target_p90": args.tpot_ms,
-        "chips": {"tensor_parallel": getattr(args, "tp", 1),
-                  "pipeline_parallel": getattr(args, "pp", 1),
-                  "link_gbps": getattr(args, "link_gbps", None),
-                  "link_latency_us": getattr(args, "link_latency_us", None),
-                  "topology": getattr(args, "topology", None),
-                  "disaggregate": getattr(args, "disaggregate", None)},
+        "chips": {"tensor_parallel": args.tp, "pipeline_parallel": args.pp,
+                  "link_gbps": args.link_gbps, "link_latency_us": args.link_latency_us,
+                  "topology": args.topology, "disaggregate": args.disaggregate},
         "schemes": {},
     }
     for s in served:
