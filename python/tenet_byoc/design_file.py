@@ -14,7 +14,9 @@ refused naming both, so that editing one of a pair never changes results silentl
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import operator
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -242,18 +244,11 @@ def _parts(path: str) -> list:
     return [int(p[1:-1]) if p.startswith("[") else p for p in re.findall(r"\w+|\[\d+\]", path)]
 
 
-def _get(form: dict, parts: list) -> Any:
-    node: Any = form
-    for part in parts:
-        node = node[part]
-    return node
-
-
 def _set(form: dict, path: str, value: Any, add: bool = False) -> bool:
     """Put ``value`` at a dotted ``path``; False if there is no such place in the form."""
     *parents, last = _parts(path)
     try:
-        node = _get(form, parents)
+        node = functools.reduce(operator.getitem, parents, form)
         if isinstance(node, dict) and last not in node and not add:
             return False
         node[last] = value
@@ -290,7 +285,7 @@ def _parse_all(form: dict, parse: Callable[[str], Any], good_design: Any,
             if place is None:
                 return None
             try:
-                fix = _get(good, _parts(place))
+                fix = functools.reduce(operator.getitem, _parts(place), good)
             except (KeyError, IndexError, TypeError):
                 return None
             if not _set(form, place, copy.deepcopy(fix), add=bool(missing)):

@@ -112,10 +112,6 @@ def _point(model, scheme: str, accelerator, context_len: int, batch: int,
                       f.energy_per_token_mj, f.dram_bytes / batch, f.pe_utilization)
 
 
-_SWEEP_HEADER = ["scheme", "context", "batch", "TPOT (ms)", "tokens/s", "energy/token (mJ)",
-                 "DRAM bytes/token", "PE util"]
-
-
 def _csv(items: Sequence, kind: type, path: Path) -> Path:
     write_csv([f.name for f in fields(kind)], items, path)
     return path
@@ -156,19 +152,6 @@ def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint
 # ----------------------------------------------------------------------------------------
 # The command
 # ----------------------------------------------------------------------------------------
-
-
-_PHASE_HEADER = ["scheme", "phase", "tokens", "TTFT / TPOT (ms)", "tokens/s",
-                 "energy/token (mJ)", "MACs", "DRAM bytes", "PE util", "/ roofline"]
-
-
-def phase_table(rows: Sequence[PhaseFigures]) -> str:
-    """A markdown table of per-phase figures."""
-    return markdown_table(_PHASE_HEADER, [
-        [f.scheme, f.phase, f.tokens, f"{f.latency_ms:,.3f}", f"{f.tokens_per_s:,.1f}",
-         f"{f.energy_per_token_mj:,.3f}", si(f.macs, digits=4), si(f.dram_bytes, "B"),
-         f"{100 * f.pe_utilization:.1f}%", f"{f.roofline_ratio:.2f}x"] for f in rows
-    ])
 
 
 def _system(args: argparse.Namespace) -> System | None:
@@ -354,7 +337,11 @@ def run_estimate(args: argparse.Namespace) -> int:
           f"{' and the links' if system is not None else ''}; TTFT is the prefill, TPOT the "
           f"mean decode step; energy includes {static_w:,.3g} W of static power (area at "
           f"{args.node_nm:g} nm x {AreaTable().static_w_per_mm2:g} W/mm2, as dse charges it) over each phase's time.\n")
-    print(phase_table(rows))
+    print(markdown_table(["scheme", "phase", "tokens", "TTFT / TPOT (ms)", "tokens/s",
+                          "energy/token (mJ)", "MACs", "DRAM bytes", "PE util", "/ roofline"], [
+        [f.scheme, f.phase, f.tokens, f"{f.latency_ms:,.3f}", f"{f.tokens_per_s:,.1f}",
+         f"{f.energy_per_token_mj:,.3f}", si(f.macs, digits=4), si(f.dram_bytes, "B"),
+         f"{100 * f.pe_utilization:.1f}%", f"{f.roofline_ratio:.2f}x"] for f in rows]))
     from ..models.footprint import fit
 
     tp, pp, ep = ((system.tensor_parallel, system.pipeline_parallel, system.expert_parallel)
@@ -368,7 +355,8 @@ def run_estimate(args: argparse.Namespace) -> int:
                           ("decode step vs batch", by_batch)):
         if points:
             print(f"\n{title}:\n")
-            print(markdown_table(_SWEEP_HEADER, [
+            print(markdown_table(["scheme", "context", "batch", "TPOT (ms)", "tokens/s",
+                                  "energy/token (mJ)", "DRAM bytes/token", "PE util"], [
                 [p.scheme, p.context_len, p.batch, f"{p.tpot_ms:,.3f}", f"{p.tokens_per_s:,.1f}",
                  f"{p.energy_per_token_mj:,.3f}", si(p.dram_bytes_per_token, "B"),
                  f"{100 * p.pe_utilization:.2f}%"] for p in points]))
