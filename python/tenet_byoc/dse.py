@@ -284,13 +284,12 @@ mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps, micro_bat
         """A space from a mapping of the fields (a YAML/JSON file's content); a single value
         stands for a list of one."""
         names = [f.name for f in dataclasses.fields(cls)]
-        for key in data:
-            if key not in names:
-                raise ValueError(f"{where}: unknown field {key!r}{did_you_mean(str(key), names)}"
-                                 f"; fields: {', '.join(names)}")
         checks = {a.space: a.check for a in AXES.values()}
         kwargs = {}
         for key, value in data.items():
+            if key not in names:
+                raise ValueError(f"{where}: unknown field {key!r}{did_you_mean(str(key), names)}"
+                                 f"; fields: {', '.join(names)}")
             if key in checks and (not isinstance(value, list) or (
                     checks[key] == "formats" and value and isinstance(value[0], str))):
                 value = [value]
