@@ -1,9 +1,8 @@
 """Design-space exploration: many accelerator designs, each estimated per scheme with its area,
 and the Pareto fronts of cost against area marked.
 
-A :class:`DesignSpace` lists values per field (array rows and columns, dataflows, PE format
-sets, buffer bytes, DRAM bandwidth, clock, vector lanes, chips per layer and pipeline
-stages) and optional budgets; :func:`explore` estimates every point under every scheme
+A :class:`DesignSpace` lists values per design field (:data:`AXES`, the one schema) and
+optional budgets; :func:`explore` estimates every point under every scheme
 (what :func:`tenet_byoc.estimate` gives for that accelerator, or that system of chips,
 alone: TTFT, TPOT, tokens/s, energy per token) beside its area at the space's node
 (:mod:`tenet_byoc.area`) and average power, and marks the Pareto fronts.

@@ -161,8 +161,7 @@ def _cmd_sweep(args) -> int:
     print("Costs are the offloaded GEMMs only, as run and charged (`tenet-byoc estimate` adds "
           "the vector unit: the whole model).")
     for model in dict.fromkeys(r.model for r in result.rows):
-        print()
-        print(result.table(model))
+        print(f"\n{result.table(model)}")
     print(f"\nwall time {result.wall_s:.1f} s")
     by_name = {a.name: a for a in accelerators}
     # run: one per-layer table (and plot) per phase and accelerator, in the rows' order
@@ -171,22 +170,18 @@ def _cmd_sweep(args) -> int:
         runs.setdefault((c.phase, c.accelerator), []).append(c)
     for (phase, name), calls in runs.items():
         print(f"\n{calls[0].model} {phase}, {args.scheme} on {name}: per layer")
-        header = ["layer", "pattern", "scheme", "batch", "M", "N", "K", "MACs", "est. cycles",
-                  "est. latency (us)", "PE util", "off-chip bytes"]
-        print(markdown_table(header, [
+        print(markdown_table(["layer", "pattern", "scheme", "batch", "M", "N", "K", "MACs",
+                              "est. cycles", "est. latency (us)", "PE util", "off-chip bytes"], [
             [c.layer, c.pattern, c.call_scheme, c.batch, c.m, c.n, c.k, c.macs, c.cycles,
              f"{c.latency_us:,.2f}", f"{100 * c.pe_utilization:.1f}%", f"{c.offchip_bytes:,.0f}"]
-            for c in calls
-        ]))
+            for c in calls]))
         if args.mapping == "auto":
             print(f"\n{calls[0].model} {phase} on {name}: mappings chosen by the search "
                   f"({by_name[name].objective or 'latency'})")
             print(markdown_table(["layer", "batch", "M", "N", "K", "mapping", "cycles",
                                   "/ roofline"], [
                 [c.layer, c.batch, c.m, c.n, c.k, c.mapping.replace("|", "/"), c.cycles,
-                 f"{c.cycles / max(c.roofline_cycles, 1):.3f}"]
-                for c in calls
-            ]))
+                 f"{c.cycles / max(c.roofline_cycles, 1):.3f}"] for c in calls]))
     if args.out:
         from .plots import plot_layer_breakdown, save_plots
 
@@ -242,8 +237,7 @@ def _cmd_eval(args) -> int:
     result = run_eval(job, progress=not args.no_progress)
     for note in result.notes:
         print(f"- {note}")
-    print()
-    print(result.table())
+    print(f"\n{result.table()}")
     if args.out:
         print("wrote " + ", ".join(str(p) for p in result.save(args.out)))
         _finish_out(args, [Path(job.checkpoint).name], job.schemes, [job.accelerator])
