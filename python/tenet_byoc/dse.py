@@ -34,7 +34,7 @@ import math
 import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -739,10 +739,6 @@ def _read_done(path: Path, schemes: Sequence[str],
     return {k: [v[s] for s in schemes] for k, v in by_key.items() if set(v) == set(schemes)}
 
 
-def _json_row(r: PointResult) -> str:
-    return json.dumps(dataclasses.asdict(r), allow_nan=True)
-
-
 def explore(
     model: Any,
     schemes: Sequence[str],
@@ -844,31 +840,24 @@ def explore(
         runs = _run_local(job, chunks, workers)
     else:
         runs = _run_ray(job, chunks, ray_address, workers)
-    bar = None
-    if progress:  # a bar on a terminal, a line every few seconds into a pipe or a log
-        from .progress import progress_bar
+    from .progress import progress_bar
 
-        bar = progress_bar(total=len(points), initial=len(results), unit="point", desc="dse",
-                           smoothing=0.1)
-    fh = path.open("a", encoding="utf-8") if path else None
-    if fh and fh.tell() and not path.read_bytes().endswith(b"\n"):
-        fh.write("\n")  # end a line the interruption cut, so the next one starts clean
-    if fh and todo:
-        fh.write(json.dumps({"run_settings": settings}) + "\n")  # the rows below are this run's
-    try:
+    # a bar on a terminal, a line every few seconds into a pipe or a log
+    with (progress_bar(total=len(points), initial=len(results), unit="point", desc="dse",
+                       smoothing=0.1, enabled=progress) as bar,
+          path.open("a", encoding="utf-8") if path else nullcontext() as fh):
+        if fh and fh.tell() and not path.read_bytes().endswith(b"\n"):
+            fh.write("\n")  # end a line the interruption cut, so the next one starts clean
+        if fh and todo:
+            fh.write(json.dumps({"run_settings": settings}) + "\n")  # the rows below: this run's
         for batch_results in runs:
             for r in batch_results:
                 results.setdefault(r.key, []).append(r)
             if fh:
-                fh.write("".join(_json_row(r) + "\n" for r in batch_results))
+                fh.write("".join(json.dumps(dataclasses.asdict(r), allow_nan=True) + "\n"
+                                 for r in batch_results))
                 fh.flush()
-            if bar is not None:
-                bar.update(len(batch_results) // len(schemes))
-    finally:
-        if fh:
-            fh.close()
-        if bar is not None:
-            bar.close()
+            bar.update(len(batch_results) // len(schemes))
     rows = [r for p in points for r in sorted(results[p.key],
                                               key=lambda r: schemes.index(r.scheme))]
     nan = math.nan
