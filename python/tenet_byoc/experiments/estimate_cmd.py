@@ -20,8 +20,8 @@ if TYPE_CHECKING:  # the ledger module imports TVM; `tenet-byoc --help` must not
     from ..ledger import Ledger
     from ..system import System
 
-__all__ = ["LayerFigures", "PhaseFigures", "SweepPoint", "layer_figures", "phase_figures",
-           "run_estimate", "sweep_figure"]
+__all__ = ["LayerFigures", "PhaseFigures", "SweepPoint", "phase_figures", "run_estimate",
+           "sweep_figure"]
 
 @dataclass(frozen=True)
 class PhaseFigures:
@@ -76,15 +76,6 @@ class LayerFigures:
     dram_bytes: float
     energy_pj: float
     pe_utilization: float
-
-
-def layer_figures(ledger: Ledger, scheme: str) -> list[LayerFigures]:
-    """Per phase and layer, the sums of its calls: the ``--out`` summary, a few hundred rows
-    where the ledger holds one row per call (about 54 MB of CSV per scheme for a 70B model
-    with 128 decode steps)."""
-    return [LayerFigures(scheme, phase, layer, t.calls, t.macs, t.cycles, t.latency_us,
-                         t.dram_bytes, t.energy_pj, t.pe_utilization)
-            for (phase, layer), t in ledger.group_by(("phase", "name")).items()]
 
 
 @dataclass(frozen=True)
@@ -364,8 +355,13 @@ def run_estimate(args: argparse.Namespace) -> int:
         paths = [_csv(rows, PhaseFigures, out / "estimate.csv")]
         for scheme, ledger in ledgers.items():
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in scheme)
-            paths.append(_csv(layer_figures(ledger, scheme), LayerFigures,
-                              out / f"layers_{safe}.csv"))
+            # per phase and layer, the sums of its calls: a few hundred rows where the ledger
+            # holds one per call (about 54 MB of CSV per scheme for a 70B model, 128 steps)
+            paths.append(_csv([LayerFigures(scheme, phase, layer, t.calls, t.macs, t.cycles,
+                                            t.latency_us, t.dram_bytes, t.energy_pj,
+                                            t.pe_utilization)
+                               for (phase, layer), t in ledger.group_by(("phase", "name")).items()],
+                              LayerFigures, out / f"layers_{safe}.csv"))
             if args.ledger:
                 paths.append(out / f"ledger_{safe}.csv")
                 ledger.to_csv(paths[-1])

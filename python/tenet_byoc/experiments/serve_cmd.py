@@ -108,7 +108,7 @@ def run_serve(args: argparse.Namespace) -> int:
                    block_size=args.block_size, memory_bytes=memory,
                    utilization=args.memory_utilization, progress=progress, system=system,
                    pools=pools)
-    print(serve_table(served, args.ttft_ms, args.tpot_ms))
+    print(serve_table(served))
     out = Path(args.out)
     written = [out / "requests.csv", out / "timeline.csv"]  # a row per request, iteration
     write_rows(["scheme", "request", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
@@ -137,7 +137,7 @@ _HEADER = ["scheme", "KV tokens", "weights (GB)", "TTFT p50 / p90 / p99 (ms)",
            "mean / max batch", "mean KV use", "preempted", "max rate at p90 targets (req/s)"]
 
 
-def serve_table(served: Sequence[Any], ttft_ms: float | None, tpot_ms: float | None) -> str:
+def serve_table(served: Sequence[Any]) -> str:
     """A markdown table, one row per scheme."""
     rows = []
     for s in served:
