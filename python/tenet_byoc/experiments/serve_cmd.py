@@ -188,13 +188,6 @@ def write_summary(served: Sequence[Any], path: Path, args: argparse.Namespace, l
     return path
 
 
-def _points(s: Any) -> list[tuple[float, Any]]:
-    """(rate, figures) of every run of a scheme, by rate: the search's, or the one run."""
-    if s.search is not None:
-        return sorted(((r, m) for r, m, _ in s.search.tried), key=lambda x: x[0])
-    return [(s.metrics.requests_per_s, s.metrics)]
-
-
 def plot_latency_vs_load(served: Sequence[Any], path: Path, ttft_ms: float | None,
                          tpot_ms: float | None, title: str) -> Path:
     """TTFT and TPOT p50 / p90 / p99 against the arrival rate, a colour per scheme (the
@@ -209,7 +202,9 @@ def plot_latency_vs_load(served: Sequence[Any], path: Path, ttft_ms: float | Non
     for ax, metric, target in ((axes[0], "ttft", ttft_ms), (axes[1], "tpot", tpot_ms)):
         xs, ys = [], [] if target is None else [target]
         for i, s in enumerate(served):
-            pts = _points(s)
+            # (rate, figures) of every run, by rate: the search's, or the one run
+            pts = ([(s.metrics.requests_per_s, s.metrics)] if s.search is None
+                   else sorted(((r, m) for r, m, _ in s.search.tried), key=lambda x: x[0]))
             for q, style in styles.items():
                 x, y = [r for r, _ in pts], [getattr(m, f"{metric}_ms_p{q}") for _, m in pts]
                 xs, ys = xs + x, ys + y
