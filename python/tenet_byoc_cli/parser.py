@@ -24,6 +24,7 @@ Examples
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 from collections.abc import Sequence
@@ -146,35 +147,26 @@ def _accelerators(*, many: bool):
     return parse
 
 
-def _count(low: int):
-    """An argparse type: an integer >= ``low``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
-        return value
-    parse.__name__ = "integer"
-    return parse
+def _quantity(unit: str, low: float = 0, allow_low: bool = False):
+    """An argparse type: a finite number of ``unit`` (an integer when ``unit`` is "an
+    integer"), > ``low`` (>= ``low`` with ``allow_low``)."""
+    integer = unit == "an integer"
 
-
-def _quantity(unit: str, allow_zero: bool = False):
-    """An argparse type: a finite number of ``unit``, > 0 (>= 0 with ``allow_zero``)."""
     def parse(text: str) -> float:
         try:
-            value = float(text)
+            value = int(text) if integer else float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {unit}, got {text!r}") from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-            raise argparse.ArgumentTypeError(
-                f"expected {unit} {'>=' if allow_zero else '>'} 0, got {text!r}")
+        if not math.isfinite(value) or value < low or (value == low and not allow_low):
+            raise argparse.ArgumentTypeError(f"expected {unit} {'>=' if allow_low else '>'} "
+                                             f"{low}, got {value if integer else repr(text)}")
         return value
-    parse.__name__ = "number"
+    parse.__name__ = "integer" if integer else "number"
     return parse
 
 
+#: An argparse type: an integer >= ``low``.
+_count = functools.partial(_quantity, "an integer", allow_low=True)
 #: Positive, finite numbers: a rate or size, and a time in milliseconds.
 _rate = _quantity("a number")
 _milliseconds = _quantity("milliseconds")
@@ -310,7 +302,7 @@ def _system_options(p, micro_batches: bool = False) -> None:
                        "--tp / --pp / --micro-batches (default 1)")
     p.add_argument("--link-gbps", type=_quantity("GB/s"), default=100.0, metavar="GB/s",
                    help="link bandwidth per chip and direction, GB/s (default 100)")
-    p.add_argument("--link-latency-us", type=_quantity("microseconds", allow_zero=True),
+    p.add_argument("--link-latency-us", type=_quantity("microseconds", allow_low=True),
                    default=1.0, metavar="US",
                    help="link latency per hop, microseconds (default 1)")
     p.add_argument("--topology", default="ring", choices=TOPOLOGIES,
