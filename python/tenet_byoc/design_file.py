@@ -48,10 +48,6 @@ _PATH = re.compile(r"(?<![\w.])((?:hardware|dataflow|memory|vector|edge_dequanti
                    r"|mapping)(?:\[\d+\])?(?:\.\w+)?)")
 
 
-def _domain(rows: int, cols: int) -> str:
-    return f"{{PE[p,q]: 0<=p<{rows} and 0<=q<{cols}}}"
-
-
 def _preset_array(form: dict) -> tuple[int, int] | None:
     """(rows, cols) of a preset dataflow (``dataflow.preset`` set), else None."""
     flow = form.get("dataflow")
@@ -152,7 +148,7 @@ def _fill_pairs(form: dict, problems: list[str]) -> dict[str, str]:
     rows, cols = array
     domain = hardware.get("pe_domain")
     if domain is None:
-        hardware["pe_domain"] = _domain(rows, cols)
+        hardware["pe_domain"] = f"{{PE[p,q]: 0<=p<{rows} and 0<=q<{cols}}}"
         derived_from["hardware.pe_domain"] = "dataflow.rows / dataflow.cols"
         return derived_from
     match = _DOMAIN.match(str(domain))
@@ -213,14 +209,6 @@ def _unknown_keys(form: dict, schema: dict, problems: list[str], where: str = ""
         elif isinstance(value, dict) and isinstance(schema[key], dict) \
                 and key not in _FREE:
             _unknown_keys(value, schema[key], problems, f"{path}.")
-
-
-def _schema(presets: Mapping[str, Any]) -> dict:
-    """Every field the one form has, from the presets (their union: optional units too)."""
-    schema: dict = {}
-    for accelerator in presets.values():
-        _merge(schema, json.loads(accelerator.to_json()))
-    return schema
 
 
 def _merge(into: dict, form: dict) -> None:
@@ -325,7 +313,10 @@ def read_design(path: str | Path, parse: Callable[[str], Any],
 
     form = load_mapping(path, "accelerator file")
     problems: list[str] = []
-    _unknown_keys(form, _schema(presets), problems)
+    schema: dict = {}  # every field the one form has: the presets' union (optional units too)
+    for accelerator in presets.values():
+        _merge(schema, json.loads(accelerator.to_json()))
+    _unknown_keys(form, schema, problems)
     _check_preset(form, json.loads(presets["os16"].to_json()), problems)
     derived_from = _fill_pairs(form, problems)
     _check_relations(form, problems)
