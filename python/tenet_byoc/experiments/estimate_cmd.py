@@ -276,7 +276,10 @@ def run_estimate(args: argparse.Namespace) -> int:
     import sys
     import time
 
+    from ..area import AreaTable
     from ..estimate import estimate
+    from ..models.footprint import fit
+    from ..progress import LineProgress
 
     out = Path(args.out) if args.out else None
     if args.serve is not None:
@@ -288,16 +291,12 @@ def run_estimate(args: argparse.Namespace) -> int:
     context_len = args.prompt_len if args.context_len is None else args.context_len
     progress = not args.no_progress  # estimate's steps: a bar, or a line every few seconds
     system = _system(args)
-    from ..area import AreaTable
-
     chip = system.accelerator if system is not None else args.accelerator
     static_w = _static_w(args, system)
     rows: list[PhaseFigures] = []
     ledgers: dict[str, Ledger] = {}
     start = time.perf_counter()
     # Into a pipe or a log, also a line per scheme estimated (a terminal has estimate()'s bar).
-    from ..progress import LineProgress
-
     piped = (LineProgress(total=len(args.schemes), desc=f"estimate {args.model}",
                           unit="scheme", interval=0.0)
              if progress and not sys.stderr.isatty() else None)
@@ -333,8 +332,6 @@ def run_estimate(args: argparse.Namespace) -> int:
         [f.scheme, f.phase, f.tokens, f"{f.latency_ms:,.3f}", f"{f.tokens_per_s:,.1f}",
          f"{f.energy_per_token_mj:,.3f}", si(f.macs, digits=4), si(f.dram_bytes, "B"),
          f"{100 * f.pe_utilization:.1f}%", f"{f.roofline_ratio:.2f}x"] for f in rows]))
-    from ..models.footprint import fit
-
     tp, pp, ep = ((system.tensor_parallel, system.pipeline_parallel, system.expert_parallel)
                   if system is not None else (1, 1, 1))
     print("\nDRAM per chip (weights at their stored widths, KV cache, activations' peak):")
@@ -404,9 +401,8 @@ def run_serving(args: argparse.Namespace, out: Path | None) -> int:
         cache: dict = {}
         figures += [serve(args.model, requests, b, scheme, args.accelerator, args.mapping,
                           system, cache, static_w) for b in batches]
-    targets = f"TTFT <= {args.ttft_ms} ms" if args.ttft_ms is not None else ""
-    if args.tpot_ms is not None:
-        targets += (" and " if targets else "") + f"TPOT <= {args.tpot_ms} ms"
+    targets = " and ".join(f"{name} <= {ms} ms" for name, ms in
+                           (("TTFT", args.ttft_ms), ("TPOT", args.tpot_ms)) if ms is not None)
     prompts = sum(r.prompt_len for r in requests) / len(requests)
     outputs = sum(r.output_len for r in requests) / len(requests)
     print(f"{args.model} serving {len(requests)} requests (mean prompt {prompts:,.1f}, mean "
