@@ -157,7 +157,8 @@ def _quantity(unit: str, low: float = 0, allow_low: bool = False):
             value = int(text) if integer else float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {unit}, got {text!r}") from None
-        if not math.isfinite(value) or value < low or (value == low and not allow_low):
+        if value < low or (value == low and not allow_low) or not (
+                integer or math.isfinite(value)):  # (an int may be too large for a float)
             raise argparse.ArgumentTypeError(f"expected {unit} {'>=' if allow_low else '>'} "
                                              f"{low}, got {value if integer else repr(text)}")
         return value
