@@ -510,12 +510,17 @@ class LedgerColumns:
     @classmethod
     def from_entries(cls, entries: Sequence[LedgerEntry]) -> LedgerColumns:
         """The columns of a list of entries (each entry's charge a row of its own)."""
-        b = ColumnsBuilder()
-        for e in entries:
-            b.add(len(b.charges), e.name, e.phase, e.chip, call_index=e.call_index,
-                  symbol=e.symbol, pattern=e.pattern, scheme=e.scheme)
-            b.charges.append(e.charge)
-        return b.columns()
+        strings: dict[str, int] = {}
+
+        def column(key: str) -> np.ndarray:
+            values = [getattr(e, key) for e in entries]
+            if key in _STRING_KEYS:
+                values = [strings.setdefault(v, len(strings)) for v in values]
+            return np.asarray(values, dtype=np.int64)
+
+        calls = {k: column(k) for k in _CALL_COLUMNS if k != "charge"}
+        return cls([e.charge for e in entries], list(strings),
+                   charge=np.arange(len(entries), dtype=np.int64), **calls)
 
     # -- entries ---------------------------------------------------------------------------
 
@@ -642,7 +647,7 @@ class ColumnsBuilder:
         self.strings: list[str] = []
         self._string_ids: dict[str, int] = {}
         self._charge_ids: dict[Any, int] = {}
-        self._parts: dict[str, list] = {k: [] for k in _CALL_COLUMNS}
+        self._parts: dict[str, list] = {k: [] for k in ("charge", "name", "phase", "chip")}
 
     def string(self, s: str) -> int:
         """The index of ``s`` in the string table."""
@@ -660,14 +665,6 @@ class ColumnsBuilder:
             self.charges.append(make())
         return found
 
-    def add(self, charge: int, name: str, phase: str, chip: int, *,
-            call_index: int, symbol: str, pattern: str, scheme: str) -> None:
-        """Append one call (the slow path: a list of entries, a run's ledger)."""
-        row = {"charge": charge, "chip": chip, "call_index": call_index, "name": name,
-               "phase": phase, "symbol": symbol, "pattern": pattern, "scheme": scheme}
-        for k, v in row.items():
-            self._parts[k].append(self.string(v) if isinstance(v, str) else v)
-
     def block(self, charge: np.ndarray, name: np.ndarray, phase: int, chip: np.ndarray) -> None:
         """Append calls as arrays (the fast path: an estimate's plans)."""
         p = self._parts
@@ -678,14 +675,9 @@ class ColumnsBuilder:
 
     def columns(self, *, symbol: str = "", pattern: str = "",
                 charge_schemes: Sequence[str] = ()) -> LedgerColumns:
-        """The columns of the calls added (by :meth:`add`, or by :meth:`block` with one
-        ``symbol`` and ``pattern`` for all and ``charge_schemes[i]`` the scheme of charge
-        ``i``'s calls)."""
+        """The columns of the calls added by :meth:`block`, with one ``symbol`` and
+        ``pattern`` for all and ``charge_schemes[i]`` the scheme of charge ``i``'s calls."""
         p = self._parts
-        if p["call_index"]:
-            return LedgerColumns(self.charges, self.strings, **{
-                k: np.asarray(v, dtype=np.int64) for k, v in p.items()})
-
         def cat(parts: list, dtype: Any) -> np.ndarray:
             return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(
                 0, dtype=dtype)
@@ -710,7 +702,7 @@ class Ledger:
 
     Parameters
     ----------
-    entries : list of LedgerEntry, LedgerColumns, or a callable returning either
+    entries : list of LedgerEntry, LedgerColumns, or a callable returning LedgerColumns
         The calls in order (a callable: made when first needed).
     accelerator, dataflow : str
         The accelerator's and its dataflow's names.
@@ -741,24 +733,18 @@ class Ledger:
     def columns(self) -> LedgerColumns:
         """The calls by columns (made from the entries if they were given as a list)."""
         if self._columns is None:
-            if self._make is not None:
-                made, self._make = self._make(), None
-                if isinstance(made, LedgerColumns):
-                    self._columns = made
-                    return made
-                self._entries = list(made)
-            self._columns = LedgerColumns.from_entries(self._entries)
+            self._columns = (self._make() if self._make is not None
+                             else LedgerColumns.from_entries(self._entries))
+            self._make = None
         return self._columns
 
     @property
     def entries(self) -> list[LedgerEntry]:
         """The entries, in call order (made now if they were not yet)."""
         if self._entries is None:
-            columns = self.columns
-            if self._entries is None:
-                if self._max_entries is not None and len(columns) > self._max_entries[0]:
-                    raise ValueError(self._max_entries[1])
-                self._entries = columns.entries()
+            if self._max_entries is not None and len(self.columns) > self._max_entries[0]:
+                raise ValueError(self._max_entries[1])
+            self._entries = self.columns.entries()
         return self._entries
 
     @entries.setter
@@ -780,8 +766,6 @@ class Ledger:
         if self._entries is not None:
             return self._entries[index]
         columns = self.columns
-        if self._entries is not None:
-            return self._entries[index]
         if isinstance(index, slice):
             return columns.entries(np.arange(len(columns))[index])
         i = range(len(columns))[index]  # IndexError as a list gives it
