@@ -25,7 +25,7 @@ import numpy as np
 from . import cost_model as cm
 from .compose import StepCost, compose
 from .accelerators import Accelerator, resolve
-from .ledger import ColumnsBuilder, Ledger, LedgerColumns, charge_row, tensor_map
+from .ledger import Ledger, LedgerColumns, charge_row, tensor_map
 from .plan import (LinkCall, Plan, PlannedCall, Step, context_limit, layer_stages, model_config,
                    plan)
 from .quantization import QuantScheme, get_scheme
@@ -117,24 +117,38 @@ MAX_LEDGER_CALLS = 20_000_000
 
 
 class _Book:
-    """An estimate's ledger columns being written: each distinct charge once (with whether
-    it is a fused epilogue), each plan's calls as arrays of charge and name indices."""
+    """An estimate's ledger columns being written: strings and charges interned (each
+    distinct charge once, with whether it is a fused epilogue), each plan's calls appended
+    as arrays of charge and name indices."""
 
     def __init__(self, charges: Charges) -> None:
         self.charges = charges
-        self.columns = ColumnsBuilder()
+        self.rows: list[tuple] = []
         self.schemes: list[str] = []
+        self.strings: list[str] = []
+        self._string_ids: dict[str, int] = {}
+        self._charge_ids: dict[Any, int] = {}
         self._layer_names: dict[tuple, np.ndarray] = {}
+        self._parts: dict[str, list] = {k: [] for k in ("charge", "name", "phase", "chip")}
+
+    def string(self, s: str) -> int:
+        """The index of ``s`` in the string table."""
+        found = self._string_ids.get(s)
+        if found is None:
+            found = self._string_ids[s] = len(self.strings)
+            self.strings.append(s)
+        return found
 
     def charge(self, pc: PlannedCall) -> int:
-        fused = bool(pc.fused_with)
-
-        def row() -> tuple:
+        """The index of ``pc``'s charge row (made the first time)."""
+        key = (pc.key, bool(pc.fused_with))
+        found = self._charge_ids.get(key)
+        if found is None:
             f = self.charges.fields(pc)
+            found = self._charge_ids[key] = len(self.rows)
+            self.rows.append(charge_row({**f, "fused": key[1]}))
             self.schemes.append(f["scheme"])
-            return charge_row({**f, "fused": fused})
-
-        return self.columns.charge((pc.key, fused), row)
+        return found
 
     def layers(self, block: list[PlannedCall], p: Plan) -> np.ndarray:
         """Name indices of ``block`` (calls of layer 1) in layers 1 .. layers-1, [layer, call]."""
@@ -143,9 +157,8 @@ class _Book:
         found = self._layer_names.get(key)
         if found is None:
             cut = len(f"{p.prefix}1.")
-            string = self.columns.string
             found = self._layer_names[key] = np.array(
-                [[string(f"{p.prefix}{i}." + n[cut:]) for n in names]
+                [[self.string(f"{p.prefix}{i}." + n[cut:]) for n in names]
                  for i in range(1, p.layers)], dtype=np.int32).reshape(p.layers - 1, len(names))
         return found
 
@@ -165,7 +178,6 @@ class _Book:
             stage_parts.append(np.repeat(stage_of[1:], len(block)))
             block.clear()
 
-        string = self.columns.string
         for c in p.written:
             if p.layers and c.layer == 1:
                 block.append(c)
@@ -173,7 +185,7 @@ class _Book:
             if block:
                 flush()
             charge_parts.append(np.array([self.charge(c)], dtype=np.int32))
-            name_parts.append(np.array([string(c.name)], dtype=np.int32))
+            name_parts.append(np.array([self.string(c.name)], dtype=np.int32))
             stage_parts.append(np.array([c.stage], dtype=np.int32))
         if block:
             flush()
@@ -189,11 +201,17 @@ class _Book:
             chip = np.zeros(len(charge), dtype=np.int32)
         if p.micro_batches > 1:
             charge, name, chip = (np.tile(a, p.micro_batches) for a in (charge, name, chip))
-        self.columns.block(charge, name, string(p.phase), chip)
+        phase = np.full(len(charge), self.string(p.phase), dtype=np.int32)
+        for key, part in zip(self._parts, (charge, name, phase, chip), strict=True):
+            self._parts[key].append(part)
 
     def done(self, symbol: str) -> LedgerColumns:
-        return self.columns.columns(symbol=symbol, pattern=ESTIMATE_PATTERN,
-                                    charge_schemes=self.schemes)
+        """The columns of the calls added, ``symbol`` and the estimate's pattern for all."""
+        cols = {k: np.concatenate(v).astype(np.int32, copy=False) if v else
+                np.zeros(0, dtype=np.int32) for k, v in self._parts.items()}
+        schemes = np.array([self.string(s) for s in self.schemes], dtype=np.int32)
+        return LedgerColumns(self.rows, self.strings, **cols, symbol=symbol,
+                             pattern=ESTIMATE_PATTERN, scheme=schemes[cols["charge"]])
 
 
 def _check_lengths(config: Any, prompt_len: Any, context_len: Any, decode_steps: Any,

@@ -474,7 +474,8 @@ class LedgerColumns:
     is made from a call's columns when read; totals and group-bys are numpy sums over the
     columns.
 
-    Make one with :class:`ColumnsBuilder` (or :meth:`from_entries`).
+    An estimate writes one (``tenet_byoc.estimate``), a run's entries give one
+    (:meth:`from_entries`).
     """
 
     def __init__(self, charges: list[tuple], strings: list[str], *, charge: np.ndarray,
@@ -637,57 +638,6 @@ def _first_seen(col: np.ndarray) -> tuple[np.ndarray, list]:
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     return rank[inverse.reshape(-1)], uniq[order].tolist()
-
-
-class ColumnsBuilder:
-    """Builds :class:`LedgerColumns`: intern strings and charges, append calls."""
-
-    def __init__(self) -> None:
-        self.charges: list[tuple] = []
-        self.strings: list[str] = []
-        self._string_ids: dict[str, int] = {}
-        self._charge_ids: dict[Any, int] = {}
-        self._parts: dict[str, list] = {k: [] for k in ("charge", "name", "phase", "chip")}
-
-    def string(self, s: str) -> int:
-        """The index of ``s`` in the string table."""
-        found = self._string_ids.get(s)
-        if found is None:
-            found = self._string_ids[s] = len(self.strings)
-            self.strings.append(s)
-        return found
-
-    def charge(self, key: Any, make: Callable[[], tuple]) -> int:
-        """The index of the charge row known by ``key`` (made by ``make()`` the first time)."""
-        found = self._charge_ids.get(key)
-        if found is None:
-            found = self._charge_ids[key] = len(self.charges)
-            self.charges.append(make())
-        return found
-
-    def block(self, charge: np.ndarray, name: np.ndarray, phase: int, chip: np.ndarray) -> None:
-        """Append calls as arrays (the fast path: an estimate's plans)."""
-        p = self._parts
-        p["charge"].append(charge)
-        p["name"].append(name)
-        p["phase"].append(np.full(len(charge), phase, dtype=np.int32))
-        p["chip"].append(chip)
-
-    def columns(self, *, symbol: str = "", pattern: str = "",
-                charge_schemes: Sequence[str] = ()) -> LedgerColumns:
-        """The columns of the calls added by :meth:`block`, with one ``symbol`` and
-        ``pattern`` for all and ``charge_schemes[i]`` the scheme of charge ``i``'s calls."""
-        p = self._parts
-        def cat(parts: list, dtype: Any) -> np.ndarray:
-            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(
-                0, dtype=dtype)
-
-        charge = cat(p["charge"], np.int32)
-        schemes = np.array([self.string(s) for s in charge_schemes], dtype=np.int32)
-        return LedgerColumns(self.charges, self.strings, charge=charge,
-                             name=cat(p["name"], np.int32), phase=cat(p["phase"], np.int32),
-                             chip=cat(p["chip"], np.int32), symbol=symbol, pattern=pattern,
-                             scheme=schemes[charge] if len(charge) else charge)
 
 
 class Ledger:
