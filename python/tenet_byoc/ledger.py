@@ -77,24 +77,18 @@ def tensor_map(tensors: Mapping[str, Mapping[str, Any]]) -> TensorMap:
 ENTRY_NAMES = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "layer", "chip")
 #: The charge fields every unit has.
 COMMON_FIELDS = ("unit", "op", "cycles", "latency_us", "energy_pj", "mapping")
-_TRAFFIC = ("offchip_read_bytes", "offchip_write_bytes", "dram_read_bytes", "dram_write_bytes",
-            "buffer_read_bytes", "buffer_write_bytes")
-#: A GEMM's own charge fields (charge.h's table, less the vector unit's).
-GEMM_FIELDS = (
-    "batch", "m", "n", "k", "bits_a", "bits_b", "bits_c", "extra_read_bits", "extra_ops",
-    "extra_register_bits", "a_on_chip", "c_on_chip", "dequant_place", "scale_bits", "accumulator_bits",
-    "weight_side_bits", "activation_side_bits", "quantize_ops", "dequant_ops",
-    "accumulator_traffic_bits", "macs", "roofline_cycles", "array_cycles",
-    "dram_stall_cycles", "edge_cycles", "compute_cycles", "stall_cycles", "tenet_delay",
-    "ingress_delay", "egress_delay", "compute_delay", "compute_delay_exact", "time_steps",
-    "folds", "active_pes", "num_pes", "macs_per_pe_per_cycle", "avg_active_pes",
-    "pe_utilization", "bandwidth_bits_per_cycle", *_TRAFFIC, "mac_pj", "register_pj",
-    "buffer_pj", "dram_pj", "edge_pj", "recipe", "tensors")
+#: The fields every charge has, from the cost model's one table (charge.h).
+CHARGE_FIELDS = tuple(_ledger_field_names())
+_VECTOR_OWN = ("elements", "vector_add_ops", "vector_mul_ops", "vector_exp_ops",
+               "vector_recip_ops", "vector_tanh_ops", "spilled", "schedule")
+#: A GEMM's own charge fields: charge.h's table, less the common ones and the vector unit's.
+GEMM_FIELDS = (*(f for f in CHARGE_FIELDS if f not in COMMON_FIELDS + _VECTOR_OWN),
+               "recipe", "tensors")
 #: A vector call's own charge fields (and ``fused``: it is a GEMM's epilogue).
 VECTOR_FIELDS = (
-    "m", "n", "k", "bits_a", "bits_b", "bits_c", "elements", "vector_add_ops",
-    "vector_mul_ops", "vector_exp_ops", "vector_recip_ops", "vector_tanh_ops", "spilled",
-    "schedule", "fused", "roofline_cycles", "compute_cycles", "stall_cycles", *_TRAFFIC,
+    "m", "n", "k", "bits_a", "bits_b", "bits_c", *_VECTOR_OWN, "fused", "roofline_cycles",
+    "compute_cycles", "stall_cycles", "offchip_read_bytes", "offchip_write_bytes",
+    "dram_read_bytes", "dram_write_bytes", "buffer_read_bytes", "buffer_write_bytes",
     "mac_pj", "buffer_pj", "dram_pj")
 #: A collective's own field: the bytes its chip sent over links.
 LINK_FIELDS = ("link_bytes",)
@@ -303,15 +297,14 @@ def make_entry(fields: Mapping[str, Any], *, call_index: int, symbol: str, patte
 COLUMNS = list(dict.fromkeys(
     f for cls in ENTRY_TYPES.values() for f in cls.FIELDS if f not in ("tensors", "recipe")))
 
-#: The fields every charge has, from the cost model's one table (charge.h).
-CHARGE_FIELDS = tuple(_ledger_field_names())
 _TENSOR_FIELDS = tuple(_ledger_tensor_field_names())
 
 
 def _check_schema() -> None:
     """The entry types declare between them exactly the cost model's field names (one
     schema; ``fused`` is the runtime's, ``link_bytes`` a system's, ``recipe`` and
-    ``tensors`` the charge's values)."""
+    ``tensors`` the charge's values): the GEMM's come from that table, the others must be
+    in it."""
     declared = {f for own in _OWN.values() for f in own} - {"fused", "link_bytes", "recipe",
                                                              "tensors"}
     tensor = [f.name for f in fields(TensorTraffic)]
@@ -492,17 +485,20 @@ class LedgerColumns:
         self.layer_of = np.array([-1 if (x := layer_of(s)) is None else x for s in strings],
                                  dtype=np.int64)
 
-        def column(field: str, dtype: Any = np.float64) -> np.ndarray:  # 0 where a unit lacks it
-            return np.array([getattr(row, field, 0) for row in charges], dtype=dtype)
+        def column(*names: str, dtype: Any = np.float64) -> np.ndarray:
+            """The sum of fields ``names`` per charge (0 where a unit lacks one)."""
+            return sum(np.array([getattr(row, f, 0) for row in charges], dtype=dtype)
+                       for f in names)
 
-        self.cycles = column("cycles", dtype=np.int64)
-        self.macs = column("macs", dtype=np.int64)
-        self.roofline = column("roofline_cycles", dtype=np.int64)
-        self.capacity = (column("cycles") * column("num_pes") * column("macs_per_pe_per_cycle"))
-        self.latency = column("latency_us")
-        self.offchip = column("offchip_read_bytes") + column("offchip_write_bytes")
-        self.dram = column("dram_read_bytes") + column("dram_write_bytes")
-        self.energy = column("energy_pj")
+        # What totals sum per charge, by the Totals field (or part of one) it sums into.
+        self.summed = {
+            "cycles": column("cycles", dtype=np.int64), "macs": column("macs", dtype=np.int64),
+            "roofline_cycles": column("roofline_cycles", dtype=np.int64),
+            "capacity": column("cycles") * column("num_pes") * column("macs_per_pe_per_cycle"),
+            "latency_us": column("latency_us"),
+            "offchip_bytes": column("offchip_read_bytes", "offchip_write_bytes"),
+            "dram_bytes": column("dram_read_bytes", "dram_write_bytes"),
+            "energy_pj": column("energy_pj")}
         self.hides = np.array([_hides(row) for row in charges], dtype=bool)
 
     def __len__(self) -> int:
@@ -600,32 +596,28 @@ class LedgerColumns:
         g = np.zeros(n, dtype=np.int64) if groups is None else groups
         c = self.charge
         calls = np.bincount(g, minlength=count)
-        cycles = self.cycles[c]
 
-        def isum(values: np.ndarray) -> list[int]:
+        def total(values: np.ndarray) -> list:  # ints exactly, floats by bincount
+            if values.dtype.kind == "f":
+                return np.bincount(g, weights=values, minlength=count).tolist()
             out = np.zeros(count, dtype=np.int64)
             np.add.at(out, g, values)
             return out.tolist()
 
-        def fsum(values: np.ndarray) -> list[float]:
-            return np.bincount(g, weights=values, minlength=count).tolist()
-
-        chain = chain_cycles(self.unit_of[c] == 0, self.hides[c], cycles, groups=g,
-                             n_groups=count)
-        summed = isum(cycles)
-        latency = fsum(self.latency[c])
-        macs, capacity = isum(self.macs[c]), fsum(self.capacity[c])
-        roofline, offchip = isum(self.roofline[c]), fsum(self.offchip[c])
-        dram, energy = fsum(self.dram[c]), fsum(self.energy[c])
+        s = {k: total(v[c]) for k, v in self.summed.items()}
+        chain = chain_cycles(self.unit_of[c] == 0, self.hides[c], self.summed["cycles"][c],
+                             groups=g, n_groups=count)
         out = []
-        for i, cyc_i in enumerate(chain):
-            lat = latency[i] * (cyc_i / summed[i] if summed[i] else 1.0)
+        for i, cycles in enumerate(chain):
+            summed, macs, capacity, offchip = (s[k][i] for k in ("cycles", "macs", "capacity",
+                                                                 "offchip_bytes"))
+            lat = s["latency_us"][i] * (cycles / summed if summed else 1.0)
             out.append(Totals(
-                calls=int(calls[i]), macs=macs[i], cycles=cyc_i, roofline_cycles=roofline[i],
-                latency_us=lat, offchip_bytes=offchip[i], dram_bytes=dram[i],
-                energy_pj=energy[i],
-                pe_utilization=macs[i] / capacity[i] if capacity[i] else 0.0,
-                bandwidth_gbps=offchip[i] / (lat * 1e3) if lat else 0.0))
+                calls=int(calls[i]), macs=macs, cycles=cycles,
+                roofline_cycles=s["roofline_cycles"][i], latency_us=lat, offchip_bytes=offchip,
+                dram_bytes=s["dram_bytes"][i], energy_pj=s["energy_pj"][i],
+                pe_utilization=macs / capacity if capacity else 0.0,
+                bandwidth_gbps=offchip / (lat * 1e3) if lat else 0.0))
         return out
 
 
