@@ -427,7 +427,7 @@ def totals(entries: Iterable[LedgerEntry]) -> Totals:
     (:meth:`Ledger.totals`); this is the plain reference."""
     entries = list(entries)
     gemms = [e for e in entries if e.unit == "array"]
-    moving = [e for e in entries if e.unit != "link"]
+    moving = [e for e in entries if e.unit in ("array", "vector")]  # through the buffer
     summed = sum(e.cycles for e in entries)
     cycles = step_cycles(entries)
     latency = sum(e.latency_us for e in entries) * (cycles / summed if summed else 1.0)
@@ -437,7 +437,7 @@ def totals(entries: Iterable[LedgerEntry]) -> Totals:
     return Totals(
         calls=len(entries), macs=macs, cycles=cycles,
         roofline_cycles=sum(e.roofline_cycles for e in moving), latency_us=latency,
-        offchip_bytes=offchip, dram_bytes=sum(e.dram_bytes for e in moving),
+        offchip_bytes=offchip, dram_bytes=sum(getattr(e, "dram_bytes", 0) for e in entries),
         energy_pj=sum(e.energy_pj for e in entries),
         pe_utilization=macs / capacity if capacity else 0.0,
         bandwidth_gbps=offchip / (latency * 1e3) if latency else 0.0,
@@ -757,38 +757,29 @@ class Ledger:
         acc = resolve(accelerator)
         old = self.columns
         charged: dict = {}
-        rows = []
-        # Each distinct charge row once: its call (an entry made with placeholder names,
-        # which the call does not read), charged again; the calls' columns stay.
+        rows = list(old.charges)  # a charge no call uses stays as it is
+        # Each distinct charge row once: the call of its first entry, charged again; the
+        # calls' columns stay.
         used, first = np.unique(old.charge, return_index=True)
-        first_call = dict(zip(used.tolist(), first.tolist()))
-        for i, row in enumerate(old.charges):
-            unit, at = row[0], first_call.get(i)
-            if at is None:  # a charge no call uses
-                rows.append(row)
-                continue
-            scheme = old.strings[old.scheme[at]]
-            probe = tuple.__new__(ENTRY_TYPES[unit], (0, "", "", "", "", scheme, None, 0, row))
-            if unit in ("link", "attention"):
-                raise ValueError(f"charged_on: the ledger has {unit} entries (a system's "
+        for i, e in zip(used.tolist(), old.entries(first), strict=True):
+            if e.unit in ("link", "attention"):
+                raise ValueError(f"charged_on: the ledger has {e.unit} entries (a system's "
                                  "collectives or fused attention, which a run does not "
                                  "charge): estimate it again on that accelerator instead")
-            call = probe.vector_call if unit == "vector" else probe.call
-            key = (call, getattr(probe, "fused", False))
+            call = e.vector_call if e.unit == "vector" else e.call
+            key = (call, getattr(e, "fused", False))
             fields = charged.get(key)
             if fields is None:
                 try:
-                    charge = cm.charge_vector if unit == "vector" else cm.charge
+                    charge = cm.charge_vector if e.unit == "vector" else cm.charge
                     fields = charge(call, acc).ledger_fields()
                 except ValueError as err:
-                    name = old.strings[old.name[at]]
-                    raise ValueError(f"accelerator {acc.name!r} cannot charge entry {name!r} "
+                    raise ValueError(f"accelerator {acc.name!r} cannot charge entry {e.name!r} "
                                      f"({call!r}): {err}") from None
-                fields["tensors"] = tensor_map(fields["tensors"])
-                fields["recipe"] = getattr(probe, "recipe", None)
-                fields["fused"] = key[1]
+                fields.update(tensors=tensor_map(fields["tensors"]), fused=key[1],
+                              recipe=getattr(e, "recipe", None))
                 charged[key] = fields
-            rows.append(charge_row(fields))
+            rows[i] = charge_row(fields)
         new = LedgerColumns(rows, old.strings, **{k: getattr(old, k) for k in _CALL_COLUMNS})
         return Ledger(new, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 

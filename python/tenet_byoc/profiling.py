@@ -217,18 +217,14 @@ class Report:
     __repr__ = __str__
 
 
-class _Serialized:
-    """A VM function that holds its VM's lock while it runs."""
+def _serialized(func, lock: threading.RLock):
+    """``func``, holding its VM's ``lock`` while it runs."""
 
-    __slots__ = ("__wrapped__", "_lock")
+    def call(*args, **kwargs):
+        with lock:
+            return func(*args, **kwargs)
 
-    def __init__(self, func, lock: threading.RLock) -> None:
-        self.__wrapped__ = func
-        self._lock = lock
-
-    def __call__(self, *args, **kwargs):
-        with self._lock:
-            return self.__wrapped__(*args, **kwargs)
+    return call
 
 
 def _tenet_entries_by_symbol(entries: list[LedgerEntry]) -> dict[str, list[list[LedgerEntry]]]:
@@ -266,7 +262,7 @@ class VirtualMachine(relax.VirtualMachine):
         super().__init__(rt_mod, device, memory_cfg)
         for attr in ("_invoke_closure", "_save_function", "_set_input", "_invoke_stateful",
                      "_get_output", "_get_output_arity", "_set_instrument"):
-            setattr(self, attr, _Serialized(getattr(self, attr), self._lock))
+            setattr(self, attr, _serialized(getattr(self, attr), self._lock))
         self._profiling = bool(profile)
         self._timer = None
         if self._profiling:
@@ -275,7 +271,7 @@ class VirtualMachine(relax.VirtualMachine):
 
     def __getitem__(self, key: str):
         """The VM function ``key``, callable from any thread (calls run one at a time)."""
-        return _Serialized(super().__getitem__(key), self._lock)
+        return _serialized(super().__getitem__(key), self._lock)
 
     def profile(self, func_name: str, *args, warmup: int = 1) -> Report:
         """Run ``func_name`` on ``args`` (after ``warmup`` untimed runs) and report each call.
