@@ -7,7 +7,7 @@ import gc
 import itertools
 import json
 from collections import namedtuple
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -579,13 +579,8 @@ class LedgerColumns:
             col, value = self.unit_of[self.charge], _UNITS.__getitem__
         elif key == "layer":
             col, value = self.layer_of[self.name], lambda i: None if i < 0 else i
-        elif key == "op":
-            ops = list(dict.fromkeys(row[1] for row in self.charges))
-            col = np.array([ops.index(row[1]) for row in self.charges],
-                           dtype=np.int64)[self.charge]
-            value = ops.__getitem__
-        else:
-            raise ValueError(f"cannot group a ledger by {key!r}; use {', '.join(GROUP_KEYS)}")
+        else:  # "op" (Ledger.group_by checked the key)
+            col, value = np.array([row[1] for row in self.charges])[self.charge], str
         code, raw = _first_seen(col)
         return code, [value(i) for i in raw]
 
@@ -803,14 +798,10 @@ class Ledger:
                              dict(zip(values, columns.totals(codes, len(values)),
                                       strict=True)))
 
-    def rows(self) -> tuple[list[str], list[list]]:
-        """Column names and one row per entry (per-tensor traffic flattened; a field the
-        entry's unit lacks is empty)."""
-        return COLUMNS + _TENSOR_COLUMNS, [_entry_row(e) for e in self.entries]
-
     def to_csv(self, path: str | Path | None = None) -> str:
-        header, rows = self.rows()
-        return write_rows(header, rows, path)
+        """One row per entry (per-tensor traffic flattened; a field the entry's unit lacks is
+        empty)."""
+        return write_rows(COLUMNS + _TENSOR_COLUMNS, map(_entry_row, self.entries), path)
 
     def to_json(self, path: str | Path | None = None) -> str:
         doc = {"accelerator": self.accelerator, "dataflow": self.dataflow,

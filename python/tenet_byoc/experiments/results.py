@@ -44,8 +44,7 @@ def si(value: float, unit: str = "", digits: int = 3) -> str:
         return f"{value}{' ' + unit if unit else ''}"
     for scale, prefix in _PREFIXES:
         if abs(value) >= scale * (1 - 0.5 * 10 ** (1 - digits)):
-            text, sep = f"{value / scale:.{digits}g}", " "
-            return f"{text}{sep}{prefix}{unit}"
+            return f"{value / scale:.{digits}g} {prefix}{unit}"
     text = f"{value:.{digits}g}" if value else "0"
     return f"{text} {unit}" if unit else text
 
