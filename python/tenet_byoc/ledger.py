@@ -55,8 +55,7 @@ class TensorMap(dict):
     def _refuse(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("a ledger entry's tensors are read-only")
 
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
-    __ior__ = _refuse
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
 
     def __reduce__(self) -> tuple:
         return (TensorMap, (dict(self),))

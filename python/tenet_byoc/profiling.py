@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import tvm
 import tvm_ffi
@@ -86,13 +86,10 @@ class ReportRow:
 
 
 def _merge(rows: Sequence[ReportRow]) -> ReportRow:
-    first = rows[0]
-    return ReportRow(
-        name=first.name, duration_us=sum(r.duration_us for r in rows),
-        percent=sum(r.percent for r in rows), count=sum(r.count for r in rows),
-        argument_shapes=first.argument_shapes, device=first.device, depth=first.depth,
-        entries=[e for r in rows for e in r.entries], layer=_merge_layers([r.layer for r in rows]),
-    )
+    return replace(rows[0], duration_us=sum(r.duration_us for r in rows),
+                   percent=sum(r.percent for r in rows), count=sum(r.count for r in rows),
+                   entries=[e for r in rows for e in r.entries],
+                   layer=_merge_layers([r.layer for r in rows]))
 
 
 def _merge_layers(layers: Sequence[str]) -> str:
