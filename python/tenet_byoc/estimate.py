@@ -257,10 +257,8 @@ def estimate(
     Parameters
     ----------
     model : str, PathLike, GPT2Config or LlamaConfig
-        A built-in name (``tenet_byoc.models.configs.BUILTIN``: gpt2, gpt2-medium,
-        gpt2-large, gpt2-xl, llama-2-7b, llama-3-8b, llama-3-70b, mistral-7b,
-        qwen2.5-0.5b), a ``config.json`` path or a checkpoint folder (only its config is
-        read), or a config object.
+        A built-in name (``tenet_byoc.models.configs.BUILTIN``), a ``config.json`` path or a
+        checkpoint folder (only its config is read), or a config object.
     scheme : str or QuantScheme
         The quantization scheme of the linear layers (a name of ``SCHEMES`` or a spec
         string). Static schemes are charged as dynamic, as ``quantize`` without calibration
