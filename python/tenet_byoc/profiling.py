@@ -224,14 +224,6 @@ def _serialized(func, lock: threading.RLock):
     return call
 
 
-def _tenet_entries_by_symbol(entries: list[LedgerEntry]) -> dict[str, list[list[LedgerEntry]]]:
-    """Ledger entries per symbol, one list per call (the steps of one call share call_index)."""
-    calls: dict[str, dict[int, list[LedgerEntry]]] = {}
-    for e in entries:
-        calls.setdefault(e.symbol, {}).setdefault(e.call_index, []).append(e)
-    return {sym: [by_call[i] for i in sorted(by_call)] for sym, by_call in calls.items()}
-
-
 class VirtualMachine(relax.VirtualMachine):
     """``relax.VirtualMachine`` with TVM's old ``profile=True`` mode back.
 
@@ -308,8 +300,11 @@ class VirtualMachine(relax.VirtualMachine):
             self.set_instrument(None)  # 0.27 accepts None: calls go uninstrumented again
             docs = [json.loads(m["__tenet_capture_end"]()) for m in self._tenet]
         recorded = json.loads(self._timer["records"]())
-        entries = sorted((e for doc in docs for e in _parse(doc)), key=lambda e: e.call_index)
-        charged = _tenet_entries_by_symbol(entries)
+        # The entries per symbol, one list per call (the steps of one call share call_index).
+        calls: dict[str, dict[int, list[LedgerEntry]]] = {}
+        for e in sorted((e for doc in docs for e in _parse(doc)), key=lambda e: e.call_index):
+            calls.setdefault(e.symbol, {}).setdefault(e.call_index, []).append(e)
+        charged = {symbol: list(by_call.values()) for symbol, by_call in calls.items()}
         hw = min((d["accelerator"], d["dataflow"], d["clock_ghz"]) for d in docs)
         return self._report(func_name, recorded, charged, hw)
 
