@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import re
 from collections import namedtuple
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -264,12 +265,8 @@ for _unit, _entry in ENTRY_TYPES.items():
 
 def layer_of(name: str) -> int | None:
     """The decoder layer of a call named ``h.3.…`` / ``layers.3.…``; None outside them."""
-    head, _, rest = name.partition(".")
-    if head in ("h", "layers"):
-        index = rest.split(".", 1)[0]
-        if index.isdigit():
-            return int(index)
-    return None
+    found = re.match(r"(?:h|layers)\.(\d+)(?:\.|$)", name, re.ASCII)
+    return int(found[1]) if found else None
 
 
 def charge_row(fields: Mapping[str, Any]) -> tuple:
