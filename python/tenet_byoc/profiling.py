@@ -9,6 +9,7 @@ calls' rows are joined with the ledger entries charged during the same run.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -62,8 +63,7 @@ class ReportRow:
             # a function's charge call: the operators TVM ran, charged to the vector unit
             return "vector unit: " + ", ".join(dict.fromkeys(e.op for e in self.entries))
         if self.entries:
-            patterns = dict.fromkeys(e.pattern for e in self.entries)
-            return " + ".join(patterns)
+            return " + ".join(dict.fromkeys(e.pattern for e in self.entries))
         return self.name
 
     @property
@@ -95,8 +95,6 @@ def _merge(rows: Sequence[ReportRow]) -> ReportRow:
 def _merge_layers(layers: Sequence[str]) -> str:
     """One label for the layers of merged rows: ``h.0.attn.c_attn`` and ``h.1.attn.c_attn``
     become ``h.*.attn.c_attn``; unrelated names are joined."""
-    import re
-
     names = list(dict.fromkeys(x for x in layers if x))
     if len(names) <= 1:
         return names[0] if names else ""
@@ -176,19 +174,12 @@ class Report:
         :data:`COLUMNS` with the kernels' own names, as CSV and JSON have them.
         """
         columns = COLUMNS if full else COMPACT_COLUMNS
-        rows = self.rows(aggregate, sort)
-        body = [r.values() for r in rows]
-        if not full:
-            for v, r in zip(body, rows, strict=True):
-                v["Name"] = r.label
-        total = {**dict.fromkeys(COLUMNS), "Name": "Total", "Duration (us)": self.wall_us}
-        lines = [list(columns)]
-        lines += [[_format(c, v[c]) for c in columns] for v in body]
-        lines.append(["----------"] + [""] * (len(columns) - 1))
-        s = self.sum_row().values()
-        lines.append([_format(c, s[c]) for c in columns])
-        lines.append([_format(c, total[c]) for c in columns])
-        out = text_table(lines) + ["", "Configuration", "-------------"]
+        body = [{**r.values(), **({} if full else {"Name": r.label})}
+                for r in self.rows(aggregate, sort)]
+        body += [self.sum_row().values(), {"Name": "Total", "Duration (us)": self.wall_us}]
+        lines = [[_format(c, v.get(c)) for c in columns] for v in body]
+        lines.insert(-2, ["----------"] + [""] * (len(columns) - 1))  # above Sum and Total
+        out = text_table([list(columns), *lines]) + ["", "Configuration", "-------------"]
         out += [f"{k}: {v}" for k, v in self.configuration.items()]
         return "\n".join(out) + "\n"
 
