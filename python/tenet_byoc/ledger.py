@@ -476,8 +476,7 @@ class LedgerColumns:
         self.charge, self.name, self.phase, self.chip = charge, name, phase, chip
         self.call_index, self.symbol, self.pattern, self.scheme = (call_index, symbol,
                                                                    pattern, scheme)
-        units = [row[0] for row in charges]
-        self.unit_of = np.array([_UNITS.index(u) for u in units], dtype=np.int8)
+        self.unit_of = np.array([_UNITS.index(row[0]) for row in charges], dtype=np.int8)
         self.layer_of = np.array([-1 if (x := layer_of(s)) is None else x for s in strings],
                                  dtype=np.int64)
 
