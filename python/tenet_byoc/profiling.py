@@ -185,9 +185,7 @@ class Report:
 
     def csv(self, aggregate: bool = True) -> str:
         """The rows (no Sum/Total) as CSV with the column names of :data:`COLUMNS`."""
-        values = [r.values() for r in self.rows(aggregate)]
-        return write_rows(COLUMNS, [["" if v[c] is None else v[c] for c in COLUMNS]
-                                  for v in values])
+        return write_rows(COLUMNS, [list(r.values().values()) for r in self.rows(aggregate)])
 
     def json(self, aggregate: bool = False) -> str:
         """``{"function", "wall_us", "configuration", "calls": [{column: value}, ...]}``."""

@@ -124,8 +124,7 @@ LAYER_COLUMNS = [f.name for f in fields(LayerCost)]
 def write_csv(columns: Sequence[str], items: Sequence, path: str | Path | None) -> str:
     """CSV text of ``items``' attributes ``columns`` (None as empty), written to ``path``
     when given."""
-    return write_rows(columns, (["" if getattr(item, c) is None else getattr(item, c)
-                                 for c in columns] for item in items), path)
+    return write_rows(columns, ([getattr(item, c) for c in columns] for item in items), path)
 
 
 def save_files(out_dir: str | Path, writers: dict[str, Callable[[Path], Any]]) -> list[Path]:
