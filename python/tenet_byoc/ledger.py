@@ -90,10 +90,6 @@ VECTOR_FIELDS = (
     "compute_cycles", "stall_cycles", "offchip_read_bytes", "offchip_write_bytes",
     "dram_read_bytes", "dram_write_bytes", "buffer_read_bytes", "buffer_write_bytes",
     "mac_pj", "buffer_pj", "dram_pj")
-#: A collective's own field: the bytes its chip sent over links.
-LINK_FIELDS = ("link_bytes",)
-#: A fused attention kernel's own fields (``cost_model.charge_attention``).
-ATTENTION_FIELDS = ("macs", "dram_read_bytes", "dram_write_bytes")
 
 
 class LedgerEntry:
@@ -147,11 +143,13 @@ class LedgerEntry:
 # The charge type of each unit, only its own fields: what a GEMM is charged (the cost model's
 # ``Charge.ledger_fields``, a GEMM's part), a vector call (``charge_vector``'s ledger fields,
 # its own part, and whether it is a GEMM's fused epilogue), a collective
-# (``tenet_byoc.system``'s formulas) and a fused attention kernel (``charge_attention``).
+# (``tenet_byoc.system``'s formulas: the bytes its chip sent over links) and a fused
+# attention kernel (``charge_attention``: its MACs and DRAM bytes).
 GemmCharge = namedtuple("GemmCharge", COMMON_FIELDS + GEMM_FIELDS)
 VectorCharge = namedtuple("VectorCharge", COMMON_FIELDS + VECTOR_FIELDS)
-LinkCharge = namedtuple("LinkCharge", COMMON_FIELDS + LINK_FIELDS)
-AttentionCharge = namedtuple("AttentionCharge", COMMON_FIELDS + ATTENTION_FIELDS)
+LinkCharge = namedtuple("LinkCharge", (*COMMON_FIELDS, "link_bytes"))
+AttentionCharge = namedtuple("AttentionCharge",
+                             (*COMMON_FIELDS, "macs", "dram_read_bytes", "dram_write_bytes"))
 
 _CALL = ENTRY_NAMES + ("charge",)
 
