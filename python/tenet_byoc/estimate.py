@@ -172,8 +172,7 @@ class _Book:
 
         def flush() -> None:
             ids = np.array([self.charge(c) for c in block], dtype=np.int32)
-            copies = p.layers - 1
-            charge_parts.append(np.tile(ids, copies))
+            charge_parts.append(np.tile(ids, p.layers - 1))
             name_parts.append(self.layers(block, p).reshape(-1))
             stage_parts.append(np.repeat(stage_of[1:], len(block)))
             block.clear()

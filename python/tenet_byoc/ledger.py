@@ -67,11 +67,8 @@ def tensor_map(tensors: Mapping[str, Mapping[str, Any]]) -> TensorMap:
     return TensorMap({name: TensorTraffic(**t) for name, t in tensors.items()})
 
 
-# An entry is a named tuple of the call's names and its charge, itself a named tuple that
-# the entries of one distinct call share: ~10^5 entries are made when a model's ledger is
-# read, each a 9-tuple (tuple.__new__), 10x faster than filling a dataclass of 60 fields.
-# Each unit has its own charge type with only its own fields, read on the entry by name;
-# all share the fields of LedgerEntry (the call's names, where it ran, its time, energy).
+# Entries are tuples (LedgerEntry says which): ~10^5 are made when a model's ledger is read,
+# each a 9-tuple (tuple.__new__), 10x faster than filling a dataclass of 60 fields.
 
 #: Every entry's names: made per call (the charge fields follow, stored once per charge).
 ENTRY_NAMES = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "layer", "chip")
@@ -94,7 +91,8 @@ VECTOR_FIELDS = (
 
 class LedgerEntry:
     """What every ledger entry has: a :class:`GemmEntry` (``unit="array"``), a
-    :class:`VectorEntry` (``"vector"``) or a :class:`LinkEntry` (``"link"``).
+    :class:`VectorEntry` (``"vector"``), a :class:`LinkEntry` (``"link"``) or an
+    :class:`AttentionEntry` (``"attention"``).
 
     Attributes
     ----------
@@ -112,7 +110,7 @@ class LedgerEntry:
     chip : int
         The chip of a :class:`~tenet_byoc.system.System` that ran it (0 alone).
     unit, op : str
-        Where it ran (array, vector, link) and what: "matmul", the vector kind
+        Where it ran (array, vector, link, attention) and what: "matmul", the vector kind
         (layer_norm, softmax, add, ...) or the collective (all_reduce, all_gather, p2p).
     cycles : int
         The call's latency in cycles (memory.h: tile steps with DRAM overlapped).
