@@ -51,7 +51,6 @@ class Charges:
     def __init__(self, accelerator: Accelerator, link: Any = None):
         self.accelerator = accelerator
         self.link = link
-        self.clock_hz = accelerator.hardware.clock_ghz * 1e9
         self.schedule = accelerator.vector.schedule
         self._seen: dict[Any, dict[str, Any]] = {}
 
@@ -104,7 +103,8 @@ class Charges:
             raise ValueError(f"a {call.kind} link call needs a system's link: give Charges "
                              "a link")
         c = cm.charge_link(call, self.link.charged())
-        return {"unit": "link", "op": call.kind, "cycles": round(c.seconds * self.clock_hz),
+        hz = self.accelerator.hardware.clock_ghz * 1e9
+        return {"unit": "link", "op": call.kind, "cycles": round(c.seconds * hz),
                 "latency_us": c.latency_us, "energy_pj": c.energy_pj,
                 "mapping": f"{call.kind} {self.link.topology} x{call.chips}",
                 "scheme": "none", "link_bytes": c.link_bytes}

@@ -779,10 +779,8 @@ class Ledger:
         """
         keys = key if isinstance(key, tuple) else (key,)
         if not keys or any(k not in GROUP_KEYS for k in keys):
-            raise ValueError(
-                f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase, scheme, "
-                "chip, unit, layer or op"
-            )
+            raise ValueError(f"cannot group a ledger by {key!r}; use "
+                             f"{', '.join(GROUP_KEYS[:-1])} or {GROUP_KEYS[-1]}")
         columns = self.columns
         codes, values = columns.codes(key)
         return GroupedTotals(key if isinstance(key, str) else ", ".join(key),
