@@ -464,59 +464,29 @@ _PER_SEQUENCE_NAMES = ("attn.scale", "attn.masked", "attn.softcap", "attn.softca
 
 def _phase_tokens(seq: StepSequence) -> tuple[str, int]:
     """The (phase, tokens) the models' shape tables take for one sequence: a later chunk of a
-    prompt is listed as a prefill of its new tokens, then widened to its keys
-    (:func:`_widen_to_keys`)."""
+    prompt is listed as a prefill of its new tokens (over its cached context too,
+    :func:`_chunk_context`)."""
     if seq.phase == "decode":
         return "decode", seq.context
     return "prefill", seq.new_tokens
 
 
-def _chunk_keys(config: Any, seq: StepSequence) -> list[int] | None:
-    """Keys the queries of a later chunk of a prompt attend to, per decoder layer (the tokens
-    its cache holds, in a layer with a sliding window the last ``window`` of them, and the
-    chunk's own); None for a sequence that is not such a chunk."""
+def _chunk_context(config: Any, seq: StepSequence) -> int:
+    """The tokens a later chunk of a prompt finds in its cache (0 for any other sequence),
+    after checking that they and the chunk fit the model's context."""
     if seq.phase != "chunk":
-        return None
+        return 0
     limit, field = context_limit(config)
     if seq.context + seq.new_tokens > limit:
         raise ValueError(f"StepSequence(new_tokens={seq.new_tokens}, context={seq.context}): "
                          f"{seq.context + seq.new_tokens} tokens exceed {config.name}'s "
                          f"context {field}={limit}")
-    windows = [getattr(config, "layer_window", lambda i: None)(i)
-               for i in range(_layers(config))]
-    return [min(seq.context, w or seq.context) + seq.new_tokens for w in windows]
+    return seq.context
 
 
 #: Vector calls over a sequence's score block (rows x keys): scale, masks, softmax.
 _SCORE_OPS = ("attn.scale", "attn.mask", "attn.window_mask", "attn.batch_mask",
               "attn.masked", "attn.softmax", "attn.softcap", "attn.softcap.scale")
-
-
-def _widen_gemms(gemms: list[Any], keys: list[int] | None) -> list[Any]:
-    """A later chunk's GEMMs from those of a prefill of its new tokens: Q x K^T's N and
-    P x V's K widened from the chunk's rows to its layer's ``keys`` (None: as they are)."""
-    if keys is None:
-        return gemms
-    return [g._replace(n=keys[_layer_of(g.name)]) if g.name.endswith("attn.qk")
-            else g._replace(k=keys[_layer_of(g.name)]) if g.name.endswith("attn.pv") else g
-            for g in gemms]
-
-
-def _widen_ops(ops: list[Any], rows: int, keys: list[int] | None) -> list[Any]:
-    """A later chunk's vector calls from those of a prefill of its ``rows`` new tokens: the
-    score-wise calls' last axis (and a mask add's second operand) widened from ``rows`` to
-    their layer's ``keys`` (None: as they are); norms, activations and KV writes stay over
-    the rows."""
-    if keys is None:
-        return ops
-    wide = []
-    for v in ops:
-        if v.name.endswith(_SCORE_OPS):
-            layer_keys = keys[_layer_of(v.name)]
-            operand = v.operand // rows * layer_keys if v.operand > 1 else v.operand
-            v = v._replace(shape=(*v.shape[:-1], layer_keys), operand=operand)
-        wide.append(v)
-    return wide
 
 
 def _head_rows(ops: list[Any], rows: int) -> list[Any]:
@@ -669,10 +639,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         For a sharding the model does not split into, a GEMM the cost model cannot size, or a
         sequence longer than the model's context.
     """
-    from .models.gemms import model_gemms
-    from .models.vector_ops import gemm_epilogues, model_vector_ops
-
     from .models.moe import MoEConfig
+    from .models.vector_ops import decoder_calls
 
     config = model_config(config)
     if not isinstance(step, Step):
@@ -711,14 +679,15 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     groups = [(seq, n, *_phase_tokens(seq)) for seq, n in step.groups]
     uniform = len(groups) == 1
     phase = step.phase
+    contexts = [_chunk_context(config, seq) for seq, _ in step.groups]
     # With one kind of sequence the calls are those of the runners' functions (batched when
     # there are several sequences); a mixed step packs all new tokens into one batch.
-    fuse_phase, fuse_batch = (groups[0][2], groups[0][1]) if uniform else (groups[0][2], 2)
-    keys = [_chunk_keys(config, seq) for seq, _ in step.groups]
-    gemm_lists = [_widen_gemms(model_gemms(config, ph, tokens), k)
-                  for (_, _, ph, tokens), k in zip(groups, keys, strict=True)]
+    walks = [decoder_calls(config, ph, tokens, activation_bits, weights.k_multiple, n,
+                           float_gemm, None if uniform else True, context)
+             for (_, n, ph, tokens), context in zip(groups, contexts, strict=True)]
+    gemm_lists = [w.gemms for w in walks]
+    epilogues = walks[0].epilogues
     calls: list[PlannedCall] = []
-    epilogues: dict[str, list[str]] = {}
     sharded_k: dict[str, int] = {}
 
     def gemm(name: str, b: int, m: int, n: int, k: int, how: GemmCharging, role: str,
@@ -732,11 +701,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         planned = _gemm_call(name, b, m, n, k, how, role, layer, st, ph, count)
         sharded_k[name] = planned.call.k
         calls.append(planned)
-        ops = epilogues.get(name)
-        if ops is None:
-            ops = epilogues[name] = gemm_epilogues(config, name, fuse_phase, fuse_batch,
-                                                   float_gemm)
-        calls.extend(_epilogue(op, b * m, n, planned) for op in ops)
+        calls.extend(_epilogue(op, b * m, n, planned) for op in epilogues.get(name, ()))
         if collective is not None:
             # The [m, n] result at the call's output width: all-reduced whole, or the logits
             # gathered whole from each chip's slice of the vocabulary.
@@ -768,12 +733,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
             gemm(g.name, g.batch, rows, g.n, g.k, weights, "weight", step.sequences,
                  groups[0][2])
 
-    lists = []
-    for (seq, n, ph, tokens), k in zip(groups, keys, strict=True):
-        ops = _widen_ops(model_vector_ops(config, ph, tokens, activation_bits,
-                                          weights.k_multiple, n, float_gemm,
-                                          batched=None if uniform else True), tokens, k)
-        lists.append(ops if seq.logits is True else _head_rows(ops, seq.logit_rows))
+    lists = [w.vectors if seq.logits is True else _head_rows(w.vectors, seq.logit_rows)
+             for (seq, *_), w in zip(groups, walks, strict=True)]
     shapes = lists[0] if uniform else _merge_token_ops(lists)
     for v in shapes:
         if fused and v.name.endswith(_SCORE_OPS):  # inside the fused kernel

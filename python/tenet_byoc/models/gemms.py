@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .decoder import PHASES, MatmulShape
-from .gpt2 import GPT2Config, gpt2_matmuls
-from .llama import LlamaConfig, llama_matmuls
+from .vector_ops import decoder_calls
 
 __all__ = ["PHASES", "Gemm", "model_gemms", "total_macs"]
 
@@ -40,11 +39,7 @@ def model_gemms(config: Any, phase: str, tokens: int) -> list[Gemm]:
         attention GEMMs with ``weight=None`` (for Llama: batch = key/value heads, rows =
         query heads per group x tokens), and the head last.
     """
-    if isinstance(config, GPT2Config):
-        return gpt2_matmuls(config, tokens, phase)
-    if isinstance(config, LlamaConfig):
-        return llama_matmuls(config, tokens, phase)
-    raise TypeError(f"config must be a GPT2Config or LlamaConfig, got {type(config).__name__}")
+    return decoder_calls(config, phase, tokens).gemms
 
 
 def total_macs(config: Any, phase: str, tokens: int) -> int:

@@ -24,7 +24,6 @@ from .decoder import (
     DecoderLM,
     MatmulShape,
     build_with_tvm,
-    call_rows_and_keys,
     export_decoder,
     take_rows,
 )
@@ -453,39 +452,15 @@ def load_hf_checkpoint(
 
 
 def gpt2_matmuls(config: GPT2Config, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:
-    """List the matmuls of one prefill or decode call, in execution order.
-
-    Parameters
-    ----------
-    config : GPT2Config
-        The model's shape.
-    seq_len : int
-        For ``prefill``, the prompt length P; for ``decode``, the cache length L before
-        the step (the new token attends to L + 1 keys).
-    phase : str
-        ``"prefill"`` or ``"decode"``.
-
-    Returns
-    -------
-    list of MatmulShape
-        Per layer ``c_attn``, ``attn.qk``, ``attn.pv``, ``attn.c_proj``, ``mlp.c_fc``,
-        ``mlp.c_proj``, then ``lm_head``.
+    """The matmuls of one prefill or decode call, in execution order: per layer
+    ``c_attn``, ``attn.qk``, ``attn.pv``, ``attn.c_proj``, ``mlp.c_fc``, ``mlp.c_proj``, then
+    ``lm_head``. ``seq_len`` is the prompt length P of a ``prefill``, or the cache length L
+    before a ``decode`` step (the new token attends to L + 1 keys); the calls of
+    :func:`tenet_byoc.models.vector_ops.decoder_calls`.
     """
-    rows, keys = call_rows_and_keys(phase, seq_len, config.n_positions, "n_positions")
-    d, h, hd, inner = config.n_embd, config.n_head, config.head_dim, config.inner_dim
-    out: list[MatmulShape] = []
-    for i in range(config.n_layer):
-        p = f"h.{i}."
-        out += [
-            MatmulShape(p + "attn.c_attn", 1, rows, 3 * d, d),
-            MatmulShape(p + "attn.qk", h, rows, keys, hd),
-            MatmulShape(p + "attn.pv", h, rows, hd, keys),
-            MatmulShape(p + "attn.c_proj", 1, rows, d, d),
-            MatmulShape(p + "mlp.c_fc", 1, rows, inner, d),
-            MatmulShape(p + "mlp.c_proj", 1, rows, d, inner),
-        ]
-    out.append(MatmulShape("lm_head", 1, rows, config.vocab_size, d))
-    return out
+    from .vector_ops import decoder_calls
+
+    return decoder_calls(config, phase, seq_len).gemms
 
 
 # ----------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ from .decoder import (
     Block,
     DecoderLM,
     MatmulShape,
-    call_rows_and_keys,
     export_decoder,
     read_layer_types,
     take_rows,
@@ -699,30 +698,9 @@ def llama_matmuls(config: LlamaConfig, seq_len: int, phase: str = "prefill") -> 
     ``lm_head``. With a sliding window W a decode step attends to at most W keys; a
     prefill computes all P x P scores and masks those outside the window.
     """
-    rows, keys = call_rows_and_keys(
-        phase, seq_len, config.max_position_embeddings, "max_position_embeddings"
-    )
-    d, hd, inner = config.hidden_size, config.dim_per_head, config.intermediate_size
-    h, kv, g = config.num_attention_heads, config.num_key_value_heads, config.group_size
-    out: list[MatmulShape] = []
-    for i in range(config.num_hidden_layers):
-        p = f"layers.{i}."
-        window = config.layer_window(i)
-        if phase == "decode":  # the new token attends to the cache and itself
-            keys = seq_len + 1 if window is None else min(seq_len + 1, window)
-        out += [
-            MatmulShape(p + "self_attn.q_proj", 1, rows, h * hd, d),
-            MatmulShape(p + "self_attn.k_proj", 1, rows, kv * hd, d),
-            MatmulShape(p + "self_attn.v_proj", 1, rows, kv * hd, d),
-            MatmulShape(p + "attn.qk", kv, g * rows, keys, hd),
-            MatmulShape(p + "attn.pv", kv, g * rows, hd, keys),
-            MatmulShape(p + "self_attn.o_proj", 1, rows, d, h * hd),
-            MatmulShape(p + "mlp.gate_proj", 1, rows, inner, d),
-            MatmulShape(p + "mlp.up_proj", 1, rows, inner, d),
-            MatmulShape(p + "mlp.down_proj", 1, rows, d, inner),
-        ]
-    out.append(MatmulShape("lm_head", 1, rows, config.vocab_size, d))
-    return out
+    from .vector_ops import decoder_calls
+
+    return decoder_calls(config, phase, seq_len).gemms
 
 
 class LlamaRunner(DecoderRunner):
