@@ -47,7 +47,8 @@ class DecoderCalls(NamedTuple):
 
 def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 32,
                   k_multiple: int = 1, batch: int = 1, float_gemm: bool = True,
-                  batched: bool | None = None, context: int = 0) -> DecoderCalls:
+                  batched: bool | None = None, context: int = 0,
+                  logit_rows: int | None = None) -> DecoderCalls:
     """Every call of one prefill or decode call of ``config`` (a ``GPT2Config`` or
     ``LlamaConfig``).
 
@@ -66,7 +67,9 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     (pads and causality, built at the first layer and reused) added to every layer's
     scores, decode included. ``batched`` forces that form (and no residual fused into a
     GEMM) for any ``batch``: a group of sequences inside a larger step (default:
-    ``batch > 1``). The GEMMs are those of one sequence either way.
+    ``batch > 1``). The GEMMs are those of one sequence either way. ``logit_rows``: the
+    rows of each sequence the head runs over (default all its new tokens; 0: none, the
+    head's GEMM listed with no rows and its vector calls left out).
 
     Raises
     ------
@@ -81,7 +84,7 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     limit = "n_positions" if gpt2 else "max_position_embeddings"
     rows, _ = call_rows_and_keys(phase, tokens, getattr(config, limit), limit)
     prefill = phase == "prefill"
-    b = batch
+    b, head = batch, rows if logit_rows is None else logit_rows
     if batched is None:
         batched = batch > 1
     # A decode step of one sequence has static [1, 1, d] activations: the residual add after
@@ -92,12 +95,13 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     epilogues: dict[str, list[str]] = {}
     out: list[VectorOpShape] = []
 
-    def linear(name: str, n: int, k: int, epilogue: list[str] | None = None) -> None:
-        if activation_bits < 32:
+    def linear(name: str, n: int, k: int, epilogue: list[str] | None = None,
+               m: int = rows) -> None:
+        if activation_bits < 32 and m:
             kp = -(-k // k_multiple) * k_multiple
-            out.append(VectorOpShape(name + ".quantize", "quantize", (b, rows, kp), 0,
+            out.append(VectorOpShape(name + ".quantize", "quantize", (b, m, kp), 0,
                                      activation_bits, True))
-        gemms.append(MatmulShape(name, 1, rows, n, k))
+        gemms.append(MatmulShape(name, 1, m, n, k))
         if epilogue:
             epilogues[name] = epilogue
 
@@ -165,7 +169,7 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
             linear(p + "mlp.c_proj", d, ff, ["add"])
             add(p + "mlp.residual", "add", act, b * rows * d)
         add("ln_f", "layer_norm", act)
-        linear("lm_head", config.vocab_size, d)
+        linear("lm_head", config.vocab_size, d, m=head)
         return DecoderCalls(gemms, epilogues, out)
     hd, ff = config.dim_per_head, config.intermediate_size
     nh, nkv = config.num_attention_heads, config.num_key_value_heads
@@ -236,9 +240,9 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
         if not mlp_fused:
             add(p + "mlp_residual", "add", act, b * rows * d)
     add("norm", "rms_norm", act)
-    linear("lm_head", config.vocab_size, d)
-    if config.final_logit_softcapping:  # cap * tanh(logits / cap)
-        logits = (b, rows, config.vocab_size)
+    linear("lm_head", config.vocab_size, d, m=head)
+    if config.final_logit_softcapping and head:  # cap * tanh(logits / cap)
+        logits = (b, head, config.vocab_size)
         add("lm_head.softcap.scale", "multiply", logits, 1)
         add("lm_head.softcap", "tanh", logits)
         add("lm_head.softcap.unscale", "multiply", logits, 1)
