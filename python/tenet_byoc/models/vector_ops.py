@@ -112,11 +112,6 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     def add(name, op, shape, operand=0):
         out.append(VectorOpShape(name, op, tuple(shape), operand))
 
-    def positions() -> None:
-        if prefill:  # slot - pad[b], then pad slots' negative positions clamped to 0
-            add("positions", "add", (b, rows), rows)
-            add("positions.clamp", "relu", (b, rows))
-
     def masks(i: int, p: str, heads: tuple[int, ...], keys: int, window: Any = None) -> None:
         # A batch's per-sequence mask, built at the first layer (a model of sliding and
         # full layers builds one of each there, the other's over its own keys), or a
@@ -141,16 +136,17 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     other_keys = None
     d = config.n_embd if gpt2 else config.hidden_size
     act = (b, rows, d)
+    if batched and prefill:  # slot - pad[b], then pad slots' negative positions clamped to 0
+        add("positions", "add", (b, rows), rows)
+        add("positions.clamp", "relu", (b, rows))
     if gpt2:
         h, hd, ff = config.n_head, config.head_dim, config.inner_dim
         keys = layer_keys(None, context)
+        add("wte", "take", act)
         if batched:
-            positions()
-            add("wte", "take", act)
             add("wpe", "take", act)
             add("wpe.add", "add", act, b * rows * d)
         else:
-            add("wte", "take", act)
             add("wpe", "add", act, rows * d)
         for i in range(config.n_layer):
             p = f"h.{i}."
@@ -182,8 +178,6 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     other_keys = None if config.uniform_layers else next(  # those of the other kind of layer
         layer_keys(config.layer_window(i), 0) for i in range(config.num_hidden_layers)
         if config.layer_window(i) != config.layer_window(0))
-    if batched:
-        positions()
     add("embed_tokens", "take", act)
     if gemma:
         add("embed_tokens.scale", "multiply", act, 1)
