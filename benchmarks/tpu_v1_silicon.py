@@ -21,14 +21,15 @@ tiles of ``rows x cols`` on the array):
 
 Weights are fetched as whole tiles: the matrix unit takes one 64 KiB 256 x 256 tile at a time
 through a weight FIFO four tiles deep (Sec. 2), and Sec. 7 times LSTM1's 600 x 600 matrix as 9
-tile steps of about 2 us each (18 us: 9 x 64 KiB at 34 GB/s), padding and all. Each layer is
-therefore charged on the K x N its tiles occupy (``fetched_shape``), its ops on its own widths.
+tile steps of about 2 us each (18 us: 9 x 64 KiB at 34 GB/s), padding and all: the preset
+charges a layer so (``MemoryHierarchy.whole_stationary_tiles``: K x N rounded up to whole
+tiles, ``cm.computed_call``), its ops on its own widths.
 Where the paper gives the widths (LSTM1: its 600 x 600 matrices, 94 of them for Table 1's 34 M
-weights) they are rounded up to whole tiles, a fill of 0.610 that Table 3 confirms
+weights) they are charged so, a fill of 0.610 that Table 3 confirms
 independently (useful MACs over array-active cycles, rows 2 / 1: 6.3 / 10.5 = 0.600). Where
 it does not (MLP0, MLP1, LSTM0; CNN0's 2048 x 256 are whole tiles either way), the assumed K is
 widened by that measured fill: a fraction of the array's weights, i.e. of the layers' shapes,
-not of time. The column "whole tiles of the widths assumed" shows what the assumed square
+not of time, charged with the rule off (the fill counts the padding already: ``charged_k``). The column "whole tiles of the widths assumed" shows what the assumed square
 widths alone give (MLP1's 1118 fills 0.763 of its tiles where Table 3 measured 0.887).
 
 For the MLPs the model has no non-matrix work (activation functions, synchronisation): the
@@ -84,6 +85,7 @@ Run: python benchmarks/tpu_v1_silicon.py [--out benchmarks/results/tpu_v1_silico
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,21 +149,17 @@ OTHERS = (
 )
 
 
-def whole_tiles(width: int, tile: int = 256) -> int:
-    """``width`` rounded up to whole tiles of the matrix unit."""
-    return -(-width // tile) * tile
+def charged_k(app: Application, k: int, measured_fill: bool = True) -> tuple[int, bool]:
+    """The K a layer is charged with, and whether the preset's whole-tile rule applies to it.
 
-
-def fetched_shape(app: Application, k: int, n: int, measured_fill: bool = True) -> tuple[int, int]:
-    """The K x N a layer's weights occupy in weight memory: whole 256 x 256 tiles (Sec. 2, 7).
-
-    The paper's widths (LSTM1) and, with ``measured_fill`` False, the assumed ones are rounded
-    up to whole tiles; otherwise the assumed K is widened by Table 3's fill (row 2 / row 1),
-    since the paper gives no widths for those layers.
+    The paper's widths (LSTM1) and, with ``measured_fill`` False, the assumed ones are charged
+    as they are, fetched in whole 256 x 256 tiles (Sec. 2, 7); otherwise the assumed K is
+    widened by Table 3's fill (row 2 / row 1), since the paper gives no widths for those
+    layers, and the rule is off (the fill is the tiles' padding).
     """
     if app.widths_given or not measured_fill:
-        return whole_tiles(k), whole_tiles(n)
-    return round(k / app.fill), n
+        return k, True
+    return round(k / app.fill), False
 
 
 @dataclass(frozen=True)
@@ -188,17 +186,19 @@ def model_figures(app: Application, accelerator: Accelerator | None = None,
     """Charge every layer of ``app`` on ``accelerator`` (default: tpu_v1 with its own
     weight-stationary dataflow and searched tiles) and split its cycles as the module says;
     ``on_chip`` False charges the activations through DRAM, ``measured_fill`` False the
-    assumed widths' whole tiles (``fetched_shape``). Ops count the layers' own widths."""
+    assumed widths' whole tiles (``charged_k``). Ops count the layers' own widths."""
     acc = accelerator if accelerator is not None else preset("tpu_v1", mapping="auto")
+    as_stored = acc.replace(memory=cm.MemoryHierarchy(
+        **{**json.loads(acc.to_json())["memory"], "whole_stationary_tiles": False}))
     rows = acc.dataflow.rows
     m = app.rows or app.batch
     cycles = active = shift = ops = 0
     mappings = []
     for k, n in app.layers:
-        tk, tn = fetched_shape(app, k, n, measured_fill)
-        call = cm.GemmCall(m=m, n=tn, k=tk, bits_a=8, bits_b=8, bits_c=32, a_on_chip=on_chip,
+        tk, whole = charged_k(app, k, measured_fill)
+        call = cm.GemmCall(m=m, n=n, k=tk, bits_a=8, bits_b=8, bits_c=32, a_on_chip=on_chip,
                            c_on_chip=on_chip)
-        charge = cm.charge(call, acc)
+        charge = cm.charge(call, acc if whole else as_stored)
         folds = charge.array.folds
         cycles += charge.memory.cycles
         active += folds * m
@@ -252,13 +252,14 @@ def others_table() -> str:
         "| whole tiles of the widths assumed (error) | through DRAM (error) |",
         "|---|---|---|---|---|---|",
     ]
+    acc = preset("tpu_v1", mapping="auto")
     for app in APPLICATIONS + OTHERS:
         f, d = model_figures(app), model_figures(app, on_chip=False)
         w = model_figures(app, measured_fill=False)
         k, n = app.layers[0]
-        tk, tn = fetched_shape(app, k, n)
-        fill = (f"{k * n / (tk * tn):.3f} from its widths / {app.fill:.3f}" if app.widths_given
-                else f"Table 3's {app.fill:.3f}")
+        tiles = cm.computed_call(cm.GemmCall(m=app.batch, n=n, k=k, bits_a=8, bits_b=8), acc)
+        fill = (f"{k * n / (tiles.k * tiles.n):.3f} from its widths / {app.fill:.3f}"
+                if app.widths_given else f"Table 3's {app.fill:.3f}")
         lines.append(
             f"| {app.name} | {len(app.layers)} x {app.rows or app.batch}x{k}x{n} "
             f"({app.weights / 1e6:.2f} M weights), batch {app.batch} | {fill} "

@@ -15,7 +15,7 @@ from tenet_byoc import Accelerator
 from tenet_byoc.area import AreaTable
 from tenet_byoc.documents import MAX_DOCUMENT_BYTES, MAX_NODES, load_document, read_text
 from tenet_byoc.dse import DesignSpace, check_ray_address
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 from tenet_byoc.experiments.serving import parse_requests
 from tenet_byoc.accelerators import preset
 

@@ -91,7 +91,7 @@ def test_help_commands_answer(capsys):
     proc = subprocess.run([sys.executable, "-m", "tenet_byoc_cli", "--help"],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0 and "usage: tenet-byoc" in proc.stdout, proc.stderr
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
 
     for argv in (["estimate", "--help"], ["sweep", "--help"]):
         with pytest.raises(SystemExit) as exc:

@@ -9,9 +9,10 @@ percentile of the absolute relative errors and the number of rows.
 How each format is charged (the kernels ``measure.py`` timed, its README):
 
 * ``fp32``: float32 x float32 -> float32 (cuBLAS SGEMM, the CUDA cores); from 9 to 64 rows
-  M is padded to the rows of the kernel's thread-block tile (32 or 64, as ``kernels.py``
-  profiled it on the H200: :func:`sgemm_tile_rows`), and with ``--calibrate`` those tiles run
-  at a fraction of the FMA rate fitted on :data:`SGEMM_SUBSET`.
+  the preset charges M as the rows of the kernel's thread-block tile (32 or 64, as
+  ``kernels.py`` profiled it on the H200: the float32 unit's ``row_tiles`` in
+  ``accelerators.hopper``), and with ``--calibrate`` those tiles run at a fraction of the FMA
+  rate fitted on :data:`SGEMM_SUBSET`.
 * ``bf16``: bf16 x bf16 -> bf16.
 * ``fp8_tensor``: 8-bit x 8-bit -> bf16; the two per-tensor scales are one scalar in the
   GEMM's epilogue: no side data, no extra ops.
@@ -126,14 +127,11 @@ def dequant_kernels(m: int, n: int) -> list[cm.VectorCall]:
             cm.VectorCall("multiply", [m, n], bits_in=32, bits_out=16, operand_elements=1)]
 
 
-def sgemm_tile_rows(m: int) -> int | None:
-    """The rows of C one thread block of cuBLAS's SGEMM computes for an ``m``-row call on the
-    H200, as ``kernels.py`` profiled it (``data/h200/kernels.jsonl``): 32-row tiles
-    (``sm80_xmma_gemm_f32..._tilesize32x128x8``, ``..._32x32x8``) for 9 to 32 rows, 64-row
-    tiles (``..._tilesize64x256x8``, ``..._64x64x8``) for 33 to 64; None where no rows are
-    padded (the GEMV-like kernels ``gemv2T``, ``gemmSN``, ``sgemm_largek`` at 1 to 8 rows, and
-    tiles of 128 rows or more from 65 rows on, charged as they are)."""
-    return 32 if 9 <= m <= 32 else 64 if 33 <= m <= 64 else None
+def sgemm_tile_rows(acc: cm.Accelerator, m: int) -> int:
+    """The rows of C one thread block of cuBLAS's SGEMM computes for an ``m``-row call: the
+    accelerator's float32 unit's row tile (``MacSpec.row_tiles``, 32 or 64 rows on the Hopper
+    presets from 9 to 64 rows); 0 where its rows are charged as they are."""
+    return acc.precision.lookup(32, 32).row_tile_for(m)
 
 
 def charge_us(acc: cm.Accelerator, fmt: str, m: int, n: int, k: int,
@@ -141,14 +139,13 @@ def charge_us(acc: cm.Accelerator, fmt: str, m: int, n: int, k: int,
               sgemm_rate: dict[int, float] | None = None) -> float:
     """Our time of one measured row, microseconds (how: the module's docstring);
     ``kernels`` (format -> accelerator) charges those formats' rows on their own. An fp32
-    row of 9 to 64 rows is charged as the kernel runs it: M padded to its thread block's
-    rows (:func:`sgemm_tile_rows`), at ``sgemm_rate[tile rows]`` of the CUDA cores' rate
-    (1 unless fitted: :func:`fit_sgemm`)."""
+    row in a thread block's tile (:func:`sgemm_tile_rows`; the preset charges the tile's
+    rows) runs at ``sgemm_rate[tile rows]`` of the CUDA cores' rate (1 unless fitted:
+    :func:`fit_sgemm`)."""
     acc = (kernels or {}).get(fmt, acc)
     bits_a, bits_b, bits_c, recipe, dequant_pass = FORMATS[fmt]
-    tile = sgemm_tile_rows(m) if fmt == "fp32" else None
-    rows = -(-m // tile) * tile if tile else m
-    call = cm.GemmCall(m=rows, n=n, k=k, bits_a=bits_a, bits_b=bits_b, bits_c=bits_c,
+    tile = sgemm_tile_rows(acc, m) if fmt == "fp32" else 0
+    call = cm.GemmCall(m=m, n=n, k=k, bits_a=bits_a, bits_b=bits_b, bits_c=bits_c,
                        scheme=fmt, recipe=_recipe(**recipe) if recipe else None)
     us = cm.charge(call, acc).ledger_fields()["latency_us"] / (sgemm_rate or {}).get(tile, 1.0)
     if dequant_pass:
@@ -256,7 +253,7 @@ def fit_sgemm(acc: cm.Accelerator, rows: list[dict]) -> tuple[dict[int, float], 
     rate = {}
     for tile in (32, 64):
         fit = [r for r in rows if (r["model"], r["layer"], r["format"], r["M"]) in SGEMM_SUBSET
-               and sgemm_tile_rows(r["M"]) == tile]
+               and sgemm_tile_rows(acc, r["M"]) == tile]
         if fit:
             rate[tile] = statistics.median(charge_us(acc, "fp32", r["M"], r["N"], r["K"])
                                            / (r["ms"] * 1e3) for r in fit)

@@ -9,20 +9,18 @@ import json
 import os
 import platform
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 
-def _loaded_libgomp() -> str | None:
-    """The path of the libgomp already mapped into this process, if any."""
+def _first_line(path: str, match: Callable[[str], bool]) -> str | None:
+    """The first line of the file ``path`` that ``match`` accepts (None: none, or unreadable)."""
     try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                if "libgomp" in line and ".so" in line:
-                    return line.split()[-1]
+        with open(path) as f:
+            return next((line for line in f if match(line)), None)
     except OSError:
-        pass
-    return None
+        return None
 
 
 def _passive_openmp_threads() -> None:
@@ -34,12 +32,12 @@ def _passive_openmp_threads() -> None:
     # it is loaded, so it is set before oneDNN brings libgomp in; a user's setting wins.
     if "OMP_WAIT_POLICY" in os.environ:
         return
-    loaded = _loaded_libgomp()
-    if loaded is not None:
+    loaded = _first_line("/proc/self/maps", lambda line: "libgomp" in line and ".so" in line)
+    if loaded is not None:  # the line of the libgomp already mapped into this process
         # One line that says what to do: the usual cause is `import tvm` (whose tvm-ffi
         # imports torch, which brings its own libgomp) before `import tenet_byoc`.
         warnings.warn(
-            f"{loaded} was loaded before tenet_byoc (e.g. by torch through `import tvm`), so "
+            f"{loaded.split()[-1]} was loaded before tenet_byoc (e.g. by torch through `import tvm`), so "
             "oneDNN's idle threads spin and slow small GEMMs; import tenet_byoc first, or "
             "set OMP_WAIT_POLICY=PASSIVE before starting Python",
             RuntimeWarning,
@@ -126,14 +124,8 @@ class CpuInfo:
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    line = _first_line("/proc/cpuinfo", lambda line: line.startswith("model name"))
+    return line.split(":", 1)[1].strip() if line else platform.processor() or "unknown CPU"
 
 
 def cpu_info() -> CpuInfo:
@@ -162,13 +154,8 @@ def _runtime_library_path() -> Path:
 
 
 def load_runtime_library() -> ctypes.CDLL:
-    """Load ``libtenet_runtime.so`` from the package directory (idempotent).
-
-    Returns
-    -------
-    ctypes.CDLL
-        The loaded library; its static initialisers have registered the tenet globals.
-    """
+    """Load ``libtenet_runtime.so`` from the package directory (idempotent): once it is
+    loaded, its static initialisers have registered the tenet globals."""
     global _handle
     if _handle is None:
         path = _runtime_library_path()

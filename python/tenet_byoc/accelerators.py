@@ -139,13 +139,39 @@ class Accelerator(cm.Accelerator):
     @property
     def fast_path(self) -> bool:
         """Whether every GEMM is costed in closed form, whatever its size (see
-        :func:`check_gemm_size`)."""
-        return _fast_path(self.hardware, self.dataflow)
+        :meth:`check_gemm`)."""
+        try:
+            cm.analyze(cm.Statement.gemm(2, 2, 2), self.hardware, self.dataflow, method="fast")
+        except ValueError:
+            return False
+        return True
 
     def check_gemm(self, m: int, n: int, k: int, where: str = "a GEMM") -> None:
-        """Refuse, before anything runs, a GEMM this accelerator could not cost (see
-        :func:`check_gemm_size`)."""
-        check_gemm_size(self.hardware, self.dataflow, m, n, k, where, self.name)
+        """Refuse, before anything runs, a GEMM the cost model could only cost by enumerating
+        too many instances.
+
+        Every GEMM size is costed in closed form (:attr:`fast_path`) for an os/ws/is preset
+        dataflow (``Dataflow.preset``, or TENET relations equal to one, such as TENET's
+        ``matmul_systolic_os.m`` / ``_ws.m``) on the systolic interconnect
+        ``{PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}``. Any other TENET file pair is costed by
+        enumerating each call's M x N x K instances, up to
+        ``cost_model.MAX_ENUMERATED_INSTANCES``.
+
+        Raises
+        ------
+        ValueError
+            When ``m * n * k`` is over that limit and the fast path does not apply; the
+            message names the GEMM and says what to do.
+        """
+        limit = cm.MAX_ENUMERATED_INSTANCES
+        if m * n * k > limit and not self.fast_path:
+            raise ValueError(
+                f"accelerator {self.name!r}: {where} of {m} x {n} x {k} = {m * n * k:,} "
+                f"instances cannot be costed: dataflow {self.dataflow.name!r} is not an "
+                f"os/ws/is preset on a systolic array, so each call is enumerated, up to "
+                f"{limit:,} instances. Use a preset dataflow (or TENET's matmul_systolic_os.m "
+                "/ _ws.m form) for large GEMMs, or smaller shapes"
+            )
 
     def area(self, node_nm: float = 45.0, table: Any = None,
              formats: Mapping[int, str] | None = None) -> dict[str, float]:
@@ -187,45 +213,29 @@ class Accelerator(cm.Accelerator):
         return read_design(path, cls.from_json, {name: preset(name) for name in PRESETS})
 
     @classmethod
-    def systolic(
-        cls,
-        dataflow: str,
-        rows: int,
-        cols: int,
-        *,
-        name: str | None = None,
-        bandwidth_bits: float = 256.0,
-        avg_latency: float = 16.0,
-        clock_ghz: float = 1.0,
-        l1_bytes: int = 256,
-        l2_bytes: int = 1 << 20,
-        macs_per_pe_per_cycle: int | Mapping[int, int] = 1,
-        memory: cm.MemoryHierarchy | None = None,
-        precision: cm.PrecisionTable | None = None,
-        mapping: cm.TileMapping | str | None = None,
-        objective: str | None = None,
-        supported_dataflows: tuple[str, ...] | None = None,
-        vector: cm.VectorUnit | None = None,
-        edge_dequantizer: cm.EdgeDequantizer | None = None,
-        cores: cm.Cores | None = None,
-        **tiling: int,
-    ) -> Accelerator:
-        """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is").
+    def systolic(cls, dataflow: str, rows: int, cols: int, *, name: str | None = None,
+                 bandwidth_bits: float = 256.0, avg_latency: float = 16.0,
+                 clock_ghz: float = 1.0, l1_bytes: int = 256, l2_bytes: int = 1 << 20,
+                 macs_per_pe_per_cycle: int | Mapping[int, int] = 1,
+                 **fields_and_tiling: Any) -> Accelerator:
+        """An ``rows x cols`` systolic array running preset ``dataflow`` ("os", "ws", "is"),
+        its streamed dimension tiled by ``k=`` (os), ``m=`` (ws) or ``n=`` (is).
 
-        ``memory``, ``precision``, ``mapping``, ``objective`` and ``supported_dataflows``
-        as in :class:`Accelerator`
-        (None: from ``l1_bytes``, ``l2_bytes`` and ``bandwidth_bits`` as TENET reads them,
-        Horowitz's 45 nm MAC units, the default mapping)."""
+        The other keywords are :class:`Accelerator`'s (``memory``, ``precision``,
+        ``mapping``, ``objective``, ``supported_dataflows``, ``vector``,
+        ``edge_dequantizer``, ``cores``; None: from ``l1_bytes``, ``l2_bytes`` and
+        ``bandwidth_bits`` as TENET reads them, Horowitz's 45 nm MAC units, the default
+        mapping)."""
         name = name or f"{dataflow}{rows}x{cols}"
+        fields = {f: fields_and_tiling.pop(f) for f in _FIELDS[3:] if f in fields_and_tiling}
         rate = macs_per_pe_per_cycle
         hw = cm.Hardware.systolic(
             rows, cols, bandwidth_bits=bandwidth_bits, avg_latency=avg_latency,
             clock_ghz=clock_ghz, l1_bytes=l1_bytes, l2_bytes=l2_bytes,
             macs_per_pe_per_cycle=dict(rate) if isinstance(rate, Mapping) else rate, name=name,
         )
-        df = cm.Dataflow.preset(dataflow, rows, cols, **tiling)
-        return cls(name, hw, df, memory, precision, mapping, objective, supported_dataflows,
-                   vector=vector, edge_dequantizer=edge_dequantizer, cores=cores)
+        df = cm.Dataflow.preset(dataflow, rows, cols, **fields_and_tiling)
+        return cls(name, hw, df, **fields)
 
     @classmethod
     def from_tenet_files(
@@ -275,44 +285,6 @@ def check_dram_capacity(nbytes: Any) -> float:
             0 < nbytes < float("inf")):
         raise ValueError(f"dram_capacity_bytes={nbytes!r} must be a positive number of bytes")
     return float(nbytes)
-
-
-def _fast_path(hardware: cm.Hardware, dataflow: cm.Dataflow) -> bool:
-    try:
-        cm.analyze(cm.Statement.gemm(2, 2, 2), hardware, dataflow, method="fast")
-    except ValueError:
-        return False
-    return True
-
-
-def check_gemm_size(
-    hardware: cm.Hardware, dataflow: cm.Dataflow, m: int, n: int, k: int,
-    where: str = "a GEMM", name: str | None = None,
-) -> None:
-    """Refuse a GEMM the cost model could only cost by enumerating too many instances.
-
-    Every GEMM size is costed in closed form ("fast path") for an os/ws/is preset dataflow
-    (``Dataflow.preset``, or TENET relations equal to one, such as TENET's
-    ``matmul_systolic_os.m`` / ``_ws.m``) on the systolic interconnect
-    ``{PE[p,q]->PE[p-1,q]; PE[p,q]->PE[p,q-1]}``. Any other TENET file pair is costed by
-    enumerating each call's M x N x K instances, up to
-    ``cost_model.MAX_ENUMERATED_INSTANCES``.
-
-    Raises
-    ------
-    ValueError
-        When ``m * n * k`` is over that limit and the fast path does not apply; the
-        message names the GEMM and says what to do.
-    """
-    limit = cm.MAX_ENUMERATED_INSTANCES
-    if m * n * k > limit and not _fast_path(hardware, dataflow):
-        raise ValueError(
-            f"accelerator {name or hardware.name!r}: {where} of {m} x {n} x {k} = "
-            f"{m * n * k:,} instances cannot be costed: dataflow {dataflow.name!r} is not an "
-            f"os/ws/is preset on a systolic array, so each call is enumerated, up to "
-            f"{limit:,} instances. Use a preset dataflow (or TENET's matmul_systolic_os.m / "
-            "_ws.m form) for large GEMMs, or smaller shapes"
-        )
 
 
 def _tenet_paper(dataflow: str) -> Callable[[], Accelerator]:
@@ -385,6 +357,8 @@ def _tpu_v1() -> Accelerator:
         # so the float32 stand-in below fits too (its check counts 4 elements of 4 bytes).
         register_bytes=16,
         psum_bits=32,  # the 32-bit accumulators
+        # Weights come in whole 64 KiB 256 x 256 tiles (Sec. 2; Sec. 7: 600 x 600 takes 9).
+        whole_stationary_tiles=True,
     )
     # The matrix unit multiplies 8-bit operands (16-bit at half or quarter speed, which one
     # integer rate per width cannot express). Energy: an 8 x 8 multiply with a 32-bit
@@ -531,8 +505,13 @@ def hopper(name: str, *, hbm_gbps: float, l2_bytes: int, clock_ghz: float = 1.83
         buffer_bytes=(228 + 256) * 1024, buffer_bits=(rows + cols) * 16 * 16 + cols * 32,
         l2_bytes=l2_bytes, rates=rates, cores=cores,
         # MAC units by format: [wp] gives FP8 and INT8 the same dense peak (1,978.9): two
-        # units of 8 bits at one rate.
-        precision=_int8_16_32(rates, fp8=True),
+        # units of 8 bits at one rate. float32 runs as cuBLAS's SGEMM, whose thread blocks
+        # compute 9-32 rows as 32 and 33-64 as 64 (profiled on the H200: silicon/data/h200/
+        # kernels.jsonl; the H100 assumed alike, the same die and library).
+        precision=cm.PrecisionTable([
+            cm.MacSpec(32, 32, u.macs_per_pe_per_cycle, u.pj_per_mac, u.format,
+                       row_tiles=[(9, 32), (33, 64)]) if u.bits_a == 32 else u
+            for u in _int8_16_32(rates, fp8=True).units]),
         # The CUDA cores: 128 FP32 lanes per SM. Vector kernels as PyTorch's eager CUDA
         # kernels run them (aten/src/ATen/native/cuda: SoftMax.cu's cunn_SoftMaxForward
         # reads a row for its max, its sum and its output; layer_norm_kernel.cu /
@@ -629,15 +608,6 @@ DRAM_CAPACITY_BYTES: dict[str, float] = {
 FUSED_ATTENTION = frozenset({"a100", "h100_sxm", "h200"})
 
 
-def _check_choice(mapping: Any, objective: Any) -> str | None:
-    """``mapping``, checked (and ``objective``)."""
-    if mapping not in MAPPING_CHOICES:
-        raise ValueError(f"mapping must be one of None, 'default' or 'auto', got {mapping!r}")
-    if objective is not None:
-        check_objective(objective)
-    return mapping
-
-
 def with_mapping(
     accelerator: Accelerator, mapping: str | None = None, objective: str | None = None
 ) -> Accelerator:
@@ -654,7 +624,10 @@ def with_mapping(
         ``mapping`` not in None / "default" / "auto", ``objective`` not in
         latency / energy / edp, or an objective without a search to apply it to.
     """
-    mapping = _check_choice(mapping, objective)
+    if mapping not in MAPPING_CHOICES:
+        raise ValueError(f"mapping must be one of None, 'default' or 'auto', got {mapping!r}")
+    if objective is not None:
+        check_objective(objective)
     if isinstance(accelerator.mapping, cm.TileMapping):
         return accelerator  # the user's own tiles win
     searched = mapping == "auto" or (mapping is None and accelerator.mapping == "auto")
@@ -680,8 +653,7 @@ def preset(name: str, mapping: str | None = None, objective: str | None = None) 
     no search (up to 3x slower than the search: ``benchmarks/results/default_vs_auto.md``).
     TENET's 8x8 arrays (``tenet_os8``, ``tenet_ws8``) keep their paper's dataflow and the
     default tiles: in their 1 KiB buffer no searched mapping fits most calls. See
-    :func:`with_mapping`."""
-    mapping = _check_choice(mapping, objective)
+    :func:`with_mapping`, which checks ``mapping`` and ``objective``."""
     if not isinstance(name, str):
         raise TypeError(
             f"preset name must be a str, one of {', '.join(sorted(PRESETS))}; got "
@@ -727,7 +699,6 @@ __all__ = [
     "MAPPING_CHOICES",
     "PRESETS",
     "Accelerator",
-    "check_gemm_size",
     "hopper",
     "preset",
     "resolve",

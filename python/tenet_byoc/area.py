@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
@@ -46,8 +46,7 @@ from typing import Any
 
 from ._names import did_you_mean
 
-__all__ = ["AREA_HOOKS", "FORMATS", "SOURCES", "AreaTable", "NumberFormat", "accelerator_area",
-           "default_formats", "static_watts"]
+__all__ = ["FORMATS", "SOURCES", "AreaTable", "NumberFormat", "accelerator_area", "static_watts"]
 
 
 @dataclass(frozen=True)
@@ -191,14 +190,12 @@ class AreaTable:
 
 
 def _positive(name: str, value: Any, what: str = "figure") -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(  # noqa: TRY004 (a bad field of a user's table, like the others)
-            f"area table field {name} must be a positive number, got {value!r}")
-    try:
-        number = float(value)
-    except ValueError:
-        raise ValueError(f"area table field {name}: {what} must be a positive number, got "
-                         f"{value!r}") from None
+    number = math.nan  # a bool, or what float() cannot read, is refused like a negative
+    if not isinstance(value, bool) and isinstance(value, int | float | str):
+        try:
+            number = float(value)
+        except ValueError:
+            pass
     if not math.isfinite(number) or number <= 0:
         raise ValueError(f"area table field {name}: {what} must be a positive number, got "
                          f"{value!r}")
@@ -277,22 +274,10 @@ def number_format(name: str) -> NumberFormat:
     return FORMATS[name]
 
 
-def _int_mult(t: AreaTable, a: int, b: int, key: str) -> float:
-    if max(a, b) <= 8:
-        return getattr(t, f"int8_mult_{key}") * a * b / 64
-    return getattr(t, f"int32_mult_{key}") * a * b / 1024
-
-
 def _add(t: AreaTable, accumulator: str, psum_bits: int, key: str) -> float:
     if accumulator == "int":
         return getattr(t, f"int32_add_{key}") * psum_bits / 32
     return getattr(t, f"{accumulator}_add_{key}")
-
-
-def _float_mult(t: AreaTable, mantissa: int, key: str) -> float:
-    if mantissa == 23:
-        return getattr(t, f"fp32_mult_{key}")
-    return getattr(t, f"fp16_mult_{key}") * (mantissa + 1) ** 2 / 11**2
 
 
 def mac_figure(fmt: NumberFormat | str, table: AreaTable | None = None, *, psum_bits: int = 32,
@@ -301,63 +286,23 @@ def mac_figure(fmt: NumberFormat | str, table: AreaTable | None = None, *, psum_
     rules of this module's docstring."""
     t = table or AreaTable()
     f = number_format(fmt) if isinstance(fmt, str) else fmt
-    if f.kind == "int":
-        value = _int_mult(t, f.bits, f.bits, key) + _add(t, "int", psum_bits, key)
+    if f.kind == "int":  # the int8 multiplier's partial-product bits, or the int32 one's
+        base, cells = ("int8", 64) if f.bits <= 8 else ("int32", 1024)
+        mult = getattr(t, f"{base}_mult_{key}") * f.bits * f.bits / cells
+    elif f.mantissa == 23:
+        mult = getattr(t, f"fp32_mult_{key}")
     else:
-        value = _float_mult(t, f.mantissa, key) + _add(t, f.accumulator, psum_bits, key)
+        mult = getattr(t, f"fp16_mult_{key}") * (f.mantissa + 1) ** 2 / 11**2
+    value = mult + _add(t, f.accumulator, psum_bits, key)
     if f.mx:  # one exponent add and one fold-in add per block, amortised over it
         value += (getattr(t, f"int8_add_{key}") + _add(t, f.accumulator, psum_bits, key)) / \
             t.mx_block
     return value
 
 
-def default_formats(accelerator: Any) -> dict[int, str]:
-    """The format each precision unit is taken to be, by its wider operand width: 32 fp32,
-    16 fp16, other widths integers (the cost model's Horowitz table is fp32, fp16, int8)."""
-    out = {}
-    for unit in accelerator.precision.units:
-        bits = max(unit.bits_a, unit.bits_b)
-        out[bits] = {32: "fp32", 16: "fp16"}.get(bits, f"int{bits}")
-    return out
-
-
 # ----------------------------------------------------------------------------------------
 # The accelerator's area
 # ----------------------------------------------------------------------------------------
-
-def vector_unit_mm2(accelerator: Any, table: AreaTable, logic_scale: float) -> float | None:
-    """The vector unit's area (mm2): per float32 lane an fp32 adder and an fp32 multiplier
-    (its exponential, reciprocal and tanh run as their multiply-adds, ``cost_model``'s
-    vector model), and the buffer banks its port needs (one per ``sram_bank_width_bits`` of
-    its bits per cycle, each ``sram_bank_overhead_um2``), as the array's port is counted."""
-    unit = getattr(accelerator, "vector", None)
-    if unit is None:
-        return None
-    lanes = unit.lanes * (table.fp32_add_um2 + table.fp32_mult_um2)
-    banks = math.ceil(unit.buffer_bandwidth_bits / table.sram_bank_width_bits)
-    return (lanes + banks * table.sram_bank_overhead_um2) * logic_scale / 1e6
-
-
-def edge_dequantizer_mm2(accelerator: Any, table: AreaTable,
-                         logic_scale: float) -> float | None:
-    """The edge dequantizer's area (mm2): per weight element converted a cycle an fp16
-    multiplier (the scale) and an fp16 adder (the zero point), the figures its energy per
-    element is made of; None when the accelerator has none."""
-    edge = getattr(accelerator, "edge_dequantizer", None)
-    if edge is None or edge.elements_per_cycle == 0:
-        return None
-    return (edge.elements_per_cycle * (table.fp16_mult_um2 + table.fp16_add_um2) * logic_scale
-            / 1e6)
-
-
-#: Further components by name: ``f(accelerator, table, logic_scale) -> mm2 or None`` (None:
-#: the accelerator has no such part), so ``area()`` grows without a new signature: the
-#: vector unit and the edge dequantizer, every component with an energy having an area.
-AREA_HOOKS: dict[str, Callable[[Any, AreaTable, float], float | None]] = {
-    "vector_unit": vector_unit_mm2,
-    "edge_dequantizer": edge_dequantizer_mm2,
-}
-
 
 def dram_interface_mm2(gbps: float, table: AreaTable, logic_scale: float) -> float:
     """The DRAM interface's area (mm2) for ``gbps`` GB/s at a node of ``logic_scale``."""
@@ -385,25 +330,25 @@ def accelerator_area(
 ) -> dict[str, float]:
     """Area in mm2 by component of ``accelerator`` at ``node_nm``.
 
+    Between the table's nodes the figures are interpolated.
+
     Parameters
     ----------
-    accelerator : cost_model.Accelerator
-        The accelerator value.
-    node_nm : float
-        Process node; between the table's nodes the figures are interpolated.
     table : AreaTable, str or Path, optional
         The figures (default: the published :class:`AreaTable`); a path loads a JSON/YAML
         file whose fields replace the published ones.
     formats : mapping of int to str, optional
-        The :data:`FORMATS` name of the precision unit of each width (default
-        :func:`default_formats`), e.g. ``{8: "fp8_e4m3"}`` for float8 PEs.
+        The :data:`FORMATS` name of the precision unit of each width, e.g. ``{8: "fp8_e4m3"}``
+        for float8 PEs. By default a unit is taken to be, by its wider operand width, fp32,
+        fp16, or an integer of that width (the cost model's Horowitz table is fp32, fp16,
+        int8).
 
     Returns
     -------
     dict
         ``mac:<format>`` per precision unit (PEs x MACs per PE per cycle at that width x the
-        format's MAC), ``registers``, ``buffer``, ``dram_interface``, each hook of
-        :data:`AREA_HOOKS` that applies, and ``total``.
+        format's MAC), ``registers``, ``buffer``, ``dram_interface``, ``vector_unit`` and
+        ``edge_dequantizer`` where the accelerator has them, and ``total``.
 
     Raises
     ------
@@ -412,7 +357,10 @@ def accelerator_area(
     """
     t = _table(table)
     scale = t.logic_scale(node_nm)
-    chosen = default_formats(accelerator)
+    chosen = {}
+    for unit in accelerator.precision.units:
+        bits = max(unit.bits_a, unit.bits_b)
+        chosen[bits] = {32: "fp32", 16: "fp16"}.get(bits, f"int{bits}")
     for bits, name in (formats or {}).items():
         if bits not in chosen:
             raise ValueError(f"formats: accelerator {accelerator.name!r} has no {bits}-bit "
@@ -433,10 +381,19 @@ def accelerator_area(
                      + banks * t.sram_bank_overhead_um2 * scale) / 1e6
     out["dram_interface"] = dram_interface_mm2(mem.dram_bandwidth_bits * hw.clock_ghz / 8, t,
                                                scale)
-    for name, hook in AREA_HOOKS.items():
-        value = hook(accelerator, t, scale)
-        if value is not None:
-            out[name] = value
+    # The units beside the array, each with an energy and so an area: per float32 lane of
+    # the vector unit an fp32 adder and multiplier (its exponential, reciprocal and tanh run
+    # as their multiply-adds, cost_model's vector model) and the banks of its buffer port,
+    # counted as the array's are; per weight element the edge dequantizer converts a cycle
+    # an fp16 multiplier (the scale) and adder (the zero point).
+    vector, edge = accelerator.vector, accelerator.edge_dequantizer
+    if vector is not None:
+        lanes = vector.lanes * (t.fp32_add_um2 + t.fp32_mult_um2)
+        banks = math.ceil(vector.buffer_bandwidth_bits / t.sram_bank_width_bits)
+        out["vector_unit"] = (lanes + banks * t.sram_bank_overhead_um2) * scale / 1e6
+    if edge is not None and edge.elements_per_cycle:
+        out["edge_dequantizer"] = (edge.elements_per_cycle * (t.fp16_mult_um2 + t.fp16_add_um2)
+                                   * scale / 1e6)
     out["total"] = sum(out.values())  # in this order: dse.py sums its points' the same way
     if not math.isfinite(out["total"]):  # e.g. a clock_ghz of 1.7e308 times the DRAM width
         bad = [k for k, v in out.items() if k != "total" and not math.isfinite(v)]

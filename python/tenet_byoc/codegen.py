@@ -68,27 +68,9 @@ def _tensor_spec(ty, what: str) -> dict:
     return {"dtype": str(ty.dtype), "ndim": int(ty.ndim)}
 
 
-def _bindings(func: relax.Function):
-    body = func.body
-    if not isinstance(body, relax.SeqExpr):
-        raise TenetCodegenError(f"function body is {type(body).__name__}, not a SeqExpr")
-    for block in body.blocks:
-        yield from block.bindings
-
-
 def analyze_composite(func: relax.Function) -> _Composite:
-    """Find which parameter of a composite function plays which role.
-
-    Parameters
-    ----------
-    func : relax.Function
-        A function with attr ``Composite`` naming a tenet pattern.
-
-    Returns
-    -------
-    _Composite
-        The pattern's recorded facts and the parameter index of each of its roles.
-    """
+    """The recorded facts of the tenet pattern a composite function (attr ``Composite``)
+    names, and which of its parameters plays each of the pattern's roles."""
     pattern = str(func.attrs["Composite"])
     entry = get_pattern(pattern)
     info = PATTERN_INFO.get(pattern)
@@ -222,19 +204,10 @@ def _fields(kind: str, where: str, values: dict) -> dict:
 
 
 def describe_function(func: relax.Function) -> dict:
-    """Turn one outer tenet function into its kernel descriptor (a JSON-ready dict).
-
-    Parameters
-    ----------
-    func : relax.Function
-        A function with attrs ``Codegen="tenet"`` and ``global_symbol``.
-
-    Returns
-    -------
-    dict
-        ``symbol``, ``inputs`` (dtype, ndim), ``steps`` and ``outputs``; values are referred
-        to as input index (>= 0) or ``-(step + 1)``.
-    """
+    """The kernel descriptor (a JSON-ready dict) of one outer tenet function (attrs
+    ``Codegen="tenet"`` and ``global_symbol``): ``symbol``, ``inputs`` (dtype, ndim),
+    ``steps`` and ``outputs``; values are referred to as input index (>= 0) or
+    ``-(step + 1)``."""
     symbol = str(func.attrs["global_symbol"])
     scheme = str(func.attrs[SCHEME_ATTR]) if SCHEME_ATTR in func.attrs else UNNAMED_SCHEME
     stamped = (RecipeStamp.read(str(func.attrs[RECIPE_ATTR])) if RECIPE_ATTR in func.attrs
@@ -247,7 +220,9 @@ def describe_function(func: relax.Function) -> dict:
     inputs = [_tensor_spec(p.ty, f"{symbol}: input {i}") for i, p in enumerate(func.params)]
     composites: dict[relax.Var, _Composite] = {}
     steps: list[dict] = []
-    for binding in _bindings(func):
+    if not isinstance(func.body, relax.SeqExpr):
+        raise TenetCodegenError(f"function body is {type(func.body).__name__}, not a SeqExpr")
+    for binding in (b for block in func.body.blocks for b in block.bindings):
         value = binding.value
         if isinstance(value, relax.Function):
             composites[binding.var] = analyze_composite(value)
@@ -347,11 +322,9 @@ def _one_attr(functions, attr: str, what: str) -> str | None:
 def _check_enumeration_limit(described: list[dict], functions, accelerator: dict) -> None:
     """Refuse at build time a static GEMM the accelerator could only cost by enumerating
     more instances than the cost model allows (it would fail at the first VM call)."""
-    from .cost_model import Accelerator
-    from .accelerators import check_gemm_size
+    from .accelerators import Accelerator
 
-    acc = Accelerator._parse_json(json.dumps(accelerator))
-    hw, df = acc.hardware, acc.dataflow
+    acc = Accelerator.from_json(json.dumps(accelerator))
     for desc, func in zip(described, functions):
         params = list(func.params)
         for step in desc["steps"]:
@@ -363,7 +336,7 @@ def _check_enumeration_limit(described: list[dict], functions, accelerator: dict
                 n = int(b.shape.values[-2 if step["rhs_transposed"] else -1])
             except (TypeError, AttributeError):
                 continue  # a symbolic size: only the call can tell
-            check_gemm_size(hw, df, m, n, k, f"{desc['symbol']} step {step['name']!r}")
+            acc.check_gemm(m, n, k, f"{desc['symbol']} step {step['name']!r}")
 
 
 def make_descriptor(functions) -> str:

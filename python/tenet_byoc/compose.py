@@ -138,9 +138,7 @@ def compose(plan: Any, cost: Callable[[Any], tuple[float, float]],
     stage_seconds = tuple(c / hz + s for c, s in zip(cycles, links, strict=True))
     mu = plan.micro_batches
     slowest = max(stage_seconds)
-    # The first micro-batch passes every stage and hand-over; each of the other mu - 1
-    # leaves the last stage one slowest stage later (the schedule a stage-by-stage walk
-    # gives, in closed form; GPipe's (stages + mu - 1) x the slowest stage when the stages are equal).
+    # The module's critical path, in the closed form a stage-by-stage walk gives.
     critical = sum(stage_seconds) + p2p_all + (mu - 1) * slowest
     return StepCost(critical, energy * plan.tensor_parallel * mu, cycles, stage_seconds, p2p,
                     critical - mu * slowest)

@@ -21,8 +21,6 @@ Every bad input raises ``ValueError`` with a message naming what is wrong.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
-
 from ._cost_model import (  # noqa: F401 (the face's names: __all__ below)
     MAX_ENUMERATED_INSTANCES,
     NVLINK_C2C_PJ_PER_BIT,
@@ -63,6 +61,7 @@ from ._cost_model import (  # noqa: F401 (the face's names: __all__ below)
     charge_attention,
     charge_link,
     charge_vector,
+    computed_call,  # the call as an accelerator computes it (MacSpec.row_tiles, whole tiles)
     clear_mapping_searches,  # a search timed from empty (benchmarks/mapper.py)
     default_tile_mapping,
     format_tenet_hardware,
@@ -86,21 +85,14 @@ from .mapping import MappingSearch  # noqa: F401 (the mapping search over a decl
 from .memory import scalesim_equivalent, scalesim_mapping  # noqa: F401 (SCALE-Sim's tiles)
 
 
-class TenetProblem(NamedTuple):
-    """The three inputs read from TENET's files."""
-
-    statement: Statement
-    hardware: Hardware
-    dataflow: Dataflow
-
-
-def load_tenet(p_file: str | Path, m_file: str | Path, s_file: str | Path) -> TenetProblem:
+def load_tenet(p_file: str | Path, m_file: str | Path,
+               s_file: str | Path) -> tuple[Statement, Hardware, Dataflow]:
     """Read TENET's ``.p`` (hardware), ``.m`` (mapping) and ``.s`` (statement) files.
 
     ``cm.analyze(*cm.load_tenet(p, m, s))`` is TENET's own analysis of those files
     (the tuple is ordered statement, hardware, dataflow).
     """
-    return TenetProblem(
+    return (
         load_tenet_statement(str(s_file)),
         load_tenet_hardware(str(p_file)),
         load_tenet_mapping(str(m_file)),
@@ -128,4 +120,4 @@ def save_tenet(
 #: The face's names: every public name above (the cost model's C++ values and entry points,
 #: the buffer level's and the mapping search's, and this module's), less what it reads.
 __all__ = sorted(n for n in dir() if not n.startswith("_")
-                 and n not in ("annotations", "NamedTuple", "Path"))
+                 and n not in ("annotations", "Path"))

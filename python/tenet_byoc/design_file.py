@@ -14,7 +14,9 @@ refused naming both, so that editing one of a pair never changes results silentl
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import operator
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -44,10 +46,6 @@ _FREE = ("mapping", "tiling", "macs_per_pe_per_cycle")
 _MISSING = re.compile(r"(\w+) has no field '(\w+)'")
 _PATH = re.compile(r"(?<![\w.])((?:hardware|dataflow|memory|vector|edge_dequantizer|precision"
                    r"|mapping)(?:\[\d+\])?(?:\.\w+)?)")
-
-
-def _domain(rows: int, cols: int) -> str:
-    return f"{{PE[p,q]: 0<=p<{rows} and 0<=q<{cols}}}"
 
 
 def _preset_array(form: dict) -> tuple[int, int] | None:
@@ -150,7 +148,7 @@ def _fill_pairs(form: dict, problems: list[str]) -> dict[str, str]:
     rows, cols = array
     domain = hardware.get("pe_domain")
     if domain is None:
-        hardware["pe_domain"] = _domain(rows, cols)
+        hardware["pe_domain"] = f"{{PE[p,q]: 0<=p<{rows} and 0<=q<{cols}}}"
         derived_from["hardware.pe_domain"] = "dataflow.rows / dataflow.cols"
         return derived_from
     match = _DOMAIN.match(str(domain))
@@ -213,14 +211,6 @@ def _unknown_keys(form: dict, schema: dict, problems: list[str], where: str = ""
             _unknown_keys(value, schema[key], problems, f"{path}.")
 
 
-def _schema(presets: Mapping[str, Any]) -> dict:
-    """Every field the one form has, from the presets (their union: optional units too)."""
-    schema: dict = {}
-    for accelerator in presets.values():
-        _merge(schema, json.loads(accelerator.to_json()))
-    return schema
-
-
 def _merge(into: dict, form: dict) -> None:
     for key, value in form.items():
         if isinstance(value, dict) and key not in _FREE and isinstance(into.get(key, {}), dict):
@@ -242,18 +232,11 @@ def _parts(path: str) -> list:
     return [int(p[1:-1]) if p.startswith("[") else p for p in re.findall(r"\w+|\[\d+\]", path)]
 
 
-def _get(form: dict, parts: list) -> Any:
-    node: Any = form
-    for part in parts:
-        node = node[part]
-    return node
-
-
 def _set(form: dict, path: str, value: Any, add: bool = False) -> bool:
     """Put ``value`` at a dotted ``path``; False if there is no such place in the form."""
     *parents, last = _parts(path)
     try:
-        node = _get(form, parents)
+        node = functools.reduce(operator.getitem, parents, form)
         if isinstance(node, dict) and last not in node and not add:
             return False
         node[last] = value
@@ -290,7 +273,7 @@ def _parse_all(form: dict, parse: Callable[[str], Any], good_design: Any,
             if place is None:
                 return None
             try:
-                fix = _get(good, _parts(place))
+                fix = functools.reduce(operator.getitem, _parts(place), good)
             except (KeyError, IndexError, TypeError):
                 return None
             if not _set(form, place, copy.deepcopy(fix), add=bool(missing)):
@@ -330,7 +313,10 @@ def read_design(path: str | Path, parse: Callable[[str], Any],
 
     form = load_mapping(path, "accelerator file")
     problems: list[str] = []
-    _unknown_keys(form, _schema(presets), problems)
+    schema: dict = {}  # every field the one form has: the presets' union (optional units too)
+    for accelerator in presets.values():
+        _merge(schema, json.loads(accelerator.to_json()))
+    _unknown_keys(form, schema, problems)
     _check_preset(form, json.loads(presets["os16"].to_json()), problems)
     derived_from = _fill_pairs(form, problems)
     _check_relations(form, problems)

@@ -225,8 +225,8 @@ def _written(text: str, path: str | Path | None) -> str:
 
 def write_rows(header: Sequence[str], rows: Iterable[Sequence], path: str | Path | None = None
                ) -> str:
-    """CSV text of ``rows`` (each a list of cells) under ``header``, written to ``path``
-    when given."""
+    """CSV text of ``rows`` (each a list of cells, None written empty) under ``header``,
+    written to ``path`` when given."""
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(header)

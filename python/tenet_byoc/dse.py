@@ -1,9 +1,8 @@
 """Design-space exploration: many accelerator designs, each estimated per scheme with its area,
 and the Pareto fronts of cost against area marked.
 
-A :class:`DesignSpace` lists values per field (array rows and columns, dataflows, PE format
-sets, buffer bytes, DRAM bandwidth, clock, vector lanes, chips per layer and pipeline
-stages) and optional budgets; :func:`explore` estimates every point under every scheme
+A :class:`DesignSpace` lists values per design field (:data:`AXES`, the one schema) and
+optional budgets; :func:`explore` estimates every point under every scheme
 (what :func:`tenet_byoc.estimate` gives for that accelerator, or that system of chips,
 alone: TTFT, TPOT, tokens/s, energy per token) beside its area at the space's node
 (:mod:`tenet_byoc.area`) and average power, and marks the Pareto fronts.
@@ -27,13 +26,15 @@ length raises ``ValueError`` naming the field, value and what is accepted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
 import math
 import operator
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,12 +124,7 @@ class DesignPoint(DesignAxes):
     def charged_as(self, *charges: str) -> tuple:
         """What the charges of the fields of ``charges`` (:attr:`Axis.charges` values) see of
         the point: equal for two points whose those charges are equal."""
-        readers = _KEY_READERS.get(charges)
-        if readers is None:  # once per set of charges: the keys are asked per point
-            readers = _KEY_READERS[charges] = tuple(
-                a.charged_as or operator.attrgetter(name) for name, a in AXES.items()
-                if a.charges in charges)
-        return tuple(read(self) for read in readers)
+        return tuple(read(self) for read in _key_readers(charges))
 
     def charge_key(self) -> tuple:
         """What the charges (and the area but for the DRAM interface) depend on: all but the
@@ -145,7 +141,12 @@ class DesignPoint(DesignAxes):
         return self.charged_as("vector", "memory")
 
 
-_KEY_READERS: dict[tuple[str, ...], tuple[Callable[[DesignPoint], Any], ...]] = {}
+@functools.cache  # once per set of charges: the keys are asked per point
+def _key_readers(charges: tuple[str, ...]) -> tuple[Callable[[DesignPoint], Any], ...]:
+    return tuple(a.charged_as or operator.attrgetter(name) for name, a in AXES.items()
+                 if a.charges in charges)
+
+
 #: The order a space's points come in: the chips and the vector unit vary slowest, the clock
 #: fastest, so that consecutive points share their charges.
 _VARIES = {"system": 0, "vector": 1, "array": 2, "memory": 2, "clock": 3}
@@ -282,13 +283,12 @@ mappings, vector_lanes, tensor_parallel, pipeline_parallel, link_gbps, micro_bat
         """A space from a mapping of the fields (a YAML/JSON file's content); a single value
         stands for a list of one."""
         names = [f.name for f in dataclasses.fields(cls)]
-        for key in data:
-            if key not in names:
-                raise ValueError(f"{where}: unknown field {key!r}{did_you_mean(str(key), names)}"
-                                 f"; fields: {', '.join(names)}")
         checks = {a.space: a.check for a in AXES.values()}
         kwargs = {}
         for key, value in data.items():
+            if key not in names:
+                raise ValueError(f"{where}: unknown field {key!r}{did_you_mean(str(key), names)}"
+                                 f"; fields: {', '.join(names)}")
             if key in checks and (not isinstance(value, list) or (
                     checks[key] == "formats" and value and isinstance(value[0], str))):
                 value = [value]
@@ -389,17 +389,6 @@ class _Job:
     @property
     def schemes(self) -> list[str]:
         return list(self.operands)
-
-
-def _job(config: Any, schemes: Sequence[str], points: Iterable[DesignPoint], prompt_len: int,
-         decode_steps: int, batch: int, node_nm: float, table: AreaTable,
-         power_budget_w: float | None) -> _Job:
-    """The job of ``points``: the model planned once per (scheme, sharding) they use."""
-    shardings = sorted({_sharding(p) for p in points})
-    plans = {(s, *sharding): _plans(config, s, prompt_len, decode_steps, batch, *sharding)
-             for s in schemes for sharding in shardings}
-    return _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
-                node_nm, table, power_budget_w)
 
 
 def _memory_reasons(config: Any, schemes: Sequence[str], points: Iterable[DesignPoint],
@@ -544,10 +533,8 @@ def _result(job: _Job, point: DesignPoint, area: float, scheme: str,
     nan = math.nan
     base = {"key": point.key, "name": point.name, "scheme": scheme,
             **{name: _column(name, getattr(point, name)) for name in AXES}, "area_mm2": area}
-    if reason:
-        return PointResult(**base, ttft_ms=nan, tpot_ms=nan, tokens_per_s=nan,
-                           energy_per_token_mj=nan, prefill_energy_per_token_mj=nan,
-                           power_w=nan, feasible=False, reason=reason)
+    if reason:  # every figure NaN
+        return PointResult(**base, feasible=False, reason=reason)
     prefill_us, decode_us = latency_us["prefill"], latency_us["decode"]
     steps, batch, prompt = job.decode_steps, job.batch, job.prompt_len
     # static power (all chips' area x the table's W per mm2) over each phase's time, in pJ
@@ -677,8 +664,10 @@ def check_ray_address(address: str | None, timeout_s: float = 10.0) -> None:
                          "--ray-address out for a Ray on this machine") from None
 
 
-def _run_ray(job: _Job, chunks: list, address: str | None,
-             workers: int | None) -> Iterable[list[PointResult]]:
+@contextmanager
+def ray_session(address: str | None, num_cpus: int | None = None) -> Iterator[Any]:
+    """The ``ray`` module, initialised on ``address`` (or a local Ray of ``num_cpus``) for
+    the block and shut down after it, unless Ray was running already (then left so)."""
     try:
         import ray
     except ImportError:
@@ -686,18 +675,24 @@ def _run_ray(job: _Job, chunks: list, address: str | None,
     started = not ray.is_initialized()
     if started:
         check_ray_address(address)  # ray.init waits for ever for an address nothing answers
-        ray.init(address=address, num_cpus=None if address else (workers or os.cpu_count()),
-                 include_dashboard=False, log_to_driver=False)
+        ray.init(address=address, num_cpus=num_cpus, include_dashboard=False,
+                 log_to_driver=False)
     try:
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _run_ray(job: _Job, chunks: list, address: str | None,
+             workers: int | None) -> Iterable[list[PointResult]]:
+    with ray_session(address, None if address else (workers or os.cpu_count())) as ray:
         remote = ray.remote(_evaluate)
         job_ref = ray.put(job)
         pending = [remote.remote(job_ref, chunk) for chunk in chunks]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             yield ray.get(done[0])
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def _run_settings(config: Any, schemes: Sequence[str], prompt_len: int, decode_steps: int,
@@ -742,10 +737,6 @@ def _read_done(path: Path, schemes: Sequence[str],
             row["fronts"] = ()
             by_key.setdefault(row["key"], {})[row["scheme"]] = PointResult(**row)
     return {k: [v[s] for s in schemes] for k, v in by_key.items() if set(v) == set(schemes)}
-
-
-def _json_row(r: PointResult) -> str:
-    return json.dumps(dataclasses.asdict(r), allow_nan=True)
 
 
 def explore(
@@ -835,10 +826,13 @@ def explore(
     todo = [p for p in points if p.key not in results]
     if dram_capacity_bytes is not None:
         check_dram_capacity(dram_capacity_bytes)
-    job = _job(config, schemes, todo, prompt_len, decode_steps, batch, space.node_nm,
-               space.table, space.power_budget_w)
-    job.memory = _memory_reasons(config, schemes, todo, prompt_len, decode_steps, batch,
-                                 dram_capacity_bytes)
+    # the model planned once per (scheme, sharding) the points to run use
+    plans = {(s, *sharding): _plans(config, s, prompt_len, decode_steps, batch, *sharding)
+             for s in schemes for sharding in sorted({_sharding(p) for p in todo})}
+    job = _Job(plans, {s: _operands(s) for s in schemes}, prompt_len, decode_steps, batch,
+               space.node_nm, space.table, space.power_budget_w,
+               _memory_reasons(config, schemes, todo, prompt_len, decode_steps, batch,
+                               dram_capacity_bytes))
     chunks = _chunks(todo, max(1, chunk_size))
     if executor == "serial" or not chunks:
         runs: Iterable[list[PointResult]] = (_evaluate(job, c) for c in chunks)
@@ -846,44 +840,33 @@ def explore(
         runs = _run_local(job, chunks, workers)
     else:
         runs = _run_ray(job, chunks, ray_address, workers)
-    bar = None
-    if progress:  # a bar on a terminal, a line every few seconds into a pipe or a log
-        from .progress import progress_bar
+    from .progress import progress_bar
 
-        bar = progress_bar(total=len(points), initial=len(results), unit="point", desc="dse",
-                           smoothing=0.1)
-    fh = path.open("a", encoding="utf-8") if path else None
-    if fh and fh.tell() and not path.read_bytes().endswith(b"\n"):
-        fh.write("\n")  # end a line the interruption cut, so the next one starts clean
-    if fh and todo:
-        fh.write(json.dumps({"run_settings": settings}) + "\n")  # the rows below are this run's
-    try:
+    # a bar on a terminal, a line every few seconds into a pipe or a log
+    with (progress_bar(total=len(points), initial=len(results), unit="point", desc="dse",
+                       smoothing=0.1, enabled=progress) as bar,
+          path.open("a", encoding="utf-8") if path else nullcontext() as fh):
+        if fh and fh.tell() and not path.read_bytes().endswith(b"\n"):
+            fh.write("\n")  # end a line the interruption cut, so the next one starts clean
+        if fh and todo:
+            fh.write(json.dumps({"run_settings": settings}) + "\n")  # the rows below: this run's
         for batch_results in runs:
             for r in batch_results:
                 results.setdefault(r.key, []).append(r)
             if fh:
-                fh.write("".join(_json_row(r) + "\n" for r in batch_results))
+                fh.write("".join(json.dumps(dataclasses.asdict(r), allow_nan=True) + "\n"
+                                 for r in batch_results))
                 fh.flush()
-            if bar is not None:
-                bar.update(len(batch_results) // len(schemes))
-    finally:
-        if fh:
-            fh.close()
-        if bar is not None:
-            bar.close()
+            bar.update(len(batch_results) // len(schemes))
     rows = [r for p in points for r in sorted(results[p.key],
                                               key=lambda r: schemes.index(r.scheme))]
-    if accuracy:
-        rows = [dataclasses.replace(r, **_accuracy_of(accuracy, r.scheme)) for r in rows]
+    nan = math.nan
+    for i, r in enumerate(rows if accuracy else ()):  # a scheme's figures join its points
+        if (got := accuracy.get(r.scheme)) is not None:
+            rows[i] = dataclasses.replace(r, perplexity=float(got["perplexity"]),
+                                          top1_agreement=float(got.get("top1_agreement", nan)))
     rows = mark_fronts(rows)
     if objective is not None:
         rows.sort(key=lambda r: (math.isnan(v := getattr(r, objective)), v))
     return rows
 
-
-def _accuracy_of(accuracy: Mapping[str, Mapping[str, float]], scheme: str) -> dict:
-    got = accuracy.get(scheme)
-    if got is None:
-        return {}
-    return {"perplexity": float(got["perplexity"]),
-            "top1_agreement": float(got.get("top1_agreement", math.nan))}

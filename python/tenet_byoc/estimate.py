@@ -25,7 +25,7 @@ import numpy as np
 from . import cost_model as cm
 from .compose import StepCost, compose
 from .accelerators import Accelerator, resolve
-from .ledger import ColumnsBuilder, Ledger, LedgerColumns, charge_row, tensor_map
+from .ledger import Ledger, LedgerColumns, charge_row, tensor_map
 from .plan import (LinkCall, Plan, PlannedCall, Step, context_limit, layer_stages, model_config,
                    plan)
 from .quantization import QuantScheme, get_scheme
@@ -51,7 +51,6 @@ class Charges:
     def __init__(self, accelerator: Accelerator, link: Any = None):
         self.accelerator = accelerator
         self.link = link
-        self.clock_hz = accelerator.hardware.clock_ghz * 1e9
         self.schedule = accelerator.vector.schedule
         self._seen: dict[Any, dict[str, Any]] = {}
 
@@ -104,7 +103,8 @@ class Charges:
             raise ValueError(f"a {call.kind} link call needs a system's link: give Charges "
                              "a link")
         c = cm.charge_link(call, self.link.charged())
-        return {"unit": "link", "op": call.kind, "cycles": round(c.seconds * self.clock_hz),
+        hz = self.accelerator.hardware.clock_ghz * 1e9
+        return {"unit": "link", "op": call.kind, "cycles": round(c.seconds * hz),
                 "latency_us": c.latency_us, "energy_pj": c.energy_pj,
                 "mapping": f"{call.kind} {self.link.topology} x{call.chips}",
                 "scheme": "none", "link_bytes": c.link_bytes}
@@ -117,24 +117,38 @@ MAX_LEDGER_CALLS = 20_000_000
 
 
 class _Book:
-    """An estimate's ledger columns being written: each distinct charge once (with whether
-    it is a fused epilogue), each plan's calls as arrays of charge and name indices."""
+    """An estimate's ledger columns being written: strings and charges interned (each
+    distinct charge once, with whether it is a fused epilogue), each plan's calls appended
+    as arrays of charge and name indices."""
 
     def __init__(self, charges: Charges) -> None:
         self.charges = charges
-        self.columns = ColumnsBuilder()
+        self.rows: list[tuple] = []
         self.schemes: list[str] = []
+        self.strings: list[str] = []
+        self._string_ids: dict[str, int] = {}
+        self._charge_ids: dict[Any, int] = {}
         self._layer_names: dict[tuple, np.ndarray] = {}
+        self._parts: dict[str, list] = {k: [] for k in ("charge", "name", "phase", "chip")}
+
+    def string(self, s: str) -> int:
+        """The index of ``s`` in the string table."""
+        found = self._string_ids.get(s)
+        if found is None:
+            found = self._string_ids[s] = len(self.strings)
+            self.strings.append(s)
+        return found
 
     def charge(self, pc: PlannedCall) -> int:
-        fused = bool(pc.fused_with)
-
-        def row() -> tuple:
+        """The index of ``pc``'s charge row (made the first time)."""
+        key = (pc.key, bool(pc.fused_with))
+        found = self._charge_ids.get(key)
+        if found is None:
             f = self.charges.fields(pc)
+            found = self._charge_ids[key] = len(self.rows)
+            self.rows.append(charge_row({**f, "fused": key[1]}))
             self.schemes.append(f["scheme"])
-            return charge_row({**f, "fused": fused})
-
-        return self.columns.charge((pc.key, fused), row)
+        return found
 
     def layers(self, block: list[PlannedCall], p: Plan) -> np.ndarray:
         """Name indices of ``block`` (calls of layer 1) in layers 1 .. layers-1, [layer, call]."""
@@ -143,9 +157,8 @@ class _Book:
         found = self._layer_names.get(key)
         if found is None:
             cut = len(f"{p.prefix}1.")
-            string = self.columns.string
             found = self._layer_names[key] = np.array(
-                [[string(f"{p.prefix}{i}." + n[cut:]) for n in names]
+                [[self.string(f"{p.prefix}{i}." + n[cut:]) for n in names]
                  for i in range(1, p.layers)], dtype=np.int32).reshape(p.layers - 1, len(names))
         return found
 
@@ -159,13 +172,11 @@ class _Book:
 
         def flush() -> None:
             ids = np.array([self.charge(c) for c in block], dtype=np.int32)
-            copies = p.layers - 1
-            charge_parts.append(np.tile(ids, copies))
+            charge_parts.append(np.tile(ids, p.layers - 1))
             name_parts.append(self.layers(block, p).reshape(-1))
             stage_parts.append(np.repeat(stage_of[1:], len(block)))
             block.clear()
 
-        string = self.columns.string
         for c in p.written:
             if p.layers and c.layer == 1:
                 block.append(c)
@@ -173,7 +184,7 @@ class _Book:
             if block:
                 flush()
             charge_parts.append(np.array([self.charge(c)], dtype=np.int32))
-            name_parts.append(np.array([string(c.name)], dtype=np.int32))
+            name_parts.append(np.array([self.string(c.name)], dtype=np.int32))
             stage_parts.append(np.array([c.stage], dtype=np.int32))
         if block:
             flush()
@@ -189,11 +200,17 @@ class _Book:
             chip = np.zeros(len(charge), dtype=np.int32)
         if p.micro_batches > 1:
             charge, name, chip = (np.tile(a, p.micro_batches) for a in (charge, name, chip))
-        self.columns.block(charge, name, string(p.phase), chip)
+        phase = np.full(len(charge), self.string(p.phase), dtype=np.int32)
+        for key, part in zip(self._parts, (charge, name, phase, chip), strict=True):
+            self._parts[key].append(part)
 
     def done(self, symbol: str) -> LedgerColumns:
-        return self.columns.columns(symbol=symbol, pattern=ESTIMATE_PATTERN,
-                                    charge_schemes=self.schemes)
+        """The columns of the calls added, ``symbol`` and the estimate's pattern for all."""
+        cols = {k: np.concatenate(v).astype(np.int32, copy=False) if v else
+                np.zeros(0, dtype=np.int32) for k, v in self._parts.items()}
+        schemes = np.array([self.string(s) for s in self.schemes], dtype=np.int32)
+        return LedgerColumns(self.rows, self.strings, **cols, symbol=symbol,
+                             pattern=ESTIMATE_PATTERN, scheme=schemes[cols["charge"]])
 
 
 def _check_lengths(config: Any, prompt_len: Any, context_len: Any, decode_steps: Any,
@@ -239,10 +256,8 @@ def estimate(
     Parameters
     ----------
     model : str, PathLike, GPT2Config or LlamaConfig
-        A built-in name (``tenet_byoc.models.configs.BUILTIN``: gpt2, gpt2-medium,
-        gpt2-large, gpt2-xl, llama-2-7b, llama-3-8b, llama-3-70b, mistral-7b,
-        qwen2.5-0.5b), a ``config.json`` path or a checkpoint folder (only its config is
-        read), or a config object.
+        A built-in name (``tenet_byoc.models.configs.BUILTIN``), a ``config.json`` path or a
+        checkpoint folder (only its config is read), or a config object.
     scheme : str or QuantScheme
         The quantization scheme of the linear layers (a name of ``SCHEMES`` or a spec
         string). Static schemes are charged as dynamic, as ``quantize`` without calibration

@@ -6,8 +6,9 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import re
 from collections import namedtuple
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,7 @@ class TensorMap(dict):
     def _refuse(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("a ledger entry's tensors are read-only")
 
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
-    __ior__ = _refuse
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
 
     def __reduce__(self) -> tuple:
         return (TensorMap, (dict(self),))
@@ -67,44 +67,32 @@ def tensor_map(tensors: Mapping[str, Mapping[str, Any]]) -> TensorMap:
     return TensorMap({name: TensorTraffic(**t) for name, t in tensors.items()})
 
 
-# An entry is a named tuple of the call's names and its charge, itself a named tuple that
-# the entries of one distinct call share: ~10^5 entries are made when a model's ledger is
-# read, each a 9-tuple (tuple.__new__), 10x faster than filling a dataclass of 60 fields.
-# Each unit has its own charge type with only its own fields, read on the entry by name;
-# all share the fields of LedgerEntry (the call's names, where it ran, its time, energy).
+# Entries are tuples (LedgerEntry says which): ~10^5 are made when a model's ledger is read,
+# each a 9-tuple (tuple.__new__), 10x faster than filling a dataclass of 60 fields.
 
 #: Every entry's names: made per call (the charge fields follow, stored once per charge).
 ENTRY_NAMES = ("call_index", "symbol", "pattern", "name", "phase", "scheme", "layer", "chip")
 #: The charge fields every unit has.
 COMMON_FIELDS = ("unit", "op", "cycles", "latency_us", "energy_pj", "mapping")
-_TRAFFIC = ("offchip_read_bytes", "offchip_write_bytes", "dram_read_bytes", "dram_write_bytes",
-            "buffer_read_bytes", "buffer_write_bytes")
-#: A GEMM's own charge fields (charge.h's table, less the vector unit's).
-GEMM_FIELDS = (
-    "batch", "m", "n", "k", "bits_a", "bits_b", "bits_c", "extra_read_bits", "extra_ops",
-    "extra_register_bits", "a_on_chip", "c_on_chip", "dequant_place", "scale_bits", "accumulator_bits",
-    "weight_side_bits", "activation_side_bits", "quantize_ops", "dequant_ops",
-    "accumulator_traffic_bits", "macs", "roofline_cycles", "array_cycles",
-    "dram_stall_cycles", "edge_cycles", "compute_cycles", "stall_cycles", "tenet_delay",
-    "ingress_delay", "egress_delay", "compute_delay", "compute_delay_exact", "time_steps",
-    "folds", "active_pes", "num_pes", "macs_per_pe_per_cycle", "avg_active_pes",
-    "pe_utilization", "bandwidth_bits_per_cycle", *_TRAFFIC, "mac_pj", "register_pj",
-    "buffer_pj", "dram_pj", "edge_pj", "recipe", "tensors")
+#: The fields every charge has, from the cost model's one table (charge.h).
+CHARGE_FIELDS = tuple(_ledger_field_names())
+_VECTOR_OWN = ("elements", "vector_add_ops", "vector_mul_ops", "vector_exp_ops",
+               "vector_recip_ops", "vector_tanh_ops", "spilled", "schedule")
+#: A GEMM's own charge fields: charge.h's table, less the common ones and the vector unit's.
+GEMM_FIELDS = (*(f for f in CHARGE_FIELDS if f not in COMMON_FIELDS + _VECTOR_OWN),
+               "recipe", "tensors")
 #: A vector call's own charge fields (and ``fused``: it is a GEMM's epilogue).
 VECTOR_FIELDS = (
-    "m", "n", "k", "bits_a", "bits_b", "bits_c", "elements", "vector_add_ops",
-    "vector_mul_ops", "vector_exp_ops", "vector_recip_ops", "vector_tanh_ops", "spilled",
-    "schedule", "fused", "roofline_cycles", "compute_cycles", "stall_cycles", *_TRAFFIC,
+    "m", "n", "k", "bits_a", "bits_b", "bits_c", *_VECTOR_OWN, "fused", "roofline_cycles",
+    "compute_cycles", "stall_cycles", "offchip_read_bytes", "offchip_write_bytes",
+    "dram_read_bytes", "dram_write_bytes", "buffer_read_bytes", "buffer_write_bytes",
     "mac_pj", "buffer_pj", "dram_pj")
-#: A collective's own field: the bytes its chip sent over links.
-LINK_FIELDS = ("link_bytes",)
-#: A fused attention kernel's own fields (``cost_model.charge_attention``).
-ATTENTION_FIELDS = ("macs", "dram_read_bytes", "dram_write_bytes")
 
 
 class LedgerEntry:
     """What every ledger entry has: a :class:`GemmEntry` (``unit="array"``), a
-    :class:`VectorEntry` (``"vector"``) or a :class:`LinkEntry` (``"link"``).
+    :class:`VectorEntry` (``"vector"``), a :class:`LinkEntry` (``"link"``) or an
+    :class:`AttentionEntry` (``"attention"``).
 
     Attributes
     ----------
@@ -122,7 +110,7 @@ class LedgerEntry:
     chip : int
         The chip of a :class:`~tenet_byoc.system.System` that ran it (0 alone).
     unit, op : str
-        Where it ran (array, vector, link) and what: "matmul", the vector kind
+        Where it ran (array, vector, link, attention) and what: "matmul", the vector kind
         (layer_norm, softmax, add, ...) or the collective (all_reduce, all_gather, p2p).
     cycles : int
         The call's latency in cycles (memory.h: tile steps with DRAM overlapped).
@@ -153,11 +141,13 @@ class LedgerEntry:
 # The charge type of each unit, only its own fields: what a GEMM is charged (the cost model's
 # ``Charge.ledger_fields``, a GEMM's part), a vector call (``charge_vector``'s ledger fields,
 # its own part, and whether it is a GEMM's fused epilogue), a collective
-# (``tenet_byoc.system``'s formulas) and a fused attention kernel (``charge_attention``).
+# (``tenet_byoc.system``'s formulas: the bytes its chip sent over links) and a fused
+# attention kernel (``charge_attention``: its MACs and DRAM bytes).
 GemmCharge = namedtuple("GemmCharge", COMMON_FIELDS + GEMM_FIELDS)
 VectorCharge = namedtuple("VectorCharge", COMMON_FIELDS + VECTOR_FIELDS)
-LinkCharge = namedtuple("LinkCharge", COMMON_FIELDS + LINK_FIELDS)
-AttentionCharge = namedtuple("AttentionCharge", COMMON_FIELDS + ATTENTION_FIELDS)
+LinkCharge = namedtuple("LinkCharge", (*COMMON_FIELDS, "link_bytes"))
+AttentionCharge = namedtuple("AttentionCharge",
+                             (*COMMON_FIELDS, "macs", "dram_read_bytes", "dram_write_bytes"))
 
 _CALL = ENTRY_NAMES + ("charge",)
 
@@ -271,12 +261,8 @@ for _unit, _entry in ENTRY_TYPES.items():
 
 def layer_of(name: str) -> int | None:
     """The decoder layer of a call named ``h.3.…`` / ``layers.3.…``; None outside them."""
-    head, _, rest = name.partition(".")
-    if head in ("h", "layers"):
-        index = rest.split(".", 1)[0]
-        if index.isdigit():
-            return int(index)
-    return None
+    found = re.match(r"(?:h|layers)\.(\d+)(?:\.|$)", name, re.ASCII)
+    return int(found[1]) if found else None
 
 
 def charge_row(fields: Mapping[str, Any]) -> tuple:
@@ -303,15 +289,14 @@ def make_entry(fields: Mapping[str, Any], *, call_index: int, symbol: str, patte
 COLUMNS = list(dict.fromkeys(
     f for cls in ENTRY_TYPES.values() for f in cls.FIELDS if f not in ("tensors", "recipe")))
 
-#: The fields every charge has, from the cost model's one table (charge.h).
-CHARGE_FIELDS = tuple(_ledger_field_names())
 _TENSOR_FIELDS = tuple(_ledger_tensor_field_names())
 
 
 def _check_schema() -> None:
     """The entry types declare between them exactly the cost model's field names (one
     schema; ``fused`` is the runtime's, ``link_bytes`` a system's, ``recipe`` and
-    ``tensors`` the charge's values)."""
+    ``tensors`` the charge's values): the GEMM's come from that table, the others must be
+    in it."""
     declared = {f for own in _OWN.values() for f in own} - {"fused", "link_bytes", "recipe",
                                                              "tensors"}
     tensor = [f.name for f in fields(TensorTraffic)]
@@ -434,7 +419,7 @@ def totals(entries: Iterable[LedgerEntry]) -> Totals:
     (:meth:`Ledger.totals`); this is the plain reference."""
     entries = list(entries)
     gemms = [e for e in entries if e.unit == "array"]
-    moving = [e for e in entries if e.unit != "link"]
+    moving = [e for e in entries if e.unit in ("array", "vector")]  # through the buffer
     summed = sum(e.cycles for e in entries)
     cycles = step_cycles(entries)
     latency = sum(e.latency_us for e in entries) * (cycles / summed if summed else 1.0)
@@ -444,7 +429,7 @@ def totals(entries: Iterable[LedgerEntry]) -> Totals:
     return Totals(
         calls=len(entries), macs=macs, cycles=cycles,
         roofline_cycles=sum(e.roofline_cycles for e in moving), latency_us=latency,
-        offchip_bytes=offchip, dram_bytes=sum(e.dram_bytes for e in moving),
+        offchip_bytes=offchip, dram_bytes=sum(getattr(e, "dram_bytes", 0) for e in entries),
         energy_pj=sum(e.energy_pj for e in entries),
         pe_utilization=macs / capacity if capacity else 0.0,
         bandwidth_gbps=offchip / (latency * 1e3) if latency else 0.0,
@@ -474,7 +459,8 @@ class LedgerColumns:
     is made from a call's columns when read; totals and group-bys are numpy sums over the
     columns.
 
-    Make one with :class:`ColumnsBuilder` (or :meth:`from_entries`).
+    An estimate writes one (``tenet_byoc.estimate``), a run's entries give one
+    (:meth:`from_entries`).
     """
 
     def __init__(self, charges: list[tuple], strings: list[str], *, charge: np.ndarray,
@@ -486,22 +472,24 @@ class LedgerColumns:
         self.charge, self.name, self.phase, self.chip = charge, name, phase, chip
         self.call_index, self.symbol, self.pattern, self.scheme = (call_index, symbol,
                                                                    pattern, scheme)
-        units = [row[0] for row in charges]
-        self.unit_of = np.array([_UNITS.index(u) for u in units], dtype=np.int8)
+        self.unit_of = np.array([_UNITS.index(row[0]) for row in charges], dtype=np.int8)
         self.layer_of = np.array([-1 if (x := layer_of(s)) is None else x for s in strings],
                                  dtype=np.int64)
 
-        def column(field: str, dtype: Any = np.float64) -> np.ndarray:  # 0 where a unit lacks it
-            return np.array([getattr(row, field, 0) for row in charges], dtype=dtype)
+        def column(*names: str, dtype: Any = np.float64) -> np.ndarray:
+            """The sum of fields ``names`` per charge (0 where a unit lacks one)."""
+            return sum(np.array([getattr(row, f, 0) for row in charges], dtype=dtype)
+                       for f in names)
 
-        self.cycles = column("cycles", dtype=np.int64)
-        self.macs = column("macs", dtype=np.int64)
-        self.roofline = column("roofline_cycles", dtype=np.int64)
-        self.capacity = (column("cycles") * column("num_pes") * column("macs_per_pe_per_cycle"))
-        self.latency = column("latency_us")
-        self.offchip = column("offchip_read_bytes") + column("offchip_write_bytes")
-        self.dram = column("dram_read_bytes") + column("dram_write_bytes")
-        self.energy = column("energy_pj")
+        # What totals sum per charge, by the Totals field (or part of one) it sums into.
+        self.summed = {
+            "cycles": column("cycles", dtype=np.int64), "macs": column("macs", dtype=np.int64),
+            "roofline_cycles": column("roofline_cycles", dtype=np.int64),
+            "capacity": column("cycles") * column("num_pes") * column("macs_per_pe_per_cycle"),
+            "latency_us": column("latency_us"),
+            "offchip_bytes": column("offchip_read_bytes", "offchip_write_bytes"),
+            "dram_bytes": column("dram_read_bytes", "dram_write_bytes"),
+            "energy_pj": column("energy_pj")}
         self.hides = np.array([_hides(row) for row in charges], dtype=bool)
 
     def __len__(self) -> int:
@@ -510,12 +498,17 @@ class LedgerColumns:
     @classmethod
     def from_entries(cls, entries: Sequence[LedgerEntry]) -> LedgerColumns:
         """The columns of a list of entries (each entry's charge a row of its own)."""
-        b = ColumnsBuilder()
-        for e in entries:
-            b.add(len(b.charges), e.name, e.phase, e.chip, call_index=e.call_index,
-                  symbol=e.symbol, pattern=e.pattern, scheme=e.scheme)
-            b.charges.append(e.charge)
-        return b.columns()
+        strings: dict[str, int] = {}
+
+        def column(key: str) -> np.ndarray:
+            values = [getattr(e, key) for e in entries]
+            if key in _STRING_KEYS:
+                values = [strings.setdefault(v, len(strings)) for v in values]
+            return np.asarray(values, dtype=np.int64)
+
+        calls = {k: column(k) for k in _CALL_COLUMNS if k != "charge"}
+        return cls([e.charge for e in entries], list(strings),
+                   charge=np.arange(len(entries), dtype=np.int64), **calls)
 
     # -- entries ---------------------------------------------------------------------------
 
@@ -577,13 +570,8 @@ class LedgerColumns:
             col, value = self.unit_of[self.charge], _UNITS.__getitem__
         elif key == "layer":
             col, value = self.layer_of[self.name], lambda i: None if i < 0 else i
-        elif key == "op":
-            ops = list(dict.fromkeys(row[1] for row in self.charges))
-            col = np.array([ops.index(row[1]) for row in self.charges],
-                           dtype=np.int64)[self.charge]
-            value = ops.__getitem__
-        else:
-            raise ValueError(f"cannot group a ledger by {key!r}; use {', '.join(GROUP_KEYS)}")
+        else:  # "op" (Ledger.group_by checked the key)
+            col, value = np.array([row[1] for row in self.charges])[self.charge], str
         code, raw = _first_seen(col)
         return code, [value(i) for i in raw]
 
@@ -594,32 +582,28 @@ class LedgerColumns:
         g = np.zeros(n, dtype=np.int64) if groups is None else groups
         c = self.charge
         calls = np.bincount(g, minlength=count)
-        cycles = self.cycles[c]
 
-        def isum(values: np.ndarray) -> list[int]:
+        def total(values: np.ndarray) -> list:  # ints exactly, floats by bincount
+            if values.dtype.kind == "f":
+                return np.bincount(g, weights=values, minlength=count).tolist()
             out = np.zeros(count, dtype=np.int64)
             np.add.at(out, g, values)
             return out.tolist()
 
-        def fsum(values: np.ndarray) -> list[float]:
-            return np.bincount(g, weights=values, minlength=count).tolist()
-
-        chain = chain_cycles(self.unit_of[c] == 0, self.hides[c], cycles, groups=g,
-                             n_groups=count)
-        summed = isum(cycles)
-        latency = fsum(self.latency[c])
-        macs, capacity = isum(self.macs[c]), fsum(self.capacity[c])
-        roofline, offchip = isum(self.roofline[c]), fsum(self.offchip[c])
-        dram, energy = fsum(self.dram[c]), fsum(self.energy[c])
+        s = {k: total(v[c]) for k, v in self.summed.items()}
+        chain = chain_cycles(self.unit_of[c] == 0, self.hides[c], self.summed["cycles"][c],
+                             groups=g, n_groups=count)
         out = []
-        for i, cyc_i in enumerate(chain):
-            lat = latency[i] * (cyc_i / summed[i] if summed[i] else 1.0)
+        for i, cycles in enumerate(chain):
+            summed, macs, capacity, offchip = (s[k][i] for k in ("cycles", "macs", "capacity",
+                                                                 "offchip_bytes"))
+            lat = s["latency_us"][i] * (cycles / summed if summed else 1.0)
             out.append(Totals(
-                calls=int(calls[i]), macs=macs[i], cycles=cyc_i, roofline_cycles=roofline[i],
-                latency_us=lat, offchip_bytes=offchip[i], dram_bytes=dram[i],
-                energy_pj=energy[i],
-                pe_utilization=macs[i] / capacity[i] if capacity[i] else 0.0,
-                bandwidth_gbps=offchip[i] / (lat * 1e3) if lat else 0.0))
+                calls=int(calls[i]), macs=macs, cycles=cycles,
+                roofline_cycles=s["roofline_cycles"][i], latency_us=lat, offchip_bytes=offchip,
+                dram_bytes=s["dram_bytes"][i], energy_pj=s["energy_pj"][i],
+                pe_utilization=macs / capacity if capacity else 0.0,
+                bandwidth_gbps=offchip / (lat * 1e3) if lat else 0.0))
         return out
 
 
@@ -634,70 +618,6 @@ def _first_seen(col: np.ndarray) -> tuple[np.ndarray, list]:
     return rank[inverse.reshape(-1)], uniq[order].tolist()
 
 
-class ColumnsBuilder:
-    """Builds :class:`LedgerColumns`: intern strings and charges, append calls."""
-
-    def __init__(self) -> None:
-        self.charges: list[tuple] = []
-        self.strings: list[str] = []
-        self._string_ids: dict[str, int] = {}
-        self._charge_ids: dict[Any, int] = {}
-        self._parts: dict[str, list] = {k: [] for k in _CALL_COLUMNS}
-
-    def string(self, s: str) -> int:
-        """The index of ``s`` in the string table."""
-        found = self._string_ids.get(s)
-        if found is None:
-            found = self._string_ids[s] = len(self.strings)
-            self.strings.append(s)
-        return found
-
-    def charge(self, key: Any, make: Callable[[], tuple]) -> int:
-        """The index of the charge row known by ``key`` (made by ``make()`` the first time)."""
-        found = self._charge_ids.get(key)
-        if found is None:
-            found = self._charge_ids[key] = len(self.charges)
-            self.charges.append(make())
-        return found
-
-    def add(self, charge: int, name: str, phase: str, chip: int, *,
-            call_index: int, symbol: str, pattern: str, scheme: str) -> None:
-        """Append one call (the slow path: a list of entries, a run's ledger)."""
-        row = {"charge": charge, "chip": chip, "call_index": call_index, "name": name,
-               "phase": phase, "symbol": symbol, "pattern": pattern, "scheme": scheme}
-        for k, v in row.items():
-            self._parts[k].append(self.string(v) if isinstance(v, str) else v)
-
-    def block(self, charge: np.ndarray, name: np.ndarray, phase: int, chip: np.ndarray) -> None:
-        """Append calls as arrays (the fast path: an estimate's plans)."""
-        p = self._parts
-        p["charge"].append(charge)
-        p["name"].append(name)
-        p["phase"].append(np.full(len(charge), phase, dtype=np.int32))
-        p["chip"].append(chip)
-
-    def columns(self, *, symbol: str = "", pattern: str = "",
-                charge_schemes: Sequence[str] = ()) -> LedgerColumns:
-        """The columns of the calls added (by :meth:`add`, or by :meth:`block` with one
-        ``symbol`` and ``pattern`` for all and ``charge_schemes[i]`` the scheme of charge
-        ``i``'s calls)."""
-        p = self._parts
-        if p["call_index"]:
-            return LedgerColumns(self.charges, self.strings, **{
-                k: np.asarray(v, dtype=np.int64) for k, v in p.items()})
-
-        def cat(parts: list, dtype: Any) -> np.ndarray:
-            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(
-                0, dtype=dtype)
-
-        charge = cat(p["charge"], np.int32)
-        schemes = np.array([self.string(s) for s in charge_schemes], dtype=np.int32)
-        return LedgerColumns(self.charges, self.strings, charge=charge,
-                             name=cat(p["name"], np.int32), phase=cat(p["phase"], np.int32),
-                             chip=cat(p["chip"], np.int32), symbol=symbol, pattern=pattern,
-                             scheme=schemes[charge] if len(charge) else charge)
-
-
 class Ledger:
     """A snapshot of the charged calls of one executable or VM, or of an estimate.
 
@@ -710,7 +630,7 @@ class Ledger:
 
     Parameters
     ----------
-    entries : list of LedgerEntry, LedgerColumns, or a callable returning either
+    entries : list of LedgerEntry, LedgerColumns, or a callable returning LedgerColumns
         The calls in order (a callable: made when first needed).
     accelerator, dataflow : str
         The accelerator's and its dataflow's names.
@@ -741,24 +661,18 @@ class Ledger:
     def columns(self) -> LedgerColumns:
         """The calls by columns (made from the entries if they were given as a list)."""
         if self._columns is None:
-            if self._make is not None:
-                made, self._make = self._make(), None
-                if isinstance(made, LedgerColumns):
-                    self._columns = made
-                    return made
-                self._entries = list(made)
-            self._columns = LedgerColumns.from_entries(self._entries)
+            self._columns = (self._make() if self._make is not None
+                             else LedgerColumns.from_entries(self._entries))
+            self._make = None
         return self._columns
 
     @property
     def entries(self) -> list[LedgerEntry]:
         """The entries, in call order (made now if they were not yet)."""
         if self._entries is None:
-            columns = self.columns
-            if self._entries is None:
-                if self._max_entries is not None and len(columns) > self._max_entries[0]:
-                    raise ValueError(self._max_entries[1])
-                self._entries = columns.entries()
+            if self._max_entries is not None and len(self.columns) > self._max_entries[0]:
+                raise ValueError(self._max_entries[1])
+            self._entries = self.columns.entries()
         return self._entries
 
     @entries.setter
@@ -780,8 +694,6 @@ class Ledger:
         if self._entries is not None:
             return self._entries[index]
         columns = self.columns
-        if self._entries is not None:
-            return self._entries[index]
         if isinstance(index, slice):
             return columns.entries(np.arange(len(columns))[index])
         i = range(len(columns))[index]  # IndexError as a list gives it
@@ -831,38 +743,29 @@ class Ledger:
         acc = resolve(accelerator)
         old = self.columns
         charged: dict = {}
-        rows = []
-        # Each distinct charge row once: its call (an entry made with placeholder names,
-        # which the call does not read), charged again; the calls' columns stay.
+        rows = list(old.charges)  # a charge no call uses stays as it is
+        # Each distinct charge row once: the call of its first entry, charged again; the
+        # calls' columns stay.
         used, first = np.unique(old.charge, return_index=True)
-        first_call = dict(zip(used.tolist(), first.tolist()))
-        for i, row in enumerate(old.charges):
-            unit, at = row[0], first_call.get(i)
-            if at is None:  # a charge no call uses
-                rows.append(row)
-                continue
-            scheme = old.strings[old.scheme[at]]
-            probe = tuple.__new__(ENTRY_TYPES[unit], (0, "", "", "", "", scheme, None, 0, row))
-            if unit in ("link", "attention"):
-                raise ValueError(f"charged_on: the ledger has {unit} entries (a system's "
+        for i, e in zip(used.tolist(), old.entries(first), strict=True):
+            if e.unit in ("link", "attention"):
+                raise ValueError(f"charged_on: the ledger has {e.unit} entries (a system's "
                                  "collectives or fused attention, which a run does not "
                                  "charge): estimate it again on that accelerator instead")
-            call = probe.vector_call if unit == "vector" else probe.call
-            key = (call, getattr(probe, "fused", False))
+            call = e.vector_call if e.unit == "vector" else e.call
+            key = (call, getattr(e, "fused", False))
             fields = charged.get(key)
             if fields is None:
                 try:
-                    charge = cm.charge_vector if unit == "vector" else cm.charge
+                    charge = cm.charge_vector if e.unit == "vector" else cm.charge
                     fields = charge(call, acc).ledger_fields()
                 except ValueError as err:
-                    name = old.strings[old.name[at]]
-                    raise ValueError(f"accelerator {acc.name!r} cannot charge entry {name!r} "
+                    raise ValueError(f"accelerator {acc.name!r} cannot charge entry {e.name!r} "
                                      f"({call!r}): {err}") from None
-                fields["tensors"] = tensor_map(fields["tensors"])
-                fields["recipe"] = getattr(probe, "recipe", None)
-                fields["fused"] = key[1]
+                fields.update(tensors=tensor_map(fields["tensors"]), fused=key[1],
+                              recipe=getattr(e, "recipe", None))
                 charged[key] = fields
-            rows.append(charge_row(fields))
+            rows[i] = charge_row(fields)
         new = LedgerColumns(rows, old.strings, **{k: getattr(old, k) for k in _CALL_COLUMNS})
         return Ledger(new, acc.name, acc.dataflow.name, acc.hardware.clock_ghz, [])
 
@@ -876,24 +779,18 @@ class Ledger:
         """
         keys = key if isinstance(key, tuple) else (key,)
         if not keys or any(k not in GROUP_KEYS for k in keys):
-            raise ValueError(
-                f"cannot group a ledger by {key!r}; use symbol, pattern, name, phase, scheme, "
-                "chip, unit, layer or op"
-            )
+            raise ValueError(f"cannot group a ledger by {key!r}; use "
+                             f"{', '.join(GROUP_KEYS[:-1])} or {GROUP_KEYS[-1]}")
         columns = self.columns
         codes, values = columns.codes(key)
         return GroupedTotals(key if isinstance(key, str) else ", ".join(key),
                              dict(zip(values, columns.totals(codes, len(values)),
                                       strict=True)))
 
-    def rows(self) -> tuple[list[str], list[list]]:
-        """Column names and one row per entry (per-tensor traffic flattened; a field the
-        entry's unit lacks is empty)."""
-        return COLUMNS + _TENSOR_COLUMNS, [_entry_row(e) for e in self.entries]
-
     def to_csv(self, path: str | Path | None = None) -> str:
-        header, rows = self.rows()
-        return write_rows(header, rows, path)
+        """One row per entry (per-tensor traffic flattened; a field the entry's unit lacks is
+        empty)."""
+        return write_rows(COLUMNS + _TENSOR_COLUMNS, map(_entry_row, self.entries), path)
 
     def to_json(self, path: str | Path | None = None) -> str:
         doc = {"accelerator": self.accelerator, "dataflow": self.dataflow,

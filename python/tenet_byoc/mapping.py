@@ -38,7 +38,6 @@ __all__ = [
     "MappingSearch",
     "array_edges",
     "auto_mapping_dataflows",
-    "searched_dataflows",
 ]
 
 OBJECTIVES = ("latency", "energy", "edp")
@@ -59,23 +58,6 @@ def array_edges(hardware: Hardware) -> tuple[int, int]:
         raise ValueError(f"cannot read the array's rows and cols from Hardware.pe_domain "
                          f"{hardware.pe_domain!r}: pass rows= and cols=")
     return int(match.group(3)), int(match.group(4))
-
-
-def searched_dataflows(dataflows: Sequence[str | Dataflow], hardware: Hardware,
-                       rows: int | None = None, cols: int | None = None) -> list[Dataflow]:
-    """Dataflows named by preset ("os", "ws", "is") on the array, or given as Dataflow values."""
-    out = []
-    for d in dataflows:
-        if isinstance(d, Dataflow):
-            out.append(d)
-            continue
-        if d not in PRESETS:
-            raise ValueError(f"dataflows: {d!r} is neither a Dataflow nor a preset name "
-                             f"(accepted: {', '.join(PRESETS)})")
-        if rows is None or cols is None:
-            rows, cols = array_edges(hardware)
-        out.append(Dataflow.preset(d, rows=rows, cols=cols))
-    return out
 
 
 def check_objective(objective: str) -> str:
@@ -116,7 +98,14 @@ class MappingSearch:
                  cols: int | None = None, objective: str = "latency",
                  precision: PrecisionTable | None = None, stream_tiles: Sequence[int] = (),
                  granule: int = 0, max_even_split: int = 8, threads: int = 0) -> None:
-        dfs = searched_dataflows(dataflows, hardware, rows, cols)
+        dfs = []  # preset names on the array, and Dataflow values as they are
+        for d in dataflows:
+            if not isinstance(d, Dataflow) and d not in PRESETS:
+                raise ValueError(f"dataflows: {d!r} is neither a Dataflow nor a preset name "
+                                 f"(accepted: {', '.join(PRESETS)})")
+            if not isinstance(d, Dataflow) and (rows is None or cols is None):
+                rows, cols = array_edges(hardware)
+            dfs.append(d if isinstance(d, Dataflow) else Dataflow.preset(d, rows=rows, cols=cols))
         table = precision if precision is not None else PrecisionTable.horowitz_45nm()
         self.objective = check_objective(objective)
         self._search = _MappingSearch(hardware, memory, dfs, table, self.objective,

@@ -71,25 +71,9 @@ KIND_BITS = {
 def make_matmul_pattern(
     transposed_rhs: bool, with_bias: bool, activation: str | None
 ) -> tuple[DFPattern, Mapping[str, DFPattern]]:
-    """Build ``act(matmul(lhs, [permute_dims](rhs)) [+ bias])`` and its annotations.
-
-    Parameters
-    ----------
-    transposed_rhs : bool
-        Whether the rhs reaches the matmul through ``R.permute_dims`` (``x @ W^T``).
-    with_bias : bool
-        Whether an ``R.add`` of a bias follows the matmul.
-    activation : str or None
-        The Relax op name of the epilogue activation, or None.
-
-    Returns
-    -------
-    pattern : DFPattern
-        The pattern rooted at the last op.
-    annotations : Mapping[str, DFPattern]
-        Sub-patterns by role: ``lhs``, ``rhs``, ``root`` (the matmul), and when present
-        ``transpose``, ``bias``, ``bias_add``, ``activation``.
-    """
+    """Build ``act(matmul(lhs, [permute_dims](rhs)) [+ bias])`` (``activation`` a Relax op
+    name or None) and its sub-patterns by role: ``lhs``, ``rhs``, ``root`` (the matmul), and
+    when present ``transpose``, ``bias``, ``bias_add``, ``activation``."""
     lhs = wildcard()
     rhs = wildcard()
     annotations: dict[str, DFPattern] = {"lhs": lhs, "rhs": rhs}
@@ -126,18 +110,8 @@ def _static_int(value) -> int | None:
 
 
 def refusal_reason(context: PatternCheckContext) -> str | None:
-    """Why the runtime cannot run a match, or None when it can.
-
-    Parameters
-    ----------
-    context : PatternCheckContext
-        The match that FuseOpsByPattern proposes.
-
-    Returns
-    -------
-    str or None
-        A sentence naming the first unsupported property, or None to accept the match.
-    """
+    """Why the runtime cannot run the match FuseOpsByPattern proposes (a sentence naming
+    the first unsupported property), or None when it can."""
     if has_leaking_intermediate_variables(context):
         return "an intermediate value is used outside the pattern"
     ann = context.annotated_expr
@@ -346,35 +320,29 @@ _QUANT_KINDS = {
 _QUANT_ROLES = {"lhs": "lhs", "rhs": "wq", "scale_b": "scale_b"}
 
 
-def _register(table: list, name: str, pattern, annotations, refusal, info: PatternInfo) -> None:
-    """Register one pattern, accepted where ``refusal`` (its reason function) gives None."""
-    roles = dict(info.roles, **({"bias": "bias"} if "bias" in annotations else {}))
-    PATTERN_INFO[name] = PatternInfo(info.kind, info.rhs_transposed, info.epilogue, roles)
-    table.append((name, pattern, annotations, lambda context: refusal(context) is None))
-
-
 def _pattern_table():
     table: list = []
     # The registry hands patterns back newest first, and FuseOpsByPattern gives earlier
     # entries priority, so the shortest pattern is registered first, and the quantized
-    # forms (which contain a float matmul form) after all float ones.
-    for activation in (None, *EPILOGUES):
-        for with_bias in (False, True):
-            for transposed in (False, True):
-                pattern, annotations = make_matmul_pattern(transposed, with_bias, activation)
-                info = PatternInfo("float", transposed, EPILOGUES.get(activation, "none"),
-                                   {"lhs": "lhs", "rhs": "rhs"})
-                _register(table, pattern_name(transposed, with_bias, activation), pattern,
-                          annotations, refusal_reason, info)
-    for activation in (None, *EPILOGUES):
-        for with_bias in (False, True):
-            for form in QUANT_FORMS:
-                pattern, annotations = make_quant_pattern(form, with_bias, activation)
-                kind, roles = _QUANT_KINDS[form]
-                info = PatternInfo(kind, True, EPILOGUES.get(activation, "none"),
-                                   {**_QUANT_ROLES, **roles})
-                _register(table, quant_pattern_name(form, with_bias, activation), pattern,
-                          annotations, quant_refusal_reason, info)
+    # forms (which contain a float matmul form) after all float ones. Each form: its kind,
+    # whether its rhs is transposed, its operands' annotations.
+    float_forms = {t: ("float", t, {"lhs": "lhs", "rhs": "rhs"}) for t in (False, True)}
+    quant_forms = {form: (_QUANT_KINDS[form][0], True, {**_QUANT_ROLES, **_QUANT_KINDS[form][1]})
+                   for form in QUANT_FORMS}  # in QUANT_FORMS' order: its first is matched last
+    for forms, make, named, refusal in (
+            (float_forms, make_matmul_pattern, pattern_name, refusal_reason),
+            (quant_forms, make_quant_pattern, quant_pattern_name, quant_refusal_reason)):
+        for activation in (None, *EPILOGUES):
+            for with_bias in (False, True):
+                for form, (kind, transposed, roles) in forms.items():
+                    pattern, annotations = make(form, with_bias, activation)
+                    name = named(form, with_bias, activation)
+                    PATTERN_INFO[name] = PatternInfo(
+                        kind, transposed, EPILOGUES.get(activation, "none"),
+                        {**roles, "bias": "bias"} if with_bias else roles)
+                    # accepted where the refusal (the form's reason function) gives None
+                    table.append((name, pattern, annotations,
+                                  lambda context, refusal=refusal: refusal(context) is None))
     return table
 
 

@@ -9,9 +9,10 @@ calls' rows are joined with the ledger entries charged during the same run.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import tvm
 import tvm_ffi
@@ -62,8 +63,7 @@ class ReportRow:
             # a function's charge call: the operators TVM ran, charged to the vector unit
             return "vector unit: " + ", ".join(dict.fromkeys(e.op for e in self.entries))
         if self.entries:
-            patterns = dict.fromkeys(e.pattern for e in self.entries)
-            return " + ".join(patterns)
+            return " + ".join(dict.fromkeys(e.pattern for e in self.entries))
         return self.name
 
     @property
@@ -86,20 +86,15 @@ class ReportRow:
 
 
 def _merge(rows: Sequence[ReportRow]) -> ReportRow:
-    first = rows[0]
-    return ReportRow(
-        name=first.name, duration_us=sum(r.duration_us for r in rows),
-        percent=sum(r.percent for r in rows), count=sum(r.count for r in rows),
-        argument_shapes=first.argument_shapes, device=first.device, depth=first.depth,
-        entries=[e for r in rows for e in r.entries], layer=_merge_layers([r.layer for r in rows]),
-    )
+    return replace(rows[0], duration_us=sum(r.duration_us for r in rows),
+                   percent=sum(r.percent for r in rows), count=sum(r.count for r in rows),
+                   entries=[e for r in rows for e in r.entries],
+                   layer=_merge_layers([r.layer for r in rows]))
 
 
 def _merge_layers(layers: Sequence[str]) -> str:
     """One label for the layers of merged rows: ``h.0.attn.c_attn`` and ``h.1.attn.c_attn``
     become ``h.*.attn.c_attn``; unrelated names are joined."""
-    import re
-
     names = list(dict.fromkeys(x for x in layers if x))
     if len(names) <= 1:
         return names[0] if names else ""
@@ -179,27 +174,18 @@ class Report:
         :data:`COLUMNS` with the kernels' own names, as CSV and JSON have them.
         """
         columns = COLUMNS if full else COMPACT_COLUMNS
-        rows = self.rows(aggregate, sort)
-        body = [r.values() for r in rows]
-        if not full:
-            for v, r in zip(body, rows, strict=True):
-                v["Name"] = r.label
-        total = {**dict.fromkeys(COLUMNS), "Name": "Total", "Duration (us)": self.wall_us}
-        lines = [list(columns)]
-        lines += [[_format(c, v[c]) for c in columns] for v in body]
-        lines.append(["----------"] + [""] * (len(columns) - 1))
-        s = self.sum_row().values()
-        lines.append([_format(c, s[c]) for c in columns])
-        lines.append([_format(c, total[c]) for c in columns])
-        out = text_table(lines) + ["", "Configuration", "-------------"]
+        body = [{**r.values(), **({} if full else {"Name": r.label})}
+                for r in self.rows(aggregate, sort)]
+        body += [self.sum_row().values(), {"Name": "Total", "Duration (us)": self.wall_us}]
+        lines = [[_format(c, v.get(c)) for c in columns] for v in body]
+        lines.insert(-2, ["----------"] + [""] * (len(columns) - 1))  # above Sum and Total
+        out = text_table([list(columns), *lines]) + ["", "Configuration", "-------------"]
         out += [f"{k}: {v}" for k, v in self.configuration.items()]
         return "\n".join(out) + "\n"
 
     def csv(self, aggregate: bool = True) -> str:
         """The rows (no Sum/Total) as CSV with the column names of :data:`COLUMNS`."""
-        values = [r.values() for r in self.rows(aggregate)]
-        return write_rows(COLUMNS, [["" if v[c] is None else v[c] for c in COLUMNS]
-                                  for v in values])
+        return write_rows(COLUMNS, [list(r.values().values()) for r in self.rows(aggregate)])
 
     def json(self, aggregate: bool = False) -> str:
         """``{"function", "wall_us", "configuration", "calls": [{column: value}, ...]}``."""
@@ -217,26 +203,14 @@ class Report:
     __repr__ = __str__
 
 
-class _Serialized:
-    """A VM function that holds its VM's lock while it runs."""
+def _serialized(func, lock: threading.RLock):
+    """``func``, holding its VM's ``lock`` while it runs."""
 
-    __slots__ = ("__wrapped__", "_lock")
+    def call(*args, **kwargs):
+        with lock:
+            return func(*args, **kwargs)
 
-    def __init__(self, func, lock: threading.RLock) -> None:
-        self.__wrapped__ = func
-        self._lock = lock
-
-    def __call__(self, *args, **kwargs):
-        with self._lock:
-            return self.__wrapped__(*args, **kwargs)
-
-
-def _tenet_entries_by_symbol(entries: list[LedgerEntry]) -> dict[str, list[list[LedgerEntry]]]:
-    """Ledger entries per symbol, one list per call (the steps of one call share call_index)."""
-    calls: dict[str, dict[int, list[LedgerEntry]]] = {}
-    for e in entries:
-        calls.setdefault(e.symbol, {}).setdefault(e.call_index, []).append(e)
-    return {sym: [by_call[i] for i in sorted(by_call)] for sym, by_call in calls.items()}
+    return call
 
 
 class VirtualMachine(relax.VirtualMachine):
@@ -266,7 +240,7 @@ class VirtualMachine(relax.VirtualMachine):
         super().__init__(rt_mod, device, memory_cfg)
         for attr in ("_invoke_closure", "_save_function", "_set_input", "_invoke_stateful",
                      "_get_output", "_get_output_arity", "_set_instrument"):
-            setattr(self, attr, _Serialized(getattr(self, attr), self._lock))
+            setattr(self, attr, _serialized(getattr(self, attr), self._lock))
         self._profiling = bool(profile)
         self._timer = None
         if self._profiling:
@@ -275,7 +249,7 @@ class VirtualMachine(relax.VirtualMachine):
 
     def __getitem__(self, key: str):
         """The VM function ``key``, callable from any thread (calls run one at a time)."""
-        return _Serialized(super().__getitem__(key), self._lock)
+        return _serialized(super().__getitem__(key), self._lock)
 
     def profile(self, func_name: str, *args, warmup: int = 1) -> Report:
         """Run ``func_name`` on ``args`` (after ``warmup`` untimed runs) and report each call.
@@ -315,8 +289,11 @@ class VirtualMachine(relax.VirtualMachine):
             self.set_instrument(None)  # 0.27 accepts None: calls go uninstrumented again
             docs = [json.loads(m["__tenet_capture_end"]()) for m in self._tenet]
         recorded = json.loads(self._timer["records"]())
-        entries = sorted((e for doc in docs for e in _parse(doc)), key=lambda e: e.call_index)
-        charged = _tenet_entries_by_symbol(entries)
+        # The entries per symbol, one list per call (the steps of one call share call_index).
+        calls: dict[str, dict[int, list[LedgerEntry]]] = {}
+        for e in sorted((e for doc in docs for e in _parse(doc)), key=lambda e: e.call_index):
+            calls.setdefault(e.symbol, {}).setdefault(e.call_index, []).append(e)
+        charged = {symbol: list(by_call.values()) for symbol, by_call in calls.items()}
         hw = min((d["accelerator"], d["dataflow"], d["clock_ghz"]) for d in docs)
         return self._report(func_name, recorded, charged, hw)
 

@@ -21,22 +21,9 @@ LINE_INTERVAL_S = 5.0
 class LineProgress:
     """tqdm's interface (``update``, ``set_description``, ``close``, iteration), printing
     ``desc: n/total units (rate units/s, or s/unit below one a second; elapsed s)`` every
-    ``interval`` seconds and at the end, one line each.
-
-    Parameters
-    ----------
-    iterable : iterable, optional
-        What to count while iterating (its ``len`` is the total when ``total`` is None).
-    total : int, optional
-        How many there are.
-    desc, unit : str
-        What is counted: a name and the unit's singular (``step``, ``point``).
-    initial : int
-        Already done (a resumed run).
-    interval : float
-        Seconds between lines.
-    file : text stream, optional
-        Default ``sys.stderr`` (read when the bar is made).
+    ``interval`` seconds and at the end, one line each, to ``file`` (default ``sys.stderr``
+    as it is when the bar is made). ``total`` defaults to ``len(iterable)``; ``unit`` is
+    the singular (``step``, ``point``); ``initial`` counts what a resumed run already did.
     """
 
     def __init__(self, iterable: Iterable | None = None, *, total: int | None = None,

@@ -168,15 +168,15 @@ class PointColumns:
     name: str
     scheme: str
     area_mm2: float  #: all chips'
-    ttft_ms: float
-    tpot_ms: float
-    tokens_per_s: float  #: the batch's decode tokens per second
+    ttft_ms: float = math.nan
+    tpot_ms: float = math.nan
+    tokens_per_s: float = math.nan  #: the batch's decode tokens per second
     #: decode, per generated token of one sequence; the calls' energy and the static power
     #: (area x ``AreaTable.static_w_per_mm2``) over the decode time
-    energy_per_token_mj: float
-    prefill_energy_per_token_mj: float  #: the same for the prefill, per prompt token
-    power_w: float  #: average over the estimated run (prefill + decode), static included
-    feasible: bool
+    energy_per_token_mj: float = math.nan
+    prefill_energy_per_token_mj: float = math.nan  #: the same for the prefill, per prompt token
+    power_w: float = math.nan  #: average over the run (prefill + decode), static included
+    feasible: bool = False
     reason: str = ""
     perplexity: float = math.nan
     top1_agreement: float = math.nan

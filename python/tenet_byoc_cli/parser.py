@@ -24,6 +24,7 @@ Examples
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 from collections.abc import Sequence
@@ -146,35 +147,27 @@ def _accelerators(*, many: bool):
     return parse
 
 
-def _count(low: int):
-    """An argparse type: an integer >= ``low``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
-        return value
-    parse.__name__ = "integer"
-    return parse
+def _quantity(unit: str, low: float = 0, allow_low: bool = False):
+    """An argparse type: a finite number of ``unit`` (an integer when ``unit`` is "an
+    integer"), > ``low`` (>= ``low`` with ``allow_low``)."""
+    integer = unit == "an integer"
 
-
-def _quantity(unit: str, allow_zero: bool = False):
-    """An argparse type: a finite number of ``unit``, > 0 (>= 0 with ``allow_zero``)."""
     def parse(text: str) -> float:
         try:
-            value = float(text)
+            value = int(text) if integer else float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {unit}, got {text!r}") from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-            raise argparse.ArgumentTypeError(
-                f"expected {unit} {'>=' if allow_zero else '>'} 0, got {text!r}")
+        if value < low or (value == low and not allow_low) or not (
+                integer or math.isfinite(value)):  # (an int may be too large for a float)
+            raise argparse.ArgumentTypeError(f"expected {unit} {'>=' if allow_low else '>'} "
+                                             f"{low}, got {value if integer else repr(text)}")
         return value
-    parse.__name__ = "number"
+    parse.__name__ = "integer" if integer else "number"
     return parse
 
 
+#: An argparse type: an integer >= ``low``.
+_count = functools.partial(_quantity, "an integer", allow_low=True)
 #: Positive, finite numbers: a rate or size, and a time in milliseconds.
 _rate = _quantity("a number")
 _milliseconds = _quantity("milliseconds")
@@ -310,7 +303,7 @@ def _system_options(p, micro_batches: bool = False) -> None:
                        "--tp / --pp / --micro-batches (default 1)")
     p.add_argument("--link-gbps", type=_quantity("GB/s"), default=100.0, metavar="GB/s",
                    help="link bandwidth per chip and direction, GB/s (default 100)")
-    p.add_argument("--link-latency-us", type=_quantity("microseconds", allow_zero=True),
+    p.add_argument("--link-latency-us", type=_quantity("microseconds", allow_low=True),
                    default=1.0, metavar="US",
                    help="link latency per hop, microseconds (default 1)")
     p.add_argument("--topology", default="ring", choices=TOPOLOGIES,
@@ -325,11 +318,18 @@ def _out_options(p: argparse.ArgumentParser, writes: str, required: bool = False
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _llm_option(p: argparse.ArgumentParser, default: str) -> None:
-    """``--model`` of the commands that take any LLM from its config alone."""
+def _llm_options(p: argparse.ArgumentParser, default: str, chip: bool = True) -> None:
+    """``--model`` and ``--schemes`` of the commands that take any LLM from its config alone,
+    and with ``chip`` the chip's ``--accelerator`` and ``--mapping``."""
     p.add_argument("--model", default=default, type=_model, metavar="NAME|DIR",
                    help=f"built-in name ({', '.join(BUILTIN_MODELS)}), a config.json or a "
                    f"checkpoint folder (default: {default})")
+    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
+                   metavar="LIST", help="comma-separated schemes or all, each with +kvN for a "
+                   f"quantized KV cache if wanted (default: none); available: {', '.join(SCHEMES)}")
+    if chip:
+        _accelerator_option(p)
+        _mapping_option(p)
 
 
 def _accelerator_option(p: argparse.ArgumentParser, default: str | None = DEFAULT_PRESET
@@ -411,12 +411,7 @@ def _add_estimate(sub) -> None:
         "model from the model's config alone: TTFT, TPOT, tokens/s, energy per token, MACs "
         "and DRAM bytes per phase and scheme. Optionally sweep a decode step over context "
         "lengths and batch sizes.")
-    _llm_option(p, "gpt2")
-    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
-                   metavar="LIST", help=f"comma-separated schemes or all (default: none); "
-                   f"available: {', '.join(SCHEMES)}")
-    _accelerator_option(p)
-    _mapping_option(p)
+    _llm_options(p, "gpt2")
     p.add_argument("--prompt-len", type=_count(0), default=128, metavar="P",
                    help="prefill tokens (default 128; 0: no prefill)")
     p.add_argument("--context-len", type=_count(0), metavar="L",
@@ -468,9 +463,7 @@ def _add_dse(sub) -> None:
         f"appended to DIR/{DSE_RESULTS_FILE} as they finish: run the same command again to "
         "resume. With --checkpoint and --text, each scheme's perplexity and top-1 agreement "
         "join its points.")
-    _llm_option(p, "llama-3-8b")
-    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
-                   metavar="LIST", help="comma-separated schemes (default: none)")
+    _llm_options(p, "llama-3-8b", chip=False)
     p.add_argument("--space", required=True, metavar="FILE",
                    help="YAML or JSON: lists per field ("
                    f"{', '.join(a.space for a in DSE_AXES.values())}) and node_nm, "
@@ -525,12 +518,7 @@ def _add_serve(sub) -> None:
         "holds what the chip's memory leaves after the scheme's weights. Writes "
         "requests.csv, timeline.csv, summary.json and plots into --out. Static batching "
         "is `estimate --serve`.")
-    _llm_option(p, "gpt2")
-    p.add_argument("--schemes", type=_names("scheme", SCHEMES), default=["none"],
-                   metavar="LIST", help="comma-separated schemes, with +kvN for a quantized "
-                   f"KV cache (default: none); available: {', '.join(SCHEMES)}")
-    _accelerator_option(p)
-    _mapping_option(p)
+    _llm_options(p, "gpt2")
     g = p.add_argument_group("requests")
     g.add_argument("--rate", type=_rate, metavar="R", help="Poisson arrivals, requests/s")
     g.add_argument("--requests", type=_count(1), default=1000, metavar="N",

@@ -87,8 +87,10 @@ MemoryHierarchy MemoryFromTenet(const Hardware& hw);
 //    "avg_latency", "clock_ghz", "l1_bytes", "l2_bytes",
 //    "macs_per_pe_per_cycle": int | {"<bits>": int, ...}},
 //    "dataflow": {"name", "space", "time", "preset", "rows", "cols", "tiling": {str: int}},
-//    "memory": {every MemoryHierarchy field by name; dram_capacity_bytes only when > 0},
-//    "precision": [{"bits_a", "bits_b", "pj_per_mac"}, ...]   (rates: the hardware's),
+//    "memory": {every MemoryHierarchy field by name; dram_capacity_bytes only when > 0,
+//               whole_stationary_tiles only when true},
+//    "precision": [{"bits_a", "bits_b", "pj_per_mac", "format"?, "row_tiles"?: [{"min_rows",
+//                   "rows"}, ...]}, ...]   (rates: the hardware's),
 //    "mapping": {"kind": "default"} | {"kind": "given", every TileMapping field by name}
 //               | {"kind": "auto", "objective": "latency" | "energy" | "edp"},
 //    "supported_dataflows": ["os" | "ws" | "is", ...]   (absent: SupportedDataflowsFor),

@@ -216,16 +216,37 @@ GemmWorkload PeWorkload(const GemmCall& call, const Accelerator& accelerator) {
   return w;
 }
 
+GemmCall ComputedCall(const GemmCall& call, const Accelerator& accelerator) {
+  GemmCall c = call;
+  GemmWorkload& w = c.workload;
+  const int64_t tile = accelerator.precision.Lookup(w.bits_a, w.bits_b, w.float_codes)
+                           .RowTileFor(w.m);
+  if (tile > 0) w.m = tile;
+  if (accelerator.memory.whole_stationary_tiles) {
+    const Dataflow& df = accelerator.dataflow;
+    auto whole = [](int64_t& x, int64_t edge) {
+      x = CheckedMul(CeilDiv(x, edge), edge, "whole stationary tiles");
+    };
+    // The stationary operand's dimension on the array's rows, then on its columns.
+    int64_t& on_rows = df.preset == "os" ? w.m : w.k;
+    int64_t& on_cols = df.preset == "is" ? w.m : w.n;
+    whole(on_rows, df.rows);
+    whole(on_cols, df.cols);
+  }
+  return c;
+}
+
 namespace {
 
 // ChargeGemm with the arrays prepared (`array` and `tiles` both set) or not (both null).
-Charge ChargeWith(const GemmCall& call, const Accelerator& accelerator, AnalysisMethod method,
+Charge ChargeWith(const GemmCall& asked, const Accelerator& accelerator, AnalysisMethod method,
                   MappingSearch* search, const PreparedArray* array,
                   const std::shared_ptr<const PreparedArray>& tiles) {
   // An accelerator of cores spreads the call over them (core.h); one core is charged here.
-  if (!IsOneCore(accelerator.cores)) return ChargeOnCores(call, accelerator, method);
+  if (!IsOneCore(accelerator.cores)) return ChargeOnCores(asked, accelerator, method);
+  const GemmCall call = ComputedCall(asked, accelerator);
   Charge charge;
-  charge.call = call;
+  charge.call = asked;
   const Hardware& hw = accelerator.hardware;
   const MemoryHierarchy& mem = accelerator.memory;
   const GemmWorkload w = PeWorkload(call, accelerator);
@@ -264,6 +285,10 @@ Charge ChargeWith(const GemmCall& call, const Accelerator& accelerator, Analysis
     }
     charge.energy.total_pj += charge.edge_pj;
   }
+  // The MACs are the call's own work; the computed call's padding is PEs held idle.
+  const GemmWorkload& own = asked.workload;
+  charge.array.macs = charge.memory.macs = CheckedMul(
+      CheckedMul(CheckedMul(own.batch, own.m, "MACs"), own.n, "MACs"), own.k, "MACs");
   // Each energy figure is finite, but its product with a call's counts can overflow (a
   // pj_per_mac of 5.5e303): refuse the call rather than charge it an infinite energy.
   if (!std::isfinite(charge.energy.total_pj))

@@ -179,6 +179,13 @@ int64_t EdgeCycles(const GemmCall& call, const Accelerator& accelerator);
 // operand widths the PEs do not take.
 GemmWorkload PeWorkload(const GemmCall& call, const Accelerator& accelerator);
 
+// The call as the accelerator computes it: M rounded up to the row tile its MAC unit's
+// kernel computes it in (MacSpec::row_tiles), and the stationary operand's two dimensions to
+// whole array tiles (MemoryHierarchy::whole_stationary_tiles); else the call itself. Side
+// data and extra work stay the call's. Applying it twice changes nothing.
+GemmCall ComputedCall(const GemmCall& call, const Accelerator& accelerator);
+
+// The ComputedCall is charged (its MACs, traffic, cycles, energy); Charge::call is `call`.
 // Operand widths the accelerator's PEs do not take, and tiles that do not fit, are refused
 // (std::invalid_argument naming them). `method` is the array level's (AnalyzeGemm).
 // With mapping kind "auto" the call's dataflow and tiles are `search`->Best(call) (`search`

@@ -466,6 +466,13 @@ void Validate(const Accelerator& acc) {
   Validate(acc.edge_dequantizer);
   Validate(acc.cores);
   ValidateSupportedDataflows(acc);
+  // Which operand is padded is the dataflow's: a search among several would change it.
+  if (acc.memory.whole_stationary_tiles &&
+      (acc.supported_dataflows.size() != 1 || acc.dataflow.rows < 1 || acc.dataflow.cols < 1))
+    throw std::invalid_argument(
+        "accelerator '" + acc.name + "': memory.whole_stationary_tiles needs an array of one "
+        "preset dataflow (supported_dataflows one of 'os', 'ws', 'is', as tpu_v1's ['ws']), "
+        "got supported_dataflows " + ListText(acc.supported_dataflows));
   // The MAC rate has one setting, the hardware's: a table whose rates differ would charge
   // two different speeds for one call.
   for (const MacSpec& u : acc.precision.units) {
@@ -566,10 +573,16 @@ std::string SerializeAccelerator(const Accelerator& acc) {
     memory["dram_capacity_bytes"] = acc.memory.dram_capacity_bytes;
   for (const auto& [key, field] : kMemoryIntegers) memory[key] = acc.memory.*field;
   for (const auto& [key, field] : kMemoryBools) memory[key] = acc.memory.*field;
+  if (acc.memory.whole_stationary_tiles) memory["whole_stationary_tiles"] = true;  // absent: false
   J precision = J::array();
   for (const MacSpec& u : acc.precision.units) {
     J unit = {{"bits_a", u.bits_a}, {"bits_b", u.bits_b}, {"pj_per_mac", u.pj_per_mac}};
     if (!u.format.empty()) unit["format"] = u.format;  // absent: any codes of its width
+    if (!u.row_tiles.empty()) {  // absent: none
+      unit["row_tiles"] = J::array();
+      for (const MacSpec::RowTile& t : u.row_tiles)
+        unit["row_tiles"].push_back({{"min_rows", t.min_rows}, {"rows", t.rows}});
+    }
     precision.push_back(std::move(unit));
   }
   J mapping = {{"kind", acc.mapping.kind}};
@@ -664,7 +677,7 @@ Accelerator ParseAccelerator(const std::string& json) {
 
   const std::string mem_where = "accelerator.memory";
   const JsonValue& m = detail::Member(root, "memory", "accelerator");
-  std::vector<std::string> mem_keys{"psum_bits", "dram_capacity_bytes"};
+  std::vector<std::string> mem_keys{"psum_bits", "dram_capacity_bytes", "whole_stationary_tiles"};
   for (const auto& kv : kMemoryNumbers) mem_keys.push_back(kv.first);
   for (const auto& kv : kMemoryIntegers) mem_keys.push_back(kv.first);
   for (const auto& kv : kMemoryBools) mem_keys.push_back(kv.first);
@@ -676,6 +689,8 @@ Accelerator ParseAccelerator(const std::string& json) {
   for (const auto& [key, field] : kMemoryNumbers) acc.memory.*field = NumberMember(m, key, mem_where);
   for (const auto& [key, field] : kMemoryIntegers) acc.memory.*field = IntegerMember(m, key, mem_where);
   for (const auto& [key, field] : kMemoryBools) acc.memory.*field = BoolMember(m, key, mem_where);
+  if (m.contains("whole_stationary_tiles"))
+    acc.memory.whole_stationary_tiles = BoolMember(m, "whole_stationary_tiles", mem_where);
   if (m.contains("dram_capacity_bytes")) {
     const double capacity = NumberMember(m, "dram_capacity_bytes", mem_where);
     if (!(capacity >= 0) || !std::isfinite(capacity))
@@ -692,7 +707,7 @@ Accelerator ParseAccelerator(const std::string& json) {
   PrecisionTable energies;
   for (size_t i = 0; i < p.size(); ++i) {
     const std::string at = prec_where + "[" + Str(static_cast<int64_t>(i)) + "]";
-    detail::ExpectKeys(p[i], {"bits_a", "bits_b", "pj_per_mac", "format"}, at);
+    detail::ExpectKeys(p[i], {"bits_a", "bits_b", "pj_per_mac", "format", "row_tiles"}, at);
     MacSpec u;
     for (auto [key, field] : {std::pair{"bits_a", &MacSpec::bits_a}, {"bits_b", &MacSpec::bits_b}}) {
       const int64_t bits = IntegerMember(p[i], key, at);
@@ -702,6 +717,17 @@ Accelerator ParseAccelerator(const std::string& json) {
     }
     u.pj_per_mac = NumberMember(p[i], "pj_per_mac", at);
     if (p[i].contains("format")) u.format = StringMember(p[i], "format", at);
+    if (p[i].contains("row_tiles")) {
+      const JsonValue& tiles = p[i]["row_tiles"];
+      if (!tiles.is_array())
+        throw std::invalid_argument(at + ".row_tiles must be a list of {min_rows, rows}");
+      for (size_t j = 0; j < tiles.size(); ++j) {
+        const std::string tile_at = at + ".row_tiles[" + Str(static_cast<int64_t>(j)) + "]";
+        detail::ExpectKeys(tiles[j], {"min_rows", "rows"}, tile_at);
+        u.row_tiles.push_back({IntegerMember(tiles[j], "min_rows", tile_at),
+                               IntegerMember(tiles[j], "rows", tile_at)});
+      }
+    }
     energies.units.push_back(u);
   }
   acc.precision = Accelerator::WithMacRates(std::move(energies), hw.macs_per_pe_per_cycle);

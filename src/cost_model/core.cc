@@ -50,6 +50,9 @@ GemmCall CoreCall(const GemmCall& call, const Split& sp) {
 Accelerator CoreAccelerator(const Accelerator& acc, int64_t active) {
   Accelerator core = acc;
   core.cores = Cores{};
+  // The call is cut into its computed tiles already (ComputedCall): a share is not again.
+  for (MacSpec& u : core.precision.units) u.row_tiles.clear();
+  core.memory.whole_stationary_tiles = false;
   core.memory.dram_bandwidth_bits = acc.cores.shared_bandwidth_bits / static_cast<double>(active);
   return core;
 }
@@ -109,9 +112,10 @@ bool operator==(const Cores& a, const Cores& b) {
 
 bool IsOneCore(const Cores& c) { return c.count == 1 && c.launch_cycles == 0; }
 
-Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMethod method,
+Charge ChargeOnCores(const GemmCall& asked, const Accelerator& acc, AnalysisMethod method,
                      bool prune) {
   Validate(acc.cores);
+  const GemmCall call = ComputedCall(asked, acc);
   // Operands kept on chip live in the shared level: no DRAM (HBM) traffic when they fit.
   const GemmWorkload w = OnChipFitted(call.workload, acc.cores.shared_bytes);
   const int64_t rows = std::max<int64_t>(1, acc.dataflow.rows);
@@ -216,8 +220,9 @@ Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMetho
   m.register_access_bits = Scale(m.register_access_bits, f);
   m.compulsory_dram_bits = CompulsoryDramBits(w);
   m.tile_steps = Scale(m.tile_steps, f);
-  m.macs = CheckedMul(CheckedMul(CheckedMul(w.batch, w.m, "cores: MACs"), w.n, "cores: MACs"),
-                      w.k, "cores: MACs");
+  const GemmWorkload& own = asked.workload;  // the call's own work (ComputedCall's padding idles)
+  m.macs = CheckedMul(CheckedMul(CheckedMul(own.batch, own.m, "cores: MACs"), own.n, "cores: MACs"),
+                      own.k, "cores: MACs");
   const int64_t core_cycles = m.cycles;
   m.cycles = CheckedAdd(CheckedAdd(cores.launch_cycles,
                                    std::max(core_cycles, CeilCycles(CompulsoryDramBits(w),
@@ -248,7 +253,7 @@ Charge ChargeOnCores(const GemmCall& call, const Accelerator& acc, AnalysisMetho
         " x " + Str(w.k) + " GEMM on its " + Str(cores.count) +
         " cores overflows a double: precision pj_per_mac, memory *_pj_per_bit or "
         "edge_dequantizer.pj_per_element is too large");
-  charge.call = call;
+  charge.call = asked;
   return charge;
 }
 

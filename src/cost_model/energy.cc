@@ -73,7 +73,23 @@ void Validate(const PrecisionTable& table) {
     if (!u.format.empty() && u.format != "int" && u.format != "float")
       throw std::invalid_argument(at + ".format must be \"int\", \"float\" or \"\" (any codes "
                                   "of its width), got \"" + u.format + "\"");
+    int64_t above = 0;  // the previous range's last row
+    for (size_t j = 0; j < u.row_tiles.size(); ++j) {
+      const MacSpec::RowTile& t = u.row_tiles[j];
+      if (t.min_rows <= above || t.rows < t.min_rows)
+        throw std::invalid_argument(
+            at + ".row_tiles[" + Str(static_cast<int64_t>(j)) + "] = (min_rows " +
+            Str(t.min_rows) + ", rows " + Str(t.rows) + "): need 1 <= min_rows <= rows, each "
+            "range above the previous one's rows (" + Str(above) + ")");
+      above = t.rows;
+    }
   }
+}
+
+int64_t MacSpec::RowTileFor(int64_t m) const {
+  for (const RowTile& t : row_tiles)
+    if (t.min_rows <= m && m <= t.rows) return t.rows;
+  return 0;
 }
 
 namespace {

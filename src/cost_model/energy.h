@@ -29,6 +29,16 @@ struct MacSpec {
   // codes only; "float" float codes (fp8, fp4) and, when wider than 8 bits, any narrower
   // operand widened to it. A data sheet's int8 and fp8 peaks are two units of 8 bits.
   std::string format;
+  // The rows the unit's kernel computes a call in, by the call's rows M: a call of
+  // `min_rows` to `rows` rows runs as one tile of `rows` rows, and is charged so
+  // (ComputedCall, charge.h), e.g. cuBLAS's SGEMM on a GPU's CUDA cores, 32-row thread
+  // blocks for 9 to 32 rows. Ascending, disjoint; empty, or M in no range: M rows.
+  struct RowTile {
+    int64_t min_rows = 1, rows = 1;  // 1 <= min_rows <= rows
+  };
+  std::vector<RowTile> row_tiles;
+  // The rows of the tile a call of `m` rows runs in; 0 when no range holds m.
+  int64_t RowTileFor(int64_t m) const;
 };
 
 // MAC units of a PE by operand widths and format. Operands narrower than a unit run on it (a

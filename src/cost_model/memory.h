@@ -72,6 +72,11 @@ struct MemoryHierarchy {
   // each max(stream length, rows) cycles, and the load, fill and drain are paid once per
   // call (SteadyFoldCycles, ExactArrayModel).
   bool stationary_double_buffered = false;
+  // The stationary operand (ws: B, K x N; is: A, K x M; os: C, M x N) is fetched from DRAM,
+  // and computed, in whole array tiles of rows x cols (TPU v1's 256 x 256 weight tiles,
+  // Jouppi et al. 2017 Sec. 2, 7): a call is charged with those two dimensions rounded up
+  // to whole tiles (ComputedCall, charge.h). Needs one preset dataflow (Validate(Accelerator)).
+  bool whole_stationary_tiles = false;
   // Width of partial sums of C (the accumulator) when they are stored and moved, bits.
   int psum_bits = 32;
   // DRAM (HBM) the chip holds, bytes; 0: not known. It changes no charge, only whether a

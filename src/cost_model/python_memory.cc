@@ -18,12 +18,21 @@ namespace {
 // Python's own repr of a float (shortest text that reads back to it: 4.6, not 4.600000).
 std::string PyFloat(double v) { return py::repr(py::float_(v)).cast<std::string>(); }
 
+// MacSpec::row_tiles as Python's (min_rows, rows) pairs.
+std::vector<std::pair<int64_t, int64_t>> RowTiles(const MacSpec& u) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const MacSpec::RowTile& t : u.row_tiles) out.emplace_back(t.min_rows, t.rows);
+  return out;
+}
+
 // The constructor's spelling: MacSpec(bits_a=8, bits_b=8, macs_per_pe_per_cycle=4.0, ...).
 std::string MacSpecRepr(const MacSpec& u) {
   return "MacSpec(bits_a=" + std::to_string(u.bits_a) + ", bits_b=" + std::to_string(u.bits_b) +
          ", macs_per_pe_per_cycle=" + PyFloat(u.macs_per_pe_per_cycle) +
          ", pj_per_mac=" + PyFloat(u.pj_per_mac) +
-         (u.format.empty() ? "" : ", format='" + u.format + "'") + ")";
+         (u.format.empty() ? "" : ", format='" + u.format + "'") +
+         (u.row_tiles.empty() ? "" : ", row_tiles=" + py::repr(py::cast(RowTiles(u))).cast<std::string>()) +
+         ")";
 }
 
 py::dict TrafficDict(const OperandTraffic& t) {
@@ -49,7 +58,7 @@ void BindMemory(py::module_& m) {
                        std::optional<double> buffer_pj_per_bit, bool buffer_double_buffered,
                        int64_t register_bytes, std::optional<double> register_pj_per_bit,
                        bool stationary_double_buffered, int psum_bits,
-                       double dram_capacity_bytes) {
+                       double dram_capacity_bytes, bool whole_stationary_tiles) {
              MemoryHierarchy h;
              h.dram_bandwidth_bits = dram_bandwidth_bits;
              h.dram_channel_per_operand = dram_channel_per_operand;
@@ -61,6 +70,7 @@ void BindMemory(py::module_& m) {
              h.stationary_double_buffered = stationary_double_buffered;
              h.psum_bits = psum_bits;
              h.dram_capacity_bytes = dram_capacity_bytes;
+             h.whole_stationary_tiles = whole_stationary_tiles;
              Validate(h);  // before the capacities feed the energy defaults
              h.buffer_pj_per_bit = buffer_pj_per_bit ? *buffer_pj_per_bit : SramPjPerBit(buffer_bytes);
              h.register_pj_per_bit =
@@ -74,7 +84,7 @@ void BindMemory(py::module_& m) {
            py::arg("buffer_double_buffered") = true, py::arg("register_bytes") = 64,
            py::arg("register_pj_per_bit") = py::none(),
            py::arg("stationary_double_buffered") = false, py::arg("psum_bits") = 32,
-           py::arg("dram_capacity_bytes") = 0.0)
+           py::arg("dram_capacity_bytes") = 0.0, py::arg("whole_stationary_tiles") = false)
       .def_readonly("dram_bandwidth_bits", &MemoryHierarchy::dram_bandwidth_bits)
       .def_readonly("dram_channel_per_operand", &MemoryHierarchy::dram_channel_per_operand)
       .def_readonly("dram_pj_per_bit", &MemoryHierarchy::dram_pj_per_bit)
@@ -87,6 +97,7 @@ void BindMemory(py::module_& m) {
       .def_readonly("stationary_double_buffered", &MemoryHierarchy::stationary_double_buffered)
       .def_readonly("psum_bits", &MemoryHierarchy::psum_bits)
       .def_readonly("dram_capacity_bytes", &MemoryHierarchy::dram_capacity_bytes)
+      .def_readonly("whole_stationary_tiles", &MemoryHierarchy::whole_stationary_tiles)
       .def("__repr__", [](const MemoryHierarchy& h) {
         return "MemoryHierarchy(dram_bandwidth_bits=" + std::to_string(h.dram_bandwidth_bits) +
                ", buffer_bytes=" + std::to_string(h.buffer_bytes) + ", buffer_bandwidth_bits=" +
@@ -256,16 +267,26 @@ void BindMemory(py::module_& m) {
       py::arg("bits_c") = py::none());
 
   py::class_<MacSpec>(m, "MacSpec")
-      .def(py::init([](int bits_a, int bits_b, double rate, double pj, std::string format) {
-             return MacSpec{bits_a, bits_b, rate, pj, std::move(format)};
+      .def(py::init([](int bits_a, int bits_b, double rate, double pj, std::string format,
+                       const std::vector<std::pair<int64_t, int64_t>>& row_tiles) {
+             MacSpec u{bits_a, bits_b, rate, pj, std::move(format), {}};
+             for (const auto& [min_rows, rows] : row_tiles) u.row_tiles.push_back({min_rows, rows});
+             return u;
            }),
            py::arg("bits_a"), py::arg("bits_b"), py::arg("macs_per_pe_per_cycle"),
-           py::arg("pj_per_mac"), py::arg("format") = "")
+           py::arg("pj_per_mac"), py::arg("format") = "",
+           py::arg("row_tiles") = std::vector<std::pair<int64_t, int64_t>>{},
+           "One MAC unit. ``row_tiles``: (min_rows, rows) pairs, ascending: a call of min_rows "
+           "to rows rows is computed, and charged, as one tile of that many rows (its kernel's "
+           "thread block); checked with the table.")
       .def_readonly("bits_a", &MacSpec::bits_a)
       .def_readonly("bits_b", &MacSpec::bits_b)
       .def_readonly("macs_per_pe_per_cycle", &MacSpec::macs_per_pe_per_cycle)
       .def_readonly("pj_per_mac", &MacSpec::pj_per_mac)
       .def_readonly("format", &MacSpec::format)
+      .def_property_readonly("row_tiles", &RowTiles)
+      .def("row_tile_for", &MacSpec::RowTileFor, py::arg("m"),
+           "The rows of the tile a call of ``m`` rows runs in; 0 when no range holds ``m``.")
       .def("__repr__", &MacSpecRepr);
 
   py::class_<PrecisionTable>(m, "PrecisionTable")

@@ -542,6 +542,13 @@ void BindValues(py::module_& m) {
       "With mapping 'auto' each distinct call is searched once per accelerator. "
       "exhaustive_splits: on an accelerator of cores, charge every split of the call over "
       "them (no pruning by the lower bound; the same charge, slower: for tests).");
+  m.def(
+      "computed_call",
+      [](const GemmCall& call, const BoundAccelerator& acc) { return ComputedCall(call, acc.value); },
+      py::arg("call"), py::arg("accelerator"),
+      "The call as `accelerator` computes and charges it: M in its MAC unit's row tile "
+      "(MacSpec.row_tiles), the stationary operand in whole array tiles "
+      "(MemoryHierarchy.whole_stationary_tiles); else the call itself.");
   py::class_<AttentionCall>(
       m, "AttentionCall",
       "One fused attention kernel (attention.h): batch sequences, heads query heads over "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tenet_byoc import cost_model as cm
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 from tenet_byoc.accelerators import preset
 
 TINY = ["--gpt2-config", "tiny", "--prompt-len", "6", "--context-len", "7", "--no-progress",

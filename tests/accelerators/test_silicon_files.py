@@ -14,7 +14,6 @@ import pytest
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "silicon" / "data"
 sys.path.insert(0, str(DATA.parent))
-from h200 import sgemm_tile_rows  # noqa: E402
 from jsonl_to_csv import convert  # noqa: E402
 from kernels import tile  # noqa: E402
 
@@ -40,18 +39,22 @@ def test_a_broken_record_names_its_line(tmp_path):
 
 
 def test_the_sgemm_tile_rule_is_the_profiled_kernels():
-    """h200.py pads an fp32 call of 9 to 64 rows to its thread block's rows: the rule must name
-    the tile of the kernel the H200 ran (its name, in kernels.jsonl) for at least 9 calls in 10
-    of 1 to 64 rows (the rest: cuBLAS's other choices by shape, e.g. GPT-2's 768 x 768)."""
+    """The h200 preset charges an fp32 call of 9 to 64 rows as its thread block's rows (its
+    float32 unit's row_tiles): the rule must name the tile of the kernel the H200 ran (its name,
+    in kernels.jsonl) for at least 9 calls in 10 of 1 to 64 rows (the rest: cuBLAS's other
+    choices by shape, e.g. GPT-2's 768 x 768)."""
     import json
 
+    from tenet_byoc.accelerators import preset
+
+    unit = preset("h200").precision.lookup(32, 32)
     agree = total = 0
     with open(DATA / "h200" / "kernels.jsonl", encoding="utf-8") as f:
         for row in map(json.loads, f):
             if row.get("format") != "fp32" or "kernels" not in row or row["M"] > 64:
                 continue
             ran = tile(max(row["kernels"], key=lambda k: k["us"])["name"])
-            rule = sgemm_tile_rows(row["M"])
+            rule = unit.row_tile_for(row["M"])
             total += 1
             agree += (ran[0] == rule) if rule else (ran is None or ran[0] >= row["M"])
     assert total >= 150 and agree >= 0.9 * total, (agree, total)

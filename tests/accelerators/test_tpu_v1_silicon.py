@@ -20,7 +20,9 @@ import pytest
 from tenet_byoc.accelerators import preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from tpu_v1_silicon import APPLICATIONS, OTHERS, fetched_shape, fit_layer_delay, model_figures
+from tpu_v1_silicon import APPLICATIONS, OTHERS, fit_layer_delay, model_figures
+
+from tenet_byoc import cost_model as cm
 
 
 @pytest.mark.parametrize("app", APPLICATIONS, ids=lambda a: a.name)
@@ -47,7 +49,9 @@ def test_lstm1_fetches_whole_tiles():
     lstm1 = next(a for a in OTHERS if a.name == "LSTM1")
     # Its 600 x 600 matrix takes 3 x 3 tiles of 256 x 256 (the paper's "9 steps"): 360,000 of
     # 589,824 weights useful, the share Table 3 measured on its active cycles (6.3 / 10.5).
-    assert fetched_shape(lstm1, 600, 600) == (768, 768)
+    tiles = cm.computed_call(cm.GemmCall(m=96, n=600, k=600, bits_a=8, bits_b=8),
+                             preset("tpu_v1", mapping="auto"))
+    assert (tiles.k, tiles.n) == (768, 768)
     assert abs(600 * 600 / 768**2 - lstm1.useful / lstm1.array_active) < 0.02
     # Fetching 9 x 64 KiB a matrix at 34 GB/s (by hand: 2 x 96 x 360,000 ops in 9 x 65,536
     # bytes / 34 GB/s) bounds its FC layers at 3.98 TOPS; weights as stored would allow 6.53.

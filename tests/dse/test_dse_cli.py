@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tenet_byoc import dse
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 
 SPACE = "rows: [8, 16]\ncols: [16]\ndataflows: [os, ws]\npe_formats: [[int8, fp16, fp32]]\n" \
         "buffer_bytes: [262144, 1048576]\ndram_gbps: [32]\nnode_nm: 28\n"

@@ -43,7 +43,7 @@ def test_a_bad_capacity_is_refused():
 
 
 def test_the_command_line_reports_what_does_not_fit(tmp_path, capsys):
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
 
     space = tmp_path / "space.yaml"
     space.write_text("rows: [8]\ncols: [16]\ntensor_parallel: [1, 2]\nnode_nm: 28\n")

@@ -7,7 +7,7 @@ import csv
 import pytest
 
 import tenet_byoc
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 
 
 def exit_code(argv) -> int:

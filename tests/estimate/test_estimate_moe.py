@@ -224,7 +224,7 @@ def test_cli_ep_flag(tmp_path, capsys):
     import csv
     import json
 
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
     from tenet_byoc.system import System
 
     config = tmp_path / "config.json"

@@ -245,7 +245,7 @@ def test_bad_systems_are_refused_by_name(make, words):
 
 
 def test_cli_flags_make_the_system(tmp_path, capsys):
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
 
     argv = ["estimate", "--model", LLAMA, "--accelerator", "os16", "--prompt-len", str(PROMPT),
             "--decode-steps", "1", "--tp", "4", "--pp", "2", "--chips", "8",

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import tenet_byoc
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 from tenet_byoc.accelerators import PRESETS
 from tenet_byoc.quantization import SCHEMES
 
@@ -194,10 +194,10 @@ def test_scheme_lists_take_kv_modifiers_and_specs():
 
 def test_module_entry_point_exit_codes():
     """As a process: help exits 0, a bad scheme exits 2 with one line and no traceback."""
-    ok = subprocess.run([sys.executable, "-m", "tenet_byoc.experiments.cli"], check=False,
+    ok = subprocess.run([sys.executable, "-m", "tenet_byoc_cli"], check=False,
                         capture_output=True, text=True)
     assert ok.returncode == 0 and "usage: tenet-byoc" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "tenet_byoc.experiments.cli", "run", "--scheme", "int3"],
+    bad = subprocess.run([sys.executable, "-m", "tenet_byoc_cli", "run", "--scheme", "int3"],
                          check=False, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown scheme 'int3'" in bad.stderr
     assert "Traceback" not in bad.stderr

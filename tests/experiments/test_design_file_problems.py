@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tenet_byoc.design_file import design_form
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 from tenet_byoc.accelerators import PRESETS, Accelerator, preset
 
 

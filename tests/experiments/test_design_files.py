@@ -12,7 +12,8 @@ import yaml
 import tenet_byoc
 from tenet_byoc import cost_model as cm
 from tenet_byoc.design_file import design_form
-from tenet_byoc.experiments.cli import _checked_inputs, main
+from tenet_byoc.experiments.cli import _checked_inputs
+from tenet_byoc_cli import main
 from tenet_byoc.accelerators import Accelerator, preset
 from tenet_byoc_cli.parser import build_parser
 

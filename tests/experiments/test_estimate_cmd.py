@@ -47,7 +47,7 @@ def test_the_readme_multi_chip_line_fits_its_model():
 
 
 def _exit(argv, capsys) -> tuple[int, str]:
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
 
     try:
         code = main(argv)

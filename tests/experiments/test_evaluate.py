@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 from tenet_byoc.experiments.evaluate import (
     evaluate,
     prepare_eval,

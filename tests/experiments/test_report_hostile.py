@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 from tenet_byoc.experiments.report import (
     REPORT,
     _script_json,

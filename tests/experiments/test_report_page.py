@@ -15,7 +15,7 @@ import plotly.offline
 import pytest
 
 import tenet_byoc
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 from tenet_byoc.experiments.report import (
     REPORT,
     SOURCES,

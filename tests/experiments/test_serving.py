@@ -14,7 +14,7 @@ import pytest
 
 import tenet_byoc
 from tenet_byoc.ledger import totals
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 from tenet_byoc.experiments.serving import (
     Request,
     largest_batch,

@@ -70,7 +70,7 @@ def test_accelerators_of_one_run_share_its_build_and_outputs(together, accelerat
 
 
 def _exit_code(argv) -> int:
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
 
     try:
         return main(argv)

@@ -66,6 +66,21 @@ def test_a_system_groups_by_chip_and_keeps_its_links():
     assert [e.charge for e in chip0] == [e.charge for e in chip1]
 
 
+def test_a_fused_attention_ledger_sums_the_same_entry_by_entry():
+    # Fused attention entries carry DRAM bytes but no off-chip bytes or roofline: the plain
+    # reference sums them as the columns do (it raised AttributeError before). MACs and PE
+    # utilisation are left out: the columns count the kernel's MACs, the reference the GEMMs'.
+    book = estimate("qwen2.5-0.5b", prompt_len=8, decode_steps=1, attention="fused")
+    entries = book.entries
+    assert any(e.unit == "attention" for e in entries)
+    fast, slow = book.totals(), totals(entries)
+    assert (fast.calls, fast.cycles, fast.roofline_cycles) == (
+        slow.calls, slow.cycles, slow.roofline_cycles)
+    for name in ("latency_us", "energy_pj", "offchip_bytes", "dram_bytes"):
+        assert getattr(fast, name) == pytest.approx(getattr(slow, name), rel=1e-12)
+    assert slow.dram_bytes > sum(e.dram_bytes for e in entries if e.unit != "attention")
+
+
 def test_entries_are_made_when_read_one_or_all():
     book = estimate("llama-3-8b", prompt_len=4, decode_steps=1)
     n = len(book)  # from the columns: no entry made yet

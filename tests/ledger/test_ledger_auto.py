@@ -113,8 +113,11 @@ def _roofline(acc, g, bits, extra_read_bits, extra_ops) -> int:
     # DESIGN.md's roofline, from the call alone: every PE busy, or DRAM moving each operand
     # (and the scales) once. The presets here do one MAC per PE per cycle at these widths;
     # with a DRAM channel per operand (tpu_v1) the busiest channel bounds it, the scales
-    # travelling with A.
+    # travelling with A. The call is the one the array computes (tpu_v1: weights in whole
+    # 256 x 256 tiles, tests/cost_model/test_tile_rules.py).
     a, b, c = bits
+    g = cm.computed_call(cm.GemmCall(m=g.m, n=g.n, k=g.k, batch=g.batch, bits_a=a, bits_b=b,
+                                     bits_c=c), acc)
     pes = acc.hardware.num_pes
     compute = math.ceil((g.batch * g.m * g.n * g.k + extra_ops) / pes)
     operand_bits = [g.batch * g.m * g.k * a + extra_read_bits, g.batch * g.k * g.n * b,

@@ -16,6 +16,7 @@ from tvm import relax
 
 import tenet_byoc
 from ledger_testing import gemm_ledger, mlp_executable
+from tenet_byoc import cost_model as cm
 from tenet_byoc.accelerators import preset
 from tenet_byoc.quantization import quantize
 
@@ -37,10 +38,13 @@ def test_memory_fields_in_csv_and_json(hardware):
         for field in ("dram_read_bytes", "dram_write_bytes"):
             assert getattr(e, field) == sum(getattr(t, field) for t in e.tensors.values())
         # C is written once (K innermost in the default mapping), A and B read at least once,
-        # but for what stays on chip.
-        c_bits = 0 if e.c_on_chip else e.batch * e.m * e.n * e.bits_c
+        # but for what stays on chip; in the shape the array computes (tpu_v1: K and N in
+        # whole 256 x 256 weight tiles, tests/cost_model/test_tile_rules.py).
+        t = cm.computed_call(cm.GemmCall(m=e.m, n=e.n, k=e.k, bits_a=e.bits_a,
+                                         bits_b=e.bits_b), acc)
+        c_bits = 0 if e.c_on_chip else e.batch * t.m * t.n * e.bits_c
         assert e.tensors["C"].dram_write_bytes == c_bits / 8
-        a_bits = 0 if e.a_on_chip else e.batch * e.m * e.k * e.bits_a
+        a_bits = 0 if e.a_on_chip else e.batch * t.m * t.k * e.bits_a
         assert e.tensors["A"].dram_read_bytes >= a_bits / 8
         assert e.tensors["A"].dram_read_bytes == 0 or not e.a_on_chip
         # DRAM energy is its bits at the hierarchy's pJ per bit.

@@ -14,7 +14,7 @@ from llama_testing import TINY_LLAMA, make_llama_weights, numpy_llama_logits, wr
 from safetensors.numpy import save_file
 
 import tenet_byoc
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 from tenet_byoc.models import from_pretrained
 from tenet_byoc.models.checkpoint import CheckpointError
 from tenet_byoc.models.configs import resolve_config

@@ -183,7 +183,7 @@ def test_serve_refuses_latent_attention_by_name(tmp_path, capsys):
     # serve charges grouped-query mixtures (tests/serving/test_serve_moe.py); DeepSeek-V3's
     # latent attention caches one compressed latent a token, which its KV cache does not
     # model: one line naming it and exit code 2, as argparse does.
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--model", "deepseek-v3", "--accelerator", "h200", "--rate", "1",

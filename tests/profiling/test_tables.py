@@ -11,7 +11,7 @@ import tvm
 
 import tenet_byoc
 from ledger_testing import mlp_executable
-from tenet_byoc.experiments.cli import main
+from tenet_byoc_cli import main
 from tenet_byoc.ledger import step_cycles
 
 

@@ -88,7 +88,7 @@ def _read(path):
 
 
 def test_serve_command_files(tmp_path):
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
 
     out = tmp_path / "out"
     code = main(["serve", "--model", "gpt2", "--accelerator", "os16", "--schemes",
@@ -130,7 +130,7 @@ def test_serve_command_files(tmp_path):
     (["--trace", "{bad}"], "line 3, field output_tokens"),
 ])
 def test_serve_command_refuses(tmp_path, capsys, extra, message):
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
 
     bad = tmp_path / "bad.csv"
     bad.write_text("arrival_s,prompt_tokens,output_tokens\n0,4,2\n0.5,4,two\n")

@@ -127,7 +127,7 @@ def kv_bits(scheme):
     (["--disaggregate", "1:1", "--tp", "2"], "exclude each other"),
 ])
 def test_serve_command_refuses_bad_chips(tmp_path, capsys, extra, message):
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--model", "gpt2", "--memory-gb", "1", "--rate", "1", "--requests",
@@ -144,7 +144,7 @@ def test_serve_command_disaggregated(tmp_path):
     import csv
     import json
 
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
     from tenet_byoc.serving import poisson_trace
     from tenet_byoc.serving.requests import FixedLengths
 

@@ -17,7 +17,7 @@ def _script(text: str, name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from tenet_byoc.experiments.cli import main
+    from tenet_byoc_cli import main
 
     out = tmp_path_factory.mktemp("serve")
     assert main(["serve", "--model", "gpt2", "--accelerator", "os16", "--schemes",

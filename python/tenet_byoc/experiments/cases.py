@@ -384,17 +384,9 @@ def gpt2_case(config: str = "small", *, checkpoint: str | os.PathLike | None = N
 
 def mlp_case(data: str | os.PathLike | None = None, *, epochs: int | None = None,
              seed: int = 0) -> MLPCase:
-    """The MLP trained on FashionMNIST from ``data``, or on scikit-learn's digits without it.
-
-    Parameters
-    ----------
-    data : path, optional
-        A folder with the four FashionMNIST IDX files; without it, the digits (bundled with
-        scikit-learn) with a split seeded by ``seed``.
-    epochs : int, optional
-        Training epochs (5 on FashionMNIST, 60 on the digits by default).
-    seed : int
-        Seeds the weights, the shuffling and the digits' split.
+    """The MLP trained on FashionMNIST from ``data`` (a folder with the four IDX files), or on
+    scikit-learn's digits without it; ``epochs`` and ``seed`` as
+    :func:`~tenet_byoc.experiments.data.prepare_mlp` takes them.
 
     Raises
     ------
@@ -407,8 +399,7 @@ def mlp_case(data: str | os.PathLike | None = None, *, epochs: int | None = None
 
     if data is not None and not os.path.isdir(data):
         raise FileNotFoundError(f"FashionMNIST folder {os.fspath(data)!r} does not exist")
-    if data is not None:
-        # A folder was named, so a missing file is an error (named by the loader), not a
-        # reason to fall back to the digits.
-        return MLPCase(prepare_mlp(load_fashion_mnist(data), epochs=epochs, seed=seed))
-    return MLPCase(prepare_mlp(None, epochs=epochs, seed=seed))
+    # A folder was named, so a missing file is an error (named by the loader), not a reason
+    # to fall back to the digits.
+    data = None if data is None else load_fashion_mnist(data)
+    return MLPCase(prepare_mlp(data, epochs=epochs, seed=seed))

@@ -10,12 +10,11 @@ The commands and an example of each: :mod:`tenet_byoc_cli.parser`'s docstring, o
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["main", "run_command"]
+__all__ = ["run_command"]
 
 # User mistakes (bad names, missing or broken files, lengths out of range) surface as these;
 # they become a one-line message and exit code 2, never a traceback.
@@ -48,19 +47,7 @@ def _input_checks():
 
 
 def _accelerators(args, quick: bool = False) -> list:
-    from ..accelerators import resolve
-
-    accs = [resolve(h, args.mapping, args.objective) for h in _chosen_accelerators(args, quick)]
-    names = [a.name for a in accs]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ValueError(f"accelerator {', '.join(map(repr, twice))} given twice in "
-                         f"{','.join(names)}: each accelerator is charged once")
-    return accs
-
-
-def _chosen_accelerators(args, quick: bool) -> list:
-    from ..accelerators import DEFAULT_PRESET, Accelerator
+    from ..accelerators import DEFAULT_PRESET, Accelerator, resolve
     from .sweep import DEFAULT_ACCELERATORS, QUICK
 
     if (args.tenet_p is None) != (args.tenet_m is None):
@@ -70,14 +57,16 @@ def _chosen_accelerators(args, quick: bool) -> list:
         chosen = [chosen]  # one preset name or design file's accelerator
     custom = ([] if args.tenet_p is None
               else [Accelerator.from_tenet_files(args.tenet_p, args.tenet_m)])
-    if chosen is None:
-        if custom:
-            return custom  # only the custom array unless presets are asked for too
-        if args.command == "sweep":
-            chosen = list(QUICK.accelerators if quick else DEFAULT_ACCELERATORS)
-        else:
-            chosen = [DEFAULT_PRESET]
-    return chosen + custom
+    if chosen is None:  # only the custom array unless presets are asked for too
+        chosen = [] if custom else (list(QUICK.accelerators if quick else DEFAULT_ACCELERATORS)
+                                    if args.command == "sweep" else [DEFAULT_PRESET])
+    accs = [resolve(h, args.mapping, args.objective) for h in chosen + custom]
+    names = [a.name for a in accs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"accelerator {', '.join(map(repr, twice))} given twice in "
+                         f"{','.join(names)}: each accelerator is charged once")
+    return accs
 
 
 #: The options that apply to one model only.
@@ -172,8 +161,7 @@ def _cmd_sweep(args) -> int:
     print("Costs are the offloaded GEMMs only, as run and charged (`tenet-byoc estimate` adds "
           "the vector unit: the whole model).")
     for model in dict.fromkeys(r.model for r in result.rows):
-        print()
-        print(result.table(model))
+        print(f"\n{result.table(model)}")
     print(f"\nwall time {result.wall_s:.1f} s")
     by_name = {a.name: a for a in accelerators}
     # run: one per-layer table (and plot) per phase and accelerator, in the rows' order
@@ -182,22 +170,18 @@ def _cmd_sweep(args) -> int:
         runs.setdefault((c.phase, c.accelerator), []).append(c)
     for (phase, name), calls in runs.items():
         print(f"\n{calls[0].model} {phase}, {args.scheme} on {name}: per layer")
-        header = ["layer", "pattern", "scheme", "batch", "M", "N", "K", "MACs", "est. cycles",
-                  "est. latency (us)", "PE util", "off-chip bytes"]
-        print(markdown_table(header, [
+        print(markdown_table(["layer", "pattern", "scheme", "batch", "M", "N", "K", "MACs",
+                              "est. cycles", "est. latency (us)", "PE util", "off-chip bytes"], [
             [c.layer, c.pattern, c.call_scheme, c.batch, c.m, c.n, c.k, c.macs, c.cycles,
              f"{c.latency_us:,.2f}", f"{100 * c.pe_utilization:.1f}%", f"{c.offchip_bytes:,.0f}"]
-            for c in calls
-        ]))
+            for c in calls]))
         if args.mapping == "auto":
             print(f"\n{calls[0].model} {phase} on {name}: mappings chosen by the search "
                   f"({by_name[name].objective or 'latency'})")
             print(markdown_table(["layer", "batch", "M", "N", "K", "mapping", "cycles",
                                   "/ roofline"], [
                 [c.layer, c.batch, c.m, c.n, c.k, c.mapping.replace("|", "/"), c.cycles,
-                 f"{c.cycles / max(c.roofline_cycles, 1):.3f}"]
-                for c in calls
-            ]))
+                 f"{c.cycles / max(c.roofline_cycles, 1):.3f}"] for c in calls]))
     if args.out:
         from .plots import plot_layer_breakdown, save_plots
 
@@ -253,8 +237,7 @@ def _cmd_eval(args) -> int:
     result = run_eval(job, progress=not args.no_progress)
     for note in result.notes:
         print(f"- {note}")
-    print()
-    print(result.table())
+    print(f"\n{result.table()}")
     if args.out:
         print("wrote " + ", ".join(str(p) for p in result.save(args.out)))
         _finish_out(args, [Path(job.checkpoint).name], job.schemes, [job.accelerator])
@@ -415,14 +398,3 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     except _UserError as err:
         parser.exit(2, f"tenet-byoc {args.command}: error: {err}\n")
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``tenet-byoc`` command line; return the exit code (the console entry is
-    :func:`tenet_byoc_cli.main`, which parses without loading TVM; this is the same)."""
-    from tenet_byoc_cli import main as entry
-
-    return entry(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,15 +3,13 @@ they are absent, and a numpy trainer for the MLP."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import importlib.util
 import math
 import os
 import time
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,6 @@ from ..models.mlp import OUTPUT, mlp_accuracy, random_mlp_params
 __all__ = [
     "DIGITS_TEST_SIZE",
     "ImageDataset",
-    "MLPSetup",
     "TrainResult",
     "load_digits",
     "load_fashion_mnist",
@@ -54,19 +51,9 @@ _FILES = {
 
 
 def read_idx(path: str | os.PathLike[str], expected_magic: int | None = None) -> np.ndarray:
-    """Read an IDX file of unsigned bytes, gzipped or not.
-
-    Parameters
-    ----------
-    path : str or PathLike
-        The file; gzip is recognised by its content, not its name.
-    expected_magic : int, optional
-        ``0x803`` for images, ``0x801`` for labels; by default any unsigned-byte IDX.
-
-    Returns
-    -------
-    numpy.ndarray
-        uint8 array of the shape the header gives.
+    """An IDX file of unsigned bytes, gzipped or not (gzip is recognised by its content, not
+    its name), as a uint8 array of the shape its header gives. ``expected_magic``: ``0x803``
+    for images, ``0x801`` for labels; by default any unsigned-byte IDX.
 
     Raises
     ------
@@ -75,8 +62,7 @@ def read_idx(path: str | os.PathLike[str], expected_magic: int | None = None) ->
         the data is shorter or longer than the header's dimensions say.
     """
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = Path(path).read_bytes()
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
@@ -164,17 +150,10 @@ def load_fashion_mnist(folder: str | os.PathLike[str]) -> ImageDataset:
             raise ValueError(f"{ipath!r} has {len(images)} images but {lpath!r} {len(labels)}")
         if labels.size and labels.max() >= OUTPUT:
             raise ValueError(f"{lpath!r} has label {int(labels.max())}, expected 0..9")
-
-    def images(key: str) -> np.ndarray:
-        data = arrays[key][1]
-        return (data.reshape(len(data), -1) / np.float32(255)).astype(np.float32)
-
-    return ImageDataset(
-        train_images=images("train_images"),
-        train_labels=arrays["train_labels"][1].astype(np.int64),
-        test_images=images("test_images"),
-        test_labels=arrays["test_labels"][1].astype(np.int64),
-    )
+    # images flattened, pixels scaled to [0, 1]; labels as int64
+    return ImageDataset(**{
+        key: (a.reshape(len(a), -1) / np.float32(255)).astype(np.float32)
+        if key.endswith("images") else a.astype(np.int64) for key, (_, a) in arrays.items()})
 
 
 def _digits_table() -> tuple[np.ndarray, np.ndarray]:
@@ -239,29 +218,17 @@ def load_digits(seed: int = 0, test_size: int = DIGITS_TEST_SIZE) -> ImageDatase
 # ----------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    # A training step's GEMMs are tiny (128 x 784 x 128 at most); OpenBLAS's threads cost
-    # more than they save there, and on a busy 2-core machine their spinning made training
-    # 20x slower (10.5 CPU s against 0.4 s for 60 epochs on the digits). One thread also
-    # makes the trained weights the same on every machine, whatever its core count.
-    try:
-        from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
-    except ImportError:
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
 @dataclass(frozen=True)
 class TrainResult:
-    """Trained weights, their test accuracy and how long training took."""
+    """Trained weights, the data they were trained on, their numpy test accuracy, and how
+    long training took (``note``: the training in words, set by :func:`prepare_mlp`)."""
 
     params: dict[str, np.ndarray]
+    data: ImageDataset
     test_accuracy: float
     epochs: int
     seconds: float
+    note: str = ""
 
 
 def train_mlp(
@@ -277,89 +244,64 @@ def train_mlp(
     trained so typically reaches 85-88 % FashionMNIST test accuracy. The MLP's input size
     is the data's.
 
-    Parameters
-    ----------
-    data : ImageDataset
-        Training and test images and labels.
-    epochs, batch_size : int
-        Passes over the training set and images per step.
-    learning_rate : float
-        Adam's step size.
-    seed : int
-        Seeds the initial weights and the shuffling.
-
-    Returns
-    -------
-    TrainResult
+    ``epochs``: passes over the training set; ``batch_size``: images per step;
+    ``learning_rate``: Adam's step size; ``seed`` seeds the initial weights and the shuffling.
     """
     for field, value in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"train_mlp {field}={value!r} must be a positive integer")
     if not learning_rate > 0:
         raise ValueError(f"train_mlp learning_rate={learning_rate!r} must be > 0")
+    from threadpoolctl import threadpool_limits  # scikit-learn's dependency, as ours
+
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     params = random_mlp_params(seed, inputs=data.inputs)
     moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in params.items()}
     x_all, y_all = data.train_images, data.train_labels
-    with _one_blas_thread():
-        params = _train_epochs(params, moments, x_all, y_all, rng, epochs, batch_size,
-                               learning_rate)
-    accuracy = mlp_accuracy(data.test_images, data.test_labels, params)
-    return TrainResult(params, accuracy, epochs, time.perf_counter() - start)
-
-
-def _train_epochs(params: dict[str, np.ndarray], moments: dict, x_all: np.ndarray,
-                  y_all: np.ndarray, rng: np.random.Generator, epochs: int, batch_size: int,
-                  learning_rate: float) -> dict[str, np.ndarray]:
-    """Minibatch Adam steps over ``epochs`` shuffled passes; updates ``params`` in place."""
     beta1, beta2, eps = 0.9, 0.999, 1e-8
     n = len(x_all)
     step = 0
-    for _ in range(epochs):
-        order = rng.permutation(n)
-        for first in range(0, n, batch_size):
-            idx = order[first : first + batch_size]
-            x, y = x_all[idx], y_all[idx]
-            pre = x @ params["w0"].T + params["b0"]
-            h = np.maximum(pre, 0)
-            logits = h @ params["w1"].T + params["b1"]
-            logits -= logits.max(axis=1, keepdims=True)
-            prob = np.exp(logits)
-            prob /= prob.sum(axis=1, keepdims=True)
-            prob[np.arange(len(y)), y] -= 1  # d(mean cross-entropy)/d(logits) * batch
-            dlogits = prob / np.float32(len(y))
-            dh = (dlogits @ params["w1"]) * (pre > 0)
-            grads = {
-                "w1": dlogits.T @ h,
-                "b1": dlogits.sum(axis=0),
-                "w0": dh.T @ x,
-                "b0": dh.sum(axis=0),
-            }
-            step += 1
-            lr = float(learning_rate * np.sqrt(1 - beta2**step) / (1 - beta1**step))
-            for k, g in grads.items():
-                m, v = moments[k]
-                m *= beta1
-                m += (1 - beta1) * g
-                v *= beta2
-                v += (1 - beta2) * g * g
-                params[k] -= (lr * m / (np.sqrt(v) + eps)).astype(np.float32)
-    return params
-
-
-@dataclass(frozen=True)
-class MLPSetup:
-    """Trained weights, the data they were trained on and their numpy test accuracy."""
-
-    params: dict[str, np.ndarray]
-    data: ImageDataset
-    test_accuracy: float
-    note: str
+    # A training step's GEMMs are tiny (128 x 784 x 128 at most); OpenBLAS's threads cost
+    # more than they save there, and on a busy 2-core machine their spinning made training
+    # 20x slower (10.5 CPU s against 0.4 s for 60 epochs on the digits). One thread also
+    # makes the trained weights the same on every machine, whatever its core count.
+    with threadpool_limits(limits=1, user_api="blas"):
+        for _ in range(epochs):
+            order = rng.permutation(n)
+            for first in range(0, n, batch_size):
+                idx = order[first : first + batch_size]
+                x, y = x_all[idx], y_all[idx]
+                pre = x @ params["w0"].T + params["b0"]
+                h = np.maximum(pre, 0)
+                logits = h @ params["w1"].T + params["b1"]
+                logits -= logits.max(axis=1, keepdims=True)
+                prob = np.exp(logits)
+                prob /= prob.sum(axis=1, keepdims=True)
+                prob[np.arange(len(y)), y] -= 1  # d(mean cross-entropy)/d(logits) * batch
+                dlogits = prob / np.float32(len(y))
+                dh = (dlogits @ params["w1"]) * (pre > 0)
+                grads = {
+                    "w1": dlogits.T @ h,
+                    "b1": dlogits.sum(axis=0),
+                    "w0": dh.T @ x,
+                    "b0": dh.sum(axis=0),
+                }
+                step += 1
+                lr = float(learning_rate * np.sqrt(1 - beta2**step) / (1 - beta1**step))
+                for k, g in grads.items():
+                    m, v = moments[k]
+                    m *= beta1
+                    m += (1 - beta1) * g
+                    v *= beta2
+                    v += (1 - beta2) * g * g
+                    params[k] -= (lr * m / (np.sqrt(v) + eps)).astype(np.float32)
+    accuracy = mlp_accuracy(data.test_images, data.test_labels, params)
+    return TrainResult(params, data, accuracy, epochs, time.perf_counter() - start)
 
 
 def prepare_mlp(folder: str | os.PathLike[str] | ImageDataset | None,
-                epochs: int | None = None, seed: int = 0) -> MLPSetup:
+                epochs: int | None = None, seed: int = 0) -> TrainResult:
     """Train the MLP on FashionMNIST from ``folder``, or on scikit-learn's digits without it.
 
     Parameters
@@ -387,6 +329,5 @@ def prepare_mlp(folder: str | os.PathLike[str] | ImageDataset | None,
         where = f" ({where}; seeded split {seed})"
     epochs = DEFAULT_EPOCHS.get(data.name, 5) if epochs is None else epochs
     result = train_mlp(data, epochs=epochs, seed=seed)
-    note = (f"trained {epochs} epochs on {len(data.train_labels)} {data.name} images"
-            f"{where} in {result.seconds:.1f} s")
-    return MLPSetup(result.params, data, result.test_accuracy, note)
+    return replace(result, note=f"trained {epochs} epochs on {len(data.train_labels)} "
+                   f"{data.name} images{where} in {result.seconds:.1f} s")

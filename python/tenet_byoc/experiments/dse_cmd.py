@@ -13,12 +13,13 @@ import json
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, fields
+from dataclasses import astuple
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-from ..documents import read_text
+from tenet_byoc_cli.design_point import COLUMNS
+
+from ..documents import read_text, write_rows
 
 __all__ = ["plot_fronts", "run_dse", "scheme_accuracy"]
 
@@ -51,21 +52,15 @@ def scheme_accuracy(checkpoint: str, text: str, schemes: Sequence[str], *,
     prepare_eval(checkpoint, text, ["none"], "os16", window=window, max_tokens=max_tokens)
     if executor != "ray":
         return _eval_one(checkpoint, text, schemes, window, max_tokens)
-    import ray
+    from ..dse import ray_session
 
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
-    try:
+    with ray_session(ray_address) as ray:
         task = ray.remote(_eval_one)
         refs = [task.remote(checkpoint, text, [s], window, max_tokens) for s in schemes]
         out: dict[str, dict[str, float]] = {}
         for got in ray.get(refs):
             out.update(got)
         return {s: out[s] for s in schemes}
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def plot_fronts(rows: Sequence[Any], path: str | Path, title: str) -> Path:
@@ -145,11 +140,10 @@ def _check_same_model(model: str, checkpoint: str) -> None:
 
 def run_dse(args: argparse.Namespace) -> int:
     """The ``dse`` command. Bad input raises ``ValueError`` (the CLI reports it)."""
-
-    from ..dse import DesignSpace, PointResult, check_ray_address, explore
+    from ..dse import DesignSpace, check_ray_address, explore
     from ..estimate import _check_lengths
     from ..plan import model_config
-    from .results import markdown_table, write_csv
+    from .results import markdown_table
 
     if (args.checkpoint is None) != (args.text is None):
         raise ValueError("--checkpoint and --text go together (the accuracy of each scheme)")
@@ -161,7 +155,6 @@ def run_dse(args: argparse.Namespace) -> int:
     _check_lengths(model_config(args.model), args.prompt_len, args.prompt_len, args.decode_steps,
                    args.batch)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     _check_same_run(out, {"model": args.model, "schemes": list(args.schemes),
                           "prompt_len": args.prompt_len, "decode_steps": args.decode_steps,
                           "batch": args.batch, "space": read_text(args.space, "design space")})
@@ -198,8 +191,8 @@ def run_dse(args: argparse.Namespace) -> int:
     for reason in sorted(refused):
         print(f"- some points: {reason}")
     csv_path = out / "dse.csv"
-    write_csv([f.name for f in fields(PointResult)], [SimpleNamespace(**{**asdict(r), "fronts": ";".join(r.fronts)})
-                        for r in rows], csv_path)
+    # every column as it is, but the fronts (the last) ";"-joined
+    write_rows(COLUMNS, ([*astuple(r)[:-1], ";".join(r.fronts)] for r in rows), csv_path)
     plot = plot_fronts(rows, out / "dse_fronts.png",
                        f"{args.model}: prompt {args.prompt_len}, {args.decode_steps} decode, "
                        f"batch {args.batch}, {space.node_nm:g} nm")

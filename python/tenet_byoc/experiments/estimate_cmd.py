@@ -20,8 +20,8 @@ if TYPE_CHECKING:  # the ledger module imports TVM; `tenet-byoc --help` must not
     from ..ledger import Ledger
     from ..system import System
 
-__all__ = ["LayerFigures", "PhaseFigures", "SweepPoint", "layer_figures", "phase_figures",
-           "run_estimate", "sweep_figure"]
+__all__ = ["LayerFigures", "PhaseFigures", "SweepPoint", "phase_figures", "run_estimate",
+           "sweep_figure"]
 
 @dataclass(frozen=True)
 class PhaseFigures:
@@ -78,15 +78,6 @@ class LayerFigures:
     pe_utilization: float
 
 
-def layer_figures(ledger: Ledger, scheme: str) -> list[LayerFigures]:
-    """Per phase and layer, the sums of its calls: the ``--out`` summary, a few hundred rows
-    where the ledger holds one row per call (about 54 MB of CSV per scheme for a 70B model
-    with 128 decode steps)."""
-    return [LayerFigures(scheme, phase, layer, t.calls, t.macs, t.cycles, t.latency_us,
-                         t.dram_bytes, t.energy_pj, t.pe_utilization)
-            for (phase, layer), t in ledger.group_by(("phase", "name")).items()]
-
-
 @dataclass(frozen=True)
 class SweepPoint:
     """One decode step of a batch at one context length, under one scheme."""
@@ -110,10 +101,6 @@ def _point(model, scheme: str, accelerator, context_len: int, batch: int,
     (f,) = phase_figures(ledger, scheme, 0, 1, batch, static_w)
     return SweepPoint(scheme, context_len, batch, f.latency_ms, f.tokens_per_s,
                       f.energy_per_token_mj, f.dram_bytes / batch, f.pe_utilization)
-
-
-_SWEEP_HEADER = ["scheme", "context", "batch", "TPOT (ms)", "tokens/s", "energy/token (mJ)",
-                 "DRAM bytes/token", "PE util"]
 
 
 def _csv(items: Sequence, kind: type, path: Path) -> Path:
@@ -156,19 +143,6 @@ def sweep_figure(by_context: Sequence[SweepPoint], by_batch: Sequence[SweepPoint
 # ----------------------------------------------------------------------------------------
 # The command
 # ----------------------------------------------------------------------------------------
-
-
-_PHASE_HEADER = ["scheme", "phase", "tokens", "TTFT / TPOT (ms)", "tokens/s",
-                 "energy/token (mJ)", "MACs", "DRAM bytes", "PE util", "/ roofline"]
-
-
-def phase_table(rows: Sequence[PhaseFigures]) -> str:
-    """A markdown table of per-phase figures."""
-    return markdown_table(_PHASE_HEADER, [
-        [f.scheme, f.phase, f.tokens, f"{f.latency_ms:,.3f}", f"{f.tokens_per_s:,.1f}",
-         f"{f.energy_per_token_mj:,.3f}", si(f.macs, digits=4), si(f.dram_bytes, "B"),
-         f"{100 * f.pe_utilization:.1f}%", f"{f.roofline_ratio:.2f}x"] for f in rows
-    ])
 
 
 def _system(args: argparse.Namespace) -> System | None:
@@ -281,13 +255,11 @@ def system_line(system: System | None) -> str:
     if system is None:
         return "one chip"
     link = system.link
-    if system.expert_parallel > 1:
-        return (f"{system.chips} chips (EP {system.expert_parallel}: experts round-robin, the "
-                f"rest data-parallel; {link.topology} link {link.bandwidth_gbps:g} GB/s, "
-                f"{link.latency_us:g} us a hop)")
-    return (f"{system.chips} chips (TP {system.tensor_parallel} x PP "
-            f"{system.pipeline_parallel}, {system.micro_batches} micro-batch(es); "
-            f"{link.topology} link {link.bandwidth_gbps:g} GB/s, {link.latency_us:g} us a hop)")
+    how = (f"EP {system.expert_parallel}: experts round-robin, the rest data-parallel"
+           if system.expert_parallel > 1 else f"TP {system.tensor_parallel} x PP "
+           f"{system.pipeline_parallel}, {system.micro_batches} micro-batch(es)")
+    return (f"{system.chips} chips ({how}; {link.topology} link {link.bandwidth_gbps:g} GB/s, "
+            f"{link.latency_us:g} us a hop)")
 
 
 def _static_w(args: argparse.Namespace, system: System | None) -> float:
@@ -304,7 +276,10 @@ def run_estimate(args: argparse.Namespace) -> int:
     import sys
     import time
 
+    from ..area import AreaTable
     from ..estimate import estimate
+    from ..models.footprint import fit
+    from ..progress import LineProgress
 
     out = Path(args.out) if args.out else None
     if args.serve is not None:
@@ -316,16 +291,12 @@ def run_estimate(args: argparse.Namespace) -> int:
     context_len = args.prompt_len if args.context_len is None else args.context_len
     progress = not args.no_progress  # estimate's steps: a bar, or a line every few seconds
     system = _system(args)
-    from ..area import AreaTable
-
     chip = system.accelerator if system is not None else args.accelerator
     static_w = _static_w(args, system)
     rows: list[PhaseFigures] = []
     ledgers: dict[str, Ledger] = {}
     start = time.perf_counter()
     # Into a pipe or a log, also a line per scheme estimated (a terminal has estimate()'s bar).
-    from ..progress import LineProgress
-
     piped = (LineProgress(total=len(args.schemes), desc=f"estimate {args.model}",
                           unit="scheme", interval=0.0)
              if progress and not sys.stderr.isatty() else None)
@@ -356,9 +327,11 @@ def run_estimate(args: argparse.Namespace) -> int:
           f"{' and the links' if system is not None else ''}; TTFT is the prefill, TPOT the "
           f"mean decode step; energy includes {static_w:,.3g} W of static power (area at "
           f"{args.node_nm:g} nm x {AreaTable().static_w_per_mm2:g} W/mm2, as dse charges it) over each phase's time.\n")
-    print(phase_table(rows))
-    from ..models.footprint import fit
-
+    print(markdown_table(["scheme", "phase", "tokens", "TTFT / TPOT (ms)", "tokens/s",
+                          "energy/token (mJ)", "MACs", "DRAM bytes", "PE util", "/ roofline"], [
+        [f.scheme, f.phase, f.tokens, f"{f.latency_ms:,.3f}", f"{f.tokens_per_s:,.1f}",
+         f"{f.energy_per_token_mj:,.3f}", si(f.macs, digits=4), si(f.dram_bytes, "B"),
+         f"{100 * f.pe_utilization:.1f}%", f"{f.roofline_ratio:.2f}x"] for f in rows]))
     tp, pp, ep = ((system.tensor_parallel, system.pipeline_parallel, system.expert_parallel)
                   if system is not None else (1, 1, 1))
     print("\nDRAM per chip (weights at their stored widths, KV cache, activations' peak):")
@@ -370,17 +343,22 @@ def run_estimate(args: argparse.Namespace) -> int:
                           ("decode step vs batch", by_batch)):
         if points:
             print(f"\n{title}:\n")
-            print(markdown_table(_SWEEP_HEADER, [
+            print(markdown_table(["scheme", "context", "batch", "TPOT (ms)", "tokens/s",
+                                  "energy/token (mJ)", "DRAM bytes/token", "PE util"], [
                 [p.scheme, p.context_len, p.batch, f"{p.tpot_ms:,.3f}", f"{p.tokens_per_s:,.1f}",
                  f"{p.energy_per_token_mj:,.3f}", si(p.dram_bytes_per_token, "B"),
                  f"{100 * p.pe_utilization:.2f}%"] for p in points]))
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
         paths = [_csv(rows, PhaseFigures, out / "estimate.csv")]
         for scheme, ledger in ledgers.items():
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in scheme)
-            paths.append(_csv(layer_figures(ledger, scheme), LayerFigures,
-                              out / f"layers_{safe}.csv"))
+            # per phase and layer, the sums of its calls: a few hundred rows where the ledger
+            # holds one per call (about 54 MB of CSV per scheme for a 70B model, 128 steps)
+            paths.append(_csv([LayerFigures(scheme, phase, layer, t.calls, t.macs, t.cycles,
+                                            t.latency_us, t.dram_bytes, t.energy_pj,
+                                            t.pe_utilization)
+                               for (phase, layer), t in ledger.group_by(("phase", "name")).items()],
+                              LayerFigures, out / f"layers_{safe}.csv"))
             if args.ledger:
                 paths.append(out / f"ledger_{safe}.csv")
                 ledger.to_csv(paths[-1])
@@ -423,9 +401,8 @@ def run_serving(args: argparse.Namespace, out: Path | None) -> int:
         cache: dict = {}
         figures += [serve(args.model, requests, b, scheme, args.accelerator, args.mapping,
                           system, cache, static_w) for b in batches]
-    targets = f"TTFT <= {args.ttft_ms} ms" if args.ttft_ms is not None else ""
-    if args.tpot_ms is not None:
-        targets += (" and " if targets else "") + f"TPOT <= {args.tpot_ms} ms"
+    targets = " and ".join(f"{name} <= {ms} ms" for name, ms in
+                           (("TTFT", args.ttft_ms), ("TPOT", args.tpot_ms)) if ms is not None)
     prompts = sum(r.prompt_len for r in requests) / len(requests)
     outputs = sum(r.output_len for r in requests) / len(requests)
     print(f"{args.model} serving {len(requests)} requests (mean prompt {prompts:,.1f}, mean "
@@ -445,7 +422,6 @@ def run_serving(args: argparse.Namespace, out: Path | None) -> int:
                   + (f"{best.batch} ({best.tokens_per_s:,.1f} tokens/s)" if best else
                      f"none of {batches}"))
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
         paths = [_csv(figures, ServingFigures, out / "serving.csv"),
                  plot_serving(figures, out / "serving.png",
                               f"{args.model} serving {len(requests)} requests on "

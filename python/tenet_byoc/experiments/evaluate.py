@@ -34,9 +34,7 @@ __all__ = [
     "EvalJob",
     "EvalResult",
     "PerplexityRow",
-    "check_tokenizer",
     "evaluate",
-    "load_tokenizer",
     "prepare_eval",
     "run_eval",
     "token_nll",
@@ -52,16 +50,12 @@ TOKENIZER_FILE = "tokenizer.json"
 # ----------------------------------------------------------------------------------------
 
 
-def load_tokenizer(checkpoint: str | os.PathLike[str]) -> Any:
-    """The checkpoint's ``tokenizer.json`` as a ``tokenizers.Tokenizer``.
-
-    Raises
-    ------
-    FileNotFoundError
-        If the folder has no ``tokenizer.json`` (the message names the path).
-    ValueError
-        If the file is not a tokenizer the ``tokenizers`` package can read (named).
-    """
+def _tokenizer(checkpoint: str | os.PathLike[str], vocab_size: int | None) -> Any:
+    """The checkpoint's ``tokenizer.json`` as a ``tokenizers.Tokenizer``, checked against the
+    model's ``vocab_size``: a tokenizer with an id at or past it is from another model (its
+    ids would index past the embedding) and refused. One with fewer tokens is normal (models
+    pad their embedding, e.g. Qwen2.5: 151,665 tokens for ``vocab_size`` 151,936), but under
+    half of ``vocab_size`` it is most likely another model's, so a warning says so."""
     from tokenizers import Tokenizer
 
     path = os.path.join(os.fspath(checkpoint), TOKENIZER_FILE)
@@ -71,25 +65,12 @@ def load_tokenizer(checkpoint: str | os.PathLike[str]) -> Any:
             "tokenizer.json (the fast-tokenizer file Hugging Face saves beside the weights)"
         )
     try:
-        return Tokenizer.from_file(path)
+        tokenizer = Tokenizer.from_file(path)
     # tokenizers raises a bare Exception for any parse error (bad JSON, no model, ...).
     except Exception as err:  # noqa: BLE001
         raise ValueError(f"{path!r} is not a readable tokenizer.json: {err}") from None
-
-
-def check_tokenizer(tokenizer: Any, vocab_size: int, path: str) -> None:
-    """Refuse a tokenizer whose ids do not all fit the model; warn if it is far smaller.
-
-    A tokenizer with an id at or past ``vocab_size`` is from another model (its ids would
-    index past the embedding): refused. One with fewer tokens than the model is normal
-    (models pad their embedding, e.g. Qwen2.5: 151,665 tokens for ``vocab_size`` 151,936),
-    but under half of ``vocab_size`` it is most likely another model's, so a warning says so.
-
-    Raises
-    ------
-    ValueError
-        Naming the tokenizer file, its largest id and the model's ``vocab_size``.
-    """
+    if vocab_size is None:
+        return tokenizer
     ids = tokenizer.get_vocab(with_added_tokens=True).values()
     top = max(ids, default=-1)
     if top >= vocab_size:
@@ -104,30 +85,17 @@ def check_tokenizer(tokenizer: Any, vocab_size: int, path: str) -> None:
             UserWarning,
             stacklevel=3,
         )
+    return tokenizer
 
 
 def tokenize_text(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str],
                   max_tokens: int | None = None, vocab_size: int | None = None) -> np.ndarray:
-    """Token ids of a UTF-8 text file under the checkpoint's tokenizer.
+    """Token ids (int64, at least two: one prediction) of a UTF-8 text file under the
+    ``tokenizer.json`` of the ``checkpoint`` folder, the first ``max_tokens`` of them if given.
+    The tokenizer is checked against the model's ``vocab_size`` first, if given.
 
     Special tokens are added as the tokenizer's post-processor defines them (e.g. a
     Llama tokenizer's BOS at the start), as ``tokenizer(text)`` does in transformers.
-
-    Parameters
-    ----------
-    checkpoint : str or PathLike
-        The folder holding ``tokenizer.json``.
-    text : str or PathLike
-        The text file.
-    max_tokens : int, optional
-        Keep only the first ``max_tokens`` ids.
-    vocab_size : int, optional
-        The model's: the tokenizer is checked against it first (:func:`check_tokenizer`).
-
-    Returns
-    -------
-    numpy.ndarray
-        int64 ids, at least two (one prediction).
 
     Raises
     ------
@@ -139,9 +107,7 @@ def tokenize_text(checkpoint: str | os.PathLike[str], text: str | os.PathLike[st
         If the text is not UTF-8, is empty or gives fewer than two tokens, or the tokenizer
         file is corrupt or does not fit ``vocab_size`` (each naming the file).
     """
-    tokenizer = load_tokenizer(checkpoint)
-    if vocab_size is not None:
-        check_tokenizer(tokenizer, vocab_size, os.path.join(os.fspath(checkpoint), TOKENIZER_FILE))
+    tokenizer = _tokenizer(checkpoint, vocab_size)
     path = os.fspath(text)
     if os.path.isdir(path):
         raise IsADirectoryError(f"text file {path!r} is a directory; --text takes a UTF-8 "
@@ -277,7 +243,7 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
     """
     from ..accelerators import resolve
     from ..plan import context_limit
-    from ..models.checkpoint import read_config
+    from ..models.checkpoint import read_folder_config
     from ..models.configs import config_from_dict
     from ..quantization import get_scheme
 
@@ -295,11 +261,7 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
     acc = resolve(accelerator)
     _checked_count("window", window)
     _checked_count("max_tokens", max_tokens)
-    values = read_config(folder)  # names config.json when it is missing or not JSON
-    try:
-        config = config_from_dict(values, name=os.path.basename(os.path.normpath(folder)))
-    except (TypeError, ValueError) as err:
-        raise type(err)(f"{os.path.join(folder, 'config.json')!r}: {err}") from None
+    config = read_folder_config(folder, config_from_dict)  # its errors name config.json
     context, _ = context_limit(config)
     if window is not None and window > context:
         raise ValueError(f"window={window} is longer than the model's context ({context} "
@@ -331,9 +293,6 @@ class PerplexityRow:
     wall_s: float  #: CPU time of the windows' prefills on this machine
 
 
-_COLUMNS = [f.name for f in fields(PerplexityRow)]
-
-
 @dataclass
 class EvalResult:
     """The rows of an evaluation (float32 first) and what was evaluated."""
@@ -351,15 +310,12 @@ class EvalResult:
               f"{r.energy_pj / 1e9:,.4f}", f"{r.wall_s:.2f}"] for r in self.rows],
         )
 
-    def to_csv(self, path: str | Path | None = None) -> str:
-        return write_csv(_COLUMNS, self.rows, path)
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        return write_json({"notes": self.notes, "rows": [asdict(r) for r in self.rows]}, path)
-
     def save(self, out: str | Path) -> list[Path]:
         """Write ``eval.csv`` and ``eval.json`` into ``out`` (made if needed)."""
-        return save_files(out, {"eval.csv": self.to_csv, "eval.json": self.to_json})
+        return save_files(out, {
+            "eval.csv": lambda p: write_csv([f.name for f in fields(PerplexityRow)], self.rows, p),
+            "eval.json": lambda p: write_json({"notes": self.notes,
+                                              "rows": [asdict(r) for r in self.rows]}, p)})
 
 
 def _score(runner: Any, job: EvalJob, bar: Any) -> tuple[np.ndarray, np.ndarray, float]:

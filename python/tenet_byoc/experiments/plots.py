@@ -17,7 +17,7 @@ from .results import LayerCost, SweepResult, SweepRow, si
 # state is touched, and PNGs are drawn with Agg whatever backend the caller's pyplot uses.
 
 __all__ = ["BLOCK", "LOG_SPAN", "label_axes", "panel_unit", "plot_cost_vs_error",
-           "plot_layer_breakdown", "plot_prefill_decode", "save_plots", "scale_axis", "si",
+           "plot_layer_breakdown", "plot_prefill_decode", "save_figure", "save_plots",
            "spans_decades"]
 
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
@@ -63,42 +63,35 @@ def spans_decades(values: Sequence[float], ratio: float = LOG_SPAN) -> bool:
         len(positive) == len([v for v in values if v is not None])
 
 
-def scale_axis(ax, axis: str, values: Sequence[float], *, ticks: Sequence[float] | None = None,
-               ratio: float = LOG_SPAN) -> str:
-    """Set one axis of a line or point plot (bars keep matplotlib's linear axis): log only
-    when ``values`` span ``ratio`` (two decades by default; a swept variable's powers of two
-    may take 8), with plain numbers as tick labels (``ticks``, e.g. the swept values, or the
-    axis's own); a linear value axis starts at zero. Returns the scale set."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    log = spans_decades(values, ratio)
-    setter = ax.set_xscale if axis == "x" else ax.set_yscale
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    setter("log" if log else "linear")
-    if log:
-        target.set_major_formatter(FuncFormatter(lambda v, _: si(v)))
-        target.set_minor_formatter(NullFormatter())
-    if ticks is not None:
-        (ax.set_xticks if axis == "x" else ax.set_yticks)(list(ticks))
-        # the swept values as written (2,048, not 2.05 k)
-        target.set_major_formatter(FuncFormatter(
-            lambda v, _: f"{v:,.0f}" if float(v).is_integer() else f"{v:g}"))
-        target.set_minor_formatter(NullFormatter())
-    elif not log and axis == "y":
-        finite = [float(v) for v in values if v is not None and np.isfinite(v)]
-        top = max(finite, default=0.0)
-        # from zero, with room above the highest point (a marker on it stays whole)
-        ax.set_ylim(0, top * 1.08 if top > 0 else None)
-    return "log" if log else "linear"
-
-
 def label_axes(ax, xs: Sequence[float], ys: Sequence[float], xlabel: str, ylabel: str, *,
                swept: bool = False) -> None:
-    """Scale both axes of a line or point plot (:func:`scale_axis`; ``swept``: ``xs`` are a
-    swept variable's values, each a tick, log from 8x), label them and draw the grid."""
+    """Scale both axes of a line or point plot (bars keep matplotlib's linear axis), label
+    them and draw the grid. An axis is log only when its values span :data:`LOG_SPAN` (two
+    decades; ``swept``: ``xs`` are a swept variable's values, powers of two, log from 8x,
+    each value a tick as written), with plain numbers as tick labels; a linear y axis starts
+    at zero."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     xs = sorted(set(xs)) if swept else xs
-    scale_axis(ax, "x", xs, ticks=xs if swept else None, ratio=8 if swept else LOG_SPAN)
-    scale_axis(ax, "y", ys)
+    for axis, values, ticks, ratio in (("x", xs, xs if swept else None, 8 if swept else LOG_SPAN),
+                                       ("y", ys, None, LOG_SPAN)):
+        log = spans_decades(values, ratio)
+        target = ax.xaxis if axis == "x" else ax.yaxis
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log" if log else "linear")
+        if log:
+            target.set_major_formatter(FuncFormatter(lambda v, _: si(v)))
+            target.set_minor_formatter(NullFormatter())
+        if ticks is not None:
+            (ax.set_xticks if axis == "x" else ax.set_yticks)(list(ticks))
+            # the swept values as written (2,048, not 2.05 k)
+            target.set_major_formatter(FuncFormatter(
+                lambda v, _: f"{v:,.0f}" if float(v).is_integer() else f"{v:g}"))
+            target.set_minor_formatter(NullFormatter())
+        elif not log and axis == "y":
+            finite = [float(v) for v in values if v is not None and np.isfinite(v)]
+            top = max(finite, default=0.0)
+            # from zero, with room above the highest point (a marker on it stays whole)
+            ax.set_ylim(0, top * 1.08 if top > 0 else None)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
@@ -122,18 +115,10 @@ def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:
 
 def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
                          metric: str = "latency_us") -> Path:
-    """Stacked bars of one run's est. cost per layer (GPT-2: per block, by matmul).
-
-    Parameters
-    ----------
-    layers : sequence of LayerCost
-        The calls of one run and phase (one model, scheme, accelerator, phase).
-    path : path
-        The PNG to write.
-    metric : str
-        A numeric :class:`LayerCost` field: ``latency_us`` (default), ``cycles``,
-        ``offchip_bytes``, ``macs``.
-    """
+    """Stacked bars of one run's est. cost per layer (GPT-2: per block, by matmul), written to
+    the PNG ``path``. ``layers``: the calls of one run and phase (one model, scheme,
+    accelerator, phase); ``metric``: a numeric :class:`LayerCost` field (``latency_us``,
+    ``cycles``, ``offchip_bytes``, ``macs``)."""
     if not layers:
         raise ValueError("plot_layer_breakdown needs the calls of one run, got none")
     runs = {(c.model, c.scheme, c.accelerator, c.phase) for c in layers}

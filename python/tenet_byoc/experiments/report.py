@@ -8,20 +8,21 @@ before plotly.js is compiled, plots are drawn as they near the screen and table 
 are scrolled to. Sections follow the files found; a missing file leaves its section out.
 Opened with ``#tenet-check`` at the end of its address, the page scrolls itself through every
 plot and table and records every plot's size, every table's row count, the errors it caught,
-the URLs it fetched and its timings, in a hidden element that :func:`browser_check` reads back
-from headless Chromium.
+the URLs it fetched and its timings, and logs them to the console, where :func:`browser_check`
+reads them back from headless Chromium's log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import html
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.parse
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .plots import BLOCK, panel_unit, spans_decades
 from .results import MANIFEST
 
 __all__ = ["DSE_FRONTS", "REPORT", "SOURCES", "PageCheck", "browser_check", "build_report",
@@ -105,9 +107,6 @@ class _Csv:
     name: str
     columns: list[str]
     rows: list[dict[str, Any]]
-
-    def col(self, name: str) -> list[Any]:
-        return [r.get(name) for r in self.rows]
 
 
 def _read_csv(path: Path) -> _Csv:
@@ -221,8 +220,6 @@ def honest_axes(data: Sequence[dict], layout: dict) -> None:
     must not look 20x), and only for values spanning two decades
     (:data:`~tenet_byoc.experiments.plots.LOG_SPAN`); elsewhere the axis is linear, a value
     axis from zero. Changes ``layout`` in place."""
-    from .plots import spans_decades
-
     bars = any(t.get("type") == "bar" for t in data)
     for axis, key in (("xaxis", "x"), ("yaxis", "y")):
         spec = layout.get(axis)
@@ -300,8 +297,6 @@ def _per_block(rows: Sequence[dict], name: str, columns: Sequence[str]) -> dict[
     links; a call outside the blocks, such as the head, stands alone), in the order met, with
     the number of rows summed as ``rows``: a bar per block stays readable where one per call
     (hundreds) does not."""
-    from .plots import BLOCK
-
     out: dict[str, dict] = {}
     for r in rows:
         m = BLOCK.match(str(r[name]))
@@ -316,8 +311,6 @@ def _block_bars(key: str, title: str, runs: dict[str, Sequence[dict]], name: str
                 metric: str = "latency_us", **layout: Any) -> _Figure:
     """Grouped bars of ``metric`` per decoder block, a trace per run (hover: energy, DRAM
     bytes, calls), in one unit that suits the largest bar."""
-    from .plots import panel_unit
-
     sums = {run: _per_block(rows, name, (metric, "energy_pj", "dram_bytes"))
             for run, rows in runs.items()}
     scale, label = panel_unit(metric, [v[metric] for b in sums.values() for v in b.values()])
@@ -339,8 +332,6 @@ def _cost_vs_error(rows: Sequence[dict], key: str, cost: str) -> list[_Figure]:
     """One scatter per (model, phase): each scheme's cost against its output error, a
     colour per scheme and a marker per accelerator; the cost in one unit for every plot,
     from zero (a 10% saving must not look like a factor of ten)."""
-    from .plots import panel_unit
-
     scale, cost_label = panel_unit(cost, [r[cost] for r in rows])
     symbols = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross", "pentagon"]
     figures = []
@@ -373,10 +364,7 @@ def _summary_section(summary: _Csv) -> _Section:
                    "build's.")
     sec.parts.append(_Table("summary", summary, summary.columns))
     gpt2 = [r for r in rows if r.get("phase") in ("prefill", "decode")]
-    phases = {r["phase"] for r in gpt2}
-    if {"prefill", "decode"} <= phases:
-        from .plots import panel_unit
-
+    if {"prefill", "decode"} <= {r["phase"] for r in gpt2}:
         scale, label = panel_unit("latency_us", [p["latency_us"] for p in gpt2])
         data = [{
             "type": "bar", "name": f"{model} {phase} @ {hw}",
@@ -472,8 +460,9 @@ def _eval_section(ev: _Csv) -> _Section:
     sec.parts.append(_Table("eval", ev, ev.columns))
     data = [{
         "type": "scatter", "mode": "markers+text", "name": name,
-        "x": ev.col("delta_vs_float32"), "y": [v * scale for v in ev.col(col)],
-        "text": ev.col("scheme"), "textposition": "top center", "marker": {"size": 10},
+        "x": [r.get("delta_vs_float32") for r in ev.rows],
+        "y": [r.get(col) * scale for r in ev.rows], "text": [r.get("scheme") for r in ev.rows],
+        "textposition": "top center", "marker": {"size": 10},
         "hovertemplate": "%{text}<br>Δ perplexity %{x:.4g}<br>" + name + " %{y:.4g}"
         "<extra></extra>", "yaxis": axis,
     } for name, col, scale, axis in (("est. latency (ms)", "latency_us", 1e-3, "y"),
@@ -497,8 +486,6 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
                    "): each layer's calls summed over the phase; with <code>--ledger</code>, "
                    "each scheme's ledger, one row per call, with its mapping and its DRAM / "
                    "buffer / energy split.")
-    from .plots import panel_unit
-
     if est is not None:
         sec.parts.append(_Table("estimate", est, est.columns))
     accelerator = ((manifest or {}).get("accelerators") or [{}])[0].get("name")  # the first
@@ -874,8 +861,8 @@ def build_report(folder: str | os.PathLike[str]) -> str:
         if not isinstance(doc, dict) or "schemes" not in doc:
             raise ValueError(f"{str(path / 'summary.json')!r}: expected tenet-byoc serve's "
                              "summary (an object with 'schemes')")
-        summary_json = _Csv("summary.json", [], [])
-        sections.append(_section(_serve_section, [timeline, summary_json], doc, timeline))
+        sections.append(_section(_serve_section, [timeline, _Csv("summary.json", [], [])], doc,
+                                 timeline))
 
     title = "tenet-byoc report"
     if manifest is not None:
@@ -912,12 +899,10 @@ def build_report(folder: str | os.PathLike[str]) -> str:
     )
 
 
-def write_report(folder: str | os.PathLike[str], path: str | os.PathLike[str] | None = None
-                 ) -> Path:
-    """Write :func:`build_report`'s page to ``path`` (default ``folder/report.html``)."""
-    text = build_report(folder)
-    target = Path(folder) / REPORT if path is None else Path(path)
-    target.write_text(text, encoding="utf-8")
+def write_report(folder: str | os.PathLike[str]) -> Path:
+    """Write :func:`build_report`'s page to ``folder/report.html``."""
+    target = Path(folder) / REPORT
+    target.write_text(build_report(folder), encoding="utf-8")
     return target
 
 
@@ -966,114 +951,47 @@ def chromium_path() -> str | None:
                                                 "google-chrome"))), None)
 
 
-class _DevTools:
-    """Headless Chromium driven over its DevTools pipe (``--remote-debugging-pipe``: JSON
-    commands in on fd 3, replies and events out on fd 4, each ended by a NUL byte)."""
-
-    def __init__(self, exe: str, flags: list[str], deadline: float, log: Path) -> None:
-        self.deadline = deadline
-        to_chrome, self._to_chrome = os.pipe()
-        self._from_chrome, from_chrome = os.pipe()
-        # A small Python puts Chromium's pipe ends at fds 3 and 4, where it looks for them,
-        # and execs it (same pid, so the session id below is Chromium's).
-        shim = ("import fcntl, os, sys; old = [int(a) for a in sys.argv[1:3]]; "
-                "r, w = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in old]; "
-                "os.dup2(r, 3); os.dup2(w, 4); "
-                "[os.close(fd) for fd in {r, w, *old} - {3, 4}]; "
-                "os.execvp(sys.argv[3], sys.argv[3:])")
-        with open(log, "wb") as err:  # Chromium's own messages, quoted if it fails
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", shim, str(to_chrome), str(from_chrome), exe, *flags,
-                 "--remote-debugging-pipe"],
-                pass_fds=(to_chrome, from_chrome), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-        self.log = log
-        os.close(to_chrome)
-        os.close(from_chrome)
-        self._buffer = b""
-        self._next_id = 0
-
-    def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
-        """Send one command and wait for its reply (events met on the way are dropped)."""
-        import select
-
-        self._next_id += 1
-        message: dict[str, Any] = {"id": self._next_id, "method": method,
-                                   "params": params or {}}
-        if session is not None:
-            message["sessionId"] = session
-        os.write(self._to_chrome, json.dumps(message).encode() + b"\0")
-        while True:
-            while b"\0" not in self._buffer:
-                left = self.deadline - time.monotonic()
-                ready, _, _ = select.select([self._from_chrome], [], [], max(left, 0))
-                if not ready:
-                    raise TimeoutError(f"chromium: no reply to {method} in time")
-                chunk = os.read(self._from_chrome, 1 << 20)
-                if not chunk:
-                    try:  # it closed the pipe: it is exiting
-                        self.proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        pass
-                    raise RuntimeError(f"chromium closed its pipe (exit {self.proc.poll()}); "
-                                       f"stderr tail: {self._stderr()!r}")
-                self._buffer += chunk
-            raw, self._buffer = self._buffer.split(b"\0", 1)
-            reply = json.loads(raw)
-            if reply.get("id") == self._next_id:
-                if "error" in reply:
-                    raise RuntimeError(f"chromium: {method} failed: {reply['error']}")
-                return reply.get("result", {})
-
-    def cpu_s(self) -> float:
-        """CPU time (user + system) of every live process of the browser's session."""
-        ticks = os.sysconf("SC_CLK_TCK")
-        total = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # gone meanwhile
-            if int(fields[3]) == self.proc.pid:  # session id (field 6 of stat)
-                total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / ticks
-
-    def _stderr(self) -> str:
-        return self.log.read_bytes()[-2000:].decode(errors="replace")
-
-    def close(self) -> None:
+def _session_cpu_s(session: int) -> float:
+    """CPU time (user + system) of every live process of ``session`` (Chromium's renderer and
+    GPU processes too)."""
+    total = 0
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if self.proc.poll() is None:
-                self.call("Browser.close")
-        except (OSError, RuntimeError, TimeoutError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, 9)
-            self.proc.wait()
-        for fd in (self._to_chrome, self._from_chrome):
-            os.close(fd)
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[3]) == session:  # session id (field 6 of stat)
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _logged_check(log: Path) -> str | None:
+    """The JSON the page's self-check logged (``console.log``) into Chromium's ``log``, once
+    its line is whole."""
+    mark = b'"tenet-self-check '  # Chromium writes `"MESSAGE", source: URL (LINE)`
+    text = log.read_bytes()
+    at = text.find(mark)
+    if at < 0 or b"\n" not in text[at:]:
+        return None
+    line = text[at + len(mark):].split(b"\n", 1)[0].decode(errors="replace")
+    return line.rsplit('", source: ', 1)[0]
 
 
 def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
-                  timeout: float = 180.0, window: tuple[int, int] = (1280, 1600),
-                  sort_by: tuple[str, str] | None = None,
+                  timeout: float = 180.0, sort_by: tuple[str, str] | None = None,
                   filter_by: tuple[str, str] | None = None) -> PageCheck:
     """Open ``page`` in headless Chromium with every network route blocked, wait (real time,
     up to ``timeout`` seconds) for the page's self-check and read it back.
 
-    Chromium is driven over its DevTools pipe, so the page runs in real time (the
-    ``--dump-dom --virtual-time-budget`` way stops the page's clock while a task runs, and its
-    timings mean nothing). ``window`` is the page's (width, height): what the first screen
-    holds. After its checks the page does what a reader would: ``sort_by=(table, column)``
-    clicks that column's header once (ascending), then ``filter_by=(table, words)`` types
-    those words in that table's filter; each scrolls the table to its end, and the rows it
-    then shows are in :attr:`PageCheck.sorted_rows` / :attr:`PageCheck.filtered_rows`. A table
-    is named by its key (``summary``, ``layers``, ...).
+    The page logs its self-check to the console, which Chromium writes into its log
+    (``--enable-logging=stderr``), so the page runs in real time (the ``--dump-dom
+    --virtual-time-budget`` way stops the page's clock while a task runs, and its timings
+    mean nothing). The window, 1280 x 1600, is what the first screen holds.
+    After its checks the page does what a reader would: ``sort_by=(table, column)`` clicks
+    that column's header once (ascending), then ``filter_by=(table, words)`` types those
+    words in that table's filter; each scrolls the table to its end, and the rows it then
+    shows are in :attr:`PageCheck.sorted_rows` / :attr:`PageCheck.filtered_rows`. A table is
+    named by its key (``summary``, ``layers``, ...).
 
     Raises
     ------
@@ -1084,7 +1002,6 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
     RuntimeError
         If Chromium fails or the page never finished its self-check in time.
     """
-
     query = [("tenet-check", "")]
     for name, action in (("sort_by", sort_by), ("filter_by", filter_by)):
         if action is None:
@@ -1101,41 +1018,38 @@ def browser_check(page: str | os.PathLike[str], *, chromium: str | None = None,
     if not page.is_file():
         raise FileNotFoundError(f"page {str(page)!r} does not exist")
     url = page.as_uri() + "#" + urllib.parse.urlencode(query)
-    read = ("(function () { var e = document.getElementById('tenet-self-check');"
-            " return e ? e.textContent : ''; })()")
-    with tempfile.TemporaryDirectory(prefix="tenet-chromium-") as profile:
+    with tempfile.TemporaryDirectory(prefix="tenet-chromium-",
+                                     ignore_cleanup_errors=True) as profile:
         flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                  "--disable-extensions", "--disable-background-networking", "--disable-sync",
                  "--disable-component-update", "--disable-default-apps",
                  f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
                  "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-                 f"--window-size={int(window[0])},{int(window[1])}", "about:blank"]
+                 "--window-size=1280,1600", "--enable-logging=stderr", url]
+        log = Path(profile) / "stderr.txt"
         start = time.perf_counter()
-        browser = _DevTools(exe, flags, time.monotonic() + timeout,
-                            Path(profile) / "stderr.txt")
+        # A file in append mode, not a pipe: each process's line is written whole, so no
+        # other process's message can land inside the self-check's (long) line.
+        with open(log, "ab") as err:
+            proc = subprocess.Popen([exe, *flags], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=err,
+                                    start_new_session=True)
         try:
-            target = browser.call("Target.createTarget", {
-                "url": "about:blank", "newWindow": True, "width": int(window[0]),
-                "height": int(window[1])})
-            session = browser.call("Target.attachToTarget", {
-                "targetId": target["targetId"], "flatten": True})["sessionId"]
-            browser.call("Page.navigate", {"url": url}, session)
-            text = ""
-            while not text:
+            while (text := _logged_check(log)) is None:
+                if proc.poll() is not None:
+                    tail = log.read_bytes()[-2000:].decode(errors="replace")
+                    raise RuntimeError(f"chromium closed its pipe (exit {proc.returncode}) "
+                                       f"before the page's self-check; stderr tail: {tail!r}")
+                if time.perf_counter() - start > timeout:
+                    raise RuntimeError(f"chromium on {str(page)!r}: the page's self-check "
+                                       f"did not finish in {timeout:g} s")
                 time.sleep(0.1)
-                if time.monotonic() > browser.deadline:
-                    raise RuntimeError(f"chromium on {str(page)!r}: the page's self-check did "
-                                       f"not finish in {timeout:g} s")
-                text = browser.call("Runtime.evaluate", {
-                    "expression": read, "returnByValue": True}, session)["result"].get(
-                        "value") or ""
             wall = time.perf_counter() - start
-            cpu = browser.cpu_s()
-        except TimeoutError as err:
-            raise RuntimeError(f"chromium on {str(page)!r}: the page's self-check did not "
-                               f"finish in {timeout:g} s ({err})") from None
+            cpu = _session_cpu_s(proc.pid)
         finally:
-            browser.close()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # its whole session: renderer too
+            proc.wait()
     doc = json.loads(text)
     return PageCheck(
         plots={k: (v["width"], v["height"], v["points"]) for k, v in doc["plots"].items()},
@@ -1205,7 +1119,6 @@ _APP = r"""
   var FIRST_ROWS = 50, MORE_ROWS = 200;  // rows made at once; more as a table is scrolled
   var tables = JSON.parse(document.getElementById('tables').textContent);
   var check = {plots: {}, tables: {}, errors: [], resources: []};
-  window.__tenetCheck = check;
 
   function fmt(v) {
     if (v === null || v === undefined) return '';
@@ -1232,8 +1145,7 @@ _APP = r"""
     var input = document.createElement('input');
     input.type = 'search'; input.placeholder = 'filter rows (all words must match)';
     var count = document.createElement('span');
-    bar.appendChild(input); bar.appendChild(document.createTextNode(' ')); bar.appendChild(count);
-    bar.appendChild(document.createTextNode(' · from ' + spec.source + ' · click a header to sort'));
+    bar.append(input, ' ', count, ' · from ' + spec.source + ' · click a header to sort');
     var scroll = document.createElement('div'); scroll.className = 'scroll';
     var table = document.createElement('table');
     var head = table.createTHead().insertRow();
@@ -1499,7 +1411,7 @@ _APP = r"""
     check.resources = performance.getEntriesByType('resource').map(function (e) {
       return e.name;
     });
-    document.getElementById('tenet-self-check').textContent = JSON.stringify(check);
+    console.log('tenet-self-check ' + JSON.stringify(check));
   }
 })();
 """
@@ -1518,7 +1430,6 @@ _PAGE = """<!DOCTYPE html>
 {header}
 <nav>{toc}</nav>
 {body}
-<pre id="tenet-self-check" hidden></pre>
 <script type="application/json" id="tables">{tables}</script>
 <script>{app}</script>
 <script type="application/json" id="figures">{figures}</script>

@@ -44,8 +44,7 @@ def si(value: float, unit: str = "", digits: int = 3) -> str:
         return f"{value}{' ' + unit if unit else ''}"
     for scale, prefix in _PREFIXES:
         if abs(value) >= scale * (1 - 0.5 * 10 ** (1 - digits)):
-            text, sep = f"{value / scale:.{digits}g}", " "
-            return f"{text}{sep}{prefix}{unit}"
+            return f"{value / scale:.{digits}g} {prefix}{unit}"
     text = f"{value:.{digits}g}" if value else "0"
     return f"{text} {unit}" if unit else text
 
@@ -125,8 +124,7 @@ LAYER_COLUMNS = [f.name for f in fields(LayerCost)]
 def write_csv(columns: Sequence[str], items: Sequence, path: str | Path | None) -> str:
     """CSV text of ``items``' attributes ``columns`` (None as empty), written to ``path``
     when given."""
-    return write_rows(columns, (["" if getattr(item, c) is None else getattr(item, c)
-                                 for c in columns] for item in items), path)
+    return write_rows(columns, ([getattr(item, c) for c in columns] for item in items), path)
 
 
 def save_files(out_dir: str | Path, writers: dict[str, Callable[[Path], Any]]) -> list[Path]:

@@ -108,16 +108,25 @@ def run_serve(args: argparse.Namespace) -> int:
                    block_size=args.block_size, memory_bytes=memory,
                    utilization=args.memory_utilization, progress=progress, system=system,
                    pools=pools)
-    print(serve_table(served, args.ttft_ms, args.tpot_ms))
+    print(serve_table(served))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    written = [write_requests(served, out / "requests.csv"),
-               write_timeline(served, out / "timeline.csv"),
-               write_summary(served, out / "summary.json", args, lengths, acc.name),
-               plot_latency_vs_load(served, out / "serve_latency.png", args.ttft_ms,
-                                    args.tpot_ms, f"{args.model} on {acc.name}"),
-               plot_timeline(served, out / "serve_timeline.png",
-                             f"{args.model} on {acc.name}: the run as given")]
+    written = [out / "requests.csv", out / "timeline.csv"]  # a row per request, iteration
+    write_rows(["scheme", "request", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
+                "output_tokens", "preemptions"],
+               ([s.scheme, i, f"{r.arrival_s[i]:.9g}", f"{r.first_token_s[i]:.9g}",
+                 f"{r.finish_s[i]:.9g}", int(r.prompt_tokens[i]), int(r.output_tokens[i]),
+                 int(r.preemptions[i])] for s in served for r in [s.run]
+                for i in range(r.requests)), written[0])
+    write_rows(["scheme", "start_s", "seconds", "sequences", "tokens", "kv_blocks", "kv_use"],
+               ([s.scheme, f"{r.step_start_s[i]:.9g}", f"{r.step_seconds[i]:.6g}",
+                 int(r.step_sequences[i]), int(r.step_tokens[i]), int(r.step_kv_blocks[i]),
+                 f"{r.step_kv_blocks[i] / r.kv_blocks:.4f}"] for s in served for r in [s.run]
+                for i in range(r.iterations)), written[1])
+    written += [write_summary(served, out / "summary.json", args, lengths, acc.name),
+                plot_latency_vs_load(served, out / "serve_latency.png", args.ttft_ms,
+                                     args.tpot_ms, f"{args.model} on {acc.name}"),
+                plot_timeline(served, out / "serve_timeline.png",
+                              f"{args.model} on {acc.name}: the run as given")]
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -128,7 +137,7 @@ _HEADER = ["scheme", "KV tokens", "weights (GB)", "TTFT p50 / p90 / p99 (ms)",
            "mean / max batch", "mean KV use", "preempted", "max rate at p90 targets (req/s)"]
 
 
-def serve_table(served: Sequence[Any], ttft_ms: float | None, tpot_ms: float | None) -> str:
+def serve_table(served: Sequence[Any]) -> str:
     """A markdown table, one row per scheme."""
     rows = []
     for s in served:
@@ -145,27 +154,6 @@ def serve_table(served: Sequence[Any], ttft_ms: float | None, tpot_ms: float | N
     return markdown_table(_HEADER, rows)
 
 
-def write_requests(served: Sequence[Any], path: Path) -> Path:
-    """``requests.csv``: one row per request and scheme."""
-    write_rows(["scheme", "request", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
-                "output_tokens", "preemptions"],
-               ([s.scheme, i, f"{r.arrival_s[i]:.9g}", f"{r.first_token_s[i]:.9g}",
-                 f"{r.finish_s[i]:.9g}", int(r.prompt_tokens[i]), int(r.output_tokens[i]),
-                 int(r.preemptions[i])] for s in served for r in [s.run]
-                for i in range(r.requests)), path)
-    return path
-
-
-def write_timeline(served: Sequence[Any], path: Path) -> Path:
-    """``timeline.csv``: one row per iteration and scheme."""
-    write_rows(["scheme", "start_s", "seconds", "sequences", "tokens", "kv_blocks", "kv_use"],
-               ([s.scheme, f"{r.step_start_s[i]:.9g}", f"{r.step_seconds[i]:.6g}",
-                 int(r.step_sequences[i]), int(r.step_tokens[i]), int(r.step_kv_blocks[i]),
-                 f"{r.step_kv_blocks[i] / r.kv_blocks:.4f}"] for s in served for r in [s.run]
-                for i in range(r.iterations)), path)
-    return path
-
-
 def write_summary(served: Sequence[Any], path: Path, args: argparse.Namespace, lengths: Any,
                   accelerator: str) -> Path:
     """``summary.json``: per scheme the figures, the cache and the rate search."""
@@ -177,12 +165,9 @@ def write_summary(served: Sequence[Any], path: Path, args: argparse.Namespace, l
         "policy": args.policy, "token_budget": args.token_budget, "max_seqs": args.max_seqs,
         "block_size": args.block_size, "ttft_ms_target_p90": args.ttft_ms,
         "tpot_ms_target_p90": args.tpot_ms,
-        "chips": {"tensor_parallel": getattr(args, "tp", 1),
-                  "pipeline_parallel": getattr(args, "pp", 1),
-                  "link_gbps": getattr(args, "link_gbps", None),
-                  "link_latency_us": getattr(args, "link_latency_us", None),
-                  "topology": getattr(args, "topology", None),
-                  "disaggregate": getattr(args, "disaggregate", None)},
+        "chips": {"tensor_parallel": args.tp, "pipeline_parallel": args.pp,
+                  "link_gbps": args.link_gbps, "link_latency_us": args.link_latency_us,
+                  "topology": args.topology, "disaggregate": args.disaggregate},
         "schemes": {},
     }
     for s in served:
@@ -203,13 +188,6 @@ def write_summary(served: Sequence[Any], path: Path, args: argparse.Namespace, l
     return path
 
 
-def _points(s: Any) -> list[tuple[float, Any]]:
-    """(rate, figures) of every run of a scheme, by rate: the search's, or the one run."""
-    if s.search is not None:
-        return sorted(((r, m) for r, m, _ in s.search.tried), key=lambda x: x[0])
-    return [(s.metrics.requests_per_s, s.metrics)]
-
-
 def plot_latency_vs_load(served: Sequence[Any], path: Path, ttft_ms: float | None,
                          tpot_ms: float | None, title: str) -> Path:
     """TTFT and TPOT p50 / p90 / p99 against the arrival rate, a colour per scheme (the
@@ -224,7 +202,9 @@ def plot_latency_vs_load(served: Sequence[Any], path: Path, ttft_ms: float | Non
     for ax, metric, target in ((axes[0], "ttft", ttft_ms), (axes[1], "tpot", tpot_ms)):
         xs, ys = [], [] if target is None else [target]
         for i, s in enumerate(served):
-            pts = _points(s)
+            # (rate, figures) of every run, by rate: the search's, or the one run
+            pts = ([(s.metrics.requests_per_s, s.metrics)] if s.search is None
+                   else sorted(((r, m) for r, m, _ in s.search.tried), key=lambda x: x[0]))
             for q, style in styles.items():
                 x, y = [r for r, _ in pts], [getattr(m, f"{metric}_ms_p{q}") for _, m in pts]
                 xs, ys = xs + x, ys + y

@@ -38,9 +38,8 @@ from ..documents import load_document, read_text
 if TYPE_CHECKING:  # the ledger module imports TVM; `tenet-byoc --help` must not wait for it
     from ..ledger import Ledger
 
-__all__ = ["BatchTime", "Request", "ServingFigures", "batch_times", "largest_batch",
-           "meets", "parse_requests", "phase_latency_us", "plot_serving", "serve",
-           "serving_table"]
+__all__ = ["Request", "ServingFigures", "largest_batch", "meets", "parse_requests",
+           "phase_latency_us", "plot_serving", "serve", "serving_table"]
 
 #: The largest request file read: a mix of a few hundred thousand requests.
 MAX_REQUEST_FILE_BYTES = 16 << 20
@@ -85,22 +84,19 @@ def _length(value: Any, name: str) -> int:
 
 
 def _request(item: Any, where: str) -> Request:
+    names = ("prompt_len", "output_len")
+    pair = ([item.get(n) for n in names] if isinstance(item, dict)
+            else item if isinstance(item, (list, tuple)) and len(item) == 2
+            else item.split(":") if isinstance(item, str) and item.count(":") == 1 else None)
+    if pair is None:
+        raise ValueError(f"request {where} is {item!r}; expected PROMPT:OUTPUT, [prompt, "
+                         "output] or {\"prompt_len\": P, \"output_len\": O}")
     try:
-        if isinstance(item, dict):
-            missing = {"prompt_len", "output_len"} - set(item)
-            if missing:
-                raise ValueError(f"lacks {sorted(missing)}")
-            return Request(_length(item["prompt_len"], "prompt_len"),
-                           _length(item["output_len"], "output_len"))
-        if isinstance(item, (list, tuple)) and len(item) == 2:
-            return Request(_length(item[0], "prompt_len"), _length(item[1], "output_len"))
-        if isinstance(item, str) and item.count(":") == 1:
-            p, o = item.split(":")
-            return Request(_length(p, "prompt_len"), _length(o, "output_len"))
+        if isinstance(item, dict) and not set(names) <= set(item):
+            raise ValueError(f"lacks {sorted(set(names) - set(item))}")
+        return Request(*(_length(v, name) for v, name in zip(pair, names)))
     except (TypeError, ValueError) as err:
         raise ValueError(f"request {where} ({item!r}): {err}") from None
-    raise ValueError(f"request {where} is {item!r}; expected PROMPT:OUTPUT, [prompt, output] "
-                     "or {\"prompt_len\": P, \"output_len\": O}")
 
 
 def parse_requests(spec: str | os.PathLike[str]) -> list[Request]:
@@ -149,74 +145,6 @@ def parse_requests(spec: str | os.PathLike[str]) -> list[Request]:
 
 
 @dataclass(frozen=True)
-class BatchTime:
-    """One batch of the mix: its shape and estimate's latencies."""
-
-    first: int  #: index of its first request
-    size: int  #: requests (rows) in it
-    prompt_len: int  #: its longest prompt (every row is padded to it)
-    decode_steps: int  #: its longest output less one
-    prefill_s: float
-    decode_s: float  #: all its decode steps
-    output_tokens: int  #: its requests' own output tokens
-    energy_pj: float = 0.0  #: its calls' charged energy (prefill and decode, no static)
-
-    @property
-    def seconds(self) -> float:
-        """Prefill plus decode."""
-        return self.prefill_s + self.decode_s
-
-    @property
-    def tpot_s(self) -> float:
-        """Mean decode step (0 without one)."""
-        return self.decode_s / self.decode_steps if self.decode_steps else 0.0
-
-
-def batch_times(model: Any, requests: Sequence[Request], batch: int, scheme: str = "none",
-                accelerator: Any = "os16", mapping: str | None = None,
-                system: Any = None, cache: dict | None = None) -> list[BatchTime]:
-    """Each batch of ``requests`` taken ``batch`` at a time, with its estimated latencies.
-
-    ``cache`` (a dict) keeps estimates by (prompt, steps, rows) across calls.
-
-    Raises
-    ------
-    ValueError
-        For a batch below 1, or a batch whose longest prompt plus longest output outruns
-        the model's context (naming its requests).
-    """
-    from ..estimate import estimate
-
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch={batch!r} must be an integer >= 1")
-    if not requests:
-        raise ValueError("requests is empty: nothing to serve")
-    cache = {} if cache is None else cache
-    out = []
-    for first in range(0, len(requests), batch):
-        group = requests[first:first + batch]
-        p = max(r.prompt_len for r in group)
-        steps = max(r.output_len for r in group) - 1
-        key = (p, steps, len(group))
-        if key not in cache:
-            try:
-                ledger = estimate(model, scheme, accelerator, prompt_len=p, decode_steps=steps,
-                                  batch=len(group), mapping=mapping, system=system)
-            except ValueError as err:
-                raise ValueError(f"requests {first}..{first + len(group) - 1} at batch "
-                                 f"{batch} (longest prompt {p}, longest output {steps + 1}): "
-                                 f"{err}") from None
-            phases = ledger.group_by("phase")
-            us = phase_latency_us(ledger, phases)  # as estimate times a phase
-            cache[key] = (us.get("prefill", 0.0) * 1e-6, us.get("decode", 0.0) * 1e-6,
-                          sum(t.energy_pj for t in phases.values()))
-        prefill_s, decode_s, energy_pj = cache[key]
-        out.append(BatchTime(first, len(group), p, steps, prefill_s, decode_s,
-                             sum(r.output_len for r in group), energy_pj))
-    return out
-
-
-@dataclass(frozen=True)
 class ServingFigures:
     """A request mix served at one batch size (see the module's serving model)."""
 
@@ -240,21 +168,59 @@ def serve(model: Any, requests: Sequence[Request], batch: int, scheme: str = "no
           accelerator: Any = "os16", mapping: str | None = None, system: Any = None,
           cache: dict | None = None, static_w: float = 0.0) -> ServingFigures:
     """Serve ``requests`` at ``batch``: throughput, TTFT, TPOT and energy per output token
-    with ``static_w`` watts of static power over the mix's time (the module's model)."""
-    times = batch_times(model, requests, batch, scheme, accelerator, mapping, system, cache)
-    total = sum(t.seconds for t in times)
-    ttft = [t.prefill_s for t in times for _ in range(t.size)]
-    tpot = [t.tpot_s for t in times for _ in range(t.size) if t.decode_steps]
+    with ``static_w`` watts of static power over the mix's time (the module's model).
+
+    ``cache`` (a dict) keeps each batch's estimated prefill and decode seconds and energy
+    by (longest prompt, decode steps, rows) across calls.
+
+    Raises
+    ------
+    ValueError
+        For a batch below 1, or a batch whose longest prompt plus longest output outruns
+        the model's context (naming its requests).
+    """
+    from ..estimate import estimate
+
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch={batch!r} must be an integer >= 1")
+    if not requests:
+        raise ValueError("requests is empty: nothing to serve")
+    cache = {} if cache is None else cache
+    total = energy_pj = 0.0
+    ttft: list[float] = []  # per request
+    tpot: list[float] = []  # per request of a batch with a decode step
+    rows = tokens = 0  # the rows' padded prompt and output tokens; the requests' own output
+    for first in range(0, len(requests), batch):
+        group = requests[first:first + batch]
+        p = max(r.prompt_len for r in group)
+        steps = max(r.output_len for r in group) - 1
+        key = (p, steps, len(group))
+        if key not in cache:
+            try:
+                ledger = estimate(model, scheme, accelerator, prompt_len=p, decode_steps=steps,
+                                  batch=len(group), mapping=mapping, system=system)
+            except ValueError as err:
+                raise ValueError(f"requests {first}..{first + len(group) - 1} at batch "
+                                 f"{batch} (longest prompt {p}, longest output {steps + 1}): "
+                                 f"{err}") from None
+            phases = ledger.group_by("phase")
+            us = phase_latency_us(ledger, phases)  # as estimate times a phase
+            cache[key] = (us.get("prefill", 0.0) * 1e-6, us.get("decode", 0.0) * 1e-6,
+                          sum(t.energy_pj for t in phases.values()))
+        prefill_s, decode_s, pj = cache[key]
+        total += prefill_s + decode_s
+        energy_pj += pj
+        ttft += [prefill_s] * len(group)
+        tpot += [decode_s / steps] * len(group) if steps else []
+        rows += len(group) * (p + steps + 1)
+        tokens += sum(r.output_len for r in group)
     useful = sum(r.prompt_len + r.output_len for r in requests)
-    rows = sum(t.size * (t.prompt_len + t.decode_steps + 1) for t in times)
-    tokens = sum(t.output_tokens for t in times)
     static_mj = static_w * total * 1e3 / tokens  # W x s = J
     return ServingFigures(
-        scheme, batch, len(requests), len(times), total, len(requests) / total, tokens / total,
-        1e3 * sum(ttft) / len(ttft), 1e3 * max(ttft),
+        scheme, batch, len(requests), -(-len(requests) // batch), total, len(requests) / total,
+        tokens / total, 1e3 * sum(ttft) / len(ttft), 1e3 * max(ttft),
         1e3 * sum(tpot) / len(tpot) if tpot else 0.0, 1e3 * max(tpot, default=0.0),
-        1 - useful / rows,
-        sum(t.energy_pj for t in times) / 1e9 / tokens + static_mj, static_mj,
+        1 - useful / rows, energy_pj / 1e9 / tokens + static_mj, static_mj,
     )
 
 

@@ -13,6 +13,8 @@ case on the same inputs.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import math
 import time
@@ -49,16 +51,6 @@ class QuickSettings:
 
 
 QUICK = QuickSettings()
-
-
-def _accelerators(accelerators: Sequence[str | Accelerator]) -> list[Accelerator]:
-    accs = [resolve(a) for a in accelerators]
-    if not accs:
-        raise ValueError("the sweep needs at least one accelerator")
-    names = [a.name for a in accs]
-    if len(set(names)) != len(names):
-        raise ValueError(f"accelerator names must be distinct, got {names}")
-    return accs
 
 
 def _compare(output: np.ndarray, reference: np.ndarray) -> tuple[float, float, float]:
@@ -115,7 +107,11 @@ def sweep(
         get_scheme(s)
     if not names:
         raise ValueError("the sweep needs at least one scheme")
-    accs = _accelerators(accelerators)
+    accs = [resolve(a) for a in accelerators]
+    if not accs:
+        raise ValueError("the sweep needs at least one accelerator")
+    if len({a.name for a in accs}) != len(accs):
+        raise ValueError(f"accelerator names must be distinct, got {[a.name for a in accs]}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats={repeats!r} must be a positive integer")
     result = SweepResult(notes=[c.describe() for c in cases])
@@ -137,7 +133,7 @@ def sweep(
     pending = None  # the build of the (case, scheme) at hand
     try:
         if jobs:
-            pending = pool.submit(_build, _quantized(jobs[0]), accs[0])
+            pending = pool.submit(_build, _take(None, jobs[0]), accs[0])
         following = None  # the next (case, scheme), quantized and not yet building
         reference: dict[str, np.ndarray] = {}
         for i, (case, scheme) in enumerate(jobs):
@@ -171,7 +167,7 @@ def sweep(
                 following = None
             after = jobs[i + 2] if i + 2 < len(jobs) else None
             if after and upcoming[1] != "none":
-                following = _quantized(after)  # while the worker builds the next
+                following = _take(None, after)  # while the worker builds the next
             bar.update()
     finally:
         if pending is not None:
@@ -188,22 +184,13 @@ def _clear_pool() -> None:
     # glibc keeps what the threads freed in their own arenas (a scheme's quantize
     # temporaries, a build's IR): 0.05-0.1 GB that would otherwise sit on the next peak.
     # Elsewhere (no glibc) nothing to do.
-    try:
-        import ctypes
-
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _quantized(job: tuple[Case, str]) -> IRModule:
-    case, scheme = job
-    return case.quantized(scheme)
 
 
 def _take(ready: IRModule | None, job: tuple[Case, str]) -> IRModule:
     """``job``'s module: ``ready`` if it was quantized ahead, else quantized now."""
-    return ready if ready is not None else _quantized(job)
+    return ready if ready is not None else job[0].quantized(job[1])
 
 
 def _build(mod: IRModule, acc: Accelerator) -> tuple[relax.VirtualMachine, float]:

@@ -93,11 +93,8 @@ def from_pretrained(
 
         config, params = load_moe_checkpoint(folder, config)
         return MoERunner(config, params, build=build, device=device, bind_params=bind_params)
-    if isinstance(config, LlamaConfig):
-        config, params = load_checkpoint(folder, config)
-        runner: type[DecoderRunner] = LlamaRunner
-    else:
-        config, params = load_hf_checkpoint(folder, config)
-        runner = GPT2Runner
+    load, runner = ((load_checkpoint, LlamaRunner) if isinstance(config, LlamaConfig)
+                    else (load_hf_checkpoint, GPT2Runner))
+    config, params = load(folder, config)
     return runner(config, params, build=build, device=device, bind_params=bind_params,
                   batched=batched)

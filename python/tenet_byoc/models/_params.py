@@ -1,8 +1,10 @@
-"""Checking a model's weights against the shapes it expects, naming what is wrong."""
+"""Checking a model's weights against the shapes it expects, and a config's numbers, naming what is wrong."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import tvm
@@ -38,3 +40,17 @@ def check_named_arrays(
             )
         out[name] = value if tensor else np.ascontiguousarray(value, dtype=np.float32)
     return out
+
+
+def check_positive_numbers(obj: Any, fields: Iterable[str], optional: tuple[str, ...] = ()
+                           ) -> None:
+    """Refuse the first of ``fields``, then ``optional`` (None passes there), of ``obj``
+    that is not a finite number above 0 (a bool is not one): ValueError naming
+    ``Type.field`` and the value."""
+    for field in (*fields, *optional):
+        value = getattr(obj, field)
+        if value is None and field in optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                0 < value < math.inf):
+            raise ValueError(f"{type(obj).__name__}.{field}={value!r} must be a positive number")

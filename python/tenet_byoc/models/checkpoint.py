@@ -8,7 +8,7 @@ at a time and converted to float32 (float16 and bfloat16 widened exactly, float6
 Nothing is downloaded. Errors name the file, and the tensor where there is one.
 
 This is the one reader of checkpoints: every family describes where its weights sit
-(:class:`Layout`) and calls :func:`load_weights`.
+(:class:`Layout`) and calls :func:`load_family`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ __all__ = [
     "Layout",
     "TensorInfo",
     "load_family",
-    "load_weights",
     "read_config",
     "read_json",
 ]
@@ -114,13 +113,9 @@ def _json_object(text: str | bytes, path: str, what: str, label: str = "") -> di
 def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Return the contents of a ``config.json``: the file itself, or the one in a folder.
 
-    Raises
-    ------
-    FileNotFoundError
-        If the path, or the folder's ``config.json``, does not exist.
-    CheckpointError
-        If the file is not JSON, or not a JSON object, or is a weights file (the message
-        says to pass the folder).
+    FileNotFoundError if the path, or the folder's ``config.json``, does not exist;
+    CheckpointError if the file is not JSON, or not a JSON object, or is a weights file
+    (the message says to pass the folder).
     """
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -137,14 +132,19 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     return read_json(path, "a JSON object")
 
 
-def read_folder_config(folder: str, from_hf_dict: Callable[..., Any]) -> Any:
-    """``from_hf_dict(values, name=folder's name)`` of the folder's ``config.json``, its
-    errors (TypeError, ValueError) prefixed with the file's path."""
-    values = read_config(folder)  # its errors name the file
+def read_folder_config(path: str, from_hf_dict: Callable[..., Any],
+                       error: type[Exception] | None = None) -> Any:
+    """``from_hf_dict(values, name=the folder's name)`` of a folder's ``config.json`` or of
+    a config file (:func:`read_config`), its errors (TypeError, ValueError) prefixed with
+    the file's path and raised as ``error`` (by default as they are)."""
+    values = read_config(path)  # its errors name the file
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
     try:
-        return from_hf_dict(values, name=os.path.basename(os.path.normpath(folder)))
+        return from_hf_dict(values, name=os.path.basename(os.path.normpath(folder)) if folder
+                            else "custom")
     except (TypeError, ValueError) as err:
-        raise type(err)(f"{os.path.join(folder, CONFIG_FILE)!r}: {err}") from None
+        file = os.path.join(path, CONFIG_FILE) if folder == path else path
+        raise (error or type(err))(f"{file!r}: {err}") from None
 
 
 def _read_header(path: str) -> dict[str, TensorInfo]:
@@ -171,7 +171,8 @@ def _read_header(path: str) -> dict[str, TensorInfo]:
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path!r}: header entry of {name!r} is malformed") from None
         # JSON integers only, as safetensors writes them: 2.0, "8" or true are not sizes
-        if not isinstance(shape, list) or not all(_is_int(d) for d in (*shape, begin, end)):
+        if not isinstance(shape, list) or not all(
+                isinstance(d, int) and not isinstance(d, bool) for d in (*shape, begin, end)):
             raise CheckpointError(
                 f"{path!r}: header entry of {name!r} is malformed: shape {shape!r} and "
                 f"data_offsets {[begin, end]!r} must be integers")
@@ -205,24 +206,11 @@ def _read_header(path: str) -> dict[str, TensorInfo]:
     return out
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 class Checkpoint:
-    """The safetensors weights of a checkpoint folder, headers read, data not yet.
-
-    Parameters
-    ----------
-    folder : str or PathLike
-        Holds ``model.safetensors``, or ``model.safetensors.index.json`` and its shards.
-
-    Attributes
-    ----------
-    tensors : dict of str to TensorInfo
-        Every stored tensor by its name in the checkpoint.
-    source : str
-        The file the names come from: ``model.safetensors`` or the index.
+    """The safetensors weights of a checkpoint folder (``model.safetensors``, or
+    ``model.safetensors.index.json`` and its shards), headers read, data not yet:
+    ``tensors``, every stored tensor's :class:`TensorInfo` by its name, and ``source``, the
+    file the names come from.
 
     Raises
     ------
@@ -362,87 +350,6 @@ class Layout:
         return name if full not in tensors and name in tensors else full
 
 
-def _layers(tensors: Iterable[str], layout: Layout) -> set[int]:
-    # Layer indices the stored names hold, with or without the family's prefix.
-    out = set()
-    for name in tensors:
-        rest = name.removeprefix(layout.prefix)
-        if rest.startswith(layout.layer_prefix):
-            index = rest[len(layout.layer_prefix):].split(".", 1)[0]
-            if index.isdigit():
-                out.add(int(index))
-    return out
-
-
-def load_weights(
-    folder: str | os.PathLike[str],
-    layout: Layout,
-    layers: int,
-    expected: Iterable[tuple[str, tuple[int, ...]]],
-    note: str = "",
-) -> dict[str, np.ndarray]:
-    """Read a checkpoint's weights as float32, after checking them against the model.
-
-    The stored layers must be exactly ``0 .. layers - 1`` and every expected tensor must be
-    stored with its shape and a float dtype; both are checked from the headers before any
-    weight is read.
-
-    Parameters
-    ----------
-    folder : str or PathLike
-        The checkpoint folder.
-    layout : Layout
-        Where the family's weights sit.
-    layers : int
-        The layer count of the config.
-    expected : iterable of (str, tuple of int)
-        The model's parameter names (without ``layout.prefix``) and shapes, in the order
-        of the returned dict.
-    note : str
-        Added to a missing-tensor message.
-
-    Returns
-    -------
-    dict of str to numpy.ndarray
-        By the model's parameter name, transposed where ``layout.transposed`` says.
-
-    Raises
-    ------
-    FileNotFoundError
-        If the weights file, or a shard, is missing.
-    KeyError
-        Naming the missing tensors (as Hugging Face names them) and their shapes.
-    CheckpointError
-        If a file is corrupt or truncated, the layer count differs, or a tensor has the
-        wrong shape or dtype (naming it).
-    """
-    ckpt = Checkpoint(folder)
-    held = _layers(ckpt.tensors, layout)
-    if len(held) != layers or (held and max(held) != layers - 1):
-        where = ckpt.source
-        span = f"{layout.layer_prefix}0 - {layout.layer_prefix}{max(held)}" if held else "none"
-        raise CheckpointError(
-            f"{where!r} holds {len(held)} layers ({span}); the config has "
-            f"{layout.layer_field}={layers}"
-        )
-
-    # The layer count matches the files, so the list is no longer than what they hold.
-    expected = [(name, tuple(shape)) for name, shape in expected]
-    stored = [
-        (layout.stored_name(name, ckpt.tensors),
-         shape[::-1] if layout.transposed and name.endswith(layout.transposed) else shape)
-        for name, shape in expected
-    ]
-    held_note = f"the files hold {len(ckpt.tensors)}"
-    ckpt.check_shapes(layout.model, stored, f"{note}, {held_note}" if note else held_note)
-    out = {}
-    for (name, _), (stored_name, _) in zip(expected, stored, strict=True):
-        value = ckpt.read(stored_name)
-        out[name] = np.ascontiguousarray(value.T) if value.ndim == 2 and (
-            layout.transposed and name.endswith(layout.transposed)) else value
-    return out
-
-
 def load_family(
     folder: str | os.PathLike[str],
     config: Any,
@@ -451,18 +358,29 @@ def load_family(
     expected: Callable[[Any], Iterable[tuple[str, tuple[int, ...]]]],
     note: Callable[[Any], str] = lambda config: "",
 ) -> tuple[Any, dict[str, np.ndarray]]:
-    """Read a local Hugging Face checkpoint folder of one family: its config and weights.
+    """Read a local Hugging Face checkpoint folder of one family: its config and float32
+    weights, the weights checked against the model before any is read.
 
     Without ``config``, ``from_hf_dict(values, name=folder's name)`` reads ``config.json``
-    (its errors prefixed with the file's path); then :func:`load_weights` reads the weights
-    where ``layout(config)`` says, ``expected(config)`` (walked only once the layer count,
-    ``layout.layer_field``, matches the files) and ``note(config)`` as it takes them.
+    (its errors prefixed with the file's path). The weights sit where ``where =
+    layout(config)`` says: the stored layers must be exactly ``0 .. n - 1`` (``n`` the
+    config's ``where.layer_field``), then every tensor of ``expected(config)`` (the model's
+    names without ``where.prefix``, and shapes; walked only once the layer count matches
+    the files) must be stored with its shape and a float dtype, both checked from the
+    headers. Returns the config and the weights by the model's names in ``expected``'s
+    order, transposed where ``where.transposed`` says; ``note(config)`` is added to a
+    missing-tensor message.
 
     Raises
     ------
     FileNotFoundError
-        If the folder, ``config.json`` (when ``config`` is not given) or the weights are
-        missing (naming them).
+        If the folder, ``config.json`` (when ``config`` is not given), the weights file or
+        a shard is missing (naming it).
+    KeyError
+        Naming the missing tensors (as Hugging Face names them) and their shapes.
+    CheckpointError
+        If a file is corrupt or truncated, the layer count differs, or a tensor has the
+        wrong shape or dtype (naming it).
     """
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
@@ -470,5 +388,33 @@ def load_family(
     if config is None:
         config = read_folder_config(folder, from_hf_dict)
     where = layout(config)
-    return config, load_weights(folder, where, getattr(config, where.layer_field),
-                                expected(config), note=note(config))
+    layers = getattr(config, where.layer_field)
+    wanted, said = expected(config), note(config)
+    ckpt = Checkpoint(folder)
+    # the layer indices the stored names hold, with or without the family's prefix
+    rests = (name.removeprefix(where.prefix) for name in ckpt.tensors)
+    indices = (rest.removeprefix(where.layer_prefix).split(".", 1)[0] for rest in rests
+               if rest.startswith(where.layer_prefix))
+    held = {int(index) for index in indices if index.isdigit()}
+    if len(held) != layers or (held and max(held) != layers - 1):
+        span = f"{where.layer_prefix}0 - {where.layer_prefix}{max(held)}" if held else "none"
+        raise CheckpointError(
+            f"{ckpt.source!r} holds {len(held)} layers ({span}); the config has "
+            f"{where.layer_field}={layers}"
+        )
+
+    # The layer count matches the files, so the list is no longer than what they hold.
+    wanted = [(name, tuple(shape)) for name, shape in wanted]
+    stored = [
+        (where.stored_name(name, ckpt.tensors),
+         shape[::-1] if where.transposed and name.endswith(where.transposed) else shape)
+        for name, shape in wanted
+    ]
+    held_note = f"the files hold {len(ckpt.tensors)}"
+    ckpt.check_shapes(where.model, stored, f"{said}, {held_note}" if said else held_note)
+    out = {}
+    for (name, _), (stored_name, _) in zip(wanted, stored, strict=True):
+        value = ckpt.read(stored_name)
+        out[name] = np.ascontiguousarray(value.T) if value.ndim == 2 and (
+            where.transposed and name.endswith(where.transposed)) else value
+    return config, out

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .._names import did_you_mean
-from .checkpoint import CONFIG_FILE, read_config
+from .checkpoint import read_folder_config
 from .gpt2 import GPT2Config
 from .llama import FAMILIES, LlamaConfig
 from .moe import MOE_FAMILIES, MoEConfig
@@ -32,7 +32,8 @@ class BuiltinModel:
     note: str = ""  #: how the entry differs from the model, when it stands in for one
 
 
-def _gpt2(name: str, repo: str, n_layer: int, n_embd: int, n_head: int) -> BuiltinModel:
+def _gpt2(name: str, repo: str, n_layer: int, n_embd: int, n_head: int, note: str = "",
+          **other: Any) -> BuiltinModel:
     values = {
         "model_type": "gpt2",
         "n_layer": n_layer,
@@ -42,8 +43,10 @@ def _gpt2(name: str, repo: str, n_layer: int, n_embd: int, n_head: int) -> Built
         "n_positions": 1024,
         "layer_norm_epsilon": 1e-5,
         "activation_function": "gelu_new",
+        **other,
     }
-    return BuiltinModel(name, f"https://huggingface.co/{repo}/blob/main/config.json", values)
+    return BuiltinModel(name, f"https://huggingface.co/{repo}/blob/main/config.json", values,
+                        note)
 
 
 # Llama-family fields, one model a row:
@@ -91,11 +94,9 @@ def _llama(name: str, repo: str, row: tuple, extra: dict[str, Any]) -> BuiltinMo
 # GPT-J 6B's GEMMs through the GPT-2 family. From EleutherAI/gpt-j-6b's config.json:
 # n_layer 28, n_embd 4096, n_head 16 (head_dim 256), n_inner null (4 x 4096 = 16384),
 # vocab_size 50400, n_positions 2048, gelu_new, layer_norm_epsilon 1e-5.
-_GPTJ = BuiltinModel(
-    "gpt-j-6b", "https://huggingface.co/EleutherAI/gpt-j-6b/blob/main/config.json",
-    {"model_type": "gpt2", "n_layer": 28, "n_embd": 4096, "n_head": 16, "n_inner": 16384,
-     "vocab_size": 50400, "n_positions": 2048, "layer_norm_epsilon": 1e-5,
-     "activation_function": "gelu_new"},
+_GPTJ = _gpt2(
+    "gpt-j-6b", "EleutherAI/gpt-j-6b", 28, 4096, 16, n_inner=16384, vocab_size=50400,
+    n_positions=2048,
     note=("GPT-J (model_type gptj) estimated as a GPT-2-shaped model: the same GEMM shapes "
           "and weight count per layer, except that q, k and v are one fused [d, 3d] GEMM "
           "(GPT-J has three [d, d] ones, the same MACs) and the head is charged as GPT-2's "
@@ -221,23 +222,12 @@ def config_from_dict(values: Mapping[str, Any], name: str = "custom") -> Any:
 
 
 def resolve_config(model: str | os.PathLike[str]) -> Any:
-    """A model's config from a built-in name, a ``config.json`` file or a checkpoint folder.
+    """A model's ``GPT2Config``, ``LlamaConfig`` or ``MoEConfig`` from a name in
+    :data:`BUILTIN`, a path to a ``config.json`` or a checkpoint folder holding one.
 
-    Parameters
-    ----------
-    model : str or PathLike
-        A name in :data:`BUILTIN`, a path to a ``config.json``, or a folder holding one.
-
-    Returns
-    -------
-    GPT2Config, LlamaConfig or MoEConfig
-
-    Raises
-    ------
-    ValueError
-        If ``model`` is neither a built-in name nor an existing path (the message suggests
-        near names and lists the built-in ones), or the config is not one this package
-        implements (naming the file and the field).
+    ValueError if ``model`` is neither a built-in name nor an existing path (the message
+    suggests near names and lists the built-in ones), or the config is not one this package
+    implements (naming the file and the field).
     """
     text = os.fspath(model)
     if text in BUILTIN:
@@ -247,12 +237,5 @@ def resolve_config(model: str | os.PathLike[str]) -> Any:
             f"model {text!r} is neither a built-in name nor an existing config.json or "
             f"checkpoint folder{did_you_mean(text, BUILTIN)}; built-in: {sorted(BUILTIN)}"
         )
-    folder = text if os.path.isdir(text) else os.path.dirname(text)
-    name = os.path.basename(os.path.normpath(folder)) if folder else "custom"
-    values = read_config(text)  # its errors name the file
-    path = os.path.join(text, CONFIG_FILE) if os.path.isdir(text) else text
-    try:
-        return config_from_dict(values, name=name)
-    except (TypeError, ValueError) as err:
-        # A field of the wrong type is the file's fault, whatever Python calls it.
-        raise ValueError(f"{path!r}: {err}") from None
+    # A field of the wrong type is the file's fault, whatever Python calls it.
+    return read_folder_config(text, config_from_dict, ValueError)

@@ -21,7 +21,6 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
 __all__ = [
-    "BATCH_FUNCTIONS",
     "MASK_VALUE",
     "PHASES",
     "LAYER_TYPES",
@@ -32,18 +31,13 @@ __all__ = [
     "MatmulShape",
     "build_with_tvm",
     "call_rows_and_keys",
-    "decode_layout",
     "export_decoder",
-    "prefill_layout",
     "read_layer_types",
     "take_rows",
 ]
 
 #: The entry points of an exported decoder, one per phase of generation.
 PHASES = ("prefill", "decode")
-
-#: The batched entry points (:func:`export_decoder` with ``batched=True``), by phase.
-BATCH_FUNCTIONS = {"prefill": "prefill_batch", "decode": "decode_batch"}
 
 #: Added to attention scores a query must not see; exp() of it underflows to exactly 0 in
 #: float32, so a masked key gets no weight at all.
@@ -130,8 +124,8 @@ class BatchLayout:
     after another, so every linear layer is one GEMM of ``size * length`` rows sharing its
     weight (what ``estimate(batch=size)`` charges, and what an accelerator would run).
     Attention splits the rows back into ``[size, heads, length, head_dim]`` and adds
-    :meth:`mask` to its scores. Make one with :func:`prefill_layout` or
-    :func:`decode_layout`.
+    :meth:`mask` to its scores. :meth:`DecoderLM.prefill_batch` and
+    :meth:`DecoderLM.decode_batch` make one.
 
     Parameters
     ----------
@@ -184,31 +178,6 @@ def _arange(end: Any, name: str) -> nn.Tensor:
     # From 0 only: a symbolic begin makes TVM 0.27's FuseTIR define the same variable twice
     # (once as the scalar argument, once from a shape) and fail to build.
     return op.wrap_nested(relax.op.arange(0, end, 1, dtype="int32"), name=name)
-
-
-def prefill_layout(ids: nn.Tensor, pad: nn.Tensor, window: int | None = None) -> BatchLayout:
-    """The layout of ``prefill_batch``: ``ids [B, S]``, sequence b from slot ``pad[b]`` on.
-
-    Slot ``j`` of sequence ``b`` holds position ``j - pad[b]``; pad slots get position 0
-    (their outputs are never attended to, and 0 is a valid row of every position table).
-    """
-    b, s = ids.shape
-    slots = op.reshape(_arange(s, "batch_slots"), [1, s])
-    pos = slots - op.reshape(pad, [b, 1])
-    pos = op.wrap_nested(relax.op.maximum(pos._expr, relax.const(0, "int32")),
-                         name="batch_positions")
-    return BatchLayout(b, s, pos, pad, causal=True, window=window)
-
-
-def decode_layout(ids: nn.Tensor, position: nn.Tensor, first_key: nn.Tensor) -> BatchLayout:
-    """The layout of ``decode_batch``: one token per sequence, ``ids [B, 1]``.
-
-    ``position[b]`` is sequence b's new token's position, ``first_key[b]`` its first key
-    that is not a pad slot; every later key is visible (the cache holds only the past, and
-    a sliding window was applied when the cache was cut).
-    """
-    b = ids.shape[0]
-    return BatchLayout(b, 1, op.reshape(position, [b, 1]), first_key, causal=False)
 
 
 _Pair = tuple[nn.Tensor, nn.Tensor]  # (cos, sin) tables, or a layer's (K, V) cache
@@ -448,8 +417,18 @@ class DecoderLM(nn.Module):
         """Run ``batch`` left-padded prompts: ``input_ids`` ``[batch, seq_len]`` int32,
         sequence ``b``'s tokens from slot ``pad[b]`` on (``pad`` ``[batch]`` int32); return
         ``[batch, seq_len, vocab_size]`` logits (rows of pad slots meaningless) and the
-        cache tensors, each ``[batch, kv_heads, seq_len (or the last window), head_dim]``."""
-        return self._run(input_ids, 0, None, prefill_layout(input_ids, pad, self.window))
+        cache tensors, each ``[batch, kv_heads, seq_len (or the last window), head_dim]``.
+
+        Slot ``j`` of sequence ``b`` holds position ``j - pad[b]``; pad slots get position 0
+        (their outputs are never attended to, and 0 is a valid row of every position table).
+        """
+        b, s = input_ids.shape
+        slots = op.reshape(_arange(s, "batch_slots"), [1, s])
+        pos = slots - op.reshape(pad, [b, 1])
+        pos = op.wrap_nested(relax.op.maximum(pos._expr, relax.const(0, "int32")),
+                             name="batch_positions")
+        return self._run(input_ids, 0, None, BatchLayout(b, s, pos, pad, causal=True,
+                                                         window=self.window))
 
     def decode_batch(self, input_id: nn.Tensor, past: Sequence[nn.Tensor], position: nn.Tensor,
                      first_key: nn.Tensor) -> _Out:
@@ -460,9 +439,12 @@ class DecoderLM(nn.Module):
         to); ``position`` ``[batch]`` int32 is each new token's position and ``first_key``
         ``[batch]`` int32 each sequence's first attended key that is not a pad slot.
         Returns ``[batch, 1, vocab_size]`` logits and the cache one slot longer (or rolled
-        by one).
+        by one). Every key after ``first_key`` is visible (the cache holds only the past, and
+        a sliding window was applied when the cache was cut).
         """
-        return self._run(input_id, 0, past, decode_layout(input_id, position, first_key))
+        b = input_id.shape[0]
+        layout = BatchLayout(b, 1, op.reshape(position, [b, 1]), first_key, causal=False)
+        return self._run(input_id, 0, past, layout)
 
 
 def build_with_tvm(mod: IRModule) -> relax.VMExecutable:
@@ -483,12 +465,9 @@ def export_decoder(model: DecoderLM,
     (checked, in the model's order) binds them into every function. Every function carries
     the attribute ``num_input``, the number of arguments before the weights.
 
-    With ``batched`` the module also has ``prefill_batch(input_ids [batch, seq_len], pad
-    [batch])`` and ``decode_batch(input_id [batch, 1], past, position [batch], first_key
-    [batch])``: ``batch`` left-padded sequences (``pad``: the slots before each one's first
-    token; ``position``: each new token's position; ``first_key``: each sequence's first
-    cached key that is not a pad slot; all int32), each cache tensor ``[batch, kv_heads,
-    past_len, head_dim]``.
+    With ``batched`` the module also has ``prefill_batch(input_ids, pad)`` and
+    ``decode_batch(input_id, past, position, first_key)`` (see
+    :meth:`DecoderLM.prefill_batch` and :meth:`DecoderLM.decode_batch`).
     """
     n_layer, kv_heads, head_dim = (getattr(model.config, f) for f in model.fields[:3])
     kv = nn.spec.Tensor([1, kv_heads, "past_len", head_dim], "float32")

@@ -30,14 +30,7 @@ __all__ = ["Fit", "Footprint", "fit", "footprint", "kv_bytes_per_token", "weight
 
 @dataclass(frozen=True)
 class Footprint:
-    """Bytes one chip holds, by kind.
-
-    Attributes
-    ----------
-    weights : int
-    kv_cache : int
-    activations : int
-    """
+    """Bytes one chip holds, by kind: ``weights``, ``kv_cache`` and ``activations``."""
 
     weights: int
     kv_cache: int
@@ -176,17 +169,13 @@ def _shape(config: Any) -> dict[str, Any]:
 
 def _elements(config: Any) -> int:
     # All weights of the model, by its family's own count.
-    from .gpt2 import GPT2Config
+    from .gpt2 import GPT2Config, param_shapes
     from .llama import LlamaConfig, param_count
     from .moe import param_counts
 
     if isinstance(config, GPT2Config):
-        from .gpt2 import param_shapes
-
         return sum(math.prod(shape) for shape in param_shapes(config).values())
-    if isinstance(config, LlamaConfig):
-        return param_count(config)[1]
-    return param_counts(config)[0]
+    return param_count(config)[1] if isinstance(config, LlamaConfig) else param_counts(config)[0]
 
 
 def _layers_per_stage(s: dict[str, Any], pp: int) -> int:
@@ -213,19 +202,13 @@ def weight_bytes(config: Any, scheme: Any = "none", tp: int = 1, pp: int = 1, ep
     stage's) with the embedding on the first stage and the head on the last (the larger of
     the two counted), under ``ep`` the routed experts.
 
-    Parameters
-    ----------
-    config : GPT2Config, LlamaConfig or MoEConfig
-    scheme : str or QuantScheme
-    tp, pp, ep : int
-        Tensor-, pipeline- and expert-parallel degrees.
-    engine : bool
-        How the weights outside the GEMMs are held. False (the Relax models): the embedding
-        table, norms, biases and position table in float32. True (a serving engine): the
-        embedding table at 16 bits (32 under a float32 scheme), norms and biases left out
-        (under 0.1% of a 7B model). Either way a tied head reads the embedding table when
-        the scheme's weights are as wide as the table, else a quantized copy of it sits
-        beside the table.
+    ``tp``, ``pp`` and ``ep`` are the tensor-, pipeline- and expert-parallel degrees;
+    ``engine`` says how the weights outside the GEMMs are held. False (the Relax models):
+    the embedding table, norms, biases and position table in float32. True (a serving
+    engine): the embedding table at 16 bits (32 under a float32 scheme), norms and biases
+    left out (under 0.1% of a 7B model). Either way a tied head reads the embedding table
+    when the scheme's weights are as wide as the table, else a quantized copy of it sits
+    beside the table.
     """
     from ..quantization import get_scheme
 
@@ -274,24 +257,12 @@ def footprint(config: Any, scheme: Any = "none", sequences: int = 1, context: in
               ) -> Footprint:
     """Bytes one chip holds to run ``sequences`` sequences of ``context`` tokens each.
 
-    Parameters
-    ----------
-    config : GPT2Config, LlamaConfig, MoEConfig or str
-        The model (a built-in name or path is resolved).
-    scheme : str or QuantScheme
-        The quantization scheme: weights', KV cache's and activations' widths.
-    sequences : int
-        Sequences whose KV caches the chip holds.
-    context : int
-        Tokens each sequence's cache holds before the step (at most the model's context).
-    step_tokens : int, optional
-        Tokens one step computes, which sets the activations' peak: a prefill's prompt
-        tokens, or a decode step's batch; default ``sequences`` (a decode step).
-    tp, pp : int
-        Tensor- and pipeline-parallel degrees.
-    ep : int
-        Expert-parallel chips: each holds ``1 / ep`` of the routed experts and of the
-        sequences (and of the step's tokens).
+    ``config`` may be a built-in name or a path (resolved); ``scheme`` sets the weights',
+    KV cache's and activations' widths; ``context`` is at most the model's. ``step_tokens``,
+    the tokens one step computes, sets the activations' peak: a prefill's prompt tokens, or
+    a decode step's batch; by default ``sequences`` (a decode step). ``tp`` and ``pp`` are
+    the tensor- and pipeline-parallel degrees; each of ``ep`` expert-parallel chips holds
+    ``1 / ep`` of the routed experts and of the sequences (and of the step's tokens).
 
     Raises
     ------

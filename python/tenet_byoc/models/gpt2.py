@@ -48,8 +48,6 @@ __all__ = [
     "random_params",
 ]
 
-_DTYPE = "float32"
-
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -254,21 +252,15 @@ def export_gpt2(
     and ``decode_batch``.
     """
     checked = None if params is None else check_params(config, params)
-    model = GPT2LMHeadModel(config)
-    return export_decoder(model, checked, batched=batched)
+    return export_decoder(GPT2LMHeadModel(config), checked, batched=batched)
 
 
 def check_params(config: GPT2Config, params: Mapping[str, np.ndarray | tvm.runtime.Tensor]
                  ) -> dict[str, np.ndarray | tvm.runtime.Tensor]:
-    """Check weights against the config; return them as contiguous float32 in call order
-    (a float32 ``tvm.runtime.Tensor`` as it is).
+    """The weights as contiguous float32 in :func:`param_shapes` order (a float32
+    ``tvm.runtime.Tensor`` as it is), after checking them.
 
-    Raises
-    ------
-    KeyError
-        If a weight is missing; the message names it.
-    ValueError
-        If a weight has the wrong shape; the message names it and both shapes.
+    A missing weight raises KeyError, a misshaped one ValueError, each naming it.
     """
     return check_named_arrays("GPT-2", param_shapes(config), params)
 
@@ -286,21 +278,11 @@ def random_params(config: GPT2Config, seed: int = 0, *,
     Linear and embedding weights are N(0, 0.02), the residual projections (``c_proj``)
     N(0, 0.02 / sqrt(2 * n_layer)), biases zero, LayerNorm scale one and shift zero.
 
-    Parameters
-    ----------
-    config : GPT2Config
-        The model's shape.
-    seed : int
-        Seed of numpy's generator.
-    tensors : bool
-        Return ``tvm.runtime.Tensor`` (CPU) weights, each drawn straight into its tensor:
-        the same values, but :func:`export_gpt2` binds them as they are, so a model's
-        weights never exist twice (GPT-2 small: 0.5 GB) while it is exported.
-
-    Returns
-    -------
-    dict of str to numpy.ndarray or tvm.runtime.Tensor
-        float32 weights keyed and ordered as :func:`param_shapes`.
+    ``seed`` seeds numpy's generator. With ``tensors`` the weights are
+    ``tvm.runtime.Tensor`` (CPU), each drawn straight into its tensor: the same values, but
+    :func:`export_gpt2` binds them as they are, so a model's weights never exist twice
+    (GPT-2 small: 0.5 GB) while it is exported. float32, keyed and ordered as
+    :func:`param_shapes`.
     """
     return RandomWeights(config, seed).draw_all(tensors=tensors)
 
@@ -313,13 +295,6 @@ class RandomWeights:
     asked for again (:meth:`draw`) is drawn from its recorded state: the same values, one
     weight at a time. A sweep quantizes each scheme from weights drawn again instead of
     keeping the float32 model (GPT-2 small: 0.5 GB) beside every build.
-
-    Parameters
-    ----------
-    config : GPT2Config
-        The model's shape.
-    seed : int
-        Seed of numpy's generator.
     """
 
     def __init__(self, config: GPT2Config, seed: int = 0) -> None:
@@ -329,22 +304,15 @@ class RandomWeights:
         self._proj_std = 0.02 / math.sqrt(2 * config.n_layer)
         self._states: dict[str, dict] = {}
 
-    def _std(self, name: str) -> float | None:
-        """The weight's standard deviation; None for a constant one (bias, LayerNorm)."""
-        if name.endswith(".bias") or name.startswith("ln_") or ".ln_" in name:
-            return None
-        return self._proj_std if name.endswith("c_proj.weight") else 0.02
-
     def _fill(self, name: str, value: np.ndarray, rng: np.random.Generator) -> None:
-        std = self._std(name)
-        if std is None:
+        if name.endswith(".bias") or name.startswith("ln_") or ".ln_" in name:
             value[...] = 0.0 if name.endswith(".bias") else 1.0
             return
         # Drawn into the weight and scaled in place: the values of
         # rng.standard_normal(shape) * std without a second weight-sized array (and its
         # page faults, most of the drawing time for GPT-2 small).
         rng.standard_normal(dtype=np.float32, out=value)
-        value *= np.float32(std)
+        value *= np.float32(self._proj_std if name.endswith("c_proj.weight") else 0.02)
 
     def draw_all(self, tensors: bool = False) -> dict:
         """Every weight, in :func:`param_shapes` order (see :func:`random_params`)."""
@@ -352,7 +320,7 @@ class RandomWeights:
         out: dict = {}
         for name, shape in self.shapes.items():
             if tensors:
-                tensor = tvm.runtime.empty(shape, _DTYPE, tvm.cpu())
+                tensor = tvm.runtime.empty(shape, "float32", tvm.cpu())
                 value = np.from_dlpack(tensor)
             else:
                 tensor = value = np.empty(shape, np.float32)
@@ -378,8 +346,7 @@ class RandomWeights:
             rng = np.random.default_rng(self.seed)
             for other, shape in self.shapes.items():
                 self._states[other] = rng.bit_generator.state
-                if self._std(other) is not None:
-                    rng.standard_normal(shape, dtype=np.float32)
+                self._fill(other, np.empty(shape, np.float32), rng)
         rng = np.random.Generator(np.random.PCG64())
         rng.bit_generator.state = self._states[name]
         value = np.empty(self.shapes[name], np.float32)
@@ -391,53 +358,31 @@ class RandomWeights:
 # Hugging Face checkpoints
 # ----------------------------------------------------------------------------------------
 
-# HF's GPT-2 uses Conv1D for these: weights stored [in, out], transposed to nn.Linear's [out, in].
-_CONV1D_WEIGHTS = (
-    "attn.c_attn.weight",
-    "attn.c_proj.weight",
-    "mlp.c_fc.weight",
-    "mlp.c_proj.weight",
-)
+#: Where GPT-2's weights sit in a Hugging Face checkpoint. HF's GPT-2 uses Conv1D for the
+#: transposed ones: weights stored [in, out], transposed to nn.Linear's [out, in].
+HF_LAYOUT = Layout("GPT-2", "transformer.", "h.", "n_layer", transposed=(
+    "attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"))
 
-#: Where GPT-2's weights sit in a Hugging Face checkpoint.
-HF_LAYOUT = Layout("GPT-2", "transformer.", "h.", "n_layer", transposed=_CONV1D_WEIGHTS)
 
 def load_hf_checkpoint(
     folder: str | os.PathLike[str], config: GPT2Config | None = None
 ) -> tuple[GPT2Config, dict[str, np.ndarray]]:
-    """Read a local Hugging Face GPT-2 checkpoint directory.
+    """Read a local Hugging Face GPT-2 checkpoint directory: its config and float32 weights.
 
-    The folder holds ``config.json`` and ``model.safetensors``. Names lose their
-    ``transformer.`` prefix, the Conv1D weights are transposed to ``[out, in]``, and the
-    head is tied to ``wte`` (``lm_head.weight``, if present, is not read). Other tensors
-    (e.g. the ``attn.bias`` mask buffers of old checkpoints) are ignored. The block count
-    and every shape are checked from the file's header before any weight is read
-    (:func:`tenet_byoc.models.checkpoint.load_weights`). Nothing is downloaded.
-
-    Parameters
-    ----------
-    folder : str or PathLike
-        The checkpoint directory.
-    config : GPT2Config, optional
-        Shape to expect; by default read from ``config.json``.
-
-    Returns
-    -------
-    config : GPT2Config
-        The configuration used.
-    params : dict of str to numpy.ndarray
-        float32 weights keyed and ordered as :func:`param_shapes`.
+    The folder holds ``config.json`` and ``model.safetensors``; ``config`` (optional) is the
+    shape to expect instead of ``config.json``'s. Names lose their ``transformer.`` prefix,
+    the Conv1D weights are transposed to ``[out, in]``, and the head is tied to ``wte``
+    (``lm_head.weight``, if present, is not read). Other tensors (e.g. the ``attn.bias``
+    mask buffers of old checkpoints) are ignored. The block count and every shape are
+    checked from the file's header before any weight is read
+    (:func:`tenet_byoc.models.checkpoint.load_family`). The weights come keyed and
+    ordered as :func:`param_shapes`. Nothing is downloaded.
 
     Raises
     ------
-    FileNotFoundError
-        If the folder, ``config.json`` (when ``config`` is not given) or
-        ``model.safetensors`` is missing.
-    KeyError
-        If a weight is missing from the checkpoint; the message names it.
-    ValueError
-        If the file is corrupt, holds another number of blocks, or a weight has the wrong
-        shape (the message names it and both shapes).
+    FileNotFoundError, KeyError, ValueError
+        A missing file or weight, a corrupt file, another number of blocks or a weight of
+        the wrong shape (each naming it, with both shapes).
     """
     def shapes(config: GPT2Config):
         # Builds the module, so only walked once the block count matches the file.
@@ -482,14 +427,9 @@ def check_kv_cache(config: GPT2Config, cache: KVCache) -> None:
 
     The decode function takes the new token's position from the tensors' length, and the
     position table has ``n_positions`` rows; a cache whose ``length`` disagrees with its
-    tensors, or that is already full, would make it read past the table.
-
-    Raises
-    ------
-    TypeError
-        If ``cache`` is not a :class:`KVCache`.
-    ValueError
-        Naming the tensor and both shapes, or the length and ``n_positions``.
+    tensors, or that is already full, would make it read past the table: TypeError if
+    ``cache`` is not a :class:`KVCache`, ValueError naming the tensor and both shapes, or
+    the length and ``n_positions``.
     """
     length = cache_length(cache)
     if length >= config.n_positions:

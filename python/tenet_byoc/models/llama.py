@@ -21,7 +21,7 @@ from tvm.ir import IRModule
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
-from ._params import check_named_arrays
+from ._params import check_named_arrays, check_positive_numbers
 from .checkpoint import Layout, load_family
 from .decoder import (
     LAYER_TYPES,
@@ -193,15 +193,9 @@ class LlamaConfig:
             )
         if self.dim_per_head % 2:
             raise ValueError(f"LlamaConfig.head_dim={self.dim_per_head} must be even (RoPE)")
-        optional = ("attn_logit_softcapping", "final_logit_softcapping",
-                    "query_pre_attn_scalar", "rope_local_theta")
-        for field in ("rms_norm_eps", "rope_theta", *optional):
-            value = getattr(self, field)
-            if value is None and field in optional:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    0 < value < math.inf):
-                raise ValueError(f"LlamaConfig.{field}={value!r} must be a positive number")
+        check_positive_numbers(self, ("rms_norm_eps", "rope_theta"), (
+            "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
+            "rope_local_theta"))
         if not self.rms_norm_eps < 1:
             raise ValueError(f"LlamaConfig.rms_norm_eps={self.rms_norm_eps!r} must be < 1")
         for field in ("qkv_bias", "o_bias", "mlp_bias", "tie_word_embeddings", "qk_norm"):
@@ -427,9 +421,6 @@ class Rotary:
         return cos, sin
 
 
-_Pair = tuple[nn.Tensor, nn.Tensor]  # (cos, sin)
-
-
 class LlamaAttention(Attention):
     """Grouped-query attention with rotary embeddings on queries and keys (see
     :class:`tenet_byoc.models.decoder.Attention`), set from the config for layer ``layer``."""
@@ -527,12 +518,10 @@ def export_llama(
     :func:`param_shapes` order; ``batched`` adds ``prefill_batch`` and ``decode_batch``.
     """
     checked = None if params is None else check_params(config, params)
-    c = config
-    if batched and not c.uniform_layers:
-        raise ValueError(f"{c.name}: the batched functions are not built for a model whose "
-                         "layers have different attention windows (layer_types)")
-    model = LlamaForCausalLM(c)
-    return export_decoder(model, checked, batched=batched)
+    if batched and not config.uniform_layers:
+        raise ValueError(f"{config.name}: the batched functions are not built for a model "
+                         "whose layers have different attention windows (layer_types)")
+    return export_decoder(LlamaForCausalLM(config), checked, batched=batched)
 
 
 def param_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
@@ -640,38 +629,23 @@ def hf_layout(config: Any) -> Layout:
 def load_checkpoint(
     folder: str | os.PathLike[str], config: LlamaConfig | None = None
 ) -> tuple[LlamaConfig, dict[str, np.ndarray]]:
-    """Read a local Hugging Face Llama, Mistral or Qwen2 checkpoint folder.
+    """Read a local Hugging Face Llama-family checkpoint folder: its config and float32 weights.
 
     ``config.json`` plus ``model.safetensors`` or a sharded set with
     ``model.safetensors.index.json``; float16 and bfloat16 weights are widened to float32,
-    float64 ones narrowed to it. Names lose their ``model.`` prefix. The layer count and
-    every tensor's shape are checked against the stored headers before any data is read
-    (:func:`tenet_byoc.models.checkpoint.load_weights`); tensors the model does not use
-    (e.g. a ``lm_head.weight`` next to tied embeddings, rotary buffers) are ignored.
-
-    Parameters
-    ----------
-    folder : str or PathLike
-        Holds ``config.json`` and the weights.
-    config : LlamaConfig, optional
-        The shape to expect, instead of ``config.json``'s.
-
-    Returns
-    -------
-    config : LlamaConfig
-    params : dict of str to numpy.ndarray
-        The weights as float32, by :func:`param_shapes` name and in its order.
+    float64 ones narrowed to it. Names lose their ``model.`` prefix; ``config`` (optional)
+    is the shape to expect instead of ``config.json``'s. The layer count and every tensor's
+    shape are checked against the stored headers before any data is read
+    (:func:`tenet_byoc.models.checkpoint.load_family`, whose errors name the file and the
+    tensor as Hugging Face writes it); tensors the model does not use (e.g. a
+    ``lm_head.weight`` next to tied embeddings, rotary buffers) are ignored. The weights
+    come by :func:`param_shapes` name and in its order.
 
     Raises
     ------
-    FileNotFoundError
-        If the folder, ``config.json`` or the weights are missing (naming the file).
-    KeyError
-        If tensors are missing (naming them as Hugging Face writes them, e.g.
-        ``lm_head.weight``).
-    tenet_byoc.models.checkpoint.CheckpointError
-        If a file is corrupt or truncated, holds another number of layers, or a tensor's
-        shape is wrong (naming it).
+    FileNotFoundError, KeyError, tenet_byoc.models.checkpoint.CheckpointError
+        A missing file, missing tensors, or a corrupt or truncated file, another layer
+        count or a wrong shape (each naming the file and the tensor).
     """
     # Hugging Face writes the untied head at the top level, beside the "model." prefix.
     config, params = load_family(

@@ -74,20 +74,11 @@ def mlp_module(params: Mapping[str, np.ndarray] | None = None, *, inputs: int = 
     ``main`` computes ``relu(x @ w0.T + b0) @ w1.T + b1`` as ``R.matmul(x, R.permute_dims(w0))``,
     ``R.add``, ``R.nn.relu``, ``R.matmul``, ``R.add``: the same linear-layer form as GPT-2's.
 
-    Parameters
-    ----------
-    params : mapping of str to numpy.ndarray, optional
-        ``w0 [128, I]``, ``b0 [128]``, ``w1 [10, 128]``, ``b1 [10]``. When given they are
-        bound into the module as constants, and ``I`` (w0's columns) is the input size.
-    inputs : int
-        The input size I without ``params`` (784, FashionMNIST's, by default).
-
-    Returns
-    -------
-    IRModule
-        Without params: ``main(x: [batch, I] float32, w0, b0, w1, b1) -> [batch, 10]``;
-        with params: ``main(x: [batch, I] float32) -> [batch, 10]``. ``batch`` is
-        symbolic; the attribute ``num_input`` is 1.
+    ``params`` (``w0 [128, I]``, ``b0 [128]``, ``w1 [10, 128]``, ``b1 [10]``), when given,
+    are bound into the module as constants, and ``I`` (w0's columns) is the input size;
+    without them it is ``inputs`` (784, FashionMNIST's, by default) and ``main(x: [batch,
+    I] float32, w0, b0, w1, b1) -> [batch, 10]`` takes them. ``batch`` is symbolic; the
+    attribute ``num_input`` is 1.
 
     Raises
     ------

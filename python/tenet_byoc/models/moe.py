@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._params import check_positive_numbers
 from .decoder import MatmulShape, call_rows_and_keys, read_layer_types
 from .llama import LlamaConfig, attention_shapes
 from .vector_ops import VectorOpShape
@@ -127,11 +128,7 @@ class Experts:
             )
         if self.scoring not in _SCORINGS:
             raise ValueError(f"Experts.scoring={self.scoring!r}; known: {_SCORINGS}")
-        for name in ("scale", "swiglu_alpha", "swiglu_limit"):
-            value = getattr(self, name)
-            if (value is not None or name != "swiglu_limit") and (isinstance(value, bool) or (
-                    not isinstance(value, (int, float))) or not 0 < value < float("inf")):
-                raise ValueError(f"Experts.{name}={value!r} must be a positive number")
+        check_positive_numbers(self, ("scale", "swiglu_alpha"), ("swiglu_limit",))
         if not isinstance(self.biased, bool):
             raise ValueError(f"Experts.biased={self.biased!r} must be a bool")
         if not isinstance(self.moe_layers, tuple) or any(
@@ -273,13 +270,9 @@ class MoEConfig:
                 raise ValueError(f"config.json {key}={got!r} must be a list of layer indices")
             return got
 
-        dense = dict(values)
-        latent = None
-        qk_norm = False
-        shared, shared_gate, scoring, bias, groups, top_groups, scale = 0, False, "softmax", \
-            False, 1, 1, 1.0
+        dense, latent, qk_norm = dict(values), None, False
+        kw: dict[str, Any] = {}  # the Experts fields the family sets (the others default)
         extra: dict[str, Any] = {}
-        swiglu: dict[str, Any] = {}
         if model_type in ("mixtral", "gpt_oss"):  # every layer a mixture
             experts, inner = need("num_local_experts"), need("intermediate_size")
             moe_layers = list(range(layers)) if isinstance(layers, int) else []
@@ -291,8 +284,8 @@ class MoEConfig:
                 kinds = read_layer_types(values, period=2)  # even layers slide by default
                 extra = {"sinks": True, "sliding_layers": tuple(
                     i for i, k in enumerate(kinds) if k == "sliding_attention")}
-                swiglu = {"swiglu_limit": values.get("swiglu_limit", 7.0),
-                          "swiglu_alpha": values.get("swiglu_alpha", 1.702)}
+                kw.update(swiglu_limit=values.get("swiglu_limit", 7.0),
+                          swiglu_alpha=values.get("swiglu_alpha", 1.702))
         elif model_type in ("qwen2_moe", "qwen3_moe"):
             experts = need("num_experts", "num_local_experts")
             inner = need("moe_intermediate_size")
@@ -305,7 +298,8 @@ class MoEConfig:
             normalize = bool(values.get("norm_topk_prob", model_type == "qwen3_moe"))
             if model_type == "qwen2_moe":
                 shared = values.get("shared_expert_intermediate_size") or 0
-                shared_gate = isinstance(shared, int) and shared > 0
+                kw.update(shared_intermediate_size=shared,
+                          shared_gate=isinstance(shared, int) and shared > 0)
             else:
                 qk_norm = True
             if values.get("use_sliding_window"):
@@ -322,13 +316,14 @@ class MoEConfig:
             moe_layers = [i for i in range(layers if isinstance(layers, int) else 0)
                           if i >= first and i % freq == 0]
             shared_count = values.get("n_shared_experts") or 0
-            shared = shared_count * inner if isinstance(shared_count, int) else shared_count
             normalize = bool(values.get("norm_topk_prob", True))
             # transformers writes null for both: its model is always sigmoid and noaux_tc.
-            scoring = values.get("scoring_func") or "sigmoid"
-            bias = (values.get("topk_method") or "noaux_tc") == "noaux_tc"
-            groups, top_groups = values.get("n_group", 1), values.get("topk_group", 1)
-            scale = values.get("routed_scaling_factor", 1.0)
+            kw.update(
+                shared_intermediate_size=shared_count * inner if isinstance(shared_count, int)
+                else shared_count, scoring=values.get("scoring_func") or "sigmoid",
+                router_bias=(values.get("topk_method") or "noaux_tc") == "noaux_tc",
+                groups=values.get("n_group", 1), top_groups=values.get("topk_group", 1),
+                scale=values.get("routed_scaling_factor", 1.0))
             latent = LatentAttention(
                 kv_lora_rank=need("kv_lora_rank"),
                 qk_nope_head_dim=need("qk_nope_head_dim"),
@@ -349,11 +344,8 @@ class MoEConfig:
         try:
             parts = Experts(
                 num_experts=experts, experts_per_token=need("num_experts_per_tok"),
-                intermediate_size=inner, moe_layers=tuple(moe_layers),
-                shared_intermediate_size=shared, shared_gate=shared_gate, scoring=scoring,
-                normalize_top_k=normalize, router_bias=bias, groups=groups,
-                top_groups=top_groups, scale=scale, biased=model_type == "gpt_oss", **swiglu,
-            )
+                intermediate_size=inner, moe_layers=tuple(moe_layers), normalize_top_k=normalize,
+                biased=model_type == "gpt_oss", **kw)
         except ValueError as err:
             raise ValueError(f"config.json ({model_type}): {err}") from None
         return cls(base, parts, latent, model_type, name, **extra)
@@ -385,12 +377,6 @@ def attention_weights(config: MoEConfig, p: str) -> Iterator[tuple[str, tuple[in
         yield p + "k_norm.weight", (a.dim_per_head,)
 
 
-def _attention_params(config: MoEConfig) -> int:
-    # One layer's attention weights, with its norms (input and post-attention RMSNorm).
-    shapes = attention_weights(config, "")
-    return sum(math.prod(shape) for _, shape in shapes) + 2 * config.hidden_size
-
-
 def param_counts(config: MoEConfig) -> tuple[int, int]:
     """``(total, active)`` weights: all of them, and those one token's forward pass reads.
 
@@ -403,7 +389,9 @@ def param_counts(config: MoEConfig) -> tuple[int, int]:
     a, e, d = config.attention, config.experts, config.hidden_size
     moe = len(e.moe_layers)
     dense = config.num_hidden_layers - moe
-    attention = config.num_hidden_layers * _attention_params(config)
+    # each layer's attention weights, with its norms (input and post-attention RMSNorm)
+    attention = config.num_hidden_layers * (
+        sum(math.prod(shape) for _, shape in attention_weights(config, "")) + 2 * d)
     router = e.num_experts * (d + e.router_bias + e.biased)
     expert = _expert_params(e, d)
     shared = 3 * d * e.shared_intermediate_size + d * e.shared_gate
@@ -428,18 +416,8 @@ def touched_experts(num_experts: int, experts_per_token: int, tokens: int,
     expected count is ``E x (1 - (1 - k/E) ** tokens)``. With a skew, ``load`` gives each
     expert's share of the routed tokens (any non-negative weights, scaled to sum to k):
     expert e is among a token's k with probability ``p_e = k x load_e / sum(load)``, and the
-    count is ``sum_e (1 - (1 - p_e) ** tokens)``.
-
-    Parameters
-    ----------
-    num_experts : int
-        E, the routed experts.
-    experts_per_token : int
-        k.
-    tokens : int
-        Tokens routed in one step (a decode step's batch; a prefill's prompt tokens).
-    load : sequence of float, optional
-        E weights; None for uniform routing.
+    count is ``sum_e (1 - (1 - p_e) ** tokens)``. ``tokens`` are those routed in one step
+    (a decode step's batch; a prefill's prompt tokens).
 
     Raises
     ------

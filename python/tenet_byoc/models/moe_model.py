@@ -176,12 +176,6 @@ class _SinkAttention(LlamaAttention):
             probs._expr, axes=[3], begin=[0], end=[keys], assume_inbound=True), name="probs")
 
 
-def _layer_attention(config: MoEConfig, window: bool) -> LlamaConfig:
-    # The dense part of a full layer (no window), or of a sliding-window one.
-    a = config.attention
-    return a if window or config.sliding_layers is None else replace(a, sliding_window=None)
-
-
 class _Layer(Rotary):
     """A layer run as calls of its own: from position 0, or one token after its cache
     ``K, V [1, kv, past, hd]`` (at ``position`` where the cache keeps only the last tokens)."""
@@ -202,7 +196,10 @@ class _Block(_Layer, nn.Module):
     calls return ``(h, normed h, router logits, K, V)``."""
 
     def __init__(self, config: MoEConfig, window: bool = False) -> None:
-        a = _layer_attention(config, window)
+        # the dense part of a sliding-window layer, or of a full one (no window)
+        a = config.attention
+        if not window and config.sliding_layers is not None:
+            a = replace(a, sliding_window=None)
         self.config = a
         d, eps = a.hidden_size, a.rms_norm_eps
         self.input_layernorm = nn.RMSNorm(d, axes=-1, epsilon=eps, bias=False)
@@ -288,30 +285,23 @@ class _Ends(DecoderLM):
         return take_rows(self.embed_tokens.weight, ids)
 
 
-# Where each family keeps a mixture layer's weights: the prefix of the router and the
-# experts, and the names of one expert's gate, up and down projections.
-_MOE_PREFIX = {"mixtral": "block_sparse_moe.", "qwen2_moe": "mlp.", "qwen3_moe": "mlp.",
-               "deepseek_v3": "mlp.", "gpt_oss": "mlp."}
-# The shared experts' name in each family's checkpoints.
+# Where a family's checkpoints keep a mixture layer's weights, where it differs from the
+# others': the prefix of the router and the experts (``mlp.``), the shared experts' name
+# (none), the router's (``gate.``), one expert's projections (the model's less ``mlp.``).
+_MOE_PREFIX = {"mixtral": "block_sparse_moe."}
 _SHARED = {"qwen2_moe": "shared_expert.", "deepseek_v3": "shared_experts."}
-_EXPERT_NAMES = {
-    "mixtral": {"mlp.gate_proj.weight": "w1.weight", "mlp.up_proj.weight": "w3.weight",
-                "mlp.down_proj.weight": "w2.weight"},
-    "qwen2_moe": {f"mlp.{n}.{w}": f"{n}.{w}" for n in ("gate_proj", "up_proj", "down_proj")
-                  for w in ("weight", "bias")},
-}
-_EXPERT_NAMES["qwen3_moe"] = _EXPERT_NAMES["deepseek_v3"] = _EXPERT_NAMES["qwen2_moe"]
-_EXPERT_NAMES["gpt_oss"] = _EXPERT_NAMES["qwen2_moe"]
-# The router's name where it is not ``gate``.
 _ROUTER = {"gpt_oss": "router."}
+_EXPERT_NAMES = {"mixtral": {"mlp.gate_proj.weight": "w1.weight",
+                             "mlp.up_proj.weight": "w3.weight",
+                             "mlp.down_proj.weight": "w2.weight"}}
+
+
+def _expert_name(model_type: str, name: str) -> str:
+    # The checkpoint's name of an expert's weight the model names ``name`` (mlp.gate_proj...).
+    return _EXPERT_NAMES.get(model_type, {}).get(name, name.removeprefix("mlp."))
 
 
 def _check_supported(config: MoEConfig) -> None:
-    if config.model_type not in _MOE_PREFIX:
-        raise ValueError(
-            f"running {config.model_type} is not implemented yet (only {sorted(_MOE_PREFIX)}); "
-            "its config is read and counted, see tenet_byoc.models.moe"
-        )
     if config.window(0) is not None and all(
             config.window(i) for i in range(config.num_hidden_layers)):
         raise ValueError(
@@ -362,15 +352,8 @@ def export_moe(config: MoEConfig) -> tuple[IRModule, dict[str, list[str]]]:
 
 @dataclass(frozen=True)
 class LayerRouting:
-    """One layer's routing in one call.
-
-    Attributes
-    ----------
-    experts : numpy.ndarray
-        ``[tokens, k]`` int: each token's chosen experts, best first.
-    weights : numpy.ndarray
-        ``[tokens, k]`` float32: their weights in the combine.
-    """
+    """One layer's routing in one call: ``experts`` ``[tokens, k]`` int, each token's chosen
+    experts, best first, and ``weights`` ``[tokens, k]`` float32, theirs in the combine."""
 
     experts: np.ndarray
     weights: np.ndarray
@@ -416,7 +399,7 @@ class MoERunner:
         if missing:
             raise KeyError(f"{config.model_type} weights lack {missing[:5]}")
         params = _split_experts(config, params)
-        moe, expert_names = _MOE_PREFIX[config.model_type], _EXPERT_NAMES[config.model_type]
+        moe = _MOE_PREFIX.get(config.model_type, "mlp.")
         # Each weight set: the functions that take it, and its arrays.
         sets: dict[str, tuple[tuple[str, ...], list[np.ndarray]]] = {
             "ends": (("embed", "head"), [params[n] for n in self._names["embed"]])}
@@ -446,13 +429,14 @@ class MoERunner:
                               if config.experts.router_bias else None)
             for j in range(config.experts.num_experts):
                 sets[f"layer{i}_expert{j}"] = (("expert",), [
-                    params[f"{p}{moe}experts.{j}.{expert_names[n]}"]
+                    params[f"{p}{moe}experts.{j}.{_expert_name(config.model_type, n)}"]
                     for n in self._names["expert"]])
         if bind_params:
             self.mod = _bind_copies(config, self._names, sets)
             self._weights: dict[str, list[Any]] = dict.fromkeys(sets, [])
         else:
-            self._weights = {key: [self._put(w) for w in arrays]
+            self._weights = {key: [self._tensor(np.ascontiguousarray(w, dtype=np.float32))
+                                   for w in arrays]
                              for key, (_, arrays) in sets.items()}
         self._bound = bind_params
         self.executable = (build or build_with_tvm)(self.mod)
@@ -471,9 +455,6 @@ class MoERunner:
         e = self.config.experts.num_experts
         return [[route.tokens_per_expert(e) for route in layers if route is not None]
                 for _, layers in self.routing]
-
-    def _put(self, value: np.ndarray) -> tvm.runtime.Tensor:
-        return tvm.runtime.tensor(np.ascontiguousarray(value, dtype=np.float32), self.device)
 
     def _tensor(self, value: np.ndarray) -> tvm.runtime.Tensor:
         return tvm.runtime.tensor(value, self.device)
@@ -566,8 +547,9 @@ def _expected(config: MoEConfig):
     # The checkpoint's tensors (less "model.") and shapes, layer by layer.
     a, e = config.attention, config.experts
     d = a.hidden_size
-    moe, names = _MOE_PREFIX[config.model_type], _EXPERT_NAMES[config.model_type]
-    gate, up, down = (names[f"mlp.{n}.weight"] for n in ("gate_proj", "up_proj", "down_proj"))
+    moe = _MOE_PREFIX.get(config.model_type, "mlp.")
+    gate, up, down = (_expert_name(config.model_type, f"mlp.{n}.weight")
+                      for n in ("gate_proj", "up_proj", "down_proj"))
     routed = set(e.moe_layers)
     yield "embed_tokens.weight", (a.vocab_size, d)
     for i in range(a.num_hidden_layers):
@@ -650,7 +632,7 @@ def load_checkpoint(folder: str | os.PathLike[str], config: MoEConfig | None = N
     """Read a local Mixtral, Qwen2/3-MoE or DeepSeek-V3 checkpoint folder (config + safetensors).
 
     Shapes are checked against the config from the headers before anything is read; errors
-    name the file and tensor (see :func:`tenet_byoc.models.checkpoint.load_weights`).
+    name the file and tensor (see :func:`tenet_byoc.models.checkpoint.load_family`).
     """
     def expected(config: MoEConfig):
         _check_supported(config)

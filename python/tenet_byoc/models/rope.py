@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ._params import check_positive_numbers
+
 __all__ = ["ROPE_TYPES", "RopeScaling", "rope_from_config"]
 
 #: The ``rope_type`` values this package implements.
@@ -80,14 +82,9 @@ class RopeScaling:
             raise ValueError(
                 f"RopeScaling.rope_type={self.rope_type!r} is not supported; known: {ROPE_TYPES}"
             )
-        for field in ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow",
-                      "attention_factor", "mscale", "mscale_all_dim"):
-            value = getattr(self, field)
-            if value is None and field in ("attention_factor", "mscale", "mscale_all_dim"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    math.isfinite(value) and value > 0):
-                raise ValueError(f"RopeScaling.{field}={value!r} must be a positive number")
+        check_positive_numbers(
+            self, ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow"),
+            ("attention_factor", "mscale", "mscale_all_dim"))
         if self.rope_type in ("linear", "dynamic", "llama3") and self.factor < 1:
             raise ValueError(f"RopeScaling.factor={self.factor} must be >= 1")
         if self.rope_type == "llama3" and not self.high_freq_factor > self.low_freq_factor:
@@ -124,15 +121,8 @@ class RopeScaling:
         return mscale(self.factor)
 
     def inv_freq(self, head_dim: int, theta: float) -> np.ndarray:
-        """The ``head_dim / 2`` angular frequencies (radians per position), float64.
-
-        Parameters
-        ----------
-        head_dim : int
-            The rotated width (even).
-        theta : float
-            The base (``rope_theta``).
-        """
+        """The ``head_dim / 2`` angular frequencies (radians per position), float64, of the
+        rotated width ``head_dim`` (even) and the base ``theta`` (``rope_theta``)."""
         plain = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
         kind = self.rope_type
         if kind in ("default", "dynamic"):

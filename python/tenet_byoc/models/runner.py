@@ -33,31 +33,12 @@ __all__ = [
 def check_ids(
     ids: Sequence[int], vocab_size: int, context: int, context_field: str, past_len: int = 0
 ) -> np.ndarray:
-    """Validate token ids before they reach ``R.take``, which does not bound-check.
+    """``ids`` as ``[1, len(ids)]`` int32, validated before they reach ``R.take``, which
+    does not bound-check.
 
-    Parameters
-    ----------
-    ids : sequence of int
-        The tokens to run.
-    vocab_size : int
-        Ids must lie in ``[0, vocab_size)``.
-    context : int
-        The most tokens a sequence may hold (cached plus new).
-    context_field : str
-        The config field ``context`` comes from, for the message.
-    past_len : int
-        Tokens already in the cache before these.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``[1, len(ids)]`` int32.
-
-    Raises
-    ------
-    ValueError
-        If ``ids`` is empty or not integers, an id is out of range, or the sequence would
-        be longer than ``context``.
+    Ids must lie in ``[0, vocab_size)``, and ``past_len`` cached tokens plus these at most
+    ``context`` (the config field ``context_field``, named in the message); ValueError if
+    ``ids`` is empty or not integers, an id is out of range, or the sequence too long.
     """
     arr = np.asarray(ids)
     if arr.ndim != 1 or arr.size == 0:
@@ -121,15 +102,9 @@ def cache_length(cache: KVCache, kind: type = KVCache) -> int:
 
 
 def check_cache_tensors(cache: KVCache, n_layer: int, shape: tuple[int, ...]) -> None:
-    """Check that ``cache`` holds ``2 * n_layer`` float32 tensors of ``shape``.
-
-    Raises
-    ------
-    TypeError
-        If an item is not a tensor.
-    ValueError
-        Naming the tensor (K or V of which block), its dtype and shape and the expected ones.
-    """
+    """Check that ``cache`` holds ``2 * n_layer`` float32 tensors of ``shape``: TypeError if
+    an item is not a tensor, else ValueError naming the tensor (K or V of which block), its
+    dtype and shape and the expected ones."""
     if len(cache.tensors) != 2 * n_layer:
         raise ValueError(
             f"KVCache has {len(cache.tensors)} tensors; expected 2 * n_layer = "
@@ -225,18 +200,13 @@ class DecoderRunner:
 
     #: The family's model (a :class:`~tenet_byoc.models.decoder.DecoderLM` subclass).
     model: type[DecoderLM]
-
-    @staticmethod
-    def check_params(config: Any, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Check weights against ``config``; return them as float32 in call order."""
-        raise NotImplementedError
-
-    @staticmethod
-    def export(config: Any, params: Mapping[str, np.ndarray] | None,
-               batched: bool = False) -> IRModule:
-        """The module with ``prefill`` and ``decode`` (weights bound when given), and with
-        ``batched`` also ``prefill_batch`` and ``decode_batch``."""
-        raise NotImplementedError
+    #: ``(config, params) -> params``: the weights checked against ``config``, float32 in
+    #: call order (a staticmethod).
+    check_params: Callable[[Any, Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+    #: ``(config, params or None, batched=False) -> IRModule``: the module with ``prefill``
+    #: and ``decode`` (weights bound when given), with ``batched`` also ``prefill_batch``
+    #: and ``decode_batch`` (a staticmethod).
+    export: Callable[..., IRModule]
 
     def _dims(self) -> tuple[int, int, int, int]:
         # The config's layer count, key/value heads, head width and context.
@@ -258,17 +228,6 @@ class DecoderRunner:
         ``length`` tokens (a rolling cache holds at most its window)."""
         _, kv_heads, head_dim, _ = self._dims()
         return (1, kv_heads, self._cached(length), head_dim)
-
-    def decode_inputs(self, cache: KVCache) -> list[Any]:
-        """Inputs of ``decode`` after the cache: with a rolling cache (which holds fewer
-        tokens), the new token's position."""
-        rolling = getattr(self.config, "window", None) is not None
-        return [tvm.runtime.ShapeTuple([cache.length])] if rolling else []
-
-    def decode_keys(self, length: int) -> int:
-        """Keys a decode step attends to after ``length`` tokens (itself included; with a
-        rolling cache, at most its window)."""
-        return self._cached(length + 1)
 
     # -- running -------------------------------------------------------------------------
 
@@ -328,8 +287,10 @@ class DecoderRunner:
         # Ids first (their message is the more useful one), then the cache's tensors.
         ids = self.check_ids([token_id], past_len=cache_length(cache))
         self.check_cache(cache)
-        logits, new = self._call("decode", "decode", ids, list(cache.tensors),
-                                 *self.decode_inputs(cache))
+        # with a rolling cache (which holds fewer tokens) the new token's position follows
+        rolling = getattr(self.config, "window", None) is not None
+        position = [tvm.runtime.ShapeTuple([cache.length])] if rolling else []
+        logits, new = self._call("decode", "decode", ids, list(cache.tensors), *position)
         return logits[0, 0], KVCache(new, cache.length + 1)
 
     def generate(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
@@ -356,21 +317,13 @@ class DecoderRunner:
             )
 
     def prefill_batch(self, prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, BatchKVCache]:
-        """Run several prompts at once, left-padded to the longest; return logits and cache.
+        """Run B prompts of any lengths at once, left-padded to the longest; return logits
+        and cache.
 
-        Parameters
-        ----------
-        prompts : sequence of sequences of int
-            B prompts, of any lengths.
-
-        Returns
-        -------
-        logits : numpy.ndarray
-            ``[B, S, vocab]`` with S the longest prompt: prompt ``b``'s token ``i`` is row
-            ``pad[b] + i`` (``pad[b] = S - len(prompts[b])``); rows before ``pad[b]`` are
-            meaningless. Each sequence's last logits are row ``S - 1``.
-        cache : BatchKVCache
-            Its ``length`` is S and its ``pad`` the pads.
+        The logits are ``[B, S, vocab]`` with S the longest prompt: prompt ``b``'s token
+        ``i`` is row ``pad[b] + i`` (``pad[b] = S - len(prompts[b])``); rows before
+        ``pad[b]`` are meaningless, each sequence's last logits are row ``S - 1``. The
+        :class:`BatchKVCache`'s ``length`` is S and its ``pad`` the pads.
 
         Raises
         ------
@@ -447,9 +400,9 @@ class DecoderRunner:
                 raise ValueError(f"token_ids[{b}]: {err}") from None
         self.check_batch_cache(cache)
         pad = np.array(cache.pad, np.int64)
-        # The step attends to the last decode_keys slots: those before a sequence's pad
-        # (if still among them) are hidden.
-        key_begin = cache.length + 1 - self.decode_keys(cache.length)
+        # The step attends to the last slots the cache keeps after it (itself included):
+        # those before a sequence's pad (if still among them) are hidden.
+        key_begin = cache.length + 1 - self._cached(cache.length + 1)
         inputs = (cache.length - pad, np.maximum(pad - key_begin, 0))
         logits, new = self._call("decode", "decode_batch", ids.astype(np.int32).reshape(-1, 1),
                                  list(cache.tensors), *(x.astype(np.int32) for x in inputs))

@@ -2,14 +2,13 @@
 
 :func:`calibrate` runs the float module on TVM's own build, probed so that each function also
 returns its linear layers' per-hidden-channel max-abs (:class:`_LinearQuantizer` in probe
-mode), and gathers them into an :class:`ActivationRanges` value that the rewrite pass reads.
+mode), and gathers them, checked, into the ranges by layer that the rewrite pass reads.
 Nothing is kept between calls: the ranges live in the value returned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 import numpy as np
 import tvm
@@ -17,56 +16,6 @@ from tvm import relax
 
 from .rewrite import _LinearQuantizer, _run_pass
 from .scheme import SCHEMES
-
-
-@dataclass(frozen=True)
-class ActivationRanges(Mapping):
-    """The per-hidden-channel max-abs of each linear layer's input over calibration data.
-
-    A mapping from the layer's index (in the order the quantize pass meets linear layers)
-    to a float32 ``[K]`` array. Refused at construction: a non-finite range (NaN or inf
-    reached the layer) and a layer whose input was all zeros (its static scale would be 0,
-    and every later input would quantize to 0).
-
-    Attributes
-    ----------
-    entry : str
-        The function the calibration inputs were for.
-    amax : dict of int to numpy.ndarray
-        The ranges by layer index.
-    layers : dict of int to str
-        Each layer's description (its weight's shape, index and function), for messages.
-    """
-
-    entry: str
-    amax: dict[int, np.ndarray] = field(default_factory=dict)
-    layers: dict[int, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for layer, amax in self.amax.items():
-            where = self.layers.get(layer, f"linear layer {layer + 1}")
-            if not np.all(np.isfinite(amax)):
-                raise ValueError(
-                    f"quantize: calibration: the input of {where} reached non-finite values "
-                    f"(max |x| {float(np.max(amax))}) on the calibration inputs of "
-                    f"{self.entry!r}; static scales need finite activations"
-                )
-            if amax.size and float(amax.max()) == 0.0:
-                raise ValueError(
-                    f"quantize: calibration: the input of {where} is all zeros on every "
-                    f"calibration input of {self.entry!r}: its static scale would be 0 and "
-                    "every other input would quantize to 0; calibrate on representative "
-                    "(nonzero) inputs"
-                )
-
-    def __getitem__(self, layer: int) -> np.ndarray:
-        return self.amax[layer]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.amax)
-
-    def __len__(self) -> int:
-        return len(self.amax)
 
 
 def _sample_inputs(calibration: object) -> list[tuple[np.ndarray, ...]]:
@@ -105,12 +54,16 @@ def _sample_inputs(calibration: object) -> list[tuple[np.ndarray, ...]]:
     return samples
 
 
-def calibrate(mod: tvm.IRModule, calibration: Sequence, entry: str = "main") -> ActivationRanges:
+def calibrate(mod: tvm.IRModule, calibration: Sequence,
+              entry: str = "main") -> dict[int, np.ndarray]:
     """Per-hidden-channel max-abs of every linear layer's input over the calibration inputs.
 
     Each item of ``calibration`` is the arguments of ``entry`` (a tuple, or one array). The
     float module runs on TVM's own build, each function also returning its linear layers'
-    input ranges.
+    input ranges: a float32 ``[K]`` array by layer index (in the order the quantize pass
+    meets linear layers). A non-finite range (NaN or inf reached the layer) is refused, and
+    so is a layer whose input was all zeros (its static scale would be 0, and every later
+    input would quantize to 0).
 
     Raises
     ------
@@ -133,11 +86,26 @@ def calibrate(mod: tvm.IRModule, calibration: Sequence, entry: str = "main") -> 
     probed = prober.probed.get(entry, [])
     amax: dict[int, np.ndarray] = {}
     if not probed:  # no linear layer in entry: nothing to observe
-        return ActivationRanges(entry, amax, {})
+        return amax
     vm = relax.VirtualMachine(relax.build(probe, "llvm"), tvm.cpu())
     for args in samples:
         _, ranges = vm[entry](*[tvm.runtime.tensor(a) for a in args])
         for (layer, _), seen in zip(probed, ranges, strict=True):
             a = seen.numpy()
             amax[layer] = np.maximum(amax[layer], a) if layer in amax else a
-    return ActivationRanges(entry, amax, dict(probed))
+    for layer, where in probed:
+        a = amax[layer]
+        if not np.all(np.isfinite(a)):
+            raise ValueError(
+                f"quantize: calibration: the input of {where} reached non-finite values "
+                f"(max |x| {float(np.max(a))}) on the calibration inputs of {entry!r}; "
+                "static scales need finite activations"
+            )
+        if a.size and float(a.max()) == 0.0:
+            raise ValueError(
+                f"quantize: calibration: the input of {where} is all zeros on every "
+                f"calibration input of {entry!r}: its static scale would be 0 and every "
+                "other input would quantize to 0; calibrate on representative (nonzero) "
+                "inputs"
+            )
+    return amax

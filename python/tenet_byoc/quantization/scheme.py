@@ -197,42 +197,34 @@ class QuantScheme:
                     f"QuantScheme {self.name!r}: {field}={size} is above the "
                     f"largest group, {bound}; {why}"
                 )
-        if self.kv_group & (self.kv_group - 1):
-            raise ValueError(
-                f"QuantScheme {self.name!r}: kv_group={self.kv_group}; KV groups are powers of "
-                f"two (1, 2, 4, ..., {MAX_KV_GROUP}) so that a group divides a head's channels"
-            )
-        if self.kernel == "dequant_group" and self.group_size % 2:
-            raise ValueError(
-                f"QuantScheme.group_size={self.group_size} must be even: int4 values are "
-                "packed two to a byte"
-            )
-        if self.activation_static and self.activation_granularity not in ("tensor", "embedding"):
-            raise ValueError(
-                f"QuantScheme.activation_static=True with activation_granularity="
-                f"{self.activation_granularity!r}; static scales are per tensor or embedding"
-            )
-        if not 0.0 <= self.smoothing <= 1.0 or (
-            self.smoothing and (self.activation_format != "int" or self.weight_format != "int")
+        quantized = [g for g, q in ((self.weight_granularity, True),
+                                    (self.activation_granularity, self.activation_bits < 16))
+                     if q]
+        for broken, message in (  # in order: the first that applies is refused
+            (self.kv_group & (self.kv_group - 1),
+             f"QuantScheme {self.name!r}: kv_group={self.kv_group}; KV groups are powers of "
+             f"two (1, 2, 4, ..., {MAX_KV_GROUP}) so that a group divides a head's channels"),
+            (self.kernel == "dequant_group" and self.group_size % 2,
+             f"QuantScheme.group_size={self.group_size} must be even: int4 values are "
+             "packed two to a byte"),
+            (self.activation_static
+             and self.activation_granularity not in ("tensor", "embedding"),
+             f"QuantScheme.activation_static=True with activation_granularity="
+             f"{self.activation_granularity!r}; static scales are per tensor or embedding"),
+            (not 0.0 <= self.smoothing <= 1.0 or (self.smoothing and (
+                self.activation_format != "int" or self.weight_format != "int")),
+             f"QuantScheme.smoothing={self.smoothing}; expected 0 (none) or alpha in "
+             "(0, 1] with int weights and int activations"),
+            (self.activation_granularity == "embedding" and self.smoothing,
+             "QuantScheme: per-embedding activation scales already absorb outlier "
+             "channels; use smoothing with per-tensor or per-token activations"),
+            (self.scale_dtype == "e8m0" and (any(g != "group" for g in quantized)
+                                             or self.weight_format == "uint"),
+             f"QuantScheme {self.name!r}: scale_dtype='e8m0' (MX) needs symmetric, "
+             "group-wise (block) scales on every quantized operand"),
         ):
-            raise ValueError(
-                f"QuantScheme.smoothing={self.smoothing}; expected 0 (none) or alpha in "
-                "(0, 1] with int weights and int activations"
-            )
-        if self.activation_granularity == "embedding" and self.smoothing:
-            raise ValueError(
-                "QuantScheme: per-embedding activation scales already absorb outlier "
-                "channels; use smoothing with per-tensor or per-token activations"
-            )
-        if self.scale_dtype == "e8m0":
-            blocks = [g for g, q in ((self.weight_granularity, True),
-                                     (self.activation_granularity, self.activation_bits < 16))
-                      if q]
-            if any(g != "group" for g in blocks) or self.weight_format == "uint":
-                raise ValueError(
-                    f"QuantScheme {self.name!r}: scale_dtype='e8m0' (MX) needs symmetric, "
-                    "group-wise (block) scales on every quantized operand"
-                )
+            if broken:
+                raise ValueError(message)
 
     def _check_types(self) -> None:
         """Refuse a field of the wrong type (``weight_bits=8.0``, ``activation_static=1``)
@@ -381,9 +373,7 @@ SCHEMES: dict[str, QuantScheme] = {
         QuantScheme("w8a8_per_tensor", 8, "tensor", 8, "tensor"),
         QuantScheme("w8a8_per_channel_per_token", 8, "channel", 8, "token"),
         QuantScheme("w8a16_per_channel", 8, "channel", 16, "none"),
-        QuantScheme("w4a16_group32", 4, "group", 16, "none", 32),
-        QuantScheme("w4a16_group64", 4, "group", 16, "none", 64),
-        QuantScheme("w4a16_group128", 4, "group", 16, "none", 128),
+        *[QuantScheme(f"w4a16_group{g}", 4, "group", 16, "none", g) for g in (32, 64, 128)],
         # The four granularities of the question, W8A8 int.
         QuantScheme("per_tensor", 8, "tensor", 8, "tensor"),
         QuantScheme("per_token", 8, "channel", 8, "token"),
@@ -393,8 +383,7 @@ SCHEMES: dict[str, QuantScheme] = {
         # MLC-LLM's formats (q4f16_0 and q4f16_1 differ only in MLC's memory layout).
         QuantScheme("q0f32"),
         QuantScheme("q0f16", 16, "none", 16, "none"),
-        QuantScheme("q4f16_0", 4, "group", 16, "none", 32),
-        QuantScheme("q4f16_1", 4, "group", 16, "none", 32),
+        *[QuantScheme(f"q4f16_{v}", 4, "group", 16, "none", 32) for v in (0, 1)],
         QuantScheme("q4f16_ft", 4, "channel", 16, "none"),
         QuantScheme("q4f16_awq", 4, "group", 16, "none", 128, weight_format="uint"),
         QuantScheme("e4m3_e4m3_f16", 8, "tensor", 8, "tensor", weight_format="e4m3",
@@ -457,19 +446,10 @@ def _group(granularity: str, where: str) -> tuple[str, int]:
 
 
 def parse_spec(spec: str) -> QuantScheme:
-    """A scheme from a spec string (its name is the string itself).
-
-    Parameters
-    ----------
-    spec : str
-        E.g. ``"w=int4/group32,a=f16"`` (q4f16_1), ``"w=e2m1/group32,a=e2m1/group32,
-        scale=e8m0"`` (mxfp4), ``"w=int8/channel,a=int8/embedding,static"``.
-
-    Raises
-    ------
-    ValueError
-        Naming the part that is wrong and what is accepted.
-    """
+    """A scheme from a spec string (its name is the string itself), e.g.
+    ``"w=int4/group32,a=f16"`` (q4f16_1), ``"w=e2m1/group32,a=e2m1/group32,scale=e8m0"``
+    (mxfp4), ``"w=int8/channel,a=int8/embedding,static"``; a ``ValueError`` names the part
+    that is wrong and what is accepted (:data:`SPEC_HELP`)."""
     if not isinstance(spec, str):
         raise TypeError(f"parse_spec: spec={spec!r} ({type(spec).__name__}); expected a str "
                         f"such as 'w=int4/group32,a=f16'")
@@ -572,17 +552,9 @@ def attention_scheme(scheme: str | QuantScheme) -> QuantScheme:
     widths (A, B, C) and ``recipe("key")`` / ``recipe("value")`` the cost recipe of
     ``Q K^T`` / ``P V`` (scales per key token, per value token, or per group of a token's
     channels, counted per head: ``weight_batched``). Without a KV modifier this is float32
-    (``bits() == (32, 32, 32)``, no side data), as attention has always been charged.
-
-    Parameters
-    ----------
-    scheme : str or QuantScheme
-        A preset, spec string or scheme, with or without ``+kvB[/GRANULARITY]``.
-
-    Returns
-    -------
-    QuantScheme
-        With ``attention=True``, named as ``scheme``.
+    (``bits() == (32, 32, 32)``, no side data), as attention has always been charged. The
+    result has ``attention=True`` and is named as ``scheme`` (a preset, spec string or
+    scheme, with or without ``+kvB[/GRANULARITY]``).
     """
     s = get_scheme(scheme)
     fields: dict = {"weight_bits": s.kv_bits}

@@ -28,6 +28,7 @@ negative or non-finite cost raises ``ValueError`` naming the step.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -37,6 +38,7 @@ import numpy as np
 
 from ..plan import Step, StepSequence
 from .kv_cache import _layers_heads_dim
+from .requests import check_count
 
 __all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost", "kv_cache_calls",
            "model_step_cost"]
@@ -48,6 +50,11 @@ def _checked(seconds: float, what: object) -> float:
         raise ValueError(f"the cost of {what} is {seconds!r} s; a step costs a finite number "
                          "of seconds >= 0")
     return seconds
+
+
+def _up(n: int, g: int) -> int:
+    """``n`` rounded up to a multiple of ``g``."""
+    return -(-n // g) * g
 
 
 class _StepCost:
@@ -93,19 +100,16 @@ class SplitStepCost(_StepCost):
         for name, value in (("context_granularity", context_granularity),
                             ("token_granularity", token_granularity),
                             ("prompt_granularity", prompt_granularity)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+            check_count(name, value)
+        self.granularity = context_granularity
         self.token_granularity = token_granularity
         self.prompt_granularity = prompt_granularity
-        self.dense = dense
-        self.attention = attention
-        self.head = head
-        self._head: dict[int, float] = {}
+        self.dense, self.attention, self.head = dense, attention, head
         #: ``stage_split(tokens, sequences, seconds)``: each pipeline stage's share of a step
         #: of that many tokens and sequences costing ``seconds`` (None: equal shares).
         self.stage_split = stage_split
-        self.granularity = context_granularity
-        self._dense: dict[int, float] = {}
+        self._dense: dict[tuple[int], float] = {}
+        self._head: dict[tuple[int], float] = {}
         self._attention: dict[tuple[int, int], float] = {}
         self._decode_table = np.full(0, np.nan)  # decode terms by context / granularity
         self.calls = 0
@@ -115,40 +119,31 @@ class SplitStepCost(_StepCost):
         """Distinct terms computed."""
         return len(self._dense) + len(self._attention) + len(self._head)
 
+    @staticmethod
+    def _term(table: dict, term: Callable[..., float], key: tuple, what: str) -> float:
+        """``term(*key)`` cached in ``table``, checked (``what`` formatted with the key)."""
+        found = table.get(key)
+        if found is None:
+            found = table[key] = _checked(term(*key), what.format(*key))
+        return found
+
     def _head_s(self, sequences: int) -> float:
         if self.head is None:
             return 0.0
-        g = self.token_granularity
-        if g > 1:  # the head's rows padded as a step's tokens are
-            sequences = -(-sequences // g) * g
-        found = self._head.get(sequences)
-        if found is None:
-            found = self._head[sequences] = _checked(self.head(sequences), f"the head of "
-                                                     f"{sequences} sequences")
-        return found
+        # The head's rows padded as a step's tokens are.
+        return self._term(self._head, self.head, (_up(sequences, self.token_granularity),),
+                          "the head of {} sequences")
 
     def _dense_s(self, tokens: int) -> float:
-        g = self.token_granularity
-        if g > 1:
-            tokens = -(-tokens // g) * g
-        found = self._dense.get(tokens)
-        if found is None:
-            found = self._dense[tokens] = _checked(self.dense(tokens), f"{tokens} tokens' "
-                                                   "dense part")
-        return found
+        return self._term(self._dense, self.dense, (_up(tokens, self.token_granularity),),
+                          "{} tokens' dense part")
 
     def _attention_s(self, new: int, context: int) -> float:
-        g = self.granularity
-        if g > 1:
-            context = -(-context // g) * g
-        if context == 0 and self.prompt_granularity > 1:
-            new = -(-new // self.prompt_granularity) * self.prompt_granularity
-        key = (new, context)
-        found = self._attention.get(key)
-        if found is None:
-            found = self._attention[key] = _checked(
-                self.attention(new, context), f"attention of {new} tokens after {context}")
-        return found
+        context = _up(context, self.granularity)
+        if context == 0:
+            new = _up(new, self.prompt_granularity)
+        return self._term(self._attention, self.attention, (new, context),
+                          "attention of {} tokens after {}")
 
     def seconds_of(self, items: Iterable[tuple[int, int]]) -> float:
         """Seconds of the step of these ``(new_tokens, context)`` sequences."""
@@ -160,8 +155,7 @@ class SplitStepCost(_StepCost):
         for new, context in items:
             tokens += new
             sequences += 1
-            if g > 1:
-                context = -(-context // g) * g
+            context = -(-context // g) * g
             if context == 0:  # a prompt's first chunk: _attention_s rounds it
                 total += self._attention_s(new, 0)
                 continue
@@ -179,9 +173,8 @@ class SplitStepCost(_StepCost):
         the steps it uses in :attr:`calls`.
         """
         g = self.granularity
-        rounded = np.asarray(contexts, dtype=np.int64)[:, None] + np.arange(m)
-        if g > 1:
-            rounded = -(-rounded // g)  # in units of g
+        steps = np.asarray(contexts, dtype=np.int64)[:, None] + np.arange(m)
+        rounded = -(-steps // g)  # in units of g
         table = self._decode_table
         top = int(rounded.max())
         if top >= len(table):
@@ -217,15 +210,6 @@ ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked
                    "attn.fused")
 
 
-def _repeats(p: Any, layer: int | None) -> int:
-    """How many layers of the model the written calls of ``layer`` stand for in the plan
-    ``p`` (:attr:`tenet_byoc.plan.Plan.calls`: layer ``j`` of a cut plan's repeating
-    ``period`` stands for layers ``j, j + period, ...``)."""
-    if not p.layers or not layer:
-        return 1
-    return len(range(layer, p.layers, p.period))
-
-
 def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int = 1
                    ) -> list[Any]:
     """The vector calls that put ``tokens`` new tokens' keys and values into the cache, for
@@ -252,10 +236,14 @@ def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int =
     return calls
 
 
-#: The charges of each accelerator (and link) the split costs made so far: the costs of
-#: several schemes share the calls they have alike (attention at the same KV width, the
-#: vector unit's calls), each charged once. Not shared between threads.
-_SHARED: dict[tuple, Any] = {}
+@functools.lru_cache(maxsize=8)
+def _charges(accelerator: Any, link: Any) -> Any:
+    """The charges of an accelerator (and link) shared by the split costs made on it: the
+    costs of several schemes share the calls they have alike (attention at the same KV
+    width, the vector unit's calls), each charged once. Not shared between threads."""
+    from ..estimate import Charges
+
+    return Charges(accelerator, link)
 
 
 def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granularity: int = 16,
@@ -306,8 +294,8 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     plan's ``p2p`` calls). A step's seconds are one micro-batch's critical path through the
     stages, ``sum of stages + hand-overs``: the layers' calls once each, as on one chip, plus
     the hand-overs; the simulator keeps one step in flight per stage and splits this time
-    evenly over them (:func:`~tenet_byoc.serving.simulator.simulate`, ``stages``), which is
-    where pipeline stages add speed as well as memory. ``System(acc)`` costs what ``acc``
+    over them by the cost's ``stage_split`` (:func:`~tenet_byoc.serving.simulator.simulate`,
+    ``stages``), which is where pipeline stages add speed as well as memory. ``System(acc)`` costs what ``acc``
     alone does.
 
     Raises
@@ -318,7 +306,6 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     """
     from .. import cost_model as cm
     from ..compose import compose
-    from ..estimate import Charges
     from ..accelerators import resolve
     from ..plan import (BEFORE_LAYERS, Plan, Sharding, check_tensor_parallel, context_limit,
                         hand_overs, model_config, plan, stage_layers)
@@ -338,62 +325,50 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
                              f"tensor_parallel={tp} chips is not planned (its experts are "
                              "spread by expert parallelism: tenet_byoc.plan.expert_parallel)")
         check_tensor_parallel(config, tp)
-        stage_layers(_layers_heads_dim(config)[0], pp)
+    n_layers = _layers_heads_dim(config)[0]
+    sizes = [len(r) for r in stage_layers(n_layers, pp)]
     sharding = Sharding(tp, 1, 1)
     acc = resolve(accelerator, mapping=mapping)
-    kernel = attention  # (the name is a term's function below)
-    charges = _SHARED.get((acc, link))
-    if charges is None:
-        if len(_SHARED) >= 8:
-            _SHARED.clear()
-        charges = _SHARED[acc, link] = Charges(acc, link)
+    charges = _charges(acc, link)
     clock = acc.hardware.clock_ghz
-    n_layers = _layers_heads_dim(config)[0]
     writes = ("k_cache", "v_cache")
 
     def seconds(p: Plan, calls: list) -> float:
         return compose(Plan(p.step, p.phase, tuple(calls)), charges.cost, charges.schedule,
                        clock).seconds
 
-    def scaled(step: Step | Plan, attention: bool) -> float:
-        # The plan's written calls (a plan cut to its repeating layers: Plan.calls), each
-        # counted as many times as its layer stands for: a GEMM and its epilogues share a
-        # layer, so each part is a chain of whole groups and the parts add up. Only the
-        # part asked for is charged and composed (a prompt's attention term charges no
-        # weight GEMMs of its unrounded length).
+    def scaled(step: Step | Plan, part: bool) -> float:
+        # The written calls of the part asked for (see the docstring), layer j of a cut
+        # plan's period counted for layers j, j + period, ...: a prompt's attention term
+        # charges no weight GEMMs of its unrounded length.
         p = step if isinstance(step, Plan) else plan(config, step, scheme, sharding,
-                                                     attention=kernel)
-        calls = [pc._replace(count=_repeats(p, pc.layer)) for pc in p.written
+                                                     attention=attention)
+        calls = [pc._replace(count=len(range(pc.layer, p.layers, p.period))
+                             if p.layers and pc.layer else 1) for pc in p.written
                  if not (pc.name.endswith(writes) or pc.name.startswith("lm_head"))  # below
-                 and (pc.fused_with or pc.name).endswith(ATTENTION_PARTS) == attention]
+                 and (pc.fused_with or pc.name).endswith(ATTENTION_PARTS) == part]
         return seconds(p, calls)
 
-    prefills: dict[tuple[int, bool], float] = {}
     prefill_plans: dict[int, Plan] = {}
 
+    @functools.cache
     def ends(tokens: int) -> tuple[float, float]:
         # The dense part's calls outside the layers: those before them (the embedding, on
         # the first stage) and after them (the final norm, on the last).
         p = plan(config, Step([StepSequence(tokens, 0, logits=False)]), scheme, sharding,
-                 attention=kernel)
+                 attention=attention)
         outside = [pc for pc in p.written if pc.layer is None and not pc.name.startswith(
             "lm_head") and not (pc.fused_with or pc.name).endswith(ATTENTION_PARTS)]
         before = [pc for pc in outside if pc.name.startswith(BEFORE_LAYERS)]
         return (seconds(p, before) if before else 0.0,
                 seconds(p, [pc for pc in outside if pc not in before]))
 
-    sizes = [len(r) for r in stage_layers(n_layers, pp)]
-    split_ends: dict[int, tuple[float, float]] = {}
-
     def stage_split(tokens: int, sequences: int, total: float) -> list[float]:
         # Stage s: its layers' share of the layer calls (every layer alike), the first the
         # embedding, the last the final norm and the head; each stage but the last its
         # hand-over to the next (busy until the next stage has it).
-        g = cost.token_granularity
-        tokens = -(-tokens // g) * g
-        if tokens not in split_ends:
-            split_ends[tokens] = ends(tokens)
-        first, last = split_ends[tokens]
+        tokens = _up(tokens, cost.token_granularity)
+        first, last = ends(tokens)
         last += cost._head_s(sequences)
         hand = handovers(tokens) / (pp - 1)
         per_layer = (total - first - last - (pp - 1) * hand) / n_layers
@@ -402,18 +377,16 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         out[-1] += last - hand
         return out
 
-    def prefill(tokens: int, attention: bool) -> float:
-        found = prefills.get((tokens, attention))
-        if found is None:
-            # The other part's term of this prefill takes the plan made here (once).
-            p = prefill_plans.pop(tokens, None) or prefill_plans.setdefault(tokens, plan(
-                config, Step.prefill(tokens), scheme, sharding, attention=kernel))
-            found = prefills[tokens, attention] = scaled(p, attention)
-        return found
+    @functools.cache
+    def prefill(tokens: int, part: bool) -> float:
+        # The other part's term of this prefill takes the plan made here (once).
+        p = prefill_plans.pop(tokens, None) or prefill_plans.setdefault(tokens, plan(
+            config, Step.prefill(tokens), scheme, sharding, attention=attention))
+        return scaled(p, part)
 
     def head(sequences: int) -> float:
         p = plan(config, Step([(StepSequence(1, 0, logits="last"), sequences)]), scheme,
-                 sharding, attention=kernel)
+                 sharding, attention=attention)
         return seconds(p, [pc for pc in p.written if pc.name.startswith("lm_head")])
 
     def handovers(tokens: int) -> float:
@@ -429,7 +402,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
 
     limit = context_limit(config)[0]
 
-    def attention(new: int, context: int) -> float:
+    def attention_s(new: int, context: int) -> float:
         # A context rounded up to the granularity stops at what the model can hold.
         context = min(context, limit - new)
         if context == 0:
@@ -440,7 +413,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
 
     prefill(1, True)
     prefill(1, False)  # a bad scheme or a call the accelerator cannot cost fails here
-    cost = SplitStepCost(dense, attention, context_granularity, token_granularity,
+    cost = SplitStepCost(dense, attention_s, context_granularity, token_granularity,
                          token_granularity if prompt_granularity is None else prompt_granularity,
                          head, stage_split if pp > 1 else None)
     return cost

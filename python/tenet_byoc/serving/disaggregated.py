@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .requests import TraceRequest
+from .requests import TraceRequest, check_count
 from .scheduler import SchedulerConfig
 from .simulator import ServingRun, simulate
 
@@ -53,8 +53,7 @@ def kv_transfer_seconds(kv_bytes_per_token: float, link: Any, senders: int = 1
     one hop's latency."""
     if not kv_bytes_per_token > 0:
         raise ValueError(f"kv_bytes_per_token={kv_bytes_per_token!r} must be > 0")
-    if isinstance(senders, bool) or not isinstance(senders, int) or senders < 1:
-        raise ValueError(f"senders={senders!r} must be an integer >= 1")
+    check_count("senders", senders)
     bandwidth = link.bandwidth_gbps * 1e9 * senders
     latency = link.latency_us * 1e-6
 
@@ -98,37 +97,28 @@ def simulate_disaggregated(requests: Sequence[TraceRequest], prefill_cost: Any, 
     start = np.full(n, np.nan)
     end = np.full(n, np.nan)
     link_free = 0.0
-    for i in sorted((i for i in range(n) if requests[i].output_tokens > 1),
-                    key=lambda i: (first[i], i)):
+    movers = [i for i in range(n) if requests[i].output_tokens > 1]
+    for i in sorted(movers, key=lambda i: (first[i], i)):
         seconds = float(transfer_s(requests[i].prompt_tokens))
         if not np.isfinite(seconds) or seconds < 0:
             raise ValueError(f"transfer_s({requests[i].prompt_tokens}) = {seconds!r} s for "
                              f"request {i}; a transfer takes a finite number of seconds >= 0")
         start[i] = max(first[i], link_free)
         end[i] = link_free = start[i] + seconds
-    movers = sorted((i for i in range(n) if requests[i].output_tokens > 1),
-                    key=lambda i: (end[i], i))
+    movers.sort(key=lambda i: (end[i], i))
     dec = None
-    steps = pre
+    preemptions = pre.preemptions.copy()
     if movers:
         dec = simulate([TraceRequest(float(end[i]), requests[i].prompt_tokens,
                                      requests[i].output_tokens) for i in movers],
                        decode_cost, scheduler=decode_scheduler, kv_blocks=decode_kv_blocks,
                        block_size=block_size, transferred=True, stages=decode_stages)
         finish[movers] = dec.finish_s
-        steps = dec
-    run = ServingRun(
-        pre.arrival_s, first, finish, np.array([r.prompt_tokens for r in requests]),
-        np.array([r.output_tokens for r in requests]),
-        pre.preemptions + _scatter(n, movers, dec), steps.step_start_s, steps.step_seconds,
-        steps.step_sequences, steps.step_tokens, steps.step_kv_blocks, steps.kv_blocks,
-        block_size, pre.cost_calls + (dec.cost_calls if dec else 0),
-        pre.cost_misses + (dec.cost_misses if dec else 0))
+        preemptions[movers] += dec.preemptions
+    run = replace(pre if dec is None else dec, arrival_s=pre.arrival_s, first_token_s=first, finish_s=finish,
+                  prompt_tokens=pre.prompt_tokens,
+                  output_tokens=np.array([r.output_tokens for r in requests]),
+                  preemptions=preemptions,
+                  cost_calls=pre.cost_calls + (dec.cost_calls if dec else 0),
+                  cost_misses=pre.cost_misses + (dec.cost_misses if dec else 0))
     return DisaggregatedRun(run, pre, dec, start, end)
-
-
-def _scatter(n: int, index: list[int], run: ServingRun | None) -> np.ndarray:
-    out = np.zeros(n, dtype=np.int64)
-    if run is not None:
-        out[index] = run.preemptions
-    return out

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .requests import check_count
+
 __all__ = ["CacheSizing", "PagedKVCache", "cache_sizing", "weight_bytes"]
 
 
@@ -84,8 +86,7 @@ def cache_sizing(config: Any, scheme: Any, memory_bytes: float, block_size: int 
         raise ValueError(f"memory_bytes={memory_bytes!r} must be > 0")
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization={utilization!r} must be in (0, 1]")
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size={block_size!r} must be an integer >= 1")
+    check_count("block_size", block_size)
     from ..models.footprint import kv_bytes_per_token
     from ..models.footprint import weight_bytes as count
 
@@ -103,13 +104,11 @@ def cache_sizing(config: Any, scheme: Any, memory_bytes: float, block_size: int 
                        int(left // (block_size * per_token)))
 
 
+@dataclass(slots=True)
 class _Prefix:
-    __slots__ = ("owner", "ready", "refs")
-
-    def __init__(self, owner: object):
-        self.owner = owner  # the sequence that publishes its blocks, or None
-        self.ready = 0  # full blocks published
-        self.refs = 0
+    owner: object  # the sequence that publishes its blocks, or None
+    ready: int = 0  # full blocks published
+    refs: int = 0
 
 
 class PagedKVCache:
@@ -117,9 +116,8 @@ class PagedKVCache:
     reference (see the module's allocation)."""
 
     def __init__(self, blocks: int, block_size: int):
-        for name, value in (("blocks", blocks), ("block_size", block_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"PagedKVCache.{name}={value!r} must be an integer >= 1")
+        check_count("PagedKVCache.blocks", blocks)
+        check_count("PagedKVCache.block_size", block_size)
         self.blocks = blocks
         self.block_size = block_size
         self.used = 0

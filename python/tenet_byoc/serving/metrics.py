@@ -85,15 +85,10 @@ def serving_metrics(run: ServingRun, ttft_ms: float | None = None,
     good = (ttft <= ttft_target) & (~has_tpot | (tpot <= tpot_target))
     weights = run.step_seconds
     busy = float(weights.sum())
-
-    def pct(x: np.ndarray, q: float) -> float:
-        return float(np.percentile(x, q))
-
+    percentiles = [float(np.percentile(x, q)) for x in (ttft, tpot_known, e2e)
+                   for q in (50, 90, 99)]
     return ServingMetrics(
-        run.requests, span,
-        pct(ttft, 50), pct(ttft, 90), pct(ttft, 99),
-        pct(tpot_known, 50), pct(tpot_known, 90), pct(tpot_known, 99),
-        pct(e2e, 50), pct(e2e, 90), pct(e2e, 99),
+        run.requests, span, *percentiles,
         float(ttft.mean()), float(tpot_known.mean()),
         float(run.output_tokens.sum()) / span, run.requests / span,
         float(good.sum()) / span, float(good.mean()),

@@ -17,13 +17,7 @@ from dataclasses import dataclass
 
 from .metrics import ServingMetrics
 
-__all__ = ["RateSearch", "max_rate", "meets_targets"]
-
-
-def meets_targets(m: ServingMetrics, ttft_ms: float | None, tpot_ms: float | None) -> bool:
-    """Whether the p90 TTFT and p90 TPOT are within the targets (None: no target)."""
-    return ((ttft_ms is None or m.ttft_ms_p90 <= ttft_ms)
-            and (tpot_ms is None or m.tpot_ms_p90 <= tpot_ms))
+__all__ = ["RateSearch", "max_rate"]
 
 
 @dataclass(frozen=True)
@@ -56,33 +50,26 @@ def max_rate(metrics_at: Callable[[float], ServingMetrics], ttft_ms: float | Non
 
     def run(rate: float) -> bool:
         m = metrics_at(rate)
-        ok = meets_targets(m, ttft_ms, tpot_ms)
+        ok = ((ttft_ms is None or m.ttft_ms_p90 <= ttft_ms)
+              and (tpot_ms is None or m.tpot_ms_p90 <= tpot_ms))
         tried.append((rate, m, ok))
         return ok
 
     # Double from a rate that meets the targets, halve from one that does not, until the
-    # answer flips (or the bound is reached: every rate tried agrees).
+    # answer flips (or the bound is reached: every rate tried agrees), then bisect.
     rate = start
     first = run(rate)
-    while True:
-        if rate == (highest if first else lowest):
-            return _answer(tried)
+    while rate != (highest if first else lowest):
         prev, rate = rate, min(2 * rate, highest) if first else max(rate / 2, lowest)
         if run(rate) != first:
+            lo, hi = min(prev, rate), max(prev, rate)
+            while hi / lo > 1 + rel_tol:
+                mid = (lo * hi) ** 0.5
+                if run(mid):
+                    lo = mid
+                else:
+                    hi = mid
             break
-    lo, hi = min(prev, rate), max(prev, rate)
-    while hi / lo > 1 + rel_tol:
-        mid = (lo * hi) ** 0.5
-        if run(mid):
-            lo = mid
-        else:
-            hi = mid
-    return _answer(tried)
-
-
-def _answer(tried: list[tuple[float, ServingMetrics, bool]]) -> RateSearch:
-    met = [(r, m) for r, m, ok in tried if ok]
-    if not met:
-        return RateSearch(None, None, tuple(tried))
-    rate, m = max(met, key=lambda x: x[0])
+    rate, m = max(((r, m) for r, m, ok in tried if ok), key=lambda x: x[0],
+                  default=(None, None))
     return RateSearch(rate, m, tuple(tried))

@@ -30,11 +30,11 @@ __all__ = ["SHAREGPT_LIKE", "FixedLengths", "LognormalLengths", "TraceRequest",
            "poisson_trace", "read_trace", "write_trace"]
 
 
-def _check_int(owner: str, name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{owner}.{name}={value!r} must be an integer >= {low}")
-    if value < low:
-        raise ValueError(f"{owner}.{name}={value} must be >= {low}")
+def check_count(label: str, value: object, low: int = 1) -> None:
+    """Refuse (``ValueError`` naming ``label``) a ``value`` that is not an integer >= ``low``
+    (a bool is not one; numpy's are)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ValueError(f"{label}={value!r} must be an integer >= {low}")
 
 
 #: The latest arrival time a request may have, in seconds (31.7 years): up to it a double's
@@ -62,9 +62,8 @@ class TraceRequest:
                              f"double's spacing there is {math.ulp(float(a)):.3g} s, too coarse "
                              "for the steps it would time")
         object.__setattr__(self, "arrival_s", float(a))
-        _check_int("TraceRequest", "prompt_tokens", self.prompt_tokens, 1)
-        _check_int("TraceRequest", "output_tokens", self.output_tokens, 1)
-        _check_int("TraceRequest", "prefix_tokens", self.prefix_tokens, 0)
+        for name, low in (("prompt_tokens", 1), ("output_tokens", 1), ("prefix_tokens", 0)):
+            check_count(f"TraceRequest.{name}", getattr(self, name), low)
         if (self.prefix is None) != (self.prefix_tokens == 0):
             raise ValueError(f"TraceRequest.prefix={self.prefix!r} with prefix_tokens="
                              f"{self.prefix_tokens}: a prefix is named exactly when it has "
@@ -82,8 +81,8 @@ class FixedLengths:
     output: int
 
     def __post_init__(self) -> None:
-        _check_int("FixedLengths", "prompt", self.prompt, 1)
-        _check_int("FixedLengths", "output", self.output, 1)
+        check_count("FixedLengths.prompt", self.prompt)
+        check_count("FixedLengths.output", self.output)
 
     def sample(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         """``n`` prompt and output lengths."""
@@ -111,8 +110,8 @@ class LognormalLengths:
             if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 \
                     or not math.isfinite(v):
                 raise ValueError(f"LognormalLengths.{name}={v!r} must be a finite number > 0")
-        _check_int("LognormalLengths", "max_prompt", self.max_prompt, 1)
-        _check_int("LognormalLengths", "max_output", self.max_output, 1)
+        check_count("LognormalLengths.max_prompt", self.max_prompt)
+        check_count("LognormalLengths.max_output", self.max_output)
 
     def _draw(self, rng: np.random.Generator, n: int, mean: float, top: int) -> np.ndarray:
         mu = math.log(mean) - self.sigma ** 2 / 2  # E[exp(N(mu, s^2))] = exp(mu + s^2 / 2)
@@ -151,7 +150,7 @@ def poisson_trace(rate: float, requests: int, lengths: FixedLengths | LognormalL
     if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0 \
             or not math.isfinite(rate):
         raise ValueError(f"rate={rate!r} must be a finite number of requests per second > 0")
-    _check_int("poisson_trace", "requests", requests, 1)
+    check_count("poisson_trace.requests", requests)
     gaps = np.random.default_rng([seed, 0]).standard_exponential(requests)
     arrivals = np.cumsum(gaps) / rate
     if arrivals[-1] > MAX_ARRIVAL_S:
@@ -195,24 +194,18 @@ def read_trace(path: str | os.PathLike[str]) -> list[TraceRequest]:
         reader.fieldnames = names
         previous = 0.0
         for row in reader:
-            line = reader.line_num
-            where = f"trace file {text!r}, line {line}"
-            values: dict = {}
+            where = f"trace file {text!r}, line {reader.line_num}"
+            values: dict = {"prefix": (row.get("prefix") or "").strip() or None}
             for field, kind in (("arrival_s", float), ("prompt_tokens", int),
                                 ("output_tokens", int), ("prefix_tokens", int)):
-                raw = (row.get(field) or "").strip()
-                if field == "prefix_tokens" and raw == "":
-                    values[field] = 0
-                    continue
+                raw = (row.get(field) or "").strip() or ("0" if field == "prefix_tokens" else "")
                 try:
                     values[field] = kind(raw)
                 except ValueError:
                     raise ValueError(f"{where}, field {field}: {raw!r} is not "
                                      f"{'a number' if kind is float else 'an integer'}") from None
-            prefix = (row.get("prefix") or "").strip() or None
             try:
-                req = TraceRequest(values["arrival_s"], values["prompt_tokens"],
-                                   values["output_tokens"], prefix, values["prefix_tokens"])
+                req = TraceRequest(**values)
             except ValueError as err:
                 raise ValueError(f"{where}: {err}") from None
             if req.arrival_s < previous:

@@ -36,6 +36,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from .kv_cache import PagedKVCache
+from .requests import check_count
 
 __all__ = ["POLICIES", "Scheduler", "SchedulerConfig", "Sequence"]
 
@@ -44,56 +45,35 @@ POLICIES = ("vllm", "orca")
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """How iterations are formed.
+    """How iterations are formed."""
 
-    Attributes
-    ----------
-    policy : str
-        ``"vllm"`` (chunked prefill) or ``"orca"`` (whole prompts); see the module.
-    token_budget : int
-        New tokens one step may compute (vLLM's ``max_num_batched_tokens``).
-    max_seqs : int
-        Sequences one step may hold (vLLM's ``max_num_seqs``).
-    """
-
-    policy: str = "vllm"
-    token_budget: int = 2048
-    max_seqs: int = 256
+    policy: str = "vllm"  #: "vllm" (chunked prefill) or "orca" (whole prompts); see the module
+    token_budget: int = 2048  #: new tokens one step may compute (vLLM's ``max_num_batched_tokens``)
+    max_seqs: int = 256  #: sequences one step may hold (vLLM's ``max_num_seqs``)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"SchedulerConfig.policy={self.policy!r}; expected one of {POLICIES}")
-        for name in ("token_budget", "max_seqs"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"SchedulerConfig.{name}={v!r} must be an integer >= 1")
+        check_count("SchedulerConfig.token_budget", self.token_budget)
+        check_count("SchedulerConfig.max_seqs", self.max_seqs)
 
 
+@dataclass(slots=True, eq=False)
 class Sequence:
     """One request's state in the engine."""
 
-    __slots__ = ("index", "prompt", "output", "generated", "computed", "own_blocks", "prefix",
-                 "prefix_tokens", "shared", "attached", "preemptions", "in_flight")
-
-    def __init__(self, index: int, prompt: int, output: int, prefix: str | None = None,
-                 prefix_tokens: int = 0):
-        self.index = index
-        self.prompt = prompt
-        self.output = output
-        self.generated = 0
-        self.computed = 0
-        self.own_blocks = 0
-        self.prefix = prefix
-        self.prefix_tokens = prefix_tokens
-        self.shared = 0  # tokens in the prefix's blocks this sequence references
-        self.attached = False
-        self.preemptions = 0
-        self.in_flight = False  # in a step not yet out of the last pipeline stage
-
-    @property
-    def pending(self) -> int:
-        """Tokens to compute before the next token is emitted."""
-        return self.prompt + self.generated - self.computed
+    index: int
+    prompt: int
+    output: int
+    prefix: str | None = None
+    prefix_tokens: int = 0
+    generated: int = 0
+    computed: int = 0
+    own_blocks: int = 0
+    shared: int = 0  #: tokens in the prefix's blocks this sequence references
+    attached: bool = False
+    preemptions: int = 0
+    in_flight: bool = False  #: in a step not yet out of the last pipeline stage
 
 
 class Scheduler:
@@ -104,7 +84,6 @@ class Scheduler:
         self.cache = cache
         self.running: list[Sequence] = []
         self.waiting: deque[Sequence] = deque()
-        self.preemptions = 0
 
     def _release(self, seq: Sequence) -> None:
         self.cache.give(seq.own_blocks)
@@ -113,22 +92,6 @@ class Scheduler:
             self.cache.detach(seq.prefix, seq)
             seq.attached = False
         seq.shared = 0
-
-    def _grow(self, seq: Sequence, k: int) -> bool:
-        """Take the blocks ``seq`` needs to hold ``k`` more tokens, if free."""
-        need = self.cache.blocks_for(seq.computed + k - seq.shared) - seq.own_blocks
-        if need > self.cache.blocks - self.cache.used:
-            return False
-        self.cache.used += need
-        seq.own_blocks += need
-        return True
-
-    def _preempt(self, seq: Sequence) -> None:
-        self._release(seq)
-        seq.computed = 0
-        seq.preemptions += 1
-        self.preemptions += 1
-        self.waiting.appendleft(seq)
 
     def schedule(self) -> list[tuple[Sequence, int, int]]:
         """The next step: ``(sequence, new tokens, context)`` per sequence, blocks taken.
@@ -158,7 +121,7 @@ class Scheduler:
                 k = budget if chunked else pending
             else:
                 k = pending
-            # Inline of _grow: the blocks to hold computed + k tokens past the shared ones.
+            # The blocks to hold computed + k tokens past the shared ones.
             over = computed + k - seq.shared - seq.own_blocks * bs
             if over > 0:
                 need = -(-over // bs)
@@ -181,13 +144,16 @@ class Scheduler:
                 seq.shared = cache.attach(seq.prefix, seq, seq.prompt + seq.generated - 1)
                 seq.attached = True
                 seq.computed = seq.shared
-            pending = seq.pending
+            pending = seq.prompt + seq.generated - seq.computed
             k = min(pending, budget) if chunked else pending
-            if (not chunked and pending > budget and step) or not self._grow(seq, k):
+            need = cache.blocks_for(seq.computed + k - seq.shared) - seq.own_blocks
+            if (not chunked and pending > budget and step) or need > blocks - cache.used:
                 if seq.attached:  # a waiting sequence holds no reference
                     self._release(seq)
                     seq.computed = 0
                 break
+            cache.used += need
+            seq.own_blocks += need
             waiting.popleft()
             running.append(seq)
             append((seq, k, seq.computed))
@@ -204,7 +170,10 @@ class Scheduler:
             while running[j].in_flight:  # seq itself is not in flight: j stops there at last
                 j -= 1
             victim = running.pop(j)
-            self._preempt(victim)
+            self._release(victim)  # recomputed when admitted again
+            victim.computed = 0
+            victim.preemptions += 1
+            self.waiting.appendleft(victim)
             if victim is seq:
                 return False
         return True

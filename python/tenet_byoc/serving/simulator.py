@@ -137,15 +137,12 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
             raise ValueError(f"request {i} (prompt {r.prompt_tokens}, output "
                              f"{r.output_tokens} tokens) needs {need} KV blocks of "
                              f"{block_size} tokens; the cache has {kv_blocks}")
-        if transferred:
-            seq = EngineSequence(i, r.prompt_tokens, r.output_tokens)
-            seq.generated, seq.computed = 1, r.prompt_tokens
-            if r.output_tokens < 2:
-                raise ValueError(f"request {i} has {r.output_tokens} output token: a "
-                                 "transferred request has a token left to decode")
-            seqs.append(seq)
-            continue
-        seqs.append(EngineSequence(i, r.prompt_tokens, r.output_tokens, r.prefix,
+        if transferred and r.output_tokens < 2:
+            raise ValueError(f"request {i} has {r.output_tokens} output token: a "
+                             "transferred request has a token left to decode")
+        seqs.append(EngineSequence(i, r.prompt_tokens, r.output_tokens, generated=1,
+                                   computed=r.prompt_tokens) if transferred else
+                    EngineSequence(i, r.prompt_tokens, r.output_tokens, r.prefix,
                                    r.prefix_tokens))
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
@@ -162,19 +159,6 @@ def simulate(requests: Sequence[TraceRequest], step_cost: Callable | object, *,
         np.array(tokens, dtype=np.int64), np.array(blocks, dtype=np.int64),
         kv_blocks, block_size, cost.calls, cost.misses,
     )
-
-
-def _finish(sched: Scheduler, step: list, end: float, first: np.ndarray,
-            finish: np.ndarray) -> int:
-    """Close ``step`` at time ``end``: first tokens and finishes recorded; how many finished."""
-    finished_now = 0
-    for seq, finished in sched.finish_step(step):
-        if seq.generated == 1:
-            first[seq.index] = end
-        if finished:
-            finish[seq.index] = end
-            finished_now += 1
-    return finished_now
 
 
 def _fast_forward(sched: Scheduler, cost: SplitStepCost, now: float, next_arrival: float,
@@ -263,7 +247,12 @@ def _loop(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: int,
             end, step = flight.popleft()
             for seq, _, _ in step:
                 seq.in_flight = False
-            done += _finish(sched, step, end, first, finish)
+            for seq, finished in sched.finish_step(step):
+                if seq.generated == 1:
+                    first[seq.index] = end
+                if finished:
+                    finish[seq.index] = end
+                    done += 1
         if done == n:
             break
         while arrived < n and arrival[arrived] <= now:

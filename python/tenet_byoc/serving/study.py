@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..accelerators import DRAM_CAPACITY_BYTES
+from .disaggregated import kv_transfer_seconds, simulate_disaggregated
 from .kv_cache import CacheSizing, cache_sizing
 from .metrics import ServingMetrics, serving_metrics
 from .rate_search import RateSearch, max_rate
@@ -25,7 +26,7 @@ from .requests import SHAREGPT_LIKE, FixedLengths, LognormalLengths, TraceReques
 from .scheduler import SchedulerConfig
 from .simulator import ServingRun, simulate
 
-__all__ = ["PRESET_MEMORY_BYTES", "ServedScheme", "memory_bytes_of", "serve"]
+__all__ = ["ServedScheme", "memory_bytes_of", "serve"]
 
 
 @dataclass(frozen=True)
@@ -40,24 +41,15 @@ class ServedScheme:
     cost: Any  #: the step cost (its cache filled)
 
 
-#: Device memory of the presets modelled on real chips, in bytes: the accelerators' own table
-#: (:data:`tenet_byoc.accelerators.DRAM_CAPACITY_BYTES`, its sources named there), used when
-#: ``--memory-gb`` is left out.
-PRESET_MEMORY_BYTES = DRAM_CAPACITY_BYTES
-
-
 def memory_bytes_of(accelerator: Any) -> float | None:
-    """The chip memory an accelerator states (``memory_bytes`` / ``dram_bytes`` /
-    ``hbm_bytes`` on it, its hardware or its memory hierarchy), else that of the preset of
-    its name (:data:`PRESET_MEMORY_BYTES`), or None."""
+    """The chip memory an accelerator states (its ``dram_capacity_bytes``), else that of the
+    preset of its name (:data:`tenet_byoc.accelerators.DRAM_CAPACITY_BYTES`, its sources
+    named there), or None."""
+    value = getattr(accelerator, "dram_capacity_bytes", None)
+    if isinstance(value, int | float) and value > 0:
+        return float(value)
     preset = getattr(accelerator, "name", accelerator)
-    for owner in (accelerator, getattr(accelerator, "hardware", None),
-                  getattr(accelerator, "memory", None)):
-        for name in ("memory_bytes", "dram_bytes", "hbm_bytes", "dram_capacity_bytes"):
-            value = getattr(owner, name, None)
-            if isinstance(value, int | float) and value > 0:
-                return float(value)
-    found = PRESET_MEMORY_BYTES.get(preset) if isinstance(preset, str) else None
+    found = DRAM_CAPACITY_BYTES.get(preset) if isinstance(preset, str) else None
     return None if found is None else float(found)
 
 
@@ -104,6 +96,7 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
         For neither or both of ``trace`` and ``rate``, no memory size, a scheme whose weights
         do not fit, or a request longer than the cache or the model's context.
     """
+    from ..models.footprint import kv_bytes_per_token
     from ..plan import context_limit, model_config
     from .cost import model_step_cost
 
@@ -125,15 +118,18 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
             raise ValueError(f"request {i} (prompt {r.prompt_tokens}, output "
                              f"{r.output_tokens} tokens) outruns {config.name}'s context "
                              f"{field}={limit}")
-    config_sched = scheduler or SchedulerConfig()
     if pools is not None and (system is not None or step_cost is not None):
         raise ValueError("pools (disaggregated serving) excludes system and step_cost")
+    targets = ttft_ms is not None or tpot_ms is not None
+    if targets:
+        # The search runs the requests' lengths at Poisson arrivals of each rate it tries (one
+        # seed: a drawn trace's own arrivals at its rate).
+        base = poisson_trace(1.0, len(requests_list), FixedLengths(1, 1), seed)
+        start = (rate if trace is None
+                 else len(requests_list) / max(requests_list[-1].arrival_s, 1e-9))
     out = []
     for scheme in schemes:
         if pools is not None:
-            from .disaggregated import kv_transfer_seconds, simulate_disaggregated
-            from ..models.footprint import kv_bytes_per_token
-
             first, second = pools
             sizing = cache_sizing(config, scheme, memory, block_size, utilization, second)
             pre_sizing = cache_sizing(config, scheme, memory, block_size, utilization, first)
@@ -145,12 +141,10 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
                                    first.pipeline_parallel),
                 first.link)
 
-            def run_of(reqs: Sequence[TraceRequest], label: str, cost=cost, sizing=sizing,
-                       pre_cost=pre_cost, pre_sizing=pre_sizing,
-                       transfer=transfer) -> ServingRun:
+            def run_of(reqs: Sequence[TraceRequest], label: str) -> ServingRun:
                 return simulate_disaggregated(
-                    reqs, pre_cost, cost, transfer, prefill_scheduler=config_sched,
-                    decode_scheduler=config_sched, prefill_kv_blocks=pre_sizing.blocks,
+                    reqs, pre_cost, cost, transfer, prefill_scheduler=scheduler,
+                    decode_scheduler=scheduler, prefill_kv_blocks=pre_sizing.blocks,
                     decode_kv_blocks=sizing.blocks, block_size=block_size,
                     prefill_stages=first.pipeline_parallel,
                     decode_stages=second.pipeline_parallel).run
@@ -160,33 +154,20 @@ def serve(model: Any, accelerator: Any, schemes: Sequence[str], *,
             cost = (step_cost or (lambda s: model_step_cost(config, s, accelerator,
                                                             system=system)))(scheme)
 
-            def run_of(reqs: Sequence[TraceRequest], label: str, cost=cost,
-                       sizing=sizing, stages=stages) -> ServingRun:
+            def run_of(reqs: Sequence[TraceRequest], label: str) -> ServingRun:
                 callback = progress(label, len(reqs)) if progress else None
-                return simulate(reqs, cost, scheduler=config_sched, kv_blocks=sizing.blocks,
+                return simulate(reqs, cost, scheduler=scheduler, kv_blocks=sizing.blocks,
                                 block_size=block_size, progress=callback, stages=stages)
 
         run = run_of(requests_list, f"{scheme}")
-        metrics = serving_metrics(run, ttft_ms, tpot_ms)
         search = None
-        if ttft_ms is not None or tpot_ms is not None:
-            if trace is not None:
-                # The trace's own lengths at Poisson arrivals of each rate tried.
-                base = poisson_trace(1.0, len(requests_list), FixedLengths(1, 1), seed)
-                lengths_of = [(r.prompt_tokens, r.output_tokens) for r in requests_list]
-
-                def at(rate_: float, base=base, lengths_of=lengths_of) -> list[TraceRequest]:
-                    return [TraceRequest(b.arrival_s / rate_, p, o)
-                            for b, (p, o) in zip(base, lengths_of, strict=True)]
-                start = len(requests_list) / max(requests_list[-1].arrival_s, 1e-9)
-            else:
-                def at(rate_: float) -> list[TraceRequest]:
-                    return poisson_trace(rate_, requests, lengths, seed)
-                start = rate
-
-            def metrics_at(rate_: float, at=at, run_of=run_of) -> ServingMetrics:
-                return serving_metrics(run_of(at(rate_), f"{scheme} @ {rate_:.3g}/s"),
-                                       ttft_ms, tpot_ms)
+        if targets:
+            def metrics_at(rate_: float) -> ServingMetrics:
+                at = [TraceRequest(b.arrival_s / rate_, r.prompt_tokens, r.output_tokens)
+                      for b, r in zip(base, requests_list, strict=True)]
+                return serving_metrics(run_of(at, f"{scheme} @ {rate_:.3g}/s"), ttft_ms,
+                                       tpot_ms)
             search = max_rate(metrics_at, ttft_ms, tpot_ms, start=start, rel_tol=rel_tol)
-        out.append(ServedScheme(scheme, sizing, run, metrics, search, cost))
+        out.append(ServedScheme(scheme, sizing, run, serving_metrics(run, ttft_ms, tpot_ms),
+                                search, cost))
     return out
