@@ -42,7 +42,6 @@ __all__ = [
     "check_params",
     "check_token_ids",
     "export_gpt2",
-    "gpt2_matmuls",
     "load_hf_checkpoint",
     "param_shapes",
     "random_params",
@@ -394,18 +393,6 @@ def load_hf_checkpoint(
 # ----------------------------------------------------------------------------------------
 # MAC counts
 # ----------------------------------------------------------------------------------------
-
-
-def gpt2_matmuls(config: GPT2Config, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:
-    """The matmuls of one prefill or decode call, in execution order: per layer
-    ``c_attn``, ``attn.qk``, ``attn.pv``, ``attn.c_proj``, ``mlp.c_fc``, ``mlp.c_proj``, then
-    ``lm_head``. ``seq_len`` is the prompt length P of a ``prefill``, or the cache length L
-    before a ``decode`` step (the new token attends to L + 1 keys); the calls of
-    :func:`tenet_byoc.models.vector_ops.decoder_calls`.
-    """
-    from .vector_ops import decoder_calls
-
-    return decoder_calls(config, phase, seq_len).gemms
 
 
 # ----------------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from .decoder import (
     BatchLayout,
     Block,
     DecoderLM,
-    MatmulShape,
     export_decoder,
     read_layer_types,
     take_rows,
@@ -45,7 +44,6 @@ __all__ = [
     "LlamaRunner",
     "check_params",
     "export_llama",
-    "llama_matmuls",
     "load_checkpoint",
     "param_count",
     "param_shapes",
@@ -660,21 +658,6 @@ def load_checkpoint(
 # ----------------------------------------------------------------------------------------
 # GEMMs and running
 # ----------------------------------------------------------------------------------------
-
-
-def llama_matmuls(config: LlamaConfig, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:
-    """The matmuls of one call, in execution order (as :func:`gpt2_matmuls` for GPT-2).
-
-    ``seq_len`` is the prompt length P of a ``prefill``, or the cache length L before a
-    ``decode`` step (whose token attends to L + 1 keys). Per layer: ``q_proj``, ``k_proj``,
-    ``v_proj``, ``attn.qk`` and ``attn.pv`` (batch = key/value heads, rows = query heads
-    per group x tokens), ``o_proj``, ``gate_proj``, ``up_proj``, ``down_proj``; then
-    ``lm_head``. With a sliding window W a decode step attends to at most W keys; a
-    prefill computes all P x P scores and masks those outside the window.
-    """
-    from .vector_ops import decoder_calls
-
-    return decoder_calls(config, phase, seq_len).gemms
 
 
 class LlamaRunner(DecoderRunner):
