@@ -123,16 +123,10 @@ class Link:
         self.__dict__.update(state)
         self.__post_init__()
 
+    @lru_cache(maxsize=256)  # keyed by the fields (equal links share one)
     def charged(self) -> cm.Link:
         """The link as the cost model charges collectives on it (``cost_model.Link``)."""
-        return _cost_model_link(self.bandwidth_gbps, self.latency_us, self.topology,
-                                self.pj_per_bit)
-
-
-@lru_cache(maxsize=256)
-def _cost_model_link(bandwidth_gbps: float, latency_us: float, topology: str,
-                     pj_per_bit: float) -> cm.Link:
-    return cm.Link(bandwidth_gbps, latency_us, topology, pj_per_bit)
+        return cm.Link(self.bandwidth_gbps, self.latency_us, self.topology, self.pj_per_bit)
 
 
 @dataclass(frozen=True)
