@@ -261,12 +261,10 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
         seeds = [a for a in _args(value_of[call_var])
                  if a in value_of and _op_name(value_of[a]) in _QUANT_OPS
                  and a not in positional and a not in covered]
-        if not seeds:
-            continue
-        region = region_of(seeds, {call_var})
+        region = region_of(seeds, {call_var})  # empty without seeds
         if not region:
             continue
-        seed = min(seeds, key=lambda s: _bits(s))
+        seed = min(seeds, key=_bits)
         bits = [_bits(v) for v in region if _bits(v) > 1]
         last = max(region, key=lambda v: order[v])
         regions[last] = (seed, activation_bits or (min(bits) if bits else 32))
@@ -322,8 +320,7 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
                                      scheme))
             continue
         if v in kv:
-            new = kv[v]
-            plan.ops.append(VectorOp("kv_write", label, tuple(_shape(new)), None))
+            plan.ops.append(VectorOp("kv_write", label, tuple(_shape(kv[v])), None))
             continue
         if v in rotary:
             plan.ops.append(VectorOp("rotary", label, tuple(_shape(v)), rotary[v]))
@@ -347,11 +344,10 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
             plan.free[label] = "quantize"  # K padding shared by several quantize chains
             continue
         if kind is None:
-            key = op if op in FREE else None
-            if key is None:
-                plan.unknown.append(f"{label} = {op}")
+            if op in FREE:
+                plan.free[label] = op
             else:
-                plan.free[label] = key
+                plan.unknown.append(f"{label} = {op}")
             continue
         out = _shape(v)
         if out is None:
