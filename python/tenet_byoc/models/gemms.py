@@ -9,17 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .decoder import PHASES, MatmulShape
+from .decoder import MatmulShape
 from .vector_ops import decoder_calls
 
-__all__ = ["PHASES", "Gemm", "gpt2_matmuls", "llama_matmuls", "model_gemms", "total_macs"]
-
-#: One GEMM of a call: a :class:`~tenet_byoc.models.decoder.MatmulShape` (its ``weight``
-#: says which operand is a weight).
-Gemm = MatmulShape
+__all__ = ["gpt2_matmuls", "llama_matmuls", "model_gemms", "total_macs"]
 
 
-def model_gemms(config: Any, phase: str, tokens: int) -> list[Gemm]:
+def model_gemms(config: Any, phase: str, tokens: int) -> list[MatmulShape]:
     """List the GEMMs of one call, in execution order.
 
     Parameters
@@ -34,7 +30,7 @@ def model_gemms(config: Any, phase: str, tokens: int) -> list[Gemm]:
 
     Returns
     -------
-    list of Gemm
+    list of MatmulShape
         Linear layers with their weight as the rhs ``[k, n]`` (stored ``[n, k]``), the
         attention GEMMs with ``weight=None`` (for Llama: batch = key/value heads, rows =
         query heads per group x tokens), and the head last.
@@ -47,7 +43,7 @@ def total_macs(config: Any, phase: str, tokens: int) -> int:
     return sum(g.macs for g in model_gemms(config, phase, tokens))
 
 
-def gpt2_matmuls(config: Any, seq_len: int, phase: str = "prefill") -> list[Gemm]:
+def gpt2_matmuls(config: Any, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:
     """:func:`model_gemms` with the arguments in the models' order: the GEMMs of one prefill
     of a prompt of ``seq_len`` tokens, or of one decode step after ``seq_len`` cached ones;
     per layer GPT-2's ``c_attn``, ``attn.qk``, ``attn.pv``, ``attn.c_proj``, ``mlp.c_fc``,
