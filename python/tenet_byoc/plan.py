@@ -177,8 +177,10 @@ class Sharding(NamedTuple):
 LinkCall = cm.LinkCall
 
 
-def _link_key(link: Any) -> tuple:
-    return ("link", link.kind, link.nbytes, link.chips)
+def _link_call(link: Any, name: str, layer: int | None, stage: int) -> PlannedCall:
+    """The planned call of the collective ``link``, keyed by its plain values."""
+    return PlannedCall(link, name, "link", layer, stage, "", "none", 1,
+                       ("link", link.kind, link.nbytes, link.chips))
 
 
 def hand_overs(config: Any, tokens: int, quant: QuantScheme, stages: int) -> list[PlannedCall]:
@@ -186,8 +188,7 @@ def hand_overs(config: Any, tokens: int, quant: QuantScheme, stages: int) -> lis
     output width under ``quant``, from each of ``stages`` pipeline stages to the next."""
     hidden = getattr(config, "n_embd", None) or config.hidden_size
     link = LinkCall("p2p", tokens * hidden * _charging(quant)["weight"].bits[2] / 8, 2)
-    return [PlannedCall(link, f"stage{s}.p2p", "link", None, s, "", "none", 1, _link_key(link))
-            for s in range(stages - 1)]
+    return [_link_call(link, f"stage{s}.p2p", None, s) for s in range(stages - 1)]
 
 
 class PlannedCall(NamedTuple):
@@ -433,14 +434,6 @@ def _epilogue(op: str, rows: int, width: int, gemm: PlannedCall) -> PlannedCall:
                        "none", 1, key)
 
 
-def _stages(n_layers: int, pp: int) -> Any:
-    """``stage(name, layer)``: the pipeline stage of ``pp`` that runs a call (the calls before
-    the layers, :data:`BEFORE_LAYERS`, on the first; the others outside them on the last)."""
-    stage_of = layer_stages(n_layers, pp)
-    return lambda name, layer: (stage_of[layer] if layer is not None else
-                                0 if name.startswith(BEFORE_LAYERS) else pp - 1)
-
-
 def _vector_call(v: Any, shape: tuple, operand: int, label: str, stage: Any) -> PlannedCall:
     """The planned call of the vector operator ``v`` (a ``VectorOpShape``) over ``shape``,
     with ``operand`` elements of a second operand, its ledger scheme ``label``."""
@@ -561,18 +554,6 @@ def _fused_groups(groups: list, gemm_lists: list, i: int) -> list[tuple[Any, Any
     return out
 
 
-def _sharding(system: Any, step: Step) -> tuple[int, int, int]:
-    """``system``'s (tensor_parallel, pipeline_parallel, micro_batches), (1, 1, 1) for none;
-    its micro-batches must divide every group of equal sequences of ``step``."""
-    if system is None:
-        return 1, 1, 1
-    tp, pp, mu = system.tensor_parallel, system.pipeline_parallel, system.micro_batches
-    if any(n % mu for _, n in step.groups):
-        raise ValueError(f"System.micro_batches={mu} must divide batch={step.sequences}"
-                         + ("" if step.uniform() else " (every group of equal sequences)"))
-    return tp, pp, mu
-
-
 #: Name endings of the calls a mixture-of-experts run does on the host (the router's scores
 #: and top-k, the weighted combine): an estimate charges them on the vector unit, a run's
 #: ledger does not list them.
@@ -659,7 +640,11 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         raise ValueError(f"System.expert_parallel={ep}: {config.name} has no experts to spread")
     if routing is not None and not moe:
         raise ValueError(f"routing is given, but {config.name} has no experts to route to")
-    tp, pp, mu = _sharding(system, step)
+    tp, pp, mu = (1, 1, 1) if system is None else (
+        system.tensor_parallel, system.pipeline_parallel, system.micro_batches)
+    if any(n % mu for _, n in step.groups):
+        raise ValueError(f"System.micro_batches={mu} must divide batch={step.sequences}"
+                         + ("" if step.uniform() else " (every group of equal sequences)"))
     if tp > 1 and moe:
         raise ValueError(f"tensor_parallel={tp}: {config.name}'s experts are not split by "
                          "Megatron-LM's rules here; spread them over chips with "
@@ -670,7 +655,13 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     if mu > 1:
         step = Step([(seq, n // mu) for seq, n in step.groups])
     layers = _layers(config)
-    stage = _stages(layers, pp)
+    stage_of = layer_stages(layers, pp)
+
+    def stage(name: str, layer: int | None) -> int:
+        """The pipeline stage that runs a call (the calls before the layers,
+        :data:`BEFORE_LAYERS`, on the first; the others outside them on the last)."""
+        return stage_of[layer] if layer is not None else (
+            0 if name.startswith(BEFORE_LAYERS) else pp - 1)
     # Walk two layers and let the second stand for the rest (Plan.calls makes them).
     cut, period = _cut_layers(config) if layers > 2 and not moe else (None, 0)
     if cut is not None:
@@ -704,9 +695,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
             # The [m, n] result at the call's output width: all-reduced whole, or the logits
             # gathered whole from each chip's slice of the vocabulary.
             size = m * (full_n if collective == "all_gather" else n) * how.bits[2] / 8
-            link = LinkCall(collective, size, tp)
-            calls.append(PlannedCall(link, f"{name}.{collective}", "link", layer, st, "",
-                                     "none", 1, _link_key(link)))
+            calls.append(_link_call(LinkCall(collective, size, tp), f"{name}.{collective}",
+                                    layer, st))
 
     def vector(v: Any) -> None:
         if fused and v.name.endswith(_SCORE_OPS):  # inside the fused kernel
@@ -848,8 +838,7 @@ values, ``1 / chips`` of them for each chip: ``tenet_byoc.system``'s formulas). 
                 link = LinkCall("all_to_all", values * bits / 8, chips)
                 if what == "gather":
                     calls += held.get(c.layer, [])
-                calls.append(PlannedCall(link, f"{prefix}experts.{what}", "link", c.layer,
-                                         c.stage, "", "none", 1, _link_key(link)))
+                calls.append(_link_call(link, f"{prefix}experts.{what}", c.layer, c.stage))
     return Plan(step, step.phase, tuple(calls), chips)
 
 
