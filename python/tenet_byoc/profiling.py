@@ -216,13 +216,9 @@ def _serialized(func, lock: threading.RLock):
 class VirtualMachine(relax.VirtualMachine):
     """``relax.VirtualMachine`` with TVM's old ``profile=True`` mode back.
 
-    Parameters
-    ----------
-    rt_mod, device, memory_cfg
-        As for :class:`tvm.relax.VirtualMachine`.
-    profile : bool
-        False: exactly a ``relax.VirtualMachine``. True: ``profile(func_name, *args)`` works;
-        the executable must contain a tenet module (else ``ValueError`` here).
+    ``rt_mod``, ``device`` and ``memory_cfg`` are :class:`tvm.relax.VirtualMachine`'s.
+    ``profile=False``: exactly a ``relax.VirtualMachine``; True: ``profile(func_name, *args)``
+    works, and the executable must contain a tenet module (else ``ValueError`` here).
 
     Notes
     -----
@@ -252,15 +248,10 @@ class VirtualMachine(relax.VirtualMachine):
         return _serialized(super().__getitem__(key), self._lock)
 
     def profile(self, func_name: str, *args, warmup: int = 1) -> Report:
-        """Run ``func_name`` on ``args`` (after ``warmup`` untimed runs) and report each call.
-
-        Returns
-        -------
-        Report
-            Per call and per callee durations, and for tenet calls the ledger entries
-            charged during the timed run (the warmup runs are charged to the ledger too,
-            but are not in the report).
-        """
+        """Run ``func_name`` on ``args`` (after ``warmup`` untimed runs) and report each call:
+        per call and per callee durations, and for tenet calls the ledger entries charged
+        during the timed run (the warmup runs are charged to the ledger too, but are not in
+        the report)."""
         if not self._profiling:
             raise AttributeError(
                 "this VirtualMachine was made with profile=False; use "
