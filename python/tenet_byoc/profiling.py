@@ -281,20 +281,16 @@ class VirtualMachine(relax.VirtualMachine):
             docs = [json.loads(m["__tenet_capture_end"]()) for m in self._tenet]
         recorded = json.loads(self._timer["records"]())
         # The entries per symbol, one list per call (the steps of one call share call_index).
-        calls: dict[str, dict[int, list[LedgerEntry]]] = {}
+        by_symbol: dict[str, dict[int, list[LedgerEntry]]] = {}
         for e in sorted((e for doc in docs for e in _parse(doc)), key=lambda e: e.call_index):
-            calls.setdefault(e.symbol, {}).setdefault(e.call_index, []).append(e)
-        charged = {symbol: list(by_call.values()) for symbol, by_call in calls.items()}
+            by_symbol.setdefault(e.symbol, {}).setdefault(e.call_index, []).append(e)
+        charged = {symbol: list(by_call.values()) for symbol, by_call in by_symbol.items()}
         hw = min((d["accelerator"], d["dataflow"], d["clock_ghz"]) for d in docs)
-        return self._report(func_name, recorded, charged, hw)
-
-    def _report(self, func_name, recorded, charged, hw) -> Report:
-        names = recorded["names"]
         top_ns = sum(ns for _, depth, ns, _, _ in recorded["calls"] if depth == 0 and ns > 0)
         seen: dict[str, int] = {}
         calls = []
         for name_id, depth, ns, shapes, device in recorded["calls"]:
-            name = names[name_id]
+            name = recorded["names"][name_id]
             entries: list[LedgerEntry] = []
             if name in charged:
                 i = seen.get(name, 0)
