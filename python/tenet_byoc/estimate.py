@@ -408,26 +408,14 @@ def estimate_step(model: Any, step: Step, scheme: str | QuantScheme = "none",
                   ) -> tuple[StepCost, Ledger | None]:
     """One step's time, energy and ledger: plan -> charge each distinct call once -> compose.
 
-    Parameters
-    ----------
-    model : str, PathLike or config
-        As :func:`estimate` takes it.
-    step : Step
-        The sequences of the forward pass (any mix of prefills and decodes).
-    scheme, accelerator, system, mapping, attention
-        As :func:`estimate`.
-    charges : Charges, optional
-        Charges to reuse across calls (each distinct call is charged once per
-        :class:`Charges`: a serving loop keeps one per accelerator); it must be of the
-        accelerator charged.
-    entries : bool
-        Also make the step's ledger (False: None, faster).
-
-    Returns
-    -------
-    (StepCost, Ledger or None)
-        The step's critical path (``seconds``) and energy over every chip (``energy_pj``),
-        and its entries (a :class:`~tenet_byoc.system.SystemLedger` on a system).
+    ``step`` holds the sequences of the forward pass (any mix of prefills and decodes);
+    ``model``, ``scheme``, ``accelerator``, ``system``, ``mapping`` and ``attention`` are as
+    :func:`estimate` takes them. ``charges`` are reused across calls (each distinct call is
+    charged once per :class:`Charges`: a serving loop keeps one per accelerator) and must be
+    of the accelerator charged. Returns the step's critical path (``seconds``) and energy
+    over every chip (``energy_pj``), and its entries (a
+    :class:`~tenet_byoc.system.SystemLedger` on a system; None with ``entries=False``,
+    faster).
     """
     config = model_config(model)
     charges = charges or _charges(accelerator, mapping, system)
