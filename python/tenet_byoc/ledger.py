@@ -710,14 +710,10 @@ class Ledger:
         accelerator)`` gives, which is what a run built for ``accelerator`` would record;
         each distinct call is charged once. ``reset`` does nothing (no runtime module).
 
-        Raises
-        ------
-        TypeError
-            For ``accelerator=None`` (no silent default preset).
-        ValueError
-            For an unknown preset or a call the accelerator refuses (an operand width its
-            PEs do not take, tiles that do not fit), naming it; or a link entry (a system's
-            collective has no one-chip charge).
+        Raises ``TypeError`` for ``accelerator=None`` (no silent default preset);
+        ``ValueError`` for an unknown preset or a call the accelerator refuses (an operand
+        width its PEs do not take, tiles that do not fit), naming it, or a link entry (a
+        system's collective has no one-chip charge).
         """
         from .accelerators import resolve
 
