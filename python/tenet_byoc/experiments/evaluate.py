@@ -146,19 +146,8 @@ def window_bounds(tokens: int, window: int) -> list[tuple[int, int]]:
 def token_nll(logits: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Negative log-likelihoods and argmaxes of a window's next-token predictions.
 
-    Parameters
-    ----------
-    logits : numpy.ndarray
-        ``[n, vocab]``: the prefill's logits of the window's n tokens.
-    ids : numpy.ndarray
-        The window's n token ids.
-
-    Returns
-    -------
-    nll : numpy.ndarray
-        ``[n - 1]`` float64: ``-log softmax(logits[t])[ids[t + 1]]``.
-    top1 : numpy.ndarray
-        ``[n - 1]``: ``argmax(logits[t])``.
+    From the prefill's ``[n, vocab]`` logits of the window's n token ``ids``: ``nll``, ``[n -
+    1]`` float64, ``-log softmax(logits[t])[ids[t + 1]]``, and ``top1``, ``argmax(logits[t])``.
     """
     z = logits[:-1].astype(np.float64)
     peak = z.max(axis=-1, keepdims=True)
@@ -318,21 +307,6 @@ class EvalResult:
                                               "rows": [asdict(r) for r in self.rows]}, p)})
 
 
-def _score(runner: Any, job: EvalJob, bar: Any) -> tuple[np.ndarray, np.ndarray, float]:
-    """NLL and argmax of every prediction of every window, and the prefills' CPU time."""
-    nll, top1, wall = [], [], 0.0
-    for begin, end in job.bounds:
-        window = job.ids[begin:end]
-        start = time.perf_counter()
-        logits, _ = runner.prefill(window)
-        wall += time.perf_counter() - start
-        n, t = token_nll(logits, window)
-        nll.append(n)
-        top1.append(t)
-        bar.update()
-    return np.concatenate(nll), np.concatenate(top1), wall
-
-
 def run_eval(job: EvalJob, progress: bool = True) -> EvalResult:
     """Score every scheme of ``job`` on its windows; float32 first, as the reference.
 
@@ -355,7 +329,16 @@ def run_eval(job: EvalJob, progress: bool = True) -> EvalResult:
                 job.checkpoint, scheme, job.accelerator)
             build_s = job.reference_build_s if scheme == "none" else (
                 time.perf_counter() - start)
-            nll, top1, wall = _score(runner, job, bar)
+            # NLL and argmax of every prediction of every window, and the prefills' CPU time
+            scored, wall = [], 0.0
+            for begin, end in bounds:
+                window = job.ids[begin:end]
+                start = time.perf_counter()
+                logits, _ = runner.prefill(window)
+                wall += time.perf_counter() - start
+                scored.append(token_nll(logits, window))
+                bar.update()
+            nll, top1 = (np.concatenate(part) for part in zip(*scored))
             if ref_nll is None:
                 ref_nll, ref_top1 = nll, top1
             entries = ledger(runner.vm).entries
