@@ -227,9 +227,8 @@ class GPT2Case:
 
     def _kept_params(self) -> dict[str, tvm.runtime.Tensor]:
         if self._kept is None:
-            shapes = self._random.shapes
             self._kept = {n: tvm.runtime.tensor(self._random.draw(n)) for n, shape in
-                          shapes.items() if not _is_block_linear(n, shape)}
+                          self._random.shapes.items() if not _is_block_linear(n, shape)}
         return self._kept
 
     def tokens(self, phase: str) -> int:
@@ -374,10 +373,8 @@ def gpt2_case(config: str = "small", *, checkpoint: str | os.PathLike | None = N
         weights = f"checkpoint {os.fspath(checkpoint)}"
     else:
         cfg = GPT2Config.preset(config)
-        params, weights = None, f"random (seed {seed})"
-    _check_lengths(cfg, prompt_len, context_len)  # before the (slow) random weights
-    if params is None:
-        params = RandomWeights(cfg, seed)  # drawn when a module is made
+        # drawn when a module is made (GPT2Case checks the lengths first)
+        params, weights = RandomWeights(cfg, seed), f"random (seed {seed})"
     return GPT2Case(cfg, params, prompt_len=prompt_len, context_len=context_len, seed=seed,
                     weights=weights)
 
