@@ -184,14 +184,9 @@ def load_digits(seed: int = 0, test_size: int = DIGITS_TEST_SIZE) -> ImageDatase
     """scikit-learn's handwritten digits (1,797 8 x 8 images, bundled, nothing downloaded),
     split into train and test sets by a seeded permutation.
 
-    Pixels (0..16 in the data set) are scaled to [0, 1] as FashionMNIST's are.
-
-    Parameters
-    ----------
-    seed : int
-        Seeds the permutation; the same seed gives the same split on every machine.
-    test_size : int
-        Images held out for testing (360, 20 %, by default).
+    Pixels (0..16 in the data set) are scaled to [0, 1] as FashionMNIST's are. ``seed`` seeds
+    the permutation (the same split on every machine); ``test_size`` images (360, 20 %, by
+    default) are held out for testing.
 
     Raises
     ------
