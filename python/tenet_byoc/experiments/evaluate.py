@@ -206,21 +206,13 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
                  window: int | None = None, max_tokens: int | None = None) -> EvalJob:
     """Check every input, tokenize the text and build the float32 reference model.
 
-    Parameters
-    ----------
-    checkpoint : str or PathLike
-        A local Hugging Face folder: ``config.json``, safetensors weights, ``tokenizer.json``
-        (a GPT-2 or Llama-family model, see :func:`tenet_byoc.models.from_pretrained`).
-    text : str or PathLike
-        A UTF-8 text file.
-    schemes : sequence of str
-        Quantization scheme names or spec strings (:mod:`tenet_byoc.quantization`).
-    accelerator : str or Accelerator
-        What the offloaded calls are charged to (a preset name or an Accelerator).
-    window : int, optional
-        Tokens per window, 2 .. the model's context; the context by default.
-    max_tokens : int, optional
-        Evaluate only the text's first ``max_tokens`` tokens.
+    ``checkpoint`` is a local Hugging Face folder (``config.json``, safetensors weights,
+    ``tokenizer.json``; a GPT-2 or Llama-family model, see
+    :func:`tenet_byoc.models.from_pretrained`), ``text`` a UTF-8 text file, ``schemes``
+    quantization scheme names or spec strings (:mod:`tenet_byoc.quantization`) and
+    ``accelerator`` what the offloaded calls are charged to (a preset name or an
+    Accelerator). ``window``: tokens per window, 2 .. the model's context (the context by
+    default); ``max_tokens``: evaluate only the text's first ``max_tokens`` tokens.
 
     Raises
     ------
