@@ -350,16 +350,10 @@ def gpt2_case(config: str = "small", *, checkpoint: str | os.PathLike | None = N
               prompt_len: int = 128, context_len: int = 128, seed: int = 0) -> GPT2Case:
     """GPT-2 with seeded random weights of a preset shape, or a local HF checkpoint.
 
-    Parameters
-    ----------
-    config : str
-        A :data:`tenet_byoc.models.gpt2.PRESETS` name (ignored with ``checkpoint``).
-    checkpoint : path, optional
-        A Hugging Face GPT-2 folder (``config.json`` + ``model.safetensors``).
-    prompt_len, context_len : int
-        P tokens of prefill; the decode step's cache length L.
-    seed : int
-        Seeds the random weights and the token ids.
+    ``config``: a :data:`tenet_byoc.models.gpt2.PRESETS` name (ignored with ``checkpoint``, a
+    Hugging Face GPT-2 folder: ``config.json`` + ``model.safetensors``); ``prompt_len``: P
+    tokens of prefill; ``context_len``: the decode step's cache length L; ``seed`` seeds the
+    random weights and the token ids.
 
     Raises
     ------

@@ -299,17 +299,11 @@ def prepare_mlp(folder: str | os.PathLike[str] | ImageDataset | None,
                 epochs: int | None = None, seed: int = 0) -> TrainResult:
     """Train the MLP on FashionMNIST from ``folder``, or on scikit-learn's digits without it.
 
-    Parameters
-    ----------
-    folder : str, PathLike, ImageDataset or None
-        Folder with the four IDX files, or a data set already loaded. ``None`` or a folder
-        without the files selects the digits (784 -> 128 -> 10 on FashionMNIST,
-        64 -> 128 -> 10 on the digits); a folder with broken files raises (see
-        :func:`load_fashion_mnist`).
-    epochs : int, optional
-        Training epochs; by default 5 on FashionMNIST and 60 on the digits.
-    seed : int
-        Seeds the initial weights, the shuffling and the digits' train/test split.
+    ``folder``: a folder with the four IDX files, or a data set already loaded; ``None`` or a
+    folder without the files selects the digits (784 -> 128 -> 10 on FashionMNIST, 64 -> 128
+    -> 10 on the digits); a folder with broken files raises (see :func:`load_fashion_mnist`).
+    ``epochs``: by default 5 on FashionMNIST and 60 on the digits. ``seed`` seeds the initial
+    weights, the shuffling and the digits' train/test split.
     """
     have_files = isinstance(folder, (str, os.PathLike)) and all(
         _find(os.fspath(folder), base) for base, _ in _FILES.values()
