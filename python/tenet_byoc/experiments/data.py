@@ -113,11 +113,8 @@ class ImageDataset:
 
 
 def _find(folder: str, base: str) -> str | None:
-    for name in (base, base + ".gz"):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            return path
-    return None
+    paths = (os.path.join(folder, name) for name in (base, base + ".gz"))
+    return next(filter(os.path.isfile, paths), None)
 
 
 def load_fashion_mnist(folder: str | os.PathLike[str]) -> ImageDataset:
