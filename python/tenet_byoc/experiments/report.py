@@ -93,10 +93,8 @@ def _value(text: str) -> int | float | str | None:
     if text == "":
         return None
     for kind in (int, float):
-        try:
+        with contextlib.suppress(ValueError):
             return kind(text)
-        except ValueError:
-            pass
     return text
 
 
