@@ -102,20 +102,6 @@ def run_case(case: Case, vm: relax.VirtualMachine, repeats: int = 1) -> dict[str
     return outputs
 
 
-def _check_lengths(config, prompt_len: int, context_len: int) -> None:
-    # Every bad value in one message, so a user fixes them in one go.
-    bad = [
-        f"{name}={value!r} must be an integer in [1, {top}]"
-        for name, value, top in (("prompt_len", prompt_len, config.n_positions),
-                                 ("context_len", context_len, config.n_positions - 1))
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top
-    ]
-    if bad:
-        raise ValueError(
-            f"{'; '.join(bad)} for GPT-2 {config.name} (n_positions={config.n_positions})"
-        )
-
-
 class GPT2Case:
     """GPT-2: a prefill of ``prompt_len`` tokens and one decode step at ``context_len``.
 
@@ -132,7 +118,17 @@ class GPT2Case:
                  seed: int = 0, weights: str = "random"):
         from ..models.gpt2 import RandomWeights, check_params
 
-        _check_lengths(config, prompt_len, context_len)
+        # Every bad value in one message, so a user fixes them in one go.
+        bad = [
+            f"{name}={value!r} must be an integer in [1, {top}]"
+            for name, value, top in (("prompt_len", prompt_len, config.n_positions),
+                                     ("context_len", context_len, config.n_positions - 1))
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top
+        ]
+        if bad:
+            raise ValueError(
+                f"{'; '.join(bad)} for GPT-2 {config.name} (n_positions={config.n_positions})"
+            )
         self.config = config
         # Random weights are drawn when a module needs them (RandomWeights), so the sweep
         # can quantize each scheme from weights drawn again one at a time instead of
