@@ -548,8 +548,6 @@ def _expected(config: MoEConfig):
     a, e = config.attention, config.experts
     d = a.hidden_size
     moe = _MOE_PREFIX.get(config.model_type, "mlp.")
-    gate, up, down = (_expert_name(config.model_type, f"mlp.{n}.weight")
-                      for n in ("gate_proj", "up_proj", "down_proj"))
     routed = set(e.moe_layers)
     yield "embed_tokens.weight", (a.vocab_size, d)
     for i in range(a.num_hidden_layers):
@@ -574,10 +572,8 @@ def _expected(config: MoEConfig):
             yield m + "down_proj_bias", (e.num_experts, d)
             continue
         for j in range(e.num_experts):
-            m = f"{p}{moe}experts.{j}."
-            yield m + gate, (e.intermediate_size, d)
-            yield m + up, (e.intermediate_size, d)
-            yield m + down, (d, e.intermediate_size)
+            for n, shape in mlp_shapes("mlp.", d, e.intermediate_size):
+                yield f"{p}{moe}experts.{j}.{_expert_name(config.model_type, n)}", shape
         if e.shared_intermediate_size:
             yield from mlp_shapes(p + moe + _SHARED[config.model_type], d,
                                   e.shared_intermediate_size)
