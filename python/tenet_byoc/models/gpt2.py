@@ -56,14 +56,8 @@ class GPT2Config:
 
     Parameters
     ----------
-    n_layer : int
-        Number of transformer blocks.
-    n_embd : int
-        Model width d.
-    n_head : int
-        Number of attention heads; must divide ``n_embd``.
-    vocab_size : int
-        Number of tokens.
+    n_layer, n_embd, n_head, vocab_size : int
+        Transformer blocks, model width d, attention heads (dividing ``n_embd``), tokens.
     n_positions : int
         Context length: the largest number of positions (prompt plus generated tokens).
     n_inner : int or None

@@ -128,7 +128,6 @@ class _LatentAttention(nn.Module):
         out = op.reshape(op.permute_dims(out, [0, 2, 1, 3]), [b, s, h * m.v_head_dim])
         return self.o_proj(out), latent, k_rot
 
-
     def _absorbed(self, x: nn.Tensor, q_pass: nn.Tensor, q_rot: nn.Tensor, latent: nn.Tensor,
                   k_rot: nn.Tensor) -> nn.Tensor:
         # Decode with kv_b_proj absorbed: each head's query is taken into the latent space
