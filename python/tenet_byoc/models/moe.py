@@ -525,10 +525,9 @@ def expected_routing(num_experts: int, experts_per_token: int, tokens: int,
         gap = np.where(room, (want - counts) * step, -np.inf)
         counts[int(np.argmax(gap))] += step
         rest -= step
-    out = [0] * e
-    for j, n in zip(top, counts, strict=True):
-        out[int(j)] = int(n)
-    return out
+    out = np.zeros(e, int)
+    out[top] = counts
+    return out.tolist()
 
 
 class MoECallGroup(NamedTuple):
