@@ -115,7 +115,7 @@ def make_cases(quick: bool) -> list[Case]:
         return lambda: tiny_vm["prefill"](ids, *tiny_w)
 
     def tiny_shapes(p):
-        from tenet_byoc.models.gpt2 import gpt2_matmuls
+        from tenet_byoc.models.gemms import gpt2_matmuls
 
         return [(s.batch, s.m, s.n, s.k) for s in gpt2_matmuls(tiny, p)]
 

@@ -5,7 +5,7 @@ tokens, at batch 1 and ``--batch``, are estimated two ways on the same chip (``o
 setting of ``llm_peers.py``: GenZ's ``System`` given the same peak MAC/s, DRAM bandwidth and
 clock, unbounded memory), float32 (GenZ ``bits="f32"``):
 
-* ours: ``tenet_byoc.estimate`` (``plan.plan_moe``: the router, the host's top-k and
+* ours: ``tenet_byoc.estimate`` (``plan.plan``: the router, the host's top-k and
   combine, each expert that receives tokens over exactly its rows, by default the expected
   uniform routing: E x (1 - (1 - k/E)^T) distinct experts for T tokens; DeepSeek-V3's
   latent attention expanded in prefill, absorbed in decode);

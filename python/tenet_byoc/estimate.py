@@ -295,7 +295,7 @@ def estimate(
         mixture layer, the tokens each expert receives, as ``MoERunner.tokens_per_expert()``
         gives a run's, or a ``tenet_byoc.models.moe.ExpertLoad`` (a popularity per expert or
         a Zipf exponent: every step's expected routing under it); default the expected
-        uniform routing (``tenet_byoc.plan.plan_moe``).
+        uniform routing (``tenet_byoc.plan.plan``).
     attention : {"unfused", "fused"}, optional
         How attention runs (``tenet_byoc.plan.plan``'s ``attention``); None: as the
         accelerator runs it (``Accelerator.attention``: fused on the GPU presets). A real

@@ -38,12 +38,17 @@ def operands_on_chip(passed_in: bool, returned: bool) -> dict[str, bool]:
     return {"a_on_chip": not passed_in, "c_on_chip": not returned}
 
 
+def _tenet_functions(mod: tvm.IRModule) -> dict[relax.GlobalVar, relax.Function]:
+    """The functions of ``mod`` the tenet codegen compiles."""
+    return {gv: f for gv, f in mod.functions.items() if isinstance(f, relax.Function)
+            and f.attrs and str(f.attrs.get("Codegen", "")) == "tenet"}
+
+
 def _host_io(mod: tvm.IRModule) -> dict[str, dict[str, list[int]]]:
     """Per tenet function called from the module: the indices of the inputs its callers pass
     from their own parameters (or a reshape or transpose of one: the same values), and of the
     outputs they return (or return a reshape of: the same bytes)."""
-    tenet = {gv.name_hint for gv, f in mod.functions.items() if isinstance(f, relax.Function)
-             and f.attrs and str(f.attrs.get("Codegen", "")) == "tenet"}
+    tenet = {gv.name_hint for gv in _tenet_functions(mod)}
     found: dict[str, tuple[set[int], set[int]]] = {}
 
     def source(value, ops: tuple[str, ...]):
@@ -164,22 +169,19 @@ def partition_for_tenet(
     )(mod)
     if merge:
         mod = relax.transform.MergeCompositeFunctions()(mod)
-    if any(isinstance(f, relax.Function) and f.attrs and str(f.attrs.get("Codegen", "")) == "tenet"
-           for f in mod.functions.values()):
+    if _tenet_functions(mod):
         # The operators left on TVM's path are charged to the vector unit by one call per
         # function (vector_plan); its steps reach the runtime through the codegen.
         scheme = stamps.get(SCHEME_ATTR, "unnamed")
         bits = json.loads(stamps[RECIPE_ATTR])["bits"][0] if RECIPE_ATTR in stamps else None
         mod, stamps[PLAN_ATTR] = insert_charge_calls(mod, scheme, bits)
     host_io = _host_io(mod)
-    for gv, func in list(mod.functions.items()):
-        codegen = func.attrs.get("Codegen") if isinstance(func, relax.Function) and func.attrs else None
-        if codegen is not None and str(codegen) == "tenet":
-            for key, value in stamps.items():
-                func = func.with_attr(key, value)
-            if gv.name_hint in host_io:
-                func = func.with_attr(HOST_IO_ATTR, json.dumps(host_io[gv.name_hint]))
-            mod[gv] = func
+    for gv, func in _tenet_functions(mod).items():
+        for key, value in stamps.items():
+            func = func.with_attr(key, value)
+        if gv.name_hint in host_io:
+            func = func.with_attr(HOST_IO_ATTR, json.dumps(host_io[gv.name_hint]))
+        mod[gv] = func
     return mod
 
 

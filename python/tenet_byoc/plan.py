@@ -50,7 +50,7 @@ from .quantization import QuantScheme, get_scheme
 
 __all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
            "check_tensor_parallel", "hand_overs",
-           "context_limit", "model_config", "plan", "plan_moe", "shard_gemm", "shard_vector", "layer_stages",
+           "context_limit", "model_config", "plan", "shard_gemm", "shard_vector", "layer_stages",
            "stage_layers"]
 
 
@@ -152,11 +152,7 @@ class Step:
         """``"prefill"`` or ``"decode"`` when every sequence is of that kind, else
         ``"mixed"``."""
         phases = {s.phase for s, _ in self.groups}
-        if phases == {"prefill"}:
-            return "prefill"
-        if phases == {"decode"}:
-            return "decode"
-        return "mixed"
+        return phases.pop() if len(phases) == 1 and "chunk" not in phases else "mixed"
 
     def uniform(self) -> tuple[StepSequence, int] | None:
         """The one sequence shape and its count when every sequence is alike, else None."""
@@ -401,7 +397,9 @@ def _check_sizes(name: str, phase: str, batch: int, b: int, m: int, n: int, k: i
 @lru_cache(maxsize=64)
 def _charging(quant: QuantScheme) -> dict[str, GemmCharging]:
     """What the codegen charges each class of GEMM with under ``quant`` (its own rule)."""
-    return {role: gemm_charging(quant, role) for role in ("weight", "key", "value")}
+    # "absorbed": MLA's per-head products with a slice of kv_b_proj, plain float matmuls.
+    return {**{role: gemm_charging(quant, role) for role in ("weight", "key", "value")},
+            "absorbed": gemm_charging(get_scheme("none"), "weight")}
 
 
 #: The GEMM whose output is the step's result (the logits, handed to the host).
@@ -462,71 +460,23 @@ _PER_SEQUENCE_OPS = ("kv_write", "softmax", "mask")
 _PER_SEQUENCE_NAMES = ("attn.scale", "attn.masked", "attn.softcap", "attn.softcap.scale")
 
 
-def _phase_tokens(seq: StepSequence) -> tuple[str, int]:
-    """The (phase, tokens) the models' shape tables take for one sequence: a later chunk of a
-    prompt is listed as a prefill of its new tokens, then widened to its keys
-    (:func:`_widen_to_keys`)."""
+def _phase_tokens(config: Any, seq: StepSequence) -> tuple[str, int, int]:
+    """The (phase, tokens, context) the models' call tables take for one sequence: a later
+    chunk of a prompt is a prefill of its new tokens over the ``context`` its cache holds
+    (checked against the model's context; 0 for any other sequence)."""
     if seq.phase == "decode":
-        return "decode", seq.context
-    return "prefill", seq.new_tokens
-
-
-def _chunk_keys(config: Any, seq: StepSequence) -> list[int] | None:
-    """Keys the queries of a later chunk of a prompt attend to, per decoder layer (the tokens
-    its cache holds, in a layer with a sliding window the last ``window`` of them, and the
-    chunk's own); None for a sequence that is not such a chunk."""
-    if seq.phase != "chunk":
-        return None
+        return "decode", seq.context, 0
     limit, field = context_limit(config)
-    if seq.context + seq.new_tokens > limit:
+    if seq.context + seq.new_tokens > limit and seq.phase == "chunk":
         raise ValueError(f"StepSequence(new_tokens={seq.new_tokens}, context={seq.context}): "
                          f"{seq.context + seq.new_tokens} tokens exceed {config.name}'s "
                          f"context {field}={limit}")
-    windows = [getattr(config, "layer_window", lambda i: None)(i)
-               for i in range(_layers(config))]
-    return [min(seq.context, w or seq.context) + seq.new_tokens for w in windows]
+    return "prefill", seq.new_tokens, seq.context
 
 
 #: Vector calls over a sequence's score block (rows x keys): scale, masks, softmax.
 _SCORE_OPS = ("attn.scale", "attn.mask", "attn.window_mask", "attn.batch_mask",
               "attn.masked", "attn.softmax", "attn.softcap", "attn.softcap.scale")
-
-
-def _widen_gemms(gemms: list[Any], keys: list[int] | None) -> list[Any]:
-    """A later chunk's GEMMs from those of a prefill of its new tokens: Q x K^T's N and
-    P x V's K widened from the chunk's rows to its layer's ``keys`` (None: as they are)."""
-    if keys is None:
-        return gemms
-    return [g._replace(n=keys[_layer_of(g.name)]) if g.name.endswith("attn.qk")
-            else g._replace(k=keys[_layer_of(g.name)]) if g.name.endswith("attn.pv") else g
-            for g in gemms]
-
-
-def _widen_ops(ops: list[Any], rows: int, keys: list[int] | None) -> list[Any]:
-    """A later chunk's vector calls from those of a prefill of its ``rows`` new tokens: the
-    score-wise calls' last axis (and a mask add's second operand) widened from ``rows`` to
-    their layer's ``keys`` (None: as they are); norms, activations and KV writes stay over
-    the rows."""
-    if keys is None:
-        return ops
-    wide = []
-    for v in ops:
-        if v.name.endswith(_SCORE_OPS):
-            layer_keys = keys[_layer_of(v.name)]
-            operand = v.operand // rows * layer_keys if v.operand > 1 else v.operand
-            v = v._replace(shape=(*v.shape[:-1], layer_keys), operand=operand)
-        wide.append(v)
-    return wide
-
-
-def _head_rows(ops: list[Any], rows: int) -> list[Any]:
-    """Vector calls of a sequence whose logits the step computes over ``rows`` of its new
-    tokens (0: none, the head's input quantization dropped with the head; else that
-    quantization over ``rows`` rows a sequence, shape ``(sequences, rows, width)``)."""
-    if not rows:
-        return [v for v in ops if not v.name.startswith("lm_head")]
-    return [v._replace(shape=(v.shape[0], rows, *v.shape[2:])) if v.name.startswith("lm_head")
-            else v for v in ops]
 
 
 def _merge_token_ops(lists: list[list[Any]]) -> list[Any]:
@@ -601,7 +551,7 @@ def _fused_groups(groups: list, gemm_lists: list, i: int) -> list[tuple[Any, Any
     prompts or chunks; the decoding sequences together in one, at their mean keys rounded
     up (the K and V they read; a paged kernel runs a step's decodes in one launch)."""
     out, decodes = [], []
-    for (seq, n, _, _), gemms in zip(groups, gemm_lists, strict=True):
+    for (seq, n, *_), gemms in zip(groups, gemm_lists, strict=True):
         (decodes if seq.phase == "decode" else out).append((gemms[i], seq, n))
     if decodes:
         count = sum(n for _, _, n in decodes)
@@ -623,13 +573,27 @@ def _sharding(system: Any, step: Step) -> tuple[int, int, int]:
     return tp, pp, mu
 
 
+#: Name endings of the calls a mixture-of-experts run does on the host (the router's scores
+#: and top-k, the weighted combine): an estimate charges them on the vector unit, a run's
+#: ledger does not list them.
+HOST_CALLS = ("router.scores", "router.top_k", "experts.scale", "experts.combine")
+
+
 def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
          system: Any = None, routing: Any = None, *, attention: str = "unfused") -> Plan:
     """Every call of ``step`` of the model ``config`` under ``scheme``.
 
+    A dense decoder's calls are those of ``models.vector_ops.decoder_calls``; a mixture of
+    experts' (a ``MoEConfig``) those of ``models.moe.moe_call_groups``, in a run's order:
+    per Relax function call its GEMMs (with their fused epilogues), then its other vector
+    work. Per mixture layer: attention (grouped-query, or DeepSeek's latent attention,
+    expanded in a prefill and absorbed in a decode step), the shared experts, the router
+    GEMM, the host's scores and top-k (:data:`HOST_CALLS`), each expert that receives tokens
+    over exactly those rows, and the combine.
+
     Parameters
     ----------
-    config : GPT2Config, LlamaConfig, str or PathLike
+    config : GPT2Config, LlamaConfig, MoEConfig, str or PathLike
         The model (a name or path is resolved by :func:`model_config`).
     step : Step
         The sequences of the forward pass.
@@ -642,11 +606,15 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         Several chips: each call is the share of one chip of its stage (Megatron-LM tensor
         parallelism, :func:`shard_gemm`, :func:`shard_vector`), the row-parallel GEMMs and the
         head followed by their collectives, and with several stages the hand-overs between
-        them; ``micro_batches`` must divide every group of equal sequences.
+        them; ``micro_batches`` must divide every group of equal sequences. A System's
+        ``expert_parallel`` spreads a mixture's experts (:func:`expert_parallel`).
     routing : sequence of sequences of int, optional
         A mixture-of-experts model only: per mixture layer, the tokens each expert receives
-        in this step (a run's router's choices, ``MoERunner.tokens_per_expert``); default
-        the expected uniform routing (:func:`plan_moe`).
+        in this step (a run's router's choices, ``MoERunner.tokens_per_expert``). By default
+        the expected uniform routing: ``tokens x k`` rows spread evenly over
+        ``E x (1 - (1 - k/E) ** tokens)`` distinct experts (rounded;
+        ``models.moe.expected_routing``), so a decode step of one sequence reads its k
+        experts' weights and a large batch nearly all of them.
     attention : {"unfused", "fused"}
         "unfused": attention as the Relax graph runs it (Q x K^T and P x V per sequence and
         head, the scores scaled, masked and softmaxed on the vector unit: a run's ledger).
@@ -667,12 +635,12 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     ------
     ValueError
         For a sharding the model does not split into, a GEMM the cost model cannot size, or a
-        sequence longer than the model's context.
+        sequence longer than the model's context; for a mixture of experts also a step of
+        several kinds of sequence (not planned for these models yet), tensor parallelism (the
+        experts are spread by expert parallelism instead) or a routing that does not fit.
     """
-    from .models.gemms import model_gemms
-    from .models.vector_ops import gemm_epilogues, model_vector_ops
-
-    from .models.moe import MoEConfig
+    from .models.moe import MoEConfig, moe_call_groups
+    from .models.vector_ops import decoder_calls
 
     config = model_config(config)
     if not isinstance(step, Step):
@@ -681,15 +649,21 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     if attention not in ATTENTION_CHOICES:
         raise ValueError(f"attention={attention!r} must be one of {ATTENTION_CHOICES}")
     ep = getattr(system, "expert_parallel", 1)  # a System's; 1 for a Sharding or none
-    if isinstance(config, MoEConfig):
-        if ep > 1:
-            return expert_parallel(config, step, ep, quant, routing)
-        return plan_moe(config, step, quant, system, routing)
+    moe = isinstance(config, MoEConfig)
+    if moe and ep > 1:
+        return expert_parallel(config, step, ep, quant, routing)
+    if moe and step.uniform() is None:
+        raise ValueError(f"{config.name}: a step of several kinds of sequence is not planned "
+                         "for mixture-of-experts models yet; plan each kind alone")
     if ep > 1:
         raise ValueError(f"System.expert_parallel={ep}: {config.name} has no experts to spread")
-    if routing is not None:
+    if routing is not None and not moe:
         raise ValueError(f"routing is given, but {config.name} has no experts to route to")
     tp, pp, mu = _sharding(system, step)
+    if tp > 1 and moe:
+        raise ValueError(f"tensor_parallel={tp}: {config.name}'s experts are not split by "
+                         "Megatron-LM's rules here; spread them over chips with "
+                         "tenet_byoc.plan.expert_parallel")
     if tp > 1:
         check_tensor_parallel(config, tp)
     whole = step
@@ -698,7 +672,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     layers = _layers(config)
     stage = _stages(layers, pp)
     # Walk two layers and let the second stand for the rest (Plan.calls makes them).
-    cut, period = _cut_layers(config) if layers > 2 else (None, 0)
+    cut, period = _cut_layers(config) if layers > 2 and not moe else (None, 0)
     if cut is not None:
         config = cut
 
@@ -706,23 +680,16 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     weights = hows["weight"]
     activation_bits = min(32, weights.bits[0])
     float_gemm = weights.scheme == "none"
-    fused = attention == "fused"
+    fused = attention == "fused" and not moe
     fused_bits = max(activation_bits, hows["key"].bits[1])
-    groups = [(seq, n, *_phase_tokens(seq)) for seq, n in step.groups]
+    groups = [(seq, n, *_phase_tokens(config, seq)) for seq, n in step.groups]
     uniform = len(groups) == 1
     phase = step.phase
-    # With one kind of sequence the calls are those of the runners' functions (batched when
-    # there are several sequences); a mixed step packs all new tokens into one batch.
-    fuse_phase, fuse_batch = (groups[0][2], groups[0][1]) if uniform else (groups[0][2], 2)
-    keys = [_chunk_keys(config, seq) for seq, _ in step.groups]
-    gemm_lists = [_widen_gemms(model_gemms(config, ph, tokens), k)
-                  for (_, _, ph, tokens), k in zip(groups, keys, strict=True)]
     calls: list[PlannedCall] = []
-    epilogues: dict[str, list[str]] = {}
     sharded_k: dict[str, int] = {}
 
     def gemm(name: str, b: int, m: int, n: int, k: int, how: GemmCharging, role: str,
-             count: int, ph: str) -> None:
+             count: int, ph: str, epilogue: Iterable[str]) -> None:
         layer = _layer_of(name)
         st = stage(name, layer)
         collective = None
@@ -732,11 +699,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         planned = _gemm_call(name, b, m, n, k, how, role, layer, st, ph, count)
         sharded_k[name] = planned.call.k
         calls.append(planned)
-        ops = epilogues.get(name)
-        if ops is None:
-            ops = epilogues[name] = gemm_epilogues(config, name, fuse_phase, fuse_batch,
-                                                   float_gemm)
-        calls.extend(_epilogue(op, b * m, n, planned) for op in ops)
+        calls.extend(_epilogue(op, b * m, n, planned) for op in epilogue)
         if collective is not None:
             # The [m, n] result at the call's output width: all-reduced whole, or the logits
             # gathered whole from each chip's slice of the vocabulary.
@@ -745,6 +708,34 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
             calls.append(PlannedCall(link, f"{name}.{collective}", "link", layer, st, "",
                                      "none", 1, _link_key(link)))
 
+    def vector(v: Any) -> None:
+        if fused and v.name.endswith(_SCORE_OPS):  # inside the fused kernel
+            return
+        shape, operand = tuple(v.shape), v.operand
+        if tp > 1:
+            shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)
+        calls.append(_vector_call(v, shape, operand, quant.name if v.quantize else "none",
+                                  stage))
+
+    if moe:
+        (_, n, ph, tokens, _), = groups
+        for group in moe_call_groups(config, tokens, ph, routing, n, activation_bits,
+                                     weights.k_multiple, float_gemm):
+            for g, role in group.gemms:
+                gemm(g.name, g.batch, g.m, g.n, g.k, hows[role], role, n, ph,
+                     group.epilogues.get(g.name, ()))
+            for v in group.vectors:
+                vector(v)
+        calls += hand_overs(config, step.tokens, quant, pp)
+        return Plan(whole, phase, tuple(calls), tp, pp, mu)
+
+    # With one kind of sequence the calls are those of the runners' functions (batched when
+    # there are several sequences); a mixed step packs all new tokens into one batch.
+    walks = [decoder_calls(config, ph, tokens, activation_bits, weights.k_multiple, n,
+                           float_gemm, None if uniform else True, context, seq.logit_rows)
+             for seq, n, ph, tokens, context in groups]
+    gemm_lists = [w.gemms for w in walks]
+    epilogues = walks[0].epilogues
     for i, g in enumerate(gemm_lists[0]):
         if g.weight is None and fused:  # one kernel in place of both products
             if g.name.endswith("attn.qk"):
@@ -756,33 +747,20 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
                                              stage(name, layer), "", "none", 1, key))
         elif g.weight is None:  # attention: one product per sequence and head, per group
             role = "key" if g.name.endswith("attn.qk") else "value"
-            for (_, n, ph, _), gemms in zip(groups, gemm_lists, strict=True):
+            for (_, n, ph, *_), gemms in zip(groups, gemm_lists, strict=True):
                 a = gemms[i]
-                gemm(a.name, a.batch * n, a.m, a.n, a.k, hows[role], role, n, ph)
+                gemm(a.name, a.batch * n, a.m, a.n, a.k, hows[role], role, n, ph,
+                     epilogues.get(a.name, ()))
         else:  # a weight GEMM: every new token of the step shares the weight
-            rows = sum((gemms[i].m if g.name != "lm_head" or seq.logits is True else
-                        seq.logit_rows) * n
-                       for (seq, n, _, _), gemms in zip(groups, gemm_lists, strict=True))
+            rows = sum(gemms[i].m * n
+                       for (_, n, *_), gemms in zip(groups, gemm_lists, strict=True))
             if not rows:  # the head of a step that computes no logits
                 continue
             gemm(g.name, g.batch, rows, g.n, g.k, weights, "weight", step.sequences,
-                 groups[0][2])
+                 groups[0][2], epilogues.get(g.name, ()))
 
-    lists = []
-    for (seq, n, ph, tokens), k in zip(groups, keys, strict=True):
-        ops = _widen_ops(model_vector_ops(config, ph, tokens, activation_bits,
-                                          weights.k_multiple, n, float_gemm,
-                                          batched=None if uniform else True), tokens, k)
-        lists.append(ops if seq.logits is True else _head_rows(ops, seq.logit_rows))
-    shapes = lists[0] if uniform else _merge_token_ops(lists)
-    for v in shapes:
-        if fused and v.name.endswith(_SCORE_OPS):  # inside the fused kernel
-            continue
-        shape, operand = tuple(v.shape), v.operand
-        if tp > 1:
-            shape, operand = shard_vector(v.name, v.op, shape, operand, config, tp, sharded_k)
-        calls.append(_vector_call(v, shape, operand, quant.name if v.quantize else "none",
-                                  stage))
+    for v in walks[0].vectors if uniform else _merge_token_ops([w.vectors for w in walks]):
+        vector(v)
     calls += hand_overs(config, step.tokens, quant, pp)
     if cut is None:
         return Plan(whole, phase, tuple(calls), tp, pp, mu)
@@ -791,71 +769,6 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
 
 
 # ---- Mixture of experts ---------------------------------------------------------------------
-
-#: Name endings of the calls a mixture-of-experts run does on the host (the router's scores
-#: and top-k, the weighted combine): an estimate charges them on the vector unit, a run's
-#: ledger does not list them.
-HOST_CALLS = ("router.scores", "router.top_k", "experts.scale", "experts.combine")
-
-
-def plan_moe(config: Any, step: Step, scheme: str | QuantScheme = "none", system: Any = None,
-             routing: Any = None) -> Plan:
-    """Every call of ``step`` of the mixture-of-experts model ``config`` (a ``MoEConfig``).
-
-    The calls are those of ``models.moe.moe_call_groups``, in a run's order: per Relax
-    function call its GEMMs (with their fused epilogues), then its other vector work. Per
-    mixture layer: attention (grouped-query, or DeepSeek's latent attention, expanded in a
-    prefill and absorbed in a decode step), the shared experts, the router GEMM, the
-    host's scores and top-k (:data:`HOST_CALLS`), each expert that receives tokens over
-    exactly those rows, and the combine. By default the routing is the expected uniform
-    one: ``tokens x k`` rows spread evenly over ``E x (1 - (1 - k/E) ** tokens)`` distinct
-    experts (rounded; ``models.moe.expected_routing``), so a decode step of one sequence
-    reads its k experts' weights and a large batch nearly all of them. ``routing`` gives
-    the tokens per expert of each mixture layer instead (a run's, or a skew).
-
-    Raises
-    ------
-    ValueError
-        For a step of several kinds of sequence (not planned for these models yet), tensor
-        parallelism (the experts are spread by expert parallelism instead), a sharding or
-        routing that does not fit, or a GEMM the cost model cannot size.
-    """
-    from .models.moe import moe_call_groups
-
-    quant = get_scheme(scheme)
-    one = step.uniform()
-    if one is None:
-        raise ValueError(f"{config.name}: a step of several kinds of sequence is not planned "
-                         "for mixture-of-experts models yet; plan each kind alone")
-    tp, pp, mu = _sharding(system, step)
-    if tp > 1:
-        raise ValueError(f"tensor_parallel={tp}: {config.name}'s experts are not split by "
-                         "Megatron-LM's rules here; spread them over chips with "
-                         "tenet_byoc.plan.expert_parallel")
-    seq, n = one
-    n //= mu
-    ph, tokens = _phase_tokens(seq)
-    hows = _charging(quant)
-    weights = hows["weight"]
-    hows = {**hows, "absorbed": _charging(get_scheme("none"))["weight"]}
-    float_gemm = weights.scheme == "none"
-    stage = _stages(config.num_hidden_layers, pp)
-    groups = moe_call_groups(config, tokens, ph, routing, n, min(32, weights.bits[0]),
-                             weights.k_multiple, float_gemm)
-    calls: list[PlannedCall] = []
-    for group in groups:
-        for g, role in group.gemms:
-            layer = _layer_of(g.name)
-            planned = _gemm_call(g.name, g.batch, g.m, g.n, g.k, hows[role], role, layer,
-                                 stage(g.name, layer), ph, n)
-            calls += [planned] + [_epilogue(op, g.batch * g.m, g.n, planned)
-                                  for op in group.epilogues.get(g.name, ())]
-        calls += [_vector_call(v, tuple(v.shape), v.operand,
-                               quant.name if v.quantize else "none", stage)
-                  for v in group.vectors]
-    calls += hand_overs(config, step.tokens // mu, quant, pp)
-    return Plan(step, step.phase, tuple(calls), tp, pp, mu)
-
 
 def expert_parallel(config: Any, step: Step, chips: int, scheme: str | QuantScheme = "none",
                     routing: Any = None) -> Plan:
@@ -901,8 +814,8 @@ values, ``1 / chips`` of them for each chip: ``tenet_byoc.system``'s formulas). 
         raise ValueError(f"expert_parallel: chips={chips} must divide {config.name}'s "
                          f"{e.num_experts} routed experts and the step's {n} sequences")
     quant = get_scheme(scheme)
-    whole = plan_moe(config, step, quant, None, routing)
-    local = plan_moe(config, Step([(seq, n // chips)]), quant, None, None)
+    whole = plan(config, step, quant, None, routing)
+    local = plan(config, Step([(seq, n // chips)]), quant)
 
     def expert_of(name: str) -> int | None:
         head, sep, rest = name.partition(".experts.")
@@ -1035,9 +948,7 @@ def shard_vector(name: str, op: str, shape: tuple[int, ...], operand: int, confi
     if op == "kv_write":  # (b, kv heads, rows, head dim)
         return (shape[0], kv_here, *shape[2:]), operand
     if op == "rotary":  # (b, rows, heads, head dim): query or key heads
-        here = kv_here if name.endswith("k_rotary") else q_here
-        if heads == kv:
-            here = q_here
+        here = kv_here if name.endswith("k_rotary") and heads != kv else q_here
         return (*shape[:2], here, shape[3]), operand
     if op in ("softmax", "multiply", "add", "tanh") and name.endswith(
             ("attn.scale", "attn.softmax", "attn.masked", "attn.softcap", "attn.softcap.scale")):
@@ -1064,9 +975,5 @@ def stage_layers(n_layers: int, stages: int) -> list[range]:
     if stages > n_layers:
         raise ValueError(f"pipeline_parallel={stages} exceeds the model's {n_layers} layers")
     base, extra = divmod(n_layers, stages)
-    out, start = [], 0
-    for s in range(stages):
-        size = base + (1 if s < extra else 0)
-        out.append(range(start, start + size))
-        start += size
-    return out
+    starts = [s * base + min(s, extra) for s in range(stages + 1)]
+    return [range(a, b) for a, b in zip(starts, starts[1:])]

@@ -208,21 +208,22 @@ class System:
             data = json.loads(text)
         except (TypeError, json.JSONDecodeError) as err:
             raise ValueError(f"System JSON is not valid JSON: {err}") from None
-        # The fields' names; expert_parallel may be left out (JSON written before it: 1).
-        keys = {f.name for f in fields(cls)} - {"expert_parallel"}
-        if not isinstance(data, dict) or not keys <= set(data) <= keys | {"expert_parallel"}:
-            got = sorted(data) if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f"System JSON must be an object with keys {sorted(keys)} and "
-                             f"optionally 'expert_parallel', got {got}")
-        link = data["link"]
-        # pj_per_bit may be left out (JSON written before links had an energy: the default).
-        link_keys = {f.name for f in fields(Link)} - {"pj_per_bit"}
-        if not isinstance(link, dict) or not link_keys <= set(link) <= link_keys | {
-                "pj_per_bit"}:
-            raise ValueError(f"System JSON field 'link' must be an object with keys "
-                             f"{sorted(link_keys)} and optionally 'pj_per_bit', got {link!r}")
+        # expert_parallel may be left out (JSON written before it: 1), and so may a link's
+        # pj_per_bit (JSON written before links had an energy: the default).
+        _check_keys("System JSON", data, cls, "expert_parallel")
+        _check_keys("System JSON field 'link'", data["link"], Link, "pj_per_bit")
         return cls(**{**data, "accelerator": Accelerator.from_json(json.dumps(
-            data["accelerator"])), "link": Link(**link)})
+            data["accelerator"])), "link": Link(**data["link"])})
+
+
+def _check_keys(what: str, data: Any, cls: type, optional: str) -> None:
+    """Refuse ``data`` unless it is an object with the fields of ``cls`` (``optional`` may be
+    left out), naming what it is."""
+    keys = {f.name for f in fields(cls)} - {optional}
+    if not isinstance(data, dict) or not keys <= set(data) <= keys | {optional}:
+        got = sorted(data) if isinstance(data, dict) else f"{type(data).__name__} {data!r}"
+        raise ValueError(f"{what} must be an object with keys {sorted(keys)} and optionally "
+                         f"{optional!r}, got {got}")
 
 
 # ---- Collectives ---------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from tenet_byoc.experiments.plots import (
 )
 from tenet_byoc.experiments.sweep import sweep
 from tenet_byoc.models.gemms import total_macs
-from tenet_byoc.models.gpt2 import GPT2Config, gpt2_matmuls
+from tenet_byoc.models.gemms import gpt2_matmuls
+from tenet_byoc.models.gpt2 import GPT2Config
 from tenet_byoc.models.mlp import HIDDEN, OUTPUT
 from tenet_byoc.quantization import SCHEMES
 

@@ -13,7 +13,8 @@ from tvm import relax
 import tenet_byoc
 from ledger_testing import mlp_executable
 from tenet_byoc.ledger import tenet_modules
-from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, gpt2_matmuls, random_params
+from tenet_byoc.models.gemms import gpt2_matmuls
+from tenet_byoc.models.gpt2 import GPT2Config, GPT2Runner, random_params
 
 THREADS, RUNS = 4, 100
 

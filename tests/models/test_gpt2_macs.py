@@ -9,11 +9,10 @@ import tvm
 from tvm import relax
 from tvm.sym import Analyzer
 
-from tenet_byoc.models.gemms import total_macs
+from tenet_byoc.models.gemms import gpt2_matmuls, total_macs
 from tenet_byoc.models.gpt2 import (
     GPT2Config,
     export_gpt2,
-    gpt2_matmuls,
     param_shapes,
 )
 

@@ -9,9 +9,9 @@ from llama_testing import TINY_LLAMA, TINY_QWEN2
 
 from ledger_testing import ir_matmul_shapes
 from tenet_byoc.models.configs import BUILTIN, resolve_config
-from tenet_byoc.models.gemms import model_gemms, total_macs
+from tenet_byoc.models.gemms import llama_matmuls, model_gemms, total_macs
 from tenet_byoc.models.gpt2 import GPT2Config, export_gpt2, param_shapes
-from tenet_byoc.models.llama import LlamaConfig, export_llama, llama_matmuls
+from tenet_byoc.models.llama import LlamaConfig, export_llama
 from tenet_byoc.models.llama import param_shapes as llama_param_shapes
 from tenet_byoc.models.moe import MOE_FAMILIES
 

@@ -263,7 +263,7 @@ class GPT2Case:
 
         K may exceed the listed K where a group-wise scheme padded it.
         """
-        from ..models.gpt2 import gpt2_matmuls
+        from ..models.gemms import gpt2_matmuls
 
         expected = gpt2_matmuls(self.config, self.tokens(phase), phase)
         if len(expected) == len(entries) and all(

@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from .decoder import PHASES, MatmulShape
-from .gpt2 import GPT2Config, gpt2_matmuls
-from .llama import LlamaConfig, llama_matmuls
+from .vector_ops import decoder_calls
 
-__all__ = ["PHASES", "Gemm", "model_gemms", "total_macs"]
+__all__ = ["PHASES", "Gemm", "gpt2_matmuls", "llama_matmuls", "model_gemms", "total_macs"]
 
 #: One GEMM of a call: a :class:`~tenet_byoc.models.decoder.MatmulShape` (its ``weight``
 #: says which operand is a weight).
@@ -40,13 +39,22 @@ def model_gemms(config: Any, phase: str, tokens: int) -> list[Gemm]:
         attention GEMMs with ``weight=None`` (for Llama: batch = key/value heads, rows =
         query heads per group x tokens), and the head last.
     """
-    if isinstance(config, GPT2Config):
-        return gpt2_matmuls(config, tokens, phase)
-    if isinstance(config, LlamaConfig):
-        return llama_matmuls(config, tokens, phase)
-    raise TypeError(f"config must be a GPT2Config or LlamaConfig, got {type(config).__name__}")
+    return decoder_calls(config, phase, tokens).gemms
 
 
 def total_macs(config: Any, phase: str, tokens: int) -> int:
     """Multiply-accumulates of all GEMMs of one call (see :func:`model_gemms`)."""
     return sum(g.macs for g in model_gemms(config, phase, tokens))
+
+
+def gpt2_matmuls(config: Any, seq_len: int, phase: str = "prefill") -> list[Gemm]:
+    """:func:`model_gemms` with the arguments in the models' order: the GEMMs of one prefill
+    of a prompt of ``seq_len`` tokens, or of one decode step after ``seq_len`` cached ones;
+    per layer GPT-2's ``c_attn``, ``attn.qk``, ``attn.pv``, ``attn.c_proj``, ``mlp.c_fc``,
+    ``mlp.c_proj`` (Llama's ``q_proj``, ``k_proj``, ``v_proj``, ``attn.qk``, ``attn.pv``,
+    ``o_proj``, ``gate_proj``, ``up_proj``, ``down_proj``), then ``lm_head``."""
+    return model_gemms(config, phase, seq_len)
+
+
+#: The same list for a Llama-family config.
+llama_matmuls = gpt2_matmuls

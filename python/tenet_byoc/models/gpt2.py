@@ -24,7 +24,6 @@ from .decoder import (
     DecoderLM,
     MatmulShape,
     build_with_tvm,
-    call_rows_and_keys,
     export_decoder,
     take_rows,
 )
@@ -43,7 +42,6 @@ __all__ = [
     "check_params",
     "check_token_ids",
     "export_gpt2",
-    "gpt2_matmuls",
     "load_hf_checkpoint",
     "param_shapes",
     "random_params",
@@ -389,42 +387,6 @@ def load_hf_checkpoint(
 # ----------------------------------------------------------------------------------------
 # MAC counts
 # ----------------------------------------------------------------------------------------
-
-
-def gpt2_matmuls(config: GPT2Config, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:
-    """List the matmuls of one prefill or decode call, in execution order.
-
-    Parameters
-    ----------
-    config : GPT2Config
-        The model's shape.
-    seq_len : int
-        For ``prefill``, the prompt length P; for ``decode``, the cache length L before
-        the step (the new token attends to L + 1 keys).
-    phase : str
-        ``"prefill"`` or ``"decode"``.
-
-    Returns
-    -------
-    list of MatmulShape
-        Per layer ``c_attn``, ``attn.qk``, ``attn.pv``, ``attn.c_proj``, ``mlp.c_fc``,
-        ``mlp.c_proj``, then ``lm_head``.
-    """
-    rows, keys = call_rows_and_keys(phase, seq_len, config.n_positions, "n_positions")
-    d, h, hd, inner = config.n_embd, config.n_head, config.head_dim, config.inner_dim
-    out: list[MatmulShape] = []
-    for i in range(config.n_layer):
-        p = f"h.{i}."
-        out += [
-            MatmulShape(p + "attn.c_attn", 1, rows, 3 * d, d),
-            MatmulShape(p + "attn.qk", h, rows, keys, hd),
-            MatmulShape(p + "attn.pv", h, rows, hd, keys),
-            MatmulShape(p + "attn.c_proj", 1, rows, d, d),
-            MatmulShape(p + "mlp.c_fc", 1, rows, inner, d),
-            MatmulShape(p + "mlp.c_proj", 1, rows, d, inner),
-        ]
-    out.append(MatmulShape("lm_head", 1, rows, config.vocab_size, d))
-    return out
 
 
 # ----------------------------------------------------------------------------------------

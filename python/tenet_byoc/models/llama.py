@@ -29,8 +29,6 @@ from .decoder import (
     BatchLayout,
     Block,
     DecoderLM,
-    MatmulShape,
-    call_rows_and_keys,
     export_decoder,
     read_layer_types,
     take_rows,
@@ -46,7 +44,6 @@ __all__ = [
     "LlamaRunner",
     "check_params",
     "export_llama",
-    "llama_matmuls",
     "load_checkpoint",
     "param_count",
     "param_shapes",
@@ -648,42 +645,6 @@ def load_checkpoint(
 # ----------------------------------------------------------------------------------------
 # GEMMs and running
 # ----------------------------------------------------------------------------------------
-
-
-def llama_matmuls(config: LlamaConfig, seq_len: int, phase: str = "prefill") -> list[MatmulShape]:
-    """The matmuls of one call, in execution order (as :func:`gpt2_matmuls` for GPT-2).
-
-    ``seq_len`` is the prompt length P of a ``prefill``, or the cache length L before a
-    ``decode`` step (whose token attends to L + 1 keys). Per layer: ``q_proj``, ``k_proj``,
-    ``v_proj``, ``attn.qk`` and ``attn.pv`` (batch = key/value heads, rows = query heads
-    per group x tokens), ``o_proj``, ``gate_proj``, ``up_proj``, ``down_proj``; then
-    ``lm_head``. With a sliding window W a decode step attends to at most W keys; a
-    prefill computes all P x P scores and masks those outside the window.
-    """
-    rows, keys = call_rows_and_keys(
-        phase, seq_len, config.max_position_embeddings, "max_position_embeddings"
-    )
-    d, hd, inner = config.hidden_size, config.dim_per_head, config.intermediate_size
-    h, kv, g = config.num_attention_heads, config.num_key_value_heads, config.group_size
-    out: list[MatmulShape] = []
-    for i in range(config.num_hidden_layers):
-        p = f"layers.{i}."
-        window = config.layer_window(i)
-        if phase == "decode":  # the new token attends to the cache and itself
-            keys = seq_len + 1 if window is None else min(seq_len + 1, window)
-        out += [
-            MatmulShape(p + "self_attn.q_proj", 1, rows, h * hd, d),
-            MatmulShape(p + "self_attn.k_proj", 1, rows, kv * hd, d),
-            MatmulShape(p + "self_attn.v_proj", 1, rows, kv * hd, d),
-            MatmulShape(p + "attn.qk", kv, g * rows, keys, hd),
-            MatmulShape(p + "attn.pv", kv, g * rows, hd, keys),
-            MatmulShape(p + "self_attn.o_proj", 1, rows, d, h * hd),
-            MatmulShape(p + "mlp.gate_proj", 1, rows, inner, d),
-            MatmulShape(p + "mlp.up_proj", 1, rows, inner, d),
-            MatmulShape(p + "mlp.down_proj", 1, rows, d, inner),
-        ]
-    out.append(MatmulShape("lm_head", 1, rows, config.vocab_size, d))
-    return out
 
 
 class LlamaRunner(DecoderRunner):

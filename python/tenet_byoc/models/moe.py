@@ -616,20 +616,30 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
     by_layer = dict(zip(layers, counts, strict=True))
     fuse = phase == "decode" and b == 1 and float_gemm and activation_bits == 32
     act = (b, rows, d)
-    groups = [MoECallGroup("embed", [], {}, [VectorOpShape("embed_tokens", "take", act)])]
+    gemms: list[tuple[MatmulShape, str]] = []
+    epi: dict[str, list[str]] = {}
+    vec = [VectorOpShape("embed_tokens", "take", act)]
+    groups: list[MoECallGroup] = []
 
-    def linear(out: list, vec: list, name: str, mm: int, n: int, k: int) -> None:
+    def add(name: str, op: str, shape: tuple[int, ...], operand: int = 0) -> None:
+        vec.append(VectorOpShape(name, op, shape, operand))
+
+    def linear(name: str, mm: int, n: int, k: int) -> None:
         if activation_bits < 32:
             kp = -(-k // k_multiple) * k_multiple
             vec.append(VectorOpShape(name + ".quantize", "quantize", (1, mm, kp), 0,
                                      activation_bits, True))
-        out.append((MatmulShape(name, 1, mm, n, k), "weight"))
+        gemms.append((MatmulShape(name, 1, mm, n, k), "weight"))
 
+    def close(function: str, host: bool = False) -> None:  # the calls so far: one group
+        nonlocal gemms, epi, vec
+        groups.append(MoECallGroup(function, gemms, epi, vec, host))
+        gemms, epi, vec = [], {}, []
+
+    close("embed")
     for i in range(config.num_hidden_layers):
         p = f"layers.{i}."
-        gemms: list[tuple[MatmulShape, str]] = []
-        epi: dict[str, list[str]] = {}
-        vec: list[VectorOpShape] = [VectorOpShape(p + "input_layernorm", "rms_norm", act)]
+        add(p + "input_layernorm", "rms_norm", act)
         window = config.window(i)
         keys = keys_all if prefill or not window else min(window - 1, seq_len) + 1
         if m is None:
@@ -638,29 +648,24 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
             rope = 2 * rows * hd * b
             # in binding order: each projection's quantize, then its head's norm and rotary
             for proj, n, heads in (("q", h * hd, h), ("k", kv * hd, kv), ("v", kv * hd, 0)):
-                linear(gemms, vec, p + f"self_attn.{proj}_proj", tokens, n, d)
+                linear(p + f"self_attn.{proj}_proj", tokens, n, d)
                 if a.qkv_bias:
                     epi[p + f"self_attn.{proj}_proj"] = ["add"]
                 if heads and a.qk_norm:
-                    vec.append(VectorOpShape(p + f"self_attn.{proj}_norm", "rms_norm",
-                                             (b, rows, heads, hd)))
+                    add(p + f"self_attn.{proj}_norm", "rms_norm", (b, rows, heads, hd))
                 if heads:
-                    vec.append(VectorOpShape(p + f"self_attn.{proj}_rotary", "rotary",
-                                             (b, rows, heads, hd), rope))
+                    add(p + f"self_attn.{proj}_rotary", "rotary", (b, rows, heads, hd), rope)
             gemms += [(MatmulShape(p + "attn.qk", b * kv, g * rows, keys, hd), "key"),
                       (MatmulShape(p + "attn.pv", b * kv, g * rows, hd, keys), "value")]
-            vec.append(VectorOpShape(p + "self_attn.scale", "multiply",
-                                     (b, kv, g * rows, keys), 1))
+            add(p + "self_attn.scale", "multiply", (b, kv, g * rows, keys), 1)
             if prefill:
-                vec.append(VectorOpShape(p + "self_attn.mask", "mask", (rows, rows)))
+                add(p + "self_attn.mask", "mask", (rows, rows))
                 if window:
-                    vec.append(VectorOpShape(p + "self_attn.window_mask", "mask", (rows, rows)))
-                vec.append(VectorOpShape(p + "self_attn.masked", "add", (b, kv, g, rows, rows),
-                                         rows * rows))
+                    add(p + "self_attn.window_mask", "mask", (rows, rows))
+                add(p + "self_attn.masked", "add", (b, kv, g, rows, rows), rows * rows)
             # gpt-oss's sinks: one more score column per row, normalized over and dropped
-            vec.append(VectorOpShape(p + "self_attn.softmax", "softmax",
-                                     (b, kv, g * rows, keys + config.sinks)))
-            linear(gemms, vec, p + "self_attn.o_proj", tokens, d, h * hd)
+            add(p + "self_attn.softmax", "softmax", (b, kv, g * rows, keys + config.sinks))
+            linear(p + "self_attn.o_proj", tokens, d, h * hd)
             if a.o_bias:
                 epi[p + "self_attn.o_proj"] = ["add"]
         else:
@@ -668,13 +673,13 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
             nope, vd = m.qk_nope_head_dim, m.v_head_dim
             qk = nope + rot
             if m.q_lora_rank is None:
-                linear(gemms, vec, p + "self_attn.q_proj", tokens, h * qk, d)
+                linear(p + "self_attn.q_proj", tokens, h * qk, d)
             else:
-                linear(gemms, vec, p + "self_attn.q_a_proj", tokens, m.q_lora_rank, d)
-                linear(gemms, vec, p + "self_attn.q_b_proj", tokens, h * qk, m.q_lora_rank)
-            linear(gemms, vec, p + "self_attn.kv_a_proj_with_mqa", tokens, rank + rot, d)
+                linear(p + "self_attn.q_a_proj", tokens, m.q_lora_rank, d)
+                linear(p + "self_attn.q_b_proj", tokens, h * qk, m.q_lora_rank)
+            linear(p + "self_attn.kv_a_proj_with_mqa", tokens, rank + rot, d)
             if prefill:
-                linear(gemms, vec, p + "self_attn.kv_b_proj", b * keys, h * (nope + vd), rank)
+                linear(p + "self_attn.kv_b_proj", b * keys, h * (nope + vd), rank)
                 gemms += [(MatmulShape(p + "attn.qk", b * h, rows, keys, qk), "key"),
                           (MatmulShape(p + "attn.pv", b * h, rows, vd, keys), "value")]
             else:
@@ -684,30 +689,28 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
                     (MatmulShape(p + "attn.qk_rope", b, h * rows, keys, rot), "key"),
                     (MatmulShape(p + "attn.pv_latent", b, h * rows, rank, keys), "value"),
                     (MatmulShape(p + "attn.v_absorb", h, b * rows, vd, rank), "absorbed")]
-            linear(gemms, vec, p + "self_attn.o_proj", tokens, d, h * vd)
+            linear(p + "self_attn.o_proj", tokens, d, h * vd)
             rope = 2 * rows * rot * b
             if m.q_lora_rank is not None:
-                vec.append(VectorOpShape(p + "self_attn.q_a_layernorm", "rms_norm",
-                                         (b, rows, m.q_lora_rank)))
-            vec += [VectorOpShape(p + "self_attn.q_rotary", "rotary", (b, rows, h, rot), rope),
-                    VectorOpShape(p + "self_attn.kv_a_layernorm", "rms_norm", (b, rows, rank)),
-                    VectorOpShape(p + "self_attn.k_rotary", "rotary", (b, rows, 1, rot), rope)]
+                add(p + "self_attn.q_a_layernorm", "rms_norm", (b, rows, m.q_lora_rank))
+            add(p + "self_attn.q_rotary", "rotary", (b, rows, h, rot), rope)
+            add(p + "self_attn.kv_a_layernorm", "rms_norm", (b, rows, rank))
+            add(p + "self_attn.k_rotary", "rotary", (b, rows, 1, rot), rope)
             if prefill:
-                vec += [VectorOpShape(p + "self_attn.scale", "multiply", (b, h, rows, keys), 1),
-                        VectorOpShape(p + "self_attn.mask", "mask", (rows, rows)),
-                        VectorOpShape(p + "self_attn.masked", "add", (b, h, rows, rows),
-                                      rows * rows),
-                        VectorOpShape(p + "self_attn.softmax", "softmax", (b, h, rows, keys))]
+                add(p + "self_attn.scale", "multiply", (b, h, rows, keys), 1)
+                add(p + "self_attn.mask", "mask", (rows, rows))
+                add(p + "self_attn.masked", "add", (b, h, rows, rows), rows * rows)
+                add(p + "self_attn.softmax", "softmax", (b, h, rows, keys))
             else:  # the latent and rotary scores summed, scaled, normalized
                 scores = (b, h * rows, keys)
-                vec += [VectorOpShape(p + "self_attn.scores", "add", scores, b * h * rows * keys),
-                        VectorOpShape(p + "self_attn.scale", "multiply", scores, 1),
-                        VectorOpShape(p + "self_attn.softmax", "softmax", scores)]
+                add(p + "self_attn.scores", "add", scores, b * h * rows * keys)
+                add(p + "self_attn.scale", "multiply", scores, 1)
+                add(p + "self_attn.softmax", "softmax", scores)
         if fuse and not a.o_bias:
             epi.setdefault(p + "self_attn.o_proj", []).append("add")
         else:
-            vec.append(VectorOpShape(p + "attn_residual", "add", act, b * rows * d))
-        vec.append(VectorOpShape(p + "post_attention_layernorm", "rms_norm", act))
+            add(p + "attn_residual", "add", act, b * rows * d)
+        add(p + "post_attention_layernorm", "rms_norm", act)
 
         def swiglu(prefix: str, width: int, residual: bool, gated: bool = False,
                    lead: tuple[int, int] = (b, rows), clamped: bool = False) -> None:
@@ -716,56 +719,54 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
             # uncharged); the residual add fused into down in a float decode step of one
             # sequence, else after it
             n, shape = lead[0] * lead[1], (*lead, width)
-            linear(gemms, vec, prefix + "gate_proj", n, width, d)
+            linear(prefix + "gate_proj", n, width, d)
             if clamped:
-                vec.append(VectorOpShape(prefix + "alpha", "multiply", shape, 1))
-            vec.append(VectorOpShape(prefix + "silu", "silu", shape))
+                add(prefix + "alpha", "multiply", shape, 1)
+            add(prefix + "silu", "silu", shape)
             if clamped:
-                vec.append(VectorOpShape(prefix + "over_alpha", "multiply", shape, 1))
-            linear(gemms, vec, prefix + "up_proj", n, width, d)
+                add(prefix + "over_alpha", "multiply", shape, 1)
+            linear(prefix + "up_proj", n, width, d)
             if clamped:
-                vec.append(VectorOpShape(prefix + "up_plus_one", "add", shape, 1))
-            vec.append(VectorOpShape(prefix + "gate_x_up", "multiply", shape, n * width))
-            linear(gemms, vec, prefix + "down_proj", n, d, width)
+                add(prefix + "up_plus_one", "add", shape, 1)
+            add(prefix + "gate_x_up", "multiply", shape, n * width)
+            linear(prefix + "down_proj", n, d, width)
             if gated:
-                linear(gemms, vec, prefix + "gate", tokens, 1, d)
-                vec.append(VectorOpShape(prefix + "gated", "multiply", act, b * rows))
+                linear(prefix + "gate", tokens, 1, d)
+                add(prefix + "gated", "multiply", act, b * rows)
             if residual:
                 if fuse and not gated:
                     epi[prefix + "down_proj"] = ["add"]
                 else:
-                    vec.append(VectorOpShape(prefix + "residual", "add", act, b * rows * d))
+                    add(prefix + "residual", "add", act, b * rows * d)
 
         if i not in by_layer:
             swiglu(p + "mlp.", a.intermediate_size, True)
-            groups.append(MoECallGroup(f"layers.{i}.dense", gemms, epi, vec))
+            close(f"layers.{i}.dense")
             continue
         if e.shared_intermediate_size:
             swiglu(p + "shared.", e.shared_intermediate_size, True, e.shared_gate)
-        linear(gemms, vec, p + "router", tokens, e.num_experts, d)
+        linear(p + "router", tokens, e.num_experts, d)
         if e.biased:
             epi[p + "router"] = ["add"]
-        groups.append(MoECallGroup(f"layers.{i}.attention", gemms, epi, vec))
+        close(f"layers.{i}.attention")
         k = e.experts_per_token
-        groups.append(MoECallGroup(f"layers.{i}.route", [], {}, [
-            VectorOpShape(p + "router.scores", "softmax", (1, tokens, e.num_experts)),
-            VectorOpShape(p + "router.top_k", "add", (1, tokens, k, e.num_experts),
-                          tokens * k)], True))
+        add(p + "router.scores", "softmax", (1, tokens, e.num_experts))
+        add(p + "router.top_k", "add", (1, tokens, k, e.num_experts), tokens * k)
+        close(f"layers.{i}.route", True)
         for j, n in enumerate(by_layer[i]):
             if not n:
                 continue
             q = f"{p}experts.{j}."
-            gemms, vec = [], []
             swiglu(q, e.intermediate_size, False, lead=(1, n), clamped=e.swiglu_limit is not None)
-            biases = {g.name: ["add"] for g, _ in gemms} if e.biased else {}
-            groups.append(MoECallGroup(f"{q}expert", gemms, biases, vec))
-        groups.append(MoECallGroup(f"layers.{i}.combine", [], {}, [
-            VectorOpShape(p + "experts.scale", "multiply", (1, tokens * k, d), tokens * k),
-            VectorOpShape(p + "experts.combine", "add", (1, tokens * k, d), tokens * k * d)],
-            True))
-    gemms, vec = [], [VectorOpShape("norm", "rms_norm", act)]
-    linear(gemms, vec, "lm_head", tokens, a.vocab_size, d)
-    groups.append(MoECallGroup("head", gemms, {}, vec))
+            if e.biased:
+                epi.update({g.name: ["add"] for g, _ in gemms})
+            close(f"{q}expert")
+        add(p + "experts.scale", "multiply", (1, tokens * k, d), tokens * k)
+        add(p + "experts.combine", "add", (1, tokens * k, d), tokens * k * d)
+        close(f"layers.{i}.combine", True)
+    add("norm", "rms_norm", act)
+    linear("lm_head", tokens, a.vocab_size, d)
+    close("head")
     return groups
 
 
