@@ -395,11 +395,8 @@ def load_hf_checkpoint(
 
 
 def check_token_ids(config: GPT2Config, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
-    """``ids`` as ``[1, n]`` int32 after :func:`tenet_byoc.models.runner.check_ids`.
-
-    Ids must lie in ``[0, vocab_size)`` and ``past_len + len(ids)`` must not exceed
-    ``n_positions``; raises ValueError otherwise.
-    """
+    """``ids`` as ``[1, n]`` int32 after :func:`tenet_byoc.models.runner.check_ids` (ids in
+    ``[0, vocab_size)``, ``past_len + len(ids)`` at most ``n_positions``; else ValueError)."""
     return check_ids(ids, config.vocab_size, config.n_positions, "n_positions", past_len)
 
 
