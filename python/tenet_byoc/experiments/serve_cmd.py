@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -172,11 +173,8 @@ def write_summary(served: Sequence[Any], path: Path, args: argparse.Namespace, l
     }
     for s in served:
         entry = s.metrics.as_dict()
-        z = s.sizing
-        entry["cache"] = {"memory_bytes": z.memory_bytes, "utilization": z.utilization,
-                          "weight_bytes": z.weight_bytes,
-                          "kv_bytes_per_token": z.kv_bytes_per_token, "blocks": z.blocks,
-                          "tokens": z.tokens}
+        entry["cache"] = {k: v for k, v in asdict(s.sizing).items() if k != "block_size"}
+        entry["cache"]["tokens"] = s.sizing.tokens
         if s.search is not None:
             entry["max_rate"] = s.search.rate
             entry["at_max_rate"] = None if s.search.metrics is None else s.search.metrics.as_dict()
