@@ -172,12 +172,12 @@ def write_summary(served: Sequence[Any], path: Path, args: argparse.Namespace, l
         "schemes": {},
     }
     for s in served:
-        entry = s.metrics.as_dict()
+        entry = asdict(s.metrics)
         entry["cache"] = {k: v for k, v in asdict(s.sizing).items() if k != "block_size"}
         entry["cache"]["tokens"] = s.sizing.tokens
         if s.search is not None:
             entry["max_rate"] = s.search.rate
-            entry["at_max_rate"] = None if s.search.metrics is None else s.search.metrics.as_dict()
+            entry["at_max_rate"] = None if s.search.metrics is None else asdict(s.search.metrics)
             entry["rates_tried"] = [{"rate": r, "met": ok, "ttft_ms_p90": m.ttft_ms_p90,
                                      "tpot_ms_p90": m.tpot_ms_p90, "batch_mean": m.batch_mean}
                                     for r, m, ok in s.search.tried]
