@@ -195,12 +195,11 @@ class Scheduler:
             if computed == seq.prompt + generated:
                 generated += 1
                 seq.generated = generated
-                if generated == seq.output:
+                done = generated == seq.output
+                if done:
                     self._release(seq)
                     done_any = True
-                    emitted.append((seq, True))
-                else:
-                    emitted.append((seq, False))
+                emitted.append((seq, done))
         if done_any:
             self.running = [s for s in self.running if s.generated < s.output]
         return emitted
