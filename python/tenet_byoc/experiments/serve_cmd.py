@@ -91,8 +91,6 @@ def run_serve(args: argparse.Namespace) -> int:
     system = None if pools else chip_system(args, acc)
 
     def progress(label: str, total: int):
-        if args.no_progress:
-            return None
         from ..progress import progress_bar
 
         bar = progress_bar(total=total, desc=f"serve {label}", unit="request", leave=False)
@@ -107,8 +105,8 @@ def run_serve(args: argparse.Namespace) -> int:
                    requests=args.requests, lengths=lengths, seed=args.seed,
                    ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, scheduler=scheduler,
                    block_size=args.block_size, memory_bytes=memory,
-                   utilization=args.memory_utilization, progress=progress, system=system,
-                   pools=pools)
+                   utilization=args.memory_utilization, system=system,
+                   progress=None if args.no_progress else progress, pools=pools)
     print(serve_table(served))
     out = Path(args.out)
     written = [out / "requests.csv", out / "timeline.csv"]  # a row per request, iteration
