@@ -37,23 +37,11 @@ def chain_cycles(gemm: Sequence[bool], hides: Sequence[bool], cycles: Sequence[f
                  n_groups: int = 1) -> list:
     """Cycles of each group's calls run in order on one chip, by the module's rule.
 
-    Parameters
-    ----------
-    gemm, hides, cycles : sequences, one item per call
-        Whether the call is an array (GEMM) call; whether it is a fused epilogue that hides
-        behind the GEMM before it (fused and ``pipelined``); its cycles.
-    count : sequence of int or int
-        How many times each call (with the epilogues after it) runs; a hidden epilogue's
-        count is its GEMM's.
-    groups : array of int, optional
-        Each call's chain (0 .. n_groups-1), calls of one chain in order; None: one chain.
-    n_groups : int
-        How many chains.
-
-    Returns
-    -------
-    list
-        Each chain's sum; ints when every ``cycles`` is an int.
+    One item per call of ``gemm`` (an array call?), ``hides`` (a fused epilogue hiding
+    behind the GEMM before it: fused and ``pipelined``) and ``cycles``; ``count`` is how
+    many times each call (with the epilogues after it) runs, a hidden epilogue's count its
+    GEMM's; ``groups`` gives each call's chain (0 .. ``n_groups``-1, a chain's calls in
+    order; None: one chain). Returns each chain's sum, ints when every ``cycles`` is an int.
     """
     cyc = np.asarray(cycles)
     n = len(cyc)
@@ -95,21 +83,15 @@ def compose(plan: Any, cost: Callable[[Any], tuple[float, float]],
             schedule: str = "pipelined", clock_ghz: float = 1.0) -> StepCost:
     """A step's latency and energy from its plan and a charge per call.
 
-    Parameters
-    ----------
-    plan : tenet_byoc.plan.Plan
-        The step's calls (one micro-batch, on one chip of each stage), in order, or a tally
-        of several steps' (``Plan.tally``): its stages' times are then the steps' summed, and
-        with several micro-batches the slowest stage is the slowest over the tally (the sum
-        of composing each step alone when one stage is the slowest in every step, as the last
-        stage, which runs the head, usually is; below it otherwise).
-    cost : callable
-        ``cost(planned_call) -> (time, pj)``: cycles for an array or vector call, seconds for
-        a link call; ``pj`` the call's energy on one chip.
-    schedule : {"pipelined", "serial"}
-        The vector unit's schedule (``VectorUnit.schedule``).
-    clock_ghz : float
-        The chips' clock (cycles to seconds).
+    ``plan`` (a :class:`tenet_byoc.plan.Plan`) holds the step's calls (one micro-batch, on
+    one chip of each stage), in order, or a tally of several steps' (``Plan.tally``): its
+    stages' times are then the steps' summed, and with several micro-batches the slowest
+    stage is the slowest over the tally (the sum of composing each step alone when one stage
+    is the slowest in every step, as the last stage, which runs the head, usually is; below
+    it otherwise). ``cost(planned_call) -> (time, pj)`` gives cycles for an array or vector
+    call, seconds for a link call, and ``pj`` the call's energy on one chip. ``schedule`` is
+    the vector unit's (``VectorUnit.schedule``: "pipelined" or "serial"); ``clock_ghz``, the
+    chips' clock, turns cycles into seconds.
     """
     if schedule not in _SCHEDULES:
         raise ValueError(f"schedule must be 'pipelined' or 'serial', got {schedule!r}")

@@ -45,12 +45,8 @@ def read_text(path: str | os.PathLike[str], what: str,
               max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
     """The UTF-8 text of the regular file ``path`` (``what`` names it in messages).
 
-    Raises
-    ------
-    FileNotFoundError
-        If nothing is at ``path``.
-    ValueError
-        If ``path`` is not a regular file, is larger than ``max_bytes``, or is not UTF-8.
+    Raises ``FileNotFoundError`` if nothing is at ``path``, ``ValueError`` if it is not a
+    regular file, is larger than ``max_bytes``, or is not UTF-8.
     """
     name = f"{what} {os.fspath(path)!r}"
     try:
@@ -174,12 +170,8 @@ def load_document(path: str | os.PathLike[str], what: str,
     """The value a JSON or YAML file holds (YAML by the suffix ``.yaml``/``.yml``), read
     through :func:`read_text` and checked as the module says.
 
-    Raises
-    ------
-    FileNotFoundError
-        If nothing is at ``path``.
-    ValueError
-        Naming the file (``what`` and its path), and the line or field, for anything refused.
+    Raises ``FileNotFoundError`` if nothing is at ``path``, and for anything refused a
+    ``ValueError`` naming the file (``what`` and its path) and the line or field.
     """
     name = f"{what} {os.fspath(path)!r}"
     text = read_text(path, what, max_bytes)

@@ -38,14 +38,8 @@ ESTIMATE_PATTERN = "estimate"
 
 class Charges:
     """The charge of each distinct planned call on one accelerator (and a system's links),
-    made once, as the runtime's per-shape cost cache makes it.
-
-    Parameters
-    ----------
-    accelerator : Accelerator
-        The chip every array and vector call is charged on.
-    link : tenet_byoc.system.Link, optional
-        The links link calls cross (needed only for plans of several chips).
+    made once, as the runtime's per-shape cost cache makes it: every array and vector call
+    on ``accelerator``, link calls across ``link`` (needed only for plans of several chips).
     """
 
     def __init__(self, accelerator: Accelerator, link: Any = None):
@@ -125,19 +119,14 @@ class _Book:
         self.charges = charges
         self.rows: list[tuple] = []
         self.schemes: list[str] = []
-        self.strings: list[str] = []
-        self._string_ids: dict[str, int] = {}
+        self._string_ids: dict[str, int] = {}  # in order: the string table
         self._charge_ids: dict[Any, int] = {}
         self._layer_names: dict[tuple, np.ndarray] = {}
         self._parts: dict[str, list] = {k: [] for k in ("charge", "name", "phase", "chip")}
 
     def string(self, s: str) -> int:
         """The index of ``s`` in the string table."""
-        found = self._string_ids.get(s)
-        if found is None:
-            found = self._string_ids[s] = len(self.strings)
-            self.strings.append(s)
-        return found
+        return self._string_ids.setdefault(s, len(self._string_ids))
 
     def charge(self, pc: PlannedCall) -> int:
         """The index of ``pc``'s charge row (made the first time)."""
@@ -209,7 +198,7 @@ class _Book:
         cols = {k: np.concatenate(v).astype(np.int32, copy=False) if v else
                 np.zeros(0, dtype=np.int32) for k, v in self._parts.items()}
         schemes = np.array([self.string(s) for s in self.schemes], dtype=np.int32)
-        return LedgerColumns(self.rows, self.strings, **cols, symbol=symbol,
+        return LedgerColumns(self.rows, list(self._string_ids), **cols, symbol=symbol,
                              pattern=ESTIMATE_PATTERN, scheme=schemes[cols["charge"]])
 
 
@@ -419,26 +408,14 @@ def estimate_step(model: Any, step: Step, scheme: str | QuantScheme = "none",
                   ) -> tuple[StepCost, Ledger | None]:
     """One step's time, energy and ledger: plan -> charge each distinct call once -> compose.
 
-    Parameters
-    ----------
-    model : str, PathLike or config
-        As :func:`estimate` takes it.
-    step : Step
-        The sequences of the forward pass (any mix of prefills and decodes).
-    scheme, accelerator, system, mapping, attention
-        As :func:`estimate`.
-    charges : Charges, optional
-        Charges to reuse across calls (each distinct call is charged once per
-        :class:`Charges`: a serving loop keeps one per accelerator); it must be of the
-        accelerator charged.
-    entries : bool
-        Also make the step's ledger (False: None, faster).
-
-    Returns
-    -------
-    (StepCost, Ledger or None)
-        The step's critical path (``seconds``) and energy over every chip (``energy_pj``),
-        and its entries (a :class:`~tenet_byoc.system.SystemLedger` on a system).
+    ``step`` holds the sequences of the forward pass (any mix of prefills and decodes);
+    ``model``, ``scheme``, ``accelerator``, ``system``, ``mapping`` and ``attention`` are as
+    :func:`estimate` takes them. ``charges`` are reused across calls (each distinct call is
+    charged once per :class:`Charges`: a serving loop keeps one per accelerator) and must be
+    of the accelerator charged. Returns the step's critical path (``seconds``) and energy
+    over every chip (``energy_pj``), and its entries (a
+    :class:`~tenet_byoc.system.SystemLedger` on a system; None with ``entries=False``,
+    faster).
     """
     config = model_config(model)
     charges = charges or _charges(accelerator, mapping, system)

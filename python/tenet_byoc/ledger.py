@@ -628,20 +628,11 @@ class Ledger:
     numpy sums over the columns and make none. ``to_csv`` and ``to_json``
     export the entries; ``reset()`` clears the runtime's ledger (not this snapshot).
 
-    Parameters
-    ----------
-    entries : list of LedgerEntry, LedgerColumns, or a callable returning LedgerColumns
-        The calls in order (a callable: made when first needed).
-    accelerator, dataflow : str
-        The accelerator's and its dataflow's names.
-    clock_ghz : float
-        The accelerator's clock.
-    modules : list of runtime modules
-        The tenet modules read (empty for an estimate).
-    count : int, optional
-        How many calls a callable ``entries`` gives (``len`` without making them).
-    max_entries : (int, str), optional
-        The most entries that may be made, and what a ``ValueError`` over it says.
+    ``entries`` are the calls in order (a callable returning LedgerColumns: made when first
+    needed); ``accelerator`` and ``dataflow`` name the accelerator and its dataflow;
+    ``modules`` are the tenet modules read (empty for an estimate); ``count`` is how many
+    calls a callable ``entries`` gives (``len`` without making them); ``max_entries`` the
+    most entries that may be made and what a ``ValueError`` over it says.
     """
 
     def __init__(self, entries: Any, accelerator: str, dataflow: str, clock_ghz: float,
@@ -711,29 +702,18 @@ class Ledger:
         return sum(int(m["__tenet_mapping_searches"]()) for m in self._modules)
 
     def charged_on(self, accelerator) -> Ledger:
-        """The same calls charged on another accelerator, entry for entry.
+        """The same calls charged on ``accelerator`` (a preset name or a
+        ``tenet_byoc.Accelerator``), entry for entry.
 
-        Parameters
-        ----------
-        accelerator : str or cost_model.Accelerator
-            A preset name or an accelerator value (``tenet_byoc.Accelerator``).
+        Each entry keeps its call (shape, widths, scheme, recipe) and names (symbol, pattern,
+        name, phase, call index) with the charge ``cost_model.charge(entry.call,
+        accelerator)`` gives, which is what a run built for ``accelerator`` would record;
+        each distinct call is charged once. ``reset`` does nothing (no runtime module).
 
-        Returns
-        -------
-        Ledger
-            Each entry keeps its call (shape, widths, scheme, recipe) and names (symbol,
-            pattern, name, phase, call index) with the charge ``cost_model.charge(entry.call,
-            accelerator)`` gives, which is what a run built for ``accelerator`` would record;
-            each distinct call is charged once. ``reset`` does nothing (no runtime module).
-
-        Raises
-        ------
-        TypeError
-            For ``accelerator=None`` (no silent default preset).
-        ValueError
-            For an unknown preset or a call the accelerator refuses (an operand width its
-            PEs do not take, tiles that do not fit), naming it; or a link entry (a system's
-            collective has no one-chip charge).
+        Raises ``TypeError`` for ``accelerator=None`` (no silent default preset);
+        ``ValueError`` for an unknown preset or a call the accelerator refuses (an operand
+        width its PEs do not take, tiles that do not fit), naming it, or a link entry (a
+        system's collective has no one-chip charge).
         """
         from .accelerators import resolve
 
@@ -889,18 +869,8 @@ def _parse(doc: dict) -> list[LedgerEntry]:
 
 
 def ledger(obj) -> Ledger:
-    """The charged calls so far of a VM, an executable or a loaded library.
-
-    Parameters
-    ----------
-    obj : relax.VirtualMachine, Executable or runtime.Module
-        What ran the model. A VM made from an executable shares its ledger.
-
-    Returns
-    -------
-    Ledger
-        A snapshot; call ``tenet_byoc.ledger`` again after more runs.
-    """
+    """A snapshot of the charged calls so far of a VM, an executable or a loaded library
+    (a VM made from an executable shares its ledger); call it again after more runs."""
     modules = tenet_modules(obj)
     entries: list[LedgerEntry] = []
     names = set()

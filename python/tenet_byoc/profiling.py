@@ -216,13 +216,9 @@ def _serialized(func, lock: threading.RLock):
 class VirtualMachine(relax.VirtualMachine):
     """``relax.VirtualMachine`` with TVM's old ``profile=True`` mode back.
 
-    Parameters
-    ----------
-    rt_mod, device, memory_cfg
-        As for :class:`tvm.relax.VirtualMachine`.
-    profile : bool
-        False: exactly a ``relax.VirtualMachine``. True: ``profile(func_name, *args)`` works;
-        the executable must contain a tenet module (else ``ValueError`` here).
+    ``rt_mod``, ``device`` and ``memory_cfg`` are :class:`tvm.relax.VirtualMachine`'s.
+    ``profile=False``: exactly a ``relax.VirtualMachine``; True: ``profile(func_name, *args)``
+    works, and the executable must contain a tenet module (else ``ValueError`` here).
 
     Notes
     -----
@@ -252,15 +248,10 @@ class VirtualMachine(relax.VirtualMachine):
         return _serialized(super().__getitem__(key), self._lock)
 
     def profile(self, func_name: str, *args, warmup: int = 1) -> Report:
-        """Run ``func_name`` on ``args`` (after ``warmup`` untimed runs) and report each call.
-
-        Returns
-        -------
-        Report
-            Per call and per callee durations, and for tenet calls the ledger entries
-            charged during the timed run (the warmup runs are charged to the ledger too,
-            but are not in the report).
-        """
+        """Run ``func_name`` on ``args`` (after ``warmup`` untimed runs) and report each call:
+        per call and per callee durations, and for tenet calls the ledger entries charged
+        during the timed run (the warmup runs are charged to the ledger too, but are not in
+        the report)."""
         if not self._profiling:
             raise AttributeError(
                 "this VirtualMachine was made with profile=False; use "
@@ -290,20 +281,16 @@ class VirtualMachine(relax.VirtualMachine):
             docs = [json.loads(m["__tenet_capture_end"]()) for m in self._tenet]
         recorded = json.loads(self._timer["records"]())
         # The entries per symbol, one list per call (the steps of one call share call_index).
-        calls: dict[str, dict[int, list[LedgerEntry]]] = {}
+        by_symbol: dict[str, dict[int, list[LedgerEntry]]] = {}
         for e in sorted((e for doc in docs for e in _parse(doc)), key=lambda e: e.call_index):
-            calls.setdefault(e.symbol, {}).setdefault(e.call_index, []).append(e)
-        charged = {symbol: list(by_call.values()) for symbol, by_call in calls.items()}
+            by_symbol.setdefault(e.symbol, {}).setdefault(e.call_index, []).append(e)
+        charged = {symbol: list(by_call.values()) for symbol, by_call in by_symbol.items()}
         hw = min((d["accelerator"], d["dataflow"], d["clock_ghz"]) for d in docs)
-        return self._report(func_name, recorded, charged, hw)
-
-    def _report(self, func_name, recorded, charged, hw) -> Report:
-        names = recorded["names"]
         top_ns = sum(ns for _, depth, ns, _, _ in recorded["calls"] if depth == 0 and ns > 0)
         seen: dict[str, int] = {}
         calls = []
         for name_id, depth, ns, shapes, device in recorded["calls"]:
-            name = names[name_id]
+            name = recorded["names"][name_id]
             entries: list[LedgerEntry] = []
             if name in charged:
                 i = seen.get(name, 0)

@@ -102,20 +102,6 @@ def run_case(case: Case, vm: relax.VirtualMachine, repeats: int = 1) -> dict[str
     return outputs
 
 
-def _check_lengths(config, prompt_len: int, context_len: int) -> None:
-    # Every bad value in one message, so a user fixes them in one go.
-    bad = [
-        f"{name}={value!r} must be an integer in [1, {top}]"
-        for name, value, top in (("prompt_len", prompt_len, config.n_positions),
-                                 ("context_len", context_len, config.n_positions - 1))
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top
-    ]
-    if bad:
-        raise ValueError(
-            f"{'; '.join(bad)} for GPT-2 {config.name} (n_positions={config.n_positions})"
-        )
-
-
 class GPT2Case:
     """GPT-2: a prefill of ``prompt_len`` tokens and one decode step at ``context_len``.
 
@@ -132,7 +118,17 @@ class GPT2Case:
                  seed: int = 0, weights: str = "random"):
         from ..models.gpt2 import RandomWeights, check_params
 
-        _check_lengths(config, prompt_len, context_len)
+        # Every bad value in one message, so a user fixes them in one go.
+        bad = [
+            f"{name}={value!r} must be an integer in [1, {top}]"
+            for name, value, top in (("prompt_len", prompt_len, config.n_positions),
+                                     ("context_len", context_len, config.n_positions - 1))
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top
+        ]
+        if bad:
+            raise ValueError(
+                f"{'; '.join(bad)} for GPT-2 {config.name} (n_positions={config.n_positions})"
+            )
         self.config = config
         # Random weights are drawn when a module needs them (RandomWeights), so the sweep
         # can quantize each scheme from weights drawn again one at a time instead of
@@ -227,9 +223,8 @@ class GPT2Case:
 
     def _kept_params(self) -> dict[str, tvm.runtime.Tensor]:
         if self._kept is None:
-            shapes = self._random.shapes
             self._kept = {n: tvm.runtime.tensor(self._random.draw(n)) for n, shape in
-                          shapes.items() if not _is_block_linear(n, shape)}
+                          self._random.shapes.items() if not _is_block_linear(n, shape)}
         return self._kept
 
     def tokens(self, phase: str) -> int:
@@ -351,16 +346,10 @@ def gpt2_case(config: str = "small", *, checkpoint: str | os.PathLike | None = N
               prompt_len: int = 128, context_len: int = 128, seed: int = 0) -> GPT2Case:
     """GPT-2 with seeded random weights of a preset shape, or a local HF checkpoint.
 
-    Parameters
-    ----------
-    config : str
-        A :data:`tenet_byoc.models.gpt2.PRESETS` name (ignored with ``checkpoint``).
-    checkpoint : path, optional
-        A Hugging Face GPT-2 folder (``config.json`` + ``model.safetensors``).
-    prompt_len, context_len : int
-        P tokens of prefill; the decode step's cache length L.
-    seed : int
-        Seeds the random weights and the token ids.
+    ``config``: a :data:`tenet_byoc.models.gpt2.PRESETS` name (ignored with ``checkpoint``, a
+    Hugging Face GPT-2 folder: ``config.json`` + ``model.safetensors``); ``prompt_len``: P
+    tokens of prefill; ``context_len``: the decode step's cache length L; ``seed`` seeds the
+    random weights and the token ids.
 
     Raises
     ------
@@ -374,10 +363,8 @@ def gpt2_case(config: str = "small", *, checkpoint: str | os.PathLike | None = N
         weights = f"checkpoint {os.fspath(checkpoint)}"
     else:
         cfg = GPT2Config.preset(config)
-        params, weights = None, f"random (seed {seed})"
-    _check_lengths(cfg, prompt_len, context_len)  # before the (slow) random weights
-    if params is None:
-        params = RandomWeights(cfg, seed)  # drawn when a module is made
+        # drawn when a module is made (GPT2Case checks the lengths first)
+        params, weights = RandomWeights(cfg, seed), f"random (seed {seed})"
     return GPT2Case(cfg, params, prompt_len=prompt_len, context_len=context_len, seed=seed,
                     weights=weights)
 

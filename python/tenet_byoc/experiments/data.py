@@ -113,11 +113,8 @@ class ImageDataset:
 
 
 def _find(folder: str, base: str) -> str | None:
-    for name in (base, base + ".gz"):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            return path
-    return None
+    paths = (os.path.join(folder, name) for name in (base, base + ".gz"))
+    return next(filter(os.path.isfile, paths), None)
 
 
 def load_fashion_mnist(folder: str | os.PathLike[str]) -> ImageDataset:
@@ -184,14 +181,9 @@ def load_digits(seed: int = 0, test_size: int = DIGITS_TEST_SIZE) -> ImageDatase
     """scikit-learn's handwritten digits (1,797 8 x 8 images, bundled, nothing downloaded),
     split into train and test sets by a seeded permutation.
 
-    Pixels (0..16 in the data set) are scaled to [0, 1] as FashionMNIST's are.
-
-    Parameters
-    ----------
-    seed : int
-        Seeds the permutation; the same seed gives the same split on every machine.
-    test_size : int
-        Images held out for testing (360, 20 %, by default).
+    Pixels (0..16 in the data set) are scaled to [0, 1] as FashionMNIST's are. ``seed`` seeds
+    the permutation (the same split on every machine); ``test_size`` images (360, 20 %, by
+    default) are held out for testing.
 
     Raises
     ------
@@ -304,17 +296,11 @@ def prepare_mlp(folder: str | os.PathLike[str] | ImageDataset | None,
                 epochs: int | None = None, seed: int = 0) -> TrainResult:
     """Train the MLP on FashionMNIST from ``folder``, or on scikit-learn's digits without it.
 
-    Parameters
-    ----------
-    folder : str, PathLike, ImageDataset or None
-        Folder with the four IDX files, or a data set already loaded. ``None`` or a folder
-        without the files selects the digits (784 -> 128 -> 10 on FashionMNIST,
-        64 -> 128 -> 10 on the digits); a folder with broken files raises (see
-        :func:`load_fashion_mnist`).
-    epochs : int, optional
-        Training epochs; by default 5 on FashionMNIST and 60 on the digits.
-    seed : int
-        Seeds the initial weights, the shuffling and the digits' train/test split.
+    ``folder``: a folder with the four IDX files, or a data set already loaded; ``None`` or a
+    folder without the files selects the digits (784 -> 128 -> 10 on FashionMNIST, 64 -> 128
+    -> 10 on the digits); a folder with broken files raises (see :func:`load_fashion_mnist`).
+    ``epochs``: by default 5 on FashionMNIST and 60 on the digits. ``seed`` seeds the initial
+    weights, the shuffling and the digits' train/test split.
     """
     have_files = isinstance(folder, (str, os.PathLike)) and all(
         _find(os.fspath(folder), base) for base, _ in _FILES.values()

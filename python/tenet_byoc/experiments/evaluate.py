@@ -146,19 +146,8 @@ def window_bounds(tokens: int, window: int) -> list[tuple[int, int]]:
 def token_nll(logits: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Negative log-likelihoods and argmaxes of a window's next-token predictions.
 
-    Parameters
-    ----------
-    logits : numpy.ndarray
-        ``[n, vocab]``: the prefill's logits of the window's n tokens.
-    ids : numpy.ndarray
-        The window's n token ids.
-
-    Returns
-    -------
-    nll : numpy.ndarray
-        ``[n - 1]`` float64: ``-log softmax(logits[t])[ids[t + 1]]``.
-    top1 : numpy.ndarray
-        ``[n - 1]``: ``argmax(logits[t])``.
+    From the prefill's ``[n, vocab]`` logits of the window's n token ``ids``: ``nll``, ``[n -
+    1]`` float64, ``-log softmax(logits[t])[ids[t + 1]]``, and ``top1``, ``argmax(logits[t])``.
     """
     z = logits[:-1].astype(np.float64)
     peak = z.max(axis=-1, keepdims=True)
@@ -217,21 +206,13 @@ def prepare_eval(checkpoint: str | os.PathLike[str], text: str | os.PathLike[str
                  window: int | None = None, max_tokens: int | None = None) -> EvalJob:
     """Check every input, tokenize the text and build the float32 reference model.
 
-    Parameters
-    ----------
-    checkpoint : str or PathLike
-        A local Hugging Face folder: ``config.json``, safetensors weights, ``tokenizer.json``
-        (a GPT-2 or Llama-family model, see :func:`tenet_byoc.models.from_pretrained`).
-    text : str or PathLike
-        A UTF-8 text file.
-    schemes : sequence of str
-        Quantization scheme names or spec strings (:mod:`tenet_byoc.quantization`).
-    accelerator : str or Accelerator
-        What the offloaded calls are charged to (a preset name or an Accelerator).
-    window : int, optional
-        Tokens per window, 2 .. the model's context; the context by default.
-    max_tokens : int, optional
-        Evaluate only the text's first ``max_tokens`` tokens.
+    ``checkpoint`` is a local Hugging Face folder (``config.json``, safetensors weights,
+    ``tokenizer.json``; a GPT-2 or Llama-family model, see
+    :func:`tenet_byoc.models.from_pretrained`), ``text`` a UTF-8 text file, ``schemes``
+    quantization scheme names or spec strings (:mod:`tenet_byoc.quantization`) and
+    ``accelerator`` what the offloaded calls are charged to (a preset name or an
+    Accelerator). ``window``: tokens per window, 2 .. the model's context (the context by
+    default); ``max_tokens``: evaluate only the text's first ``max_tokens`` tokens.
 
     Raises
     ------
@@ -318,21 +299,6 @@ class EvalResult:
                                               "rows": [asdict(r) for r in self.rows]}, p)})
 
 
-def _score(runner: Any, job: EvalJob, bar: Any) -> tuple[np.ndarray, np.ndarray, float]:
-    """NLL and argmax of every prediction of every window, and the prefills' CPU time."""
-    nll, top1, wall = [], [], 0.0
-    for begin, end in job.bounds:
-        window = job.ids[begin:end]
-        start = time.perf_counter()
-        logits, _ = runner.prefill(window)
-        wall += time.perf_counter() - start
-        n, t = token_nll(logits, window)
-        nll.append(n)
-        top1.append(t)
-        bar.update()
-    return np.concatenate(nll), np.concatenate(top1), wall
-
-
 def run_eval(job: EvalJob, progress: bool = True) -> EvalResult:
     """Score every scheme of ``job`` on its windows; float32 first, as the reference.
 
@@ -355,7 +321,16 @@ def run_eval(job: EvalJob, progress: bool = True) -> EvalResult:
                 job.checkpoint, scheme, job.accelerator)
             build_s = job.reference_build_s if scheme == "none" else (
                 time.perf_counter() - start)
-            nll, top1, wall = _score(runner, job, bar)
+            # NLL and argmax of every prediction of every window, and the prefills' CPU time
+            scored, wall = [], 0.0
+            for begin, end in bounds:
+                window = job.ids[begin:end]
+                start = time.perf_counter()
+                logits, _ = runner.prefill(window)
+                wall += time.perf_counter() - start
+                scored.append(token_nll(logits, window))
+                bar.update()
+            nll, top1 = (np.concatenate(part) for part in zip(*scored))
             if ref_nll is None:
                 ref_nll, ref_top1 = nll, top1
             entries = ledger(runner.vm).entries

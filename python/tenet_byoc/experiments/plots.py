@@ -127,14 +127,13 @@ def plot_layer_breakdown(layers: Sequence[LayerCost], path: str | Path, *,
     model, scheme, accelerator, phase = runs.pop()
     # Group GPT-2's calls into blocks ("h.3") stacked by matmul ("mlp.c_fc"); others stand alone.
     groups: dict[str, dict[str, float]] = {}
-    parts: list[str] = []
+    parts: dict[str, None] = {}  # in the order met
     for c in layers:
         m = BLOCK.match(c.layer)
         group, part = (m.group(1), m.group(2)) if m else (c.layer, c.layer)
-        if part not in parts:
-            parts.append(part)
-        groups.setdefault(group, {})
-        groups[group][part] = groups[group].get(part, 0.0) + float(getattr(c, metric))
+        parts.setdefault(part)
+        sums = groups.setdefault(group, {})
+        sums[part] = sums.get(part, 0.0) + float(getattr(c, metric))
     names = list(groups)
     scale, label = panel_unit(metric, [sum(groups[g].values()) for g in names])
     fig = Figure(figsize=(max(6.0, 0.5 * len(names) + 2.5), 4.2))

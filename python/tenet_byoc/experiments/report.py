@@ -93,10 +93,8 @@ def _value(text: str) -> int | float | str | None:
     if text == "":
         return None
     for kind in (int, float):
-        try:
+        with contextlib.suppress(ValueError):
             return kind(text)
-        except ValueError:
-            pass
     return text
 
 
@@ -242,10 +240,6 @@ class _Section:
     parts: list[_Table | _Figure] = field(default_factory=list)
 
 
-def _label(column: str) -> str:
-    return _LABELS.get(column, column)
-
-
 #: Columns the files keep as fractions and the page shows in percent, as the command line
 #: prints them (PE utilization in one unit everywhere).
 _PERCENT = ("pe_utilization",)
@@ -262,10 +256,9 @@ def _layout(title: str, x: str, y: str, *, xlog: bool = False, ylog: bool = Fals
             **extra: Any) -> dict:
     layout = {
         "title": {"text": title, "font": {"size": 15}},
-        "xaxis": {"title": {"text": x}, "type": "log" if xlog else "-",
-                  "automargin": True},
-        "yaxis": {"title": {"text": y}, "type": "log" if ylog else "-",
-                  "automargin": True},
+        **{f"{axis}axis": {"title": {"text": text}, "type": "log" if log else "-",
+                           "automargin": True}
+           for axis, text, log in (("x", x, xlog), ("y", y, ylog))},
         "hovermode": "closest", "height": 430, "margin": {"t": 50, "r": 20},
         "legend": {"title": {"text": "click to hide / show"}},
         "template": {"layout": {"font": {"family": "system-ui, sans-serif"}}},
@@ -473,10 +466,6 @@ def _eval_section(ev: _Csv) -> _Section:
     return sec
 
 
-def _scheme_of(source: _Csv, prefix: str) -> str:
-    return source.name[len(prefix):-len(".csv")]
-
-
 def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_Csv],
                       manifest: dict | None) -> _Section:
     sec = _Section("Estimate", "The whole model: GEMMs on the array, the vector unit's "
@@ -494,9 +483,9 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
         sec.parts.append(_block_bars(
             f"estimate-layers-{phase}", f"{phase}: est. latency per layer (its calls summed)",
             {scheme: mine for (scheme,), mine in _groups(rows, "scheme").items()}, "layer"))
-    with_ledger = {_scheme_of(led, "ledger_") for led in ledgers}
+    with_ledger = {led.name.removeprefix("ledger_").removesuffix(".csv") for led in ledgers}
     for src in layer_sums:
-        scheme = _scheme_of(src, "layers_")
+        scheme = src.name.removeprefix("layers_").removesuffix(".csv")
         if scheme not in with_ledger:  # without the ledger, each layer is a point
             rows = [dict(r, mapping=f"{r['calls']} call(s)") for r in src.rows]
             sec.parts.append(_roofline(f"roofline-{scheme}", f"{scheme}: roofline, each "
@@ -504,12 +493,12 @@ def _estimate_section(est: _Csv | None, layer_sums: list[_Csv], ledgers: list[_C
                                        accelerator, manifest, label="layer"))
         sec.parts.append(_Table(f"layers-{scheme}", src, src.columns))
     for led in ledgers:
-        scheme = _scheme_of(led, "ledger_")
+        scheme = led.name.removeprefix("ledger_").removesuffix(".csv")
         for (phase,), calls in _groups(led.rows, "phase").items():
             blocks = _per_block(calls, "name", _ENERGY_PARTS)  # decode steps summed too
             scale, label = panel_unit("energy_pj", [sum(b[p] for p in _ENERGY_PARTS)
                                                     for b in blocks.values()])
-            data = [{"type": "bar", "name": _label(p).removesuffix(" (pJ)"), "x": list(blocks),
+            data = [{"type": "bar", "name": _LABELS[p].removesuffix(" (pJ)"), "x": list(blocks),
                      "y": [b[p] * scale for b in blocks.values()],
                      "hovertemplate": "%{x}<br>%{y:.4g} " + label.split("(")[-1].rstrip(")")
                      + "<extra>%{fullData.name}</extra>"}
@@ -630,9 +619,9 @@ def _serving_section(serving: _Csv) -> _Section:
                    "output; TTFT is a request's batch's prefill, TPOT its mean decode step.")
     for metric in ("tokens_per_s", "ttft_ms_max", "tpot_ms_max"):
         data = _lines(serving.rows, "batch", metric,
-                      f"batch %{{x}}<br>{_label(metric)} %{{y:.4g}}")
+                      f"batch %{{x}}<br>{_LABELS[metric]} %{{y:.4g}}")
         sec.parts.append(_Figure(f"serving-{metric}", data, _layout(
-            f"{_label(metric)} vs batch", "batch (requests per static batch)", _label(metric),
+            f"{_LABELS[metric]} vs batch", "batch (requests per static batch)", _LABELS[metric],
             xlog=True, ylog=True)))
     sec.parts.append(_Table("serving", serving, serving.columns))
     return sec
@@ -880,7 +869,7 @@ def build_report(folder: str | os.PathLike[str]) -> str:
                 tables[part.key] = {
                     "source": part.source.name,
                     "columns": list(part.columns),
-                    "labels": [_label(c) for c in part.columns],
+                    "labels": [_LABELS.get(c, c) for c in part.columns],
                     "rows": _clean([[_shown(c, r.get(c)) for c in part.columns]
                                     for r in part.source.rows]),
                 }

@@ -217,23 +217,14 @@ def _accelerator_entry(acc) -> dict:
 def write_manifest(out_dir: str | Path, *, command: str, argv: Sequence[str],
                    models: Sequence[str], schemes: Sequence[str],
                    accelerators: Sequence, system: dict | None = None) -> Path:
-    """Write :data:`MANIFEST` into ``out_dir``: what ran, where and when.
+    """Write :data:`MANIFEST` into ``out_dir`` (the command's ``--out`` folder, made if
+    needed): what ran, where and when.
 
-    Parameters
-    ----------
-    out_dir : path
-        The command's ``--out`` folder (made if needed).
-    command : str
-        The subcommand (``sweep``, ``run``, ``estimate``, ``eval``).
-    argv : sequence of str
-        The command line's arguments after ``tenet-byoc``.
-    models, schemes : sequence of str
-        What was run or estimated.
-    accelerators : sequence of tenet_byoc.Accelerator
-        Each is recorded with its JSON (:meth:`~tenet_byoc.Accelerator.to_json`).
-    system : dict, optional
-        Several chips: ``chips``, ``tensor_parallel``, ``pipeline_parallel``,
-        ``micro_batches`` and the ``link`` (one chip when absent).
+    ``command`` is the subcommand (``sweep``, ``run``, ``estimate``, ``eval``) and ``argv``
+    the command line's arguments after ``tenet-byoc``; each accelerator is recorded with its
+    JSON (:meth:`~tenet_byoc.Accelerator.to_json`); ``system`` holds several chips'
+    ``chips``, ``tensor_parallel``, ``pipeline_parallel``, ``micro_batches`` and ``link``
+    (one chip when absent).
     """
     import datetime
     import platform

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +91,6 @@ def run_serve(args: argparse.Namespace) -> int:
     system = None if pools else chip_system(args, acc)
 
     def progress(label: str, total: int):
-        if args.no_progress:
-            return None
         from ..progress import progress_bar
 
         bar = progress_bar(total=total, desc=f"serve {label}", unit="request", leave=False)
@@ -106,8 +105,8 @@ def run_serve(args: argparse.Namespace) -> int:
                    requests=args.requests, lengths=lengths, seed=args.seed,
                    ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, scheduler=scheduler,
                    block_size=args.block_size, memory_bytes=memory,
-                   utilization=args.memory_utilization, progress=progress, system=system,
-                   pools=pools)
+                   utilization=args.memory_utilization, system=system,
+                   progress=None if args.no_progress else progress, pools=pools)
     print(serve_table(served))
     out = Path(args.out)
     written = [out / "requests.csv", out / "timeline.csv"]  # a row per request, iteration
@@ -171,15 +170,12 @@ def write_summary(served: Sequence[Any], path: Path, args: argparse.Namespace, l
         "schemes": {},
     }
     for s in served:
-        entry = s.metrics.as_dict()
-        z = s.sizing
-        entry["cache"] = {"memory_bytes": z.memory_bytes, "utilization": z.utilization,
-                          "weight_bytes": z.weight_bytes,
-                          "kv_bytes_per_token": z.kv_bytes_per_token, "blocks": z.blocks,
-                          "tokens": z.tokens}
+        entry = asdict(s.metrics)
+        entry["cache"] = {k: v for k, v in asdict(s.sizing).items() if k != "block_size"}
+        entry["cache"]["tokens"] = s.sizing.tokens
         if s.search is not None:
             entry["max_rate"] = s.search.rate
-            entry["at_max_rate"] = None if s.search.metrics is None else s.search.metrics.as_dict()
+            entry["at_max_rate"] = None if s.search.metrics is None else asdict(s.search.metrics)
             entry["rates_tried"] = [{"rate": r, "met": ok, "ttft_ms_p90": m.ttft_ms_p90,
                                      "tpot_ms_p90": m.tpot_ms_p90, "batch_mean": m.batch_mean}
                                     for r, m, ok in s.search.tried]

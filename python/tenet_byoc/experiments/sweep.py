@@ -74,21 +74,14 @@ def sweep(
 ) -> SweepResult:
     """Run every case under every scheme on every accelerator.
 
-    Parameters
-    ----------
-    cases : sequence of Case
-        From :func:`gpt2_case` and :func:`mlp_case`.
-    schemes : sequence of str, optional
-        Names from :data:`tenet_byoc.quantization.SCHEMES` or spec strings; the classic
-        seven (:data:`~tenet_byoc.quantization.CLASSIC_SCHEMES`) by default.
-    accelerators : sequence of str or Accelerator
-        Preset names (:data:`tenet_byoc.accelerators.PRESETS`) or accelerators.
-    repeats : int
-        Timed runs per phase (one charged, the rest not); ``wall_s`` is their median. One
-        by default: each further run of GPT-2 small's prefill only refines a CPU time the
-        charged run already measures, and costs the main job about 0.3 s per build.
-    progress : bool
-        Show progress on stderr over the builds and runs (``tenet_byoc.progress``).
+    ``cases`` come from :func:`gpt2_case` and :func:`mlp_case`; ``schemes`` are names from
+    :data:`tenet_byoc.quantization.SCHEMES` or spec strings, the classic seven
+    (:data:`~tenet_byoc.quantization.CLASSIC_SCHEMES`) by default; ``accelerators`` preset
+    names (:data:`tenet_byoc.accelerators.PRESETS`) or accelerators. ``repeats``: timed runs
+    per phase (one charged, the rest not), ``wall_s`` their median; one by default, as each
+    further run of GPT-2 small's prefill only refines a CPU time the charged run already
+    measures, and costs the main job about 0.3 s per build. ``progress``: show progress on
+    stderr over the builds and runs (``tenet_byoc.progress``).
 
     Returns
     -------

@@ -318,29 +318,16 @@ class Checkpoint:
 class Layout:
     """Where a family's weights sit in its Hugging Face checkpoints.
 
-    Parameters
-    ----------
-    model : str
-        The family's name in messages (``GPT-2``, ``llama``, ...).
-    prefix : str
-        What Hugging Face puts before the model's own parameter names (``transformer.``,
-        ``model.``); a checkpoint may also store them without it.
-    layer_prefix : str
-        The parameter names of layer ``i`` begin with ``layer_prefix + f"{i}."``.
-    layer_field : str
-        The config field that counts the layers, for messages.
-    transposed : tuple of str
-        Suffixes of the names stored ``[in, out]`` (GPT-2's Conv1D), read transposed.
-    unprefixed : tuple of str
-        Names Hugging Face writes without ``prefix`` (``lm_head.weight``).
+    ``prefix`` is what Hugging Face puts before the model's own parameter names
+    (``transformer.``, ``model.``); a checkpoint may also store them without it.
     """
 
-    model: str
+    model: str  #: the family's name in messages (``GPT-2``, ``llama``, ...)
     prefix: str
-    layer_prefix: str
-    layer_field: str
-    transposed: tuple[str, ...] = ()
-    unprefixed: tuple[str, ...] = ()
+    layer_prefix: str  #: the parameter names of layer ``i`` begin with ``layer_prefix + f"{i}."``
+    layer_field: str  #: the config field that counts the layers, for messages
+    transposed: tuple[str, ...] = ()  #: suffixes stored ``[in, out]`` (Conv1D), read transposed
+    unprefixed: tuple[str, ...] = ()  #: names written without ``prefix`` (``lm_head.weight``)
 
     def stored_name(self, name: str, tensors: dict[str, TensorInfo]) -> str:
         """The name ``name`` has in ``tensors``: the one Hugging Face writes if absent."""

@@ -72,7 +72,7 @@ def _gemm_weights(config: Any, layers: int, tp: int, ep: int = 1
     from .moe import MoEConfig
 
     if isinstance(config, GPT2Config):
-        d, inner = config.n_embd, config.n_inner or 4 * config.n_embd
+        d, inner = config.n_embd, config.inner_dim
         yield layers, 3 * d // tp, d
         yield layers, d, d // tp
         yield layers, inner // tp, d
@@ -143,10 +143,9 @@ def _shape(config: Any) -> dict[str, Any]:
     from .moe import MoEConfig
 
     if isinstance(config, GPT2Config):
-        d = config.n_embd
-        return {"d": d, "layers": config.n_layer, "heads": config.n_head,
-                "kv": config.n_head, "k_width": d // config.n_head,
-                "v_width": d // config.n_head, "inner": config.n_inner or 4 * d,
+        hd = config.head_dim
+        return {"d": config.n_embd, "layers": config.n_layer, "heads": config.n_head,
+                "kv": config.n_head, "k_width": hd, "v_width": hd, "inner": config.inner_dim,
                 "vocab": config.vocab_size, "tied": True, "context": config.n_positions}
     moe = config if isinstance(config, MoEConfig) else None
     a = config.attention if moe else config

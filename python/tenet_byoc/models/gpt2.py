@@ -54,14 +54,8 @@ class GPT2Config:
 
     Parameters
     ----------
-    n_layer : int
-        Number of transformer blocks.
-    n_embd : int
-        Model width d.
-    n_head : int
-        Number of attention heads; must divide ``n_embd``.
-    vocab_size : int
-        Number of tokens.
+    n_layer, n_embd, n_head, vocab_size : int
+        Transformer blocks, model width d, attention heads (dividing ``n_embd``), tokens.
     n_positions : int
         Context length: the largest number of positions (prompt plus generated tokens).
     n_inner : int or None
@@ -401,11 +395,8 @@ def load_hf_checkpoint(
 
 
 def check_token_ids(config: GPT2Config, ids: Sequence[int], past_len: int = 0) -> np.ndarray:
-    """``ids`` as ``[1, n]`` int32 after :func:`tenet_byoc.models.runner.check_ids`.
-
-    Ids must lie in ``[0, vocab_size)`` and ``past_len + len(ids)`` must not exceed
-    ``n_positions``; raises ValueError otherwise.
-    """
+    """``ids`` as ``[1, n]`` int32 after :func:`tenet_byoc.models.runner.check_ids` (ids in
+    ``[0, vocab_size)``, ``past_len + len(ids)`` at most ``n_positions``; else ValueError)."""
     return check_ids(ids, config.vocab_size, config.n_positions, "n_positions", past_len)
 
 

@@ -76,35 +76,22 @@ class LlamaConfig:
 
     Parameters
     ----------
-    hidden_size : int
-        Model width d.
-    num_hidden_layers : int
-        Number of decoder layers.
-    num_attention_heads : int
-        Query heads.
+    hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size : int
+        Model width d, decoder layers, query heads, the SwiGLU MLP's hidden width, tokens.
     num_key_value_heads : int
         Key/value heads; must divide ``num_attention_heads`` (grouped-query attention).
-    intermediate_size : int
-        Width of the SwiGLU MLP's hidden layer.
-    vocab_size : int
-        Number of tokens.
     max_position_embeddings : int
         Context length the model was trained for: the most tokens a sequence may hold.
     head_dim : int or None
         Width of one head; ``None`` means ``hidden_size // num_attention_heads``.
-    rms_norm_eps : float
-        Epsilon of every RMSNorm.
-    rope_theta : float
-        Base of the rotary embedding's frequencies.
+    rms_norm_eps, rope_theta : float
+        Epsilon of every RMSNorm; base of the rotary embedding's frequencies.
     rope_scaling : RopeScaling or None
         How the frequencies are scaled for a longer context (Llama 3.1's ``llama3``, YaRN,
         ...); None for plain RoPE.
-    qkv_bias : bool
-        The q, k and v projections have biases (Qwen2; Llama's ``attention_bias``).
-    o_bias : bool
-        The output projection has a bias (Llama's ``attention_bias``).
-    mlp_bias : bool
-        The MLP's projections have biases (Llama's ``mlp_bias``).
+    qkv_bias, o_bias, mlp_bias : bool
+        The q, k and v projections have biases (Qwen2; Llama's ``attention_bias``), the
+        output projection (Llama's ``attention_bias``), the MLP's (Llama's ``mlp_bias``).
     tie_word_embeddings : bool
         The head reuses the embedding matrix (no ``lm_head.weight``).
     qk_norm : bool

@@ -73,11 +73,9 @@ class Experts:
         A sigmoid gate ``[1, d]`` scales the shared experts' output (Qwen2-MoE).
     scoring : str
         ``softmax`` (Mixtral, Qwen) or ``sigmoid`` (DeepSeek-V3) over the router's logits.
-    normalize_top_k : bool
-        The chosen experts' weights are renormalized to sum to one.
-    router_bias : bool
-        The router has a per-expert bias used only to choose (DeepSeek-V3's
-        ``e_score_correction_bias``).
+    normalize_top_k, router_bias : bool
+        The chosen experts' weights are renormalized to sum to one; the router has a
+        per-expert bias used only to choose (DeepSeek-V3's ``e_score_correction_bias``).
     groups, top_groups : int
         DeepSeek-V3's group-limited routing: experts in ``groups`` groups, a token's
         experts taken from its best ``top_groups`` groups (1 and 1: no limit).
@@ -527,10 +525,9 @@ def expected_routing(num_experts: int, experts_per_token: int, tokens: int,
         gap = np.where(room, (want - counts) * step, -np.inf)
         counts[int(np.argmax(gap))] += step
         rest -= step
-    out = [0] * e
-    for j, n in zip(top, counts, strict=True):
-        out[int(j)] = int(n)
-    return out
+    out = np.zeros(e, int)
+    out[top] = counts
+    return out.tolist()
 
 
 class MoECallGroup(NamedTuple):

@@ -128,7 +128,6 @@ class _LatentAttention(nn.Module):
         out = op.reshape(op.permute_dims(out, [0, 2, 1, 3]), [b, s, h * m.v_head_dim])
         return self.o_proj(out), latent, k_rot
 
-
     def _absorbed(self, x: nn.Tensor, q_pass: nn.Tensor, q_rot: nn.Tensor, latent: nn.Tensor,
                   k_rot: nn.Tensor) -> nn.Tensor:
         # Decode with kv_b_proj absorbed: each head's query is taken into the latent space
@@ -548,8 +547,6 @@ def _expected(config: MoEConfig):
     a, e = config.attention, config.experts
     d = a.hidden_size
     moe = _MOE_PREFIX.get(config.model_type, "mlp.")
-    gate, up, down = (_expert_name(config.model_type, f"mlp.{n}.weight")
-                      for n in ("gate_proj", "up_proj", "down_proj"))
     routed = set(e.moe_layers)
     yield "embed_tokens.weight", (a.vocab_size, d)
     for i in range(a.num_hidden_layers):
@@ -574,10 +571,8 @@ def _expected(config: MoEConfig):
             yield m + "down_proj_bias", (e.num_experts, d)
             continue
         for j in range(e.num_experts):
-            m = f"{p}{moe}experts.{j}."
-            yield m + gate, (e.intermediate_size, d)
-            yield m + up, (e.intermediate_size, d)
-            yield m + down, (d, e.intermediate_size)
+            for n, shape in mlp_shapes("mlp.", d, e.intermediate_size):
+                yield f"{p}{moe}experts.{j}.{_expert_name(config.model_type, n)}", shape
         if e.shared_intermediate_size:
             yield from mlp_shapes(p + moe + _SHARED[config.model_type], d,
                                   e.shared_intermediate_size)

@@ -158,11 +158,6 @@ class RopeScaling:
         return plain / self.factor * (1 - keep) + plain * keep
 
 
-def _number(field: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"config.json {field}={value!r} must be a number")
-
-
 def rope_from_config(values: Mapping[str, Any]) -> tuple[float, RopeScaling | None]:
     """``(rope_theta, scaling)`` from a ``config.json``; scaling None for plain RoPE.
 
@@ -218,8 +213,8 @@ def rope_from_config(values: Mapping[str, Any]) -> tuple[float, RopeScaling | No
             elif key == "original_max_position_embeddings":
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise ValueError(f"config.json {field}.{key}={value!r} must be an integer")
-            else:
-                _number(f"{field}.{key}", value)
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"config.json {field}.{key}={value!r} must be a number")
             kwargs[key] = value
         if kind == "yarn" and "factor" not in kwargs:
             # DeepSeek's files may leave the factor to the ratio of the two contexts.

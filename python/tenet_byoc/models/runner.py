@@ -183,8 +183,7 @@ class DecoderRunner:
         checked = self.check_params(config, params)
         bound = checked if bind_params else None
         self.batched = bool(batched)
-        self.mod = (self.export(config, bound, batched=True) if self.batched
-                    else self.export(config, bound))
+        self.mod = self.export(config, bound, batched=self.batched)
         self.device = tvm.cpu() if device is None else device
         self.executable = (build or build_with_tvm)(self.mod)
         self.vm = relax.VirtualMachine(self.executable, self.device)

@@ -94,8 +94,7 @@ def simulate_disaggregated(requests: Sequence[TraceRequest], prefill_cost: Any, 
     n = len(requests)
     first = pre.finish_s.copy()
     finish = first.copy()
-    start = np.full(n, np.nan)
-    end = np.full(n, np.nan)
+    start, end = np.full((2, n), np.nan)
     link_free = 0.0
     movers = [i for i in range(n) if requests[i].output_tokens > 1]
     for i in sorted(movers, key=lambda i: (first[i], i)):

@@ -143,8 +143,7 @@ class PagedKVCache:
         elif entry.owner is None and entry.ready == 0:
             entry.owner = sequence
         entry.refs += 1
-        usable = min(entry.ready, limit // self.block_size)
-        return usable * self.block_size
+        return min(entry.ready, limit // self.block_size) * self.block_size
 
     def publish(self, prefix: str, sequence: object, shared: int, computed: int,
                 prefix_tokens: int) -> int:

@@ -14,7 +14,7 @@ Thread safety: values are immutable. Errors: a target that is not a number > 0 r
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,9 +61,6 @@ class ServingMetrics:
     kv_use_max: float
     iterations: int
     preemptions: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _target(name: str, value: float | None) -> float:

@@ -65,10 +65,7 @@ def max_rate(metrics_at: Callable[[float], ServingMetrics], ttft_ms: float | Non
             lo, hi = min(prev, rate), max(prev, rate)
             while hi / lo > 1 + rel_tol:
                 mid = (lo * hi) ** 0.5
-                if run(mid):
-                    lo = mid
-                else:
-                    hi = mid
+                lo, hi = (mid, hi) if run(mid) else (lo, mid)
             break
     rate, m = max(((r, m) for r, m, ok in tried if ok), key=lambda x: x[0],
                   default=(None, None))

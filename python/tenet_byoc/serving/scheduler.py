@@ -86,12 +86,14 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
 
     def _release(self, seq: Sequence) -> None:
+        """Give back ``seq``'s blocks and prefix reference; its tokens are to compute anew."""
         self.cache.give(seq.own_blocks)
         seq.own_blocks = 0
         if seq.attached:
             self.cache.detach(seq.prefix, seq)
             seq.attached = False
         seq.shared = 0
+        seq.computed = 0
 
     def schedule(self) -> list[tuple[Sequence, int, int]]:
         """The next step: ``(sequence, new tokens, context)`` per sequence, blocks taken.
@@ -150,7 +152,6 @@ class Scheduler:
             if (not chunked and pending > budget and step) or need > blocks - cache.used:
                 if seq.attached:  # a waiting sequence holds no reference
                     self._release(seq)
-                    seq.computed = 0
                 break
             cache.used += need
             seq.own_blocks += need
@@ -171,7 +172,6 @@ class Scheduler:
                 j -= 1
             victim = running.pop(j)
             self._release(victim)  # recomputed when admitted again
-            victim.computed = 0
             victim.preemptions += 1
             self.waiting.appendleft(victim)
             if victim is seq:
@@ -195,12 +195,11 @@ class Scheduler:
             if computed == seq.prompt + generated:
                 generated += 1
                 seq.generated = generated
-                if generated == seq.output:
+                done = generated == seq.output
+                if done:
                     self._release(seq)
                     done_any = True
-                    emitted.append((seq, True))
-                else:
-                    emitted.append((seq, False))
+                emitted.append((seq, done))
         if done_any:
             self.running = [s for s in self.running if s.generated < s.output]
         return emitted

@@ -209,12 +209,9 @@ def _fast_forward(sched: Scheduler, cost: SplitStepCost, now: float, next_arriva
     if m < 2:
         return None
     cost.calls += m
-    starts, durations, batch, tokens, blocks = record
-    starts.extend(clock[:m].tolist())
-    durations.extend(seconds[:m].tolist())
-    batch.extend([nseq] * m)
-    tokens.extend([nseq] * m)
-    blocks.extend((cache.used + taken[:m]).tolist())
+    for column, values in zip(record, (clock[:m].tolist(), seconds[:m].tolist(), [nseq] * m,
+                                       [nseq] * m, (cache.used + taken[:m]).tolist())):
+        column.extend(values)  # starts, durations, batch, tokens, blocks
     cache.used += int(taken[m - 1])
     for seq, blocks_now in zip(running, held[:, m - 1].tolist()):
         seq.computed += m
@@ -232,7 +229,7 @@ def _loop(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: int,
     ``record``."""
     from collections import deque
 
-    starts, durations, batch, tokens, blocks = record
+    durations = record[1]
     n = len(seqs)
     waiting = sched.waiting
     cache = sched.cache
@@ -296,11 +293,8 @@ def _loop(sched: Scheduler, cost, seqs: list, arrival: np.ndarray, stages: int,
         for seq, _, _ in step:
             seq.in_flight = True
         flight.append((t, step))
-        starts.append(now)
-        durations.append(seconds)
-        batch.append(len(step))
-        tokens.append(new_tokens)
-        blocks.append(cache.used)
+        for column, value in zip(record, (now, seconds, len(step), new_tokens, cache.used)):
+            column.append(value)  # starts, durations, batch, tokens, blocks
         now = free_at[0]
         if progress is not None and done - reported >= 64:
             progress(done - reported)
