@@ -236,6 +236,10 @@ GemmCall ComputedCall(const GemmCall& call, const Accelerator& accelerator) {
   return c;
 }
 
+int64_t WorkloadMacs(const GemmWorkload& w, const char* what) {
+  return CheckedMul(CheckedMul(CheckedMul(w.batch, w.m, what), w.n, what), w.k, what);
+}
+
 namespace {
 
 // ChargeGemm with the arrays prepared (`array` and `tiles` both set) or not (both null).
@@ -285,10 +289,7 @@ Charge ChargeWith(const GemmCall& asked, const Accelerator& accelerator, Analysi
     }
     charge.energy.total_pj += charge.edge_pj;
   }
-  // The MACs are the call's own work; the computed call's padding is PEs held idle.
-  const GemmWorkload& own = asked.workload;
-  charge.array.macs = charge.memory.macs = CheckedMul(
-      CheckedMul(CheckedMul(own.batch, own.m, "MACs"), own.n, "MACs"), own.k, "MACs");
+  charge.array.macs = charge.memory.macs = WorkloadMacs(asked.workload, "MACs");
   // Each energy figure is finite, but its product with a call's counts can overflow (a
   // pj_per_mac of 5.5e303): refuse the call rather than charge it an infinite energy.
   if (!std::isfinite(charge.energy.total_pj))

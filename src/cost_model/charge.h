@@ -185,7 +185,12 @@ GemmWorkload PeWorkload(const GemmCall& call, const Accelerator& accelerator);
 // data and extra work stay the call's. Applying it twice changes nothing.
 GemmCall ComputedCall(const GemmCall& call, const Accelerator& accelerator);
 
-// The ComputedCall is charged (its MACs, traffic, cycles, energy); Charge::call is `call`.
+// The MACs of `w` (batch x m x n x k, overflow refused naming `what`): a charge's MACs are its
+// call's own work, whatever padding its ComputedCall adds (PEs held idle).
+int64_t WorkloadMacs(const GemmWorkload& w, const char* what);
+
+// The ComputedCall is charged (its traffic, cycles, energy; the MACs are `call`'s own, see
+// WorkloadMacs); Charge::call is `call`.
 // Operand widths the accelerator's PEs do not take, and tiles that do not fit, are refused
 // (std::invalid_argument naming them). `method` is the array level's (AnalyzeGemm).
 // With mapping kind "auto" the call's dataflow and tiles are `search`->Best(call) (`search`

@@ -220,9 +220,7 @@ Charge ChargeOnCores(const GemmCall& asked, const Accelerator& acc, AnalysisMeth
   m.register_access_bits = Scale(m.register_access_bits, f);
   m.compulsory_dram_bits = CompulsoryDramBits(w);
   m.tile_steps = Scale(m.tile_steps, f);
-  const GemmWorkload& own = asked.workload;  // the call's own work (ComputedCall's padding idles)
-  m.macs = CheckedMul(CheckedMul(CheckedMul(own.batch, own.m, "cores: MACs"), own.n, "cores: MACs"),
-                      own.k, "cores: MACs");
+  m.macs = WorkloadMacs(asked.workload, "cores: MACs");  // the call's own work (charge.h)
   const int64_t core_cycles = m.cycles;
   m.cycles = CheckedAdd(CheckedAdd(cores.launch_cycles,
                                    std::max(core_cycles, CeilCycles(CompulsoryDramBits(w),
