@@ -764,8 +764,9 @@ class Ledger:
 
     def group_by(self, key: str | tuple[str, ...]) -> GroupedTotals:
         """Totals per value of ``key``: symbol, pattern, name, phase, scheme, chip, unit
-        (array, vector, link), layer (None: outside the decoder layers) or op; or per
-        tuple of values of a tuple of them, e.g. ``("phase", "name")``.
+        (array, vector, link, attention), layer (None: outside the decoder layers) or op; or
+        per tuple of values of a tuple of them, e.g. ``("phase", "name")``. Each group's
+        MACs and utilisation are those of its calls on the PEs, as :class:`Totals` says.
 
         A ``dict`` (:class:`GroupedTotals`) that prints as a table with units; groups in
         order of their first call. Numpy sums over the columns: no entry is made.
