@@ -204,7 +204,39 @@ Charge ChargeOnCores(const GemmCall& asked, const Accelerator& acc, AnalysisMeth
   } else if (core.mapping.kind == "given") {
     charge = charged(core);  // the user's own tiles for every core
   }
+  // The one core's charge lifted to the call, field by field. Each of the `active` cores runs
+  // at most `waves` units, the charged core exactly `waves`: its time is the call's critical
+  // path, and the units' work is f = units / waves times its own.
+  //  * Volumes and counts sum over the units (x f): DRAM, buffer and register traffic,
+  //    energy, and TENET's array-level figures (offchip bits, each tensor's total / unique
+  //    accesses and offchip volume). The offchip volume is what crosses the edges of the
+  //    arrays, each core's unit fetching its own A and B tiles: the sum over units, not the
+  //    single-core analysis of the whole call. That is how one array of N x the PEs is
+  //    charged too (each of its folds fetches its operands again), so a call on N cores of
+  //    R x C and the same call on one core of N x R x C count the same kind of traffic.
+  //  * Time is the critical path, one core's `waves` units (the cycles below likewise):
+  //    time_steps, folds, TENET's delays, compute / stall / array cycles stay the core's.
+  //  * PEs: num_pes every core's; active_pes those of the active cores (each holds one
+  //    unit's active PEs); avg_active_pes the PE-steps of all units over the critical path's
+  //    steps (x f); bandwidth_bits_per_cycle the call's offchip bits over its compute
+  //    cycles (x f); array_utilization the units' MACs over every core's PEs (x f / count).
   const double f = static_cast<double>(sp.units) / static_cast<double>(sp.waves);
+  Metrics& a = charge.array;
+  for (auto& [name, t] : a.tensors) {
+    t.total = Scale(t.total, f);
+    t.unique = Scale(t.unique, f);
+    t.offchip_elements = Scale(t.offchip_elements, f);
+    t.offchip_bits = Scale(t.offchip_bits, f);
+    t.offchip_bytes = t.offchip_bits / 8.0;
+  }
+  a.offchip_read_bits = Scale(a.offchip_read_bits, f);
+  a.offchip_write_bits = Scale(a.offchip_write_bits, f);
+  a.bandwidth_bits_per_cycle *= f;
+  a.avg_active_pes *= f;
+  a.active_pes = CheckedMul(a.active_pes, sp.active, "cores: PEs");
+  a.array_utilization *= f / static_cast<double>(cores.count);
+  a.num_pes = CheckedMul(PrepareArray(acc.hardware, acc.dataflow)->num_pes, cores.count,
+                         "cores: PEs");
   MemoryMetrics& m = charge.memory;
   for (auto& [name, t] : m.tensors) {
     t.dram_read_bits = Scale(t.dram_read_bits, f);
@@ -220,7 +252,7 @@ Charge ChargeOnCores(const GemmCall& asked, const Accelerator& acc, AnalysisMeth
   m.register_access_bits = Scale(m.register_access_bits, f);
   m.compulsory_dram_bits = CompulsoryDramBits(w);
   m.tile_steps = Scale(m.tile_steps, f);
-  m.macs = WorkloadMacs(asked.workload, "cores: MACs");  // the call's own work (charge.h)
+  a.macs = m.macs = WorkloadMacs(asked.workload, "cores: MACs");  // the call's own (charge.h)
   const int64_t core_cycles = m.cycles;
   m.cycles = CheckedAdd(CheckedAdd(cores.launch_cycles,
                                    std::max(core_cycles, CeilCycles(CompulsoryDramBits(w),
@@ -228,8 +260,7 @@ Charge ChargeOnCores(const GemmCall& asked, const Accelerator& acc, AnalysisMeth
                                    "cores: cycles"),
                         best.reduction, "cores: cycles");
   m.dram_stall_cycles = std::max<int64_t>(0, m.cycles - m.array_cycles - m.extra_op_cycles);
-  m.num_pes = CheckedMul(PrepareArray(acc.hardware, acc.dataflow)->num_pes,
-                         cores.count, "cores: PEs");
+  m.num_pes = a.num_pes;
   GemmWorkload rated = w;  // codes emulated on a wider unit run at its rate
   rated.mac_bits = EmulatedMacBits(w, acc.precision);
   const int64_t rate = acc.hardware.macs_per_pe_per_cycle.AtBits(RateBits(rated));

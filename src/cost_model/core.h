@@ -21,7 +21,9 @@
 //    and read back through the shared level, and one more launch), at the cheapest (tm, tn,
 //    s) of the candidates: tm = rows x 2^i, tn = cols x 2^j (i, j = 0..5, no larger than
 //    needed), s = 1, 2, 4, ... max_split_k (no more than K / rows).
-//  * Traffic and energy: one core's, times the units over the waves (all units' work).
+//  * Traffic, energy and the array's volumes: one core's, times the units over the waves (all
+//    units' work); time (cycles, time steps, delays) the critical path, one core's waves;
+//    PE counts every core's (ChargeOnCores lifts each field, core.cc).
 #pragma once
 
 #include <cstdint>

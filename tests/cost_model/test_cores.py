@@ -62,6 +62,32 @@ def test_output_tiles_spread_over_cores_with_the_shared_bandwidth_shared():
     assert fields["pe_utilization"] == pytest.approx(8 * 4 * 16 / (got.cycles * 2 * 4 * 4))
 
 
+def test_the_array_fields_are_the_whole_calls():
+    # The same 8 x 4 x 16 float32 call on two 4 x 4 output-stationary cores, one 4 x 4 x 16
+    # unit each, counted by hand. Each core's array reads its 4 x 16 rows of A and all of B
+    # (16 x 4) and writes its 4 x 4 of C: the call's array-level volume is both cores' (A
+    # 8 x 16, B twice, C 8 x 4). Time is one core's: a skewed 4 x 4 os array takes
+    # K + 3 + 3 = 22 steps. Every PE of both arrays computes, 512 MACs over those 22 steps.
+    acc = _acc(cm.Cores(count=2, shared_bandwidth_bits=512, launch_cycles=100))
+    charge = cm.charge(cm.GemmCall(m=8, n=4, k=16), acc)
+    fields = charge.ledger_fields()
+    read, write = (8 * 16 + 2 * 16 * 4) * 4, 8 * 4 * 4
+    assert (fields["offchip_read_bytes"], fields["offchip_write_bytes"]) == (read, write)
+    assert (fields["time_steps"], fields["compute_cycles"], fields["folds"]) == (22, 22, 1)
+    assert (fields["active_pes"], fields["num_pes"]) == (32, 32)
+    assert fields["avg_active_pes"] == pytest.approx(512 / 22)
+    assert fields["bandwidth_bits_per_cycle"] == pytest.approx((read + write) * 8 / 22)
+    assert charge.array.array_utilization == pytest.approx(512 / (22 * 32))
+    assert fields["pe_utilization"] == pytest.approx(512 / (fields["cycles"] * 32))
+    # Per tensor: B's volume is read by both cores, A's and C's split between them.
+    tensors = dict(charge.array.tensors)
+    assert [tensors[t].offchip_elements for t in "ABC"] == [8 * 16, 2 * 16 * 4, 8 * 4]
+    # The delays are one core's, equal to those of the 4 x 4 x 16 unit on one core alone.
+    one = cm.charge(cm.GemmCall(m=4, n=4, k=16), _acc(None)).ledger_fields()
+    for name in ("tenet_delay", "ingress_delay", "egress_delay", "compute_delay", "time_steps"):
+        assert fields[name] == one[name], name
+
+
 def test_units_beyond_the_cores_run_in_waves():
     # 4 units of 4 x 4 on 3 cores: 3 active, 2 waves; a core runs two units one after another.
     cores = cm.Cores(count=3, shared_bandwidth_bits=600)
