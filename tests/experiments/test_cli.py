@@ -39,6 +39,8 @@ def test_presets_lists_accelerators_and_schemes(capsys):
     out = capsys.readouterr().out
     for name in [*PRESETS, *SCHEMES]:
         assert f"| {name}" in out
+    # Every core's PEs: H200's 132 SMs, each one 8 x 16 array here (accelerators.py).
+    assert "| h200 | 132 x 128 = 16896 |" in out
 
 
 def test_sweep_writes_tables_and_plots(tmp_path, capsys):

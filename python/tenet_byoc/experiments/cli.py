@@ -271,7 +271,9 @@ def _cmd_presets(args) -> int:
         rates = hw.macs_per_pe_per_cycle
         rate = (", ".join(f"{r}@{b}b" for b, r in sorted(rates.items()))
                 if isinstance(rates, dict) else str(rates))
-        rows.append([name + (" (default)" if name == DEFAULT_PRESET else ""), hw.num_pes,
+        count = acc.cores.count  # every core's PEs, as the ledger's num_pes
+        pes = f"{count} x {hw.num_pes} = {count * hw.num_pes}" if count > 1 else hw.num_pes
+        rows.append([name + (" (default)" if name == DEFAULT_PRESET else ""), pes,
                      acc.dataflow.name, rate, f"{hw.bandwidth_bits:g}", f"{hw.avg_latency:g}",
                      f"{hw.clock_ghz:g}", hw.l1_bytes, hw.l2_bytes])
     print("Accelerator presets (--accelerator):\n")
