@@ -88,6 +88,20 @@ def test_the_array_fields_are_the_whole_calls():
         assert fields[name] == one[name], name
 
 
+def test_the_array_fields_of_uneven_waves():
+    # 12 x 4 x 8 on two 4 x 4 cores: three 4 x 4 x 8 units in two waves, the second with one
+    # core idle. Volumes are the three units' (each reads 4 x 8 of A and 8 x 4 of B, writes
+    # 4 x 4 of C); time the busy core's two units, 2 x (8 + 3 + 3) steps; the two cores'
+    # PEs are active; the units' 384 MAC steps average over the critical path's steps.
+    acc = _acc(cm.Cores(count=2, shared_bandwidth_bits=600))
+    fields = cm.charge(cm.GemmCall(m=12, n=4, k=8), acc).ledger_fields()
+    assert fields["mapping"].startswith("cores 2/2 x tiles 4x4 split-k 1 waves 2")
+    assert (fields["offchip_read_bytes"], fields["offchip_write_bytes"]) == (
+        3 * (4 * 8 + 8 * 4) * 4, 3 * 4 * 4 * 4)
+    assert (fields["time_steps"], fields["folds"], fields["active_pes"]) == (28, 2, 32)
+    assert fields["avg_active_pes"] == pytest.approx(12 * 4 * 8 / 28)
+
+
 def test_units_beyond_the_cores_run_in_waves():
     # 4 units of 4 x 4 on 3 cores: 3 active, 2 waves; a core runs two units one after another.
     cores = cm.Cores(count=3, shared_bandwidth_bits=600)
