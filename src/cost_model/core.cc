@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -221,16 +222,15 @@ Charge ChargeOnCores(const GemmCall& asked, const Accelerator& acc, AnalysisMeth
   //    steps (x f); bandwidth_bits_per_cycle the call's offchip bits over its compute
   //    cycles (x f); array_utilization the units' MACs over every core's PEs (x f / count).
   const double f = static_cast<double>(sp.units) / static_cast<double>(sp.waves);
+  auto sum_over_units = [f](std::initializer_list<int64_t*> counts) {
+    for (int64_t* x : counts) *x = Scale(*x, f);
+  };
   Metrics& a = charge.array;
   for (auto& [name, t] : a.tensors) {
-    t.total = Scale(t.total, f);
-    t.unique = Scale(t.unique, f);
-    t.offchip_elements = Scale(t.offchip_elements, f);
-    t.offchip_bits = Scale(t.offchip_bits, f);
+    sum_over_units({&t.total, &t.unique, &t.offchip_elements, &t.offchip_bits});
     t.offchip_bytes = t.offchip_bits / 8.0;
   }
-  a.offchip_read_bits = Scale(a.offchip_read_bits, f);
-  a.offchip_write_bits = Scale(a.offchip_write_bits, f);
+  sum_over_units({&a.offchip_read_bits, &a.offchip_write_bits});
   a.bandwidth_bits_per_cycle *= f;
   a.avg_active_pes *= f;
   a.active_pes = CheckedMul(a.active_pes, sp.active, "cores: PEs");
@@ -238,20 +238,12 @@ Charge ChargeOnCores(const GemmCall& asked, const Accelerator& acc, AnalysisMeth
   a.num_pes = CheckedMul(PrepareArray(acc.hardware, acc.dataflow)->num_pes, cores.count,
                          "cores: PEs");
   MemoryMetrics& m = charge.memory;
-  for (auto& [name, t] : m.tensors) {
-    t.dram_read_bits = Scale(t.dram_read_bits, f);
-    t.dram_write_bits = Scale(t.dram_write_bits, f);
-    t.buffer_read_bits = Scale(t.buffer_read_bits, f);
-    t.buffer_write_bits = Scale(t.buffer_write_bits, f);
-    t.dram_fetches = Scale(t.dram_fetches, f);
-  }
-  m.dram_read_bits = Scale(m.dram_read_bits, f);
-  m.dram_write_bits = Scale(m.dram_write_bits, f);
-  m.buffer_read_bits = Scale(m.buffer_read_bits, f);
-  m.buffer_write_bits = Scale(m.buffer_write_bits, f);
-  m.register_access_bits = Scale(m.register_access_bits, f);
+  for (auto& [name, t] : m.tensors)
+    sum_over_units({&t.dram_read_bits, &t.dram_write_bits, &t.buffer_read_bits,
+                    &t.buffer_write_bits, &t.dram_fetches});
+  sum_over_units({&m.dram_read_bits, &m.dram_write_bits, &m.buffer_read_bits,
+                  &m.buffer_write_bits, &m.register_access_bits, &m.tile_steps});
   m.compulsory_dram_bits = CompulsoryDramBits(w);
-  m.tile_steps = Scale(m.tile_steps, f);
   a.macs = m.macs = WorkloadMacs(asked.workload, "cores: MACs");  // the call's own (charge.h)
   const int64_t core_cycles = m.cycles;
   m.cycles = CheckedAdd(CheckedAdd(cores.launch_cycles,
