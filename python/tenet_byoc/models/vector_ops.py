@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .decoder import MatmulShape, call_rows_and_keys
+from .decoder import MatmulShape, attended_keys, call_rows_and_keys
 from .gpt2 import GPT2Config
 from .llama import LlamaConfig
 
@@ -128,11 +128,6 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
                 add(p + "window_mask", "mask", (rows, keys))
             add(p + "masked", "add", (b, *heads, rows, keys), rows * keys)
 
-    def layer_keys(window: int | None, cached: int) -> int:  # keys a layer's query attends to
-        if prefill:
-            return min(cached, window or cached) + rows
-        return min(window - 1, tokens) + 1 if window else tokens + 1
-
     other_keys = None
     d = config.n_embd if gpt2 else config.hidden_size
     act = (b, rows, d)
@@ -141,7 +136,7 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
         add("positions.clamp", "relu", (b, rows))
     if gpt2:
         h, hd, ff = config.n_head, config.head_dim, config.inner_dim
-        keys = layer_keys(None, context)
+        keys = attended_keys(phase, tokens, None, context)
         add("wte", "take", act)
         if batched:
             add("wpe", "take", act)
@@ -176,15 +171,15 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     o_fused, mlp_fused = (fused and not gemma and not bias for bias in (config.o_bias,
                                                                         config.mlp_bias))
     other_keys = None if config.uniform_layers else next(  # those of the other kind of layer
-        layer_keys(config.layer_window(i), 0) for i in range(config.num_hidden_layers)
-        if config.layer_window(i) != config.layer_window(0))
+        attended_keys(phase, tokens, config.layer_window(i), context)
+        for i in range(config.num_hidden_layers) if config.layer_window(i) != config.layer_window(0))
     add("embed_tokens", "take", act)
     if gemma:
         add("embed_tokens.scale", "multiply", act, 1)
     for i in range(config.num_hidden_layers):
         p = f"layers.{i}."
         window = config.layer_window(i)
-        keys = layer_keys(window, context)
+        keys = attended_keys(phase, tokens, window, context)
         add(p + "input_layernorm", "rms_norm", act)
         linear(p + "self_attn.q_proj", nh * hd, d, qkv_bias)
         if config.qk_norm:  # Qwen3: each head's query and key RMS-normed before RoPE
