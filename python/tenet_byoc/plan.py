@@ -708,9 +708,9 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
                                   stage))
 
     if moe:
-        (_, n, ph, tokens, context), = groups
+        (seq, n, ph, tokens, context), = groups
         for group in moe_call_groups(config, tokens, ph, routing, n, activation_bits,
-                                     weights.k_multiple, float_gemm, context):
+                                     weights.k_multiple, float_gemm, context, seq.logit_rows):
             for g, role in group.gemms:
                 gemm(g.name, g.batch, g.m, g.n, g.k, hows[role], role, n, ph,
                      group.epilogues.get(g.name, ()))

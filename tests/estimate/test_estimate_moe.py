@@ -356,6 +356,15 @@ def test_a_moe_chunks_attention_is_a_dense_chunks(window):
         assert calls["attn.qk"].n == (min(20, window or 20) + 6)
 
 
+def test_a_moe_chunks_head_runs_over_the_rows_it_samples():
+    # Two 6-token chunks: the head over all 12 rows, the last of each (2) or none.
+    config = _tiny("mixtral")
+    for logits, rows in ((True, 12), ("last", 2), (False, None)):
+        p = plan(config, Step([(StepSequence(6, 20, logits=logits), 2)]))
+        head = [(c.call.m, c.call.n, c.call.k) for c in p.calls if c.name.startswith("lm_head")]
+        assert head == ([] if rows is None else [(rows, 61, 32)])
+
+
 def test_a_bad_chunk_context_is_refused_by_name():
     from tenet_byoc.models.moe import moe_call_groups
 
@@ -364,3 +373,5 @@ def test_a_bad_chunk_context_is_refused_by_name():
         with pytest.raises(ValueError, match=f"context={context!r} must be an integer"):
             moe_call_groups(config, 4, phase, context=context)
     assert moe_call_groups(config, 4, "prefill", context=60)  # 64 tokens: the model's all
+    with pytest.raises(ValueError, match="logit_rows=5 must be an integer in"):
+        moe_call_groups(config, 4, "prefill", logit_rows=5)

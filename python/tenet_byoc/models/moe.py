@@ -553,7 +553,8 @@ class MoECallGroup(NamedTuple):
 def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
                     tokens_per_expert: Sequence[Sequence[int]] | None = None, batch: int = 1,
                     activation_bits: int = 32, k_multiple: int = 1,
-                    float_gemm: bool = True, context: int = 0) -> list[MoECallGroup]:
+                    float_gemm: bool = True, context: int = 0,
+                    logit_rows: int | None = None) -> list[MoECallGroup]:
     """Every call of one prefill or decode step of ``batch`` equal sequences, grouped by
     the function of a run (:mod:`tenet_byoc.models.moe_model`) that makes it.
 
@@ -592,6 +593,9 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         ``vector_ops.decoder_calls`` plans a dense chunk: ``attn.qk``, ``attn.pv``, the
         scale, masks and softmax, and MLA's ``kv_b_proj`` (which expands every key's latent)
         widen to them; everything else stays over the new rows.
+    logit_rows : int, optional
+        The rows of each sequence the head runs over (default all its new tokens; 0: no
+        ``lm_head`` at all, as a chunk that samples nothing).
 
     Raises
     ------
@@ -606,6 +610,10 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
             0 <= context <= (limit - seq_len if phase == "prefill" else 0)):
         raise ValueError(f"context={context!r} must be an integer in [0, {limit} - seq_len] "
                          "before a prefill (0 before a decode step: seq_len is its cache)")
+    head = rows if logit_rows is None else logit_rows
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head <= rows:
+        raise ValueError(f"logit_rows={logit_rows!r} must be an integer in [0, {rows}] "
+                         "(the call's new tokens)")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch={batch!r} must be an integer >= 1")
     a, e, d = config.attention, config.experts, config.hidden_size
@@ -776,7 +784,8 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         add(p + "experts.combine", "add", (1, tokens * k, d), tokens * k * d)
         close(f"layers.{i}.combine", True)
     add("norm", "rms_norm", act)
-    linear("lm_head", tokens, a.vocab_size, d)
+    if head:
+        linear("lm_head", b * head, a.vocab_size, d)
     close("head")
     return groups
 
