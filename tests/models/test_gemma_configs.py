@@ -66,6 +66,15 @@ def test_bad_fields_are_refused_by_name(field, value, message):
         LlamaConfig.from_hf_dict(values)
 
 
+def _tiny_mix() -> LlamaConfig:
+    # Gemma-2's layer mix, tiny: sliding, full, sliding (window 5).
+    return LlamaConfig.from_hf_dict({
+        "model_type": "gemma2", "num_hidden_layers": 3, "hidden_size": 32,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+        "intermediate_size": 8, "vocab_size": 11, "sliding_window": 5,
+        "max_position_embeddings": 64})
+
+
 def test_plan_gives_each_layer_its_own_keys():
     # A 4-token chunk after 20 cached tokens and a decode step at context 20, on the tiny
     # Gemma-2 mix (sliding, full, sliding; window 5): by hand, a sliding layer's queries see
@@ -73,11 +82,7 @@ def test_plan_gives_each_layer_its_own_keys():
     from tenet_byoc.plan import Step, StepSequence, plan
     from tenet_byoc.system import System
 
-    values = {"model_type": "gemma2", "num_hidden_layers": 3, "hidden_size": 32,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-              "intermediate_size": 8, "vocab_size": 11, "sliding_window": 5,
-              "max_position_embeddings": 64}
-    config = LlamaConfig.from_hf_dict(values)
+    config = _tiny_mix()
     for step, want in ((Step([StepSequence(4, 20)]), [9, 24, 9]),
                        (Step.decode(20), [5, 21, 5])):
         calls = plan(config, step).calls
@@ -100,11 +105,7 @@ def test_a_batched_chunk_masks_each_kind_of_layer_over_its_own_keys():
     # beside it after 30 tokens sees 5 and 31.
     from tenet_byoc.plan import Step, StepSequence, plan
 
-    values = {"model_type": "gemma2", "num_hidden_layers": 3, "hidden_size": 32,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-              "intermediate_size": 8, "vocab_size": 11, "sliding_window": 5,
-              "max_position_embeddings": 64}
-    config = LlamaConfig.from_hf_dict(values)
+    config = _tiny_mix()
 
     def masks(step):
         calls = plan(config, step).calls
