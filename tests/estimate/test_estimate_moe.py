@@ -308,9 +308,9 @@ def _gemm(c) -> tuple[int, int, int, int]:
 @pytest.mark.parametrize("family", ["mixtral", "deepseek_v3", "gpt_oss"])
 def test_a_moe_chunk_attends_to_its_cached_keys_by_hand(family):
     # 6 new rows after 20 cached tokens (moe_testing's tiny models: 4 query heads; Mixtral and
-    # gpt-oss 2 KV heads of 8, gpt-oss's layers 0 and 2 keeping a window of 4, each head a
-    # sink column; DeepSeek's latent attention 4 heads of 8 + 4 (q, k) and 5 (v) over a
-    # rank-12 latent, expanded by kv_b_proj for every key in a prefill).
+    # gpt-oss 2 KV heads of 8, gpt-oss's layers 0 and 2 with a window of 4 (a row sees the 3
+    # keys before it), each head a sink column; DeepSeek's latent attention 4 heads of 8 + 4
+    # (q, k) and 5 (v) over a rank-12 latent, expanded by kv_b_proj for every key in a prefill).
     config = _tiny(family)
     chunk = plan(config, Step([StepSequence(6, 20)]))
     for layer in range(config.num_hidden_layers):
@@ -322,7 +322,7 @@ def test_a_moe_chunk_attends_to_its_cached_keys_by_hand(family):
             assert _gemm(calls["attn.pv"]) == (4, 6, 5, keys)
             scores = (1, 4, 6, keys)
         else:
-            keys = (min(20, 4) if family == "gpt_oss" and layer != 1 else 20) + 6
+            keys = (min(20, 4 - 1) if family == "gpt_oss" and layer != 1 else 20) + 6
             assert _gemm(calls["attn.qk"]) == (2, 2 * 6, keys, 8)
             assert _gemm(calls["attn.pv"]) == (2, 2 * 6, 8, keys)
             scores = (1, 2, 2 * 6, keys)
@@ -332,7 +332,7 @@ def test_a_moe_chunk_attends_to_its_cached_keys_by_hand(family):
         assert tuple(calls["self_attn.softmax"].shape) == (*scores[:-1], keys + sinks)
         assert tuple(calls["self_attn.mask"].shape) == (6, keys)
         assert calls["self_attn.masked"].operand_elements == 6 * keys
-        assert ("self_attn.window_mask" in calls) == (keys == 4 + 6)
+        assert ("self_attn.window_mask" in calls) == (keys == 3 + 6)
     # Everything else is the 6-token prefill's, call for call.
     prefill = plan(config, Step.prefill(6))
     assert [c.key for c in chunk.calls if not c.name.endswith(_OVER_KEYS)] == [
@@ -353,7 +353,7 @@ def test_a_moe_chunks_attention_is_a_dense_chunks(window):
     for layer in range(2):
         calls = _by_name(moe, layer)
         assert calls == _by_name(dense, layer)
-        assert calls["attn.qk"].n == (min(20, window or 20) + 6)
+        assert calls["attn.qk"].n == (min(20, window - 1 if window else 20) + 6)
 
 
 def test_a_moe_chunks_head_runs_over_the_rows_it_samples():

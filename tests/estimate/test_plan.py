@@ -150,10 +150,11 @@ def test_a_chunk_beside_decodes_and_its_refusals():
 
 
 def test_a_chunk_under_a_sliding_window_attends_to_what_the_cache_holds():
-    # Mistral-7B keeps the last 4,096 tokens: a chunk of 64 after 5,000 sees 4,096 + 64 keys.
+    # Mistral-7B's window is 4,096 tokens (a token and the 4,095 before it): a chunk of 64
+    # after 5,000 reads the last 4,095 cached keys (its first row's) and its own 64.
     p = plan("mistral-7b", Step([StepSequence(64, 5000)]))
     (qk,) = {(c.call.m, c.call.n) for c in p.calls if c.name.endswith("attn.qk")}
-    assert qk == (4 * 64, 4096 + 64)
+    assert qk == (4 * 64, 4095 + 64)
 
 
 def test_a_tally_composes_to_the_sum_and_a_plan_pickles():

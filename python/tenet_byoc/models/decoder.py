@@ -111,11 +111,13 @@ def attended_keys(phase: str, seq_len: int, window: int | None, context: int = 0
     """Keys the queries of one layer attend to in a call (the whole block is charged).
 
     A ``prefill`` of ``seq_len`` new rows sees them and the ``context`` keys already cached
-    (a later chunk of a prompt; with a ``window`` W only the last W of those); a ``decode``
-    step's token sees the ``seq_len`` cached keys and its own (with a window, W of them).
+    (a later chunk of a prompt); a ``decode`` step's token sees the ``seq_len`` cached keys
+    and its own. With a ``window`` W a query sees itself and the W - 1 tokens before it, so
+    of the cache only the last W - 1 keys are read, by a chunk's first row as by a decode
+    step (a one-token chunk is a decode step).
     """
     if phase == "prefill":
-        return min(context, window or context) + seq_len
+        return min(context, window - 1 if window else context) + seq_len
     return min(window - 1, seq_len) + 1 if window else seq_len + 1
 
 

@@ -589,7 +589,7 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         dense or ungated shared ``down_proj``).
     context : int
         Tokens already cached before a prefill: > 0 makes it a later chunk of a prompt,
-        whose rows attend to those keys too (a window's last W of them), as
+        whose rows attend to those keys too (a window's last W - 1 of them), as
         ``vector_ops.decoder_calls`` plans a dense chunk: ``attn.qk``, ``attn.pv``, the
         scale, masks and softmax, and MLA's ``kv_b_proj`` (which expands every key's latent)
         widen to them; everything else stays over the new rows.

@@ -55,7 +55,7 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     ``tokens`` is the prompt length P of a ``prefill``, or the cache length L before a
     ``decode`` step (whose token attends to L + 1 keys; with a sliding window W to at most
     W). ``context`` > 0 makes a prefill a later chunk of a prompt: its ``tokens`` rows attend
-    to the ``context`` cached keys too (the last W of them in a layer with a window), so
+    to the ``context`` cached keys too (the last W - 1 of them in a layer with a window), so
     Q x K^T, P x V and the score-wise calls (scale, masks, softmax, soft-capping) widen to
     those keys while norms, activations and KV writes stay over the rows.
     ``activation_bits`` < 32 adds a quantize entry before each linear layer (its K padded
