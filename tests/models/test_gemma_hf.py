@@ -117,18 +117,12 @@ def test_a_chunks_attention_spans_the_keys_transformers_attends_to(name):
     # transformers' eager attention of a 6-token chunk after 20 cached tokens: a full layer's
     # rows attend to all 26 keys, a sliding layer's (window W) to the W - 1 cached keys its
     # first row sees and the 6 new ones. The plan's attn.qk of the chunk spans as many.
-    import torch
+    from llama_testing import chunk_keys
 
     from tenet_byoc.models.llama import LlamaConfig
-    from tenet_byoc.plan import Step, StepSequence, plan
 
     model = _hf_model(name)
-    ids = torch.tensor([IDS * 2])[:, :26]
-    with torch.no_grad():
-        past = model(ids[:, :20], use_cache=True).past_key_values
-        chunk = model(ids[:, 20:], past_key_values=past, use_cache=True, output_attentions=True)
-    want = [a.shape[-1] for a in chunk.attentions]
-    assert want == ([10, 26, 10] if name == "gemma2" else [9, 9, 26])
     config = LlamaConfig.from_hf_dict(model.config.to_dict())
-    calls = plan(config, Step([StepSequence(6, 20)])).calls
-    assert [c.call.n for c in calls if c.name.endswith("attn.qk")] == want
+    want, planned = chunk_keys(model, config, (IDS * 2)[:26], 20)
+    assert want == ([10, 26, 10] if name == "gemma2" else [9, 9, 26])
+    assert planned == want

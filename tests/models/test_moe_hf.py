@@ -164,19 +164,12 @@ def test_a_chunks_attention_spans_the_keys_transformers_attends_to(family):
     # of each layer's weights is the keys its rows attend to (all 26; in gpt-oss's sliding
     # layers the 3 cached keys a window of 4 lets the first row see, and the 6 new ones).
     # The plan's attn.qk of the same chunk spans as many keys in each layer.
-    import torch
+    from llama_testing import chunk_keys
 
     from tenet_byoc.models.moe import MoEConfig
-    from tenet_byoc.plan import Step, StepSequence, plan
 
     model = make_moe(family)
-    ids = torch.tensor([PROMPT * 3])[:, :26]
-    with torch.no_grad():
-        past = model(ids[:, :20], use_cache=True).past_key_values
-        chunk = model(ids[:, 20:], past_key_values=past, use_cache=True, output_attentions=True)
-    want = [a.shape[-1] for a in chunk.attentions]
-    if family == "gpt_oss":
-        assert want == [9, 26, 9]
     config = MoEConfig.from_hf_dict(model.config.to_dict(), name=family)
-    calls = plan(config, Step([StepSequence(6, 20)])).calls
-    assert [c.call.n for c in calls if c.name.endswith("attn.qk")] == want
+    want, planned = chunk_keys(model, config, (PROMPT * 3)[:26], 20)
+    assert want == ([9, 26, 9] if family == "gpt_oss" else [26] * config.num_hidden_layers)
+    assert planned == want
