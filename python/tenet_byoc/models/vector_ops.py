@@ -7,9 +7,9 @@ config facts (biases, norm kind, gated MLP, windows, soft-capping), so the GEMM 
 (``models.gemms.model_gemms``) and the plan's vector calls cannot drift apart. The vector
 operators are those a real run charges (``tenet_byoc.vector_plan`` classifies the built
 module's operators; the runtime charges them once per call, in binding order): embedding
-lookup, norms (Qwen3's per-head QK norms too), rotary embeddings, KV-cache writes, the
-attention scale, the causal mask, softmax, residual adds, SwiGLU's product, activation
-quantization. ``tests/estimate`` checks the lists against a run's ledger entry for entry.
+lookup, norms (Qwen3's per-head QK norms too), rotary embeddings, KV-cache writes (at the
+cache's stored width) and an int cache's quantization, the attention scale, the causal
+mask, softmax, residual adds, SwiGLU's product, activation quantization. ``tests/estimate`` checks the lists against a run's ledger entry for entry.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ class DecoderCalls(NamedTuple):
 def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 32,
                   k_multiple: int = 1, batch: int = 1, float_gemm: bool = True,
                   batched: bool | None = None, context: int = 0,
-                  logit_rows: int | None = None) -> DecoderCalls:
+                  logit_rows: int | None = None, kv_bits: int = 32,
+                  kv_granularity: str = "none", kv_group: int = 0) -> DecoderCalls:
     """Every call of one prefill or decode call of ``config`` (a ``GPT2Config`` or
     ``LlamaConfig``).
 
@@ -69,7 +70,12 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     GEMM) for any ``batch``: a group of sequences inside a larger step (default:
     ``batch > 1``). The GEMMs are those of one sequence either way. ``logit_rows``: the
     rows of each sequence the head runs over (default all its new tokens; 0: none, the
-    head's GEMM listed with no rows and its vector calls left out).
+    head's GEMM listed with no rows and its vector calls left out). ``kv_bits``: the
+    width the KV cache stores, its writes' width; an int cache (< 16) adds the quantization
+    of each layer's new keys and of its new values (all the call's rows, a window's cache
+    too) as quantize entries of one row per scale (``kv_granularity`` "token": a token's
+    keys over all KV heads, "head": one head's, "group": ``kv_group`` channels of a head),
+    shaped ``(b, rows, kv heads x head dim)``, or ``(b, rows, scales per token, row)``.
 
     Raises
     ------
@@ -112,6 +118,17 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     def add(name, op, shape, operand=0):
         out.append(VectorOpShape(name, op, tuple(shape), operand))
 
+    def kv_write(name: str, kv_heads: int, kept: int, hd: int) -> None:
+        out.append(VectorOpShape(name, "kv_write", (b, kv_heads, kept, hd), 0, min(kv_bits, 32)))
+
+    def kv_quantize(name: str, kv_heads: int, hd: int) -> None:  # the new rows, as stored
+        if kv_bits >= 16:
+            return
+        width = kv_heads * hd  # one token's keys (or values)
+        row = {"token": width, "head": hd, "group": kv_group}[kv_granularity]
+        shape = (b, rows, width) if row == width else (b, rows, width // row, row)
+        out.append(VectorOpShape(name + ".quantize", "quantize", shape, 0, kv_bits, True))
+
     def masks(i: int, p: str, heads: tuple[int, ...], keys: int, window: Any = None) -> None:
         # A batch's per-sequence mask, built at the first layer (a model of sliding and
         # full layers builds one of each there, the other's over its own keys), or a
@@ -153,8 +170,13 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
             add(p + "ln_1", "layer_norm", act)
             linear(p + "attn.c_attn", 3 * d, d, ["add"])
             attention(p, h, rows, keys, hd)
-            add(p + "attn.k_cache", "kv_write", (b, h, rows, hd))
-            add(p + "attn.v_cache", "kv_write", (b, h, rows, hd))
+            caches = (p + "attn.k_cache", p + "attn.v_cache")
+            for cache in caches:  # a prefill's new keys (values), as stored, are its cache
+                kv_quantize(cache, h, hd)
+                if prefill:
+                    kv_write(cache, h, rows, hd)
+            for cache in () if prefill else caches:  # a decode step's, appended to it
+                kv_write(cache, h, rows, hd)
             add(p + "attn.scale", "multiply", (b, h, rows, keys), 1)
             masks(i, p + "attn.", (h,), keys)
             add(p + "attn.softmax", "softmax", (b, h, rows, keys))
@@ -194,15 +216,16 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
         if config.qk_norm:
             add(p + "self_attn.k_norm", "rms_norm", (b, rows, nkv, hd))
         add(p + "self_attn.k_rotary", "rotary", (b, rows, nkv, hd), rope)
+        kv_quantize(p + "self_attn.k_cache", nkv, hd)
         if prefill and not rolling:
-            add(p + "self_attn.k_cache", "kv_write", (b, nkv, rows, hd))
-            linear(p + "self_attn.v_proj", nkv * hd, d, qkv_bias)
-            add(p + "self_attn.v_cache", "kv_write", (b, nkv, rows, hd))
-        else:
-            linear(p + "self_attn.v_proj", nkv * hd, d, qkv_bias)
-            if not prefill:
-                add(p + "self_attn.k_cache", "kv_write", (b, nkv, 1, hd))
-                add(p + "self_attn.v_cache", "kv_write", (b, nkv, 1, hd))
+            kv_write(p + "self_attn.k_cache", nkv, rows, hd)
+        linear(p + "self_attn.v_proj", nkv * hd, d, qkv_bias)
+        kv_quantize(p + "self_attn.v_cache", nkv, hd)
+        if prefill and not rolling:
+            kv_write(p + "self_attn.v_cache", nkv, rows, hd)
+        elif not prefill:
+            kv_write(p + "self_attn.k_cache", nkv, 1, hd)
+            kv_write(p + "self_attn.v_cache", nkv, 1, hd)
         attention(p, nkv, g * rows, keys, hd)
         add(p + "self_attn.scale", "multiply", (b, nkv, g * rows, keys), 1)
         if config.attn_logit_softcapping:  # cap * tanh(score / cap), the 1 / cap in the scale
@@ -213,8 +236,8 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
         linear(p + "self_attn.o_proj", d, nh * hd, ["add"] if config.o_bias or o_fused else None)
         if prefill and rolling:
             kept = min(rolling, rows)
-            add(p + "self_attn.k_cache", "kv_write", (b, nkv, kept, hd))
-            add(p + "self_attn.v_cache", "kv_write", (b, nkv, kept, hd))
+            kv_write(p + "self_attn.k_cache", nkv, kept, hd)
+            kv_write(p + "self_attn.v_cache", nkv, kept, hd)
         if gemma:
             add(p + "post_attention_layernorm", "rms_norm", act)
         if not o_fused:
