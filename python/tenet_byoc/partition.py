@@ -173,10 +173,8 @@ def partition_for_tenet(
         # The operators left on TVM's path are charged to the vector unit by one call per
         # function (vector_plan); its steps reach the runtime through the codegen.
         scheme = stamps.get(SCHEME_ATTR, "unnamed")
-        recipe = json.loads(stamps[RECIPE_ATTR]) if RECIPE_ATTR in stamps else {}
-        bits = recipe["bits"][0] if recipe else None
-        kv_bits = recipe["attention"]["key"]["bits"][1] if "attention" in recipe else 32
-        mod, stamps[PLAN_ATTR] = insert_charge_calls(mod, scheme, bits, kv_bits)
+        bits = json.loads(stamps[RECIPE_ATTR])["bits"][0] if RECIPE_ATTR in stamps else None
+        mod, stamps[PLAN_ATTR] = insert_charge_calls(mod, scheme, bits)
     host_io = _host_io(mod)
     for gv, func in _tenet_functions(mod).items():
         for key, value in stamps.items():

@@ -24,6 +24,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from .quantization.scheme import RECIPE_ATTR, RecipeStamp
+
 __all__ = ["FREE", "VectorOp", "VectorPlan", "insert_charge_calls", "plan_function", "vector_plan"]
 
 #: The attribute of the tenet functions that carries the plan's JSON to the codegen.
@@ -175,8 +177,7 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
 
     ``is_tenet(call)`` says whether a call runs on the tenet backend (a GEMM);
     ``activation_bits`` is the width a quantize entry writes (the quantize pass's stamp),
-    else the narrowest type of its chain; ``kv_bits`` the width the KV cache stores (the
-    quantize pass's attention stamp): its writes are charged at it and an int cache's
+    else the narrowest type of its chain; ``kv_bits`` the width the KV cache stores: its writes are charged at it and an int cache's
     quantization (``quantization.numerics._fake_quant_kv``) as one ``quantize`` entry per
     key or value, ``[rows, row]`` with one row per scale (the max-abs's reduced elements),
     under the scheme's name, as ``plan.plan`` charges them.
@@ -474,20 +475,24 @@ def _callers(mod: tvm.IRModule) -> list[tuple[relax.GlobalVar, relax.Function]]:
 
 
 def vector_plan(mod: tvm.IRModule, scheme: str = "none", activation_bits: int | None = None,
-                kv_bits: int = 32) -> dict[str, VectorPlan]:
+                kv_bits: int | None = None) -> dict[str, VectorPlan]:
     """The plan of every Relax function of a partitioned module (the charge call it may
-    already make is skipped)."""
+    already make is skipped); ``kv_bits`` by default the KV width the quantize pass
+    stamped on the module (32 without one)."""
+    if kv_bits is None:
+        stamp = mod.attrs.get(RECIPE_ATTR) if mod.attrs is not None else None
+        attention = stamp is not None and RecipeStamp.read(str(stamp)).attention
+        kv_bits = attention["key"][0][1] if attention else 32
     check = _is_tenet_call(mod)
     return {gv.name_hint: plan_function(f, gv.name_hint, check, scheme, activation_bits,
                                         kv_bits) for gv, f in _callers(mod)}
 
 
 def insert_charge_calls(mod: tvm.IRModule, scheme: str = "none",
-                        activation_bits: int | None = None, kv_bits: int = 32
-                        ) -> tuple[tvm.IRModule, str]:
+                        activation_bits: int | None = None) -> tuple[tvm.IRModule, str]:
     """Append each function's charge call; return the module and the plans' JSON (the
     descriptor's ``vector_functions``) for the codegen."""
-    plans = vector_plan(mod, scheme, activation_bits, kv_bits)
+    plans = vector_plan(mod, scheme, activation_bits)
     described = []
     for gv, func in _callers(mod):
         plan = plans[gv.name_hint]
