@@ -621,7 +621,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         experts are spread by expert parallelism instead) or a routing that does not fit.
     """
     from .models.moe import MoEConfig, moe_call_groups
-    from .models.vector_ops import decoder_calls
+    from .models.vector_ops import KVCache, decoder_calls
 
     config = model_config(config)
     if not isinstance(step, Step):
@@ -674,6 +674,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     fused = attention == "fused" and not moe
     fused_bits = max(activation_bits, hows["key"].bits[1])
     groups = [(seq, n, *_phase_tokens(config, seq)) for seq, n in step.groups]
+    kv = KVCache(quant.kv_bits, quant.kv_granularity, quant.kv_group)
     uniform = len(groups) == 1
     phase = step.phase
     calls: list[PlannedCall] = []
@@ -710,7 +711,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     if moe:
         (_, n, ph, tokens, _), = groups
         for group in moe_call_groups(config, tokens, ph, routing, n, activation_bits,
-                                     weights.k_multiple, float_gemm):
+                                     weights.k_multiple, float_gemm, kv):
             for g, role in group.gemms:
                 gemm(g.name, g.batch, g.m, g.n, g.k, hows[role], role, n, ph,
                      group.epilogues.get(g.name, ()))
@@ -723,7 +724,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     # there are several sequences); a mixed step packs all new tokens into one batch.
     walks = [decoder_calls(config, ph, tokens, activation_bits, weights.k_multiple, n,
                            float_gemm, None if uniform else True, context, seq.logit_rows,
-                           quant.kv_bits, quant.kv_granularity, quant.kv_group)
+                           kv)
              for seq, n, ph, tokens, context in groups]
     gemm_lists = [w.gemms for w in walks]
     epilogues = walks[0].epilogues

@@ -230,28 +230,31 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
             return set()
         return region
 
-    # KV-cache writes: the tensors a decoder returns as its cache ((logits, (K0, V0, ...))).
+    # KV-cache writes: the tensors a decoder returns as its cache ((logits, (K0, V0, ...))),
+    # or a layer called on its own (a mixture of experts') its K and V (rank 4) beside its
+    # outputs ((h, ..., K, V)).
     kv: dict[relax.Var, object] = {}
 
     def bound(x):  # a var's bound value, else ``x`` itself
         return value_of.get(x, x) if isinstance(x, relax.Var) else x
 
     result = bound(func.body.body)
-    if isinstance(result, relax.Tuple) and len(result.fields) == 2:
-        caches = bound(result.fields[1])
-        if isinstance(caches, relax.Tuple):
-            for c in caches.fields:
-                v = c
-                while v in value_of and _op_name(value_of[v]) in ("relax.strided_slice",):
-                    nxt = value_of[v].args[0]
-                    if nxt not in value_of or _op_name(value_of[nxt]) != "relax.concat":
-                        break
-                    covered[v] = "kv_write"
-                    v = nxt
-                if v in value_of and _op_name(value_of[v]) == "relax.concat":
-                    kv[v] = bound(value_of[v].args[0]).fields[-1]
-                elif v in value_of:
-                    kv[v] = v
+    caches = []
+    if isinstance(result, relax.Tuple):
+        nested = bound(result.fields[1]) if len(result.fields) == 2 else None
+        caches = list(nested.fields) if isinstance(nested, relax.Tuple) else [
+            f for f in result.fields if len(_shape(f) or ()) == 4]
+    for v in caches:
+        while v in value_of and _op_name(value_of[v]) in ("relax.strided_slice",):
+            nxt = value_of[v].args[0]
+            if nxt not in value_of or _op_name(value_of[nxt]) != "relax.concat":
+                break
+            covered[v] = "kv_write"
+            v = nxt
+        if v in value_of and _op_name(value_of[v]) == "relax.concat":
+            kv[v] = bound(value_of[v].args[0]).fields[-1]
+        elif v in value_of:
+            kv[v] = v
     # A KV cache's own quantization (schemes "+kvN"): the new tokens' keys (or values) as
     # stored, charged at the chain's last binding (a float16 cache's casts: its write's).
     kv_quantized: dict[relax.Var, tuple] = {}  # the chain's last binding -> [rows, row]

@@ -20,7 +20,7 @@ from .decoder import MatmulShape, call_rows_and_keys
 from .gpt2 import GPT2Config
 from .llama import LlamaConfig
 
-__all__ = ["DecoderCalls", "VectorOpShape", "decoder_calls"]
+__all__ = ["DecoderCalls", "KVCache", "VectorOpShape", "decoder_calls"]
 
 
 class VectorOpShape(NamedTuple):
@@ -32,6 +32,33 @@ class VectorOpShape(NamedTuple):
     operand: int = 0
     bits_out: int = 32
     quantize: bool = False  #: an activation quantization (charged under the scheme's name)
+
+
+class KVCache(NamedTuple):
+    """How the KV cache stores keys and values (a scheme's ``kv_bits``, ``kv_granularity``,
+    ``kv_group``): the width its writes take and, for an int cache (< 16 bits), the
+    quantization of the new keys (values), one row per scale ("token": a token's over all
+    KV heads, "head": one head's, "group": ``group`` channels of a head)."""
+
+    bits: int = 32
+    granularity: str = "none"
+    group: int = 0
+
+    def write(self, name: str, b: int, kv_heads: int, rows: int, hd: int) -> VectorOpShape:
+        """The write of ``rows`` tokens' keys (values) to a cache ``[b, kv_heads, ., hd]``."""
+        return VectorOpShape(name, "kv_write", (b, kv_heads, rows, hd), 0, min(self.bits, 32))
+
+    def quantize(self, name: str, b: int, kv_heads: int, rows: int, hd: int
+                 ) -> list[VectorOpShape]:
+        """An int cache's quantization of ``rows`` new tokens' keys (values), named
+        ``name + ".quantize"``: ``(b, rows, kv heads x head dim)``, or ``(b, rows, scales a
+        token, row)`` for a head's or a group's scales; none for a float cache."""
+        if self.bits >= 16:
+            return []
+        width = kv_heads * hd  # one token's keys (or values)
+        row = {"token": width, "head": hd, "group": self.group}[self.granularity]
+        shape = (b, rows, width) if row == width else (b, rows, width // row, row)
+        return [VectorOpShape(name + ".quantize", "quantize", shape, 0, self.bits, True)]
 
 
 class DecoderCalls(NamedTuple):
@@ -48,8 +75,8 @@ class DecoderCalls(NamedTuple):
 def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 32,
                   k_multiple: int = 1, batch: int = 1, float_gemm: bool = True,
                   batched: bool | None = None, context: int = 0,
-                  logit_rows: int | None = None, kv_bits: int = 32,
-                  kv_granularity: str = "none", kv_group: int = 0) -> DecoderCalls:
+                  logit_rows: int | None = None, kv_cache: KVCache = KVCache()
+                  ) -> DecoderCalls:
     """Every call of one prefill or decode call of ``config`` (a ``GPT2Config`` or
     ``LlamaConfig``).
 
@@ -70,12 +97,10 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     GEMM) for any ``batch``: a group of sequences inside a larger step (default:
     ``batch > 1``). The GEMMs are those of one sequence either way. ``logit_rows``: the
     rows of each sequence the head runs over (default all its new tokens; 0: none, the
-    head's GEMM listed with no rows and its vector calls left out). ``kv_bits``: the
-    width the KV cache stores, its writes' width; an int cache (< 16) adds the quantization
-    of each layer's new keys and of its new values (all the call's rows, a window's cache
-    too) as quantize entries of one row per scale (``kv_granularity`` "token": a token's
-    keys over all KV heads, "head": one head's, "group": ``kv_group`` channels of a head),
-    shaped ``(b, rows, kv heads x head dim)``, or ``(b, rows, scales per token, row)``.
+    head's GEMM listed with no rows and its vector calls left out). ``kv_cache``: how the cache
+    stores keys and values (:class:`KVCache`): its writes at that width and, for an int
+    cache, each layer's new keys and new values quantized (all the call's rows, where a
+    window's cache keeps fewer).
 
     Raises
     ------
@@ -119,15 +144,10 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
         out.append(VectorOpShape(name, op, tuple(shape), operand))
 
     def kv_write(name: str, kv_heads: int, kept: int, hd: int) -> None:
-        out.append(VectorOpShape(name, "kv_write", (b, kv_heads, kept, hd), 0, min(kv_bits, 32)))
+        out.append(kv_cache.write(name, b, kv_heads, kept, hd))
 
     def kv_quantize(name: str, kv_heads: int, hd: int) -> None:  # the new rows, as stored
-        if kv_bits >= 16:
-            return
-        width = kv_heads * hd  # one token's keys (or values)
-        row = {"token": width, "head": hd, "group": kv_group}[kv_granularity]
-        shape = (b, rows, width) if row == width else (b, rows, width // row, row)
-        out.append(VectorOpShape(name + ".quantize", "quantize", shape, 0, kv_bits, True))
+        out.extend(kv_cache.quantize(name, b, kv_heads, rows, hd))
 
     def masks(i: int, p: str, heads: tuple[int, ...], keys: int, window: Any = None) -> None:
         # A batch's per-sequence mask, built at the first layer (a model of sliding and
