@@ -920,12 +920,12 @@ def shard_vector(name: str, op: str, shape: tuple[int, ...], operand: int, confi
     second operand's elements.
 
     Split by heads (the chip's query or key/value heads, as :func:`shard_gemm` splits
-    attention): the KV-cache writes and an int cache's quantization, rotary embeddings, the attention scale and soft-capping,
-    masked scores and softmax. Split by the MLP width: SiLU and SwiGLU's product. The
-    activation quantized
-    before a row-parallel GEMM: that GEMM's K on the chip (``gemm_k``, by GEMM name, padded
-    as the GEMM is). Every other call (embedding, norms, residual adds, masks, positions,
-    quantization before the other GEMMs) runs whole on every chip.
+    attention): the KV-cache writes and an int cache's quantization, rotary embeddings, the
+    attention scale and soft-capping, masked scores and softmax. Split by the MLP width:
+    SiLU and SwiGLU's product. The activation quantized before a row-parallel GEMM: that
+    GEMM's K on the chip (``gemm_k``, by GEMM name, padded as the GEMM is). Every other call
+    (embedding, norms, residual adds, masks, positions, quantization before the other
+    GEMMs) runs whole on every chip.
     """
     if tp == 1:
         return shape, operand

@@ -177,10 +177,11 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
 
     ``is_tenet(call)`` says whether a call runs on the tenet backend (a GEMM);
     ``activation_bits`` is the width a quantize entry writes (the quantize pass's stamp),
-    else the narrowest type of its chain; ``kv_bits`` the width the KV cache stores: its writes are charged at it and an int cache's
-    quantization (``quantization.numerics._fake_quant_kv``) as one ``quantize`` entry per
-    key or value, ``[rows, row]`` with one row per scale (the max-abs's reduced elements),
-    under the scheme's name, as ``plan.plan`` charges them.
+    else the narrowest type of its chain; ``kv_bits`` the width the KV cache stores: its
+    writes are charged at it and an int cache's quantization
+    (``quantization.numerics._fake_quant_kv``) as one ``quantize`` entry per key or value,
+    ``[rows, row]`` with one row per scale (the max-abs's reduced elements), under the
+    scheme's name, as ``plan.plan`` charges them.
     """
     plan = VectorPlan(name)
     bindings = [b for block in func.body.blocks for b in block.bindings]

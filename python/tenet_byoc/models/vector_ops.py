@@ -9,7 +9,8 @@ operators are those a real run charges (``tenet_byoc.vector_plan`` classifies th
 module's operators; the runtime charges them once per call, in binding order): embedding
 lookup, norms (Qwen3's per-head QK norms too), rotary embeddings, KV-cache writes (at the
 cache's stored width) and an int cache's quantization, the attention scale, the causal
-mask, softmax, residual adds, SwiGLU's product, activation quantization. ``tests/estimate`` checks the lists against a run's ledger entry for entry.
+mask, softmax, residual adds, SwiGLU's product, activation quantization.
+``tests/estimate`` checks the lists against a run's ledger entry for entry.
 """
 
 from __future__ import annotations
@@ -97,10 +98,10 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     GEMM) for any ``batch``: a group of sequences inside a larger step (default:
     ``batch > 1``). The GEMMs are those of one sequence either way. ``logit_rows``: the
     rows of each sequence the head runs over (default all its new tokens; 0: none, the
-    head's GEMM listed with no rows and its vector calls left out). ``kv_cache``: how the cache
-    stores keys and values (:class:`KVCache`): its writes at that width and, for an int
-    cache, each layer's new keys and new values quantized (all the call's rows, where a
-    window's cache keeps fewer).
+    head's GEMM listed with no rows and its vector calls left out). ``kv_cache``: how the
+    cache stores keys and values (:class:`KVCache`): its writes at that width and, for an
+    int cache, each layer's new keys and new values quantized (all the call's rows, where
+    a window's cache keeps fewer).
 
     Raises
     ------
