@@ -138,6 +138,26 @@ def test_tiny_llama_checkpoint_equals_its_run(checkpoint, scheme):
         assert attention and {e.bits_b for e in attention} == {kv}
 
 
+@pytest.mark.slow
+def test_a_prompt_longer_than_the_window_quantizes_every_key_and_keeps_the_window(tmp_path):
+    # Tiny Mistral (window 16, 2 KV heads of 24): a 24-token prompt's keys and values are
+    # all quantized (attention reads them as stored), one row per head and token, and the
+    # cache keeps the last 16 tokens.
+    folder = write_checkpoint(tmp_path, TINY_MISTRAL, make_llama_weights(TINY_MISTRAL))
+    scheme = "per_token+kv4/head"
+    runner = from_pretrained(
+        folder, bind_params=True,
+        build=lambda mod: tenet_byoc.build(tenet_byoc.quantize(mod, scheme), accelerator="ws16"),
+    )
+    real = real_ledger(runner, [(7 * i + 5) % 90 for i in range(24)], 24, 2)
+    est = tenet_byoc.estimate(folder, scheme, "ws16", prompt_len=24, context_len=24,
+                              decode_steps=2)
+    assert_same_charges(real, est)
+    prefill = [e for e in real.entries if e.phase == "prefill"]
+    assert {e.m for e in prefill if e.op == "quantize" and e.bits_c == 4} == {24 * 2}
+    assert {(e.m, e.bits_c) for e in prefill if e.op == "kv_write"} == {(16 * 2, 4)}
+
+
 def test_searched_mappings_equal_the_runs(checkpoint):
     # mapping="auto": the runtime's search (one per accelerator, first call) and the
     # estimate's own search pick the same mapping, so every charge agrees.
