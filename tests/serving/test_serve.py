@@ -59,7 +59,7 @@ def test_split_cost_matches_the_whole_step(step):
 @pytest.mark.parametrize("kv, row", [("kv8", 768), ("kv4/head", 64), ("kv8/group32", 32)])
 def test_kv_quantization_is_charged(kv, row):
     # GPT-2 small: 12 layers, 12 heads of 64. Per layer and new token, the cache's keys and
-    # values are written at the cache's width (estimate writes float32) and quantized on
+    # values are written at the cache's width (not float32) and quantized on
     # the vector unit, one row per scale.
     from tenet_byoc import cost_model as cm
     from tenet_byoc.accelerators import resolve

@@ -24,7 +24,7 @@ import numpy as np
 from ._params import check_positive_numbers
 from .decoder import MatmulShape, attended_keys, call_rows_and_keys, read_layer_types
 from .llama import LlamaConfig, attention_shapes
-from .vector_ops import VectorOpShape
+from .vector_ops import KVCache, VectorOpShape
 
 __all__ = [
     "MOE_FAMILIES",
@@ -554,7 +554,8 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
                     tokens_per_expert: Sequence[Sequence[int]] | None = None, batch: int = 1,
                     activation_bits: int = 32, k_multiple: int = 1,
                     float_gemm: bool = True, context: int = 0,
-                    logit_rows: int | None = None) -> list[MoECallGroup]:
+                    logit_rows: int | None = None, kv_cache: KVCache = KVCache()
+                    ) -> list[MoECallGroup]:
     """Every call of one prefill or decode step of ``batch`` equal sequences, grouped by
     the function of a run (:mod:`tenet_byoc.models.moe_model`) that makes it.
 
@@ -596,6 +597,10 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
     logit_rows : int, optional
         The rows of each sequence the head runs over (default all its new tokens; 0: no
         ``lm_head`` at all, as a chunk that samples nothing).
+    kv_cache : KVCache
+        How the cache stores keys and values: each layer's cache writes at that width and,
+        for an int cache, the quantization of its new keys and values (grouped-query
+        attention), as ``models.vector_ops.decoder_calls`` charges them.
 
     Raises
     ------
@@ -674,6 +679,13 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
                     add(p + f"self_attn.{proj}_norm", "rms_norm", (b, rows, heads, hd))
                 if heads:
                     add(p + f"self_attn.{proj}_rotary", "rotary", (b, rows, heads, hd), rope)
+                cache = p + f"self_attn.{proj}_cache"
+                if proj != "q":  # the new keys (values) as stored; a prefill's are its cache
+                    vec.extend(kv_cache.quantize(cache, b, kv, rows, hd))
+                    if prefill and not window:
+                        vec.append(kv_cache.write(cache, b, kv, rows, hd))
+            for proj in () if prefill else ("k", "v"):  # a decode step's, appended to it
+                vec.append(kv_cache.write(p + f"self_attn.{proj}_cache", b, kv, rows, hd))
             gemms += [(MatmulShape(p + "attn.qk", b * kv, g * rows, keys, hd), "key"),
                       (MatmulShape(p + "attn.pv", b * kv, g * rows, hd, keys), "value")]
             add(p + "self_attn.scale", "multiply", (b, kv, g * rows, keys), 1)
@@ -687,6 +699,9 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
             linear(p + "self_attn.o_proj", tokens, d, h * hd)
             if a.o_bias:
                 epi[p + "self_attn.o_proj"] = ["add"]
+            for proj in ("k", "v") if prefill and window else ():  # the window's rows kept
+                vec.append(kv_cache.write(p + f"self_attn.{proj}_cache", b, kv,
+                                          min(window, rows), hd))
         else:
             h, rank, rot = a.num_attention_heads, m.kv_lora_rank, m.qk_rope_head_dim
             nope, vd = m.qk_nope_head_dim, m.v_head_dim
@@ -713,8 +728,13 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
             if m.q_lora_rank is not None:
                 add(p + "self_attn.q_a_layernorm", "rms_norm", (b, rows, m.q_lora_rank))
             add(p + "self_attn.q_rotary", "rotary", (b, rows, h, rot), rope)
+            # the cache: per token the normed latent and the shared rotated key
+            latent = kv_cache.write(p + "self_attn.latent_cache", b, 1, rows, rank)
+            rope_key = kv_cache.write(p + "self_attn.k_rope_cache", b, 1, rows, rot)
             add(p + "self_attn.kv_a_layernorm", "rms_norm", (b, rows, rank))
+            vec.extend([latent] if prefill else [])
             add(p + "self_attn.k_rotary", "rotary", (b, rows, 1, rot), rope)
+            vec.extend([rope_key] if prefill else [latent, rope_key])
             if prefill:
                 add(p + "self_attn.scale", "multiply", (b, h, rows, keys), 1)
                 add(p + "self_attn.mask", "mask", (rows, keys))
