@@ -17,6 +17,7 @@ from typing import Any
 from . import cost_model as cm
 from ._names import did_you_mean
 from .area import accelerator_area, mac_figure
+from .documents import read_text
 from .mapping import check_objective
 
 #: What ``preset``, ``resolve`` (and so ``estimate`` and the CLI) accept as ``mapping``:
@@ -249,18 +250,8 @@ class Accelerator(cm.Accelerator):
         the two files' stems). The ``.m`` file's dataflow is never replaced: with
         ``mapping="auto"`` only its buffer tiles and tile-loop order are searched.
         """
-        texts = []
-        for path, what in ((p_file, ".p file (PE array)"), (m_file, ".m file (mapping)")):
-            if Path(path).is_dir():
-                raise ValueError(f"TENET {what} {str(path)!r} is a directory, not a file")
-            if not Path(path).is_file():
-                raise FileNotFoundError(f"TENET {what} {str(path)!r} does not exist")
-            try:
-                texts.append(Path(path).read_text(encoding="utf-8"))
-            except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"TENET {what} {str(path)!r} is not UTF-8 text (byte at offset {err.start})"
-                ) from None
+        texts = [read_text(path, f"TENET {what}") for path, what in (
+            (p_file, ".p file (PE array)"), (m_file, ".m file (mapping)"))]
         name = name or f"{Path(p_file).stem}+{Path(m_file).stem}"
         hw = cm.parse_tenet_hardware(texts[0], Path(p_file).stem)
         hw = cm.Hardware(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ._names import did_you_mean
+from .mapping import domain_edges
 
 __all__ = ["PAIRS", "design_form", "read_design"]
 
@@ -34,8 +35,6 @@ PAIRS: tuple[tuple[str, str], ...] = (
     ("hardware.pe_domain", "dataflow.rows / dataflow.cols"),
     *((f"hardware.{derived}", f"memory.{source}") for derived, source in _TWINS.items()))
 
-_DOMAIN = re.compile(r"^\{\s*PE\[p,\s*q\]\s*:\s*0\s*<=\s*p\s*<\s*(\d+)\s+and\s+"
-                     r"0\s*<=\s*q\s*<\s*(\d+)\s*\}$")
 #: The cost model's class names in its messages -> the path a design file writes.
 _CLASS_PATHS = (("MemoryHierarchy.", "memory."), ("Hardware.", "hardware."),
                 ("Dataflow.", "dataflow."), ("VectorUnit.", "vector."),
@@ -67,7 +66,7 @@ def design_form(accelerator: Any) -> dict:
     hardware = form["hardware"]
     for key in _TWINS:
         hardware.pop(key, None)
-    if _preset_array(form) is not None and _DOMAIN.match(str(hardware.get("pe_domain", ""))):
+    if _preset_array(form) is not None and domain_edges(str(hardware.get("pe_domain", ""))):
         hardware.pop("pe_domain")
     ref = _preset_relations(form)
     if ref is not None and all(_squash(form["dataflow"][k]) == _squash(ref[k])
@@ -151,10 +150,10 @@ def _fill_pairs(form: dict, problems: list[str]) -> dict[str, str]:
         hardware["pe_domain"] = f"{{PE[p,q]: 0<=p<{rows} and 0<=q<{cols}}}"
         derived_from["hardware.pe_domain"] = "dataflow.rows / dataflow.cols"
         return derived_from
-    match = _DOMAIN.match(str(domain))
-    if match and (int(match[1]), int(match[2])) != (rows, cols):
+    edges = domain_edges(str(domain))
+    if edges is not None and edges != (rows, cols):
         problems.append(
-            f"hardware.pe_domain is a {match[1]}x{match[2]} array but dataflow.rows / "
+            f"hardware.pe_domain is a {edges[0]}x{edges[1]} array but dataflow.rows / "
             f"dataflow.cols say {rows}x{cols}: give dataflow.rows and dataflow.cols only "
             "(hardware.pe_domain is derived from them) or make them agree")
     return derived_from

@@ -89,7 +89,9 @@ class Charges:
         return {"unit": "attention", "op": "attention", "cycles": c.cycles,
                 "latency_us": c.latency_us, "energy_pj": pj,
                 "mapping": f"fused attention: {c.units} tiles in {c.waves} waves",
-                "macs": c.macs, "dram_read_bytes": c.dram_read_bytes,
+                "macs": c.macs, "num_pes": c.num_pes,
+                "macs_per_pe_per_cycle": c.macs_per_pe_per_cycle,
+                "dram_read_bytes": c.dram_read_bytes,
                 "dram_write_bytes": c.dram_write_bytes, "scheme": "none"}
 
     def _link_fields(self, call: LinkCall) -> dict[str, Any]:

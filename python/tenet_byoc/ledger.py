@@ -142,12 +142,14 @@ class LedgerEntry:
 # ``Charge.ledger_fields``, a GEMM's part), a vector call (``charge_vector``'s ledger fields,
 # its own part, and whether it is a GEMM's fused epilogue), a collective
 # (``tenet_byoc.system``'s formulas: the bytes its chip sent over links) and a fused
-# attention kernel (``charge_attention``: its MACs and DRAM bytes).
+# attention kernel (``charge_attention``: its MACs, the PEs and MAC rate its cycles hold, its
+# DRAM bytes).
 GemmCharge = namedtuple("GemmCharge", COMMON_FIELDS + GEMM_FIELDS)
 VectorCharge = namedtuple("VectorCharge", COMMON_FIELDS + VECTOR_FIELDS)
 LinkCharge = namedtuple("LinkCharge", (*COMMON_FIELDS, "link_bytes"))
-AttentionCharge = namedtuple("AttentionCharge",
-                             (*COMMON_FIELDS, "macs", "dram_read_bytes", "dram_write_bytes"))
+AttentionCharge = namedtuple("AttentionCharge", (
+    *COMMON_FIELDS, "macs", "num_pes", "macs_per_pe_per_cycle", "dram_read_bytes",
+    "dram_write_bytes"))
 
 _CALL = ENTRY_NAMES + ("charge",)
 
@@ -171,7 +173,18 @@ class _Traffic:
         return self.cycles / self.roofline_cycles if self.roofline_cycles else 1.0
 
 
-class GemmEntry(LedgerEntry, _Traffic, namedtuple("GemmEntry", _CALL)):
+class _OnPes:
+    """The PE time of an entry whose products run on the array (GEMM, fused attention)."""
+
+    __slots__ = ()
+
+    @property
+    def mac_capacity(self) -> int:
+        """The MACs the PEs (every core's) could have done in this call's cycles."""
+        return self.cycles * self.num_pes * self.macs_per_pe_per_cycle
+
+
+class GemmEntry(LedgerEntry, _Traffic, _OnPes, namedtuple("GemmEntry", _CALL)):
     """One GEMM on the PE array and what it costs (``unit="array"``).
 
     Its fields are charge.h's table (``Charge.ledger_fields``): shape ``batch, m, n, k``,
@@ -191,11 +204,6 @@ class GemmEntry(LedgerEntry, _Traffic, namedtuple("GemmEntry", _CALL)):
         return cm.GemmCall(m=self.m, n=self.n, k=self.k, batch=self.batch, bits_a=self.bits_a,
                         bits_b=self.bits_b, bits_c=self.bits_c, scheme=self.scheme,
                         recipe=self.recipe, a_on_chip=self.a_on_chip, c_on_chip=self.c_on_chip)
-
-    @property
-    def mac_capacity(self) -> int:
-        """The MACs the array could have done in this call's cycles."""
-        return self.cycles * self.num_pes * self.macs_per_pe_per_cycle
 
     @property
     def weight_bytes(self) -> float:
@@ -228,9 +236,13 @@ class LinkEntry(LedgerEntry, namedtuple("LinkEntry", _CALL)):
     __slots__ = ()
 
 
-class AttentionEntry(LedgerEntry, namedtuple("AttentionEntry", _CALL)):
+class AttentionEntry(LedgerEntry, _OnPes, namedtuple("AttentionEntry", _CALL)):
     """One fused attention kernel (``unit="attention"``): a plan's ``….attn.fused`` call in
-    place of a layer's attention products and score work (``plan(attention="fused")``)."""
+    place of a layer's attention products and score work (``plan(attention="fused")``).
+
+    Its products run on the PEs: ``macs`` (2 x B x H x (query, key) pairs x D; the causal
+    upper triangle skipped) count as a GEMM's, and its cycles hold ``num_pes`` (every core's)
+    at ``macs_per_pe_per_cycle`` (the rate at its width), as a GEMM entry's do."""
 
     __slots__ = ()
 
@@ -329,15 +341,16 @@ class Totals:
     """Sums over a set of entries; utilisation is MAC-weighted (sum MACs / sum PE-cycles)."""
 
     calls: int
-    macs: int
+    macs: int  #: of the calls on the PEs: GEMMs and fused attention kernels
     cycles: int
     roofline_cycles: int  #: sum of the calls' rooflines (cycles / roofline_cycles >= 1)
     latency_us: float
     offchip_bytes: float  #: TENET's unique volume (the array level's traffic)
     dram_bytes: float  #: DRAM reads + writes of the buffer level
     energy_pj: float
-    #: MACs over MAC capacity (cycles x PEs x MACs per PE per cycle) of the GEMMs, so a PE
-    #: doing several MACs a cycle at low precision counts at its real rate
+    #: MACs over the MAC capacity (cycles x PEs, every core's, x MACs per PE per cycle) of
+    #: the calls on the PEs, so a PE doing several MACs a cycle at low precision counts at
+    #: its real rate
     pe_utilization: float
     bandwidth_gbps: float  #: off-chip bytes / latency: the average bandwidth the calls need
 
@@ -418,14 +431,14 @@ def totals(entries: Iterable[LedgerEntry]) -> Totals:
     ``latency_us`` follow :func:`step_cycles`. A :class:`Ledger` sums its columns instead
     (:meth:`Ledger.totals`); this is the plain reference."""
     entries = list(entries)
-    gemms = [e for e in entries if e.unit == "array"]
+    on_pes = [e for e in entries if e.unit in ("array", "attention")]
     moving = [e for e in entries if e.unit in ("array", "vector")]  # through the buffer
     summed = sum(e.cycles for e in entries)
     cycles = step_cycles(entries)
     latency = sum(e.latency_us for e in entries) * (cycles / summed if summed else 1.0)
     offchip = sum(e.offchip_bytes for e in moving)
-    macs = sum(e.macs for e in gemms)
-    capacity = sum(e.mac_capacity for e in gemms)
+    macs = sum(e.macs for e in on_pes)
+    capacity = sum(e.mac_capacity for e in on_pes)
     return Totals(
         calls=len(entries), macs=macs, cycles=cycles,
         roofline_cycles=sum(e.roofline_cycles for e in moving), latency_us=latency,
@@ -751,8 +764,9 @@ class Ledger:
 
     def group_by(self, key: str | tuple[str, ...]) -> GroupedTotals:
         """Totals per value of ``key``: symbol, pattern, name, phase, scheme, chip, unit
-        (array, vector, link), layer (None: outside the decoder layers) or op; or per
-        tuple of values of a tuple of them, e.g. ``("phase", "name")``.
+        (array, vector, link, attention), layer (None: outside the decoder layers) or op; or
+        per tuple of values of a tuple of them, e.g. ``("phase", "name")``. Each group's
+        MACs and utilisation are those of its calls on the PEs, as :class:`Totals` says.
 
         A ``dict`` (:class:`GroupedTotals`) that prints as a table with units; groups in
         order of their first call. Numpy sums over the columns: no entry is made.

@@ -44,6 +44,17 @@ OBJECTIVES = ("latency", "energy", "edp")
 PRESETS = ("os", "ws", "is")
 
 
+#: A rectangular PE domain, ``{PE[p,q]: 0<=p<R and 0<=q<C}`` (any two names).
+_RECTANGLE = re.compile(r"\s*\{\s*PE\[\s*(\w+)\s*,\s*(\w+)\s*\]\s*:\s*0\s*<=\s*\1\s*<\s*(\d+)\s*"
+                        r"and\s*0\s*<=\s*\2\s*<\s*(\d+)\s*\}\s*")
+
+
+def domain_edges(pe_domain: str) -> tuple[int, int] | None:
+    """(rows, cols) of a rectangular ``PE[p,q]: 0<=p<R and 0<=q<C`` domain, else None."""
+    match = _RECTANGLE.fullmatch(pe_domain)
+    return (int(match[3]), int(match[4])) if match else None
+
+
 def array_edges(hardware: Hardware) -> tuple[int, int]:
     """(rows, cols) of a rectangular ``PE[p,q]: 0<=p<R and 0<=q<C`` domain.
 
@@ -52,12 +63,11 @@ def array_edges(hardware: Hardware) -> tuple[int, int]:
     ValueError
         The PE domain is not such a rectangle (pass ``rows`` and ``cols`` then).
     """
-    match = re.fullmatch(r"\s*\{\s*PE\[\s*(\w+)\s*,\s*(\w+)\s*\]\s*:\s*0\s*<=\s*\1\s*<\s*(\d+)\s*"
-                         r"and\s*0\s*<=\s*\2\s*<\s*(\d+)\s*\}\s*", hardware.pe_domain)
-    if not match:
+    edges = domain_edges(hardware.pe_domain)
+    if edges is None:
         raise ValueError(f"cannot read the array's rows and cols from Hardware.pe_domain "
                          f"{hardware.pe_domain!r}: pass rows= and cols=")
-    return int(match.group(3)), int(match.group(4))
+    return edges
 
 
 def check_objective(objective: str) -> str:

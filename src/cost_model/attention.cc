@@ -62,9 +62,11 @@ AttentionCharge ChargeAttention(const AttentionCall& call, const Accelerator& ac
   ch.active_cores = std::min(ch.units, cores);
   ch.waves = CeilDiv(ch.units, cores);
   const double units = static_cast<double>(ch.units);
-  const double core_pes = static_cast<double>(PrepareArray(acc.hardware, acc.dataflow)->num_pes);
-  const double rate = static_cast<double>(acc.hardware.macs_per_pe_per_cycle.AtBits(call.bits));
-  ch.mma_cycles = static_cast<double>(ch.macs) / units / (core_pes * rate);
+  const int64_t core_pes = PrepareArray(acc.hardware, acc.dataflow)->num_pes;
+  ch.num_pes = CheckedMul(core_pes, cores, "attention: PEs");
+  ch.macs_per_pe_per_cycle = acc.hardware.macs_per_pe_per_cycle.AtBits(call.bits);
+  ch.mma_cycles = static_cast<double>(ch.macs) / units /
+                  (static_cast<double>(core_pes) * static_cast<double>(ch.macs_per_pe_per_cycle));
   const VectorUnit& v = acc.vector;
   const double per_score = 3 * v.cycles_per_op[static_cast<int>(VectorOpClass::kAdd)] +
                            v.cycles_per_op[static_cast<int>(VectorOpClass::kMul)] +

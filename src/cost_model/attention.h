@@ -43,6 +43,9 @@ struct AttentionCharge {
   AttentionCall call;
   int64_t units = 0, active_cores = 0, waves = 0;
   int64_t macs = 0;              // 2 x B x H x (query, key) pairs x D
+  // The PEs the kernel's cycles hold (the array's, times the cores) and their MAC rate at
+  // `bits`: its MAC capacity is cycles x num_pes x macs_per_pe_per_cycle, as a GEMM's.
+  int64_t num_pes = 0, macs_per_pe_per_cycle = 0;
   int64_t scores = 0;            // B x H x pairs: the softmax's elements
   double mma_cycles = 0;         // one average unit's products on one core
   double softmax_cycles = 0;     // its scores' softmax on one core's lanes

@@ -383,8 +383,9 @@ LedgerFields ChargeLedgerFields(const Charge& c) {
   const Metrics& m = c.array;
   const MemoryMetrics& mm = c.memory;
   const EnergyBreakdown& en = c.energy;
-  // The call's latency is the buffer level's (memory.cycles): its utilization is against it.
-  const double capacity = double(mm.cycles) * double(m.num_pes) * double(m.macs_per_pe_per_cycle);
+  // The call's latency is the buffer level's (memory.cycles): its utilization is against it,
+  // over the PEs those cycles hold (every core's) and with the call's own MACs.
+  const double capacity = double(mm.cycles) * double(mm.num_pes) * double(m.macs_per_pe_per_cycle);
   auto i = [](int64_t v) { return LedgerValue(v); };
   auto d = [](double v) { return LedgerValue(v); };
   return {
@@ -401,17 +402,17 @@ LedgerFields ChargeLedgerFields(const Charge& c) {
       {"activation_side_bits", i(q.activation_side_bits)},
       {"quantize_ops", i(q.quantize_ops)}, {"dequant_ops", i(q.dequant_ops)},
       {"accumulator_traffic_bits", i(q.accumulator_traffic_bits)},
-      {"macs", i(m.macs)}, {"cycles", i(mm.cycles)},
+      {"macs", i(mm.macs)}, {"cycles", i(mm.cycles)},
       {"roofline_cycles", i(mm.roofline_cycles)}, {"array_cycles", i(m.cycles)},
       {"dram_stall_cycles", i(mm.dram_stall_cycles)}, {"edge_cycles", i(c.edge_cycles)},
       {"compute_cycles", i(m.compute_cycles)}, {"stall_cycles", i(m.stall_cycles)},
       {"tenet_delay", d(m.delay)}, {"ingress_delay", d(m.ingress_delay)},
       {"egress_delay", d(m.egress_delay)}, {"compute_delay", d(m.compute_delay)},
       {"compute_delay_exact", d(m.compute_delay_exact)}, {"time_steps", i(m.time_steps)},
-      {"folds", i(m.folds)}, {"active_pes", i(m.active_pes)}, {"num_pes", i(m.num_pes)},
+      {"folds", i(m.folds)}, {"active_pes", i(m.active_pes)}, {"num_pes", i(mm.num_pes)},
       {"macs_per_pe_per_cycle", i(m.macs_per_pe_per_cycle)},
       {"avg_active_pes", d(m.avg_active_pes)},
-      {"pe_utilization", d(capacity > 0 ? double(m.macs) / capacity : 0.0)},
+      {"pe_utilization", d(capacity > 0 ? double(mm.macs) / capacity : 0.0)},
       {"bandwidth_bits_per_cycle", d(m.bandwidth_bits_per_cycle)},
       {"latency_us", d(mm.latency_us)},
       {"offchip_read_bytes", d(m.offchip_read_bits / 8.0)},

@@ -241,8 +241,10 @@ std::shared_ptr<MappingSearch> MakeMappingSearch(const Accelerator& accelerator)
 // The ledger's one schema: a charge as named fields, in the order the runtime's ledger JSON
 // writes them (src/runtime/ledger.cc), the Python binding gives them (Charge.ledger_fields)
 // and tenet_byoc.ledger.LedgerEntry declares them (a test checks the names). Integers stay
-// integers; byte counts are bits / 8 (doubles). pe_utilization is the call's utilization:
-// MACs over the MAC capacity of the call's cycles (memory.cycles), not Metrics'
+// integers; byte counts are bits / 8 (doubles). macs are the call's own (memory.macs), num_pes
+// the PEs its cycles hold (memory.num_pes: on cores, every core's; active_pes and the other
+// array figures stay one core's). pe_utilization is the call's utilization: macs over the MAC
+// capacity cycles (memory.cycles) x num_pes x macs_per_pe_per_cycle, not Metrics'
 // array_utilization (over the array level's cycles alone).
 using LedgerValue = std::variant<int64_t, double, std::string, bool>;
 using LedgerFields = std::vector<std::pair<const char*, LedgerValue>>;

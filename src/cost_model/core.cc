@@ -228,14 +228,14 @@ Charge ChargeOnCores(const GemmCall& asked, const Accelerator& acc, AnalysisMeth
                                    "cores: cycles"),
                         best.reduction, "cores: cycles");
   m.dram_stall_cycles = std::max<int64_t>(0, m.cycles - m.array_cycles - m.extra_op_cycles);
-  const int64_t num_pes = CheckedMul(PrepareArray(acc.hardware, acc.dataflow)->num_pes,
-                                     cores.count, "cores: PEs");
+  m.num_pes = CheckedMul(PrepareArray(acc.hardware, acc.dataflow)->num_pes,
+                         cores.count, "cores: PEs");
   GemmWorkload rated = w;  // codes emulated on a wider unit run at its rate
   rated.mac_bits = EmulatedMacBits(w, acc.precision);
   const int64_t rate = acc.hardware.macs_per_pe_per_cycle.AtBits(RateBits(rated));
   m.roofline_cycles = std::max<int64_t>(
       cores.launch_cycles,
-      RooflineCycles(w, num_pes, static_cast<double>(rate), acc.memory,
+      RooflineCycles(w, m.num_pes, static_cast<double>(rate), acc.memory,
                      static_cast<double>(acc.hardware.macs_per_pe_per_cycle.base)));
   m.latency_us = m.cycles / (acc.hardware.clock_ghz * 1e3);
   m.mapping = "cores " + Str(sp.active) + "/" + Str(cores.count) + " x tiles " + Str(sp.tm) +

@@ -712,6 +712,7 @@ MemoryMetrics AnalyzeMemory(const GemmWorkload& asked, const ArrayModel& array,
                                     mm.last_writeback_cycles, "cycles"),
                          mm.extra_op_cycles, "cycles");
   mm.dram_stall_cycles = mm.cycles - mm.array_cycles - mm.extra_op_cycles;
+  mm.num_pes = array.num_pes;
   mm.roofline_cycles = RooflineCycles(w, array.num_pes, array.macs_per_pe_per_cycle, mem,
                                       array.ops_per_pe_per_cycle);
   mm.latency_us = static_cast<double>(mm.cycles) / (array.clock_ghz * 1e3);

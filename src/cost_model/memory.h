@@ -138,6 +138,9 @@ struct MemoryMetrics {
   int64_t tile_steps = 0;            // steps of the tile loop nest (times batch)
   int64_t distinct_tile_shapes = 0;
   int64_t macs = 0;
+  // The PEs the call's cycles hold: the array's (ChargeOnCores: every core's, busy or idle).
+  // The MAC capacity a utilisation divides by is cycles x num_pes x the MAC rate.
+  int64_t num_pes = 0;
   // Latency: cycles = first_fetch_cycles + overlapped_cycles + last_writeback_cycles
   // + extra_op_cycles; array_cycles is the sum over steps of the array's cycles on its tile
   // (buffer <-> array stalls included), dram_stall_cycles = cycles - array_cycles - extra_op_cycles.

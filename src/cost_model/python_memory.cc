@@ -164,6 +164,7 @@ void BindMemory(py::module_& m) {
       .def_readonly("tile_steps", &MemoryMetrics::tile_steps)
       .def_readonly("distinct_tile_shapes", &MemoryMetrics::distinct_tile_shapes)
       .def_readonly("macs", &MemoryMetrics::macs)
+      .def_readonly("num_pes", &MemoryMetrics::num_pes)
       .def_readonly("array_cycles", &MemoryMetrics::array_cycles)
       .def_readonly("first_fetch_cycles", &MemoryMetrics::first_fetch_cycles)
       .def_readonly("overlapped_cycles", &MemoryMetrics::overlapped_cycles)
@@ -194,6 +195,7 @@ void BindMemory(py::module_& m) {
         d["compulsory_dram_bits"] = x.compulsory_dram_bits;
         d["buffer_bytes_used"] = x.buffer_bytes_used; d["tile_steps"] = x.tile_steps;
         d["distinct_tile_shapes"] = x.distinct_tile_shapes; d["macs"] = x.macs;
+        d["num_pes"] = x.num_pes;
         d["array_cycles"] = x.array_cycles; d["first_fetch_cycles"] = x.first_fetch_cycles;
         d["overlapped_cycles"] = x.overlapped_cycles;
         d["last_writeback_cycles"] = x.last_writeback_cycles;

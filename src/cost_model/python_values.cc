@@ -601,6 +601,8 @@ void BindValues(py::module_& m) {
       .def_readonly("active_cores", &AttentionCharge::active_cores)
       .def_readonly("waves", &AttentionCharge::waves)
       .def_readonly("macs", &AttentionCharge::macs)
+      .def_readonly("num_pes", &AttentionCharge::num_pes)
+      .def_readonly("macs_per_pe_per_cycle", &AttentionCharge::macs_per_pe_per_cycle)
       .def_readonly("scores", &AttentionCharge::scores)
       .def_readonly("mma_cycles", &AttentionCharge::mma_cycles)
       .def_readonly("softmax_cycles", &AttentionCharge::softmax_cycles)

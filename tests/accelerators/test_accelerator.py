@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tvm
@@ -11,6 +13,7 @@ import tenet_byoc
 from relax_testing import matmul_module
 from tenet_byoc import cost_model as cm
 from tenet_byoc.accelerators import Accelerator
+from tenet_byoc.documents import MAX_DOCUMENT_BYTES
 from tenet_byoc.quantization import quantize
 from tenet_data import TENET_DATA
 
@@ -83,8 +86,25 @@ def test_tenet_files_that_are_directories_or_not_utf8(tmp_path):
         Accelerator.from_tenet_files(tmp_path, m)
     p = tmp_path / "arr.p"
     p.write_bytes(b"{PE[p,q]: 0<=p<4 and 0<=q<4}\n{PE[p,q]->PE[p-1,q]}\n256 1024 64 16 \xe9\n")
-    with pytest.raises(ValueError, match=r"arr.p' is not UTF-8 text \(byte at offset 65\)"):
+    with pytest.raises(ValueError, match=r"arr.p' is not UTF-8 text \(byte 0xe9 at offset 65\)"):
         Accelerator.from_tenet_files(p, m)
+
+
+def test_tenet_files_that_are_fifos_or_too_large(tmp_path):
+    # A named pipe is refused by its kind, before opening it (it was called missing before).
+    m = tmp_path / "os.m"
+    m.write_text("{S[i,j,k]->PE[i%4, j%4]}\n{S[i,j,k]->T[floor(i/4), floor(j/4), i%4+j%4+k]}\n")
+    fifo = tmp_path / "pipe.p"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match=r"TENET .p file \(PE array\) .*pipe.p' is a FIFO"):
+        Accelerator.from_tenet_files(fifo, m)
+    # A file over the documents' size limit (sparse: no disk used) is refused by its size.
+    big = tmp_path / "big.m"
+    with open(big, "wb") as f:
+        f.truncate(MAX_DOCUMENT_BYTES + 1)
+    with pytest.raises(ValueError, match=rf"TENET .m file \(mapping\) .*big.m' is "
+                                         rf"{MAX_DOCUMENT_BYTES + 1:,} bytes; at most"):
+        Accelerator.from_tenet_files(TENET_DATA / "pe_array" / "systolic.p", big)
 
 
 def _transposed_os(n: int) -> Accelerator:

@@ -20,7 +20,8 @@ import pytest
 from tenet_byoc.accelerators import preset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from tpu_v1_silicon import APPLICATIONS, OTHERS, fit_layer_delay, model_figures
+from tpu_v1_silicon import (APPLICATIONS, OTHERS, figure_1_weight_path, fit_layer_delay,
+                            model_figures)
 
 from tenet_byoc import cost_model as cm
 
@@ -62,6 +63,16 @@ def test_lstm1_fetches_whole_tiles():
     # preset's 256 lanes, at 1 cycle an element for the first four and 8 for tanh (vector.h's
     # rational approximation): 19 x (4 + 8) x 57,600 / 256 = 51,300 cycles, by hand.
     assert round(f.vector / 100 * f.cycles) == 19 * 12 * 57_600 // 256
+
+
+def test_lstm1_at_figure_1s_weight_path():
+    # The sensitivity column: the same 9 x 64 KiB a matrix at 30 GiB/s (Figure 1) bounds the FC
+    # layers at 2 x 96 x 360,000 ops / (9 x 65,536 B / (30 x 2^30 B/s)) = 3.775 TOPS, by hand.
+    lstm1 = next(a for a in OTHERS if a.name == "LSTM1")
+    f = model_figures(lstm1, figure_1_weight_path(preset("tpu_v1", mapping="auto")))
+    bound = 2 * 96 * 360_000 / (9 * 65_536 / (30 * 2**30)) / 1e12
+    fc_tops = f.tops / (1 - f.vector / 100)
+    assert 0.9 * bound < fc_tops <= bound, (fc_tops, bound)
 
 
 @pytest.mark.parametrize("name", ["LSTM0", "CNN0"])

@@ -51,6 +51,9 @@ def test_h200_charge_equals_the_hand_model(b, h, kv, s, n, d, causal):
     assert ch.dram_read_bytes == (b * h * s * d + 2 * b * kv * n * d) * 2
     assert ch.dram_write_bytes == b * h * s * d * 2
     assert ch.latency_us == pytest.approx(ch.cycles / (acc.hardware.clock_ghz * 1e3))
+    # Its PE time, as a GEMM's: every SM's 8 x 16 array at the 16-bit rate.
+    assert (ch.num_pes, ch.macs_per_pe_per_cycle) == (132 * 8 * 16,
+                                                      acc.hardware.macs_per_pe_per_cycle[16])
 
 
 def test_causal_pairs_are_the_lower_triangle_by_count():

@@ -54,6 +54,12 @@ def test_output_tiles_spread_over_cores_with_the_shared_bandwidth_shared():
     assert got.cycles == 100 + _one_core(acc, 256, 4, 4, 16)
     assert got.mapping.startswith("cores 2/2 x tiles 4x4 split-k 1 waves 1")
     assert got.macs == 8 * 4 * 16
+    # The ledger's figures are the call's: its own MACs (one core ran half of them) over the
+    # capacity of both cores' 16 PEs in its cycles.
+    fields = cm.charge(cm.GemmCall(m=8, n=4, k=16), acc).ledger_fields()
+    assert (fields["macs"], fields["num_pes"], fields["macs_per_pe_per_cycle"]) == (
+        8 * 4 * 16, 2 * 4 * 4, 1)
+    assert fields["pe_utilization"] == pytest.approx(8 * 4 * 16 / (got.cycles * 2 * 4 * 4))
 
 
 def test_units_beyond_the_cores_run_in_waves():

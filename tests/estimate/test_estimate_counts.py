@@ -63,3 +63,36 @@ def test_prefill_only_and_default_context():
     qk = [e for e in ledger if e.phase == "decode" and e.name.endswith("attn.qk")]
     # Qwen2.5-0.5B: 14 query heads share 2 key/value heads; a decode row per query head.
     assert {(e.batch, e.m, e.n, e.k) for e in qk} == {(2, 7, 10, 64)}
+
+
+@pytest.mark.parametrize("accelerator", ["os16", "h200"])
+def test_fused_attention_macs_by_hand(accelerator):
+    # Tiny Llama: d = 64, 2 layers, 4 query heads and 2 KV heads of 16, SwiGLU of 96, untied
+    # head over 101 tokens; 2 prompts of 6, then 2 decode steps. A fused kernel does
+    # 2 x B x H x (query, key) pairs x D MACs: a prefill of S with no cache has
+    # S x S - S(S-1)/2 causal pairs per head (the upper triangle skipped), a decode over n
+    # keys n. The unfused plan's Q K^T and P V do all S x S; everything else is alike, so the
+    # fused ledger is the unfused one less the triangle's products. h200 (132 cores) counts
+    # each call's own MACs as os16 (one) does.
+    from llama_testing import TINY_LLAMA
+
+    from tenet_byoc.models.llama import LlamaConfig
+
+    config = LlamaConfig.from_hf_dict(TINY_LLAMA, name="tiny-llama")
+    d, layers, heads, kv, hd, ffn, vocab = 64, 2, 4, 2, 16, 96, 101
+    b, s, steps = 2, 6, 2
+    fused, unfused = (tenet_byoc.estimate(config, "none", accelerator, prompt_len=s,
+                                          decode_steps=steps, batch=b, attention=a)
+                      for a in ("fused", "unfused"))
+    pairs = s * s - s * (s - 1) // 2
+    per_kernel = [2 * b * heads * pairs * hd] * layers + [
+        2 * b * heads * (s + i + 1) * hd for i in range(steps) for _ in range(layers)]
+    assert [e.macs for e in fused if e.unit == "attention"] == per_kernel
+    linear = 2 * d * d + 2 * d * (kv * hd) + 3 * d * ffn
+    tokens = b * (s + steps)
+    others = tokens * (layers * linear + d * vocab)
+    full = layers * 2 * b * heads * hd * (s * s + sum(s + i + 1 for i in range(steps)))
+    triangle = layers * 2 * b * heads * hd * s * (s - 1) // 2
+    assert unfused.totals().macs == others + full
+    assert fused.totals().macs == others + sum(per_kernel) == others + full - triangle
+    assert fused.totals().macs == unfused.totals().macs - triangle

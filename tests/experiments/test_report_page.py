@@ -335,6 +335,17 @@ def test_an_estimate_without_its_ledger_puts_each_layer_on_the_roofline(estimate
                                            for x in roof["x"]])
 
 
+def test_a_roof_of_cores_counts_every_cores_pes():
+    # h200: 132 SMs, each an 8 x 16 array (its pe_domain): the roof under a ledger's MACs per
+    # cycle (each call's own, on every core) is all 16,896 PEs, not one SM's 128.
+    from tenet_byoc.experiments.results import _accelerator_entry
+
+    h200 = resolve("h200")
+    assert h200.hardware.pe_domain == "{PE[p,q]: 0<=p<8 and 0<=q<16}"
+    assert _accelerator_entry(h200)["num_pes"] == 132 * 8 * 16
+    assert _accelerator_entry(resolve("os16"))["num_pes"] == 16 * 16
+
+
 def test_a_folder_missing_some_files_leaves_their_sections_out(estimate_dir, tmp_path):
     shutil.copy(estimate_dir / "sweep_context.csv", tmp_path)
     text = build_report(tmp_path)

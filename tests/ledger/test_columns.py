@@ -66,19 +66,33 @@ def test_a_system_groups_by_chip_and_keeps_its_links():
     assert [e.charge for e in chip0] == [e.charge for e in chip1]
 
 
-def test_a_fused_attention_ledger_sums_the_same_entry_by_entry():
-    # Fused attention entries carry DRAM bytes but no off-chip bytes or roofline: the plain
-    # reference sums them as the columns do (it raised AttributeError before). MACs and PE
-    # utilisation are left out: the columns count the kernel's MACs, the reference the GEMMs'.
-    book = estimate("qwen2.5-0.5b", prompt_len=8, decode_steps=1, attention="fused")
+@pytest.mark.parametrize("accelerator", ["os16", "h200"])
+def test_a_fused_attention_ledger_sums_the_same_entry_by_entry(accelerator):
+    # Fused attention entries carry DRAM bytes but no off-chip bytes or roofline; their
+    # products run on the PEs: their MACs are MACs and their cycles hold every core's PEs
+    # at the PEs' rate, as a GEMM's do. The columns and the plain reference sum all of it
+    # alike, in total and per group, on one core (os16) and on 132 (h200).
+    acc = preset(accelerator)
+    book = estimate("qwen2.5-0.5b", prompt_len=8, decode_steps=1, accelerator=acc,
+                    attention="fused")
     entries = book.entries
-    assert any(e.unit == "attention" for e in entries)
+    kernels = [e for e in entries if e.unit == "attention"]
+    gemms = [e for e in entries if e.unit == "array"]
+    assert kernels and gemms
+    pes = acc.hardware.num_pes * acc.cores.count  # the preset's arrays, all cores
+    assert {e.num_pes for e in kernels + gemms} == {pes}
+    # Float32 throughout ("none"): one rate for the kernels and the GEMMs.
+    assert {e.macs_per_pe_per_cycle for e in kernels} == {e.macs_per_pe_per_cycle for e in gemms}
+    assert all(e.mac_capacity == e.cycles * pes * e.macs_per_pe_per_cycle for e in kernels)
     fast, slow = book.totals(), totals(entries)
-    assert (fast.calls, fast.cycles, fast.roofline_cycles) == (
-        slow.calls, slow.cycles, slow.roofline_cycles)
-    for name in ("latency_us", "energy_pj", "offchip_bytes", "dram_bytes"):
-        assert getattr(fast, name) == pytest.approx(getattr(slow, name), rel=1e-12)
+    _same(fast, slow)
+    assert slow.macs == sum(e.macs for e in gemms + kernels)
     assert slow.dram_bytes > sum(e.dram_bytes for e in entries if e.unit != "attention")
+    for key in ("unit", "layer"):
+        groups = book.group_by(key)
+        for value, group in _by_hand(entries, key).items():
+            _same(groups[value], totals(group))
+    assert book.group_by("unit")["attention"].macs == sum(e.macs for e in kernels)
 
 
 def test_entries_are_made_when_read_one_or_all():

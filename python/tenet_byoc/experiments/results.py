@@ -206,7 +206,7 @@ def _accelerator_entry(acc) -> dict:
              else {"all": rates})
     return {
         "name": acc.name,
-        "num_pes": acc.hardware.num_pes,
+        "num_pes": acc.hardware.num_pes * acc.cores.count,  # every core's, as the ledger's
         "macs_per_pe_per_cycle": rates,
         "dram_bytes_per_cycle": acc.memory.dram_bandwidth_bits / 8,
         "clock_ghz": acc.hardware.clock_ghz,
