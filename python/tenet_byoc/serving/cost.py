@@ -205,9 +205,11 @@ def as_step_cost(cost: object) -> Any:
 
 #: The entries of a ledger that belong to one sequence's attention (the rest of a step's
 #: entries take all its tokens' rows together): the two GEMMs over the cache, the score
-#: scaling, mask and softmax, or the fused kernel in their place.
-ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked",
-                   "attn.fused")
+#: scaling, masks (a sliding window's too) and softmax, or the fused kernel in their place,
+#: and the writes of its new keys and values to its own cache (``…_cache``: under a window
+#: kept in a rolling cache, the last W of a prompt's).
+ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".window_mask",
+                   ".masked", "attn.fused", "_cache")
 
 
 @functools.lru_cache(maxsize=8)
@@ -231,9 +233,9 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     (:func:`tenet_byoc.compose.compose`), on the part of its calls the term stands for:
 
     * ``dense(T)``: the calls of a ``T``-token prefill other than :data:`ATTENTION_PARTS`
-      and the head (weight GEMMs with their fused epilogues, norms, activations, the KV
-      cache's writes at its stored width and, for an int cache, the quantization of the new
-      keys and values on the vector unit: the plan's, as a run charges them);
+      and the head (weight GEMMs with their fused epilogues, norms, activations and, for an
+      int cache, the quantization of the new keys and values on the vector unit: the
+      plan's, as a run charges them);
     * ``head(S)``: the head (and under tensor parallelism its all-gather) over the last
       token of each of the step's ``S`` sequences (``StepSequence.logits="last"``; ``S``
       rounded up to ``token_granularity``), as a serving engine computes only the logits
@@ -246,8 +248,9 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``): those of the
       plan of that chunk (``StepSequence(n, L)``: per head ``n x (L + n)`` scores, their
       scale, mask and softmax; ``L`` rounded up to ``context_granularity``).
-      Attention reads K and V at the cache's width with their scales (the plan's attention
-      scheme). ``attention="fused"`` makes each term the plan's fused kernel
+      Each term writes its sequence's new keys and values at the cache's stored width
+      (a prompt under a window W in a rolling cache its last W), and reads K and V at that
+      width with their scales (the plan's attention scheme). ``attention="fused"`` makes each term the plan's fused kernel
       (``cost_model.AttentionCall``); the default is the unfused plan even on the GPU
       presets that run it fused (``Accelerator.attention``): a term is one sequence's, and
       a fused kernel per sequence would charge each decode a kernel over its KV heads'
