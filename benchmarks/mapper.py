@@ -63,9 +63,10 @@ ZIGZAG_BITS = {"bits_a": 8, "bits_b": 8, "bits_c": 32}
 def fresh_best(acc, M: int, N: int, K: int, **call) -> cm.MappingChoice:
     """The search ``acc`` (a preset with mapping 'auto') charges through, run afresh for one
     call: the same preset with its default tiles keeps no search (accelerators made alike
-    share theirs), so each request searches the same space again."""
-    return cm.search_mapping(cm.GemmCall(m=M, n=N, k=K, **call), preset(acc.name),
-                             objective=acc.objective)
+    share theirs, and ``preset(name)`` alone is the searched one since issue 31), so each
+    request searches the same space again."""
+    return cm.search_mapping(cm.GemmCall(m=M, n=N, k=K, **call),
+                             preset(acc.name, mapping="default"), objective=acc.objective)
 
 
 def charge(acc, M: int, N: int, K: int, **call) -> cm.Charge:

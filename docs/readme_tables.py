@@ -551,7 +551,10 @@ def mapper_source(results: Path) -> str:
                                             else "same schemes"),
                  *(", ".join(ratio[a, phase, s] for s in schemes) for a in accs)]
                 for phase in ("prefill", "decode")]
-        calls, searched = search[accs[0]][2], search[accs[0]][3]
+        calls = search[accs[0]][2]
+        # one count, or each accelerator's in column order (tpu_v1's whole weight tiles make
+        # some of GPT-2's calls one)
+        searched = " / ".join(dict.fromkeys(search[a][3] for a in accs))
         rows.append([f"all {calls} calls of both phases in the three schemes, empty cache "
                      f"({searched} searched)", *(f"{float(search[a][4]):.2f} s" for a in accs)])
         rows.append([f"the same {calls} calls again (lookups)",

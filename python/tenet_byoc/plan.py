@@ -621,7 +621,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
         experts are spread by expert parallelism instead) or a routing that does not fit.
     """
     from .models.moe import MoEConfig, moe_call_groups
-    from .models.vector_ops import decoder_calls
+    from .models.vector_ops import KVCache, decoder_calls
 
     config = model_config(config)
     if not isinstance(step, Step):
@@ -674,6 +674,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     fused = attention == "fused" and not moe
     fused_bits = max(activation_bits, hows["key"].bits[1])
     groups = [(seq, n, *_phase_tokens(config, seq)) for seq, n in step.groups]
+    kv = KVCache(quant.kv_bits, quant.kv_granularity, quant.kv_group)
     uniform = len(groups) == 1
     phase = step.phase
     calls: list[PlannedCall] = []
@@ -708,9 +709,10 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
                                   stage))
 
     if moe:
-        (_, n, ph, tokens, _), = groups
+        (seq, n, ph, tokens, context), = groups
         for group in moe_call_groups(config, tokens, ph, routing, n, activation_bits,
-                                     weights.k_multiple, float_gemm):
+                                     weights.k_multiple, float_gemm, context, seq.logit_rows,
+                                     kv):
             for g, role in group.gemms:
                 gemm(g.name, g.batch, g.m, g.n, g.k, hows[role], role, n, ph,
                      group.epilogues.get(g.name, ()))
@@ -722,7 +724,8 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
     # With one kind of sequence the calls are those of the runners' functions (batched when
     # there are several sequences); a mixed step packs all new tokens into one batch.
     walks = [decoder_calls(config, ph, tokens, activation_bits, weights.k_multiple, n,
-                           float_gemm, None if uniform else True, context, seq.logit_rows)
+                           float_gemm, None if uniform else True, context, seq.logit_rows,
+                           kv)
              for seq, n, ph, tokens, context in groups]
     gemm_lists = [w.gemms for w in walks]
     epilogues = walks[0].epilogues
@@ -849,6 +852,7 @@ _COLUMN = ("attn.c_attn", "q_proj", "mlp.c_fc", "gate_proj", "up_proj")
 _KV = ("k_proj", "v_proj")
 _ROW = ("attn.c_proj", "o_proj", "mlp.c_proj", "down_proj")
 _ATTENTION = ("attn.qk", "attn.pv")
+_CACHES = ("k_cache.quantize", "v_cache.quantize")  # an int KV cache's quantization
 
 
 def _heads(config: Any) -> tuple[int, int]:
@@ -917,17 +921,19 @@ def shard_vector(name: str, op: str, shape: tuple[int, ...], operand: int, confi
     second operand's elements.
 
     Split by heads (the chip's query or key/value heads, as :func:`shard_gemm` splits
-    attention): the KV-cache writes, rotary embeddings, the attention scale and soft-capping,
-    masked scores and softmax. Split by the MLP width: SiLU and SwiGLU's product. The
-    activation quantized
-    before a row-parallel GEMM: that GEMM's K on the chip (``gemm_k``, by GEMM name, padded
-    as the GEMM is). Every other call (embedding, norms, residual adds, masks, positions,
-    quantization before the other GEMMs) runs whole on every chip.
+    attention): the KV-cache writes and an int cache's quantization, rotary embeddings, the
+    attention scale and soft-capping, masked scores and softmax. Split by the MLP width:
+    SiLU and SwiGLU's product. The activation quantized before a row-parallel GEMM: that
+    GEMM's K on the chip (``gemm_k``, by GEMM name, padded as the GEMM is). Every other call
+    (embedding, norms, residual adds, masks, positions, quantization before the other
+    GEMMs) runs whole on every chip.
     """
     if tp == 1:
         return shape, operand
     heads, kv = _heads(config)
     kv_here, q_here = max(1, kv // tp), heads // tp
+    if op == "quantize" and name.endswith(_CACHES):  # (b, rows, kv heads x [scales], ...)
+        return (*shape[:2], shape[2] // kv * kv_here, *shape[3:]), operand
     if op == "quantize":
         gemm = name.removesuffix(".quantize")
         if gemm.endswith(_ROW):

@@ -24,6 +24,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from .quantization.scheme import RECIPE_ATTR, RecipeStamp
+
 __all__ = ["FREE", "VectorOp", "VectorPlan", "insert_charge_calls", "plan_function", "vector_plan"]
 
 #: The attribute of the tenet functions that carries the plan's JSON to the codegen.
@@ -55,9 +57,10 @@ FREE = {
             "key, key after its query, outside the window): the mask is built from the "
             "pads, real work, charged whole as one mask entry of its [B, 1, S, keys] shape",
     "quantize": "part of an activation quantization, charged whole as one quantize entry",
-    "kv_write": "a KV-cache write, charged as kv_write of the new tokens",
-    "kv_quantize": "the KV cache's own quantization (schemes +kvN): NOT charged yet (a known "
-                   "gap, README 'The vector unit'); listed so that it is not free by accident",
+    "kv_write": "a KV-cache write, charged as kv_write of the new tokens at the cache's width "
+                "(a float16 cache's casts are that write's)",
+    "kv_quantize": "part of an int KV cache's quantization (schemes +kv8, +kv4), charged whole "
+                   "as one quantize entry of the new keys (or values), one row per scale",
 }
 
 # One Relax op -> the vector kind it is charged as.
@@ -169,12 +172,16 @@ def _same_shape(a, b) -> bool:
 
 
 def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none",
-                  activation_bits: int | None = None) -> VectorPlan:
+                  activation_bits: int | None = None, kv_bits: int = 32) -> VectorPlan:
     """Classify every binding of ``func`` (see the module docstring).
 
     ``is_tenet(call)`` says whether a call runs on the tenet backend (a GEMM);
     ``activation_bits`` is the width a quantize entry writes (the quantize pass's stamp),
-    else the narrowest type of its chain.
+    else the narrowest type of its chain; ``kv_bits`` the width the KV cache stores: its
+    writes are charged at it and an int cache's quantization
+    (``quantization.numerics._fake_quant_kv``) as one ``quantize`` entry per key or value,
+    ``[rows, row]`` with one row per scale (the max-abs's reduced elements), under the
+    scheme's name, as ``plan.plan`` charges them.
     """
     plan = VectorPlan(name)
     bindings = [b for block in func.body.blocks for b in block.bindings]
@@ -224,36 +231,45 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
             return set()
         return region
 
-    # KV-cache writes: the tensors a decoder returns as its cache ((logits, (K0, V0, ...))).
+    # KV-cache writes: the tensors a decoder returns as its cache ((logits, (K0, V0, ...))),
+    # or a layer called on its own (a mixture of experts') its K and V (rank 4) beside its
+    # outputs ((h, ..., K, V)).
     kv: dict[relax.Var, object] = {}
 
     def bound(x):  # a var's bound value, else ``x`` itself
         return value_of.get(x, x) if isinstance(x, relax.Var) else x
 
     result = bound(func.body.body)
-    if isinstance(result, relax.Tuple) and len(result.fields) == 2:
-        caches = bound(result.fields[1])
-        if isinstance(caches, relax.Tuple):
-            for c in caches.fields:
-                v = c
-                while v in value_of and _op_name(value_of[v]) in ("relax.strided_slice",):
-                    nxt = value_of[v].args[0]
-                    if nxt not in value_of or _op_name(value_of[nxt]) != "relax.concat":
-                        break
-                    covered[v] = "kv_write"
-                    v = nxt
-                if v in value_of and _op_name(value_of[v]) == "relax.concat":
-                    kv[v] = bound(value_of[v].args[0]).fields[-1]
-                elif v in value_of:
-                    kv[v] = v
-    # A KV cache's own quantization (schemes "+kvN") is not charged yet: FREE says so.
+    caches = []
+    if isinstance(result, relax.Tuple):
+        nested = bound(result.fields[1]) if len(result.fields) == 2 else None
+        caches = list(nested.fields) if isinstance(nested, relax.Tuple) else [
+            f for f in result.fields if len(_shape(f) or ()) == 4]
+    for v in caches:
+        while v in value_of and _op_name(value_of[v]) in ("relax.strided_slice",):
+            nxt = value_of[v].args[0]
+            if nxt not in value_of or _op_name(value_of[nxt]) != "relax.concat":
+                break
+            covered[v] = "kv_write"
+            v = nxt
+        if v in value_of and _op_name(value_of[v]) == "relax.concat":
+            kv[v] = bound(value_of[v].args[0]).fields[-1]
+        elif v in value_of:
+            kv[v] = v
+    # A KV cache's own quantization (schemes "+kvN"): the new tokens' keys (or values) as
+    # stored, charged at the chain's last binding (a float16 cache's casts: its write's).
+    kv_quantized: dict[relax.Var, tuple] = {}  # the chain's last binding -> [rows, row]
     for new in kv.values():
         while new in value_of and _op_name(value_of[new]) == "relax.strided_slice":
             new = value_of[new].args[0]  # a sliding window's cache: the slice of what is kept
         if new in value_of and _op_name(value_of[new]) in _QUANT_OPS:
             sink = set(users.get(new, ())) | set(kv)
-            for v in region_of([new], sink):
-                covered.setdefault(v, "kv_quantize")
+            region = region_of([new], sink)
+            scaled = [value_of[v] for v in region if _op_name(value_of[v]) == "relax.max"]
+            for v in region:
+                covered.setdefault(v, "kv_quantize" if scaled else "kv_write")
+            if scaled:
+                kv_quantized[max(region, key=lambda v: order[v])] = _scale_rows(scaled[0])
 
     # Activation quantization regions feeding tenet calls.
     regions: dict[relax.Var, tuple] = {}  # the region's last binding -> (seed, bits)
@@ -319,8 +335,14 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
             plan.ops.append(VectorOp("quantize", label, tuple(_shape(seed)), None, 32, bits,
                                      scheme))
             continue
+        if v in kv_quantized:
+            plan.ops.append(VectorOp("quantize", label, kv_quantized[v], None, 32, kv_bits,
+                                     scheme))
         if v in kv:
-            plan.ops.append(VectorOp("kv_write", label, tuple(_shape(kv[v])), None))
+            plan.ops.append(VectorOp("kv_write", label, tuple(_shape(kv[v])), None, 32,
+                                     min(kv_bits, 32)))
+            continue
+        if v in kv_quantized:
             continue
         if v in rotary:
             plan.ops.append(VectorOp("rotary", label, tuple(_shape(v)), rotary[v]))
@@ -360,6 +382,15 @@ def plan_function(func: relax.Function, name: str, is_tenet, scheme: str = "none
             operand = _numel(rest[0]) if rest and rest[0] is not None else _numel(out)
         plan.ops.append(VectorOp(kind, label, tuple(out), operand))
     return plan
+
+
+def _scale_rows(max_abs) -> tuple:
+    """``(rows, row)`` of a KV quantization from its max-abs: a row is what one scale
+    covers (the reduced dims), one row per scale."""
+    dims = _shape(max_abs.args[0])
+    axes = {int(a) % len(dims) for a in max_abs.attrs.axis}
+    return (_numel([d for i, d in enumerate(dims) if i not in axes]),
+            _numel([d for i, d in enumerate(dims) if i in axes]))
 
 
 def _is_zero(expr) -> bool:
@@ -447,13 +478,18 @@ def _callers(mod: tvm.IRModule) -> list[tuple[relax.GlobalVar, relax.Function]]:
                 "Codegen" in f.attrs or "Composite" in f.attrs))]
 
 
-def vector_plan(mod: tvm.IRModule, scheme: str = "none", activation_bits: int | None = None
-                ) -> dict[str, VectorPlan]:
+def vector_plan(mod: tvm.IRModule, scheme: str = "none", activation_bits: int | None = None,
+                kv_bits: int | None = None) -> dict[str, VectorPlan]:
     """The plan of every Relax function of a partitioned module (the charge call it may
-    already make is skipped)."""
+    already make is skipped); ``kv_bits`` by default the KV width the quantize pass
+    stamped on the module (32 without one)."""
+    if kv_bits is None:
+        stamp = mod.attrs.get(RECIPE_ATTR) if mod.attrs is not None else None
+        attention = stamp is not None and RecipeStamp.read(str(stamp)).attention
+        kv_bits = attention["key"][0][1] if attention else 32
     check = _is_tenet_call(mod)
-    return {gv.name_hint: plan_function(f, gv.name_hint, check, scheme, activation_bits)
-            for gv, f in _callers(mod)}
+    return {gv.name_hint: plan_function(f, gv.name_hint, check, scheme, activation_bits,
+                                        kv_bits) for gv, f in _callers(mod)}
 
 
 def insert_charge_calls(mod: tvm.IRModule, scheme: str = "none",

@@ -14,7 +14,7 @@ import pytest
 import tenet_byoc
 from tenet_byoc.models.configs import resolve_config
 from tenet_byoc.models.moe import param_counts, touched_experts
-from tenet_byoc.plan import Step, plan
+from tenet_byoc.plan import Step, StepSequence, plan
 
 def _weights_read(model: str, batch: int) -> float:
     # Elements of the weights a decode step's GEMMs read (N x K per product: the linear
@@ -280,3 +280,98 @@ def test_a_unary_epilogue_is_charged_as_the_dense_plan_charges_it(monkeypatch):
     dense = plan("gpt2", Step.decode(10, 2))
     fc = next(c.call for c in dense.calls if c.name == "h.0.mlp.c_fc.gelu_tanh")
     assert fc.operand_elements == gelu.operand_elements
+
+
+def _tiny(family: str):
+    from moe_testing import FAMILIES
+
+    from tenet_byoc.models.moe import MoEConfig
+
+    values = {**FAMILIES[family][1], "model_type": family}
+    return MoEConfig.from_hf_dict(values, name=f"tiny-{family}")
+
+
+#: The calls of a chunk that widen to its cached keys (the rest stay over its new rows).
+_OVER_KEYS = ("attn.qk", "attn.pv", "self_attn.scale", "self_attn.mask",
+              "self_attn.window_mask", "self_attn.masked", "self_attn.softmax", "kv_b_proj")
+
+
+def _by_name(p, layer: int) -> dict:
+    return {c.name.removeprefix(f"layers.{layer}."): c.call for c in p.calls
+            if c.name.startswith(f"layers.{layer}.") and c.name.endswith(_OVER_KEYS)}
+
+
+def _gemm(c) -> tuple[int, int, int, int]:
+    return c.batch, c.m, c.n, c.k
+
+
+@pytest.mark.parametrize("family", ["mixtral", "deepseek_v3", "gpt_oss"])
+def test_a_moe_chunk_attends_to_its_cached_keys_by_hand(family):
+    # 6 new rows after 20 cached tokens (moe_testing's tiny models: 4 query heads; Mixtral and
+    # gpt-oss 2 KV heads of 8, gpt-oss's layers 0 and 2 with a window of 4 (a row sees the 3
+    # keys before it), each head a sink column; DeepSeek's latent attention 4 heads of 8 + 4
+    # (q, k) and 5 (v) over a rank-12 latent, expanded by kv_b_proj for every key in a prefill).
+    config = _tiny(family)
+    chunk = plan(config, Step([StepSequence(6, 20)]))
+    for layer in range(config.num_hidden_layers):
+        calls = _by_name(chunk, layer)
+        if family == "deepseek_v3":
+            keys = 20 + 6
+            assert _gemm(calls["self_attn.kv_b_proj"]) == (1, keys, 4 * (8 + 5), 12)
+            assert _gemm(calls["attn.qk"]) == (4, 6, keys, 8 + 4)
+            assert _gemm(calls["attn.pv"]) == (4, 6, 5, keys)
+            scores = (1, 4, 6, keys)
+        else:
+            keys = (min(20, 4 - 1) if family == "gpt_oss" and layer != 1 else 20) + 6
+            assert _gemm(calls["attn.qk"]) == (2, 2 * 6, keys, 8)
+            assert _gemm(calls["attn.pv"]) == (2, 2 * 6, 8, keys)
+            scores = (1, 2, 2 * 6, keys)
+            assert tuple(calls["self_attn.masked"].shape) == (1, 2, 2, 6, keys)
+        assert tuple(calls["self_attn.scale"].shape) == scores
+        sinks = 1 if family == "gpt_oss" else 0
+        assert tuple(calls["self_attn.softmax"].shape) == (*scores[:-1], keys + sinks)
+        assert tuple(calls["self_attn.mask"].shape) == (6, keys)
+        assert calls["self_attn.masked"].operand_elements == 6 * keys
+        assert ("self_attn.window_mask" in calls) == (keys == 3 + 6)
+    # Everything else is the 6-token prefill's, call for call.
+    prefill = plan(config, Step.prefill(6))
+    assert [c.key for c in chunk.calls if not c.name.endswith(_OVER_KEYS)] == [
+        c.key for c in prefill.calls if not c.name.endswith(_OVER_KEYS)]
+
+
+@pytest.mark.parametrize("window", [None, 8])
+def test_a_moe_chunks_attention_is_a_dense_chunks(window):
+    # The tiny Mixtral's attention (a LlamaConfig of the same heads, head width and window)
+    # planned as a dense model: the same chunk charges the same attention calls.
+    import dataclasses
+
+    config = _tiny("mixtral")
+    config = dataclasses.replace(config, attention=dataclasses.replace(
+        config.attention, sliding_window=window))
+    step = Step([StepSequence(6, 20)])
+    moe, dense = plan(config, step), plan(config.attention, step)
+    for layer in range(2):
+        calls = _by_name(moe, layer)
+        assert calls == _by_name(dense, layer)
+        assert calls["attn.qk"].n == (min(20, window - 1 if window else 20) + 6)
+
+
+def test_a_moe_chunks_head_runs_over_the_rows_it_samples():
+    # Two 6-token chunks: the head over all 12 rows, the last of each (2) or none.
+    config = _tiny("mixtral")
+    for logits, rows in ((True, 12), ("last", 2), (False, None)):
+        p = plan(config, Step([(StepSequence(6, 20, logits=logits), 2)]))
+        head = [(c.call.m, c.call.n, c.call.k) for c in p.calls if c.name.startswith("lm_head")]
+        assert head == ([] if rows is None else [(rows, 61, 32)])
+
+
+def test_a_bad_chunk_context_is_refused_by_name():
+    from tenet_byoc.models.moe import moe_call_groups
+
+    config = _tiny("mixtral")  # 64 positions
+    for phase, context in (("prefill", -1), ("prefill", 61), ("decode", 5), ("prefill", 2.0)):
+        with pytest.raises(ValueError, match=f"context={context!r} must be an integer"):
+            moe_call_groups(config, 4, phase, context=context)
+    assert moe_call_groups(config, 4, "prefill", context=60)  # 64 tokens: the model's all
+    with pytest.raises(ValueError, match="logit_rows=5 must be an integer in"):
+        moe_call_groups(config, 4, "prefill", logit_rows=5)

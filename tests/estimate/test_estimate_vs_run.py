@@ -8,6 +8,7 @@ codegen chose widths and recipes). The estimate never builds or runs anything.
 from __future__ import annotations
 
 import pytest
+from gpt2_testing import TINY_HF_CONFIG, make_hf_weights, write_hf_checkpoint
 from llama_testing import TINY_LLAMA, TINY_MISTRAL, make_llama_weights, write_checkpoint
 
 import tenet_byoc
@@ -77,6 +78,29 @@ def test_gpt2_small_by_name_equals_its_run(scheme):
     assert_same_charges(real, est)
 
 
+# An int KV cache: its writes at the stored width, the new keys and values quantized one row
+# per scale (a token's over all heads, a head's, a group's), as the plan charges them.
+@pytest.mark.parametrize("scheme", ["none+kv8", "w8a8_per_channel_per_token+kv4/group8",
+                                    pytest.param("w4a16_group128+kv4/head",
+                                                 marks=pytest.mark.slow),
+                                    pytest.param("none+kv16", marks=pytest.mark.slow)])
+def test_tiny_gpt2_checkpoint_with_a_quantized_cache_equals_its_run(tmp_path, scheme):
+    folder = write_hf_checkpoint(tmp_path, TINY_HF_CONFIG, make_hf_weights(TINY_HF_CONFIG))
+    runner = from_pretrained(
+        folder, bind_params=True,
+        build=lambda mod: tenet_byoc.build(tenet_byoc.quantize(mod, scheme), accelerator="os16"),
+    )
+    real = real_ledger(runner, [5, 17, 0, 88, 42, 42], 9, 2)
+    est = tenet_byoc.estimate(folder, scheme, "os16", prompt_len=6, context_len=9,
+                              decode_steps=2)
+    assert_same_charges(real, est)
+    kv = int(scheme.split("+kv")[1][:2].rstrip("/"))
+    writes = [e for e in real.entries if e.op == "kv_write"]
+    assert writes and {e.bits_c for e in writes} == {kv}
+    quantized = [e for e in real.entries if e.op == "quantize" and e.bits_c == kv]
+    assert len(quantized) == (len(writes) if kv < 16 else 0)  # a key or value each
+
+
 LLAMAS = {"llama": TINY_LLAMA, "mistral": TINY_MISTRAL}
 
 
@@ -90,9 +114,10 @@ def checkpoint(request, tmp_path_factory):
 
 # Each case builds the model (~5 s on 2 busy cores): the default set stays within ~30 s.
 @pytest.mark.parametrize("scheme", ["none", "w8a8_per_channel_per_token", "w4a16_group128",
-                                    "per_token+kv4/head", "mxfp4",
+                                    "per_token+kv4/head", "mxfp4", "none+kv8",
                                     pytest.param("q4f16_1", marks=pytest.mark.slow),
-                                    pytest.param("none+kv8", marks=pytest.mark.slow)])
+                                    pytest.param("w4a16_group128+kv8/group8",
+                                                 marks=pytest.mark.slow)])
 def test_tiny_llama_checkpoint_equals_its_run(checkpoint, scheme):
     cfg, folder = checkpoint
     runner = from_pretrained(
@@ -111,6 +136,26 @@ def test_tiny_llama_checkpoint_equals_its_run(checkpoint, scheme):
         kv = int(scheme.split("+kv")[1][0])
         attention = [e for e in est.entries if e.name.endswith(("attn.qk", "attn.pv"))]
         assert attention and {e.bits_b for e in attention} == {kv}
+
+
+@pytest.mark.slow
+def test_a_prompt_longer_than_the_window_quantizes_every_key_and_keeps_the_window(tmp_path):
+    # Tiny Mistral (window 16, 2 KV heads of 24): a 24-token prompt's keys and values are
+    # all quantized (attention reads them as stored), one row per head and token, and the
+    # cache keeps the last 16 tokens.
+    folder = write_checkpoint(tmp_path, TINY_MISTRAL, make_llama_weights(TINY_MISTRAL))
+    scheme = "per_token+kv4/head"
+    runner = from_pretrained(
+        folder, bind_params=True,
+        build=lambda mod: tenet_byoc.build(tenet_byoc.quantize(mod, scheme), accelerator="ws16"),
+    )
+    real = real_ledger(runner, [(7 * i + 5) % 90 for i in range(24)], 24, 2)
+    est = tenet_byoc.estimate(folder, scheme, "ws16", prompt_len=24, context_len=24,
+                              decode_steps=2)
+    assert_same_charges(real, est)
+    prefill = [e for e in real.entries if e.phase == "prefill"]
+    assert {e.m for e in prefill if e.op == "quantize" and e.bits_c == 4} == {24 * 2}
+    assert {(e.m, e.bits_c) for e in prefill if e.op == "kv_write"} == {(16 * 2, 4)}
 
 
 def test_searched_mappings_equal_the_runs(checkpoint):

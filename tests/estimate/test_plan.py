@@ -150,10 +150,11 @@ def test_a_chunk_beside_decodes_and_its_refusals():
 
 
 def test_a_chunk_under_a_sliding_window_attends_to_what_the_cache_holds():
-    # Mistral-7B keeps the last 4,096 tokens: a chunk of 64 after 5,000 sees 4,096 + 64 keys.
+    # Mistral-7B's window is 4,096 tokens (a token and the 4,095 before it): a chunk of 64
+    # after 5,000 reads the last 4,095 cached keys (its first row's) and its own 64.
     p = plan("mistral-7b", Step([StepSequence(64, 5000)]))
     (qk,) = {(c.call.m, c.call.n) for c in p.calls if c.name.endswith("attn.qk")}
-    assert qk == (4 * 64, 4096 + 64)
+    assert qk == (4 * 64, 4095 + 64)
 
 
 def test_a_tally_composes_to_the_sum_and_a_plan_pickles():
@@ -299,3 +300,36 @@ def test_logits_on_the_last_token_by_hand():
     assert [(c.name, c.key) for c in last.calls if not c.name.startswith("lm_head")] == rest
     with pytest.raises(TypeError, match="logits"):
         StepSequence(4, 0, logits="first")
+
+
+@pytest.mark.parametrize("kv, row", [("kv8", 32), ("kv4/head", 16), ("kv8/group8", 8),
+                                     ("kv16", None)])
+def test_a_quantized_caches_writes_and_quantization_by_hand(kv, row):
+    # Tiny Llama: 2 layers, 2 key/value heads of 16 (64 wide over 4 query heads). Each layer
+    # quantizes its new keys and its new values, one row per scale (a token's 2 x 16, a
+    # head's 16, a group's 8), and writes them at the cache's width (a float16 cache: its
+    # writes only); on 2 chips each quantizes and writes its one head.
+    from llama_testing import TINY_LLAMA
+
+    from tenet_byoc import cost_model as cm
+    from tenet_byoc.models.llama import LlamaConfig
+    from tenet_byoc.plan import Sharding
+
+    config, acc = LlamaConfig.from_hf_dict(TINY_LLAMA), preset("os16")
+    bits = int(kv[2:].split("/")[0])
+    for step, tokens in ((Step.prefill(7), 7), (Step.decode(5), 1), (Step.decode(5, 3), 3)):
+        for chips, heads in ((1, 2), (2, 1)):
+            p = plan(config, step, f"none+{kv}", Sharding(chips))
+            quantize = [c for c in p.calls if c.name.endswith("_cache.quantize")]
+            writes = [c for c in p.calls if c.name.endswith("_cache")]
+            assert len(writes) == 4
+            assert [c.name.rsplit(".", 2)[1] for c in quantize] == [
+                "k_cache", "v_cache"] * (2 if row else 0)
+            for c in quantize:  # charged under the scheme's name, as a run charges it
+                charge = cm.charge_vector(c.call, acc)
+                assert charge.elements == tokens * heads * 16
+                assert charge.rows == tokens * heads * 16 // min(row, heads * 16)
+                assert (c.call.bits_in, c.call.bits_out, c.scheme) == (32, bits, f"none+{kv}")
+            for c in writes:  # 8 bits: a byte a value; 4 bits: half of one
+                assert cm.charge_vector(c.call, acc).dram_write_bytes == \
+                    tokens * heads * 16 * bits / 8

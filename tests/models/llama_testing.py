@@ -212,3 +212,21 @@ def numpy_llama_logits(hf: dict[str, np.ndarray], cfg: dict, ids: list[int]) -> 
             w, p + "mlp.up_proj", m))
     x = _rms_norm(x, w["norm.weight"], eps)
     return x @ w.get("lm_head.weight", w["embed_tokens.weight"]).T
+
+
+def chunk_keys(model, config, ids: list[int], cached: int) -> tuple[list[int], list[int]]:
+    """Keys each layer's rows attend to in a chunk ``ids[cached:]`` after ``ids[:cached]``:
+    by transformers' eager attention of ``model`` (the last axis of each layer's weights),
+    and by the plan of ``config`` (its ``attn.qk`` GEMMs' N)."""
+    import torch
+
+    from tenet_byoc.plan import Step, StepSequence, plan
+
+    ids = torch.tensor([ids])
+    with torch.no_grad():
+        past = model(ids[:, :cached], use_cache=True).past_key_values
+        chunk = model(ids[:, cached:], past_key_values=past, use_cache=True,
+                      output_attentions=True)
+    calls = plan(config, Step([StepSequence(ids.shape[1] - cached, cached)])).calls
+    return ([a.shape[-1] for a in chunk.attentions],
+            [c.call.n for c in calls if c.name.endswith("attn.qk")])

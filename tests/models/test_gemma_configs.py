@@ -66,19 +66,25 @@ def test_bad_fields_are_refused_by_name(field, value, message):
         LlamaConfig.from_hf_dict(values)
 
 
+def _tiny_mix() -> LlamaConfig:
+    # Gemma-2's layer mix, tiny: sliding, full, sliding (window 5).
+    return LlamaConfig.from_hf_dict({
+        "model_type": "gemma2", "num_hidden_layers": 3, "hidden_size": 32,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+        "intermediate_size": 8, "vocab_size": 11, "sliding_window": 5,
+        "max_position_embeddings": 64})
+
+
 def test_plan_gives_each_layer_its_own_keys():
     # A 4-token chunk after 20 cached tokens and a decode step at context 20, on the tiny
     # Gemma-2 mix (sliding, full, sliding; window 5): by hand, a sliding layer's queries see
-    # min(20, 5) + 4 keys in the chunk and the last 5 in decode, a full layer's all of them.
+    # min(20, 5 - 1) + 4 keys in the chunk (its first row the 4 cached before it) and the
+    # last 5 in decode, a full layer's all of them.
     from tenet_byoc.plan import Step, StepSequence, plan
     from tenet_byoc.system import System
 
-    values = {"model_type": "gemma2", "num_hidden_layers": 3, "hidden_size": 32,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-              "intermediate_size": 8, "vocab_size": 11, "sliding_window": 5,
-              "max_position_embeddings": 64}
-    config = LlamaConfig.from_hf_dict(values)
-    for step, want in ((Step([StepSequence(4, 20)]), [9, 24, 9]),
+    config = _tiny_mix()
+    for step, want in ((Step([StepSequence(4, 20)]), [8, 24, 8]),
                        (Step.decode(20), [5, 21, 5])):
         calls = plan(config, step).calls
         assert [c.call.n for c in calls if c.name.endswith("attn.qk")] == want
@@ -91,6 +97,29 @@ def test_plan_gives_each_layer_its_own_keys():
                                                                         "attn.softcap"))}
     assert scores["layers.0.self_attn.softcap"] == scores["layers.0.self_attn.scale"] == (
         1, 1, 2, 5)
+
+
+def test_a_batched_chunk_masks_each_kind_of_layer_over_its_own_keys():
+    # The tiny Gemma-2 mix (sliding, full, sliding; window 5) in batched steps: the first
+    # layer builds each sequence's mask for its own kind (sliding: min(20, 4) + 4 = 8 keys
+    # for a 4-token chunk after 20) and for the other kind (full: 20 + 4 = 24); a decode
+    # beside it after 30 tokens sees 5 and 31.
+    from tenet_byoc.plan import Step, StepSequence, plan
+
+    config = _tiny_mix()
+
+    def masks(step):
+        calls = plan(config, step).calls
+        return [[tuple(c.call.shape) for c in calls if c.name == "layers.0.self_attn." + name]
+                for name in ("batch_mask", "batch_mask.other")]
+
+    assert masks(Step([(StepSequence(4, 20), 2)])) == [[(2, 1, 4, 8)], [(2, 1, 4, 24)]]
+    assert masks(Step([StepSequence(4, 20), StepSequence(1, 30)])) == [
+        [(1, 1, 4, 8), (1, 1, 1, 5)], [(1, 1, 4, 24), (1, 1, 1, 31)]]
+    masked = [c.call for c in plan(config, Step([(StepSequence(4, 20), 2)])).calls
+              if c.name.endswith("self_attn.masked")]
+    assert [(tuple(c.shape), c.operand_elements) for c in masked] == [
+        ((2, 2, 2, 4, n), 2 * 4 * n) for n in (8, 24, 8)]
 
 
 @pytest.mark.parametrize("context", [3, 40])

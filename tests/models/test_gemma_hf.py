@@ -110,3 +110,19 @@ def test_logits_and_ledger_match_transformers_and_estimate(name, scheme, tmp_pat
     window = runner.config.sliding_window
     assert [n for _, n in qk] == [len(IDS) if t == "full_attention" else window
                                   for t in runner.config.layer_types]
+
+
+@pytest.mark.parametrize("name", ["gemma2", "gemma3"])
+def test_a_chunks_attention_spans_the_keys_transformers_attends_to(name):
+    # transformers' eager attention of a 6-token chunk after 20 cached tokens: a full layer's
+    # rows attend to all 26 keys, a sliding layer's (window W) to the W - 1 cached keys its
+    # first row sees and the 6 new ones. The plan's attn.qk of the chunk spans as many.
+    from llama_testing import chunk_keys
+
+    from tenet_byoc.models.llama import LlamaConfig
+
+    model = _hf_model(name)
+    config = LlamaConfig.from_hf_dict(model.config.to_dict())
+    want, planned = chunk_keys(model, config, (IDS * 2)[:26], 20)
+    assert want == ([10, 26, 10] if name == "gemma2" else [9, 9, 26])
+    assert planned == want

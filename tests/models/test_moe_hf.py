@@ -156,3 +156,20 @@ def test_gpt_oss_particulars_change_transformers_logits():
             for m, (limit, sinks) in zip(layers, saved, strict=True):
                 m.mlp.experts.limit = limit
                 m.self_attn.sinks.copy_(sinks)
+
+
+@pytest.mark.parametrize("family", ["mixtral", "deepseek_v3", "gpt_oss"])
+def test_a_chunks_attention_spans_the_keys_transformers_attends_to(family):
+    # transformers' eager attention of a 6-token chunk after 20 cached tokens: the last axis
+    # of each layer's weights is the keys its rows attend to (all 26; in gpt-oss's sliding
+    # layers the 3 cached keys a window of 4 lets the first row see, and the 6 new ones).
+    # The plan's attn.qk of the same chunk spans as many keys in each layer.
+    from llama_testing import chunk_keys
+
+    from tenet_byoc.models.moe import MoEConfig
+
+    model = make_moe(family)
+    config = MoEConfig.from_hf_dict(model.config.to_dict(), name=family)
+    want, planned = chunk_keys(model, config, (PROMPT * 3)[:26], 20)
+    assert want == ([9, 26, 9] if family == "gpt_oss" else [26] * config.num_hidden_layers)
+    assert planned == want

@@ -61,3 +61,25 @@ def test_quantized_mixtral_equals_fake_quantized_transformers(scheme, tmp_path):
     assert {e.scheme for e in real.entries if e.unit == "array"} == {scheme, "none"}
     assert_estimate_equals_run(real, runner.config, runner.tokens_per_expert(),
                                len(PROMPT) - 1, 1, scheme)
+
+
+@pytest.mark.parametrize("scheme", ["none+kv8", pytest.param("per_token+kv4/head",
+                                                          marks=pytest.mark.slow)])
+def test_a_quantized_kv_cache_of_mixtral_is_charged_as_the_plan_charges_it(scheme, tmp_path):
+    # Each layer's new keys and values quantized (one quantize entry each, one row per
+    # scale) and written at the cache's width, in the run's ledger as in the estimate's.
+    make_moe("mixtral").save_pretrained(tmp_path)
+    runner = from_pretrained(tmp_path, bind_params=True, build=lambda mod: tenet_byoc.build(
+        tenet_byoc.quantize(mod, scheme)))
+    tenet_byoc.set_phase(runner.vm, "prefill")
+    _, cache = runner.prefill(PROMPT[:-1])
+    tenet_byoc.set_phase(runner.vm, "decode")
+    runner.decode(PROMPT[-1], cache)
+    real = tenet_byoc.ledger(runner.vm)
+    bits = int(scheme.split("+kv")[1][0])
+    layers = runner.config.num_hidden_layers
+    writes = [e for e in real.entries if e.op == "kv_write"]
+    assert len(writes) == 2 * 2 * layers and {e.bits_c for e in writes} == {bits}
+    assert len([e for e in real.entries if e.op == "quantize" and e.bits_c == bits]) == 4 * layers
+    assert_estimate_equals_run(real, runner.config, runner.tokens_per_expert(),
+                               len(PROMPT) - 1, 1, scheme)

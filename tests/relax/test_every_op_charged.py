@@ -60,7 +60,8 @@ def walk(mod):
     return found
 
 
-@pytest.mark.parametrize("scheme", ["none", "w8a8_per_channel_per_token", "w4a16_group128"])
+@pytest.mark.parametrize("scheme", ["none", "w8a8_per_channel_per_token", "w4a16_group128",
+                                    "w8a8_per_channel_per_token+kv4/group8"])
 def test_every_operator_is_offloaded_charged_or_free_for_a_reason(scheme):
     for model, mod in modules():
         part = tenet_byoc.partition_for_tenet(tenet_byoc.quantize(mod, scheme), "os16")
@@ -93,10 +94,12 @@ def test_every_operator_is_offloaded_charged_or_free_for_a_reason(scheme):
                     assert kinds["add"] == 3 * n + positions  # residuals, masked scores
             linears = {"gpt2": 4 * GPT2.n_layer + 1, "llama": 7 * LLAMA.num_hidden_layers + 1,
                        "mlp": 2}[model]
-            assert kinds["quantize"] == (0 if scheme == "none" else linears)
+            # an int cache: each layer's new keys and values quantized (at 4 bits), once each
+            caches = kinds["kv_write"] if "+kv" in scheme else 0
+            assert kinds["quantize"] == (0 if scheme == "none" else linears + caches)
             if scheme != "none":
                 assert {o.bits_out for o in plan.ops if o.kind == "quantize"} == {
-                    8 if scheme.startswith("w8a8") else 16}
+                    8 if scheme.startswith("w8a8") else 16} | ({4} if caches else set())
 
 
 def test_a_run_charges_one_vector_entry_per_planned_operator_and_epilogue():

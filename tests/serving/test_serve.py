@@ -59,7 +59,7 @@ def test_split_cost_matches_the_whole_step(step):
 @pytest.mark.parametrize("kv, row", [("kv8", 768), ("kv4/head", 64), ("kv8/group32", 32)])
 def test_kv_quantization_is_charged(kv, row):
     # GPT-2 small: 12 layers, 12 heads of 64. Per layer and new token, the cache's keys and
-    # values are written at the cache's width (estimate writes float32) and quantized on
+    # values are written at the cache's width (not float32) and quantized on
     # the vector unit, one row per scale.
     from tenet_byoc import cost_model as cm
     from tenet_byoc.accelerators import resolve
@@ -77,9 +77,45 @@ def test_kv_quantization_is_charged(kv, row):
     write = us(cm.VectorCall("kv_write", [1, 12, tokens, 64], bits_in=32, bits_out=bits))
     quantize = us(cm.VectorCall("quantize", [tokens * 768 // row, row], bits_in=32,
                                 bits_out=bits))
-    extra = 12 * 2 * (write + quantize - float_write) * 1e-6
-    assert quant.dense(tokens) - plain.dense(tokens) == pytest.approx(extra, rel=1e-9)
-    assert quantize > 0
+    # The quantization works token by token (the dense term); each sequence writes its own
+    # cache (its attention term).
+    assert quant.dense(tokens) - plain.dense(tokens) == pytest.approx(12 * 2 * quantize * 1e-6,
+                                                                      rel=1e-9)
+    assert quantize > 0 and write < float_write
+    # The writes are the attention term's (at the cache's width), the quantization is not.
+    from tenet_byoc.plan import Step, plan
+    from tenet_byoc.serving.cost import ATTENTION_PARTS
+
+    written = {c.name: c for c in plan("gpt2", Step.prefill(tokens), f"w8a8_per_tensor+{kv}")
+               .written if c.unit == "vector" and c.layer == 0}
+    for name in ("h.0.attn.k_cache", "h.0.attn.v_cache"):
+        assert name.endswith(ATTENTION_PARTS) and written[name].call.bits_out == bits
+        assert not (name + ".quantize").endswith(ATTENTION_PARTS)
+
+
+@pytest.mark.parametrize("kv", ["none", "w8a8_per_tensor+kv8"])
+def test_a_windowed_models_dense_term_is_its_unwindowed_twins(kv):
+    # A step's dense term is per-token work (weight GEMMs, norms, the KV quantization); a
+    # window (W = 8 in every layer of the tiny Llama) changes only each sequence's attention
+    # and what its cache keeps (a one-prompt plan of 20 tokens writes its last 8 to the
+    # rolling cache; a step's 20 tokens come from many sequences), so the dense term equals
+    # the same model's without the window at every step size, also beyond W.
+    import dataclasses
+
+    from tenet_byoc.accelerators import resolve
+    from tenet_byoc.models.llama import LlamaConfig
+
+    windowed = LlamaConfig.from_hf_dict({
+        "model_type": "mistral", "vocab_size": 101, "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 32, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+        "rope_theta": 1000.0, "sliding_window": 8})
+    assert windowed.window == 8
+    full = dataclasses.replace(windowed, sliding_window=None)
+    acc = resolve("os16")
+    w, f = (model_step_cost(c, kv, acc, token_granularity=1) for c in (windowed, full))
+    for tokens in (1, 5, 8, 9, 20):
+        assert w.dense(tokens) == pytest.approx(f.dense(tokens), rel=1e-12), tokens
 
 
 def _read(path):

@@ -42,3 +42,17 @@ def test_a_serving_steps_expert_calls_are_the_plans_by_hand():
     # serve runs on it: a request's first token after its prompt's step.
     run = simulate([TraceRequest(0.0, 6, 2)], cost)
     assert run.first_token_s[0] == pytest.approx(cost.seconds_of([(6, 0)]))
+
+
+def test_a_serving_chunk_of_a_mixture_of_experts_reads_its_cached_keys():
+    # A 6-token chunk after 20 cached tokens: the split cost (dense part of 6 rows, the head
+    # of its last row, the chunk's attention over 20 + 6 keys) is the whole chunk's plan,
+    # and dearer than the same 6 tokens as a prompt of their own (6 keys).
+    from tenet_byoc.plan import StepSequence
+
+    config = MoEConfig.from_hf_dict(TINY, name="tiny-mixtral")
+    cost = model_step_cost(config, "none", "os16", context_granularity=1, token_granularity=1)
+    step = Step([StepSequence(6, 20, logits="last")])
+    whole = estimate_step(config, step, "none", "os16", entries=False)[0].seconds
+    assert cost.seconds_of([(6, 20)]) == pytest.approx(whole, rel=0.02)
+    assert cost.seconds_of([(6, 20)]) > cost.seconds_of([(6, 0)])

@@ -29,6 +29,7 @@ __all__ = [
     "Block",
     "DecoderLM",
     "MatmulShape",
+    "attended_keys",
     "build_with_tvm",
     "call_rows_and_keys",
     "export_decoder",
@@ -104,6 +105,20 @@ def call_rows_and_keys(phase: str, seq_len: int, context: int, field: str) -> tu
     if seq_len < 0 or not 1 <= keys <= context:
         raise ValueError(f"seq_len={seq_len} out of range for {phase} with {field}={context}")
     return rows, keys
+
+
+def attended_keys(phase: str, seq_len: int, window: int | None, context: int = 0) -> int:
+    """Keys the queries of one layer attend to in a call (the whole block is charged).
+
+    A ``prefill`` of ``seq_len`` new rows sees them and the ``context`` keys already cached
+    (a later chunk of a prompt); a ``decode`` step's token sees the ``seq_len`` cached keys
+    and its own. With a ``window`` W a query sees itself and the W - 1 tokens before it, so
+    of the cache only the last W - 1 keys are read, by a chunk's first row as by a decode
+    step (a one-token chunk is a decode step).
+    """
+    if phase == "prefill":
+        return min(context, window - 1 if window else context) + seq_len
+    return min(window - 1, seq_len) + 1 if window else seq_len + 1
 
 
 def take_rows(table: nn.Parameter, ids: nn.Tensor) -> nn.Tensor:

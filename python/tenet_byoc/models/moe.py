@@ -22,9 +22,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._params import check_positive_numbers
-from .decoder import MatmulShape, call_rows_and_keys, read_layer_types
+from .decoder import MatmulShape, attended_keys, call_rows_and_keys, read_layer_types
 from .llama import LlamaConfig, attention_shapes
-from .vector_ops import VectorOpShape
+from .vector_ops import KVCache, VectorOpShape
 
 __all__ = [
     "MOE_FAMILIES",
@@ -553,7 +553,9 @@ class MoECallGroup(NamedTuple):
 def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
                     tokens_per_expert: Sequence[Sequence[int]] | None = None, batch: int = 1,
                     activation_bits: int = 32, k_multiple: int = 1,
-                    float_gemm: bool = True) -> list[MoECallGroup]:
+                    float_gemm: bool = True, context: int = 0,
+                    logit_rows: int | None = None, kv_cache: KVCache = KVCache()
+                    ) -> list[MoECallGroup]:
     """Every call of one prefill or decode step of ``batch`` equal sequences, grouped by
     the function of a run (:mod:`tenet_byoc.models.moe_model`) that makes it.
 
@@ -571,7 +573,7 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
     ----------
     config : MoEConfig
     seq_len : int
-        The prompt length of a prefill, or the cache length before a decode step.
+        The new tokens of a prefill, or the cache length before a decode step.
     phase : str
         ``prefill`` or ``decode``.
     tokens_per_expert : sequence of sequences of int, or ExpertLoad, optional
@@ -586,15 +588,37 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         its K padded to ``k_multiple``) and whether the linear layers run as float GEMMs
         (a decode step of one sequence then fuses a residual add into ``o_proj`` and a
         dense or ungated shared ``down_proj``).
+    context : int
+        Tokens already cached before a prefill: > 0 makes it a later chunk of a prompt,
+        whose rows attend to those keys too (a window's last W - 1 of them), as
+        ``vector_ops.decoder_calls`` plans a dense chunk: ``attn.qk``, ``attn.pv``, the
+        scale, masks and softmax, and MLA's ``kv_b_proj`` (which expands every key's latent)
+        widen to them; everything else stays over the new rows.
+    logit_rows : int, optional
+        The rows of each sequence the head runs over (default all its new tokens; 0: no
+        ``lm_head`` at all, as a chunk that samples nothing).
+    kv_cache : KVCache
+        How the cache stores keys and values: each layer's cache writes at that width and,
+        for an int cache, the quantization of its new keys and values (grouped-query
+        attention), as ``models.vector_ops.decoder_calls`` charges them.
 
     Raises
     ------
     ValueError
-        If ``phase`` is unknown, ``seq_len`` out of range, or ``tokens_per_expert`` has
+        If ``phase`` is unknown, ``seq_len`` or ``context`` out of range (a context only
+        before a prefill, the two within the model's positions), or ``tokens_per_expert`` has
         another number of layers or experts, or rows that are not ``tokens x k``.
     """
-    rows, keys_all = call_rows_and_keys(phase, seq_len, config.max_position_embeddings,
-                                        "max_position_embeddings")
+    limit = config.max_position_embeddings
+    rows, _ = call_rows_and_keys(phase, seq_len, limit, "max_position_embeddings")
+    if isinstance(context, bool) or not isinstance(context, int) or not (
+            0 <= context <= (limit - seq_len if phase == "prefill" else 0)):
+        raise ValueError(f"context={context!r} must be an integer in [0, {limit} - seq_len] "
+                         "before a prefill (0 before a decode step: seq_len is its cache)")
+    head = rows if logit_rows is None else logit_rows
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head <= rows:
+        raise ValueError(f"logit_rows={logit_rows!r} must be an integer in [0, {rows}] "
+                         "(the call's new tokens)")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch={batch!r} must be an integer >= 1")
     a, e, d = config.attention, config.experts, config.hidden_size
@@ -641,7 +665,7 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         p = f"layers.{i}."
         add(p + "input_layernorm", "rms_norm", act)
         window = config.window(i)
-        keys = keys_all if prefill or not window else min(window - 1, seq_len) + 1
+        keys = attended_keys(phase, seq_len, window, context)
         if m is None:
             hd, h, kv, g = a.dim_per_head, a.num_attention_heads, a.num_key_value_heads, \
                 a.group_size
@@ -655,19 +679,29 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
                     add(p + f"self_attn.{proj}_norm", "rms_norm", (b, rows, heads, hd))
                 if heads:
                     add(p + f"self_attn.{proj}_rotary", "rotary", (b, rows, heads, hd), rope)
+                cache = p + f"self_attn.{proj}_cache"
+                if proj != "q":  # the new keys (values) as stored; a prefill's are its cache
+                    vec.extend(kv_cache.quantize(cache, b, kv, rows, hd))
+                    if prefill and not window:
+                        vec.append(kv_cache.write(cache, b, kv, rows, hd))
+            for proj in () if prefill else ("k", "v"):  # a decode step's, appended to it
+                vec.append(kv_cache.write(p + f"self_attn.{proj}_cache", b, kv, rows, hd))
             gemms += [(MatmulShape(p + "attn.qk", b * kv, g * rows, keys, hd), "key"),
                       (MatmulShape(p + "attn.pv", b * kv, g * rows, hd, keys), "value")]
             add(p + "self_attn.scale", "multiply", (b, kv, g * rows, keys), 1)
             if prefill:
-                add(p + "self_attn.mask", "mask", (rows, rows))
+                add(p + "self_attn.mask", "mask", (rows, keys))
                 if window:
-                    add(p + "self_attn.window_mask", "mask", (rows, rows))
-                add(p + "self_attn.masked", "add", (b, kv, g, rows, rows), rows * rows)
+                    add(p + "self_attn.window_mask", "mask", (rows, keys))
+                add(p + "self_attn.masked", "add", (b, kv, g, rows, keys), rows * keys)
             # gpt-oss's sinks: one more score column per row, normalized over and dropped
             add(p + "self_attn.softmax", "softmax", (b, kv, g * rows, keys + config.sinks))
             linear(p + "self_attn.o_proj", tokens, d, h * hd)
             if a.o_bias:
                 epi[p + "self_attn.o_proj"] = ["add"]
+            for proj in ("k", "v") if prefill and window else ():  # the window's rows kept
+                vec.append(kv_cache.write(p + f"self_attn.{proj}_cache", b, kv,
+                                          min(window, rows), hd))
         else:
             h, rank, rot = a.num_attention_heads, m.kv_lora_rank, m.qk_rope_head_dim
             nope, vd = m.qk_nope_head_dim, m.v_head_dim
@@ -694,12 +728,17 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
             if m.q_lora_rank is not None:
                 add(p + "self_attn.q_a_layernorm", "rms_norm", (b, rows, m.q_lora_rank))
             add(p + "self_attn.q_rotary", "rotary", (b, rows, h, rot), rope)
+            # the cache: per token the normed latent and the shared rotated key
+            latent = kv_cache.write(p + "self_attn.latent_cache", b, 1, rows, rank)
+            rope_key = kv_cache.write(p + "self_attn.k_rope_cache", b, 1, rows, rot)
             add(p + "self_attn.kv_a_layernorm", "rms_norm", (b, rows, rank))
+            vec.extend([latent] if prefill else [])
             add(p + "self_attn.k_rotary", "rotary", (b, rows, 1, rot), rope)
+            vec.extend([rope_key] if prefill else [latent, rope_key])
             if prefill:
                 add(p + "self_attn.scale", "multiply", (b, h, rows, keys), 1)
-                add(p + "self_attn.mask", "mask", (rows, rows))
-                add(p + "self_attn.masked", "add", (b, h, rows, rows), rows * rows)
+                add(p + "self_attn.mask", "mask", (rows, keys))
+                add(p + "self_attn.masked", "add", (b, h, rows, keys), rows * keys)
                 add(p + "self_attn.softmax", "softmax", (b, h, rows, keys))
             else:  # the latent and rotary scores summed, scaled, normalized
                 scores = (b, h * rows, keys)
@@ -765,7 +804,8 @@ def moe_call_groups(config: MoEConfig, seq_len: int, phase: str = "prefill",
         add(p + "experts.combine", "add", (1, tokens * k, d), tokens * k * d)
         close(f"layers.{i}.combine", True)
     add("norm", "rms_norm", act)
-    linear("lm_head", tokens, a.vocab_size, d)
+    if head:
+        linear("lm_head", b * head, a.vocab_size, d)
     close("head")
     return groups
 

@@ -7,20 +7,21 @@ config facts (biases, norm kind, gated MLP, windows, soft-capping), so the GEMM 
 (``models.gemms.model_gemms``) and the plan's vector calls cannot drift apart. The vector
 operators are those a real run charges (``tenet_byoc.vector_plan`` classifies the built
 module's operators; the runtime charges them once per call, in binding order): embedding
-lookup, norms (Qwen3's per-head QK norms too), rotary embeddings, KV-cache writes, the
-attention scale, the causal mask, softmax, residual adds, SwiGLU's product, activation
-quantization. ``tests/estimate`` checks the lists against a run's ledger entry for entry.
+lookup, norms (Qwen3's per-head QK norms too), rotary embeddings, KV-cache writes (at the
+cache's stored width) and an int cache's quantization, the attention scale, the causal
+mask, softmax, residual adds, SwiGLU's product, activation quantization.
+``tests/estimate`` checks the lists against a run's ledger entry for entry.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .decoder import MatmulShape, call_rows_and_keys
+from .decoder import MatmulShape, attended_keys, call_rows_and_keys
 from .gpt2 import GPT2Config
 from .llama import LlamaConfig
 
-__all__ = ["DecoderCalls", "VectorOpShape", "decoder_calls"]
+__all__ = ["DecoderCalls", "KVCache", "VectorOpShape", "decoder_calls"]
 
 
 class VectorOpShape(NamedTuple):
@@ -32,6 +33,33 @@ class VectorOpShape(NamedTuple):
     operand: int = 0
     bits_out: int = 32
     quantize: bool = False  #: an activation quantization (charged under the scheme's name)
+
+
+class KVCache(NamedTuple):
+    """How the KV cache stores keys and values (a scheme's ``kv_bits``, ``kv_granularity``,
+    ``kv_group``): the width its writes take and, for an int cache (< 16 bits), the
+    quantization of the new keys (values), one row per scale ("token": a token's over all
+    KV heads, "head": one head's, "group": ``group`` channels of a head)."""
+
+    bits: int = 32
+    granularity: str = "none"
+    group: int = 0
+
+    def write(self, name: str, b: int, kv_heads: int, rows: int, hd: int) -> VectorOpShape:
+        """The write of ``rows`` tokens' keys (values) to a cache ``[b, kv_heads, ., hd]``."""
+        return VectorOpShape(name, "kv_write", (b, kv_heads, rows, hd), 0, min(self.bits, 32))
+
+    def quantize(self, name: str, b: int, kv_heads: int, rows: int, hd: int
+                 ) -> list[VectorOpShape]:
+        """An int cache's quantization of ``rows`` new tokens' keys (values), named
+        ``name + ".quantize"``: ``(b, rows, kv heads x head dim)``, or ``(b, rows, scales a
+        token, row)`` for a head's or a group's scales; none for a float cache."""
+        if self.bits >= 16:
+            return []
+        width = kv_heads * hd  # one token's keys (or values)
+        row = {"token": width, "head": hd, "group": self.group}[self.granularity]
+        shape = (b, rows, width) if row == width else (b, rows, width // row, row)
+        return [VectorOpShape(name + ".quantize", "quantize", shape, 0, self.bits, True)]
 
 
 class DecoderCalls(NamedTuple):
@@ -48,14 +76,15 @@ class DecoderCalls(NamedTuple):
 def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 32,
                   k_multiple: int = 1, batch: int = 1, float_gemm: bool = True,
                   batched: bool | None = None, context: int = 0,
-                  logit_rows: int | None = None) -> DecoderCalls:
+                  logit_rows: int | None = None, kv_cache: KVCache = KVCache()
+                  ) -> DecoderCalls:
     """Every call of one prefill or decode call of ``config`` (a ``GPT2Config`` or
     ``LlamaConfig``).
 
     ``tokens`` is the prompt length P of a ``prefill``, or the cache length L before a
     ``decode`` step (whose token attends to L + 1 keys; with a sliding window W to at most
     W). ``context`` > 0 makes a prefill a later chunk of a prompt: its ``tokens`` rows attend
-    to the ``context`` cached keys too (the last W of them in a layer with a window), so
+    to the ``context`` cached keys too (the last W - 1 of them in a layer with a window), so
     Q x K^T, P x V and the score-wise calls (scale, masks, softmax, soft-capping) widen to
     those keys while norms, activations and KV writes stay over the rows.
     ``activation_bits`` < 32 adds a quantize entry before each linear layer (its K padded
@@ -69,7 +98,10 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     GEMM) for any ``batch``: a group of sequences inside a larger step (default:
     ``batch > 1``). The GEMMs are those of one sequence either way. ``logit_rows``: the
     rows of each sequence the head runs over (default all its new tokens; 0: none, the
-    head's GEMM listed with no rows and its vector calls left out).
+    head's GEMM listed with no rows and its vector calls left out). ``kv_cache``: how the
+    cache stores keys and values (:class:`KVCache`): its writes at that width and, for an
+    int cache, each layer's new keys and new values quantized (all the call's rows, where
+    a window's cache keeps fewer).
 
     Raises
     ------
@@ -112,6 +144,12 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     def add(name, op, shape, operand=0):
         out.append(VectorOpShape(name, op, tuple(shape), operand))
 
+    def kv_write(name: str, kv_heads: int, kept: int, hd: int) -> None:
+        out.append(kv_cache.write(name, b, kv_heads, kept, hd))
+
+    def kv_quantize(name: str, kv_heads: int, hd: int) -> None:  # the new rows, as stored
+        out.extend(kv_cache.quantize(name, b, kv_heads, rows, hd))
+
     def masks(i: int, p: str, heads: tuple[int, ...], keys: int, window: Any = None) -> None:
         # A batch's per-sequence mask, built at the first layer (a model of sliding and
         # full layers builds one of each there, the other's over its own keys), or a
@@ -128,11 +166,6 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
                 add(p + "window_mask", "mask", (rows, keys))
             add(p + "masked", "add", (b, *heads, rows, keys), rows * keys)
 
-    def layer_keys(window: int | None, cached: int) -> int:  # keys a layer's query attends to
-        if prefill:
-            return min(cached, window or cached) + rows
-        return min(window - 1, tokens) + 1 if window else tokens + 1
-
     other_keys = None
     d = config.n_embd if gpt2 else config.hidden_size
     act = (b, rows, d)
@@ -141,7 +174,7 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
         add("positions.clamp", "relu", (b, rows))
     if gpt2:
         h, hd, ff = config.n_head, config.head_dim, config.inner_dim
-        keys = layer_keys(None, context)
+        keys = attended_keys(phase, tokens, None, context)
         add("wte", "take", act)
         if batched:
             add("wpe", "take", act)
@@ -153,8 +186,13 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
             add(p + "ln_1", "layer_norm", act)
             linear(p + "attn.c_attn", 3 * d, d, ["add"])
             attention(p, h, rows, keys, hd)
-            add(p + "attn.k_cache", "kv_write", (b, h, rows, hd))
-            add(p + "attn.v_cache", "kv_write", (b, h, rows, hd))
+            caches = (p + "attn.k_cache", p + "attn.v_cache")
+            for cache in caches:  # a prefill's new keys (values), as stored, are its cache
+                kv_quantize(cache, h, hd)
+                if prefill:
+                    kv_write(cache, h, rows, hd)
+            for cache in () if prefill else caches:  # a decode step's, appended to it
+                kv_write(cache, h, rows, hd)
             add(p + "attn.scale", "multiply", (b, h, rows, keys), 1)
             masks(i, p + "attn.", (h,), keys)
             add(p + "attn.softmax", "softmax", (b, h, rows, keys))
@@ -176,15 +214,15 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
     o_fused, mlp_fused = (fused and not gemma and not bias for bias in (config.o_bias,
                                                                         config.mlp_bias))
     other_keys = None if config.uniform_layers else next(  # those of the other kind of layer
-        layer_keys(config.layer_window(i), 0) for i in range(config.num_hidden_layers)
-        if config.layer_window(i) != config.layer_window(0))
+        attended_keys(phase, tokens, config.layer_window(i), context)
+        for i in range(config.num_hidden_layers) if config.layer_window(i) != config.layer_window(0))
     add("embed_tokens", "take", act)
     if gemma:
         add("embed_tokens.scale", "multiply", act, 1)
     for i in range(config.num_hidden_layers):
         p = f"layers.{i}."
         window = config.layer_window(i)
-        keys = layer_keys(window, context)
+        keys = attended_keys(phase, tokens, window, context)
         add(p + "input_layernorm", "rms_norm", act)
         linear(p + "self_attn.q_proj", nh * hd, d, qkv_bias)
         if config.qk_norm:  # Qwen3: each head's query and key RMS-normed before RoPE
@@ -194,15 +232,16 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
         if config.qk_norm:
             add(p + "self_attn.k_norm", "rms_norm", (b, rows, nkv, hd))
         add(p + "self_attn.k_rotary", "rotary", (b, rows, nkv, hd), rope)
+        kv_quantize(p + "self_attn.k_cache", nkv, hd)
         if prefill and not rolling:
-            add(p + "self_attn.k_cache", "kv_write", (b, nkv, rows, hd))
-            linear(p + "self_attn.v_proj", nkv * hd, d, qkv_bias)
-            add(p + "self_attn.v_cache", "kv_write", (b, nkv, rows, hd))
-        else:
-            linear(p + "self_attn.v_proj", nkv * hd, d, qkv_bias)
-            if not prefill:
-                add(p + "self_attn.k_cache", "kv_write", (b, nkv, 1, hd))
-                add(p + "self_attn.v_cache", "kv_write", (b, nkv, 1, hd))
+            kv_write(p + "self_attn.k_cache", nkv, rows, hd)
+        linear(p + "self_attn.v_proj", nkv * hd, d, qkv_bias)
+        kv_quantize(p + "self_attn.v_cache", nkv, hd)
+        if prefill and not rolling:
+            kv_write(p + "self_attn.v_cache", nkv, rows, hd)
+        elif not prefill:
+            kv_write(p + "self_attn.k_cache", nkv, 1, hd)
+            kv_write(p + "self_attn.v_cache", nkv, 1, hd)
         attention(p, nkv, g * rows, keys, hd)
         add(p + "self_attn.scale", "multiply", (b, nkv, g * rows, keys), 1)
         if config.attn_logit_softcapping:  # cap * tanh(score / cap), the 1 / cap in the scale
@@ -213,8 +252,8 @@ def decoder_calls(config: Any, phase: str, tokens: int, activation_bits: int = 3
         linear(p + "self_attn.o_proj", d, nh * hd, ["add"] if config.o_bias or o_fused else None)
         if prefill and rolling:
             kept = min(rolling, rows)
-            add(p + "self_attn.k_cache", "kv_write", (b, nkv, kept, hd))
-            add(p + "self_attn.v_cache", "kv_write", (b, nkv, kept, hd))
+            kv_write(p + "self_attn.k_cache", nkv, kept, hd)
+            kv_write(p + "self_attn.v_cache", nkv, kept, hd)
         if gemma:
             add(p + "post_attention_layernorm", "rms_norm", act)
         if not o_fused:

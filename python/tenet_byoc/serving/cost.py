@@ -40,7 +40,7 @@ from ..plan import Step, StepSequence
 from .kv_cache import _layers_heads_dim
 from .requests import check_count
 
-__all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost", "kv_cache_calls",
+__all__ = ["ATTENTION_PARTS", "CachedStepCost", "SplitStepCost", "as_step_cost",
            "model_step_cost"]
 
 
@@ -205,35 +205,11 @@ def as_step_cost(cost: object) -> Any:
 
 #: The entries of a ledger that belong to one sequence's attention (the rest of a step's
 #: entries take all its tokens' rows together): the two GEMMs over the cache, the score
-#: scaling, mask and softmax, or the fused kernel in their place.
-ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".masked",
-                   "attn.fused")
-
-
-def kv_cache_calls(config: Any, scheme: Any, tokens: int, tensor_parallel: int = 1
-                   ) -> list[Any]:
-    """The vector calls that put ``tokens`` new tokens' keys and values into the cache, for
-    one layer: the writes at the cache's stored width and, for an int cache (``+kv8``,
-    ``+kv4``), their quantization (one row per scale: a token's keys, or values, over all
-    KV heads, one head, or one group of a head's channels).
-
-    The shapes are those estimate charges its writes with (``[1, kv_heads, tokens,
-    head_dim]``); only the width written differs (estimate writes float32 whatever the
-    cache). With ``tensor_parallel`` chips each writes its ``kv_heads / tensor_parallel``
-    heads."""
-    from .. import cost_model as cm
-    from ..quantization import get_scheme
-    s = get_scheme(scheme)
-    _, heads, dim = _layers_heads_dim(config)
-    heads //= tensor_parallel
-    stored = min(s.kv_bits, 32)
-    calls = [cm.VectorCall("kv_write", [1, heads, tokens, dim], bits_in=32, bits_out=stored)
-             for _ in ("key", "value")]
-    if s.kv_bits < 16:
-        row = {"token": heads * dim, "head": dim, "group": s.kv_group}[s.kv_granularity]
-        calls += [cm.VectorCall("quantize", [tokens * heads * dim // row, row], bits_in=32,
-                                bits_out=s.kv_bits) for _ in ("key", "value")]
-    return calls
+#: scaling, masks (a sliding window's too) and softmax, or the fused kernel in their place,
+#: and the writes of its new keys and values to its own cache (``…_cache``: under a window
+#: kept in a rolling cache, the last W of a prompt's).
+ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".window_mask",
+                   ".masked", "attn.fused", "_cache")
 
 
 @functools.lru_cache(maxsize=8)
@@ -257,9 +233,9 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     (:func:`tenet_byoc.compose.compose`), on the part of its calls the term stands for:
 
     * ``dense(T)``: the calls of a ``T``-token prefill other than :data:`ATTENTION_PARTS`
-      and the head (weight GEMMs with their fused epilogues, norms, activations), with the KV
-      cache's writes charged at the cache's width and, for an int cache, its quantization on
-      the vector unit (:func:`kv_cache_calls`, per layer);
+      and the head (weight GEMMs with their fused epilogues, norms, activations and, for an
+      int cache, the quantization of the new keys and values on the vector unit: the
+      plan's, as a run charges them);
     * ``head(S)``: the head (and under tensor parallelism its all-gather) over the last
       token of each of the step's ``S`` sequences (``StepSequence.logits="last"``; ``S``
       rounded up to ``token_granularity``), as a serving engine computes only the logits
@@ -272,8 +248,9 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       ``attention(n, L)`` for a later chunk of a prompt (``n > 1``, ``L > 0``): those of the
       plan of that chunk (``StepSequence(n, L)``: per head ``n x (L + n)`` scores, their
       scale, mask and softmax; ``L`` rounded up to ``context_granularity``).
-      Attention reads K and V at the cache's width with their scales (the plan's attention
-      scheme). ``attention="fused"`` makes each term the plan's fused kernel
+      Each term writes its sequence's new keys and values at the cache's stored width
+      (a prompt under a window W in a rolling cache its last W), and reads K and V at that
+      width with their scales (the plan's attention scheme). ``attention="fused"`` makes each term the plan's fused kernel
       (``cost_model.AttentionCall``); the default is the unfused plan even on the GPU
       presets that run it fused (``Accelerator.attention``): a term is one sequence's, and
       a fused kernel per sequence would charge each decode a kernel over its KV heads'
@@ -304,7 +281,6 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         For an unknown model, scheme or preset (as :func:`tenet_byoc.estimate`), a system of
         several micro-batches, or a sharding the model does not split into.
     """
-    from .. import cost_model as cm
     from ..compose import compose
     from ..accelerators import resolve
     from ..plan import (BEFORE_LAYERS, Plan, Sharding, check_tensor_parallel, context_limit,
@@ -331,7 +307,6 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
     acc = resolve(accelerator, mapping=mapping)
     charges = _charges(acc, link)
     clock = acc.hardware.clock_ghz
-    writes = ("k_cache", "v_cache")
 
     def seconds(p: Plan, calls: list) -> float:
         return compose(Plan(p.step, p.phase, tuple(calls)), charges.cost, charges.schedule,
@@ -345,7 +320,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
                                                      attention=attention)
         calls = [pc._replace(count=len(range(pc.layer, p.layers, p.period))
                              if p.layers and pc.layer else 1) for pc in p.written
-                 if not (pc.name.endswith(writes) or pc.name.startswith("lm_head"))  # below
+                 if not pc.name.startswith("lm_head")  # below
                  and (pc.fused_with or pc.name).endswith(ATTENTION_PARTS) == part]
         return seconds(p, calls)
 
@@ -396,9 +371,7 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
         return (pp - 1) * charges.cost(hand_overs(config, tokens, get_scheme(scheme), 2)[0])[0]
 
     def dense(tokens: int) -> float:
-        cache = sum(cm.charge_vector(c, acc).latency_us
-                    for c in kv_cache_calls(config, scheme, tokens, tp))
-        return prefill(tokens, False) + n_layers * cache * 1e-6 + handovers(tokens)
+        return prefill(tokens, False) + handovers(tokens)
 
     limit = context_limit(config)[0]
 
