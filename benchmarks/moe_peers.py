@@ -43,7 +43,7 @@ Why the columns differ (structural: they hold for any --prompt):
   host's top-k and combine charged on it) and the buffer level's refetches.
 - Mixtral, prefill (1.10x): as for the dense models of ``llm_peers.md``: ours charges the
   buffer level (tiles that refetch A or B, activations to DRAM where they do not fit on chip
-  beside the tiles: 202.7 GB moved against the 187 GB of weights) and the vector unit; GenZ
+  beside the tiles: 202.8 GB moved against the 187 GB of weights) and the vector unit; GenZ
   keeps every activation on chip. Both reach every
   expert at 512 tokens (GenZ spreads T k / E rows over each, ours the expected distinct
   experts E (1 - (1 - k/E)^T) = 8, each 128 rows).

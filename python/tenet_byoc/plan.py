@@ -48,7 +48,7 @@ from .codegen import GemmCharging, gemm_charging
 from .partition import operands_on_chip
 from .quantization import QuantScheme, get_scheme
 
-__all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "expert_parallel", "Plan", "PlannedCall", "Sharding", "Step", "StepSequence",
+__all__ = ["ATTENTION_CHOICES", "BEFORE_LAYERS", "HOST_CALLS", "LinkCall", "expert_parallel", "Plan", "PlannedCall", "SCORE_OPS", "Sharding", "Step", "StepSequence",
            "check_tensor_parallel", "hand_overs",
            "context_limit", "model_config", "plan", "shard_gemm", "shard_vector", "layer_stages",
            "stage_layers"]
@@ -468,8 +468,8 @@ def _phase_tokens(config: Any, seq: StepSequence) -> tuple[str, int, int]:
 
 
 #: Vector calls over a sequence's score block (rows x keys): scale, masks, softmax.
-_SCORE_OPS = ("attn.scale", "attn.mask", "attn.window_mask", "attn.batch_mask",
-              "attn.masked", "attn.softmax", "attn.softcap", "attn.softcap.scale")
+SCORE_OPS = ("attn.scale", "attn.mask", "attn.window_mask", "attn.batch_mask",
+             "attn.masked", "attn.softmax", "attn.softcap", "attn.softcap.scale")
 
 
 def _merge_token_ops(lists: list[list[Any]]) -> list[Any]:
@@ -700,7 +700,7 @@ def plan(config: Any, step: Step, scheme: str | QuantScheme = "none",
                                     layer, st))
 
     def vector(v: Any) -> None:
-        if fused and v.name.endswith(_SCORE_OPS):  # inside the fused kernel
+        if fused and v.name.endswith(SCORE_OPS):  # inside the fused kernel
             return
         shape, operand = tuple(v.shape), v.operand
         if tp > 1:

@@ -126,8 +126,10 @@ def test_a_batched_chunk_masks_each_kind_of_layer_over_its_own_keys():
 def test_serving_cost_of_a_layer_mix_matches_the_whole_step(context):
     # Serving charges one layer of each kind times its count; estimate_step plans every
     # layer. Within the window (3) the kinds cost alike, past it (40) they differ. The
-    # split cost's own approximation (batched vector calls) measured 0.8-1.3% here, for
-    # this mix as for models of sliding or of full layers only.
+    # split cost's own approximation: each sequence's score calls (scale, soft-capping,
+    # masks, softmax) are its own vector calls where the whole step batches the four, and on
+    # this tiny model their fixed costs weigh: +0.75% at 3, +3.05% at 40 (+1.40% with
+    # sliding layers only, +5.13% with full layers only); on Gemma-2-9B under 1% (below).
     from tenet_byoc.estimate import estimate_step
     from tenet_byoc.plan import Step
     from tenet_byoc.serving.cost import model_step_cost
@@ -140,11 +142,26 @@ def test_serving_cost_of_a_layer_mix_matches_the_whole_step(context):
     step = Step.decode(context, batch=4)
     cost = model_step_cost(config, "none", "os16", context_granularity=1, token_granularity=1)
     whole = estimate_step(config, step, "none", "os16", entries=False)[0].seconds
-    assert cost(step) == pytest.approx(whole, rel=0.02)
+    assert cost(step) == pytest.approx(whole, rel=0.04)
     full = LlamaConfig.from_hf_dict({**values, "layer_types": ["full_attention"] * 5})
     assert full.window is None and full.uniform_layers
     if context > 8:  # the sliding layers read fewer keys than a model of full layers
         assert whole < estimate_step(full, step, "none", "os16", entries=False)[0].seconds
+
+
+def test_serving_cost_of_gemma_2_9b_matches_the_whole_step():
+    # Its soft-capped scores are each sequence's attention work (a chunk's 512 x 4,096, not
+    # the dense part's 512 x 512): the split cost of 8 decodes at 2,000 and of a 512-token
+    # chunk after 3,584 against estimate_step's plan of the whole step.
+    from tenet_byoc.estimate import estimate_step
+    from tenet_byoc.plan import Step, StepSequence
+    from tenet_byoc.serving.cost import model_step_cost
+
+    cost = model_step_cost("gemma-2-9b", "none", "os16", context_granularity=1,
+                           token_granularity=1)
+    for step in (Step.decode(2000, batch=8), Step([StepSequence(512, 3584, logits="last")])):
+        whole = estimate_step("gemma-2-9b", step, "none", "os16", entries=False)[0].seconds
+        assert cost(step) == pytest.approx(whole, rel=0.01)
 
 
 @pytest.mark.parametrize("model, period", [("gemma-2-9b", 2), ("gemma-3-4b", 6),

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plan import Step, StepSequence
+from ..plan import SCORE_OPS, Step, StepSequence
 from .kv_cache import _layers_heads_dim
 from .requests import check_count
 
@@ -204,12 +204,11 @@ def as_step_cost(cost: object) -> Any:
 
 
 #: The entries of a ledger that belong to one sequence's attention (the rest of a step's
-#: entries take all its tokens' rows together): the two GEMMs over the cache, the score
-#: scaling, masks (a sliding window's too) and softmax, or the fused kernel in their place,
-#: and the writes of its new keys and values to its own cache (``…_cache``: under a window
-#: kept in a rolling cache, the last W of a prompt's).
-ATTENTION_PARTS = ("attn.qk", "attn.pv", ".scale", ".softmax", ".mask", ".window_mask",
-                   ".masked", "attn.fused", "_cache")
+#: entries take all its tokens' rows together): the two GEMMs over the cache, the calls over
+#: its scores (the plan's ``SCORE_OPS``: scale, soft-capping, masks, softmax) or the fused
+#: kernel in their place, and the writes of its new keys and values to its own cache
+#: (``…_cache``: under a window kept in a rolling cache, the last W of a prompt's).
+ATTENTION_PARTS = ("attn.qk", "attn.pv", "attn.fused", *SCORE_OPS, "_cache")
 
 
 @functools.lru_cache(maxsize=8)
