@@ -249,12 +249,13 @@ def model_step_cost(model: Any, scheme: Any, accelerator: Any, *, context_granul
       scale, mask and softmax; ``L`` rounded up to ``context_granularity``).
       Each term writes its sequence's new keys and values at the cache's stored width
       (a prompt under a window W in a rolling cache its last W), and reads K and V at that
-      width with their scales (the plan's attention scheme). ``attention="fused"`` makes each term the plan's fused kernel
-      (``cost_model.AttentionCall``); the default is the unfused plan even on the GPU
-      presets that run it fused (``Accelerator.attention``): a term is one sequence's, and
-      a fused kernel per sequence would charge each decode a kernel over its KV heads'
-      few cores (Llama-3-8B: 8 of h100_sxm's 132), where engines run every decode of a
-      step in one kernel (TPOT 38 against 7 ms in ``benchmarks/serving_speed.py``).
+      width with their scales (the plan's attention scheme). ``attention="fused"`` makes
+      each term the plan's fused kernel (``cost_model.AttentionCall``); the default is the
+      unfused plan even on the GPU presets that run it fused (``Accelerator.attention``): a
+      term is one sequence's, and a fused kernel per sequence would charge each decode a
+      kernel over its KV heads' few cores (Llama-3-8B: 8 of h100_sxm's 132), where engines
+      run every decode of a step in one kernel (TPOT 38 against 7 ms in
+      ``benchmarks/serving_speed.py``).
 
     Splitting a step's chain of calls into these parts keeps every GEMM with its epilogues,
     so the parts add up to the composed step. Each term composes the plan's written calls
